@@ -1,0 +1,56 @@
+//! The balancer's error type: every failure names the file, field, population or gid at fault.
+use std::path::PathBuf;
+
+/// Errors of the balancer library. Messages name the file and the field (JSON path,
+/// pickle offset, population, gid) that is wrong, so a user can fix the input.
+#[derive(Debug, thiserror::Error)]
+pub enum BalancerError {
+    /// Reading or writing a file failed at the OS level.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A JSON file is not valid JSON.
+    #[error("{path}: invalid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A dry-run file is valid JSON but a field is missing or wrong.
+    /// `field` is a JSON path such as `metype_memory["L5_TPC:A-cADpyr"]`.
+    #[error("{path}: {field}: {message}")]
+    DryRun {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+    /// An allocation pickle is truncated, corrupt or of an unexpected shape.
+    #[error("{path}: {message}")]
+    Pickle { path: PathBuf, message: String },
+    /// A pickle names a global outside the allow-list; nothing was executed.
+    #[error("{path}: refused pickle global `{module}.{name}` at byte {offset}: only neurodamus allocation types are allowed, nothing was executed")]
+    DisallowedGlobal {
+        path: PathBuf,
+        module: String,
+        name: String,
+        offset: u64,
+    },
+    /// An allocation does not match the dry-run data (missing, extra or duplicated gids).
+    #[error("allocation does not match the dry-run data: {0}")]
+    Mismatch(String),
+    /// A parameter is out of range (e.g. zero ranks).
+    #[error("invalid parameter: {0}")]
+    InvalidParameter(String),
+}
+
+/// Result alias for the balancer library.
+pub type Result<T, E = BalancerError> = std::result::Result<T, E>;
+
+impl BalancerError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        BalancerError::Io { path: path.into(), source }
+    }
+}

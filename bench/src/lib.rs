@@ -1,0 +1,2 @@
+//! Shared helpers for Ballast's benchmarks (see `benches/` and `docs/BENCHMARKS.md`).
+#![deny(unsafe_code)]
