@@ -23,3 +23,124 @@ pub struct Allocation {
     pub cycles: u32,
     pub populations: Vec<PopulationAllocation>,
 }
+
+use crate::dryrun::DryRun;
+use crate::error::{BalancerError, Result};
+
+/// What is wrong with the gids of an allocation, per population.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GidProblems {
+    /// (population, gid) listed more than once.
+    pub duplicated: Vec<(String, u32)>,
+    /// (population, gid) of the dry run that no bucket holds (only with a dry run).
+    pub missing: Vec<(String, u32)>,
+    /// (population, gid) in the allocation but not in the dry run (only with a dry run).
+    pub unknown: Vec<(String, u32)>,
+    /// Populations of the dry run absent from the allocation, and vice versa.
+    pub missing_populations: Vec<String>,
+    pub unknown_populations: Vec<String>,
+    /// Buckets outside `ranks × cycles`.
+    pub out_of_range: Vec<(String, Bucket)>,
+}
+
+impl GidProblems {
+    /// True when every gid is present exactly once and every bucket is in range.
+    pub fn is_empty(&self) -> bool {
+        self.duplicated.is_empty()
+            && self.missing.is_empty()
+            && self.unknown.is_empty()
+            && self.missing_populations.is_empty()
+            && self.unknown_populations.is_empty()
+            && self.out_of_range.is_empty()
+    }
+
+    /// One line per kind of problem, with up to 5 examples each.
+    pub fn describe(&self) -> Vec<String> {
+        fn list<T: std::fmt::Debug>(what: &str, v: &[T]) -> Option<String> {
+            (!v.is_empty()).then(|| {
+                let shown: Vec<String> = v.iter().take(5).map(|x| format!("{x:?}")).collect();
+                let more = if v.len() > 5 { format!(" and {} more", v.len() - 5) } else { String::new() };
+                format!("{} {what}: {}{more}", v.len(), shown.join(", "))
+            })
+        }
+        [
+            list("duplicated gids (population, gid)", &self.duplicated),
+            list("gids of the dry run missing from the allocation (population, gid)", &self.missing),
+            list("gids not in the dry run (population, gid)", &self.unknown),
+            list("populations of the dry run missing from the allocation", &self.missing_populations),
+            list("populations not in the dry run", &self.unknown_populations),
+            list("buckets outside ranks × cycles (population, bucket)", &self.out_of_range),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+impl Allocation {
+    /// Number of (rank, cycle) buckets.
+    pub fn bucket_count(&self) -> usize {
+        self.ranks as usize * self.cycles as usize
+    }
+
+    /// Row-major bucket index (`rank × cycles + cycle`).
+    pub fn bucket_index(&self, b: Bucket) -> usize {
+        b.rank as usize * self.cycles as usize + b.cycle as usize
+    }
+
+    /// Checks the gids: duplicates and out-of-range buckets always; with a dry run also
+    /// missing and unknown gids and populations.
+    pub fn gid_problems(&self, dry_run: Option<&DryRun>) -> GidProblems {
+        let mut problems = GidProblems::default();
+        for pop in &self.populations {
+            let expected = dry_run.and_then(|d| d.populations.iter().find(|p| p.name == pop.name));
+            if dry_run.is_some() && expected.is_none() {
+                problems.unknown_populations.push(pop.name.clone());
+            }
+            let span = pop.buckets.values().flatten().map(|&g| g as usize + 1).max().unwrap_or(0);
+            let span = span.max(expected.map_or(0, |p| p.gid_span()));
+            let mut in_dry_run = vec![dry_run.is_none(); span];
+            if let Some(p) = expected {
+                for (g, _) in p.cells() {
+                    in_dry_run[g as usize] = true;
+                }
+            }
+            let mut seen = vec![false; span];
+            for (&bucket, gids) in &pop.buckets {
+                if bucket.rank >= self.ranks || bucket.cycle >= self.cycles {
+                    problems.out_of_range.push((pop.name.clone(), bucket));
+                }
+                for &g in gids {
+                    let g = g as usize;
+                    if std::mem::replace(&mut seen[g], true) {
+                        problems.duplicated.push((pop.name.clone(), g as u32));
+                    } else if !in_dry_run[g] {
+                        problems.unknown.push((pop.name.clone(), g as u32));
+                    }
+                }
+            }
+            if let Some(p) = expected {
+                problems.missing.extend(p.cells().filter(|&(g, _)| !seen[g as usize]).map(|(g, _)| (pop.name.clone(), g)));
+            }
+        }
+        if let Some(d) = dry_run {
+            for p in &d.populations {
+                if p.cell_count() > 0 && !self.populations.iter().any(|a| a.name == p.name) {
+                    problems.missing_populations.push(p.name.clone());
+                }
+            }
+        }
+        problems
+    }
+
+    /// Errors unless every gid of `dry_run` is in exactly one bucket within range and no
+    /// other gid is present.
+    pub fn validate(&self, dry_run: &DryRun) -> Result<()> {
+        let problems = self.gid_problems(Some(dry_run));
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(BalancerError::Mismatch(problems.describe().join("; ")))
+        }
+    }
+}

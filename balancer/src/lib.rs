@@ -4,7 +4,13 @@
 #![deny(unsafe_code)]
 
 pub mod allocation;
+pub mod dryrun;
 pub mod error;
+pub mod strategy;
+pub mod summary;
 
-pub use allocation::{Allocation, Bucket, PopulationAllocation};
+pub use allocation::{Allocation, Bucket, GidProblems, PopulationAllocation};
+pub use dryrun::DryRun;
 pub use error::{BalancerError, Result};
+pub use strategy::{balance, BalancerConfig, Strategy};
+pub use summary::{LoadStats, Summary};

@@ -1,0 +1,312 @@
+//! The dry-run input: neurodamus' `cell_memory_usage.json` (memory per metype, synapses per
+//! cell, gids per population and metype), validated, with the per-cell cost in KB.
+//!
+//! Per-cell cost (KB) = `metype_memory[metype] + 1.9 × metype_cell_syn_average[metype]`.
+//! The 1.9 KB per synapse is neurodamus' `SynapseMemoryUsage` constant for chemical
+//! synapses ("average between 1.7 (AMPA) and 2.0 (GABAAB)"), in
+//! `neurodamus/utils/memory.py`. A metype absent from `metype_cell_syn_average` counts 0
+//! synapses, as in neurodamus (its `Counter` drops zero counts).
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::error::{BalancerError, Result};
+
+/// KB of memory per chemical synapse (neurodamus `SynapseMemoryUsage`, `memory.py`).
+pub const SYNAPSE_KB: f64 = 1.9;
+
+/// One metype (morphological-electrical cell type) of the dry run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metype {
+    /// Name as written by neurodamus, e.g. `L5_TPC:A-cADpyr`.
+    pub name: String,
+    /// Cell memory in KB per cell (`metype_memory`).
+    pub memory_kb: f64,
+    /// Average synapses per cell (`metype_cell_syn_average`; 0 when absent).
+    pub synapses_per_cell: f64,
+}
+
+impl Metype {
+    /// Cost of one cell of this metype in KB: memory + 1.9 KB × synapses.
+    pub fn cell_kb(&self) -> f64 {
+        self.memory_kb + self.synapses_per_cell * SYNAPSE_KB
+    }
+}
+
+/// The gids of one population, grouped by metype in the order of the input file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Population {
+    pub name: String,
+    /// (index into [`DryRun::metypes`], gids in file order).
+    pub metype_gids: Vec<(usize, Vec<u32>)>,
+}
+
+impl Population {
+    /// Number of cells of this population.
+    pub fn cell_count(&self) -> usize {
+        self.metype_gids.iter().map(|(_, g)| g.len()).sum()
+    }
+
+    /// Iterates `(gid, metype index)` over every cell of the population.
+    pub fn cells(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        self.metype_gids
+            .iter()
+            .flat_map(|(m, gids)| gids.iter().map(move |&g| (g, *m)))
+    }
+
+    /// The largest gid plus one (0 for an empty population).
+    pub fn gid_span(&self) -> usize {
+        self.cells().map(|(g, _)| g as usize + 1).max().unwrap_or(0)
+    }
+}
+
+/// A validated dry run: metypes (in `metype_memory` order) and populations (in file order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DryRun {
+    pub metypes: Vec<Metype>,
+    pub populations: Vec<Population>,
+}
+
+impl DryRun {
+    /// Total number of cells over all populations.
+    pub fn cell_count(&self) -> usize {
+        self.populations.iter().map(Population::cell_count).sum()
+    }
+
+    /// Per-cell cost in KB of every metype, indexed like [`DryRun::metypes`].
+    pub fn metype_cell_kb(&self) -> Vec<f64> {
+        self.metypes.iter().map(Metype::cell_kb).collect()
+    }
+
+    /// Per-cell KB of every gid, per population: `table[pop][gid]` (NaN for gids not in the
+    /// dry run). Used to weigh an allocation read from a file.
+    pub fn gid_kb_table(&self) -> Vec<Vec<f64>> {
+        let kb = self.metype_cell_kb();
+        self.populations
+            .iter()
+            .map(|p| {
+                let mut t = vec![f64::NAN; p.gid_span()];
+                for (g, m) in p.cells() {
+                    t[g as usize] = kb[m];
+                }
+                t
+            })
+            .collect()
+    }
+
+    /// Reads and validates a neurodamus `cell_memory_usage.json`.
+    ///
+    /// Errors name the file and the JSON path: invalid JSON, missing `metype_memory` or
+    /// `pop_metype_gids`, negative/NaN/infinite memory or synapse counts, a metype used in
+    /// `pop_metype_gids` but absent from `metype_memory`, a gid that is not a u32, a gid
+    /// listed twice in a population.
+    pub fn from_json_file(path: &Path) -> Result<DryRun> {
+        let text = fs::read(path).map_err(|e| BalancerError::io(path, e))?;
+        let value: Value = serde_json::from_slice(&text).map_err(|source| BalancerError::Json {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_json_value(&value, path)
+    }
+
+    /// Validates an already parsed dry-run JSON value; `path` is used in messages only.
+    pub fn from_json_value(value: &Value, path: &Path) -> Result<DryRun> {
+        let err = |field: String, message: String| BalancerError::DryRun {
+            path: path.to_owned(),
+            field,
+            message,
+        };
+        let root = value
+            .as_object()
+            .ok_or_else(|| err("$".into(), "expected a JSON object".into()))?;
+        let object_field = |key: &str, required: bool| -> Result<Option<&Map<String, Value>>> {
+            match root.get(key) {
+                Some(Value::Object(m)) => Ok(Some(m)),
+                Some(_) => Err(err(key.into(), "expected a JSON object".into())),
+                None if required => Err(err(key.into(), "missing".into())),
+                None => Ok(None),
+            }
+        };
+        let memory = object_field("metype_memory", true)?.expect("required");
+        let syn_average = object_field("metype_cell_syn_average", false)?;
+        let pop_gids = object_field("pop_metype_gids", true)?.expect("required");
+
+        let number = |v: &Value, field: String, what: &str| -> Result<f64> {
+            let x = v
+                .as_f64()
+                .ok_or_else(|| err(field.clone(), format!("expected a number ({what})")))?;
+            if !x.is_finite() || x < 0.0 {
+                return Err(err(field, format!("{what} must be finite and >= 0, got {x}")));
+            }
+            Ok(x)
+        };
+
+        let mut metypes = Vec::with_capacity(memory.len());
+        let mut index = std::collections::HashMap::with_capacity(memory.len());
+        for (name, v) in memory {
+            let memory_kb = number(v, format!("metype_memory[{name:?}]"), "KB per cell")?;
+            let synapses_per_cell = match syn_average.and_then(|m| m.get(name)) {
+                Some(s) => number(s, format!("metype_cell_syn_average[{name:?}]"), "synapses per cell")?,
+                None => 0.0,
+            };
+            index.insert(name.as_str(), metypes.len());
+            metypes.push(Metype { name: name.clone(), memory_kb, synapses_per_cell });
+        }
+        if let Some(avg) = syn_average {
+            for (name, v) in avg {
+                // Validate entries for metypes without memory too (they are otherwise unused).
+                number(v, format!("metype_cell_syn_average[{name:?}]"), "synapses per cell")?;
+            }
+        }
+
+        let mut populations = Vec::with_capacity(pop_gids.len());
+        for (pop, per_metype) in pop_gids {
+            let per_metype = per_metype.as_object().ok_or_else(|| {
+                err(format!("pop_metype_gids[{pop:?}]"), "expected an object {metype: [gid, ...]}".into())
+            })?;
+            let mut seen = HashSet::new();
+            let mut metype_gids = Vec::with_capacity(per_metype.len());
+            for (metype, gids) in per_metype {
+                let field = format!("pop_metype_gids[{pop:?}][{metype:?}]");
+                let &m = index.get(metype.as_str()).ok_or_else(|| {
+                    err(field.clone(), format!("metype {metype:?} is absent from metype_memory"))
+                })?;
+                let gids = gids
+                    .as_array()
+                    .ok_or_else(|| err(field.clone(), "expected an array of gids".into()))?;
+                let mut list = Vec::with_capacity(gids.len());
+                for (i, g) in gids.iter().enumerate() {
+                    let gid = g
+                        .as_u64()
+                        .and_then(|g| u32::try_from(g).ok())
+                        .ok_or_else(|| err(format!("{field}[{i}]"), format!("gid must be an integer in 0..2^32, got {g}")))?;
+                    if !seen.insert(gid) {
+                        return Err(err(format!("{field}[{i}]"), format!("gid {gid} is listed twice in population {pop:?}")));
+                    }
+                    list.push(gid);
+                }
+                metype_gids.push((m, list));
+            }
+            populations.push(Population { name: pop.clone(), metype_gids });
+        }
+        Ok(DryRun { metypes, populations })
+    }
+
+    /// The dry run as neurodamus' JSON layout (keys sorted, as neurodamus' `json.dump(...,
+    /// sort_keys=True)` writes them).
+    pub fn to_json_value(&self) -> Value {
+        let mut memory: Vec<&Metype> = self.metypes.iter().collect();
+        memory.sort_by(|a, b| a.name.cmp(&b.name));
+        let metype_memory: Map<String, Value> =
+            memory.iter().map(|m| (m.name.clone(), Value::from(m.memory_kb))).collect();
+        let syn: Map<String, Value> = memory
+            .iter()
+            .filter(|m| m.synapses_per_cell > 0.0)
+            .map(|m| (m.name.clone(), Value::from(m.synapses_per_cell)))
+            .collect();
+        let mut pops: Vec<&Population> = self.populations.iter().collect();
+        pops.sort_by(|a, b| a.name.cmp(&b.name));
+        let pop_metype_gids: Map<String, Value> = pops
+            .iter()
+            .map(|p| {
+                let mut per: Vec<(&str, &Vec<u32>)> =
+                    p.metype_gids.iter().map(|(m, g)| (self.metypes[*m].name.as_str(), g)).collect();
+                per.sort_by(|a, b| a.0.cmp(b.0));
+                let obj: Map<String, Value> =
+                    per.into_iter().map(|(n, g)| (n.to_owned(), Value::from(g.clone()))).collect();
+                (p.name.clone(), Value::Object(obj))
+            })
+            .collect();
+        let mut root = Map::new();
+        root.insert("metype_cell_syn_average".into(), Value::Object(syn));
+        root.insert("metype_memory".into(), Value::Object(metype_memory));
+        root.insert("pop_metype_gids".into(), Value::Object(pop_metype_gids));
+        Value::Object(root)
+    }
+
+    /// Writes the dry run as `cell_memory_usage.json` (4-space indent, like neurodamus),
+    /// through a temporary file renamed into place.
+    pub fn write_json_file(&self, path: &Path) -> Result<()> {
+        let mut buf = Vec::new();
+        let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+        let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+        serde::Serialize::serialize(&self.to_json_value(), &mut ser)
+            .map_err(|source| BalancerError::Json { path: path.to_owned(), source })?;
+        buf.push(b'\n');
+        write_atomically(path, &buf)
+    }
+}
+
+/// Writes `bytes` to a temporary file next to `path`, then renames it over `path`, so that
+/// readers never see a half-written file and a failure leaves nothing behind.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| BalancerError::io(dir, e))?;
+    tmp.write_all(bytes).map_err(|e| BalancerError::io(path, e))?;
+    tmp.as_file().sync_all().map_err(|e| BalancerError::io(path, e))?;
+    tmp.persist(path).map_err(|e| BalancerError::io(path, e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<DryRun> {
+        DryRun::from_json_value(&v, Path::new("x.json"))
+    }
+
+    #[test]
+    fn per_cell_cost_adds_synapse_memory() {
+        let d = parse(json!({
+            "metype_memory": {"A": 100.0, "B": 10.0},
+            "metype_cell_syn_average": {"A": 10.0},
+            "pop_metype_gids": {"P": {"A": [0, 2], "B": [1]}}
+        }))
+        .unwrap();
+        assert_eq!(d.metype_cell_kb(), vec![100.0 + 19.0, 10.0]);
+        assert_eq!(d.cell_count(), 3);
+        let t = d.gid_kb_table();
+        assert_eq!(t[0], vec![119.0, 10.0, 119.0]);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse(json!({"metype_memory": {"A": -1.0}, "pop_metype_gids": {}})).unwrap_err();
+        assert!(e.to_string().contains("metype_memory[\"A\"]"), "{e}");
+        let e = parse(json!({"metype_memory": {"A": 1.0}, "pop_metype_gids": {"P": {"Z": [1]}}}))
+            .unwrap_err();
+        assert!(e.to_string().contains("metype \"Z\" is absent from metype_memory"), "{e}");
+        let e = parse(json!({"metype_memory": {"A": 1.0}, "pop_metype_gids": {"P": {"A": [1, 1]}}}))
+            .unwrap_err();
+        assert!(e.to_string().contains("gid 1 is listed twice"), "{e}");
+        let e = parse(json!({"metype_memory": {"A": 1.0}, "pop_metype_gids": {"P": {"A": [-3]}}}))
+            .unwrap_err();
+        assert!(e.to_string().contains("[\"A\"][0]"), "{e}");
+        let e = parse(json!({"pop_metype_gids": {}})).unwrap_err();
+        assert!(e.to_string().contains("metype_memory: missing"), "{e}");
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let d = parse(json!({
+            "metype_memory": {"B": 1.5, "A": 100.0},
+            "metype_cell_syn_average": {"A": 10.0},
+            "pop_metype_gids": {"Q": {"B": [3]}, "P": {"A": [0, 2], "B": [1]}}
+        }))
+        .unwrap();
+        let back = parse(d.to_json_value()).unwrap();
+        // Same content; the written file has sorted keys, like neurodamus writes it.
+        assert_eq!(back.metypes.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), ["A", "B"]);
+        assert_eq!(back.populations[0].name, "P");
+        assert_eq!(back.cell_count(), 4);
+        assert_eq!(back.metype_cell_kb(), vec![119.0, 1.5]);
+    }
+}
