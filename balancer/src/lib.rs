@@ -6,8 +6,10 @@
 pub mod allocation;
 pub mod dryrun;
 pub mod error;
+pub mod pickle;
 pub mod strategy;
 pub mod summary;
+pub mod synthetic;
 
 pub use allocation::{Allocation, Bucket, GidProblems, PopulationAllocation};
 pub use dryrun::DryRun;

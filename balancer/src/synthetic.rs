@@ -1,0 +1,175 @@
+//! Built-in generator of realistic dry-run data (the default input of `ballast dry-run
+//! --synthetic`), seeded and deterministic.
+//!
+//! Shape, after cortical circuits such as the rat somatosensory cortex model (Markram et
+//! al., Cell 163(2), 2015: ~55 m-types × 11 e-types, pyramidal cells the large majority and
+//! the heaviest): metype memory is log-normal around 2.5 MB per cell, synapses per cell
+//! log-normal around 1,500; one metype in twenty is "pyramidal-like", 2.5× the memory and
+//! 3× the synapses (a layer-5 thick-tufted cell carries ~7,000 synapses). Cell counts per
+//! metype follow a Zipf law (exponent 0.8), the heavy metypes among the most populous.
+//! Populations take metypes round-robin and cells in proportion 1 : 1/2 : 1/3 ...; gids are
+//! 0-based per population and shuffled across metypes.
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, LogNormal};
+
+use crate::dryrun::{DryRun, Metype, Population};
+use crate::error::{BalancerError, Result};
+
+/// Parameters of the synthetic dry run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntheticSpec {
+    /// Total cells over all populations (≥ 1).
+    pub cells: usize,
+    /// Number of metypes (≥ 1).
+    pub metypes: usize,
+    /// Number of populations (1 ≤ populations ≤ metypes).
+    pub populations: usize,
+    pub seed: u64,
+}
+
+impl Default for SyntheticSpec {
+    fn default() -> Self {
+        SyntheticSpec { cells: 100_000, metypes: 200, populations: 2, seed: 1 }
+    }
+}
+
+const LAYERS: [&str; 5] = ["L1", "L23", "L4", "L5", "L6"];
+const MTYPES: [&str; 8] = ["TPC", "UPC", "SS", "BP", "MC", "LBC", "NBC", "ChC"];
+const ETYPES: [&str; 5] = ["cADpyr", "cNAC", "bAC", "cACint", "dSTUT"];
+
+/// Generates a dry run following [`SyntheticSpec`]. Errors on zero cells, metypes or
+/// populations, or more populations than metypes.
+pub fn generate(spec: &SyntheticSpec) -> Result<DryRun> {
+    let bad = |m: String| Err(BalancerError::InvalidParameter(m));
+    if spec.cells == 0 || spec.metypes == 0 || spec.populations == 0 {
+        return bad(format!("synthetic input needs cells, metypes and populations ≥ 1, got {spec:?}"));
+    }
+    if spec.populations > spec.metypes {
+        return bad(format!("{} populations need at least as many metypes, got {}", spec.populations, spec.metypes));
+    }
+    if spec.cells > u32::MAX as usize {
+        return bad(format!("at most 2^32 - 1 cells, got {}", spec.cells));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let memory = LogNormal::new(2500f64.ln(), 0.35).expect("valid log-normal");
+    let synapses = LogNormal::new(1500f64.ln(), 0.6).expect("valid log-normal");
+
+    let metypes: Vec<Metype> = (0..spec.metypes)
+        .map(|i| {
+            let heavy = i % 20 == 0;
+            let scale = if heavy { (2.5, 3.0) } else { (1.0, 1.0) };
+            let name = format!(
+                "{}_{}{}-{}",
+                LAYERS[i % LAYERS.len()],
+                if heavy { "TPC" } else { MTYPES[(i / LAYERS.len()) % MTYPES.len()] },
+                i,
+                if heavy { "cADpyr" } else { ETYPES[(i / 7) % ETYPES.len()] }
+            );
+            Metype {
+                name,
+                // Whole KB and whole synapses, as a measured dry run would report.
+                memory_kb: (memory.sample(&mut rng) * scale.0).round(),
+                synapses_per_cell: (synapses.sample(&mut rng) * scale.1).round(),
+            }
+        })
+        .collect();
+
+    // Zipf weights; heavy metypes (i % 20 == 0) get the top ranks.
+    let mut keyed: Vec<(bool, u32, usize)> =
+        (0..spec.metypes).map(|i| (i % 20 != 0, rng.random::<u32>(), i)).collect();
+    keyed.sort_unstable();
+    let ranks: Vec<usize> = keyed.into_iter().map(|(_, _, i)| i).collect();
+    let mut weight = vec![0.0; spec.metypes];
+    for (r, &i) in ranks.iter().enumerate() {
+        weight[i] = 1.0 / ((r + 1) as f64).powf(0.8);
+    }
+
+    let pop_share: Vec<f64> = (0..spec.populations).map(|p| 1.0 / (p + 1) as f64).collect();
+    let pop_cells = apportion(spec.cells, &pop_share);
+    let populations = (0..spec.populations)
+        .map(|p| {
+            let members: Vec<usize> = (p..spec.metypes).step_by(spec.populations).collect();
+            let w: Vec<f64> = members.iter().map(|&m| weight[m]).collect();
+            let counts = apportion(pop_cells[p], &w);
+            let mut gids: Vec<u32> = (0..pop_cells[p] as u32).collect();
+            gids.shuffle(&mut rng);
+            let mut rest = &gids[..];
+            let metype_gids = members
+                .iter()
+                .zip(counts)
+                .filter(|&(_, n)| n > 0)
+                .map(|(&m, n)| {
+                    let (mine, tail) = rest.split_at(n);
+                    rest = tail;
+                    let mut mine = mine.to_vec();
+                    mine.sort_unstable();
+                    (m, mine)
+                })
+                .collect();
+            let name = if p == 0 { "synthetic_neurons".to_owned() } else { format!("synthetic_neurons_{p}") };
+            Population { name, metype_gids }
+        })
+        .collect();
+    Ok(DryRun { metypes, populations })
+}
+
+/// Splits `total` into integers proportional to `weights` (largest remainders), summing
+/// exactly to `total`.
+fn apportion(total: usize, weights: &[f64]) -> Vec<usize> {
+    let sum: f64 = weights.iter().sum();
+    let exact: Vec<f64> = weights.iter().map(|w| total as f64 * w / sum).collect();
+    let mut counts: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
+    let mut left = total - counts.iter().sum::<usize>();
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())).then(a.cmp(&b)));
+    for &i in order.iter().cycle() {
+        if left == 0 {
+            break;
+        }
+        counts[i] += 1;
+        left -= 1;
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_and_determinism() {
+        let spec = SyntheticSpec { cells: 10_000, metypes: 100, populations: 2, seed: 7 };
+        let d = generate(&spec).unwrap();
+        assert_eq!(d, generate(&spec).unwrap(), "same seed, same data");
+        assert_ne!(d, generate(&SyntheticSpec { seed: 8, ..spec.clone() }).unwrap());
+        assert_eq!(d.cell_count(), 10_000);
+        assert_eq!(d.metypes.len(), 100);
+        // Populations 2 : 1, gids 0-based and contiguous, each exactly once.
+        let sizes: Vec<usize> = d.populations.iter().map(|p| p.cell_count()).collect();
+        assert_eq!(sizes, vec![6667, 3333]);
+        for p in &d.populations {
+            let mut gids: Vec<u32> = p.cells().map(|(g, _)| g).collect();
+            gids.sort_unstable();
+            assert_eq!(gids, (0..p.cell_count() as u32).collect::<Vec<_>>());
+        }
+        // A few heavy metypes well above the median cost.
+        let kb = d.metype_cell_kb();
+        let mut sorted = kb.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[50];
+        assert!(sorted[99] > 3.0 * median, "heaviest {} vs median {median}", sorted[99]);
+        // The dry run survives its own JSON form.
+        let back = DryRun::from_json_value(&d.to_json_value(), std::path::Path::new("x")).unwrap();
+        assert_eq!(back.cell_count(), d.cell_count());
+    }
+
+    #[test]
+    fn apportion_is_exact() {
+        assert_eq!(apportion(10, &[1.0, 1.0, 1.0]), vec![4, 3, 3]);
+        assert_eq!(apportion(7, &[0.5, 0.25, 0.25]).iter().sum::<usize>(), 7);
+        assert!(generate(&SyntheticSpec { cells: 0, ..Default::default() }).is_err());
+        assert!(generate(&SyntheticSpec { populations: 5, metypes: 3, ..Default::default() }).is_err());
+    }
+}
