@@ -6,6 +6,7 @@
 pub mod allocation;
 pub mod dryrun;
 pub mod error;
+pub mod files;
 pub mod pickle;
 pub mod strategy;
 pub mod summary;
@@ -14,5 +15,6 @@ pub mod synthetic;
 pub use allocation::{Allocation, Bucket, GidProblems, PopulationAllocation};
 pub use dryrun::DryRun;
 pub use error::{BalancerError, Result};
+pub use files::{allocation_file_name, load_or_generate, read_allocation, write_allocation, AllocationSource, LoadedAllocation};
 pub use strategy::{balance, BalancerConfig, Strategy};
 pub use summary::{LoadStats, Summary};

@@ -1,6 +1,42 @@
-//! The `ballast` command-line tool.
+//! The `ballast` command-line tool: `dry-run` (balance cells into an allocation file) and
+//! `stats` (inspect any allocation file, ours or neurodamus').
 #![deny(unsafe_code)]
 
-fn main() -> anyhow::Result<()> {
-    Ok(())
+mod dry_run;
+mod stats;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Ballast: memory load balancing for neuron simulations, and a communication runtime whose
+/// transport memory is bounded and known.
+#[derive(Parser)]
+#[command(name = "ballast", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Balance cells into (rank, cycle) buckets and write allocation_r{N}_c{C}.pkl.gz.
+    DryRun(dry_run::DryRunArgs),
+    /// Show per rank and cycle loads of an allocation file, ours or neurodamus'.
+    Stats(stats::StatsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::DryRun(args) => dry_run::run(args),
+        Command::Stats(args) => stats::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ballast: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

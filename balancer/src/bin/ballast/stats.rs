@@ -1,0 +1,76 @@
+//! `ballast stats`: per rank and cycle loads of any allocation file, with warnings about
+//! empty buckets and duplicated, missing or unknown gids.
+use std::path::PathBuf;
+
+use anyhow::bail;
+use ballast_balancer::{read_allocation, DryRun, Summary};
+use clap::Args;
+use serde_json::json;
+
+#[derive(Args)]
+pub struct StatsArgs {
+    /// An allocation file (allocation_r{R}_c{C}.pkl.gz), written by Ballast or neurodamus.
+    file: PathBuf,
+    /// The dry run it was made from: gives KB per bucket and checks every gid is present once.
+    #[arg(long, value_name = "FILE")]
+    memory_usage: Option<PathBuf>,
+    /// Print one JSON object instead of the tables.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
+    let allocation = read_allocation(&args.file)?;
+    let dry_run = args.memory_usage.as_deref().map(DryRun::from_json_file).transpose()?;
+    let problems = allocation.gid_problems(dry_run.as_ref());
+    let (summary, unit) = match &dry_run {
+        Some(d) => (Summary::new(&allocation, d), "KB"),
+        None => (Summary::by_cell_count(&allocation), "cells"),
+    };
+    let empty = summary.empty_buckets();
+    for line in problems.describe() {
+        eprintln!("warning: {}: {line}", args.file.display());
+    }
+    if !empty.is_empty() {
+        eprintln!(
+            "warning: {} of {} buckets hold no cell: {:?}",
+            empty.len(),
+            allocation.bucket_count(),
+            empty.iter().take(8).map(|b| (b.rank, b.cycle)).collect::<Vec<_>>()
+        );
+    }
+    let o = &summary.overall;
+    if args.json {
+        let kb = |x: f64| if dry_run.is_some() { json!(x) } else { serde_json::Value::Null };
+        let value = json!({
+            "file": args.file, "ranks": allocation.ranks, "cycles": allocation.cycles,
+            "populations": allocation.populations.iter().map(|p| p.name.clone()).collect::<Vec<_>>(),
+            "cells": o.cells, "unit": unit,
+            "total_kb": kb(o.total_kb), "max_bucket_kb": kb(o.max_bucket_kb), "mean_bucket_kb": kb(o.mean_bucket_kb),
+            "min_bucket_kb": kb(o.min_bucket_kb), "max_rank_kb": kb(o.max_rank_kb), "mean_rank_kb": kb(o.mean_rank_kb),
+            "min_rank_kb": kb(o.min_rank_kb), "lower_bound_kb": kb(o.lower_bound_kb),
+            "imbalance": o.imbalance, "ratio_to_lower_bound": o.ratio_to_lower_bound,
+            "bucket_cells": summary.bucket_cells, "bucket_kb": if dry_run.is_some() { json!(summary.bucket_kb) } else { serde_json::Value::Null },
+            "empty_buckets": empty.len(),
+            "duplicated_gids": problems.duplicated.len(), "missing_gids": problems.missing.len(), "unknown_gids": problems.unknown.len(),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        println!(
+            "{}: {} ranks × {} cycles, {} populations, {} cells{}\n",
+            args.file.display(),
+            allocation.ranks,
+            allocation.cycles,
+            allocation.populations.len(),
+            o.cells,
+            if dry_run.is_none() { " (no --memory-usage: loads are cell counts)" } else { "" }
+        );
+        print!("{}", summary.bucket_table(unit));
+        println!();
+        print!("{}", summary.table(unit));
+    }
+    if !problems.is_empty() {
+        bail!("{}: the allocation does not hold every gid exactly once (see the warnings above)", args.file.display());
+    }
+    Ok(())
+}
