@@ -105,9 +105,16 @@ impl DryRun {
     /// listed twice in a population.
     pub fn from_json_file(path: &Path) -> Result<DryRun> {
         let text = fs::read(path).map_err(|e| BalancerError::io(path, e))?;
-        let value: Value = serde_json::from_slice(&text).map_err(|source| BalancerError::Json {
-            path: path.to_owned(),
-            source,
+        let value: Value = serde_json::from_slice(&text).map_err(|source| {
+            match non_finite_literal(&text, source.line(), source.column()) {
+                // Python's json.dump writes NaN and Infinity for non-finite floats.
+                Some(lit) => BalancerError::DryRun {
+                    path: path.to_owned(),
+                    field: format!("line {} column {}", source.line(), source.column()),
+                    message: format!("{lit} is not a finite number (memory and synapse counts must be finite and >= 0)"),
+                },
+                None => BalancerError::Json { path: path.to_owned(), source },
+            }
         })?;
         Self::from_json_value(&value, path)
     }
@@ -238,6 +245,17 @@ impl DryRun {
         buf.push(b'\n');
         write_atomically(path, &buf)
     }
+}
+
+/// The Python non-finite literal (`NaN`, `Infinity`, `-Infinity`) at a 1-based line and
+/// column of `text`, if one starts there (serde_json reports the column of its first byte,
+/// or one past it).
+fn non_finite_literal(text: &[u8], line: usize, column: usize) -> Option<&'static str> {
+    let line_text = text.split(|&b| b == b'\n').nth(line.checked_sub(1)?)?;
+    let from = column.saturating_sub(2);
+    let rest = line_text.get(from..)?;
+    let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace() && *b != b':')?..];
+    ["NaN", "-Infinity", "Infinity"].into_iter().find(|lit| rest.starts_with(lit.as_bytes()))
 }
 
 /// Writes `bytes` to a temporary file next to `path`, then renames it over `path`, so that

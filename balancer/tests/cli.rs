@@ -1,0 +1,273 @@
+//! The `ballast dry-run` and `ballast stats` commands, run as a user runs them: outputs,
+//! JSON keys, and every bad input refused with a clear message, a non-zero exit and no file.
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::Output;
+
+use common::ballast;
+use serde_json::Value;
+
+fn run(args: &[&str], dir: &Path) -> Output {
+    ballast().args(args).current_dir(dir).output().expect("run ballast")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+/// Runs a dry-run that must fail: non-zero exit, `needle` in the message, no output file.
+fn refused(args: &[&str], needle: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    let mut all = args.to_vec();
+    let out_s = out_dir.to_str().unwrap().to_owned();
+    if args.first() == Some(&"dry-run") {
+        all.extend(["--output-dir", &out_s]);
+    }
+    let o = run(&all, dir.path());
+    assert!(!o.status.success(), "{args:?} should fail; stdout: {}", String::from_utf8_lossy(&o.stdout));
+    assert!(stderr(&o).contains(needle), "{args:?}: expected {needle:?} in: {}", stderr(&o));
+    if out_dir.exists() {
+        assert!(files_in(&out_dir).is_empty(), "{args:?} left files: {:?}", files_in(&out_dir));
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
+#[test]
+fn synthetic_dry_run_writes_a_file_python_and_stats_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let o = run(
+        &["dry-run", "--synthetic", "3000", "--num-target-ranks", "8", "--cycles", "2", "--write-memory-usage", "--json", "--output-dir", d],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for key in [
+        "ranks", "cycles", "cells", "total_kb", "max_bucket_kb", "mean_bucket_kb", "min_bucket_kb", "max_rank_kb",
+        "mean_rank_kb", "min_rank_kb", "lower_bound_kb", "imbalance", "ratio_to_lower_bound", "output",
+    ] {
+        assert!(j.get(key).is_some(), "missing key {key} in {j}");
+    }
+    assert_eq!((j["ranks"].as_u64(), j["cycles"].as_u64(), j["cells"].as_u64()), (Some(8), Some(2), Some(3000)));
+    let mean = j["mean_bucket_kb"].as_f64().unwrap();
+    assert!((mean * 16.0 - j["total_kb"].as_f64().unwrap()).abs() < 1e-3 * mean);
+    assert!(j["max_bucket_kb"].as_f64().unwrap() <= j["lower_bound_kb"].as_f64().unwrap() * 1.05);
+    assert!(j["max_bucket_kb"].as_f64().unwrap() < j["neurodamus_max_bucket_kb"].as_f64().unwrap());
+    let file = dir.path().join("allocation_r8_c2.pkl.gz");
+    assert_eq!(j["output"].as_str().unwrap(), file.to_str().unwrap());
+    assert_eq!(files_in(dir.path()), ["allocation_r8_c2.pkl.gz", "cell_memory_usage.json"]);
+
+    // Plain python3 reads it: every gid of the dry run exactly once, keys (rank, cycle) in range.
+    let script = r#"
+import gzip, json, pickle, sys
+alloc = pickle.load(gzip.open(sys.argv[1]))
+dry = json.load(open(sys.argv[2]))
+for pop, per_metype in dry["pop_metype_gids"].items():
+    want = sorted(g for gids in per_metype.values() for g in gids)
+    got = sorted(g for gids in alloc[pop].values() for g in gids)
+    assert got == want, pop
+    assert all(0 <= r < 8 and 0 <= c < 2 for r, c in alloc[pop]), pop
+print(sum(len(v) for b in alloc.values() for v in b.values()))
+"#;
+    match std::process::Command::new("python3").args(["-c", script, file.to_str().unwrap(), dir.path().join("cell_memory_usage.json").to_str().unwrap()]).output() {
+        Ok(py) => {
+            assert!(py.status.success(), "python3: {}", String::from_utf8_lossy(&py.stderr));
+            assert_eq!(String::from_utf8_lossy(&py.stdout).trim(), "3000");
+        }
+        Err(e) if std::env::var("CI").as_deref() != Ok("true") => eprintln!("SKIP python3 check: {e}"),
+        Err(e) => panic!("python3 is required under CI: {e}"),
+    }
+
+    // stats reads it back with the same loads.
+    let mu = dir.path().join("cell_memory_usage.json");
+    let o = run(&["stats", file.to_str().unwrap(), "--memory-usage", mu.to_str().unwrap(), "--json"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["cells"], j["cells"]);
+    assert!((s["max_bucket_kb"].as_f64().unwrap() - j["max_bucket_kb"].as_f64().unwrap()).abs() < 1e-6);
+    assert!((s["max_rank_kb"].as_f64().unwrap() - j["max_rank_kb"].as_f64().unwrap()).abs() < 1e-6);
+    assert_eq!(s["duplicated_gids"], 0);
+    assert_eq!(s["missing_gids"], 0);
+}
+
+#[test]
+fn stats_reads_the_neurodamus_written_fixture() {
+    let Some(dir) = common::shared_data("nd-fixtures") else { return };
+    let f = dir.join("allocation_r4_c2.pkl.gz");
+    let mu = dir.join("cell_memory_usage.json");
+    let o = run(&["stats", f.to_str().unwrap(), "--memory-usage", mu.to_str().unwrap(), "--json"], Path::new("."));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((s["ranks"].as_u64(), s["cycles"].as_u64(), s["cells"].as_u64()), (Some(4), Some(2), Some(360)));
+    // Per-bucket loads equal neurodamus' own bucket_memory_kb summed over populations.
+    let expected: Value = serde_json::from_slice(&fs::read(dir.join("expected_allocation.json")).unwrap()).unwrap();
+    let mut want = [0.0; 8];
+    for per_bucket in expected["bucket_memory_kb"].as_object().unwrap().values() {
+        for (key, kb) in per_bucket.as_object().unwrap() {
+            let (r, c) = key.split_once(',').unwrap();
+            want[r.parse::<usize>().unwrap() * 2 + c.parse::<usize>().unwrap()] += kb.as_f64().unwrap();
+        }
+    }
+    let got: Vec<f64> = s["bucket_kb"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
+    }
+    // Text mode prints a row per (rank, cycle).
+    let o = run(&["stats", f.to_str().unwrap()], Path::new("."));
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(text.lines().filter(|l| l.split_whitespace().count() == 5 && l.trim_start().starts_with(char::is_numeric)).count(), 8, "{text}");
+}
+
+#[test]
+fn neurodamus_strategy_from_the_cli_reproduces_the_fixture_file() {
+    let Some(fixture) = common::shared_data("nd-fixtures") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mu = fixture.join("cell_memory_usage.json");
+    let o = run(
+        &["dry-run", "--memory-usage", mu.to_str().unwrap(), "--num-target-ranks", "4", "--cycles", "2", "--strategy", "neurodamus", "--output-dir", dir.path().to_str().unwrap()],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ours = ballast_balancer::read_allocation(&dir.path().join("allocation_r4_c2.pkl.gz")).unwrap();
+    let theirs = ballast_balancer::read_allocation(&fixture.join("allocation_r4_c2.pkl.gz")).unwrap();
+    assert_eq!(ours, theirs);
+}
+
+#[test]
+fn more_ranks_than_cells_warns_but_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mu = write(dir.path(), "mu.json", r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {"P": {"A": [0, 1, 2]}}}"#);
+    let o = run(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "5"], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("warning: 2 of 5 buckets got no cell"), "{}", stderr(&o));
+    let o = run(&["stats", "allocation_r5_c1.pkl.gz"], dir.path());
+    assert!(o.status.success());
+    assert!(stderr(&o).contains("2 of 5 buckets hold no cell"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_dry_run_inputs_are_refused_with_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let dry = |name: &str, text: &str| write(d, name, text);
+    let args = |f: &str| -> Vec<String> { vec!["dry-run".into(), "--memory-usage".into(), f.into(), "--num-target-ranks".into(), "2".into()] };
+    let check = |f: String, needle: &str| {
+        let a = args(&f);
+        refused(&a.iter().map(String::as_str).collect::<Vec<_>>(), needle);
+    };
+    check(d.join("absent.json").to_str().unwrap().into(), "absent.json: No such file");
+    check(dry("broken.json", r#"{"metype_memory": {"A": 1"#), "broken.json: invalid JSON");
+    check(dry("nomem.json", r#"{"pop_metype_gids": {}}"#), "nomem.json: metype_memory: missing");
+    check(
+        dry("unknown.json", r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0], "L5_X": [1]}}}"#),
+        r#"pop_metype_gids["P"]["L5_X"]: metype "L5_X" is absent from metype_memory"#,
+    );
+    check(dry("neg.json", r#"{"metype_memory": {"A": -5}, "pop_metype_gids": {"P": {"A": [0]}}}"#), r#"neg.json: metype_memory["A"]: KB per cell must be finite and >= 0, got -5"#);
+    check(dry("nan.json", "{\"metype_memory\": {\"A\": NaN}, \"pop_metype_gids\": {}}"), "nan.json: line 1 column");
+    check(dry("nan2.json", "{\"metype_memory\": {\"A\": NaN}, \"pop_metype_gids\": {}}"), "NaN is not a finite number");
+    check(dry("inf.json", "{\"metype_memory\": {\"A\": 1},\n \"metype_cell_syn_average\": {\"A\": Infinity}, \"pop_metype_gids\": {}}"), "Infinity is not a finite number");
+    check(dry("big.json", r#"{"metype_memory": {"A": 1e400}, "pop_metype_gids": {}}"#), "big.json");
+    check(dry("dup.json", r#"{"metype_memory": {"A": 1, "B": 2}, "pop_metype_gids": {"P": {"A": [0, 7], "B": [7]}}}"#), "gid 7 is listed twice in population \"P\"");
+    let ok = dry("ok.json", r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0]}}}"#);
+    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "0"], "number of target ranks must be at least 1, got 0");
+    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--cycles", "0"], "cycles must be at least 1");
+    refused(&["dry-run", "--num-target-ranks", "2"], "required");
+    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--strategy", "magic"], "unknown strategy \"magic\"");
+}
+
+#[test]
+fn bad_allocation_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mu = write(d, "cell_memory_usage.json", r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0, 1, 2, 3]}}}"#);
+    let o = run(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "2", "--output-dir", d.to_str().unwrap()], d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let good = fs::read(d.join("allocation_r2_c1.pkl.gz")).unwrap();
+
+    // Truncated gzip.
+    let trunc = d.join("allocation_r2_c1_truncated.pkl.gz");
+    fs::write(&trunc, &good[..good.len() / 2]).unwrap();
+    let o = run(&["stats", trunc.to_str().unwrap()], d);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("truncated"), "{}", stderr(&o));
+
+    // A pickle that would run a shell command: refused by name, nothing run.
+    let marker = d.join("pwned");
+    let evil = d.join("allocation_r2_c1_evil.pkl.gz");
+    let py = format!(
+        "import gzip,pickle,os\nclass E:\n    def __reduce__(self): return (os.system, ('touch {}',))\ngzip.open('{}','wb').write(pickle.dumps({{'P': {{(0,0): E()}}}}))",
+        marker.display(),
+        evil.display()
+    );
+    if std::process::Command::new("python3").args(["-c", &py]).status().map(|s| s.success()).unwrap_or(false) {
+        let o = run(&["stats", evil.to_str().unwrap()], d);
+        assert!(!o.status.success());
+        let e = stderr(&o);
+        assert!(e.contains("refused pickle global") && (e.contains("posix.system") || e.contains("os.system")), "{e}");
+        assert!(!marker.exists(), "the pickle was executed");
+    } else if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("python3 is required under CI");
+    }
+
+    // gids that do not match the dry run: one gid missing, one unknown.
+    let bad = ballast_balancer::Allocation {
+        ranks: 2,
+        cycles: 1,
+        populations: vec![ballast_balancer::PopulationAllocation {
+            name: "P".into(),
+            buckets: [
+                (ballast_balancer::Bucket { rank: 0, cycle: 0 }, vec![0, 1]),
+                (ballast_balancer::Bucket { rank: 1, cycle: 0 }, vec![2, 9]),
+            ]
+            .into_iter()
+            .collect(),
+        }],
+    };
+    let bad_dir = d.join("bad");
+    fs::create_dir(&bad_dir).unwrap();
+    let bad_file = ballast_balancer::write_allocation(&bad_dir, &bad).unwrap();
+    let o = run(&["stats", bad_file.to_str().unwrap(), "--memory-usage", &mu], d);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("1 gids of the dry run missing from the allocation (population, gid): (\"P\", 3)"), "{e}");
+    assert!(e.contains("1 gids not in the dry run (population, gid): (\"P\", 9)"), "{e}");
+    // load_or_generate refuses it too, and leaves the file as it was.
+    let dry_run = ballast_balancer::DryRun::from_json_file(Path::new(&mu)).unwrap();
+    let before = fs::read(&bad_file).unwrap();
+    let err = ballast_balancer::load_or_generate(&bad_dir, 2, 1, &dry_run, Default::default()).unwrap_err();
+    assert!(err.to_string().contains("allocation_r2_c1.pkl.gz"), "{err}");
+    assert_eq!(fs::read(&bad_file).unwrap(), before);
+}
+
+#[test]
+fn load_or_generate_uses_the_file_for_this_rank_count_or_regenerates() {
+    let dir = tempfile::tempdir().unwrap();
+    let dry_run = ballast_balancer::synthetic::generate(&ballast_balancer::synthetic::SyntheticSpec { cells: 500, ..Default::default() }).unwrap();
+    use ballast_balancer::AllocationSource::*;
+    let first = ballast_balancer::load_or_generate(dir.path(), 4, 1, &dry_run, Default::default()).unwrap();
+    assert_eq!(first.source, Regenerated(dir.path().join("allocation_r4_c1.pkl.gz")));
+    let again = ballast_balancer::load_or_generate(dir.path(), 4, 1, &dry_run, Default::default()).unwrap();
+    assert_eq!(again.source, File(dir.path().join("allocation_r4_c1.pkl.gz")));
+    assert_eq!(again.allocation, first.allocation);
+    // Another rank count: its own file is absent, so it is regenerated.
+    let other = ballast_balancer::load_or_generate(dir.path(), 3, 1, &dry_run, Default::default()).unwrap();
+    assert!(matches!(other.source, Regenerated(_)));
+    assert_eq!(other.allocation.ranks, 3);
+    other.allocation.validate(&dry_run).unwrap();
+}
