@@ -97,8 +97,8 @@ pub fn read_allocation_pickle(bytes: &[u8], path: &Path) -> Result<Vec<Populatio
     vm.to_populations(&root)
 }
 
-/// Writes `populations` as gzip(pickle protocol 3) of `{population: {(rank, cycle): [gids]}}`
-/// using plain Python types only (dict, tuple, list, int), populations in slice order and
+/// Writes `populations` as gzip (level 1) of a pickle (protocol 3, serde-pickle's default) of
+/// `{population: {(rank, cycle): [gids]}}` using plain Python types only (dict, tuple, list, int), populations in slice order and
 /// buckets in (rank, cycle) order.
 ///
 /// Writes a temporary file in the same directory, fsyncs it and renames it over `path`, so
@@ -141,7 +141,9 @@ pub fn write_allocation_file(path: &Path, populations: &[PopulationAllocation]) 
     let tmp_path = tmp.path().to_path_buf();
     {
         let writer = std::io::BufWriter::new(tmp.as_file_mut());
-        let mut encoder = flate2::write::GzEncoder::new(writer, flate2::Compression::default());
+        // Level 1: on 5M gids it is ~25x faster than the default level 6 (0.15 s vs 3.9 s)
+        // for a file <0.5% larger; the BININT stream barely compresses better.
+        let mut encoder = flate2::write::GzEncoder::new(writer, flate2::Compression::fast());
         encoder
             .write_all(&pickle)
             .map_err(|e| BalancerError::io(&tmp_path, e))?;
@@ -347,6 +349,8 @@ struct Vm<'a> {
     /// Elements materialized by array constructors, bounded by `2 × input + 1024` so that
     /// re-using one memoized list many times cannot blow up memory.
     budget: usize,
+    /// Total size of all dict keys hashed, bounded by `4 × input + 1 MiB`.
+    key_work: usize,
 }
 
 type VmResult<T> = std::result::Result<T, BalancerError>;
@@ -435,6 +439,7 @@ impl<'a> Vm<'a> {
             dicts: Vec::new(),
             sets: Vec::new(),
             budget: 0,
+            key_work: 0,
         }
     }
 
@@ -594,6 +599,15 @@ impl<'a> Vm<'a> {
     }
 
     fn set_item(&mut self, dict: usize, k: Val, v: Val, at: usize) -> VmResult<()> {
+        // Hashing a key costs its size; a memoized huge key re-used via GET for many items
+        // would make that quadratic, so the total is bounded by the input size.
+        self.key_work = self.key_work.saturating_add(key_cost(&k));
+        if self.key_work > 4 * self.data.len() + (1 << 20) {
+            return Err(self.err(
+                at,
+                "dict keys are re-used far more than the pickle size allows (hostile file?)",
+            ));
+        }
         let key = self.hkey(&k, at)?;
         let d = &mut self.dicts[dict];
         match d.index.get(&key) {
@@ -965,7 +979,7 @@ impl<'a> Vm<'a> {
                         unreachable!()
                     };
                     let args = self.pop_mark(at)?;
-                    let v = self.call(g, args, at)?;
+                    let v = self.call(g, &args, at)?;
                     self.push(v);
                 }
                 op::OBJ => {
@@ -975,7 +989,7 @@ impl<'a> Vm<'a> {
                     }
                     let cls = items.remove(0);
                     let g = self.callable(&cls, at)?;
-                    let v = self.call(g, items, at)?;
+                    let v = self.call(g, &items, at)?;
                     self.push(v);
                 }
                 op::REDUCE | op::NEWOBJ => {
@@ -983,7 +997,7 @@ impl<'a> Vm<'a> {
                     let func = self.pop(at)?;
                     let g = self.callable(&func, at)?;
                     let args = self.args(args, at)?;
-                    let v = self.call(g, args, at)?;
+                    let v = self.call(g, &args.items, at)?;
                     self.push(v);
                 }
                 op::NEWOBJ_EX => {
@@ -996,7 +1010,7 @@ impl<'a> Vm<'a> {
                     }
                     let g = self.callable(&cls, at)?;
                     let args = self.args(args, at)?;
-                    let v = self.call(g, args, at)?;
+                    let v = self.call(g, &args.items, at)?;
                     self.push(v);
                 }
                 op::BUILD => {
@@ -1064,9 +1078,9 @@ impl<'a> Vm<'a> {
         }
     }
 
-    fn args(&self, v: Val, at: usize) -> VmResult<Vec<Val>> {
+    fn args(&self, v: Val, at: usize) -> VmResult<Rc<TupleObj>> {
         match v {
-            Val::Tuple(t) => Ok(t.items.clone()),
+            Val::Tuple(t) => Ok(t),
             other => Err(self.err(
                 at,
                 format!("call arguments must be a tuple, found {}", other.kind()),
@@ -1084,10 +1098,10 @@ impl<'a> Vm<'a> {
     }
 
     /// The safe interpretation of calling allowed global `g` with `args`.
-    fn call(&mut self, g: Global, args: Vec<Val>, at: usize) -> VmResult<Val> {
+    fn call(&mut self, g: Global, args: &[Val], at: usize) -> VmResult<Val> {
         match g {
             Global::DefaultDict => {
-                match args.as_slice() {
+                match args {
                     []
                     | [Val::None]
                     | [Val::Global(
@@ -1109,7 +1123,7 @@ impl<'a> Vm<'a> {
                 }
                 Ok(self.new_dict())
             }
-            Global::Getattr => match args.as_slice() {
+            Global::Getattr => match args {
                 [Val::Global(Global::DryRunStats), Val::Str(s)] if &**s == "defaultdict_vector" => {
                     Ok(Val::Global(Global::DefaultDictVector))
                 }
@@ -1119,7 +1133,7 @@ impl<'a> Vm<'a> {
                 )),
             },
             Global::Vector | Global::ArrayArray => {
-                let (tc, init) = match args.as_slice() {
+                let (tc, init) = match args {
                     [Val::Str(tc)] => (tc.clone(), None),
                     [Val::Str(tc), init] => (tc.clone(), Some(init.clone())),
                     _ => {
@@ -1130,6 +1144,14 @@ impl<'a> Vm<'a> {
                     }
                 };
                 self.check_typecode(&tc, at)?;
+                // Charge before copying, so a memoized list re-used many times is refused
+                // before it is copied many times.
+                let len = match &init {
+                    Some(Val::List(id)) => self.lists[*id].len(),
+                    Some(Val::Tuple(t)) => t.items.len(),
+                    _ => 0,
+                };
+                self.charge(len, at)?;
                 let items = match init {
                     None => Vec::new(),
                     Some(Val::List(id)) => self.lists[id].clone(),
@@ -1145,7 +1167,6 @@ impl<'a> Vm<'a> {
                         ))
                     }
                 };
-                self.charge(items.len(), at)?;
                 if let Some(bad) = items
                     .iter()
                     .find(|v| !matches!(v, Val::Int(_) | Val::BigInt))
@@ -1162,7 +1183,7 @@ impl<'a> Vm<'a> {
                 Ok(self.new_list(items))
             }
             Global::ArrayReconstructor => {
-                let [cls, Val::Str(tc), Val::Int(code), Val::Bytes(data)] = args.as_slice() else {
+                let [cls, Val::Str(tc), Val::Int(code), Val::Bytes(data)] = args else {
                     return Err(self.err(
                         at,
                         "_array_reconstructor expects (cls, typecode, mformat_code, bytes)",
@@ -1340,6 +1361,16 @@ fn bucket_key(key: &Val) -> std::result::Result<Bucket, String> {
             "tuple of {} items: expected (rank, cycle)",
             items.len()
         )),
+    }
+}
+
+/// Size of a dict key for the hashing budget (nodes plus string bytes).
+fn key_cost(v: &Val) -> usize {
+    match v {
+        Val::Str(s) => 1 + s.len(),
+        Val::Bytes(b) => 1 + b.len(),
+        Val::Tuple(t) => 1 + t.items.iter().map(key_cost).sum::<usize>(),
+        _ => 1,
     }
 }
 
@@ -1614,6 +1645,16 @@ mod tests {
         p.extend_from_slice(b"us.");
         let m = msg(read(&p));
         assert!(m.contains("more gids than the pickle has bytes"), "{m}");
+        // A memoized 1000-byte key re-used for 2000 SETITEMs: hashing work is bounded.
+        let mut p = b"\x80\x04}X\xe8\x03\x00\x00".to_vec();
+        p.extend_from_slice(&[b'a'; 1000]);
+        p.extend_from_slice(b"\x94K\x01s");
+        for _ in 0..2000 {
+            p.extend_from_slice(b"h\x00K\x01s");
+        }
+        p.push(b'.');
+        let m = msg(read(&p));
+        assert!(m.contains("dict keys are re-used"), "{m}");
         // Deep tuple nesting.
         let mut p = b"\x80\x04K\x01".to_vec();
         p.extend_from_slice(&[0x85; 1000]);
