@@ -98,8 +98,8 @@ pub fn read_allocation_pickle(bytes: &[u8], path: &Path) -> Result<Vec<Populatio
 }
 
 /// Writes `populations` as gzip (level 1) of a pickle (protocol 3, serde-pickle's default) of
-/// `{population: {(rank, cycle): [gids]}}` using plain Python types only (dict, tuple, list, int), populations in slice order and
-/// buckets in (rank, cycle) order.
+/// `{population: {(rank, cycle): [gids]}}` using plain Python types only (dict, tuple, list,
+/// int), populations in slice order and buckets in (rank, cycle) order.
 ///
 /// Writes a temporary file in the same directory, fsyncs it and renames it over `path`, so
 /// `path` is either untouched or completely written. Errors: [`BalancerError::InvalidParameter`]
