@@ -54,7 +54,7 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
 
     let nbuckets = config.buckets();
     let (mut loads, mut members) = greedy(&cells, nbuckets);
-    refine(&cells, &mut loads, &mut members);
+    refine(&mut loads, &mut members);
     let labels = deal_to_ranks(&loads, config.ranks, config.cycles);
 
     let mut populations: Vec<PopulationAllocation> = dry_run
@@ -63,8 +63,7 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
         .map(|p| PopulationAllocation { name: p.name.clone(), buckets: BTreeMap::new() })
         .collect();
     for (b, items) in members.iter().enumerate() {
-        for &i in items {
-            let c = cells[i as usize];
+        for c in items {
             populations[c.population as usize].buckets.entry(labels[b]).or_default().push(c.gid);
         }
     }
@@ -100,16 +99,17 @@ fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
     cells
 }
 
-/// LPT list scheduling. Returns bucket loads and, per bucket, cell indices in descending
-/// KB order (the order they were placed in).
-fn greedy(cells: &[Cell], nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
+/// LPT list scheduling. Returns bucket loads and, per bucket, its cells in descending KB
+/// order (the order they were placed in). Cells are stored by value so that refinement
+/// scans contiguous memory.
+fn greedy(cells: &[Cell], nbuckets: usize) -> (Vec<f64>, Vec<Vec<Cell>>) {
     let mut heap: BinaryHeap<Lightest> =
         (0..nbuckets).map(|index| Lightest { load: 0.0, index }).collect();
     let mut members = vec![Vec::new(); nbuckets];
-    for (i, c) in cells.iter().enumerate() {
+    for c in cells {
         let mut top = heap.peek_mut().expect("at least one bucket");
         top.load += c.kb;
-        members[top.index].push(i as u32);
+        members[top.index].push(*c);
     }
     let mut loads = vec![0.0; nbuckets];
     for e in heap {
@@ -128,11 +128,11 @@ enum Transfer {
 
 /// Moves and swaps between the heaviest and the lightest bucket while that lowers the
 /// heavier of the two. `members[b]` stays sorted by descending KB.
-fn refine(cells: &[Cell], loads: &mut [f64], members: &mut [Vec<u32>]) {
+fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
     if loads.len() < 2 {
         return;
     }
-    let kb = |i: u32| cells[i as usize].kb;
+    let kb = |c: &Cell| c.kb;
     let max_steps = 4 * loads.len() + 1000;
     for _ in 0..max_steps {
         let (mut h, mut l) = (0, 0);
@@ -160,10 +160,10 @@ fn refine(cells: &[Cell], loads: &mut [f64], members: &mut [Vec<u32>]) {
         };
         // Move: the cell of the heavy bucket closest to half the gap.
         let heavy = &members[h];
-        let pos = heavy.partition_point(|&i| kb(i) > half);
+        let pos = heavy.partition_point(|c| kb(c) > half);
         for p in [pos.wrapping_sub(1), pos] {
-            if let Some(&i) = heavy.get(p) {
-                consider(kb(i), Transfer::Move(p));
+            if let Some(c) = heavy.get(p) {
+                consider(kb(c), Transfer::Move(p));
             }
         }
         // Swap: for each distinct KB `a` in the heavy bucket, the light cell `b` closest to
@@ -171,22 +171,23 @@ fn refine(cells: &[Cell], loads: &mut [f64], members: &mut [Vec<u32>]) {
         let light = &members[l];
         let mut p = 0;
         while p < heavy.len() {
-            let a = kb(heavy[p]);
+            let a = kb(&heavy[p]);
             let target = a - half;
-            let q = light.partition_point(|&j| kb(j) > target);
+            let q = light.partition_point(|c| kb(c) > target);
             for q in [q.wrapping_sub(1), q] {
-                if let Some(&j) = light.get(q) {
-                    consider(a - kb(j), Transfer::Swap(p, q));
+                if let Some(c) = light.get(q) {
+                    consider(a - kb(c), Transfer::Swap(p, q));
                 }
             }
-            while p < heavy.len() && kb(heavy[p]) == a {
+            while p < heavy.len() && kb(&heavy[p]) == a {
                 p += 1;
             }
         }
         let Some((d, transfer)) = best else { break };
-        let insert_sorted = |v: &mut Vec<u32>, i: u32| {
-            let at = v.partition_point(|&j| kb(j) > kb(i) || (kb(j) == kb(i) && j < i));
-            v.insert(at, i);
+        let insert_sorted = |v: &mut Vec<Cell>, c: Cell| {
+            let key = |x: &Cell| (std::cmp::Reverse(x.kb.to_bits()), x.population, x.gid);
+            let at = v.partition_point(|x| key(x) < key(&c));
+            v.insert(at, c);
         };
         match transfer {
             Transfer::Move(p) => {
@@ -242,10 +243,10 @@ mod tests {
         let mut sorted = loads.clone();
         sorted.sort_by(f64::total_cmp);
         assert_eq!(sorted, vec![5.0, 7.0]);
-        refine(&c, &mut loads, &mut members);
+        refine(&mut loads, &mut members);
         assert_eq!(loads, vec![6.0, 6.0]);
         for (b, m) in members.iter().enumerate() {
-            assert_eq!(m.iter().map(|&i| c[i as usize].kb).sum::<f64>(), loads[b]);
+            assert_eq!(m.iter().map(|c| c.kb).sum::<f64>(), loads[b]);
         }
     }
 
