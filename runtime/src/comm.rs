@@ -1,0 +1,290 @@
+//! The embedding API for simulator code: [`Communicator`], a rank's handle with blocking
+//! and non-blocking tagged point-to-point, `barrier`, `all_gatherv` and `progress`.
+//! Everything runs on the caller's thread: a simulator drives the runtime from one
+//! thread and calls [`Communicator::progress`] between compute steps.
+
+use crate::config::TransportConfig;
+use crate::connection::EndpointStats;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::fabric::Fabric;
+use crate::footprint::Footprint;
+use crate::matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+use crate::pool::PoolStats;
+
+const BARRIER_TAG: Tag = RESERVED_TAG_BASE;
+const ALLGATHER_TAG: Tag = RESERVED_TAG_BASE + 100;
+
+/// Idle-wait policy of blocking calls: spin briefly, then yield the core, then sleep in
+/// short steps (ranks may outnumber cores).
+pub(crate) struct Backoff {
+    idle: u32,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Backoff {
+        Backoff { idle: 0 }
+    }
+    pub(crate) fn reset(&mut self) {
+        self.idle = 0;
+    }
+    pub(crate) fn snooze(&mut self) {
+        self.idle = self.idle.saturating_add(1);
+        if self.idle < 64 {
+            std::hint::spin_loop();
+        } else if self.idle < 2048 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+}
+
+/// Handle of a non-blocking operation.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a request must be waited for or tested to completion"]
+pub struct Request {
+    id: u64,
+    recv: bool,
+}
+
+/// Result of a completed request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// A send completed: its data is delivered to the receiver's buffers.
+    Sent,
+    /// A receive completed with this message.
+    Received(Message),
+}
+
+impl Completion {
+    /// The message of a receive (None for a send).
+    pub fn into_message(self) -> Option<Message> {
+        match self {
+            Completion::Received(m) => Some(m),
+            Completion::Sent => None,
+        }
+    }
+}
+
+/// A rank's communicator.
+pub struct Communicator {
+    engine: Engine,
+}
+
+impl Communicator {
+    /// Builds a communicator over `fabric` (registers the pool, sets up receive queues,
+    /// connects all peers when `lazy_connect` is off).
+    pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
+        Ok(Communicator { engine: Engine::new(fabric, config)? })
+    }
+
+    /// This rank, `0..world_size()`.
+    pub fn rank(&self) -> usize {
+        self.engine.rank()
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.engine.world_size()
+    }
+
+    /// Effective transport configuration (after fallbacks such as xrc -> shared).
+    pub fn config(&self) -> &TransportConfig {
+        self.engine.config()
+    }
+
+    /// Notes about the setup: fallbacks, memory that could not be locked and why.
+    pub fn notes(&self) -> &[String] {
+        self.engine.notes()
+    }
+
+    fn check_tag(tag: Tag) -> Result<()> {
+        if tag >= RESERVED_TAG_BASE {
+            return Err(Error::ReservedTag(tag));
+        }
+        Ok(())
+    }
+
+    /// Starts sending `data` to `dest` with `tag`. The first `buffer_size` bytes are copied
+    /// into a pool buffer now (the rest into a private copy), so `data` may be reused at
+    /// once. Errors: [`Error::WouldBlock`] when no pool buffer is free (call
+    /// [`Communicator::progress`] and retry), [`Error::InvalidRank`], [`Error::ReservedTag`].
+    pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
+        Self::check_tag(tag)?;
+        Ok(Request { id: self.engine.isend(dest, tag, data)?, recv: false })
+    }
+
+    /// `isend` that progresses and retries while the pool is exhausted.
+    fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+        let mut b = Backoff::new();
+        loop {
+            match self.engine.isend(dest, tag, data) {
+                Ok(id) => return Ok(id),
+                Err(Error::WouldBlock) => {
+                    if self.engine.progress()? {
+                        b.reset();
+                    } else {
+                        b.snooze();
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn send_internal(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        let id = self.isend_retry(dest, tag, data)?;
+        self.wait(Request { id, recv: false }).map(|_| ())
+    }
+
+    /// Sends `data` to `dest` with `tag`, progressing and waiting while the pool is
+    /// exhausted (back-pressure); returns when all of it is delivered to the receiver's
+    /// receive buffers.
+    pub fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        Self::check_tag(tag)?;
+        self.send_internal(dest, tag, data)
+    }
+
+    /// Posts a receive from `src` (a rank or any) with `tag` (a tag or any user tag).
+    pub fn irecv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Request> {
+        Ok(Request { id: self.engine.irecv(src.into(), tag.into())?, recv: true })
+    }
+
+    /// Receives the next message matching `src` and `tag`, progressing until it arrives.
+    pub fn recv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Message> {
+        let r = self.irecv(src, tag)?;
+        Ok(self.wait(r)?.into_message().expect("receive request"))
+    }
+
+    /// Progresses once, then returns the next matching message if it has fully arrived.
+    pub fn try_recv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Option<Message>> {
+        self.engine.progress()?;
+        Ok(self.engine.try_take(src.into(), tag.into()))
+    }
+
+    /// Progresses once and tells whether `req` has completed (it stays valid for `wait`).
+    pub fn test(&mut self, req: &Request) -> Result<bool> {
+        self.engine.progress()?;
+        self.is_done(req)
+    }
+
+    fn is_done(&self, req: &Request) -> Result<bool> {
+        if req.recv {
+            Ok(self.engine.recv_done(req.id))
+        } else {
+            self.engine.send_done(req.id)
+        }
+    }
+
+    /// Progresses until `req` completes.
+    pub fn wait(&mut self, req: Request) -> Result<Completion> {
+        let mut b = Backoff::new();
+        while !self.is_done(&req)? {
+            if self.engine.progress()? {
+                b.reset();
+            } else {
+                b.snooze();
+            }
+        }
+        if req.recv {
+            let m = self.engine.take_recv(req.id).ok_or(Error::UnknownRequest(req.id))?;
+            Ok(Completion::Received(m))
+        } else {
+            self.engine.finish_send(req.id);
+            Ok(Completion::Sent)
+        }
+    }
+
+    /// Waits for all requests, in order.
+    pub fn wait_all(&mut self, reqs: Vec<Request>) -> Result<Vec<Completion>> {
+        reqs.into_iter().map(|r| self.wait(r)).collect()
+    }
+
+    /// Advances the runtime: polls arrivals and completions, answers handshakes and credit
+    /// requests, posts queued chunks. Returns true if anything happened.
+    pub fn progress(&mut self) -> Result<bool> {
+        self.engine.progress()
+    }
+
+    /// Blocks until every rank entered the barrier (dissemination algorithm,
+    /// `ceil(log2 n)` rounds, talks to `2 * ceil(log2 n)` peers).
+    pub fn barrier(&mut self) -> Result<()> {
+        let n = self.world_size();
+        let r = self.rank();
+        let mut k = 0;
+        while (1usize << k) < n {
+            let d = 1usize << k;
+            let to = (r + d) % n;
+            let from = (r + n - d) % n;
+            let tag = BARRIER_TAG + k as Tag;
+            let s = Request { id: self.isend_retry(to, tag, &[])?, recv: false };
+            let rr = Request { id: self.engine.irecv(Source::Rank(from), TagMatch::Tag(tag))?, recv: true };
+            self.wait(rr)?;
+            self.wait(s)?;
+            k += 1;
+        }
+        Ok(())
+    }
+
+    /// Gathers every rank's `data` (any length) on every rank, ordered by rank (ring
+    /// algorithm: `n - 1` steps, talks to 2 peers).
+    pub fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let n = self.world_size();
+        let r = self.rank();
+        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); n];
+        blocks[r] = data.to_vec();
+        let right = (r + 1) % n;
+        let left = (r + n - 1) % n;
+        for s in 0..n.saturating_sub(1) {
+            let send_idx = (r + n - s) % n;
+            let recv_idx = (r + 2 * n - s - 1) % n;
+            let rr = Request { id: self.engine.irecv(Source::Rank(left), TagMatch::Tag(ALLGATHER_TAG))?, recv: true };
+            let sr = Request { id: self.isend_retry(right, ALLGATHER_TAG, &blocks[send_idx].clone())?, recv: false };
+            blocks[recv_idx] = self.wait(rr)?.into_message().expect("receive").data;
+            self.wait(sr)?;
+        }
+        Ok(blocks)
+    }
+
+    /// Transport memory of this rank by kind, as accounted now.
+    pub fn footprint(&self) -> Footprint {
+        self.engine.footprint()
+    }
+
+    /// Pool occupancy counters.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.engine.pool_stats()
+    }
+
+    /// Endpoint counters (live, peak, opened, evicted, peers connected).
+    pub fn endpoint_stats(&self) -> EndpointStats {
+        self.engine.endpoint_stats()
+    }
+
+    /// True if the shared-queue credit accounting balances (diagnostics for tests).
+    pub fn credits_consistent(&self) -> bool {
+        self.engine.credits_consistent()
+    }
+
+    /// Delivers all own sends, then keeps serving other ranks until every rank is done.
+    pub(crate) fn finalize(&mut self) -> Result<()> {
+        let mut b = Backoff::new();
+        while !self.engine.sends_drained() {
+            if self.engine.progress()? {
+                b.reset();
+            } else {
+                b.snooze();
+            }
+        }
+        self.engine.fabric_mut().mark_done();
+        while !self.engine.fabric_mut().all_done() {
+            if self.engine.progress()? {
+                b.reset();
+            } else {
+                b.snooze();
+            }
+        }
+        Ok(())
+    }
+}

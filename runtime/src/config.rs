@@ -1,0 +1,476 @@
+//! Runtime configuration: the one [`RuntimeConfig`] (with its builder), the
+//! memory-relevant [`TransportConfig`] it carries, and [`RuntimeConfig::from_env`],
+//! the only place where `BALLAST_*` environment variables are read.
+//!
+//! Every setting, its variable, default and unit is listed in `docs/CONFIG.md`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+
+/// Which transport carries the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// In-process transport: N ranks as threads of one process (see [`crate::local`]).
+    Local,
+    /// MPI transport (later issue; not compiled in yet). Footprint model only.
+    Mpi,
+    /// InfiniBand verbs transport (later issue; not compiled in yet). Footprint model only.
+    Verbs,
+}
+
+impl TransportKind {
+    /// The name used on the command line and in `BALLAST_TRANSPORT`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Local => "local",
+            TransportKind::Mpi => "mpi",
+            TransportKind::Verbs => "verbs",
+        }
+    }
+    /// Transports compiled into this build.
+    pub fn compiled_in() -> &'static [TransportKind] {
+        &[TransportKind::Local]
+    }
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TransportKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "local" => Ok(TransportKind::Local),
+            "mpi" => Ok(TransportKind::Mpi),
+            "verbs" => Ok(TransportKind::Verbs),
+            other => Err(format!("unknown transport `{other}` (expected local, mpi or verbs)")),
+        }
+    }
+}
+
+/// How receive buffers are provided to the endpoints of a rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RecvSharing {
+    /// Each endpoint has `recv_depth` preposted buffers of its own (RC QP without SRQ).
+    PerPeer,
+    /// One receive queue of `srq_depth` buffers per rank shared by all its endpoints (SRQ).
+    Shared,
+    /// Ranks grouped into nodes of `ranks_per_node`; one send endpoint per remote node
+    /// instead of per remote rank, receives through a shared queue (XRC). A transport that
+    /// cannot do it falls back to [`RecvSharing::Shared`] and says so.
+    Xrc,
+}
+
+impl RecvSharing {
+    /// All modes, in the order `ballast info` shows them.
+    pub const ALL: [RecvSharing; 3] = [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc];
+    /// The name used on the command line and in `BALLAST_RECV_SHARING`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecvSharing::PerPeer => "per-peer",
+            RecvSharing::Shared => "shared",
+            RecvSharing::Xrc => "xrc",
+        }
+    }
+}
+
+impl fmt::Display for RecvSharing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RecvSharing {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "per-peer" | "per_peer" | "perpeer" => Ok(RecvSharing::PerPeer),
+            "shared" | "srq" => Ok(RecvSharing::Shared),
+            "xrc" => Ok(RecvSharing::Xrc),
+            other => Err(format!("unknown receive sharing `{other}` (expected per-peer, shared or xrc)")),
+        }
+    }
+}
+
+/// The memory-relevant transport settings: everything [`TransportConfig::predict`] needs.
+///
+/// Sizes are in bytes. `max_endpoints == 0` means no cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransportConfig {
+    /// Transport kind (`BALLAST_TRANSPORT`), default `local`.
+    pub kind: TransportKind,
+    /// Buffers in the registered pool (`BALLAST_BUFFER_COUNT`), default 64.
+    pub buffer_count: usize,
+    /// Bytes per pool buffer and per receive buffer; the eager limit and the chunk size of
+    /// larger messages (`BALLAST_BUFFER_SIZE`), default 8192.
+    pub buffer_size: usize,
+    /// Allow the pool to add chunks when exhausted (`BALLAST_POOL_GROWTH`), default off.
+    pub pool_growth: bool,
+    /// Upper bound of the pool in bytes when `pool_growth` is on (`BALLAST_MAX_POOL_BYTES`),
+    /// default 64 MiB.
+    pub max_pool_bytes: u64,
+    /// Open endpoints on first use (`BALLAST_LAZY_CONNECT`), default on; off connects all
+    /// peers at start.
+    pub lazy_connect: bool,
+    /// Cap on live endpoints, 0 = no cap (`BALLAST_MAX_ENDPOINTS`), default 0.
+    pub max_endpoints: usize,
+    /// Receive buffer sharing (`BALLAST_RECV_SHARING`), default `shared`.
+    pub recv_sharing: RecvSharing,
+    /// Preposted buffers per endpoint in `per-peer` mode (`BALLAST_RECV_DEPTH`), default 8.
+    pub recv_depth: usize,
+    /// Buffers in the shared receive queue in `shared`/`xrc` mode (`BALLAST_SRQ_DEPTH`),
+    /// default 64.
+    pub srq_depth: usize,
+    /// Ranks per node for `xrc` grouping (`BALLAST_RANKS_PER_NODE`), default 1.
+    pub ranks_per_node: usize,
+    /// Lock registered memory (pool and receive buffers) with `mlock` in the `local`
+    /// transport (`BALLAST_LOCK_POOL`), default on; refused locks are reported, not fatal.
+    pub lock_pool: bool,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            kind: TransportKind::Local,
+            buffer_count: 64,
+            buffer_size: 8192,
+            pool_growth: false,
+            max_pool_bytes: 64 << 20,
+            lazy_connect: true,
+            max_endpoints: 0,
+            recv_sharing: RecvSharing::Shared,
+            recv_depth: 8,
+            srq_depth: 64,
+            ranks_per_node: 1,
+            lock_pool: true,
+        }
+    }
+}
+
+impl TransportConfig {
+    /// Checks value ranges. Errors name the setting's environment variable.
+    pub fn validate(&self) -> Result<()> {
+        fn bad(var: &'static str, value: String, reason: &str) -> Error {
+            Error::Config { var, value, reason: reason.to_string() }
+        }
+        if self.buffer_count == 0 {
+            return Err(bad("BALLAST_BUFFER_COUNT", "0".into(), "must be at least 1"));
+        }
+        if self.buffer_size == 0 || self.buffer_size > (1 << 30) {
+            return Err(bad("BALLAST_BUFFER_SIZE", self.buffer_size.to_string(), "must be 1 B ..= 1 GiB"));
+        }
+        if self.pool_growth && self.max_pool_bytes < (self.buffer_count * self.buffer_size) as u64 {
+            return Err(bad(
+                "BALLAST_MAX_POOL_BYTES",
+                self.max_pool_bytes.to_string(),
+                "must be at least buffer_count x buffer_size when pool growth is on",
+            ));
+        }
+        if self.recv_sharing == RecvSharing::PerPeer && self.recv_depth == 0 {
+            return Err(bad("BALLAST_RECV_DEPTH", "0".into(), "must be at least 1 in per-peer mode"));
+        }
+        if self.recv_sharing != RecvSharing::PerPeer && self.srq_depth == 0 {
+            return Err(bad("BALLAST_SRQ_DEPTH", "0".into(), "must be at least 1 in shared/xrc mode"));
+        }
+        if self.recv_depth > u32::MAX as usize / 2 {
+            return Err(bad("BALLAST_RECV_DEPTH", self.recv_depth.to_string(), "too large"));
+        }
+        if self.srq_depth > u32::MAX as usize / 2 {
+            return Err(bad("BALLAST_SRQ_DEPTH", self.srq_depth.to_string(), "too large"));
+        }
+        if self.ranks_per_node == 0 {
+            return Err(bad("BALLAST_RANKS_PER_NODE", "0".into(), "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// Where an effective setting came from (shown by `ballast info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueOrigin {
+    /// The built-in default.
+    Default,
+    /// A `BALLAST_*` environment variable.
+    Env,
+    /// Set through [`RuntimeConfigBuilder`] (by code or by command-line options).
+    Builder,
+}
+
+impl ValueOrigin {
+    /// Short label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValueOrigin::Default => "default",
+            ValueOrigin::Env => "env",
+            ValueOrigin::Builder => "option",
+        }
+    }
+}
+
+/// One setting: its name, environment variable, effective value and origin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Setting {
+    /// Field name in [`TransportConfig`].
+    pub name: &'static str,
+    /// Environment variable read by [`RuntimeConfig::from_env`].
+    pub env: &'static str,
+    /// Effective value, formatted.
+    pub value: String,
+    /// Where the value came from.
+    pub origin: ValueOrigin,
+}
+
+/// Names of the settings, in declaration order, with their variables.
+pub const SETTINGS: [(&str, &str); 12] = [
+    ("transport", "BALLAST_TRANSPORT"),
+    ("buffer_count", "BALLAST_BUFFER_COUNT"),
+    ("buffer_size", "BALLAST_BUFFER_SIZE"),
+    ("pool_growth", "BALLAST_POOL_GROWTH"),
+    ("max_pool_bytes", "BALLAST_MAX_POOL_BYTES"),
+    ("lazy_connect", "BALLAST_LAZY_CONNECT"),
+    ("max_endpoints", "BALLAST_MAX_ENDPOINTS"),
+    ("recv_sharing", "BALLAST_RECV_SHARING"),
+    ("recv_depth", "BALLAST_RECV_DEPTH"),
+    ("srq_depth", "BALLAST_SRQ_DEPTH"),
+    ("ranks_per_node", "BALLAST_RANKS_PER_NODE"),
+    ("lock_pool", "BALLAST_LOCK_POOL"),
+];
+
+/// The runtime's configuration: a validated [`TransportConfig`] plus the origin of each value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    transport: TransportConfig,
+    origins: [ValueOrigin; SETTINGS.len()],
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig { transport: TransportConfig::default(), origins: [ValueOrigin::Default; SETTINGS.len()] }
+    }
+}
+
+fn parse_bool(s: &str) -> std::result::Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        other => Err(format!("`{other}` is not a boolean (use 1/0, true/false, on/off, yes/no)")),
+    }
+}
+
+/// Parses a byte size: a plain integer, or with a `K`/`KiB`/`M`/`MiB`/`G`/`GiB` suffix (powers of 1024).
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a byte size"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "kb" => 1 << 10,
+        "m" | "mib" | "mb" => 1 << 20,
+        "g" | "gib" | "gb" => 1 << 30,
+        _ => return Err(format!("`{s}` has an unknown unit (use K, M or G)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("`{s}` overflows"))
+}
+
+fn parse_usize(s: &str) -> std::result::Result<usize, String> {
+    let v = parse_bytes(s)?;
+    usize::try_from(v).map_err(|_| format!("`{s}` is too large"))
+}
+
+impl RuntimeConfig {
+    /// Starts a builder from the defaults.
+    pub fn builder() -> RuntimeConfigBuilder {
+        RuntimeConfigBuilder { cfg: RuntimeConfig::default() }
+    }
+
+    /// Reads every `BALLAST_*` variable of `docs/CONFIG.md` from the process environment.
+    /// Unset variables keep their defaults. A bad value is [`Error::Config`] naming the variable.
+    pub fn from_env() -> Result<RuntimeConfig> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Same as [`RuntimeConfig::from_env`] with a supplied lookup (tests, embedding).
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<RuntimeConfig> {
+        let mut cfg = RuntimeConfig::default();
+        for (i, (name, var)) in SETTINGS.iter().enumerate() {
+            let Some(raw) = lookup(var) else { continue };
+            cfg.set(name, &raw).map_err(|reason| Error::Config { var, value: raw.clone(), reason })?;
+            cfg.origins[i] = ValueOrigin::Env;
+        }
+        cfg.transport.validate()?;
+        Ok(cfg)
+    }
+
+    fn set(&mut self, name: &str, raw: &str) -> std::result::Result<(), String> {
+        let t = &mut self.transport;
+        match name {
+            "transport" => t.kind = raw.parse()?,
+            "buffer_count" => t.buffer_count = parse_usize(raw)?,
+            "buffer_size" => t.buffer_size = parse_usize(raw)?,
+            "pool_growth" => t.pool_growth = parse_bool(raw)?,
+            "max_pool_bytes" => t.max_pool_bytes = parse_bytes(raw)?,
+            "lazy_connect" => t.lazy_connect = parse_bool(raw)?,
+            "max_endpoints" => t.max_endpoints = parse_usize(raw)?,
+            "recv_sharing" => t.recv_sharing = raw.parse()?,
+            "recv_depth" => t.recv_depth = parse_usize(raw)?,
+            "srq_depth" => t.srq_depth = parse_usize(raw)?,
+            "ranks_per_node" => t.ranks_per_node = parse_usize(raw)?,
+            "lock_pool" => t.lock_pool = parse_bool(raw)?,
+            _ => return Err(format!("unknown setting {name}")),
+        }
+        Ok(())
+    }
+
+    /// The memory-relevant settings.
+    pub fn transport(&self) -> &TransportConfig {
+        &self.transport
+    }
+
+    /// Every setting with its effective value and origin, in `docs/CONFIG.md` order.
+    pub fn settings(&self) -> Vec<Setting> {
+        let t = &self.transport;
+        let values = [
+            t.kind.to_string(),
+            t.buffer_count.to_string(),
+            t.buffer_size.to_string(),
+            t.pool_growth.to_string(),
+            t.max_pool_bytes.to_string(),
+            t.lazy_connect.to_string(),
+            t.max_endpoints.to_string(),
+            t.recv_sharing.to_string(),
+            t.recv_depth.to_string(),
+            t.srq_depth.to_string(),
+            t.ranks_per_node.to_string(),
+            t.lock_pool.to_string(),
+        ];
+        SETTINGS
+            .iter()
+            .zip(values)
+            .zip(self.origins)
+            .map(|(((name, env), value), origin)| Setting { name, env, value, origin })
+            .collect()
+    }
+
+    /// A builder starting from this configuration (keeps the origins recorded so far).
+    pub fn to_builder(&self) -> RuntimeConfigBuilder {
+        RuntimeConfigBuilder { cfg: self.clone() }
+    }
+}
+
+/// Builder for [`RuntimeConfig`]; [`RuntimeConfigBuilder::build`] validates.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfigBuilder {
+    cfg: RuntimeConfig,
+}
+
+macro_rules! setter {
+    ($(#[$m:meta])* $name:ident : $ty:ty => $idx:expr, $field:ident) => {
+        $(#[$m])*
+        pub fn $name(mut self, v: $ty) -> Self {
+            self.cfg.transport.$field = v;
+            self.cfg.origins[$idx] = ValueOrigin::Builder;
+            self
+        }
+    };
+}
+
+impl RuntimeConfigBuilder {
+    setter!(/// Transport kind.
+        transport: TransportKind => 0, kind);
+    setter!(/// Pool buffer count.
+        buffer_count: usize => 1, buffer_count);
+    setter!(/// Buffer size in bytes.
+        buffer_size: usize => 2, buffer_size);
+    setter!(/// Pool growth on/off.
+        pool_growth: bool => 3, pool_growth);
+    setter!(/// Pool upper bound in bytes (with growth).
+        max_pool_bytes: u64 => 4, max_pool_bytes);
+    setter!(/// Lazy endpoint creation on/off.
+        lazy_connect: bool => 5, lazy_connect);
+    setter!(/// Live endpoint cap, 0 = none.
+        max_endpoints: usize => 6, max_endpoints);
+    setter!(/// Receive buffer sharing mode.
+        recv_sharing: RecvSharing => 7, recv_sharing);
+    setter!(/// Per-endpoint receive depth (per-peer mode).
+        recv_depth: usize => 8, recv_depth);
+    setter!(/// Shared receive queue depth (shared/xrc mode).
+        srq_depth: usize => 9, srq_depth);
+    setter!(/// Ranks per node (xrc grouping).
+        ranks_per_node: usize => 10, ranks_per_node);
+    setter!(/// mlock registered memory on/off.
+        lock_pool: bool => 11, lock_pool);
+
+    /// Validates and returns the configuration.
+    pub fn build(self) -> Result<RuntimeConfig> {
+        self.cfg.transport.validate()?;
+        Ok(self.cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn env_values_are_parsed_and_origins_recorded() {
+        let cfg = RuntimeConfig::from_vars(vars(&[
+            ("BALLAST_BUFFER_SIZE", "16K"),
+            ("BALLAST_RECV_SHARING", "per-peer"),
+            ("BALLAST_LAZY_CONNECT", "off"),
+            ("BALLAST_MAX_POOL_BYTES", "2MiB"),
+        ]))
+        .unwrap();
+        let t = cfg.transport();
+        assert_eq!(t.buffer_size, 16384);
+        assert_eq!(t.recv_sharing, RecvSharing::PerPeer);
+        assert!(!t.lazy_connect);
+        assert_eq!(t.max_pool_bytes, 2 << 20);
+        let s = cfg.settings();
+        let bs = s.iter().find(|s| s.name == "buffer_size").unwrap();
+        assert_eq!((bs.value.as_str(), bs.origin), ("16384", ValueOrigin::Env));
+        let bc = s.iter().find(|s| s.name == "buffer_count").unwrap();
+        assert_eq!((bc.value.as_str(), bc.origin), ("64", ValueOrigin::Default));
+    }
+
+    #[test]
+    fn bad_env_value_names_the_variable() {
+        let err = RuntimeConfig::from_vars(vars(&[("BALLAST_SRQ_DEPTH", "lots")])).unwrap_err();
+        assert!(err.to_string().contains("BALLAST_SRQ_DEPTH"), "{err}");
+        let err = RuntimeConfig::from_vars(vars(&[("BALLAST_RECV_SHARING", "sometimes")])).unwrap_err();
+        assert!(err.to_string().contains("BALLAST_RECV_SHARING"), "{err}");
+        let err = RuntimeConfig::from_vars(vars(&[("BALLAST_BUFFER_COUNT", "0")])).unwrap_err();
+        assert!(err.to_string().contains("BALLAST_BUFFER_COUNT"), "{err}");
+        let err = RuntimeConfig::from_vars(vars(&[("BALLAST_POOL_GROWTH", "maybe")])).unwrap_err();
+        assert!(err.to_string().contains("BALLAST_POOL_GROWTH"), "{err}");
+    }
+
+    #[test]
+    fn builder_validates_and_marks_origin() {
+        let cfg = RuntimeConfig::builder().srq_depth(4).build().unwrap();
+        assert_eq!(cfg.transport().srq_depth, 4);
+        assert_eq!(cfg.settings()[9].origin, ValueOrigin::Builder);
+        assert!(RuntimeConfig::builder().ranks_per_node(0).build().is_err());
+        assert!(RuntimeConfig::builder().pool_growth(true).max_pool_bytes(10).build().is_err());
+    }
+
+    #[test]
+    fn byte_sizes_parse_with_units() {
+        assert_eq!(parse_bytes("8192").unwrap(), 8192);
+        assert_eq!(parse_bytes("8k").unwrap(), 8192);
+        assert_eq!(parse_bytes("1GiB").unwrap(), 1 << 30);
+        assert!(parse_bytes("1T").is_err());
+        assert!(parse_bytes("").is_err());
+    }
+}

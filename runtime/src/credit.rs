@@ -1,0 +1,250 @@
+//! Receiver-side credit accounting: how many packets each sender may post into this
+//! rank's receive buffers, so that a packet never arrives without a posted buffer (no
+//! receiver-not-ready), also under many-to-one traffic.
+//!
+//! * `per-peer`: each endpoint's `recv_depth` buffers are its sender's credits; every
+//!   consumed packet is given back to the same sender ([`CreditBank::consumed`]).
+//! * `shared`/`xrc`: the `srq_depth` buffers of the shared queue are handed out one at a
+//!   time. A sender with data and no credit asks ([`Control::CreditRequest`]); waiting
+//!   senders are served round-robin as buffers are consumed; a sender that says it has
+//!   more queued (`PacketHeader::more`) goes to the back of the queue; an idle sender keeps
+//!   one standing credit while nobody waits (so ping-pong needs no request), and is asked
+//!   to give it back ([`Control::Revoke`]) when others wait and no buffer is free.
+//!
+//! Invariant (checked in tests): `free + sum(outstanding) == depth` for the shared queue.
+//!
+//! [`Control::CreditRequest`]: crate::fabric::Control::CreditRequest
+//! [`Control::Revoke`]: crate::fabric::Control::Revoke
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+#[derive(Default, Clone, Copy, Debug)]
+pub(crate) struct CreditHolder {
+    outstanding: u32,
+    revoked: bool,
+    waiting: bool,
+}
+
+/// Credit accounting of one rank's receive side.
+#[derive(Debug)]
+pub struct CreditBank {
+    shared: bool,
+    depth: u32,
+    free: u32,
+    holders: HashMap<usize, CreditHolder>,
+    waiters: VecDeque<usize>,
+    grants: BTreeMap<usize, u32>,
+    revokes: Vec<usize>,
+}
+
+impl CreditBank {
+    /// A bank for a shared queue of `depth` buffers (`shared = true`), or for per-endpoint
+    /// queues of `depth` buffers each (`shared = false`).
+    pub fn new(shared: bool, depth: u32) -> CreditBank {
+        CreditBank {
+            shared,
+            depth,
+            free: depth,
+            holders: HashMap::new(),
+            waiters: VecDeque::new(),
+            grants: BTreeMap::new(),
+            revokes: Vec::new(),
+        }
+    }
+
+    /// Credits handed to a newly connected peer: the whole per-endpoint queue, or one
+    /// standing credit of the shared queue if one is free and nobody waits.
+    pub fn initial_grant(&mut self, peer: usize) -> u32 {
+        if !self.shared {
+            self.holders.entry(peer).or_default().outstanding = self.depth;
+            return self.depth;
+        }
+        if self.free > 0 && self.waiters.is_empty() && self.outstanding(peer) == 0 {
+            self.free -= 1;
+            let h = self.holders.entry(peer).or_default();
+            h.outstanding += 1;
+            h.revoked = false;
+            1
+        } else {
+            0
+        }
+    }
+
+    /// A packet from `peer` was consumed and its buffer reposted.
+    pub fn consumed(&mut self, peer: usize, more: bool) {
+        let h = self.holders.entry(peer).or_default();
+        h.outstanding = h.outstanding.saturating_sub(1);
+        if !self.shared {
+            h.outstanding += 1;
+            *self.grants.entry(peer).or_default() += 1;
+            return;
+        }
+        self.free += 1;
+        if more {
+            self.enqueue(peer);
+        } else if self.waiters.is_empty() && self.outstanding(peer) == 0 {
+            self.grant(peer);
+        }
+        self.distribute();
+    }
+
+    /// `peer` asks for credit (shared modes).
+    pub fn request(&mut self, peer: usize) {
+        if self.shared {
+            self.enqueue(peer);
+            self.distribute();
+        }
+    }
+
+    /// `peer` gave back `n` unused credits.
+    pub fn returned(&mut self, peer: usize, n: u32) {
+        let h = self.holders.entry(peer).or_default();
+        let n = n.min(h.outstanding);
+        h.outstanding -= n;
+        h.revoked = false;
+        if self.shared {
+            self.free += n;
+            self.distribute();
+        }
+    }
+
+    /// The endpoint to `peer` was closed after all its traffic drained: its unused credits
+    /// come back (and so do grants not yet sent).
+    pub fn reset_peer(&mut self, peer: usize) {
+        if let Some(h) = self.holders.remove(&peer) {
+            if self.shared {
+                self.free += h.outstanding;
+            }
+        }
+        self.grants.remove(&peer);
+        self.waiters.retain(|&p| p != peer);
+        self.revokes.retain(|&p| p != peer);
+        self.distribute();
+    }
+
+    fn enqueue(&mut self, peer: usize) {
+        let h = self.holders.entry(peer).or_default();
+        if !h.waiting {
+            h.waiting = true;
+            self.waiters.push_back(peer);
+        }
+    }
+
+    fn grant(&mut self, peer: usize) {
+        self.free -= 1;
+        let h = self.holders.entry(peer).or_default();
+        h.outstanding += 1;
+        h.revoked = false;
+        *self.grants.entry(peer).or_default() += 1;
+    }
+
+    fn distribute(&mut self) {
+        while self.free > 0 {
+            let Some(p) = self.waiters.pop_front() else { break };
+            self.holders.entry(p).or_default().waiting = false;
+            self.grant(p);
+        }
+        if self.free == 0 && !self.waiters.is_empty() {
+            for (&p, h) in self.holders.iter_mut() {
+                if h.outstanding > 0 && !h.revoked && !h.waiting {
+                    h.revoked = true;
+                    self.revokes.push(p);
+                }
+            }
+        }
+    }
+
+    /// Credits currently held by `peer`.
+    pub fn outstanding(&self, peer: usize) -> u32 {
+        self.holders.get(&peer).map_or(0, |h| h.outstanding)
+    }
+
+    /// Free buffers of the shared queue (not granted).
+    pub fn free(&self) -> u32 {
+        self.free
+    }
+
+    /// Grants decided but not yet sent, drained.
+    pub fn take_grants(&mut self) -> Vec<(usize, u32)> {
+        std::mem::take(&mut self.grants).into_iter().collect()
+    }
+
+    /// Revocations decided but not yet sent, drained.
+    pub fn take_revokes(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.revokes)
+    }
+
+    /// True when grants or revokes wait to be sent.
+    pub fn has_pending(&self) -> bool {
+        !self.grants.is_empty() || !self.revokes.is_empty()
+    }
+
+    /// `free + outstanding == depth` (shared queue only).
+    pub fn is_consistent(&self) -> bool {
+        !self.shared || self.free + self.holders.values().map(|h| h.outstanding).sum::<u32>() == self.depth
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_bank_serves_waiters_round_robin_and_never_overgrants() {
+        let mut b = CreditBank::new(true, 2);
+        for p in 1..=5 {
+            b.request(p);
+        }
+        assert_eq!(b.take_grants(), vec![(1, 1), (2, 1)]);
+        assert_eq!(b.free(), 0);
+        assert!(b.is_consistent());
+        // 1 consumed with more queued: goes behind 3, 4, 5.
+        b.consumed(1, true);
+        assert_eq!(b.take_grants(), vec![(3, 1)]);
+        b.consumed(2, false);
+        assert_eq!(b.take_grants(), vec![(4, 1)]);
+        b.consumed(3, false);
+        b.consumed(4, false);
+        assert_eq!(b.take_grants(), vec![(1, 1), (5, 1)]);
+        assert!(b.is_consistent());
+        assert_eq!(b.free(), 0);
+    }
+
+    #[test]
+    fn idle_sender_keeps_one_standing_credit_until_revoked() {
+        let mut b = CreditBank::new(true, 1);
+        assert_eq!(b.initial_grant(7), 1);
+        assert_eq!(b.initial_grant(8), 0);
+        b.consumed(7, false);
+        assert_eq!(b.take_grants(), vec![(7, 1)], "standing credit back to the idle sender");
+        b.request(8);
+        assert!(b.take_grants().is_empty());
+        assert_eq!(b.take_revokes(), vec![7]);
+        b.returned(7, 1);
+        assert_eq!(b.take_grants(), vec![(8, 1)]);
+        assert!(b.is_consistent());
+    }
+
+    #[test]
+    fn per_peer_bank_returns_each_consumed_credit_to_its_sender() {
+        let mut b = CreditBank::new(false, 4);
+        assert_eq!(b.initial_grant(3), 4);
+        b.consumed(3, true);
+        b.consumed(3, false);
+        assert_eq!(b.take_grants(), vec![(3, 2)]);
+        b.reset_peer(3);
+        assert_eq!(b.outstanding(3), 0);
+    }
+
+    #[test]
+    fn reset_reclaims_unused_shared_credits() {
+        let mut b = CreditBank::new(true, 3);
+        b.request(1);
+        b.request(1);
+        b.request(2);
+        let _ = b.take_grants();
+        b.reset_peer(1);
+        assert_eq!(b.free(), 2);
+        assert!(b.is_consistent());
+    }
+}

@@ -1,0 +1,633 @@
+//! The progress engine: the transport-independent protocol that every transport reuses.
+//! It owns the send path (eager in one pool buffer up to `buffer_size`, larger messages
+//! split into pool-buffer chunks posted as buffers and credits allow), the credit flow
+//! control, the endpoint handshakes (lazy connect, graceful close on LRU eviction past
+//! `max_endpoints`), arrivals into tag matching, and the footprint accounting.
+//!
+//! Everything happens in [`Engine::progress`], driven by the rank's single thread.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use crate::config::{RecvSharing, TransportConfig};
+use crate::connection::{ConnectionTable, EndpointStats, EpState};
+use crate::credit::CreditBank;
+use crate::error::{Error, Result};
+use crate::fabric::{effective_sharing, Control, Event, Fabric, PacketHeader};
+use crate::footprint::Footprint;
+use crate::matching::{Matcher, Message, Source, Tag, TagMatch};
+use crate::pool::{BufId, BufferPool, PoolStats};
+
+/// A message accepted by `isend` but not fully posted yet.
+struct OutMsg {
+    req: u64,
+    tag: Tag,
+    total: usize,
+    /// Pool buffer holding the first chunk (reserved at `isend`), and its length.
+    first: Option<(BufId, usize)>,
+    /// Bytes after the first chunk (copied at `isend`; never registered).
+    rest: Vec<u8>,
+    /// Next offset to post.
+    offset: usize,
+}
+
+/// Sender-side state toward one destination rank.
+#[derive(Default)]
+pub(crate) struct PeerState {
+    queue: VecDeque<OutMsg>,
+    credits: u32,
+    requested: bool,
+}
+
+struct SendReq {
+    outstanding: u32,
+    posted_all: bool,
+}
+
+/// The protocol state of one rank.
+pub struct Engine {
+    // Declared first so that it is dropped first: registrations (mlock) end before the
+    // pool memory is freed.
+    fabric: Box<dyn Fabric>,
+    pool: BufferPool,
+    cfg: TransportConfig,
+    rank: usize,
+    world: usize,
+    conns: ConnectionTable,
+    peers: HashMap<usize, PeerState>,
+    active: BTreeSet<usize>,
+    bank: CreditBank,
+    matcher: Matcher,
+    sends: HashMap<u64, SendReq>,
+    wr_info: Vec<Option<(u64, usize)>>,
+    next_req: u64,
+    notes: Vec<String>,
+    scratch_done: Vec<u64>,
+    scratch_arrivals: Vec<(usize, bool)>,
+    scratch_ctrl: Vec<(usize, Control)>,
+}
+
+impl Engine {
+    /// Sets up the rank: registers the pool, creates the receive resources and, with
+    /// `lazy_connect` off, connects every peer (needs every rank to be starting too).
+    pub fn new(mut fabric: Box<dyn Fabric>, requested: &TransportConfig) -> Result<Engine> {
+        requested.validate()?;
+        let mut cfg = *requested;
+        let mut notes = Vec::new();
+        let (sharing, note) = effective_sharing(cfg.recv_sharing, fabric.capabilities());
+        cfg.recv_sharing = sharing;
+        notes.extend(note);
+        let pool = BufferPool::new(&cfg, fabric.as_mut())?;
+        notes.extend(pool.notes().iter().cloned());
+        notes.extend(fabric.setup_receive(cfg.recv_sharing)?);
+        let bank = match cfg.recv_sharing {
+            RecvSharing::PerPeer => CreditBank::new(false, cfg.recv_depth as u32),
+            _ => CreditBank::new(true, cfg.srq_depth as u32),
+        };
+        let mut e = Engine {
+            rank: fabric.rank(),
+            world: fabric.world_size(),
+            wr_info: vec![None; pool.buffers()],
+            fabric,
+            pool,
+            cfg,
+            conns: ConnectionTable::new(cfg.max_endpoints),
+            peers: HashMap::new(),
+            active: BTreeSet::new(),
+            bank,
+            matcher: Matcher::default(),
+            sends: HashMap::new(),
+            next_req: 0,
+            notes,
+            scratch_done: Vec::new(),
+            scratch_arrivals: Vec::new(),
+            scratch_ctrl: Vec::new(),
+        };
+        if !cfg.lazy_connect {
+            e.connect_all()?;
+        }
+        Ok(e)
+    }
+
+    fn connect_all(&mut self) -> Result<()> {
+        let keys: BTreeSet<usize> =
+            (0..self.world).filter(|&p| p != self.rank).map(|p| self.key_of(p)).collect();
+        for &k in &keys {
+            if !self.conns.has_room() {
+                break;
+            }
+            if self.symmetric() {
+                // The lower rank initiates; the higher one accepts.
+                if k > self.rank {
+                    self.open_key(k)?;
+                }
+            } else {
+                self.open_key(k)?;
+            }
+        }
+        let want = if self.cfg.max_endpoints == 0 { keys.len() } else { keys.len().min(self.cfg.max_endpoints) };
+        let mut backoff = crate::comm::Backoff::new();
+        loop {
+            let connecting = self.conns.keys().into_iter().any(|k| self.conns.get(k).map(|e| e.state) == Some(EpState::Connecting));
+            let live = self.conns.stats().live as usize;
+            if !connecting && (live >= want || self.cfg.max_endpoints != 0) {
+                return Ok(());
+            }
+            if self.progress()? {
+                backoff.reset();
+            } else {
+                backoff.snooze();
+            }
+        }
+    }
+
+    fn symmetric(&self) -> bool {
+        self.cfg.recv_sharing != RecvSharing::Xrc
+    }
+
+    /// Endpoint key of a peer: the peer itself, or its node in `xrc` mode.
+    fn key_of(&self, peer: usize) -> usize {
+        if self.symmetric() {
+            peer
+        } else {
+            peer / self.cfg.ranks_per_node
+        }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+
+    /// Effective configuration (after fallbacks).
+    pub fn config(&self) -> &TransportConfig {
+        &self.cfg
+    }
+
+    /// Notes about the setup (fallbacks, refused locks).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// True when other ranks failed.
+    pub fn aborted(&self) -> bool {
+        self.fabric.aborted()
+    }
+
+    pub(crate) fn fabric_mut(&mut self) -> &mut dyn Fabric {
+        self.fabric.as_mut()
+    }
+
+    fn new_req(&mut self) -> u64 {
+        self.next_req += 1;
+        self.next_req
+    }
+
+    fn check_rank(&self, r: usize) -> Result<()> {
+        if r >= self.world {
+            return Err(Error::InvalidRank { rank: r, world_size: self.world });
+        }
+        Ok(())
+    }
+
+    /// Accepts a message for sending if a pool buffer is free for its first chunk
+    /// (copied now); otherwise [`Error::WouldBlock`]. Returns the request id.
+    pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+        self.check_rank(dest)?;
+        let req = if dest == self.rank {
+            self.matcher.deliver_local(self.rank, tag, data)?;
+            let req = self.new_req();
+            self.sends.insert(req, SendReq { outstanding: 0, posted_all: true });
+            return Ok(req);
+        } else {
+            let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
+                return Err(Error::WouldBlock);
+            };
+            self.sync_wr_info();
+            let first_len = data.len().min(self.pool.buffer_size());
+            self.pool.buf_mut(id)[..first_len].copy_from_slice(&data[..first_len]);
+            let req = self.new_req();
+            self.sends.insert(req, SendReq { outstanding: 0, posted_all: false });
+            let msg = OutMsg {
+                req,
+                tag,
+                total: data.len(),
+                first: Some((id, first_len)),
+                rest: data[first_len..].to_vec(),
+                offset: 0,
+            };
+            self.peers.entry(dest).or_default().queue.push_back(msg);
+            self.active.insert(dest);
+            self.conns.note_peer(dest);
+            req
+        };
+        self.pump_peer(dest)?;
+        Ok(req)
+    }
+
+    fn sync_wr_info(&mut self) {
+        let n = self.pool.buffers();
+        if self.wr_info.len() < n {
+            self.wr_info.resize(n, None);
+        }
+    }
+
+    /// True when send request `req` is complete (all chunks posted and completed).
+    pub fn send_done(&self, req: u64) -> Result<bool> {
+        let s = self.sends.get(&req).ok_or(Error::UnknownRequest(req))?;
+        Ok(s.posted_all && s.outstanding == 0)
+    }
+
+    /// Forgets a completed send request.
+    pub fn finish_send(&mut self, req: u64) {
+        self.sends.remove(&req);
+    }
+
+    /// Posts a receive request.
+    pub fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+        if let Source::Rank(r) = src {
+            self.check_rank(r)?;
+        }
+        let req = self.new_req();
+        self.matcher.post(req, src, tag);
+        Ok(req)
+    }
+
+    /// True when receive `req` completed.
+    pub fn recv_done(&self, req: u64) -> bool {
+        self.matcher.is_complete(req)
+    }
+
+    /// Takes the message of a completed receive.
+    pub fn take_recv(&mut self, req: u64) -> Option<Message> {
+        self.matcher.take_completed(req)
+    }
+
+    /// Takes a complete matching unexpected message, if any.
+    pub fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
+        self.matcher.try_take(src, tag)
+    }
+
+    /// True when nothing is queued or in flight on the send side.
+    pub fn sends_drained(&self) -> bool {
+        self.active.is_empty() && self.conns.keys().into_iter().all(|k| self.conns.get(k).map_or(true, |e| e.inflight == 0))
+    }
+
+    /// One round of progress; returns true if anything happened.
+    pub fn progress(&mut self) -> Result<bool> {
+        if self.fabric.aborted() {
+            return Err(Error::Aborted);
+        }
+        let mut done = std::mem::take(&mut self.scratch_done);
+        let mut arrivals = std::mem::take(&mut self.scratch_arrivals);
+        let mut ctrl = std::mem::take(&mut self.scratch_ctrl);
+        let n = {
+            let matcher = &mut self.matcher;
+            self.fabric.poll(&mut |ev| {
+                match ev {
+                    Event::SendComplete(w) => done.push(w),
+                    Event::Arrival(h, payload) => {
+                        matcher.on_chunk(&h, payload)?;
+                        arrivals.push((h.src as usize, h.more));
+                    }
+                    Event::Control(src, c) => ctrl.push((src, c)),
+                }
+                Ok(())
+            })?
+        };
+        for w in done.drain(..) {
+            let (req, key) = self.wr_info[w as usize].take().ok_or_else(|| Error::Protocol(format!("unknown completion {w}")))?;
+            self.pool.release(w as BufId);
+            if let Some(s) = self.sends.get_mut(&req) {
+                s.outstanding -= 1;
+            }
+            if let Some(ep) = self.conns.get_mut(key) {
+                ep.inflight -= 1;
+            }
+        }
+        for (src, more) in arrivals.drain(..) {
+            self.bank.consumed(src, more);
+            self.conns.note_peer(src);
+            if self.symmetric() {
+                let ep = self
+                    .conns
+                    .get_mut(src)
+                    .ok_or_else(|| Error::Protocol(format!("data from rank {src} without an endpoint")))?;
+                ep.received += 1;
+                self.conns.touch(src);
+            }
+        }
+        for (src, c) in ctrl.drain(..) {
+            self.on_control(src, c)?;
+        }
+        self.scratch_done = done;
+        self.scratch_arrivals = arrivals;
+        self.scratch_ctrl = ctrl;
+
+        let mut work = n > 0;
+        work |= self.manage_endpoints()?;
+        work |= self.request_credits()?;
+        work |= self.pump()?;
+        work |= self.flush_credits()?;
+        Ok(work)
+    }
+
+    fn on_control(&mut self, src: usize, c: Control) -> Result<()> {
+        match c {
+            Control::ConnectReq { grant } => match self.conns.get(src).map(|e| e.state) {
+                None if self.conns.has_room() => self.accept(src, grant)?,
+                None | Some(EpState::Closing { .. }) => self.conns.deferred.push_back((src, grant)),
+                Some(EpState::Connecting) => {
+                    // Crossing connect requests: each side's request is the other's answer.
+                    self.conns.get_mut(src).expect("endpoint").state = EpState::Open;
+                    self.peers.entry(src).or_default().credits += grant;
+                }
+                Some(EpState::Open) => return Err(Error::Protocol(format!("connect request from rank {src} on an open endpoint"))),
+            },
+            Control::ConnectAck { grant } => {
+                let ep = self.conns.get_mut(src).ok_or_else(|| Error::Protocol(format!("connect ack from rank {src} without request")))?;
+                if ep.state == EpState::Connecting {
+                    ep.state = EpState::Open;
+                    self.peers.entry(src).or_default().credits += grant;
+                }
+            }
+            Control::Close { sent } => {
+                let ep = self.conns.get_mut(src).ok_or_else(|| Error::Protocol(format!("close from rank {src} without endpoint")))?;
+                match ep.state {
+                    EpState::Open => {
+                        ep.state = EpState::Closing { peer_sent: Some(sent) };
+                        let mine = ep.sent;
+                        self.fabric.send_control(src, Control::Close { sent: mine })?;
+                    }
+                    EpState::Closing { peer_sent: None } => ep.state = EpState::Closing { peer_sent: Some(sent) },
+                    s => return Err(Error::Protocol(format!("close from rank {src} in state {s:?}"))),
+                }
+            }
+            Control::Grant { credits } => {
+                let p = self.peers.entry(src).or_default();
+                p.credits += credits;
+                p.requested = false;
+            }
+            Control::CreditRequest => {
+                if !self.symmetric() || self.conns.get(src).map(|e| e.state) == Some(EpState::Open) {
+                    self.bank.request(src);
+                }
+            }
+            Control::Revoke => {
+                let open = !self.symmetric() || self.conns.get(src).map(|e| e.state) == Some(EpState::Open);
+                let p = self.peers.entry(src).or_default();
+                if open && p.queue.is_empty() && p.credits > 0 {
+                    let n = std::mem::take(&mut p.credits);
+                    self.fabric.send_control(src, Control::Return { credits: n })?;
+                }
+            }
+            Control::Return { credits } => self.bank.returned(src, credits),
+        }
+        Ok(())
+    }
+
+    /// Opens endpoint `key`: symmetric modes start the handshake, xrc opens at once.
+    fn open_key(&mut self, key: usize) -> Result<()> {
+        self.fabric.open_endpoint(key)?;
+        if self.symmetric() {
+            self.conns.insert(key, EpState::Connecting);
+            self.conns.note_peer(key);
+            let grant = self.bank.initial_grant(key);
+            self.fabric.send_control(key, Control::ConnectReq { grant })?;
+        } else {
+            self.conns.insert(key, EpState::Open);
+        }
+        Ok(())
+    }
+
+    fn accept(&mut self, src: usize, grant: u32) -> Result<()> {
+        self.fabric.open_endpoint(src)?;
+        self.conns.insert(src, EpState::Open);
+        self.conns.note_peer(src);
+        self.peers.entry(src).or_default().credits += grant;
+        let mine = self.bank.initial_grant(src);
+        self.fabric.send_control(src, Control::ConnectAck { grant: mine })
+    }
+
+    fn is_idle(&self, key: usize) -> bool {
+        if self.symmetric() {
+            self.peers.get(&key).map_or(true, |p| p.queue.is_empty())
+        } else {
+            !self.active.iter().any(|&p| self.key_of(p) == key)
+        }
+    }
+
+    fn start_close(&mut self, key: usize) -> Result<()> {
+        self.conns.note_eviction();
+        let symmetric = self.symmetric();
+        let ep = self.conns.get_mut(key).expect("endpoint");
+        if symmetric {
+            let sent = ep.sent;
+            ep.state = EpState::Closing { peer_sent: None };
+            self.fabric.send_control(key, Control::Close { sent })?;
+        } else {
+            ep.state = EpState::Closing { peer_sent: Some(0) };
+        }
+        Ok(())
+    }
+
+    /// Frees drained closing endpoints, accepts deferred connects, opens endpoints for
+    /// queued data, evicts past the cap.
+    fn manage_endpoints(&mut self) -> Result<bool> {
+        let mut work = false;
+        if self.conns.closing() > 0 {
+            for key in self.conns.keys() {
+                let ep = self.conns.get(key).expect("endpoint");
+                if let EpState::Closing { peer_sent: Some(n) } = ep.state {
+                    if ep.received == n && ep.inflight == 0 {
+                        self.fabric.close_endpoint(key)?;
+                        self.conns.remove(key);
+                        if self.symmetric() {
+                            let p = self.peers.entry(key).or_default();
+                            p.credits = 0;
+                            p.requested = false;
+                            self.bank.reset_peer(key);
+                        }
+                        work = true;
+                    }
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.conns.deferred.len() && self.conns.has_room() {
+            let (src, grant) = self.conns.deferred[i];
+            if self.conns.get(src).is_none() {
+                self.conns.deferred.remove(i);
+                self.accept(src, grant)?;
+                work = true;
+            } else {
+                i += 1;
+            }
+        }
+        let mut need_room = !self.conns.deferred.is_empty();
+        let wanted: Vec<usize> = self.active.iter().map(|&p| self.key_of(p)).collect();
+        for key in wanted {
+            if self.conns.get(key).is_some() {
+                continue;
+            }
+            if self.conns.has_room() {
+                self.open_key(key)?;
+                work = true;
+            } else {
+                need_room = true;
+            }
+        }
+        if need_room && !self.conns.has_room() && self.conns.closing() == 0 {
+            if let Some(v) = self.conns.victim(|k| self.is_idle(k)) {
+                self.start_close(v)?;
+                work = true;
+            }
+        }
+        Ok(work)
+    }
+
+    fn request_credits(&mut self) -> Result<bool> {
+        if self.cfg.recv_sharing == RecvSharing::PerPeer {
+            return Ok(false);
+        }
+        let mut work = false;
+        for &dest in &self.active {
+            let open = !self.symmetric() || self.conns.get(dest).map(|e| e.state) == Some(EpState::Open);
+            let p = self.peers.get_mut(&dest).expect("active peer");
+            if open && p.credits == 0 && !p.requested {
+                p.requested = true;
+                self.fabric.send_control(dest, Control::CreditRequest)?;
+                work = true;
+            }
+        }
+        Ok(work)
+    }
+
+    fn flush_credits(&mut self) -> Result<bool> {
+        if !self.bank.has_pending() {
+            return Ok(false);
+        }
+        for (peer, credits) in self.bank.take_grants() {
+            if !self.symmetric() || self.conns.get(peer).map(|e| e.state) == Some(EpState::Open) {
+                self.fabric.send_control(peer, Control::Grant { credits })?;
+            }
+        }
+        for peer in self.bank.take_revokes() {
+            if !self.symmetric() || self.conns.get(peer).map(|e| e.state) == Some(EpState::Open) {
+                self.fabric.send_control(peer, Control::Revoke)?;
+            }
+        }
+        Ok(true)
+    }
+
+    fn pump(&mut self) -> Result<bool> {
+        let mut work = false;
+        let dests: Vec<usize> = self.active.iter().copied().collect();
+        for d in dests {
+            work |= self.pump_peer(d)?;
+        }
+        Ok(work)
+    }
+
+    /// Posts as many chunks to `dest` as endpoint state, credits and pool buffers allow.
+    fn pump_peer(&mut self, dest: usize) -> Result<bool> {
+        let key = self.key_of(dest);
+        let mut work = false;
+        loop {
+            match self.conns.get(key) {
+                Some(ep) if ep.state == EpState::Open => {}
+                _ => break,
+            }
+            let Some(p) = self.peers.get_mut(&dest) else { break };
+            if p.credits == 0 {
+                break;
+            }
+            let Some(msg) = p.queue.front_mut() else { break };
+            let bs = self.pool.buffer_size();
+            let (id, len) = match msg.first.take() {
+                Some(f) => f,
+                None => {
+                    let Some(id) = self.pool.acquire(self.fabric.as_mut())? else { break };
+                    let len = (msg.total - msg.offset).min(bs);
+                    let from = msg.offset - bs; // `rest` starts after the first chunk
+                    self.pool.buf_mut(id)[..len].copy_from_slice(&msg.rest[from..from + len]);
+                    (id, len)
+                }
+            };
+            // Re-borrow after the pool was used.
+            let p = self.peers.get_mut(&dest).expect("peer");
+            let queued = p.queue.len();
+            let msg = p.queue.front_mut().expect("message");
+            let hdr = PacketHeader {
+                src: self.rank as u32,
+                tag: msg.tag,
+                total: msg.total as u64,
+                offset: msg.offset as u64,
+                len: len as u32,
+                more: msg.offset + len < msg.total || queued > 1,
+            };
+            let req = msg.req;
+            msg.offset += len;
+            let finished = msg.offset >= msg.total;
+            p.credits -= 1;
+            if finished {
+                p.queue.pop_front();
+                if p.queue.is_empty() {
+                    self.active.remove(&dest);
+                }
+            }
+            self.sync_wr_info();
+            self.wr_info[id as usize] = Some((req, key));
+            self.fabric.post_send(dest, key, &hdr, &self.pool.buf(id)[..len], id as u64)?;
+            let ep = self.conns.get_mut(key).expect("endpoint");
+            ep.sent += 1;
+            ep.inflight += 1;
+            self.conns.touch(key);
+            let s = self.sends.get_mut(&req).expect("send request");
+            s.outstanding += 1;
+            if finished {
+                s.posted_all = true;
+            }
+            work = true;
+        }
+        Ok(work)
+    }
+
+    /// Pool occupancy.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    /// Endpoint counters.
+    pub fn endpoint_stats(&self) -> EndpointStats {
+        self.conns.stats()
+    }
+
+    /// True if the shared-queue credit accounting is consistent (diagnostics).
+    pub fn credits_consistent(&self) -> bool {
+        self.bank.is_consistent()
+    }
+
+    /// The transport memory this rank accounts, by kind.
+    pub fn footprint(&self) -> Footprint {
+        let fb = self.fabric.bytes();
+        let st = self.conns.stats();
+        let model = crate::footprint::MemoryModel::for_kind(self.cfg.kind);
+        Footprint {
+            pool_bytes: self.pool.bytes(),
+            registered_bytes: self.pool.registered_bytes() + fb.recv_registered_bytes,
+            locked_bytes: self.pool.locked_bytes() + fb.recv_locked_bytes,
+            endpoint_bytes: fb.endpoint_bytes + st.live * model.engine_endpoint_bytes,
+            srq_bytes: fb.srq_bytes,
+            control_bytes: model.control_fixed_bytes + st.peers_connected * model.per_peer_control_bytes,
+            endpoints_live: st.live,
+            endpoints_peak: st.peak,
+            endpoints_opened: st.opened,
+            peers_connected: st.peers_connected,
+        }
+    }
+}

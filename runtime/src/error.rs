@@ -1,0 +1,59 @@
+//! The runtime's error type.
+
+use thiserror::Error;
+
+/// Errors of the Ballast runtime.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A configuration value is out of range or unparsable; `var` is its `BALLAST_*` variable.
+    #[error("bad value `{value}` for {var}: {reason}")]
+    Config {
+        /// The environment variable naming the setting.
+        var: &'static str,
+        /// The rejected value.
+        value: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A non-blocking send found the buffer pool exhausted (back-pressure); retry after `progress()`.
+    #[error("buffer pool exhausted: the send would block")]
+    WouldBlock,
+    /// A rank argument is outside `0..world_size`.
+    #[error("rank {rank} is outside the world of {world_size} ranks")]
+    InvalidRank {
+        /// The rank given.
+        rank: usize,
+        /// The world size.
+        world_size: usize,
+    },
+    /// The tag is in the range reserved for the runtime's collectives (`>= RESERVED_TAG_BASE`).
+    #[error("tag {0} is reserved for internal use (user tags must be < 2^31)")]
+    ReservedTag(u32),
+    /// The requested transport is not compiled into this build.
+    #[error("transport `{0}` is not compiled into this build")]
+    TransportUnavailable(String),
+    /// A send found no posted receive buffer at the receiver: a flow-control bug, never expected.
+    #[error("receiver-not-ready: rank {dest} had no posted receive buffer (flow-control violation)")]
+    ReceiverNotReady {
+        /// The receiving rank.
+        dest: usize,
+    },
+    /// The wire protocol saw something impossible (out-of-order chunk, unknown endpoint).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The request handle does not belong to this communicator or was already completed.
+    #[error("unknown or already completed request {0}")]
+    UnknownRequest(u64),
+    /// Another rank failed (panicked or returned an error), so this rank cannot progress.
+    #[error("the run was aborted because another rank failed")]
+    Aborted,
+    /// A rank thread panicked.
+    #[error("rank {0} panicked: {1}")]
+    RankPanicked(usize, String),
+    /// Operating-system error (thread spawn, /proc read).
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Result alias of the runtime.
+pub type Result<T> = std::result::Result<T, Error>;

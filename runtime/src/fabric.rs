@@ -1,0 +1,178 @@
+//! The transport-facing interface ([`Fabric`]): what a transport (local threads, MPI,
+//! verbs) must provide below the protocol. The protocol above it (eager/chunked sends,
+//! credits, tag matching, ordering, endpoint lifetime, footprint accounting) lives in
+//! transport-independent modules and is reused unchanged by every transport.
+//!
+//! The model is that of RDMA send/receive: a rank registers its buffer pool once, opens
+//! endpoints (QPs) to peers, posts sends of pool-buffer slices that land in a receive
+//! buffer preposted by the receiver (per endpoint, or in a shared receive queue), and
+//! polls completions. Small control messages (connect/close handshakes, credit grants)
+//! travel on a separate control path that consumes no receive buffer.
+
+use crate::config::RecvSharing;
+use crate::error::Result;
+
+/// Envelope of one data packet (one chunk of a message). In the verbs transport it is
+/// carried inline before the payload; in `local` beside it. 32 bytes on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketHeader {
+    /// Sending rank.
+    pub src: u32,
+    /// Message tag.
+    pub tag: u32,
+    /// Total message length in bytes.
+    pub total: u64,
+    /// Offset of this chunk in the message, bytes.
+    pub offset: u64,
+    /// Payload length of this chunk, bytes (`<= buffer_size`).
+    pub len: u32,
+    /// The sender has more packets queued for this receiver after this one (used by the
+    /// shared-queue credit bank to keep credits flowing to busy senders).
+    pub more: bool,
+}
+
+/// Control messages between two ranks. They consume no receive buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Open an endpoint pair; `grant` initial credits for the receiver of this message.
+    ConnectReq {
+        /// Credits granted to the peer.
+        grant: u32,
+    },
+    /// Accept a [`Control::ConnectReq`]; `grant` initial credits.
+    ConnectAck {
+        /// Credits granted to the peer.
+        grant: u32,
+    },
+    /// Close the endpoint pair; `sent` = data packets this side posted on it. Also the reply.
+    Close {
+        /// Data packets sent on this endpoint incarnation.
+        sent: u64,
+    },
+    /// Credits: the peer may post this many more packets to my receive buffers.
+    Grant {
+        /// Number of credits.
+        credits: u32,
+    },
+    /// The sender has data for me and no credit (shared/xrc modes).
+    CreditRequest,
+    /// I need credits back: return the ones you are not using (shared/xrc modes).
+    Revoke,
+    /// Unused credits given back after a [`Control::Revoke`].
+    Return {
+        /// Number of credits.
+        credits: u32,
+    },
+}
+
+/// Something that happened on the fabric, reported by [`Fabric::poll`].
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// The send posted with this `wr_id` completed; its pool buffer is free again.
+    SendComplete(u64),
+    /// A data packet arrived in a posted receive buffer; `payload` is valid only during the
+    /// callback, after which the buffer is reposted.
+    Arrival(PacketHeader, &'a [u8]),
+    /// A control message from rank `src`.
+    Control(usize, Control),
+}
+
+/// What a transport can do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Transport name.
+    pub name: &'static str,
+    /// Supports XRC-style node-shared send endpoints.
+    pub xrc: bool,
+}
+
+/// Outcome of registering a memory region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// Bytes registered.
+    pub bytes: u64,
+    /// Bytes actually locked/pinned in memory (0 when locking was refused or off).
+    pub locked_bytes: u64,
+    /// Why the region is not locked, if it is not.
+    pub note: Option<String>,
+}
+
+/// Transport memory owned by the fabric, by kind, in bytes (what it really allocated).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FabricBytes {
+    /// Per-endpoint structures and per-endpoint receive queues (buffers + WQE slots).
+    pub endpoint_bytes: u64,
+    /// Shared receive queues (buffers + WQE slots).
+    pub srq_bytes: u64,
+    /// Receive buffers registered (subset of the two above).
+    pub recv_registered_bytes: u64,
+    /// Receive memory locked.
+    pub recv_locked_bytes: u64,
+}
+
+/// The transport below the protocol. One instance per rank, driven by one thread.
+///
+/// Endpoints are keyed by an `EndpointKey`: the peer rank in `per-peer`/`shared` mode, the
+/// remote node in `xrc` mode.
+pub trait Fabric: Send {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn world_size(&self) -> usize;
+    /// What the transport supports.
+    fn capabilities(&self) -> Capabilities;
+    /// Registers (and, if `lock`, locks) a pool chunk once; it stays registered until drop.
+    fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration>;
+    /// Creates the rank's receive resources for the effective sharing mode (the SRQ in
+    /// `shared`/`xrc`), called once before any endpoint. Returns a note if the receive
+    /// memory could not be locked.
+    fn setup_receive(&mut self, sharing: RecvSharing) -> Result<Option<String>>;
+    /// Allocates the endpoint `key` (and its receive queue in `per-peer` mode).
+    fn open_endpoint(&mut self, key: usize) -> Result<()>;
+    /// Frees the endpoint `key`; all its traffic is drained (the protocol guarantees it).
+    fn close_endpoint(&mut self, key: usize) -> Result<()>;
+    /// Posts `payload` (a pool buffer slice) to rank `dest` through endpoint `key`.
+    /// The caller holds a credit for the receive queue it lands in.
+    fn post_send(&mut self, dest: usize, key: usize, header: &PacketHeader, payload: &[u8], wr_id: u64) -> Result<()>;
+    /// Sends a control message to rank `dest`.
+    fn send_control(&mut self, dest: usize, msg: Control) -> Result<()>;
+    /// Polls completions, arrivals and control messages; returns how many were handled.
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize>;
+    /// Memory owned by the fabric, as really allocated.
+    fn bytes(&self) -> FabricBytes;
+    /// True when another rank of the job failed and waiting is pointless.
+    fn aborted(&self) -> bool;
+    /// Signals that this rank finished its work; returns when `true` all ranks did.
+    fn mark_done(&mut self);
+    /// True when every rank called [`Fabric::mark_done`].
+    fn all_done(&self) -> bool;
+}
+
+/// Decides the effective sharing mode: `xrc` on a transport without XRC falls back to
+/// `shared` with an explanatory note.
+pub fn effective_sharing(requested: RecvSharing, caps: Capabilities) -> (RecvSharing, Option<String>) {
+    if requested == RecvSharing::Xrc && !caps.xrc {
+        (
+            RecvSharing::Shared,
+            Some(format!("transport `{}` cannot do xrc; falling back to recv_sharing=shared", caps.name)),
+        )
+    } else {
+        (requested, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xrc_falls_back_to_shared_when_unsupported() {
+        let no = Capabilities { name: "mpi", xrc: false };
+        let (mode, note) = effective_sharing(RecvSharing::Xrc, no);
+        assert_eq!(mode, RecvSharing::Shared);
+        assert!(note.unwrap().contains("mpi"));
+        let yes = Capabilities { name: "local", xrc: true };
+        assert_eq!(effective_sharing(RecvSharing::Xrc, yes), (RecvSharing::Xrc, None));
+        assert_eq!(effective_sharing(RecvSharing::PerPeer, no), (RecvSharing::PerPeer, None));
+    }
+}

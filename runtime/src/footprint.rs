@@ -1,0 +1,236 @@
+//! The footprint: transport memory of one rank by kind, as accounted by a running
+//! communicator ([`crate::Communicator::footprint`]) and as predicted from the
+//! configuration alone ([`TransportConfig::predict`]), the formula the balancer charges
+//! per rank.
+//!
+//! # The model
+//!
+//! With `c` = peers connected (all `world_size - 1` when `lazy_connect` is off), `e` =
+//! live endpoints = `c` (per-peer, shared) or `min(c, ceil(world_size / ranks_per_node))`
+//! (xrc: one send endpoint per remote node), capped at `max_endpoints` when set, `B` =
+//! `buffer_size`, and the per-object sizes of [`MemoryModel`]:
+//!
+//! | kind | bytes |
+//! |---|---|
+//! | pool | `buffer_count * B` (initial; with `pool_growth` at most `max_pool_bytes`) |
+//! | endpoints | `e * (endpoint_fixed + engine_endpoint)` + per-peer only: `e * (rq_fixed + recv_depth * (B + rq_wqe))` |
+//! | shared receive queue | shared/xrc only: `srq_fixed + srq_depth * (B + srq_wqe)` |
+//! | control | `control_fixed + c * per_peer_control` |
+//! | registered | pool + receive buffers (`e * recv_depth * B` or `srq_depth * B`) |
+//!
+//! `total_bytes()` = pool + endpoints + shared receive queue + control (registered and
+//! locked are views of the same memory, not added).
+//!
+//! In `xrc` mode only senders open endpoints, so for a rank that only receives the model
+//! over-counts (it charges one endpoint per peer node); it never under-counts.
+//!
+//! # Sizes used for the verbs transport (mlx5, ConnectX-4 and later)
+//!
+//! From rdma-core `providers/mlx5/mlx5dv.h` (and `providers/mlx5/wqe.h` in older trees):
+//! a send WQE basic block is `MLX5_SEND_WQE_BB = 64` bytes; a receive data segment
+//! `struct mlx5_wqe_data_seg` is 16 bytes (one scatter entry per receive WQE); an SRQ
+//! WQE adds `struct mlx5_wqe_srq_next_seg` (16 bytes), so 32 bytes; a completion entry
+//! `struct mlx5_cqe64` is 64 bytes. Per QP we charge a send ring of
+//! [`VERBS_SQ_DEPTH`] basic blocks plus [`VERBS_QP_CONTEXT_BYTES`] for the QP context the
+//! driver gives the HCA (firmware ICM) and the user/kernel QP structures: this last
+//! number is an estimate (rdma-core and the kernel do not state one size), to be replaced
+//! by a measurement when the verbs transport lands. The CQ is [`VERBS_CQ_ENTRIES`] x 64 B.
+
+use crate::config::{RecvSharing, TransportConfig, TransportKind};
+
+/// Send queue depth per verbs QP (WQE basic blocks of 64 B).
+pub const VERBS_SQ_DEPTH: u64 = 64;
+/// Estimated QP context + driver structures per verbs QP, bytes (see module docs).
+pub const VERBS_QP_CONTEXT_BYTES: u64 = 1024;
+/// Completion queue entries per rank in the verbs model.
+pub const VERBS_CQ_ENTRIES: u64 = 1024;
+/// `MLX5_SEND_WQE_BB`, bytes.
+pub const MLX5_SEND_WQE_BB: u64 = 64;
+/// `sizeof(struct mlx5_wqe_data_seg)`, bytes: one receive WQE with one scatter entry.
+pub const MLX5_RECV_WQE_BYTES: u64 = 16;
+/// `sizeof(struct mlx5_wqe_srq_next_seg) + sizeof(struct mlx5_wqe_data_seg)`, bytes.
+pub const MLX5_SRQ_WQE_BYTES: u64 = 32;
+/// `sizeof(struct mlx5_cqe64)`, bytes.
+pub const MLX5_CQE_BYTES: u64 = 64;
+
+/// Per-object sizes of one transport, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryModel {
+    /// Per endpoint, transport side (the QP: send ring, context).
+    pub endpoint_fixed_bytes: u64,
+    /// Per endpoint, protocol side (the endpoint table entry).
+    pub engine_endpoint_bytes: u64,
+    /// Per per-peer receive queue, excluding its buffers and WQEs.
+    pub rq_fixed_bytes: u64,
+    /// Per receive WQE of a per-peer receive queue, beyond the buffer itself.
+    pub rq_wqe_bytes: u64,
+    /// Per shared receive queue, excluding its buffers and WQEs.
+    pub srq_fixed_bytes: u64,
+    /// Per receive WQE of a shared receive queue, beyond the buffer itself.
+    pub srq_wqe_bytes: u64,
+    /// Per rank: protocol engine, transport object, completion queue.
+    pub control_fixed_bytes: u64,
+    /// Per connected peer: sender state and credit-bank entry.
+    pub per_peer_control_bytes: u64,
+}
+
+impl MemoryModel {
+    /// Sizes of the in-process transport: the sizes of the structures it really allocates.
+    pub fn local() -> MemoryModel {
+        crate::local::memory_model()
+    }
+
+    /// Sizes of the verbs transport (mlx5); see the module docs for sources.
+    pub fn verbs() -> MemoryModel {
+        let engine = crate::local::memory_model();
+        MemoryModel {
+            endpoint_fixed_bytes: VERBS_SQ_DEPTH * MLX5_SEND_WQE_BB + VERBS_QP_CONTEXT_BYTES,
+            engine_endpoint_bytes: engine.engine_endpoint_bytes,
+            rq_fixed_bytes: 0,
+            rq_wqe_bytes: MLX5_RECV_WQE_BYTES,
+            srq_fixed_bytes: VERBS_QP_CONTEXT_BYTES,
+            srq_wqe_bytes: MLX5_SRQ_WQE_BYTES,
+            control_fixed_bytes: VERBS_CQ_ENTRIES * MLX5_CQE_BYTES + engine.control_fixed_bytes,
+            per_peer_control_bytes: engine.per_peer_control_bytes,
+        }
+    }
+
+    /// The model of a transport kind (MPI uses the verbs model: it runs over verbs).
+    pub fn for_kind(kind: TransportKind) -> MemoryModel {
+        match kind {
+            TransportKind::Local => Self::local(),
+            TransportKind::Verbs | TransportKind::Mpi => Self::verbs(),
+        }
+    }
+}
+
+/// Transport memory of one rank by kind (bytes) and endpoint counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Registered buffer pool.
+    pub pool_bytes: u64,
+    /// Registered memory: pool plus receive buffers (a view, not added to the total).
+    pub registered_bytes: u64,
+    /// Locked memory (a view, not added to the total; predicted as what would be locked).
+    pub locked_bytes: u64,
+    /// Per-endpoint structures and per-endpoint receive queues.
+    pub endpoint_bytes: u64,
+    /// Shared receive queues.
+    pub srq_bytes: u64,
+    /// Control state (engine, per-peer protocol state).
+    pub control_bytes: u64,
+    /// Endpoints live now.
+    pub endpoints_live: u64,
+    /// Most endpoints live at once.
+    pub endpoints_peak: u64,
+    /// Endpoints ever opened.
+    pub endpoints_opened: u64,
+    /// Distinct peers communicated with.
+    pub peers_connected: u64,
+}
+
+impl Footprint {
+    /// Pool + endpoints + shared receive queues + control, bytes.
+    pub fn total_bytes(&self) -> u64 {
+        self.pool_bytes + self.endpoint_bytes + self.srq_bytes + self.control_bytes
+    }
+
+    /// Field names and values, for tables and JSON.
+    pub fn fields(&self) -> [(&'static str, u64); 10] {
+        [
+            ("pool_bytes", self.pool_bytes),
+            ("registered_bytes", self.registered_bytes),
+            ("locked_bytes", self.locked_bytes),
+            ("endpoint_bytes", self.endpoint_bytes),
+            ("srq_bytes", self.srq_bytes),
+            ("control_bytes", self.control_bytes),
+            ("endpoints_live", self.endpoints_live),
+            ("endpoints_peak", self.endpoints_peak),
+            ("endpoints_opened", self.endpoints_opened),
+            ("peers_connected", self.peers_connected),
+        ]
+    }
+}
+
+impl TransportConfig {
+    /// Predicts the footprint of a rank that talks to `peers` other ranks in a world of
+    /// `world_size` ranks grouped `ranks_per_node` per node (used by `xrc`), from the
+    /// configuration alone. Pure and O(1). See the module docs for the formula.
+    pub fn predict(&self, peers: usize, world_size: usize, ranks_per_node: usize) -> Footprint {
+        let m = MemoryModel::for_kind(self.kind);
+        let others = world_size.saturating_sub(1) as u64;
+        let c = if self.lazy_connect { (peers as u64).min(others) } else { others };
+        let rpn = ranks_per_node.max(1) as u64;
+        let keys = match self.recv_sharing {
+            RecvSharing::Xrc => c.min((world_size as u64).div_ceil(rpn)),
+            _ => c,
+        };
+        let e = if self.max_endpoints > 0 { keys.min(self.max_endpoints as u64) } else { keys };
+        let b = self.buffer_size as u64;
+        let pool = self.buffer_count as u64 * b;
+        let mut endpoint = e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes);
+        let (srq, recv_buffers) = match self.recv_sharing {
+            RecvSharing::PerPeer => {
+                let d = self.recv_depth as u64;
+                endpoint += e * (m.rq_fixed_bytes + d * (b + m.rq_wqe_bytes));
+                (0, e * d * b)
+            }
+            RecvSharing::Shared | RecvSharing::Xrc => {
+                let d = self.srq_depth as u64;
+                (m.srq_fixed_bytes + d * (b + m.srq_wqe_bytes), d * b)
+            }
+        };
+        let registered = pool + recv_buffers;
+        Footprint {
+            pool_bytes: pool,
+            registered_bytes: registered,
+            locked_bytes: if self.lock_pool { registered } else { 0 },
+            endpoint_bytes: endpoint,
+            srq_bytes: srq,
+            control_bytes: m.control_fixed_bytes + c * m.per_peer_control_bytes,
+            endpoints_live: e,
+            endpoints_peak: e,
+            endpoints_opened: e,
+            peers_connected: c,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_peer_grows_by_depth_times_buffer_per_peer_and_shared_does_not() {
+        let pp = TransportConfig { recv_sharing: RecvSharing::PerPeer, recv_depth: 8, buffer_size: 8192, ..Default::default() };
+        let d = pp.predict(11, 64, 1).total_bytes() - pp.predict(10, 64, 1).total_bytes();
+        assert!(d >= 8 * 8192 && d < 8 * 8192 + 1024, "{d}");
+        let sh = TransportConfig { recv_sharing: RecvSharing::Shared, ..pp };
+        let d = sh.predict(11, 64, 1).total_bytes() - sh.predict(10, 64, 1).total_bytes();
+        assert!(d > 0 && d <= 1024, "{d}");
+    }
+
+    #[test]
+    fn xrc_counts_nodes_and_cap_limits_endpoints() {
+        let x = TransportConfig { recv_sharing: RecvSharing::Xrc, ..Default::default() };
+        assert_eq!(x.predict(1023, 1024, 32).endpoints_live, 32);
+        assert_eq!(x.predict(5, 1024, 32).endpoints_live, 5);
+        let capped = TransportConfig { max_endpoints: 64, ..Default::default() };
+        let f = capped.predict(1000, 1024, 1);
+        assert_eq!((f.endpoints_live, f.peers_connected), (64, 1000));
+        let eager = TransportConfig { lazy_connect: false, ..Default::default() };
+        assert_eq!(eager.predict(3, 100, 1).endpoints_live, 99);
+    }
+
+    #[test]
+    fn verbs_model_uses_mlx5_sizes() {
+        let v = TransportConfig { kind: TransportKind::Verbs, recv_sharing: RecvSharing::PerPeer, recv_depth: 4, buffer_size: 4096, ..Default::default() };
+        let one = v.predict(1, 2, 1);
+        let m = MemoryModel::verbs();
+        assert_eq!(
+            one.endpoint_bytes,
+            VERBS_SQ_DEPTH * 64 + VERBS_QP_CONTEXT_BYTES + m.engine_endpoint_bytes + 4 * (4096 + 16)
+        );
+        assert_eq!(one.registered_bytes, 64 * 4096 + 4 * 4096);
+    }
+}

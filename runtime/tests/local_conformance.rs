@@ -1,0 +1,107 @@
+//! The conformance suite instantiated for the in-process transport.
+
+mod conformance;
+
+use ballast_runtime::{local, Communicator, RecvSharing, Result, RuntimeConfig};
+use conformance::*;
+
+struct Local;
+
+impl Launcher for Local {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+    fn run<R: Send, F: Fn(&mut Communicator) -> R + Sync>(&self, n: usize, cfg: &RuntimeConfig, f: F) -> Result<Vec<R>> {
+        local::run(n, cfg, f)
+    }
+}
+
+const MODES: [RecvSharing; 3] = [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc];
+
+#[test]
+fn ordering_per_peer_and_tag_all_modes() {
+    for m in MODES {
+        ordering_per_peer_and_tag(&Local, m);
+    }
+}
+
+#[test]
+fn any_source_any_tag_all_modes() {
+    for m in MODES {
+        any_source_any_tag(&Local, m);
+    }
+}
+
+#[test]
+fn try_recv_waits_for_whole_message() {
+    try_recv_and_test(&Local);
+}
+
+#[test]
+fn message_sizes_shared() {
+    message_sizes_with_checksums(&Local, RecvSharing::Shared);
+}
+
+#[test]
+fn message_sizes_per_peer() {
+    message_sizes_with_checksums(&Local, RecvSharing::PerPeer);
+}
+
+#[test]
+fn back_pressure_pool_of_two_all_modes() {
+    for m in MODES {
+        back_pressure_pool_of_two(&Local, m);
+    }
+}
+
+#[test]
+fn pool_growth_bounded() {
+    pool_growth_is_bounded(&Local);
+}
+
+#[test]
+fn eviction_two_endpoints_all_modes() {
+    for m in MODES {
+        eviction_with_two_endpoints(&Local, m);
+    }
+}
+
+#[test]
+fn all_to_all_64_shared() {
+    all_to_all_64(&Local, RecvSharing::Shared);
+}
+
+#[test]
+fn all_to_all_64_per_peer() {
+    all_to_all_64(&Local, RecvSharing::PerPeer);
+}
+
+#[test]
+fn many_to_one_srq4_shared() {
+    many_to_one_srq4(&Local, RecvSharing::Shared);
+}
+
+#[test]
+fn many_to_one_srq4_xrc() {
+    many_to_one_srq4(&Local, RecvSharing::Xrc);
+}
+
+#[test]
+fn collectives_all_modes() {
+    for m in MODES {
+        collectives(&Local, m);
+    }
+}
+
+#[test]
+fn bad_input() {
+    bad_input_is_an_error(&Local);
+}
+
+#[test]
+fn footprint_equals_model_all_modes() {
+    for m in MODES {
+        footprint_matches_model(&Local, m, true);
+        footprint_matches_model(&Local, m, false);
+    }
+}
