@@ -15,7 +15,7 @@ const CASES: [(&str, usize, usize, usize, u32, u32); 2] = [
 ];
 
 fn balancer(c: &mut Criterion) {
-    println!("{:<18} {:<11} {:>14} {:>14} {:>10}", "case", "strategy", "max bucket KB", "lower bound KB", "max/LB");
+    println!("{:<18} {:<11} {:>14} {:>14} {:>12}", "case", "strategy", "max bucket KB", "lower bound KB", "max/LB");
     for (label, cells, metypes, populations, ranks, cycles) in CASES {
         let dry_run = generate(&SyntheticSpec { cells, metypes, populations, seed: 1 }).unwrap();
         let mut group = c.benchmark_group(label);
@@ -25,7 +25,7 @@ fn balancer(c: &mut Criterion) {
             let s = Summary::new(&balance(&dry_run, &config), &dry_run).overall;
             let name = format!("{strategy:?}").to_lowercase();
             println!(
-                "{label:<18} {name:<11} {:>14.1} {:>14.1} {:>10.6}",
+                "{label:<18} {name:<11} {:>14.1} {:>14.1} {:>12.9}",
                 s.max_bucket_kb, s.lower_bound_kb, s.ratio_to_lower_bound
             );
             group.bench_function(&name, |b| b.iter(|| balance(black_box(&dry_run), black_box(&config))));
