@@ -41,6 +41,17 @@ pub enum BalancerError {
     /// An allocation does not match the dry-run data (missing, extra or duplicated gids).
     #[error("allocation does not match the dry-run data: {0}")]
     Mismatch(String),
+    /// A SONATA circuit (config JSON, nodes/edges HDF5 or node-types CSV file) is missing or
+    /// wrong. `population` is empty for errors of the circuit config itself; `field` is a
+    /// JSON path (`networks.nodes[0].nodes_file`), an HDF5 path (`/nodes/A/0/mtype`) or a CSV
+    /// column.
+    #[error("{path}: {}{field}: {message}", population_prefix(.population))]
+    Sonata {
+        path: PathBuf,
+        population: String,
+        field: String,
+        message: String,
+    },
     /// A parameter is out of range (e.g. zero ranks).
     #[error("invalid parameter: {0}")]
     InvalidParameter(String),
@@ -48,6 +59,14 @@ pub enum BalancerError {
 
 /// Result alias for the balancer library.
 pub type Result<T, E = BalancerError> = std::result::Result<T, E>;
+
+fn population_prefix(population: &str) -> String {
+    if population.is_empty() {
+        String::new()
+    } else {
+        format!("population `{population}`: ")
+    }
+}
 
 impl BalancerError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

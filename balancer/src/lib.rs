@@ -8,6 +8,8 @@ pub mod dryrun;
 pub mod error;
 pub mod files;
 pub mod pickle;
+#[cfg(feature = "sonata")]
+pub mod sonata;
 pub mod strategy;
 pub mod summary;
 pub mod synthetic;
