@@ -36,6 +36,7 @@ pub mod fanout;
 pub mod footprint;
 pub mod local;
 pub mod matching;
+pub mod memory;
 pub mod pool;
 pub mod procstatus;
 

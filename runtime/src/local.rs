@@ -18,6 +18,7 @@ use crate::config::{RecvSharing, RuntimeConfig, TransportConfig, TransportKind};
 use crate::error::{Error, Result};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, Registration};
 use crate::footprint::MemoryModel;
+use crate::memory::AlignedRegion;
 
 /// Arrivals handled per [`Fabric::poll`] call at most.
 const POLL_BATCH: usize = 256;
@@ -27,15 +28,15 @@ const POLL_BATCH: usize = 256;
 pub(crate) struct RecvQueue {
     // Before `region`: the lock ends before the memory is freed.
     _lock: Option<region::LockGuard>,
-    region: Mutex<Box<[u8]>>,
+    region: Mutex<AlignedRegion>,
     posted: ArrayQueue<u32>,
     buffer_size: usize,
 }
 
 impl RecvQueue {
     fn new(depth: usize, buffer_size: usize, lock: bool) -> (Arc<RecvQueue>, Registration) {
-        let mem = vec![0u8; depth * buffer_size].into_boxed_slice();
-        let (guard, reg) = lock_region(&mem, lock);
+        let mem = AlignedRegion::new(depth * buffer_size);
+        let (guard, reg) = lock_region(mem.as_slice(), lock);
         let posted = ArrayQueue::new(depth);
         for i in 0..depth as u32 {
             posted.push(i).expect("queue sized to depth");
@@ -255,7 +256,7 @@ impl Fabric for LocalFabric {
         {
             let mut g = rq.region.lock();
             let off = slot as usize * rq.buffer_size;
-            g[off..off + payload.len()].copy_from_slice(payload);
+            g.as_mut_slice()[off..off + payload.len()].copy_from_slice(payload);
         }
         port.data.push(Arrival { hdr: *hdr, rq, slot });
         self.completions.push_back(wr_id);
@@ -279,7 +280,7 @@ impl Fabric for LocalFabric {
             {
                 let g = a.rq.region.lock();
                 let off = a.slot as usize * a.rq.buffer_size;
-                on_event(Event::Arrival(a.hdr, &g[off..off + a.hdr.len as usize]))?;
+                on_event(Event::Arrival(a.hdr, &g.as_slice()[off..off + a.hdr.len as usize]))?;
             }
             a.rq.posted.push(a.slot).map_err(|_| Error::Protocol("receive queue overflow".into()))?;
             n += 1;

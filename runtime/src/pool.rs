@@ -7,6 +7,7 @@
 use crate::config::TransportConfig;
 use crate::error::Result;
 use crate::fabric::Fabric;
+use crate::memory::AlignedRegion;
 
 /// Identifier of one pool buffer.
 pub type BufId = u32;
@@ -14,7 +15,7 @@ pub type BufId = u32;
 struct Chunk {
     first: BufId,
     count: u32,
-    mem: Box<[u8]>,
+    mem: AlignedRegion,
 }
 
 /// Pool occupancy counters.
@@ -71,8 +72,8 @@ impl BufferPool {
 
     fn add_chunk(&mut self, count: usize, fabric: &mut dyn Fabric) -> Result<()> {
         let first = self.chunks.iter().map(|c| c.count).sum::<u32>();
-        let mem = vec![0u8; count * self.buffer_size].into_boxed_slice();
-        let reg = fabric.register(&mem, self.lock)?;
+        let mem = AlignedRegion::new(count * self.buffer_size);
+        let reg = fabric.register(mem.as_slice(), self.lock)?;
         self.registered_bytes += reg.bytes;
         self.locked_bytes += reg.locked_bytes;
         if let Some(n) = reg.note {
@@ -127,14 +128,14 @@ impl BufferPool {
     /// The bytes of buffer `id` (`buffer_size` long).
     pub fn buf(&self, id: BufId) -> &[u8] {
         let (ci, off) = self.locate(id);
-        &self.chunks[ci].mem[off..off + self.buffer_size]
+        &self.chunks[ci].mem.as_slice()[off..off + self.buffer_size]
     }
 
     /// The bytes of buffer `id`, writable.
     pub fn buf_mut(&mut self, id: BufId) -> &mut [u8] {
         let (ci, off) = self.locate(id);
         let bs = self.buffer_size;
-        &mut self.chunks[ci].mem[off..off + bs]
+        &mut self.chunks[ci].mem.as_mut_slice()[off..off + bs]
     }
 
     /// Buffer size in bytes.

@@ -1,0 +1,411 @@
+//! The MPI fabric ([`MpiFabric`]): the [`Fabric`] of one Ballast rank over MPI
+//! point-to-point on Ballast's own duplicate of the world communicator.
+//!
+//! Wire: every MPI message starts with a 32-byte header (the [`PacketHeader`] fields, a
+//! kind byte, and for control messages the [`Control`] code and value); data packets carry
+//! their payload after it. A packet is at most `32 + buffer_size` bytes (`buffer_size <=
+//! 1 GiB`), so no MPI count overflows an `int`: messages larger than that are already split
+//! into `buffer_size` chunks by the engine.
+//!
+//! Ballast ranks map onto MPI processes round-robin: rank `r` lives in process `r % P` as
+//! slot `r / P`, and the MPI tag of a message is its destination slot. With one rank per
+//! process (the normal case) rank = MPI rank and the tag is 0. More ranks than processes
+//! (the conformance suite under `mpirun -n 1`) run as threads and need
+//! `MPI_THREAD_MULTIPLE`.
+//!
+//! Receives go through `MPI_Improbe`/`MPI_Mrecv` into one staging buffer of
+//! `32 + buffer_size` bytes; sends copy header and payload into an owned buffer that
+//! `MPI_Isend` reads until it completes. The credits of the engine bound how many packets
+//! are in flight toward a rank, as for the other transports; MPI's own queues hold them
+//! until they are probed (MPI's memory, measured by [`super::Mpi::footprint`]).
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rsmpi::datatype::traits::*;
+use rsmpi::point_to_point::{Destination, Source as _};
+use rsmpi::request::Request;
+use rsmpi::topology::{Communicator as _, SimpleCommunicator};
+
+use super::raw::SendQueue;
+use crate::config::RecvSharing;
+use crate::error::{Error, Result};
+use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, Registration};
+
+/// Bytes of the header in front of every MPI message.
+pub const HEADER_BYTES: usize = 32;
+/// MPI tag on which a failing process tells the others to stop.
+pub(crate) const ABORT_TAG: i32 = 32_000;
+/// Messages received per [`Fabric::poll`] call at most.
+const POLL_BATCH: usize = 256;
+/// `aborted()` probes for an abort notice once per this many calls.
+const ABORT_PROBE_EVERY: u32 = 64;
+
+const KIND_DATA: u8 = 0;
+const KIND_CONTROL: u8 = 1;
+
+/// State shared by the Ballast ranks of one process in one Ballast world.
+pub(crate) struct Shared {
+    comm: std::mem::ManuallyDrop<SimpleCommunicator>,
+    pub(crate) procs: usize,
+    pub(crate) proc_rank: usize,
+    pub(crate) world: usize,
+    local_slots: usize,
+    done_local: AtomicUsize,
+    barrier: Mutex<Option<Request<'static, ()>>>,
+    all_done: AtomicBool,
+    abort: AtomicBool,
+    notices: Mutex<Option<SendQueue>>,
+}
+
+// SAFETY: `Shared` holds MPI handles (communicator, requests), which are plain values that
+// any thread may use when MPI runs at MPI_THREAD_MULTIPLE; with one local slot (the only
+// case allowed below MPI_THREAD_MULTIPLE, checked in `Shared::new`) a single thread at a
+// time drives it, which MPI_THREAD_SERIALIZED allows. Mutable handles are behind mutexes.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// Sets up a Ballast world of `world` ranks over `comm` (Ballast's duplicate).
+    pub(crate) fn new(comm: SimpleCommunicator, world: usize) -> Result<Arc<Shared>> {
+        let procs = comm.size() as usize;
+        let proc_rank = comm.rank() as usize;
+        if world == 0 {
+            return Err(Error::InvalidRank { rank: 0, world_size: 0 });
+        }
+        let local_slots = if proc_rank < world { (world - proc_rank).div_ceil(procs) } else { 0 };
+        if local_slots > 1 && rsmpi::environment::threading_support() != rsmpi::Threading::Multiple {
+            return Err(Error::Mpi(format!(
+                "{world} Ballast ranks on {procs} MPI processes need MPI_THREAD_MULTIPLE (initialise with Mpi::init_multithreaded)"
+            )));
+        }
+        let s = Arc::new(Shared {
+            comm: std::mem::ManuallyDrop::new(comm),
+            procs,
+            proc_rank,
+            world,
+            local_slots,
+            done_local: AtomicUsize::new(0),
+            barrier: Mutex::new(None),
+            all_done: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            notices: Mutex::new(None),
+        });
+        if local_slots == 0 {
+            // A process without ranks of this world only takes part in the final barrier.
+            *s.barrier.lock() = Some(s.comm.immediate_barrier());
+        }
+        Ok(s)
+    }
+
+    /// Ballast ranks hosted by this process.
+    pub(crate) fn local_ranks(&self) -> Vec<usize> {
+        (0..self.local_slots).map(|s| s * self.procs + self.proc_rank).collect()
+    }
+
+    /// Marks this process' ranks failed and tells the other processes (best effort).
+    pub(crate) fn abort(&self) {
+        if self.abort.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut q = SendQueue::new(0);
+        for p in (0..self.procs).filter(|&p| p != self.proc_rank) {
+            let _ = q.post(&self.comm, p, ABORT_TAG, vec![1], 0);
+        }
+        *self.notices.lock() = Some(q);
+    }
+
+    fn poll_abort(&self) -> bool {
+        if self.abort.load(Ordering::Acquire) {
+            return true;
+        }
+        if let Some((msg, _)) = self.comm.any_process().immediate_matched_probe_with_tag(ABORT_TAG) {
+            let mut b = [0u8; 1];
+            msg.matched_receive_into(&mut b[..]);
+            self.abort.store(true, Ordering::Release);
+            return true;
+        }
+        false
+    }
+
+    /// Waits for the final barrier of a process whose ranks never completed (abort) or
+    /// that hosts none; used before freeing the communicator.
+    pub(crate) fn wait_barrier(&self) {
+        if let Some(r) = self.barrier.lock().take() {
+            r.wait();
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if rsmpi::environment::is_finalized() {
+            // Too late to free MPI objects; forget them (the process is ending).
+            if let Some(r) = self.barrier.lock().take() {
+                std::mem::forget(r);
+            }
+            return;
+        }
+        if !self.abort.load(Ordering::Acquire) {
+            self.wait_barrier();
+        } else if let Some(r) = self.barrier.lock().take() {
+            // After an abort the other processes may never enter the barrier: leak it.
+            std::mem::forget(r);
+        }
+        drop(self.notices.lock().take());
+        // SAFETY: `comm` is not used afterwards and this is its only drop; MPI is still
+        // live, so dropping the duplicate frees it with MPI_Comm_free.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.comm) };
+    }
+}
+
+/// The MPI fabric of one Ballast rank.
+pub struct MpiFabric {
+    shared: Arc<Shared>,
+    rank: usize,
+    sends: SendQueue,
+    rbuf: Vec<u8>,
+    buffer_size: usize,
+    endpoints: HashSet<usize>,
+    marked_done: bool,
+    completed: Vec<u64>,
+    abort_countdown: Cell<u32>,
+}
+
+impl MpiFabric {
+    /// The fabric of Ballast rank `rank` (hosted by this process) of the world in `shared`.
+    pub(crate) fn new(shared: Arc<Shared>, rank: usize, buffer_size: usize, buffers: usize) -> MpiFabric {
+        MpiFabric {
+            shared,
+            rank,
+            sends: SendQueue::new(buffers),
+            rbuf: Vec::new(),
+            buffer_size,
+            endpoints: HashSet::new(),
+            marked_done: false,
+            completed: Vec::new(),
+            abort_countdown: Cell::new(0),
+        }
+    }
+
+    fn proc_and_tag(&self, rank: usize) -> Result<(usize, i32)> {
+        if rank >= self.shared.world {
+            return Err(Error::InvalidRank { rank, world_size: self.shared.world });
+        }
+        Ok((rank % self.shared.procs, (rank / self.shared.procs) as i32))
+    }
+
+    fn my_tag(&self) -> i32 {
+        (self.rank / self.shared.procs) as i32
+    }
+}
+
+fn put_header(b: &mut Vec<u8>, h: &PacketHeader, kind: u8, ctrl: u8) {
+    b.extend_from_slice(&h.src.to_le_bytes());
+    b.extend_from_slice(&h.tag.to_le_bytes());
+    b.extend_from_slice(&h.total.to_le_bytes());
+    b.extend_from_slice(&h.offset.to_le_bytes());
+    b.extend_from_slice(&h.len.to_le_bytes());
+    b.extend_from_slice(&[h.more as u8, kind, ctrl, 0]);
+}
+
+fn get_header(b: &[u8]) -> (PacketHeader, u8, u8) {
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+    let h = PacketHeader { src: u32_at(0), tag: u32_at(4), total: u64_at(8), offset: u64_at(16), len: u32_at(24), more: b[28] != 0 };
+    (h, b[29], b[30])
+}
+
+fn encode_control(c: Control) -> (u8, u64) {
+    match c {
+        Control::ConnectReq { grant } => (0, grant as u64),
+        Control::ConnectAck { grant } => (1, grant as u64),
+        Control::Close { sent } => (2, sent),
+        Control::Grant { credits } => (3, credits as u64),
+        Control::CreditRequest => (4, 0),
+        Control::Revoke => (5, 0),
+        Control::Return { credits } => (6, credits as u64),
+    }
+}
+
+fn decode_control(code: u8, v: u64) -> Result<Control> {
+    let v32 = || u32::try_from(v).map_err(|_| Error::Protocol(format!("control value {v} overflows")));
+    Ok(match code {
+        0 => Control::ConnectReq { grant: v32()? },
+        1 => Control::ConnectAck { grant: v32()? },
+        2 => Control::Close { sent: v },
+        3 => Control::Grant { credits: v32()? },
+        4 => Control::CreditRequest,
+        5 => Control::Revoke,
+        6 => Control::Return { credits: v32()? },
+        c => return Err(Error::Protocol(format!("unknown control code {c}"))),
+    })
+}
+
+impl Fabric for MpiFabric {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.shared.world
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { name: "mpi", xrc: false }
+    }
+
+    fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
+        // MPI registers (pins) the memory it sends from itself; Ballast locks nothing here.
+        let note = lock.then(|| "the mpi transport does not lock Ballast's pool: MPI registers memory itself (measured in VmLck/VmPin)".to_string());
+        Ok(Registration { bytes: region.len() as u64, locked_bytes: 0, note })
+    }
+
+    fn setup_receive(&mut self, _sharing: RecvSharing) -> Result<Option<String>> {
+        self.rbuf = vec![0u8; HEADER_BYTES + self.buffer_size];
+        Ok(None)
+    }
+
+    fn open_endpoint(&mut self, key: usize) -> Result<()> {
+        if !self.endpoints.insert(key) {
+            return Err(Error::Protocol(format!("endpoint {key} opened twice")));
+        }
+        Ok(())
+    }
+
+    fn close_endpoint(&mut self, key: usize) -> Result<()> {
+        if !self.endpoints.remove(&key) {
+            return Err(Error::Protocol(format!("closing unknown endpoint {key}")));
+        }
+        Ok(())
+    }
+
+    fn post_send(&mut self, dest: usize, _key: usize, header: &PacketHeader, payload: &[u8], wr_id: u64) -> Result<()> {
+        let (proc_, tag) = self.proc_and_tag(dest)?;
+        let mut b = self.sends.buffer(HEADER_BYTES + payload.len());
+        put_header(&mut b, header, KIND_DATA, 0);
+        b.extend_from_slice(payload);
+        self.sends.post(&self.shared.comm, proc_, tag, b, wr_id)
+    }
+
+    fn send_control(&mut self, dest: usize, msg: Control) -> Result<()> {
+        let (proc_, tag) = self.proc_and_tag(dest)?;
+        let (code, v) = encode_control(msg);
+        let h = PacketHeader { src: self.rank as u32, tag: 0, total: v, offset: 0, len: 0, more: false };
+        let mut b = self.sends.buffer(HEADER_BYTES);
+        put_header(&mut b, &h, KIND_CONTROL, code);
+        self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)
+    }
+
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+        let mut n = 0;
+        let completed = &mut self.completed;
+        self.sends.test(&mut |id| {
+            if id != u64::MAX {
+                completed.push(id);
+            }
+        })?;
+        for w in self.completed.drain(..) {
+            on_event(Event::SendComplete(w))?;
+            n += 1;
+        }
+        let tag = self.my_tag();
+        for _ in 0..POLL_BATCH {
+            let Some((msg, status)) = self.shared.comm.any_process().immediate_matched_probe_with_tag(tag) else { break };
+            let count = status.count(u8::equivalent_datatype()) as usize;
+            if count < HEADER_BYTES || count > self.rbuf.len() {
+                // Receive it anyway so MPI's matched message is consumed, then fail.
+                let mut sink = vec![0u8; count];
+                msg.matched_receive_into(&mut sink[..]);
+                return Err(Error::Protocol(format!("MPI message of {count} bytes from process {} (limit {})", status.source_rank(), self.rbuf.len())));
+            }
+            msg.matched_receive_into(&mut self.rbuf[..count]);
+            let (h, kind, code) = get_header(&self.rbuf[..HEADER_BYTES]);
+            match kind {
+                KIND_DATA => {
+                    let len = h.len as usize;
+                    if HEADER_BYTES + len != count {
+                        return Err(Error::Protocol(format!("packet of {count} bytes announces {len} payload bytes")));
+                    }
+                    on_event(Event::Arrival(h, &self.rbuf[HEADER_BYTES..count]))?;
+                }
+                KIND_CONTROL => on_event(Event::Control(h.src as usize, decode_control(code, h.total)?))?,
+                k => return Err(Error::Protocol(format!("unknown message kind {k}"))),
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn bytes(&self) -> FabricBytes {
+        // Ballast's own MPI-side memory: the receive staging buffer (shared by all peers)
+        // and the send staging buffers. MPI's internal memory is measured, not modelled.
+        FabricBytes { endpoint_bytes: self.sends.bytes(), srq_bytes: self.rbuf.capacity() as u64, recv_registered_bytes: 0, recv_locked_bytes: 0 }
+    }
+
+    fn aborted(&self) -> bool {
+        let c = self.abort_countdown.get();
+        if c > 0 {
+            self.abort_countdown.set(c - 1);
+            return self.shared.abort.load(Ordering::Relaxed);
+        }
+        self.abort_countdown.set(ABORT_PROBE_EVERY);
+        self.shared.poll_abort()
+    }
+
+    fn mark_done(&mut self) {
+        if self.marked_done {
+            return;
+        }
+        self.marked_done = true;
+        if self.shared.done_local.fetch_add(1, Ordering::AcqRel) + 1 == self.shared.local_slots {
+            *self.shared.barrier.lock() = Some(self.shared.comm.immediate_barrier());
+        }
+    }
+
+    fn all_done(&self) -> bool {
+        if self.shared.all_done.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut slot = self.shared.barrier.lock();
+        if let Some(r) = slot.take() {
+            match r.test() {
+                Ok(_) => self.shared.all_done.store(true, Ordering::Release),
+                Err(r) => *slot = Some(r),
+            }
+        }
+        self.shared.all_done.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_and_control_round_trip() {
+        let h = PacketHeader { src: 7, tag: 0x7fff_fffe, total: 1 << 40, offset: 12345, len: 8192, more: true };
+        let mut b = Vec::new();
+        put_header(&mut b, &h, KIND_CONTROL, 3);
+        assert_eq!(b.len(), HEADER_BYTES);
+        assert_eq!(get_header(&b), (h, KIND_CONTROL, 3));
+        for c in [
+            Control::ConnectReq { grant: 5 },
+            Control::ConnectAck { grant: 0 },
+            Control::Close { sent: u64::MAX - 1 },
+            Control::Grant { credits: u32::MAX },
+            Control::CreditRequest,
+            Control::Revoke,
+            Control::Return { credits: 9 },
+        ] {
+            let (code, v) = encode_control(c);
+            assert_eq!(decode_control(code, v).unwrap(), c);
+        }
+        assert!(decode_control(9, 0).is_err());
+        assert!(decode_control(0, 1 << 33).is_err());
+    }
+}
