@@ -50,6 +50,12 @@ pub enum Error {
     /// A rank thread panicked.
     #[error("rank {0} panicked: {1}")]
     RankPanicked(usize, String),
+    /// The MPI library failed or cannot do what was asked (MPI transport).
+    #[error("mpi: {0}")]
+    Mpi(String),
+    /// Ranks could not exchange their start-up data (which rank, where, why).
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
     /// Operating-system error (thread spawn, /proc read).
     #[error("{0}")]
     Io(#[from] std::io::Error),

@@ -36,6 +36,9 @@ pub mod fanout;
 pub mod footprint;
 pub mod local;
 pub mod matching;
+#[cfg(feature = "mpi")]
+#[allow(unsafe_code)] // raw MPI_Isend of owned buffers and Send for MPI handles; see `mpi` docs
+pub mod mpi;
 pub mod memory;
 pub mod pool;
 pub mod procstatus;

@@ -26,7 +26,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rsmpi::datatype::traits::*;
-use rsmpi::point_to_point::{Destination, Source as _};
+use rsmpi::collective::CommunicatorCollectives as _;
+use rsmpi::point_to_point::Source as _;
 use rsmpi::request::Request;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
@@ -201,6 +202,16 @@ impl MpiFabric {
 
     fn my_tag(&self) -> i32 {
         (self.rank / self.shared.procs) as i32
+    }
+}
+
+impl Drop for MpiFabric {
+    fn drop(&mut self) {
+        if self.shared.abort.load(Ordering::Acquire) {
+            // A failed peer may never receive what is in flight: leak the buffers (MPI may
+            // still read them) rather than wait forever.
+            std::mem::forget(std::mem::replace(&mut self.sends, SendQueue::new(0)));
+        }
     }
 }
 

@@ -51,11 +51,6 @@ impl SendQueue {
         b
     }
 
-    /// Sends in flight.
-    pub(crate) fn len(&self) -> usize {
-        self.reqs.len()
-    }
-
     /// Bytes of the buffers held (in flight and kept for reuse).
     pub(crate) fn bytes(&self) -> u64 {
         self.bufs.iter().chain(&self.free).map(|b| b.capacity() as u64).sum()

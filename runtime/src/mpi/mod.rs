@@ -1,0 +1,240 @@
+//! The MPI transport (feature `mpi`): Ballast over any MPI library (Open MPI, MPICH) through
+//! rsmpi, with the same [`Communicator`] API as `local`. It owns MPI start-up and
+//! shut-down ([`Mpi`]: initialise MPI or reuse the host program's, never finalise what
+//! Ballast did not initialise), Ballast's own duplicate of the world communicator (so that
+//! Ballast's tags never collide with the host's), the fabric ([`MpiFabric`]) and the MPI
+//! footprint ([`MpiFootprint`]: Ballast's own bytes plus measured process deltas, because
+//! MPI's internal memory cannot be seen from outside the library).
+//!
+//! ```no_run
+//! use ballast_runtime::{mpi::Mpi, RuntimeConfig, Source, TagMatch};
+//! let mpi = Mpi::init()?; // under mpirun -n 2
+//! let cfg = RuntimeConfig::from_env()?;
+//! let got = mpi.run(&cfg, |comm| -> ballast_runtime::Result<Vec<u8>> {
+//!     if comm.rank() == 0 {
+//!         comm.send(1, 7, b"spikes")?;
+//!         Ok(Vec::new())
+//!     } else {
+//!         Ok(comm.recv(Source::Any, TagMatch::Tag(7))?.data)
+//!     }
+//! })??;
+//! # Ok::<(), ballast_runtime::Error>(())
+//! ```
+
+mod fabric;
+mod raw;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pub use fabric::{MpiFabric, HEADER_BYTES};
+/// The rsmpi crate this transport is built on (for host programs and benchmarks that call
+/// MPI themselves with the same version).
+pub use rsmpi;
+use rsmpi::topology::{Communicator as _, SimpleCommunicator};
+use rsmpi::Threading;
+
+use crate::comm::Communicator;
+use crate::config::{RuntimeConfig, TransportConfig, TransportKind};
+use crate::error::{Error, Result};
+use crate::footprint::Footprint;
+use crate::procstatus::ProcStatus;
+use fabric::Shared;
+
+/// What [`Mpi::footprint`] says about MPI's own memory.
+pub const MPI_MEMORY_NOTE: &str =
+    "MPI's internal memory (eager and unexpected-message buffers, its registrations) is measured as process deltas (VmRSS, VmLck), not modelled";
+
+/// MPI as Ballast uses it: initialised by Ballast (and finalised when this is dropped) or
+/// by the host program (then left alone). Drop every [`Communicator`] made from it first.
+pub struct Mpi {
+    // Declared first: finalised (when owned) after nothing else of ours needs MPI.
+    universe: Option<rsmpi::environment::Universe>,
+    world: SimpleCommunicator,
+    baseline: ProcStatus,
+}
+
+impl Mpi {
+    /// Initialises MPI (`MPI_Init_thread`, serialized) unless the host program already did,
+    /// in which case its MPI is reused and never finalised by Ballast.
+    /// Errors: [`Error::Mpi`] if MPI was already finalised.
+    pub fn init() -> Result<Mpi> {
+        Self::init_with(Threading::Serialized)
+    }
+
+    /// Like [`Mpi::init`] but asks for `MPI_THREAD_MULTIPLE`, needed to host several Ballast
+    /// ranks per process as threads ([`Mpi::run_ranks`] with more ranks than processes).
+    pub fn init_multithreaded() -> Result<Mpi> {
+        Self::init_with(Threading::Multiple)
+    }
+
+    fn init_with(level: Threading) -> Result<Mpi> {
+        if rsmpi::environment::is_finalized() {
+            return Err(Error::Mpi("MPI was already finalised in this process".into()));
+        }
+        let baseline = ProcStatus::read_self().unwrap_or_default();
+        let universe = rsmpi::initialize_with_threading(level).map(|(u, _)| u);
+        Ok(Mpi { universe, world: SimpleCommunicator::world(), baseline })
+    }
+
+    /// True when Ballast initialised MPI (and will finalise it on drop).
+    pub fn initialized_by_ballast(&self) -> bool {
+        self.universe.is_some()
+    }
+
+    /// This process' rank in `MPI_COMM_WORLD`.
+    pub fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+
+    /// Number of processes in `MPI_COMM_WORLD`.
+    pub fn size(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    /// `MPI_COMM_WORLD` (Ballast's traffic never uses it directly, only its duplicates).
+    pub fn world(&self) -> &SimpleCommunicator {
+        &self.world
+    }
+
+    /// The threading level MPI provides.
+    pub fn threading(&self) -> Threading {
+        rsmpi::environment::threading_support()
+    }
+
+    /// Creates this process' [`Communicator`]: one Ballast rank per MPI process, rank =
+    /// world rank, on a fresh duplicate of the world communicator. Collective: every
+    /// process must call it. The effective transport kind is `mpi` whatever `config` says.
+    /// Finish it with [`Mpi::finish`] (or drop it once no peer needs it any more).
+    pub fn communicator(&self, config: &RuntimeConfig) -> Result<Communicator> {
+        let t = mpi_transport(config)?;
+        let shared = Shared::new(self.world.duplicate(), self.size())?;
+        let fabric = MpiFabric::new(shared, self.rank(), t.buffer_size, t.buffer_count);
+        Communicator::new(Box::new(fabric), &t)
+    }
+
+    /// Delivers `comm`'s own sends, keeps serving the other ranks until every rank
+    /// finished (a non-blocking barrier on Ballast's communicator), then frees it.
+    pub fn finish(mut comm: Communicator) -> Result<()> {
+        comm.finalize()
+    }
+
+    /// Creates the communicator, runs `f` on it and finishes it (collective).
+    pub fn run<R>(&self, config: &RuntimeConfig, f: impl FnOnce(&mut Communicator) -> R) -> Result<R> {
+        let mut comm = self.communicator(config)?;
+        let out = f(&mut comm);
+        Self::finish(comm)?;
+        Ok(out)
+    }
+
+    /// Runs `f` on `n` Ballast ranks spread over the MPI processes (rank `r` in process
+    /// `r % size`; several per process run as threads and need [`Mpi::init_multithreaded`]).
+    /// Collective. Returns this process' results as `(rank, result)`. If a rank fails, the
+    /// others (in every process) stop with [`Error::Aborted`] and the first real error is
+    /// returned.
+    pub fn run_ranks<R, F>(&self, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<(usize, R)>>
+    where
+        F: Fn(&mut Communicator) -> R + Sync,
+        R: Send,
+    {
+        let t = mpi_transport(config)?;
+        let shared = Shared::new(self.world.duplicate(), n)?;
+        let ranks = shared.local_ranks();
+        let one = |r: usize| -> Result<R> {
+            let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
+                let fabric = MpiFabric::new(shared.clone(), r, t.buffer_size, t.buffer_count);
+                let mut comm = Communicator::new(Box::new(fabric), &t)?;
+                let out = f(&mut comm);
+                comm.finalize()?;
+                Ok(out)
+            }))
+            .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))));
+            if out.is_err() {
+                shared.abort();
+            }
+            out
+        };
+        let results: Vec<(usize, Result<R>)> = if ranks.len() == 1 {
+            vec![(ranks[0], one(ranks[0]))]
+        } else {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = ranks.iter().map(|&r| (r, s.spawn(move || one(r)))).collect();
+                hs.into_iter().map(|(r, h)| (r, h.join().unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref())))))).collect()
+            })
+        };
+        drop(shared);
+        let mut out = Vec::with_capacity(results.len());
+        let mut first_err: Option<Error> = None;
+        for (r, res) in results {
+            match res {
+                Ok(v) => out.push((r, v)),
+                Err(Error::Aborted) => {
+                    first_err.get_or_insert(Error::Aborted);
+                }
+                Err(e) => {
+                    if matches!(first_err, None | Some(Error::Aborted)) {
+                        first_err = Some(e);
+                    }
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// The footprint of `comm` under MPI: Ballast's own bytes (pool, staging buffers,
+    /// protocol state) plus the process' memory deltas since [`Mpi::init`]. Errors:
+    /// [`Error::Io`] when `/proc/self/status` cannot be read.
+    pub fn footprint(&self, comm: &Communicator) -> Result<MpiFootprint> {
+        let now = ProcStatus::read_self()?;
+        let d = |a: u64, b: u64| a as i64 - b as i64;
+        Ok(MpiFootprint {
+            ballast: comm.footprint(),
+            baseline: self.baseline,
+            now,
+            rss_delta_kb: d(now.vm_rss_kb, self.baseline.vm_rss_kb),
+            lck_delta_kb: d(now.vm_lck_kb, self.baseline.vm_lck_kb),
+            pin_delta_kb: d(now.vm_pin_kb, self.baseline.vm_pin_kb),
+            note: MPI_MEMORY_NOTE,
+        })
+    }
+}
+
+/// Footprint of one rank over MPI: what Ballast accounts itself, and what the process
+/// measurably grew by since [`Mpi::init`] (which includes MPI's internal memory; when the
+/// host initialised MPI, the baseline is taken after its `MPI_Init`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MpiFootprint {
+    /// Ballast's own bytes, as for every transport.
+    pub ballast: Footprint,
+    /// Process counters at [`Mpi::init`].
+    pub baseline: ProcStatus,
+    /// Process counters now.
+    pub now: ProcStatus,
+    /// VmRSS now minus at init, KiB.
+    pub rss_delta_kb: i64,
+    /// VmLck now minus at init, KiB.
+    pub lck_delta_kb: i64,
+    /// VmPin now minus at init, KiB.
+    pub pin_delta_kb: i64,
+    /// [`MPI_MEMORY_NOTE`].
+    pub note: &'static str,
+}
+
+fn mpi_transport(config: &RuntimeConfig) -> Result<TransportConfig> {
+    let mut t = *config.transport();
+    t.kind = TransportKind::Mpi;
+    t.validate()?;
+    Ok(t)
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic".to_string()
+    }
+}
