@@ -466,6 +466,14 @@ mod tests {
     }
 
     #[test]
+    fn every_variable_is_documented_in_config_md() {
+        let doc = include_str!("../../docs/CONFIG.md");
+        for (name, var) in SETTINGS {
+            assert!(doc.contains(&format!("| `{var}` | `{name}` |")), "{var} missing from docs/CONFIG.md");
+        }
+    }
+
+    #[test]
     fn byte_sizes_parse_with_units() {
         assert_eq!(parse_bytes("8192").unwrap(), 8192);
         assert_eq!(parse_bytes("8k").unwrap(), 8192);
