@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
+# The balancer's `sonata` feature links the system HDF5 library (found with pkg-config).
+for pkg in libhdf5-dev pkg-config; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
+done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     echo "ci/test.sh: installing ${need_pkgs[*]}"
     apt-get update
@@ -17,5 +21,5 @@ if [ "${CI:-}" = "true" ] && [ ! -d ../shared/data ]; then
     exit 1
 fi
 
-cargo build --workspace --all-targets --locked
-cargo test --workspace --locked
+cargo build --workspace --all-targets --locked --features ballast-balancer/sonata
+cargo test --workspace --locked --features ballast-balancer/sonata

@@ -45,7 +45,7 @@ pub enum BalancerError {
     /// wrong. `population` is empty for errors of the circuit config itself; `field` is a
     /// JSON path (`networks.nodes[0].nodes_file`), an HDF5 path (`/nodes/A/0/mtype`) or a CSV
     /// column.
-    #[error("{path}: {}{field}: {message}", population_prefix(.population))]
+    #[error("{path}: {}{message}", sonata_location(.population, .field))]
     Sonata {
         path: PathBuf,
         population: String,
@@ -60,12 +60,17 @@ pub enum BalancerError {
 /// Result alias for the balancer library.
 pub type Result<T, E = BalancerError> = std::result::Result<T, E>;
 
-fn population_prefix(population: &str) -> String {
-    if population.is_empty() {
-        String::new()
-    } else {
-        format!("population `{population}`: ")
+/// `population `P`: field: ` with the empty parts left out.
+fn sonata_location(population: &str, field: &str) -> String {
+    let mut s = String::new();
+    if !population.is_empty() {
+        s.push_str(&format!("population `{population}`: "));
     }
+    if !field.is_empty() {
+        s.push_str(field);
+        s.push_str(": ");
+    }
+    s
 }
 
 impl BalancerError {

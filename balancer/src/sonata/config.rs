@@ -1,7 +1,7 @@
 //! The SONATA circuit config (`circuit_config.json`, versions 1 and 2): manifest variables and
 //! the nodes/edges file lists, with every path resolved against the config's directory.
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
@@ -63,17 +63,28 @@ pub(crate) fn load(path: &Path) -> Result<CircuitConfig> {
 
 fn read_json(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).map_err(|e| BalancerError::io(path, e))?;
-    serde_json::from_str(&text).map_err(|source| BalancerError::Json { path: path.to_path_buf(), source })
+    serde_json::from_str(&text).map_err(|source| BalancerError::Json {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn parse(path: &Path, json: &Value) -> Result<CircuitConfig> {
     if !json.is_object() {
-        return Err(config_err(path, "(top level)", "a circuit config must be a JSON object"));
+        return Err(config_err(
+            path,
+            "(top level)",
+            "a circuit config must be a JSON object",
+        ));
     }
     let vars = Manifest::new(path, json)?;
-    let networks = json
-        .get("networks")
-        .ok_or_else(|| config_err(path, "networks", "missing (a circuit config lists its nodes and edges files there)"))?;
+    let networks = json.get("networks").ok_or_else(|| {
+        config_err(
+            path,
+            "networks",
+            "missing (a circuit config lists its nodes and edges files there)",
+        )
+    })?;
     let mut nodes = Vec::new();
     for (i, entry) in list(path, networks, "nodes")?.iter().enumerate() {
         let field = format!("networks.nodes[{i}]");
@@ -86,23 +97,43 @@ fn parse(path: &Path, json: &Value) -> Result<CircuitConfig> {
                 (name, ty)
             })
             .collect();
-        nodes.push(NodesEntry { field, nodes_file, node_types_file, populations });
+        nodes.push(NodesEntry {
+            field,
+            nodes_file,
+            node_types_file,
+            populations,
+        });
     }
     let mut edges = Vec::new();
     for (i, entry) in list(path, networks, "edges")?.iter().enumerate() {
         let field = format!("networks.edges[{i}]");
         let edges_file = vars.required_path(entry, &field, "edges_file")?;
-        let populations = populations(path, entry, &field)?.into_iter().map(|(name, _)| name).collect();
-        edges.push(EdgesEntry { field, edges_file, populations });
+        let populations = populations(path, entry, &field)?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        edges.push(EdgesEntry {
+            field,
+            edges_file,
+            populations,
+        });
     }
-    Ok(CircuitConfig { path: path.to_path_buf(), nodes, edges })
+    Ok(CircuitConfig {
+        path: path.to_path_buf(),
+        nodes,
+        edges,
+    })
 }
 
 fn list<'a>(path: &Path, networks: &'a Value, key: &str) -> Result<&'a [Value]> {
     match networks.get(key) {
         None | Some(Value::Null) => Ok(&[]),
         Some(Value::Array(items)) => Ok(items),
-        Some(_) => Err(config_err(path, format!("networks.{key}"), "must be a list")),
+        Some(_) => Err(config_err(
+            path,
+            format!("networks.{key}"),
+            "must be a list",
+        )),
     }
 }
 
@@ -110,7 +141,11 @@ fn populations<'a>(path: &Path, entry: &'a Value, field: &str) -> Result<Vec<(St
     match entry.get("populations") {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Object(map)) => Ok(map.iter().map(|(k, v)| (k.clone(), v)).collect()),
-        Some(_) => Err(config_err(path, format!("{field}.populations"), "must be an object")),
+        Some(_) => Err(config_err(
+            path,
+            format!("{field}.populations"),
+            "must be an object",
+        )),
     }
 }
 
@@ -135,36 +170,48 @@ impl Manifest {
             Some(Value::Object(map)) => {
                 for (k, v) in map {
                     let name = k.strip_prefix('$').unwrap_or(k);
-                    let name = name.strip_prefix('{').and_then(|n| n.strip_suffix('}')).unwrap_or(name);
-                    let value = v
-                        .as_str()
-                        .ok_or_else(|| config_err(path, format!("manifest.{k}"), "must be a string"))?;
+                    let name = name
+                        .strip_prefix('{')
+                        .and_then(|n| n.strip_suffix('}'))
+                        .unwrap_or(name);
+                    let value = v.as_str().ok_or_else(|| {
+                        config_err(path, format!("manifest.{k}"), "must be a string")
+                    })?;
                     raw.insert(name.to_owned(), value.to_owned());
                 }
             }
             Some(_) => return Err(config_err(path, "manifest", "must be an object")),
         }
-        raw.entry("BASE_DIR".to_owned()).or_insert_with(|| dir.to_string_lossy().into_owned());
+        raw.entry("BASE_DIR".to_owned())
+            .or_insert_with(|| dir.to_string_lossy().into_owned());
         let mut vars = HashMap::new();
         let names: Vec<String> = raw.keys().cloned().collect();
         for name in names {
             resolve(&name, &raw, &mut vars, &mut Vec::new())
                 .map_err(|m| config_err(path, format!("manifest.${name}"), m))?;
         }
-        Ok(Manifest { path: path.to_path_buf(), dir, vars })
+        Ok(Manifest {
+            path: path.to_path_buf(),
+            dir,
+            vars,
+        })
     }
 
     fn path(&self, value: &str, field: &str) -> Result<PathBuf> {
         let vars = &self.vars;
         let expanded = expand(value, &mut |name| {
-            vars.get(name).cloned().ok_or_else(|| format!("unknown manifest variable `${name}`"))
+            vars.get(name)
+                .cloned()
+                .ok_or_else(|| format!("unknown manifest variable `${name}`"))
         })
         .map_err(|m| config_err(&self.path, field, m))?;
         if expanded.is_empty() {
             return Err(config_err(&self.path, field, "is empty"));
         }
         let p = PathBuf::from(expanded);
-        Ok(if p.is_absolute() { p } else { self.dir.join(p) })
+        let p = if p.is_absolute() { p } else { self.dir.join(p) };
+        // Drop `.` components (`$BASE_DIR` is often "./"), keeping `..` as written.
+        Ok(p.components().filter(|c| *c != Component::CurDir).collect())
     }
 
     fn optional_path(&self, entry: &Value, field: &str, key: &str) -> Result<Option<PathBuf>> {
@@ -172,7 +219,11 @@ impl Manifest {
         match entry.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => self.path(s, &field).map(Some),
-            Some(_) => Err(config_err(&self.path, field, "must be a string (a file path)")),
+            Some(_) => Err(config_err(
+                &self.path,
+                field,
+                "must be a string (a file path)",
+            )),
         }
     }
 
@@ -194,7 +245,10 @@ fn resolve(
     }
     if stack.iter().any(|s| s == name) {
         stack.push(name.to_owned());
-        return Err(format!("variables refer to each other in a cycle: ${}", stack.join(" -> $")));
+        return Err(format!(
+            "variables refer to each other in a cycle: ${}",
+            stack.join(" -> $")
+        ));
     }
     let Some(value) = raw.get(name) else {
         return Err(format!("unknown manifest variable `${name}`"));
@@ -219,10 +273,14 @@ fn expand(
         out.push_str(&rest[..at]);
         let after = &rest[at + 1..];
         let (name, tail) = if let Some(braced) = after.strip_prefix('{') {
-            let end = braced.find('}').ok_or_else(|| format!("unterminated `${{` in {value:?}"))?;
+            let end = braced
+                .find('}')
+                .ok_or_else(|| format!("unterminated `${{` in {value:?}"))?;
             (&braced[..end], &braced[end + 1..])
         } else {
-            let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
             (&after[..end], &after[end..])
         };
         if name.is_empty() {
@@ -241,25 +299,49 @@ mod tests {
     use super::*;
 
     fn manifest(json: &str) -> Result<Manifest> {
-        Manifest::new(Path::new("/circuits/a/circuit_config.json"), &serde_json::from_str(json).unwrap())
+        Manifest::new(
+            Path::new("/circuits/a/circuit_config.json"),
+            &serde_json::from_str(json).unwrap(),
+        )
     }
 
     #[test]
     fn variables_expand_recursively_and_paths_are_relative_to_the_config() {
         let m = manifest(r#"{"manifest": {"$NETWORK_DIR": "${BASE_DIR}/net", "$COMPONENTS": "$NETWORK_DIR/comp"}}"#).unwrap();
-        assert_eq!(m.path("$COMPONENTS/x.h5", "f").unwrap(), PathBuf::from("/circuits/a/net/comp/x.h5"));
-        assert_eq!(m.path("nodes.h5", "f").unwrap(), PathBuf::from("/circuits/a/nodes.h5"));
-        assert_eq!(m.path("/abs/nodes.h5", "f").unwrap(), PathBuf::from("/abs/nodes.h5"));
+        assert_eq!(
+            m.path("$COMPONENTS/x.h5", "f").unwrap(),
+            PathBuf::from("/circuits/a/net/comp/x.h5")
+        );
+        assert_eq!(
+            m.path("nodes.h5", "f").unwrap(),
+            PathBuf::from("/circuits/a/nodes.h5")
+        );
+        assert_eq!(
+            m.path("/abs/nodes.h5", "f").unwrap(),
+            PathBuf::from("/abs/nodes.h5")
+        );
         let m = manifest(r#"{"manifest": {"$BASE_DIR": "./", "$NET": "$BASE_DIR/n"}}"#).unwrap();
-        assert_eq!(m.path("$NET/e.h5", "f").unwrap(), PathBuf::from("/circuits/a/.//n/e.h5"));
+        assert_eq!(
+            m.path("$NET/e.h5", "f").unwrap(),
+            PathBuf::from("/circuits/a/n/e.h5")
+        );
     }
 
     #[test]
     fn unknown_and_cyclic_variables_are_refused() {
         let m = manifest(r#"{"manifest": {"$A": "x"}}"#).unwrap();
-        let e = m.path("$B/x.h5", "networks.nodes[0].nodes_file").unwrap_err().to_string();
-        assert!(e.contains("networks.nodes[0].nodes_file") && e.contains("$B"), "{e}");
-        let e = manifest(r#"{"manifest": {"$A": "$B", "$B": "${A}"}}"#).err().unwrap().to_string();
+        let e = m
+            .path("$B/x.h5", "networks.nodes[0].nodes_file")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("networks.nodes[0].nodes_file") && e.contains("$B"),
+            "{e}"
+        );
+        let e = manifest(r#"{"manifest": {"$A": "$B", "$B": "${A}"}}"#)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("cycle"), "{e}");
     }
 }

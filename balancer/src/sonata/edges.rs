@@ -11,17 +11,33 @@ use crate::error::Result;
 
 /// Reads every population of one `networks.edges[]` entry. `node_sizes` maps each node
 /// population of the circuit to its node count.
-pub(crate) fn read_entry(entry: &EdgesEntry, config: &Path, node_sizes: &HashMap<String, usize>) -> Result<Vec<EdgePopulation>> {
-    let file = h5::open_file(&entry.edges_file, config, &format!("{}.edges_file", entry.field))?;
+pub(crate) fn read_entry(
+    entry: &EdgesEntry,
+    config: &Path,
+    node_sizes: &HashMap<String, usize>,
+) -> Result<Vec<EdgePopulation>> {
+    let file = h5::open_file(
+        &entry.edges_file,
+        config,
+        &format!("{}.edges_file", entry.field),
+    )?;
     let path = entry.edges_file.as_path();
-    let top = Ctx { file: path, population: "" };
+    let top = Ctx {
+        file: path,
+        population: "",
+    };
     let root = h5::group(&top, &file, "edges")?;
     let names = h5::members(&top, &root)?;
     for name in &entry.populations {
         if !names.contains(name) {
             return Err(top.err(
                 format!("/edges/{name}"),
-                format!("population named by {} in {} is not in the file (it has: {})", entry.field, config.display(), names.join(", ")),
+                format!(
+                    "population named by {} in {} is not in the file (it has: {})",
+                    entry.field,
+                    config.display(),
+                    names.join(", ")
+                ),
             ));
         }
     }
@@ -29,7 +45,10 @@ pub(crate) fn read_entry(entry: &EdgesEntry, config: &Path, node_sizes: &HashMap
     known.sort_unstable();
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let ctx = Ctx { file: path, population: &name };
+        let ctx = Ctx {
+            file: path,
+            population: &name,
+        };
         let pop = h5::group(&ctx, &root, &name)?;
         let mut ends = Vec::with_capacity(2);
         for dataset in ["source_node_id", "target_node_id"] {
@@ -53,10 +72,21 @@ pub(crate) fn read_entry(entry: &EdgesEntry, config: &Path, node_sizes: &HashMap
         if source_ids.len() != target_ids.len() {
             return Err(ctx.err(
                 format!("{}/target_node_id", pop.name()),
-                format!("has {} entries but source_node_id has {}", target_ids.len(), source_ids.len()),
+                format!(
+                    "has {} entries but source_node_id has {}",
+                    target_ids.len(),
+                    source_ids.len()
+                ),
             ));
         }
-        out.push(EdgePopulation { name, file: path.to_path_buf(), source, target, source_ids, target_ids });
+        out.push(EdgePopulation {
+            name,
+            file: path.to_path_buf(),
+            source,
+            target,
+            source_ids,
+            target_ids,
+        });
     }
     Ok(out)
 }

@@ -36,6 +36,10 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{BalancerError, Result};
 
+/// The HDF5 crate this module reads with, re-exported so that callers (and the tests, which
+/// write small circuits) use the same version.
+pub use hdf5_metno;
+
 /// A SONATA circuit: its node and edge populations, in config order (populations of one
 /// file in HDF5 name order).
 #[derive(Debug, Clone)]
@@ -147,13 +151,19 @@ impl Circuit {
                         path: pop.file,
                         population: pop.name,
                         field: entry.field.clone(),
-                        message: format!("node population defined twice (also in {})", first.file.display()),
+                        message: format!(
+                            "node population defined twice (also in {})",
+                            first.file.display()
+                        ),
                     });
                 }
                 node_populations.push(pop);
             }
         }
-        let sizes: HashMap<String, usize> = node_populations.iter().map(|p| (p.name.clone(), p.len())).collect();
+        let sizes: HashMap<String, usize> = node_populations
+            .iter()
+            .map(|p| (p.name.clone(), p.len()))
+            .collect();
         let mut edge_populations: Vec<EdgePopulation> = Vec::new();
         for entry in &cfg.edges {
             for pop in edges::read_entry(entry, &cfg.path, &sizes)? {
@@ -162,13 +172,20 @@ impl Circuit {
                         path: pop.file,
                         population: pop.name,
                         field: entry.field.clone(),
-                        message: format!("edge population defined twice (also in {})", first.file.display()),
+                        message: format!(
+                            "edge population defined twice (also in {})",
+                            first.file.display()
+                        ),
                     });
                 }
                 edge_populations.push(pop);
             }
         }
-        Ok(Circuit { config: cfg.path, node_populations, edge_populations })
+        Ok(Circuit {
+            config: cfg.path,
+            node_populations,
+            edge_populations,
+        })
     }
 
     /// The node population called `name`.
@@ -188,11 +205,19 @@ impl Circuit {
             BalancerError::InvalidParameter(format!(
                 "no node population `{population}` in {} (it has: {})",
                 self.config.display(),
-                self.node_populations.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                self.node_populations
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         })?;
         let mut counts = vec![0u32; pop.len()];
-        for edges in self.edge_populations.iter().filter(|e| e.target == population) {
+        for edges in self
+            .edge_populations
+            .iter()
+            .filter(|e| e.target == population)
+        {
             for &t in &edges.target_ids {
                 counts[t as usize] = counts[t as usize].saturating_add(1);
             }

@@ -34,35 +34,70 @@ fn csv_err(path: &Path, field: impl Into<String>, message: impl Into<String>) ->
 impl NodeTypes {
     pub(crate) fn read(path: &Path, config: &Path, field: &str) -> Result<NodeTypes> {
         if !path.exists() {
-            return Err(csv_err(path, "", format!("no such file (named by {field} in {})", config.display())));
+            return Err(csv_err(
+                path,
+                "",
+                format!("no such file (named by {field} in {})", config.display()),
+            ));
         }
         let mut reader = csv::ReaderBuilder::new()
             .delimiter(b' ')
             .trim(csv::Trim::All)
             .from_path(path)
             .map_err(|e| csv_err(path, "", e.to_string()))?;
-        let header: Vec<String> =
-            reader.headers().map_err(|e| csv_err(path, "header", e.to_string()))?.iter().map(str::to_owned).collect();
-        let columns: HashMap<String, usize> = header.iter().enumerate().map(|(i, c)| (c.clone(), i)).collect();
-        let id_col = *columns
-            .get("node_type_id")
-            .ok_or_else(|| csv_err(path, "node_type_id", "missing column (the header must name it)"))?;
+        let header: Vec<String> = reader
+            .headers()
+            .map_err(|e| csv_err(path, "header", e.to_string()))?
+            .iter()
+            .map(str::to_owned)
+            .collect();
+        let columns: HashMap<String, usize> = header
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.clone(), i))
+            .collect();
+        let id_col = *columns.get("node_type_id").ok_or_else(|| {
+            csv_err(
+                path,
+                "node_type_id",
+                "missing column (the header must name it)",
+            )
+        })?;
         let mut rows = HashMap::new();
         for (line, record) in reader.records().enumerate() {
-            let record = record.map_err(|e| csv_err(path, format!("line {}", line + 2), e.to_string()))?;
+            let record =
+                record.map_err(|e| csv_err(path, format!("line {}", line + 2), e.to_string()))?;
             let raw = record.get(id_col).unwrap_or("");
-            let id: i64 = raw
-                .parse()
-                .map_err(|_| csv_err(path, format!("line {}: node_type_id", line + 2), format!("{raw:?} is not an integer")))?;
+            let id: i64 = raw.parse().map_err(|_| {
+                csv_err(
+                    path,
+                    format!("line {}: node_type_id", line + 2),
+                    format!("{raw:?} is not an integer"),
+                )
+            })?;
             let values = record
                 .iter()
-                .map(|v| if v.is_empty() || v == "NULL" { None } else { Some(v.to_owned()) })
+                .map(|v| {
+                    if v.is_empty() || v == "NULL" {
+                        None
+                    } else {
+                        Some(v.to_owned())
+                    }
+                })
                 .collect();
             if rows.insert(id, values).is_some() {
-                return Err(csv_err(path, format!("line {}: node_type_id", line + 2), format!("{id} is listed twice")));
+                return Err(csv_err(
+                    path,
+                    format!("line {}: node_type_id", line + 2),
+                    format!("{id} is listed twice"),
+                ));
             }
         }
-        Ok(NodeTypes { path: path.to_path_buf(), columns, rows })
+        Ok(NodeTypes {
+            path: path.to_path_buf(),
+            columns,
+            rows,
+        })
     }
 }
 
@@ -101,50 +136,92 @@ pub(crate) fn read_entry(entry: &NodesEntry, config: &Path) -> Result<Vec<NodePo
     let file_field = format!("{}.nodes_file", entry.field);
     let file = h5::open_file(&entry.nodes_file, config, &file_field)?;
     let types = match &entry.node_types_file {
-        Some(p) => Some(NodeTypes::read(p, config, &format!("{}.node_types_file", entry.field))?),
+        Some(p) => Some(NodeTypes::read(
+            p,
+            config,
+            &format!("{}.node_types_file", entry.field),
+        )?),
         None => None,
     };
     let path = entry.nodes_file.as_path();
-    let top = Ctx { file: path, population: "" };
+    let top = Ctx {
+        file: path,
+        population: "",
+    };
     let root = h5::group(&top, &file, "nodes")?;
     let names = h5::members(&top, &root)?;
     for (name, _) in &entry.populations {
         if !names.contains(name) {
             return Err(top.err(
                 format!("/nodes/{name}"),
-                format!("population named by {} in {} is not in the file (it has: {})", entry.field, config.display(), names.join(", ")),
+                format!(
+                    "population named by {} in {} is not in the file (it has: {})",
+                    entry.field,
+                    config.display(),
+                    names.join(", ")
+                ),
             ));
         }
     }
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let config_type = entry.populations.iter().find(|(n, _)| *n == name).and_then(|(_, t)| t.clone());
-        let ctx = Ctx { file: path, population: &name };
+        let config_type = entry
+            .populations
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, t)| t.clone());
+        let ctx = Ctx {
+            file: path,
+            population: &name,
+        };
         let pop = h5::group(&ctx, &root, &name)?;
-        out.push(read_population(&ctx, &pop, types.as_ref(), config_type.as_deref())?);
+        out.push(read_population(
+            &ctx,
+            &pop,
+            types.as_ref(),
+            config_type.as_deref(),
+        )?);
     }
     Ok(out)
 }
 
-fn read_population(ctx: &Ctx, pop: &hdf5::Group, types: Option<&NodeTypes>, config_type: Option<&str>) -> Result<NodePopulation> {
+fn read_population(
+    ctx: &Ctx,
+    pop: &hdf5::Group,
+    types: Option<&NodeTypes>,
+    config_type: Option<&str>,
+) -> Result<NodePopulation> {
     let node_type_id = h5::read_i64(ctx, &h5::dataset(ctx, pop, "node_type_id")?)?;
     let n = node_type_id.len();
     if n as u64 > u64::from(u32::MAX) {
-        return Err(ctx.err(format!("{}/node_type_id", pop.name()), format!("{n} nodes: more than 2^32 - 1 are not supported")));
+        return Err(ctx.err(
+            format!("{}/node_type_id", pop.name()),
+            format!("{n} nodes: more than 2^32 - 1 are not supported"),
+        ));
     }
     // Node types: every id (other than -1, "none") must be in the CSV when there is one.
     if let Some(t) = types {
-        if let Some(i) = (0..n).find(|&i| node_type_id[i] != -1 && !t.rows.contains_key(&node_type_id[i])) {
+        if let Some(i) =
+            (0..n).find(|&i| node_type_id[i] != -1 && !t.rows.contains_key(&node_type_id[i]))
+        {
             return Err(ctx.err(
                 format!("{}/node_type_id", pop.name()),
-                format!("node {i} has node_type_id {}, which is not in {}", node_type_id[i], t.path.display()),
+                format!(
+                    "node {i} has node_type_id {}, which is not in {}",
+                    node_type_id[i],
+                    t.path.display()
+                ),
             ));
         }
     }
     let groups = read_groups(ctx, pop, n)?;
     let mut strings = Interner::default();
     let column = |attr: &str, strings: &mut Interner| -> Result<Vec<u32>> {
-        let csv = types.and_then(|t| t.columns.get(attr).map(|&c| (t, node_type_id.as_slice(), c)));
+        let csv = types.and_then(|t| {
+            t.columns
+                .get(attr)
+                .map(|&c| (t, node_type_id.as_slice(), c))
+        });
         attribute(ctx, &groups, n, attr, csv, strings)
     };
     let model_type = column("model_type", &mut strings)?;
@@ -160,8 +237,8 @@ fn read_population(ctx: &Ctx, pop: &hdf5::Group, types: Option<&NodeTypes>, conf
     let mut node_model_type = Vec::with_capacity(n);
     let virtual_id = strings.index.get("virtual").copied();
     let mut node_is_virtual = Vec::with_capacity(n);
-    for i in 0..n {
-        let t = if model_type[i] != NONE { model_type[i] } else { config_type_id };
+    for (i, &own) in model_type.iter().enumerate() {
+        let t = if own != NONE { own } else { config_type_id };
         if t == NONE {
             return Err(ctx.err(
                 "model_type",
@@ -209,7 +286,11 @@ fn read_population(ctx: &Ctx, pop: &hdf5::Group, types: Option<&NodeTypes>, conf
         node_metype.push(idx);
     }
 
-    let is_virtual = if n == 0 { config_type == Some("virtual") } else { node_is_virtual.iter().all(|&v| v) };
+    let is_virtual = if n == 0 {
+        config_type == Some("virtual")
+    } else {
+        node_is_virtual.iter().all(|&v| v)
+    };
     let model_type = match model_types.len() {
         0 => config_type.unwrap_or("").to_owned(),
         1 => model_types[0].clone(),
@@ -228,14 +309,25 @@ fn read_population(ctx: &Ctx, pop: &hdf5::Group, types: Option<&NodeTypes>, conf
 }
 
 fn read_groups(ctx: &Ctx, pop: &hdf5::Group, n: usize) -> Result<Groups> {
-    let mut numeric: Vec<u32> = h5::members(ctx, pop)?.iter().filter_map(|m| m.parse().ok()).collect();
+    let mut numeric: Vec<u32> = h5::members(ctx, pop)?
+        .iter()
+        .filter_map(|m| m.parse().ok())
+        .collect();
     numeric.sort_unstable();
     let open = |g: u32| h5::group(ctx, pop, &g.to_string());
     let has_ids = pop.link_exists("node_group_id");
     if !has_ids {
         // No explicit mapping: node i is row i of group 0 (when there is one).
-        let groups = if numeric.contains(&0) { vec![(0, open(0)?)] } else { Vec::new() };
-        let node_group = if groups.is_empty() { None } else { Some((vec![0; n], (0..n as u32).collect())) };
+        let groups = if numeric.contains(&0) {
+            vec![(0, open(0)?)]
+        } else {
+            Vec::new()
+        };
+        let node_group = if groups.is_empty() {
+            None
+        } else {
+            Some((vec![0; n], (0..n as u32).collect()))
+        };
         return Ok(Groups { groups, node_group });
     }
     let id_ds = h5::dataset(ctx, pop, "node_group_id")?;
@@ -244,7 +336,10 @@ fn read_groups(ctx: &Ctx, pop: &hdf5::Group, n: usize) -> Result<Groups> {
     let index = h5::read_u32(ctx, &index_ds, 1 << 32, "group rows")?;
     for (ds, len) in [(&id_ds, ids.len()), (&index_ds, index.len())] {
         if len != n {
-            return Err(ctx.err(ds.name(), format!("has {len} entries but node_type_id has {n}")));
+            return Err(ctx.err(
+                ds.name(),
+                format!("has {len} entries but node_type_id has {n}"),
+            ));
         }
     }
     let mut groups: Vec<(u32, hdf5::Group)> = Vec::new();
@@ -255,7 +350,10 @@ fn read_groups(ctx: &Ctx, pop: &hdf5::Group, n: usize) -> Result<Groups> {
             Some(&p) => p,
             None => {
                 if !numeric.contains(&g) {
-                    return Err(ctx.err(id_ds.name(), format!("node {i} is in group {g}, which does not exist")));
+                    return Err(ctx.err(
+                        id_ds.name(),
+                        format!("node {i} is in group {g}, which does not exist"),
+                    ));
                 }
                 let p = groups.len() as u32;
                 groups.push((g, open(g)?));
@@ -265,7 +363,10 @@ fn read_groups(ctx: &Ctx, pop: &hdf5::Group, n: usize) -> Result<Groups> {
         };
         node_group.push(p);
     }
-    Ok(Groups { groups, node_group: Some((node_group, index)) })
+    Ok(Groups {
+        groups,
+        node_group: Some((node_group, index)),
+    })
 }
 
 /// One attribute for every node, as interned string ids (`NONE` when absent): from the
@@ -300,7 +401,14 @@ fn attribute(
         let by_type: HashMap<i64, u32> = types
             .rows
             .iter()
-            .map(|(&id, row)| (id, row.get(c).and_then(|v| v.as_deref()).map_or(NONE, |v| strings.id(v))))
+            .map(|(&id, row)| {
+                (
+                    id,
+                    row.get(c)
+                        .and_then(|v| v.as_deref())
+                        .map_or(NONE, |v| strings.id(v)),
+                )
+            })
             .collect();
         for (value, id) in out.iter_mut().zip(type_ids) {
             if *value == NONE {
@@ -311,24 +419,47 @@ fn attribute(
     Ok(out)
 }
 
-fn group_column(ctx: &Ctx, group: &hdf5::Group, attr: &str, strings: &mut Interner) -> Result<Option<(Vec<u32>, String)>> {
+fn group_column(
+    ctx: &Ctx,
+    group: &hdf5::Group,
+    attr: &str,
+    strings: &mut Interner,
+) -> Result<Option<(Vec<u32>, String)>> {
     let Some(ds) = h5::optional_dataset(ctx, group, attr)? else {
         return Ok(None);
     };
     let field = ds.name();
     if h5::is_string(&ds) {
         let values = h5::read_strings(ctx, &ds)?;
-        return Ok(Some((values.iter().map(|s| strings.id(s)).collect(), field)));
+        return Ok(Some((
+            values.iter().map(|s| strings.id(s)).collect(),
+            field,
+        )));
     }
     let has_library = group.link_exists("@library")
-        && group.group("@library").map(|lib| lib.link_exists(attr)).unwrap_or(false);
+        && group
+            .group("@library")
+            .map(|lib| lib.link_exists(attr))
+            .unwrap_or(false);
     if !has_library {
-        return Err(ctx.err(field, format!("holds neither strings nor indices into {}/@library/{attr} (absent)", group.name())));
+        return Err(ctx.err(
+            field,
+            format!(
+                "holds neither strings nor indices into {}/@library/{attr} (absent)",
+                group.name()
+            ),
+        ));
     }
     let lib = h5::group(ctx, group, "@library")?;
     let lib_ds = h5::dataset(ctx, &lib, attr)?;
-    let library: Vec<u32> = h5::read_strings(ctx, &lib_ds)?.iter().map(|s| strings.id(s)).collect();
+    let library: Vec<u32> = h5::read_strings(ctx, &lib_ds)?
+        .iter()
+        .map(|s| strings.id(s))
+        .collect();
     let what = format!("{} ({} entries)", lib_ds.name(), library.len());
     let indices = h5::read_u32(ctx, &ds, library.len() as u64, &what)?;
-    Ok(Some((indices.iter().map(|&k| library[k as usize]).collect(), field)))
+    Ok(Some((
+        indices.iter().map(|&k| library[k as usize]).collect(),
+        field,
+    )))
 }
