@@ -246,11 +246,78 @@ pub const SETTINGS: [(&str, &str); 12] = [
 pub struct RuntimeConfig {
     transport: TransportConfig,
     origins: [ValueOrigin; SETTINGS.len()],
+    bootstrap: BootstrapConfig,
+}
+
+/// Launcher variables giving (rank, size), in the order they are tried.
+pub const LAUNCHER_VARS: [(&str, &str); 4] = [
+    ("BALLAST_RANK", "BALLAST_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+];
+
+/// Where the processes of a job meet at start-up (the TCP bootstrap, `docs/CONFIG.md`),
+/// read by [`RuntimeConfig::from_env`] from the launcher's environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootstrapConfig {
+    /// `host:port` where rank 0 listens and the others connect (`BALLAST_ROOT`).
+    pub root: Option<String>,
+    /// This process' rank, from the first complete pair of [`LAUNCHER_VARS`].
+    pub rank: Option<usize>,
+    /// Number of processes, from the same pair.
+    pub size: Option<usize>,
+    /// The variable the rank came from (e.g. `OMPI_COMM_WORLD_RANK`).
+    pub rank_var: Option<&'static str>,
+    /// How long to wait for the other ranks (`BALLAST_BOOTSTRAP_TIMEOUT`, seconds, default 60).
+    pub timeout: std::time::Duration,
+}
+
+impl Default for BootstrapConfig {
+    fn default() -> Self {
+        BootstrapConfig { root: None, rank: None, size: None, rank_var: None, timeout: std::time::Duration::from_secs(60) }
+    }
+}
+
+impl BootstrapConfig {
+    /// Reads `BALLAST_ROOT`, `BALLAST_BOOTSTRAP_TIMEOUT` and the launcher's rank/size
+    /// variables through `lookup`. Errors: [`Error::Config`] naming the variable.
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<BootstrapConfig> {
+        let mut b = BootstrapConfig { root: lookup("BALLAST_ROOT").filter(|r| !r.trim().is_empty()), ..Default::default() };
+        if let Some(raw) = lookup("BALLAST_BOOTSTRAP_TIMEOUT") {
+            let secs: f64 = raw.trim().parse().map_err(|_| Error::Config {
+                var: "BALLAST_BOOTSTRAP_TIMEOUT",
+                value: raw.clone(),
+                reason: "not a number of seconds".into(),
+            })?;
+            if !(secs > 0.0 && secs <= 86_400.0) {
+                return Err(Error::Config { var: "BALLAST_BOOTSTRAP_TIMEOUT", value: raw, reason: "must be > 0 and <= 86400 seconds".into() });
+            }
+            b.timeout = std::time::Duration::from_secs_f64(secs);
+        }
+        for (rv, sv) in LAUNCHER_VARS {
+            let (r, s) = (lookup(rv), lookup(sv));
+            if r.is_none() && s.is_none() {
+                continue;
+            }
+            let num = |var: &'static str, v: Option<String>| -> Result<usize> {
+                let v = v.ok_or_else(|| Error::Config { var, value: String::new(), reason: format!("unset while its pair ({rv}/{sv}) is set") })?;
+                v.trim().parse().map_err(|_| Error::Config { var, value: v.clone(), reason: "not a non-negative integer".into() })
+            };
+            let (rank, size) = (num(rv, r)?, num(sv, s)?);
+            if size == 0 || rank >= size {
+                return Err(Error::Config { var: rv, value: rank.to_string(), reason: format!("must be below {sv} = {size}") });
+            }
+            (b.rank, b.size, b.rank_var) = (Some(rank), Some(size), Some(rv));
+            break;
+        }
+        Ok(b)
+    }
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { transport: TransportConfig::default(), origins: [ValueOrigin::Default; SETTINGS.len()] }
+        RuntimeConfig { transport: TransportConfig::default(), origins: [ValueOrigin::Default; SETTINGS.len()], bootstrap: BootstrapConfig::default() }
     }
 }
 
@@ -304,7 +371,13 @@ impl RuntimeConfig {
             cfg.origins[i] = ValueOrigin::Env;
         }
         cfg.transport.validate()?;
+        cfg.bootstrap = BootstrapConfig::from_vars(&lookup)?;
         Ok(cfg)
+    }
+
+    /// The start-up rendezvous settings (TCP bootstrap).
+    pub fn bootstrap(&self) -> &BootstrapConfig {
+        &self.bootstrap
     }
 
     fn set(&mut self, name: &str, raw: &str) -> std::result::Result<(), String> {
@@ -471,6 +544,27 @@ mod tests {
         for (name, var) in SETTINGS {
             assert!(doc.contains(&format!("| `{var}` | `{name}` |")), "{var} missing from docs/CONFIG.md");
         }
+    }
+
+    #[test]
+    fn bootstrap_vars_pick_the_first_launcher_and_name_bad_values() {
+        let c = RuntimeConfig::from_vars(vars(&[("BALLAST_ROOT", "127.0.0.1:4000"), ("PMI_RANK", "3"), ("PMI_SIZE", "4"), ("SLURM_PROCID", "1")])).unwrap();
+        let b = c.bootstrap();
+        assert_eq!((b.root.as_deref(), b.rank, b.size, b.rank_var), (Some("127.0.0.1:4000"), Some(3), Some(4), Some("PMI_RANK")));
+        assert_eq!(b.timeout, std::time::Duration::from_secs(60));
+        let c = RuntimeConfig::from_vars(vars(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2"), ("BALLAST_RANK", "1"), ("BALLAST_SIZE", "2"), ("BALLAST_BOOTSTRAP_TIMEOUT", "2.5")])).unwrap();
+        assert_eq!((c.bootstrap().rank, c.bootstrap().rank_var), (Some(1), Some("BALLAST_RANK")));
+        assert_eq!(c.bootstrap().timeout, std::time::Duration::from_millis(2500));
+        for (bad, var) in [
+            (vec![("SLURM_PROCID", "4"), ("SLURM_NTASKS", "4")], "SLURM_PROCID"),
+            (vec![("PMI_RANK", "x"), ("PMI_SIZE", "4")], "PMI_RANK"),
+            (vec![("BALLAST_RANK", "0")], "BALLAST_SIZE"),
+            (vec![("BALLAST_BOOTSTRAP_TIMEOUT", "0")], "BALLAST_BOOTSTRAP_TIMEOUT"),
+        ] {
+            let err = RuntimeConfig::from_vars(vars(&bad)).unwrap_err();
+            assert!(err.to_string().contains(var), "{err}");
+        }
+        assert_eq!(RuntimeConfig::from_vars(vars(&[])).unwrap().bootstrap(), &BootstrapConfig::default());
     }
 
     #[test]

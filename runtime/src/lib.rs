@@ -25,6 +25,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bootstrap;
 pub mod comm;
 pub mod config;
 pub mod connection;
@@ -44,7 +45,7 @@ pub mod pool;
 pub mod procstatus;
 
 pub use comm::{Communicator, Completion, Request};
-pub use config::{RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig, TransportKind, ValueOrigin};
+pub use config::{BootstrapConfig, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig, TransportKind, ValueOrigin};
 pub use error::{Error, Result};
 pub use footprint::{Footprint, MemoryModel};
 pub use matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
