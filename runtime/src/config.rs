@@ -334,7 +334,7 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a byte size"))?;
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a number (sizes may use a K, M or G suffix)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" | "kb" => 1 << 10,

@@ -73,6 +73,11 @@ fn lock_region(mem: &[u8], lock: bool) -> (Option<region::LockGuard>, Registrati
     }
 }
 
+/// The soft RLIMIT_MEMLOCK in bytes (`u64::MAX` = unlimited), if it can be read.
+pub fn memlock_limit_bytes() -> Option<u64> {
+    rlimit::getrlimit(rlimit::Resource::MEMLOCK).ok().map(|(soft, _)| if soft == rlimit::INFINITY { u64::MAX } else { soft })
+}
+
 struct Arrival {
     hdr: PacketHeader,
     rq: Arc<RecvQueue>,

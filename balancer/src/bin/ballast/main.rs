@@ -3,6 +3,9 @@
 #![deny(unsafe_code)]
 
 mod dry_run;
+mod fanout;
+mod info;
+mod runtime_args;
 mod stats;
 
 use std::process::ExitCode;
@@ -24,6 +27,10 @@ enum Command {
     DryRun(dry_run::DryRunArgs),
     /// Show per rank and cycle loads of an allocation file, ours or neurodamus'.
     Stats(stats::StatsArgs),
+    /// Rank 0 sends a few integers to every other rank; memory before/after vs the model.
+    Fanout(fanout::FanoutArgs),
+    /// Transports, devices, effective runtime configuration, predicted footprint.
+    Info(info::InfoArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +38,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::DryRun(args) => dry_run::run(args),
         Command::Stats(args) => stats::run(args),
+        Command::Fanout(args) => fanout::run(args),
+        Command::Info(args) => info::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,125 @@
+//! `ballast fanout`: the classic investigation — rank 0 sends a few integers to every
+//! other rank; prints rank 0's process memory counters and footprint before and after,
+//! and the footprint the model predicts.
+
+use anyhow::bail;
+use ballast_runtime::fanout::{run_local, FanoutReport, Snapshot};
+use ballast_runtime::TransportKind;
+use serde_json::json;
+
+use crate::runtime_args::RuntimeArgs;
+
+/// Arguments of `ballast fanout`.
+#[derive(clap::Args, Debug)]
+pub struct FanoutArgs {
+    /// Number of ranks (rank 0 sends to ranks 1..N-1).
+    #[arg(long)]
+    pub ranks: usize,
+    /// Messages rank 0 sends to each other rank.
+    #[arg(long, default_value_t = 1)]
+    pub messages: usize,
+    /// 32-bit integers per message.
+    #[arg(long, default_value_t = 10)]
+    pub ints: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+fn snap_json(s: &Snapshot) -> serde_json::Value {
+    json!({
+        "vm_rss_kb": s.status.vm_rss_kb,
+        "vm_lck_kb": s.status.vm_lck_kb,
+        "vm_data_kb": s.status.vm_data_kb,
+        "vm_hwm_kb": s.status.vm_hwm_kb,
+        "footprint_bytes": s.footprint.total_bytes(),
+        "world_footprint_bytes": s.world_footprint_bytes,
+    })
+}
+
+/// The JSON form of a report (keys documented in the issue and `--help`).
+pub fn report_json(r: &FanoutReport) -> serde_json::Value {
+    json!({
+        "ranks": r.ranks,
+        "before": snap_json(&r.before),
+        "after": snap_json(&r.after),
+        "predicted_footprint_bytes": r.predicted.total_bytes(),
+        "endpoints_live": r.after.footprint.endpoints_live,
+        "peers_connected": r.after.footprint.peers_connected,
+        "model_matches_accounting": r.all_ranks_match_model,
+        "notes": r.notes,
+    })
+}
+
+/// Runs `ballast fanout`.
+pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
+    let cfg = args.runtime.to_config()?;
+    if cfg.transport().kind != TransportKind::Local {
+        bail!("transport `{}` is not compiled in; fanout runs over --transport local", cfg.transport().kind);
+    }
+    if args.ranks < 2 {
+        bail!("--ranks must be at least 2");
+    }
+    let r = run_local(args.ranks, &cfg, args.messages, args.ints)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report_json(&r))?);
+        return Ok(());
+    }
+    let t = cfg.transport();
+    println!(
+        "fanout: {} ranks, rank 0 sends {} x {} ints to each; recv_sharing={} buffer {} x {} B",
+        args.ranks, args.messages, args.ints, t.recv_sharing, t.buffer_count, t.buffer_size
+    );
+    println!("{:<26} {:>14} {:>14} {:>14}", "", "before", "after", "delta");
+    let row = |name: &str, b: u64, a: u64| println!("{name:<26} {b:>14} {a:>14} {:>14}", a as i64 - b as i64);
+    let (b, a) = (&r.before, &r.after);
+    row("VmRSS (KiB, process)", b.status.vm_rss_kb, a.status.vm_rss_kb);
+    row("VmHWM (KiB, process)", b.status.vm_hwm_kb, a.status.vm_hwm_kb);
+    row("VmLck (KiB, process)", b.status.vm_lck_kb, a.status.vm_lck_kb);
+    row("VmData (KiB, process)", b.status.vm_data_kb, a.status.vm_data_kb);
+    row("footprint rank 0 (B)", b.footprint.total_bytes(), a.footprint.total_bytes());
+    row("footprint all ranks (B)", b.world_footprint_bytes, a.world_footprint_bytes);
+    row("predicted all ranks (B)", b.world_predicted_bytes, a.world_predicted_bytes);
+    row("endpoints live rank 0", b.footprint.endpoints_live, a.footprint.endpoints_live);
+    row("peers connected rank 0", b.footprint.peers_connected, a.footprint.peers_connected);
+    println!("predicted footprint rank 0: {} B (model {} accounting on every rank)", r.predicted.total_bytes(), if r.all_ranks_match_model { "matches" } else { "differs from" });
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fanout_json_has_the_documented_keys_and_real_values() {
+        let args = RuntimeArgs { buffer_count: Some(4), srq_depth: Some(4), lock_pool: Some(false), ..Default::default() };
+        let cfg = args.to_config().unwrap();
+        let r = run_local(9, &cfg, 1, 10).unwrap();
+        let v = report_json(&r);
+        for k in ["before", "after"] {
+            for f in ["vm_rss_kb", "vm_lck_kb", "vm_data_kb", "footprint_bytes"] {
+                assert!(v[k][f].is_u64(), "{k}.{f} in {v}");
+            }
+        }
+        assert_eq!(v["peers_connected"], 8);
+        assert_eq!(v["endpoints_live"], 8);
+        assert_eq!(v["predicted_footprint_bytes"], cfg.transport().predict(8, 9, 1).total_bytes());
+        assert!(v["after"]["footprint_bytes"].as_u64() > v["before"]["footprint_bytes"].as_u64());
+    }
+
+    #[test]
+    fn options_override_and_bad_values_are_errors() {
+        let args = RuntimeArgs { recv_sharing: Some(ballast_runtime::RecvSharing::Xrc), ranks_per_node: Some(0), ..Default::default() };
+        let e = args.to_config().unwrap_err().to_string();
+        assert!(e.contains("BALLAST_RANKS_PER_NODE"), "{e}");
+        let args = RuntimeArgs { srq_depth: Some(7), ..Default::default() };
+        let cfg = args.to_config().unwrap();
+        let s = cfg.settings().into_iter().find(|s| s.name == "srq_depth").unwrap();
+        assert_eq!((s.value.as_str(), s.origin.as_str()), ("7", "option"));
+    }
+}

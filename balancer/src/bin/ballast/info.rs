@@ -1,0 +1,78 @@
+//! `ballast info`: transports compiled in, RDMA devices seen, the effective runtime
+//! configuration with the origin of each value, and the predicted footprint for P peers
+//! under each receive-sharing mode side by side.
+
+use ballast_runtime::{RecvSharing, TransportKind};
+
+use crate::runtime_args::RuntimeArgs;
+
+/// Arguments of `ballast info`.
+#[derive(clap::Args, Debug)]
+pub struct InfoArgs {
+    /// Peers each rank talks to, for the footprint prediction.
+    #[arg(long, default_value_t = 255)]
+    pub peers: usize,
+    /// World size for the prediction (default: peers + 1).
+    #[arg(long)]
+    pub world_size: Option<usize>,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+/// RDMA devices listed by the kernel in /sys/class/infiniband.
+fn rdma_devices() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Runs `ballast info`.
+pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
+    let cfg = args.runtime.to_config()?;
+    let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
+    println!("transports compiled in: {}", compiled.join(", "));
+    let devs = rdma_devices();
+    println!("RDMA devices: {}", if devs.is_empty() { "none (/sys/class/infiniband is empty or absent)".to_string() } else { devs.join(", ") });
+    match ballast_runtime::local::memlock_limit_bytes() {
+        Some(u64::MAX) => println!("memlock limit (RLIMIT_MEMLOCK soft): unlimited"),
+        Some(b) => println!("memlock limit (RLIMIT_MEMLOCK soft): {} KiB", b / 1024),
+        None => println!("memlock limit: unknown"),
+    }
+    println!();
+    println!("effective configuration:");
+    println!("  {:<16} {:<12} {:<8} {}", "setting", "value", "from", "variable");
+    for s in cfg.settings() {
+        println!("  {:<16} {:<12} {:<8} {}", s.name, s.value, s.origin.as_str(), s.env);
+    }
+    let world = args.world_size.unwrap_or(args.peers + 1);
+    let t = *cfg.transport();
+    println!();
+    println!(
+        "predicted footprint per rank, {} peers, world {}, {} ranks/node, transport {} (bytes):",
+        args.peers, world, t.ranks_per_node, t.kind
+    );
+    let preds: Vec<_> = RecvSharing::ALL
+        .iter()
+        .map(|&m| ballast_runtime::TransportConfig { recv_sharing: m, ..t }.predict(args.peers, world, t.ranks_per_node))
+        .collect();
+    print!("  {:<18}", "");
+    for m in RecvSharing::ALL {
+        print!(" {:>14}", m.as_str());
+    }
+    println!();
+    for (i, (name, _)) in preds[0].fields().iter().enumerate() {
+        print!("  {name:<18}");
+        for p in &preds {
+            print!(" {:>14}", p.fields()[i].1);
+        }
+        println!();
+    }
+    print!("  {:<18}", "total_bytes");
+    for p in &preds {
+        print!(" {:>14}", p.total_bytes());
+    }
+    println!();
+    Ok(())
+}

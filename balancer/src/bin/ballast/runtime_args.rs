@@ -1,0 +1,106 @@
+//! Runtime options shared by the runtime commands (`fanout`, `info`): each overrides the
+//! matching `BALLAST_*` variable read by `RuntimeConfig::from_env` (see docs/CONFIG.md).
+
+use ballast_runtime::config::parse_bytes;
+use ballast_runtime::{RecvSharing, RuntimeConfig, TransportKind};
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    parse_bytes(s)
+}
+
+fn parse_count(s: &str) -> Result<usize, String> {
+    parse_bytes(s).and_then(|v| usize::try_from(v).map_err(|_| format!("`{s}` is too large")))
+}
+
+fn parse_switch(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(format!("`{s}` is not on/off")),
+    }
+}
+
+/// Runtime settings on the command line (defaults: environment, then built-in defaults).
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct RuntimeArgs {
+    /// Transport: local, mpi or verbs (BALLAST_TRANSPORT).
+    #[arg(long, value_parser = |s: &str| s.parse::<TransportKind>())]
+    pub transport: Option<TransportKind>,
+    /// Buffers in the registered pool (BALLAST_BUFFER_COUNT).
+    #[arg(long, value_parser = parse_count)]
+    pub buffer_count: Option<usize>,
+    /// Bytes per buffer, K/M/G suffixes allowed (BALLAST_BUFFER_SIZE).
+    #[arg(long, value_parser = parse_count)]
+    pub buffer_size: Option<usize>,
+    /// Let the pool grow up to --max-pool-bytes: on/off (BALLAST_POOL_GROWTH).
+    #[arg(long, value_parser = parse_switch)]
+    pub pool_growth: Option<bool>,
+    /// Pool bound with growth, bytes (BALLAST_MAX_POOL_BYTES).
+    #[arg(long, value_parser = parse_size)]
+    pub max_pool_bytes: Option<u64>,
+    /// Open endpoints on first use: on/off (BALLAST_LAZY_CONNECT).
+    #[arg(long, value_parser = parse_switch)]
+    pub lazy_connect: Option<bool>,
+    /// Cap on live endpoints, 0 = none (BALLAST_MAX_ENDPOINTS).
+    #[arg(long, value_parser = parse_count)]
+    pub max_endpoints: Option<usize>,
+    /// Receive sharing: per-peer, shared or xrc (BALLAST_RECV_SHARING).
+    #[arg(long, value_parser = |s: &str| s.parse::<RecvSharing>())]
+    pub recv_sharing: Option<RecvSharing>,
+    /// Preposted buffers per endpoint in per-peer mode (BALLAST_RECV_DEPTH).
+    #[arg(long, value_parser = parse_count)]
+    pub recv_depth: Option<usize>,
+    /// Shared receive queue depth (BALLAST_SRQ_DEPTH).
+    #[arg(long, value_parser = parse_count)]
+    pub srq_depth: Option<usize>,
+    /// Ranks per node for xrc (BALLAST_RANKS_PER_NODE).
+    #[arg(long, value_parser = parse_count)]
+    pub ranks_per_node: Option<usize>,
+    /// mlock registered memory: on/off (BALLAST_LOCK_POOL).
+    #[arg(long, value_parser = parse_switch)]
+    pub lock_pool: Option<bool>,
+}
+
+impl RuntimeArgs {
+    /// The environment's configuration with these options applied on top.
+    pub fn to_config(&self) -> anyhow::Result<RuntimeConfig> {
+        let mut b = RuntimeConfig::from_env()?.to_builder();
+        if let Some(v) = self.transport {
+            b = b.transport(v);
+        }
+        if let Some(v) = self.buffer_count {
+            b = b.buffer_count(v);
+        }
+        if let Some(v) = self.buffer_size {
+            b = b.buffer_size(v);
+        }
+        if let Some(v) = self.pool_growth {
+            b = b.pool_growth(v);
+        }
+        if let Some(v) = self.max_pool_bytes {
+            b = b.max_pool_bytes(v);
+        }
+        if let Some(v) = self.lazy_connect {
+            b = b.lazy_connect(v);
+        }
+        if let Some(v) = self.max_endpoints {
+            b = b.max_endpoints(v);
+        }
+        if let Some(v) = self.recv_sharing {
+            b = b.recv_sharing(v);
+        }
+        if let Some(v) = self.recv_depth {
+            b = b.recv_depth(v);
+        }
+        if let Some(v) = self.srq_depth {
+            b = b.srq_depth(v);
+        }
+        if let Some(v) = self.ranks_per_node {
+            b = b.ranks_per_node(v);
+        }
+        if let Some(v) = self.lock_pool {
+            b = b.lock_pool(v);
+        }
+        Ok(b.build()?)
+    }
+}
