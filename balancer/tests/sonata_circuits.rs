@@ -520,3 +520,22 @@ fn groups_library_and_node_types_csv_combine() {
     );
     assert!(text.contains("node 1 has node_type_id 8"), "{text}");
 }
+
+#[test]
+fn explicit_node_ids_other_than_positions_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = small_circuit(tmp.path(), &["A", "B", "C"], &[0], &[2]);
+    let f = hdf5::File::open_rw(tmp.path().join("nodes.h5")).unwrap();
+    let p = f.group("nodes/P").unwrap();
+    p.new_dataset_builder().with_data(&[0u64, 1, 2]).create("node_id").unwrap();
+    drop((p, f));
+    assert!(Circuit::open(&cfg).is_ok());
+    let f = hdf5::File::open_rw(tmp.path().join("nodes.h5")).unwrap();
+    f.unlink("nodes/P/node_id").unwrap();
+    let p = f.group("nodes/P").unwrap();
+    p.new_dataset_builder().with_data(&[0u64, 5, 2]).create("node_id").unwrap();
+    drop((p, f));
+    let (_, population, field, text) = sonata_err(Circuit::open(&cfg).unwrap_err());
+    assert_eq!((population.as_str(), field.as_str()), ("P", "/nodes/P/node_id"));
+    assert!(text.contains("first difference at index 1"), "{text}");
+}

@@ -214,6 +214,22 @@ fn read_population(
             ));
         }
     }
+    // Old (pre-1.0) files may carry explicit ids in `node_id`; edges index nodes by position,
+    // so anything but 0..n would be misread.
+    if let Some(ds) = h5::optional_dataset(ctx, pop, "node_id")? {
+        let ids = h5::read_u32(ctx, &ds, 1 << 32, "node ids")?;
+        if let Some(i) = ids
+            .iter()
+            .enumerate()
+            .position(|(i, &id)| id as usize != i)
+            .or((ids.len() != n).then_some(ids.len()))
+        {
+            return Err(ctx.err(
+                ds.name(),
+                format!("explicit node ids that are not 0..{n} (first difference at index {i}) are not supported: SONATA node ids are positions"),
+            ));
+        }
+    }
     let groups = read_groups(ctx, pop, n)?;
     let mut strings = Interner::default();
     let column = |attr: &str, strings: &mut Interner| -> Result<Vec<u32>> {
