@@ -42,6 +42,9 @@ pub struct Population {
     pub name: String,
     /// (index into [`DryRun::metypes`], gids in file order).
     pub metype_gids: Vec<(usize, Vec<u32>)>,
+    /// Afferent synapses of each cell, indexed by gid, when known cell by cell (circuit
+    /// input); `None` = every cell counts its metype's average (neurodamus' dry-run file).
+    pub cell_synapses: Option<Vec<u32>>,
 }
 
 impl Population {
@@ -81,16 +84,32 @@ impl DryRun {
         self.metypes.iter().map(Metype::cell_kb).collect()
     }
 
+    /// KB of one cell of metype `metype` in `population`: the metype's memory plus 1.9 KB
+    /// per synapse, counting the cell's own afferent synapses when known, else the
+    /// metype's average.
+    pub fn cell_kb(&self, population: &Population, gid: u32, metype: usize) -> f64 {
+        let m = &self.metypes[metype];
+        match &population.cell_synapses {
+            Some(syn) => m.memory_kb + syn[gid as usize] as f64 * SYNAPSE_KB,
+            None => m.cell_kb(),
+        }
+    }
+
+    /// True when some population has per-cell synapse counts (then cells of one metype
+    /// may weigh differently).
+    pub fn has_cell_synapses(&self) -> bool {
+        self.populations.iter().any(|p| p.cell_synapses.is_some())
+    }
+
     /// Per-cell KB of every gid, per population: `table[pop][gid]` (NaN for gids not in the
     /// dry run). Used to weigh an allocation read from a file.
     pub fn gid_kb_table(&self) -> Vec<Vec<f64>> {
-        let kb = self.metype_cell_kb();
         self.populations
             .iter()
             .map(|p| {
                 let mut t = vec![f64::NAN; p.gid_span()];
                 for (g, m) in p.cells() {
-                    t[g as usize] = kb[m];
+                    t[g as usize] = self.cell_kb(p, g, m);
                 }
                 t
             })
@@ -197,7 +216,7 @@ impl DryRun {
                 }
                 metype_gids.push((m, list));
             }
-            populations.push(Population { name: pop.clone(), metype_gids });
+            populations.push(Population { name: pop.clone(), metype_gids, cell_synapses: None });
         }
         Ok(DryRun { metypes, populations })
     }

@@ -6,6 +6,7 @@
 pub mod allocation;
 pub mod dryrun;
 pub mod error;
+pub mod network;
 pub mod files;
 pub mod pickle;
 #[cfg(feature = "sonata")]
@@ -13,6 +14,7 @@ pub mod sonata;
 pub mod strategy;
 pub mod summary;
 pub mod synthetic;
+pub mod transport_aware;
 
 pub use allocation::{Allocation, Bucket, GidProblems, PopulationAllocation};
 pub use dryrun::DryRun;

@@ -109,7 +109,7 @@ pub fn generate(spec: &SyntheticSpec) -> Result<DryRun> {
                 })
                 .collect();
             let name = if p == 0 { "synthetic_neurons".to_owned() } else { format!("synthetic_neurons_{p}") };
-            Population { name, metype_gids }
+            Population { name, metype_gids, cell_synapses: None }
         })
         .collect();
     Ok(DryRun { metypes, populations })
@@ -172,4 +172,145 @@ mod tests {
         assert!(generate(&SyntheticSpec { cells: 0, ..Default::default() }).is_err());
         assert!(generate(&SyntheticSpec { populations: 5, metypes: 3, ..Default::default() }).is_err());
     }
+}
+
+/// Parameters of a synthetic circuit: a dry run as [`SyntheticSpec`] plus cell positions
+/// on a sheet and distance-dependent connectivity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CircuitSpec {
+    pub dry_run: SyntheticSpec,
+    /// Total synapses to generate (the metypes' synapse counts are scaled to it).
+    pub synapses: u64,
+    /// Mean synapses per connection (a connection is one source → target cell pair).
+    pub synapses_per_connection: u32,
+    /// Cells per mm² of the (square, wrap-around) sheet.
+    pub density_per_mm2: f64,
+    /// Standard deviation of the source–target offset, µm (Gaussian in x and y).
+    pub sigma_um: f64,
+}
+
+impl Default for CircuitSpec {
+    fn default() -> Self {
+        CircuitSpec {
+            dry_run: SyntheticSpec::default(),
+            synapses: 10_000_000,
+            synapses_per_connection: 5,
+            density_per_mm2: 10_000.0,
+            sigma_um: 100.0,
+        }
+    }
+}
+
+/// A synthetic circuit: its dry run (with per-cell synapse counts) and its connectivity.
+#[derive(Debug, Clone)]
+pub struct SyntheticCircuit {
+    pub dry_run: DryRun,
+    pub network: crate::network::Network,
+    /// Position of every cell on the sheet, µm (global index as in the network).
+    pub positions: Vec<[f32; 2]>,
+}
+
+/// Generates a circuit following [`CircuitSpec`]: cells uniformly on a wrap-around square
+/// sheet; each cell gets about `synapses × (its metype's share) / synapses_per_connection`
+/// afferent connections, each from the cell nearest a Gaussian offset of its position (a
+/// grid of `sigma`-sized voxels makes that O(1)), with 1 to `2 × synapses_per_connection
+/// − 1` synapses each. Deterministic for a seed.
+pub fn generate_circuit(spec: &CircuitSpec) -> Result<SyntheticCircuit> {
+    let mut dry_run = generate(&spec.dry_run)?;
+    if spec.synapses_per_connection == 0 || !(spec.sigma_um > 0.0) || !(spec.density_per_mm2 > 0.0) {
+        return Err(BalancerError::InvalidParameter(format!("bad circuit parameters {spec:?}")));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.dry_run.seed ^ 0x5eed_c1c0);
+    let offsets: Vec<usize> = std::iter::once(0)
+        .chain(dry_run.populations.iter().scan(0, |acc, p| {
+            *acc += p.cell_count();
+            Some(*acc)
+        }))
+        .collect();
+    let n = *offsets.last().unwrap();
+    let side_um = (n as f64 / spec.density_per_mm2).sqrt() * 1000.0;
+    let positions: Vec<[f32; 2]> =
+        (0..n).map(|_| [(rng.random::<f64>() * side_um) as f32, (rng.random::<f64>() * side_um) as f32]).collect();
+    let voxels = ((side_um / spec.sigma_um).floor() as usize).max(1);
+    let voxel_um = side_um / voxels as f64;
+    let voxel_of = |x: f64, y: f64| {
+        let vx = ((x / voxel_um) as usize).min(voxels - 1);
+        let vy = ((y / voxel_um) as usize).min(voxels - 1);
+        vy * voxels + vx
+    };
+    let mut grid_start = vec![0usize; voxels * voxels + 1];
+    for p in &positions {
+        grid_start[voxel_of(p[0] as f64, p[1] as f64) + 1] += 1;
+    }
+    for i in 0..voxels * voxels {
+        grid_start[i + 1] += grid_start[i];
+    }
+    let mut fill = grid_start.clone();
+    let mut grid = vec![0u32; n];
+    for (c, p) in positions.iter().enumerate() {
+        let v = voxel_of(p[0] as f64, p[1] as f64);
+        grid[fill[v]] = c as u32;
+        fill[v] += 1;
+    }
+
+    // Afferent synapses per cell: the metype's count, scaled so that the total matches.
+    let metype_of: Vec<usize> = {
+        let mut m = vec![0usize; n];
+        for (p, pop) in dry_run.populations.iter().enumerate() {
+            for (g, mt) in pop.cells() {
+                m[offsets[p] + g as usize] = mt;
+            }
+        }
+        m
+    };
+    let raw: f64 = metype_of.iter().map(|&m| dry_run.metypes[m].synapses_per_cell).sum();
+    let scale = if raw > 0.0 { spec.synapses as f64 / raw } else { 0.0 };
+    let spc = spec.synapses_per_connection as f64;
+    let gauss = rand_distr::Normal::new(0.0, spec.sigma_um).expect("sigma > 0");
+    let mut pairs: Vec<(u32, u32)> = Vec::with_capacity((spec.synapses as f64 / spc) as usize + n);
+    let mut synapses = vec![0u32; n];
+    for t in 0..n {
+        let want = dry_run.metypes[metype_of[t]].synapses_per_cell * scale;
+        let mut k = (want / spc).floor() as usize;
+        if rng.random::<f64>() < want / spc - k as f64 {
+            k += 1;
+        }
+        let [x, y] = positions[t];
+        for _ in 0..k {
+            let s = loop {
+                let sx = (x as f64 + gauss.sample(&mut rng)).rem_euclid(side_um);
+                let sy = (y as f64 + gauss.sample(&mut rng)).rem_euclid(side_um);
+                let v = voxel_of(sx, sy);
+                let (a, b) = (grid_start[v], grid_start[v + 1]);
+                if b > a {
+                    let s = grid[rng.random_range(a..b)];
+                    if s as usize != t {
+                        break s;
+                    }
+                }
+            };
+            pairs.push((s, t as u32));
+            synapses[t] += rng.random_range(1..2 * spec.synapses_per_connection);
+        }
+    }
+    let mut network = crate::network::Network::from_pairs(offsets.clone(), &pairs)?;
+    network.positions = Some(positions.iter().map(|&[x, y]| [x, y, 0.0]).collect());
+    drop(pairs);
+    // Per-cell synapse counts, and metype averages (what neurodamus' dry run records).
+    let mut sum = vec![(0u64, 0u64); dry_run.metypes.len()];
+    for (p, pop) in dry_run.populations.iter_mut().enumerate() {
+        let span = pop.gid_span();
+        let mut cell = vec![0u32; span];
+        for (g, m) in pop.cells().collect::<Vec<_>>() {
+            let s = synapses[offsets[p] + g as usize];
+            cell[g as usize] = s;
+            sum[m].0 += s as u64;
+            sum[m].1 += 1;
+        }
+        pop.cell_synapses = Some(cell);
+    }
+    for (m, (s, c)) in dry_run.metypes.iter_mut().zip(sum) {
+        m.synapses_per_cell = if c > 0 { s as f64 / c as f64 } else { 0.0 };
+    }
+    Ok(SyntheticCircuit { dry_run, network, positions })
 }

@@ -79,6 +79,15 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
 /// weigh the same, so this sorts metypes (few) and only the cells of equal-KB metypes
 /// among themselves, instead of comparison-sorting millions of cells.
 fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
+    if dry_run.has_cell_synapses() {
+        // Cells of one metype differ: a plain sort.
+        let mut cells: Vec<Cell> = Vec::with_capacity(dry_run.cell_count());
+        for (p, pop) in dry_run.populations.iter().enumerate() {
+            cells.extend(pop.cells().map(|(gid, m)| Cell { kb: dry_run.cell_kb(pop, gid, m), population: p as u32, gid }));
+        }
+        cells.sort_unstable_by(|a, b| b.kb.total_cmp(&a.kb).then(a.population.cmp(&b.population)).then(a.gid.cmp(&b.gid)));
+        return cells;
+    }
     let kb = dry_run.metype_cell_kb();
     let mut per_metype: Vec<Vec<Cell>> = vec![Vec::new(); kb.len()];
     for (p, pop) in dry_run.populations.iter().enumerate() {
