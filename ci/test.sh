@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 need_pkgs=()
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 # The balancer's `sonata` feature links the system HDF5 library (found with pkg-config).
-for pkg in libhdf5-dev pkg-config; do
+# The runtime's `mpi` feature builds rsmpi against the system MPI (bindgen needs libclang).
+for pkg in libhdf5-dev pkg-config libopenmpi-dev openmpi-bin libclang-dev; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -23,3 +24,19 @@ fi
 
 cargo build --workspace --all-targets --locked --features ballast-balancer/sonata
 cargo test --workspace --locked --features ballast-balancer/sonata
+
+# The MPI transport (feature `mpi`): unit tests, then the MPI test programs under mpirun.
+cargo test -p ballast-runtime --locked --features mpi --lib
+mpi_test_bin() { # path of the `--test $1` executable
+    cargo test -p ballast-runtime --locked --features mpi --test "$1" --no-run --message-format=json \
+        | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1
+}
+mpirun_flags=(--oversubscribe)
+[ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
+conformance=$(mpi_test_bin mpi_conformance)
+for n in 1 2 4; do
+    echo "ci/test.sh: mpirun -n $n mpi_conformance"
+    timeout 900 mpirun "${mpirun_flags[@]}" -n "$n" "$conformance"
+done
+host_init=$(mpi_test_bin mpi_host_init)
+timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$host_init"

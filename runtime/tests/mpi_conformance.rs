@@ -1,0 +1,204 @@
+//! The conformance suite instantiated for the MPI transport (feature `mpi`), plus the MPI
+//! cases: a sparse neighbour exchange from 8 B to 64 MiB, the MPI bootstrap with split
+//! rounds, and the MPI footprint. A `harness = false` binary: it initialises MPI once
+//! (MPI_THREAD_MULTIPLE, since a case's ranks outnumber the processes under
+//! `mpirun -n 1`/`-n 2`), runs every case on every process, prints
+//! `mpi conformance: N passed, M failed` from rank 0 and exits non-zero if any case failed
+//! on any process. Run it with `mpirun -n 1|2|4 <binary>` (see `ci/test.sh`).
+
+mod conformance;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use ballast_runtime::bootstrap::{Bootstrap, MpiBootstrap};
+use ballast_runtime::mpi::Mpi;
+use ballast_runtime::{Communicator, Error, RecvSharing, Result, RuntimeConfig, Source, TagMatch};
+use conformance::*;
+
+/// Runs a case's ranks spread over the MPI processes, then gives every process the results
+/// of all ranks.
+struct MpiLauncher;
+
+impl Launcher for MpiLauncher {
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(&self, n: usize, cfg: &RuntimeConfig, f: F) -> Result<Vec<R>> {
+        let mpi = Mpi::init()?; // MPI is up: this reuses it
+        let local = mpi.run_ranks(n, cfg, f);
+        let mut mine = Vec::new();
+        match &local {
+            Ok(v) => {
+                mine.push(1);
+                v.len().put(&mut mine);
+                for (r, x) in v {
+                    r.put(&mut mine);
+                    x.put(&mut mine);
+                }
+            }
+            Err(e) => {
+                mine.push(if matches!(e, Error::Aborted) { 2 } else { 0 });
+                e.to_string().into_bytes().put(&mut mine);
+            }
+        }
+        let all = MpiBootstrap::new()?.all_gather(&mine)?;
+        let mut slots: Vec<Option<R>> = (0..n).map(|_| None).collect();
+        let mut err: Option<Error> = None;
+        for b in all {
+            let (kind, mut s) = (b[0], &b[1..]);
+            if kind == 1 {
+                for _ in 0..usize::get(&mut s) {
+                    let r = usize::get(&mut s);
+                    slots[r] = Some(R::get(&mut s));
+                }
+            } else if kind == 0 && matches!(err, None | Some(Error::Aborted)) {
+                err = Some(Error::Protocol(String::from_utf8_lossy(&Vec::<u8>::get(&mut s)).into_owned()));
+            } else if err.is_none() {
+                err = Some(Error::Aborted);
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Ok(slots.into_iter().map(|s| s.expect("every rank reported")).collect())
+    }
+}
+
+const MODES: [RecvSharing; 3] = [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc];
+
+/// 4 ranks in a ring, each exchanging with its 2 neighbours (isend + irecv both ways, wait
+/// all), message size doubling from 8 B to 64 MiB; every message checked.
+fn neighbour_exchange_8b_to_64mib() {
+    // 256 KiB chunks: 256 packets per 64 MiB message keep the threaded runs (-n 1, -n 2)
+    // short; the chunked path is the same as with the 8 KiB default.
+    let cfg = RuntimeConfig::builder().lock_pool(false).buffer_size(256 << 10).build().unwrap();
+    let res = MpiLauncher
+        .run(4, &cfg, |comm| -> Result<u64> {
+            let (n, me) = (comm.world_size(), comm.rank());
+            let (left, right) = ((me + n - 1) % n, (me + 1) % n);
+            let mut checked = 0;
+            let mut size = 8usize;
+            while size <= 64 << 20 {
+                let seed = |from: usize, to: usize| (size as u64) << 8 | (from as u64) << 4 | to as u64;
+                let rl = comm.irecv(Source::Rank(left), TagMatch::Tag(1))?;
+                let rr = comm.irecv(Source::Rank(right), TagMatch::Tag(2))?;
+                let sr = comm.isend(right, 1, &payload(size, seed(me, right)))?;
+                let sl = comm.isend(left, 2, &payload(size, seed(me, left)))?;
+                let done = comm.wait_all(vec![rl, rr, sr, sl])?;
+                let mut it = done.into_iter();
+                let from_left = it.next().unwrap().into_message().unwrap();
+                let from_right = it.next().unwrap().into_message().unwrap();
+                assert_eq!((from_left.source, from_left.data.len()), (left, size));
+                assert_eq!(fnv(&from_left.data), fnv(&payload(size, seed(left, me))), "{size} B from {left}");
+                assert_eq!(fnv(&from_right.data), fnv(&payload(size, seed(right, me))), "{size} B from {right}");
+                checked += 2;
+                size *= 2;
+            }
+            Ok(checked)
+        })
+        .unwrap();
+    // 8 B .. 64 MiB is 24 sizes, two messages each.
+    assert!(res.iter().all(|r| *r.as_ref().unwrap() == 48), "{res:?}");
+}
+
+/// The MPI bootstrap gathers ragged byte strings in order, also when split into many rounds.
+fn bootstrap_mpi_split_rounds() {
+    for round_bytes in [1 << 30, 7] {
+        let mut b = MpiBootstrap::new().unwrap().with_round_bytes(round_bytes);
+        let me = b.rank();
+        let all = b.all_gather(&payload(me * 37 + 3, me as u64)).unwrap();
+        assert_eq!(all.len(), b.size());
+        for (r, d) in all.iter().enumerate() {
+            assert_eq!(d, &payload(r * 37 + 3, r as u64), "rank {r} round_bytes {round_bytes}");
+        }
+    }
+}
+
+/// Over MPI the footprint is Ballast's own bytes (pool, one staging receive buffer) plus
+/// measured process deltas, with the note saying MPI's memory is measured.
+fn mpi_footprint() {
+    let cfg = RuntimeConfig::builder().lock_pool(false).buffer_size(1024).buffer_count(8).build().unwrap();
+    let res = MpiLauncher
+        .run(4, &cfg, |comm| -> Result<(u64, u64, u64, bool)> {
+            let me = comm.rank();
+            comm.send((me + 1) % 4, 3, &[me as u8; 3000])?;
+            comm.recv(Source::Any, TagMatch::Tag(3))?;
+            comm.barrier()?;
+            let f = Mpi::init()?.footprint(comm)?;
+            Ok((f.ballast.pool_bytes, f.ballast.srq_bytes, f.now.vm_rss_kb, f.note.contains("measured")))
+        })
+        .unwrap();
+    for r in res {
+        let (pool, srq, rss, note) = r.unwrap();
+        assert_eq!((pool, srq), (8 * 1024, 32 + 1024));
+        assert!(rss > 0 && note);
+    }
+}
+
+fn cases() -> Vec<(String, Box<dyn Fn()>)> {
+    let l = &MpiLauncher;
+    let mut v: Vec<(String, Box<dyn Fn()>)> = Vec::new();
+    for m in MODES {
+        v.push((format!("ordering_per_peer_and_tag/{m}"), Box::new(move || ordering_per_peer_and_tag(l, m))));
+        v.push((format!("any_source_any_tag/{m}"), Box::new(move || any_source_any_tag(l, m))));
+        v.push((format!("back_pressure_pool_of_two/{m}"), Box::new(move || back_pressure_pool_of_two(l, m))));
+        v.push((format!("eviction_with_two_endpoints/{m}"), Box::new(move || eviction_with_two_endpoints(l, m))));
+        v.push((format!("collectives/{m}"), Box::new(move || collectives(l, m))));
+    }
+    v.push(("try_recv_and_test".into(), Box::new(move || try_recv_and_test(l))));
+    for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
+        v.push((format!("message_sizes_with_checksums/{m}"), Box::new(move || message_sizes_with_checksums(l, m))));
+        v.push((format!("all_to_all_64/{m}"), Box::new(move || all_to_all_64(l, m))));
+    }
+    v.push(("pool_growth_is_bounded".into(), Box::new(move || pool_growth_is_bounded(l))));
+    for m in [RecvSharing::Shared, RecvSharing::Xrc] {
+        v.push((format!("many_to_one_srq4/{m}"), Box::new(move || many_to_one_srq4(l, m))));
+    }
+    v.push(("bad_input_is_an_error".into(), Box::new(move || bad_input_is_an_error(l))));
+    v.push(("neighbour_exchange_8b_to_64mib".into(), Box::new(neighbour_exchange_8b_to_64mib)));
+    v.push(("bootstrap_mpi_split_rounds".into(), Box::new(bootstrap_mpi_split_rounds)));
+    v.push(("mpi_footprint".into(), Box::new(mpi_footprint)));
+    v
+}
+
+fn main() {
+    let mpi = match Mpi::init_multithreaded() {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("mpi conformance: cannot initialise MPI: {e}");
+            std::process::exit(2);
+        }
+    };
+    let me = mpi.rank();
+    let filter: Option<String> = std::env::args().nth(1);
+    let (mut passed, mut failed) = (0, 0);
+    for (name, case) in cases() {
+        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+            continue;
+        }
+        let ok = catch_unwind(AssertUnwindSafe(|| case())).is_ok();
+        // A case passes only if it passed on every process.
+        let all = MpiBootstrap::new().and_then(|mut b| b.all_gather(&[ok as u8]));
+        let bad: Vec<usize> = match &all {
+            Ok(a) => a.iter().enumerate().filter(|(_, v)| v[0] == 0).map(|(p, _)| p).collect(),
+            Err(_) => vec![me],
+        };
+        if bad.is_empty() {
+            passed += 1;
+            if me == 0 {
+                println!("case {name} ... ok");
+            }
+        } else {
+            failed += 1;
+            if me == 0 {
+                println!("case {name} ... FAILED on process(es) {bad:?}");
+            }
+        }
+    }
+    if me == 0 {
+        println!("mpi conformance: {passed} passed, {failed} failed ({} processes, MPI initialised by Ballast: {})", mpi.size(), mpi.initialized_by_ballast());
+    }
+    drop(mpi); // MPI_Finalize
+    std::process::exit(if failed > 0 { 1 } else { 0 });
+}
