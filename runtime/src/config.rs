@@ -31,7 +31,11 @@ impl TransportKind {
     }
     /// Transports compiled into this build.
     pub fn compiled_in() -> &'static [TransportKind] {
-        &[TransportKind::Local]
+        if cfg!(feature = "mpi") {
+            &[TransportKind::Local, TransportKind::Mpi]
+        } else {
+            &[TransportKind::Local]
+        }
     }
 }
 

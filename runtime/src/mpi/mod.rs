@@ -22,6 +22,7 @@
 //! ```
 
 mod fabric;
+mod fanout;
 mod raw;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
