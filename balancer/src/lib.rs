@@ -4,6 +4,8 @@
 #![deny(unsafe_code)]
 
 pub mod allocation;
+#[cfg(feature = "sonata")]
+pub mod circuit;
 pub mod dryrun;
 pub mod error;
 pub mod network;

@@ -1,22 +1,31 @@
-//! `ballast dry-run`: balance a neurodamus dry run (or the built-in synthetic one) and write
-//! the allocation file.
-use std::path::PathBuf;
+//! `ballast dry-run`: balance a neurodamus dry run, a SONATA circuit or the built-in
+//! synthetic input, optionally charging each rank its transport memory, and write the
+//! allocation file.
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::Context;
-use ballast_balancer::synthetic::{self, SyntheticSpec};
-use ballast_balancer::{balance, write_allocation, BalancerConfig, DryRun, Strategy, Summary};
-use clap::Args;
+use anyhow::{bail, Context};
+use ballast_balancer::network::Network;
+use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
+use ballast_balancer::transport_aware::{
+    balance_transport_aware, evaluate, rank_of_allocation, CellCosts, RankLoads, TransportCharge,
+};
+use ballast_balancer::{balance, write_allocation, Allocation, BalancerConfig, DryRun, Strategy, Summary};
+use clap::{Args, ValueEnum};
 use serde_json::json;
 
+use crate::plot;
+use crate::runtime_args::RuntimeArgs;
+
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("input").required(true).args(["memory_usage", "synthetic"]))]
+#[command(group = clap::ArgGroup::new("input").required(true).multiple(true).args(["memory_usage", "synthetic", "circuit"]))]
 pub struct DryRunArgs {
-    /// neurodamus' dry-run output (cell_memory_usage.json).
+    /// neurodamus' dry-run output (cell_memory_usage.json). With --circuit: the measured
+    /// memory per metype to use for the circuit's cells.
     #[arg(long, value_name = "FILE")]
     memory_usage: Option<PathBuf>,
     /// Use the built-in generator with this many cells instead of a file.
-    #[arg(long, value_name = "CELLS")]
+    #[arg(long, value_name = "CELLS", conflicts_with_all = ["memory_usage", "circuit"])]
     synthetic: Option<usize>,
     /// Metypes of the synthetic input.
     #[arg(long, default_value_t = SyntheticSpec::default().metypes, requires = "synthetic")]
@@ -27,9 +36,22 @@ pub struct DryRunArgs {
     /// Seed of the synthetic input.
     #[arg(long, default_value_t = SyntheticSpec::default().seed, requires = "synthetic")]
     seed: u64,
-    /// Also write the synthetic input as OUTPUT_DIR/cell_memory_usage.json.
-    #[arg(long, requires = "synthetic")]
+    /// Give the synthetic input this many synapses, with distance-dependent connectivity
+    /// (a synthetic circuit: per-cell synapse counts and peers).
+    #[arg(long, value_name = "N", requires = "synthetic")]
+    synapses: Option<u64>,
+    /// Write the dry run as OUTPUT_DIR/cell_memory_usage.json (always done for --circuit).
+    #[arg(long)]
     write_memory_usage: bool,
+    /// A SONATA circuit config (circuit_config.json); needs the `sonata` feature.
+    #[arg(long, value_name = "CONFIG")]
+    circuit: Option<PathBuf>,
+    /// With --circuit: KB per detailed cell for metypes not in --memory-usage.
+    #[arg(long, value_name = "KB", requires = "circuit")]
+    cell_kb: Option<f64>,
+    /// With --circuit: KB per point neuron for metypes not in --memory-usage (default: --cell-kb).
+    #[arg(long, value_name = "KB", requires = "circuit")]
+    point_cell_kb: Option<f64>,
     /// Number of ranks to balance for.
     #[arg(long, value_name = "N")]
     num_target_ranks: u32,
@@ -39,12 +61,108 @@ pub struct DryRunArgs {
     /// lpt (Ballast's) or neurodamus (its batched greedy, reproduced exactly).
     #[arg(long, default_value = "lpt")]
     strategy: Strategy,
+    /// Charge each rank the transport memory Ballast's runtime uses for its peers (ballast),
+    /// or not (none). Needs connectivity: --circuit, or --synthetic with --synapses.
+    #[arg(long, value_enum, default_value_t = TransportModel::None)]
+    transport_model: TransportModel,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+    /// Memory of one node, GiB: flag nodes above it and find the fewest nodes that fit.
+    #[arg(long, value_name = "GIB", requires = "ranks_per_node")]
+    node_memory_gb: Option<f64>,
+    /// Draw per-rank stacked bars (cells, synapses, transport) to FILE.svg or FILE.png.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
     /// Where allocation_r{N}_c{C}.pkl.gz goes.
     #[arg(long, default_value = ".")]
     output_dir: PathBuf,
-    /// Print one JSON object instead of the table.
+    /// Print one JSON object instead of the tables.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TransportModel {
+    None,
+    Ballast,
+}
+
+/// The cells to balance and, when known, their connectivity.
+struct Input {
+    dry_run: DryRun,
+    network: Option<Network>,
+    /// Where the input came from, for messages.
+    label: String,
+}
+
+fn load_input(args: &DryRunArgs) -> anyhow::Result<Input> {
+    if let Some(config) = &args.circuit {
+        return load_circuit(args, config);
+    }
+    if let Some(cells) = args.synthetic {
+        let spec = SyntheticSpec { cells, metypes: args.metypes, populations: args.populations, seed: args.seed };
+        return Ok(match args.synapses {
+            Some(synapses) => {
+                let c = synthetic::generate_circuit(&CircuitSpec { dry_run: spec, synapses, ..CircuitSpec::default() })?;
+                Input { dry_run: c.dry_run, network: Some(c.network), label: format!("synthetic circuit ({synapses} synapses)") }
+            }
+            None => Input { dry_run: synthetic::generate(&spec)?, network: None, label: "synthetic dry run".into() },
+        });
+    }
+    let path = args.memory_usage.as_ref().expect("clap requires an input");
+    Ok(Input { dry_run: DryRun::from_json_file(path)?, network: None, label: path.display().to_string() })
+}
+
+#[cfg(feature = "sonata")]
+fn load_circuit(args: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
+    use ballast_balancer::circuit::{dry_run_from_circuit, MetypeMemory};
+    let circuit = ballast_balancer::sonata::Circuit::open(config)?;
+    let measured = match &args.memory_usage {
+        Some(p) => DryRun::from_json_file(p)?.metypes.into_iter().map(|m| (m.name, m.memory_kb)).collect(),
+        None => Default::default(),
+    };
+    let memory = MetypeMemory { measured, cell_kb: args.cell_kb, point_cell_kb: args.point_cell_kb };
+    let (dry_run, network) = dry_run_from_circuit(&circuit, &memory)?;
+    Ok(Input { dry_run, network: Some(network), label: config.display().to_string() })
+}
+
+#[cfg(not(feature = "sonata"))]
+fn load_circuit(_: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
+    bail!("{}: reading SONATA circuits needs the `sonata` feature (cargo build --features ballast-balancer/sonata, with libhdf5-dev installed)", config.display())
+}
+
+/// Charged loads of one allocation: per-rank cells, synapses, transport and peers.
+fn charged_loads(input: &Input, allocation: &Allocation, charge: Option<&TransportCharge>) -> Option<RankLoads> {
+    let network = input.network.as_ref()?;
+    let costs = CellCosts::new(&input.dry_run, &network.offsets);
+    let rank_of = rank_of_allocation(allocation, &network.offsets);
+    Some(evaluate(network, &costs, &rank_of, allocation.ranks as usize, charge))
+}
+
+/// Balances with or without the transport charge; returns the allocation and, with the
+/// charge, the transport-blind loads beside the chosen ones.
+fn run_balance(
+    input: &Input,
+    config: &BalancerConfig,
+    charge: Option<&TransportCharge>,
+) -> (Allocation, Option<RankLoads>, Option<RankLoads>, Vec<(String, f64)>) {
+    match (charge, &input.network) {
+        (Some(ch), Some(net)) => {
+            let r = balance_transport_aware(&input.dry_run, net, config, ch);
+            (r.allocation, Some(r.blind.loads), Some(r.aware.loads), r.tried)
+        }
+        _ => {
+            let allocation = balance(&input.dry_run, config);
+            let loads = charged_loads(input, &allocation, charge);
+            (allocation, None, loads, Vec::new())
+        }
+    }
+}
+
+/// Per-node totals (KB) of per-rank totals, `rpn` consecutive ranks per node.
+fn node_totals(loads: &RankLoads, rpn: usize) -> Vec<f64> {
+    let ranks = loads.cells_kb.len();
+    (0..ranks.div_ceil(rpn)).map(|n| (n * rpn..((n + 1) * rpn).min(ranks)).map(|r| loads.total_kb(r)).sum()).collect()
 }
 
 pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
@@ -53,34 +171,51 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         .cycles(args.cycles)
         .strategy(args.strategy)
         .build()?;
-    let dry_run = match (&args.memory_usage, args.synthetic) {
-        (Some(path), _) => DryRun::from_json_file(path)?,
-        (None, Some(cells)) => synthetic::generate(&SyntheticSpec {
-            cells,
-            metypes: args.metypes,
-            populations: args.populations,
-            seed: args.seed,
-        })?,
-        (None, None) => unreachable!("clap requires one input"),
+    let runtime = args.runtime.to_config()?;
+    let input = load_input(args)?;
+    let charge = match args.transport_model {
+        TransportModel::None => None,
+        TransportModel::Ballast => {
+            if input.network.is_none() {
+                bail!("--transport-model ballast needs the circuit's connectivity: use --circuit, or --synthetic with --synapses ({} has none)", input.label);
+            }
+            if args.strategy == Strategy::Neurodamus {
+                bail!("--transport-model ballast balances with its own algorithm; drop --strategy neurodamus");
+            }
+            Some(TransportCharge { config: runtime.transport().clone() })
+        }
     };
     std::fs::create_dir_all(&args.output_dir)
         .with_context(|| format!("cannot create output directory {}", args.output_dir.display()))?;
 
     let start = Instant::now();
-    let allocation = balance(&dry_run, &config);
+    let (allocation, blind, loads, tried) = run_balance(&input, &config, charge.as_ref());
     let seconds = start.elapsed().as_secs_f64();
-    allocation.validate(&dry_run).context("internal error: the balancer lost or duplicated a cell")?;
-    let summary = Summary::new(&allocation, &dry_run);
+    let dry_run = &input.dry_run;
+    allocation.validate(dry_run).context("internal error: the balancer lost or duplicated a cell")?;
+    let summary = Summary::new(&allocation, dry_run);
     // neurodamus' result on the same input, for comparison (cheap: one greedy pass).
     let baseline = (args.strategy != Strategy::Neurodamus).then(|| {
         let nd = BalancerConfig { strategy: Strategy::Neurodamus, ..config.clone() };
-        Summary::new(&balance(&dry_run, &nd), &dry_run).overall
+        Summary::new(&balance(dry_run, &nd), dry_run).overall
     });
 
-    if args.write_memory_usage {
+    // Node view: per-node totals, and the fewest nodes that fit when a node size is given.
+    let rpn = args.runtime.ranks_per_node;
+    let nodes = rpn.zip(loads.as_ref()).map(|(k, l)| node_totals(l, k));
+    let fit = match (args.node_memory_gb, rpn) {
+        (Some(gib), Some(k)) => Some(fewest_nodes(&input, &config, charge.as_ref(), k, gib * 1024.0 * 1024.0)?),
+        _ => None,
+    };
+
+    if args.write_memory_usage || args.circuit.is_some() {
         dry_run.write_json_file(&args.output_dir.join("cell_memory_usage.json"))?;
     }
     let output = write_allocation(&args.output_dir, &allocation)?;
+    if let Some(path) = &args.plot {
+        let lower = summary.overall.total_kb / config.ranks as f64;
+        plot::rank_bars(path, &rank_series(&summary, blind.as_ref(), loads.as_ref(), config.cycles), lower)?;
+    }
 
     let empty = summary.empty_buckets();
     if !empty.is_empty() {
@@ -91,9 +226,10 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         );
     }
     let o = &summary.overall;
+    let strategy_name = if charge.is_some() { "lpt+transport".to_owned() } else { format!("{:?}", config.strategy).to_lowercase() };
     if args.json {
         let mut value = json!({
-            "ranks": config.ranks, "cycles": config.cycles, "strategy": format!("{:?}", config.strategy).to_lowercase(),
+            "ranks": config.ranks, "cycles": config.cycles, "strategy": strategy_name,
             "cells": o.cells, "total_kb": o.total_kb,
             "max_bucket_kb": o.max_bucket_kb, "mean_bucket_kb": o.mean_bucket_kb, "min_bucket_kb": o.min_bucket_kb,
             "max_rank_kb": o.max_rank_kb, "mean_rank_kb": o.mean_rank_kb, "min_rank_kb": o.min_rank_kb,
@@ -107,29 +243,178 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             value["neurodamus_max_bucket_kb"] = json!(b.max_bucket_kb);
             value["neurodamus_ratio_to_lower_bound"] = json!(b.ratio_to_lower_bound);
         }
+        if let Some(l) = &loads {
+            value["rank_loads"] = rank_json(l);
+            value["max_rank_total_kb"] = json!(l.max_total_kb());
+        }
+        if let Some(b) = &blind {
+            value["blind_rank_loads"] = rank_json(b);
+            value["blind_max_rank_total_kb"] = json!(b.max_total_kb());
+            value["candidates"] = json!(tried);
+        }
+        if let Some(n) = &nodes {
+            value["node_totals_kb"] = json!(n);
+        }
+        if let Some(f) = &fit {
+            value["node_memory_kb"] = json!(f.node_kb);
+            value["nodes_over_memory"] = json!(nodes.as_ref().map(|n| over(n, f.node_kb)).unwrap_or_default());
+            value["suggested_nodes"] = json!(f.nodes);
+        }
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
     }
     println!(
-        "ballast dry-run: {} cells, {} populations, {} metypes -> {} ranks × {} cycles, strategy {} ({:.3} s)\n",
+        "ballast dry-run: {} cells, {} populations, {} metypes ({}) -> {} ranks × {} cycles, strategy {} ({:.3} s)\n",
         o.cells,
         dry_run.populations.len(),
         dry_run.metypes.len(),
+        input.label,
         config.ranks,
         config.cycles,
-        format!("{:?}", config.strategy).to_lowercase(),
+        strategy_name,
         seconds
     );
     print!("{}", summary.table("KB"));
-    println!("\nlower bound for the largest bucket: {:.1} KB (max of total/buckets and the heaviest cell, {:.1} KB)", o.lower_bound_kb, o.heaviest_cell_kb);
+    println!(
+        "\nlower bound for the largest bucket: {:.1} KB (max of total/buckets and the heaviest cell, {:.1} KB)",
+        o.lower_bound_kb, o.heaviest_cell_kb
+    );
     if let Some(b) = baseline {
         println!(
-            "neurodamus' batched greedy on the same input: largest bucket {:.1} KB ({:.4}× the bound); Ballast's is {:.2}% lower",
+            "neurodamus' batched greedy on the same input: largest bucket {:.1} KB ({:.4}× the bound); this result's is {:.2}% lower",
             b.max_bucket_kb,
             b.ratio_to_lower_bound,
             100.0 * (1.0 - o.max_bucket_kb / b.max_bucket_kb)
         );
     }
+    if let Some(l) = &loads {
+        println!();
+        print!("{}", rank_table(blind.as_ref(), l));
+        if let Some(b) = &blind {
+            println!(
+                "\nlargest rank total: transport-blind {:.1} KB, transport-aware {:.1} KB ({:.2}% lower; method {})",
+                b.max_total_kb(),
+                l.max_total_kb(),
+                100.0 * (1.0 - l.max_total_kb() / b.max_total_kb()),
+                tried.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map_or("blind", |t| t.0.as_str())
+            );
+        }
+    }
+    if let (Some(n), Some(k)) = (&nodes, rpn) {
+        println!("\nper node ({k} ranks per node): largest {:.1} KB, smallest {:.1} KB", n.iter().copied().fold(0.0, f64::max), n.iter().copied().fold(f64::INFINITY, f64::min));
+        if let Some(f) = &fit {
+            let over = over(n, f.node_kb);
+            if over.is_empty() {
+                println!("every node fits in {:.1} GiB", f.node_kb / 1048576.0);
+            } else {
+                println!("nodes over {:.1} GiB: {:?}", f.node_kb / 1048576.0, over);
+            }
+            println!("fewest nodes that fit (transport charge recomputed for each count): {} ({} ranks)", f.nodes, f.nodes * k);
+        }
+    }
+    if let Some(p) = &args.plot {
+        println!("plot: {}", p.display());
+    }
     println!("wrote {}", output.display());
     Ok(())
+}
+
+fn over(nodes: &[f64], node_kb: f64) -> Vec<usize> {
+    (0..nodes.len()).filter(|&n| nodes[n] > node_kb).collect()
+}
+
+/// The fewest nodes of `rpn` ranks that hold the circuit within `node_kb` each.
+struct Fit {
+    nodes: usize,
+    node_kb: f64,
+}
+
+/// Searches the node count: doubling from the memory lower bound, then bisection; each
+/// count is balanced anew (the transport charge depends on it).
+fn fewest_nodes(input: &Input, config: &BalancerConfig, charge: Option<&TransportCharge>, rpn: usize, node_kb: f64) -> anyhow::Result<Fit> {
+    let total: f64 = Summary::new(&balance(&input.dry_run, config), &input.dry_run).overall.total_kb;
+    let fits = |nodes: usize| -> anyhow::Result<bool> {
+        let ranks = u32::try_from(nodes * rpn).context("too many ranks")?;
+        let c = BalancerConfig { ranks, ..config.clone() };
+        let (allocation, _, loads, _) = run_balance(input, &c, charge);
+        let max_node = match loads {
+            Some(l) => node_totals(&l, rpn).into_iter().fold(0.0, f64::max),
+            None => {
+                let s = Summary::new(&allocation, &input.dry_run);
+                let ranks: Vec<f64> = s.bucket_kb.chunks(c.cycles as usize).map(|b| b.iter().sum()).collect();
+                ranks.chunks(rpn).map(|n| n.iter().sum::<f64>()).fold(0.0, f64::max)
+            }
+        };
+        Ok(max_node <= node_kb)
+    };
+    let mut lo = ((total / node_kb).ceil() as usize).max(1);
+    if fits(lo)? {
+        return Ok(Fit { nodes: lo, node_kb });
+    }
+    let mut hi = lo * 2;
+    while !fits(hi)? {
+        lo = hi;
+        hi *= 2;
+        if hi > 1 << 20 {
+            bail!("no node count up to {hi} fits {:.1} GiB per node (is a single cell larger than a node?)", node_kb / 1048576.0);
+        }
+    }
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if fits(mid)? {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(Fit { nodes: hi, node_kb })
+}
+
+fn rank_json(l: &RankLoads) -> serde_json::Value {
+    json!({
+        "cells_kb": l.cells_kb, "synapses_kb": l.synapses_kb, "transport_kb": l.transport_kb,
+        "peers": l.peers, "peer_nodes": l.peer_nodes,
+        "total_kb": (0..l.cells_kb.len()).map(|r| l.total_kb(r)).collect::<Vec<_>>(),
+    })
+}
+
+/// One row per rank: cells, synapses, transport, total and peers, beside the blind result.
+fn rank_table(blind: Option<&RankLoads>, l: &RankLoads) -> String {
+    let mut out = String::new();
+    match blind {
+        Some(_) => out += &format!(
+            "{:>6} {:>13} {:>13} {:>12} {:>14} {:>7} | {:>12} {:>14} {:>7}\n",
+            "rank", "cells KB", "synapses KB", "transport KB", "total KB", "peers", "blind transp", "blind total", "peers"
+        ),
+        None => out += &format!("{:>6} {:>13} {:>13} {:>12} {:>14} {:>7}\n", "rank", "cells KB", "synapses KB", "transport KB", "total KB", "peers"),
+    }
+    for r in 0..l.cells_kb.len() {
+        out += &format!(
+            "{:>6} {:>13.1} {:>13.1} {:>12.1} {:>14.1} {:>7}",
+            r, l.cells_kb[r], l.synapses_kb[r], l.transport_kb[r], l.total_kb(r), l.peers[r]
+        );
+        if let Some(b) = blind {
+            out += &format!(" | {:>12.1} {:>14.1} {:>7}", b.transport_kb[r], b.total_kb(r), b.peers[r]);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The series a plot draws: one or two results, per rank (cells, synapses, transport).
+fn rank_series(summary: &Summary, blind: Option<&RankLoads>, loads: Option<&RankLoads>, cycles: u32) -> Vec<plot::Series> {
+    let from_loads = |title: &str, l: &RankLoads| plot::Series {
+        title: title.to_owned(),
+        cells_kb: l.cells_kb.clone(),
+        synapses_kb: l.synapses_kb.clone(),
+        transport_kb: l.transport_kb.clone(),
+    };
+    match (blind, loads) {
+        (Some(b), Some(l)) => vec![from_loads("transport-blind", b), from_loads("transport-aware", l)],
+        (None, Some(l)) => vec![from_loads("allocation", l)],
+        _ => {
+            let ranks: Vec<f64> = summary.bucket_kb.chunks(cycles as usize).map(|b| b.iter().sum()).collect();
+            vec![plot::Series { title: "allocation".into(), transport_kb: vec![0.0; ranks.len()], synapses_kb: vec![0.0; ranks.len()], cells_kb: ranks }]
+        }
+    }
 }

@@ -5,6 +5,7 @@
 mod dry_run;
 mod fanout;
 mod info;
+mod plot;
 mod runtime_args;
 mod stats;
 
