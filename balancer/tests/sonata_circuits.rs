@@ -539,3 +539,18 @@ fn explicit_node_ids_other_than_positions_are_refused() {
     assert_eq!((population.as_str(), field.as_str()), ("P", "/nodes/P/node_id"));
     assert!(text.contains("first difference at index 1"), "{text}");
 }
+
+#[test]
+fn a_simulation_config_is_followed_to_its_circuit_config() {
+    let Some(dir) = common::shared_data("sonata/allen-layer4_sample") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = tmp.path().join("simulation_config.json");
+    let json = format!(
+        r#"{{"manifest": {{"$CIRCUIT": "{}"}}, "network": "$CIRCUIT/circuit_config.json", "run": {{"tstop": 10}}}}"#,
+        dir.display()
+    );
+    std::fs::write(&sim, json).unwrap();
+    let c = Circuit::open(&sim).unwrap();
+    assert_eq!(c.config, dir.join("circuit_config.json"));
+    assert_eq!(c.node_populations[0].len(), 449);
+}
