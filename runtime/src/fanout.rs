@@ -66,6 +66,9 @@ pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: us
     let rpn = t.ranks_per_node;
     let outs = local::run(ranks, config, |comm| -> Result<RankOut> {
         let n = comm.world_size();
+        // Two barriers: when rank 0 leaves the second, every rank has left the first, so
+        // the barrier's own endpoints all exist before the "before" snapshot.
+        comm.barrier()?;
         comm.barrier()?;
         let before = comm.footprint();
         let s0 = if comm.rank() == 0 { Some(ProcStatus::read_self()?) } else { None };
