@@ -79,6 +79,17 @@ impl DryRun {
         self.populations.iter().map(Population::cell_count).sum()
     }
 
+    /// Global cell numbering: population `p`'s gid `g` is cell `offsets[p] + g`
+    /// (`len = populations + 1`, spans by [`Population::gid_span`]).
+    pub fn offsets(&self) -> Vec<usize> {
+        std::iter::once(0)
+            .chain(self.populations.iter().scan(0, |acc, p| {
+                *acc += p.gid_span();
+                Some(*acc)
+            }))
+            .collect()
+    }
+
     /// Per-cell cost in KB of every metype, indexed like [`DryRun::metypes`].
     pub fn metype_cell_kb(&self) -> Vec<f64> {
         self.metypes.iter().map(Metype::cell_kb).collect()

@@ -172,6 +172,9 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         .strategy(args.strategy)
         .build()?;
     let runtime = args.runtime.to_config()?;
+    if let Some(p) = &args.plot {
+        plot::check_path(p)?;
+    }
     let input = load_input(args)?;
     let charge = match args.transport_model {
         TransportModel::None => None,

@@ -21,6 +21,14 @@ const FONTS: [&str; 3] = [
     "/usr/share/fonts/TTF/DejaVuSans.ttf",
 ];
 
+/// Errors unless `path` ends in `.svg` or `.png` (checked before any work is done).
+pub fn check_path(path: &Path) -> anyhow::Result<()> {
+    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("svg" | "png") => Ok(()),
+        _ => bail!("{}: the plot file must end in .svg or .png", path.display()),
+    }
+}
+
 /// Draws `series` (one panel each, ranks on x, MiB on y) into `path` (`.svg` or `.png`),
 /// with `lower_bound_kb` (mean rank total) as a horizontal line. Written to a temporary
 /// file and renamed into place.
@@ -32,9 +40,7 @@ pub fn rank_bars(path: &Path, series: &[Series], lower_bound_kb: f64) -> anyhow:
     };
     let tmp = tempfile::Builder::new().suffix(&format!(".{ext}")).tempfile_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
     let size = (1200, 420 * series.len() as u32);
-    if ext != "svg" && ext != "png" {
-        bail!("{}: the plot file must end in .svg or .png", path.display());
-    }
+    check_path(path)?;
     // plotters lays text out with a registered font, for SVG too.
     let font = FONTS
         .iter()

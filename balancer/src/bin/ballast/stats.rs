@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
+use ballast_balancer::transport_aware::CellCosts;
 use ballast_balancer::{read_allocation, DryRun, Summary};
+
+use crate::plot;
 use clap::Args;
 use serde_json::json;
 
@@ -17,9 +20,15 @@ pub struct StatsArgs {
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     json: bool,
+    /// Draw per-rank stacked bars (cell memory, synapse memory) to FILE.svg or FILE.png.
+    #[arg(long, value_name = "FILE", requires = "memory_usage")]
+    plot: Option<PathBuf>,
 }
 
 pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
+    if let Some(p) = &args.plot {
+        plot::check_path(p)?;
+    }
     let allocation = read_allocation(&args.file)?;
     let dry_run = args.memory_usage.as_deref().map(DryRun::from_json_file).transpose()?;
     let problems = allocation.gid_problems(dry_run.as_ref());
@@ -68,6 +77,30 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
         print!("{}", summary.bucket_table(unit));
         println!();
         print!("{}", summary.table(unit));
+    }
+    if let (Some(path), Some(d)) = (&args.plot, &dry_run) {
+        let offsets = d.offsets();
+        let costs = CellCosts::new(d, &offsets);
+        let mut series = plot::Series {
+            title: args.file.file_name().map_or("allocation".into(), |n| n.to_string_lossy().into_owned()),
+            cells_kb: vec![0.0; allocation.ranks as usize],
+            synapses_kb: vec![0.0; allocation.ranks as usize],
+            transport_kb: vec![0.0; allocation.ranks as usize],
+        };
+        for pop in &allocation.populations {
+            let Some(dp) = d.populations.iter().position(|x| x.name == pop.name) else { continue };
+            for (b, gids) in &pop.buckets {
+                for &g in gids {
+                    let c = offsets[dp] + g as usize;
+                    if b.rank < allocation.ranks && c < offsets[dp + 1] {
+                        series.cells_kb[b.rank as usize] += costs.cell_kb[c];
+                        series.synapses_kb[b.rank as usize] += costs.synapse_kb[c];
+                    }
+                }
+            }
+        }
+        plot::rank_bars(path, &[series], summary.overall.total_kb / allocation.ranks as f64)?;
+        eprintln!("plot: {}", path.display());
     }
     if !problems.is_empty() {
         bail!("{}: the allocation does not hold every gid exactly once (see the warnings above)", args.file.display());
