@@ -8,7 +8,8 @@ need_pkgs=()
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 # The balancer's `sonata` feature links the system HDF5 library (found with pkg-config).
 # The runtime's `mpi` feature builds rsmpi against the system MPI (bindgen needs libclang).
-for pkg in libhdf5-dev pkg-config libopenmpi-dev openmpi-bin libclang-dev; do
+# Plots (`--plot`) lay text out with a TrueType font.
+for pkg in libhdf5-dev pkg-config libopenmpi-dev openmpi-bin libclang-dev fonts-dejavu-core; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
