@@ -274,7 +274,7 @@ impl Engine {
 
     /// True when nothing is queued or in flight on the send side.
     pub fn sends_drained(&self) -> bool {
-        self.active.is_empty() && self.conns.keys().into_iter().all(|k| self.conns.get(k).map_or(true, |e| e.inflight == 0))
+        self.active.is_empty() && !self.conns.keys().into_iter().any(|k| self.conns.get(k).is_some_and(|e| e.inflight > 0))
     }
 
     /// One round of progress; returns true if anything happened.
@@ -415,7 +415,7 @@ impl Engine {
 
     fn is_idle(&self, key: usize) -> bool {
         if self.symmetric() {
-            self.peers.get(&key).map_or(true, |p| p.queue.is_empty())
+            !self.peers.get(&key).is_some_and(|p| !p.queue.is_empty())
         } else {
             !self.active.iter().any(|&p| self.key_of(p) == key)
         }

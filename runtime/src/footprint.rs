@@ -204,7 +204,7 @@ mod tests {
     fn per_peer_grows_by_depth_times_buffer_per_peer_and_shared_does_not() {
         let pp = TransportConfig { recv_sharing: RecvSharing::PerPeer, recv_depth: 8, buffer_size: 8192, ..Default::default() };
         let d = pp.predict(11, 64, 1).total_bytes() - pp.predict(10, 64, 1).total_bytes();
-        assert!(d >= 8 * 8192 && d < 8 * 8192 + 1024, "{d}");
+        assert!((8 * 8192..8 * 8192 + 1024).contains(&d), "{d}");
         let sh = TransportConfig { recv_sharing: RecvSharing::Shared, ..pp };
         let d = sh.predict(11, 64, 1).total_bytes() - sh.predict(10, 64, 1).total_bytes();
         assert!(d > 0 && d <= 1024, "{d}");
