@@ -93,7 +93,7 @@ impl Mpi {
     /// thread level, and whether Ballast initialised MPI.
     pub fn describe(&self) -> String {
         let lib = rsmpi::environment::library_version().unwrap_or_else(|_| "unknown MPI library".into());
-        let lib = lib.lines().next().unwrap_or("").trim().trim_end_matches(',').to_string();
+        let lib = lib.split([',', '\n']).next().unwrap_or("").trim().to_string();
         let (major, minor) = rsmpi::environment::version();
         format!(
             "{lib} (MPI {major}.{minor}), {} processes, thread level {:?}, initialised by {}",

@@ -12,9 +12,11 @@ use crate::runtime_args::RuntimeArgs;
 /// Arguments of `ballast fanout`.
 #[derive(clap::Args, Debug)]
 pub struct FanoutArgs {
-    /// Number of ranks (rank 0 sends to ranks 1..N-1).
+    /// Number of ranks (rank 0 sends to ranks 1..N-1); required for `--transport local`.
+    /// With `--transport mpi` the ranks are the MPI processes (`mpirun -n N ballast fanout
+    /// --transport mpi`) and this, if given, must equal N.
     #[arg(long)]
-    pub ranks: usize,
+    pub ranks: Option<usize>,
     /// Messages rank 0 sends to each other rank.
     #[arg(long, default_value_t = 1)]
     pub messages: usize,
@@ -56,13 +58,31 @@ pub fn report_json(r: &FanoutReport) -> serde_json::Value {
 /// Runs `ballast fanout`.
 pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     let cfg = args.runtime.to_config()?;
-    if cfg.transport().kind != TransportKind::Local {
-        bail!("transport `{}` is not compiled in; fanout runs over --transport local", cfg.transport().kind);
-    }
-    if args.ranks < 2 {
-        bail!("--ranks must be at least 2");
-    }
-    let r = run_local(args.ranks, &cfg, args.messages, args.ints)?;
+    let r = match cfg.transport().kind {
+        TransportKind::Local => {
+            let Some(ranks) = args.ranks else { bail!("--ranks is required with --transport local") };
+            if ranks < 2 {
+                bail!("--ranks must be at least 2");
+            }
+            run_local(ranks, &cfg, args.messages, args.ints)?
+        }
+        #[cfg(feature = "mpi")]
+        TransportKind::Mpi => {
+            let mpi = ballast_runtime::mpi::Mpi::init()?;
+            if mpi.size() < 2 {
+                bail!("fanout over mpi needs at least 2 processes (mpirun -n N, N >= 2)");
+            }
+            if args.ranks.is_some_and(|r| r != mpi.size()) {
+                bail!("--ranks {} differs from the {} MPI processes", args.ranks.unwrap_or(0), mpi.size());
+            }
+            match mpi.fanout(&cfg, args.messages, args.ints)? {
+                Some(r) => r,
+                None => return Ok(()), // only rank 0 prints
+            }
+        }
+        k => bail!("transport `{k}` is not compiled in; fanout runs over {}", TransportKind::compiled_in().iter().map(|k| k.as_str()).collect::<Vec<_>>().join(" or ")),
+    };
+    let ranks = r.ranks;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report_json(&r))?);
         return Ok(());
@@ -70,7 +90,7 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     let t = cfg.transport();
     println!(
         "fanout: {} ranks, rank 0 sends {} x {} ints to each; recv_sharing={} buffer {} x {} B",
-        args.ranks, args.messages, args.ints, t.recv_sharing, t.buffer_count, t.buffer_size
+        ranks, args.messages, args.ints, t.recv_sharing, t.buffer_count, t.buffer_size
     );
     println!("{:<26} {:>14} {:>14} {:>14}", "", "before", "after", "delta");
     let row = |name: &str, b: u64, a: u64| println!("{name:<26} {b:>14} {a:>14} {:>14}", a as i64 - b as i64);

@@ -31,6 +31,15 @@ fn rdma_devices() -> Vec<String> {
 /// Runs `ballast info`.
 pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     let cfg = args.runtime.to_config()?;
+    #[cfg(feature = "mpi")]
+    if cfg.transport().kind == TransportKind::Mpi {
+        // Under mpirun: one report, from rank 0, with the MPI library and job.
+        let mpi = ballast_runtime::mpi::Mpi::init()?;
+        if mpi.rank() != 0 {
+            return Ok(());
+        }
+        println!("MPI: {}", mpi.describe());
+    }
     let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
     println!("transports compiled in: {}", compiled.join(", "));
     let devs = rdma_devices();
