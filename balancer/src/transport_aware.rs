@@ -27,7 +27,6 @@
 //! O(cells log ranks). Cycles: each rank's cells are then split into its `cycles` buckets by
 //! LPT (transport memory is per rank, not per cycle).
 use std::collections::{BTreeMap, BinaryHeap};
-use std::cmp::Ordering;
 
 use ballast_runtime::{RecvSharing, TransportConfig};
 use serde::Serialize;
@@ -35,7 +34,7 @@ use serde::Serialize;
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
 use crate::dryrun::{DryRun, SYNAPSE_KB};
 use crate::network::Network;
-use crate::strategy::{balance, BalancerConfig, Strategy};
+use crate::strategy::{balance, BalancerConfig, Lightest, Strategy};
 
 /// How transport memory is charged to ranks.
 #[derive(Debug, Clone, PartialEq)]
@@ -250,28 +249,14 @@ pub fn rank_of_allocation(alloc: &Allocation, offsets: &[usize]) -> Vec<u32> {
     rank_of
 }
 
-#[derive(PartialEq)]
-struct Lightest(f64, usize);
-impl Eq for Lightest {}
-impl Ord for Lightest {
-    fn cmp(&self, o: &Self) -> Ordering {
-        o.0.total_cmp(&self.0).then_with(|| o.1.cmp(&self.1))
-    }
-}
-impl PartialOrd for Lightest {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-
 /// LPT over ranks whose loads start at `preload` (KB). `order`: cells heaviest first.
 fn lpt_with_preload(order: &[usize], costs: &CellCosts, preload: &[f64], n: usize) -> Vec<u32> {
-    let mut heap: BinaryHeap<Lightest> = preload.iter().enumerate().map(|(r, &l)| Lightest(l, r)).collect();
+    let mut heap: BinaryHeap<Lightest<usize>> = preload.iter().enumerate().map(|(key, &load)| Lightest { load, key }).collect();
     let mut rank_of = vec![0u32; n];
     for &c in order {
         let mut top = heap.peek_mut().expect("at least one rank");
-        top.0 += costs.total(c);
-        rank_of[c] = top.1 as u32;
+        top.load += costs.total(c);
+        rank_of[c] = top.key as u32;
     }
     rank_of
 }
@@ -343,11 +328,11 @@ fn split_into_cycles(
     for (r, cells) in per_rank.iter_mut().enumerate() {
         let w = |&(p, g): &(usize, u32)| costs.total(offsets[p] + g as usize);
         cells.sort_by(|a, b| w(b).total_cmp(&w(a)).then(a.cmp(b)));
-        let mut heap: BinaryHeap<Lightest> = (0..cycles).map(|c| Lightest(0.0, c)).collect();
+        let mut heap: BinaryHeap<Lightest<usize>> = (0..cycles).map(|key| Lightest { load: 0.0, key }).collect();
         for cell in cells.iter() {
             let mut top = heap.peek_mut().expect("at least one cycle");
-            top.0 += w(cell);
-            let bucket = Bucket { rank: r as u32, cycle: top.1 as u32 };
+            top.load += w(cell);
+            let bucket = Bucket { rank: r as u32, cycle: top.key as u32 };
             populations[cell.0].buckets.entry(bucket).or_default().push(cell.1);
         }
     }

@@ -15,12 +15,11 @@
 //!    holds once all its cycles are built — come out even without touching the buckets.
 //!
 //! Within a bucket, gids are written in ascending order. Fully deterministic.
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
 use crate::dryrun::DryRun;
-use crate::strategy::BalancerConfig;
+use crate::strategy::{BalancerConfig, Lightest};
 
 /// One cell to place.
 #[derive(Debug, Clone, Copy)]
@@ -28,24 +27,6 @@ struct Cell {
     kb: f64,
     population: u32,
     gid: u32,
-}
-
-/// Min-heap entry: lightest load first, then lowest index.
-#[derive(PartialEq)]
-struct Lightest {
-    load: f64,
-    index: usize,
-}
-impl Eq for Lightest {}
-impl Ord for Lightest {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.load.total_cmp(&self.load).then_with(|| other.index.cmp(&self.index))
-    }
-}
-impl PartialOrd for Lightest {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
 }
 
 /// Runs the LPT strategy.
@@ -112,17 +93,16 @@ fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
 /// order (the order they were placed in). Cells are stored by value so that refinement
 /// scans contiguous memory.
 fn greedy(cells: &[Cell], nbuckets: usize) -> (Vec<f64>, Vec<Vec<Cell>>) {
-    let mut heap: BinaryHeap<Lightest> =
-        (0..nbuckets).map(|index| Lightest { load: 0.0, index }).collect();
+    let mut heap: BinaryHeap<Lightest<usize>> = (0..nbuckets).map(|key| Lightest { load: 0.0, key }).collect();
     let mut members = vec![Vec::new(); nbuckets];
     for c in cells {
         let mut top = heap.peek_mut().expect("at least one bucket");
         top.load += c.kb;
-        members[top.index].push(*c);
+        members[top.key].push(*c);
     }
     let mut loads = vec![0.0; nbuckets];
     for e in heap {
-        loads[e.index] = e.load;
+        loads[e.key] = e.load;
     }
     (loads, members)
 }
@@ -220,16 +200,15 @@ fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
 fn deal_to_ranks(loads: &[f64], ranks: u32, cycles: u32) -> Vec<Bucket> {
     let mut order: Vec<usize> = (0..loads.len()).collect();
     order.sort_by(|&a, &b| loads[b].total_cmp(&loads[a]).then(a.cmp(&b)));
-    let mut heap: BinaryHeap<Lightest> =
-        (0..ranks as usize).map(|index| Lightest { load: 0.0, index }).collect();
+    let mut heap: BinaryHeap<Lightest<usize>> = (0..ranks as usize).map(|key| Lightest { load: 0.0, key }).collect();
     let mut used = vec![0u32; ranks as usize];
     let mut labels = vec![Bucket { rank: 0, cycle: 0 }; loads.len()];
     for b in order {
         let mut top = heap.pop().expect("a rank with a free cycle");
-        labels[b] = Bucket { rank: top.index as u32, cycle: used[top.index] };
-        used[top.index] += 1;
+        labels[b] = Bucket { rank: top.key as u32, cycle: used[top.key] };
+        used[top.key] += 1;
         top.load += loads[b];
-        if used[top.index] < cycles {
+        if used[top.key] < cycles {
             heap.push(top);
         }
     }

@@ -4,6 +4,8 @@
 //!   lightest bucket, then a move/swap refinement, then buckets dealt to ranks so rank totals
 //!   are even. See [`lpt`].
 //! - [`Strategy::Neurodamus`]: neurodamus' batched greedy, reproduced exactly. See [`neurodamus`].
+use std::cmp::Ordering;
+
 use crate::allocation::Allocation;
 use crate::dryrun::DryRun;
 use crate::error::{BalancerError, Result};
@@ -98,5 +100,28 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     match config.strategy {
         Strategy::Lpt => lpt::balance(dry_run, config),
         Strategy::Neurodamus => neurodamus::balance(dry_run, config),
+    }
+}
+
+/// Min-heap entry of the greedy balancers (`BinaryHeap` is a max-heap, so the order is
+/// reversed): the lightest `load` first, ties broken by the smallest `key` — a bucket index,
+/// a rank, or a `(rank, cycle)` bucket, so that results are deterministic.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Lightest<K> {
+    pub load: f64,
+    pub key: K,
+}
+
+impl<K: Ord> Eq for Lightest<K> {}
+
+impl<K: Ord> Ord for Lightest<K> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.load.total_cmp(&self.load).then_with(|| other.key.cmp(&self.key))
+    }
+}
+
+impl<K: Ord> PartialOrd for Lightest<K> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
     }
 }

@@ -7,12 +7,11 @@
 //! `batch_size = max(1, ceil(cells / (ranks × cycles) / 10))` cells form a batch that goes
 //! onto the bucket at the top of a min-heap of `(load, (rank, cycle))`. Loads are summed in
 //! the same order as Python does, so the result is identical to the last bit.
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
 use crate::dryrun::DryRun;
-use crate::strategy::BalancerConfig;
+use crate::strategy::{BalancerConfig, Lightest};
 
 /// neurodamus' `MAX_ALLOCATION_STEPS`: a batch is about a tenth of a bucket's cells.
 pub const MAX_ALLOCATION_STEPS: f64 = 10.0;
@@ -21,24 +20,6 @@ pub const MAX_ALLOCATION_STEPS: f64 = 10.0;
 pub fn batch_size(cells: usize, buckets: usize) -> usize {
     let average = cells as f64 / buckets as f64;
     ((average / MAX_ALLOCATION_STEPS).ceil() as usize).max(1)
-}
-
-/// Heap entry ordered like Python's tuple `(load, (rank, cycle))`, reversed for a min-heap.
-#[derive(PartialEq)]
-struct Entry {
-    load: f64,
-    bucket: Bucket,
-}
-impl Eq for Entry {}
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.load.total_cmp(&self.load).then_with(|| other.bucket.cmp(&self.bucket))
-    }
-}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
 }
 
 /// Runs neurodamus' algorithm. Returns the allocation (gids in assignment order).
@@ -54,16 +35,17 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
         .iter()
         .map(|pop| {
             let size = batch_size(pop.cell_count(), buckets);
-            let mut heap: BinaryHeap<Entry> = (0..config.ranks)
+            // Python's heap of `(load, (rank, cycle))` tuples pops the same entries.
+            let mut heap: BinaryHeap<Lightest<Bucket>> = (0..config.ranks)
                 .flat_map(|rank| (0..config.cycles).map(move |cycle| Bucket { rank, cycle }))
-                .map(|bucket| Entry { load: 0.0, bucket })
+                .map(|key| Lightest { load: 0.0, key })
                 .collect();
             let mut alloc: BTreeMap<Bucket, Vec<u32>> = BTreeMap::new();
             let mut batch = Vec::with_capacity(size);
             let mut batch_kb = 0.0;
             let mut assign = |batch: &mut Vec<u32>, batch_kb: &mut f64| {
                 let mut top = heap.pop().expect("at least one bucket");
-                alloc.entry(top.bucket).or_default().append(batch);
+                alloc.entry(top.key).or_default().append(batch);
                 top.load += *batch_kb;
                 *batch_kb = 0.0;
                 heap.push(top);
