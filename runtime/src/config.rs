@@ -31,10 +31,11 @@ impl TransportKind {
     }
     /// Transports compiled into this build.
     pub fn compiled_in() -> &'static [TransportKind] {
-        if cfg!(feature = "mpi") {
-            &[TransportKind::Local, TransportKind::Mpi]
-        } else {
-            &[TransportKind::Local]
+        match (cfg!(feature = "mpi"), cfg!(feature = "verbs")) {
+            (true, true) => &[TransportKind::Local, TransportKind::Mpi, TransportKind::Verbs],
+            (true, false) => &[TransportKind::Local, TransportKind::Mpi],
+            (false, true) => &[TransportKind::Local, TransportKind::Verbs],
+            (false, false) => &[TransportKind::Local],
         }
     }
 }
@@ -251,6 +252,44 @@ pub struct RuntimeConfig {
     transport: TransportConfig,
     origins: [ValueOrigin; SETTINGS.len()],
     bootstrap: BootstrapConfig,
+    verbs: VerbsConfig,
+}
+
+/// Device selection of the verbs transport (`BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`,
+/// `BALLAST_GID_INDEX`), read by [`RuntimeConfig::from_env`]. `None` = automatic: the first
+/// device with an active port, its first active port, and on RoCE the RoCE v2 GID of an
+/// IPv4 address (index 0 on InfiniBand).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerbsConfig {
+    /// Device name, e.g. `mlx5_0` or `rxe0` (`BALLAST_IB_DEVICE`).
+    pub device: Option<String>,
+    /// Port number, from 1 (`BALLAST_IB_PORT`).
+    pub port: Option<u8>,
+    /// GID table index (`BALLAST_GID_INDEX`).
+    pub gid_index: Option<u32>,
+}
+
+impl VerbsConfig {
+    /// Reads the three variables through `lookup`. Errors: [`Error::Config`] naming the variable.
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<VerbsConfig> {
+        let device = lookup("BALLAST_IB_DEVICE").map(|d| d.trim().to_string()).filter(|d| !d.is_empty());
+        let port = match lookup("BALLAST_IB_PORT") {
+            Some(raw) => match raw.trim().parse::<u8>() {
+                Ok(p) if p >= 1 => Some(p),
+                _ => return Err(Error::Config { var: "BALLAST_IB_PORT", value: raw, reason: "must be a port number 1..=255".into() }),
+            },
+            None => None,
+        };
+        let gid_index = match lookup("BALLAST_GID_INDEX") {
+            Some(raw) => Some(raw.trim().parse::<u32>().map_err(|_| Error::Config {
+                var: "BALLAST_GID_INDEX",
+                value: raw.clone(),
+                reason: "not a GID table index (a non-negative integer)".into(),
+            })?),
+            None => None,
+        };
+        Ok(VerbsConfig { device, port, gid_index })
+    }
 }
 
 /// Launcher variables giving (rank, size), in the order they are tried.
@@ -321,7 +360,7 @@ impl BootstrapConfig {
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { transport: TransportConfig::default(), origins: [ValueOrigin::Default; SETTINGS.len()], bootstrap: BootstrapConfig::default() }
+        RuntimeConfig { transport: TransportConfig::default(), origins: [ValueOrigin::Default; SETTINGS.len()], bootstrap: BootstrapConfig::default(), verbs: VerbsConfig::default() }
     }
 }
 
@@ -376,12 +415,24 @@ impl RuntimeConfig {
         }
         cfg.transport.validate()?;
         cfg.bootstrap = BootstrapConfig::from_vars(&lookup)?;
+        cfg.verbs = VerbsConfig::from_vars(&lookup)?;
         Ok(cfg)
     }
 
     /// The start-up rendezvous settings (TCP bootstrap).
     pub fn bootstrap(&self) -> &BootstrapConfig {
         &self.bootstrap
+    }
+
+    /// The verbs device selection (`BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`).
+    pub fn verbs(&self) -> &VerbsConfig {
+        &self.verbs
+    }
+
+    /// Replaces the verbs device selection (tests, launchers).
+    pub fn with_verbs(mut self, verbs: VerbsConfig) -> RuntimeConfig {
+        self.verbs = verbs;
+        self
     }
 
     fn set(&mut self, name: &str, raw: &str) -> std::result::Result<(), String> {
@@ -569,6 +620,21 @@ mod tests {
             assert!(err.to_string().contains(var), "{err}");
         }
         assert_eq!(RuntimeConfig::from_vars(vars(&[])).unwrap().bootstrap(), &BootstrapConfig::default());
+    }
+
+    #[test]
+    fn verbs_device_selection_from_env() {
+        let c = RuntimeConfig::from_vars(vars(&[("BALLAST_IB_DEVICE", "rxe1"), ("BALLAST_IB_PORT", "1"), ("BALLAST_GID_INDEX", "3")])).unwrap();
+        assert_eq!(c.verbs(), &VerbsConfig { device: Some("rxe1".into()), port: Some(1), gid_index: Some(3) });
+        assert_eq!(RuntimeConfig::from_vars(vars(&[])).unwrap().verbs(), &VerbsConfig::default());
+        for (var, bad) in [("BALLAST_IB_PORT", "0"), ("BALLAST_IB_PORT", "x"), ("BALLAST_GID_INDEX", "-1")] {
+            let err = RuntimeConfig::from_vars(vars(&[(var, bad)])).unwrap_err();
+            assert!(err.to_string().contains(var), "{err}");
+        }
+        let doc = include_str!("../../docs/CONFIG.md");
+        for var in ["BALLAST_IB_DEVICE", "BALLAST_IB_PORT", "BALLAST_GID_INDEX"] {
+            assert!(doc.contains(&format!("| `{var}` |")), "{var} missing from docs/CONFIG.md");
+        }
     }
 
     #[test]

@@ -56,6 +56,21 @@ pub enum Error {
     /// Ranks could not exchange their start-up data (which rank, where, why).
     #[error("bootstrap: {0}")]
     Bootstrap(String),
+    /// The verbs library or the RDMA device failed (which call, which device, why).
+    #[error("verbs: {0}")]
+    Verbs(String),
+    /// The registered memory does not fit under the locked-memory limit (`ulimit -l`).
+    #[error(
+        "verbs: registering {needed_kib} KiB needs RLIMIT_MEMLOCK of at least that, but `ulimit -l` is {limit_kib} KiB; \
+         raise it (e.g. `ulimit -l unlimited`, or `* - memlock unlimited` in /etc/security/limits.conf, or LimitMEMLOCK=infinity for systemd services), \
+         or make the pool smaller (BALLAST_BUFFER_COUNT x BALLAST_BUFFER_SIZE)"
+    )]
+    MemlockTooLow {
+        /// Bytes that would be registered, KiB (rounded up).
+        needed_kib: u64,
+        /// The soft RLIMIT_MEMLOCK, KiB.
+        limit_kib: u64,
+    },
     /// Operating-system error (thread spawn, /proc read).
     #[error("{0}")]
     Io(#[from] std::io::Error),

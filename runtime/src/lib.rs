@@ -45,7 +45,7 @@ pub mod pool;
 pub mod procstatus;
 
 pub use comm::{Communicator, Completion, Request};
-pub use config::{BootstrapConfig, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig, TransportKind, ValueOrigin};
+pub use config::{BootstrapConfig, VerbsConfig, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig, TransportKind, ValueOrigin};
 pub use error::{Error, Result};
 pub use footprint::{Footprint, MemoryModel};
 pub use matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
