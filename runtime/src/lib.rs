@@ -43,6 +43,9 @@ pub mod mpi;
 pub mod memory;
 pub mod pool;
 pub mod procstatus;
+#[cfg(feature = "verbs")]
+#[allow(unsafe_code)] // FFI to libibverbs: the only unsafe code of the crate besides `mpi`; see `verbs` docs
+pub mod verbs;
 
 pub use comm::{Communicator, Completion, Request};
 pub use config::{BootstrapConfig, VerbsConfig, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig, TransportKind, ValueOrigin};

@@ -1,0 +1,284 @@
+//! The control channel of the verbs transport: a TCP mesh between the ranks of one world,
+//! set up through the bootstrap (each rank listens; the listener addresses are all-gathered
+//! at start) and connected lazily (a rank opens its outgoing stream to a peer on the first
+//! control message to it). It carries the engine's control messages (which consume no
+//! receive buffer), the queue-pair connection data (QPN, PSN, LID, GID) attached to
+//! connect requests and acknowledgements, "my QP is ready to receive" notices, and the
+//! end-of-run notices; a stream that ends before its rank said it was done means that rank
+//! died, which becomes an error on this rank rather than a hang.
+//!
+//! Wire: fixed frames of [`FRAME_BYTES`] little-endian bytes: kind u8, code u8, 2 zero
+//! bytes, source rank u32, value u64, qpn u32, psn u32, lid u16, 2 zero bytes, gid 16 bytes,
+//! 4 zero bytes. The first frame of a stream is [`Kind::Hello`].
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// Bytes per frame.
+pub const FRAME_BYTES: usize = 48;
+
+/// Frame kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// First frame on a stream: who is calling.
+    Hello = 1,
+    /// An engine control message (code, value), with QP data for connect/accept.
+    Control = 2,
+    /// The sender's QP toward me reached RTR: I may post sends to it.
+    Ready = 3,
+    /// The sender finished (`Fabric::mark_done`).
+    Done = 4,
+}
+
+/// Connection data of one QP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct QpInfo {
+    pub qpn: u32,
+    pub psn: u32,
+    pub lid: u16,
+    pub gid: [u8; 16],
+}
+
+/// One frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Frame {
+    pub kind: Kind,
+    pub code: u8,
+    pub src: u32,
+    pub value: u64,
+    pub qp: QpInfo,
+}
+
+impl Frame {
+    pub(crate) fn encode(&self) -> [u8; FRAME_BYTES] {
+        let mut b = [0u8; FRAME_BYTES];
+        b[0] = self.kind as u8;
+        b[1] = self.code;
+        b[4..8].copy_from_slice(&self.src.to_le_bytes());
+        b[8..16].copy_from_slice(&self.value.to_le_bytes());
+        b[16..20].copy_from_slice(&self.qp.qpn.to_le_bytes());
+        b[20..24].copy_from_slice(&self.qp.psn.to_le_bytes());
+        b[24..26].copy_from_slice(&self.qp.lid.to_le_bytes());
+        b[28..44].copy_from_slice(&self.qp.gid);
+        b
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Result<Frame> {
+        let kind = match b[0] {
+            1 => Kind::Hello,
+            2 => Kind::Control,
+            3 => Kind::Ready,
+            4 => Kind::Done,
+            k => return Err(Error::Protocol(format!("unknown control frame kind {k}"))),
+        };
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        Ok(Frame {
+            kind,
+            code: b[1],
+            src: u32_at(4),
+            value: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            qp: QpInfo { qpn: u32_at(16), psn: u32_at(20), lid: u16::from_le_bytes([b[24], b[25]]), gid: b[28..44].try_into().expect("16 bytes") },
+        })
+    }
+
+    pub(crate) fn simple(kind: Kind, src: usize) -> Frame {
+        Frame { kind, code: 0, src: src as u32, value: 0, qp: QpInfo::default() }
+    }
+}
+
+struct Incoming {
+    stream: TcpStream,
+    /// Rank of the caller, once its hello arrived.
+    from: Option<usize>,
+    buf: Vec<u8>,
+}
+
+/// A listener bound before the addresses are exchanged (so that every rank can connect to
+/// every other as soon as the exchange is over).
+pub struct ControlListener {
+    listener: TcpListener,
+    addr: SocketAddr,
+}
+
+impl ControlListener {
+    /// Binds an ephemeral port on `host` (an address of this machine that the other ranks
+    /// can reach: loopback when all ranks are on one machine). Errors: [`Error::Io`].
+    pub fn bind(host: std::net::IpAddr) -> Result<ControlListener> {
+        let listener = TcpListener::bind(SocketAddr::new(host, 0))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        Ok(ControlListener { listener, addr })
+    }
+
+    /// The address to give to the other ranks.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// The control mesh of one rank.
+pub(crate) struct Mesh {
+    rank: usize,
+    addrs: Vec<SocketAddr>,
+    listener: TcpListener,
+    out: Vec<Option<TcpStream>>,
+    incoming: Vec<Incoming>,
+    done_from: Vec<bool>,
+    timeout: Duration,
+}
+
+impl Mesh {
+    pub(crate) fn new(rank: usize, listener: ControlListener, addrs: Vec<SocketAddr>, timeout: Duration) -> Mesh {
+        let n = addrs.len();
+        Mesh { rank, addrs, listener: listener.listener, out: (0..n).map(|_| None).collect(), incoming: Vec::new(), done_from: vec![false; n], timeout }
+    }
+
+    /// Sends one frame to `dest`, connecting first if needed. Errors: [`Error::Verbs`] when
+    /// the peer cannot be reached (it died or never started).
+    pub(crate) fn send(&mut self, dest: usize, f: &Frame) -> Result<()> {
+        if self.out[dest].is_none() {
+            let deadline = Instant::now() + self.timeout;
+            let s = loop {
+                match TcpStream::connect_timeout(&self.addrs[dest], self.timeout) {
+                    Ok(s) => break s,
+                    Err(e) if Instant::now() < deadline && e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        return Err(Error::Verbs(format!(
+                            "rank {}: control connection to rank {dest} at {} failed: {e} (did rank {dest} die?)",
+                            self.rank, self.addrs[dest]
+                        )))
+                    }
+                }
+            };
+            s.set_nodelay(true)?;
+            let mut s = s;
+            s.write_all(&Frame::simple(Kind::Hello, self.rank).encode())
+                .map_err(|e| Error::Verbs(format!("rank {}: hello to rank {dest}: {e}", self.rank)))?;
+            self.out[dest] = Some(s);
+        }
+        let s = self.out[dest].as_mut().expect("connected");
+        s.write_all(&f.encode()).map_err(|e| Error::Verbs(format!("rank {}: control message to rank {dest} failed: {e} (did rank {dest} die?)", self.rank)))
+    }
+
+    /// Accepts new streams and reads every complete frame. A stream that ends before its
+    /// rank sent [`Kind::Done`] is an error naming that rank.
+    pub(crate) fn poll(&mut self, out: &mut Vec<Frame>) -> Result<()> {
+        loop {
+            match self.listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(true)?;
+                    s.set_nodelay(true)?;
+                    self.incoming.push(Incoming { stream: s, from: None, buf: Vec::new() });
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::Io(e)),
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        let mut closed = Vec::new();
+        for (i, inc) in self.incoming.iter_mut().enumerate() {
+            loop {
+                match inc.stream.read(&mut chunk) {
+                    Ok(0) => {
+                        closed.push(i);
+                        break;
+                    }
+                    Ok(k) => inc.buf.extend_from_slice(&chunk[..k]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        closed.push(i);
+                        break;
+                    }
+                }
+            }
+            let whole = inc.buf.len() / FRAME_BYTES * FRAME_BYTES;
+            for fb in inc.buf[..whole].chunks_exact(FRAME_BYTES) {
+                let f = Frame::decode(fb)?;
+                match f.kind {
+                    Kind::Hello => {
+                        if f.src as usize >= self.done_from.len() {
+                            return Err(Error::Protocol(format!("control hello from rank {} outside the world", f.src)));
+                        }
+                        inc.from = Some(f.src as usize);
+                    }
+                    Kind::Done => {
+                        self.done_from[f.src as usize] = true;
+                    }
+                    _ => out.push(f),
+                }
+            }
+            inc.buf.drain(..whole);
+        }
+        for &i in closed.iter().rev() {
+            let inc = self.incoming.swap_remove(i);
+            if let Some(r) = inc.from {
+                if !self.done_from[r] {
+                    return Err(Error::Verbs(format!(
+                        "rank {}: rank {r} closed its control connection before finishing (it died or failed)",
+                        self.rank
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells every other rank that this one is done.
+    pub(crate) fn broadcast_done(&mut self) -> Result<()> {
+        self.done_from[self.rank] = true;
+        for r in 0..self.addrs.len() {
+            if r != self.rank {
+                self.send(r, &Frame::simple(Kind::Done, self.rank))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// True when every rank (this one included) is done.
+    pub(crate) fn all_done(&self) -> bool {
+        self.done_from.iter().all(|&d| d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let f = Frame { kind: Kind::Control, code: 3, src: 17, value: u64::MAX - 5, qp: QpInfo { qpn: 0xabcdef, psn: 0x123456, lid: 9, gid: [7; 16] } };
+        assert_eq!(Frame::decode(&f.encode()).unwrap(), f);
+        assert!(Frame::decode(&[9u8; FRAME_BYTES]).is_err());
+    }
+
+    #[test]
+    fn mesh_delivers_and_reports_a_dead_peer() {
+        let host = std::net::IpAddr::from([127, 0, 0, 1]);
+        let (l0, l1) = (ControlListener::bind(host).unwrap(), ControlListener::bind(host).unwrap());
+        let addrs = vec![l0.addr(), l1.addr()];
+        let mut m0 = Mesh::new(0, l0, addrs.clone(), Duration::from_secs(5));
+        let mut m1 = Mesh::new(1, l1, addrs, Duration::from_secs(5));
+        let f = Frame { kind: Kind::Ready, code: 0, src: 0, value: 42, qp: QpInfo::default() };
+        m0.send(1, &f).unwrap();
+        let mut got = Vec::new();
+        let t = Instant::now();
+        while got.is_empty() && t.elapsed() < Duration::from_secs(5) {
+            m1.poll(&mut got).unwrap();
+        }
+        assert_eq!(got, vec![f]);
+        drop(m0); // rank 0 dies without saying it is done
+        let t = Instant::now();
+        let err = loop {
+            if let Err(e) = m1.poll(&mut got) {
+                break e;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "no error for a dead peer");
+        };
+        assert!(err.to_string().contains("rank 0 closed its control connection"), "{err}");
+    }
+}

@@ -1,0 +1,198 @@
+//! The verbs transport (feature `verbs`): Ballast over InfiniBand or RoCE RC queue pairs
+//! through the system libibverbs (the `rdma-sys` bindings), with the same [`Communicator`]
+//! API as `local` and `mpi`. This module tree is the only place of the crate with FFI and
+//! `unsafe` code; every unsafe block says why it is sound.
+//!
+//! It owns: device selection and the capability probe ([`device`]: `BALLAST_IB_DEVICE`,
+//! `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`), the control channel ([`control`]: a TCP mesh
+//! whose addresses are exchanged with the [`crate::bootstrap`]), and the fabric
+//! ([`VerbsFabric`]: one memory region for the pool registered once, RC queue pairs created
+//! lazily, an SRQ per rank in `shared` mode or a receive queue per QP in `per-peer` mode).
+//!
+//! **Connection data.** Queue pairs are created on the first message to or from a peer; their
+//! QPN, PSN, LID and GID travel on the control channel attached to the engine's connect
+//! request and acknowledgement (no all-to-all exchange at start, no RDMA CM: the bootstrap
+//! only exchanges the control listeners' addresses). RDMA CM was not used because it would
+//! add a second connection state machine beside the engine's, and it needs IP routes to
+//! every device (which the two-device soft-RoCE test bed only has for raw verbs).
+//!
+//! **XRC** is not implemented: `recv_sharing=xrc` falls back to `shared` with a note naming
+//! the reason (on soft-RoCE: the device reports no XRC).
+//!
+//! ```no_run
+//! use ballast_runtime::{bootstrap, verbs, RuntimeConfig, Source, TagMatch};
+//! // Under any launcher that sets BALLAST_ROOT and the rank/size variables:
+//! let cfg = RuntimeConfig::from_env()?;
+//! let (_, mut boot) = bootstrap::auto(&cfg)?;
+//! let mut comm = verbs::communicator(boot.as_mut(), &cfg)?;
+//! if comm.rank() == 0 {
+//!     comm.send(1, 7, b"spikes")?;
+//! } else if comm.rank() == 1 {
+//!     let m = comm.recv(Source::Any, TagMatch::Tag(7))?;
+//!     assert_eq!(m.data, b"spikes");
+//! }
+//! verbs::finish(comm)?;
+//! # Ok::<(), ballast_runtime::Error>(())
+//! ```
+
+pub mod control;
+pub mod device;
+mod fabric;
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub use control::ControlListener;
+pub use device::{device_names, probe, DeviceCaps};
+pub use fabric::{VerbsFabric, HEADER_BYTES};
+
+use crate::bootstrap::Bootstrap;
+use crate::comm::Communicator;
+use crate::config::{BootstrapConfig, RuntimeConfig, TransportKind};
+use crate::error::{Error, Result};
+
+/// The address the control listeners bind to: loopback when the bootstrap root is on this
+/// machine (or unset), otherwise this machine's address on the route to the root.
+pub fn control_host(cfg: &BootstrapConfig) -> IpAddr {
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    let Some(root) = cfg.root.as_deref() else { return loopback };
+    let Ok(mut addrs) = std::net::ToSocketAddrs::to_socket_addrs(root) else { return loopback };
+    let Some(a) = addrs.next() else { return loopback };
+    if a.ip().is_loopback() {
+        return loopback;
+    }
+    // A connected UDP socket sends nothing; it only asks the kernel for the source address.
+    UdpSocket::bind(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), 0))
+        .and_then(|s| s.connect(a).and_then(|_| s.local_addr()))
+        .map(|l| l.ip())
+        .unwrap_or(loopback)
+}
+
+fn verbs_config(config: &RuntimeConfig) -> Result<RuntimeConfig> {
+    // to_builder keeps the bootstrap and device selection; build() validates.
+    config.to_builder().transport(TransportKind::Verbs).build()
+}
+
+/// Binds listeners for `local` ranks, all-gathers every rank's address over `boot`, and
+/// returns the listeners with the address table of all `n` ranks.
+fn exchange_addresses(boot: &mut dyn Bootstrap, n: usize, local: &[usize], host: IpAddr) -> Result<(Vec<ControlListener>, Vec<SocketAddr>)> {
+    let listeners: Vec<ControlListener> = local.iter().map(|_| ControlListener::bind(host)).collect::<Result<_>>()?;
+    let mine: String = local.iter().zip(&listeners).map(|(r, l)| format!("{r}={};", l.addr())).collect();
+    let all = boot.all_gather(mine.as_bytes())?;
+    let mut addrs: Vec<Option<SocketAddr>> = vec![None; n];
+    for blob in all {
+        for item in String::from_utf8_lossy(&blob).split(';').filter(|s| !s.is_empty()) {
+            let (r, a) = item.split_once('=').ok_or_else(|| Error::Bootstrap(format!("bad control address `{item}`")))?;
+            let r: usize = r.parse().map_err(|_| Error::Bootstrap(format!("bad rank in `{item}`")))?;
+            let a: SocketAddr = a.parse().map_err(|_| Error::Bootstrap(format!("bad address in `{item}`")))?;
+            if r >= n {
+                return Err(Error::Bootstrap(format!("control address for rank {r} of {n}")));
+            }
+            addrs[r] = Some(a);
+        }
+    }
+    let addrs = addrs.into_iter().enumerate().map(|(r, a)| a.ok_or_else(|| Error::Bootstrap(format!("no control address for rank {r}")))).collect::<Result<_>>()?;
+    Ok((listeners, addrs))
+}
+
+fn make_comm(rank: usize, n: usize, cfg: &RuntimeConfig, l: ControlListener, addrs: Vec<SocketAddr>, abort: Arc<AtomicBool>) -> Result<Communicator> {
+    let mesh = control::Mesh::new(rank, l, addrs, cfg.bootstrap().timeout);
+    let fabric = VerbsFabric::new(rank, n, cfg, mesh, abort)?;
+    Communicator::new(Box::new(fabric), cfg.transport())
+}
+
+/// This process' [`Communicator`] over verbs, one Ballast rank per process (rank and size
+/// from `boot`). Collective: every process must call it. Errors: [`Error::Verbs`] (device),
+/// [`Error::MemlockTooLow`], [`Error::Bootstrap`].
+pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<Communicator> {
+    let cfg = verbs_config(config)?;
+    let (rank, n) = (boot.rank(), boot.size());
+    let (mut ls, addrs) = exchange_addresses(boot, n, &[rank], control_host(cfg.bootstrap()))?;
+    make_comm(rank, n, &cfg, ls.pop().expect("one listener"), addrs, Arc::new(AtomicBool::new(false)))
+}
+
+/// Delivers `comm`'s sends, waits until every rank finished, then frees it.
+pub fn finish(mut comm: Communicator) -> Result<()> {
+    comm.finalize()
+}
+
+/// Runs `f` on `n` Ballast ranks spread over the processes of `boot` (rank `r` in process
+/// `r % size`, several per process as threads). Collective. Returns this process' results as
+/// `(rank, result)`. If a rank fails, this process' other ranks stop with
+/// [`Error::Aborted`], the others see its control connections end, and the first real error
+/// is returned.
+pub fn run_ranks<R, F>(boot: &mut dyn Bootstrap, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<(usize, R)>>
+where
+    F: Fn(&mut Communicator) -> R + Sync,
+    R: Send,
+{
+    if n == 0 {
+        return Err(Error::InvalidRank { rank: 0, world_size: 0 });
+    }
+    let cfg = verbs_config(config)?;
+    let (p, procs) = (boot.rank(), boot.size());
+    let local: Vec<usize> = (p..n).step_by(procs).collect();
+    let (listeners, addrs) = exchange_addresses(boot, n, &local, control_host(cfg.bootstrap()))?;
+    let abort = Arc::new(AtomicBool::new(false));
+    let f = &f;
+    let results: Vec<(usize, Result<R>)> = std::thread::scope(|s| {
+        let hs: Vec<_> = local
+            .iter()
+            .zip(listeners)
+            .map(|(&r, l)| {
+                let (addrs, abort, cfg) = (addrs.clone(), abort.clone(), &cfg);
+                let h = std::thread::Builder::new().name(format!("ballast-verbs-{r}")).spawn_scoped(s, move || {
+                    let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
+                        let mut comm = make_comm(r, n, cfg, l, addrs, abort.clone())?;
+                        let out = f(&mut comm);
+                        comm.finalize()?;
+                        Ok(out)
+                    }))
+                    .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))));
+                    if out.is_err() {
+                        abort.store(true, Ordering::Relaxed);
+                    }
+                    out
+                });
+                (r, h)
+            })
+            .collect();
+        hs.into_iter()
+            .map(|(r, h)| match h {
+                Ok(h) => (r, h.join().unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))))),
+                Err(e) => (r, Err(Error::Io(e))),
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(results.len());
+    let mut first_err: Option<Error> = None;
+    for (r, res) in results {
+        match res {
+            Ok(v) => out.push((r, v)),
+            Err(Error::Aborted) => {
+                first_err.get_or_insert(Error::Aborted);
+            }
+            Err(e) => {
+                if matches!(first_err, None | Some(Error::Aborted)) {
+                    first_err = Some(e);
+                }
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic".to_string()
+    }
+}
