@@ -26,6 +26,7 @@ pub struct Allocation {
 
 use crate::dryrun::DryRun;
 use crate::error::{BalancerError, Result};
+use crate::gidmap::GidMap;
 
 /// What is wrong with the gids of an allocation, per population.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -97,30 +98,29 @@ impl Allocation {
             if dry_run.is_some() && expected.is_none() {
                 problems.unknown_populations.push(pop.name.clone());
             }
+            let count: usize = pop.buckets.values().map(Vec::len).sum();
             let span = pop.buckets.values().flatten().map(|&g| g as usize + 1).max().unwrap_or(0);
-            let span = span.max(expected.map_or(0, |p| p.gid_span()));
-            let mut in_dry_run = vec![dry_run.is_none(); span];
+            let mut in_dry_run = GidMap::for_span(expected.map_or(0, |p| p.gid_span()), expected.map_or(0, |p| p.cell_count()));
             if let Some(p) = expected {
                 for (g, _) in p.cells() {
-                    in_dry_run[g as usize] = true;
+                    in_dry_run.insert(g, ());
                 }
             }
-            let mut seen = vec![false; span];
+            let mut seen = GidMap::for_span(span, count);
             for (&bucket, gids) in &pop.buckets {
                 if bucket.rank >= self.ranks || bucket.cycle >= self.cycles {
                     problems.out_of_range.push((pop.name.clone(), bucket));
                 }
                 for &g in gids {
-                    let g = g as usize;
-                    if std::mem::replace(&mut seen[g], true) {
-                        problems.duplicated.push((pop.name.clone(), g as u32));
-                    } else if !in_dry_run[g] {
-                        problems.unknown.push((pop.name.clone(), g as u32));
+                    if seen.insert(g, ()).is_some() {
+                        problems.duplicated.push((pop.name.clone(), g));
+                    } else if dry_run.is_some() && in_dry_run.get(g).is_none() {
+                        problems.unknown.push((pop.name.clone(), g));
                     }
                 }
             }
             if let Some(p) = expected {
-                problems.missing.extend(p.cells().filter(|&(g, _)| !seen[g as usize]).map(|(g, _)| (pop.name.clone(), g)));
+                problems.missing.extend(p.cells().filter(|&(g, _)| seen.get(g).is_none()).map(|(g, _)| (pop.name.clone(), g)));
             }
         }
         if let Some(d) = dry_run {

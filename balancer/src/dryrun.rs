@@ -14,6 +14,10 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::error::{BalancerError, Result};
+use crate::gidmap::GidMap;
+
+/// Top-level keys of neurodamus' `cell_memory_usage.json`.
+pub const KNOWN_KEYS: [&str; 3] = ["metype_memory", "metype_cell_syn_average", "pop_metype_gids"];
 
 /// KB of memory per chemical synapse (neurodamus `SynapseMemoryUsage`, `memory.py`).
 pub const SYNAPSE_KB: f64 = 1.9;
@@ -112,15 +116,29 @@ impl DryRun {
         self.populations.iter().any(|p| p.cell_synapses.is_some())
     }
 
-    /// Per-cell KB of every gid, per population: `table[pop][gid]` (NaN for gids not in the
-    /// dry run). Used to weigh an allocation read from a file.
-    pub fn gid_kb_table(&self) -> Vec<Vec<f64>> {
+    /// Per-cell KB of every gid, per population (`table[pop].get(gid)`; `None` for gids
+    /// not in the dry run). Used to weigh an allocation read from a file.
+    pub fn gid_kb_table(&self) -> Vec<GidMap<f64>> {
         self.populations
             .iter()
             .map(|p| {
-                let mut t = vec![f64::NAN; p.gid_span()];
+                let mut t = GidMap::for_span(p.gid_span(), p.cell_count());
                 for (g, m) in p.cells() {
-                    t[g as usize] = self.cell_kb(p, g, m);
+                    t.insert(g, self.cell_kb(p, g, m));
+                }
+                t
+            })
+            .collect()
+    }
+
+    /// Metype index of every gid, per population (`table[pop].get(gid)`).
+    pub fn gid_metype_table(&self) -> Vec<GidMap<usize>> {
+        self.populations
+            .iter()
+            .map(|p| {
+                let mut t = GidMap::for_span(p.gid_span(), p.cell_count());
+                for (g, m) in p.cells() {
+                    t.insert(g, m);
                 }
                 t
             })
@@ -134,6 +152,13 @@ impl DryRun {
     /// `pop_metype_gids` but absent from `metype_memory`, a gid that is not a u32, a gid
     /// listed twice in a population.
     pub fn from_json_file(path: &Path) -> Result<DryRun> {
+        Self::from_json_file_with_notes(path).map(|(d, _)| d)
+    }
+
+    /// [`DryRun::from_json_file`], plus notes for the user: top-level keys that are not
+    /// neurodamus' (a misspelt optional key such as `metype_cell_syn_average` would
+    /// otherwise silently count 0 synapses).
+    pub fn from_json_file_with_notes(path: &Path) -> Result<(DryRun, Vec<String>)> {
         let text = fs::read(path).map_err(|e| BalancerError::io(path, e))?;
         let value: Value = serde_json::from_slice(&text).map_err(|source| {
             match non_finite_literal(&text, source.line(), source.column()) {
@@ -143,10 +168,24 @@ impl DryRun {
                     field: format!("line {} column {}", source.line(), source.column()),
                     message: format!("{lit} is not a finite number (memory and synapse counts must be finite and >= 0)"),
                 },
-                None => BalancerError::Json { path: path.to_owned(), source },
+                None => BalancerError::Json { path: path.to_owned(), error: source },
             }
         })?;
-        Self::from_json_value(&value, path)
+        let notes = match value.as_object() {
+            Some(root) => root
+                .keys()
+                .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
+                .map(|k| {
+                    format!(
+                        "{}: ignoring unknown key {k:?} (known: {})",
+                        path.display(),
+                        KNOWN_KEYS.join(", ")
+                    )
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok((Self::from_json_value(&value, path)?, notes))
     }
 
     /// Validates an already parsed dry-run JSON value; `path` is used in messages only.
@@ -229,6 +268,9 @@ impl DryRun {
             }
             populations.push(Population { name: pop.clone(), metype_gids, cell_synapses: None });
         }
+        if populations.iter().all(|p: &Population| p.cell_count() == 0) {
+            return Err(err("pop_metype_gids".into(), "no cells: there is nothing to balance".into()));
+        }
         Ok(DryRun { metypes, populations })
     }
 
@@ -271,7 +313,7 @@ impl DryRun {
         let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
         let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
         serde::Serialize::serialize(&self.to_json_value(), &mut ser)
-            .map_err(|source| BalancerError::Json { path: path.to_owned(), source })?;
+            .map_err(|error| BalancerError::Json { path: path.to_owned(), error })?;
         buf.push(b'\n');
         write_atomically(path, &buf)
     }
@@ -295,7 +337,15 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| BalancerError::io(dir, e))?;
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".ballast-").suffix(".tmp");
+    // NamedTempFile defaults to 0600; a normally created file is 0666 less the umask.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = builder.tempfile_in(dir).map_err(|e| BalancerError::io(dir, e))?;
     tmp.write_all(bytes).map_err(|e| BalancerError::io(path, e))?;
     tmp.as_file().sync_all().map_err(|e| BalancerError::io(path, e))?;
     tmp.persist(path).map_err(|e| BalancerError::io(path, e.error))?;
@@ -322,7 +372,7 @@ mod tests {
         assert_eq!(d.metype_cell_kb(), vec![100.0 + 19.0, 10.0]);
         assert_eq!(d.cell_count(), 3);
         let t = d.gid_kb_table();
-        assert_eq!(t[0], vec![119.0, 10.0, 119.0]);
+        assert_eq!([0, 1, 2, 3].map(|g| t[0].get(g)), [Some(119.0), Some(10.0), Some(119.0), None]);
     }
 
     #[test]

@@ -5,20 +5,13 @@ use std::path::PathBuf;
 /// pickle offset, population, gid) that is wrong, so a user can fix the input.
 #[derive(Debug, thiserror::Error)]
 pub enum BalancerError {
-    /// Reading or writing a file failed at the OS level.
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Reading or writing a file failed at the OS level. (The OS error is part of the
+    /// message, not a separate `source()`, so that error chains do not print it twice.)
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
     /// A JSON file is not valid JSON.
-    #[error("{path}: invalid JSON: {source}")]
-    Json {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
+    #[error("{path}: invalid JSON: {error}")]
+    Json { path: PathBuf, error: serde_json::Error },
     /// A dry-run file is valid JSON but a field is missing or wrong.
     /// `field` is a JSON path such as `metype_memory["L5_TPC:A-cADpyr"]`.
     #[error("{path}: {field}: {message}")]
@@ -75,6 +68,6 @@ fn sonata_location(population: &str, field: &str) -> String {
 
 impl BalancerError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        BalancerError::Io { path: path.into(), source }
+        BalancerError::Io { path: path.into(), error: source }
     }
 }

@@ -10,6 +10,7 @@ pub mod dryrun;
 pub mod error;
 pub mod network;
 pub mod files;
+pub mod gidmap;
 pub mod pickle;
 #[cfg(feature = "sonata")]
 pub mod sonata;

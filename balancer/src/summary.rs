@@ -84,8 +84,7 @@ impl Summary {
                 .populations
                 .iter()
                 .position(|d| d.name == p)
-                .and_then(|i| table[i].get(g as usize).copied())
-                .filter(|kb| !kb.is_nan())
+                .and_then(|i| table[i].get(g))
                 .unwrap_or(0.0)
         };
         Self::weighed(allocation, weigh)
@@ -167,14 +166,16 @@ impl Summary {
         out
     }
 
-    /// One row per (rank, cycle): cells and load.
-    pub fn bucket_table(&self, unit: &str) -> String {
-        let mut out = format!("{:>6} {:>6} {:>9} {:>14} {:>9}\n", "rank", "cycle", "cells", unit, "/mean");
+    /// One row per (rank, cycle): cells, KB (when `with_kb`) and load / mean.
+    pub fn bucket_table(&self, with_kb: bool) -> String {
+        let mut out = format!("{:>6} {:>6} {:>9}", "rank", "cycle", "cells");
+        out += &if with_kb { format!(" {:>14} {:>9}\n", "KB", "/mean") } else { format!(" {:>9}\n", "/mean") };
         let mean = self.overall.mean_bucket_kb;
         let c = self.cycles as usize;
         for (i, (&kb, &cells)) in self.bucket_kb.iter().zip(&self.bucket_cells).enumerate() {
             let rel = if mean > 0.0 { kb / mean } else { 1.0 };
-            out += &format!("{:>6} {:>6} {:>9} {:>14.1} {:>9.4}\n", i / c, i % c, cells, kb, rel);
+            out += &format!("{:>6} {:>6} {:>9}", i / c, i % c, cells);
+            out += &if with_kb { format!(" {kb:>14.1} {rel:>9.4}\n") } else { format!(" {rel:>9.4}\n") };
         }
         out
     }

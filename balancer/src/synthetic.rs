@@ -44,7 +44,10 @@ const ETYPES: [&str; 5] = ["cADpyr", "cNAC", "bAC", "cACint", "dSTUT"];
 pub fn generate(spec: &SyntheticSpec) -> Result<DryRun> {
     let bad = |m: String| Err(BalancerError::InvalidParameter(m));
     if spec.cells == 0 || spec.metypes == 0 || spec.populations == 0 {
-        return bad(format!("synthetic input needs cells, metypes and populations ≥ 1, got {spec:?}"));
+        return bad(format!(
+            "synthetic input needs at least 1 cell, 1 metype and 1 population, got {} cells, {} metypes, {} populations",
+            spec.cells, spec.metypes, spec.populations
+        ));
     }
     if spec.populations > spec.metypes {
         return bad(format!("{} populations need at least as many metypes, got {}", spec.populations, spec.metypes));

@@ -451,7 +451,7 @@ fn truncated_and_garbage_files_are_errors() {
     );
 
     match read_allocation_file(&dir.path().join("missing.pkl.gz")) {
-        Err(BalancerError::Io { source, .. }) => {
+        Err(BalancerError::Io { error: source, .. }) => {
             assert_eq!(source.kind(), std::io::ErrorKind::NotFound)
         }
         other => panic!("{other:?}"),

@@ -65,7 +65,7 @@ fn read_json(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).map_err(|e| BalancerError::io(path, e))?;
     serde_json::from_str(&text).map_err(|source| BalancerError::Json {
         path: path.to_path_buf(),
-        source,
+        error: source,
     })
 }
 

@@ -110,7 +110,16 @@ fn load_input(args: &DryRunArgs) -> anyhow::Result<Input> {
         });
     }
     let path = args.memory_usage.as_ref().expect("clap requires an input");
-    Ok(Input { dry_run: DryRun::from_json_file(path)?, network: None, label: path.display().to_string() })
+    Ok(Input { dry_run: read_dry_run(path)?, network: None, label: path.display().to_string() })
+}
+
+/// Reads a dry-run file, printing its notes (e.g. unknown keys) as warnings.
+fn read_dry_run(path: &Path) -> anyhow::Result<DryRun> {
+    let (dry_run, notes) = DryRun::from_json_file_with_notes(path)?;
+    for note in notes {
+        eprintln!("warning: {note}");
+    }
+    Ok(dry_run)
 }
 
 #[cfg(feature = "sonata")]
@@ -118,7 +127,7 @@ fn load_circuit(args: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
     use ballast_balancer::circuit::{dry_run_from_circuit, MetypeMemory};
     let circuit = ballast_balancer::sonata::Circuit::open(config)?;
     let measured = match &args.memory_usage {
-        Some(p) => DryRun::from_json_file(p)?.metypes.into_iter().map(|m| (m.name, m.memory_kb)).collect(),
+        Some(p) => read_dry_run(p)?.metypes.into_iter().map(|m| (m.name, m.memory_kb)).collect(),
         None => Default::default(),
     };
     let memory = MetypeMemory { measured, cell_kb: args.cell_kb, point_cell_kb: args.point_cell_kb };
@@ -263,10 +272,10 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             value["nodes_over_memory"] = json!(nodes.as_ref().map(|n| over(n, f.node_kb)).unwrap_or_default());
             value["suggested_nodes"] = json!(f.nodes);
         }
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        outln!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "ballast dry-run: {} cells, {} populations, {} metypes ({}) -> {} ranks × {} cycles, strategy {} ({:.3} s)\n",
         o.cells,
         dry_run.populations.len(),
@@ -277,13 +286,13 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         strategy_name,
         seconds
     );
-    print!("{}", summary.table("KB"));
-    println!(
+    out!("{}", summary.table("KB"));
+    outln!(
         "\nlower bound for the largest bucket: {:.1} KB (max of total/buckets and the heaviest cell, {:.1} KB)",
         o.lower_bound_kb, o.heaviest_cell_kb
     );
     if let Some(b) = baseline {
-        println!(
+        outln!(
             "neurodamus' batched greedy on the same input: largest bucket {:.1} KB ({:.4}× the bound); this result's is {:.2}% lower",
             b.max_bucket_kb,
             b.ratio_to_lower_bound,
@@ -291,10 +300,10 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(l) = &loads {
-        println!();
-        print!("{}", rank_table(blind.as_ref(), l));
+        outln!();
+        out!("{}", rank_table(blind.as_ref(), l));
         if let Some(b) = &blind {
-            println!(
+            outln!(
                 "\nlargest rank total: transport-blind {:.1} KB, transport-aware {:.1} KB ({:.2}% lower; method {})",
                 b.max_total_kb(),
                 l.max_total_kb(),
@@ -304,21 +313,21 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         }
     }
     if let (Some(n), Some(k)) = (&nodes, rpn) {
-        println!("\nper node ({k} ranks per node): largest {:.1} KB, smallest {:.1} KB", n.iter().copied().fold(0.0, f64::max), n.iter().copied().fold(f64::INFINITY, f64::min));
+        outln!("\nper node ({k} ranks per node): largest {:.1} KB, smallest {:.1} KB", n.iter().copied().fold(0.0, f64::max), n.iter().copied().fold(f64::INFINITY, f64::min));
         if let Some(f) = &fit {
             let over = over(n, f.node_kb);
             if over.is_empty() {
-                println!("every node fits in {:.1} GiB", f.node_kb / 1048576.0);
+                outln!("every node fits in {:.1} GiB", f.node_kb / 1048576.0);
             } else {
-                println!("nodes over {:.1} GiB: {:?}", f.node_kb / 1048576.0, over);
+                outln!("nodes over {:.1} GiB: {:?}", f.node_kb / 1048576.0, over);
             }
-            println!("fewest nodes that fit (transport charge recomputed for each count): {} ({} ranks)", f.nodes, f.nodes * k);
+            outln!("fewest nodes that fit (transport charge recomputed for each count): {} ({} ranks)", f.nodes, f.nodes * k);
         }
     }
     if let Some(p) = &args.plot {
-        println!("plot: {}", p.display());
+        outln!("plot: {}", p.display());
     }
-    println!("wrote {}", output.display());
+    outln!("wrote {}", output.display());
     Ok(())
 }
 

@@ -2,6 +2,26 @@
 //! `stats` (inspect any allocation file, ours or neurodamus').
 #![deny(unsafe_code)]
 
+/// `print!` to stdout that ends the program quietly (exit 0) when stdout is a closed pipe,
+/// as in `ballast stats F | head`, instead of panicking; other write errors are returned.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            return Err(e.into());
+        }
+    }};
+}
+
+/// [`out!`] with a newline.
+macro_rules! outln {
+    () => { out!("\n") };
+    ($($arg:tt)*) => {{ out!($($arg)*); out!("\n"); }};
+}
+
 mod dry_run;
 mod fanout;
 mod info;

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use ballast_balancer::transport_aware::CellCosts;
 use ballast_balancer::{read_allocation, DryRun, Summary};
 
 use crate::plot;
@@ -63,9 +62,9 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
             "empty_buckets": empty.len(),
             "duplicated_gids": problems.duplicated.len(), "missing_gids": problems.missing.len(), "unknown_gids": problems.unknown.len(),
         });
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        outln!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        println!(
+        outln!(
             "{}: {} ranks × {} cycles, {} populations, {} cells{}\n",
             args.file.display(),
             allocation.ranks,
@@ -74,13 +73,12 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
             o.cells,
             if dry_run.is_none() { " (no --memory-usage: loads are cell counts)" } else { "" }
         );
-        print!("{}", summary.bucket_table(unit));
-        println!();
-        print!("{}", summary.table(unit));
+        out!("{}", summary.bucket_table(dry_run.is_some()));
+        outln!();
+        out!("{}", summary.table(unit));
     }
     if let (Some(path), Some(d)) = (&args.plot, &dry_run) {
-        let offsets = d.offsets();
-        let costs = CellCosts::new(d, &offsets);
+        let metypes = d.gid_metype_table();
         let mut series = plot::Series {
             title: args.file.file_name().map_or("allocation".into(), |n| n.to_string_lossy().into_owned()),
             cells_kb: vec![0.0; allocation.ranks as usize],
@@ -89,12 +87,12 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
         };
         for pop in &allocation.populations {
             let Some(dp) = d.populations.iter().position(|x| x.name == pop.name) else { continue };
-            for (b, gids) in &pop.buckets {
+            for (b, gids) in pop.buckets.iter().filter(|(b, _)| b.rank < allocation.ranks) {
                 for &g in gids {
-                    let c = offsets[dp] + g as usize;
-                    if b.rank < allocation.ranks && c < offsets[dp + 1] {
-                        series.cells_kb[b.rank as usize] += costs.cell_kb[c];
-                        series.synapses_kb[b.rank as usize] += costs.synapse_kb[c];
+                    if let Some(m) = metypes[dp].get(g) {
+                        let memory = d.metypes[m].memory_kb;
+                        series.cells_kb[b.rank as usize] += memory;
+                        series.synapses_kb[b.rank as usize] += d.cell_kb(&d.populations[dp], g, m) - memory;
                     }
                 }
             }
