@@ -1,0 +1,122 @@
+//! Ping-pong between two MPI processes, Ballast-over-MPI against raw rsmpi send/receive in
+//! the same run: `mpirun -n 2 mpi_pingpong [--rounds R] [--quick]`. For each message size
+//! it alternates raw and Ballast measurements `R` times (default 7) and reports the median
+//! half round-trip time of each and their ratio. Ballast runs with the configuration of the
+//! environment (`BALLAST_*`, e.g. `BALLAST_BUFFER_SIZE`), on its own duplicate of
+//! `MPI_COMM_WORLD`; raw rsmpi uses `MPI_COMM_WORLD` with preallocated buffers.
+
+use std::time::Instant;
+
+use ballast_runtime::mpi::rsmpi::collective::CommunicatorCollectives;
+use ballast_runtime::mpi::rsmpi::point_to_point::{Destination, Source as _};
+use ballast_runtime::mpi::rsmpi::topology::{Communicator as _, SimpleCommunicator};
+use ballast_runtime::mpi::Mpi;
+use ballast_runtime::{Communicator, RuntimeConfig, Source, TagMatch};
+
+const SIZES: [usize; 8] = [8, 64, 1 << 10, 8 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
+
+/// Iterations for a size: about 64 MiB moved per direction, between 20 and 20,000.
+fn iters(size: usize, quick: bool) -> usize {
+    let n = ((64usize << 20) / size.max(1)).clamp(20, 20_000);
+    if quick {
+        (n / 20).max(5)
+    } else {
+        n
+    }
+}
+
+fn raw(world: &SimpleCommunicator, size: usize, n: usize, buf: &mut [u8]) -> f64 {
+    let me = world.rank();
+    let peer = world.process_at_rank(1 - me);
+    world.barrier();
+    let t = Instant::now();
+    for _ in 0..n {
+        if me == 0 {
+            peer.send_with_tag(&buf[..size], 1);
+            peer.receive_into_with_tag(&mut buf[..size], 1);
+        } else {
+            peer.receive_into_with_tag(&mut buf[..size], 1);
+            peer.send_with_tag(&buf[..size], 1);
+        }
+    }
+    t.elapsed().as_secs_f64() / (2 * n) as f64
+}
+
+fn ballast(comm: &mut Communicator, size: usize, n: usize, buf: &[u8]) -> ballast_runtime::Result<f64> {
+    let me = comm.rank();
+    let peer = 1 - me;
+    comm.barrier()?;
+    let t = Instant::now();
+    for _ in 0..n {
+        if me == 0 {
+            comm.send(peer, 1, &buf[..size])?;
+            let m = comm.recv(Source::Rank(peer), TagMatch::Tag(1))?;
+            debug_assert_eq!(m.data.len(), size);
+        } else {
+            let m = comm.recv(Source::Rank(peer), TagMatch::Tag(1))?;
+            comm.send(peer, 1, &m.data)?;
+        }
+    }
+    Ok(t.elapsed().as_secs_f64() / (2 * n) as f64)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn main() -> Res<()> {
+    let mut rounds = 7usize;
+    let mut quick = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--rounds" => rounds = args.next().ok_or("--rounds needs a value")?.parse()?,
+            "--quick" => quick = true,
+            other => return Err(format!("unknown argument `{other}` (use --rounds R, --quick)").into()),
+        }
+    }
+    if rounds == 0 {
+        return Err("--rounds must be at least 1".into());
+    }
+    let mpi = Mpi::init()?;
+    if mpi.size() != 2 {
+        return Err("run with exactly 2 processes: mpirun -n 2 mpi_pingpong".into());
+    }
+    let cfg = RuntimeConfig::from_env()?;
+    let mut comm = mpi.communicator(&cfg)?;
+    let world = mpi.world();
+    let max = *SIZES.iter().max().expect("sizes");
+    let mut buf: Vec<u8> = (0..max).map(|i| i as u8).collect();
+    // Warm-up: connect the endpoint, touch MPI's paths for both.
+    raw(world, max, 3, &mut buf);
+    ballast(&mut comm, max, 3, &buf)?;
+    let mut rows = Vec::new();
+    for size in SIZES {
+        let n = iters(size, quick);
+        let (mut r, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            r.push(raw(world, size, n, &mut buf));
+            b.push(ballast(&mut comm, size, n, &buf)?);
+        }
+        rows.push((size, n, median(r), median(b)));
+    }
+    if mpi.rank() == 0 {
+        let t = comm.config();
+        println!("{}", mpi.describe());
+        println!(
+            "ping-pong, 2 processes, median of {rounds} alternating rounds; Ballast buffer_size {} B, {} buffers, recv_sharing {}",
+            t.buffer_size, t.buffer_count, t.recv_sharing
+        );
+        println!("| size | iterations | raw rsmpi (µs, half round trip) | Ballast over MPI (µs) | Ballast / raw |");
+        println!("| ---: | ---: | ---: | ---: | ---: |");
+        for (size, n, r, b) in rows {
+            let s = if size >= 1 << 20 { format!("{} MiB", size >> 20) } else if size >= 1 << 10 { format!("{} KiB", size >> 10) } else { format!("{size} B") };
+            println!("| {s} | {n} | {:.2} | {:.2} | {:.3} |", r * 1e6, b * 1e6, b / r);
+        }
+    }
+    Mpi::finish(comm)?;
+    Ok(())
+}
