@@ -18,9 +18,12 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${need_pkgs[@]}"
 fi
 
-if [ "${CI:-}" = "true" ] && [ ! -d ../shared/data ]; then
-    echo "ci/test.sh: CI=true but ../shared/data is missing" >&2
-    exit 1
+if [ ! -d ../shared/data ]; then
+    if [ "${CI:-}" = "true" ]; then
+        echo "ci/test.sh: CI=true but ../shared/data is missing" >&2
+        exit 1
+    fi
+    echo "ci/test.sh: WARNING: ../shared/data is missing: the tests on neurodamus fixtures and SONATA circuits will SKIP (and count as passed)" >&2
 fi
 
 cargo build --workspace --all-targets --locked --features ballast-balancer/sonata
