@@ -4,8 +4,9 @@
 //!
 //! * `per-peer`: each endpoint's `recv_depth` buffers are its sender's credits; every
 //!   consumed packet is given back to the same sender ([`CreditBank::consumed`]).
-//! * `shared`/`xrc`: the `srq_depth` buffers of the shared queue are handed out one at a
-//!   time. A sender with data and no credit asks ([`Control::CreditRequest`]); waiting
+//! * `shared`/`xrc`: the `srq_depth` buffers of the shared queue are handed out in fair
+//!   shares (half the free buffers split among the waiting senders, at least one). A
+//!   sender with data and no credit asks ([`Control::CreditRequest`]); waiting
 //!   senders are served round-robin as buffers are consumed; a sender that says it has
 //!   more queued (`PacketHeader::more`) goes to the back of the queue; an idle sender keeps
 //!   one standing credit while nobody waits (so ping-pong needs no request), and is asked
@@ -131,18 +132,27 @@ impl CreditBank {
     }
 
     fn grant(&mut self, peer: usize) {
-        self.free -= 1;
+        self.grant_n(peer, 1);
+    }
+
+    fn grant_n(&mut self, peer: usize, n: u32) {
+        self.free -= n;
         let h = self.holders.entry(peer).or_default();
-        h.outstanding += 1;
+        h.outstanding += n;
         h.revoked = false;
-        *self.grants.entry(peer).or_default() += 1;
+        *self.grants.entry(peer).or_default() += n;
     }
 
     fn distribute(&mut self) {
         while self.free > 0 {
             let Some(p) = self.waiters.pop_front() else { break };
             self.holders.entry(p).or_default().waiting = false;
-            self.grant(p);
+            // A fair share: half of the free buffers split among the senders waiting now,
+            // at least one. A lone busy sender gets a window of many buffers (pipelining);
+            // under many-to-one traffic every waiter gets one in turn.
+            let waiting = self.waiters.len() as u32 + 1;
+            let n = (self.free / (2 * waiting)).max(1);
+            self.grant_n(p, n);
         }
         if self.free == 0 && !self.waiters.is_empty() {
             for (&p, h) in self.holders.iter_mut() {
@@ -208,6 +218,18 @@ mod tests {
         assert_eq!(b.take_grants(), vec![(1, 1), (5, 1)]);
         assert!(b.is_consistent());
         assert_eq!(b.free(), 0);
+    }
+
+    #[test]
+    fn lone_busy_sender_gets_a_window_of_buffers() {
+        let mut b = CreditBank::new(true, 64);
+        b.request(3);
+        assert_eq!(b.take_grants(), vec![(3, 32)]);
+        b.request(4);
+        assert_eq!(b.take_grants(), vec![(4, 16)]);
+        b.consumed(3, true);
+        assert_eq!(b.take_grants(), vec![(3, 8)]);
+        assert!(b.is_consistent());
     }
 
     #[test]
