@@ -189,6 +189,8 @@ fn bad_dry_run_inputs_are_refused_with_no_output() {
     refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--cycles", "0"], "cycles must be at least 1");
     refused(&["dry-run", "--num-target-ranks", "2"], "required");
     refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--strategy", "magic"], "unknown strategy \"magic\"");
+    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--metypes", "5"], "--metypes describes the synthetic input");
+    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--cell-kb", "5"], "--circuit <CONFIG>");
 }
 
 #[test]

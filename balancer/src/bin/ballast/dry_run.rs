@@ -27,15 +27,15 @@ pub struct DryRunArgs {
     /// Use the built-in generator with this many cells instead of a file.
     #[arg(long, value_name = "CELLS", conflicts_with_all = ["memory_usage", "circuit"])]
     synthetic: Option<usize>,
-    /// Metypes of the synthetic input.
-    #[arg(long, default_value_t = SyntheticSpec::default().metypes, requires = "synthetic")]
-    metypes: usize,
-    /// Populations of the synthetic input.
-    #[arg(long, default_value_t = SyntheticSpec::default().populations, requires = "synthetic")]
-    populations: usize,
-    /// Seed of the synthetic input.
-    #[arg(long, default_value_t = SyntheticSpec::default().seed, requires = "synthetic")]
-    seed: u64,
+    /// Metypes of the synthetic input [default: 200].
+    #[arg(long, requires = "synthetic")]
+    metypes: Option<usize>,
+    /// Populations of the synthetic input [default: 2].
+    #[arg(long, requires = "synthetic")]
+    populations: Option<usize>,
+    /// Seed of the synthetic input [default: 1].
+    #[arg(long, requires = "synthetic")]
+    seed: Option<u64>,
     /// Give the synthetic input this many synapses, with distance-dependent connectivity
     /// (a synthetic circuit: per-cell synapse counts and peers).
     #[arg(long, value_name = "N", requires = "synthetic")]
@@ -100,7 +100,13 @@ fn load_input(args: &DryRunArgs) -> anyhow::Result<Input> {
         return load_circuit(args, config);
     }
     if let Some(cells) = args.synthetic {
-        let spec = SyntheticSpec { cells, metypes: args.metypes, populations: args.populations, seed: args.seed };
+        let d = SyntheticSpec::default();
+        let spec = SyntheticSpec {
+            cells,
+            metypes: args.metypes.unwrap_or(d.metypes),
+            populations: args.populations.unwrap_or(d.populations),
+            seed: args.seed.unwrap_or(d.seed),
+        };
         return Ok(match args.synapses {
             Some(synapses) => {
                 let c = synthetic::generate_circuit(&CircuitSpec { dry_run: spec, synapses, ..CircuitSpec::default() })?;
@@ -174,7 +180,30 @@ fn node_totals(loads: &RankLoads, rpn: usize) -> Vec<f64> {
     (0..ranks.div_ceil(rpn)).map(|n| (n * rpn..((n + 1) * rpn).min(ranks)).map(|r| loads.total_kb(r)).sum()).collect()
 }
 
+/// Options that only make sense with another one (clap's `requires` is not enforced for
+/// members of a satisfied argument group, so this checks it).
+fn check_combinations(args: &DryRunArgs) -> anyhow::Result<()> {
+    let synthetic_only = [
+        ("--metypes", args.metypes.is_some()),
+        ("--populations", args.populations.is_some()),
+        ("--seed", args.seed.is_some()),
+        ("--synapses", args.synapses.is_some()),
+    ];
+    if args.synthetic.is_none() {
+        if let Some((name, _)) = synthetic_only.iter().find(|(_, given)| *given) {
+            bail!("{name} describes the synthetic input: it needs --synthetic CELLS");
+        }
+    }
+    if args.circuit.is_none() {
+        if args.cell_kb.is_some() || args.point_cell_kb.is_some() {
+            bail!("--cell-kb and --point-cell-kb give circuit cells their memory: they need --circuit");
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
+    check_combinations(args)?;
     let config = BalancerConfig::builder()
         .ranks(args.num_target_ranks)
         .cycles(args.cycles)
