@@ -15,6 +15,7 @@ pub mod pickle;
 #[cfg(feature = "sonata")]
 pub mod sonata;
 pub mod strategy;
+pub mod sim;
 pub mod summary;
 pub mod synthetic;
 pub mod transport_aware;

@@ -1,0 +1,62 @@
+//! Circuits to simulate: the built-in synthetic circuit (positions on a wrap-around sheet,
+//! distance-dependent connectivity, distance-derived delays) or a SONATA circuit (feature
+//! `sonata`; constant delay), each with its dry run (what the balancer balances) and a
+//! [`SimCircuit`] (what the ranks simulate).
+use super::model::{DelayModel, SYNTHETIC_D_MIN_MS, SYNTHETIC_VELOCITY_UM_PER_MS};
+use super::run::SimCircuit;
+use super::SimError;
+use crate::dryrun::DryRun;
+use crate::network::Network;
+use crate::synthetic::{generate_circuit, CircuitSpec};
+use crate::transport_aware::CellCosts;
+
+/// A circuit with its dry run.
+pub struct SimInput {
+    /// Per-metype memory and gids, as the balancer reads them.
+    pub dry_run: DryRun,
+    /// The circuit to simulate.
+    pub circuit: SimCircuit,
+    /// Where it came from, for messages.
+    pub label: String,
+}
+
+/// Estimated KB of every cell (cell + synapses), by global index.
+fn cell_kb(dry_run: &DryRun, network: &Network) -> Vec<f64> {
+    let costs = CellCosts::new(dry_run, &network.offsets);
+    costs.cell_kb.iter().zip(&costs.synapse_kb).map(|(a, b)| a + b).collect()
+}
+
+impl SimInput {
+    /// The synthetic circuit of `spec`; delays from soma distance on the sheet (see
+    /// [`super::model`]).
+    pub fn synthetic(spec: &CircuitSpec) -> Result<SimInput, SimError> {
+        let c = generate_circuit(spec)?;
+        let n = c.network.cell_count();
+        // The generator's sheet side, µm (see `synthetic::generate_circuit`).
+        let side_um = (n as f64 / spec.density_per_mm2).sqrt() * 1000.0;
+        let positions = c.positions.iter().map(|&[x, y]| [x, y, 0.0]).collect();
+        let delays = DelayModel::Distance {
+            d_min_ms: SYNTHETIC_D_MIN_MS,
+            velocity_um_per_ms: SYNTHETIC_VELOCITY_UM_PER_MS,
+            period_um: Some(side_um),
+            positions,
+        };
+        let kb = cell_kb(&c.dry_run, &c.network);
+        let label = format!("synthetic circuit ({n} cells, {} connections, seed {})", c.network.connection_count(), spec.dry_run.seed);
+        Ok(SimInput { circuit: SimCircuit::new(c.network, kb, delays)?, dry_run: c.dry_run, label })
+    }
+
+    /// A SONATA circuit (its placed populations) with a constant delay of `delay_ms`.
+    #[cfg(feature = "sonata")]
+    pub fn sonata(
+        config: &std::path::Path,
+        memory: &crate::circuit::MetypeMemory,
+        delay_ms: f64,
+    ) -> Result<SimInput, SimError> {
+        let circuit = crate::sonata::Circuit::open(config)?;
+        let (dry_run, network) = crate::circuit::dry_run_from_circuit(&circuit, memory)?;
+        let kb = cell_kb(&dry_run, &network);
+        let label = format!("{} ({} cells, {} connections)", config.display(), network.cell_count(), network.connection_count());
+        Ok(SimInput { circuit: SimCircuit::new(network, kb, DelayModel::Constant(delay_ms))?, dry_run, label })
+    }
+}

@@ -1,0 +1,66 @@
+//! The proxy simulation behind `ballast run` and `ballast demo`: cells placed on ranks by
+//! the balancer (`Memory`) or in turn (`RoundRobin`), each a leaky integrate-and-fire
+//! neuron holding a really allocated state block of its estimated memory, exchanging
+//! spikes over Ballast's runtime with the circuit's delays.
+//!
+//! Modules: [`model`] (the cell, its drive, delays and weights), [`exchange`] (p2p and
+//! allgather spike exchange over a `Communicator`), [`run`] (the per-rank driver),
+//! [`input`] (circuits to simulate), [`placement`] (which rank holds which cell),
+//! [`report`] (`out.dat`, `report.json`, the per-rank table).
+pub mod exchange;
+pub mod input;
+pub mod model;
+pub mod placement;
+pub mod report;
+pub mod run;
+
+pub use exchange::{ExchangeKind, ExchangeStats, Spike};
+pub use input::SimInput;
+pub use placement::{LbMode, Placement};
+pub use run::{run_rank, RankOutcome, SimCircuit, SimParams};
+
+/// Errors of the proxy simulation.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The communication runtime failed.
+    #[error("runtime: {0}")]
+    Runtime(#[from] ballast_runtime::Error),
+    /// The balancer or a file failed (allocation files, circuits).
+    #[error(transparent)]
+    Balancer(#[from] crate::BalancerError),
+    /// A message did not have the expected shape.
+    #[error("spike exchange: {0}")]
+    Protocol(String),
+    /// Bad parameters or inconsistent input.
+    #[error("invalid input: {0}")]
+    Input(String),
+    /// Writing an output failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs the simulation on `ranks` threads of this process over the `local` transport and
+/// returns every rank's outcome, by rank.
+pub fn run_local(
+    circuit: &SimCircuit,
+    rank_of: &[u32],
+    ranks: usize,
+    config: &ballast_runtime::RuntimeConfig,
+    params: &SimParams,
+) -> Result<Vec<RankOutcome>, SimError> {
+    let results = ballast_runtime::local::run(ranks, config, |comm| run_rank(comm, circuit, rank_of, params))?;
+    results.into_iter().collect()
+}
+
+/// All spikes of all ranks, sorted by (step, global cell index).
+pub fn all_spikes(outcomes: &[RankOutcome]) -> Vec<Spike> {
+    let mut v: Vec<Spike> = outcomes.iter().flat_map(|o| o.spikes.iter().copied()).collect();
+    v.sort_unstable();
+    v
+}

@@ -1,0 +1,175 @@
+//! Outputs of a run: `out.dat` (spikes in NEURON/neurodamus' text layout), `report.json`
+//! and the per-rank table (cells, memory estimated and allocated, transport footprint
+//! predicted and measured, peers predicted and connected, spikes, process memory).
+//!
+//! `out.dat` layout, as NEURON's and neurodamus' spike output: a first line `/scatter`,
+//! then one `time\tgid` line per spike, time in ms with 3 decimals, sorted by time then
+//! gid. Gids are 1-based, as neurodamus writes them: global cell index + 1, where the
+//! global index is the population's offset (populations in circuit order) + node id.
+//! Both files are written to a temporary file in the output directory and renamed into
+//! place, so a failed run leaves no partial file.
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use ballast_runtime::{Footprint, RecvSharing, TransportConfig};
+use serde::Serialize;
+
+use super::exchange::Spike;
+use super::run::RankOutcome;
+use super::SimError;
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SimError> {
+    let io = |source| SimError::Io { path: path.to_owned(), source };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+    tmp.write_all(bytes).map_err(io)?;
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    Ok(())
+}
+
+/// The text of `out.dat` for `spikes` (sorted by (step, global index)) with step `dt_ms`.
+pub fn out_dat(spikes: &[Spike], dt_ms: f64) -> String {
+    let mut s = String::with_capacity(16 + spikes.len() * 16);
+    s.push_str("/scatter\n");
+    for &(k, c) in spikes {
+        s.push_str(&format!("{:.3}\t{}\n", k as f64 * dt_ms, c as u64 + 1));
+    }
+    s
+}
+
+/// One rank's row.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RankRow {
+    pub rank: usize,
+    pub cells: usize,
+    /// Estimated memory of its cells (metype + synapses), KB.
+    pub estimated_kb: f64,
+    /// Cell state really allocated (estimated × memory scale), KB.
+    pub allocated_kb: f64,
+    /// Transport footprint the balancer's model predicts for its peers, bytes.
+    pub footprint_predicted_bytes: u64,
+    /// Transport footprint the communicator accounts after the run, bytes.
+    pub footprint_measured_bytes: u64,
+    /// Peers predicted by the balancer (`Network::peers`).
+    pub peers_predicted: usize,
+    /// Peers the communicator actually connected.
+    pub peers_connected: u64,
+    pub spikes_sent: u64,
+    pub spikes_received: u64,
+    /// Ballast's own accounting for this rank: state blocks + transport, KB.
+    pub ballast_kb: f64,
+    /// VmRSS / VmHWM of the process holding the rank at its end, KB (with `local`, the
+    /// whole process: all ranks).
+    pub vm_rss_kb: u64,
+    pub vm_hwm_kb: u64,
+}
+
+/// The footprint `config` predicts for a rank with `peers` peers (`peer_nodes` peer nodes,
+/// used by `xrc`) in a world of `ranks`.
+pub fn predicted_footprint(config: &TransportConfig, peers: usize, peer_nodes: usize, ranks: usize) -> Footprint {
+    let counted = if config.recv_sharing == RecvSharing::Xrc { peer_nodes } else { peers };
+    config.predict(counted, ranks, config.ranks_per_node)
+}
+
+/// Rows of `outcomes` (by rank) against the predicted peers and peer nodes per rank.
+pub fn rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usize], config: &TransportConfig) -> Vec<RankRow> {
+    let ranks = outcomes.len();
+    outcomes
+        .iter()
+        .map(|o| {
+            let predicted = predicted_footprint(config, peers[o.rank], peer_nodes[o.rank], ranks);
+            RankRow {
+                rank: o.rank,
+                cells: o.cells,
+                estimated_kb: o.estimated_kb,
+                allocated_kb: o.state_bytes as f64 / 1024.0,
+                footprint_predicted_bytes: predicted.total_bytes(),
+                footprint_measured_bytes: o.footprint.total_bytes(),
+                peers_predicted: peers[o.rank],
+                peers_connected: o.footprint.peers_connected,
+                spikes_sent: o.exchange.spikes_sent,
+                spikes_received: o.exchange.spikes_received,
+                ballast_kb: (o.state_bytes + o.footprint.total_bytes()) as f64 / 1024.0,
+                vm_rss_kb: o.process.vm_rss_kb,
+                vm_hwm_kb: o.process.vm_hwm_kb,
+            }
+        })
+        .collect()
+}
+
+/// The whole report of a run (`report.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub circuit: String,
+    pub lb_mode: String,
+    pub exchange: String,
+    pub transport: String,
+    pub recv_sharing: String,
+    pub ranks: usize,
+    pub tstop_ms: f64,
+    pub dt_ms: f64,
+    pub window_ms: f64,
+    pub seed: u64,
+    pub memory_scale: f64,
+    /// `read FILE` or `regenerated FILE` (Memory), absent for RoundRobin.
+    pub allocation: Option<String>,
+    pub spikes: usize,
+    pub seconds: f64,
+    pub per_rank: Vec<RankRow>,
+    /// Every rank's connected peers equal the prediction (meaningful for p2p).
+    pub peers_match: bool,
+    /// Every rank's measured footprint equals the prediction.
+    pub footprint_match: bool,
+    /// The process' VmHWM at the end, KB (with `local`: all ranks together).
+    pub process_vm_hwm_kb: u64,
+    pub out_dat: PathBuf,
+}
+
+/// Largest and smallest of `f` over the rows.
+pub fn max_min(rows: &[RankRow], f: impl Fn(&RankRow) -> f64) -> (f64, f64) {
+    rows.iter().map(&f).fold((f64::MIN, f64::MAX), |(a, b), x| (a.max(x), b.min(x)))
+}
+
+/// The printed per-rank table.
+pub fn table(r: &RunReport) -> String {
+    let mut s = format!(
+        "{:>5} {:>7} {:>12} {:>11} {:>12} {:>12} {:>6} {:>6} {:>9} {:>9} {:>11} {:>10} {:>10}\n",
+        "rank", "cells", "est KB", "alloc KB", "tp pred B", "tp meas B", "peers", "conn", "sent", "recv", "ballast KB", "VmRSS KB", "VmHWM KB"
+    );
+    for x in &r.per_rank {
+        s.push_str(&format!(
+            "{:>5} {:>7} {:>12.0} {:>11.0} {:>12} {:>12} {:>6} {:>6} {:>9} {:>9} {:>11.0} {:>10} {:>10}\n",
+            x.rank,
+            x.cells,
+            x.estimated_kb,
+            x.allocated_kb,
+            x.footprint_predicted_bytes,
+            x.footprint_measured_bytes,
+            x.peers_predicted,
+            x.peers_connected,
+            x.spikes_sent,
+            x.spikes_received,
+            x.ballast_kb,
+            x.vm_rss_kb,
+            x.vm_hwm_kb
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_dat_is_neurodamus_layout() {
+        let s = out_dat(&[(4, 0), (4, 9), (41, 2)], 0.025);
+        assert_eq!(s, "/scatter\n0.100\t1\n0.100\t10\n1.025\t3\n");
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("out.dat");
+        write_atomically(&p, s.as_bytes()).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), s);
+    }
+}
