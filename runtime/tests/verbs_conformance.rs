@@ -1,0 +1,446 @@
+//! The conformance suite instantiated for the verbs transport (feature `verbs`), plus the
+//! verbs cases (xrc fallback, memlock error, dead peer, fanout footprint). A `harness =
+//! false` binary that is its own launcher, for a guest whose only command is this binary:
+//!
+//! - `verbs_conformance [--procs N] [--devices rxe0,rxe1] [FILTER]` starts N copies of itself
+//!   (rank r on device r mod len(devices), `BALLAST_ROOT` on loopback, GID index from
+//!   `$RXE_VM_GID`), each running every case whose name contains FILTER, waits for all and
+//!   exits non-zero if any failed. Default devices: `$RXE_VM_DEV,$RXE_VM_DEV2`, else automatic.
+//! - `--fanout N --sharing MODE`: the fanout scenario over N processes, checking the footprint
+//!   against the model and the pinned memory (VmPin, VmLck) against the registrations.
+//! - `--memlock`: the pool cannot be registered under a low `ulimit -l` (lowered to 64 KiB
+//!   here if it is higher): the error says how much is needed and how to raise it.
+//! - `--dead-peer`: rank 1 exits in the middle; rank 0's receive from it fails, not hangs.
+//!
+//! Without an RDMA device (e.g. on a host without soft-RoCE) it prints why and exits 0.
+
+mod conformance;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::{Child, Command};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ballast_runtime::bootstrap::{Bootstrap, TcpBootstrap};
+use ballast_runtime::fanout::FANOUT_TAG;
+use ballast_runtime::{verbs, Communicator, Error, ProcStatus, RecvSharing, Result, RuntimeConfig, Source, TagMatch, TransportKind, VerbsConfig};
+use conformance::*;
+
+struct VerbsLauncher {
+    boot: Mutex<TcpBootstrap>,
+    dev: VerbsConfig,
+}
+
+impl Launcher for VerbsLauncher {
+    fn name(&self) -> &'static str {
+        "verbs"
+    }
+
+    fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(&self, n: usize, cfg: &RuntimeConfig, f: F) -> Result<Vec<R>> {
+        let mut boot = self.boot.lock().unwrap();
+        let cfg = cfg.clone().with_verbs(self.dev.clone());
+        let local = verbs::run_ranks(&mut *boot, n, &cfg, f);
+        let mut mine = Vec::new();
+        match &local {
+            Ok(v) => {
+                mine.push(1);
+                v.len().put(&mut mine);
+                for (r, x) in v {
+                    r.put(&mut mine);
+                    x.put(&mut mine);
+                }
+            }
+            Err(e) => {
+                mine.push(if matches!(e, Error::Aborted) { 2 } else { 0 });
+                e.to_string().into_bytes().put(&mut mine);
+            }
+        }
+        let all = boot.all_gather(&mine)?;
+        let mut slots: Vec<Option<R>> = (0..n).map(|_| None).collect();
+        let mut err: Option<Error> = None;
+        for b in all {
+            let (kind, mut s) = (b[0], &b[1..]);
+            if kind == 1 {
+                for _ in 0..usize::get(&mut s) {
+                    let r = usize::get(&mut s);
+                    slots[r] = Some(R::get(&mut s));
+                }
+            } else if kind == 0 && matches!(err, None | Some(Error::Aborted)) {
+                err = Some(Error::Protocol(String::from_utf8_lossy(&Vec::<u8>::get(&mut s)).into_owned()));
+            } else if err.is_none() {
+                err = Some(Error::Aborted);
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        Ok(slots.into_iter().map(|s| s.expect("every rank reported")).collect())
+    }
+}
+
+/// `xrc` on a device without XRC (soft-RoCE) runs as `shared` and says why.
+fn xrc_falls_back_with_reason(l: &VerbsLauncher) {
+    let c = RuntimeConfig::builder().recv_sharing(RecvSharing::Xrc).buffer_count(8).build().unwrap();
+    let res = l
+        .run(2, &c, |comm| -> Result<(bool, bool)> {
+            let other = 1 - comm.rank();
+            comm.send(other, 5, b"x")?;
+            comm.recv(other, 5u32)?;
+            let shared = comm.config().recv_sharing == RecvSharing::Shared;
+            let why = comm.notes().iter().any(|n| n.contains("XRC") && n.contains("falls back to shared"));
+            if comm.rank() == 0 {
+                println!("  xrc notes: {:?}", comm.notes());
+            }
+            Ok((shared, why))
+        })
+        .unwrap();
+    for r in res {
+        assert_eq!(r.unwrap(), (true, true));
+    }
+}
+
+/// The verbs footprint equals the verbs model after traffic, and registrations are what the
+/// model calls registered.
+fn verbs_footprint_matches_model(l: &VerbsLauncher, sharing: RecvSharing) {
+    let c = RuntimeConfig::builder().recv_sharing(sharing).buffer_size(1024).buffer_count(8).recv_depth(3).srq_depth(8).build().unwrap();
+    let t = ballast_runtime::TransportConfig { kind: TransportKind::Verbs, ..*c.transport() };
+    let n = 4;
+    let res = l
+        .run(n, &c, |comm| -> Result<(ballast_runtime::Footprint, ballast_runtime::Footprint)> {
+            let me = comm.rank();
+            comm.send((me + 1) % n, 2, &[1u8; 3000])?;
+            comm.recv(Source::Any, TagMatch::Tag(2))?;
+            comm.barrier()?;
+            let f = comm.footprint();
+            Ok((f, t.predict(f.peers_connected as usize, n, 1)))
+        })
+        .unwrap();
+    for (rank, r) in res.into_iter().enumerate() {
+        let (f, p) = r.unwrap();
+        assert_eq!(f, p, "rank {rank} mode {sharing}");
+    }
+}
+
+fn cases(l: &VerbsLauncher) -> Vec<(String, Box<dyn Fn() + '_>)> {
+    let mut v: Vec<(String, Box<dyn Fn()>)> = Vec::new();
+    for m in [RecvSharing::PerPeer, RecvSharing::Shared] {
+        v.push((format!("ordering_per_peer_and_tag/{m}"), Box::new(move || ordering_per_peer_and_tag(l, m))));
+        v.push((format!("any_source_any_tag/{m}"), Box::new(move || any_source_any_tag(l, m))));
+        v.push((format!("back_pressure_pool_of_two/{m}"), Box::new(move || back_pressure_pool_of_two(l, m))));
+        v.push((format!("eviction_with_two_endpoints/{m}"), Box::new(move || eviction_with_two_endpoints(l, m))));
+        v.push((format!("collectives/{m}"), Box::new(move || collectives(l, m))));
+        v.push((format!("message_sizes_with_checksums/{m}"), Box::new(move || message_sizes_with_checksums(l, m))));
+        v.push((format!("verbs_footprint_matches_model/{m}"), Box::new(move || verbs_footprint_matches_model(l, m))));
+    }
+    v.push(("try_recv_and_test".into(), Box::new(move || try_recv_and_test(l))));
+    v.push(("pool_growth_is_bounded".into(), Box::new(move || pool_growth_is_bounded(l))));
+    v.push(("many_to_one_srq4/shared".into(), Box::new(move || many_to_one_srq4(l, RecvSharing::Shared))));
+    v.push(("all_to_all_64/shared".into(), Box::new(move || all_to_all_64(l, RecvSharing::Shared))));
+    v.push(("bad_input_is_an_error".into(), Box::new(move || bad_input_is_an_error(l))));
+    v.push(("xrc_falls_back_with_reason".into(), Box::new(move || xrc_falls_back_with_reason(l))));
+    v
+}
+
+fn child_conformance(filter: Option<String>) -> i32 {
+    let cfg = RuntimeConfig::from_env().expect("environment");
+    let boot = TcpBootstrap::connect(cfg.bootstrap()).expect("bootstrap");
+    let me = boot.rank();
+    let procs = boot.size();
+    let l = VerbsLauncher { boot: Mutex::new(boot), dev: cfg.verbs().clone() };
+    let (mut passed, mut failed) = (0, 0);
+    for (name, case) in cases(&l) {
+        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+            continue;
+        }
+        let t = Instant::now();
+        let ok = catch_unwind(AssertUnwindSafe(|| case())).is_ok();
+        let all = l.boot.lock().unwrap().all_gather(&[ok as u8]);
+        let bad: Vec<usize> = match &all {
+            Ok(a) => a.iter().enumerate().filter(|(_, v)| v[0] == 0).map(|(p, _)| p).collect(),
+            Err(_) => vec![me],
+        };
+        if bad.is_empty() {
+            passed += 1;
+            if me == 0 {
+                println!("case {name} ... ok ({:.1} s)", t.elapsed().as_secs_f64());
+            }
+        } else {
+            failed += 1;
+            if me == 0 {
+                println!("case {name} ... FAILED on process(es) {bad:?}");
+            }
+        }
+    }
+    if me == 0 {
+        println!("verbs conformance: {passed} passed, {failed} failed ({procs} processes, devices {:?})", cfg.verbs().device);
+    }
+    i32::from(failed > 0)
+}
+
+/// Rank 0 sends `messages` messages of `ints` integers to every other rank; returns the
+/// report lines and whether every check held (printed by rank 0).
+fn child_fanout(messages: usize, ints: usize) -> i32 {
+    let s_start = ProcStatus::read_self().unwrap();
+    let cfg = RuntimeConfig::from_env().expect("environment");
+    let mut boot = TcpBootstrap::connect(cfg.bootstrap()).expect("bootstrap");
+    let n = boot.size();
+    let res = (|| -> Result<Option<Vec<String>>> {
+        let mut comm = verbs::communicator(&mut boot, &cfg)?;
+        let me = comm.rank();
+        let t = ballast_runtime::TransportConfig { kind: TransportKind::Verbs, ..*comm.config() };
+        let s_reg = ProcStatus::read_self()?;
+        comm.barrier()?;
+        comm.barrier()?;
+        let before = comm.footprint();
+        let s0 = ProcStatus::read_self()?;
+        if me == 0 {
+            let payload: Vec<u8> = (0..ints as u32).flat_map(|i| i.to_le_bytes()).collect();
+            for _ in 0..messages {
+                for p in 1..n {
+                    comm.send(p, FANOUT_TAG, &payload)?;
+                }
+            }
+        } else {
+            for _ in 0..messages {
+                let m = comm.recv(Source::Rank(0), TagMatch::Tag(FANOUT_TAG))?;
+                assert_eq!(m.data.len(), ints * 4);
+            }
+        }
+        comm.barrier()?;
+        let after = comm.footprint();
+        let s1 = ProcStatus::read_self()?;
+        let pb = t.predict(before.peers_connected as usize, n, 1);
+        let pa = t.predict(after.peers_connected as usize, n, 1);
+        // Pinned growth during the fanout: per-peer QPs' receive buffers (whole pages).
+        let page = 4096u64;
+        let slot = (verbs::HEADER_BYTES + t.buffer_size) as u64;
+        let per_qp_pin = if t.recv_sharing == RecvSharing::PerPeer { (t.recv_depth as u64 * slot).div_ceil(page) * page } else { 0 };
+        let new_qps = after.endpoints_live - before.endpoints_live;
+        let pin_growth_kb = (s1.vm_pin_kb as i64 - s0.vm_pin_kb as i64) as u64;
+        let expect_growth_kb = new_qps * per_qp_pin / 1024;
+        let reg_kb = s_reg.vm_pin_kb as i64 - s_start.vm_pin_kb as i64;
+        let pages = |b: u64| b.div_ceil(page) * page;
+        let b = t.buffer_size as u64;
+        let expect_reg = pages(t.buffer_count as u64 * b)
+            + pages(t.buffer_count as u64 * verbs::HEADER_BYTES as u64)
+            + if t.recv_sharing == RecvSharing::PerPeer { 0 } else { pages(t.srq_depth as u64 * slot) };
+        let mut row = Vec::new();
+        for v in [
+            before.total_bytes(),
+            pb.total_bytes(),
+            after.total_bytes(),
+            pa.total_bytes(),
+            (before == pb && after == pa) as u64,
+            pin_growth_kb,
+            expect_growth_kb,
+            reg_kb.max(0) as u64,
+            s1.vm_lck_kb - s_reg.vm_lck_kb.min(s1.vm_lck_kb),
+            (s1.vm_rss_kb as i64 - s_start.vm_rss_kb as i64).max(0) as u64,
+            after.registered_bytes,
+            after.endpoints_live,
+            expect_reg,
+        ] {
+            row.extend_from_slice(&v.to_le_bytes());
+        }
+        let notes = comm.notes().to_vec();
+        let all = comm.all_gatherv(&row)?;
+        verbs::finish(comm)?;
+        if me != 0 {
+            return Ok(None);
+        }
+        let rows: Vec<Vec<u64>> = all.iter().map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()).collect();
+        let sum = |k: usize| rows.iter().map(|r| r[k]).sum::<u64>();
+        let mut out = vec![
+            format!("fanout over verbs: {n} processes, recv_sharing {}, {messages} x {ints} ints from rank 0; notes {notes:?}", t.recv_sharing),
+            format!("world footprint before: {} B accounted, {} B predicted", sum(0), sum(1)),
+            format!("world footprint after:  {} B accounted, {} B predicted", sum(2), sum(3)),
+            format!("rank 0 after: {} endpoints, registered {} B (model), VmPin from registration {} KiB", rows[0][11], rows[0][10], rows[0][7]),
+        ];
+        let mut ok = rows.iter().all(|r| r[4] == 1);
+        out.push(format!("every rank's footprint == model before and after: {ok}"));
+        for (r, row) in rows.iter().enumerate() {
+            // Pinned at registration: pool, send headers, and the SRQ's slots, in whole pages.
+            let reg_ok = row[7] * 1024 == row[12];
+            let growth_ok = row[5] == row[6];
+            let lck_ok = row[8] == 0;
+            if r == 0 || !(reg_ok && growth_ok && lck_ok) {
+                out.push(format!(
+                    "rank {r}: VmPin at registration {} KiB, expected {} KiB ({}), VmPin growth during fanout {} KiB, expected {} KiB ({}), VmLck change after registration {} KiB ({}), VmRSS growth {} KiB",
+                    row[7], row[12] / 1024, if reg_ok { "ok" } else { "MISMATCH" }, row[5], row[6], if growth_ok { "ok" } else { "MISMATCH" }, row[8], if lck_ok { "constant" } else { "CHANGED" }, row[9]
+                ));
+            }
+            ok &= reg_ok && growth_ok && lck_ok;
+        }
+        out.push(format!("fanout checks: {}", if ok { "ok" } else { "FAILED" }));
+        Ok(Some(out))
+    })();
+    match res {
+        Ok(Some(lines)) => {
+            for l in &lines {
+                println!("{l}");
+            }
+            i32::from(!lines.last().unwrap().ends_with("ok"))
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            eprintln!("fanout rank {}: {e}", boot.rank());
+            1
+        }
+    }
+}
+
+/// The pool does not fit under a low RLIMIT_MEMLOCK: the communicator fails with the amount
+/// needed and how to raise it.
+fn memlock_error() -> i32 {
+    let (soft, hard) = rlimit_memlock();
+    if soft == u64::MAX || soft > 64 * 1024 {
+        println!("memlock: RLIMIT_MEMLOCK is {soft} B; lowering it to 64 KiB for this process");
+        set_memlock(64 * 1024, hard);
+    }
+    let cfg = RuntimeConfig::from_env().unwrap().to_builder().buffer_count(64).buffer_size(8192).build().unwrap();
+    let mut boot = TcpBootstrap::new("127.0.0.1:0", 0, 1, Duration::from_secs(5)).unwrap();
+    match verbs::communicator(&mut boot, &cfg) {
+        Err(e @ Error::MemlockTooLow { .. }) => {
+            let m = e.to_string();
+            println!("memlock: got the expected error: {m}");
+            let ok = m.contains("ulimit -l") && m.contains("registering 5") && m.contains("KiB");
+            i32::from(!ok)
+        }
+        Err(e) => {
+            println!("memlock: wrong error: {e}");
+            1
+        }
+        Ok(_) => {
+            println!("memlock: the communicator was created under a 64 KiB limit");
+            1
+        }
+    }
+}
+
+fn rlimit_memlock() -> (u64, u64) {
+    let l = ballast_runtime::local::memlock_limit_bytes().unwrap_or(u64::MAX);
+    (l, u64::MAX)
+}
+
+fn set_memlock(soft: u64, _hard: u64) {
+    let (_, hard) = rlimit::getrlimit(rlimit::Resource::MEMLOCK).unwrap();
+    rlimit::setrlimit(rlimit::Resource::MEMLOCK, soft, hard).unwrap();
+}
+
+/// Rank 1 exits after one exchange; rank 0's next receive from it is an error, not a hang.
+fn child_dead_peer() -> i32 {
+    let cfg = RuntimeConfig::from_env().unwrap().to_builder().buffer_count(8).build().unwrap();
+    let mut boot = TcpBootstrap::connect(cfg.bootstrap()).unwrap();
+    let mut comm = verbs::communicator(&mut boot, &cfg).unwrap();
+    let me = comm.rank();
+    let other = 1 - me;
+    comm.send(other, 1, b"hello").unwrap();
+    comm.recv(other, 1u32).unwrap();
+    if me == 1 {
+        std::thread::sleep(Duration::from_millis(200));
+        std::process::exit(7); // dies without finishing
+    }
+    let t = Instant::now();
+    match comm.recv(other, 2u32) {
+        Err(e) => {
+            println!("dead peer: rank 0 got an error after {:.1} s: {e}", t.elapsed().as_secs_f64());
+            i32::from(!e.to_string().contains("rank 1"))
+        }
+        Ok(_) => {
+            println!("dead peer: a message arrived from a dead rank");
+            1
+        }
+    }
+}
+
+fn spawn(n: usize, devices: &[String], gid: Option<&str>, args: &[String], extra_env: &[(String, String)]) -> Vec<Child> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    (0..n)
+        .map(|r| {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.args(args).env("BALLAST_ROOT", format!("127.0.0.1:{port}")).env("BALLAST_RANK", r.to_string()).env("BALLAST_SIZE", n.to_string());
+            c.env("BALLAST_BOOTSTRAP_TIMEOUT", "120");
+            if !devices.is_empty() {
+                c.env("BALLAST_IB_DEVICE", &devices[r % devices.len()]);
+            }
+            if let Some(g) = gid {
+                c.env("BALLAST_GID_INDEX", g);
+            }
+            for (k, v) in extra_env {
+                c.env(k, v);
+            }
+            c.spawn().unwrap()
+        })
+        .collect()
+}
+
+fn wait_all(children: Vec<Child>, expect: &[i32]) -> bool {
+    let mut ok = true;
+    for (r, mut c) in children.into_iter().enumerate() {
+        let code = c.wait().unwrap().code().unwrap_or(-1);
+        let want = expect.get(r).copied().unwrap_or(0);
+        if code != want {
+            println!("process {r} exited with {code} (expected {want})");
+            ok = false;
+        }
+    }
+    ok
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    if std::env::var("BALLAST_RANK").is_ok() {
+        // A rank started by the launcher below.
+        let code = if args.iter().any(|a| a == "--child-fanout") {
+            child_fanout(flag("--messages").map_or(1, |v| v.parse().unwrap()), 4)
+        } else if args.iter().any(|a| a == "--child-dead-peer") {
+            child_dead_peer()
+        } else {
+            child_conformance(args.iter().find(|a| !a.starts_with("--")).cloned())
+        };
+        std::process::exit(code);
+    }
+    match verbs::device_names() {
+        Ok(d) if !d.is_empty() => println!("verbs conformance: RDMA devices {d:?}"),
+        Ok(_) => {
+            println!("verbs conformance: skipped: no RDMA device on this machine (run it in the soft-RoCE guest: ci/verbs.sh)");
+            return;
+        }
+        Err(e) => {
+            println!("verbs conformance: skipped: cannot list RDMA devices ({e})");
+            return;
+        }
+    }
+    let devices: Vec<String> = match flag("--devices") {
+        Some(d) => d.split(',').filter(|s| !s.is_empty()).map(String::from).collect(),
+        None => ["RXE_VM_DEV", "RXE_VM_DEV2"].iter().filter_map(|v| std::env::var(v).ok()).collect(),
+    };
+    let gid = std::env::var("RXE_VM_GID").ok();
+    let t = Instant::now();
+    let ok = if args.iter().any(|a| a == "--memlock") {
+        memlock_error() == 0
+    } else if args.iter().any(|a| a == "--dead-peer") {
+        let c = spawn(2, &devices, gid.as_deref(), &["--child-dead-peer".into()], &[]);
+        wait_all(c, &[0, 7])
+    } else if let Some(n) = flag("--fanout") {
+        let n: usize = n.parse().unwrap();
+        let sharing = flag("--sharing").unwrap_or_else(|| "shared".into());
+        let env = [
+            ("BALLAST_RECV_SHARING".to_string(), sharing),
+            ("BALLAST_BUFFER_COUNT".to_string(), "16".to_string()),
+            ("BALLAST_BUFFER_SIZE".to_string(), "4096".to_string()),
+            ("BALLAST_SRQ_DEPTH".to_string(), "32".to_string()),
+            ("BALLAST_RECV_DEPTH".to_string(), "4".to_string()),
+        ];
+        let c = spawn(n, &devices, gid.as_deref(), &["--child-fanout".into()], &env);
+        wait_all(c, &[])
+    } else {
+        let n: usize = flag("--procs").map_or(2, |v| v.parse().unwrap());
+        let filter: Vec<String> = args.iter().enumerate().filter(|(i, a)| !a.starts_with("--") && (*i == 0 || !args[i - 1].starts_with("--"))).map(|(_, a)| a.clone()).collect();
+        let c = spawn(n, &devices, gid.as_deref(), &filter, &[]);
+        wait_all(c, &[])
+    };
+    println!("verbs conformance: {} in {:.1} s", if ok { "ok" } else { "FAILED" }, t.elapsed().as_secs_f64());
+    std::process::exit(i32::from(!ok));
+}
