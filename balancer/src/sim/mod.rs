@@ -4,10 +4,12 @@
 //! spikes over Ballast's runtime with the circuit's delays.
 //!
 //! Modules: [`model`] (the cell, its drive, delays and weights), [`exchange`] (p2p and
-//! allgather spike exchange over a `Communicator`), [`run`] (the per-rank driver),
+//! allgather spike exchange over a `Communicator`), [`run`] (the per-rank driver), [`gather`]
+//! (outcomes to every process after the run),
 //! [`input`] (circuits to simulate), [`placement`] (which rank holds which cell),
 //! [`report`] (`out.dat`, `report.json`, the per-rank table).
 pub mod exchange;
+pub mod gather;
 pub mod input;
 pub mod model;
 pub mod placement;

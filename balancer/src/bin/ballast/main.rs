@@ -1,5 +1,6 @@
-//! The `ballast` command-line tool: `dry-run` (balance cells into an allocation file) and
-//! `stats` (inspect any allocation file, ours or neurodamus').
+//! The `ballast` command-line tool: `dry-run` (balance cells into an allocation file),
+//! `stats` (inspect any allocation file, ours or neurodamus'), `fanout`/`info` (runtime),
+//! `run` (the proxy simulation over the runtime) and `demo` (the built-in example).
 #![deny(unsafe_code)]
 
 /// `print!` to stdout that ends the program quietly (exit 0) when stdout is a closed pipe,
@@ -22,10 +23,12 @@ macro_rules! outln {
     ($($arg:tt)*) => {{ out!($($arg)*); out!("\n"); }};
 }
 
+mod demo;
 mod dry_run;
 mod fanout;
 mod info;
 mod plot;
+mod run;
 mod runtime_args;
 mod stats;
 
@@ -52,6 +55,12 @@ enum Command {
     Fanout(fanout::FanoutArgs),
     /// Transports, devices, effective runtime configuration, predicted footprint.
     Info(info::InfoArgs),
+    /// Simulate a circuit on N ranks over the runtime (--lb-mode=Memory|RoundRobin):
+    /// out.dat, report.json and per-rank memory, peers and footprint, predicted and measured.
+    Run(run::RunArgs),
+    /// The built-in example: a 20,000-cell circuit balanced for 16 ranks, run with
+    /// RoundRobin and Memory side by side, and the check that the spikes are identical.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +70,8 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::run(args),
         Command::Fanout(args) => fanout::run(args),
         Command::Info(args) => info::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Demo(args) => demo::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

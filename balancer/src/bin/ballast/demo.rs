@@ -1,0 +1,154 @@
+//! `ballast demo`: the built-in end-to-end example. A synthetic circuit (20,000 cells by
+//! default, realistic metype memory spread, distance-dependent connectivity) is balanced
+//! for 16 ranks (the dry run, writing `allocation_r16_c1.pkl.gz`), then simulated on the
+//! `local` transport with `RoundRobin` and with `--lb-mode=Memory`; the largest and
+//! smallest rank memory of both, the transport footprint under `per-peer` and under
+//! `shared` + `max_endpoints`, and the check that both runs produced identical spikes
+//! are printed side by side. Exits with an error when the check fails.
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use ballast_balancer::sim::placement::place;
+use ballast_balancer::sim::report::{max_min, predicted_footprint, RunReport};
+use ballast_balancer::sim::{all_spikes, run_local, LbMode, RankOutcome, SimInput, SimParams};
+use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
+use ballast_balancer::{balance, write_allocation, BalancerConfig, Strategy};
+use ballast_runtime::{RecvSharing, RuntimeConfig, TransportConfig};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::run::build_report;
+
+/// Arguments of `ballast demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Cells of the synthetic circuit.
+    #[arg(long, default_value_t = 20_000)]
+    cells: usize,
+    /// Synapses per cell.
+    #[arg(long, default_value_t = 300)]
+    synapses_per_cell: u64,
+    /// Ranks (threads of this process).
+    #[arg(long, default_value_t = 16)]
+    ranks: u32,
+    /// Simulated time, ms.
+    #[arg(long, default_value_t = 100.0)]
+    tstop: f64,
+    /// Fraction of each cell's estimated memory really allocated.
+    #[arg(long, default_value_t = 0.002)]
+    memory_scale: f64,
+    /// Cap on live endpoints for the `shared` + `max_endpoints` footprint.
+    #[arg(long, default_value_t = 8)]
+    max_endpoints: usize,
+    /// Seed of the circuit and of the cells' drive.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where the allocation file and each run's out.dat and report.json go.
+    #[arg(long, default_value = "ballast-demo")]
+    output: PathBuf,
+}
+
+/// A spinner for one step; finished with the step's time.
+fn step<T>(what: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"));
+    bar.set_message(what.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let start = Instant::now();
+    let out = f();
+    bar.finish_and_clear();
+    eprintln!("ballast demo: {what}: {:.1} s", start.elapsed().as_secs_f64());
+    out
+}
+
+fn mb(kb: f64) -> String {
+    format!("{:.1}", kb / 1024.0)
+}
+
+/// Runs `ballast demo`.
+pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
+    let total = Instant::now();
+    let ranks = args.ranks as usize;
+    std::fs::create_dir_all(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
+    let spec = CircuitSpec {
+        dry_run: SyntheticSpec { cells: args.cells, seed: args.seed, ..SyntheticSpec::default() },
+        synapses: args.cells as u64 * args.synapses_per_cell,
+        ..CircuitSpec::default()
+    };
+    let input: SimInput = step(&format!("generating a synthetic circuit of {} cells", args.cells), || Ok(SimInput::synthetic(&spec)?))?;
+    println!("circuit: {}", input.label);
+
+    // The dry run: balance for N ranks and write the allocation file, as `ballast dry-run`.
+    let alloc_path = step(&format!("dry run: balancing for {} ranks", args.ranks), || {
+        let config = BalancerConfig::builder().ranks(args.ranks).cycles(1).strategy(Strategy::Lpt).build()?;
+        let allocation = balance(&input.dry_run, &config);
+        Ok(write_allocation(&args.output, &allocation)?)
+    })?;
+    println!("dry run: wrote {}", alloc_path.display());
+
+    let cfg = RuntimeConfig::default();
+    let params = SimParams { tstop_ms: args.tstop, seed: args.seed, memory_scale: args.memory_scale, ..SimParams::default() };
+    let mut runs: Vec<(LbMode, RunReport, Vec<RankOutcome>)> = Vec::new();
+    for mode in [LbMode::RoundRobin, LbMode::Memory] {
+        let placement = place(mode, &input.dry_run, &input.circuit.network.offsets, args.ranks, &args.output)?;
+        let (outcomes, seconds) = step(&format!("run --lb-mode={mode} on {} local ranks, {} ms", args.ranks, args.tstop), || {
+            let start = Instant::now();
+            let o = run_local(&input.circuit, &placement.rank_of, ranks, &cfg, &params)?;
+            Ok((o, start.elapsed().as_secs_f64()))
+        })?;
+        let dir = args.output.join(mode.to_string().to_lowercase());
+        let report = build_report(&input, &placement, &outcomes, &cfg, &params, mode, seconds, &dir.join("out.dat"))?;
+        crate::run::write_outputs(&dir, &report, &outcomes, params.dt_ms)?;
+        runs.push((mode, report, outcomes));
+    }
+
+    let t = cfg.transport();
+    let per_peer = TransportConfig { recv_sharing: RecvSharing::PerPeer, max_endpoints: 0, ..*t };
+    let shared_capped = TransportConfig { recv_sharing: RecvSharing::Shared, max_endpoints: args.max_endpoints, ..*t };
+    println!();
+    println!("{:<52} {:>14} {:>14}", "", "RoundRobin", "Memory");
+    let row = |label: &str, f: &dyn Fn(&RunReport) -> String| {
+        println!("{:<52} {:>14} {:>14}", label, f(&runs[0].1), f(&runs[1].1));
+    };
+    row("largest rank, estimated cell memory (MB)", &|r| mb(max_min(&r.per_rank, |x| x.estimated_kb).0));
+    row("smallest rank, estimated cell memory (MB)", &|r| mb(max_min(&r.per_rank, |x| x.estimated_kb).1));
+    row("largest / mean", &|r| {
+        let mean = r.per_rank.iter().map(|x| x.estimated_kb).sum::<f64>() / r.per_rank.len() as f64;
+        format!("{:.3}", max_min(&r.per_rank, |x| x.estimated_kb).0 / mean)
+    });
+    row(&format!("largest rank, Ballast-accounted (MB, x{})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0));
+    row(&format!("smallest rank, Ballast-accounted (MB, x{})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1));
+    row("peers per rank, largest (connected)", &|r| format!("{}", r.per_rank.iter().map(|x| x.peers_connected).max().unwrap_or(0)));
+    let tp = |c: TransportConfig| {
+        move |r: &RunReport| {
+            let kb = r.per_rank.iter().map(|x| predicted_footprint(&c, x.peers_predicted, 0, r.ranks).total_bytes()).max().unwrap_or(0);
+            format!("{:.0}", kb as f64 / 1024.0)
+        }
+    };
+    row("transport per rank, per-peer (KB, predicted)", &tp(per_peer));
+    row(&format!("transport per rank, shared + max_endpoints={} (KB)", args.max_endpoints), &tp(shared_capped));
+    row(&format!("transport per rank, as run: {} (KB, measured)", t.recv_sharing), &|r| {
+        format!("{:.0}", r.per_rank.iter().map(|x| x.footprint_measured_bytes).max().unwrap_or(0) as f64 / 1024.0)
+    });
+    row("transport measured = predicted, every rank", &|r| (if r.footprint_match { "yes" } else { "no" }).to_string());
+    row("peers connected = predicted, every rank", &|r| (if r.peers_match { "yes" } else { "no" }).to_string());
+    row("spikes", &|r| r.spikes.to_string());
+    row("run time (s)", &|r| format!("{:.2}", r.seconds));
+    let hwm = ballast_runtime::ProcStatus::read_self().map(|p| p.vm_hwm_kb).unwrap_or(0);
+    println!("process VmHWM (all ranks, both runs): {} MB", hwm / 1024);
+    println!("outputs: {}/{{roundrobin,memory}}/{{out.dat,report.json}}", args.output.display());
+
+    let (a, b) = (all_spikes(&runs[0].2), all_spikes(&runs[1].2));
+    let checks_ok = runs.iter().all(|r| r.1.peers_match && r.1.footprint_match);
+    if a != b || a.is_empty() {
+        println!("check: identical spikes in the RoundRobin and Memory runs: FAILED ({} vs {} spikes)", a.len(), b.len());
+        bail!("the RoundRobin and Memory runs produced different spikes");
+    }
+    println!("check: identical spikes in the RoundRobin and Memory runs ({} spikes): ok", a.len());
+    if !checks_ok {
+        bail!("peers or transport footprint differ from the prediction (see the table)");
+    }
+    println!("demo done in {:.1} s", total.elapsed().as_secs_f64());
+    Ok(())
+}

@@ -1,0 +1,289 @@
+//! `ballast run`: the proxy simulation of a circuit (SONATA or synthetic) on N ranks over
+//! Ballast's runtime, cells placed by `--lb-mode=Memory` (allocation file, regenerated
+//! when absent, as neurodamus does) or `RoundRobin`; writes `out.dat` and `report.json` and
+//! prints the per-rank table. With `--transport local` the N ranks are threads; under
+//! `mpirun -n N ballast run --transport mpi` each process is one rank.
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use ballast_balancer::files::AllocationSource;
+use ballast_balancer::sim::placement::{place, Placement};
+use ballast_balancer::sim::report::{self, RunReport};
+use ballast_balancer::sim::{all_spikes, ExchangeKind, LbMode, RankOutcome, SimInput, SimParams};
+use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
+use ballast_runtime::{RuntimeConfig, TransportKind};
+use clap::Args;
+
+use crate::runtime_args::RuntimeArgs;
+
+/// Arguments of `ballast run`.
+#[derive(Args, Debug, Clone)]
+#[command(group = clap::ArgGroup::new("input").required(true).args(["circuit", "synthetic"]))]
+pub struct RunArgs {
+    /// Memory (cells from allocation_r{N}_c1.pkl.gz, regenerated when absent) or RoundRobin.
+    #[arg(long, default_value = "Memory", value_parser = |s: &str| s.parse::<LbMode>())]
+    pub lb_mode: LbMode,
+    /// A SONATA circuit config (needs the `sonata` feature).
+    #[arg(long, value_name = "CONFIG")]
+    pub circuit: Option<PathBuf>,
+    /// With --circuit: KB per detailed cell (metypes not in --memory-usage).
+    #[arg(long, value_name = "KB", default_value_t = 3000.0)]
+    pub cell_kb: f64,
+    /// With --circuit: KB per point neuron.
+    #[arg(long, value_name = "KB", default_value_t = 40.0)]
+    pub point_cell_kb: f64,
+    /// With --circuit: measured memory per metype (neurodamus' cell_memory_usage.json).
+    #[arg(long, value_name = "FILE")]
+    pub memory_usage: Option<PathBuf>,
+    /// With --circuit: the synaptic delay of every connection, ms (SONATA edge groups'
+    /// per-edge delays are not read).
+    #[arg(long, value_name = "MS", default_value_t = ballast_balancer::sim::model::SONATA_DEFAULT_DELAY_MS)]
+    pub delay_ms: f64,
+    /// A synthetic circuit of this many cells (distance-dependent connectivity).
+    #[arg(long, value_name = "CELLS")]
+    pub synthetic: Option<usize>,
+    /// Synapses per cell of the synthetic circuit.
+    #[arg(long, default_value_t = 300)]
+    pub synapses_per_cell: u64,
+    /// Seed of the synthetic circuit and of every cell's drive.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Ranks (local: threads; mpi: must equal the number of processes when given).
+    #[arg(long, value_name = "N")]
+    pub ranks: Option<usize>,
+    /// Spike exchange: p2p or allgather.
+    #[arg(long, default_value = "p2p", value_parser = |s: &str| s.parse::<ExchangeKind>())]
+    pub exchange: ExchangeKind,
+    /// Simulated time, ms.
+    #[arg(long, default_value_t = 100.0)]
+    pub tstop: f64,
+    /// Time step, ms.
+    #[arg(long, default_value_t = 0.025)]
+    pub dt: f64,
+    /// Fraction of each cell's estimated memory really allocated and touched.
+    #[arg(long, default_value_t = 0.01)]
+    pub memory_scale: f64,
+    /// Where out.dat and report.json go.
+    #[arg(long, default_value = "ballast-run")]
+    pub output: PathBuf,
+    /// Where allocation_r{N}_c1.pkl.gz is read or written (neurodamus: the working directory).
+    #[arg(long, default_value = ".")]
+    pub allocation_dir: PathBuf,
+    /// Print the report as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+/// Loads the circuit of `args`.
+pub fn load_input(args: &RunArgs) -> anyhow::Result<SimInput> {
+    if let Some(cells) = args.synthetic {
+        let spec = CircuitSpec {
+            dry_run: SyntheticSpec { cells, seed: args.seed, ..SyntheticSpec::default() },
+            synapses: cells as u64 * args.synapses_per_cell,
+            ..CircuitSpec::default()
+        };
+        return Ok(SimInput::synthetic(&spec)?);
+    }
+    let config = args.circuit.as_ref().expect("clap requires an input");
+    load_sonata(args, config)
+}
+
+#[cfg(feature = "sonata")]
+fn load_sonata(args: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
+    use ballast_balancer::circuit::MetypeMemory;
+    let measured = match &args.memory_usage {
+        Some(p) => ballast_balancer::DryRun::from_json_file(p)?.metypes.into_iter().map(|m| (m.name, m.memory_kb)).collect(),
+        None => Default::default(),
+    };
+    let memory = MetypeMemory { measured, cell_kb: Some(args.cell_kb), point_cell_kb: Some(args.point_cell_kb) };
+    Ok(SimInput::sonata(config, &memory, args.delay_ms)?)
+}
+
+#[cfg(not(feature = "sonata"))]
+fn load_sonata(_: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
+    bail!("{}: reading SONATA circuits needs the `sonata` feature (cargo build --features ballast-balancer/sonata, with libhdf5-dev installed)", config.display())
+}
+
+/// The simulation parameters of `args`.
+pub fn params(args: &RunArgs) -> SimParams {
+    SimParams {
+        tstop_ms: args.tstop,
+        dt_ms: args.dt,
+        seed: args.seed,
+        memory_scale: args.memory_scale,
+        exchange: args.exchange,
+        ..SimParams::default()
+    }
+}
+
+/// Refuses transports this build cannot run.
+fn check_transport(kind: TransportKind) -> anyhow::Result<()> {
+    let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
+    match kind {
+        TransportKind::Local => Ok(()),
+        TransportKind::Mpi if cfg!(feature = "mpi") => Ok(()),
+        TransportKind::Mpi => bail!(
+            "--transport mpi is not compiled into this ballast (transports compiled in: {}); build with --features ballast-balancer/mpi and launch with mpirun -n N",
+            compiled.join(", ")
+        ),
+        TransportKind::Verbs => bail!(
+            "--transport verbs is not available to `ballast run` in this build (transports compiled in: {}); the verbs transport is not wired into `ballast run` yet",
+            compiled.join(", ")
+        ),
+    }
+}
+
+/// Says where a `Memory` allocation came from.
+pub fn describe_source(p: &Placement) -> Option<String> {
+    p.source.as_ref().map(|s| match s {
+        AllocationSource::File(f) => format!("read {}", f.display()),
+        AllocationSource::Regenerated(f) => format!("regenerated {} (no allocation file for this rank count)", f.display()),
+    })
+}
+
+/// Builds the report of a finished run.
+#[allow(clippy::too_many_arguments)]
+pub fn build_report(
+    input: &SimInput,
+    placement: &Placement,
+    outcomes: &[RankOutcome],
+    cfg: &RuntimeConfig,
+    params: &SimParams,
+    lb_mode: LbMode,
+    seconds: f64,
+    out_dat: &Path,
+) -> anyhow::Result<RunReport> {
+    let ranks = outcomes.len();
+    let net = &input.circuit.network;
+    let sets = net.peers(&placement.rank_of, ranks);
+    let peers: Vec<usize> = (0..ranks).map(|r| sets.count(r)).collect();
+    let peer_nodes = net.peer_nodes(&sets, cfg.transport().ranks_per_node.max(1));
+    let rows = report::rows(outcomes, &peers, &peer_nodes, cfg.transport());
+    let (_, window) = params.steps(&input.circuit.delays)?;
+    Ok(RunReport {
+        circuit: input.label.clone(),
+        lb_mode: lb_mode.to_string(),
+        exchange: params.exchange.to_string(),
+        transport: cfg.transport().kind.to_string(),
+        recv_sharing: cfg.transport().recv_sharing.to_string(),
+        ranks,
+        tstop_ms: params.tstop_ms,
+        dt_ms: params.dt_ms,
+        window_ms: window as f64 * params.dt_ms,
+        seed: params.seed,
+        memory_scale: params.memory_scale,
+        allocation: describe_source(placement),
+        spikes: outcomes.iter().map(|o| o.spikes.len()).sum(),
+        seconds,
+        peers_match: rows.iter().all(|r| r.peers_connected == r.peers_predicted as u64),
+        footprint_match: rows.iter().all(|r| r.footprint_measured_bytes == r.footprint_predicted_bytes),
+        process_vm_hwm_kb: ballast_runtime::ProcStatus::read_self().map(|p| p.vm_hwm_kb).unwrap_or(0),
+        per_rank: rows,
+        out_dat: out_dat.to_owned(),
+    })
+}
+
+/// Writes out.dat and report.json into `dir` (each atomically).
+pub fn write_outputs(dir: &Path, report: &RunReport, outcomes: &[RankOutcome], dt_ms: f64) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    report::write_atomically(&dir.join("out.dat"), report::out_dat(&all_spikes(outcomes), dt_ms).as_bytes())?;
+    let json = serde_json::to_string_pretty(report)?;
+    report::write_atomically(&dir.join("report.json"), json.as_bytes())?;
+    Ok(())
+}
+
+fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+        return Ok(());
+    }
+    println!(
+        "{} | lb-mode {} | {} ranks over {} ({}) | exchange {} | {} ms, dt {} ms, window {} ms",
+        report.circuit, report.lb_mode, report.ranks, report.transport, report.recv_sharing, report.exchange, report.tstop_ms, report.dt_ms, report.window_ms
+    );
+    print!("{}", report::table(report));
+    println!(
+        "{} spikes in {:.2} s -> {} | peers connected = predicted: {} | footprint measured = predicted: {} | process VmHWM {} KB",
+        report.spikes,
+        report.seconds,
+        report.out_dat.display(),
+        if report.peers_match { "yes" } else { "no" },
+        if report.footprint_match { "yes" } else { "no" },
+        report.process_vm_hwm_kb
+    );
+    Ok(())
+}
+
+/// Runs `ballast run`.
+pub fn run(args: &RunArgs) -> anyhow::Result<()> {
+    let cfg = args.runtime.to_config()?;
+    let kind = cfg.transport().kind;
+    check_transport(kind)?;
+    if kind == TransportKind::Mpi {
+        return run_mpi(args, &cfg);
+    }
+    let ranks = args.ranks.unwrap_or(1);
+    let input = load_input(args)?;
+    let placement = place(args.lb_mode, &input.dry_run, &input.circuit.network.offsets, ranks as u32, &args.allocation_dir)?;
+    if let Some(s) = describe_source(&placement) {
+        eprintln!("ballast run: allocation: {s}");
+    }
+    let params = params(args);
+    let start = Instant::now();
+    let outcomes = ballast_balancer::sim::run_local(&input.circuit, &placement.rank_of, ranks, &cfg, &params)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let report = build_report(&input, &placement, &outcomes, &cfg, &params, args.lb_mode, seconds, &args.output.join("out.dat"))?;
+    write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
+    print_report(&report, args.json)
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+    use ballast_balancer::sim::{gather, run_rank};
+    use ballast_runtime::mpi::rsmpi::traits::Communicator as _;
+    let mpi = ballast_runtime::mpi::Mpi::init()?;
+    let (me, size) = (mpi.rank(), mpi.size());
+    if let Some(n) = args.ranks {
+        if n != size {
+            bail!("--ranks {n} but mpirun started {size} processes (each process is one rank)");
+        }
+    }
+    let input = load_input(args)?;
+    let offsets = &input.circuit.network.offsets;
+    // Rank 0 reads or regenerates the allocation file first; the others read it after.
+    let mut first = None;
+    if me == 0 {
+        first = Some(place(args.lb_mode, &input.dry_run, offsets, size as u32, &args.allocation_dir));
+    }
+    mpi.world().barrier();
+    let placement = match first {
+        Some(p) => p?,
+        None => place(args.lb_mode, &input.dry_run, offsets, size as u32, &args.allocation_dir)?,
+    };
+    if me == 0 {
+        if let Some(s) = describe_source(&placement) {
+            eprintln!("ballast run: allocation: {s}");
+        }
+    }
+    let params = params(args);
+    let start = Instant::now();
+    let outcomes = mpi.run(cfg, |comm| -> anyhow::Result<Vec<RankOutcome>> {
+        let mine = run_rank(comm, &input.circuit, &placement.rank_of, &params)?;
+        Ok(gather::gather(comm, &mine)?)
+    })??;
+    let seconds = start.elapsed().as_secs_f64();
+    if me != 0 {
+        return Ok(());
+    }
+    let report = build_report(&input, &placement, &outcomes, cfg, &params, args.lb_mode, seconds, &args.output.join("out.dat"))?;
+    write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
+    print_report(&report, args.json)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_: &RunArgs, _: &RuntimeConfig) -> anyhow::Result<()> {
+    unreachable!("check_transport refuses mpi without the feature")
+}
