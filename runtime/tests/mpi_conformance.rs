@@ -115,7 +115,8 @@ fn bootstrap_mpi_split_rounds() {
     }
 }
 
-/// Over MPI the footprint is Ballast's own bytes (pool, one staging receive buffer) plus
+/// Over MPI the footprint is Ballast's own bytes (pool, one staging receive buffer of
+/// `buffer_size + STAGING_EXTRA_BYTES`) plus
 /// measured process deltas, with the note saying MPI's memory is measured.
 fn mpi_footprint() {
     let cfg = RuntimeConfig::builder().lock_pool(false).buffer_size(1024).buffer_count(8).build().unwrap();
@@ -131,7 +132,7 @@ fn mpi_footprint() {
         .unwrap();
     for r in res {
         let (pool, srq, rss, note) = r.unwrap();
-        assert_eq!((pool, srq), (8 * 1024, 32 + 1024));
+        assert_eq!((pool, srq), (8 * 1024, (1024 + ballast_runtime::mpi::STAGING_EXTRA_BYTES) as u64));
         assert!(rss > 0 && note);
     }
 }

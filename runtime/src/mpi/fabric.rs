@@ -40,6 +40,8 @@ use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHea
 pub const HEADER_BYTES: usize = 32;
 /// MPI tag on which a failing process tells the others to stop.
 pub(crate) const ABORT_TAG: i32 = 32_000;
+/// Bytes of the receive staging buffer beyond `buffer_size` (the header).
+pub const STAGING_EXTRA_BYTES: usize = HEADER_BYTES;
 /// Messages received per [`Fabric::poll`] call at most.
 const POLL_BATCH: usize = 256;
 /// `aborted()` probes for an abort notice once per this many calls.
@@ -277,7 +279,7 @@ impl Fabric for MpiFabric {
     }
 
     fn setup_receive(&mut self, _sharing: RecvSharing) -> Result<Option<String>> {
-        self.rbuf = vec![0u8; HEADER_BYTES + self.buffer_size];
+        self.rbuf = vec![0u8; self.buffer_size + STAGING_EXTRA_BYTES];
         Ok(None)
     }
 

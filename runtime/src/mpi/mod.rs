@@ -27,7 +27,7 @@ mod raw;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub use fabric::{MpiFabric, HEADER_BYTES};
+pub use fabric::{MpiFabric, HEADER_BYTES, STAGING_EXTRA_BYTES};
 /// The rsmpi crate this transport is built on (for host programs and benchmarks that call
 /// MPI themselves with the same version).
 pub use rsmpi;
