@@ -1,0 +1,131 @@
+//! Ping-pong between two Ballast ranks over the verbs transport (feature `verbs`): the
+//! median half round-trip time per message size, 8 B to 64 KiB. Also built as the program
+//! `verbs_pingpong`; `benches/verbs_pingpong.rs` includes it for `cargo bench`.
+//!
+//! - `cargo bench -p ballast-bench --features verbs --bench verbs_pingpong` (or the program
+//!   with no launcher variables) starts two copies of itself on this machine, rank 0 on the
+//!   first device of `--devices A,B` (default `$RXE_VM_DEV,$RXE_VM_DEV2`, else the
+//!   automatic choice: `BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`, `BALLAST_GID_INDEX` apply).
+//! - Under a launcher (`BALLAST_ROOT` plus `BALLAST_RANK/SIZE`, `OMPI_COMM_WORLD_*`,
+//!   `PMI_*` or `SLURM_*`), each process is one rank: two nodes, e.g.
+//!   `BALLAST_ROOT=node1:7000 srun -N2 -n2 verbs_pingpong`.
+//! - Without an RDMA device it prints why and exits 0.
+//!
+//! Options: `--quick` (fewer iterations), `--rounds R` (default 5), `--sizes a,b,..` (bytes).
+//! Rank 0 prints one line per size and `ballast_verbs_8B_half_rtt_us=<median>`.
+
+use std::process::Command;
+use std::time::Instant;
+
+use ballast_runtime::bootstrap;
+use ballast_runtime::{verbs, Communicator, RuntimeConfig, Source, TagMatch};
+
+fn iters(size: usize, quick: bool) -> usize {
+    let n = ((16usize << 20) / size.max(1)).clamp(20, 5_000);
+    if quick {
+        (n / 10).max(10)
+    } else {
+        n
+    }
+}
+
+fn half_rtt(comm: &mut Communicator, size: usize, n: usize, buf: &[u8]) -> ballast_runtime::Result<f64> {
+    let me = comm.rank();
+    let peer = 1 - me;
+    comm.barrier()?;
+    let t = Instant::now();
+    for _ in 0..n {
+        if me == 0 {
+            comm.send(peer, 1, &buf[..size])?;
+            let m = comm.recv(Source::Rank(peer), TagMatch::Tag(1))?;
+            assert_eq!(m.data.len(), size);
+        } else {
+            let m = comm.recv(Source::Rank(peer), TagMatch::Tag(1))?;
+            comm.send(peer, 1, &m.data)?;
+        }
+    }
+    Ok(t.elapsed().as_secs_f64() / (2 * n) as f64)
+}
+
+fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let rounds: usize = flag("--rounds").map_or(5, |v| v.parse().expect("--rounds N"));
+    let sizes: Vec<usize> = flag("--sizes").map_or(vec![8, 64, 1024, 8192, 65536], |v| v.split(',').map(|s| s.parse().expect("--sizes a,b")).collect());
+    let cfg = RuntimeConfig::from_env()?;
+    let (_, mut boot) = bootstrap::auto(&cfg)?;
+    let mut comm = verbs::communicator(boot.as_mut(), &cfg)?;
+    if comm.world_size() != 2 {
+        return Err(ballast_runtime::Error::InvalidRank { rank: 2, world_size: comm.world_size() });
+    }
+    let buf = vec![7u8; sizes.iter().copied().max().unwrap_or(8)];
+    // Warm-up: connects the QPs.
+    half_rtt(&mut comm, 8, 20, &buf)?;
+    if comm.rank() == 0 {
+        println!("verbs ping-pong: recv_sharing {}, buffer_size {} B, {rounds} rounds, median half round-trip", comm.config().recv_sharing, comm.config().buffer_size);
+        println!("{:>10} {:>10} {:>12} {:>12}", "bytes", "iters", "half-RTT us", "MB/s");
+    }
+    for &size in &sizes {
+        let n = iters(size, quick);
+        let mut ts: Vec<f64> = (0..rounds).map(|_| half_rtt(&mut comm, size, n, &buf)).collect::<ballast_runtime::Result<_>>()?;
+        ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let med = ts[ts.len() / 2];
+        if comm.rank() == 0 {
+            println!("{size:>10} {n:>10} {:>12.2} {:>12.1}", med * 1e6, size as f64 / med / 1e6);
+            if size == 8 {
+                println!("ballast_verbs_8B_half_rtt_us={:.2}", med * 1e6);
+            }
+        }
+    }
+    verbs::finish(comm)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cfg = RuntimeConfig::from_env().unwrap_or_else(|e| {
+        eprintln!("verbs_pingpong: {e}");
+        std::process::exit(2)
+    });
+    if cfg.bootstrap().root.is_some() && cfg.bootstrap().rank.is_some() {
+        if let Err(e) = rank_main(&args) {
+            eprintln!("verbs_pingpong rank {:?}: {e}", cfg.bootstrap().rank);
+            std::process::exit(1);
+        }
+        return;
+    }
+    match verbs::device_names() {
+        Ok(d) if !d.is_empty() => {}
+        Ok(_) => {
+            println!("verbs_pingpong: skipped: no RDMA device on this machine");
+            return;
+        }
+        Err(e) => {
+            println!("verbs_pingpong: skipped: {e}");
+            return;
+        }
+    }
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let devices: Vec<String> = match flag("--devices") {
+        Some(d) => d.split(',').map(String::from).collect(),
+        None => ["RXE_VM_DEV", "RXE_VM_DEV2"].iter().filter_map(|v| std::env::var(v).ok()).collect(),
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let children: Vec<_> = (0..2)
+        .map(|r| {
+            let mut c = Command::new(std::env::current_exe().expect("own path"));
+            c.args(&args).env("BALLAST_ROOT", format!("127.0.0.1:{port}")).env("BALLAST_RANK", r.to_string()).env("BALLAST_SIZE", "2");
+            if !devices.is_empty() {
+                c.env("BALLAST_IB_DEVICE", &devices[r % devices.len()]);
+            }
+            if let Ok(g) = std::env::var("RXE_VM_GID") {
+                c.env("BALLAST_GID_INDEX", g);
+            }
+            c.spawn().expect("spawn a rank")
+        })
+        .collect();
+    let mut ok = true;
+    for mut c in children {
+        ok &= c.wait().map(|s| s.success()).unwrap_or(false);
+    }
+    std::process::exit(i32::from(!ok));
+}

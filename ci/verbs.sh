@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The verbs transport for real, on soft-RoCE inside a QEMU guest (../shared/rxe-vm/, see its
+# NOTES.md; called by ci/test.sh after the verbs code and tests were built on the host).
+# Each run-in-vm.sh call boots the guest once (~10 s under TCG) and runs one command line:
+#   1. the conformance suite over 2 processes, rank 0 on rxe0 and rank 1 on rxe1 (over the veth);
+#   2. the conformance suite over 8 processes on rxe0;
+#   3. the fanout over 16 processes in shared and per-peer modes (footprint vs model, VmPin at
+#      registration, VmLck constant), the memlock error under `ulimit -l 64`, a dead peer;
+#   4. the verbs ping-pong beside ib_send_lat (perftest) in the same boot.
+# Without qemu or the guest image (e.g. a developer machine without the rxe-vm scripts) it
+# prints why and skips (exit 0); under CI=true a missing guest is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RXE=../shared/rxe-vm
+skip() {
+    echo "ci/verbs.sh: SKIPPED verbs tests in the soft-RoCE guest: $*"
+    if [ "${CI:-}" = "true" ]; then
+        echo "ci/verbs.sh: CI=true: the guest is required" >&2
+        exit 1
+    fi
+    exit 0
+}
+[ -x "$RXE/run-in-vm.sh" ] && [ -x "$RXE/build-image.sh" ] || skip "$RXE/run-in-vm.sh not found"
+img_log=$(mktemp)
+if ! "$RXE/build-image.sh" >"$img_log" 2>&1; then
+    tail -n 5 "$img_log"
+    rm -f "$img_log"
+    skip "$RXE/build-image.sh could not build the guest image (qemu/kernel packages unavailable?)"
+fi
+rm -f "$img_log"
+
+target=${CARGO_TARGET_DIR:-target}
+test_bin() { # path of the `--test $1` executable of the runtime with the verbs feature
+    cargo test -p ballast-runtime --locked --features verbs --test "$1" --no-run --message-format=json \
+        | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1
+}
+conformance=$(test_bin verbs_conformance)
+cargo build --release --locked -p ballast-bench --features verbs --bin verbs_pingpong
+pingpong=$target/release/verbs_pingpong
+vm() { "$RXE/run-in-vm.sh" "$@"; }
+
+# 1. Two processes on two devices. The eviction cases (17 ranks, every endpoint closed and
+# reopened many times) and the 64-rank cases take minutes under TCG: they run in step 2 only.
+echo "ci/verbs.sh: conformance, 2 processes (rxe0 + rxe1)"
+vm -t 600 "$conformance" --procs 2 '!eviction,!all_to_all_64,!message_sizes_with_checksums/per-peer'
+
+# 2. Eight processes on one device.
+echo "ci/verbs.sh: conformance, 8 processes on rxe0"
+vm -t 600 "$conformance" --procs 8 --devices rxe0 'ordering,any_source,back_pressure,eviction_with_two_endpoints/shared,collectives,verbs_footprint,many_to_one,xrc'
+
+# 3. Fanout (16 processes, both modes), memlock error, dead peer: one boot.
+echo "ci/verbs.sh: fanout x16 shared/per-peer, memlock, dead peer"
+vm -t 600 -f "$conformance" "B=/rxe-vm/$(basename "$conformance"); set -e; \
+    \$B --fanout 16 --sharing shared; \$B --fanout 16 --sharing per-peer; \
+    (ulimit -l 64; \$B --memlock); \$B --dead-peer"
+
+# 4. Ping-pong: Ballast over verbs, then ib_send_lat, same boot, both rxe0 <-> rxe1.
+echo "ci/verbs.sh: ping-pong, Ballast verbs vs ib_send_lat"
+pp_log=$(mktemp)
+vm -t 600 -f "$pingpong" "set -e; /rxe-vm/verbs_pingpong --quick --sizes 8,1024,65536; \
+    ib_send_lat -d \$RXE_VM_DEV -x \$RXE_VM_GID -s 8 -n 2000 >/tmp/srv.log 2>&1 & sleep 1; \
+    ib_send_lat -d \$RXE_VM_DEV2 -x \$RXE_VM_GID2 -s 8 -n 2000 127.0.0.1; wait" | tee "$pp_log"
+ballast_us=$(sed -n 's/^ballast_verbs_8B_half_rtt_us=//p' "$pp_log" | tail -n 1)
+# ib_send_lat's result row: bytes iterations t_min t_max t_typical ...
+perftest_us=$(awk '$1 == 8 && NF >= 5 && $2 ~ /^[0-9]+$/ {print $5}' "$pp_log" | tail -n 1)
+rm -f "$pp_log"
+if [ -n "$ballast_us" ] && [ -n "$perftest_us" ]; then
+    python3 -c "b, p = $ballast_us, $perftest_us; r = b / p; print(f'ci/verbs.sh: 8 B latency: Ballast {b:.2f} us, ib_send_lat t_typical {p:.2f} us, ratio {r:.2f} (target <= 1.5: {\"met\" if r <= 1.5 else \"NOT met\"})')"
+else
+    echo "ci/verbs.sh: could not read both 8 B latencies (ballast='$ballast_us' ib_send_lat='$perftest_us')" >&2
+    exit 1
+fi
+echo "ci/verbs.sh: ok"
