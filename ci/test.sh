@@ -9,7 +9,8 @@ command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 # The balancer's `sonata` feature links the system HDF5 library (found with pkg-config).
 # The runtime's `mpi` feature builds rsmpi against the system MPI (bindgen needs libclang).
 # Plots (`--plot`) lay text out with a TrueType font.
-for pkg in libhdf5-dev pkg-config libopenmpi-dev openmpi-bin libclang-dev fonts-dejavu-core; do
+# The runtime's `verbs` feature builds rdma-sys against libibverbs/librdmacm (bindgen).
+for pkg in libhdf5-dev pkg-config libopenmpi-dev openmpi-bin libclang-dev fonts-dejavu-core libibverbs-dev librdmacm-dev; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -50,3 +51,10 @@ ballast_bin=${CARGO_TARGET_DIR:-target}/release/ballast
 fanout_json=$(timeout 300 mpirun "${mpirun_flags[@]}" -n 4 "$ballast_bin" fanout --transport mpi --json)
 echo "$fanout_json" | python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["ranks"]==4 and r["peers_connected"]==3, r; print("ci/test.sh: mpirun -n 4 ballast fanout --transport mpi: ok")'
 timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$ballast_bin" info --transport mpi | grep -q "^MPI: .*2 processes"
+
+# The verbs transport (feature `verbs`): always built and unit-tested on the host (the
+# conformance binary prints why it skips without an RDMA device), then run for real on
+# soft-RoCE in the QEMU guest by ci/verbs.sh (which skips with a reason without qemu).
+cargo build -p ballast-runtime -p ballast-bench --all-targets --locked --features ballast-runtime/verbs,ballast-bench/verbs
+cargo test -p ballast-runtime --locked --features verbs
+bash ci/verbs.sh
