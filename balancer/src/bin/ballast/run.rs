@@ -243,7 +243,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
 #[cfg(feature = "mpi")]
 fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     use ballast_balancer::sim::{gather, run_rank};
-    use ballast_runtime::mpi::rsmpi::traits::Communicator as _;
+    use ballast_runtime::mpi::rsmpi::collective::CommunicatorCollectives as _;
     let mpi = ballast_runtime::mpi::Mpi::init()?;
     let (me, size) = (mpi.rank(), mpi.size());
     if let Some(n) = args.ranks {
