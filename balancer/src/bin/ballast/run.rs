@@ -210,8 +210,16 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         report.spikes,
         report.seconds,
         report.out_dat.display(),
-        if report.peers_match { "yes" } else { "no" },
-        if report.footprint_match { "yes" } else { "no" },
+        match (report.peers_match, report.exchange.as_str()) {
+            (true, _) => "yes",
+            (false, "allgather") => "no (expected with allgather: the ring all-gather connects 2 neighbours, not the circuit's peers)",
+            (false, _) => "no",
+        },
+        match (report.footprint_match, report.transport.as_str()) {
+            (true, _) => "yes",
+            (false, "mpi") => "no (expected under mpi: the prediction is the verbs model, the measure Ballast's own bytes; MPI's memory is in VmRSS)",
+            (false, _) => "no",
+        },
         report.process_vm_hwm_kb
     );
     Ok(())

@@ -1,0 +1,93 @@
+//! `ballast run` and `ballast demo` from the command line: outputs, the allocation file
+//! rule of `--lb-mode=Memory` (regenerate for another rank count; a corrupt file is a clear
+//! error and nothing is written), identical out.dat across ranks, modes and exchanges, and
+//! transports that are not compiled in.
+mod common;
+
+use std::path::Path;
+
+use common::ballast;
+
+fn run(dir: &Path, extra: &[&str]) -> std::process::Output {
+    ballast()
+        .current_dir(dir)
+        .args(["run", "--synthetic", "800", "--synapses-per-cell", "150", "--tstop", "40", "--memory-scale", "0.001"])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn out_dat_is_identical_across_ranks_modes_and_exchanges() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut reference: Option<String> = None;
+    for (i, (ranks, mode, exchange)) in
+        [("1", "RoundRobin", "p2p"), ("3", "Memory", "p2p"), ("8", "Memory", "allgather"), ("8", "RoundRobin", "p2p")].into_iter().enumerate()
+    {
+        let out_dir = format!("out{i}");
+        let o = run(dir.path(), &["--ranks", ranks, "--lb-mode", mode, "--exchange", exchange, "--output", &out_dir]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        if exchange == "p2p" {
+            assert!(stdout.contains("peers connected = predicted: yes"), "{stdout}");
+            assert!(stdout.contains("footprint measured = predicted: yes"), "{stdout}");
+        }
+        let dat = std::fs::read_to_string(dir.path().join(&out_dir).join("out.dat")).unwrap();
+        assert!(dat.starts_with("/scatter\n"));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(&out_dir).join("report.json")).unwrap()).unwrap();
+        assert_eq!(report["ranks"].as_u64().unwrap(), ranks.parse::<u64>().unwrap());
+        assert_eq!(report["spikes"].as_u64().unwrap() as usize, dat.lines().count() - 1);
+        match &reference {
+            None => reference = Some(dat),
+            Some(r) => assert_eq!(&dat, r, "{ranks} ranks, {mode}, {exchange}"),
+        }
+    }
+}
+
+#[test]
+fn memory_mode_regenerates_and_refuses_a_corrupt_file_writing_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(dir.path(), &["--ranks", "4", "--lb-mode", "Memory"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("regenerated ./allocation_r4_c1.pkl.gz"));
+    assert!(dir.path().join("allocation_r4_c1.pkl.gz").exists());
+    // The file for 4 ranks is read; 2 ranks regenerate theirs.
+    let o = run(dir.path(), &["--ranks", "4", "--lb-mode", "Memory", "--output", "again"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("read ./allocation_r4_c1.pkl.gz"));
+    let o = run(dir.path(), &["--ranks", "2", "--lb-mode", "Memory", "--output", "two"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("regenerated ./allocation_r2_c1.pkl.gz"));
+    // Corrupt: a clear error naming the file, and no output at all.
+    std::fs::write(dir.path().join("allocation_r3_c1.pkl.gz"), b"not a gzip file").unwrap();
+    let o = run(dir.path(), &["--ranks", "3", "--lb-mode", "Memory", "--output", "corrupt"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("ballast: error:") && err.contains("allocation_r3_c1.pkl.gz"), "{err}");
+    assert!(!dir.path().join("corrupt").exists());
+}
+
+#[test]
+fn transports_not_compiled_in_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(dir.path(), &["--ranks", "2", "--transport", "verbs"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--transport verbs") && err.contains("compiled in"), "{err}");
+    assert!(!dir.path().join("ballast-run").exists());
+}
+
+#[test]
+fn demo_passes_its_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = ballast()
+        .current_dir(dir.path())
+        .args(["demo", "--cells", "3000", "--ranks", "6", "--tstop", "30"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("check: identical spikes in the RoundRobin and Memory runs"), "{stdout}");
+    assert!(stdout.contains(": ok"), "{stdout}");
+    assert!(dir.path().join("ballast-demo/allocation_r6_c1.pkl.gz").exists());
+    assert!(dir.path().join("ballast-demo/memory/out.dat").exists());
+}
