@@ -58,3 +58,31 @@ timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$ballast_bin" info --transport mpi
 cargo build -p ballast-runtime -p ballast-bench --all-targets --locked --features ballast-runtime/verbs,ballast-bench/verbs
 cargo test -p ballast-runtime --locked --features verbs
 bash ci/verbs.sh
+
+# `ballast run` under mpirun (each process one rank) gives the same out.dat as the local
+# transport, for 1, 3 and 8 ranks, both lb-modes and both exchanges.
+run_dir=$(mktemp -d)
+run_args=(run --synthetic 2000 --synapses-per-cell 150 --tstop 50 --memory-scale 0.001)
+(
+    cd "$run_dir"
+    "$ballast_bin" "${run_args[@]}" --ranks 1 --lb-mode RoundRobin --output ref >/dev/null
+    for n in 1 3 8; do
+        for mode in Memory RoundRobin; do
+            for ex in p2p allgather; do
+                out="mpi-$n-$mode-$ex"
+                timeout 300 mpirun "${mpirun_flags[@]}" -n "$n" "$ballast_bin" "${run_args[@]}" --transport mpi \
+                    --lb-mode "$mode" --exchange "$ex" --output "$out" >/dev/null
+                cmp ref/out.dat "$out/out.dat"
+                echo "ci/test.sh: mpirun -n $n ballast run --transport mpi --lb-mode $mode --exchange $ex: out.dat identical to local"
+            done
+        done
+    done
+)
+rm -rf "$run_dir"
+
+# The demo (README command 1), in release: its printed check must pass.
+demo_dir=$(mktemp -d)
+demo_out=$(cd "$demo_dir" && "$ballast_bin" demo)
+echo "$demo_out" | tail -n 4
+echo "$demo_out" | grep -q "^check: identical spikes in the RoundRobin and Memory runs (.*): ok$"
+rm -rf "$demo_dir"
