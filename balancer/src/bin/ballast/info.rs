@@ -49,6 +49,19 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
         Some(b) => println!("memlock limit (RLIMIT_MEMLOCK soft): {} KiB", b / 1024),
         None => println!("memlock limit: unknown"),
     }
+    #[cfg(feature = "verbs")]
+    if cfg.transport().kind == TransportKind::Verbs || !devs.is_empty() {
+        // The device the verbs transport would open (BALLAST_IB_DEVICE/PORT, BALLAST_GID_INDEX).
+        match ballast_runtime::verbs::probe(cfg.verbs()) {
+            Ok(caps) => {
+                println!("verbs device:");
+                for (k, v) in caps.lines() {
+                    println!("  {k:<12} {v}");
+                }
+            }
+            Err(e) => println!("verbs device: unavailable ({e})"),
+        }
+    }
     println!();
     println!("effective configuration:");
     println!("  {:<16} {:<12} {:<8} {}", "setting", "value", "from", "variable");
