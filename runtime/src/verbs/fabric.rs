@@ -11,7 +11,9 @@
 //! - **Wire.** A packet is one RC SEND of a 32-byte header (the [`PacketHeader`] fields,
 //!   gathered from the header area) followed by the payload (gathered from the pool
 //!   buffer), received into one slot of `32 + buffer_size` bytes. Packets that fit in the
-//!   QP's inline limit are sent inline.
+//!   QP's inline limit are sent inline. Credit grants ride on the next packet to the same
+//!   rank as immediate data (SEND_WITH_IMM), or leave on the control channel at the next
+//!   poll when no packet goes there.
 //! - **Queue pairs** are created on the first message to or from a peer
 //!   (`Fabric::open_endpoint`), with their receives posted (per-peer) or their SRQ already
 //!   full before they reach RTR. Their connection data travels on the control channel
@@ -186,6 +188,8 @@ struct Queued {
     payload: u64,
     len: u32,
     lkey: u32,
+    /// Credits granted to the peer, carried as immediate data (0 = none).
+    grant: u32,
 }
 
 #[derive(Default)]
@@ -196,6 +200,9 @@ struct Peer {
     /// The peer's QP toward us reached RTR.
     remote_ready: bool,
     queued: VecDeque<Queued>,
+    /// Credits granted to the peer and not sent yet: they ride on the next packet to it as
+    /// immediate data, or leave on the control channel at the next poll.
+    grant_stash: u32,
 }
 
 fn encode_control(c: Control) -> (u8, u64) {
@@ -456,6 +463,10 @@ impl VerbsFabric {
         wr.sg_list = sges.as_mut_ptr();
         wr.num_sge = if q.len == 0 { 1 } else { 2 };
         wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        if q.grant > 0 {
+            wr.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
+            wr.imm_data_invalidated_rkey_union.imm_data = q.grant.to_be();
+        }
         wr.send_flags = flags;
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: qp is live and in RTS; wr and sges live across the call; the header slot and
@@ -480,6 +491,16 @@ impl VerbsFabric {
             let Some(q) = p.queued.pop_front() else { return Ok(()) };
             self.post(key, q)?;
         }
+    }
+
+    fn flush_grant(&mut self, dest: usize) -> Result<()> {
+        let Some(p) = self.peers.get_mut(&dest) else { return Ok(()) };
+        let credits = std::mem::take(&mut p.grant_stash);
+        if credits == 0 {
+            return Ok(());
+        }
+        let (code, value) = encode_control(Control::Grant { credits });
+        self.mesh.send(dest, &Frame { kind: Kind::Control, code, src: self.rank as u32, value, qp: QpInfo::default() })
     }
 
     fn on_frame(&mut self, f: Frame, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<()> {
@@ -552,6 +573,11 @@ impl VerbsFabric {
                     }
                     on_event(Event::Arrival(h, &bytes[HEADER_BYTES..]))?;
                     post_recv_wr(slots, slot, qp, srq)?;
+                    if wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+                        // SAFETY: with IBV_WC_WITH_IMM set, the union holds the immediate data.
+                        let credits = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
+                        on_event(Event::Control(h.src as usize, Control::Grant { credits }))?;
+                    }
                 } else {
                     if let Some(q) = peer.and_then(|p| self.peers.get_mut(&p)).and_then(|p| p.qp.as_mut()) {
                         q.outstanding = q.outstanding.saturating_sub(1);
@@ -744,6 +770,7 @@ impl Fabric for VerbsFabric {
         let q = p.qp.take().ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
         p.remote_ready = false;
         p.queued.clear();
+        p.grant_stash = 0;
         // SAFETY: the QP is live until `q` drops below.
         self.qpn_peer.remove(&unsafe { (*q.qp).qp_num });
         self.bytes.endpoint_bytes -= self.model.endpoint_fixed_bytes;
@@ -777,9 +804,9 @@ impl Fabric for VerbsFabric {
                 Error::Protocol("send payload outside the registered pool (user buffers are never registered)".into())
             })?
         };
-        let q = Queued { wr_id, payload: p as u64, len: payload.len() as u32, lkey };
         let peer = self.peers.get_mut(&key).ok_or_else(|| Error::Protocol(format!("send on unknown endpoint {key}")))?;
-        peer.queued.push_back(q);
+        let grant = std::mem::take(&mut peer.grant_stash);
+        peer.queued.push_back(Queued { wr_id, payload: p as u64, len: payload.len() as u32, lkey, grant });
         self.flush(key)
     }
 
@@ -787,6 +814,13 @@ impl Fabric for VerbsFabric {
         if dest >= self.world {
             return Err(Error::InvalidRank { rank: dest, world_size: self.world });
         }
+        if let Control::Grant { credits } = msg {
+            // Held back to ride on the next packet to `dest` (a ping-pong reply, typically).
+            self.peers.entry(dest).or_default().grant_stash += credits;
+            return Ok(());
+        }
+        // Keep the engine's order: grants decided before this message leave before it.
+        self.flush_grant(dest)?;
         let (code, value) = encode_control(msg);
         let qp = match msg {
             Control::ConnectReq { .. } | Control::ConnectAck { .. } => self.local_info(dest)?,
@@ -798,6 +832,11 @@ impl Fabric for VerbsFabric {
     fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
         if let Some(e) = self.pending_err.take() {
             return Err(e);
+        }
+        // Grants that found no packet to ride on since the last poll go on the control channel.
+        let stashed: Vec<usize> = self.peers.iter().filter(|(_, p)| p.grant_stash > 0).map(|(&k, _)| k).collect();
+        for k in stashed {
+            self.flush_grant(k)?;
         }
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
