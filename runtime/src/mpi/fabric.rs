@@ -13,6 +13,12 @@
 //! (the conformance suite under `mpirun -n 1`) run as threads and need
 //! `MPI_THREAD_MULTIPLE`.
 //!
+//! Finishing is a non-blocking barrier once every local rank is done; then, when the
+//! communicator is dropped, an `MPI_Allreduce` of the messages sent to each rank lets every
+//! process receive what is still addressed to it before `MPI_Comm_free`, so no stale message
+//! (a late credit grant) can surface in a later duplicate that reuses the context (MPICH
+//! does reuse it). Dropping a finished communicator is therefore collective.
+//!
 //! Receives go through `MPI_Improbe`/`MPI_Mrecv` into one staging buffer of
 //! `32 + buffer_size` bytes; sends copy header and payload into an owned buffer that
 //! `MPI_Isend` reads until it completes. The credits of the engine bound how many packets
@@ -21,12 +27,12 @@
 
 use std::cell::Cell;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use rsmpi::datatype::traits::*;
-use rsmpi::collective::CommunicatorCollectives as _;
+use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
 use rsmpi::point_to_point::Source as _;
 use rsmpi::request::Request;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
@@ -62,6 +68,10 @@ pub(crate) struct Shared {
     all_done: AtomicBool,
     abort: AtomicBool,
     notices: Mutex<Option<SendQueue>>,
+    /// MPI messages sent by this process' ranks to each rank (index = destination rank).
+    sent: Vec<AtomicU64>,
+    /// MPI messages received by each of this process' ranks (index = rank).
+    recvd: Vec<AtomicU64>,
 }
 
 // SAFETY: `Shared` holds MPI handles (communicator, requests), which are plain values that
@@ -97,6 +107,8 @@ impl Shared {
             all_done: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             notices: Mutex::new(None),
+            sent: (0..world).map(|_| AtomicU64::new(0)).collect(),
+            recvd: (0..world).map(|_| AtomicU64::new(0)).collect(),
         });
         if local_slots == 0 {
             // A process without ranks of this world only takes part in the final barrier.
@@ -134,31 +146,53 @@ impl Shared {
         }
         false
     }
+}
 
-    /// Waits for the final barrier of a process whose ranks never completed (abort) or
-    /// that hosts none; used before freeing the communicator.
-    pub(crate) fn wait_barrier(&self) {
-        if let Some(r) = self.barrier.lock().take() {
-            r.wait();
+impl Shared {
+    /// Receives (and discards) every message still addressed to this process' ranks, so
+    /// that none is left behind when the communicator is freed: MPI may reuse its context
+    /// for the next duplicate, where a stale credit grant would be taken for a new one.
+    /// Collective; only after every rank finished (no rank sends any more).
+    fn drain(&self) {
+        let sent: Vec<u64> = self.sent.iter().map(|c| c.load(Ordering::Acquire)).collect();
+        let mut total = vec![0u64; self.world];
+        self.comm.all_reduce_into(&sent[..], &mut total[..], SystemOperation::sum());
+        let mut sink = Vec::new();
+        for r in self.local_ranks() {
+            let tag = (r / self.procs) as i32;
+            while self.recvd[r].load(Ordering::Acquire) < total[r] {
+                let (msg, status) = self.comm.any_process().matched_probe_with_tag(tag);
+                sink.resize(status.count(u8::equivalent_datatype()) as usize, 0);
+                msg.matched_receive_into(&mut sink[..]);
+                self.recvd[r].fetch_add(1, Ordering::AcqRel);
+            }
         }
     }
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if rsmpi::environment::is_finalized() {
-            // Too late to free MPI objects; forget them (the process is ending).
-            if let Some(r) = self.barrier.lock().take() {
-                std::mem::forget(r);
-            }
+        let barrier = self.barrier.lock().take();
+        if rsmpi::environment::is_finalized() || self.abort.load(Ordering::Acquire) {
+            // Too late to free MPI objects, or the other processes may never come (abort):
+            // leak the barrier and the communicator (never freed, so never reused).
+            std::mem::forget(barrier);
+            std::mem::forget(self.notices.lock().take());
             return;
         }
-        if !self.abort.load(Ordering::Acquire) {
-            self.wait_barrier();
-        } else if let Some(r) = self.barrier.lock().take() {
-            // After an abort the other processes may never enter the barrier: leak it.
-            std::mem::forget(r);
+        let finished = match barrier {
+            Some(r) => {
+                r.wait();
+                true
+            }
+            None => self.all_done.load(Ordering::Acquire),
+        };
+        if !finished {
+            // Dropped without finishing: peers may still send to it. Keep the communicator
+            // (leaked) so that no later duplicate reuses its context.
+            return;
         }
+        self.drain();
         drop(self.notices.lock().take());
         // SAFETY: `comm` is not used afterwards and this is its only drop; MPI is still
         // live, so dropping the duplicate frees it with MPI_Comm_free.
@@ -302,7 +336,9 @@ impl Fabric for MpiFabric {
         let mut b = self.sends.buffer(HEADER_BYTES + payload.len());
         put_header(&mut b, header, KIND_DATA, 0);
         b.extend_from_slice(payload);
-        self.sends.post(&self.shared.comm, proc_, tag, b, wr_id)
+        self.sends.post(&self.shared.comm, proc_, tag, b, wr_id)?;
+        self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     fn send_control(&mut self, dest: usize, msg: Control) -> Result<()> {
@@ -311,7 +347,9 @@ impl Fabric for MpiFabric {
         let h = PacketHeader { src: self.rank as u32, tag: 0, total: v, offset: 0, len: 0, more: false };
         let mut b = self.sends.buffer(HEADER_BYTES);
         put_header(&mut b, &h, KIND_CONTROL, code);
-        self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)
+        self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)?;
+        self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
@@ -330,6 +368,7 @@ impl Fabric for MpiFabric {
         for _ in 0..POLL_BATCH {
             let Some((msg, status)) = self.shared.comm.any_process().immediate_matched_probe_with_tag(tag) else { break };
             let count = status.count(u8::equivalent_datatype()) as usize;
+            self.shared.recvd[self.rank].fetch_add(1, Ordering::AcqRel);
             if count < HEADER_BYTES || count > self.rbuf.len() {
                 // Receive it anyway so MPI's matched message is consumed, then fail.
                 let mut sink = vec![0u8; count];
