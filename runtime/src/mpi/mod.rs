@@ -105,7 +105,10 @@ impl Mpi {
     /// Creates this process' [`Communicator`]: one Ballast rank per MPI process, rank =
     /// world rank, on a fresh duplicate of the world communicator. Collective: every
     /// process must call it. The effective transport kind is `mpi` whatever `config` says.
-    /// Finish it with [`Mpi::finish`] (or drop it once no peer needs it any more).
+    /// Finish it with [`Mpi::finish`] on every process; the finish (or the drop of a finished
+    /// communicator) is collective: it receives every message still addressed to this rank
+    /// before freeing the duplicate. A communicator dropped unfinished is never freed (its
+    /// peers may still send to it), so that no later duplicate can see its messages.
     pub fn communicator(&self, config: &RuntimeConfig) -> Result<Communicator> {
         let t = mpi_transport(config)?;
         let shared = Shared::new(self.world.duplicate(), self.size())?;
