@@ -15,24 +15,35 @@ use crate::pool::PoolStats;
 const BARRIER_TAG: Tag = RESERVED_TAG_BASE;
 const ALLGATHER_TAG: Tag = RESERVED_TAG_BASE + 100;
 
-/// Idle-wait policy of blocking calls: spin briefly, then yield the core, then sleep in
-/// short steps (ranks may outnumber cores).
+/// Idle-wait policy of blocking calls: spin briefly, then yield the core for up to
+/// [`YIELD_FOR`] of idleness, then sleep in short steps (ranks may outnumber cores). The
+/// yield phase is bounded by time, not by a count: with a fast fabric poll, a count ran out
+/// within one network round trip and the sleep (a whole timer tick on some kernels, 4 ms in
+/// the soft-RoCE guest) then dominated the latency.
 pub(crate) struct Backoff {
     idle: u32,
+    since: Option<std::time::Instant>,
 }
+
+/// How long a blocking call yields before it starts sleeping.
+const YIELD_FOR: std::time::Duration = std::time::Duration::from_millis(2);
 
 impl Backoff {
     pub(crate) fn new() -> Backoff {
-        Backoff { idle: 0 }
+        Backoff { idle: 0, since: None }
     }
     pub(crate) fn reset(&mut self) {
         self.idle = 0;
+        self.since = None;
     }
     pub(crate) fn snooze(&mut self) {
         self.idle = self.idle.saturating_add(1);
         if self.idle < 64 {
             std::hint::spin_loop();
-        } else if self.idle < 2048 {
+            return;
+        }
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() < YIELD_FOR {
             std::thread::yield_now();
         } else {
             std::thread::sleep(std::time::Duration::from_micros(50));
