@@ -91,3 +91,20 @@ fn demo_passes_its_check() {
     assert!(dir.path().join("ballast-demo/allocation_r6_c1.pkl.gz").exists());
     assert!(dir.path().join("ballast-demo/memory/out.dat").exists());
 }
+
+#[test]
+fn bad_parameters_are_errors_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    for (extra, want) in [
+        (&["--dt", "0"][..], "dt"),
+        (&["--memory-scale", "100000"][..], "lower --memory-scale"),
+        (&["--ranks", "0"][..], "0 ranks"),
+    ] {
+        let o = run(dir.path(), &[&["--lb-mode", "Memory"][..], extra].concat());
+        assert!(!o.status.success(), "{extra:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert!(!dir.path().join("ballast-run").exists(), "{extra:?}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no allocation file either");
+}

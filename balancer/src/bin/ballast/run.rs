@@ -19,7 +19,7 @@ use crate::runtime_args::RuntimeArgs;
 
 /// Arguments of `ballast run`.
 #[derive(Args, Debug, Clone)]
-#[command(group = clap::ArgGroup::new("input").required(true).args(["circuit", "synthetic"]))]
+#[command(group = clap::ArgGroup::new("input").required(true).args(["circuit", "synthetic"]), args_override_self = true)]
 pub struct RunArgs {
     /// Memory (cells from allocation_r{N}_c1.pkl.gz, regenerated when absent) or RoundRobin.
     #[arg(long, default_value = "Memory", value_parser = |s: &str| s.parse::<LbMode>())]
@@ -136,6 +136,27 @@ fn check_transport(kind: TransportKind) -> anyhow::Result<()> {
     }
 }
 
+/// Refuses a run whose state blocks (estimated KB × memory scale, divided over
+/// `processes`) would not fit in this machine's available memory (`MemAvailable` of
+/// /proc/meminfo), instead of being killed half-way.
+fn check_memory(input: &SimInput, params: &SimParams, processes: usize) -> anyhow::Result<()> {
+    let total_kb: f64 = input.circuit.cell_kb.iter().sum::<f64>() * params.memory_scale / processes.max(1) as f64;
+    let available_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+    });
+    if let Some(avail) = available_kb {
+        if total_kb > avail {
+            bail!(
+                "--memory-scale {} needs {:.0} MB of cell state per process but only {:.0} MB are available: lower --memory-scale",
+                params.memory_scale,
+                total_kb / 1024.0,
+                avail / 1024.0
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Says where a `Memory` allocation came from.
 pub fn describe_source(p: &Placement) -> Option<String> {
     p.source.as_ref().map(|s| match s {
@@ -235,11 +256,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
     let ranks = args.ranks.unwrap_or(1);
     let input = load_input(args)?;
+    let params = params(args);
+    params.steps(&input.circuit.delays)?;
+    check_memory(&input, &params, 1)?;
     let placement = place(args.lb_mode, &input.dry_run, &input.circuit.network.offsets, ranks as u32, &args.allocation_dir)?;
     if let Some(s) = describe_source(&placement) {
         eprintln!("ballast run: allocation: {s}");
     }
-    let params = params(args);
     let start = Instant::now();
     let outcomes = ballast_balancer::sim::run_local(&input.circuit, &placement.rank_of, ranks, &cfg, &params)?;
     let seconds = start.elapsed().as_secs_f64();
@@ -260,6 +283,9 @@ fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
         }
     }
     let input = load_input(args)?;
+    let params = params(args);
+    params.steps(&input.circuit.delays)?;
+    check_memory(&input, &params, size)?;
     let offsets = &input.circuit.network.offsets;
     // Rank 0 reads or regenerates the allocation file first; the others read it after.
     let mut first = None;
@@ -276,7 +302,6 @@ fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
             eprintln!("ballast run: allocation: {s}");
         }
     }
-    let params = params(args);
     let start = Instant::now();
     let outcomes = mpi.run(cfg, |comm| -> anyhow::Result<Vec<RankOutcome>> {
         let mine = run_rank(comm, &input.circuit, &placement.rank_of, &params)?;
