@@ -52,6 +52,9 @@ const POLL_MAX: usize = 256;
 const ACK_TIMEOUT: u8 = 16;
 /// RC retries before a send fails (7 = the maximum).
 const RETRY_COUNT: u8 = 7;
+/// The control channel is read at most this often: reading it costs system calls, while
+/// the completion queue is read in user space (it is polled on every call).
+const MESH_POLL_EVERY: std::time::Duration = std::time::Duration::from_micros(200);
 
 fn verr(what: String) -> Error {
     Error::Verbs(format!("{what}: {}", std::io::Error::last_os_error()))
@@ -275,6 +278,7 @@ pub struct VerbsFabric {
     marked_done: bool,
     psn_seed: u64,
     frames: Vec<Frame>,
+    last_mesh_poll: Option<std::time::Instant>,
 }
 
 // SAFETY: every raw handle is owned by this value and used only by the thread that owns it
@@ -331,6 +335,7 @@ impl VerbsFabric {
             marked_done: false,
             psn_seed: seed ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             frames: Vec::new(),
+            last_mesh_poll: None,
         })
     }
 
@@ -840,7 +845,10 @@ impl Fabric for VerbsFabric {
         }
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
-        self.mesh.poll(&mut frames)?;
+        if self.last_mesh_poll.map_or(true, |t| t.elapsed() >= MESH_POLL_EVERY) {
+            self.mesh.poll(&mut frames)?;
+            self.last_mesh_poll = Some(std::time::Instant::now());
+        }
         let mut n = frames.len();
         for f in frames.drain(..) {
             self.on_frame(f, on_event)?;
