@@ -98,7 +98,7 @@ fn memory_mode_regenerates_for_another_rank_count_and_refuses_a_corrupt_file() {
     // A file for 4 ranks does not serve 5: regenerated.
     let p5 = place(LbMode::Memory, &input.dry_run, offs, 5, dir.path()).unwrap();
     assert!(matches!(p5.source, Some(AllocationSource::Regenerated(_))));
-    assert!(p5.rank_of.iter().all(|&r| r < 5) && p5.rank_of.iter().any(|&r| r == 4));
+    assert!(p5.rank_of.iter().all(|&r| r < 5) && p5.rank_of.contains(&4));
     std::fs::write(dir.path().join("allocation_r6_c1.pkl.gz"), b"\x1f\x8b not really gzip").unwrap();
     let err = place(LbMode::Memory, &input.dry_run, offs, 6, dir.path()).unwrap_err().to_string();
     assert!(err.contains("allocation_r6_c1.pkl.gz"), "{err}");

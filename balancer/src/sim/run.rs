@@ -107,7 +107,8 @@ impl SimParams {
     /// Checks ranges; returns (steps, window steps).
     pub fn steps(&self, delays: &DelayModel) -> Result<(u64, u32), SimError> {
         let bad = |m: String| Err(SimError::Input(m));
-        if !(self.dt_ms > 0.0) || !(self.tstop_ms >= 0.0) || !(self.memory_scale >= 0.0) {
+        let ok = |x: f64, min: f64, strict: bool| !x.is_nan() && x.is_finite() && if strict { x > min } else { x >= min };
+        if !ok(self.dt_ms, 0.0, true) || !ok(self.tstop_ms, 0.0, false) || !ok(self.memory_scale, 0.0, false) {
             return bad(format!("need dt > 0, tstop ≥ 0, memory scale ≥ 0 (dt {}, tstop {}, scale {})", self.dt_ms, self.tstop_ms, self.memory_scale));
         }
         let steps = (self.tstop_ms / self.dt_ms).round() as u64;
