@@ -50,3 +50,32 @@ fn allen_layer4_peers_and_footprint_as_predicted_and_identical_spikes() {
         }
     }
 }
+
+#[test]
+fn ringtest_delays_come_from_the_edges_and_spikes_do_not_depend_on_ranks() {
+    let Some(dir) = common::shared_data("sonata/nd-ringtest") else { return };
+    let config = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("circuit_config")) && p.extension().is_some_and(|x| x == "json"))
+        .expect("a circuit config");
+    let memory = MetypeMemory { cell_kb: Some(3000.0), point_cell_kb: Some(40.0), ..Default::default() };
+    let input = SimInput::sonata(&config, &memory, 2.0).unwrap();
+    let ballast_balancer::sim::model::DelayModel::PerPair { pairs, min_ms, .. } = &input.circuit.delays else {
+        panic!("ringtest stores delays: {:?}", std::mem::discriminant(&input.circuit.delays));
+    };
+    assert!(!pairs.is_empty() && *min_ms > 0.0, "{min_ms}");
+    let work = tempfile::tempdir().unwrap();
+    let params = SimParams { tstop_ms: 50.0, memory_scale: 0.001, ..SimParams::default() };
+    let cfg = RuntimeConfig::default();
+    let mut reference = None;
+    for ranks in [1u32, 2, 3] {
+        let p = place(LbMode::Memory, &input.dry_run, &input.circuit.network.offsets, ranks, work.path()).unwrap();
+        let outs = run_local(&input.circuit, &p.rank_of, ranks as usize, &cfg, &params).unwrap();
+        let got = out_dat(&all_spikes(&outs), params.dt_ms);
+        match &reference {
+            None => reference = Some(got),
+            Some(r) => assert_eq!(&got, r, "{ranks} ranks"),
+        }
+    }
+}

@@ -56,7 +56,42 @@ impl SimInput {
         let circuit = crate::sonata::Circuit::open(config)?;
         let (dry_run, network) = crate::circuit::dry_run_from_circuit(&circuit, memory)?;
         let kb = cell_kb(&dry_run, &network);
+        let delays = edge_delays(&circuit, &network, delay_ms);
         let label = format!("{} ({} cells, {} connections)", config.display(), network.cell_count(), network.connection_count());
-        Ok(SimInput { circuit: SimCircuit::new(network, kb, DelayModel::Constant(delay_ms))?, dry_run, label })
+        Ok(SimInput { circuit: SimCircuit::new(network, kb, delays)?, dry_run, label })
     }
+}
+
+/// The circuit's per-edge delays between placed cells (global indices as in
+/// `circuit::dry_run_from_circuit`: placed populations in circuit order), or the constant
+/// `default_ms` when no edge population has them.
+#[cfg(feature = "sonata")]
+fn edge_delays(circuit: &crate::sonata::Circuit, network: &Network, default_ms: f64) -> DelayModel {
+    use std::collections::HashMap;
+    let offset_of: HashMap<&str, usize> = circuit
+        .node_populations
+        .iter()
+        .filter(|p| !p.is_virtual)
+        .enumerate()
+        .map(|(k, p)| (p.name.as_str(), network.offsets[k]))
+        .collect();
+    let mut pairs: HashMap<(u32, u32), f32> = HashMap::new();
+    for e in &circuit.edge_populations {
+        let (Some(&so), Some(&to), Some(d)) = (offset_of.get(e.source.as_str()), offset_of.get(e.target.as_str()), e.delays.as_ref()) else {
+            continue;
+        };
+        for ((&s, &t), &d) in e.source_ids.iter().zip(&e.target_ids).zip(d) {
+            let key = ((so + s as usize) as u32, (to + t as usize) as u32);
+            let v = pairs.entry(key).or_insert(d);
+            *v = v.min(d);
+        }
+    }
+    if pairs.is_empty() {
+        return DelayModel::Constant(default_ms);
+    }
+    let mut min_ms = pairs.values().fold(f64::INFINITY, |m, &d| m.min(d as f64));
+    if pairs.len() < network.connection_count() {
+        min_ms = min_ms.min(default_ms);
+    }
+    DelayModel::PerPair { pairs, default_ms, min_ms }
 }

@@ -16,8 +16,10 @@
 //! Synthetic circuits store no delays: a connection's delay is `d_min + distance /
 //! velocity` with `d_min` = 0.5 ms and velocity 300 µm/ms (0.3 m/s, unmyelinated cortical
 //! axons; Swadlow, J. Neurophysiol. 1985), distance between somata on the wrap-around sheet.
-//! SONATA circuits: a constant (2.0 ms by default, the `delay` of the edge types of the
-//! Allen Institute's layer-4 sample circuit). Delays are rounded to whole steps, and never
+//! SONATA circuits: the edges' own `delay` (edge group `0`, as neurodamus circuits store
+//! it; the smallest over a pair's edges), else a constant (2.0 ms by default, the `delay`
+//! of the edge types of the Allen Institute's layer-4 sample circuit, which keeps delays in
+//! its edge-types CSV). Delays are rounded to whole steps, and never
 //! below the exchange window (`d_min` in steps), as NEURON requires of its min delay.
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -100,6 +102,16 @@ pub enum DelayModel {
     },
     /// Every connection has this delay, ms.
     Constant(f64),
+    /// Per (source, target) delays, ms (the smallest over the pair's edges), read from
+    /// the circuit; pairs absent from the map have `default_ms`.
+    PerPair {
+        /// Delay of each (source, target) global pair, ms.
+        pairs: std::collections::HashMap<(u32, u32), f32>,
+        /// Delay of the pairs not in `pairs`, ms.
+        default_ms: f64,
+        /// The smallest delay of any connection, ms.
+        min_ms: f64,
+    },
 }
 
 /// d_min of synthetic circuits, ms.
@@ -115,6 +127,7 @@ impl DelayModel {
         match self {
             DelayModel::Distance { d_min_ms, .. } => *d_min_ms,
             DelayModel::Constant(d) => *d,
+            DelayModel::PerPair { min_ms, .. } => *min_ms,
         }
     }
 
@@ -122,6 +135,7 @@ impl DelayModel {
     pub fn delay_ms(&self, source: u32, target: u32) -> f64 {
         match self {
             DelayModel::Constant(d) => *d,
+            DelayModel::PerPair { pairs, default_ms, .. } => pairs.get(&(source, target)).map_or(*default_ms, |&d| d as f64),
             DelayModel::Distance { d_min_ms, velocity_um_per_ms, period_um, positions } => {
                 let (a, b) = (positions[source as usize], positions[target as usize]);
                 let mut d2 = 0.0;

@@ -79,6 +79,7 @@ pub(crate) fn read_entry(
                 ),
             ));
         }
+        let delays = read_delays(&ctx, &pop, source_ids.len())?;
         out.push(EdgePopulation {
             name,
             file: path.to_path_buf(),
@@ -86,7 +87,26 @@ pub(crate) fn read_entry(
             target,
             source_ids,
             target_ids,
+            delays,
         });
     }
     Ok(out)
+}
+
+/// `0/delay` (ms) of a population whose only edge group is `0`, when present with one
+/// value per edge; `None` for other layouts (delays then come from elsewhere).
+fn read_delays(ctx: &Ctx, pop: &hdf5_metno::Group, edges: usize) -> Result<Option<Vec<f32>>> {
+    let members = h5::members(ctx, pop)?;
+    let groups: Vec<&String> = members.iter().filter(|m| m.parse::<u32>().is_ok()).collect();
+    if groups.len() != 1 || groups[0] != "0" {
+        return Ok(None);
+    }
+    let group = h5::group(ctx, pop, "0")?;
+    let Some(ds) = h5::optional_dataset(ctx, &group, "delay")? else { return Ok(None) };
+    let values: Vec<f64> =
+        ds.read_raw::<f64>().map_err(|e| ctx.err(format!("{}/delay", group.name()), format!("cannot read: {e}")))?;
+    if values.len() != edges {
+        return Ok(None);
+    }
+    Ok(Some(values.into_iter().map(|v| v as f32).collect()))
 }

@@ -121,6 +121,9 @@ pub struct EdgePopulation {
     pub source_ids: Vec<u32>,
     /// Per edge: target node id within `target` (checked in range).
     pub target_ids: Vec<u32>,
+    /// Per edge: synaptic delay, ms, when the population has a single edge group `0` with
+    /// a `delay` dataset of one value per edge (neurodamus circuits); `None` otherwise.
+    pub delays: Option<Vec<f32>>,
 }
 
 impl EdgePopulation {
