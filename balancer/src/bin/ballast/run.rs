@@ -36,8 +36,8 @@ pub struct RunArgs {
     /// With --circuit: measured memory per metype (neurodamus' cell_memory_usage.json).
     #[arg(long, value_name = "FILE")]
     pub memory_usage: Option<PathBuf>,
-    /// With --circuit: the synaptic delay of every connection, ms (SONATA edge groups'
-    /// per-edge delays are not read).
+    /// With --circuit: the synaptic delay, ms, of connections whose edges carry no `delay`
+    /// (edge group 0's `delay` is used when present, as in neurodamus circuits).
     #[arg(long, value_name = "MS", default_value_t = ballast_balancer::sim::model::SONATA_DEFAULT_DELAY_MS)]
     pub delay_ms: f64,
     /// A synthetic circuit of this many cells (distance-dependent connectivity).
