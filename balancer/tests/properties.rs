@@ -3,11 +3,11 @@ use ballast_balancer::synthetic::{generate, SyntheticSpec};
 use ballast_balancer::{balance, BalancerConfig, DryRun, Strategy as Balancing, Summary};
 use proptest::prelude::*;
 
-/// A random dry run: 1–3 populations, 1–12 metypes with KB in [0, 5000], 0–300 cells.
+/// A random dry run: 1–3 populations of 1–149 cells, 1–12 metypes with KB in [0, 5000] (an empty dry run is refused).
 fn dry_run_strategy() -> impl Strategy<Value = DryRun> {
     (
         prop::collection::vec((0.0f64..5000.0, 0.0f64..3000.0), 1..12),
-        prop::collection::vec(prop::collection::vec(0usize..12, 0..150), 1..3),
+        prop::collection::vec(prop::collection::vec(0usize..12, 1..150), 1..3),
     )
         .prop_map(|(metypes, pops)| {
             let n = metypes.len();
