@@ -25,8 +25,9 @@ pub(crate) struct Backoff {
     since: Option<std::time::Instant>,
 }
 
-/// How long a blocking call yields before it starts sleeping.
-const YIELD_FOR: std::time::Duration = std::time::Duration::from_millis(2);
+/// How long a blocking call yields before it starts sleeping. In the soft-RoCE guest, 2 ms
+/// gave an 8 B ping-pong a mean half round trip of 2007 us, 200 ms gave 377 us (same boot).
+const YIELD_FOR: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl Backoff {
     pub(crate) fn new() -> Backoff {
