@@ -78,3 +78,39 @@ pub enum Error {
 
 /// Result alias of the runtime.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Collects per-rank results: all values in order, or the first real error — a rank's own
+/// failure wins over the [`Error::Aborted`] the other ranks see because of it. Shared by the
+/// transports' `run` functions.
+pub(crate) fn first_error<T>(results: impl IntoIterator<Item = Result<T>>) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    let mut first: Option<Error> = None;
+    for res in results {
+        match res {
+            Ok(v) => out.push(v),
+            Err(Error::Aborted) => {
+                first.get_or_insert(Error::Aborted);
+            }
+            Err(e) => {
+                if matches!(first, None | Some(Error::Aborted)) {
+                    first = Some(e);
+                }
+            }
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// The message of a rank thread's panic payload.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic".to_string()
+    }
+}

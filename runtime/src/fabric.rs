@@ -10,7 +10,7 @@
 //! travel on a separate control path that consumes no receive buffer.
 
 use crate::config::RecvSharing;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Envelope of one data packet (one chunk of a message). In the verbs transport it is
 /// carried inline before the payload; in `local` beside it. 32 bytes on the wire.
@@ -63,6 +63,37 @@ pub enum Control {
         /// Number of credits.
         credits: u32,
     },
+}
+
+impl Control {
+    /// Wire form shared by the MPI and verbs transports: a one-byte code and a 64-bit value.
+    pub fn encode(self) -> (u8, u64) {
+        match self {
+            Control::ConnectReq { grant } => (0, grant as u64),
+            Control::ConnectAck { grant } => (1, grant as u64),
+            Control::Close { sent } => (2, sent),
+            Control::Grant { credits } => (3, credits as u64),
+            Control::CreditRequest => (4, 0),
+            Control::Revoke => (5, 0),
+            Control::Return { credits } => (6, credits as u64),
+        }
+    }
+
+    /// Inverse of [`Control::encode`]. Errors ([`Error::Protocol`]) on an unknown code or a
+    /// value that overflows its field.
+    pub fn decode(code: u8, v: u64) -> Result<Control> {
+        let v32 = || u32::try_from(v).map_err(|_| Error::Protocol(format!("control value {v} overflows")));
+        Ok(match code {
+            0 => Control::ConnectReq { grant: v32()? },
+            1 => Control::ConnectAck { grant: v32()? },
+            2 => Control::Close { sent: v },
+            3 => Control::Grant { credits: v32()? },
+            4 => Control::CreditRequest,
+            5 => Control::Revoke,
+            6 => Control::Return { credits: v32()? },
+            c => return Err(Error::Protocol(format!("unknown control code {c}"))),
+        })
+    }
 }
 
 /// Something that happened on the fabric, reported by [`Fabric::poll`].

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use crate::comm::Communicator;
 use crate::config::{RecvSharing, RuntimeConfig, TransportConfig, TransportKind};
-use crate::error::{Error, Result};
+use crate::error::{first_error, panic_message, Error, Result};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, Registration};
 use crate::footprint::MemoryModel;
 use crate::memory::AlignedRegion;
@@ -317,15 +317,6 @@ impl Fabric for LocalFabric {
     }
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic".to_string()
-    }
-}
 
 /// Runs `f` on `n` ranks, each a thread of this process with its own [`Communicator`]
 /// over the in-process transport, and returns the results by rank.
@@ -380,23 +371,5 @@ where
         }
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| Err(Error::RankPanicked(usize::MAX, panic_message(p.as_ref()))))).collect()
     });
-    let mut out = Vec::with_capacity(n);
-    let mut first_err: Option<Error> = None;
-    for r in results {
-        match r {
-            Ok(v) => out.push(v),
-            Err(Error::Aborted) => {
-                first_err.get_or_insert(Error::Aborted);
-            }
-            Err(e) => {
-                if matches!(first_err, None | Some(Error::Aborted)) {
-                    first_err = Some(e);
-                }
-            }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
+    first_error(results)
 }

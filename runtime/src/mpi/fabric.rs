@@ -267,32 +267,6 @@ fn get_header(b: &[u8]) -> (PacketHeader, u8, u8) {
     (h, b[29], b[30])
 }
 
-fn encode_control(c: Control) -> (u8, u64) {
-    match c {
-        Control::ConnectReq { grant } => (0, grant as u64),
-        Control::ConnectAck { grant } => (1, grant as u64),
-        Control::Close { sent } => (2, sent),
-        Control::Grant { credits } => (3, credits as u64),
-        Control::CreditRequest => (4, 0),
-        Control::Revoke => (5, 0),
-        Control::Return { credits } => (6, credits as u64),
-    }
-}
-
-fn decode_control(code: u8, v: u64) -> Result<Control> {
-    let v32 = || u32::try_from(v).map_err(|_| Error::Protocol(format!("control value {v} overflows")));
-    Ok(match code {
-        0 => Control::ConnectReq { grant: v32()? },
-        1 => Control::ConnectAck { grant: v32()? },
-        2 => Control::Close { sent: v },
-        3 => Control::Grant { credits: v32()? },
-        4 => Control::CreditRequest,
-        5 => Control::Revoke,
-        6 => Control::Return { credits: v32()? },
-        c => return Err(Error::Protocol(format!("unknown control code {c}"))),
-    })
-}
-
 impl Fabric for MpiFabric {
     fn rank(&self) -> usize {
         self.rank
@@ -343,7 +317,7 @@ impl Fabric for MpiFabric {
 
     fn send_control(&mut self, dest: usize, msg: Control) -> Result<()> {
         let (proc_, tag) = self.proc_and_tag(dest)?;
-        let (code, v) = encode_control(msg);
+        let (code, v) = msg.encode();
         let h = PacketHeader { src: self.rank as u32, tag: 0, total: v, offset: 0, len: 0, more: false };
         let mut b = self.sends.buffer(HEADER_BYTES);
         put_header(&mut b, &h, KIND_CONTROL, code);
@@ -385,7 +359,7 @@ impl Fabric for MpiFabric {
                     }
                     on_event(Event::Arrival(h, &self.rbuf[HEADER_BYTES..count]))?;
                 }
-                KIND_CONTROL => on_event(Event::Control(h.src as usize, decode_control(code, h.total)?))?,
+                KIND_CONTROL => on_event(Event::Control(h.src as usize, Control::decode(code, h.total)?))?,
                 k => return Err(Error::Protocol(format!("unknown message kind {k}"))),
             }
             n += 1;
@@ -454,10 +428,10 @@ mod tests {
             Control::Revoke,
             Control::Return { credits: 9 },
         ] {
-            let (code, v) = encode_control(c);
-            assert_eq!(decode_control(code, v).unwrap(), c);
+            let (code, v) = c.encode();
+            assert_eq!(Control::decode(code, v).unwrap(), c);
         }
-        assert!(decode_control(9, 0).is_err());
-        assert!(decode_control(0, 1 << 33).is_err());
+        assert!(Control::decode(9, 0).is_err());
+        assert!(Control::decode(0, 1 << 33).is_err());
     }
 }

@@ -36,7 +36,7 @@ use rsmpi::Threading;
 
 use crate::comm::Communicator;
 use crate::config::{RuntimeConfig, TransportConfig, TransportKind};
-use crate::error::{Error, Result};
+use crate::error::{first_error, panic_message, Error, Result};
 use crate::footprint::Footprint;
 use crate::procstatus::ProcStatus;
 use fabric::Shared;
@@ -166,25 +166,7 @@ impl Mpi {
             })
         };
         drop(shared);
-        let mut out = Vec::with_capacity(results.len());
-        let mut first_err: Option<Error> = None;
-        for (r, res) in results {
-            match res {
-                Ok(v) => out.push((r, v)),
-                Err(Error::Aborted) => {
-                    first_err.get_or_insert(Error::Aborted);
-                }
-                Err(e) => {
-                    if matches!(first_err, None | Some(Error::Aborted)) {
-                        first_err = Some(e);
-                    }
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        first_error(results.into_iter().map(|(r, res)| res.map(|v| (r, v))))
     }
 
     /// The footprint of `comm` under MPI: Ballast's own bytes (pool, staging buffers,
@@ -233,12 +215,3 @@ fn mpi_transport(config: &RuntimeConfig) -> Result<TransportConfig> {
     Ok(t)
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic".to_string()
-    }
-}

@@ -208,32 +208,6 @@ struct Peer {
     grant_stash: u32,
 }
 
-fn encode_control(c: Control) -> (u8, u64) {
-    match c {
-        Control::ConnectReq { grant } => (0, grant as u64),
-        Control::ConnectAck { grant } => (1, grant as u64),
-        Control::Close { sent } => (2, sent),
-        Control::Grant { credits } => (3, credits as u64),
-        Control::CreditRequest => (4, 0),
-        Control::Revoke => (5, 0),
-        Control::Return { credits } => (6, credits as u64),
-    }
-}
-
-fn decode_control(code: u8, v: u64) -> Result<Control> {
-    let v32 = || u32::try_from(v).map_err(|_| Error::Protocol(format!("control value {v} overflows")));
-    Ok(match code {
-        0 => Control::ConnectReq { grant: v32()? },
-        1 => Control::ConnectAck { grant: v32()? },
-        2 => Control::Close { sent: v },
-        3 => Control::Grant { credits: v32()? },
-        4 => Control::CreditRequest,
-        5 => Control::Revoke,
-        6 => Control::Return { credits: v32()? },
-        c => return Err(Error::Protocol(format!("unknown control code {c}"))),
-    })
-}
-
 fn put_header(b: &mut [u8], h: &PacketHeader) {
     b[0..4].copy_from_slice(&h.src.to_le_bytes());
     b[4..8].copy_from_slice(&h.tag.to_le_bytes());
@@ -504,7 +478,7 @@ impl VerbsFabric {
         if credits == 0 {
             return Ok(());
         }
-        let (code, value) = encode_control(Control::Grant { credits });
+        let (code, value) = Control::Grant { credits }.encode();
         self.mesh.send(dest, &Frame { kind: Kind::Control, code, src: self.rank as u32, value, qp: QpInfo::default() })
     }
 
@@ -515,7 +489,7 @@ impl VerbsFabric {
         }
         match f.kind {
             Kind::Control => {
-                let c = decode_control(f.code, f.value)?;
+                let c = Control::decode(f.code, f.value)?;
                 if matches!(c, Control::ConnectReq { .. } | Control::ConnectAck { .. }) {
                     let p = self.peers.entry(src).or_default();
                     if p.qp.as_ref().is_some_and(|q| !q.connected) {
@@ -826,7 +800,7 @@ impl Fabric for VerbsFabric {
         }
         // Keep the engine's order: grants decided before this message leave before it.
         self.flush_grant(dest)?;
-        let (code, value) = encode_control(msg);
+        let (code, value) = msg.encode();
         let qp = match msg {
             Control::ConnectReq { .. } | Control::ConnectAck { .. } => self.local_info(dest)?,
             _ => QpInfo::default(),
@@ -899,9 +873,9 @@ mod tests {
             Control::Revoke,
             Control::Return { credits: 9 },
         ] {
-            let (code, v) = encode_control(c);
-            assert_eq!(decode_control(code, v).unwrap(), c);
+            let (code, v) = c.encode();
+            assert_eq!(Control::decode(code, v).unwrap(), c);
         }
-        assert!(decode_control(9, 0).is_err());
+        assert!(Control::decode(9, 0).is_err());
     }
 }

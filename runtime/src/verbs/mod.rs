@@ -51,7 +51,7 @@ pub use fabric::{VerbsFabric, HEADER_BYTES};
 use crate::bootstrap::Bootstrap;
 use crate::comm::Communicator;
 use crate::config::{BootstrapConfig, RuntimeConfig, TransportKind};
-use crate::error::{Error, Result};
+use crate::error::{first_error, panic_message, Error, Result};
 
 /// The address the control listeners bind to: loopback when the bootstrap root is on this
 /// machine (or unset), otherwise this machine's address on the route to the root.
@@ -166,33 +166,6 @@ where
             })
             .collect()
     });
-    let mut out = Vec::with_capacity(results.len());
-    let mut first_err: Option<Error> = None;
-    for (r, res) in results {
-        match res {
-            Ok(v) => out.push((r, v)),
-            Err(Error::Aborted) => {
-                first_err.get_or_insert(Error::Aborted);
-            }
-            Err(e) => {
-                if matches!(first_err, None | Some(Error::Aborted)) {
-                    first_err = Some(e);
-                }
-            }
-        }
-    }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
+    first_error(results.into_iter().map(|(r, res)| res.map(|v| (r, v))))
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic".to_string()
-    }
-}
