@@ -94,6 +94,12 @@ pub fn dry_run_from_circuit(circuit: &Circuit, memory: &MetypeMemory) -> Result<
         };
         pairs.extend(e.source_ids.iter().zip(&e.target_ids).map(|(&s, &t)| ((so + s as usize) as u32, (to + t as usize) as u32)));
     }
+    if populations.iter().all(|p: &Population| p.cell_count() == 0) {
+        return Err(BalancerError::InvalidParameter(format!(
+            "{}: the circuit has no cells to place (no non-virtual node population with nodes)",
+            circuit.config.display()
+        )));
+    }
     let network = Network::from_pairs(offsets, &pairs)?;
     Ok((DryRun { metypes, populations }, network))
 }

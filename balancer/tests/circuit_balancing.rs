@@ -135,3 +135,27 @@ fn cli_refuses_bad_circuit_requests_without_output() {
     assert!(!o.status.success() && stderr(&o).contains("no measured memory and no default"), "{}", stderr(&o));
     assert!(!o_dir.exists() || std::fs::read_dir(&o_dir).unwrap().next().is_none());
 }
+
+#[test]
+fn fresh_user_rough_edges() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A config whose `networks` is not an object is refused, nothing written.
+    std::fs::write(d.join("cc.json"), r#"{"networks": 3}"#).unwrap();
+    let out = d.join("out");
+    let o = common::ballast()
+        .args(["dry-run", "--circuit", d.join("cc.json").to_str().unwrap(), "--num-target-ranks", "4", "--cell-kb", "1"])
+        .args(["--output-dir", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("networks: must be an object"), "{}", stderr(&o));
+    assert!(!out.exists());
+    // A plot into a missing directory is refused before the allocation is written.
+    let o = common::ballast()
+        .args(["dry-run", "--synthetic", "200", "--num-target-ranks", "4", "--plot", "/nonexistent/dir/x.png"])
+        .args(["--output-dir", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    assert!(!out.exists());
+}

@@ -8,7 +8,6 @@
 //! global index is the population's offset (populations in circuit order) + node id.
 //! Both files are written to a temporary file in the output directory and renamed into
 //! place, so a failed run leaves no partial file.
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ballast_runtime::{Footprint, RecvSharing, TransportConfig};
@@ -18,15 +17,10 @@ use super::exchange::Spike;
 use super::run::RankOutcome;
 use super::SimError;
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename
+/// ([`crate::dryrun::write_atomically`]: readable like any new file, 0666 less the umask).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SimError> {
-    let io = |source| SimError::Io { path: path.to_owned(), source };
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-    tmp.write_all(bytes).map_err(io)?;
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    Ok(())
+    Ok(crate::dryrun::write_atomically(path, bytes)?)
 }
 
 /// The text of `out.dat` for `spikes` (sorted by (step, global index)) with step `dt_ms`.

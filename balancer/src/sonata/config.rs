@@ -85,6 +85,9 @@ fn parse(path: &Path, json: &Value) -> Result<CircuitConfig> {
             "missing (a circuit config lists its nodes and edges files there)",
         )
     })?;
+    if !networks.is_object() {
+        return Err(config_err(path, "networks", "must be an object with `nodes` and `edges` lists"));
+    }
     let mut nodes = Vec::new();
     for (i, entry) in list(path, networks, "nodes")?.iter().enumerate() {
         let field = format!("networks.nodes[{i}]");

@@ -226,9 +226,6 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             Some(TransportCharge { config: runtime.transport().clone() })
         }
     };
-    std::fs::create_dir_all(&args.output_dir)
-        .with_context(|| format!("cannot create output directory {}", args.output_dir.display()))?;
-
     let start = Instant::now();
     let (allocation, blind, loads, tried) = run_balance(&input, &config, charge.as_ref());
     let seconds = start.elapsed().as_secs_f64();
@@ -249,6 +246,8 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         _ => None,
     };
 
+    std::fs::create_dir_all(&args.output_dir)
+        .with_context(|| format!("cannot create output directory {}", args.output_dir.display()))?;
     if args.write_memory_usage || args.circuit.is_some() {
         dry_run.write_json_file(&args.output_dir.join("cell_memory_usage.json"))?;
     }
@@ -322,10 +321,10 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     );
     if let Some(b) = baseline {
         outln!(
-            "neurodamus' batched greedy on the same input: largest bucket {:.1} KB ({:.4}× the bound); this result's is {:.2}% lower",
+            "neurodamus' batched greedy on the same input: largest bucket {:.1} KB ({:.4}× the bound); this result's is {}",
             b.max_bucket_kb,
             b.ratio_to_lower_bound,
-            100.0 * (1.0 - o.max_bucket_kb / b.max_bucket_kb)
+            relative(o.max_bucket_kb, b.max_bucket_kb)
         );
     }
     if let Some(l) = &loads {
@@ -358,6 +357,15 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     }
     outln!("wrote {}", output.display());
     Ok(())
+}
+
+/// "x.xx% lower" / "x.xx% higher" / "the same" of `ours` against `theirs`.
+fn relative(ours: f64, theirs: f64) -> String {
+    if theirs <= 0.0 || ours == theirs {
+        return "the same".into();
+    }
+    let pct = 100.0 * (1.0 - ours / theirs);
+    if pct >= 0.0 { format!("{pct:.2}% lower") } else { format!("{:.2}% higher (the transport charge is balanced too)", -pct) }
 }
 
 fn over(nodes: &[f64], node_kb: f64) -> Vec<usize> {
@@ -397,7 +405,7 @@ fn fewest_nodes(input: &Input, config: &BalancerConfig, charge: Option<&Transpor
         lo = hi;
         hi *= 2;
         if hi > 1 << 20 {
-            bail!("no node count up to {hi} fits {:.1} GiB per node (is a single cell larger than a node?)", node_kb / 1048576.0);
+            bail!("no node count up to {hi} fits {:.4} GiB per node (is a single cell, or a rank's transport memory, larger than a node?)", node_kb / 1048576.0);
         }
     }
     while hi - lo > 1 {

@@ -104,7 +104,15 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     row("predicted all ranks (B)", b.world_predicted_bytes, a.world_predicted_bytes);
     row("endpoints live rank 0", b.footprint.endpoints_live, a.footprint.endpoints_live);
     row("peers connected rank 0", b.footprint.peers_connected, a.footprint.peers_connected);
-    println!("predicted footprint rank 0: {} B (model {} accounting on every rank)", r.predicted.total_bytes(), if r.all_ranks_match_model { "matches" } else { "differs from" });
+    println!(
+        "predicted footprint rank 0: {} B ({})",
+        r.predicted.total_bytes(),
+        if r.all_ranks_match_model {
+            "the model matches the accounting on every rank"
+        } else {
+            "the model differs from the accounting on some ranks: with max_endpoints or xrc it is the steady-state bound, and fewer endpoints may be live at the snapshot"
+        }
+    );
     for n in &r.notes {
         println!("note: {n}");
     }

@@ -21,11 +21,18 @@ const FONTS: [&str; 3] = [
     "/usr/share/fonts/TTF/DejaVuSans.ttf",
 ];
 
-/// Errors unless `path` ends in `.svg` or `.png` (checked before any work is done).
+/// Errors unless `path` ends in `.svg` or `.png` and its directory exists (checked before
+/// any work is done).
 pub fn check_path(path: &Path) -> anyhow::Result<()> {
     match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
-        Some("svg" | "png") => Ok(()),
+        Some("svg" | "png") => {}
         _ => bail!("{}: the plot file must end in .svg or .png", path.display()),
+    }
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+            bail!("{}: the plot's directory {} does not exist", path.display(), dir.display())
+        }
+        _ => Ok(()),
     }
 }
 

@@ -259,6 +259,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let params = params(args);
     params.steps(&input.circuit.delays)?;
     check_memory(&input, &params, 1)?;
+    // An output path that cannot become a directory fails before the allocation is written.
+    if args.output.exists() && !args.output.is_dir() {
+        anyhow::bail!("output {}: exists and is not a directory", args.output.display());
+    }
     let placement = place(args.lb_mode, &input.dry_run, &input.circuit.network.offsets, ranks as u32, &args.allocation_dir)?;
     if let Some(s) = describe_source(&placement) {
         eprintln!("ballast run: allocation: {s}");
