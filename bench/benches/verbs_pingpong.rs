@@ -1,3 +1,8 @@
 //! `cargo bench --features verbs --bench verbs_pingpong`: the verbs ping-pong program
 //! (`bench/src/bin/verbs_pingpong.rs`, documented there and in docs/BENCHMARKS.md).
-include!("../src/bin/verbs_pingpong.rs");
+#[path = "../src/bin/verbs_pingpong.rs"]
+mod verbs_pingpong;
+
+fn main() {
+    verbs_pingpong::main()
+}

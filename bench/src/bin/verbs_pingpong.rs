@@ -127,7 +127,7 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
     verbs::finish(comm)
 }
 
-fn main() {
+pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cfg = RuntimeConfig::from_env().unwrap_or_else(|e| {
         eprintln!("verbs_pingpong: {e}");
