@@ -47,7 +47,7 @@ host_init=$(mpi_test_bin mpi_host_init)
 timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$host_init"
 # `ballast fanout` and `ballast info` under mpirun (the CLI's `mpi` feature).
 cargo build --release --locked -p ballast-balancer -p ballast-bench --features ballast-balancer/mpi,ballast-bench/mpi --bin ballast --bin mpi_pingpong
-ballast_bin=${CARGO_TARGET_DIR:-target}/release/ballast
+ballast_bin=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/release/ballast  # absolute: used after cd
 fanout_json=$(timeout 300 mpirun "${mpirun_flags[@]}" -n 4 "$ballast_bin" fanout --transport mpi --json)
 echo "$fanout_json" | python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["ranks"]==4 and r["peers_connected"]==3, r; print("ci/test.sh: mpirun -n 4 ballast fanout --transport mpi: ok")'
 timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$ballast_bin" info --transport mpi | grep -q "^MPI: .*2 processes"
