@@ -50,7 +50,9 @@ cargo build --release --locked -p ballast-balancer -p ballast-bench --features b
 ballast_bin=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/release/ballast  # absolute: used after cd
 fanout_json=$(timeout 300 mpirun "${mpirun_flags[@]}" -n 4 "$ballast_bin" fanout --transport mpi --json)
 echo "$fanout_json" | python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["ranks"]==4 and r["peers_connected"]==3, r; print("ci/test.sh: mpirun -n 4 ballast fanout --transport mpi: ok")'
-timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$ballast_bin" info --transport mpi | grep -q "^MPI: .*2 processes"
+# (grep on a here-string, not a pipe: `grep -q` closing early would SIGPIPE the writer under pipefail)
+info_out=$(timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$ballast_bin" info --transport mpi)
+grep -q "^MPI: .*2 processes" <<< "$info_out"
 
 # The verbs transport (feature `verbs`): always built and unit-tested on the host (the
 # conformance binary prints why it skips without an RDMA device), then run for real on
@@ -84,5 +86,5 @@ rm -rf "$run_dir"
 demo_dir=$(mktemp -d)
 demo_out=$(cd "$demo_dir" && "$ballast_bin" demo)
 echo "$demo_out" | tail -n 4
-echo "$demo_out" | grep -q "^check: identical spikes in the RoundRobin and Memory runs (.*): ok$"
+grep -q "^check: identical spikes in the RoundRobin and Memory runs (.*): ok$" <<< "$demo_out"
 rm -rf "$demo_dir"
