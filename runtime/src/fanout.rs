@@ -2,6 +2,7 @@
 //! other rank, and the process' memory counters and the runtime's footprint are taken
 //! before and after, beside what the model predicts.
 
+use crate::comm::Communicator;
 use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
 use crate::footprint::Footprint;
@@ -51,6 +52,51 @@ struct RankOut {
     notes: Vec<String>,
 }
 
+/// What one rank observed around the fanout ([`exchange`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Exchange {
+    /// Accounted footprint after the setup barriers, before the fanout.
+    pub before: Footprint,
+    /// Accounted footprint after the fanout and a barrier.
+    pub after: Footprint,
+    /// The process' counters at `before`.
+    pub status_before: ProcStatus,
+    /// The process' counters at `after`.
+    pub status_after: ProcStatus,
+}
+
+/// The fanout itself, on any transport (collective over `comm`): two barriers (when rank
+/// 0 leaves the second, every rank has left the first, so the barrier's own endpoints all
+/// exist before the "before" snapshot), then rank 0 sends `messages` messages of `ints`
+/// 32-bit integers to every other rank, which checks their length, then a barrier.
+/// Errors: the communicator's, and [`Error::Protocol`] on a message of the wrong length.
+pub fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result<Exchange> {
+    let n = comm.world_size();
+    comm.barrier()?;
+    comm.barrier()?;
+    let before = comm.footprint();
+    let status_before = ProcStatus::read_self()?;
+    if comm.rank() == 0 {
+        let payload: Vec<u8> = (0..ints as u32).flat_map(|i| i.to_le_bytes()).collect();
+        for _ in 0..messages {
+            for p in 1..n {
+                comm.send(p, FANOUT_TAG, &payload)?;
+            }
+        }
+    } else {
+        for _ in 0..messages {
+            let m = comm.recv(Source::Rank(0), TagMatch::Tag(FANOUT_TAG))?;
+            if m.data.len() != ints * 4 {
+                return Err(Error::Protocol(format!("fanout message of {} bytes, expected {}", m.data.len(), ints * 4)));
+            }
+        }
+    }
+    comm.barrier()?;
+    let after = comm.footprint();
+    let status_after = ProcStatus::read_self()?;
+    Ok(Exchange { before, after, status_before, status_after })
+}
+
 fn same_model(a: &Footprint, p: &Footprint) -> bool {
     // Locks may be refused by the OS; everything else must match exactly.
     Footprint { locked_bytes: 0, ..*a } == Footprint { locked_bytes: 0, ..*p }
@@ -66,36 +112,13 @@ pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: us
     let rpn = t.ranks_per_node;
     let outs = local::run(ranks, config, |comm| -> Result<RankOut> {
         let n = comm.world_size();
-        // Two barriers: when rank 0 leaves the second, every rank has left the first, so
-        // the barrier's own endpoints all exist before the "before" snapshot.
-        comm.barrier()?;
-        comm.barrier()?;
-        let before = comm.footprint();
-        let s0 = if comm.rank() == 0 { Some(ProcStatus::read_self()?) } else { None };
-        if comm.rank() == 0 {
-            let payload: Vec<u8> = (0..ints as u32).flat_map(|i| i.to_le_bytes()).collect();
-            for _ in 0..messages {
-                for p in 1..n {
-                    comm.send(p, FANOUT_TAG, &payload)?;
-                }
-            }
-        } else {
-            for _ in 0..messages {
-                let m = comm.recv(Source::Rank(0), TagMatch::Tag(FANOUT_TAG))?;
-                if m.data.len() != ints * 4 {
-                    return Err(Error::Protocol(format!("fanout message of {} bytes", m.data.len())));
-                }
-            }
-        }
-        comm.barrier()?;
-        let after = comm.footprint();
-        let s1 = if comm.rank() == 0 { Some(ProcStatus::read_self()?) } else { None };
+        let r = exchange(comm, messages, ints)?;
         Ok(RankOut {
-            before,
-            after,
-            before_pred: t.predict(before.peers_connected as usize, n, rpn),
-            after_pred: t.predict(after.peers_connected as usize, n, rpn),
-            status: s0.zip(s1),
+            before: r.before,
+            after: r.after,
+            before_pred: t.predict(r.before.peers_connected as usize, n, rpn),
+            after_pred: t.predict(r.after.peers_connected as usize, n, rpn),
+            status: (comm.rank() == 0).then_some((r.status_before, r.status_after)),
             notes: comm.notes().to_vec(),
         })
     })?;

@@ -5,10 +5,8 @@
 use super::{Mpi, MPI_MEMORY_NOTE};
 use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
-use crate::fanout::{FanoutReport, Snapshot, FANOUT_TAG};
+use crate::fanout::{exchange, Exchange, FanoutReport, Snapshot};
 use crate::footprint::Footprint;
-use crate::matching::{Source, TagMatch};
-use crate::procstatus::ProcStatus;
 
 fn put_fp(out: &mut Vec<u8>, f: &Footprint) {
     for (_, v) in f.fields() {
@@ -36,27 +34,7 @@ impl Mpi {
         let mut comm = self.communicator(config)?;
         let t = *comm.config();
         let rpn = t.ranks_per_node;
-        comm.barrier()?;
-        let before = comm.footprint();
-        let s0 = ProcStatus::read_self()?;
-        if me == 0 {
-            let payload: Vec<u8> = (0..ints as u32).flat_map(|i| i.to_le_bytes()).collect();
-            for _ in 0..messages {
-                for p in 1..n {
-                    comm.send(p, FANOUT_TAG, &payload)?;
-                }
-            }
-        } else {
-            for _ in 0..messages {
-                let m = comm.recv(Source::Rank(0), TagMatch::Tag(FANOUT_TAG))?;
-                if m.data.len() != ints * 4 {
-                    return Err(Error::Protocol(format!("fanout message of {} bytes", m.data.len())));
-                }
-            }
-        }
-        comm.barrier()?;
-        let after = comm.footprint();
-        let s1 = ProcStatus::read_self()?;
+        let Exchange { before, after, status_before: s0, status_after: s1 } = exchange(&mut comm, messages, ints)?;
         let bp = t.predict(before.peers_connected as usize, n, rpn);
         let ap = t.predict(after.peers_connected as usize, n, rpn);
         let matches = |a: &Footprint, p: &Footprint| {
