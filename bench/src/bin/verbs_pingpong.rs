@@ -11,7 +11,8 @@
 //!   `BALLAST_ROOT=node1:7000 srun -N2 -n2 verbs_pingpong`.
 //! - Without an RDMA device it prints why and exits 0.
 //!
-//! Options: `--quick` (fewer iterations), `--rounds R` (default 5), `--sizes a,b,..` (bytes).
+//! Options: `--quick` (fewer iterations), `--breakdown` (time per iteration in isend, recv
+//! and send tests, each rank), `--rounds R` (default 5), `--sizes a,b,..` (bytes).
 //! Rank 0 prints one line per size (typical = median half round trip, as perftest's
 //! `t_typical`; mean = total time / 2n) and `ballast_verbs_8B_half_rtt_us=<typical>`.
 
@@ -34,25 +35,43 @@ fn iters(size: usize, quick: bool) -> usize {
 /// round-trip) in seconds, timed per round trip on rank 0 (the median is what perftest's
 /// `ib_send_lat` reports as `t_typical`).
 fn half_rtt(comm: &mut Communicator, size: usize, n: usize, buf: &[u8]) -> ballast_runtime::Result<(f64, f64)> {
+    half_rtt_parts(comm, size, n, buf, None)
+}
+
+/// [`half_rtt`], optionally adding the time spent in `isend`, in the receive and in the
+/// completion tests to `parts` (microseconds, this rank; `--breakdown`).
+fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mut parts: Option<&mut [f64; 3]>) -> ballast_runtime::Result<(f64, f64)> {
     let me = comm.rank();
     let peer = 1 - me;
     comm.barrier()?;
     let mut each = Vec::with_capacity(n);
     let mut pending = std::collections::VecDeque::new();
     let t = Instant::now();
+    let mut lap = |k: usize, t0: &mut Instant| {
+        if let Some(p) = parts.as_deref_mut() {
+            let now = Instant::now();
+            p[k] += (now - *t0).as_secs_f64() * 1e6;
+            *t0 = now;
+        }
+    };
     for _ in 0..n {
         // The send is posted (its bytes copied into a pool buffer, so the caller's buffer is
         // free at once) and its completion, the RC acknowledgement, is collected later, as
         // perftest's ib_send_lat does not wait for it before the reply either.
+        let mut tl = Instant::now();
         if me == 0 {
             let t0 = Instant::now();
             pending.push_back(isend_retry(comm, peer, &buf[..size])?);
+            lap(0, &mut tl);
             let m = comm.recv(Source::Rank(peer), TagMatch::Tag(1))?;
             each.push(t0.elapsed().as_secs_f64() / 2.0);
+            lap(1, &mut tl);
             assert_eq!(m.data.len(), size);
         } else {
             let m = comm.recv(Source::Rank(peer), TagMatch::Tag(1))?;
+            lap(1, &mut tl);
             pending.push_back(isend_retry(comm, peer, &m.data)?);
+            lap(0, &mut tl);
         }
         while let Some(r) = pending.front() {
             if !comm.test(r)? {
@@ -61,6 +80,7 @@ fn half_rtt(comm: &mut Communicator, size: usize, n: usize, buf: &[u8]) -> balla
             let r = pending.pop_front().expect("front");
             comm.wait(r)?;
         }
+        lap(2, &mut tl);
     }
     for r in pending {
         comm.wait(r)?;
@@ -102,6 +122,13 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
             comm.config().recv_sharing,
             comm.config().buffer_size
         );
+        // The per-round-trip timing costs two clock reads (perftest reads the TSC instead):
+        // say what one costs here (under TCG with the HPET clock source, microseconds).
+        let t = Instant::now();
+        for _ in 0..1000 {
+            std::hint::black_box(Instant::now());
+        }
+        println!("clock read (Instant::now): {:.2} us each", t.elapsed().as_secs_f64() * 1e3);
         println!("{:>10} {:>10} {:>12} {:>12} {:>12}", "bytes", "iters", "typical us", "mean us", "MB/s");
     }
     for &size in &sizes {
@@ -123,6 +150,24 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
                 println!("ballast_verbs_8B_mean_half_rtt_us={:.2}", mean * 1e6);
             }
         }
+    }
+    if args.iter().any(|a| a == "--breakdown") {
+        let t = Instant::now();
+        for _ in 0..10_000 {
+            comm.progress()?;
+        }
+        println!("rank {} idle progress call: {:.2} us", comm.rank(), t.elapsed().as_secs_f64() * 1e2);
+        comm.barrier()?;
+        let n = iters(8, quick);
+        let mut parts = [0.0f64; 3];
+        half_rtt_parts(&mut comm, 8, n, &buf, Some(&mut parts))?;
+        println!(
+            "rank {} 8 B breakdown per iteration: isend {:.1} us, recv {:.1} us, send tests {:.1} us",
+            comm.rank(),
+            parts[0] / n as f64,
+            parts[1] / n as f64,
+            parts[2] / n as f64
+        );
     }
     verbs::finish(comm)
 }
