@@ -100,6 +100,8 @@ impl MemoryModel {
         match kind {
             TransportKind::Local => Self::local(),
             TransportKind::Verbs | TransportKind::Mpi => Self::verbs(),
+            // Unresolved `auto` (config::resolve_transport picks the real one): the verbs model.
+            TransportKind::Auto => Self::verbs(),
         }
     }
 }

@@ -38,6 +38,7 @@
 pub mod control;
 pub mod device;
 mod fabric;
+pub mod fanout;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -50,7 +51,7 @@ pub use fabric::{VerbsFabric, HEADER_BYTES};
 
 use crate::bootstrap::Bootstrap;
 use crate::comm::Communicator;
-use crate::config::{BootstrapConfig, RuntimeConfig, TransportKind};
+use crate::config::{BootstrapConfig, RuntimeConfig, TransportConfig, TransportKind};
 use crate::error::{first_error, panic_message, Error, Result};
 
 /// The address the control listeners bind to: loopback when the bootstrap root is on this
@@ -68,6 +69,19 @@ pub fn control_host(cfg: &BootstrapConfig) -> IpAddr {
         .and_then(|s| s.connect(a).and_then(|_| s.local_addr()))
         .map(|l| l.ip())
         .unwrap_or(loopback)
+}
+
+/// Bytes the verbs transport registers (and so pins) when a communicator starts: the pool
+/// (`buffer_count x buffer_size`), the send headers ([`HEADER_BYTES`] per pool buffer, per
+/// buffer of the largest pool with `pool_growth`) and, unless `per-peer`, the shared receive
+/// queue's slots (`srq_depth x (HEADER_BYTES + buffer_size)`). What `RLIMIT_MEMLOCK` must
+/// allow ([`Error::MemlockTooLow`] otherwise); per-peer receive queues add
+/// `recv_depth x (HEADER_BYTES + buffer_size)` per queue pair later.
+pub fn locked_at_start(t: &TransportConfig) -> u64 {
+    let b = t.buffer_size as u64;
+    let headers = if t.pool_growth { t.max_pool_bytes / b.max(1) } else { t.buffer_count as u64 };
+    let srq = if t.recv_sharing == crate::config::RecvSharing::PerPeer { 0 } else { t.srq_depth as u64 * (HEADER_BYTES as u64 + b) };
+    t.buffer_count as u64 * b + headers * HEADER_BYTES as u64 + srq
 }
 
 fn verbs_config(config: &RuntimeConfig) -> Result<RuntimeConfig> {

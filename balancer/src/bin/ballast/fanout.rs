@@ -14,7 +14,8 @@ use crate::runtime_args::RuntimeArgs;
 pub struct FanoutArgs {
     /// Number of ranks (rank 0 sends to ranks 1..N-1); required for `--transport local`.
     /// With `--transport mpi` the ranks are the MPI processes (`mpirun -n N ballast fanout
-    /// --transport mpi`) and this, if given, must equal N.
+    /// --transport mpi`), with `--transport verbs` the processes of a launcher that sets
+    /// BALLAST_ROOT and the rank/size variables; this, if given, must equal N.
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Messages rank 0 sends to each other rank.
@@ -57,7 +58,14 @@ pub fn report_json(r: &FanoutReport) -> serde_json::Value {
 
 /// Runs `ballast fanout`.
 pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
-    let cfg = args.runtime.to_config()?;
+    let (cfg, auto_note) = args.runtime.to_config_resolved()?;
+    if let Some(n) = &auto_note {
+        if cfg.bootstrap().rank.unwrap_or(0) == 0 {
+            eprintln!("ballast fanout: {n}");
+        }
+    }
+    #[cfg(feature = "verbs")]
+    let mut verbs_processes = None;
     let r = match cfg.transport().kind {
         TransportKind::Local => {
             let Some(ranks) = args.ranks else { bail!("--ranks is required with --transport local") };
@@ -80,11 +88,45 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
                 None => return Ok(()), // only rank 0 prints
             }
         }
+        #[cfg(feature = "verbs")]
+        TransportKind::Verbs => {
+            let b = cfg.bootstrap();
+            let (Some(_), Some(size)) = (&b.root, b.size) else {
+                bail!("fanout over verbs runs one rank per process: start N processes with BALLAST_ROOT=host:port and BALLAST_RANK/BALLAST_SIZE (or mpirun/srun, whose rank variables are read too)")
+            };
+            if args.ranks.is_some_and(|r| r != size) {
+                bail!("--ranks {} differs from the {size} processes of the launch", args.ranks.unwrap_or(0));
+            }
+            let (_, mut boot) = ballast_runtime::bootstrap::auto(&cfg)?;
+            match ballast_runtime::verbs::fanout::fanout(boot.as_mut(), &cfg, args.messages, args.ints)? {
+                Some(v) => {
+                    verbs_processes = Some(v.processes);
+                    v.report
+                }
+                None => return Ok(()), // only rank 0 prints
+            }
+        }
         k => bail!("transport `{k}` is not compiled in; fanout runs over {}", TransportKind::compiled_in().iter().map(|k| k.as_str()).collect::<Vec<_>>().join(" or ")),
     };
     let ranks = r.ranks;
+    #[cfg(feature = "verbs")]
+    let memory_ok = verbs_processes.as_deref().map(|p| verbs_memory_ok(p));
+    #[cfg(not(feature = "verbs"))]
+    let memory_ok: Option<bool> = None;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report_json(&r))?);
+        let mut v = report_json(&r);
+        #[cfg(feature = "verbs")]
+        if let Some(p) = &verbs_processes {
+            v["processes"] = processes_json(p);
+        }
+        if let Some(n) = auto_note {
+            v["transport_note"] = json!(n);
+        }
+        v["transport"] = json!(cfg.transport().kind.as_str());
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        if memory_ok == Some(false) {
+            bail!("the measured memory is outside the verbs model's bounds (see processes[].problems)");
+        }
         return Ok(());
     }
     let t = cfg.transport();
@@ -116,7 +158,67 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     for n in &r.notes {
         println!("note: {n}");
     }
+    #[cfg(feature = "verbs")]
+    if let Some(p) = &verbs_processes {
+        print_processes(p);
+    }
+    if memory_ok == Some(false) {
+        bail!("the measured memory is outside the verbs model's bounds (see above)");
+    }
     Ok(())
+}
+
+#[cfg(feature = "verbs")]
+fn verbs_memory_ok(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> bool {
+    p.iter().all(|m| m.check().is_empty())
+}
+
+#[cfg(feature = "verbs")]
+fn processes_json(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> serde_json::Value {
+    p.iter()
+        .map(|m| {
+            json!({
+                "rank": m.rank,
+                "footprint_bytes": m.footprint.total_bytes(),
+                "predicted_bytes": m.predicted.total_bytes(),
+                "pinned_expected_bytes": m.pinned_expected,
+                "vm_pin_growth_bytes": m.pin_growth(),
+                "vm_lck_change_kb": m.lck_change_kib(),
+                "vm_rss_growth_bytes": m.rss_growth(),
+                "vm_rss_after_kb": m.after.vm_rss_kb,
+                "vm_lck_after_kb": m.after.vm_lck_kb,
+                "problems": m.check(),
+            })
+        })
+        .collect()
+}
+
+/// Per process (one rank each): the footprint predicted and accounted, and what the kernel
+/// reports (VmPin, VmLck, VmRSS growth) with the bounds of `verbs::fanout`.
+#[cfg(feature = "verbs")]
+fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) {
+    use ballast_runtime::verbs::fanout::RSS_SLACK_KIB;
+    println!(
+        "per process (KiB): VmPin growth must equal the registrations (pages), VmLck stay constant after setup, VmRSS growth lie in [pinned, model + {RSS_SLACK_KIB}]"
+    );
+    println!("{:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10}  check", "rank", "predicted", "footprint", "pinned", "VmPin+", "VmLck+", "VmRSS+", "VmRSS", "VmLck");
+    for m in p {
+        let bad = m.check();
+        println!(
+            "{:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10}  {}",
+            m.rank,
+            m.predicted.total_bytes() / 1024,
+            m.footprint.total_bytes() / 1024,
+            m.pinned_expected / 1024,
+            m.pin_growth() / 1024,
+            m.lck_change_kib(),
+            m.rss_growth() / 1024,
+            m.after.vm_rss_kb,
+            m.after.vm_lck_kb,
+            if bad.is_empty() { "ok".to_string() } else { bad.join("; ") }
+        );
+    }
+    println!("memory checks: {}", if verbs_memory_ok(p) { "ok" } else { "FAILED" });
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ fn rdma_devices() -> Vec<String> {
 
 /// Runs `ballast info`.
 pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
-    let cfg = args.runtime.to_config()?;
+    let (cfg, auto_note) = args.runtime.to_config_resolved()?;
     #[cfg(feature = "mpi")]
     if cfg.transport().kind == TransportKind::Mpi {
         // Under mpirun: one report, from rank 0, with the MPI library and job.
@@ -61,6 +61,9 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
             }
             Err(e) => println!("verbs device: unavailable ({e})"),
         }
+    }
+    if let Some(n) = &auto_note {
+        println!("{n}");
     }
     println!();
     println!("effective configuration:");

@@ -133,6 +133,7 @@ fn check_transport(kind: TransportKind) -> anyhow::Result<()> {
             "--transport verbs is not available to `ballast run` in this build (transports compiled in: {}); the verbs transport is not wired into `ballast run` yet",
             compiled.join(", ")
         ),
+        TransportKind::Auto => bail!("`ballast run` needs an explicit transport: local, mpi or verbs (not auto)"),
     }
 }
 

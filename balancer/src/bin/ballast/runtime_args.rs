@@ -23,7 +23,8 @@ fn parse_switch(s: &str) -> Result<bool, String> {
 /// Runtime settings on the command line (defaults: environment, then built-in defaults).
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct RuntimeArgs {
-    /// Transport: local, mpi or verbs (BALLAST_TRANSPORT).
+    /// Transport: local, mpi, verbs, or auto (verbs if a device is usable and the pool fits
+    /// ulimit -l, else mpi if launched under MPI, else local) (BALLAST_TRANSPORT).
     #[arg(long, value_parser = |s: &str| s.parse::<TransportKind>())]
     pub transport: Option<TransportKind>,
     /// Buffers in the registered pool (BALLAST_BUFFER_COUNT).
@@ -102,5 +103,17 @@ impl RuntimeArgs {
             b = b.lock_pool(v);
         }
         Ok(b.build()?)
+    }
+
+    /// [`RuntimeArgs::to_config`] with `--transport auto` (or `BALLAST_TRANSPORT=auto`)
+    /// resolved to the transport this machine and launch offer
+    /// (`ballast_runtime::resolve_transport`), and the note that says which and why.
+    pub fn to_config_resolved(&self) -> anyhow::Result<(RuntimeConfig, Option<String>)> {
+        let cfg = self.to_config()?;
+        let (kind, note) = ballast_runtime::resolve_transport(&cfg);
+        if kind == cfg.transport().kind {
+            return Ok((cfg, note));
+        }
+        Ok((cfg.to_builder().transport(kind).build()?, note))
     }
 }
