@@ -70,10 +70,21 @@ fn memory_mode_regenerates_and_refuses_a_corrupt_file_writing_nothing() {
 fn transports_not_compiled_in_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let o = run(dir.path(), &["--ranks", "2", "--transport", "verbs"]);
-    assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--transport verbs") && err.contains("compiled in"), "{err}");
+    if cfg!(feature = "verbs") {
+        // Compiled in: where a device exists (the soft-RoCE guest) it runs; without one the
+        // device is opened before anything is written and the runtime says why.
+        if o.status.success() {
+            println!("transports_not_compiled_in_are_clear_errors: an RDMA device is present, `--transport verbs` ran");
+            return;
+        }
+        assert!(err.contains("--transport verbs: verbs:"), "{err}");
+    } else {
+        assert!(!o.status.success());
+        assert!(err.contains("--transport verbs") && err.contains("compiled in"), "{err}");
+    }
     assert!(!dir.path().join("ballast-run").exists());
+    assert!(!dir.path().join("allocation_r2_c1.pkl.gz").exists());
 }
 
 #[test]

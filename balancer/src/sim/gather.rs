@@ -12,12 +12,16 @@ fn put(b: &mut Vec<u8>, v: u64) {
     b.extend_from_slice(&v.to_le_bytes());
 }
 
-/// The encoding of `o`: 28 u64 words, then the spikes as (step, cell) u32 pairs.
+/// Fixed u64 words before the spikes.
+const WORDS: usize = 35;
+
+/// The encoding of `o`: [`WORDS`] u64 words, then the spikes as (step, cell) u32 pairs.
 pub fn encode(o: &RankOutcome) -> Vec<u8> {
-    let mut b = Vec::with_capacity(8 * 28 + 8 * o.spikes.len());
+    let mut b = Vec::with_capacity(8 * WORDS + 8 * o.spikes.len());
     let f = &o.footprint;
     let e = &o.exchange;
     let p = &o.process;
+    let p0 = &o.process_start;
     for v in [
         o.rank as u64,
         o.cells as u64,
@@ -45,6 +49,13 @@ pub fn encode(o: &RankOutcome) -> Vec<u8> {
         p.vm_pin_kb,
         p.vm_data_kb,
         p.vm_size_kb,
+        p0.vm_rss_kb,
+        p0.vm_hwm_kb,
+        p0.vm_lck_kb,
+        p0.vm_pin_kb,
+        p0.vm_data_kb,
+        p0.vm_size_kb,
+        o.proc_index as u64,
         o.windows,
         o.spikes.len() as u64,
     ] {
@@ -60,15 +71,15 @@ pub fn encode(o: &RankOutcome) -> Vec<u8> {
 /// Decodes [`encode`]'s bytes; errors on a torn or inconsistent buffer.
 pub fn decode(b: &[u8]) -> Result<RankOutcome, SimError> {
     let torn = || SimError::Protocol(format!("rank outcome of {} bytes is torn", b.len()));
-    if b.len() < 8 * 28 {
+    if b.len() < 8 * WORDS {
         return Err(torn());
     }
-    let w: Vec<u64> = b[..8 * 28].chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
-    let n = w[27] as usize;
-    if b.len() != 8 * 28 + 8 * n {
+    let w: Vec<u64> = b[..8 * WORDS].chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    let n = w[WORDS - 1] as usize;
+    if (b.len() - 8 * WORDS) / 8 != n || b.len() % 8 != 0 {
         return Err(torn());
     }
-    let spikes = b[8 * 28..]
+    let spikes = b[8 * WORDS..]
         .chunks_exact(8)
         .map(|c| (u32::from_le_bytes(c[..4].try_into().expect("4")), u32::from_le_bytes(c[4..].try_into().expect("4"))))
         .collect();
@@ -93,7 +104,9 @@ pub fn decode(b: &[u8]) -> Result<RankOutcome, SimError> {
             peers_connected: w[19],
         },
         process: ProcStatus { vm_rss_kb: w[20], vm_hwm_kb: w[21], vm_lck_kb: w[22], vm_pin_kb: w[23], vm_data_kb: w[24], vm_size_kb: w[25] },
-        windows: w[26],
+        process_start: ProcStatus { vm_rss_kb: w[26], vm_hwm_kb: w[27], vm_lck_kb: w[28], vm_pin_kb: w[29], vm_data_kb: w[30], vm_size_kb: w[31] },
+        proc_index: w[32] as usize,
+        windows: w[33],
         spikes,
     })
 }
@@ -101,4 +114,36 @@ pub fn decode(b: &[u8]) -> Result<RankOutcome, SimError> {
 /// Gathers every rank's outcome on every rank (collective), ordered by rank.
 pub fn gather(comm: &mut Communicator, mine: &RankOutcome) -> Result<Vec<RankOutcome>, SimError> {
     comm.all_gatherv(&encode(mine))?.iter().map(|b| decode(b)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_round_trip_and_torn_buffers_are_refused() {
+        let o = RankOutcome {
+            rank: 2,
+            cells: 7,
+            estimated_kb: 1234.5,
+            state_bytes: 99,
+            spikes: vec![(3, 70_000), (9, 1)],
+            exchange: ExchangeStats { spikes_sent: 4, spikes_received: 5, messages_sent: 6, bytes_sent: 48 },
+            out_peers: 1,
+            in_peers: 2,
+            footprint: Footprint { pool_bytes: 10, registered_bytes: 11, locked_bytes: 12, endpoint_bytes: 13, srq_bytes: 14, control_bytes: 15, endpoints_live: 1, endpoints_peak: 2, endpoints_opened: 3, peers_connected: 2 },
+            process: ProcStatus { vm_rss_kb: 100, vm_hwm_kb: 101, vm_lck_kb: 102, vm_pin_kb: 103, vm_data_kb: 104, vm_size_kb: 105 },
+            process_start: ProcStatus { vm_rss_kb: 50, vm_hwm_kb: 51, vm_lck_kb: 52, vm_pin_kb: 53, vm_data_kb: 54, vm_size_kb: 55 },
+            proc_index: 2,
+            windows: 25,
+        };
+        let b = encode(&o);
+        assert_eq!(b.len(), 8 * WORDS + 8 * 2);
+        let d = decode(&b).unwrap();
+        assert_eq!((d.rank, d.cells, d.estimated_kb, d.state_bytes, d.spikes.clone()), (2, 7, 1234.5, 99, vec![(3, 70_000), (9, 1)]));
+        assert_eq!((d.exchange, d.out_peers, d.in_peers, d.footprint), (o.exchange, 1, 2, o.footprint));
+        assert_eq!((d.process, d.process_start, d.proc_index, d.windows), (o.process, o.process_start, 2, 25));
+        assert!(decode(&b[..b.len() - 4]).is_err());
+        assert!(decode(&b[..8 * WORDS - 8]).is_err());
+    }
 }

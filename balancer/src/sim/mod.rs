@@ -24,8 +24,9 @@ pub use run::{run_rank, RankOutcome, SimCircuit, SimParams};
 /// Errors of the proxy simulation.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
-    /// The communication runtime failed.
-    #[error("runtime: {0}")]
+    /// The communication runtime failed (transparent: its message already names the
+    /// transport, and a `runtime: {0}` wrapper printed it twice in an error chain).
+    #[error(transparent)]
     Runtime(#[from] ballast_runtime::Error),
     /// The balancer or a file failed (allocation files, circuits).
     #[error(transparent)]
@@ -48,7 +49,8 @@ pub enum SimError {
 }
 
 /// Runs the simulation on `ranks` threads of this process over the `local` transport and
-/// returns every rank's outcome, by rank.
+/// returns every rank's outcome, by rank (all stamped process 0, with the process'
+/// counters from before the communicators were created).
 pub fn run_local(
     circuit: &SimCircuit,
     rank_of: &[u32],
@@ -56,8 +58,40 @@ pub fn run_local(
     config: &ballast_runtime::RuntimeConfig,
     params: &SimParams,
 ) -> Result<Vec<RankOutcome>, SimError> {
+    let start = ballast_runtime::ProcStatus::read_self().unwrap_or_default();
     let results = ballast_runtime::local::run(ranks, config, |comm| run_rank(comm, circuit, rank_of, params))?;
-    results.into_iter().collect()
+    stamped(results, start)
+}
+
+/// Runs the simulation on `ranks` threads of this process, each with its own verbs
+/// communicator on the device `config.verbs()` selects (`BALLAST_IB_DEVICE`, else the first
+/// active one), meeting through an in-process bootstrap; returns every rank's outcome, by
+/// rank. Errors: the runtime's (no device, memlock limit, a failed rank) and the ranks'.
+#[cfg(feature = "verbs")]
+pub fn run_verbs_threads(
+    circuit: &SimCircuit,
+    rank_of: &[u32],
+    ranks: usize,
+    config: &ballast_runtime::RuntimeConfig,
+    params: &SimParams,
+) -> Result<Vec<RankOutcome>, SimError> {
+    let mut boot = ballast_runtime::bootstrap::LocalBootstrap::group(1)?.pop().expect("a group of one");
+    let start = ballast_runtime::ProcStatus::read_self().unwrap_or_default();
+    let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, |comm| run_rank(comm, circuit, rank_of, params))?;
+    // run_ranks returns this process' ranks in ascending order: all of them here.
+    stamped(results.into_iter().map(|(_, r)| r), start)
+}
+
+fn stamped(results: impl IntoIterator<Item = Result<RankOutcome, SimError>>, start: ballast_runtime::ProcStatus) -> Result<Vec<RankOutcome>, SimError> {
+    results
+        .into_iter()
+        .map(|r| {
+            r.map(|mut o| {
+                o.stamp(0, start);
+                o
+            })
+        })
+        .collect()
 }
 
 /// All spikes of all ranks, sorted by (step, global cell index).

@@ -58,6 +58,57 @@ pub struct RankRow {
     /// whole process: all ranks).
     pub vm_rss_kb: u64,
     pub vm_hwm_kb: u64,
+    /// (measured − predicted) / predicted footprint, percent.
+    pub footprint_diff_pct: f64,
+    /// The process holding the rank (see [`ProcessRow`]).
+    pub process: usize,
+    /// What the process' VmRSS / VmLck / VmPin grew by from before its communicator(s) to
+    /// this rank's end, KB (the whole process: every rank it holds, cell state included).
+    pub vm_rss_delta_kb: i64,
+    pub vm_lck_delta_kb: i64,
+    pub vm_pin_delta_kb: i64,
+}
+
+/// Largest |footprint measured − predicted| / predicted accepted by the verbs check, percent.
+pub const FOOTPRINT_TOLERANCE_PCT: f64 = 10.0;
+
+/// One process of a run: the kernel's view of what its ranks registered.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProcessRow {
+    /// Process index: 0 when the ranks are threads of one process, else the process' rank.
+    pub process: usize,
+    /// The ranks it held.
+    pub ranks: Vec<usize>,
+    /// Registered (pinned or locked) bytes the model predicts for those ranks together.
+    pub registered_predicted_bytes: u64,
+    /// Registered bytes Ballast accounted for them.
+    pub registered_accounted_bytes: u64,
+    /// What the kernel counted as pinned or locked from before the communicator(s) to the end:
+    /// max(ΔVmPin, ΔVmLck) × 1024 (verbs registrations count in VmPin, the local
+    /// transport's mlock in VmLck; the larger avoids counting memory that is both twice).
+    pub pinned_delta_bytes: i64,
+    /// (pinned delta − predicted registered) / predicted registered, percent.
+    pub pinned_diff_pct: f64,
+    /// ΔVmRSS, KB (transport, cell state blocks, routing tables: everything the run added).
+    pub vm_rss_delta_kb: i64,
+    /// Cell state blocks allocated by its ranks, KB (part of ΔVmRSS).
+    pub state_kb: f64,
+}
+
+fn pct(measured: f64, predicted: f64) -> f64 {
+    if predicted == 0.0 {
+        if measured == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        (measured - predicted) / predicted * 100.0
+    }
+}
+
+fn delta(end: u64, start: u64) -> i64 {
+    end as i64 - start as i64
 }
 
 /// The footprint `config` predicts for a rank with `peers` peers (`peer_nodes` peer nodes,
@@ -88,6 +139,40 @@ pub fn rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usize], con
                 ballast_kb: (o.state_bytes + o.footprint.total_bytes()) as f64 / 1024.0,
                 vm_rss_kb: o.process.vm_rss_kb,
                 vm_hwm_kb: o.process.vm_hwm_kb,
+                footprint_diff_pct: pct(o.footprint.total_bytes() as f64, predicted.total_bytes() as f64),
+                process: o.proc_index,
+                vm_rss_delta_kb: delta(o.process.vm_rss_kb, o.process_start.vm_rss_kb),
+                vm_lck_delta_kb: delta(o.process.vm_lck_kb, o.process_start.vm_lck_kb),
+                vm_pin_delta_kb: delta(o.process.vm_pin_kb, o.process_start.vm_pin_kb),
+            }
+        })
+        .collect()
+}
+
+/// One row per process of `outcomes` (by rank), the registered memory predicted for its
+/// ranks (peers and peer nodes per rank as for [`rows`]) against the kernel's counters.
+/// The counters of a process are those of its last rank to finish (largest VmRSS).
+pub fn process_rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usize], config: &TransportConfig) -> Vec<ProcessRow> {
+    let ranks = outcomes.len();
+    let mut procs: Vec<usize> = outcomes.iter().map(|o| o.proc_index).collect();
+    procs.sort_unstable();
+    procs.dedup();
+    procs
+        .into_iter()
+        .map(|p| {
+            let mine: Vec<&RankOutcome> = outcomes.iter().filter(|o| o.proc_index == p).collect();
+            let predicted: u64 = mine.iter().map(|o| predicted_footprint(config, peers[o.rank], peer_nodes[o.rank], ranks).registered_bytes).sum();
+            let last = mine.iter().max_by_key(|o| (o.process.vm_rss_kb, o.rank)).expect("a process has a rank");
+            let pinned = delta(last.process.vm_pin_kb, last.process_start.vm_pin_kb).max(delta(last.process.vm_lck_kb, last.process_start.vm_lck_kb)) * 1024;
+            ProcessRow {
+                process: p,
+                ranks: mine.iter().map(|o| o.rank).collect(),
+                registered_predicted_bytes: predicted,
+                registered_accounted_bytes: mine.iter().map(|o| o.footprint.registered_bytes).sum(),
+                pinned_delta_bytes: pinned,
+                pinned_diff_pct: pct(pinned as f64, predicted as f64),
+                vm_rss_delta_kb: delta(last.process.vm_rss_kb, last.process_start.vm_rss_kb),
+                state_kb: mine.iter().map(|o| o.state_bytes as f64 / 1024.0).sum(),
             }
         })
         .collect()
@@ -116,6 +201,15 @@ pub struct RunReport {
     pub peers_match: bool,
     /// Every rank's measured footprint equals the prediction.
     pub footprint_match: bool,
+    /// Largest |measured − predicted| / predicted footprint over the ranks, percent.
+    pub footprint_max_diff_pct: f64,
+    /// Every rank's measured footprint is within [`FOOTPRINT_TOLERANCE_PCT`] of the prediction.
+    pub footprint_within_tolerance: bool,
+    /// Per process: registered memory predicted against the kernel's pinned/locked counters.
+    pub processes: Vec<ProcessRow>,
+    /// Every process' pinned/locked growth is within [`FOOTPRINT_TOLERANCE_PCT`] of the
+    /// registered memory predicted for its ranks.
+    pub pinned_within_tolerance: bool,
     /// The process' VmHWM at the end, KB (with `local`: all ranks together).
     pub process_vm_hwm_kb: u64,
     pub out_dat: PathBuf,
@@ -126,21 +220,47 @@ pub fn max_min(rows: &[RankRow], f: impl Fn(&RankRow) -> f64) -> (f64, f64) {
     rows.iter().map(&f).fold((f64::MIN, f64::MAX), |(a, b), x| (a.max(x), b.min(x)))
 }
 
+/// Largest |x| of `f` over `items` (0 when empty).
+pub fn max_abs<T>(items: &[T], f: impl Fn(&T) -> f64) -> f64 {
+    items.iter().map(|x| f(x).abs()).fold(0.0, f64::max)
+}
+
+/// The printed per-process table: registered memory predicted against the kernel's counters.
+pub fn process_table(r: &RunReport) -> String {
+    let mut s = format!(
+        "{:>7} {:>9} {:>14} {:>14} {:>14} {:>8} {:>12} {:>10}\n",
+        "process", "ranks", "reg pred B", "reg acct B", "pin/lck d B", "diff %", "VmRSS d KB", "state KB"
+    );
+    for p in &r.processes {
+        let ranks = match p.ranks.as_slice() {
+            [one] => one.to_string(),
+            [first, .., last] => format!("{first}-{last}"),
+            [] => "-".into(),
+        };
+        s.push_str(&format!(
+            "{:>7} {:>9} {:>14} {:>14} {:>14} {:>8.1} {:>12} {:>10.0}\n",
+            p.process, ranks, p.registered_predicted_bytes, p.registered_accounted_bytes, p.pinned_delta_bytes, p.pinned_diff_pct, p.vm_rss_delta_kb, p.state_kb
+        ));
+    }
+    s
+}
+
 /// The printed per-rank table.
 pub fn table(r: &RunReport) -> String {
     let mut s = format!(
-        "{:>5} {:>7} {:>12} {:>11} {:>12} {:>12} {:>6} {:>6} {:>9} {:>9} {:>11} {:>10} {:>10}\n",
-        "rank", "cells", "est KB", "alloc KB", "tp pred B", "tp meas B", "peers", "conn", "sent", "recv", "ballast KB", "VmRSS KB", "VmHWM KB"
+        "{:>5} {:>7} {:>12} {:>11} {:>12} {:>12} {:>6} {:>6} {:>6} {:>9} {:>9} {:>11} {:>10} {:>10}\n",
+        "rank", "cells", "est KB", "alloc KB", "tp pred B", "tp meas B", "diff %", "peers", "conn", "sent", "recv", "ballast KB", "VmRSS KB", "VmHWM KB"
     );
     for x in &r.per_rank {
         s.push_str(&format!(
-            "{:>5} {:>7} {:>12.0} {:>11.0} {:>12} {:>12} {:>6} {:>6} {:>9} {:>9} {:>11.0} {:>10} {:>10}\n",
+            "{:>5} {:>7} {:>12.0} {:>11.0} {:>12} {:>12} {:>6.1} {:>6} {:>6} {:>9} {:>9} {:>11.0} {:>10} {:>10}\n",
             x.rank,
             x.cells,
             x.estimated_kb,
             x.allocated_kb,
             x.footprint_predicted_bytes,
             x.footprint_measured_bytes,
+            x.footprint_diff_pct,
             x.peers_predicted,
             x.peers_connected,
             x.spikes_sent,

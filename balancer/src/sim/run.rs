@@ -143,8 +143,23 @@ pub struct RankOutcome {
     pub footprint: Footprint,
     /// The process' memory counters at the same moment.
     pub process: ProcStatus,
+    /// The process' memory counters before its communicator(s) were created (set by the
+    /// driver: [`super::run_local`], [`super::run_verbs_threads`], or a per-process run),
+    /// so `process - process_start` is what the run added: transport, cell state, tables.
+    pub process_start: ProcStatus,
+    /// Which process held this rank (0 when all ranks are threads of one process; the
+    /// process' rank under a launcher), to sum the ranks sharing one process' counters.
+    pub proc_index: usize,
     /// Min-delay windows run.
     pub windows: u64,
+}
+
+impl RankOutcome {
+    /// Records the process this rank ran in and its counters before the communicator.
+    pub fn stamp(&mut self, proc_index: usize, process_start: ProcStatus) {
+        self.proc_index = proc_index;
+        self.process_start = process_start;
+    }
 }
 
 /// Runs this rank's part of the simulation over `comm`. `rank_of[c]` is the rank of global
@@ -281,6 +296,8 @@ pub fn run_rank(comm: &mut Communicator, circuit: &SimCircuit, rank_of: &[u32], 
         in_peers: n_in,
         footprint,
         process,
+        process_start: ProcStatus::default(),
+        proc_index: 0,
         windows,
     })
 }

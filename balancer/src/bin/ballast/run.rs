@@ -2,7 +2,10 @@
 //! Ballast's runtime, cells placed by `--lb-mode=Memory` (allocation file, regenerated
 //! when absent, as neurodamus does) or `RoundRobin`; writes `out.dat` and `report.json` and
 //! prints the per-rank table. With `--transport local` the N ranks are threads; under
-//! `mpirun -n N ballast run --transport mpi` each process is one rank.
+//! `mpirun -n N ballast run --transport mpi` each process is one rank. `--transport verbs`
+//! does either: N threads of this process, each with its own verbs communicator on the
+//! selected device, or, under a launcher that sets `BALLAST_ROOT` and the rank/size
+//! variables, one rank per process (the same per-process flow as mpi: [`Job`]).
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -10,9 +13,9 @@ use anyhow::{bail, Context};
 use ballast_balancer::files::AllocationSource;
 use ballast_balancer::sim::placement::{place, Placement};
 use ballast_balancer::sim::report::{self, RunReport};
-use ballast_balancer::sim::{all_spikes, ExchangeKind, LbMode, RankOutcome, SimInput, SimParams};
+use ballast_balancer::sim::{all_spikes, ExchangeKind, LbMode, RankOutcome, SimError, SimInput, SimParams};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
-use ballast_runtime::{RuntimeConfig, TransportKind};
+use ballast_runtime::{Communicator, ProcStatus, RuntimeConfig, TransportKind};
 use clap::Args;
 
 use crate::runtime_args::RuntimeArgs;
@@ -122,6 +125,7 @@ pub fn params(args: &RunArgs) -> SimParams {
 /// Refuses transports this build cannot run.
 fn check_transport(kind: TransportKind) -> anyhow::Result<()> {
     let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
+    #[allow(unreachable_patterns)] // a transport kind added later is refused by name
     match kind {
         TransportKind::Local => Ok(()),
         TransportKind::Mpi if cfg!(feature = "mpi") => Ok(()),
@@ -129,12 +133,25 @@ fn check_transport(kind: TransportKind) -> anyhow::Result<()> {
             "--transport mpi is not compiled into this ballast (transports compiled in: {}); build with --features ballast-balancer/mpi and launch with mpirun -n N",
             compiled.join(", ")
         ),
+        TransportKind::Verbs if cfg!(feature = "verbs") => Ok(()),
         TransportKind::Verbs => bail!(
-            "--transport verbs is not available to `ballast run` in this build (transports compiled in: {}); the verbs transport is not wired into `ballast run` yet",
+            "--transport verbs is not compiled into this ballast (transports compiled in: {}); build with --features ballast-balancer/verbs (needs libibverbs-dev librdmacm-dev libclang-dev) and run where an RDMA device is",
             compiled.join(", ")
         ),
-        TransportKind::Auto => bail!("`ballast run` needs an explicit transport: local, mpi or verbs (not auto)"),
+        other => bail!("`ballast run` needs an explicit transport: local, mpi or verbs (not {other})"),
     }
+}
+
+/// With `--transport verbs`, opens the selected device once (`BALLAST_IB_DEVICE`, else the
+/// first active one) before anything is written, so that a machine without one fails with
+/// the runtime's reason instead of after regenerating an allocation file.
+fn check_device(cfg: &RuntimeConfig) -> anyhow::Result<()> {
+    #[cfg(feature = "verbs")]
+    if cfg.transport().kind == TransportKind::Verbs {
+        ballast_runtime::verbs::probe(cfg.verbs()).context("--transport verbs")?;
+    }
+    let _ = cfg;
+    Ok(())
 }
 
 /// Refuses a run whose state blocks (estimated KB × memory scale, divided over
@@ -184,6 +201,9 @@ pub fn build_report(
     let peers: Vec<usize> = (0..ranks).map(|r| sets.count(r)).collect();
     let peer_nodes = net.peer_nodes(&sets, cfg.transport().ranks_per_node.max(1));
     let rows = report::rows(outcomes, &peers, &peer_nodes, cfg.transport());
+    let processes = report::process_rows(outcomes, &peers, &peer_nodes, cfg.transport());
+    let footprint_max_diff_pct = report::max_abs(&rows, |r| r.footprint_diff_pct);
+    let pinned_max_diff_pct = report::max_abs(&processes, |p| p.pinned_diff_pct);
     let (_, window) = params.steps(&input.circuit.delays)?;
     Ok(RunReport {
         circuit: input.label.clone(),
@@ -202,6 +222,10 @@ pub fn build_report(
         seconds,
         peers_match: rows.iter().all(|r| r.peers_connected == r.peers_predicted as u64),
         footprint_match: rows.iter().all(|r| r.footprint_measured_bytes == r.footprint_predicted_bytes),
+        footprint_max_diff_pct,
+        footprint_within_tolerance: footprint_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT,
+        pinned_within_tolerance: pinned_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT,
+        processes,
         process_vm_hwm_kb: ballast_runtime::ProcStatus::read_self().map(|p| p.vm_hwm_kb).unwrap_or(0),
         per_rank: rows,
         out_dat: out_dat.to_owned(),
@@ -227,6 +251,7 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         report.circuit, report.lb_mode, report.ranks, report.transport, report.recv_sharing, report.exchange, report.tstop_ms, report.dt_ms, report.window_ms
     );
     print!("{}", report::table(report));
+    print!("{}", report::process_table(report));
     println!(
         "{} spikes in {:.2} s -> {} | peers connected = predicted: {} | footprint measured = predicted: {} | process VmHWM {} KB",
         report.spikes,
@@ -244,7 +269,24 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         },
         report.process_vm_hwm_kb
     );
+    if report.transport == TransportKind::Verbs.as_str() {
+        println!("{}", verbs_check_line(report));
+    }
     Ok(())
+}
+
+/// The verbs footprint check: Ballast's accounting per rank and the kernel's pinned/locked
+/// growth per process, each within the tolerance of the prediction.
+fn verbs_check_line(r: &RunReport) -> String {
+    let pinned = report::max_abs(&r.processes, |p| p.pinned_diff_pct);
+    let ok = r.footprint_within_tolerance && r.pinned_within_tolerance;
+    format!(
+        "verbs footprint within {}% of predicted: {} (accounted per rank: max {:.1}%; pinned per process (VmPin/VmLck growth) vs registered: max {:.1}%)",
+        report::FOOTPRINT_TOLERANCE_PCT,
+        if ok { "yes" } else { "NO" },
+        r.footprint_max_diff_pct,
+        pinned
+    )
 }
 
 /// Runs `ballast run`.
@@ -252,9 +294,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let cfg = args.runtime.to_config()?;
     let kind = cfg.transport().kind;
     check_transport(kind)?;
-    if kind == TransportKind::Mpi {
-        return run_mpi(args, &cfg);
+    check_device(&cfg)?;
+    match kind {
+        TransportKind::Mpi => run_mpi(args, &cfg),
+        // Under a launcher (rank/size variables set): one rank per process.
+        TransportKind::Verbs if cfg.bootstrap().rank.is_some() => run_verbs_processes(args, &cfg),
+        _ => run_threads(args, &cfg),
     }
+}
+
+/// The ranks as threads of this process: `local`, or `verbs` without a launcher.
+fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     let ranks = args.ranks.unwrap_or(1);
     let input = load_input(args)?;
     let params = params(args);
@@ -269,35 +319,64 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         eprintln!("ballast run: allocation: {s}");
     }
     let start = Instant::now();
-    let outcomes = ballast_balancer::sim::run_local(&input.circuit, &placement.rank_of, ranks, &cfg, &params)?;
+    let outcomes = run_thread_ranks(&input, &placement, ranks, cfg, &params)?;
     let seconds = start.elapsed().as_secs_f64();
-    let report = build_report(&input, &placement, &outcomes, &cfg, &params, args.lb_mode, seconds, &args.output.join("out.dat"))?;
+    let report = build_report(&input, &placement, &outcomes, cfg, &params, args.lb_mode, seconds, &args.output.join("out.dat"))?;
     write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
     print_report(&report, args.json)
 }
 
-#[cfg(feature = "mpi")]
-fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+fn run_thread_ranks(input: &SimInput, placement: &Placement, ranks: usize, cfg: &RuntimeConfig, params: &SimParams) -> anyhow::Result<Vec<RankOutcome>> {
+    #[cfg(feature = "verbs")]
+    if cfg.transport().kind == TransportKind::Verbs {
+        return Ok(ballast_balancer::sim::run_verbs_threads(&input.circuit, &placement.rank_of, ranks, cfg, params)?);
+    }
+    Ok(ballast_balancer::sim::run_local(&input.circuit, &placement.rank_of, ranks, cfg, params)?)
+}
+
+/// This process' part of a job whose processes are one rank each (`mpirun` with `--transport
+/// mpi`; a launcher with `BALLAST_ROOT` with `--transport verbs`): what differs between the
+/// transports, for [`run_per_process`]. (Unused in a build with neither mpi nor verbs.)
+#[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
+trait Job {
+    /// This process' rank.
+    fn rank(&self) -> usize;
+    /// Number of processes (= ranks).
+    fn size(&self) -> usize;
+    /// Returns once every process called it.
+    fn barrier(&mut self) -> anyhow::Result<()>;
+    /// Creates this process' communicator, runs `f` on it and finishes it (collective).
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut dyn FnMut(&mut Communicator) -> Result<Vec<RankOutcome>, SimError>) -> anyhow::Result<Vec<RankOutcome>>;
+    /// Who started the processes, for messages.
+    fn launcher(&self) -> &'static str;
+}
+
+/// One process, one rank: every process loads the circuit and the placement (rank 0 reads
+/// or regenerates the allocation file first), runs its rank, and gathers every outcome to
+/// write the outputs on rank 0.
+#[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
+fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> anyhow::Result<()> {
     use ballast_balancer::sim::{gather, run_rank};
-    use ballast_runtime::mpi::rsmpi::collective::CommunicatorCollectives as _;
-    let mpi = ballast_runtime::mpi::Mpi::init()?;
-    let (me, size) = (mpi.rank(), mpi.size());
+    let (me, size) = (job.rank(), job.size());
     if let Some(n) = args.ranks {
         if n != size {
-            bail!("--ranks {n} but mpirun started {size} processes (each process is one rank)");
+            bail!("--ranks {n} but {} started {size} processes (each process is one rank)", job.launcher());
         }
     }
     let input = load_input(args)?;
     let params = params(args);
     params.steps(&input.circuit.delays)?;
     check_memory(&input, &params, size)?;
+    if me == 0 && args.output.exists() && !args.output.is_dir() {
+        bail!("output {}: exists and is not a directory", args.output.display());
+    }
     let offsets = &input.circuit.network.offsets;
     // Rank 0 reads or regenerates the allocation file first; the others read it after.
     let mut first = None;
     if me == 0 {
         first = Some(place(args.lb_mode, &input.dry_run, offsets, size as u32, &args.allocation_dir));
     }
-    mpi.world().barrier();
+    job.barrier()?;
     let placement = match first {
         Some(p) => p?,
         None => place(args.lb_mode, &input.dry_run, offsets, size as u32, &args.allocation_dir)?,
@@ -308,10 +387,12 @@ fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
         }
     }
     let start = Instant::now();
-    let outcomes = mpi.run(cfg, |comm| -> anyhow::Result<Vec<RankOutcome>> {
-        let mine = run_rank(comm, &input.circuit, &placement.rank_of, &params)?;
-        Ok(gather::gather(comm, &mine)?)
-    })??;
+    let process_start = ProcStatus::read_self().unwrap_or_default();
+    let outcomes = job.run(cfg, &mut |comm| {
+        let mut mine = run_rank(comm, &input.circuit, &placement.rank_of, &params)?;
+        mine.stamp(me, process_start);
+        gather::gather(comm, &mine)
+    })?;
     let seconds = start.elapsed().as_secs_f64();
     if me != 0 {
         return Ok(());
@@ -321,7 +402,78 @@ fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     print_report(&report, args.json)
 }
 
+#[cfg(feature = "mpi")]
+struct MpiJob(ballast_runtime::mpi::Mpi);
+
+#[cfg(feature = "mpi")]
+impl Job for MpiJob {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn barrier(&mut self) -> anyhow::Result<()> {
+        use ballast_runtime::mpi::rsmpi::collective::CommunicatorCollectives as _;
+        self.0.world().barrier();
+        Ok(())
+    }
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut dyn FnMut(&mut Communicator) -> Result<Vec<RankOutcome>, SimError>) -> anyhow::Result<Vec<RankOutcome>> {
+        Ok(self.0.run(cfg, f)??)
+    }
+    fn launcher(&self) -> &'static str {
+        "mpirun"
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+    run_per_process(args, cfg, &mut MpiJob(ballast_runtime::mpi::Mpi::init()?))
+}
+
 #[cfg(not(feature = "mpi"))]
 fn run_mpi(_: &RunArgs, _: &RuntimeConfig) -> anyhow::Result<()> {
     unreachable!("check_transport refuses mpi without the feature")
+}
+
+/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::bootstrap::auto`]
+/// (TCP at `BALLAST_ROOT`, or MPI when this process initialised it).
+#[cfg(feature = "verbs")]
+struct VerbsJob(Box<dyn ballast_runtime::bootstrap::Bootstrap>);
+
+#[cfg(feature = "verbs")]
+impl Job for VerbsJob {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn barrier(&mut self) -> anyhow::Result<()> {
+        self.0.all_gather(&[])?;
+        Ok(())
+    }
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut dyn FnMut(&mut Communicator) -> Result<Vec<RankOutcome>, SimError>) -> anyhow::Result<Vec<RankOutcome>> {
+        use ballast_runtime::verbs;
+        let mut comm = verbs::communicator(self.0.as_mut(), cfg)?;
+        // A failed rank drops its communicator unfinished: the others see its control
+        // connections end instead of waiting for it in the finish.
+        let out = f(&mut comm)?;
+        verbs::finish(comm)?;
+        Ok(out)
+    }
+    fn launcher(&self) -> &'static str {
+        "the launcher"
+    }
+}
+
+#[cfg(feature = "verbs")]
+fn run_verbs_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+    let (_, boot) = ballast_runtime::bootstrap::auto(cfg)?;
+    run_per_process(args, cfg, &mut VerbsJob(boot))
+}
+
+#[cfg(not(feature = "verbs"))]
+fn run_verbs_processes(_: &RunArgs, _: &RuntimeConfig) -> anyhow::Result<()> {
+    unreachable!("check_transport refuses verbs without the feature")
 }
