@@ -60,6 +60,7 @@ grep -q "^MPI: .*2 processes" <<< "$info_out"
 cargo build -p ballast-runtime -p ballast-bench --all-targets --locked --features ballast-runtime/verbs,ballast-bench/verbs
 cargo test -p ballast-runtime --locked --features verbs
 bash ci/verbs.sh
+bash ci/verbs_run.sh
 
 # `ballast run` under mpirun (each process one rank) gives the same out.dat as the local
 # transport, for 1, 3 and 8 ranks, both lb-modes and both exchanges.
