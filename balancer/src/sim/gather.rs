@@ -76,7 +76,7 @@ pub fn decode(b: &[u8]) -> Result<RankOutcome, SimError> {
     }
     let w: Vec<u64> = b[..8 * WORDS].chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
     let n = w[WORDS - 1] as usize;
-    if (b.len() - 8 * WORDS) / 8 != n || b.len() % 8 != 0 {
+    if n.checked_mul(8).and_then(|s| s.checked_add(8 * WORDS)) != Some(b.len()) {
         return Err(torn());
     }
     let spikes = b[8 * WORDS..]
