@@ -11,6 +11,11 @@
 //! - `--memlock`: the pool cannot be registered under a low `ulimit -l` (lowered to 64 KiB
 //!   here if it is higher): the error says how much is needed and how to raise it.
 //! - `--dead-peer`: rank 1 exits in the middle; rank 0's receive from it fails, not hangs.
+//! - `--killed-peer`: rank 1 exits while rank 0 streams to it: rank 0 gets an error naming
+//!   it, and after the failed completions every pool buffer is free (no leaked slot).
+//! - `--unanswered-connect`: rank 0 drops its communicator while its QP toward a silent
+//!   rank 1 is still connecting: clean teardown (VmPin back to its start value), and rank 1
+//!   gets an error about rank 0 instead of a hang.
 //!
 //! Without an RDMA device (e.g. on a host without soft-RoCE) it prints why and exits 0.
 
@@ -364,6 +369,110 @@ fn child_dead_peer() -> i32 {
     }
 }
 
+/// Rank 1 is killed in the middle of a stream (it exits after acknowledging two batches of
+/// 8 messages); rank 0, which has not progressed since (so it has not yet seen rank 1's
+/// control connection close), posts its next batch to the dead queue pair. Rank 0 must get
+/// an error naming rank 1 (not hang), the failed completions (retry exceeded, then flushed)
+/// must say so too, and once they are in every pool buffer must be free again: no slot
+/// leaked by an error completion.
+fn child_killed_peer() -> i32 {
+    let cfg = RuntimeConfig::from_env().unwrap().to_builder().recv_sharing(RecvSharing::PerPeer).recv_depth(8).buffer_count(16).buffer_size(4096).build().unwrap();
+    let mut boot = TcpBootstrap::connect(cfg.bootstrap()).unwrap();
+    let mut comm = verbs::communicator(&mut boot, &cfg).unwrap();
+    let me = comm.rank();
+    let payload = vec![5u8; 4000];
+    if me == 1 {
+        for _ in 0..2 {
+            for _ in 0..8 {
+                comm.recv(0, 1u32).unwrap();
+            }
+            comm.send(0, 2, b"ack").unwrap();
+        }
+        // Serve rank 0 a little longer (its credits may still be on the control channel)...
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(500) {
+            comm.progress().unwrap();
+        }
+        std::process::exit(9); // ...then die mid-stream: no finish, QPs destroyed by the kernel
+    }
+    for _ in 0..2 {
+        let reqs: Vec<_> = (0..8).map(|_| comm.isend(1, 1, &payload).unwrap()).collect();
+        comm.wait_all(reqs).unwrap();
+        comm.recv(1, 2u32).unwrap();
+    }
+    // Collect the credits for the next batch (granted on the ack or on the control channel)
+    // while rank 1 still lives, then wait, without progressing, until it is gone.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(200) {
+        comm.progress().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = Instant::now();
+    let mut errors = Vec::new();
+    let reqs: Result<Vec<_>> = (0..8).map(|_| comm.isend(1, 1, &payload)).collect();
+    match reqs.and_then(|r| comm.wait_all(r)) {
+        Err(e) => {
+            println!("killed peer: rank 0 got an error after {:.1} s: {e}", t.elapsed().as_secs_f64());
+            errors.push(e.to_string());
+        }
+        Ok(_) => {
+            println!("killed peer: 8 sends to a dead rank completed");
+            return 1;
+        }
+    }
+    // Keep progressing: the failed completions (retry exceeded after ~2 s, then flushes)
+    // return their buffers; each later error is reported once.
+    let total = comm.pool_stats().buffers;
+    let t = Instant::now();
+    while (comm.pool_stats().free < total || !errors.iter().any(|e| e.contains("failed:"))) && t.elapsed() < Duration::from_secs(30) {
+        if let Err(e) = comm.progress() {
+            errors.push(e.to_string());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let st = comm.pool_stats();
+    println!("killed peer: pool {} of {} buffers free after {:.1} s of draining; errors seen: {errors:?}", st.free, st.buffers, t.elapsed().as_secs_f64());
+    let named = !errors.is_empty() && errors.iter().all(|e| e.contains("rank 1"));
+    let completion_error = errors.iter().any(|e| e.contains("failed:"));
+    i32::from(!(st.free == st.buffers && named && completion_error))
+}
+
+/// Rank 0 opens a queue pair toward rank 1, which does not answer (it sleeps without
+/// progressing), and drops its communicator before the connection finished: the QP is
+/// destroyed in INIT and every registration is released (VmPin back to where it was).
+/// Rank 1 then wakes up, finds the connect request of a rank that is gone, and gets an
+/// error, not a hang; its own teardown releases everything too.
+fn child_unanswered_connect() -> i32 {
+    let cfg = RuntimeConfig::from_env().unwrap().to_builder().buffer_count(8).build().unwrap();
+    let mut boot = TcpBootstrap::connect(cfg.bootstrap()).unwrap();
+    let start = ProcStatus::read_self().unwrap();
+    let mut comm = verbs::communicator(&mut boot, &cfg).unwrap();
+    let me = comm.rank();
+    let pinned = ProcStatus::read_self().unwrap().vm_pin_kb - start.vm_pin_kb;
+    let ok = if me == 0 {
+        let r = comm.isend(1, 3, b"hello?").unwrap();
+        for _ in 0..200 {
+            comm.progress().unwrap();
+        }
+        let connecting = comm.endpoint_stats().live;
+        drop(r);
+        drop(comm); // the QP toward rank 1 never reached RTR
+        let after = ProcStatus::read_self().unwrap().vm_pin_kb - start.vm_pin_kb;
+        println!("unanswered connect: rank 0 had {connecting} endpoint(s) opening, VmPin {pinned} KiB while running, {after} KiB after the drop");
+        connecting == 1 && pinned > 0 && after == 0
+    } else {
+        std::thread::sleep(Duration::from_secs(3));
+        let t = Instant::now();
+        let res = comm.recv(0, 3u32);
+        let e = res.err().map(|e| e.to_string());
+        drop(comm);
+        let after = ProcStatus::read_self().unwrap().vm_pin_kb - start.vm_pin_kb;
+        println!("unanswered connect: rank 1 got {:?} after {:.1} s; VmPin {after} KiB after the drop", e, t.elapsed().as_secs_f64());
+        e.is_some_and(|e| e.contains("rank 0")) && after == 0
+    };
+    i32::from(!ok)
+}
+
 fn spawn(n: usize, devices: &[String], gid: Option<&str>, args: &[String], extra_env: &[(String, String)]) -> Vec<Child> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     (0..n)
@@ -410,6 +519,10 @@ fn main() {
             child_fanout(flag("--messages").map_or(1, |v| v.parse().unwrap()), 4)
         } else if args.iter().any(|a| a == "--child-dead-peer") {
             child_dead_peer()
+        } else if args.iter().any(|a| a == "--child-killed-peer") {
+            child_killed_peer()
+        } else if args.iter().any(|a| a == "--child-unanswered-connect") {
+            child_unanswered_connect()
         } else {
             child_conformance(args.iter().find(|a| !a.starts_with("--")).cloned())
         };
@@ -437,6 +550,12 @@ fn main() {
     } else if args.iter().any(|a| a == "--dead-peer") {
         let c = spawn(2, &devices, gid.as_deref(), &["--child-dead-peer".into()], &[]);
         wait_all(c, &[0, 7])
+    } else if args.iter().any(|a| a == "--killed-peer") {
+        let c = spawn(2, &devices, gid.as_deref(), &["--child-killed-peer".into()], &[]);
+        wait_all(c, &[0, 9])
+    } else if args.iter().any(|a| a == "--unanswered-connect") {
+        let c = spawn(2, &devices, gid.as_deref(), &["--child-unanswered-connect".into()], &[]);
+        wait_all(c, &[0, 0])
     } else if let Some(n) = flag("--fanout") {
         let n: usize = n.parse().unwrap();
         let sharing = flag("--sharing").unwrap_or_else(|| "shared".into());

@@ -128,12 +128,14 @@ pub(crate) struct Mesh {
     incoming: Vec<Incoming>,
     done_from: Vec<bool>,
     timeout: Duration,
+    /// Ranks whose control connection ended before they were done (dead), not yet taken.
+    dead: Vec<usize>,
 }
 
 impl Mesh {
     pub(crate) fn new(rank: usize, listener: ControlListener, addrs: Vec<SocketAddr>, timeout: Duration) -> Mesh {
         let n = addrs.len();
-        Mesh { rank, addrs, listener: listener.listener, out: (0..n).map(|_| None).collect(), incoming: Vec::new(), done_from: vec![false; n], timeout }
+        Mesh { rank, addrs, listener: listener.listener, out: (0..n).map(|_| None).collect(), incoming: Vec::new(), done_from: vec![false; n], timeout, dead: Vec::new() }
     }
 
     /// Sends one frame to `dest`, connecting first if needed. Errors: [`Error::Verbs`] when
@@ -218,6 +220,7 @@ impl Mesh {
             let inc = self.incoming.swap_remove(i);
             if let Some(r) = inc.from {
                 if !self.done_from[r] {
+                    self.dead.push(r);
                     return Err(Error::Verbs(format!(
                         "rank {}: rank {r} closed its control connection before finishing (it died or failed)",
                         self.rank
@@ -226,6 +229,11 @@ impl Mesh {
             }
         }
         Ok(())
+    }
+
+    /// Ranks found dead (control connection closed before they were done) since the last call.
+    pub(crate) fn take_dead(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.dead)
     }
 
     /// Tells every other rank that this one is done.

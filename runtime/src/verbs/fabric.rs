@@ -23,8 +23,15 @@
 //!   posts sends only once the peer said its QP reached RTR, so no packet meets a QP that
 //!   cannot receive it.
 //! - **Errors.** A failed send completion returns its pool buffer (as a normal completion
-//!   would) and then fails the next `poll` with [`Error::Verbs`] naming the peer; a
-//!   peer whose control connection ends before it finished is an error too.
+//!   would), marks the peer's queue pair broken (sends queued behind it return their
+//!   buffers at once, later ones at the next poll) and fails the next `poll` with
+//!   [`Error::Verbs`] naming the peer. A peer whose control connection ends before it
+//!   finished is an error too, and its queue pair is moved to the error state so that the
+//!   device flushes the sends still posted to it (their buffers come back with the flush
+//!   completions; soft-RoCE was seen not to give up retrying toward a destroyed QP within
+//!   30 s). A queue pair dropped before it finished connecting (any state) is destroyed and
+//!   its registrations released: tested in the guest (`--killed-peer`,
+//!   `--unanswered-connect`, `--dead-peer` of the verbs conformance binary).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -244,6 +251,8 @@ struct Peer {
     grant_stash: u32,
     /// The poll count when `grant_stash` became non-zero.
     grant_since: u64,
+    /// A send to the peer failed: its queue pair is in the error state.
+    broken: bool,
     /// The peer asked for credit (its grant leaves at the next poll).
     wants_credit: bool,
 }
@@ -298,6 +307,8 @@ pub struct VerbsFabric {
     polls: u64,
     /// Peers with a non-zero `grant_stash`.
     stashed: Vec<usize>,
+    /// Sends refused because their queue pair broke, completed at the next poll.
+    failed_sends: Vec<u64>,
 }
 
 // SAFETY: every raw handle is owned by this value and used only by the thread that owns it
@@ -357,6 +368,7 @@ impl VerbsFabric {
             frames: Vec::new(),
             polls: 0,
             stashed: Vec::new(),
+            failed_sends: Vec::new(),
         })
     }
 
@@ -559,6 +571,27 @@ impl VerbsFabric {
         }
     }
 
+    /// Rank `r` died (its control connection ended early): its queue pair goes to the error
+    /// state, so that the device flushes every send still posted to it (their completions,
+    /// with IBV_WC_WR_FLUSH_ERR, return the pool buffers at the next polls instead of waiting
+    /// for the transport's retries, which soft-RoCE may never give up), and the sends queued
+    /// behind it return their buffers now.
+    fn peer_died(&mut self, r: usize, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<()> {
+        let Some(p) = self.peers.get_mut(&r) else { return Ok(()) };
+        p.broken = true;
+        for q in std::mem::take(&mut p.queued) {
+            on_event(Event::SendComplete(q.wr_id))?;
+        }
+        if let Some(q) = p.qp.as_ref() {
+            let qp = q.qp;
+            // SAFETY: plain-data struct; zero is valid for the fields not set.
+            let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = ibv_qp_state::IBV_QPS_ERR;
+            self.modify(qp, &mut a, ibv_qp_attr_mask::IBV_QP_STATE.0, "ERR", r)?;
+        }
+        Ok(())
+    }
+
     fn poll_cq(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
         let mut n = 0;
         // SAFETY: ibv_wc is plain data; zeroed entries are overwritten by ibv_poll_cq.
@@ -623,7 +656,16 @@ impl VerbsFabric {
                             status_str(wc.status)
                         )));
                     }
-                    if let Some(p) = peer {
+                    if !ok {
+                        // The queue pair is in the error state: sends still queued behind it
+                        // would never complete, so their buffers go back to the pool now.
+                        if let Some(pe) = peer.and_then(|p| self.peers.get_mut(&p)) {
+                            pe.broken = true;
+                            for q in std::mem::take(&mut pe.queued) {
+                                on_event(Event::SendComplete(q.wr_id))?;
+                            }
+                        }
+                    } else if let Some(p) = peer {
                         touched.push(p);
                     }
                 }
@@ -791,6 +833,7 @@ impl Fabric for VerbsFabric {
         let p = self.peers.entry(key).or_default();
         p.qp = Some(q);
         p.remote_ready = false;
+        p.broken = false;
         if let Some(remote) = p.pending.take() {
             self.connect(key, remote)?;
         }
@@ -837,6 +880,13 @@ impl Fabric for VerbsFabric {
             })?
         };
         let peer = self.peers.get_mut(&key).ok_or_else(|| Error::Protocol(format!("send on unknown endpoint {key}")))?;
+        if peer.broken {
+            // Completed (failed) at the next poll, which returns the buffer; the error
+            // comes at the poll after it.
+            self.failed_sends.push(wr_id);
+            self.pending_err.get_or_insert(Error::Verbs(format!("rank {}: the queue pair toward rank {key} broke (an earlier send failed)", self.rank)));
+            return Ok(());
+        }
         let grant = std::mem::take(&mut peer.grant_stash);
         if grant > 0 {
             peer.wants_credit = false;
@@ -874,6 +924,9 @@ impl Fabric for VerbsFabric {
             return Err(e);
         }
         self.polls = self.polls.wrapping_add(1);
+        for w in std::mem::take(&mut self.failed_sends) {
+            on_event(Event::SendComplete(w))?;
+        }
         // Grants that found no packet to ride on for GRANT_HOLD_POLLS calls (or that their
         // rank asked for) go on the control channel.
         if !self.stashed.is_empty() {
@@ -894,7 +947,12 @@ impl Fabric for VerbsFabric {
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
         if self.polls % MESH_POLL_EVERY == 1 {
-            self.mesh.poll(&mut frames)?;
+            if let Err(e) = self.mesh.poll(&mut frames) {
+                for r in self.mesh.take_dead() {
+                    self.peer_died(r, on_event)?;
+                }
+                return Err(e);
+            }
         }
         let mut n = frames.len();
         for f in frames.drain(..) {
