@@ -5,7 +5,8 @@
 # the libhdf5 that run-in-vm.sh ships beside the binary, found by ldd), two guest boots:
 #   1. the balancer's sim_verbs test (3 verbs ranks as threads on a synthetic circuit:
 #      local spikes, footprint within 10%), then `ballast run --transport verbs --ranks 3`
-#      (3 ranks as threads, each with its own verbs communicator on rxe0);
+#      (3 ranks as threads, each with its own verbs communicator on rxe0), and once with
+#      `--transport auto` (must pick verbs);
 #   2. 2 processes, rank 0 on rxe0 and rank 1 on rxe1 (over the veth), meeting through the
 #      TCP bootstrap on loopback (BALLAST_ROOT, BALLAST_RANK/BALLAST_SIZE);
 # each run with Memory and RoundRobin, p2p and allgather. Every run's out.dat must be
@@ -92,6 +93,15 @@ for mode in Memory RoundRobin; do
         report $label $label.log
     done
 done
+if [ "$1" = threads ]; then
+    # --transport auto picks verbs where a device is usable (and says so).
+    echo "== ballast run --transport auto --ranks 3"
+    BALLAST_IB_DEVICE=$RXE_VM_DEV BALLAST_GID_INDEX=$RXE_VM_GID /rxe-vm/ballast run --transport auto \
+        --circuit $C --ranks 3 --lb-mode RoundRobin --output threads-auto >threads-auto.log 2>auto.err
+    cat auto.err
+    grep -q '^ballast run: transport auto: using verbs' auto.err || { echo '--transport auto did not pick verbs'; exit 1; }
+    report threads-auto threads-auto.log
+fi
 EOF
 
 log=$work/guest.log
@@ -118,8 +128,8 @@ while read -r _ label hash lines check; do
     fi
     echo "ci/verbs_run.sh: $label: out.dat identical to local ($ref_lines lines), footprint within 10%: ok"
 done < <(grep '^VERBS_RUN ' "$log" | tr -d '\r')
-if [ "$runs" != 8 ]; then
-    echo "ci/verbs_run.sh: expected 8 verbs runs, the guest reported $runs" >&2
+if [ "$runs" != 9 ]; then
+    echo "ci/verbs_run.sh: expected 9 verbs runs, the guest reported $runs" >&2
     exit 1
 fi
 echo "ci/verbs_run.sh: ok ($runs runs, $((SECONDS - began)) s)"

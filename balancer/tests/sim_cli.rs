@@ -88,6 +88,22 @@ fn transports_not_compiled_in_are_clear_errors() {
 }
 
 #[test]
+fn transport_auto_says_what_it_picked_and_gives_the_same_spikes() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(dir.path(), &["--ranks", "3", "--lb-mode", "RoundRobin", "--output", "local"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(dir.path(), &["--ranks", "3", "--lb-mode", "RoundRobin", "--transport", "auto", "--output", "auto"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let picked = err.lines().find(|l| l.starts_with("ballast run: transport auto:")).unwrap_or_else(|| panic!("{err}"));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("auto/report.json")).unwrap()).unwrap();
+    let kind = report["transport"].as_str().unwrap();
+    assert!(picked.contains(&format!("using {kind}")), "{picked} / report: {kind}");
+    let read = |d: &str| std::fs::read_to_string(dir.path().join(d).join("out.dat")).unwrap();
+    assert_eq!(read("auto"), read("local"));
+}
+
+#[test]
 fn demo_passes_its_check() {
     let dir = tempfile::tempdir().unwrap();
     let o = ballast()

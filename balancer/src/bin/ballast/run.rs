@@ -125,7 +125,6 @@ pub fn params(args: &RunArgs) -> SimParams {
 /// Refuses transports this build cannot run.
 fn check_transport(kind: TransportKind) -> anyhow::Result<()> {
     let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
-    #[allow(unreachable_patterns)] // a transport kind added later is refused by name
     match kind {
         TransportKind::Local => Ok(()),
         TransportKind::Mpi if cfg!(feature = "mpi") => Ok(()),
@@ -138,7 +137,8 @@ fn check_transport(kind: TransportKind) -> anyhow::Result<()> {
             "--transport verbs is not compiled into this ballast (transports compiled in: {}); build with --features ballast-balancer/verbs (needs libibverbs-dev librdmacm-dev libclang-dev) and run where an RDMA device is",
             compiled.join(", ")
         ),
-        other => bail!("`ballast run` needs an explicit transport: local, mpi or verbs (not {other})"),
+        // `run` resolves auto first (RuntimeArgs::to_config_resolved); never reached.
+        TransportKind::Auto => bail!("`ballast run` needs a resolved transport: local, mpi or verbs (not auto)"),
     }
 }
 
@@ -291,7 +291,11 @@ fn verbs_check_line(r: &RunReport) -> String {
 
 /// Runs `ballast run`.
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let cfg = args.runtime.to_config()?;
+    // `--transport auto`: verbs with a usable device, else mpi under an MPI launch, else local.
+    let (cfg, note) = args.runtime.to_config_resolved()?;
+    if let Some(note) = note.filter(|_| cfg.bootstrap().rank.unwrap_or(0) == 0) {
+        eprintln!("ballast run: {note}");
+    }
     let kind = cfg.transport().kind;
     check_transport(kind)?;
     check_device(&cfg)?;
