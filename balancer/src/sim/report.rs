@@ -276,6 +276,53 @@ pub fn table(r: &RunReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ballast_runtime::{ProcStatus, RuntimeConfig, TransportKind};
+
+    fn outcome(rank: usize, proc_index: usize, rss: (u64, u64), pin: (u64, u64), lck: (u64, u64), registered: u64) -> RankOutcome {
+        RankOutcome {
+            rank,
+            cells: 1,
+            estimated_kb: 100.0,
+            state_bytes: 2048,
+            spikes: Vec::new(),
+            exchange: Default::default(),
+            out_peers: 1,
+            in_peers: 1,
+            footprint: Footprint { registered_bytes: registered, ..Footprint::default() },
+            process: ProcStatus { vm_rss_kb: rss.1, vm_pin_kb: pin.1, vm_lck_kb: lck.1, ..ProcStatus::default() },
+            process_start: ProcStatus { vm_rss_kb: rss.0, vm_pin_kb: pin.0, vm_lck_kb: lck.0, ..ProcStatus::default() },
+            proc_index,
+            windows: 1,
+        }
+    }
+
+    #[test]
+    fn process_rows_sum_the_ranks_of_each_process_against_its_counters() {
+        let cfg = RuntimeConfig::builder().transport(TransportKind::Verbs).build().unwrap();
+        let t = cfg.transport();
+        let per_rank = predicted_footprint(t, 1, 0, 3).registered_bytes;
+        assert_eq!(per_rank, 64 * 8192 + 64 * 8192, "pool + SRQ buffers");
+        // Ranks 0 and 1 are threads of process 0 (rank 1 measured last: larger VmRSS);
+        // rank 2 is process 1, whose registrations the kernel counts in VmLck (mlock).
+        let outs = [
+            outcome(0, 0, (1000, 5000), (0, 1000), (0, 0), per_rank),
+            outcome(1, 0, (1000, 6000), (0, 2064), (0, 0), per_rank),
+            outcome(2, 1, (900, 2000), (0, 0), (16, 1040), per_rank),
+        ];
+        let p = process_rows(&outs, &[1, 1, 1], &[0, 0, 0], t);
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].ranks, vec![0, 1]);
+        assert_eq!(p[0].registered_predicted_bytes, 2 * per_rank);
+        assert_eq!(p[0].registered_accounted_bytes, 2 * per_rank);
+        assert_eq!(p[0].pinned_delta_bytes, 2064 * 1024);
+        assert!((p[0].pinned_diff_pct - 0.78125).abs() < 1e-9, "{}", p[0].pinned_diff_pct);
+        assert_eq!((p[0].vm_rss_delta_kb, p[0].state_kb), (5000, 4.0));
+        assert_eq!((p[1].ranks.clone(), p[1].pinned_delta_bytes, p[1].vm_rss_delta_kb), (vec![2], 1024 * 1024, 1100));
+        assert_eq!(p[1].pinned_diff_pct, 0.0);
+        let rows = rows(&outs, &[1, 1, 1], &[0, 0, 0], t);
+        assert_eq!((rows[1].process, rows[1].vm_pin_delta_kb, rows[2].vm_lck_delta_kb), (0, 2064, 1024));
+        assert_eq!(max_abs(&p, |x| x.pinned_diff_pct), p[0].pinned_diff_pct);
+    }
 
     #[test]
     fn out_dat_is_neurodamus_layout() {
