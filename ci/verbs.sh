@@ -4,8 +4,12 @@
 # Each run-in-vm.sh call boots the guest once (~10 s under TCG) and runs one command line:
 #   1. the conformance suite over 2 processes, rank 0 on rxe0 and rank 1 on rxe1 (over the veth);
 #   2. the conformance suite over 8 processes on rxe0;
-#   3. the fanout over 16 processes in shared and per-peer modes (footprint vs model, VmPin at
-#      registration, VmLck constant), the memlock error under `ulimit -l 64`, a dead peer;
+#   3. `ballast info` and `--transport auto` (verbs chosen; under `ulimit -l 64` local, saying
+#      why); the fanout over 16 processes in shared and per-peer modes, by the conformance
+#      binary (footprint vs model, VmPin at registration, VmLck constant) and by
+#      `ballast fanout --transport verbs` (each process' VmPin/VmLck/VmRSS against the model);
+#      the memlock error under `ulimit -l 64`; the error paths: a dead peer, a peer killed
+#      mid-stream (no pool slot leaked), a QP dropped while connecting;
 #   4. the verbs ping-pong beside ib_send_lat (perftest) in the same boot.
 # Without qemu or the guest image (e.g. a developer machine without the rxe-vm scripts) it
 # prints why and skips (exit 0); under CI=true a missing guest is a failure.
@@ -52,13 +56,18 @@ vm -t 600 "$conformance" --procs 2 '!eviction,!all_to_all_64,!many_to_one,!messa
 echo "ci/verbs.sh: conformance, 8 processes on rxe0"
 vm -t 600 "$conformance" --procs 8 --devices rxe0 'ordering,any_source,back_pressure,eviction_with_two_endpoints/shared,collectives,verbs_footprint,xrc'
 
-# 3. `ballast info` (device probe), fanout (16 processes, both modes), memlock error, dead peer: one boot.
-echo "ci/verbs.sh: ballast info, fanout x16 shared/per-peer, memlock, dead peer"
-vm -t 600 -f "$conformance" -f "$ballast_bin" "B=/rxe-vm/$(basename "$conformance"); set -e; \
+# 3. `ballast info` (device probe, auto), fanout (16 processes, both modes, twice), memlock
+# error, error paths: one boot.
+echo "ci/verbs.sh: ballast info/auto, fanout x16 shared/per-peer, memlock, error paths"
+vm -t 600 -f "$conformance" -f "$ballast_bin" -f ci/verbs_guest_fanout.sh "B=/rxe-vm/$(basename "$conformance"); set -e; \
     /rxe-vm/ballast info --transport verbs --recv-sharing xrc --peers 15 | head -n 14; \
     /rxe-vm/ballast info --transport verbs | grep -q 'xrc .*no (recv_sharing=xrc falls back to shared)'; \
+    /rxe-vm/ballast info --transport auto | grep 'transport auto: using verbs (device rxe0'; \
+    (ulimit -l 64; /rxe-vm/ballast info --transport auto | grep 'transport auto: verbs: pool needs 1028 KiB locked, ulimit -l is 64 KiB; .*using local'); \
     \$B --fanout 16 --sharing shared; \$B --fanout 16 --sharing per-peer; \
-    (ulimit -l 64; \$B --memlock); \$B --dead-peer"
+    sh /rxe-vm/verbs_guest_fanout.sh /rxe-vm/ballast 16 --recv-sharing shared --buffer-count 16 --buffer-size 4096 --srq-depth 32; \
+    sh /rxe-vm/verbs_guest_fanout.sh /rxe-vm/ballast 16 --recv-sharing per-peer --buffer-count 16 --buffer-size 4096 --recv-depth 4; \
+    (ulimit -l 64; \$B --memlock); \$B --dead-peer; \$B --killed-peer; \$B --unanswered-connect"
 
 # 4. Ping-pong: Ballast over verbs, then ib_send_lat, same boot, both rxe0 <-> rxe1.
 echo "ci/verbs.sh: ping-pong, Ballast verbs vs ib_send_lat"
