@@ -5,7 +5,9 @@
 //! `mpirun -n N ballast run --transport mpi` each process is one rank. `--transport verbs`
 //! does either: N threads of this process, each with its own verbs communicator on the
 //! selected device, or, under a launcher that sets `BALLAST_ROOT` and the rank/size
-//! variables, one rank per process (the same per-process flow as mpi: [`Job`]).
+//! variables, one rank per process (the same per-process flow as mpi: [`Job`]); under
+//! `mpirun` without `BALLAST_ROOT` (a build with both `mpi` and `verbs`) MPI carries the
+//! start-up exchange and the data goes over verbs.
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -473,6 +475,14 @@ impl Job for VerbsJob {
 
 #[cfg(feature = "verbs")]
 fn run_verbs_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+    // `mpirun -n N ballast run --transport verbs` without BALLAST_ROOT: MPI carries the
+    // start-up exchange (the control listeners' addresses); the data goes over verbs. MPI
+    // stays initialised until the job ends (`_mpi` is dropped after the bootstrap).
+    #[cfg(feature = "mpi")]
+    let _mpi = match (&cfg.bootstrap().root, cfg.bootstrap().rank_var) {
+        (None, Some("OMPI_COMM_WORLD_RANK" | "PMI_RANK")) => Some(ballast_runtime::mpi::Mpi::init()?),
+        _ => None,
+    };
     let (_, boot) = ballast_runtime::bootstrap::auto(cfg)?;
     run_per_process(args, cfg, &mut VerbsJob(boot))
 }
