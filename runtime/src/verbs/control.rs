@@ -31,6 +31,14 @@ pub(crate) enum Kind {
     Ready = 3,
     /// The sender finished (`Fabric::mark_done`).
     Done = 4,
+    /// XRC: the sender's INI QP toward my node asks for a TGT QP (I am the node's first rank).
+    XrcConnect = 5,
+    /// XRC: the TGT QP created for the sender's request.
+    XrcAccept = 6,
+    /// XRC: what is your XRC SRQ number?
+    SrqReq = 7,
+    /// XRC: my XRC SRQ number (in `value`).
+    SrqNum = 8,
 }
 
 /// Connection data of one QP.
@@ -72,6 +80,10 @@ impl Frame {
             2 => Kind::Control,
             3 => Kind::Ready,
             4 => Kind::Done,
+            5 => Kind::XrcConnect,
+            6 => Kind::XrcAccept,
+            7 => Kind::SrqReq,
+            8 => Kind::SrqNum,
             k => return Err(Error::Protocol(format!("unknown control frame kind {k}"))),
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
@@ -231,6 +243,12 @@ impl Mesh {
         Ok(())
     }
 
+    /// A name for this job, the same on every rank (rank 0's control address): XRC domain
+    /// files are named after it.
+    pub(crate) fn job_tag(&self) -> String {
+        format!("{}-{}", self.addrs[0].ip(), self.addrs[0].port())
+    }
+
     /// Ranks found dead (control connection closed before they were done) since the last call.
     pub(crate) fn take_dead(&mut self) -> Vec<usize> {
         std::mem::take(&mut self.dead)
@@ -262,6 +280,8 @@ mod tests {
         let f = Frame { kind: Kind::Control, code: 3, src: 17, value: u64::MAX - 5, qp: QpInfo { qpn: 0xabcdef, psn: 0x123456, lid: 9, gid: [7; 16] } };
         assert_eq!(Frame::decode(&f.encode()).unwrap(), f);
         assert!(Frame::decode(&[9u8; FRAME_BYTES]).is_err());
+        let x = Frame { kind: Kind::SrqNum, code: 0, src: 3, value: 0x00ab_cdef, qp: QpInfo::default() };
+        assert_eq!(Frame::decode(&x.encode()).unwrap(), x);
     }
 
     #[test]

@@ -41,6 +41,7 @@ use rdma_sys::*;
 
 use super::control::{Frame, Kind, Mesh, QpInfo};
 use super::device::{self, Context};
+use super::xrc;
 use crate::config::{RecvSharing, RuntimeConfig, TransportConfig};
 use crate::error::{Error, Result};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, Registration};
@@ -236,6 +237,8 @@ struct Queued {
     lkey: u32,
     /// Credits granted to the peer, carried as immediate data (0 = none).
     grant: u32,
+    /// Destination rank (XRC: whose SRQ number the send names).
+    dest: u32,
 }
 
 #[derive(Default)]
@@ -275,8 +278,13 @@ fn get_header(b: &[u8]) -> PacketHeader {
 /// The verbs fabric of one rank. Field order is teardown order: QPs, then the SRQ, then the
 /// memory regions, then the CQ, then the device.
 pub struct VerbsFabric {
+    /// Per peer rank; in `xrc` mode the INI queue pairs are kept under `world + node`.
     peers: RankMap<usize, Peer>,
+    /// XRC: TGT queue pairs this rank created for remote INI QPs (as its node's first rank).
+    tgts: Vec<xrc::Tgt>,
     srq: Option<Srq>,
+    /// XRC: the node's shared domain (after the SRQ and the QPs made in it).
+    xrcd: Option<xrc::Xrcd>,
     headers: Option<Slots>,
     pool_mrs: Vec<Mr>,
     cq: Cq,
@@ -309,6 +317,10 @@ pub struct VerbsFabric {
     stashed: Vec<usize>,
     /// Sends refused because their queue pair broke, completed at the next poll.
     failed_sends: Vec<u64>,
+    /// XRC: this rank's SRQ number, and the other ranks' (asked on first use).
+    my_srqn: u32,
+    srqns: RankMap<usize, u32>,
+    srqn_asked: RankMap<usize, ()>,
 }
 
 // SAFETY: every raw handle is owned by this value and used only by the thread that owns it
@@ -340,6 +352,8 @@ impl VerbsFabric {
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
         Ok(VerbsFabric {
             peers: RankMap::default(),
+            tgts: Vec::new(),
+            xrcd: None,
             srq: None,
             headers: None,
             pool_mrs: Vec::new(),
@@ -369,6 +383,9 @@ impl VerbsFabric {
             polls: 0,
             stashed: Vec::new(),
             failed_sends: Vec::new(),
+            my_srqn: 0,
+            srqns: RankMap::default(),
+            srqn_asked: RankMap::default(),
         })
     }
 
@@ -444,12 +461,9 @@ impl VerbsFabric {
         Ok(())
     }
 
-    /// INIT -> RTR -> RTS with the peer's data, then tells the peer our side can receive.
-    fn connect(&mut self, key: usize, remote: QpInfo) -> Result<()> {
-        let (qp, psn) = {
-            let q = self.peers.get(&key).and_then(|p| p.qp.as_ref()).expect("queue pair");
-            (q.qp, q.psn)
-        };
+    /// INIT -> RTR toward `remote` (`recv`: the QP receives, so it gets the responder
+    /// attributes; an XRC INI QP does not).
+    fn rtr(&self, qp: *mut ibv_qp, remote: QpInfo, recv: bool, key: usize) -> Result<()> {
         // SAFETY: plain-data struct; zero is valid for the fields not set.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_RTR;
@@ -468,9 +482,16 @@ impl VerbsFabric {
             a.ah_attr.grh.hop_limit = 64;
         }
         use ibv_qp_attr_mask as M;
-        let mask = M::IBV_QP_STATE.0 | M::IBV_QP_AV.0 | M::IBV_QP_PATH_MTU.0 | M::IBV_QP_DEST_QPN.0 | M::IBV_QP_RQ_PSN.0 | M::IBV_QP_MAX_DEST_RD_ATOMIC.0 | M::IBV_QP_MIN_RNR_TIMER.0;
-        self.modify(qp, &mut a, mask, "RTR", key)?;
-        // SAFETY: as above.
+        let mut mask = M::IBV_QP_STATE.0 | M::IBV_QP_AV.0 | M::IBV_QP_PATH_MTU.0 | M::IBV_QP_DEST_QPN.0 | M::IBV_QP_RQ_PSN.0;
+        if recv {
+            mask |= M::IBV_QP_MAX_DEST_RD_ATOMIC.0 | M::IBV_QP_MIN_RNR_TIMER.0;
+        }
+        self.modify(qp, &mut a, mask, "RTR", key)
+    }
+
+    /// RTR -> RTS with our send PSN `psn`.
+    fn rts(&self, qp: *mut ibv_qp, psn: u32, key: usize) -> Result<()> {
+        // SAFETY: plain-data struct; zero is valid for the fields not set.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_RTS;
         a.sq_psn = psn;
@@ -478,10 +499,76 @@ impl VerbsFabric {
         a.retry_cnt = RETRY_COUNT;
         a.rnr_retry = 7;
         a.max_rd_atomic = 1;
+        use ibv_qp_attr_mask as M;
         let mask = M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0 | M::IBV_QP_TIMEOUT.0 | M::IBV_QP_RETRY_CNT.0 | M::IBV_QP_RNR_RETRY.0 | M::IBV_QP_MAX_QP_RD_ATOMIC.0;
-        self.modify(qp, &mut a, mask, "RTS", key)?;
+        self.modify(qp, &mut a, mask, "RTS", key)
+    }
+
+    /// INIT with our port (every QP kind starts so).
+    fn init(&self, qp: *mut ibv_qp, key: usize) -> Result<()> {
+        // SAFETY: plain-data struct; zero is valid for the fields not set.
+        let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = ibv_qp_state::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = self.dev.caps.port;
+        a.qp_access_flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        use ibv_qp_attr_mask as M;
+        self.modify(qp, &mut a, M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0, "INIT", key)
+    }
+
+    /// INIT -> RTR -> RTS with the peer's data, then tells the peer our side can receive.
+    fn connect(&mut self, key: usize, remote: QpInfo) -> Result<()> {
+        let (qp, psn) = {
+            let q = self.peers.get(&key).and_then(|p| p.qp.as_ref()).expect("queue pair");
+            (q.qp, q.psn)
+        };
+        self.rtr(qp, remote, true, key)?;
+        self.rts(qp, psn, key)?;
         self.peers.get_mut(&key).and_then(|p| p.qp.as_mut()).expect("queue pair").connected = true;
         self.mesh.send(key, &Frame::simple(Kind::Ready, self.rank))
+    }
+
+    /// The internal key of engine endpoint `key`: the peer rank, or in `xrc` mode (where
+    /// the engine's endpoints are remote nodes) `world + node`.
+    fn ep_key(&self, key: usize) -> usize {
+        if self.sharing == RecvSharing::Xrc {
+            self.world + key
+        } else {
+            key
+        }
+    }
+
+    /// Names an internal key in messages.
+    fn who(&self, key: usize) -> String {
+        if key >= self.world {
+            format!("node {}", key - self.world)
+        } else {
+            format!("rank {key}")
+        }
+    }
+
+    /// XRC: asks rank `dest` for its SRQ number (once).
+    fn ask_srqn(&mut self, dest: usize) -> Result<()> {
+        if self.srqn_asked.insert(dest, ()).is_none() {
+            self.mesh.send(dest, &Frame::simple(Kind::SrqReq, self.rank))?;
+        }
+        Ok(())
+    }
+
+    /// XRC: as the first rank of this node, creates a TGT QP in the node's domain for the
+    /// INI QP described by `f` and answers with its connection data.
+    fn accept_xrc(&mut self, f: &Frame) -> Result<()> {
+        let src = f.src as usize;
+        let xrcd = self.xrcd.as_ref().ok_or_else(|| Error::Protocol(format!("XRC connect from rank {src} without an XRC domain")))?;
+        let tgt = xrc::Tgt(xrc::create_tgt(self.dev.ctx, xrcd)?);
+        self.init(tgt.0, src)?;
+        self.rtr(tgt.0, f.qp, true, src)?;
+        let psn = self.next_psn();
+        // SAFETY: tgt.0 is a live QP; qp_num is set at creation.
+        let qpn = unsafe { (*tgt.0).qp_num };
+        self.tgts.push(tgt);
+        let qp = QpInfo { qpn, psn, lid: self.dev.lid, gid: self.dev.gid };
+        self.mesh.send(src, &Frame { kind: Kind::XrcAccept, code: 0, src: self.rank as u32, value: f.value, qp })
     }
 
     fn post(&mut self, key: usize, q: Queued) -> Result<()> {
@@ -506,6 +593,10 @@ impl VerbsFabric {
             wr.imm_data_invalidated_rkey_union.imm_data = q.grant.to_be();
         }
         wr.send_flags = flags;
+        if self.sharing == RecvSharing::Xrc {
+            let srqn = *self.srqns.get(&(q.dest as usize)).ok_or_else(|| Error::Protocol(format!("XRC send to rank {} before its SRQ number", q.dest)))?;
+            wr.qp_type.xrc = xrc_t { remote_srqn: srqn };
+        }
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: qp is live and in RTS; wr and sges live across the call; the header slot and
         // the payload lie in registered memory that stays registered and untouched until the
@@ -526,6 +617,14 @@ impl VerbsFabric {
             if !p.remote_ready || !room {
                 return Ok(());
             }
+            if self.sharing == RecvSharing::Xrc {
+                let Some(front) = p.queued.front() else { return Ok(()) };
+                let d = front.dest as usize;
+                if !self.srqns.contains_key(&d) {
+                    return self.ask_srqn(d);
+                }
+            }
+            let p = self.peers.get_mut(&key).expect("peer");
             let Some(q) = p.queued.pop_front() else { return Ok(()) };
             self.post(key, q)?;
         }
@@ -567,8 +666,59 @@ impl VerbsFabric {
                 self.peers.entry(src).or_default().remote_ready = true;
                 self.flush(src)
             }
+            Kind::XrcConnect => self.accept_xrc(&f),
+            Kind::XrcAccept => {
+                let ik = self.world + src / self.cfg.ranks_per_node;
+                let (qp, psn) = match self.peers.get(&ik).and_then(|p| p.qp.as_ref()) {
+                    Some(q) => (q.qp, q.psn),
+                    None => return Ok(()), // closed meanwhile
+                };
+                self.rtr(qp, f.qp, false, ik)?;
+                self.rts(qp, psn, ik)?;
+                let p = self.peers.get_mut(&ik).expect("peer");
+                p.qp.as_mut().expect("queue pair").connected = true;
+                p.remote_ready = true;
+                self.flush(ik)
+            }
+            Kind::SrqReq => self.mesh.send(src, &Frame { kind: Kind::SrqNum, code: 0, src: self.rank as u32, value: self.my_srqn as u64, qp: QpInfo::default() }),
+            Kind::SrqNum => {
+                let n = u32::try_from(f.value).map_err(|_| Error::Protocol(format!("SRQ number {} from rank {src}", f.value)))?;
+                self.srqns.insert(src, n);
+                self.flush(self.world + src / self.cfg.ranks_per_node)
+            }
             Kind::Hello | Kind::Done => Ok(()),
         }
+    }
+
+    /// XRC: the INI QP toward node `node` (the engine's endpoint), connected through the
+    /// node's first rank, which creates the TGT QP.
+    fn open_xrc(&mut self, node: usize) -> Result<()> {
+        let leader = node * self.cfg.ranks_per_node;
+        if leader >= self.world {
+            return Err(Error::InvalidRank { rank: leader, world_size: self.world });
+        }
+        let ik = self.world + node;
+        if self.peers.get(&ik).is_some_and(|p| p.qp.is_some()) {
+            return Err(Error::Protocol(format!("XRC endpoint to node {node} opened twice")));
+        }
+        let (qp, inline) = match xrc::create_ini(self.dev.ctx, self.dev.pd, self.cq.0, self.sq_depth, INLINE_BYTES) {
+            Ok(x) => x,
+            Err(_) => xrc::create_ini(self.dev.ctx, self.dev.pd, self.cq.0, self.sq_depth, 0)?,
+        };
+        self.max_inline = inline;
+        let psn = self.next_psn();
+        let q = Qp { qp, rq: None, psn, connected: false, outstanding: 0 };
+        self.init(qp, ik)?;
+        self.bytes.endpoint_bytes += self.model.endpoint_fixed_bytes;
+        // SAFETY: qp is live.
+        let qpn = unsafe { (*qp).qp_num };
+        self.qpn_peer.insert(qpn, ik);
+        let p = self.peers.entry(ik).or_default();
+        p.qp = Some(q);
+        p.remote_ready = false;
+        p.broken = false;
+        let info = QpInfo { qpn, psn, lid: self.dev.lid, gid: self.dev.gid };
+        self.mesh.send(leader, &Frame { kind: Kind::XrcConnect, code: 0, src: self.rank as u32, value: node as u64, qp: info })
     }
 
     /// Rank `r` died (its control connection ended early): its queue pair goes to the error
@@ -649,7 +799,7 @@ impl VerbsFabric {
                     // The buffer goes back to the pool whatever the status.
                     on_event(Event::SendComplete(wc.wr_id))?;
                     if !ok && self.pending_err.is_none() {
-                        let who = peer.map_or_else(|| "an unknown rank".to_string(), |p| format!("rank {p}"));
+                        let who = peer.map_or_else(|| "an unknown rank".to_string(), |p| self.who(p));
                         self.pending_err = Some(Error::Verbs(format!(
                             "rank {}: send to {who} failed: {} (the peer died or its queue pair broke)",
                             self.rank,
@@ -700,9 +850,10 @@ impl Fabric for VerbsFabric {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // XRC queue pairs are not implemented: `xrc` always falls back to `shared`, and
-        // setup_receive says why (the device lacks XRC, or Ballast's XRC path is missing).
-        Capabilities { name: "verbs", xrc: false }
+        // XRC where the device reports it (the path in `xrc.rs`, compiled but never run: no
+        // such device here); otherwise the engine falls back to `shared` and setup_receive
+        // says why.
+        Capabilities { name: "verbs", xrc: self.dev.caps.xrc }
     }
 
     fn register(&mut self, region: &[u8], _lock: bool) -> Result<Registration> {
@@ -730,11 +881,7 @@ impl Fabric for VerbsFabric {
     fn setup_receive(&mut self, sharing: RecvSharing) -> Result<Option<String>> {
         self.sharing = sharing;
         let note = (self.requested == RecvSharing::Xrc && sharing != RecvSharing::Xrc).then(|| {
-            if self.dev.caps.xrc {
-                format!("device {} reports XRC, but Ballast's XRC path is not implemented: recv_sharing=xrc falls back to shared", self.dev.caps.name)
-            } else {
-                format!("device {} does not support XRC (IBV_DEVICE_XRC not in device_cap_flags): recv_sharing=xrc falls back to shared", self.dev.caps.name)
-            }
+            format!("device {} does not support XRC (IBV_DEVICE_XRC not in device_cap_flags): recv_sharing=xrc falls back to shared", self.dev.caps.name)
         });
         if sharing == RecvSharing::PerPeer {
             return Ok(note);
@@ -748,15 +895,28 @@ impl Fabric for VerbsFabric {
         }
         let bytes = (depth * self.slot_bytes()) as u64;
         self.check_memlock(bytes)?;
-        // SAFETY: plain-data struct; zero is valid for the fields not set.
-        let mut init: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
-        init.attr.max_wr = depth as u32;
-        init.attr.max_sge = 1;
-        // SAFETY: pd is live; the SRQ is destroyed in Srq::drop.
-        let srq = unsafe { ibv_create_srq(self.dev.pd, &mut init) };
-        if srq.is_null() {
-            return Err(verr(format!("ibv_create_srq({depth} entries) on {}", self.dev.caps.name)));
-        }
+        let srq = if sharing == RecvSharing::Xrc {
+            // One domain per node, through a file named after the job and the node.
+            let dir = if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
+            let node = self.rank / self.cfg.ranks_per_node;
+            let path = std::path::PathBuf::from(format!("{dir}/ballast-xrcd-{}-node{node}", self.mesh.job_tag()));
+            let xrcd = xrc::Xrcd::open(self.dev.ctx, &path)?;
+            let (srq, num) = xrc::create_srq(self.dev.ctx, self.dev.pd, &xrcd, self.cq.0, depth as u32)?;
+            self.xrcd = Some(xrcd);
+            self.my_srqn = num;
+            srq
+        } else {
+            // SAFETY: plain-data struct; zero is valid for the fields not set.
+            let mut init: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
+            init.attr.max_wr = depth as u32;
+            init.attr.max_sge = 1;
+            // SAFETY: pd is live; the SRQ is destroyed in Srq::drop.
+            let srq = unsafe { ibv_create_srq(self.dev.pd, &mut init) };
+            if srq.is_null() {
+                return Err(verr(format!("ibv_create_srq({depth} entries) on {}", self.dev.caps.name)));
+            }
+            srq
+        };
         let slots = match Slots::new(self.dev.pd, depth, self.slot_bytes()) {
             Ok(s) => s,
             Err(e) => {
@@ -779,6 +939,9 @@ impl Fabric for VerbsFabric {
     }
 
     fn open_endpoint(&mut self, key: usize) -> Result<()> {
+        if self.sharing == RecvSharing::Xrc {
+            return self.open_xrc(key);
+        }
         if key >= self.world || key == self.rank {
             return Err(Error::InvalidRank { rank: key, world_size: self.world });
         }
@@ -841,6 +1004,7 @@ impl Fabric for VerbsFabric {
     }
 
     fn close_endpoint(&mut self, key: usize) -> Result<()> {
+        let key = self.ep_key(key);
         let p = self.peers.get_mut(&key).ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
         let q = p.qp.take().ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
         p.remote_ready = false;
@@ -862,9 +1026,10 @@ impl Fabric for VerbsFabric {
     }
 
     fn post_send(&mut self, dest: usize, key: usize, header: &PacketHeader, payload: &[u8], wr_id: u64) -> Result<()> {
-        if dest != key {
+        if self.sharing != RecvSharing::Xrc && dest != key {
             return Err(Error::Protocol(format!("verbs endpoints are per rank (dest {dest}, key {key})")));
         }
+        let key = self.ep_key(key);
         let headers = self.headers.as_mut().ok_or_else(|| Error::Protocol("send before the pool was registered".into()))?;
         let slot = wr_id as usize;
         if slot >= headers.count {
@@ -887,11 +1052,21 @@ impl Fabric for VerbsFabric {
             self.pending_err.get_or_insert(Error::Verbs(format!("rank {}: the queue pair toward rank {key} broke (an earlier send failed)", self.rank)));
             return Ok(());
         }
-        let grant = std::mem::take(&mut peer.grant_stash);
+        let mut grant = std::mem::take(&mut peer.grant_stash);
         if grant > 0 {
             peer.wants_credit = false;
         }
-        peer.queued.push_back(Queued { wr_id, payload: p as u64, len: payload.len() as u32, lkey, grant });
+        if key != dest {
+            // XRC: the endpoint is the node's INI QP; grants are held per rank.
+            if let Some(d) = self.peers.get_mut(&dest) {
+                grant = std::mem::take(&mut d.grant_stash);
+                if grant > 0 {
+                    d.wants_credit = false;
+                }
+            }
+        }
+        let peer = self.peers.get_mut(&key).expect("endpoint");
+        peer.queued.push_back(Queued { wr_id, payload: p as u64, len: payload.len() as u32, lkey, grant, dest: dest as u32 });
         self.flush(key)
     }
 

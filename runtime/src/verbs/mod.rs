@@ -16,8 +16,11 @@
 //! add a second connection state machine beside the engine's, and it needs IP routes to
 //! every device (which the two-device soft-RoCE test bed only has for raw verbs).
 //!
-//! **XRC** is not implemented: `recv_sharing=xrc` falls back to `shared` with a note naming
-//! the reason (on soft-RoCE: the device reports no XRC).
+//! **XRC** (`recv_sharing=xrc`) is used where the device reports `IBV_DEVICE_XRC`: a node-shared
+//! XRC domain, an XRC SRQ per rank, one XRC send QP per remote node and TGT QPs created by
+//! each node's first rank (see `xrc.rs`). It is compiled but has never run (soft-RoCE has no
+//! XRC; no other device was available). Elsewhere `xrc` falls back to `shared` with a note
+//! naming the reason (on soft-RoCE: the device reports no XRC), which is tested.
 //!
 //! ```no_run
 //! use ballast_runtime::{bootstrap, verbs, RuntimeConfig, Source, TagMatch};
@@ -39,6 +42,7 @@ pub mod control;
 pub mod device;
 mod fabric;
 pub mod fanout;
+mod xrc;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::panic::{catch_unwind, AssertUnwindSafe};
