@@ -72,7 +72,7 @@ vm -t 600 -f "$conformance" -f "$ballast_bin" -f ci/verbs_guest_fanout.sh "B=/rx
 # 4. Ping-pong: Ballast over verbs, then ib_send_lat, same boot, both rxe0 <-> rxe1.
 echo "ci/verbs.sh: ping-pong, Ballast verbs vs ib_send_lat"
 pp_log=$(mktemp)
-vm -t 600 -f "$pingpong" "set -e; /rxe-vm/verbs_pingpong --quick --sizes 8,1024,65536; \
+vm -t 600 -f "$pingpong" "set -e; /rxe-vm/verbs_pingpong --quick --sizes 8,1024,65536 --breakdown; \
     ib_send_lat -d \$RXE_VM_DEV -x \$RXE_VM_GID -s 8 -n 2000 >/tmp/srv.log 2>&1 & sleep 1; \
     ib_send_lat -d \$RXE_VM_DEV2 -x \$RXE_VM_GID2 -s 8 -n 2000 127.0.0.1; wait" | tee "$pp_log"
 ballast_us=$(sed -n 's/^ballast_verbs_8B_half_rtt_us=//p' "$pp_log" | tail -n 1)
