@@ -38,9 +38,9 @@ fn half_rtt(comm: &mut Communicator, size: usize, n: usize, buf: &[u8]) -> balla
     half_rtt_parts(comm, size, n, buf, None)
 }
 
-/// [`half_rtt`], optionally adding the time spent in `isend`, in the receive and in the
-/// completion tests to `parts` (microseconds, this rank; `--breakdown`).
-fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mut parts: Option<&mut [f64; 3]>) -> ballast_runtime::Result<(f64, f64)> {
+/// [`half_rtt`], optionally recording per iteration the time spent in `isend`, in the
+/// receive and in the completion tests into `parts` (microseconds, this rank; `--breakdown`).
+fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mut parts: Option<&mut [Vec<f64>; 3]>) -> ballast_runtime::Result<(f64, f64)> {
     let me = comm.rank();
     let peer = 1 - me;
     comm.barrier()?;
@@ -50,7 +50,7 @@ fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mu
     let mut lap = |k: usize, t0: &mut Instant| {
         if let Some(p) = parts.as_deref_mut() {
             let now = Instant::now();
-            p[k] += (now - *t0).as_secs_f64() * 1e6;
+            p[k].push((now - *t0).as_secs_f64() * 1e6);
             *t0 = now;
         }
     };
@@ -159,15 +159,14 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
         println!("rank {} idle progress call: {:.2} us", comm.rank(), t.elapsed().as_secs_f64() * 1e2);
         comm.barrier()?;
         let n = iters(8, quick);
-        let mut parts = [0.0f64; 3];
+        let mut parts: [Vec<f64>; 3] = Default::default();
         half_rtt_parts(&mut comm, 8, n, &buf, Some(&mut parts))?;
-        println!(
-            "rank {} 8 B breakdown per iteration: isend {:.1} us, recv {:.1} us, send tests {:.1} us",
-            comm.rank(),
-            parts[0] / n as f64,
-            parts[1] / n as f64,
-            parts[2] / n as f64
-        );
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        let [a, b, c] = &mut parts;
+        println!("rank {} 8 B breakdown, median per iteration: isend {:.1} us, recv {:.1} us, send tests {:.1} us", comm.rank(), med(a), med(b), med(c));
     }
     verbs::finish(comm)
 }

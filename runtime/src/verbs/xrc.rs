@@ -57,7 +57,7 @@ impl Xrcd {
             .open(path)
             .map_err(|e| Error::Verbs(format!("XRC domain file {}: {e}", path.display())))?;
         let mut attr = ibv_xrcd_init_attr {
-            comp_mask: (ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD.0 | ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS.0) as u32,
+            comp_mask: (ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD.0 | ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS.0),
             fd: file.as_raw_fd(),
             oflags: O_CREAT,
         };
@@ -77,10 +77,10 @@ pub(crate) fn create_srq(ctx: *mut ibv_context, pd: *mut ibv_pd, xrcd: &Xrcd, cq
     let mut a: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
     a.attr.max_wr = depth;
     a.attr.max_sge = 1;
-    a.comp_mask = (ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_TYPE.0
+    a.comp_mask = ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_TYPE.0
         | ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_PD.0
         | ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_XRCD.0
-        | ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_CQ.0) as u32;
+        | ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_CQ.0;
     a.srq_type = ibv_srq_type::IBV_SRQT_XRC;
     a.pd = pd;
     a.xrcd = xrcd.xrcd;
@@ -111,7 +111,7 @@ pub(crate) fn create_ini(ctx: *mut ibv_context, pd: *mut ibv_pd, cq: *mut ibv_cq
     a.recv_cq = cq;
     a.qp_type = ibv_qp_type::IBV_QPT_XRC_SEND;
     a.cap = ibv_qp_cap { max_send_wr: sq_depth, max_recv_wr: 0, max_send_sge: 2, max_recv_sge: 0, max_inline_data: inline };
-    a.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0 as u32;
+    a.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
     a.pd = pd;
     // SAFETY: ctx, pd and cq are live; `a` is initialised for the fields in comp_mask.
     match unsafe { ibv_create_qp_ex(ctx, &mut a) } {
@@ -126,7 +126,7 @@ pub(crate) fn create_tgt(ctx: *mut ibv_context, xrcd: &Xrcd) -> Result<*mut ibv_
     // SAFETY: plain-data struct; zero is valid for the fields not set.
     let mut a: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
     a.qp_type = ibv_qp_type::IBV_QPT_XRC_RECV;
-    a.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_XRCD.0 as u32;
+    a.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_XRCD.0;
     a.xrcd = xrcd.xrcd;
     // SAFETY: ctx and xrcd are live; `a` is initialised for the fields in comp_mask.
     match unsafe { ibv_create_qp_ex(ctx, &mut a) } {
