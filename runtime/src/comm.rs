@@ -120,7 +120,8 @@ impl Communicator {
 
     /// Starts sending `data` to `dest` with `tag`. The first `buffer_size` bytes are copied
     /// into a pool buffer now (the rest into a private copy), so `data` may be reused at
-    /// once. Errors: [`Error::WouldBlock`] when no pool buffer is free (call
+    /// once. On a transport with a direct path (MPI) a message larger than its threshold is
+    /// copied once, whole, into a private buffer instead and takes no pool buffer. Errors: [`Error::WouldBlock`] when no pool buffer is free (call
     /// [`Communicator::progress`] and retry), [`Error::InvalidRank`], [`Error::ReservedTag`].
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
         Self::check_tag(tag)?;
@@ -152,9 +153,14 @@ impl Communicator {
 
     /// Sends `data` to `dest` with `tag`, progressing and waiting while the pool is
     /// exhausted (back-pressure); returns when all of it is delivered to the receiver's
-    /// receive buffers.
+    /// receive buffers. On a transport with a direct path (MPI) a message larger than its
+    /// threshold is sent straight from `data`, without a copy, and the call returns when
+    /// the transport no longer reads `data`; it keeps progressing meanwhile.
     pub fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         Self::check_tag(tag)?;
+        if self.engine.goes_direct(dest, data.len()) {
+            return self.engine.send_direct(dest, tag, data);
+        }
         self.send_internal(dest, tag, data)
     }
 

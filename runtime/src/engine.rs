@@ -4,6 +4,13 @@
 //! control, the endpoint handshakes (lazy connect, graceful close on LRU eviction past
 //! `max_endpoints`), arrivals into tag matching, and the footprint accounting.
 //!
+//! When the fabric has a direct path ([`Fabric::direct_threshold`], MPI), messages larger
+//! than its threshold skip the pool, the chunking and the credits: a blocking
+//! [`Engine::send_direct`] hands the caller's slice to the fabric (zero-copy), an `isend`
+//! copies the message once into an owned buffer that waits in the destination's queue like
+//! any message (so order per destination is kept) and is handed over when it reaches the
+//! front. They arrive whole ([`Event::Whole`]) into the buffer that becomes the message.
+//!
 //! Everything happens in [`Engine::progress`], driven by the rank's single thread.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -28,6 +35,41 @@ struct OutMsg {
     rest: Vec<u8>,
     /// Next offset to post.
     offset: usize,
+    /// Sent on the fabric's direct path: `rest` holds the whole message, `first` is None.
+    direct: bool,
+}
+
+/// Completion ids of direct sends: the request id with this bit set (pool buffer ids,
+/// the completion ids of chunks, never have it).
+const DIRECT_WR: u64 = 1 << 63;
+
+/// Events of one fabric poll, collected while the fabric is borrowed and handled after.
+#[derive(Default)]
+struct Inbox {
+    done: Vec<u64>,
+    arrivals: Vec<(usize, bool)>,
+    ctrl: Vec<(usize, Control)>,
+    whole: Vec<usize>,
+}
+
+impl Inbox {
+    /// Takes one fabric event: data goes to the matcher at once (it must see packets in
+    /// arrival order), the rest is kept for [`Engine::settle`].
+    fn take(&mut self, matcher: &mut Matcher, ev: Event<'_>) -> Result<()> {
+        match ev {
+            Event::SendComplete(w) => self.done.push(w),
+            Event::Arrival(h, payload) => {
+                matcher.on_chunk(&h, payload)?;
+                self.arrivals.push((h.src as usize, h.more));
+            }
+            Event::Control(src, c) => self.ctrl.push((src, c)),
+            Event::Whole(h, data) => {
+                matcher.on_whole(&h, data)?;
+                self.whole.push(h.src as usize);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Sender-side state toward one destination rank.
@@ -61,9 +103,11 @@ pub struct Engine {
     wr_info: Vec<Option<(u64, usize)>>,
     next_req: u64,
     notes: Vec<String>,
-    scratch_done: Vec<u64>,
-    scratch_arrivals: Vec<(usize, bool)>,
-    scratch_ctrl: Vec<(usize, Control)>,
+    inbox: Inbox,
+    /// The fabric's direct-path threshold (messages larger go direct), if it has one.
+    direct: Option<usize>,
+    /// Direct sends handed to the fabric and not completed yet.
+    direct_inflight: usize,
 }
 
 impl Engine {
@@ -98,10 +142,11 @@ impl Engine {
             sends: HashMap::new(),
             next_req: 0,
             notes,
-            scratch_done: Vec::new(),
-            scratch_arrivals: Vec::new(),
-            scratch_ctrl: Vec::new(),
+            inbox: Inbox::default(),
+            direct: None,
+            direct_inflight: 0,
         };
+        e.direct = e.fabric.direct_threshold();
         if !cfg.lazy_connect {
             e.connect_all()?;
         }
@@ -203,6 +248,16 @@ impl Engine {
             let req = self.new_req();
             self.sends.insert(req, SendReq { outstanding: 0, posted_all: true });
             return Ok(req);
+        } else if self.goes_direct(dest, data.len()) {
+            // One copy into an owned buffer (the caller may reuse `data` at once); it waits
+            // behind the messages queued before it and is handed to the fabric whole.
+            let req = self.new_req();
+            self.sends.insert(req, SendReq { outstanding: 0, posted_all: false });
+            let msg = OutMsg { req, tag, total: data.len(), first: None, rest: data.to_vec(), offset: 0, direct: true };
+            self.peers.entry(dest).or_default().queue.push_back(msg);
+            self.active.insert(dest);
+            self.conns.note_peer(dest);
+            req
         } else {
             let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
                 return Err(Error::WouldBlock);
@@ -219,6 +274,7 @@ impl Engine {
                 first: Some((id, first_len)),
                 rest: data[first_len..].to_vec(),
                 offset: 0,
+                direct: false,
             };
             self.peers.entry(dest).or_default().queue.push_back(msg);
             self.active.insert(dest);
@@ -227,6 +283,42 @@ impl Engine {
         };
         self.pump_peer(dest)?;
         Ok(req)
+    }
+
+    /// True when a message of `len` bytes to `dest` takes the fabric's direct path.
+    pub fn goes_direct(&self, dest: usize, len: usize) -> bool {
+        dest != self.rank && self.direct.is_some_and(|t| len > t)
+    }
+
+    /// Sends `data` to `dest` on the fabric's direct path, blocking, straight from `data`
+    /// (zero-copy): first lets every message queued earlier for `dest` be posted (order),
+    /// then hands the slice to the fabric, which keeps polling (events are handled as in
+    /// [`Engine::progress`]) until it no longer reads `data`. Only for messages where
+    /// [`Engine::goes_direct`] is true.
+    pub fn send_direct(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        self.check_rank(dest)?;
+        if !self.goes_direct(dest, data.len()) {
+            return Err(Error::Protocol(format!("a message of {} bytes to rank {dest} does not take the direct path", data.len())));
+        }
+        let mut backoff = crate::comm::Backoff::new();
+        while self.peers.get(&dest).is_some_and(|p| !p.queue.is_empty()) {
+            if self.progress()? {
+                backoff.reset();
+            } else {
+                backoff.snooze();
+            }
+        }
+        self.conns.note_peer(dest);
+        let hdr = PacketHeader { src: self.rank as u32, tag, total: data.len() as u64, offset: 0, len: 0, more: false };
+        let mut inbox = std::mem::take(&mut self.inbox);
+        let sent = {
+            let matcher = &mut self.matcher;
+            self.fabric.send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, ev))
+        };
+        let settled = self.settle(&mut inbox);
+        self.inbox = inbox;
+        sent?;
+        settled
     }
 
     fn sync_wr_info(&mut self) {
@@ -274,7 +366,9 @@ impl Engine {
 
     /// True when nothing is queued or in flight on the send side.
     pub fn sends_drained(&self) -> bool {
-        self.active.is_empty() && !self.conns.keys().into_iter().any(|k| self.conns.get(k).is_some_and(|e| e.inflight > 0))
+        self.active.is_empty()
+            && self.direct_inflight == 0
+            && !self.conns.keys().into_iter().any(|k| self.conns.get(k).is_some_and(|e| e.inflight > 0))
     }
 
     /// One round of progress; returns true if anything happened.
@@ -282,24 +376,33 @@ impl Engine {
         if self.fabric.aborted() {
             return Err(Error::Aborted);
         }
-        let mut done = std::mem::take(&mut self.scratch_done);
-        let mut arrivals = std::mem::take(&mut self.scratch_arrivals);
-        let mut ctrl = std::mem::take(&mut self.scratch_ctrl);
-        let n = {
+        let mut inbox = std::mem::take(&mut self.inbox);
+        let polled = {
             let matcher = &mut self.matcher;
-            self.fabric.poll(&mut |ev| {
-                match ev {
-                    Event::SendComplete(w) => done.push(w),
-                    Event::Arrival(h, payload) => {
-                        matcher.on_chunk(&h, payload)?;
-                        arrivals.push((h.src as usize, h.more));
-                    }
-                    Event::Control(src, c) => ctrl.push((src, c)),
-                }
-                Ok(())
-            })?
+            self.fabric.poll(&mut |ev| inbox.take(matcher, ev))
         };
-        for w in done.drain(..) {
+        let settled = polled.and_then(|n| self.settle(&mut inbox).map(|()| n));
+        self.inbox = inbox;
+        let n = settled?;
+
+        let mut work = n > 0;
+        work |= self.manage_endpoints()?;
+        work |= self.request_credits()?;
+        work |= self.pump()?;
+        work |= self.flush_credits()?;
+        Ok(work)
+    }
+
+    /// Handles what a poll collected: completions free pool buffers (or finish direct
+    /// sends), arrivals are counted against credits and endpoints, controls are answered.
+    fn settle(&mut self, inbox: &mut Inbox) -> Result<()> {
+        for w in inbox.done.drain(..) {
+            if w & DIRECT_WR != 0 {
+                let s = self.sends.get_mut(&(w & !DIRECT_WR)).ok_or_else(|| Error::Protocol(format!("unknown direct completion {w}")))?;
+                s.outstanding -= 1;
+                self.direct_inflight -= 1;
+                continue;
+            }
             let (req, key) = self.wr_info[w as usize].take().ok_or_else(|| Error::Protocol(format!("unknown completion {w}")))?;
             self.pool.release(w as BufId);
             if let Some(s) = self.sends.get_mut(&req) {
@@ -309,7 +412,7 @@ impl Engine {
                 ep.inflight -= 1;
             }
         }
-        for (src, more) in arrivals.drain(..) {
+        for (src, more) in inbox.arrivals.drain(..) {
             self.bank.consumed(src, more);
             self.conns.note_peer(src);
             if self.symmetric() {
@@ -321,19 +424,14 @@ impl Engine {
                 self.conns.touch(src);
             }
         }
-        for (src, c) in ctrl.drain(..) {
+        // Direct messages use no endpoint, receive buffer or credit.
+        for src in inbox.whole.drain(..) {
+            self.conns.note_peer(src);
+        }
+        for (src, c) in inbox.ctrl.drain(..) {
             self.on_control(src, c)?;
         }
-        self.scratch_done = done;
-        self.scratch_arrivals = arrivals;
-        self.scratch_ctrl = ctrl;
-
-        let mut work = n > 0;
-        work |= self.manage_endpoints()?;
-        work |= self.request_credits()?;
-        work |= self.pump()?;
-        work |= self.flush_credits()?;
-        Ok(work)
+        Ok(())
     }
 
     fn on_control(&mut self, src: usize, c: Control) -> Result<()> {
@@ -415,7 +513,7 @@ impl Engine {
 
     fn is_idle(&self, key: usize) -> bool {
         if self.symmetric() {
-            !self.peers.get(&key).is_some_and(|p| !p.queue.is_empty())
+            self.peers.get(&key).is_none_or(|p| p.queue.is_empty())
         } else {
             !self.active.iter().any(|&p| self.key_of(p) == key)
         }
@@ -537,16 +635,33 @@ impl Engine {
     fn pump_peer(&mut self, dest: usize) -> Result<bool> {
         let key = self.key_of(dest);
         let mut work = false;
-        loop {
+        while let Some(msg) = self.peers.get_mut(&dest).and_then(|p| p.queue.front_mut()) {
+            if msg.direct {
+                // No endpoint, credit or pool buffer needed: hand it over whole.
+                let hdr = PacketHeader { src: self.rank as u32, tag: msg.tag, total: msg.total as u64, offset: 0, len: 0, more: false };
+                let (req, data) = (msg.req, std::mem::take(&mut msg.rest));
+                let p = self.peers.get_mut(&dest).expect("peer");
+                p.queue.pop_front();
+                if p.queue.is_empty() {
+                    self.active.remove(&dest);
+                }
+                self.fabric.post_direct(dest, &hdr, data, DIRECT_WR | req)?;
+                self.direct_inflight += 1;
+                let s = self.sends.get_mut(&req).expect("send request");
+                s.outstanding += 1;
+                s.posted_all = true;
+                work = true;
+                continue;
+            }
             match self.conns.get(key) {
                 Some(ep) if ep.state == EpState::Open => {}
                 _ => break,
             }
-            let Some(p) = self.peers.get_mut(&dest) else { break };
+            let p = self.peers.get_mut(&dest).expect("peer");
             if p.credits == 0 {
                 break;
             }
-            let Some(msg) = p.queue.front_mut() else { break };
+            let msg = p.queue.front_mut().expect("message");
             let bs = self.pool.buffer_size();
             let (id, len) = match msg.first.take() {
                 Some(f) => f,

@@ -106,6 +106,10 @@ pub enum Event<'a> {
     Arrival(PacketHeader, &'a [u8]),
     /// A control message from rank `src`.
     Control(usize, Control),
+    /// A whole message moved by the transport itself (the direct path, see
+    /// [`Fabric::direct_threshold`]): `header.total` bytes in `data`, which becomes the
+    /// received message's buffer as it is (no copy). `header.offset` and `header.len` are 0.
+    Whole(PacketHeader, Vec<u8>),
 }
 
 /// What a transport can do.
@@ -177,6 +181,34 @@ pub trait Fabric: Send {
     fn mark_done(&mut self);
     /// True when every rank called [`Fabric::mark_done`].
     fn all_done(&self) -> bool;
+
+    /// The direct (rendezvous) path: `Some(t)` when the transport moves a message larger
+    /// than `t` bytes itself, in one transfer from the sender's memory into the receiver's
+    /// message buffer, instead of as pool-buffer chunks paced by credits. Direct messages
+    /// use no pool buffer, no receive buffer and no credit (the transport does its own flow
+    /// control); on the receiving side they arrive as [`Event::Whole`], in order with the
+    /// packets of the same sender. `None` (the default): every message is chunked.
+    fn direct_threshold(&self) -> Option<usize> {
+        None
+    }
+
+    /// Sends the whole message `data` to rank `dest` on the direct path, straight from
+    /// `data` (no copy), and returns once the transport no longer reads it. While it waits
+    /// it keeps polling like [`Fabric::poll`], passing every event to `on_event`, so that
+    /// two ranks sending large messages to each other cannot deadlock. Only called when
+    /// [`Fabric::direct_threshold`] is `Some`.
+    fn send_direct(&mut self, dest: usize, header: &PacketHeader, data: &[u8], on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<()> {
+        let _ = (dest, header, data, on_event);
+        Err(Error::Protocol("this transport has no direct path".into()))
+    }
+
+    /// Starts sending the owned message `data` to rank `dest` on the direct path; its
+    /// completion is reported as [`Event::SendComplete`]`(wr_id)`. Only called when
+    /// [`Fabric::direct_threshold`] is `Some`.
+    fn post_direct(&mut self, dest: usize, header: &PacketHeader, data: Vec<u8>, wr_id: u64) -> Result<()> {
+        let _ = (dest, header, data, wr_id);
+        Err(Error::Protocol("this transport has no direct path".into()))
+    }
 }
 
 /// Decides the effective sharing mode: `xrc` on a transport without XRC falls back to
@@ -205,5 +237,23 @@ mod tests {
         let yes = Capabilities { name: "local", xrc: true };
         assert_eq!(effective_sharing(RecvSharing::Xrc, yes), (RecvSharing::Xrc, None));
         assert_eq!(effective_sharing(RecvSharing::PerPeer, no), (RecvSharing::PerPeer, None));
+    }
+
+    #[test]
+    fn control_encode_decode_round_trip() {
+        for c in [
+            Control::ConnectReq { grant: 5 },
+            Control::ConnectAck { grant: 0 },
+            Control::Close { sent: u64::MAX - 1 },
+            Control::Grant { credits: u32::MAX },
+            Control::CreditRequest,
+            Control::Revoke,
+            Control::Return { credits: 9 },
+        ] {
+            let (code, v) = c.encode();
+            assert_eq!(Control::decode(code, v).unwrap(), c);
+        }
+        assert!(Control::decode(9, 0).is_err());
+        assert!(Control::decode(0, 1 << 33).is_err());
     }
 }

@@ -35,6 +35,22 @@
 //! driver gives the HCA (firmware ICM) and the user/kernel QP structures: this last
 //! number is an estimate (rdma-core and the kernel do not state one size), to be replaced
 //! by a measurement when the verbs transport lands. The CQ is [`VERBS_CQ_ENTRIES`] x 64 B.
+//!
+//! # The MPI transport: Ballast's own bytes only
+//!
+//! Ballast cannot see inside the MPI library (its eager and unexpected-message buffers,
+//! its registrations): those are measured as process deltas by `Mpi::footprint`, not
+//! modelled. [`MemoryModel::mpi`] and `predict` for `kind = mpi` count what Ballast itself
+//! allocates: the pool (`buffer_count * B`, never locked: MPI registers what it sends
+//! itself), one receive staging buffer of `B + MPI_STAGING_EXTRA_BYTES` (as `srq_bytes`,
+//! in every sharing mode: MPI has no per-peer receive queues), the send buffers the fabric
+//! keeps for reuse (as `endpoint_bytes`: at most `buffer_count` of `B +
+//! MPI_STAGING_EXTRA_BYTES`; the accounted figure is what is really held, so it stays at or
+//! below the prediction except transiently, e.g. while an `isend` of a message larger than
+//! `B` holds its one owned copy until MPI has sent it), per endpoint the fabric's endpoint
+//! entry and the engine's, and the engine and fabric structures. Messages larger than `B`
+//! take MPI's own path (no pool buffer, no staging); a blocking `send` of one uses the
+//! caller's memory, and the received message's buffer is the caller's `Message`.
 
 use crate::config::{RecvSharing, TransportConfig, TransportKind};
 
@@ -52,6 +68,15 @@ pub const MLX5_RECV_WQE_BYTES: u64 = 16;
 pub const MLX5_SRQ_WQE_BYTES: u64 = 32;
 /// `sizeof(struct mlx5_cqe64)`, bytes.
 pub const MLX5_CQE_BYTES: u64 = 64;
+/// MPI transport: bytes of a receive staging or kept send buffer beyond `buffer_size` (the
+/// 32-byte header and up to 16 piggybacked controls of 9 bytes).
+pub const MPI_STAGING_EXTRA_BYTES: u64 = 32 + 16 * 9;
+/// MPI transport: the fabric's per-endpoint entry (a `usize` in a hash set, with its
+/// control byte).
+pub const MPI_ENDPOINT_BYTES: u64 = std::mem::size_of::<usize>() as u64 + 1;
+/// MPI transport: upper bound of the fabric structure's size (checked by a unit test of
+/// the `mpi` feature).
+pub const MPI_FABRIC_BYTES: u64 = 512;
 
 /// Per-object sizes of one transport, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,11 +120,29 @@ impl MemoryModel {
         }
     }
 
-    /// The model of a transport kind (MPI uses the verbs model: it runs over verbs).
+    /// Sizes of the MPI transport: Ballast's own structures only (see the module docs).
+    /// The receive staging and kept send buffers depend on the configuration and are
+    /// added by `predict`.
+    pub fn mpi() -> MemoryModel {
+        let engine = crate::local::memory_model();
+        MemoryModel {
+            endpoint_fixed_bytes: MPI_ENDPOINT_BYTES,
+            engine_endpoint_bytes: engine.engine_endpoint_bytes,
+            rq_fixed_bytes: 0,
+            rq_wqe_bytes: 0,
+            srq_fixed_bytes: 0,
+            srq_wqe_bytes: 0,
+            control_fixed_bytes: std::mem::size_of::<crate::engine::Engine>() as u64 + MPI_FABRIC_BYTES,
+            per_peer_control_bytes: engine.per_peer_control_bytes,
+        }
+    }
+
+    /// The model of a transport kind.
     pub fn for_kind(kind: TransportKind) -> MemoryModel {
         match kind {
             TransportKind::Local => Self::local(),
-            TransportKind::Verbs | TransportKind::Mpi => Self::verbs(),
+            TransportKind::Verbs => Self::verbs(),
+            TransportKind::Mpi => Self::mpi(),
             // Unresolved `auto` (config::resolve_transport picks the real one): the verbs model.
             TransportKind::Auto => Self::verbs(),
         }
@@ -170,6 +213,21 @@ impl TransportConfig {
         let e = if self.max_endpoints > 0 { keys.min(self.max_endpoints as u64) } else { keys };
         let b = self.buffer_size as u64;
         let pool = self.buffer_count as u64 * b;
+        if self.kind == TransportKind::Mpi {
+            let staging = b + MPI_STAGING_EXTRA_BYTES;
+            return Footprint {
+                pool_bytes: pool,
+                registered_bytes: pool,
+                locked_bytes: 0,
+                endpoint_bytes: e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes) + self.buffer_count as u64 * staging,
+                srq_bytes: staging,
+                control_bytes: m.control_fixed_bytes + c * m.per_peer_control_bytes,
+                endpoints_live: e,
+                endpoints_peak: e,
+                endpoints_opened: e,
+                peers_connected: c,
+            };
+        }
         let mut endpoint = e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes);
         let (srq, recv_buffers) = match self.recv_sharing {
             RecvSharing::PerPeer => {
@@ -234,5 +292,20 @@ mod tests {
             VERBS_SQ_DEPTH * 64 + VERBS_QP_CONTEXT_BYTES + m.engine_endpoint_bytes + 4 * (4096 + 16)
         );
         assert_eq!(one.registered_bytes, 64 * 4096 + 4 * 4096);
+    }
+
+    #[test]
+    fn mpi_model_counts_ballast_bytes_only() {
+        let t = TransportConfig { kind: TransportKind::Mpi, buffer_size: 1024, buffer_count: 8, ..Default::default() };
+        let staging = 1024 + MPI_STAGING_EXTRA_BYTES;
+        for sharing in [RecvSharing::PerPeer, RecvSharing::Shared] {
+            let f = TransportConfig { recv_sharing: sharing, ..t }.predict(3, 4, 1);
+            let m = MemoryModel::mpi();
+            assert_eq!((f.pool_bytes, f.registered_bytes, f.locked_bytes, f.srq_bytes), (8 * 1024, 8 * 1024, 0, staging));
+            assert_eq!(f.endpoint_bytes, 3 * (MPI_ENDPOINT_BYTES + m.engine_endpoint_bytes) + 8 * staging);
+            assert_eq!(f.control_bytes, m.control_fixed_bytes + 3 * m.per_peer_control_bytes);
+        }
+        // No verbs completion queue or QP context in it.
+        assert!(MemoryModel::mpi().control_fixed_bytes < VERBS_CQ_ENTRIES * MLX5_CQE_BYTES);
     }
 }

@@ -90,25 +90,38 @@ pub struct Matcher {
 }
 
 impl Matcher {
+    /// Starts message `id` from `src`: binds it to the earliest matching posted receive,
+    /// else queues it as unexpected. Returns its id.
+    fn start(&mut self, src: usize, tag: Tag, total: u64, data: Vec<u8>) -> Result<u64> {
+        if self.assembling.contains_key(&src) {
+            return Err(Error::Protocol(format!("new message from rank {src} before the previous one completed")));
+        }
+        let total = usize::try_from(total).map_err(|_| Error::Protocol("message too large".into()))?;
+        let id = self.next_msg;
+        self.next_msg += 1;
+        let req = self.posted.iter().position(|&(_, s, t)| accepts(s, t, src, tag)).map(|i| self.posted.remove(i).expect("index in range").0);
+        self.inbound.insert(id, Inbound { source: src, tag, total, data, req });
+        if req.is_none() {
+            self.unexpected.push_back(id);
+        }
+        Ok(id)
+    }
+
+    /// Completes message `id` if all of it arrived and a receive is bound to it.
+    fn finish_if_bound(&mut self, id: u64) {
+        let m = self.inbound.get(&id).expect("inbound message");
+        if let Some(req) = m.req {
+            let m = self.inbound.remove(&id).expect("inbound message");
+            self.completed.insert(req, Message { source: m.source, tag: m.tag, data: m.data });
+        }
+    }
+
     /// Feeds one arrived chunk.
     pub fn on_chunk(&mut self, h: &PacketHeader, payload: &[u8]) -> Result<()> {
         let src = h.src as usize;
         let id = if h.offset == 0 {
-            if self.assembling.contains_key(&src) {
-                return Err(Error::Protocol(format!("new message from rank {src} before the previous one completed")));
-            }
-            let id = self.next_msg;
-            self.next_msg += 1;
-            let req = self
-                .posted
-                .iter()
-                .position(|&(_, s, t)| accepts(s, t, src, h.tag))
-                .map(|i| self.posted.remove(i).expect("index in range").0);
-            let total = usize::try_from(h.total).map_err(|_| Error::Protocol("message too large".into()))?;
-            self.inbound.insert(id, Inbound { source: src, tag: h.tag, total, data: Vec::with_capacity(total), req });
-            if req.is_none() {
-                self.unexpected.push_back(id);
-            }
+            let cap = usize::try_from(h.total).map_err(|_| Error::Protocol("message too large".into()))?;
+            let id = self.start(src, h.tag, h.total, Vec::with_capacity(cap))?;
             self.assembling.insert(src, id);
             id
         } else {
@@ -121,11 +134,20 @@ impl Matcher {
         m.data.extend_from_slice(payload);
         if m.data.len() == m.total {
             self.assembling.remove(&src);
-            if let Some(req) = m.req {
-                let m = self.inbound.remove(&id).expect("inbound message");
-                self.completed.insert(req, Message { source: m.source, tag: m.tag, data: m.data });
-            }
+            self.finish_if_bound(id);
         }
+        Ok(())
+    }
+
+    /// Feeds a whole message that arrived at once in its own buffer (a transport's direct
+    /// path): `data` becomes the message's buffer without a copy. It takes its place in
+    /// the order of its source's messages and matches exactly as a chunked one would.
+    pub fn on_whole(&mut self, h: &PacketHeader, data: Vec<u8>) -> Result<()> {
+        if data.len() as u64 != h.total {
+            return Err(Error::Protocol(format!("whole message of {} bytes announced as {}", data.len(), h.total)));
+        }
+        let id = self.start(h.src as usize, h.tag, h.total, data)?;
+        self.finish_if_bound(id);
         Ok(())
     }
 
@@ -226,5 +248,24 @@ mod tests {
         m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
         assert!(m.on_chunk(&hdr(1, 4, 4, 3, 1), &[3]).is_err());
         assert!(m.on_chunk(&hdr(2, 4, 4, 2, 2), &[3, 4]).is_err());
+        assert!(m.on_whole(&hdr(1, 4, 2, 0, 0), vec![5, 6]).is_err(), "whole message inside a chunked one");
+    }
+
+    #[test]
+    fn whole_messages_keep_order_and_wildcards_with_chunked_ones() {
+        let mut m = Matcher::default();
+        let any = Source::Any;
+        m.post(1, any, TagMatch::Tag(7));
+        // A whole message for the posted receive, then unexpected ones in order.
+        m.on_whole(&hdr(2, 7, 3, 0, 0), vec![1, 2, 3]).unwrap();
+        assert_eq!(m.take_completed(1).unwrap(), Message { source: 2, tag: 7, data: vec![1, 2, 3] });
+        m.on_chunk(&hdr(2, 8, 1, 0, 1), &[4]).unwrap();
+        m.on_whole(&hdr(3, 8, 2, 0, 0), vec![5, 6]).unwrap();
+        m.on_whole(&hdr(2, 8, 2, 0, 0), vec![7, 8]).unwrap();
+        assert_eq!(m.try_take(any, TagMatch::Tag(8)).unwrap().data, vec![4]);
+        assert_eq!(m.try_take(Source::Rank(2), TagMatch::Any).unwrap().data, vec![7, 8]);
+        m.post(2, any, TagMatch::Any);
+        assert_eq!(m.take_completed(2).unwrap(), Message { source: 3, tag: 8, data: vec![5, 6] });
+        assert!(m.on_whole(&hdr(3, 8, 5, 0, 0), vec![1]).is_err(), "length differs from the header");
     }
 }

@@ -27,7 +27,7 @@ mod raw;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub use fabric::{MpiFabric, HEADER_BYTES, STAGING_EXTRA_BYTES};
+pub use fabric::{MpiFabric, DEFAULT_DIRECT_PART_BYTES, DIRECT_TAG_BASE, HEADER_BYTES, MAX_PIGGYBACK, STAGING_EXTRA_BYTES};
 /// The rsmpi crate this transport is built on (for host programs and benchmarks that call
 /// MPI themselves with the same version).
 pub use rsmpi;
@@ -52,6 +52,7 @@ pub struct Mpi {
     universe: Option<rsmpi::environment::Universe>,
     world: SimpleCommunicator,
     baseline: ProcStatus,
+    direct_part_bytes: usize,
 }
 
 impl Mpi {
@@ -74,7 +75,17 @@ impl Mpi {
         }
         let baseline = ProcStatus::read_self().unwrap_or_default();
         let universe = rsmpi::initialize_with_threading(level).map(|(u, _)| u);
-        Ok(Mpi { universe, world: SimpleCommunicator::world(), baseline })
+        Ok(Mpi { universe, world: SimpleCommunicator::world(), baseline, direct_part_bytes: DEFAULT_DIRECT_PART_BYTES })
+    }
+
+    /// Sets the largest MPI message the bytes of a direct-path message (one larger than
+    /// `buffer_size`) are split into for communicators made afterwards: default
+    /// [`DEFAULT_DIRECT_PART_BYTES`] (1 GiB), clamped to `1..=i32::MAX` so no MPI count
+    /// overflows. Every process must use the same value only for clarity: receivers take
+    /// the parts as they come. Smaller values exercise the split of messages over 2 GiB.
+    pub fn with_direct_part_bytes(mut self, bytes: usize) -> Mpi {
+        self.direct_part_bytes = bytes.clamp(1, i32::MAX as usize);
+        self
     }
 
     /// True when Ballast initialised MPI (and will finalise it on drop).
@@ -111,7 +122,7 @@ impl Mpi {
     /// peers may still send to it), so that no later duplicate can see its messages.
     pub fn communicator(&self, config: &RuntimeConfig) -> Result<Communicator> {
         let t = mpi_transport(config)?;
-        let shared = Shared::new(self.world.duplicate(), self.size())?;
+        let shared = Shared::new(self.world.duplicate(), self.size(), self.direct_part_bytes)?;
         let fabric = MpiFabric::new(shared, self.rank(), t.buffer_size, t.buffer_count);
         Communicator::new(Box::new(fabric), &t)
     }
@@ -141,7 +152,7 @@ impl Mpi {
         R: Send,
     {
         let t = mpi_transport(config)?;
-        let shared = Shared::new(self.world.duplicate(), n)?;
+        let shared = Shared::new(self.world.duplicate(), n, self.direct_part_bytes)?;
         let ranks = shared.local_ranks();
         let one = |r: usize| -> Result<R> {
             let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
