@@ -105,3 +105,20 @@ fn footprint_equals_model_all_modes() {
         footprint_matches_model(&Local, m, false);
     }
 }
+
+#[test]
+fn large_messages_in_order_with_small_ones_all_modes() {
+    for m in [RecvSharing::PerPeer, RecvSharing::Shared] {
+        large_messages_in_order_with_small_ones(&Local, m);
+    }
+}
+
+#[test]
+fn both_sides_send_large_first_shared() {
+    both_sides_send_large_first(&Local, RecvSharing::Shared);
+}
+
+#[test]
+fn any_source_with_large_messages_shared() {
+    any_source_with_large_messages(&Local, RecvSharing::Shared);
+}
