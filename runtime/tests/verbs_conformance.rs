@@ -27,7 +27,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ballast_runtime::bootstrap::{Bootstrap, TcpBootstrap};
-use ballast_runtime::fanout::FANOUT_TAG;
+use ballast_runtime::fanout;
 use ballast_runtime::{verbs, Communicator, Error, ProcStatus, RecvSharing, Result, RuntimeConfig, Source, TagMatch, TransportKind, VerbsConfig};
 use conformance::*;
 
@@ -203,26 +203,7 @@ fn child_fanout(messages: usize, ints: usize) -> i32 {
         let me = comm.rank();
         let t = ballast_runtime::TransportConfig { kind: TransportKind::Verbs, ..*comm.config() };
         let s_reg = ProcStatus::read_self()?;
-        comm.barrier()?;
-        comm.barrier()?;
-        let before = comm.footprint();
-        let s0 = ProcStatus::read_self()?;
-        if me == 0 {
-            let payload: Vec<u8> = (0..ints as u32).flat_map(|i| i.to_le_bytes()).collect();
-            for _ in 0..messages {
-                for p in 1..n {
-                    comm.send(p, FANOUT_TAG, &payload)?;
-                }
-            }
-        } else {
-            for _ in 0..messages {
-                let m = comm.recv(Source::Rank(0), TagMatch::Tag(FANOUT_TAG))?;
-                assert_eq!(m.data.len(), ints * 4);
-            }
-        }
-        comm.barrier()?;
-        let after = comm.footprint();
-        let s1 = ProcStatus::read_self()?;
+        let fanout::Exchange { before, after, status_before: s0, status_after: s1 } = fanout::exchange(&mut comm, messages, ints)?;
         let pb = t.predict(before.peers_connected as usize, n, 1);
         let pa = t.predict(after.peers_connected as usize, n, 1);
         // Pinned growth during the fanout: per-peer QPs' receive buffers (whole pages).
