@@ -108,6 +108,8 @@ pub struct Engine {
     direct: Option<usize>,
     /// Direct sends handed to the fabric and not completed yet.
     direct_inflight: usize,
+    /// The fabric copies packets at `post_send` (no completion to wait for).
+    copies: bool,
 }
 
 impl Engine {
@@ -145,8 +147,10 @@ impl Engine {
             inbox: Inbox::default(),
             direct: None,
             direct_inflight: 0,
+            copies: false,
         };
         e.direct = e.fabric.direct_threshold();
+        e.copies = e.fabric.copies_payload();
         if !cfg.lazy_connect {
             e.connect_all()?;
         }
@@ -696,14 +700,19 @@ impl Engine {
                 }
             }
             self.sync_wr_info();
-            self.wr_info[id as usize] = Some((req, key));
             self.fabric.post_send(dest, key, &hdr, &self.pool.buf(id)[..len], id as u64)?;
             let ep = self.conns.get_mut(key).expect("endpoint");
             ep.sent += 1;
-            ep.inflight += 1;
             self.conns.touch(key);
             let s = self.sends.get_mut(&req).expect("send request");
-            s.outstanding += 1;
+            if self.copies {
+                // The fabric holds its own copy: the buffer is free, nothing to complete.
+                self.pool.release(id);
+            } else {
+                self.wr_info[id as usize] = Some((req, key));
+                s.outstanding += 1;
+                self.conns.get_mut(key).expect("endpoint").inflight += 1;
+            }
             if finished {
                 s.posted_all = true;
             }

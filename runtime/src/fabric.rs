@@ -182,6 +182,14 @@ pub trait Fabric: Send {
     /// True when every rank called [`Fabric::mark_done`].
     fn all_done(&self) -> bool;
 
+    /// True when [`Fabric::post_send`] copies the payload before it returns (MPI): the
+    /// engine then frees the pool buffer at once and the fabric reports no
+    /// [`Event::SendComplete`] for it (`wr_id` is ignored); a blocking send of one packet
+    /// returns without waiting for a completion, as `MPI_Send` does. Default `false`.
+    fn copies_payload(&self) -> bool {
+        false
+    }
+
     /// The direct (rendezvous) path: `Some(t)` when the transport moves a message larger
     /// than `t` bytes itself, in one transfer from the sender's memory into the receiver's
     /// message buffer, instead of as pool-buffer chunks paced by credits. Direct messages

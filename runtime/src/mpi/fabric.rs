@@ -469,10 +469,15 @@ impl Fabric for MpiFabric {
         Ok(())
     }
 
-    fn post_send(&mut self, dest: usize, _key: usize, header: &PacketHeader, payload: &[u8], wr_id: u64) -> Result<()> {
+    fn copies_payload(&self) -> bool {
+        true
+    }
+
+    fn post_send(&mut self, dest: usize, _key: usize, header: &PacketHeader, payload: &[u8], _wr_id: u64) -> Result<()> {
         let (proc_, tag) = self.proc_and_tag(dest)?;
+        // The payload is copied into the packet: no completion is reported (copies_payload).
         let b = self.packet(dest, header, KIND_DATA, 0, payload);
-        self.sends.post(&self.shared.comm, proc_, tag, b, wr_id)?;
+        self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)?;
         self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
