@@ -13,7 +13,7 @@
 //!
 //! Everything happens in [`Engine::progress`], driven by the rank's single thread.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use crate::config::{RecvSharing, TransportConfig};
 use crate::connection::{ConnectionTable, EndpointStats, EpState};
@@ -21,7 +21,7 @@ use crate::credit::CreditBank;
 use crate::error::{Error, Result};
 use crate::fabric::{effective_sharing, Control, Event, Fabric, PacketHeader};
 use crate::footprint::Footprint;
-use crate::matching::{Matcher, Message, Source, Tag, TagMatch};
+use crate::matching::{IntMap, Matcher, Message, Source, Tag, TagMatch};
 use crate::pool::{BufId, BufferPool, PoolStats};
 
 /// A message accepted by `isend` but not fully posted yet.
@@ -95,11 +95,11 @@ pub struct Engine {
     rank: usize,
     world: usize,
     conns: ConnectionTable,
-    peers: HashMap<usize, PeerState>,
+    peers: IntMap<usize, PeerState>,
     active: BTreeSet<usize>,
     bank: CreditBank,
     matcher: Matcher,
-    sends: HashMap<u64, SendReq>,
+    sends: IntMap<u64, SendReq>,
     wr_info: Vec<Option<(u64, usize)>>,
     next_req: u64,
     notes: Vec<String>,
@@ -137,11 +137,11 @@ impl Engine {
             pool,
             cfg,
             conns: ConnectionTable::new(cfg.max_endpoints),
-            peers: HashMap::new(),
+            peers: IntMap::default(),
             active: BTreeSet::new(),
             bank,
             matcher: Matcher::default(),
-            sends: HashMap::new(),
+            sends: IntMap::default(),
             next_req: 0,
             notes,
             inbox: Inbox::default(),
@@ -391,8 +391,10 @@ impl Engine {
 
         let mut work = n > 0;
         work |= self.manage_endpoints()?;
-        work |= self.request_credits()?;
-        work |= self.pump()?;
+        if !self.active.is_empty() {
+            work |= self.request_credits()?;
+            work |= self.pump()?;
+        }
         work |= self.flush_credits()?;
         Ok(work)
     }
@@ -571,7 +573,7 @@ impl Engine {
             }
         }
         let mut need_room = !self.conns.deferred.is_empty();
-        let wanted: Vec<usize> = self.active.iter().map(|&p| self.key_of(p)).collect();
+        let wanted: Vec<usize> = if self.active.is_empty() { Vec::new() } else { self.active.iter().map(|&p| self.key_of(p)).collect() };
         for key in wanted {
             if self.conns.get(key).is_some() {
                 continue;

@@ -7,9 +7,36 @@
 //! chunks of one message are contiguous, so order per (source, tag) is preserved.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::error::{Error, Result};
 use crate::fabric::PacketHeader;
+
+/// Hasher for the runtime's own integer keys (request and message ids, ranks): one
+/// multiply per key instead of SipHash. Not DoS-resistant, which keys that never come from
+/// outside the process do not need.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct IntHasher(u64);
+
+impl Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+/// A hash map keyed by the runtime's own integers (see [`IntHasher`]).
+pub(crate) type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 
 /// A message tag. User tags are `< RESERVED_TAG_BASE`.
 pub type Tag = u32;
@@ -81,11 +108,11 @@ struct Inbound {
 /// Matching state of one rank.
 #[derive(Default)]
 pub struct Matcher {
-    inbound: HashMap<u64, Inbound>,
+    inbound: IntMap<u64, Inbound>,
     unexpected: VecDeque<u64>,
     posted: VecDeque<(u64, Source, TagMatch)>,
-    assembling: HashMap<usize, u64>,
-    completed: HashMap<u64, Message>,
+    assembling: IntMap<usize, u64>,
+    completed: IntMap<u64, Message>,
     next_msg: u64,
 }
 
