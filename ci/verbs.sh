@@ -40,8 +40,9 @@ test_bin() { # path of the `--test $1` executable of the runtime with the verbs 
         | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1
 }
 conformance=$(test_bin verbs_conformance)
-cargo build --release --locked -p ballast-bench --features verbs --bin verbs_pingpong
+cargo build --release --locked -p ballast-bench --features verbs --bin verbs_pingpong --bin verbs_raw_pingpong
 pingpong=$target/release/verbs_pingpong
+raw_pingpong=$target/release/verbs_raw_pingpong
 cargo build --locked -p ballast-balancer --features verbs --bin ballast
 ballast_bin=$target/debug/ballast
 vm() { "$RXE/run-in-vm.sh" "$@"; }
@@ -69,18 +70,21 @@ vm -t 600 -f "$conformance" -f "$ballast_bin" -f ci/verbs_guest_fanout.sh "B=/rx
     sh /rxe-vm/verbs_guest_fanout.sh /rxe-vm/ballast 16 --recv-sharing per-peer --buffer-count 16 --buffer-size 4096 --recv-depth 4; \
     (ulimit -l 64; \$B --memlock); \$B --dead-peer; \$B --killed-peer; \$B --unanswered-connect"
 
-# 4. Ping-pong: Ballast over verbs, then ib_send_lat, same boot, both rxe0 <-> rxe1.
-echo "ci/verbs.sh: ping-pong, Ballast verbs vs ib_send_lat"
+# 4. Ping-pong: Ballast over verbs, the raw-verbs ping-pong (perftest's setup, then Ballast's
+# verbs settings without its engine), then ib_send_lat, same boot, all rxe0 <-> rxe1, 8 B.
+echo "ci/verbs.sh: ping-pong, Ballast verbs vs raw verbs vs ib_send_lat"
 pp_log=$(mktemp)
-vm -t 600 -f "$pingpong" "set -e; /rxe-vm/verbs_pingpong --quick --sizes 8,1024,65536 --breakdown; \
+vm -t 600 -f "$pingpong" -f "$raw_pingpong" "set -e; /rxe-vm/verbs_pingpong --quick --sizes 8,1024,65536 --breakdown; \
+    /rxe-vm/verbs_raw_pingpong --variants perftest,ballast; \
     ib_send_lat -d \$RXE_VM_DEV -x \$RXE_VM_GID -s 8 -n 2000 >/tmp/srv.log 2>&1 & sleep 1; \
     ib_send_lat -d \$RXE_VM_DEV2 -x \$RXE_VM_GID2 -s 8 -n 2000 127.0.0.1; wait" | tee "$pp_log"
 ballast_us=$(sed -n 's/^ballast_verbs_8B_half_rtt_us=//p' "$pp_log" | tail -n 1)
 # ib_send_lat's result row: bytes iterations t_min t_max t_typical ...
 perftest_us=$(awk '$1 == 8 && NF >= 5 && $2 ~ /^[0-9]+$/ {print $5}' "$pp_log" | tail -n 1)
+raw_us=$(sed -n 's/^raw_verbs_8B_half_rtt_us=//p' "$pp_log" | tail -n 1)
 rm -f "$pp_log"
 if [ -n "$ballast_us" ] && [ -n "$perftest_us" ]; then
-    python3 -c "b, p = $ballast_us, $perftest_us; r = b / p; print(f'ci/verbs.sh: 8 B latency: Ballast {b:.2f} us, ib_send_lat t_typical {p:.2f} us, ratio {r:.2f} (target <= 1.5: {\"met\" if r <= 1.5 else \"NOT met\"})')"
+    python3 -c "b, p = $ballast_us, $perftest_us; r = b / p; print(f'ci/verbs.sh: 8 B latency: Ballast {b:.2f} us, raw verbs ${raw_us:-?} us, ib_send_lat t_typical {p:.2f} us, ratio {r:.2f} (target <= 1.5: {\"met\" if r <= 1.5 else \"NOT met\"})')"
 else
     echo "ci/verbs.sh: could not read both 8 B latencies (ballast='$ballast_us' ib_send_lat='$perftest_us')" >&2
     exit 1

@@ -12,7 +12,10 @@
 //! - Without an RDMA device it prints why and exits 0.
 //!
 //! Options: `--quick` (fewer iterations), `--breakdown` (time per iteration in isend, recv
-//! and send tests, each rank), `--rounds R` (default 5), `--sizes a,b,..` (bytes).
+//! and send tests, each rank, and per round trip the fabric's counters: posts, control
+//! frames, polls, control reads, CQ polls, completions; with `BALLAST_VERBS_TRACE=1` also the
+//! time from the CQ poll that returned a receive to the next post, and the engine's handling
+//! of one arrival), `--rounds R` (default 5), `--sizes a,b,..` (bytes).
 //! Rank 0 prints one line per size (typical = median half round trip, as perftest's
 //! `t_typical`; mean = total time / 2n) and `ballast_verbs_8B_half_rtt_us=<typical>`.
 
@@ -160,7 +163,21 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
         comm.barrier()?;
         let n = iters(8, quick);
         let mut parts: [Vec<f64>; 3] = Default::default();
+        let c0 = verbs::counters::snapshot();
         half_rtt_parts(&mut comm, 8, n, &buf, Some(&mut parts))?;
+        let c1 = verbs::counters::snapshot();
+        let per: Vec<String> = verbs::counters::NAMES.iter().zip(c0.iter().zip(c1.iter())).map(|(name, (a, b))| format!("{name} {:.2}", (b - a) as f64 / n as f64)).collect();
+        println!("rank {} per round trip: {}", comm.rank(), per.join(", "));
+        let mut g = verbs::counters::take_gaps();
+        if !g.is_empty() {
+            g.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+            println!("rank {} receive seen -> next ibv_post_send (BALLAST_VERBS_TRACE): median {:.1} us, p10 {:.1} us over {}", comm.rank(), g[g.len() / 2], g[g.len() / 10], g.len());
+        }
+        let mut a = verbs::counters::take_arrivals();
+        if !a.is_empty() {
+            a.sort_by(|x, y| x.partial_cmp(y).expect("finite"));
+            println!("rank {} engine handling of one arrival (BALLAST_VERBS_TRACE): median {:.1} us, p10 {:.1} us over {}", comm.rank(), a[a.len() / 2], a[a.len() / 10], a.len());
+        }
         let med = |v: &mut Vec<f64>| {
             v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
             v.get(v.len() / 2).copied().unwrap_or(0.0)

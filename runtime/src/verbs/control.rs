@@ -13,12 +13,39 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
 /// Bytes per frame.
 pub const FRAME_BYTES: usize = 48;
+
+/// `struct pollfd` of poll(2).
+#[repr(C)]
+struct PollFd {
+    fd: i32,
+    events: i16,
+    revents: i16,
+}
+
+extern "C" {
+    /// poll(2) from the C library (which std links already).
+    fn poll(fds: *mut PollFd, nfds: std::ffi::c_ulong, timeout: i32) -> i32;
+}
+
+/// True if `fd` has something to read (for a listener: a connection to accept), without
+/// waiting. An `accept` that finds nothing is not free: Linux allocates the new socket's
+/// inode, dentry and file before it looks for a connection and frees them (through RCU)
+/// when there is none; in the soft-RoCE guest one such `accept` every 64 polls doubled the
+/// 8 B ping-pong latency (see docs/BENCHMARKS.md). poll(2) allocates nothing.
+pub(crate) fn readable(fd: &impl AsRawFd) -> bool {
+    let mut p = PollFd { fd: fd.as_raw_fd(), events: 1 /* POLLIN */, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call; timeout 0 never blocks.
+    let rc = unsafe { poll(&mut p, 1, 0) };
+    // On an error, say "readable" so that the caller's accept/read reports it.
+    rc != 0
+}
 
 /// Frame kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,6 +201,7 @@ impl Mesh {
             self.out[dest] = Some(s);
         }
         let s = self.out[dest].as_mut().expect("connected");
+        super::counters::bump(&super::counters::MESH_SENDS, 1);
         s.write_all(&f.encode()).map_err(|e| Error::Verbs(format!("rank {}: control message to rank {dest} failed: {e} (did rank {dest} die?)", self.rank)))
     }
 

@@ -334,6 +334,9 @@ impl VerbsFabric {
     pub(crate) fn new(rank: usize, world: usize, config: &RuntimeConfig, mesh: Mesh, abort: Arc<AtomicBool>) -> Result<VerbsFabric> {
         let cfg = *config.transport();
         let dev = device::open(config.verbs())?;
+        if std::env::var("BALLAST_VERBS_TRACE").is_ok_and(|v| v == "1") {
+            super::counters::TRACE.store(true, Ordering::Relaxed);
+        }
         let header_slots = if cfg.pool_growth { (cfg.max_pool_bytes / cfg.buffer_size as u64) as usize } else { cfg.buffer_count };
         let recvs = match cfg.recv_sharing {
             RecvSharing::PerPeer => {
@@ -598,10 +601,12 @@ impl VerbsFabric {
             wr.qp_type.xrc = xrc_t { remote_srqn: srqn };
         }
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        super::counters::traced_post();
         // SAFETY: qp is live and in RTS; wr and sges live across the call; the header slot and
         // the payload lie in registered memory that stays registered and untouched until the
         // completion of `wr_id` is reported (the engine owns the pool buffer until then).
         let rc = unsafe { ibv_post_send(qp, &mut wr, &mut bad) };
+        super::counters::bump(&super::counters::POSTS, 1);
         if rc != 0 {
             return Err(rc_err(format!("rank {}: ibv_post_send toward rank {key}", self.rank), rc));
         }
@@ -751,6 +756,11 @@ impl VerbsFabric {
         while n < POLL_MAX {
             // SAFETY: cq is live; wcs has room for POLL_BATCH entries.
             let got = unsafe { ibv_poll_cq(self.cq.0, POLL_BATCH as i32, wcs.as_mut_ptr()) };
+            super::counters::bump(&super::counters::CQ_POLLS, 1);
+            super::counters::bump(&super::counters::CQES, got.max(0) as u64);
+            if wcs[..got.max(0) as usize].iter().any(|w| w.wr_id & RECV_BIT != 0) {
+                super::counters::traced_recv();
+            }
             if got < 0 {
                 return Err(Error::Verbs(format!("rank {}: ibv_poll_cq failed ({got})", self.rank)));
             }
@@ -785,7 +795,9 @@ impl VerbsFabric {
                     if HEADER_BYTES + h.len as usize != len {
                         return Err(Error::Protocol(format!("packet of {len} bytes announces {} payload bytes", h.len)));
                     }
+                    let t = super::counters::trace_start();
                     on_event(Event::Arrival(h, &bytes[HEADER_BYTES..]))?;
+                    super::counters::traced_arrival(t);
                     post_recv_wr(slots, slot, qp, srq)?;
                     if wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
                         // SAFETY: with IBV_WC_WITH_IMM set, the union holds the immediate data.
@@ -1099,6 +1111,7 @@ impl Fabric for VerbsFabric {
             return Err(e);
         }
         self.polls = self.polls.wrapping_add(1);
+        super::counters::bump(&super::counters::POLLS, 1);
         for w in std::mem::take(&mut self.failed_sends) {
             on_event(Event::SendComplete(w))?;
         }
@@ -1122,6 +1135,7 @@ impl Fabric for VerbsFabric {
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
         if self.polls % MESH_POLL_EVERY == 1 {
+            super::counters::bump(&super::counters::MESH_READS, 1);
             if let Err(e) = self.mesh.poll(&mut frames) {
                 for r in self.mesh.take_dead() {
                     self.peer_died(r, on_event)?;

@@ -42,6 +42,7 @@ pub mod control;
 pub mod device;
 mod fabric;
 pub mod fanout;
+pub mod raw_pingpong;
 mod xrc;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -50,6 +51,66 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use control::ControlListener;
+
+/// Process-wide counters of what the verbs fabric did (diagnostics: `verbs_pingpong
+/// --breakdown` prints them): ibv_post_send calls, control-channel frames sent, fabric polls,
+/// control-channel reads, ibv_poll_cq calls and completions. Summed over the ranks of a
+/// process (relaxed atomics); the `BALLAST_VERBS_TRACE` timings assume one rank per process.
+pub mod counters {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    pub(crate) static POSTS: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static MESH_SENDS: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static POLLS: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static MESH_READS: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static CQ_POLLS: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static CQES: AtomicU64 = AtomicU64::new(0);
+    pub(crate) fn bump(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+    /// The counters now, in the order above.
+    pub fn snapshot() -> [u64; 6] {
+        [&POSTS, &MESH_SENDS, &POLLS, &MESH_READS, &CQ_POLLS, &CQES].map(|c| c.load(Ordering::Relaxed))
+    }
+    /// With `BALLAST_VERBS_TRACE=1` (read when a fabric is created): the time from the
+    /// `ibv_poll_cq` call that returned a receive to the next `ibv_post_send` of this
+    /// process, per such pair, microseconds (two clock reads each: a diagnostic only).
+    pub(crate) static TRACE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    pub(crate) static LAST_RECV: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    pub(crate) static GAPS: std::sync::Mutex<Vec<f64>> = std::sync::Mutex::new(Vec::new());
+    pub(crate) fn traced_recv() {
+        if TRACE.load(Ordering::Relaxed) {
+            *LAST_RECV.lock().expect("trace") = Some(std::time::Instant::now());
+        }
+    }
+    pub(crate) fn traced_post() {
+        if TRACE.load(Ordering::Relaxed) {
+            if let Some(t) = LAST_RECV.lock().expect("trace").take() {
+                GAPS.lock().expect("trace").push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+    }
+    /// With tracing: time spent in the engine's handling of each arrived packet (the fabric's
+    /// `Event::Arrival` callback), microseconds.
+    pub(crate) static ARRIVALS: std::sync::Mutex<Vec<f64>> = std::sync::Mutex::new(Vec::new());
+    pub(crate) fn trace_start() -> Option<std::time::Instant> {
+        TRACE.load(Ordering::Relaxed).then(std::time::Instant::now)
+    }
+    pub(crate) fn traced_arrival(t: Option<std::time::Instant>) {
+        if let Some(t) = t {
+            ARRIVALS.lock().expect("trace").push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    /// Takes the engine's per-arrival handling times recorded so far (`BALLAST_VERBS_TRACE`).
+    pub fn take_arrivals() -> Vec<f64> {
+        std::mem::take(&mut *ARRIVALS.lock().expect("trace"))
+    }
+    /// Takes the receive-to-post gaps recorded so far (see `BALLAST_VERBS_TRACE`).
+    pub fn take_gaps() -> Vec<f64> {
+        std::mem::take(&mut *GAPS.lock().expect("trace"))
+    }
+    /// Names of [`snapshot`]'s entries.
+    pub const NAMES: [&str; 6] = ["posts", "control sends", "fabric polls", "control reads", "ibv_poll_cq calls", "completions"];
+}
 pub use device::{device_names, probe, DeviceCaps};
 pub use fabric::{VerbsFabric, HEADER_BYTES};
 
