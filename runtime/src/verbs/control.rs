@@ -208,7 +208,8 @@ impl Mesh {
     /// Accepts new streams and reads every complete frame. A stream that ends before its
     /// rank sent [`Kind::Done`] is an error naming that rank.
     pub(crate) fn poll(&mut self, out: &mut Vec<Frame>) -> Result<()> {
-        loop {
+        // accept() only when a connection waits (see `readable`).
+        while readable(&self.listener) {
             match self.listener.accept() {
                 Ok((s, _)) => {
                     s.set_nonblocking(true)?;
