@@ -597,7 +597,16 @@ pub fn large_messages_in_order_with_small_ones<L: Launcher>(l: &L, sharing: Recv
                         if (i + round as usize).is_multiple_of(2) {
                             comm.send(0, 1, &d)?;
                         } else {
-                            reqs.push(comm.isend(0, 1, &d)?);
+                            // `isend` reports WouldBlock while chunks in flight hold every
+                            // pool buffer: progress and retry, as the API says.
+                            loop {
+                                match comm.isend(0, 1, &d) {
+                                    Err(Error::WouldBlock) => {
+                                        comm.progress()?;
+                                    }
+                                    r => break reqs.push(r?),
+                                }
+                            }
                         }
                     }
                 }
