@@ -138,6 +138,38 @@ fn direct_path_split_into_parts() {
     }
 }
 
+/// A message over 2 GiB (default 1 GiB parts: three MPI messages) arrives whole. Heavy
+/// (about 2 GiB per process, more with threads), so it runs only with
+/// `BALLAST_TEST_HUGE=1`; otherwise it passes without sending.
+fn direct_message_over_2gib() {
+    if std::env::var("BALLAST_TEST_HUGE").as_deref() != Ok("1") {
+        return;
+    }
+    let size = (2usize << 30) + 3;
+    let cfg = RuntimeConfig::builder().lock_pool(false).build().unwrap();
+    let fill = |i: usize| (i % 251) as u8;
+    let res = Mpi::init()
+        .unwrap()
+        .run_ranks(2, &cfg, |comm| -> Result<(usize, bool)> {
+            if comm.rank() == 0 {
+                let d: Vec<u8> = (0..size).map(fill).collect();
+                comm.send(1, 1, &d)?;
+                Ok((0, true))
+            } else {
+                let m = comm.recv(0, 1u32)?;
+                let ok = m.data.iter().enumerate().all(|(i, &b)| b == fill(i));
+                Ok((m.data.len(), ok))
+            }
+        })
+        .unwrap();
+    for (r, v) in res {
+        let (len, ok) = v.unwrap();
+        if r == 1 {
+            assert_eq!((len, ok), (size, true));
+        }
+    }
+}
+
 /// The MPI bootstrap gathers ragged byte strings in order, also when split into many rounds.
 fn bootstrap_mpi_split_rounds() {
     for round_bytes in [1 << 30, 7] {
@@ -199,6 +231,7 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     v.push(("both_sides_send_large_first".into(), Box::new(move || both_sides_send_large_first(l, RecvSharing::Shared))));
     v.push(("any_source_with_large_messages".into(), Box::new(move || any_source_with_large_messages(l, RecvSharing::Shared))));
     v.push(("direct_path_split_into_parts".into(), Box::new(direct_path_split_into_parts)));
+    v.push(("direct_message_over_2gib (BALLAST_TEST_HUGE=1)".into(), Box::new(direct_message_over_2gib)));
     v.push(("neighbour_exchange_8b_to_64mib".into(), Box::new(neighbour_exchange_8b_to_64mib)));
     v.push(("bootstrap_mpi_split_rounds".into(), Box::new(bootstrap_mpi_split_rounds)));
     v.push(("mpi_footprint".into(), Box::new(mpi_footprint)));
