@@ -160,9 +160,11 @@ impl Communicator {
 
     /// Sends `data` to `dest` with `tag`, progressing and waiting while the pool is
     /// exhausted (back-pressure); returns when all of it is delivered to the receiver's
-    /// receive buffers. On a transport with a direct path (MPI) a message larger than its
-    /// threshold is sent straight from `data`, without a copy, and the call returns when
-    /// the transport no longer reads `data`; it keeps progressing meanwhile.
+    /// receive buffers, or, on a transport that copies each packet when posting it (MPI), as
+    /// soon as the transport holds the copy (as `MPI_Send` returns). On a transport with a
+    /// direct path (MPI) a message larger than its threshold is sent straight from `data`,
+    /// without a copy, and the call returns when the transport no longer reads `data`; it
+    /// keeps progressing meanwhile.
     pub fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         Self::check_tag(tag)?;
         if self.engine.goes_direct(dest, data.len()) {
