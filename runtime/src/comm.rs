@@ -47,7 +47,7 @@ impl Backoff {
         }
         // The clock is read once per 64 idle polls, not per poll: in the soft-RoCE guest
         // (TCG, HPET clock source) one read costs 1.3-5 us, a large part of a round trip.
-        if self.idle % 64 == 0 || self.since.is_none() {
+        if self.idle.is_multiple_of(64) || self.since.is_none() {
             let since = *self.since.get_or_insert_with(std::time::Instant::now);
             self.sleeping = since.elapsed() >= YIELD_FOR;
         }
