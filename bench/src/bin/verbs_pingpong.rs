@@ -173,6 +173,15 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
             g.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
             println!("rank {} receive seen -> next ibv_post_send (BALLAST_VERBS_TRACE): median {:.1} us, p10 {:.1} us over {}", comm.rank(), g[g.len() / 2], g[g.len() / 10], g.len());
         }
+        let st = verbs::counters::take_stages();
+        if !st.is_empty() {
+            let med = |k: usize| {
+                let mut v: Vec<f64> = st.iter().map(|x| x[k]).collect();
+                v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+                v[v.len() / 2]
+            };
+            println!("rank {} that gap in parts (medians): in the fabric's poll {:.1} us, engine and caller until the fabric's post_send {:.1} us, post_send until ibv_post_send {:.1} us", comm.rank(), med(0), med(1), med(2));
+        }
         let mut a = verbs::counters::take_arrivals();
         if !a.is_empty() {
             a.sort_by(|x, y| x.partial_cmp(y).expect("finite"));

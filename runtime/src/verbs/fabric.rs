@@ -1038,6 +1038,7 @@ impl Fabric for VerbsFabric {
     }
 
     fn post_send(&mut self, dest: usize, key: usize, header: &PacketHeader, payload: &[u8], wr_id: u64) -> Result<()> {
+        super::counters::traced_send_entry();
         if self.sharing != RecvSharing::Xrc && dest != key {
             return Err(Error::Protocol(format!("verbs endpoints are per rank (dest {dest}, key {key})")));
         }
@@ -1149,6 +1150,7 @@ impl Fabric for VerbsFabric {
         }
         self.frames = frames;
         n += self.poll_cq(on_event)?;
+        super::counters::traced_poll_end();
         Ok(n)
     }
 

@@ -85,9 +85,41 @@ pub mod counters {
     pub(crate) fn traced_post() {
         if TRACE.load(Ordering::Relaxed) {
             if let Some(t) = LAST_RECV.lock().expect("trace").take() {
-                GAPS.lock().expect("trace").push(t.elapsed().as_secs_f64() * 1e6);
+                let now = std::time::Instant::now();
+                GAPS.lock().expect("trace").push((now - t).as_secs_f64() * 1e6);
+                let mut st = STAGES.lock().expect("trace");
+                if let (Some(p), Some(e)) = (st.0.take(), st.1.take()) {
+                    let us = |a: std::time::Instant, b: std::time::Instant| b.saturating_duration_since(a).as_secs_f64() * 1e6;
+                    st.2.push([us(t, p), us(p, e), us(e, now)]);
+                }
             }
         }
+    }
+    /// With tracing, the receive-to-post gap in three parts: (end of the fabric poll that saw
+    /// the receive, entry of the next fabric `post_send`, the parts in microseconds: inside
+    /// the fabric's poll, between the poll's return and `post_send` (engine and caller),
+    /// inside `post_send` up to `ibv_post_send`).
+    #[allow(clippy::type_complexity)]
+    pub(crate) static STAGES: std::sync::Mutex<(Option<std::time::Instant>, Option<std::time::Instant>, Vec<[f64; 3]>)> = std::sync::Mutex::new((None, None, Vec::new()));
+    pub(crate) fn traced_poll_end() {
+        if TRACE.load(Ordering::Relaxed) && LAST_RECV.lock().expect("trace").is_some() {
+            let mut st = STAGES.lock().expect("trace");
+            if st.0.is_none() {
+                st.0 = Some(std::time::Instant::now());
+            }
+        }
+    }
+    pub(crate) fn traced_send_entry() {
+        if TRACE.load(Ordering::Relaxed) {
+            let mut st = STAGES.lock().expect("trace");
+            if st.0.is_some() && st.1.is_none() {
+                st.1 = Some(std::time::Instant::now());
+            }
+        }
+    }
+    /// Takes the three-part split of the receive-to-post gaps (see `STAGES`).
+    pub fn take_stages() -> Vec<[f64; 3]> {
+        std::mem::take(&mut STAGES.lock().expect("trace").2)
     }
     /// With tracing: time spent in the engine's handling of each arrived packet (the fabric's
     /// `Event::Arrival` callback), microseconds.
