@@ -320,3 +320,23 @@ fn user_reported_rough_edges_are_smooth() {
         }
     }
 }
+
+/// `ballast info | head -n 0`, `ballast fanout | head`: a reader that closes stdout early
+/// ends the program quietly (exit 0), not with a broken-pipe panic.
+#[test]
+fn a_closed_stdout_pipe_ends_quietly() {
+    for args in [&["info"][..], &["fanout", "--ranks", "3"][..]] {
+        let mut child = ballast()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn ballast");
+        // Close the read end before the program writes anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "ballast {args:?} panicked on a closed pipe: {err}");
+        assert!(out.status.success(), "ballast {args:?}: {:?}, stderr: {err}", out.status);
+    }
+}

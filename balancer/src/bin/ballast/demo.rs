@@ -77,7 +77,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         ..CircuitSpec::default()
     };
     let input: SimInput = step(&format!("generating a synthetic circuit of {} cells", args.cells), || Ok(SimInput::synthetic(&spec)?))?;
-    println!("circuit: {}", input.label);
+    outln!("circuit: {}", input.label);
 
     // The dry run: balance for N ranks and write the allocation file, as `ballast dry-run`.
     let alloc_path = step(&format!("dry run: balancing for {} ranks", args.ranks), || {
@@ -85,7 +85,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         let allocation = balance(&input.dry_run, &config);
         Ok(write_allocation(&args.output, &allocation)?)
     })?;
-    println!("dry run: wrote {}", alloc_path.display());
+    outln!("dry run: wrote {}", alloc_path.display());
 
     let cfg = RuntimeConfig::default();
     let params = SimParams { tstop_ms: args.tstop, seed: args.seed, memory_scale: args.memory_scale, ..SimParams::default() };
@@ -106,49 +106,50 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let t = cfg.transport();
     let per_peer = TransportConfig { recv_sharing: RecvSharing::PerPeer, max_endpoints: 0, ..*t };
     let shared_capped = TransportConfig { recv_sharing: RecvSharing::Shared, max_endpoints: args.max_endpoints, ..*t };
-    println!();
-    println!("{:<52} {:>14} {:>14}", "", "RoundRobin", "Memory");
-    let row = |label: &str, f: &dyn Fn(&RunReport) -> String| {
-        println!("{:<52} {:>14} {:>14}", label, f(&runs[0].1), f(&runs[1].1));
+    outln!();
+    outln!("{:<52} {:>14} {:>14}", "", "RoundRobin", "Memory");
+    let row = |label: &str, f: &dyn Fn(&RunReport) -> String| -> anyhow::Result<()> {
+        outln!("{:<52} {:>14} {:>14}", label, f(&runs[0].1), f(&runs[1].1));
+        Ok(())
     };
-    row("largest rank, estimated cell memory (MB)", &|r| mb(max_min(&r.per_rank, |x| x.estimated_kb).0));
-    row("smallest rank, estimated cell memory (MB)", &|r| mb(max_min(&r.per_rank, |x| x.estimated_kb).1));
+    row("largest rank, estimated cell memory (MB)", &|r| mb(max_min(&r.per_rank, |x| x.estimated_kb).0))?;
+    row("smallest rank, estimated cell memory (MB)", &|r| mb(max_min(&r.per_rank, |x| x.estimated_kb).1))?;
     row("largest / mean", &|r| {
         let mean = r.per_rank.iter().map(|x| x.estimated_kb).sum::<f64>() / r.per_rank.len() as f64;
         format!("{:.3}", max_min(&r.per_rank, |x| x.estimated_kb).0 / mean)
-    });
-    row(&format!("largest rank, Ballast-accounted (MB, x{})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0));
-    row(&format!("smallest rank, Ballast-accounted (MB, x{})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1));
-    row("peers per rank, largest (connected)", &|r| format!("{}", r.per_rank.iter().map(|x| x.peers_connected).max().unwrap_or(0)));
+    })?;
+    row(&format!("largest rank, Ballast-accounted (MB, x{})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0))?;
+    row(&format!("smallest rank, Ballast-accounted (MB, x{})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1))?;
+    row("peers per rank, largest (connected)", &|r| format!("{}", r.per_rank.iter().map(|x| x.peers_connected).max().unwrap_or(0)))?;
     let tp = |c: TransportConfig| {
         move |r: &RunReport| {
             let kb = r.per_rank.iter().map(|x| predicted_footprint(&c, x.peers_predicted, 0, r.ranks).total_bytes()).max().unwrap_or(0);
             format!("{:.0}", kb as f64 / 1024.0)
         }
     };
-    row("transport per rank, per-peer (KB, predicted)", &tp(per_peer));
-    row(&format!("transport per rank, shared + max_endpoints={} (KB)", args.max_endpoints), &tp(shared_capped));
+    row("transport per rank, per-peer (KB, predicted)", &tp(per_peer))?;
+    row(&format!("transport per rank, shared + max_endpoints={} (KB)", args.max_endpoints), &tp(shared_capped))?;
     row(&format!("transport per rank, as run: {} (KB, measured)", t.recv_sharing), &|r| {
         format!("{:.0}", r.per_rank.iter().map(|x| x.footprint_measured_bytes).max().unwrap_or(0) as f64 / 1024.0)
-    });
-    row("transport measured = predicted, every rank", &|r| (if r.footprint_match { "yes" } else { "no" }).to_string());
-    row("peers connected = predicted, every rank", &|r| (if r.peers_match { "yes" } else { "no" }).to_string());
-    row("spikes", &|r| r.spikes.to_string());
-    row("run time (s)", &|r| format!("{:.2}", r.seconds));
+    })?;
+    row("transport measured = predicted, every rank", &|r| (if r.footprint_match { "yes" } else { "no" }).to_string())?;
+    row("peers connected = predicted, every rank", &|r| (if r.peers_match { "yes" } else { "no" }).to_string())?;
+    row("spikes", &|r| r.spikes.to_string())?;
+    row("run time (s)", &|r| format!("{:.2}", r.seconds))?;
     let hwm = ballast_runtime::ProcStatus::read_self().map(|p| p.vm_hwm_kb).unwrap_or(0);
-    println!("process VmHWM (all ranks, both runs): {} MB", hwm / 1024);
-    println!("outputs: {}/{{roundrobin,memory}}/{{out.dat,report.json}}", args.output.display());
+    outln!("process VmHWM (all ranks, both runs): {} MB", hwm / 1024);
+    outln!("outputs: {}/{{roundrobin,memory}}/{{out.dat,report.json}}", args.output.display());
 
     let (a, b) = (all_spikes(&runs[0].2), all_spikes(&runs[1].2));
     let checks_ok = runs.iter().all(|r| r.1.peers_match && r.1.footprint_match);
     if a != b || a.is_empty() {
-        println!("check: identical spikes in the RoundRobin and Memory runs: FAILED ({} vs {} spikes)", a.len(), b.len());
+        outln!("check: identical spikes in the RoundRobin and Memory runs: FAILED ({} vs {} spikes)", a.len(), b.len());
         bail!("the RoundRobin and Memory runs produced different spikes");
     }
-    println!("check: identical spikes in the RoundRobin and Memory runs ({} spikes): ok", a.len());
+    outln!("check: identical spikes in the RoundRobin and Memory runs ({} spikes): ok", a.len());
     if !checks_ok {
         bail!("peers or transport footprint differ from the prediction (see the table)");
     }
-    println!("demo done in {:.1} s", total.elapsed().as_secs_f64());
+    outln!("demo done in {:.1} s", total.elapsed().as_secs_f64());
     Ok(())
 }

@@ -123,30 +123,33 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
             v["transport_note"] = json!(n);
         }
         v["transport"] = json!(cfg.transport().kind.as_str());
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         if memory_ok == Some(false) {
             bail!("the measured memory is outside the verbs model's bounds (see processes[].problems)");
         }
         return Ok(());
     }
     let t = cfg.transport();
-    println!(
+    outln!(
         "fanout: {} ranks, rank 0 sends {} x {} ints to each; recv_sharing={} buffer {} x {} B",
         ranks, args.messages, args.ints, t.recv_sharing, t.buffer_count, t.buffer_size
     );
-    println!("{:<26} {:>14} {:>14} {:>14}", "", "before", "after", "delta");
-    let row = |name: &str, b: u64, a: u64| println!("{name:<26} {b:>14} {a:>14} {:>14}", a as i64 - b as i64);
+    outln!("{:<26} {:>14} {:>14} {:>14}", "", "before", "after", "delta");
+    let row = |name: &str, b: u64, a: u64| -> anyhow::Result<()> {
+        outln!("{name:<26} {b:>14} {a:>14} {:>14}", a as i64 - b as i64);
+        Ok(())
+    };
     let (b, a) = (&r.before, &r.after);
-    row("VmRSS (KiB, process)", b.status.vm_rss_kb, a.status.vm_rss_kb);
-    row("VmHWM (KiB, process)", b.status.vm_hwm_kb, a.status.vm_hwm_kb);
-    row("VmLck (KiB, process)", b.status.vm_lck_kb, a.status.vm_lck_kb);
-    row("VmData (KiB, process)", b.status.vm_data_kb, a.status.vm_data_kb);
-    row("footprint rank 0 (B)", b.footprint.total_bytes(), a.footprint.total_bytes());
-    row("footprint all ranks (B)", b.world_footprint_bytes, a.world_footprint_bytes);
-    row("predicted all ranks (B)", b.world_predicted_bytes, a.world_predicted_bytes);
-    row("endpoints live rank 0", b.footprint.endpoints_live, a.footprint.endpoints_live);
-    row("peers connected rank 0", b.footprint.peers_connected, a.footprint.peers_connected);
-    println!(
+    row("VmRSS (KiB, process)", b.status.vm_rss_kb, a.status.vm_rss_kb)?;
+    row("VmHWM (KiB, process)", b.status.vm_hwm_kb, a.status.vm_hwm_kb)?;
+    row("VmLck (KiB, process)", b.status.vm_lck_kb, a.status.vm_lck_kb)?;
+    row("VmData (KiB, process)", b.status.vm_data_kb, a.status.vm_data_kb)?;
+    row("footprint rank 0 (B)", b.footprint.total_bytes(), a.footprint.total_bytes())?;
+    row("footprint all ranks (B)", b.world_footprint_bytes, a.world_footprint_bytes)?;
+    row("predicted all ranks (B)", b.world_predicted_bytes, a.world_predicted_bytes)?;
+    row("endpoints live rank 0", b.footprint.endpoints_live, a.footprint.endpoints_live)?;
+    row("peers connected rank 0", b.footprint.peers_connected, a.footprint.peers_connected)?;
+    outln!(
         "predicted footprint rank 0: {} B ({})",
         r.predicted.total_bytes(),
         if r.all_ranks_match_model {
@@ -156,11 +159,11 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
         }
     );
     for n in &r.notes {
-        println!("note: {n}");
+        outln!("note: {n}");
     }
     #[cfg(feature = "verbs")]
     if let Some(p) = &verbs_processes {
-        print_processes(p);
+        print_processes(p)?;
     }
     if memory_ok == Some(false) {
         bail!("the measured memory is outside the verbs model's bounds (see above)");
@@ -196,15 +199,15 @@ fn processes_json(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> serde_
 /// Per process (one rank each): the footprint predicted and accounted, and what the kernel
 /// reports (VmPin, VmLck, VmRSS growth) with the bounds of `verbs::fanout`.
 #[cfg(feature = "verbs")]
-fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) {
+fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> anyhow::Result<()> {
     use ballast_runtime::verbs::fanout::RSS_SLACK_KIB;
-    println!(
+    outln!(
         "per process (KiB): VmPin growth must equal the registrations (pages), VmLck stay constant after setup, VmRSS growth lie in [pinned, model + {RSS_SLACK_KIB}]"
     );
-    println!("{:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10}  check", "rank", "predicted", "footprint", "pinned", "VmPin+", "VmLck+", "VmRSS+", "VmRSS", "VmLck");
+    outln!("{:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10}  check", "rank", "predicted", "footprint", "pinned", "VmPin+", "VmLck+", "VmRSS+", "VmRSS", "VmLck");
     for m in p {
         let bad = m.check();
-        println!(
+        outln!(
             "{:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10}  {}",
             m.rank,
             m.predicted.total_bytes() / 1024,
@@ -218,7 +221,8 @@ fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) {
             if bad.is_empty() { "ok".to_string() } else { bad.join("; ") }
         );
     }
-    println!("memory checks: {}", if verbs_memory_ok(p) { "ok" } else { "FAILED" });
+    outln!("memory checks: {}", if verbs_memory_ok(p) { "ok" } else { "FAILED" });
+    Ok(())
 }
 
 #[cfg(test)]

@@ -38,43 +38,43 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
         if mpi.rank() != 0 {
             return Ok(());
         }
-        println!("MPI: {}", mpi.describe());
+        outln!("MPI: {}", mpi.describe());
     }
     let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
-    println!("transports compiled in: {}", compiled.join(", "));
+    outln!("transports compiled in: {}", compiled.join(", "));
     let devs = rdma_devices();
-    println!("RDMA devices: {}", if devs.is_empty() { "none (/sys/class/infiniband is empty or absent)".to_string() } else { devs.join(", ") });
+    outln!("RDMA devices: {}", if devs.is_empty() { "none (/sys/class/infiniband is empty or absent)".to_string() } else { devs.join(", ") });
     match ballast_runtime::local::memlock_limit_bytes() {
-        Some(u64::MAX) => println!("memlock limit (RLIMIT_MEMLOCK soft): unlimited"),
-        Some(b) => println!("memlock limit (RLIMIT_MEMLOCK soft): {} KiB", b / 1024),
-        None => println!("memlock limit: unknown"),
+        Some(u64::MAX) => outln!("memlock limit (RLIMIT_MEMLOCK soft): unlimited"),
+        Some(b) => outln!("memlock limit (RLIMIT_MEMLOCK soft): {} KiB", b / 1024),
+        None => outln!("memlock limit: unknown"),
     }
     #[cfg(feature = "verbs")]
     if cfg.transport().kind == TransportKind::Verbs || !devs.is_empty() {
         // The device the verbs transport would open (BALLAST_IB_DEVICE/PORT, BALLAST_GID_INDEX).
         match ballast_runtime::verbs::probe(cfg.verbs()) {
             Ok(caps) => {
-                println!("verbs device:");
+                outln!("verbs device:");
                 for (k, v) in caps.lines() {
-                    println!("  {k:<12} {v}");
+                    outln!("  {k:<12} {v}");
                 }
             }
-            Err(e) => println!("verbs device: unavailable ({e})"),
+            Err(e) => outln!("verbs device: unavailable ({e})"),
         }
     }
     if let Some(n) = &auto_note {
-        println!("{n}");
+        outln!("{n}");
     }
-    println!();
-    println!("effective configuration:");
-    println!("  {:<16} {:<12} {:<8} {}", "setting", "value", "from", "variable");
+    outln!();
+    outln!("effective configuration:");
+    outln!("  {:<16} {:<12} {:<8} {}", "setting", "value", "from", "variable");
     for s in cfg.settings() {
-        println!("  {:<16} {:<12} {:<8} {}", s.name, s.value, s.origin.as_str(), s.env);
+        outln!("  {:<16} {:<12} {:<8} {}", s.name, s.value, s.origin.as_str(), s.env);
     }
     let world = args.world_size.unwrap_or(args.peers + 1);
     let t = *cfg.transport();
-    println!();
-    println!(
+    outln!();
+    outln!(
         "predicted footprint per rank, {} peers, world {}, {} ranks/node, transport {} (bytes):",
         args.peers, world, t.ranks_per_node, t.kind
     );
@@ -82,22 +82,22 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
         .iter()
         .map(|&m| ballast_runtime::TransportConfig { recv_sharing: m, ..t }.predict(args.peers, world, t.ranks_per_node))
         .collect();
-    print!("  {:<18}", "");
+    out!("  {:<18}", "");
     for m in RecvSharing::ALL {
-        print!(" {:>14}", m.as_str());
+        out!(" {:>14}", m.as_str());
     }
-    println!();
+    outln!();
     for (i, (name, _)) in preds[0].fields().iter().enumerate() {
-        print!("  {name:<18}");
+        out!("  {name:<18}");
         for p in &preds {
-            print!(" {:>14}", p.fields()[i].1);
+            out!(" {:>14}", p.fields()[i].1);
         }
-        println!();
+        outln!();
     }
-    print!("  {:<18}", "total_bytes");
+    out!("  {:<18}", "total_bytes");
     for p in &preds {
-        print!(" {:>14}", p.total_bytes());
+        out!(" {:>14}", p.total_bytes());
     }
-    println!();
+    outln!();
     Ok(())
 }

@@ -245,16 +245,16 @@ pub fn write_outputs(dir: &Path, report: &RunReport, outcomes: &[RankOutcome], d
 
 fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(report)?);
+        outln!("{}", serde_json::to_string_pretty(report)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "{} | lb-mode {} | {} ranks over {} ({}) | exchange {} | {} ms, dt {} ms, window {} ms",
         report.circuit, report.lb_mode, report.ranks, report.transport, report.recv_sharing, report.exchange, report.tstop_ms, report.dt_ms, report.window_ms
     );
-    print!("{}", report::table(report));
-    print!("{}", report::process_table(report));
-    println!(
+    out!("{}", report::table(report));
+    out!("{}", report::process_table(report));
+    outln!(
         "{} spikes in {:.2} s -> {} | peers connected = predicted: {} | footprint measured = predicted: {} | process VmHWM {} KB",
         report.spikes,
         report.seconds,
@@ -272,7 +272,7 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         report.process_vm_hwm_kb
     );
     if report.transport == TransportKind::Verbs.as_str() {
-        println!("{}", verbs_check_line(report));
+        outln!("{}", verbs_check_line(report));
     }
     Ok(())
 }
