@@ -126,7 +126,7 @@ impl Drop for Context {
 }
 
 fn mtu_bytes(m: ibv_mtu::Type) -> u32 {
-    128u32 << (m.clamp(1, 5) as u32)
+    128u32 << m.clamp(1, 5)
 }
 
 fn query_port(ctx: *mut ibv_context, port: u8) -> Result<ibv_port_attr> {
@@ -146,7 +146,7 @@ fn query_gid(ctx: *mut ibv_context, port: u8, index: i32) -> Option<[u8; 16]> {
     // SAFETY: ctx is open; gid is a valid out-pointer.
     let rc = unsafe { ibv_query_gid(ctx, port, index, &mut gid as *mut ibv_gid as *mut _) };
     // SAFETY: `raw` is the byte view of the union, always initialised.
-    (rc == 0).then(|| unsafe { gid.raw })
+    (rc == 0).then_some(unsafe { gid.raw })
 }
 
 fn gid_text(g: &[u8; 16]) -> String {
@@ -260,7 +260,7 @@ fn open_ctx(ctx: *mut ibv_context, name: &str, sel: &VerbsConfig) -> Result<Cont
             let len = pa.gid_tbl_len.min(GID_SCAN);
             let pick = (0..len).find(|&i| {
                 query_gid(ctx, port, i).is_some_and(|g| is_ipv4_mapped(&g))
-                    && gid_type(name, port, i).map_or(true, |t| t.eq_ignore_ascii_case("RoCE v2"))
+                    && gid_type(name, port, i).is_none_or(|t| t.eq_ignore_ascii_case("RoCE v2"))
             });
             pick.ok_or_else(|| {
                 Error::Verbs(format!(
