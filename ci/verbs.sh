@@ -16,23 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RXE=../shared/rxe-vm
-skip() {
-    echo "ci/verbs.sh: SKIPPED verbs tests in the soft-RoCE guest: $*"
-    if [ "${CI:-}" = "true" ]; then
-        echo "ci/verbs.sh: CI=true: the guest is required" >&2
-        exit 1
-    fi
-    exit 0
-}
-[ -x "$RXE/run-in-vm.sh" ] && [ -x "$RXE/build-image.sh" ] || skip "$RXE/run-in-vm.sh not found"
-img_log=$(mktemp)
-if ! "$RXE/build-image.sh" >"$img_log" 2>&1; then
-    tail -n 5 "$img_log"
-    rm -f "$img_log"
-    skip "$RXE/build-image.sh could not build the guest image (qemu/kernel packages unavailable?)"
-fi
-rm -f "$img_log"
+NAME=ci/verbs.sh WHAT="verbs tests"
+. ci/rxe_guest.sh
 
 target=${CARGO_TARGET_DIR:-target}
 test_bin() { # path of the `--test $1` executable of the runtime with the verbs feature

@@ -19,25 +19,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 began=$SECONDS
 
-RXE=../shared/rxe-vm
 CIRCUIT=../shared/data/sonata/allen-layer4_sample
-skip() {
-    echo "ci/verbs_run.sh: SKIPPED ballast run --transport verbs in the soft-RoCE guest: $*"
-    if [ "${CI:-}" = "true" ]; then
-        echo "ci/verbs_run.sh: CI=true: the guest and the circuit are required" >&2
-        exit 1
-    fi
-    exit 0
-}
-[ -x "$RXE/run-in-vm.sh" ] && [ -x "$RXE/build-image.sh" ] || skip "$RXE/run-in-vm.sh not found"
+NAME=ci/verbs_run.sh WHAT="ballast run --transport verbs"
+. ci/rxe_guest.sh
 [ -f "$CIRCUIT/circuit_config.json" ] || skip "$CIRCUIT/circuit_config.json not found"
-img_log=$(mktemp)
-if ! "$RXE/build-image.sh" >"$img_log" 2>&1; then
-    tail -n 5 "$img_log"
-    rm -f "$img_log"
-    skip "$RXE/build-image.sh could not build the guest image (qemu/kernel packages unavailable?)"
-fi
-rm -f "$img_log"
 
 target=$(mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)
 features=ballast-balancer/verbs,ballast-balancer/sonata
