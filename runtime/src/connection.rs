@@ -6,7 +6,9 @@
 //! The handshakes that move endpoints between states are driven by the progress engine
 //! ([`crate::engine`]); this module owns the bookkeeping and the eviction policy.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use crate::matching::{IntMap, IntSet};
 
 /// Life cycle of an endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,10 +57,10 @@ pub struct EndpointStats {
 
 /// The endpoint table.
 pub struct ConnectionTable {
-    eps: HashMap<usize, Endpoint>,
+    eps: IntMap<usize, Endpoint>,
     max: usize,
     tick: u64,
-    peers: HashSet<usize>,
+    peers: IntSet<usize>,
     /// Connect requests received while at the cap: (peer rank, credits it granted us).
     pub deferred: VecDeque<(usize, u32)>,
     stats: EndpointStats,
@@ -68,10 +70,10 @@ impl ConnectionTable {
     /// A table with a cap of `max_endpoints` live endpoints (0 = none).
     pub fn new(max_endpoints: usize) -> ConnectionTable {
         ConnectionTable {
-            eps: HashMap::new(),
+            eps: IntMap::default(),
             max: max_endpoints,
             tick: 0,
-            peers: HashSet::new(),
+            peers: IntSet::default(),
             deferred: VecDeque::new(),
             stats: EndpointStats::default(),
         }
@@ -111,10 +113,16 @@ impl ConnectionTable {
 
     /// Marks `key` as just used (LRU).
     pub fn touch(&mut self, key: usize) {
+        self.get_touched(key);
+    }
+
+    /// The endpoint `key`, mutable, marked as just used (LRU): `get_mut` + `touch` in one
+    /// lookup.
+    pub fn get_touched(&mut self, key: usize) -> Option<&mut Endpoint> {
         self.tick += 1;
-        if let Some(ep) = self.eps.get_mut(&key) {
-            ep.last_use = self.tick;
-        }
+        let ep = self.eps.get_mut(&key)?;
+        ep.last_use = self.tick;
+        Some(ep)
     }
 
     /// Records that `peer` was communicated with.
@@ -140,6 +148,11 @@ impl ConnectionTable {
     /// Records an eviction.
     pub fn note_eviction(&mut self) {
         self.stats.evicted += 1;
+    }
+
+    /// True if any endpoint has a posted send not completed yet.
+    pub fn any_inflight(&self) -> bool {
+        self.eps.values().any(|e| e.inflight > 0)
     }
 
     /// Keys of all endpoints.

@@ -17,7 +17,9 @@
 //! [`Control::CreditRequest`]: crate::fabric::Control::CreditRequest
 //! [`Control::Revoke`]: crate::fabric::Control::Revoke
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::matching::IntMap;
 
 #[derive(Default, Clone, Copy, Debug)]
 pub(crate) struct CreditHolder {
@@ -32,9 +34,11 @@ pub struct CreditBank {
     shared: bool,
     depth: u32,
     free: u32,
-    holders: HashMap<usize, CreditHolder>,
+    holders: IntMap<usize, CreditHolder>,
     waiters: VecDeque<usize>,
-    grants: BTreeMap<usize, u32>,
+    /// Grants decided but not sent yet, by peer (drained in peer order; a hash map keeps
+    /// its allocation across drains).
+    grants: IntMap<usize, u32>,
     revokes: Vec<usize>,
 }
 
@@ -46,9 +50,9 @@ impl CreditBank {
             shared,
             depth,
             free: depth,
-            holders: HashMap::new(),
+            holders: IntMap::default(),
             waiters: VecDeque::new(),
-            grants: BTreeMap::new(),
+            grants: IntMap::default(),
             revokes: Vec::new(),
         }
     }
@@ -175,8 +179,19 @@ impl CreditBank {
     }
 
     /// Grants decided but not yet sent, drained.
+    #[cfg(test)]
     pub fn take_grants(&mut self) -> Vec<(usize, u32)> {
-        std::mem::take(&mut self.grants).into_iter().collect()
+        let mut out = Vec::new();
+        self.take_grants_into(&mut out);
+        out
+    }
+
+    /// Grants decided but not yet sent, drained into `out` (cleared first) in peer order,
+    /// without allocating once `out` and the bank have grown to the traffic.
+    pub fn take_grants_into(&mut self, out: &mut Vec<(usize, u32)>) {
+        out.clear();
+        out.extend(self.grants.drain());
+        out.sort_unstable_by_key(|&(p, _)| p);
     }
 
     /// Revocations decided but not yet sent, drained.

@@ -85,6 +85,30 @@ struct SendReq {
     posted_all: bool,
 }
 
+/// The destinations with queued messages, kept sorted (the order `pump` serves them in):
+/// a vector, so that a destination entering and leaving it per message allocates nothing.
+#[derive(Default)]
+struct ActiveSet(Vec<usize>);
+
+impl ActiveSet {
+    fn insert(&mut self, d: usize) {
+        if let Err(i) = self.0.binary_search(&d) {
+            self.0.insert(i, d);
+        }
+    }
+    fn remove(&mut self, d: usize) {
+        if let Ok(i) = self.0.binary_search(&d) {
+            self.0.remove(i);
+        }
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    fn iter(&self) -> impl Iterator<Item = &usize> {
+        self.0.iter()
+    }
+}
+
 /// The protocol state of one rank.
 pub struct Engine {
     // Declared first so that it is dropped first: registrations (mlock) end before the
@@ -96,7 +120,10 @@ pub struct Engine {
     world: usize,
     conns: ConnectionTable,
     peers: IntMap<usize, PeerState>,
-    active: BTreeSet<usize>,
+    active: ActiveSet,
+    /// Scratch vectors reused across `progress` calls (no allocation per call).
+    scratch_dests: Vec<usize>,
+    scratch_grants: Vec<(usize, u32)>,
     bank: CreditBank,
     matcher: Matcher,
     sends: IntMap<u64, SendReq>,
@@ -138,7 +165,9 @@ impl Engine {
             cfg,
             conns: ConnectionTable::new(cfg.max_endpoints),
             peers: IntMap::default(),
-            active: BTreeSet::new(),
+            active: ActiveSet::default(),
+            scratch_dests: Vec::new(),
+            scratch_grants: Vec::new(),
             bank,
             matcher: Matcher::default(),
             sends: IntMap::default(),
@@ -370,9 +399,7 @@ impl Engine {
 
     /// True when nothing is queued or in flight on the send side.
     pub fn sends_drained(&self) -> bool {
-        self.active.is_empty()
-            && self.direct_inflight == 0
-            && !self.conns.keys().into_iter().any(|k| self.conns.get(k).is_some_and(|e| e.inflight > 0))
+        self.active.is_empty() && self.direct_inflight == 0 && !self.conns.any_inflight()
     }
 
     /// One round of progress; returns true if anything happened.
@@ -424,10 +451,9 @@ impl Engine {
             if self.symmetric() {
                 let ep = self
                     .conns
-                    .get_mut(src)
+                    .get_touched(src)
                     .ok_or_else(|| Error::Protocol(format!("data from rank {src} without an endpoint")))?;
                 ep.received += 1;
-                self.conns.touch(src);
             }
         }
         // Direct messages use no endpoint, receive buffer or credit.
@@ -573,8 +599,9 @@ impl Engine {
             }
         }
         let mut need_room = !self.conns.deferred.is_empty();
-        let wanted: Vec<usize> = if self.active.is_empty() { Vec::new() } else { self.active.iter().map(|&p| self.key_of(p)).collect() };
-        for key in wanted {
+        // `open_key` does not change `active`.
+        for i in 0..self.active.0.len() {
+            let key = self.key_of(self.active.0[i]);
             if self.conns.get(key).is_some() {
                 continue;
             }
@@ -599,7 +626,7 @@ impl Engine {
             return Ok(false);
         }
         let mut work = false;
-        for &dest in &self.active {
+        for &dest in self.active.iter() {
             let open = !self.symmetric() || self.conns.get(dest).map(|e| e.state) == Some(EpState::Open);
             let p = self.peers.get_mut(&dest).expect("active peer");
             if open && p.credits == 0 && !p.requested {
@@ -615,11 +642,11 @@ impl Engine {
         if !self.bank.has_pending() {
             return Ok(false);
         }
-        for (peer, credits) in self.bank.take_grants() {
-            if !self.symmetric() || self.conns.get(peer).map(|e| e.state) == Some(EpState::Open) {
-                self.fabric.send_control(peer, Control::Grant { credits })?;
-            }
-        }
+        let mut grants = std::mem::take(&mut self.scratch_grants);
+        self.bank.take_grants_into(&mut grants);
+        let sent = self.send_grants(&grants);
+        self.scratch_grants = grants;
+        sent?;
         for peer in self.bank.take_revokes() {
             if !self.symmetric() || self.conns.get(peer).map(|e| e.state) == Some(EpState::Open) {
                 self.fabric.send_control(peer, Control::Revoke)?;
@@ -628,13 +655,32 @@ impl Engine {
         Ok(true)
     }
 
+    fn send_grants(&mut self, grants: &[(usize, u32)]) -> Result<()> {
+        for &(peer, credits) in grants {
+            if !self.symmetric() || self.conns.get(peer).map(|e| e.state) == Some(EpState::Open) {
+                self.fabric.send_control(peer, Control::Grant { credits })?;
+            }
+        }
+        Ok(())
+    }
+
     fn pump(&mut self) -> Result<bool> {
         let mut work = false;
-        let dests: Vec<usize> = self.active.iter().copied().collect();
-        for d in dests {
-            work |= self.pump_peer(d)?;
+        let mut dests = std::mem::take(&mut self.scratch_dests);
+        dests.clear();
+        dests.extend(self.active.iter().copied());
+        let mut pumped = Ok(());
+        for &d in &dests {
+            match self.pump_peer(d) {
+                Ok(w) => work |= w,
+                Err(e) => {
+                    pumped = Err(e);
+                    break;
+                }
+            }
         }
-        Ok(work)
+        self.scratch_dests = dests;
+        pumped.map(|()| work)
     }
 
     /// Posts as many chunks to `dest` as endpoint state, credits and pool buffers allow.
@@ -649,7 +695,7 @@ impl Engine {
                 let p = self.peers.get_mut(&dest).expect("peer");
                 p.queue.pop_front();
                 if p.queue.is_empty() {
-                    self.active.remove(&dest);
+                    self.active.remove(dest);
                 }
                 self.fabric.post_direct(dest, &hdr, data, DIRECT_WR | req)?;
                 self.direct_inflight += 1;
@@ -698,14 +744,13 @@ impl Engine {
             if finished {
                 p.queue.pop_front();
                 if p.queue.is_empty() {
-                    self.active.remove(&dest);
+                    self.active.remove(dest);
                 }
             }
             self.sync_wr_info();
             self.fabric.post_send(dest, key, &hdr, &self.pool.buf(id)[..len], id as u64)?;
-            let ep = self.conns.get_mut(key).expect("endpoint");
+            let ep = self.conns.get_touched(key).expect("endpoint");
             ep.sent += 1;
-            self.conns.touch(key);
             let s = self.sends.get_mut(&req).expect("send request");
             if self.copies {
                 // The fabric holds its own copy: the buffer is free, nothing to complete.

@@ -6,7 +6,7 @@
 //! that it accepts. Packets from one source arrive in the order they were sent and the
 //! chunks of one message are contiguous, so order per (source, tag) is preserved.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::error::{Error, Result};
@@ -37,6 +37,9 @@ impl Hasher for IntHasher {
 
 /// A hash map keyed by the runtime's own integers (see [`IntHasher`]).
 pub(crate) type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
+
+/// A hash set of the runtime's own integers (see [`IntHasher`]).
+pub(crate) type IntSet<K> = HashSet<K, BuildHasherDefault<IntHasher>>;
 
 /// A message tag. User tags are `< RESERVED_TAG_BASE`.
 pub type Tag = u32;
@@ -117,9 +120,10 @@ pub struct Matcher {
 }
 
 impl Matcher {
-    /// Starts message `id` from `src`: binds it to the earliest matching posted receive,
-    /// else queues it as unexpected. Returns its id.
-    fn start(&mut self, src: usize, tag: Tag, total: u64, data: Vec<u8>) -> Result<u64> {
+    /// Starts a message from `src` whose first bytes are `data`: binds it to the earliest
+    /// matching posted receive, else queues it as unexpected. A message that is complete
+    /// and bound completes at once (`None`); otherwise returns its id.
+    fn start(&mut self, src: usize, tag: Tag, total: u64, data: Vec<u8>) -> Result<Option<u64>> {
         if self.assembling.contains_key(&src) {
             return Err(Error::Protocol(format!("new message from rank {src} before the previous one completed")));
         }
@@ -127,11 +131,17 @@ impl Matcher {
         let id = self.next_msg;
         self.next_msg += 1;
         let req = self.posted.iter().position(|&(_, s, t)| accepts(s, t, src, tag)).map(|i| self.posted.remove(i).expect("index in range").0);
+        if let Some(req) = req {
+            if data.len() == total {
+                self.completed.insert(req, Message { source: src, tag, data });
+                return Ok(None);
+            }
+        }
         self.inbound.insert(id, Inbound { source: src, tag, total, data, req });
         if req.is_none() {
             self.unexpected.push_back(id);
         }
-        Ok(id)
+        Ok(Some(id))
     }
 
     /// Completes message `id` if all of it arrived and a receive is bound to it.
@@ -146,14 +156,23 @@ impl Matcher {
     /// Feeds one arrived chunk.
     pub fn on_chunk(&mut self, h: &PacketHeader, payload: &[u8]) -> Result<()> {
         let src = h.src as usize;
-        let id = if h.offset == 0 {
+        if h.offset == 0 {
+            // The first chunk (often the whole message): no reassembly state unless more
+            // chunks follow.
             let cap = usize::try_from(h.total).map_err(|_| Error::Protocol("message too large".into()))?;
-            let id = self.start(src, h.tag, h.total, Vec::with_capacity(cap))?;
-            self.assembling.insert(src, id);
-            id
-        } else {
-            *self.assembling.get(&src).ok_or_else(|| Error::Protocol(format!("chunk without a message start from rank {src}")))?
-        };
+            if payload.len() > cap {
+                return Err(Error::Protocol(format!("chunk at offset 0 out of order from rank {src}")));
+            }
+            let mut data = Vec::with_capacity(cap);
+            data.extend_from_slice(payload);
+            if let Some(id) = self.start(src, h.tag, h.total, data)? {
+                if payload.len() < cap {
+                    self.assembling.insert(src, id);
+                }
+            }
+            return Ok(());
+        }
+        let id = *self.assembling.get(&src).ok_or_else(|| Error::Protocol(format!("chunk without a message start from rank {src}")))?;
         let m = self.inbound.get_mut(&id).expect("inbound message");
         if h.offset as usize != m.data.len() || m.data.len() + payload.len() > m.total {
             return Err(Error::Protocol(format!("chunk at offset {} out of order from rank {src}", h.offset)));
@@ -173,8 +192,7 @@ impl Matcher {
         if data.len() as u64 != h.total {
             return Err(Error::Protocol(format!("whole message of {} bytes announced as {}", data.len(), h.total)));
         }
-        let id = self.start(h.src as usize, h.tag, h.total, data)?;
-        self.finish_if_bound(id);
+        self.start(h.src as usize, h.tag, h.total, data)?;
         Ok(())
     }
 
