@@ -53,6 +53,10 @@ struct Inbox {
 }
 
 impl Inbox {
+    fn is_empty(&self) -> bool {
+        self.done.is_empty() && self.arrivals.is_empty() && self.ctrl.is_empty() && self.whole.is_empty()
+    }
+
     /// Takes one fabric event: data goes to the matcher at once (it must see packets in
     /// arrival order), the rest is kept for [`Engine::settle`].
     fn take(&mut self, matcher: &mut Matcher, ev: Event<'_>) -> Result<()> {
@@ -407,14 +411,18 @@ impl Engine {
         if self.fabric.aborted() {
             return Err(Error::Aborted);
         }
-        let mut inbox = std::mem::take(&mut self.inbox);
-        let polled = {
+        let n = {
+            let inbox = &mut self.inbox;
             let matcher = &mut self.matcher;
-            self.fabric.poll(&mut |ev| inbox.take(matcher, ev))
+            self.fabric.poll(&mut |ev| inbox.take(matcher, ev))?
         };
-        let settled = polled.and_then(|n| self.settle(&mut inbox).map(|()| n));
-        self.inbox = inbox;
-        let n = settled?;
+        // An idle poll (the common case of a blocking wait) has nothing to settle.
+        if !self.inbox.is_empty() {
+            let mut inbox = std::mem::take(&mut self.inbox);
+            let settled = self.settle(&mut inbox);
+            self.inbox = inbox;
+            settled?;
+        }
 
         let mut work = n > 0;
         work |= self.manage_endpoints()?;
