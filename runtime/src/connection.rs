@@ -61,6 +61,8 @@ pub struct ConnectionTable {
     max: usize,
     tick: u64,
     peers: IntSet<usize>,
+    /// Endpoints in the closing state (kept by `insert`, `set_closing` and `remove`).
+    closing: usize,
     /// Connect requests received while at the cap: (peer rank, credits it granted us).
     pub deferred: VecDeque<(usize, u32)>,
     stats: EndpointStats,
@@ -73,6 +75,7 @@ impl ConnectionTable {
             eps: IntMap::default(),
             max: max_endpoints,
             tick: 0,
+            closing: 0,
             peers: IntSet::default(),
             deferred: VecDeque::new(),
             stats: EndpointStats::default(),
@@ -99,6 +102,9 @@ impl ConnectionTable {
         self.tick += 1;
         let prev = self.eps.insert(key, Endpoint { state, sent: 0, received: 0, inflight: 0, last_use: self.tick });
         debug_assert!(prev.is_none());
+        if matches!(state, EpState::Closing { .. }) {
+            self.closing += 1;
+        }
         self.stats.opened += 1;
         self.stats.live = self.eps.len() as u64;
         self.stats.peak = self.stats.peak.max(self.stats.live);
@@ -107,6 +113,9 @@ impl ConnectionTable {
     /// Removes endpoint `key`.
     pub fn remove(&mut self, key: usize) -> Option<Endpoint> {
         let ep = self.eps.remove(&key);
+        if ep.as_ref().is_some_and(|e| matches!(e.state, EpState::Closing { .. })) {
+            self.closing -= 1;
+        }
         self.stats.live = self.eps.len() as u64;
         ep
     }
@@ -132,9 +141,21 @@ impl ConnectionTable {
         }
     }
 
+    /// Moves endpoint `key` to the closing state with the peer's data count if known.
+    /// Endpoints enter the closing state only through here (the count is kept, not
+    /// scanned for on every progress call).
+    pub fn set_closing(&mut self, key: usize, peer_sent: Option<u64>) {
+        let ep = self.eps.get_mut(&key).expect("endpoint");
+        if !matches!(ep.state, EpState::Closing { .. }) {
+            self.closing += 1;
+        }
+        ep.state = EpState::Closing { peer_sent };
+    }
+
     /// Number of endpoints in the closing state.
     pub fn closing(&self) -> usize {
-        self.eps.values().filter(|e| matches!(e.state, EpState::Closing { .. })).count()
+        debug_assert_eq!(self.closing, self.eps.values().filter(|e| matches!(e.state, EpState::Closing { .. })).count());
+        self.closing
     }
 
     /// The least recently used open endpoint to evict, preferring idle ones
@@ -179,7 +200,7 @@ mod tests {
         t.touch(5);
         assert_eq!(t.victim(|_| true), Some(6), "least recently used");
         assert_eq!(t.victim(|k| k == 5), Some(5), "idle preferred over busy");
-        t.get_mut(6).unwrap().state = EpState::Closing { peer_sent: None };
+        t.set_closing(6, None);
         assert_eq!(t.victim(|_| true), Some(5), "closing endpoints are not victims");
         assert_eq!(t.closing(), 1);
         t.remove(6);

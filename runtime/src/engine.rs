@@ -497,11 +497,11 @@ impl Engine {
                 let ep = self.conns.get_mut(src).ok_or_else(|| Error::Protocol(format!("close from rank {src} without endpoint")))?;
                 match ep.state {
                     EpState::Open => {
-                        ep.state = EpState::Closing { peer_sent: Some(sent) };
                         let mine = ep.sent;
+                        self.conns.set_closing(src, Some(sent));
                         self.fabric.send_control(src, Control::Close { sent: mine })?;
                     }
-                    EpState::Closing { peer_sent: None } => ep.state = EpState::Closing { peer_sent: Some(sent) },
+                    EpState::Closing { peer_sent: None } => self.conns.set_closing(src, Some(sent)),
                     s => return Err(Error::Protocol(format!("close from rank {src} in state {s:?}"))),
                 }
             }
@@ -562,13 +562,12 @@ impl Engine {
     fn start_close(&mut self, key: usize) -> Result<()> {
         self.conns.note_eviction();
         let symmetric = self.symmetric();
-        let ep = self.conns.get_mut(key).expect("endpoint");
         if symmetric {
-            let sent = ep.sent;
-            ep.state = EpState::Closing { peer_sent: None };
+            let sent = self.conns.get(key).expect("endpoint").sent;
+            self.conns.set_closing(key, None);
             self.fabric.send_control(key, Control::Close { sent })?;
         } else {
-            ep.state = EpState::Closing { peer_sent: Some(0) };
+            self.conns.set_closing(key, Some(0));
         }
         Ok(())
     }
