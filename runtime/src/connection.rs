@@ -63,6 +63,7 @@ pub struct ConnectionTable {
     peers: IntSet<usize>,
     /// Endpoints in the closing state (kept by `insert`, `set_closing` and `remove`).
     closing: usize,
+    protect_fresh: bool,
     /// Connect requests received while at the cap: (peer rank, credits it granted us).
     pub deferred: VecDeque<(usize, u32)>,
     stats: EndpointStats,
@@ -76,6 +77,7 @@ impl ConnectionTable {
             max: max_endpoints,
             tick: 0,
             closing: 0,
+            protect_fresh: false,
             peers: IntSet::default(),
             deferred: VecDeque::new(),
             stats: EndpointStats::default(),
@@ -95,6 +97,19 @@ impl ConnectionTable {
     /// True if a new endpoint may be created now.
     pub fn has_room(&self) -> bool {
         self.max == 0 || self.eps.len() < self.max
+    }
+
+    /// True when endpoints are live and every one is still connecting: none can be evicted
+    /// to make room, so a connect request deferred for room could wait for ever when its
+    /// sender is in the same position (full ranks connecting to each other in a cycle). The
+    /// engine then accepts it above the cap and closes endpoints again once idle.
+    pub fn all_connecting(&self) -> bool {
+        !self.eps.is_empty() && self.eps.values().all(|e| e.state == EpState::Connecting)
+    }
+
+    /// True when more endpoints are live than the cap (after such an accept).
+    pub fn over_cap(&self) -> bool {
+        self.max != 0 && self.eps.len() > self.max
     }
 
     /// Creates endpoint `key` in `state`.
@@ -158,10 +173,22 @@ impl ConnectionTable {
         self.closing
     }
 
+    /// Protects endpoints that have not carried a packet yet from eviction (with lazy
+    /// connects every endpoint is opened for queued data, so its first packet is coming).
+    /// Without it, a rank at the cap with connect requests waiting closed an endpoint right
+    /// after opening it, before either side sent, and the ranks cycled through connects and
+    /// closes for ever (seen with `max_endpoints` 1 and an all-to-all exchange).
+    pub fn protect_fresh(mut self, on: bool) -> ConnectionTable {
+        self.protect_fresh = on;
+        self
+    }
+
     /// The least recently used open endpoint to evict, preferring idle ones
-    /// (`is_idle(key)`: nothing queued for it, nothing in flight).
+    /// (`is_idle(key)`: nothing queued for it, nothing in flight); never one that has not
+    /// carried a packet yet when [`ConnectionTable::protect_fresh`] is on.
     pub fn victim(&self, is_idle: impl Fn(usize) -> bool) -> Option<usize> {
-        let open = self.eps.iter().filter(|(_, e)| e.state == EpState::Open);
+        let fresh = self.protect_fresh;
+        let open = self.eps.iter().filter(|(_, e)| e.state == EpState::Open && !(fresh && e.sent == 0 && e.received == 0));
         let idle = open.clone().filter(|(&k, e)| e.inflight == 0 && is_idle(k)).min_by_key(|(_, e)| e.last_use);
         idle.or_else(|| open.min_by_key(|(_, e)| e.last_use)).map(|(&k, _)| k)
     }

@@ -167,7 +167,7 @@ impl Engine {
             fabric,
             pool,
             cfg,
-            conns: ConnectionTable::new(cfg.max_endpoints),
+            conns: ConnectionTable::new(cfg.max_endpoints).protect_fresh(cfg.lazy_connect),
             peers: IntMap::default(),
             active: ActiveSet::default(),
             scratch_dests: Vec::new(),
@@ -477,7 +477,9 @@ impl Engine {
     fn on_control(&mut self, src: usize, c: Control) -> Result<()> {
         match c {
             Control::ConnectReq { grant } => match self.conns.get(src).map(|e| e.state) {
-                None if self.conns.has_room() => self.accept(src, grant)?,
+                // Above the cap only when every slot is a connect still waiting for its
+                // answer: deferring then can deadlock a cycle of full ranks.
+                None if self.conns.has_room() || self.conns.all_connecting() => self.accept(src, grant)?,
                 None | Some(EpState::Closing { .. }) => self.conns.deferred.push_back((src, grant)),
                 Some(EpState::Connecting) => {
                     // Crossing connect requests: each side's request is the other's answer.
@@ -595,7 +597,7 @@ impl Engine {
             }
         }
         let mut i = 0;
-        while i < self.conns.deferred.len() && self.conns.has_room() {
+        while i < self.conns.deferred.len() && (self.conns.has_room() || self.conns.all_connecting()) {
             let (src, grant) = self.conns.deferred[i];
             if self.conns.get(src).is_none() {
                 self.conns.deferred.remove(i);
@@ -623,6 +625,14 @@ impl Engine {
             if let Some(v) = self.conns.victim(|k| self.is_idle(k)) {
                 self.start_close(v)?;
                 work = true;
+            }
+        } else if self.conns.over_cap() && self.conns.closing() == 0 {
+            // Back under the cap after accepts above it, closing idle endpoints only.
+            if let Some(v) = self.conns.victim(|k| self.is_idle(k)) {
+                if self.conns.get(v).is_some_and(|e| e.inflight == 0) && self.is_idle(v) {
+                    self.start_close(v)?;
+                    work = true;
+                }
             }
         }
         Ok(work)

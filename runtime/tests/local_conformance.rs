@@ -67,6 +67,13 @@ fn eviction_two_endpoints_all_modes() {
 }
 
 #[test]
+fn all_to_all_cap_below_peers_all_modes() {
+    for m in MODES {
+        all_to_all_with_a_cap_below_the_peers(&Local, m);
+    }
+}
+
+#[test]
 fn all_to_all_64_shared() {
     all_to_all_64(&Local, RecvSharing::Shared);
 }

@@ -213,6 +213,7 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         v.push((format!("any_source_any_tag/{m}"), Box::new(move || any_source_any_tag(l, m))));
         v.push((format!("back_pressure_pool_of_two/{m}"), Box::new(move || back_pressure_pool_of_two(l, m))));
         v.push((format!("eviction_with_two_endpoints/{m}"), Box::new(move || eviction_with_two_endpoints(l, m))));
+        v.push((format!("all_to_all_with_a_cap_below_the_peers/{m}"), Box::new(move || all_to_all_with_a_cap_below_the_peers(l, m))));
         v.push((format!("collectives/{m}"), Box::new(move || collectives(l, m))));
     }
     v.push(("try_recv_and_test".into(), Box::new(move || try_recv_and_test(l))));

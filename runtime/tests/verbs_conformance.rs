@@ -133,6 +133,7 @@ fn cases(l: &VerbsLauncher) -> Vec<(String, Box<dyn Fn() + '_>)> {
         v.push((format!("any_source_any_tag/{m}"), Box::new(move || any_source_any_tag(l, m))));
         v.push((format!("back_pressure_pool_of_two/{m}"), Box::new(move || back_pressure_pool_of_two(l, m))));
         v.push((format!("eviction_with_two_endpoints/{m}"), Box::new(move || eviction_with_two_endpoints(l, m))));
+        v.push((format!("all_to_all_with_a_cap_below_the_peers/{m}"), Box::new(move || all_to_all_with_a_cap_below_the_peers(l, m))));
         v.push((format!("collectives/{m}"), Box::new(move || collectives(l, m))));
         v.push((format!("message_sizes_with_checksums/{m}"), Box::new(move || message_sizes_with_checksums(l, m))));
         v.push((format!("verbs_footprint_matches_model/{m}"), Box::new(move || verbs_footprint_matches_model(l, m))));

@@ -406,6 +406,39 @@ pub fn eviction_with_two_endpoints<L: Launcher>(l: &L, sharing: RecvSharing) {
     }
 }
 
+/// Every rank sends to and receives from every other rank with `max_endpoints 1`, below
+/// the number of peers (the exchange of a simulation with a tight cap): all ranks start by
+/// connecting to a different peer at once, so every slot holds a connecting endpoint and
+/// the requests cross in a cycle. Must not deadlock; nothing lost or reordered.
+pub fn all_to_all_with_a_cap_below_the_peers<L: Launcher>(l: &L, sharing: RecvSharing) {
+    let c = cfg(sharing).max_endpoints(1).buffer_size(256).buffer_count(8).recv_depth(2).srq_depth(4).build().unwrap();
+    const ROUNDS: u64 = 4;
+    let res = l
+        .run(4, &c, |comm| -> Result<u64> {
+            let (n, me) = (comm.world_size(), comm.rank());
+            let mut got = 0;
+            for round in 0..ROUNDS {
+                let mut reqs = Vec::new();
+                for k in 1..n {
+                    let dest = (me + k) % n;
+                    reqs.push(comm.irecv((me + n - k) % n, 5u32)?);
+                    reqs.push(comm.isend(dest, 5, &enc(me as u64, round))?);
+                }
+                for c in comm.wait_all(reqs)? {
+                    if let Some(m) = c.into_message() {
+                        assert_eq!(dec(&m.data), (m.source as u64, round));
+                        got += 1;
+                    }
+                }
+            }
+            Ok(got)
+        })
+        .unwrap();
+    for r in &res {
+        assert_eq!(*r.as_ref().unwrap(), 3 * ROUNDS);
+    }
+}
+
 /// 64 ranks all-to-all, 1,000 messages sent by each rank (round-robin over the 63
 /// others, mixed eager and chunked), every message checked on arrival.
 pub fn all_to_all_64<L: Launcher>(l: &L, sharing: RecvSharing) {
