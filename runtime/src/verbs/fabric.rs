@@ -406,9 +406,12 @@ impl VerbsFabric {
         HEADER_BYTES + self.cfg.buffer_size
     }
 
-    /// Fails unless `more` bytes can be pinned on top of what is pinned already.
+    /// Fails unless `more` bytes can be pinned on top of what is pinned already. The limit
+    /// is per process: with several ranks as threads of one process their registrations
+    /// add up, so the process' VmPin counts (this rank's own count if /proc is unreadable).
     fn check_memlock(&self, more: u64) -> Result<()> {
-        let need = self.pinned + more;
+        let process = crate::procstatus::ProcStatus::read_self().map(|s| s.vm_pin_kb * 1024).unwrap_or(0);
+        let need = self.pinned.max(process) + more;
         match self.memlock_limit {
             Some(limit) if limit != u64::MAX && need > limit => Err(Error::MemlockTooLow { needed_kib: need.div_ceil(1024), limit_kib: limit / 1024 }),
             _ => Ok(()),

@@ -54,7 +54,8 @@ pub struct RunArgs {
     /// Seed of the synthetic circuit and of every cell's drive.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Ranks (local: threads; mpi: must equal the number of processes when given).
+    /// Ranks (default 1). local, and verbs without a launcher: threads of this process; mpi,
+    /// and verbs under a launcher: must equal the number of processes when given.
     #[arg(long, value_name = "N")]
     pub ranks: Option<usize>,
     /// Spike exchange: p2p or allgather.
@@ -250,7 +251,15 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
     }
     outln!(
         "{} | lb-mode {} | {} ranks over {} ({}) | exchange {} | {} ms, dt {} ms, window {} ms",
-        report.circuit, report.lb_mode, report.ranks, report.transport, report.recv_sharing, report.exchange, report.tstop_ms, report.dt_ms, report.window_ms
+        report.circuit,
+        report.lb_mode,
+        report.ranks,
+        report.transport,
+        report.recv_sharing,
+        report.exchange,
+        report.tstop_ms,
+        report.dt_ms,
+        (report.window_ms * 1e9).round() / 1e9
     );
     out!("{}", report::table(report));
     out!("{}", report::process_table(report));
@@ -266,7 +275,7 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         },
         match (report.footprint_match, report.transport.as_str()) {
             (true, _) => "yes",
-            (false, "mpi") => "no (expected under mpi: the prediction is the verbs model, the measure Ballast's own bytes; MPI's memory is in VmRSS)",
+            (false, "mpi") => "no (expected under mpi: the MPI model is a bound (every send buffer kept), the measure what Ballast holds now; MPI's own memory is in VmRSS)",
             (false, _) => "no",
         },
         report.process_vm_hwm_kb
