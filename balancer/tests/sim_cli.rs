@@ -135,3 +135,20 @@ fn bad_parameters_are_errors_before_anything_is_written() {
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no allocation file either");
 }
+
+/// `--max-endpoints 1` with 3 and 4 ranks exchanging all-to-all (a cap below the peers):
+/// finishes (it livelocked before: endpoints closed before their first packet) with the
+/// same spikes as one rank.
+#[test]
+fn a_cap_below_the_peers_finishes_with_the_same_spikes() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = run(dir.path(), &["--ranks", "1", "--output", "one"]);
+    assert!(one.status.success(), "{}", String::from_utf8_lossy(&one.stderr));
+    let reference = std::fs::read_to_string(dir.path().join("one/out.dat")).unwrap();
+    for ranks in ["3", "4"] {
+        let out = format!("cap{ranks}");
+        let o = run(dir.path(), &["--ranks", ranks, "--max-endpoints", "1", "--output", &out]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(std::fs::read_to_string(dir.path().join(&out).join("out.dat")).unwrap(), reference);
+    }
+}

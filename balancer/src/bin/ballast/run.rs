@@ -105,7 +105,23 @@ fn load_sonata(args: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
         None => Default::default(),
     };
     let memory = MetypeMemory { measured, cell_kb: Some(args.cell_kb), point_cell_kb: Some(args.point_cell_kb) };
-    Ok(SimInput::sonata(config, &memory, args.delay_ms)?)
+    let input = SimInput::sonata(config, &memory, args.delay_ms)?;
+    if let Some(p) = &args.memory_usage {
+        let missing: Vec<&str> =
+            input.dry_run.metypes.iter().map(|m| m.name.as_str()).filter(|n| !memory.measured.contains_key(*n)).collect();
+        if !missing.is_empty() {
+            eprintln!(
+                "warning: {}: {} of the circuit's {} metypes have no measured memory there (e.g. {}); they use --cell-kb {} / --point-cell-kb {}",
+                p.display(),
+                missing.len(),
+                input.dry_run.metypes.len(),
+                missing.iter().take(3).copied().collect::<Vec<_>>().join(", "),
+                args.cell_kb,
+                args.point_cell_kb
+            );
+        }
+    }
+    Ok(input)
 }
 
 #[cfg(not(feature = "sonata"))]
