@@ -30,6 +30,9 @@ impl Hasher for IntHasher {
     fn write_u64(&mut self, v: u64) {
         self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
     fn write_usize(&mut self, v: usize) {
         self.write_u64(v as u64);
     }

@@ -168,7 +168,7 @@ fn child_conformance(filter: Option<String>) -> i32 {
             continue;
         }
         let t = Instant::now();
-        let ok = catch_unwind(AssertUnwindSafe(|| case())).is_ok();
+        let ok = catch_unwind(AssertUnwindSafe(case)).is_ok();
         let all = l.boot.lock().unwrap().all_gather(&[ok as u8]);
         let bad: Vec<usize> = match &all {
             Ok(a) => a.iter().enumerate().filter(|(_, v)| v[0] == 0).map(|(p, _)| p).collect(),

@@ -33,7 +33,7 @@
 //!   its registrations released: tested in the guest (`--killed-peer`,
 //!   `--unanswered-connect`, `--dead-peer` of the verbs conformance binary).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -46,6 +46,7 @@ use crate::config::{RecvSharing, RuntimeConfig, TransportConfig};
 use crate::error::{Error, Result};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, Registration};
 use crate::footprint::{MemoryModel, VERBS_CQ_ENTRIES, VERBS_SQ_DEPTH};
+use crate::matching::IntMap;
 use crate::memory::AlignedRegion;
 
 /// Bytes of the header in front of every packet.
@@ -72,33 +73,6 @@ const MESH_POLL_EVERY: u64 = 64;
 /// rank asked for credit. A ping-pong reply is always posted within a few calls, so its
 /// grant never costs a TCP message (nor the peer a wait for its next control-channel read).
 const GRANT_HOLD_POLLS: u64 = 32;
-
-/// A multiply-rotate hasher for the fabric's maps, keyed by ranks and QP numbers (not
-/// chosen by an adversary): SipHash's cost shows on the per-packet path of an emulated CPU.
-#[derive(Default, Clone, Copy)]
-struct RankHasher(u64);
-
-impl std::hash::Hasher for RankHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64)
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64)
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-type RankMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<RankHasher>>;
 
 fn verr(what: String) -> Error {
     Error::Verbs(format!("{what}: {}", std::io::Error::last_os_error()))
@@ -279,7 +253,7 @@ fn get_header(b: &[u8]) -> PacketHeader {
 /// memory regions, then the CQ, then the device.
 pub struct VerbsFabric {
     /// Per peer rank; in `xrc` mode the INI queue pairs are kept under `world + node`.
-    peers: RankMap<usize, Peer>,
+    peers: IntMap<usize, Peer>,
     /// XRC: TGT queue pairs this rank created for remote INI QPs (as its node's first rank).
     tgts: Vec<xrc::Tgt>,
     srq: Option<Srq>,
@@ -289,7 +263,7 @@ pub struct VerbsFabric {
     pool_mrs: Vec<Mr>,
     cq: Cq,
     dev: Context,
-    qpn_peer: RankMap<u32, usize>,
+    qpn_peer: IntMap<u32, usize>,
     /// Peers whose send queue got room back in the last CQ poll (scratch).
     touched: Vec<usize>,
     mesh: Mesh,
@@ -319,8 +293,8 @@ pub struct VerbsFabric {
     failed_sends: Vec<u64>,
     /// XRC: this rank's SRQ number, and the other ranks' (asked on first use).
     my_srqn: u32,
-    srqns: RankMap<usize, u32>,
-    srqn_asked: RankMap<usize, ()>,
+    srqns: IntMap<usize, u32>,
+    srqn_asked: IntMap<usize, ()>,
 }
 
 // SAFETY: every raw handle is owned by this value and used only by the thread that owns it
@@ -354,7 +328,7 @@ impl VerbsFabric {
         let sq_depth = (VERBS_SQ_DEPTH as u32).min(dev.caps.max_qp_wr.max(1));
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
         Ok(VerbsFabric {
-            peers: RankMap::default(),
+            peers: IntMap::default(),
             tgts: Vec::new(),
             xrcd: None,
             srq: None,
@@ -362,7 +336,7 @@ impl VerbsFabric {
             pool_mrs: Vec::new(),
             cq: Cq(cq),
             dev,
-            qpn_peer: RankMap::default(),
+            qpn_peer: IntMap::default(),
             touched: Vec::new(),
             mesh,
             abort,
@@ -387,8 +361,8 @@ impl VerbsFabric {
             stashed: Vec::new(),
             failed_sends: Vec::new(),
             my_srqn: 0,
-            srqns: RankMap::default(),
-            srqn_asked: RankMap::default(),
+            srqns: IntMap::default(),
+            srqn_asked: IntMap::default(),
         })
     }
 
