@@ -291,7 +291,7 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         },
         match (report.footprint_match, report.transport.as_str()) {
             (true, _) => "yes",
-            (false, "mpi") => "no (expected under mpi: the MPI model is a bound (every send buffer kept), the measure what Ballast holds now; MPI's own memory is in VmRSS)",
+            (false, "mpi") => "no (expected under mpi: the MPI model is an upper bound that counts every send buffer as kept, while the measurement is what Ballast holds at the end; MPI's own memory shows in VmRSS)",
             (false, _) => "no",
         },
         report.process_vm_hwm_kb
