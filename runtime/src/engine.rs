@@ -280,21 +280,17 @@ impl Engine {
     /// (copied now); otherwise [`Error::WouldBlock`]. Returns the request id.
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
         self.check_rank(dest)?;
-        let req = if dest == self.rank {
+        if dest == self.rank {
             self.matcher.deliver_local(self.rank, tag, data)?;
             let req = self.new_req();
             self.sends.insert(req, SendReq { outstanding: 0, posted_all: true });
             return Ok(req);
-        } else if self.goes_direct(dest, data.len()) {
+        }
+        let direct = self.goes_direct(dest, data.len());
+        let (first, rest) = if direct {
             // One copy into an owned buffer (the caller may reuse `data` at once); it waits
             // behind the messages queued before it and is handed to the fabric whole.
-            let req = self.new_req();
-            self.sends.insert(req, SendReq { outstanding: 0, posted_all: false });
-            let msg = OutMsg { req, tag, total: data.len(), first: None, rest: data.to_vec(), offset: 0, direct: true };
-            self.peers.entry(dest).or_default().queue.push_back(msg);
-            self.active.insert(dest);
-            self.conns.note_peer(dest);
-            req
+            (None, data.to_vec())
         } else {
             let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
                 return Err(Error::WouldBlock);
@@ -302,22 +298,13 @@ impl Engine {
             self.sync_wr_info();
             let first_len = data.len().min(self.pool.buffer_size());
             self.pool.buf_mut(id)[..first_len].copy_from_slice(&data[..first_len]);
-            let req = self.new_req();
-            self.sends.insert(req, SendReq { outstanding: 0, posted_all: false });
-            let msg = OutMsg {
-                req,
-                tag,
-                total: data.len(),
-                first: Some((id, first_len)),
-                rest: data[first_len..].to_vec(),
-                offset: 0,
-                direct: false,
-            };
-            self.peers.entry(dest).or_default().queue.push_back(msg);
-            self.active.insert(dest);
-            self.conns.note_peer(dest);
-            req
+            (Some((id, first_len)), data[first_len..].to_vec())
         };
+        let req = self.new_req();
+        self.sends.insert(req, SendReq { outstanding: 0, posted_all: false });
+        self.peers.entry(dest).or_default().queue.push_back(OutMsg { req, tag, total: data.len(), first, rest, offset: 0, direct });
+        self.active.insert(dest);
+        self.conns.note_peer(dest);
         self.pump_peer(dest)?;
         Ok(req)
     }
