@@ -86,36 +86,69 @@ impl Completion {
     }
 }
 
+/// What carries a communicator's messages: the progress engine over a [`Fabric`] (every
+/// transport), or MPI itself (the MPI native path, one MPI message per Ballast message).
+/// One per communicator, never in a collection: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Backend {
+    Engine(Engine),
+    #[cfg(feature = "mpi")]
+    Native(Box<crate::mpi::native::MpiNative>),
+}
+
+/// Calls the same method on either backend.
+macro_rules! on_backend {
+    ($self:expr, $b:ident => $e:expr) => {
+        match $self {
+            Backend::Engine($b) => $e,
+            #[cfg(feature = "mpi")]
+            Backend::Native($b) => $e,
+        }
+    };
+}
+
 /// A rank's communicator.
 pub struct Communicator {
-    engine: Engine,
+    backend: Backend,
 }
 
 impl Communicator {
     /// Builds a communicator over `fabric` (registers the pool, sets up receive queues,
     /// connects all peers when `lazy_connect` is off).
     pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
-        Ok(Communicator { engine: Engine::new(fabric, config)? })
+        Ok(Communicator { backend: Backend::Engine(Engine::new(fabric, config)?) })
+    }
+
+    #[cfg(feature = "mpi")]
+    pub(crate) fn native(n: crate::mpi::native::MpiNative) -> Communicator {
+        Communicator { backend: Backend::Native(Box::new(n)) }
     }
 
     /// This rank, `0..world_size()`.
     pub fn rank(&self) -> usize {
-        self.engine.rank()
+        on_backend!(&self.backend, b => b.rank())
     }
 
     /// Number of ranks.
     pub fn world_size(&self) -> usize {
-        self.engine.world_size()
+        on_backend!(&self.backend, b => b.world_size())
     }
 
     /// Effective transport configuration (after fallbacks such as xrc -> shared).
     pub fn config(&self) -> &TransportConfig {
-        self.engine.config()
+        on_backend!(&self.backend, b => b.config())
     }
 
-    /// Notes about the setup: fallbacks, memory that could not be locked and why.
+    /// Notes about the setup: fallbacks, memory that could not be locked and why, the MPI
+    /// native path.
     pub fn notes(&self) -> &[String] {
-        self.engine.notes()
+        on_backend!(&self.backend, b => b.notes())
+    }
+
+    /// True when this communicator runs on the MPI native path (one MPI message per
+    /// Ballast message; no pool, endpoints or credits of Ballast's own).
+    pub fn is_mpi_native(&self) -> bool {
+        !matches!(self.backend, Backend::Engine(_))
     }
 
     fn check_tag(tag: Tag) -> Result<()> {
@@ -125,24 +158,34 @@ impl Communicator {
         Ok(())
     }
 
+    fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+        on_backend!(&mut self.backend, b => b.isend(dest, tag, data))
+    }
+
+    fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+        on_backend!(&mut self.backend, b => b.irecv(src, tag))
+    }
+
     /// Starts sending `data` to `dest` with `tag`. The first `buffer_size` bytes are copied
     /// into a pool buffer now (the rest into a private copy), so `data` may be reused at
     /// once. On a transport with a direct path (MPI) a message larger than its threshold is
-    /// copied once, whole, into a private buffer instead and takes no pool buffer. Errors: [`Error::WouldBlock`] when no pool buffer is free (call
-    /// [`Communicator::progress`] and retry), [`Error::InvalidRank`], [`Error::ReservedTag`].
+    /// copied once, whole, into a private buffer instead and takes no pool buffer; on the
+    /// MPI native path every message is copied once into a private buffer. Errors:
+    /// [`Error::WouldBlock`] when no pool buffer is free (call [`Communicator::progress`]
+    /// and retry), [`Error::InvalidRank`], [`Error::ReservedTag`].
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
         Self::check_tag(tag)?;
-        Ok(Request { id: self.engine.isend(dest, tag, data)?, recv: false })
+        Ok(Request { id: self.isend_raw(dest, tag, data)?, recv: false })
     }
 
     /// `isend` that progresses and retries while the pool is exhausted.
     fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
         let mut b = Backoff::new();
         loop {
-            match self.engine.isend(dest, tag, data) {
+            match self.isend_raw(dest, tag, data) {
                 Ok(id) => return Ok(id),
                 Err(Error::WouldBlock) => {
-                    if self.engine.progress()? {
+                    if self.progress()? {
                         b.reset();
                     } else {
                         b.snooze();
@@ -167,40 +210,51 @@ impl Communicator {
     /// keeps progressing meanwhile.
     pub fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         Self::check_tag(tag)?;
-        if self.engine.goes_direct(dest, data.len()) {
-            return self.engine.send_direct(dest, tag, data);
+        match &mut self.backend {
+            Backend::Engine(e) => {
+                if e.goes_direct(dest, data.len()) {
+                    return e.send_direct(dest, tag, data);
+                }
+            }
+            #[cfg(feature = "mpi")]
+            Backend::Native(n) => return n.send(dest, tag, data),
         }
         self.send_internal(dest, tag, data)
     }
 
     /// Posts a receive from `src` (a rank or any) with `tag` (a tag or any user tag).
     pub fn irecv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Request> {
-        Ok(Request { id: self.engine.irecv(src.into(), tag.into())?, recv: true })
+        Ok(Request { id: self.irecv_raw(src.into(), tag.into())?, recv: true })
     }
 
     /// Receives the next message matching `src` and `tag`, progressing until it arrives.
     pub fn recv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Message> {
+        #[cfg(feature = "mpi")]
+        if let Backend::Native(n) = &mut self.backend {
+            return n.recv(src.into(), tag.into());
+        }
         let r = self.irecv(src, tag)?;
         Ok(self.wait(r)?.into_message().expect("receive request"))
     }
 
     /// Progresses once, then returns the next matching message if it has fully arrived.
     pub fn try_recv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Option<Message>> {
-        self.engine.progress()?;
-        Ok(self.engine.try_take(src.into(), tag.into()))
+        self.progress()?;
+        let (src, tag) = (src.into(), tag.into());
+        Ok(on_backend!(&mut self.backend, b => b.try_take(src, tag)))
     }
 
     /// Progresses once and tells whether `req` has completed (it stays valid for `wait`).
     pub fn test(&mut self, req: &Request) -> Result<bool> {
-        self.engine.progress()?;
+        self.progress()?;
         self.is_done(req)
     }
 
     fn is_done(&self, req: &Request) -> Result<bool> {
         if req.recv {
-            Ok(self.engine.recv_done(req.id))
+            Ok(on_backend!(&self.backend, b => b.recv_done(req.id)))
         } else {
-            self.engine.send_done(req.id)
+            on_backend!(&self.backend, b => b.send_done(req.id))
         }
     }
 
@@ -208,17 +262,17 @@ impl Communicator {
     pub fn wait(&mut self, req: Request) -> Result<Completion> {
         let mut b = Backoff::new();
         while !self.is_done(&req)? {
-            if self.engine.progress()? {
+            if self.progress()? {
                 b.reset();
             } else {
                 b.snooze();
             }
         }
         if req.recv {
-            let m = self.engine.take_recv(req.id).ok_or(Error::UnknownRequest(req.id))?;
+            let m = on_backend!(&mut self.backend, b => b.take_recv(req.id)).ok_or(Error::UnknownRequest(req.id))?;
             Ok(Completion::Received(m))
         } else {
-            self.engine.finish_send(req.id);
+            on_backend!(&mut self.backend, b => b.finish_send(req.id));
             Ok(Completion::Sent)
         }
     }
@@ -231,7 +285,7 @@ impl Communicator {
     /// Advances the runtime: polls arrivals and completions, answers handshakes and credit
     /// requests, posts queued chunks. Returns true if anything happened.
     pub fn progress(&mut self) -> Result<bool> {
-        self.engine.progress()
+        on_backend!(&mut self.backend, b => b.progress())
     }
 
     /// Blocks until every rank entered the barrier (dissemination algorithm,
@@ -246,7 +300,7 @@ impl Communicator {
             let from = (r + n - d) % n;
             let tag = BARRIER_TAG + k as Tag;
             let s = Request { id: self.isend_retry(to, tag, &[])?, recv: false };
-            let rr = Request { id: self.engine.irecv(Source::Rank(from), TagMatch::Tag(tag))?, recv: true };
+            let rr = Request { id: self.irecv_raw(Source::Rank(from), TagMatch::Tag(tag))?, recv: true };
             self.wait(rr)?;
             self.wait(s)?;
             k += 1;
@@ -266,7 +320,7 @@ impl Communicator {
         for s in 0..n.saturating_sub(1) {
             let send_idx = (r + n - s) % n;
             let recv_idx = (r + 2 * n - s - 1) % n;
-            let rr = Request { id: self.engine.irecv(Source::Rank(left), TagMatch::Tag(ALLGATHER_TAG))?, recv: true };
+            let rr = Request { id: self.irecv_raw(Source::Rank(left), TagMatch::Tag(ALLGATHER_TAG))?, recv: true };
             let sr = Request { id: self.isend_retry(right, ALLGATHER_TAG, &blocks[send_idx].clone())?, recv: false };
             blocks[recv_idx] = self.wait(rr)?.into_message().expect("receive").data;
             self.wait(sr)?;
@@ -276,42 +330,57 @@ impl Communicator {
 
     /// Transport memory of this rank by kind, as accounted now.
     pub fn footprint(&self) -> Footprint {
-        self.engine.footprint()
+        on_backend!(&self.backend, b => b.footprint())
     }
 
     /// Pool occupancy counters.
     pub fn pool_stats(&self) -> PoolStats {
-        self.engine.pool_stats()
+        on_backend!(&self.backend, b => b.pool_stats())
     }
 
     /// Endpoint counters (live, peak, opened, evicted, peers connected).
     pub fn endpoint_stats(&self) -> EndpointStats {
-        self.engine.endpoint_stats()
+        on_backend!(&self.backend, b => b.endpoint_stats())
     }
 
     /// True if the shared-queue credit accounting balances (diagnostics for tests).
     pub fn credits_consistent(&self) -> bool {
-        self.engine.credits_consistent()
+        match &self.backend {
+            Backend::Engine(e) => e.credits_consistent(),
+            #[cfg(feature = "mpi")]
+            Backend::Native(_) => true, // no credits: MPI does its own flow control
+        }
     }
 
     /// Delivers all own sends, then keeps serving other ranks until every rank is done.
     pub(crate) fn finalize(&mut self) -> Result<()> {
         let mut b = Backoff::new();
-        while !self.engine.sends_drained() {
-            if self.engine.progress()? {
+        while !on_backend!(&self.backend, e => e.sends_drained()) {
+            if self.progress()? {
                 b.reset();
             } else {
                 b.snooze();
             }
         }
-        self.engine.fabric_mut().mark_done();
-        while !self.engine.fabric_mut().all_done() {
-            if self.engine.progress()? {
+        match &mut self.backend {
+            Backend::Engine(e) => e.fabric_mut().mark_done(),
+            #[cfg(feature = "mpi")]
+            Backend::Native(n) => n.mark_done(),
+        }
+        loop {
+            let done = match &mut self.backend {
+                Backend::Engine(e) => e.fabric_mut().all_done(),
+                #[cfg(feature = "mpi")]
+                Backend::Native(n) => n.all_done(),
+            };
+            if done {
+                return Ok(());
+            }
+            if self.progress()? {
                 b.reset();
             } else {
                 b.snooze();
             }
         }
-        Ok(())
     }
 }

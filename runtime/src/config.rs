@@ -232,6 +232,11 @@ pub struct TransportConfig {
     /// Lock registered memory (pool and receive buffers) with `mlock` in the `local`
     /// transport (`BALLAST_LOCK_POOL`), default on; refused locks are reported, not fatal.
     pub lock_pool: bool,
+    /// Over MPI with one Ballast rank per process, map each message onto one MPI message
+    /// and let MPI match tags (`BALLAST_MPI_NATIVE`), default on; off runs the progress
+    /// engine (pool, credits, endpoint cap) above MPI as on the other transports. See
+    /// `mpi::native`.
+    pub mpi_native: bool,
 }
 
 impl Default for TransportConfig {
@@ -249,6 +254,7 @@ impl Default for TransportConfig {
             srq_depth: 64,
             ranks_per_node: 1,
             lock_pool: true,
+            mpi_native: true,
         }
     }
 }
@@ -327,7 +333,7 @@ pub struct Setting {
 }
 
 /// Names of the settings, in declaration order, with their variables.
-pub const SETTINGS: [(&str, &str); 12] = [
+pub const SETTINGS: [(&str, &str); 13] = [
     ("transport", "BALLAST_TRANSPORT"),
     ("buffer_count", "BALLAST_BUFFER_COUNT"),
     ("buffer_size", "BALLAST_BUFFER_SIZE"),
@@ -340,6 +346,7 @@ pub const SETTINGS: [(&str, &str); 12] = [
     ("srq_depth", "BALLAST_SRQ_DEPTH"),
     ("ranks_per_node", "BALLAST_RANKS_PER_NODE"),
     ("lock_pool", "BALLAST_LOCK_POOL"),
+    ("mpi_native", "BALLAST_MPI_NATIVE"),
 ];
 
 /// The runtime's configuration: a validated [`TransportConfig`] plus the origin of each value.
@@ -546,6 +553,7 @@ impl RuntimeConfig {
             "srq_depth" => t.srq_depth = parse_usize(raw)?,
             "ranks_per_node" => t.ranks_per_node = parse_usize(raw)?,
             "lock_pool" => t.lock_pool = parse_bool(raw)?,
+            "mpi_native" => t.mpi_native = parse_bool(raw)?,
             _ => return Err(format!("unknown setting {name}")),
         }
         Ok(())
@@ -572,6 +580,7 @@ impl RuntimeConfig {
             t.srq_depth.to_string(),
             t.ranks_per_node.to_string(),
             t.lock_pool.to_string(),
+            t.mpi_native.to_string(),
         ];
         SETTINGS
             .iter()
@@ -629,6 +638,8 @@ impl RuntimeConfigBuilder {
         ranks_per_node: usize => 10, ranks_per_node);
     setter!(/// mlock registered memory on/off.
         lock_pool: bool => 11, lock_pool);
+    setter!(/// MPI native path on/off (one MPI message per Ballast message).
+        mpi_native: bool => 12, mpi_native);
 
     /// Validates and returns the configuration.
     pub fn build(self) -> Result<RuntimeConfig> {

@@ -38,6 +38,17 @@
 //!
 //! # The MPI transport: Ballast's own bytes only
 //!
+//! On the native path (`mpi_native`, the default with one rank per process; see
+//! `mpi::native`) Ballast has no pool, endpoints or receive queues above MPI: it keeps one
+//! send and one receive buffer of `B + 1` bytes (as `srq_bytes`), and its structure
+//! ([`MPI_NATIVE_FIXED_BYTES`]) with a counter per rank of the world
+//! ([`MPI_NATIVE_PER_RANK_BYTES`]) and an entry per connected peer
+//! ([`MPI_NATIVE_PER_PEER_BYTES`]) (as `control_bytes`). Buffers of requests in flight and
+//! of messages that arrived before their receive was posted are accounted while held (they
+//! are the application's traffic, not a fixed cost), so the accounted figure equals the
+//! prediction whenever nothing is in flight. The rest of this section is the engine path
+//! over MPI (`mpi_native` off, or several ranks per process).
+//!
 //! Ballast cannot see inside the MPI library (its eager and unexpected-message buffers,
 //! its registrations): those are measured as process deltas by `Mpi::footprint`, not
 //! modelled. [`MemoryModel::mpi`] and `predict` for `kind = mpi` count what Ballast itself
@@ -77,6 +88,15 @@ pub const MPI_ENDPOINT_BYTES: u64 = std::mem::size_of::<usize>() as u64 + 1;
 /// MPI transport: upper bound of the fabric structure's size (checked by a unit test of
 /// the `mpi` feature).
 pub const MPI_FABRIC_BYTES: u64 = 512;
+
+/// MPI native path (`mpi_native`, the default with one rank per process): upper bound of
+/// its structure's size (checked by a unit test of the `mpi` feature).
+pub const MPI_NATIVE_FIXED_BYTES: u64 = 1024;
+/// MPI native path: per rank of the world, the counter of messages sent to it (u64).
+pub const MPI_NATIVE_PER_RANK_BYTES: u64 = 8;
+/// MPI native path: per connected peer, its entry in the peer set (a `usize` and its
+/// control byte).
+pub const MPI_NATIVE_PER_PEER_BYTES: u64 = std::mem::size_of::<usize>() as u64 + 1;
 
 /// Per-object sizes of one transport, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,6 +233,22 @@ impl TransportConfig {
         let e = if self.max_endpoints > 0 { keys.min(self.max_endpoints as u64) } else { keys };
         let b = self.buffer_size as u64;
         let pool = self.buffer_count as u64 * b;
+        if self.kind == TransportKind::Mpi && self.mpi_native {
+            // The kept send and receive buffers (`B + 1` each: payload and kind byte).
+            let kept = 2 * (b + 1);
+            return Footprint {
+                pool_bytes: 0,
+                registered_bytes: 0,
+                locked_bytes: 0,
+                endpoint_bytes: 0,
+                srq_bytes: kept,
+                control_bytes: MPI_NATIVE_FIXED_BYTES + world_size as u64 * MPI_NATIVE_PER_RANK_BYTES + c * MPI_NATIVE_PER_PEER_BYTES,
+                endpoints_live: 0,
+                endpoints_peak: 0,
+                endpoints_opened: 0,
+                peers_connected: c,
+            };
+        }
         if self.kind == TransportKind::Mpi {
             let staging = b + MPI_STAGING_EXTRA_BYTES;
             return Footprint {
@@ -296,7 +332,7 @@ mod tests {
 
     #[test]
     fn mpi_model_counts_ballast_bytes_only() {
-        let t = TransportConfig { kind: TransportKind::Mpi, buffer_size: 1024, buffer_count: 8, ..Default::default() };
+        let t = TransportConfig { kind: TransportKind::Mpi, buffer_size: 1024, buffer_count: 8, mpi_native: false, ..Default::default() };
         let staging = 1024 + MPI_STAGING_EXTRA_BYTES;
         for sharing in [RecvSharing::PerPeer, RecvSharing::Shared] {
             let f = TransportConfig { recv_sharing: sharing, ..t }.predict(3, 4, 1);
@@ -307,5 +343,21 @@ mod tests {
         }
         // No verbs completion queue or QP context in it.
         assert!(MemoryModel::mpi().control_fixed_bytes < VERBS_CQ_ENTRIES * MLX5_CQE_BYTES);
+    }
+
+    #[test]
+    fn mpi_native_model_has_no_pool_and_grows_only_per_peer_and_rank() {
+        let t = TransportConfig { kind: TransportKind::Mpi, buffer_size: 1024, buffer_count: 8, ..Default::default() };
+        assert!(t.mpi_native, "native is the default");
+        for sharing in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+            let f = TransportConfig { recv_sharing: sharing, max_endpoints: 2, ..t }.predict(3, 4, 1);
+            assert_eq!((f.pool_bytes, f.registered_bytes, f.locked_bytes, f.endpoint_bytes), (0, 0, 0, 0));
+            assert_eq!(f.srq_bytes, 2 * 1025, "one kept send and one kept receive buffer");
+            assert_eq!(f.control_bytes, MPI_NATIVE_FIXED_BYTES + 4 * MPI_NATIVE_PER_RANK_BYTES + 3 * MPI_NATIVE_PER_PEER_BYTES);
+            assert_eq!((f.endpoints_live, f.peers_connected), (0, 3));
+        }
+        // 1,000 peers in a world of 4,096 ranks: about 45 KiB, against 1000 endpoints on the engine path.
+        let big = t.predict(1000, 4096, 1).total_bytes();
+        assert_eq!(big, 2 * 1025 + MPI_NATIVE_FIXED_BYTES + 4096 * 8 + 1000 * 9);
     }
 }

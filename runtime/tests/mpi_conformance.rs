@@ -118,9 +118,9 @@ fn direct_path_split_into_parts() {
                 if i % 2 == 0 {
                     comm.send(peer, 1, &payload(s, seed(me)))?;
                 } else {
-                    let before = comm.footprint().endpoint_bytes;
+                    let before = comm.footprint().total_bytes();
                     let r = comm.isend(peer, 1, &payload(s, seed(me)))?;
-                    assert!(comm.footprint().endpoint_bytes >= before + s as u64, "owned copy of {s} bytes accounted");
+                    assert!(comm.footprint().total_bytes() >= before + s as u64, "owned copy of {s} bytes accounted");
                     comm.wait(r)?;
                 }
                 let m = comm.recv(peer, 1u32)?;
@@ -129,7 +129,7 @@ fn direct_path_split_into_parts() {
             }
             comm.barrier()?;
             let f = comm.footprint();
-            assert!(f.endpoint_bytes < (1 << 20), "no large copy held after completion: {f:?}");
+            assert!(f.total_bytes() < (1 << 20), "no large copy held after completion: {f:?}");
             Ok(ok)
         })
         .unwrap();
@@ -183,25 +183,58 @@ fn bootstrap_mpi_split_rounds() {
     }
 }
 
-/// Over MPI the footprint is Ballast's own bytes (pool, one staging receive buffer of
-/// `buffer_size + STAGING_EXTRA_BYTES`) plus
-/// measured process deltas, with the note saying MPI's memory is measured.
+/// Over MPI the footprint is Ballast's own bytes plus measured process deltas, with the
+/// note saying MPI's memory is measured. Engine path (`mpi_native` off, or several ranks
+/// per process): the pool and one staging receive buffer of `buffer_size +
+/// STAGING_EXTRA_BYTES`. Native path (4 ranks on `mpirun -n 4`): no pool, the two kept
+/// buffers of `buffer_size + 1`, and, with nothing in flight, exactly the prediction.
 fn mpi_footprint() {
-    let cfg = RuntimeConfig::builder().lock_pool(false).buffer_size(1024).buffer_count(8).build().unwrap();
-    let res = MpiLauncher
-        .run(4, &cfg, |comm| -> Result<(u64, u64, u64, bool)> {
-            let me = comm.rank();
-            comm.send((me + 1) % 4, 3, &[me as u8; 3000])?;
-            comm.recv(Source::Any, TagMatch::Tag(3))?;
-            comm.barrier()?;
-            let f = Mpi::init()?.footprint(comm)?;
-            Ok((f.ballast.pool_bytes, f.ballast.srq_bytes, f.now.vm_rss_kb, f.note.contains("measured")))
-        })
-        .unwrap();
-    for r in res {
-        let (pool, srq, rss, note) = r.unwrap();
-        assert_eq!((pool, srq), (8 * 1024, (1024 + ballast_runtime::mpi::STAGING_EXTRA_BYTES) as u64));
-        assert!(rss > 0 && note);
+    for native in [false, true] {
+        let cfg = RuntimeConfig::builder().lock_pool(false).buffer_size(1024).buffer_count(8).mpi_native(native).build().unwrap();
+        let res = MpiLauncher
+            .run(4, &cfg, |comm| -> Result<(bool, u64, u64, u64, bool, bool)> {
+                let me = comm.rank();
+                comm.send((me + 1) % 4, 3, &[me as u8; 3000])?;
+                comm.recv(Source::Any, TagMatch::Tag(3))?;
+                comm.barrier()?;
+                let f = Mpi::init()?.footprint(comm)?;
+                let predicted = comm.config().predict(f.ballast.peers_connected as usize, 4, 1);
+                Ok((comm.is_mpi_native(), f.ballast.pool_bytes, f.ballast.srq_bytes, f.now.vm_rss_kb, f.note.contains("measured"), f.ballast == predicted))
+            })
+            .unwrap();
+        // One rank per process exactly under `mpirun -n 4`: the native path when asked for.
+        let one_per_process = Mpi::init().unwrap().size() == 4;
+        for r in res {
+            let (is_native, pool, srq, rss, note, as_predicted) = r.unwrap();
+            assert_eq!(is_native, native && one_per_process, "path taken");
+            assert!(rss > 0 && note);
+            if is_native {
+                assert!(native, "the native path only when asked for");
+                assert_eq!((pool, srq), (0, 2 * (1024 + 1)));
+                assert!(as_predicted, "native footprint with nothing in flight equals the prediction");
+            } else {
+                assert_eq!((pool, srq), (8 * 1024, (1024 + ballast_runtime::mpi::STAGING_EXTRA_BYTES) as u64));
+            }
+        }
+    }
+}
+
+/// On the native path (one rank per process) every rank must use the same `buffer_size`
+/// (a receive is posted for `buffer_size + 1` bytes): different ones are a clear error on
+/// every rank, not a truncated message. Needs at least 2 processes.
+fn native_refuses_different_buffer_sizes() {
+    let mpi = Mpi::init().unwrap();
+    if mpi.size() < 2 {
+        return;
+    }
+    let cfg = RuntimeConfig::builder().lock_pool(false).buffer_size(1024 + mpi.rank()).build().unwrap();
+    match mpi.communicator(&cfg) {
+        Err(Error::Config { var, reason, .. }) => {
+            assert_eq!(var, "BALLAST_BUFFER_SIZE");
+            assert!(reason.contains("same buffer_size"), "{reason}");
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("different buffer sizes accepted"),
     }
 }
 
@@ -236,6 +269,7 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     v.push(("neighbour_exchange_8b_to_64mib".into(), Box::new(neighbour_exchange_8b_to_64mib)));
     v.push(("bootstrap_mpi_split_rounds".into(), Box::new(bootstrap_mpi_split_rounds)));
     v.push(("mpi_footprint".into(), Box::new(mpi_footprint)));
+    v.push(("native_refuses_different_buffer_sizes".into(), Box::new(native_refuses_different_buffer_sizes)));
     v
 }
 

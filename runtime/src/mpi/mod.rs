@@ -23,6 +23,7 @@
 
 mod fabric;
 mod fanout;
+pub mod native;
 mod raw;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -31,6 +32,7 @@ pub use fabric::{MpiFabric, DEFAULT_DIRECT_PART_BYTES, DIRECT_TAG_BASE, HEADER_B
 /// The rsmpi crate this transport is built on (for host programs and benchmarks that call
 /// MPI themselves with the same version).
 pub use rsmpi;
+use rsmpi::collective::CommunicatorCollectives as _;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 use rsmpi::Threading;
 
@@ -122,9 +124,28 @@ impl Mpi {
     /// peers may still send to it), so that no later duplicate can see its messages.
     pub fn communicator(&self, config: &RuntimeConfig) -> Result<Communicator> {
         let t = mpi_transport(config)?;
+        if self.use_native(&t, self.size())? {
+            return self.native(&t).map(Communicator::native);
+        }
         let shared = Shared::new(self.world.duplicate(), self.size(), self.direct_part_bytes)?;
         let fabric = MpiFabric::new(shared, self.rank(), t.buffer_size, t.buffer_count);
         Communicator::new(Box::new(fabric), &t)
+    }
+
+    /// True when a world of `ranks` ranks takes the native path (see [`native`]): asked
+    /// for, one rank per process, and `MPI_TAG_UB` large enough for Ballast's tags. Agreed
+    /// on by every process (`MPI_Allreduce`, minimum), so that all of them make the same
+    /// communicators. Collective.
+    fn use_native(&self, t: &TransportConfig, ranks: usize) -> Result<bool> {
+        let mine = u8::from(t.mpi_native && ranks == self.size() && native::tags_fit(&self.world)?);
+        let mut all = 0u8;
+        self.world.all_reduce_into(&mine, &mut all, rsmpi::collective::SystemOperation::min());
+        Ok(all == 1)
+    }
+
+    fn native(&self, t: &TransportConfig) -> Result<native::MpiNative> {
+        let line = native::AbortLine::new(self.world.duplicate());
+        native::MpiNative::new(&self.world, t, self.direct_part_bytes, line)
     }
 
     /// Delivers `comm`'s own sends, keeps serving the other ranks until every rank
@@ -152,6 +173,22 @@ impl Mpi {
         R: Send,
     {
         let t = mpi_transport(config)?;
+        if self.use_native(&t, n)? {
+            let r = self.rank();
+            let native = self.native(&t)?;
+            let line = native.abort_line();
+            let out = catch_unwind(AssertUnwindSafe(move || -> Result<R> {
+                let mut comm = Communicator::native(native);
+                let out = f(&mut comm);
+                comm.finalize()?;
+                Ok(out)
+            }))
+            .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))));
+            if out.is_err() {
+                line.abort();
+            }
+            return out.map(|v| vec![(r, v)]);
+        }
         let shared = Shared::new(self.world.duplicate(), n, self.direct_part_bytes)?;
         let ranks = shared.local_ranks();
         let one = |r: usize| -> Result<R> {

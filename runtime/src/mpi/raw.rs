@@ -41,7 +41,7 @@ pub(crate) struct SendQueue {
 // (checked by the fabric), and the queue is driven by one thread at a time (`&mut self`).
 unsafe impl Send for SendQueue {}
 
-fn check(code: c_int, what: &str) -> Result<()> {
+pub(crate) fn check(code: c_int, what: &str) -> Result<()> {
     if code as i64 == ffi::MPI_SUCCESS as i64 {
         Ok(())
     } else {

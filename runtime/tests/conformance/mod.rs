@@ -79,6 +79,7 @@ macro_rules! exchange_tuple {
 exchange_tuple!(A, B);
 exchange_tuple!(A, B, C);
 exchange_tuple!(A, B, C, D);
+exchange_tuple!(A, B, C, D, E, F);
 
 impl Exchange for ballast_runtime::Footprint {
     fn put(&self, out: &mut Vec<u8>) {
@@ -299,7 +300,8 @@ pub fn message_sizes_with_checksums<L: Launcher>(l: &L, sharing: RecvSharing) {
 /// With a pool of 2 buffers, isend reports would-block once both are taken, blocking sends
 /// wait and progress, everything arrives, and the pool never grows.
 pub fn back_pressure_pool_of_two<L: Launcher>(l: &L, sharing: RecvSharing) {
-    let c = cfg(sharing).buffer_count(2).buffer_size(1024).srq_depth(2).recv_depth(2).build().unwrap();
+    // The engine's pool (the MPI native path has none: MPI queues every isend).
+    let c = cfg(sharing).buffer_count(2).buffer_size(1024).srq_depth(2).recv_depth(2).mpi_native(false).build().unwrap();
     let res = l
         .run(2, &c, |comm| -> Result<(usize, usize, u64, u64)> {
             if comm.rank() == 0 {
@@ -337,7 +339,8 @@ pub fn back_pressure_pool_of_two<L: Launcher>(l: &L, sharing: RecvSharing) {
 
 /// With pool growth on, the pool grows in registered chunks up to max_pool_bytes, never beyond.
 pub fn pool_growth_is_bounded<L: Launcher>(l: &L) {
-    let c = cfg(RecvSharing::Shared).buffer_count(2).buffer_size(1024).pool_growth(true).max_pool_bytes(8 * 1024).build().unwrap();
+    // The engine's pool (the MPI native path has none).
+    let c = cfg(RecvSharing::Shared).buffer_count(2).buffer_size(1024).pool_growth(true).max_pool_bytes(8 * 1024).mpi_native(false).build().unwrap();
     let res = l
         .run(2, &c, |comm| -> Result<(usize, u64)> {
             if comm.rank() == 0 {
@@ -371,7 +374,8 @@ pub fn pool_growth_is_bounded<L: Launcher>(l: &L) {
 /// `max_endpoints 2` under traffic from rank 0 to 16 peers: endpoints are evicted and
 /// reopened, never more than 2 live, and nothing is lost or reordered.
 pub fn eviction_with_two_endpoints<L: Launcher>(l: &L, sharing: RecvSharing) {
-    let c = cfg(sharing).max_endpoints(2).buffer_size(256).buffer_count(4).recv_depth(2).srq_depth(4).build().unwrap();
+    // The engine's endpoints (on the MPI native path MPI owns the connections).
+    let c = cfg(sharing).max_endpoints(2).buffer_size(256).buffer_count(4).recv_depth(2).srq_depth(4).mpi_native(false).build().unwrap();
     const ROUNDS: u64 = 12;
     let res = l
         .run(17, &c, |comm| -> Result<(u64, u64, u64, u64)> {
@@ -503,7 +507,8 @@ pub fn all_to_all_64<L: Launcher>(l: &L, sharing: RecvSharing) {
 /// 63 senders to one receiver through a shared receive queue of 4 buffers: nothing is
 /// dropped (a missing posted buffer would fail the run with receiver-not-ready).
 pub fn many_to_one_srq4<L: Launcher>(l: &L, sharing: RecvSharing) {
-    let c = cfg(sharing).srq_depth(4).recv_depth(1).buffer_size(256).buffer_count(4).ranks_per_node(8).build().unwrap();
+    // The engine's credits (the MPI native path has none: MPI does its own flow control).
+    let c = cfg(sharing).srq_depth(4).recv_depth(1).buffer_size(256).buffer_count(4).ranks_per_node(8).mpi_native(false).build().unwrap();
     const PER: u64 = 40;
     let res = l
         .run(64, &c, |comm| -> Result<u64> {
@@ -569,7 +574,8 @@ pub fn bad_input_is_an_error<L: Launcher>(l: &L) {
 /// Accounted footprint equals the model's prediction exactly, rank by rank, after traffic
 /// (every field but locked_bytes, which depends on the OS granting mlock).
 pub fn footprint_matches_model<L: Launcher>(l: &L, sharing: RecvSharing, lazy: bool) {
-    let c = cfg(sharing).lazy_connect(lazy).buffer_size(1024).buffer_count(8).recv_depth(3).srq_depth(8).ranks_per_node(4).build().unwrap();
+    // The engine's model (the MPI native path has its own, checked by the MPI suite).
+    let c = cfg(sharing).lazy_connect(lazy).buffer_size(1024).buffer_count(8).recv_depth(3).srq_depth(8).ranks_per_node(4).mpi_native(false).build().unwrap();
     let t = *c.transport();
     let n = 12;
     let res = l
