@@ -67,7 +67,7 @@ fn simulate(comm: &mut Communicator) -> ballast_runtime::Result<(usize, usize)> 
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = RuntimeConfig::from_env()?; // BALLAST_* variables, see docs/CONFIG.md
-    let results = local::run(4, &cfg, |comm| simulate(comm))?;
+    let results = local::run(4, &cfg, simulate)?;
     let mut total = (0, 0);
     for r in results {
         let (f, rcv) = r?;

@@ -238,10 +238,13 @@ mod tests {
         TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
     }
 
+    /// What each rank gathered in its two rounds.
+    type TwoRounds = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
     #[test]
     fn four_threads_gather_twice_on_loopback() {
         let root = format!("127.0.0.1:{}", free_port());
-        let got: Vec<Result<(Vec<Vec<u8>>, Vec<Vec<u8>>)>> = std::thread::scope(|s| {
+        let got: Vec<Result<TwoRounds>> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..4usize)
                 .map(|r| {
                     let root = root.clone();
