@@ -121,6 +121,13 @@ fn large_messages_in_order_with_small_ones_all_modes() {
 }
 
 #[test]
+fn large_send_completes_before_its_receive_is_posted_all_modes() {
+    for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+        large_send_completes_before_its_receive_is_posted(&Local, m);
+    }
+}
+
+#[test]
 fn both_sides_send_large_first_shared() {
     both_sides_send_large_first(&Local, RecvSharing::Shared);
 }

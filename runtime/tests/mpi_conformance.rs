@@ -263,6 +263,7 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         v.push((format!("large_messages_in_order_with_small_ones/{m}"), Box::new(move || large_messages_in_order_with_small_ones(l, m))));
     }
     v.push(("both_sides_send_large_first".into(), Box::new(move || both_sides_send_large_first(l, RecvSharing::Shared))));
+    v.push(("large_send_completes_before_its_receive_is_posted".into(), Box::new(move || large_send_completes_before_its_receive_is_posted(l, RecvSharing::Shared))));
     v.push(("any_source_with_large_messages".into(), Box::new(move || any_source_with_large_messages(l, RecvSharing::Shared))));
     v.push(("direct_path_split_into_parts".into(), Box::new(direct_path_split_into_parts)));
     v.push(("direct_message_over_2gib (BALLAST_TEST_HUGE=1)".into(), Box::new(direct_message_over_2gib)));

@@ -697,6 +697,34 @@ pub fn both_sides_send_large_first<L: Launcher>(l: &L, sharing: RecvSharing) {
     assert!(res.iter().all(|r| *r.as_ref().unwrap() == 2), "{res:?}");
 }
 
+/// A blocking send of a large message completes while its receiver waits for another tag
+/// that the sender sends only afterwards (the receiver's runtime takes the message in as
+/// unexpected; plain blocking MPI would deadlock here), and small and large messages on
+/// the waited-for tag arrive after it in order.
+pub fn large_send_completes_before_its_receive_is_posted<L: Launcher>(l: &L, sharing: RecvSharing) {
+    let c = cfg(sharing).buffer_size(1024).build().unwrap();
+    let size = (1 << 20) + 5;
+    let res = l
+        .run(2, &c, |comm| -> Result<u64> {
+            if comm.rank() == 0 {
+                comm.send(1, 1, &payload(size, 1))?;
+                comm.send(1, 2, &payload(10, 2))?;
+                comm.send(1, 2, &payload(size, 3))?;
+                Ok(0)
+            } else {
+                let a = comm.recv(0, 2u32)?;
+                let b = comm.recv(0, 2u32)?;
+                let big = comm.recv(0, 1u32)?;
+                assert_eq!(a.data, payload(10, 2));
+                assert_eq!(fnv(&b.data), fnv(&payload(size, 3)));
+                assert_eq!(fnv(&big.data), fnv(&payload(size, 1)));
+                Ok(3)
+            }
+        })
+        .unwrap();
+    assert_eq!(res[1].as_ref().unwrap(), &3, "{}", l.name());
+}
+
 /// Any-source receives see large and small messages of several senders, each sender's in
 /// its order, with posted receives (before arrival) and unexpected ones.
 pub fn any_source_with_large_messages<L: Launcher>(l: &L, sharing: RecvSharing) {
