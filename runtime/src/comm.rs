@@ -110,18 +110,28 @@ macro_rules! on_backend {
 /// A rank's communicator.
 pub struct Communicator {
     backend: Backend,
+    /// The backend's setup notes plus the creator's (e.g. why the MPI native path was not
+    /// taken); fixed at creation.
+    notes: Vec<String>,
 }
 
 impl Communicator {
     /// Builds a communicator over `fabric` (registers the pool, sets up receive queues,
     /// connects all peers when `lazy_connect` is off).
     pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
-        Ok(Communicator { backend: Backend::Engine(Engine::new(fabric, config)?) })
+        let e = Engine::new(fabric, config)?;
+        Ok(Communicator { notes: e.notes().to_vec(), backend: Backend::Engine(e) })
     }
 
     #[cfg(feature = "mpi")]
     pub(crate) fn native(n: crate::mpi::native::MpiNative) -> Communicator {
-        Communicator { backend: Backend::Native(Box::new(n)) }
+        Communicator { notes: n.notes().to_vec(), backend: Backend::Native(Box::new(n)) }
+    }
+
+    /// Adds a note about the setup (shown by [`Communicator::notes`]).
+    pub(crate) fn with_note(mut self, note: Option<String>) -> Communicator {
+        self.notes.extend(note);
+        self
     }
 
     /// This rank, `0..world_size()`.
@@ -142,7 +152,7 @@ impl Communicator {
     /// Notes about the setup: fallbacks, memory that could not be locked and why, the MPI
     /// native path.
     pub fn notes(&self) -> &[String] {
-        on_backend!(&self.backend, b => b.notes())
+        &self.notes
     }
 
     /// True when this communicator runs on the MPI native path (one MPI message per

@@ -199,6 +199,9 @@ fn mpi_footprint() {
                 comm.barrier()?;
                 let f = Mpi::init()?.footprint(comm)?;
                 let predicted = comm.config().predict(f.ballast.peers_connected as usize, 4, 1);
+                if native && !comm.is_mpi_native() {
+                    assert!(comm.notes().iter().any(|n| n.contains("native path not used")), "why not native: {:?}", comm.notes());
+                }
                 Ok((comm.is_mpi_native(), f.ballast.pool_bytes, f.ballast.srq_bytes, f.now.vm_rss_kb, f.note.contains("measured"), f.ballast == predicted))
             })
             .unwrap();

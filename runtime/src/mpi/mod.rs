@@ -124,23 +124,40 @@ impl Mpi {
     /// peers may still send to it), so that no later duplicate can see its messages.
     pub fn communicator(&self, config: &RuntimeConfig) -> Result<Communicator> {
         let t = mpi_transport(config)?;
-        if self.use_native(&t, self.size())? {
+        let (native, why_not) = self.use_native(&t, self.size())?;
+        if native {
             return self.native(&t).map(Communicator::native);
         }
         let shared = Shared::new(self.world.duplicate(), self.size(), self.direct_part_bytes)?;
         let fabric = MpiFabric::new(shared, self.rank(), t.buffer_size, t.buffer_count);
-        Communicator::new(Box::new(fabric), &t)
+        Ok(Communicator::new(Box::new(fabric), &t)?.with_note(why_not))
     }
 
     /// True when a world of `ranks` ranks takes the native path (see [`native`]): asked
     /// for, one rank per process, and `MPI_TAG_UB` large enough for Ballast's tags. Agreed
     /// on by every process (`MPI_Allreduce`, minimum), so that all of them make the same
     /// communicators. Collective.
-    fn use_native(&self, t: &TransportConfig, ranks: usize) -> Result<bool> {
-        let mine = u8::from(t.mpi_native && ranks == self.size() && native::tags_fit(&self.world)?);
+    /// Returns the decision and, when the native path was asked for but not taken, why.
+    fn use_native(&self, t: &TransportConfig, ranks: usize) -> Result<(bool, Option<String>)> {
+        let procs = self.size();
+        let tag_ub = native::tag_ub(&self.world)?;
+        let why_not = if !t.mpi_native {
+            None
+        } else if ranks != procs {
+            Some(format!("MPI native path not used: {ranks} Ballast ranks on {procs} MPI processes (it needs one rank per process); the engine runs above MPI"))
+        } else if !native::tags_fit(tag_ub) {
+            Some(format!("MPI native path not used: this MPI's MPI_TAG_UB is {tag_ub}, below Ballast's largest tag {}; the engine runs above MPI", crate::RESERVED_TAG_BASE - 1))
+        } else {
+            None
+        };
+        let mine = u8::from(t.mpi_native && why_not.is_none());
         let mut all = 0u8;
         self.world.all_reduce_into(&mine, &mut all, rsmpi::collective::SystemOperation::min());
-        Ok(all == 1)
+        let why_not = match (mine, all) {
+            (1, 0) => Some("MPI native path not used: another process has it off (BALLAST_MPI_NATIVE) or cannot use it; the engine runs above MPI".to_string()),
+            _ => why_not,
+        };
+        Ok((all == 1, why_not))
     }
 
     fn native(&self, t: &TransportConfig) -> Result<native::MpiNative> {
@@ -173,7 +190,8 @@ impl Mpi {
         R: Send,
     {
         let t = mpi_transport(config)?;
-        if self.use_native(&t, n)? {
+        let (native, why_not) = self.use_native(&t, n)?;
+        if native {
             let r = self.rank();
             let native = self.native(&t)?;
             let line = native.abort_line();
@@ -194,7 +212,7 @@ impl Mpi {
         let one = |r: usize| -> Result<R> {
             let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
                 let fabric = MpiFabric::new(shared.clone(), r, t.buffer_size, t.buffer_count);
-                let mut comm = Communicator::new(Box::new(fabric), &t)?;
+                let mut comm = Communicator::new(Box::new(fabric), &t)?.with_note(why_not.clone());
                 let out = f(&mut comm);
                 comm.finalize()?;
                 Ok(out)

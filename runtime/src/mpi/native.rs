@@ -97,7 +97,7 @@ fn byte_count(status: &ffi::MPI_Status) -> Result<usize> {
 }
 
 /// `MPI_TAG_UB` of `comm` (the largest tag MPI accepts, at least 32767).
-fn tag_ub(comm: &SimpleCommunicator) -> Result<i64> {
+pub(crate) fn tag_ub(comm: &SimpleCommunicator) -> Result<i64> {
     let mut value: *mut c_int = std::ptr::null_mut();
     let mut flag: c_int = 0;
     // SAFETY: MPI_Comm_get_attr writes a pointer to the attribute's int into `value`
@@ -111,9 +111,10 @@ fn tag_ub(comm: &SimpleCommunicator) -> Result<i64> {
     Ok(i64::from(unsafe { *value }))
 }
 
-/// True when `MPI_TAG_UB` holds every Ballast tag (user tags and the reserved offsets).
-pub(crate) fn tags_fit(comm: &SimpleCommunicator) -> Result<bool> {
-    Ok(tag_ub(comm)? >= i64::from(RESERVED_TAG_BASE - 1))
+/// True when an `MPI_TAG_UB` of `tag_ub` holds every Ballast tag (user tags, and the
+/// reserved ones as offsets, which are smaller).
+pub(crate) fn tags_fit(tag_ub: i64) -> bool {
+    tag_ub >= i64::from(RESERVED_TAG_BASE - 1)
 }
 
 /// Abort notices of one native world, shared with [`super::Mpi::run_ranks`] so that a
