@@ -130,10 +130,17 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let t = cfg.transport();
-    outln!(
-        "fanout: {} ranks, rank 0 sends {} x {} ints to each; recv_sharing={} buffer {} x {} B",
-        ranks, args.messages, args.ints, t.recv_sharing, t.buffer_count, t.buffer_size
-    );
+    if r.notes.iter().any(|n| n.starts_with("MPI native path:")) {
+        outln!(
+            "fanout: {} ranks, rank 0 sends {} x {} ints to each; MPI native path (MPI matches tags, no pool), buffer_size {} B",
+            ranks, args.messages, args.ints, t.buffer_size
+        );
+    } else {
+        outln!(
+            "fanout: {} ranks, rank 0 sends {} x {} ints to each; recv_sharing={} buffer {} x {} B",
+            ranks, args.messages, args.ints, t.recv_sharing, t.buffer_count, t.buffer_size
+        );
+    }
     outln!("{:<26} {:>14} {:>14} {:>14}", "", "before", "after", "delta");
     let row = |name: &str, b: u64, a: u64| -> anyhow::Result<()> {
         outln!("{name:<26} {b:>14} {a:>14} {:>14}", a as i64 - b as i64);
