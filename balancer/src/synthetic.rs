@@ -220,7 +220,9 @@ pub struct SyntheticCircuit {
 /// − 1` synapses each. Deterministic for a seed.
 pub fn generate_circuit(spec: &CircuitSpec) -> Result<SyntheticCircuit> {
     let mut dry_run = generate(&spec.dry_run)?;
-    if spec.synapses_per_connection == 0 || !(spec.sigma_um > 0.0) || !(spec.density_per_mm2 > 0.0) {
+    // NaN is refused too.
+    let positive = |x: f64| x.partial_cmp(&0.0) == Some(std::cmp::Ordering::Greater);
+    if spec.synapses_per_connection == 0 || !positive(spec.sigma_um) || !positive(spec.density_per_mm2) {
         return Err(BalancerError::InvalidParameter(format!("bad circuit parameters {spec:?}")));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(spec.dry_run.seed ^ 0x5eed_c1c0);

@@ -129,6 +129,7 @@ impl Communicator {
     }
 
     /// Adds a note about the setup (shown by [`Communicator::notes`]).
+    #[cfg(feature = "mpi")]
     pub(crate) fn with_note(mut self, note: Option<String>) -> Communicator {
         self.notes.extend(note);
         self

@@ -63,7 +63,7 @@ pub fn encode(buf: &mut Vec<u8>, spike: Spike) {
 
 /// Decodes a message; errors when its length is not a multiple of [`SPIKE_BYTES`].
 pub fn decode(data: &[u8], from: usize) -> Result<Vec<Spike>, SimError> {
-    if data.len() % SPIKE_BYTES != 0 {
+    if !data.len().is_multiple_of(SPIKE_BYTES) {
         return Err(SimError::Protocol(format!("spike message of {} bytes from rank {from}", data.len())));
     }
     Ok(data

@@ -73,7 +73,7 @@ pub fn splitmix64(x: u64) -> u64 {
 
 /// Whether the cell of global index `cell` is inhibitory (one in five, by hash).
 pub fn is_inhibitory(cell: u32) -> bool {
-    splitmix64(cell as u64 ^ 0x1_4b1b) % 5 == 0
+    splitmix64(cell as u64 ^ 0x1_4b1b).is_multiple_of(5)
 }
 
 /// Weight of a spike of source `cell`, mV.
