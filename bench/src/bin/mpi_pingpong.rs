@@ -6,6 +6,11 @@
 //! `MPI_COMM_WORLD`; raw rsmpi uses `MPI_COMM_WORLD` with preallocated buffers (blocking
 //! `send`/`receive_into`, the baseline of the ratio).
 //!
+//! The Ballast column is the communicator the configuration gives: with the defaults and
+//! one rank per process, the MPI native path (one MPI message per Ballast message). The
+//! "Ballast, engine" column is a second communicator with `mpi_native` off (the progress
+//! engine above MPI), measured in the same rounds.
+//!
 //! A third column ("raw, polled") is raw rsmpi with the non-blocking call pattern a
 //! progress engine that serves any source must use, on another duplicate of the world:
 //! `MPI_Isend` then `MPI_Test` until complete, `MPI_Improbe` until a message is there then
@@ -131,6 +136,7 @@ fn main() -> Res<()> {
     }
     let cfg = RuntimeConfig::from_env()?;
     let mut comm = mpi.communicator(&cfg)?;
+    let mut engine = mpi.communicator(&cfg.to_builder().mpi_native(false).build()?)?;
     let world = mpi.world();
     let dup = world.duplicate();
     if sizes.is_empty() {
@@ -142,31 +148,38 @@ fn main() -> Res<()> {
     raw(world, max, 3, &mut buf);
     polled(&dup, max, 3, &mut buf);
     ballast(&mut comm, max, 3, &buf)?;
+    ballast(&mut engine, max, 3, &buf)?;
     let mut rows = Vec::new();
     for &size in &sizes {
         let n = iters(size, quick);
-        let (mut r, mut p, mut b) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut r, mut p, mut b, mut e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             r.push(raw(world, size, n, &mut buf));
             p.push(polled(&dup, size, n, &mut buf));
             b.push(ballast(&mut comm, size, n, &buf)?);
+            e.push(ballast(&mut engine, size, n, &buf)?);
         }
-        rows.push((size, n, median(r), median(p), median(b)));
+        rows.push((size, n, median(r), median(p), median(b), median(e)));
     }
     if mpi.rank() == 0 {
         let t = comm.config();
         println!("{}", mpi.describe());
         println!(
-            "ping-pong, 2 processes, median of {rounds} alternating rounds; Ballast buffer_size {} B, {} buffers, recv_sharing {}",
+            "ping-pong, 2 processes, median of {rounds} alternating rounds; Ballast: {}, buffer_size {} B; engine: {} buffers, recv_sharing {}",
+            if comm.is_mpi_native() { "MPI native path" } else { "engine path (native not taken, see notes)" },
             t.buffer_size, t.buffer_count, t.recv_sharing
         );
-        println!("| size | iterations | raw rsmpi (µs, half round trip) | raw, polled (µs) | Ballast over MPI (µs) | Ballast / raw | Ballast / polled |");
-        println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-        for (size, n, r, p, b) in rows {
+        for note in comm.notes() {
+            println!("note: {note}");
+        }
+        println!("| size | iterations | raw rsmpi (µs, half round trip) | raw, polled (µs) | Ballast (µs) | Ballast, engine (µs) | Ballast / raw | engine / raw |");
+        println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        for (size, n, r, p, b, e) in rows {
             let s = if size >= 1 << 20 { format!("{} MiB", size >> 20) } else if size >= 1 << 10 { format!("{} KiB", size >> 10) } else { format!("{size} B") };
-            println!("| {s} | {n} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} |", r * 1e6, p * 1e6, b * 1e6, b / r, b / p);
+            println!("| {s} | {n} | {:.2} | {:.2} | {:.2} | {:.2} | **{:.3}** | {:.3} |", r * 1e6, p * 1e6, b * 1e6, e * 1e6, b / r, e / r);
         }
     }
     Mpi::finish(comm)?;
+    Mpi::finish(engine)?;
     Ok(())
 }

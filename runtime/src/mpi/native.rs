@@ -447,7 +447,7 @@ impl MpiNative {
         let id = if data.len() <= self.eager {
             head.extend_from_slice(data);
             head.push(KIND_WHOLE);
-            self.post(dest, tag, head, Body::Empty, true)?
+            return self.send_small(dest, tag, head);
         } else {
             head.extend_from_slice(&(data.len() as u64).to_le_bytes());
             head.push(KIND_LARGE);
@@ -481,6 +481,52 @@ impl MpiNative {
         }
         self.finish_send(id);
         Ok(())
+    }
+
+    /// The blocking send of a small message in `head` (the kept send buffer): one
+    /// `MPI_Isend`, tested until complete, progressing the rest meanwhile (no request
+    /// bookkeeping: the latency path of a ping-pong).
+    fn send_small(&mut self, dest: usize, tag: Tag, head: Vec<u8>) -> Result<()> {
+        let (chan, mtag) = Self::wire_tag(tag);
+        let mut req = null_request();
+        // SAFETY: `head` is kept alive until the request completes: tested below, and on an
+        // early error moved with the request into `sends`, which holds it until complete;
+        // its length fits an int (at most buffer_size + 1); the communicator is live.
+        let code = unsafe {
+            ffi::MPI_Isend(head.as_ptr().cast(), head.len() as c_int, u8::equivalent_datatype().as_raw(), dest as c_int, mtag, self.chans[chan].msgs.as_raw(), &mut req)
+        };
+        check(code, "MPI_Isend")?;
+        self.sent[dest] += 1;
+        self.note_peer(dest);
+        let mut b = Backoff::new();
+        loop {
+            let mut flag: c_int = 0;
+            // SAFETY: `req` is the live send request reading `head`.
+            let tested = check(unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Test");
+            let failed = match tested {
+                Ok(()) if flag != 0 => {
+                    self.send_scratch = head;
+                    return Ok(());
+                }
+                Ok(()) => match self.progress() {
+                    Ok(true) => {
+                        b.reset();
+                        None
+                    }
+                    Ok(false) => {
+                        b.snooze();
+                        None
+                    }
+                    Err(e) => Some(e),
+                },
+                Err(e) => Some(e),
+            };
+            if let Some(e) = failed {
+                let id = self.new_id();
+                self.sends.push(PendingSend { id, reqs: vec![req], head, body: Vec::new(), scratch: false });
+                return Err(e);
+            }
+        }
     }
 
     /// Large blocking sends read the caller's slice: on an error they are waited for.
