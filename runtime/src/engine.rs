@@ -279,6 +279,8 @@ impl Engine {
     /// Accepts a message for sending if a pool buffer is free for its first chunk
     /// (copied now); otherwise [`Error::WouldBlock`]. Returns the request id.
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+        #[cfg(feature = "verbs")]
+        crate::verbs::counters::stamp(6);
         self.check_rank(dest)?;
         if dest == self.rank {
             self.matcher.deliver_local(self.rank, tag, data)?;
@@ -298,6 +300,11 @@ impl Engine {
             self.sync_wr_info();
             let first_len = data.len().min(self.pool.buffer_size());
             self.pool.buf_mut(id)[..first_len].copy_from_slice(&data[..first_len]);
+            if first_len == data.len() {
+                if let Some(req) = self.post_now(dest, tag, id, first_len)? {
+                    return Ok(req);
+                }
+            }
             (Some((id, first_len)), data[first_len..].to_vec())
         };
         let req = self.new_req();
@@ -307,6 +314,42 @@ impl Engine {
         self.conns.note_peer(dest);
         self.pump_peer(dest)?;
         Ok(req)
+    }
+
+    /// The fast path of `isend` for a message that fits in pool buffer `id` (already copied,
+    /// `len` bytes): when nothing is queued for `dest`, its endpoint is open and a credit is
+    /// at hand, the packet is posted now, without entering the destination's queue (what
+    /// `pump_peer` would do with it at once, minus the queue). Returns None, with nothing
+    /// changed, when it cannot be posted now. On a failed post the buffer goes back to the
+    /// pool.
+    fn post_now(&mut self, dest: usize, tag: Tag, id: BufId, len: usize) -> Result<Option<u64>> {
+        let key = self.key_of(dest);
+        if !self.conns.get(key).is_some_and(|ep| ep.state == EpState::Open) {
+            return Ok(None);
+        }
+        let Some(p) = self.peers.get_mut(&dest).filter(|p| p.queue.is_empty() && p.credits > 0) else {
+            return Ok(None);
+        };
+        p.credits -= 1;
+        let req = self.new_req();
+        self.conns.note_peer(dest);
+        let hdr = PacketHeader { src: self.rank as u32, tag, total: len as u64, offset: 0, len: len as u32, more: false };
+        if let Err(e) = self.fabric.post_send(dest, key, &hdr, &self.pool.buf(id)[..len], id as u64) {
+            self.pool.release(id);
+            return Err(e);
+        }
+        let ep = self.conns.get_touched(key).expect("endpoint");
+        ep.sent += 1;
+        if self.copies {
+            // The fabric holds its own copy: the buffer is free, nothing to complete.
+            self.pool.release(id);
+            self.sends.insert(req, SendReq { outstanding: 0, posted_all: true });
+        } else {
+            ep.inflight += 1;
+            self.wr_info[id as usize] = Some((req, key));
+            self.sends.insert(req, SendReq { outstanding: 1, posted_all: true });
+        }
+        Ok(Some(req))
     }
 
     /// True when a message of `len` bytes to `dest` takes the fabric's direct path.
@@ -409,6 +452,8 @@ impl Engine {
             let settled = self.settle(&mut inbox);
             self.inbox = inbox;
             settled?;
+            #[cfg(feature = "verbs")]
+            crate::verbs::counters::stamp(4);
         }
 
         let mut work = n > 0;
@@ -418,6 +463,10 @@ impl Engine {
             work |= self.pump()?;
         }
         work |= self.flush_credits()?;
+        #[cfg(feature = "verbs")]
+        if n > 0 {
+            crate::verbs::counters::stamp(5);
+        }
         Ok(work)
     }
 

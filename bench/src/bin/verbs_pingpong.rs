@@ -15,9 +15,14 @@
 //! and send tests, each rank, and per round trip the fabric's counters: posts, control
 //! frames, polls, control reads, CQ polls, completions; with `BALLAST_VERBS_TRACE=1` also the
 //! time from the CQ poll that returned a receive to the next post, and the engine's handling
-//! of one arrival), `--rounds R` (default 5), `--sizes a,b,..` (bytes).
+//! of one arrival, timed with clock reads; with `BALLAST_VERBS_TRACE=tsc` instead the same
+//! path split in 9 steps by cycle-counter stamps, which cost next to nothing), `--rounds R`
+//! (default 5), `--sizes a,b,..` (bytes).
 //! Rank 0 prints one line per size (typical = median half round trip, as perftest's
-//! `t_typical`; mean = total time / 2n) and `ballast_verbs_8B_half_rtt_us=<typical>`.
+//! `t_typical`; mean = total time / 2n) and `ballast_verbs_8B_half_rtt_us=<typical>`. Each
+//! round trip is timed with the cycle counter ([`verbs::cycles`], the TSC on x86-64), as
+//! `ib_send_lat` does: in the soft-RoCE guest a clock read is a system call and an HPET read
+//! (1.3-5 us), which the round trip it timed used to include.
 
 use std::process::Command;
 use std::time::Instant;
@@ -48,26 +53,32 @@ fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mu
     let peer = 1 - me;
     comm.barrier()?;
     let mut each = Vec::with_capacity(n);
+    // Each round trip is timed with the cycle counter, as ib_send_lat does (a clock read
+    // costs microseconds in the soft-RoCE guest); the mean uses the clock.
+    let per_us = verbs::cycles::per_us();
     let mut pending = std::collections::VecDeque::new();
     let t = Instant::now();
-    let mut lap = |k: usize, t0: &mut Instant| {
-        if let Some(p) = parts.as_deref_mut() {
+    // The breakdown's laps read the clock only with `--breakdown` (a clock read costs
+    // microseconds in the guest).
+    let timed = parts.is_some();
+    let mut lap = |k: usize, t0: &mut Option<Instant>| {
+        if let (Some(p), Some(t)) = (parts.as_deref_mut(), t0.as_mut()) {
             let now = Instant::now();
-            p[k].push((now - *t0).as_secs_f64() * 1e6);
-            *t0 = now;
+            p[k].push((now - *t).as_secs_f64() * 1e6);
+            *t = now;
         }
     };
     for _ in 0..n {
         // The send is posted (its bytes copied into a pool buffer, so the caller's buffer is
         // free at once) and its completion, the RC acknowledgement, is collected later, as
         // perftest's ib_send_lat does not wait for it before the reply either.
-        let mut tl = Instant::now();
+        let mut tl = timed.then(Instant::now);
         if me == 0 {
-            let t0 = Instant::now();
+            let t0 = verbs::cycles::now();
             pending.push_back(isend_retry(comm, peer, &buf[..size])?);
             lap(0, &mut tl);
             let m = comm.recv(Source::Rank(peer), TagMatch::Tag(1))?;
-            each.push(t0.elapsed().as_secs_f64() / 2.0);
+            each.push(verbs::cycles::now().wrapping_sub(t0) as f64 / (2e6 * per_us));
             lap(1, &mut tl);
             assert_eq!(m.data.len(), size);
         } else {
@@ -131,7 +142,7 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
         for _ in 0..1000 {
             std::hint::black_box(Instant::now());
         }
-        println!("clock read (Instant::now): {:.2} us each", t.elapsed().as_secs_f64() * 1e3);
+        println!("clock read (Instant::now): {:.2} us each; round trips are timed with the cycle counter ({:.0} ticks/us), as ib_send_lat does", t.elapsed().as_secs_f64() * 1e3, verbs::cycles::per_us());
         println!("{:>10} {:>10} {:>12} {:>12} {:>12}", "bytes", "iters", "typical us", "mean us", "MB/s");
     }
     for &size in &sizes {
@@ -181,6 +192,21 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
                 v[v.len() / 2]
             };
             println!("rank {} that gap in parts (medians): in the fabric's poll {:.1} us, engine and caller until the fabric's post_send {:.1} us, post_send until ibv_post_send {:.1} us", comm.rank(), med(0), med(1), med(2));
+        }
+        let rows = verbs::counters::take_rows();
+        if !rows.is_empty() {
+            let hz = verbs::counters::tsc_per_us();
+            let names = ["cq poll", "arrival", "srq repost", "rest of fabric poll", "engine settle", "rest of engine progress", "until isend", "isend until post_send", "post_send until ibv_post_send"];
+            let parts: Vec<String> = (1..verbs::counters::STAMP_SLOTS)
+                .map(|k| {
+                    let mut v: Vec<f64> = rows.iter().filter(|r| r[k] != 0 && r[k - 1] != 0).map(|r| r[k].saturating_sub(r[k - 1]) as f64 / hz).collect();
+                    v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+                    format!("{} {:.2} ({})", names[k - 1], v.get(v.len() / 2).copied().unwrap_or(-1.0), v.len())
+                })
+                .collect();
+            let mut tot: Vec<f64> = rows.iter().map(|r| r[9].saturating_sub(r[0]) as f64 / hz).collect();
+            tot.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+            println!("rank {} TSC stamps ({hz:.0}/us), medians us: total {:.2}; {}", comm.rank(), tot[tot.len() / 2], parts.join(", "));
         }
         let mut a = verbs::counters::take_arrivals();
         if !a.is_empty() {

@@ -77,7 +77,12 @@ pub mod counters {
     pub(crate) static TRACE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     pub(crate) static LAST_RECV: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
     pub(crate) static GAPS: std::sync::Mutex<Vec<f64>> = std::sync::Mutex::new(Vec::new());
+    /// True with `BALLAST_VERBS_TRACE=1`.
+    pub(crate) fn tracing() -> bool {
+        TRACE.load(Ordering::Relaxed) || STAMPING.load(Ordering::Relaxed)
+    }
     pub(crate) fn traced_recv() {
+        stamp(0);
         if TRACE.load(Ordering::Relaxed) {
             *LAST_RECV.lock().expect("trace") = Some(std::time::Instant::now());
         }
@@ -140,8 +145,78 @@ pub mod counters {
     pub fn take_gaps() -> Vec<f64> {
         std::mem::take(&mut *GAPS.lock().expect("trace"))
     }
+    /// Time-stamp counter stamps along the receive-to-reply path (`BALLAST_VERBS_TRACE`):
+    /// slot 0 is set when a CQ poll returns a receive and clears the others; later slots
+    /// keep their first stamp; slot 9 (after `ibv_post_send`) closes the row.
+    pub const STAMP_SLOTS: usize = 10;
+    thread_local! {
+        static ROW: std::cell::Cell<[u64; STAMP_SLOTS]> = const { std::cell::Cell::new([0; STAMP_SLOTS]) };
+    }
+    pub(crate) static ROWS: std::sync::Mutex<Vec<[u64; STAMP_SLOTS]>> = std::sync::Mutex::new(Vec::new());
+    fn tsc() -> u64 {
+        super::cycles::now()
+    }
+    /// Set by `BALLAST_VERBS_TRACE=tsc`: the stamps only, without the clock-read traces.
+    pub(crate) static STAMPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    pub(crate) fn stamp(k: usize) {
+        if !STAMPING.load(Ordering::Relaxed) {
+            return;
+        }
+        ROW.with(|r| {
+            let mut row = r.get();
+            if k == 0 {
+                row = [0; STAMP_SLOTS];
+                row[0] = tsc();
+            } else if row[0] != 0 && row[k] == 0 {
+                row[k] = tsc();
+                if k == STAMP_SLOTS - 1 {
+                    ROWS.lock().expect("trace").push(row);
+                    row = [0; STAMP_SLOTS];
+                }
+            }
+            r.set(row);
+        });
+    }
+    /// Takes the stamp rows so far.
+    pub fn take_rows() -> Vec<[u64; STAMP_SLOTS]> {
+        std::mem::take(&mut *ROWS.lock().expect("trace"))
+    }
+    /// Ticks of [`super::cycles::now`] per microsecond.
+    pub fn tsc_per_us() -> f64 {
+        super::cycles::per_us()
+    }
     /// Names of [`snapshot`]'s entries.
     pub const NAMES: [&str; 6] = ["posts", "control sends", "fabric polls", "control reads", "ibv_poll_cq calls", "completions"];
+}
+/// A cheap cycle counter for timing single round trips (what perftest's `ib_send_lat` times
+/// with): on x86-64 the time-stamp counter, elsewhere nanoseconds from a process-wide start.
+/// In the soft-RoCE guest a clock read (`Instant::now`) is a system call and an HPET read,
+/// 1.3-5 us, a measurable part of the round trip it times; `rdtsc` is not.
+pub mod cycles {
+    /// The counter now.
+    pub fn now() -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: rdtsc reads a register; it has no memory effects and every x86-64
+            // CPU has it.
+            unsafe { core::arch::x86_64::_rdtsc() }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+            START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+        }
+    }
+
+    /// Ticks of [`now`] per microsecond, measured once against the clock over 50 ms.
+    pub fn per_us() -> f64 {
+        static RATE: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+        *RATE.get_or_init(|| {
+            let (t, c) = (std::time::Instant::now(), now());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            now().wrapping_sub(c) as f64 / (t.elapsed().as_secs_f64() * 1e6)
+        })
+    }
 }
 pub use device::{device_names, probe, DeviceCaps};
 pub use fabric::{VerbsFabric, HEADER_BYTES};
