@@ -103,6 +103,11 @@ pub(crate) struct Shared {
     all_done: AtomicBool,
     abort: AtomicBool,
     notices: Mutex<Option<SendQueue>>,
+    /// Send queues of this process' dropped fabrics whose sends may still be in flight:
+    /// waited for only after [`Shared::drain`] received what is addressed to this process'
+    /// ranks (a send to a rank of the same process can complete only when it is received:
+    /// MPICH's self-sends do, and the receiving rank may be gone already).
+    orphans: Mutex<Vec<SendQueue>>,
     /// MPI messages sent by this process' ranks to each rank (index = destination rank).
     sent: Vec<AtomicU64>,
     /// MPI messages received by each of this process' ranks (index = rank).
@@ -149,6 +154,7 @@ impl Shared {
             all_done: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             notices: Mutex::new(None),
+            orphans: Mutex::new(Vec::new()),
             sent: (0..world).map(|_| AtomicU64::new(0)).collect(),
             recvd: (0..world).map(|_| AtomicU64::new(0)).collect(),
             direct_order: Mutex::new(()),
@@ -239,6 +245,7 @@ impl Drop for Shared {
             // leak the barrier and the communicator (never freed, so never reused).
             std::mem::forget(barrier);
             std::mem::forget(self.notices.lock().take());
+            std::mem::forget(std::mem::take(&mut *self.orphans.lock()));
             return;
         }
         let finished = match barrier {
@@ -249,11 +256,15 @@ impl Drop for Shared {
             None => self.all_done.load(Ordering::Acquire),
         };
         if !finished {
-            // Dropped without finishing: peers may still send to it. Keep the communicator
-            // (leaked) so that no later duplicate reuses its context.
+            // Dropped without finishing: peers may still send to it, and may never receive
+            // what is in flight. Keep the communicator and the send buffers (leaked) so that
+            // no later duplicate reuses its context and nothing waits forever.
+            std::mem::forget(std::mem::take(&mut *self.orphans.lock()));
             return;
         }
         self.drain();
+        // Everything addressed to this process is received: its own sends can complete.
+        drop(std::mem::take(&mut *self.orphans.lock()));
         drop(self.notices.lock().take());
         // SAFETY: `comm` is not used afterwards and this is its only drop; MPI is still
         // live, so dropping the duplicate frees it with MPI_Comm_free.
@@ -407,10 +418,14 @@ impl MpiFabric {
 
 impl Drop for MpiFabric {
     fn drop(&mut self) {
+        let sends = std::mem::replace(&mut self.sends, SendQueue::new(0, 0));
         if self.shared.abort.load(Ordering::Acquire) {
             // A failed peer may never receive what is in flight: leak the buffers (MPI may
             // still read them) rather than wait forever.
-            std::mem::forget(std::mem::replace(&mut self.sends, SendQueue::new(0, 0)));
+            std::mem::forget(sends);
+        } else {
+            // Waited for when the process' last fabric is gone, after the drain.
+            self.shared.orphans.lock().push(sends);
         }
     }
 }
