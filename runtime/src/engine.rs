@@ -332,7 +332,10 @@ impl Engine {
         };
         p.credits -= 1;
         let req = self.new_req();
-        self.conns.note_peer(dest);
+        if !self.symmetric() {
+            // (With symmetric endpoints, opening the endpoint noted the peer.)
+            self.conns.note_peer(dest);
+        }
         let hdr = PacketHeader { src: self.rank as u32, tag, total: len as u64, offset: 0, len: len as u32, more: false };
         if let Err(e) = self.fabric.post_send(dest, key, &hdr, &self.pool.buf(id)[..len], id as u64) {
             self.pool.release(id);
@@ -491,8 +494,10 @@ impl Engine {
         }
         for (src, more) in inbox.arrivals.drain(..) {
             self.bank.consumed(src, more);
-            self.conns.note_peer(src);
-            if self.symmetric() {
+            if !self.symmetric() {
+                self.conns.note_peer(src);
+            } else {
+                // The endpoint exists (checked here), and opening it noted the peer.
                 let ep = self
                     .conns
                     .get_touched(src)

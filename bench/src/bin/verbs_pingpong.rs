@@ -196,7 +196,8 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
         let rows = verbs::counters::take_rows();
         if !rows.is_empty() {
             let hz = verbs::counters::tsc_per_us();
-            let names = ["cq poll", "arrival", "srq repost", "rest of fabric poll", "engine settle", "rest of engine progress", "until isend", "isend until post_send", "post_send until ibv_post_send"];
+            // Stamp 0: the CQ poll returned a receive; step k runs from stamp k-1 to stamp k.
+            let names = ["engine's arrival (matching)", "SRQ repost (deferred: a push)", "rest of the fabric poll", "engine settle", "rest of engine progress", "caller until isend", "isend until the fabric's post_send", "post_send until ibv_post_send", "ibv_post_send"];
             let parts: Vec<String> = (1..verbs::counters::STAMP_SLOTS)
                 .map(|k| {
                     let mut v: Vec<f64> = rows.iter().filter(|r| r[k] != 0 && r[k - 1] != 0).map(|r| r[k].saturating_sub(r[k - 1]) as f64 / hz).collect();
@@ -206,7 +207,7 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
                 .collect();
             let mut tot: Vec<f64> = rows.iter().map(|r| r[9].saturating_sub(r[0]) as f64 / hz).collect();
             tot.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-            println!("rank {} TSC stamps ({hz:.0}/us), medians us: total {:.2}; {}", comm.rank(), tot[tot.len() / 2], parts.join(", "));
+            println!("rank {} receive -> reply by cycle-counter stamps ({hz:.0}/us), medians us: total {:.2}; {}", comm.rank(), tot[tot.len() / 2], parts.join(", "));
         }
         let mut a = verbs::counters::take_arrivals();
         if !a.is_empty() {

@@ -289,6 +289,10 @@ pub struct VerbsFabric {
     polls: u64,
     /// Peers with a non-zero `grant_stash`.
     stashed: Vec<usize>,
+    /// Shared-receive-queue slots consumed and not reposted yet: reposted after the next
+    /// `ibv_post_send` (a ping-pong reply leaves without waiting for it), at the start of the
+    /// next poll, and before a grant leaves on the control channel.
+    srq_reposts: Vec<usize>,
     /// Sends refused because their queue pair broke, completed at the next poll.
     failed_sends: Vec<u64>,
     /// XRC: this rank's SRQ number, and the other ranks' (asked on first use).
@@ -363,6 +367,7 @@ impl VerbsFabric {
             polls: 0,
             stashed: Vec::new(),
             failed_sends: Vec::new(),
+            srq_reposts: Vec::new(),
             my_srqn: 0,
             srqns: IntMap::default(),
             srqn_asked: IntMap::default(),
@@ -623,7 +628,25 @@ impl VerbsFabric {
         }
     }
 
+    /// Reposts the shared receive queue's consumed slots.
+    fn repost_srq(&mut self) -> Result<()> {
+        if self.srq_reposts.is_empty() {
+            return Ok(());
+        }
+        let Some(srq) = self.srq.as_ref() else {
+            self.srq_reposts.clear();
+            return Ok(());
+        };
+        for &slot in &self.srq_reposts {
+            post_recv_wr(&srq.slots, slot, std::ptr::null_mut(), srq.srq)?;
+        }
+        self.srq_reposts.clear();
+        Ok(())
+    }
+
     fn flush_grant(&mut self, dest: usize) -> Result<()> {
+        // The credits granted count on reposted slots.
+        self.repost_srq()?;
         let Some(p) = self.peers.get_mut(&dest) else { return Ok(()) };
         let credits = std::mem::take(&mut p.grant_stash);
         p.wants_credit = false;
@@ -795,7 +818,12 @@ impl VerbsFabric {
                     on_event(Event::Arrival(h, &bytes[HEADER_BYTES..]))?;
                     super::counters::traced_arrival(t);
                     super::counters::stamp(1);
-                    post_recv_wr(slots, slot, qp, srq)?;
+                    if srq.is_null() {
+                        post_recv_wr(slots, slot, qp, srq)?;
+                    } else {
+                        // Reposted once the reply is posted (see `srq_reposts`).
+                        self.srq_reposts.push(slot);
+                    }
                     super::counters::stamp(2);
                     if wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
                         // SAFETY: with IBV_WC_WITH_IMM set, the union holds the immediate data.
@@ -1084,11 +1112,13 @@ impl Fabric for VerbsFabric {
                             qp.outstanding -= 1;
                         }
                     }
-                    return posted;
+                    posted?;
+                    return self.repost_srq();
                 }
             }
             peer.queued.push_back(q);
-            return self.flush(key);
+            self.flush(key)?;
+            return self.repost_srq();
         }
         // XRC: the endpoint is the node's INI QP; grants are held per rank.
         if let Some(d) = self.peers.get_mut(&dest) {
@@ -1132,6 +1162,7 @@ impl Fabric for VerbsFabric {
         }
         self.polls = self.polls.wrapping_add(1);
         super::counters::bump(&super::counters::POLLS, 1);
+        self.repost_srq()?;
         for w in std::mem::take(&mut self.failed_sends) {
             on_event(Event::SendComplete(w))?;
         }
