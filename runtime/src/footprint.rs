@@ -41,9 +41,8 @@
 //! On the native path (`mpi_native`, the default with one rank per process; see
 //! `mpi::native`) Ballast has no pool, endpoints or receive queues above MPI: it keeps one
 //! send and one receive buffer of `B + 1` bytes (as `srq_bytes`), and its structure
-//! ([`MPI_NATIVE_FIXED_BYTES`]) with a counter per rank of the world
-//! ([`MPI_NATIVE_PER_RANK_BYTES`]) and an entry per connected peer
-//! ([`MPI_NATIVE_PER_PEER_BYTES`]) (as `control_bytes`). Buffers of requests in flight and
+//! ([`MPI_NATIVE_FIXED_BYTES`]) with a counter and a peer flag per rank of the world
+//! ([`MPI_NATIVE_PER_RANK_BYTES`]) (as `control_bytes`); nothing grows per peer. Buffers of requests in flight and
 //! of messages that arrived before their receive was posted are accounted while held (they
 //! are the application's traffic, not a fixed cost), so the accounted figure equals the
 //! prediction whenever nothing is in flight. The rest of this section is the engine path
@@ -92,11 +91,9 @@ pub const MPI_FABRIC_BYTES: u64 = 512;
 /// MPI native path (`mpi_native`, the default with one rank per process): upper bound of
 /// its structure's size (checked by a unit test of the `mpi` feature).
 pub const MPI_NATIVE_FIXED_BYTES: u64 = 1024;
-/// MPI native path: per rank of the world, the counter of messages sent to it (u64).
-pub const MPI_NATIVE_PER_RANK_BYTES: u64 = 8;
-/// MPI native path: per connected peer, its entry in the peer set (a `usize` and its
-/// control byte).
-pub const MPI_NATIVE_PER_PEER_BYTES: u64 = std::mem::size_of::<usize>() as u64 + 1;
+/// MPI native path: per rank of the world, the counter of messages sent to it (u64) and
+/// the flag saying it is a peer (bool). Nothing grows per connected peer.
+pub const MPI_NATIVE_PER_RANK_BYTES: u64 = 9;
 
 /// Per-object sizes of one transport, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,7 +239,7 @@ impl TransportConfig {
                 locked_bytes: 0,
                 endpoint_bytes: 0,
                 srq_bytes: kept,
-                control_bytes: MPI_NATIVE_FIXED_BYTES + world_size as u64 * MPI_NATIVE_PER_RANK_BYTES + c * MPI_NATIVE_PER_PEER_BYTES,
+                control_bytes: MPI_NATIVE_FIXED_BYTES + world_size as u64 * MPI_NATIVE_PER_RANK_BYTES,
                 endpoints_live: 0,
                 endpoints_peak: 0,
                 endpoints_opened: 0,
@@ -353,11 +350,12 @@ mod tests {
             let f = TransportConfig { recv_sharing: sharing, max_endpoints: 2, ..t }.predict(3, 4, 1);
             assert_eq!((f.pool_bytes, f.registered_bytes, f.locked_bytes, f.endpoint_bytes), (0, 0, 0, 0));
             assert_eq!(f.srq_bytes, 2 * 1025, "one kept send and one kept receive buffer");
-            assert_eq!(f.control_bytes, MPI_NATIVE_FIXED_BYTES + 4 * MPI_NATIVE_PER_RANK_BYTES + 3 * MPI_NATIVE_PER_PEER_BYTES);
+            assert_eq!(f.control_bytes, MPI_NATIVE_FIXED_BYTES + 4 * MPI_NATIVE_PER_RANK_BYTES);
             assert_eq!((f.endpoints_live, f.peers_connected), (0, 3));
         }
-        // 1,000 peers in a world of 4,096 ranks: about 45 KiB, against 1000 endpoints on the engine path.
+        // 1,000 peers in a world of 4,096 ranks: about 40 KiB, the same as with 1 peer.
         let big = t.predict(1000, 4096, 1).total_bytes();
-        assert_eq!(big, 2 * 1025 + MPI_NATIVE_FIXED_BYTES + 4096 * 8 + 1000 * 9);
+        assert_eq!(big, 2 * 1025 + MPI_NATIVE_FIXED_BYTES + 4096 * 9);
+        assert_eq!(big, t.predict(1, 4096, 1).total_bytes());
     }
 }

@@ -51,7 +51,7 @@ use crate::comm::Backoff;
 use crate::config::TransportConfig;
 use crate::connection::EndpointStats;
 use crate::error::{Error, Result};
-use crate::footprint::{Footprint, MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_PER_PEER_BYTES, MPI_NATIVE_PER_RANK_BYTES};
+use crate::footprint::{Footprint, MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_PER_RANK_BYTES};
 use crate::matching::{IntMap, IntSet, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 use crate::pool::PoolStats;
 
@@ -227,6 +227,36 @@ struct PendingSend {
     scratch: bool,
 }
 
+/// Idle polls of a blocking call that run back to back before [`Backoff`] (pause, yield,
+/// sleep) takes over: on this path a poll is an `MPI_Test`, which is itself the wait loop
+/// of `MPI_Recv` (which polls without pausing).
+const BUSY_POLLS: u32 = 64;
+
+/// The idle policy of the native path's blocking calls (see [`BUSY_POLLS`]).
+struct Idle {
+    polls: u32,
+    backoff: Backoff,
+}
+
+impl Idle {
+    fn new() -> Idle {
+        Idle { polls: 0, backoff: Backoff::new() }
+    }
+    fn reset(&mut self) {
+        if self.polls > 0 {
+            self.polls = 0;
+            self.backoff.reset();
+        }
+    }
+    fn snooze(&mut self) {
+        if self.polls < BUSY_POLLS {
+            self.polls += 1;
+        } else {
+            self.backoff.snooze();
+        }
+    }
+}
+
 /// One Ballast rank on its own MPI process, messages mapped onto MPI point-to-point (see
 /// the module docs).
 pub struct MpiNative {
@@ -248,7 +278,12 @@ pub struct MpiNative {
     /// Messages taken out of MPI before a receive was posted for them, in arrival order.
     unexpected: VecDeque<(usize, Message)>,
     next_id: u64,
-    peers: IntSet<usize>,
+    /// Ranks sent to or received from (index = rank), and how many.
+    seen: Vec<bool>,
+    peers: usize,
+    /// The message of the blocking `recv` in progress once it completed (kept out of
+    /// `done_recvs`: no hashing on the latency path).
+    scratch_done: Option<Message>,
     /// MPI messages (not parts) sent to each rank, and received, for the final drain.
     sent: Vec<u64>,
     received: u64,
@@ -303,7 +338,9 @@ impl MpiNative {
             done_sends: IntSet::default(),
             unexpected: VecDeque::new(),
             next_id: 0,
-            peers: IntSet::default(),
+            seen: vec![false; size],
+            peers: 0,
+            scratch_done: None,
             sent: vec![0; size],
             received: 0,
             calls: 0,
@@ -364,8 +401,9 @@ impl MpiNative {
     }
 
     fn note_peer(&mut self, r: usize) {
-        if r != self.rank {
-            self.peers.insert(r);
+        if r != self.rank && !self.seen[r] {
+            self.seen[r] = true;
+            self.peers += 1;
         }
     }
 
@@ -460,7 +498,7 @@ impl MpiNative {
                 }
             }
         };
-        let mut b = Backoff::new();
+        let mut b = Idle::new();
         loop {
             match self.send_done(id) {
                 Ok(true) => break,
@@ -498,7 +536,7 @@ impl MpiNative {
         check(code, "MPI_Isend")?;
         self.sent[dest] += 1;
         self.note_peer(dest);
-        let mut b = Backoff::new();
+        let mut b = Idle::new();
         loop {
             let mut flag: c_int = 0;
             // SAFETY: `req` is the live send request reading `head`.
@@ -620,15 +658,23 @@ impl MpiNative {
     /// receive buffer, then copied to a `Vec` of its size).
     pub fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
         let id = self.post_recv(src, tag, true)?;
-        let mut b = Backoff::new();
-        while !self.done_recvs.contains_key(&id) {
+        let mut idle = Idle::new();
+        loop {
+            if let Some(m) = self.scratch_done.take() {
+                return Ok(m);
+            }
+            if !self.done_recvs.is_empty() {
+                // Matched an unexpected message at once, or a large message's parts.
+                if let Some(m) = self.done_recvs.remove(&id) {
+                    return Ok(m);
+                }
+            }
             if self.progress()? {
-                b.reset();
+                idle.reset();
             } else {
-                b.snooze();
+                idle.snooze();
             }
         }
-        Ok(self.done_recvs.remove(&id).expect("completed receive"))
     }
 
     /// True when receive `id` completed.
@@ -801,7 +847,11 @@ impl MpiNative {
         };
         let r = self.recvs.remove(i);
         let m = m?.ok_or_else(|| Error::Protocol("a whole message expected".into()))?;
-        self.done_recvs.insert(r.id, m);
+        if scratch {
+            self.scratch_done = Some(m);
+        } else {
+            self.done_recvs.insert(r.id, m);
+        }
         Ok(true)
     }
 
@@ -960,14 +1010,14 @@ impl MpiNative {
             .chain(self.sends.iter().map(|s| (s.head.capacity() + s.body.capacity()) as u64))
             .chain(self.unexpected.iter().map(|(_, m)| m.data.capacity() as u64))
             .sum();
-        let peers = self.peers.len() as u64;
+        let peers = self.peers as u64;
         Footprint {
             pool_bytes: 0,
             registered_bytes: 0,
             locked_bytes: 0,
             endpoint_bytes: 0,
             srq_bytes: kept + in_flight,
-            control_bytes: MPI_NATIVE_FIXED_BYTES + self.world as u64 * MPI_NATIVE_PER_RANK_BYTES + peers * MPI_NATIVE_PER_PEER_BYTES,
+            control_bytes: MPI_NATIVE_FIXED_BYTES + self.world as u64 * MPI_NATIVE_PER_RANK_BYTES,
             endpoints_live: 0,
             endpoints_peak: 0,
             endpoints_opened: 0,
@@ -982,7 +1032,7 @@ impl MpiNative {
 
     /// No endpoints here (MPI's own): only `peers_connected` is counted.
     pub fn endpoint_stats(&self) -> EndpointStats {
-        EndpointStats { live: 0, peak: 0, opened: 0, evicted: 0, peers_connected: self.peers.len() as u64 }
+        EndpointStats { live: 0, peak: 0, opened: 0, evicted: 0, peers_connected: self.peers as u64 }
     }
 
     /// The unused part of the abort line for [`super::Mpi::run_ranks`].
