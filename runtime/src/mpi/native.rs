@@ -59,10 +59,9 @@ const KIND_WHOLE: u8 = 0;
 const KIND_LARGE: u8 = 1;
 /// Bytes of a large message's header (length u64 and kind byte).
 const LARGE_HEADER: usize = 9;
-/// Progress calls between two looks for unexpected messages.
+/// Progress calls (or idle polls in a row of a blocking call) between two looks for
+/// unexpected messages and for an abort notice.
 pub const DRAIN_EVERY: u32 = 64;
-/// Progress calls between two looks for an abort notice.
-const ABORT_PROBE_EVERY: u32 = 64;
 /// MPI tag of abort notices (on their own communicator).
 const ABORT_TAG: c_int = 1;
 /// Channel of user tags and of the runtime's reserved tags.
@@ -232,7 +231,8 @@ struct PendingSend {
 /// of `MPI_Recv` (which polls without pausing).
 const BUSY_POLLS: u32 = 64;
 
-/// The idle policy of the native path's blocking calls (see [`BUSY_POLLS`]).
+/// The idle policy of the native path's blocking calls (see [`BUSY_POLLS`]), and when
+/// they do housekeeping (see [`MpiNative::poll`]).
 struct Idle {
     polls: u32,
     backoff: Backoff,
@@ -249,11 +249,14 @@ impl Idle {
         }
     }
     fn snooze(&mut self) {
-        if self.polls < BUSY_POLLS {
-            self.polls += 1;
-        } else {
+        self.polls = self.polls.saturating_add(1);
+        if self.polls > BUSY_POLLS {
             self.backoff.snooze();
         }
+    }
+    /// True once per [`DRAIN_EVERY`] idle polls in a row.
+    fn housekeeping(&self) -> bool {
+        self.polls > 0 && self.polls.is_multiple_of(DRAIN_EVERY)
     }
 }
 
@@ -288,7 +291,6 @@ pub struct MpiNative {
     sent: Vec<u64>,
     received: u64,
     calls: u32,
-    abort_countdown: u32,
     barrier: Option<ffi::MPI_Request>,
     all_done: bool,
     statuses: Vec<ffi::MPI_Status>,
@@ -344,7 +346,6 @@ impl MpiNative {
             sent: vec![0; size],
             received: 0,
             calls: 0,
-            abort_countdown: 0,
             barrier: None,
             all_done: false,
             statuses: Vec::new(),
@@ -505,7 +506,7 @@ impl MpiNative {
                 Ok(false) => {}
                 Err(e) => return Err(e),
             }
-            match self.progress() {
+            match self.poll(b.housekeeping()) {
                 Ok(true) => b.reset(),
                 Ok(false) => b.snooze(),
                 Err(e) => {
@@ -546,7 +547,7 @@ impl MpiNative {
                     self.send_scratch = head;
                     return Ok(());
                 }
-                Ok(()) => match self.progress() {
+                Ok(()) => match self.poll(b.housekeeping()) {
                     Ok(true) => {
                         b.reset();
                         None
@@ -657,8 +658,70 @@ impl MpiNative {
     /// Receives the next matching message, progressing until it is there (into the kept
     /// receive buffer, then copied to a `Vec` of its size).
     pub fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
+        if self.recvs.is_empty() && self.sends.is_empty() && self.unexpected.is_empty() {
+            return self.recv_alone(src, tag);
+        }
         let id = self.post_recv(src, tag, true)?;
+        self.wait_recv(id, Idle::new())
+    }
+
+    /// `recv` when nothing else is in flight (the latency path of a ping-pong): one
+    /// `MPI_Irecv` into the kept buffer, tested in place. Nothing else can complete or
+    /// arrive in Ballast's queues meanwhile, so the receive needs no place in the posting
+    /// order until the first housekeeping (after [`DRAIN_EVERY`] idle polls) or a large
+    /// header: then it joins `recvs` and the general wait takes over.
+    fn recv_alone(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
+        let (chan, s, t) = self.wire_match(src, tag)?;
+        let mut buf = std::mem::take(&mut self.recv_scratch);
+        buf.clear();
+        buf.reserve_exact(self.eager + 1);
+        let mut req = null_request();
+        // SAFETY: `buf` has capacity for `eager + 1` bytes (an int) and stays alive until the
+        // request completes: it is only released below after completion, or moved with the
+        // live request into `recvs`; the communicator is live.
+        let code = unsafe {
+            ffi::MPI_Irecv(buf.as_mut_ptr().cast(), (self.eager + 1) as c_int, u8::equivalent_datatype().as_raw(), s, t, self.chans[chan].msgs.as_raw(), &mut req)
+        };
+        check(code, "MPI_Irecv")?;
         let mut idle = Idle::new();
+        loop {
+            let mut flag: c_int = 0;
+            let mut status = empty_status();
+            // SAFETY: `req` is the live receive request writing into `buf`.
+            let tested = check(unsafe { ffi::MPI_Test(&mut req, &mut flag, &mut status) }, "MPI_Test");
+            let done = tested.is_ok() && flag != 0;
+            if done {
+                let n = byte_count(&status)?;
+                if (1..=self.eager + 1).contains(&n) {
+                    // SAFETY: MPI wrote `n` bytes into `buf`'s capacity.
+                    unsafe { buf.set_len(n) };
+                    if buf[n - 1] == KIND_WHOLE {
+                        self.received += 1;
+                        let source = usize::try_from(status.MPI_SOURCE).map_err(|_| Error::Mpi("negative source".into()))?;
+                        self.note_peer(source);
+                        let m = Message { source, tag: Self::ballast_tag(chan, status.MPI_TAG), data: buf[..n - 1].to_vec() };
+                        self.recv_scratch = buf;
+                        return Ok(m);
+                    }
+                }
+            }
+            if done || tested.is_err() || idle.housekeeping() {
+                // A large header, something to report, or housekeeping due: join `recvs`.
+                let id = self.new_id();
+                self.recvs.push(PendingRecv { id, chan, src: s, tag: t, state: RecvState::Header { req, buf, scratch: true } });
+                tested?;
+                if done {
+                    let i = self.recvs.len() - 1;
+                    self.header_done(i, status)?;
+                }
+                return self.wait_recv(id, idle);
+            }
+            idle.snooze();
+        }
+    }
+
+    /// Waits for blocking receive `id` (posted with the kept buffer) to complete.
+    fn wait_recv(&mut self, id: u64, mut idle: Idle) -> Result<Message> {
         loop {
             if let Some(m) = self.scratch_done.take() {
                 return Ok(m);
@@ -669,7 +732,7 @@ impl MpiNative {
                     return Ok(m);
                 }
             }
-            if self.progress()? {
+            if self.poll(idle.housekeeping())? {
                 idle.reset();
             } else {
                 idle.snooze();
@@ -938,20 +1001,24 @@ impl MpiNative {
         Ok(work)
     }
 
-    /// True when another process of the job failed.
-    pub fn aborted(&mut self) -> bool {
-        if self.abort_countdown > 0 {
-            self.abort_countdown -= 1;
-            return self.abort.is_set();
-        }
-        self.abort_countdown = ABORT_PROBE_EVERY;
-        self.abort.poll()
-    }
 
     /// One round of progress: tests sends and posted receives, and every
     /// [`DRAIN_EVERY`] calls takes unexpected messages out of MPI.
     pub fn progress(&mut self) -> Result<bool> {
-        if self.aborted() {
+        self.calls = self.calls.wrapping_add(1);
+        self.poll(self.calls.is_multiple_of(DRAIN_EVERY))
+    }
+
+    /// One round of progress; with `housekeeping`, also looks for an abort notice and
+    /// drains unexpected messages (each an `MPI_Improbe`, which costs about what a receive
+    /// does in Open MPI: the blocking calls do it only after [`DRAIN_EVERY`] idle polls in a
+    /// row, so a ping-pong never pays for it).
+    fn poll(&mut self, housekeeping: bool) -> Result<bool> {
+        if housekeeping {
+            if self.abort.poll() {
+                return Err(Error::Aborted);
+            }
+        } else if self.abort.is_set() {
             return Err(Error::Aborted);
         }
         let mut work = false;
@@ -961,8 +1028,7 @@ impl MpiNative {
         if !self.recvs.is_empty() {
             work |= self.test_recvs()?;
         }
-        self.calls = self.calls.wrapping_add(1);
-        if self.calls.is_multiple_of(DRAIN_EVERY) {
+        if housekeeping {
             work |= self.drain()?;
         }
         Ok(work)
