@@ -224,31 +224,24 @@ fn mpi_footprint() {
     }
 }
 
-/// On the native path (one rank per process) every rank must use the same `buffer_size`
-/// (a receive is posted for `buffer_size + 1` bytes): different ones are a clear error on
-/// every rank, not a truncated message. Needs at least 2 processes.
-fn native_refuses_different_buffer_sizes() {
+/// Every process of an MPI job must use the same `buffer_size` (a receive is posted, or a
+/// staging buffer sized, for it): different ones are a clear error on every process, on both
+/// paths, not a truncated message or a hang. Needs at least 2 processes.
+fn different_buffer_sizes_are_refused() {
     let mpi = Mpi::init().unwrap();
     if mpi.size() < 2 {
         return;
     }
-    let cfg = RuntimeConfig::builder().lock_pool(false).buffer_size(1024 + mpi.rank()).build().unwrap();
-    match mpi.communicator(&cfg) {
-        Err(Error::Config { var, reason, .. }) => {
-            assert_eq!(var, "BALLAST_BUFFER_SIZE");
-            assert!(reason.contains("same buffer_size"), "{reason}");
-        }
-        Err(e) => panic!("unexpected error {e}"),
-        Ok(comm) if !comm.is_mpi_native() => {
-            // This MPI cannot take the native path (MPI_TAG_UB): the engine path, where
-            // every packet fits its receiver's staging buffer, works with different sizes.
-            assert!(comm.notes().iter().any(|n| n.contains("MPI_TAG_UB")), "{:?}", comm.notes());
-            if mpi.rank() == 0 {
-                eprintln!("native_refuses_different_buffer_sizes: {}", comm.notes().join("; "));
+    for native in [true, false] {
+        let cfg = RuntimeConfig::builder().lock_pool(false).mpi_native(native).buffer_size(1024 + mpi.rank()).build().unwrap();
+        match mpi.communicator(&cfg) {
+            Err(Error::Config { var, reason, .. }) => {
+                assert_eq!(var, "BALLAST_BUFFER_SIZE");
+                assert!(reason.contains("process 0 uses 1024, process 1 uses 1025"), "{reason}");
             }
-            Mpi::finish(comm).unwrap();
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("different buffer sizes accepted (mpi_native {native})"),
         }
-        Ok(_) => panic!("different buffer sizes accepted"),
     }
 }
 
@@ -284,7 +277,7 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     v.push(("neighbour_exchange_8b_to_64mib".into(), Box::new(neighbour_exchange_8b_to_64mib)));
     v.push(("bootstrap_mpi_split_rounds".into(), Box::new(bootstrap_mpi_split_rounds)));
     v.push(("mpi_footprint".into(), Box::new(mpi_footprint)));
-    v.push(("native_refuses_different_buffer_sizes".into(), Box::new(native_refuses_different_buffer_sizes)));
+    v.push(("different_buffer_sizes_are_refused".into(), Box::new(different_buffer_sizes_are_refused)));
     v
 }
 

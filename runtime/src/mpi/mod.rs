@@ -137,8 +137,29 @@ impl Mpi {
     /// for, one rank per process, and `MPI_TAG_UB` large enough for Ballast's tags. Agreed
     /// on by every process (`MPI_Allreduce`, minimum), so that all of them make the same
     /// communicators. Collective.
+    /// Checks that every process uses the same `buffer_size` (`MPI_Allgather`; a packet or
+    /// message is received into a buffer of that size plus a fixed header, so a larger one
+    /// from a peer could not be received): otherwise every process fails with the same
+    /// [`Error::Config`] naming the first process that differs. Collective.
+    fn agree_on_buffer_size(&self, t: &TransportConfig) -> Result<()> {
+        let mine = t.buffer_size as u64;
+        let mut all = vec![0u64; self.size()];
+        self.world.all_gather_into(&mine, &mut all[..]);
+        let first = all[0];
+        if let Some((r, &other)) = all.iter().enumerate().find(|(_, &b)| b != first) {
+            return Err(Error::Config {
+                var: "BALLAST_BUFFER_SIZE",
+                value: mine.to_string(),
+                reason: format!("process 0 uses {first}, process {r} uses {other}: every process of an MPI job must use the same buffer_size"),
+            });
+        }
+        Ok(())
+    }
+
     /// Returns the decision and, when the native path was asked for but not taken, why.
+    /// Also checks [`Mpi::agree_on_buffer_size`] first. Collective.
     fn use_native(&self, t: &TransportConfig, ranks: usize) -> Result<(bool, Option<String>)> {
+        self.agree_on_buffer_size(t)?;
         let procs = self.size();
         let tag_ub = native::tag_ub(&self.world)?;
         let why_not = if !t.mpi_native {

@@ -303,8 +303,8 @@ unsafe impl Send for MpiNative {}
 
 impl MpiNative {
     /// Sets up the native path on `world` (the world communicator; five duplicates are
-    /// made). Collective. Errors: [`Error::Config`] when the ranks disagree on
-    /// `buffer_size` (an MPI receive would be truncated), [`Error::Mpi`].
+    /// made). Collective; every rank must use the same `buffer_size` (checked by
+    /// [`super::Mpi`]).
     pub(crate) fn new(world: &SimpleCommunicator, cfg: &TransportConfig, part_bytes: usize, abort: Arc<AbortLine>) -> Result<MpiNative> {
         let chans = [
             Channel { msgs: world.duplicate(), parts: world.duplicate() },
@@ -312,16 +312,8 @@ impl MpiNative {
         ];
         let rank = world.rank() as usize;
         let size = world.size() as usize;
-        let mine = cfg.buffer_size as u64;
-        let mut all = vec![0u64; size];
-        chans[RESERVED].msgs.all_gather_into(&mine, &mut all[..]);
-        if let Some((r, &other)) = all.iter().enumerate().find(|(_, &b)| b != mine) {
-            return Err(Error::Config {
-                var: "BALLAST_BUFFER_SIZE",
-                value: mine.to_string(),
-                reason: format!("rank {r} uses {other}: every rank of an MPI job must use the same buffer_size"),
-            });
-        }
+        // Every rank uses the same buffer_size: checked by `Mpi` before (a receive is posted
+        // for `buffer_size + 1` bytes).
         let eager = cfg.buffer_size;
         Ok(MpiNative {
             rank,

@@ -77,13 +77,16 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
         #[cfg(feature = "mpi")]
         TransportKind::Mpi => {
             let mpi = ballast_runtime::mpi::Mpi::init()?;
-            if mpi.size() < 2 {
-                bail!("fanout over mpi needs at least 2 processes (mpirun -n N, N >= 2)");
-            }
-            if args.ranks.is_some_and(|r| r != mpi.size()) {
-                bail!("--ranks {} differs from the {} MPI processes", args.ranks.unwrap_or(0), mpi.size());
-            }
-            match mpi.fanout(&cfg, args.messages, args.ints)? {
+            let out = (|| -> anyhow::Result<_> {
+                if mpi.size() < 2 {
+                    bail!("fanout over mpi needs at least 2 processes (mpirun -n N, N >= 2)");
+                }
+                if args.ranks.is_some_and(|r| r != mpi.size()) {
+                    bail!("--ranks {} differs from the {} MPI processes", args.ranks.unwrap_or(0), mpi.size());
+                }
+                Ok(mpi.fanout(&cfg, args.messages, args.ints)?)
+            })();
+            match crate::run::leave_mpi_on_error(mpi, out)? {
                 Some(r) => r,
                 None => return Ok(()), // only rank 0 prints
             }

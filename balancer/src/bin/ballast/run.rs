@@ -475,7 +475,21 @@ impl Job for MpiJob {
 
 #[cfg(feature = "mpi")]
 fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
-    run_per_process(args, cfg, &mut MpiJob(ballast_runtime::mpi::Mpi::init()?))
+    let mut job = MpiJob(ballast_runtime::mpi::Mpi::init()?);
+    let out = run_per_process(args, cfg, &mut job);
+    leave_mpi_on_error(job.0, out)
+}
+
+/// Ends this process' use of MPI: finalises it on success; on an error, skips
+/// `MPI_Finalize` (which waits for every process, and the others may be waiting for this
+/// one: the job would hang with the error unprinted), so that the error is printed and the
+/// process exits non-zero, which makes the launcher (`mpirun`, `srun`) end the job.
+#[cfg(feature = "mpi")]
+pub(crate) fn leave_mpi_on_error<T>(mpi: ballast_runtime::mpi::Mpi, out: anyhow::Result<T>) -> anyhow::Result<T> {
+    if out.is_err() {
+        std::mem::forget(mpi);
+    }
+    out
 }
 
 #[cfg(not(feature = "mpi"))]
