@@ -51,7 +51,8 @@ timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$host_init"
 cargo build --release --locked -p ballast-balancer -p ballast-bench --features ballast-balancer/mpi,ballast-bench/mpi --bin ballast --bin mpi_pingpong
 ballast_bin=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/release/ballast  # absolute: used after cd
 fanout_json=$(timeout 300 mpirun "${mpirun_flags[@]}" -n 4 "$ballast_bin" fanout --transport mpi --json)
-echo "$fanout_json" | python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["ranks"]==4 and r["peers_connected"]==3, r; print("ci/test.sh: mpirun -n 4 ballast fanout --transport mpi: ok")'
+# (MPI native path under Open MPI: the accounted footprint equals the model on every rank)
+echo "$fanout_json" | python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["ranks"]==4 and r["peers_connected"]==3 and r["model_matches_accounting"], r; print("ci/test.sh: mpirun -n 4 ballast fanout --transport mpi: ok")'
 # (grep on a here-string, not a pipe: `grep -q` closing early would SIGPIPE the writer under pipefail)
 info_out=$(timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$ballast_bin" info --transport mpi)
 grep -q "^MPI: .*2 processes" <<< "$info_out"

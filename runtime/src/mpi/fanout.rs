@@ -21,9 +21,9 @@ fn get_u64s(b: &[u8]) -> Vec<u64> {
 impl Mpi {
     /// Runs the fanout on this MPI job (collective): rank 0 sends `messages` messages of
     /// `ints` 32-bit integers to every other rank. Returns the report on rank 0, `None`
-    /// elsewhere. `all_ranks_match_model` compares Ballast's accounted bytes with the
-    /// model only where the model describes them (pool, endpoint counts); MPI's own memory
-    /// is in the VmRSS/VmLck rows. Errors: [`Error::InvalidRank`] with fewer than 2
+    /// elsewhere. `all_ranks_match_model` is true when every rank's accounted footprint
+    /// equals the model's before and after (on the native path it does; on the engine path
+    /// the model is a bound); MPI's own memory is in the VmRSS/VmLck rows. Errors: [`Error::InvalidRank`] with fewer than 2
     /// processes, and the communicator's errors.
     pub fn fanout(&self, config: &RuntimeConfig, messages: usize, ints: usize) -> Result<Option<FanoutReport>> {
         let n = self.size();
@@ -37,9 +37,9 @@ impl Mpi {
         let Exchange { before, after, status_before: s0, status_after: s1 } = exchange(&mut comm, messages, ints)?;
         let bp = t.predict(before.peers_connected as usize, n, rpn);
         let ap = t.predict(after.peers_connected as usize, n, rpn);
-        let matches = |a: &Footprint, p: &Footprint| {
-            (a.pool_bytes, a.endpoints_live, a.peers_connected) == (p.pool_bytes, p.endpoints_live, p.peers_connected)
-        };
+        // The whole footprint: on the native path it equals the model whenever nothing is
+        // in flight; on the engine path the model is a bound (every send buffer kept).
+        let matches = |a: &Footprint, p: &Footprint| a == p;
         let mut mine = Vec::new();
         for f in [&before, &after, &bp, &ap] {
             put_fp(&mut mine, f);

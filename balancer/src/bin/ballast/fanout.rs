@@ -165,7 +165,7 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
         if r.all_ranks_match_model {
             "the model matches the accounting on every rank"
         } else {
-            "the model differs from the accounting on some ranks: with max_endpoints or xrc it is the steady-state bound, and fewer endpoints may be live at the snapshot"
+            "the model differs from the accounting on some ranks: it is a bound (with max_endpoints or xrc the steady-state one; over MPI's engine path it counts every send buffer as kept), and fewer endpoints or buffers may be held at the snapshot"
         }
     );
     for n in &r.notes {
