@@ -51,8 +51,8 @@
 //! Ballast cannot see inside the MPI library (its eager and unexpected-message buffers,
 //! its registrations): those are measured as process deltas by `Mpi::footprint`, not
 //! modelled. [`MemoryModel::mpi`] and `predict` for `kind = mpi` count what Ballast itself
-//! allocates: the pool (`buffer_count * B`, never locked: MPI registers what it sends
-//! itself), one receive staging buffer of `B + MPI_STAGING_EXTRA_BYTES` (as `srq_bytes`,
+//! allocates: the pool (`buffer_count * B`, never registered or locked by Ballast: MPI
+//! registers what it sends itself), one receive staging buffer of `B + MPI_STAGING_EXTRA_BYTES` (as `srq_bytes`,
 //! in every sharing mode: MPI has no per-peer receive queues), the send buffers the fabric
 //! keeps for reuse (as `endpoint_bytes`: at most `buffer_count` of `B +
 //! MPI_STAGING_EXTRA_BYTES`; the accounted figure is what is really held, so it stays at or
@@ -250,7 +250,8 @@ impl TransportConfig {
             let staging = b + MPI_STAGING_EXTRA_BYTES;
             return Footprint {
                 pool_bytes: pool,
-                registered_bytes: pool,
+                // Ballast registers nothing with MPI (MPI pins what it sends itself).
+                registered_bytes: 0,
                 locked_bytes: 0,
                 endpoint_bytes: e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes) + self.buffer_count as u64 * staging,
                 srq_bytes: staging,
@@ -334,7 +335,7 @@ mod tests {
         for sharing in [RecvSharing::PerPeer, RecvSharing::Shared] {
             let f = TransportConfig { recv_sharing: sharing, ..t }.predict(3, 4, 1);
             let m = MemoryModel::mpi();
-            assert_eq!((f.pool_bytes, f.registered_bytes, f.locked_bytes, f.srq_bytes), (8 * 1024, 8 * 1024, 0, staging));
+            assert_eq!((f.pool_bytes, f.registered_bytes, f.locked_bytes, f.srq_bytes), (8 * 1024, 0, 0, staging));
             assert_eq!(f.endpoint_bytes, 3 * (MPI_ENDPOINT_BYTES + m.engine_endpoint_bytes) + 8 * staging);
             assert_eq!(f.control_bytes, m.control_fixed_bytes + 3 * m.per_peer_control_bytes);
         }

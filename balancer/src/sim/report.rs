@@ -213,6 +213,9 @@ pub struct RunReport {
     /// The process' VmHWM at the end, KB (with `local`: all ranks together).
     pub process_vm_hwm_kb: u64,
     pub out_dat: PathBuf,
+    /// Rank 0's communicator notes when each process is one rank (`mpi`, `verbs` under a
+    /// launcher): e.g. whether the MPI native path carried the run and why not.
+    pub transport_notes: Vec<String>,
 }
 
 /// Largest and smallest of `f` over the rows.

@@ -253,6 +253,7 @@ pub fn build_report(
         process_vm_hwm_kb: ballast_runtime::ProcStatus::read_self().map(|p| p.vm_hwm_kb).unwrap_or(0),
         per_rank: rows,
         out_dat: out_dat.to_owned(),
+        transport_notes: Vec::new(),
     })
 }
 
@@ -296,13 +297,16 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         },
         match (report.footprint_match, report.transport.as_str()) {
             (true, _) => "yes",
-            (false, "mpi") => "no (expected under mpi: the MPI model is an upper bound that counts every send buffer as kept, while the measurement is what Ballast holds at the end; MPI's own memory shows in VmRSS)",
+            (false, "mpi") => "no (expected on the MPI engine path: its model is an upper bound that counts every send buffer as kept, while the measurement is what Ballast holds at the end; MPI's own memory shows in VmRSS)",
             (false, _) => "no",
         },
         report.process_vm_hwm_kb
     );
     if report.transport == TransportKind::Verbs.as_str() {
         outln!("{}", verbs_check_line(report));
+    }
+    for n in &report.transport_notes {
+        outln!("note: {n}");
     }
     Ok(())
 }
@@ -425,8 +429,10 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     let start = Instant::now();
     let process_start = ProcStatus::read_self().unwrap_or_default();
     let mut native = false;
+    let mut notes = Vec::new();
     let outcomes = job.run(cfg, &mut |comm| {
         native = comm.is_mpi_native();
+        notes = comm.notes().to_vec();
         let mut mine = run_rank(comm, &input.circuit, &placement.rank_of, &params)?;
         mine.stamp(me, process_start);
         gather::gather(comm, &mine)
@@ -444,7 +450,8 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     } else {
         cfg
     };
-    let report = build_report(&input, &placement, &outcomes, cfg, &params, args.lb_mode, seconds, &args.output.join("out.dat"))?;
+    let mut report = build_report(&input, &placement, &outcomes, cfg, &params, args.lb_mode, seconds, &args.output.join("out.dat"))?;
+    report.transport_notes = notes;
     write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
     print_report(&report, args.json)
 }
