@@ -124,6 +124,11 @@ fn main() -> Res<()> {
             "--rounds" => rounds = args.next().ok_or("--rounds needs a value")?.parse()?,
             "--quick" => quick = true,
             "--size" => sizes.push(args.next().ok_or("--size needs a value")?.parse()?),
+            "--help" | "-h" => {
+                println!("usage: mpirun -n 2 mpi_pingpong [--rounds R (default 7)] [--quick] [--size BYTES ...]");
+                println!("ping-pong of raw rsmpi, raw polled, Ballast (the configuration of the environment) and Ballast's engine path; see docs/BENCHMARKS.md");
+                return Ok(());
+            }
             other => return Err(format!("unknown argument `{other}` (use --rounds R, --quick, --size BYTES)").into()),
         }
     }

@@ -60,6 +60,10 @@ pub struct RuntimeArgs {
     /// mlock registered memory: on/off (BALLAST_LOCK_POOL).
     #[arg(long, value_parser = parse_switch)]
     pub lock_pool: Option<bool>,
+    /// MPI native path (one MPI message per Ballast message) with one rank per process:
+    /// on/off (BALLAST_MPI_NATIVE).
+    #[arg(long, value_parser = parse_switch)]
+    pub mpi_native: Option<bool>,
 }
 
 impl RuntimeArgs {
@@ -98,6 +102,9 @@ impl RuntimeArgs {
         }
         if let Some(v) = self.ranks_per_node {
             b = b.ranks_per_node(v);
+        }
+        if let Some(v) = self.mpi_native {
+            b = b.mpi_native(v);
         }
         if let Some(v) = self.lock_pool {
             b = b.lock_pool(v);
