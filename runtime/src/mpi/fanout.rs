@@ -71,7 +71,8 @@ impl Mpi {
     /// thread level, and whether Ballast initialised MPI.
     pub fn describe(&self) -> String {
         let lib = rsmpi::environment::library_version().unwrap_or_else(|_| "unknown MPI library".into());
-        let lib = lib.split([',', '\n']).next().unwrap_or("").trim().to_string();
+        // First line only, whitespace runs (MPICH puts a tab after "Version:") as one space.
+        let lib = lib.split([',', '\n']).next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ");
         let (major, minor) = rsmpi::environment::version();
         format!(
             "{lib} (MPI {major}.{minor}), {} processes, thread level {:?}, initialised by {}",

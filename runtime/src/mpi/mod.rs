@@ -156,6 +156,14 @@ impl Mpi {
         Ok(())
     }
 
+    /// Whether a communicator of one rank per process made now with `config` takes the
+    /// MPI native path (see [`native`]), and, when it was asked for but would not be taken,
+    /// why. Collective (every process must call it); errors as [`Mpi::communicator`]'s
+    /// checks (different `buffer_size`s).
+    pub fn native_path(&self, config: &RuntimeConfig) -> Result<(bool, Option<String>)> {
+        self.use_native(&mpi_transport(config)?, self.size())
+    }
+
     /// Returns the decision and, when the native path was asked for but not taken, why.
     /// Also checks [`Mpi::agree_on_buffer_size`] first. Collective.
     fn use_native(&self, t: &TransportConfig, ranks: usize) -> Result<(bool, Option<String>)> {

@@ -35,10 +35,20 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     if cfg.transport().kind == TransportKind::Mpi {
         // Under mpirun: one report, from rank 0, with the MPI library and job.
         let mpi = ballast_runtime::mpi::Mpi::init()?;
+        let decision = mpi.native_path(&cfg);
+        let decision = match decision {
+            Ok(d) => d,
+            Err(e) => return crate::run::leave_mpi_on_error(mpi, Err(e.into())),
+        };
         if mpi.rank() != 0 {
             return Ok(());
         }
         outln!("MPI: {}", mpi.describe());
+        match decision {
+            (true, _) => outln!("MPI native path: yes (one MPI message per Ballast message, MPI matches tags; pool, endpoints and receive sharing below do not apply)"),
+            (false, Some(why)) => outln!("{why}"),
+            (false, None) => outln!("MPI native path: off (BALLAST_MPI_NATIVE): the engine runs above MPI"),
+        }
     }
     let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
     outln!("transports compiled in: {}", compiled.join(", "));
