@@ -23,11 +23,18 @@
 //! buffer (no allocation). MPI matches them in posting order; when a large header
 //! completes, the parts receives of every earlier receive that could have matched the same
 //! sender and tag are posted first (MPI has completed them already), so parts are taken
-//! in the order their headers were matched. Every [`DRAIN_EVERY`] progress calls, messages
-//! no receive is posted for are taken out of MPI (`MPI_Improbe`/`MPI_Mrecv`, with their
-//! parts) into Ballast's unexpected queue, which new receives look at first: a large
-//! blocking send completes even when its receiver is itself blocked sending (MPI would
-//! deadlock there; Ballast's semantics say it does not).
+//! in the order their headers were matched. Every [`DRAIN_EVERY`] calls of `progress` (and
+//! in blocking calls after every [`DRAIN_EVERY`] idle polls in a row, so that a ping-pong
+//! never pays for it), messages no receive is posted for are taken out of MPI
+//! (`MPI_Improbe`/`MPI_Mrecv`, with their parts) into Ballast's unexpected queue, which new
+//! receives look at first: a large blocking send completes even when its receiver is
+//! itself blocked sending or waiting for another tag (MPI would deadlock there; Ballast's
+//! semantics say it does not). The same housekeeping looks for an abort notice.
+//!
+//! The latency path: a blocking `recv` with nothing else in flight is one `MPI_Irecv` into
+//! the kept buffer tested in place, a blocking `send` of a small message one `MPI_Isend`
+//! from the kept send buffer tested in place (8 B ping-pong: 1.05–1.09× a blocking
+//! `MPI_Send`/`MPI_Recv` loop, `docs/BENCHMARKS.md`).
 //!
 //! Not applicable here (MPI owns them): the buffer pool, receive sharing, endpoint caps
 //! and credits. [`MpiNative::footprint`] counts Ballast's own bytes: the two kept buffers,
