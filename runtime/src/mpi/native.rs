@@ -635,18 +635,27 @@ impl MpiNative {
             return Ok(id);
         }
         let mut buf = if scratch { std::mem::take(&mut self.recv_scratch) } else { Vec::new() };
+        // `buf` is moved into the PendingRecv (its heap block does not move) until the
+        // request completes or is cancelled.
+        let req = self.post_header_recv(chan, s, t, &mut buf)?;
+        self.recvs.push(PendingRecv { id, chan, src: s, tag: t, state: RecvState::Header { req, buf, scratch } });
+        Ok(id)
+    }
+
+    /// Posts an `MPI_Irecv` of `eager + 1` bytes (a whole message or a large header) from
+    /// `(s, t)` on `chan` into `buf` (cleared and grown as needed). The caller keeps `buf`'s
+    /// heap block alive and unmoved until the request completes or is cancelled.
+    fn post_header_recv(&self, chan: usize, s: c_int, t: c_int, buf: &mut Vec<u8>) -> Result<ffi::MPI_Request> {
         buf.clear();
         buf.reserve_exact(self.eager + 1);
         let mut req = null_request();
-        // SAFETY: `buf` has capacity for `eager + 1` bytes (<= 1 GiB + 1, an int) and is
-        // moved into the PendingRecv (its heap block does not move) until the request
-        // completes or is cancelled; the communicator is live.
+        // SAFETY: `buf` has capacity for `eager + 1` bytes (<= 1 GiB + 1, an int), kept alive
+        // by the caller until the request completes; the communicator is live.
         let code = unsafe {
             ffi::MPI_Irecv(buf.as_mut_ptr().cast(), (self.eager + 1) as c_int, u8::equivalent_datatype().as_raw(), s, t, self.chans[chan].msgs.as_raw(), &mut req)
         };
         check(code, "MPI_Irecv")?;
-        self.recvs.push(PendingRecv { id, chan, src: s, tag: t, state: RecvState::Header { req, buf, scratch } });
-        Ok(id)
+        Ok(req)
     }
 
     /// Posts a receive; a matching unexpected message completes it at once.
@@ -672,16 +681,9 @@ impl MpiNative {
     fn recv_alone(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
         let (chan, s, t) = self.wire_match(src, tag)?;
         let mut buf = std::mem::take(&mut self.recv_scratch);
-        buf.clear();
-        buf.reserve_exact(self.eager + 1);
-        let mut req = null_request();
-        // SAFETY: `buf` has capacity for `eager + 1` bytes (an int) and stays alive until the
-        // request completes: it is only released below after completion, or moved with the
-        // live request into `recvs`; the communicator is live.
-        let code = unsafe {
-            ffi::MPI_Irecv(buf.as_mut_ptr().cast(), (self.eager + 1) as c_int, u8::equivalent_datatype().as_raw(), s, t, self.chans[chan].msgs.as_raw(), &mut req)
-        };
-        check(code, "MPI_Irecv")?;
+        // `buf` stays alive until the request completes: it is only released below after
+        // completion, or moved with the live request into `recvs`.
+        let mut req = self.post_header_recv(chan, s, t, &mut buf)?;
         let mut idle = Idle::new();
         loop {
             let mut flag: c_int = 0;
