@@ -42,10 +42,11 @@
 //! `mpi::native`) Ballast has no pool, endpoints or receive queues above MPI: it keeps one
 //! send and one receive buffer of `B + 1` bytes (as `srq_bytes`), and its structure
 //! ([`MPI_NATIVE_FIXED_BYTES`]) with a counter and a peer flag per rank of the world
-//! ([`MPI_NATIVE_PER_RANK_BYTES`]) (as `control_bytes`); nothing grows per peer. Buffers of requests in flight and
-//! of messages that arrived before their receive was posted are accounted while held (they
-//! are the application's traffic, not a fixed cost), so the accounted figure equals the
-//! prediction whenever nothing is in flight. The rest of this section is the engine path
+//! ([`MPI_NATIVE_PER_RANK_BYTES`]) (as `control_bytes`); nothing grows per peer. Buffers of requests in flight
+//! (posted receives, `isend` copies) are accounted while held (they are the application's
+//! traffic, not a fixed cost), so the accounted figure equals the prediction whenever no
+//! request is in flight; messages that arrived before their receive was posted are not
+//! counted (the application's data, as in the engine's matcher and MPI's own queue). The rest of this section is the engine path
 //! over MPI (`mpi_native` off, or several ranks per process).
 //!
 //! Ballast cannot see inside the MPI library (its eager and unexpected-message buffers,

@@ -128,6 +128,8 @@ impl Mpi {
         if native {
             return self.native(&t).map(Communicator::native);
         }
+        // The effective configuration says the engine path (predictions follow it).
+        let t = TransportConfig { mpi_native: false, ..t };
         let shared = Shared::new(self.world.duplicate(), self.size(), self.direct_part_bytes)?;
         let fabric = MpiFabric::new(shared, self.rank(), t.buffer_size, t.buffer_count);
         Ok(Communicator::new(Box::new(fabric), &t)?.with_note(why_not))
@@ -171,7 +173,7 @@ impl Mpi {
         let procs = self.size();
         let tag_ub = native::tag_ub(&self.world)?;
         let why_not = if !t.mpi_native {
-            None
+            Some("MPI native path off (BALLAST_MPI_NATIVE / mpi_native): the engine runs above MPI".to_string())
         } else if ranks != procs {
             Some(format!("MPI native path not used: {ranks} Ballast ranks on {procs} MPI processes (it needs one rank per process); the engine runs above MPI"))
         } else if !native::tags_fit(tag_ub) {
@@ -220,6 +222,7 @@ impl Mpi {
     {
         let t = mpi_transport(config)?;
         let (native, why_not) = self.use_native(&t, n)?;
+        let t = TransportConfig { mpi_native: native, ..t };
         if native {
             let r = self.rank();
             let native = self.native(&t)?;

@@ -38,7 +38,7 @@
 //!
 //! Not applicable here (MPI owns them): the buffer pool, receive sharing, endpoint caps
 //! and credits. [`MpiNative::footprint`] counts Ballast's own bytes: the two kept buffers,
-//! the buffers of requests in flight and of unexpected messages, and its structures.
+//! the buffers of requests in flight (posted receives, `isend` copies), and its structures.
 
 use std::collections::VecDeque;
 use std::os::raw::c_int;
@@ -1062,9 +1062,12 @@ impl MpiNative {
         self.all_done
     }
 
-    /// Ballast's own bytes: the kept buffers, the buffers of requests in flight and of
-    /// unexpected messages (as `srq_bytes`: what receive resources are on the other
-    /// transports), and the structure with its per-peer entries (as `control_bytes`).
+    /// Ballast's own bytes: the kept buffers and the buffers of requests in flight (posted
+    /// receives, `isend` copies) as `srq_bytes` (what receive resources are on the other
+    /// transports), and the structure with its per-rank entries as `control_bytes`.
+    /// Messages that arrived before their receive was posted are the application's data
+    /// waiting to be received (as in the engine's matcher, and in MPI's own unexpected
+    /// queue): not counted.
     pub fn footprint(&self) -> Footprint {
         let kept = (self.recv_scratch.capacity() + self.send_scratch.capacity()) as u64;
         let in_flight: u64 = self
@@ -1075,7 +1078,6 @@ impl MpiNative {
                 RecvState::Parts { data, .. } => data.capacity() as u64,
             })
             .chain(self.sends.iter().map(|s| (s.head.capacity() + s.body.capacity()) as u64))
-            .chain(self.unexpected.iter().map(|(_, m)| m.data.capacity() as u64))
             .sum();
         let peers = self.peers as u64;
         Footprint {

@@ -47,7 +47,7 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
         match decision {
             (true, _) => outln!("MPI native path: yes (one MPI message per Ballast message, MPI matches tags; pool, endpoints and receive sharing below do not apply)"),
             (false, Some(why)) => outln!("{why}"),
-            (false, None) => outln!("MPI native path: off (BALLAST_MPI_NATIVE): the engine runs above MPI"),
+            (false, None) => outln!("MPI native path: not used: the engine runs above MPI"),
         }
     }
     let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();

@@ -400,7 +400,7 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     let (me, size) = (job.rank(), job.size());
     if let Some(n) = args.ranks {
         if n != size {
-            bail!("--ranks {n} but {} started {size} processes (each process is one rank)", job.launcher());
+            bail!("--ranks {n} but {} started {size} process{} (each process is one rank)", job.launcher(), if size == 1 { "" } else { "es" });
         }
     }
     let input = load_input(args)?;
