@@ -31,6 +31,9 @@ fn rdma_devices() -> Vec<String> {
 /// Runs `ballast info`.
 pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     let (cfg, auto_note) = args.runtime.to_config_resolved()?;
+    // Under mpirun: whether the MPI native path is taken (the prediction follows it).
+    #[allow(unused_mut)]
+    let mut native_taken: Option<bool> = None;
     #[cfg(feature = "mpi")]
     if cfg.transport().kind == TransportKind::Mpi {
         // Under mpirun: one report, from rank 0, with the MPI library and job.
@@ -44,6 +47,7 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         outln!("MPI: {}", mpi.describe());
+        native_taken = Some(decision.0);
         match decision {
             (true, _) => outln!("MPI native path: yes (one MPI message per Ballast message, MPI matches tags; pool, endpoints and receive sharing below do not apply)"),
             (false, Some(why)) => outln!("{why}"),
@@ -82,19 +86,28 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
         outln!("  {:<16} {:<12} {:<8} {}", s.name, s.value, s.origin.as_str(), s.env);
     }
     let world = args.world_size.unwrap_or(args.peers + 1);
-    let t = *cfg.transport();
+    let mut t = *cfg.transport();
+    if let Some(n) = native_taken {
+        t.mpi_native = n;
+    }
     outln!();
     outln!(
-        "predicted footprint per rank, {} peers, world {}, {} ranks/node, transport {} (bytes):",
+        "predicted footprint per rank, {} peers, world {} (set with --peers/--world-size), {} ranks/node, transport {} (bytes):",
         args.peers, world, t.ranks_per_node, t.kind
     );
-    let preds: Vec<_> = RecvSharing::ALL
+    // On the MPI native path no sharing mode applies: one column.
+    let modes: Vec<(String, RecvSharing)> = if t.kind == TransportKind::Mpi && t.mpi_native {
+        vec![("mpi native".to_string(), t.recv_sharing)]
+    } else {
+        RecvSharing::ALL.iter().map(|&m| (m.as_str().to_string(), m)).collect()
+    };
+    let preds: Vec<_> = modes
         .iter()
-        .map(|&m| ballast_runtime::TransportConfig { recv_sharing: m, ..t }.predict(args.peers, world, t.ranks_per_node))
+        .map(|&(_, m)| ballast_runtime::TransportConfig { recv_sharing: m, ..t }.predict(args.peers, world, t.ranks_per_node))
         .collect();
     out!("  {:<18}", "");
-    for m in RecvSharing::ALL {
-        out!(" {:>14}", m.as_str());
+    for (name, _) in &modes {
+        out!(" {:>14}", name);
     }
     outln!();
     for (i, (name, _)) in preds[0].fields().iter().enumerate() {
