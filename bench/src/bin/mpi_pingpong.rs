@@ -114,7 +114,17 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-fn main() -> Res<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mpi_pingpong: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Res<()> {
     let mut rounds = 7usize;
     let mut quick = false;
     let mut sizes: Vec<usize> = Vec::new();

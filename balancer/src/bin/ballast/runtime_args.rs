@@ -16,7 +16,7 @@ fn parse_switch(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Ok(true),
         "0" | "false" | "off" | "no" => Ok(false),
-        _ => Err(format!("`{s}` is not on/off")),
+        _ => Err(format!("`{s}` is not a switch (use on/off, 1/0, true/false, yes/no)")),
     }
 }
 
