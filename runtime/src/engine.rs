@@ -337,22 +337,34 @@ impl Engine {
             self.conns.note_peer(dest);
         }
         let hdr = PacketHeader { src: self.rank as u32, tag, total: len as u64, offset: 0, len: len as u32, more: false };
-        if let Err(e) = self.fabric.post_send(dest, key, &hdr, &self.pool.buf(id)[..len], id as u64) {
-            self.pool.release(id);
-            return Err(e);
+        match self.post_chunk(dest, key, &hdr, id, req) {
+            Ok(outstanding) => {
+                self.sends.insert(req, SendReq { outstanding: u32::from(outstanding), posted_all: true });
+                Ok(Some(req))
+            }
+            Err(e) => {
+                self.pool.release(id);
+                Err(e)
+            }
         }
+    }
+
+    /// Posts pool buffer `id` (`hdr.len` bytes) of send request `req` to `dest` through
+    /// endpoint `key` and accounts it: one more packet sent on the endpoint, and either the
+    /// buffer freed at once (a fabric that copies) or its completion awaited (returns true:
+    /// one more outstanding completion for `req`). Nothing changes when the post fails.
+    fn post_chunk(&mut self, dest: usize, key: usize, hdr: &PacketHeader, id: BufId, req: u64) -> Result<bool> {
+        self.fabric.post_send(dest, key, hdr, &self.pool.buf(id)[..hdr.len as usize], id as u64)?;
         let ep = self.conns.get_touched(key).expect("endpoint");
         ep.sent += 1;
         if self.copies {
             // The fabric holds its own copy: the buffer is free, nothing to complete.
             self.pool.release(id);
-            self.sends.insert(req, SendReq { outstanding: 0, posted_all: true });
-        } else {
-            ep.inflight += 1;
-            self.wr_info[id as usize] = Some((req, key));
-            self.sends.insert(req, SendReq { outstanding: 1, posted_all: true });
+            return Ok(false);
         }
-        Ok(Some(req))
+        ep.inflight += 1;
+        self.wr_info[id as usize] = Some((req, key));
+        Ok(true)
     }
 
     /// True when a message of `len` bytes to `dest` takes the fabric's direct path.
@@ -806,18 +818,9 @@ impl Engine {
                 }
             }
             self.sync_wr_info();
-            self.fabric.post_send(dest, key, &hdr, &self.pool.buf(id)[..len], id as u64)?;
-            let ep = self.conns.get_touched(key).expect("endpoint");
-            ep.sent += 1;
+            let outstanding = self.post_chunk(dest, key, &hdr, id, req)?;
             let s = self.sends.get_mut(&req).expect("send request");
-            if self.copies {
-                // The fabric holds its own copy: the buffer is free, nothing to complete.
-                self.pool.release(id);
-            } else {
-                self.wr_info[id as usize] = Some((req, key));
-                s.outstanding += 1;
-                self.conns.get_mut(key).expect("endpoint").inflight += 1;
-            }
+            s.outstanding += u32::from(outstanding);
             if finished {
                 s.posted_all = true;
             }

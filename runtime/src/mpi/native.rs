@@ -95,6 +95,20 @@ fn empty_status() -> ffi::MPI_Status {
     unsafe { std::mem::zeroed() }
 }
 
+/// `MPI_Isend` of `len` bytes at `ptr` to `dest` with `tag` on `comm`.
+///
+/// # Safety
+/// The `len` bytes at `ptr` must stay readable and unchanged until MPI reports the returned
+/// request complete; `len` must fit an `int`.
+unsafe fn isend_bytes(comm: &SimpleCommunicator, ptr: *const u8, len: usize, dest: usize, tag: c_int) -> Result<ffi::MPI_Request> {
+    let mut req = null_request();
+    // SAFETY: the caller keeps the bytes alive until completion and `len` fits an int;
+    // `comm` is live (borrowed).
+    let code = unsafe { ffi::MPI_Isend(ptr.cast(), len as c_int, u8::equivalent_datatype().as_raw(), dest as c_int, tag, comm.as_raw(), &mut req) };
+    check(code, "MPI_Isend")?;
+    Ok(req)
+}
+
 fn byte_count(status: &ffi::MPI_Status) -> Result<usize> {
     let mut count: c_int = 0;
     // SAFETY: `status` was filled by MPI; `count` is a valid out-parameter.
@@ -424,31 +438,27 @@ impl MpiNative {
             _ => Vec::new(),
         };
         let (chan, mtag) = Self::wire_tag(tag);
-        let dt = u8::equivalent_datatype().as_raw();
-        let d = dest as c_int;
-        let mut reqs = Vec::with_capacity(1);
-        let mut req = null_request();
         // SAFETY: `head` is moved into the PendingSend below (its heap block does not move)
-        // and kept until MPI reports the request complete; its length fits an int (at most
-        // buffer_size + 1 <= 1 GiB + 1); the communicator is live.
-        let code = unsafe { ffi::MPI_Isend(head.as_ptr().cast(), head.len() as c_int, dt, d, mtag, self.chans[chan].msgs.as_raw(), &mut req) };
-        check(code, "MPI_Isend")?;
-        reqs.push(req);
+        // and kept until MPI reports the request complete; its length is at most
+        // buffer_size + 1 <= 1 GiB + 1, an int.
+        let mut reqs = vec![unsafe { isend_bytes(&self.chans[chan].msgs, head.as_ptr(), head.len(), dest, mtag) }?];
         let mut off = 0;
         while off < body_len {
             let n = self.part_bytes.min(body_len - off);
-            let mut req = null_request();
             // SAFETY: `body_ptr + off .. + n` lies in the message's bytes: `body`, kept in
             // the PendingSend until complete, or the caller's slice of a blocking send,
             // which waits for completion before returning; `n` fits an int (part_bytes is
-            // clamped); the communicator is live.
-            let code = unsafe { ffi::MPI_Isend(body_ptr.add(off).cast(), n as c_int, dt, d, mtag, self.chans[chan].parts.as_raw(), &mut req) };
-            if let Err(e) = check(code, "MPI_Isend") {
-                // The header is out: keep what was posted so it completes and is freed.
-                let id = self.new_id();
-                self.sends.push(PendingSend { id, reqs, head, body, scratch });
-                return Err(e);
-            }
+            // clamped).
+            let sent = unsafe { isend_bytes(&self.chans[chan].parts, body_ptr.add(off), n, dest, mtag) };
+            let req = match sent {
+                Ok(r) => r,
+                Err(e) => {
+                    // The header is out: keep what was posted so it completes and is freed.
+                    let id = self.new_id();
+                    self.sends.push(PendingSend { id, reqs, head, body, scratch });
+                    return Err(e);
+                }
+            };
             reqs.push(req);
             off += n;
         }
@@ -526,14 +536,10 @@ impl MpiNative {
     /// bookkeeping: the latency path of a ping-pong).
     fn send_small(&mut self, dest: usize, tag: Tag, head: Vec<u8>) -> Result<()> {
         let (chan, mtag) = Self::wire_tag(tag);
-        let mut req = null_request();
         // SAFETY: `head` is kept alive until the request completes: tested below, and on an
         // early error moved with the request into `sends`, which holds it until complete;
-        // its length fits an int (at most buffer_size + 1); the communicator is live.
-        let code = unsafe {
-            ffi::MPI_Isend(head.as_ptr().cast(), head.len() as c_int, u8::equivalent_datatype().as_raw(), dest as c_int, mtag, self.chans[chan].msgs.as_raw(), &mut req)
-        };
-        check(code, "MPI_Isend")?;
+        // its length fits an int (at most buffer_size + 1).
+        let mut req = unsafe { isend_bytes(&self.chans[chan].msgs, head.as_ptr(), head.len(), dest, mtag) }?;
         self.sent[dest] += 1;
         self.note_peer(dest);
         let mut b = Idle::new();
@@ -635,17 +641,20 @@ impl MpiNative {
             return Ok(id);
         }
         let mut buf = if scratch { std::mem::take(&mut self.recv_scratch) } else { Vec::new() };
-        // `buf` is moved into the PendingRecv (its heap block does not move) until the
-        // request completes or is cancelled.
-        let req = self.post_header_recv(chan, s, t, &mut buf)?;
+        // SAFETY: `buf` is moved into the PendingRecv (its heap block does not move) until
+        // the request completes or is cancelled.
+        let req = unsafe { self.post_header_recv(chan, s, t, &mut buf) }?;
         self.recvs.push(PendingRecv { id, chan, src: s, tag: t, state: RecvState::Header { req, buf, scratch } });
         Ok(id)
     }
 
     /// Posts an `MPI_Irecv` of `eager + 1` bytes (a whole message or a large header) from
-    /// `(s, t)` on `chan` into `buf` (cleared and grown as needed). The caller keeps `buf`'s
-    /// heap block alive and unmoved until the request completes or is cancelled.
-    fn post_header_recv(&self, chan: usize, s: c_int, t: c_int, buf: &mut Vec<u8>) -> Result<ffi::MPI_Request> {
+    /// `(s, t)` on `chan` into `buf` (cleared and grown as needed).
+    ///
+    /// # Safety
+    /// `buf`'s heap block must stay alive, unmoved and unread until the returned request
+    /// completes or is cancelled.
+    unsafe fn post_header_recv(&self, chan: usize, s: c_int, t: c_int, buf: &mut Vec<u8>) -> Result<ffi::MPI_Request> {
         buf.clear();
         buf.reserve_exact(self.eager + 1);
         let mut req = null_request();
@@ -681,9 +690,9 @@ impl MpiNative {
     fn recv_alone(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
         let (chan, s, t) = self.wire_match(src, tag)?;
         let mut buf = std::mem::take(&mut self.recv_scratch);
-        // `buf` stays alive until the request completes: it is only released below after
-        // completion, or moved with the live request into `recvs`.
-        let mut req = self.post_header_recv(chan, s, t, &mut buf)?;
+        // SAFETY: `buf` stays alive until the request completes: it is only read or
+        // released below after completion, or moved with the live request into `recvs`.
+        let mut req = unsafe { self.post_header_recv(chan, s, t, &mut buf) }?;
         let mut idle = Idle::new();
         loop {
             let mut flag: c_int = 0;
