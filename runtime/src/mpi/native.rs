@@ -95,20 +95,6 @@ fn empty_status() -> ffi::MPI_Status {
     unsafe { std::mem::zeroed() }
 }
 
-/// `MPI_Isend` of `len` bytes at `ptr` to `dest` with `tag` on `comm`.
-///
-/// # Safety
-/// The `len` bytes at `ptr` must stay readable and unchanged until MPI reports the returned
-/// request complete; `len` must fit an `int`.
-unsafe fn isend_bytes(comm: &SimpleCommunicator, ptr: *const u8, len: usize, dest: usize, tag: c_int) -> Result<ffi::MPI_Request> {
-    let mut req = null_request();
-    // SAFETY: the caller keeps the bytes alive until completion and `len` fits an int;
-    // `comm` is live (borrowed).
-    let code = unsafe { ffi::MPI_Isend(ptr.cast(), len as c_int, u8::equivalent_datatype().as_raw(), dest as c_int, tag, comm.as_raw(), &mut req) };
-    check(code, "MPI_Isend")?;
-    Ok(req)
-}
-
 fn byte_count(status: &ffi::MPI_Status) -> Result<usize> {
     let mut count: c_int = 0;
     // SAFETY: `status` was filled by MPI; `count` is a valid out-parameter.
@@ -438,27 +424,31 @@ impl MpiNative {
             _ => Vec::new(),
         };
         let (chan, mtag) = Self::wire_tag(tag);
+        let dt = u8::equivalent_datatype().as_raw();
+        let d = dest as c_int;
+        let mut reqs = Vec::with_capacity(1);
+        let mut req = null_request();
         // SAFETY: `head` is moved into the PendingSend below (its heap block does not move)
-        // and kept until MPI reports the request complete; its length is at most
-        // buffer_size + 1 <= 1 GiB + 1, an int.
-        let mut reqs = vec![unsafe { isend_bytes(&self.chans[chan].msgs, head.as_ptr(), head.len(), dest, mtag) }?];
+        // and kept until MPI reports the request complete; its length fits an int (at most
+        // buffer_size + 1 <= 1 GiB + 1); the communicator is live.
+        let code = unsafe { ffi::MPI_Isend(head.as_ptr().cast(), head.len() as c_int, dt, d, mtag, self.chans[chan].msgs.as_raw(), &mut req) };
+        check(code, "MPI_Isend")?;
+        reqs.push(req);
         let mut off = 0;
         while off < body_len {
             let n = self.part_bytes.min(body_len - off);
+            let mut req = null_request();
             // SAFETY: `body_ptr + off .. + n` lies in the message's bytes: `body`, kept in
             // the PendingSend until complete, or the caller's slice of a blocking send,
             // which waits for completion before returning; `n` fits an int (part_bytes is
-            // clamped).
-            let sent = unsafe { isend_bytes(&self.chans[chan].parts, body_ptr.add(off), n, dest, mtag) };
-            let req = match sent {
-                Ok(r) => r,
-                Err(e) => {
-                    // The header is out: keep what was posted so it completes and is freed.
-                    let id = self.new_id();
-                    self.sends.push(PendingSend { id, reqs, head, body, scratch });
-                    return Err(e);
-                }
-            };
+            // clamped); the communicator is live.
+            let code = unsafe { ffi::MPI_Isend(body_ptr.add(off).cast(), n as c_int, dt, d, mtag, self.chans[chan].parts.as_raw(), &mut req) };
+            if let Err(e) = check(code, "MPI_Isend") {
+                // The header is out: keep what was posted so it completes and is freed.
+                let id = self.new_id();
+                self.sends.push(PendingSend { id, reqs, head, body, scratch });
+                return Err(e);
+            }
             reqs.push(req);
             off += n;
         }
@@ -536,10 +526,14 @@ impl MpiNative {
     /// bookkeeping: the latency path of a ping-pong).
     fn send_small(&mut self, dest: usize, tag: Tag, head: Vec<u8>) -> Result<()> {
         let (chan, mtag) = Self::wire_tag(tag);
+        let mut req = null_request();
         // SAFETY: `head` is kept alive until the request completes: tested below, and on an
         // early error moved with the request into `sends`, which holds it until complete;
-        // its length fits an int (at most buffer_size + 1).
-        let mut req = unsafe { isend_bytes(&self.chans[chan].msgs, head.as_ptr(), head.len(), dest, mtag) }?;
+        // its length fits an int (at most buffer_size + 1); the communicator is live.
+        let code = unsafe {
+            ffi::MPI_Isend(head.as_ptr().cast(), head.len() as c_int, u8::equivalent_datatype().as_raw(), dest as c_int, mtag, self.chans[chan].msgs.as_raw(), &mut req)
+        };
+        check(code, "MPI_Isend")?;
         self.sent[dest] += 1;
         self.note_peer(dest);
         let mut b = Idle::new();
