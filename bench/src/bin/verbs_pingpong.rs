@@ -18,6 +18,15 @@
 //! of one arrival, timed with clock reads; with `BALLAST_VERBS_TRACE=tsc` instead the same
 //! path split in 9 steps by cycle-counter stamps, which cost next to nothing), `--rounds R`
 //! (default 5), `--sizes a,b,..` (bytes).
+//! Diagnostics: `--one-way` (each 8 B message carries the sender's cycle counter: each rank
+//! prints the median time from the sender's `isend` to its own `recv` returning; with
+//! `BALLAST_VERBS_TRACE=tsc` also split into the sender's path to `ibv_post_send`, from
+//! there to the CQ poll that returned the receive, and from that poll to `recv` returning,
+//! plus how long the CQ had gone unpolled when the receive was seen and when the replying
+//! rank entered `recv`), `--quiet-us N` (each rank spins N us after a receive before it
+//! sends), `--raw-inside` (then run the raw-verbs ping-pong of `verbs_raw_pingpong`, with
+//! its own QPs, inside this process). The two processes share one cycle counter (the TSC of
+//! one machine), which is what makes the one-way figures meaningful.
 //! Rank 0 prints one line per size (typical = median half round trip, as perftest's
 //! `t_typical`; mean = total time / 2n) and `ballast_verbs_8B_half_rtt_us=<typical>`. Each
 //! round trip is timed with the cycle counter ([`verbs::cycles`], the TSC on x86-64), as
@@ -29,6 +38,26 @@ use std::time::Instant;
 
 use ballast_runtime::bootstrap;
 use ballast_runtime::{verbs, Communicator, RuntimeConfig, Source, TagMatch};
+
+/// `--one-way`: each 8 B message carries the sender's cycle counter read just before its
+/// `isend`; the receiver keeps `now - stamp` when its `recv` returns (one counter for both
+/// processes: the TSC of one machine).
+static ONE_WAY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// `--quiet-us N`: each rank spins N us (cycle counter) after a receive before it sends, so
+/// that every send meets a quiet peer (a diagnostic for the one-way split).
+static QUIET_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+fn quiet() {
+    let q = QUIET_US.load(std::sync::atomic::Ordering::Relaxed);
+    if q > 0 {
+        let until = verbs::cycles::now() + (q as f64 * verbs::cycles::per_us()) as u64;
+        while verbs::cycles::now() < until {}
+    }
+}
+static ONE_WAY_SAMPLES: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+/// With `--one-way` and `BALLAST_VERBS_TRACE=tsc`: per message, the sender's stamp to its
+/// `ibv_post_send` (sender side), the sender's stamp to the CQ poll that returned it and that
+/// poll to `recv` returning (receiver side), in cycles.
+static SPLIT: std::sync::Mutex<[Vec<u64>; 4]> = std::sync::Mutex::new([Vec::new(), Vec::new(), Vec::new(), Vec::new()]);
 
 fn iters(size: usize, quick: bool) -> usize {
     let n = ((16usize << 20) / size.max(1)).clamp(20, 5_000);
@@ -57,6 +86,9 @@ fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mu
     // costs microseconds in the soft-RoCE guest); the mean uses the clock.
     let per_us = verbs::cycles::per_us();
     let mut pending = std::collections::VecDeque::new();
+    let one_way = size >= 8 && ONE_WAY.load(std::sync::atomic::Ordering::Relaxed);
+    let mut stamped = buf[..size].to_vec();
+    let mut samples = Vec::new();
     let t = Instant::now();
     // The breakdown's laps read the clock only with `--breakdown` (a clock read costs
     // microseconds in the guest).
@@ -74,17 +106,45 @@ fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mu
         // perftest's ib_send_lat does not wait for it before the reply either.
         let mut tl = timed.then(Instant::now);
         if me == 0 {
+            quiet();
             let t0 = verbs::cycles::now();
-            pending.push_back(isend_retry(comm, peer, &buf[..size])?);
+            if one_way {
+                stamped[..8].copy_from_slice(&verbs::cycles::now().to_le_bytes());
+            }
+            pending.push_back(isend_retry(comm, peer, if one_way { &stamped[..size] } else { &buf[..size] })?);
+            if one_way {
+                split_send(&stamped);
+            }
             lap(0, &mut tl);
             let m = comm.recv(Source::Rank(peer), TagMatch::Tag(1))?;
-            each.push(verbs::cycles::now().wrapping_sub(t0) as f64 / (2e6 * per_us));
+            let t1 = verbs::cycles::now();
+            each.push(t1.wrapping_sub(t0) as f64 / (2e6 * per_us));
+            if one_way {
+                samples.push(t1.wrapping_sub(u64::from_le_bytes(m.data[..8].try_into().expect("8 bytes"))));
+                split_recv(&m.data, t1);
+            }
             lap(1, &mut tl);
             assert_eq!(m.data.len(), size);
         } else {
+            let e1 = verbs::cycles::now();
             let m = comm.recv(Source::Rank(peer), TagMatch::Tag(1))?;
+            if one_way {
+                let t1 = verbs::cycles::now();
+                samples.push(t1.wrapping_sub(u64::from_le_bytes(m.data[..8].try_into().expect("8 bytes"))));
+                split_recv(&m.data, t1);
+                let s0 = u64::from_le_bytes(m.data[..8].try_into().expect("8 bytes"));
+                SPLIT.lock().expect("split")[3].push((e1 as i64 - s0 as i64 + (1i64 << 40)) as u64);
+            }
             lap(1, &mut tl);
-            pending.push_back(isend_retry(comm, peer, &m.data)?);
+            quiet();
+            if one_way {
+                stamped[..size].copy_from_slice(&m.data);
+                stamped[..8].copy_from_slice(&verbs::cycles::now().to_le_bytes());
+            }
+            pending.push_back(isend_retry(comm, peer, if one_way { &stamped[..size] } else { &m.data })?);
+            if one_way {
+                split_send(&stamped);
+            }
             lap(0, &mut tl);
         }
         while let Some(r) = pending.front() {
@@ -99,9 +159,31 @@ fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mu
     for r in pending {
         comm.wait(r)?;
     }
+    if one_way {
+        ONE_WAY_SAMPLES.lock().expect("samples").extend(samples);
+    }
     let mean = t.elapsed().as_secs_f64() / (2 * n) as f64;
     each.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
     Ok((mean, each.get(each.len() / 2).copied().unwrap_or(mean)))
+}
+
+fn split_send(sent: &[u8]) {
+    let s0 = u64::from_le_bytes(sent[..8].try_into().expect("8 bytes"));
+    if let Some(row) = verbs::counters::last_row() {
+        if row[8] > s0 {
+            SPLIT.lock().expect("split")[0].push(row[8] - s0);
+        }
+    }
+}
+
+fn split_recv(got: &[u8], t1: u64) {
+    let s0 = u64::from_le_bytes(got[..8].try_into().expect("8 bytes"));
+    let r1 = verbs::counters::row_now()[0];
+    if r1 > s0 && t1 > r1 {
+        let mut s = SPLIT.lock().expect("split");
+        s[1].push(r1 - s0);
+        s[2].push(t1 - r1);
+    }
 }
 
 /// `isend` that progresses while the pool is exhausted.
@@ -130,6 +212,8 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
     let buf = vec![7u8; sizes.iter().copied().max().unwrap_or(8)];
     // Warm-up: connects the QPs.
     half_rtt(&mut comm, 8, 20, &buf)?;
+    ONE_WAY.store(args.iter().any(|a| a == "--one-way"), std::sync::atomic::Ordering::Relaxed);
+    QUIET_US.store(flag("--quiet-us").map_or(0, |v| v.parse().expect("--quiet-us N")), std::sync::atomic::Ordering::Relaxed);
     if comm.rank() == 0 {
         println!(
             "verbs ping-pong: recv_sharing {}, buffer_size {} B, {rounds} rounds; typical = median round trip / 2 (as ib_send_lat's t_typical), mean = total time / 2n; medians over rounds",
@@ -164,6 +248,55 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
                 println!("ballast_verbs_8B_mean_half_rtt_us={:.2}", mean * 1e6);
             }
         }
+    }
+    {
+        let mut v = std::mem::take(&mut *ONE_WAY_SAMPLES.lock().expect("samples"));
+        if !v.is_empty() {
+            v.sort_unstable();
+            let us = verbs::cycles::per_us();
+            println!("rank {} one-way isend -> recv returned (8 B and up), median {:.2} us, p10 {:.2} us over {}", comm.rank(), v[v.len() / 2] as f64 / us, v[v.len() / 10] as f64 / us, v.len());
+        }
+        let mut g = verbs::counters::take_since_empty();
+        if !g.is_empty() {
+            g.sort_unstable();
+            let us = verbs::cycles::per_us();
+            println!("rank {} receive seen, since the last empty CQ poll (p10/p50/p90): {:.2} / {:.2} / {:.2} us", comm.rank(), g[g.len() / 10] as f64 / us, g[g.len() / 2] as f64 / us, g[g.len() * 9 / 10] as f64 / us);
+        }
+        let mut s = std::mem::take(&mut *SPLIT.lock().expect("split"));
+        if s[..3].iter().all(|v| !v.is_empty()) {
+            let us = verbs::cycles::per_us();
+            let m: Vec<f64> = s[..3].iter_mut().map(|v| {
+                v.sort_unstable();
+                v[v.len() / 2] as f64 / us
+            }).collect();
+            println!("rank {} one-way split (medians): sender stamp -> ibv_post_send {:.2} us (sent {}); sender stamp -> CQ poll returned it {:.2} us, that poll -> recv returned {:.2} us (received {})", comm.rank(), m[0], s[0].len(), m[1], m[2], s[1].len());
+        }
+        if !s[3].is_empty() {
+            let us = verbs::cycles::per_us();
+            let v = &mut s[3];
+            v.sort_unstable();
+            let at = |q: usize| (v[v.len() * q / 100] as i64 - (1i64 << 40)) as f64 / us;
+            println!("rank {} responder entered recv at sender stamp + (p10/p50/p90) {:.2} / {:.2} / {:.2} us (negative: before the ping was sent)", comm.rank(), at(10), at(50), at(90));
+        }
+    }
+    if args.iter().any(|a| a == "--raw-inside") {
+        // The raw-verbs ping-pong (its own QPs), run inside this process after Ballast's.
+        let mut stream = if comm.rank() == 0 {
+            let l = std::net::TcpListener::bind("127.0.0.1:7777").expect("bind 7777");
+            comm.barrier()?;
+            l.accept().expect("accept").0
+        } else {
+            comm.barrier()?;
+            std::net::TcpStream::connect("127.0.0.1:7777").expect("connect 7777")
+        };
+        let o = verbs::raw_pingpong::RawOptions { one_way: true, ..Default::default() };
+        let out = verbs::raw_pingpong::run(cfg.verbs(), &mut stream, comm.rank() == 0, &o)?;
+        if comm.rank() == 0 {
+            let mut v = out;
+            v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+            println!("raw inside the Ballast process: typical {:.2} us", v[v.len() / 2] * 1e6);
+        }
+        comm.barrier()?;
     }
     if args.iter().any(|a| a == "--breakdown") {
         let t = Instant::now();

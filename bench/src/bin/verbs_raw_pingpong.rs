@@ -17,7 +17,11 @@
 //! `--mesh-what 1|2|4` (1 a non-blocking `accept`, 2 a `read` of an idle TCP stream, 4 a
 //! poll(2) of the listener and `accept` only if readable; bits combine, default 3),
 //! `--time-post` (also print the median `ibv_post_send` duration), `--timeout T`,
-//! `--wait-send` (the initiator waits for its send completion first).
+//! `--wait-send` (the initiator waits for its send completion first), `--one-way` (each
+//! side stamps the cycle counter into the payload before `ibv_post_send` and prints the
+//! median time to the poll that saw it on the other side), `--quiet-us N` (spin N us
+//! before each send), `--idle-lines N` (read N cache lines after each empty poll: a heavier
+//! idle loop), `--pre-lines N` (read N cache lines before each send).
 //! Variants: `perftest` (the defaults; it also prints `raw_verbs_8B_half_rtt_us=`), `ballast`
 //! (every verbs setting of Ballast's fabric: SRQ of 64, two SGEs, immediate data, one CQ of
 //! 1024, SQ 64, polls of 32, a 526 KB pool of 8224 B slots, yields when idle, timeout 16), and
@@ -105,6 +109,16 @@ fn apply(o: &mut RawOptions, args: &[String]) {
     o.wait_send |= has("--wait-send");
     o.clock_idle |= has("--clock-idle");
     o.time_post |= has("--time-post");
+    o.one_way |= has("--one-way");
+    if let Some(q) = args.iter().position(|a| a == "--pre-lines").and_then(|i| args.get(i + 1)) {
+        o.pre_lines = q.parse().expect("--pre-lines N");
+    }
+    if let Some(q) = args.iter().position(|a| a == "--idle-lines").and_then(|i| args.get(i + 1)) {
+        o.idle_lines = q.parse().expect("--idle-lines N");
+    }
+    if let Some(q) = args.iter().position(|a| a == "--quiet-us").and_then(|i| args.get(i + 1)) {
+        o.quiet_us = q.parse().expect("--quiet-us N");
+    }
     if has("--no-inline") {
         o.inline = false;
     }

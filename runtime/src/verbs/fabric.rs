@@ -779,7 +779,10 @@ impl VerbsFabric {
                 super::counters::bump(&super::counters::CQES, got as u64);
                 if super::counters::tracing() && done.iter().any(|w| w.wr_id & RECV_BIT != 0) {
                     super::counters::traced_recv();
+                    super::counters::polled_receive();
                 }
+            } else {
+                super::counters::polled_empty();
             }
             for wc in done {
                 n += 1;

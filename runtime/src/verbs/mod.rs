@@ -177,6 +177,36 @@ pub mod counters {
             r.set(row);
         });
     }
+    /// With `BALLAST_VERBS_TRACE=tsc`: the cycle counter at the last `ibv_poll_cq` that
+    /// returned nothing, and per returned receive the cycles since that empty poll (how long
+    /// the CQ went unpolled before the receive was seen, at most).
+    pub(crate) static LAST_EMPTY: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static SINCE_EMPTY: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+    pub(crate) fn polled_empty() {
+        if STAMPING.load(Ordering::Relaxed) {
+            LAST_EMPTY.store(tsc(), Ordering::Relaxed);
+        }
+    }
+    pub(crate) fn polled_receive() {
+        if STAMPING.load(Ordering::Relaxed) {
+            let last = LAST_EMPTY.load(Ordering::Relaxed);
+            if last != 0 {
+                SINCE_EMPTY.lock().expect("trace").push(tsc().saturating_sub(last));
+            }
+        }
+    }
+    /// Takes the cycles-since-the-last-empty-poll samples (see `SINCE_EMPTY`).
+    pub fn take_since_empty() -> Vec<u64> {
+        std::mem::take(&mut *SINCE_EMPTY.lock().expect("trace"))
+    }
+    /// The stamps of the row in progress on this thread (`--one-way` diagnostics).
+    pub fn row_now() -> [u64; STAMP_SLOTS] {
+        ROW.with(|r| r.get())
+    }
+    /// The last completed stamp row (`--one-way` diagnostics).
+    pub fn last_row() -> Option<[u64; STAMP_SLOTS]> {
+        ROWS.lock().expect("trace").last().copied()
+    }
     /// Takes the stamp rows so far.
     pub fn take_rows() -> Vec<[u64; STAMP_SLOTS]> {
         std::mem::take(&mut *ROWS.lock().expect("trace"))

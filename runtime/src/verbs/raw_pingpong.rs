@@ -54,7 +54,7 @@ pub struct RawOptions {
     pub clock_idle: bool,
     /// Every this many polls (0 = never), also try a non-blocking `accept` on a TCP listener
     /// and a non-blocking `read` of an idle TCP stream (what Ballast's control channel
-    /// costs: `MESH_POLL_EVERY`).
+    /// costs: `control::BUSY_EVERY`).
     pub mesh_every: u64,
     /// What those reads are, bits: 1 = `accept`, 2 = `read`, 4 = poll(2) the listener and
     /// `accept` only when it is readable (what the control channel does since the fix).
@@ -66,6 +66,19 @@ pub struct RawOptions {
     pub timeout: u8,
     /// The initiator waits for its send's completion before waiting for the reply.
     pub wait_send: bool,
+    /// Each side writes the cycle counter into the payload's first 8 bytes just before its
+    /// `ibv_post_send`, and on each receive prints nothing but keeps `now - stamp` (the
+    /// one-way time from the sender's post to the receiver's poll that saw it); each side
+    /// prints its median at the end (needs `size` >= 8 and one counter for both processes,
+    /// as the TSC of one machine).
+    pub one_way: bool,
+    /// Each side spins this many microseconds (cycle counter) before each send.
+    pub quiet_us: u64,
+    /// After each empty poll, read this many cache lines of a private 1 MiB buffer (a
+    /// heavier idle loop, as a runtime's progress call).
+    pub idle_lines: usize,
+    /// Before each send, read this many cache lines of a private 1 MiB buffer.
+    pub pre_lines: usize,
 }
 
 impl Default for RawOptions {
@@ -92,6 +105,10 @@ impl Default for RawOptions {
             time_post: false,
             timeout: 14,
             wait_send: false,
+            one_way: false,
+            quiet_us: 0,
+            idle_lines: 0,
+            pre_lines: 0,
         }
     }
 }
@@ -301,6 +318,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     // Receive completions seen (also while waiting for send completions on a shared CQ).
     let mut recvs_ready = 0usize;
     let mut next_recv_slot = 0usize;
+    let pre_junk = vec![1u64; 1 << 17];
     let post_send = |sent: &mut u64, unacked: &mut usize| -> Result<()> {
         let len = o.size as u32;
         let mut sges = if o.two_sges {
@@ -309,6 +327,23 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
             [ibv_sge { addr: send_addr, length: len, lkey }, ibv_sge { addr: 0, length: 0, lkey }]
         };
         let total = if o.two_sges { HDR as u32 + len } else { len };
+        if o.pre_lines > 0 {
+            let mut acc = 0u64;
+            for i in 0..o.pre_lines {
+                acc = acc.wrapping_add(pre_junk[(i * 8 + (*sent as usize) * 8 * 97) % pre_junk.len()]);
+            }
+            std::hint::black_box(acc);
+        }
+        if o.quiet_us > 0 {
+            let until = super::cycles::now() + (o.quiet_us as f64 * super::cycles::per_us()) as u64;
+            while super::cycles::now() < until {}
+        }
+        if o.one_way && o.size >= 8 {
+            let at = send_addr + if o.two_sges { HDR as u64 } else { 0 };
+            // SAFETY: `at` lies in the registered region owned by `r` (HDR + size bytes at
+            // its start are the send buffer); nothing else writes it during this call.
+            unsafe { std::ptr::write_unaligned(at as *mut u64, super::cycles::now()) };
+        }
         // SAFETY: plain data with unions of plain data; zero is valid.
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = *sent;
@@ -345,6 +380,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     listener.set_nonblocking(true)?;
     side.set_nonblocking(true)?;
     let mut polls = 0u64;
+    let junk = vec![1u64; 1 << 17];
     let mut poll = |cq: *mut ibv_cq, recvs: &mut usize, unacked: &mut usize| -> Result<()> {
         polls += 1;
         if o.mesh_every > 0 && polls % o.mesh_every == 1 {
@@ -360,6 +396,13 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
             }
         }
         let (rv, sd) = poll_cq(cq, &mut wcs, o.yield_idle)?;
+        if rv + sd == 0 && o.idle_lines > 0 {
+            let mut acc = 0u64;
+            for i in 0..o.idle_lines {
+                acc = acc.wrapping_add(junk[(i * 8 + (polls as usize) * 8) % junk.len()]);
+            }
+            std::hint::black_box(acc);
+        }
         if rv + sd > 0 {
             idle = 0;
             since = None;
@@ -376,6 +419,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
         Ok(())
     };
     let mut posts = Vec::new();
+    let mut one_way: Vec<u64> = Vec::with_capacity(if o.one_way { o.iters } else { 0 });
     for _ in 0..o.iters {
         let t0 = Instant::now();
         if initiator {
@@ -391,6 +435,13 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
             poll(rcq, &mut recvs_ready, &mut unacked_signalled)?;
         }
         recvs_ready -= 1;
+        if o.one_way && o.size >= 8 {
+            let at = recv_base + (next_recv_slot * o.recv_slot) as u64 + if o.two_sges { HDR as u64 } else { 0 };
+            // SAFETY: the slot's receive completed (the CQ said so), so the device wrote it
+            // and does not touch it until it is reposted below.
+            let stamp = unsafe { std::ptr::read_unaligned(at as *const u64) };
+            one_way.push(super::cycles::now().wrapping_sub(stamp));
+        }
         // The consumed receive is reposted at once, as perftest does.
         post_recv(next_recv_slot)?;
         next_recv_slot = (next_recv_slot + 1) % slots.max(1);
@@ -412,6 +463,12 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
         poll(scq, &mut recvs_ready, &mut unacked_signalled)?;
     }
     out.extend(posts);
+    if !one_way.is_empty() {
+        one_way.sort_unstable();
+        let (med, p10) = (one_way[one_way.len() / 2], one_way[one_way.len() / 10]);
+        let us = super::cycles::per_us();
+        println!("raw {}: one-way post -> poll seen, median {:.2} us, p10 {:.2} us", if initiator { "initiator" } else { "responder" }, med as f64 / us, p10 as f64 / us);
+    }
     stream.write_all(&[2])?;
     stream.read_exact(&mut [0u8; 1])?;
     Ok(out)
