@@ -158,6 +158,19 @@ impl ControlListener {
     }
 }
 
+/// While control traffic flows (this rank sent or received a frame in the last
+/// [`BUSY_FOR`] calls of [`Mesh::due`]), the mesh is read on one call in this many.
+pub(crate) const BUSY_EVERY: u64 = 64;
+/// Otherwise on one call in this many: reading costs a system call, which in the
+/// soft-RoCE guest (TCG) lasts ~10-20 us, and one every 64 polls cost the 8 B ping-pong
+/// about 7 us per half round trip (docs/BENCHMARKS.md, verbs, "Fifth pass").
+pub(crate) const IDLE_EVERY: u64 = 1024;
+/// Calls of [`Mesh::due`] that stay busy after the last frame sent or received.
+pub(crate) const BUSY_FOR: u64 = 4096;
+/// And at least every this many cycle-counter ticks (~2-8 ms at 1-4 GHz), however slowly
+/// the caller polls (a blocking wait that sleeps between polls).
+pub(crate) const IDLE_TICKS: u64 = 1 << 23;
+
 /// The control mesh of one rank.
 pub(crate) struct Mesh {
     rank: usize,
@@ -169,12 +182,57 @@ pub(crate) struct Mesh {
     timeout: Duration,
     /// Ranks whose control connection ended before they were done (dead), not yet taken.
     dead: Vec<usize>,
+    /// Calls of [`Mesh::due`] so far, the call of the last read, the cycle counter then,
+    /// and the call until which the mesh counts as busy.
+    calls: u64,
+    last_read: u64,
+    last_read_tsc: u64,
+    busy_until: u64,
+    /// poll(2) entries: the listener, then each incoming stream (kept to avoid an
+    /// allocation per read).
+    fds: Vec<PollFd>,
 }
 
 impl Mesh {
     pub(crate) fn new(rank: usize, listener: ControlListener, addrs: Vec<SocketAddr>, timeout: Duration) -> Mesh {
         let n = addrs.len();
-        Mesh { rank, addrs, listener: listener.listener, out: (0..n).map(|_| None).collect(), incoming: Vec::new(), done_from: vec![false; n], timeout, dead: Vec::new() }
+        Mesh {
+            rank,
+            addrs,
+            listener: listener.listener,
+            out: (0..n).map(|_| None).collect(),
+            incoming: Vec::new(),
+            done_from: vec![false; n],
+            timeout,
+            dead: Vec::new(),
+            calls: 0,
+            last_read: 0,
+            last_read_tsc: super::cycles::now(),
+            // Start busy: connections are set up at first.
+            busy_until: BUSY_FOR,
+            fds: Vec::new(),
+        }
+    }
+
+    /// Called once per fabric poll: true when the mesh should be read now. Every
+    /// [`BUSY_EVERY`] calls while control traffic flows, every [`IDLE_EVERY`] calls when it
+    /// does not, and at least every [`IDLE_TICKS`] cycle-counter ticks. Nothing here makes
+    /// a system call (the counter is `rdtsc` on x86-64).
+    pub(crate) fn due(&mut self) -> bool {
+        self.calls = self.calls.wrapping_add(1);
+        let every = if self.calls < self.busy_until { BUSY_EVERY } else { IDLE_EVERY };
+        let now = super::cycles::now();
+        if self.calls.wrapping_sub(self.last_read) >= every || now.wrapping_sub(self.last_read_tsc) >= IDLE_TICKS {
+            self.last_read = self.calls;
+            self.last_read_tsc = now;
+            return true;
+        }
+        false
+    }
+
+    /// Control traffic: read the mesh often for a while (an answer is likely to follow).
+    fn busy(&mut self) {
+        self.busy_until = self.calls.wrapping_add(BUSY_FOR);
     }
 
     /// Sends one frame to `dest`, connecting first if needed. Errors: [`Error::Verbs`] when
@@ -200,6 +258,7 @@ impl Mesh {
                 .map_err(|e| Error::Verbs(format!("rank {}: hello to rank {dest}: {e}", self.rank)))?;
             self.out[dest] = Some(s);
         }
+        self.busy();
         let s = self.out[dest].as_mut().expect("connected");
         super::counters::bump(&super::counters::MESH_SENDS, 1);
         s.write_all(&f.encode()).map_err(|e| Error::Verbs(format!("rank {}: control message to rank {dest} failed: {e} (did rank {dest} die?)", self.rank)))
@@ -208,8 +267,23 @@ impl Mesh {
     /// Accepts new streams and reads every complete frame. A stream that ends before its
     /// rank sent [`Kind::Done`] is an error naming that rank.
     pub(crate) fn poll(&mut self, out: &mut Vec<Frame>) -> Result<()> {
+        // One poll(2) for the listener and every stream: nothing waiting (the usual case)
+        // costs one system call, not one per stream.
+        self.fds.clear();
+        self.fds.push(PollFd { fd: self.listener.as_raw_fd(), events: 1 /* POLLIN */, revents: 0 });
+        self.fds.extend(self.incoming.iter().map(|inc| PollFd { fd: inc.stream.as_raw_fd(), events: 1, revents: 0 }));
+        // SAFETY: `fds` holds fds.len() valid pollfd entries for the duration of the call;
+        // timeout 0 never blocks.
+        let rc = unsafe { poll(self.fds.as_mut_ptr(), self.fds.len() as std::ffi::c_ulong, 0) };
+        if rc == 0 {
+            return Ok(());
+        }
+        // (On an error, rc < 0, everything is tried: accept/read report it.)
+        let listener_ready = rc < 0 || self.fds[0].revents != 0;
+        let streams_before = self.incoming.len();
+        let mut got = false;
         // accept() only when a connection waits (see `readable`).
-        while readable(&self.listener) {
+        while listener_ready && readable(&self.listener) {
             match self.listener.accept() {
                 Ok((s, _)) => {
                     s.set_nonblocking(true)?;
@@ -224,13 +298,20 @@ impl Mesh {
         let mut chunk = [0u8; 4096];
         let mut closed = Vec::new();
         for (i, inc) in self.incoming.iter_mut().enumerate() {
+            // Streams accepted just now were not in the poll set: read them too.
+            if rc > 0 && i < streams_before && self.fds[i + 1].revents == 0 {
+                continue;
+            }
             loop {
                 match inc.stream.read(&mut chunk) {
                     Ok(0) => {
                         closed.push(i);
                         break;
                     }
-                    Ok(k) => inc.buf.extend_from_slice(&chunk[..k]),
+                    Ok(k) => {
+                        inc.buf.extend_from_slice(&chunk[..k]);
+                        got = true;
+                    }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(_) => {
@@ -256,6 +337,9 @@ impl Mesh {
                 }
             }
             inc.buf.drain(..whole);
+        }
+        if got || self.incoming.len() != streams_before {
+            self.busy();
         }
         for &i in closed.iter().rev() {
             let inc = self.incoming.swap_remove(i);
@@ -311,6 +395,44 @@ mod tests {
         assert!(Frame::decode(&[9u8; FRAME_BYTES]).is_err());
         let x = Frame { kind: Kind::SrqNum, code: 0, src: 3, value: 0x00ab_cdef, qp: QpInfo::default() };
         assert_eq!(Frame::decode(&x.encode()).unwrap(), x);
+    }
+
+    /// Which of `n` calls of `due` say "read now" (1-based call numbers).
+    fn due_calls(m: &mut Mesh, n: u64) -> Vec<u64> {
+        let first = m.calls + 1;
+        (first..first + n).filter(|_| m.due()).collect()
+    }
+
+    #[test]
+    fn mesh_is_read_often_only_while_control_traffic_flows() {
+        let host = std::net::IpAddr::from([127, 0, 0, 1]);
+        let (l0, l1) = (ControlListener::bind(host).unwrap(), ControlListener::bind(host).unwrap());
+        let addrs = vec![l0.addr(), l1.addr()];
+        let mut m0 = Mesh::new(0, l0, addrs.clone(), Duration::from_secs(5));
+        let mut m1 = Mesh::new(1, l1, addrs, Duration::from_secs(5));
+        // Busy at start (connections are being set up): every 64 calls. (The cycle-counter
+        // bound, ~2-8 ms, can add a read when the machine stalls: at most a few here.)
+        let busy = due_calls(&mut m1, BUSY_FOR);
+        assert!((BUSY_FOR / BUSY_EVERY - 1..BUSY_FOR / BUSY_EVERY + 4).contains(&(busy.len() as u64)), "{} reads", busy.len());
+        assert_eq!(busy[0], BUSY_EVERY);
+        // Then quiet: every 1024 calls.
+        let idle = due_calls(&mut m1, 4 * IDLE_EVERY);
+        assert!((4..8).contains(&idle.len()), "{} reads while idle", idle.len());
+        // A frame read makes it busy again.
+        m0.send(1, &Frame { kind: Kind::Ready, code: 0, src: 0, value: 7, qp: QpInfo::default() }).unwrap();
+        let mut got = Vec::new();
+        let t = Instant::now();
+        while got.is_empty() && t.elapsed() < Duration::from_secs(5) {
+            m1.poll(&mut got).unwrap();
+        }
+        assert_eq!(got.len(), 1);
+        let again = due_calls(&mut m1, 4 * IDLE_EVERY);
+        assert!(again.len() >= 4 * IDLE_EVERY as usize / BUSY_EVERY as usize, "{} reads after a frame", again.len());
+        // So does a frame sent (an answer may follow), on the sender's side.
+        let _ = due_calls(&mut m0, 2 * BUSY_FOR);
+        assert!(due_calls(&mut m0, IDLE_EVERY).len() < 4);
+        m0.send(1, &Frame { kind: Kind::Ready, code: 0, src: 0, value: 8, qp: QpInfo::default() }).unwrap();
+        assert!(due_calls(&mut m0, IDLE_EVERY).len() >= (IDLE_EVERY / BUSY_EVERY) as usize);
     }
 
     #[test]

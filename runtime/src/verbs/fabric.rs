@@ -14,8 +14,9 @@
 //!   QP's inline limit are sent inline. Credit grants ride on the next packet to the same
 //!   rank as immediate data (SEND_WITH_IMM), or leave on the control channel when no packet
 //!   went there within [`GRANT_HOLD_POLLS`] polls (at once if that rank asked for credit).
-//!   The control channel is read on one poll in [`MESH_POLL_EVERY`]; nothing on the
-//!   per-poll path makes a system call or reads the clock.
+//!   The control channel is read on one poll in 64 while control traffic flows and one in
+//!   1024 otherwise (at least every ~1-4 ms: [`super::control::Mesh::due`]); nothing else
+//!   on the per-poll path makes a system call or reads the clock.
 //! - **Queue pairs** are created on the first message to or from a peer
 //!   (`Fabric::open_endpoint`), with their receives posted (per-peer) or their SRQ already
 //!   full before they reach RTR. Their connection data travels on the control channel
@@ -63,11 +64,6 @@ const POLL_MAX: usize = 256;
 const ACK_TIMEOUT: u8 = 16;
 /// RC retries before a send fails (7 = the maximum).
 const RETRY_COUNT: u8 = 7;
-/// The control channel is read on one [`Fabric::poll`] call in this many: reading it costs
-/// system calls (accept, one read per stream), while the completion queue is read in user
-/// space on every call. Counted in calls, not in time: a clock read is itself a system call
-/// where the clock source is not the TSC (HPET in the soft-RoCE guest).
-const MESH_POLL_EVERY: u64 = 64;
 /// A credit grant waits this many [`Fabric::poll`] calls for a packet to the same rank to
 /// ride on (as immediate data) before it leaves on the control channel; at once if that
 /// rank asked for credit. A ping-pong reply is always posted within a few calls, so its
@@ -1188,7 +1184,7 @@ impl Fabric for VerbsFabric {
         }
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
-        if self.polls % MESH_POLL_EVERY == 1 {
+        if self.mesh.due() {
             super::counters::bump(&super::counters::MESH_READS, 1);
             if let Err(e) = self.mesh.poll(&mut frames) {
                 for r in self.mesh.take_dead() {
