@@ -84,6 +84,14 @@ impl CreditBank {
             *self.grants.entry(peer).or_default() += 1;
             return;
         }
+        if !more && self.waiters.is_empty() && h.outstanding == 0 {
+            // The common case of a ping-pong: an idle sender gets its standing credit straight
+            // back (what `grant` then `distribute` would do, without the look-ups).
+            h.outstanding = 1;
+            h.revoked = false;
+            *self.grants.entry(peer).or_default() += 1;
+            return;
+        }
         self.free += 1;
         if more {
             self.enqueue(peer);

@@ -118,6 +118,9 @@ pub struct Matcher {
     unexpected: VecDeque<u64>,
     posted: VecDeque<(u64, Source, TagMatch)>,
     assembling: IntMap<usize, u64>,
+    /// The latest completed receive not taken yet, then the others: a blocking receive
+    /// (one completion at a time) never hashes.
+    last_completed: Option<(u64, Message)>,
     completed: IntMap<u64, Message>,
     next_msg: u64,
 }
@@ -136,7 +139,7 @@ impl Matcher {
         let req = self.posted.iter().position(|&(_, s, t)| accepts(s, t, src, tag)).map(|i| self.posted.remove(i).expect("index in range").0);
         if let Some(req) = req {
             if data.len() == total {
-                self.completed.insert(req, Message { source: src, tag, data });
+                self.complete(req, Message { source: src, tag, data });
                 return Ok(None);
             }
         }
@@ -152,7 +155,7 @@ impl Matcher {
         let m = self.inbound.get(&id).expect("inbound message");
         if let Some(req) = m.req {
             let m = self.inbound.remove(&id).expect("inbound message");
-            self.completed.insert(req, Message { source: m.source, tag: m.tag, data: m.data });
+            self.complete(req, Message { source: m.source, tag: m.tag, data: m.data });
         }
     }
 
@@ -215,7 +218,7 @@ impl Matcher {
                 let m = self.inbound.get_mut(&id).expect("inbound message");
                 if m.data.len() == m.total {
                     let m = self.inbound.remove(&id).expect("inbound message");
-                    self.completed.insert(req, Message { source: m.source, tag: m.tag, data: m.data });
+                    self.complete(req, Message { source: m.source, tag: m.tag, data: m.data });
                 } else {
                     m.req = Some(req);
                 }
@@ -246,14 +249,27 @@ impl Matcher {
         self.on_chunk(&h, data)
     }
 
+    /// Records the message of completed receive `req`.
+    fn complete(&mut self, req: u64, m: Message) {
+        if let Some((r, older)) = self.last_completed.replace((req, m)) {
+            self.completed.insert(r, older);
+        }
+    }
+
     /// True if receive `req` has completed.
     pub fn is_complete(&self, req: u64) -> bool {
         // Polled by every idle iteration of a blocking wait: no hashing while nothing completed.
-        !self.completed.is_empty() && self.completed.contains_key(&req)
+        self.last_completed.as_ref().is_some_and(|(r, _)| *r == req) || (!self.completed.is_empty() && self.completed.contains_key(&req))
     }
 
     /// Takes the message of completed receive `req`.
     pub fn take_completed(&mut self, req: u64) -> Option<Message> {
+        if self.last_completed.as_ref().is_some_and(|(r, _)| *r == req) {
+            return self.last_completed.take().map(|(_, m)| m);
+        }
+        if self.completed.is_empty() {
+            return None;
+        }
         self.completed.remove(&req)
     }
 
