@@ -57,8 +57,9 @@ vm -t 600 -f "$conformance" -f "$ballast_bin" -f ci/verbs_guest_fanout.sh "B=/rx
 
 # 4. Ping-pong: Ballast over verbs, the raw-verbs ping-pong (perftest's setup, then Ballast's
 # verbs settings without its engine), then ib_send_lat, same boot, all rxe0 <-> rxe1, 8 B;
-# then two more Ballast / ib_send_lat pairs, interleaved: the ratio is of the medians of the
-# three (single runs move by several us between runs of one boot under TCG).
+# then four more Ballast / ib_send_lat pairs, interleaved. Under TCG on this shared host
+# about one run in three is disturbed (both programs then show ~100 us for a while), so the
+# ratio is given for the medians of the five runs and for their minima (best runs).
 echo "ci/verbs.sh: ping-pong, Ballast verbs vs raw verbs vs ib_send_lat"
 pp_log=$(mktemp)
 lat() { echo "ib_send_lat -d \$RXE_VM_DEV -x \$RXE_VM_GID -s 8 -n 2000 -p $1 >/tmp/srv$1.log 2>&1 & sleep 1; \
@@ -66,7 +67,9 @@ lat() { echo "ib_send_lat -d \$RXE_VM_DEV -x \$RXE_VM_GID -s 8 -n 2000 -p $1 >/t
 vm -t 600 -f "$pingpong" -f "$raw_pingpong" "set -e; /rxe-vm/verbs_pingpong --quick --sizes 8,1024,65536 --breakdown; \
     /rxe-vm/verbs_raw_pingpong --variants perftest,ballast; $(lat 18515); \
     /rxe-vm/verbs_pingpong --quick --sizes 8; $(lat 18516); \
-    /rxe-vm/verbs_pingpong --quick --sizes 8; $(lat 18517)" | tee "$pp_log"
+    /rxe-vm/verbs_pingpong --quick --sizes 8; $(lat 18517); \
+    /rxe-vm/verbs_pingpong --quick --sizes 8; $(lat 18518); \
+    /rxe-vm/verbs_pingpong --quick --sizes 8; $(lat 18519)" | tee "$pp_log"
 ballast_all=$(sed -n 's/^ballast_verbs_8B_half_rtt_us=//p' "$pp_log" | tr '\n' ' ')
 # ib_send_lat's result rows: bytes iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
 perftest_all=$(awk '$1 == 8 && NF >= 8 && $2 ~ /^[0-9]+$/ {print $5}' "$pp_log" | tr '\n' ' ')
@@ -78,8 +81,9 @@ import statistics as st
 b = [float(x) for x in '$ballast_all'.split()]
 p = [float(x) for x in '$perftest_all'.split()]
 r = st.median(b) / st.median(p)
+m = min(b) / min(p)
 print(f'ci/verbs.sh: 8 B latency runs: Ballast {b} us, ib_send_lat t_typical {p} us, raw verbs ${raw_us:-?} us')
-print(f'ci/verbs.sh: 8 B latency: Ballast {st.median(b):.2f} us, ib_send_lat t_typical {st.median(p):.2f} us (medians of {len(b)} and {len(p)} runs), ratio {r:.2f} (target <= 1.5: {\"met\" if r <= 1.5 else \"NOT met\"})')"
+print(f'ci/verbs.sh: 8 B latency: Ballast {st.median(b):.2f} us, ib_send_lat t_typical {st.median(p):.2f} us (medians of {len(b)} and {len(p)} runs), ratio {r:.2f}; best runs {min(b):.2f} / {min(p):.2f} us, ratio {m:.2f} (target <= 1.5: {\"met\" if r <= 1.5 else \"NOT met\"} on the medians)')"
 else
     echo "ci/verbs.sh: could not read both 8 B latencies (ballast='$ballast_all' ib_send_lat='$perftest_all')" >&2
     exit 1
