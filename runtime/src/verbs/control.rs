@@ -397,6 +397,14 @@ mod tests {
         assert_eq!(Frame::decode(&x.encode()).unwrap(), x);
     }
 
+    /// The meshes of ranks 0 and 1 on loopback.
+    fn mesh_pair() -> (Mesh, Mesh) {
+        let host = std::net::IpAddr::from([127, 0, 0, 1]);
+        let (l0, l1) = (ControlListener::bind(host).unwrap(), ControlListener::bind(host).unwrap());
+        let addrs = vec![l0.addr(), l1.addr()];
+        (Mesh::new(0, l0, addrs.clone(), Duration::from_secs(5)), Mesh::new(1, l1, addrs, Duration::from_secs(5)))
+    }
+
     /// Which of `n` calls of `due` say "read now" (1-based call numbers).
     fn due_calls(m: &mut Mesh, n: u64) -> Vec<u64> {
         let first = m.calls + 1;
@@ -405,11 +413,7 @@ mod tests {
 
     #[test]
     fn mesh_is_read_often_only_while_control_traffic_flows() {
-        let host = std::net::IpAddr::from([127, 0, 0, 1]);
-        let (l0, l1) = (ControlListener::bind(host).unwrap(), ControlListener::bind(host).unwrap());
-        let addrs = vec![l0.addr(), l1.addr()];
-        let mut m0 = Mesh::new(0, l0, addrs.clone(), Duration::from_secs(5));
-        let mut m1 = Mesh::new(1, l1, addrs, Duration::from_secs(5));
+        let (mut m0, mut m1) = mesh_pair();
         // Busy at start (connections are being set up): every 64 calls. (The cycle-counter
         // bound, ~2-8 ms, can add a read when the machine stalls: at most a few here.)
         let busy = due_calls(&mut m1, BUSY_FOR);
@@ -437,11 +441,7 @@ mod tests {
 
     #[test]
     fn mesh_delivers_and_reports_a_dead_peer() {
-        let host = std::net::IpAddr::from([127, 0, 0, 1]);
-        let (l0, l1) = (ControlListener::bind(host).unwrap(), ControlListener::bind(host).unwrap());
-        let addrs = vec![l0.addr(), l1.addr()];
-        let mut m0 = Mesh::new(0, l0, addrs.clone(), Duration::from_secs(5));
-        let mut m1 = Mesh::new(1, l1, addrs, Duration::from_secs(5));
+        let (mut m0, mut m1) = mesh_pair();
         let f = Frame { kind: Kind::Ready, code: 0, src: 0, value: 42, qp: QpInfo::default() };
         m0.send(1, &f).unwrap();
         let mut got = Vec::new();
