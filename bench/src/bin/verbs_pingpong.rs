@@ -11,33 +11,88 @@
 //!   `BALLAST_ROOT=node1:7000 srun -N2 -n2 verbs_pingpong`.
 //! - Without an RDMA device it prints why and exits 0.
 //!
-//! Options: `--quick` (fewer iterations), `--breakdown` (time per iteration in isend, recv
-//! and send tests, each rank, and per round trip the fabric's counters: posts, control
-//! frames, polls, control reads, CQ polls, completions; with `BALLAST_VERBS_TRACE=1` also the
-//! time from the CQ poll that returned a receive to the next post, and the engine's handling
-//! of one arrival, timed with clock reads; with `BALLAST_VERBS_TRACE=tsc` instead the same
-//! path split in 9 steps by cycle-counter stamps, which cost next to nothing), `--rounds R`
-//! (default 5), `--sizes a,b,..` (bytes).
-//! Diagnostics: `--one-way` (each 8 B message carries the sender's cycle counter: each rank
-//! prints the median time from the sender's `isend` to its own `recv` returning; with
-//! `BALLAST_VERBS_TRACE=tsc` also split into the sender's path to `ibv_post_send`, from
-//! there to the CQ poll that returned the receive, and from that poll to `recv` returning,
-//! plus how long the CQ had gone unpolled when the receive was seen and when the replying
-//! rank entered `recv`), `--quiet-us N` (each rank spins N us after a receive before it
-//! sends), `--raw-inside` (then run the raw-verbs ping-pong of `verbs_raw_pingpong`, with
-//! its own QPs, inside this process). The two processes share one cycle counter (the TSC of
-//! one machine), which is what makes the one-way figures meaningful.
+//! Options (`verbs_pingpong --help` describes each): `--quick`, `--breakdown`,
+//! `--rounds R`, `--sizes a,b,..`, `--devices A,B`; diagnostics: `--one-way`,
+//! `--quiet-us N`, `--raw-inside`. The two processes share one cycle counter (the TSC of
+//! one machine), which is what makes the `--one-way` figures meaningful.
 //! Rank 0 prints one line per size (typical = median half round trip, as perftest's
 //! `t_typical`; mean = total time / 2n) and `ballast_verbs_8B_half_rtt_us=<typical>`. Each
 //! round trip is timed with the cycle counter ([`verbs::cycles`], the TSC on x86-64), as
 //! `ib_send_lat` does: in the soft-RoCE guest a clock read is a system call and an HPET read
 //! (1.3-5 us), which the round trip it timed used to include.
 
+use std::ffi::OsString;
 use std::process::Command;
 use std::time::Instant;
 
 use ballast_runtime::bootstrap;
 use ballast_runtime::{verbs, Communicator, RuntimeConfig, Source, TagMatch};
+use clap::Parser;
+
+/// Ping-pong between two Ballast ranks over the verbs transport: the median half round-trip
+/// time per message size.
+#[derive(Parser, Debug)]
+#[command(
+    name = "verbs_pingpong",
+    bin_name = "verbs_pingpong",
+    after_help = "With no launcher variables it starts two copies of itself on this machine, rank 0 on the \
+                  first device of --devices (default $RXE_VM_DEV,$RXE_VM_DEV2, else the automatic choice: \
+                  BALLAST_IB_DEVICE, BALLAST_IB_PORT, BALLAST_GID_INDEX apply). Under a launcher \
+                  (BALLAST_ROOT plus BALLAST_RANK/SIZE, OMPI_COMM_WORLD_*, PMI_* or SLURM_*) each process \
+                  is one rank. Without an RDMA device it prints why and exits 0."
+)]
+struct Args {
+    /// Fewer iterations
+    #[arg(long)]
+    quick: bool,
+    /// Time per iteration in isend, recv and send tests, and the fabric's counters per round trip
+    ///
+    /// Each rank prints the median time per iteration in isend, recv and send tests, and per
+    /// round trip the fabric's counters: posts, control frames, polls, control reads, CQ
+    /// polls, completions. With BALLAST_VERBS_TRACE=1 also the time from the CQ poll that
+    /// returned a receive to the next post, and the engine's handling of one arrival, timed
+    /// with clock reads; with BALLAST_VERBS_TRACE=tsc instead the same path split in 9 steps
+    /// by cycle-counter stamps, which cost next to nothing.
+    #[arg(long)]
+    breakdown: bool,
+    /// Rounds per size (the printed figures are medians over rounds)
+    #[arg(long, value_name = "R", default_value_t = 5, value_parser = at_least_one)]
+    rounds: usize,
+    /// Message sizes in bytes
+    #[arg(long, value_name = "a,b,..", value_delimiter = ',', default_value = "8,64,1024,8192,65536")]
+    sizes: Vec<usize>,
+    /// RDMA devices of rank 0 and rank 1 [default: $RXE_VM_DEV,$RXE_VM_DEV2, else the automatic choice]
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    devices: Vec<String>,
+    /// Diagnostic: each rank prints the median one-way time of 8 B messages, sender's isend to its own recv returning
+    ///
+    /// Each 8 B message carries the sender's cycle counter: each rank prints the median time
+    /// from the sender's `isend` to its own `recv` returning. With BALLAST_VERBS_TRACE=tsc also
+    /// split into the sender's path to `ibv_post_send`, from there to the CQ poll that
+    /// returned the receive, and from that poll to `recv` returning, plus how long the CQ had
+    /// gone unpolled when the receive was seen and when the replying rank entered `recv`.
+    #[arg(long)]
+    one_way: bool,
+    /// Diagnostic: each rank spins N us after a receive before it sends
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    quiet_us: u64,
+    /// Diagnostic: then run the raw-verbs ping-pong of verbs_raw_pingpong, with its own QPs, inside this process
+    #[arg(long)]
+    raw_inside: bool,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+    /// A filter `cargo bench` may pass along with `--bench`; ignored (refused without `--bench`).
+    #[arg(hide = true)]
+    bench_filter: Vec<String>,
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        r => r.map_err(|e| e.to_string()),
+    }
+}
 
 /// `--one-way`: each 8 B message carries the sender's cycle counter read just before its
 /// `isend`; the receiver keeps `now - stamp` when its `recv` returns (one counter for both
@@ -86,7 +141,7 @@ fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mu
     // costs microseconds in the soft-RoCE guest); the mean uses the clock.
     let per_us = verbs::cycles::per_us();
     let mut pending = std::collections::VecDeque::new();
-    let one_way = size >= 8 && ONE_WAY.load(std::sync::atomic::Ordering::Relaxed);
+    let one_way = size == 8 && ONE_WAY.load(std::sync::atomic::Ordering::Relaxed);
     let mut stamped = buf[..size].to_vec();
     let mut samples = Vec::new();
     let t = Instant::now();
@@ -198,11 +253,10 @@ fn isend_retry(comm: &mut Communicator, peer: usize, data: &[u8]) -> ballast_run
     }
 }
 
-fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
-    let quick = args.iter().any(|a| a == "--quick");
-    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let rounds: usize = flag("--rounds").map_or(5, |v| v.parse().expect("--rounds N"));
-    let sizes: Vec<usize> = flag("--sizes").map_or(vec![8, 64, 1024, 8192, 65536], |v| v.split(',').map(|s| s.parse().expect("--sizes a,b")).collect());
+fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
+    let quick = args.quick;
+    let rounds = args.rounds;
+    let sizes = &args.sizes;
     let cfg = RuntimeConfig::from_env()?;
     let (_, mut boot) = bootstrap::auto(&cfg)?;
     let mut comm = verbs::communicator(boot.as_mut(), &cfg)?;
@@ -212,8 +266,8 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
     let buf = vec![7u8; sizes.iter().copied().max().unwrap_or(8)];
     // Warm-up: connects the QPs.
     half_rtt(&mut comm, 8, 20, &buf)?;
-    ONE_WAY.store(args.iter().any(|a| a == "--one-way"), std::sync::atomic::Ordering::Relaxed);
-    QUIET_US.store(flag("--quiet-us").map_or(0, |v| v.parse().expect("--quiet-us N")), std::sync::atomic::Ordering::Relaxed);
+    ONE_WAY.store(args.one_way, std::sync::atomic::Ordering::Relaxed);
+    QUIET_US.store(args.quiet_us, std::sync::atomic::Ordering::Relaxed);
     if comm.rank() == 0 {
         println!(
             "verbs ping-pong: recv_sharing {}, buffer_size {} B, {rounds} rounds; typical = median round trip / 2 (as ib_send_lat's t_typical), mean = total time / 2n; medians over rounds",
@@ -229,7 +283,7 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
         println!("clock read (Instant::now): {:.2} us each; round trips are timed with the cycle counter ({:.0} ticks/us), as ib_send_lat does", t.elapsed().as_secs_f64() * 1e3, verbs::cycles::per_us());
         println!("{:>10} {:>10} {:>12} {:>12} {:>12}", "bytes", "iters", "typical us", "mean us", "MB/s");
     }
-    for &size in &sizes {
+    for &size in sizes {
         let n = iters(size, quick);
         let mut means = Vec::new();
         let mut typs = Vec::new();
@@ -254,7 +308,7 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
         if !v.is_empty() {
             v.sort_unstable();
             let us = verbs::cycles::per_us();
-            println!("rank {} one-way isend -> recv returned (8 B and up), median {:.2} us, p10 {:.2} us over {}", comm.rank(), v[v.len() / 2] as f64 / us, v[v.len() / 10] as f64 / us, v.len());
+            println!("rank {} one-way isend -> recv returned 8 B, median {:.2} us, p10 {:.2} us over {}", comm.rank(), v[v.len() / 2] as f64 / us, v[v.len() / 10] as f64 / us, v.len());
         }
         let mut g = verbs::counters::take_since_empty();
         if !g.is_empty() {
@@ -279,7 +333,7 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
             println!("rank {} responder entered recv at sender stamp + (p10/p50/p90) {:.2} / {:.2} / {:.2} us (negative: before the ping was sent)", comm.rank(), at(10), at(50), at(90));
         }
     }
-    if args.iter().any(|a| a == "--raw-inside") {
+    if args.raw_inside {
         // The raw-verbs ping-pong (its own QPs), run inside this process after Ballast's.
         let mut stream = if comm.rank() == 0 {
             let l = std::net::TcpListener::bind("127.0.0.1:7777").expect("bind 7777");
@@ -298,7 +352,7 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
         }
         comm.barrier()?;
     }
-    if args.iter().any(|a| a == "--breakdown") {
+    if args.breakdown {
         let t = Instant::now();
         for _ in 0..10_000 {
             comm.progress()?;
@@ -358,7 +412,13 @@ fn rank_main(args: &[String]) -> ballast_runtime::Result<()> {
 }
 
 pub fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Parsed first, so that `--help` and bad switches are answered before anything else.
+    let args = Args::parse();
+    if let (false, Some(a)) = (args.bench, args.bench_filter.first()) {
+        <Args as clap::CommandFactory>::command().error(clap::error::ErrorKind::UnknownArgument, format!("unexpected argument '{a}' found")).exit();
+    }
+    // Forwarded as given to the two ranks this process starts (which parse them again).
+    let forward: Vec<OsString> = std::env::args_os().skip(1).collect();
     let cfg = RuntimeConfig::from_env().unwrap_or_else(|e| {
         eprintln!("verbs_pingpong: {e}");
         std::process::exit(2)
@@ -381,16 +441,16 @@ pub fn main() {
             return;
         }
     }
-    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let devices: Vec<String> = match flag("--devices") {
-        Some(d) => d.split(',').map(String::from).collect(),
-        None => ["RXE_VM_DEV", "RXE_VM_DEV2"].iter().filter_map(|v| std::env::var(v).ok()).collect(),
+    let devices: Vec<String> = if args.devices.is_empty() {
+        ["RXE_VM_DEV", "RXE_VM_DEV2"].iter().filter_map(|v| std::env::var(v).ok()).collect()
+    } else {
+        args.devices.clone()
     };
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let children: Vec<_> = (0..2)
         .map(|r| {
             let mut c = Command::new(std::env::current_exe().expect("own path"));
-            c.args(&args).env("BALLAST_ROOT", format!("127.0.0.1:{port}")).env("BALLAST_RANK", r.to_string()).env("BALLAST_SIZE", "2");
+            c.args(&forward).env("BALLAST_ROOT", format!("127.0.0.1:{port}")).env("BALLAST_RANK", r.to_string()).env("BALLAST_SIZE", "2");
             if !devices.is_empty() {
                 c.env("BALLAST_IB_DEVICE", &devices[r % devices.len()]);
             }
@@ -405,4 +465,24 @@ pub fn main() {
         ok &= c.wait().map(|s| s.success()).unwrap_or(false);
     }
     std::process::exit(i32::from(!ok));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli() {
+        // The imports are in here: the `cargo bench` target compiles this module with
+        // `cfg(test)` but without the test harness, which drops `#[test]` functions.
+        use super::*;
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+        let a = Args::try_parse_from(["verbs_pingpong"]).expect("no switches");
+        assert_eq!((a.rounds, a.sizes.as_slice(), a.quiet_us), (5, &[8, 64, 1024, 8192, 65536][..], 0));
+        let a = Args::try_parse_from(["verbs_pingpong", "--sizes", "8,1024", "--devices", "a,b", "--one-way", "--bench"]).expect("switches");
+        assert_eq!((a.sizes.as_slice(), a.devices.as_slice(), a.one_way), (&[8, 1024][..], &["a".to_string(), "b".to_string()][..], true));
+        // `cargo bench` appends `--bench`, after a filter if one is given.
+        assert!(Args::try_parse_from(["verbs_pingpong", "filter", "--bench"]).is_ok());
+        assert!(Args::try_parse_from(["verbs_pingpong", "--one_way"]).is_err());
+        assert!(Args::try_parse_from(["verbs_pingpong", "--rounds", "0"]).is_err());
+    }
 }

@@ -8,26 +8,17 @@
 //! `verbs_raw_pingpong [--variants a,b,..] [switches]` starts the responder on
 //! `$RXE_VM_DEV` (or `--devices A,B`) and, per variant, an initiator child on `$RXE_VM_DEV2`,
 //! which prints one line: the median (as perftest's `t_typical`) and mean half round trip.
-//! Switches (applied on top of every variant): `--iters N` (2000), `--size B` (8), `--srq`,
-//! `--sge2` (32 B header + payload), `--imm`, `--signal-every N`, `--one-cq`, `--cq N`,
-//! `--sq N`, `--rx N` (receives posted), `--no-inline`, `--batch N` (completions per poll),
-//! `--pool BYTES` (registered region), `--slot BYTES` (receive buffer), `--yield`,
-//! `--clock-idle` (the runtime's idle loop: a clock read and a yield per empty poll after 64),
-//! `--mesh-every N` (every N polls, what the control channel does: see `--mesh-what`),
-//! `--mesh-what 1|2|4` (1 a non-blocking `accept`, 2 a `read` of an idle TCP stream, 4 a
-//! poll(2) of the listener and `accept` only if readable; bits combine, default 3),
-//! `--time-post` (also print the median `ibv_post_send` duration), `--timeout T`,
-//! `--wait-send` (the initiator waits for its send completion first), `--one-way` (each
-//! side stamps the cycle counter into the payload before `ibv_post_send` and prints the
-//! median time to the poll that saw it on the other side), `--quiet-us N` (spin N us
-//! before each send), `--idle-lines N` (read N cache lines after each empty poll: a heavier
-//! idle loop), `--pre-lines N` (read N cache lines before each send).
+//! Switches (`verbs_raw_pingpong --help` lists them with their defaults) apply on top of
+//! every variant: each moves one setting (`--srq`, `--cq N`, ...) or adds a diagnostic
+//! (`--one-way`, `--time-post`, ...).
 //! Variants: `perftest` (the defaults; it also prints `raw_verbs_8B_half_rtt_us=`), `ballast`
 //! (every verbs setting of Ballast's fabric: SRQ of 64, two SGEs, immediate data, one CQ of
-//! 1024, SQ 64, polls of 32, a 526 KB pool of 8224 B slots, yields when idle, timeout 16), and
+//! 1024, SQ 64, polls of 32, a 526 KB pool of 8224 B slots, timeout 16, and the runtime's idle
+//! loop `backoff`; also inside a combination, `ballast+mesh`), and
 //! each single setting alone: `srq`, `sge2`, `imm`, `one-cq`, `cq1024`, `sq64`, `rx64`,
 //! `batch32`, `pool`, `yield`, `timeout16`; also `backoff` (= `--clock-idle`), `mesh`
-//! (`--mesh-every 64`), `wait-send`, `unsignalled` (every 64th send signalled); `a+b` combines.
+//! (`--mesh-every 64`), `wait-send`, `unsignalled` (every 64th send signalled); `a+b` combines;
+//! an unknown name is an error.
 //! Findings: docs/BENCHMARKS.md, verbs section, "Third pass".
 
 use std::net::{TcpListener, TcpStream};
@@ -35,12 +26,132 @@ use std::process::Command;
 
 use ballast_runtime::config::VerbsConfig;
 use ballast_runtime::verbs::raw_pingpong::{run, RawOptions};
+use clap::Parser;
 
-fn variant(name: &str) -> RawOptions {
+/// Raw-verbs ping-pong: one RC queue pair per side, no Ballast engine or fabric, set up like
+/// perftest's ib_send_lat by default; switches move one setting at a time toward what
+/// Ballast's fabric does.
+#[derive(Parser, Debug)]
+#[command(
+    name = "verbs_raw_pingpong",
+    bin_name = "verbs_raw_pingpong",
+    after_help = "Variants: perftest (the defaults; it also prints raw_verbs_8B_half_rtt_us=), ballast (every \
+                  verbs setting of Ballast's fabric: SRQ of 64, two SGEs, immediate data, one CQ of 1024, SQ 64, \
+                  polls of 32, a 526 KB pool of 8224 B slots, timeout 16, and the runtime's idle loop backoff), and each single \
+                  setting alone: srq, sge2, imm, one-cq, cq1024, sq64, rx64, batch32, pool, yield, timeout16; \
+                  also backoff (= --clock-idle), mesh (--mesh-every 64), wait-send, unsignalled (every 64th \
+                  send signalled); a+b combines. Switches apply on top of every variant: flags add to its \
+                  settings, values replace them."
+)]
+struct Args {
+    /// Variants to run, one initiator child each (see below)
+    #[arg(long, value_name = "a,b,..", value_delimiter = ',', default_value = "perftest")]
+    variants: Vec<String>,
+    /// RDMA devices of the responder and the initiator [default: $RXE_VM_DEV,$RXE_VM_DEV2]
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    devices: Vec<String>,
+    /// Internal: run as the initiator child, connecting to the responder on this port.
+    #[arg(long, value_name = "PORT", hide = true, overrides_with = "connect")]
+    connect: Option<u16>,
+    /// Internal: the initiator child's variant.
+    #[arg(long, value_name = "NAME", hide = true, overrides_with = "variant")]
+    variant: Option<String>,
+    #[command(flatten)]
+    switches: Switches,
+}
+
+/// The switches applied on top of every variant's settings ([`apply`]).
+#[derive(clap::Args, Debug)]
+struct Switches {
+    /// Round trips [default: 2000]
+    #[arg(long, value_name = "N")]
+    iters: Option<usize>,
+    /// Payload bytes per message [default: 8]
+    #[arg(long, value_name = "B")]
+    size: Option<usize>,
+    /// Receives go to a shared receive queue
+    #[arg(long)]
+    srq: bool,
+    /// The send gathers a 32 B header and the payload (two SGEs)
+    #[arg(long)]
+    sge2: bool,
+    /// SEND_WITH_IMM instead of SEND
+    #[arg(long)]
+    imm: bool,
+    /// Every N-th send is signalled [default: 1]
+    #[arg(long, value_name = "N")]
+    signal_every: Option<u32>,
+    /// One CQ for sends and receives
+    #[arg(long)]
+    one_cq: bool,
+    /// Entries per CQ [default: 128]
+    #[arg(long, value_name = "N")]
+    cq: Option<u32>,
+    /// Send queue depth [default: 128]
+    #[arg(long, value_name = "N")]
+    sq: Option<u32>,
+    /// Receives posted [default: 1]
+    #[arg(long, value_name = "N")]
+    rx: Option<u32>,
+    /// No inline sends
+    #[arg(long)]
+    no_inline: bool,
+    /// Completions per poll [default: 1]
+    #[arg(long, value_name = "N")]
+    batch: Option<usize>,
+    /// Bytes of the registered region [default: what is needed]
+    #[arg(long, value_name = "BYTES")]
+    pool: Option<usize>,
+    /// Receive buffer bytes [default: 4096]
+    #[arg(long, value_name = "BYTES")]
+    slot: Option<usize>,
+    /// sched_yield after an empty poll
+    #[arg(long = "yield")]
+    yield_idle: bool,
+    /// The runtime's idle loop: a clock read and a yield per empty poll after 64
+    #[arg(long)]
+    clock_idle: bool,
+    /// Every N polls, what the control channel does (see --mesh-what) [default: 0, never]
+    #[arg(long, value_name = "N")]
+    mesh_every: Option<u64>,
+    /// What --mesh-every does, bits: 1 a non-blocking accept, 2 a read of an idle TCP stream, 4 a poll(2) of the listener and accept only if readable [default: 3]
+    #[arg(long, value_name = "N")]
+    mesh_what: Option<u8>,
+    /// Also print the median ibv_post_send duration
+    #[arg(long)]
+    time_post: bool,
+    /// RC ACK timeout exponent [default: 14]
+    #[arg(long, value_name = "T")]
+    timeout: Option<u8>,
+    /// The initiator waits for its send completion first
+    #[arg(long)]
+    wait_send: bool,
+    /// Each side stamps the cycle counter into the payload before ibv_post_send and prints the median time to the poll that saw it on the other side
+    #[arg(long)]
+    one_way: bool,
+    /// Spin N us before each send
+    #[arg(long, value_name = "N")]
+    quiet_us: Option<u64>,
+    /// Read N cache lines after each empty poll (a heavier idle loop)
+    #[arg(long, value_name = "N")]
+    idle_lines: Option<usize>,
+    /// Read N cache lines before each send
+    #[arg(long, value_name = "N")]
+    pre_lines: Option<usize>,
+}
+
+/// The parts a variant name may combine with `+`.
+const PARTS: [&str; 17] = ["perftest", "ballast", "srq", "sge2", "imm", "one-cq", "cq1024", "sq64", "rx64", "batch32", "pool", "yield", "timeout16", "backoff", "mesh", "wait-send", "unsignalled"];
+
+/// The settings of variant `name` (parts joined by `+`); an unknown part is an error.
+fn variant(name: &str) -> Result<RawOptions, String> {
     let mut o = RawOptions::default();
-    let all = name == "ballast";
     for part in name.split('+') {
-        let p = if all { "*" } else { part };
+        if !PARTS.contains(&part) {
+            return Err(format!("unknown variant `{part}` in `{name}` (known: {})", PARTS.join(", ")));
+        }
+        // `ballast`: every verbs setting of Ballast's fabric, and its idle loop (`backoff`).
+        let p = if part == "ballast" { "*" } else { part };
         if p == "*" || p == "srq" {
             o.srq = true;
             o.rx_depth = 64;
@@ -70,16 +181,16 @@ fn variant(name: &str) -> RawOptions {
             o.pool_bytes = 64 * 8224 + 4096;
             o.recv_slot = 8224;
         }
-        if p == "*" || p == "yield" {
+        if p == "yield" {
             o.yield_idle = true;
         }
         if p == "*" || p == "timeout16" {
             o.timeout = 16;
         }
-        if p == "*" || p == "mesh" {
+        if p == "mesh" {
             o.mesh_every = 64;
         }
-        if p == "backoff" {
+        if p == "*" || p == "backoff" {
             o.clock_idle = true;
         }
         if p == "wait-send" {
@@ -89,68 +200,67 @@ fn variant(name: &str) -> RawOptions {
             o.signal_every = 64;
         }
     }
-    o
+    Ok(o)
 }
 
-fn apply(o: &mut RawOptions, args: &[String]) {
-    let val = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(|v| v.parse::<usize>().expect("a number"));
-    let has = |name: &str| args.iter().any(|a| a == name);
-    if let Some(v) = val("--iters") {
+/// The switches on top of a variant's settings: flags add to them, values replace them.
+fn apply(o: &mut RawOptions, a: &Switches) {
+    if let Some(v) = a.iters {
         o.iters = v;
     }
-    if let Some(v) = val("--size") {
+    if let Some(v) = a.size {
         o.size = v;
     }
-    o.srq |= has("--srq");
-    o.two_sges |= has("--sge2");
-    o.imm |= has("--imm");
-    o.one_cq |= has("--one-cq");
-    o.yield_idle |= has("--yield");
-    o.wait_send |= has("--wait-send");
-    o.clock_idle |= has("--clock-idle");
-    o.time_post |= has("--time-post");
-    o.one_way |= has("--one-way");
-    if let Some(q) = args.iter().position(|a| a == "--pre-lines").and_then(|i| args.get(i + 1)) {
-        o.pre_lines = q.parse().expect("--pre-lines N");
+    o.srq |= a.srq;
+    o.two_sges |= a.sge2;
+    o.imm |= a.imm;
+    o.one_cq |= a.one_cq;
+    o.yield_idle |= a.yield_idle;
+    o.wait_send |= a.wait_send;
+    o.clock_idle |= a.clock_idle;
+    o.time_post |= a.time_post;
+    o.one_way |= a.one_way;
+    if let Some(v) = a.pre_lines {
+        o.pre_lines = v;
     }
-    if let Some(q) = args.iter().position(|a| a == "--idle-lines").and_then(|i| args.get(i + 1)) {
-        o.idle_lines = q.parse().expect("--idle-lines N");
+    if let Some(v) = a.idle_lines {
+        o.idle_lines = v;
     }
-    if let Some(q) = args.iter().position(|a| a == "--quiet-us").and_then(|i| args.get(i + 1)) {
-        o.quiet_us = q.parse().expect("--quiet-us N");
+    if let Some(v) = a.quiet_us {
+        o.quiet_us = v;
     }
-    if has("--no-inline") {
+    if a.no_inline {
         o.inline = false;
     }
-    if let Some(v) = val("--signal-every") {
-        o.signal_every = v as u32;
+    if let Some(v) = a.signal_every {
+        o.signal_every = v;
     }
-    if let Some(v) = val("--cq") {
-        o.cq_entries = v as u32;
+    if let Some(v) = a.cq {
+        o.cq_entries = v;
     }
-    if let Some(v) = val("--sq") {
-        o.sq_depth = v as u32;
+    if let Some(v) = a.sq {
+        o.sq_depth = v;
     }
-    if let Some(v) = val("--rx") {
-        o.rx_depth = v as u32;
+    if let Some(v) = a.rx {
+        o.rx_depth = v;
     }
-    if let Some(v) = val("--batch") {
+    if let Some(v) = a.batch {
         o.poll_batch = v;
     }
-    if let Some(v) = val("--pool") {
+    if let Some(v) = a.pool {
         o.pool_bytes = v;
     }
-    if let Some(v) = val("--slot") {
+    if let Some(v) = a.slot {
         o.recv_slot = v;
     }
-    if let Some(v) = val("--mesh-every") {
-        o.mesh_every = v as u64;
+    if let Some(v) = a.mesh_every {
+        o.mesh_every = v;
     }
-    if let Some(v) = val("--mesh-what") {
-        o.mesh_what = v as u8;
+    if let Some(v) = a.mesh_what {
+        o.mesh_what = v;
     }
-    if let Some(v) = val("--timeout") {
-        o.timeout = v as u8;
+    if let Some(v) = a.timeout {
+        o.timeout = v;
     }
 }
 
@@ -166,18 +276,27 @@ fn sel(dev: Option<&String>) -> VerbsConfig {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let devices: Vec<String> = match flag("--devices") {
-        Some(d) => d.split(',').map(String::from).collect(),
-        None => ["RXE_VM_DEV", "RXE_VM_DEV2"].iter().filter_map(|v| std::env::var(v).ok()).collect(),
+    let args = Args::parse();
+    if let Some(e) = args.variants.iter().find_map(|v| variant(v).err()) {
+        eprintln!("verbs_raw_pingpong: {e}");
+        std::process::exit(2);
+    }
+    // Forwarded as given to each initiator child (which parses them again).
+    let forward: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let devices: Vec<String> = if args.devices.is_empty() {
+        ["RXE_VM_DEV", "RXE_VM_DEV2"].iter().filter_map(|v| std::env::var(v).ok()).collect()
+    } else {
+        args.devices.clone()
     };
-    if let Some(port) = flag("--connect") {
+    if let Some(port) = args.connect {
         // The initiator (child).
-        let name = flag("--variant").unwrap_or_else(|| "perftest".into());
-        let mut o = variant(&name);
-        apply(&mut o, &args);
-        let mut s = TcpStream::connect(("127.0.0.1", port.parse::<u16>().expect("port"))).expect("connect to the responder");
+        let name = args.variant.clone().unwrap_or_else(|| "perftest".into());
+        let mut o = variant(&name).unwrap_or_else(|e| {
+            eprintln!("verbs_raw_pingpong: {e}");
+            std::process::exit(2)
+        });
+        apply(&mut o, &args.switches);
+        let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the responder");
         s.set_nodelay(true).ok();
         match run(&sel(devices.get(1)), &mut s, true, &o) {
             Ok(mut v) => {
@@ -212,15 +331,14 @@ fn main() {
             return;
         }
     }
-    let variants = flag("--variants").unwrap_or_else(|| "perftest".into());
     let mut ok = true;
-    for name in variants.split(',') {
-        let mut o = variant(name);
-        apply(&mut o, &args);
+    for name in &args.variants {
+        let mut o = variant(name).expect("checked above");
+        apply(&mut o, &args.switches);
         let l = TcpListener::bind("127.0.0.1:0").expect("listen");
         let port = l.local_addr().expect("addr").port();
         let mut child = Command::new(std::env::current_exe().expect("own path"))
-            .args(&args)
+            .args(&forward)
             .args(["--connect", &port.to_string(), "--variant", name])
             .spawn()
             .expect("spawn the initiator");
@@ -233,4 +351,33 @@ fn main() {
         ok &= child.wait().map(|s| s.success()).unwrap_or(false);
     }
     std::process::exit(i32::from(!ok));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli() {
+        // The imports are in here: the `cargo bench` target compiles this module with
+        // `cfg(test)` but without the test harness, which drops `#[test]` functions.
+        use super::*;
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+        let a = Args::try_parse_from(["verbs_raw_pingpong"]).expect("no switches");
+        assert_eq!(a.variants, ["perftest"]);
+        let mut o = variant("ballast").expect("ballast");
+        apply(&mut o, &a.switches);
+        assert_eq!((o.srq, o.rx_depth, o.cq_entries, o.timeout, o.inline, o.clock_idle, o.yield_idle, o.mesh_every), (true, 64, 1024, 16, true, true, false, 0));
+        let o = variant("ballast+mesh").expect("ballast+mesh");
+        assert_eq!((o.srq, o.mesh_every), (true, 64));
+        assert!(variant("srqq").is_err());
+        assert!(variant("srq+nope").is_err());
+        // What the parent passes its child: its own switches, then `--connect` and `--variant`.
+        let a = Args::try_parse_from(["verbs_raw_pingpong", "--variants", "srq,imm", "--iters", "10", "--imm", "--no-inline", "--timeout", "7", "--connect", "4000", "--variant", "srq"]).expect("child");
+        assert_eq!((a.connect, a.variant.as_deref()), (Some(4000), Some("srq")));
+        let mut o = variant(a.variant.as_deref().expect("variant")).expect("srq");
+        apply(&mut o, &a.switches);
+        assert_eq!((o.iters, o.srq, o.imm, o.inline, o.timeout, o.size), (10, true, true, false, 7, 8));
+        assert!(Args::try_parse_from(["verbs_raw_pingpong", "--srqq"]).is_err());
+        assert!(Args::try_parse_from(["verbs_raw_pingpong", "--cq", "x"]).is_err());
+    }
 }
