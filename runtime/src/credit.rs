@@ -85,18 +85,15 @@ impl CreditBank {
             return;
         }
         if !more && self.waiters.is_empty() && h.outstanding == 0 {
-            // The common case of a ping-pong: an idle sender gets its standing credit straight
-            // back (what `grant` then `distribute` would do, without the look-ups).
-            h.outstanding = 1;
-            h.revoked = false;
-            *self.grants.entry(peer).or_default() += 1;
+            // An idle sender gets its standing credit straight back: the consumed buffer is
+            // granted again (`free` unchanged), and with nobody waiting there is nothing to
+            // distribute.
+            give(h, &mut self.grants, peer, 1);
             return;
         }
         self.free += 1;
         if more {
             self.enqueue(peer);
-        } else if self.waiters.is_empty() && self.outstanding(peer) == 0 {
-            self.grant(peer);
         }
         self.distribute();
     }
@@ -143,16 +140,10 @@ impl CreditBank {
         }
     }
 
-    fn grant(&mut self, peer: usize) {
-        self.grant_n(peer, 1);
-    }
-
     fn grant_n(&mut self, peer: usize, n: u32) {
         self.free -= n;
         let h = self.holders.entry(peer).or_default();
-        h.outstanding += n;
-        h.revoked = false;
-        *self.grants.entry(peer).or_default() += n;
+        give(h, &mut self.grants, peer, n);
     }
 
     fn distribute(&mut self) {
@@ -216,6 +207,13 @@ impl CreditBank {
     pub fn is_consistent(&self) -> bool {
         !self.shared || self.free + self.holders.values().map(|h| h.outstanding).sum::<u32>() == self.depth
     }
+}
+
+/// `n` more credits for `peer` (holder `h`), to be sent.
+fn give(h: &mut CreditHolder, grants: &mut IntMap<usize, u32>, peer: usize, n: u32) {
+    h.outstanding += n;
+    h.revoked = false;
+    *grants.entry(peer).or_default() += n;
 }
 
 #[cfg(test)]

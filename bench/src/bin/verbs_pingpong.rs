@@ -104,8 +104,7 @@ static QUIET_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 fn quiet() {
     let q = QUIET_US.load(std::sync::atomic::Ordering::Relaxed);
     if q > 0 {
-        let until = verbs::cycles::now() + (q as f64 * verbs::cycles::per_us()) as u64;
-        while verbs::cycles::now() < until {}
+        verbs::cycles::spin_us(q);
     }
 }
 static ONE_WAY_SAMPLES: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
@@ -382,7 +381,7 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
         }
         let rows = verbs::counters::take_rows();
         if !rows.is_empty() {
-            let hz = verbs::counters::tsc_per_us();
+            let hz = verbs::cycles::per_us();
             // Stamp 0: the CQ poll returned a receive; step k runs from stamp k-1 to stamp k.
             let names = ["engine's arrival (matching)", "SRQ repost (deferred: a push)", "rest of the fabric poll", "engine settle", "rest of engine progress", "caller until isend", "isend until the fabric's post_send", "post_send until ibv_post_send", "ibv_post_send"];
             let parts: Vec<String> = (1..verbs::counters::STAMP_SLOTS)

@@ -15,7 +15,7 @@
 //!   rank as immediate data (SEND_WITH_IMM), or leave on the control channel when no packet
 //!   went there within [`GRANT_HOLD_POLLS`] polls (at once if that rank asked for credit).
 //!   The control channel is read on one poll in 64 while control traffic flows and one in
-//!   1024 otherwise (at least every ~1-4 ms: [`super::control::Mesh::due`]); nothing else
+//!   1024 otherwise (at least every ~2-8 ms: [`super::control::Mesh::due`]); nothing else
 //!   on the per-poll path makes a system call or reads the clock.
 //! - **Queue pairs** are created on the first message to or from a peer
 //!   (`Fabric::open_endpoint`), with their receives posted (per-peer) or their SRQ already

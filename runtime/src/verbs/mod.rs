@@ -77,7 +77,7 @@ pub mod counters {
     pub(crate) static TRACE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     pub(crate) static LAST_RECV: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
     pub(crate) static GAPS: std::sync::Mutex<Vec<f64>> = std::sync::Mutex::new(Vec::new());
-    /// True with `BALLAST_VERBS_TRACE=1`.
+    /// True with `BALLAST_VERBS_TRACE=1` or `=tsc`.
     pub(crate) fn tracing() -> bool {
         TRACE.load(Ordering::Relaxed) || STAMPING.load(Ordering::Relaxed)
     }
@@ -211,10 +211,6 @@ pub mod counters {
     pub fn take_rows() -> Vec<[u64; STAMP_SLOTS]> {
         std::mem::take(&mut *ROWS.lock().expect("trace"))
     }
-    /// Ticks of [`super::cycles::now`] per microsecond.
-    pub fn tsc_per_us() -> f64 {
-        super::cycles::per_us()
-    }
     /// Names of [`snapshot`]'s entries.
     pub const NAMES: [&str; 6] = ["posts", "control sends", "fabric polls", "control reads", "ibv_poll_cq calls", "completions"];
 }
@@ -236,6 +232,12 @@ pub mod cycles {
             static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
             START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
         }
+    }
+
+    /// Spins (no system call, no PAUSE) for `us` microseconds of the counter.
+    pub fn spin_us(us: u64) {
+        let until = now() + (us as f64 * per_us()) as u64;
+        while now() < until {}
     }
 
     /// Ticks of [`now`] per microsecond, measured once against the clock over 50 ms.

@@ -318,7 +318,8 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     // Receive completions seen (also while waiting for send completions on a shared CQ).
     let mut recvs_ready = 0usize;
     let mut next_recv_slot = 0usize;
-    let pre_junk = vec![1u64; 1 << 17];
+    // 1 MiB read by `pre_lines` and `idle_lines` (allocated only for them).
+    let junk = if o.pre_lines > 0 || o.idle_lines > 0 { vec![1u64; 1 << 17] } else { Vec::new() };
     let post_send = |sent: &mut u64, unacked: &mut usize| -> Result<()> {
         let len = o.size as u32;
         let mut sges = if o.two_sges {
@@ -327,16 +328,9 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
             [ibv_sge { addr: send_addr, length: len, lkey }, ibv_sge { addr: 0, length: 0, lkey }]
         };
         let total = if o.two_sges { HDR as u32 + len } else { len };
-        if o.pre_lines > 0 {
-            let mut acc = 0u64;
-            for i in 0..o.pre_lines {
-                acc = acc.wrapping_add(pre_junk[(i * 8 + (*sent as usize) * 8 * 97) % pre_junk.len()]);
-            }
-            std::hint::black_box(acc);
-        }
+        read_lines(&junk, o.pre_lines, *sent as usize * 97);
         if o.quiet_us > 0 {
-            let until = super::cycles::now() + (o.quiet_us as f64 * super::cycles::per_us()) as u64;
-            while super::cycles::now() < until {}
+            super::cycles::spin_us(o.quiet_us);
         }
         if o.one_way && o.size >= 8 {
             let at = send_addr + if o.two_sges { HDR as u64 } else { 0 };
@@ -380,7 +374,6 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     listener.set_nonblocking(true)?;
     side.set_nonblocking(true)?;
     let mut polls = 0u64;
-    let junk = vec![1u64; 1 << 17];
     let mut poll = |cq: *mut ibv_cq, recvs: &mut usize, unacked: &mut usize| -> Result<()> {
         polls += 1;
         if o.mesh_every > 0 && polls % o.mesh_every == 1 {
@@ -396,12 +389,8 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
             }
         }
         let (rv, sd) = poll_cq(cq, &mut wcs, o.yield_idle)?;
-        if rv + sd == 0 && o.idle_lines > 0 {
-            let mut acc = 0u64;
-            for i in 0..o.idle_lines {
-                acc = acc.wrapping_add(junk[(i * 8 + (polls as usize) * 8) % junk.len()]);
-            }
-            std::hint::black_box(acc);
+        if rv + sd == 0 {
+            read_lines(&junk, o.idle_lines, polls as usize);
         }
         if rv + sd > 0 {
             idle = 0;
@@ -472,6 +461,19 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     stream.write_all(&[2])?;
     stream.read_exact(&mut [0u8; 1])?;
     Ok(out)
+}
+
+/// Reads `lines` cache lines (8 words apart) of `junk`, starting at line `at` (wrapping):
+/// memory traffic for the `pre_lines`/`idle_lines` diagnostics.
+fn read_lines(junk: &[u64], lines: usize, at: usize) {
+    if lines == 0 || junk.is_empty() {
+        return;
+    }
+    let mut acc = 0u64;
+    for i in 0..lines {
+        acc = acc.wrapping_add(junk[((at + i) * 8) % junk.len()]);
+    }
+    std::hint::black_box(acc);
 }
 
 /// One `ibv_poll_cq` of up to `wcs.len()` entries: (receive completions, send completions).
