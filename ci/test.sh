@@ -27,6 +27,18 @@ if [ ! -d ../shared/data ]; then
     echo "ci/test.sh: WARNING: ../shared/data is missing: the tests on neurodamus fixtures and SONATA circuits will SKIP (and count as passed)" >&2
 fi
 
+# Disk: every feature set below is a separate build of the workspace crates. Incremental
+# artefacts (about 1.7 GiB here) only help rebuilds, so CI leaves them out; a developer
+# can set CARGO_INCREMENTAL=1. The whole run needs about 3 GiB under the target directory.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+target_dir=${CARGO_TARGET_DIR:-target}
+mkdir -p "$target_dir"
+free_kib=$(df -Pk "$target_dir" | awk 'NR==2 {print $4}')
+echo "ci/test.sh: $((free_kib / 1024)) MiB free for $target_dir (a full run needs about 3 GiB)"
+if [ "$free_kib" -lt $((3 * 1024 * 1024)) ]; then
+    echo "ci/test.sh: WARNING: less than 3 GiB free: the build may fail with 'No space left on device'" >&2
+fi
+
 cargo build --workspace --all-targets --locked --features ballast-balancer/sonata
 cargo test --workspace --locked --features ballast-balancer/sonata
 
@@ -92,3 +104,6 @@ demo_out=$(cd "$demo_dir" && "$ballast_bin" demo)
 echo "$demo_out" | tail -n 4
 grep -q "^check: identical spikes in the RoundRobin and Memory runs (.*): ok$" <<< "$demo_out"
 rm -rf "$demo_dir"
+
+echo "ci/test.sh: target directory after the run: $(du -sh "$target_dir" | cut -f1)"
+echo "ci/test.sh: all passed"
