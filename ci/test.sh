@@ -40,6 +40,13 @@ if [ "$free_kib" -lt $((3 * 1024 * 1024)) ]; then
 fi
 
 cargo build --workspace --all-targets --locked --features ballast-balancer/sonata
+# Lints: warnings are errors (the toolchain is pinned by the machine; clippy comes with it).
+if cargo clippy --version >/dev/null 2>&1; then
+    cargo clippy --workspace --all-targets --locked --features ballast-balancer/sonata -- -D warnings
+    echo "ci/test.sh: clippy: no warnings"
+else
+    echo "ci/test.sh: SKIP clippy: 'cargo clippy' is not installed (rustup component add clippy)"
+fi
 cargo test --workspace --locked --features ballast-balancer/sonata
 
 # The MPI transport (feature `mpi`): unit tests, then the MPI test programs under mpirun.

@@ -154,22 +154,29 @@ fn charged_loads(input: &Input, allocation: &Allocation, charge: Option<&Transpo
     Some(evaluate(network, &costs, &rank_of, allocation.ranks as usize, charge))
 }
 
+/// What one balancing pass gives the report.
+struct Balanced {
+    allocation: Allocation,
+    /// The transport-blind loads, when the transport charge chose between candidates.
+    blind: Option<RankLoads>,
+    /// The chosen allocation's loads (transport overhead included when charged).
+    loads: Option<RankLoads>,
+    /// The candidates tried by the transport-aware search: (name, largest rank KB).
+    tried: Vec<(String, f64)>,
+}
+
 /// Balances with or without the transport charge; returns the allocation and, with the
 /// charge, the transport-blind loads beside the chosen ones.
-fn run_balance(
-    input: &Input,
-    config: &BalancerConfig,
-    charge: Option<&TransportCharge>,
-) -> (Allocation, Option<RankLoads>, Option<RankLoads>, Vec<(String, f64)>) {
+fn run_balance(input: &Input, config: &BalancerConfig, charge: Option<&TransportCharge>) -> Balanced {
     match (charge, &input.network) {
         (Some(ch), Some(net)) => {
             let r = balance_transport_aware(&input.dry_run, net, config, ch);
-            (r.allocation, Some(r.blind.loads), Some(r.aware.loads), r.tried)
+            Balanced { allocation: r.allocation, blind: Some(r.blind.loads), loads: Some(r.aware.loads), tried: r.tried }
         }
         _ => {
             let allocation = balance(&input.dry_run, config);
             let loads = charged_loads(input, &allocation, charge);
-            (allocation, None, loads, Vec::new())
+            Balanced { allocation, blind: None, loads, tried: Vec::new() }
         }
     }
 }
@@ -194,10 +201,8 @@ fn check_combinations(args: &DryRunArgs) -> anyhow::Result<()> {
             bail!("{name} describes the synthetic input: it needs --synthetic CELLS");
         }
     }
-    if args.circuit.is_none() {
-        if args.cell_kb.is_some() || args.point_cell_kb.is_some() {
-            bail!("--cell-kb and --point-cell-kb give circuit cells their memory: they need --circuit");
-        }
+    if args.circuit.is_none() && (args.cell_kb.is_some() || args.point_cell_kb.is_some()) {
+        bail!("--cell-kb and --point-cell-kb give circuit cells their memory: they need --circuit");
     }
     Ok(())
 }
@@ -223,11 +228,11 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             if args.strategy == Strategy::Neurodamus {
                 bail!("--transport-model ballast balances with its own algorithm; drop --strategy neurodamus");
             }
-            Some(TransportCharge { config: runtime.transport().clone() })
+            Some(TransportCharge { config: *runtime.transport() })
         }
     };
     let start = Instant::now();
-    let (allocation, blind, loads, tried) = run_balance(&input, &config, charge.as_ref());
+    let Balanced { allocation, blind, loads, tried } = run_balance(&input, &config, charge.as_ref());
     let seconds = start.elapsed().as_secs_f64();
     let dry_run = &input.dry_run;
     allocation.validate(dry_run).context("internal error: the balancer lost or duplicated a cell")?;
@@ -385,7 +390,7 @@ fn fewest_nodes(input: &Input, config: &BalancerConfig, charge: Option<&Transpor
     let fits = |nodes: usize| -> anyhow::Result<bool> {
         let ranks = u32::try_from(nodes * rpn).context("too many ranks")?;
         let c = BalancerConfig { ranks, ..config.clone() };
-        let (allocation, _, loads, _) = run_balance(input, &c, charge);
+        let Balanced { allocation, loads, .. } = run_balance(input, &c, charge);
         let max_node = match loads {
             Some(l) => node_totals(&l, rpn).into_iter().fold(0.0, f64::max),
             None => {

@@ -113,7 +113,7 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     };
     let ranks = r.ranks;
     #[cfg(feature = "verbs")]
-    let memory_ok = verbs_processes.as_deref().map(|p| verbs_memory_ok(p));
+    let memory_ok = verbs_processes.as_deref().map(verbs_memory_ok);
     #[cfg(not(feature = "verbs"))]
     let memory_ok: Option<bool> = None;
     if args.json {
