@@ -268,10 +268,16 @@ impl TransportConfig {
         if self.buffer_count == 0 {
             return Err(bad("BALLAST_BUFFER_COUNT", "0".into(), "must be at least 1"));
         }
+        // Buffer ids are u32 (the verbs work-request ids and the wire carry them).
+        if self.buffer_count > u32::MAX as usize {
+            return Err(bad("BALLAST_BUFFER_COUNT", self.buffer_count.to_string(), "must be at most 2^32 - 1"));
+        }
         if self.buffer_size == 0 || self.buffer_size > (1 << 30) {
             return Err(bad("BALLAST_BUFFER_SIZE", self.buffer_size.to_string(), "must be 1 B ..= 1 GiB"));
         }
-        if self.pool_growth && self.max_pool_bytes < (self.buffer_count * self.buffer_size) as u64 {
+        // (both bounded above: the product fits in u64)
+        let pool_bytes = self.buffer_count as u64 * self.buffer_size as u64;
+        if self.pool_growth && self.max_pool_bytes < pool_bytes {
             return Err(bad(
                 "BALLAST_MAX_POOL_BYTES",
                 self.max_pool_bytes.to_string(),
@@ -641,10 +647,20 @@ impl RuntimeConfigBuilder {
     setter!(/// MPI native path on/off (one MPI message per Ballast message).
         mpi_native: bool => 12, mpi_native);
 
-    /// Validates and returns the configuration.
+    /// Validates and returns the configuration. Errors: [`Error::Setting`] naming the
+    /// setting when the bad value was set through the builder, [`Error::Config`] naming
+    /// the variable when it came from the environment.
     pub fn build(self) -> Result<RuntimeConfig> {
-        self.cfg.transport.validate()?;
-        Ok(self.cfg)
+        match self.cfg.transport.validate() {
+            Ok(()) => Ok(self.cfg),
+            Err(Error::Config { var, value, reason }) => match SETTINGS.iter().position(|(_, v)| *v == var) {
+                Some(i) if self.cfg.origins[i] == ValueOrigin::Builder => {
+                    Err(Error::Setting { name: SETTINGS[i].0, var, value, reason })
+                }
+                _ => Err(Error::Config { var, value, reason }),
+            },
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -698,6 +714,21 @@ mod tests {
         assert_eq!(cfg.settings()[9].origin, ValueOrigin::Builder);
         assert!(RuntimeConfig::builder().ranks_per_node(0).build().is_err());
         assert!(RuntimeConfig::builder().pool_growth(true).max_pool_bytes(10).build().is_err());
+    }
+
+    #[test]
+    fn errors_name_the_setting_where_it_was_given() {
+        // Given through the builder (code or a command-line option): the setting's name.
+        let err = RuntimeConfig::builder().buffer_count(0).build().unwrap_err();
+        assert_eq!(err.to_string(), "bad value `0` for buffer_count (given in code or as a command-line option; variable BALLAST_BUFFER_COUNT): must be at least 1");
+        // From the environment: the variable.
+        let err = RuntimeConfig::from_vars(vars(&[("BALLAST_BUFFER_COUNT", "0")])).unwrap_err();
+        assert_eq!(err.to_string(), "bad value `0` for BALLAST_BUFFER_COUNT: must be at least 1");
+        // Ids are u32 and the pool size must not overflow.
+        let err = RuntimeConfig::builder().buffer_count(1 << 40).build().unwrap_err();
+        assert!(err.to_string().contains("must be at most 2^32 - 1"), "{err}");
+        let err = RuntimeConfig::builder().buffer_count(usize::MAX).buffer_size(1 << 30).pool_growth(true).build().unwrap_err();
+        assert!(err.to_string().contains("for buffer_count"), "{err}");
     }
 
     #[test]

@@ -15,6 +15,19 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
+    /// A value set through the configuration builder (in code, or by a command-line option
+    /// that maps to it) is out of range; `name` is the setting, `var` its variable.
+    #[error("bad value `{value}` for {name} (given in code or as a command-line option; variable {var}): {reason}")]
+    Setting {
+        /// The setting's name ([`crate::config::TransportConfig`] field).
+        name: &'static str,
+        /// The environment variable of the same setting.
+        var: &'static str,
+        /// The rejected value.
+        value: String,
+        /// Why it was rejected.
+        reason: String,
+    },
     /// A non-blocking send found the buffer pool exhausted (back-pressure); retry after `progress()`.
     #[error("buffer pool exhausted: the send would block")]
     WouldBlock,
@@ -59,6 +72,16 @@ pub enum Error {
     /// The verbs library or the RDMA device failed (which call, which device, why).
     #[error("verbs: {0}")]
     Verbs(String),
+    /// Memory for a region (pool, receive queue, slots) could not be mapped.
+    #[error("cannot allocate {bytes} bytes for {what}: {error}")]
+    Alloc {
+        /// What the region was for, with the settings that size it.
+        what: String,
+        /// Bytes asked for.
+        bytes: u64,
+        /// The kernel's answer (shown in the message, not chained as a source).
+        error: std::io::Error,
+    },
     /// The registered memory does not fit under the locked-memory limit (`ulimit -l`).
     #[error(
         "verbs: registering {needed_kib} KiB needs RLIMIT_MEMLOCK of at least that, but `ulimit -l` is {limit_kib} KiB; \

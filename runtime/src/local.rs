@@ -34,14 +34,15 @@ pub(crate) struct RecvQueue {
 }
 
 impl RecvQueue {
-    fn new(depth: usize, buffer_size: usize, lock: bool) -> (Arc<RecvQueue>, Registration) {
-        let mem = AlignedRegion::new(depth * buffer_size);
+    /// `what` names the queue and its sizing settings in an allocation error.
+    fn new(depth: usize, buffer_size: usize, lock: bool, what: &str) -> Result<(Arc<RecvQueue>, Registration)> {
+        let mem = AlignedRegion::new(depth.saturating_mul(buffer_size), what)?;
         let (guard, reg) = lock_region(mem.as_slice(), lock);
         let posted = ArrayQueue::new(depth);
         for i in 0..depth as u32 {
             posted.push(i).expect("queue sized to depth");
         }
-        (Arc::new(RecvQueue { _lock: guard, region: Mutex::new(mem), posted, buffer_size }), reg)
+        Ok((Arc::new(RecvQueue { _lock: guard, region: Mutex::new(mem), posted, buffer_size }), reg))
     }
 
     /// Bytes accounted for a queue of `len` buffer bytes and `depth` slots.
@@ -208,7 +209,12 @@ impl Fabric for LocalFabric {
         if sharing == RecvSharing::PerPeer {
             return Ok(None);
         }
-        let (rq, reg) = RecvQueue::new(self.cfg.srq_depth, self.cfg.buffer_size, self.cfg.lock_pool);
+        let (rq, reg) = RecvQueue::new(
+            self.cfg.srq_depth,
+            self.cfg.buffer_size,
+            self.cfg.lock_pool,
+            "the shared receive queue (srq_depth x buffer_size: BALLAST_SRQ_DEPTH, BALLAST_BUFFER_SIZE)",
+        )?;
         self.add_recv(&rq, &reg, self.cfg.srq_depth, true);
         self.world.ports[self.rank].srq.set(rq).map_err(|_| Error::Protocol("shared receive queue set twice".into()))?;
         Ok(reg.note)
@@ -216,7 +222,12 @@ impl Fabric for LocalFabric {
 
     fn open_endpoint(&mut self, key: usize) -> Result<()> {
         let own_rq = if self.sharing == RecvSharing::PerPeer {
-            let (rq, reg) = RecvQueue::new(self.cfg.recv_depth, self.cfg.buffer_size, self.cfg.lock_pool);
+            let (rq, reg) = RecvQueue::new(
+                self.cfg.recv_depth,
+                self.cfg.buffer_size,
+                self.cfg.lock_pool,
+                "a per-peer receive queue (recv_depth x buffer_size: BALLAST_RECV_DEPTH, BALLAST_BUFFER_SIZE)",
+            )?;
             self.add_recv(&rq, &reg, self.cfg.recv_depth, false);
             self.world.ports[self.rank].rqs.lock().insert(key, rq.clone());
             Some(rq)

@@ -2,11 +2,13 @@
 //! another allocation, so locking (mlock) or registering it pins exactly its own pages,
 //! and unlocking it never unlocks a neighbour's.
 
-/// A zeroed, page-aligned region of `len` bytes (over-allocated by one page minus one
-/// byte to find the aligned start; the slack is never touched by the runtime).
+use crate::error::{Error, Result};
+
+/// A zeroed, page-aligned region of `len` bytes: an anonymous private mapping
+/// (`memmap2::MmapMut::map_anon`), so its pages are touched only when used, and an
+/// allocation the kernel refuses is an error instead of an abort.
 pub struct AlignedRegion {
-    mem: Box<[u8]>,
-    off: usize,
+    map: memmap2::MmapMut,
     len: usize,
 }
 
@@ -16,22 +18,24 @@ pub fn page_size() -> usize {
 }
 
 impl AlignedRegion {
-    /// Allocates `len` zeroed bytes starting on a page boundary.
-    pub fn new(len: usize) -> AlignedRegion {
-        let page = page_size();
-        let mem = vec![0u8; len + page - 1].into_boxed_slice();
-        let off = mem.as_ptr().align_offset(page).min(page - 1);
-        AlignedRegion { mem, off, len }
+    /// Maps `len` zeroed bytes starting on a page boundary, for `what` (named in the error,
+    /// with the settings that size it, e.g. "the buffer pool (buffer_count x buffer_size)").
+    /// Errors: [`Error::Alloc`] when the kernel refuses the mapping (on Linux with the
+    /// default overcommit heuristic: more than RAM + swap), or `len` overflows.
+    pub fn new(len: usize, what: &str) -> Result<AlignedRegion> {
+        let map = memmap2::MmapMut::map_anon(len.max(1))
+            .map_err(|error| Error::Alloc { what: what.to_string(), bytes: len as u64, error })?;
+        Ok(AlignedRegion { map, len })
     }
 
     /// The region's bytes.
     pub fn as_slice(&self) -> &[u8] {
-        &self.mem[self.off..self.off + self.len]
+        &self.map[..self.len]
     }
 
     /// The region's bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.mem[self.off..self.off + self.len]
+        &mut self.map[..self.len]
     }
 
     /// Length in bytes.
@@ -52,11 +56,20 @@ mod tests {
     #[test]
     fn regions_start_on_a_page_and_have_their_length() {
         for len in [1usize, 4096, 10_000, 1 << 20] {
-            let mut r = AlignedRegion::new(len);
+            let mut r = AlignedRegion::new(len, "a test region").unwrap();
             assert_eq!(r.as_slice().as_ptr() as usize % page_size(), 0);
             assert_eq!(r.as_slice().len(), len);
             r.as_mut_slice()[len - 1] = 7;
             assert_eq!(r.as_slice()[len - 1], 7);
+            assert!(r.as_slice()[..len - 1].iter().all(|&b| b == 0));
         }
+    }
+
+    #[test]
+    fn a_region_larger_than_memory_is_an_error_naming_it() {
+        // 2^62 bytes: more than any machine's RAM + swap, refused by the kernel.
+        let err = AlignedRegion::new(1 << 62, "the buffer pool (buffer_count x buffer_size)").err().expect("refused");
+        let msg = err.to_string();
+        assert!(msg.contains("4611686018427387904 bytes") && msg.contains("the buffer pool (buffer_count x buffer_size)"), "{msg}");
     }
 }

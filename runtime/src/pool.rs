@@ -5,9 +5,12 @@
 //! Exhaustion is reported to the caller (back-pressure), never met by allocating more.
 
 use crate::config::TransportConfig;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fabric::Fabric;
 use crate::memory::AlignedRegion;
+
+/// What a failed pool allocation names: the region and the settings that size it.
+const POOL_WHAT: &str = "the buffer pool (buffer_count x buffer_size: BALLAST_BUFFER_COUNT, BALLAST_BUFFER_SIZE)";
 
 /// Identifier of one pool buffer.
 pub type BufId = u32;
@@ -72,7 +75,12 @@ impl BufferPool {
 
     fn add_chunk(&mut self, count: usize, fabric: &mut dyn Fabric) -> Result<()> {
         let first = self.chunks.iter().map(|c| c.count).sum::<u32>();
-        let mem = AlignedRegion::new(count * self.buffer_size);
+        let bytes = count.checked_mul(self.buffer_size).ok_or_else(|| Error::Alloc {
+            what: POOL_WHAT.to_string(),
+            bytes: u64::MAX,
+            error: std::io::Error::other("buffer_count x buffer_size overflows"),
+        })?;
+        let mem = AlignedRegion::new(bytes, POOL_WHAT)?;
         let reg = fabric.register(mem.as_slice(), self.lock)?;
         self.registered_bytes += reg.bytes;
         self.locked_bytes += reg.locked_bytes;
@@ -92,7 +100,8 @@ impl BufferPool {
         if self.free.is_empty() && self.growth {
             let total = self.buffers();
             let room = (self.max_bytes.saturating_sub(self.bytes) / self.buffer_size as u64) as usize;
-            let add = total.min(room);
+            // (buffer ids are u32)
+            let add = total.min(room).min(u32::MAX as usize - total);
             if add > 0 {
                 self.add_chunk(add, fabric)?;
             }
