@@ -80,7 +80,10 @@ pub fn load_or_generate(
         let allocation = read_allocation(&path)?;
         allocation.validate(dry_run).map_err(|e| BalancerError::Pickle {
             path: path.clone(),
-            message: e.to_string(),
+            message: format!(
+                "{e}; the file was written for another circuit or dry run (its name keys only the rank and cycle counts): \
+                 move it away to have it regenerated"
+            ),
         })?;
         return Ok(LoadedAllocation { allocation, source: AllocationSource::File(path) });
     }

@@ -254,6 +254,7 @@ fn bad_allocation_files_are_refused() {
     let before = fs::read(&bad_file).unwrap();
     let err = ballast_balancer::load_or_generate(&bad_dir, 2, 1, &dry_run, Default::default()).unwrap_err();
     assert!(err.to_string().contains("allocation_r2_c1.pkl.gz"), "{err}");
+    assert!(err.to_string().contains("1 gids not in the dry run") && err.to_string().contains("move it away to have it regenerated"), "{err}");
     assert_eq!(fs::read(&bad_file).unwrap(), before);
 }
 
