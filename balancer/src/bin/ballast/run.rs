@@ -173,15 +173,36 @@ fn check_device(cfg: &RuntimeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Refuses a run whose state blocks (estimated KB × memory scale, divided over
-/// `processes`) would not fit in this machine's available memory (`MemAvailable` of
-/// /proc/meminfo), instead of being killed half-way.
-fn check_memory(input: &SimInput, params: &SimParams, processes: usize) -> anyhow::Result<()> {
+/// Refuses, before anything is written, a run whose state blocks (estimated KB × memory
+/// scale, divided over `processes`) or whose transport memory at start (the footprint
+/// model with no peer connected yet — pool and shared receive queue — times the
+/// `ranks_here` ranks of this process) would not fit in this machine's available memory
+/// (`MemAvailable` of /proc/meminfo), instead of failing or being killed half-way.
+fn check_memory(
+    input: &SimInput,
+    params: &SimParams,
+    processes: usize,
+    cfg: &RuntimeConfig,
+    ranks_here: usize,
+    world_size: usize,
+) -> anyhow::Result<()> {
     let total_kb: f64 = input.circuit.cell_kb.iter().sum::<f64>() * params.memory_scale / processes.max(1) as f64;
+    let t = cfg.transport();
+    let transport_kb = t.predict(0, world_size, t.ranks_per_node).total_bytes() as f64 * ranks_here as f64 / 1024.0;
     let available_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
     });
     if let Some(avail) = available_kb {
+        if transport_kb > avail {
+            bail!(
+                "the transport needs {:.0} MB at start in this process ({ranks_here} rank{} x pool of buffer_count {} x buffer_size {} B, plus receive queues) but only {:.0} MB are available: lower --buffer-count, --buffer-size or --srq-depth",
+                transport_kb / 1024.0,
+                if ranks_here == 1 { "" } else { "s" },
+                t.buffer_count,
+                t.buffer_size,
+                avail / 1024.0
+            );
+        }
         if total_kb > avail {
             bail!(
                 "--memory-scale {} needs {:.0} MB of cell state per process but only {:.0} MB are available: lower --memory-scale",
@@ -349,7 +370,7 @@ fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     let input = load_input(args)?;
     let params = params(args);
     params.steps(&input.circuit.delays)?;
-    check_memory(&input, &params, 1)?;
+    check_memory(&input, &params, 1, cfg, ranks, ranks)?;
     // An output path that cannot become a directory fails before the allocation is written.
     if args.output.exists() && !args.output.is_dir() {
         anyhow::bail!("output {}: exists and is not a directory", args.output.display());
@@ -406,7 +427,7 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     let input = load_input(args)?;
     let params = params(args);
     params.steps(&input.circuit.delays)?;
-    check_memory(&input, &params, size)?;
+    check_memory(&input, &params, size, cfg, 1, size)?;
     if me == 0 && args.output.exists() && !args.output.is_dir() {
         bail!("output {}: exists and is not a directory", args.output.display());
     }

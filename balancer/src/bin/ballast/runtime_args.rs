@@ -109,7 +109,14 @@ impl RuntimeArgs {
         if let Some(v) = self.lock_pool {
             b = b.lock_pool(v);
         }
-        Ok(b.build()?)
+        b.build().map_err(|e| match e {
+            // Set through the builder here means: by one of these options (`--` + the
+            // setting's name with `-` for `_`).
+            ballast_runtime::Error::Setting { name, var, value, reason } => {
+                anyhow::anyhow!("bad value `{value}` for --{} (variable {var}): {reason}", name.replace('_', "-"))
+            }
+            e => e.into(),
+        })
     }
 
     /// [`RuntimeArgs::to_config`] with `--transport auto` (or `BALLAST_TRANSPORT=auto`)
