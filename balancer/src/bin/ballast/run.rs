@@ -148,12 +148,12 @@ fn check_transport(kind: TransportKind) -> anyhow::Result<()> {
         TransportKind::Local => Ok(()),
         TransportKind::Mpi if cfg!(feature = "mpi") => Ok(()),
         TransportKind::Mpi => bail!(
-            "--transport mpi is not compiled into this ballast (transports compiled in: {}); build with --features ballast-balancer/mpi and launch with mpirun -n N",
+            "--transport mpi is not compiled into this ballast (transports compiled in: {}); build with `cargo build --release --bin ballast --features mpi` (needs libopenmpi-dev libclang-dev) and launch with mpirun -n N",
             compiled.join(", ")
         ),
         TransportKind::Verbs if cfg!(feature = "verbs") => Ok(()),
         TransportKind::Verbs => bail!(
-            "--transport verbs is not compiled into this ballast (transports compiled in: {}); build with --features ballast-balancer/verbs (needs libibverbs-dev librdmacm-dev libclang-dev) and run where an RDMA device is",
+            "--transport verbs is not compiled into this ballast (transports compiled in: {}); build with `cargo build --release --bin ballast --features verbs` (needs libibverbs-dev librdmacm-dev libclang-dev pkg-config) and run where an RDMA device is",
             compiled.join(", ")
         ),
         // `run` resolves auto first (RuntimeArgs::to_config_resolved); never reached.
