@@ -35,7 +35,7 @@ pub struct DemoArgs {
     /// Simulated time, ms.
     #[arg(long, default_value_t = 100.0)]
     tstop: f64,
-    /// Fraction of each cell's estimated memory really allocated.
+    /// Scale of each cell's estimated memory really allocated (a fraction for the demo).
     #[arg(long, default_value_t = 0.002)]
     memory_scale: f64,
     /// Cap on live endpoints for the `shared` + `max_endpoints` footprint.

@@ -67,7 +67,9 @@ pub struct RunArgs {
     /// Time step, ms.
     #[arg(long, default_value_t = 0.025)]
     pub dt: f64,
-    /// Fraction of each cell's estimated memory really allocated and touched.
+    /// Scale of each cell's estimated memory really allocated and touched (below 1 to run a
+    /// big circuit's estimate on a small machine; above 1 is allowed; the run refuses what
+    /// does not fit in MemAvailable).
     #[arg(long, default_value_t = 0.01)]
     pub memory_scale: f64,
     /// Where out.dat and report.json go.
