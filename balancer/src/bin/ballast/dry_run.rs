@@ -143,7 +143,7 @@ fn load_circuit(args: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
 
 #[cfg(not(feature = "sonata"))]
 fn load_circuit(_: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
-    bail!("{}: reading SONATA circuits needs the `sonata` feature (cargo build --features ballast-balancer/sonata, with libhdf5-dev installed)", config.display())
+    bail!("{}: reading SONATA circuits needs the `sonata` feature: build with `cargo build --release --bin ballast --features sonata` (needs libhdf5-dev pkg-config)", config.display())
 }
 
 /// Charged loads of one allocation: per-rank cells, synapses, transport and peers.

@@ -109,7 +109,10 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
                 None => return Ok(()), // only rank 0 prints
             }
         }
-        k => bail!("transport `{k}` is not compiled in; fanout runs over {}", TransportKind::compiled_in().iter().map(|k| k.as_str()).collect::<Vec<_>>().join(" or ")),
+        k => {
+            crate::runtime_args::check_compiled_in(k)?;
+            bail!("fanout cannot run over transport `{k}`")
+        }
     };
     let ranks = r.ranks;
     #[cfg(feature = "verbs")]

@@ -131,3 +131,21 @@ impl RuntimeArgs {
         Ok((cfg.to_builder().transport(kind).build()?, note))
     }
 }
+
+/// Refuses transports this build cannot run, with the build command that adds them (the
+/// same as the README's).
+pub fn check_compiled_in(kind: TransportKind) -> anyhow::Result<()> {
+    let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
+    let (feature, packages, then) = match kind {
+        TransportKind::Mpi if !cfg!(feature = "mpi") => ("mpi", "libopenmpi-dev libclang-dev", "launch with mpirun -n N"),
+        TransportKind::Verbs if !cfg!(feature = "verbs") => {
+            ("verbs", "libibverbs-dev librdmacm-dev libclang-dev pkg-config", "run where an RDMA device is")
+        }
+        _ => return Ok(()),
+    };
+    anyhow::bail!(
+        "transport {} (--transport or BALLAST_TRANSPORT) is not compiled into this ballast (transports compiled in: {}); build with `cargo build --release --bin ballast --features {feature}` (needs {packages}) and {then}",
+        kind.as_str(),
+        compiled.join(", ")
+    )
+}
