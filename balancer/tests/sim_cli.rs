@@ -81,7 +81,8 @@ fn transports_not_compiled_in_are_clear_errors() {
         assert!(err.contains("--transport verbs: verbs:"), "{err}");
     } else {
         assert!(!o.status.success());
-        assert!(err.contains("--transport verbs") && err.contains("compiled in"), "{err}");
+        assert!(err.contains("transport verbs (--transport or BALLAST_TRANSPORT) is not compiled into this ballast"), "{err}");
+        assert!(err.contains("cargo build --release --bin ballast --features verbs"), "{err}");
     }
     assert!(!dir.path().join("ballast-run").exists());
     assert!(!dir.path().join("allocation_r2_c1.pkl.gz").exists());
@@ -161,10 +162,11 @@ fn runtime_settings_out_of_range_or_too_large_are_errors() {
     let dir = tempfile::tempdir().unwrap();
     for (extra, want) in [
         (&["--buffer-count", "0"][..], "bad value `0` for --buffer-count (variable BALLAST_BUFFER_COUNT): must be at least 1"),
-        (&["--buffer-count", "100000000", "--buffer-size", "1M"][..], "lower --buffer-count, --buffer-size or --srq-depth"),
-        (&["--srq-depth", "1G"][..], "lower --buffer-count, --buffer-size or --srq-depth"),
+        (&["--buffer-count", "100000000", "--buffer-size", "1M"][..], "for 2 ranks: pool 200000000.0 MB (buffer_count 100000000 x buffer_size 1048576 B)"),
+        (&["--srq-depth", "1G"][..], "MB (srq_depth 1073741824)"),
+        (&["--recv-sharing", "per-peer", "--recv-depth", "1G"][..], "per-peer: recv_depth 1073741824 each"),
     ] {
-        let o = run(dir.path(), &[&["--lb-mode", "Memory"][..], extra].concat());
+        let o = run(dir.path(), &[&["--lb-mode", "Memory", "--ranks", "2"][..], extra].concat());
         assert_eq!(o.status.code(), Some(1), "{extra:?}: {o:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(want), "{extra:?}: {err}");

@@ -281,7 +281,10 @@ impl TransportConfig {
             return Err(bad(
                 "BALLAST_MAX_POOL_BYTES",
                 self.max_pool_bytes.to_string(),
-                "must be at least buffer_count x buffer_size when pool growth is on",
+                &format!(
+                    "must be at least buffer_count x buffer_size = {} x {} = {pool_bytes} B when pool growth is on (raise max_pool_bytes, default 64M, or make the pool smaller)",
+                    self.buffer_count, self.buffer_size
+                ),
             ));
         }
         if self.recv_sharing == RecvSharing::PerPeer && self.recv_depth == 0 {
@@ -291,10 +294,10 @@ impl TransportConfig {
             return Err(bad("BALLAST_SRQ_DEPTH", "0".into(), "must be at least 1 in shared/xrc mode"));
         }
         if self.recv_depth > u32::MAX as usize / 2 {
-            return Err(bad("BALLAST_RECV_DEPTH", self.recv_depth.to_string(), "too large"));
+            return Err(bad("BALLAST_RECV_DEPTH", self.recv_depth.to_string(), "must be at most 2^31 - 1"));
         }
         if self.srq_depth > u32::MAX as usize / 2 {
-            return Err(bad("BALLAST_SRQ_DEPTH", self.srq_depth.to_string(), "too large"));
+            return Err(bad("BALLAST_SRQ_DEPTH", self.srq_depth.to_string(), "must be at most 2^31 - 1"));
         }
         if self.ranks_per_node == 0 {
             return Err(bad("BALLAST_RANKS_PER_NODE", "0".into(), "must be at least 1"));
@@ -729,6 +732,11 @@ mod tests {
         assert!(err.to_string().contains("must be at most 2^32 - 1"), "{err}");
         let err = RuntimeConfig::builder().buffer_count(usize::MAX).buffer_size(1 << 30).pool_growth(true).build().unwrap_err();
         assert!(err.to_string().contains("for buffer_count"), "{err}");
+        // The pool bound says what the pool is and what to change.
+        let err = RuntimeConfig::builder().buffer_count(1 << 20).pool_growth(true).build().unwrap_err();
+        assert!(err.to_string().contains("for BALLAST_MAX_POOL_BYTES: must be at least buffer_count x buffer_size = 1048576 x 8192 = 8589934592 B"), "{err}");
+        let err = RuntimeConfig::builder().srq_depth(1 << 31).build().unwrap_err();
+        assert!(err.to_string().contains("for srq_depth") && err.to_string().contains("must be at most 2^31 - 1"), "{err}");
     }
 
     #[test]

@@ -128,7 +128,7 @@ fn load_sonata(args: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
 
 #[cfg(not(feature = "sonata"))]
 fn load_sonata(_: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
-    bail!("{}: reading SONATA circuits needs the `sonata` feature (cargo build --features ballast-balancer/sonata, with libhdf5-dev installed)", config.display())
+    bail!("{}: reading SONATA circuits needs the `sonata` feature: build with `cargo build --release --bin ballast --features sonata` (needs libhdf5-dev pkg-config)", config.display())
 }
 
 /// The simulation parameters of `args`.
@@ -143,25 +143,6 @@ pub fn params(args: &RunArgs) -> SimParams {
     }
 }
 
-/// Refuses transports this build cannot run.
-fn check_transport(kind: TransportKind) -> anyhow::Result<()> {
-    let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
-    match kind {
-        TransportKind::Local => Ok(()),
-        TransportKind::Mpi if cfg!(feature = "mpi") => Ok(()),
-        TransportKind::Mpi => bail!(
-            "--transport mpi is not compiled into this ballast (transports compiled in: {}); build with `cargo build --release --bin ballast --features mpi` (needs libopenmpi-dev libclang-dev) and launch with mpirun -n N",
-            compiled.join(", ")
-        ),
-        TransportKind::Verbs if cfg!(feature = "verbs") => Ok(()),
-        TransportKind::Verbs => bail!(
-            "--transport verbs is not compiled into this ballast (transports compiled in: {}); build with `cargo build --release --bin ballast --features verbs` (needs libibverbs-dev librdmacm-dev libclang-dev pkg-config) and run where an RDMA device is",
-            compiled.join(", ")
-        ),
-        // `run` resolves auto first (RuntimeArgs::to_config_resolved); never reached.
-        TransportKind::Auto => bail!("`ballast run` needs a resolved transport: local, mpi or verbs (not auto)"),
-    }
-}
 
 /// With `--transport verbs`, opens the selected device once (`BALLAST_IB_DEVICE`, else the
 /// first active one) before anything is written, so that a machine without one fails with
@@ -190,18 +171,27 @@ fn check_memory(
 ) -> anyhow::Result<()> {
     let total_kb: f64 = input.circuit.cell_kb.iter().sum::<f64>() * params.memory_scale / processes.max(1) as f64;
     let t = cfg.transport();
-    let transport_kb = t.predict(0, world_size, t.ranks_per_node).total_bytes() as f64 * ranks_here as f64 / 1024.0;
+    // At start: the pool and the shared receive queue; in per-peer mode one endpoint's queue
+    // as soon as there is a peer.
+    let f = t.predict(world_size.min(2).saturating_sub(1), world_size, t.ranks_per_node);
+    let mb = |bytes: u64| bytes as f64 * ranks_here as f64 / (1024.0 * 1024.0);
+    let transport_kb = mb(f.total_bytes()) * 1024.0;
     let available_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
     });
     if let Some(avail) = available_kb {
         if transport_kb > avail {
             bail!(
-                "the transport needs {:.0} MB at start in this process ({ranks_here} rank{} x pool of buffer_count {} x buffer_size {} B, plus receive queues) but only {:.0} MB are available: lower --buffer-count, --buffer-size or --srq-depth",
+                "the transport needs {:.0} MB at start in this process, for {ranks_here} rank{}: pool {:.1} MB (buffer_count {} x buffer_size {} B), shared receive queue {:.1} MB (srq_depth {}), endpoints {:.1} MB (per-peer: recv_depth {} each); only {:.0} MB are available: lower buffer_count, buffer_size, srq_depth or recv_depth (options --buffer-count etc., or their BALLAST_* variables)",
                 transport_kb / 1024.0,
                 if ranks_here == 1 { "" } else { "s" },
+                mb(f.pool_bytes),
                 t.buffer_count,
                 t.buffer_size,
+                mb(f.srq_bytes),
+                t.srq_depth,
+                mb(f.endpoint_bytes),
+                t.recv_depth,
                 avail / 1024.0
             );
         }
@@ -356,7 +346,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         eprintln!("ballast run: {note}");
     }
     let kind = cfg.transport().kind;
-    check_transport(kind)?;
+    crate::runtime_args::check_compiled_in(kind)?;
     check_device(&cfg)?;
     match kind {
         TransportKind::Mpi => run_mpi(args, &cfg),
