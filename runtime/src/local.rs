@@ -36,7 +36,7 @@ pub(crate) struct RecvQueue {
 impl RecvQueue {
     /// `what` names the queue and its sizing settings in an allocation error.
     fn new(depth: usize, buffer_size: usize, lock: bool, what: &str) -> Result<(Arc<RecvQueue>, Registration)> {
-        let mem = AlignedRegion::new(depth.saturating_mul(buffer_size), what)?;
+        let mem = AlignedRegion::new(depth, buffer_size, what)?;
         let (guard, reg) = lock_region(mem.as_slice(), lock);
         let posted = ArrayQueue::new(depth);
         for i in 0..depth as u32 {

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 
-/// A zeroed, page-aligned region of `len` bytes: an anonymous private mapping
+/// A zeroed, page-aligned region of `count` slots of `size` bytes: an anonymous private mapping
 /// (`memmap2::MmapMut::map_anon`), so its pages are touched only when used, and an
 /// allocation the kernel refuses is an error instead of an abort.
 pub struct AlignedRegion {
@@ -18,13 +18,17 @@ pub fn page_size() -> usize {
 }
 
 impl AlignedRegion {
-    /// Maps `len` zeroed bytes starting on a page boundary, for `what` (named in the error,
-    /// with the settings that size it, e.g. "the buffer pool (buffer_count x buffer_size)").
-    /// Errors: [`Error::Alloc`] when the kernel refuses the mapping (on Linux with the
-    /// default overcommit heuristic: more than RAM + swap), or `len` overflows.
-    pub fn new(len: usize, what: &str) -> Result<AlignedRegion> {
-        let map = memmap2::MmapMut::map_anon(len.max(1))
-            .map_err(|error| Error::Alloc { what: what.to_string(), bytes: len as u64, error })?;
+    /// Maps `count` × `size` zeroed bytes starting on a page boundary, for `what` (named in
+    /// the error, with the settings that size it, e.g. "the buffer pool (buffer_count x
+    /// buffer_size)"). Errors: [`Error::Alloc`] when `count` × `size` overflows or the
+    /// kernel refuses the mapping (on Linux with the default overcommit heuristic: more
+    /// than RAM + swap).
+    pub fn new(count: usize, size: usize, what: &str) -> Result<AlignedRegion> {
+        let alloc_error = |bytes: u64, error| Error::Alloc { what: what.to_string(), bytes, error };
+        let len = count
+            .checked_mul(size)
+            .ok_or_else(|| alloc_error(u64::MAX, std::io::Error::other(format!("{count} x {size} bytes overflows"))))?;
+        let map = memmap2::MmapMut::map_anon(len.max(1)).map_err(|error| alloc_error(len as u64, error))?;
         Ok(AlignedRegion { map, len })
     }
 
@@ -56,7 +60,7 @@ mod tests {
     #[test]
     fn regions_start_on_a_page_and_have_their_length() {
         for len in [1usize, 4096, 10_000, 1 << 20] {
-            let mut r = AlignedRegion::new(len, "a test region").unwrap();
+            let mut r = AlignedRegion::new(len, 1, "a test region").unwrap();
             assert_eq!(r.as_slice().as_ptr() as usize % page_size(), 0);
             assert_eq!(r.as_slice().len(), len);
             r.as_mut_slice()[len - 1] = 7;
@@ -68,8 +72,11 @@ mod tests {
     #[test]
     fn a_region_larger_than_memory_is_an_error_naming_it() {
         // 2^62 bytes: more than any machine's RAM + swap, refused by the kernel.
-        let err = AlignedRegion::new(1 << 62, "the buffer pool (buffer_count x buffer_size)").err().expect("refused");
+        let err = AlignedRegion::new(1 << 62, 1, "the buffer pool (buffer_count x buffer_size)").err().expect("refused");
         let msg = err.to_string();
         assert!(msg.contains("4611686018427387904 bytes") && msg.contains("the buffer pool (buffer_count x buffer_size)"), "{msg}");
+        // A product that overflows is the same error, not a panic.
+        let err = AlignedRegion::new(usize::MAX, 2, "a test region").err().expect("refused");
+        assert!(err.to_string().contains("overflows"), "{err}");
     }
 }

@@ -5,7 +5,7 @@
 //! Exhaustion is reported to the caller (back-pressure), never met by allocating more.
 
 use crate::config::TransportConfig;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fabric::Fabric;
 use crate::memory::AlignedRegion;
 
@@ -75,12 +75,7 @@ impl BufferPool {
 
     fn add_chunk(&mut self, count: usize, fabric: &mut dyn Fabric) -> Result<()> {
         let first = self.chunks.iter().map(|c| c.count).sum::<u32>();
-        let bytes = count.checked_mul(self.buffer_size).ok_or_else(|| Error::Alloc {
-            what: POOL_WHAT.to_string(),
-            bytes: u64::MAX,
-            error: std::io::Error::other("buffer_count x buffer_size overflows"),
-        })?;
-        let mem = AlignedRegion::new(bytes, POOL_WHAT)?;
+        let mem = AlignedRegion::new(count, self.buffer_size, POOL_WHAT)?;
         let reg = fabric.register(mem.as_slice(), self.lock)?;
         self.registered_bytes += reg.bytes;
         self.locked_bytes += reg.locked_bytes;

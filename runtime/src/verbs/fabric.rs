@@ -126,7 +126,7 @@ struct Slots {
 
 impl Slots {
     fn new(pd: *mut ibv_pd, count: usize, slot: usize) -> Result<Slots> {
-        let mem = AlignedRegion::new(count * slot, "verbs send-header slots")?;
+        let mem = AlignedRegion::new(count, slot, "verbs send-header slots")?;
         let mr = Mr::register(pd, mem.as_slice())?;
         Ok(Slots { mr, mem, slot, count })
     }

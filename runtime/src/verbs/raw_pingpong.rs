@@ -165,7 +165,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     let dev = device::open(sel)?;
     let slots = o.rx_depth as usize;
     let need = HDR + o.size + 64 + slots * o.recv_slot;
-    let mem = AlignedRegion::new(need.max(o.pool_bytes), "the raw ping-pong's buffers")?;
+    let mem = AlignedRegion::new(need.max(o.pool_bytes), 1, "the raw ping-pong's buffers")?;
     let mut r = Res { qp: std::ptr::null_mut(), srq: std::ptr::null_mut(), scq: std::ptr::null_mut(), rcq: std::ptr::null_mut(), mr: std::ptr::null_mut(), _mem: mem, dev };
     let base = r._mem.as_slice().as_ptr() as u64;
     // SAFETY: the region is owned by `r` and outlives the MR (dropped before it in Res::drop's

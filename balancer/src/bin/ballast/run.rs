@@ -158,8 +158,8 @@ fn check_device(cfg: &RuntimeConfig) -> anyhow::Result<()> {
 
 /// Refuses, before anything is written, a run whose state blocks (estimated KB × memory
 /// scale, divided over `processes`) or whose transport memory at start (the footprint
-/// model with no peer connected yet — pool and shared receive queue — times the
-/// `ranks_here` ranks of this process) would not fit in this machine's available memory
+/// model with at most one peer — pool, shared receive queue, one per-peer queue — times
+/// the `ranks_here` ranks of this process) would not fit in this machine's available memory
 /// (`MemAvailable` of /proc/meminfo), instead of failing or being killed half-way.
 fn check_memory(
     input: &SimInput,
@@ -174,16 +174,16 @@ fn check_memory(
     // At start: the pool and the shared receive queue; in per-peer mode one endpoint's queue
     // as soon as there is a peer.
     let f = t.predict(world_size.min(2).saturating_sub(1), world_size, t.ranks_per_node);
+    // MB for this process's ranks.
     let mb = |bytes: u64| bytes as f64 * ranks_here as f64 / (1024.0 * 1024.0);
-    let transport_kb = mb(f.total_bytes()) * 1024.0;
     let available_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
         m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
     });
     if let Some(avail) = available_kb {
-        if transport_kb > avail {
+        if mb(f.total_bytes()) * 1024.0 > avail {
             bail!(
                 "the transport needs {:.0} MB at start in this process, for {ranks_here} rank{}: pool {:.1} MB (buffer_count {} x buffer_size {} B), shared receive queue {:.1} MB (srq_depth {}), endpoints {:.1} MB (per-peer: recv_depth {} each); only {:.0} MB are available: lower buffer_count, buffer_size, srq_depth or recv_depth (options --buffer-count etc., or their BALLAST_* variables)",
-                transport_kb / 1024.0,
+                mb(f.total_bytes()),
                 if ranks_here == 1 { "" } else { "s" },
                 mb(f.pool_bytes),
                 t.buffer_count,
