@@ -8,7 +8,7 @@ use crate::connection::EndpointStats;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::fabric::Fabric;
-use crate::footprint::Footprint;
+use crate::footprint::{Footprint, MemoryLock};
 use crate::matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 use crate::pool::PoolStats;
 
@@ -153,10 +153,23 @@ impl Communicator {
         on_backend!(&self.backend, b => b.config())
     }
 
-    /// Notes about the setup: fallbacks, memory that could not be locked and why, the MPI
-    /// native path.
-    pub fn notes(&self) -> &[String] {
-        &self.notes
+    /// Notes about the setup (fallbacks, the MPI native path), then, when the OS refused
+    /// to lock some of the memory held now or before, [`MemoryLock::note`]: the bytes asked
+    /// and locked and the limit, as of this call.
+    pub fn notes(&self) -> Vec<String> {
+        let mut n = self.notes.clone();
+        n.extend(self.memory_lock().note());
+        n
+    }
+
+    /// What became of the `mlock` requests of the memory held now (pool and receive
+    /// queues; see [`MemoryLock`]). Empty on the MPI native path (nothing is locked).
+    pub fn memory_lock(&self) -> MemoryLock {
+        match &self.backend {
+            Backend::Engine(e) => e.memory_lock(),
+            #[cfg(feature = "mpi")]
+            Backend::Native(_) => MemoryLock::default(),
+        }
     }
 
     /// True when this communicator runs on the MPI native path (one MPI message per

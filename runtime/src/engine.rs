@@ -20,7 +20,7 @@ use crate::connection::{ConnectionTable, EndpointStats, EpState};
 use crate::credit::CreditBank;
 use crate::error::{Error, Result};
 use crate::fabric::{effective_sharing, Control, Event, Fabric, PacketHeader};
-use crate::footprint::Footprint;
+use crate::footprint::{Footprint, MemoryLock};
 use crate::matching::{IntMap, Matcher, Message, Source, Tag, TagMatch};
 use crate::pool::{BufId, BufferPool, PoolStats};
 
@@ -842,6 +842,14 @@ impl Engine {
     /// True if the shared-queue credit accounting is consistent (diagnostics).
     pub fn credits_consistent(&self) -> bool {
         self.bank.is_consistent()
+    }
+
+    /// What became of the `mlock` requests of the memory held now (pool and receive
+    /// queues).
+    pub fn memory_lock(&self) -> MemoryLock {
+        let mut l = self.pool.memory_lock();
+        l.add(&self.fabric.bytes().recv_lock);
+        l
     }
 
     /// The transport memory this rank accounts, by kind.

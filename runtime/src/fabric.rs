@@ -11,6 +11,7 @@
 
 use crate::config::RecvSharing;
 use crate::error::{Error, Result};
+use crate::footprint::MemoryLock;
 
 /// Envelope of one data packet (one chunk of a message). In the verbs transport it is
 /// carried inline before the payload; in `local` beside it. 32 bytes on the wire.
@@ -128,8 +129,11 @@ pub struct Registration {
     pub bytes: u64,
     /// Bytes actually locked/pinned in memory (0 when locking was refused or off).
     pub locked_bytes: u64,
-    /// Why the region is not locked, if it is not.
+    /// Why the region is not locked, if it is not, when no [`Registration::lock`] says it
+    /// (e.g. a transport that never locks).
     pub note: Option<String>,
+    /// The `mlock` request made for the region, if one was (`requests` 0 otherwise).
+    pub lock: MemoryLock,
 }
 
 /// Transport memory owned by the fabric, by kind, in bytes (what it really allocated).
@@ -143,6 +147,8 @@ pub struct FabricBytes {
     pub recv_registered_bytes: u64,
     /// Receive memory locked.
     pub recv_locked_bytes: u64,
+    /// The `mlock` requests of the receive queues held now (see [`MemoryLock`]).
+    pub recv_lock: MemoryLock,
 }
 
 /// The transport below the protocol. One instance per rank, driven by one thread.

@@ -5,7 +5,7 @@
 use crate::comm::Communicator;
 use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
-use crate::footprint::Footprint;
+use crate::footprint::{Footprint, MemoryLock};
 use crate::local;
 use crate::matching::{Source, TagMatch};
 use crate::procstatus::ProcStatus;
@@ -39,8 +39,12 @@ pub struct FanoutReport {
     pub predicted: Footprint,
     /// Per-rank accounted == predicted after the fanout, for every rank.
     pub all_ranks_match_model: bool,
-    /// Setup notes of rank 0 (fallbacks, refused locks).
+    /// Setup notes of rank 0 (fallbacks), then, when the OS refused to lock memory of
+    /// any rank of this process, the note of [`FanoutReport::memory_lock`].
     pub notes: Vec<String>,
+    /// What became of the `mlock` requests of all ranks of this process after the fanout
+    /// (the local transport; empty over verbs, which pins, and MPI, which locks nothing).
+    pub memory_lock: MemoryLock,
 }
 
 struct RankOut {
@@ -50,6 +54,7 @@ struct RankOut {
     after_pred: Footprint,
     status: Option<(ProcStatus, ProcStatus)>,
     notes: Vec<String>,
+    lock: MemoryLock,
 }
 
 /// What one rank observed around the fanout ([`exchange`]).
@@ -119,12 +124,19 @@ pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: us
             before_pred: t.predict(r.before.peers_connected as usize, n, rpn),
             after_pred: t.predict(r.after.peers_connected as usize, n, rpn),
             status: (comm.rank() == 0).then_some((r.status_before, r.status_after)),
-            notes: comm.notes().to_vec(),
+            notes: comm.notes(),
+            lock: comm.memory_lock(),
         })
     })?;
     let outs: Vec<RankOut> = outs.into_iter().collect::<Result<_>>()?;
     let (st0, st1) = outs[0].status.expect("rank 0 status");
     let sum = |f: &dyn Fn(&RankOut) -> u64| outs.iter().map(f).sum::<u64>();
+    let mut memory_lock = MemoryLock::default();
+    outs.iter().for_each(|o| memory_lock.add(&o.lock));
+    // Rank 0's own lock note gives way to the one of every rank (the limit is the process').
+    let rank0_lock_note = outs[0].lock.note();
+    let mut notes: Vec<String> = outs[0].notes.iter().filter(|n| Some(*n) != rank0_lock_note.as_ref()).cloned().collect();
+    notes.extend(memory_lock.note().map(|n| format!("all {ranks} ranks of this process: {n}")));
     Ok(FanoutReport {
         ranks,
         before: Snapshot {
@@ -141,6 +153,7 @@ pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: us
         },
         predicted: outs[0].after_pred,
         all_ranks_match_model: outs.iter().all(|o| same_model(&o.after, &o.after_pred) && same_model(&o.before, &o.before_pred)),
-        notes: outs[0].notes.clone(),
+        notes,
+        memory_lock,
     })
 }

@@ -50,6 +50,6 @@ pub mod verbs;
 pub use comm::{Communicator, Completion, Request};
 pub use config::{decide_transport, resolve_transport, AutoInputs, BootstrapConfig, VerbsConfig, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig, TransportKind, ValueOrigin};
 pub use error::{Error, Result};
-pub use footprint::{Footprint, MemoryModel};
+pub use footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};
 pub use matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 pub use procstatus::ProcStatus;

@@ -17,7 +17,7 @@ use crate::comm::Communicator;
 use crate::config::{RecvSharing, RuntimeConfig, TransportConfig, TransportKind};
 use crate::error::{first_error, panic_message, Error, Result};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, Registration};
-use crate::footprint::MemoryModel;
+use crate::footprint::{MemoryLock, MemoryModel};
 use crate::memory::AlignedRegion;
 
 /// Arrivals handled per [`Fabric::poll`] call at most.
@@ -51,25 +51,26 @@ impl RecvQueue {
     }
 }
 
-/// Locks `mem` with mlock if asked; a refusal is reported in the registration note.
+/// Locks `mem` with mlock if asked; a refusal is recorded in the registration's
+/// [`MemoryLock`] (bytes, OS error, the soft RLIMIT_MEMLOCK), not an error.
 fn lock_region(mem: &[u8], lock: bool) -> (Option<region::LockGuard>, Registration) {
     let bytes = mem.len() as u64;
+    let mut outcome = MemoryLock::default();
     if !lock {
-        return (None, Registration { bytes, locked_bytes: 0, note: None });
+        return (None, Registration { bytes, locked_bytes: 0, note: None, lock: outcome });
     }
     match region::lock(mem.as_ptr(), mem.len()) {
-        Ok(g) => (Some(g), Registration { bytes, locked_bytes: bytes, note: None }),
+        Ok(g) => {
+            outcome.record_locked(bytes);
+            (Some(g), Registration { bytes, locked_bytes: bytes, note: None, lock: outcome })
+        }
         Err(e) => {
-            let limit = match rlimit::getrlimit(rlimit::Resource::MEMLOCK) {
-                Ok((soft, _)) if soft == rlimit::INFINITY => "unlimited".to_string(),
-                Ok((soft, _)) => format!("{} KiB", soft / 1024),
-                Err(e) => format!("unknown ({e})"),
+            let errno = match &e {
+                region::Error::SystemCall(io) => io.raw_os_error(),
+                _ => None,
             };
-            let note = format!(
-                "mlock of {} KiB refused ({e}); RLIMIT_MEMLOCK soft limit is {limit}: memory stays registered but unlocked",
-                bytes / 1024
-            );
-            (None, Registration { bytes, locked_bytes: 0, note: Some(note) })
+            outcome.record_refused(bytes, errno, memlock_limit_bytes());
+            (None, Registration { bytes, locked_bytes: 0, note: None, lock: outcome })
         }
     }
 }
@@ -182,6 +183,7 @@ impl LocalFabric {
         }
         self.bytes.recv_registered_bytes += reg.bytes;
         self.bytes.recv_locked_bytes += reg.locked_bytes;
+        self.bytes.recv_lock.add(&reg.lock);
     }
 }
 
@@ -251,6 +253,9 @@ impl Fabric for LocalFabric {
             self.bytes.recv_registered_bytes -= len as u64;
             if rq._lock.is_some() {
                 self.bytes.recv_locked_bytes -= len as u64;
+            }
+            if self.cfg.lock_pool {
+                self.bytes.recv_lock.release(len as u64, rq._lock.is_some());
             }
         }
         Ok(())

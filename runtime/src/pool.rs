@@ -7,6 +7,7 @@
 use crate::config::TransportConfig;
 use crate::error::Result;
 use crate::fabric::Fabric;
+use crate::footprint::MemoryLock;
 use crate::memory::AlignedRegion;
 
 /// What a failed pool allocation names: the region and the settings that size it.
@@ -47,6 +48,7 @@ pub struct BufferPool {
     bytes: u64,
     registered_bytes: u64,
     locked_bytes: u64,
+    lock_outcome: MemoryLock,
     high_water: usize,
     exhausted: u64,
     notes: Vec<String>,
@@ -65,6 +67,7 @@ impl BufferPool {
             bytes: 0,
             registered_bytes: 0,
             locked_bytes: 0,
+            lock_outcome: MemoryLock::default(),
             high_water: 0,
             exhausted: 0,
             notes: Vec::new(),
@@ -79,6 +82,7 @@ impl BufferPool {
         let reg = fabric.register(mem.as_slice(), self.lock)?;
         self.registered_bytes += reg.bytes;
         self.locked_bytes += reg.locked_bytes;
+        self.lock_outcome.add(&reg.lock);
         if let Some(n) = reg.note {
             self.notes.push(n);
         }
@@ -167,7 +171,13 @@ impl BufferPool {
         self.locked_bytes
     }
 
-    /// Why (part of) the pool is not locked, if it is not.
+    /// The `mlock` requests of the pool's chunks (see [`MemoryLock`]).
+    pub fn memory_lock(&self) -> MemoryLock {
+        self.lock_outcome
+    }
+
+    /// Notes of the registrations (e.g. a transport that never locks); a refused lock is
+    /// in [`BufferPool::memory_lock`].
     pub fn notes(&self) -> &[String] {
         &self.notes
     }

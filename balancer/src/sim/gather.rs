@@ -2,7 +2,7 @@
 //! process holds one rank): a flat little-endian encoding gathered with
 //! `Communicator::all_gatherv`. Called after the footprint was measured, so the
 //! collective's endpoints are not counted in it.
-use ballast_runtime::{Communicator, Footprint, ProcStatus};
+use ballast_runtime::{Communicator, Footprint, MemoryLock, ProcStatus};
 
 use super::exchange::ExchangeStats;
 use super::run::RankOutcome;
@@ -13,7 +13,7 @@ fn put(b: &mut Vec<u8>, v: u64) {
 }
 
 /// Fixed u64 words before the spikes.
-const WORDS: usize = 35;
+const WORDS: usize = 43;
 
 /// The encoding of `o`: [`WORDS`] u64 words, then the spikes as (step, cell) u32 pairs.
 pub fn encode(o: &RankOutcome) -> Vec<u8> {
@@ -22,6 +22,7 @@ pub fn encode(o: &RankOutcome) -> Vec<u8> {
     let e = &o.exchange;
     let p = &o.process;
     let p0 = &o.process_start;
+    let l = &o.memory_lock;
     for v in [
         o.rank as u64,
         o.cells as u64,
@@ -43,6 +44,14 @@ pub fn encode(o: &RankOutcome) -> Vec<u8> {
         f.endpoints_peak,
         f.endpoints_opened,
         f.peers_connected,
+        l.asked_bytes,
+        l.locked_bytes,
+        l.requests,
+        l.refused,
+        l.limit_bytes.is_some() as u64,
+        l.limit_bytes.unwrap_or(0),
+        l.errno.is_some() as u64,
+        l.errno.unwrap_or(0) as u32 as u64,
         p.vm_rss_kb,
         p.vm_hwm_kb,
         p.vm_lck_kb,
@@ -103,10 +112,18 @@ pub fn decode(b: &[u8]) -> Result<RankOutcome, SimError> {
             endpoints_opened: w[18],
             peers_connected: w[19],
         },
-        process: ProcStatus { vm_rss_kb: w[20], vm_hwm_kb: w[21], vm_lck_kb: w[22], vm_pin_kb: w[23], vm_data_kb: w[24], vm_size_kb: w[25] },
-        process_start: ProcStatus { vm_rss_kb: w[26], vm_hwm_kb: w[27], vm_lck_kb: w[28], vm_pin_kb: w[29], vm_data_kb: w[30], vm_size_kb: w[31] },
-        proc_index: w[32] as usize,
-        windows: w[33],
+        memory_lock: MemoryLock {
+            asked_bytes: w[20],
+            locked_bytes: w[21],
+            requests: w[22],
+            refused: w[23],
+            limit_bytes: (w[24] != 0).then_some(w[25]),
+            errno: (w[26] != 0).then_some(w[27] as u32 as i32),
+        },
+        process: ProcStatus { vm_rss_kb: w[28], vm_hwm_kb: w[29], vm_lck_kb: w[30], vm_pin_kb: w[31], vm_data_kb: w[32], vm_size_kb: w[33] },
+        process_start: ProcStatus { vm_rss_kb: w[34], vm_hwm_kb: w[35], vm_lck_kb: w[36], vm_pin_kb: w[37], vm_data_kb: w[38], vm_size_kb: w[39] },
+        proc_index: w[40] as usize,
+        windows: w[41],
         spikes,
     })
 }
@@ -132,6 +149,7 @@ mod tests {
             out_peers: 1,
             in_peers: 2,
             footprint: Footprint { pool_bytes: 10, registered_bytes: 11, locked_bytes: 12, endpoint_bytes: 13, srq_bytes: 14, control_bytes: 15, endpoints_live: 1, endpoints_peak: 2, endpoints_opened: 3, peers_connected: 2 },
+            memory_lock: MemoryLock { asked_bytes: 20, locked_bytes: 8, requests: 3, refused: 1, limit_bytes: Some(u64::MAX), errno: Some(12) },
             process: ProcStatus { vm_rss_kb: 100, vm_hwm_kb: 101, vm_lck_kb: 102, vm_pin_kb: 103, vm_data_kb: 104, vm_size_kb: 105 },
             process_start: ProcStatus { vm_rss_kb: 50, vm_hwm_kb: 51, vm_lck_kb: 52, vm_pin_kb: 53, vm_data_kb: 54, vm_size_kb: 55 },
             proc_index: 2,
@@ -141,7 +159,9 @@ mod tests {
         assert_eq!(b.len(), 8 * WORDS + 8 * 2);
         let d = decode(&b).unwrap();
         assert_eq!((d.rank, d.cells, d.estimated_kb, d.state_bytes, d.spikes.clone()), (2, 7, 1234.5, 99, vec![(3, 70_000), (9, 1)]));
-        assert_eq!((d.exchange, d.out_peers, d.in_peers, d.footprint), (o.exchange, 1, 2, o.footprint));
+        assert_eq!((d.exchange, d.out_peers, d.in_peers, d.footprint, d.memory_lock), (o.exchange, 1, 2, o.footprint, o.memory_lock));
+        let none = decode(&encode(&RankOutcome { memory_lock: MemoryLock::default(), ..o.clone() })).unwrap();
+        assert_eq!((none.memory_lock.limit_bytes, none.memory_lock.errno), (None, None));
         assert_eq!((d.process, d.process_start, d.proc_index, d.windows), (o.process, o.process_start, 2, 25));
         assert!(decode(&b[..b.len() - 4]).is_err());
         assert!(decode(&b[..8 * WORDS - 8]).is_err());

@@ -10,7 +10,7 @@
 //! place, so a failed run leaves no partial file.
 use std::path::{Path, PathBuf};
 
-use ballast_runtime::{Footprint, RecvSharing, TransportConfig};
+use ballast_runtime::{Footprint, LockStatus, MemoryLock, RecvSharing, TransportConfig, TransportKind};
 use serde::Serialize;
 
 use super::exchange::Spike;
@@ -60,6 +60,10 @@ pub struct RankRow {
     pub vm_hwm_kb: u64,
     /// (measured − predicted) / predicted footprint, percent.
     pub footprint_diff_pct: f64,
+    /// Why the measured footprint differs from the prediction, from the footprints
+    /// themselves (`Footprint::differences`: the counts that differ and their cause, then
+    /// the byte kinds); `None` when they are equal.
+    pub footprint_diff_reason: Option<String>,
     /// The process holding the rank (see [`ProcessRow`]).
     pub process: usize,
     /// What the process' VmRSS / VmLck / VmPin grew by from before its communicator(s) to
@@ -87,8 +91,25 @@ pub struct ProcessRow {
     /// max(ΔVmPin, ΔVmLck) × 1024 (verbs registrations count in VmPin, the local
     /// transport's mlock in VmLck; the larger avoids counting memory that is both twice).
     pub pinned_delta_bytes: i64,
-    /// (pinned delta − predicted registered) / predicted registered, percent.
-    pub pinned_diff_pct: f64,
+    /// (pinned delta − predicted registered) / predicted registered, percent; `None` when
+    /// the registered memory was not all pinned or locked (`lock_status` says why), so that
+    /// there is nothing to compare against.
+    pub pinned_diff_pct: Option<f64>,
+    /// `pinned (registration)` (verbs), else the state of its ranks' `mlock` requests
+    /// (`locked`, `partially locked`, `not locked`; `not asked` with `lock_pool` off or over
+    /// MPI, which locks nothing of Ballast's).
+    pub lock_status: String,
+    /// Bytes its ranks asked to lock (held at the end), and of them the bytes locked.
+    pub lock_asked_bytes: u64,
+    pub lock_locked_bytes: u64,
+    /// Lock requests the OS refused, of `lock_requests`.
+    pub lock_refused_requests: u64,
+    pub lock_requests: u64,
+    /// The soft RLIMIT_MEMLOCK at the first refusal, bytes (`u64::MAX`: unlimited); `None`
+    /// without a refusal.
+    pub memlock_limit_bytes: Option<u64>,
+    /// The OS error of the first refusal.
+    pub lock_error: Option<String>,
     /// ΔVmRSS, KB (transport, cell state blocks, routing tables: everything the run added).
     pub vm_rss_delta_kb: i64,
     /// Cell state blocks allocated by its ranks, KB (part of ΔVmRSS).
@@ -118,6 +139,23 @@ pub fn predicted_footprint(config: &TransportConfig, peers: usize, peer_nodes: u
     config.predict(counted, ranks, config.ranks_per_node)
 }
 
+/// `Footprint::differences` joined; when the peers connected differ (not `xrc`, whose
+/// model counts peer nodes), says whether the model for the peers actually connected
+/// gives the measured bytes, i.e. whether the peer count is the whole difference.
+fn diff_reason(measured: &Footprint, predicted: &Footprint, config: &TransportConfig, ranks: usize) -> Option<String> {
+    let why = measured.differences(predicted, config);
+    if why.is_empty() {
+        return None;
+    }
+    let mut s = why.join("; ");
+    if measured.peers_connected != predicted.peers_connected && config.recv_sharing != RecvSharing::Xrc {
+        let alt = config.predict(measured.peers_connected as usize, ranks, config.ranks_per_node).total_bytes();
+        let verdict = if alt == measured.total_bytes() { "exactly the measured bytes".to_string() } else { format!("{alt} B, not the measured bytes either") };
+        s.push_str(&format!("; the model for the {} peers actually connected gives {verdict}", measured.peers_connected));
+    }
+    Some(s)
+}
+
 /// Rows of `outcomes` (by rank) against the predicted peers and peer nodes per rank.
 pub fn rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usize], config: &TransportConfig) -> Vec<RankRow> {
     let ranks = outcomes.len();
@@ -140,6 +178,7 @@ pub fn rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usize], con
                 vm_rss_kb: o.process.vm_rss_kb,
                 vm_hwm_kb: o.process.vm_hwm_kb,
                 footprint_diff_pct: pct(o.footprint.total_bytes() as f64, predicted.total_bytes() as f64),
+                footprint_diff_reason: diff_reason(&o.footprint, &predicted, config, ranks),
                 process: o.proc_index,
                 vm_rss_delta_kb: delta(o.process.vm_rss_kb, o.process_start.vm_rss_kb),
                 vm_lck_delta_kb: delta(o.process.vm_lck_kb, o.process_start.vm_lck_kb),
@@ -164,13 +203,28 @@ pub fn process_rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usi
             let predicted: u64 = mine.iter().map(|o| predicted_footprint(config, peers[o.rank], peer_nodes[o.rank], ranks).registered_bytes).sum();
             let last = mine.iter().max_by_key(|o| (o.process.vm_rss_kb, o.rank)).expect("a process has a rank");
             let pinned = delta(last.process.vm_pin_kb, last.process_start.vm_pin_kb).max(delta(last.process.vm_lck_kb, last.process_start.vm_lck_kb)) * 1024;
+            let mut lock = MemoryLock::default();
+            mine.iter().for_each(|o| lock.add(&o.memory_lock));
+            // Verbs registrations pin whatever `lock_pool` says; the local transport's only
+            // when every mlock was granted. Otherwise there is no lock to compare against.
+            let (compared, lock_status) = match config.kind {
+                TransportKind::Verbs => (true, "pinned (registration)".to_string()),
+                _ => (lock.status() == LockStatus::Locked, lock.status().to_string()),
+            };
             ProcessRow {
                 process: p,
                 ranks: mine.iter().map(|o| o.rank).collect(),
                 registered_predicted_bytes: predicted,
                 registered_accounted_bytes: mine.iter().map(|o| o.footprint.registered_bytes).sum(),
                 pinned_delta_bytes: pinned,
-                pinned_diff_pct: pct(pinned as f64, predicted as f64),
+                pinned_diff_pct: compared.then(|| pct(pinned as f64, predicted as f64)),
+                lock_status,
+                lock_asked_bytes: lock.asked_bytes,
+                lock_locked_bytes: lock.locked_bytes,
+                lock_refused_requests: lock.refused,
+                lock_requests: lock.requests,
+                memlock_limit_bytes: lock.limit_bytes,
+                lock_error: lock.error_text(),
                 vm_rss_delta_kb: delta(last.process.vm_rss_kb, last.process_start.vm_rss_kb),
                 state_kb: mine.iter().map(|o| o.state_bytes as f64 / 1024.0).sum(),
             }
@@ -199,8 +253,14 @@ pub struct RunReport {
     pub per_rank: Vec<RankRow>,
     /// Every rank's connected peers equal the prediction (meaningful for p2p).
     pub peers_match: bool,
+    /// Why not, when `peers_match` is false: how many ranks differ, the first one's counts,
+    /// and the cause when it is known (the allgather exchange).
+    pub peers_mismatch: Option<String>,
     /// Every rank's measured footprint equals the prediction.
     pub footprint_match: bool,
+    /// Why not, when `footprint_match` is false: how many ranks differ and the first one's
+    /// `footprint_diff_reason`, with the cause when it is known.
+    pub footprint_mismatch: Option<String>,
     /// Largest |measured − predicted| / predicted footprint over the ranks, percent.
     pub footprint_max_diff_pct: f64,
     /// Every rank's measured footprint is within [`FOOTPRINT_TOLERANCE_PCT`] of the prediction.
@@ -216,6 +276,31 @@ pub struct RunReport {
     /// Rank 0's communicator notes when each process is one rank (`mpi`, `verbs` under a
     /// launcher): e.g. whether the MPI native path carried the run and why not.
     pub transport_notes: Vec<String>,
+    /// Every refused or partial memory lock, one per process: the bytes asked and locked,
+    /// the limit and the OS error ([`lock_notes`]).
+    pub notes: Vec<String>,
+}
+
+/// One note per process whose ranks' `mlock` requests were refused (some or all): the
+/// bytes asked and locked, the limit and the error (`MemoryLock::note`).
+pub fn lock_notes(outcomes: &[RankOutcome], processes: &[ProcessRow]) -> Vec<String> {
+    processes
+        .iter()
+        .filter_map(|p| {
+            let mut lock = MemoryLock::default();
+            outcomes.iter().filter(|o| o.proc_index == p.process).for_each(|o| lock.add(&o.memory_lock));
+            lock.note().map(|n| format!("process {} (ranks {}): {n}", p.process, ranks_text(&p.ranks)))
+        })
+        .collect()
+}
+
+/// `3`, `0-15`, or `-`.
+fn ranks_text(ranks: &[usize]) -> String {
+    match ranks {
+        [one] => one.to_string(),
+        [first, .., last] => format!("{first}-{last}"),
+        [] => "-".into(),
+    }
 }
 
 /// Largest and smallest of `f` over the rows.
@@ -229,20 +314,29 @@ pub fn max_abs<T>(items: &[T], f: impl Fn(&T) -> f64) -> f64 {
 }
 
 /// The printed per-process table: registered memory predicted against the kernel's counters.
+/// Where the registered memory was not all pinned or locked, `diff %` gives the lock's
+/// state (`not locked`, `partial`, `not asked`) instead of a comparison.
 pub fn process_table(r: &RunReport) -> String {
     let mut s = format!(
-        "{:>7} {:>9} {:>14} {:>14} {:>14} {:>8} {:>12} {:>10}\n",
+        "{:>7} {:>9} {:>14} {:>14} {:>14} {:>10} {:>12} {:>10}\n",
         "process", "ranks", "reg pred B", "reg acct B", "pin/lck d B", "diff %", "VmRSS d KB", "state KB"
     );
     for p in &r.processes {
-        let ranks = match p.ranks.as_slice() {
-            [one] => one.to_string(),
-            [first, .., last] => format!("{first}-{last}"),
-            [] => "-".into(),
+        let diff = match p.pinned_diff_pct {
+            Some(d) => format!("{d:.1}"),
+            None if p.lock_status == LockStatus::Partial.as_str() => "partial".to_string(),
+            None => p.lock_status.clone(),
         };
         s.push_str(&format!(
-            "{:>7} {:>9} {:>14} {:>14} {:>14} {:>8.1} {:>12} {:>10.0}\n",
-            p.process, ranks, p.registered_predicted_bytes, p.registered_accounted_bytes, p.pinned_delta_bytes, p.pinned_diff_pct, p.vm_rss_delta_kb, p.state_kb
+            "{:>7} {:>9} {:>14} {:>14} {:>14} {:>10} {:>12} {:>10.0}\n",
+            p.process,
+            ranks_text(&p.ranks),
+            p.registered_predicted_bytes,
+            p.registered_accounted_bytes,
+            p.pinned_delta_bytes,
+            diff,
+            p.vm_rss_delta_kb,
+            p.state_kb
         ));
     }
     s
@@ -292,6 +386,7 @@ mod tests {
             out_peers: 1,
             in_peers: 1,
             footprint: Footprint { registered_bytes: registered, ..Footprint::default() },
+            memory_lock: MemoryLock::default(),
             process: ProcStatus { vm_rss_kb: rss.1, vm_pin_kb: pin.1, vm_lck_kb: lck.1, ..ProcStatus::default() },
             process_start: ProcStatus { vm_rss_kb: rss.0, vm_pin_kb: pin.0, vm_lck_kb: lck.0, ..ProcStatus::default() },
             proc_index,
@@ -318,13 +413,45 @@ mod tests {
         assert_eq!(p[0].registered_predicted_bytes, 2 * per_rank);
         assert_eq!(p[0].registered_accounted_bytes, 2 * per_rank);
         assert_eq!(p[0].pinned_delta_bytes, 2064 * 1024);
-        assert!((p[0].pinned_diff_pct - 0.78125).abs() < 1e-9, "{}", p[0].pinned_diff_pct);
+        let d0 = p[0].pinned_diff_pct.expect("verbs registrations pin: compared");
+        assert!((d0 - 0.78125).abs() < 1e-9, "{d0}");
         assert_eq!((p[0].vm_rss_delta_kb, p[0].state_kb), (5000, 4.0));
         assert_eq!((p[1].ranks.clone(), p[1].pinned_delta_bytes, p[1].vm_rss_delta_kb), (vec![2], 1024 * 1024, 1100));
-        assert_eq!(p[1].pinned_diff_pct, 0.0);
+        assert_eq!((p[1].pinned_diff_pct, p[1].lock_status.as_str()), (Some(0.0), "pinned (registration)"));
         let rows = rows(&outs, &[1, 1, 1], &[0, 0, 0], t);
         assert_eq!((rows[1].process, rows[1].vm_pin_delta_kb, rows[2].vm_lck_delta_kb), (0, 2064, 1024));
-        assert_eq!(max_abs(&p, |x| x.pinned_diff_pct), p[0].pinned_diff_pct);
+        assert_eq!(max_abs(&p, |x| x.pinned_diff_pct.unwrap_or(0.0)), d0);
+    }
+
+    #[test]
+    fn a_refused_lock_is_not_compared_and_its_note_names_asked_locked_and_limit() {
+        let cfg = RuntimeConfig::builder().transport(TransportKind::Local).build().unwrap();
+        let t = cfg.transport();
+        let per_rank = predicted_footprint(t, 1, 0, 2).registered_bytes;
+        let mut granted = MemoryLock::default();
+        granted.record_locked(per_rank);
+        let mut refused = MemoryLock::default();
+        refused.record_refused(per_rank, Some(12), Some(per_rank));
+        let mut outs = [outcome(0, 0, (1000, 5000), (0, 0), (0, 1024), per_rank), outcome(1, 0, (1000, 6000), (0, 0), (0, 1024), per_rank)];
+        outs[0].memory_lock = granted;
+        outs[1].memory_lock = refused;
+        let p = process_rows(&outs, &[1, 1], &[0, 0], t);
+        assert_eq!((p[0].pinned_diff_pct, p[0].lock_status.as_str()), (None, "partially locked"));
+        assert_eq!((p[0].lock_asked_bytes, p[0].lock_locked_bytes, p[0].lock_refused_requests, p[0].lock_requests), (2 * per_rank, per_rank, 1, 2));
+        assert_eq!((p[0].memlock_limit_bytes, p[0].lock_error.as_deref()), (Some(per_rank), Some("Cannot allocate memory (os error 12)")));
+        let notes = lock_notes(&outs, &p);
+        assert_eq!(notes.len(), 1);
+        let want = format!("process 0 (ranks 0-1): memory partially locked: asked to lock {} B", 2 * per_rank);
+        assert!(notes[0].starts_with(&want) && notes[0].contains(&format!("locked {per_rank} B")), "{}", notes[0]);
+        assert!(notes[0].contains(&format!("RLIMIT_MEMLOCK (soft) {per_rank} B")), "{}", notes[0]);
+        // Every lock granted: compared. lock_pool off: nothing asked, not compared.
+        outs[1].memory_lock = granted;
+        let p = process_rows(&outs, &[1, 1], &[0, 0], t);
+        assert_eq!((p[0].pinned_diff_pct, p[0].lock_status.as_str()), (Some(0.0), "locked"));
+        assert!(lock_notes(&outs, &p).is_empty());
+        outs.iter_mut().for_each(|o| o.memory_lock = MemoryLock::default());
+        let p = process_rows(&outs, &[1, 1], &[0, 0], t);
+        assert_eq!((p[0].pinned_diff_pct, p[0].lock_status.as_str()), (None, "not asked"));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! index) before delivery, and every delivery falls at or after the next window's start
 //! (delays ≥ window), so the input a cell sums at each step is the same sequence of
 //! floating-point additions whatever the rank count, transport, placement or exchange.
-use ballast_runtime::{Communicator, Footprint, ProcStatus};
+use ballast_runtime::{Communicator, Footprint, MemoryLock, ProcStatus};
 
 use super::exchange::{ExchangeKind, ExchangeStats, Exchanger, Spike};
 use super::model::{weight_of, Cell, DelayModel, LifParams};
@@ -141,6 +141,8 @@ pub struct RankOutcome {
     pub in_peers: usize,
     /// The communicator's footprint right after the last window, before any collective.
     pub footprint: Footprint,
+    /// What became of its `mlock` requests at the same moment.
+    pub memory_lock: MemoryLock,
     /// The process' memory counters at the same moment.
     pub process: ProcStatus,
     /// The process' memory counters before its communicator(s) were created (set by the
@@ -282,6 +284,7 @@ pub fn run_rank(comm: &mut Communicator, circuit: &SimCircuit, rank_of: &[u32], 
         }
     }
     let footprint = comm.footprint();
+    let memory_lock = comm.memory_lock();
     let process = ProcStatus::read_self().unwrap_or_default();
     // Keep the state blocks alive until measured.
     std::hint::black_box(&cells);
@@ -295,6 +298,7 @@ pub fn run_rank(comm: &mut Communicator, circuit: &SimCircuit, rank_of: &[u32], 
         out_peers: n_out,
         in_peers: n_in,
         footprint,
+        memory_lock,
         process,
         process_start: ProcStatus::default(),
         proc_index: 0,

@@ -464,7 +464,7 @@ impl Fabric for MpiFabric {
         // nothing here (so nothing is counted as registered).
         let _ = region;
         let note = lock.then(|| "the mpi transport does not lock Ballast's pool: MPI registers memory itself (measured in VmLck/VmPin)".to_string());
-        Ok(Registration { bytes: 0, locked_bytes: 0, note })
+        Ok(Registration { bytes: 0, locked_bytes: 0, note, lock: Default::default() })
     }
 
     fn setup_receive(&mut self, _sharing: RecvSharing) -> Result<Option<String>> {
@@ -597,7 +597,7 @@ impl Fabric for MpiFabric {
         // and the send staging buffers. MPI's internal memory is measured, not modelled.
         // Send buffers include the owned copies of `isend` direct messages in flight.
         let endpoint_bytes = self.sends.bytes() + self.endpoints.len() as u64 * MPI_ENDPOINT_BYTES;
-        FabricBytes { endpoint_bytes, srq_bytes: self.rbuf.capacity() as u64, recv_registered_bytes: 0, recv_locked_bytes: 0 }
+        FabricBytes { endpoint_bytes, srq_bytes: self.rbuf.capacity() as u64, recv_registered_bytes: 0, recv_locked_bytes: 0, recv_lock: Default::default() }
     }
 
     fn aborted(&self) -> bool {

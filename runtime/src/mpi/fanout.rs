@@ -64,6 +64,8 @@ impl Mpi {
             predicted: ap,
             all_ranks_match_model: rows.iter().all(|r| r[40] == 1),
             notes,
+            // MPI registers memory itself: Ballast makes no mlock request.
+            memory_lock: Default::default(),
         }))
     }
 

@@ -913,7 +913,7 @@ impl Fabric for VerbsFabric {
             self.headers = Some(h);
         }
         // Registration pins the pages: they are locked whatever `lock_pool` says.
-        Ok(Registration { bytes: region.len() as u64, locked_bytes: region.len() as u64, note: None })
+        Ok(Registration { bytes: region.len() as u64, locked_bytes: region.len() as u64, note: None, lock: Default::default() })
     }
 
     fn setup_receive(&mut self, sharing: RecvSharing) -> Result<Option<String>> {

@@ -183,6 +183,8 @@ pub fn fanout(boot: &mut dyn Bootstrap, config: &RuntimeConfig, messages: usize,
     let sum = |k: usize| rows.iter().map(|r| fp(r, k).total_bytes()).sum::<u64>();
     let same = |a: Footprint, p: Footprint| a == p;
     let report = FanoutReport {
+        // Registration pins (a refusal is an error): no mlock request.
+        memory_lock: Default::default(),
         ranks: n,
         before: Snapshot { status: x.status_before, footprint: x.before, world_footprint_bytes: sum(0), world_predicted_bytes: sum(2) },
         after: Snapshot { status: x.status_after, footprint: x.after, world_footprint_bytes: sum(1), world_predicted_bytes: sum(3) },

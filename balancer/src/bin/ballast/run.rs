@@ -235,7 +235,9 @@ pub fn build_report(
     let rows = report::rows(outcomes, &peers, &peer_nodes, cfg.transport());
     let processes = report::process_rows(outcomes, &peers, &peer_nodes, cfg.transport());
     let footprint_max_diff_pct = report::max_abs(&rows, |r| r.footprint_diff_pct);
-    let pinned_max_diff_pct = report::max_abs(&processes, |p| p.pinned_diff_pct);
+    let pinned_max_diff_pct = report::max_abs(&processes, |p| p.pinned_diff_pct.unwrap_or(0.0));
+    let notes = report::lock_notes(outcomes, &processes);
+    let (peers_mismatch, footprint_mismatch) = mismatches(&rows, params.exchange, cfg.transport());
     let (_, window) = params.steps(&input.circuit.delays)?;
     Ok(RunReport {
         circuit: input.label.clone(),
@@ -257,8 +259,10 @@ pub fn build_report(
         allocation: describe_source(placement),
         spikes: outcomes.iter().map(|o| o.spikes.len()).sum(),
         seconds,
-        peers_match: rows.iter().all(|r| r.peers_connected == r.peers_predicted as u64),
-        footprint_match: rows.iter().all(|r| r.footprint_measured_bytes == r.footprint_predicted_bytes),
+        peers_match: peers_mismatch.is_none(),
+        peers_mismatch,
+        footprint_match: footprint_mismatch.is_none(),
+        footprint_mismatch,
         footprint_max_diff_pct,
         footprint_within_tolerance: footprint_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT,
         pinned_within_tolerance: pinned_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT,
@@ -267,7 +271,34 @@ pub fn build_report(
         per_rank: rows,
         out_dat: out_dat.to_owned(),
         transport_notes: Vec::new(),
+        notes,
     })
+}
+
+/// Why the peers connected and the footprints measured differ from the predictions, when
+/// they do (`None` when every rank matches): how many ranks differ, the first one's counts
+/// or `footprint_diff_reason`, and the cause when the run's settings give it.
+fn mismatches(rows: &[report::RankRow], exchange: ExchangeKind, t: &ballast_runtime::TransportConfig) -> (Option<String>, Option<String>) {
+    let ranks = rows.len();
+    let ring = " (--exchange allgather: the ring all-gather connects each rank to its 2 ring neighbours, not to the circuit's peers that the balancer predicts)";
+    let peers_off: Vec<&report::RankRow> = rows.iter().filter(|r| r.peers_connected != r.peers_predicted as u64).collect();
+    let peers = peers_off.first().map(|r| {
+        let cause = if exchange == ExchangeKind::Allgather && peers_off.iter().all(|r| r.peers_connected <= 2) { ring } else { "" };
+        format!("{} of {ranks} ranks differ; rank {}: {} peers connected, {} predicted{cause}", peers_off.len(), r.rank, r.peers_connected, r.peers_predicted)
+    });
+    let fp_off: Vec<&report::RankRow> = rows.iter().filter(|r| r.footprint_measured_bytes != r.footprint_predicted_bytes).collect();
+    let footprint = fp_off.first().map(|r| {
+        let reason = r.footprint_diff_reason.as_deref().unwrap_or("the totals differ");
+        let cause = if peers.is_some() && exchange == ExchangeKind::Allgather && reason.contains("peers connected") {
+            ring
+        } else if t.kind == TransportKind::Mpi {
+            " (the MPI engine path's model is an upper bound that counts every send buffer as kept, while the measurement is what Ballast holds at the end; MPI's own memory shows in VmRSS)"
+        } else {
+            ""
+        };
+        format!("{} of {ranks} ranks differ; rank {}: {reason}{cause}", fp_off.len(), r.rank)
+    });
+    (peers, footprint)
 }
 
 /// Writes out.dat and report.json into `dir` (each atomically).
@@ -303,31 +334,31 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         report.spikes,
         report.seconds,
         report.out_dat.display(),
-        match (report.peers_match, report.exchange.as_str()) {
-            (true, _) => "yes",
-            (false, "allgather") => "no (expected with allgather: the ring all-gather connects 2 neighbours, not the circuit's peers)",
-            (false, _) => "no",
-        },
-        match (report.footprint_match, report.transport.as_str()) {
-            (true, _) => "yes",
-            (false, "mpi") => "no (expected on the MPI engine path: its model is an upper bound that counts every send buffer as kept, while the measurement is what Ballast holds at the end; MPI's own memory shows in VmRSS)",
-            (false, _) => "no",
-        },
+        yes_or_why(&report.peers_mismatch),
+        yes_or_why(&report.footprint_mismatch),
         report.process_vm_hwm_kb
     );
     if report.transport == TransportKind::Verbs.as_str() {
         outln!("{}", verbs_check_line(report));
     }
-    for n in &report.transport_notes {
+    for n in report.transport_notes.iter().chain(&report.notes) {
         outln!("note: {n}");
     }
     Ok(())
 }
 
+/// `yes`, or `no (why)`.
+pub fn yes_or_why(mismatch: &Option<String>) -> String {
+    match mismatch {
+        None => "yes".to_string(),
+        Some(why) => format!("no ({why})"),
+    }
+}
+
 /// The verbs footprint check: Ballast's accounting per rank and the kernel's pinned/locked
 /// growth per process, each within the tolerance of the prediction.
 fn verbs_check_line(r: &RunReport) -> String {
-    let pinned = report::max_abs(&r.processes, |p| p.pinned_diff_pct);
+    let pinned = report::max_abs(&r.processes, |p| p.pinned_diff_pct.unwrap_or(0.0));
     let ok = r.footprint_within_tolerance && r.pinned_within_tolerance;
     format!(
         "verbs footprint within {}% of predicted: {} (accounted per rank: max {:.1}%; pinned per process (VmPin/VmLck growth) vs registered: max {:.1}%)",
