@@ -2,9 +2,12 @@
 //! default, realistic metype memory spread, distance-dependent connectivity) is balanced
 //! for 16 ranks (the dry run, writing `allocation_r16_c1.pkl.gz`), then simulated on the
 //! `local` transport with `RoundRobin` and with `--lb-mode=Memory`; the largest and
-//! smallest rank memory of both, the transport footprint under `per-peer` and under
-//! `shared` + `max_endpoints`, and the check that both runs produced identical spikes
-//! are printed side by side. Exits with an error when the check fails.
+//! smallest rank memory of both, the transport footprint predicted under `per-peer`, under
+//! `shared` + `max_endpoints` and under the configuration run, the footprint measured in
+//! the runs, and the check that both runs produced identical spikes are printed side by
+//! side (no run times: each mode runs once, RoundRobin first, so their times are not a
+//! comparison; `docs/BENCHMARKS.md` has measured ones). Exits with an error when the check
+//! fails.
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -106,10 +109,15 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let t = cfg.transport();
     let per_peer = TransportConfig { recv_sharing: RecvSharing::PerPeer, max_endpoints: 0, ..*t };
     let shared_capped = TransportConfig { recv_sharing: RecvSharing::Shared, max_endpoints: args.max_endpoints, ..*t };
+    let as_run = format!(
+        "{}, {}",
+        t.recv_sharing,
+        if t.max_endpoints == 0 { "no endpoint cap".to_string() } else { format!("max_endpoints={}", t.max_endpoints) }
+    );
     outln!();
-    outln!("{:<52} {:>14} {:>14}", "", "RoundRobin", "Memory");
+    outln!("{:<60} {:>14} {:>14}", "", "RoundRobin", "Memory");
     let row = |label: &str, f: &dyn Fn(&RunReport) -> String| -> anyhow::Result<()> {
-        outln!("{:<52} {:>14} {:>14}", label, f(&runs[0].1), f(&runs[1].1));
+        outln!("{:<60} {:>14} {:>14}", label, f(&runs[0].1), f(&runs[1].1));
         Ok(())
     };
     row("largest rank, estimated cell memory (MB)", &|r| mb(max_min(&r.per_rank, |x| x.estimated_kb).0))?;
@@ -118,8 +126,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         let mean = r.per_rank.iter().map(|x| x.estimated_kb).sum::<f64>() / r.per_rank.len() as f64;
         format!("{:.3}", max_min(&r.per_rank, |x| x.estimated_kb).0 / mean)
     })?;
-    row(&format!("largest rank, Ballast-accounted (MB, x{})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0))?;
-    row(&format!("smallest rank, Ballast-accounted (MB, x{})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1))?;
+    row(&format!("largest rank, Ballast-accounted (MB, --memory-scale {})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0))?;
+    row(&format!("smallest rank, Ballast-accounted (MB, --memory-scale {})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1))?;
     row("peers per rank, largest (connected)", &|r| format!("{}", r.per_rank.iter().map(|x| x.peers_connected).max().unwrap_or(0)))?;
     let tp = |c: TransportConfig| {
         move |r: &RunReport| {
@@ -127,15 +135,25 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             format!("{:.0}", kb as f64 / 1024.0)
         }
     };
-    row("transport per rank, per-peer (KB, predicted)", &tp(per_peer))?;
-    row(&format!("transport per rank, shared + max_endpoints={} (KB)", args.max_endpoints), &tp(shared_capped))?;
-    row(&format!("transport per rank, as run: {} (KB, measured)", t.recv_sharing), &|r| {
+    outln!("transport per rank, largest (KB), predicted for the circuit's peers:");
+    row("  per-peer", &tp(per_peer))?;
+    row(&format!("  shared + max_endpoints={}", args.max_endpoints), &tp(shared_capped))?;
+    row(&format!("  {as_run} (the configuration run)"), &tp(*t))?;
+    outln!("transport per rank, largest (KB), measured in the runs:");
+    row(&format!("  {as_run}"), &|r| {
         format!("{:.0}", r.per_rank.iter().map(|x| x.footprint_measured_bytes).max().unwrap_or(0) as f64 / 1024.0)
     })?;
     row("transport measured = predicted, every rank", &|r| (if r.footprint_match { "yes" } else { "no" }).to_string())?;
     row("peers connected = predicted, every rank", &|r| (if r.peers_match { "yes" } else { "no" }).to_string())?;
     row("spikes", &|r| r.spikes.to_string())?;
-    row("run time (s)", &|r| format!("{:.2}", r.seconds))?;
+    for (mode, r, _) in &runs {
+        for why in [&r.footprint_mismatch, &r.peers_mismatch].into_iter().flatten() {
+            outln!("why not ({mode}): {why}");
+        }
+        for n in &r.notes {
+            outln!("note ({mode}): {n}");
+        }
+    }
     let hwm = ballast_runtime::ProcStatus::read_self().map(|p| p.vm_hwm_kb).unwrap_or(0);
     outln!("process VmHWM (all ranks, both runs): {} MB", hwm / 1024);
     outln!("outputs: {}/{{roundrobin,memory}}/{{out.dat,report.json}}", args.output.display());

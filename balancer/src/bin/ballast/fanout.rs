@@ -4,7 +4,7 @@
 
 use anyhow::bail;
 use ballast_runtime::fanout::{run_local, FanoutReport, Snapshot};
-use ballast_runtime::TransportKind;
+use ballast_runtime::{LockStatus, MemoryLock, TransportKind};
 use serde_json::json;
 
 use crate::runtime_args::RuntimeArgs;
@@ -53,7 +53,41 @@ pub fn report_json(r: &FanoutReport) -> serde_json::Value {
         "peers_connected": r.after.footprint.peers_connected,
         "model_matches_accounting": r.all_ranks_match_model,
         "notes": r.notes,
+        "before_taken": before_taken(r),
+        "memory_lock": lock_json(&r.memory_lock),
     })
+}
+
+/// The `memory_lock` object: all ranks of this process after the fanout.
+fn lock_json(l: &MemoryLock) -> serde_json::Value {
+    json!({
+        "status": l.status().as_str(),
+        "asked_bytes": l.asked_bytes,
+        "locked_bytes": l.locked_bytes,
+        "requests": l.requests,
+        "refused_requests": l.refused,
+        "memlock_limit_bytes": l.limit_bytes,
+        "error": l.error_text(),
+    })
+}
+
+/// When the "before" snapshot is taken, and what that means for its counts.
+fn before_taken(r: &FanoutReport) -> String {
+    format!(
+        "after the setup and 2 barriers (dissemination: each rank exchanges with ranks r +- 2^k), whose endpoints are open: rank 0 is already connected to {} peers",
+        r.before.footprint.peers_connected
+    )
+}
+
+/// The memory lock of all ranks after the fanout, for the table.
+fn lock_line(l: &MemoryLock, kind: TransportKind) -> String {
+    match (l.status(), kind) {
+        (LockStatus::NotAsked, TransportKind::Verbs) => "pinned by the verbs registrations (no mlock)".to_string(),
+        (LockStatus::NotAsked, TransportKind::Mpi) => "not locked (MPI registers memory itself)".to_string(),
+        (LockStatus::NotAsked, _) => "not locked (lock_pool off)".to_string(),
+        (LockStatus::Locked, _) => format!("locked, {} B", l.locked_bytes),
+        (s, _) => format!("{s}: {} of {} B asked (see the note)", l.locked_bytes, l.asked_bytes),
+    }
 }
 
 /// Runs `ballast fanout`.
@@ -147,7 +181,7 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
             ranks, args.messages, args.ints, t.recv_sharing, t.buffer_count, t.buffer_size
         );
     }
-    outln!("{:<26} {:>14} {:>14} {:>14}", "", "before", "after", "delta");
+    outln!("{:<26} {:>14} {:>14} {:>14}", "", "before*", "after", "delta");
     let row = |name: &str, b: u64, a: u64| -> anyhow::Result<()> {
         outln!("{name:<26} {b:>14} {a:>14} {:>14}", a as i64 - b as i64);
         Ok(())
@@ -162,13 +196,19 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     row("predicted all ranks (B)", b.world_predicted_bytes, a.world_predicted_bytes)?;
     row("endpoints live rank 0", b.footprint.endpoints_live, a.footprint.endpoints_live)?;
     row("peers connected rank 0", b.footprint.peers_connected, a.footprint.peers_connected)?;
+    outln!("* {}", before_taken(&r));
+    outln!("memory lock, all ranks of this process (after): {}", lock_line(&r.memory_lock, t.kind));
+    let rank0 = a.footprint.differences(&r.predicted, t);
     outln!(
         "predicted footprint rank 0: {} B ({})",
         r.predicted.total_bytes(),
         if r.all_ranks_match_model {
-            "the model matches the accounting on every rank"
+            "the model matches the accounting on every rank".to_string()
         } else {
-            "the model differs from the accounting on some ranks: it is a bound (with max_endpoints or xrc the steady-state one; over MPI's engine path it counts every send buffer as kept), and fewer endpoints or buffers may be held at the snapshot"
+            format!(
+                "the model differs from the accounting on some ranks{}: it is a bound (with max_endpoints or xrc the steady-state one; over MPI's engine path it counts every send buffer as kept), and fewer endpoints or buffers may be held at the snapshot",
+                if rank0.is_empty() { String::new() } else { format!(", rank 0: {}", rank0.join("; ")) }
+            )
         }
     );
     for n in &r.notes {
