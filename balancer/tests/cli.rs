@@ -1,5 +1,6 @@
 //! The `ballast dry-run` and `ballast stats` commands, run as a user runs them: outputs,
-//! JSON keys, and every bad input refused with a clear message, a non-zero exit and no file.
+//! JSON keys, and every bad input refused with a clear message, a non-zero exit and no file;
+//! and `ballast fanout`'s report of a refused memory lock, as an unprivileged user.
 mod common;
 
 use std::fs;
@@ -340,4 +341,51 @@ fn a_closed_stdout_pipe_ends_quietly() {
         assert!(!err.contains("panicked"), "ballast {args:?} panicked on a closed pipe: {err}");
         assert!(out.status.success(), "ballast {args:?}: {:?}, stderr: {err}", out.status);
     }
+}
+
+/// Rule 9 of issue 13: an unprivileged user whose memlock limit (8 MiB) is below what
+/// `fanout --recv-sharing per-peer` on 16 ranks registers is told, in `--json` `notes` and
+/// `memory_lock` and in the table, how many bytes were asked to be locked, how many were
+/// locked (what VmLck shows) and the limit, instead of seeing the registered memory as
+/// locked. As root (CAP_IPC_LOCK) the same run locks everything and has no note.
+#[test]
+fn fanout_as_an_unprivileged_user_names_the_refused_lock() {
+    const LIMIT: u64 = 8 << 20;
+    let Some(u) = common::Unprivileged::new("fanout_as_an_unprivileged_user_names_the_refused_lock") else { return };
+    let args = ["fanout", "--ranks", "16", "--recv-sharing", "per-peer"];
+    let o = u.run(LIMIT, &[&args[..], &["--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let l = &v["memory_lock"];
+    let (asked, locked) = (l["asked_bytes"].as_u64().unwrap(), l["locked_bytes"].as_u64().unwrap());
+    assert_eq!(l["status"], "partially locked", "{v}");
+    assert_eq!(l["memlock_limit_bytes"], LIMIT, "{v}");
+    assert!(asked > LIMIT && locked <= LIMIT && locked > 0, "{v}");
+    assert!(l["refused_requests"].as_u64().unwrap() > 0 && l["error"].as_str().unwrap().contains("os error"), "{v}");
+    // What is accounted as locked is what the kernel counts (the regions are whole pages).
+    assert_eq!(v["after"]["vm_lck_kb"].as_u64().unwrap() * 1024, locked, "{v}");
+    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert_eq!(notes.len(), 1, "{v}");
+    for want in [
+        "all 16 ranks of this process: memory partially locked".to_string(),
+        format!("asked to lock {asked} B"),
+        format!("locked {locked} B"),
+        format!("RLIMIT_MEMLOCK (soft) {LIMIT} B"),
+    ] {
+        assert!(notes[0].contains(&want), "{want:?} not in {}", notes[0]);
+    }
+    let o = u.run(LIMIT, &args);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(text.contains("memory lock, all ranks of this process (after): partially locked: ") && text.contains("note: all 16 ranks of this process: memory partially locked: asked to lock "), "{text}");
+
+    // Root: every lock granted, no note; the footnote says where "before" is taken.
+    let o = common::ballast().args([&args[..], &["--json"]].concat()).current_dir(u.work()).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["memory_lock"]["status"].as_str(), v["notes"].as_array().map(Vec::len)), (Some("locked"), Some(0)), "{v}");
+    assert_eq!(v["memory_lock"]["asked_bytes"], v["memory_lock"]["locked_bytes"]);
+    let before = v["before"]["footprint_bytes"].as_u64().unwrap();
+    assert!(before > 0);
+    let peers_before = v["before_taken"].as_str().unwrap();
+    assert!(peers_before.starts_with("after the setup and 2 barriers") && peers_before.ends_with("connected to 7 peers"), "{peers_before}");
 }

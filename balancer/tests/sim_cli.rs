@@ -114,8 +114,14 @@ fn demo_passes_its_check() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
-    assert!(stdout.contains("check: identical spikes in the RoundRobin and Memory runs"), "{stdout}");
-    assert!(stdout.contains(": ok"), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("check: identical spikes in the RoundRobin and Memory runs (") && l.ends_with("): ok")), "{stdout}");
+    // The labels say what each row is: the scale is --memory-scale, the measured row is
+    // apart from the predicted ones and names the configuration run, no run-time row.
+    assert!(stdout.contains("largest rank, Ballast-accounted (MB, --memory-scale 0.002)"), "{stdout}");
+    let measured = stdout.lines().position(|l| l == "transport per rank, largest (KB), measured in the runs:").expect("measured section");
+    assert!(stdout.lines().nth(measured + 1).unwrap().starts_with("  shared, no endpoint cap "), "{stdout}");
+    assert!(stdout.contains("  shared, no endpoint cap (the configuration run) "), "{stdout}");
+    assert!(!stdout.contains("run time"), "{stdout}");
     assert!(dir.path().join("ballast-demo/allocation_r6_c1.pkl.gz").exists());
     assert!(dir.path().join("ballast-demo/memory/out.dat").exists());
 }
@@ -172,5 +178,77 @@ fn runtime_settings_out_of_range_or_too_large_are_errors() {
         assert!(err.contains(want), "{extra:?}: {err}");
         assert!(!err.contains("panicked") && !err.contains("memory allocation of"), "{extra:?}: {err}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{extra:?}: nothing written, no allocation file either");
+    }
+}
+
+/// Rule 9 of issue 13: `ballast run` as an unprivileged user with an 8 MiB memlock limit,
+/// on 16 ranks that register 16 MiB: the process table says `partial` instead of a diff
+/// against a lock that did not happen, and `notes` (text and report.json) name the bytes
+/// asked and locked and the limit. With `--lock-pool off` (as root) nothing is asked and the
+/// table says so.
+#[test]
+fn run_as_an_unprivileged_user_says_the_lock_is_partial() {
+    const LIMIT: u64 = 8 << 20;
+    let Some(u) = common::Unprivileged::new("run_as_an_unprivileged_user_says_the_lock_is_partial") else { return };
+    let args = ["run", "--synthetic", "800", "--synapses-per-cell", "150", "--tstop", "20", "--memory-scale", "0.001", "--ranks", "16", "--lb-mode", "RoundRobin"];
+    let o = u.run(LIMIT, &args);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}\n{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(u.work().join("ballast-run/report.json")).unwrap()).unwrap();
+    let p = &report["processes"][0];
+    assert_eq!((p["lock_status"].as_str(), p["pinned_diff_pct"].is_null()), (Some("partially locked"), true), "{p}");
+    let (asked, locked) = (p["lock_asked_bytes"].as_u64().unwrap(), p["lock_locked_bytes"].as_u64().unwrap());
+    assert_eq!(asked, p["registered_accounted_bytes"].as_u64().unwrap(), "everything registered was asked to be locked: {p}");
+    assert!(asked > LIMIT && locked <= LIMIT && locked > 0, "{p}");
+    assert_eq!(p["memlock_limit_bytes"], LIMIT);
+    let notes: Vec<&str> = report["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert_eq!(notes.len(), 1, "{report}");
+    for want in [
+        "process 0 (ranks 0-15): memory partially locked".to_string(),
+        format!("asked to lock {asked} B"),
+        format!("locked {locked} B"),
+        format!("RLIMIT_MEMLOCK (soft) {LIMIT} B"),
+    ] {
+        assert!(notes[0].contains(&want), "{want:?} not in {}", notes[0]);
+    }
+    let row = text.lines().find(|l| l.trim_start().starts_with("0      0-15")).expect("process row");
+    assert!(row.contains(" partial ") && !row.contains("-50.0"), "{row}");
+    assert!(text.contains(&format!("note: {}", notes[0])), "{text}");
+
+    let o = ballast().current_dir(u.work()).args(args).args(["--lock-pool", "off", "--output", "nolock"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let row = text.lines().find(|l| l.trim_start().starts_with("0      0-15")).expect("process row");
+    assert!(row.contains(" not asked "), "{row}");
+}
+
+/// Every "no" comes with its reason, computed from the footprints: with `--exchange
+/// allgather` the ring's 2 neighbours are the peers connected and the model for them gives
+/// the measured bytes; with `--max-endpoints 2` every rank that differs holds fewer live
+/// endpoints than the cap after evictions.
+#[test]
+fn a_footprint_that_differs_from_the_prediction_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(dir.path(), &["--ranks", "8", "--lb-mode", "RoundRobin", "--exchange", "allgather", "--output", "ag"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("ag/report.json")).unwrap()).unwrap();
+    let why = report["footprint_mismatch"].as_str().expect("allgather differs");
+    assert!(why.starts_with("8 of 8 ranks differ; rank 0: 2 peers connected, 7 predicted"), "{why}");
+    assert!(why.contains("the model for the 2 peers actually connected gives exactly the measured bytes") && why.contains("ring all-gather"), "{why}");
+    assert!(report["peers_mismatch"].as_str().unwrap().contains("rank 0: 2 peers connected, 7 predicted (--exchange allgather"), "{report}");
+    assert!(text.contains(&format!("footprint measured = predicted: no ({why})")), "{text}");
+
+    let o = run(dir.path(), &["--ranks", "8", "--lb-mode", "RoundRobin", "--max-endpoints", "2", "--output", "cap"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("cap/report.json")).unwrap()).unwrap();
+    let rows = report["per_rank"].as_array().unwrap();
+    let differ: Vec<&serde_json::Value> = rows.iter().filter(|r| r["footprint_measured_bytes"] != r["footprint_predicted_bytes"]).collect();
+    assert_eq!(report["footprint_mismatch"].is_null(), differ.is_empty(), "{report}");
+    for r in &differ {
+        let why = r["footprint_diff_reason"].as_str().unwrap();
+        assert!(why.contains("endpoints live, 2 predicted (max_endpoints=2 evicts: "), "{why}");
+    }
+    for r in rows.iter().filter(|r| r["footprint_measured_bytes"] == r["footprint_predicted_bytes"]) {
+        assert!(r["footprint_diff_reason"].is_null(), "{r}");
     }
 }
