@@ -46,6 +46,17 @@ fn check_common(r: &FanoutReport, what: &str) {
     let bound = grow_pred_kb + grow_pred_kb / 10 + SLACK_KB + 4 * new_regions;
     assert!(rss_kb <= bound, "{what}: VmRSS grew {rss_kb} KiB > {bound} KiB");
     assert!(data_kb <= bound, "{what}: VmData grew {data_kb} KiB > {bound} KiB");
+    // The lock outcome of every rank: what it accounts as locked is what the kernel counts
+    // (page-aligned regions, nothing else of this process locks), and a refusal is a note.
+    let l = r.memory_lock;
+    assert_eq!(r.after.status.vm_lck_kb * 1024, l.locked_bytes, "{what}: VmLck against {l:?}");
+    assert!(l.asked_bytes >= l.locked_bytes && l.requests > 0, "{what}: {l:?}");
+    if l.refused == 0 {
+        assert_eq!((l.asked_bytes, r.notes.len()), (l.locked_bytes, 0), "{what}: {:?}", r.notes);
+    } else {
+        let want = format!("asked to lock {} B", l.asked_bytes);
+        assert!(r.notes.iter().any(|n| n.contains(&want) && n.contains("RLIMIT_MEMLOCK")), "{what}: {:?}", r.notes);
+    }
 }
 
 struct Footprint0;
