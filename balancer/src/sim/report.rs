@@ -432,7 +432,7 @@ mod tests {
         granted.record_locked(per_rank);
         let mut refused = MemoryLock::default();
         refused.record_refused(per_rank, Some(12), Some(per_rank));
-        let mut outs = [outcome(0, 0, (1000, 5000), (0, 0), (0, 1024), per_rank), outcome(1, 0, (1000, 6000), (0, 0), (0, 1024), per_rank)];
+        let mut outs = [outcome(0, 0, (1000, 5000), (0, 0), (0, 1024), per_rank), outcome(1, 0, (1000, 6000), (0, 0), (0, 2048), per_rank)];
         outs[0].memory_lock = granted;
         outs[1].memory_lock = refused;
         let p = process_rows(&outs, &[1, 1], &[0, 0], t);
