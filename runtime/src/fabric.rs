@@ -165,8 +165,9 @@ pub trait Fabric: Send {
     /// Registers (and, if `lock`, locks) a pool chunk once; it stays registered until drop.
     fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration>;
     /// Creates the rank's receive resources for the effective sharing mode (the SRQ in
-    /// `shared`/`xrc`), called once before any endpoint. Returns a note if the receive
-    /// memory could not be locked.
+    /// `shared`/`xrc`), called once before any endpoint. Returns a note about the setup
+    /// (e.g. a fallback); a refused lock of the receive memory is in
+    /// [`FabricBytes::recv_lock`].
     fn setup_receive(&mut self, sharing: RecvSharing) -> Result<Option<String>>;
     /// Allocates the endpoint `key` (and its receive queue in `per-peer` mode).
     fn open_endpoint(&mut self, key: usize) -> Result<()>;
