@@ -246,7 +246,7 @@ fn a_footprint_that_differs_from_the_prediction_says_why() {
     assert_eq!(report["footprint_mismatch"].is_null(), differ.is_empty(), "{report}");
     for r in &differ {
         let why = r["footprint_diff_reason"].as_str().unwrap();
-        assert!(why.contains("endpoints live, 2 predicted (max_endpoints=2 evicts: "), "{why}");
+        assert!(why.contains(" live, 2 predicted (max_endpoints=2 evicts: "), "{why}");
     }
     for r in rows.iter().filter(|r| r["footprint_measured_bytes"] == r["footprint_predicted_bytes"]) {
         assert!(r["footprint_diff_reason"].is_null(), "{r}");

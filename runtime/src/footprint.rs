@@ -270,6 +270,11 @@ impl std::fmt::Display for LockStatus {
     }
 }
 
+/// `1 peer`, `2 peers`.
+fn count(n: u64, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
 /// `N B (x.y MiB)`.
 fn bytes_text(b: u64) -> String {
     format!("{b} B ({:.1} MiB)", b as f64 / (1024.0 * 1024.0))
@@ -381,7 +386,7 @@ impl Footprint {
             return why;
         }
         if m.peers_connected != p.peers_connected {
-            why.push(format!("{} peers connected, {} predicted", m.peers_connected, p.peers_connected));
+            why.push(format!("{} connected, {} predicted", count(m.peers_connected, "peer"), p.peers_connected));
         }
         if m.endpoints_live != p.endpoints_live {
             let closed = m.endpoints_opened.saturating_sub(m.endpoints_live);
@@ -395,7 +400,7 @@ impl Footprint {
             } else {
                 String::new()
             };
-            why.push(format!("{} endpoints live, {} predicted{cause}", m.endpoints_live, p.endpoints_live));
+            why.push(format!("{} live, {} predicted{cause}", count(m.endpoints_live, "endpoint"), p.endpoints_live));
         }
         if m.pool_bytes != p.pool_bytes {
             let cause = if cfg.pool_growth && m.pool_bytes > p.pool_bytes { " (pool_growth added chunks; the model counts the initial pool)" } else { "" };
@@ -540,7 +545,7 @@ mod tests {
         let m = Footprint { endpoints_live: 1, endpoints_opened: 5, endpoint_bytes: p.endpoint_bytes - 80, ..p };
         let d = m.differences(&p, &t);
         assert_eq!(d.len(), 2, "{d:?}");
-        assert_eq!(d[0], "1 endpoints live, 2 predicted (max_endpoints=2 evicts: 5 endpoints opened, 4 closed, so fewer than the cap are live when measured; the model counts the cap)");
+        assert_eq!(d[0], "1 endpoint live, 2 predicted (max_endpoints=2 evicts: 5 endpoints opened, 4 closed, so fewer than the cap are live when measured; the model counts the cap)");
         assert_eq!(d[1], format!("endpoint {} B, predicted {} B", p.endpoint_bytes - 80, p.endpoint_bytes));
         let u = TransportConfig::default();
         let (p7, p2) = (u.predict(7, 8, 1), u.predict(2, 8, 1));

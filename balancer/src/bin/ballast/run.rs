@@ -284,12 +284,13 @@ fn mismatches(rows: &[report::RankRow], exchange: ExchangeKind, t: &ballast_runt
     let peers_off: Vec<&report::RankRow> = rows.iter().filter(|r| r.peers_connected != r.peers_predicted as u64).collect();
     let peers = peers_off.first().map(|r| {
         let cause = if exchange == ExchangeKind::Allgather && peers_off.iter().all(|r| r.peers_connected <= 2) { ring } else { "" };
-        format!("{} of {ranks} ranks differ; rank {}: {} peers connected, {} predicted{cause}", peers_off.len(), r.rank, r.peers_connected, r.peers_predicted)
+        let s = if r.peers_connected == 1 { "" } else { "s" };
+        format!("{} of {ranks} ranks differ; rank {}: {} peer{s} connected, {} predicted{cause}", peers_off.len(), r.rank, r.peers_connected, r.peers_predicted)
     });
     let fp_off: Vec<&report::RankRow> = rows.iter().filter(|r| r.footprint_measured_bytes != r.footprint_predicted_bytes).collect();
     let footprint = fp_off.first().map(|r| {
         let reason = r.footprint_diff_reason.as_deref().unwrap_or("the totals differ");
-        let cause = if peers.is_some() && exchange == ExchangeKind::Allgather && reason.contains("peers connected") {
+        let cause = if peers.is_some() && exchange == ExchangeKind::Allgather && (reason.contains("peers connected") || reason.contains("peer connected")) {
             ring
         } else if t.kind == TransportKind::Mpi {
             " (the MPI engine path's model is an upper bound that counts every send buffer as kept, while the measurement is what Ballast holds at the end; MPI's own memory shows in VmRSS)"
