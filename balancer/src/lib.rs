@@ -4,6 +4,7 @@
 #![deny(unsafe_code)]
 
 pub mod allocation;
+pub mod atomic;
 #[cfg(feature = "sonata")]
 pub mod circuit;
 pub mod dryrun;
