@@ -5,7 +5,6 @@
 
 pub mod allocation;
 pub mod atomic;
-#[cfg(feature = "sonata")]
 pub mod circuit;
 pub mod dryrun;
 pub mod error;

@@ -13,7 +13,9 @@ use ballast_runtime::{RecvSharing, TransportConfig};
 use serde_json::Value;
 
 fn defaults() -> MetypeMemory {
-    MetypeMemory { cell_kb: Some(3000.0), point_cell_kb: Some(40.0), ..Default::default() }
+    let d = MetypeMemory::default();
+    assert_eq!((d.cell_kb, d.point_cell_kb), (Some(3000.0), Some(40.0)), "the documented defaults");
+    d
 }
 
 fn stderr(o: &Output) -> String {
@@ -60,7 +62,8 @@ fn virtual_sources_add_synapses_but_are_not_placed() {
 fn a_metype_without_memory_is_an_error_naming_it() {
     let Some(dir) = common::shared_data("sonata/nd-usecase3") else { return };
     let circuit = Circuit::open(&dir.join("circuit_config.json")).unwrap();
-    let err = dry_run_from_circuit(&circuit, &MetypeMemory::default()).unwrap_err().to_string();
+    let none = MetypeMemory { cell_kb: None, point_cell_kb: None, ..Default::default() };
+    let err = dry_run_from_circuit(&circuit, &none).unwrap_err().to_string();
     assert!(err.contains("population `") && err.contains("has no measured memory and no default"), "{err}");
 }
 

@@ -27,6 +27,7 @@ mod demo;
 mod dry_run;
 mod fanout;
 mod info;
+mod output;
 mod plot;
 mod run;
 mod runtime_args;
