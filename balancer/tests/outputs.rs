@@ -268,7 +268,7 @@ fn plots_label_each_rank_once_split_synapses_and_share_the_allocation_mode() {
     assert_eq!(rank_labels(&svg), ["0", "1", "2", "3"]);
     // Synapse bars (their colour) are drawn: the synthetic input has synapses.
     let synapse_bars = svg.matches("fill=\"#F4A460\"").count();
-    assert!(synapse_bars >= 4 + 1, "{synapse_bars} synapse rectangles (4 bars and the legend)");
+    assert!(synapse_bars >= 5, "{synapse_bars} synapse rectangles (4 bars and the legend)");
     let o = run(&["stats", "allocation_r4_c1.pkl.gz", "--memory-usage", "cell_memory_usage.json", "--plot", "stats.svg"], d);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("wrote stats.svg"), "{}", stderr(&o));
@@ -353,7 +353,22 @@ fn an_unwritable_directory_names_itself_and_the_option() {
     let e = stderr(&o);
     assert!(e.contains("cannot write the outputs in . (--output-dir chooses the directory)") && e.contains("Permission denied"), "{e}");
     assert!(!e.contains(".tmp"), "{e}");
-    assert_eq!(files_in(d), ["ballast"]);
+    // `ballast run --lb-mode=Memory` regenerating its allocation there: --allocation-dir.
+    let out = d.join("w");
+    fs::create_dir(&out).unwrap();
+    assert!(Command::new("chown").args(["nobody", out.to_str().unwrap()]).status().unwrap().success());
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(&bin)
+        .args(["run", "--synthetic", "200", "--ranks", "2", "--tstop", "2", "--output", out.join("run").to_str().unwrap()])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("the allocation file in . (--allocation-dir chooses that directory)") && e.contains("Permission denied"), "{e}");
+    assert_eq!(files_in(d), ["ballast", "w"]);
+    assert!(files_in(&out).is_empty(), "{:?}", files_in(&out));
 }
 
 /// Rule 8: `dry-run --circuit` and `run --lb-mode=Memory --circuit` share one cost model
@@ -398,5 +413,14 @@ fn the_help_describes_the_whole_tool() {
     let h = stdout(&o);
     for word in ["balancer", "runtime", "proxy simulation"] {
         assert!(h.contains(word), "{word} missing from: {h}");
+    }
+    // dry-run's help states the defaults `run` takes from the library.
+    let help = |cmd: &str| stdout(&ballast().args([cmd, "--help"]).output().unwrap()).split_whitespace().collect::<Vec<_>>().join(" ");
+    let (dry, run) = (help("dry-run"), help("run"));
+    for (option, kb) in [("--cell-kb", "3000"), ("--point-cell-kb", "40")] {
+        // The option's text: up to its closing "]".
+        let after = |h: &str| h.split(&format!("{option} <KB>")).nth(1).unwrap().split(']').next().unwrap().to_owned() + "]";
+        assert!(after(&run).contains(&format!("[default: {kb}]")), "run {option}: {}", after(&run));
+        assert!(after(&dry).contains(&format!("[default: {kb}, as ballast run]")), "dry-run {option}: {}", after(&dry));
     }
 }
