@@ -2,29 +2,57 @@
 //! metype memory + 1.9 KB × the cell's own afferent synapses, counted from the edges) and
 //! their connectivity as a [`Network`].
 //!
+//! Metype memory comes from [`MetypeMemory`]: measured per metype, else one default for
+//! detailed cells ([`MetypeMemory::DEFAULT_CELL_KB`]) and one for point neurons
+//! ([`MetypeMemory::DEFAULT_POINT_CELL_KB`]); `ballast dry-run --circuit` and `ballast run
+//! --circuit` share them. Building from a circuit needs the `sonata` feature.
+//!
 //! Placed populations are the non-virtual node populations, in circuit order; each becomes
 //! a dry-run population whose gids are its node ids. Virtual populations are not placed:
 //! their edges add synapses to their targets but no peers.
 use std::collections::HashMap;
 
+#[cfg(feature = "sonata")]
 use crate::dryrun::{DryRun, Metype, Population};
 use crate::error::{BalancerError, Result};
+#[cfg(feature = "sonata")]
 use crate::network::Network;
+#[cfg(feature = "sonata")]
 use crate::sonata::Circuit;
 
 /// Where metype memory (KB per cell, without synapses) comes from.
-#[derive(Debug, Clone, Default)]
+///
+/// [`MetypeMemory::default`] has no measurements and the two documented defaults.
+#[derive(Debug, Clone)]
 pub struct MetypeMemory {
     /// Per metype key, from a neurodamus `cell_memory_usage.json` (`metype_memory`).
     pub measured: HashMap<String, f64>,
-    /// Default for metypes not measured whose nodes are detailed (`biophysical`), KB.
+    /// Default for metypes not measured whose nodes are detailed (`biophysical`), KB;
+    /// `None` makes such a metype an error.
     pub cell_kb: Option<f64>,
     /// Default for metypes not measured whose nodes are point neurons (`point_process`,
     /// `point_neuron`, ...), KB; falls back to `cell_kb`.
     pub point_cell_kb: Option<f64>,
 }
 
+impl Default for MetypeMemory {
+    fn default() -> Self {
+        MetypeMemory {
+            measured: HashMap::new(),
+            cell_kb: Some(Self::DEFAULT_CELL_KB),
+            point_cell_kb: Some(Self::DEFAULT_POINT_CELL_KB),
+        }
+    }
+}
+
 impl MetypeMemory {
+    /// KB of a detailed cell (without synapses) whose metype is not measured: the order of
+    /// a neurodamus dry run's `metype_memory` for cortical detailed cells.
+    pub const DEFAULT_CELL_KB: f64 = 3000.0;
+    /// KB of a point neuron (without synapses) whose metype is not measured.
+    pub const DEFAULT_POINT_CELL_KB: f64 = 40.0;
+
+    #[cfg_attr(not(feature = "sonata"), allow(dead_code))]
     fn kb(&self, metype: &str, model_type: &str, population: &str) -> Result<f64> {
         if let Some(&kb) = self.measured.get(metype) {
             return Ok(kb);
@@ -41,6 +69,7 @@ impl MetypeMemory {
 }
 
 /// Builds the dry run and network of `circuit`'s placed cells.
+#[cfg(feature = "sonata")]
 pub fn dry_run_from_circuit(circuit: &Circuit, memory: &MetypeMemory) -> Result<(DryRun, Network)> {
     let placed: Vec<usize> =
         (0..circuit.node_populations.len()).filter(|&i| !circuit.node_populations[i].is_virtual).collect();

@@ -307,15 +307,22 @@ impl DryRun {
     }
 
     /// Writes the dry run as `cell_memory_usage.json` (4-space indent, like neurodamus),
-    /// through a temporary file renamed into place.
+    /// atomically ([`crate::atomic`]).
     pub fn write_json_file(&self, path: &Path) -> Result<()> {
+        self.stage_json_file(path)?.commit()
+    }
+
+    /// [`DryRun::write_json_file`] up to the commit.
+    pub fn stage_json_file(&self, path: &Path) -> Result<crate::atomic::AtomicFile> {
         let mut buf = Vec::new();
         let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
         let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
         serde::Serialize::serialize(&self.to_json_value(), &mut ser)
             .map_err(|error| BalancerError::Json { path: path.to_owned(), error })?;
         buf.push(b'\n');
-        write_atomically(path, &buf)
+        let mut file = crate::atomic::AtomicFile::create(path)?;
+        file.write_all(&buf).map_err(|e| BalancerError::io(path, e))?;
+        Ok(file)
     }
 }
 
@@ -330,26 +337,10 @@ fn non_finite_literal(text: &[u8], line: usize, column: usize) -> Option<&'stati
     ["NaN", "-Infinity", "Infinity"].into_iter().find(|lit| rest.starts_with(lit.as_bytes()))
 }
 
-/// Writes `bytes` to a temporary file next to `path`, then renames it over `path`, so that
-/// readers never see a half-written file and a failure leaves nothing behind.
+/// Writes `bytes` to `path` atomically: readers never see a half-written file and a
+/// failure or a signal leaves nothing behind ([`crate::atomic::write_file`]).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".ballast-").suffix(".tmp");
-    // NamedTempFile defaults to 0600; a normally created file is 0666 less the umask.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        builder.permissions(std::fs::Permissions::from_mode(0o666));
-    }
-    let mut tmp = builder.tempfile_in(dir).map_err(|e| BalancerError::io(dir, e))?;
-    tmp.write_all(bytes).map_err(|e| BalancerError::io(path, e))?;
-    tmp.as_file().sync_all().map_err(|e| BalancerError::io(path, e))?;
-    tmp.persist(path).map_err(|e| BalancerError::io(path, e.error))?;
-    Ok(())
+    crate::atomic::write_file(path, bytes)
 }
 
 #[cfg(test)]

@@ -45,6 +45,13 @@ pub enum BalancerError {
         field: String,
         message: String,
     },
+    /// Some outputs of one command were put in place before another failed.
+    #[error("{}{error}; not written: {}", wrote(.written), list(.not_written))]
+    PartialWrite {
+        written: Vec<PathBuf>,
+        not_written: Vec<PathBuf>,
+        error: Box<BalancerError>,
+    },
     /// A parameter is out of range (e.g. zero ranks).
     #[error("invalid parameter: {0}")]
     InvalidParameter(String),
@@ -52,6 +59,19 @@ pub enum BalancerError {
 
 /// Result alias for the balancer library.
 pub type Result<T, E = BalancerError> = std::result::Result<T, E>;
+
+/// `wrote A, B; ` (nothing when empty).
+fn wrote(paths: &[PathBuf]) -> String {
+    if paths.is_empty() { String::new() } else { format!("wrote {}; ", list(paths)) }
+}
+
+/// `A, B`, or `nothing`.
+fn list(paths: &[PathBuf]) -> String {
+    if paths.is_empty() {
+        return "nothing else".into();
+    }
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}
 
 /// `population `P`: field: ` with the empty parts left out.
 fn sonata_location(population: &str, field: &str) -> String {

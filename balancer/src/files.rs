@@ -1,9 +1,17 @@
 //! Allocation files on disk: their names (`allocation_r{R}_c{C}.pkl.gz`), reading one into
 //! an [`Allocation`], writing one, and neurodamus' `--lb-mode=Memory` rule: use the file for
 //! this rank count when present, regenerate it otherwise ([`load_or_generate`]).
+//!
+//! Beside each allocation Ballast writes its sidecar `allocation_r{R}_c{C}.json`
+//! ([`AllocationCosts`]): the costs it was balanced with, so that a later `ballast run
+//! --lb-mode=Memory` can say when the file it reuses was balanced with other costs.
+//! neurodamus' pickle itself holds only the buckets.
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 use crate::allocation::Allocation;
+use crate::atomic::AtomicFile;
 use crate::dryrun::DryRun;
 use crate::error::{BalancerError, Result};
 use crate::pickle;
@@ -47,6 +55,161 @@ pub fn write_allocation(dir: &Path, allocation: &Allocation) -> Result<PathBuf> 
     Ok(path)
 }
 
+/// [`write_allocation`] up to the commit (see [`crate::atomic::commit_all`]).
+pub fn stage_allocation(dir: &Path, allocation: &Allocation) -> Result<AtomicFile> {
+    let path = dir.join(allocation_file_name(allocation.ranks, allocation.cycles));
+    pickle::stage_allocation_file(&path, &allocation.populations)
+}
+
+/// The sidecar's name for an allocation of `ranks` × `cycles`: `allocation_r{R}_c{C}.json`.
+pub fn sidecar_file_name(ranks: u32, cycles: u32) -> String {
+    format!("allocation_r{ranks}_c{cycles}.json")
+}
+
+/// The costs an allocation was balanced with: the sidecar `allocation_r{R}_c{C}.json`.
+///
+/// `cost_digest` is a CRC-32 (hex) of the cost inputs: every metype's name, memory KB and
+/// average synapses, the per-cell synapse counts and gids of each population, the KB per
+/// synapse, the strategy and the transport model. Two allocations balanced from the same
+/// inputs have the same digest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocationCosts {
+    /// The command that wrote it (`ballast dry-run`, `ballast run`).
+    pub written_by: String,
+    pub ranks: u32,
+    pub cycles: u32,
+    /// `lpt`, `neurodamus` or `lpt+transport`.
+    pub strategy: String,
+    /// `none` or `ballast` (per-rank transport memory charged).
+    pub transport_model: String,
+    /// Cells balanced.
+    pub cells: usize,
+    /// Their total cost, KB (cells + synapses).
+    pub total_kb: f64,
+    /// KB per synapse.
+    pub synapse_kb: f64,
+    /// With a circuit: KB of a detailed cell whose metype is not measured.
+    pub cell_kb_default: Option<f64>,
+    /// With a circuit: KB of a point neuron whose metype is not measured.
+    pub point_cell_kb_default: Option<f64>,
+    pub cost_digest: String,
+}
+
+impl AllocationCosts {
+    /// The costs of balancing `dry_run` on `ranks` × `cycles` with `strategy` and
+    /// `transport_model`.
+    pub fn new(written_by: &str, dry_run: &DryRun, ranks: u32, cycles: u32, strategy: &str, transport_model: &str) -> Self {
+        let mut h = crc32fast::Hasher::new();
+        h.update(b"ballast-costs-1\0");
+        h.update(&crate::dryrun::SYNAPSE_KB.to_le_bytes());
+        for m in &dry_run.metypes {
+            h.update(m.name.as_bytes());
+            h.update(&[0]);
+            h.update(&m.memory_kb.to_le_bytes());
+            h.update(&m.synapses_per_cell.to_le_bytes());
+        }
+        let mut total_kb = 0.0;
+        for p in &dry_run.populations {
+            h.update(p.name.as_bytes());
+            h.update(&[0]);
+            for (m, gids) in &p.metype_gids {
+                h.update(&(*m as u64).to_le_bytes());
+                h.update(&(gids.len() as u64).to_le_bytes());
+                for &g in gids {
+                    h.update(&g.to_le_bytes());
+                    total_kb += dry_run.cell_kb(p, g, *m);
+                }
+            }
+            if let Some(syn) = &p.cell_synapses {
+                h.update(b"synapses");
+                for s in syn {
+                    h.update(&s.to_le_bytes());
+                }
+            }
+        }
+        h.update(strategy.as_bytes());
+        h.update(&[0]);
+        h.update(transport_model.as_bytes());
+        AllocationCosts {
+            written_by: written_by.to_owned(),
+            ranks,
+            cycles,
+            strategy: strategy.to_owned(),
+            transport_model: transport_model.to_owned(),
+            cells: dry_run.cell_count(),
+            total_kb,
+            synapse_kb: crate::dryrun::SYNAPSE_KB,
+            cell_kb_default: None,
+            point_cell_kb_default: None,
+            cost_digest: format!("{:08x}", h.finalize()),
+        }
+    }
+
+    /// True when both were balanced from the same cost inputs.
+    pub fn same_costs(&self, other: &AllocationCosts) -> bool {
+        self.cost_digest == other.cost_digest
+    }
+
+    /// What differs from `other`, field by field (`strategy lpt vs neurodamus`); the digest
+    /// when nothing else does.
+    pub fn differences(&self, other: &AllocationCosts) -> Vec<String> {
+        let mut d = Vec::new();
+        let opt = |x: Option<f64>| x.map_or("none".into(), |v| format!("{v}"));
+        if self.strategy != other.strategy {
+            d.push(format!("strategy {} vs {}", self.strategy, other.strategy));
+        }
+        if self.transport_model != other.transport_model {
+            d.push(format!("transport model {} vs {}", self.transport_model, other.transport_model));
+        }
+        if self.cells != other.cells {
+            d.push(format!("{} vs {} cells", self.cells, other.cells));
+        }
+        if self.total_kb != other.total_kb {
+            d.push(format!("total {:.1} vs {:.1} KB", self.total_kb, other.total_kb));
+        }
+        if self.cell_kb_default != other.cell_kb_default && other.cell_kb_default.is_some() {
+            d.push(format!("cell KB default {} vs {}", opt(self.cell_kb_default), opt(other.cell_kb_default)));
+        }
+        if self.point_cell_kb_default != other.point_cell_kb_default && other.point_cell_kb_default.is_some() {
+            d.push(format!("point-cell KB default {} vs {}", opt(self.point_cell_kb_default), opt(other.point_cell_kb_default)));
+        }
+        if self.synapse_kb != other.synapse_kb {
+            d.push(format!("{} vs {} KB per synapse", self.synapse_kb, other.synapse_kb));
+        }
+        if d.is_empty() && !self.same_costs(other) {
+            d.push("per-cell costs".into());
+        }
+        d.push(format!("cost digest {} vs {}", self.cost_digest, other.cost_digest));
+        d
+    }
+
+    /// The sidecar as JSON, written atomically into `dir` (not yet committed).
+    pub fn stage(&self, dir: &Path) -> Result<AtomicFile> {
+        use std::io::Write;
+        let path = dir.join(sidecar_file_name(self.ranks, self.cycles));
+        let mut text = serde_json::to_vec_pretty(self).map_err(|error| BalancerError::Json { path: path.clone(), error })?;
+        text.push(b'\n');
+        let mut f = AtomicFile::create(&path)?;
+        f.write_all(&text).map_err(|e| BalancerError::io(&path, e))?;
+        Ok(f)
+    }
+
+    /// Reads a sidecar; `Ok(None)` when there is none. Bounded: a sidecar is a few hundred
+    /// bytes, anything over 1 MiB is refused.
+    pub fn read(path: &Path) -> Result<Option<AllocationCosts>> {
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(BalancerError::io(path, e)),
+        };
+        if meta.len() > 1 << 20 {
+            return Err(BalancerError::Pickle { path: path.to_owned(), message: format!("{} bytes: not an allocation sidecar", meta.len()) });
+        }
+        let text = std::fs::read(path).map_err(|e| BalancerError::io(path, e))?;
+        serde_json::from_slice(&text).map(Some).map_err(|error| BalancerError::Json { path: path.to_owned(), error })
+    }
+}
+
 /// Where [`load_or_generate`] got its allocation from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AllocationSource {
@@ -61,12 +224,17 @@ pub enum AllocationSource {
 pub struct LoadedAllocation {
     pub allocation: Allocation,
     pub source: AllocationSource,
+    /// For the user: the reused file was balanced with other costs (its sidecar says so).
+    pub warnings: Vec<String>,
 }
 
 /// neurodamus' `--lb-mode=Memory` rule: use `dir/allocation_r{ranks}_c{cycles}.pkl.gz` when
 /// present (it must hold every gid of `dry_run` exactly once, or this errors), otherwise
-/// balance `dry_run` with `strategy` and write that file. The caller says "regenerated" to
-/// the user when [`AllocationSource::Regenerated`] comes back.
+/// balance `dry_run` with `strategy` and write that file and its sidecar
+/// ([`AllocationCosts`]). The caller says "regenerated" to the user when
+/// [`AllocationSource::Regenerated`] comes back, and prints the warnings: a reused file
+/// whose sidecar records other costs than `dry_run`'s with `strategy` and no transport
+/// charge.
 pub fn load_or_generate(
     dir: &Path,
     ranks: u32,
@@ -85,9 +253,29 @@ pub fn load_or_generate(
                  move it away to have it regenerated"
             ),
         })?;
-        return Ok(LoadedAllocation { allocation, source: AllocationSource::File(path) });
+        let ours = AllocationCosts::new("ballast run", dry_run, ranks, cycles, &strategy_name(strategy), "none");
+        let sidecar = dir.join(sidecar_file_name(ranks, cycles));
+        let mut warnings = Vec::new();
+        match AllocationCosts::read(&sidecar) {
+            Ok(Some(theirs)) if !theirs.same_costs(&ours) => warnings.push(format!(
+                "{} was balanced with other costs than this run's ({}: {}; theirs vs this run's): its per-rank memory may be unbalanced for this run; move it away to have it regenerated",
+                path.display(),
+                sidecar.display(),
+                theirs.differences(&ours).join(", ")
+            )),
+            Ok(_) => {}
+            Err(e) => warnings.push(format!("{e} (cannot tell which costs the allocation was balanced with)")),
+        }
+        return Ok(LoadedAllocation { allocation, source: AllocationSource::File(path), warnings });
     }
     let allocation = balance(dry_run, &config);
-    let path = write_allocation(dir, &allocation)?;
-    Ok(LoadedAllocation { allocation, source: AllocationSource::Regenerated(path) })
+    let costs = AllocationCosts::new("ballast run", dry_run, ranks, cycles, &strategy_name(strategy), "none");
+    let files = vec![stage_allocation(dir, &allocation)?, costs.stage(dir)?];
+    let path = crate::atomic::commit_all(files)?.swap_remove(0);
+    Ok(LoadedAllocation { allocation, source: AllocationSource::Regenerated(path), warnings: Vec::new() })
+}
+
+/// `lpt` or `neurodamus`, as `--strategy` spells it.
+pub fn strategy_name(strategy: crate::strategy::Strategy) -> String {
+    format!("{strategy:?}").to_lowercase()
 }

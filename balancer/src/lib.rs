@@ -4,7 +4,7 @@
 #![deny(unsafe_code)]
 
 pub mod allocation;
-#[cfg(feature = "sonata")]
+pub mod atomic;
 pub mod circuit;
 pub mod dryrun;
 pub mod error;

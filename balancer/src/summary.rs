@@ -152,9 +152,11 @@ impl Summary {
             "population", "cells", format!("total {unit}"), "max bucket", "mean bucket", "min bucket",
             "max rank", "min rank", "imbalance", "max/LB"
         );
+        // Cell counts are whole numbers (only means have decimals); KB have one decimal.
+        let p = if unit == "cells" { 0 } else { 1 };
         let mut row = |name: &str, s: &LoadStats| {
             out += &format!(
-                "{:<24} {:>9} {:>14.1} {:>13.1} {:>13.1} {:>13.1} {:>13.1} {:>13.1} {:>9.4} {:>8.4}\n",
+                "{:<24} {:>9} {:>14.p$} {:>13.p$} {:>13.1} {:>13.p$} {:>13.p$} {:>13.p$} {:>9.4} {:>8.4}\n",
                 truncate(name, 24), s.cells, s.total_kb, s.max_bucket_kb, s.mean_bucket_kb, s.min_bucket_kb,
                 s.max_rank_kb, s.min_rank_kb, s.imbalance, s.ratio_to_lower_bound
             );

@@ -13,7 +13,9 @@ use ballast_runtime::{RecvSharing, TransportConfig};
 use serde_json::Value;
 
 fn defaults() -> MetypeMemory {
-    MetypeMemory { cell_kb: Some(3000.0), point_cell_kb: Some(40.0), ..Default::default() }
+    let d = MetypeMemory::default();
+    assert_eq!((d.cell_kb, d.point_cell_kb), (Some(3000.0), Some(40.0)), "the documented defaults");
+    d
 }
 
 fn stderr(o: &Output) -> String {
@@ -60,7 +62,8 @@ fn virtual_sources_add_synapses_but_are_not_placed() {
 fn a_metype_without_memory_is_an_error_naming_it() {
     let Some(dir) = common::shared_data("sonata/nd-usecase3") else { return };
     let circuit = Circuit::open(&dir.join("circuit_config.json")).unwrap();
-    let err = dry_run_from_circuit(&circuit, &MetypeMemory::default()).unwrap_err().to_string();
+    let none = MetypeMemory { cell_kb: None, point_cell_kb: None, ..Default::default() };
+    let err = dry_run_from_circuit(&circuit, &none).unwrap_err().to_string();
     assert!(err.contains("population `") && err.contains("has no measured memory and no default"), "{err}");
 }
 
@@ -90,7 +93,7 @@ fn cli_reports_transport_nodes_and_draws() {
         .args(["dry-run", "--circuit", dir.join("circuit_config.json").to_str().unwrap(), "--cell-kb", "3000"])
         .args(["--num-target-ranks", "8", "--transport-model", "ballast", "--recv-sharing", "per-peer"])
         .args(["--ranks-per-node", "4", "--node-memory-gb", "0.1", "--json", "--output-dir", out.path().to_str().unwrap()])
-        .args(["--plot", out.path().join("ranks.svg").to_str().unwrap()])
+        .args(["--plot", out.path().join("ranks.svg").to_str().unwrap(), "--write-memory-usage"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
@@ -107,10 +110,14 @@ fn cli_reports_transport_nodes_and_draws() {
     assert_eq!(j["nodes_over_memory"], serde_json::json!([0, 1]));
     let suggested = j["suggested_nodes"].as_u64().unwrap();
     assert!(suggested > 2, "{suggested}");
-    // Written: allocation, cell_memory_usage.json in neurodamus' layout, the plot.
+    // Written: allocation, its sidecar, cell_memory_usage.json in neurodamus' layout (asked
+    // for), the plot.
     let mu = ballast_balancer::DryRun::from_json_file(&out.path().join("cell_memory_usage.json")).unwrap();
     assert_eq!(mu.cell_count(), 449);
     assert!(out.path().join("allocation_r8_c1.pkl.gz").exists());
+    let sidecar: Value = serde_json::from_slice(&std::fs::read(out.path().join("allocation_r8_c1.json")).unwrap()).unwrap();
+    assert_eq!((sidecar["strategy"].as_str(), sidecar["transport_model"].as_str()), (Some("lpt+transport"), Some("ballast")));
+    assert_eq!((sidecar["cells"].as_u64(), sidecar["cell_kb_default"].as_f64()), (Some(449), Some(3000.0)));
     let svg = std::fs::read_to_string(out.path().join("ranks.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("transport-aware") && svg.contains("<rect"), "{}", &svg[..200.min(svg.len())]);
 }
@@ -131,9 +138,13 @@ fn cli_refuses_bad_circuit_requests_without_output() {
     assert!(!o.status.success() && stderr(&o).contains("must end in .svg or .png"), "{}", stderr(&o));
     assert!(!o_dir.exists() || std::fs::read_dir(&o_dir).unwrap().next().is_none());
     let Some(dir) = common::shared_data("sonata/nd-usecase3") else { return };
-    let o = run(&["dry-run", "--circuit", dir.join("circuit_config.json").to_str().unwrap(), "--num-target-ranks", "2"]);
-    assert!(!o.status.success() && stderr(&o).contains("no measured memory and no default"), "{}", stderr(&o));
-    assert!(!o_dir.exists() || std::fs::read_dir(&o_dir).unwrap().next().is_none());
+    // Without --cell-kb the documented defaults apply (as in `ballast run`): nothing refused.
+    let o = run(&["dry-run", "--circuit", dir.join("circuit_config.json").to_str().unwrap(), "--num-target-ranks", "2", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut written: Vec<String> = std::fs::read_dir(&o_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    written.sort();
+    // No cell_memory_usage.json unasked.
+    assert_eq!(written, ["allocation_r2_c1.json", "allocation_r2_c1.pkl.gz"]);
 }
 
 #[test]

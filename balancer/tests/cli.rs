@@ -71,7 +71,7 @@ fn synthetic_dry_run_writes_a_file_python_and_stats_read_back() {
     assert!(j["max_bucket_kb"].as_f64().unwrap() < j["neurodamus_max_bucket_kb"].as_f64().unwrap());
     let file = dir.path().join("allocation_r8_c2.pkl.gz");
     assert_eq!(j["output"].as_str().unwrap(), file.to_str().unwrap());
-    assert_eq!(files_in(dir.path()), ["allocation_r8_c2.pkl.gz", "cell_memory_usage.json"]);
+    assert_eq!(files_in(dir.path()), ["allocation_r8_c2.json", "allocation_r8_c2.pkl.gz", "cell_memory_usage.json"]);
 
     // Plain python3 reads it: every gid of the dry run exactly once, keys (rank, cycle) in range.
     let script = r#"

@@ -47,6 +47,8 @@ pub struct Placement {
     pub rank_of: Vec<u32>,
     /// Where the allocation came from (`Memory` only).
     pub source: Option<AllocationSource>,
+    /// For the user, e.g. a reused file balanced with other costs (`Memory` only).
+    pub warnings: Vec<String>,
 }
 
 /// Places the cells of `dry_run` (global indices by `offsets`) on `ranks` ranks. With
@@ -58,10 +60,10 @@ pub fn place(mode: LbMode, dry_run: &DryRun, offsets: &[usize], ranks: u32, dir:
     }
     let n = *offsets.last().unwrap_or(&0);
     match mode {
-        LbMode::RoundRobin => Ok(Placement { rank_of: (0..n).map(|c| (c % ranks as usize) as u32).collect(), source: None }),
+        LbMode::RoundRobin => Ok(Placement { rank_of: (0..n).map(|c| (c % ranks as usize) as u32).collect(), source: None, warnings: Vec::new() }),
         LbMode::Memory => {
             let loaded = load_or_generate(dir, ranks, 1, dry_run, Strategy::Lpt)?;
-            Ok(Placement { rank_of: rank_of_allocation(&loaded.allocation, offsets), source: Some(loaded.source) })
+            Ok(Placement { rank_of: rank_of_allocation(&loaded.allocation, offsets), source: Some(loaded.source), warnings: loaded.warnings })
         }
     }
 }

@@ -10,10 +10,13 @@ use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
 use ballast_balancer::transport_aware::{
     balance_transport_aware, evaluate, rank_of_allocation, CellCosts, RankLoads, TransportCharge,
 };
-use ballast_balancer::{balance, write_allocation, Allocation, BalancerConfig, DryRun, Strategy, Summary};
+use ballast_balancer::atomic::{self, AtomicFile};
+use ballast_balancer::files::{stage_allocation, AllocationCosts};
+use ballast_balancer::{balance, Allocation, BalancerConfig, DryRun, Strategy, Summary};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
+use crate::output::{count, population_warnings};
 use crate::plot;
 use crate::runtime_args::RuntimeArgs;
 
@@ -40,16 +43,19 @@ pub struct DryRunArgs {
     /// (a synthetic circuit: per-cell synapse counts and peers).
     #[arg(long, value_name = "N", requires = "synthetic")]
     synapses: Option<u64>,
-    /// Write the dry run as OUTPUT_DIR/cell_memory_usage.json (always done for --circuit).
-    #[arg(long)]
-    write_memory_usage: bool,
+    /// Write the dry run (metype averages, neurodamus' layout) to PATH, or without a value to
+    /// OUTPUT_DIR/cell_memory_usage.json; refused when that is an input file.
+    #[arg(long, value_name = "PATH", num_args = 0..=1)]
+    write_memory_usage: Option<Option<PathBuf>>,
     /// A SONATA circuit config (circuit_config.json); needs the `sonata` feature.
     #[arg(long, value_name = "CONFIG")]
     circuit: Option<PathBuf>,
-    /// With --circuit: KB per detailed cell for metypes not in --memory-usage.
+    /// With --circuit: KB per detailed cell for metypes not in --memory-usage [default:
+    /// 3000, as ballast run].
     #[arg(long, value_name = "KB", requires = "circuit")]
     cell_kb: Option<f64>,
-    /// With --circuit: KB per point neuron for metypes not in --memory-usage (default: --cell-kb).
+    /// With --circuit: KB per point neuron for metypes not in --memory-usage [default: 40,
+    /// as ballast run].
     #[arg(long, value_name = "KB", requires = "circuit")]
     point_cell_kb: Option<f64>,
     /// Number of ranks to balance for.
@@ -73,7 +79,7 @@ pub struct DryRunArgs {
     /// Draw per-rank stacked bars (cells, synapses, transport) to FILE.svg or FILE.png.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
-    /// Where allocation_r{N}_c{C}.pkl.gz goes.
+    /// Where allocation_r{N}_c{C}.pkl.gz and its sidecar allocation_r{N}_c{C}.json go.
     #[arg(long, default_value = ".")]
     output_dir: PathBuf,
     /// Print one JSON object instead of the tables.
@@ -93,6 +99,8 @@ struct Input {
     network: Option<Network>,
     /// Where the input came from, for messages.
     label: String,
+    /// The files read, which no output may replace.
+    files: Vec<atomic::Input>,
 }
 
 fn load_input(args: &DryRunArgs) -> anyhow::Result<Input> {
@@ -110,13 +118,18 @@ fn load_input(args: &DryRunArgs) -> anyhow::Result<Input> {
         return Ok(match args.synapses {
             Some(synapses) => {
                 let c = synthetic::generate_circuit(&CircuitSpec { dry_run: spec, synapses, ..CircuitSpec::default() })?;
-                Input { dry_run: c.dry_run, network: Some(c.network), label: format!("synthetic circuit ({synapses} synapses)") }
+                Input { dry_run: c.dry_run, network: Some(c.network), label: format!("synthetic circuit ({synapses} synapses)"), files: Vec::new() }
             }
-            None => Input { dry_run: synthetic::generate(&spec)?, network: None, label: "synthetic dry run".into() },
+            None => Input { dry_run: synthetic::generate(&spec)?, network: None, label: "synthetic dry run".into(), files: Vec::new() },
         });
     }
     let path = args.memory_usage.as_ref().expect("clap requires an input");
-    Ok(Input { dry_run: read_dry_run(path)?, network: None, label: path.display().to_string() })
+    Ok(Input {
+        dry_run: read_dry_run(path)?,
+        network: None,
+        label: path.display().to_string(),
+        files: vec![atomic::Input::new(path, "--memory-usage")],
+    })
 }
 
 /// Reads a dry-run file, printing its notes (e.g. unknown keys) as warnings.
@@ -136,9 +149,14 @@ fn load_circuit(args: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
         Some(p) => read_dry_run(p)?.metypes.into_iter().map(|m| (m.name, m.memory_kb)).collect(),
         None => Default::default(),
     };
-    let memory = MetypeMemory { measured, cell_kb: args.cell_kb, point_cell_kb: args.point_cell_kb };
+    let d = MetypeMemory::default();
+    let memory = MetypeMemory { measured, cell_kb: args.cell_kb.or(d.cell_kb), point_cell_kb: args.point_cell_kb.or(d.point_cell_kb) };
     let (dry_run, network) = dry_run_from_circuit(&circuit, &memory)?;
-    Ok(Input { dry_run, network: Some(network), label: config.display().to_string() })
+    let mut files = vec![atomic::Input::new(config, "--circuit")];
+    files.extend(args.memory_usage.iter().map(|p| atomic::Input::new(p, "--memory-usage")));
+    files.extend(circuit.node_populations.iter().map(|p| atomic::Input::new(&p.file, "a nodes file of --circuit")));
+    files.extend(circuit.edge_populations.iter().map(|e| atomic::Input::new(&e.file, "an edges file of --circuit")));
+    Ok(Input { dry_run, network: Some(network), label: config.display().to_string(), files })
 }
 
 #[cfg(not(feature = "sonata"))]
@@ -252,26 +270,39 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     };
 
     std::fs::create_dir_all(&args.output_dir)
-        .with_context(|| format!("cannot create output directory {}", args.output_dir.display()))?;
-    if args.write_memory_usage || args.circuit.is_some() {
-        dry_run.write_json_file(&args.output_dir.join("cell_memory_usage.json"))?;
+        .with_context(|| format!("cannot create output directory {} (--output-dir)", args.output_dir.display()))?;
+    let strategy_name = if charge.is_some() { "lpt+transport".to_owned() } else { ballast_balancer::files::strategy_name(config.strategy) };
+    let mut costs = AllocationCosts::new(
+        "ballast dry-run",
+        dry_run,
+        config.ranks,
+        config.cycles,
+        &strategy_name,
+        if charge.is_some() { "ballast" } else { "none" },
+    );
+    if args.circuit.is_some() {
+        let d = ballast_balancer::circuit::MetypeMemory::default();
+        costs.cell_kb_default = args.cell_kb.or(d.cell_kb);
+        costs.point_cell_kb_default = args.point_cell_kb.or(d.point_cell_kb);
     }
-    let output = write_allocation(&args.output_dir, &allocation)?;
-    if let Some(path) = &args.plot {
-        let lower = summary.overall.total_kb / config.ranks as f64;
-        plot::rank_bars(path, &rank_series(&summary, blind.as_ref(), loads.as_ref(), config.cycles), lower)?;
-    }
+    let written = write_outputs(args, &input, &allocation, &summary, &costs, blind.as_ref(), loads.as_ref())?;
+    let output = written[0].clone();
 
     let empty = summary.empty_buckets();
     if !empty.is_empty() {
         eprintln!(
-            "warning: {} of {} buckets got no cell (more ranks × cycles than cells can fill); consider fewer ranks or cycles",
+            "warning: {} of {} got no cell (more ranks × cycles than cells can fill); consider fewer ranks or cycles",
             empty.len(),
-            allocation.bucket_count()
+            count(allocation.bucket_count() as u64, "bucket")
         );
     }
+    // With one population the warning above says it all.
+    if allocation.populations.len() > 1 {
+        for w in population_warnings(&allocation) {
+            eprintln!("warning: {w}");
+        }
+    }
     let o = &summary.overall;
-    let strategy_name = if charge.is_some() { "lpt+transport".to_owned() } else { format!("{:?}", config.strategy).to_lowercase() };
     if args.json {
         let mut value = json!({
             "ranks": config.ranks, "cycles": config.cycles, "strategy": strategy_name,
@@ -281,8 +312,8 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             "heaviest_cell_kb": o.heaviest_cell_kb, "lower_bound_kb": o.lower_bound_kb,
             "imbalance": o.imbalance, "ratio_to_lower_bound": o.ratio_to_lower_bound,
             "balance_seconds": seconds, "empty_buckets": empty.len(),
-            "populations": summary.populations.iter().map(|(n, s)| (n.clone(), serde_json::to_value(s).unwrap())).collect::<serde_json::Map<_, _>>(),
-            "output": output,
+            "populations": summary.populations.iter().map(|(n, s)| population_json(n, s)).collect::<Vec<_>>(),
+            "output": output, "written": written,
         });
         if let Some(b) = &baseline {
             value["neurodamus_max_bucket_kb"] = json!(b.max_bucket_kb);
@@ -309,13 +340,13 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     outln!(
-        "ballast dry-run: {} cells, {} populations, {} metypes ({}) -> {} ranks × {} cycles, strategy {} ({:.3} s)\n",
-        o.cells,
-        dry_run.populations.len(),
-        dry_run.metypes.len(),
+        "ballast dry-run: {}, {}, {} ({}) -> {} × {}, strategy {} ({:.3} s)\n",
+        count(o.cells as u64, "cell"),
+        count(dry_run.populations.len() as u64, "population"),
+        count(dry_run.metypes.len() as u64, "metype"),
         input.label,
-        config.ranks,
-        config.cycles,
+        count(config.ranks, "rank"),
+        count(config.cycles, "cycle"),
         strategy_name,
         seconds
     );
@@ -357,11 +388,60 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             outln!("fewest nodes that fit (transport charge recomputed for each count): {} ({} ranks)", f.nodes, f.nodes * k);
         }
     }
-    if let Some(p) = &args.plot {
-        outln!("plot: {}", p.display());
+    for path in &written {
+        outln!("wrote {}", path.display());
     }
-    outln!("wrote {}", output.display());
     Ok(())
+}
+
+/// A population's statistics as a JSON object with its name (`dry-run --json` and `stats
+/// --json` both list populations as such objects).
+pub fn population_json(name: &str, stats: &ballast_balancer::LoadStats) -> serde_json::Value {
+    let mut v = json!({ "name": name });
+    if let (Some(o), Ok(serde_json::Value::Object(s))) = (v.as_object_mut(), serde_json::to_value(stats)) {
+        o.extend(s);
+    }
+    v
+}
+
+/// Writes every output of the command or none: the plot is rendered, then the allocation,
+/// `cell_memory_usage.json` (when asked) and the sidecar are written unnamed, and only then
+/// all are put in place ([`atomic::commit_all`]: a failure there names what was written).
+/// No output may be an input. Returns the paths written, the allocation first.
+fn write_outputs(
+    args: &DryRunArgs,
+    input: &Input,
+    allocation: &Allocation,
+    summary: &Summary,
+    costs: &AllocationCosts,
+    blind: Option<&RankLoads>,
+    loads: Option<&RankLoads>,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let dir = &args.output_dir;
+    let in_dir = || format!("cannot write the outputs in {} (--output-dir chooses the directory)", dir.display());
+    let memory_usage = args.write_memory_usage.as_ref().map(|p| p.clone().unwrap_or_else(|| dir.join("cell_memory_usage.json")));
+    let allocation_path = dir.join(ballast_balancer::allocation_file_name(allocation.ranks, allocation.cycles));
+    let sidecar_path = dir.join(ballast_balancer::files::sidecar_file_name(allocation.ranks, allocation.cycles));
+    let outputs: Vec<&Path> = [Some(allocation_path.as_path()), memory_usage.as_deref(), Some(sidecar_path.as_path()), args.plot.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    for out in &outputs {
+        atomic::refuse_input(out, &input.files)?;
+    }
+    let mut plot_file = None;
+    if let Some(path) = &args.plot {
+        let lower = summary.overall.total_kb / allocation.ranks as f64;
+        let series = rank_series(&input.dry_run, allocation, blind, loads);
+        plot_file = Some(plot::render(path, &series, lower)?);
+    }
+    let mut files: Vec<AtomicFile> = vec![stage_allocation(dir, allocation).with_context(in_dir)?];
+    if let Some(p) = &memory_usage {
+        files.push(input.dry_run.stage_json_file(p).with_context(|| format!("cannot write {} (--write-memory-usage)", p.display()))?);
+    }
+    files.push(costs.stage(dir).with_context(in_dir)?);
+    files.extend(plot_file);
+    Ok(atomic::commit_all(files)?)
 }
 
 /// "x.xx% lower" / "x.xx% higher" / "the same" of `ours` against `theirs`.
@@ -456,7 +536,7 @@ fn rank_table(blind: Option<&RankLoads>, l: &RankLoads) -> String {
 }
 
 /// The series a plot draws: one or two results, per rank (cells, synapses, transport).
-fn rank_series(summary: &Summary, blind: Option<&RankLoads>, loads: Option<&RankLoads>, cycles: u32) -> Vec<plot::Series> {
+fn rank_series(dry_run: &DryRun, allocation: &Allocation, blind: Option<&RankLoads>, loads: Option<&RankLoads>) -> Vec<plot::Series> {
     let from_loads = |title: &str, l: &RankLoads| plot::Series {
         title: title.to_owned(),
         cells_kb: l.cells_kb.clone(),
@@ -466,9 +546,6 @@ fn rank_series(summary: &Summary, blind: Option<&RankLoads>, loads: Option<&Rank
     match (blind, loads) {
         (Some(b), Some(l)) => vec![from_loads("transport-blind", b), from_loads("transport-aware", l)],
         (None, Some(l)) => vec![from_loads("allocation", l)],
-        _ => {
-            let ranks: Vec<f64> = summary.bucket_kb.chunks(cycles as usize).map(|b| b.iter().sum()).collect();
-            vec![plot::Series { title: "allocation".into(), transport_kb: vec![0.0; ranks.len()], synapses_kb: vec![0.0; ranks.len()], cells_kb: ranks }]
-        }
+        _ => vec![plot::allocation_series("allocation", allocation, dry_run)],
     }
 }

@@ -27,6 +27,7 @@ mod demo;
 mod dry_run;
 mod fanout;
 mod info;
+mod output;
 mod plot;
 mod run;
 mod runtime_args;
@@ -36,10 +37,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Ballast: memory load balancing for neuron simulations, and a communication runtime whose
-/// transport memory is bounded and known.
+/// Ballast: a memory load balancer for neuron simulations (neurodamus' dry-run and
+/// allocation files: dry-run, stats), a communication runtime whose transport memory is
+/// bounded and known (fanout, info), and a proxy simulation of a circuit over that runtime
+/// (run, demo).
 #[derive(Parser)]
-#[command(name = "ballast", version, about)]
+#[command(name = "ballast", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -1,8 +1,12 @@
 //! Per-rank memory pictures: stacked bars (cells, synapses, transport) for one or two
 //! results side by side, with the lower bound as a line; SVG or PNG by the file extension.
+//! A plot is rendered in memory and written as an [`AtomicFile`] that the command commits
+//! with its other outputs.
 use std::path::Path;
 
 use anyhow::{bail, Context};
+use ballast_balancer::atomic::AtomicFile;
+use ballast_balancer::{Allocation, DryRun};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -36,18 +40,34 @@ pub fn check_path(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// Draws `series` (one panel each, ranks on x, MiB on y) into `path` (`.svg` or `.png`),
-/// with `lower_bound_kb` (mean rank total) as a horizontal line. Written to a temporary
-/// file and renamed into place.
-pub fn rank_bars(path: &Path, series: &[Series], lower_bound_kb: f64) -> anyhow::Result<()> {
+/// Per rank: the memory of its cells (metype memory) and of their synapses, from an
+/// allocation and the dry run it was made from (gids absent from the dry run count 0).
+pub fn allocation_series(title: &str, allocation: &Allocation, d: &DryRun) -> Series {
+    let ranks = allocation.ranks as usize;
+    let metypes = d.gid_metype_table();
+    let mut series = Series { title: title.to_owned(), cells_kb: vec![0.0; ranks], synapses_kb: vec![0.0; ranks], transport_kb: vec![0.0; ranks] };
+    for pop in &allocation.populations {
+        let Some(dp) = d.populations.iter().position(|x| x.name == pop.name) else { continue };
+        for (b, gids) in pop.buckets.iter().filter(|(b, _)| b.rank < allocation.ranks) {
+            for &g in gids {
+                if let Some(m) = metypes[dp].get(g) {
+                    let memory = d.metypes[m].memory_kb;
+                    series.cells_kb[b.rank as usize] += memory;
+                    series.synapses_kb[b.rank as usize] += d.cell_kb(&d.populations[dp], g, m) - memory;
+                }
+            }
+        }
+    }
+    series
+}
+
+/// Draws `series` (one panel each, ranks on x, MiB on y) for `path` (`.svg` or `.png`),
+/// with `lower_bound_kb` (mean rank total) as a horizontal line. Rendered in memory and
+/// written unnamed next to `path`; the caller commits it. Errors name the plot file.
+pub fn render(path: &Path, series: &[Series], lower_bound_kb: f64) -> anyhow::Result<AtomicFile> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::Builder::new().suffix(&format!(".{ext}")).tempfile_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
-    let size = (1200, 420 * series.len() as u32);
     check_path(path)?;
+    let size = (1200u32, 420 * series.len() as u32);
     // plotters lays text out with a registered font, for SVG too.
     let font = FONTS
         .iter()
@@ -56,13 +76,21 @@ pub fn rank_bars(path: &Path, series: &[Series], lower_bound_kb: f64) -> anyhow:
     let font: &'static [u8] = Box::leak(font.into_boxed_slice());
     plotters::style::register_font("sans-serif", FontStyle::Normal, font)
         .map_err(|_| anyhow::anyhow!("cannot load the font {:?} for the plot", FONTS))?;
+    let what = || format!("cannot write the plot {}", path.display());
+    let mut file = AtomicFile::create(path).with_context(what)?;
     if ext == "svg" {
-        draw(&SVGBackend::new(tmp.path(), size).into_drawing_area(), series, lower_bound_kb)?
+        let mut text = String::new();
+        draw(&SVGBackend::with_string(&mut text, size).into_drawing_area(), series, lower_bound_kb).with_context(what)?;
+        std::io::Write::write_all(&mut file, text.as_bytes()).with_context(what)?;
     } else {
-        draw(&BitMapBackend::new(tmp.path(), size).into_drawing_area(), series, lower_bound_kb)?
+        let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
+        draw(&BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area(), series, lower_bound_kb).with_context(what)?;
+        use image::ImageEncoder as _;
+        image::codecs::png::PngEncoder::new(std::io::BufWriter::new(&mut file))
+            .write_image(&rgb, size.0, size.1, image::ColorType::Rgb8)
+            .with_context(what)?;
     }
-    tmp.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    Ok(file)
 }
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, series: &[Series], lower_bound_kb: f64) -> anyhow::Result<()>
@@ -84,9 +112,21 @@ where
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(70)
-            .build_cartesian_2d(0f64..ranks as f64, 0f64..mib(top) * 1.05)
+            .build_cartesian_2d(-0.5f64..ranks as f64 - 0.5, 0f64..mib(top) * 1.05)
             .map_err(err)?;
-        chart.configure_mesh().x_desc("rank").y_desc("MiB").disable_x_mesh().light_line_style(WHITE).x_label_formatter(&|x| format!("{x:.0}")).draw().map_err(err)?;
+        // Rank r's bar is centred on x = r; only integer ticks are labelled, so a label
+        // never repeats whatever tick step plotters picks.
+        let rank_label = |x: &f64| if (x - x.round()).abs() < 1e-9 && *x >= 0.0 { format!("{}", x.round() as u64) } else { String::new() };
+        chart
+            .configure_mesh()
+            .x_desc("rank")
+            .y_desc("MiB")
+            .disable_x_mesh()
+            .light_line_style(WHITE)
+            .x_labels(ranks.clamp(2, 20) + 1)
+            .x_label_formatter(&rank_label)
+            .draw()
+            .map_err(err)?;
         let parts: [(&str, &Vec<f64>, RGBColor); 3] = [
             ("cells", &s.cells_kb, RGBColor(70, 130, 180)),
             ("synapses", &s.synapses_kb, RGBColor(244, 164, 96)),
@@ -98,7 +138,7 @@ where
                 .filter(|&r| values[r] > 0.0)
                 .map(|r| {
                     let (y0, y1) = (mib(base[r]), mib(base[r] + values[r]));
-                    Rectangle::new([(r as f64 + 0.1, y0), (r as f64 + 0.9, y1)], color.filled())
+                    Rectangle::new([(r as f64 - 0.4, y0), (r as f64 + 0.4, y1)], color.filled())
                 })
                 .collect();
             for r in 0..ranks {
@@ -111,7 +151,7 @@ where
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
         }
         chart
-            .draw_series(LineSeries::new([(0.0, mib(lower_bound_kb)), (ranks as f64, mib(lower_bound_kb))], BLACK.stroke_width(2)))
+            .draw_series(LineSeries::new([(-0.5, mib(lower_bound_kb)), (ranks as f64 - 0.5, mib(lower_bound_kb))], BLACK.stroke_width(2)))
             .map_err(err)?
             .label("lower bound: (cells + synapses) / ranks")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 10, y)], BLACK.stroke_width(2)));

@@ -32,11 +32,13 @@ pub struct RunArgs {
     /// A SONATA circuit config (needs the `sonata` feature).
     #[arg(long, value_name = "CONFIG")]
     pub circuit: Option<PathBuf>,
-    /// With --circuit: KB per detailed cell (metypes not in --memory-usage).
-    #[arg(long, value_name = "KB", default_value_t = 3000.0)]
+    /// With --circuit: KB per detailed cell (metypes not in --memory-usage); the same
+    /// default as dry-run's.
+    #[arg(long, value_name = "KB", default_value_t = ballast_balancer::circuit::MetypeMemory::DEFAULT_CELL_KB)]
     pub cell_kb: f64,
-    /// With --circuit: KB per point neuron.
-    #[arg(long, value_name = "KB", default_value_t = 40.0)]
+    /// With --circuit: KB per point neuron (metypes not in --memory-usage); the same default
+    /// as dry-run's.
+    #[arg(long, value_name = "KB", default_value_t = ballast_balancer::circuit::MetypeMemory::DEFAULT_POINT_CELL_KB)]
     pub point_cell_kb: f64,
     /// With --circuit: measured memory per metype (neurodamus' cell_memory_usage.json).
     #[arg(long, value_name = "FILE")]
@@ -129,6 +131,11 @@ fn load_sonata(args: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
 #[cfg(not(feature = "sonata"))]
 fn load_sonata(_: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
     bail!("{}: reading SONATA circuits needs the `sonata` feature: build with `cargo build --release --bin ballast --features sonata` (needs libhdf5-dev pkg-config)", config.display())
+}
+
+/// Context of a placement error: the allocation directory and the option that moves it.
+fn allocation_dir_hint(dir: &Path) -> String {
+    format!("the allocation file in {} (--allocation-dir chooses that directory)", dir.display())
 }
 
 /// The simulation parameters of `args`.
@@ -399,9 +406,13 @@ fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     if args.output.exists() && !args.output.is_dir() {
         anyhow::bail!("output {}: exists and is not a directory", args.output.display());
     }
-    let placement = place(args.lb_mode, &input.dry_run, &input.circuit.network.offsets, ranks as u32, &args.allocation_dir)?;
+    let placement = place(args.lb_mode, &input.dry_run, &input.circuit.network.offsets, ranks as u32, &args.allocation_dir)
+        .with_context(|| allocation_dir_hint(&args.allocation_dir))?;
     if let Some(s) = describe_source(&placement) {
         eprintln!("ballast run: allocation: {s}");
+    }
+    for w in &placement.warnings {
+        eprintln!("warning: {w}");
     }
     let start = Instant::now();
     let outcomes = run_thread_ranks(&input, &placement, ranks, cfg, &params)?;
@@ -463,12 +474,16 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     }
     job.barrier()?;
     let placement = match first {
-        Some(p) => p?,
-        None => place(args.lb_mode, &input.dry_run, offsets, size as u32, &args.allocation_dir)?,
+        Some(p) => p.with_context(|| allocation_dir_hint(&args.allocation_dir))?,
+        None => place(args.lb_mode, &input.dry_run, offsets, size as u32, &args.allocation_dir)
+            .with_context(|| allocation_dir_hint(&args.allocation_dir))?,
     };
     if me == 0 {
         if let Some(s) = describe_source(&placement) {
             eprintln!("ballast run: allocation: {s}");
+        }
+        for w in &placement.warnings {
+            eprintln!("warning: {w}");
         }
     }
     let start = Instant::now();

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
+use ballast_balancer::atomic;
 use ballast_balancer::{read_allocation, DryRun, Summary};
 
+use crate::output::{count, population_warnings};
 use crate::plot;
 use clap::Args;
 use serde_json::json;
@@ -27,6 +29,9 @@ pub struct StatsArgs {
 pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
     if let Some(p) = &args.plot {
         plot::check_path(p)?;
+        let mut inputs = vec![atomic::Input::new(&args.file, "the allocation file")];
+        inputs.extend(args.memory_usage.iter().map(|m| atomic::Input::new(m, "--memory-usage")));
+        atomic::refuse_input(p, &inputs)?;
     }
     let allocation = read_allocation(&args.file)?;
     let dry_run = args.memory_usage.as_deref().map(DryRun::from_json_file).transpose()?;
@@ -41,18 +46,23 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
     }
     if !empty.is_empty() {
         eprintln!(
-            "warning: {} of {} buckets hold no cell: {:?}",
+            "warning: {} of {} hold no cell: {:?}",
             empty.len(),
-            allocation.bucket_count(),
+            count(allocation.bucket_count() as u64, "bucket"),
             empty.iter().take(8).map(|b| (b.rank, b.cycle)).collect::<Vec<_>>()
         );
+    }
+    if allocation.populations.len() > 1 {
+        for w in population_warnings(&allocation) {
+            eprintln!("warning: {}: {w}", args.file.display());
+        }
     }
     let o = &summary.overall;
     if args.json {
         let kb = |x: f64| if dry_run.is_some() { json!(x) } else { serde_json::Value::Null };
         let value = json!({
             "file": args.file, "ranks": allocation.ranks, "cycles": allocation.cycles,
-            "populations": allocation.populations.iter().map(|p| p.name.clone()).collect::<Vec<_>>(),
+            "populations": summary.populations.iter().map(|(n, s)| population_json(n, s, dry_run.is_some())).collect::<Vec<_>>(),
             "cells": o.cells, "unit": unit,
             "total_kb": kb(o.total_kb), "max_bucket_kb": kb(o.max_bucket_kb), "mean_bucket_kb": kb(o.mean_bucket_kb),
             "min_bucket_kb": kb(o.min_bucket_kb), "max_rank_kb": kb(o.max_rank_kb), "mean_rank_kb": kb(o.mean_rank_kb),
@@ -65,12 +75,12 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
         outln!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         outln!(
-            "{}: {} ranks × {} cycles, {} populations, {} cells{}\n",
+            "{}: {} × {}, {}, {}{}\n",
             args.file.display(),
-            allocation.ranks,
-            allocation.cycles,
-            allocation.populations.len(),
-            o.cells,
+            count(allocation.ranks, "rank"),
+            count(allocation.cycles, "cycle"),
+            count(allocation.populations.len() as u64, "population"),
+            count(o.cells as u64, "cell"),
             if dry_run.is_none() { " (no --memory-usage: loads are cell counts)" } else { "" }
         );
         out!("{}", summary.bucket_table(dry_run.is_some()));
@@ -78,30 +88,25 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
         out!("{}", summary.table(unit));
     }
     if let (Some(path), Some(d)) = (&args.plot, &dry_run) {
-        let metypes = d.gid_metype_table();
-        let mut series = plot::Series {
-            title: args.file.file_name().map_or("allocation".into(), |n| n.to_string_lossy().into_owned()),
-            cells_kb: vec![0.0; allocation.ranks as usize],
-            synapses_kb: vec![0.0; allocation.ranks as usize],
-            transport_kb: vec![0.0; allocation.ranks as usize],
-        };
-        for pop in &allocation.populations {
-            let Some(dp) = d.populations.iter().position(|x| x.name == pop.name) else { continue };
-            for (b, gids) in pop.buckets.iter().filter(|(b, _)| b.rank < allocation.ranks) {
-                for &g in gids {
-                    if let Some(m) = metypes[dp].get(g) {
-                        let memory = d.metypes[m].memory_kb;
-                        series.cells_kb[b.rank as usize] += memory;
-                        series.synapses_kb[b.rank as usize] += d.cell_kb(&d.populations[dp], g, m) - memory;
-                    }
-                }
-            }
-        }
-        plot::rank_bars(path, &[series], summary.overall.total_kb / allocation.ranks as f64)?;
-        eprintln!("plot: {}", path.display());
+        let title = args.file.file_name().map_or("allocation".into(), |n| n.to_string_lossy().into_owned());
+        let series = plot::allocation_series(&title, &allocation, d);
+        plot::render(path, &[series], summary.overall.total_kb / allocation.ranks as f64)?.commit()?;
+        eprintln!("wrote {}", path.display());
     }
     if !problems.is_empty() {
         bail!("{}: the allocation does not hold every gid exactly once (see the warnings above)", args.file.display());
     }
     Ok(())
+}
+
+/// A population as `stats --json` lists it: its name and statistics (KB figures null
+/// without `--memory-usage`), the same objects as `dry-run --json`'s.
+fn population_json(name: &str, s: &ballast_balancer::LoadStats, with_kb: bool) -> serde_json::Value {
+    let mut v = crate::dry_run::population_json(name, s);
+    if !with_kb {
+        for key in ["total_kb", "max_bucket_kb", "mean_bucket_kb", "min_bucket_kb", "max_rank_kb", "mean_rank_kb", "min_rank_kb", "heaviest_cell_kb", "lower_bound_kb"] {
+            v[key] = serde_json::Value::Null;
+        }
+    }
+    v
 }

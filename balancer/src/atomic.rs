@@ -1,0 +1,372 @@
+//! Atomic output files: every file the balancer writes (allocation, its sidecar,
+//! `cell_memory_usage.json`, plots) appears complete or not at all, and never replaces an
+//! input ([`refuse_input`]).
+//!
+//! An [`AtomicFile`] is written unnamed where Linux allows it (`O_TMPFILE` in the target's
+//! directory), so SIGKILL or a crash leaves nothing; [`AtomicFile::commit`] links it into
+//! place (`linkat` through `/proc/self/fd`). `linkat` cannot replace a file, so when the
+//! target exists the data is linked to a temporary name only at the end and renamed over
+//! the target at once. Where `O_TMPFILE` is unsupported (EOPNOTSUPP, EISDIR, EINVAL) a named
+//! temporary file is written and renamed. Named temporaries are removed on SIGINT, SIGTERM
+//! and SIGHUP by a handler installed with the first one (a thread of signal-hook's, which
+//! then ends the process as the signal's default action would). Files get mode 0666 less
+//! the umask, like any newly created file.
+use std::fs::File;
+use std::io::{self, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
+
+use rustix::fs::{AtFlags, Mode, OFlags, CWD};
+use rustix::io::Errno;
+
+use crate::error::{BalancerError, Result};
+
+/// Named temporary files alive now; removed by the signal handler.
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static HANDLER: Once = Once::new();
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+fn live() -> MutexGuard<'static, Vec<PathBuf>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Installs (once) the SIGINT/SIGTERM/SIGHUP handler that removes the named temporaries.
+/// It holds the registry lock while it removes them and ends the process, so a commit in
+/// progress finishes first and none starts after.
+fn install_handler() {
+    HANDLER.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+            return; // the default actions stay: temporaries may be left, as without a handler
+        };
+        let _ = std::thread::Builder::new().name("ballast-signals".into()).spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                let guard = live();
+                for path in guard.iter() {
+                    let _ = std::fs::remove_file(path);
+                }
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+                std::process::exit(128 + signal);
+            }
+        });
+    });
+}
+
+fn unregister(guard: &mut MutexGuard<'static, Vec<PathBuf>>, path: &Path) {
+    if let Some(i) = guard.iter().position(|p| p == path) {
+        guard.swap_remove(i);
+    }
+}
+
+/// `dir/.NAME.PID-N.tmp` for the target `dir/NAME`.
+fn temp_name(dir: &Path, target: &Path) -> PathBuf {
+    let name = target.file_name().map_or("ballast".into(), |n| n.to_string_lossy().into_owned());
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()))
+}
+
+/// The directory a file `path` goes into (`.` for a bare file name).
+pub fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// How an [`AtomicFile`] holds its data until the commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// An unnamed `O_TMPFILE` inode, linked into place by the commit.
+    Unnamed,
+    /// A named temporary file (registered for the signal handler), renamed by the commit.
+    Named,
+}
+
+/// An output file being written; see the module doc. Dropped without
+/// [`commit`](AtomicFile::commit), it leaves nothing.
+#[derive(Debug)]
+pub struct AtomicFile {
+    target: PathBuf,
+    dir: PathBuf,
+    file: File,
+    /// The named temporary (method [`Method::Named`]); `None` once committed or removed.
+    temp: Option<PathBuf>,
+}
+
+impl AtomicFile {
+    /// Starts writing `target`: unnamed in its directory where the file system supports
+    /// it, else a named temporary there. Errors name the directory.
+    pub fn create(target: &Path) -> Result<AtomicFile> {
+        Self::create_with(target, Method::Unnamed)
+    }
+
+    /// [`AtomicFile::create`] with a chosen method ([`Method::Unnamed`] falls back to
+    /// [`Method::Named`] where `O_TMPFILE` is unsupported).
+    pub fn create_with(target: &Path, method: Method) -> Result<AtomicFile> {
+        let dir = parent_dir(target).to_owned();
+        install_handler();
+        if method == Method::Unnamed {
+            let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
+            match rustix::fs::openat(CWD, &dir, flags, Mode::from_raw_mode(0o666)) {
+                Ok(fd) => return Ok(AtomicFile { target: target.to_owned(), dir, file: File::from(fd), temp: None }),
+                Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {}
+                Err(e) => return Err(dir_error(&dir, e.into())),
+            }
+        }
+        let mut guard = live();
+        let (file, temp) = create_named(&dir, target).map_err(|e| dir_error(&dir, e))?;
+        guard.push(temp.clone());
+        Ok(AtomicFile { target: target.to_owned(), dir, file, temp: Some(temp) })
+    }
+
+    /// The file being written (for `Write`, `Seek`, `set_len`).
+    pub fn file(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// Where the file goes.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// How the data is held until the commit.
+    pub fn method(&self) -> Method {
+        if self.temp.is_some() { Method::Named } else { Method::Unnamed }
+    }
+
+    /// Syncs the data and puts the file in place (replacing an existing target).
+    pub fn commit(mut self) -> Result<()> {
+        let target = self.target.clone();
+        self.file.sync_all().map_err(|e| BalancerError::io(&target, e))?;
+        let mut guard = live();
+        if let Some(temp) = self.temp.take() {
+            let renamed = std::fs::rename(&temp, &target);
+            if renamed.is_err() {
+                let _ = std::fs::remove_file(&temp);
+            }
+            unregister(&mut guard, &temp);
+            return renamed.map_err(|e| BalancerError::io(&target, e));
+        }
+        let proc_path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        let link = |to: &Path| rustix::fs::linkat(CWD, proc_path.as_str(), CWD, to, AtFlags::SYMLINK_FOLLOW);
+        match link(&target) {
+            Ok(()) => return Ok(()),
+            Err(Errno::EXIST) => {}
+            // No /proc: copy the data into a named temporary below.
+            Err(Errno::NOENT) if !Path::new("/proc/self/fd").is_dir() => return self.commit_by_copy(guard),
+            Err(e) => return Err(BalancerError::io(&target, e.into())),
+        }
+        // The target exists: link to a fresh temporary name, then rename over it.
+        for _ in 0..100 {
+            let temp = temp_name(&self.dir, &target);
+            match link(&temp) {
+                Ok(()) => {
+                    guard.push(temp.clone());
+                    let renamed = std::fs::rename(&temp, &target);
+                    if renamed.is_err() {
+                        let _ = std::fs::remove_file(&temp);
+                    }
+                    unregister(&mut guard, &temp);
+                    return renamed.map_err(|e| BalancerError::io(&target, e));
+                }
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(BalancerError::io(&target, e.into())),
+            }
+        }
+        Err(BalancerError::io(&target, io::Error::new(io::ErrorKind::AlreadyExists, "no free temporary name")))
+    }
+
+    /// Commit of an unnamed file without `/proc`: its data copied to a named temporary.
+    fn commit_by_copy(mut self, mut guard: MutexGuard<'static, Vec<PathBuf>>) -> Result<()> {
+        let target = self.target.clone();
+        let (mut named, temp) = create_named(&self.dir, &target).map_err(|e| dir_error(&self.dir, e))?;
+        guard.push(temp.clone());
+        let copied = (|| {
+            self.file.rewind()?;
+            io::copy(&mut self.file, &mut named)?;
+            named.sync_all()?;
+            std::fs::rename(&temp, &target)
+        })();
+        if copied.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        unregister(&mut guard, &temp);
+        copied.map_err(|e| BalancerError::io(&target, e))
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if let Some(temp) = self.temp.take() {
+            let mut guard = live();
+            let _ = std::fs::remove_file(&temp);
+            unregister(&mut guard, &temp);
+        }
+    }
+}
+
+/// Creates `dir/.NAME.PID-N.tmp` (mode 0666 less the umask), new.
+fn create_named(dir: &Path, target: &Path) -> io::Result<(File, PathBuf)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    loop {
+        let temp = temp_name(dir, target);
+        match std::fs::OpenOptions::new().read(true).write(true).create_new(true).mode(0o666).open(&temp) {
+            Ok(f) => return Ok((f, temp)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn dir_error(dir: &Path, e: io::Error) -> BalancerError {
+    BalancerError::io(dir, io::Error::new(e.kind(), format!("cannot create a file in this directory: {e}")))
+}
+
+/// Writes `bytes` to `target` atomically.
+pub fn write_file(target: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = AtomicFile::create(target)?;
+    f.write_all(bytes).map_err(|e| BalancerError::io(target, e))?;
+    f.commit()
+}
+
+/// Commits `files` in order. On a failure the error says which were written, which one
+/// failed and which were not written.
+pub fn commit_all(files: Vec<AtomicFile>) -> Result<Vec<PathBuf>> {
+    let targets: Vec<PathBuf> = files.iter().map(|f| f.target.clone()).collect();
+    for (i, f) in files.into_iter().enumerate() {
+        if let Err(error) = f.commit() {
+            return Err(BalancerError::PartialWrite {
+                written: targets[..i].to_vec(),
+                not_written: targets[i + 1..].to_vec(),
+                error: Box::new(error),
+            });
+        }
+    }
+    Ok(targets)
+}
+
+/// An input file, named by the option that gave it (for messages).
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub path: PathBuf,
+    pub option: String,
+}
+
+impl Input {
+    pub fn new(path: impl Into<PathBuf>, option: impl Into<String>) -> Input {
+        Input { path: path.into(), option: option.into() }
+    }
+}
+
+/// Errors when `output` is one of `inputs`: the same file (device and inode) or the same
+/// canonical path. An output that does not exist yet is no input.
+pub fn refuse_input(output: &Path, inputs: &[Input]) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(out) = std::fs::metadata(output) else { return Ok(()) };
+    let out_canon = std::fs::canonicalize(output).ok();
+    for input in inputs {
+        let same_inode = std::fs::metadata(&input.path).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino());
+        let same_path = out_canon.is_some() && std::fs::canonicalize(&input.path).ok() == out_canon;
+        if same_inode || same_path {
+            return Err(BalancerError::InvalidParameter(format!(
+                "refusing to write {}: it is the input {} ({}); an output never replaces an input: write elsewhere",
+                output.display(),
+                input.path.display(),
+                input.option
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn both_methods_write_new_and_replace_existing_files() {
+        for method in [Method::Unnamed, Method::Named] {
+            let dir = tempfile::tempdir().unwrap();
+            let target = dir.path().join("out.bin");
+            let mut f = AtomicFile::create_with(&target, method).unwrap();
+            f.write_all(b"first").unwrap();
+            // Nothing visible before the commit but, for Named, its temporary.
+            let before = entries(dir.path());
+            match f.method() {
+                Method::Unnamed => assert!(before.is_empty(), "{before:?}"),
+                Method::Named => assert!(before.len() == 1 && before[0].starts_with(".out.bin.") && before[0].ends_with(".tmp"), "{before:?}"),
+            }
+            f.commit().unwrap();
+            assert_eq!(std::fs::read(&target).unwrap(), b"first");
+            let mut g = AtomicFile::create_with(&target, method).unwrap();
+            g.write_all(b"second").unwrap();
+            assert_eq!(std::fs::read(&target).unwrap(), b"first");
+            g.commit().unwrap();
+            assert_eq!(std::fs::read(&target).unwrap(), b"second");
+            assert_eq!(entries(dir.path()), ["out.bin"]);
+            // 0666 less the umask (the test's umask is 022 or stricter).
+            let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+            assert!(mode & 0o600 == 0o600 && mode & 0o022 == 0, "mode {mode:o}");
+        }
+    }
+
+    #[test]
+    fn dropped_files_leave_nothing() {
+        for method in [Method::Unnamed, Method::Named] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut f = AtomicFile::create_with(&dir.path().join("x"), method).unwrap();
+            f.write_all(b"data").unwrap();
+            drop(f);
+            assert!(entries(dir.path()).is_empty());
+            assert!(!live().iter().any(|p| p.starts_with(dir.path())), "still registered for the signal handler");
+        }
+    }
+
+    #[test]
+    fn commit_all_names_what_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = AtomicFile::create(&dir.path().join("a")).unwrap();
+        let b = AtomicFile::create(&dir.path().join("b")).unwrap();
+        let c = AtomicFile::create(&dir.path().join("c")).unwrap();
+        // b's target becomes a non-empty directory: its commit fails.
+        std::fs::create_dir_all(dir.path().join("b/sub")).unwrap();
+        let e = commit_all(vec![a, b, c]).unwrap_err().to_string();
+        assert!(e.contains("wrote ") && e.contains("/a") && e.contains("/b") && e.contains("not written: ") && e.contains("/c"), "{e}");
+        assert!(dir.path().join("a").is_file() && !dir.path().join("c").exists());
+    }
+
+    #[test]
+    fn inputs_are_refused_by_inode_and_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.json");
+        std::fs::write(&input, b"{}").unwrap();
+        let hard = dir.path().join("hard.json");
+        std::fs::hard_link(&input, &hard).unwrap();
+        let inputs = [Input::new(&input, "--memory-usage")];
+        for out in [input.clone(), hard, dir.path().join("./in.json")] {
+            let e = refuse_input(&out, &inputs).unwrap_err().to_string();
+            assert!(e.contains("refusing to write") && e.contains("--memory-usage"), "{e}");
+        }
+        refuse_input(&dir.path().join("other.json"), &inputs).unwrap();
+        std::fs::write(dir.path().join("other.json"), b"{}").unwrap();
+        refuse_input(&dir.path().join("other.json"), &inputs).unwrap();
+    }
+}
