@@ -52,11 +52,11 @@ pub struct DryRunArgs {
     /// With --circuit: KB per point neuron for metypes not in --memory-usage (default: --cell-kb).
     #[arg(long, value_name = "KB", requires = "circuit")]
     point_cell_kb: Option<f64>,
-    /// Number of ranks to balance for.
-    #[arg(long, value_name = "N")]
+    /// Number of ranks to balance for (at least 1; ranks × cycles at most the cells + 2^20).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     num_target_ranks: u32,
-    /// Model-building cycles per rank (neurodamus' ModelBuildingSteps).
-    #[arg(long, default_value_t = 1)]
+    /// Model-building cycles per rank (neurodamus' ModelBuildingSteps), at least 1.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     cycles: u32,
     /// lpt (Ballast's) or neurodamus (its batched greedy, reproduced exactly).
     #[arg(long, default_value = "lpt")]
@@ -219,6 +219,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         plot::check_path(p)?;
     }
     let input = load_input(args)?;
+    config.check_size(&input.dry_run).with_context(|| format!("--num-target-ranks {} --cycles {}", config.ranks, config.cycles))?;
     let charge = match args.transport_model {
         TransportModel::None => None,
         TransportModel::Ballast => {
@@ -259,14 +260,14 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     let output = write_allocation(&args.output_dir, &allocation)?;
     if let Some(path) = &args.plot {
         let lower = summary.overall.total_kb / config.ranks as f64;
-        plot::rank_bars(path, &rank_series(&summary, blind.as_ref(), loads.as_ref(), config.cycles), lower)?;
+        plot::rank_bars(path, &rank_series(&summary, blind.as_ref(), loads.as_ref()), lower)?;
     }
 
-    let empty = summary.empty_buckets();
-    if !empty.is_empty() {
+    let empty = summary.empty_bucket_count();
+    if empty > 0 {
         eprintln!(
             "warning: {} of {} buckets got no cell (more ranks × cycles than cells can fill); consider fewer ranks or cycles",
-            empty.len(),
+            empty,
             allocation.bucket_count()
         );
     }
@@ -280,7 +281,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             "max_rank_kb": o.max_rank_kb, "mean_rank_kb": o.mean_rank_kb, "min_rank_kb": o.min_rank_kb,
             "heaviest_cell_kb": o.heaviest_cell_kb, "lower_bound_kb": o.lower_bound_kb,
             "imbalance": o.imbalance, "ratio_to_lower_bound": o.ratio_to_lower_bound,
-            "balance_seconds": seconds, "empty_buckets": empty.len(),
+            "balance_seconds": seconds, "empty_buckets": empty,
             "populations": summary.populations.iter().map(|(n, s)| (n.clone(), serde_json::to_value(s).unwrap())).collect::<serde_json::Map<_, _>>(),
             "output": output,
         });
@@ -390,12 +391,13 @@ fn fewest_nodes(input: &Input, config: &BalancerConfig, charge: Option<&Transpor
     let fits = |nodes: usize| -> anyhow::Result<bool> {
         let ranks = u32::try_from(nodes * rpn).context("too many ranks")?;
         let c = BalancerConfig { ranks, ..config.clone() };
+        c.check_size(&input.dry_run).with_context(|| format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks"))?;
         let Balanced { allocation, loads, .. } = run_balance(input, &c, charge);
         let max_node = match loads {
             Some(l) => node_totals(&l, rpn).into_iter().fold(0.0, f64::max),
             None => {
                 let s = Summary::new(&allocation, &input.dry_run);
-                let ranks: Vec<f64> = s.bucket_kb.chunks(c.cycles as usize).map(|b| b.iter().sum()).collect();
+                let ranks = s.rank_kb();
                 ranks.chunks(rpn).map(|n| n.iter().sum::<f64>()).fold(0.0, f64::max)
             }
         };
@@ -456,7 +458,7 @@ fn rank_table(blind: Option<&RankLoads>, l: &RankLoads) -> String {
 }
 
 /// The series a plot draws: one or two results, per rank (cells, synapses, transport).
-fn rank_series(summary: &Summary, blind: Option<&RankLoads>, loads: Option<&RankLoads>, cycles: u32) -> Vec<plot::Series> {
+fn rank_series(summary: &Summary, blind: Option<&RankLoads>, loads: Option<&RankLoads>) -> Vec<plot::Series> {
     let from_loads = |title: &str, l: &RankLoads| plot::Series {
         title: title.to_owned(),
         cells_kb: l.cells_kb.clone(),
@@ -467,7 +469,7 @@ fn rank_series(summary: &Summary, blind: Option<&RankLoads>, loads: Option<&Rank
         (Some(b), Some(l)) => vec![from_loads("transport-blind", b), from_loads("transport-aware", l)],
         (None, Some(l)) => vec![from_loads("allocation", l)],
         _ => {
-            let ranks: Vec<f64> = summary.bucket_kb.chunks(cycles as usize).map(|b| b.iter().sum()).collect();
+            let ranks = summary.rank_kb();
             vec![plot::Series { title: "allocation".into(), transport_kb: vec![0.0; ranks.len()], synapses_kb: vec![0.0; ranks.len()], cells_kb: ranks }]
         }
     }
