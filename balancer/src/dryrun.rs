@@ -119,7 +119,7 @@ impl DryRun {
                     None => gids.len() as f64 * self.metypes[*m].cell_kb(),
                 };
                 total += kb;
-                if !(total <= MAX_TOTAL_KB) {
+                if total.is_nan() || total > MAX_TOTAL_KB {
                     let metype = &self.metypes[*m];
                     return Err((
                         *m,

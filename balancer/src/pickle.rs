@@ -114,7 +114,7 @@ fn gunzip(compressed: &[u8], path: &Path) -> Result<Vec<u8>> {
         return Err(pickle_err(path, format!("not a gzip file{hint}")));
     }
     let mut bytes = Vec::new();
-    let mut decoder = MultiGzDecoder::new(&compressed[..]).take(MAX_PICKLE_BYTES + 1);
+    let mut decoder = MultiGzDecoder::new(compressed).take(MAX_PICKLE_BYTES + 1);
     if let Err(e) = decoder.read_to_end(&mut bytes) {
         let message = match e.kind() {
             std::io::ErrorKind::UnexpectedEof => format!(
@@ -143,7 +143,7 @@ pub fn read_allocation_pickle(bytes: &[u8], path: &Path) -> Result<Vec<Populatio
 /// [`read_allocation_pickle`] with the work done ([`ReadStats`]), whether it succeeded or not.
 pub fn read_allocation_pickle_with_stats(bytes: &[u8], path: &Path) -> (Result<Vec<PopulationAllocation>>, ReadStats) {
     let mut vm = Vm::new(bytes, path);
-    let result = vm.run().and_then(|root| vm.to_populations(&root));
+    let result = vm.run().and_then(|root| vm.populations(&root));
     let stats = ReadStats { compressed_bytes: 0, pickle_bytes: bytes.len() as u64, opcodes: vm.opcodes, visits: vm.visits };
     (result, stats)
 }
@@ -1332,7 +1332,7 @@ impl<'a> Vm<'a> {
     // -- conversion -----------------------------------------------------------------
 
     /// Converts the unpickled root into populations, counting its visits.
-    fn to_populations(&mut self, root: &Val) -> Result<Vec<PopulationAllocation>> {
+    fn populations(&mut self, root: &Val) -> Result<Vec<PopulationAllocation>> {
         let mut visits = 0;
         let result = self.convert(root, &mut visits);
         self.visits += visits;
