@@ -43,6 +43,12 @@ use crate::error::{BalancerError, Result};
 /// Largest decompressed pickle we accept (a gzip bomb guard): 4 GiB.
 pub const MAX_PICKLE_BYTES: u64 = 4 << 30;
 
+/// Largest expansion accepted from gzip, besides [`MAX_PICKLE_BYTES`]: a decompressed pickle
+/// may be at most this many times its file plus 1 MiB. Allocation files expand 2 to 5 times
+/// (gids are distinct); deflate allows about 1032, so a small bomb would otherwise allocate
+/// a thousand times its size.
+pub const MAX_GZIP_RATIO: u64 = 256;
+
 /// Deepest tuple nesting accepted (CPython cannot pickle much deeper either).
 const MAX_TUPLE_DEPTH: u32 = 256;
 
@@ -101,7 +107,8 @@ pub fn read_allocation_gzip_with_stats(compressed: &[u8], path: &Path) -> (Resul
 }
 
 /// Gunzips an allocation file's bytes, refusing non-gzip data, corrupt or truncated streams
-/// and more than [`MAX_PICKLE_BYTES`] of output.
+/// and more than [`MAX_PICKLE_BYTES`], or [`MAX_GZIP_RATIO`] times the input plus 1 MiB, of
+/// output.
 fn gunzip(compressed: &[u8], path: &Path) -> Result<Vec<u8>> {
     if compressed.len() < 2 || compressed[..2] != [0x1f, 0x8b] {
         let hint = if compressed.first() == Some(&0x80) {
@@ -113,8 +120,9 @@ fn gunzip(compressed: &[u8], path: &Path) -> Result<Vec<u8>> {
         };
         return Err(pickle_err(path, format!("not a gzip file{hint}")));
     }
+    let limit = MAX_PICKLE_BYTES.min((compressed.len() as u64).saturating_mul(MAX_GZIP_RATIO).saturating_add(1 << 20));
     let mut bytes = Vec::new();
-    let mut decoder = MultiGzDecoder::new(compressed).take(MAX_PICKLE_BYTES + 1);
+    let mut decoder = MultiGzDecoder::new(compressed).take(limit + 1);
     if let Err(e) = decoder.read_to_end(&mut bytes) {
         let message = match e.kind() {
             std::io::ErrorKind::UnexpectedEof => format!(
@@ -125,10 +133,14 @@ fn gunzip(compressed: &[u8], path: &Path) -> Result<Vec<u8>> {
         };
         return Err(pickle_err(path, message));
     }
-    if bytes.len() as u64 > MAX_PICKLE_BYTES {
+    if bytes.len() as u64 > limit {
         return Err(pickle_err(
             path,
-            format!("decompressed pickle exceeds {MAX_PICKLE_BYTES} bytes; refusing (gzip bomb?)"),
+            format!(
+                "decompressed pickle exceeds {limit} bytes (at most {MAX_GZIP_RATIO} times the file's {} bytes plus 1 MiB, \
+                 and at most {MAX_PICKLE_BYTES}); refusing (a gzip bomb?)",
+                compressed.len()
+            ),
         ));
     }
     Ok(bytes)

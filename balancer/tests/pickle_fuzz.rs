@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::Duration;
 
-use ballast_balancer::pickle::{read_allocation_gzip_with_stats, read_allocation_pickle_with_stats, write_allocation_file, ReadStats};
+use ballast_balancer::pickle::{
+    read_allocation_gzip_with_stats, read_allocation_pickle_with_stats, write_allocation_file, ReadStats, MAX_GZIP_RATIO,
+};
 use ballast_balancer::{Bucket, PopulationAllocation};
 use proptest::prelude::*;
 
@@ -122,6 +124,25 @@ fn a_population_dict_shared_by_many_names_is_refused() {
     let e = r.expect_err("2000 × 200 buckets from a 10 KB file");
     assert!(e.contains("more buckets than the pickle has bytes"), "{e}");
     assert!(linear(&s), "{s:?} for {} bytes", p.len());
+}
+
+/// 64 MiB of zeros gzip to about 64 KB: refused once the output passes 256 × the file + 1 MiB
+/// (about 17 MiB), before it is all inflated.
+#[test]
+fn a_gzip_bomb_is_refused_in_proportion_to_its_size() {
+    watchdog();
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..64 {
+        e.write_all(&zeros).unwrap();
+    }
+    let bomb = e.finish().unwrap();
+    assert!(bomb.len() < 100_000, "{}", bomb.len());
+    let (r, s) = read_allocation_gzip_with_stats(&bomb, Path::new("bomb.pkl.gz"));
+    let e = r.unwrap_err().to_string();
+    let limit = MAX_GZIP_RATIO * bomb.len() as u64 + (1 << 20);
+    assert!(e.contains(&format!("decompressed pickle exceeds {limit} bytes (at most 256 times the file's {} bytes", bomb.len())), "{e}");
+    assert_eq!(s.work(), 0, "no opcode ran");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -290,8 +311,8 @@ proptest! {
         };
         let (_, stats) = read_allocation_gzip_with_stats(&file, Path::new("fuzz.pkl.gz"));
         prop_assert_eq!(stats.compressed_bytes, file.len() as u64);
-        // Deflate expands at most about 1032:1.
-        prop_assert!(stats.pickle_bytes <= 1100 * stats.compressed_bytes + 64, "{:?}", stats);
+        // At most MAX_GZIP_RATIO times the file plus 1 MiB is gunzipped.
+        prop_assert!(stats.pickle_bytes <= MAX_GZIP_RATIO * stats.compressed_bytes + (1 << 20), "{:?}", stats);
         prop_assert!(linear(&stats), "{:?}", stats);
     }
 }
