@@ -28,11 +28,24 @@ pub fn balancing_bytes(buckets: u64, cells: u64) -> u64 {
     buckets.saturating_mul(BYTES_PER_BUCKET).saturating_add(cells.saturating_mul(BYTES_PER_CELL))
 }
 
-/// `MemAvailable` of /proc/meminfo in bytes; `None` where it cannot be read.
+/// The memory this process can still get, in bytes: `MemAvailable` of /proc/meminfo, or
+/// less when an address-space limit (`ulimit -v`, "Max address space" of /proc/self/limits)
+/// leaves less above the current `VmSize`; `None` where neither can be read.
 pub fn available_memory() -> Option<u64> {
-    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = m.lines().find(|l| l.starts_with("MemAvailable:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb.saturating_mul(1024))
+    let field = |file: &str, key: &str| -> Option<u64> {
+        let text = std::fs::read_to_string(file).ok()?;
+        let kb: u64 = text.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb.saturating_mul(1024))
+    };
+    let meminfo = field("/proc/meminfo", "MemAvailable:");
+    let address_space = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| {
+        let limit: u64 = l.lines().find(|l| l.starts_with("Max address space"))?.split_whitespace().nth(3)?.parse().ok()?;
+        Some(limit.saturating_sub(field("/proc/self/status", "VmSize:").unwrap_or(0)))
+    });
+    match (meminfo, address_space) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// `bytes` in B, KiB, MiB, GiB or TiB with one decimal.
@@ -45,6 +58,19 @@ pub fn human_bytes(bytes: u64) -> String {
         u += 1;
     }
     if u == 0 { format!("{bytes} B") } else { format!("{x:.1} {}", units[u]) }
+}
+
+/// Errors unless `bytes` fit in `available` (`None`: not checked); the message names `what`
+/// and both figures.
+pub fn check_memory(what: &str, bytes: u64, available: Option<u64>) -> Result<()> {
+    match available {
+        Some(avail) if bytes > avail => Err(BalancerError::InvalidParameter(format!(
+            "{what} would need about {} but only {} are available (MemAvailable, or ulimit -v)",
+            human_bytes(bytes),
+            human_bytes(avail)
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Checks `ranks × cycles` buckets for `cells` cells against the rule of this module and
@@ -79,7 +105,7 @@ pub fn check_buckets(ranks: u32, cycles: u32, cells: u64, available: Option<u64>
         if needed > avail {
             return Err(BalancerError::InvalidParameter(format!(
                 "{}: balancing needs about {} ({BYTES_PER_BUCKET} B per bucket + {BYTES_PER_CELL} B per cell) \
-                 but only {} are available (MemAvailable): use fewer ranks or cycles, or a larger machine",
+                 but only {} are available (MemAvailable, or ulimit -v): use fewer ranks or cycles, or a larger machine",
                 what(),
                 human_bytes(needed),
                 human_bytes(avail)
@@ -110,6 +136,14 @@ mod tests {
         assert!(e.contains("needs about 3.6 GiB") && e.contains("only 2.0 GiB are available"), "{e}");
         assert!(check_buckets(0, 1, 3, None).unwrap_err().to_string().contains("0 ranks × 1 cycle"));
         assert!(check_buckets(2, 0, 3, None).unwrap_err().to_string().contains("2 ranks × 0 cycles"));
+    }
+
+    #[test]
+    fn memory_over_the_available_is_refused() {
+        check_memory("x", 1 << 30, None).unwrap();
+        check_memory("x", 1 << 30, Some(1 << 30)).unwrap();
+        let e = check_memory("a synthetic input of 10 cells", 3 << 30, Some(1 << 30)).unwrap_err().to_string();
+        assert!(e.contains("a synthetic input of 10 cells would need about 3.0 GiB but only 1.0 GiB are available (MemAvailable, or ulimit -v)"), "{e}");
     }
 
     #[test]

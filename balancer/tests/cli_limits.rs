@@ -17,9 +17,14 @@ use serde_json::Value;
 /// Runs `ballast ARGS` in `dir` with its address space limited to 4 GB, as a user on a
 /// shared login node would be: an allocation of the claimed size would fail there.
 fn limited(args: &[&str], dir: &Path) -> Output {
+    limited_to(4_000_000, args, dir)
+}
+
+/// [`limited`] with `kb` KB of address space.
+fn limited_to(kb: u64, args: &[&str], dir: &Path) -> Output {
     std::process::Command::new("bash")
         .arg("-c")
-        .arg("ulimit -v 4000000 && exec \"$0\" \"$@\"")
+        .arg(format!("ulimit -v {kb} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_ballast"))
         .args(args)
         .current_dir(dir)
@@ -177,4 +182,25 @@ fn totals_that_would_overflow_are_refused_naming_the_metype() {
     let j: Value = serde_json::from_str(&out).unwrap();
     let (max, min) = (j["max_bucket_kb"].as_f64().unwrap(), j["min_bucket_kb"].as_f64().unwrap());
     assert!(max == min && (max / 3e299 - 1.0).abs() < 1e-12, "6 equal cells split 3 and 3: {out}");
+}
+
+#[test]
+fn synthetic_inputs_and_buckets_are_checked_against_the_address_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // The generator's own sizes, before it allocates.
+    refused(
+        &limited(&["dry-run", "--synthetic", "4000000000", "--num-target-ranks", "2", "--output-dir", "out"], d),
+        &["a synthetic input of 4000000000 cells and 200 metypes would need about 59.6 GiB but only", "(MemAvailable, or ulimit -v)"],
+    );
+    refused(
+        &limited(&["dry-run", "--synthetic", "1000", "--synapses", "100000000000000", "--num-target-ranks", "2", "--output-dir", "out"], d),
+        &["a synthetic circuit of 1000 cells and 100000000000000 synapses would need about 582.1 TiB"],
+    );
+    // 3 M buckets for 3 M cells pass the bucket rule but need 1.1 GiB: refused under 1 GB.
+    refused(
+        &limited_to(1_000_000, &["dry-run", "--synthetic", "3000000", "--num-target-ranks", "3000000", "--output-dir", "out"], d),
+        &["--num-target-ranks 3000000 --cycles 1: ", "3000000 ranks × 1 cycle = 3000000 buckets for 3000000 cells: balancing needs about 1.1 GiB", "are available (MemAvailable, or ulimit -v)"],
+    );
+    assert!(!d.join("out").exists());
 }
