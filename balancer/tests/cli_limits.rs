@@ -173,6 +173,19 @@ fn totals_that_would_overflow_are_refused_naming_the_metype() {
     // The same file is refused by stats, which weighs with it.
     let alloc = one_bucket(d, "allocation_r2_c1.pkl.gz", 0, 0);
     refused(&limited(&["stats", &alloc, "--memory-usage", &big], d), &[r#"metype_memory["B"]"#]);
+    // A node size that is not a finite positive number of GiB is refused by name, and a
+    // tiny one stops the node search at the bucket limit instead of balancing for billions.
+    for v in ["inf", "NaN", "-1", "0"] {
+        let arg = format!("--node-memory-gb={v}");
+        refused(
+            &limited(&["dry-run", "--synthetic", "100", "--num-target-ranks", "2", "--ranks-per-node", "2", &arg, "--output-dir", "out"], d),
+            &[&format!("invalid value '{v}' for '--node-memory-gb <GIB>'")],
+        );
+    }
+    refused(
+        &limited(&["dry-run", "--synthetic", "100", "--num-target-ranks", "2", "--ranks-per-node", "2", "--node-memory-gb=1e-12", "--output-dir", "out"], d),
+        &["--node-memory-gb: trying "],
+    );
     // Just below the limit works and prints finite figures.
     let ok = write(d, "ok.json", r#"{"metype_memory": {"B": 1e299}, "pop_metype_gids": {"P": {"B": [0, 1, 2, 3, 4, 5]}}}"#);
     let o = limited(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--output-dir", "out", "--json"], d);

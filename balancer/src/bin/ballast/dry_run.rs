@@ -68,7 +68,7 @@ pub struct DryRunArgs {
     #[command(flatten)]
     runtime: RuntimeArgs,
     /// Memory of one node, GiB: flag nodes above it and find the fewest nodes that fit.
-    #[arg(long, value_name = "GIB", requires = "ranks_per_node")]
+    #[arg(long, value_name = "GIB", requires = "ranks_per_node", value_parser = positive_gib)]
     node_memory_gb: Option<f64>,
     /// Draw per-rank stacked bars (cells, synapses, transport) to FILE.svg or FILE.png.
     #[arg(long, value_name = "FILE")]
@@ -79,6 +79,17 @@ pub struct DryRunArgs {
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     json: bool,
+}
+
+/// `--node-memory-gb`: a finite GiB count above 0 and at most 2^40 (so KB stay exact and
+/// finite).
+fn positive_gib(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x.is_finite() && x > 0.0 && x <= (1u64 << 40) as f64 {
+        Ok(x)
+    } else {
+        Err(format!("{s} is not a memory size: give GiB per node, above 0 and at most 2^40"))
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -389,7 +400,10 @@ struct Fit {
 fn fewest_nodes(input: &Input, config: &BalancerConfig, charge: Option<&TransportCharge>, rpn: usize, node_kb: f64) -> anyhow::Result<Fit> {
     let total: f64 = Summary::new(&balance(&input.dry_run, config), &input.dry_run).overall.total_kb;
     let fits = |nodes: usize| -> anyhow::Result<bool> {
-        let ranks = u32::try_from(nodes * rpn).context("too many ranks")?;
+        let ranks = nodes
+            .checked_mul(rpn)
+            .and_then(|r| u32::try_from(r).ok())
+            .with_context(|| format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks: more than 2^32 - 1 ranks"))?;
         let c = BalancerConfig { ranks, ..config.clone() };
         c.check_size(&input.dry_run).with_context(|| format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks"))?;
         let Balanced { allocation, loads, .. } = run_balance(input, &c, charge);
