@@ -28,6 +28,13 @@
 //! `BUILD {}` after an `array.array` subclass instance that has a `__dict__`; any other
 //! state is an error. `copyreg._reconstructor` and `builtins.list` are not needed
 //! (`array.array` subclasses pickle through `array.__reduce_ex__`) and are refused.
+//!
+//! Every file is accepted or refused in work linear in its size: gunzip output is bounded by
+//! [`MAX_GZIP_RATIO`] × the file, each opcode runs once, and every walk over unpickled values
+//! (dict key hashing, BUILD states, array initializers, the final conversion) is charged to a
+//! budget proportional to the pickle's bytes, so shared structure (a tuple doubled with DUP,
+//! a list or dict referenced many times through the memo) is refused, never expanded.
+//! [`ReadStats`] reports the work done.
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::Path;
