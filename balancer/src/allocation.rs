@@ -79,14 +79,9 @@ impl GidProblems {
 }
 
 impl Allocation {
-    /// Number of (rank, cycle) buckets.
-    pub fn bucket_count(&self) -> usize {
-        self.ranks as usize * self.cycles as usize
-    }
-
-    /// Row-major bucket index (`rank × cycles + cycle`).
-    pub fn bucket_index(&self, b: Bucket) -> usize {
-        b.rank as usize * self.cycles as usize + b.cycle as usize
+    /// Number of (rank, cycle) buckets (`ranks × cycles`, which always fits in a u64).
+    pub fn bucket_count(&self) -> u64 {
+        self.ranks as u64 * self.cycles as u64
     }
 
     /// Checks the gids: duplicates and out-of-range buckets always; with a dry run also

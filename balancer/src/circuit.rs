@@ -129,6 +129,10 @@ pub fn dry_run_from_circuit(circuit: &Circuit, memory: &MetypeMemory) -> Result<
             circuit.config.display()
         )));
     }
+    let dry_run = DryRun { metypes, populations };
+    dry_run.check_costs().map_err(|(m, message)| {
+        BalancerError::InvalidParameter(format!("{}: metype `{}`: {message}", circuit.config.display(), dry_run.metypes[m].name))
+    })?;
     let network = Network::from_pairs(offsets, &pairs)?;
-    Ok((DryRun { metypes, populations }, network))
+    Ok((dry_run, network))
 }

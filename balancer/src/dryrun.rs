@@ -22,6 +22,11 @@ pub const KNOWN_KEYS: [&str; 3] = ["metype_memory", "metype_cell_syn_average", "
 /// KB of memory per chemical synapse (neurodamus `SynapseMemoryUsage`, `memory.py`).
 pub const SYNAPSE_KB: f64 = 1.9;
 
+/// Largest total KB of a dry run accepted (all cells together): far above any machine
+/// (10^300 KB), and far enough below `f64::MAX` that every bucket, rank and node sum, mean
+/// and ratio computed from it stays finite.
+pub const MAX_TOTAL_KB: f64 = 1e300;
+
 /// One metype (morphological-electrical cell type) of the dry run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metype {
@@ -92,6 +97,48 @@ impl DryRun {
                 Some(*acc)
             }))
             .collect()
+    }
+
+    /// Checks the costs before anything is balanced: every metype's memory and synapse
+    /// count finite and >= 0, and the total KB of all cells (each metype's cells × its KB per
+    /// cell, summed in order) at most [`MAX_TOTAL_KB`], so that no sum can become infinite
+    /// or NaN. Returns the total KB, or the index of the metype at fault and what is wrong.
+    pub fn check_costs(&self) -> std::result::Result<f64, (usize, String)> {
+        for (i, m) in self.metypes.iter().enumerate() {
+            for (what, x) in [("KB per cell", m.memory_kb), ("synapses per cell", m.synapses_per_cell)] {
+                if !x.is_finite() || x < 0.0 {
+                    return Err((i, format!("{what} must be finite and >= 0, got {x}")));
+                }
+            }
+        }
+        let mut total = 0.0f64;
+        for p in &self.populations {
+            for (m, gids) in &p.metype_gids {
+                let kb = match &p.cell_synapses {
+                    Some(_) => gids.iter().fold(0.0, |t, &g| t + self.cell_kb(p, g, *m)),
+                    None => gids.len() as f64 * self.metypes[*m].cell_kb(),
+                };
+                total += kb;
+                if total.is_nan() || total > MAX_TOTAL_KB {
+                    let metype = &self.metypes[*m];
+                    return Err((
+                        *m,
+                        format!(
+                            "{} cell{} of {} KB each ({} KB memory + {SYNAPSE_KB} KB × {} synapses) in population {:?} bring the total to {} KB, \
+                             above the {MAX_TOTAL_KB:e} KB that keeps every sum finite (memory figures are KB per cell)",
+                            gids.len(),
+                            if gids.len() == 1 { "" } else { "s" },
+                            short(metype.cell_kb()),
+                            short(metype.memory_kb),
+                            short(metype.synapses_per_cell),
+                            p.name,
+                            short(total)
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(total)
     }
 
     /// Per-cell cost in KB of every metype, indexed like [`DryRun::metypes`].
@@ -271,7 +318,11 @@ impl DryRun {
         if populations.iter().all(|p: &Population| p.cell_count() == 0) {
             return Err(err("pop_metype_gids".into(), "no cells: there is nothing to balance".into()));
         }
-        Ok(DryRun { metypes, populations })
+        let dry_run = DryRun { metypes, populations };
+        dry_run
+            .check_costs()
+            .map_err(|(m, message)| err(format!("metype_memory[{:?}]", dry_run.metypes[m].name), message))?;
+        Ok(dry_run)
     }
 
     /// The dry run as neurodamus' JSON layout (keys sorted, as neurodamus' `json.dump(...,
@@ -324,6 +375,11 @@ impl DryRun {
         file.write_all(&buf).map_err(|e| BalancerError::io(path, e))?;
         Ok(file)
     }
+}
+
+/// `x` as written, or in exponent notation when large (1e308 rather than 309 digits).
+fn short(x: f64) -> String {
+    if x.abs() < 1e15 { format!("{x}") } else { format!("{x:e}") }
 }
 
 /// The Python non-finite literal (`NaN`, `Infinity`, `-Infinity`) at a 1-based line and

@@ -25,13 +25,25 @@ pub fn allocation_file_name(ranks: u32, cycles: u32) -> String {
 /// Reads an allocation file. Ranks and cycles come from the file name when it follows
 /// neurodamus' pattern, otherwise from the largest (rank, cycle) key + 1. Buckets outside
 /// the ranks and cycles of the name are an error.
+///
+/// Errors: those of [`pickle::read_allocation_file`]; a name with 0 ranks or 0 cycles; a
+/// bucket outside the name's counts; without such a name, a rank or cycle key of
+/// 4294967295 (the count would not fit in 32 bits). Nothing is allocated per bucket the
+/// name or keys claim: an allocation costs memory in proportion to the file's content.
 pub fn read_allocation(path: &Path) -> Result<Allocation> {
+    let name = pickle::ranks_cycles_from_file_name(path);
+    if let Some((r, c)) = name.filter(|&(r, c)| r == 0 || c == 0) {
+        return Err(BalancerError::Pickle {
+            path: path.to_owned(),
+            message: format!("the file name says {r} ranks × {c} cycles: an allocation has at least 1 rank and 1 cycle"),
+        });
+    }
     let populations = pickle::read_allocation_file(path)?;
     let keys = populations.iter().flat_map(|p| p.buckets.keys());
-    let span = keys.fold((0, 0), |(r, c), b| (r.max(b.rank + 1), c.max(b.cycle + 1)));
-    let (ranks, cycles) = match pickle::ranks_cycles_from_file_name(path) {
+    let span = keys.fold((0u64, 0u64), |(r, c), b| (r.max(b.rank as u64 + 1), c.max(b.cycle as u64 + 1)));
+    let (ranks, cycles) = match name {
         Some((r, c)) => {
-            if span.0 > r || span.1 > c {
+            if span.0 > r as u64 || span.1 > c as u64 {
                 return Err(BalancerError::Pickle {
                     path: path.to_owned(),
                     message: format!(
@@ -43,7 +55,15 @@ pub fn read_allocation(path: &Path) -> Result<Allocation> {
             }
             (r, c)
         }
-        None => (span.0.max(1), span.1.max(1)),
+        None => {
+            let fit = |n: u64, what: &str| {
+                u32::try_from(n.max(1)).map_err(|_| BalancerError::Pickle {
+                    path: path.to_owned(),
+                    message: format!("a bucket has {what} {}: the {what} count {n} does not fit in 32 bits", n - 1),
+                })
+            };
+            (fit(span.0, "rank")?, fit(span.1, "cycle")?)
+        }
     };
     Ok(Allocation { ranks, cycles, populations })
 }
@@ -243,6 +263,7 @@ pub fn load_or_generate(
     strategy: crate::strategy::Strategy,
 ) -> Result<LoadedAllocation> {
     let config = BalancerConfig::builder().ranks(ranks).cycles(cycles).strategy(strategy).build()?;
+    config.check_size(dry_run)?;
     let path = dir.join(allocation_file_name(ranks, cycles));
     if path.exists() {
         let allocation = read_allocation(&path)?;

@@ -11,6 +11,7 @@ pub mod error;
 pub mod network;
 pub mod files;
 pub mod gidmap;
+pub mod limits;
 pub mod pickle;
 #[cfg(feature = "sonata")]
 pub mod sonata;

@@ -28,6 +28,13 @@
 //! `BUILD {}` after an `array.array` subclass instance that has a `__dict__`; any other
 //! state is an error. `copyreg._reconstructor` and `builtins.list` are not needed
 //! (`array.array` subclasses pickle through `array.__reduce_ex__`) and are refused.
+//!
+//! Every file is accepted or refused in work linear in its size: gunzip output is bounded by
+//! [`MAX_GZIP_RATIO`] × the file, each opcode runs once, and every walk over unpickled values
+//! (dict key hashing, BUILD states, array initializers, the final conversion) is charged to a
+//! budget proportional to the pickle's bytes, so shared structure (a tuple doubled with DUP,
+//! a list or dict referenced many times through the memo) is refused, never expanded.
+//! [`ReadStats`] reports the work done.
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -42,6 +49,12 @@ use crate::error::{BalancerError, Result};
 
 /// Largest decompressed pickle we accept (a gzip bomb guard): 4 GiB.
 pub const MAX_PICKLE_BYTES: u64 = 4 << 30;
+
+/// Largest expansion accepted from gzip, besides [`MAX_PICKLE_BYTES`]: a decompressed pickle
+/// may be at most this many times its file plus 1 MiB. Allocation files expand 2 to 5 times
+/// (gids are distinct); deflate allows about 1032, so a small bomb would otherwise allocate
+/// a thousand times its size.
+pub const MAX_GZIP_RATIO: u64 = 256;
 
 /// Deepest tuple nesting accepted (CPython cannot pickle much deeper either).
 const MAX_TUPLE_DEPTH: u32 = 256;
@@ -58,6 +71,52 @@ const MAX_TUPLE_DEPTH: u32 = 256;
 /// [`BalancerError::DisallowedGlobal`] if the pickle names a global outside the allow-list.
 pub fn read_allocation_file(path: &Path) -> Result<Vec<PopulationAllocation>> {
     let compressed = std::fs::read(path).map_err(|e| BalancerError::io(path, e))?;
+    read_allocation_gzip_with_stats(&compressed, path).0
+}
+
+/// The work one read did, to check that it stays linear in the input's size: every file is
+/// accepted or refused after at most a constant times as many steps as it has bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Bytes of gzip read (0 when the pickle was given directly).
+    pub compressed_bytes: u64,
+    /// Bytes of pickle (after gunzip).
+    pub pickle_bytes: u64,
+    /// Pickle opcodes executed.
+    pub opcodes: u64,
+    /// Values visited by every walk over unpickled values: tuple items collected, dict key
+    /// nodes hashed (a shared sub-tuple counts once per use, as hashing it does), BUILD
+    /// states inspected, array elements materialized, populations, buckets and gids
+    /// converted.
+    pub visits: u64,
+}
+
+impl ReadStats {
+    /// Opcodes plus value visits.
+    pub fn work(&self) -> u64 {
+        self.opcodes + self.visits
+    }
+}
+
+/// [`read_allocation_file`] on the bytes of a gzip file (`path` is only used in messages),
+/// with the work done, whether it succeeded or not.
+pub fn read_allocation_gzip_with_stats(compressed: &[u8], path: &Path) -> (Result<Vec<PopulationAllocation>>, ReadStats) {
+    let mut stats = ReadStats { compressed_bytes: compressed.len() as u64, ..ReadStats::default() };
+    let bytes = match gunzip(compressed, path) {
+        Ok(b) => b,
+        Err(e) => return (Err(e), stats),
+    };
+    let (result, inner) = read_allocation_pickle_with_stats(&bytes, path);
+    stats.pickle_bytes = inner.pickle_bytes;
+    stats.opcodes = inner.opcodes;
+    stats.visits = inner.visits;
+    (result, stats)
+}
+
+/// Gunzips an allocation file's bytes, refusing non-gzip data, corrupt or truncated streams
+/// and more than [`MAX_PICKLE_BYTES`], or [`MAX_GZIP_RATIO`] times the input plus 1 MiB, of
+/// output.
+fn gunzip(compressed: &[u8], path: &Path) -> Result<Vec<u8>> {
     if compressed.len() < 2 || compressed[..2] != [0x1f, 0x8b] {
         let hint = if compressed.first() == Some(&0x80) {
             " (it looks like an uncompressed pickle)"
@@ -68,8 +127,9 @@ pub fn read_allocation_file(path: &Path) -> Result<Vec<PopulationAllocation>> {
         };
         return Err(pickle_err(path, format!("not a gzip file{hint}")));
     }
+    let limit = MAX_PICKLE_BYTES.min((compressed.len() as u64).saturating_mul(MAX_GZIP_RATIO).saturating_add(1 << 20));
     let mut bytes = Vec::new();
-    let mut decoder = MultiGzDecoder::new(&compressed[..]).take(MAX_PICKLE_BYTES + 1);
+    let mut decoder = MultiGzDecoder::new(compressed).take(limit + 1);
     if let Err(e) = decoder.read_to_end(&mut bytes) {
         let message = match e.kind() {
             std::io::ErrorKind::UnexpectedEof => format!(
@@ -80,21 +140,31 @@ pub fn read_allocation_file(path: &Path) -> Result<Vec<PopulationAllocation>> {
         };
         return Err(pickle_err(path, message));
     }
-    if bytes.len() as u64 > MAX_PICKLE_BYTES {
+    if bytes.len() as u64 > limit {
         return Err(pickle_err(
             path,
-            format!("decompressed pickle exceeds {MAX_PICKLE_BYTES} bytes; refusing (gzip bomb?)"),
+            format!(
+                "decompressed pickle exceeds {limit} bytes (at most {MAX_GZIP_RATIO} times the file's {} bytes plus 1 MiB, \
+                 and at most {MAX_PICKLE_BYTES}); refusing (a gzip bomb?)",
+                compressed.len()
+            ),
         ));
     }
-    read_allocation_pickle(&bytes, path)
+    Ok(bytes)
 }
 
 /// Same as [`read_allocation_file`] from raw (already gunzipped) pickle bytes; `path` is only
 /// used in error messages.
 pub fn read_allocation_pickle(bytes: &[u8], path: &Path) -> Result<Vec<PopulationAllocation>> {
+    read_allocation_pickle_with_stats(bytes, path).0
+}
+
+/// [`read_allocation_pickle`] with the work done ([`ReadStats`]), whether it succeeded or not.
+pub fn read_allocation_pickle_with_stats(bytes: &[u8], path: &Path) -> (Result<Vec<PopulationAllocation>>, ReadStats) {
     let mut vm = Vm::new(bytes, path);
-    let root = vm.run()?;
-    vm.to_populations(&root)
+    let result = vm.run().and_then(|root| vm.populations(&root));
+    let stats = ReadStats { compressed_bytes: 0, pickle_bytes: bytes.len() as u64, opcodes: vm.opcodes, visits: vm.visits };
+    (result, stats)
 }
 
 /// Writes `populations` as gzip (level 1) of a pickle (protocol 3, serde-pickle's default) of
@@ -248,6 +318,9 @@ impl Global {
 
 struct TupleObj {
     depth: u32,
+    /// [`key_cost`] of this tuple, computed once from its items' so that a tuple built by
+    /// doubling a shared sub-tuple costs O(items) to size, not O(its expansion).
+    key_cost: usize,
     items: Vec<Val>,
 }
 
@@ -336,8 +409,11 @@ struct Vm<'a> {
     /// Elements materialized by array constructors, bounded by `2 × input + 1024` so that
     /// re-using one memoized list many times cannot blow up memory.
     budget: usize,
-    /// Total size of all dict keys hashed, bounded by `4 × input + 1 MiB`.
+    /// Total size of all dict keys hashed, bounded by `4 × input + 4096`.
     key_work: usize,
+    /// Opcodes executed and values visited ([`ReadStats`]).
+    opcodes: u64,
+    visits: u64,
 }
 
 type VmResult<T> = std::result::Result<T, BalancerError>;
@@ -427,6 +503,8 @@ impl<'a> Vm<'a> {
             sets: Vec::new(),
             budget: 0,
             key_work: 0,
+            opcodes: 0,
+            visits: 0,
         }
     }
 
@@ -530,12 +608,14 @@ impl<'a> Vm<'a> {
         Ok(self.stack.split_off(start))
     }
 
-    fn make_tuple(&self, items: Vec<Val>, at: usize) -> VmResult<Val> {
+    fn make_tuple(&mut self, items: Vec<Val>, at: usize) -> VmResult<Val> {
+        self.visits += items.len() as u64;
         let depth = 1 + items.iter().map(Val::tuple_depth).max().unwrap_or(0);
         if depth > MAX_TUPLE_DEPTH {
             return Err(self.err(at, format!("tuples nested deeper than {MAX_TUPLE_DEPTH}")));
         }
-        Ok(Val::Tuple(Rc::new(TupleObj { depth, items })))
+        let key_cost = items.iter().fold(1usize, |n, v| n.saturating_add(key_cost(v)));
+        Ok(Val::Tuple(Rc::new(TupleObj { depth, key_cost, items })))
     }
 
     fn new_list(&mut self, items: Vec<Val>) -> Val {
@@ -556,6 +636,7 @@ impl<'a> Vm<'a> {
                 "arrays materialize far more elements than the pickle has bytes (hostile file?)",
             ));
         }
+        self.visits += n as u64;
         Ok(())
     }
 
@@ -586,15 +667,23 @@ impl<'a> Vm<'a> {
     }
 
     fn set_item(&mut self, dict: usize, k: Val, v: Val, at: usize) -> VmResult<()> {
-        // Hashing a key costs its size; a memoized huge key re-used via GET for many items
-        // would make that quadratic, so the total is bounded by the input size.
-        self.key_work = self.key_work.saturating_add(key_cost(&k));
-        if self.key_work > 4 * self.data.len() + (1 << 20) {
+        // Hashing a key costs its size (a shared sub-tuple counts at every use, as Python
+        // hashes it again); a memoized huge key re-used via GET for many items, or a tuple
+        // doubled with DUP, would make that quadratic or exponential, so the total is
+        // bounded by the input size, and checked before any hashing.
+        let cost = key_cost(&k);
+        let work = self.key_work.saturating_add(cost);
+        if work > 4 * self.data.len() + 4096 {
             return Err(self.err(
                 at,
-                "dict keys are re-used far more than the pickle size allows (hostile file?)",
+                format!(
+                    "dict keys are re-used far more than the pickle size allows (this key has {cost} \
+                     nodes counting shared sub-tuples; hostile file?)"
+                ),
             ));
         }
+        self.key_work = work;
+        self.visits += cost as u64;
         let key = self.hkey(&k, at)?;
         let d = &mut self.dicts[dict];
         match d.index.get(&key) {
@@ -651,6 +740,7 @@ impl<'a> Vm<'a> {
                 ));
             };
             self.pos += 1;
+            self.opcodes += 1;
             match code {
                 op::PROTO => {
                     let v = self.u8(at)?;
@@ -1075,13 +1165,21 @@ impl<'a> Vm<'a> {
         }
     }
 
-    fn is_empty_state(&self, v: &Val) -> bool {
-        match v {
+    /// True for the states CPython writes for an object without attributes: `None`, `{}`,
+    /// or `(dict_state, slots_state)` with each `None` or `{}`. Not recursive: a state tuple
+    /// nests one level only, so a deep or shared tuple costs at most three visits.
+    fn is_empty_state(&mut self, v: &Val) -> bool {
+        let flat = |v: &Val| match v {
             Val::None => true,
             Val::Dict(id) => self.dicts[*id].entries.is_empty(),
-            Val::Tuple(t) => t.items.len() == 2 && t.items.iter().all(|s| self.is_empty_state(s)),
             _ => false,
-        }
+        };
+        let (empty, visited) = match v {
+            Val::Tuple(t) if t.items.len() == 2 => (t.items.iter().all(flat), 3),
+            other => (flat(other), 1),
+        };
+        self.visits += visited;
+        empty
     }
 
     /// The safe interpretation of calling allowed global `g` with `args`.
@@ -1239,7 +1337,19 @@ impl<'a> Vm<'a> {
 
     // -- conversion -----------------------------------------------------------------
 
-    fn to_populations(&self, root: &Val) -> Result<Vec<PopulationAllocation>> {
+    /// Converts the unpickled root into populations, counting its visits.
+    fn populations(&mut self, root: &Val) -> Result<Vec<PopulationAllocation>> {
+        let mut visits = 0;
+        let result = self.convert(root, &mut visits);
+        self.visits += visits;
+        result
+    }
+
+    /// Walks the root dict, each population's dict once per population entry, and each
+    /// bucket's gids: populations, buckets and gids visited are each bounded by the input
+    /// size (each costs at least one byte unless shared through the memo), so a dict or list
+    /// aliased many times is refused instead of walked many times.
+    fn convert(&self, root: &Val, visits: &mut u64) -> Result<Vec<PopulationAllocation>> {
         let path = self.path;
         let e = |m: String| pickle_err(path, m);
         let Val::Dict(root_id) = root else {
@@ -1251,8 +1361,10 @@ impl<'a> Vm<'a> {
         // Each gid costs at least one input byte; more means aliased lists (amplification).
         let max_gids = self.data.len();
         let mut total = 0usize;
+        let mut entries = 0usize;
         let mut out = Vec::with_capacity(self.dicts[*root_id].entries.len());
         for (i, (k, v)) in self.dicts[*root_id].entries.iter().enumerate() {
+            *visits += 1;
             let Val::Str(name) = k else {
                 return Err(e(format!(
                     "population key #{i}: expected a str population name, found {}",
@@ -1265,8 +1377,16 @@ impl<'a> Vm<'a> {
                     v.describe()
                 )));
             };
+            entries = entries.saturating_add(self.dicts[*bid].entries.len());
+            if entries > self.data.len() {
+                return Err(e(format!(
+                    "population `{name}`: more buckets than the pickle has bytes (one dict shared \
+                     between populations?); refusing"
+                )));
+            }
             let mut buckets = BTreeMap::new();
             for (key, gids_val) in &self.dicts[*bid].entries {
+                *visits += 1;
                 let bucket =
                     bucket_key(key).map_err(|m| e(format!("population `{name}`, key {m}")))?;
                 let where_ = format!(
@@ -1291,6 +1411,7 @@ impl<'a> Vm<'a> {
                     )));
                 }
                 let mut gids = Vec::with_capacity(items.len());
+                *visits += items.len() as u64;
                 for (j, g) in items.iter().enumerate() {
                     match g {
                         Val::Int(x) if (0..=u32::MAX as i64).contains(x) => gids.push(*x as u32),
@@ -1351,12 +1472,13 @@ fn bucket_key(key: &Val) -> std::result::Result<Bucket, String> {
     }
 }
 
-/// Size of a dict key for the hashing budget (nodes plus string bytes).
+/// Size of a dict key for the hashing budget (nodes plus string bytes, a shared sub-tuple
+/// counted at every use, saturating). O(1): a tuple's is computed when it is built.
 fn key_cost(v: &Val) -> usize {
     match v {
         Val::Str(s) => 1 + s.len(),
         Val::Bytes(b) => 1 + b.len(),
-        Val::Tuple(t) => 1 + t.items.iter().map(key_cost).sum::<usize>(),
+        Val::Tuple(t) => t.key_cost,
         _ => 1,
     }
 }

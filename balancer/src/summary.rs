@@ -1,5 +1,7 @@
 //! Load statistics of an allocation: per bucket and per rank KB, imbalance, the lower bound,
 //! per population and overall; and the text table the CLI prints.
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::allocation::{Allocation, Bucket};
@@ -28,12 +30,35 @@ pub struct LoadStats {
 }
 
 impl LoadStats {
-    /// Statistics of per-bucket loads (`bucket_kb[rank × cycles + cycle]`).
-    pub fn from_buckets(bucket_kb: &[f64], cycles: usize, cells: usize, heaviest_cell_kb: f64) -> LoadStats {
-        let (max, min, total) = min_max_sum(bucket_kb);
-        let rank_kb: Vec<f64> = bucket_kb.chunks(cycles).map(|c| c.iter().sum()).collect();
-        let (rmax, rmin, _) = min_max_sum(&rank_kb);
-        let mean = total / bucket_kb.len() as f64;
+    /// Statistics of `ranks × cycles` buckets of which `loads` lists those holding cells
+    /// (distinct, in (rank, cycle) order, KB each); every other bucket holds 0. Cost is
+    /// O(`loads`), whatever the bucket count. With no bucket at all (0 ranks or cycles) the
+    /// means are 0.
+    pub fn from_loads(ranks: u32, cycles: u32, loads: &[(Bucket, f64)], cells: usize, heaviest_cell_kb: f64) -> LoadStats {
+        let buckets = ranks as u64 * cycles as u64;
+        let total = loads.iter().fold(0.0, |t, l| t + l.1);
+        let some_empty = (loads.len() as u64) < buckets;
+        let (mut max, mut min) = (f64::NEG_INFINITY, f64::INFINITY);
+        for &(_, kb) in loads {
+            max = max.max(kb);
+            min = min.min(kb);
+        }
+        if some_empty || loads.is_empty() {
+            max = max.max(0.0);
+            min = 0.0;
+        }
+        // Rank sums: `loads` is ordered by rank, so each rank's buckets are consecutive.
+        let (mut rmax, mut rmin, mut ranks_seen) = (0.0f64, f64::INFINITY, 0u64);
+        for group in loads.chunk_by(|a, b| a.0.rank == b.0.rank) {
+            let sum = group.iter().fold(0.0, |t, l| t + l.1);
+            rmax = rmax.max(sum);
+            rmin = rmin.min(sum);
+            ranks_seen += 1;
+        }
+        if ranks_seen < ranks as u64 || ranks_seen == 0 {
+            rmin = 0.0;
+        }
+        let mean = total / buckets.max(1) as f64;
         let lower_bound_kb = mean.max(heaviest_cell_kb);
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 1.0 };
         LoadStats {
@@ -43,7 +68,7 @@ impl LoadStats {
             mean_bucket_kb: mean,
             min_bucket_kb: min,
             max_rank_kb: rmax,
-            mean_rank_kb: total / rank_kb.len() as f64,
+            mean_rank_kb: total / (ranks as f64).max(1.0),
             min_rank_kb: rmin,
             heaviest_cell_kb,
             lower_bound_kb,
@@ -53,13 +78,18 @@ impl LoadStats {
     }
 }
 
-fn min_max_sum(v: &[f64]) -> (f64, f64, f64) {
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-    (max, min, v.iter().sum())
+/// One bucket that holds cells: its cells and their KB, all populations together.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BucketLoad {
+    pub rank: u32,
+    pub cycle: u32,
+    pub cells: usize,
+    pub kb: f64,
 }
 
-/// The full picture of an allocation weighed with a dry run.
+/// The full picture of an allocation weighed with a dry run. Its size is proportional to
+/// the buckets that hold cells, not to `ranks × cycles`: empty buckets are counted, not
+/// stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
     pub ranks: u32,
@@ -68,10 +98,8 @@ pub struct Summary {
     pub overall: LoadStats,
     /// (population name, its own statistics).
     pub populations: Vec<(String, LoadStats)>,
-    /// KB per bucket, all populations, row-major (`rank × cycles + cycle`).
-    pub bucket_kb: Vec<f64>,
-    /// Cells per bucket, all populations, row-major.
-    pub bucket_cells: Vec<usize>,
+    /// The buckets that hold at least one cell, in (rank, cycle) order.
+    pub buckets: Vec<BucketLoad>,
 }
 
 impl Summary {
@@ -96,53 +124,82 @@ impl Summary {
     }
 
     fn weighed(allocation: &Allocation, weigh: impl Fn(&str, u32) -> f64) -> Summary {
-        let n = allocation.bucket_count();
-        let cycles = allocation.cycles as usize;
-        let mut bucket_kb = vec![0.0; n];
-        let mut bucket_cells = vec![0usize; n];
+        let (ranks, cycles) = (allocation.ranks, allocation.cycles);
+        let mut all: BTreeMap<Bucket, (usize, f64)> = BTreeMap::new();
         let mut heaviest = 0.0f64;
         let mut populations = Vec::new();
         for pop in &allocation.populations {
-            let mut kb = vec![0.0; n];
+            let mut loads = Vec::new();
             let mut cells = 0;
             let mut pop_heaviest = 0.0f64;
             for (&b, gids) in &pop.buckets {
-                if b.rank >= allocation.ranks || b.cycle >= allocation.cycles {
+                if b.rank >= ranks || b.cycle >= cycles || gids.is_empty() {
                     continue;
                 }
-                let i = allocation.bucket_index(b);
+                let mut kb = 0.0;
                 for &g in gids {
                     let w = weigh(&pop.name, g);
-                    kb[i] += w;
+                    kb += w;
                     pop_heaviest = pop_heaviest.max(w);
                 }
+                loads.push((b, kb));
                 cells += gids.len();
-                bucket_cells[i] += gids.len();
-            }
-            for (t, k) in bucket_kb.iter_mut().zip(&kb) {
-                *t += k;
+                let t = all.entry(b).or_insert((0, 0.0));
+                t.0 += gids.len();
+                t.1 += kb;
             }
             heaviest = heaviest.max(pop_heaviest);
-            populations.push((pop.name.clone(), LoadStats::from_buckets(&kb, cycles, cells, pop_heaviest)));
+            populations.push((pop.name.clone(), LoadStats::from_loads(ranks, cycles, &loads, cells, pop_heaviest)));
         }
-        let cells = bucket_cells.iter().sum();
+        let loads: Vec<(Bucket, f64)> = all.iter().map(|(&b, &(_, kb))| (b, kb)).collect();
+        let cells = all.values().map(|t| t.0).sum();
         Summary {
-            ranks: allocation.ranks,
-            cycles: allocation.cycles,
-            overall: LoadStats::from_buckets(&bucket_kb, cycles, cells, heaviest),
+            ranks,
+            cycles,
+            overall: LoadStats::from_loads(ranks, cycles, &loads, cells, heaviest),
             populations,
-            bucket_kb,
-            bucket_cells,
+            buckets: all.into_iter().map(|(b, (cells, kb))| BucketLoad { rank: b.rank, cycle: b.cycle, cells, kb }).collect(),
         }
     }
 
-    /// Buckets with no cell at all.
-    pub fn empty_buckets(&self) -> Vec<Bucket> {
-        let c = self.cycles as usize;
-        (0..self.bucket_cells.len())
-            .filter(|&i| self.bucket_cells[i] == 0)
-            .map(|i| Bucket { rank: (i / c) as u32, cycle: (i % c) as u32 })
-            .collect()
+    /// `ranks × cycles`.
+    pub fn bucket_count(&self) -> u64 {
+        self.ranks as u64 * self.cycles as u64
+    }
+
+    /// Number of buckets with no cell at all.
+    pub fn empty_bucket_count(&self) -> u64 {
+        self.bucket_count() - self.buckets.len() as u64
+    }
+
+    /// The first `limit` buckets with no cell, in (rank, cycle) order (O(buckets with cells
+    /// + `limit`)).
+    pub fn first_empty_buckets(&self, limit: usize) -> Vec<Bucket> {
+        let c = self.cycles as u64;
+        let mut out = Vec::new();
+        let mut next = 0u64;
+        let filled = self.buckets.iter().map(|b| b.rank as u64 * c + b.cycle as u64).chain([self.bucket_count()]);
+        for upto in filled {
+            while next < upto && out.len() < limit {
+                out.push(Bucket { rank: (next / c) as u32, cycle: (next % c) as u32 });
+                next += 1;
+            }
+            if out.len() == limit {
+                break;
+            }
+            next = upto + 1;
+        }
+        out
+    }
+
+    /// KB per rank (all its cycles), `ranks` values: for callers that checked the rank
+    /// count (the balancer, whose buckets [`crate::BalancerConfig::check_size`] bounds).
+    pub fn rank_kb(&self) -> Vec<f64> {
+        let mut v = vec![0.0; self.ranks as usize];
+        for b in &self.buckets {
+            v[b.rank as usize] += b.kb;
+        }
+        v
     }
 
     /// The summary table: one row per population and one for all, KB figures.
@@ -168,16 +225,20 @@ impl Summary {
         out
     }
 
-    /// One row per (rank, cycle): cells, KB (when `with_kb`) and load / mean.
+    /// One row per bucket that holds cells (rank, cycle, cells, KB when `with_kb`, load /
+    /// mean), then one line counting the empty buckets, which are not listed.
     pub fn bucket_table(&self, with_kb: bool) -> String {
         let mut out = format!("{:>6} {:>6} {:>9}", "rank", "cycle", "cells");
         out += &if with_kb { format!(" {:>14} {:>9}\n", "KB", "/mean") } else { format!(" {:>9}\n", "/mean") };
         let mean = self.overall.mean_bucket_kb;
-        let c = self.cycles as usize;
-        for (i, (&kb, &cells)) in self.bucket_kb.iter().zip(&self.bucket_cells).enumerate() {
-            let rel = if mean > 0.0 { kb / mean } else { 1.0 };
-            out += &format!("{:>6} {:>6} {:>9}", i / c, i % c, cells);
-            out += &if with_kb { format!(" {kb:>14.1} {rel:>9.4}\n") } else { format!(" {rel:>9.4}\n") };
+        for b in &self.buckets {
+            let rel = if mean > 0.0 { b.kb / mean } else { 1.0 };
+            out += &format!("{:>6} {:>6} {:>9}", b.rank, b.cycle, b.cells);
+            out += &if with_kb { format!(" {:>14.1} {rel:>9.4}\n", b.kb) } else { format!(" {rel:>9.4}\n") };
+        }
+        let empty = self.empty_bucket_count();
+        if empty > 0 {
+            out += &format!("({empty} of {} buckets hold no cell and are not listed)\n", self.bucket_count());
         }
         out
     }
@@ -193,14 +254,47 @@ mod tests {
 
     #[test]
     fn stats_of_known_buckets() {
+        let b = |rank, cycle| Bucket { rank, cycle };
         // 2 ranks × 2 cycles, loads 4, 2 | 3, 3.
-        let s = LoadStats::from_buckets(&[4.0, 2.0, 3.0, 3.0], 2, 10, 1.0);
+        let s = LoadStats::from_loads(2, 2, &[(b(0, 0), 4.0), (b(0, 1), 2.0), (b(1, 0), 3.0), (b(1, 1), 3.0)], 10, 1.0);
         assert_eq!((s.max_bucket_kb, s.min_bucket_kb, s.mean_bucket_kb), (4.0, 2.0, 3.0));
         assert_eq!((s.max_rank_kb, s.min_rank_kb, s.mean_rank_kb), (6.0, 6.0, 6.0));
         assert_eq!(s.lower_bound_kb, 3.0);
         assert_eq!(s.imbalance, 4.0 / 3.0);
-        // A single heavy cell dominates the bound.
-        let s = LoadStats::from_buckets(&[10.0, 0.0], 1, 1, 10.0);
-        assert_eq!((s.lower_bound_kb, s.ratio_to_lower_bound), (10.0, 1.0));
+        // A single heavy cell dominates the bound; the other bucket is empty (0).
+        let s = LoadStats::from_loads(2, 1, &[(b(0, 0), 10.0)], 1, 10.0);
+        assert_eq!((s.lower_bound_kb, s.ratio_to_lower_bound, s.min_bucket_kb, s.min_rank_kb), (10.0, 1.0, 0.0, 0.0));
+        // 10^8 ranks × 10^3 cycles with one bucket used: O(1) work, finite figures.
+        let s = LoadStats::from_loads(100_000_000, 1000, &[(b(200_000, 999), 5.0)], 1, 5.0);
+        assert_eq!((s.max_bucket_kb, s.min_bucket_kb, s.max_rank_kb, s.min_rank_kb), (5.0, 0.0, 5.0, 0.0));
+        assert_eq!(s.mean_bucket_kb, 5.0 / 1e11);
+        // No bucket at all: zeros, not NaN or infinities.
+        let s = LoadStats::from_loads(0, 1, &[], 0, 0.0);
+        assert_eq!((s.max_bucket_kb, s.min_bucket_kb, s.mean_bucket_kb, s.mean_rank_kb, s.imbalance), (0.0, 0.0, 0.0, 0.0, 1.0));
+    }
+
+    #[test]
+    fn sparse_buckets_count_and_list_the_empty_ones() {
+        let alloc = Allocation {
+            ranks: 200_001,
+            cycles: 1000,
+            populations: vec![crate::PopulationAllocation {
+                name: "P".into(),
+                buckets: [(Bucket { rank: 0, cycle: 1 }, vec![1, 2]), (Bucket { rank: 200_000, cycle: 999 }, vec![3])].into_iter().collect(),
+            }],
+        };
+        let s = Summary::by_cell_count(&alloc);
+        assert_eq!(s.buckets.len(), 2);
+        assert_eq!(s.empty_bucket_count(), 200_001_000 - 2);
+        let b = |rank, cycle| Bucket { rank, cycle };
+        assert_eq!(s.first_empty_buckets(3), vec![b(0, 0), b(0, 2), b(0, 3)]);
+        let table = s.bucket_table(false);
+        assert_eq!(table.lines().count(), 4, "{table}");
+        assert!(table.contains("(200000998 of 200001000 buckets hold no cell and are not listed)"), "{table}");
+        assert_eq!((s.overall.max_rank_kb, s.overall.min_rank_kb, s.overall.cells), (2.0, 0.0, 3));
+        // 2 × 2: bucket (200000, 999) is out of range and not counted.
+        let small = Summary::by_cell_count(&Allocation { ranks: 2, cycles: 2, ..alloc });
+        assert_eq!(small.rank_kb(), vec![2.0, 0.0]);
+        assert_eq!(small.first_empty_buckets(5), vec![b(0, 0), b(1, 0), b(1, 1)]);
     }
 }

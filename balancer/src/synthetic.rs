@@ -55,6 +55,14 @@ pub fn generate(spec: &SyntheticSpec) -> Result<DryRun> {
     if spec.cells > u32::MAX as usize {
         return bad(format!("at most 2^32 - 1 cells, got {}", spec.cells));
     }
+    // About 16 B per cell (gids, shuffles) and 128 B per metype (name, counts), before any
+    // is allocated.
+    let bytes = (spec.cells as u64).saturating_mul(16).saturating_add((spec.metypes as u64).saturating_mul(128));
+    crate::limits::check_memory(
+        &format!("a synthetic input of {} cells and {} metypes", spec.cells, spec.metypes),
+        bytes,
+        crate::limits::available_memory(),
+    )?;
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let memory = LogNormal::new(2500f64.ln(), 0.35).expect("valid log-normal");
     let synapses = LogNormal::new(1500f64.ln(), 0.6).expect("valid log-normal");
@@ -219,12 +227,21 @@ pub struct SyntheticCircuit {
 /// grid of `sigma`-sized voxels makes that O(1)), with 1 to `2 × synapses_per_connection
 /// − 1` synapses each. Deterministic for a seed.
 pub fn generate_circuit(spec: &CircuitSpec) -> Result<SyntheticCircuit> {
-    let mut dry_run = generate(&spec.dry_run)?;
     // NaN is refused too.
     let positive = |x: f64| x.partial_cmp(&0.0) == Some(std::cmp::Ordering::Greater);
     if spec.synapses_per_connection == 0 || !positive(spec.sigma_um) || !positive(spec.density_per_mm2) {
         return Err(BalancerError::InvalidParameter(format!("bad circuit parameters {spec:?}")));
     }
+    // Per connection: its (source, target) pair and the network built from it, about 32 B;
+    // per cell: position, grid, metype, synapse count and offsets, about 48 B.
+    let connections = spec.synapses / spec.synapses_per_connection as u64;
+    let bytes = connections.saturating_mul(32).saturating_add((spec.dry_run.cells as u64).saturating_mul(48));
+    crate::limits::check_memory(
+        &format!("a synthetic circuit of {} cells and {} synapses", spec.dry_run.cells, spec.synapses),
+        bytes,
+        crate::limits::available_memory(),
+    )?;
+    let mut dry_run = generate(&spec.dry_run)?;
     let mut rng = ChaCha8Rng::seed_from_u64(spec.dry_run.seed ^ 0x5eed_c1c0);
     let offsets: Vec<usize> = std::iter::once(0)
         .chain(dry_run.populations.iter().scan(0, |acc, p| {

@@ -124,9 +124,14 @@ fn stats_reads_the_neurodamus_written_fixture() {
             want[r.parse::<usize>().unwrap() * 2 + c.parse::<usize>().unwrap()] += kb.as_f64().unwrap();
         }
     }
-    let got: Vec<f64> = s["bucket_kb"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
-    for (g, w) in got.iter().zip(want) {
-        assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
+    // Only buckets with cells are listed (all 8 here), in (rank, cycle) order.
+    let buckets = s["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 8, "{buckets:?}");
+    assert_eq!(s["empty_buckets"], 0);
+    for (i, b) in buckets.iter().enumerate() {
+        assert_eq!((b["rank"].as_u64(), b["cycle"].as_u64()), (Some(i as u64 / 2), Some(i as u64 % 2)));
+        let got = b["kb"].as_f64().unwrap();
+        assert!((got - want[i]).abs() < 1e-6, "{buckets:?} vs {want:?}");
     }
     // Text mode prints a row per (rank, cycle).
     let o = run(&["stats", f.to_str().unwrap()], Path::new("."));
@@ -186,8 +191,8 @@ fn bad_dry_run_inputs_are_refused_with_no_output() {
     check(dry("big.json", r#"{"metype_memory": {"A": 1e400}, "pop_metype_gids": {}}"#), "big.json");
     check(dry("dup.json", r#"{"metype_memory": {"A": 1, "B": 2}, "pop_metype_gids": {"P": {"A": [0, 7], "B": [7]}}}"#), "gid 7 is listed twice in population \"P\"");
     let ok = dry("ok.json", r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0]}}}"#);
-    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "0"], "number of target ranks must be at least 1, got 0");
-    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--cycles", "0"], "cycles must be at least 1");
+    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "0"], "invalid value '0' for '--num-target-ranks <N>'");
+    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--cycles", "0"], "invalid value '0' for '--cycles <CYCLES>'");
     refused(&["dry-run", "--num-target-ranks", "2"], "required");
     refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--strategy", "magic"], "unknown strategy \"magic\"");
     refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--metypes", "5"], "--metypes describes the synthetic input");

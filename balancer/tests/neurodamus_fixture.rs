@@ -44,8 +44,8 @@ fn neurodamus_strategy_matches_neurodamus_exactly() {
         );
         for (key, kb) in expected["bucket_memory_kb"][&pop.name].as_object().unwrap() {
             let (r, c) = key.split_once(',').unwrap();
-            let i = r.parse::<usize>().unwrap() * 2 + c.parse::<usize>().unwrap();
-            let got = summary.bucket_kb[i];
+            let (r, c) = (r.parse::<u32>().unwrap(), c.parse::<u32>().unwrap());
+            let got = summary.buckets.iter().find(|b| (b.rank, b.cycle) == (r, c)).map_or(0.0, |b| b.kb);
             assert!((got - kb.as_f64().unwrap()).abs() < 1e-6, "{} {key}: {got} vs {kb}", pop.name);
         }
     }

@@ -57,6 +57,14 @@ impl BalancerConfig {
     pub fn buckets(&self) -> usize {
         self.ranks as usize * self.cycles as usize
     }
+
+    /// Checks, before [`balance`] allocates, that `dry_run` justifies this many buckets (one
+    /// per cell plus up to 2^20 empty ones) and that balancing fits in this machine's
+    /// available memory ([`crate::limits::check_buckets`]). Errors with
+    /// [`BalancerError::InvalidParameter`] naming ranks, cycles, cells and the memory needed.
+    pub fn check_size(&self, dry_run: &DryRun) -> Result<()> {
+        crate::limits::check_buckets(self.ranks, self.cycles, dry_run.cell_count() as u64, crate::limits::available_memory())
+    }
 }
 
 /// Builder for [`BalancerConfig`]; [`BalancerConfigBuilder::build`] checks the values.
@@ -96,6 +104,8 @@ impl BalancerConfigBuilder {
 }
 
 /// Balances `dry_run` into `config.ranks × config.cycles` buckets with `config.strategy`.
+/// Memory grows with the bucket count: call [`BalancerConfig::check_size`] first when the
+/// counts come from a user.
 pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     match config.strategy {
         Strategy::Lpt => lpt::balance(dry_run, config),

@@ -58,11 +58,11 @@ pub struct DryRunArgs {
     /// as ballast run].
     #[arg(long, value_name = "KB", requires = "circuit")]
     point_cell_kb: Option<f64>,
-    /// Number of ranks to balance for.
-    #[arg(long, value_name = "N")]
+    /// Number of ranks to balance for (at least 1; ranks × cycles at most the cells + 2^20).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     num_target_ranks: u32,
-    /// Model-building cycles per rank (neurodamus' ModelBuildingSteps).
-    #[arg(long, default_value_t = 1)]
+    /// Model-building cycles per rank (neurodamus' ModelBuildingSteps), at least 1.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     cycles: u32,
     /// lpt (Ballast's) or neurodamus (its batched greedy, reproduced exactly).
     #[arg(long, default_value = "lpt")]
@@ -74,7 +74,7 @@ pub struct DryRunArgs {
     #[command(flatten)]
     runtime: RuntimeArgs,
     /// Memory of one node, GiB: flag nodes above it and find the fewest nodes that fit.
-    #[arg(long, value_name = "GIB", requires = "ranks_per_node")]
+    #[arg(long, value_name = "GIB", requires = "ranks_per_node", value_parser = positive_gib)]
     node_memory_gb: Option<f64>,
     /// Draw per-rank stacked bars (cells, synapses, transport) to FILE.svg or FILE.png.
     #[arg(long, value_name = "FILE")]
@@ -85,6 +85,17 @@ pub struct DryRunArgs {
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     json: bool,
+}
+
+/// `--node-memory-gb`: a finite GiB count above 0 and at most 2^40 (so KB stay exact and
+/// finite).
+fn positive_gib(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x.is_finite() && x > 0.0 && x <= (1u64 << 40) as f64 {
+        Ok(x)
+    } else {
+        Err(format!("{s} is not a memory size: give GiB per node, above 0 and at most 2^40"))
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -237,6 +248,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         plot::check_path(p)?;
     }
     let input = load_input(args)?;
+    config.check_size(&input.dry_run).with_context(|| format!("--num-target-ranks {} --cycles {}", config.ranks, config.cycles))?;
     let charge = match args.transport_model {
         TransportModel::None => None,
         TransportModel::Ballast => {
@@ -288,12 +300,12 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     let written = write_outputs(args, &input, &allocation, &summary, &costs, blind.as_ref(), loads.as_ref())?;
     let output = written[0].clone();
 
-    let empty = summary.empty_buckets();
-    if !empty.is_empty() {
+    let empty = summary.empty_bucket_count();
+    if empty > 0 {
         eprintln!(
             "warning: {} of {} got no cell (more ranks × cycles than cells can fill); consider fewer ranks or cycles",
-            empty.len(),
-            count(allocation.bucket_count() as u64, "bucket")
+            empty,
+            count(allocation.bucket_count(), "bucket")
         );
     }
     // With one population the warning above says it all.
@@ -311,7 +323,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             "max_rank_kb": o.max_rank_kb, "mean_rank_kb": o.mean_rank_kb, "min_rank_kb": o.min_rank_kb,
             "heaviest_cell_kb": o.heaviest_cell_kb, "lower_bound_kb": o.lower_bound_kb,
             "imbalance": o.imbalance, "ratio_to_lower_bound": o.ratio_to_lower_bound,
-            "balance_seconds": seconds, "empty_buckets": empty.len(),
+            "balance_seconds": seconds, "empty_buckets": empty,
             "populations": summary.populations.iter().map(|(n, s)| population_json(n, s)).collect::<Vec<_>>(),
             "output": output, "written": written,
         });
@@ -468,14 +480,18 @@ struct Fit {
 fn fewest_nodes(input: &Input, config: &BalancerConfig, charge: Option<&TransportCharge>, rpn: usize, node_kb: f64) -> anyhow::Result<Fit> {
     let total: f64 = Summary::new(&balance(&input.dry_run, config), &input.dry_run).overall.total_kb;
     let fits = |nodes: usize| -> anyhow::Result<bool> {
-        let ranks = u32::try_from(nodes * rpn).context("too many ranks")?;
+        let ranks = nodes
+            .checked_mul(rpn)
+            .and_then(|r| u32::try_from(r).ok())
+            .with_context(|| format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks: more than 2^32 - 1 ranks"))?;
         let c = BalancerConfig { ranks, ..config.clone() };
+        c.check_size(&input.dry_run).with_context(|| format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks"))?;
         let Balanced { allocation, loads, .. } = run_balance(input, &c, charge);
         let max_node = match loads {
             Some(l) => node_totals(&l, rpn).into_iter().fold(0.0, f64::max),
             None => {
                 let s = Summary::new(&allocation, &input.dry_run);
-                let ranks: Vec<f64> = s.bucket_kb.chunks(c.cycles as usize).map(|b| b.iter().sum()).collect();
+                let ranks = s.rank_kb();
                 ranks.chunks(rpn).map(|n| n.iter().sum::<f64>()).fold(0.0, f64::max)
             }
         };

@@ -2,7 +2,7 @@
 //! empty buckets and duplicated, missing or unknown gids.
 use std::path::PathBuf;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use ballast_balancer::atomic;
 use ballast_balancer::{read_allocation, DryRun, Summary};
 
@@ -40,16 +40,22 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
         Some(d) => (Summary::new(&allocation, d), "KB"),
         None => (Summary::by_cell_count(&allocation), "cells"),
     };
-    let empty = summary.empty_buckets();
+    if args.plot.is_some() {
+        // The plot holds values per rank: as many as the cells justify, as for balancing.
+        let cells = summary.overall.cells as u64;
+        ballast_balancer::limits::check_buckets(allocation.ranks, 1, cells, ballast_balancer::limits::available_memory())
+            .with_context(|| format!("--plot: {}", args.file.display()))?;
+    }
+    let empty = summary.empty_bucket_count();
     for line in problems.describe() {
         eprintln!("warning: {}: {line}", args.file.display());
     }
-    if !empty.is_empty() {
+    if empty > 0 {
+        let first: Vec<(u32, u32)> = summary.first_empty_buckets(8).iter().map(|b| (b.rank, b.cycle)).collect();
         eprintln!(
-            "warning: {} of {} hold no cell: {:?}",
-            empty.len(),
-            count(allocation.bucket_count() as u64, "bucket"),
-            empty.iter().take(8).map(|b| (b.rank, b.cycle)).collect::<Vec<_>>()
+            "warning: {empty} of {} hold no cell: {first:?}{}",
+            count(allocation.bucket_count(), "bucket"),
+            if empty > 8 { " ..." } else { "" }
         );
     }
     if allocation.populations.len() > 1 {
@@ -68,8 +74,14 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
             "min_bucket_kb": kb(o.min_bucket_kb), "max_rank_kb": kb(o.max_rank_kb), "mean_rank_kb": kb(o.mean_rank_kb),
             "min_rank_kb": kb(o.min_rank_kb), "lower_bound_kb": kb(o.lower_bound_kb),
             "imbalance": o.imbalance, "ratio_to_lower_bound": o.ratio_to_lower_bound,
-            "bucket_cells": summary.bucket_cells, "bucket_kb": if dry_run.is_some() { json!(summary.bucket_kb) } else { serde_json::Value::Null },
-            "empty_buckets": empty.len(),
+            "buckets": summary.buckets.iter().map(|b| {
+                let mut v = json!({"rank": b.rank, "cycle": b.cycle, "cells": b.cells});
+                if dry_run.is_some() {
+                    v["kb"] = json!(b.kb);
+                }
+                v
+            }).collect::<Vec<_>>(),
+            "empty_buckets": empty,
             "duplicated_gids": problems.duplicated.len(), "missing_gids": problems.missing.len(), "unknown_gids": problems.unknown.len(),
         });
         outln!("{}", serde_json::to_string_pretty(&value)?);

@@ -1,0 +1,155 @@
+//! Sizes checked before allocating: how many (rank, cycle) buckets an input justifies, what
+//! balancing them needs in memory, and whether this machine has it (`MemAvailable`).
+//!
+//! The rule: a bucket per cell, plus up to [`MAX_EMPTY_BUCKETS`] buckets that stay empty.
+//! neurodamus accepts more ranks than cells (it warns that a population is "not allocated
+//! across the full size"), so a small test circuit on a large allocation is fine; a billion
+//! ranks for three cells is not a run anybody means, and each bucket costs memory (about
+//! [`BYTES_PER_BUCKET`]) before a single cell is placed.
+use crate::error::{BalancerError, Result};
+
+/// Buckets allowed beyond one per cell (2^20 = 1,048,576).
+pub const MAX_EMPTY_BUCKETS: u64 = 1 << 20;
+
+/// Upper estimate of the bytes balancing takes per (rank, cycle) bucket: the greedy's heap
+/// and per-bucket cell lists and loads, the rank dealing's order, labels and rank heap,
+/// neurodamus' heap for the comparison, and the per-rank loads of the report. (Measured
+/// with `ballast dry-run`: 68 B per empty bucket; 294 B per bucket + cell when each of 10^6
+/// buckets holds one of 10^6 cells, which the two constants together cover.)
+pub const BYTES_PER_BUCKET: u64 = 128;
+
+/// Upper estimate of the bytes balancing takes per cell on top of the input: the sorted
+/// cell list, the buckets' members, and, when every bucket holds a cell or few, a bucket
+/// entry per cell in the allocation, the summary and neurodamus' comparison allocation.
+pub const BYTES_PER_CELL: u64 = 256;
+
+/// Bytes needed to balance `cells` cells into `buckets` buckets.
+pub fn balancing_bytes(buckets: u64, cells: u64) -> u64 {
+    buckets.saturating_mul(BYTES_PER_BUCKET).saturating_add(cells.saturating_mul(BYTES_PER_CELL))
+}
+
+/// The memory this process can still get, in bytes: `MemAvailable` of /proc/meminfo, or
+/// less when an address-space limit (`ulimit -v`, "Max address space" of /proc/self/limits)
+/// leaves less above the current `VmSize`; `None` where neither can be read.
+pub fn available_memory() -> Option<u64> {
+    let field = |file: &str, key: &str| -> Option<u64> {
+        let text = std::fs::read_to_string(file).ok()?;
+        let kb: u64 = text.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb.saturating_mul(1024))
+    };
+    let meminfo = field("/proc/meminfo", "MemAvailable:");
+    let address_space = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| {
+        let limit: u64 = l.lines().find(|l| l.starts_with("Max address space"))?.split_whitespace().nth(3)?.parse().ok()?;
+        Some(limit.saturating_sub(field("/proc/self/status", "VmSize:").unwrap_or(0)))
+    });
+    match (meminfo, address_space) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `bytes` in B, KiB, MiB, GiB or TiB with one decimal.
+pub fn human_bytes(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut x = bytes as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < units.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{bytes} B") } else { format!("{x:.1} {}", units[u]) }
+}
+
+/// Errors unless `bytes` fit in `available` (`None`: not checked); the message names `what`
+/// and both figures.
+pub fn check_memory(what: &str, bytes: u64, available: Option<u64>) -> Result<()> {
+    match available {
+        Some(avail) if bytes > avail => Err(BalancerError::InvalidParameter(format!(
+            "{what} would need about {} but only {} are available (MemAvailable, or ulimit -v)",
+            human_bytes(bytes),
+            human_bytes(avail)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Checks `ranks × cycles` buckets for `cells` cells against the rule of this module and
+/// against `available` bytes (`None`: not checked). Errors with
+/// [`BalancerError::InvalidParameter`] naming the numbers and the memory they would need.
+pub fn check_buckets(ranks: u32, cycles: u32, cells: u64, available: Option<u64>) -> Result<()> {
+    let plural = |n: u64, one: &str, many: &str| if n == 1 { format!("{n} {one}") } else { format!("{n} {many}") };
+    let what = || {
+        format!(
+            "{} × {} = {} for {}",
+            plural(ranks as u64, "rank", "ranks"),
+            plural(cycles as u64, "cycle", "cycles"),
+            plural(ranks as u64 * cycles as u64, "bucket", "buckets"),
+            plural(cells, "cell", "cells"),
+        )
+    };
+    if ranks == 0 || cycles == 0 {
+        return Err(BalancerError::InvalidParameter(format!("{}: ranks and cycles must each be at least 1", what())));
+    }
+    let buckets = ranks as u64 * cycles as u64;
+    let needed = balancing_bytes(buckets, cells);
+    let allowed = cells.saturating_add(MAX_EMPTY_BUCKETS);
+    if buckets > allowed {
+        return Err(BalancerError::InvalidParameter(format!(
+            "{}: at most {allowed} buckets are allowed (one per cell plus {MAX_EMPTY_BUCKETS} empty ones); \
+             balancing them would need about {} ({BYTES_PER_BUCKET} B per bucket): use fewer ranks or cycles",
+            what(),
+            human_bytes(needed)
+        )));
+    }
+    if let Some(avail) = available {
+        if needed > avail {
+            return Err(BalancerError::InvalidParameter(format!(
+                "{}: balancing needs about {} ({BYTES_PER_BUCKET} B per bucket + {BYTES_PER_CELL} B per cell) \
+                 but only {} are available (MemAvailable, or ulimit -v): use fewer ranks or cycles, or a larger machine",
+                what(),
+                human_bytes(needed),
+                human_bytes(avail)
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_beyond_cells_and_memory_are_refused() {
+        // Empty buckets are fine up to 2^20 beyond the cells.
+        check_buckets(5, 1, 3, None).unwrap();
+        check_buckets(1 << 20, 1, 3, None).unwrap();
+        check_buckets(1024, 1024, 0, None).unwrap();
+        let e = check_buckets(1_000_000_000, 1, 3, None).unwrap_err().to_string();
+        assert!(e.contains("1000000000 ranks × 1 cycle = 1000000000 buckets for 3 cells"), "{e}");
+        assert!(e.contains("at most 1048579 buckets") && e.contains("about 119.2 GiB"), "{e}");
+        let e = check_buckets(65536, 65535, 10_000_000, None).unwrap_err().to_string();
+        assert!(e.contains("4294901760 buckets for 10000000 cells") && e.contains("514.4 GiB"), "{e}");
+        // Within the rule, the machine decides: 10^7 buckets and cells need 3.6 GiB.
+        check_buckets(10_000_000, 1, 10_000_000, Some(4 << 30)).unwrap();
+        let e = check_buckets(10_000_000, 1, 10_000_000, Some(2 << 30)).unwrap_err().to_string();
+        assert!(e.contains("needs about 3.6 GiB") && e.contains("only 2.0 GiB are available"), "{e}");
+        assert!(check_buckets(0, 1, 3, None).unwrap_err().to_string().contains("0 ranks × 1 cycle"));
+        assert!(check_buckets(2, 0, 3, None).unwrap_err().to_string().contains("2 ranks × 0 cycles"));
+    }
+
+    #[test]
+    fn memory_over_the_available_is_refused() {
+        check_memory("x", 1 << 30, None).unwrap();
+        check_memory("x", 1 << 30, Some(1 << 30)).unwrap();
+        let e = check_memory("a synthetic input of 10 cells", 3 << 30, Some(1 << 30)).unwrap_err().to_string();
+        assert!(e.contains("a synthetic input of 10 cells would need about 3.0 GiB but only 1.0 GiB are available (MemAvailable, or ulimit -v)"), "{e}");
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(128 << 30), "128.0 GiB");
+    }
+}
