@@ -152,6 +152,8 @@ pub struct Communicator {
     /// The backend's setup notes plus the creator's (e.g. why the MPI native path was not
     /// taken); fixed at creation.
     notes: Vec<String>,
+    /// Messages this rank sent so far (see [`Communicator::messages_sent`]).
+    messages_sent: u64,
 }
 
 impl Communicator {
@@ -159,12 +161,12 @@ impl Communicator {
     /// connects all peers when `lazy_connect` is off).
     pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
         let e = Engine::new(fabric, config)?;
-        Ok(Communicator { notes: e.notes().to_vec(), backend: Backend::Engine(e) })
+        Ok(Communicator { notes: e.notes().to_vec(), backend: Backend::Engine(e), messages_sent: 0 })
     }
 
     #[cfg(feature = "mpi")]
     pub(crate) fn native(n: crate::mpi::native::MpiNative) -> Communicator {
-        Communicator { notes: n.notes().to_vec(), backend: Backend::Native(Box::new(n)) }
+        Communicator { notes: n.notes().to_vec(), backend: Backend::Native(Box::new(n)), messages_sent: 0 }
     }
 
     /// Adds a note about the setup (shown by [`Communicator::notes`]).
@@ -219,7 +221,15 @@ impl Communicator {
     }
 
     fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
-        on_backend!(&mut self.backend, b => b.isend(dest, tag, data))
+        let id = on_backend!(&mut self.backend, b => b.isend(dest, tag, data))?;
+        self.messages_sent += 1;
+        Ok(id)
+    }
+
+    /// Messages this rank sent so far, whole messages (not packets), its own to itself and
+    /// those of collectives (`barrier`, `all_gatherv`) included.
+    pub fn messages_sent(&self) -> u64 {
+        self.messages_sent
     }
 
     fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
@@ -236,6 +246,15 @@ impl Communicator {
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
         Self::check_tag(tag)?;
         Ok(Request { id: self.isend_raw(dest, tag, data)?, recv: false })
+    }
+
+    /// [`Communicator::isend`] that, while no pool buffer is free, progresses and waits
+    /// (blocking on the local transport, see [`Communicator::wait`]) instead of returning
+    /// [`Error::WouldBlock`]. Errors: [`Error::InvalidRank`], [`Error::ReservedTag`], the
+    /// transport's.
+    pub fn isend_waiting(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
+        Self::check_tag(tag)?;
+        Ok(Request { id: self.isend_retry(dest, tag, data)?, recv: false })
     }
 
     /// `isend` that progresses and retries while the pool is exhausted.
@@ -273,11 +292,17 @@ impl Communicator {
         match &mut self.backend {
             Backend::Engine(e) => {
                 if e.goes_direct(dest, data.len()) {
-                    return e.send_direct(dest, tag, data);
+                    e.send_direct(dest, tag, data)?;
+                    self.messages_sent += 1;
+                    return Ok(());
                 }
             }
             #[cfg(feature = "mpi")]
-            Backend::Native(n) => return n.send(dest, tag, data),
+            Backend::Native(n) => {
+                n.send(dest, tag, data)?;
+                self.messages_sent += 1;
+                return Ok(());
+            }
         }
         self.send_internal(dest, tag, data)
     }
@@ -318,7 +343,10 @@ impl Communicator {
         }
     }
 
-    /// Progresses until `req` completes.
+    /// Progresses until `req` completes. While nothing happens it polls briefly, then
+    /// yields; on the local transport it then blocks until an arrival wakes it (using no
+    /// core), on MPI and verbs it sleeps in short steps. `recv`, `send`, `barrier` and
+    /// `all_gatherv` wait the same way.
     pub fn wait(&mut self, req: Request) -> Result<Completion> {
         let mut b = Backoff::new();
         while !self.is_done(&req)? {

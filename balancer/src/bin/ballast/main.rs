@@ -28,6 +28,7 @@ mod dry_run;
 mod fanout;
 mod info;
 mod plot;
+mod progress;
 mod run;
 mod runtime_args;
 mod stats;
