@@ -201,3 +201,11 @@ fn report_counts_every_message_sent() {
         }
     }
 }
+
+#[test]
+fn a_fanout_too_large_for_the_machine_is_refused_before_starting_ranks() {
+    let o = ballast().args(["fanout", "--ranks", "100000000"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--ranks 100000000: the transport needs") && err.contains("MB are available"), "{err}");
+}

@@ -56,6 +56,31 @@ pub fn report_json(r: &FanoutReport) -> serde_json::Value {
     })
 }
 
+/// Refuses, before any rank starts, a local fanout whose ranks' transport memory at start
+/// (each rank's pool and shared receive queue, or one per-peer queue: the model with one
+/// peer) exceeds this machine's available memory (`MemAvailable` of /proc/meminfo).
+fn check_local_memory(ranks: usize, cfg: &ballast_runtime::RuntimeConfig) -> anyhow::Result<()> {
+    let t = cfg.transport();
+    let per_rank = t.predict(1, ranks, t.ranks_per_node).total_bytes();
+    let need_mb = per_rank as f64 * ranks as f64 / (1024.0 * 1024.0);
+    let available_mb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+    });
+    if let Some(avail) = available_mb.map(|kb| kb / 1024.0) {
+        if need_mb > avail {
+            bail!(
+                "--ranks {ranks}: the transport needs {need_mb:.0} MB at start ({:.2} MB per rank: buffer_count {} x buffer_size {} B, srq_depth {}, recv_depth {}) but only {avail:.0} MB are available: fewer ranks, or lower buffer_count, buffer_size, srq_depth or recv_depth",
+                per_rank as f64 / (1024.0 * 1024.0),
+                t.buffer_count,
+                t.buffer_size,
+                t.srq_depth,
+                t.recv_depth
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs `ballast fanout`.
 pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     let (cfg, auto_note) = args.runtime.to_config_resolved()?;
@@ -76,6 +101,7 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
             if ranks < 2 {
                 bail!("--ranks must be at least 2");
             }
+            check_local_memory(ranks, &cfg)?;
             crate::progress::warn_oversubscribed("fanout", ranks);
             let steps = std::sync::atomic::AtomicUsize::new(0);
             let message = |n: u64| {
