@@ -69,8 +69,8 @@ pub fn with_progress<T>(total: u64, counter: &dyn Counter, message: &(dyn Fn(u64
             while !finished.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(100));
                 if bar.is_none() && start.elapsed() >= SHOW_AFTER {
-                    let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-                    let style = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {percent:>3}% {msg} (eta {eta})")
+                    let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr()).with_elapsed(start.elapsed());
+                    let style = ProgressStyle::with_template("{elapsed_precise} [{bar:25}] {percent:>3}% {msg}, eta {eta}")
                         .expect("a valid template")
                         .progress_chars("=> ");
                     b.set_style(style);

@@ -389,7 +389,8 @@ fn run_thread_ranks(input: &SimInput, placement: &Placement, ranks: usize, cfg: 
     let done = std::sync::atomic::AtomicU64::new(0);
     let total = windows * ranks as u64;
     let window_ms = window as f64 * params.dt_ms;
-    let message = |n: u64| format!("simulated {:.2} of {} ms (mean over {ranks} ranks)", (n as f64 / ranks as f64 * window_ms).min(params.tstop_ms), params.tstop_ms);
+    // The simulated time of the ranks on average.
+    let message = |n: u64| format!("{:.2} of {} ms simulated", (n as f64 / ranks as f64 * window_ms).min(params.tstop_ms), params.tstop_ms);
     Ok(crate::progress::with_progress(total, &done, &message, || {
         #[cfg(feature = "verbs")]
         if cfg.transport().kind == TransportKind::Verbs {
