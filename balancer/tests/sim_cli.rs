@@ -252,3 +252,37 @@ fn a_footprint_that_differs_from_the_prediction_says_why() {
         assert!(r["footprint_diff_reason"].is_null(), "{r}");
     }
 }
+#[test]
+fn report_counts_every_message_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    for exchange in ["p2p", "allgather"] {
+        let out_dir = format!("msgs-{exchange}");
+        let o = run(dir.path(), &["--ranks", "6", "--lb-mode", "RoundRobin", "--exchange", exchange, "--output", &out_dir]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join(&out_dir).join("report.json")).unwrap()).unwrap();
+        let (tstop, dt, window) = (r["tstop_ms"].as_f64().unwrap(), r["dt_ms"].as_f64().unwrap(), r["window_ms"].as_f64().unwrap());
+        let windows = ((tstop / dt).round() as u64).div_ceil((window / dt).round() as u64);
+        let per_rank: Vec<u64> = r["per_rank"].as_array().unwrap().iter().map(|x| x["messages_sent"].as_u64().unwrap()).collect();
+        let total = r["messages_sent"].as_u64().unwrap();
+        assert_eq!(total, per_rank.iter().sum::<u64>(), "{exchange}: total against the ranks' sum {per_rank:?}");
+        if exchange == "allgather" {
+            // The ring all-gather: every rank sends ranks - 1 messages per window.
+            assert_eq!(total, 6 * 5 * windows);
+        } else {
+            // One message per out-peer per window, empty or not: a multiple of the windows,
+            // at most one per peer.
+            for (x, &m) in r["per_rank"].as_array().unwrap().iter().zip(&per_rank) {
+                assert_eq!(m % windows, 0, "{x}");
+                assert!(m > 0 && m <= windows * x["peers_predicted"].as_u64().unwrap(), "{x}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_fanout_too_large_for_the_machine_is_refused_before_starting_ranks() {
+    let o = ballast().args(["fanout", "--ranks", "100000000"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--ranks 100000000: the transport needs") && err.contains("MB are available"), "{err}");
+}

@@ -15,11 +15,17 @@ use crate::pool::PoolStats;
 const BARRIER_TAG: Tag = RESERVED_TAG_BASE;
 const ALLGATHER_TAG: Tag = RESERVED_TAG_BASE + 100;
 
-/// Idle-wait policy of blocking calls: spin briefly, then yield the core for up to
-/// [`YIELD_FOR`] of idleness, then sleep in short steps (ranks may outnumber cores). The
-/// yield phase is bounded by time, not by a count: with a fast fabric poll, a count ran out
-/// within one network round trip and the sleep (a whole timer tick on some kernels, 4 ms in
-/// the soft-RoCE guest) then dominated the latency.
+/// Idle-wait policy of blocking calls: spin briefly ([`SPIN_POLLS`] polls), then yield the
+/// core for up to [`YIELD_FOR`] of idleness, then sleep in short steps (ranks may outnumber
+/// cores). The yield phase is bounded by time, not by a count: with a fast fabric poll, a
+/// count ran out within one network round trip and the sleep (a whole timer tick on some
+/// kernels, 4 ms in the soft-RoCE guest) then dominated the latency.
+///
+/// On a fabric that can block ([`Fabric::blocks_when_idle`], the local transport), the
+/// same spin polls come first, then yields for up to [`BLOCK_AFTER`], then the rank blocks
+/// in [`Fabric::wait_for_arrival`] (woken by the next arrival) and uses no core while it
+/// waits: thousands of waiting ranks on a few cores leave those cores to the ranks with
+/// work.
 pub(crate) struct Backoff {
     idle: u32,
     since: Option<std::time::Instant>,
@@ -29,6 +35,18 @@ pub(crate) struct Backoff {
 /// How long a blocking call yields before it starts sleeping. In the soft-RoCE guest, 2 ms
 /// gave an 8 B ping-pong a mean half round trip of 2007 us, 200 ms gave 377 us (same boot).
 const YIELD_FOR: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Idle polls run back to back before a blocking call yields or blocks.
+const SPIN_POLLS: u32 = 64;
+
+/// How long a blocking call on a fabric that can block yields before it blocks: a wake-up
+/// from a block costs more than a yield, so a reply that comes within a round trip of the
+/// local transport is caught by polling.
+const BLOCK_AFTER: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Longest single block in [`Fabric::wait_for_arrival`]: arrivals wake the rank earlier;
+/// this only bounds how long a missed wake-up could delay it.
+const BLOCK_FOR: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Backoff {
     pub(crate) fn new() -> Backoff {
@@ -41,7 +59,7 @@ impl Backoff {
     }
     pub(crate) fn snooze(&mut self) {
         self.idle = self.idle.saturating_add(1);
-        if self.idle < 64 {
+        if self.idle < SPIN_POLLS {
             // No PAUSE (`spin_loop`) between these polls: one progress call already lasts
             // longer than a PAUSE on hardware, and in the soft-RoCE guest (TCG) the 8 B verbs
             // ping-pong was 1.2-5 us faster per half round trip without it (4 of 4 pairs in
@@ -58,6 +76,24 @@ impl Backoff {
             std::thread::sleep(std::time::Duration::from_micros(50));
         } else {
             std::thread::yield_now();
+        }
+    }
+
+    /// [`Backoff::snooze`] for a rank on `fabric`: the same spin polls, then, on a fabric
+    /// that can block, yields for up to [`BLOCK_AFTER`] and blocks until an arrival after
+    /// that; on any other fabric, exactly [`Backoff::snooze`].
+    pub(crate) fn snooze_on(&mut self, fabric: &dyn Fabric) {
+        if self.idle + 1 < SPIN_POLLS || !fabric.blocks_when_idle() {
+            return self.snooze();
+        }
+        self.idle = self.idle.saturating_add(1);
+        // Read on every idle call: with many runnable ranks one yield can last a time
+        // slice, and counting yields would keep a rank runnable for many of them.
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() < BLOCK_AFTER {
+            std::thread::yield_now();
+        } else {
+            fabric.wait_for_arrival(BLOCK_FOR);
         }
     }
 }
@@ -116,6 +152,8 @@ pub struct Communicator {
     /// The backend's setup notes plus the creator's (e.g. why the MPI native path was not
     /// taken); fixed at creation.
     notes: Vec<String>,
+    /// Messages this rank sent so far (see [`Communicator::messages_sent`]).
+    messages_sent: u64,
 }
 
 impl Communicator {
@@ -123,12 +161,12 @@ impl Communicator {
     /// connects all peers when `lazy_connect` is off).
     pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
         let e = Engine::new(fabric, config)?;
-        Ok(Communicator { notes: e.notes().to_vec(), backend: Backend::Engine(e) })
+        Ok(Communicator { notes: e.notes().to_vec(), backend: Backend::Engine(e), messages_sent: 0 })
     }
 
     #[cfg(feature = "mpi")]
     pub(crate) fn native(n: crate::mpi::native::MpiNative) -> Communicator {
-        Communicator { notes: n.notes().to_vec(), backend: Backend::Native(Box::new(n)) }
+        Communicator { notes: n.notes().to_vec(), backend: Backend::Native(Box::new(n)), messages_sent: 0 }
     }
 
     /// Adds a note about the setup (shown by [`Communicator::notes`]).
@@ -178,6 +216,16 @@ impl Communicator {
         !matches!(self.backend, Backend::Engine(_))
     }
 
+    /// One idle step of a blocking call (see [`Backoff`]): blocks until an arrival on a
+    /// fabric that can.
+    fn snooze(&self, b: &mut Backoff) {
+        match &self.backend {
+            Backend::Engine(e) => b.snooze_on(e.fabric()),
+            #[cfg(feature = "mpi")]
+            Backend::Native(_) => b.snooze(),
+        }
+    }
+
     fn check_tag(tag: Tag) -> Result<()> {
         if tag >= RESERVED_TAG_BASE {
             return Err(Error::ReservedTag(tag));
@@ -186,7 +234,15 @@ impl Communicator {
     }
 
     fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
-        on_backend!(&mut self.backend, b => b.isend(dest, tag, data))
+        let id = on_backend!(&mut self.backend, b => b.isend(dest, tag, data))?;
+        self.messages_sent += 1;
+        Ok(id)
+    }
+
+    /// Messages this rank sent so far, whole messages (not packets), its own to itself and
+    /// those of collectives (`barrier`, `all_gatherv`) included.
+    pub fn messages_sent(&self) -> u64 {
+        self.messages_sent
     }
 
     fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
@@ -205,6 +261,15 @@ impl Communicator {
         Ok(Request { id: self.isend_raw(dest, tag, data)?, recv: false })
     }
 
+    /// [`Communicator::isend`] that, while no pool buffer is free, progresses and waits
+    /// (blocking on the local transport, see [`Communicator::wait`]) instead of returning
+    /// [`Error::WouldBlock`]. Errors: [`Error::InvalidRank`], [`Error::ReservedTag`], the
+    /// transport's.
+    pub fn isend_waiting(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
+        Self::check_tag(tag)?;
+        Ok(Request { id: self.isend_retry(dest, tag, data)?, recv: false })
+    }
+
     /// `isend` that progresses and retries while the pool is exhausted.
     fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
         let mut b = Backoff::new();
@@ -215,7 +280,7 @@ impl Communicator {
                     if self.progress()? {
                         b.reset();
                     } else {
-                        b.snooze();
+                        self.snooze(&mut b);
                     }
                 }
                 Err(e) => return Err(e),
@@ -240,11 +305,17 @@ impl Communicator {
         match &mut self.backend {
             Backend::Engine(e) => {
                 if e.goes_direct(dest, data.len()) {
-                    return e.send_direct(dest, tag, data);
+                    e.send_direct(dest, tag, data)?;
+                    self.messages_sent += 1;
+                    return Ok(());
                 }
             }
             #[cfg(feature = "mpi")]
-            Backend::Native(n) => return n.send(dest, tag, data),
+            Backend::Native(n) => {
+                n.send(dest, tag, data)?;
+                self.messages_sent += 1;
+                return Ok(());
+            }
         }
         self.send_internal(dest, tag, data)
     }
@@ -285,14 +356,17 @@ impl Communicator {
         }
     }
 
-    /// Progresses until `req` completes.
+    /// Progresses until `req` completes. While nothing happens it polls briefly, then
+    /// yields; on the local transport it then blocks until an arrival wakes it (using no
+    /// core), on MPI and verbs it sleeps in short steps. `recv`, `send`, `barrier` and
+    /// `all_gatherv` wait the same way.
     pub fn wait(&mut self, req: Request) -> Result<Completion> {
         let mut b = Backoff::new();
         while !self.is_done(&req)? {
             if self.progress()? {
                 b.reset();
             } else {
-                b.snooze();
+                self.snooze(&mut b);
             }
         }
         if req.recv {
@@ -386,7 +460,7 @@ impl Communicator {
             if self.progress()? {
                 b.reset();
             } else {
-                b.snooze();
+                self.snooze(&mut b);
             }
         }
         match &mut self.backend {
@@ -406,7 +480,7 @@ impl Communicator {
             if self.progress()? {
                 b.reset();
             } else {
-                b.snooze();
+                self.snooze(&mut b);
             }
         }
     }

@@ -217,7 +217,7 @@ impl Engine {
             if self.progress()? {
                 backoff.reset();
             } else {
-                backoff.snooze();
+                backoff.snooze_on(self.fabric.as_ref());
             }
         }
     }
@@ -258,6 +258,10 @@ impl Engine {
     /// True when other ranks failed.
     pub fn aborted(&self) -> bool {
         self.fabric.aborted()
+    }
+
+    pub(crate) fn fabric(&self) -> &dyn Fabric {
+        self.fabric.as_ref()
     }
 
     pub(crate) fn fabric_mut(&mut self) -> &mut dyn Fabric {
@@ -387,7 +391,7 @@ impl Engine {
             if self.progress()? {
                 backoff.reset();
             } else {
-                backoff.snooze();
+                backoff.snooze_on(self.fabric.as_ref());
             }
         }
         self.conns.note_peer(dest);

@@ -189,6 +189,22 @@ pub trait Fabric: Send {
     /// True when every rank called [`Fabric::mark_done`].
     fn all_done(&self) -> bool;
 
+    /// True when [`Fabric::wait_for_arrival`] really blocks: an idle rank then sleeps in
+    /// it, using no core, instead of yielding and sleeping in short steps. Default `false`
+    /// (MPI and verbs: their polls are the only way to learn of an arrival).
+    fn blocks_when_idle(&self) -> bool {
+        false
+    }
+
+    /// Blocks the calling rank until something may have happened for it (a data packet or
+    /// control message arrived, another rank failed, or the last rank called
+    /// [`Fabric::mark_done`]) or `timeout` passed; it may return early (spuriously), so
+    /// the caller polls again. Only called when [`Fabric::blocks_when_idle`] is true; the
+    /// default returns at once.
+    fn wait_for_arrival(&self, timeout: std::time::Duration) {
+        let _ = timeout;
+    }
+
     /// True when [`Fabric::post_send`] copies the payload before it returns (MPI): the
     /// engine then frees the pool buffer at once and the fabric reports no
     /// [`Event::SendComplete`] for it (`wr_id` is ignored); a blocking send of one packet

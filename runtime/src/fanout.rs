@@ -2,6 +2,8 @@
 //! other rank, and the process' memory counters and the runtime's footprint are taken
 //! before and after, beside what the model predicts.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::comm::Communicator;
 use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
@@ -55,6 +57,7 @@ struct RankOut {
     status: Option<(ProcStatus, ProcStatus)>,
     notes: Vec<String>,
     lock: MemoryLock,
+    messages_sent: u64,
 }
 
 /// What one rank observed around the fanout ([`exchange`]).
@@ -110,6 +113,14 @@ fn same_model(a: &Footprint, p: &Footprint) -> bool {
 /// Runs the fanout over the in-process transport: `ranks` ranks, rank 0 sends `messages`
 /// messages of `ints` 32-bit integers to every other rank.
 pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: usize) -> Result<FanoutReport> {
+    Ok(run_local_counted(ranks, config, messages, ints, &AtomicUsize::new(0))?.0)
+}
+
+/// [`run_local`] that also returns the messages all ranks sent (the fanout's and the
+/// barriers', [`Communicator::messages_sent`] summed), and counts its progress in
+/// `progress`: each rank adds 1 when its communicator is set up and 1 when it finished the
+/// fanout (`2 * ranks` at the end).
+pub fn run_local_counted(ranks: usize, config: &RuntimeConfig, messages: usize, ints: usize, progress: &AtomicUsize) -> Result<(FanoutReport, u64)> {
     if ranks < 2 {
         return Err(Error::InvalidRank { rank: ranks, world_size: ranks });
     }
@@ -117,7 +128,9 @@ pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: us
     let rpn = t.ranks_per_node;
     let outs = local::run(ranks, config, |comm| -> Result<RankOut> {
         let n = comm.world_size();
+        progress.fetch_add(1, Ordering::Relaxed);
         let r = exchange(comm, messages, ints)?;
+        progress.fetch_add(1, Ordering::Relaxed);
         Ok(RankOut {
             before: r.before,
             after: r.after,
@@ -126,6 +139,7 @@ pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: us
             status: (comm.rank() == 0).then_some((r.status_before, r.status_after)),
             notes: comm.notes(),
             lock: comm.memory_lock(),
+            messages_sent: comm.messages_sent(),
         })
     })?;
     let outs: Vec<RankOut> = outs.into_iter().collect::<Result<_>>()?;
@@ -137,7 +151,7 @@ pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: us
     let rank0_lock_note = outs[0].lock.note();
     let mut notes: Vec<String> = outs[0].notes.iter().filter(|n| Some(*n) != rank0_lock_note.as_ref()).cloned().collect();
     notes.extend(memory_lock.note().map(|n| format!("all {ranks} ranks of this process: {n}")));
-    Ok(FanoutReport {
+    let report = FanoutReport {
         ranks,
         before: Snapshot {
             status: st0,
@@ -155,5 +169,6 @@ pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: us
         all_ranks_match_model: outs.iter().all(|o| same_model(&o.after, &o.after_pred) && same_model(&o.before, &o.before_pred)),
         notes,
         memory_lock,
-    })
+    };
+    Ok((report, sum(&|o| o.messages_sent)))
 }

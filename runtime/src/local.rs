@@ -4,6 +4,11 @@
 //! real region of `depth * buffer_size` bytes with `depth` posted slots, a send copies the
 //! pool buffer into a slot posted by the receiver (the "DMA"), and registration locks
 //! memory with `mlock` when `lock_pool` is on, so its footprint is measurable.
+//!
+//! A rank with nothing to do blocks ([`Fabric::wait_for_arrival`]: it parks its thread)
+//! and is woken by whatever can give it work: a packet or control message pushed to its
+//! port, another rank's failure, the last rank finishing. Ranks may thus far outnumber
+//! cores: waiting ones use none.
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -11,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam::queue::{ArrayQueue, SegQueue};
+use crossbeam::sync::{Parker, Unparker};
 use parking_lot::Mutex;
 
 use crate::comm::Communicator;
@@ -86,13 +92,17 @@ struct Arrival {
     slot: u32,
 }
 
-/// What other ranks can reach of one rank: its arrival and control queues and its
-/// receive queues.
+/// What other ranks can reach of one rank: its arrival and control queues, its receive
+/// queues, and the handle that wakes it when it blocks.
 pub(crate) struct RankPort {
     data: SegQueue<Arrival>,
     ctrl: SegQueue<(usize, Control)>,
     srq: OnceLock<Arc<RecvQueue>>,
     rqs: Mutex<HashMap<usize, Arc<RecvQueue>>>,
+    /// Wakes the rank from [`Fabric::wait_for_arrival`]; called after every push to its
+    /// queues (one atomic swap when the rank is not blocked; an unpark before the block
+    /// makes the block return at once, so no arrival is missed).
+    waker: Unparker,
 }
 
 /// The ranks of one [`run`].
@@ -103,18 +113,36 @@ pub(crate) struct World {
 }
 
 impl World {
-    fn new(n: usize) -> World {
-        World {
-            ports: (0..n)
-                .map(|_| RankPort {
+    /// A world of `n` ranks and the parker of each rank (by rank), to be moved into its
+    /// thread.
+    fn new(n: usize) -> (World, Vec<Parker>) {
+        let parkers: Vec<Parker> = (0..n).map(|_| Parker::new()).collect();
+        let world = World {
+            ports: parkers
+                .iter()
+                .map(|p| RankPort {
                     data: SegQueue::new(),
                     ctrl: SegQueue::new(),
                     srq: OnceLock::new(),
                     rqs: Mutex::new(HashMap::new()),
+                    waker: p.unparker().clone(),
                 })
                 .collect(),
             abort: AtomicBool::new(false),
             done: AtomicUsize::new(0),
+        };
+        (world, parkers)
+    }
+
+    /// Tells every rank that waiting is pointless, waking those that block.
+    fn abort(&self) {
+        self.abort.store(true, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        for p in &self.ports {
+            p.waker.unpark();
         }
     }
 }
@@ -137,6 +165,8 @@ pub struct LocalFabric {
     bytes: FabricBytes,
     model: MemoryModel,
     marked_done: bool,
+    /// Blocks this rank's thread in [`Fabric::wait_for_arrival`].
+    parker: Parker,
 }
 
 /// The sizes of the structures this transport allocates (see [`MemoryModel`]).
@@ -159,7 +189,7 @@ pub(crate) fn memory_model() -> MemoryModel {
 }
 
 impl LocalFabric {
-    fn new(rank: usize, world: Arc<World>, cfg: &TransportConfig) -> LocalFabric {
+    fn new(rank: usize, world: Arc<World>, cfg: &TransportConfig, parker: Parker) -> LocalFabric {
         LocalFabric {
             rank,
             world,
@@ -171,6 +201,7 @@ impl LocalFabric {
             bytes: FabricBytes::default(),
             model: memory_model(),
             marked_done: false,
+            parker,
         }
     }
 
@@ -280,12 +311,15 @@ impl Fabric for LocalFabric {
             g.as_mut_slice()[off..off + payload.len()].copy_from_slice(payload);
         }
         port.data.push(Arrival { hdr: *hdr, rq, slot });
+        port.waker.unpark();
         self.completions.push_back(wr_id);
         Ok(())
     }
 
     fn send_control(&mut self, dest: usize, msg: Control) -> Result<()> {
-        self.world.ports[dest].ctrl.push((self.rank, msg));
+        let port = &self.world.ports[dest];
+        port.ctrl.push((self.rank, msg));
+        port.waker.unpark();
         Ok(())
     }
 
@@ -324,12 +358,23 @@ impl Fabric for LocalFabric {
     fn mark_done(&mut self) {
         if !self.marked_done {
             self.marked_done = true;
-            self.world.done.fetch_add(1, Ordering::AcqRel);
+            if self.world.done.fetch_add(1, Ordering::AcqRel) + 1 == self.world.ports.len() {
+                // The others may be blocked in their finish, waiting for this.
+                self.world.wake_all();
+            }
         }
     }
 
     fn all_done(&self) -> bool {
         self.world.done.load(Ordering::Acquire) == self.world.ports.len()
+    }
+
+    fn blocks_when_idle(&self) -> bool {
+        true
+    }
+
+    fn wait_for_arrival(&self, timeout: std::time::Duration) {
+        self.parker.park_timeout(timeout);
     }
 }
 
@@ -353,15 +398,16 @@ where
         return Err(Error::TransportUnavailable(format!("{} (local::run needs transport=local)", cfg.kind)));
     }
     cfg.validate()?;
-    let world = Arc::new(World::new(n));
+    let (world, parkers) = World::new(n);
+    let world = Arc::new(world);
     let f = &f;
     let results: Vec<Result<R>> = std::thread::scope(|s| {
         let mut handles = Vec::with_capacity(n);
-        for r in 0..n {
+        for (r, parker) in parkers.into_iter().enumerate() {
             let world_r = world.clone();
             let spawned = std::thread::Builder::new().name(format!("ballast-rank-{r}")).spawn_scoped(s, move || {
                 let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
-                    let fabric = LocalFabric::new(r, world_r.clone(), &cfg);
+                    let fabric = LocalFabric::new(r, world_r.clone(), &cfg, parker);
                     let mut comm = Communicator::new(Box::new(fabric), &cfg)?;
                     let out = f(&mut comm);
                     comm.finalize()?;
@@ -372,14 +418,14 @@ where
                     Err(p) => Err(Error::RankPanicked(r, panic_message(p.as_ref()))),
                 };
                 if out.is_err() {
-                    world_r.abort.store(true, Ordering::Relaxed);
+                    world_r.abort();
                 }
                 out
             });
             match spawned {
                 Ok(h) => handles.push(h),
                 Err(e) => {
-                    world.abort.store(true, Ordering::Relaxed);
+                    world.abort();
                     handles.push(std::thread::Builder::new().spawn_scoped(s, move || Err(Error::Io(e))).expect("spawn"));
                     break;
                 }

@@ -16,7 +16,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use ballast_runtime::{Communicator, Error as RtError, Source, TagMatch, RESERVED_TAG_BASE};
+use ballast_runtime::{Communicator, Source, TagMatch, RESERVED_TAG_BASE};
 
 use super::SimError;
 
@@ -163,16 +163,9 @@ impl Exchanger {
         }
         let mut sends = Vec::with_capacity(self.out_peers.len());
         for (i, &r) in self.out_peers.iter().enumerate() {
-            // isend copies the data, so the buffer can be reused; retry while the pool is full.
-            let req = loop {
-                match comm.isend(r, tag, &self.bufs[i]) {
-                    Ok(req) => break req,
-                    Err(RtError::WouldBlock) => {
-                        comm.progress()?;
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            };
+            // isend copies the data, so the buffer can be reused; while the pool is full it
+            // progresses and waits (blocking on the local transport) for a free buffer.
+            let req = comm.isend_waiting(r, tag, &self.bufs[i])?;
             self.stats.messages_sent += 1;
             self.stats.bytes_sent += self.bufs[i].len() as u64;
             sends.push(req);

@@ -19,7 +19,9 @@ pub mod run;
 pub use exchange::{ExchangeKind, ExchangeStats, Spike};
 pub use input::SimInput;
 pub use placement::{LbMode, Placement};
-pub use run::{run_rank, RankOutcome, SimCircuit, SimParams};
+pub use run::{run_rank, run_rank_counted, RankOutcome, SimCircuit, SimParams};
+
+use std::sync::atomic::AtomicU64;
 
 /// Errors of the proxy simulation.
 #[derive(Debug, thiserror::Error)]
@@ -58,8 +60,21 @@ pub fn run_local(
     config: &ballast_runtime::RuntimeConfig,
     params: &SimParams,
 ) -> Result<Vec<RankOutcome>, SimError> {
+    run_local_counted(circuit, rank_of, ranks, config, params, &AtomicU64::new(0))
+}
+
+/// [`run_local`] counting the windows every rank finished in `windows_done` (see
+/// [`run_rank_counted`]).
+pub fn run_local_counted(
+    circuit: &SimCircuit,
+    rank_of: &[u32],
+    ranks: usize,
+    config: &ballast_runtime::RuntimeConfig,
+    params: &SimParams,
+    windows_done: &AtomicU64,
+) -> Result<Vec<RankOutcome>, SimError> {
     let start = ballast_runtime::ProcStatus::read_self().unwrap_or_default();
-    let results = ballast_runtime::local::run(ranks, config, |comm| run_rank(comm, circuit, rank_of, params))?;
+    let results = ballast_runtime::local::run(ranks, config, |comm| run_rank_counted(comm, circuit, rank_of, params, windows_done))?;
     stamped(results, start)
 }
 
@@ -75,9 +90,23 @@ pub fn run_verbs_threads(
     config: &ballast_runtime::RuntimeConfig,
     params: &SimParams,
 ) -> Result<Vec<RankOutcome>, SimError> {
+    run_verbs_threads_counted(circuit, rank_of, ranks, config, params, &AtomicU64::new(0))
+}
+
+/// [`run_verbs_threads`] counting the windows every rank finished in `windows_done` (see
+/// [`run_rank_counted`]).
+#[cfg(feature = "verbs")]
+pub fn run_verbs_threads_counted(
+    circuit: &SimCircuit,
+    rank_of: &[u32],
+    ranks: usize,
+    config: &ballast_runtime::RuntimeConfig,
+    params: &SimParams,
+    windows_done: &AtomicU64,
+) -> Result<Vec<RankOutcome>, SimError> {
     let mut boot = ballast_runtime::bootstrap::LocalBootstrap::group(1)?.pop().expect("a group of one");
     let start = ballast_runtime::ProcStatus::read_self().unwrap_or_default();
-    let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, |comm| run_rank(comm, circuit, rank_of, params))?;
+    let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, |comm| run_rank_counted(comm, circuit, rank_of, params, windows_done))?;
     // run_ranks returns this process' ranks in ascending order: all of them here.
     stamped(results.into_iter().map(|(_, r)| r), start)
 }

@@ -52,6 +52,9 @@ pub struct RankRow {
     pub peers_connected: u64,
     pub spikes_sent: u64,
     pub spikes_received: u64,
+    /// Spike messages sent to other ranks (p2p: one per out-peer per window; allgather:
+    /// ranks − 1 per window).
+    pub messages_sent: u64,
     /// Ballast's own accounting for this rank: state blocks + transport, KB.
     pub ballast_kb: f64,
     /// VmRSS / VmHWM of the process holding the rank at its end, KB (with `local`, the
@@ -174,6 +177,7 @@ pub fn rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usize], con
                 peers_connected: o.footprint.peers_connected,
                 spikes_sent: o.exchange.spikes_sent,
                 spikes_received: o.exchange.spikes_received,
+                messages_sent: o.exchange.messages_sent,
                 ballast_kb: (o.state_bytes + o.footprint.total_bytes()) as f64 / 1024.0,
                 vm_rss_kb: o.process.vm_rss_kb,
                 vm_hwm_kb: o.process.vm_hwm_kb,
@@ -249,6 +253,9 @@ pub struct RunReport {
     /// `read FILE` or `regenerated FILE` (Memory), absent for RoundRobin.
     pub allocation: Option<String>,
     pub spikes: usize,
+    /// Spike messages all ranks sent in the whole run (the sum of `per_rank[].messages_sent`),
+    /// to measure the cost per message: `seconds / messages_sent`.
+    pub messages_sent: u64,
     pub seconds: f64,
     pub per_rank: Vec<RankRow>,
     /// Every rank's connected peers equal the prediction (meaningful for p2p).

@@ -8,6 +8,8 @@
 //! index) before delivery, and every delivery falls at or after the next window's start
 //! (delays ≥ window), so the input a cell sums at each step is the same sequence of
 //! floating-point additions whatever the rank count, transport, placement or exchange.
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use ballast_runtime::{Communicator, Footprint, MemoryLock, ProcStatus};
 
 use super::exchange::{ExchangeKind, ExchangeStats, Exchanger, Spike};
@@ -167,6 +169,18 @@ impl RankOutcome {
 /// Runs this rank's part of the simulation over `comm`. `rank_of[c]` is the rank of global
 /// cell `c` (every rank must be given the same). Collective over all ranks of `comm`.
 pub fn run_rank(comm: &mut Communicator, circuit: &SimCircuit, rank_of: &[u32], params: &SimParams) -> Result<RankOutcome, SimError> {
+    run_rank_counted(comm, circuit, rank_of, params, &AtomicU64::new(0))
+}
+
+/// [`run_rank`] that adds 1 to `windows_done` after each min-delay window (for a progress
+/// display: ranks sharing one counter count `windows × ranks` in all).
+pub fn run_rank_counted(
+    comm: &mut Communicator,
+    circuit: &SimCircuit,
+    rank_of: &[u32],
+    params: &SimParams,
+    windows_done: &AtomicU64,
+) -> Result<RankOutcome, SimError> {
     let me = comm.rank();
     let world = comm.world_size();
     let n = circuit.cell_count();
@@ -282,6 +296,7 @@ pub fn run_rank(comm: &mut Communicator, circuit: &SimCircuit, rank_of: &[u32], 
                 }
             }
         }
+        windows_done.fetch_add(1, Ordering::Relaxed);
     }
     let footprint = comm.footprint();
     let memory_lock = comm.memory_lock();

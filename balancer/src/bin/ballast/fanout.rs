@@ -3,7 +3,7 @@
 //! and the footprint the model predicts.
 
 use anyhow::bail;
-use ballast_runtime::fanout::{run_local, FanoutReport, Snapshot};
+use ballast_runtime::fanout::{run_local_counted, FanoutReport, Snapshot};
 use ballast_runtime::{LockStatus, MemoryLock, TransportKind};
 use serde_json::json;
 
@@ -90,6 +90,31 @@ fn lock_line(l: &MemoryLock, kind: TransportKind) -> String {
     }
 }
 
+/// Refuses, before any rank starts, a local fanout whose ranks' transport memory at start
+/// (each rank's pool and shared receive queue, or one per-peer queue: the model with one
+/// peer) exceeds this machine's available memory (`MemAvailable` of /proc/meminfo).
+fn check_local_memory(ranks: usize, cfg: &ballast_runtime::RuntimeConfig) -> anyhow::Result<()> {
+    let t = cfg.transport();
+    let per_rank = t.predict(1, ranks, t.ranks_per_node).total_bytes();
+    let need_mb = per_rank as f64 * ranks as f64 / (1024.0 * 1024.0);
+    let available_mb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+    });
+    if let Some(avail) = available_mb.map(|kb| kb / 1024.0) {
+        if need_mb > avail {
+            bail!(
+                "--ranks {ranks}: the transport needs {need_mb:.0} MB at start ({:.2} MB per rank: buffer_count {} x buffer_size {} B, srq_depth {}, recv_depth {}) but only {avail:.0} MB are available: fewer ranks, or lower buffer_count, buffer_size, srq_depth or recv_depth",
+                per_rank as f64 / (1024.0 * 1024.0),
+                t.buffer_count,
+                t.buffer_size,
+                t.srq_depth,
+                t.recv_depth
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs `ballast fanout`.
 pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     let (cfg, auto_note) = args.runtime.to_config_resolved()?;
@@ -100,13 +125,32 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     }
     #[cfg(feature = "verbs")]
     let mut verbs_processes = None;
+    // Messages all ranks sent (known over the local transport; in a build without mpi and
+    // verbs every arm that does not fail sets it, hence the allow).
+    #[allow(unused_assignments)]
+    let mut messages_sent = None;
     let r = match cfg.transport().kind {
         TransportKind::Local => {
             let Some(ranks) = args.ranks else { bail!("--ranks is required with --transport local") };
             if ranks < 2 {
                 bail!("--ranks must be at least 2");
             }
-            run_local(ranks, &cfg, args.messages, args.ints)?
+            check_local_memory(ranks, &cfg)?;
+            crate::progress::warn_oversubscribed("fanout", ranks);
+            let steps = std::sync::atomic::AtomicUsize::new(0);
+            let message = |n: u64| {
+                let n = n as usize;
+                if n < ranks {
+                    format!("{n} of {ranks} ranks set up")
+                } else {
+                    format!("{} of {ranks} ranks finished", n - ranks)
+                }
+            };
+            let (r, sent) = crate::progress::with_progress(2 * ranks as u64, &steps, &message, || {
+                run_local_counted(ranks, &cfg, args.messages, args.ints, &steps)
+            })?;
+            messages_sent = Some(sent);
+            r
         }
         #[cfg(feature = "mpi")]
         TransportKind::Mpi => {
@@ -163,6 +207,9 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
             v["transport_note"] = json!(n);
         }
         v["transport"] = json!(cfg.transport().kind.as_str());
+        if let Some(m) = messages_sent {
+            v["messages_sent"] = json!(m);
+        }
         outln!("{}", serde_json::to_string_pretty(&v)?);
         if memory_ok == Some(false) {
             bail!("the measured memory is outside the verbs model's bounds (see processes[].problems)");
@@ -211,6 +258,9 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
             )
         }
     );
+    if let Some(m) = messages_sent {
+        outln!("messages sent, all ranks (fanout and barriers): {m}");
+    }
     for n in &r.notes {
         outln!("note: {n}");
     }
@@ -286,7 +336,12 @@ mod tests {
     fn fanout_json_has_the_documented_keys_and_real_values() {
         let args = RuntimeArgs { buffer_count: Some(4), srq_depth: Some(4), lock_pool: Some(false), ..Default::default() };
         let cfg = args.to_config().unwrap();
-        let r = run_local(9, &cfg, 1, 10).unwrap();
+        let steps = std::sync::atomic::AtomicUsize::new(0);
+        let (r, sent) = run_local_counted(9, &cfg, 1, 10, &steps).unwrap();
+        // 8 fanout messages, and 3 dissemination barriers of ceil(log2 9) = 4 rounds, one
+        // message per rank and round.
+        assert_eq!(sent, 8 + 3 * 9 * 4);
+        assert_eq!(steps.into_inner(), 2 * 9, "each rank counts its setup and its end");
         let v = report_json(&r);
         for k in ["before", "after"] {
             for f in ["vm_rss_kb", "vm_lck_kb", "vm_data_kb", "footprint_bytes"] {

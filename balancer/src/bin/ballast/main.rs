@@ -29,6 +29,7 @@ mod fanout;
 mod info;
 mod output;
 mod plot;
+mod progress;
 mod run;
 mod runtime_args;
 mod stats;

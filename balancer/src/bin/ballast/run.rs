@@ -265,6 +265,7 @@ pub fn build_report(
         memory_scale: params.memory_scale,
         allocation: describe_source(placement),
         spikes: outcomes.iter().map(|o| o.spikes.len()).sum(),
+        messages_sent: outcomes.iter().map(|o| o.exchange.messages_sent).sum(),
         seconds,
         peers_match: peers_mismatch.is_none(),
         peers_mismatch,
@@ -414,6 +415,7 @@ fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     for w in &placement.warnings {
         eprintln!("warning: {w}");
     }
+    crate::progress::warn_oversubscribed("run", ranks);
     let start = Instant::now();
     let outcomes = run_thread_ranks(&input, &placement, ranks, cfg, &params)?;
     let seconds = start.elapsed().as_secs_f64();
@@ -422,12 +424,23 @@ fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     print_report(&report, args.json)
 }
 
+/// Runs the ranks as threads, with a progress bar of the windows they finished (simulated
+/// time, averaged over the ranks) on runs longer than a few seconds.
 fn run_thread_ranks(input: &SimInput, placement: &Placement, ranks: usize, cfg: &RuntimeConfig, params: &SimParams) -> anyhow::Result<Vec<RankOutcome>> {
-    #[cfg(feature = "verbs")]
-    if cfg.transport().kind == TransportKind::Verbs {
-        return Ok(ballast_balancer::sim::run_verbs_threads(&input.circuit, &placement.rank_of, ranks, cfg, params)?);
-    }
-    Ok(ballast_balancer::sim::run_local(&input.circuit, &placement.rank_of, ranks, cfg, params)?)
+    let (steps, window) = params.steps(&input.circuit.delays)?;
+    let windows = steps.div_ceil(window as u64);
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let total = windows * ranks as u64;
+    let window_ms = window as f64 * params.dt_ms;
+    // The simulated time of the ranks on average.
+    let message = |n: u64| format!("{:.2} of {} ms simulated", (n as f64 / ranks as f64 * window_ms).min(params.tstop_ms), params.tstop_ms);
+    Ok(crate::progress::with_progress(total, &done, &message, || {
+        #[cfg(feature = "verbs")]
+        if cfg.transport().kind == TransportKind::Verbs {
+            return ballast_balancer::sim::run_verbs_threads_counted(&input.circuit, &placement.rank_of, ranks, cfg, params, &done);
+        }
+        ballast_balancer::sim::run_local_counted(&input.circuit, &placement.rank_of, ranks, cfg, params, &done)
+    })?)
 }
 
 /// This process' part of a job whose processes are one rank each (`mpirun` with `--transport
