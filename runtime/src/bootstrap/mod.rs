@@ -3,7 +3,9 @@
 //! connection data. Three implementations, chosen by [`auto`]: through MPI ([`MpiBootstrap`],
 //! feature `mpi`, when MPI is initialised); through the launcher's environment plus a TCP
 //! rendezvous at rank 0 ([`TcpBootstrap`], `BALLAST_ROOT`); in-process for ranks that are
-//! threads ([`LocalBootstrap`], the `local` transport).
+//! threads ([`LocalBootstrap`], the `local` transport). [`Launch`] is the bootstrap of a job of
+//! one rank per process together with the MPI it may have initialised for it, dropped in the
+//! order MPI needs (the bootstrap's communicator before `MPI_Finalize`).
 
 mod local;
 #[cfg(feature = "mpi")]
@@ -17,6 +19,7 @@ pub use tcp::TcpBootstrap;
 
 use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
+use crate::procstatus::ProcStatus;
 
 /// All-gather of byte strings across the ranks of a job.
 pub trait Bootstrap {
@@ -58,4 +61,83 @@ pub fn auto(config: &RuntimeConfig) -> Result<(BootstrapKind, Box<dyn Bootstrap>
         ));
     }
     Ok((BootstrapKind::Tcp, Box::new(TcpBootstrap::connect(b)?)))
+}
+
+/// The start-up exchange of a job of one rank per process ([`Launch::new`]), owning the MPI
+/// it initialised for it, if any. Dropping it frees the bootstrap first, then finalises that
+/// MPI (a communicator freed after `MPI_Finalize` aborts the process in Open MPI).
+pub struct Launch {
+    // Declared first: dropped before `mpi`, so an MPI bootstrap's duplicate communicator is
+    // freed while MPI is still initialised.
+    boot: Box<dyn Bootstrap>,
+    kind: BootstrapKind,
+    #[cfg(feature = "mpi")]
+    mpi: Option<crate::mpi::Mpi>,
+    at_start: ProcStatus,
+}
+
+impl Launch {
+    /// Meets the other processes of this job. In a build with the `mpi` feature, a process
+    /// started by `mpirun`/`mpiexec` (`OMPI_COMM_WORLD_RANK` or `PMI_RANK` set) without
+    /// `BALLAST_ROOT` initialises MPI (unless the host program did) and exchanges through it;
+    /// otherwise as [`auto`]. Errors: those of [`auto`] and of [`crate::mpi::Mpi::init`].
+    pub fn new(config: &RuntimeConfig) -> Result<Launch> {
+        let at_start = ProcStatus::read_self().unwrap_or_default();
+        #[cfg(feature = "mpi")]
+        let mpi = if mpi_launch(config) { Some(crate::mpi::Mpi::init()?) } else { None };
+        let (kind, boot) = auto(config)?;
+        Ok(Launch {
+            boot,
+            kind,
+            #[cfg(feature = "mpi")]
+            mpi,
+            at_start,
+        })
+    }
+
+    /// This process' rank.
+    pub fn rank(&self) -> usize {
+        self.boot.rank()
+    }
+
+    /// Number of processes (= ranks).
+    pub fn size(&self) -> usize {
+        self.boot.size()
+    }
+
+    /// Which exchange is used.
+    pub fn kind(&self) -> BootstrapKind {
+        self.kind
+    }
+
+    /// The process' memory counters before [`Launch::new`] initialised MPI or connected
+    /// (zeros when `/proc/self/status` could not be read).
+    pub fn at_start(&self) -> ProcStatus {
+        self.at_start
+    }
+
+    /// The exchange, for [`crate::verbs::communicator`] and the like.
+    pub fn bootstrap(&mut self) -> &mut dyn Bootstrap {
+        self.boot.as_mut()
+    }
+
+    /// Ends the launch after an error without finalising MPI: `MPI_Finalize` waits for every
+    /// process, and the others may be waiting for this one, so the job would hang with the
+    /// error unprinted; exiting non-zero instead makes the launcher end the job.
+    pub fn abandon(self) {
+        #[cfg(feature = "mpi")]
+        {
+            let Launch { boot, mpi, .. } = self;
+            drop(boot);
+            std::mem::forget(mpi);
+        }
+    }
+}
+
+/// True when [`Launch::new`] initialises MPI for the exchange: no `BALLAST_ROOT`, and the
+/// rank came from an MPI launcher's variables.
+#[cfg(feature = "mpi")]
+fn mpi_launch(config: &RuntimeConfig) -> bool {
+    let b = config.bootstrap();
+    b.root.is_none() && matches!(b.rank_var, Some("OMPI_COMM_WORLD_RANK" | "PMI_RANK"))
 }

@@ -517,10 +517,10 @@ fn run_mpi(_: &RunArgs, _: &RuntimeConfig) -> anyhow::Result<()> {
     unreachable!("check_transport refuses mpi without the feature")
 }
 
-/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::bootstrap::auto`]
-/// (TCP at `BALLAST_ROOT`, or MPI when this process initialised it).
+/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::bootstrap::Launch`]
+/// (TCP at `BALLAST_ROOT`, or MPI under `mpirun` in a build with `mpi`).
 #[cfg(feature = "verbs")]
-struct VerbsJob(Box<dyn ballast_runtime::bootstrap::Bootstrap>);
+struct VerbsJob(ballast_runtime::bootstrap::Launch);
 
 #[cfg(feature = "verbs")]
 impl Job for VerbsJob {
@@ -531,12 +531,12 @@ impl Job for VerbsJob {
         self.0.size()
     }
     fn barrier(&mut self) -> anyhow::Result<()> {
-        self.0.all_gather(&[])?;
+        self.0.bootstrap().all_gather(&[])?;
         Ok(())
     }
     fn run(&mut self, cfg: &RuntimeConfig, f: &mut dyn FnMut(&mut Communicator) -> Result<Vec<RankOutcome>, SimError>) -> anyhow::Result<Vec<RankOutcome>> {
         use ballast_runtime::verbs;
-        let mut comm = verbs::communicator(self.0.as_mut(), cfg)?;
+        let mut comm = verbs::communicator(self.0.bootstrap(), cfg)?;
         // A failed rank drops its communicator unfinished: the others see its control
         // connections end instead of waiting for it in the finish.
         let out = f(&mut comm)?;
@@ -550,16 +550,16 @@ impl Job for VerbsJob {
 
 #[cfg(feature = "verbs")]
 fn run_verbs_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
-    // `mpirun -n N ballast run --transport verbs` without BALLAST_ROOT: MPI carries the
-    // start-up exchange (the control listeners' addresses); the data goes over verbs. MPI
-    // stays initialised until the job ends (`_mpi` is dropped after the bootstrap).
-    #[cfg(feature = "mpi")]
-    let _mpi = match (&cfg.bootstrap().root, cfg.bootstrap().rank_var) {
-        (None, Some("OMPI_COMM_WORLD_RANK" | "PMI_RANK")) => Some(ballast_runtime::mpi::Mpi::init()?),
-        _ => None,
-    };
-    let (_, boot) = ballast_runtime::bootstrap::auto(cfg)?;
-    run_per_process(args, cfg, &mut VerbsJob(boot))
+    // `mpirun -n N ballast run --transport verbs` without BALLAST_ROOT (a build with both
+    // `mpi` and `verbs`): MPI carries the start-up exchange (the control listeners'
+    // addresses); the data goes over verbs. The launch frees its MPI communicator before it
+    // finalises MPI; after an error it leaves MPI unfinalised (see `Launch::abandon`).
+    let mut job = VerbsJob(ballast_runtime::bootstrap::Launch::new(cfg)?);
+    let out = run_per_process(args, cfg, &mut job);
+    if out.is_err() {
+        job.0.abandon();
+    }
+    out
 }
 
 #[cfg(not(feature = "verbs"))]
