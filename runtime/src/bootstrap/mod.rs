@@ -32,6 +32,42 @@ pub trait Bootstrap {
     /// Errors: [`Error::Bootstrap`] naming the rank that failed or did not show up in time,
     /// [`Error::Mpi`].
     fn all_gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// What this process' memory grew by inside [`Bootstrap::all_gather`] so far: memory the
+    /// exchange's own library kept (e.g. MPI connecting to more peers and registering its
+    /// buffers), which is not the transport's. Zero for the bootstraps that keep nothing.
+    fn kept(&self) -> Kept {
+        Kept::default()
+    }
+}
+
+/// Growth of the process' counters inside a bootstrap's exchanges ([`Bootstrap::kept`]), KiB
+/// (signed: a counter may also shrink).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// VmPin growth (registered memory), KiB.
+    pub vm_pin_kb: i64,
+    /// VmRSS growth, KiB.
+    pub vm_rss_kb: i64,
+}
+
+impl Kept {
+    /// Adds the growth from `before` to `after`.
+    pub fn add(&mut self, before: &ProcStatus, after: &ProcStatus) {
+        self.vm_pin_kb += after.vm_pin_kb as i64 - before.vm_pin_kb as i64;
+        self.vm_rss_kb += after.vm_rss_kb as i64 - before.vm_rss_kb as i64;
+    }
+
+    /// The growth since `earlier` (a previous value of the same bootstrap's [`Bootstrap::kept`]).
+    pub fn since(&self, earlier: &Kept) -> Kept {
+        Kept { vm_pin_kb: self.vm_pin_kb - earlier.vm_pin_kb, vm_rss_kb: self.vm_rss_kb - earlier.vm_rss_kb }
+    }
+
+    /// `start` with this growth added: the baseline against which what the transport itself
+    /// added is measured, when this growth happened after `start`.
+    pub fn shift(&self, start: &ProcStatus) -> ProcStatus {
+        let add = |v: u64, d: i64| (v as i64 + d).max(0) as u64;
+        ProcStatus { vm_pin_kb: add(start.vm_pin_kb, self.vm_pin_kb), vm_rss_kb: add(start.vm_rss_kb, self.vm_rss_kb), ..*start }
+    }
 }
 
 /// Which implementation [`auto`] picked.
@@ -116,7 +152,8 @@ impl Launch {
         self.at_start
     }
 
-    /// The exchange, for [`crate::verbs::communicator`] and the like.
+    /// The exchange, for [`crate::verbs::communicator`] and the like (see
+    /// [`Bootstrap::kept`] for what MPI kept during it).
     pub fn bootstrap(&mut self) -> &mut dyn Bootstrap {
         self.boot.as_mut()
     }

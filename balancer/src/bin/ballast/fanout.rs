@@ -235,6 +235,8 @@ fn processes_json(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> serde_
                 "vm_rss_after_kb": m.after.vm_rss_kb,
                 "vm_lck_after_kb": m.after.vm_lck_kb,
                 "vm_pin_after_kb": m.after.vm_pin_kb,
+                "bootstrap_kept_pin_kb": m.bootstrap_kept.vm_pin_kb,
+                "bootstrap_kept_rss_kb": m.bootstrap_kept.vm_rss_kb,
                 "problems": m.check(),
             })
         })
@@ -264,6 +266,12 @@ fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> anyho
             m.after.vm_rss_kb,
             m.after.vm_lck_kb,
             if bad.is_empty() { "ok".to_string() } else { bad.join("; ") }
+        );
+    }
+    if let Some(m) = p.iter().find(|m| m.bootstrap_kept != Default::default()) {
+        outln!(
+            "(the growths leave out what MPI kept inside the start-up exchange: e.g. rank {}: VmPin {} KiB, VmRSS {} KiB)",
+            m.rank, m.bootstrap_kept.vm_pin_kb, m.bootstrap_kept.vm_rss_kb
         );
     }
     outln!("memory checks: {}", if verbs_memory_ok(p) { "ok" } else { "FAILED" });

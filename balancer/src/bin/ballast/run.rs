@@ -391,6 +391,9 @@ fn run_thread_ranks(input: &SimInput, placement: &Placement, ranks: usize, cfg: 
 /// mpi`; a launcher with `BALLAST_ROOT` with `--transport verbs`): what differs between the
 /// transports, for [`run_per_process`]. (Unused in a build with neither mpi nor verbs.)
 #[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
+type RankFn<'a> = dyn FnMut(&mut Communicator, ProcStatus) -> Result<Vec<RankOutcome>, SimError> + 'a;
+
+#[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
 trait Job {
     /// This process' rank.
     fn rank(&self) -> usize;
@@ -398,8 +401,10 @@ trait Job {
     fn size(&self) -> usize;
     /// Returns once every process called it.
     fn barrier(&mut self) -> anyhow::Result<()>;
-    /// Creates this process' communicator, runs `f` on it and finishes it (collective).
-    fn run(&mut self, cfg: &RuntimeConfig, f: &mut dyn FnMut(&mut Communicator) -> Result<Vec<RankOutcome>, SimError>) -> anyhow::Result<Vec<RankOutcome>>;
+    /// Creates this process' communicator, runs `f` on it and finishes it (collective). `f`
+    /// gets the process' counters from before the communicator, the baseline of the
+    /// transport's growth (less what the bootstrap's library kept while it was made).
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> anyhow::Result<Vec<RankOutcome>>;
     /// Who started the processes, for messages.
     fn launcher(&self) -> &'static str;
 }
@@ -440,10 +445,9 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
         }
     }
     let start = Instant::now();
-    let process_start = ProcStatus::read_self().unwrap_or_default();
     let mut native = false;
     let mut notes = Vec::new();
-    let outcomes = job.run(cfg, &mut |comm| {
+    let outcomes = job.run(cfg, &mut |comm, process_start| {
         native = comm.is_mpi_native();
         notes = comm.notes().to_vec();
         let mut mine = run_rank(comm, &input.circuit, &placement.rank_of, &params)?;
@@ -485,8 +489,9 @@ impl Job for MpiJob {
         self.0.world().barrier();
         Ok(())
     }
-    fn run(&mut self, cfg: &RuntimeConfig, f: &mut dyn FnMut(&mut Communicator) -> Result<Vec<RankOutcome>, SimError>) -> anyhow::Result<Vec<RankOutcome>> {
-        Ok(self.0.run(cfg, f)??)
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> anyhow::Result<Vec<RankOutcome>> {
+        let process_start = ProcStatus::read_self().unwrap_or_default();
+        Ok(self.0.run(cfg, |comm| f(comm, process_start))??)
     }
     fn launcher(&self) -> &'static str {
         "mpirun"
@@ -534,12 +539,16 @@ impl Job for VerbsJob {
         self.0.bootstrap().all_gather(&[])?;
         Ok(())
     }
-    fn run(&mut self, cfg: &RuntimeConfig, f: &mut dyn FnMut(&mut Communicator) -> Result<Vec<RankOutcome>, SimError>) -> anyhow::Result<Vec<RankOutcome>> {
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> anyhow::Result<Vec<RankOutcome>> {
         use ballast_runtime::verbs;
+        let process_start = ProcStatus::read_self().unwrap_or_default();
+        let kept0 = self.0.bootstrap().kept();
         let mut comm = verbs::communicator(self.0.bootstrap(), cfg)?;
+        // Under mpirun, what MPI kept while the addresses were exchanged is not verbs'.
+        let baseline = self.0.bootstrap().kept().since(&kept0).shift(&process_start);
         // A failed rank drops its communicator unfinished: the others see its control
         // connections end instead of waiting for it in the finish.
-        let out = f(&mut comm)?;
+        let out = f(&mut comm, baseline)?;
         verbs::finish(comm)?;
         Ok(out)
     }
