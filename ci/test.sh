@@ -66,6 +66,11 @@ for n in 1 2 3 4 7; do
 done
 host_init=$(mpi_test_bin mpi_host_init)
 timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$host_init"
+# bootstrap::Launch: MPI initialised for the exchange, its communicator freed before MPI_Finalize.
+launch_err=$(mktemp)
+timeout 300 mpirun "${mpirun_flags[@]}" -n 3 "$(mpi_test_bin mpi_launch)" 2>"$launch_err" || { cat "$launch_err"; exit 1; }
+if grep -i 'after MPI_FINALIZE' "$launch_err"; then echo "ci/test.sh: mpi_launch: MPI called after MPI_Finalize" >&2; exit 1; fi
+rm -f "$launch_err"
 # `ballast fanout` and `ballast info` under mpirun (the CLI's `mpi` feature). The release
 # `ballast` (sonata, mpi, verbs) is the one ci/verbs_run.sh and ci/verbs_mpi.sh use too.
 . ci/release_build.sh

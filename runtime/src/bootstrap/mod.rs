@@ -178,3 +178,36 @@ fn mpi_launch(config: &RuntimeConfig) -> bool {
     let b = config.bootstrap();
     b.root.is_none() && matches!(b.rank_var, Some("OMPI_COMM_WORLD_RANK" | "PMI_RANK"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_growth_shifts_the_baseline() {
+        let s = |pin, rss| ProcStatus { vm_pin_kb: pin, vm_rss_kb: rss, vm_data_kb: 7, ..ProcStatus::default() };
+        let mut k = Kept::default();
+        k.add(&s(100, 5000), &s(10340, 9000));
+        k.add(&s(10340, 9000), &s(10340, 8000));
+        assert_eq!(k, Kept { vm_pin_kb: 10240, vm_rss_kb: 3000 });
+        let earlier = Kept { vm_pin_kb: 240, vm_rss_kb: 4000 };
+        assert_eq!(k.since(&earlier), Kept { vm_pin_kb: 10000, vm_rss_kb: -1000 });
+        // The baseline moves by the growth; other counters are kept; it never goes below 0.
+        assert_eq!(k.since(&earlier).shift(&s(50, 600)), s(10050, 0));
+        assert_eq!(k.shift(&s(1, 2)), s(10241, 3002));
+    }
+
+    #[cfg(feature = "mpi")]
+    #[test]
+    fn mpi_initialised_for_the_bootstrap_only_under_an_mpi_launcher_without_root() {
+        let cfg = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            RuntimeConfig::from_vars(move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())).unwrap()
+        };
+        assert!(mpi_launch(&cfg(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4")])));
+        assert!(mpi_launch(&cfg(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")])));
+        assert!(!mpi_launch(&cfg(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4"), ("BALLAST_ROOT", "127.0.0.1:4000")])));
+        assert!(!mpi_launch(&cfg(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "4")])));
+        assert!(!mpi_launch(&cfg(&[])));
+    }
+}
