@@ -12,7 +12,7 @@
 #     `--mca pml ob1 --mca btl self,vader` (MPI without UCX: what Ballast needs of it).
 # "after the start-up" is after MPI_Init for the seed, after MPI_Init and the Ballast
 # communicator's setup for Ballast. Prints the Markdown table (MB = 1024 KiB).
-# Usage: bench/seed/compare.sh [N ...]   (default 4 8 16; run from anywhere)
+# Usage: [COMPARE_LOG=file] bench/seed/compare.sh [N ...]   (default 4 8 16; run from anywhere)
 # Needs: mpicc (libopenmpi-dev), the rxe-vm scripts, and builds `ballast` in release with
 # ci/release_build.sh. Takes about 15 min on 2 cores (TCG); guest memory -m 4096.
 set -euo pipefail
@@ -55,7 +55,7 @@ for n in $(echo "$NS" | tr , " "); do
 done
 EOF
 
-log=$work/guest.log
+log=${COMPARE_LOG:-$work/guest.log} # COMPARE_LOG=file keeps the guest's raw output
 set +e # the guest's exit code is read from PIPESTATUS (grep -v may select no line)
 "$RXE/run-in-vm.sh" -t 2400 -m 4096 -e "NS=$(IFS=,; echo "${ns[*]}")" -f "$ballast_release" -f "$work/seed_fanout" -f "$work/compare_guest.sh" \
     "sh /rxe-vm/compare_guest.sh" | tr -d '\r' | tee "$log" | grep -v '^COMPARE|'
@@ -83,7 +83,8 @@ for line in open(sys.argv[1]):
         pts = [st["before_init"], st["after_init"], st["after_sends"]]
     else:
         r = json.loads(out[out.index("{"):out.rindex("}") + 1])
-        assert r["model_matches_accounting"] and all(not p["problems"] for p in r["processes"]), (label, n, r)
+        # The memory checks of every process (with --max-endpoints the model is a bound).
+        assert all(not p["problems"] for p in r["processes"]), (label, n, r["processes"])
         pts = [(s["vm_pin_kb"], s["vm_rss_kb"], s["vm_data_kb"]) for s in (r["start"], r["before"], r["after"])]
     rows.append((label, n, pts))
 mb = lambda kb: f"{kb / 1024:.1f}"
