@@ -66,9 +66,15 @@ for n in 1 2 3 4 7; do
 done
 host_init=$(mpi_test_bin mpi_host_init)
 timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$host_init"
-# `ballast fanout` and `ballast info` under mpirun (the CLI's `mpi` feature).
-cargo build --release --locked -p ballast-balancer -p ballast-bench --features ballast-balancer/mpi,ballast-bench/mpi --bin ballast --bin mpi_pingpong
-ballast_bin=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/release/ballast  # absolute: used after cd
+# bootstrap::Launch: MPI initialised for the exchange, its communicator freed before MPI_Finalize.
+launch_err=$(mktemp)
+timeout 300 mpirun "${mpirun_flags[@]}" -n 3 "$(mpi_test_bin mpi_launch)" 2>"$launch_err" || { cat "$launch_err"; exit 1; }
+if grep -i 'after MPI_FINALIZE' "$launch_err"; then echo "ci/test.sh: mpi_launch: MPI called after MPI_Finalize" >&2; exit 1; fi
+rm -f "$launch_err"
+# `ballast fanout` and `ballast info` under mpirun (the CLI's `mpi` feature). The release
+# `ballast` (sonata, mpi, verbs) is the one ci/verbs_run.sh and ci/verbs_mpi.sh use too.
+. ci/release_build.sh
+ballast_bin=$ballast_release  # absolute: used after cd
 fanout_json=$(timeout 300 mpirun "${mpirun_flags[@]}" -n 4 "$ballast_bin" fanout --transport mpi --json)
 # (MPI native path under Open MPI: the accounted footprint equals the model on every rank)
 echo "$fanout_json" | python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["ranks"]==4 and r["peers_connected"]==3 and r["model_matches_accounting"], r; print("ci/test.sh: mpirun -n 4 ballast fanout --transport mpi: ok")'
@@ -78,11 +84,13 @@ grep -q "^MPI: .*2 processes" <<< "$info_out"
 
 # The verbs transport (feature `verbs`): always built and unit-tested on the host (the
 # conformance binary prints why it skips without an RDMA device), then run for real on
-# soft-RoCE in the QEMU guest by ci/verbs.sh (which skips with a reason without qemu).
+# soft-RoCE in the QEMU guest by ci/verbs.sh (which skips with a reason without qemu), then
+# `ballast run` over verbs in the guest (ci/verbs_run.sh) and under mpirun (ci/verbs_mpi.sh).
 cargo build -p ballast-runtime -p ballast-bench --all-targets --locked --features ballast-runtime/verbs,ballast-bench/verbs
 cargo test -p ballast-runtime --locked --features verbs
 bash ci/verbs.sh
 bash ci/verbs_run.sh
+bash ci/verbs_mpi.sh
 
 # `ballast run` under mpirun (each process one rank) gives the same out.dat as the local
 # transport, for 1, 3 and 8 ranks, both lb-modes and both exchanges.

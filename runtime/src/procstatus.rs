@@ -1,5 +1,5 @@
 //! Reader of the process' own memory counters in `/proc/self/status` (Linux):
-//! VmRSS, VmHWM, VmLck, VmData, VmSize, all in KiB as the kernel prints them.
+//! VmRSS, VmHWM, VmLck, VmPin, VmData, VmSize, all in KiB as the kernel prints them.
 
 use std::path::Path;
 
@@ -59,11 +59,12 @@ mod tests {
 
     #[test]
     fn parses_kernel_format() {
-        let text = "Name:\tx\nVmPeak:\t  3776 kB\nVmSize:\t    3760 kB\nVmLck:\t       12 kB\nVmPin:\t 0 kB\nVmHWM:\t    2132 kB\nVmRSS:\t    2100 kB\nVmData:\t     292 kB\n";
+        let text = "Name:\tx\nVmPeak:\t  3776 kB\nVmSize:\t    3760 kB\nVmLck:\t       12 kB\nVmPin:\t 8 kB\nVmHWM:\t    2132 kB\nVmRSS:\t    2100 kB\nVmData:\t     292 kB\n";
         let s = ProcStatus::parse(text);
         assert_eq!(s.vm_rss_kb, 2100);
         assert_eq!(s.vm_hwm_kb, 2132);
         assert_eq!(s.vm_lck_kb, 12);
+        assert_eq!(s.vm_pin_kb, 8);
         assert_eq!(s.vm_data_kb, 292);
         assert_eq!(s.vm_size_kb, 3760);
     }

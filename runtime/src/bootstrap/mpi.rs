@@ -1,15 +1,17 @@
 //! The MPI bootstrap ([`MpiBootstrap`]): the all-gather over Ballast's own duplicate of the
 //! world communicator of an MPI job (`MPI_Allgather` of the lengths, then
 //! `MPI_Allgatherv` of the bytes in rounds so that no count or displacement overflows an
-//! `int`, whatever the total).
+//! `int`, whatever the total), measuring what MPI kept of the process' memory meanwhile
+//! (MPI libraries such as UCX connect to peers and register buffers at first use).
 
 use rsmpi::collective::CommunicatorCollectives as _;
 use rsmpi::datatype::PartitionMut;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 use rsmpi::Count;
 
-use super::Bootstrap;
+use super::{Bootstrap, Kept};
 use crate::error::{Error, Result};
+use crate::procstatus::ProcStatus;
 
 /// Default bytes received per all-gather round (all ranks' pieces together).
 const ROUND_BYTES: usize = 1 << 30;
@@ -18,6 +20,7 @@ const ROUND_BYTES: usize = 1 << 30;
 pub struct MpiBootstrap {
     comm: SimpleCommunicator,
     round_bytes: usize,
+    kept: Kept,
 }
 
 impl MpiBootstrap {
@@ -27,7 +30,7 @@ impl MpiBootstrap {
         if !rsmpi::environment::is_initialized() || rsmpi::environment::is_finalized() {
             return Err(Error::Mpi("the MPI bootstrap needs an initialised (not finalised) MPI".into()));
         }
-        Ok(MpiBootstrap { comm: SimpleCommunicator::world().duplicate(), round_bytes: ROUND_BYTES })
+        Ok(MpiBootstrap { comm: SimpleCommunicator::world().duplicate(), round_bytes: ROUND_BYTES, kept: Kept::default() })
     }
 
     /// Caps the bytes moved per round (all ranks together, at least one byte per rank), to
@@ -48,6 +51,21 @@ impl Bootstrap for MpiBootstrap {
     }
 
     fn all_gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let before = ProcStatus::read_self().ok();
+        let out = self.gather(data);
+        if let (Some(b), Ok(a)) = (before, ProcStatus::read_self()) {
+            self.kept.add(&b, &a);
+        }
+        out
+    }
+
+    fn kept(&self) -> Kept {
+        self.kept
+    }
+}
+
+impl MpiBootstrap {
+    fn gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let n = self.size();
         let mut lens = vec![0u64; n];
         self.comm.all_gather_into(&(data.len() as u64), &mut lens[..]);

@@ -45,7 +45,7 @@ use fabric::Shared;
 
 /// What [`Mpi::footprint`] says about MPI's own memory.
 pub const MPI_MEMORY_NOTE: &str =
-    "MPI's internal memory (eager and unexpected-message buffers, its registrations) is measured as process deltas (VmRSS, VmLck), not modelled";
+    "MPI's internal memory (eager and unexpected-message buffers, its registrations) is measured as process deltas (VmRSS, VmPin, VmLck), not modelled";
 
 /// MPI as Ballast uses it: initialised by Ballast (and finalised when this is dropped) or
 /// by the host program (then left alone). Drop every [`Communicator`] made from it first.

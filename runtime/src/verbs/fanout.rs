@@ -12,9 +12,13 @@
 //!   control memory; the process also maps libibverbs' provider and grows its heap (the
 //!   engine's maps, the TCP control streams' buffers), which the model does not count.
 //!   The slack is a bound measured on soft-RoCE (see docs/TESTING.md), not a derivation.
+//!
+//! What the bootstrap's own library kept during the setup ([`Bootstrap::kept`]: under
+//! `mpirun`, MPI connecting to peers and registering its buffers inside the start-up
+//! exchange) is not the transport's: it is taken off the VmPin and VmRSS growth.
 
 use super::communicator;
-use crate::bootstrap::Bootstrap;
+use crate::bootstrap::{Bootstrap, Kept};
 use crate::config::{RecvSharing, RuntimeConfig, TransportKind};
 use crate::error::{Error, Result};
 use crate::fanout::{exchange, FanoutReport, Snapshot};
@@ -47,20 +51,22 @@ pub struct ProcessMemory {
     pub predicted: Footprint,
     /// Bytes pinned by the registrations, each in whole pages.
     pub pinned_expected: u64,
+    /// What the bootstrap's library kept during the setup (taken off the growths).
+    pub bootstrap_kept: Kept,
 }
 
 impl ProcessMemory {
-    /// VmPin growth since the start, bytes.
+    /// VmPin growth since the start, bytes, less what the bootstrap's library kept.
     pub fn pin_growth(&self) -> u64 {
-        self.after.vm_pin_kb.saturating_sub(self.start.vm_pin_kb) * 1024
+        self.after.vm_pin_kb.saturating_sub(self.bootstrap_kept.shift(&self.start).vm_pin_kb) * 1024
     }
     /// VmLck change after the setup, KiB (signed).
     pub fn lck_change_kib(&self) -> i64 {
         self.after.vm_lck_kb as i64 - self.before.vm_lck_kb as i64
     }
-    /// VmRSS growth since the start, bytes (signed).
+    /// VmRSS growth since the start, bytes (signed), less what the bootstrap's library kept.
     pub fn rss_growth(&self) -> i64 {
-        (self.after.vm_rss_kb as i64 - self.start.vm_rss_kb as i64) * 1024
+        (self.after.vm_rss_kb as i64 - self.bootstrap_kept.shift(&self.start).vm_rss_kb as i64) * 1024
     }
     /// The checks of the module docs, with a line saying what failed (empty when all hold).
     pub fn check(&self) -> Vec<String> {
@@ -137,7 +143,9 @@ pub fn fanout(boot: &mut dyn Bootstrap, config: &RuntimeConfig, messages: usize,
         return Err(Error::InvalidRank { rank: n, world_size: n });
     }
     let start = ProcStatus::read_self()?;
+    let kept0 = boot.kept();
     let mut comm = communicator(boot, config)?;
+    let kept = boot.kept().since(&kept0);
     let t = crate::config::TransportConfig { kind: TransportKind::Verbs, ..*comm.config() };
     let rpn = t.ranks_per_node;
     let x = exchange(&mut comm, messages, ints)?;
@@ -156,6 +164,8 @@ pub fn fanout(boot: &mut dyn Bootstrap, config: &RuntimeConfig, messages: usize,
         put_fp(&mut row, f);
     }
     put(&mut row, pinned);
+    put(&mut row, kept.vm_pin_kb as u64);
+    put(&mut row, kept.vm_rss_kb as u64);
     let notes = comm.notes().to_vec();
     let all = comm.all_gatherv(&row)?;
     super::finish(comm)?;
@@ -163,7 +173,7 @@ pub fn fanout(boot: &mut dyn Bootstrap, config: &RuntimeConfig, messages: usize,
         return Ok(None);
     }
     let rows: Vec<Vec<u64>> = all.iter().map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()).collect();
-    if rows.iter().any(|r| r.len() != 18 + 40 + 1) {
+    if rows.iter().any(|r| r.len() != 18 + 40 + 3) {
         return Err(Error::Protocol("fanout: a rank's report has the wrong length".into()));
     }
     let fp = |r: &Vec<u64>, k: usize| get_fp(&r[18 + k * 10..28 + k * 10]);
@@ -178,6 +188,7 @@ pub fn fanout(boot: &mut dyn Bootstrap, config: &RuntimeConfig, messages: usize,
             footprint: fp(r, 1),
             predicted: fp(r, 3),
             pinned_expected: r[58],
+            bootstrap_kept: Kept { vm_pin_kb: r[59] as i64, vm_rss_kb: r[60] as i64 },
         })
         .collect();
     let sum = |k: usize| rows.iter().map(|r| fp(r, k).total_bytes()).sum::<u64>();

@@ -4,7 +4,7 @@
 
 use anyhow::bail;
 use ballast_runtime::fanout::{run_local_counted, FanoutReport, Snapshot};
-use ballast_runtime::{LockStatus, MemoryLock, TransportKind};
+use ballast_runtime::{LockStatus, MemoryLock, ProcStatus, TransportKind};
 use serde_json::json;
 
 use crate::runtime_args::RuntimeArgs;
@@ -31,10 +31,21 @@ pub struct FanoutArgs {
     pub runtime: RuntimeArgs,
 }
 
+fn status_json(s: &ProcStatus) -> serde_json::Value {
+    json!({
+        "vm_rss_kb": s.vm_rss_kb,
+        "vm_hwm_kb": s.vm_hwm_kb,
+        "vm_lck_kb": s.vm_lck_kb,
+        "vm_pin_kb": s.vm_pin_kb,
+        "vm_data_kb": s.vm_data_kb,
+    })
+}
+
 fn snap_json(s: &Snapshot) -> serde_json::Value {
     json!({
         "vm_rss_kb": s.status.vm_rss_kb,
         "vm_lck_kb": s.status.vm_lck_kb,
+        "vm_pin_kb": s.status.vm_pin_kb,
         "vm_data_kb": s.status.vm_data_kb,
         "vm_hwm_kb": s.status.vm_hwm_kb,
         "footprint_bytes": s.footprint.total_bytes(),
@@ -117,6 +128,8 @@ fn check_local_memory(ranks: usize, cfg: &ballast_runtime::RuntimeConfig) -> any
 
 /// Runs `ballast fanout`.
 pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
+    // Before MPI_Init, the bootstrap, the pool: what the whole transport adds is after - start.
+    let at_start = ProcStatus::read_self()?;
     let (cfg, auto_note) = args.runtime.to_config_resolved()?;
     if let Some(n) = &auto_note {
         if cfg.bootstrap().rank.unwrap_or(0) == 0 {
@@ -171,15 +184,27 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
         }
         #[cfg(feature = "verbs")]
         TransportKind::Verbs => {
-            let b = cfg.bootstrap();
-            let (Some(_), Some(size)) = (&b.root, b.size) else {
-                bail!("fanout over verbs runs one rank per process: start N processes with BALLAST_ROOT=host:port and BALLAST_RANK/BALLAST_SIZE (or mpirun/srun, whose rank variables are read too)")
-            };
-            if args.ranks.is_some_and(|r| r != size) {
-                bail!("--ranks {} differs from the {size} processes of the launch", args.ranks.unwrap_or(0));
+            if cfg.bootstrap().rank.is_none() {
+                bail!("fanout over verbs runs one rank per process: start N processes with mpirun (a build with the `mpi` feature), or with BALLAST_ROOT=host:port and BALLAST_RANK/BALLAST_SIZE (or srun, whose rank variables are read too)")
             }
-            let (_, mut boot) = ballast_runtime::bootstrap::auto(&cfg)?;
-            match ballast_runtime::verbs::fanout::fanout(boot.as_mut(), &cfg, args.messages, args.ints)? {
+            // Under mpirun without BALLAST_ROOT, MPI carries the start-up exchange.
+            let mut launch = ballast_runtime::bootstrap::Launch::new(&cfg)?;
+            let out = (|| -> anyhow::Result<_> {
+                let size = launch.size();
+                if args.ranks.is_some_and(|r| r != size) {
+                    bail!("--ranks {} differs from the {size} processes of the launch", args.ranks.unwrap_or(0));
+                }
+                Ok(ballast_runtime::verbs::fanout::fanout(launch.bootstrap(), &cfg, args.messages, args.ints)?)
+            })();
+            let out = match out {
+                Ok(v) => v,
+                Err(e) => {
+                    launch.abandon();
+                    return Err(e);
+                }
+            };
+            drop(launch); // frees the MPI bootstrap, then finalises the MPI it initialised
+            match out {
                 Some(v) => {
                     verbs_processes = Some(v.processes);
                     v.report
@@ -199,6 +224,7 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     let memory_ok: Option<bool> = None;
     if args.json {
         let mut v = report_json(&r);
+        v["start"] = status_json(&at_start);
         #[cfg(feature = "verbs")]
         if let Some(p) = &verbs_processes {
             v["processes"] = processes_json(p);
@@ -237,6 +263,7 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     row("VmRSS (KiB, process)", b.status.vm_rss_kb, a.status.vm_rss_kb)?;
     row("VmHWM (KiB, process)", b.status.vm_hwm_kb, a.status.vm_hwm_kb)?;
     row("VmLck (KiB, process)", b.status.vm_lck_kb, a.status.vm_lck_kb)?;
+    row("VmPin (KiB, process)", b.status.vm_pin_kb, a.status.vm_pin_kb)?;
     row("VmData (KiB, process)", b.status.vm_data_kb, a.status.vm_data_kb)?;
     row("footprint rank 0 (B)", b.footprint.total_bytes(), a.footprint.total_bytes())?;
     row("footprint all ranks (B)", b.world_footprint_bytes, a.world_footprint_bytes)?;
@@ -261,6 +288,10 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     if let Some(m) = messages_sent {
         outln!("messages sent, all ranks (fanout and barriers): {m}");
     }
+    outln!(
+        "process at start (before MPI_Init, the bootstrap and the pool): VmRSS {} KiB, VmLck {} KiB, VmPin {} KiB, VmData {} KiB",
+        at_start.vm_rss_kb, at_start.vm_lck_kb, at_start.vm_pin_kb, at_start.vm_data_kb
+    );
     for n in &r.notes {
         outln!("note: {n}");
     }
@@ -293,6 +324,9 @@ fn processes_json(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> serde_
                 "vm_rss_growth_bytes": m.rss_growth(),
                 "vm_rss_after_kb": m.after.vm_rss_kb,
                 "vm_lck_after_kb": m.after.vm_lck_kb,
+                "vm_pin_after_kb": m.after.vm_pin_kb,
+                "bootstrap_kept_pin_kb": m.bootstrap_kept.vm_pin_kb,
+                "bootstrap_kept_rss_kb": m.bootstrap_kept.vm_rss_kb,
                 "problems": m.check(),
             })
         })
@@ -324,6 +358,12 @@ fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> anyho
             if bad.is_empty() { "ok".to_string() } else { bad.join("; ") }
         );
     }
+    if let Some(m) = p.iter().find(|m| m.bootstrap_kept != Default::default()) {
+        outln!(
+            "(the growths leave out what MPI kept inside the start-up exchange: e.g. rank {}: VmPin {} KiB, VmRSS {} KiB)",
+            m.rank, m.bootstrap_kept.vm_pin_kb, m.bootstrap_kept.vm_rss_kb
+        );
+    }
     outln!("memory checks: {}", if verbs_memory_ok(p) { "ok" } else { "FAILED" });
     Ok(())
 }
@@ -344,7 +384,7 @@ mod tests {
         assert_eq!(steps.into_inner(), 2 * 9, "each rank counts its setup and its end");
         let v = report_json(&r);
         for k in ["before", "after"] {
-            for f in ["vm_rss_kb", "vm_lck_kb", "vm_data_kb", "footprint_bytes"] {
+            for f in ["vm_rss_kb", "vm_lck_kb", "vm_pin_kb", "vm_data_kb", "footprint_bytes"] {
                 assert!(v[k][f].is_u64(), "{k}.{f} in {v}");
             }
         }

@@ -447,6 +447,9 @@ fn run_thread_ranks(input: &SimInput, placement: &Placement, ranks: usize, cfg: 
 /// mpi`; a launcher with `BALLAST_ROOT` with `--transport verbs`): what differs between the
 /// transports, for [`run_per_process`]. (Unused in a build with neither mpi nor verbs.)
 #[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
+type RankFn<'a> = dyn FnMut(&mut Communicator, ProcStatus) -> Result<Vec<RankOutcome>, SimError> + 'a;
+
+#[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
 trait Job {
     /// This process' rank.
     fn rank(&self) -> usize;
@@ -454,8 +457,10 @@ trait Job {
     fn size(&self) -> usize;
     /// Returns once every process called it.
     fn barrier(&mut self) -> anyhow::Result<()>;
-    /// Creates this process' communicator, runs `f` on it and finishes it (collective).
-    fn run(&mut self, cfg: &RuntimeConfig, f: &mut dyn FnMut(&mut Communicator) -> Result<Vec<RankOutcome>, SimError>) -> anyhow::Result<Vec<RankOutcome>>;
+    /// Creates this process' communicator, runs `f` on it and finishes it (collective). `f`
+    /// gets the process' counters from before the communicator, the baseline of the
+    /// transport's growth (less what the bootstrap's library kept while it was made).
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> anyhow::Result<Vec<RankOutcome>>;
     /// Who started the processes, for messages.
     fn launcher(&self) -> &'static str;
 }
@@ -500,10 +505,9 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
         }
     }
     let start = Instant::now();
-    let process_start = ProcStatus::read_self().unwrap_or_default();
     let mut native = false;
     let mut notes = Vec::new();
-    let outcomes = job.run(cfg, &mut |comm| {
+    let outcomes = job.run(cfg, &mut |comm, process_start| {
         native = comm.is_mpi_native();
         notes = comm.notes().to_vec();
         let mut mine = run_rank(comm, &input.circuit, &placement.rank_of, &params)?;
@@ -545,8 +549,9 @@ impl Job for MpiJob {
         self.0.world().barrier();
         Ok(())
     }
-    fn run(&mut self, cfg: &RuntimeConfig, f: &mut dyn FnMut(&mut Communicator) -> Result<Vec<RankOutcome>, SimError>) -> anyhow::Result<Vec<RankOutcome>> {
-        Ok(self.0.run(cfg, f)??)
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> anyhow::Result<Vec<RankOutcome>> {
+        let process_start = ProcStatus::read_self().unwrap_or_default();
+        Ok(self.0.run(cfg, |comm| f(comm, process_start))??)
     }
     fn launcher(&self) -> &'static str {
         "mpirun"
@@ -577,10 +582,10 @@ fn run_mpi(_: &RunArgs, _: &RuntimeConfig) -> anyhow::Result<()> {
     unreachable!("check_transport refuses mpi without the feature")
 }
 
-/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::bootstrap::auto`]
-/// (TCP at `BALLAST_ROOT`, or MPI when this process initialised it).
+/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::bootstrap::Launch`]
+/// (TCP at `BALLAST_ROOT`, or MPI under `mpirun` in a build with `mpi`).
 #[cfg(feature = "verbs")]
-struct VerbsJob(Box<dyn ballast_runtime::bootstrap::Bootstrap>);
+struct VerbsJob(ballast_runtime::bootstrap::Launch);
 
 #[cfg(feature = "verbs")]
 impl Job for VerbsJob {
@@ -591,15 +596,19 @@ impl Job for VerbsJob {
         self.0.size()
     }
     fn barrier(&mut self) -> anyhow::Result<()> {
-        self.0.all_gather(&[])?;
+        self.0.bootstrap().all_gather(&[])?;
         Ok(())
     }
-    fn run(&mut self, cfg: &RuntimeConfig, f: &mut dyn FnMut(&mut Communicator) -> Result<Vec<RankOutcome>, SimError>) -> anyhow::Result<Vec<RankOutcome>> {
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> anyhow::Result<Vec<RankOutcome>> {
         use ballast_runtime::verbs;
-        let mut comm = verbs::communicator(self.0.as_mut(), cfg)?;
+        let process_start = ProcStatus::read_self().unwrap_or_default();
+        let kept0 = self.0.bootstrap().kept();
+        let mut comm = verbs::communicator(self.0.bootstrap(), cfg)?;
+        // Under mpirun, what MPI kept while the addresses were exchanged is not verbs'.
+        let baseline = self.0.bootstrap().kept().since(&kept0).shift(&process_start);
         // A failed rank drops its communicator unfinished: the others see its control
         // connections end instead of waiting for it in the finish.
-        let out = f(&mut comm)?;
+        let out = f(&mut comm, baseline)?;
         verbs::finish(comm)?;
         Ok(out)
     }
@@ -610,16 +619,16 @@ impl Job for VerbsJob {
 
 #[cfg(feature = "verbs")]
 fn run_verbs_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
-    // `mpirun -n N ballast run --transport verbs` without BALLAST_ROOT: MPI carries the
-    // start-up exchange (the control listeners' addresses); the data goes over verbs. MPI
-    // stays initialised until the job ends (`_mpi` is dropped after the bootstrap).
-    #[cfg(feature = "mpi")]
-    let _mpi = match (&cfg.bootstrap().root, cfg.bootstrap().rank_var) {
-        (None, Some("OMPI_COMM_WORLD_RANK" | "PMI_RANK")) => Some(ballast_runtime::mpi::Mpi::init()?),
-        _ => None,
-    };
-    let (_, boot) = ballast_runtime::bootstrap::auto(cfg)?;
-    run_per_process(args, cfg, &mut VerbsJob(boot))
+    // `mpirun -n N ballast run --transport verbs` without BALLAST_ROOT (a build with both
+    // `mpi` and `verbs`): MPI carries the start-up exchange (the control listeners'
+    // addresses); the data goes over verbs. The launch frees its MPI communicator before it
+    // finalises MPI; after an error it leaves MPI unfinalised (see `Launch::abandon`).
+    let mut job = VerbsJob(ballast_runtime::bootstrap::Launch::new(cfg)?);
+    let out = run_per_process(args, cfg, &mut job);
+    if out.is_err() {
+        job.0.abandon();
+    }
+    out
 }
 
 #[cfg(not(feature = "verbs"))]
