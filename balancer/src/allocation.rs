@@ -60,17 +60,30 @@ impl GidProblems {
         fn list<T: std::fmt::Debug>(what: &str, v: &[T]) -> Option<String> {
             (!v.is_empty()).then(|| {
                 let shown: Vec<String> = v.iter().take(5).map(|x| format!("{x:?}")).collect();
-                let more = if v.len() > 5 { format!(" and {} more", v.len() - 5) } else { String::new() };
+                let more = if v.len() > 5 {
+                    format!(" and {} more", v.len() - 5)
+                } else {
+                    String::new()
+                };
                 format!("{} {what}: {}{more}", v.len(), shown.join(", "))
             })
         }
         [
             list("duplicated gids (population, gid)", &self.duplicated),
-            list("gids of the dry run missing from the allocation (population, gid)", &self.missing),
+            list(
+                "gids of the dry run missing from the allocation (population, gid)",
+                &self.missing,
+            ),
             list("gids not in the dry run (population, gid)", &self.unknown),
-            list("populations of the dry run missing from the allocation", &self.missing_populations),
+            list(
+                "populations of the dry run missing from the allocation",
+                &self.missing_populations,
+            ),
             list("populations not in the dry run", &self.unknown_populations),
-            list("buckets outside ranks × cycles (population, bucket)", &self.out_of_range),
+            list(
+                "buckets outside ranks × cycles (population, bucket)",
+                &self.out_of_range,
+            ),
         ]
         .into_iter()
         .flatten()
@@ -94,8 +107,17 @@ impl Allocation {
                 problems.unknown_populations.push(pop.name.clone());
             }
             let count: usize = pop.buckets.values().map(Vec::len).sum();
-            let span = pop.buckets.values().flatten().map(|&g| g as usize + 1).max().unwrap_or(0);
-            let mut in_dry_run = GidMap::for_span(expected.map_or(0, |p| p.gid_span()), expected.map_or(0, |p| p.cell_count()));
+            let span = pop
+                .buckets
+                .values()
+                .flatten()
+                .map(|&g| g as usize + 1)
+                .max()
+                .unwrap_or(0);
+            let mut in_dry_run = GidMap::for_span(
+                expected.map_or(0, |p| p.gid_span()),
+                expected.map_or(0, |p| p.cell_count()),
+            );
             if let Some(p) = expected {
                 for (g, _) in p.cells() {
                     in_dry_run.insert(g, ());
@@ -115,7 +137,11 @@ impl Allocation {
                 }
             }
             if let Some(p) = expected {
-                problems.missing.extend(p.cells().filter(|&(g, _)| seen.get(g).is_none()).map(|(g, _)| (pop.name.clone(), g)));
+                problems.missing.extend(
+                    p.cells()
+                        .filter(|&(g, _)| seen.get(g).is_none())
+                        .map(|(g, _)| (pop.name.clone(), g)),
+                );
             }
         }
         if let Some(d) = dry_run {

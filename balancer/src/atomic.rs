@@ -41,16 +41,18 @@ fn install_handler() {
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
             return; // the default actions stay: temporaries may be left, as without a handler
         };
-        let _ = std::thread::Builder::new().name("ballast-signals".into()).spawn(move || {
-            if let Some(signal) = signals.forever().next() {
-                let guard = live();
-                for path in guard.iter() {
-                    let _ = std::fs::remove_file(path);
+        let _ = std::thread::Builder::new()
+            .name("ballast-signals".into())
+            .spawn(move || {
+                if let Some(signal) = signals.forever().next() {
+                    let guard = live();
+                    for path in guard.iter() {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    let _ = signal_hook::low_level::emulate_default_handler(signal);
+                    std::process::exit(128 + signal);
                 }
-                let _ = signal_hook::low_level::emulate_default_handler(signal);
-                std::process::exit(128 + signal);
-            }
-        });
+            });
     });
 }
 
@@ -62,7 +64,9 @@ fn unregister(guard: &mut MutexGuard<'static, Vec<PathBuf>>, path: &Path) {
 
 /// `dir/.NAME.PID-N.tmp` for the target `dir/NAME`.
 fn temp_name(dir: &Path, target: &Path) -> PathBuf {
-    let name = target.file_name().map_or("ballast".into(), |n| n.to_string_lossy().into_owned());
+    let name = target
+        .file_name()
+        .map_or("ballast".into(), |n| n.to_string_lossy().into_owned());
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     dir.join(format!(".{name}.{}-{n}.tmp", std::process::id()))
 }
@@ -110,7 +114,14 @@ impl AtomicFile {
         if method == Method::Unnamed {
             let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
             match rustix::fs::openat(CWD, &dir, flags, Mode::from_raw_mode(0o666)) {
-                Ok(fd) => return Ok(AtomicFile { target: target.to_owned(), dir, file: File::from(fd), temp: None }),
+                Ok(fd) => {
+                    return Ok(AtomicFile {
+                        target: target.to_owned(),
+                        dir,
+                        file: File::from(fd),
+                        temp: None,
+                    })
+                }
                 Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {}
                 Err(e) => return Err(dir_error(&dir, e.into())),
             }
@@ -118,7 +129,12 @@ impl AtomicFile {
         let mut guard = live();
         let (file, temp) = create_named(&dir, target).map_err(|e| dir_error(&dir, e))?;
         guard.push(temp.clone());
-        Ok(AtomicFile { target: target.to_owned(), dir, file, temp: Some(temp) })
+        Ok(AtomicFile {
+            target: target.to_owned(),
+            dir,
+            file,
+            temp: Some(temp),
+        })
     }
 
     /// The file being written (for `Write`, `Seek`, `set_len`).
@@ -133,7 +149,11 @@ impl AtomicFile {
 
     /// How the data is held until the commit.
     pub fn method(&self) -> Method {
-        if self.temp.is_some() { Method::Named } else { Method::Unnamed }
+        if self.temp.is_some() {
+            Method::Named
+        } else {
+            Method::Unnamed
+        }
     }
 
     /// Syncs the data and puts the file in place (replacing an existing target).
@@ -175,7 +195,10 @@ impl AtomicFile {
                 Err(e) => return Err(BalancerError::io(&target, e.into())),
             }
         }
-        Err(BalancerError::io(&target, io::Error::new(io::ErrorKind::AlreadyExists, "no free temporary name")))
+        Err(BalancerError::io(
+            &target,
+            io::Error::new(io::ErrorKind::AlreadyExists, "no free temporary name"),
+        ))
     }
 
     /// Commit of an unnamed file without `/proc`: its data copied to a named temporary.
@@ -221,7 +244,13 @@ fn create_named(dir: &Path, target: &Path) -> io::Result<(File, PathBuf)> {
     use std::os::unix::fs::OpenOptionsExt;
     loop {
         let temp = temp_name(dir, target);
-        match std::fs::OpenOptions::new().read(true).write(true).create_new(true).mode(0o666).open(&temp) {
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .open(&temp)
+        {
             Ok(f) => return Ok((f, temp)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
@@ -230,7 +259,10 @@ fn create_named(dir: &Path, target: &Path) -> io::Result<(File, PathBuf)> {
 }
 
 fn dir_error(dir: &Path, e: io::Error) -> BalancerError {
-    BalancerError::io(dir, io::Error::new(e.kind(), format!("cannot create a file in this directory: {e}")))
+    BalancerError::io(
+        dir,
+        io::Error::new(e.kind(), format!("cannot create a file in this directory: {e}")),
+    )
 }
 
 /// Writes `bytes` to `target` atomically.
@@ -265,7 +297,10 @@ pub struct Input {
 
 impl Input {
     pub fn new(path: impl Into<PathBuf>, option: impl Into<String>) -> Input {
-        Input { path: path.into(), option: option.into() }
+        Input {
+            path: path.into(),
+            option: option.into(),
+        }
     }
 }
 
@@ -273,10 +308,13 @@ impl Input {
 /// canonical path. An output that does not exist yet is no input.
 pub fn refuse_input(output: &Path, inputs: &[Input]) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(out) = std::fs::metadata(output) else { return Ok(()) };
+    let Ok(out) = std::fs::metadata(output) else {
+        return Ok(());
+    };
     let out_canon = std::fs::canonicalize(output).ok();
     for input in inputs {
-        let same_inode = std::fs::metadata(&input.path).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino());
+        let same_inode =
+            std::fs::metadata(&input.path).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino());
         let same_path = out_canon.is_some() && std::fs::canonicalize(&input.path).ok() == out_canon;
         if same_inode || same_path {
             return Err(BalancerError::InvalidParameter(format!(
@@ -296,7 +334,10 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn entries(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         v.sort();
         v
     }
@@ -312,7 +353,10 @@ mod tests {
             let before = entries(dir.path());
             match f.method() {
                 Method::Unnamed => assert!(before.is_empty(), "{before:?}"),
-                Method::Named => assert!(before.len() == 1 && before[0].starts_with(".out.bin.") && before[0].ends_with(".tmp"), "{before:?}"),
+                Method::Named => assert!(
+                    before.len() == 1 && before[0].starts_with(".out.bin.") && before[0].ends_with(".tmp"),
+                    "{before:?}"
+                ),
             }
             f.commit().unwrap();
             assert_eq!(std::fs::read(&target).unwrap(), b"first");
@@ -336,7 +380,10 @@ mod tests {
             f.write_all(b"data").unwrap();
             drop(f);
             assert!(entries(dir.path()).is_empty());
-            assert!(!live().iter().any(|p| p.starts_with(dir.path())), "still registered for the signal handler");
+            assert!(
+                !live().iter().any(|p| p.starts_with(dir.path())),
+                "still registered for the signal handler"
+            );
         }
     }
 
@@ -349,7 +396,14 @@ mod tests {
         // b's target becomes a non-empty directory: its commit fails.
         std::fs::create_dir_all(dir.path().join("b/sub")).unwrap();
         let e = commit_all(vec![a, b, c]).unwrap_err().to_string();
-        assert!(e.contains("wrote ") && e.contains("/a") && e.contains("/b") && e.contains("not written: ") && e.contains("/c"), "{e}");
+        assert!(
+            e.contains("wrote ")
+                && e.contains("/a")
+                && e.contains("/b")
+                && e.contains("not written: ")
+                && e.contains("/c"),
+            "{e}"
+        );
         assert!(dir.path().join("a").is_file() && !dir.path().join("c").exists());
     }
 
@@ -363,7 +417,10 @@ mod tests {
         let inputs = [Input::new(&input, "--memory-usage")];
         for out in [input.clone(), hard, dir.path().join("./in.json")] {
             let e = refuse_input(&out, &inputs).unwrap_err().to_string();
-            assert!(e.contains("refusing to write") && e.contains("--memory-usage"), "{e}");
+            assert!(
+                e.contains("refusing to write") && e.contains("--memory-usage"),
+                "{e}"
+            );
         }
         refuse_input(&dir.path().join("other.json"), &inputs).unwrap();
         std::fs::write(dir.path().join("other.json"), b"{}").unwrap();

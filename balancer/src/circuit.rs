@@ -58,7 +58,11 @@ impl MetypeMemory {
             return Ok(kb);
         }
         let point = model_type.starts_with("point");
-        let default = if point { self.point_cell_kb.or(self.cell_kb) } else { self.cell_kb };
+        let default = if point {
+            self.point_cell_kb.or(self.cell_kb)
+        } else {
+            self.cell_kb
+        };
         default.ok_or_else(|| {
             BalancerError::InvalidParameter(format!(
                 "population `{population}`: metype `{metype}` (model_type {model_type}) has no measured memory and no default: pass --memory-usage with it, or --cell-kb{}",
@@ -71,8 +75,9 @@ impl MetypeMemory {
 /// Builds the dry run and network of `circuit`'s placed cells.
 #[cfg(feature = "sonata")]
 pub fn dry_run_from_circuit(circuit: &Circuit, memory: &MetypeMemory) -> Result<(DryRun, Network)> {
-    let placed: Vec<usize> =
-        (0..circuit.node_populations.len()).filter(|&i| !circuit.node_populations[i].is_virtual).collect();
+    let placed: Vec<usize> = (0..circuit.node_populations.len())
+        .filter(|&i| !circuit.node_populations[i].is_virtual)
+        .collect();
     let mut offsets = vec![0usize];
     let mut metypes: Vec<Metype> = Vec::new();
     let mut metype_index: HashMap<String, usize> = HashMap::new();
@@ -95,7 +100,11 @@ pub fn dry_run_from_circuit(circuit: &Circuit, memory: &MetypeMemory) -> Result<
                 Some(&m) => m,
                 None => {
                     let kb = memory.kb(key, pop.model_type_of(gids[0]), &pop.name)?;
-                    metypes.push(Metype { name: key.clone(), memory_kb: kb, synapses_per_cell: 0.0 });
+                    metypes.push(Metype {
+                        name: key.clone(),
+                        memory_kb: kb,
+                        synapses_per_cell: 0.0,
+                    });
                     synapse_sums.push((0, 0));
                     metype_index.insert(key.clone(), metypes.len() - 1);
                     metypes.len() - 1
@@ -108,20 +117,33 @@ pub fn dry_run_from_circuit(circuit: &Circuit, memory: &MetypeMemory) -> Result<
             metype_gids.push((m, gids));
         }
         offsets.push(offsets.last().unwrap() + pop.len());
-        populations.push(Population { name: pop.name.clone(), metype_gids, cell_synapses: Some(synapses) });
+        populations.push(Population {
+            name: pop.name.clone(),
+            metype_gids,
+            cell_synapses: Some(synapses),
+        });
     }
     for (m, (sum, n)) in metypes.iter_mut().zip(synapse_sums) {
         m.synapses_per_cell = if n > 0 { sum as f64 / n as f64 } else { 0.0 };
     }
 
-    let offset_of: HashMap<&str, usize> =
-        placed.iter().enumerate().map(|(k, &i)| (circuit.node_populations[i].name.as_str(), offsets[k])).collect();
+    let offset_of: HashMap<&str, usize> = placed
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| (circuit.node_populations[i].name.as_str(), offsets[k]))
+        .collect();
     let mut pairs = Vec::new();
     for e in &circuit.edge_populations {
-        let (Some(&so), Some(&to)) = (offset_of.get(e.source.as_str()), offset_of.get(e.target.as_str())) else {
+        let (Some(&so), Some(&to)) = (offset_of.get(e.source.as_str()), offset_of.get(e.target.as_str()))
+        else {
             continue; // a virtual source (or target): synapses only, no peers
         };
-        pairs.extend(e.source_ids.iter().zip(&e.target_ids).map(|(&s, &t)| ((so + s as usize) as u32, (to + t as usize) as u32)));
+        pairs.extend(
+            e.source_ids
+                .iter()
+                .zip(&e.target_ids)
+                .map(|(&s, &t)| ((so + s as usize) as u32, (to + t as usize) as u32)),
+        );
     }
     if populations.iter().all(|p: &Population| p.cell_count() == 0) {
         return Err(BalancerError::InvalidParameter(format!(
@@ -131,7 +153,11 @@ pub fn dry_run_from_circuit(circuit: &Circuit, memory: &MetypeMemory) -> Result<
     }
     let dry_run = DryRun { metypes, populations };
     dry_run.check_costs().map_err(|(m, message)| {
-        BalancerError::InvalidParameter(format!("{}: metype `{}`: {message}", circuit.config.display(), dry_run.metypes[m].name))
+        BalancerError::InvalidParameter(format!(
+            "{}: metype `{}`: {message}",
+            circuit.config.display(),
+            dry_run.metypes[m].name
+        ))
     })?;
     let network = Network::from_pairs(offsets, &pairs)?;
     Ok((dry_run, network))

@@ -105,7 +105,10 @@ impl DryRun {
     /// or NaN. Returns the total KB, or the index of the metype at fault and what is wrong.
     pub fn check_costs(&self) -> std::result::Result<f64, (usize, String)> {
         for (i, m) in self.metypes.iter().enumerate() {
-            for (what, x) in [("KB per cell", m.memory_kb), ("synapses per cell", m.synapses_per_cell)] {
+            for (what, x) in [
+                ("KB per cell", m.memory_kb),
+                ("synapses per cell", m.synapses_per_cell),
+            ] {
                 if !x.is_finite() || x < 0.0 {
                     return Err((i, format!("{what} must be finite and >= 0, got {x}")));
                 }
@@ -213,9 +216,14 @@ impl DryRun {
                 Some(lit) => BalancerError::DryRun {
                     path: path.to_owned(),
                     field: format!("line {} column {}", source.line(), source.column()),
-                    message: format!("{lit} is not a finite number (memory and synapse counts must be finite and >= 0)"),
+                    message: format!(
+                        "{lit} is not a finite number (memory and synapse counts must be finite and >= 0)"
+                    ),
                 },
-                None => BalancerError::Json { path: path.to_owned(), error: source },
+                None => BalancerError::Json {
+                    path: path.to_owned(),
+                    error: source,
+                },
             }
         })?;
         let notes = match value.as_object() {
@@ -272,51 +280,81 @@ impl DryRun {
         for (name, v) in memory {
             let memory_kb = number(v, format!("metype_memory[{name:?}]"), "KB per cell")?;
             let synapses_per_cell = match syn_average.and_then(|m| m.get(name)) {
-                Some(s) => number(s, format!("metype_cell_syn_average[{name:?}]"), "synapses per cell")?,
+                Some(s) => number(
+                    s,
+                    format!("metype_cell_syn_average[{name:?}]"),
+                    "synapses per cell",
+                )?,
                 None => 0.0,
             };
             index.insert(name.as_str(), metypes.len());
-            metypes.push(Metype { name: name.clone(), memory_kb, synapses_per_cell });
+            metypes.push(Metype {
+                name: name.clone(),
+                memory_kb,
+                synapses_per_cell,
+            });
         }
         if let Some(avg) = syn_average {
             for (name, v) in avg {
                 // Validate entries for metypes without memory too (they are otherwise unused).
-                number(v, format!("metype_cell_syn_average[{name:?}]"), "synapses per cell")?;
+                number(
+                    v,
+                    format!("metype_cell_syn_average[{name:?}]"),
+                    "synapses per cell",
+                )?;
             }
         }
 
         let mut populations = Vec::with_capacity(pop_gids.len());
         for (pop, per_metype) in pop_gids {
             let per_metype = per_metype.as_object().ok_or_else(|| {
-                err(format!("pop_metype_gids[{pop:?}]"), "expected an object {metype: [gid, ...]}".into())
+                err(
+                    format!("pop_metype_gids[{pop:?}]"),
+                    "expected an object {metype: [gid, ...]}".into(),
+                )
             })?;
             let mut seen = HashSet::new();
             let mut metype_gids = Vec::with_capacity(per_metype.len());
             for (metype, gids) in per_metype {
                 let field = format!("pop_metype_gids[{pop:?}][{metype:?}]");
                 let &m = index.get(metype.as_str()).ok_or_else(|| {
-                    err(field.clone(), format!("metype {metype:?} is absent from metype_memory"))
+                    err(
+                        field.clone(),
+                        format!("metype {metype:?} is absent from metype_memory"),
+                    )
                 })?;
                 let gids = gids
                     .as_array()
                     .ok_or_else(|| err(field.clone(), "expected an array of gids".into()))?;
                 let mut list = Vec::with_capacity(gids.len());
                 for (i, g) in gids.iter().enumerate() {
-                    let gid = g
-                        .as_u64()
-                        .and_then(|g| u32::try_from(g).ok())
-                        .ok_or_else(|| err(format!("{field}[{i}]"), format!("gid must be an integer in 0..2^32, got {g}")))?;
+                    let gid = g.as_u64().and_then(|g| u32::try_from(g).ok()).ok_or_else(|| {
+                        err(
+                            format!("{field}[{i}]"),
+                            format!("gid must be an integer in 0..2^32, got {g}"),
+                        )
+                    })?;
                     if !seen.insert(gid) {
-                        return Err(err(format!("{field}[{i}]"), format!("gid {gid} is listed twice in population {pop:?}")));
+                        return Err(err(
+                            format!("{field}[{i}]"),
+                            format!("gid {gid} is listed twice in population {pop:?}"),
+                        ));
                     }
                     list.push(gid);
                 }
                 metype_gids.push((m, list));
             }
-            populations.push(Population { name: pop.clone(), metype_gids, cell_synapses: None });
+            populations.push(Population {
+                name: pop.clone(),
+                metype_gids,
+                cell_synapses: None,
+            });
         }
         if populations.iter().all(|p: &Population| p.cell_count() == 0) {
-            return Err(err("pop_metype_gids".into(), "no cells: there is nothing to balance".into()));
+            return Err(err(
+                "pop_metype_gids".into(),
+                "no cells: there is nothing to balance".into(),
+            ));
         }
         let dry_run = DryRun { metypes, populations };
         dry_run
@@ -330,8 +368,10 @@ impl DryRun {
     pub fn to_json_value(&self) -> Value {
         let mut memory: Vec<&Metype> = self.metypes.iter().collect();
         memory.sort_by(|a, b| a.name.cmp(&b.name));
-        let metype_memory: Map<String, Value> =
-            memory.iter().map(|m| (m.name.clone(), Value::from(m.memory_kb))).collect();
+        let metype_memory: Map<String, Value> = memory
+            .iter()
+            .map(|m| (m.name.clone(), Value::from(m.memory_kb)))
+            .collect();
         let syn: Map<String, Value> = memory
             .iter()
             .filter(|m| m.synapses_per_cell > 0.0)
@@ -342,11 +382,16 @@ impl DryRun {
         let pop_metype_gids: Map<String, Value> = pops
             .iter()
             .map(|p| {
-                let mut per: Vec<(&str, &Vec<u32>)> =
-                    p.metype_gids.iter().map(|(m, g)| (self.metypes[*m].name.as_str(), g)).collect();
+                let mut per: Vec<(&str, &Vec<u32>)> = p
+                    .metype_gids
+                    .iter()
+                    .map(|(m, g)| (self.metypes[*m].name.as_str(), g))
+                    .collect();
                 per.sort_by(|a, b| a.0.cmp(b.0));
-                let obj: Map<String, Value> =
-                    per.into_iter().map(|(n, g)| (n.to_owned(), Value::from(g.clone()))).collect();
+                let obj: Map<String, Value> = per
+                    .into_iter()
+                    .map(|(n, g)| (n.to_owned(), Value::from(g.clone())))
+                    .collect();
                 (p.name.clone(), Value::Object(obj))
             })
             .collect();
@@ -368,8 +413,12 @@ impl DryRun {
         let mut buf = Vec::new();
         let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
         let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
-        serde::Serialize::serialize(&self.to_json_value(), &mut ser)
-            .map_err(|error| BalancerError::Json { path: path.to_owned(), error })?;
+        serde::Serialize::serialize(&self.to_json_value(), &mut ser).map_err(|error| {
+            BalancerError::Json {
+                path: path.to_owned(),
+                error,
+            }
+        })?;
         buf.push(b'\n');
         let mut file = crate::atomic::AtomicFile::create(path)?;
         file.write_all(&buf).map_err(|e| BalancerError::io(path, e))?;
@@ -379,7 +428,11 @@ impl DryRun {
 
 /// `x` as written, or in exponent notation when large (1e308 rather than 309 digits).
 fn short(x: f64) -> String {
-    if x.abs() < 1e15 { format!("{x}") } else { format!("{x:e}") }
+    if x.abs() < 1e15 {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
 }
 
 /// The Python non-finite literal (`NaN`, `Infinity`, `-Infinity`) at a 1-based line and
@@ -390,7 +443,9 @@ fn non_finite_literal(text: &[u8], line: usize, column: usize) -> Option<&'stati
     let from = column.saturating_sub(2);
     let rest = line_text.get(from..)?;
     let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace() && *b != b':')?..];
-    ["NaN", "-Infinity", "Infinity"].into_iter().find(|lit| rest.starts_with(lit.as_bytes()))
+    ["NaN", "-Infinity", "Infinity"]
+        .into_iter()
+        .find(|lit| rest.starts_with(lit.as_bytes()))
 }
 
 /// Writes `bytes` to `path` atomically: readers never see a half-written file and a
@@ -419,21 +474,28 @@ mod tests {
         assert_eq!(d.metype_cell_kb(), vec![100.0 + 19.0, 10.0]);
         assert_eq!(d.cell_count(), 3);
         let t = d.gid_kb_table();
-        assert_eq!([0, 1, 2, 3].map(|g| t[0].get(g)), [Some(119.0), Some(10.0), Some(119.0), None]);
+        assert_eq!(
+            [0, 1, 2, 3].map(|g| t[0].get(g)),
+            [Some(119.0), Some(10.0), Some(119.0), None]
+        );
     }
 
     #[test]
     fn errors_name_the_field() {
         let e = parse(json!({"metype_memory": {"A": -1.0}, "pop_metype_gids": {}})).unwrap_err();
         assert!(e.to_string().contains("metype_memory[\"A\"]"), "{e}");
-        let e = parse(json!({"metype_memory": {"A": 1.0}, "pop_metype_gids": {"P": {"Z": [1]}}}))
-            .unwrap_err();
-        assert!(e.to_string().contains("metype \"Z\" is absent from metype_memory"), "{e}");
-        let e = parse(json!({"metype_memory": {"A": 1.0}, "pop_metype_gids": {"P": {"A": [1, 1]}}}))
-            .unwrap_err();
+        let e =
+            parse(json!({"metype_memory": {"A": 1.0}, "pop_metype_gids": {"P": {"Z": [1]}}})).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("metype \"Z\" is absent from metype_memory"),
+            "{e}"
+        );
+        let e =
+            parse(json!({"metype_memory": {"A": 1.0}, "pop_metype_gids": {"P": {"A": [1, 1]}}})).unwrap_err();
         assert!(e.to_string().contains("gid 1 is listed twice"), "{e}");
-        let e = parse(json!({"metype_memory": {"A": 1.0}, "pop_metype_gids": {"P": {"A": [-3]}}}))
-            .unwrap_err();
+        let e =
+            parse(json!({"metype_memory": {"A": 1.0}, "pop_metype_gids": {"P": {"A": [-3]}}})).unwrap_err();
         assert!(e.to_string().contains("[\"A\"][0]"), "{e}");
         let e = parse(json!({"pop_metype_gids": {}})).unwrap_err();
         assert!(e.to_string().contains("metype_memory: missing"), "{e}");
@@ -449,7 +511,10 @@ mod tests {
         .unwrap();
         let back = parse(d.to_json_value()).unwrap();
         // Same content; the written file has sorted keys, like neurodamus writes it.
-        assert_eq!(back.metypes.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), ["A", "B"]);
+        assert_eq!(
+            back.metypes.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+            ["A", "B"]
+        );
         assert_eq!(back.populations[0].name, "P");
         assert_eq!(back.cell_count(), 4);
         assert_eq!(back.metype_cell_kb(), vec![119.0, 1.5]);

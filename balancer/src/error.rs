@@ -62,7 +62,11 @@ pub type Result<T, E = BalancerError> = std::result::Result<T, E>;
 
 /// `wrote A, B; ` (nothing when empty).
 fn wrote(paths: &[PathBuf]) -> String {
-    if paths.is_empty() { String::new() } else { format!("wrote {}; ", list(paths)) }
+    if paths.is_empty() {
+        String::new()
+    } else {
+        format!("wrote {}; ", list(paths))
+    }
 }
 
 /// `A, B`, or `nothing`.
@@ -70,7 +74,11 @@ fn list(paths: &[PathBuf]) -> String {
     if paths.is_empty() {
         return "nothing else".into();
     }
-    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `population `P`: field: ` with the empty parts left out.
@@ -88,6 +96,9 @@ fn sonata_location(population: &str, field: &str) -> String {
 
 impl BalancerError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        BalancerError::Io { path: path.into(), error: source }
+        BalancerError::Io {
+            path: path.into(),
+            error: source,
+        }
     }
 }

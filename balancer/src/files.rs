@@ -35,12 +35,16 @@ pub fn read_allocation(path: &Path) -> Result<Allocation> {
     if let Some((r, c)) = name.filter(|&(r, c)| r == 0 || c == 0) {
         return Err(BalancerError::Pickle {
             path: path.to_owned(),
-            message: format!("the file name says {r} ranks × {c} cycles: an allocation has at least 1 rank and 1 cycle"),
+            message: format!(
+                "the file name says {r} ranks × {c} cycles: an allocation has at least 1 rank and 1 cycle"
+            ),
         });
     }
     let populations = pickle::read_allocation_file(path)?;
     let keys = populations.iter().flat_map(|p| p.buckets.keys());
-    let span = keys.fold((0u64, 0u64), |(r, c), b| (r.max(b.rank as u64 + 1), c.max(b.cycle as u64 + 1)));
+    let span = keys.fold((0u64, 0u64), |(r, c), b| {
+        (r.max(b.rank as u64 + 1), c.max(b.cycle as u64 + 1))
+    });
     let (ranks, cycles) = match name {
         Some((r, c)) => {
             if span.0 > r as u64 || span.1 > c as u64 {
@@ -59,13 +63,20 @@ pub fn read_allocation(path: &Path) -> Result<Allocation> {
             let fit = |n: u64, what: &str| {
                 u32::try_from(n.max(1)).map_err(|_| BalancerError::Pickle {
                     path: path.to_owned(),
-                    message: format!("a bucket has {what} {}: the {what} count {n} does not fit in 32 bits", n - 1),
+                    message: format!(
+                        "a bucket has {what} {}: the {what} count {n} does not fit in 32 bits",
+                        n - 1
+                    ),
                 })
             };
             (fit(span.0, "rank")?, fit(span.1, "cycle")?)
         }
     };
-    Ok(Allocation { ranks, cycles, populations })
+    Ok(Allocation {
+        ranks,
+        cycles,
+        populations,
+    })
 }
 
 /// Writes `allocation` as `dir/allocation_r{R}_c{C}.pkl.gz` (atomically) and returns the path.
@@ -118,7 +129,14 @@ pub struct AllocationCosts {
 impl AllocationCosts {
     /// The costs of balancing `dry_run` on `ranks` × `cycles` with `strategy` and
     /// `transport_model`.
-    pub fn new(written_by: &str, dry_run: &DryRun, ranks: u32, cycles: u32, strategy: &str, transport_model: &str) -> Self {
+    pub fn new(
+        written_by: &str,
+        dry_run: &DryRun,
+        ranks: u32,
+        cycles: u32,
+        strategy: &str,
+        transport_model: &str,
+    ) -> Self {
         let mut h = crc32fast::Hasher::new();
         h.update(b"ballast-costs-1\0");
         h.update(&crate::dryrun::SYNAPSE_KB.to_le_bytes());
@@ -179,7 +197,10 @@ impl AllocationCosts {
             d.push(format!("strategy {} vs {}", self.strategy, other.strategy));
         }
         if self.transport_model != other.transport_model {
-            d.push(format!("transport model {} vs {}", self.transport_model, other.transport_model));
+            d.push(format!(
+                "transport model {} vs {}",
+                self.transport_model, other.transport_model
+            ));
         }
         if self.cells != other.cells {
             d.push(format!("{} vs {} cells", self.cells, other.cells));
@@ -188,18 +209,33 @@ impl AllocationCosts {
             d.push(format!("total {:.1} vs {:.1} KB", self.total_kb, other.total_kb));
         }
         if self.cell_kb_default != other.cell_kb_default && other.cell_kb_default.is_some() {
-            d.push(format!("cell KB default {} vs {}", opt(self.cell_kb_default), opt(other.cell_kb_default)));
+            d.push(format!(
+                "cell KB default {} vs {}",
+                opt(self.cell_kb_default),
+                opt(other.cell_kb_default)
+            ));
         }
-        if self.point_cell_kb_default != other.point_cell_kb_default && other.point_cell_kb_default.is_some() {
-            d.push(format!("point-cell KB default {} vs {}", opt(self.point_cell_kb_default), opt(other.point_cell_kb_default)));
+        if self.point_cell_kb_default != other.point_cell_kb_default && other.point_cell_kb_default.is_some()
+        {
+            d.push(format!(
+                "point-cell KB default {} vs {}",
+                opt(self.point_cell_kb_default),
+                opt(other.point_cell_kb_default)
+            ));
         }
         if self.synapse_kb != other.synapse_kb {
-            d.push(format!("{} vs {} KB per synapse", self.synapse_kb, other.synapse_kb));
+            d.push(format!(
+                "{} vs {} KB per synapse",
+                self.synapse_kb, other.synapse_kb
+            ));
         }
         if d.is_empty() && !self.same_costs(other) {
             d.push("per-cell costs".into());
         }
-        d.push(format!("cost digest {} vs {}", self.cost_digest, other.cost_digest));
+        d.push(format!(
+            "cost digest {} vs {}",
+            self.cost_digest, other.cost_digest
+        ));
         d
     }
 
@@ -207,7 +243,10 @@ impl AllocationCosts {
     pub fn stage(&self, dir: &Path) -> Result<AtomicFile> {
         use std::io::Write;
         let path = dir.join(sidecar_file_name(self.ranks, self.cycles));
-        let mut text = serde_json::to_vec_pretty(self).map_err(|error| BalancerError::Json { path: path.clone(), error })?;
+        let mut text = serde_json::to_vec_pretty(self).map_err(|error| BalancerError::Json {
+            path: path.clone(),
+            error,
+        })?;
         text.push(b'\n');
         let mut f = AtomicFile::create(&path)?;
         f.write_all(&text).map_err(|e| BalancerError::io(&path, e))?;
@@ -223,10 +262,18 @@ impl AllocationCosts {
             Err(e) => return Err(BalancerError::io(path, e)),
         };
         if meta.len() > 1 << 20 {
-            return Err(BalancerError::Pickle { path: path.to_owned(), message: format!("{} bytes: not an allocation sidecar", meta.len()) });
+            return Err(BalancerError::Pickle {
+                path: path.to_owned(),
+                message: format!("{} bytes: not an allocation sidecar", meta.len()),
+            });
         }
         let text = std::fs::read(path).map_err(|e| BalancerError::io(path, e))?;
-        serde_json::from_slice(&text).map(Some).map_err(|error| BalancerError::Json { path: path.to_owned(), error })
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|error| BalancerError::Json {
+                path: path.to_owned(),
+                error,
+            })
     }
 }
 
@@ -262,7 +309,11 @@ pub fn load_or_generate(
     dry_run: &DryRun,
     strategy: crate::strategy::Strategy,
 ) -> Result<LoadedAllocation> {
-    let config = BalancerConfig::builder().ranks(ranks).cycles(cycles).strategy(strategy).build()?;
+    let config = BalancerConfig::builder()
+        .ranks(ranks)
+        .cycles(cycles)
+        .strategy(strategy)
+        .build()?;
     config.check_size(dry_run)?;
     let path = dir.join(allocation_file_name(ranks, cycles));
     if path.exists() {
@@ -274,7 +325,14 @@ pub fn load_or_generate(
                  move it away to have it regenerated"
             ),
         })?;
-        let ours = AllocationCosts::new("ballast run", dry_run, ranks, cycles, &strategy_name(strategy), "none");
+        let ours = AllocationCosts::new(
+            "ballast run",
+            dry_run,
+            ranks,
+            cycles,
+            &strategy_name(strategy),
+            "none",
+        );
         let sidecar = dir.join(sidecar_file_name(ranks, cycles));
         let mut warnings = Vec::new();
         match AllocationCosts::read(&sidecar) {
@@ -287,13 +345,28 @@ pub fn load_or_generate(
             Ok(_) => {}
             Err(e) => warnings.push(format!("{e} (cannot tell which costs the allocation was balanced with)")),
         }
-        return Ok(LoadedAllocation { allocation, source: AllocationSource::File(path), warnings });
+        return Ok(LoadedAllocation {
+            allocation,
+            source: AllocationSource::File(path),
+            warnings,
+        });
     }
     let allocation = balance(dry_run, &config);
-    let costs = AllocationCosts::new("ballast run", dry_run, ranks, cycles, &strategy_name(strategy), "none");
+    let costs = AllocationCosts::new(
+        "ballast run",
+        dry_run,
+        ranks,
+        cycles,
+        &strategy_name(strategy),
+        "none",
+    );
     let files = vec![stage_allocation(dir, &allocation)?, costs.stage(dir)?];
     let path = crate::atomic::commit_all(files)?.swap_remove(0);
-    Ok(LoadedAllocation { allocation, source: AllocationSource::Regenerated(path), warnings: Vec::new() })
+    Ok(LoadedAllocation {
+        allocation,
+        source: AllocationSource::Regenerated(path),
+        warnings: Vec::new(),
+    })
 }
 
 /// `lpt` or `neurodamus`, as `--strategy` spells it.

@@ -8,15 +8,15 @@ pub mod atomic;
 pub mod circuit;
 pub mod dryrun;
 pub mod error;
-pub mod network;
 pub mod files;
 pub mod gidmap;
 pub mod limits;
+pub mod network;
 pub mod pickle;
+pub mod sim;
 #[cfg(feature = "sonata")]
 pub mod sonata;
 pub mod strategy;
-pub mod sim;
 pub mod summary;
 pub mod synthetic;
 pub mod transport_aware;
@@ -24,6 +24,9 @@ pub mod transport_aware;
 pub use allocation::{Allocation, Bucket, GidProblems, PopulationAllocation};
 pub use dryrun::DryRun;
 pub use error::{BalancerError, Result};
-pub use files::{allocation_file_name, load_or_generate, read_allocation, write_allocation, AllocationSource, LoadedAllocation};
+pub use files::{
+    allocation_file_name, load_or_generate, read_allocation, write_allocation, AllocationSource,
+    LoadedAllocation,
+};
 pub use strategy::{balance, BalancerConfig, Strategy};
 pub use summary::{LoadStats, Summary};

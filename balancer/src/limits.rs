@@ -25,7 +25,9 @@ pub const BYTES_PER_CELL: u64 = 256;
 
 /// Bytes needed to balance `cells` cells into `buckets` buckets.
 pub fn balancing_bytes(buckets: u64, cells: u64) -> u64 {
-    buckets.saturating_mul(BYTES_PER_BUCKET).saturating_add(cells.saturating_mul(BYTES_PER_CELL))
+    buckets
+        .saturating_mul(BYTES_PER_BUCKET)
+        .saturating_add(cells.saturating_mul(BYTES_PER_CELL))
 }
 
 /// The memory this process can still get, in bytes: `MemAvailable` of /proc/meminfo, or
@@ -34,12 +36,24 @@ pub fn balancing_bytes(buckets: u64, cells: u64) -> u64 {
 pub fn available_memory() -> Option<u64> {
     let field = |file: &str, key: &str| -> Option<u64> {
         let text = std::fs::read_to_string(file).ok()?;
-        let kb: u64 = text.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()?;
+        let kb: u64 = text
+            .lines()
+            .find(|l| l.starts_with(key))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
         Some(kb.saturating_mul(1024))
     };
     let meminfo = field("/proc/meminfo", "MemAvailable:");
     let address_space = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| {
-        let limit: u64 = l.lines().find(|l| l.starts_with("Max address space"))?.split_whitespace().nth(3)?.parse().ok()?;
+        let limit: u64 = l
+            .lines()
+            .find(|l| l.starts_with("Max address space"))?
+            .split_whitespace()
+            .nth(3)?
+            .parse()
+            .ok()?;
         Some(limit.saturating_sub(field("/proc/self/status", "VmSize:").unwrap_or(0)))
     });
     match (meminfo, address_space) {
@@ -57,7 +71,11 @@ pub fn human_bytes(bytes: u64) -> String {
         x /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{bytes} B") } else { format!("{x:.1} {}", units[u]) }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{x:.1} {}", units[u])
+    }
 }
 
 /// Errors unless `bytes` fit in `available` (`None`: not checked); the message names `what`
@@ -77,7 +95,13 @@ pub fn check_memory(what: &str, bytes: u64, available: Option<u64>) -> Result<()
 /// against `available` bytes (`None`: not checked). Errors with
 /// [`BalancerError::InvalidParameter`] naming the numbers and the memory they would need.
 pub fn check_buckets(ranks: u32, cycles: u32, cells: u64, available: Option<u64>) -> Result<()> {
-    let plural = |n: u64, one: &str, many: &str| if n == 1 { format!("{n} {one}") } else { format!("{n} {many}") };
+    let plural = |n: u64, one: &str, many: &str| {
+        if n == 1 {
+            format!("{n} {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
     let what = || {
         format!(
             "{} × {} = {} for {}",
@@ -88,7 +112,10 @@ pub fn check_buckets(ranks: u32, cycles: u32, cells: u64, available: Option<u64>
         )
     };
     if ranks == 0 || cycles == 0 {
-        return Err(BalancerError::InvalidParameter(format!("{}: ranks and cycles must each be at least 1", what())));
+        return Err(BalancerError::InvalidParameter(format!(
+            "{}: ranks and cycles must each be at least 1",
+            what()
+        )));
     }
     let buckets = ranks as u64 * cycles as u64;
     let needed = balancing_bytes(buckets, cells);
@@ -126,23 +153,47 @@ mod tests {
         check_buckets(1 << 20, 1, 3, None).unwrap();
         check_buckets(1024, 1024, 0, None).unwrap();
         let e = check_buckets(1_000_000_000, 1, 3, None).unwrap_err().to_string();
-        assert!(e.contains("1000000000 ranks × 1 cycle = 1000000000 buckets for 3 cells"), "{e}");
-        assert!(e.contains("at most 1048579 buckets") && e.contains("about 119.2 GiB"), "{e}");
-        let e = check_buckets(65536, 65535, 10_000_000, None).unwrap_err().to_string();
-        assert!(e.contains("4294901760 buckets for 10000000 cells") && e.contains("514.4 GiB"), "{e}");
+        assert!(
+            e.contains("1000000000 ranks × 1 cycle = 1000000000 buckets for 3 cells"),
+            "{e}"
+        );
+        assert!(
+            e.contains("at most 1048579 buckets") && e.contains("about 119.2 GiB"),
+            "{e}"
+        );
+        let e = check_buckets(65536, 65535, 10_000_000, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("4294901760 buckets for 10000000 cells") && e.contains("514.4 GiB"),
+            "{e}"
+        );
         // Within the rule, the machine decides: 10^7 buckets and cells need 3.6 GiB.
         check_buckets(10_000_000, 1, 10_000_000, Some(4 << 30)).unwrap();
-        let e = check_buckets(10_000_000, 1, 10_000_000, Some(2 << 30)).unwrap_err().to_string();
-        assert!(e.contains("needs about 3.6 GiB") && e.contains("only 2.0 GiB are available"), "{e}");
-        assert!(check_buckets(0, 1, 3, None).unwrap_err().to_string().contains("0 ranks × 1 cycle"));
-        assert!(check_buckets(2, 0, 3, None).unwrap_err().to_string().contains("2 ranks × 0 cycles"));
+        let e = check_buckets(10_000_000, 1, 10_000_000, Some(2 << 30))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("needs about 3.6 GiB") && e.contains("only 2.0 GiB are available"),
+            "{e}"
+        );
+        assert!(check_buckets(0, 1, 3, None)
+            .unwrap_err()
+            .to_string()
+            .contains("0 ranks × 1 cycle"));
+        assert!(check_buckets(2, 0, 3, None)
+            .unwrap_err()
+            .to_string()
+            .contains("2 ranks × 0 cycles"));
     }
 
     #[test]
     fn memory_over_the_available_is_refused() {
         check_memory("x", 1 << 30, None).unwrap();
         check_memory("x", 1 << 30, Some(1 << 30)).unwrap();
-        let e = check_memory("a synthetic input of 10 cells", 3 << 30, Some(1 << 30)).unwrap_err().to_string();
+        let e = check_memory("a synthetic input of 10 cells", 3 << 30, Some(1 << 30))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a synthetic input of 10 cells would need about 3.0 GiB but only 1.0 GiB are available (MemAvailable, or ulimit -v)"), "{e}");
     }
 

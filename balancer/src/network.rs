@@ -81,7 +81,12 @@ impl Network {
         start[n] = w as u64;
         sources.truncate(w);
         sources.shrink_to_fit();
-        Ok(Network { offsets, source_start: start, sources, positions: None })
+        Ok(Network {
+            offsets,
+            source_start: start,
+            sources,
+            positions: None,
+        })
     }
 
     /// Sources of cell `t`.
@@ -169,7 +174,10 @@ impl Network {
                 head += 1;
                 next.clear();
                 next.extend(
-                    adj[start[c] as usize..start[c + 1] as usize].iter().copied().filter(|&x| !seen[x as usize]),
+                    adj[start[c] as usize..start[c + 1] as usize]
+                        .iter()
+                        .copied()
+                        .filter(|&x| !seen[x as usize]),
                 );
                 next.sort_unstable_by_key(|&x| (degree[x as usize], x));
                 next.dedup();
@@ -200,10 +208,14 @@ pub fn spatial_order(positions: &[[f32; 3]]) -> Vec<u32> {
                 hi[a] = hi[a].max(positions[c as usize][a]);
             }
         }
-        let axis = (0..3).max_by(|&a, &b| (hi[a] - lo[a]).total_cmp(&(hi[b] - lo[b]))).unwrap_or(0);
+        let axis = (0..3)
+            .max_by(|&a, &b| (hi[a] - lo[a]).total_cmp(&(hi[b] - lo[b])))
+            .unwrap_or(0);
         let mid = cells.len() / 2;
         cells.select_nth_unstable_by(mid, |&a, &b| {
-            positions[a as usize][axis].total_cmp(&positions[b as usize][axis]).then(a.cmp(&b))
+            positions[a as usize][axis]
+                .total_cmp(&positions[b as usize][axis])
+                .then(a.cmp(&b))
         });
         let (left, right) = cells.split_at_mut(mid);
         bisect(left, positions);
@@ -226,7 +238,11 @@ impl PeerSets {
     /// Empty sets for `ranks` ranks.
     pub fn new(ranks: usize) -> PeerSets {
         let words = ranks.div_ceil(64);
-        PeerSets { ranks, words, bits: vec![0; ranks * words] }
+        PeerSets {
+            ranks,
+            words,
+            bits: vec![0; ranks * words],
+        }
     }
 
     /// Adds `peer` to the set of `rank`.
@@ -241,14 +257,19 @@ impl PeerSets {
 
     /// Number of peers of `rank`.
     pub fn count(&self, rank: usize) -> usize {
-        self.bits[rank * self.words..(rank + 1) * self.words].iter().map(|w| w.count_ones() as usize).sum()
+        self.bits[rank * self.words..(rank + 1) * self.words]
+            .iter()
+            .map(|w| w.count_ones() as usize)
+            .sum()
     }
 
     /// Peers of `rank`, ascending.
     pub fn iter(&self, rank: usize) -> impl Iterator<Item = usize> + '_ {
         let row = &self.bits[rank * self.words..(rank + 1) * self.words];
         row.iter().enumerate().flat_map(|(w, &bits)| {
-            (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| w * 64 + b)
+            (0..64)
+                .filter(move |b| bits & (1 << b) != 0)
+                .map(move |b| w * 64 + b)
         })
     }
 }
@@ -312,6 +333,9 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(sorted, (0..6).collect::<Vec<u32>>());
         // A chain starts at an end (degree 1) and walks it.
-        assert!(order == vec![0, 1, 2, 3, 4, 5] || order == vec![5, 4, 3, 2, 1, 0], "{order:?}");
+        assert!(
+            order == vec![0, 1, 2, 3, 4, 5] || order == vec![5, 4, 3, 2, 1, 0],
+            "{order:?}"
+        );
     }
 }

@@ -100,8 +100,14 @@ impl ReadStats {
 
 /// [`read_allocation_file`] on the bytes of a gzip file (`path` is only used in messages),
 /// with the work done, whether it succeeded or not.
-pub fn read_allocation_gzip_with_stats(compressed: &[u8], path: &Path) -> (Result<Vec<PopulationAllocation>>, ReadStats) {
-    let mut stats = ReadStats { compressed_bytes: compressed.len() as u64, ..ReadStats::default() };
+pub fn read_allocation_gzip_with_stats(
+    compressed: &[u8],
+    path: &Path,
+) -> (Result<Vec<PopulationAllocation>>, ReadStats) {
+    let mut stats = ReadStats {
+        compressed_bytes: compressed.len() as u64,
+        ..ReadStats::default()
+    };
     let bytes = match gunzip(compressed, path) {
         Ok(b) => b,
         Err(e) => return (Err(e), stats),
@@ -127,7 +133,11 @@ fn gunzip(compressed: &[u8], path: &Path) -> Result<Vec<u8>> {
         };
         return Err(pickle_err(path, format!("not a gzip file{hint}")));
     }
-    let limit = MAX_PICKLE_BYTES.min((compressed.len() as u64).saturating_mul(MAX_GZIP_RATIO).saturating_add(1 << 20));
+    let limit = MAX_PICKLE_BYTES.min(
+        (compressed.len() as u64)
+            .saturating_mul(MAX_GZIP_RATIO)
+            .saturating_add(1 << 20),
+    );
     let mut bytes = Vec::new();
     let mut decoder = MultiGzDecoder::new(compressed).take(limit + 1);
     if let Err(e) = decoder.read_to_end(&mut bytes) {
@@ -160,10 +170,18 @@ pub fn read_allocation_pickle(bytes: &[u8], path: &Path) -> Result<Vec<Populatio
 }
 
 /// [`read_allocation_pickle`] with the work done ([`ReadStats`]), whether it succeeded or not.
-pub fn read_allocation_pickle_with_stats(bytes: &[u8], path: &Path) -> (Result<Vec<PopulationAllocation>>, ReadStats) {
+pub fn read_allocation_pickle_with_stats(
+    bytes: &[u8],
+    path: &Path,
+) -> (Result<Vec<PopulationAllocation>>, ReadStats) {
     let mut vm = Vm::new(bytes, path);
     let result = vm.run().and_then(|root| vm.populations(&root));
-    let stats = ReadStats { compressed_bytes: 0, pickle_bytes: bytes.len() as u64, opcodes: vm.opcodes, visits: vm.visits };
+    let stats = ReadStats {
+        compressed_bytes: 0,
+        pickle_bytes: bytes.len() as u64,
+        opcodes: vm.opcodes,
+        visits: vm.visits,
+    };
     (result, stats)
 }
 
@@ -181,7 +199,10 @@ pub fn write_allocation_file(path: &Path, populations: &[PopulationAllocation]) 
 
 /// [`write_allocation_file`] up to the commit: the file written and synced but not in
 /// place (see [`crate::atomic`]), so that a command can commit all its outputs together.
-pub fn stage_allocation_file(path: &Path, populations: &[PopulationAllocation]) -> Result<crate::atomic::AtomicFile> {
+pub fn stage_allocation_file(
+    path: &Path,
+    populations: &[PopulationAllocation],
+) -> Result<crate::atomic::AtomicFile> {
     let mut seen = HashSet::new();
     for p in populations {
         if !seen.insert(p.name.as_str()) {
@@ -192,11 +213,8 @@ pub fn stage_allocation_file(path: &Path, populations: &[PopulationAllocation]) 
             )));
         }
     }
-    let pickle = serde_pickle::to_vec(
-        &PopulationsSer(populations),
-        serde_pickle::SerOptions::new(),
-    )
-    .map_err(|e| pickle_err(path, format!("cannot serialize allocation: {e}")))?;
+    let pickle = serde_pickle::to_vec(&PopulationsSer(populations), serde_pickle::SerOptions::new())
+        .map_err(|e| pickle_err(path, format!("cannot serialize allocation: {e}")))?;
 
     // Unnamed until committed, mode 0666 less the umask (neurodamus run by another user of
     // the group can read it).
@@ -209,12 +227,8 @@ pub fn stage_allocation_file(path: &Path, populations: &[PopulationAllocation]) 
         encoder
             .write_all(&pickle)
             .map_err(|e| BalancerError::io(path, e))?;
-        let mut writer = encoder
-            .finish()
-            .map_err(|e| BalancerError::io(path, e))?;
-        writer
-            .flush()
-            .map_err(|e| BalancerError::io(path, e))?;
+        let mut writer = encoder.finish().map_err(|e| BalancerError::io(path, e))?;
+        writer.flush().map_err(|e| BalancerError::io(path, e))?;
     }
     Ok(tmp)
 }
@@ -291,9 +305,7 @@ impl Global {
         };
         Some(match (module, name) {
             ("collections", "defaultdict") => Global::DefaultDict,
-            ("neurodamus.utils.memory", "DryRunStats.defaultdict_vector") => {
-                Global::DefaultDictVector
-            }
+            ("neurodamus.utils.memory", "DryRunStats.defaultdict_vector") => Global::DefaultDictVector,
             ("neurodamus.utils.memory", "DryRunStats") => Global::DryRunStats,
             ("builtins", "getattr") => Global::Getattr,
             ("neurodamus.utils.compat", "Vector") => Global::Vector,
@@ -615,7 +627,11 @@ impl<'a> Vm<'a> {
             return Err(self.err(at, format!("tuples nested deeper than {MAX_TUPLE_DEPTH}")));
         }
         let key_cost = items.iter().fold(1usize, |n, v| n.saturating_add(key_cost(v)));
-        Ok(Val::Tuple(Rc::new(TupleObj { depth, key_cost, items })))
+        Ok(Val::Tuple(Rc::new(TupleObj {
+            depth,
+            key_cost,
+            items,
+        })))
     }
 
     fn new_list(&mut self, items: Vec<Val>) -> Val {
@@ -660,9 +676,7 @@ impl<'a> Vm<'a> {
                     .map(|v| self.hkey(v, at))
                     .collect::<VmResult<_>>()?,
             ),
-            other => {
-                return Err(self.err(at, format!("unsupported dict key type {}", other.kind())))
-            }
+            other => return Err(self.err(at, format!("unsupported dict key type {}", other.kind()))),
         })
     }
 
@@ -726,10 +740,7 @@ impl<'a> Vm<'a> {
 
     fn run(&mut self) -> VmResult<Val> {
         if self.data.is_empty() {
-            return Err(pickle_err(
-                self.path,
-                "pickle truncated: no data at all".into(),
-            ));
+            return Err(pickle_err(self.path, "pickle truncated: no data at all".into()));
         }
         loop {
             let at = self.pos;
@@ -814,16 +825,14 @@ impl<'a> Vm<'a> {
                     let v = match l {
                         "00" => Val::Bool(false),
                         "01" => Val::Bool(true),
-                        s => parse_decimal(s)
-                            .ok_or_else(|| self.err(at, format!("bad INT {s:?}")))?,
+                        s => parse_decimal(s).ok_or_else(|| self.err(at, format!("bad INT {s:?}")))?,
                     };
                     self.push(v);
                 }
                 op::LONG => {
                     let l = self.line_str(at)?;
                     let s = l.strip_suffix('L').unwrap_or(l);
-                    let v =
-                        parse_decimal(s).ok_or_else(|| self.err(at, format!("bad LONG {l:?}")))?;
+                    let v = parse_decimal(s).ok_or_else(|| self.err(at, format!("bad LONG {l:?}")))?;
                     self.push(v);
                 }
                 // floats
@@ -891,8 +900,7 @@ impl<'a> Vm<'a> {
                 }
                 op::STRING => {
                     let l = self.line(at)?;
-                    let b = unquote_string(l)
-                        .ok_or_else(|| self.err(at, "bad quoted text in STRING"))?;
+                    let b = unquote_string(l).ok_or_else(|| self.err(at, "bad quoted text in STRING"))?;
                     self.push(py2_str(&b));
                 }
                 // constants
@@ -985,9 +993,7 @@ impl<'a> Vm<'a> {
                             let id = *id;
                             self.sets[id].extend(items);
                         }
-                        other => {
-                            return Err(self.err(at, format!("ADDITEMS on a {}", other.kind())))
-                        }
+                        other => return Err(self.err(at, format!("ADDITEMS on a {}", other.kind()))),
                     }
                 }
                 op::FROZENSET => {
@@ -1096,10 +1102,7 @@ impl<'a> Vm<'a> {
                     if !self.is_empty_state(&state) {
                         return Err(self.err(
                             at,
-                            format!(
-                                "BUILD with a non-empty state ({}) is not supported",
-                                state.kind()
-                            ),
+                            format!("BUILD with a non-empty state ({}) is not supported", state.kind()),
                         ));
                     }
                 }
@@ -1109,15 +1112,11 @@ impl<'a> Vm<'a> {
                 op::NEXT_BUFFER => {
                     return Err(self.err(at, "out-of-band buffers (NEXT_BUFFER) are not supported"))
                 }
-                op::PERSID | op::BINPERSID => {
-                    return Err(self.err(at, "persistent ids are not supported"))
-                }
+                op::PERSID | op::BINPERSID => return Err(self.err(at, "persistent ids are not supported")),
                 op::EXT1 | op::EXT2 | op::EXT4 => {
                     return Err(self.err(at, "copyreg extension codes are not supported"))
                 }
-                other => {
-                    return Err(self.err(at, format!("unknown or unsupported opcode 0x{other:02x}")))
-                }
+                other => return Err(self.err(at, format!("unknown or unsupported opcode 0x{other:02x}"))),
             }
         }
     }
@@ -1131,20 +1130,14 @@ impl<'a> Vm<'a> {
     fn target_dict(&self, at: usize) -> VmResult<usize> {
         match self.top(at)? {
             Val::Dict(id) => Ok(*id),
-            other => Err(self.err(
-                at,
-                format!("SETITEM(S) on a {}, not a dict", other.describe()),
-            )),
+            other => Err(self.err(at, format!("SETITEM(S) on a {}, not a dict", other.describe()))),
         }
     }
 
     fn target_list(&self, at: usize) -> VmResult<usize> {
         match self.top(at)? {
             Val::List(id) => Ok(*id),
-            other => Err(self.err(
-                at,
-                format!("APPEND(S) on a {}, not a list", other.describe()),
-            )),
+            other => Err(self.err(at, format!("APPEND(S) on a {}, not a list", other.describe()))),
         }
     }
 
@@ -1190,10 +1183,7 @@ impl<'a> Vm<'a> {
                     []
                     | [Val::None]
                     | [Val::Global(
-                        Global::DefaultDictVector
-                        | Global::Vector
-                        | Global::ArrayArray
-                        | Global::DefaultDict,
+                        Global::DefaultDictVector | Global::Vector | Global::ArrayArray | Global::DefaultDict,
                     )] => {}
                     [other] => {
                         return Err(self.err(
@@ -1252,10 +1242,7 @@ impl<'a> Vm<'a> {
                         ))
                     }
                 };
-                if let Some(bad) = items
-                    .iter()
-                    .find(|v| !matches!(v, Val::Int(_) | Val::BigInt))
-                {
+                if let Some(bad) = items.iter().find(|v| !matches!(v, Val::Int(_) | Val::BigInt)) {
                     return Err(self.err(
                         at,
                         format!(
@@ -1325,10 +1312,7 @@ impl<'a> Vm<'a> {
     }
 
     fn check_typecode(&self, tc: &str, at: usize) -> VmResult<()> {
-        if matches!(
-            tc,
-            "b" | "B" | "h" | "H" | "i" | "I" | "l" | "L" | "q" | "Q"
-        ) {
+        if matches!(tc, "b" | "B" | "h" | "H" | "i" | "I" | "l" | "L" | "q" | "Q") {
             Ok(())
         } else {
             Err(self.err(at, format!("array typecode {tc:?} is not an integer type")))
@@ -1387,12 +1371,8 @@ impl<'a> Vm<'a> {
             let mut buckets = BTreeMap::new();
             for (key, gids_val) in &self.dicts[*bid].entries {
                 *visits += 1;
-                let bucket =
-                    bucket_key(key).map_err(|m| e(format!("population `{name}`, key {m}")))?;
-                let where_ = format!(
-                    "population `{name}`, key ({}, {})",
-                    bucket.rank, bucket.cycle
-                );
+                let bucket = bucket_key(key).map_err(|m| e(format!("population `{name}`, key {m}")))?;
+                let where_ = format!("population `{name}`, key ({}, {})", bucket.rank, bucket.cycle);
                 let items: &[Val] = match gids_val {
                     Val::List(id) => &self.lists[*id],
                     Val::Tuple(t) => &t.items,
@@ -1445,10 +1425,7 @@ impl<'a> Vm<'a> {
 
 fn bucket_key(key: &Val) -> std::result::Result<Bucket, String> {
     let Val::Tuple(t) = key else {
-        return Err(format!(
-            "{}: expected a (rank, cycle) tuple",
-            key.describe()
-        ));
+        return Err(format!("{}: expected a (rank, cycle) tuple", key.describe()));
     };
     let part = |v: &Val, what: &str| -> std::result::Result<u32, String> {
         match v {
@@ -1465,10 +1442,7 @@ fn bucket_key(key: &Val) -> std::result::Result<Bucket, String> {
             let cycle = part(c, "cycle").map_err(|m| format!("({rank}, ..): {m}"))?;
             Ok(Bucket { rank, cycle })
         }
-        items => Err(format!(
-            "tuple of {} items: expected (rank, cycle)",
-            items.len()
-        )),
+        items => Err(format!("tuple of {} items: expected (rank, cycle)", items.len())),
     }
 }
 
@@ -1639,10 +1613,7 @@ mod tests {
         let bytes = serde_pickle::value_to_vec(&V::Dict(d), Default::default()).unwrap();
         let z = bytes.windows(4).position(|w| w == b"zeta").unwrap();
         let a = bytes.windows(5).position(|w| w == b"alpha").unwrap();
-        assert!(
-            a < z,
-            "Value::Dict is a BTreeMap: populations come out sorted"
-        );
+        assert!(a < z, "Value::Dict is a BTreeMap: populations come out sorted");
 
         let pops = vec![
             PopulationAllocation {
@@ -1709,14 +1680,8 @@ mod tests {
             decode_long(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
             Val::Int(1)
         ));
-        assert!(matches!(
-            decode_long(&[0, 0, 0, 0, 0, 0, 0, 0, 1]),
-            Val::BigInt
-        ));
-        assert!(matches!(
-            decode_fixed_int(&[0xff; 8], false, false),
-            Val::BigInt
-        ));
+        assert!(matches!(decode_long(&[0, 0, 0, 0, 0, 0, 0, 0, 1]), Val::BigInt));
+        assert!(matches!(decode_fixed_int(&[0xff; 8], false, false), Val::BigInt));
         assert!(matches!(
             decode_fixed_int(&[0x80, 0], true, true),
             Val::Int(-32768)
@@ -1734,7 +1699,9 @@ mod tests {
         ));
         assert!(m.contains("defaultdict factory"), "{m}");
         // getattr on anything but DryRunStats.defaultdict_vector.
-        let m = msg(read(b"\x80\x04\x8c\x08builtins\x8c\x07getattr\x93\x8c\x05array\x8c\x05array\x93\x8c\x04__eq\x86R."));
+        let m = msg(read(
+            b"\x80\x04\x8c\x08builtins\x8c\x07getattr\x93\x8c\x05array\x8c\x05array\x93\x8c\x04__eq\x86R.",
+        ));
         assert!(m.contains("getattr is only allowed"), "{m}");
     }
 
@@ -1811,8 +1778,7 @@ mod tests {
     #[test]
     fn protocol0_text_opcodes() {
         // {'A': {(1, 2): [3, 4L]}} in protocol 0 with STRING, INT, LONG, UNICODE.
-        let p =
-            b"(dp0\nS'A'\np1\n(dp2\n(I1\nI2\ntp3\n(lp4\nI3\naL4L\nassV\\u00e9\n(dsS'B\\x41'\n(ds.";
+        let p = b"(dp0\nS'A'\np1\n(dp2\n(I1\nI2\ntp3\n(lp4\nI3\naL4L\nassV\\u00e9\n(dsS'B\\x41'\n(ds.";
         let got = read(p).unwrap();
         let names: Vec<_> = got.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, vec!["A", "\u{e9}", "BA"]);

@@ -34,7 +34,13 @@ impl LoadStats {
     /// (distinct, in (rank, cycle) order, KB each); every other bucket holds 0. Cost is
     /// O(`loads`), whatever the bucket count. With no bucket at all (0 ranks or cycles) the
     /// means are 0.
-    pub fn from_loads(ranks: u32, cycles: u32, loads: &[(Bucket, f64)], cells: usize, heaviest_cell_kb: f64) -> LoadStats {
+    pub fn from_loads(
+        ranks: u32,
+        cycles: u32,
+        loads: &[(Bucket, f64)],
+        cells: usize,
+        heaviest_cell_kb: f64,
+    ) -> LoadStats {
         let buckets = ranks as u64 * cycles as u64;
         let total = loads.iter().fold(0.0, |t, l| t + l.1);
         let some_empty = (loads.len() as u64) < buckets;
@@ -149,7 +155,10 @@ impl Summary {
                 t.1 += kb;
             }
             heaviest = heaviest.max(pop_heaviest);
-            populations.push((pop.name.clone(), LoadStats::from_loads(ranks, cycles, &loads, cells, pop_heaviest)));
+            populations.push((
+                pop.name.clone(),
+                LoadStats::from_loads(ranks, cycles, &loads, cells, pop_heaviest),
+            ));
         }
         let loads: Vec<(Bucket, f64)> = all.iter().map(|(&b, &(_, kb))| (b, kb)).collect();
         let cells = all.values().map(|t| t.0).sum();
@@ -158,7 +167,15 @@ impl Summary {
             cycles,
             overall: LoadStats::from_loads(ranks, cycles, &loads, cells, heaviest),
             populations,
-            buckets: all.into_iter().map(|(b, (cells, kb))| BucketLoad { rank: b.rank, cycle: b.cycle, cells, kb }).collect(),
+            buckets: all
+                .into_iter()
+                .map(|(b, (cells, kb))| BucketLoad {
+                    rank: b.rank,
+                    cycle: b.cycle,
+                    cells,
+                    kb,
+                })
+                .collect(),
         }
     }
 
@@ -178,10 +195,17 @@ impl Summary {
         let c = self.cycles as u64;
         let mut out = Vec::new();
         let mut next = 0u64;
-        let filled = self.buckets.iter().map(|b| b.rank as u64 * c + b.cycle as u64).chain([self.bucket_count()]);
+        let filled = self
+            .buckets
+            .iter()
+            .map(|b| b.rank as u64 * c + b.cycle as u64)
+            .chain([self.bucket_count()]);
         for upto in filled {
             while next < upto && out.len() < limit {
-                out.push(Bucket { rank: (next / c) as u32, cycle: (next % c) as u32 });
+                out.push(Bucket {
+                    rank: (next / c) as u32,
+                    cycle: (next % c) as u32,
+                });
                 next += 1;
             }
             if out.len() == limit {
@@ -206,13 +230,22 @@ impl Summary {
     pub fn table(&self, unit: &str) -> String {
         let mut out = format!(
             "{:<24} {:>9} {:>14} {:>13} {:>13} {:>13} {:>13} {:>13} {:>9} {:>8}\n",
-            "population", "cells", format!("total {unit}"), "max bucket", "mean bucket", "min bucket",
-            "max rank", "min rank", "imbalance", "max/LB"
+            "population",
+            "cells",
+            format!("total {unit}"),
+            "max bucket",
+            "mean bucket",
+            "min bucket",
+            "max rank",
+            "min rank",
+            "imbalance",
+            "max/LB"
         );
         // Cell counts are whole numbers (only means have decimals); KB have one decimal.
         let p = if unit == "cells" { 0 } else { 1 };
         let mut row = |name: &str, s: &LoadStats| {
-            out += &format!(
+            out +=
+                &format!(
                 "{:<24} {:>9} {:>14.p$} {:>13.p$} {:>13.1} {:>13.p$} {:>13.p$} {:>13.p$} {:>9.4} {:>8.4}\n",
                 truncate(name, 24), s.cells, s.total_kb, s.max_bucket_kb, s.mean_bucket_kb, s.min_bucket_kb,
                 s.max_rank_kb, s.min_rank_kb, s.imbalance, s.ratio_to_lower_bound
@@ -229,23 +262,38 @@ impl Summary {
     /// mean), then one line counting the empty buckets, which are not listed.
     pub fn bucket_table(&self, with_kb: bool) -> String {
         let mut out = format!("{:>6} {:>6} {:>9}", "rank", "cycle", "cells");
-        out += &if with_kb { format!(" {:>14} {:>9}\n", "KB", "/mean") } else { format!(" {:>9}\n", "/mean") };
+        out += &if with_kb {
+            format!(" {:>14} {:>9}\n", "KB", "/mean")
+        } else {
+            format!(" {:>9}\n", "/mean")
+        };
         let mean = self.overall.mean_bucket_kb;
         for b in &self.buckets {
             let rel = if mean > 0.0 { b.kb / mean } else { 1.0 };
             out += &format!("{:>6} {:>6} {:>9}", b.rank, b.cycle, b.cells);
-            out += &if with_kb { format!(" {:>14.1} {rel:>9.4}\n", b.kb) } else { format!(" {rel:>9.4}\n") };
+            out += &if with_kb {
+                format!(" {:>14.1} {rel:>9.4}\n", b.kb)
+            } else {
+                format!(" {rel:>9.4}\n")
+            };
         }
         let empty = self.empty_bucket_count();
         if empty > 0 {
-            out += &format!("({empty} of {} buckets hold no cell and are not listed)\n", self.bucket_count());
+            out += &format!(
+                "({empty} of {} buckets hold no cell and are not listed)\n",
+                self.bucket_count()
+            );
         }
         out
     }
 }
 
 fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).collect::<String>() + "…" }
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        s.chars().take(n - 1).collect::<String>() + "…"
+    }
 }
 
 #[cfg(test)]
@@ -256,21 +304,50 @@ mod tests {
     fn stats_of_known_buckets() {
         let b = |rank, cycle| Bucket { rank, cycle };
         // 2 ranks × 2 cycles, loads 4, 2 | 3, 3.
-        let s = LoadStats::from_loads(2, 2, &[(b(0, 0), 4.0), (b(0, 1), 2.0), (b(1, 0), 3.0), (b(1, 1), 3.0)], 10, 1.0);
-        assert_eq!((s.max_bucket_kb, s.min_bucket_kb, s.mean_bucket_kb), (4.0, 2.0, 3.0));
+        let s = LoadStats::from_loads(
+            2,
+            2,
+            &[(b(0, 0), 4.0), (b(0, 1), 2.0), (b(1, 0), 3.0), (b(1, 1), 3.0)],
+            10,
+            1.0,
+        );
+        assert_eq!(
+            (s.max_bucket_kb, s.min_bucket_kb, s.mean_bucket_kb),
+            (4.0, 2.0, 3.0)
+        );
         assert_eq!((s.max_rank_kb, s.min_rank_kb, s.mean_rank_kb), (6.0, 6.0, 6.0));
         assert_eq!(s.lower_bound_kb, 3.0);
         assert_eq!(s.imbalance, 4.0 / 3.0);
         // A single heavy cell dominates the bound; the other bucket is empty (0).
         let s = LoadStats::from_loads(2, 1, &[(b(0, 0), 10.0)], 1, 10.0);
-        assert_eq!((s.lower_bound_kb, s.ratio_to_lower_bound, s.min_bucket_kb, s.min_rank_kb), (10.0, 1.0, 0.0, 0.0));
+        assert_eq!(
+            (
+                s.lower_bound_kb,
+                s.ratio_to_lower_bound,
+                s.min_bucket_kb,
+                s.min_rank_kb
+            ),
+            (10.0, 1.0, 0.0, 0.0)
+        );
         // 10^8 ranks × 10^3 cycles with one bucket used: O(1) work, finite figures.
         let s = LoadStats::from_loads(100_000_000, 1000, &[(b(200_000, 999), 5.0)], 1, 5.0);
-        assert_eq!((s.max_bucket_kb, s.min_bucket_kb, s.max_rank_kb, s.min_rank_kb), (5.0, 0.0, 5.0, 0.0));
+        assert_eq!(
+            (s.max_bucket_kb, s.min_bucket_kb, s.max_rank_kb, s.min_rank_kb),
+            (5.0, 0.0, 5.0, 0.0)
+        );
         assert_eq!(s.mean_bucket_kb, 5.0 / 1e11);
         // No bucket at all: zeros, not NaN or infinities.
         let s = LoadStats::from_loads(0, 1, &[], 0, 0.0);
-        assert_eq!((s.max_bucket_kb, s.min_bucket_kb, s.mean_bucket_kb, s.mean_rank_kb, s.imbalance), (0.0, 0.0, 0.0, 0.0, 1.0));
+        assert_eq!(
+            (
+                s.max_bucket_kb,
+                s.min_bucket_kb,
+                s.mean_bucket_kb,
+                s.mean_rank_kb,
+                s.imbalance
+            ),
+            (0.0, 0.0, 0.0, 0.0, 1.0)
+        );
     }
 
     #[test]
@@ -280,7 +357,18 @@ mod tests {
             cycles: 1000,
             populations: vec![crate::PopulationAllocation {
                 name: "P".into(),
-                buckets: [(Bucket { rank: 0, cycle: 1 }, vec![1, 2]), (Bucket { rank: 200_000, cycle: 999 }, vec![3])].into_iter().collect(),
+                buckets: [
+                    (Bucket { rank: 0, cycle: 1 }, vec![1, 2]),
+                    (
+                        Bucket {
+                            rank: 200_000,
+                            cycle: 999,
+                        },
+                        vec![3],
+                    ),
+                ]
+                .into_iter()
+                .collect(),
             }],
         };
         let s = Summary::by_cell_count(&alloc);
@@ -290,10 +378,20 @@ mod tests {
         assert_eq!(s.first_empty_buckets(3), vec![b(0, 0), b(0, 2), b(0, 3)]);
         let table = s.bucket_table(false);
         assert_eq!(table.lines().count(), 4, "{table}");
-        assert!(table.contains("(200000998 of 200001000 buckets hold no cell and are not listed)"), "{table}");
-        assert_eq!((s.overall.max_rank_kb, s.overall.min_rank_kb, s.overall.cells), (2.0, 0.0, 3));
+        assert!(
+            table.contains("(200000998 of 200001000 buckets hold no cell and are not listed)"),
+            "{table}"
+        );
+        assert_eq!(
+            (s.overall.max_rank_kb, s.overall.min_rank_kb, s.overall.cells),
+            (2.0, 0.0, 3)
+        );
         // 2 × 2: bucket (200000, 999) is out of range and not counted.
-        let small = Summary::by_cell_count(&Allocation { ranks: 2, cycles: 2, ..alloc });
+        let small = Summary::by_cell_count(&Allocation {
+            ranks: 2,
+            cycles: 2,
+            ..alloc
+        });
         assert_eq!(small.rank_kb(), vec![2.0, 0.0]);
         assert_eq!(small.first_empty_buckets(5), vec![b(0, 0), b(1, 0), b(1, 1)]);
     }

@@ -31,7 +31,12 @@ pub struct SyntheticSpec {
 
 impl Default for SyntheticSpec {
     fn default() -> Self {
-        SyntheticSpec { cells: 100_000, metypes: 200, populations: 2, seed: 1 }
+        SyntheticSpec {
+            cells: 100_000,
+            metypes: 200,
+            populations: 2,
+            seed: 1,
+        }
     }
 }
 
@@ -50,16 +55,24 @@ pub fn generate(spec: &SyntheticSpec) -> Result<DryRun> {
         ));
     }
     if spec.populations > spec.metypes {
-        return bad(format!("{} populations need at least as many metypes, got {}", spec.populations, spec.metypes));
+        return bad(format!(
+            "{} populations need at least as many metypes, got {}",
+            spec.populations, spec.metypes
+        ));
     }
     if spec.cells > u32::MAX as usize {
         return bad(format!("at most 2^32 - 1 cells, got {}", spec.cells));
     }
     // About 16 B per cell (gids, shuffles) and 128 B per metype (name, counts), before any
     // is allocated.
-    let bytes = (spec.cells as u64).saturating_mul(16).saturating_add((spec.metypes as u64).saturating_mul(128));
+    let bytes = (spec.cells as u64)
+        .saturating_mul(16)
+        .saturating_add((spec.metypes as u64).saturating_mul(128));
     crate::limits::check_memory(
-        &format!("a synthetic input of {} cells and {} metypes", spec.cells, spec.metypes),
+        &format!(
+            "a synthetic input of {} cells and {} metypes",
+            spec.cells, spec.metypes
+        ),
         bytes,
         crate::limits::available_memory(),
     )?;
@@ -74,9 +87,17 @@ pub fn generate(spec: &SyntheticSpec) -> Result<DryRun> {
             let name = format!(
                 "{}_{}{}-{}",
                 LAYERS[i % LAYERS.len()],
-                if heavy { "TPC" } else { MTYPES[(i / LAYERS.len()) % MTYPES.len()] },
+                if heavy {
+                    "TPC"
+                } else {
+                    MTYPES[(i / LAYERS.len()) % MTYPES.len()]
+                },
                 i,
-                if heavy { "cADpyr" } else { ETYPES[(i / 7) % ETYPES.len()] }
+                if heavy {
+                    "cADpyr"
+                } else {
+                    ETYPES[(i / 7) % ETYPES.len()]
+                }
             );
             Metype {
                 name,
@@ -88,8 +109,9 @@ pub fn generate(spec: &SyntheticSpec) -> Result<DryRun> {
         .collect();
 
     // Zipf weights; heavy metypes (i % 20 == 0) get the top ranks.
-    let mut keyed: Vec<(bool, u32, usize)> =
-        (0..spec.metypes).map(|i| (i % 20 != 0, rng.random::<u32>(), i)).collect();
+    let mut keyed: Vec<(bool, u32, usize)> = (0..spec.metypes)
+        .map(|i| (i % 20 != 0, rng.random::<u32>(), i))
+        .collect();
     keyed.sort_unstable();
     let ranks: Vec<usize> = keyed.into_iter().map(|(_, _, i)| i).collect();
     let mut weight = vec![0.0; spec.metypes];
@@ -119,8 +141,16 @@ pub fn generate(spec: &SyntheticSpec) -> Result<DryRun> {
                     (m, mine)
                 })
                 .collect();
-            let name = if p == 0 { "synthetic_neurons".to_owned() } else { format!("synthetic_neurons_{p}") };
-            Population { name, metype_gids, cell_synapses: None }
+            let name = if p == 0 {
+                "synthetic_neurons".to_owned()
+            } else {
+                format!("synthetic_neurons_{p}")
+            };
+            Population {
+                name,
+                metype_gids,
+                cell_synapses: None,
+            }
         })
         .collect();
     Ok(DryRun { metypes, populations })
@@ -134,7 +164,11 @@ fn apportion(total: usize, weights: &[f64]) -> Vec<usize> {
     let mut counts: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
     let mut left = total - counts.iter().sum::<usize>();
     let mut order: Vec<usize> = (0..weights.len()).collect();
-    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| {
+        (exact[b] - exact[b].floor())
+            .total_cmp(&(exact[a] - exact[a].floor()))
+            .then(a.cmp(&b))
+    });
     for &i in order.iter().cycle() {
         if left == 0 {
             break;
@@ -151,10 +185,22 @@ mod tests {
 
     #[test]
     fn shape_and_determinism() {
-        let spec = SyntheticSpec { cells: 10_000, metypes: 100, populations: 2, seed: 7 };
+        let spec = SyntheticSpec {
+            cells: 10_000,
+            metypes: 100,
+            populations: 2,
+            seed: 7,
+        };
         let d = generate(&spec).unwrap();
         assert_eq!(d, generate(&spec).unwrap(), "same seed, same data");
-        assert_ne!(d, generate(&SyntheticSpec { seed: 8, ..spec.clone() }).unwrap());
+        assert_ne!(
+            d,
+            generate(&SyntheticSpec {
+                seed: 8,
+                ..spec.clone()
+            })
+            .unwrap()
+        );
         assert_eq!(d.cell_count(), 10_000);
         assert_eq!(d.metypes.len(), 100);
         // Populations 2 : 1, gids 0-based and contiguous, each exactly once.
@@ -170,7 +216,11 @@ mod tests {
         let mut sorted = kb.clone();
         sorted.sort_by(f64::total_cmp);
         let median = sorted[50];
-        assert!(sorted[99] > 3.0 * median, "heaviest {} vs median {median}", sorted[99]);
+        assert!(
+            sorted[99] > 3.0 * median,
+            "heaviest {} vs median {median}",
+            sorted[99]
+        );
         // The dry run survives its own JSON form.
         let back = DryRun::from_json_value(&d.to_json_value(), std::path::Path::new("x")).unwrap();
         assert_eq!(back.cell_count(), d.cell_count());
@@ -180,8 +230,17 @@ mod tests {
     fn apportion_is_exact() {
         assert_eq!(apportion(10, &[1.0, 1.0, 1.0]), vec![4, 3, 3]);
         assert_eq!(apportion(7, &[0.5, 0.25, 0.25]).iter().sum::<usize>(), 7);
-        assert!(generate(&SyntheticSpec { cells: 0, ..Default::default() }).is_err());
-        assert!(generate(&SyntheticSpec { populations: 5, metypes: 3, ..Default::default() }).is_err());
+        assert!(generate(&SyntheticSpec {
+            cells: 0,
+            ..Default::default()
+        })
+        .is_err());
+        assert!(generate(&SyntheticSpec {
+            populations: 5,
+            metypes: 3,
+            ..Default::default()
+        })
+        .is_err());
     }
 }
 
@@ -230,14 +289,21 @@ pub fn generate_circuit(spec: &CircuitSpec) -> Result<SyntheticCircuit> {
     // NaN is refused too.
     let positive = |x: f64| x.partial_cmp(&0.0) == Some(std::cmp::Ordering::Greater);
     if spec.synapses_per_connection == 0 || !positive(spec.sigma_um) || !positive(spec.density_per_mm2) {
-        return Err(BalancerError::InvalidParameter(format!("bad circuit parameters {spec:?}")));
+        return Err(BalancerError::InvalidParameter(format!(
+            "bad circuit parameters {spec:?}"
+        )));
     }
     // Per connection: its (source, target) pair and the network built from it, about 32 B;
     // per cell: position, grid, metype, synapse count and offsets, about 48 B.
     let connections = spec.synapses / spec.synapses_per_connection as u64;
-    let bytes = connections.saturating_mul(32).saturating_add((spec.dry_run.cells as u64).saturating_mul(48));
+    let bytes = connections
+        .saturating_mul(32)
+        .saturating_add((spec.dry_run.cells as u64).saturating_mul(48));
     crate::limits::check_memory(
-        &format!("a synthetic circuit of {} cells and {} synapses", spec.dry_run.cells, spec.synapses),
+        &format!(
+            "a synthetic circuit of {} cells and {} synapses",
+            spec.dry_run.cells, spec.synapses
+        ),
         bytes,
         crate::limits::available_memory(),
     )?;
@@ -251,8 +317,14 @@ pub fn generate_circuit(spec: &CircuitSpec) -> Result<SyntheticCircuit> {
         .collect();
     let n = *offsets.last().unwrap();
     let side_um = (n as f64 / spec.density_per_mm2).sqrt() * 1000.0;
-    let positions: Vec<[f32; 2]> =
-        (0..n).map(|_| [(rng.random::<f64>() * side_um) as f32, (rng.random::<f64>() * side_um) as f32]).collect();
+    let positions: Vec<[f32; 2]> = (0..n)
+        .map(|_| {
+            [
+                (rng.random::<f64>() * side_um) as f32,
+                (rng.random::<f64>() * side_um) as f32,
+            ]
+        })
+        .collect();
     let voxels = ((side_um / spec.sigma_um).floor() as usize).max(1);
     let voxel_um = side_um / voxels as f64;
     let voxel_of = |x: f64, y: f64| {
@@ -285,8 +357,15 @@ pub fn generate_circuit(spec: &CircuitSpec) -> Result<SyntheticCircuit> {
         }
         m
     };
-    let raw: f64 = metype_of.iter().map(|&m| dry_run.metypes[m].synapses_per_cell).sum();
-    let scale = if raw > 0.0 { spec.synapses as f64 / raw } else { 0.0 };
+    let raw: f64 = metype_of
+        .iter()
+        .map(|&m| dry_run.metypes[m].synapses_per_cell)
+        .sum();
+    let scale = if raw > 0.0 {
+        spec.synapses as f64 / raw
+    } else {
+        0.0
+    };
     let spc = spec.synapses_per_connection as f64;
     let gauss = rand_distr::Normal::new(0.0, spec.sigma_um).expect("sigma > 0");
     let mut pairs: Vec<(u32, u32)> = Vec::with_capacity((spec.synapses as f64 / spc) as usize + n);
@@ -334,5 +413,9 @@ pub fn generate_circuit(spec: &CircuitSpec) -> Result<SyntheticCircuit> {
     for (m, (s, c)) in dry_run.metypes.iter_mut().zip(sum) {
         m.synapses_per_cell = if c > 0 { s as f64 / c as f64 } else { 0.0 };
     }
-    Ok(SyntheticCircuit { dry_run, network, positions })
+    Ok(SyntheticCircuit {
+        dry_run,
+        network,
+        positions,
+    })
 }

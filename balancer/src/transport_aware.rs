@@ -47,8 +47,15 @@ impl TransportCharge {
     /// KB charged to a rank with `peers` peer ranks (`peer_nodes` peer nodes) in a world
     /// of `world_size` ranks.
     pub fn charge_kb(&self, peers: usize, peer_nodes: usize, world_size: usize) -> f64 {
-        let counted = if self.config.recv_sharing == RecvSharing::Xrc { peer_nodes } else { peers };
-        self.config.predict(counted, world_size, self.config.ranks_per_node).total_bytes() as f64 / 1024.0
+        let counted = if self.config.recv_sharing == RecvSharing::Xrc {
+            peer_nodes
+        } else {
+            peers
+        };
+        self.config
+            .predict(counted, world_size, self.config.ranks_per_node)
+            .total_bytes() as f64
+            / 1024.0
     }
 }
 
@@ -74,7 +81,9 @@ impl RankLoads {
     }
     /// Largest rank total, KB.
     pub fn max_total_kb(&self) -> f64 {
-        (0..self.cells_kb.len()).map(|r| self.total_kb(r)).fold(0.0, f64::max)
+        (0..self.cells_kb.len())
+            .map(|r| self.total_kb(r))
+            .fold(0.0, f64::max)
     }
     /// Mean rank total, KB.
     pub fn mean_total_kb(&self) -> f64 {
@@ -133,16 +142,30 @@ pub fn evaluate(
     let lazy = charge.is_none_or(|ch| ch.config.lazy_connect);
     let rpn = charge.map_or(1, |ch| ch.config.ranks_per_node.max(1));
     let (peers, peer_nodes): (Vec<usize>, Vec<usize>) = if lazy {
-        ((0..ranks).map(|r| sets.count(r)).collect(), network.peer_nodes(&sets, rpn))
+        (
+            (0..ranks).map(|r| sets.count(r)).collect(),
+            network.peer_nodes(&sets, rpn),
+        )
     } else {
         let nodes = ranks.div_ceil(rpn);
-        ((0..ranks).map(|_| ranks - 1).collect(), (0..ranks).map(|_| nodes - 1).collect())
+        (
+            (0..ranks).map(|_| ranks - 1).collect(),
+            (0..ranks).map(|_| nodes - 1).collect(),
+        )
     };
     let transport_kb = match charge {
-        Some(ch) => (0..ranks).map(|r| ch.charge_kb(peers[r], peer_nodes[r], ranks)).collect(),
+        Some(ch) => (0..ranks)
+            .map(|r| ch.charge_kb(peers[r], peer_nodes[r], ranks))
+            .collect(),
         None => vec![0.0; ranks],
     };
-    RankLoads { cells_kb, synapses_kb, transport_kb, peers, peer_nodes }
+    RankLoads {
+        cells_kb,
+        synapses_kb,
+        transport_kb,
+        peers,
+        peer_nodes,
+    }
 }
 
 /// One evaluated placement.
@@ -180,11 +203,22 @@ pub fn balance_transport_aware(
     let placed = placed_cells(dry_run, &network.offsets);
     let eval = |method: &str, rank_of: Vec<u32>| {
         let loads = evaluate(network, &costs, &rank_of, ranks, Some(charge));
-        Placement { method: method.to_owned(), rank_of, loads }
+        Placement {
+            method: method.to_owned(),
+            rank_of,
+            loads,
+        }
     };
 
     // 1. Transport-blind: the memory-only LPT over ranks.
-    let blind_alloc = balance(dry_run, &BalancerConfig { cycles: 1, strategy: Strategy::Lpt, ..config.clone() });
+    let blind_alloc = balance(
+        dry_run,
+        &BalancerConfig {
+            cycles: 1,
+            strategy: Strategy::Lpt,
+            ..config.clone()
+        },
+    );
     let blind = eval("blind", rank_of_allocation(&blind_alloc, &network.offsets));
     let mut tried = vec![(blind.method.clone(), blind.loads.max_total_kb())];
     let mut best = blind.clone();
@@ -200,7 +234,10 @@ pub fn balance_transport_aware(
     order.sort_by(|&a, &b| costs.total(b).total_cmp(&costs.total(a)).then(a.cmp(&b)));
     let mut prev = blind.loads.transport_kb.clone();
     for _ in 0..3 {
-        let p = eval("charge-aware-lpt", lpt_with_preload(&order, &costs, &prev, network.cell_count()));
+        let p = eval(
+            "charge-aware-lpt",
+            lpt_with_preload(&order, &costs, &prev, network.cell_count()),
+        );
         prev = p.loads.transport_kb.clone();
         keep(p, &mut tried, &mut best);
     }
@@ -211,7 +248,11 @@ pub fn balance_transport_aware(
         orders.push(("spatial-cut", crate::network::spatial_order(pos)));
     }
     for (method, order) in orders {
-        let order: Vec<usize> = order.into_iter().map(|c| c as usize).filter(|c| placed.binary_search(c).is_ok()).collect();
+        let order: Vec<usize> = order
+            .into_iter()
+            .map(|c| c as usize)
+            .filter(|c| placed.binary_search(c).is_ok())
+            .collect();
         let mut charges = vec![0.0; ranks];
         for _ in 0..4 {
             let p = eval(method, cut(&order, &costs, &charges, network.cell_count()));
@@ -221,7 +262,12 @@ pub fn balance_transport_aware(
     }
 
     let allocation = split_into_cycles(dry_run, &network.offsets, &best.rank_of, &costs, config);
-    TransportAwareResult { blind, aware: best, tried, allocation }
+    TransportAwareResult {
+        blind,
+        aware: best,
+        tried,
+        allocation,
+    }
 }
 
 /// Global indices of the cells of the dry run, ascending.
@@ -251,7 +297,11 @@ pub fn rank_of_allocation(alloc: &Allocation, offsets: &[usize]) -> Vec<u32> {
 
 /// LPT over ranks whose loads start at `preload` (KB). `order`: cells heaviest first.
 fn lpt_with_preload(order: &[usize], costs: &CellCosts, preload: &[f64], n: usize) -> Vec<u32> {
-    let mut heap: BinaryHeap<Lightest<usize>> = preload.iter().enumerate().map(|(key, &load)| Lightest { load, key }).collect();
+    let mut heap: BinaryHeap<Lightest<usize>> = preload
+        .iter()
+        .enumerate()
+        .map(|(key, &load)| Lightest { load, key })
+        .collect();
     let mut rank_of = vec![0u32; n];
     for &c in order {
         let mut top = heap.peek_mut().expect("at least one rank");
@@ -323,17 +373,28 @@ fn split_into_cycles(
     let mut populations: Vec<PopulationAllocation> = dry_run
         .populations
         .iter()
-        .map(|p| PopulationAllocation { name: p.name.clone(), buckets: BTreeMap::new() })
+        .map(|p| PopulationAllocation {
+            name: p.name.clone(),
+            buckets: BTreeMap::new(),
+        })
         .collect();
     for (r, cells) in per_rank.iter_mut().enumerate() {
         let w = |&(p, g): &(usize, u32)| costs.total(offsets[p] + g as usize);
         cells.sort_by(|a, b| w(b).total_cmp(&w(a)).then(a.cmp(b)));
-        let mut heap: BinaryHeap<Lightest<usize>> = (0..cycles).map(|key| Lightest { load: 0.0, key }).collect();
+        let mut heap: BinaryHeap<Lightest<usize>> =
+            (0..cycles).map(|key| Lightest { load: 0.0, key }).collect();
         for cell in cells.iter() {
             let mut top = heap.peek_mut().expect("at least one cycle");
             top.load += w(cell);
-            let bucket = Bucket { rank: r as u32, cycle: top.key as u32 };
-            populations[cell.0].buckets.entry(bucket).or_default().push(cell.1);
+            let bucket = Bucket {
+                rank: r as u32,
+                cycle: top.key as u32,
+            };
+            populations[cell.0]
+                .buckets
+                .entry(bucket)
+                .or_default()
+                .push(cell.1);
         }
     }
     for p in &mut populations {
@@ -341,5 +402,9 @@ fn split_into_cycles(
             gids.sort_unstable();
         }
     }
-    Allocation { ranks: config.ranks, cycles: config.cycles, populations }
+    Allocation {
+        ranks: config.ranks,
+        cycles: config.cycles,
+        populations,
+    }
 }

@@ -14,7 +14,11 @@ use serde_json::Value;
 
 fn defaults() -> MetypeMemory {
     let d = MetypeMemory::default();
-    assert_eq!((d.cell_kb, d.point_cell_kb), (Some(3000.0), Some(40.0)), "the documented defaults");
+    assert_eq!(
+        (d.cell_kb, d.point_cell_kb),
+        (Some(3000.0), Some(40.0)),
+        "the documented defaults"
+    );
     d
 }
 
@@ -24,7 +28,9 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn layer4_cells_weigh_their_own_synapses() {
-    let Some(dir) = common::shared_data("sonata/allen-layer4_sample") else { return };
+    let Some(dir) = common::shared_data("sonata/allen-layer4_sample") else {
+        return;
+    };
     let circuit = Circuit::open(&dir.join("circuit_config.json")).unwrap();
     let (dry_run, network) = dry_run_from_circuit(&circuit, &defaults()).unwrap();
     assert_eq!(dry_run.cell_count(), 449);
@@ -46,38 +52,81 @@ fn layer4_cells_weigh_their_own_synapses() {
 
 #[test]
 fn virtual_sources_add_synapses_but_are_not_placed() {
-    let Some(dir) = common::shared_data("sonata/allen-300_pointneurons") else { return };
+    let Some(dir) = common::shared_data("sonata/allen-300_pointneurons") else {
+        return;
+    };
     let circuit = Circuit::open(&dir.join("circuit_config.json")).unwrap();
     let (dry_run, network) = dry_run_from_circuit(&circuit, &defaults()).unwrap();
-    assert_eq!(dry_run.populations.len(), 1, "the 100 virtual sources are not placed");
+    assert_eq!(
+        dry_run.populations.len(),
+        1,
+        "the 100 virtual sources are not placed"
+    );
     assert_eq!(dry_run.cell_count(), 300);
-    let syn: u64 = dry_run.populations[0].cell_synapses.as_ref().unwrap().iter().map(|&s| s as u64).sum();
+    let syn: u64 = dry_run.populations[0]
+        .cell_synapses
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|&s| s as u64)
+        .sum();
     assert_eq!(syn, 27_588 + 20_844, "internal and external synapses both count");
-    assert!(network.connection_count() <= 27_588, "only internal edges make peers");
+    assert!(
+        network.connection_count() <= 27_588,
+        "only internal edges make peers"
+    );
     // Point neurons take the point default.
-    assert!(dry_run.metypes.iter().all(|m| m.memory_kb == 40.0), "{:?}", dry_run.metypes);
+    assert!(
+        dry_run.metypes.iter().all(|m| m.memory_kb == 40.0),
+        "{:?}",
+        dry_run.metypes
+    );
 }
 
 #[test]
 fn a_metype_without_memory_is_an_error_naming_it() {
-    let Some(dir) = common::shared_data("sonata/nd-usecase3") else { return };
+    let Some(dir) = common::shared_data("sonata/nd-usecase3") else {
+        return;
+    };
     let circuit = Circuit::open(&dir.join("circuit_config.json")).unwrap();
-    let none = MetypeMemory { cell_kb: None, point_cell_kb: None, ..Default::default() };
+    let none = MetypeMemory {
+        cell_kb: None,
+        point_cell_kb: None,
+        ..Default::default()
+    };
     let err = dry_run_from_circuit(&circuit, &none).unwrap_err().to_string();
-    assert!(err.contains("population `") && err.contains("has no measured memory and no default"), "{err}");
+    assert!(
+        err.contains("population `") && err.contains("has no measured memory and no default"),
+        "{err}"
+    );
 }
 
 #[test]
 fn transport_aware_is_never_above_blind_on_the_shared_circuits() {
-    for name in ["allen-layer4_sample", "allen-300_pointneurons", "nd-ringtest", "nd-usecase3"] {
-        let Some(dir) = common::shared_data(&format!("sonata/{name}")) else { return };
+    for name in [
+        "allen-layer4_sample",
+        "allen-300_pointneurons",
+        "nd-ringtest",
+        "nd-usecase3",
+    ] {
+        let Some(dir) = common::shared_data(&format!("sonata/{name}")) else {
+            return;
+        };
         let circuit = Circuit::open(&dir.join("circuit_config.json")).unwrap();
         let (dry_run, network) = dry_run_from_circuit(&circuit, &defaults()).unwrap();
         for ranks in [2, 5, 16] {
             let config = BalancerConfig::builder().ranks(ranks).cycles(2).build().unwrap();
-            let charge = TransportCharge { config: TransportConfig { recv_sharing: RecvSharing::PerPeer, ..Default::default() } };
+            let charge = TransportCharge {
+                config: TransportConfig {
+                    recv_sharing: RecvSharing::PerPeer,
+                    ..Default::default()
+                },
+            };
             let r = balance_transport_aware(&dry_run, &network, &config, &charge);
-            assert!(r.aware.loads.max_total_kb() <= r.blind.loads.max_total_kb(), "{name} {ranks}");
+            assert!(
+                r.aware.loads.max_total_kb() <= r.blind.loads.max_total_kb(),
+                "{name} {ranks}"
+            );
             r.allocation.validate(&dry_run).unwrap();
             // Peers are real: a rank with cells connected to another rank's counts it.
             assert!(r.aware.loads.peers.iter().all(|&p| p < ranks as usize));
@@ -87,13 +136,40 @@ fn transport_aware_is_never_above_blind_on_the_shared_circuits() {
 
 #[test]
 fn cli_reports_transport_nodes_and_draws() {
-    let Some(dir) = common::shared_data("sonata/allen-layer4_sample") else { return };
+    let Some(dir) = common::shared_data("sonata/allen-layer4_sample") else {
+        return;
+    };
     let out = tempfile::tempdir().unwrap();
     let o = common::ballast()
-        .args(["dry-run", "--circuit", dir.join("circuit_config.json").to_str().unwrap(), "--cell-kb", "3000"])
-        .args(["--num-target-ranks", "8", "--transport-model", "ballast", "--recv-sharing", "per-peer"])
-        .args(["--ranks-per-node", "4", "--node-memory-gb", "0.1", "--json", "--output-dir", out.path().to_str().unwrap()])
-        .args(["--plot", out.path().join("ranks.svg").to_str().unwrap(), "--write-memory-usage"])
+        .args([
+            "dry-run",
+            "--circuit",
+            dir.join("circuit_config.json").to_str().unwrap(),
+            "--cell-kb",
+            "3000",
+        ])
+        .args([
+            "--num-target-ranks",
+            "8",
+            "--transport-model",
+            "ballast",
+            "--recv-sharing",
+            "per-peer",
+        ])
+        .args([
+            "--ranks-per-node",
+            "4",
+            "--node-memory-gb",
+            "0.1",
+            "--json",
+            "--output-dir",
+            out.path().to_str().unwrap(),
+        ])
+        .args([
+            "--plot",
+            out.path().join("ranks.svg").to_str().unwrap(),
+            "--write-memory-usage",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
@@ -102,8 +178,18 @@ fn cli_reports_transport_nodes_and_draws() {
     assert_eq!(loads["peers"].as_array().unwrap().len(), 8);
     assert!(j["max_rank_total_kb"].as_f64().unwrap() <= j["blind_max_rank_total_kb"].as_f64().unwrap());
     // Per node = sum of its 4 ranks' totals.
-    let totals: Vec<f64> = loads["total_kb"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
-    let nodes: Vec<f64> = j["node_totals_kb"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    let totals: Vec<f64> = loads["total_kb"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let nodes: Vec<f64> = j["node_totals_kb"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
     assert_eq!(nodes.len(), 2);
     assert!((nodes[0] - totals[..4].iter().sum::<f64>()).abs() < 1e-6);
     // 0.1 GiB nodes: ~210 MB per node of 4 ranks does not fit; the suggestion needs more nodes.
@@ -115,33 +201,98 @@ fn cli_reports_transport_nodes_and_draws() {
     let mu = ballast_balancer::DryRun::from_json_file(&out.path().join("cell_memory_usage.json")).unwrap();
     assert_eq!(mu.cell_count(), 449);
     assert!(out.path().join("allocation_r8_c1.pkl.gz").exists());
-    let sidecar: Value = serde_json::from_slice(&std::fs::read(out.path().join("allocation_r8_c1.json")).unwrap()).unwrap();
-    assert_eq!((sidecar["strategy"].as_str(), sidecar["transport_model"].as_str()), (Some("lpt+transport"), Some("ballast")));
-    assert_eq!((sidecar["cells"].as_u64(), sidecar["cell_kb_default"].as_f64()), (Some(449), Some(3000.0)));
+    let sidecar: Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("allocation_r8_c1.json")).unwrap()).unwrap();
+    assert_eq!(
+        (sidecar["strategy"].as_str(), sidecar["transport_model"].as_str()),
+        (Some("lpt+transport"), Some("ballast"))
+    );
+    assert_eq!(
+        (sidecar["cells"].as_u64(), sidecar["cell_kb_default"].as_f64()),
+        (Some(449), Some(3000.0))
+    );
     let svg = std::fs::read_to_string(out.path().join("ranks.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("transport-aware") && svg.contains("<rect"), "{}", &svg[..200.min(svg.len())]);
+    assert!(
+        svg.starts_with("<svg") && svg.contains("transport-aware") && svg.contains("<rect"),
+        "{}",
+        &svg[..200.min(svg.len())]
+    );
 }
 
 #[test]
 fn cli_refuses_bad_circuit_requests_without_output() {
     let out = tempfile::tempdir().unwrap();
     let o_dir = out.path().join("o");
-    let run = |args: &[&str]| common::ballast().args(args).args(["--output-dir", o_dir.to_str().unwrap()]).output().unwrap();
+    let run = |args: &[&str]| {
+        common::ballast()
+            .args(args)
+            .args(["--output-dir", o_dir.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
     // A missing config.
-    let o = run(&["dry-run", "--circuit", "/nonexistent/circuit_config.json", "--cell-kb", "1", "--num-target-ranks", "2"]);
-    assert!(!o.status.success() && stderr(&o).contains("/nonexistent/circuit_config.json"), "{}", stderr(&o));
+    let o = run(&[
+        "dry-run",
+        "--circuit",
+        "/nonexistent/circuit_config.json",
+        "--cell-kb",
+        "1",
+        "--num-target-ranks",
+        "2",
+    ]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("/nonexistent/circuit_config.json"),
+        "{}",
+        stderr(&o)
+    );
     // Transport model without connectivity.
-    let o = run(&["dry-run", "--synthetic", "100", "--num-target-ranks", "2", "--transport-model", "ballast"]);
-    assert!(!o.status.success() && stderr(&o).contains("needs the circuit's connectivity"), "{}", stderr(&o));
+    let o = run(&[
+        "dry-run",
+        "--synthetic",
+        "100",
+        "--num-target-ranks",
+        "2",
+        "--transport-model",
+        "ballast",
+    ]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("needs the circuit's connectivity"),
+        "{}",
+        stderr(&o)
+    );
     // A plot with an unknown extension is refused before anything is written.
-    let o = run(&["dry-run", "--synthetic", "100", "--num-target-ranks", "2", "--plot", "x.txt"]);
-    assert!(!o.status.success() && stderr(&o).contains("must end in .svg or .png"), "{}", stderr(&o));
+    let o = run(&[
+        "dry-run",
+        "--synthetic",
+        "100",
+        "--num-target-ranks",
+        "2",
+        "--plot",
+        "x.txt",
+    ]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("must end in .svg or .png"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!o_dir.exists() || std::fs::read_dir(&o_dir).unwrap().next().is_none());
-    let Some(dir) = common::shared_data("sonata/nd-usecase3") else { return };
+    let Some(dir) = common::shared_data("sonata/nd-usecase3") else {
+        return;
+    };
     // Without --cell-kb the documented defaults apply (as in `ballast run`): nothing refused.
-    let o = run(&["dry-run", "--circuit", dir.join("circuit_config.json").to_str().unwrap(), "--num-target-ranks", "2", "--json"]);
+    let o = run(&[
+        "dry-run",
+        "--circuit",
+        dir.join("circuit_config.json").to_str().unwrap(),
+        "--num-target-ranks",
+        "2",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let mut written: Vec<String> = std::fs::read_dir(&o_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut written: Vec<String> = std::fs::read_dir(&o_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     written.sort();
     // No cell_memory_usage.json unasked.
     assert_eq!(written, ["allocation_r2_c1.json", "allocation_r2_c1.pkl.gz"]);
@@ -155,18 +306,42 @@ fn fresh_user_rough_edges() {
     std::fs::write(d.join("cc.json"), r#"{"networks": 3}"#).unwrap();
     let out = d.join("out");
     let o = common::ballast()
-        .args(["dry-run", "--circuit", d.join("cc.json").to_str().unwrap(), "--num-target-ranks", "4", "--cell-kb", "1"])
+        .args([
+            "dry-run",
+            "--circuit",
+            d.join("cc.json").to_str().unwrap(),
+            "--num-target-ranks",
+            "4",
+            "--cell-kb",
+            "1",
+        ])
         .args(["--output-dir", out.to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(!o.status.success() && stderr(&o).contains("networks: must be an object"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("networks: must be an object"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!out.exists());
     // A plot into a missing directory is refused before the allocation is written.
     let o = common::ballast()
-        .args(["dry-run", "--synthetic", "200", "--num-target-ranks", "4", "--plot", "/nonexistent/dir/x.png"])
+        .args([
+            "dry-run",
+            "--synthetic",
+            "200",
+            "--num-target-ranks",
+            "4",
+            "--plot",
+            "/nonexistent/dir/x.png",
+        ])
         .args(["--output-dir", out.to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(!o.status.success() && stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("does not exist"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!out.exists());
 }

@@ -11,7 +11,11 @@ use common::ballast;
 use serde_json::Value;
 
 fn run(args: &[&str], dir: &Path) -> Output {
-    ballast().args(args).current_dir(dir).output().expect("run ballast")
+    ballast()
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run ballast")
 }
 
 fn stderr(o: &Output) -> String {
@@ -19,8 +23,10 @@ fn stderr(o: &Output) -> String {
 }
 
 fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> =
-        fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     v.sort();
     v
 }
@@ -35,10 +41,22 @@ fn refused(args: &[&str], needle: &str) {
         all.extend(["--output-dir", &out_s]);
     }
     let o = run(&all, dir.path());
-    assert!(!o.status.success(), "{args:?} should fail; stdout: {}", String::from_utf8_lossy(&o.stdout));
-    assert!(stderr(&o).contains(needle), "{args:?}: expected {needle:?} in: {}", stderr(&o));
+    assert!(
+        !o.status.success(),
+        "{args:?} should fail; stdout: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        stderr(&o).contains(needle),
+        "{args:?}: expected {needle:?} in: {}",
+        stderr(&o)
+    );
     if out_dir.exists() {
-        assert!(files_in(&out_dir).is_empty(), "{args:?} left files: {:?}", files_in(&out_dir));
+        assert!(
+            files_in(&out_dir).is_empty(),
+            "{args:?} left files: {:?}",
+            files_in(&out_dir)
+        );
     }
 }
 
@@ -53,25 +71,59 @@ fn synthetic_dry_run_writes_a_file_python_and_stats_read_back() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let o = run(
-        &["dry-run", "--synthetic", "3000", "--num-target-ranks", "8", "--cycles", "2", "--write-memory-usage", "--json", "--output-dir", d],
+        &[
+            "dry-run",
+            "--synthetic",
+            "3000",
+            "--num-target-ranks",
+            "8",
+            "--cycles",
+            "2",
+            "--write-memory-usage",
+            "--json",
+            "--output-dir",
+            d,
+        ],
         dir.path(),
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
     for key in [
-        "ranks", "cycles", "cells", "total_kb", "max_bucket_kb", "mean_bucket_kb", "min_bucket_kb", "max_rank_kb",
-        "mean_rank_kb", "min_rank_kb", "lower_bound_kb", "imbalance", "ratio_to_lower_bound", "output",
+        "ranks",
+        "cycles",
+        "cells",
+        "total_kb",
+        "max_bucket_kb",
+        "mean_bucket_kb",
+        "min_bucket_kb",
+        "max_rank_kb",
+        "mean_rank_kb",
+        "min_rank_kb",
+        "lower_bound_kb",
+        "imbalance",
+        "ratio_to_lower_bound",
+        "output",
     ] {
         assert!(j.get(key).is_some(), "missing key {key} in {j}");
     }
-    assert_eq!((j["ranks"].as_u64(), j["cycles"].as_u64(), j["cells"].as_u64()), (Some(8), Some(2), Some(3000)));
+    assert_eq!(
+        (j["ranks"].as_u64(), j["cycles"].as_u64(), j["cells"].as_u64()),
+        (Some(8), Some(2), Some(3000))
+    );
     let mean = j["mean_bucket_kb"].as_f64().unwrap();
     assert!((mean * 16.0 - j["total_kb"].as_f64().unwrap()).abs() < 1e-3 * mean);
     assert!(j["max_bucket_kb"].as_f64().unwrap() <= j["lower_bound_kb"].as_f64().unwrap() * 1.05);
     assert!(j["max_bucket_kb"].as_f64().unwrap() < j["neurodamus_max_bucket_kb"].as_f64().unwrap());
     let file = dir.path().join("allocation_r8_c2.pkl.gz");
     assert_eq!(j["output"].as_str().unwrap(), file.to_str().unwrap());
-    assert_eq!(files_in(dir.path()), ["allocation_r8_c2.json", "allocation_r8_c2.pkl.gz", "cell_memory_usage.json"]);
+    assert_eq!(
+        files_in(dir.path()),
+        [
+            "allocation_r8_c2.json",
+            "allocation_r8_c2.pkl.gz",
+            "cell_memory_usage.json"
+        ]
+    );
 
     // Plain python3 reads it: every gid of the dry run exactly once, keys (rank, cycle) in range.
     let script = r#"
@@ -85,9 +137,21 @@ for pop, per_metype in dry["pop_metype_gids"].items():
     assert all(0 <= r < 8 and 0 <= c < 2 for r, c in alloc[pop]), pop
 print(sum(len(v) for b in alloc.values() for v in b.values()))
 "#;
-    match std::process::Command::new("python3").args(["-c", script, file.to_str().unwrap(), dir.path().join("cell_memory_usage.json").to_str().unwrap()]).output() {
+    match std::process::Command::new("python3")
+        .args([
+            "-c",
+            script,
+            file.to_str().unwrap(),
+            dir.path().join("cell_memory_usage.json").to_str().unwrap(),
+        ])
+        .output()
+    {
         Ok(py) => {
-            assert!(py.status.success(), "python3: {}", String::from_utf8_lossy(&py.stderr));
+            assert!(
+                py.status.success(),
+                "python3: {}",
+                String::from_utf8_lossy(&py.stderr)
+            );
             assert_eq!(String::from_utf8_lossy(&py.stdout).trim(), "3000");
         }
         Err(e) if std::env::var("CI").as_deref() != Ok("true") => eprintln!("SKIP python3 check: {e}"),
@@ -96,7 +160,16 @@ print(sum(len(v) for b in alloc.values() for v in b.values()))
 
     // stats reads it back with the same loads.
     let mu = dir.path().join("cell_memory_usage.json");
-    let o = run(&["stats", file.to_str().unwrap(), "--memory-usage", mu.to_str().unwrap(), "--json"], dir.path());
+    let o = run(
+        &[
+            "stats",
+            file.to_str().unwrap(),
+            "--memory-usage",
+            mu.to_str().unwrap(),
+            "--json",
+        ],
+        dir.path(),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let s: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(s["cells"], j["cells"]);
@@ -108,15 +181,30 @@ print(sum(len(v) for b in alloc.values() for v in b.values()))
 
 #[test]
 fn stats_reads_the_neurodamus_written_fixture() {
-    let Some(dir) = common::shared_data("nd-fixtures") else { return };
+    let Some(dir) = common::shared_data("nd-fixtures") else {
+        return;
+    };
     let f = dir.join("allocation_r4_c2.pkl.gz");
     let mu = dir.join("cell_memory_usage.json");
-    let o = run(&["stats", f.to_str().unwrap(), "--memory-usage", mu.to_str().unwrap(), "--json"], Path::new("."));
+    let o = run(
+        &[
+            "stats",
+            f.to_str().unwrap(),
+            "--memory-usage",
+            mu.to_str().unwrap(),
+            "--json",
+        ],
+        Path::new("."),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let s: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((s["ranks"].as_u64(), s["cycles"].as_u64(), s["cells"].as_u64()), (Some(4), Some(2), Some(360)));
+    assert_eq!(
+        (s["ranks"].as_u64(), s["cycles"].as_u64(), s["cells"].as_u64()),
+        (Some(4), Some(2), Some(360))
+    );
     // Per-bucket loads equal neurodamus' own bucket_memory_kb summed over populations.
-    let expected: Value = serde_json::from_slice(&fs::read(dir.join("expected_allocation.json")).unwrap()).unwrap();
+    let expected: Value =
+        serde_json::from_slice(&fs::read(dir.join("expected_allocation.json")).unwrap()).unwrap();
     let mut want = [0.0; 8];
     for per_bucket in expected["bucket_memory_kb"].as_object().unwrap().values() {
         for (key, kb) in per_bucket.as_object().unwrap() {
@@ -129,7 +217,10 @@ fn stats_reads_the_neurodamus_written_fixture() {
     assert_eq!(buckets.len(), 8, "{buckets:?}");
     assert_eq!(s["empty_buckets"], 0);
     for (i, b) in buckets.iter().enumerate() {
-        assert_eq!((b["rank"].as_u64(), b["cycle"].as_u64()), (Some(i as u64 / 2), Some(i as u64 % 2)));
+        assert_eq!(
+            (b["rank"].as_u64(), b["cycle"].as_u64()),
+            (Some(i as u64 / 2), Some(i as u64 % 2))
+        );
         let got = b["kb"].as_f64().unwrap();
         assert!((got - want[i]).abs() < 1e-6, "{buckets:?} vs {want:?}");
     }
@@ -137,16 +228,36 @@ fn stats_reads_the_neurodamus_written_fixture() {
     let o = run(&["stats", f.to_str().unwrap()], Path::new("."));
     assert!(o.status.success());
     let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(text.lines().filter(|l| l.split_whitespace().count() == 4 && l.trim_start().starts_with(char::is_numeric)).count(), 8, "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.split_whitespace().count() == 4 && l.trim_start().starts_with(char::is_numeric))
+            .count(),
+        8,
+        "{text}"
+    );
 }
 
 #[test]
 fn neurodamus_strategy_from_the_cli_reproduces_the_fixture_file() {
-    let Some(fixture) = common::shared_data("nd-fixtures") else { return };
+    let Some(fixture) = common::shared_data("nd-fixtures") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let mu = fixture.join("cell_memory_usage.json");
     let o = run(
-        &["dry-run", "--memory-usage", mu.to_str().unwrap(), "--num-target-ranks", "4", "--cycles", "2", "--strategy", "neurodamus", "--output-dir", dir.path().to_str().unwrap()],
+        &[
+            "dry-run",
+            "--memory-usage",
+            mu.to_str().unwrap(),
+            "--num-target-ranks",
+            "4",
+            "--cycles",
+            "2",
+            "--strategy",
+            "neurodamus",
+            "--output-dir",
+            dir.path().to_str().unwrap(),
+        ],
         dir.path(),
     );
     assert!(o.status.success(), "{}", stderr(&o));
@@ -158,13 +269,28 @@ fn neurodamus_strategy_from_the_cli_reproduces_the_fixture_file() {
 #[test]
 fn more_ranks_than_cells_warns_but_succeeds() {
     let dir = tempfile::tempdir().unwrap();
-    let mu = write(dir.path(), "mu.json", r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {"P": {"A": [0, 1, 2]}}}"#);
-    let o = run(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "5"], dir.path());
+    let mu = write(
+        dir.path(),
+        "mu.json",
+        r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {"P": {"A": [0, 1, 2]}}}"#,
+    );
+    let o = run(
+        &["dry-run", "--memory-usage", &mu, "--num-target-ranks", "5"],
+        dir.path(),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("warning: 2 of 5 buckets got no cell"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: 2 of 5 buckets got no cell"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(&["stats", "allocation_r5_c1.pkl.gz"], dir.path());
     assert!(o.status.success());
-    assert!(stderr(&o).contains("2 of 5 buckets hold no cell"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("2 of 5 buckets hold no cell"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -172,39 +298,154 @@ fn bad_dry_run_inputs_are_refused_with_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let dry = |name: &str, text: &str| write(d, name, text);
-    let args = |f: &str| -> Vec<String> { vec!["dry-run".into(), "--memory-usage".into(), f.into(), "--num-target-ranks".into(), "2".into()] };
+    let args = |f: &str| -> Vec<String> {
+        vec![
+            "dry-run".into(),
+            "--memory-usage".into(),
+            f.into(),
+            "--num-target-ranks".into(),
+            "2".into(),
+        ]
+    };
     let check = |f: String, needle: &str| {
         let a = args(&f);
         refused(&a.iter().map(String::as_str).collect::<Vec<_>>(), needle);
     };
-    check(d.join("absent.json").to_str().unwrap().into(), "absent.json: No such file");
-    check(dry("broken.json", r#"{"metype_memory": {"A": 1"#), "broken.json: invalid JSON");
-    check(dry("nomem.json", r#"{"pop_metype_gids": {}}"#), "nomem.json: metype_memory: missing");
     check(
-        dry("unknown.json", r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0], "L5_X": [1]}}}"#),
+        d.join("absent.json").to_str().unwrap().into(),
+        "absent.json: No such file",
+    );
+    check(
+        dry("broken.json", r#"{"metype_memory": {"A": 1"#),
+        "broken.json: invalid JSON",
+    );
+    check(
+        dry("nomem.json", r#"{"pop_metype_gids": {}}"#),
+        "nomem.json: metype_memory: missing",
+    );
+    check(
+        dry(
+            "unknown.json",
+            r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0], "L5_X": [1]}}}"#,
+        ),
         r#"pop_metype_gids["P"]["L5_X"]: metype "L5_X" is absent from metype_memory"#,
     );
-    check(dry("neg.json", r#"{"metype_memory": {"A": -5}, "pop_metype_gids": {"P": {"A": [0]}}}"#), r#"neg.json: metype_memory["A"]: KB per cell must be finite and >= 0, got -5"#);
-    check(dry("nan.json", "{\"metype_memory\": {\"A\": NaN}, \"pop_metype_gids\": {}}"), "nan.json: line 1 column");
-    check(dry("nan2.json", "{\"metype_memory\": {\"A\": NaN}, \"pop_metype_gids\": {}}"), "NaN is not a finite number");
+    check(
+        dry(
+            "neg.json",
+            r#"{"metype_memory": {"A": -5}, "pop_metype_gids": {"P": {"A": [0]}}}"#,
+        ),
+        r#"neg.json: metype_memory["A"]: KB per cell must be finite and >= 0, got -5"#,
+    );
+    check(
+        dry(
+            "nan.json",
+            "{\"metype_memory\": {\"A\": NaN}, \"pop_metype_gids\": {}}",
+        ),
+        "nan.json: line 1 column",
+    );
+    check(
+        dry(
+            "nan2.json",
+            "{\"metype_memory\": {\"A\": NaN}, \"pop_metype_gids\": {}}",
+        ),
+        "NaN is not a finite number",
+    );
     check(dry("inf.json", "{\"metype_memory\": {\"A\": 1},\n \"metype_cell_syn_average\": {\"A\": Infinity}, \"pop_metype_gids\": {}}"), "Infinity is not a finite number");
-    check(dry("big.json", r#"{"metype_memory": {"A": 1e400}, "pop_metype_gids": {}}"#), "big.json");
-    check(dry("dup.json", r#"{"metype_memory": {"A": 1, "B": 2}, "pop_metype_gids": {"P": {"A": [0, 7], "B": [7]}}}"#), "gid 7 is listed twice in population \"P\"");
-    let ok = dry("ok.json", r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0]}}}"#);
-    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "0"], "invalid value '0' for '--num-target-ranks <N>'");
-    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--cycles", "0"], "invalid value '0' for '--cycles <CYCLES>'");
+    check(
+        dry(
+            "big.json",
+            r#"{"metype_memory": {"A": 1e400}, "pop_metype_gids": {}}"#,
+        ),
+        "big.json",
+    );
+    check(
+        dry(
+            "dup.json",
+            r#"{"metype_memory": {"A": 1, "B": 2}, "pop_metype_gids": {"P": {"A": [0, 7], "B": [7]}}}"#,
+        ),
+        "gid 7 is listed twice in population \"P\"",
+    );
+    let ok = dry(
+        "ok.json",
+        r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0]}}}"#,
+    );
+    refused(
+        &["dry-run", "--memory-usage", &ok, "--num-target-ranks", "0"],
+        "invalid value '0' for '--num-target-ranks <N>'",
+    );
+    refused(
+        &[
+            "dry-run",
+            "--memory-usage",
+            &ok,
+            "--num-target-ranks",
+            "2",
+            "--cycles",
+            "0",
+        ],
+        "invalid value '0' for '--cycles <CYCLES>'",
+    );
     refused(&["dry-run", "--num-target-ranks", "2"], "required");
-    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--strategy", "magic"], "unknown strategy \"magic\"");
-    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--metypes", "5"], "--metypes describes the synthetic input");
-    refused(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--cell-kb", "5"], "--circuit <CONFIG>");
+    refused(
+        &[
+            "dry-run",
+            "--memory-usage",
+            &ok,
+            "--num-target-ranks",
+            "2",
+            "--strategy",
+            "magic",
+        ],
+        "unknown strategy \"magic\"",
+    );
+    refused(
+        &[
+            "dry-run",
+            "--memory-usage",
+            &ok,
+            "--num-target-ranks",
+            "2",
+            "--metypes",
+            "5",
+        ],
+        "--metypes describes the synthetic input",
+    );
+    refused(
+        &[
+            "dry-run",
+            "--memory-usage",
+            &ok,
+            "--num-target-ranks",
+            "2",
+            "--cell-kb",
+            "5",
+        ],
+        "--circuit <CONFIG>",
+    );
 }
 
 #[test]
 fn bad_allocation_files_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mu = write(d, "cell_memory_usage.json", r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0, 1, 2, 3]}}}"#);
-    let o = run(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "2", "--output-dir", d.to_str().unwrap()], d);
+    let mu = write(
+        d,
+        "cell_memory_usage.json",
+        r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0, 1, 2, 3]}}}"#,
+    );
+    let o = run(
+        &[
+            "dry-run",
+            "--memory-usage",
+            &mu,
+            "--num-target-ranks",
+            "2",
+            "--output-dir",
+            d.to_str().unwrap(),
+        ],
+        d,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let good = fs::read(d.join("allocation_r2_c1.pkl.gz")).unwrap();
 
@@ -223,11 +464,19 @@ fn bad_allocation_files_are_refused() {
         marker.display(),
         evil.display()
     );
-    if std::process::Command::new("python3").args(["-c", &py]).status().map(|s| s.success()).unwrap_or(false) {
+    if std::process::Command::new("python3")
+        .args(["-c", &py])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+    {
         let o = run(&["stats", evil.to_str().unwrap()], d);
         assert!(!o.status.success());
         let e = stderr(&o);
-        assert!(e.contains("refused pickle global") && (e.contains("posix.system") || e.contains("os.system")), "{e}");
+        assert!(
+            e.contains("refused pickle global") && (e.contains("posix.system") || e.contains("os.system")),
+            "{e}"
+        );
         assert!(!marker.exists(), "the pickle was executed");
     } else if std::env::var("CI").as_deref() == Ok("true") {
         panic!("python3 is required under CI");
@@ -253,24 +502,41 @@ fn bad_allocation_files_are_refused() {
     let o = run(&["stats", bad_file.to_str().unwrap(), "--memory-usage", &mu], d);
     assert!(!o.status.success());
     let e = stderr(&o);
-    assert!(e.contains("1 gids of the dry run missing from the allocation (population, gid): (\"P\", 3)"), "{e}");
-    assert!(e.contains("1 gids not in the dry run (population, gid): (\"P\", 9)"), "{e}");
+    assert!(
+        e.contains("1 gids of the dry run missing from the allocation (population, gid): (\"P\", 3)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("1 gids not in the dry run (population, gid): (\"P\", 9)"),
+        "{e}"
+    );
     // load_or_generate refuses it too, and leaves the file as it was.
     let dry_run = ballast_balancer::DryRun::from_json_file(Path::new(&mu)).unwrap();
     let before = fs::read(&bad_file).unwrap();
     let err = ballast_balancer::load_or_generate(&bad_dir, 2, 1, &dry_run, Default::default()).unwrap_err();
     assert!(err.to_string().contains("allocation_r2_c1.pkl.gz"), "{err}");
-    assert!(err.to_string().contains("1 gids not in the dry run") && err.to_string().contains("move it away to have it regenerated"), "{err}");
+    assert!(
+        err.to_string().contains("1 gids not in the dry run")
+            && err.to_string().contains("move it away to have it regenerated"),
+        "{err}"
+    );
     assert_eq!(fs::read(&bad_file).unwrap(), before);
 }
 
 #[test]
 fn load_or_generate_uses_the_file_for_this_rank_count_or_regenerates() {
     let dir = tempfile::tempdir().unwrap();
-    let dry_run = ballast_balancer::synthetic::generate(&ballast_balancer::synthetic::SyntheticSpec { cells: 500, ..Default::default() }).unwrap();
+    let dry_run = ballast_balancer::synthetic::generate(&ballast_balancer::synthetic::SyntheticSpec {
+        cells: 500,
+        ..Default::default()
+    })
+    .unwrap();
     use ballast_balancer::AllocationSource::*;
     let first = ballast_balancer::load_or_generate(dir.path(), 4, 1, &dry_run, Default::default()).unwrap();
-    assert_eq!(first.source, Regenerated(dir.path().join("allocation_r4_c1.pkl.gz")));
+    assert_eq!(
+        first.source,
+        Regenerated(dir.path().join("allocation_r4_c1.pkl.gz"))
+    );
     let again = ballast_balancer::load_or_generate(dir.path(), 4, 1, &dry_run, Default::default()).unwrap();
     assert_eq!(again.source, File(dir.path().join("allocation_r4_c1.pkl.gz")));
     assert_eq!(again.allocation, first.allocation);
@@ -286,24 +552,79 @@ fn user_reported_rough_edges_are_smooth() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // A misspelt optional key is reported, not silently dropped.
-    let mu = write(d, "typo.json", r#"{"metype_memory": {"A": 10}, "metype_cell_syn_averge": {"A": 100}, "pop_metype_gids": {"P": {"A": [0, 1]}}}"#);
+    let mu = write(
+        d,
+        "typo.json",
+        r#"{"metype_memory": {"A": 10}, "metype_cell_syn_averge": {"A": 100}, "pop_metype_gids": {"P": {"A": [0, 1]}}}"#,
+    );
     let o = run(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "2"], d);
     assert!(o.status.success());
-    assert!(stderr(&o).contains("ignoring unknown key \"metype_cell_syn_averge\""), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("ignoring unknown key \"metype_cell_syn_averge\""),
+        "{}",
+        stderr(&o)
+    );
     // An empty dry run is refused (no NaN report).
-    let empty = write(d, "empty.json", r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {}}"#);
-    refused(&["dry-run", "--memory-usage", &empty, "--num-target-ranks", "2"], "pop_metype_gids: no cells");
+    let empty = write(
+        d,
+        "empty.json",
+        r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {}}"#,
+    );
+    refused(
+        &["dry-run", "--memory-usage", &empty, "--num-target-ranks", "2"],
+        "pop_metype_gids: no cells",
+    );
     // The largest gid costs no memory in proportion to itself.
-    let huge = write(d, "huge.json", r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {"P": {"A": [0, 4294967295]}}}"#);
-    let o = run(&["dry-run", "--memory-usage", &huge, "--num-target-ranks", "2", "--json"], d);
+    let huge = write(
+        d,
+        "huge.json",
+        r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {"P": {"A": [0, 4294967295]}}}"#,
+    );
+    let o = run(
+        &[
+            "dry-run",
+            "--memory-usage",
+            &huge,
+            "--num-target-ranks",
+            "2",
+            "--json",
+        ],
+        d,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = run(&["stats", "allocation_r2_c1.pkl.gz", "--memory-usage", &huge, "--json"], d);
+    let o = run(
+        &[
+            "stats",
+            "allocation_r2_c1.pkl.gz",
+            "--memory-usage",
+            &huge,
+            "--json",
+        ],
+        d,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let s: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((s["cells"].as_u64(), s["total_kb"].as_f64()), (Some(2), Some(20.0)));
+    assert_eq!(
+        (s["cells"].as_u64(), s["total_kb"].as_f64()),
+        (Some(2), Some(20.0))
+    );
     // OS errors are said once.
-    let o = run(&["dry-run", "--memory-usage", "absent.json", "--num-target-ranks", "2"], d);
-    assert_eq!(stderr(&o).matches("No such file or directory").count(), 1, "{}", stderr(&o));
+    let o = run(
+        &[
+            "dry-run",
+            "--memory-usage",
+            "absent.json",
+            "--num-target-ranks",
+            "2",
+        ],
+        d,
+    );
+    assert_eq!(
+        stderr(&o).matches("No such file or directory").count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
     // A closed stdout pipe ends the program quietly.
     let mut child = ballast()
         .args(["stats", "allocation_r2_c1.pkl.gz"])
@@ -319,7 +640,17 @@ fn user_reported_rough_edges_are_smooth() {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let o = run(&["dry-run", "--synthetic", "100", "--num-target-ranks", "2", "--write-memory-usage"], d);
+        let o = run(
+            &[
+                "dry-run",
+                "--synthetic",
+                "100",
+                "--num-target-ranks",
+                "2",
+                "--write-memory-usage",
+            ],
+            d,
+        );
         assert!(o.status.success());
         for f in ["cell_memory_usage.json", "allocation_r2_c1.pkl.gz"] {
             let mode = fs::metadata(d.join(f)).unwrap().permissions().mode();
@@ -343,8 +674,15 @@ fn a_closed_stdout_pipe_ends_quietly() {
         drop(child.stdout.take());
         let out = child.wait_with_output().expect("wait");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!err.contains("panicked"), "ballast {args:?} panicked on a closed pipe: {err}");
-        assert!(out.status.success(), "ballast {args:?}: {:?}, stderr: {err}", out.status);
+        assert!(
+            !err.contains("panicked"),
+            "ballast {args:?} panicked on a closed pipe: {err}"
+        );
+        assert!(
+            out.status.success(),
+            "ballast {args:?}: {:?}, stderr: {err}",
+            out.status
+        );
     }
 }
 
@@ -356,20 +694,33 @@ fn a_closed_stdout_pipe_ends_quietly() {
 #[test]
 fn fanout_as_an_unprivileged_user_names_the_refused_lock() {
     const LIMIT: u64 = 8 << 20;
-    let Some(u) = common::Unprivileged::new("fanout_as_an_unprivileged_user_names_the_refused_lock") else { return };
+    let Some(u) = common::Unprivileged::new("fanout_as_an_unprivileged_user_names_the_refused_lock") else {
+        return;
+    };
     let args = ["fanout", "--ranks", "16", "--recv-sharing", "per-peer"];
     let o = u.run(LIMIT, &[&args[..], &["--json"]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let l = &v["memory_lock"];
-    let (asked, locked) = (l["asked_bytes"].as_u64().unwrap(), l["locked_bytes"].as_u64().unwrap());
+    let (asked, locked) = (
+        l["asked_bytes"].as_u64().unwrap(),
+        l["locked_bytes"].as_u64().unwrap(),
+    );
     assert_eq!(l["status"], "partially locked", "{v}");
     assert_eq!(l["memlock_limit_bytes"], LIMIT, "{v}");
     assert!(asked > LIMIT && locked <= LIMIT && locked > 0, "{v}");
-    assert!(l["refused_requests"].as_u64().unwrap() > 0 && l["error"].as_str().unwrap().contains("os error"), "{v}");
+    assert!(
+        l["refused_requests"].as_u64().unwrap() > 0 && l["error"].as_str().unwrap().contains("os error"),
+        "{v}"
+    );
     // What is accounted as locked is what the kernel counts (the regions are whole pages).
     assert_eq!(v["after"]["vm_lck_kb"].as_u64().unwrap() * 1024, locked, "{v}");
-    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
     assert_eq!(notes.len(), 1, "{v}");
     for want in [
         "all 16 ranks of this process: memory partially locked".to_string(),
@@ -382,15 +733,34 @@ fn fanout_as_an_unprivileged_user_names_the_refused_lock() {
     let o = u.run(LIMIT, &args);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(text.contains("memory lock, all ranks of this process (after): partially locked: ") && text.contains("note: all 16 ranks of this process: memory partially locked: asked to lock "), "{text}");
+    assert!(
+        text.contains("memory lock, all ranks of this process (after): partially locked: ")
+            && text.contains("note: all 16 ranks of this process: memory partially locked: asked to lock "),
+        "{text}"
+    );
 
     // Root: every lock granted, no note; the footnote says where "before" is taken.
-    let o = common::ballast().args([&args[..], &["--json"]].concat()).current_dir(u.work()).output().unwrap();
+    let o = common::ballast()
+        .args([&args[..], &["--json"]].concat())
+        .current_dir(u.work())
+        .output()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!((v["memory_lock"]["status"].as_str(), v["notes"].as_array().map(Vec::len)), (Some("locked"), Some(0)), "{v}");
+    assert_eq!(
+        (
+            v["memory_lock"]["status"].as_str(),
+            v["notes"].as_array().map(Vec::len)
+        ),
+        (Some("locked"), Some(0)),
+        "{v}"
+    );
     assert_eq!(v["memory_lock"]["asked_bytes"], v["memory_lock"]["locked_bytes"]);
     let before = v["before"]["footprint_bytes"].as_u64().unwrap();
     assert!(before > 0);
     let peers_before = v["before_taken"].as_str().unwrap();
-    assert!(peers_before.starts_with("after the setup and 2 barriers") && peers_before.ends_with("connected to 7 peers"), "{peers_before}");
+    assert!(
+        peers_before.starts_with("after the setup and 2 barriers")
+            && peers_before.ends_with("connected to 7 peers"),
+        "{peers_before}"
+    );
 }

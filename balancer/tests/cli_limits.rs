@@ -33,13 +33,20 @@ fn limited_to(kb: u64, args: &[&str], dir: &Path) -> Output {
 }
 
 fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 /// Exit code 1 or 2 and every needle in stderr; no crash.
 fn refused(o: &Output, needles: &[&str]) {
     let (out, err) = text(o);
-    assert!(matches!(o.status.code(), Some(1 | 2)), "status {:?}; stdout {out}; stderr {err}", o.status);
+    assert!(
+        matches!(o.status.code(), Some(1 | 2)),
+        "status {:?}; stdout {out}; stderr {err}",
+        o.status
+    );
     for n in needles {
         assert!(err.contains(n), "expected {n:?} in: {err}");
     }
@@ -62,7 +69,10 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 
 fn one_bucket(dir: &Path, name: &str, rank: u32, cycle: u32) -> String {
     let path = dir.join(name);
-    let pops = [PopulationAllocation { name: "P".into(), buckets: BTreeMap::from([(Bucket { rank, cycle }, vec![1])]) }];
+    let pops = [PopulationAllocation {
+        name: "P".into(),
+        buckets: BTreeMap::from([(Bucket { rank, cycle }, vec![1])]),
+    }];
     write_allocation_file(&path, &pops).unwrap();
     path.to_str().unwrap().to_owned()
 }
@@ -71,38 +81,129 @@ fn one_bucket(dir: &Path, name: &str, rank: u32, cycle: u32) -> String {
 fn huge_rank_and_cycle_counts_are_refused_before_allocating() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mu = write(d, "mu.json", r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {"P": {"A": [0, 1, 2]}}}"#);
+    let mu = write(
+        d,
+        "mu.json",
+        r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {"P": {"A": [0, 1, 2]}}}"#,
+    );
     for (counts, needles) in [
-        (&["1000000000"][..], &["--num-target-ranks 1000000000", "1000000000 buckets for 3 cells", "at most 1048579 buckets", "119.2 GiB"][..]),
-        (&["4294967295"], &["--num-target-ranks 4294967295", "4294967295 buckets for 3 cells", "512.0 GiB"]),
-        (&["65536", "--cycles", "65535"], &["--num-target-ranks 65536 --cycles 65535", "65536 ranks × 65535 cycles = 4294901760 buckets", "512.0 GiB"]),
+        (
+            &["1000000000"][..],
+            &[
+                "--num-target-ranks 1000000000",
+                "1000000000 buckets for 3 cells",
+                "at most 1048579 buckets",
+                "119.2 GiB",
+            ][..],
+        ),
+        (
+            &["4294967295"],
+            &[
+                "--num-target-ranks 4294967295",
+                "4294967295 buckets for 3 cells",
+                "512.0 GiB",
+            ],
+        ),
+        (
+            &["65536", "--cycles", "65535"],
+            &[
+                "--num-target-ranks 65536 --cycles 65535",
+                "65536 ranks × 65535 cycles = 4294901760 buckets",
+                "512.0 GiB",
+            ],
+        ),
     ] {
-        let mut args = vec!["dry-run", "--memory-usage", &mu, "--output-dir", "out", "--num-target-ranks"];
+        let mut args = vec![
+            "dry-run",
+            "--memory-usage",
+            &mu,
+            "--output-dir",
+            "out",
+            "--num-target-ranks",
+        ];
         args.extend_from_slice(counts);
         let o = limited(&args, d);
         refused(&o, needles);
         assert_eq!(o.status.code(), Some(1));
         assert!(!d.join("out").exists(), "{counts:?} wrote output");
     }
-    refused(&limited(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "0"], d), &["invalid value '0' for '--num-target-ranks <N>'"]);
-    refused(&limited(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "2", "--cycles", "0"], d), &["invalid value '0' for '--cycles <CYCLES>'"]);
+    refused(
+        &limited(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "0"], d),
+        &["invalid value '0' for '--num-target-ranks <N>'"],
+    );
+    refused(
+        &limited(
+            &[
+                "dry-run",
+                "--memory-usage",
+                &mu,
+                "--num-target-ranks",
+                "2",
+                "--cycles",
+                "0",
+            ],
+            d,
+        ),
+        &["invalid value '0' for '--cycles <CYCLES>'"],
+    );
     // Empty buckets up to 2^20 beyond the cells are a warning, as in neurodamus.
-    let o = limited(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "1048579", "--output-dir", "ok", "--json"], d);
+    let o = limited(
+        &[
+            "dry-run",
+            "--memory-usage",
+            &mu,
+            "--num-target-ranks",
+            "1048579",
+            "--output-dir",
+            "ok",
+            "--json",
+        ],
+        d,
+    );
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("warning: 1048576 of 1048579 buckets got no cell"), "{err}");
+    assert!(
+        err.contains("warning: 1048576 of 1048579 buckets got no cell"),
+        "{err}"
+    );
     let j: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!((j["cells"].as_u64(), j["empty_buckets"].as_u64()), (Some(3), Some(1048576)));
+    assert_eq!(
+        (j["cells"].as_u64(), j["empty_buckets"].as_u64()),
+        (Some(3), Some(1048576))
+    );
     // One more is refused.
-    refused(&limited(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "1048580", "--output-dir", "no"], d), &["1048580 buckets for 3 cells"]);
+    refused(
+        &limited(
+            &[
+                "dry-run",
+                "--memory-usage",
+                &mu,
+                "--num-target-ranks",
+                "1048580",
+                "--output-dir",
+                "no",
+            ],
+            d,
+        ),
+        &["1048580 buckets for 3 cells"],
+    );
 }
 
 #[test]
 fn load_or_generate_checks_the_rank_count_before_balancing() {
     let dir = tempfile::tempdir().unwrap();
-    let dry_run = ballast_balancer::synthetic::generate(&ballast_balancer::synthetic::SyntheticSpec { cells: 10, ..Default::default() }).unwrap();
-    let e = ballast_balancer::load_or_generate(dir.path(), 1_000_000_000, 1, &dry_run, Default::default()).unwrap_err().to_string();
-    assert!(e.contains("1000000000 ranks × 1 cycle = 1000000000 buckets for 10 cells"), "{e}");
+    let dry_run = ballast_balancer::synthetic::generate(&ballast_balancer::synthetic::SyntheticSpec {
+        cells: 10,
+        ..Default::default()
+    })
+    .unwrap();
+    let e = ballast_balancer::load_or_generate(dir.path(), 1_000_000_000, 1, &dry_run, Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("1000000000 ranks × 1 cycle = 1000000000 buckets for 10 cells"),
+        "{e}"
+    );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
@@ -125,35 +226,71 @@ fn allocation_files_claiming_huge_or_zero_counts_cost_their_content_only() {
         let (out, err) = text(&o);
         assert!(o.status.success(), "{file}: {err}");
         assert!(out.lines().count() < 15, "{file}: {out}");
-        assert!(out.contains(&format!("({empty} of {} buckets hold no cell and are not listed)", ranks * cycles)), "{out}");
-        assert!(err.contains(&format!("warning: {empty} of {} buckets hold no cell", ranks * cycles)), "{err}");
+        assert!(
+            out.contains(&format!(
+                "({empty} of {} buckets hold no cell and are not listed)",
+                ranks * cycles
+            )),
+            "{out}"
+        );
+        assert!(
+            err.contains(&format!(
+                "warning: {empty} of {} buckets hold no cell",
+                ranks * cycles
+            )),
+            "{err}"
+        );
         sane(&out);
         let o = limited(&["stats", file, "--json"], d);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{file}: {err}");
         assert!(out.len() < 2000, "{file}: {} bytes of JSON", out.len());
         let j: Value = serde_json::from_str(&out).unwrap();
-        assert_eq!((j["ranks"].as_u64(), j["cycles"].as_u64(), j["empty_buckets"].as_u64()), (Some(ranks), Some(cycles), Some(empty)));
+        assert_eq!(
+            (
+                j["ranks"].as_u64(),
+                j["cycles"].as_u64(),
+                j["empty_buckets"].as_u64()
+            ),
+            (Some(ranks), Some(cycles), Some(empty))
+        );
         assert_eq!(j["buckets"].as_array().unwrap().len(), 1);
         assert_eq!(j["min_bucket_kb"], Value::Null);
         assert_eq!(j["cells"].as_u64(), Some(1));
         let imbalance = j["imbalance"].as_f64().unwrap();
-        assert!((imbalance / (ranks * cycles) as f64 - 1.0).abs() < 1e-9, "{imbalance}");
+        assert!(
+            (imbalance / (ranks * cycles) as f64 - 1.0).abs() < 1e-9,
+            "{imbalance}"
+        );
     }
     // A plot would hold a value per rank: refused for 10^8 ranks and 1 cell, naming both.
-    let mu = write(d, "mu.json", r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {"P": {"A": [1]}}}"#);
+    let mu = write(
+        d,
+        "mu.json",
+        r#"{"metype_memory": {"A": 10}, "pop_metype_gids": {"P": {"A": [1]}}}"#,
+    );
     refused(
         &limited(&["stats", &named, "--memory-usage", &mu, "--plot", "p.svg"], d),
-        &["--plot", "allocation_r100000000_c1.pkl.gz", "100000000 ranks × 1 cycle = 100000000 buckets for 1 cell"],
+        &[
+            "--plot",
+            "allocation_r100000000_c1.pkl.gz",
+            "100000000 ranks × 1 cycle = 100000000 buckets for 1 cell",
+        ],
     );
     assert!(!d.join("p.svg").exists());
     // Zero ranks or cycles in the name, and a key whose count would not fit in 32 bits.
     let r0 = one_bucket(d, "allocation_r0_c1.pkl.gz", 0, 0);
     refused(&limited(&["stats", &r0], d), &["allocation_r0_c1.pkl.gz: the file name says 0 ranks × 1 cycles: an allocation has at least 1 rank and 1 cycle"]);
     let c0 = one_bucket(d, "allocation_r1_c0.pkl.gz", 0, 0);
-    refused(&limited(&["stats", &c0], d), &["allocation_r1_c0.pkl.gz: the file name says 1 ranks × 0 cycles"]);
+    refused(
+        &limited(&["stats", &c0], d),
+        &["allocation_r1_c0.pkl.gz: the file name says 1 ranks × 0 cycles"],
+    );
     let max = one_bucket(d, "max.pkl.gz", u32::MAX, 0);
-    refused(&limited(&["stats", &max], d), &["max.pkl.gz: a bucket has rank 4294967295: the rank count 4294967296 does not fit in 32 bits"]);
+    refused(
+        &limited(&["stats", &max], d),
+        &["max.pkl.gz: a bucket has rank 4294967295: the rank count 4294967296 does not fit in 32 bits"],
+    );
 }
 
 #[test]
@@ -162,39 +299,131 @@ fn totals_that_would_overflow_are_refused_naming_the_metype() {
     let d = dir.path();
     // 6 equal cells of 1e308 KB: the total is infinite (it used to exit 0, print inf and
     // split the cells 4 and 2).
-    let big = write(d, "big.json", r#"{"metype_memory": {"A": 1, "B": 1e308}, "pop_metype_gids": {"P": {"A": [6], "B": [0, 1, 2, 3, 4, 5]}}}"#);
-    let o = limited(&["dry-run", "--memory-usage", &big, "--num-target-ranks", "2", "--output-dir", "out"], d);
-    refused(&o, &[r#"big.json: metype_memory["B"]: 6 cells of 1e308 KB each"#, "bring the total to inf KB, above the 1e300 KB"]);
+    let big = write(
+        d,
+        "big.json",
+        r#"{"metype_memory": {"A": 1, "B": 1e308}, "pop_metype_gids": {"P": {"A": [6], "B": [0, 1, 2, 3, 4, 5]}}}"#,
+    );
+    let o = limited(
+        &[
+            "dry-run",
+            "--memory-usage",
+            &big,
+            "--num-target-ranks",
+            "2",
+            "--output-dir",
+            "out",
+        ],
+        d,
+    );
+    refused(
+        &o,
+        &[
+            r#"big.json: metype_memory["B"]: 6 cells of 1e308 KB each"#,
+            "bring the total to inf KB, above the 1e300 KB",
+        ],
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(!d.join("out").exists());
     // Memory and synapses each finite, their sum per cell not.
-    let syn = write(d, "syn.json", r#"{"metype_memory": {"A": 1e300}, "metype_cell_syn_average": {"A": 1e300}, "pop_metype_gids": {"P": {"A": [0]}}}"#);
-    refused(&limited(&["dry-run", "--memory-usage", &syn, "--num-target-ranks", "2", "--output-dir", "out"], d), &[r#"metype_memory["A"]: 1 cell of 2.9000000000000004e300 KB each"#]);
+    let syn = write(
+        d,
+        "syn.json",
+        r#"{"metype_memory": {"A": 1e300}, "metype_cell_syn_average": {"A": 1e300}, "pop_metype_gids": {"P": {"A": [0]}}}"#,
+    );
+    refused(
+        &limited(
+            &[
+                "dry-run",
+                "--memory-usage",
+                &syn,
+                "--num-target-ranks",
+                "2",
+                "--output-dir",
+                "out",
+            ],
+            d,
+        ),
+        &[r#"metype_memory["A"]: 1 cell of 2.9000000000000004e300 KB each"#],
+    );
     // The same file is refused by stats, which weighs with it.
     let alloc = one_bucket(d, "allocation_r2_c1.pkl.gz", 0, 0);
-    refused(&limited(&["stats", &alloc, "--memory-usage", &big], d), &[r#"metype_memory["B"]"#]);
+    refused(
+        &limited(&["stats", &alloc, "--memory-usage", &big], d),
+        &[r#"metype_memory["B"]"#],
+    );
     // A node size that is not a finite positive number of GiB is refused by name, and a
     // tiny one stops the node search at the bucket limit instead of balancing for billions.
     for v in ["inf", "NaN", "-1", "0"] {
         let arg = format!("--node-memory-gb={v}");
         refused(
-            &limited(&["dry-run", "--synthetic", "100", "--num-target-ranks", "2", "--ranks-per-node", "2", &arg, "--output-dir", "out"], d),
+            &limited(
+                &[
+                    "dry-run",
+                    "--synthetic",
+                    "100",
+                    "--num-target-ranks",
+                    "2",
+                    "--ranks-per-node",
+                    "2",
+                    &arg,
+                    "--output-dir",
+                    "out",
+                ],
+                d,
+            ),
             &[&format!("invalid value '{v}' for '--node-memory-gb <GIB>'")],
         );
     }
     refused(
-        &limited(&["dry-run", "--synthetic", "100", "--num-target-ranks", "2", "--ranks-per-node", "2", "--node-memory-gb=1e-12", "--output-dir", "out"], d),
+        &limited(
+            &[
+                "dry-run",
+                "--synthetic",
+                "100",
+                "--num-target-ranks",
+                "2",
+                "--ranks-per-node",
+                "2",
+                "--node-memory-gb=1e-12",
+                "--output-dir",
+                "out",
+            ],
+            d,
+        ),
         &["--node-memory-gb: trying "],
     );
     // Just below the limit works and prints finite figures.
-    let ok = write(d, "ok.json", r#"{"metype_memory": {"B": 1e299}, "pop_metype_gids": {"P": {"B": [0, 1, 2, 3, 4, 5]}}}"#);
-    let o = limited(&["dry-run", "--memory-usage", &ok, "--num-target-ranks", "2", "--output-dir", "out", "--json"], d);
+    let ok = write(
+        d,
+        "ok.json",
+        r#"{"metype_memory": {"B": 1e299}, "pop_metype_gids": {"P": {"B": [0, 1, 2, 3, 4, 5]}}}"#,
+    );
+    let o = limited(
+        &[
+            "dry-run",
+            "--memory-usage",
+            &ok,
+            "--num-target-ranks",
+            "2",
+            "--output-dir",
+            "out",
+            "--json",
+        ],
+        d,
+    );
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     sane(&out);
     let j: Value = serde_json::from_str(&out).unwrap();
-    let (max, min) = (j["max_bucket_kb"].as_f64().unwrap(), j["min_bucket_kb"].as_f64().unwrap());
-    assert!(max == min && (max / 3e299 - 1.0).abs() < 1e-12, "6 equal cells split 3 and 3: {out}");
+    let (max, min) = (
+        j["max_bucket_kb"].as_f64().unwrap(),
+        j["min_bucket_kb"].as_f64().unwrap(),
+    );
+    assert!(
+        max == min && (max / 3e299 - 1.0).abs() < 1e-12,
+        "6 equal cells split 3 and 3: {out}"
+    );
 }
 
 #[test]
@@ -203,17 +432,60 @@ fn synthetic_inputs_and_buckets_are_checked_against_the_address_space() {
     let d = dir.path();
     // The generator's own sizes, before it allocates.
     refused(
-        &limited(&["dry-run", "--synthetic", "4000000000", "--num-target-ranks", "2", "--output-dir", "out"], d),
-        &["a synthetic input of 4000000000 cells and 200 metypes would need about 59.6 GiB but only", "(MemAvailable, or ulimit -v)"],
+        &limited(
+            &[
+                "dry-run",
+                "--synthetic",
+                "4000000000",
+                "--num-target-ranks",
+                "2",
+                "--output-dir",
+                "out",
+            ],
+            d,
+        ),
+        &[
+            "a synthetic input of 4000000000 cells and 200 metypes would need about 59.6 GiB but only",
+            "(MemAvailable, or ulimit -v)",
+        ],
     );
     refused(
-        &limited(&["dry-run", "--synthetic", "1000", "--synapses", "100000000000000", "--num-target-ranks", "2", "--output-dir", "out"], d),
+        &limited(
+            &[
+                "dry-run",
+                "--synthetic",
+                "1000",
+                "--synapses",
+                "100000000000000",
+                "--num-target-ranks",
+                "2",
+                "--output-dir",
+                "out",
+            ],
+            d,
+        ),
         &["a synthetic circuit of 1000 cells and 100000000000000 synapses would need about 582.1 TiB"],
     );
     // 3 M buckets for 3 M cells pass the bucket rule but need 1.1 GiB: refused under 1 GB.
     refused(
-        &limited_to(1_000_000, &["dry-run", "--synthetic", "3000000", "--num-target-ranks", "3000000", "--output-dir", "out"], d),
-        &["--num-target-ranks 3000000 --cycles 1: ", "3000000 ranks × 1 cycle = 3000000 buckets for 3000000 cells: balancing needs about 1.1 GiB", "are available (MemAvailable, or ulimit -v)"],
+        &limited_to(
+            1_000_000,
+            &[
+                "dry-run",
+                "--synthetic",
+                "3000000",
+                "--num-target-ranks",
+                "3000000",
+                "--output-dir",
+                "out",
+            ],
+            d,
+        ),
+        &[
+            "--num-target-ranks 3000000 --cycles 1: ",
+            "3000000 ranks × 1 cycle = 3000000 buckets for 3000000 cells: balancing needs about 1.1 GiB",
+            "are available (MemAvailable, or ulimit -v)",
+        ],
     );
     assert!(!d.join("out").exists());
 }

@@ -13,7 +13,11 @@ use common::ballast;
 use serde_json::Value;
 
 fn run(args: &[&str], dir: &Path) -> Output {
-    ballast().args(args).current_dir(dir).output().expect("run ballast")
+    ballast()
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run ballast")
 }
 
 fn stderr(o: &Output) -> String {
@@ -25,7 +29,10 @@ fn stdout(o: &Output) -> String {
 }
 
 fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     v.sort();
     v
 }
@@ -33,7 +40,11 @@ fn files_in(dir: &Path) -> Vec<String> {
 /// The md5 of a file (`md5sum`), or its bytes when md5sum is absent.
 fn digest(path: &Path) -> String {
     match Command::new("md5sum").arg(path).output() {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).split_whitespace().next().unwrap_or("").to_owned(),
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_owned(),
         _ => format!("{:?}", fs::read(path).unwrap()),
     }
 }
@@ -50,16 +61,52 @@ fn the_memory_usage_input_is_never_overwritten() {
     fs::write(d.join("cell_memory_usage.json"), DRY_RUN).unwrap();
     fs::hard_link(d.join("cell_memory_usage.json"), d.join("link.json")).unwrap();
     let before = digest(&d.join("cell_memory_usage.json"));
-    for target in ["--write-memory-usage", "--write-memory-usage=./cell_memory_usage.json", "--write-memory-usage=link.json"] {
-        let o = run(&["dry-run", "--memory-usage", "cell_memory_usage.json", "--num-target-ranks", "2", target], d);
+    for target in [
+        "--write-memory-usage",
+        "--write-memory-usage=./cell_memory_usage.json",
+        "--write-memory-usage=link.json",
+    ] {
+        let o = run(
+            &[
+                "dry-run",
+                "--memory-usage",
+                "cell_memory_usage.json",
+                "--num-target-ranks",
+                "2",
+                target,
+            ],
+            d,
+        );
         assert!(!o.status.success(), "{target}: {}", stdout(&o));
         let e = stderr(&o);
-        assert!(e.contains("refusing to write") && e.contains("it is the input cell_memory_usage.json (--memory-usage)"), "{target}: {e}");
-        assert_eq!(digest(&d.join("cell_memory_usage.json")), before, "{target} changed the input");
-        assert_eq!(files_in(d), ["cell_memory_usage.json", "link.json"], "{target} wrote something");
+        assert!(
+            e.contains("refusing to write")
+                && e.contains("it is the input cell_memory_usage.json (--memory-usage)"),
+            "{target}: {e}"
+        );
+        assert_eq!(
+            digest(&d.join("cell_memory_usage.json")),
+            before,
+            "{target} changed the input"
+        );
+        assert_eq!(
+            files_in(d),
+            ["cell_memory_usage.json", "link.json"],
+            "{target} wrote something"
+        );
     }
     // Another path is written, and said.
-    let o = run(&["dry-run", "--memory-usage", "cell_memory_usage.json", "--num-target-ranks", "2", "--write-memory-usage=copy.json"], d);
+    let o = run(
+        &[
+            "dry-run",
+            "--memory-usage",
+            "cell_memory_usage.json",
+            "--num-target-ranks",
+            "2",
+            "--write-memory-usage=copy.json",
+        ],
+        d,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("wrote copy.json\n"), "{}", stdout(&o));
     assert_eq!(digest(&d.join("cell_memory_usage.json")), before);
@@ -71,27 +118,59 @@ fn the_memory_usage_input_is_never_overwritten() {
 #[cfg(feature = "sonata")]
 #[test]
 fn a_circuit_dry_run_leaves_its_memory_usage_file_unchanged() {
-    let Some(circuit) = common::shared_data("sonata/allen-layer4_sample") else { return };
+    let Some(circuit) = common::shared_data("sonata/allen-layer4_sample") else {
+        return;
+    };
     let config = circuit.join("circuit_config.json");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // A measured file for this circuit: its metypes, with other figures than Ballast's.
-    let o = run(&["dry-run", "--circuit", config.to_str().unwrap(), "--num-target-ranks", "2", "--write-memory-usage=m.json", "--output-dir", "gen"], d);
+    let o = run(
+        &[
+            "dry-run",
+            "--circuit",
+            config.to_str().unwrap(),
+            "--num-target-ranks",
+            "2",
+            "--write-memory-usage=m.json",
+            "--output-dir",
+            "gen",
+        ],
+        d,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let mut measured: Value = serde_json::from_slice(&fs::read(d.join("m.json")).unwrap()).unwrap();
     for (_, v) in measured["metype_memory"].as_object_mut().unwrap() {
         *v = serde_json::json!(1234.5);
     }
-    fs::write(d.join("cell_memory_usage.json"), serde_json::to_vec_pretty(&measured).unwrap()).unwrap();
+    fs::write(
+        d.join("cell_memory_usage.json"),
+        serde_json::to_vec_pretty(&measured).unwrap(),
+    )
+    .unwrap();
     let before = digest(&d.join("cell_memory_usage.json"));
-    let args = ["dry-run", "--circuit", config.to_str().unwrap(), "--memory-usage", "cell_memory_usage.json", "--cell-kb", "3000", "--num-target-ranks", "4"];
+    let args = [
+        "dry-run",
+        "--circuit",
+        config.to_str().unwrap(),
+        "--memory-usage",
+        "cell_memory_usage.json",
+        "--cell-kb",
+        "3000",
+        "--num-target-ranks",
+        "4",
+    ];
     let o = run(&args, d);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(digest(&d.join("cell_memory_usage.json")), before);
     assert!(!stdout(&o).contains("cell_memory_usage.json"), "{}", stdout(&o));
     // Asked to write it there: refused, naming the input.
     let o = run(&[&args[..], &["--write-memory-usage"]].concat(), d);
-    assert!(!o.status.success() && stderr(&o).contains("refusing to write ./cell_memory_usage.json"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("refusing to write ./cell_memory_usage.json"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(digest(&d.join("cell_memory_usage.json")), before);
 }
 
@@ -108,7 +187,15 @@ fn open_in(pid: u32, dir: &Path) -> Option<bool> {
 /// before it was seen writing.
 fn signal_while_writing(dir: &Path, signal: &str) -> Option<bool> {
     let mut child = ballast()
-        .args(["dry-run", "--synthetic", "4000000", "--num-target-ranks", "64", "--output-dir", dir.to_str().unwrap()])
+        .args([
+            "dry-run",
+            "--synthetic",
+            "4000000",
+            "--num-target-ranks",
+            "64",
+            "--output-dir",
+            dir.to_str().unwrap(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -127,13 +214,19 @@ fn signal_while_writing(dir: &Path, signal: &str) -> Option<bool> {
         std::thread::sleep(Duration::from_micros(200));
     }
     if unnamed.is_some() {
-        let k = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status().unwrap();
+        let k = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap();
         assert!(k.success());
     }
     let status = child.wait().unwrap();
     if unnamed.is_some() {
         use std::os::unix::process::ExitStatusExt;
-        assert!(status.signal().is_some() || !status.success(), "{signal}: {status:?}");
+        assert!(
+            status.signal().is_some() || !status.success(),
+            "{signal}: {status:?}"
+        );
     }
     unnamed
 }
@@ -150,19 +243,35 @@ fn sigint_and_sigterm_while_writing_leave_no_temporary_file() {
             fs::write(&target, b"the previous allocation").unwrap();
         }
         let Some(_) = signal_while_writing(&d, signal) else {
-            panic!("SIG{signal}: the dry-run ended before its output file was seen open in {}", d.display());
+            panic!(
+                "SIG{signal}: the dry-run ended before its output file was seen open in {}",
+                d.display()
+            );
         };
         let left = files_in(&d);
         if existing {
-            assert!(left == ["allocation_r64_c1.pkl.gz"] || left == ["allocation_r64_c1.json", "allocation_r64_c1.pkl.gz"], "SIG{signal} with an existing target: {left:?}");
+            assert!(
+                left == ["allocation_r64_c1.pkl.gz"]
+                    || left == ["allocation_r64_c1.json", "allocation_r64_c1.pkl.gz"],
+                "SIG{signal} with an existing target: {left:?}"
+            );
             // The previous file, or (a signal during the commit waits for it) the complete new one.
             if fs::read(&target).unwrap() != b"the previous allocation" {
                 let a = ballast_balancer::read_allocation(&target).unwrap();
-                assert_eq!(a.populations.iter().map(|p| p.buckets.values().map(Vec::len).sum::<usize>()).sum::<usize>(), 4_000_000);
+                assert_eq!(
+                    a.populations
+                        .iter()
+                        .map(|p| p.buckets.values().map(Vec::len).sum::<usize>())
+                        .sum::<usize>(),
+                    4_000_000
+                );
             }
         } else {
             // Nothing, or (a signal during the commits) the complete outputs.
-            assert!(left.is_empty() || left == ["allocation_r64_c1.json", "allocation_r64_c1.pkl.gz"], "SIG{signal} left {left:?}");
+            assert!(
+                left.is_empty() || left == ["allocation_r64_c1.json", "allocation_r64_c1.pkl.gz"],
+                "SIG{signal} left {left:?}"
+            );
         }
     }
 }
@@ -176,10 +285,18 @@ fn sigkill_while_writing_a_new_file_leaves_nothing() {
     let d = dir.path().canonicalize().unwrap();
     // Whether the file system has O_TMPFILE (asked with the library's own fallback logic).
     if AtomicFile::create(&d.join("probe")).unwrap().method() != Method::Unnamed {
-        eprintln!("SKIP: {} does not support O_TMPFILE: a SIGKILL may leave the named temporary", d.display());
+        eprintln!(
+            "SKIP: {} does not support O_TMPFILE: a SIGKILL may leave the named temporary",
+            d.display()
+        );
         return;
     }
-    let unnamed = signal_while_writing(&d, "KILL").unwrap_or_else(|| panic!("the dry-run ended before its output file was seen open in {}", d.display()));
+    let unnamed = signal_while_writing(&d, "KILL").unwrap_or_else(|| {
+        panic!(
+            "the dry-run ended before its output file was seen open in {}",
+            d.display()
+        )
+    });
     assert!(files_in(&d).is_empty(), "SIGKILL left {:?}", files_in(&d));
     assert!(unnamed, "the file was open under a name");
 }
@@ -189,10 +306,22 @@ struct Tmpfs(PathBuf);
 
 impl Tmpfs {
     fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
-        let o = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", dir.to_str().unwrap()]).output();
+        let o = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "tmpfs",
+                dir.to_str().unwrap(),
+            ])
+            .output();
         match o {
             Ok(o) if o.status.success() => Ok(Tmpfs(dir.to_owned())),
-            Ok(o) => Err(format!("mount -t tmpfs failed (not root, or no CAP_SYS_ADMIN): {}", String::from_utf8_lossy(&o.stderr).trim())),
+            Ok(o) => Err(format!(
+                "mount -t tmpfs failed (not root, or no CAP_SYS_ADMIN): {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
             Err(e) => Err(format!("cannot run mount: {e}")),
         }
     }
@@ -226,12 +355,33 @@ fn a_plot_on_a_full_disk_writes_no_allocation_and_names_the_plot() {
     let out = dir.path().join("out");
     for plot in ["p.png", "p.svg"] {
         let plot = full.join(plot);
-        let o = run(&["dry-run", "--synthetic", "2000", "--num-target-ranks", "16", "--plot", plot.to_str().unwrap(), "--output-dir", out.to_str().unwrap()], dir.path());
+        let o = run(
+            &[
+                "dry-run",
+                "--synthetic",
+                "2000",
+                "--num-target-ranks",
+                "16",
+                "--plot",
+                plot.to_str().unwrap(),
+                "--output-dir",
+                out.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
         assert!(!o.status.success(), "{}", stdout(&o));
         let e = stderr(&o);
-        assert!(e.contains(&format!("cannot write the plot {}", plot.display())) && e.contains("No space left on device"), "{e}");
+        assert!(
+            e.contains(&format!("cannot write the plot {}", plot.display()))
+                && e.contains("No space left on device"),
+            "{e}"
+        );
         assert!(!e.contains("BackendError"), "{e}");
-        assert!(!out.exists() || files_in(&out).is_empty(), "written: {:?}", files_in(&out));
+        assert!(
+            !out.exists() || files_in(&out).is_empty(),
+            "written: {:?}",
+            files_in(&out)
+        );
         assert_eq!(files_in(&full), ["filler"]);
     }
 }
@@ -248,8 +398,16 @@ fn rank_labels(svg: &str) -> Vec<String> {
         })
         .collect();
     // The rank labels are the lowest row of numbers (the largest y).
-    let row = texts.iter().filter(|(_, b)| b.parse::<f64>().is_ok()).map(|(y, _)| y.parse::<f64>().unwrap()).fold(0.0, f64::max);
-    texts.into_iter().filter(|(y, b)| y.parse::<f64>().ok() == Some(row) && b.parse::<f64>().is_ok()).map(|(_, b)| b).collect()
+    let row = texts
+        .iter()
+        .filter(|(_, b)| b.parse::<f64>().is_ok())
+        .map(|(y, _)| y.parse::<f64>().unwrap())
+        .fold(0.0, f64::max);
+    texts
+        .into_iter()
+        .filter(|(y, b)| y.parse::<f64>().ok() == Some(row) && b.parse::<f64>().is_ok())
+        .map(|(_, b)| b)
+        .collect()
 }
 
 /// Rule 11: ranks are labelled once each by integers; `dry-run --plot` splits cells from
@@ -259,27 +417,88 @@ fn plots_label_each_rank_once_split_synapses_and_share_the_allocation_mode() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let o = run(&["dry-run", "--synthetic", "400", "--num-target-ranks", "4", "--write-memory-usage", "--plot", "dry.svg"], d);
+    let o = run(
+        &[
+            "dry-run",
+            "--synthetic",
+            "400",
+            "--num-target-ranks",
+            "4",
+            "--write-memory-usage",
+            "--plot",
+            "dry.svg",
+        ],
+        d,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
-    for f in ["allocation_r4_c1.pkl.gz", "allocation_r4_c1.json", "cell_memory_usage.json", "dry.svg"] {
-        assert!(stdout(&o).contains(&format!("wrote {}", if f.ends_with("svg") { f.to_owned() } else { format!("./{f}") })), "{f}: {}", stdout(&o));
+    for f in [
+        "allocation_r4_c1.pkl.gz",
+        "allocation_r4_c1.json",
+        "cell_memory_usage.json",
+        "dry.svg",
+    ] {
+        assert!(
+            stdout(&o).contains(&format!(
+                "wrote {}",
+                if f.ends_with("svg") {
+                    f.to_owned()
+                } else {
+                    format!("./{f}")
+                }
+            )),
+            "{f}: {}",
+            stdout(&o)
+        );
     }
     let svg = fs::read_to_string(d.join("dry.svg")).unwrap();
     assert_eq!(rank_labels(&svg), ["0", "1", "2", "3"]);
     // Synapse bars (their colour) are drawn: the synthetic input has synapses.
     let synapse_bars = svg.matches("fill=\"#F4A460\"").count();
-    assert!(synapse_bars >= 5, "{synapse_bars} synapse rectangles (4 bars and the legend)");
-    let o = run(&["stats", "allocation_r4_c1.pkl.gz", "--memory-usage", "cell_memory_usage.json", "--plot", "stats.svg"], d);
+    assert!(
+        synapse_bars >= 5,
+        "{synapse_bars} synapse rectangles (4 bars and the legend)"
+    );
+    let o = run(
+        &[
+            "stats",
+            "allocation_r4_c1.pkl.gz",
+            "--memory-usage",
+            "cell_memory_usage.json",
+            "--plot",
+            "stats.svg",
+        ],
+        d,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("wrote stats.svg"), "{}", stderr(&o));
     let stats_svg = fs::read_to_string(d.join("stats.svg")).unwrap();
-    let bars = |s: &str| s.lines().filter(|l| l.starts_with("<rect") && (l.contains("#4682B4") || l.contains("#F4A460"))).map(str::to_owned).collect::<Vec<_>>();
-    assert_eq!(bars(&svg), bars(&stats_svg), "dry-run and stats draw the same cell and synapse bars");
+    let bars = |s: &str| {
+        s.lines()
+            .filter(|l| l.starts_with("<rect") && (l.contains("#4682B4") || l.contains("#F4A460")))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        bars(&svg),
+        bars(&stats_svg),
+        "dry-run and stats draw the same cell and synapse bars"
+    );
     let mode = |f: &str| fs::metadata(d.join(f)).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode("dry.svg"), mode("allocation_r4_c1.pkl.gz"));
     assert_eq!(mode("stats.svg"), mode("allocation_r4_c1.pkl.gz"));
     // A PNG too (same renderer, in memory, then the PNG encoder).
-    let o = run(&["dry-run", "--synthetic", "400", "--num-target-ranks", "4", "--plot", "dry.png"], d);
+    let o = run(
+        &[
+            "dry-run",
+            "--synthetic",
+            "400",
+            "--num-target-ranks",
+            "4",
+            "--plot",
+            "dry.png",
+        ],
+        d,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(&fs::read(d.join("dry.png")).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
 }
@@ -296,18 +515,52 @@ fn words_counts_populations_and_per_population_warnings() {
     let o = run(&["stats", "allocation_r1_c1.pkl.gz"], d);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains(": 1 rank × 1 cycle, 2 populations, 240 cells"), "{out}");
+    assert!(
+        out.contains(": 1 rank × 1 cycle, 2 populations, 240 cells"),
+        "{out}"
+    );
     let all = out.lines().find(|l| l.starts_with("ALL")).unwrap();
     // "ALL (joint buckets)", cells, total, max bucket, mean bucket (a mean has decimals), min bucket.
     let cols: Vec<&str> = all.split_whitespace().collect();
-    assert_eq!((cols[4], cols[5], cols[6], cols[7]), ("240", "240", "240.0", "240"), "{all}");
+    assert_eq!(
+        (cols[4], cols[5], cols[6], cols[7]),
+        ("240", "240", "240.0", "240"),
+        "{all}"
+    );
     // Both JSON outputs list populations as objects with a name.
-    let o = run(&["dry-run", "--synthetic", "240", "--num-target-ranks", "2", "--json", "--write-memory-usage"], d);
+    let o = run(
+        &[
+            "dry-run",
+            "--synthetic",
+            "240",
+            "--num-target-ranks",
+            "2",
+            "--json",
+            "--write-memory-usage",
+        ],
+        d,
+    );
     let j: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let names = |j: &Value| j["populations"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    let names = |j: &Value| {
+        j["populations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(names(&j), ["synthetic_neurons", "synthetic_neurons_1"]);
     assert_eq!(j["populations"][0]["cells"].as_u64(), Some(160));
-    let o = run(&["stats", "allocation_r2_c1.pkl.gz", "--json", "--memory-usage", "cell_memory_usage.json"], d);
+    let o = run(
+        &[
+            "stats",
+            "allocation_r2_c1.pkl.gz",
+            "--json",
+            "--memory-usage",
+            "cell_memory_usage.json",
+        ],
+        d,
+    );
     let s: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(names(&s), names(&j));
     assert_eq!(s["populations"][1]["total_kb"], j["populations"][1]["total_kb"]);
@@ -317,10 +570,23 @@ fn words_counts_populations_and_per_population_warnings() {
         r#"{"metype_memory": {"A": 10.0, "B": 1.0}, "pop_metype_gids": {"big": {"A": [0, 1, 2, 3, 4, 5]}, "small": {"B": [0, 1]}}}"#,
     )
     .unwrap();
-    let o = run(&["dry-run", "--memory-usage", "small.json", "--num-target-ranks", "3"], d);
+    let o = run(
+        &[
+            "dry-run",
+            "--memory-usage",
+            "small.json",
+            "--num-target-ranks",
+            "3",
+        ],
+        d,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let w = "population small is not allocated across the full size of ranks and cycles: 1 of 3 buckets hold none of its cells";
-    assert!(stderr(&o).contains(w) && !stderr(&o).contains("population big"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(w) && !stderr(&o).contains("population big"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(&["stats", "allocation_r3_c1.pkl.gz"], d);
     assert!(stderr(&o).contains(w), "{}", stderr(&o));
 }
@@ -337,7 +603,9 @@ fn an_unwritable_directory_names_itself_and_the_option() {
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
     fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
-    let probe = Command::new("setpriv").args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "true"]).status();
+    let probe = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "true"])
+        .status();
     if !probe.is_ok_and(|s| s.success()) {
         eprintln!("SKIP: cannot run as nobody with setpriv (not root, or setpriv absent)");
         return;
@@ -351,22 +619,44 @@ fn an_unwritable_directory_names_itself_and_the_option() {
         .unwrap();
     assert!(!o.status.success());
     let e = stderr(&o);
-    assert!(e.contains("cannot write the outputs in . (--output-dir chooses the directory)") && e.contains("Permission denied"), "{e}");
+    assert!(
+        e.contains("cannot write the outputs in . (--output-dir chooses the directory)")
+            && e.contains("Permission denied"),
+        "{e}"
+    );
     assert!(!e.contains(".tmp"), "{e}");
     // `ballast run --lb-mode=Memory` regenerating its allocation there: --allocation-dir.
     let out = d.join("w");
     fs::create_dir(&out).unwrap();
-    assert!(Command::new("chown").args(["nobody", out.to_str().unwrap()]).status().unwrap().success());
+    assert!(Command::new("chown")
+        .args(["nobody", out.to_str().unwrap()])
+        .status()
+        .unwrap()
+        .success());
     let o = Command::new("setpriv")
         .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
         .arg(&bin)
-        .args(["run", "--synthetic", "200", "--ranks", "2", "--tstop", "2", "--output", out.join("run").to_str().unwrap()])
+        .args([
+            "run",
+            "--synthetic",
+            "200",
+            "--ranks",
+            "2",
+            "--tstop",
+            "2",
+            "--output",
+            out.join("run").to_str().unwrap(),
+        ])
         .current_dir(d)
         .output()
         .unwrap();
     assert!(!o.status.success());
     let e = stderr(&o);
-    assert!(e.contains("the allocation file in . (--allocation-dir chooses that directory)") && e.contains("Permission denied"), "{e}");
+    assert!(
+        e.contains("the allocation file in . (--allocation-dir chooses that directory)")
+            && e.contains("Permission denied"),
+        "{e}"
+    );
     assert_eq!(files_in(d), ["ballast", "w"]);
     assert!(files_in(&out).is_empty(), "{:?}", files_in(&out));
 }
@@ -377,33 +667,85 @@ fn an_unwritable_directory_names_itself_and_the_option() {
 #[cfg(feature = "sonata")]
 #[test]
 fn dry_run_and_run_share_the_cost_model_and_the_sidecar_tells_other_costs() {
-    let Some(circuit) = common::shared_data("sonata/allen-layer4_sample") else { return };
+    let Some(circuit) = common::shared_data("sonata/allen-layer4_sample") else {
+        return;
+    };
     let config = circuit.join("circuit_config.json");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let dry = |extra: &[&str]| {
-        let o = run(&[&["dry-run", "--circuit", config.to_str().unwrap(), "--num-target-ranks", "8", "--json"][..], extra].concat(), d);
+        let o = run(
+            &[
+                &[
+                    "dry-run",
+                    "--circuit",
+                    config.to_str().unwrap(),
+                    "--num-target-ranks",
+                    "8",
+                    "--json",
+                ][..],
+                extra,
+            ]
+            .concat(),
+            d,
+        );
         assert!(o.status.success(), "{}", stderr(&o));
         serde_json::from_slice::<Value>(&o.stdout).unwrap()
     };
     let j = dry(&[]);
     let run_memory = || {
-        let o = run(&["run", "--lb-mode=Memory", "--circuit", config.to_str().unwrap(), "--ranks", "8", "--tstop", "5", "--json", "--output", "r"], d);
+        let o = run(
+            &[
+                "run",
+                "--lb-mode=Memory",
+                "--circuit",
+                config.to_str().unwrap(),
+                "--ranks",
+                "8",
+                "--tstop",
+                "5",
+                "--json",
+                "--output",
+                "r",
+            ],
+            d,
+        );
         assert!(o.status.success(), "{}", stderr(&o));
         (serde_json::from_slice::<Value>(&o.stdout).unwrap(), stderr(&o))
     };
     let (report, err) = run_memory();
     assert!(!err.contains("other costs"), "{err}");
-    let run_max = report["per_rank"].as_array().unwrap().iter().map(|r| r["estimated_kb"].as_f64().unwrap()).fold(0.0, f64::max);
+    let run_max = report["per_rank"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["estimated_kb"].as_f64().unwrap())
+        .fold(0.0, f64::max);
     let dry_max = j["max_bucket_kb"].as_f64().unwrap();
-    assert!((run_max - dry_max).abs() <= 1e-9 * dry_max, "run's largest rank {run_max} KB vs dry-run's largest bucket {dry_max} KB");
+    assert!(
+        (run_max - dry_max).abs() <= 1e-9 * dry_max,
+        "run's largest rank {run_max} KB vs dry-run's largest bucket {dry_max} KB"
+    );
     let sidecar: Value = serde_json::from_slice(&fs::read(d.join("allocation_r8_c1.json")).unwrap()).unwrap();
-    assert_eq!((sidecar["cell_kb_default"].as_f64(), sidecar["point_cell_kb_default"].as_f64()), (Some(3000.0), Some(40.0)));
+    assert_eq!(
+        (
+            sidecar["cell_kb_default"].as_f64(),
+            sidecar["point_cell_kb_default"].as_f64()
+        ),
+        (Some(3000.0), Some(40.0))
+    );
     // Balanced with another default: the run says so, naming the file, its sidecar and the difference.
     dry(&["--cell-kb", "2000"]);
     let (_, err) = run_memory();
-    assert!(err.contains("allocation_r8_c1.pkl.gz was balanced with other costs") && err.contains("allocation_r8_c1.json"), "{err}");
-    assert!(err.contains("cell KB default 2000 vs") || err.contains("total "), "{err}");
+    assert!(
+        err.contains("allocation_r8_c1.pkl.gz was balanced with other costs")
+            && err.contains("allocation_r8_c1.json"),
+        "{err}"
+    );
+    assert!(
+        err.contains("cell KB default 2000 vs") || err.contains("total "),
+        "{err}"
+    );
 }
 
 /// Rule 11: the top-level help describes the whole tool.
@@ -415,12 +757,34 @@ fn the_help_describes_the_whole_tool() {
         assert!(h.contains(word), "{word} missing from: {h}");
     }
     // dry-run's help states the defaults `run` takes from the library.
-    let help = |cmd: &str| stdout(&ballast().args([cmd, "--help"]).output().unwrap()).split_whitespace().collect::<Vec<_>>().join(" ");
+    let help = |cmd: &str| {
+        stdout(&ballast().args([cmd, "--help"]).output().unwrap())
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     let (dry, run) = (help("dry-run"), help("run"));
     for (option, kb) in [("--cell-kb", "3000"), ("--point-cell-kb", "40")] {
         // The option's text: up to its closing "]".
-        let after = |h: &str| h.split(&format!("{option} <KB>")).nth(1).unwrap().split(']').next().unwrap().to_owned() + "]";
-        assert!(after(&run).contains(&format!("[default: {kb}]")), "run {option}: {}", after(&run));
-        assert!(after(&dry).contains(&format!("[default: {kb}, as ballast run]")), "dry-run {option}: {}", after(&dry));
+        let after = |h: &str| {
+            h.split(&format!("{option} <KB>"))
+                .nth(1)
+                .unwrap()
+                .split(']')
+                .next()
+                .unwrap()
+                .to_owned()
+                + "]"
+        };
+        assert!(
+            after(&run).contains(&format!("[default: {kb}]")),
+            "run {option}: {}",
+            after(&run)
+        );
+        assert!(
+            after(&dry).contains(&format!("[default: {kb}, as ballast run]")),
+            "dry-run {option}: {}",
+            after(&dry)
+        );
     }
 }

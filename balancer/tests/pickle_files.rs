@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ballast_balancer::pickle::{
-    ranks_cycles_from_file_name, read_allocation_file, read_allocation_pickle,
-    write_allocation_file,
+    ranks_cycles_from_file_name, read_allocation_file, read_allocation_pickle, write_allocation_file,
 };
 use ballast_balancer::{BalancerError, Bucket, PopulationAllocation};
 
@@ -24,10 +23,7 @@ fn fixtures() -> Option<PathBuf> {
         return Some(dir);
     }
     if ci() {
-        panic!(
-            "CI=true but the shared fixtures are missing: {}",
-            dir.display()
-        );
+        panic!("CI=true but the shared fixtures are missing: {}", dir.display());
     }
     eprintln!(
         "SKIP: {} is absent (set up ../shared to run this test)",
@@ -68,9 +64,7 @@ fn python(script: &str, args: &[&Path]) -> String {
 
 fn gunzip(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    flate2::read::GzDecoder::new(bytes)
-        .read_to_end(&mut out)
-        .unwrap();
+    flate2::read::GzDecoder::new(bytes).read_to_end(&mut out).unwrap();
     out
 }
 
@@ -118,22 +112,16 @@ fn names(p: &[PopulationAllocation]) -> Vec<&str> {
 fn reads_real_neurodamus_fixture() {
     let Some(dir) = fixtures() else { return };
     let got = read_allocation_file(&dir.join("allocation_r4_c2.pkl.gz")).unwrap();
-    let expected: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("expected_allocation.json")).unwrap(),
-    )
-    .unwrap();
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected_allocation.json")).unwrap())
+            .unwrap();
     let expected = from_json(&expected["allocation"]);
     assert_eq!(names(&got), vec!["S1nonbarrel_neurons", "VPM"]);
     assert_eq!(names(&got), names(&expected));
     for (g, e) in got.iter().zip(&expected) {
         assert_eq!(g.buckets.len(), 8, "population {}", g.name);
         for (b, gids) in &e.buckets {
-            assert_eq!(
-                g.buckets.get(b),
-                Some(gids),
-                "population {} bucket {b:?}",
-                g.name
-            );
+            assert_eq!(g.buckets.get(b), Some(gids), "population {} bucket {b:?}", g.name);
         }
     }
     assert_eq!(got, expected);
@@ -149,10 +137,7 @@ fn reads_real_neurodamus_fixture() {
 fn sample() -> Vec<PopulationAllocation> {
     let mut zeta = BTreeMap::new();
     zeta.insert(Bucket { rank: 1, cycle: 0 }, vec![7, 3, 5]);
-    zeta.insert(
-        Bucket { rank: 0, cycle: 1 },
-        vec![u32::MAX, 0, 2_147_483_648],
-    );
+    zeta.insert(Bucket { rank: 0, cycle: 1 }, vec![u32::MAX, 0, 2_147_483_648]);
     zeta.insert(Bucket { rank: 0, cycle: 0 }, (100..1500).rev().collect());
     let mut alpha = BTreeMap::new();
     alpha.insert(Bucket { rank: 3, cycle: 2 }, vec![42]);
@@ -253,8 +238,7 @@ fn reads_python_neurodamus_style_pickles_all_protocols() {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(python(GEN_NEURODAMUS_STYLE, &[dir.path()]).trim(), "ok");
     let expected: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("expected.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("expected.json")).unwrap()).unwrap();
     let expected = from_json(&expected);
     assert_eq!(names(&expected), vec!["S1nonbarrel_neurons", "VPM", "Thal"]);
     assert_eq!(
@@ -300,17 +284,9 @@ fn refuses_hostile_globals_without_running_them() {
     let control_cmd = format!("touch {}", control.display());
     python(
         GEN_HOSTILE,
-        &[
-            &sys_pkl,
-            Path::new(&cmd),
-            &eval_pkl,
-            Path::new(&control_cmd),
-        ],
+        &[&sys_pkl, Path::new(&cmd), &eval_pkl, Path::new(&control_cmd)],
     );
-    assert!(
-        control.exists(),
-        "the payload must be live when Python loads it"
-    );
+    assert!(control.exists(), "the payload must be live when Python loads it");
 
     match read_allocation_file(&sys_pkl) {
         // os.system pickles as posix.system on Linux (nt.system on Windows).
@@ -320,10 +296,7 @@ fn refuses_hostile_globals_without_running_them() {
             offset,
             path,
         }) => {
-            assert!(
-                module == "posix" || module == "nt" || module == "os",
-                "{module}"
-            );
+            assert!(module == "posix" || module == "nt" || module == "os", "{module}");
             assert_eq!(name, "system");
             assert!(offset > 0);
             assert_eq!(path, sys_pkl);
@@ -335,17 +308,14 @@ fn refuses_hostile_globals_without_running_them() {
     match read_allocation_file(&eval_pkl) {
         Err(e @ BalancerError::DisallowedGlobal { .. }) => {
             let BalancerError::DisallowedGlobal {
-                ref module,
-                ref name,
-                ..
+                ref module, ref name, ..
             } = e
             else {
                 unreachable!()
             };
             assert_eq!((module.as_str(), name.as_str()), ("__builtin__", "eval"));
             assert!(
-                e.to_string()
-                    .contains("refused pickle global `__builtin__.eval`"),
+                e.to_string().contains("refused pickle global `__builtin__.eval`"),
                 "{e}"
             );
         }
@@ -360,30 +330,18 @@ fn refuses_os_system_and_builtins_eval_by_name() {
     let os_system = b"\x80\x02cos\nsystem\nX\x0a\x00\x00\x00echo pwned\x85R.";
     match read_allocation_pickle(os_system, p) {
         Err(BalancerError::DisallowedGlobal {
-            module,
-            name,
-            offset,
-            ..
+            module, name, offset, ..
         }) => {
-            assert_eq!(
-                (module.as_str(), name.as_str(), offset),
-                ("os", "system", 2)
-            );
+            assert_eq!((module.as_str(), name.as_str(), offset), ("os", "system", 2));
         }
         other => panic!("{other:?}"),
     }
     let eval = b"\x80\x04\x8c\x08builtins\x8c\x04eval\x93\x8c\x031+1\x85R.";
     match read_allocation_pickle(eval, p) {
         Err(BalancerError::DisallowedGlobal {
-            module,
-            name,
-            offset,
-            ..
+            module, name, offset, ..
         }) => {
-            assert_eq!(
-                (module.as_str(), name.as_str(), offset),
-                ("builtins", "eval", 18)
-            );
+            assert_eq!((module.as_str(), name.as_str(), offset), ("builtins", "eval", 18));
         }
         other => panic!("{other:?}"),
     }

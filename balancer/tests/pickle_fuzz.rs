@@ -13,7 +13,8 @@ use std::sync::Once;
 use std::time::Duration;
 
 use ballast_balancer::pickle::{
-    read_allocation_gzip_with_stats, read_allocation_pickle_with_stats, write_allocation_file, ReadStats, MAX_GZIP_RATIO,
+    read_allocation_gzip_with_stats, read_allocation_pickle_with_stats, write_allocation_file, ReadStats,
+    MAX_GZIP_RATIO,
 };
 use ballast_balancer::{Bucket, PopulationAllocation};
 use proptest::prelude::*;
@@ -74,13 +75,19 @@ fn doubled_dict_keys_are_refused_after_linear_work() {
     watchdog();
     // One doubling is a plain (1, 1) key: accepted.
     let (r, s) = read(&dict_key_doubling(1));
-    assert_eq!(r.unwrap()[0].buckets, BTreeMap::from([(Bucket { rank: 1, cycle: 1 }, vec![])]));
+    assert_eq!(
+        r.unwrap()[0].buckets,
+        BTreeMap::from([(Bucket { rank: 1, cycle: 1 }, vec![])])
+    );
     assert!(linear(&s), "{s:?}");
     for n in [24, 30, 60] {
         let p = dict_key_doubling(n);
         let (r, s) = read(&p);
         let e = r.expect_err("a key of 2^n nodes is refused");
-        assert!(e.contains("dict keys are re-used far more than the pickle size allows"), "{n}: {e}");
+        assert!(
+            e.contains("dict keys are re-used far more than the pickle size allows"),
+            "{n}: {e}"
+        );
         assert!(linear(&s), "{n} doublings: {s:?} for {} bytes", p.len());
         // Each opcode ran once and each tuple item was visited once: no expansion.
         assert!(s.work() <= 4 * p.len() as u64, "{n} doublings: {s:?}");
@@ -92,14 +99,21 @@ fn doubled_build_states_are_refused_after_linear_work() {
     watchdog();
     // `(None, None)` is an empty state, as CPython writes for an object without attributes.
     let (r, s) = read(&build_state_doubling(1));
-    assert_eq!(r.unwrap()[0].buckets, BTreeMap::from([(Bucket { rank: 0, cycle: 0 }, vec![])]));
+    assert_eq!(
+        r.unwrap()[0].buckets,
+        BTreeMap::from([(Bucket { rank: 0, cycle: 0 }, vec![])])
+    );
     assert!(linear(&s), "{s:?}");
     for n in [2, 24, 30, 60] {
         let p = build_state_doubling(n);
         let (r, s) = read(&p);
         let e = r.expect_err("a nested state is not an empty state");
         assert!(e.contains("BUILD with a non-empty state (tuple)"), "{n}: {e}");
-        assert!(s.work() <= 4 * p.len() as u64, "{n} doublings: {s:?} for {} bytes", p.len());
+        assert!(
+            s.work() <= 4 * p.len() as u64,
+            "{n} doublings: {s:?} for {} bytes",
+            p.len()
+        );
     }
 }
 
@@ -141,7 +155,13 @@ fn a_gzip_bomb_is_refused_in_proportion_to_its_size() {
     let (r, s) = read_allocation_gzip_with_stats(&bomb, Path::new("bomb.pkl.gz"));
     let e = r.unwrap_err().to_string();
     let limit = MAX_GZIP_RATIO * bomb.len() as u64 + (1 << 20);
-    assert!(e.contains(&format!("decompressed pickle exceeds {limit} bytes (at most 256 times the file's {} bytes", bomb.len())), "{e}");
+    assert!(
+        e.contains(&format!(
+            "decompressed pickle exceeds {limit} bytes (at most 256 times the file's {} bytes",
+            bomb.len()
+        )),
+        "{e}"
+    );
     assert_eq!(s.work(), 0, "no opcode ran");
 }
 
@@ -150,7 +170,9 @@ fn a_gzip_bomb_is_refused_in_proportion_to_its_size() {
 
 fn gunzip(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(b).read_to_end(&mut out).unwrap();
+    flate2::read::MultiGzDecoder::new(b)
+        .read_to_end(&mut out)
+        .unwrap();
     out
 }
 

@@ -59,9 +59,20 @@ fn lpt_beats_neurodamus_on_synthetic_inputs() {
         (20_000, 200, 2, 128, 1, 4),
         (50_000, 500, 2, 32, 4, 5),
     ] {
-        let dry_run = generate(&SyntheticSpec { cells, metypes, populations, seed }).unwrap();
+        let dry_run = generate(&SyntheticSpec {
+            cells,
+            metypes,
+            populations,
+            seed,
+        })
+        .unwrap();
         let run = |strategy| {
-            let config = BalancerConfig::builder().ranks(ranks).cycles(cycles).strategy(strategy).build().unwrap();
+            let config = BalancerConfig::builder()
+                .ranks(ranks)
+                .cycles(cycles)
+                .strategy(strategy)
+                .build()
+                .unwrap();
             let alloc = balance(&dry_run, &config);
             alloc.validate(&dry_run).unwrap();
             Summary::new(&alloc, &dry_run).overall
@@ -74,6 +85,9 @@ fn lpt_beats_neurodamus_on_synthetic_inputs() {
             nd.max_bucket_kb
         );
         // Rank totals even too: the largest rank within 1% + one heaviest cell of the mean.
-        assert!(lpt.max_rank_kb <= lpt.mean_rank_kb * 1.01 + lpt.heaviest_cell_kb, "{lpt:?}");
+        assert!(
+            lpt.max_rank_kb <= lpt.mean_rank_kb * 1.01 + lpt.heaviest_cell_kb,
+            "{lpt:?}"
+        );
     }
 }

@@ -11,7 +11,17 @@ use common::ballast;
 fn run(dir: &Path, extra: &[&str]) -> std::process::Output {
     ballast()
         .current_dir(dir)
-        .args(["run", "--synthetic", "800", "--synapses-per-cell", "150", "--tstop", "40", "--memory-scale", "0.001"])
+        .args([
+            "run",
+            "--synthetic",
+            "800",
+            "--synapses-per-cell",
+            "150",
+            "--tstop",
+            "40",
+            "--memory-scale",
+            "0.001",
+        ])
         .args(extra)
         .output()
         .unwrap()
@@ -21,11 +31,29 @@ fn run(dir: &Path, extra: &[&str]) -> std::process::Output {
 fn out_dat_is_identical_across_ranks_modes_and_exchanges() {
     let dir = tempfile::tempdir().unwrap();
     let mut reference: Option<String> = None;
-    for (i, (ranks, mode, exchange)) in
-        [("1", "RoundRobin", "p2p"), ("3", "Memory", "p2p"), ("8", "Memory", "allgather"), ("8", "RoundRobin", "p2p")].into_iter().enumerate()
+    for (i, (ranks, mode, exchange)) in [
+        ("1", "RoundRobin", "p2p"),
+        ("3", "Memory", "p2p"),
+        ("8", "Memory", "allgather"),
+        ("8", "RoundRobin", "p2p"),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let out_dir = format!("out{i}");
-        let o = run(dir.path(), &["--ranks", ranks, "--lb-mode", mode, "--exchange", exchange, "--output", &out_dir]);
+        let o = run(
+            dir.path(),
+            &[
+                "--ranks",
+                ranks,
+                "--lb-mode",
+                mode,
+                "--exchange",
+                exchange,
+                "--output",
+                &out_dir,
+            ],
+        );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let stdout = String::from_utf8_lossy(&o.stdout);
         if exchange == "p2p" {
@@ -34,10 +62,15 @@ fn out_dat_is_identical_across_ranks_modes_and_exchanges() {
         }
         let dat = std::fs::read_to_string(dir.path().join(&out_dir).join("out.dat")).unwrap();
         assert!(dat.starts_with("/scatter\n"));
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join(&out_dir).join("report.json")).unwrap()).unwrap();
+        let report: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(&out_dir).join("report.json")).unwrap(),
+        )
+        .unwrap();
         assert_eq!(report["ranks"].as_u64().unwrap(), ranks.parse::<u64>().unwrap());
-        assert_eq!(report["spikes"].as_u64().unwrap() as usize, dat.lines().count() - 1);
+        assert_eq!(
+            report["spikes"].as_u64().unwrap() as usize,
+            dat.lines().count() - 1
+        );
         match &reference {
             None => reference = Some(dat),
             Some(r) => assert_eq!(&dat, r, "{ranks} ranks, {mode}, {exchange}"),
@@ -53,16 +86,28 @@ fn memory_mode_regenerates_and_refuses_a_corrupt_file_writing_nothing() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("regenerated ./allocation_r4_c1.pkl.gz"));
     assert!(dir.path().join("allocation_r4_c1.pkl.gz").exists());
     // The file for 4 ranks is read; 2 ranks regenerate theirs.
-    let o = run(dir.path(), &["--ranks", "4", "--lb-mode", "Memory", "--output", "again"]);
+    let o = run(
+        dir.path(),
+        &["--ranks", "4", "--lb-mode", "Memory", "--output", "again"],
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("read ./allocation_r4_c1.pkl.gz"));
-    let o = run(dir.path(), &["--ranks", "2", "--lb-mode", "Memory", "--output", "two"]);
+    let o = run(
+        dir.path(),
+        &["--ranks", "2", "--lb-mode", "Memory", "--output", "two"],
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("regenerated ./allocation_r2_c1.pkl.gz"));
     // Corrupt: a clear error naming the file, and no output at all.
     std::fs::write(dir.path().join("allocation_r3_c1.pkl.gz"), b"not a gzip file").unwrap();
-    let o = run(dir.path(), &["--ranks", "3", "--lb-mode", "Memory", "--output", "corrupt"]);
+    let o = run(
+        dir.path(),
+        &["--ranks", "3", "--lb-mode", "Memory", "--output", "corrupt"],
+    );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("ballast: error:") && err.contains("allocation_r3_c1.pkl.gz"), "{err}");
+    assert!(
+        err.contains("ballast: error:") && err.contains("allocation_r3_c1.pkl.gz"),
+        "{err}"
+    );
     assert!(!dir.path().join("corrupt").exists());
 }
 
@@ -81,8 +126,16 @@ fn transports_not_compiled_in_are_clear_errors() {
         assert!(err.contains("--transport verbs: verbs:"), "{err}");
     } else {
         assert!(!o.status.success());
-        assert!(err.contains("transport verbs (--transport or BALLAST_TRANSPORT) is not compiled into this ballast"), "{err}");
-        assert!(err.contains("cargo build --release --bin ballast --features verbs"), "{err}");
+        assert!(
+            err.contains(
+                "transport verbs (--transport or BALLAST_TRANSPORT) is not compiled into this ballast"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.contains("cargo build --release --bin ballast --features verbs"),
+            "{err}"
+        );
     }
     assert!(!dir.path().join("ballast-run").exists());
     assert!(!dir.path().join("allocation_r2_c1.pkl.gz").exists());
@@ -91,15 +144,37 @@ fn transports_not_compiled_in_are_clear_errors() {
 #[test]
 fn transport_auto_says_what_it_picked_and_gives_the_same_spikes() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run(dir.path(), &["--ranks", "3", "--lb-mode", "RoundRobin", "--output", "local"]);
+    let o = run(
+        dir.path(),
+        &["--ranks", "3", "--lb-mode", "RoundRobin", "--output", "local"],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = run(dir.path(), &["--ranks", "3", "--lb-mode", "RoundRobin", "--transport", "auto", "--output", "auto"]);
+    let o = run(
+        dir.path(),
+        &[
+            "--ranks",
+            "3",
+            "--lb-mode",
+            "RoundRobin",
+            "--transport",
+            "auto",
+            "--output",
+            "auto",
+        ],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
-    let picked = err.lines().find(|l| l.starts_with("ballast run: transport auto:")).unwrap_or_else(|| panic!("{err}"));
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("auto/report.json")).unwrap()).unwrap();
+    let picked = err
+        .lines()
+        .find(|l| l.starts_with("ballast run: transport auto:"))
+        .unwrap_or_else(|| panic!("{err}"));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("auto/report.json")).unwrap()).unwrap();
     let kind = report["transport"].as_str().unwrap();
-    assert!(picked.contains(&format!("using {kind}")), "{picked} / report: {kind}");
+    assert!(
+        picked.contains(&format!("using {kind}")),
+        "{picked} / report: {kind}"
+    );
     let read = |d: &str| std::fs::read_to_string(dir.path().join(d).join("out.dat")).unwrap();
     assert_eq!(read("auto"), read("local"));
 }
@@ -113,14 +188,40 @@ fn demo_passes_its_check() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
-    assert!(stdout.lines().any(|l| l.starts_with("check: identical spikes in the RoundRobin and Memory runs (") && l.ends_with("): ok")), "{stdout}");
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.lines().any(
+            |l| l.starts_with("check: identical spikes in the RoundRobin and Memory runs (")
+                && l.ends_with("): ok")
+        ),
+        "{stdout}"
+    );
     // The labels say what each row is: the scale is --memory-scale, the measured row is
     // apart from the predicted ones and names the configuration run, no run-time row.
-    assert!(stdout.contains("largest rank, Ballast-accounted (MB, --memory-scale 0.002)"), "{stdout}");
-    let measured = stdout.lines().position(|l| l == "transport per rank, largest (KB), measured in the runs:").expect("measured section");
-    assert!(stdout.lines().nth(measured + 1).unwrap().starts_with("  shared, no endpoint cap "), "{stdout}");
-    assert!(stdout.contains("  shared, no endpoint cap (the configuration run) "), "{stdout}");
+    assert!(
+        stdout.contains("largest rank, Ballast-accounted (MB, --memory-scale 0.002)"),
+        "{stdout}"
+    );
+    let measured = stdout
+        .lines()
+        .position(|l| l == "transport per rank, largest (KB), measured in the runs:")
+        .expect("measured section");
+    assert!(
+        stdout
+            .lines()
+            .nth(measured + 1)
+            .unwrap()
+            .starts_with("  shared, no endpoint cap "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  shared, no endpoint cap (the configuration run) "),
+        "{stdout}"
+    );
     assert!(!stdout.contains("run time"), "{stdout}");
     assert!(dir.path().join("ballast-demo/allocation_r6_c1.pkl.gz").exists());
     assert!(dir.path().join("ballast-demo/memory/out.dat").exists());
@@ -140,7 +241,11 @@ fn bad_parameters_are_errors_before_anything_is_written() {
         assert!(err.contains(want), "{extra:?}: {err}");
         assert!(!dir.path().join("ballast-run").exists(), "{extra:?}");
     }
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no allocation file either");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no allocation file either"
+    );
 }
 
 /// `--max-endpoints 1` with 3 and 4 ranks exchanging all-to-all (a cap below the peers):
@@ -154,9 +259,15 @@ fn a_cap_below_the_peers_finishes_with_the_same_spikes() {
     let reference = std::fs::read_to_string(dir.path().join("one/out.dat")).unwrap();
     for ranks in ["3", "4"] {
         let out = format!("cap{ranks}");
-        let o = run(dir.path(), &["--ranks", ranks, "--max-endpoints", "1", "--output", &out]);
+        let o = run(
+            dir.path(),
+            &["--ranks", ranks, "--max-endpoints", "1", "--output", &out],
+        );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        assert_eq!(std::fs::read_to_string(dir.path().join(&out).join("out.dat")).unwrap(), reference);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(&out).join("out.dat")).unwrap(),
+            reference
+        );
     }
 }
 
@@ -167,17 +278,36 @@ fn a_cap_below_the_peers_finishes_with_the_same_spikes() {
 fn runtime_settings_out_of_range_or_too_large_are_errors() {
     let dir = tempfile::tempdir().unwrap();
     for (extra, want) in [
-        (&["--buffer-count", "0"][..], "bad value `0` for --buffer-count (variable BALLAST_BUFFER_COUNT): must be at least 1"),
-        (&["--buffer-count", "100000000", "--buffer-size", "1M"][..], "for 2 ranks: pool 200000000.0 MB (buffer_count 100000000 x buffer_size 1048576 B)"),
+        (
+            &["--buffer-count", "0"][..],
+            "bad value `0` for --buffer-count (variable BALLAST_BUFFER_COUNT): must be at least 1",
+        ),
+        (
+            &["--buffer-count", "100000000", "--buffer-size", "1M"][..],
+            "for 2 ranks: pool 200000000.0 MB (buffer_count 100000000 x buffer_size 1048576 B)",
+        ),
         (&["--srq-depth", "1G"][..], "MB (srq_depth 1073741824)"),
-        (&["--recv-sharing", "per-peer", "--recv-depth", "1G"][..], "per-peer: recv_depth 1073741824 each"),
+        (
+            &["--recv-sharing", "per-peer", "--recv-depth", "1G"][..],
+            "per-peer: recv_depth 1073741824 each",
+        ),
     ] {
-        let o = run(dir.path(), &[&["--lb-mode", "Memory", "--ranks", "2"][..], extra].concat());
+        let o = run(
+            dir.path(),
+            &[&["--lb-mode", "Memory", "--ranks", "2"][..], extra].concat(),
+        );
         assert_eq!(o.status.code(), Some(1), "{extra:?}: {o:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(want), "{extra:?}: {err}");
-        assert!(!err.contains("panicked") && !err.contains("memory allocation of"), "{extra:?}: {err}");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{extra:?}: nothing written, no allocation file either");
+        assert!(
+            !err.contains("panicked") && !err.contains("memory allocation of"),
+            "{extra:?}: {err}"
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "{extra:?}: nothing written, no allocation file either"
+        );
     }
 }
 
@@ -189,19 +319,57 @@ fn runtime_settings_out_of_range_or_too_large_are_errors() {
 #[test]
 fn run_as_an_unprivileged_user_says_the_lock_is_partial() {
     const LIMIT: u64 = 8 << 20;
-    let Some(u) = common::Unprivileged::new("run_as_an_unprivileged_user_says_the_lock_is_partial") else { return };
-    let args = ["run", "--synthetic", "800", "--synapses-per-cell", "150", "--tstop", "20", "--memory-scale", "0.001", "--ranks", "16", "--lb-mode", "RoundRobin"];
+    let Some(u) = common::Unprivileged::new("run_as_an_unprivileged_user_says_the_lock_is_partial") else {
+        return;
+    };
+    let args = [
+        "run",
+        "--synthetic",
+        "800",
+        "--synapses-per-cell",
+        "150",
+        "--tstop",
+        "20",
+        "--memory-scale",
+        "0.001",
+        "--ranks",
+        "16",
+        "--lb-mode",
+        "RoundRobin",
+    ];
     let o = u.run(LIMIT, &args);
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{text}\n{}", String::from_utf8_lossy(&o.stderr));
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(u.work().join("ballast-run/report.json")).unwrap()).unwrap();
+    assert!(
+        o.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(u.work().join("ballast-run/report.json")).unwrap())
+            .unwrap();
     let p = &report["processes"][0];
-    assert_eq!((p["lock_status"].as_str(), p["pinned_diff_pct"].is_null()), (Some("partially locked"), true), "{p}");
-    let (asked, locked) = (p["lock_asked_bytes"].as_u64().unwrap(), p["lock_locked_bytes"].as_u64().unwrap());
-    assert_eq!(asked, p["registered_accounted_bytes"].as_u64().unwrap(), "everything registered was asked to be locked: {p}");
+    assert_eq!(
+        (p["lock_status"].as_str(), p["pinned_diff_pct"].is_null()),
+        (Some("partially locked"), true),
+        "{p}"
+    );
+    let (asked, locked) = (
+        p["lock_asked_bytes"].as_u64().unwrap(),
+        p["lock_locked_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        asked,
+        p["registered_accounted_bytes"].as_u64().unwrap(),
+        "everything registered was asked to be locked: {p}"
+    );
     assert!(asked > LIMIT && locked <= LIMIT && locked > 0, "{p}");
     assert_eq!(p["memlock_limit_bytes"], LIMIT);
-    let notes: Vec<&str> = report["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let notes: Vec<&str> = report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
     assert_eq!(notes.len(), 1, "{report}");
     for want in [
         "process 0 (ranks 0-15): memory partially locked".to_string(),
@@ -211,13 +379,24 @@ fn run_as_an_unprivileged_user_says_the_lock_is_partial() {
     ] {
         assert!(notes[0].contains(&want), "{want:?} not in {}", notes[0]);
     }
-    let row = text.lines().find(|l| l.trim_start().starts_with("0      0-15")).expect("process row");
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("0      0-15"))
+        .expect("process row");
     assert!(row.contains(" partial ") && !row.contains("-50.0"), "{row}");
     assert!(text.contains(&format!("note: {}", notes[0])), "{text}");
 
-    let o = ballast().current_dir(u.work()).args(args).args(["--lock-pool", "off", "--output", "nolock"]).output().unwrap();
+    let o = ballast()
+        .current_dir(u.work())
+        .args(args)
+        .args(["--lock-pool", "off", "--output", "nolock"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
-    let row = text.lines().find(|l| l.trim_start().starts_with("0      0-15")).expect("process row");
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("0      0-15"))
+        .expect("process row");
     assert!(row.contains(" not asked "), "{row}");
 }
 
@@ -228,27 +407,82 @@ fn run_as_an_unprivileged_user_says_the_lock_is_partial() {
 #[test]
 fn a_footprint_that_differs_from_the_prediction_says_why() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run(dir.path(), &["--ranks", "8", "--lb-mode", "RoundRobin", "--exchange", "allgather", "--output", "ag"]);
+    let o = run(
+        dir.path(),
+        &[
+            "--ranks",
+            "8",
+            "--lb-mode",
+            "RoundRobin",
+            "--exchange",
+            "allgather",
+            "--output",
+            "ag",
+        ],
+    );
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("ag/report.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("ag/report.json")).unwrap()).unwrap();
     let why = report["footprint_mismatch"].as_str().expect("allgather differs");
-    assert!(why.starts_with("8 of 8 ranks differ; rank 0: 2 peers connected, 7 predicted"), "{why}");
-    assert!(why.contains("the model for the 2 peers actually connected gives exactly the measured bytes") && why.contains("ring all-gather"), "{why}");
-    assert!(report["peers_mismatch"].as_str().unwrap().contains("rank 0: 2 peers connected, 7 predicted (--exchange allgather"), "{report}");
-    assert!(text.contains(&format!("footprint measured = predicted: no ({why})")), "{text}");
+    assert!(
+        why.starts_with("8 of 8 ranks differ; rank 0: 2 peers connected, 7 predicted"),
+        "{why}"
+    );
+    assert!(
+        why.contains("the model for the 2 peers actually connected gives exactly the measured bytes")
+            && why.contains("ring all-gather"),
+        "{why}"
+    );
+    assert!(
+        report["peers_mismatch"]
+            .as_str()
+            .unwrap()
+            .contains("rank 0: 2 peers connected, 7 predicted (--exchange allgather"),
+        "{report}"
+    );
+    assert!(
+        text.contains(&format!("footprint measured = predicted: no ({why})")),
+        "{text}"
+    );
 
-    let o = run(dir.path(), &["--ranks", "8", "--lb-mode", "RoundRobin", "--max-endpoints", "2", "--output", "cap"]);
+    let o = run(
+        dir.path(),
+        &[
+            "--ranks",
+            "8",
+            "--lb-mode",
+            "RoundRobin",
+            "--max-endpoints",
+            "2",
+            "--output",
+            "cap",
+        ],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("cap/report.json")).unwrap()).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("cap/report.json")).unwrap()).unwrap();
     let rows = report["per_rank"].as_array().unwrap();
-    let differ: Vec<&serde_json::Value> = rows.iter().filter(|r| r["footprint_measured_bytes"] != r["footprint_predicted_bytes"]).collect();
-    assert_eq!(report["footprint_mismatch"].is_null(), differ.is_empty(), "{report}");
+    let differ: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| r["footprint_measured_bytes"] != r["footprint_predicted_bytes"])
+        .collect();
+    assert_eq!(
+        report["footprint_mismatch"].is_null(),
+        differ.is_empty(),
+        "{report}"
+    );
     for r in &differ {
         let why = r["footprint_diff_reason"].as_str().unwrap();
-        assert!(why.contains(" live, 2 predicted (max_endpoints=2 evicts: "), "{why}");
+        assert!(
+            why.contains(" live, 2 predicted (max_endpoints=2 evicts: "),
+            "{why}"
+        );
     }
-    for r in rows.iter().filter(|r| r["footprint_measured_bytes"] == r["footprint_predicted_bytes"]) {
+    for r in rows
+        .iter()
+        .filter(|r| r["footprint_measured_bytes"] == r["footprint_predicted_bytes"])
+    {
         assert!(r["footprint_diff_reason"].is_null(), "{r}");
     }
 }
@@ -257,14 +491,42 @@ fn report_counts_every_message_sent() {
     let dir = tempfile::tempdir().unwrap();
     for exchange in ["p2p", "allgather"] {
         let out_dir = format!("msgs-{exchange}");
-        let o = run(dir.path(), &["--ranks", "6", "--lb-mode", "RoundRobin", "--exchange", exchange, "--output", &out_dir]);
+        let o = run(
+            dir.path(),
+            &[
+                "--ranks",
+                "6",
+                "--lb-mode",
+                "RoundRobin",
+                "--exchange",
+                exchange,
+                "--output",
+                &out_dir,
+            ],
+        );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join(&out_dir).join("report.json")).unwrap()).unwrap();
-        let (tstop, dt, window) = (r["tstop_ms"].as_f64().unwrap(), r["dt_ms"].as_f64().unwrap(), r["window_ms"].as_f64().unwrap());
+        let r: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(&out_dir).join("report.json")).unwrap(),
+        )
+        .unwrap();
+        let (tstop, dt, window) = (
+            r["tstop_ms"].as_f64().unwrap(),
+            r["dt_ms"].as_f64().unwrap(),
+            r["window_ms"].as_f64().unwrap(),
+        );
         let windows = ((tstop / dt).round() as u64).div_ceil((window / dt).round() as u64);
-        let per_rank: Vec<u64> = r["per_rank"].as_array().unwrap().iter().map(|x| x["messages_sent"].as_u64().unwrap()).collect();
+        let per_rank: Vec<u64> = r["per_rank"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["messages_sent"].as_u64().unwrap())
+            .collect();
         let total = r["messages_sent"].as_u64().unwrap();
-        assert_eq!(total, per_rank.iter().sum::<u64>(), "{exchange}: total against the ranks' sum {per_rank:?}");
+        assert_eq!(
+            total,
+            per_rank.iter().sum::<u64>(),
+            "{exchange}: total against the ranks' sum {per_rank:?}"
+        );
         if exchange == "allgather" {
             // The ring all-gather: every rank sends ranks - 1 messages per window.
             assert_eq!(total, 6 * 5 * windows);
@@ -273,7 +535,10 @@ fn report_counts_every_message_sent() {
             // at most one per peer.
             for (x, &m) in r["per_rank"].as_array().unwrap().iter().zip(&per_rank) {
                 assert_eq!(m % windows, 0, "{x}");
-                assert!(m > 0 && m <= windows * x["peers_predicted"].as_u64().unwrap(), "{x}");
+                assert!(
+                    m > 0 && m <= windows * x["peers_predicted"].as_u64().unwrap(),
+                    "{x}"
+                );
             }
         }
     }
@@ -281,8 +546,14 @@ fn report_counts_every_message_sent() {
 
 #[test]
 fn a_fanout_too_large_for_the_machine_is_refused_before_starting_ranks() {
-    let o = ballast().args(["fanout", "--ranks", "100000000"]).output().unwrap();
+    let o = ballast()
+        .args(["fanout", "--ranks", "100000000"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("--ranks 100000000: the transport needs") && err.contains("MB are available"), "{err}");
+    assert!(
+        err.contains("--ranks 100000000: the transport needs") && err.contains("MB are available"),
+        "{err}"
+    );
 }

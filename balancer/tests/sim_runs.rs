@@ -14,7 +14,12 @@ use ballast_runtime::RuntimeConfig;
 
 fn small_circuit() -> SimInput {
     let spec = CircuitSpec {
-        dry_run: SyntheticSpec { cells: 600, metypes: 20, populations: 2, seed: 3 },
+        dry_run: SyntheticSpec {
+            cells: 600,
+            metypes: 20,
+            populations: 2,
+            seed: 3,
+        },
         synapses: 600 * 150,
         ..CircuitSpec::default()
     };
@@ -22,13 +27,31 @@ fn small_circuit() -> SimInput {
 }
 
 fn params(exchange: ExchangeKind) -> SimParams {
-    SimParams { tstop_ms: 60.0, exchange, memory_scale: 0.001, ..SimParams::default() }
+    SimParams {
+        tstop_ms: 60.0,
+        exchange,
+        memory_scale: 0.001,
+        ..SimParams::default()
+    }
 }
 
-fn run(input: &SimInput, mode: LbMode, ranks: u32, exchange: ExchangeKind, dir: &Path) -> (String, Vec<ballast_balancer::sim::RankOutcome>, Vec<u32>) {
+fn run(
+    input: &SimInput,
+    mode: LbMode,
+    ranks: u32,
+    exchange: ExchangeKind,
+    dir: &Path,
+) -> (String, Vec<ballast_balancer::sim::RankOutcome>, Vec<u32>) {
     let p = place(mode, &input.dry_run, &input.circuit.network.offsets, ranks, dir).unwrap();
     let cfg = RuntimeConfig::default();
-    let out = run_local(&input.circuit, &p.rank_of, ranks as usize, &cfg, &params(exchange)).unwrap();
+    let out = run_local(
+        &input.circuit,
+        &p.rank_of,
+        ranks as usize,
+        &cfg,
+        &params(exchange),
+    )
+    .unwrap();
     (out_dat(&all_spikes(&out), 0.025), out, p.rank_of)
 }
 
@@ -74,13 +97,26 @@ fn p2p_connects_exactly_the_predicted_peers_with_the_predicted_footprint() {
     let input = small_circuit();
     let dir = tempfile::tempdir().unwrap();
     let cfg = RuntimeConfig::default();
-    for (mode, ranks) in [(LbMode::RoundRobin, 8u32), (LbMode::Memory, 8), (LbMode::Memory, 3)] {
+    for (mode, ranks) in [
+        (LbMode::RoundRobin, 8u32),
+        (LbMode::Memory, 8),
+        (LbMode::Memory, 3),
+    ] {
         let (_, outs, rank_of) = run(&input, mode, ranks, ExchangeKind::P2p, dir.path());
         let peers = peer_counts(&input.circuit.network, &rank_of, ranks as usize);
         for o in &outs {
-            assert_eq!(o.footprint.peers_connected, peers[o.rank] as u64, "{mode} rank {}", o.rank);
+            assert_eq!(
+                o.footprint.peers_connected, peers[o.rank] as u64,
+                "{mode} rank {}",
+                o.rank
+            );
             let predicted = predicted_footprint(cfg.transport(), peers[o.rank], 0, ranks as usize);
-            assert_eq!(o.footprint.total_bytes(), predicted.total_bytes(), "{mode} rank {}", o.rank);
+            assert_eq!(
+                o.footprint.total_bytes(),
+                predicted.total_bytes(),
+                "{mode} rank {}",
+                o.rank
+            );
         }
     }
 }
@@ -99,7 +135,13 @@ fn memory_mode_regenerates_for_another_rank_count_and_refuses_a_corrupt_file() {
     let p5 = place(LbMode::Memory, &input.dry_run, offs, 5, dir.path()).unwrap();
     assert!(matches!(p5.source, Some(AllocationSource::Regenerated(_))));
     assert!(p5.rank_of.iter().all(|&r| r < 5) && p5.rank_of.contains(&4));
-    std::fs::write(dir.path().join("allocation_r6_c1.pkl.gz"), b"\x1f\x8b not really gzip").unwrap();
-    let err = place(LbMode::Memory, &input.dry_run, offs, 6, dir.path()).unwrap_err().to_string();
+    std::fs::write(
+        dir.path().join("allocation_r6_c1.pkl.gz"),
+        b"\x1f\x8b not really gzip",
+    )
+    .unwrap();
+    let err = place(LbMode::Memory, &input.dry_run, offs, 6, dir.path())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("allocation_r6_c1.pkl.gz"), "{err}");
 }

@@ -11,7 +11,9 @@
 
 use ballast_balancer::sim::placement::place;
 use ballast_balancer::sim::report::{out_dat, process_rows, rows, FOOTPRINT_TOLERANCE_PCT};
-use ballast_balancer::sim::{all_spikes, run_local, run_verbs_threads, ExchangeKind, LbMode, SimInput, SimParams};
+use ballast_balancer::sim::{
+    all_spikes, run_local, run_verbs_threads, ExchangeKind, LbMode, SimInput, SimParams,
+};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_runtime::{verbs, RecvSharing, RuntimeConfig, TransportKind};
 
@@ -36,7 +38,12 @@ fn verbs_threads_give_the_local_spikes_and_the_predicted_footprint() {
         return;
     }
     let spec = CircuitSpec {
-        dry_run: SyntheticSpec { cells: 600, metypes: 20, populations: 2, seed: 3 },
+        dry_run: SyntheticSpec {
+            cells: 600,
+            metypes: 20,
+            populations: 2,
+            seed: 3,
+        },
         synapses: 600 * 150,
         ..CircuitSpec::default()
     };
@@ -44,10 +51,22 @@ fn verbs_threads_give_the_local_spikes_and_the_predicted_footprint() {
     let dir = tempfile::tempdir().unwrap();
     let net = &input.circuit.network;
     let offsets = &net.offsets;
-    let params = |exchange| SimParams { tstop_ms: 50.0, exchange, memory_scale: 0.001, ..SimParams::default() };
+    let params = |exchange| SimParams {
+        tstop_ms: 50.0,
+        exchange,
+        memory_scale: 0.001,
+        ..SimParams::default()
+    };
 
     let one = place(LbMode::RoundRobin, &input.dry_run, offsets, 1, dir.path()).unwrap();
-    let local = run_local(&input.circuit, &one.rank_of, 1, &RuntimeConfig::default(), &params(ExchangeKind::P2p)).unwrap();
+    let local = run_local(
+        &input.circuit,
+        &one.rank_of,
+        1,
+        &RuntimeConfig::default(),
+        &params(ExchangeKind::P2p),
+    )
+    .unwrap();
     let reference = out_dat(&all_spikes(&local), 0.025);
     let spikes = reference.lines().count() - 1;
     assert!(spikes > 30, "{spikes} spikes");
@@ -59,22 +78,41 @@ fn verbs_threads_give_the_local_spikes_and_the_predicted_footprint() {
         (LbMode::Memory, ExchangeKind::P2p, RecvSharing::PerPeer),
     ] {
         let what = format!("{mode}, {exchange}, {sharing}");
-        let cfg = RuntimeConfig::builder().transport(TransportKind::Verbs).recv_sharing(sharing).build().unwrap();
+        let cfg = RuntimeConfig::builder()
+            .transport(TransportKind::Verbs)
+            .recv_sharing(sharing)
+            .build()
+            .unwrap();
         let p = place(mode, &input.dry_run, offsets, ranks as u32, dir.path()).unwrap();
         let outs = run_verbs_threads(&input.circuit, &p.rank_of, ranks, &cfg, &params(exchange)).unwrap();
         assert_eq!(outs.len(), ranks);
-        assert_eq!(out_dat(&all_spikes(&outs), 0.025), reference, "{what}: spikes differ from the local run");
+        assert_eq!(
+            out_dat(&all_spikes(&outs), 0.025),
+            reference,
+            "{what}: spikes differ from the local run"
+        );
 
         let sets = net.peers(&p.rank_of, ranks);
         let peers: Vec<usize> = (0..ranks).map(|r| sets.count(r)).collect();
         let peer_nodes = vec![0; ranks];
         for r in rows(&outs, &peers, &peer_nodes, cfg.transport()) {
             if exchange == ExchangeKind::P2p {
-                assert_eq!(r.peers_connected, r.peers_predicted as u64, "{what}: rank {}", r.rank);
+                assert_eq!(
+                    r.peers_connected, r.peers_predicted as u64,
+                    "{what}: rank {}",
+                    r.rank
+                );
             }
             assert!(r.footprint_predicted_bytes > 0);
-            assert!(r.footprint_diff_pct.abs() <= FOOTPRINT_TOLERANCE_PCT, "{what}: rank {}: {r:?}", r.rank);
-            println!("{what}: rank {} footprint predicted {} B, accounted {} B ({:+.1}%)", r.rank, r.footprint_predicted_bytes, r.footprint_measured_bytes, r.footprint_diff_pct);
+            assert!(
+                r.footprint_diff_pct.abs() <= FOOTPRINT_TOLERANCE_PCT,
+                "{what}: rank {}: {r:?}",
+                r.rank
+            );
+            println!(
+                "{what}: rank {} footprint predicted {} B, accounted {} B ({:+.1}%)",
+                r.rank, r.footprint_predicted_bytes, r.footprint_measured_bytes, r.footprint_diff_pct
+            );
         }
         let procs = process_rows(&outs, &peers, &peer_nodes, cfg.transport());
         assert_eq!(procs.len(), 1, "{what}: all ranks are threads of this process");
@@ -85,6 +123,9 @@ fn verbs_threads_give_the_local_spikes_and_the_predicted_footprint() {
         let diff = p0.pinned_diff_pct.expect("verbs registrations pin: compared");
         assert!(diff.abs() <= FOOTPRINT_TOLERANCE_PCT, "{what}: {p0:?}");
         assert_eq!(p0.lock_status, "pinned (registration)");
-        println!("{what}: process registered predicted {} B, pinned (VmPin growth) {} B ({diff:+.1}%)", p0.registered_predicted_bytes, p0.pinned_delta_bytes);
+        println!(
+            "{what}: process registered predicted {} B, pinned (VmPin growth) {} B ({diff:+.1}%)",
+            p0.registered_predicted_bytes, p0.pinned_delta_bytes
+        );
     }
 }

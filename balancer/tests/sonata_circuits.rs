@@ -39,14 +39,7 @@ fn metype_counts(pop: &NodePopulation) -> Vec<(&str, u32)> {
 fn edges(c: &Circuit) -> Vec<(&str, &str, &str, usize)> {
     c.edge_populations
         .iter()
-        .map(|e| {
-            (
-                e.name.as_str(),
-                e.source.as_str(),
-                e.target.as_str(),
-                e.len(),
-            )
-        })
+        .map(|e| (e.name.as_str(), e.source.as_str(), e.target.as_str(), e.len()))
         .collect()
 }
 
@@ -99,11 +92,7 @@ fn allen_300_pointneurons() {
     };
     let internal = c.node_population("internal").unwrap();
     assert_eq!(
-        (
-            internal.len(),
-            internal.model_type.as_str(),
-            internal.is_virtual
-        ),
+        (internal.len(), internal.model_type.as_str(), internal.is_virtual),
         (300, "point_process", false)
     );
     assert_eq!(
@@ -118,11 +107,7 @@ fn allen_300_pointneurons() {
     );
     let external = c.node_population("external").unwrap();
     assert_eq!(
-        (
-            external.len(),
-            external.model_type.as_str(),
-            external.is_virtual
-        ),
+        (external.len(), external.model_type.as_str(), external.is_virtual),
         (100, "virtual", true)
     );
     assert_eq!(metype_counts(external), [("virtual", 100)]);
@@ -152,17 +137,10 @@ fn neurodamus_ringtest() {
         .iter()
         .map(|p| (p.name.as_str(), p.len(), p.model_type.as_str()))
         .collect();
-    assert_eq!(
-        names,
-        [("RingA", 3, "biophysical"), ("RingB", 2, "biophysical")]
-    );
+    assert_eq!(names, [("RingA", 3, "biophysical"), ("RingB", 2, "biophysical")]);
     assert_eq!(
         metype_counts(&c.node_populations[0]),
-        [
-            ("MTYPE0-ETYPE0", 1),
-            ("MTYPE1-ETYPE1", 1),
-            ("MTYPE2-ETYPE2", 1)
-        ]
+        [("MTYPE0-ETYPE0", 1), ("MTYPE1-ETYPE1", 1), ("MTYPE2-ETYPE2", 1)]
     );
     assert_eq!(
         metype_counts(&c.node_populations[1]),
@@ -207,10 +185,7 @@ fn neurodamus_usecase3_with_and_without_virtual_population() {
         assert_eq!(afferent(&c, "NodeA").1, [6, 2, 0]);
         assert_eq!(afferent(&c, "NodeB").1, [4, 4]);
         match c.node_population("A_virtual_neurons") {
-            None => assert_eq!(
-                (config, c.node_populations.len()),
-                ("circuit_config.json", 2)
-            ),
+            None => assert_eq!((config, c.node_populations.len()), ("circuit_config.json", 2)),
             // No attributes at all: virtual from the config's `type`.
             Some(v) => assert_eq!(
                 (v.len(), v.is_virtual, v.model_type.as_str()),
@@ -333,10 +308,7 @@ fn edges_naming_a_population_absent_from_the_nodes_are_refused() {
         field,
         "/edges/NodeA__NodeB__chemical/target_node_id@node_population"
     );
-    assert!(
-        text.contains("`NodeB`") && text.contains("(NodeA)"),
-        "{text}"
-    );
+    assert!(text.contains("`NodeB`") && text.contains("(NodeA)"), "{text}");
 }
 
 /// A small circuit: population `P` of `mtypes.len()` nodes (mtype/etype strings in group 0)
@@ -405,10 +377,7 @@ fn node_ids_out_of_range_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = small_circuit(tmp.path(), &["A", "B", "C"], &[0, 1, 2], &[1, 3, 0]);
     let (path, population, field, text) = sonata_err(Circuit::open(&cfg).unwrap_err());
-    assert_eq!(
-        (path, population.as_str()),
-        (tmp.path().join("edges.h5"), "E")
-    );
+    assert_eq!((path, population.as_str()), (tmp.path().join("edges.h5"), "E"));
     assert_eq!(field, "/edges/E/target_node_id");
     assert!(
         text.contains("value 3 at index 1") && text.contains("`P` (3 nodes)"),
@@ -527,13 +496,19 @@ fn explicit_node_ids_other_than_positions_are_refused() {
     let cfg = small_circuit(tmp.path(), &["A", "B", "C"], &[0], &[2]);
     let f = hdf5::File::open_rw(tmp.path().join("nodes.h5")).unwrap();
     let p = f.group("nodes/P").unwrap();
-    p.new_dataset_builder().with_data(&[0u64, 1, 2]).create("node_id").unwrap();
+    p.new_dataset_builder()
+        .with_data(&[0u64, 1, 2])
+        .create("node_id")
+        .unwrap();
     drop((p, f));
     assert!(Circuit::open(&cfg).is_ok());
     let f = hdf5::File::open_rw(tmp.path().join("nodes.h5")).unwrap();
     f.unlink("nodes/P/node_id").unwrap();
     let p = f.group("nodes/P").unwrap();
-    p.new_dataset_builder().with_data(&[0u64, 5, 2]).create("node_id").unwrap();
+    p.new_dataset_builder()
+        .with_data(&[0u64, 5, 2])
+        .create("node_id")
+        .unwrap();
     drop((p, f));
     let (_, population, field, text) = sonata_err(Circuit::open(&cfg).unwrap_err());
     assert_eq!((population.as_str(), field.as_str()), ("P", "/nodes/P/node_id"));
@@ -542,7 +517,9 @@ fn explicit_node_ids_other_than_positions_are_refused() {
 
 #[test]
 fn a_simulation_config_is_followed_to_its_circuit_config() {
-    let Some(dir) = common::shared_data("sonata/allen-layer4_sample") else { return };
+    let Some(dir) = common::shared_data("sonata/allen-layer4_sample") else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let sim = tmp.path().join("simulation_config.json");
     let json = format!(

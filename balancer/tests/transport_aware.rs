@@ -1,19 +1,31 @@
 //! Transport-aware balancing on synthetic circuits: never worse than transport-blind, and
 //! strictly better where per-peer receive buffers make peers expensive.
 use ballast_balancer::synthetic::{generate_circuit, CircuitSpec, SyntheticSpec};
-use ballast_balancer::transport_aware::{balance_transport_aware, CellCosts, TransportCharge, evaluate, rank_of_allocation};
+use ballast_balancer::transport_aware::{
+    balance_transport_aware, evaluate, rank_of_allocation, CellCosts, TransportCharge,
+};
 use ballast_balancer::BalancerConfig;
 use ballast_runtime::{RecvSharing, TransportConfig};
 
 fn charge(sharing: RecvSharing) -> TransportCharge {
-    TransportCharge { config: TransportConfig { recv_sharing: sharing, ..TransportConfig::default() } }
+    TransportCharge {
+        config: TransportConfig {
+            recv_sharing: sharing,
+            ..TransportConfig::default()
+        },
+    }
 }
 
 #[test]
 fn per_peer_charge_is_lowered_by_co_locating_connected_cells() {
     // 20,000 cells on a sheet, 2M synapses, local connectivity (sigma 100 µm), 64 ranks.
     let spec = CircuitSpec {
-        dry_run: SyntheticSpec { cells: 20_000, metypes: 50, populations: 2, seed: 3 },
+        dry_run: SyntheticSpec {
+            cells: 20_000,
+            metypes: 50,
+            populations: 2,
+            seed: 3,
+        },
         synapses: 2_000_000,
         ..CircuitSpec::default()
     };
@@ -40,7 +52,13 @@ fn per_peer_charge_is_lowered_by_co_locating_connected_cells() {
     // The allocation holds every gid once and matches the placement it came from.
     result.allocation.validate(&circuit.dry_run).unwrap();
     let costs = CellCosts::new(&circuit.dry_run, &circuit.network.offsets);
-    let again = evaluate(&circuit.network, &costs, &rank_of_allocation(&result.allocation, &circuit.network.offsets), 64, Some(&per_peer));
+    let again = evaluate(
+        &circuit.network,
+        &costs,
+        &rank_of_allocation(&result.allocation, &circuit.network.offsets),
+        64,
+        Some(&per_peer),
+    );
     assert_eq!(&again, aware);
     // Peer counts are symmetric totals of real cross-rank connections: blind placement
     // scatters connected cells, so it has more peers on average.
@@ -50,7 +68,12 @@ fn per_peer_charge_is_lowered_by_co_locating_connected_cells() {
 #[test]
 fn never_worse_than_blind_in_any_mode() {
     let spec = CircuitSpec {
-        dry_run: SyntheticSpec { cells: 3_000, metypes: 30, populations: 1, seed: 9 },
+        dry_run: SyntheticSpec {
+            cells: 3_000,
+            metypes: 30,
+            populations: 1,
+            seed: 9,
+        },
         synapses: 300_000,
         sigma_um: 400.0,
         ..CircuitSpec::default()
@@ -62,7 +85,10 @@ fn never_worse_than_blind_in_any_mode() {
             let mut ch = charge(sharing);
             ch.config.ranks_per_node = 4;
             let r = balance_transport_aware(&circuit.dry_run, &circuit.network, &config, &ch);
-            assert!(r.aware.loads.max_total_kb() <= r.blind.loads.max_total_kb(), "{sharing:?} {ranks}");
+            assert!(
+                r.aware.loads.max_total_kb() <= r.blind.loads.max_total_kb(),
+                "{sharing:?} {ranks}"
+            );
             r.allocation.validate(&circuit.dry_run).unwrap();
         }
     }

@@ -14,9 +14,18 @@ use criterion::{criterion_group, criterion_main, Criterion};
 fn modes() -> Vec<(&'static str, RuntimeConfig)> {
     let b = || RuntimeConfig::builder().lock_pool(true).ranks_per_node(32);
     vec![
-        ("per-peer", b().recv_sharing(RecvSharing::PerPeer).build().unwrap()),
+        (
+            "per-peer",
+            b().recv_sharing(RecvSharing::PerPeer).build().unwrap(),
+        ),
         ("shared", b().recv_sharing(RecvSharing::Shared).build().unwrap()),
-        ("shared+max64", b().recv_sharing(RecvSharing::Shared).max_endpoints(64).build().unwrap()),
+        (
+            "shared+max64",
+            b().recv_sharing(RecvSharing::Shared)
+                .max_endpoints(64)
+                .build()
+                .unwrap(),
+        ),
         ("xrc", b().recv_sharing(RecvSharing::Xrc).build().unwrap()),
     ]
 }
@@ -42,7 +51,10 @@ fn table() {
                     r.after.status.vm_lck_kb as i64 - r.before.status.vm_lck_kb as i64,
                     (r.after.world_predicted_bytes as i64 - r.before.world_predicted_bytes as i64) / 1024,
                 ),
-                Err(e) => println!("| {name} | {peers} | {} | error: {e} | | | | |", pred.total_bytes()),
+                Err(e) => println!(
+                    "| {name} | {peers} | {} | error: {e} | | | | |",
+                    pred.total_bytes()
+                ),
             }
         }
     }
@@ -51,8 +63,17 @@ fn table() {
 
 fn predict_speed(c: &mut Criterion) {
     table();
-    let t = TransportConfig { recv_sharing: RecvSharing::Xrc, ..Default::default() };
-    c.bench_function("predict", |b| b.iter(|| black_box(&t).predict(black_box(1023), black_box(4096), black_box(32)).total_bytes()));
+    let t = TransportConfig {
+        recv_sharing: RecvSharing::Xrc,
+        ..Default::default()
+    };
+    c.bench_function("predict", |b| {
+        b.iter(|| {
+            black_box(&t)
+                .predict(black_box(1023), black_box(4096), black_box(32))
+                .total_bytes()
+        })
+    });
 }
 
 criterion_group!(benches, predict_speed);

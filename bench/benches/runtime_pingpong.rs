@@ -61,21 +61,33 @@ fn raw_round_trips(size: usize, iters: u64) -> Duration {
 
 fn pingpong(c: &mut Criterion) {
     let cfg = RuntimeConfig::builder().lock_pool(false).build().unwrap();
-    let big = RuntimeConfig::builder().lock_pool(false).buffer_size(64 << 10).buffer_count(64).srq_depth(64).build().unwrap();
+    let big = RuntimeConfig::builder()
+        .lock_pool(false)
+        .buffer_size(64 << 10)
+        .buffer_count(64)
+        .srq_depth(64)
+        .build()
+        .unwrap();
     let mut g = c.benchmark_group("pingpong");
-    g.sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
+    g.sample_size(20)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
     for &size in &[8usize, 1024, 64 << 10, 1 << 20, 16 << 20] {
         g.throughput(Throughput::Bytes(2 * size as u64));
         if size >= 16 << 20 {
             g.sample_size(10);
         }
-        g.bench_with_input(BenchmarkId::new("local", size), &size, |b, &s| b.iter_custom(|n| local_round_trips(&cfg, s, n)));
+        g.bench_with_input(BenchmarkId::new("local", size), &size, |b, &s| {
+            b.iter_custom(|n| local_round_trips(&cfg, s, n))
+        });
         if size >= 64 << 10 {
             g.bench_with_input(BenchmarkId::new("local-64KiB-buffers", size), &size, |b, &s| {
                 b.iter_custom(|n| local_round_trips(&big, s, n))
             });
         }
-        g.bench_with_input(BenchmarkId::new("raw-crossbeam", size), &size, |b, &s| b.iter_custom(|n| raw_round_trips(s, n)));
+        g.bench_with_input(BenchmarkId::new("raw-crossbeam", size), &size, |b, &s| {
+            b.iter_custom(|n| raw_round_trips(s, n))
+        });
     }
     g.finish();
 }

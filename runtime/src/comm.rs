@@ -50,7 +50,11 @@ const BLOCK_FOR: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Backoff {
     pub(crate) fn new() -> Backoff {
-        Backoff { idle: 0, since: None, sleeping: false }
+        Backoff {
+            idle: 0,
+            since: None,
+            sleeping: false,
+        }
     }
     pub(crate) fn reset(&mut self) {
         self.idle = 0;
@@ -161,12 +165,20 @@ impl Communicator {
     /// connects all peers when `lazy_connect` is off).
     pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
         let e = Engine::new(fabric, config)?;
-        Ok(Communicator { notes: e.notes().to_vec(), backend: Backend::Engine(e), messages_sent: 0 })
+        Ok(Communicator {
+            notes: e.notes().to_vec(),
+            backend: Backend::Engine(e),
+            messages_sent: 0,
+        })
     }
 
     #[cfg(feature = "mpi")]
     pub(crate) fn native(n: crate::mpi::native::MpiNative) -> Communicator {
-        Communicator { notes: n.notes().to_vec(), backend: Backend::Native(Box::new(n)), messages_sent: 0 }
+        Communicator {
+            notes: n.notes().to_vec(),
+            backend: Backend::Native(Box::new(n)),
+            messages_sent: 0,
+        }
     }
 
     /// Adds a note about the setup (shown by [`Communicator::notes`]).
@@ -258,7 +270,10 @@ impl Communicator {
     /// and retry), [`Error::InvalidRank`], [`Error::ReservedTag`].
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
         Self::check_tag(tag)?;
-        Ok(Request { id: self.isend_raw(dest, tag, data)?, recv: false })
+        Ok(Request {
+            id: self.isend_raw(dest, tag, data)?,
+            recv: false,
+        })
     }
 
     /// [`Communicator::isend`] that, while no pool buffer is free, progresses and waits
@@ -267,7 +282,10 @@ impl Communicator {
     /// transport's.
     pub fn isend_waiting(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
         Self::check_tag(tag)?;
-        Ok(Request { id: self.isend_retry(dest, tag, data)?, recv: false })
+        Ok(Request {
+            id: self.isend_retry(dest, tag, data)?,
+            recv: false,
+        })
     }
 
     /// `isend` that progresses and retries while the pool is exhausted.
@@ -322,7 +340,10 @@ impl Communicator {
 
     /// Posts a receive from `src` (a rank or any) with `tag` (a tag or any user tag).
     pub fn irecv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Request> {
-        Ok(Request { id: self.irecv_raw(src.into(), tag.into())?, recv: true })
+        Ok(Request {
+            id: self.irecv_raw(src.into(), tag.into())?,
+            recv: true,
+        })
     }
 
     /// Receives the next message matching `src` and `tag`, progressing until it arrives.
@@ -370,7 +391,8 @@ impl Communicator {
             }
         }
         if req.recv {
-            let m = on_backend!(&mut self.backend, b => b.take_recv(req.id)).ok_or(Error::UnknownRequest(req.id))?;
+            let m = on_backend!(&mut self.backend, b => b.take_recv(req.id))
+                .ok_or(Error::UnknownRequest(req.id))?;
             Ok(Completion::Received(m))
         } else {
             on_backend!(&mut self.backend, b => b.finish_send(req.id));
@@ -400,8 +422,14 @@ impl Communicator {
             let to = (r + d) % n;
             let from = (r + n - d) % n;
             let tag = BARRIER_TAG + k as Tag;
-            let s = Request { id: self.isend_retry(to, tag, &[])?, recv: false };
-            let rr = Request { id: self.irecv_raw(Source::Rank(from), TagMatch::Tag(tag))?, recv: true };
+            let s = Request {
+                id: self.isend_retry(to, tag, &[])?,
+                recv: false,
+            };
+            let rr = Request {
+                id: self.irecv_raw(Source::Rank(from), TagMatch::Tag(tag))?,
+                recv: true,
+            };
             self.wait(rr)?;
             self.wait(s)?;
             k += 1;
@@ -421,8 +449,14 @@ impl Communicator {
         for s in 0..n.saturating_sub(1) {
             let send_idx = (r + n - s) % n;
             let recv_idx = (r + 2 * n - s - 1) % n;
-            let rr = Request { id: self.irecv_raw(Source::Rank(left), TagMatch::Tag(ALLGATHER_TAG))?, recv: true };
-            let sr = Request { id: self.isend_retry(right, ALLGATHER_TAG, &blocks[send_idx].clone())?, recv: false };
+            let rr = Request {
+                id: self.irecv_raw(Source::Rank(left), TagMatch::Tag(ALLGATHER_TAG))?,
+                recv: true,
+            };
+            let sr = Request {
+                id: self.isend_retry(right, ALLGATHER_TAG, &blocks[send_idx].clone())?,
+                recv: false,
+            };
             blocks[recv_idx] = self.wait(rr)?.into_message().expect("receive").data;
             self.wait(sr)?;
         }

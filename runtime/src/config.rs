@@ -59,7 +59,9 @@ impl FromStr for TransportKind {
             "mpi" => Ok(TransportKind::Mpi),
             "verbs" => Ok(TransportKind::Verbs),
             "auto" => Ok(TransportKind::Auto),
-            other => Err(format!("unknown transport `{other}` (expected local, mpi, verbs or auto)")),
+            other => Err(format!(
+                "unknown transport `{other}` (expected local, mpi, verbs or auto)"
+            )),
         }
     }
 }
@@ -102,25 +104,43 @@ pub fn decide_transport(i: &AutoInputs) -> (TransportKind, String) {
     } else {
         match &i.verbs_device {
             Err(why) => format!("verbs: no usable RDMA device ({why})"),
-            Ok(dev) => match i.memlock_limit {
-                Some(limit) if limit != u64::MAX && need > limit => {
-                    format!("verbs: pool needs {} KiB locked, ulimit -l is {}", need.div_ceil(1024), kib_text(limit))
-                }
-                limit => {
-                    let limit = limit.map_or("unknown".to_string(), kib_text);
-                    return (
+            Ok(dev) => {
+                match i.memlock_limit {
+                    Some(limit) if limit != u64::MAX && need > limit => {
+                        format!(
+                            "verbs: pool needs {} KiB locked, ulimit -l is {}",
+                            need.div_ceil(1024),
+                            kib_text(limit)
+                        )
+                    }
+                    limit => {
+                        let limit = limit.map_or("unknown".to_string(), kib_text);
+                        return (
                         TransportKind::Verbs,
                         format!("transport auto: using verbs (device {dev}; {} KiB to lock, ulimit -l {limit})", need.div_ceil(1024)),
                     );
+                    }
                 }
-            },
+            }
         }
     };
     match (i.mpi_compiled, i.mpi_launch) {
-        (true, Some(var)) => (TransportKind::Mpi, format!("transport auto: {verbs_no}; using mpi (launched under MPI: {var} is set)")),
+        (true, Some(var)) => (
+            TransportKind::Mpi,
+            format!("transport auto: {verbs_no}; using mpi (launched under MPI: {var} is set)"),
+        ),
         (compiled, _) => {
-            let mpi_no = if compiled { "mpi: not launched under MPI (no OMPI_COMM_WORLD_RANK or PMI_RANK)" } else { "mpi: not compiled in" };
-            (TransportKind::Local, format!("transport auto: {verbs_no}; {mpi_no}; using local (ranks as threads of this process)"))
+            let mpi_no = if compiled {
+                "mpi: not launched under MPI (no OMPI_COMM_WORLD_RANK or PMI_RANK)"
+            } else {
+                "mpi: not compiled in"
+            };
+            (
+                TransportKind::Local,
+                format!(
+                    "transport auto: {verbs_no}; {mpi_no}; using local (ranks as threads of this process)"
+                ),
+            )
         }
     }
 }
@@ -137,7 +157,9 @@ pub fn resolve_transport(config: &RuntimeConfig) -> (TransportKind, Option<Strin
     }
     #[cfg(feature = "verbs")]
     let (verbs_device, verbs_locked_bytes) = (
-        crate::verbs::probe(config.verbs()).map(|c| c.name).map_err(|e| e.to_string()),
+        crate::verbs::probe(config.verbs())
+            .map(|c| c.name)
+            .map_err(|e| e.to_string()),
         crate::verbs::locked_at_start(config.transport()),
     );
     #[cfg(not(feature = "verbs"))]
@@ -148,7 +170,10 @@ pub fn resolve_transport(config: &RuntimeConfig) -> (TransportKind, Option<Strin
         verbs_locked_bytes,
         memlock_limit: crate::local::memlock_limit_bytes(),
         mpi_compiled: cfg!(feature = "mpi"),
-        mpi_launch: config.bootstrap().rank_var.filter(|v| matches!(*v, "OMPI_COMM_WORLD_RANK" | "PMI_RANK")),
+        mpi_launch: config
+            .bootstrap()
+            .rank_var
+            .filter(|v| matches!(*v, "OMPI_COMM_WORLD_RANK" | "PMI_RANK")),
     };
     let (k, note) = decide_transport(&inputs);
     (k, Some(note))
@@ -193,7 +218,9 @@ impl FromStr for RecvSharing {
             "per-peer" | "per_peer" | "perpeer" => Ok(RecvSharing::PerPeer),
             "shared" | "srq" => Ok(RecvSharing::Shared),
             "xrc" => Ok(RecvSharing::Xrc),
-            other => Err(format!("unknown receive sharing `{other}` (expected per-peer, shared or xrc)")),
+            other => Err(format!(
+                "unknown receive sharing `{other}` (expected per-peer, shared or xrc)"
+            )),
         }
     }
 }
@@ -263,17 +290,29 @@ impl TransportConfig {
     /// Checks value ranges. Errors name the setting's environment variable.
     pub fn validate(&self) -> Result<()> {
         fn bad(var: &'static str, value: String, reason: &str) -> Error {
-            Error::Config { var, value, reason: reason.to_string() }
+            Error::Config {
+                var,
+                value,
+                reason: reason.to_string(),
+            }
         }
         if self.buffer_count == 0 {
             return Err(bad("BALLAST_BUFFER_COUNT", "0".into(), "must be at least 1"));
         }
         // Buffer ids are u32 (the verbs work-request ids and the wire carry them).
         if self.buffer_count > u32::MAX as usize {
-            return Err(bad("BALLAST_BUFFER_COUNT", self.buffer_count.to_string(), "must be at most 2^32 - 1"));
+            return Err(bad(
+                "BALLAST_BUFFER_COUNT",
+                self.buffer_count.to_string(),
+                "must be at most 2^32 - 1",
+            ));
         }
         if self.buffer_size == 0 || self.buffer_size > (1 << 30) {
-            return Err(bad("BALLAST_BUFFER_SIZE", self.buffer_size.to_string(), "must be 1 B ..= 1 GiB"));
+            return Err(bad(
+                "BALLAST_BUFFER_SIZE",
+                self.buffer_size.to_string(),
+                "must be 1 B ..= 1 GiB",
+            ));
         }
         // (both bounded above: the product fits in u64)
         let pool_bytes = self.buffer_count as u64 * self.buffer_size as u64;
@@ -288,16 +327,32 @@ impl TransportConfig {
             ));
         }
         if self.recv_sharing == RecvSharing::PerPeer && self.recv_depth == 0 {
-            return Err(bad("BALLAST_RECV_DEPTH", "0".into(), "must be at least 1 in per-peer mode"));
+            return Err(bad(
+                "BALLAST_RECV_DEPTH",
+                "0".into(),
+                "must be at least 1 in per-peer mode",
+            ));
         }
         if self.recv_sharing != RecvSharing::PerPeer && self.srq_depth == 0 {
-            return Err(bad("BALLAST_SRQ_DEPTH", "0".into(), "must be at least 1 in shared/xrc mode"));
+            return Err(bad(
+                "BALLAST_SRQ_DEPTH",
+                "0".into(),
+                "must be at least 1 in shared/xrc mode",
+            ));
         }
         if self.recv_depth > u32::MAX as usize / 2 {
-            return Err(bad("BALLAST_RECV_DEPTH", self.recv_depth.to_string(), "must be at most 2^31 - 1"));
+            return Err(bad(
+                "BALLAST_RECV_DEPTH",
+                self.recv_depth.to_string(),
+                "must be at most 2^31 - 1",
+            ));
         }
         if self.srq_depth > u32::MAX as usize / 2 {
-            return Err(bad("BALLAST_SRQ_DEPTH", self.srq_depth.to_string(), "must be at most 2^31 - 1"));
+            return Err(bad(
+                "BALLAST_SRQ_DEPTH",
+                self.srq_depth.to_string(),
+                "must be at most 2^31 - 1",
+            ));
         }
         if self.ranks_per_node == 0 {
             return Err(bad("BALLAST_RANKS_PER_NODE", "0".into(), "must be at least 1"));
@@ -384,11 +439,19 @@ pub struct VerbsConfig {
 impl VerbsConfig {
     /// Reads the three variables through `lookup`. Errors: [`Error::Config`] naming the variable.
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<VerbsConfig> {
-        let device = lookup("BALLAST_IB_DEVICE").map(|d| d.trim().to_string()).filter(|d| !d.is_empty());
+        let device = lookup("BALLAST_IB_DEVICE")
+            .map(|d| d.trim().to_string())
+            .filter(|d| !d.is_empty());
         let port = match lookup("BALLAST_IB_PORT") {
             Some(raw) => match raw.trim().parse::<u8>() {
                 Ok(p) if p >= 1 => Some(p),
-                _ => return Err(Error::Config { var: "BALLAST_IB_PORT", value: raw, reason: "must be a port number 1..=255".into() }),
+                _ => {
+                    return Err(Error::Config {
+                        var: "BALLAST_IB_PORT",
+                        value: raw,
+                        reason: "must be a port number 1..=255".into(),
+                    })
+                }
             },
             None => None,
         };
@@ -400,7 +463,11 @@ impl VerbsConfig {
             })?),
             None => None,
         };
-        Ok(VerbsConfig { device, port, gid_index })
+        Ok(VerbsConfig {
+            device,
+            port,
+            gid_index,
+        })
     }
 }
 
@@ -430,7 +497,13 @@ pub struct BootstrapConfig {
 
 impl Default for BootstrapConfig {
     fn default() -> Self {
-        BootstrapConfig { root: None, rank: None, size: None, rank_var: None, timeout: std::time::Duration::from_secs(60) }
+        BootstrapConfig {
+            root: None,
+            rank: None,
+            size: None,
+            rank_var: None,
+            timeout: std::time::Duration::from_secs(60),
+        }
     }
 }
 
@@ -438,7 +511,10 @@ impl BootstrapConfig {
     /// Reads `BALLAST_ROOT`, `BALLAST_BOOTSTRAP_TIMEOUT` and the launcher's rank/size
     /// variables through `lookup`. Errors: [`Error::Config`] naming the variable.
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<BootstrapConfig> {
-        let mut b = BootstrapConfig { root: lookup("BALLAST_ROOT").filter(|r| !r.trim().is_empty()), ..Default::default() };
+        let mut b = BootstrapConfig {
+            root: lookup("BALLAST_ROOT").filter(|r| !r.trim().is_empty()),
+            ..Default::default()
+        };
         if let Some(raw) = lookup("BALLAST_BOOTSTRAP_TIMEOUT") {
             let secs: f64 = raw.trim().parse().map_err(|_| Error::Config {
                 var: "BALLAST_BOOTSTRAP_TIMEOUT",
@@ -446,7 +522,11 @@ impl BootstrapConfig {
                 reason: "not a number of seconds".into(),
             })?;
             if !(secs > 0.0 && secs <= 86_400.0) {
-                return Err(Error::Config { var: "BALLAST_BOOTSTRAP_TIMEOUT", value: raw, reason: "must be > 0 and <= 86400 seconds".into() });
+                return Err(Error::Config {
+                    var: "BALLAST_BOOTSTRAP_TIMEOUT",
+                    value: raw,
+                    reason: "must be > 0 and <= 86400 seconds".into(),
+                });
             }
             b.timeout = std::time::Duration::from_secs_f64(secs);
         }
@@ -456,12 +536,24 @@ impl BootstrapConfig {
                 continue;
             }
             let num = |var: &'static str, v: Option<String>| -> Result<usize> {
-                let v = v.ok_or_else(|| Error::Config { var, value: String::new(), reason: format!("unset while its pair ({rv}/{sv}) is set") })?;
-                v.trim().parse().map_err(|_| Error::Config { var, value: v.clone(), reason: "not a non-negative integer".into() })
+                let v = v.ok_or_else(|| Error::Config {
+                    var,
+                    value: String::new(),
+                    reason: format!("unset while its pair ({rv}/{sv}) is set"),
+                })?;
+                v.trim().parse().map_err(|_| Error::Config {
+                    var,
+                    value: v.clone(),
+                    reason: "not a non-negative integer".into(),
+                })
             };
             let (rank, size) = (num(rv, r)?, num(sv, s)?);
             if size == 0 || rank >= size {
-                return Err(Error::Config { var: rv, value: rank.to_string(), reason: format!("must be below {sv} = {size}") });
+                return Err(Error::Config {
+                    var: rv,
+                    value: rank.to_string(),
+                    reason: format!("must be below {sv} = {size}"),
+                });
             }
             (b.rank, b.size, b.rank_var) = (Some(rank), Some(size), Some(rv));
             break;
@@ -472,7 +564,12 @@ impl BootstrapConfig {
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { transport: TransportConfig::default(), origins: [ValueOrigin::Default; SETTINGS.len()], bootstrap: BootstrapConfig::default(), verbs: VerbsConfig::default() }
+        RuntimeConfig {
+            transport: TransportConfig::default(),
+            origins: [ValueOrigin::Default; SETTINGS.len()],
+            bootstrap: BootstrapConfig::default(),
+            verbs: VerbsConfig::default(),
+        }
     }
 }
 
@@ -480,7 +577,9 @@ fn parse_bool(s: &str) -> std::result::Result<bool, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Ok(true),
         "0" | "false" | "off" | "no" => Ok(false),
-        other => Err(format!("`{other}` is not a boolean (use 1/0, true/false, on/off, yes/no)")),
+        other => Err(format!(
+            "`{other}` is not a boolean (use 1/0, true/false, on/off, yes/no)"
+        )),
     }
 }
 
@@ -489,7 +588,9 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a number (sizes may use a K, M or G suffix)"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number (sizes may use a K, M or G suffix)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" | "kb" => 1 << 10,
@@ -508,7 +609,9 @@ fn parse_usize(s: &str) -> std::result::Result<usize, String> {
 impl RuntimeConfig {
     /// Starts a builder from the defaults.
     pub fn builder() -> RuntimeConfigBuilder {
-        RuntimeConfigBuilder { cfg: RuntimeConfig::default() }
+        RuntimeConfigBuilder {
+            cfg: RuntimeConfig::default(),
+        }
     }
 
     /// Reads every `BALLAST_*` variable of `docs/CONFIG.md` from the process environment.
@@ -522,7 +625,11 @@ impl RuntimeConfig {
         let mut cfg = RuntimeConfig::default();
         for (i, (name, var)) in SETTINGS.iter().enumerate() {
             let Some(raw) = lookup(var) else { continue };
-            cfg.set(name, &raw).map_err(|reason| Error::Config { var, value: raw.clone(), reason })?;
+            cfg.set(name, &raw).map_err(|reason| Error::Config {
+                var,
+                value: raw.clone(),
+                reason,
+            })?;
             cfg.origins[i] = ValueOrigin::Env;
         }
         cfg.transport.validate()?;
@@ -595,7 +702,12 @@ impl RuntimeConfig {
             .iter()
             .zip(values)
             .zip(self.origins)
-            .map(|(((name, env), value), origin)| Setting { name, env, value, origin })
+            .map(|(((name, env), value), origin)| Setting {
+                name,
+                env,
+                value,
+                origin,
+            })
             .collect()
     }
 
@@ -657,9 +769,12 @@ impl RuntimeConfigBuilder {
         match self.cfg.transport.validate() {
             Ok(()) => Ok(self.cfg),
             Err(Error::Config { var, value, reason }) => match SETTINGS.iter().position(|(_, v)| *v == var) {
-                Some(i) if self.cfg.origins[i] == ValueOrigin::Builder => {
-                    Err(Error::Setting { name: SETTINGS[i].0, var, value, reason })
-                }
+                Some(i) if self.cfg.origins[i] == ValueOrigin::Builder => Err(Error::Setting {
+                    name: SETTINGS[i].0,
+                    var,
+                    value,
+                    reason,
+                }),
                 _ => Err(Error::Config { var, value, reason }),
             },
             Err(e) => Err(e),
@@ -673,7 +788,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| m.get(k).cloned()
     }
 
@@ -716,7 +834,11 @@ mod tests {
         assert_eq!(cfg.transport().srq_depth, 4);
         assert_eq!(cfg.settings()[9].origin, ValueOrigin::Builder);
         assert!(RuntimeConfig::builder().ranks_per_node(0).build().is_err());
-        assert!(RuntimeConfig::builder().pool_growth(true).max_pool_bytes(10).build().is_err());
+        assert!(RuntimeConfig::builder()
+            .pool_growth(true)
+            .max_pool_bytes(10)
+            .build()
+            .is_err());
     }
 
     #[test]
@@ -726,60 +848,128 @@ mod tests {
         assert_eq!(err.to_string(), "bad value `0` for buffer_count (given in code or as a command-line option; variable BALLAST_BUFFER_COUNT): must be at least 1");
         // From the environment: the variable.
         let err = RuntimeConfig::from_vars(vars(&[("BALLAST_BUFFER_COUNT", "0")])).unwrap_err();
-        assert_eq!(err.to_string(), "bad value `0` for BALLAST_BUFFER_COUNT: must be at least 1");
+        assert_eq!(
+            err.to_string(),
+            "bad value `0` for BALLAST_BUFFER_COUNT: must be at least 1"
+        );
         // Ids are u32 and the pool size must not overflow.
-        let err = RuntimeConfig::builder().buffer_count(1 << 40).build().unwrap_err();
+        let err = RuntimeConfig::builder()
+            .buffer_count(1 << 40)
+            .build()
+            .unwrap_err();
         assert!(err.to_string().contains("must be at most 2^32 - 1"), "{err}");
-        let err = RuntimeConfig::builder().buffer_count(usize::MAX).buffer_size(1 << 30).pool_growth(true).build().unwrap_err();
+        let err = RuntimeConfig::builder()
+            .buffer_count(usize::MAX)
+            .buffer_size(1 << 30)
+            .pool_growth(true)
+            .build()
+            .unwrap_err();
         assert!(err.to_string().contains("for buffer_count"), "{err}");
         // The pool bound says what the pool is and what to change.
-        let err = RuntimeConfig::builder().buffer_count(1 << 20).pool_growth(true).build().unwrap_err();
+        let err = RuntimeConfig::builder()
+            .buffer_count(1 << 20)
+            .pool_growth(true)
+            .build()
+            .unwrap_err();
         assert!(err.to_string().contains("for BALLAST_MAX_POOL_BYTES: must be at least buffer_count x buffer_size = 1048576 x 8192 = 8589934592 B"), "{err}");
         let err = RuntimeConfig::builder().srq_depth(1 << 31).build().unwrap_err();
-        assert!(err.to_string().contains("for srq_depth") && err.to_string().contains("must be at most 2^31 - 1"), "{err}");
+        assert!(
+            err.to_string().contains("for srq_depth") && err.to_string().contains("must be at most 2^31 - 1"),
+            "{err}"
+        );
     }
 
     #[test]
     fn every_variable_is_documented_in_config_md() {
         let doc = include_str!("../../docs/CONFIG.md");
         for (name, var) in SETTINGS {
-            assert!(doc.contains(&format!("| `{var}` | `{name}` |")), "{var} missing from docs/CONFIG.md");
+            assert!(
+                doc.contains(&format!("| `{var}` | `{name}` |")),
+                "{var} missing from docs/CONFIG.md"
+            );
         }
     }
 
     #[test]
     fn bootstrap_vars_pick_the_first_launcher_and_name_bad_values() {
-        let c = RuntimeConfig::from_vars(vars(&[("BALLAST_ROOT", "127.0.0.1:4000"), ("PMI_RANK", "3"), ("PMI_SIZE", "4"), ("SLURM_PROCID", "1")])).unwrap();
+        let c = RuntimeConfig::from_vars(vars(&[
+            ("BALLAST_ROOT", "127.0.0.1:4000"),
+            ("PMI_RANK", "3"),
+            ("PMI_SIZE", "4"),
+            ("SLURM_PROCID", "1"),
+        ]))
+        .unwrap();
         let b = c.bootstrap();
-        assert_eq!((b.root.as_deref(), b.rank, b.size, b.rank_var), (Some("127.0.0.1:4000"), Some(3), Some(4), Some("PMI_RANK")));
+        assert_eq!(
+            (b.root.as_deref(), b.rank, b.size, b.rank_var),
+            (Some("127.0.0.1:4000"), Some(3), Some(4), Some("PMI_RANK"))
+        );
         assert_eq!(b.timeout, std::time::Duration::from_secs(60));
-        let c = RuntimeConfig::from_vars(vars(&[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2"), ("BALLAST_RANK", "1"), ("BALLAST_SIZE", "2"), ("BALLAST_BOOTSTRAP_TIMEOUT", "2.5")])).unwrap();
-        assert_eq!((c.bootstrap().rank, c.bootstrap().rank_var), (Some(1), Some("BALLAST_RANK")));
+        let c = RuntimeConfig::from_vars(vars(&[
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("BALLAST_RANK", "1"),
+            ("BALLAST_SIZE", "2"),
+            ("BALLAST_BOOTSTRAP_TIMEOUT", "2.5"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.bootstrap().rank, c.bootstrap().rank_var),
+            (Some(1), Some("BALLAST_RANK"))
+        );
         assert_eq!(c.bootstrap().timeout, std::time::Duration::from_millis(2500));
         for (bad, var) in [
             (vec![("SLURM_PROCID", "4"), ("SLURM_NTASKS", "4")], "SLURM_PROCID"),
             (vec![("PMI_RANK", "x"), ("PMI_SIZE", "4")], "PMI_RANK"),
             (vec![("BALLAST_RANK", "0")], "BALLAST_SIZE"),
-            (vec![("BALLAST_BOOTSTRAP_TIMEOUT", "0")], "BALLAST_BOOTSTRAP_TIMEOUT"),
+            (
+                vec![("BALLAST_BOOTSTRAP_TIMEOUT", "0")],
+                "BALLAST_BOOTSTRAP_TIMEOUT",
+            ),
         ] {
             let err = RuntimeConfig::from_vars(vars(&bad)).unwrap_err();
             assert!(err.to_string().contains(var), "{err}");
         }
-        assert_eq!(RuntimeConfig::from_vars(vars(&[])).unwrap().bootstrap(), &BootstrapConfig::default());
+        assert_eq!(
+            RuntimeConfig::from_vars(vars(&[])).unwrap().bootstrap(),
+            &BootstrapConfig::default()
+        );
     }
 
     #[test]
     fn verbs_device_selection_from_env() {
-        let c = RuntimeConfig::from_vars(vars(&[("BALLAST_IB_DEVICE", "rxe1"), ("BALLAST_IB_PORT", "1"), ("BALLAST_GID_INDEX", "3")])).unwrap();
-        assert_eq!(c.verbs(), &VerbsConfig { device: Some("rxe1".into()), port: Some(1), gid_index: Some(3) });
-        assert_eq!(RuntimeConfig::from_vars(vars(&[])).unwrap().verbs(), &VerbsConfig::default());
-        for (var, bad) in [("BALLAST_IB_PORT", "0"), ("BALLAST_IB_PORT", "x"), ("BALLAST_GID_INDEX", "-1")] {
+        let c = RuntimeConfig::from_vars(vars(&[
+            ("BALLAST_IB_DEVICE", "rxe1"),
+            ("BALLAST_IB_PORT", "1"),
+            ("BALLAST_GID_INDEX", "3"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.verbs(),
+            &VerbsConfig {
+                device: Some("rxe1".into()),
+                port: Some(1),
+                gid_index: Some(3)
+            }
+        );
+        assert_eq!(
+            RuntimeConfig::from_vars(vars(&[])).unwrap().verbs(),
+            &VerbsConfig::default()
+        );
+        for (var, bad) in [
+            ("BALLAST_IB_PORT", "0"),
+            ("BALLAST_IB_PORT", "x"),
+            ("BALLAST_GID_INDEX", "-1"),
+        ] {
             let err = RuntimeConfig::from_vars(vars(&[(var, bad)])).unwrap_err();
             assert!(err.to_string().contains(var), "{err}");
         }
         let doc = include_str!("../../docs/CONFIG.md");
         for var in ["BALLAST_IB_DEVICE", "BALLAST_IB_PORT", "BALLAST_GID_INDEX"] {
-            assert!(doc.contains(&format!("| `{var}` |")), "{var} missing from docs/CONFIG.md");
+            assert!(
+                doc.contains(&format!("| `{var}` |")),
+                "{var} missing from docs/CONFIG.md"
+            );
         }
     }
 
@@ -798,32 +988,63 @@ mod tests {
     fn auto_prefers_verbs_when_the_device_and_memlock_allow() {
         let (k, note) = decide_transport(&inputs());
         assert_eq!(k, TransportKind::Verbs);
-        assert_eq!(note, "transport auto: using verbs (device rxe0; 520 KiB to lock, ulimit -l unlimited)");
+        assert_eq!(
+            note,
+            "transport auto: using verbs (device rxe0; 520 KiB to lock, ulimit -l unlimited)"
+        );
         // Exactly at the limit still fits.
-        let (k, _) = decide_transport(&AutoInputs { memlock_limit: Some(520 * 1024), ..inputs() });
+        let (k, _) = decide_transport(&AutoInputs {
+            memlock_limit: Some(520 * 1024),
+            ..inputs()
+        });
         assert_eq!(k, TransportKind::Verbs);
         // Unknown limit: verbs is tried (registration says more if it fails).
-        let (k, note) = decide_transport(&AutoInputs { memlock_limit: None, ..inputs() });
+        let (k, note) = decide_transport(&AutoInputs {
+            memlock_limit: None,
+            ..inputs()
+        });
         assert_eq!(k, TransportKind::Verbs);
         assert!(note.contains("ulimit -l unknown"), "{note}");
     }
 
     #[test]
     fn auto_falls_back_to_mpi_then_local_and_says_why() {
-        let low = AutoInputs { memlock_limit: Some(64 * 1024), ..inputs() };
+        let low = AutoInputs {
+            memlock_limit: Some(64 * 1024),
+            ..inputs()
+        };
         assert_eq!(
             decide_transport(&low),
             (TransportKind::Mpi, "transport auto: verbs: pool needs 520 KiB locked, ulimit -l is 64 KiB; using mpi (launched under MPI: OMPI_COMM_WORLD_RANK is set)".into())
         );
-        let (k, note) = decide_transport(&AutoInputs { mpi_launch: None, ..low.clone() });
+        let (k, note) = decide_transport(&AutoInputs {
+            mpi_launch: None,
+            ..low.clone()
+        });
         assert_eq!(k, TransportKind::Local);
         assert_eq!(note, "transport auto: verbs: pool needs 520 KiB locked, ulimit -l is 64 KiB; mpi: not launched under MPI (no OMPI_COMM_WORLD_RANK or PMI_RANK); using local (ranks as threads of this process)");
-        let (k, note) = decide_transport(&AutoInputs { verbs_device: Err("no RDMA device found".into()), mpi_compiled: false, ..inputs() });
+        let (k, note) = decide_transport(&AutoInputs {
+            verbs_device: Err("no RDMA device found".into()),
+            mpi_compiled: false,
+            ..inputs()
+        });
         assert_eq!(k, TransportKind::Local);
-        assert!(note.contains("verbs: no usable RDMA device (no RDMA device found)") && note.contains("mpi: not compiled in"), "{note}");
-        let (k, note) = decide_transport(&AutoInputs { verbs_compiled: false, mpi_launch: Some("PMI_RANK"), ..inputs() });
+        assert!(
+            note.contains("verbs: no usable RDMA device (no RDMA device found)")
+                && note.contains("mpi: not compiled in"),
+            "{note}"
+        );
+        let (k, note) = decide_transport(&AutoInputs {
+            verbs_compiled: false,
+            mpi_launch: Some("PMI_RANK"),
+            ..inputs()
+        });
         assert_eq!(k, TransportKind::Mpi);
-        assert!(note.starts_with("transport auto: verbs: not compiled in; using mpi") && note.contains("PMI_RANK"), "{note}");
+        assert!(
+            note.starts_with("transport auto: verbs: not compiled in; using mpi")
+                && note.contains("PMI_RANK"),
+            "{note}"
+        );
     }
 
     #[test]
@@ -835,7 +1056,10 @@ mod tests {
         assert!(note.unwrap().starts_with("transport auto: "));
         let c = RuntimeConfig::from_vars(vars(&[("BALLAST_TRANSPORT", "mpi")])).unwrap();
         assert_eq!(resolve_transport(&c), (TransportKind::Mpi, None));
-        assert!(RuntimeConfig::from_vars(vars(&[("BALLAST_TRANSPORT", "fast")])).unwrap_err().to_string().contains("auto"));
+        assert!(RuntimeConfig::from_vars(vars(&[("BALLAST_TRANSPORT", "fast")]))
+            .unwrap_err()
+            .to_string()
+            .contains("auto"));
     }
 
     #[test]

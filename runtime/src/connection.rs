@@ -115,7 +115,16 @@ impl ConnectionTable {
     /// Creates endpoint `key` in `state`.
     pub fn insert(&mut self, key: usize, state: EpState) {
         self.tick += 1;
-        let prev = self.eps.insert(key, Endpoint { state, sent: 0, received: 0, inflight: 0, last_use: self.tick });
+        let prev = self.eps.insert(
+            key,
+            Endpoint {
+                state,
+                sent: 0,
+                received: 0,
+                inflight: 0,
+                last_use: self.tick,
+            },
+        );
         debug_assert!(prev.is_none());
         if matches!(state, EpState::Closing { .. }) {
             self.closing += 1;
@@ -128,7 +137,10 @@ impl ConnectionTable {
     /// Removes endpoint `key`.
     pub fn remove(&mut self, key: usize) -> Option<Endpoint> {
         let ep = self.eps.remove(&key);
-        if ep.as_ref().is_some_and(|e| matches!(e.state, EpState::Closing { .. })) {
+        if ep
+            .as_ref()
+            .is_some_and(|e| matches!(e.state, EpState::Closing { .. }))
+        {
             self.closing -= 1;
         }
         self.stats.live = self.eps.len() as u64;
@@ -169,7 +181,13 @@ impl ConnectionTable {
 
     /// Number of endpoints in the closing state.
     pub fn closing(&self) -> usize {
-        debug_assert_eq!(self.closing, self.eps.values().filter(|e| matches!(e.state, EpState::Closing { .. })).count());
+        debug_assert_eq!(
+            self.closing,
+            self.eps
+                .values()
+                .filter(|e| matches!(e.state, EpState::Closing { .. }))
+                .count()
+        );
         self.closing
     }
 
@@ -188,9 +206,16 @@ impl ConnectionTable {
     /// carried a packet yet when [`ConnectionTable::protect_fresh`] is on.
     pub fn victim(&self, is_idle: impl Fn(usize) -> bool) -> Option<usize> {
         let fresh = self.protect_fresh;
-        let open = self.eps.iter().filter(|(_, e)| e.state == EpState::Open && !(fresh && e.sent == 0 && e.received == 0));
-        let idle = open.clone().filter(|(&k, e)| e.inflight == 0 && is_idle(k)).min_by_key(|(_, e)| e.last_use);
-        idle.or_else(|| open.min_by_key(|(_, e)| e.last_use)).map(|(&k, _)| k)
+        let open = self
+            .eps
+            .iter()
+            .filter(|(_, e)| e.state == EpState::Open && !(fresh && e.sent == 0 && e.received == 0));
+        let idle = open
+            .clone()
+            .filter(|(&k, e)| e.inflight == 0 && is_idle(k))
+            .min_by_key(|(_, e)| e.last_use);
+        idle.or_else(|| open.min_by_key(|(_, e)| e.last_use))
+            .map(|(&k, _)| k)
     }
 
     /// Records an eviction.

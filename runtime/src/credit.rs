@@ -259,7 +259,11 @@ mod tests {
         assert_eq!(b.initial_grant(7), 1);
         assert_eq!(b.initial_grant(8), 0);
         b.consumed(7, false);
-        assert_eq!(b.take_grants(), vec![(7, 1)], "standing credit back to the idle sender");
+        assert_eq!(
+            b.take_grants(),
+            vec![(7, 1)],
+            "standing credit back to the idle sender"
+        );
         b.request(8);
         assert!(b.take_grants().is_empty());
         assert_eq!(b.take_revokes(), vec![7]);

@@ -191,8 +191,10 @@ impl Engine {
     }
 
     fn connect_all(&mut self) -> Result<()> {
-        let keys: BTreeSet<usize> =
-            (0..self.world).filter(|&p| p != self.rank).map(|p| self.key_of(p)).collect();
+        let keys: BTreeSet<usize> = (0..self.world)
+            .filter(|&p| p != self.rank)
+            .map(|p| self.key_of(p))
+            .collect();
         for &k in &keys {
             if !self.conns.has_room() {
                 break;
@@ -206,10 +208,18 @@ impl Engine {
                 self.open_key(k)?;
             }
         }
-        let want = if self.cfg.max_endpoints == 0 { keys.len() } else { keys.len().min(self.cfg.max_endpoints) };
+        let want = if self.cfg.max_endpoints == 0 {
+            keys.len()
+        } else {
+            keys.len().min(self.cfg.max_endpoints)
+        };
         let mut backoff = crate::comm::Backoff::new();
         loop {
-            let connecting = self.conns.keys().into_iter().any(|k| self.conns.get(k).map(|e| e.state) == Some(EpState::Connecting));
+            let connecting = self
+                .conns
+                .keys()
+                .into_iter()
+                .any(|k| self.conns.get(k).map(|e| e.state) == Some(EpState::Connecting));
             let live = self.conns.stats().live as usize;
             if !connecting && (live >= want || self.cfg.max_endpoints != 0) {
                 return Ok(());
@@ -275,7 +285,10 @@ impl Engine {
 
     fn check_rank(&self, r: usize) -> Result<()> {
         if r >= self.world {
-            return Err(Error::InvalidRank { rank: r, world_size: self.world });
+            return Err(Error::InvalidRank {
+                rank: r,
+                world_size: self.world,
+            });
         }
         Ok(())
     }
@@ -289,7 +302,13 @@ impl Engine {
         if dest == self.rank {
             self.matcher.deliver_local(self.rank, tag, data)?;
             let req = self.new_req();
-            self.sends.insert(req, SendReq { outstanding: 0, posted_all: true });
+            self.sends.insert(
+                req,
+                SendReq {
+                    outstanding: 0,
+                    posted_all: true,
+                },
+            );
             return Ok(req);
         }
         let direct = self.goes_direct(dest, data.len());
@@ -312,8 +331,22 @@ impl Engine {
             (Some((id, first_len)), data[first_len..].to_vec())
         };
         let req = self.new_req();
-        self.sends.insert(req, SendReq { outstanding: 0, posted_all: false });
-        self.peers.entry(dest).or_default().queue.push_back(OutMsg { req, tag, total: data.len(), first, rest, offset: 0, direct });
+        self.sends.insert(
+            req,
+            SendReq {
+                outstanding: 0,
+                posted_all: false,
+            },
+        );
+        self.peers.entry(dest).or_default().queue.push_back(OutMsg {
+            req,
+            tag,
+            total: data.len(),
+            first,
+            rest,
+            offset: 0,
+            direct,
+        });
         self.active.insert(dest);
         self.conns.note_peer(dest);
         self.pump_peer(dest)?;
@@ -331,7 +364,11 @@ impl Engine {
         if !self.conns.get(key).is_some_and(|ep| ep.state == EpState::Open) {
             return Ok(None);
         }
-        let Some(p) = self.peers.get_mut(&dest).filter(|p| p.queue.is_empty() && p.credits > 0) else {
+        let Some(p) = self
+            .peers
+            .get_mut(&dest)
+            .filter(|p| p.queue.is_empty() && p.credits > 0)
+        else {
             return Ok(None);
         };
         p.credits -= 1;
@@ -340,10 +377,23 @@ impl Engine {
             // (With symmetric endpoints, opening the endpoint noted the peer.)
             self.conns.note_peer(dest);
         }
-        let hdr = PacketHeader { src: self.rank as u32, tag, total: len as u64, offset: 0, len: len as u32, more: false };
+        let hdr = PacketHeader {
+            src: self.rank as u32,
+            tag,
+            total: len as u64,
+            offset: 0,
+            len: len as u32,
+            more: false,
+        };
         match self.post_chunk(dest, key, &hdr, id, req) {
             Ok(outstanding) => {
-                self.sends.insert(req, SendReq { outstanding: u32::from(outstanding), posted_all: true });
+                self.sends.insert(
+                    req,
+                    SendReq {
+                        outstanding: u32::from(outstanding),
+                        posted_all: true,
+                    },
+                );
                 Ok(Some(req))
             }
             Err(e) => {
@@ -357,8 +407,16 @@ impl Engine {
     /// endpoint `key` and accounts it: one more packet sent on the endpoint, and either the
     /// buffer freed at once (a fabric that copies) or its completion awaited (returns true:
     /// one more outstanding completion for `req`). Nothing changes when the post fails.
-    fn post_chunk(&mut self, dest: usize, key: usize, hdr: &PacketHeader, id: BufId, req: u64) -> Result<bool> {
-        self.fabric.post_send(dest, key, hdr, &self.pool.buf(id)[..hdr.len as usize], id as u64)?;
+    fn post_chunk(
+        &mut self,
+        dest: usize,
+        key: usize,
+        hdr: &PacketHeader,
+        id: BufId,
+        req: u64,
+    ) -> Result<bool> {
+        self.fabric
+            .post_send(dest, key, hdr, &self.pool.buf(id)[..hdr.len as usize], id as u64)?;
         let ep = self.conns.get_touched(key).expect("endpoint");
         ep.sent += 1;
         if self.copies {
@@ -384,7 +442,10 @@ impl Engine {
     pub fn send_direct(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         self.check_rank(dest)?;
         if !self.goes_direct(dest, data.len()) {
-            return Err(Error::Protocol(format!("a message of {} bytes to rank {dest} does not take the direct path", data.len())));
+            return Err(Error::Protocol(format!(
+                "a message of {} bytes to rank {dest} does not take the direct path",
+                data.len()
+            )));
         }
         let mut backoff = crate::comm::Backoff::new();
         while self.peers.get(&dest).is_some_and(|p| !p.queue.is_empty()) {
@@ -395,11 +456,19 @@ impl Engine {
             }
         }
         self.conns.note_peer(dest);
-        let hdr = PacketHeader { src: self.rank as u32, tag, total: data.len() as u64, offset: 0, len: 0, more: false };
+        let hdr = PacketHeader {
+            src: self.rank as u32,
+            tag,
+            total: data.len() as u64,
+            offset: 0,
+            len: 0,
+            more: false,
+        };
         let mut inbox = std::mem::take(&mut self.inbox);
         let sent = {
             let matcher = &mut self.matcher;
-            self.fabric.send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, ev))
+            self.fabric
+                .send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, ev))
         };
         let settled = self.settle(&mut inbox);
         self.inbox = inbox;
@@ -494,12 +563,17 @@ impl Engine {
     fn settle(&mut self, inbox: &mut Inbox) -> Result<()> {
         for w in inbox.done.drain(..) {
             if w & DIRECT_WR != 0 {
-                let s = self.sends.get_mut(&(w & !DIRECT_WR)).ok_or_else(|| Error::Protocol(format!("unknown direct completion {w}")))?;
+                let s = self
+                    .sends
+                    .get_mut(&(w & !DIRECT_WR))
+                    .ok_or_else(|| Error::Protocol(format!("unknown direct completion {w}")))?;
                 s.outstanding -= 1;
                 self.direct_inflight -= 1;
                 continue;
             }
-            let (req, key) = self.wr_info[w as usize].take().ok_or_else(|| Error::Protocol(format!("unknown completion {w}")))?;
+            let (req, key) = self.wr_info[w as usize]
+                .take()
+                .ok_or_else(|| Error::Protocol(format!("unknown completion {w}")))?;
             self.pool.release(w as BufId);
             if let Some(s) = self.sends.get_mut(&req) {
                 s.outstanding -= 1;
@@ -543,17 +617,27 @@ impl Engine {
                     self.conns.get_mut(src).expect("endpoint").state = EpState::Open;
                     self.peers.entry(src).or_default().credits += grant;
                 }
-                Some(EpState::Open) => return Err(Error::Protocol(format!("connect request from rank {src} on an open endpoint"))),
+                Some(EpState::Open) => {
+                    return Err(Error::Protocol(format!(
+                        "connect request from rank {src} on an open endpoint"
+                    )))
+                }
             },
             Control::ConnectAck { grant } => {
-                let ep = self.conns.get_mut(src).ok_or_else(|| Error::Protocol(format!("connect ack from rank {src} without request")))?;
+                let ep = self
+                    .conns
+                    .get_mut(src)
+                    .ok_or_else(|| Error::Protocol(format!("connect ack from rank {src} without request")))?;
                 if ep.state == EpState::Connecting {
                     ep.state = EpState::Open;
                     self.peers.entry(src).or_default().credits += grant;
                 }
             }
             Control::Close { sent } => {
-                let ep = self.conns.get_mut(src).ok_or_else(|| Error::Protocol(format!("close from rank {src} without endpoint")))?;
+                let ep = self
+                    .conns
+                    .get_mut(src)
+                    .ok_or_else(|| Error::Protocol(format!("close from rank {src} without endpoint")))?;
                 match ep.state {
                     EpState::Open => {
                         let mine = ep.sent;
@@ -764,7 +848,14 @@ impl Engine {
         while let Some(msg) = self.peers.get_mut(&dest).and_then(|p| p.queue.front_mut()) {
             if msg.direct {
                 // No endpoint, credit or pool buffer needed: hand it over whole.
-                let hdr = PacketHeader { src: self.rank as u32, tag: msg.tag, total: msg.total as u64, offset: 0, len: 0, more: false };
+                let hdr = PacketHeader {
+                    src: self.rank as u32,
+                    tag: msg.tag,
+                    total: msg.total as u64,
+                    offset: 0,
+                    len: 0,
+                    more: false,
+                };
                 let (req, data) = (msg.req, std::mem::take(&mut msg.rest));
                 let p = self.peers.get_mut(&dest).expect("peer");
                 p.queue.pop_front();
@@ -792,7 +883,9 @@ impl Engine {
             let (id, len) = match msg.first.take() {
                 Some(f) => f,
                 None => {
-                    let Some(id) = self.pool.acquire(self.fabric.as_mut())? else { break };
+                    let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
+                        break;
+                    };
                     let len = (msg.total - msg.offset).min(bs);
                     let from = msg.offset - bs; // `rest` starts after the first chunk
                     self.pool.buf_mut(id)[..len].copy_from_slice(&msg.rest[from..from + len]);

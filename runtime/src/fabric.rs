@@ -175,7 +175,14 @@ pub trait Fabric: Send {
     fn close_endpoint(&mut self, key: usize) -> Result<()>;
     /// Posts `payload` (a pool buffer slice) to rank `dest` through endpoint `key`.
     /// The caller holds a credit for the receive queue it lands in.
-    fn post_send(&mut self, dest: usize, key: usize, header: &PacketHeader, payload: &[u8], wr_id: u64) -> Result<()>;
+    fn post_send(
+        &mut self,
+        dest: usize,
+        key: usize,
+        header: &PacketHeader,
+        payload: &[u8],
+        wr_id: u64,
+    ) -> Result<()>;
     /// Sends a control message to rank `dest`.
     fn send_control(&mut self, dest: usize, msg: Control) -> Result<()>;
     /// Polls completions, arrivals and control messages; returns how many were handled.
@@ -228,7 +235,13 @@ pub trait Fabric: Send {
     /// it keeps polling like [`Fabric::poll`], passing every event to `on_event`, so that
     /// two ranks sending large messages to each other cannot deadlock. Only called when
     /// [`Fabric::direct_threshold`] is `Some`.
-    fn send_direct(&mut self, dest: usize, header: &PacketHeader, data: &[u8], on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<()> {
+    fn send_direct(
+        &mut self,
+        dest: usize,
+        header: &PacketHeader,
+        data: &[u8],
+        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
+    ) -> Result<()> {
         let _ = (dest, header, data, on_event);
         Err(Error::Protocol("this transport has no direct path".into()))
     }
@@ -248,7 +261,10 @@ pub fn effective_sharing(requested: RecvSharing, caps: Capabilities) -> (RecvSha
     if requested == RecvSharing::Xrc && !caps.xrc {
         (
             RecvSharing::Shared,
-            Some(format!("transport `{}` cannot do xrc; falling back to recv_sharing=shared", caps.name)),
+            Some(format!(
+                "transport `{}` cannot do xrc; falling back to recv_sharing=shared",
+                caps.name
+            )),
         )
     } else {
         (requested, None)
@@ -261,13 +277,22 @@ mod tests {
 
     #[test]
     fn xrc_falls_back_to_shared_when_unsupported() {
-        let no = Capabilities { name: "mpi", xrc: false };
+        let no = Capabilities {
+            name: "mpi",
+            xrc: false,
+        };
         let (mode, note) = effective_sharing(RecvSharing::Xrc, no);
         assert_eq!(mode, RecvSharing::Shared);
         assert!(note.unwrap().contains("mpi"));
-        let yes = Capabilities { name: "local", xrc: true };
+        let yes = Capabilities {
+            name: "local",
+            xrc: true,
+        };
         assert_eq!(effective_sharing(RecvSharing::Xrc, yes), (RecvSharing::Xrc, None));
-        assert_eq!(effective_sharing(RecvSharing::PerPeer, no), (RecvSharing::PerPeer, None));
+        assert_eq!(
+            effective_sharing(RecvSharing::PerPeer, no),
+            (RecvSharing::PerPeer, None)
+        );
     }
 
     #[test]

@@ -95,19 +95,34 @@ pub fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result
         for _ in 0..messages {
             let m = comm.recv(Source::Rank(0), TagMatch::Tag(FANOUT_TAG))?;
             if m.data.len() != ints * 4 {
-                return Err(Error::Protocol(format!("fanout message of {} bytes, expected {}", m.data.len(), ints * 4)));
+                return Err(Error::Protocol(format!(
+                    "fanout message of {} bytes, expected {}",
+                    m.data.len(),
+                    ints * 4
+                )));
             }
         }
     }
     comm.barrier()?;
     let after = comm.footprint();
     let status_after = ProcStatus::read_self()?;
-    Ok(Exchange { before, after, status_before, status_after })
+    Ok(Exchange {
+        before,
+        after,
+        status_before,
+        status_after,
+    })
 }
 
 fn same_model(a: &Footprint, p: &Footprint) -> bool {
     // Locks may be refused by the OS; everything else must match exactly.
-    Footprint { locked_bytes: 0, ..*a } == Footprint { locked_bytes: 0, ..*p }
+    Footprint {
+        locked_bytes: 0,
+        ..*a
+    } == Footprint {
+        locked_bytes: 0,
+        ..*p
+    }
 }
 
 /// Runs the fanout over the in-process transport: `ranks` ranks, rank 0 sends `messages`
@@ -120,9 +135,18 @@ pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: us
 /// barriers', [`Communicator::messages_sent`] summed), and counts its progress in
 /// `progress`: each rank adds 1 when its communicator is set up and 1 when it finished the
 /// fanout (`2 * ranks` at the end).
-pub fn run_local_counted(ranks: usize, config: &RuntimeConfig, messages: usize, ints: usize, progress: &AtomicUsize) -> Result<(FanoutReport, u64)> {
+pub fn run_local_counted(
+    ranks: usize,
+    config: &RuntimeConfig,
+    messages: usize,
+    ints: usize,
+    progress: &AtomicUsize,
+) -> Result<(FanoutReport, u64)> {
     if ranks < 2 {
-        return Err(Error::InvalidRank { rank: ranks, world_size: ranks });
+        return Err(Error::InvalidRank {
+            rank: ranks,
+            world_size: ranks,
+        });
     }
     let t = *config.transport();
     let rpn = t.ranks_per_node;
@@ -149,8 +173,17 @@ pub fn run_local_counted(ranks: usize, config: &RuntimeConfig, messages: usize, 
     outs.iter().for_each(|o| memory_lock.add(&o.lock));
     // Rank 0's own lock note gives way to the one of every rank (the limit is the process').
     let rank0_lock_note = outs[0].lock.note();
-    let mut notes: Vec<String> = outs[0].notes.iter().filter(|n| Some(*n) != rank0_lock_note.as_ref()).cloned().collect();
-    notes.extend(memory_lock.note().map(|n| format!("all {ranks} ranks of this process: {n}")));
+    let mut notes: Vec<String> = outs[0]
+        .notes
+        .iter()
+        .filter(|n| Some(*n) != rank0_lock_note.as_ref())
+        .cloned()
+        .collect();
+    notes.extend(
+        memory_lock
+            .note()
+            .map(|n| format!("all {ranks} ranks of this process: {n}")),
+    );
     let report = FanoutReport {
         ranks,
         before: Snapshot {
@@ -166,7 +199,9 @@ pub fn run_local_counted(ranks: usize, config: &RuntimeConfig, messages: usize, 
             world_predicted_bytes: sum(&|o| o.after_pred.total_bytes()),
         },
         predicted: outs[0].after_pred,
-        all_ranks_match_model: outs.iter().all(|o| same_model(&o.after, &o.after_pred) && same_model(&o.before, &o.before_pred)),
+        all_ranks_match_model: outs
+            .iter()
+            .all(|o| same_model(&o.after, &o.after_pred) && same_model(&o.before, &o.before_pred)),
         notes,
         memory_lock,
     };

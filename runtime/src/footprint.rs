@@ -386,7 +386,11 @@ impl Footprint {
             return why;
         }
         if m.peers_connected != p.peers_connected {
-            why.push(format!("{} connected, {} predicted", count(m.peers_connected, "peer"), p.peers_connected));
+            why.push(format!(
+                "{} connected, {} predicted",
+                count(m.peers_connected, "peer"),
+                p.peers_connected
+            ));
         }
         if m.endpoints_live != p.endpoints_live {
             let closed = m.endpoints_opened.saturating_sub(m.endpoints_live);
@@ -400,11 +404,22 @@ impl Footprint {
             } else {
                 String::new()
             };
-            why.push(format!("{} live, {} predicted{cause}", count(m.endpoints_live, "endpoint"), p.endpoints_live));
+            why.push(format!(
+                "{} live, {} predicted{cause}",
+                count(m.endpoints_live, "endpoint"),
+                p.endpoints_live
+            ));
         }
         if m.pool_bytes != p.pool_bytes {
-            let cause = if cfg.pool_growth && m.pool_bytes > p.pool_bytes { " (pool_growth added chunks; the model counts the initial pool)" } else { "" };
-            why.push(format!("pool {} B, predicted {} B{cause}", m.pool_bytes, p.pool_bytes));
+            let cause = if cfg.pool_growth && m.pool_bytes > p.pool_bytes {
+                " (pool_growth added chunks; the model counts the initial pool)"
+            } else {
+                ""
+            };
+            why.push(format!(
+                "pool {} B, predicted {} B{cause}",
+                m.pool_bytes, p.pool_bytes
+            ));
         }
         for (name, a, b) in [
             ("endpoint", m.endpoint_bytes, p.endpoint_bytes),
@@ -426,13 +441,21 @@ impl TransportConfig {
     pub fn predict(&self, peers: usize, world_size: usize, ranks_per_node: usize) -> Footprint {
         let m = MemoryModel::for_kind(self.kind);
         let others = world_size.saturating_sub(1) as u64;
-        let c = if self.lazy_connect { (peers as u64).min(others) } else { others };
+        let c = if self.lazy_connect {
+            (peers as u64).min(others)
+        } else {
+            others
+        };
         let rpn = ranks_per_node.max(1) as u64;
         let keys = match self.recv_sharing {
             RecvSharing::Xrc => c.min((world_size as u64).div_ceil(rpn)),
             _ => c,
         };
-        let e = if self.max_endpoints > 0 { keys.min(self.max_endpoints as u64) } else { keys };
+        let e = if self.max_endpoints > 0 {
+            keys.min(self.max_endpoints as u64)
+        } else {
+            keys
+        };
         let b = self.buffer_size as u64;
         let pool = self.buffer_count as u64 * b;
         if self.kind == TransportKind::Mpi && self.mpi_native {
@@ -458,7 +481,8 @@ impl TransportConfig {
                 // Ballast registers nothing with MPI (MPI pins what it sends itself).
                 registered_bytes: 0,
                 locked_bytes: 0,
-                endpoint_bytes: e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes) + self.buffer_count as u64 * staging,
+                endpoint_bytes: e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes)
+                    + self.buffer_count as u64 * staging,
                 srq_bytes: staging,
                 control_bytes: m.control_fixed_bytes + c * m.per_peer_control_bytes,
                 endpoints_live: e,
@@ -501,10 +525,18 @@ mod tests {
 
     #[test]
     fn per_peer_grows_by_depth_times_buffer_per_peer_and_shared_does_not() {
-        let pp = TransportConfig { recv_sharing: RecvSharing::PerPeer, recv_depth: 8, buffer_size: 8192, ..Default::default() };
+        let pp = TransportConfig {
+            recv_sharing: RecvSharing::PerPeer,
+            recv_depth: 8,
+            buffer_size: 8192,
+            ..Default::default()
+        };
         let d = pp.predict(11, 64, 1).total_bytes() - pp.predict(10, 64, 1).total_bytes();
         assert!((8 * 8192..8 * 8192 + 1024).contains(&d), "{d}");
-        let sh = TransportConfig { recv_sharing: RecvSharing::Shared, ..pp };
+        let sh = TransportConfig {
+            recv_sharing: RecvSharing::Shared,
+            ..pp
+        };
         let d = sh.predict(11, 64, 1).total_bytes() - sh.predict(10, 64, 1).total_bytes();
         assert!(d > 0 && d <= 1024, "{d}");
     }
@@ -517,57 +549,119 @@ mod tests {
         assert_eq!((l.status(), l.note()), (LockStatus::Locked, None));
         l.record_refused(1 << 20, Some(12), Some(8 << 20));
         l.record_refused(1 << 20, Some(1), Some(1));
-        assert_eq!((l.asked_bytes, l.locked_bytes, l.requests, l.refused), (6 << 20, 4 << 20, 3, 2));
-        assert_eq!((l.status(), l.errno, l.limit_bytes), (LockStatus::Partial, Some(12), Some(8 << 20)), "first refusal kept");
+        assert_eq!(
+            (l.asked_bytes, l.locked_bytes, l.requests, l.refused),
+            (6 << 20, 4 << 20, 3, 2)
+        );
+        assert_eq!(
+            (l.status(), l.errno, l.limit_bytes),
+            (LockStatus::Partial, Some(12), Some(8 << 20)),
+            "first refusal kept"
+        );
         let n = l.note().unwrap();
         assert!(n.starts_with("memory partially locked: asked to lock 6291456 B (6.0 MiB), locked 4194304 B (4.0 MiB); RLIMIT_MEMLOCK (soft) 8388608 B (8.0 MiB); 2 of 3 mlock requests refused (Cannot allocate memory (os error 12))"), "{n}");
         // Summing ranks: the first refusal's limit and error are kept.
         let mut none = MemoryLock::default();
         none.record_refused(100, Some(12), Some(u64::MAX));
         assert_eq!(none.status(), LockStatus::NotLocked);
-        assert!(none.note().unwrap().contains("memory not locked: asked to lock 100 B") && none.limit_text() == "unlimited");
+        assert!(
+            none.note()
+                .unwrap()
+                .contains("memory not locked: asked to lock 100 B")
+                && none.limit_text() == "unlimited"
+        );
         let mut sum = MemoryLock::default();
-        sum.add(&MemoryLock { asked_bytes: 5, locked_bytes: 5, requests: 1, ..Default::default() });
+        sum.add(&MemoryLock {
+            asked_bytes: 5,
+            locked_bytes: 5,
+            requests: 1,
+            ..Default::default()
+        });
         sum.add(&none);
         sum.add(&l);
-        assert_eq!((sum.asked_bytes, sum.locked_bytes, sum.requests, sum.refused, sum.limit_bytes), (105 + (6 << 20), 5 + (4 << 20), 5, 3, Some(u64::MAX)));
+        assert_eq!(
+            (
+                sum.asked_bytes,
+                sum.locked_bytes,
+                sum.requests,
+                sum.refused,
+                sum.limit_bytes
+            ),
+            (105 + (6 << 20), 5 + (4 << 20), 5, 3, Some(u64::MAX))
+        );
         // A refused region freed since: locked again, the refusal still told.
         none.release(100, false);
         assert_eq!(none.status(), LockStatus::NotAsked);
-        assert!(none.note().unwrap().starts_with("memory lock refused earlier: asked to lock 0 B"));
+        assert!(none
+            .note()
+            .unwrap()
+            .starts_with("memory lock refused earlier: asked to lock 0 B"));
     }
 
     #[test]
     fn differences_name_the_counts_and_their_cause() {
-        let t = TransportConfig { max_endpoints: 2, ..Default::default() };
+        let t = TransportConfig {
+            max_endpoints: 2,
+            ..Default::default()
+        };
         let p = t.predict(7, 8, 1);
         assert!(p.differences(&p, &t).is_empty());
-        let m = Footprint { endpoints_live: 1, endpoints_opened: 5, endpoint_bytes: p.endpoint_bytes - 80, ..p };
+        let m = Footprint {
+            endpoints_live: 1,
+            endpoints_opened: 5,
+            endpoint_bytes: p.endpoint_bytes - 80,
+            ..p
+        };
         let d = m.differences(&p, &t);
         assert_eq!(d.len(), 2, "{d:?}");
         assert_eq!(d[0], "1 endpoint live, 2 predicted (max_endpoints=2 evicts: 5 endpoints opened, 4 closed, so fewer than the cap are live when measured; the model counts the cap)");
-        assert_eq!(d[1], format!("endpoint {} B, predicted {} B", p.endpoint_bytes - 80, p.endpoint_bytes));
+        assert_eq!(
+            d[1],
+            format!(
+                "endpoint {} B, predicted {} B",
+                p.endpoint_bytes - 80,
+                p.endpoint_bytes
+            )
+        );
         let u = TransportConfig::default();
         let (p7, p2) = (u.predict(7, 8, 1), u.predict(2, 8, 1));
         let d = p2.differences(&p7, &u);
-        assert!(d[0] == "2 peers connected, 7 predicted" && d[1] == "2 endpoints live, 7 predicted", "{d:?}");
+        assert!(
+            d[0] == "2 peers connected, 7 predicted" && d[1] == "2 endpoints live, 7 predicted",
+            "{d:?}"
+        );
     }
 
     #[test]
     fn xrc_counts_nodes_and_cap_limits_endpoints() {
-        let x = TransportConfig { recv_sharing: RecvSharing::Xrc, ..Default::default() };
+        let x = TransportConfig {
+            recv_sharing: RecvSharing::Xrc,
+            ..Default::default()
+        };
         assert_eq!(x.predict(1023, 1024, 32).endpoints_live, 32);
         assert_eq!(x.predict(5, 1024, 32).endpoints_live, 5);
-        let capped = TransportConfig { max_endpoints: 64, ..Default::default() };
+        let capped = TransportConfig {
+            max_endpoints: 64,
+            ..Default::default()
+        };
         let f = capped.predict(1000, 1024, 1);
         assert_eq!((f.endpoints_live, f.peers_connected), (64, 1000));
-        let eager = TransportConfig { lazy_connect: false, ..Default::default() };
+        let eager = TransportConfig {
+            lazy_connect: false,
+            ..Default::default()
+        };
         assert_eq!(eager.predict(3, 100, 1).endpoints_live, 99);
     }
 
     #[test]
     fn verbs_model_uses_mlx5_sizes() {
-        let v = TransportConfig { kind: TransportKind::Verbs, recv_sharing: RecvSharing::PerPeer, recv_depth: 4, buffer_size: 4096, ..Default::default() };
+        let v = TransportConfig {
+            kind: TransportKind::Verbs,
+            recv_sharing: RecvSharing::PerPeer,
+            recv_depth: 4,
+            buffer_size: 4096,
+            ..Default::default()
+        };
         let one = v.predict(1, 2, 1);
         let m = MemoryModel::verbs();
         assert_eq!(
@@ -579,14 +673,33 @@ mod tests {
 
     #[test]
     fn mpi_model_counts_ballast_bytes_only() {
-        let t = TransportConfig { kind: TransportKind::Mpi, buffer_size: 1024, buffer_count: 8, mpi_native: false, ..Default::default() };
+        let t = TransportConfig {
+            kind: TransportKind::Mpi,
+            buffer_size: 1024,
+            buffer_count: 8,
+            mpi_native: false,
+            ..Default::default()
+        };
         let staging = 1024 + MPI_STAGING_EXTRA_BYTES;
         for sharing in [RecvSharing::PerPeer, RecvSharing::Shared] {
-            let f = TransportConfig { recv_sharing: sharing, ..t }.predict(3, 4, 1);
+            let f = TransportConfig {
+                recv_sharing: sharing,
+                ..t
+            }
+            .predict(3, 4, 1);
             let m = MemoryModel::mpi();
-            assert_eq!((f.pool_bytes, f.registered_bytes, f.locked_bytes, f.srq_bytes), (8 * 1024, 0, 0, staging));
-            assert_eq!(f.endpoint_bytes, 3 * (MPI_ENDPOINT_BYTES + m.engine_endpoint_bytes) + 8 * staging);
-            assert_eq!(f.control_bytes, m.control_fixed_bytes + 3 * m.per_peer_control_bytes);
+            assert_eq!(
+                (f.pool_bytes, f.registered_bytes, f.locked_bytes, f.srq_bytes),
+                (8 * 1024, 0, 0, staging)
+            );
+            assert_eq!(
+                f.endpoint_bytes,
+                3 * (MPI_ENDPOINT_BYTES + m.engine_endpoint_bytes) + 8 * staging
+            );
+            assert_eq!(
+                f.control_bytes,
+                m.control_fixed_bytes + 3 * m.per_peer_control_bytes
+            );
         }
         // No verbs completion queue or QP context in it.
         assert!(MemoryModel::mpi().control_fixed_bytes < VERBS_CQ_ENTRIES * MLX5_CQE_BYTES);
@@ -594,13 +707,29 @@ mod tests {
 
     #[test]
     fn mpi_native_model_has_no_pool_and_grows_only_per_peer_and_rank() {
-        let t = TransportConfig { kind: TransportKind::Mpi, buffer_size: 1024, buffer_count: 8, ..Default::default() };
+        let t = TransportConfig {
+            kind: TransportKind::Mpi,
+            buffer_size: 1024,
+            buffer_count: 8,
+            ..Default::default()
+        };
         assert!(t.mpi_native, "native is the default");
         for sharing in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
-            let f = TransportConfig { recv_sharing: sharing, max_endpoints: 2, ..t }.predict(3, 4, 1);
-            assert_eq!((f.pool_bytes, f.registered_bytes, f.locked_bytes, f.endpoint_bytes), (0, 0, 0, 0));
+            let f = TransportConfig {
+                recv_sharing: sharing,
+                max_endpoints: 2,
+                ..t
+            }
+            .predict(3, 4, 1);
+            assert_eq!(
+                (f.pool_bytes, f.registered_bytes, f.locked_bytes, f.endpoint_bytes),
+                (0, 0, 0, 0)
+            );
             assert_eq!(f.srq_bytes, 2 * 1025, "one kept send and one kept receive buffer");
-            assert_eq!(f.control_bytes, MPI_NATIVE_FIXED_BYTES + 4 * MPI_NATIVE_PER_RANK_BYTES);
+            assert_eq!(
+                f.control_bytes,
+                MPI_NATIVE_FIXED_BYTES + 4 * MPI_NATIVE_PER_RANK_BYTES
+            );
             assert_eq!((f.endpoints_live, f.peers_connected), (0, 3));
         }
         // 1,000 peers in a world of 4,096 ranks: about 40 KiB, the same as with 1 peer.

@@ -37,10 +37,10 @@ pub mod fanout;
 pub mod footprint;
 pub mod local;
 pub mod matching;
+pub mod memory;
 #[cfg(feature = "mpi")]
 #[allow(unsafe_code)] // raw MPI_Isend of owned buffers and Send for MPI handles; see `mpi` docs
 pub mod mpi;
-pub mod memory;
 pub mod pool;
 pub mod procstatus;
 #[cfg(feature = "verbs")]
@@ -48,7 +48,10 @@ pub mod procstatus;
 pub mod verbs;
 
 pub use comm::{Communicator, Completion, Request};
-pub use config::{decide_transport, resolve_transport, AutoInputs, BootstrapConfig, VerbsConfig, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig, TransportKind, ValueOrigin};
+pub use config::{
+    decide_transport, resolve_transport, AutoInputs, BootstrapConfig, RecvSharing, RuntimeConfig,
+    RuntimeConfigBuilder, TransportConfig, TransportKind, ValueOrigin, VerbsConfig,
+};
 pub use error::{Error, Result};
 pub use footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};
 pub use matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};

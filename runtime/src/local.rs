@@ -41,14 +41,27 @@ pub(crate) struct RecvQueue {
 
 impl RecvQueue {
     /// `what` names the queue and its sizing settings in an allocation error.
-    fn new(depth: usize, buffer_size: usize, lock: bool, what: &str) -> Result<(Arc<RecvQueue>, Registration)> {
+    fn new(
+        depth: usize,
+        buffer_size: usize,
+        lock: bool,
+        what: &str,
+    ) -> Result<(Arc<RecvQueue>, Registration)> {
         let mem = AlignedRegion::new(depth, buffer_size, what)?;
         let (guard, reg) = lock_region(mem.as_slice(), lock);
         let posted = ArrayQueue::new(depth);
         for i in 0..depth as u32 {
             posted.push(i).expect("queue sized to depth");
         }
-        Ok((Arc::new(RecvQueue { _lock: guard, region: Mutex::new(mem), posted, buffer_size }), reg))
+        Ok((
+            Arc::new(RecvQueue {
+                _lock: guard,
+                region: Mutex::new(mem),
+                posted,
+                buffer_size,
+            }),
+            reg,
+        ))
     }
 
     /// Bytes accounted for a queue of `len` buffer bytes and `depth` slots.
@@ -63,12 +76,28 @@ fn lock_region(mem: &[u8], lock: bool) -> (Option<region::LockGuard>, Registrati
     let bytes = mem.len() as u64;
     let mut outcome = MemoryLock::default();
     if !lock {
-        return (None, Registration { bytes, locked_bytes: 0, note: None, lock: outcome });
+        return (
+            None,
+            Registration {
+                bytes,
+                locked_bytes: 0,
+                note: None,
+                lock: outcome,
+            },
+        );
     }
     match region::lock(mem.as_ptr(), mem.len()) {
         Ok(g) => {
             outcome.record_locked(bytes);
-            (Some(g), Registration { bytes, locked_bytes: bytes, note: None, lock: outcome })
+            (
+                Some(g),
+                Registration {
+                    bytes,
+                    locked_bytes: bytes,
+                    note: None,
+                    lock: outcome,
+                },
+            )
         }
         Err(e) => {
             let errno = match &e {
@@ -76,14 +105,24 @@ fn lock_region(mem: &[u8], lock: bool) -> (Option<region::LockGuard>, Registrati
                 _ => None,
             };
             outcome.record_refused(bytes, errno, memlock_limit_bytes());
-            (None, Registration { bytes, locked_bytes: 0, note: None, lock: outcome })
+            (
+                None,
+                Registration {
+                    bytes,
+                    locked_bytes: 0,
+                    note: None,
+                    lock: outcome,
+                },
+            )
         }
     }
 }
 
 /// The soft RLIMIT_MEMLOCK in bytes (`u64::MAX` = unlimited), if it can be read.
 pub fn memlock_limit_bytes() -> Option<u64> {
-    rlimit::getrlimit(rlimit::Resource::MEMLOCK).ok().map(|(soft, _)| if soft == rlimit::INFINITY { u64::MAX } else { soft })
+    rlimit::getrlimit(rlimit::Resource::MEMLOCK)
+        .ok()
+        .map(|(soft, _)| if soft == rlimit::INFINITY { u64::MAX } else { soft })
 }
 
 struct Arrival {
@@ -182,9 +221,12 @@ pub(crate) fn memory_model() -> MemoryModel {
         rq_wqe_bytes: wqe,
         srq_fixed_bytes: rq_fixed,
         srq_wqe_bytes: wqe,
-        control_fixed_bytes: (size_of::<crate::engine::Engine>() + size_of::<LocalFabric>() + size_of::<RankPort>()) as u64,
-        per_peer_control_bytes: (size_of::<crate::engine::PeerState>() + size_of::<crate::credit::CreditHolder>() + 2 * size_of::<usize>())
-            as u64,
+        control_fixed_bytes: (size_of::<crate::engine::Engine>()
+            + size_of::<LocalFabric>()
+            + size_of::<RankPort>()) as u64,
+        per_peer_control_bytes: (size_of::<crate::engine::PeerState>()
+            + size_of::<crate::credit::CreditHolder>()
+            + 2 * size_of::<usize>()) as u64,
     }
 }
 
@@ -228,7 +270,10 @@ impl Fabric for LocalFabric {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { name: "local", xrc: true }
+        Capabilities {
+            name: "local",
+            xrc: true,
+        }
     }
 
     fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
@@ -249,7 +294,10 @@ impl Fabric for LocalFabric {
             "the shared receive queue (srq_depth x buffer_size: BALLAST_SRQ_DEPTH, BALLAST_BUFFER_SIZE)",
         )?;
         self.add_recv(&rq, &reg, self.cfg.srq_depth, true);
-        self.world.ports[self.rank].srq.set(rq).map_err(|_| Error::Protocol("shared receive queue set twice".into()))?;
+        self.world.ports[self.rank]
+            .srq
+            .set(rq)
+            .map_err(|_| Error::Protocol("shared receive queue set twice".into()))?;
         Ok(reg.note)
     }
 
@@ -268,14 +316,27 @@ impl Fabric for LocalFabric {
             None
         };
         self.bytes.endpoint_bytes += self.model.endpoint_fixed_bytes;
-        if self.endpoints.insert(key, LocalEndpoint { own_rq, remote_rq: None }).is_some() {
+        if self
+            .endpoints
+            .insert(
+                key,
+                LocalEndpoint {
+                    own_rq,
+                    remote_rq: None,
+                },
+            )
+            .is_some()
+        {
             return Err(Error::Protocol(format!("endpoint {key} opened twice")));
         }
         Ok(())
     }
 
     fn close_endpoint(&mut self, key: usize) -> Result<()> {
-        let ep = self.endpoints.remove(&key).ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
+        let ep = self
+            .endpoints
+            .remove(&key)
+            .ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
         self.bytes.endpoint_bytes -= self.model.endpoint_fixed_bytes;
         if let Some(rq) = ep.own_rq {
             self.world.ports[self.rank].rqs.lock().remove(&key);
@@ -292,10 +353,20 @@ impl Fabric for LocalFabric {
         Ok(())
     }
 
-    fn post_send(&mut self, dest: usize, key: usize, hdr: &PacketHeader, payload: &[u8], wr_id: u64) -> Result<()> {
+    fn post_send(
+        &mut self,
+        dest: usize,
+        key: usize,
+        hdr: &PacketHeader,
+        payload: &[u8],
+        wr_id: u64,
+    ) -> Result<()> {
         let port = &self.world.ports[dest];
         let rq = if self.sharing == RecvSharing::PerPeer {
-            let ep = self.endpoints.get_mut(&key).ok_or_else(|| Error::Protocol(format!("send on unknown endpoint {key}")))?;
+            let ep = self
+                .endpoints
+                .get_mut(&key)
+                .ok_or_else(|| Error::Protocol(format!("send on unknown endpoint {key}")))?;
             if ep.remote_rq.is_none() {
                 ep.remote_rq = port.rqs.lock().get(&self.rank).cloned();
             }
@@ -335,9 +406,14 @@ impl Fabric for LocalFabric {
             {
                 let g = a.rq.region.lock();
                 let off = a.slot as usize * a.rq.buffer_size;
-                on_event(Event::Arrival(a.hdr, &g.as_slice()[off..off + a.hdr.len as usize]))?;
+                on_event(Event::Arrival(
+                    a.hdr,
+                    &g.as_slice()[off..off + a.hdr.len as usize],
+                ))?;
             }
-            a.rq.posted.push(a.slot).map_err(|_| Error::Protocol("receive queue overflow".into()))?;
+            a.rq.posted
+                .push(a.slot)
+                .map_err(|_| Error::Protocol("receive queue overflow".into()))?;
             n += 1;
         }
         while let Some((src, c)) = port.ctrl.pop() {
@@ -378,7 +454,6 @@ impl Fabric for LocalFabric {
     }
 }
 
-
 /// Runs `f` on `n` ranks, each a thread of this process with its own [`Communicator`]
 /// over the in-process transport, and returns the results by rank.
 ///
@@ -391,11 +466,17 @@ where
     R: Send,
 {
     if n == 0 {
-        return Err(Error::InvalidRank { rank: 0, world_size: 0 });
+        return Err(Error::InvalidRank {
+            rank: 0,
+            world_size: 0,
+        });
     }
     let cfg = *config.transport();
     if cfg.kind != TransportKind::Local {
-        return Err(Error::TransportUnavailable(format!("{} (local::run needs transport=local)", cfg.kind)));
+        return Err(Error::TransportUnavailable(format!(
+            "{} (local::run needs transport=local)",
+            cfg.kind
+        )));
     }
     cfg.validate()?;
     let (world, parkers) = World::new(n);
@@ -405,33 +486,45 @@ where
         let mut handles = Vec::with_capacity(n);
         for (r, parker) in parkers.into_iter().enumerate() {
             let world_r = world.clone();
-            let spawned = std::thread::Builder::new().name(format!("ballast-rank-{r}")).spawn_scoped(s, move || {
-                let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
-                    let fabric = LocalFabric::new(r, world_r.clone(), &cfg, parker);
-                    let mut comm = Communicator::new(Box::new(fabric), &cfg)?;
-                    let out = f(&mut comm);
-                    comm.finalize()?;
-                    Ok(out)
-                }));
-                let out = match out {
-                    Ok(v) => v,
-                    Err(p) => Err(Error::RankPanicked(r, panic_message(p.as_ref()))),
-                };
-                if out.is_err() {
-                    world_r.abort();
-                }
-                out
-            });
+            let spawned = std::thread::Builder::new()
+                .name(format!("ballast-rank-{r}"))
+                .spawn_scoped(s, move || {
+                    let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
+                        let fabric = LocalFabric::new(r, world_r.clone(), &cfg, parker);
+                        let mut comm = Communicator::new(Box::new(fabric), &cfg)?;
+                        let out = f(&mut comm);
+                        comm.finalize()?;
+                        Ok(out)
+                    }));
+                    let out = match out {
+                        Ok(v) => v,
+                        Err(p) => Err(Error::RankPanicked(r, panic_message(p.as_ref()))),
+                    };
+                    if out.is_err() {
+                        world_r.abort();
+                    }
+                    out
+                });
             match spawned {
                 Ok(h) => handles.push(h),
                 Err(e) => {
                     world.abort();
-                    handles.push(std::thread::Builder::new().spawn_scoped(s, move || Err(Error::Io(e))).expect("spawn"));
+                    handles.push(
+                        std::thread::Builder::new()
+                            .spawn_scoped(s, move || Err(Error::Io(e)))
+                            .expect("spawn"),
+                    );
                     break;
                 }
             }
         }
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| Err(Error::RankPanicked(usize::MAX, panic_message(p.as_ref()))))).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|p| Err(Error::RankPanicked(usize::MAX, panic_message(p.as_ref()))))
+            })
+            .collect()
     });
     first_error(results)
 }

@@ -131,19 +131,41 @@ impl Matcher {
     /// and bound completes at once (`None`); otherwise returns its id.
     fn start(&mut self, src: usize, tag: Tag, total: u64, data: Vec<u8>) -> Result<Option<u64>> {
         if !self.assembling.is_empty() && self.assembling.contains_key(&src) {
-            return Err(Error::Protocol(format!("new message from rank {src} before the previous one completed")));
+            return Err(Error::Protocol(format!(
+                "new message from rank {src} before the previous one completed"
+            )));
         }
         let total = usize::try_from(total).map_err(|_| Error::Protocol("message too large".into()))?;
         let id = self.next_msg;
         self.next_msg += 1;
-        let req = self.posted.iter().position(|&(_, s, t)| accepts(s, t, src, tag)).map(|i| self.posted.remove(i).expect("index in range").0);
+        let req = self
+            .posted
+            .iter()
+            .position(|&(_, s, t)| accepts(s, t, src, tag))
+            .map(|i| self.posted.remove(i).expect("index in range").0);
         if let Some(req) = req {
             if data.len() == total {
-                self.complete(req, Message { source: src, tag, data });
+                self.complete(
+                    req,
+                    Message {
+                        source: src,
+                        tag,
+                        data,
+                    },
+                );
                 return Ok(None);
             }
         }
-        self.inbound.insert(id, Inbound { source: src, tag, total, data, req });
+        self.inbound.insert(
+            id,
+            Inbound {
+                source: src,
+                tag,
+                total,
+                data,
+                req,
+            },
+        );
         if req.is_none() {
             self.unexpected.push_back(id);
         }
@@ -155,7 +177,14 @@ impl Matcher {
         let m = self.inbound.get(&id).expect("inbound message");
         if let Some(req) = m.req {
             let m = self.inbound.remove(&id).expect("inbound message");
-            self.complete(req, Message { source: m.source, tag: m.tag, data: m.data });
+            self.complete(
+                req,
+                Message {
+                    source: m.source,
+                    tag: m.tag,
+                    data: m.data,
+                },
+            );
         }
     }
 
@@ -167,7 +196,9 @@ impl Matcher {
             // chunks follow.
             let cap = usize::try_from(h.total).map_err(|_| Error::Protocol("message too large".into()))?;
             if payload.len() > cap {
-                return Err(Error::Protocol(format!("chunk at offset 0 out of order from rank {src}")));
+                return Err(Error::Protocol(format!(
+                    "chunk at offset 0 out of order from rank {src}"
+                )));
             }
             let mut data = Vec::with_capacity(cap);
             data.extend_from_slice(payload);
@@ -178,10 +209,16 @@ impl Matcher {
             }
             return Ok(());
         }
-        let id = *self.assembling.get(&src).ok_or_else(|| Error::Protocol(format!("chunk without a message start from rank {src}")))?;
+        let id = *self
+            .assembling
+            .get(&src)
+            .ok_or_else(|| Error::Protocol(format!("chunk without a message start from rank {src}")))?;
         let m = self.inbound.get_mut(&id).expect("inbound message");
         if h.offset as usize != m.data.len() || m.data.len() + payload.len() > m.total {
-            return Err(Error::Protocol(format!("chunk at offset {} out of order from rank {src}", h.offset)));
+            return Err(Error::Protocol(format!(
+                "chunk at offset {} out of order from rank {src}",
+                h.offset
+            )));
         }
         m.data.extend_from_slice(payload);
         if m.data.len() == m.total {
@@ -196,7 +233,11 @@ impl Matcher {
     /// the order of its source's messages and matches exactly as a chunked one would.
     pub fn on_whole(&mut self, h: &PacketHeader, data: Vec<u8>) -> Result<()> {
         if data.len() as u64 != h.total {
-            return Err(Error::Protocol(format!("whole message of {} bytes announced as {}", data.len(), h.total)));
+            return Err(Error::Protocol(format!(
+                "whole message of {} bytes announced as {}",
+                data.len(),
+                h.total
+            )));
         }
         self.start(h.src as usize, h.tag, h.total, data)?;
         Ok(())
@@ -218,7 +259,14 @@ impl Matcher {
                 let m = self.inbound.get_mut(&id).expect("inbound message");
                 if m.data.len() == m.total {
                     let m = self.inbound.remove(&id).expect("inbound message");
-                    self.complete(req, Message { source: m.source, tag: m.tag, data: m.data });
+                    self.complete(
+                        req,
+                        Message {
+                            source: m.source,
+                            tag: m.tag,
+                            data: m.data,
+                        },
+                    );
                 } else {
                     m.req = Some(req);
                 }
@@ -240,12 +288,23 @@ impl Matcher {
         }
         self.unexpected.remove(i);
         let m = self.inbound.remove(&id).expect("inbound message");
-        Some(Message { source: m.source, tag: m.tag, data: m.data })
+        Some(Message {
+            source: m.source,
+            tag: m.tag,
+            data: m.data,
+        })
     }
 
     /// Delivers a whole message at once (sends to self).
     pub fn deliver_local(&mut self, src: usize, tag: Tag, data: &[u8]) -> Result<()> {
-        let h = PacketHeader { src: src as u32, tag, total: data.len() as u64, offset: 0, len: data.len() as u32, more: false };
+        let h = PacketHeader {
+            src: src as u32,
+            tag,
+            total: data.len() as u64,
+            offset: 0,
+            len: data.len() as u32,
+            more: false,
+        };
         self.on_chunk(&h, data)
     }
 
@@ -259,7 +318,8 @@ impl Matcher {
     /// True if receive `req` has completed.
     pub fn is_complete(&self, req: u64) -> bool {
         // Polled by every idle iteration of a blocking wait: no hashing while nothing completed.
-        self.last_completed.as_ref().is_some_and(|(r, _)| *r == req) || (!self.completed.is_empty() && self.completed.contains_key(&req))
+        self.last_completed.as_ref().is_some_and(|(r, _)| *r == req)
+            || (!self.completed.is_empty() && self.completed.contains_key(&req))
     }
 
     /// Takes the message of completed receive `req`.
@@ -275,7 +335,10 @@ impl Matcher {
 
     /// Bytes held in unexpected (not yet received) messages.
     pub fn unexpected_bytes(&self) -> usize {
-        self.unexpected.iter().map(|id| self.inbound[id].data.capacity()).sum()
+        self.unexpected
+            .iter()
+            .map(|id| self.inbound[id].data.capacity())
+            .sum()
     }
 }
 
@@ -284,7 +347,14 @@ mod tests {
     use super::*;
 
     fn hdr(src: u32, tag: Tag, total: u64, offset: u64, len: u32) -> PacketHeader {
-        PacketHeader { src, tag, total, offset, len, more: false }
+        PacketHeader {
+            src,
+            tag,
+            total,
+            offset,
+            len,
+            more: false,
+        }
     }
 
     #[test]
@@ -294,7 +364,14 @@ mod tests {
         m.post(2, Source::Any, TagMatch::Any);
         m.on_chunk(&hdr(3, 5, 1, 0, 1), &[9]).unwrap();
         assert!(!m.is_complete(1));
-        assert_eq!(m.take_completed(2).unwrap(), Message { source: 3, tag: 5, data: vec![9] });
+        assert_eq!(
+            m.take_completed(2).unwrap(),
+            Message {
+                source: 3,
+                tag: 5,
+                data: vec![9]
+            }
+        );
         m.on_chunk(&hdr(2, 5, 1, 0, 1), &[7]).unwrap();
         assert_eq!(m.take_completed(1).unwrap().data, vec![7]);
     }
@@ -302,13 +379,23 @@ mod tests {
     #[test]
     fn chunks_reassemble_and_any_tag_skips_reserved_tags() {
         let mut m = Matcher::default();
-        m.on_chunk(&hdr(1, RESERVED_TAG_BASE + 1, 2, 0, 2), &[1, 2]).unwrap();
+        m.on_chunk(&hdr(1, RESERVED_TAG_BASE + 1, 2, 0, 2), &[1, 2])
+            .unwrap();
         m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
-        assert_eq!(m.try_take(Source::Any, TagMatch::Any), None, "incomplete message is not taken");
+        assert_eq!(
+            m.try_take(Source::Any, TagMatch::Any),
+            None,
+            "incomplete message is not taken"
+        );
         m.on_chunk(&hdr(1, 4, 4, 2, 2), &[3, 4]).unwrap();
-        assert_eq!(m.try_take(Source::Any, TagMatch::Any).unwrap().data, vec![1, 2, 3, 4]);
+        assert_eq!(
+            m.try_take(Source::Any, TagMatch::Any).unwrap().data,
+            vec![1, 2, 3, 4]
+        );
         assert_eq!(m.try_take(Source::Any, TagMatch::Any), None);
-        assert!(m.try_take(Source::Rank(1), TagMatch::Tag(RESERVED_TAG_BASE + 1)).is_some());
+        assert!(m
+            .try_take(Source::Rank(1), TagMatch::Tag(RESERVED_TAG_BASE + 1))
+            .is_some());
     }
 
     #[test]
@@ -317,7 +404,10 @@ mod tests {
         m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
         assert!(m.on_chunk(&hdr(1, 4, 4, 3, 1), &[3]).is_err());
         assert!(m.on_chunk(&hdr(2, 4, 4, 2, 2), &[3, 4]).is_err());
-        assert!(m.on_whole(&hdr(1, 4, 2, 0, 0), vec![5, 6]).is_err(), "whole message inside a chunked one");
+        assert!(
+            m.on_whole(&hdr(1, 4, 2, 0, 0), vec![5, 6]).is_err(),
+            "whole message inside a chunked one"
+        );
     }
 
     #[test]
@@ -327,14 +417,34 @@ mod tests {
         m.post(1, any, TagMatch::Tag(7));
         // A whole message for the posted receive, then unexpected ones in order.
         m.on_whole(&hdr(2, 7, 3, 0, 0), vec![1, 2, 3]).unwrap();
-        assert_eq!(m.take_completed(1).unwrap(), Message { source: 2, tag: 7, data: vec![1, 2, 3] });
+        assert_eq!(
+            m.take_completed(1).unwrap(),
+            Message {
+                source: 2,
+                tag: 7,
+                data: vec![1, 2, 3]
+            }
+        );
         m.on_chunk(&hdr(2, 8, 1, 0, 1), &[4]).unwrap();
         m.on_whole(&hdr(3, 8, 2, 0, 0), vec![5, 6]).unwrap();
         m.on_whole(&hdr(2, 8, 2, 0, 0), vec![7, 8]).unwrap();
         assert_eq!(m.try_take(any, TagMatch::Tag(8)).unwrap().data, vec![4]);
-        assert_eq!(m.try_take(Source::Rank(2), TagMatch::Any).unwrap().data, vec![7, 8]);
+        assert_eq!(
+            m.try_take(Source::Rank(2), TagMatch::Any).unwrap().data,
+            vec![7, 8]
+        );
         m.post(2, any, TagMatch::Any);
-        assert_eq!(m.take_completed(2).unwrap(), Message { source: 3, tag: 8, data: vec![5, 6] });
-        assert!(m.on_whole(&hdr(3, 8, 5, 0, 0), vec![1]).is_err(), "length differs from the header");
+        assert_eq!(
+            m.take_completed(2).unwrap(),
+            Message {
+                source: 3,
+                tag: 8,
+                data: vec![5, 6]
+            }
+        );
+        assert!(
+            m.on_whole(&hdr(3, 8, 5, 0, 0), vec![1]).is_err(),
+            "length differs from the header"
+        );
     }
 }

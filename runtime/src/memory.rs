@@ -24,10 +24,17 @@ impl AlignedRegion {
     /// kernel refuses the mapping (on Linux with the default overcommit heuristic: more
     /// than RAM + swap).
     pub fn new(count: usize, size: usize, what: &str) -> Result<AlignedRegion> {
-        let alloc_error = |bytes: u64, error| Error::Alloc { what: what.to_string(), bytes, error };
-        let len = count
-            .checked_mul(size)
-            .ok_or_else(|| alloc_error(u64::MAX, std::io::Error::other(format!("{count} x {size} bytes overflows"))))?;
+        let alloc_error = |bytes: u64, error| Error::Alloc {
+            what: what.to_string(),
+            bytes,
+            error,
+        };
+        let len = count.checked_mul(size).ok_or_else(|| {
+            alloc_error(
+                u64::MAX,
+                std::io::Error::other(format!("{count} x {size} bytes overflows")),
+            )
+        })?;
         let map = memmap2::MmapMut::map_anon(len.max(1)).map_err(|error| alloc_error(len as u64, error))?;
         Ok(AlignedRegion { map, len })
     }
@@ -72,11 +79,19 @@ mod tests {
     #[test]
     fn a_region_larger_than_memory_is_an_error_naming_it() {
         // 2^62 bytes: more than any machine's RAM + swap, refused by the kernel.
-        let err = AlignedRegion::new(1 << 62, 1, "the buffer pool (buffer_count x buffer_size)").err().expect("refused");
+        let err = AlignedRegion::new(1 << 62, 1, "the buffer pool (buffer_count x buffer_size)")
+            .err()
+            .expect("refused");
         let msg = err.to_string();
-        assert!(msg.contains("4611686018427387904 bytes") && msg.contains("the buffer pool (buffer_count x buffer_size)"), "{msg}");
+        assert!(
+            msg.contains("4611686018427387904 bytes")
+                && msg.contains("the buffer pool (buffer_count x buffer_size)"),
+            "{msg}"
+        );
         // A product that overflows is the same error, not a panic.
-        let err = AlignedRegion::new(usize::MAX, 2, "a test region").err().expect("refused");
+        let err = AlignedRegion::new(usize::MAX, 2, "a test region")
+            .err()
+            .expect("refused");
         assert!(err.to_string().contains("overflows"), "{err}");
     }
 }

@@ -11,7 +11,8 @@ use crate::footprint::MemoryLock;
 use crate::memory::AlignedRegion;
 
 /// What a failed pool allocation names: the region and the settings that size it.
-const POOL_WHAT: &str = "the buffer pool (buffer_count x buffer_size: BALLAST_BUFFER_COUNT, BALLAST_BUFFER_SIZE)";
+const POOL_WHAT: &str =
+    "the buffer pool (buffer_count x buffer_size: BALLAST_BUFFER_COUNT, BALLAST_BUFFER_SIZE)";
 
 /// Identifier of one pool buffer.
 pub type BufId = u32;
@@ -89,7 +90,11 @@ impl BufferPool {
         self.bytes += mem.len() as u64;
         // Hand out low ids first.
         self.free.extend((first..first + count as u32).rev());
-        self.chunks.push(Chunk { first, count: count as u32, mem });
+        self.chunks.push(Chunk {
+            first,
+            count: count as u32,
+            mem,
+        });
         Ok(())
     }
 
@@ -129,7 +134,11 @@ impl BufferPool {
     }
 
     fn locate(&self, id: BufId) -> (usize, usize) {
-        let ci = self.chunks.iter().position(|c| id >= c.first && id < c.first + c.count).expect("buffer id from this pool");
+        let ci = self
+            .chunks
+            .iter()
+            .position(|c| id >= c.first && id < c.first + c.count)
+            .expect("buffer id from this pool");
         (ci, (id - self.chunks[ci].first) as usize * self.buffer_size)
     }
 

@@ -35,7 +35,9 @@ impl ProcStatus {
     pub fn parse(text: &str) -> ProcStatus {
         let mut s = ProcStatus::default();
         for line in text.lines() {
-            let Some((key, rest)) = line.split_once(':') else { continue };
+            let Some((key, rest)) = line.split_once(':') else {
+                continue;
+            };
             let field = match key.trim() {
                 "VmRSS" => &mut s.vm_rss_kb,
                 "VmHWM" => &mut s.vm_hwm_kb,
@@ -75,8 +77,14 @@ mod tests {
         assert!(before.vm_rss_kb > 0 && before.vm_data_kb > 0);
         let v = vec![1u8; 32 << 20];
         let after = ProcStatus::read_self().unwrap();
-        assert!(after.vm_data_kb >= before.vm_data_kb + 30 * 1024, "{before:?} {after:?}");
-        assert!(after.vm_rss_kb >= before.vm_rss_kb + 30 * 1024, "{before:?} {after:?}");
+        assert!(
+            after.vm_data_kb >= before.vm_data_kb + 30 * 1024,
+            "{before:?} {after:?}"
+        );
+        assert!(
+            after.vm_rss_kb >= before.vm_rss_kb + 30 * 1024,
+            "{before:?} {after:?}"
+        );
         drop(v);
     }
 }

@@ -35,27 +35,63 @@ fn locked(r: &FanoutReport) -> bool {
 
 fn check_common(r: &FanoutReport, what: &str) {
     println!("{what}: {r:#?}");
-    assert!(r.all_ranks_match_model, "{what}: accounted != predicted on some rank");
+    assert!(
+        r.all_ranks_match_model,
+        "{what}: accounted != predicted on some rank"
+    );
     assert_eq!(r.after.footprint.peers_connected, 255);
     assert_eq!(r.after.footprint.endpoints_live, 255);
-    assert_eq!(r.after.footprint, Footprint0::with_locked(r.predicted, r.after.footprint.locked_bytes));
-    let grow_pred_kb = r.after.world_predicted_bytes.saturating_sub(r.before.world_predicted_bytes) / 1024;
+    assert_eq!(
+        r.after.footprint,
+        Footprint0::with_locked(r.predicted, r.after.footprint.locked_bytes)
+    );
+    let grow_pred_kb = r
+        .after
+        .world_predicted_bytes
+        .saturating_sub(r.before.world_predicted_bytes)
+        / 1024;
     let rss_kb = r.after.status.vm_rss_kb.saturating_sub(r.before.status.vm_rss_kb);
-    let data_kb = r.after.status.vm_data_kb.saturating_sub(r.before.status.vm_data_kb);
-    let new_regions = if r.after.footprint.srq_bytes == 0 { 2 * (r.after.footprint.endpoints_live - r.before.footprint.endpoints_live) } else { 0 };
+    let data_kb = r
+        .after
+        .status
+        .vm_data_kb
+        .saturating_sub(r.before.status.vm_data_kb);
+    let new_regions = if r.after.footprint.srq_bytes == 0 {
+        2 * (r.after.footprint.endpoints_live - r.before.footprint.endpoints_live)
+    } else {
+        0
+    };
     let bound = grow_pred_kb + grow_pred_kb / 10 + SLACK_KB + 4 * new_regions;
     assert!(rss_kb <= bound, "{what}: VmRSS grew {rss_kb} KiB > {bound} KiB");
-    assert!(data_kb <= bound, "{what}: VmData grew {data_kb} KiB > {bound} KiB");
+    assert!(
+        data_kb <= bound,
+        "{what}: VmData grew {data_kb} KiB > {bound} KiB"
+    );
     // The lock outcome of every rank: what it accounts as locked is what the kernel counts
     // (page-aligned regions, nothing else of this process locks), and a refusal is a note.
     let l = r.memory_lock;
-    assert_eq!(r.after.status.vm_lck_kb * 1024, l.locked_bytes, "{what}: VmLck against {l:?}");
+    assert_eq!(
+        r.after.status.vm_lck_kb * 1024,
+        l.locked_bytes,
+        "{what}: VmLck against {l:?}"
+    );
     assert!(l.asked_bytes >= l.locked_bytes && l.requests > 0, "{what}: {l:?}");
     if l.refused == 0 {
-        assert_eq!((l.asked_bytes, r.notes.len()), (l.locked_bytes, 0), "{what}: {:?}", r.notes);
+        assert_eq!(
+            (l.asked_bytes, r.notes.len()),
+            (l.locked_bytes, 0),
+            "{what}: {:?}",
+            r.notes
+        );
     } else {
         let want = format!("asked to lock {} B", l.asked_bytes);
-        assert!(r.notes.iter().any(|n| n.contains(&want) && n.contains("RLIMIT_MEMLOCK")), "{what}: {:?}", r.notes);
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains(&want) && n.contains("RLIMIT_MEMLOCK")),
+            "{what}: {:?}",
+            r.notes
+        );
     }
 }
 
@@ -79,8 +115,14 @@ fn fanout_256_shared_then_per_peer() {
     let per_peer = (a.total_bytes() - b.total_bytes()) / new_peers;
     assert!(per_peer <= 1024, "shared: {per_peer} B per peer");
     if locked(&r) {
-        assert_eq!(r.after.status.vm_lck_kb, r.before.status.vm_lck_kb, "shared: VmLck moved");
-        assert!(r.before.status.vm_lck_kb * 1024 >= 256 * (16 + 16) * 4096, "pools and SRQs of 256 ranks are locked");
+        assert_eq!(
+            r.after.status.vm_lck_kb, r.before.status.vm_lck_kb,
+            "shared: VmLck moved"
+        );
+        assert!(
+            r.before.status.vm_lck_kb * 1024 >= 256 * (16 + 16) * 4096,
+            "pools and SRQs of 256 ranks are locked"
+        );
     } else {
         println!("shared: memory not locked: {:?}", r.notes);
     }
@@ -92,15 +134,24 @@ fn fanout_256_shared_then_per_peer() {
     let a = r.after.footprint;
     let new_peers = a.peers_connected - b.peers_connected;
     let per_peer = (a.total_bytes() - b.total_bytes()) / new_peers;
-    assert!((4 * 4096..4 * 4096 + 1024).contains(&per_peer), "per-peer: {per_peer} B per peer");
+    assert!(
+        (4 * 4096..4 * 4096 + 1024).contains(&per_peer),
+        "per-peer: {per_peer} B per peer"
+    );
     assert_eq!(a.registered_bytes - b.registered_bytes, new_peers * 4 * 4096);
     if locked(&r) {
         // Both sides of every new endpoint lock their receive queue.
         let pred_kb = (r.after.world_predicted_bytes - r.before.world_predicted_bytes) / 1024;
         let lck_kb = r.after.status.vm_lck_kb - r.before.status.vm_lck_kb;
         let recv_kb = 2 * new_peers * 4 * 4096 / 1024;
-        assert!(lck_kb >= recv_kb * 9 / 10, "per-peer: VmLck grew {lck_kb} KiB < 90% of {recv_kb} KiB");
-        assert!(lck_kb <= pred_kb + pred_kb / 10 + SLACK_KB + 4 * 2 * new_peers, "per-peer: VmLck grew {lck_kb} KiB");
+        assert!(
+            lck_kb >= recv_kb * 9 / 10,
+            "per-peer: VmLck grew {lck_kb} KiB < 90% of {recv_kb} KiB"
+        );
+        assert!(
+            lck_kb <= pred_kb + pred_kb / 10 + SLACK_KB + 4 * 2 * new_peers,
+            "per-peer: VmLck grew {lck_kb} KiB"
+        );
     } else {
         println!("per-peer: memory not locked: {:?}", r.notes);
     }

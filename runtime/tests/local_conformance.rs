@@ -11,7 +11,12 @@ impl Launcher for Local {
     fn name(&self) -> &'static str {
         "local"
     }
-    fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(&self, n: usize, cfg: &RuntimeConfig, f: F) -> Result<Vec<R>> {
+    fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(
+        &self,
+        n: usize,
+        cfg: &RuntimeConfig,
+        f: F,
+    ) -> Result<Vec<R>> {
         local::run(n, cfg, f)
     }
 }

@@ -15,8 +15,12 @@ const MAX_CPU_NS: u64 = 50_000_000;
 /// CPU time of the calling thread so far, ns; None (with the reason) where the kernel
 /// does not give it.
 fn thread_cpu_ns() -> Result<u64, String> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").map_err(|e| format!("/proc/thread-self/schedstat: {e}"))?;
-    s.split_whitespace().next().and_then(|v| v.parse().ok()).ok_or_else(|| format!("/proc/thread-self/schedstat: unexpected content {s:?}"))
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .map_err(|e| format!("/proc/thread-self/schedstat: {e}"))?;
+    s.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("/proc/thread-self/schedstat: unexpected content {s:?}"))
 }
 
 fn available() -> bool {
@@ -60,8 +64,15 @@ fn a_rank_blocked_in_recv_for_a_second_uses_no_core() {
     let (data, waited, cpu) = out[1].clone().unwrap();
     eprintln!("cpu {cpu} ns in {waited:?}");
     assert_eq!(data, vec![42]);
-    assert!(waited >= WAIT - Duration::from_millis(50), "waited only {waited:?}");
-    assert!(cpu < MAX_CPU_NS, "the waiting rank used {} ms of CPU in {waited:?}", cpu / 1_000_000);
+    assert!(
+        waited >= WAIT - Duration::from_millis(50),
+        "waited only {waited:?}"
+    );
+    assert!(
+        cpu < MAX_CPU_NS,
+        "the waiting rank used {} ms of CPU in {waited:?}",
+        cpu / 1_000_000
+    );
 }
 
 #[test]
@@ -83,7 +94,17 @@ fn many_ranks_waiting_in_a_barrier_use_no_core() {
     let waiting = &out[1..];
     let max = *waiting.iter().max().unwrap();
     let sum: u64 = waiting.iter().sum();
-    assert!(max < MAX_CPU_NS, "a waiting rank used {} ms of CPU (all: {:?})", max / 1_000_000, waiting);
+    assert!(
+        max < MAX_CPU_NS,
+        "a waiting rank used {} ms of CPU (all: {:?})",
+        max / 1_000_000,
+        waiting
+    );
     // 63 ranks waiting a second together use less than one tenth of one core.
-    assert!(sum < 100_000_000, "{} waiting ranks used {} ms of CPU together", n - 1, sum / 1_000_000);
+    assert!(
+        sum < 100_000_000,
+        "{} waiting ranks used {} ms of CPU together",
+        n - 1,
+        sum / 1_000_000
+    );
 }

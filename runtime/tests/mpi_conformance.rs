@@ -24,7 +24,12 @@ impl Launcher for MpiLauncher {
         "mpi"
     }
 
-    fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(&self, n: usize, cfg: &RuntimeConfig, f: F) -> Result<Vec<R>> {
+    fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(
+        &self,
+        n: usize,
+        cfg: &RuntimeConfig,
+        f: F,
+    ) -> Result<Vec<R>> {
         let mpi = Mpi::init()?; // MPI is up: this reuses it
         let local = mpi.run_ranks(n, cfg, f);
         let mut mine = Vec::new();
@@ -53,7 +58,9 @@ impl Launcher for MpiLauncher {
                     slots[r] = Some(R::get(&mut s));
                 }
             } else if kind == 0 && matches!(err, None | Some(Error::Aborted)) {
-                err = Some(Error::Protocol(String::from_utf8_lossy(&Vec::<u8>::get(&mut s)).into_owned()));
+                err = Some(Error::Protocol(
+                    String::from_utf8_lossy(&Vec::<u8>::get(&mut s)).into_owned(),
+                ));
             } else if err.is_none() {
                 err = Some(Error::Aborted);
             }
@@ -61,7 +68,10 @@ impl Launcher for MpiLauncher {
         if let Some(e) = err {
             return Err(e);
         }
-        Ok(slots.into_iter().map(|s| s.expect("every rank reported")).collect())
+        Ok(slots
+            .into_iter()
+            .map(|s| s.expect("every rank reported"))
+            .collect())
     }
 }
 
@@ -72,7 +82,11 @@ const MODES: [RecvSharing; 3] = [RecvSharing::PerPeer, RecvSharing::Shared, Recv
 fn neighbour_exchange_8b_to_64mib() {
     // 256 KiB chunks: 256 packets per 64 MiB message keep the threaded runs (-n 1, -n 2)
     // short; the chunked path is the same as with the 8 KiB default.
-    let cfg = RuntimeConfig::builder().lock_pool(false).buffer_size(256 << 10).build().unwrap();
+    let cfg = RuntimeConfig::builder()
+        .lock_pool(false)
+        .buffer_size(256 << 10)
+        .build()
+        .unwrap();
     let res = MpiLauncher
         .run(4, &cfg, |comm| -> Result<u64> {
             let (n, me) = (comm.world_size(), comm.rank());
@@ -90,8 +104,16 @@ fn neighbour_exchange_8b_to_64mib() {
                 let from_left = it.next().unwrap().into_message().unwrap();
                 let from_right = it.next().unwrap().into_message().unwrap();
                 assert_eq!((from_left.source, from_left.data.len()), (left, size));
-                assert_eq!(fnv(&from_left.data), fnv(&payload(size, seed(left, me))), "{size} B from {left}");
-                assert_eq!(fnv(&from_right.data), fnv(&payload(size, seed(right, me))), "{size} B from {right}");
+                assert_eq!(
+                    fnv(&from_left.data),
+                    fnv(&payload(size, seed(left, me))),
+                    "{size} B from {left}"
+                );
+                assert_eq!(
+                    fnv(&from_right.data),
+                    fnv(&payload(size, seed(right, me))),
+                    "{size} B from {right}"
+                );
                 checked += 2;
                 size *= 2;
             }
@@ -120,16 +142,26 @@ fn direct_path_split_into_parts() {
                 } else {
                     let before = comm.footprint().total_bytes();
                     let r = comm.isend(peer, 1, &payload(s, seed(me)))?;
-                    assert!(comm.footprint().total_bytes() >= before + s as u64, "owned copy of {s} bytes accounted");
+                    assert!(
+                        comm.footprint().total_bytes() >= before + s as u64,
+                        "owned copy of {s} bytes accounted"
+                    );
                     comm.wait(r)?;
                 }
                 let m = comm.recv(peer, 1u32)?;
-                assert_eq!((m.data.len(), fnv(&m.data)), (s, fnv(&payload(s, seed(peer)))), "{s} bytes");
+                assert_eq!(
+                    (m.data.len(), fnv(&m.data)),
+                    (s, fnv(&payload(s, seed(peer)))),
+                    "{s} bytes"
+                );
                 ok += 1;
             }
             comm.barrier()?;
             let f = comm.footprint();
-            assert!(f.total_bytes() < (1 << 20), "no large copy held after completion: {f:?}");
+            assert!(
+                f.total_bytes() < (1 << 20),
+                "no large copy held after completion: {f:?}"
+            );
             Ok(ok)
         })
         .unwrap();
@@ -178,7 +210,11 @@ fn bootstrap_mpi_split_rounds() {
         let all = b.all_gather(&payload(me * 37 + 3, me as u64)).unwrap();
         assert_eq!(all.len(), b.size());
         for (r, d) in all.iter().enumerate() {
-            assert_eq!(d, &payload(r * 37 + 3, r as u64), "rank {r} round_bytes {round_bytes}");
+            assert_eq!(
+                d,
+                &payload(r * 37 + 3, r as u64),
+                "rank {r} round_bytes {round_bytes}"
+            );
         }
     }
 }
@@ -190,7 +226,13 @@ fn bootstrap_mpi_split_rounds() {
 /// buffers of `buffer_size + 1`, and, with nothing in flight, exactly the prediction.
 fn mpi_footprint() {
     for native in [false, true] {
-        let cfg = RuntimeConfig::builder().lock_pool(false).buffer_size(1024).buffer_count(8).mpi_native(native).build().unwrap();
+        let cfg = RuntimeConfig::builder()
+            .lock_pool(false)
+            .buffer_size(1024)
+            .buffer_count(8)
+            .mpi_native(native)
+            .build()
+            .unwrap();
         let res = MpiLauncher
             .run(4, &cfg, |comm| -> Result<(bool, u64, u64, u64, bool, bool)> {
                 let me = comm.rank();
@@ -202,12 +244,31 @@ fn mpi_footprint() {
                 // One rank per process exactly under `mpirun -n 4`: the native path when asked
                 // for, unless this MPI's MPI_TAG_UB is too small (MPICH), which a note says.
                 let one_per_process = Mpi::init()?.size() == 4;
-                let tags_too_small = comm.notes().iter().any(|n| n.contains("native path not used") && n.contains("MPI_TAG_UB"));
+                let tags_too_small = comm
+                    .notes()
+                    .iter()
+                    .any(|n| n.contains("native path not used") && n.contains("MPI_TAG_UB"));
                 if native && !comm.is_mpi_native() {
-                    assert!(comm.notes().iter().any(|n| n.contains("native path not used")), "why not native: {:?}", comm.notes());
+                    assert!(
+                        comm.notes().iter().any(|n| n.contains("native path not used")),
+                        "why not native: {:?}",
+                        comm.notes()
+                    );
                 }
-                assert_eq!(comm.is_mpi_native(), native && one_per_process && !tags_too_small, "path taken; notes {:?}", comm.notes());
-                Ok((comm.is_mpi_native(), f.ballast.pool_bytes, f.ballast.srq_bytes, f.now.vm_rss_kb, f.note.contains("measured"), f.ballast == predicted))
+                assert_eq!(
+                    comm.is_mpi_native(),
+                    native && one_per_process && !tags_too_small,
+                    "path taken; notes {:?}",
+                    comm.notes()
+                );
+                Ok((
+                    comm.is_mpi_native(),
+                    f.ballast.pool_bytes,
+                    f.ballast.srq_bytes,
+                    f.now.vm_rss_kb,
+                    f.note.contains("measured"),
+                    f.ballast == predicted,
+                ))
             })
             .unwrap();
         for r in res {
@@ -216,9 +277,18 @@ fn mpi_footprint() {
             if is_native {
                 assert!(native, "the native path only when asked for");
                 assert_eq!((pool, srq), (0, 2 * (1024 + 1)));
-                assert!(as_predicted, "native footprint with nothing in flight equals the prediction");
+                assert!(
+                    as_predicted,
+                    "native footprint with nothing in flight equals the prediction"
+                );
             } else {
-                assert_eq!((pool, srq), (8 * 1024, (1024 + ballast_runtime::mpi::STAGING_EXTRA_BYTES) as u64));
+                assert_eq!(
+                    (pool, srq),
+                    (
+                        8 * 1024,
+                        (1024 + ballast_runtime::mpi::STAGING_EXTRA_BYTES) as u64
+                    )
+                );
             }
         }
     }
@@ -233,11 +303,19 @@ fn different_buffer_sizes_are_refused() {
         return;
     }
     for native in [true, false] {
-        let cfg = RuntimeConfig::builder().lock_pool(false).mpi_native(native).buffer_size(1024 + mpi.rank()).build().unwrap();
+        let cfg = RuntimeConfig::builder()
+            .lock_pool(false)
+            .mpi_native(native)
+            .buffer_size(1024 + mpi.rank())
+            .build()
+            .unwrap();
         match mpi.communicator(&cfg) {
             Err(Error::Config { var, reason, .. }) => {
                 assert_eq!(var, "BALLAST_BUFFER_SIZE");
-                assert!(reason.contains("process 0 uses 1024, process 1 uses 1025"), "{reason}");
+                assert!(
+                    reason.contains("process 0 uses 1024, process 1 uses 1025"),
+                    "{reason}"
+                );
             }
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("different buffer sizes accepted (mpi_native {native})"),
@@ -249,35 +327,92 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     let l = &MpiLauncher;
     let mut v: Vec<(String, Box<dyn Fn()>)> = Vec::new();
     for m in MODES {
-        v.push((format!("ordering_per_peer_and_tag/{m}"), Box::new(move || ordering_per_peer_and_tag(l, m))));
-        v.push((format!("any_source_any_tag/{m}"), Box::new(move || any_source_any_tag(l, m))));
-        v.push((format!("back_pressure_pool_of_two/{m}"), Box::new(move || back_pressure_pool_of_two(l, m))));
-        v.push((format!("eviction_with_two_endpoints/{m}"), Box::new(move || eviction_with_two_endpoints(l, m))));
-        v.push((format!("all_to_all_with_a_cap_below_the_peers/{m}"), Box::new(move || all_to_all_with_a_cap_below_the_peers(l, m))));
+        v.push((
+            format!("ordering_per_peer_and_tag/{m}"),
+            Box::new(move || ordering_per_peer_and_tag(l, m)),
+        ));
+        v.push((
+            format!("any_source_any_tag/{m}"),
+            Box::new(move || any_source_any_tag(l, m)),
+        ));
+        v.push((
+            format!("back_pressure_pool_of_two/{m}"),
+            Box::new(move || back_pressure_pool_of_two(l, m)),
+        ));
+        v.push((
+            format!("eviction_with_two_endpoints/{m}"),
+            Box::new(move || eviction_with_two_endpoints(l, m)),
+        ));
+        v.push((
+            format!("all_to_all_with_a_cap_below_the_peers/{m}"),
+            Box::new(move || all_to_all_with_a_cap_below_the_peers(l, m)),
+        ));
         v.push((format!("collectives/{m}"), Box::new(move || collectives(l, m))));
     }
     v.push(("try_recv_and_test".into(), Box::new(move || try_recv_and_test(l))));
     for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
-        v.push((format!("message_sizes_with_checksums/{m}"), Box::new(move || message_sizes_with_checksums(l, m))));
-        v.push((format!("all_to_all_64/{m}"), Box::new(move || all_to_all_64(l, m))));
+        v.push((
+            format!("message_sizes_with_checksums/{m}"),
+            Box::new(move || message_sizes_with_checksums(l, m)),
+        ));
+        v.push((
+            format!("all_to_all_64/{m}"),
+            Box::new(move || all_to_all_64(l, m)),
+        ));
     }
-    v.push(("pool_growth_is_bounded".into(), Box::new(move || pool_growth_is_bounded(l))));
+    v.push((
+        "pool_growth_is_bounded".into(),
+        Box::new(move || pool_growth_is_bounded(l)),
+    ));
     for m in [RecvSharing::Shared, RecvSharing::Xrc] {
-        v.push((format!("many_to_one_srq4/{m}"), Box::new(move || many_to_one_srq4(l, m))));
+        v.push((
+            format!("many_to_one_srq4/{m}"),
+            Box::new(move || many_to_one_srq4(l, m)),
+        ));
     }
-    v.push(("bad_input_is_an_error".into(), Box::new(move || bad_input_is_an_error(l))));
+    v.push((
+        "bad_input_is_an_error".into(),
+        Box::new(move || bad_input_is_an_error(l)),
+    ));
     for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
-        v.push((format!("large_messages_in_order_with_small_ones/{m}"), Box::new(move || large_messages_in_order_with_small_ones(l, m))));
+        v.push((
+            format!("large_messages_in_order_with_small_ones/{m}"),
+            Box::new(move || large_messages_in_order_with_small_ones(l, m)),
+        ));
     }
-    v.push(("both_sides_send_large_first".into(), Box::new(move || both_sides_send_large_first(l, RecvSharing::Shared))));
-    v.push(("large_send_completes_before_its_receive_is_posted".into(), Box::new(move || large_send_completes_before_its_receive_is_posted(l, RecvSharing::Shared))));
-    v.push(("any_source_with_large_messages".into(), Box::new(move || any_source_with_large_messages(l, RecvSharing::Shared))));
-    v.push(("direct_path_split_into_parts".into(), Box::new(direct_path_split_into_parts)));
-    v.push(("direct_message_over_2gib (BALLAST_TEST_HUGE=1)".into(), Box::new(direct_message_over_2gib)));
-    v.push(("neighbour_exchange_8b_to_64mib".into(), Box::new(neighbour_exchange_8b_to_64mib)));
-    v.push(("bootstrap_mpi_split_rounds".into(), Box::new(bootstrap_mpi_split_rounds)));
+    v.push((
+        "both_sides_send_large_first".into(),
+        Box::new(move || both_sides_send_large_first(l, RecvSharing::Shared)),
+    ));
+    v.push((
+        "large_send_completes_before_its_receive_is_posted".into(),
+        Box::new(move || large_send_completes_before_its_receive_is_posted(l, RecvSharing::Shared)),
+    ));
+    v.push((
+        "any_source_with_large_messages".into(),
+        Box::new(move || any_source_with_large_messages(l, RecvSharing::Shared)),
+    ));
+    v.push((
+        "direct_path_split_into_parts".into(),
+        Box::new(direct_path_split_into_parts),
+    ));
+    v.push((
+        "direct_message_over_2gib (BALLAST_TEST_HUGE=1)".into(),
+        Box::new(direct_message_over_2gib),
+    ));
+    v.push((
+        "neighbour_exchange_8b_to_64mib".into(),
+        Box::new(neighbour_exchange_8b_to_64mib),
+    ));
+    v.push((
+        "bootstrap_mpi_split_rounds".into(),
+        Box::new(bootstrap_mpi_split_rounds),
+    ));
     v.push(("mpi_footprint".into(), Box::new(mpi_footprint)));
-    v.push(("different_buffer_sizes_are_refused".into(), Box::new(different_buffer_sizes_are_refused)));
+    v.push((
+        "different_buffer_sizes_are_refused".into(),
+        Box::new(different_buffer_sizes_are_refused),
+    ));
     v
 }
 
@@ -308,7 +443,12 @@ fn main() {
         // A case passes only if it passed on every process.
         let all = MpiBootstrap::new().and_then(|mut b| b.all_gather(&[ok as u8]));
         let bad: Vec<usize> = match &all {
-            Ok(a) => a.iter().enumerate().filter(|(_, v)| v[0] == 0).map(|(p, _)| p).collect(),
+            Ok(a) => a
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v[0] == 0)
+                .map(|(p, _)| p)
+                .collect(),
             Err(_) => vec![me],
         };
         if bad.is_empty() {

@@ -22,25 +22,39 @@ fn main() {
     }
 
     let mpi = Mpi::init().expect("reuse the host's MPI");
-    assert!(!mpi.initialized_by_ballast(), "Ballast must not claim the host's MPI");
+    assert!(
+        !mpi.initialized_by_ballast(),
+        "Ballast must not claim the host's MPI"
+    );
     assert_eq!((mpi.rank(), mpi.size()), (me, n));
-    let cfg = RuntimeConfig::builder().lock_pool(false).buffer_size(1024).build().unwrap();
+    let cfg = RuntimeConfig::builder()
+        .lock_pool(false)
+        .buffer_size(1024)
+        .build()
+        .unwrap();
     let mut comm = mpi.communicator(&cfg).unwrap();
     let right = (me + 1) % n;
     for i in 0..50u32 {
-        let data: Vec<u8> = (0..(i as usize * 97) % 5000).map(|k| (k as u32 ^ i ^ me as u32) as u8).collect();
+        let data: Vec<u8> = (0..(i as usize * 97) % 5000)
+            .map(|k| (k as u32 ^ i ^ me as u32) as u8)
+            .collect();
         let r = comm.irecv(Source::Any, TagMatch::Tag(0)).unwrap();
         comm.send(right, 0, &data).unwrap();
         let m = comm.wait(r).unwrap().into_message().unwrap();
         let left = (me + n - 1) % n;
-        let want: Vec<u8> = (0..(i as usize * 97) % 5000).map(|k| (k as u32 ^ i ^ left as u32) as u8).collect();
+        let want: Vec<u8> = (0..(i as usize * 97) % 5000)
+            .map(|k| (k as u32 ^ i ^ left as u32) as u8)
+            .collect();
         assert_eq!((m.source, m.data), (left, want), "message {i}");
     }
     let all = comm.all_gatherv(&[me as u8]).unwrap();
     assert_eq!(all, (0..n).map(|r| vec![r as u8]).collect::<Vec<_>>());
     Mpi::finish(comm).unwrap();
     drop(mpi);
-    assert!(!rsmpi::environment::is_finalized(), "Ballast finalised the host's MPI");
+    assert!(
+        !rsmpi::environment::is_finalized(),
+        "Ballast finalised the host's MPI"
+    );
 
     // The host's own message is still there, untouched, and MPI still works.
     if n > 1 && me == 1 {

@@ -12,9 +12,16 @@ use ballast_runtime::RuntimeConfig;
 fn main() {
     let cfg = RuntimeConfig::from_env().expect("configuration");
     assert!(cfg.bootstrap().root.is_none(), "run without BALLAST_ROOT");
-    assert!(!rsmpi::environment::is_initialized(), "nothing initialised MPI yet");
+    assert!(
+        !rsmpi::environment::is_initialized(),
+        "nothing initialised MPI yet"
+    );
     let mut launch = Launch::new(&cfg).expect("launch under mpirun");
-    assert_eq!(launch.kind(), BootstrapKind::Mpi, "mpirun's variables select the MPI bootstrap");
+    assert_eq!(
+        launch.kind(),
+        BootstrapKind::Mpi,
+        "mpirun's variables select the MPI bootstrap"
+    );
     assert!(rsmpi::environment::is_initialized());
     let (me, n) = (launch.rank(), launch.size());
     assert_eq!(Some(me), cfg.bootstrap().rank);
@@ -26,9 +33,15 @@ fn main() {
         assert_eq!(all, want, "round {round}");
     }
     let kept = launch.bootstrap().kept();
-    assert!(kept.vm_pin_kb >= 0, "VmPin does not shrink inside an exchange: {kept:?}");
+    assert!(
+        kept.vm_pin_kb >= 0,
+        "VmPin does not shrink inside an exchange: {kept:?}"
+    );
     drop(launch);
-    assert!(rsmpi::environment::is_finalized(), "the launch finalises the MPI it initialised");
+    assert!(
+        rsmpi::environment::is_finalized(),
+        "the launch finalises the MPI it initialised"
+    );
     if me == 0 {
         println!("mpi launch: ok ({n} processes; bootstrap communicator freed before MPI_Finalize)");
     }

@@ -26,8 +26,21 @@ fn child_rank() {
         Ok((first, second))
     }) {
         Ok((first, second)) => {
-            let text: Vec<String> = first.iter().map(|d| String::from_utf8_lossy(d).into_owned()).collect();
-            let sizes: Vec<usize> = second.iter().enumerate().map(|(r, d)| if d.iter().all(|&x| x == r as u8) { d.len() } else { usize::MAX }).collect();
+            let text: Vec<String> = first
+                .iter()
+                .map(|d| String::from_utf8_lossy(d).into_owned())
+                .collect();
+            let sizes: Vec<usize> = second
+                .iter()
+                .enumerate()
+                .map(|(r, d)| {
+                    if d.iter().all(|&x| x == r as u8) {
+                        d.len()
+                    } else {
+                        usize::MAX
+                    }
+                })
+                .collect();
             println!("GATHERED {} | {:?}", text.join(","), sizes);
         }
         Err(e) => {
@@ -61,11 +74,18 @@ fn finish(mut c: Child, limit: Duration) -> (bool, String) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = c.wait_with_output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 fn loopback_root() -> String {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     format!("127.0.0.1:{port}")
 }
 
@@ -80,7 +100,9 @@ fn four_processes_all_gather_on_loopback() {
         let (ok, out) = finish(c, Duration::from_secs(60));
         assert!(ok, "rank {r}: {out}");
         assert!(
-            out.contains("GATHERED hello from 0,hello from 1,hello from 2,hello from 3 | [0, 100000, 200000, 300000]"),
+            out.contains(
+                "GATHERED hello from 0,hello from 1,hello from 2,hello from 3 | [0, 100000, 200000, 300000]"
+            ),
             "rank {r}: {out}"
         );
     }
@@ -90,12 +112,24 @@ fn four_processes_all_gather_on_loopback() {
 fn rank_that_never_starts_is_named_after_the_timeout() {
     let root = loopback_root();
     let children: Vec<Child> = (0..3).map(|r| spawn(&root, r, 4, "1.5")).collect();
-    let outs: Vec<(bool, String)> = children.into_iter().map(|c| finish(c, Duration::from_secs(30))).collect();
+    let outs: Vec<(bool, String)> = children
+        .into_iter()
+        .map(|c| finish(c, Duration::from_secs(30)))
+        .collect();
     let (ok0, out0) = &outs[0];
     assert!(!ok0, "rank 0 must fail: {out0}");
-    assert!(out0.contains("BOOTSTRAP-ERROR rank 0: bootstrap: timed out after 1.5s at rank 0"), "{out0}");
-    assert!(out0.contains("rank(s) [3] did not show up (3 of 4 present)"), "{out0}");
+    assert!(
+        out0.contains("BOOTSTRAP-ERROR rank 0: bootstrap: timed out after 1.5s at rank 0"),
+        "{out0}"
+    );
+    assert!(
+        out0.contains("rank(s) [3] did not show up (3 of 4 present)"),
+        "{out0}"
+    );
     for (r, (ok, out)) in outs.iter().enumerate().skip(1) {
-        assert!(!ok && out.contains(&format!("BOOTSTRAP-ERROR rank {r}")), "rank {r}: {out}");
+        assert!(
+            !ok && out.contains(&format!("BOOTSTRAP-ERROR rank {r}")),
+            "rank {r}: {out}"
+        );
     }
 }

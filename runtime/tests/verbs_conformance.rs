@@ -28,7 +28,10 @@ use std::time::{Duration, Instant};
 
 use ballast_runtime::bootstrap::{Bootstrap, TcpBootstrap};
 use ballast_runtime::fanout;
-use ballast_runtime::{verbs, Communicator, Error, ProcStatus, RecvSharing, Result, RuntimeConfig, Source, TagMatch, TransportKind, VerbsConfig};
+use ballast_runtime::{
+    verbs, Communicator, Error, ProcStatus, RecvSharing, Result, RuntimeConfig, Source, TagMatch,
+    TransportKind, VerbsConfig,
+};
 use conformance::*;
 
 struct VerbsLauncher {
@@ -41,7 +44,12 @@ impl Launcher for VerbsLauncher {
         "verbs"
     }
 
-    fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(&self, n: usize, cfg: &RuntimeConfig, f: F) -> Result<Vec<R>> {
+    fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(
+        &self,
+        n: usize,
+        cfg: &RuntimeConfig,
+        f: F,
+    ) -> Result<Vec<R>> {
         let mut boot = self.boot.lock().unwrap();
         let cfg = cfg.clone().with_verbs(self.dev.clone());
         let local = verbs::run_ranks(&mut *boot, n, &cfg, f);
@@ -71,7 +79,9 @@ impl Launcher for VerbsLauncher {
                     slots[r] = Some(R::get(&mut s));
                 }
             } else if kind == 0 && matches!(err, None | Some(Error::Aborted)) {
-                err = Some(Error::Protocol(String::from_utf8_lossy(&Vec::<u8>::get(&mut s)).into_owned()));
+                err = Some(Error::Protocol(
+                    String::from_utf8_lossy(&Vec::<u8>::get(&mut s)).into_owned(),
+                ));
             } else if err.is_none() {
                 err = Some(Error::Aborted);
             }
@@ -79,20 +89,30 @@ impl Launcher for VerbsLauncher {
         if let Some(e) = err {
             return Err(e);
         }
-        Ok(slots.into_iter().map(|s| s.expect("every rank reported")).collect())
+        Ok(slots
+            .into_iter()
+            .map(|s| s.expect("every rank reported"))
+            .collect())
     }
 }
 
 /// `xrc` on a device without XRC (soft-RoCE) runs as `shared` and says why.
 fn xrc_falls_back_with_reason(l: &VerbsLauncher) {
-    let c = RuntimeConfig::builder().recv_sharing(RecvSharing::Xrc).buffer_count(8).build().unwrap();
+    let c = RuntimeConfig::builder()
+        .recv_sharing(RecvSharing::Xrc)
+        .buffer_count(8)
+        .build()
+        .unwrap();
     let res = l
         .run(2, &c, |comm| -> Result<(bool, bool)> {
             let other = 1 - comm.rank();
             comm.send(other, 5, b"x")?;
             comm.recv(other, 5u32)?;
             let shared = comm.config().recv_sharing == RecvSharing::Shared;
-            let why = comm.notes().iter().any(|n| n.contains("XRC") && n.contains("falls back to shared"));
+            let why = comm
+                .notes()
+                .iter()
+                .any(|n| n.contains("XRC") && n.contains("falls back to shared"));
             if comm.rank() == 0 {
                 println!("  xrc notes: {:?}", comm.notes());
             }
@@ -107,18 +127,32 @@ fn xrc_falls_back_with_reason(l: &VerbsLauncher) {
 /// The verbs footprint equals the verbs model after traffic, and registrations are what the
 /// model calls registered.
 fn verbs_footprint_matches_model(l: &VerbsLauncher, sharing: RecvSharing) {
-    let c = RuntimeConfig::builder().recv_sharing(sharing).buffer_size(1024).buffer_count(8).recv_depth(3).srq_depth(8).build().unwrap();
-    let t = ballast_runtime::TransportConfig { kind: TransportKind::Verbs, ..*c.transport() };
+    let c = RuntimeConfig::builder()
+        .recv_sharing(sharing)
+        .buffer_size(1024)
+        .buffer_count(8)
+        .recv_depth(3)
+        .srq_depth(8)
+        .build()
+        .unwrap();
+    let t = ballast_runtime::TransportConfig {
+        kind: TransportKind::Verbs,
+        ..*c.transport()
+    };
     let n = 4;
     let res = l
-        .run(n, &c, |comm| -> Result<(ballast_runtime::Footprint, ballast_runtime::Footprint)> {
-            let me = comm.rank();
-            comm.send((me + 1) % n, 2, &[1u8; 3000])?;
-            comm.recv(Source::Any, TagMatch::Tag(2))?;
-            comm.barrier()?;
-            let f = comm.footprint();
-            Ok((f, t.predict(f.peers_connected as usize, n, 1)))
-        })
+        .run(
+            n,
+            &c,
+            |comm| -> Result<(ballast_runtime::Footprint, ballast_runtime::Footprint)> {
+                let me = comm.rank();
+                comm.send((me + 1) % n, 2, &[1u8; 3000])?;
+                comm.recv(Source::Any, TagMatch::Tag(2))?;
+                comm.barrier()?;
+                let f = comm.footprint();
+                Ok((f, t.predict(f.peers_connected as usize, n, 1)))
+            },
+        )
         .unwrap();
     for (rank, r) in res.into_iter().enumerate() {
         let (f, p) = r.unwrap();
@@ -129,21 +163,57 @@ fn verbs_footprint_matches_model(l: &VerbsLauncher, sharing: RecvSharing) {
 fn cases(l: &VerbsLauncher) -> Vec<(String, Box<dyn Fn() + '_>)> {
     let mut v: Vec<(String, Box<dyn Fn()>)> = Vec::new();
     for m in [RecvSharing::PerPeer, RecvSharing::Shared] {
-        v.push((format!("ordering_per_peer_and_tag/{m}"), Box::new(move || ordering_per_peer_and_tag(l, m))));
-        v.push((format!("any_source_any_tag/{m}"), Box::new(move || any_source_any_tag(l, m))));
-        v.push((format!("back_pressure_pool_of_two/{m}"), Box::new(move || back_pressure_pool_of_two(l, m))));
-        v.push((format!("eviction_with_two_endpoints/{m}"), Box::new(move || eviction_with_two_endpoints(l, m))));
-        v.push((format!("all_to_all_with_a_cap_below_the_peers/{m}"), Box::new(move || all_to_all_with_a_cap_below_the_peers(l, m))));
+        v.push((
+            format!("ordering_per_peer_and_tag/{m}"),
+            Box::new(move || ordering_per_peer_and_tag(l, m)),
+        ));
+        v.push((
+            format!("any_source_any_tag/{m}"),
+            Box::new(move || any_source_any_tag(l, m)),
+        ));
+        v.push((
+            format!("back_pressure_pool_of_two/{m}"),
+            Box::new(move || back_pressure_pool_of_two(l, m)),
+        ));
+        v.push((
+            format!("eviction_with_two_endpoints/{m}"),
+            Box::new(move || eviction_with_two_endpoints(l, m)),
+        ));
+        v.push((
+            format!("all_to_all_with_a_cap_below_the_peers/{m}"),
+            Box::new(move || all_to_all_with_a_cap_below_the_peers(l, m)),
+        ));
         v.push((format!("collectives/{m}"), Box::new(move || collectives(l, m))));
-        v.push((format!("message_sizes_with_checksums/{m}"), Box::new(move || message_sizes_with_checksums(l, m))));
-        v.push((format!("verbs_footprint_matches_model/{m}"), Box::new(move || verbs_footprint_matches_model(l, m))));
+        v.push((
+            format!("message_sizes_with_checksums/{m}"),
+            Box::new(move || message_sizes_with_checksums(l, m)),
+        ));
+        v.push((
+            format!("verbs_footprint_matches_model/{m}"),
+            Box::new(move || verbs_footprint_matches_model(l, m)),
+        ));
     }
     v.push(("try_recv_and_test".into(), Box::new(move || try_recv_and_test(l))));
-    v.push(("pool_growth_is_bounded".into(), Box::new(move || pool_growth_is_bounded(l))));
-    v.push(("many_to_one_srq4/shared".into(), Box::new(move || many_to_one_srq4(l, RecvSharing::Shared))));
-    v.push(("all_to_all_64/shared".into(), Box::new(move || all_to_all_64(l, RecvSharing::Shared))));
-    v.push(("bad_input_is_an_error".into(), Box::new(move || bad_input_is_an_error(l))));
-    v.push(("xrc_falls_back_with_reason".into(), Box::new(move || xrc_falls_back_with_reason(l))));
+    v.push((
+        "pool_growth_is_bounded".into(),
+        Box::new(move || pool_growth_is_bounded(l)),
+    ));
+    v.push((
+        "many_to_one_srq4/shared".into(),
+        Box::new(move || many_to_one_srq4(l, RecvSharing::Shared)),
+    ));
+    v.push((
+        "all_to_all_64/shared".into(),
+        Box::new(move || all_to_all_64(l, RecvSharing::Shared)),
+    ));
+    v.push((
+        "bad_input_is_an_error".into(),
+        Box::new(move || bad_input_is_an_error(l)),
+    ));
+    v.push((
+        "xrc_falls_back_with_reason".into(),
+        Box::new(move || xrc_falls_back_with_reason(l)),
+    ));
     v
 }
 
@@ -161,7 +231,10 @@ fn child_conformance(filter: Option<String>) -> i32 {
     let boot = TcpBootstrap::connect(cfg.bootstrap()).expect("bootstrap");
     let me = boot.rank();
     let procs = boot.size();
-    let l = VerbsLauncher { boot: Mutex::new(boot), dev: cfg.verbs().clone() };
+    let l = VerbsLauncher {
+        boot: Mutex::new(boot),
+        dev: cfg.verbs().clone(),
+    };
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases(&l) {
         if !selected(filter.as_deref(), &name) {
@@ -171,7 +244,12 @@ fn child_conformance(filter: Option<String>) -> i32 {
         let ok = catch_unwind(AssertUnwindSafe(case)).is_ok();
         let all = l.boot.lock().unwrap().all_gather(&[ok as u8]);
         let bad: Vec<usize> = match &all {
-            Ok(a) => a.iter().enumerate().filter(|(_, v)| v[0] == 0).map(|(p, _)| p).collect(),
+            Ok(a) => a
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v[0] == 0)
+                .map(|(p, _)| p)
+                .collect(),
             Err(_) => vec![me],
         };
         if bad.is_empty() {
@@ -187,7 +265,10 @@ fn child_conformance(filter: Option<String>) -> i32 {
         }
     }
     if me == 0 {
-        println!("verbs conformance: {passed} passed, {failed} failed ({procs} processes, devices {:?})", cfg.verbs().device);
+        println!(
+            "verbs conformance: {passed} passed, {failed} failed ({procs} processes, devices {:?})",
+            cfg.verbs().device
+        );
     }
     i32::from(failed > 0)
 }
@@ -202,15 +283,27 @@ fn child_fanout(messages: usize, ints: usize) -> i32 {
     let res = (|| -> Result<Option<Vec<String>>> {
         let mut comm = verbs::communicator(&mut boot, &cfg)?;
         let me = comm.rank();
-        let t = ballast_runtime::TransportConfig { kind: TransportKind::Verbs, ..*comm.config() };
+        let t = ballast_runtime::TransportConfig {
+            kind: TransportKind::Verbs,
+            ..*comm.config()
+        };
         let s_reg = ProcStatus::read_self()?;
-        let fanout::Exchange { before, after, status_before: s0, status_after: s1 } = fanout::exchange(&mut comm, messages, ints)?;
+        let fanout::Exchange {
+            before,
+            after,
+            status_before: s0,
+            status_after: s1,
+        } = fanout::exchange(&mut comm, messages, ints)?;
         let pb = t.predict(before.peers_connected as usize, n, 1);
         let pa = t.predict(after.peers_connected as usize, n, 1);
         // Pinned growth during the fanout: per-peer QPs' receive buffers (whole pages).
         let page = 4096u64;
         let slot = (verbs::HEADER_BYTES + t.buffer_size) as u64;
-        let per_qp_pin = if t.recv_sharing == RecvSharing::PerPeer { (t.recv_depth as u64 * slot).div_ceil(page) * page } else { 0 };
+        let per_qp_pin = if t.recv_sharing == RecvSharing::PerPeer {
+            (t.recv_depth as u64 * slot).div_ceil(page) * page
+        } else {
+            0
+        };
         let new_qps = after.endpoints_live - before.endpoints_live;
         let pin_growth_kb = (s1.vm_pin_kb as i64 - s0.vm_pin_kb as i64) as u64;
         let expect_growth_kb = new_qps * per_qp_pin / 1024;
@@ -219,7 +312,11 @@ fn child_fanout(messages: usize, ints: usize) -> i32 {
         let b = t.buffer_size as u64;
         let expect_reg = pages(t.buffer_count as u64 * b)
             + pages(t.buffer_count as u64 * verbs::HEADER_BYTES as u64)
-            + if t.recv_sharing == RecvSharing::PerPeer { 0 } else { pages(t.srq_depth as u64 * slot) };
+            + if t.recv_sharing == RecvSharing::PerPeer {
+                0
+            } else {
+                pages(t.srq_depth as u64 * slot)
+            };
         let mut row = Vec::new();
         for v in [
             before.total_bytes(),
@@ -244,7 +341,14 @@ fn child_fanout(messages: usize, ints: usize) -> i32 {
         if me != 0 {
             return Ok(None);
         }
-        let rows: Vec<Vec<u64>> = all.iter().map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()).collect();
+        let rows: Vec<Vec<u64>> = all
+            .iter()
+            .map(|b| {
+                b.chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                    .collect()
+            })
+            .collect();
         let sum = |k: usize| rows.iter().map(|r| r[k]).sum::<u64>();
         let mut out = vec![
             format!("fanout over verbs: {n} processes, recv_sharing {}, {messages} x {ints} ints from rank 0; notes {notes:?}", t.recv_sharing),
@@ -293,15 +397,24 @@ fn memlock_error() -> i32 {
         println!("memlock: RLIMIT_MEMLOCK is {soft} B; lowering it to 64 KiB for this process");
         set_memlock(64 * 1024, hard);
     }
-    let cfg = RuntimeConfig::from_env().unwrap().to_builder().buffer_count(64).buffer_size(8192).build().unwrap();
+    let cfg = RuntimeConfig::from_env()
+        .unwrap()
+        .to_builder()
+        .buffer_count(64)
+        .buffer_size(8192)
+        .build()
+        .unwrap();
     let mut boot = TcpBootstrap::new("127.0.0.1:0", 0, 1, Duration::from_secs(5)).unwrap();
     match verbs::communicator(&mut boot, &cfg) {
         Err(e @ Error::MemlockTooLow { .. }) => {
             let m = e.to_string();
             println!("memlock: got the expected error: {m}");
             // Pool 64 x 8 KiB, send headers 64 x 32 B, SRQ 64 x (32 B + 8 KiB): 1028 KiB.
-            let need = (64 * 8192 + 64 * verbs::HEADER_BYTES + 64 * (verbs::HEADER_BYTES + 8192)).div_ceil(1024);
-            let ok = m.contains(&format!("registering {need} KiB")) && m.contains("`ulimit -l` is 64 KiB") && m.contains("ulimit -l unlimited");
+            let need =
+                (64 * 8192 + 64 * verbs::HEADER_BYTES + 64 * (verbs::HEADER_BYTES + 8192)).div_ceil(1024);
+            let ok = m.contains(&format!("registering {need} KiB"))
+                && m.contains("`ulimit -l` is 64 KiB")
+                && m.contains("ulimit -l unlimited");
             i32::from(!ok)
         }
         Err(e) => {
@@ -327,7 +440,12 @@ fn set_memlock(soft: u64, _hard: u64) {
 
 /// Rank 1 exits after one exchange; rank 0's next receive from it is an error, not a hang.
 fn child_dead_peer() -> i32 {
-    let cfg = RuntimeConfig::from_env().unwrap().to_builder().buffer_count(8).build().unwrap();
+    let cfg = RuntimeConfig::from_env()
+        .unwrap()
+        .to_builder()
+        .buffer_count(8)
+        .build()
+        .unwrap();
     let mut boot = TcpBootstrap::connect(cfg.bootstrap()).unwrap();
     let mut comm = verbs::communicator(&mut boot, &cfg).unwrap();
     let me = comm.rank();
@@ -341,7 +459,10 @@ fn child_dead_peer() -> i32 {
     let t = Instant::now();
     match comm.recv(other, 2u32) {
         Err(e) => {
-            println!("dead peer: rank 0 got an error after {:.1} s: {e}", t.elapsed().as_secs_f64());
+            println!(
+                "dead peer: rank 0 got an error after {:.1} s: {e}",
+                t.elapsed().as_secs_f64()
+            );
             i32::from(!e.to_string().contains("rank 1"))
         }
         Ok(_) => {
@@ -358,7 +479,15 @@ fn child_dead_peer() -> i32 {
 /// must say so too, and once they are in every pool buffer must be free again: no slot
 /// leaked by an error completion.
 fn child_killed_peer() -> i32 {
-    let cfg = RuntimeConfig::from_env().unwrap().to_builder().recv_sharing(RecvSharing::PerPeer).recv_depth(8).buffer_count(16).buffer_size(4096).build().unwrap();
+    let cfg = RuntimeConfig::from_env()
+        .unwrap()
+        .to_builder()
+        .recv_sharing(RecvSharing::PerPeer)
+        .recv_depth(8)
+        .buffer_count(16)
+        .buffer_size(4096)
+        .build()
+        .unwrap();
     let mut boot = TcpBootstrap::connect(cfg.bootstrap()).unwrap();
     let mut comm = verbs::communicator(&mut boot, &cfg).unwrap();
     let me = comm.rank();
@@ -394,7 +523,10 @@ fn child_killed_peer() -> i32 {
     let reqs: Result<Vec<_>> = (0..8).map(|_| comm.isend(1, 1, &payload)).collect();
     match reqs.and_then(|r| comm.wait_all(r)) {
         Err(e) => {
-            println!("killed peer: rank 0 got an error after {:.1} s: {e}", t.elapsed().as_secs_f64());
+            println!(
+                "killed peer: rank 0 got an error after {:.1} s: {e}",
+                t.elapsed().as_secs_f64()
+            );
             errors.push(e.to_string());
         }
         Ok(_) => {
@@ -406,14 +538,21 @@ fn child_killed_peer() -> i32 {
     // return their buffers; each later error is reported once.
     let total = comm.pool_stats().buffers;
     let t = Instant::now();
-    while (comm.pool_stats().free < total || !errors.iter().any(|e| e.contains("failed:"))) && t.elapsed() < Duration::from_secs(30) {
+    while (comm.pool_stats().free < total || !errors.iter().any(|e| e.contains("failed:")))
+        && t.elapsed() < Duration::from_secs(30)
+    {
         if let Err(e) = comm.progress() {
             errors.push(e.to_string());
         }
         std::thread::sleep(Duration::from_millis(1));
     }
     let st = comm.pool_stats();
-    println!("killed peer: pool {} of {} buffers free after {:.1} s of draining; errors seen: {errors:?}", st.free, st.buffers, t.elapsed().as_secs_f64());
+    println!(
+        "killed peer: pool {} of {} buffers free after {:.1} s of draining; errors seen: {errors:?}",
+        st.free,
+        st.buffers,
+        t.elapsed().as_secs_f64()
+    );
     let named = !errors.is_empty() && errors.iter().all(|e| e.contains("rank 1"));
     let completion_error = errors.iter().any(|e| e.contains("failed:"));
     i32::from(!(st.free == st.buffers && named && completion_error))
@@ -425,7 +564,12 @@ fn child_killed_peer() -> i32 {
 /// Rank 1 then wakes up, finds the connect request of a rank that is gone, and gets an
 /// error, not a hang; its own teardown releases everything too.
 fn child_unanswered_connect() -> i32 {
-    let cfg = RuntimeConfig::from_env().unwrap().to_builder().buffer_count(8).build().unwrap();
+    let cfg = RuntimeConfig::from_env()
+        .unwrap()
+        .to_builder()
+        .buffer_count(8)
+        .build()
+        .unwrap();
     let mut boot = TcpBootstrap::connect(cfg.bootstrap()).unwrap();
     let start = ProcStatus::read_self().unwrap();
     let mut comm = verbs::communicator(&mut boot, &cfg).unwrap();
@@ -449,18 +593,35 @@ fn child_unanswered_connect() -> i32 {
         let e = res.err().map(|e| e.to_string());
         drop(comm);
         let after = ProcStatus::read_self().unwrap().vm_pin_kb - start.vm_pin_kb;
-        println!("unanswered connect: rank 1 got {:?} after {:.1} s; VmPin {after} KiB after the drop", e, t.elapsed().as_secs_f64());
+        println!(
+            "unanswered connect: rank 1 got {:?} after {:.1} s; VmPin {after} KiB after the drop",
+            e,
+            t.elapsed().as_secs_f64()
+        );
         e.is_some_and(|e| e.contains("rank 0")) && after == 0
     };
     i32::from(!ok)
 }
 
-fn spawn(n: usize, devices: &[String], gid: Option<&str>, args: &[String], extra_env: &[(String, String)]) -> Vec<Child> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+fn spawn(
+    n: usize,
+    devices: &[String],
+    gid: Option<&str>,
+    args: &[String],
+    extra_env: &[(String, String)],
+) -> Vec<Child> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     (0..n)
         .map(|r| {
             let mut c = Command::new(std::env::current_exe().unwrap());
-            c.args(args).env("BALLAST_ROOT", format!("127.0.0.1:{port}")).env("BALLAST_RANK", r.to_string()).env("BALLAST_SIZE", n.to_string());
+            c.args(args)
+                .env("BALLAST_ROOT", format!("127.0.0.1:{port}"))
+                .env("BALLAST_RANK", r.to_string())
+                .env("BALLAST_SIZE", n.to_string());
             c.env("BALLAST_BOOTSTRAP_TIMEOUT", "120");
             if !devices.is_empty() {
                 c.env("BALLAST_IB_DEVICE", &devices[r % devices.len()]);
@@ -494,7 +655,12 @@ fn main() {
     // Every rank has a control stream to and from each peer it talks to: raise the open-file
     // limit to its hard maximum (children inherit it).
     let _ = rlimit::increase_nofile_limit(u64::MAX);
-    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
     if std::env::var("BALLAST_RANK").is_ok() {
         // A rank started by the launcher below.
         let code = if args.iter().any(|a| a == "--child-fanout") {
@@ -523,7 +689,10 @@ fn main() {
     }
     let devices: Vec<String> = match flag("--devices") {
         Some(d) => d.split(',').filter(|s| !s.is_empty()).map(String::from).collect(),
-        None => ["RXE_VM_DEV", "RXE_VM_DEV2"].iter().filter_map(|v| std::env::var(v).ok()).collect(),
+        None => ["RXE_VM_DEV", "RXE_VM_DEV2"]
+            .iter()
+            .filter_map(|v| std::env::var(v).ok())
+            .collect(),
     };
     let gid = std::env::var("RXE_VM_GID").ok();
     let t = Instant::now();
@@ -536,7 +705,13 @@ fn main() {
         let c = spawn(2, &devices, gid.as_deref(), &["--child-killed-peer".into()], &[]);
         wait_all(c, &[0, 9])
     } else if args.iter().any(|a| a == "--unanswered-connect") {
-        let c = spawn(2, &devices, gid.as_deref(), &["--child-unanswered-connect".into()], &[]);
+        let c = spawn(
+            2,
+            &devices,
+            gid.as_deref(),
+            &["--child-unanswered-connect".into()],
+            &[],
+        );
         wait_all(c, &[0, 0])
     } else if let Some(n) = flag("--fanout") {
         let n: usize = n.parse().unwrap();
@@ -552,10 +727,19 @@ fn main() {
         wait_all(c, &[])
     } else {
         let n: usize = flag("--procs").map_or(2, |v| v.parse().unwrap());
-        let filter: Vec<String> = args.iter().enumerate().filter(|(i, a)| !a.starts_with("--") && (*i == 0 || !args[i - 1].starts_with("--"))).map(|(_, a)| a.clone()).collect();
+        let filter: Vec<String> = args
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| !a.starts_with("--") && (*i == 0 || !args[i - 1].starts_with("--")))
+            .map(|(_, a)| a.clone())
+            .collect();
         let c = spawn(n, &devices, gid.as_deref(), &filter, &[]);
         wait_all(c, &[])
     };
-    println!("verbs conformance: {} in {:.1} s", if ok { "ok" } else { "FAILED" }, t.elapsed().as_secs_f64());
+    println!(
+        "verbs conformance: {} in {:.1} s",
+        if ok { "ok" } else { "FAILED" },
+        t.elapsed().as_secs_f64()
+    );
     std::process::exit(i32::from(!ok));
 }

@@ -64,12 +64,18 @@ pub fn encode(buf: &mut Vec<u8>, spike: Spike) {
 /// Decodes a message; errors when its length is not a multiple of [`SPIKE_BYTES`].
 pub fn decode(data: &[u8], from: usize) -> Result<Vec<Spike>, SimError> {
     if !data.len().is_multiple_of(SPIKE_BYTES) {
-        return Err(SimError::Protocol(format!("spike message of {} bytes from rank {from}", data.len())));
+        return Err(SimError::Protocol(format!(
+            "spike message of {} bytes from rank {from}",
+            data.len()
+        )));
     }
     Ok(data
         .chunks_exact(SPIKE_BYTES)
         .map(|c| {
-            (u32::from_le_bytes([c[0], c[1], c[2], c[3]]), u32::from_le_bytes([c[4], c[5], c[6], c[7]]))
+            (
+                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            )
         })
         .collect())
 }
@@ -108,7 +114,14 @@ impl Exchanger {
             out_index[r] = i as u32;
         }
         let bufs = vec![Vec::new(); out_peers.len()];
-        Exchanger { kind, out_peers, out_index, in_peers, bufs, stats: ExchangeStats::default() }
+        Exchanger {
+            kind,
+            out_peers,
+            out_index,
+            in_peers,
+            bufs,
+            stats: ExchangeStats::default(),
+        }
     }
 
     /// Ranks this rank sends to (p2p).
@@ -145,7 +158,9 @@ impl Exchanger {
         dest_ranks: impl Fn(u32) -> &'a [u32],
     ) -> Result<Vec<Spike>, SimError> {
         if window >= RESERVED_TAG_BASE - 1 {
-            return Err(SimError::Protocol(format!("window {window} exceeds the tag space")));
+            return Err(SimError::Protocol(format!(
+                "window {window} exceeds the tag space"
+            )));
         }
         let tag = window + 1;
         for b in &mut self.bufs {

@@ -83,21 +83,34 @@ pub fn decode(b: &[u8]) -> Result<RankOutcome, SimError> {
     if b.len() < 8 * WORDS {
         return Err(torn());
     }
-    let w: Vec<u64> = b[..8 * WORDS].chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    let w: Vec<u64> = b[..8 * WORDS]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
     let n = w[WORDS - 1] as usize;
     if n.checked_mul(8).and_then(|s| s.checked_add(8 * WORDS)) != Some(b.len()) {
         return Err(torn());
     }
     let spikes = b[8 * WORDS..]
         .chunks_exact(8)
-        .map(|c| (u32::from_le_bytes(c[..4].try_into().expect("4")), u32::from_le_bytes(c[4..].try_into().expect("4"))))
+        .map(|c| {
+            (
+                u32::from_le_bytes(c[..4].try_into().expect("4")),
+                u32::from_le_bytes(c[4..].try_into().expect("4")),
+            )
+        })
         .collect();
     Ok(RankOutcome {
         rank: w[0] as usize,
         cells: w[1] as usize,
         estimated_kb: f64::from_bits(w[2]),
         state_bytes: w[3],
-        exchange: ExchangeStats { spikes_sent: w[4], spikes_received: w[5], messages_sent: w[6], bytes_sent: w[7] },
+        exchange: ExchangeStats {
+            spikes_sent: w[4],
+            spikes_received: w[5],
+            messages_sent: w[6],
+            bytes_sent: w[7],
+        },
         out_peers: w[8] as usize,
         in_peers: w[9] as usize,
         footprint: Footprint {
@@ -120,8 +133,22 @@ pub fn decode(b: &[u8]) -> Result<RankOutcome, SimError> {
             limit_bytes: (w[24] != 0).then_some(w[25]),
             errno: (w[26] != 0).then_some(w[27] as u32 as i32),
         },
-        process: ProcStatus { vm_rss_kb: w[28], vm_hwm_kb: w[29], vm_lck_kb: w[30], vm_pin_kb: w[31], vm_data_kb: w[32], vm_size_kb: w[33] },
-        process_start: ProcStatus { vm_rss_kb: w[34], vm_hwm_kb: w[35], vm_lck_kb: w[36], vm_pin_kb: w[37], vm_data_kb: w[38], vm_size_kb: w[39] },
+        process: ProcStatus {
+            vm_rss_kb: w[28],
+            vm_hwm_kb: w[29],
+            vm_lck_kb: w[30],
+            vm_pin_kb: w[31],
+            vm_data_kb: w[32],
+            vm_size_kb: w[33],
+        },
+        process_start: ProcStatus {
+            vm_rss_kb: w[34],
+            vm_hwm_kb: w[35],
+            vm_lck_kb: w[36],
+            vm_pin_kb: w[37],
+            vm_data_kb: w[38],
+            vm_size_kb: w[39],
+        },
         proc_index: w[40] as usize,
         windows: w[41],
         spikes,
@@ -130,7 +157,10 @@ pub fn decode(b: &[u8]) -> Result<RankOutcome, SimError> {
 
 /// Gathers every rank's outcome on every rank (collective), ordered by rank.
 pub fn gather(comm: &mut Communicator, mine: &RankOutcome) -> Result<Vec<RankOutcome>, SimError> {
-    comm.all_gatherv(&encode(mine))?.iter().map(|b| decode(b)).collect()
+    comm.all_gatherv(&encode(mine))?
+        .iter()
+        .map(|b| decode(b))
+        .collect()
 }
 
 #[cfg(test)]
@@ -145,24 +175,77 @@ mod tests {
             estimated_kb: 1234.5,
             state_bytes: 99,
             spikes: vec![(3, 70_000), (9, 1)],
-            exchange: ExchangeStats { spikes_sent: 4, spikes_received: 5, messages_sent: 6, bytes_sent: 48 },
+            exchange: ExchangeStats {
+                spikes_sent: 4,
+                spikes_received: 5,
+                messages_sent: 6,
+                bytes_sent: 48,
+            },
             out_peers: 1,
             in_peers: 2,
-            footprint: Footprint { pool_bytes: 10, registered_bytes: 11, locked_bytes: 12, endpoint_bytes: 13, srq_bytes: 14, control_bytes: 15, endpoints_live: 1, endpoints_peak: 2, endpoints_opened: 3, peers_connected: 2 },
-            memory_lock: MemoryLock { asked_bytes: 20, locked_bytes: 8, requests: 3, refused: 1, limit_bytes: Some(u64::MAX), errno: Some(12) },
-            process: ProcStatus { vm_rss_kb: 100, vm_hwm_kb: 101, vm_lck_kb: 102, vm_pin_kb: 103, vm_data_kb: 104, vm_size_kb: 105 },
-            process_start: ProcStatus { vm_rss_kb: 50, vm_hwm_kb: 51, vm_lck_kb: 52, vm_pin_kb: 53, vm_data_kb: 54, vm_size_kb: 55 },
+            footprint: Footprint {
+                pool_bytes: 10,
+                registered_bytes: 11,
+                locked_bytes: 12,
+                endpoint_bytes: 13,
+                srq_bytes: 14,
+                control_bytes: 15,
+                endpoints_live: 1,
+                endpoints_peak: 2,
+                endpoints_opened: 3,
+                peers_connected: 2,
+            },
+            memory_lock: MemoryLock {
+                asked_bytes: 20,
+                locked_bytes: 8,
+                requests: 3,
+                refused: 1,
+                limit_bytes: Some(u64::MAX),
+                errno: Some(12),
+            },
+            process: ProcStatus {
+                vm_rss_kb: 100,
+                vm_hwm_kb: 101,
+                vm_lck_kb: 102,
+                vm_pin_kb: 103,
+                vm_data_kb: 104,
+                vm_size_kb: 105,
+            },
+            process_start: ProcStatus {
+                vm_rss_kb: 50,
+                vm_hwm_kb: 51,
+                vm_lck_kb: 52,
+                vm_pin_kb: 53,
+                vm_data_kb: 54,
+                vm_size_kb: 55,
+            },
             proc_index: 2,
             windows: 25,
         };
         let b = encode(&o);
         assert_eq!(b.len(), 8 * WORDS + 8 * 2);
         let d = decode(&b).unwrap();
-        assert_eq!((d.rank, d.cells, d.estimated_kb, d.state_bytes, d.spikes.clone()), (2, 7, 1234.5, 99, vec![(3, 70_000), (9, 1)]));
-        assert_eq!((d.exchange, d.out_peers, d.in_peers, d.footprint, d.memory_lock), (o.exchange, 1, 2, o.footprint, o.memory_lock));
-        let none = decode(&encode(&RankOutcome { memory_lock: MemoryLock::default(), ..o.clone() })).unwrap();
-        assert_eq!((none.memory_lock.limit_bytes, none.memory_lock.errno), (None, None));
-        assert_eq!((d.process, d.process_start, d.proc_index, d.windows), (o.process, o.process_start, 2, 25));
+        assert_eq!(
+            (d.rank, d.cells, d.estimated_kb, d.state_bytes, d.spikes.clone()),
+            (2, 7, 1234.5, 99, vec![(3, 70_000), (9, 1)])
+        );
+        assert_eq!(
+            (d.exchange, d.out_peers, d.in_peers, d.footprint, d.memory_lock),
+            (o.exchange, 1, 2, o.footprint, o.memory_lock)
+        );
+        let none = decode(&encode(&RankOutcome {
+            memory_lock: MemoryLock::default(),
+            ..o.clone()
+        }))
+        .unwrap();
+        assert_eq!(
+            (none.memory_lock.limit_bytes, none.memory_lock.errno),
+            (None, None)
+        );
+        assert_eq!(
+            (d.process, d.process_start, d.proc_index, d.windows),
+            (o.process, o.process_start, 2, 25)
+        );
         assert!(decode(&b[..b.len() - 4]).is_err());
         assert!(decode(&b[..8 * WORDS - 8]).is_err());
     }

@@ -23,7 +23,12 @@ pub struct SimInput {
 /// Estimated KB of every cell (cell + synapses), by global index.
 fn cell_kb(dry_run: &DryRun, network: &Network) -> Vec<f64> {
     let costs = CellCosts::new(dry_run, &network.offsets);
-    costs.cell_kb.iter().zip(&costs.synapse_kb).map(|(a, b)| a + b).collect()
+    costs
+        .cell_kb
+        .iter()
+        .zip(&costs.synapse_kb)
+        .map(|(a, b)| a + b)
+        .collect()
 }
 
 impl SimInput {
@@ -42,8 +47,16 @@ impl SimInput {
             positions,
         };
         let kb = cell_kb(&c.dry_run, &c.network);
-        let label = format!("synthetic circuit ({n} cells, {} connections, seed {})", c.network.connection_count(), spec.dry_run.seed);
-        Ok(SimInput { circuit: SimCircuit::new(c.network, kb, delays)?, dry_run: c.dry_run, label })
+        let label = format!(
+            "synthetic circuit ({n} cells, {} connections, seed {})",
+            c.network.connection_count(),
+            spec.dry_run.seed
+        );
+        Ok(SimInput {
+            circuit: SimCircuit::new(c.network, kb, delays)?,
+            dry_run: c.dry_run,
+            label,
+        })
     }
 
     /// A SONATA circuit (its placed populations) with a constant delay of `delay_ms`.
@@ -57,8 +70,17 @@ impl SimInput {
         let (dry_run, network) = crate::circuit::dry_run_from_circuit(&circuit, memory)?;
         let kb = cell_kb(&dry_run, &network);
         let delays = edge_delays(&circuit, &network, delay_ms);
-        let label = format!("{} ({} cells, {} connections)", config.display(), network.cell_count(), network.connection_count());
-        Ok(SimInput { circuit: SimCircuit::new(network, kb, delays)?, dry_run, label })
+        let label = format!(
+            "{} ({} cells, {} connections)",
+            config.display(),
+            network.cell_count(),
+            network.connection_count()
+        );
+        Ok(SimInput {
+            circuit: SimCircuit::new(network, kb, delays)?,
+            dry_run,
+            label,
+        })
     }
 }
 
@@ -77,7 +99,11 @@ fn edge_delays(circuit: &crate::sonata::Circuit, network: &Network, default_ms: 
         .collect();
     let mut pairs: HashMap<(u32, u32), f32> = HashMap::new();
     for e in &circuit.edge_populations {
-        let (Some(&so), Some(&to), Some(d)) = (offset_of.get(e.source.as_str()), offset_of.get(e.target.as_str()), e.delays.as_ref()) else {
+        let (Some(&so), Some(&to), Some(d)) = (
+            offset_of.get(e.source.as_str()),
+            offset_of.get(e.target.as_str()),
+            e.delays.as_ref(),
+        ) else {
             continue;
         };
         for ((&s, &t), &d) in e.source_ids.iter().zip(&e.target_ids).zip(d) {
@@ -93,5 +119,9 @@ fn edge_delays(circuit: &crate::sonata::Circuit, network: &Network, default_ms: 
     if pairs.len() < network.connection_count() {
         min_ms = min_ms.min(default_ms);
     }
-    DelayModel::PerPair { pairs, default_ms, min_ms }
+    DelayModel::PerPair {
+        pairs,
+        default_ms,
+        min_ms,
+    }
 }

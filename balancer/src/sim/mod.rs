@@ -74,7 +74,9 @@ pub fn run_local_counted(
     windows_done: &AtomicU64,
 ) -> Result<Vec<RankOutcome>, SimError> {
     let start = ballast_runtime::ProcStatus::read_self().unwrap_or_default();
-    let results = ballast_runtime::local::run(ranks, config, |comm| run_rank_counted(comm, circuit, rank_of, params, windows_done))?;
+    let results = ballast_runtime::local::run(ranks, config, |comm| {
+        run_rank_counted(comm, circuit, rank_of, params, windows_done)
+    })?;
     stamped(results, start)
 }
 
@@ -104,14 +106,21 @@ pub fn run_verbs_threads_counted(
     params: &SimParams,
     windows_done: &AtomicU64,
 ) -> Result<Vec<RankOutcome>, SimError> {
-    let mut boot = ballast_runtime::bootstrap::LocalBootstrap::group(1)?.pop().expect("a group of one");
+    let mut boot = ballast_runtime::bootstrap::LocalBootstrap::group(1)?
+        .pop()
+        .expect("a group of one");
     let start = ballast_runtime::ProcStatus::read_self().unwrap_or_default();
-    let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, |comm| run_rank_counted(comm, circuit, rank_of, params, windows_done))?;
+    let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, |comm| {
+        run_rank_counted(comm, circuit, rank_of, params, windows_done)
+    })?;
     // run_ranks returns this process' ranks in ascending order: all of them here.
     stamped(results.into_iter().map(|(_, r)| r), start)
 }
 
-fn stamped(results: impl IntoIterator<Item = Result<RankOutcome, SimError>>, start: ballast_runtime::ProcStatus) -> Result<Vec<RankOutcome>, SimError> {
+fn stamped(
+    results: impl IntoIterator<Item = Result<RankOutcome, SimError>>,
+    start: ballast_runtime::ProcStatus,
+) -> Result<Vec<RankOutcome>, SimError> {
     results
         .into_iter()
         .map(|r| {

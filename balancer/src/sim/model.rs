@@ -135,8 +135,15 @@ impl DelayModel {
     pub fn delay_ms(&self, source: u32, target: u32) -> f64 {
         match self {
             DelayModel::Constant(d) => *d,
-            DelayModel::PerPair { pairs, default_ms, .. } => pairs.get(&(source, target)).map_or(*default_ms, |&d| d as f64),
-            DelayModel::Distance { d_min_ms, velocity_um_per_ms, period_um, positions } => {
+            DelayModel::PerPair {
+                pairs, default_ms, ..
+            } => pairs.get(&(source, target)).map_or(*default_ms, |&d| d as f64),
+            DelayModel::Distance {
+                d_min_ms,
+                velocity_um_per_ms,
+                period_um,
+                positions,
+            } => {
                 let (a, b) = (positions[source as usize], positions[target as usize]);
                 let mut d2 = 0.0;
                 for k in 0..3 {
@@ -190,7 +197,14 @@ impl Cell {
         let first = exp_sample(&mut rng, p.drive_rate_per_ms);
         // Filled with a non-zero byte: every page is touched (a zeroed allocation would not be).
         let state = vec![(global as u8) | 1; state_bytes];
-        Cell { global, v_mv: p.v_rest_mv, active_from_step: 0, next_drive_ms: first, rng, state }
+        Cell {
+            global,
+            v_mv: p.v_rest_mv,
+            active_from_step: 0,
+            next_drive_ms: first,
+            rng,
+            state,
+        }
     }
 
     /// Advances one step `k` (from `k × dt` to `(k + 1) × dt`) with `synaptic_mv` of summed
@@ -230,7 +244,9 @@ mod tests {
         let p = LifParams::default();
         let run = || {
             let mut c = Cell::new(7, 0, 7, 1, 4096, &p);
-            (0..40_000u64).filter(|&k| c.step(k, 0.025, 0.0, &p)).collect::<Vec<_>>()
+            (0..40_000u64)
+                .filter(|&k| c.step(k, 0.025, 0.0, &p))
+                .collect::<Vec<_>>()
         };
         let spikes = run();
         assert_eq!(spikes, run());
@@ -238,7 +254,9 @@ mod tests {
         assert!((1..40).contains(&spikes.len()), "{} spikes", spikes.len());
         let other = {
             let mut c = Cell::new(8, 0, 8, 1, 0, &p);
-            (0..40_000u64).filter(|&k| c.step(k, 0.025, 0.0, &p)).collect::<Vec<_>>()
+            (0..40_000u64)
+                .filter(|&k| c.step(k, 0.025, 0.0, &p))
+                .collect::<Vec<_>>()
         };
         assert_ne!(spikes, other, "another gid, another drive");
     }

@@ -54,16 +54,30 @@ pub struct Placement {
 /// Places the cells of `dry_run` (global indices by `offsets`) on `ranks` ranks. With
 /// `Memory`, reads `dir/allocation_r{ranks}_c1.pkl.gz` or, when absent, balances (LPT) and
 /// writes it; a file that does not hold every cell exactly once is an error.
-pub fn place(mode: LbMode, dry_run: &DryRun, offsets: &[usize], ranks: u32, dir: &Path) -> Result<Placement, SimError> {
+pub fn place(
+    mode: LbMode,
+    dry_run: &DryRun,
+    offsets: &[usize],
+    ranks: u32,
+    dir: &Path,
+) -> Result<Placement, SimError> {
     if ranks == 0 {
         return Err(SimError::Input("0 ranks".into()));
     }
     let n = *offsets.last().unwrap_or(&0);
     match mode {
-        LbMode::RoundRobin => Ok(Placement { rank_of: (0..n).map(|c| (c % ranks as usize) as u32).collect(), source: None, warnings: Vec::new() }),
+        LbMode::RoundRobin => Ok(Placement {
+            rank_of: (0..n).map(|c| (c % ranks as usize) as u32).collect(),
+            source: None,
+            warnings: Vec::new(),
+        }),
         LbMode::Memory => {
             let loaded = load_or_generate(dir, ranks, 1, dry_run, Strategy::Lpt)?;
-            Ok(Placement { rank_of: rank_of_allocation(&loaded.allocation, offsets), source: Some(loaded.source), warnings: loaded.warnings })
+            Ok(Placement {
+                rank_of: rank_of_allocation(&loaded.allocation, offsets),
+                source: Some(loaded.source),
+                warnings: loaded.warnings,
+            })
         }
     }
 }
@@ -74,7 +88,13 @@ mod tests {
 
     #[test]
     fn round_robin_deals_in_turn_and_modes_parse() {
-        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec { cells: 10, metypes: 2, populations: 1, seed: 1 }).unwrap();
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 10,
+            metypes: 2,
+            populations: 1,
+            seed: 1,
+        })
+        .unwrap();
         let p = place(LbMode::RoundRobin, &d, &[0, 10], 3, Path::new("/nonexistent")).unwrap();
         assert_eq!(p.rank_of, vec![0, 1, 2, 0, 1, 2, 0, 1, 2, 0]);
         assert_eq!("memory".parse::<LbMode>(), Ok(LbMode::Memory));

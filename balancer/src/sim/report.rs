@@ -137,30 +137,58 @@ fn delta(end: u64, start: u64) -> i64 {
 
 /// The footprint `config` predicts for a rank with `peers` peers (`peer_nodes` peer nodes,
 /// used by `xrc`) in a world of `ranks`.
-pub fn predicted_footprint(config: &TransportConfig, peers: usize, peer_nodes: usize, ranks: usize) -> Footprint {
-    let counted = if config.recv_sharing == RecvSharing::Xrc { peer_nodes } else { peers };
+pub fn predicted_footprint(
+    config: &TransportConfig,
+    peers: usize,
+    peer_nodes: usize,
+    ranks: usize,
+) -> Footprint {
+    let counted = if config.recv_sharing == RecvSharing::Xrc {
+        peer_nodes
+    } else {
+        peers
+    };
     config.predict(counted, ranks, config.ranks_per_node)
 }
 
 /// `Footprint::differences` joined; when the peers connected differ (not `xrc`, whose
 /// model counts peer nodes), says whether the model for the peers actually connected
 /// gives the measured bytes, i.e. whether the peer count is the whole difference.
-fn diff_reason(measured: &Footprint, predicted: &Footprint, config: &TransportConfig, ranks: usize) -> Option<String> {
+fn diff_reason(
+    measured: &Footprint,
+    predicted: &Footprint,
+    config: &TransportConfig,
+    ranks: usize,
+) -> Option<String> {
     let why = measured.differences(predicted, config);
     if why.is_empty() {
         return None;
     }
     let mut s = why.join("; ");
     if measured.peers_connected != predicted.peers_connected && config.recv_sharing != RecvSharing::Xrc {
-        let alt = config.predict(measured.peers_connected as usize, ranks, config.ranks_per_node).total_bytes();
-        let verdict = if alt == measured.total_bytes() { "exactly the measured bytes".to_string() } else { format!("{alt} B, not the measured bytes either") };
-        s.push_str(&format!("; the model for the {} peers actually connected gives {verdict}", measured.peers_connected));
+        let alt = config
+            .predict(measured.peers_connected as usize, ranks, config.ranks_per_node)
+            .total_bytes();
+        let verdict = if alt == measured.total_bytes() {
+            "exactly the measured bytes".to_string()
+        } else {
+            format!("{alt} B, not the measured bytes either")
+        };
+        s.push_str(&format!(
+            "; the model for the {} peers actually connected gives {verdict}",
+            measured.peers_connected
+        ));
     }
     Some(s)
 }
 
 /// Rows of `outcomes` (by rank) against the predicted peers and peer nodes per rank.
-pub fn rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usize], config: &TransportConfig) -> Vec<RankRow> {
+pub fn rows(
+    outcomes: &[RankOutcome],
+    peers: &[usize],
+    peer_nodes: &[usize],
+    config: &TransportConfig,
+) -> Vec<RankRow> {
     let ranks = outcomes.len();
     outcomes
         .iter()
@@ -195,7 +223,12 @@ pub fn rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usize], con
 /// One row per process of `outcomes` (by rank), the registered memory predicted for its
 /// ranks (peers and peer nodes per rank as for [`rows`]) against the kernel's counters.
 /// The counters of a process are those of its last rank to finish (largest VmRSS).
-pub fn process_rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usize], config: &TransportConfig) -> Vec<ProcessRow> {
+pub fn process_rows(
+    outcomes: &[RankOutcome],
+    peers: &[usize],
+    peer_nodes: &[usize],
+    config: &TransportConfig,
+) -> Vec<ProcessRow> {
     let ranks = outcomes.len();
     let mut procs: Vec<usize> = outcomes.iter().map(|o| o.proc_index).collect();
     procs.sort_unstable();
@@ -204,9 +237,19 @@ pub fn process_rows(outcomes: &[RankOutcome], peers: &[usize], peer_nodes: &[usi
         .into_iter()
         .map(|p| {
             let mine: Vec<&RankOutcome> = outcomes.iter().filter(|o| o.proc_index == p).collect();
-            let predicted: u64 = mine.iter().map(|o| predicted_footprint(config, peers[o.rank], peer_nodes[o.rank], ranks).registered_bytes).sum();
-            let last = mine.iter().max_by_key(|o| (o.process.vm_rss_kb, o.rank)).expect("a process has a rank");
-            let pinned = delta(last.process.vm_pin_kb, last.process_start.vm_pin_kb).max(delta(last.process.vm_lck_kb, last.process_start.vm_lck_kb)) * 1024;
+            let predicted: u64 = mine
+                .iter()
+                .map(|o| {
+                    predicted_footprint(config, peers[o.rank], peer_nodes[o.rank], ranks).registered_bytes
+                })
+                .sum();
+            let last = mine
+                .iter()
+                .max_by_key(|o| (o.process.vm_rss_kb, o.rank))
+                .expect("a process has a rank");
+            let pinned = delta(last.process.vm_pin_kb, last.process_start.vm_pin_kb)
+                .max(delta(last.process.vm_lck_kb, last.process_start.vm_lck_kb))
+                * 1024;
             let mut lock = MemoryLock::default();
             mine.iter().for_each(|o| lock.add(&o.memory_lock));
             // Verbs registrations pin whatever `lock_pool` says; the local transport's only
@@ -295,8 +338,12 @@ pub fn lock_notes(outcomes: &[RankOutcome], processes: &[ProcessRow]) -> Vec<Str
         .iter()
         .filter_map(|p| {
             let mut lock = MemoryLock::default();
-            outcomes.iter().filter(|o| o.proc_index == p.process).for_each(|o| lock.add(&o.memory_lock));
-            lock.note().map(|n| format!("process {} (ranks {}): {n}", p.process, ranks_text(&p.ranks)))
+            outcomes
+                .iter()
+                .filter(|o| o.proc_index == p.process)
+                .for_each(|o| lock.add(&o.memory_lock));
+            lock.note()
+                .map(|n| format!("process {} (ranks {}): {n}", p.process, ranks_text(&p.ranks)))
         })
         .collect()
 }
@@ -312,7 +359,9 @@ fn ranks_text(ranks: &[usize]) -> String {
 
 /// Largest and smallest of `f` over the rows.
 pub fn max_min(rows: &[RankRow], f: impl Fn(&RankRow) -> f64) -> (f64, f64) {
-    rows.iter().map(&f).fold((f64::MIN, f64::MAX), |(a, b), x| (a.max(x), b.min(x)))
+    rows.iter()
+        .map(&f)
+        .fold((f64::MIN, f64::MAX), |(a, b), x| (a.max(x), b.min(x)))
 }
 
 /// Largest |x| of `f` over `items` (0 when empty).
@@ -353,7 +402,20 @@ pub fn process_table(r: &RunReport) -> String {
 pub fn table(r: &RunReport) -> String {
     let mut s = format!(
         "{:>5} {:>7} {:>12} {:>11} {:>12} {:>12} {:>6} {:>6} {:>6} {:>9} {:>9} {:>11} {:>10} {:>10}\n",
-        "rank", "cells", "est KB", "alloc KB", "tp pred B", "tp meas B", "diff %", "peers", "conn", "sent", "recv", "ballast KB", "VmRSS KB", "VmHWM KB"
+        "rank",
+        "cells",
+        "est KB",
+        "alloc KB",
+        "tp pred B",
+        "tp meas B",
+        "diff %",
+        "peers",
+        "conn",
+        "sent",
+        "recv",
+        "ballast KB",
+        "VmRSS KB",
+        "VmHWM KB"
     );
     for x in &r.per_rank {
         s.push_str(&format!(
@@ -382,7 +444,14 @@ mod tests {
     use super::*;
     use ballast_runtime::{ProcStatus, RuntimeConfig, TransportKind};
 
-    fn outcome(rank: usize, proc_index: usize, rss: (u64, u64), pin: (u64, u64), lck: (u64, u64), registered: u64) -> RankOutcome {
+    fn outcome(
+        rank: usize,
+        proc_index: usize,
+        rss: (u64, u64),
+        pin: (u64, u64),
+        lck: (u64, u64),
+        registered: u64,
+    ) -> RankOutcome {
         RankOutcome {
             rank,
             cells: 1,
@@ -392,10 +461,23 @@ mod tests {
             exchange: Default::default(),
             out_peers: 1,
             in_peers: 1,
-            footprint: Footprint { registered_bytes: registered, ..Footprint::default() },
+            footprint: Footprint {
+                registered_bytes: registered,
+                ..Footprint::default()
+            },
             memory_lock: MemoryLock::default(),
-            process: ProcStatus { vm_rss_kb: rss.1, vm_pin_kb: pin.1, vm_lck_kb: lck.1, ..ProcStatus::default() },
-            process_start: ProcStatus { vm_rss_kb: rss.0, vm_pin_kb: pin.0, vm_lck_kb: lck.0, ..ProcStatus::default() },
+            process: ProcStatus {
+                vm_rss_kb: rss.1,
+                vm_pin_kb: pin.1,
+                vm_lck_kb: lck.1,
+                ..ProcStatus::default()
+            },
+            process_start: ProcStatus {
+                vm_rss_kb: rss.0,
+                vm_pin_kb: pin.0,
+                vm_lck_kb: lck.0,
+                ..ProcStatus::default()
+            },
             proc_index,
             windows: 1,
         }
@@ -403,7 +485,10 @@ mod tests {
 
     #[test]
     fn process_rows_sum_the_ranks_of_each_process_against_its_counters() {
-        let cfg = RuntimeConfig::builder().transport(TransportKind::Verbs).build().unwrap();
+        let cfg = RuntimeConfig::builder()
+            .transport(TransportKind::Verbs)
+            .build()
+            .unwrap();
         let t = cfg.transport();
         let per_rank = predicted_footprint(t, 1, 0, 3).registered_bytes;
         assert_eq!(per_rank, 64 * 8192 + 64 * 8192, "pool + SRQ buffers");
@@ -423,42 +508,89 @@ mod tests {
         let d0 = p[0].pinned_diff_pct.expect("verbs registrations pin: compared");
         assert!((d0 - 0.78125).abs() < 1e-9, "{d0}");
         assert_eq!((p[0].vm_rss_delta_kb, p[0].state_kb), (5000, 4.0));
-        assert_eq!((p[1].ranks.clone(), p[1].pinned_delta_bytes, p[1].vm_rss_delta_kb), (vec![2], 1024 * 1024, 1100));
-        assert_eq!((p[1].pinned_diff_pct, p[1].lock_status.as_str()), (Some(0.0), "pinned (registration)"));
+        assert_eq!(
+            (p[1].ranks.clone(), p[1].pinned_delta_bytes, p[1].vm_rss_delta_kb),
+            (vec![2], 1024 * 1024, 1100)
+        );
+        assert_eq!(
+            (p[1].pinned_diff_pct, p[1].lock_status.as_str()),
+            (Some(0.0), "pinned (registration)")
+        );
         let rows = rows(&outs, &[1, 1, 1], &[0, 0, 0], t);
-        assert_eq!((rows[1].process, rows[1].vm_pin_delta_kb, rows[2].vm_lck_delta_kb), (0, 2064, 1024));
+        assert_eq!(
+            (rows[1].process, rows[1].vm_pin_delta_kb, rows[2].vm_lck_delta_kb),
+            (0, 2064, 1024)
+        );
         assert_eq!(max_abs(&p, |x| x.pinned_diff_pct.unwrap_or(0.0)), d0);
     }
 
     #[test]
     fn a_refused_lock_is_not_compared_and_its_note_names_asked_locked_and_limit() {
-        let cfg = RuntimeConfig::builder().transport(TransportKind::Local).build().unwrap();
+        let cfg = RuntimeConfig::builder()
+            .transport(TransportKind::Local)
+            .build()
+            .unwrap();
         let t = cfg.transport();
         let per_rank = predicted_footprint(t, 1, 0, 2).registered_bytes;
         let mut granted = MemoryLock::default();
         granted.record_locked(per_rank);
         let mut refused = MemoryLock::default();
         refused.record_refused(per_rank, Some(12), Some(per_rank));
-        let mut outs = [outcome(0, 0, (1000, 5000), (0, 0), (0, 1024), per_rank), outcome(1, 0, (1000, 6000), (0, 0), (0, 2048), per_rank)];
+        let mut outs = [
+            outcome(0, 0, (1000, 5000), (0, 0), (0, 1024), per_rank),
+            outcome(1, 0, (1000, 6000), (0, 0), (0, 2048), per_rank),
+        ];
         outs[0].memory_lock = granted;
         outs[1].memory_lock = refused;
         let p = process_rows(&outs, &[1, 1], &[0, 0], t);
-        assert_eq!((p[0].pinned_diff_pct, p[0].lock_status.as_str()), (None, "partially locked"));
-        assert_eq!((p[0].lock_asked_bytes, p[0].lock_locked_bytes, p[0].lock_refused_requests, p[0].lock_requests), (2 * per_rank, per_rank, 1, 2));
-        assert_eq!((p[0].memlock_limit_bytes, p[0].lock_error.as_deref()), (Some(per_rank), Some("Cannot allocate memory (os error 12)")));
+        assert_eq!(
+            (p[0].pinned_diff_pct, p[0].lock_status.as_str()),
+            (None, "partially locked")
+        );
+        assert_eq!(
+            (
+                p[0].lock_asked_bytes,
+                p[0].lock_locked_bytes,
+                p[0].lock_refused_requests,
+                p[0].lock_requests
+            ),
+            (2 * per_rank, per_rank, 1, 2)
+        );
+        assert_eq!(
+            (p[0].memlock_limit_bytes, p[0].lock_error.as_deref()),
+            (Some(per_rank), Some("Cannot allocate memory (os error 12)"))
+        );
         let notes = lock_notes(&outs, &p);
         assert_eq!(notes.len(), 1);
-        let want = format!("process 0 (ranks 0-1): memory partially locked: asked to lock {} B", 2 * per_rank);
-        assert!(notes[0].starts_with(&want) && notes[0].contains(&format!("locked {per_rank} B")), "{}", notes[0]);
-        assert!(notes[0].contains(&format!("RLIMIT_MEMLOCK (soft) {per_rank} B")), "{}", notes[0]);
+        let want = format!(
+            "process 0 (ranks 0-1): memory partially locked: asked to lock {} B",
+            2 * per_rank
+        );
+        assert!(
+            notes[0].starts_with(&want) && notes[0].contains(&format!("locked {per_rank} B")),
+            "{}",
+            notes[0]
+        );
+        assert!(
+            notes[0].contains(&format!("RLIMIT_MEMLOCK (soft) {per_rank} B")),
+            "{}",
+            notes[0]
+        );
         // Every lock granted: compared. lock_pool off: nothing asked, not compared.
         outs[1].memory_lock = granted;
         let p = process_rows(&outs, &[1, 1], &[0, 0], t);
-        assert_eq!((p[0].pinned_diff_pct, p[0].lock_status.as_str()), (Some(0.0), "locked"));
+        assert_eq!(
+            (p[0].pinned_diff_pct, p[0].lock_status.as_str()),
+            (Some(0.0), "locked")
+        );
         assert!(lock_notes(&outs, &p).is_empty());
-        outs.iter_mut().for_each(|o| o.memory_lock = MemoryLock::default());
+        outs.iter_mut()
+            .for_each(|o| o.memory_lock = MemoryLock::default());
         let p = process_rows(&outs, &[1, 1], &[0, 0], t);
-        assert_eq!((p[0].pinned_diff_pct, p[0].lock_status.as_str()), (None, "not asked"));
+        assert_eq!(
+            (p[0].pinned_diff_pct, p[0].lock_status.as_str()),
+            (None, "not asked")
+        );
     }
 
     #[test]

@@ -36,11 +36,17 @@ impl SimCircuit {
     pub fn new(network: Network, cell_kb: Vec<f64>, delays: DelayModel) -> Result<SimCircuit, SimError> {
         let n = network.cell_count();
         if cell_kb.len() != n {
-            return Err(SimError::Input(format!("{} cell memory estimates for {n} cells", cell_kb.len())));
+            return Err(SimError::Input(format!(
+                "{} cell memory estimates for {n} cells",
+                cell_kb.len()
+            )));
         }
         if let DelayModel::Distance { positions, .. } = &delays {
             if positions.len() != n {
-                return Err(SimError::Input(format!("{} positions for {n} cells", positions.len())));
+                return Err(SimError::Input(format!(
+                    "{} positions for {n} cells",
+                    positions.len()
+                )));
             }
         }
         if n >= u32::MAX as usize {
@@ -61,7 +67,13 @@ impl SimCircuit {
                 fill[s as usize] += 1;
             }
         }
-        Ok(SimCircuit { network, cell_kb, delays, target_start: count, targets })
+        Ok(SimCircuit {
+            network,
+            cell_kb,
+            delays,
+            target_start: count,
+            targets,
+        })
     }
 
     /// Number of cells.
@@ -101,7 +113,14 @@ pub struct SimParams {
 
 impl Default for SimParams {
     fn default() -> Self {
-        SimParams { tstop_ms: 100.0, dt_ms: 0.025, seed: 1, memory_scale: 0.01, exchange: ExchangeKind::P2p, lif: LifParams::default() }
+        SimParams {
+            tstop_ms: 100.0,
+            dt_ms: 0.025,
+            seed: 1,
+            memory_scale: 0.01,
+            exchange: ExchangeKind::P2p,
+            lif: LifParams::default(),
+        }
     }
 }
 
@@ -109,9 +128,15 @@ impl SimParams {
     /// Checks ranges; returns (steps, window steps).
     pub fn steps(&self, delays: &DelayModel) -> Result<(u64, u32), SimError> {
         let bad = |m: String| Err(SimError::Input(m));
-        let ok = |x: f64, min: f64, strict: bool| !x.is_nan() && x.is_finite() && if strict { x > min } else { x >= min };
-        if !ok(self.dt_ms, 0.0, true) || !ok(self.tstop_ms, 0.0, false) || !ok(self.memory_scale, 0.0, false) {
-            return bad(format!("need dt > 0, tstop ≥ 0, memory scale ≥ 0 (dt {}, tstop {}, scale {})", self.dt_ms, self.tstop_ms, self.memory_scale));
+        let ok = |x: f64, min: f64, strict: bool| {
+            !x.is_nan() && x.is_finite() && if strict { x > min } else { x >= min }
+        };
+        if !ok(self.dt_ms, 0.0, true) || !ok(self.tstop_ms, 0.0, false) || !ok(self.memory_scale, 0.0, false)
+        {
+            return bad(format!(
+                "need dt > 0, tstop ≥ 0, memory scale ≥ 0 (dt {}, tstop {}, scale {})",
+                self.dt_ms, self.tstop_ms, self.memory_scale
+            ));
         }
         let steps = (self.tstop_ms / self.dt_ms).round() as u64;
         if steps >= u32::MAX as u64 / 2 {
@@ -168,7 +193,12 @@ impl RankOutcome {
 
 /// Runs this rank's part of the simulation over `comm`. `rank_of[c]` is the rank of global
 /// cell `c` (every rank must be given the same). Collective over all ranks of `comm`.
-pub fn run_rank(comm: &mut Communicator, circuit: &SimCircuit, rank_of: &[u32], params: &SimParams) -> Result<RankOutcome, SimError> {
+pub fn run_rank(
+    comm: &mut Communicator,
+    circuit: &SimCircuit,
+    rank_of: &[u32],
+    params: &SimParams,
+) -> Result<RankOutcome, SimError> {
     run_rank_counted(comm, circuit, rank_of, params, &AtomicU64::new(0))
 }
 
@@ -185,15 +215,23 @@ pub fn run_rank_counted(
     let world = comm.world_size();
     let n = circuit.cell_count();
     if rank_of.len() != n {
-        return Err(SimError::Input(format!("placement of {} cells for a circuit of {n}", rank_of.len())));
+        return Err(SimError::Input(format!(
+            "placement of {} cells for a circuit of {n}",
+            rank_of.len()
+        )));
     }
     if let Some(c) = rank_of.iter().position(|&r| r as usize >= world) {
-        return Err(SimError::Input(format!("cell {c} placed on rank {} of {world}", rank_of[c])));
+        return Err(SimError::Input(format!(
+            "cell {c} placed on rank {} of {world}",
+            rank_of[c]
+        )));
     }
     let (steps, window) = params.steps(&circuit.delays)?;
 
     // This rank's cells, ascending global index.
-    let globals: Vec<u32> = (0..n as u32).filter(|&c| rank_of[c as usize] as usize == me).collect();
+    let globals: Vec<u32> = (0..n as u32)
+        .filter(|&c| rank_of[c as usize] as usize == me)
+        .collect();
     let mut local_of = vec![u32::MAX; n];
     for (i, &c) in globals.iter().enumerate() {
         local_of[c as usize] = i as u32;
@@ -238,7 +276,13 @@ pub fn run_rank_counted(
     let mut scratch: Vec<u32> = Vec::new();
     for (i, &c) in globals.iter().enumerate() {
         scratch.clear();
-        scratch.extend(circuit.targets_of(c as usize).iter().map(|&t| rank_of[t as usize]).filter(|&r| r as usize != me));
+        scratch.extend(
+            circuit
+                .targets_of(c as usize)
+                .iter()
+                .map(|&t| rank_of[t as usize])
+                .filter(|&r| r as usize != me),
+        );
         scratch.sort_unstable();
         scratch.dedup();
         for &r in &scratch {

@@ -86,7 +86,11 @@ fn parse(path: &Path, json: &Value) -> Result<CircuitConfig> {
         )
     })?;
     if !networks.is_object() {
-        return Err(config_err(path, "networks", "must be an object with `nodes` and `edges` lists"));
+        return Err(config_err(
+            path,
+            "networks",
+            "must be an object with `nodes` and `edges` lists",
+        ));
     }
     let mut nodes = Vec::new();
     for (i, entry) in list(path, networks, "nodes")?.iter().enumerate() {
@@ -132,11 +136,7 @@ fn list<'a>(path: &Path, networks: &'a Value, key: &str) -> Result<&'a [Value]> 
     match networks.get(key) {
         None | Some(Value::Null) => Ok(&[]),
         Some(Value::Array(items)) => Ok(items),
-        Some(_) => Err(config_err(
-            path,
-            format!("networks.{key}"),
-            "must be a list",
-        )),
+        Some(_) => Err(config_err(path, format!("networks.{key}"), "must be a list")),
     }
 }
 
@@ -177,9 +177,9 @@ impl Manifest {
                         .strip_prefix('{')
                         .and_then(|n| n.strip_suffix('}'))
                         .unwrap_or(name);
-                    let value = v.as_str().ok_or_else(|| {
-                        config_err(path, format!("manifest.{k}"), "must be a string")
-                    })?;
+                    let value = v
+                        .as_str()
+                        .ok_or_else(|| config_err(path, format!("manifest.{k}"), "must be a string"))?;
                     raw.insert(name.to_owned(), value.to_owned());
                 }
             }
@@ -222,11 +222,7 @@ impl Manifest {
         match entry.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => self.path(s, &field).map(Some),
-            Some(_) => Err(config_err(
-                &self.path,
-                field,
-                "must be a string (a file path)",
-            )),
+            Some(_) => Err(config_err(&self.path, field, "must be a string (a file path)")),
         }
     }
 
@@ -310,7 +306,10 @@ mod tests {
 
     #[test]
     fn variables_expand_recursively_and_paths_are_relative_to_the_config() {
-        let m = manifest(r#"{"manifest": {"$NETWORK_DIR": "${BASE_DIR}/net", "$COMPONENTS": "$NETWORK_DIR/comp"}}"#).unwrap();
+        let m = manifest(
+            r#"{"manifest": {"$NETWORK_DIR": "${BASE_DIR}/net", "$COMPONENTS": "$NETWORK_DIR/comp"}}"#,
+        )
+        .unwrap();
         assert_eq!(
             m.path("$COMPONENTS/x.h5", "f").unwrap(),
             PathBuf::from("/circuits/a/net/comp/x.h5")

@@ -16,11 +16,7 @@ pub(crate) fn read_entry(
     config: &Path,
     node_sizes: &HashMap<String, usize>,
 ) -> Result<Vec<EdgePopulation>> {
-    let file = h5::open_file(
-        &entry.edges_file,
-        config,
-        &format!("{}.edges_file", entry.field),
-    )?;
+    let file = h5::open_file(&entry.edges_file, config, &format!("{}.edges_file", entry.field))?;
     let path = entry.edges_file.as_path();
     let top = Ctx {
         file: path,
@@ -102,9 +98,12 @@ fn read_delays(ctx: &Ctx, pop: &hdf5_metno::Group, edges: usize) -> Result<Optio
         return Ok(None);
     }
     let group = h5::group(ctx, pop, "0")?;
-    let Some(ds) = h5::optional_dataset(ctx, &group, "delay")? else { return Ok(None) };
-    let values: Vec<f64> =
-        ds.read_raw::<f64>().map_err(|e| ctx.err(format!("{}/delay", group.name()), format!("cannot read: {e}")))?;
+    let Some(ds) = h5::optional_dataset(ctx, &group, "delay")? else {
+        return Ok(None);
+    };
+    let values: Vec<f64> = ds
+        .read_raw::<f64>()
+        .map_err(|e| ctx.err(format!("{}/delay", group.name()), format!("cannot read: {e}")))?;
     if values.len() != edges {
         return Ok(None);
     }

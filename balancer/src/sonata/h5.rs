@@ -29,11 +29,7 @@ impl Ctx<'_> {
 }
 
 /// Opens an HDF5 file; a missing file says which config field named it.
-pub(crate) fn open_file(
-    path: &Path,
-    config: &Path,
-    field: &str,
-) -> Result<hdf5::File, BalancerError> {
+pub(crate) fn open_file(path: &Path, config: &Path, field: &str) -> Result<hdf5::File, BalancerError> {
     let err = |message: String| BalancerError::Sonata {
         path: path.to_path_buf(),
         population: String::new(),
@@ -55,11 +51,7 @@ pub(crate) fn open_file(
 }
 
 /// A dataset that must exist.
-pub(crate) fn dataset(
-    ctx: &Ctx,
-    group: &hdf5::Group,
-    name: &str,
-) -> Result<hdf5::Dataset, BalancerError> {
+pub(crate) fn dataset(ctx: &Ctx, group: &hdf5::Group, name: &str) -> Result<hdf5::Dataset, BalancerError> {
     let field = format!("{}/{name}", group.name());
     if !group.link_exists(name) {
         return Err(ctx.err(field, "missing dataset"));
@@ -83,11 +75,7 @@ pub(crate) fn optional_dataset(
 }
 
 /// A sub-group that must exist.
-pub(crate) fn group(
-    ctx: &Ctx,
-    parent: &hdf5::Group,
-    name: &str,
-) -> Result<hdf5::Group, BalancerError> {
+pub(crate) fn group(ctx: &Ctx, parent: &hdf5::Group, name: &str) -> Result<hdf5::Group, BalancerError> {
     let field = format!("{}/{name}", parent.name().trim_end_matches('/'));
     if !parent.link_exists(name) {
         return Err(ctx.err(field, "missing group"));
@@ -235,11 +223,7 @@ pub(crate) fn read_strings(ctx: &Ctx, ds: &hdf5::Dataset) -> Result<Vec<String>,
 }
 
 /// Reads a scalar string attribute (e.g. `node_population`).
-pub(crate) fn read_str_attr(
-    ctx: &Ctx,
-    ds: &hdf5::Dataset,
-    name: &str,
-) -> Result<String, BalancerError> {
+pub(crate) fn read_str_attr(ctx: &Ctx, ds: &hdf5::Dataset, name: &str) -> Result<String, BalancerError> {
     let field = format!("{}@{name}", ds.name());
     let attr = ds
         .attr(name)

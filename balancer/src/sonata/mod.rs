@@ -154,10 +154,7 @@ impl Circuit {
                         path: pop.file,
                         population: pop.name,
                         field: entry.field.clone(),
-                        message: format!(
-                            "node population defined twice (also in {})",
-                            first.file.display()
-                        ),
+                        message: format!("node population defined twice (also in {})", first.file.display()),
                     });
                 }
                 node_populations.push(pop);
@@ -175,10 +172,7 @@ impl Circuit {
                         path: pop.file,
                         population: pop.name,
                         field: entry.field.clone(),
-                        message: format!(
-                            "edge population defined twice (also in {})",
-                            first.file.display()
-                        ),
+                        message: format!("edge population defined twice (also in {})", first.file.display()),
                     });
                 }
                 edge_populations.push(pop);
@@ -216,11 +210,7 @@ impl Circuit {
             ))
         })?;
         let mut counts = vec![0u32; pop.len()];
-        for edges in self
-            .edge_populations
-            .iter()
-            .filter(|e| e.target == population)
-        {
+        for edges in self.edge_populations.iter().filter(|e| e.target == population) {
             for &t in &edges.target_ids {
                 counts[t as usize] = counts[t as usize].saturating_add(1);
             }

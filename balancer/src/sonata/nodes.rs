@@ -51,22 +51,14 @@ impl NodeTypes {
             .iter()
             .map(str::to_owned)
             .collect();
-        let columns: HashMap<String, usize> = header
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.clone(), i))
-            .collect();
-        let id_col = *columns.get("node_type_id").ok_or_else(|| {
-            csv_err(
-                path,
-                "node_type_id",
-                "missing column (the header must name it)",
-            )
-        })?;
+        let columns: HashMap<String, usize> =
+            header.iter().enumerate().map(|(i, c)| (c.clone(), i)).collect();
+        let id_col = *columns
+            .get("node_type_id")
+            .ok_or_else(|| csv_err(path, "node_type_id", "missing column (the header must name it)"))?;
         let mut rows = HashMap::new();
         for (line, record) in reader.records().enumerate() {
-            let record =
-                record.map_err(|e| csv_err(path, format!("line {}", line + 2), e.to_string()))?;
+            let record = record.map_err(|e| csv_err(path, format!("line {}", line + 2), e.to_string()))?;
             let raw = record.get(id_col).unwrap_or("");
             let id: i64 = raw.parse().map_err(|_| {
                 csv_err(
@@ -201,9 +193,7 @@ fn read_population(
     }
     // Node types: every id (other than -1, "none") must be in the CSV when there is one.
     if let Some(t) = types {
-        if let Some(i) =
-            (0..n).find(|&i| node_type_id[i] != -1 && !t.rows.contains_key(&node_type_id[i]))
-        {
+        if let Some(i) = (0..n).find(|&i| node_type_id[i] != -1 && !t.rows.contains_key(&node_type_id[i])) {
             return Err(ctx.err(
                 format!("{}/node_type_id", pop.name()),
                 format!(
@@ -233,11 +223,7 @@ fn read_population(
     let groups = read_groups(ctx, pop, n)?;
     let mut strings = Interner::default();
     let column = |attr: &str, strings: &mut Interner| -> Result<Vec<u32>> {
-        let csv = types.and_then(|t| {
-            t.columns
-                .get(attr)
-                .map(|&c| (t, node_type_id.as_slice(), c))
-        });
+        let csv = types.and_then(|t| t.columns.get(attr).map(|&c| (t, node_type_id.as_slice(), c)));
         attribute(ctx, &groups, n, attr, csv, strings)
     };
     let model_type = column("model_type", &mut strings)?;
@@ -352,10 +338,7 @@ fn read_groups(ctx: &Ctx, pop: &hdf5::Group, n: usize) -> Result<Groups> {
     let index = h5::read_u32(ctx, &index_ds, 1 << 32, "group rows")?;
     for (ds, len) in [(&id_ds, ids.len()), (&index_ds, index.len())] {
         if len != n {
-            return Err(ctx.err(
-                ds.name(),
-                format!("has {len} entries but node_type_id has {n}"),
-            ));
+            return Err(ctx.err(ds.name(), format!("has {len} entries but node_type_id has {n}")));
         }
     }
     let mut groups: Vec<(u32, hdf5::Group)> = Vec::new();
@@ -407,7 +390,13 @@ fn attribute(
             if let Some((col, field)) = &columns[group_of[i] as usize] {
                 let row = row_of[i] as usize;
                 let v = *col.get(row).ok_or_else(|| {
-                    ctx.err(field.clone(), format!("node {i} is row {row} of its group (node_group_index), but {field} has {} rows", col.len()))
+                    ctx.err(
+                        field.clone(),
+                        format!(
+                            "node {i} is row {row} of its group (node_group_index), but {field} has {} rows",
+                            col.len()
+                        ),
+                    )
                 })?;
                 out[i] = v;
             }
@@ -447,10 +436,7 @@ fn group_column(
     let field = ds.name();
     if h5::is_string(&ds) {
         let values = h5::read_strings(ctx, &ds)?;
-        return Ok(Some((
-            values.iter().map(|s| strings.id(s)).collect(),
-            field,
-        )));
+        return Ok(Some((values.iter().map(|s| strings.id(s)).collect(), field)));
     }
     let has_library = group.link_exists("@library")
         && group

@@ -41,11 +41,18 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     let mut populations: Vec<PopulationAllocation> = dry_run
         .populations
         .iter()
-        .map(|p| PopulationAllocation { name: p.name.clone(), buckets: BTreeMap::new() })
+        .map(|p| PopulationAllocation {
+            name: p.name.clone(),
+            buckets: BTreeMap::new(),
+        })
         .collect();
     for (b, items) in members.iter().enumerate() {
         for c in items {
-            populations[c.population as usize].buckets.entry(labels[b]).or_default().push(c.gid);
+            populations[c.population as usize]
+                .buckets
+                .entry(labels[b])
+                .or_default()
+                .push(c.gid);
         }
     }
     for p in &mut populations {
@@ -53,7 +60,11 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
             gids.sort_unstable();
         }
     }
-    Allocation { ranks: config.ranks, cycles: config.cycles, populations }
+    Allocation {
+        ranks: config.ranks,
+        cycles: config.cycles,
+        populations,
+    }
 }
 
 /// Every cell, heaviest first; ties by population index, then gid. Cells of one metype
@@ -64,16 +75,28 @@ fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
         // Cells of one metype differ: a plain sort.
         let mut cells: Vec<Cell> = Vec::with_capacity(dry_run.cell_count());
         for (p, pop) in dry_run.populations.iter().enumerate() {
-            cells.extend(pop.cells().map(|(gid, m)| Cell { kb: dry_run.cell_kb(pop, gid, m), population: p as u32, gid }));
+            cells.extend(pop.cells().map(|(gid, m)| Cell {
+                kb: dry_run.cell_kb(pop, gid, m),
+                population: p as u32,
+                gid,
+            }));
         }
-        cells.sort_unstable_by(|a, b| b.kb.total_cmp(&a.kb).then(a.population.cmp(&b.population)).then(a.gid.cmp(&b.gid)));
+        cells.sort_unstable_by(|a, b| {
+            b.kb.total_cmp(&a.kb)
+                .then(a.population.cmp(&b.population))
+                .then(a.gid.cmp(&b.gid))
+        });
         return cells;
     }
     let kb = dry_run.metype_cell_kb();
     let mut per_metype: Vec<Vec<Cell>> = vec![Vec::new(); kb.len()];
     for (p, pop) in dry_run.populations.iter().enumerate() {
         for (m, gids) in &pop.metype_gids {
-            per_metype[*m].extend(gids.iter().map(|&gid| Cell { kb: kb[*m], population: p as u32, gid }));
+            per_metype[*m].extend(gids.iter().map(|&gid| Cell {
+                kb: kb[*m],
+                population: p as u32,
+                gid,
+            }));
         }
     }
     let mut order: Vec<usize> = (0..kb.len()).collect();
@@ -93,7 +116,8 @@ fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
 /// order (the order they were placed in). Cells are stored by value so that refinement
 /// scans contiguous memory.
 fn greedy(cells: &[Cell], nbuckets: usize) -> (Vec<f64>, Vec<Vec<Cell>>) {
-    let mut heap: BinaryHeap<Lightest<usize>> = (0..nbuckets).map(|key| Lightest { load: 0.0, key }).collect();
+    let mut heap: BinaryHeap<Lightest<usize>> =
+        (0..nbuckets).map(|key| Lightest { load: 0.0, key }).collect();
     let mut members = vec![Vec::new(); nbuckets];
     for c in cells {
         let mut top = heap.peek_mut().expect("at least one bucket");
@@ -143,7 +167,11 @@ fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
         let useful = |d: f64| d > eps && d < gap - eps;
         let mut best: Option<(f64, Transfer)> = None;
         let mut consider = |d: f64, t: Transfer| {
-            if useful(d) && best.as_ref().is_none_or(|(bd, _)| (d - half).abs() < (bd - half).abs()) {
+            if useful(d)
+                && best
+                    .as_ref()
+                    .is_none_or(|(bd, _)| (d - half).abs() < (bd - half).abs())
+            {
                 best = Some((d, t));
             }
         };
@@ -200,12 +228,17 @@ fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
 fn deal_to_ranks(loads: &[f64], ranks: u32, cycles: u32) -> Vec<Bucket> {
     let mut order: Vec<usize> = (0..loads.len()).collect();
     order.sort_by(|&a, &b| loads[b].total_cmp(&loads[a]).then(a.cmp(&b)));
-    let mut heap: BinaryHeap<Lightest<usize>> = (0..ranks as usize).map(|key| Lightest { load: 0.0, key }).collect();
+    let mut heap: BinaryHeap<Lightest<usize>> = (0..ranks as usize)
+        .map(|key| Lightest { load: 0.0, key })
+        .collect();
     let mut used = vec![0u32; ranks as usize];
     let mut labels = vec![Bucket { rank: 0, cycle: 0 }; loads.len()];
     for b in order {
         let mut top = heap.pop().expect("a rank with a free cycle");
-        labels[b] = Bucket { rank: top.key as u32, cycle: used[top.key] };
+        labels[b] = Bucket {
+            rank: top.key as u32,
+            cycle: used[top.key],
+        };
         used[top.key] += 1;
         top.load += loads[b];
         if used[top.key] < cycles {
@@ -220,7 +253,14 @@ mod tests {
     use super::*;
 
     fn cells(kbs: &[f64]) -> Vec<Cell> {
-        kbs.iter().enumerate().map(|(g, &kb)| Cell { kb, population: 0, gid: g as u32 }).collect()
+        kbs.iter()
+            .enumerate()
+            .map(|(g, &kb)| Cell {
+                kb,
+                population: 0,
+                gid: g as u32,
+            })
+            .collect()
     }
 
     #[test]

@@ -50,7 +50,11 @@ pub struct BalancerConfig {
 impl BalancerConfig {
     /// A builder with 1 rank, 1 cycle, [`Strategy::Lpt`].
     pub fn builder() -> BalancerConfigBuilder {
-        BalancerConfigBuilder(BalancerConfig { ranks: 1, cycles: 1, strategy: Strategy::Lpt })
+        BalancerConfigBuilder(BalancerConfig {
+            ranks: 1,
+            cycles: 1,
+            strategy: Strategy::Lpt,
+        })
     }
 
     /// Number of buckets (`ranks × cycles`).
@@ -63,7 +67,12 @@ impl BalancerConfig {
     /// available memory ([`crate::limits::check_buckets`]). Errors with
     /// [`BalancerError::InvalidParameter`] naming ranks, cycles, cells and the memory needed.
     pub fn check_size(&self, dry_run: &DryRun) -> Result<()> {
-        crate::limits::check_buckets(self.ranks, self.cycles, dry_run.cell_count() as u64, crate::limits::available_memory())
+        crate::limits::check_buckets(
+            self.ranks,
+            self.cycles,
+            dry_run.cell_count() as u64,
+            crate::limits::available_memory(),
+        )
     }
 }
 
@@ -88,10 +97,14 @@ impl BalancerConfigBuilder {
     pub fn build(self) -> Result<BalancerConfig> {
         let c = self.0;
         if c.ranks == 0 {
-            return Err(BalancerError::InvalidParameter("the number of target ranks must be at least 1, got 0".into()));
+            return Err(BalancerError::InvalidParameter(
+                "the number of target ranks must be at least 1, got 0".into(),
+            ));
         }
         if c.cycles == 0 {
-            return Err(BalancerError::InvalidParameter("the number of cycles must be at least 1, got 0".into()));
+            return Err(BalancerError::InvalidParameter(
+                "the number of cycles must be at least 1, got 0".into(),
+            ));
         }
         if (c.ranks as u64) * (c.cycles as u64) > u32::MAX as u64 {
             return Err(BalancerError::InvalidParameter(format!(
@@ -126,7 +139,10 @@ impl<K: Ord> Eq for Lightest<K> {}
 
 impl<K: Ord> Ord for Lightest<K> {
     fn cmp(&self, other: &Self) -> Ordering {
-        other.load.total_cmp(&self.load).then_with(|| other.key.cmp(&self.key))
+        other
+            .load
+            .total_cmp(&self.load)
+            .then_with(|| other.key.cmp(&self.key))
     }
 }
 

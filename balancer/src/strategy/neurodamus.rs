@@ -64,10 +64,17 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
             if !batch.is_empty() {
                 assign(&mut batch, &mut batch_kb);
             }
-            PopulationAllocation { name: pop.name.clone(), buckets: alloc }
+            PopulationAllocation {
+                name: pop.name.clone(),
+                buckets: alloc,
+            }
         })
         .collect();
-    Allocation { ranks: config.ranks, cycles: config.cycles, populations }
+    Allocation {
+        ranks: config.ranks,
+        cycles: config.cycles,
+        populations,
+    }
 }
 
 #[cfg(test)]

@@ -5,14 +5,19 @@ use std::path::PathBuf;
 /// Path of `../shared/data/<rel>` beside the workspace, or `None` (after printing why) when
 /// it is absent. Under `CI=true` a missing `../shared` is a failure, not a skip.
 pub fn shared_data(rel: &str) -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data").join(rel);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data")
+        .join(rel);
     if path.exists() {
         return Some(path);
     }
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("CI=true but {} is missing", path.display());
     }
-    eprintln!("SKIP: {} is absent (../shared is not beside the workspace)", path.display());
+    eprintln!(
+        "SKIP: {} is absent (../shared is not beside the workspace)",
+        path.display()
+    );
     None
 }
 
@@ -32,7 +37,10 @@ pub struct Unprivileged {
 }
 
 fn have(tool: &str) -> bool {
-    std::process::Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
+    std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 impl Unprivileged {
@@ -42,7 +50,11 @@ impl Unprivileged {
     pub fn new(test: &str) -> Option<Unprivileged> {
         use std::os::unix::fs::PermissionsExt;
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let root = status.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2)) == Some("0");
+        let root = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            == Some("0");
         if !root {
             eprintln!("SKIP {test}: not root, so the test cannot switch to the unprivileged user nobody");
             return None;
@@ -72,7 +84,13 @@ impl Unprivileged {
     pub fn run(&self, memlock: u64, args: &[&str]) -> std::process::Output {
         let _ = &self.dir;
         std::process::Command::new("runuser")
-            .args(["-u", "nobody", "--", "prlimit", &format!("--memlock={memlock}:{memlock}")])
+            .args([
+                "-u",
+                "nobody",
+                "--",
+                "prlimit",
+                &format!("--memlock={memlock}:{memlock}"),
+            ])
             .arg(&self.bin)
             .args(args)
             .current_dir(&self.work)

@@ -12,7 +12,10 @@ use ballast_balancer::BalancerConfig;
 use ballast_runtime::{ProcStatus, RecvSharing, TransportConfig};
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().expect("numbers: CELLS SYNAPSES RANKS")).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("numbers: CELLS SYNAPSES RANKS"))
+        .collect();
     let (cells, synapses, ranks) = match args[..] {
         [c, s, r] => (c as usize, s, r as u32),
         [] => (1_000_000, 100_000_000, 1024),
@@ -20,7 +23,12 @@ fn main() {
     };
     let t = Instant::now();
     let spec = CircuitSpec {
-        dry_run: SyntheticSpec { cells, metypes: 1000, populations: 2, seed: 1 },
+        dry_run: SyntheticSpec {
+            cells,
+            metypes: 1000,
+            populations: 2,
+            seed: 1,
+        },
         synapses,
         ..CircuitSpec::default()
     };
@@ -30,13 +38,21 @@ fn main() {
         circuit.network.connection_count(),
         t.elapsed().as_secs_f64()
     );
-    let config = BalancerConfig::builder().ranks(ranks).build().expect("valid config");
+    let config = BalancerConfig::builder()
+        .ranks(ranks)
+        .build()
+        .expect("valid config");
     println!(
         "{:<10} {:>9} {:>16} {:>16} {:>9} {:>11} {:>11}",
         "sharing", "seconds", "blind max KB", "aware max KB", "gain %", "blind peers", "aware peers"
     );
     for sharing in [RecvSharing::PerPeer, RecvSharing::Shared] {
-        let charge = TransportCharge { config: TransportConfig { recv_sharing: sharing, ..TransportConfig::default() } };
+        let charge = TransportCharge {
+            config: TransportConfig {
+                recv_sharing: sharing,
+                ..TransportConfig::default()
+            },
+        };
         let t = Instant::now();
         let r = balance_transport_aware(&circuit.dry_run, &circuit.network, &config, &charge);
         let secs = t.elapsed().as_secs_f64();
@@ -54,5 +70,8 @@ fn main() {
         );
     }
     let status = ProcStatus::read_self().expect("/proc/self/status");
-    println!("peak resident memory (VmHWM): {:.0} MiB", status.vm_hwm_kb as f64 / 1024.0);
+    println!(
+        "peak resident memory (VmHWM): {:.0} MiB",
+        status.vm_hwm_kb as f64 / 1024.0
+    );
 }

@@ -135,11 +135,17 @@ fn run() -> Res<()> {
             "--quick" => quick = true,
             "--size" => sizes.push(args.next().ok_or("--size needs a value")?.parse()?),
             "--help" | "-h" => {
-                println!("usage: mpirun -n 2 mpi_pingpong [--rounds R (default 7)] [--quick] [--size BYTES ...]");
+                println!(
+                    "usage: mpirun -n 2 mpi_pingpong [--rounds R (default 7)] [--quick] [--size BYTES ...]"
+                );
                 println!("ping-pong of raw rsmpi, raw polled, Ballast (the configuration of the environment) and Ballast's engine path; see docs/BENCHMARKS.md");
                 return Ok(());
             }
-            other => return Err(format!("unknown argument `{other}` (use --rounds R, --quick, --size BYTES)").into()),
+            other => {
+                return Err(
+                    format!("unknown argument `{other}` (use --rounds R, --quick, --size BYTES)").into(),
+                )
+            }
         }
     }
     if rounds == 0 {
@@ -190,8 +196,22 @@ fn run() -> Res<()> {
         println!("| size | iterations | raw rsmpi (µs, half round trip) | raw, polled (µs) | Ballast (µs) | Ballast, engine (µs) | Ballast / raw | engine / raw |");
         println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
         for (size, n, r, p, b, e) in rows {
-            let s = if size >= 1 << 20 { format!("{} MiB", size >> 20) } else if size >= 1 << 10 { format!("{} KiB", size >> 10) } else { format!("{size} B") };
-            println!("| {s} | {n} | {:.2} | {:.2} | {:.2} | {:.2} | **{:.3}** | {:.3} |", r * 1e6, p * 1e6, b * 1e6, e * 1e6, b / r, e / r);
+            let s = if size >= 1 << 20 {
+                format!("{} MiB", size >> 20)
+            } else if size >= 1 << 10 {
+                format!("{} KiB", size >> 10)
+            } else {
+                format!("{size} B")
+            };
+            println!(
+                "| {s} | {n} | {:.2} | {:.2} | {:.2} | {:.2} | **{:.3}** | {:.3} |",
+                r * 1e6,
+                p * 1e6,
+                b * 1e6,
+                e * 1e6,
+                b / r,
+                e / r
+            );
         }
     }
     Mpi::finish(comm)?;

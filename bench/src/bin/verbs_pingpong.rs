@@ -59,7 +59,12 @@ struct Args {
     #[arg(long, value_name = "R", default_value_t = 5, value_parser = at_least_one)]
     rounds: usize,
     /// Message sizes in bytes
-    #[arg(long, value_name = "a,b,..", value_delimiter = ',', default_value = "8,64,1024,8192,65536")]
+    #[arg(
+        long,
+        value_name = "a,b,..",
+        value_delimiter = ',',
+        default_value = "8,64,1024,8192,65536"
+    )]
     sizes: Vec<usize>,
     /// RDMA devices of rank 0 and rank 1 [default: $RXE_VM_DEV,$RXE_VM_DEV2, else the automatic choice]
     #[arg(long, value_name = "A,B", value_delimiter = ',')]
@@ -111,7 +116,8 @@ static ONE_WAY_SAMPLES: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::
 /// With `--one-way` and `BALLAST_VERBS_TRACE=tsc`: per message, the sender's stamp to its
 /// `ibv_post_send` (sender side), the sender's stamp to the CQ poll that returned it and that
 /// poll to `recv` returning (receiver side), in cycles.
-static SPLIT: std::sync::Mutex<[Vec<u64>; 4]> = std::sync::Mutex::new([Vec::new(), Vec::new(), Vec::new(), Vec::new()]);
+static SPLIT: std::sync::Mutex<[Vec<u64>; 4]> =
+    std::sync::Mutex::new([Vec::new(), Vec::new(), Vec::new(), Vec::new()]);
 
 fn iters(size: usize, quick: bool) -> usize {
     let n = ((16usize << 20) / size.max(1)).clamp(20, 5_000);
@@ -125,13 +131,24 @@ fn iters(size: usize, quick: bool) -> usize {
 /// Runs `n` round trips of `size` bytes; returns (mean half round-trip, median half
 /// round-trip) in seconds, timed per round trip on rank 0 (the median is what perftest's
 /// `ib_send_lat` reports as `t_typical`).
-fn half_rtt(comm: &mut Communicator, size: usize, n: usize, buf: &[u8]) -> ballast_runtime::Result<(f64, f64)> {
+fn half_rtt(
+    comm: &mut Communicator,
+    size: usize,
+    n: usize,
+    buf: &[u8],
+) -> ballast_runtime::Result<(f64, f64)> {
     half_rtt_parts(comm, size, n, buf, None)
 }
 
 /// [`half_rtt`], optionally recording per iteration the time spent in `isend`, in the
 /// receive and in the completion tests into `parts` (microseconds, this rank; `--breakdown`).
-fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mut parts: Option<&mut [Vec<f64>; 3]>) -> ballast_runtime::Result<(f64, f64)> {
+fn half_rtt_parts(
+    comm: &mut Communicator,
+    size: usize,
+    n: usize,
+    buf: &[u8],
+    mut parts: Option<&mut [Vec<f64>; 3]>,
+) -> ballast_runtime::Result<(f64, f64)> {
     let me = comm.rank();
     let peer = 1 - me;
     comm.barrier()?;
@@ -165,7 +182,11 @@ fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mu
             if one_way {
                 stamped[..8].copy_from_slice(&verbs::cycles::now().to_le_bytes());
             }
-            pending.push_back(isend_retry(comm, peer, if one_way { &stamped[..size] } else { &buf[..size] })?);
+            pending.push_back(isend_retry(
+                comm,
+                peer,
+                if one_way { &stamped[..size] } else { &buf[..size] },
+            )?);
             if one_way {
                 split_send(&stamped);
             }
@@ -195,7 +216,11 @@ fn half_rtt_parts(comm: &mut Communicator, size: usize, n: usize, buf: &[u8], mu
                 stamped[..size].copy_from_slice(&m.data);
                 stamped[..8].copy_from_slice(&verbs::cycles::now().to_le_bytes());
             }
-            pending.push_back(isend_retry(comm, peer, if one_way { &stamped[..size] } else { &m.data })?);
+            pending.push_back(isend_retry(
+                comm,
+                peer,
+                if one_way { &stamped[..size] } else { &m.data },
+            )?);
             if one_way {
                 split_send(&stamped);
             }
@@ -241,7 +266,11 @@ fn split_recv(got: &[u8], t1: u64) {
 }
 
 /// `isend` that progresses while the pool is exhausted.
-fn isend_retry(comm: &mut Communicator, peer: usize, data: &[u8]) -> ballast_runtime::Result<ballast_runtime::Request> {
+fn isend_retry(
+    comm: &mut Communicator,
+    peer: usize,
+    data: &[u8],
+) -> ballast_runtime::Result<ballast_runtime::Request> {
     loop {
         match comm.isend(peer, 1, data) {
             Err(ballast_runtime::Error::WouldBlock) => {
@@ -260,7 +289,10 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
     let (_, mut boot) = bootstrap::auto(&cfg)?;
     let mut comm = verbs::communicator(boot.as_mut(), &cfg)?;
     if comm.world_size() != 2 {
-        return Err(ballast_runtime::Error::InvalidRank { rank: 2, world_size: comm.world_size() });
+        return Err(ballast_runtime::Error::InvalidRank {
+            rank: 2,
+            world_size: comm.world_size(),
+        });
     }
     let buf = vec![7u8; sizes.iter().copied().max().unwrap_or(8)];
     // Warm-up: connects the QPs.
@@ -280,7 +312,10 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
             std::hint::black_box(Instant::now());
         }
         println!("clock read (Instant::now): {:.2} us each; round trips are timed with the cycle counter ({:.0} ticks/us), as ib_send_lat does", t.elapsed().as_secs_f64() * 1e3, verbs::cycles::per_us());
-        println!("{:>10} {:>10} {:>12} {:>12} {:>12}", "bytes", "iters", "typical us", "mean us", "MB/s");
+        println!(
+            "{:>10} {:>10} {:>12} {:>12} {:>12}",
+            "bytes", "iters", "typical us", "mean us", "MB/s"
+        );
     }
     for &size in sizes {
         let n = iters(size, quick);
@@ -295,7 +330,12 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
         typs.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
         let (mean, typ) = (means[means.len() / 2], typs[typs.len() / 2]);
         if comm.rank() == 0 {
-            println!("{size:>10} {n:>10} {:>12.2} {:>12.2} {:>12.1}", typ * 1e6, mean * 1e6, size as f64 / mean / 1e6);
+            println!(
+                "{size:>10} {n:>10} {:>12.2} {:>12.2} {:>12.1}",
+                typ * 1e6,
+                mean * 1e6,
+                size as f64 / mean / 1e6
+            );
             if size == 8 {
                 println!("ballast_verbs_8B_half_rtt_us={:.2}", typ * 1e6);
                 println!("ballast_verbs_8B_mean_half_rtt_us={:.2}", mean * 1e6);
@@ -307,21 +347,36 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
         if !v.is_empty() {
             v.sort_unstable();
             let us = verbs::cycles::per_us();
-            println!("rank {} one-way isend -> recv returned 8 B, median {:.2} us, p10 {:.2} us over {}", comm.rank(), v[v.len() / 2] as f64 / us, v[v.len() / 10] as f64 / us, v.len());
+            println!(
+                "rank {} one-way isend -> recv returned 8 B, median {:.2} us, p10 {:.2} us over {}",
+                comm.rank(),
+                v[v.len() / 2] as f64 / us,
+                v[v.len() / 10] as f64 / us,
+                v.len()
+            );
         }
         let mut g = verbs::counters::take_since_empty();
         if !g.is_empty() {
             g.sort_unstable();
             let us = verbs::cycles::per_us();
-            println!("rank {} receive seen, since the last empty CQ poll (p10/p50/p90): {:.2} / {:.2} / {:.2} us", comm.rank(), g[g.len() / 10] as f64 / us, g[g.len() / 2] as f64 / us, g[g.len() * 9 / 10] as f64 / us);
+            println!(
+                "rank {} receive seen, since the last empty CQ poll (p10/p50/p90): {:.2} / {:.2} / {:.2} us",
+                comm.rank(),
+                g[g.len() / 10] as f64 / us,
+                g[g.len() / 2] as f64 / us,
+                g[g.len() * 9 / 10] as f64 / us
+            );
         }
         let mut s = std::mem::take(&mut *SPLIT.lock().expect("split"));
         if s[..3].iter().all(|v| !v.is_empty()) {
             let us = verbs::cycles::per_us();
-            let m: Vec<f64> = s[..3].iter_mut().map(|v| {
-                v.sort_unstable();
-                v[v.len() / 2] as f64 / us
-            }).collect();
+            let m: Vec<f64> = s[..3]
+                .iter_mut()
+                .map(|v| {
+                    v.sort_unstable();
+                    v[v.len() / 2] as f64 / us
+                })
+                .collect();
             println!("rank {} one-way split (medians): sender stamp -> ibv_post_send {:.2} us (sent {}); sender stamp -> CQ poll returned it {:.2} us, that poll -> recv returned {:.2} us (received {})", comm.rank(), m[0], s[0].len(), m[1], m[2], s[1].len());
         }
         if !s[3].is_empty() {
@@ -342,12 +397,18 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
             comm.barrier()?;
             std::net::TcpStream::connect("127.0.0.1:7777").expect("connect 7777")
         };
-        let o = verbs::raw_pingpong::RawOptions { one_way: true, ..Default::default() };
+        let o = verbs::raw_pingpong::RawOptions {
+            one_way: true,
+            ..Default::default()
+        };
         let out = verbs::raw_pingpong::run(cfg.verbs(), &mut stream, comm.rank() == 0, &o)?;
         if comm.rank() == 0 {
             let mut v = out;
             v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-            println!("raw inside the Ballast process: typical {:.2} us", v[v.len() / 2] * 1e6);
+            println!(
+                "raw inside the Ballast process: typical {:.2} us",
+                v[v.len() / 2] * 1e6
+            );
         }
         comm.barrier()?;
     }
@@ -356,14 +417,22 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
         for _ in 0..10_000 {
             comm.progress()?;
         }
-        println!("rank {} idle progress call: {:.2} us", comm.rank(), t.elapsed().as_secs_f64() * 1e2);
+        println!(
+            "rank {} idle progress call: {:.2} us",
+            comm.rank(),
+            t.elapsed().as_secs_f64() * 1e2
+        );
         comm.barrier()?;
         let n = iters(8, quick);
         let mut parts: [Vec<f64>; 3] = Default::default();
         let c0 = verbs::counters::snapshot();
         half_rtt_parts(&mut comm, 8, n, &buf, Some(&mut parts))?;
         let c1 = verbs::counters::snapshot();
-        let per: Vec<String> = verbs::counters::NAMES.iter().zip(c0.iter().zip(c1.iter())).map(|(name, (a, b))| format!("{name} {:.2}", (b - a) as f64 / n as f64)).collect();
+        let per: Vec<String> = verbs::counters::NAMES
+            .iter()
+            .zip(c0.iter().zip(c1.iter()))
+            .map(|(name, (a, b))| format!("{name} {:.2}", (b - a) as f64 / n as f64))
+            .collect();
         println!("rank {} per round trip: {}", comm.rank(), per.join(", "));
         let mut g = verbs::counters::take_gaps();
         if !g.is_empty() {
@@ -383,17 +452,44 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
         if !rows.is_empty() {
             let hz = verbs::cycles::per_us();
             // Stamp 0: the CQ poll returned a receive; step k runs from stamp k-1 to stamp k.
-            let names = ["engine's arrival (matching)", "SRQ repost (deferred: a push)", "rest of the fabric poll", "engine settle", "rest of engine progress", "caller until isend", "isend until the fabric's post_send", "post_send until ibv_post_send", "ibv_post_send"];
+            let names = [
+                "engine's arrival (matching)",
+                "SRQ repost (deferred: a push)",
+                "rest of the fabric poll",
+                "engine settle",
+                "rest of engine progress",
+                "caller until isend",
+                "isend until the fabric's post_send",
+                "post_send until ibv_post_send",
+                "ibv_post_send",
+            ];
             let parts: Vec<String> = (1..verbs::counters::STAMP_SLOTS)
                 .map(|k| {
-                    let mut v: Vec<f64> = rows.iter().filter(|r| r[k] != 0 && r[k - 1] != 0).map(|r| r[k].saturating_sub(r[k - 1]) as f64 / hz).collect();
+                    let mut v: Vec<f64> = rows
+                        .iter()
+                        .filter(|r| r[k] != 0 && r[k - 1] != 0)
+                        .map(|r| r[k].saturating_sub(r[k - 1]) as f64 / hz)
+                        .collect();
                     v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-                    format!("{} {:.2} ({})", names[k - 1], v.get(v.len() / 2).copied().unwrap_or(-1.0), v.len())
+                    format!(
+                        "{} {:.2} ({})",
+                        names[k - 1],
+                        v.get(v.len() / 2).copied().unwrap_or(-1.0),
+                        v.len()
+                    )
                 })
                 .collect();
-            let mut tot: Vec<f64> = rows.iter().map(|r| r[9].saturating_sub(r[0]) as f64 / hz).collect();
+            let mut tot: Vec<f64> = rows
+                .iter()
+                .map(|r| r[9].saturating_sub(r[0]) as f64 / hz)
+                .collect();
             tot.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-            println!("rank {} receive -> reply by cycle-counter stamps ({hz:.0}/us), medians us: total {:.2}; {}", comm.rank(), tot[tot.len() / 2], parts.join(", "));
+            println!(
+                "rank {} receive -> reply by cycle-counter stamps ({hz:.0}/us), medians us: total {:.2}; {}",
+                comm.rank(),
+                tot[tot.len() / 2],
+                parts.join(", ")
+            );
         }
         let mut a = verbs::counters::take_arrivals();
         if !a.is_empty() {
@@ -405,7 +501,13 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
             v.get(v.len() / 2).copied().unwrap_or(0.0)
         };
         let [a, b, c] = &mut parts;
-        println!("rank {} 8 B breakdown, median per iteration: isend {:.1} us, recv {:.1} us, send tests {:.1} us", comm.rank(), med(a), med(b), med(c));
+        println!(
+            "rank {} 8 B breakdown, median per iteration: isend {:.1} us, recv {:.1} us, send tests {:.1} us",
+            comm.rank(),
+            med(a),
+            med(b),
+            med(c)
+        );
     }
     verbs::finish(comm)
 }
@@ -414,7 +516,12 @@ pub fn main() {
     // Parsed first, so that `--help` and bad switches are answered before anything else.
     let args = Args::parse();
     if let (false, Some(a)) = (args.bench, args.bench_filter.first()) {
-        <Args as clap::CommandFactory>::command().error(clap::error::ErrorKind::UnknownArgument, format!("unexpected argument '{a}' found")).exit();
+        <Args as clap::CommandFactory>::command()
+            .error(
+                clap::error::ErrorKind::UnknownArgument,
+                format!("unexpected argument '{a}' found"),
+            )
+            .exit();
     }
     // Forwarded as given to the two ranks this process starts (which parse them again).
     let forward: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -441,15 +548,25 @@ pub fn main() {
         }
     }
     let devices: Vec<String> = if args.devices.is_empty() {
-        ["RXE_VM_DEV", "RXE_VM_DEV2"].iter().filter_map(|v| std::env::var(v).ok()).collect()
+        ["RXE_VM_DEV", "RXE_VM_DEV2"]
+            .iter()
+            .filter_map(|v| std::env::var(v).ok())
+            .collect()
     } else {
         args.devices.clone()
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
     let children: Vec<_> = (0..2)
         .map(|r| {
             let mut c = Command::new(std::env::current_exe().expect("own path"));
-            c.args(&forward).env("BALLAST_ROOT", format!("127.0.0.1:{port}")).env("BALLAST_RANK", r.to_string()).env("BALLAST_SIZE", "2");
+            c.args(&forward)
+                .env("BALLAST_ROOT", format!("127.0.0.1:{port}"))
+                .env("BALLAST_RANK", r.to_string())
+                .env("BALLAST_SIZE", "2");
             if !devices.is_empty() {
                 c.env("BALLAST_IB_DEVICE", &devices[r % devices.len()]);
             }
@@ -476,9 +593,24 @@ mod tests {
         use clap::CommandFactory;
         Args::command().debug_assert();
         let a = Args::try_parse_from(["verbs_pingpong"]).expect("no switches");
-        assert_eq!((a.rounds, a.sizes.as_slice(), a.quiet_us), (5, &[8, 64, 1024, 8192, 65536][..], 0));
-        let a = Args::try_parse_from(["verbs_pingpong", "--sizes", "8,1024", "--devices", "a,b", "--one-way", "--bench"]).expect("switches");
-        assert_eq!((a.sizes.as_slice(), a.devices.as_slice(), a.one_way), (&[8, 1024][..], &["a".to_string(), "b".to_string()][..], true));
+        assert_eq!(
+            (a.rounds, a.sizes.as_slice(), a.quiet_us),
+            (5, &[8, 64, 1024, 8192, 65536][..], 0)
+        );
+        let a = Args::try_parse_from([
+            "verbs_pingpong",
+            "--sizes",
+            "8,1024",
+            "--devices",
+            "a,b",
+            "--one-way",
+            "--bench",
+        ])
+        .expect("switches");
+        assert_eq!(
+            (a.sizes.as_slice(), a.devices.as_slice(), a.one_way),
+            (&[8, 1024][..], &["a".to_string(), "b".to_string()][..], true)
+        );
         // `cargo bench` appends `--bench`, after a filter if one is given.
         assert!(Args::try_parse_from(["verbs_pingpong", "filter", "--bench"]).is_ok());
         assert!(Args::try_parse_from(["verbs_pingpong", "--one_way"]).is_err());

@@ -45,7 +45,12 @@ use clap::Parser;
 )]
 struct Args {
     /// Variants to run, one initiator child each (see below)
-    #[arg(long, value_name = "a,b,..", value_delimiter = ',', default_value = "perftest")]
+    #[arg(
+        long,
+        value_name = "a,b,..",
+        value_delimiter = ',',
+        default_value = "perftest"
+    )]
     variants: Vec<String>,
     /// RDMA devices of the responder and the initiator [default: $RXE_VM_DEV,$RXE_VM_DEV2]
     #[arg(long, value_name = "A,B", value_delimiter = ',')]
@@ -141,14 +146,35 @@ struct Switches {
 }
 
 /// The parts a variant name may combine with `+`.
-const PARTS: [&str; 17] = ["perftest", "ballast", "srq", "sge2", "imm", "one-cq", "cq1024", "sq64", "rx64", "batch32", "pool", "yield", "timeout16", "backoff", "mesh", "wait-send", "unsignalled"];
+const PARTS: [&str; 17] = [
+    "perftest",
+    "ballast",
+    "srq",
+    "sge2",
+    "imm",
+    "one-cq",
+    "cq1024",
+    "sq64",
+    "rx64",
+    "batch32",
+    "pool",
+    "yield",
+    "timeout16",
+    "backoff",
+    "mesh",
+    "wait-send",
+    "unsignalled",
+];
 
 /// The settings of variant `name` (parts joined by `+`); an unknown part is an error.
 fn variant(name: &str) -> Result<RawOptions, String> {
     let mut o = RawOptions::default();
     for part in name.split('+') {
         if !PARTS.contains(&part) {
-            return Err(format!("unknown variant `{part}` in `{name}` (known: {})", PARTS.join(", ")));
+            return Err(format!(
+                "unknown variant `{part}` in `{name}` (known: {})",
+                PARTS.join(", ")
+            ));
         }
         // `ballast`: every verbs setting of Ballast's fabric, and its idle loop (`backoff`).
         let p = if part == "ballast" { "*" } else { part };
@@ -284,7 +310,10 @@ fn main() {
     // Forwarded as given to each initiator child (which parses them again).
     let forward: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let devices: Vec<String> = if args.devices.is_empty() {
-        ["RXE_VM_DEV", "RXE_VM_DEV2"].iter().filter_map(|v| std::env::var(v).ok()).collect()
+        ["RXE_VM_DEV", "RXE_VM_DEV2"]
+            .iter()
+            .filter_map(|v| std::env::var(v).ok())
+            .collect()
     } else {
         args.devices.clone()
     };
@@ -303,12 +332,22 @@ fn main() {
                 if o.time_post {
                     let mut p = v.split_off(o.iters);
                     p.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-                    println!("raw {name:<24} ibv_post_send median {:.2} us, p10 {:.2} us", p[p.len() / 2] * 1e6, p[p.len() / 10] * 1e6);
+                    println!(
+                        "raw {name:<24} ibv_post_send median {:.2} us, p10 {:.2} us",
+                        p[p.len() / 2] * 1e6,
+                        p[p.len() / 10] * 1e6
+                    );
                 }
                 let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
                 v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
                 let med = v.get(v.len() / 2).copied().unwrap_or(0.0);
-                println!("raw {name:<24} {:>6} B x{:<6} typical {:>9.2} us  mean {:>9.2} us", o.size, o.iters, med * 1e6, mean * 1e6);
+                println!(
+                    "raw {name:<24} {:>6} B x{:<6} typical {:>9.2} us  mean {:>9.2} us",
+                    o.size,
+                    o.iters,
+                    med * 1e6,
+                    mean * 1e6
+                );
                 if name == "perftest" && o.size == 8 {
                     println!("raw_verbs_8B_half_rtt_us={:.2}", med * 1e6);
                 }
@@ -366,17 +405,47 @@ mod tests {
         assert_eq!(a.variants, ["perftest"]);
         let mut o = variant("ballast").expect("ballast");
         apply(&mut o, &a.switches);
-        assert_eq!((o.srq, o.rx_depth, o.cq_entries, o.timeout, o.inline, o.clock_idle, o.yield_idle, o.mesh_every), (true, 64, 1024, 16, true, true, false, 0));
+        assert_eq!(
+            (
+                o.srq,
+                o.rx_depth,
+                o.cq_entries,
+                o.timeout,
+                o.inline,
+                o.clock_idle,
+                o.yield_idle,
+                o.mesh_every
+            ),
+            (true, 64, 1024, 16, true, true, false, 0)
+        );
         let o = variant("ballast+mesh").expect("ballast+mesh");
         assert_eq!((o.srq, o.mesh_every), (true, 64));
         assert!(variant("srqq").is_err());
         assert!(variant("srq+nope").is_err());
         // What the parent passes its child: its own switches, then `--connect` and `--variant`.
-        let a = Args::try_parse_from(["verbs_raw_pingpong", "--variants", "srq,imm", "--iters", "10", "--imm", "--no-inline", "--timeout", "7", "--connect", "4000", "--variant", "srq"]).expect("child");
+        let a = Args::try_parse_from([
+            "verbs_raw_pingpong",
+            "--variants",
+            "srq,imm",
+            "--iters",
+            "10",
+            "--imm",
+            "--no-inline",
+            "--timeout",
+            "7",
+            "--connect",
+            "4000",
+            "--variant",
+            "srq",
+        ])
+        .expect("child");
         assert_eq!((a.connect, a.variant.as_deref()), (Some(4000), Some("srq")));
         let mut o = variant(a.variant.as_deref().expect("variant")).expect("srq");
         apply(&mut o, &a.switches);
-        assert_eq!((o.iters, o.srq, o.imm, o.inline, o.timeout, o.size), (10, true, true, false, 7, 8));
+        assert_eq!(
+            (o.iters, o.srq, o.imm, o.inline, o.timeout, o.size),
+            (10, true, true, false, 7, 8)
+        );
         assert!(Args::try_parse_from(["verbs_raw_pingpong", "--srqq"]).is_err());
         assert!(Args::try_parse_from(["verbs_raw_pingpong", "--cq", "x"]).is_err());
     }

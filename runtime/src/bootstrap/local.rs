@@ -24,10 +24,21 @@ impl LocalBootstrap {
     /// Errors: [`Error::InvalidRank`] when `n` is 0.
     pub fn group(n: usize) -> Result<Vec<LocalBootstrap>> {
         if n == 0 {
-            return Err(Error::InvalidRank { rank: 0, world_size: 0 });
+            return Err(Error::InvalidRank {
+                rank: 0,
+                world_size: 0,
+            });
         }
-        let board = Arc::new(Board { slots: Mutex::new(vec![None; n]), barrier: Barrier::new(n) });
-        Ok((0..n).map(|rank| LocalBootstrap { rank, board: board.clone() }).collect())
+        let board = Arc::new(Board {
+            slots: Mutex::new(vec![None; n]),
+            barrier: Barrier::new(n),
+        });
+        Ok((0..n)
+            .map(|rank| LocalBootstrap {
+                rank,
+                board: board.clone(),
+            })
+            .collect())
     }
 }
 
@@ -43,7 +54,13 @@ impl Bootstrap for LocalBootstrap {
     fn all_gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.board.slots.lock()[self.rank] = Some(data.to_vec());
         self.board.barrier.wait();
-        let all: Vec<Vec<u8>> = self.board.slots.lock().iter().map(|s| s.clone().unwrap_or_default()).collect();
+        let all: Vec<Vec<u8>> = self
+            .board
+            .slots
+            .lock()
+            .iter()
+            .map(|s| s.clone().unwrap_or_default())
+            .collect();
         // Nobody overwrites a slot before everybody has read it.
         self.board.barrier.wait();
         Ok(all)

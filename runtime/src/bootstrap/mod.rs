@@ -59,14 +59,21 @@ impl Kept {
 
     /// The growth since `earlier` (a previous value of the same bootstrap's [`Bootstrap::kept`]).
     pub fn since(&self, earlier: &Kept) -> Kept {
-        Kept { vm_pin_kb: self.vm_pin_kb - earlier.vm_pin_kb, vm_rss_kb: self.vm_rss_kb - earlier.vm_rss_kb }
+        Kept {
+            vm_pin_kb: self.vm_pin_kb - earlier.vm_pin_kb,
+            vm_rss_kb: self.vm_rss_kb - earlier.vm_rss_kb,
+        }
     }
 
     /// `start` with this growth added: the baseline against which what the transport itself
     /// added is measured, when this growth happened after `start`.
     pub fn shift(&self, start: &ProcStatus) -> ProcStatus {
         let add = |v: u64, d: i64| (v as i64 + d).max(0) as u64;
-        ProcStatus { vm_pin_kb: add(start.vm_pin_kb, self.vm_pin_kb), vm_rss_kb: add(start.vm_rss_kb, self.vm_rss_kb), ..*start }
+        ProcStatus {
+            vm_pin_kb: add(start.vm_pin_kb, self.vm_pin_kb),
+            vm_rss_kb: add(start.vm_rss_kb, self.vm_rss_kb),
+            ..*start
+        }
     }
 }
 
@@ -120,7 +127,11 @@ impl Launch {
     pub fn new(config: &RuntimeConfig) -> Result<Launch> {
         let at_start = ProcStatus::read_self().unwrap_or_default();
         #[cfg(feature = "mpi")]
-        let mpi = if mpi_launch(config) { Some(crate::mpi::Mpi::init()?) } else { None };
+        let mpi = if mpi_launch(config) {
+            Some(crate::mpi::Mpi::init()?)
+        } else {
+            None
+        };
         let (kind, boot) = auto(config)?;
         Ok(Launch {
             boot,
@@ -185,13 +196,33 @@ mod tests {
 
     #[test]
     fn kept_growth_shifts_the_baseline() {
-        let s = |pin, rss| ProcStatus { vm_pin_kb: pin, vm_rss_kb: rss, vm_data_kb: 7, ..ProcStatus::default() };
+        let s = |pin, rss| ProcStatus {
+            vm_pin_kb: pin,
+            vm_rss_kb: rss,
+            vm_data_kb: 7,
+            ..ProcStatus::default()
+        };
         let mut k = Kept::default();
         k.add(&s(100, 5000), &s(10340, 9000));
         k.add(&s(10340, 9000), &s(10340, 8000));
-        assert_eq!(k, Kept { vm_pin_kb: 10240, vm_rss_kb: 3000 });
-        let earlier = Kept { vm_pin_kb: 240, vm_rss_kb: 4000 };
-        assert_eq!(k.since(&earlier), Kept { vm_pin_kb: 10000, vm_rss_kb: -1000 });
+        assert_eq!(
+            k,
+            Kept {
+                vm_pin_kb: 10240,
+                vm_rss_kb: 3000
+            }
+        );
+        let earlier = Kept {
+            vm_pin_kb: 240,
+            vm_rss_kb: 4000,
+        };
+        assert_eq!(
+            k.since(&earlier),
+            Kept {
+                vm_pin_kb: 10000,
+                vm_rss_kb: -1000
+            }
+        );
         // The baseline moves by the growth; other counters are kept; it never goes below 0.
         assert_eq!(k.since(&earlier).shift(&s(50, 600)), s(10050, 0));
         assert_eq!(k.shift(&s(1, 2)), s(10241, 3002));
@@ -201,12 +232,21 @@ mod tests {
     #[test]
     fn mpi_initialised_for_the_bootstrap_only_under_an_mpi_launcher_without_root() {
         let cfg = |vars: &[(&str, &str)]| {
-            let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            RuntimeConfig::from_vars(move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())).unwrap()
+            let vars: Vec<(String, String)> =
+                vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            RuntimeConfig::from_vars(move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+                .unwrap()
         };
-        assert!(mpi_launch(&cfg(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4")])));
+        assert!(mpi_launch(&cfg(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "4")
+        ])));
         assert!(mpi_launch(&cfg(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")])));
-        assert!(!mpi_launch(&cfg(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4"), ("BALLAST_ROOT", "127.0.0.1:4000")])));
+        assert!(!mpi_launch(&cfg(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("BALLAST_ROOT", "127.0.0.1:4000")
+        ])));
         assert!(!mpi_launch(&cfg(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "4")])));
         assert!(!mpi_launch(&cfg(&[])));
     }

@@ -28,9 +28,15 @@ impl MpiBootstrap {
     /// initialised or already finalised.
     pub fn new() -> Result<MpiBootstrap> {
         if !rsmpi::environment::is_initialized() || rsmpi::environment::is_finalized() {
-            return Err(Error::Mpi("the MPI bootstrap needs an initialised (not finalised) MPI".into()));
+            return Err(Error::Mpi(
+                "the MPI bootstrap needs an initialised (not finalised) MPI".into(),
+            ));
         }
-        Ok(MpiBootstrap { comm: SimpleCommunicator::world().duplicate(), round_bytes: ROUND_BYTES, kept: Kept::default() })
+        Ok(MpiBootstrap {
+            comm: SimpleCommunicator::world().duplicate(),
+            round_bytes: ROUND_BYTES,
+            kept: Kept::default(),
+        })
     }
 
     /// Caps the bytes moved per round (all ranks together, at least one byte per rank), to
@@ -76,7 +82,14 @@ impl MpiBootstrap {
         for round in 0..rounds {
             let piece = |len: u64| len.saturating_sub(round * per).min(per);
             let counts: Vec<Count> = lens.iter().map(|&l| piece(l) as Count).collect();
-            let displs: Vec<Count> = counts.iter().scan(0, |acc, &c| { let d = *acc; *acc += c; Some(d) }).collect();
+            let displs: Vec<Count> = counts
+                .iter()
+                .scan(0, |acc, &c| {
+                    let d = *acc;
+                    *acc += c;
+                    Some(d)
+                })
+                .collect();
             let total: usize = counts.iter().map(|&c| c as usize).sum();
             buf.resize(total, 0);
             let from = (round * per).min(data.len() as u64) as usize;

@@ -40,7 +40,10 @@ fn err(msg: String) -> Error {
 }
 
 fn resolve(root: &str) -> Result<Vec<SocketAddr>> {
-    let addrs: Vec<SocketAddr> = root.to_socket_addrs().map_err(|e| err(format!("BALLAST_ROOT `{root}` is not host:port: {e}")))?.collect();
+    let addrs: Vec<SocketAddr> = root
+        .to_socket_addrs()
+        .map_err(|e| err(format!("BALLAST_ROOT `{root}` is not host:port: {e}")))?
+        .collect();
     if addrs.is_empty() {
         return Err(err(format!("BALLAST_ROOT `{root}` resolves to no address")));
     }
@@ -69,7 +72,10 @@ impl TcpBootstrap {
     /// Connects from the launcher's environment (`BALLAST_ROOT`, rank and size, timeout).
     /// Errors: [`Error::Bootstrap`] when any of them is missing, and those of [`TcpBootstrap::new`].
     pub fn connect(cfg: &BootstrapConfig) -> Result<TcpBootstrap> {
-        let root = cfg.root.as_deref().ok_or_else(|| err("BALLAST_ROOT (host:port of rank 0) is not set".into()))?;
+        let root = cfg
+            .root
+            .as_deref()
+            .ok_or_else(|| err("BALLAST_ROOT (host:port of rank 0) is not set".into()))?;
         let (Some(rank), Some(size)) = (cfg.rank, cfg.size) else {
             return Err(err("no rank/size in the environment (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE)".into()));
         };
@@ -81,7 +87,10 @@ impl TcpBootstrap {
     /// ranks did not show up (at rank 0) or that rank 0 could not be reached (elsewhere).
     pub fn new(root: &str, rank: usize, size: usize, timeout: Duration) -> Result<TcpBootstrap> {
         if size == 0 || rank >= size || size > u32::MAX as usize {
-            return Err(Error::InvalidRank { rank, world_size: size });
+            return Err(Error::InvalidRank {
+                rank,
+                world_size: size,
+            });
         }
         let addrs = resolve(root)?;
         let deadline = Instant::now() + timeout;
@@ -92,11 +101,24 @@ impl TcpBootstrap {
         } else {
             Links::Leaf(Self::reach_root(root, &addrs, rank, size, timeout, deadline)?)
         };
-        Ok(TcpBootstrap { rank, size, root: root.to_string(), timeout, links })
+        Ok(TcpBootstrap {
+            rank,
+            size,
+            root: root.to_string(),
+            timeout,
+            links,
+        })
     }
 
-    fn accept_all(root: &str, addrs: &[SocketAddr], size: usize, timeout: Duration, deadline: Instant) -> Result<Vec<Option<TcpStream>>> {
-        let listener = TcpListener::bind(addrs).map_err(|e| err(format!("rank 0 cannot listen at {root}: {e}")))?;
+    fn accept_all(
+        root: &str,
+        addrs: &[SocketAddr],
+        size: usize,
+        timeout: Duration,
+        deadline: Instant,
+    ) -> Result<Vec<Option<TcpStream>>> {
+        let listener =
+            TcpListener::bind(addrs).map_err(|e| err(format!("rank 0 cannot listen at {root}: {e}")))?;
         listener.set_nonblocking(true)?;
         let mut links: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
         let mut present = 1;
@@ -104,7 +126,11 @@ impl TcpBootstrap {
             match listener.accept() {
                 Ok((mut s, peer)) => {
                     s.set_nonblocking(false)?;
-                    s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10))))?;
+                    s.set_read_timeout(Some(
+                        deadline
+                            .saturating_duration_since(Instant::now())
+                            .max(Duration::from_millis(10)),
+                    ))?;
                     let mut hello = [0u8; 12];
                     if s.read_exact(&mut hello).is_err() || &hello[..4] != MAGIC {
                         continue; // not one of ours (a port scanner, a stale client): ignore it
@@ -112,10 +138,14 @@ impl TcpBootstrap {
                     let r = u32::from_le_bytes(hello[4..8].try_into().expect("4")) as usize;
                     let n = u32::from_le_bytes(hello[8..12].try_into().expect("4")) as usize;
                     if n != size {
-                        return Err(err(format!("rank {r} (from {peer}) says the job has {n} ranks, rank 0 says {size}")));
+                        return Err(err(format!(
+                            "rank {r} (from {peer}) says the job has {n} ranks, rank 0 says {size}"
+                        )));
                     }
                     if r == 0 || r >= size || links[r].is_some() {
-                        return Err(err(format!("a process at {peer} claims rank {r}, which is invalid or already present")));
+                        return Err(err(format!(
+                            "a process at {peer} claims rank {r}, which is invalid or already present"
+                        )));
                     }
                     s.set_nodelay(true)?;
                     links[r] = Some(s);
@@ -136,18 +166,29 @@ impl TcpBootstrap {
         Ok(links)
     }
 
-    fn reach_root(root: &str, addrs: &[SocketAddr], rank: usize, size: usize, timeout: Duration, deadline: Instant) -> Result<TcpStream> {
+    fn reach_root(
+        root: &str,
+        addrs: &[SocketAddr],
+        rank: usize,
+        size: usize,
+        timeout: Duration,
+        deadline: Instant,
+    ) -> Result<TcpStream> {
         loop {
             let mut last = None;
             for a in addrs {
-                let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(10));
                 match TcpStream::connect_timeout(a, left) {
                     Ok(mut s) => {
                         s.set_nodelay(true)?;
                         let mut hello = MAGIC.to_vec();
                         hello.extend_from_slice(&(rank as u32).to_le_bytes());
                         hello.extend_from_slice(&(size as u32).to_le_bytes());
-                        s.write_all(&hello).map_err(|e| err(format!("rank {rank}: sending hello to rank 0 at {root}: {e}")))?;
+                        s.write_all(&hello).map_err(|e| {
+                            err(format!("rank {rank}: sending hello to rank 0 at {root}: {e}"))
+                        })?;
                         return Ok(s);
                     }
                     Err(e) => last = Some(e),
@@ -155,7 +196,9 @@ impl TcpBootstrap {
             }
             if Instant::now() >= deadline {
                 let e = last.map(|e| e.to_string()).unwrap_or_default();
-                return Err(err(format!("rank {rank} could not reach rank 0 at {root} within {timeout:?} ({e})")));
+                return Err(err(format!(
+                    "rank {rank} could not reach rank 0 at {root} within {timeout:?} ({e})"
+                )));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -165,14 +208,22 @@ impl TcpBootstrap {
         let (me, root, t) = (self.rank, &self.root, self.timeout);
         let what = move |e: &std::io::Error| {
             if me == 0 {
-                format!("rank 0 ({root}): rank {from} sent nothing within {t:?} ({}: {e})", io_kind(e))
+                format!(
+                    "rank 0 ({root}): rank {from} sent nothing within {t:?} ({}: {e})",
+                    io_kind(e)
+                )
             } else {
-                format!("rank {me}: no table from rank 0 at {root} within {t:?} ({}: {e})", io_kind(e))
+                format!(
+                    "rank {me}: no table from rank 0 at {root} within {t:?} ({}: {e})",
+                    io_kind(e)
+                )
             }
         };
         let len = read_u64(s, &what)?;
         if len > MAX_CONTRIBUTION {
-            return Err(err(format!("rank {from} announced {len} bytes (limit {MAX_CONTRIBUTION})")));
+            return Err(err(format!(
+                "rank {from} announced {len} bytes (limit {MAX_CONTRIBUTION})"
+            )));
         }
         let mut v = vec![0u8; len as usize];
         read_exact_or(s, &mut v, what)?;
@@ -213,14 +264,24 @@ impl Bootstrap for TcpBootstrap {
                     s.as_mut()
                         .expect("connected rank")
                         .write_all(&table)
-                        .map_err(|e| err(format!("rank 0 ({}): sending the table to rank {r}: {e}", self.root)))?;
+                        .map_err(|e| {
+                            err(format!(
+                                "rank 0 ({}): sending the table to rank {r}: {e}",
+                                self.root
+                            ))
+                        })?;
                 }
                 Ok(all)
             }
             Links::Leaf(s) => {
                 let mut msg = Vec::with_capacity(data.len() + 8);
                 write_blob(&mut msg, data);
-                s.write_all(&msg).map_err(|e| err(format!("rank {}: sending to rank 0 at {}: {e}", self.rank, self.root)))?;
+                s.write_all(&msg).map_err(|e| {
+                    err(format!(
+                        "rank {}: sending to rank 0 at {}: {e}",
+                        self.rank, self.root
+                    ))
+                })?;
                 s.set_read_timeout(Some(timeout))?;
                 (0..self.size).map(|_| self.read_blob(s, 0)).collect()
             }
@@ -235,7 +296,11 @@ mod tests {
     use super::*;
 
     fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
     }
 
     /// What each rank gathered in its two rounds.
@@ -260,8 +325,16 @@ mod tests {
         });
         for g in got {
             let (a, c) = g.unwrap();
-            assert_eq!(a, (0..4usize).map(|r| vec![r as u8; r * 1000]).collect::<Vec<_>>());
-            assert_eq!(c, (0..4).map(|r| format!("rank{r}").into_bytes()).collect::<Vec<_>>());
+            assert_eq!(
+                a,
+                (0..4usize).map(|r| vec![r as u8; r * 1000]).collect::<Vec<_>>()
+            );
+            assert_eq!(
+                c,
+                (0..4)
+                    .map(|r| format!("rank{r}").into_bytes())
+                    .collect::<Vec<_>>()
+            );
         }
     }
 
@@ -279,11 +352,22 @@ mod tests {
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         let e = res[0].as_ref().err().expect("rank 0 must time out").to_string();
-        assert!(e.contains("rank(s) [2] did not show up") && e.contains("3 of 4 present"), "{e}");
-        let lone = TcpBootstrap::new(&format!("127.0.0.1:{}", free_port()), 2, 4, Duration::from_millis(300));
+        assert!(
+            e.contains("rank(s) [2] did not show up") && e.contains("3 of 4 present"),
+            "{e}"
+        );
+        let lone = TcpBootstrap::new(
+            &format!("127.0.0.1:{}", free_port()),
+            2,
+            4,
+            Duration::from_millis(300),
+        );
         let e = lone.err().expect("nobody listens").to_string();
         assert!(e.contains("rank 2 could not reach rank 0 at 127.0.0.1:"), "{e}");
         assert!(TcpBootstrap::new("nonsense", 0, 2, Duration::from_millis(10)).is_err());
-        assert!(matches!(TcpBootstrap::new(&root, 4, 4, Duration::from_millis(10)), Err(Error::InvalidRank { .. })));
+        assert!(matches!(
+            TcpBootstrap::new(&root, 4, 4, Duration::from_millis(10)),
+            Err(Error::InvalidRank { .. })
+        ));
     }
 }

@@ -53,8 +53,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rsmpi::datatype::traits::*;
 use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
+use rsmpi::datatype::traits::*;
 use rsmpi::point_to_point::{Destination as _, Source as _};
 use rsmpi::request::Request;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
@@ -132,9 +132,16 @@ impl Shared {
         let procs = comm.size() as usize;
         let proc_rank = comm.rank() as usize;
         if world == 0 {
-            return Err(Error::InvalidRank { rank: 0, world_size: 0 });
+            return Err(Error::InvalidRank {
+                rank: 0,
+                world_size: 0,
+            });
         }
-        let local_slots = if proc_rank < world { (world - proc_rank).div_ceil(procs) } else { 0 };
+        let local_slots = if proc_rank < world {
+            (world - proc_rank).div_ceil(procs)
+        } else {
+            0
+        };
         if local_slots > 1 && rsmpi::environment::threading_support() != rsmpi::Threading::Multiple {
             return Err(Error::Mpi(format!(
                 "{world} Ballast ranks on {procs} MPI processes need MPI_THREAD_MULTIPLE (initialise with Mpi::init_multithreaded)"
@@ -169,7 +176,9 @@ impl Shared {
 
     /// Ballast ranks hosted by this process.
     pub(crate) fn local_ranks(&self) -> Vec<usize> {
-        (0..self.local_slots).map(|s| s * self.procs + self.proc_rank).collect()
+        (0..self.local_slots)
+            .map(|s| s * self.procs + self.proc_rank)
+            .collect()
     }
 
     /// Marks this process' ranks failed and tells the other processes (best effort).
@@ -188,7 +197,11 @@ impl Shared {
         if self.abort.load(Ordering::Acquire) {
             return true;
         }
-        if let Some((msg, _)) = self.comm.any_process().immediate_matched_probe_with_tag(ABORT_TAG) {
+        if let Some((msg, _)) = self
+            .comm
+            .any_process()
+            .immediate_matched_probe_with_tag(ABORT_TAG)
+        {
             let mut b = [0u8; 1];
             msg.matched_receive_into(&mut b[..]);
             self.abort.store(true, Ordering::Release);
@@ -206,7 +219,8 @@ impl Shared {
     fn drain(&self) {
         let sent: Vec<u64> = self.sent.iter().map(|c| c.load(Ordering::Acquire)).collect();
         let mut total = vec![0u64; self.world];
-        self.comm.all_reduce_into(&sent[..], &mut total[..], SystemOperation::sum());
+        self.comm
+            .all_reduce_into(&sent[..], &mut total[..], SystemOperation::sum());
         let mut sink = Vec::new();
         let mut parts = Vec::new();
         for r in self.local_ranks() {
@@ -220,7 +234,9 @@ impl Shared {
                     // A direct message's header: its parts follow on the direct tag.
                     let (h, _, _) = get_header(&sink);
                     let source = status.source_rank() as usize;
-                    let Ok(total) = usize::try_from(h.total) else { continue };
+                    let Ok(total) = usize::try_from(h.total) else {
+                        continue;
+                    };
                     parts.clear();
                     parts.reserve(total.min(self.part_bytes));
                     let mut got = 0;
@@ -309,7 +325,10 @@ impl MpiFabric {
 
     fn proc_and_tag(&self, rank: usize) -> Result<(usize, i32)> {
         if rank >= self.shared.world {
-            return Err(Error::InvalidRank { rank, world_size: self.shared.world });
+            return Err(Error::InvalidRank {
+                rank,
+                world_size: self.shared.world,
+            });
         }
         Ok((rank % self.shared.procs, (rank / self.shared.procs) as i32))
     }
@@ -321,8 +340,18 @@ impl MpiFabric {
     /// A packet for `dest`: header, payload, and up to [`MAX_PIGGYBACK`] of the controls
     /// pending for `dest` (the earliest, removed from `pending`).
     fn packet(&mut self, dest: usize, h: &PacketHeader, kind: u8, code: u8, payload: &[u8]) -> Vec<u8> {
-        let riders = if self.pending.is_empty() { 0 } else { self.pending.iter().filter(|(d, _)| *d == dest).count().min(MAX_PIGGYBACK) };
-        let mut b = self.sends.buffer(HEADER_BYTES + payload.len() + riders * PIGGYBACK_BYTES);
+        let riders = if self.pending.is_empty() {
+            0
+        } else {
+            self.pending
+                .iter()
+                .filter(|(d, _)| *d == dest)
+                .count()
+                .min(MAX_PIGGYBACK)
+        };
+        let mut b = self
+            .sends
+            .buffer(HEADER_BYTES + payload.len() + riders * PIGGYBACK_BYTES);
         put_header(&mut b, h, kind, code);
         b[31] = riders as u8;
         b.extend_from_slice(payload);
@@ -349,7 +378,14 @@ impl MpiFabric {
             self.pending.remove(0);
             let (proc_, tag) = self.proc_and_tag(dest)?;
             let (code, v) = first.encode();
-            let h = PacketHeader { src: self.rank as u32, tag: 0, total: v, offset: 0, len: 0, more: false };
+            let h = PacketHeader {
+                src: self.rank as u32,
+                tag: 0,
+                total: v,
+                offset: 0,
+                len: 0,
+                more: false,
+            };
             let b = self.packet(dest, &h, KIND_CONTROL, code, &[]);
             self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)?;
             self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
@@ -360,13 +396,19 @@ impl MpiFabric {
     /// Receives the `total` bytes of a direct message from process `source` (its parts
     /// follow its header on this rank's direct tag) into a new buffer.
     fn recv_direct(&mut self, source: usize, total: u64) -> Result<Vec<u8>> {
-        let total = usize::try_from(total).map_err(|_| Error::Protocol(format!("direct message of {total} bytes")))?;
+        let total = usize::try_from(total)
+            .map_err(|_| Error::Protocol(format!("direct message of {total} bytes")))?;
         let mut data = Vec::new();
-        data.try_reserve_exact(total).map_err(|e| Error::Protocol(format!("cannot allocate a direct message of {total} bytes: {e}")))?;
+        data.try_reserve_exact(total).map_err(|e| {
+            Error::Protocol(format!("cannot allocate a direct message of {total} bytes: {e}"))
+        })?;
         let tag = DIRECT_TAG_BASE + self.my_tag();
         while data.len() < total {
             if recv_append(&self.shared.comm, source, tag, &mut data)? == 0 {
-                return Err(Error::Protocol(format!("empty direct-path part from process {source} at {} of {total} bytes", data.len())));
+                return Err(Error::Protocol(format!(
+                    "empty direct-path part from process {source} at {} of {total} bytes",
+                    data.len()
+                )));
             }
         }
         Ok(data)
@@ -377,26 +419,42 @@ impl MpiFabric {
         let mut n = 0;
         let tag = self.my_tag();
         for _ in 0..POLL_BATCH {
-            let Some((msg, status)) = self.shared.comm.any_process().immediate_matched_probe_with_tag(tag) else { break };
+            let Some((msg, status)) = self
+                .shared
+                .comm
+                .any_process()
+                .immediate_matched_probe_with_tag(tag)
+            else {
+                break;
+            };
             let count = status.count(u8::equivalent_datatype()) as usize;
             self.shared.recvd[self.rank].fetch_add(1, Ordering::AcqRel);
             if count < HEADER_BYTES || count > self.rbuf.len() {
                 // Receive it anyway so MPI's matched message is consumed, then fail.
                 let mut sink = vec![0u8; count];
                 msg.matched_receive_into(&mut sink[..]);
-                return Err(Error::Protocol(format!("MPI message of {count} bytes from process {} (limit {})", status.source_rank(), self.rbuf.len())));
+                return Err(Error::Protocol(format!(
+                    "MPI message of {count} bytes from process {} (limit {})",
+                    status.source_rank(),
+                    self.rbuf.len()
+                )));
             }
             msg.matched_receive_into(&mut self.rbuf[..count]);
             let (h, kind, code) = get_header(&self.rbuf[..HEADER_BYTES]);
             let riders = self.rbuf[31] as usize;
             let len = if kind == KIND_DATA { h.len as usize } else { 0 };
             if riders > MAX_PIGGYBACK || HEADER_BYTES + len + riders * PIGGYBACK_BYTES != count {
-                return Err(Error::Protocol(format!("packet of {count} bytes announces {len} payload bytes and {riders} controls")));
+                return Err(Error::Protocol(format!(
+                    "packet of {count} bytes announces {len} payload bytes and {riders} controls"
+                )));
             }
             let end = HEADER_BYTES + len;
             self.riders.clear();
             for c in self.rbuf[end..count].chunks_exact(PIGGYBACK_BYTES) {
-                self.riders.push(Control::decode(c[0], u64::from_le_bytes(c[1..].try_into().expect("8 bytes")))?);
+                self.riders.push(Control::decode(
+                    c[0],
+                    u64::from_le_bytes(c[1..].try_into().expect("8 bytes")),
+                )?);
             }
             match kind {
                 KIND_DATA => on_event(Event::Arrival(h, &self.rbuf[HEADER_BYTES..end]))?,
@@ -442,7 +500,14 @@ fn put_header(b: &mut Vec<u8>, h: &PacketHeader, kind: u8, ctrl: u8) {
 fn get_header(b: &[u8]) -> (PacketHeader, u8, u8) {
     let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
     let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-    let h = PacketHeader { src: u32_at(0), tag: u32_at(4), total: u64_at(8), offset: u64_at(16), len: u32_at(24), more: b[28] != 0 };
+    let h = PacketHeader {
+        src: u32_at(0),
+        tag: u32_at(4),
+        total: u64_at(8),
+        offset: u64_at(16),
+        len: u32_at(24),
+        more: b[28] != 0,
+    };
     (h, b[29], b[30])
 }
 
@@ -456,7 +521,10 @@ impl Fabric for MpiFabric {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { name: "mpi", xrc: false }
+        Capabilities {
+            name: "mpi",
+            xrc: false,
+        }
     }
 
     fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
@@ -464,7 +532,12 @@ impl Fabric for MpiFabric {
         // nothing here (so nothing is counted as registered).
         let _ = region;
         let note = lock.then(|| "the mpi transport does not lock Ballast's pool: MPI registers memory itself (measured in VmLck/VmPin)".to_string());
-        Ok(Registration { bytes: 0, locked_bytes: 0, note, lock: Default::default() })
+        Ok(Registration {
+            bytes: 0,
+            locked_bytes: 0,
+            note,
+            lock: Default::default(),
+        })
     }
 
     fn setup_receive(&mut self, _sharing: RecvSharing) -> Result<Option<String>> {
@@ -490,7 +563,14 @@ impl Fabric for MpiFabric {
         true
     }
 
-    fn post_send(&mut self, dest: usize, _key: usize, header: &PacketHeader, payload: &[u8], _wr_id: u64) -> Result<()> {
+    fn post_send(
+        &mut self,
+        dest: usize,
+        _key: usize,
+        header: &PacketHeader,
+        payload: &[u8],
+        _wr_id: u64,
+    ) -> Result<()> {
         let (proc_, tag) = self.proc_and_tag(dest)?;
         // The payload is copied into the packet: no completion is reported (copies_payload).
         let b = self.packet(dest, header, KIND_DATA, 0, payload);
@@ -529,7 +609,13 @@ impl Fabric for MpiFabric {
         Some(self.buffer_size)
     }
 
-    fn send_direct(&mut self, dest: usize, header: &PacketHeader, data: &[u8], on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<()> {
+    fn send_direct(
+        &mut self,
+        dest: usize,
+        header: &PacketHeader,
+        data: &[u8],
+        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
+    ) -> Result<()> {
         let (proc_, tag) = self.proc_and_tag(dest)?;
         let rts = self.packet(dest, header, KIND_DIRECT, 0, &[]);
         let shared = Arc::clone(&self.shared);
@@ -541,7 +627,11 @@ impl Fabric for MpiFabric {
                 shared.sent[dest].fetch_add(1, Ordering::AcqRel);
                 let p = shared.comm.process_at_rank(proc_ as i32);
                 for part in data.chunks(shared.part_bytes) {
-                    reqs.push(Some(p.immediate_send_with_tag(scope, part, DIRECT_TAG_BASE + tag)));
+                    reqs.push(Some(p.immediate_send_with_tag(
+                        scope,
+                        part,
+                        DIRECT_TAG_BASE + tag,
+                    )));
                 }
             }
             // Serve incoming traffic until MPI no longer reads `data` (the peer may be
@@ -589,7 +679,14 @@ impl Fabric for MpiFabric {
         let _order = self.shared.direct_order.lock();
         self.sends.post(&self.shared.comm, proc_, tag, rts, u64::MAX)?;
         self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
-        self.sends.post_parts(&self.shared.comm, proc_, DIRECT_TAG_BASE + tag, data, self.shared.part_bytes, wr_id)
+        self.sends.post_parts(
+            &self.shared.comm,
+            proc_,
+            DIRECT_TAG_BASE + tag,
+            data,
+            self.shared.part_bytes,
+            wr_id,
+        )
     }
 
     fn bytes(&self) -> FabricBytes {
@@ -597,7 +694,13 @@ impl Fabric for MpiFabric {
         // and the send staging buffers. MPI's internal memory is measured, not modelled.
         // Send buffers include the owned copies of `isend` direct messages in flight.
         let endpoint_bytes = self.sends.bytes() + self.endpoints.len() as u64 * MPI_ENDPOINT_BYTES;
-        FabricBytes { endpoint_bytes, srq_bytes: self.rbuf.capacity() as u64, recv_registered_bytes: 0, recv_locked_bytes: 0, recv_lock: Default::default() }
+        FabricBytes {
+            endpoint_bytes,
+            srq_bytes: self.rbuf.capacity() as u64,
+            recv_registered_bytes: 0,
+            recv_locked_bytes: 0,
+            recv_lock: Default::default(),
+        }
     }
 
     fn aborted(&self) -> bool {
@@ -641,7 +744,14 @@ mod tests {
 
     #[test]
     fn header_round_trip() {
-        let h = PacketHeader { src: 7, tag: 0x7fff_fffe, total: 1 << 40, offset: 12345, len: 8192, more: true };
+        let h = PacketHeader {
+            src: 7,
+            tag: 0x7fff_fffe,
+            total: 1 << 40,
+            offset: 12345,
+            len: 8192,
+            more: true,
+        };
         let mut b = Vec::new();
         put_header(&mut b, &h, KIND_CONTROL, 3);
         assert_eq!(b.len(), HEADER_BYTES);

@@ -15,7 +15,9 @@ fn put_fp(out: &mut Vec<u8>, f: &Footprint) {
 }
 
 fn get_u64s(b: &[u8]) -> Vec<u64> {
-    b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
 }
 
 impl Mpi {
@@ -25,16 +27,29 @@ impl Mpi {
     /// equals the model's before and after (on the native path it does; on the engine path
     /// the model is a bound); MPI's own memory is in the VmRSS/VmLck rows. Errors: [`Error::InvalidRank`] with fewer than 2
     /// processes, and the communicator's errors.
-    pub fn fanout(&self, config: &RuntimeConfig, messages: usize, ints: usize) -> Result<Option<FanoutReport>> {
+    pub fn fanout(
+        &self,
+        config: &RuntimeConfig,
+        messages: usize,
+        ints: usize,
+    ) -> Result<Option<FanoutReport>> {
         let n = self.size();
         if n < 2 {
-            return Err(Error::InvalidRank { rank: n, world_size: n });
+            return Err(Error::InvalidRank {
+                rank: n,
+                world_size: n,
+            });
         }
         let me = self.rank();
         let mut comm = self.communicator(config)?;
         let t = *comm.config();
         let rpn = t.ranks_per_node;
-        let Exchange { before, after, status_before: s0, status_after: s1 } = exchange(&mut comm, messages, ints)?;
+        let Exchange {
+            before,
+            after,
+            status_before: s0,
+            status_after: s1,
+        } = exchange(&mut comm, messages, ints)?;
         let bp = t.predict(before.peers_connected as usize, n, rpn);
         let ap = t.predict(after.peers_connected as usize, n, rpn);
         // The whole footprint: on the native path it equals the model whenever nothing is
@@ -59,8 +74,18 @@ impl Mpi {
         notes.push(MPI_MEMORY_NOTE.to_string());
         Ok(Some(FanoutReport {
             ranks: n,
-            before: Snapshot { status: s0, footprint: before, world_footprint_bytes: sum(0), world_predicted_bytes: sum(2) },
-            after: Snapshot { status: s1, footprint: after, world_footprint_bytes: sum(1), world_predicted_bytes: sum(3) },
+            before: Snapshot {
+                status: s0,
+                footprint: before,
+                world_footprint_bytes: sum(0),
+                world_predicted_bytes: sum(2),
+            },
+            after: Snapshot {
+                status: s1,
+                footprint: after,
+                world_footprint_bytes: sum(1),
+                world_predicted_bytes: sum(3),
+            },
             predicted: ap,
             all_ranks_match_model: rows.iter().all(|r| r[40] == 1),
             notes,
@@ -74,13 +99,23 @@ impl Mpi {
     pub fn describe(&self) -> String {
         let lib = rsmpi::environment::library_version().unwrap_or_else(|_| "unknown MPI library".into());
         // First line only, whitespace runs (MPICH puts a tab after "Version:") as one space.
-        let lib = lib.split([',', '\n']).next().unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ");
+        let lib = lib
+            .split([',', '\n'])
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         let (major, minor) = rsmpi::environment::version();
         format!(
             "{lib} (MPI {major}.{minor}), {} processes, thread level {:?}, initialised by {}",
             self.size(),
             self.threading(),
-            if self.initialized_by_ballast() { "Ballast" } else { "the host program" }
+            if self.initialized_by_ballast() {
+                "Ballast"
+            } else {
+                "the host program"
+            }
         )
     }
 }

@@ -28,7 +28,9 @@ mod raw;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub use fabric::{MpiFabric, DEFAULT_DIRECT_PART_BYTES, DIRECT_TAG_BASE, HEADER_BYTES, MAX_PIGGYBACK, STAGING_EXTRA_BYTES};
+pub use fabric::{
+    MpiFabric, DEFAULT_DIRECT_PART_BYTES, DIRECT_TAG_BASE, HEADER_BYTES, MAX_PIGGYBACK, STAGING_EXTRA_BYTES,
+};
 /// The rsmpi crate this transport is built on (for host programs and benchmarks that call
 /// MPI themselves with the same version).
 pub use rsmpi;
@@ -77,7 +79,12 @@ impl Mpi {
         }
         let baseline = ProcStatus::read_self().unwrap_or_default();
         let universe = rsmpi::initialize_with_threading(level).map(|(u, _)| u);
-        Ok(Mpi { universe, world: SimpleCommunicator::world(), baseline, direct_part_bytes: DEFAULT_DIRECT_PART_BYTES })
+        Ok(Mpi {
+            universe,
+            world: SimpleCommunicator::world(),
+            baseline,
+            direct_part_bytes: DEFAULT_DIRECT_PART_BYTES,
+        })
     }
 
     /// Sets the largest MPI message the bytes of a direct-path message (one larger than
@@ -129,7 +136,10 @@ impl Mpi {
             return self.native(&t).map(Communicator::native);
         }
         // The effective configuration says the engine path (predictions follow it).
-        let t = TransportConfig { mpi_native: false, ..t };
+        let t = TransportConfig {
+            mpi_native: false,
+            ..t
+        };
         let shared = Shared::new(self.world.duplicate(), self.size(), self.direct_part_bytes)?;
         let fabric = MpiFabric::new(shared, self.rank(), t.buffer_size, t.buffer_count);
         Ok(Communicator::new(Box::new(fabric), &t)?.with_note(why_not))
@@ -173,7 +183,10 @@ impl Mpi {
         let procs = self.size();
         let tag_ub = native::tag_ub(&self.world)?;
         let why_not = if !t.mpi_native {
-            Some("MPI native path off (BALLAST_MPI_NATIVE / mpi_native): the engine runs above MPI".to_string())
+            Some(
+                "MPI native path off (BALLAST_MPI_NATIVE / mpi_native): the engine runs above MPI"
+                    .to_string(),
+            )
         } else if ranks != procs {
             Some(format!("MPI native path not used: {ranks} Ballast ranks on {procs} MPI processes (it needs one rank per process); the engine runs above MPI"))
         } else if !native::tags_fit(tag_ub) {
@@ -183,7 +196,8 @@ impl Mpi {
         };
         let mine = u8::from(t.mpi_native && why_not.is_none());
         let mut all = 0u8;
-        self.world.all_reduce_into(&mine, &mut all, rsmpi::collective::SystemOperation::min());
+        self.world
+            .all_reduce_into(&mine, &mut all, rsmpi::collective::SystemOperation::min());
         let why_not = match (mine, all) {
             (1, 0) => Some("MPI native path not used: another process has it off (BALLAST_MPI_NATIVE) or cannot use it; the engine runs above MPI".to_string()),
             _ => why_not,
@@ -222,7 +236,10 @@ impl Mpi {
     {
         let t = mpi_transport(config)?;
         let (native, why_not) = self.use_native(&t, n)?;
-        let t = TransportConfig { mpi_native: native, ..t };
+        let t = TransportConfig {
+            mpi_native: native,
+            ..t
+        };
         if native {
             let r = self.rank();
             let native = self.native(&t)?;
@@ -260,7 +277,15 @@ impl Mpi {
         } else {
             std::thread::scope(|s| {
                 let hs: Vec<_> = ranks.iter().map(|&r| (r, s.spawn(move || one(r)))).collect();
-                hs.into_iter().map(|(r, h)| (r, h.join().unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref())))))).collect()
+                hs.into_iter()
+                    .map(|(r, h)| {
+                        (
+                            r,
+                            h.join()
+                                .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref())))),
+                        )
+                    })
+                    .collect()
             })
         };
         drop(shared);
@@ -312,4 +337,3 @@ fn mpi_transport(config: &RuntimeConfig) -> Result<TransportConfig> {
     t.validate()?;
     Ok(t)
 }
-

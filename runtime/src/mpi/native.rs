@@ -98,7 +98,10 @@ fn empty_status() -> ffi::MPI_Status {
 fn byte_count(status: &ffi::MPI_Status) -> Result<usize> {
     let mut count: c_int = 0;
     // SAFETY: `status` was filled by MPI; `count` is a valid out-parameter.
-    check(unsafe { ffi::MPI_Get_count(status, u8::equivalent_datatype().as_raw(), &mut count) }, "MPI_Get_count")?;
+    check(
+        unsafe { ffi::MPI_Get_count(status, u8::equivalent_datatype().as_raw(), &mut count) },
+        "MPI_Get_count",
+    )?;
     usize::try_from(count).map_err(|_| Error::Mpi(format!("MPI_Get_count gave {count}")))
 }
 
@@ -108,7 +111,14 @@ pub(crate) fn tag_ub(comm: &SimpleCommunicator) -> Result<i64> {
     let mut flag: c_int = 0;
     // SAFETY: MPI_Comm_get_attr writes a pointer to the attribute's int into `value`
     // (MPI_TAG_UB is predefined on every communicator); `flag` is a valid out-parameter.
-    let code = unsafe { ffi::MPI_Comm_get_attr(comm.as_raw(), ffi::MPI_TAG_UB as c_int, (&mut value as *mut *mut c_int).cast(), &mut flag) };
+    let code = unsafe {
+        ffi::MPI_Comm_get_attr(
+            comm.as_raw(),
+            ffi::MPI_TAG_UB as c_int,
+            (&mut value as *mut *mut c_int).cast(),
+            &mut flag,
+        )
+    };
     check(code, "MPI_Comm_get_attr(MPI_TAG_UB)")?;
     if flag == 0 || value.is_null() {
         return Ok(32_767);
@@ -143,7 +153,11 @@ static ABORT_BYTE: [u8; 1] = [1];
 
 impl AbortLine {
     pub(crate) fn new(comm: SimpleCommunicator) -> Arc<AbortLine> {
-        Arc::new(AbortLine { comm, flag: AtomicBool::new(false), notices: Mutex::new(Vec::new()) })
+        Arc::new(AbortLine {
+            comm,
+            flag: AtomicBool::new(false),
+            notices: Mutex::new(Vec::new()),
+        })
     }
 
     /// Marks the world failed and tells every other process (best effort, never waits).
@@ -156,7 +170,15 @@ impl AbortLine {
             let mut req = null_request();
             // SAFETY: ABORT_BYTE is a static (outlives the request); the communicator is live.
             let code = unsafe {
-                ffi::MPI_Isend(ABORT_BYTE.as_ptr().cast(), 1, u8::equivalent_datatype().as_raw(), p, ABORT_TAG, self.comm.as_raw(), &mut req)
+                ffi::MPI_Isend(
+                    ABORT_BYTE.as_ptr().cast(),
+                    1,
+                    u8::equivalent_datatype().as_raw(),
+                    p,
+                    ABORT_TAG,
+                    self.comm.as_raw(),
+                    &mut req,
+                )
             };
             if code as i64 == ffi::MPI_SUCCESS as i64 {
                 q.push(req);
@@ -168,7 +190,11 @@ impl AbortLine {
         if self.flag.load(Ordering::Acquire) {
             return true;
         }
-        if let Some((msg, _)) = self.comm.any_process().immediate_matched_probe_with_tag(ABORT_TAG) {
+        if let Some((msg, _)) = self
+            .comm
+            .any_process()
+            .immediate_matched_probe_with_tag(ABORT_TAG)
+        {
             let mut b = [0u8; 1];
             msg.matched_receive_into(&mut b[..]);
             self.flag.store(true, Ordering::Release);
@@ -201,9 +227,19 @@ struct Channel {
 
 enum RecvState {
     /// Waiting for the message (or a large message's header) in `buf`.
-    Header { req: ffi::MPI_Request, buf: Vec<u8>, scratch: bool },
+    Header {
+        req: ffi::MPI_Request,
+        buf: Vec<u8>,
+        scratch: bool,
+    },
     /// A large message's parts landing in `data` (`total` bytes when complete).
-    Parts { reqs: Vec<ffi::MPI_Request>, data: Vec<u8>, total: usize, source: usize, tag: Tag },
+    Parts {
+        reqs: Vec<ffi::MPI_Request>,
+        data: Vec<u8>,
+        total: usize,
+        source: usize,
+        tag: Tag,
+    },
 }
 
 struct PendingRecv {
@@ -247,7 +283,10 @@ struct Idle {
 
 impl Idle {
     fn new() -> Idle {
-        Idle { polls: 0, backoff: Backoff::new() }
+        Idle {
+            polls: 0,
+            backoff: Backoff::new(),
+        }
     }
     fn reset(&mut self) {
         if self.polls > 0 {
@@ -312,10 +351,21 @@ impl MpiNative {
     /// Sets up the native path on `world` (the world communicator; five duplicates are
     /// made). Collective; every rank must use the same `buffer_size` (checked by
     /// [`super::Mpi`]).
-    pub(crate) fn new(world: &SimpleCommunicator, cfg: &TransportConfig, part_bytes: usize, abort: Arc<AbortLine>) -> Result<MpiNative> {
+    pub(crate) fn new(
+        world: &SimpleCommunicator,
+        cfg: &TransportConfig,
+        part_bytes: usize,
+        abort: Arc<AbortLine>,
+    ) -> Result<MpiNative> {
         let chans = [
-            Channel { msgs: world.duplicate(), parts: world.duplicate() },
-            Channel { msgs: world.duplicate(), parts: world.duplicate() },
+            Channel {
+                msgs: world.duplicate(),
+                parts: world.duplicate(),
+            },
+            Channel {
+                msgs: world.duplicate(),
+                parts: world.duplicate(),
+            },
         ];
         let rank = world.rank() as usize;
         let size = world.size() as usize;
@@ -378,7 +428,10 @@ impl MpiNative {
 
     fn check_rank(&self, r: usize) -> Result<()> {
         if r >= self.world {
-            return Err(Error::InvalidRank { rank: r, world_size: self.world });
+            return Err(Error::InvalidRank {
+                rank: r,
+                world_size: self.world,
+            });
         }
         Ok(())
     }
@@ -431,7 +484,17 @@ impl MpiNative {
         // SAFETY: `head` is moved into the PendingSend below (its heap block does not move)
         // and kept until MPI reports the request complete; its length fits an int (at most
         // buffer_size + 1 <= 1 GiB + 1); the communicator is live.
-        let code = unsafe { ffi::MPI_Isend(head.as_ptr().cast(), head.len() as c_int, dt, d, mtag, self.chans[chan].msgs.as_raw(), &mut req) };
+        let code = unsafe {
+            ffi::MPI_Isend(
+                head.as_ptr().cast(),
+                head.len() as c_int,
+                dt,
+                d,
+                mtag,
+                self.chans[chan].msgs.as_raw(),
+                &mut req,
+            )
+        };
         check(code, "MPI_Isend")?;
         reqs.push(req);
         let mut off = 0;
@@ -442,11 +505,27 @@ impl MpiNative {
             // the PendingSend until complete, or the caller's slice of a blocking send,
             // which waits for completion before returning; `n` fits an int (part_bytes is
             // clamped); the communicator is live.
-            let code = unsafe { ffi::MPI_Isend(body_ptr.add(off).cast(), n as c_int, dt, d, mtag, self.chans[chan].parts.as_raw(), &mut req) };
+            let code = unsafe {
+                ffi::MPI_Isend(
+                    body_ptr.add(off).cast(),
+                    n as c_int,
+                    dt,
+                    d,
+                    mtag,
+                    self.chans[chan].parts.as_raw(),
+                    &mut req,
+                )
+            };
             if let Err(e) = check(code, "MPI_Isend") {
                 // The header is out: keep what was posted so it completes and is freed.
                 let id = self.new_id();
-                self.sends.push(PendingSend { id, reqs, head, body, scratch });
+                self.sends.push(PendingSend {
+                    id,
+                    reqs,
+                    head,
+                    body,
+                    scratch,
+                });
                 return Err(e);
             }
             reqs.push(req);
@@ -455,7 +534,13 @@ impl MpiNative {
         self.sent[dest] += 1;
         self.note_peer(dest);
         let id = self.new_id();
-        self.sends.push(PendingSend { id, reqs, head, body, scratch });
+        self.sends.push(PendingSend {
+            id,
+            reqs,
+            head,
+            body,
+            scratch,
+        });
         Ok(id)
     }
 
@@ -531,7 +616,15 @@ impl MpiNative {
         // early error moved with the request into `sends`, which holds it until complete;
         // its length fits an int (at most buffer_size + 1); the communicator is live.
         let code = unsafe {
-            ffi::MPI_Isend(head.as_ptr().cast(), head.len() as c_int, u8::equivalent_datatype().as_raw(), dest as c_int, mtag, self.chans[chan].msgs.as_raw(), &mut req)
+            ffi::MPI_Isend(
+                head.as_ptr().cast(),
+                head.len() as c_int,
+                u8::equivalent_datatype().as_raw(),
+                dest as c_int,
+                mtag,
+                self.chans[chan].msgs.as_raw(),
+                &mut req,
+            )
         };
         check(code, "MPI_Isend")?;
         self.sent[dest] += 1;
@@ -540,7 +633,10 @@ impl MpiNative {
         loop {
             let mut flag: c_int = 0;
             // SAFETY: `req` is the live send request reading `head`.
-            let tested = check(unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) }, "MPI_Test");
+            let tested = check(
+                unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) },
+                "MPI_Test",
+            );
             let failed = match tested {
                 Ok(()) if flag != 0 => {
                     self.send_scratch = head;
@@ -561,7 +657,13 @@ impl MpiNative {
             };
             if let Some(e) = failed {
                 let id = self.new_id();
-                self.sends.push(PendingSend { id, reqs: vec![req], head, body: Vec::new(), scratch: false });
+                self.sends.push(PendingSend {
+                    id,
+                    reqs: vec![req],
+                    head,
+                    body: Vec::new(),
+                    scratch: false,
+                });
                 return Err(e);
             }
         }
@@ -634,11 +736,21 @@ impl MpiNative {
             self.done_recvs.insert(id, m);
             return Ok(id);
         }
-        let mut buf = if scratch { std::mem::take(&mut self.recv_scratch) } else { Vec::new() };
+        let mut buf = if scratch {
+            std::mem::take(&mut self.recv_scratch)
+        } else {
+            Vec::new()
+        };
         // SAFETY: `buf` is moved into the PendingRecv (its heap block does not move) until
         // the request completes or is cancelled.
         let req = unsafe { self.post_header_recv(chan, s, t, &mut buf) }?;
-        self.recvs.push(PendingRecv { id, chan, src: s, tag: t, state: RecvState::Header { req, buf, scratch } });
+        self.recvs.push(PendingRecv {
+            id,
+            chan,
+            src: s,
+            tag: t,
+            state: RecvState::Header { req, buf, scratch },
+        });
         Ok(id)
     }
 
@@ -648,14 +760,28 @@ impl MpiNative {
     /// # Safety
     /// `buf`'s heap block must stay alive, unmoved and unread until the returned request
     /// completes or is cancelled.
-    unsafe fn post_header_recv(&self, chan: usize, s: c_int, t: c_int, buf: &mut Vec<u8>) -> Result<ffi::MPI_Request> {
+    unsafe fn post_header_recv(
+        &self,
+        chan: usize,
+        s: c_int,
+        t: c_int,
+        buf: &mut Vec<u8>,
+    ) -> Result<ffi::MPI_Request> {
         buf.clear();
         buf.reserve_exact(self.eager + 1);
         let mut req = null_request();
         // SAFETY: `buf` has capacity for `eager + 1` bytes (<= 1 GiB + 1, an int), kept alive
         // by the caller until the request completes; the communicator is live.
         let code = unsafe {
-            ffi::MPI_Irecv(buf.as_mut_ptr().cast(), (self.eager + 1) as c_int, u8::equivalent_datatype().as_raw(), s, t, self.chans[chan].msgs.as_raw(), &mut req)
+            ffi::MPI_Irecv(
+                buf.as_mut_ptr().cast(),
+                (self.eager + 1) as c_int,
+                u8::equivalent_datatype().as_raw(),
+                s,
+                t,
+                self.chans[chan].msgs.as_raw(),
+                &mut req,
+            )
         };
         check(code, "MPI_Irecv")?;
         Ok(req)
@@ -692,7 +818,10 @@ impl MpiNative {
             let mut flag: c_int = 0;
             let mut status = empty_status();
             // SAFETY: `req` is the live receive request writing into `buf`.
-            let tested = check(unsafe { ffi::MPI_Test(&mut req, &mut flag, &mut status) }, "MPI_Test");
+            let tested = check(
+                unsafe { ffi::MPI_Test(&mut req, &mut flag, &mut status) },
+                "MPI_Test",
+            );
             let done = tested.is_ok() && flag != 0;
             if done {
                 let n = byte_count(&status)?;
@@ -701,9 +830,14 @@ impl MpiNative {
                     unsafe { buf.set_len(n) };
                     if buf[n - 1] == KIND_WHOLE {
                         self.received += 1;
-                        let source = usize::try_from(status.MPI_SOURCE).map_err(|_| Error::Mpi("negative source".into()))?;
+                        let source = usize::try_from(status.MPI_SOURCE)
+                            .map_err(|_| Error::Mpi("negative source".into()))?;
                         self.note_peer(source);
-                        let m = Message { source, tag: Self::ballast_tag(chan, status.MPI_TAG), data: buf[..n - 1].to_vec() };
+                        let m = Message {
+                            source,
+                            tag: Self::ballast_tag(chan, status.MPI_TAG),
+                            data: buf[..n - 1].to_vec(),
+                        };
                         self.recv_scratch = buf;
                         return Ok(m);
                     }
@@ -712,7 +846,17 @@ impl MpiNative {
             if done || tested.is_err() || idle.housekeeping() {
                 // A large header, something to report, or housekeeping due: join `recvs`.
                 let id = self.new_id();
-                self.recvs.push(PendingRecv { id, chan, src: s, tag: t, state: RecvState::Header { req, buf, scratch: true } });
+                self.recvs.push(PendingRecv {
+                    id,
+                    chan,
+                    src: s,
+                    tag: t,
+                    state: RecvState::Header {
+                        req,
+                        buf,
+                        scratch: true,
+                    },
+                });
                 tested?;
                 if done {
                     let i = self.recvs.len() - 1;
@@ -773,7 +917,19 @@ impl MpiNative {
         let mut msg: ffi::MPI_Message = unsafe { ffi::RSMPI_MESSAGE_NO_PROC };
         let mut status = empty_status();
         // SAFETY: the communicator is live; the out-parameters are valid.
-        check(unsafe { ffi::MPI_Improbe(s, t, self.chans[chan].msgs.as_raw(), &mut flag, &mut msg, &mut status) }, "MPI_Improbe")?;
+        check(
+            unsafe {
+                ffi::MPI_Improbe(
+                    s,
+                    t,
+                    self.chans[chan].msgs.as_raw(),
+                    &mut flag,
+                    &mut msg,
+                    &mut status,
+                )
+            },
+            "MPI_Improbe",
+        )?;
         if flag == 0 {
             return Ok(None);
         }
@@ -781,7 +937,18 @@ impl MpiNative {
         let mut buf: Vec<u8> = Vec::with_capacity(n);
         // SAFETY: `buf` has capacity for the `n` bytes of the matched message, received
         // exactly once.
-        check(unsafe { ffi::MPI_Mrecv(buf.as_mut_ptr().cast(), n as c_int, u8::equivalent_datatype().as_raw(), &mut msg, &mut status) }, "MPI_Mrecv")?;
+        check(
+            unsafe {
+                ffi::MPI_Mrecv(
+                    buf.as_mut_ptr().cast(),
+                    n as c_int,
+                    u8::equivalent_datatype().as_raw(),
+                    &mut msg,
+                    &mut status,
+                )
+            },
+            "MPI_Mrecv",
+        )?;
         // SAFETY: MPI_Mrecv initialised `n` bytes.
         unsafe { buf.set_len(n) };
         self.received += 1;
@@ -794,9 +961,18 @@ impl MpiNative {
     /// `chan`: the message (a large one's parts received here, blocking: the sender posted
     /// them with the header), or, when `parts_for` is given (a posted receive), `None`
     /// after posting the parts receives into that receive's state.
-    fn finish_header(&mut self, chan: usize, source: c_int, mtag: c_int, mut buf: Vec<u8>, n: usize, parts_for: Option<u64>) -> Result<Option<Message>> {
+    fn finish_header(
+        &mut self,
+        chan: usize,
+        source: c_int,
+        mtag: c_int,
+        mut buf: Vec<u8>,
+        n: usize,
+        parts_for: Option<u64>,
+    ) -> Result<Option<Message>> {
         let tag = Self::ballast_tag(chan, mtag);
-        let src = usize::try_from(source).map_err(|_| Error::Mpi(format!("message from MPI rank {source}")))?;
+        let src =
+            usize::try_from(source).map_err(|_| Error::Mpi(format!("message from MPI rank {source}")))?;
         self.note_peer(src);
         let kind = if n == 0 { u8::MAX } else { buf[n - 1] };
         match kind {
@@ -807,27 +983,48 @@ impl MpiNative {
                     buf.truncate(n - 1);
                     buf
                 };
-                Ok(Some(Message { source: src, tag, data }))
+                Ok(Some(Message {
+                    source: src,
+                    tag,
+                    data,
+                }))
             }
             KIND_LARGE if n == LARGE_HEADER => {
                 let total = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
-                let total = usize::try_from(total).map_err(|_| Error::Protocol(format!("large message of {total} bytes from rank {src}")))?;
+                let total = usize::try_from(total).map_err(|_| {
+                    Error::Protocol(format!("large message of {total} bytes from rank {src}"))
+                })?;
                 // Earlier posted receives that could have matched this sender and tag have
                 // matched earlier messages: their parts come first.
                 self.settle_earlier(chan, source, mtag, parts_for)?;
                 let mut data = Vec::new();
-                data.try_reserve_exact(total).map_err(|e| Error::Protocol(format!("cannot allocate a message of {total} bytes from rank {src}: {e}")))?;
+                data.try_reserve_exact(total).map_err(|e| {
+                    Error::Protocol(format!(
+                        "cannot allocate a message of {total} bytes from rank {src}: {e}"
+                    ))
+                })?;
                 match parts_for {
                     None => {
                         while data.len() < total {
                             if recv_append(&self.chans[chan].parts, src, mtag, &mut data)? == 0 {
-                                return Err(Error::Protocol(format!("empty part from rank {src} at {} of {total} bytes", data.len())));
+                                return Err(Error::Protocol(format!(
+                                    "empty part from rank {src} at {} of {total} bytes",
+                                    data.len()
+                                )));
                             }
                         }
-                        Ok(Some(Message { source: src, tag, data }))
+                        Ok(Some(Message {
+                            source: src,
+                            tag,
+                            data,
+                        }))
                     }
                     Some(id) => {
-                        let i = self.recvs.iter().position(|r| r.id == id).ok_or_else(|| Error::Protocol(format!("receive {id} vanished")))?;
+                        let i = self
+                            .recvs
+                            .iter()
+                            .position(|r| r.id == id)
+                            .ok_or_else(|| Error::Protocol(format!("receive {id} vanished")))?;
                         let mut reqs = Vec::new();
                         let mut off = 0;
                         while off < total {
@@ -837,18 +1034,34 @@ impl MpiNative {
                             // moved into the receive's state (its heap block does not move)
                             // until the requests complete or are cancelled.
                             let code = unsafe {
-                                ffi::MPI_Irecv(data.as_mut_ptr().add(off).cast(), k as c_int, u8::equivalent_datatype().as_raw(), source, mtag, self.chans[chan].parts.as_raw(), &mut req)
+                                ffi::MPI_Irecv(
+                                    data.as_mut_ptr().add(off).cast(),
+                                    k as c_int,
+                                    u8::equivalent_datatype().as_raw(),
+                                    source,
+                                    mtag,
+                                    self.chans[chan].parts.as_raw(),
+                                    &mut req,
+                                )
                             };
                             check(code, "MPI_Irecv")?;
                             reqs.push(req);
                             off += k;
                         }
-                        self.recvs[i].state = RecvState::Parts { reqs, data, total, source: src, tag };
+                        self.recvs[i].state = RecvState::Parts {
+                            reqs,
+                            data,
+                            total,
+                            source: src,
+                            tag,
+                        };
                         Ok(None)
                     }
                 }
             }
-            k => Err(Error::Protocol(format!("MPI message of {n} bytes from rank {src} with kind {k}"))),
+            k => Err(Error::Protocol(format!(
+                "MPI message of {n} bytes from rank {src} with kind {k}"
+            ))),
         }
     }
 
@@ -859,7 +1072,9 @@ impl MpiNative {
         let mut j = 0;
         while j < self.recvs.len() && Some(self.recvs[j].id) != before {
             let r = &self.recvs[j];
-            let matches = r.chan == chan && (r.src == any_source() || r.src == source) && (r.tag == any_tag() || r.tag == mtag);
+            let matches = r.chan == chan
+                && (r.src == any_source() || r.src == source)
+                && (r.tag == any_tag() || r.tag == mtag);
             if matches {
                 if let RecvState::Header { req, .. } = &mut self.recvs[j].state {
                     let mut status = empty_status();
@@ -884,7 +1099,9 @@ impl MpiNative {
         let n = byte_count(&status)?;
         self.received += 1;
         let chan = self.recvs[i].chan;
-        let RecvState::Header { buf, scratch, .. } = &mut self.recvs[i].state else { unreachable!("header state") };
+        let RecvState::Header { buf, scratch, .. } = &mut self.recvs[i].state else {
+            unreachable!("header state")
+        };
         let scratch = *scratch;
         let mut buf = std::mem::take(buf);
         // SAFETY: MPI wrote `n <= eager + 1` bytes (the receive's count) into the buffer.
@@ -901,11 +1118,19 @@ impl MpiNative {
         let m = if scratch {
             let kind = if n == 0 { u8::MAX } else { buf[n - 1] };
             let m = if kind == KIND_WHOLE {
-                let src = usize::try_from(status.MPI_SOURCE).map_err(|_| Error::Mpi("negative source".into()))?;
+                let src =
+                    usize::try_from(status.MPI_SOURCE).map_err(|_| Error::Mpi("negative source".into()))?;
                 self.note_peer(src);
-                Ok(Some(Message { source: src, tag: Self::ballast_tag(chan, status.MPI_TAG), data: buf[..n - 1].to_vec() }))
+                Ok(Some(Message {
+                    source: src,
+                    tag: Self::ballast_tag(chan, status.MPI_TAG),
+                    data: buf[..n - 1].to_vec(),
+                }))
             } else {
-                Err(Error::Protocol(format!("MPI message of {n} bytes from rank {} with kind {kind}", status.MPI_SOURCE)))
+                Err(Error::Protocol(format!(
+                    "MPI message of {n} bytes from rank {} with kind {kind}",
+                    status.MPI_SOURCE
+                )))
             };
             self.recv_scratch = buf;
             m
@@ -951,11 +1176,30 @@ impl MpiNative {
                     self.statuses.resize(n, empty_status());
                     // SAFETY: `reqs` holds `n` live or null requests whose buffer is the
                     // state's `data`; `statuses` has `n` entries.
-                    check(unsafe { ffi::MPI_Testall(n as c_int, reqs.as_mut_ptr(), &mut flag, self.statuses.as_mut_ptr()) }, "MPI_Testall")?;
+                    check(
+                        unsafe {
+                            ffi::MPI_Testall(
+                                n as c_int,
+                                reqs.as_mut_ptr(),
+                                &mut flag,
+                                self.statuses.as_mut_ptr(),
+                            )
+                        },
+                        "MPI_Testall",
+                    )?;
                     if flag != 0 {
                         work = true;
                         let r = self.recvs.remove(i);
-                        let RecvState::Parts { mut data, total, source, tag, .. } = r.state else { unreachable!("parts state") };
+                        let RecvState::Parts {
+                            mut data,
+                            total,
+                            source,
+                            tag,
+                            ..
+                        } = r.state
+                        else {
+                            unreachable!("parts state")
+                        };
                         // SAFETY: the parts receives wrote all `total` bytes (the sender sent
                         // exactly `total` bytes as parts of these sizes).
                         unsafe { data.set_len(total) };
@@ -978,7 +1222,17 @@ impl MpiNative {
             let mut flag: c_int = 0;
             // SAFETY: `reqs` holds `n` live or null requests whose buffers the entry (or,
             // for a blocking send, the waiting caller) owns.
-            check(unsafe { ffi::MPI_Testall(n as c_int, s.reqs.as_mut_ptr(), &mut flag, ffi::RSMPI_STATUSES_IGNORE) }, "MPI_Testall")?;
+            check(
+                unsafe {
+                    ffi::MPI_Testall(
+                        n as c_int,
+                        s.reqs.as_mut_ptr(),
+                        &mut flag,
+                        ffi::RSMPI_STATUSES_IGNORE,
+                    )
+                },
+                "MPI_Testall",
+            )?;
             if flag != 0 {
                 work = true;
                 let s = self.sends.swap_remove(i);
@@ -1004,7 +1258,6 @@ impl MpiNative {
         }
         Ok(work)
     }
-
 
     /// One round of progress: tests sends and posted receives, and every
     /// [`DRAIN_EVERY`] calls takes unexpected messages out of MPI.
@@ -1080,7 +1333,11 @@ impl MpiNative {
                 RecvState::Header { buf, .. } => buf.capacity() as u64,
                 RecvState::Parts { data, .. } => data.capacity() as u64,
             })
-            .chain(self.sends.iter().map(|s| (s.head.capacity() + s.body.capacity()) as u64))
+            .chain(
+                self.sends
+                    .iter()
+                    .map(|s| (s.head.capacity() + s.body.capacity()) as u64),
+            )
             .sum();
         let peers = self.peers as u64;
         Footprint {
@@ -1099,12 +1356,24 @@ impl MpiNative {
 
     /// No pool here: all zero.
     pub fn pool_stats(&self) -> PoolStats {
-        PoolStats { buffers: 0, free: 0, high_water: 0, chunks: 0, exhausted: 0 }
+        PoolStats {
+            buffers: 0,
+            free: 0,
+            high_water: 0,
+            chunks: 0,
+            exhausted: 0,
+        }
     }
 
     /// No endpoints here (MPI's own): only `peers_connected` is counted.
     pub fn endpoint_stats(&self) -> EndpointStats {
-        EndpointStats { live: 0, peak: 0, opened: 0, evicted: 0, peers_connected: self.peers as u64 }
+        EndpointStats {
+            live: 0,
+            peak: 0,
+            opened: 0,
+            evicted: 0,
+            peers_connected: self.peers as u64,
+        }
     }
 
     /// The unused part of the abort line for [`super::Mpi::run_ranks`].
@@ -1140,7 +1409,12 @@ impl MpiNative {
                                 let mut b = [0u8; 8];
                                 // SAFETY: as above, 8 initialised bytes at the start.
                                 unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), b.as_mut_ptr(), 8) };
-                                self.discard_parts(r.chan, status.MPI_SOURCE as usize, status.MPI_TAG, u64::from_le_bytes(b))?;
+                                self.discard_parts(
+                                    r.chan,
+                                    status.MPI_SOURCE as usize,
+                                    status.MPI_TAG,
+                                    u64::from_le_bytes(b),
+                                )?;
                             }
                         }
                     }
@@ -1148,13 +1422,17 @@ impl MpiNative {
                 }
                 RecvState::Parts { mut reqs, data, .. } => {
                     // SAFETY: the parts were sent with the header: waiting completes.
-                    unsafe { ffi::MPI_Waitall(reqs.len() as c_int, reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE) };
+                    unsafe {
+                        ffi::MPI_Waitall(reqs.len() as c_int, reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE)
+                    };
                     drop(data);
                 }
             }
         }
         let mut total = vec![0u64; self.world];
-        self.chans[RESERVED].parts.all_reduce_into(&self.sent[..], &mut total[..], SystemOperation::sum());
+        self.chans[RESERVED]
+            .parts
+            .all_reduce_into(&self.sent[..], &mut total[..], SystemOperation::sum());
         while self.received < total[self.rank] {
             let mut got = false;
             for chan in [USER, RESERVED] {
@@ -1170,7 +1448,8 @@ impl MpiNative {
     }
 
     fn discard_parts(&mut self, chan: usize, source: usize, mtag: c_int, total: u64) -> Result<()> {
-        let total = usize::try_from(total).map_err(|_| Error::Protocol(format!("large message of {total} bytes")))?;
+        let total =
+            usize::try_from(total).map_err(|_| Error::Protocol(format!("large message of {total} bytes")))?;
         let mut sink = Vec::with_capacity(self.part_bytes.min(total));
         let mut got = 0;
         while got < total {
@@ -1200,8 +1479,14 @@ impl Drop for MpiNative {
         let chans = std::mem::replace(
             &mut self.chans,
             [
-                Channel { msgs: SimpleCommunicator::self_comm(), parts: SimpleCommunicator::self_comm() },
-                Channel { msgs: SimpleCommunicator::self_comm(), parts: SimpleCommunicator::self_comm() },
+                Channel {
+                    msgs: SimpleCommunicator::self_comm(),
+                    parts: SimpleCommunicator::self_comm(),
+                },
+                Channel {
+                    msgs: SimpleCommunicator::self_comm(),
+                    parts: SimpleCommunicator::self_comm(),
+                },
             ],
         );
         std::mem::forget(chans);
@@ -1215,12 +1500,22 @@ mod tests {
     #[test]
     fn structure_fits_the_model() {
         let size = std::mem::size_of::<MpiNative>() as u64;
-        assert!(size <= MPI_NATIVE_FIXED_BYTES, "MpiNative is {size} bytes, the model charges {MPI_NATIVE_FIXED_BYTES}");
+        assert!(
+            size <= MPI_NATIVE_FIXED_BYTES,
+            "MpiNative is {size} bytes, the model charges {MPI_NATIVE_FIXED_BYTES}"
+        );
     }
 
     #[test]
     fn wire_tags_round_trip() {
-        for t in [0, 1, 77, RESERVED_TAG_BASE - 1, RESERVED_TAG_BASE, RESERVED_TAG_BASE + 100] {
+        for t in [
+            0,
+            1,
+            77,
+            RESERVED_TAG_BASE - 1,
+            RESERVED_TAG_BASE,
+            RESERVED_TAG_BASE + 100,
+        ] {
             let (chan, m) = MpiNative::wire_tag(t);
             assert!(m >= 0, "tag {t} maps to MPI tag {m}");
             assert_eq!(chan, if t < RESERVED_TAG_BASE { USER } else { RESERVED });

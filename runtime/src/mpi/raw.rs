@@ -80,13 +80,26 @@ impl SendQueue {
 
     /// Bytes of the buffers held (in flight and kept for reuse).
     pub(crate) fn bytes(&self) -> u64 {
-        self.entries.iter().flatten().map(|e| &e.buf).chain(&self.free).map(|b| b.capacity() as u64).sum()
+        self.entries
+            .iter()
+            .flatten()
+            .map(|e| &e.buf)
+            .chain(&self.free)
+            .map(|b| b.capacity() as u64)
+            .sum()
     }
 
     /// Starts sending `buf` to `dest` with `tag` on `comm` as one MPI message; `id` comes
     /// back from [`SendQueue::test`]. Errors: [`Error::Mpi`] when the buffer is longer than
     /// an MPI `int` count or MPI fails.
-    pub(crate) fn post(&mut self, comm: &SimpleCommunicator, dest: usize, tag: i32, buf: Vec<u8>, id: u64) -> Result<()> {
+    pub(crate) fn post(
+        &mut self,
+        comm: &SimpleCommunicator,
+        dest: usize,
+        tag: i32,
+        buf: Vec<u8>,
+        id: u64,
+    ) -> Result<()> {
         int(buf.len(), "message of bytes")?;
         let part = buf.len().max(1);
         self.post_parts(comm, dest, tag, buf, part, id)
@@ -95,7 +108,15 @@ impl SendQueue {
     /// Starts sending `buf` to `dest` with `tag` on `comm` as consecutive MPI messages of
     /// `part` bytes (the last one shorter; none when `buf` is empty), so that no count
     /// overflows an `int`; `id` comes back from [`SendQueue::test`] once all completed.
-    pub(crate) fn post_parts(&mut self, comm: &SimpleCommunicator, dest: usize, tag: i32, buf: Vec<u8>, part: usize, id: u64) -> Result<()> {
+    pub(crate) fn post_parts(
+        &mut self,
+        comm: &SimpleCommunicator,
+        dest: usize,
+        tag: i32,
+        buf: Vec<u8>,
+        part: usize,
+        id: u64,
+    ) -> Result<()> {
         let dest = int(dest, "rank")?;
         let part = part.clamp(1, c_int::MAX as usize);
         let slot = self.free_entries.pop().unwrap_or_else(|| {
@@ -115,7 +136,15 @@ impl SendQueue {
             // initialised, and kept there until MPI_Testsome/MPI_Waitall reports every one
             // of its requests complete; `n` fits an int (clamped); `comm` is live.
             let code = unsafe {
-                ffi::MPI_Isend(ptr.add(off).cast(), n as c_int, u8::equivalent_datatype().as_raw(), dest, tag, comm.as_raw(), &mut req)
+                ffi::MPI_Isend(
+                    ptr.add(off).cast(),
+                    n as c_int,
+                    u8::equivalent_datatype().as_raw(),
+                    dest,
+                    tag,
+                    comm.as_raw(),
+                    &mut req,
+                )
             };
             if let Err(e) = check(code, "MPI_Isend") {
                 if self.entries[slot].as_ref().is_some_and(|e| e.parts == 0) {
@@ -165,7 +194,13 @@ impl SendQueue {
         let mut outcount: c_int = 0;
         // SAFETY: the three arrays have `n` elements; the requests are live or null.
         let code = unsafe {
-            ffi::MPI_Testsome(n as c_int, self.reqs.as_mut_ptr(), &mut outcount, self.indices.as_mut_ptr(), self.statuses.as_mut_ptr())
+            ffi::MPI_Testsome(
+                n as c_int,
+                self.reqs.as_mut_ptr(),
+                &mut outcount,
+                self.indices.as_mut_ptr(),
+                self.statuses.as_mut_ptr(),
+            )
         };
         check(code, "MPI_Testsome")?;
         // SAFETY: reading the null request constant.
@@ -196,7 +231,11 @@ impl SendQueue {
         // SAFETY: `reqs` holds live or null requests whose buffers are in `entries`;
         // MPI_STATUSES_IGNORE is accepted by MPI_Waitall.
         unsafe {
-            ffi::MPI_Waitall(self.reqs.len() as c_int, self.reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE);
+            ffi::MPI_Waitall(
+                self.reqs.len() as c_int,
+                self.reqs.as_mut_ptr(),
+                ffi::RSMPI_STATUSES_IGNORE,
+            );
         }
         self.reqs.clear();
         self.owner.clear();
@@ -216,7 +255,12 @@ impl Drop for SendQueue {
 /// (no zeroing of the destination). Returns its length. Errors: [`Error::Protocol`] when it
 /// does not fit (it is received and dropped first, so MPI's queue stays consistent),
 /// [`Error::Mpi`] when MPI fails.
-pub(crate) fn recv_append(comm: &SimpleCommunicator, source: usize, tag: i32, buf: &mut Vec<u8>) -> Result<usize> {
+pub(crate) fn recv_append(
+    comm: &SimpleCommunicator,
+    source: usize,
+    tag: i32,
+    buf: &mut Vec<u8>,
+) -> Result<usize> {
     let source = int(source, "rank")?;
     let dt = u8::equivalent_datatype().as_raw();
     // SAFETY: reading the "no process" message constant as an initial value.
@@ -224,10 +268,16 @@ pub(crate) fn recv_append(comm: &SimpleCommunicator, source: usize, tag: i32, bu
     // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
     let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
     // SAFETY: `comm` is live; `msg` and `status` are valid out-parameters.
-    check(unsafe { ffi::MPI_Mprobe(source, tag, comm.as_raw(), &mut msg, &mut status) }, "MPI_Mprobe")?;
+    check(
+        unsafe { ffi::MPI_Mprobe(source, tag, comm.as_raw(), &mut msg, &mut status) },
+        "MPI_Mprobe",
+    )?;
     let mut count: c_int = 0;
     // SAFETY: `status` was filled by MPI_Mprobe; `count` is a valid out-parameter.
-    check(unsafe { ffi::MPI_Get_count(&status, dt, &mut count) }, "MPI_Get_count")?;
+    check(
+        unsafe { ffi::MPI_Get_count(&status, dt, &mut count) },
+        "MPI_Get_count",
+    )?;
     let n = usize::try_from(count).map_err(|_| Error::Mpi(format!("MPI_Get_count gave {count}")))?;
     let fits = n <= buf.capacity() - buf.len();
     let mut sink = Vec::new();
@@ -240,9 +290,15 @@ pub(crate) fn recv_append(comm: &SimpleCommunicator, source: usize, tag: i32, bu
     };
     // SAFETY: `dst` points to at least `n` writable bytes (spare capacity of `buf` or of
     // `sink`); `msg` is the message matched above, received exactly once.
-    check(unsafe { ffi::MPI_Mrecv(dst.cast(), count, dt, &mut msg, &mut status) }, "MPI_Mrecv")?;
+    check(
+        unsafe { ffi::MPI_Mrecv(dst.cast(), count, dt, &mut msg, &mut status) },
+        "MPI_Mrecv",
+    )?;
     if !fits {
-        return Err(Error::Protocol(format!("a direct-path part of {n} bytes overruns its message ({} bytes left)", buf.capacity() - buf.len())));
+        return Err(Error::Protocol(format!(
+            "a direct-path part of {n} bytes overruns its message ({} bytes left)",
+            buf.capacity() - buf.len()
+        )));
     }
     // SAFETY: MPI_Mrecv initialised the `n` bytes after the old length, within capacity.
     unsafe { buf.set_len(buf.len() + n) };

@@ -40,7 +40,11 @@ extern "C" {
 /// when there is none; in the soft-RoCE guest one such `accept` every 64 polls doubled the
 /// 8 B ping-pong latency (see docs/BENCHMARKS.md). poll(2) allocates nothing.
 pub(crate) fn readable(fd: &impl AsRawFd) -> bool {
-    let mut p = PollFd { fd: fd.as_raw_fd(), events: 1 /* POLLIN */, revents: 0 };
+    let mut p = PollFd {
+        fd: fd.as_raw_fd(),
+        events: 1, /* POLLIN */
+        revents: 0,
+    };
     // SAFETY: one valid pollfd for the duration of the call; timeout 0 never blocks.
     let rc = unsafe { poll(&mut p, 1, 0) };
     // On an error, say "readable" so that the caller's accept/read reports it.
@@ -119,12 +123,23 @@ impl Frame {
             code: b[1],
             src: u32_at(4),
             value: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
-            qp: QpInfo { qpn: u32_at(16), psn: u32_at(20), lid: u16::from_le_bytes([b[24], b[25]]), gid: b[28..44].try_into().expect("16 bytes") },
+            qp: QpInfo {
+                qpn: u32_at(16),
+                psn: u32_at(20),
+                lid: u16::from_le_bytes([b[24], b[25]]),
+                gid: b[28..44].try_into().expect("16 bytes"),
+            },
         })
     }
 
     pub(crate) fn simple(kind: Kind, src: usize) -> Frame {
-        Frame { kind, code: 0, src: src as u32, value: 0, qp: QpInfo::default() }
+        Frame {
+            kind,
+            code: 0,
+            src: src as u32,
+            value: 0,
+            qp: QpInfo::default(),
+        }
     }
 }
 
@@ -194,7 +209,12 @@ pub(crate) struct Mesh {
 }
 
 impl Mesh {
-    pub(crate) fn new(rank: usize, listener: ControlListener, addrs: Vec<SocketAddr>, timeout: Duration) -> Mesh {
+    pub(crate) fn new(
+        rank: usize,
+        listener: ControlListener,
+        addrs: Vec<SocketAddr>,
+        timeout: Duration,
+    ) -> Mesh {
         let n = addrs.len();
         Mesh {
             rank,
@@ -220,9 +240,15 @@ impl Mesh {
     /// a system call (the counter is `rdtsc` on x86-64).
     pub(crate) fn due(&mut self) -> bool {
         self.calls = self.calls.wrapping_add(1);
-        let every = if self.calls < self.busy_until { BUSY_EVERY } else { IDLE_EVERY };
+        let every = if self.calls < self.busy_until {
+            BUSY_EVERY
+        } else {
+            IDLE_EVERY
+        };
         let now = super::cycles::now();
-        if self.calls.wrapping_sub(self.last_read) >= every || now.wrapping_sub(self.last_read_tsc) >= IDLE_TICKS {
+        if self.calls.wrapping_sub(self.last_read) >= every
+            || now.wrapping_sub(self.last_read_tsc) >= IDLE_TICKS
+        {
             self.last_read = self.calls;
             self.last_read_tsc = now;
             return true;
@@ -246,9 +272,9 @@ impl Mesh {
                     Err(e) if Instant::now() < deadline && e.kind() == ErrorKind::Interrupted => continue,
                     Err(e) => {
                         return Err(Error::Verbs(format!(
-                            "rank {}: control connection to rank {dest} at {} failed: {e} (did rank {dest} die?)",
-                            self.rank, self.addrs[dest]
-                        )))
+                        "rank {}: control connection to rank {dest} at {} failed: {e} (did rank {dest} die?)",
+                        self.rank, self.addrs[dest]
+                    )))
                     }
                 }
             };
@@ -261,7 +287,12 @@ impl Mesh {
         self.busy();
         let s = self.out[dest].as_mut().expect("connected");
         super::counters::bump(&super::counters::MESH_SENDS, 1);
-        s.write_all(&f.encode()).map_err(|e| Error::Verbs(format!("rank {}: control message to rank {dest} failed: {e} (did rank {dest} die?)", self.rank)))
+        s.write_all(&f.encode()).map_err(|e| {
+            Error::Verbs(format!(
+                "rank {}: control message to rank {dest} failed: {e} (did rank {dest} die?)",
+                self.rank
+            ))
+        })
     }
 
     /// Accepts new streams and reads every complete frame. A stream that ends before its
@@ -270,8 +301,16 @@ impl Mesh {
         // One poll(2) for the listener and every stream: nothing waiting (the usual case)
         // costs one system call, not one per stream.
         self.fds.clear();
-        self.fds.push(PollFd { fd: self.listener.as_raw_fd(), events: 1 /* POLLIN */, revents: 0 });
-        self.fds.extend(self.incoming.iter().map(|inc| PollFd { fd: inc.stream.as_raw_fd(), events: 1, revents: 0 }));
+        self.fds.push(PollFd {
+            fd: self.listener.as_raw_fd(),
+            events: 1, /* POLLIN */
+            revents: 0,
+        });
+        self.fds.extend(self.incoming.iter().map(|inc| PollFd {
+            fd: inc.stream.as_raw_fd(),
+            events: 1,
+            revents: 0,
+        }));
         // SAFETY: `fds` holds fds.len() valid pollfd entries for the duration of the call;
         // timeout 0 never blocks.
         let rc = unsafe { poll(self.fds.as_mut_ptr(), self.fds.len() as std::ffi::c_ulong, 0) };
@@ -288,7 +327,11 @@ impl Mesh {
                 Ok((s, _)) => {
                     s.set_nonblocking(true)?;
                     s.set_nodelay(true)?;
-                    self.incoming.push(Incoming { stream: s, from: None, buf: Vec::new() });
+                    self.incoming.push(Incoming {
+                        stream: s,
+                        from: None,
+                        buf: Vec::new(),
+                    });
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -326,7 +369,10 @@ impl Mesh {
                 match f.kind {
                     Kind::Hello => {
                         if f.src as usize >= self.done_from.len() {
-                            return Err(Error::Protocol(format!("control hello from rank {} outside the world", f.src)));
+                            return Err(Error::Protocol(format!(
+                                "control hello from rank {} outside the world",
+                                f.src
+                            )));
                         }
                         inc.from = Some(f.src as usize);
                     }
@@ -390,19 +436,42 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let f = Frame { kind: Kind::Control, code: 3, src: 17, value: u64::MAX - 5, qp: QpInfo { qpn: 0xabcdef, psn: 0x123456, lid: 9, gid: [7; 16] } };
+        let f = Frame {
+            kind: Kind::Control,
+            code: 3,
+            src: 17,
+            value: u64::MAX - 5,
+            qp: QpInfo {
+                qpn: 0xabcdef,
+                psn: 0x123456,
+                lid: 9,
+                gid: [7; 16],
+            },
+        };
         assert_eq!(Frame::decode(&f.encode()).unwrap(), f);
         assert!(Frame::decode(&[9u8; FRAME_BYTES]).is_err());
-        let x = Frame { kind: Kind::SrqNum, code: 0, src: 3, value: 0x00ab_cdef, qp: QpInfo::default() };
+        let x = Frame {
+            kind: Kind::SrqNum,
+            code: 0,
+            src: 3,
+            value: 0x00ab_cdef,
+            qp: QpInfo::default(),
+        };
         assert_eq!(Frame::decode(&x.encode()).unwrap(), x);
     }
 
     /// The meshes of ranks 0 and 1 on loopback.
     fn mesh_pair() -> (Mesh, Mesh) {
         let host = std::net::IpAddr::from([127, 0, 0, 1]);
-        let (l0, l1) = (ControlListener::bind(host).unwrap(), ControlListener::bind(host).unwrap());
+        let (l0, l1) = (
+            ControlListener::bind(host).unwrap(),
+            ControlListener::bind(host).unwrap(),
+        );
         let addrs = vec![l0.addr(), l1.addr()];
-        (Mesh::new(0, l0, addrs.clone(), Duration::from_secs(5)), Mesh::new(1, l1, addrs, Duration::from_secs(5)))
+        (
+            Mesh::new(0, l0, addrs.clone(), Duration::from_secs(5)),
+            Mesh::new(1, l1, addrs, Duration::from_secs(5)),
+        )
     }
 
     /// Which of `n` calls of `due` say "read now" (1-based call numbers).
@@ -417,13 +486,27 @@ mod tests {
         // Busy at start (connections are being set up): every 64 calls. (The cycle-counter
         // bound, ~2-8 ms, can add a read when the machine stalls: at most a few here.)
         let busy = due_calls(&mut m1, BUSY_FOR);
-        assert!((BUSY_FOR / BUSY_EVERY - 1..BUSY_FOR / BUSY_EVERY + 4).contains(&(busy.len() as u64)), "{} reads", busy.len());
+        assert!(
+            (BUSY_FOR / BUSY_EVERY - 1..BUSY_FOR / BUSY_EVERY + 4).contains(&(busy.len() as u64)),
+            "{} reads",
+            busy.len()
+        );
         assert_eq!(busy[0], BUSY_EVERY);
         // Then quiet: every 1024 calls.
         let idle = due_calls(&mut m1, 4 * IDLE_EVERY);
         assert!((4..8).contains(&idle.len()), "{} reads while idle", idle.len());
         // A frame read makes it busy again.
-        m0.send(1, &Frame { kind: Kind::Ready, code: 0, src: 0, value: 7, qp: QpInfo::default() }).unwrap();
+        m0.send(
+            1,
+            &Frame {
+                kind: Kind::Ready,
+                code: 0,
+                src: 0,
+                value: 7,
+                qp: QpInfo::default(),
+            },
+        )
+        .unwrap();
         let mut got = Vec::new();
         let t = Instant::now();
         while got.is_empty() && t.elapsed() < Duration::from_secs(5) {
@@ -431,18 +514,38 @@ mod tests {
         }
         assert_eq!(got.len(), 1);
         let again = due_calls(&mut m1, 4 * IDLE_EVERY);
-        assert!(again.len() >= 4 * IDLE_EVERY as usize / BUSY_EVERY as usize, "{} reads after a frame", again.len());
+        assert!(
+            again.len() >= 4 * IDLE_EVERY as usize / BUSY_EVERY as usize,
+            "{} reads after a frame",
+            again.len()
+        );
         // So does a frame sent (an answer may follow), on the sender's side.
         let _ = due_calls(&mut m0, 2 * BUSY_FOR);
         assert!(due_calls(&mut m0, IDLE_EVERY).len() < 4);
-        m0.send(1, &Frame { kind: Kind::Ready, code: 0, src: 0, value: 8, qp: QpInfo::default() }).unwrap();
+        m0.send(
+            1,
+            &Frame {
+                kind: Kind::Ready,
+                code: 0,
+                src: 0,
+                value: 8,
+                qp: QpInfo::default(),
+            },
+        )
+        .unwrap();
         assert!(due_calls(&mut m0, IDLE_EVERY).len() >= (IDLE_EVERY / BUSY_EVERY) as usize);
     }
 
     #[test]
     fn mesh_delivers_and_reports_a_dead_peer() {
         let (mut m0, mut m1) = mesh_pair();
-        let f = Frame { kind: Kind::Ready, code: 0, src: 0, value: 42, qp: QpInfo::default() };
+        let f = Frame {
+            kind: Kind::Ready,
+            code: 0,
+            src: 0,
+            value: 42,
+            qp: QpInfo::default(),
+        };
         m0.send(1, &f).unwrap();
         let mut got = Vec::new();
         let t = Instant::now();
@@ -458,6 +561,9 @@ mod tests {
             }
             assert!(t.elapsed() < Duration::from_secs(5), "no error for a dead peer");
         };
-        assert!(err.to_string().contains("rank 0 closed its control connection"), "{err}");
+        assert!(
+            err.to_string().contains("rank 0 closed its control connection"),
+            "{err}"
+        );
     }
 }

@@ -55,10 +55,31 @@ impl DeviceCaps {
     /// `key: value` lines for `ballast info`.
     pub fn lines(&self) -> Vec<(String, String)> {
         vec![
-            ("device".into(), format!("{} port {} ({}, active MTU {} B)", self.name, self.port, self.link_layer, self.active_mtu)),
+            (
+                "device".into(),
+                format!(
+                    "{} port {} ({}, active MTU {} B)",
+                    self.name, self.port, self.link_layer, self.active_mtu
+                ),
+            ),
             ("gid".into(), format!("index {}: {}", self.gid_index, self.gid)),
-            ("srq".into(), format!("{} (max_srq {}, max_srq_wr {})", if self.srq { "yes" } else { "no" }, self.max_srq, self.max_srq_wr)),
-            ("xrc".into(), if self.xrc { "yes".into() } else { "no (recv_sharing=xrc falls back to shared)".into() }),
+            (
+                "srq".into(),
+                format!(
+                    "{} (max_srq {}, max_srq_wr {})",
+                    if self.srq { "yes" } else { "no" },
+                    self.max_srq,
+                    self.max_srq_wr
+                ),
+            ),
+            (
+                "xrc".into(),
+                if self.xrc {
+                    "yes".into()
+                } else {
+                    "no (recv_sharing=xrc falls back to shared)".into()
+                },
+            ),
             ("max_qp".into(), self.max_qp.to_string()),
             ("max_qp_wr".into(), self.max_qp_wr.to_string()),
             ("max_cqe".into(), self.max_cqe.to_string()),
@@ -81,7 +102,9 @@ pub fn device_names() -> Result<Vec<String>> {
     if list.is_null() {
         let e = std::io::Error::last_os_error();
         // ENOSYS: no kernel support (no uverbs): simply no device.
-        if e.raw_os_error() == Some(38) /* ENOSYS */ {
+        if e.raw_os_error() == Some(38)
+        /* ENOSYS */
+        {
             return Ok(Vec::new());
         }
         return Err(Error::Verbs(format!("ibv_get_device_list: {e}")));
@@ -135,7 +158,10 @@ fn query_port(ctx: *mut ibv_context, port: u8) -> Result<ibv_port_attr> {
     // SAFETY: ctx is an open context; attr is a valid out-pointer of the right size.
     let rc = unsafe { ___ibv_query_port(ctx, port, &mut attr) };
     if rc != 0 {
-        return Err(Error::Verbs(format!("ibv_query_port(port {port}): {}", std::io::Error::from_raw_os_error(rc))));
+        return Err(Error::Verbs(format!(
+            "ibv_query_port(port {port}): {}",
+            std::io::Error::from_raw_os_error(rc)
+        )));
     }
     Ok(attr)
 }
@@ -161,7 +187,9 @@ fn is_ipv4_mapped(g: &[u8; 16]) -> bool {
 /// The GID type from sysfs (`RoCE v2`, `IB/RoCE v1`), if the kernel exposes it.
 fn gid_type(dev: &str, port: u8, index: i32) -> Option<String> {
     let p = format!("/sys/class/infiniband/{dev}/ports/{port}/gid_attrs/types/{index}");
-    std::fs::read_to_string(Path::new(&p)).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(Path::new(&p))
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// Opens the device chosen by `sel` (see [`VerbsConfig`]). Errors: [`Error::Verbs`] naming
@@ -186,7 +214,9 @@ pub(crate) fn open(sel: &VerbsConfig) -> Result<Context> {
         // SAFETY: `i < n` entries are valid device pointers.
         let dev = unsafe { *list.add(i) };
         // SAFETY: the name is a NUL-terminated string owned by the device.
-        let name = unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }.to_string_lossy().into_owned();
+        let name = unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }
+            .to_string_lossy()
+            .into_owned();
         if sel.device.as_deref().is_some_and(|d| d != name) {
             tried.push(name);
             continue;
@@ -220,7 +250,10 @@ pub(crate) fn open(sel: &VerbsConfig) -> Result<Context> {
     unsafe { ibv_free_device_list(list) };
     if let (Err(_), Some(d)) = (&result, &sel.device) {
         if tried.iter().any(|t| t == d) || !tried.is_empty() && tried.len() == n as usize {
-            return Err(Error::Verbs(format!("BALLAST_IB_DEVICE={d}: no such device (devices: {})", tried.join(", "))));
+            return Err(Error::Verbs(format!(
+                "BALLAST_IB_DEVICE={d}: no such device (devices: {})",
+                tried.join(", ")
+            )));
         }
     }
     result
@@ -232,11 +265,17 @@ fn open_ctx(ctx: *mut ibv_context, name: &str, sel: &VerbsConfig) -> Result<Cont
     // SAFETY: ctx is open; da is a valid out-pointer.
     let rc = unsafe { ibv_query_device(ctx, &mut da) };
     if rc != 0 {
-        return Err(Error::Verbs(format!("ibv_query_device({name}): {}", std::io::Error::from_raw_os_error(rc))));
+        return Err(Error::Verbs(format!(
+            "ibv_query_device({name}): {}",
+            std::io::Error::from_raw_os_error(rc)
+        )));
     }
     let ports: Vec<u8> = match sel.port {
         Some(p) if p > da.phys_port_cnt => {
-            return Err(Error::Verbs(format!("BALLAST_IB_PORT={p}: {name} has {} port(s)", da.phys_port_cnt)))
+            return Err(Error::Verbs(format!(
+                "BALLAST_IB_PORT={p}: {name} has {} port(s)",
+                da.phys_port_cnt
+            )))
         }
         Some(p) => vec![p],
         None => (1..=da.phys_port_cnt).collect(),
@@ -249,7 +288,10 @@ fn open_ctx(ctx: *mut ibv_context, name: &str, sel: &VerbsConfig) -> Result<Cont
             break;
         }
         if sel.port.is_some() {
-            return Err(Error::Verbs(format!("{name} port {p} is not active (state {})", pa.state)));
+            return Err(Error::Verbs(format!(
+                "{name} port {p} is not active (state {})",
+                pa.state
+            )));
         }
     }
     let (port, pa) = chosen.ok_or_else(|| Error::Verbs(format!("{name} has no active port")))?;
@@ -270,9 +312,12 @@ fn open_ctx(ctx: *mut ibv_context, name: &str, sel: &VerbsConfig) -> Result<Cont
         }
         None => 0,
     };
-    let gid = query_gid(ctx, port, gid_index).ok_or_else(|| Error::Verbs(format!("{name} port {port}: no GID at index {gid_index}")))?;
+    let gid = query_gid(ctx, port, gid_index)
+        .ok_or_else(|| Error::Verbs(format!("{name} port {port}: no GID at index {gid_index}")))?;
     if gid.iter().all(|&b| b == 0) {
-        return Err(Error::Verbs(format!("{name} port {port}: GID index {gid_index} is empty (BALLAST_GID_INDEX)")));
+        return Err(Error::Verbs(format!(
+            "{name} port {port}: GID index {gid_index} is empty (BALLAST_GID_INDEX)"
+        )));
     }
     let _ = LINK_LAYER_INFINIBAND;
     let caps = DeviceCaps {
@@ -296,7 +341,15 @@ fn open_ctx(ctx: *mut ibv_context, name: &str, sel: &VerbsConfig) -> Result<Cont
     if pd.is_null() {
         return Err(verr(&format!("ibv_alloc_pd({name})")));
     }
-    Ok(Context { ctx, pd, caps, gid, lid: pa.lid, mtu: pa.active_mtu, ethernet })
+    Ok(Context {
+        ctx,
+        pd,
+        caps,
+        gid,
+        lid: pa.lid,
+        mtu: pa.active_mtu,
+        ethernet,
+    })
 }
 
 /// Opens the selected device, reads its limits and closes it again (for `ballast info`).

@@ -95,7 +95,11 @@ impl Mr {
         if mr.is_null() {
             return Err(verr(format!("ibv_reg_mr({} bytes)", mem.len())));
         }
-        Ok(Mr { mr, addr: mem.as_ptr() as usize, len: mem.len() })
+        Ok(Mr {
+            mr,
+            addr: mem.as_ptr() as usize,
+            len: mem.len(),
+        })
     }
 
     fn lkey(&self) -> u32 {
@@ -141,8 +145,17 @@ impl Slots {
 }
 
 fn post_recv_wr(slots: &Slots, i: usize, qp: *mut ibv_qp, srq: *mut ibv_srq) -> Result<()> {
-    let mut sge = ibv_sge { addr: slots.addr(i), length: slots.slot as u32, lkey: slots.mr.lkey() };
-    let mut wr = ibv_recv_wr { wr_id: RECV_BIT | i as u64, next: std::ptr::null_mut(), sg_list: &mut sge, num_sge: 1 };
+    let mut sge = ibv_sge {
+        addr: slots.addr(i),
+        length: slots.slot as u32,
+        lkey: slots.mr.lkey(),
+    };
+    let mut wr = ibv_recv_wr {
+        wr_id: RECV_BIT | i as u64,
+        next: std::ptr::null_mut(),
+        sg_list: &mut sge,
+        num_sge: 1,
+    };
     let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
     // SAFETY: wr and sge live across the call; the slot lies in registered memory that stays
     // registered while the queue exists; exactly one of qp/srq is used.
@@ -242,7 +255,14 @@ fn put_header(b: &mut [u8], h: &PacketHeader) {
 fn get_header(b: &[u8]) -> PacketHeader {
     let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
     let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-    PacketHeader { src: u32_at(0), tag: u32_at(4), total: u64_at(8), offset: u64_at(16), len: u32_at(24), more: b[28] != 0 }
+    PacketHeader {
+        src: u32_at(0),
+        tag: u32_at(4),
+        total: u64_at(8),
+        offset: u64_at(16),
+        len: u32_at(24),
+        more: b[28] != 0,
+    }
 }
 
 /// The verbs fabric of one rank. Field order is teardown order: QPs, then the SRQ, then the
@@ -305,7 +325,13 @@ impl VerbsFabric {
     /// Opens the device chosen by `config.verbs()` and creates the completion queue for rank
     /// `rank` of `world`, whose control channel is `mesh`; `abort` is raised by the launcher
     /// when another rank of this process failed. Errors: [`Error::Verbs`] (device, CQ).
-    pub(crate) fn new(rank: usize, world: usize, config: &RuntimeConfig, mesh: Mesh, abort: Arc<AtomicBool>) -> Result<VerbsFabric> {
+    pub(crate) fn new(
+        rank: usize,
+        world: usize,
+        config: &RuntimeConfig,
+        mesh: Mesh,
+        abort: Arc<AtomicBool>,
+    ) -> Result<VerbsFabric> {
         let cfg = *config.transport();
         let dev = device::open(config.verbs())?;
         if std::env::var("BALLAST_VERBS_TRACE").is_ok_and(|v| v == "1") {
@@ -314,22 +340,47 @@ impl VerbsFabric {
         if std::env::var("BALLAST_VERBS_TRACE").is_ok_and(|v| v == "tsc") {
             super::counters::STAMPING.store(true, Ordering::Relaxed);
         }
-        let header_slots = if cfg.pool_growth { (cfg.max_pool_bytes / cfg.buffer_size as u64) as usize } else { cfg.buffer_count };
+        let header_slots = if cfg.pool_growth {
+            (cfg.max_pool_bytes / cfg.buffer_size as u64) as usize
+        } else {
+            cfg.buffer_count
+        };
         let recvs = match cfg.recv_sharing {
             RecvSharing::PerPeer => {
-                let eps = if cfg.max_endpoints > 0 { cfg.max_endpoints } else { world.saturating_sub(1) };
+                let eps = if cfg.max_endpoints > 0 {
+                    cfg.max_endpoints
+                } else {
+                    world.saturating_sub(1)
+                };
                 eps * cfg.recv_depth
             }
             _ => cfg.srq_depth,
         };
-        let cq_entries = (VERBS_CQ_ENTRIES as usize).max(header_slots + recvs).min(dev.caps.max_cqe as usize).max(1) as u32;
+        let cq_entries = (VERBS_CQ_ENTRIES as usize)
+            .max(header_slots + recvs)
+            .min(dev.caps.max_cqe as usize)
+            .max(1) as u32;
         // SAFETY: ctx is open; no completion channel; the CQ is destroyed in Cq::drop.
-        let cq = unsafe { ibv_create_cq(dev.ctx, cq_entries as i32, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        let cq = unsafe {
+            ibv_create_cq(
+                dev.ctx,
+                cq_entries as i32,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
         if cq.is_null() {
-            return Err(verr(format!("ibv_create_cq({cq_entries} entries) on {}", dev.caps.name)));
+            return Err(verr(format!(
+                "ibv_create_cq({cq_entries} entries) on {}",
+                dev.caps.name
+            )));
         }
         let sq_depth = (VERBS_SQ_DEPTH as u32).min(dev.caps.max_qp_wr.max(1));
-        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
         Ok(VerbsFabric {
             peers: IntMap::default(),
             tgts: Vec::new(),
@@ -388,10 +439,15 @@ impl VerbsFabric {
     /// is per process: with several ranks as threads of one process their registrations
     /// add up, so the process' VmPin counts (this rank's own count if /proc is unreadable).
     fn check_memlock(&self, more: u64) -> Result<()> {
-        let process = crate::procstatus::ProcStatus::read_self().map(|s| s.vm_pin_kb * 1024).unwrap_or(0);
+        let process = crate::procstatus::ProcStatus::read_self()
+            .map(|s| s.vm_pin_kb * 1024)
+            .unwrap_or(0);
         let need = self.pinned.max(process) + more;
         match self.memlock_limit {
-            Some(limit) if limit != u64::MAX && need > limit => Err(Error::MemlockTooLow { needed_kib: need.div_ceil(1024), limit_kib: limit / 1024 }),
+            Some(limit) if limit != u64::MAX && need > limit => Err(Error::MemlockTooLow {
+                needed_kib: need.div_ceil(1024),
+                limit_kib: limit / 1024,
+            }),
             _ => Ok(()),
         }
     }
@@ -406,10 +462,19 @@ impl VerbsFabric {
     }
 
     fn local_info(&self, key: usize) -> Result<QpInfo> {
-        let qp = self.peers.get(&key).and_then(|p| p.qp.as_ref()).ok_or_else(|| Error::Protocol(format!("no queue pair toward rank {key}")))?;
+        let qp = self
+            .peers
+            .get(&key)
+            .and_then(|p| p.qp.as_ref())
+            .ok_or_else(|| Error::Protocol(format!("no queue pair toward rank {key}")))?;
         // SAFETY: qp is a live QP; qp_num is set at creation.
         let qpn = unsafe { (*qp.qp).qp_num };
-        Ok(QpInfo { qpn, psn: qp.psn, lid: self.dev.lid, gid: self.dev.gid })
+        Ok(QpInfo {
+            qpn,
+            psn: qp.psn,
+            lid: self.dev.lid,
+            gid: self.dev.gid,
+        })
     }
 
     fn create_qp(&mut self, inline: u32) -> *mut ibv_qp {
@@ -436,11 +501,21 @@ impl VerbsFabric {
         qp
     }
 
-    fn modify(&self, qp: *mut ibv_qp, attr: &mut ibv_qp_attr, mask: u32, what: &str, peer: usize) -> Result<()> {
+    fn modify(
+        &self,
+        qp: *mut ibv_qp,
+        attr: &mut ibv_qp_attr,
+        mask: u32,
+        what: &str,
+        peer: usize,
+    ) -> Result<()> {
         // SAFETY: qp is live; attr is initialised for every field named in `mask`.
         let rc = unsafe { ibv_modify_qp(qp, attr, mask as i32) };
         if rc != 0 {
-            return Err(rc_err(format!("rank {}: moving the QP toward rank {peer} to {what}", self.rank), rc));
+            return Err(rc_err(
+                format!("rank {}: moving the QP toward rank {peer} to {what}", self.rank),
+                rc,
+            ));
         }
         Ok(())
     }
@@ -466,7 +541,11 @@ impl VerbsFabric {
             a.ah_attr.grh.hop_limit = 64;
         }
         use ibv_qp_attr_mask as M;
-        let mut mask = M::IBV_QP_STATE.0 | M::IBV_QP_AV.0 | M::IBV_QP_PATH_MTU.0 | M::IBV_QP_DEST_QPN.0 | M::IBV_QP_RQ_PSN.0;
+        let mut mask = M::IBV_QP_STATE.0
+            | M::IBV_QP_AV.0
+            | M::IBV_QP_PATH_MTU.0
+            | M::IBV_QP_DEST_QPN.0
+            | M::IBV_QP_RQ_PSN.0;
         if recv {
             mask |= M::IBV_QP_MAX_DEST_RD_ATOMIC.0 | M::IBV_QP_MIN_RNR_TIMER.0;
         }
@@ -484,7 +563,12 @@ impl VerbsFabric {
         a.rnr_retry = 7;
         a.max_rd_atomic = 1;
         use ibv_qp_attr_mask as M;
-        let mask = M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0 | M::IBV_QP_TIMEOUT.0 | M::IBV_QP_RETRY_CNT.0 | M::IBV_QP_RNR_RETRY.0 | M::IBV_QP_MAX_QP_RD_ATOMIC.0;
+        let mask = M::IBV_QP_STATE.0
+            | M::IBV_QP_SQ_PSN.0
+            | M::IBV_QP_TIMEOUT.0
+            | M::IBV_QP_RETRY_CNT.0
+            | M::IBV_QP_RNR_RETRY.0
+            | M::IBV_QP_MAX_QP_RD_ATOMIC.0;
         self.modify(qp, &mut a, mask, "RTS", key)
     }
 
@@ -497,18 +581,32 @@ impl VerbsFabric {
         a.port_num = self.dev.caps.port;
         a.qp_access_flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
         use ibv_qp_attr_mask as M;
-        self.modify(qp, &mut a, M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0, "INIT", key)
+        self.modify(
+            qp,
+            &mut a,
+            M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0,
+            "INIT",
+            key,
+        )
     }
 
     /// INIT -> RTR -> RTS with the peer's data, then tells the peer our side can receive.
     fn connect(&mut self, key: usize, remote: QpInfo) -> Result<()> {
         let (qp, psn) = {
-            let q = self.peers.get(&key).and_then(|p| p.qp.as_ref()).expect("queue pair");
+            let q = self
+                .peers
+                .get(&key)
+                .and_then(|p| p.qp.as_ref())
+                .expect("queue pair");
             (q.qp, q.psn)
         };
         self.rtr(qp, remote, true, key)?;
         self.rts(qp, psn, key)?;
-        self.peers.get_mut(&key).and_then(|p| p.qp.as_mut()).expect("queue pair").connected = true;
+        self.peers
+            .get_mut(&key)
+            .and_then(|p| p.qp.as_mut())
+            .expect("queue pair")
+            .connected = true;
         self.mesh.send(key, &Frame::simple(Kind::Ready, self.rank))
     }
 
@@ -543,7 +641,10 @@ impl VerbsFabric {
     /// INI QP described by `f` and answers with its connection data.
     fn accept_xrc(&mut self, f: &Frame) -> Result<()> {
         let src = f.src as usize;
-        let xrcd = self.xrcd.as_ref().ok_or_else(|| Error::Protocol(format!("XRC connect from rank {src} without an XRC domain")))?;
+        let xrcd = self
+            .xrcd
+            .as_ref()
+            .ok_or_else(|| Error::Protocol(format!("XRC connect from rank {src} without an XRC domain")))?;
         let tgt = xrc::Tgt(xrc::create_tgt(self.dev.ctx, xrcd)?);
         self.init(tgt.0, src)?;
         self.rtr(tgt.0, f.qp, true, src)?;
@@ -551,23 +652,57 @@ impl VerbsFabric {
         // SAFETY: tgt.0 is a live QP; qp_num is set at creation.
         let qpn = unsafe { (*tgt.0).qp_num };
         self.tgts.push(tgt);
-        let qp = QpInfo { qpn, psn, lid: self.dev.lid, gid: self.dev.gid };
-        self.mesh.send(src, &Frame { kind: Kind::XrcAccept, code: 0, src: self.rank as u32, value: f.value, qp })
+        let qp = QpInfo {
+            qpn,
+            psn,
+            lid: self.dev.lid,
+            gid: self.dev.gid,
+        };
+        self.mesh.send(
+            src,
+            &Frame {
+                kind: Kind::XrcAccept,
+                code: 0,
+                src: self.rank as u32,
+                value: f.value,
+                qp,
+            },
+        )
     }
 
     fn post(&mut self, key: usize, q: Queued) -> Result<()> {
-        let qp = self.peers.get(&key).and_then(|p| p.qp.as_ref()).ok_or_else(|| Error::Protocol(format!("send on a closed endpoint toward rank {key}")))?.qp;
+        let qp = self
+            .peers
+            .get(&key)
+            .and_then(|p| p.qp.as_ref())
+            .ok_or_else(|| Error::Protocol(format!("send on a closed endpoint toward rank {key}")))?
+            .qp;
         self.post_wr(qp, key, q)?;
-        self.peers.get_mut(&key).and_then(|p| p.qp.as_mut()).expect("queue pair").outstanding += 1;
+        self.peers
+            .get_mut(&key)
+            .and_then(|p| p.qp.as_mut())
+            .expect("queue pair")
+            .outstanding += 1;
         Ok(())
     }
 
     /// Posts `q` on queue pair `qp` (toward `key`); the caller counts it as outstanding.
     fn post_wr(&self, qp: *mut ibv_qp, key: usize, q: Queued) -> Result<()> {
-        let headers = self.headers.as_ref().ok_or_else(|| Error::Protocol("send before the pool was registered".into()))?;
+        let headers = self
+            .headers
+            .as_ref()
+            .ok_or_else(|| Error::Protocol("send before the pool was registered".into()))?;
         let mut sges = [
-            ibv_sge { addr: headers.addr(q.wr_id as usize), length: HEADER_BYTES as u32, lkey: headers.mr.lkey() },
-            ibv_sge { addr: q.payload, length: q.len, lkey: q.lkey },
+            ibv_sge {
+                addr: headers.addr(q.wr_id as usize),
+                length: HEADER_BYTES as u32,
+                lkey: headers.mr.lkey(),
+            },
+            ibv_sge {
+                addr: q.payload,
+                length: q.len,
+                lkey: q.lkey,
+            },
         ];
         let mut flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
         if HEADER_BYTES as u32 + q.len <= self.max_inline {
@@ -585,7 +720,9 @@ impl VerbsFabric {
         }
         wr.send_flags = flags;
         if self.sharing == RecvSharing::Xrc {
-            let srqn = *self.srqns.get(&(q.dest as usize)).ok_or_else(|| Error::Protocol(format!("XRC send to rank {} before its SRQ number", q.dest)))?;
+            let srqn = *self.srqns.get(&(q.dest as usize)).ok_or_else(|| {
+                Error::Protocol(format!("XRC send to rank {} before its SRQ number", q.dest))
+            })?;
             wr.qp_type.xrc = xrc_t { remote_srqn: srqn };
         }
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
@@ -598,7 +735,10 @@ impl VerbsFabric {
         super::counters::stamp(9);
         super::counters::bump(&super::counters::POSTS, 1);
         if rc != 0 {
-            return Err(rc_err(format!("rank {}: ibv_post_send toward rank {key}", self.rank), rc));
+            return Err(rc_err(
+                format!("rank {}: ibv_post_send toward rank {key}", self.rank),
+                rc,
+            ));
         }
         Ok(())
     }
@@ -606,20 +746,28 @@ impl VerbsFabric {
     /// Posts queued sends toward `key` while the peer is ready and the send queue has room.
     fn flush(&mut self, key: usize) -> Result<()> {
         loop {
-            let Some(p) = self.peers.get_mut(&key) else { return Ok(()) };
-            let room = p.qp.as_ref().is_some_and(|q| q.connected && q.outstanding < self.sq_depth);
+            let Some(p) = self.peers.get_mut(&key) else {
+                return Ok(());
+            };
+            let room =
+                p.qp.as_ref()
+                    .is_some_and(|q| q.connected && q.outstanding < self.sq_depth);
             if !p.remote_ready || !room {
                 return Ok(());
             }
             if self.sharing == RecvSharing::Xrc {
-                let Some(front) = p.queued.front() else { return Ok(()) };
+                let Some(front) = p.queued.front() else {
+                    return Ok(());
+                };
                 let d = front.dest as usize;
                 if !self.srqns.contains_key(&d) {
                     return self.ask_srqn(d);
                 }
             }
             let p = self.peers.get_mut(&key).expect("peer");
-            let Some(q) = p.queued.pop_front() else { return Ok(()) };
+            let Some(q) = p.queued.pop_front() else {
+                return Ok(());
+            };
             self.post(key, q)?;
         }
     }
@@ -643,20 +791,33 @@ impl VerbsFabric {
     fn flush_grant(&mut self, dest: usize) -> Result<()> {
         // The credits granted count on reposted slots.
         self.repost_srq()?;
-        let Some(p) = self.peers.get_mut(&dest) else { return Ok(()) };
+        let Some(p) = self.peers.get_mut(&dest) else {
+            return Ok(());
+        };
         let credits = std::mem::take(&mut p.grant_stash);
         p.wants_credit = false;
         if credits == 0 {
             return Ok(());
         }
         let (code, value) = Control::Grant { credits }.encode();
-        self.mesh.send(dest, &Frame { kind: Kind::Control, code, src: self.rank as u32, value, qp: QpInfo::default() })
+        self.mesh.send(
+            dest,
+            &Frame {
+                kind: Kind::Control,
+                code,
+                src: self.rank as u32,
+                value,
+                qp: QpInfo::default(),
+            },
+        )
     }
 
     fn on_frame(&mut self, f: Frame, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<()> {
         let src = f.src as usize;
         if src >= self.world {
-            return Err(Error::Protocol(format!("control frame from rank {src} outside the world")));
+            return Err(Error::Protocol(format!(
+                "control frame from rank {src} outside the world"
+            )));
         }
         match f.kind {
             Kind::Control => {
@@ -692,9 +853,19 @@ impl VerbsFabric {
                 p.remote_ready = true;
                 self.flush(ik)
             }
-            Kind::SrqReq => self.mesh.send(src, &Frame { kind: Kind::SrqNum, code: 0, src: self.rank as u32, value: self.my_srqn as u64, qp: QpInfo::default() }),
+            Kind::SrqReq => self.mesh.send(
+                src,
+                &Frame {
+                    kind: Kind::SrqNum,
+                    code: 0,
+                    src: self.rank as u32,
+                    value: self.my_srqn as u64,
+                    qp: QpInfo::default(),
+                },
+            ),
             Kind::SrqNum => {
-                let n = u32::try_from(f.value).map_err(|_| Error::Protocol(format!("SRQ number {} from rank {src}", f.value)))?;
+                let n = u32::try_from(f.value)
+                    .map_err(|_| Error::Protocol(format!("SRQ number {} from rank {src}", f.value)))?;
                 self.srqns.insert(src, n);
                 self.flush(self.world + src / self.cfg.ranks_per_node)
             }
@@ -707,19 +878,31 @@ impl VerbsFabric {
     fn open_xrc(&mut self, node: usize) -> Result<()> {
         let leader = node * self.cfg.ranks_per_node;
         if leader >= self.world {
-            return Err(Error::InvalidRank { rank: leader, world_size: self.world });
+            return Err(Error::InvalidRank {
+                rank: leader,
+                world_size: self.world,
+            });
         }
         let ik = self.world + node;
         if self.peers.get(&ik).is_some_and(|p| p.qp.is_some()) {
-            return Err(Error::Protocol(format!("XRC endpoint to node {node} opened twice")));
+            return Err(Error::Protocol(format!(
+                "XRC endpoint to node {node} opened twice"
+            )));
         }
-        let (qp, inline) = match xrc::create_ini(self.dev.ctx, self.dev.pd, self.cq.0, self.sq_depth, INLINE_BYTES) {
-            Ok(x) => x,
-            Err(_) => xrc::create_ini(self.dev.ctx, self.dev.pd, self.cq.0, self.sq_depth, 0)?,
-        };
+        let (qp, inline) =
+            match xrc::create_ini(self.dev.ctx, self.dev.pd, self.cq.0, self.sq_depth, INLINE_BYTES) {
+                Ok(x) => x,
+                Err(_) => xrc::create_ini(self.dev.ctx, self.dev.pd, self.cq.0, self.sq_depth, 0)?,
+            };
         self.max_inline = inline;
         let psn = self.next_psn();
-        let q = Qp { qp, rq: None, psn, connected: false, outstanding: 0 };
+        let q = Qp {
+            qp,
+            rq: None,
+            psn,
+            connected: false,
+            outstanding: 0,
+        };
         self.init(qp, ik)?;
         self.bytes.endpoint_bytes += self.model.endpoint_fixed_bytes;
         // SAFETY: qp is live.
@@ -729,8 +912,22 @@ impl VerbsFabric {
         p.qp = Some(q);
         p.remote_ready = false;
         p.broken = false;
-        let info = QpInfo { qpn, psn, lid: self.dev.lid, gid: self.dev.gid };
-        self.mesh.send(leader, &Frame { kind: Kind::XrcConnect, code: 0, src: self.rank as u32, value: node as u64, qp: info })
+        let info = QpInfo {
+            qpn,
+            psn,
+            lid: self.dev.lid,
+            gid: self.dev.gid,
+        };
+        self.mesh.send(
+            leader,
+            &Frame {
+                kind: Kind::XrcConnect,
+                code: 0,
+                src: self.rank as u32,
+                value: node as u64,
+                qp: info,
+            },
+        )
     }
 
     /// Rank `r` died (its control connection ended early): its queue pair goes to the error
@@ -739,7 +936,9 @@ impl VerbsFabric {
     /// for the transport's retries, which soft-RoCE may never give up), and the sends queued
     /// behind it return their buffers now.
     fn peer_died(&mut self, r: usize, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<()> {
-        let Some(p) = self.peers.get_mut(&r) else { return Ok(()) };
+        let Some(p) = self.peers.get_mut(&r) else {
+            return Ok(());
+        };
         p.broken = true;
         for q in std::mem::take(&mut p.queued) {
             on_event(Event::SendComplete(q.wr_id))?;
@@ -766,10 +965,14 @@ impl VerbsFabric {
             // ibv_wc's layout).
             let got = unsafe { ibv_poll_cq(self.cq.0, POLL_BATCH as i32, wcs.as_mut_ptr().cast::<ibv_wc>()) };
             if got < 0 {
-                return Err(Error::Verbs(format!("rank {}: ibv_poll_cq failed ({got})", self.rank)));
+                return Err(Error::Verbs(format!(
+                    "rank {}: ibv_poll_cq failed ({got})",
+                    self.rank
+                )));
             }
             // SAFETY: ibv_poll_cq initialised the first `got` (0..=POLL_BATCH) entries.
-            let done: &[ibv_wc] = unsafe { std::slice::from_raw_parts(wcs.as_ptr().cast::<ibv_wc>(), got as usize) };
+            let done: &[ibv_wc] =
+                unsafe { std::slice::from_raw_parts(wcs.as_ptr().cast::<ibv_wc>(), got as usize) };
             super::counters::bump(&super::counters::CQ_POLLS, 1);
             if got > 0 {
                 super::counters::bump(&super::counters::CQES, got as u64);
@@ -790,7 +993,11 @@ impl VerbsFabric {
                         let peer = peer_of(self);
                         // Flushed receives of a QP being destroyed (per-peer): nothing to do.
                         if wc.status != ibv_wc_status::IBV_WC_WR_FLUSH_ERR && self.pending_err.is_none() {
-                            self.pending_err = Some(Error::Verbs(format!("rank {}: receive from rank {peer:?} failed: {}", self.rank, status_str(wc.status))));
+                            self.pending_err = Some(Error::Verbs(format!(
+                                "rank {}: receive from rank {peer:?} failed: {}",
+                                self.rank,
+                                status_str(wc.status)
+                            )));
                         }
                         continue;
                     }
@@ -798,20 +1005,32 @@ impl VerbsFabric {
                     let (slots, qp, srq) = match &self.srq {
                         Some(s) => (&s.slots, std::ptr::null_mut(), s.srq),
                         None => {
-                            let q = peer_of(self).and_then(|p| self.peers.get(&p)).and_then(|p| p.qp.as_ref()).ok_or_else(|| {
-                                Error::Protocol(format!("receive completion on unknown QP {}", wc.qp_num))
-                            })?;
-                            (q.rq.as_ref().expect("per-peer receive queue"), q.qp, std::ptr::null_mut())
+                            let q = peer_of(self)
+                                .and_then(|p| self.peers.get(&p))
+                                .and_then(|p| p.qp.as_ref())
+                                .ok_or_else(|| {
+                                    Error::Protocol(format!("receive completion on unknown QP {}", wc.qp_num))
+                                })?;
+                            (
+                                q.rq.as_ref().expect("per-peer receive queue"),
+                                q.qp,
+                                std::ptr::null_mut(),
+                            )
                         }
                     };
                     let len = wc.byte_len as usize;
                     if len < HEADER_BYTES || slot >= slots.count {
-                        return Err(Error::Protocol(format!("packet of {len} bytes in receive slot {slot}")));
+                        return Err(Error::Protocol(format!(
+                            "packet of {len} bytes in receive slot {slot}"
+                        )));
                     }
                     let bytes = slots.get(slot, len);
                     let h = get_header(&bytes[..HEADER_BYTES]);
                     if HEADER_BYTES + h.len as usize != len {
-                        return Err(Error::Protocol(format!("packet of {len} bytes announces {} payload bytes", h.len)));
+                        return Err(Error::Protocol(format!(
+                            "packet of {len} bytes announces {} payload bytes",
+                            h.len
+                        )));
                     }
                     let t = super::counters::trace_start();
                     on_event(Event::Arrival(h, &bytes[HEADER_BYTES..]))?;
@@ -831,7 +1050,10 @@ impl VerbsFabric {
                     }
                 } else {
                     let peer = peer_of(self);
-                    if let Some(q) = peer.and_then(|p| self.peers.get_mut(&p)).and_then(|p| p.qp.as_mut()) {
+                    if let Some(q) = peer
+                        .and_then(|p| self.peers.get_mut(&p))
+                        .and_then(|p| p.qp.as_mut())
+                    {
                         q.outstanding = q.outstanding.saturating_sub(1);
                     }
                     // The buffer goes back to the pool whatever the status.
@@ -891,7 +1113,10 @@ impl Fabric for VerbsFabric {
         // XRC where the device reports it (the path in `xrc.rs`, compiled but never run: no
         // such device here); otherwise the engine falls back to `shared` and setup_receive
         // says why.
-        Capabilities { name: "verbs", xrc: self.dev.caps.xrc }
+        Capabilities {
+            name: "verbs",
+            xrc: self.dev.caps.xrc,
+        }
     }
 
     fn register(&mut self, region: &[u8], _lock: bool) -> Result<Registration> {
@@ -913,7 +1138,12 @@ impl Fabric for VerbsFabric {
             self.headers = Some(h);
         }
         // Registration pins the pages: they are locked whatever `lock_pool` says.
-        Ok(Registration { bytes: region.len() as u64, locked_bytes: region.len() as u64, note: None, lock: Default::default() })
+        Ok(Registration {
+            bytes: region.len() as u64,
+            locked_bytes: region.len() as u64,
+            note: None,
+            lock: Default::default(),
+        })
     }
 
     fn setup_receive(&mut self, sharing: RecvSharing) -> Result<Option<String>> {
@@ -925,19 +1155,30 @@ impl Fabric for VerbsFabric {
             return Ok(note);
         }
         if !self.dev.caps.srq {
-            return Err(Error::Verbs(format!("device {} has no shared receive queues (max_srq 0): use BALLAST_RECV_SHARING=per-peer", self.dev.caps.name)));
+            return Err(Error::Verbs(format!(
+                "device {} has no shared receive queues (max_srq 0): use BALLAST_RECV_SHARING=per-peer",
+                self.dev.caps.name
+            )));
         }
         let depth = self.cfg.srq_depth;
         if depth as u32 > self.dev.caps.max_srq_wr {
-            return Err(Error::Verbs(format!("BALLAST_SRQ_DEPTH={depth} exceeds the device's max_srq_wr {}", self.dev.caps.max_srq_wr)));
+            return Err(Error::Verbs(format!(
+                "BALLAST_SRQ_DEPTH={depth} exceeds the device's max_srq_wr {}",
+                self.dev.caps.max_srq_wr
+            )));
         }
         let bytes = (depth * self.slot_bytes()) as u64;
         self.check_memlock(bytes)?;
         let srq = if sharing == RecvSharing::Xrc {
             // One domain per node, through a file named after the job and the node.
-            let dir = if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
+            let dir = if std::path::Path::new("/dev/shm").is_dir() {
+                "/dev/shm"
+            } else {
+                "/tmp"
+            };
             let node = self.rank / self.cfg.ranks_per_node;
-            let path = std::path::PathBuf::from(format!("{dir}/ballast-xrcd-{}-node{node}", self.mesh.job_tag()));
+            let path =
+                std::path::PathBuf::from(format!("{dir}/ballast-xrcd-{}-node{node}", self.mesh.job_tag()));
             let xrcd = xrc::Xrcd::open(self.dev.ctx, &path)?;
             let (srq, num) = xrc::create_srq(self.dev.ctx, self.dev.pd, &xrcd, self.cq.0, depth as u32)?;
             self.xrcd = Some(xrcd);
@@ -951,7 +1192,10 @@ impl Fabric for VerbsFabric {
             // SAFETY: pd is live; the SRQ is destroyed in Srq::drop.
             let srq = unsafe { ibv_create_srq(self.dev.pd, &mut init) };
             if srq.is_null() {
-                return Err(verr(format!("ibv_create_srq({depth} entries) on {}", self.dev.caps.name)));
+                return Err(verr(format!(
+                    "ibv_create_srq({depth} entries) on {}",
+                    self.dev.caps.name
+                )));
             }
             srq
         };
@@ -981,7 +1225,10 @@ impl Fabric for VerbsFabric {
             return self.open_xrc(key);
         }
         if key >= self.world || key == self.rank {
-            return Err(Error::InvalidRank { rank: key, world_size: self.world });
+            return Err(Error::InvalidRank {
+                rank: key,
+                world_size: self.world,
+            });
         }
         if self.peers.get(&key).is_some_and(|p| p.qp.is_some()) {
             return Err(Error::Protocol(format!("endpoint {key} opened twice")));
@@ -1003,10 +1250,19 @@ impl Fabric for VerbsFabric {
             qp = self.create_qp(0);
         }
         if qp.is_null() {
-            return Err(verr(format!("rank {}: ibv_create_qp toward rank {key} on {}", self.rank, self.dev.caps.name)));
+            return Err(verr(format!(
+                "rank {}: ibv_create_qp toward rank {key} on {}",
+                self.rank, self.dev.caps.name
+            )));
         }
         let psn = self.next_psn();
-        let mut q = Qp { qp, rq: None, psn, connected: false, outstanding: 0 };
+        let mut q = Qp {
+            qp,
+            rq: None,
+            psn,
+            connected: false,
+            outstanding: 0,
+        };
         // SAFETY: plain-data struct; zero is valid for the fields not set.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_INIT;
@@ -1014,7 +1270,13 @@ impl Fabric for VerbsFabric {
         a.port_num = self.dev.caps.port;
         a.qp_access_flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
         use ibv_qp_attr_mask as M;
-        self.modify(qp, &mut a, M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0, "INIT", key)?;
+        self.modify(
+            qp,
+            &mut a,
+            M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0,
+            "INIT",
+            key,
+        )?;
         let b = self.cfg.buffer_size as u64;
         if per_peer {
             // Receives are posted now, in INIT, before the QP can reach RTR.
@@ -1024,7 +1286,8 @@ impl Fabric for VerbsFabric {
             }
             self.pinned += slots.mem.len() as u64;
             q.rq = Some(slots);
-            self.bytes.endpoint_bytes += self.model.rq_fixed_bytes + depth as u64 * (b + self.model.rq_wqe_bytes);
+            self.bytes.endpoint_bytes +=
+                self.model.rq_fixed_bytes + depth as u64 * (b + self.model.rq_wqe_bytes);
             self.bytes.recv_registered_bytes += depth as u64 * b;
             self.bytes.recv_locked_bytes += depth as u64 * b;
         }
@@ -1043,8 +1306,13 @@ impl Fabric for VerbsFabric {
 
     fn close_endpoint(&mut self, key: usize) -> Result<()> {
         let key = self.ep_key(key);
-        let p = self.peers.get_mut(&key).ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
-        let q = p.qp.take().ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
+        let p = self
+            .peers
+            .get_mut(&key)
+            .ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
+        let q =
+            p.qp.take()
+                .ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
         p.remote_ready = false;
         p.queued.clear();
         p.grant_stash = 0;
@@ -1063,33 +1331,63 @@ impl Fabric for VerbsFabric {
         Ok(())
     }
 
-    fn post_send(&mut self, dest: usize, key: usize, header: &PacketHeader, payload: &[u8], wr_id: u64) -> Result<()> {
+    fn post_send(
+        &mut self,
+        dest: usize,
+        key: usize,
+        header: &PacketHeader,
+        payload: &[u8],
+        wr_id: u64,
+    ) -> Result<()> {
         super::counters::traced_send_entry();
         super::counters::stamp(7);
         if self.sharing != RecvSharing::Xrc && dest != key {
-            return Err(Error::Protocol(format!("verbs endpoints are per rank (dest {dest}, key {key})")));
+            return Err(Error::Protocol(format!(
+                "verbs endpoints are per rank (dest {dest}, key {key})"
+            )));
         }
         let key = self.ep_key(key);
-        let headers = self.headers.as_mut().ok_or_else(|| Error::Protocol("send before the pool was registered".into()))?;
+        let headers = self
+            .headers
+            .as_mut()
+            .ok_or_else(|| Error::Protocol("send before the pool was registered".into()))?;
         let slot = wr_id as usize;
         if slot >= headers.count {
-            return Err(Error::Protocol(format!("send id {wr_id} beyond the {} header slots", headers.count)));
+            return Err(Error::Protocol(format!(
+                "send id {wr_id} beyond the {} header slots",
+                headers.count
+            )));
         }
-        put_header(&mut headers.mem.as_mut_slice()[slot * HEADER_BYTES..(slot + 1) * HEADER_BYTES], header);
+        put_header(
+            &mut headers.mem.as_mut_slice()[slot * HEADER_BYTES..(slot + 1) * HEADER_BYTES],
+            header,
+        );
         let p = payload.as_ptr() as usize;
         let lkey = if payload.is_empty() {
             0
         } else {
-            self.pool_mrs.iter().find(|m| m.contains(p, payload.len())).map(|m| m.lkey()).ok_or_else(|| {
-                Error::Protocol("send payload outside the registered pool (user buffers are never registered)".into())
-            })?
+            self.pool_mrs
+                .iter()
+                .find(|m| m.contains(p, payload.len()))
+                .map(|m| m.lkey())
+                .ok_or_else(|| {
+                    Error::Protocol(
+                        "send payload outside the registered pool (user buffers are never registered)".into(),
+                    )
+                })?
         };
-        let peer = self.peers.get_mut(&key).ok_or_else(|| Error::Protocol(format!("send on unknown endpoint {key}")))?;
+        let peer = self
+            .peers
+            .get_mut(&key)
+            .ok_or_else(|| Error::Protocol(format!("send on unknown endpoint {key}")))?;
         if peer.broken {
             // Completed (failed) at the next poll, which returns the buffer; the error
             // comes at the poll after it.
             self.failed_sends.push(wr_id);
-            self.pending_err.get_or_insert(Error::Verbs(format!("rank {}: the queue pair toward rank {key} broke (an earlier send failed)", self.rank)));
+            self.pending_err.get_or_insert(Error::Verbs(format!(
+                "rank {}: the queue pair toward rank {key} broke (an earlier send failed)",
+                self.rank
+            )));
             return Ok(());
         }
         let mut grant = std::mem::take(&mut peer.grant_stash);
@@ -1097,12 +1395,23 @@ impl Fabric for VerbsFabric {
             peer.wants_credit = false;
         }
         if key == dest {
-            let q = Queued { wr_id, payload: p as u64, len: payload.len() as u32, lkey, grant, dest: dest as u32 };
+            let q = Queued {
+                wr_id,
+                payload: p as u64,
+                len: payload.len() as u32,
+                lkey,
+                grant,
+                dest: dest as u32,
+            };
             // Nothing queued before it, the peer ready and room in the send queue (the
             // common case): posted at once, without a trip through the queue or another
             // look-up of the peer.
             if peer.queued.is_empty() && peer.remote_ready {
-                if let Some(qp) = peer.qp.as_mut().filter(|qp| qp.connected && qp.outstanding < self.sq_depth) {
+                if let Some(qp) = peer
+                    .qp
+                    .as_mut()
+                    .filter(|qp| qp.connected && qp.outstanding < self.sq_depth)
+                {
                     qp.outstanding += 1;
                     let raw = qp.qp;
                     let posted = self.post_wr(raw, key, q);
@@ -1127,13 +1436,23 @@ impl Fabric for VerbsFabric {
             }
         }
         let peer = self.peers.get_mut(&key).expect("endpoint");
-        peer.queued.push_back(Queued { wr_id, payload: p as u64, len: payload.len() as u32, lkey, grant, dest: dest as u32 });
+        peer.queued.push_back(Queued {
+            wr_id,
+            payload: p as u64,
+            len: payload.len() as u32,
+            lkey,
+            grant,
+            dest: dest as u32,
+        });
         self.flush(key)
     }
 
     fn send_control(&mut self, dest: usize, msg: Control) -> Result<()> {
         if dest >= self.world {
-            return Err(Error::InvalidRank { rank: dest, world_size: self.world });
+            return Err(Error::InvalidRank {
+                rank: dest,
+                world_size: self.world,
+            });
         }
         if let Control::Grant { credits } = msg {
             // Held back to ride on the next packet to `dest` (a ping-pong reply, typically).
@@ -1152,7 +1471,16 @@ impl Fabric for VerbsFabric {
             Control::ConnectReq { .. } | Control::ConnectAck { .. } => self.local_info(dest)?,
             _ => QpInfo::default(),
         };
-        self.mesh.send(dest, &Frame { kind: Kind::Control, code, src: self.rank as u32, value, qp })
+        self.mesh.send(
+            dest,
+            &Frame {
+                kind: Kind::Control,
+                code,
+                src: self.rank as u32,
+                value,
+                qp,
+            },
+        )
     }
 
     fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
@@ -1171,7 +1499,10 @@ impl Fabric for VerbsFabric {
             let mut i = 0;
             while i < self.stashed.len() {
                 let k = self.stashed[i];
-                let (stash, since, wants) = self.peers.get(&k).map_or((0, 0, false), |p| (p.grant_stash, p.grant_since, p.wants_credit));
+                let (stash, since, wants) = self
+                    .peers
+                    .get(&k)
+                    .map_or((0, 0, false), |p| (p.grant_stash, p.grant_since, p.wants_credit));
                 if stash == 0 {
                     self.stashed.swap_remove(i);
                 } else if wants || self.polls.wrapping_sub(since) >= GRANT_HOLD_POLLS {
@@ -1233,7 +1564,14 @@ mod tests {
     #[test]
     fn header_round_trip() {
         // (The control messages' wire form is tested once, beside Control::encode.)
-        let h = PacketHeader { src: 7, tag: 0x7fff_fffe, total: 1 << 40, offset: 12345, len: 8192, more: true };
+        let h = PacketHeader {
+            src: 7,
+            tag: 0x7fff_fffe,
+            total: 1 << 40,
+            offset: 12345,
+            len: 8192,
+            more: true,
+        };
         let mut b = [0u8; HEADER_BYTES];
         put_header(&mut b, &h);
         assert_eq!(get_header(&b), h);

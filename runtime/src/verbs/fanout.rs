@@ -58,7 +58,10 @@ pub struct ProcessMemory {
 impl ProcessMemory {
     /// VmPin growth since the start, bytes, less what the bootstrap's library kept.
     pub fn pin_growth(&self) -> u64 {
-        self.after.vm_pin_kb.saturating_sub(self.bootstrap_kept.shift(&self.start).vm_pin_kb) * 1024
+        self.after
+            .vm_pin_kb
+            .saturating_sub(self.bootstrap_kept.shift(&self.start).vm_pin_kb)
+            * 1024
     }
     /// VmLck change after the setup, KiB (signed).
     pub fn lck_change_kib(&self) -> i64 {
@@ -72,10 +75,17 @@ impl ProcessMemory {
     pub fn check(&self) -> Vec<String> {
         let mut bad = Vec::new();
         if self.pin_growth() != self.pinned_expected {
-            bad.push(format!("VmPin grew {} KiB, registrations pin {} KiB", self.pin_growth() / 1024, self.pinned_expected / 1024));
+            bad.push(format!(
+                "VmPin grew {} KiB, registrations pin {} KiB",
+                self.pin_growth() / 1024,
+                self.pinned_expected / 1024
+            ));
         }
         if self.lck_change_kib() != 0 {
-            bad.push(format!("VmLck changed by {} KiB after the setup", self.lck_change_kib()));
+            bad.push(format!(
+                "VmLck changed by {} KiB after the setup",
+                self.lck_change_kib()
+            ));
         }
         let (rss, model) = (self.rss_growth(), self.predicted.total_bytes() as i64);
         if rss < self.pinned_expected as i64 || rss > model + RSS_SLACK_KIB as i64 * 1024 {
@@ -104,13 +114,27 @@ fn put(v: &mut Vec<u8>, x: u64) {
 }
 
 fn put_status(v: &mut Vec<u8>, s: &ProcStatus) {
-    for x in [s.vm_rss_kb, s.vm_hwm_kb, s.vm_lck_kb, s.vm_pin_kb, s.vm_data_kb, s.vm_size_kb] {
+    for x in [
+        s.vm_rss_kb,
+        s.vm_hwm_kb,
+        s.vm_lck_kb,
+        s.vm_pin_kb,
+        s.vm_data_kb,
+        s.vm_size_kb,
+    ] {
         put(v, x);
     }
 }
 
 fn get_status(x: &[u64]) -> ProcStatus {
-    ProcStatus { vm_rss_kb: x[0], vm_hwm_kb: x[1], vm_lck_kb: x[2], vm_pin_kb: x[3], vm_data_kb: x[4], vm_size_kb: x[5] }
+    ProcStatus {
+        vm_rss_kb: x[0],
+        vm_hwm_kb: x[1],
+        vm_lck_kb: x[2],
+        vm_pin_kb: x[3],
+        vm_data_kb: x[4],
+        vm_size_kb: x[5],
+    }
 }
 
 fn put_fp(v: &mut Vec<u8>, f: &Footprint) {
@@ -137,25 +161,47 @@ fn get_fp(x: &[u64]) -> Footprint {
 /// The fanout over verbs, one rank per process of `boot` (collective): rank 0 sends
 /// `messages` messages of `ints` 32-bit integers to every other rank. Returns the report on
 /// rank 0, `None` elsewhere. Errors: those of [`communicator`] and of the exchange.
-pub fn fanout(boot: &mut dyn Bootstrap, config: &RuntimeConfig, messages: usize, ints: usize) -> Result<Option<VerbsFanout>> {
+pub fn fanout(
+    boot: &mut dyn Bootstrap,
+    config: &RuntimeConfig,
+    messages: usize,
+    ints: usize,
+) -> Result<Option<VerbsFanout>> {
     let n = boot.size();
     if n < 2 {
-        return Err(Error::InvalidRank { rank: n, world_size: n });
+        return Err(Error::InvalidRank {
+            rank: n,
+            world_size: n,
+        });
     }
     let start = ProcStatus::read_self()?;
     let kept0 = boot.kept();
     let mut comm = communicator(boot, config)?;
     let kept = boot.kept().since(&kept0);
-    let t = crate::config::TransportConfig { kind: TransportKind::Verbs, ..*comm.config() };
+    let t = crate::config::TransportConfig {
+        kind: TransportKind::Verbs,
+        ..*comm.config()
+    };
     let rpn = t.ranks_per_node;
     let x = exchange(&mut comm, messages, ints)?;
-    let (bp, ap) = (t.predict(x.before.peers_connected as usize, n, rpn), t.predict(x.after.peers_connected as usize, n, rpn));
+    let (bp, ap) = (
+        t.predict(x.before.peers_connected as usize, n, rpn),
+        t.predict(x.after.peers_connected as usize, n, rpn),
+    );
     let slot = (super::HEADER_BYTES + t.buffer_size) as u64;
     let b = t.buffer_size as u64;
-    let header_slots = if t.pool_growth { t.max_pool_bytes / b } else { t.buffer_count as u64 };
+    let header_slots = if t.pool_growth {
+        t.max_pool_bytes / b
+    } else {
+        t.buffer_count as u64
+    };
     let pinned = pages(x.after.pool_bytes)
         + pages(header_slots * super::HEADER_BYTES as u64)
-        + if t.recv_sharing == RecvSharing::PerPeer { x.after.endpoints_live * pages(t.recv_depth as u64 * slot) } else { pages(t.srq_depth as u64 * slot) };
+        + if t.recv_sharing == RecvSharing::PerPeer {
+            x.after.endpoints_live * pages(t.recv_depth as u64 * slot)
+        } else {
+            pages(t.srq_depth as u64 * slot)
+        };
     let mut row = Vec::new();
     for s in [&start, &x.status_before, &x.status_after] {
         put_status(&mut row, s);
@@ -172,9 +218,18 @@ pub fn fanout(boot: &mut dyn Bootstrap, config: &RuntimeConfig, messages: usize,
     if boot.rank() != 0 {
         return Ok(None);
     }
-    let rows: Vec<Vec<u64>> = all.iter().map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()).collect();
+    let rows: Vec<Vec<u64>> = all
+        .iter()
+        .map(|b| {
+            b.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect()
+        })
+        .collect();
     if rows.iter().any(|r| r.len() != 18 + 40 + 3) {
-        return Err(Error::Protocol("fanout: a rank's report has the wrong length".into()));
+        return Err(Error::Protocol(
+            "fanout: a rank's report has the wrong length".into(),
+        ));
     }
     let fp = |r: &Vec<u64>, k: usize| get_fp(&r[18 + k * 10..28 + k * 10]);
     let processes: Vec<ProcessMemory> = rows
@@ -188,7 +243,10 @@ pub fn fanout(boot: &mut dyn Bootstrap, config: &RuntimeConfig, messages: usize,
             footprint: fp(r, 1),
             predicted: fp(r, 3),
             pinned_expected: r[58],
-            bootstrap_kept: Kept { vm_pin_kb: r[59] as i64, vm_rss_kb: r[60] as i64 },
+            bootstrap_kept: Kept {
+                vm_pin_kb: r[59] as i64,
+                vm_rss_kb: r[60] as i64,
+            },
         })
         .collect();
     let sum = |k: usize| rows.iter().map(|r| fp(r, k).total_bytes()).sum::<u64>();
@@ -197,10 +255,22 @@ pub fn fanout(boot: &mut dyn Bootstrap, config: &RuntimeConfig, messages: usize,
         // Registration pins (a refusal is an error): no mlock request.
         memory_lock: Default::default(),
         ranks: n,
-        before: Snapshot { status: x.status_before, footprint: x.before, world_footprint_bytes: sum(0), world_predicted_bytes: sum(2) },
-        after: Snapshot { status: x.status_after, footprint: x.after, world_footprint_bytes: sum(1), world_predicted_bytes: sum(3) },
+        before: Snapshot {
+            status: x.status_before,
+            footprint: x.before,
+            world_footprint_bytes: sum(0),
+            world_predicted_bytes: sum(2),
+        },
+        after: Snapshot {
+            status: x.status_after,
+            footprint: x.after,
+            world_footprint_bytes: sum(1),
+            world_predicted_bytes: sum(3),
+        },
         predicted: ap,
-        all_ranks_match_model: rows.iter().all(|r| same(fp(r, 0), fp(r, 2)) && same(fp(r, 1), fp(r, 3))),
+        all_ranks_match_model: rows
+            .iter()
+            .all(|r| same(fp(r, 0), fp(r, 2)) && same(fp(r, 1), fp(r, 3))),
         notes,
     };
     Ok(Some(VerbsFanout { report, processes }))

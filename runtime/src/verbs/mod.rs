@@ -94,7 +94,9 @@ pub mod counters {
                 GAPS.lock().expect("trace").push((now - t).as_secs_f64() * 1e6);
                 let mut st = STAGES.lock().expect("trace");
                 if let (Some(p), Some(e)) = (st.0.take(), st.1.take()) {
-                    let us = |a: std::time::Instant, b: std::time::Instant| b.saturating_duration_since(a).as_secs_f64() * 1e6;
+                    let us = |a: std::time::Instant, b: std::time::Instant| {
+                        b.saturating_duration_since(a).as_secs_f64() * 1e6
+                    };
                     st.2.push([us(t, p), us(p, e), us(e, now)]);
                 }
             }
@@ -105,7 +107,11 @@ pub mod counters {
     /// the fabric's poll, between the poll's return and `post_send` (engine and caller),
     /// inside `post_send` up to `ibv_post_send`).
     #[allow(clippy::type_complexity)]
-    pub(crate) static STAGES: std::sync::Mutex<(Option<std::time::Instant>, Option<std::time::Instant>, Vec<[f64; 3]>)> = std::sync::Mutex::new((None, None, Vec::new()));
+    pub(crate) static STAGES: std::sync::Mutex<(
+        Option<std::time::Instant>,
+        Option<std::time::Instant>,
+        Vec<[f64; 3]>,
+    )> = std::sync::Mutex::new((None, None, Vec::new()));
     pub(crate) fn traced_poll_end() {
         if TRACE.load(Ordering::Relaxed) && LAST_RECV.lock().expect("trace").is_some() {
             let mut st = STAGES.lock().expect("trace");
@@ -134,7 +140,10 @@ pub mod counters {
     }
     pub(crate) fn traced_arrival(t: Option<std::time::Instant>) {
         if let Some(t) = t {
-            ARRIVALS.lock().expect("trace").push(t.elapsed().as_secs_f64() * 1e6);
+            ARRIVALS
+                .lock()
+                .expect("trace")
+                .push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
     /// Takes the engine's per-arrival handling times recorded so far (`BALLAST_VERBS_TRACE`).
@@ -191,7 +200,10 @@ pub mod counters {
         if STAMPING.load(Ordering::Relaxed) {
             let last = LAST_EMPTY.load(Ordering::Relaxed);
             if last != 0 {
-                SINCE_EMPTY.lock().expect("trace").push(tsc().saturating_sub(last));
+                SINCE_EMPTY
+                    .lock()
+                    .expect("trace")
+                    .push(tsc().saturating_sub(last));
             }
         }
     }
@@ -212,7 +224,14 @@ pub mod counters {
         std::mem::take(&mut *ROWS.lock().expect("trace"))
     }
     /// Names of [`snapshot`]'s entries.
-    pub const NAMES: [&str; 6] = ["posts", "control sends", "fabric polls", "control reads", "ibv_poll_cq calls", "completions"];
+    pub const NAMES: [&str; 6] = [
+        "posts",
+        "control sends",
+        "fabric polls",
+        "control reads",
+        "ibv_poll_cq calls",
+        "completions",
+    ];
 }
 /// A cheap cycle counter for timing single round trips (what perftest's `ib_send_lat` times
 /// with): on x86-64 the time-stamp counter, elsewhere nanoseconds from a process-wide start.
@@ -262,8 +281,12 @@ use crate::error::{first_error, panic_message, Error, Result};
 /// machine (or unset), otherwise this machine's address on the route to the root.
 pub fn control_host(cfg: &BootstrapConfig) -> IpAddr {
     let loopback = IpAddr::from([127, 0, 0, 1]);
-    let Some(root) = cfg.root.as_deref() else { return loopback };
-    let Ok(mut addrs) = std::net::ToSocketAddrs::to_socket_addrs(root) else { return loopback };
+    let Some(root) = cfg.root.as_deref() else {
+        return loopback;
+    };
+    let Ok(mut addrs) = std::net::ToSocketAddrs::to_socket_addrs(root) else {
+        return loopback;
+    };
     let Some(a) = addrs.next() else { return loopback };
     if a.ip().is_loopback() {
         return loopback;
@@ -283,8 +306,16 @@ pub fn control_host(cfg: &BootstrapConfig) -> IpAddr {
 /// `recv_depth x (HEADER_BYTES + buffer_size)` per queue pair later.
 pub fn locked_at_start(t: &TransportConfig) -> u64 {
     let b = t.buffer_size as u64;
-    let headers = if t.pool_growth { t.max_pool_bytes / b.max(1) } else { t.buffer_count as u64 };
-    let srq = if t.recv_sharing == crate::config::RecvSharing::PerPeer { 0 } else { t.srq_depth as u64 * (HEADER_BYTES as u64 + b) };
+    let headers = if t.pool_growth {
+        t.max_pool_bytes / b.max(1)
+    } else {
+        t.buffer_count as u64
+    };
+    let srq = if t.recv_sharing == crate::config::RecvSharing::PerPeer {
+        0
+    } else {
+        t.srq_depth as u64 * (HEADER_BYTES as u64 + b)
+    };
     t.buffer_count as u64 * b + headers * HEADER_BYTES as u64 + srq
 }
 
@@ -295,27 +326,59 @@ fn verbs_config(config: &RuntimeConfig) -> Result<RuntimeConfig> {
 
 /// Binds listeners for `local` ranks, all-gathers every rank's address over `boot`, and
 /// returns the listeners with the address table of all `n` ranks.
-fn exchange_addresses(boot: &mut dyn Bootstrap, n: usize, local: &[usize], host: IpAddr) -> Result<(Vec<ControlListener>, Vec<SocketAddr>)> {
-    let listeners: Vec<ControlListener> = local.iter().map(|_| ControlListener::bind(host)).collect::<Result<_>>()?;
-    let mine: String = local.iter().zip(&listeners).map(|(r, l)| format!("{r}={};", l.addr())).collect();
+fn exchange_addresses(
+    boot: &mut dyn Bootstrap,
+    n: usize,
+    local: &[usize],
+    host: IpAddr,
+) -> Result<(Vec<ControlListener>, Vec<SocketAddr>)> {
+    let listeners: Vec<ControlListener> = local
+        .iter()
+        .map(|_| ControlListener::bind(host))
+        .collect::<Result<_>>()?;
+    let mine: String = local
+        .iter()
+        .zip(&listeners)
+        .map(|(r, l)| format!("{r}={};", l.addr()))
+        .collect();
     let all = boot.all_gather(mine.as_bytes())?;
     let mut addrs: Vec<Option<SocketAddr>> = vec![None; n];
     for blob in all {
-        for item in String::from_utf8_lossy(&blob).split(';').filter(|s| !s.is_empty()) {
-            let (r, a) = item.split_once('=').ok_or_else(|| Error::Bootstrap(format!("bad control address `{item}`")))?;
-            let r: usize = r.parse().map_err(|_| Error::Bootstrap(format!("bad rank in `{item}`")))?;
-            let a: SocketAddr = a.parse().map_err(|_| Error::Bootstrap(format!("bad address in `{item}`")))?;
+        for item in String::from_utf8_lossy(&blob)
+            .split(';')
+            .filter(|s| !s.is_empty())
+        {
+            let (r, a) = item
+                .split_once('=')
+                .ok_or_else(|| Error::Bootstrap(format!("bad control address `{item}`")))?;
+            let r: usize = r
+                .parse()
+                .map_err(|_| Error::Bootstrap(format!("bad rank in `{item}`")))?;
+            let a: SocketAddr = a
+                .parse()
+                .map_err(|_| Error::Bootstrap(format!("bad address in `{item}`")))?;
             if r >= n {
                 return Err(Error::Bootstrap(format!("control address for rank {r} of {n}")));
             }
             addrs[r] = Some(a);
         }
     }
-    let addrs = addrs.into_iter().enumerate().map(|(r, a)| a.ok_or_else(|| Error::Bootstrap(format!("no control address for rank {r}")))).collect::<Result<_>>()?;
+    let addrs = addrs
+        .into_iter()
+        .enumerate()
+        .map(|(r, a)| a.ok_or_else(|| Error::Bootstrap(format!("no control address for rank {r}"))))
+        .collect::<Result<_>>()?;
     Ok((listeners, addrs))
 }
 
-fn make_comm(rank: usize, n: usize, cfg: &RuntimeConfig, l: ControlListener, addrs: Vec<SocketAddr>, abort: Arc<AtomicBool>) -> Result<Communicator> {
+fn make_comm(
+    rank: usize,
+    n: usize,
+    cfg: &RuntimeConfig,
+    l: ControlListener,
+    addrs: Vec<SocketAddr>,
+    abort: Arc<AtomicBool>,
+) -> Result<Communicator> {
     let mesh = control::Mesh::new(rank, l, addrs, cfg.bootstrap().timeout);
     let fabric = VerbsFabric::new(rank, n, cfg, mesh, abort)?;
     Communicator::new(Box::new(fabric), cfg.transport())
@@ -328,7 +391,14 @@ pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<
     let cfg = verbs_config(config)?;
     let (rank, n) = (boot.rank(), boot.size());
     let (mut ls, addrs) = exchange_addresses(boot, n, &[rank], control_host(cfg.bootstrap()))?;
-    make_comm(rank, n, &cfg, ls.pop().expect("one listener"), addrs, Arc::new(AtomicBool::new(false)))
+    make_comm(
+        rank,
+        n,
+        &cfg,
+        ls.pop().expect("one listener"),
+        addrs,
+        Arc::new(AtomicBool::new(false)),
+    )
 }
 
 /// Delivers `comm`'s sends, waits until every rank finished, then frees it.
@@ -341,13 +411,21 @@ pub fn finish(mut comm: Communicator) -> Result<()> {
 /// `(rank, result)`. If a rank fails, this process' other ranks stop with
 /// [`Error::Aborted`], the others see its control connections end, and the first real error
 /// is returned.
-pub fn run_ranks<R, F>(boot: &mut dyn Bootstrap, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<(usize, R)>>
+pub fn run_ranks<R, F>(
+    boot: &mut dyn Bootstrap,
+    n: usize,
+    config: &RuntimeConfig,
+    f: F,
+) -> Result<Vec<(usize, R)>>
 where
     F: Fn(&mut Communicator) -> R + Sync,
     R: Send,
 {
     if n == 0 {
-        return Err(Error::InvalidRank { rank: 0, world_size: 0 });
+        return Err(Error::InvalidRank {
+            rank: 0,
+            world_size: 0,
+        });
     }
     let cfg = verbs_config(config)?;
     let (p, procs) = (boot.rank(), boot.size());
@@ -361,29 +439,34 @@ where
             .zip(listeners)
             .map(|(&r, l)| {
                 let (addrs, abort, cfg) = (addrs.clone(), abort.clone(), &cfg);
-                let h = std::thread::Builder::new().name(format!("ballast-verbs-{r}")).spawn_scoped(s, move || {
-                    let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
-                        let mut comm = make_comm(r, n, cfg, l, addrs, abort.clone())?;
-                        let out = f(&mut comm);
-                        comm.finalize()?;
-                        Ok(out)
-                    }))
-                    .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))));
-                    if out.is_err() {
-                        abort.store(true, Ordering::Relaxed);
-                    }
-                    out
-                });
+                let h = std::thread::Builder::new()
+                    .name(format!("ballast-verbs-{r}"))
+                    .spawn_scoped(s, move || {
+                        let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
+                            let mut comm = make_comm(r, n, cfg, l, addrs, abort.clone())?;
+                            let out = f(&mut comm);
+                            comm.finalize()?;
+                            Ok(out)
+                        }))
+                        .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))));
+                        if out.is_err() {
+                            abort.store(true, Ordering::Relaxed);
+                        }
+                        out
+                    });
                 (r, h)
             })
             .collect();
         hs.into_iter()
             .map(|(r, h)| match h {
-                Ok(h) => (r, h.join().unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))))),
+                Ok(h) => (
+                    r,
+                    h.join()
+                        .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref())))),
+                ),
                 Err(e) => (r, Err(Error::Io(e))),
             })
             .collect()
     });
     first_error(results.into_iter().map(|(r, res)| res.map(|v| (r, v))))
 }
-

@@ -148,11 +148,17 @@ impl Drop for Res {
 }
 
 fn fail(what: &str) -> Error {
-    Error::Verbs(format!("raw ping-pong: {what}: {}", std::io::Error::last_os_error()))
+    Error::Verbs(format!(
+        "raw ping-pong: {what}: {}",
+        std::io::Error::last_os_error()
+    ))
 }
 
 fn rc_fail(what: &str, rc: i32) -> Error {
-    Error::Verbs(format!("raw ping-pong: {what}: {}", std::io::Error::from_raw_os_error(rc)))
+    Error::Verbs(format!(
+        "raw ping-pong: {what}: {}",
+        std::io::Error::from_raw_os_error(rc)
+    ))
 }
 
 const HDR: usize = 32;
@@ -166,18 +172,41 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     let slots = o.rx_depth as usize;
     let need = HDR + o.size + 64 + slots * o.recv_slot;
     let mem = AlignedRegion::new(need.max(o.pool_bytes), 1, "the raw ping-pong's buffers")?;
-    let mut r = Res { qp: std::ptr::null_mut(), srq: std::ptr::null_mut(), scq: std::ptr::null_mut(), rcq: std::ptr::null_mut(), mr: std::ptr::null_mut(), _mem: mem, dev };
+    let mut r = Res {
+        qp: std::ptr::null_mut(),
+        srq: std::ptr::null_mut(),
+        scq: std::ptr::null_mut(),
+        rcq: std::ptr::null_mut(),
+        mr: std::ptr::null_mut(),
+        _mem: mem,
+        dev,
+    };
     let base = r._mem.as_slice().as_ptr() as u64;
     // SAFETY: the region is owned by `r` and outlives the MR (dropped before it in Res::drop's
     // order: the MR is deregistered explicitly before the fields are dropped).
-    r.mr = unsafe { ibv_reg_mr(r.dev.pd, base as *mut _, r._mem.as_slice().len(), ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32) };
+    r.mr = unsafe {
+        ibv_reg_mr(
+            r.dev.pd,
+            base as *mut _,
+            r._mem.as_slice().len(),
+            ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
+        )
+    };
     if r.mr.is_null() {
         return Err(fail("ibv_reg_mr"));
     }
     // SAFETY: mr is valid until drop.
     let lkey = unsafe { (*r.mr).lkey };
     // SAFETY: ctx is open; no completion channel; destroyed in Res::drop.
-    r.scq = unsafe { ibv_create_cq(r.dev.ctx, o.cq_entries as i32, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+    r.scq = unsafe {
+        ibv_create_cq(
+            r.dev.ctx,
+            o.cq_entries as i32,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
     if r.scq.is_null() {
         return Err(fail("ibv_create_cq"));
     }
@@ -185,7 +214,15 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
         r.scq
     } else {
         // SAFETY: as above.
-        let c = unsafe { ibv_create_cq(r.dev.ctx, o.cq_entries as i32, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        let c = unsafe {
+            ibv_create_cq(
+                r.dev.ctx,
+                o.cq_entries as i32,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
         if c.is_null() {
             return Err(fail("ibv_create_cq"));
         }
@@ -223,8 +260,17 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     let max_inline = init.cap.max_inline_data;
     let recv_base = base + (HDR + o.size + 64) as u64;
     let post_recv = |i: usize| -> Result<()> {
-        let mut sge = ibv_sge { addr: recv_base + (i * o.recv_slot) as u64, length: o.recv_slot as u32, lkey };
-        let mut wr = ibv_recv_wr { wr_id: i as u64, next: std::ptr::null_mut(), sg_list: &mut sge, num_sge: 1 };
+        let mut sge = ibv_sge {
+            addr: recv_base + (i * o.recv_slot) as u64,
+            length: o.recv_slot as u32,
+            lkey,
+        };
+        let mut wr = ibv_recv_wr {
+            wr_id: i as u64,
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
         let mut bad = std::ptr::null_mut();
         // SAFETY: wr/sge live across the call; the buffer is in the registered region.
         let rc = unsafe {
@@ -253,7 +299,11 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     a.qp_state = ibv_qp_state::IBV_QPS_INIT;
     a.port_num = r.dev.caps.port;
     a.qp_access_flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-    modify(&mut a, M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0, "INIT")?;
+    modify(
+        &mut a,
+        M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0,
+        "INIT",
+    )?;
     for i in 0..slots {
         post_recv(i)?;
     }
@@ -292,7 +342,13 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     }
     modify(
         &mut a,
-        M::IBV_QP_STATE.0 | M::IBV_QP_AV.0 | M::IBV_QP_PATH_MTU.0 | M::IBV_QP_DEST_QPN.0 | M::IBV_QP_RQ_PSN.0 | M::IBV_QP_MAX_DEST_RD_ATOMIC.0 | M::IBV_QP_MIN_RNR_TIMER.0,
+        M::IBV_QP_STATE.0
+            | M::IBV_QP_AV.0
+            | M::IBV_QP_PATH_MTU.0
+            | M::IBV_QP_DEST_QPN.0
+            | M::IBV_QP_RQ_PSN.0
+            | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
+            | M::IBV_QP_MIN_RNR_TIMER.0,
         "RTR",
     )?;
     // SAFETY: plain data; zero is valid.
@@ -303,7 +359,16 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.max_rd_atomic = 1;
-    modify(&mut a, M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0 | M::IBV_QP_TIMEOUT.0 | M::IBV_QP_RETRY_CNT.0 | M::IBV_QP_RNR_RETRY.0 | M::IBV_QP_MAX_QP_RD_ATOMIC.0, "RTS")?;
+    modify(
+        &mut a,
+        M::IBV_QP_STATE.0
+            | M::IBV_QP_SQ_PSN.0
+            | M::IBV_QP_TIMEOUT.0
+            | M::IBV_QP_RETRY_CNT.0
+            | M::IBV_QP_RNR_RETRY.0
+            | M::IBV_QP_MAX_QP_RD_ATOMIC.0,
+        "RTS",
+    )?;
     // Both sides ready before the first send.
     stream.write_all(&[1])?;
     stream.read_exact(&mut [0u8; 1])?;
@@ -311,21 +376,49 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     let send_addr = base;
     let mut sent: u64 = 0;
     let mut unacked_signalled = 0usize;
-    let mut wcs: Vec<ibv_wc> = (0..o.poll_batch.max(1)).map(|_| {
-        // SAFETY: plain data.
-        unsafe { std::mem::zeroed() }
-    }).collect();
+    let mut wcs: Vec<ibv_wc> = (0..o.poll_batch.max(1))
+        .map(|_| {
+            // SAFETY: plain data.
+            unsafe { std::mem::zeroed() }
+        })
+        .collect();
     // Receive completions seen (also while waiting for send completions on a shared CQ).
     let mut recvs_ready = 0usize;
     let mut next_recv_slot = 0usize;
     // 1 MiB read by `pre_lines` and `idle_lines` (allocated only for them).
-    let junk = if o.pre_lines > 0 || o.idle_lines > 0 { vec![1u64; 1 << 17] } else { Vec::new() };
+    let junk = if o.pre_lines > 0 || o.idle_lines > 0 {
+        vec![1u64; 1 << 17]
+    } else {
+        Vec::new()
+    };
     let post_send = |sent: &mut u64, unacked: &mut usize| -> Result<()> {
         let len = o.size as u32;
         let mut sges = if o.two_sges {
-            [ibv_sge { addr: send_addr, length: HDR as u32, lkey }, ibv_sge { addr: send_addr + HDR as u64, length: len, lkey }]
+            [
+                ibv_sge {
+                    addr: send_addr,
+                    length: HDR as u32,
+                    lkey,
+                },
+                ibv_sge {
+                    addr: send_addr + HDR as u64,
+                    length: len,
+                    lkey,
+                },
+            ]
         } else {
-            [ibv_sge { addr: send_addr, length: len, lkey }, ibv_sge { addr: 0, length: 0, lkey }]
+            [
+                ibv_sge {
+                    addr: send_addr,
+                    length: len,
+                    lkey,
+                },
+                ibv_sge {
+                    addr: 0,
+                    length: 0,
+                    lkey,
+                },
+            ]
         };
         let total = if o.two_sges { HDR as u32 + len } else { len };
         read_lines(&junk, o.pre_lines, *sent as usize * 97);
@@ -343,7 +436,11 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
         wr.wr_id = *sent;
         wr.sg_list = sges.as_mut_ptr();
         wr.num_sge = if o.two_sges { 2 } else { 1 };
-        wr.opcode = if o.imm { ibv_wr_opcode::IBV_WR_SEND_WITH_IMM } else { ibv_wr_opcode::IBV_WR_SEND };
+        wr.opcode = if o.imm {
+            ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
+        } else {
+            ibv_wr_opcode::IBV_WR_SEND
+        };
         wr.imm_data_invalidated_rkey_union.imm_data = 1u32.to_be();
         let mut flags = 0;
         if o.signal_every <= 1 || matches!(*sent % u64::from(o.signal_every), 0) {
@@ -425,7 +522,8 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
         }
         recvs_ready -= 1;
         if o.one_way && o.size >= 8 {
-            let at = recv_base + (next_recv_slot * o.recv_slot) as u64 + if o.two_sges { HDR as u64 } else { 0 };
+            let at =
+                recv_base + (next_recv_slot * o.recv_slot) as u64 + if o.two_sges { HDR as u64 } else { 0 };
             // SAFETY: the slot's receive completed (the CQ said so), so the device wrote it
             // and does not touch it until it is reposted below.
             let stamp = unsafe { std::ptr::read_unaligned(at as *const u64) };
@@ -456,7 +554,12 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
         one_way.sort_unstable();
         let (med, p10) = (one_way[one_way.len() / 2], one_way[one_way.len() / 10]);
         let us = super::cycles::per_us();
-        println!("raw {}: one-way post -> poll seen, median {:.2} us, p10 {:.2} us", if initiator { "initiator" } else { "responder" }, med as f64 / us, p10 as f64 / us);
+        println!(
+            "raw {}: one-way post -> poll seen, median {:.2} us, p10 {:.2} us",
+            if initiator { "initiator" } else { "responder" },
+            med as f64 / us,
+            p10 as f64 / us
+        );
     }
     stream.write_all(&[2])?;
     stream.read_exact(&mut [0u8; 1])?;
@@ -486,7 +589,10 @@ fn poll_cq(cq: *mut ibv_cq, wcs: &mut [ibv_wc], yield_idle: bool) -> Result<(usi
     let (mut rv, mut sd) = (0, 0);
     for wc in &wcs[..n as usize] {
         if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
-            return Err(Error::Verbs(format!("raw ping-pong: completion status {}", wc.status)));
+            return Err(Error::Verbs(format!(
+                "raw ping-pong: completion status {}",
+                wc.status
+            )));
         }
         if wc.opcode & ibv_wc_opcode::IBV_WC_RECV != 0 {
             rv += 1;

@@ -57,7 +57,8 @@ impl Xrcd {
             .open(path)
             .map_err(|e| Error::Verbs(format!("XRC domain file {}: {e}", path.display())))?;
         let mut attr = ibv_xrcd_init_attr {
-            comp_mask: (ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD.0 | ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS.0),
+            comp_mask: (ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD.0
+                | ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS.0),
             fd: file.as_raw_fd(),
             oflags: O_CREAT,
         };
@@ -72,7 +73,13 @@ impl Xrcd {
 }
 
 /// Creates an XRC SRQ of `depth` work requests in `xrcd`, its completions on `cq`.
-pub(crate) fn create_srq(ctx: *mut ibv_context, pd: *mut ibv_pd, xrcd: &Xrcd, cq: *mut ibv_cq, depth: u32) -> Result<(*mut ibv_srq, u32)> {
+pub(crate) fn create_srq(
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    xrcd: &Xrcd,
+    cq: *mut ibv_cq,
+    depth: u32,
+) -> Result<(*mut ibv_srq, u32)> {
     // SAFETY: plain-data struct; zero is valid for the fields not set.
     let mut a: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
     a.attr.max_wr = depth;
@@ -97,20 +104,35 @@ pub(crate) fn create_srq(ctx: *mut ibv_context, pd: *mut ibv_pd, xrcd: &Xrcd, cq
     if rc != 0 {
         // SAFETY: created above, destroyed once.
         unsafe { ibv_destroy_srq(srq) };
-        return Err(Error::Verbs(format!("ibv_get_srq_num: {}", std::io::Error::from_raw_os_error(rc))));
+        return Err(Error::Verbs(format!(
+            "ibv_get_srq_num: {}",
+            std::io::Error::from_raw_os_error(rc)
+        )));
     }
     Ok((srq, num))
 }
 
 /// Creates an XRC send (INI) QP with `sq_depth` sends of up to 2 gathered pieces, its
 /// completions on `cq`; the inline limit actually granted is returned too.
-pub(crate) fn create_ini(ctx: *mut ibv_context, pd: *mut ibv_pd, cq: *mut ibv_cq, sq_depth: u32, inline: u32) -> Result<(*mut ibv_qp, u32)> {
+pub(crate) fn create_ini(
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    cq: *mut ibv_cq,
+    sq_depth: u32,
+    inline: u32,
+) -> Result<(*mut ibv_qp, u32)> {
     // SAFETY: plain-data struct; zero is valid for the fields not set.
     let mut a: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
     a.send_cq = cq;
     a.recv_cq = cq;
     a.qp_type = ibv_qp_type::IBV_QPT_XRC_SEND;
-    a.cap = ibv_qp_cap { max_send_wr: sq_depth, max_recv_wr: 0, max_send_sge: 2, max_recv_sge: 0, max_inline_data: inline };
+    a.cap = ibv_qp_cap {
+        max_send_wr: sq_depth,
+        max_recv_wr: 0,
+        max_send_sge: 2,
+        max_recv_sge: 0,
+        max_inline_data: inline,
+    };
     a.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
     a.pd = pd;
     // SAFETY: ctx, pd and cq are live; `a` is initialised for the fields in comp_mask.

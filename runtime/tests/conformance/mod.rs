@@ -10,7 +10,12 @@ pub trait Launcher: Sync {
     fn name(&self) -> &'static str;
     /// Runs `f` on `n` ranks; results by rank (on every process, for multi-process
     /// transports: hence [`Exchange`]).
-    fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(&self, n: usize, cfg: &RuntimeConfig, f: F) -> Result<Vec<R>>;
+    fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(
+        &self,
+        n: usize,
+        cfg: &RuntimeConfig,
+        f: F,
+    ) -> Result<Vec<R>>;
 }
 
 /// A rank's result as bytes, so that multi-process launchers (MPI) can give every process
@@ -120,14 +125,18 @@ impl<T: Exchange> Exchange for Result<T> {
         if take(inp, 1)[0] == 1 {
             Ok(T::get(inp))
         } else {
-            Err(Error::Protocol(String::from_utf8_lossy(&Vec::<u8>::get(inp)).into_owned()))
+            Err(Error::Protocol(
+                String::from_utf8_lossy(&Vec::<u8>::get(inp)).into_owned(),
+            ))
         }
     }
 }
 
 /// FNV-1a 64-bit checksum.
 pub fn fnv(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// Deterministic payload of `len` bytes depending on `seed` (xorshift).
@@ -150,7 +159,10 @@ fn enc(a: u64, b: u64) -> Vec<u8> {
 }
 
 fn dec(d: &[u8]) -> (u64, u64) {
-    (u64::from_le_bytes(d[0..8].try_into().unwrap()), u64::from_le_bytes(d[8..16].try_into().unwrap()))
+    (
+        u64::from_le_bytes(d[0..8].try_into().unwrap()),
+        u64::from_le_bytes(d[8..16].try_into().unwrap()),
+    )
 }
 
 fn cfg(sharing: RecvSharing) -> ballast_runtime::RuntimeConfigBuilder {
@@ -159,7 +171,13 @@ fn cfg(sharing: RecvSharing) -> ballast_runtime::RuntimeConfigBuilder {
 
 /// Order per (peer, tag) is kept, with eager and chunked messages interleaved on several tags.
 pub fn ordering_per_peer_and_tag<L: Launcher>(l: &L, sharing: RecvSharing) {
-    let c = cfg(sharing).buffer_size(64).buffer_count(8).recv_depth(2).srq_depth(4).build().unwrap();
+    let c = cfg(sharing)
+        .buffer_size(64)
+        .buffer_count(8)
+        .recv_depth(2)
+        .srq_depth(4)
+        .build()
+        .unwrap();
     const PER: u64 = 60;
     let res = l
         .run(3, &c, |comm| -> Result<u64> {
@@ -171,7 +189,11 @@ pub fn ordering_per_peer_and_tag<L: Launcher>(l: &L, sharing: RecvSharing) {
                         for seq in 0..PER {
                             let m = comm.recv(Source::Rank(src), TagMatch::Tag(tag))?;
                             let (s, q) = dec(&m.data);
-                            assert_eq!((m.source, m.tag, s, q), (src, tag, src as u64, seq), "order broken");
+                            assert_eq!(
+                                (m.source, m.tag, s, q),
+                                (src, tag, src as u64, seq),
+                                "order broken"
+                            );
                             let len = 16 + (seq as usize * 37) % 300;
                             assert_eq!(m.data.len(), len);
                             assert_eq!(&m.data[16..], &payload(len - 16, seq)[..]);
@@ -301,7 +323,14 @@ pub fn message_sizes_with_checksums<L: Launcher>(l: &L, sharing: RecvSharing) {
 /// wait and progress, everything arrives, and the pool never grows.
 pub fn back_pressure_pool_of_two<L: Launcher>(l: &L, sharing: RecvSharing) {
     // The engine's pool (the MPI native path has none: MPI queues every isend).
-    let c = cfg(sharing).buffer_count(2).buffer_size(1024).srq_depth(2).recv_depth(2).mpi_native(false).build().unwrap();
+    let c = cfg(sharing)
+        .buffer_count(2)
+        .buffer_size(1024)
+        .srq_depth(2)
+        .recv_depth(2)
+        .mpi_native(false)
+        .build()
+        .unwrap();
     let res = l
         .run(2, &c, |comm| -> Result<(usize, usize, u64, u64)> {
             if comm.rank() == 0 {
@@ -313,7 +342,11 @@ pub fn back_pressure_pool_of_two<L: Launcher>(l: &L, sharing: RecvSharing) {
                 comm.wait(b)?;
                 comm.send(1, 1, &[3])?;
                 for i in 0..200u64 {
-                    let len = if i % 10 == 0 { 100_000 } else { (i * 13 % 3000) as usize };
+                    let len = if i % 10 == 0 {
+                        100_000
+                    } else {
+                        (i * 13 % 3000) as usize
+                    };
                     comm.send(1, 2, &payload(len, i))?;
                 }
                 let p = comm.pool_stats();
@@ -323,7 +356,11 @@ pub fn back_pressure_pool_of_two<L: Launcher>(l: &L, sharing: RecvSharing) {
                     assert_eq!(comm.recv(0, 1u32)?.data, vec![v]);
                 }
                 for i in 0..200u64 {
-                    let len = if i % 10 == 0 { 100_000 } else { (i * 13 % 3000) as usize };
+                    let len = if i % 10 == 0 {
+                        100_000
+                    } else {
+                        (i * 13 % 3000) as usize
+                    };
                     assert_eq!(comm.recv(0, 2u32)?.data, payload(len, i));
                 }
                 let p = comm.pool_stats();
@@ -334,13 +371,23 @@ pub fn back_pressure_pool_of_two<L: Launcher>(l: &L, sharing: RecvSharing) {
     let s = res[0].as_ref().unwrap();
     assert_eq!((s.0, s.2), (2, 2048), "pool stays 2 buffers of 1 KiB");
     assert!(s.1 <= 2);
-    assert!(s.3 > 0, "the pool was exhausted at least once (back-pressure happened)");
+    assert!(
+        s.3 > 0,
+        "the pool was exhausted at least once (back-pressure happened)"
+    );
 }
 
 /// With pool growth on, the pool grows in registered chunks up to max_pool_bytes, never beyond.
 pub fn pool_growth_is_bounded<L: Launcher>(l: &L) {
     // The engine's pool (the MPI native path has none).
-    let c = cfg(RecvSharing::Shared).buffer_count(2).buffer_size(1024).pool_growth(true).max_pool_bytes(8 * 1024).mpi_native(false).build().unwrap();
+    let c = cfg(RecvSharing::Shared)
+        .buffer_count(2)
+        .buffer_size(1024)
+        .pool_growth(true)
+        .max_pool_bytes(8 * 1024)
+        .mpi_native(false)
+        .build()
+        .unwrap();
     let res = l
         .run(2, &c, |comm| -> Result<(usize, u64)> {
             if comm.rank() == 0 {
@@ -368,14 +415,26 @@ pub fn pool_growth_is_bounded<L: Launcher>(l: &L) {
             }
         })
         .unwrap();
-    assert_eq!(res[0].as_ref().unwrap(), &(8, 8 * 1024), "grew 2 -> 4 -> 8 buffers, then would-block");
+    assert_eq!(
+        res[0].as_ref().unwrap(),
+        &(8, 8 * 1024),
+        "grew 2 -> 4 -> 8 buffers, then would-block"
+    );
 }
 
 /// `max_endpoints 2` under traffic from rank 0 to 16 peers: endpoints are evicted and
 /// reopened, never more than 2 live, and nothing is lost or reordered.
 pub fn eviction_with_two_endpoints<L: Launcher>(l: &L, sharing: RecvSharing) {
     // The engine's endpoints (on the MPI native path MPI owns the connections).
-    let c = cfg(sharing).max_endpoints(2).buffer_size(256).buffer_count(4).recv_depth(2).srq_depth(4).mpi_native(false).build().unwrap();
+    let c = cfg(sharing)
+        .max_endpoints(2)
+        .buffer_size(256)
+        .buffer_count(4)
+        .recv_depth(2)
+        .srq_depth(4)
+        .mpi_native(false)
+        .build()
+        .unwrap();
     const ROUNDS: u64 = 12;
     let res = l
         .run(17, &c, |comm| -> Result<(u64, u64, u64, u64)> {
@@ -415,7 +474,14 @@ pub fn eviction_with_two_endpoints<L: Launcher>(l: &L, sharing: RecvSharing) {
 /// connecting to a different peer at once, so every slot holds a connecting endpoint and
 /// the requests cross in a cycle. Must not deadlock; nothing lost or reordered.
 pub fn all_to_all_with_a_cap_below_the_peers<L: Launcher>(l: &L, sharing: RecvSharing) {
-    let c = cfg(sharing).max_endpoints(1).buffer_size(256).buffer_count(8).recv_depth(2).srq_depth(4).build().unwrap();
+    let c = cfg(sharing)
+        .max_endpoints(1)
+        .buffer_size(256)
+        .buffer_count(8)
+        .recv_depth(2)
+        .srq_depth(4)
+        .build()
+        .unwrap();
     const ROUNDS: u64 = 4;
     let res = l
         .run(4, &c, |comm| -> Result<u64> {
@@ -446,7 +512,13 @@ pub fn all_to_all_with_a_cap_below_the_peers<L: Launcher>(l: &L, sharing: RecvSh
 /// 64 ranks all-to-all, 1,000 messages sent by each rank (round-robin over the 63
 /// others, mixed eager and chunked), every message checked on arrival.
 pub fn all_to_all_64<L: Launcher>(l: &L, sharing: RecvSharing) {
-    let c = cfg(sharing).buffer_size(512).buffer_count(16).recv_depth(4).srq_depth(32).build().unwrap();
+    let c = cfg(sharing)
+        .buffer_size(512)
+        .buffer_count(16)
+        .recv_depth(4)
+        .srq_depth(32)
+        .build()
+        .unwrap();
     const MSGS: u64 = 1000;
     let res = l
         .run(64, &c, |comm| -> Result<u64> {
@@ -463,7 +535,11 @@ pub fn all_to_all_64<L: Launcher>(l: &L, sharing: RecvSharing) {
                 if sent < MSGS {
                     let dest = (me + 1 + sent % (n - 1)) % n;
                     let k = sent / (n - 1); // k-th message to this dest
-                    let len = if sent.is_multiple_of(50) { 2000 } else { 16 + (sent % 64) as usize };
+                    let len = if sent.is_multiple_of(50) {
+                        2000
+                    } else {
+                        16 + (sent % 64) as usize
+                    };
                     let mut d = enc(me, k);
                     d.extend(payload(len - 16, me * 1_000_000 + k));
                     match comm.isend(dest as usize, 11, &d) {
@@ -481,7 +557,10 @@ pub fn all_to_all_64<L: Launcher>(l: &L, sharing: RecvSharing) {
                     let (src, k) = dec(&m.data);
                     assert_eq!(src, m.source as u64);
                     assert_eq!(k, next[src as usize], "order from {src}");
-                    assert_eq!(&m.data[16..], &payload(m.data.len() - 16, src * 1_000_000 + k)[..]);
+                    assert_eq!(
+                        &m.data[16..],
+                        &payload(m.data.len() - 16, src * 1_000_000 + k)[..]
+                    );
                     next[src as usize] += 1;
                     got += 1;
                 }
@@ -508,7 +587,15 @@ pub fn all_to_all_64<L: Launcher>(l: &L, sharing: RecvSharing) {
 /// dropped (a missing posted buffer would fail the run with receiver-not-ready).
 pub fn many_to_one_srq4<L: Launcher>(l: &L, sharing: RecvSharing) {
     // The engine's credits (the MPI native path has none: MPI does its own flow control).
-    let c = cfg(sharing).srq_depth(4).recv_depth(1).buffer_size(256).buffer_count(4).ranks_per_node(8).mpi_native(false).build().unwrap();
+    let c = cfg(sharing)
+        .srq_depth(4)
+        .recv_depth(1)
+        .buffer_size(256)
+        .buffer_count(4)
+        .ranks_per_node(8)
+        .mpi_native(false)
+        .build()
+        .unwrap();
     const PER: u64 = 40;
     let res = l
         .run(64, &c, |comm| -> Result<u64> {
@@ -562,8 +649,18 @@ pub fn bad_input_is_an_error<L: Launcher>(l: &L) {
     let c = cfg(RecvSharing::Shared).build().unwrap();
     let res = l
         .run(2, &c, |comm| {
-            let a = comm.send(5, 1, &[1]).is_err_and(|e| matches!(e, Error::InvalidRank { rank: 5, world_size: 2 }));
-            let b = comm.send(1, ballast_runtime::RESERVED_TAG_BASE, &[1]).is_err_and(|e| matches!(e, Error::ReservedTag(_)));
+            let a = comm.send(5, 1, &[1]).is_err_and(|e| {
+                matches!(
+                    e,
+                    Error::InvalidRank {
+                        rank: 5,
+                        world_size: 2
+                    }
+                )
+            });
+            let b = comm
+                .send(1, ballast_runtime::RESERVED_TAG_BASE, &[1])
+                .is_err_and(|e| matches!(e, Error::ReservedTag(_)));
             let c = comm.irecv(Source::Rank(9), TagMatch::Any).is_err();
             (a, b, c)
         })
@@ -575,27 +672,40 @@ pub fn bad_input_is_an_error<L: Launcher>(l: &L) {
 /// (every field but locked_bytes, which depends on the OS granting mlock).
 pub fn footprint_matches_model<L: Launcher>(l: &L, sharing: RecvSharing, lazy: bool) {
     // The engine's model (the MPI native path has its own, checked by the MPI suite).
-    let c = cfg(sharing).lazy_connect(lazy).buffer_size(1024).buffer_count(8).recv_depth(3).srq_depth(8).ranks_per_node(4).mpi_native(false).build().unwrap();
+    let c = cfg(sharing)
+        .lazy_connect(lazy)
+        .buffer_size(1024)
+        .buffer_count(8)
+        .recv_depth(3)
+        .srq_depth(8)
+        .ranks_per_node(4)
+        .mpi_native(false)
+        .build()
+        .unwrap();
     let t = *c.transport();
     let n = 12;
     let res = l
-        .run(n, &c, |comm| -> Result<(ballast_runtime::Footprint, ballast_runtime::Footprint)> {
-            let me = comm.rank();
-            // Rank 0 sends to everybody; everybody sends to its right neighbour.
-            if me == 0 {
-                for p in 1..comm.world_size() {
-                    comm.send(p, 1, &[0u8; 10])?;
+        .run(
+            n,
+            &c,
+            |comm| -> Result<(ballast_runtime::Footprint, ballast_runtime::Footprint)> {
+                let me = comm.rank();
+                // Rank 0 sends to everybody; everybody sends to its right neighbour.
+                if me == 0 {
+                    for p in 1..comm.world_size() {
+                        comm.send(p, 1, &[0u8; 10])?;
+                    }
+                } else {
+                    comm.recv(0, 1u32)?;
                 }
-            } else {
-                comm.recv(0, 1u32)?;
-            }
-            comm.send((me + 1) % comm.world_size(), 2, &[1u8; 10])?;
-            comm.recv(Source::Any, TagMatch::Tag(2))?;
-            comm.barrier()?;
-            let f = comm.footprint();
-            let p = t.predict(f.peers_connected as usize, comm.world_size(), t.ranks_per_node);
-            Ok((f, p))
-        })
+                comm.send((me + 1) % comm.world_size(), 2, &[1u8; 10])?;
+                comm.recv(Source::Any, TagMatch::Tag(2))?;
+                comm.barrier()?;
+                let f = comm.footprint();
+                let p = t.predict(f.peers_connected as usize, comm.world_size(), t.ranks_per_node);
+                Ok((f, p))
+            },
+        )
         .unwrap();
     for (rank, r) in res.into_iter().enumerate() {
         let (f, p) = r.unwrap();
@@ -670,7 +780,12 @@ pub fn large_messages_in_order_with_small_ones<L: Launcher>(l: &L, sharing: Recv
             }
         })
         .unwrap();
-    assert_eq!(res[0].as_ref().unwrap(), &(ROUNDS * sizes.len() as u64), "{}", l.name());
+    assert_eq!(
+        res[0].as_ref().unwrap(),
+        &(ROUNDS * sizes.len() as u64),
+        "{}",
+        l.name()
+    );
 }
 
 /// Every rank first sends a large message to each other rank with a blocking send, then
@@ -688,7 +803,11 @@ pub fn both_sides_send_large_first<L: Launcher>(l: &L, sharing: RecvSharing) {
             for k in 1..n {
                 let from = (me + n - k) % n;
                 let m = comm.recv(from, 4u32)?;
-                assert_eq!(fnv(&m.data), fnv(&payload(size, (from * 10 + me) as u64)), "from {from}");
+                assert_eq!(
+                    fnv(&m.data),
+                    fnv(&payload(size, (from * 10 + me) as u64)),
+                    "from {from}"
+                );
                 ok += 1;
             }
             Ok(ok)
@@ -748,7 +867,10 @@ pub fn any_source_with_large_messages<L: Launcher>(l: &L, sharing: RecvSharing) 
                     .map(|m| {
                         let (seq, len) = dec(&m.data);
                         assert_eq!(m.tag as u64, seq % 3);
-                        assert_eq!(fnv(&m.data[16..]), fnv(&payload(len as usize, seq + 1000 * m.source as u64)));
+                        assert_eq!(
+                            fnv(&m.data[16..]),
+                            fnv(&payload(len as usize, seq + 1000 * m.source as u64))
+                        );
                         (m.source, seq)
                     })
                     .collect())
@@ -767,6 +889,10 @@ pub fn any_source_with_large_messages<L: Launcher>(l: &L, sharing: RecvSharing) 
     let got = res.into_iter().next().unwrap().unwrap();
     for src in 1..4 {
         let seqs: Vec<u64> = got.iter().filter(|g| g.0 == src).map(|g| g.1).collect();
-        assert_eq!(seqs, (0..sizes.len() as u64).collect::<Vec<_>>(), "per-source order from {src}");
+        assert_eq!(
+            seqs,
+            (0..sizes.len() as u64).collect::<Vec<_>>(),
+            "per-source order from {src}"
+        );
     }
 }

@@ -73,46 +73,96 @@ fn mb(kb: f64) -> String {
 pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let total = Instant::now();
     let ranks = args.ranks as usize;
-    std::fs::create_dir_all(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
+    std::fs::create_dir_all(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
     let spec = CircuitSpec {
-        dry_run: SyntheticSpec { cells: args.cells, seed: args.seed, ..SyntheticSpec::default() },
+        dry_run: SyntheticSpec {
+            cells: args.cells,
+            seed: args.seed,
+            ..SyntheticSpec::default()
+        },
         synapses: args.cells as u64 * args.synapses_per_cell,
         ..CircuitSpec::default()
     };
-    let input: SimInput = step(&format!("generating a synthetic circuit of {} cells", args.cells), || Ok(SimInput::synthetic(&spec)?))?;
+    let input: SimInput = step(
+        &format!("generating a synthetic circuit of {} cells", args.cells),
+        || Ok(SimInput::synthetic(&spec)?),
+    )?;
     outln!("circuit: {}", input.label);
 
     // The dry run: balance for N ranks and write the allocation file, as `ballast dry-run`.
     let alloc_path = step(&format!("dry run: balancing for {} ranks", args.ranks), || {
-        let config = BalancerConfig::builder().ranks(args.ranks).cycles(1).strategy(Strategy::Lpt).build()?;
+        let config = BalancerConfig::builder()
+            .ranks(args.ranks)
+            .cycles(1)
+            .strategy(Strategy::Lpt)
+            .build()?;
         let allocation = balance(&input.dry_run, &config);
         Ok(write_allocation(&args.output, &allocation)?)
     })?;
     outln!("dry run: wrote {}", alloc_path.display());
 
     let cfg = RuntimeConfig::default();
-    let params = SimParams { tstop_ms: args.tstop, seed: args.seed, memory_scale: args.memory_scale, ..SimParams::default() };
+    let params = SimParams {
+        tstop_ms: args.tstop,
+        seed: args.seed,
+        memory_scale: args.memory_scale,
+        ..SimParams::default()
+    };
     let mut runs: Vec<(LbMode, RunReport, Vec<RankOutcome>)> = Vec::new();
     for mode in [LbMode::RoundRobin, LbMode::Memory] {
-        let placement = place(mode, &input.dry_run, &input.circuit.network.offsets, args.ranks, &args.output)?;
-        let (outcomes, seconds) = step(&format!("run --lb-mode={mode} on {} local ranks, {} ms", args.ranks, args.tstop), || {
-            let start = Instant::now();
-            let o = run_local(&input.circuit, &placement.rank_of, ranks, &cfg, &params)?;
-            Ok((o, start.elapsed().as_secs_f64()))
-        })?;
+        let placement = place(
+            mode,
+            &input.dry_run,
+            &input.circuit.network.offsets,
+            args.ranks,
+            &args.output,
+        )?;
+        let (outcomes, seconds) = step(
+            &format!(
+                "run --lb-mode={mode} on {} local ranks, {} ms",
+                args.ranks, args.tstop
+            ),
+            || {
+                let start = Instant::now();
+                let o = run_local(&input.circuit, &placement.rank_of, ranks, &cfg, &params)?;
+                Ok((o, start.elapsed().as_secs_f64()))
+            },
+        )?;
         let dir = args.output.join(mode.to_string().to_lowercase());
-        let report = build_report(&input, &placement, &outcomes, &cfg, &params, mode, seconds, &dir.join("out.dat"))?;
+        let report = build_report(
+            &input,
+            &placement,
+            &outcomes,
+            &cfg,
+            &params,
+            mode,
+            seconds,
+            &dir.join("out.dat"),
+        )?;
         crate::run::write_outputs(&dir, &report, &outcomes, params.dt_ms)?;
         runs.push((mode, report, outcomes));
     }
 
     let t = cfg.transport();
-    let per_peer = TransportConfig { recv_sharing: RecvSharing::PerPeer, max_endpoints: 0, ..*t };
-    let shared_capped = TransportConfig { recv_sharing: RecvSharing::Shared, max_endpoints: args.max_endpoints, ..*t };
+    let per_peer = TransportConfig {
+        recv_sharing: RecvSharing::PerPeer,
+        max_endpoints: 0,
+        ..*t
+    };
+    let shared_capped = TransportConfig {
+        recv_sharing: RecvSharing::Shared,
+        max_endpoints: args.max_endpoints,
+        ..*t
+    };
     let as_run = format!(
         "{}, {}",
         t.recv_sharing,
-        if t.max_endpoints == 0 { "no endpoint cap".to_string() } else { format!("max_endpoints={}", t.max_endpoints) }
+        if t.max_endpoints == 0 {
+            "no endpoint cap".to_string()
+        } else {
+            format!("max_endpoints={}", t.max_endpoints)
+        }
     );
     outln!();
     outln!("{:<60} {:>14} {:>14}", "", "RoundRobin", "Memory");
@@ -120,31 +170,72 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         outln!("{:<60} {:>14} {:>14}", label, f(&runs[0].1), f(&runs[1].1));
         Ok(())
     };
-    row("largest rank, estimated cell memory (MB)", &|r| mb(max_min(&r.per_rank, |x| x.estimated_kb).0))?;
-    row("smallest rank, estimated cell memory (MB)", &|r| mb(max_min(&r.per_rank, |x| x.estimated_kb).1))?;
+    row("largest rank, estimated cell memory (MB)", &|r| {
+        mb(max_min(&r.per_rank, |x| x.estimated_kb).0)
+    })?;
+    row("smallest rank, estimated cell memory (MB)", &|r| {
+        mb(max_min(&r.per_rank, |x| x.estimated_kb).1)
+    })?;
     row("largest / mean", &|r| {
         let mean = r.per_rank.iter().map(|x| x.estimated_kb).sum::<f64>() / r.per_rank.len() as f64;
         format!("{:.3}", max_min(&r.per_rank, |x| x.estimated_kb).0 / mean)
     })?;
-    row(&format!("largest rank, Ballast-accounted (MB, --memory-scale {})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0))?;
-    row(&format!("smallest rank, Ballast-accounted (MB, --memory-scale {})", args.memory_scale), &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1))?;
-    row("peers per rank, largest (connected)", &|r| format!("{}", r.per_rank.iter().map(|x| x.peers_connected).max().unwrap_or(0)))?;
+    row(
+        &format!(
+            "largest rank, Ballast-accounted (MB, --memory-scale {})",
+            args.memory_scale
+        ),
+        &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0),
+    )?;
+    row(
+        &format!(
+            "smallest rank, Ballast-accounted (MB, --memory-scale {})",
+            args.memory_scale
+        ),
+        &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1),
+    )?;
+    row("peers per rank, largest (connected)", &|r| {
+        format!(
+            "{}",
+            r.per_rank.iter().map(|x| x.peers_connected).max().unwrap_or(0)
+        )
+    })?;
     let tp = |c: TransportConfig| {
         move |r: &RunReport| {
-            let kb = r.per_rank.iter().map(|x| predicted_footprint(&c, x.peers_predicted, 0, r.ranks).total_bytes()).max().unwrap_or(0);
+            let kb = r
+                .per_rank
+                .iter()
+                .map(|x| predicted_footprint(&c, x.peers_predicted, 0, r.ranks).total_bytes())
+                .max()
+                .unwrap_or(0);
             format!("{:.0}", kb as f64 / 1024.0)
         }
     };
     outln!("transport per rank, largest (KB), predicted for the circuit's peers:");
     row("  per-peer", &tp(per_peer))?;
-    row(&format!("  shared + max_endpoints={}", args.max_endpoints), &tp(shared_capped))?;
+    row(
+        &format!("  shared + max_endpoints={}", args.max_endpoints),
+        &tp(shared_capped),
+    )?;
     row(&format!("  {as_run} (the configuration run)"), &tp(*t))?;
     outln!("transport per rank, largest (KB), measured in the runs:");
     row(&format!("  {as_run}"), &|r| {
-        format!("{:.0}", r.per_rank.iter().map(|x| x.footprint_measured_bytes).max().unwrap_or(0) as f64 / 1024.0)
+        format!(
+            "{:.0}",
+            r.per_rank
+                .iter()
+                .map(|x| x.footprint_measured_bytes)
+                .max()
+                .unwrap_or(0) as f64
+                / 1024.0
+        )
     })?;
-    row("transport measured = predicted, every rank", &|r| (if r.footprint_match { "yes" } else { "no" }).to_string())?;
-    row("peers connected = predicted, every rank", &|r| (if r.peers_match { "yes" } else { "no" }).to_string())?;
+    row("transport measured = predicted, every rank", &|r| {
+        (if r.footprint_match { "yes" } else { "no" }).to_string()
+    })?;
+    row("peers connected = predicted, every rank", &|r| {
+        (if r.peers_match { "yes" } else { "no" }).to_string()
+    })?;
     row("spikes", &|r| r.spikes.to_string())?;
     for (mode, r, _) in &runs {
         for why in [&r.footprint_mismatch, &r.peers_mismatch].into_iter().flatten() {
@@ -154,17 +245,29 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             outln!("note ({mode}): {n}");
         }
     }
-    let hwm = ballast_runtime::ProcStatus::read_self().map(|p| p.vm_hwm_kb).unwrap_or(0);
+    let hwm = ballast_runtime::ProcStatus::read_self()
+        .map(|p| p.vm_hwm_kb)
+        .unwrap_or(0);
     outln!("process VmHWM (all ranks, both runs): {} MB", hwm / 1024);
-    outln!("outputs: {}/{{roundrobin,memory}}/{{out.dat,report.json}}", args.output.display());
+    outln!(
+        "outputs: {}/{{roundrobin,memory}}/{{out.dat,report.json}}",
+        args.output.display()
+    );
 
     let (a, b) = (all_spikes(&runs[0].2), all_spikes(&runs[1].2));
     let checks_ok = runs.iter().all(|r| r.1.peers_match && r.1.footprint_match);
     if a != b || a.is_empty() {
-        outln!("check: identical spikes in the RoundRobin and Memory runs: FAILED ({} vs {} spikes)", a.len(), b.len());
+        outln!(
+            "check: identical spikes in the RoundRobin and Memory runs: FAILED ({} vs {} spikes)",
+            a.len(),
+            b.len()
+        );
         bail!("the RoundRobin and Memory runs produced different spikes");
     }
-    outln!("check: identical spikes in the RoundRobin and Memory runs ({} spikes): ok", a.len());
+    outln!(
+        "check: identical spikes in the RoundRobin and Memory runs ({} spikes): ok",
+        a.len()
+    );
     if !checks_ok {
         bail!("peers or transport footprint differ from the prediction (see the table)");
     }

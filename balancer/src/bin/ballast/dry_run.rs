@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use ballast_balancer::atomic::{self, AtomicFile};
+use ballast_balancer::files::{stage_allocation, AllocationCosts};
 use ballast_balancer::network::Network;
 use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
 use ballast_balancer::transport_aware::{
     balance_transport_aware, evaluate, rank_of_allocation, CellCosts, RankLoads, TransportCharge,
 };
-use ballast_balancer::atomic::{self, AtomicFile};
-use ballast_balancer::files::{stage_allocation, AllocationCosts};
 use ballast_balancer::{balance, Allocation, BalancerConfig, DryRun, Strategy, Summary};
 use clap::{Args, ValueEnum};
 use serde_json::json;
@@ -94,7 +94,9 @@ fn positive_gib(s: &str) -> Result<f64, String> {
     if x.is_finite() && x > 0.0 && x <= (1u64 << 40) as f64 {
         Ok(x)
     } else {
-        Err(format!("{s} is not a memory size: give GiB per node, above 0 and at most 2^40"))
+        Err(format!(
+            "{s} is not a memory size: give GiB per node, above 0 and at most 2^40"
+        ))
     }
 }
 
@@ -128,10 +130,24 @@ fn load_input(args: &DryRunArgs) -> anyhow::Result<Input> {
         };
         return Ok(match args.synapses {
             Some(synapses) => {
-                let c = synthetic::generate_circuit(&CircuitSpec { dry_run: spec, synapses, ..CircuitSpec::default() })?;
-                Input { dry_run: c.dry_run, network: Some(c.network), label: format!("synthetic circuit ({synapses} synapses)"), files: Vec::new() }
+                let c = synthetic::generate_circuit(&CircuitSpec {
+                    dry_run: spec,
+                    synapses,
+                    ..CircuitSpec::default()
+                })?;
+                Input {
+                    dry_run: c.dry_run,
+                    network: Some(c.network),
+                    label: format!("synthetic circuit ({synapses} synapses)"),
+                    files: Vec::new(),
+                }
             }
-            None => Input { dry_run: synthetic::generate(&spec)?, network: None, label: "synthetic dry run".into(), files: Vec::new() },
+            None => Input {
+                dry_run: synthetic::generate(&spec)?,
+                network: None,
+                label: "synthetic dry run".into(),
+                files: Vec::new(),
+            },
         });
     }
     let path = args.memory_usage.as_ref().expect("clap requires an input");
@@ -157,17 +173,44 @@ fn load_circuit(args: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
     use ballast_balancer::circuit::{dry_run_from_circuit, MetypeMemory};
     let circuit = ballast_balancer::sonata::Circuit::open(config)?;
     let measured = match &args.memory_usage {
-        Some(p) => read_dry_run(p)?.metypes.into_iter().map(|m| (m.name, m.memory_kb)).collect(),
+        Some(p) => read_dry_run(p)?
+            .metypes
+            .into_iter()
+            .map(|m| (m.name, m.memory_kb))
+            .collect(),
         None => Default::default(),
     };
     let d = MetypeMemory::default();
-    let memory = MetypeMemory { measured, cell_kb: args.cell_kb.or(d.cell_kb), point_cell_kb: args.point_cell_kb.or(d.point_cell_kb) };
+    let memory = MetypeMemory {
+        measured,
+        cell_kb: args.cell_kb.or(d.cell_kb),
+        point_cell_kb: args.point_cell_kb.or(d.point_cell_kb),
+    };
     let (dry_run, network) = dry_run_from_circuit(&circuit, &memory)?;
     let mut files = vec![atomic::Input::new(config, "--circuit")];
-    files.extend(args.memory_usage.iter().map(|p| atomic::Input::new(p, "--memory-usage")));
-    files.extend(circuit.node_populations.iter().map(|p| atomic::Input::new(&p.file, "a nodes file of --circuit")));
-    files.extend(circuit.edge_populations.iter().map(|e| atomic::Input::new(&e.file, "an edges file of --circuit")));
-    Ok(Input { dry_run, network: Some(network), label: config.display().to_string(), files })
+    files.extend(
+        args.memory_usage
+            .iter()
+            .map(|p| atomic::Input::new(p, "--memory-usage")),
+    );
+    files.extend(
+        circuit
+            .node_populations
+            .iter()
+            .map(|p| atomic::Input::new(&p.file, "a nodes file of --circuit")),
+    );
+    files.extend(
+        circuit
+            .edge_populations
+            .iter()
+            .map(|e| atomic::Input::new(&e.file, "an edges file of --circuit")),
+    );
+    Ok(Input {
+        dry_run,
+        network: Some(network),
+        label: config.display().to_string(),
+        files,
+    })
 }
 
 #[cfg(not(feature = "sonata"))]
@@ -176,11 +219,21 @@ fn load_circuit(_: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
 }
 
 /// Charged loads of one allocation: per-rank cells, synapses, transport and peers.
-fn charged_loads(input: &Input, allocation: &Allocation, charge: Option<&TransportCharge>) -> Option<RankLoads> {
+fn charged_loads(
+    input: &Input,
+    allocation: &Allocation,
+    charge: Option<&TransportCharge>,
+) -> Option<RankLoads> {
     let network = input.network.as_ref()?;
     let costs = CellCosts::new(&input.dry_run, &network.offsets);
     let rank_of = rank_of_allocation(allocation, &network.offsets);
-    Some(evaluate(network, &costs, &rank_of, allocation.ranks as usize, charge))
+    Some(evaluate(
+        network,
+        &costs,
+        &rank_of,
+        allocation.ranks as usize,
+        charge,
+    ))
 }
 
 /// What one balancing pass gives the report.
@@ -200,12 +253,22 @@ fn run_balance(input: &Input, config: &BalancerConfig, charge: Option<&Transport
     match (charge, &input.network) {
         (Some(ch), Some(net)) => {
             let r = balance_transport_aware(&input.dry_run, net, config, ch);
-            Balanced { allocation: r.allocation, blind: Some(r.blind.loads), loads: Some(r.aware.loads), tried: r.tried }
+            Balanced {
+                allocation: r.allocation,
+                blind: Some(r.blind.loads),
+                loads: Some(r.aware.loads),
+                tried: r.tried,
+            }
         }
         _ => {
             let allocation = balance(&input.dry_run, config);
             let loads = charged_loads(input, &allocation, charge);
-            Balanced { allocation, blind: None, loads, tried: Vec::new() }
+            Balanced {
+                allocation,
+                blind: None,
+                loads,
+                tried: Vec::new(),
+            }
         }
     }
 }
@@ -213,7 +276,13 @@ fn run_balance(input: &Input, config: &BalancerConfig, charge: Option<&Transport
 /// Per-node totals (KB) of per-rank totals, `rpn` consecutive ranks per node.
 fn node_totals(loads: &RankLoads, rpn: usize) -> Vec<f64> {
     let ranks = loads.cells_kb.len();
-    (0..ranks.div_ceil(rpn)).map(|n| (n * rpn..((n + 1) * rpn).min(ranks)).map(|r| loads.total_kb(r)).sum()).collect()
+    (0..ranks.div_ceil(rpn))
+        .map(|n| {
+            (n * rpn..((n + 1) * rpn).min(ranks))
+                .map(|r| loads.total_kb(r))
+                .sum()
+        })
+        .collect()
 }
 
 /// Options that only make sense with another one (clap's `requires` is not enforced for
@@ -248,7 +317,9 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         plot::check_path(p)?;
     }
     let input = load_input(args)?;
-    config.check_size(&input.dry_run).with_context(|| format!("--num-target-ranks {} --cycles {}", config.ranks, config.cycles))?;
+    config
+        .check_size(&input.dry_run)
+        .with_context(|| format!("--num-target-ranks {} --cycles {}", config.ranks, config.cycles))?;
     let charge = match args.transport_model {
         TransportModel::None => None,
         TransportModel::Ballast => {
@@ -256,20 +327,34 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                 bail!("--transport-model ballast needs the circuit's connectivity: use --circuit, or --synthetic with --synapses ({} has none)", input.label);
             }
             if args.strategy == Strategy::Neurodamus {
-                bail!("--transport-model ballast balances with its own algorithm; drop --strategy neurodamus");
+                bail!(
+                    "--transport-model ballast balances with its own algorithm; drop --strategy neurodamus"
+                );
             }
-            Some(TransportCharge { config: *runtime.transport() })
+            Some(TransportCharge {
+                config: *runtime.transport(),
+            })
         }
     };
     let start = Instant::now();
-    let Balanced { allocation, blind, loads, tried } = run_balance(&input, &config, charge.as_ref());
+    let Balanced {
+        allocation,
+        blind,
+        loads,
+        tried,
+    } = run_balance(&input, &config, charge.as_ref());
     let seconds = start.elapsed().as_secs_f64();
     let dry_run = &input.dry_run;
-    allocation.validate(dry_run).context("internal error: the balancer lost or duplicated a cell")?;
+    allocation
+        .validate(dry_run)
+        .context("internal error: the balancer lost or duplicated a cell")?;
     let summary = Summary::new(&allocation, dry_run);
     // neurodamus' result on the same input, for comparison (cheap: one greedy pass).
     let baseline = (args.strategy != Strategy::Neurodamus).then(|| {
-        let nd = BalancerConfig { strategy: Strategy::Neurodamus, ..config.clone() };
+        let nd = BalancerConfig {
+            strategy: Strategy::Neurodamus,
+            ..config.clone()
+        };
         Summary::new(&balance(dry_run, &nd), dry_run).overall
     });
 
@@ -277,13 +362,27 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     let rpn = args.runtime.ranks_per_node;
     let nodes = rpn.zip(loads.as_ref()).map(|(k, l)| node_totals(l, k));
     let fit = match (args.node_memory_gb, rpn) {
-        (Some(gib), Some(k)) => Some(fewest_nodes(&input, &config, charge.as_ref(), k, gib * 1024.0 * 1024.0)?),
+        (Some(gib), Some(k)) => Some(fewest_nodes(
+            &input,
+            &config,
+            charge.as_ref(),
+            k,
+            gib * 1024.0 * 1024.0,
+        )?),
         _ => None,
     };
 
-    std::fs::create_dir_all(&args.output_dir)
-        .with_context(|| format!("cannot create output directory {} (--output-dir)", args.output_dir.display()))?;
-    let strategy_name = if charge.is_some() { "lpt+transport".to_owned() } else { ballast_balancer::files::strategy_name(config.strategy) };
+    std::fs::create_dir_all(&args.output_dir).with_context(|| {
+        format!(
+            "cannot create output directory {} (--output-dir)",
+            args.output_dir.display()
+        )
+    })?;
+    let strategy_name = if charge.is_some() {
+        "lpt+transport".to_owned()
+    } else {
+        ballast_balancer::files::strategy_name(config.strategy)
+    };
     let mut costs = AllocationCosts::new(
         "ballast dry-run",
         dry_run,
@@ -297,7 +396,15 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         costs.cell_kb_default = args.cell_kb.or(d.cell_kb);
         costs.point_cell_kb_default = args.point_cell_kb.or(d.point_cell_kb);
     }
-    let written = write_outputs(args, &input, &allocation, &summary, &costs, blind.as_ref(), loads.as_ref())?;
+    let written = write_outputs(
+        args,
+        &input,
+        &allocation,
+        &summary,
+        &costs,
+        blind.as_ref(),
+        loads.as_ref(),
+    )?;
     let output = written[0].clone();
 
     let empty = summary.empty_bucket_count();
@@ -345,7 +452,8 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         }
         if let Some(f) = &fit {
             value["node_memory_kb"] = json!(f.node_kb);
-            value["nodes_over_memory"] = json!(nodes.as_ref().map(|n| over(n, f.node_kb)).unwrap_or_default());
+            value["nodes_over_memory"] =
+                json!(nodes.as_ref().map(|n| over(n, f.node_kb)).unwrap_or_default());
             value["suggested_nodes"] = json!(f.nodes);
         }
         outln!("{}", serde_json::to_string_pretty(&value)?);
@@ -389,7 +497,11 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         }
     }
     if let (Some(n), Some(k)) = (&nodes, rpn) {
-        outln!("\nper node ({k} ranks per node): largest {:.1} KB, smallest {:.1} KB", n.iter().copied().fold(0.0, f64::max), n.iter().copied().fold(f64::INFINITY, f64::min));
+        outln!(
+            "\nper node ({k} ranks per node): largest {:.1} KB, smallest {:.1} KB",
+            n.iter().copied().fold(0.0, f64::max),
+            n.iter().copied().fold(f64::INFINITY, f64::min)
+        );
         if let Some(f) = &fit {
             let over = over(n, f.node_kb);
             if over.is_empty() {
@@ -397,7 +509,11 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             } else {
                 outln!("nodes over {:.1} GiB: {:?}", f.node_kb / 1048576.0, over);
             }
-            outln!("fewest nodes that fit (transport charge recomputed for each count): {} ({} ranks)", f.nodes, f.nodes * k);
+            outln!(
+                "fewest nodes that fit (transport charge recomputed for each count): {} ({} ranks)",
+                f.nodes,
+                f.nodes * k
+            );
         }
     }
     for path in &written {
@@ -430,14 +546,33 @@ fn write_outputs(
     loads: Option<&RankLoads>,
 ) -> anyhow::Result<Vec<PathBuf>> {
     let dir = &args.output_dir;
-    let in_dir = || format!("cannot write the outputs in {} (--output-dir chooses the directory)", dir.display());
-    let memory_usage = args.write_memory_usage.as_ref().map(|p| p.clone().unwrap_or_else(|| dir.join("cell_memory_usage.json")));
-    let allocation_path = dir.join(ballast_balancer::allocation_file_name(allocation.ranks, allocation.cycles));
-    let sidecar_path = dir.join(ballast_balancer::files::sidecar_file_name(allocation.ranks, allocation.cycles));
-    let outputs: Vec<&Path> = [Some(allocation_path.as_path()), memory_usage.as_deref(), Some(sidecar_path.as_path()), args.plot.as_deref()]
-        .into_iter()
-        .flatten()
-        .collect();
+    let in_dir = || {
+        format!(
+            "cannot write the outputs in {} (--output-dir chooses the directory)",
+            dir.display()
+        )
+    };
+    let memory_usage = args
+        .write_memory_usage
+        .as_ref()
+        .map(|p| p.clone().unwrap_or_else(|| dir.join("cell_memory_usage.json")));
+    let allocation_path = dir.join(ballast_balancer::allocation_file_name(
+        allocation.ranks,
+        allocation.cycles,
+    ));
+    let sidecar_path = dir.join(ballast_balancer::files::sidecar_file_name(
+        allocation.ranks,
+        allocation.cycles,
+    ));
+    let outputs: Vec<&Path> = [
+        Some(allocation_path.as_path()),
+        memory_usage.as_deref(),
+        Some(sidecar_path.as_path()),
+        args.plot.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     for out in &outputs {
         atomic::refuse_input(out, &input.files)?;
     }
@@ -449,7 +584,12 @@ fn write_outputs(
     }
     let mut files: Vec<AtomicFile> = vec![stage_allocation(dir, allocation).with_context(in_dir)?];
     if let Some(p) = &memory_usage {
-        files.push(input.dry_run.stage_json_file(p).with_context(|| format!("cannot write {} (--write-memory-usage)", p.display()))?);
+        files.push(
+            input
+                .dry_run
+                .stage_json_file(p)
+                .with_context(|| format!("cannot write {} (--write-memory-usage)", p.display()))?,
+        );
     }
     files.push(costs.stage(dir).with_context(in_dir)?);
     files.extend(plot_file);
@@ -462,7 +602,11 @@ fn relative(ours: f64, theirs: f64) -> String {
         return "the same".into();
     }
     let pct = 100.0 * (1.0 - ours / theirs);
-    if pct >= 0.0 { format!("{pct:.2}% lower") } else { format!("{:.2}% higher (the transport charge is balanced too)", -pct) }
+    if pct >= 0.0 {
+        format!("{pct:.2}% lower")
+    } else {
+        format!("{:.2}% higher (the transport charge is balanced too)", -pct)
+    }
 }
 
 fn over(nodes: &[f64], node_kb: f64) -> Vec<usize> {
@@ -477,22 +621,41 @@ struct Fit {
 
 /// Searches the node count: doubling from the memory lower bound, then bisection; each
 /// count is balanced anew (the transport charge depends on it).
-fn fewest_nodes(input: &Input, config: &BalancerConfig, charge: Option<&TransportCharge>, rpn: usize, node_kb: f64) -> anyhow::Result<Fit> {
-    let total: f64 = Summary::new(&balance(&input.dry_run, config), &input.dry_run).overall.total_kb;
+fn fewest_nodes(
+    input: &Input,
+    config: &BalancerConfig,
+    charge: Option<&TransportCharge>,
+    rpn: usize,
+    node_kb: f64,
+) -> anyhow::Result<Fit> {
+    let total: f64 = Summary::new(&balance(&input.dry_run, config), &input.dry_run)
+        .overall
+        .total_kb;
     let fits = |nodes: usize| -> anyhow::Result<bool> {
         let ranks = nodes
             .checked_mul(rpn)
             .and_then(|r| u32::try_from(r).ok())
-            .with_context(|| format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks: more than 2^32 - 1 ranks"))?;
-        let c = BalancerConfig { ranks, ..config.clone() };
-        c.check_size(&input.dry_run).with_context(|| format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks"))?;
-        let Balanced { allocation, loads, .. } = run_balance(input, &c, charge);
+            .with_context(|| {
+                format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks: more than 2^32 - 1 ranks")
+            })?;
+        let c = BalancerConfig {
+            ranks,
+            ..config.clone()
+        };
+        c.check_size(&input.dry_run)
+            .with_context(|| format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks"))?;
+        let Balanced {
+            allocation, loads, ..
+        } = run_balance(input, &c, charge);
         let max_node = match loads {
             Some(l) => node_totals(&l, rpn).into_iter().fold(0.0, f64::max),
             None => {
                 let s = Summary::new(&allocation, &input.dry_run);
                 let ranks = s.rank_kb();
-                ranks.chunks(rpn).map(|n| n.iter().sum::<f64>()).fold(0.0, f64::max)
+                ranks
+                    .chunks(rpn)
+                    .map(|n| n.iter().sum::<f64>())
+                    .fold(0.0, f64::max)
             }
         };
         Ok(max_node <= node_kb)
@@ -532,19 +695,44 @@ fn rank_json(l: &RankLoads) -> serde_json::Value {
 fn rank_table(blind: Option<&RankLoads>, l: &RankLoads) -> String {
     let mut out = String::new();
     match blind {
-        Some(_) => out += &format!(
-            "{:>6} {:>13} {:>13} {:>12} {:>14} {:>7} | {:>12} {:>14} {:>7}\n",
-            "rank", "cells KB", "synapses KB", "transport KB", "total KB", "peers", "blind transp", "blind total", "peers"
-        ),
-        None => out += &format!("{:>6} {:>13} {:>13} {:>12} {:>14} {:>7}\n", "rank", "cells KB", "synapses KB", "transport KB", "total KB", "peers"),
+        Some(_) => {
+            out += &format!(
+                "{:>6} {:>13} {:>13} {:>12} {:>14} {:>7} | {:>12} {:>14} {:>7}\n",
+                "rank",
+                "cells KB",
+                "synapses KB",
+                "transport KB",
+                "total KB",
+                "peers",
+                "blind transp",
+                "blind total",
+                "peers"
+            )
+        }
+        None => {
+            out += &format!(
+                "{:>6} {:>13} {:>13} {:>12} {:>14} {:>7}\n",
+                "rank", "cells KB", "synapses KB", "transport KB", "total KB", "peers"
+            )
+        }
     }
     for r in 0..l.cells_kb.len() {
         out += &format!(
             "{:>6} {:>13.1} {:>13.1} {:>12.1} {:>14.1} {:>7}",
-            r, l.cells_kb[r], l.synapses_kb[r], l.transport_kb[r], l.total_kb(r), l.peers[r]
+            r,
+            l.cells_kb[r],
+            l.synapses_kb[r],
+            l.transport_kb[r],
+            l.total_kb(r),
+            l.peers[r]
         );
         if let Some(b) = blind {
-            out += &format!(" | {:>12.1} {:>14.1} {:>7}", b.transport_kb[r], b.total_kb(r), b.peers[r]);
+            out += &format!(
+                " | {:>12.1} {:>14.1} {:>7}",
+                b.transport_kb[r],
+                b.total_kb(r),
+                b.peers[r]
+            );
         }
         out.push('\n');
     }
@@ -552,7 +740,12 @@ fn rank_table(blind: Option<&RankLoads>, l: &RankLoads) -> String {
 }
 
 /// The series a plot draws: one or two results, per rank (cells, synapses, transport).
-fn rank_series(dry_run: &DryRun, allocation: &Allocation, blind: Option<&RankLoads>, loads: Option<&RankLoads>) -> Vec<plot::Series> {
+fn rank_series(
+    dry_run: &DryRun,
+    allocation: &Allocation,
+    blind: Option<&RankLoads>,
+    loads: Option<&RankLoads>,
+) -> Vec<plot::Series> {
     let from_loads = |title: &str, l: &RankLoads| plot::Series {
         title: title.to_owned(),
         cells_kb: l.cells_kb.clone(),

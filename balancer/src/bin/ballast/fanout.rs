@@ -93,11 +93,16 @@ fn before_taken(r: &FanoutReport) -> String {
 /// The memory lock of all ranks after the fanout, for the table.
 fn lock_line(l: &MemoryLock, kind: TransportKind) -> String {
     match (l.status(), kind) {
-        (LockStatus::NotAsked, TransportKind::Verbs) => "pinned by the verbs registrations (no mlock)".to_string(),
+        (LockStatus::NotAsked, TransportKind::Verbs) => {
+            "pinned by the verbs registrations (no mlock)".to_string()
+        }
         (LockStatus::NotAsked, TransportKind::Mpi) => "not locked (MPI registers memory itself)".to_string(),
         (LockStatus::NotAsked, _) => "not locked (lock_pool off)".to_string(),
         (LockStatus::Locked, _) => format!("locked, {} B", l.locked_bytes),
-        (s, _) => format!("{s}: {} of {} B asked (see the note)", l.locked_bytes, l.asked_bytes),
+        (s, _) => format!(
+            "{s}: {} of {} B asked (see the note)",
+            l.locked_bytes, l.asked_bytes
+        ),
     }
 }
 
@@ -109,7 +114,9 @@ fn check_local_memory(ranks: usize, cfg: &ballast_runtime::RuntimeConfig) -> any
     let per_rank = t.predict(1, ranks, t.ranks_per_node).total_bytes();
     let need_mb = per_rank as f64 * ranks as f64 / (1024.0 * 1024.0);
     let available_mb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        m.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
     });
     if let Some(avail) = available_mb.map(|kb| kb / 1024.0) {
         if need_mb > avail {
@@ -144,7 +151,9 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     let mut messages_sent = None;
     let r = match cfg.transport().kind {
         TransportKind::Local => {
-            let Some(ranks) = args.ranks else { bail!("--ranks is required with --transport local") };
+            let Some(ranks) = args.ranks else {
+                bail!("--ranks is required with --transport local")
+            };
             if ranks < 2 {
                 bail!("--ranks must be at least 2");
             }
@@ -173,7 +182,11 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
                     bail!("fanout over mpi needs at least 2 processes (mpirun -n N, N >= 2)");
                 }
                 if args.ranks.is_some_and(|r| r != mpi.size()) {
-                    bail!("--ranks {} differs from the {} MPI processes", args.ranks.unwrap_or(0), mpi.size());
+                    bail!(
+                        "--ranks {} differs from the {} MPI processes",
+                        args.ranks.unwrap_or(0),
+                        mpi.size()
+                    );
                 }
                 Ok(mpi.fanout(&cfg, args.messages, args.ints)?)
             })();
@@ -192,9 +205,17 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
             let out = (|| -> anyhow::Result<_> {
                 let size = launch.size();
                 if args.ranks.is_some_and(|r| r != size) {
-                    bail!("--ranks {} differs from the {size} processes of the launch", args.ranks.unwrap_or(0));
+                    bail!(
+                        "--ranks {} differs from the {size} processes of the launch",
+                        args.ranks.unwrap_or(0)
+                    );
                 }
-                Ok(ballast_runtime::verbs::fanout::fanout(launch.bootstrap(), &cfg, args.messages, args.ints)?)
+                Ok(ballast_runtime::verbs::fanout::fanout(
+                    launch.bootstrap(),
+                    &cfg,
+                    args.messages,
+                    args.ints,
+                )?)
             })();
             let out = match out {
                 Ok(v) => v,
@@ -251,7 +272,12 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     } else {
         outln!(
             "fanout: {} ranks, rank 0 sends {} x {} ints to each; recv_sharing={} buffer {} x {} B",
-            ranks, args.messages, args.ints, t.recv_sharing, t.buffer_count, t.buffer_size
+            ranks,
+            args.messages,
+            args.ints,
+            t.recv_sharing,
+            t.buffer_count,
+            t.buffer_size
         );
     }
     outln!("{:<26} {:>14} {:>14} {:>14}", "", "before*", "after", "delta");
@@ -265,13 +291,36 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     row("VmLck (KiB, process)", b.status.vm_lck_kb, a.status.vm_lck_kb)?;
     row("VmPin (KiB, process)", b.status.vm_pin_kb, a.status.vm_pin_kb)?;
     row("VmData (KiB, process)", b.status.vm_data_kb, a.status.vm_data_kb)?;
-    row("footprint rank 0 (B)", b.footprint.total_bytes(), a.footprint.total_bytes())?;
-    row("footprint all ranks (B)", b.world_footprint_bytes, a.world_footprint_bytes)?;
-    row("predicted all ranks (B)", b.world_predicted_bytes, a.world_predicted_bytes)?;
-    row("endpoints live rank 0", b.footprint.endpoints_live, a.footprint.endpoints_live)?;
-    row("peers connected rank 0", b.footprint.peers_connected, a.footprint.peers_connected)?;
+    row(
+        "footprint rank 0 (B)",
+        b.footprint.total_bytes(),
+        a.footprint.total_bytes(),
+    )?;
+    row(
+        "footprint all ranks (B)",
+        b.world_footprint_bytes,
+        a.world_footprint_bytes,
+    )?;
+    row(
+        "predicted all ranks (B)",
+        b.world_predicted_bytes,
+        a.world_predicted_bytes,
+    )?;
+    row(
+        "endpoints live rank 0",
+        b.footprint.endpoints_live,
+        a.footprint.endpoints_live,
+    )?;
+    row(
+        "peers connected rank 0",
+        b.footprint.peers_connected,
+        a.footprint.peers_connected,
+    )?;
     outln!("* {}", before_taken(&r));
-    outln!("memory lock, all ranks of this process (after): {}", lock_line(&r.memory_lock, t.kind));
+    outln!(
+        "memory lock, all ranks of this process (after): {}",
+        lock_line(&r.memory_lock, t.kind)
+    );
     let rank0 = a.footprint.differences(&r.predicted, t);
     outln!(
         "predicted footprint rank 0: {} B ({})",
@@ -341,7 +390,18 @@ fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> anyho
     outln!(
         "per process (KiB): VmPin growth must equal the registrations (pages), VmLck stay constant after setup, VmRSS growth lie in [pinned, model + {RSS_SLACK_KIB}]"
     );
-    outln!("{:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10}  check", "rank", "predicted", "footprint", "pinned", "VmPin+", "VmLck+", "VmRSS+", "VmRSS", "VmLck");
+    outln!(
+        "{:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10}  check",
+        "rank",
+        "predicted",
+        "footprint",
+        "pinned",
+        "VmPin+",
+        "VmLck+",
+        "VmRSS+",
+        "VmRSS",
+        "VmLck"
+    );
     for m in p {
         let bad = m.check();
         outln!(
@@ -355,7 +415,11 @@ fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> anyho
             m.rss_growth() / 1024,
             m.after.vm_rss_kb,
             m.after.vm_lck_kb,
-            if bad.is_empty() { "ok".to_string() } else { bad.join("; ") }
+            if bad.is_empty() {
+                "ok".to_string()
+            } else {
+                bad.join("; ")
+            }
         );
     }
     if let Some(m) = p.iter().find(|m| m.bootstrap_kept != Default::default()) {
@@ -364,7 +428,10 @@ fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> anyho
             m.rank, m.bootstrap_kept.vm_pin_kb, m.bootstrap_kept.vm_rss_kb
         );
     }
-    outln!("memory checks: {}", if verbs_memory_ok(p) { "ok" } else { "FAILED" });
+    outln!(
+        "memory checks: {}",
+        if verbs_memory_ok(p) { "ok" } else { "FAILED" }
+    );
     Ok(())
 }
 
@@ -374,34 +441,63 @@ mod tests {
 
     #[test]
     fn fanout_json_has_the_documented_keys_and_real_values() {
-        let args = RuntimeArgs { buffer_count: Some(4), srq_depth: Some(4), lock_pool: Some(false), ..Default::default() };
+        let args = RuntimeArgs {
+            buffer_count: Some(4),
+            srq_depth: Some(4),
+            lock_pool: Some(false),
+            ..Default::default()
+        };
         let cfg = args.to_config().unwrap();
         let steps = std::sync::atomic::AtomicUsize::new(0);
         let (r, sent) = run_local_counted(9, &cfg, 1, 10, &steps).unwrap();
         // 8 fanout messages, and 3 dissemination barriers of ceil(log2 9) = 4 rounds, one
         // message per rank and round.
         assert_eq!(sent, 8 + 3 * 9 * 4);
-        assert_eq!(steps.into_inner(), 2 * 9, "each rank counts its setup and its end");
+        assert_eq!(
+            steps.into_inner(),
+            2 * 9,
+            "each rank counts its setup and its end"
+        );
         let v = report_json(&r);
         for k in ["before", "after"] {
-            for f in ["vm_rss_kb", "vm_lck_kb", "vm_pin_kb", "vm_data_kb", "footprint_bytes"] {
+            for f in [
+                "vm_rss_kb",
+                "vm_lck_kb",
+                "vm_pin_kb",
+                "vm_data_kb",
+                "footprint_bytes",
+            ] {
                 assert!(v[k][f].is_u64(), "{k}.{f} in {v}");
             }
         }
         assert_eq!(v["peers_connected"], 8);
         assert_eq!(v["endpoints_live"], 8);
-        assert_eq!(v["predicted_footprint_bytes"], cfg.transport().predict(8, 9, 1).total_bytes());
+        assert_eq!(
+            v["predicted_footprint_bytes"],
+            cfg.transport().predict(8, 9, 1).total_bytes()
+        );
         assert!(v["after"]["footprint_bytes"].as_u64() > v["before"]["footprint_bytes"].as_u64());
     }
 
     #[test]
     fn options_override_and_bad_values_are_errors() {
-        let args = RuntimeArgs { recv_sharing: Some(ballast_runtime::RecvSharing::Xrc), ranks_per_node: Some(0), ..Default::default() };
+        let args = RuntimeArgs {
+            recv_sharing: Some(ballast_runtime::RecvSharing::Xrc),
+            ranks_per_node: Some(0),
+            ..Default::default()
+        };
         let e = args.to_config().unwrap_err().to_string();
         assert!(e.contains("BALLAST_RANKS_PER_NODE"), "{e}");
-        let args = RuntimeArgs { srq_depth: Some(7), ..Default::default() };
+        let args = RuntimeArgs {
+            srq_depth: Some(7),
+            ..Default::default()
+        };
         let cfg = args.to_config().unwrap();
-        let s = cfg.settings().into_iter().find(|s| s.name == "srq_depth").unwrap();
+        let s = cfg
+            .settings()
+            .into_iter()
+            .find(|s| s.name == "srq_depth")
+            .unwrap();
         assert_eq!((s.value.as_str(), s.origin.as_str()), ("7", "option"));
     }
 }

@@ -22,7 +22,11 @@ pub struct InfoArgs {
 /// RDMA devices listed by the kernel in /sys/class/infiniband.
 fn rdma_devices() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -57,7 +61,14 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
     outln!("transports compiled in: {}", compiled.join(", "));
     let devs = rdma_devices();
-    outln!("RDMA devices: {}", if devs.is_empty() { "none (/sys/class/infiniband is empty or absent)".to_string() } else { devs.join(", ") });
+    outln!(
+        "RDMA devices: {}",
+        if devs.is_empty() {
+            "none (/sys/class/infiniband is empty or absent)".to_string()
+        } else {
+            devs.join(", ")
+        }
+    );
     match ballast_runtime::local::memlock_limit_bytes() {
         Some(u64::MAX) => outln!("memlock limit (RLIMIT_MEMLOCK soft): unlimited"),
         Some(b) => outln!("memlock limit (RLIMIT_MEMLOCK soft): {} KiB", b / 1024),
@@ -83,7 +94,13 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     outln!("effective configuration:");
     outln!("  {:<16} {:<12} {:<8} {}", "setting", "value", "from", "variable");
     for s in cfg.settings() {
-        outln!("  {:<16} {:<12} {:<8} {}", s.name, s.value, s.origin.as_str(), s.env);
+        outln!(
+            "  {:<16} {:<12} {:<8} {}",
+            s.name,
+            s.value,
+            s.origin.as_str(),
+            s.env
+        );
     }
     let world = args.world_size.unwrap_or(args.peers + 1);
     let mut t = *cfg.transport();
@@ -99,11 +116,20 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     let modes: Vec<(String, RecvSharing)> = if t.kind == TransportKind::Mpi && t.mpi_native {
         vec![("mpi native".to_string(), t.recv_sharing)]
     } else {
-        RecvSharing::ALL.iter().map(|&m| (m.as_str().to_string(), m)).collect()
+        RecvSharing::ALL
+            .iter()
+            .map(|&m| (m.as_str().to_string(), m))
+            .collect()
     };
     let preds: Vec<_> = modes
         .iter()
-        .map(|&(_, m)| ballast_runtime::TransportConfig { recv_sharing: m, ..t }.predict(args.peers, world, t.ranks_per_node))
+        .map(|&(_, m)| {
+            ballast_runtime::TransportConfig { recv_sharing: m, ..t }.predict(
+                args.peers,
+                world,
+                t.ranks_per_node,
+            )
+        })
         .collect();
     out!("  {:<18}", "");
     for (name, _) in &modes {

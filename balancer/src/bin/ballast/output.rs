@@ -5,7 +5,11 @@ use ballast_balancer::Allocation;
 /// `n` and the noun, singular for 1: `count(1, "rank")` = "1 rank".
 pub fn count(n: impl Into<u64>, noun: &str) -> String {
     let n = n.into();
-    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// One warning per population that is not spread over every (rank, cycle) bucket, as
@@ -47,11 +51,23 @@ mod tests {
         assert_eq!(count(4u32, "cycle"), "4 cycles");
         let pop = |name: &str, ranks: &[u32]| PopulationAllocation {
             name: name.into(),
-            buckets: ranks.iter().map(|&r| (Bucket { rank: r, cycle: 0 }, vec![r])).collect(),
+            buckets: ranks
+                .iter()
+                .map(|&r| (Bucket { rank: r, cycle: 0 }, vec![r]))
+                .collect(),
         };
-        let a = Allocation { ranks: 3, cycles: 1, populations: vec![pop("full", &[0, 1, 2]), pop("small", &[1])] };
+        let a = Allocation {
+            ranks: 3,
+            cycles: 1,
+            populations: vec![pop("full", &[0, 1, 2]), pop("small", &[1])],
+        };
         let w = population_warnings(&a);
         assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].starts_with("population small is not allocated across the full size") && w[0].contains("2 of 3 buckets"), "{}", w[0]);
+        assert!(
+            w[0].starts_with("population small is not allocated across the full size")
+                && w[0].contains("2 of 3 buckets"),
+            "{}",
+            w[0]
+        );
     }
 }

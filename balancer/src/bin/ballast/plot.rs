@@ -28,13 +28,22 @@ const FONTS: [&str; 3] = [
 /// Errors unless `path` ends in `.svg` or `.png` and its directory exists (checked before
 /// any work is done).
 pub fn check_path(path: &Path) -> anyhow::Result<()> {
-    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+    match path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         Some("svg" | "png") => {}
         _ => bail!("{}: the plot file must end in .svg or .png", path.display()),
     }
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
-            bail!("{}: the plot's directory {} does not exist", path.display(), dir.display())
+            bail!(
+                "{}: the plot's directory {} does not exist",
+                path.display(),
+                dir.display()
+            )
         }
         _ => Ok(()),
     }
@@ -45,9 +54,16 @@ pub fn check_path(path: &Path) -> anyhow::Result<()> {
 pub fn allocation_series(title: &str, allocation: &Allocation, d: &DryRun) -> Series {
     let ranks = allocation.ranks as usize;
     let metypes = d.gid_metype_table();
-    let mut series = Series { title: title.to_owned(), cells_kb: vec![0.0; ranks], synapses_kb: vec![0.0; ranks], transport_kb: vec![0.0; ranks] };
+    let mut series = Series {
+        title: title.to_owned(),
+        cells_kb: vec![0.0; ranks],
+        synapses_kb: vec![0.0; ranks],
+        transport_kb: vec![0.0; ranks],
+    };
     for pop in &allocation.populations {
-        let Some(dp) = d.populations.iter().position(|x| x.name == pop.name) else { continue };
+        let Some(dp) = d.populations.iter().position(|x| x.name == pop.name) else {
+            continue;
+        };
         for (b, gids) in pop.buckets.iter().filter(|(b, _)| b.rank < allocation.ranks) {
             for &g in gids {
                 if let Some(m) = metypes[dp].get(g) {
@@ -65,14 +81,17 @@ pub fn allocation_series(title: &str, allocation: &Allocation, d: &DryRun) -> Se
 /// with `lower_bound_kb` (mean rank total) as a horizontal line. Rendered in memory and
 /// written unnamed next to `path`; the caller commits it. Errors name the plot file.
 pub fn render(path: &Path, series: &[Series], lower_bound_kb: f64) -> anyhow::Result<AtomicFile> {
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
     check_path(path)?;
     let size = (1200u32, 420 * series.len() as u32);
     // plotters lays text out with a registered font, for SVG too.
-    let font = FONTS
-        .iter()
-        .find_map(|f| std::fs::read(f).ok())
-        .context("plotting needs a TrueType font: install fonts-dejavu-core (apt-get install fonts-dejavu-core)")?;
+    let font = FONTS.iter().find_map(|f| std::fs::read(f).ok()).context(
+        "plotting needs a TrueType font: install fonts-dejavu-core (apt-get install fonts-dejavu-core)",
+    )?;
     let font: &'static [u8] = Box::leak(font.into_boxed_slice());
     plotters::style::register_font("sans-serif", FontStyle::Normal, font)
         .map_err(|_| anyhow::anyhow!("cannot load the font {:?} for the plot", FONTS))?;
@@ -80,11 +99,21 @@ pub fn render(path: &Path, series: &[Series], lower_bound_kb: f64) -> anyhow::Re
     let mut file = AtomicFile::create(path).with_context(what)?;
     if ext == "svg" {
         let mut text = String::new();
-        draw(&SVGBackend::with_string(&mut text, size).into_drawing_area(), series, lower_bound_kb).with_context(what)?;
+        draw(
+            &SVGBackend::with_string(&mut text, size).into_drawing_area(),
+            series,
+            lower_bound_kb,
+        )
+        .with_context(what)?;
         std::io::Write::write_all(&mut file, text.as_bytes()).with_context(what)?;
     } else {
         let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
-        draw(&BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area(), series, lower_bound_kb).with_context(what)?;
+        draw(
+            &BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area(),
+            series,
+            lower_bound_kb,
+        )
+        .with_context(what)?;
         use image::ImageEncoder as _;
         image::codecs::png::PngEncoder::new(std::io::BufWriter::new(&mut file))
             .write_image(&rgb, size.0, size.1, image::ColorType::Rgb8)
@@ -93,7 +122,11 @@ pub fn render(path: &Path, series: &[Series], lower_bound_kb: f64) -> anyhow::Re
     Ok(file)
 }
 
-fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, series: &[Series], lower_bound_kb: f64) -> anyhow::Result<()>
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    series: &[Series],
+    lower_bound_kb: f64,
+) -> anyhow::Result<()>
 where
     DB::ErrorType: 'static,
 {
@@ -102,7 +135,9 @@ where
     let mib = |kb: f64| kb / 1024.0;
     let top = series
         .iter()
-        .flat_map(|s| (0..s.cells_kb.len()).map(move |r| s.cells_kb[r] + s.synapses_kb[r] + s.transport_kb[r]))
+        .flat_map(|s| {
+            (0..s.cells_kb.len()).map(move |r| s.cells_kb[r] + s.synapses_kb[r] + s.transport_kb[r])
+        })
         .fold(lower_bound_kb, f64::max);
     let panels = root.split_evenly((series.len(), 1));
     for (s, area) in series.iter().zip(&panels) {
@@ -116,7 +151,13 @@ where
             .map_err(err)?;
         // Rank r's bar is centred on x = r; only integer ticks are labelled, so a label
         // never repeats whatever tick step plotters picks.
-        let rank_label = |x: &f64| if (x - x.round()).abs() < 1e-9 && *x >= 0.0 { format!("{}", x.round() as u64) } else { String::new() };
+        let rank_label = |x: &f64| {
+            if (x - x.round()).abs() < 1e-9 && *x >= 0.0 {
+                format!("{}", x.round() as u64)
+            } else {
+                String::new()
+            }
+        };
         chart
             .configure_mesh()
             .x_desc("rank")
@@ -151,11 +192,22 @@ where
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
         }
         chart
-            .draw_series(LineSeries::new([(-0.5, mib(lower_bound_kb)), (ranks as f64 - 0.5, mib(lower_bound_kb))], BLACK.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                [
+                    (-0.5, mib(lower_bound_kb)),
+                    (ranks as f64 - 0.5, mib(lower_bound_kb)),
+                ],
+                BLACK.stroke_width(2),
+            ))
             .map_err(err)?
             .label("lower bound: (cells + synapses) / ranks")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 10, y)], BLACK.stroke_width(2)));
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
     }
     root.present().map_err(err)?;
     Ok(())

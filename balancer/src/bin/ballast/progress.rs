@@ -60,7 +60,12 @@ impl Counter for AtomicUsize {
 /// Runs `f` on this thread while another one shows, after [`SHOW_AFTER`], a progress bar of
 /// `counter` towards `total` on stderr (only when stderr is a terminal), with `message(count)`
 /// beside it; the bar is cleared when `f` returns.
-pub fn with_progress<T>(total: u64, counter: &dyn Counter, message: &(dyn Fn(u64) -> String + Sync), f: impl FnOnce() -> T) -> T {
+pub fn with_progress<T>(
+    total: u64,
+    counter: &dyn Counter,
+    message: &(dyn Fn(u64) -> String + Sync),
+    f: impl FnOnce() -> T,
+) -> T {
     let finished = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -69,10 +74,13 @@ pub fn with_progress<T>(total: u64, counter: &dyn Counter, message: &(dyn Fn(u64
             while !finished.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(100));
                 if bar.is_none() && start.elapsed() >= SHOW_AFTER {
-                    let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr()).with_elapsed(start.elapsed());
-                    let style = ProgressStyle::with_template("{elapsed_precise} [{bar:25}] {percent:>3}% {msg}, eta {eta}")
-                        .expect("a valid template")
-                        .progress_chars("=> ");
+                    let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+                        .with_elapsed(start.elapsed());
+                    let style = ProgressStyle::with_template(
+                        "{elapsed_precise} [{bar:25}] {percent:>3}% {msg}, eta {eta}",
+                    )
+                    .expect("a valid template")
+                    .progress_chars("=> ");
                     b.set_style(style);
                     bar = Some(b);
                 }
@@ -106,8 +114,13 @@ mod tests {
     fn warns_only_past_four_ranks_per_core() {
         assert_eq!(oversubscription_warning(8, 2), None);
         let w = oversubscription_warning(9, 2).unwrap();
-        assert!(w.starts_with("9 ranks run as threads on 2 cores (5 per core)"), "{w}");
-        assert!(oversubscription_warning(5, 1).unwrap().contains("on 1 core (5 per core)"));
+        assert!(
+            w.starts_with("9 ranks run as threads on 2 cores (5 per core)"),
+            "{w}"
+        );
+        assert!(oversubscription_warning(5, 1)
+            .unwrap()
+            .contains("on 1 core (5 per core)"));
         assert_eq!(oversubscription_warning(3, 0), None, "0 cores is read as 1");
     }
 }

@@ -91,7 +91,11 @@ pub struct RunArgs {
 pub fn load_input(args: &RunArgs) -> anyhow::Result<SimInput> {
     if let Some(cells) = args.synthetic {
         let spec = CircuitSpec {
-            dry_run: SyntheticSpec { cells, seed: args.seed, ..SyntheticSpec::default() },
+            dry_run: SyntheticSpec {
+                cells,
+                seed: args.seed,
+                ..SyntheticSpec::default()
+            },
             synapses: cells as u64 * args.synapses_per_cell,
             ..CircuitSpec::default()
         };
@@ -105,14 +109,27 @@ pub fn load_input(args: &RunArgs) -> anyhow::Result<SimInput> {
 fn load_sonata(args: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
     use ballast_balancer::circuit::MetypeMemory;
     let measured = match &args.memory_usage {
-        Some(p) => ballast_balancer::DryRun::from_json_file(p)?.metypes.into_iter().map(|m| (m.name, m.memory_kb)).collect(),
+        Some(p) => ballast_balancer::DryRun::from_json_file(p)?
+            .metypes
+            .into_iter()
+            .map(|m| (m.name, m.memory_kb))
+            .collect(),
         None => Default::default(),
     };
-    let memory = MetypeMemory { measured, cell_kb: Some(args.cell_kb), point_cell_kb: Some(args.point_cell_kb) };
+    let memory = MetypeMemory {
+        measured,
+        cell_kb: Some(args.cell_kb),
+        point_cell_kb: Some(args.point_cell_kb),
+    };
     let input = SimInput::sonata(config, &memory, args.delay_ms)?;
     if let Some(p) = &args.memory_usage {
-        let missing: Vec<&str> =
-            input.dry_run.metypes.iter().map(|m| m.name.as_str()).filter(|n| !memory.measured.contains_key(*n)).collect();
+        let missing: Vec<&str> = input
+            .dry_run
+            .metypes
+            .iter()
+            .map(|m| m.name.as_str())
+            .filter(|n| !memory.measured.contains_key(*n))
+            .collect();
         if !missing.is_empty() {
             eprintln!(
                 "warning: {}: {} of the circuit's {} metypes have no measured memory there (e.g. {}); they use --cell-kb {} / --point-cell-kb {}",
@@ -135,7 +152,10 @@ fn load_sonata(_: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
 
 /// Context of a placement error: the allocation directory and the option that moves it.
 fn allocation_dir_hint(dir: &Path) -> String {
-    format!("the allocation file in {} (--allocation-dir chooses that directory)", dir.display())
+    format!(
+        "the allocation file in {} (--allocation-dir chooses that directory)",
+        dir.display()
+    )
 }
 
 /// The simulation parameters of `args`.
@@ -149,7 +169,6 @@ pub fn params(args: &RunArgs) -> SimParams {
         ..SimParams::default()
     }
 }
-
 
 /// With `--transport verbs`, opens the selected device once (`BALLAST_IB_DEVICE`, else the
 /// first active one) before anything is written, so that a machine without one fails with
@@ -176,7 +195,8 @@ fn check_memory(
     ranks_here: usize,
     world_size: usize,
 ) -> anyhow::Result<()> {
-    let total_kb: f64 = input.circuit.cell_kb.iter().sum::<f64>() * params.memory_scale / processes.max(1) as f64;
+    let total_kb: f64 =
+        input.circuit.cell_kb.iter().sum::<f64>() * params.memory_scale / processes.max(1) as f64;
     let t = cfg.transport();
     // At start: the pool and the shared receive queue; in per-peer mode one endpoint's queue
     // as soon as there is a peer.
@@ -184,7 +204,9 @@ fn check_memory(
     // MB for this process's ranks.
     let mb = |bytes: u64| bytes as f64 * ranks_here as f64 / (1024.0 * 1024.0);
     let available_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        m.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
     });
     if let Some(avail) = available_kb {
         if mb(f.total_bytes()) * 1024.0 > avail {
@@ -218,7 +240,10 @@ fn check_memory(
 pub fn describe_source(p: &Placement) -> Option<String> {
     p.source.as_ref().map(|s| match s {
         AllocationSource::File(f) => format!("read {}", f.display()),
-        AllocationSource::Regenerated(f) => format!("regenerated {} (no allocation file for this rank count)", f.display()),
+        AllocationSource::Regenerated(f) => format!(
+            "regenerated {} (no allocation file for this rank count)",
+            f.display()
+        ),
     })
 }
 
@@ -275,7 +300,9 @@ pub fn build_report(
         footprint_within_tolerance: footprint_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT,
         pinned_within_tolerance: pinned_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT,
         processes,
-        process_vm_hwm_kb: ballast_runtime::ProcStatus::read_self().map(|p| p.vm_hwm_kb).unwrap_or(0),
+        process_vm_hwm_kb: ballast_runtime::ProcStatus::read_self()
+            .map(|p| p.vm_hwm_kb)
+            .unwrap_or(0),
         per_rank: rows,
         out_dat: out_dat.to_owned(),
         transport_notes: Vec::new(),
@@ -286,16 +313,37 @@ pub fn build_report(
 /// Why the peers connected and the footprints measured differ from the predictions, when
 /// they do (`None` when every rank matches): how many ranks differ, the first one's counts
 /// or `footprint_diff_reason`, and the cause when the run's settings give it.
-fn mismatches(rows: &[report::RankRow], exchange: ExchangeKind, t: &ballast_runtime::TransportConfig) -> (Option<String>, Option<String>) {
+fn mismatches(
+    rows: &[report::RankRow],
+    exchange: ExchangeKind,
+    t: &ballast_runtime::TransportConfig,
+) -> (Option<String>, Option<String>) {
     let ranks = rows.len();
     let ring = " (--exchange allgather: the ring all-gather connects each rank to its 2 ring neighbours, not to the circuit's peers that the balancer predicts)";
-    let peers_off: Vec<&report::RankRow> = rows.iter().filter(|r| r.peers_connected != r.peers_predicted as u64).collect();
+    let peers_off: Vec<&report::RankRow> = rows
+        .iter()
+        .filter(|r| r.peers_connected != r.peers_predicted as u64)
+        .collect();
     let peers = peers_off.first().map(|r| {
-        let cause = if exchange == ExchangeKind::Allgather && peers_off.iter().all(|r| r.peers_connected <= 2) { ring } else { "" };
+        let cause = if exchange == ExchangeKind::Allgather && peers_off.iter().all(|r| r.peers_connected <= 2)
+        {
+            ring
+        } else {
+            ""
+        };
         let s = if r.peers_connected == 1 { "" } else { "s" };
-        format!("{} of {ranks} ranks differ; rank {}: {} peer{s} connected, {} predicted{cause}", peers_off.len(), r.rank, r.peers_connected, r.peers_predicted)
+        format!(
+            "{} of {ranks} ranks differ; rank {}: {} peer{s} connected, {} predicted{cause}",
+            peers_off.len(),
+            r.rank,
+            r.peers_connected,
+            r.peers_predicted
+        )
     });
-    let fp_off: Vec<&report::RankRow> = rows.iter().filter(|r| r.footprint_measured_bytes != r.footprint_predicted_bytes).collect();
+    let fp_off: Vec<&report::RankRow> = rows
+        .iter()
+        .filter(|r| r.footprint_measured_bytes != r.footprint_predicted_bytes)
+        .collect();
     let footprint = fp_off.first().map(|r| {
         let reason = r.footprint_diff_reason.as_deref().unwrap_or("the totals differ");
         let cause = if peers.is_some() && exchange == ExchangeKind::Allgather && (reason.contains("peers connected") || reason.contains("peer connected")) {
@@ -311,9 +359,18 @@ fn mismatches(rows: &[report::RankRow], exchange: ExchangeKind, t: &ballast_runt
 }
 
 /// Writes out.dat and report.json into `dir` (each atomically).
-pub fn write_outputs(dir: &Path, report: &RunReport, outcomes: &[RankOutcome], dt_ms: f64) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create output directory {}", dir.display()))?;
-    report::write_atomically(&dir.join("out.dat"), report::out_dat(&all_spikes(outcomes), dt_ms).as_bytes())?;
+pub fn write_outputs(
+    dir: &Path,
+    report: &RunReport,
+    outcomes: &[RankOutcome],
+    dt_ms: f64,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+    report::write_atomically(
+        &dir.join("out.dat"),
+        report::out_dat(&all_spikes(outcomes), dt_ms).as_bytes(),
+    )?;
     let json = serde_json::to_string_pretty(report)?;
     report::write_atomically(&dir.join("report.json"), json.as_bytes())?;
     Ok(())
@@ -407,8 +464,14 @@ fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     if args.output.exists() && !args.output.is_dir() {
         anyhow::bail!("output {}: exists and is not a directory", args.output.display());
     }
-    let placement = place(args.lb_mode, &input.dry_run, &input.circuit.network.offsets, ranks as u32, &args.allocation_dir)
-        .with_context(|| allocation_dir_hint(&args.allocation_dir))?;
+    let placement = place(
+        args.lb_mode,
+        &input.dry_run,
+        &input.circuit.network.offsets,
+        ranks as u32,
+        &args.allocation_dir,
+    )
+    .with_context(|| allocation_dir_hint(&args.allocation_dir))?;
     if let Some(s) = describe_source(&placement) {
         eprintln!("ballast run: allocation: {s}");
     }
@@ -419,27 +482,62 @@ fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     let start = Instant::now();
     let outcomes = run_thread_ranks(&input, &placement, ranks, cfg, &params)?;
     let seconds = start.elapsed().as_secs_f64();
-    let report = build_report(&input, &placement, &outcomes, cfg, &params, args.lb_mode, seconds, &args.output.join("out.dat"))?;
+    let report = build_report(
+        &input,
+        &placement,
+        &outcomes,
+        cfg,
+        &params,
+        args.lb_mode,
+        seconds,
+        &args.output.join("out.dat"),
+    )?;
     write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
     print_report(&report, args.json)
 }
 
 /// Runs the ranks as threads, with a progress bar of the windows they finished (simulated
 /// time, averaged over the ranks) on runs longer than a few seconds.
-fn run_thread_ranks(input: &SimInput, placement: &Placement, ranks: usize, cfg: &RuntimeConfig, params: &SimParams) -> anyhow::Result<Vec<RankOutcome>> {
+fn run_thread_ranks(
+    input: &SimInput,
+    placement: &Placement,
+    ranks: usize,
+    cfg: &RuntimeConfig,
+    params: &SimParams,
+) -> anyhow::Result<Vec<RankOutcome>> {
     let (steps, window) = params.steps(&input.circuit.delays)?;
     let windows = steps.div_ceil(window as u64);
     let done = std::sync::atomic::AtomicU64::new(0);
     let total = windows * ranks as u64;
     let window_ms = window as f64 * params.dt_ms;
     // The simulated time of the ranks on average.
-    let message = |n: u64| format!("{:.2} of {} ms simulated", (n as f64 / ranks as f64 * window_ms).min(params.tstop_ms), params.tstop_ms);
+    let message = |n: u64| {
+        format!(
+            "{:.2} of {} ms simulated",
+            (n as f64 / ranks as f64 * window_ms).min(params.tstop_ms),
+            params.tstop_ms
+        )
+    };
     Ok(crate::progress::with_progress(total, &done, &message, || {
         #[cfg(feature = "verbs")]
         if cfg.transport().kind == TransportKind::Verbs {
-            return ballast_balancer::sim::run_verbs_threads_counted(&input.circuit, &placement.rank_of, ranks, cfg, params, &done);
+            return ballast_balancer::sim::run_verbs_threads_counted(
+                &input.circuit,
+                &placement.rank_of,
+                ranks,
+                cfg,
+                params,
+                &done,
+            );
         }
-        ballast_balancer::sim::run_local_counted(&input.circuit, &placement.rank_of, ranks, cfg, params, &done)
+        ballast_balancer::sim::run_local_counted(
+            &input.circuit,
+            &placement.rank_of,
+            ranks,
+            cfg,
+            params,
+            &done,
+        )
     })?)
 }
 
@@ -474,7 +572,11 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     let (me, size) = (job.rank(), job.size());
     if let Some(n) = args.ranks {
         if n != size {
-            bail!("--ranks {n} but {} started {size} process{} (each process is one rank)", job.launcher(), if size == 1 { "" } else { "es" });
+            bail!(
+                "--ranks {n} but {} started {size} process{} (each process is one rank)",
+                job.launcher(),
+                if size == 1 { "" } else { "es" }
+            );
         }
     }
     let input = load_input(args)?;
@@ -488,13 +590,25 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     // Rank 0 reads or regenerates the allocation file first; the others read it after.
     let mut first = None;
     if me == 0 {
-        first = Some(place(args.lb_mode, &input.dry_run, offsets, size as u32, &args.allocation_dir));
+        first = Some(place(
+            args.lb_mode,
+            &input.dry_run,
+            offsets,
+            size as u32,
+            &args.allocation_dir,
+        ));
     }
     job.barrier()?;
     let placement = match first {
         Some(p) => p.with_context(|| allocation_dir_hint(&args.allocation_dir))?,
-        None => place(args.lb_mode, &input.dry_run, offsets, size as u32, &args.allocation_dir)
-            .with_context(|| allocation_dir_hint(&args.allocation_dir))?,
+        None => place(
+            args.lb_mode,
+            &input.dry_run,
+            offsets,
+            size as u32,
+            &args.allocation_dir,
+        )
+        .with_context(|| allocation_dir_hint(&args.allocation_dir))?,
     };
     if me == 0 {
         if let Some(s) = describe_source(&placement) {
@@ -527,7 +641,16 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     } else {
         cfg
     };
-    let mut report = build_report(&input, &placement, &outcomes, cfg, &params, args.lb_mode, seconds, &args.output.join("out.dat"))?;
+    let mut report = build_report(
+        &input,
+        &placement,
+        &outcomes,
+        cfg,
+        &params,
+        args.lb_mode,
+        seconds,
+        &args.output.join("out.dat"),
+    )?;
     report.transport_notes = notes;
     write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
     print_report(&report, args.json)
@@ -570,7 +693,10 @@ fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
 /// one: the job would hang with the error unprinted), so that the error is printed and the
 /// process exits non-zero, which makes the launcher (`mpirun`, `srun`) end the job.
 #[cfg(feature = "mpi")]
-pub(crate) fn leave_mpi_on_error<T>(mpi: ballast_runtime::mpi::Mpi, out: anyhow::Result<T>) -> anyhow::Result<T> {
+pub(crate) fn leave_mpi_on_error<T>(
+    mpi: ballast_runtime::mpi::Mpi,
+    out: anyhow::Result<T>,
+) -> anyhow::Result<T> {
     if out.is_err() {
         std::mem::forget(mpi);
     }

@@ -16,7 +16,9 @@ fn parse_switch(s: &str) -> Result<bool, String> {
     match s.to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Ok(true),
         "0" | "false" | "off" | "no" => Ok(false),
-        _ => Err(format!("`{s}` is not a switch (use on/off, 1/0, true/false, yes/no)")),
+        _ => Err(format!(
+            "`{s}` is not a switch (use on/off, 1/0, true/false, yes/no)"
+        )),
     }
 }
 
@@ -112,8 +114,16 @@ impl RuntimeArgs {
         b.build().map_err(|e| match e {
             // Set through the builder here means: by one of these options (`--` + the
             // setting's name with `-` for `_`).
-            ballast_runtime::Error::Setting { name, var, value, reason } => {
-                anyhow::anyhow!("bad value `{value}` for --{} (variable {var}): {reason}", name.replace('_', "-"))
+            ballast_runtime::Error::Setting {
+                name,
+                var,
+                value,
+                reason,
+            } => {
+                anyhow::anyhow!(
+                    "bad value `{value}` for --{} (variable {var}): {reason}",
+                    name.replace('_', "-")
+                )
             }
             e => e.into(),
         })
@@ -137,10 +147,14 @@ impl RuntimeArgs {
 pub fn check_compiled_in(kind: TransportKind) -> anyhow::Result<()> {
     let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
     let (feature, packages, then) = match kind {
-        TransportKind::Mpi if !cfg!(feature = "mpi") => ("mpi", "libopenmpi-dev libclang-dev", "launch with mpirun -n N"),
-        TransportKind::Verbs if !cfg!(feature = "verbs") => {
-            ("verbs", "libibverbs-dev librdmacm-dev libclang-dev pkg-config", "run where an RDMA device is")
+        TransportKind::Mpi if !cfg!(feature = "mpi") => {
+            ("mpi", "libopenmpi-dev libclang-dev", "launch with mpirun -n N")
         }
+        TransportKind::Verbs if !cfg!(feature = "verbs") => (
+            "verbs",
+            "libibverbs-dev librdmacm-dev libclang-dev pkg-config",
+            "run where an RDMA device is",
+        ),
         _ => return Ok(()),
     };
     anyhow::bail!(

@@ -30,11 +30,19 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
     if let Some(p) = &args.plot {
         plot::check_path(p)?;
         let mut inputs = vec![atomic::Input::new(&args.file, "the allocation file")];
-        inputs.extend(args.memory_usage.iter().map(|m| atomic::Input::new(m, "--memory-usage")));
+        inputs.extend(
+            args.memory_usage
+                .iter()
+                .map(|m| atomic::Input::new(m, "--memory-usage")),
+        );
         atomic::refuse_input(p, &inputs)?;
     }
     let allocation = read_allocation(&args.file)?;
-    let dry_run = args.memory_usage.as_deref().map(DryRun::from_json_file).transpose()?;
+    let dry_run = args
+        .memory_usage
+        .as_deref()
+        .map(DryRun::from_json_file)
+        .transpose()?;
     let problems = allocation.gid_problems(dry_run.as_ref());
     let (summary, unit) = match &dry_run {
         Some(d) => (Summary::new(&allocation, d), "KB"),
@@ -43,15 +51,24 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
     if args.plot.is_some() {
         // The plot holds values per rank: as many as the cells justify, as for balancing.
         let cells = summary.overall.cells as u64;
-        ballast_balancer::limits::check_buckets(allocation.ranks, 1, cells, ballast_balancer::limits::available_memory())
-            .with_context(|| format!("--plot: {}", args.file.display()))?;
+        ballast_balancer::limits::check_buckets(
+            allocation.ranks,
+            1,
+            cells,
+            ballast_balancer::limits::available_memory(),
+        )
+        .with_context(|| format!("--plot: {}", args.file.display()))?;
     }
     let empty = summary.empty_bucket_count();
     for line in problems.describe() {
         eprintln!("warning: {}: {line}", args.file.display());
     }
     if empty > 0 {
-        let first: Vec<(u32, u32)> = summary.first_empty_buckets(8).iter().map(|b| (b.rank, b.cycle)).collect();
+        let first: Vec<(u32, u32)> = summary
+            .first_empty_buckets(8)
+            .iter()
+            .map(|b| (b.rank, b.cycle))
+            .collect();
         eprintln!(
             "warning: {empty} of {} hold no cell: {first:?}{}",
             count(allocation.bucket_count(), "bucket"),
@@ -65,7 +82,13 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
     }
     let o = &summary.overall;
     if args.json {
-        let kb = |x: f64| if dry_run.is_some() { json!(x) } else { serde_json::Value::Null };
+        let kb = |x: f64| {
+            if dry_run.is_some() {
+                json!(x)
+            } else {
+                serde_json::Value::Null
+            }
+        };
         let value = json!({
             "file": args.file, "ranks": allocation.ranks, "cycles": allocation.cycles,
             "populations": summary.populations.iter().map(|(n, s)| population_json(n, s, dry_run.is_some())).collect::<Vec<_>>(),
@@ -93,20 +116,35 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
             count(allocation.cycles, "cycle"),
             count(allocation.populations.len() as u64, "population"),
             count(o.cells as u64, "cell"),
-            if dry_run.is_none() { " (no --memory-usage: loads are cell counts)" } else { "" }
+            if dry_run.is_none() {
+                " (no --memory-usage: loads are cell counts)"
+            } else {
+                ""
+            }
         );
         out!("{}", summary.bucket_table(dry_run.is_some()));
         outln!();
         out!("{}", summary.table(unit));
     }
     if let (Some(path), Some(d)) = (&args.plot, &dry_run) {
-        let title = args.file.file_name().map_or("allocation".into(), |n| n.to_string_lossy().into_owned());
+        let title = args
+            .file
+            .file_name()
+            .map_or("allocation".into(), |n| n.to_string_lossy().into_owned());
         let series = plot::allocation_series(&title, &allocation, d);
-        plot::render(path, &[series], summary.overall.total_kb / allocation.ranks as f64)?.commit()?;
+        plot::render(
+            path,
+            &[series],
+            summary.overall.total_kb / allocation.ranks as f64,
+        )?
+        .commit()?;
         eprintln!("wrote {}", path.display());
     }
     if !problems.is_empty() {
-        bail!("{}: the allocation does not hold every gid exactly once (see the warnings above)", args.file.display());
+        bail!(
+            "{}: the allocation does not hold every gid exactly once (see the warnings above)",
+            args.file.display()
+        );
     }
     Ok(())
 }
@@ -116,7 +154,17 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
 fn population_json(name: &str, s: &ballast_balancer::LoadStats, with_kb: bool) -> serde_json::Value {
     let mut v = crate::dry_run::population_json(name, s);
     if !with_kb {
-        for key in ["total_kb", "max_bucket_kb", "mean_bucket_kb", "min_bucket_kb", "max_rank_kb", "mean_rank_kb", "min_rank_kb", "heaviest_cell_kb", "lower_bound_kb"] {
+        for key in [
+            "total_kb",
+            "max_bucket_kb",
+            "mean_bucket_kb",
+            "min_bucket_kb",
+            "max_rank_kb",
+            "mean_rank_kb",
+            "min_rank_kb",
+            "heaviest_cell_kb",
+            "lower_bound_kb",
+        ] {
             v[key] = serde_json::Value::Null;
         }
     }
