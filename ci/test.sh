@@ -39,6 +39,13 @@ if [ "$free_kib" -lt $((3 * 1024 * 1024)) ]; then
     echo "ci/test.sh: WARNING: less than 3 GiB free: the build may fail with 'No space left on device'" >&2
 fi
 
+# Formatting (rustfmt.toml): the tree must be as `cargo fmt --all` leaves it.
+if cargo fmt --version >/dev/null 2>&1; then
+    cargo fmt --all --check
+    echo "ci/test.sh: cargo fmt --check: clean"
+else
+    echo "ci/test.sh: SKIP cargo fmt --check: rustfmt is not installed (rustup component add rustfmt)"
+fi
 cargo build --workspace --all-targets --locked --features ballast-balancer/sonata
 # Lints: warnings are errors (the toolchain is pinned by the machine; clippy comes with it).
 if cargo clippy --version >/dev/null 2>&1; then
