@@ -659,6 +659,34 @@ fn an_unwritable_directory_names_itself_and_the_option() {
     );
     assert_eq!(files_in(d), ["ballast", "w"]);
     assert!(files_in(&out).is_empty(), "{:?}", files_in(&out));
+    // An --output it cannot write: refused before the run and before the allocation file is
+    // regenerated in the writable --allocation-dir, naming the option.
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(&bin)
+        .args([
+            "run",
+            "--synthetic",
+            "200",
+            "--ranks",
+            "2",
+            "--tstop",
+            "2",
+            "--allocation-dir",
+        ])
+        .arg(&out)
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("cannot write the outputs in ballast-run (--output chooses the directory)")
+            && e.contains("Permission denied"),
+        "{e}"
+    );
+    assert_eq!(files_in(d), ["ballast", "w"]);
+    assert!(files_in(&out).is_empty(), "{:?}", files_in(&out));
 }
 
 /// Rule 8: `dry-run --circuit` and `run --lb-mode=Memory --circuit` share one cost model

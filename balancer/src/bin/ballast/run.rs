@@ -358,6 +358,54 @@ fn mismatches(
     (peers, footprint)
 }
 
+/// The output directory checked before the run: the levels it created are removed again
+/// (when still empty) unless [`OutputDir::keep`] is called, so a run that fails leaves
+/// nothing behind.
+#[must_use]
+pub struct OutputDir {
+    created: Vec<PathBuf>,
+}
+
+impl OutputDir {
+    /// The run finished: the directory stays.
+    pub fn keep(mut self) {
+        self.created.clear();
+    }
+}
+
+impl Drop for OutputDir {
+    fn drop(&mut self) {
+        // Deepest first; `remove_dir` removes only empty directories.
+        for d in &self.created {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// Creates `dir` when absent and checks that a file can be created in it, so that a run
+/// whose outputs could not be written fails before it starts, naming `--output`.
+pub fn prepare_output_dir(dir: &Path) -> anyhow::Result<OutputDir> {
+    let hint = || {
+        format!(
+            "cannot write the outputs in {} (--output chooses the directory)",
+            dir.display()
+        )
+    };
+    if dir.exists() && !dir.is_dir() {
+        return Err(anyhow::anyhow!("exists and is not a directory")).with_context(hint);
+    }
+    let created: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    let guard = OutputDir { created };
+    std::fs::create_dir_all(dir).with_context(hint)?;
+    // An unnamed probe file, removed when dropped: the directory is writable.
+    tempfile::tempfile_in(dir).with_context(hint)?;
+    Ok(guard)
+}
+
 /// Writes out.dat and report.json into `dir` (each atomically).
 pub fn write_outputs(
     dir: &Path,
@@ -460,10 +508,9 @@ fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     let params = params(args);
     params.steps(&input.circuit.delays)?;
     check_memory(&input, &params, 1, cfg, ranks, ranks)?;
-    // An output path that cannot become a directory fails before the allocation is written.
-    if args.output.exists() && !args.output.is_dir() {
-        anyhow::bail!("output {}: exists and is not a directory", args.output.display());
-    }
+    // An output directory that cannot be written fails before the allocation is written
+    // and before the run.
+    let output_dir = prepare_output_dir(&args.output)?;
     let placement = place(
         args.lb_mode,
         &input.dry_run,
@@ -493,6 +540,7 @@ fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
         &args.output.join("out.dat"),
     )?;
     write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
+    output_dir.keep();
     print_report(&report, args.json)
 }
 
@@ -583,9 +631,11 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     let params = params(args);
     params.steps(&input.circuit.delays)?;
     check_memory(&input, &params, size, cfg, 1, size)?;
-    if me == 0 && args.output.exists() && !args.output.is_dir() {
-        bail!("output {}: exists and is not a directory", args.output.display());
-    }
+    let output_dir = if me == 0 {
+        Some(prepare_output_dir(&args.output)?)
+    } else {
+        None
+    };
     let offsets = &input.circuit.network.offsets;
     // Rank 0 reads or regenerates the allocation file first; the others read it after.
     let mut first = None;
@@ -653,6 +703,9 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     )?;
     report.transport_notes = notes;
     write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
+    if let Some(d) = output_dir {
+        d.keep();
+    }
     print_report(&report, args.json)
 }
 
