@@ -375,6 +375,24 @@ fn totals_that_would_overflow_are_refused_naming_the_metype() {
             &[&format!("invalid value '{v}' for '--node-memory-gb <GIB>'")],
         );
     }
+    // A KB per cell that is not finite and 0 or more is refused by name, by dry-run and run,
+    // written with `=` or as the next argument.
+    for v in ["-1", "NaN", "inf"] {
+        for opt in ["--cell-kb", "--point-cell-kb"] {
+            let want = format!("invalid value '{v}' for '{opt} <KB>'");
+            let dry = ["dry-run", "--circuit", "none.json", "--num-target-ranks", "2"];
+            refused(&limited(&[&dry[..], &[opt, v]].concat(), d), &[&want]);
+            refused(
+                &limited(&[&dry[..], &[&format!("{opt}={v}")]].concat(), d),
+                &[&want],
+            );
+            refused(
+                &limited(&["run", "--synthetic", "10", "--output", "out", opt, v], d),
+                &[&want],
+            );
+        }
+    }
+    assert!(!d.join("out").exists());
     refused(
         &limited(
             &[

@@ -233,7 +233,7 @@ fn bad_parameters_are_errors_before_anything_is_written() {
     for (extra, want) in [
         (&["--dt", "0"][..], "dt"),
         (&["--memory-scale", "100000"][..], "lower --memory-scale"),
-        (&["--ranks", "0"][..], "0 ranks"),
+        (&["--ranks", "0"][..], "invalid value '0' for '--ranks <N>'"),
     ] {
         let o = run(dir.path(), &[&["--lb-mode", "Memory"][..], extra].concat());
         assert!(!o.status.success(), "{extra:?}");

@@ -52,11 +52,11 @@ pub struct DryRunArgs {
     circuit: Option<PathBuf>,
     /// With --circuit: KB per detailed cell for metypes not in --memory-usage [default:
     /// 3000, as ballast run].
-    #[arg(long, value_name = "KB", requires = "circuit")]
+    #[arg(long, value_name = "KB", requires = "circuit", value_parser = non_negative_kb, allow_negative_numbers = true)]
     cell_kb: Option<f64>,
     /// With --circuit: KB per point neuron for metypes not in --memory-usage [default: 40,
     /// as ballast run].
-    #[arg(long, value_name = "KB", requires = "circuit")]
+    #[arg(long, value_name = "KB", requires = "circuit", value_parser = non_negative_kb, allow_negative_numbers = true)]
     point_cell_kb: Option<f64>,
     /// Number of ranks to balance for (at least 1; ranks × cycles at most the cells + 2^20).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -96,6 +96,18 @@ fn positive_gib(s: &str) -> Result<f64, String> {
     } else {
         Err(format!(
             "{s} is not a memory size: give GiB per node, above 0 and at most 2^40"
+        ))
+    }
+}
+
+/// `--cell-kb`, `--point-cell-kb` (also `ballast run`'s): a finite KB count, 0 or more.
+pub fn non_negative_kb(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x.is_finite() && x >= 0.0 {
+        Ok(x)
+    } else {
+        Err(format!(
+            "{s} is not a memory size: give KB per cell, finite and 0 or more"
         ))
     }
 }

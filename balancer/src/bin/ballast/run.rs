@@ -34,11 +34,11 @@ pub struct RunArgs {
     pub circuit: Option<PathBuf>,
     /// With --circuit: KB per detailed cell (metypes not in --memory-usage); the same
     /// default as dry-run's.
-    #[arg(long, value_name = "KB", default_value_t = ballast_balancer::circuit::MetypeMemory::DEFAULT_CELL_KB)]
+    #[arg(long, value_name = "KB", default_value_t = ballast_balancer::circuit::MetypeMemory::DEFAULT_CELL_KB, value_parser = crate::dry_run::non_negative_kb, allow_negative_numbers = true)]
     pub cell_kb: f64,
     /// With --circuit: KB per point neuron (metypes not in --memory-usage); the same default
     /// as dry-run's.
-    #[arg(long, value_name = "KB", default_value_t = ballast_balancer::circuit::MetypeMemory::DEFAULT_POINT_CELL_KB)]
+    #[arg(long, value_name = "KB", default_value_t = ballast_balancer::circuit::MetypeMemory::DEFAULT_POINT_CELL_KB, value_parser = crate::dry_run::non_negative_kb, allow_negative_numbers = true)]
     pub point_cell_kb: f64,
     /// With --circuit: measured memory per metype (neurodamus' cell_memory_usage.json).
     #[arg(long, value_name = "FILE")]
@@ -58,7 +58,7 @@ pub struct RunArgs {
     pub seed: u64,
     /// Ranks (default 1). local, and verbs without a launcher: threads of this process; mpi,
     /// and verbs under a launcher: must equal the number of processes when given.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub ranks: Option<usize>,
     /// Spike exchange: p2p or allgather.
     #[arg(long, default_value = "p2p", value_parser = |s: &str| s.parse::<ExchangeKind>())]
