@@ -152,7 +152,7 @@ pub fn dry_run_from_circuit(circuit: &Circuit, memory: &MetypeMemory) -> Result<
         )));
     }
     let dry_run = DryRun { metypes, populations };
-    dry_run.check_costs().map_err(|(m, message)| {
+    dry_run.check_costs().map_err(|(m, _, message)| {
         BalancerError::InvalidParameter(format!(
             "{}: metype `{}`: {message}",
             circuit.config.display(),

@@ -38,6 +38,25 @@ pub struct Metype {
     pub synapses_per_cell: f64,
 }
 
+/// Which figure of a metype a cost error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CostField {
+    /// Its memory, KB per cell.
+    Memory,
+    /// Its synapses per cell.
+    Synapses,
+}
+
+impl CostField {
+    /// The key of the figure in neurodamus' JSON (`metype_memory`, `metype_cell_syn_average`).
+    pub fn json_key(self) -> &'static str {
+        match self {
+            CostField::Memory => "metype_memory",
+            CostField::Synapses => "metype_cell_syn_average",
+        }
+    }
+}
+
 impl Metype {
     /// Cost of one cell of this metype in KB: memory + 1.9 KB × synapses.
     pub fn cell_kb(&self) -> f64 {
@@ -102,15 +121,17 @@ impl DryRun {
     /// Checks the costs before anything is balanced: every metype's memory and synapse
     /// count finite and >= 0, and the total KB of all cells (each metype's cells × its KB per
     /// cell, summed in order) at most [`MAX_TOTAL_KB`], so that no sum can become infinite
-    /// or NaN. Returns the total KB, or the index of the metype at fault and what is wrong.
-    pub fn check_costs(&self) -> std::result::Result<f64, (usize, String)> {
+    /// or NaN. Returns the total KB, or the index of the metype at fault, the figure at
+    /// fault (its memory, or its synapses when their KB is the larger term) and what is
+    /// wrong.
+    pub fn check_costs(&self) -> std::result::Result<f64, (usize, CostField, String)> {
         for (i, m) in self.metypes.iter().enumerate() {
-            for (what, x) in [
-                ("KB per cell", m.memory_kb),
-                ("synapses per cell", m.synapses_per_cell),
+            for (field, what, x) in [
+                (CostField::Memory, "KB per cell", m.memory_kb),
+                (CostField::Synapses, "synapses per cell", m.synapses_per_cell),
             ] {
                 if !x.is_finite() || x < 0.0 {
-                    return Err((i, format!("{what} must be finite and >= 0, got {x}")));
+                    return Err((i, field, format!("{what} must be finite and >= 0, got {x}")));
                 }
             }
         }
@@ -124,8 +145,22 @@ impl DryRun {
                 total += kb;
                 if total.is_nan() || total > MAX_TOTAL_KB {
                     let metype = &self.metypes[*m];
+                    // The synapses are at fault when their KB outweighs the memory's.
+                    let memory = gids.len() as f64 * metype.memory_kb;
+                    let synapses = match &p.cell_synapses {
+                        Some(syn) => gids
+                            .iter()
+                            .fold(0.0, |t, &g| t + syn[g as usize] as f64 * SYNAPSE_KB),
+                        None => gids.len() as f64 * metype.synapses_per_cell * SYNAPSE_KB,
+                    };
+                    let field = if synapses > memory {
+                        CostField::Synapses
+                    } else {
+                        CostField::Memory
+                    };
                     return Err((
                         *m,
+                        field,
                         format!(
                             "{} cell{} of {} KB each ({} KB memory + {SYNAPSE_KB} KB × {} synapses) in population {:?} bring the total to {} KB, \
                              above the {MAX_TOTAL_KB:e} KB that keeps every sum finite (memory figures are KB per cell)",
@@ -357,9 +392,12 @@ impl DryRun {
             ));
         }
         let dry_run = DryRun { metypes, populations };
-        dry_run
-            .check_costs()
-            .map_err(|(m, message)| err(format!("metype_memory[{:?}]", dry_run.metypes[m].name), message))?;
+        dry_run.check_costs().map_err(|(m, field, message)| {
+            err(
+                format!("{}[{:?}]", field.json_key(), dry_run.metypes[m].name),
+                message,
+            )
+        })?;
         Ok(dry_run)
     }
 
@@ -499,6 +537,26 @@ mod tests {
         assert!(e.to_string().contains("[\"A\"][0]"), "{e}");
         let e = parse(json!({"pop_metype_gids": {}})).unwrap_err();
         assert!(e.to_string().contains("metype_memory: missing"), "{e}");
+        // A total that overflows names the figure that makes it overflow.
+        let e = parse(
+            json!({"metype_memory": {"X": 1.0}, "metype_cell_syn_average": {"X": 1e308},
+            "pop_metype_gids": {"P": {"X": [0]}}}),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(": metype_cell_syn_average[\"X\"]: 1 cell of inf KB"),
+            "{e}"
+        );
+        let e = parse(
+            json!({"metype_memory": {"X": 1e308}, "metype_cell_syn_average": {"X": 1.0},
+            "pop_metype_gids": {"P": {"X": [0]}}}),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains(": metype_memory[\"X\"]: 1 cell of "),
+            "{e}"
+        );
     }
 
     #[test]

@@ -325,7 +325,8 @@ fn totals_that_would_overflow_are_refused_naming_the_metype() {
     );
     assert_eq!(o.status.code(), Some(1));
     assert!(!d.join("out").exists());
-    // Memory and synapses each finite, their sum per cell not.
+    // Memory and synapses each finite, their sum per cell not: the synapses' 1.9e300 KB are
+    // the larger term, the figure named.
     let syn = write(
         d,
         "syn.json",
@@ -344,7 +345,7 @@ fn totals_that_would_overflow_are_refused_naming_the_metype() {
             ],
             d,
         ),
-        &[r#"metype_memory["A"]: 1 cell of 2.9000000000000004e300 KB each"#],
+        &[r#"metype_cell_syn_average["A"]: 1 cell of 2.9000000000000004e300 KB each"#],
     );
     // The same file is refused by stats, which weighs with it.
     let alloc = one_bucket(d, "allocation_r2_c1.pkl.gz", 0, 0);
