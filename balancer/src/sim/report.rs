@@ -318,8 +318,9 @@ pub struct RunReport {
     /// Per process: registered memory predicted against the kernel's pinned/locked counters.
     pub processes: Vec<ProcessRow>,
     /// Every process' pinned/locked growth is within [`FOOTPRINT_TOLERANCE_PCT`] of the
-    /// registered memory predicted for its ranks.
-    pub pinned_within_tolerance: bool,
+    /// registered memory predicted for its ranks; `None` when some process was not compared
+    /// (its `pinned_diff_pct` is `None`: the lock was refused, partial or not asked).
+    pub pinned_within_tolerance: Option<bool>,
     /// The process' VmHWM at the end, KB (with `local`: all ranks together).
     pub process_vm_hwm_kb: u64,
     pub out_dat: PathBuf,

@@ -298,7 +298,12 @@ pub fn build_report(
         footprint_mismatch,
         footprint_max_diff_pct,
         footprint_within_tolerance: footprint_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT,
-        pinned_within_tolerance: pinned_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT,
+        // Null unless every process' pinned growth was compared (a lock that was refused,
+        // partial or not asked leaves nothing to compare).
+        pinned_within_tolerance: processes
+            .iter()
+            .all(|p| p.pinned_diff_pct.is_some())
+            .then_some(pinned_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT),
         processes,
         process_vm_hwm_kb: ballast_runtime::ProcStatus::read_self()
             .map(|p| p.vm_hwm_kb)
@@ -473,7 +478,7 @@ pub fn yes_or_why(mismatch: &Option<String>) -> String {
 /// growth per process, each within the tolerance of the prediction.
 fn verbs_check_line(r: &RunReport) -> String {
     let pinned = report::max_abs(&r.processes, |p| p.pinned_diff_pct.unwrap_or(0.0));
-    let ok = r.footprint_within_tolerance && r.pinned_within_tolerance;
+    let ok = r.footprint_within_tolerance && r.pinned_within_tolerance == Some(true);
     format!(
         "verbs footprint within {}% of predicted: {} (accounted per rank: max {:.1}%; pinned per process (VmPin/VmLck growth) vs registered: max {:.1}%)",
         report::FOOTPRINT_TOLERANCE_PCT,
