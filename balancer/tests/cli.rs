@@ -738,6 +738,12 @@ fn fanout_as_an_unprivileged_user_names_the_refused_lock() {
             && text.contains("note: all 16 ranks of this process: memory partially locked: asked to lock "),
         "{text}"
     );
+    // The local transport has no MPI_Init: the start line says what it precedes.
+    assert!(
+        text.contains("\nprocess at start (before the ranks, their communicators and pools): VmRSS ")
+            && !text.contains("MPI_Init"),
+        "{text}"
+    );
 
     // Root: every lock granted, no note; the footnote says where "before" is taken.
     let o = common::ballast()

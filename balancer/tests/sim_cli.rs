@@ -85,12 +85,26 @@ fn memory_mode_regenerates_and_refuses_a_corrupt_file_writing_nothing() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("regenerated ./allocation_r4_c1.pkl.gz"));
     assert!(dir.path().join("allocation_r4_c1.pkl.gz").exists());
+    // Every file written is named: the regenerated allocation, its sidecar, the outputs.
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.ends_with(
+            "wrote ./allocation_r4_c1.pkl.gz\nwrote ./allocation_r4_c1.json\nwrote ballast-run/out.dat\nwrote ballast-run/report.json\n"
+        ),
+        "{stdout}"
+    );
+    assert!(dir.path().join("allocation_r4_c1.json").exists());
     // The file for 4 ranks is read; 2 ranks regenerate theirs.
     let o = run(
         dir.path(),
         &["--ranks", "4", "--lb-mode", "Memory", "--output", "again"],
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("read ./allocation_r4_c1.pkl.gz"));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.ends_with("\nwrote again/out.dat\nwrote again/report.json\n") && !stdout.contains("wrote ./"),
+        "{stdout}"
+    );
     let o = run(
         dir.path(),
         &["--ranks", "2", "--lb-mode", "Memory", "--output", "two"],
@@ -225,6 +239,27 @@ fn demo_passes_its_check() {
     assert!(!stdout.contains("run time"), "{stdout}");
     assert!(dir.path().join("ballast-demo/allocation_r6_c1.pkl.gz").exists());
     assert!(dir.path().join("ballast-demo/memory/out.dat").exists());
+    // The allocation has its sidecar, and the Memory run reads the file without a warning
+    // about other costs (the same digest as the run's).
+    assert!(
+        stdout.contains("dry run: wrote ballast-demo/allocation_r6_c1.pkl.gz\ndry run: wrote ballast-demo/allocation_r6_c1.json\n"),
+        "{stdout}"
+    );
+    let sidecar: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("ballast-demo/allocation_r6_c1.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            sidecar["written_by"].as_str(),
+            sidecar["ranks"].as_u64(),
+            sidecar["cells"].as_u64()
+        ),
+        (Some("ballast demo"), Some(6), Some(3000)),
+        "{sidecar}"
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("other costs"), "{stderr}");
 }
 
 #[test]

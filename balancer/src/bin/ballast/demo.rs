@@ -12,11 +12,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use ballast_balancer::files::{stage_allocation, strategy_name, AllocationCosts};
 use ballast_balancer::sim::placement::place;
 use ballast_balancer::sim::report::{max_min, predicted_footprint, RunReport};
 use ballast_balancer::sim::{all_spikes, run_local, LbMode, RankOutcome, SimInput, SimParams};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
-use ballast_balancer::{balance, write_allocation, BalancerConfig, Strategy};
+use ballast_balancer::{balance, BalancerConfig, Strategy};
 use ballast_runtime::{RecvSharing, RuntimeConfig, TransportConfig};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -91,16 +92,31 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     outln!("circuit: {}", input.label);
 
     // The dry run: balance for N ranks and write the allocation file, as `ballast dry-run`.
-    let alloc_path = step(&format!("dry run: balancing for {} ranks", args.ranks), || {
+    let written = step(&format!("dry run: balancing for {} ranks", args.ranks), || {
         let config = BalancerConfig::builder()
             .ranks(args.ranks)
             .cycles(1)
             .strategy(Strategy::Lpt)
             .build()?;
         let allocation = balance(&input.dry_run, &config);
-        Ok(write_allocation(&args.output, &allocation)?)
+        // With its sidecar, as every allocation Ballast writes: both put in place together.
+        let costs = AllocationCosts::new(
+            "ballast demo",
+            &input.dry_run,
+            args.ranks,
+            1,
+            &strategy_name(Strategy::Lpt),
+            "none",
+        );
+        let files = vec![
+            stage_allocation(&args.output, &allocation)?,
+            costs.stage(&args.output)?,
+        ];
+        Ok(ballast_balancer::atomic::commit_all(files)?)
     })?;
-    outln!("dry run: wrote {}", alloc_path.display());
+    for path in &written {
+        outln!("dry run: wrote {}", path.display());
+    }
 
     let cfg = RuntimeConfig::default();
     let params = SimParams {

@@ -135,7 +135,8 @@ fn check_local_memory(ranks: usize, cfg: &ballast_runtime::RuntimeConfig) -> any
 
 /// Runs `ballast fanout`.
 pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
-    // Before MPI_Init, the bootstrap, the pool: what the whole transport adds is after - start.
+    // Before the transport (MPI_Init, the bootstrap, the pool; the local ranks): what the whole
+    // transport adds is after - start.
     let at_start = ProcStatus::read_self()?;
     let (cfg, auto_note) = args.runtime.to_config_resolved()?;
     if let Some(n) = &auto_note {
@@ -337,9 +338,18 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     if let Some(m) = messages_sent {
         outln!("messages sent, all ranks (fanout and barriers): {m}");
     }
+    // What "start" precedes, per transport: only MPI has an MPI_Init.
+    let before = match cfg.transport().kind {
+        TransportKind::Mpi => "before MPI_Init, the bootstrap and the pool",
+        TransportKind::Verbs if cfg.bootstrap().rank.is_some() => "before the bootstrap and the pool",
+        _ => "before the ranks, their communicators and pools",
+    };
     outln!(
-        "process at start (before MPI_Init, the bootstrap and the pool): VmRSS {} KiB, VmLck {} KiB, VmPin {} KiB, VmData {} KiB",
-        at_start.vm_rss_kb, at_start.vm_lck_kb, at_start.vm_pin_kb, at_start.vm_data_kb
+        "process at start ({before}): VmRSS {} KiB, VmLck {} KiB, VmPin {} KiB, VmData {} KiB",
+        at_start.vm_rss_kb,
+        at_start.vm_lck_kb,
+        at_start.vm_pin_kb,
+        at_start.vm_data_kb
     );
     for n in &r.notes {
         outln!("note: {n}");

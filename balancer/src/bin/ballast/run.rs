@@ -247,6 +247,32 @@ pub fn describe_source(p: &Placement) -> Option<String> {
     })
 }
 
+/// The files a run wrote: the allocation file and its sidecar when it regenerated them
+/// (`ranks` × 1 cycle), then out.dat and report.json in `output`.
+fn written_files(placement: &Placement, ranks: usize, output: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    if let Some(AllocationSource::Regenerated(f)) = &placement.source {
+        files.push(f.clone());
+        files.push(f.with_file_name(ballast_balancer::files::sidecar_file_name(ranks as u32, 1)));
+    }
+    files.push(output.join("out.dat"));
+    files.push(output.join("report.json"));
+    files
+}
+
+/// Prints a `wrote PATH` line per file: after the table, or on stderr with `--json` (whose
+/// stdout is the report alone).
+fn print_written(files: &[PathBuf], json: bool) -> anyhow::Result<()> {
+    for f in files {
+        if json {
+            eprintln!("wrote {}", f.display());
+        } else {
+            outln!("wrote {}", f.display());
+        }
+    }
+    Ok(())
+}
+
 /// Builds the report of a finished run.
 #[allow(clippy::too_many_arguments)]
 pub fn build_report(
@@ -546,7 +572,8 @@ fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     )?;
     write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
     output_dir.keep();
-    print_report(&report, args.json)
+    print_report(&report, args.json)?;
+    print_written(&written_files(&placement, ranks, &args.output), args.json)
 }
 
 /// Runs the ranks as threads, with a progress bar of the windows they finished (simulated
@@ -711,7 +738,8 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     if let Some(d) = output_dir {
         d.keep();
     }
-    print_report(&report, args.json)
+    print_report(&report, args.json)?;
+    print_written(&written_files(&placement, size, &args.output), args.json)
 }
 
 #[cfg(feature = "mpi")]
