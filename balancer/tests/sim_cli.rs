@@ -558,6 +558,12 @@ fn report_counts_every_message_sent() {
             .iter()
             .map(|x| x["messages_sent"].as_u64().unwrap())
             .collect();
+        // A peak does not go down: the summary's process VmHWM is at least every rank's
+        // reading (all ranks are threads of this one process).
+        let hwm = r["process_vm_hwm_kb"].as_u64().unwrap();
+        for x in r["per_rank"].as_array().unwrap() {
+            assert!(hwm >= x["vm_hwm_kb"].as_u64().unwrap(), "{hwm}: {x}");
+        }
         let total = r["messages_sent"].as_u64().unwrap();
         assert_eq!(
             total,

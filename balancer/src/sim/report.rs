@@ -222,6 +222,23 @@ pub fn rows(
 
 /// One row per process of `outcomes` (by rank), the registered memory predicted for its
 /// ranks (peers and peer nodes per rank as for [`rows`]) against the kernel's counters.
+/// The peak resident set of the process holding rank 0, KB: the largest VmHWM it read,
+/// `now_kb` (read at the end) or any of its ranks' readings at their end. The kernel's
+/// VmHWM is not monotonic between readings: it is the larger of the current resident set
+/// (exact) and the high-water mark recorded when memory is unmapped, which it counts with
+/// approximate per-CPU counters, so a reading after the ranks' memory is freed can be some
+/// pages below one taken while they ran.
+pub fn process_peak_kb(outcomes: &[RankOutcome], now_kb: u64) -> u64 {
+    let Some(p0) = outcomes.iter().find(|o| o.rank == 0).map(|o| o.proc_index) else {
+        return now_kb;
+    };
+    outcomes
+        .iter()
+        .filter(|o| o.proc_index == p0)
+        .map(|o| o.process.vm_hwm_kb)
+        .fold(now_kb, u64::max)
+}
+
 /// The counters of a process are those of its last rank to finish (largest VmRSS).
 pub fn process_rows(
     outcomes: &[RankOutcome],
@@ -321,7 +338,8 @@ pub struct RunReport {
     /// registered memory predicted for its ranks; `None` when some process was not compared
     /// (its `pinned_diff_pct` is `None`: the lock was refused, partial or not asked).
     pub pinned_within_tolerance: Option<bool>,
-    /// The process' VmHWM at the end, KB (with `local`: all ranks together).
+    /// Rank 0's process' peak resident set, KB (with `local`: all ranks together): the
+    /// largest VmHWM it read, at the end or at a rank's end ([`process_peak_kb`]).
     pub process_vm_hwm_kb: u64,
     pub out_dat: PathBuf,
     /// Rank 0's communicator notes when each process is one rank (`mpi`, `verbs` under a

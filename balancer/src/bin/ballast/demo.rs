@@ -261,9 +261,13 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             outln!("note ({mode}): {n}");
         }
     }
-    let hwm = ballast_runtime::ProcStatus::read_self()
-        .map(|p| p.vm_hwm_kb)
-        .unwrap_or(0);
+    // The largest reading: the end's, or the runs' (VmHWM can read lower after memory is freed).
+    let hwm = runs.iter().fold(
+        ballast_runtime::ProcStatus::read_self()
+            .map(|p| p.vm_hwm_kb)
+            .unwrap_or(0),
+        |m, (_, r, _)| m.max(r.process_vm_hwm_kb),
+    );
     outln!("process VmHWM (all ranks, both runs): {} MB", hwm / 1024);
     outln!(
         "outputs: {}/{{roundrobin,memory}}/{{out.dat,report.json}}",

@@ -331,9 +331,12 @@ pub fn build_report(
             .all(|p| p.pinned_diff_pct.is_some())
             .then_some(pinned_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT),
         processes,
-        process_vm_hwm_kb: ballast_runtime::ProcStatus::read_self()
-            .map(|p| p.vm_hwm_kb)
-            .unwrap_or(0),
+        process_vm_hwm_kb: report::process_peak_kb(
+            outcomes,
+            ballast_runtime::ProcStatus::read_self()
+                .map(|p| p.vm_hwm_kb)
+                .unwrap_or(0),
+        ),
         per_rank: rows,
         out_dat: out_dat.to_owned(),
         transport_notes: Vec::new(),
