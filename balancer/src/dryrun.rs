@@ -464,12 +464,15 @@ impl DryRun {
     }
 }
 
-/// `x` as written, or in exponent notation when large (1e308 rather than 309 digits).
+/// `x` as a whole number or to 1 decimal, or in exponent notation when large (1e308 rather
+/// than 309 digits).
 fn short(x: f64) -> String {
-    if x.abs() < 1e15 {
+    if x.abs() >= 1e15 {
+        format!("{x:e}")
+    } else if x.fract() == 0.0 {
         format!("{x}")
     } else {
-        format!("{x:e}")
+        format!("{x:.1}")
     }
 }
 
@@ -555,6 +558,17 @@ mod tests {
         .unwrap_err();
         assert!(
             e.to_string().contains(": metype_memory[\"X\"]: 1 cell of "),
+            "{e}"
+        );
+        // Figures are printed to 1 decimal below 1e15, in exponent notation above.
+        let e = parse(
+            json!({"metype_memory": {"X": 1e300}, "metype_cell_syn_average": {"X": 148.05405405405406},
+            "pop_metype_gids": {"P": {"X": [0, 1]}}}),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("2 cells of 1e300 KB each (1e300 KB memory + 1.9 KB × 148.1 synapses)"),
             "{e}"
         );
     }

@@ -31,12 +31,15 @@ pub fn allocation_file_name(ranks: u32, cycles: u32) -> String {
 /// 4294967295 (the count would not fit in 32 bits). Nothing is allocated per bucket the
 /// name or keys claim: an allocation costs memory in proportion to the file's content.
 pub fn read_allocation(path: &Path) -> Result<Allocation> {
+    use crate::limits::count;
     let name = pickle::ranks_cycles_from_file_name(path);
     if let Some((r, c)) = name.filter(|&(r, c)| r == 0 || c == 0) {
         return Err(BalancerError::Pickle {
             path: path.to_owned(),
             message: format!(
-                "the file name says {r} ranks × {c} cycles: an allocation has at least 1 rank and 1 cycle"
+                "the file name says {} × {}: an allocation has at least 1 rank and 1 cycle",
+                count(r.into(), "rank"),
+                count(c.into(), "cycle")
             ),
         });
     }
@@ -51,7 +54,9 @@ pub fn read_allocation(path: &Path) -> Result<Allocation> {
                 return Err(BalancerError::Pickle {
                     path: path.to_owned(),
                     message: format!(
-                        "the file name says {r} ranks × {c} cycles but it holds bucket (rank {}, cycle {})",
+                        "the file name says {} × {} but it holds bucket (rank {}, cycle {})",
+                        count(r.into(), "rank"),
+                        count(c.into(), "cycle"),
                         span.0 - 1,
                         span.1 - 1
                     ),
@@ -115,7 +120,7 @@ pub struct AllocationCosts {
     pub transport_model: String,
     /// Cells balanced.
     pub cells: usize,
-    /// Their total cost, KB (cells + synapses).
+    /// Their total cost, KB (cells + synapses), rounded to 0.001 KB.
     pub total_kb: f64,
     /// KB per synapse.
     pub synapse_kb: f64,
@@ -175,7 +180,11 @@ impl AllocationCosts {
             strategy: strategy.to_owned(),
             transport_model: transport_model.to_owned(),
             cells: dry_run.cell_count(),
-            total_kb,
+            // To 0.001 KB: the sum's last-bit noise (403297.9999999999) is not a cost. The
+            // digest, which tells costs apart, hashes the exact inputs, not this total.
+            total_kb: Some((total_kb * 1000.0).round() / 1000.0)
+                .filter(|t| t.is_finite())
+                .unwrap_or(total_kb),
             synapse_kb: crate::dryrun::SYNAPSE_KB,
             cell_kb_default: None,
             point_cell_kb_default: None,

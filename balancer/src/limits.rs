@@ -91,24 +91,27 @@ pub fn check_memory(what: &str, bytes: u64, available: Option<u64>) -> Result<()
     }
 }
 
+/// `n` and the noun, singular for 1: `count(1, "cycle")` = "1 cycle", `count(0, "rank")` =
+/// "0 ranks".
+pub(crate) fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Checks `ranks × cycles` buckets for `cells` cells against the rule of this module and
 /// against `available` bytes (`None`: not checked). Errors with
 /// [`BalancerError::InvalidParameter`] naming the numbers and the memory they would need.
 pub fn check_buckets(ranks: u32, cycles: u32, cells: u64, available: Option<u64>) -> Result<()> {
-    let plural = |n: u64, one: &str, many: &str| {
-        if n == 1 {
-            format!("{n} {one}")
-        } else {
-            format!("{n} {many}")
-        }
-    };
     let what = || {
         format!(
             "{} × {} = {} for {}",
-            plural(ranks as u64, "rank", "ranks"),
-            plural(cycles as u64, "cycle", "cycles"),
-            plural(ranks as u64 * cycles as u64, "bucket", "buckets"),
-            plural(cells, "cell", "cells"),
+            count(ranks as u64, "rank"),
+            count(cycles as u64, "cycle"),
+            count(ranks as u64 * cycles as u64, "bucket"),
+            count(cells, "cell"),
         )
     };
     if ranks == 0 || cycles == 0 {

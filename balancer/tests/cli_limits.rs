@@ -280,11 +280,11 @@ fn allocation_files_claiming_huge_or_zero_counts_cost_their_content_only() {
     assert!(!d.join("p.svg").exists());
     // Zero ranks or cycles in the name, and a key whose count would not fit in 32 bits.
     let r0 = one_bucket(d, "allocation_r0_c1.pkl.gz", 0, 0);
-    refused(&limited(&["stats", &r0], d), &["allocation_r0_c1.pkl.gz: the file name says 0 ranks × 1 cycles: an allocation has at least 1 rank and 1 cycle"]);
+    refused(&limited(&["stats", &r0], d), &["allocation_r0_c1.pkl.gz: the file name says 0 ranks × 1 cycle: an allocation has at least 1 rank and 1 cycle"]);
     let c0 = one_bucket(d, "allocation_r1_c0.pkl.gz", 0, 0);
     refused(
         &limited(&["stats", &c0], d),
-        &["allocation_r1_c0.pkl.gz: the file name says 1 ranks × 0 cycles"],
+        &["allocation_r1_c0.pkl.gz: the file name says 1 rank × 0 cycles"],
     );
     let max = one_bucket(d, "max.pkl.gz", u32::MAX, 0);
     refused(

@@ -258,6 +258,9 @@ fn demo_passes_its_check() {
         (Some("ballast demo"), Some(6), Some(3000)),
         "{sidecar}"
     );
+    // The total is rounded to 0.001 KB (no last-bit noise of the sum).
+    let t = sidecar["total_kb"].as_f64().unwrap();
+    assert!(t > 0.0 && (t * 1000.0).round() / 1000.0 == t, "{sidecar}");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!stderr.contains("other costs"), "{stderr}");
 }

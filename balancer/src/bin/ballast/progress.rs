@@ -73,21 +73,26 @@ pub fn with_progress<T>(
             let mut bar: Option<ProgressBar> = None;
             while !finished.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(100));
+                let n = counter.get();
                 if bar.is_none() && start.elapsed() >= SHOW_AFTER {
-                    let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
-                        .with_elapsed(start.elapsed());
                     let style = ProgressStyle::with_template(
                         "{elapsed_precise} [{bar:25}] {percent:>3}% {msg}, eta {eta}",
                     )
                     .expect("a valid template")
                     .progress_chars("=> ");
-                    b.set_style(style);
+                    // Style, message and position set before the bar is drawn (hidden, then
+                    // the terminal), so that its first frame has them all.
+                    let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden())
+                        .with_style(style)
+                        .with_message(message(n))
+                        .with_position(n)
+                        .with_elapsed(start.elapsed());
+                    b.set_draw_target(ProgressDrawTarget::stderr());
                     bar = Some(b);
                 }
                 if let Some(b) = &bar {
-                    let n = counter.get();
-                    b.set_position(n);
                     b.set_message(message(n));
+                    b.set_position(n);
                 }
             }
             if let Some(b) = bar {
