@@ -65,9 +65,8 @@ impl Backoff {
         self.idle = self.idle.saturating_add(1);
         if self.idle < SPIN_POLLS {
             // No PAUSE (`spin_loop`) between these polls: one progress call already lasts
-            // longer than a PAUSE on hardware, and in the soft-RoCE guest (TCG) the 8 B verbs
-            // ping-pong was 1.2-5 us faster per half round trip without it (4 of 4 pairs in
-            // one boot, docs/BENCHMARKS.md, verbs, "Fifth pass").
+            // longer than a PAUSE on hardware, and the 8 B verbs ping-pong is faster without
+            // it (docs/BENCHMARKS.md, "Soft-RoCE in the QEMU guest").
             return;
         }
         // The clock is read once per 64 idle polls, not per poll: in the soft-RoCE guest

@@ -19,7 +19,7 @@
 //! `batch32`, `pool`, `yield`, `timeout16`; also `backoff` (= `--clock-idle`), `mesh`
 //! (`--mesh-every 64`), `wait-send`, `unsignalled` (every 64th send signalled); `a+b` combines;
 //! an unknown name is an error.
-//! Findings: docs/BENCHMARKS.md, verbs section, "Third pass".
+//! Findings: docs/BENCHMARKS.md, "Soft-RoCE in the QEMU guest".
 
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;

@@ -176,9 +176,9 @@ impl ControlListener {
 /// While control traffic flows (this rank sent or received a frame in the last
 /// [`BUSY_FOR`] calls of [`Mesh::due`]), the mesh is read on one call in this many.
 pub(crate) const BUSY_EVERY: u64 = 64;
-/// Otherwise on one call in this many: reading costs a system call, which in the
-/// soft-RoCE guest (TCG) lasts ~10-20 us, and one every 64 polls cost the 8 B ping-pong
-/// about 7 us per half round trip (docs/BENCHMARKS.md, verbs, "Fifth pass").
+/// Otherwise on one call in this many: reading costs a system call (~10-20 us in the
+/// soft-RoCE guest, under TCG), and reading on every 64th poll while idle was a visible share
+/// of the 8 B ping-pong (docs/BENCHMARKS.md, "Soft-RoCE in the QEMU guest").
 pub(crate) const IDLE_EVERY: u64 = 1024;
 /// Calls of [`Mesh::due`] that stay busy after the last frame sent or received.
 pub(crate) const BUSY_FOR: u64 = 4096;
