@@ -269,9 +269,21 @@ fn demo_passes_its_check() {
 fn bad_parameters_are_errors_before_anything_is_written() {
     let dir = tempfile::tempdir().unwrap();
     for (extra, want) in [
-        (&["--dt", "0"][..], "dt"),
+        (&["--dt", "0"][..], "invalid value '0' for '--dt <DT>'"),
+        (&["--dt", "nan"][..], "invalid value 'nan' for '--dt <DT>'"),
+        (&["--tstop", "-1"][..], "invalid value '-1' for '--tstop <TSTOP>'"),
+        (
+            &["--tstop", "inf"][..],
+            "invalid value 'inf' for '--tstop <TSTOP>'",
+        ),
+        (
+            &["--memory-scale", "nan"][..],
+            "invalid value 'nan' for '--memory-scale <MEMORY_SCALE>'",
+        ),
         (&["--memory-scale", "100000"][..], "lower --memory-scale"),
         (&["--ranks", "0"][..], "invalid value '0' for '--ranks <N>'"),
+        // The synthetic circuit's memory does not come from --cell-kb: refused, not ignored.
+        (&["--cell-kb", "5"][..], "--circuit"),
     ] {
         let o = run(dir.path(), &[&["--lb-mode", "Memory"][..], extra].concat());
         assert!(!o.status.success(), "{extra:?}");

@@ -75,8 +75,10 @@ pub struct Exchange {
 
 /// The fanout itself, on any transport (collective over `comm`): two barriers (when rank
 /// 0 leaves the second, every rank has left the first, so the barrier's own endpoints all
-/// exist before the "before" snapshot), then rank 0 sends `messages` messages of `ints`
-/// 32-bit integers to every other rank, which checks their length, then a barrier.
+/// exist before the "before" snapshot), the snapshot, a third barrier (no rank sends before
+/// every rank has taken its snapshot: a late rank would otherwise count rank 0's fanout
+/// endpoint in its "before"), then rank 0 sends `messages` messages of `ints` 32-bit
+/// integers to every other rank, which checks their length, then a barrier.
 /// Errors: the communicator's, and [`Error::Protocol`] on a message of the wrong length.
 pub fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result<Exchange> {
     let n = comm.world_size();
@@ -84,6 +86,8 @@ pub fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result
     comm.barrier()?;
     let before = comm.footprint();
     let status_before = ProcStatus::read_self()?;
+    // Same dissemination pattern as the barriers above: it opens no endpoint.
+    comm.barrier()?;
     if comm.rank() == 0 {
         let payload: Vec<u8> = (0..ints as u32).flat_map(|i| i.to_le_bytes()).collect();
         for _ in 0..messages {

@@ -460,9 +460,9 @@ mod tests {
         let cfg = args.to_config().unwrap();
         let steps = std::sync::atomic::AtomicUsize::new(0);
         let (r, sent) = run_local_counted(9, &cfg, 1, 10, &steps).unwrap();
-        // 8 fanout messages, and 3 dissemination barriers of ceil(log2 9) = 4 rounds, one
+        // 8 fanout messages, and 4 dissemination barriers of ceil(log2 9) = 4 rounds, one
         // message per rank and round.
-        assert_eq!(sent, 8 + 3 * 9 * 4);
+        assert_eq!(sent, 8 + 4 * 9 * 4);
         assert_eq!(
             steps.into_inner(),
             2 * 9,

@@ -33,13 +33,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "CONFIG")]
     pub circuit: Option<PathBuf>,
     /// With --circuit: KB per detailed cell (metypes not in --memory-usage); the same
-    /// default as dry-run's.
-    #[arg(long, value_name = "KB", default_value_t = ballast_balancer::circuit::MetypeMemory::DEFAULT_CELL_KB, value_parser = crate::dry_run::non_negative_kb, allow_negative_numbers = true)]
-    pub cell_kb: f64,
+    /// default as dry-run's [default: 3000].
+    #[arg(long, value_name = "KB", value_parser = crate::dry_run::non_negative_kb, allow_negative_numbers = true)]
+    pub cell_kb: Option<f64>,
     /// With --circuit: KB per point neuron (metypes not in --memory-usage); the same default
-    /// as dry-run's.
-    #[arg(long, value_name = "KB", default_value_t = ballast_balancer::circuit::MetypeMemory::DEFAULT_POINT_CELL_KB, value_parser = crate::dry_run::non_negative_kb, allow_negative_numbers = true)]
-    pub point_cell_kb: f64,
+    /// as dry-run's [default: 40].
+    #[arg(long, value_name = "KB", value_parser = crate::dry_run::non_negative_kb, allow_negative_numbers = true)]
+    pub point_cell_kb: Option<f64>,
     /// With --circuit: measured memory per metype (neurodamus' cell_memory_usage.json).
     #[arg(long, value_name = "FILE")]
     pub memory_usage: Option<PathBuf>,
@@ -63,16 +63,16 @@ pub struct RunArgs {
     /// Spike exchange: p2p or allgather.
     #[arg(long, default_value = "p2p", value_parser = |s: &str| s.parse::<ExchangeKind>())]
     pub exchange: ExchangeKind,
-    /// Simulated time, ms.
-    #[arg(long, default_value_t = 100.0)]
+    /// Simulated time, ms (finite, 0 or more).
+    #[arg(long, default_value_t = 100.0, value_parser = non_negative, allow_negative_numbers = true)]
     pub tstop: f64,
-    /// Time step, ms.
-    #[arg(long, default_value_t = 0.025)]
+    /// Time step, ms (finite, above 0).
+    #[arg(long, default_value_t = 0.025, value_parser = positive, allow_negative_numbers = true)]
     pub dt: f64,
     /// Scale of each cell's estimated memory really allocated and touched (below 1 to run a
     /// big circuit's estimate on a small machine; above 1 is allowed; the run refuses what
     /// does not fit in MemAvailable).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = non_negative, allow_negative_numbers = true)]
     pub memory_scale: f64,
     /// Where out.dat and report.json go.
     #[arg(long, default_value = "ballast-run")]
@@ -90,6 +90,12 @@ pub struct RunArgs {
 /// Loads the circuit of `args`.
 pub fn load_input(args: &RunArgs) -> anyhow::Result<SimInput> {
     if let Some(cells) = args.synthetic {
+        // clap's `requires` does not fire here (the input group counts --synthetic as there).
+        if args.cell_kb.is_some() || args.point_cell_kb.is_some() {
+            bail!(
+                "--cell-kb and --point-cell-kb apply to --circuit only: a --synthetic circuit's cell memory comes from its generator"
+            );
+        }
         let spec = CircuitSpec {
             dry_run: SyntheticSpec {
                 cells,
@@ -118,8 +124,8 @@ fn load_sonata(args: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
     };
     let memory = MetypeMemory {
         measured,
-        cell_kb: Some(args.cell_kb),
-        point_cell_kb: Some(args.point_cell_kb),
+        cell_kb: Some(args.cell_kb.unwrap_or(MetypeMemory::DEFAULT_CELL_KB)),
+        point_cell_kb: Some(args.point_cell_kb.unwrap_or(MetypeMemory::DEFAULT_POINT_CELL_KB)),
     };
     let input = SimInput::sonata(config, &memory, args.delay_ms)?;
     if let Some(p) = &args.memory_usage {
@@ -137,8 +143,8 @@ fn load_sonata(args: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
                 missing.len(),
                 input.dry_run.metypes.len(),
                 missing.iter().take(3).copied().collect::<Vec<_>>().join(", "),
-                args.cell_kb,
-                args.point_cell_kb
+                memory.cell_kb.unwrap_or_default(),
+                memory.point_cell_kb.unwrap_or_default()
             );
         }
     }
@@ -515,6 +521,24 @@ fn verbs_check_line(r: &RunReport) -> String {
         r.footprint_max_diff_pct,
         pinned
     )
+}
+
+/// clap's parser for `--tstop` and `--memory-scale`: a finite number, 0 or more.
+fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        Ok(_) => Err(format!("{s} is out of range: give a finite number, 0 or more")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// clap's parser for `--dt`: a finite number above 0.
+fn positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        Ok(_) => Err(format!("{s} is out of range: give a finite number above 0")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Runs `ballast run`.

@@ -95,7 +95,8 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
             "cells": o.cells, "unit": unit,
             "total_kb": kb(o.total_kb), "max_bucket_kb": kb(o.max_bucket_kb), "mean_bucket_kb": kb(o.mean_bucket_kb),
             "min_bucket_kb": kb(o.min_bucket_kb), "max_rank_kb": kb(o.max_rank_kb), "mean_rank_kb": kb(o.mean_rank_kb),
-            "min_rank_kb": kb(o.min_rank_kb), "lower_bound_kb": kb(o.lower_bound_kb),
+            "min_rank_kb": kb(o.min_rank_kb), "heaviest_cell_kb": kb(o.heaviest_cell_kb),
+            "lower_bound_kb": kb(o.lower_bound_kb),
             "imbalance": o.imbalance, "ratio_to_lower_bound": o.ratio_to_lower_bound,
             "buckets": summary.buckets.iter().map(|b| {
                 let mut v = json!({"rank": b.rank, "cycle": b.cycle, "cells": b.cells});
