@@ -108,17 +108,13 @@ fn lock_line(l: &MemoryLock, kind: TransportKind) -> String {
 
 /// Refuses, before any rank starts, a local fanout whose ranks' transport memory at start
 /// (each rank's pool and shared receive queue, or one per-peer queue: the model with one
-/// peer) exceeds this machine's available memory (`MemAvailable` of /proc/meminfo).
+/// peer) exceeds this machine's available memory ([`ballast_balancer::limits::available_memory`]).
 fn check_local_memory(ranks: usize, cfg: &ballast_runtime::RuntimeConfig) -> anyhow::Result<()> {
     let t = cfg.transport();
     let per_rank = t.predict(1, ranks, t.ranks_per_node).total_bytes();
     let need_mb = per_rank as f64 * ranks as f64 / (1024.0 * 1024.0);
-    let available_mb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        m.lines()
-            .find(|l| l.starts_with("MemAvailable:"))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-    });
-    if let Some(avail) = available_mb.map(|kb| kb / 1024.0) {
+    let available_mb = ballast_balancer::limits::available_memory().map(|b| b as f64 / (1024.0 * 1024.0));
+    if let Some(avail) = available_mb {
         if need_mb > avail {
             bail!(
                 "--ranks {ranks}: the transport needs {need_mb:.0} MB at start ({:.2} MB per rank: buffer_count {} x buffer_size {} B, srq_depth {}, recv_depth {}) but only {avail:.0} MB are available: fewer ranks, or lower buffer_count, buffer_size, srq_depth or recv_depth",

@@ -209,11 +209,7 @@ fn check_memory(
     let f = t.predict(world_size.min(2).saturating_sub(1), world_size, t.ranks_per_node);
     // MB for this process's ranks.
     let mb = |bytes: u64| bytes as f64 * ranks_here as f64 / (1024.0 * 1024.0);
-    let available_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        m.lines()
-            .find(|l| l.starts_with("MemAvailable:"))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-    });
+    let available_kb = ballast_balancer::limits::available_memory().map(|b| b as f64 / 1024.0);
     if let Some(avail) = available_kb {
         if mb(f.total_bytes()) * 1024.0 > avail {
             bail!(
