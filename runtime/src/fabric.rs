@@ -9,9 +9,10 @@
 //! polls completions. Small control messages (connect/close handshakes, credit grants)
 //! travel on a separate control path that consumes no receive buffer.
 
-use crate::config::RecvSharing;
-use crate::error::{Error, Result};
-use crate::footprint::MemoryLock;
+use crate::core::config::RecvSharing;
+use crate::core::error::{Error, Result};
+use crate::core::footprint::{MemoryLock, MemoryModel};
+pub use crate::core::pool::{Register, Registration};
 
 /// Envelope of one data packet (one chunk of a message). In the verbs transport it is
 /// carried inline before the payload; in `local` beside it. 32 bytes on the wire.
@@ -122,20 +123,6 @@ pub struct Capabilities {
     pub xrc: bool,
 }
 
-/// Outcome of registering a memory region.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Registration {
-    /// Bytes registered.
-    pub bytes: u64,
-    /// Bytes actually locked/pinned in memory (0 when locking was refused or off).
-    pub locked_bytes: u64,
-    /// Why the region is not locked, if it is not, when no [`Registration::lock`] says it
-    /// (e.g. a transport that never locks).
-    pub note: Option<String>,
-    /// The `mlock` request made for the region, if one was (`requests` 0 otherwise).
-    pub lock: MemoryLock,
-}
-
 /// Transport memory owned by the fabric, by kind, in bytes (what it really allocated).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FabricBytes {
@@ -155,15 +142,13 @@ pub struct FabricBytes {
 ///
 /// Endpoints are keyed by an `EndpointKey`: the peer rank in `per-peer`/`shared` mode, the
 /// remote node in `xrc` mode.
-pub trait Fabric: Send {
+pub trait Fabric: Register + Send {
     /// This rank.
     fn rank(&self) -> usize;
     /// Number of ranks.
     fn world_size(&self) -> usize;
     /// What the transport supports.
     fn capabilities(&self) -> Capabilities;
-    /// Registers (and, if `lock`, locks) a pool chunk once; it stays registered until drop.
-    fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration>;
     /// Creates the rank's receive resources for the effective sharing mode (the SRQ in
     /// `shared`/`xrc`), called once before any endpoint. Returns a note about the setup
     /// (e.g. a fallback); a refused lock of the receive memory is in
@@ -189,6 +174,9 @@ pub trait Fabric: Send {
     fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize>;
     /// Memory owned by the fabric, as really allocated.
     fn bytes(&self) -> FabricBytes;
+    /// The per-object sizes of this transport (the engine charges its own structures
+    /// with them).
+    fn memory_model(&self) -> MemoryModel;
     /// True when another rank of the job failed and waiting is pointless.
     fn aborted(&self) -> bool;
     /// Signals that this rank finished its work; returns when `true` all ranks did.

@@ -2,11 +2,17 @@
 //! pool, lazily opened and capped endpoints, shared receive queues, credit flow control,
 //! an in-process transport, and a footprint model that predicts per-rank transport memory.
 //!
-//! Layers, top to bottom: [`comm`] (the embedding API) → [`engine`] (the protocol:
-//! chunking, credits, handshakes, eviction) using [`pool`], [`connection`], [`credit`],
-//! [`matching`] → [`fabric`] (the transport trait) → [`local`] (in-process transport).
-//! [`config`] holds the one [`RuntimeConfig`]; [`footprint`] the model;
-//! [`procstatus`] reads the process' own memory counters.
+//! Layers, bottom to top; a module imports only from layers below it:
+//!
+//! | layer | modules | owns |
+//! |---|---|---|
+//! | core | `core::{error, config, memory, pool, backoff, intmap, procstatus, footprint}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types |
+//! | fabric | [`fabric`] | the transport trait and its packet header |
+//! | protocol | `protocol::{engine, connection, credit, matching}` | chunking, credits, handshakes, eviction, tag matching |
+//! | oob | [`bootstrap`] (`oob`) | start-up all-gather: MPI, TCP rendezvous, in-process |
+//! | transport | [`local`], [`mpi`], [`verbs`], `transport::{comm, model}` | the fabrics, the [`Communicator`] over them, each transport's memory model |
+//! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
+//! | jobs | [`fanout`] | the fanout measurement |
 //!
 //! ```
 //! use ballast_runtime::{local, RuntimeConfig, Source, TagMatch};
@@ -25,34 +31,43 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod bootstrap;
-pub mod comm;
-pub mod config;
-pub mod connection;
-pub mod credit;
-pub mod engine;
-pub mod error;
+mod core;
 pub mod fabric;
+mod oob;
+mod protocol;
+mod transport;
+
 pub mod fanout;
-pub mod footprint;
-pub mod local;
-pub mod matching;
-pub mod memory;
+pub mod launch;
+pub mod select;
+
+// The public paths: a curated view of the layers.
+pub use crate::core::{config, error, footprint, memory, pool, procstatus};
+pub use protocol::{connection, credit, engine, matching};
 #[cfg(feature = "mpi")]
-#[allow(unsafe_code)] // raw MPI_Isend of owned buffers and Send for MPI handles; see `mpi` docs
-pub mod mpi;
-pub mod pool;
-pub mod procstatus;
+pub use transport::mpi;
+pub use transport::{comm, local, model};
+
+/// The verbs transport (feature `verbs`): see [`transport::verbs`](crate::verbs).
 #[cfg(feature = "verbs")]
-#[allow(unsafe_code)] // FFI to libibverbs: the only unsafe code of the crate besides `mpi`; see `verbs` docs
-pub mod verbs;
+pub mod verbs {
+    pub use crate::fanout::verbs as fanout;
+    pub use crate::transport::verbs::*;
+}
+
+/// Start-up exchange between the ranks of a job (`oob`), and [`Launch`].
+pub mod bootstrap {
+    pub use crate::launch::Launch;
+    pub use crate::oob::*;
+}
 
 pub use comm::{Communicator, Completion, Request};
 pub use config::{
-    decide_transport, resolve_transport, AutoInputs, BootstrapConfig, RecvSharing, RuntimeConfig,
-    RuntimeConfigBuilder, TransportConfig, TransportKind, ValueOrigin, VerbsConfig,
+    BootstrapConfig, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig, TransportKind,
+    ValueOrigin, VerbsConfig,
 };
 pub use error::{Error, Result};
 pub use footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};
 pub use matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 pub use procstatus::ProcStatus;
+pub use select::{decide_transport, resolve_transport, AutoInputs};

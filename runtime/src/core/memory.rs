@@ -1,0 +1,104 @@
+//! Page-aligned memory regions for registration: a region never shares a page with
+//! another allocation, so locking (mlock) or registering it pins exactly its own pages,
+//! and unlocking it never unlocks a neighbour's.
+
+use crate::core::error::{Error, Result};
+
+/// A zeroed, page-aligned region of `count` slots of `size` bytes: an anonymous private mapping
+/// (`memmap2::MmapMut::map_anon`), so its pages are touched only when used, and an
+/// allocation the kernel refuses is an error instead of an abort.
+pub struct AlignedRegion {
+    map: memmap2::MmapMut,
+    len: usize,
+}
+
+/// The system page size in bytes.
+pub fn page_size() -> usize {
+    region::page::size()
+}
+
+impl AlignedRegion {
+    /// Maps `count` × `size` zeroed bytes starting on a page boundary, for `what` (named in
+    /// the error, with the settings that size it, e.g. "the buffer pool (buffer_count x
+    /// buffer_size)"). Errors: [`Error::Alloc`] when `count` × `size` overflows or the
+    /// kernel refuses the mapping (on Linux with the default overcommit heuristic: more
+    /// than RAM + swap).
+    pub fn new(count: usize, size: usize, what: &str) -> Result<AlignedRegion> {
+        let alloc_error = |bytes: u64, error| Error::Alloc {
+            what: what.to_string(),
+            bytes,
+            error,
+        };
+        let len = count.checked_mul(size).ok_or_else(|| {
+            alloc_error(
+                u64::MAX,
+                std::io::Error::other(format!("{count} x {size} bytes overflows")),
+            )
+        })?;
+        let map = memmap2::MmapMut::map_anon(len.max(1)).map_err(|error| alloc_error(len as u64, error))?;
+        Ok(AlignedRegion { map, len })
+    }
+
+    /// The region's bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.map[..self.len]
+    }
+
+    /// The region's bytes, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map[..self.len]
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The soft RLIMIT_MEMLOCK in bytes (`u64::MAX` = unlimited), if it can be read.
+pub fn memlock_limit_bytes() -> Option<u64> {
+    rlimit::getrlimit(rlimit::Resource::MEMLOCK)
+        .ok()
+        .map(|(soft, _)| if soft == rlimit::INFINITY { u64::MAX } else { soft })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_start_on_a_page_and_have_their_length() {
+        for len in [1usize, 4096, 10_000, 1 << 20] {
+            let mut r = AlignedRegion::new(len, 1, "a test region").unwrap();
+            assert_eq!(r.as_slice().as_ptr() as usize % page_size(), 0);
+            assert_eq!(r.as_slice().len(), len);
+            r.as_mut_slice()[len - 1] = 7;
+            assert_eq!(r.as_slice()[len - 1], 7);
+            assert!(r.as_slice()[..len - 1].iter().all(|&b| b == 0));
+        }
+    }
+
+    #[test]
+    fn a_region_larger_than_memory_is_an_error_naming_it() {
+        // 2^62 bytes: more than any machine's RAM + swap, refused by the kernel.
+        let err = AlignedRegion::new(1 << 62, 1, "the buffer pool (buffer_count x buffer_size)")
+            .err()
+            .expect("refused");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("4611686018427387904 bytes")
+                && msg.contains("the buffer pool (buffer_count x buffer_size)"),
+            "{msg}"
+        );
+        // A product that overflows is the same error, not a panic.
+        let err = AlignedRegion::new(usize::MAX, 2, "a test region")
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("overflows"), "{err}");
+    }
+}

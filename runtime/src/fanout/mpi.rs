@@ -1,0 +1,121 @@
+//! `ballast fanout` over MPI ([`Mpi::fanout`]): one Ballast rank per MPI process, rank 0
+//! sends a few integers to every other rank; rank 0 reports its process counters and
+//! footprint before and after, with the world sums gathered over MPI.
+
+use crate::core::config::RuntimeConfig;
+use crate::core::error::{Error, Result};
+use crate::core::footprint::Footprint;
+use crate::fanout::{exchange, Exchange, FanoutReport, Snapshot};
+use crate::transport::mpi::{Mpi, MPI_MEMORY_NOTE};
+
+fn put_fp(out: &mut Vec<u8>, f: &Footprint) {
+    for (_, v) in f.fields() {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn get_u64s(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+impl Mpi {
+    /// Runs the fanout on this MPI job (collective): rank 0 sends `messages` messages of
+    /// `ints` 32-bit integers to every other rank. Returns the report on rank 0, `None`
+    /// elsewhere. `all_ranks_match_model` is true when every rank's accounted footprint
+    /// equals the model's before and after (on the native path it does; on the engine path
+    /// the model is a bound); MPI's own memory is in the VmRSS/VmLck rows. Errors: [`Error::InvalidRank`] with fewer than 2
+    /// processes, and the communicator's errors.
+    pub fn fanout(
+        &self,
+        config: &RuntimeConfig,
+        messages: usize,
+        ints: usize,
+    ) -> Result<Option<FanoutReport>> {
+        let n = self.size();
+        if n < 2 {
+            return Err(Error::InvalidRank {
+                rank: n,
+                world_size: n,
+            });
+        }
+        let me = self.rank();
+        let mut comm = self.communicator(config)?;
+        let t = *comm.config();
+        let rpn = t.ranks_per_node;
+        let Exchange {
+            before,
+            after,
+            status_before: s0,
+            status_after: s1,
+        } = exchange(&mut comm, messages, ints)?;
+        let bp = t.predict(before.peers_connected as usize, n, rpn);
+        let ap = t.predict(after.peers_connected as usize, n, rpn);
+        // The whole footprint: on the native path it equals the model whenever nothing is
+        // in flight; on the engine path the model is a bound (every send buffer kept).
+        let matches = |a: &Footprint, p: &Footprint| a == p;
+        let mut mine = Vec::new();
+        for f in [&before, &after, &bp, &ap] {
+            put_fp(&mut mine, f);
+        }
+        mine.extend_from_slice(&((matches(&before, &bp) && matches(&after, &ap)) as u64).to_le_bytes());
+        let all = comm.all_gatherv(&mine)?;
+        let notes = comm.notes().to_vec();
+        Self::finish(comm)?;
+        if me != 0 {
+            return Ok(None);
+        }
+        let rows: Vec<Vec<u64>> = all.iter().map(|b| get_u64s(b)).collect();
+        // Footprint::fields() order; total = pool + endpoints + srq + control.
+        let total = |r: &Vec<u64>, k: usize| r[k * 10] + r[k * 10 + 3] + r[k * 10 + 4] + r[k * 10 + 5];
+        let sum = |k: usize| rows.iter().map(|r| total(r, k)).sum::<u64>();
+        let mut notes = notes;
+        notes.push(MPI_MEMORY_NOTE.to_string());
+        Ok(Some(FanoutReport {
+            ranks: n,
+            before: Snapshot {
+                status: s0,
+                footprint: before,
+                world_footprint_bytes: sum(0),
+                world_predicted_bytes: sum(2),
+            },
+            after: Snapshot {
+                status: s1,
+                footprint: after,
+                world_footprint_bytes: sum(1),
+                world_predicted_bytes: sum(3),
+            },
+            predicted: ap,
+            all_ranks_match_model: rows.iter().all(|r| r[40] == 1),
+            notes,
+            // MPI registers memory itself: Ballast makes no mlock request.
+            memory_lock: Default::default(),
+        }))
+    }
+
+    /// One line about the MPI library and job: library version (first line), processes,
+    /// thread level, and whether Ballast initialised MPI.
+    pub fn describe(&self) -> String {
+        let lib = rsmpi::environment::library_version().unwrap_or_else(|_| "unknown MPI library".into());
+        // First line only, whitespace runs (MPICH puts a tab after "Version:") as one space.
+        let lib = lib
+            .split([',', '\n'])
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let (major, minor) = rsmpi::environment::version();
+        format!(
+            "{lib} (MPI {major}.{minor}), {} processes, thread level {:?}, initialised by {}",
+            self.size(),
+            self.threading(),
+            if self.initialized_by_ballast() {
+                "Ballast"
+            } else {
+                "the host program"
+            }
+        )
+    }
+}

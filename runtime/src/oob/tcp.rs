@@ -1,0 +1,373 @@
+//! The TCP bootstrap ([`TcpBootstrap`]): rank 0 listens at `BALLAST_ROOT` (`host:port`),
+//! every other rank connects to it (retrying until the timeout, since rank 0 may start
+//! later), and each all-gather round sends every rank's bytes to rank 0, which answers
+//! with the whole table. Rank and size come from the launcher's environment
+//! ([`crate::core::config::BootstrapConfig`]).
+//!
+//! Wire (little-endian): hello = magic `b"BLST"`, rank u32, size u32; contribution = len
+//! u64 + bytes; table = per rank, len u64 + bytes.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use super::Bootstrap;
+use crate::core::config::BootstrapConfig;
+use crate::core::error::{Error, Result};
+
+const MAGIC: &[u8; 4] = b"BLST";
+/// Largest contribution accepted from one rank, bytes.
+const MAX_CONTRIBUTION: u64 = 1 << 32;
+
+enum Links {
+    /// Rank 0: the stream of every other rank (index = rank; 0 unused).
+    Root(Vec<Option<TcpStream>>),
+    /// Other ranks: the stream to rank 0.
+    Leaf(TcpStream),
+}
+
+/// All-gather of byte strings through a TCP rendezvous at rank 0.
+pub struct TcpBootstrap {
+    rank: usize,
+    size: usize,
+    root: String,
+    timeout: Duration,
+    links: Links,
+}
+
+fn err(msg: String) -> Error {
+    Error::Bootstrap(msg)
+}
+
+fn resolve(root: &str) -> Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = root
+        .to_socket_addrs()
+        .map_err(|e| err(format!("BALLAST_ROOT `{root}` is not host:port: {e}")))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(err(format!("BALLAST_ROOT `{root}` resolves to no address")));
+    }
+    Ok(addrs)
+}
+
+fn read_exact_or(s: &mut TcpStream, buf: &mut [u8], what: impl Fn(&std::io::Error) -> String) -> Result<()> {
+    s.read_exact(buf).map_err(|e| err(what(&e)))
+}
+
+fn read_u64(s: &mut TcpStream, what: &dyn Fn(&std::io::Error) -> String) -> Result<u64> {
+    let mut b = [0u8; 8];
+    read_exact_or(s, &mut b, what)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn io_kind(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => "timed out",
+        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => "connection closed",
+        _ => "i/o error",
+    }
+}
+
+impl TcpBootstrap {
+    /// Connects from the launcher's environment (`BALLAST_ROOT`, rank and size, timeout).
+    /// Errors: [`Error::Bootstrap`] when any of them is missing, and those of [`TcpBootstrap::new`].
+    pub fn connect(cfg: &BootstrapConfig) -> Result<TcpBootstrap> {
+        let root = cfg
+            .root
+            .as_deref()
+            .ok_or_else(|| err("BALLAST_ROOT (host:port of rank 0) is not set".into()))?;
+        let (Some(rank), Some(size)) = (cfg.rank, cfg.size) else {
+            return Err(err("no rank/size in the environment (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE)".into()));
+        };
+        Self::new(root, rank, size, cfg.timeout)
+    }
+
+    /// Rank `rank` of `size` meets the others at `root` (`host:port`; rank 0 binds it),
+    /// waiting at most `timeout` for all of them. Errors: [`Error::Bootstrap`] saying which
+    /// ranks did not show up (at rank 0) or that rank 0 could not be reached (elsewhere).
+    pub fn new(root: &str, rank: usize, size: usize, timeout: Duration) -> Result<TcpBootstrap> {
+        if size == 0 || rank >= size || size > u32::MAX as usize {
+            return Err(Error::InvalidRank {
+                rank,
+                world_size: size,
+            });
+        }
+        let addrs = resolve(root)?;
+        let deadline = Instant::now() + timeout;
+        let links = if size == 1 {
+            Links::Root(vec![None])
+        } else if rank == 0 {
+            Links::Root(Self::accept_all(root, &addrs, size, timeout, deadline)?)
+        } else {
+            Links::Leaf(Self::reach_root(root, &addrs, rank, size, timeout, deadline)?)
+        };
+        Ok(TcpBootstrap {
+            rank,
+            size,
+            root: root.to_string(),
+            timeout,
+            links,
+        })
+    }
+
+    fn accept_all(
+        root: &str,
+        addrs: &[SocketAddr],
+        size: usize,
+        timeout: Duration,
+        deadline: Instant,
+    ) -> Result<Vec<Option<TcpStream>>> {
+        let listener =
+            TcpListener::bind(addrs).map_err(|e| err(format!("rank 0 cannot listen at {root}: {e}")))?;
+        listener.set_nonblocking(true)?;
+        let mut links: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+        let mut present = 1;
+        while present < size {
+            match listener.accept() {
+                Ok((mut s, peer)) => {
+                    s.set_nonblocking(false)?;
+                    s.set_read_timeout(Some(
+                        deadline
+                            .saturating_duration_since(Instant::now())
+                            .max(Duration::from_millis(10)),
+                    ))?;
+                    let mut hello = [0u8; 12];
+                    if s.read_exact(&mut hello).is_err() || &hello[..4] != MAGIC {
+                        continue; // not one of ours (a port scanner, a stale client): ignore it
+                    }
+                    let r = u32::from_le_bytes(hello[4..8].try_into().expect("4")) as usize;
+                    let n = u32::from_le_bytes(hello[8..12].try_into().expect("4")) as usize;
+                    if n != size {
+                        return Err(err(format!(
+                            "rank {r} (from {peer}) says the job has {n} ranks, rank 0 says {size}"
+                        )));
+                    }
+                    if r == 0 || r >= size || links[r].is_some() {
+                        return Err(err(format!(
+                            "a process at {peer} claims rank {r}, which is invalid or already present"
+                        )));
+                    }
+                    s.set_nodelay(true)?;
+                    links[r] = Some(s);
+                    present += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        let missing: Vec<usize> = (1..size).filter(|&r| links[r].is_none()).collect();
+                        return Err(err(format!(
+                            "timed out after {timeout:?} at rank 0 ({root}): rank(s) {missing:?} did not show up ({present} of {size} present)"
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(err(format!("rank 0 accepting at {root}: {e}"))),
+            }
+        }
+        Ok(links)
+    }
+
+    fn reach_root(
+        root: &str,
+        addrs: &[SocketAddr],
+        rank: usize,
+        size: usize,
+        timeout: Duration,
+        deadline: Instant,
+    ) -> Result<TcpStream> {
+        loop {
+            let mut last = None;
+            for a in addrs {
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(10));
+                match TcpStream::connect_timeout(a, left) {
+                    Ok(mut s) => {
+                        s.set_nodelay(true)?;
+                        let mut hello = MAGIC.to_vec();
+                        hello.extend_from_slice(&(rank as u32).to_le_bytes());
+                        hello.extend_from_slice(&(size as u32).to_le_bytes());
+                        s.write_all(&hello).map_err(|e| {
+                            err(format!("rank {rank}: sending hello to rank 0 at {root}: {e}"))
+                        })?;
+                        return Ok(s);
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            if Instant::now() >= deadline {
+                let e = last.map(|e| e.to_string()).unwrap_or_default();
+                return Err(err(format!(
+                    "rank {rank} could not reach rank 0 at {root} within {timeout:?} ({e})"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn read_blob(&self, s: &mut TcpStream, from: usize) -> Result<Vec<u8>> {
+        let (me, root, t) = (self.rank, &self.root, self.timeout);
+        let what = move |e: &std::io::Error| {
+            if me == 0 {
+                format!(
+                    "rank 0 ({root}): rank {from} sent nothing within {t:?} ({}: {e})",
+                    io_kind(e)
+                )
+            } else {
+                format!(
+                    "rank {me}: no table from rank 0 at {root} within {t:?} ({}: {e})",
+                    io_kind(e)
+                )
+            }
+        };
+        let len = read_u64(s, &what)?;
+        if len > MAX_CONTRIBUTION {
+            return Err(err(format!(
+                "rank {from} announced {len} bytes (limit {MAX_CONTRIBUTION})"
+            )));
+        }
+        let mut v = vec![0u8; len as usize];
+        read_exact_or(s, &mut v, what)?;
+        Ok(v)
+    }
+}
+
+fn write_blob(out: &mut Vec<u8>, data: &[u8]) {
+    out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    out.extend_from_slice(data);
+}
+
+impl Bootstrap for TcpBootstrap {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn all_gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let timeout = self.timeout;
+        let mut links = std::mem::replace(&mut self.links, Links::Root(Vec::new()));
+        let out = (|| match &mut links {
+            Links::Root(streams) => {
+                let mut all = vec![data.to_vec()];
+                for (r, s) in streams.iter_mut().enumerate().skip(1) {
+                    let s = s.as_mut().expect("connected rank");
+                    s.set_read_timeout(Some(timeout))?;
+                    all.push(self.read_blob(s, r)?);
+                }
+                let mut table = Vec::with_capacity(all.iter().map(|a| a.len() + 8).sum());
+                for a in &all {
+                    write_blob(&mut table, a);
+                }
+                for (r, s) in streams.iter_mut().enumerate().skip(1) {
+                    s.as_mut()
+                        .expect("connected rank")
+                        .write_all(&table)
+                        .map_err(|e| {
+                            err(format!(
+                                "rank 0 ({}): sending the table to rank {r}: {e}",
+                                self.root
+                            ))
+                        })?;
+                }
+                Ok(all)
+            }
+            Links::Leaf(s) => {
+                let mut msg = Vec::with_capacity(data.len() + 8);
+                write_blob(&mut msg, data);
+                s.write_all(&msg).map_err(|e| {
+                    err(format!(
+                        "rank {}: sending to rank 0 at {}: {e}",
+                        self.rank, self.root
+                    ))
+                })?;
+                s.set_read_timeout(Some(timeout))?;
+                (0..self.size).map(|_| self.read_blob(s, 0)).collect()
+            }
+        })();
+        self.links = links;
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    /// What each rank gathered in its two rounds.
+    type TwoRounds = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+    #[test]
+    fn four_threads_gather_twice_on_loopback() {
+        let root = format!("127.0.0.1:{}", free_port());
+        let got: Vec<Result<TwoRounds>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4usize)
+                .map(|r| {
+                    let root = root.clone();
+                    s.spawn(move || {
+                        let mut b = TcpBootstrap::new(&root, r, 4, Duration::from_secs(20))?;
+                        let a = b.all_gather(&vec![r as u8; r * 1000])?;
+                        let c = b.all_gather(format!("rank{r}").as_bytes())?;
+                        Ok((a, c))
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for g in got {
+            let (a, c) = g.unwrap();
+            assert_eq!(
+                a,
+                (0..4usize).map(|r| vec![r as u8; r * 1000]).collect::<Vec<_>>()
+            );
+            assert_eq!(
+                c,
+                (0..4)
+                    .map(|r| format!("rank{r}").into_bytes())
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn missing_rank_is_named_at_rank_0_and_unreachable_root_elsewhere() {
+        let root = format!("127.0.0.1:{}", free_port());
+        let res: Vec<Result<TcpBootstrap>> = std::thread::scope(|s| {
+            let hs: Vec<_> = [0usize, 1, 3]
+                .into_iter()
+                .map(|r| {
+                    let root = root.clone();
+                    s.spawn(move || TcpBootstrap::new(&root, r, 4, Duration::from_millis(800)))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let e = res[0].as_ref().err().expect("rank 0 must time out").to_string();
+        assert!(
+            e.contains("rank(s) [2] did not show up") && e.contains("3 of 4 present"),
+            "{e}"
+        );
+        let lone = TcpBootstrap::new(
+            &format!("127.0.0.1:{}", free_port()),
+            2,
+            4,
+            Duration::from_millis(300),
+        );
+        let e = lone.err().expect("nobody listens").to_string();
+        assert!(e.contains("rank 2 could not reach rank 0 at 127.0.0.1:"), "{e}");
+        assert!(TcpBootstrap::new("nonsense", 0, 2, Duration::from_millis(10)).is_err());
+        assert!(matches!(
+            TcpBootstrap::new(&root, 4, 4, Duration::from_millis(10)),
+            Err(Error::InvalidRank { .. })
+        ));
+    }
+}

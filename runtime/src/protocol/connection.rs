@@ -1,0 +1,263 @@
+//! The endpoint table of one rank (the connection manager's state): which endpoints (QP
+//! analogues) are live and in which state, least-recently-used order for eviction past
+//! `max_endpoints`, connect requests deferred while at the cap, and the endpoint counters
+//! of the footprint (live, peak, ever opened, peers connected).
+//!
+//! The handshakes that move endpoints between states are driven by the progress engine
+//! ([`crate::protocol::engine`]); this module owns the bookkeeping and the eviction policy.
+
+use std::collections::VecDeque;
+
+use crate::core::intmap::{IntMap, IntSet};
+
+/// Life cycle of an endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpState {
+    /// Connect request sent, waiting for the peer's answer. No data may be posted.
+    Connecting,
+    /// Usable.
+    Open,
+    /// Close sent or received; no new data posted. `peer_sent` = the peer's data count
+    /// once its close message arrived. Freed when everything it sent has arrived and our
+    /// own sends completed.
+    Closing {
+        /// Packets the peer sent on this endpoint, once known.
+        peer_sent: Option<u64>,
+    },
+}
+
+/// One endpoint.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// State.
+    pub state: EpState,
+    /// Data packets posted on this incarnation.
+    pub sent: u64,
+    /// Data packets received on this incarnation.
+    pub received: u64,
+    /// Posted sends whose completion has not been polled yet.
+    pub inflight: u32,
+    last_use: u64,
+}
+
+/// Endpoint counters reported in the footprint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Endpoints live now (including connecting and closing ones).
+    pub live: u64,
+    /// Most endpoints live at once.
+    pub peak: u64,
+    /// Endpoints ever opened (reopens count again).
+    pub opened: u64,
+    /// Endpoints closed by eviction.
+    pub evicted: u64,
+    /// Distinct peer ranks ever communicated with.
+    pub peers_connected: u64,
+}
+
+/// The endpoint table.
+pub struct ConnectionTable {
+    eps: IntMap<usize, Endpoint>,
+    max: usize,
+    tick: u64,
+    peers: IntSet<usize>,
+    /// Endpoints in the closing state (kept by `insert`, `set_closing` and `remove`).
+    closing: usize,
+    protect_fresh: bool,
+    /// Connect requests received while at the cap: (peer rank, credits it granted us).
+    pub deferred: VecDeque<(usize, u32)>,
+    stats: EndpointStats,
+}
+
+impl ConnectionTable {
+    /// A table with a cap of `max_endpoints` live endpoints (0 = none).
+    pub fn new(max_endpoints: usize) -> ConnectionTable {
+        ConnectionTable {
+            eps: IntMap::default(),
+            max: max_endpoints,
+            tick: 0,
+            closing: 0,
+            protect_fresh: false,
+            peers: IntSet::default(),
+            deferred: VecDeque::new(),
+            stats: EndpointStats::default(),
+        }
+    }
+
+    /// The endpoint `key`.
+    pub fn get(&self, key: usize) -> Option<&Endpoint> {
+        self.eps.get(&key)
+    }
+
+    /// The endpoint `key`, mutable.
+    pub fn get_mut(&mut self, key: usize) -> Option<&mut Endpoint> {
+        self.eps.get_mut(&key)
+    }
+
+    /// True if a new endpoint may be created now.
+    pub fn has_room(&self) -> bool {
+        self.max == 0 || self.eps.len() < self.max
+    }
+
+    /// True when endpoints are live and every one is still connecting: none can be evicted
+    /// to make room, so a connect request deferred for room could wait for ever when its
+    /// sender is in the same position (full ranks connecting to each other in a cycle). The
+    /// engine then accepts it above the cap and closes endpoints again once idle.
+    pub fn all_connecting(&self) -> bool {
+        !self.eps.is_empty() && self.eps.values().all(|e| e.state == EpState::Connecting)
+    }
+
+    /// True when more endpoints are live than the cap (after such an accept).
+    pub fn over_cap(&self) -> bool {
+        self.max != 0 && self.eps.len() > self.max
+    }
+
+    /// Creates endpoint `key` in `state`.
+    pub fn insert(&mut self, key: usize, state: EpState) {
+        self.tick += 1;
+        let prev = self.eps.insert(
+            key,
+            Endpoint {
+                state,
+                sent: 0,
+                received: 0,
+                inflight: 0,
+                last_use: self.tick,
+            },
+        );
+        debug_assert!(prev.is_none());
+        if matches!(state, EpState::Closing { .. }) {
+            self.closing += 1;
+        }
+        self.stats.opened += 1;
+        self.stats.live = self.eps.len() as u64;
+        self.stats.peak = self.stats.peak.max(self.stats.live);
+    }
+
+    /// Removes endpoint `key`.
+    pub fn remove(&mut self, key: usize) -> Option<Endpoint> {
+        let ep = self.eps.remove(&key);
+        if ep
+            .as_ref()
+            .is_some_and(|e| matches!(e.state, EpState::Closing { .. }))
+        {
+            self.closing -= 1;
+        }
+        self.stats.live = self.eps.len() as u64;
+        ep
+    }
+
+    /// Marks `key` as just used (LRU).
+    pub fn touch(&mut self, key: usize) {
+        self.get_touched(key);
+    }
+
+    /// The endpoint `key`, mutable, marked as just used (LRU): `get_mut` + `touch` in one
+    /// lookup.
+    pub fn get_touched(&mut self, key: usize) -> Option<&mut Endpoint> {
+        self.tick += 1;
+        let ep = self.eps.get_mut(&key)?;
+        ep.last_use = self.tick;
+        Some(ep)
+    }
+
+    /// Records that `peer` was communicated with.
+    pub fn note_peer(&mut self, peer: usize) {
+        if self.peers.insert(peer) {
+            self.stats.peers_connected = self.peers.len() as u64;
+        }
+    }
+
+    /// Moves endpoint `key` to the closing state with the peer's data count if known.
+    /// Endpoints enter the closing state only through here (the count is kept, not
+    /// scanned for on every progress call).
+    pub fn set_closing(&mut self, key: usize, peer_sent: Option<u64>) {
+        let ep = self.eps.get_mut(&key).expect("endpoint");
+        if !matches!(ep.state, EpState::Closing { .. }) {
+            self.closing += 1;
+        }
+        ep.state = EpState::Closing { peer_sent };
+    }
+
+    /// Number of endpoints in the closing state.
+    pub fn closing(&self) -> usize {
+        debug_assert_eq!(
+            self.closing,
+            self.eps
+                .values()
+                .filter(|e| matches!(e.state, EpState::Closing { .. }))
+                .count()
+        );
+        self.closing
+    }
+
+    /// Protects endpoints that have not carried a packet yet from eviction (with lazy
+    /// connects every endpoint is opened for queued data, so its first packet is coming).
+    /// Without it, a rank at the cap with connect requests waiting closed an endpoint right
+    /// after opening it, before either side sent, and the ranks cycled through connects and
+    /// closes for ever (seen with `max_endpoints` 1 and an all-to-all exchange).
+    pub fn protect_fresh(mut self, on: bool) -> ConnectionTable {
+        self.protect_fresh = on;
+        self
+    }
+
+    /// The least recently used open endpoint to evict, preferring idle ones
+    /// (`is_idle(key)`: nothing queued for it, nothing in flight); never one that has not
+    /// carried a packet yet when [`ConnectionTable::protect_fresh`] is on.
+    pub fn victim(&self, is_idle: impl Fn(usize) -> bool) -> Option<usize> {
+        let fresh = self.protect_fresh;
+        let open = self
+            .eps
+            .iter()
+            .filter(|(_, e)| e.state == EpState::Open && !(fresh && e.sent == 0 && e.received == 0));
+        let idle = open
+            .clone()
+            .filter(|(&k, e)| e.inflight == 0 && is_idle(k))
+            .min_by_key(|(_, e)| e.last_use);
+        idle.or_else(|| open.min_by_key(|(_, e)| e.last_use))
+            .map(|(&k, _)| k)
+    }
+
+    /// Records an eviction.
+    pub fn note_eviction(&mut self) {
+        self.stats.evicted += 1;
+    }
+
+    /// True if any endpoint has a posted send not completed yet.
+    pub fn any_inflight(&self) -> bool {
+        self.eps.values().any(|e| e.inflight > 0)
+    }
+
+    /// Keys of all endpoints.
+    pub fn keys(&self) -> Vec<usize> {
+        self.eps.keys().copied().collect()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> EndpointStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_peak_and_lru_victim() {
+        let mut t = ConnectionTable::new(2);
+        t.insert(5, EpState::Open);
+        t.insert(6, EpState::Open);
+        assert!(!t.has_room());
+        t.touch(5);
+        assert_eq!(t.victim(|_| true), Some(6), "least recently used");
+        assert_eq!(t.victim(|k| k == 5), Some(5), "idle preferred over busy");
+        t.set_closing(6, None);
+        assert_eq!(t.victim(|_| true), Some(5), "closing endpoints are not victims");
+        assert_eq!(t.closing(), 1);
+        t.remove(6);
+        t.insert(7, EpState::Connecting);
+        let s = t.stats();
+        assert_eq!((s.live, s.peak, s.opened), (2, 2, 3));
+    }
+}

@@ -1,0 +1,297 @@
+//! Receiver-side credit accounting: how many packets each sender may post into this
+//! rank's receive buffers, so that a packet never arrives without a posted buffer (no
+//! receiver-not-ready), also under many-to-one traffic.
+//!
+//! * `per-peer`: each endpoint's `recv_depth` buffers are its sender's credits; every
+//!   consumed packet is given back to the same sender ([`CreditBank::consumed`]).
+//! * `shared`/`xrc`: the `srq_depth` buffers of the shared queue are handed out in fair
+//!   shares (half the free buffers split among the waiting senders, at least one). A
+//!   sender with data and no credit asks ([`Control::CreditRequest`]); waiting
+//!   senders are served round-robin as buffers are consumed; a sender that says it has
+//!   more queued (`PacketHeader::more`) goes to the back of the queue; an idle sender keeps
+//!   one standing credit while nobody waits (so ping-pong needs no request), and is asked
+//!   to give it back ([`Control::Revoke`]) when others wait and no buffer is free.
+//!
+//! Invariant (checked in tests): `free + sum(outstanding) == depth` for the shared queue.
+//!
+//! [`Control::CreditRequest`]: crate::fabric::Control::CreditRequest
+//! [`Control::Revoke`]: crate::fabric::Control::Revoke
+
+use std::collections::VecDeque;
+
+use crate::core::intmap::IntMap;
+
+#[derive(Default, Clone, Copy, Debug)]
+pub(crate) struct CreditHolder {
+    outstanding: u32,
+    revoked: bool,
+    waiting: bool,
+}
+
+/// Credit accounting of one rank's receive side.
+#[derive(Debug)]
+pub struct CreditBank {
+    shared: bool,
+    depth: u32,
+    free: u32,
+    holders: IntMap<usize, CreditHolder>,
+    waiters: VecDeque<usize>,
+    /// Grants decided but not sent yet, by peer (drained in peer order; a hash map keeps
+    /// its allocation across drains).
+    grants: IntMap<usize, u32>,
+    revokes: Vec<usize>,
+}
+
+impl CreditBank {
+    /// A bank for a shared queue of `depth` buffers (`shared = true`), or for per-endpoint
+    /// queues of `depth` buffers each (`shared = false`).
+    pub fn new(shared: bool, depth: u32) -> CreditBank {
+        CreditBank {
+            shared,
+            depth,
+            free: depth,
+            holders: IntMap::default(),
+            waiters: VecDeque::new(),
+            grants: IntMap::default(),
+            revokes: Vec::new(),
+        }
+    }
+
+    /// Credits handed to a newly connected peer: the whole per-endpoint queue, or one
+    /// standing credit of the shared queue if one is free and nobody waits.
+    pub fn initial_grant(&mut self, peer: usize) -> u32 {
+        if !self.shared {
+            self.holders.entry(peer).or_default().outstanding = self.depth;
+            return self.depth;
+        }
+        if self.free > 0 && self.waiters.is_empty() && self.outstanding(peer) == 0 {
+            self.free -= 1;
+            let h = self.holders.entry(peer).or_default();
+            h.outstanding += 1;
+            h.revoked = false;
+            1
+        } else {
+            0
+        }
+    }
+
+    /// A packet from `peer` was consumed and its buffer reposted.
+    pub fn consumed(&mut self, peer: usize, more: bool) {
+        let h = self.holders.entry(peer).or_default();
+        h.outstanding = h.outstanding.saturating_sub(1);
+        if !self.shared {
+            h.outstanding += 1;
+            *self.grants.entry(peer).or_default() += 1;
+            return;
+        }
+        if !more && self.waiters.is_empty() && h.outstanding == 0 {
+            // An idle sender gets its standing credit straight back: the consumed buffer is
+            // granted again (`free` unchanged), and with nobody waiting there is nothing to
+            // distribute.
+            give(h, &mut self.grants, peer, 1);
+            return;
+        }
+        self.free += 1;
+        if more {
+            self.enqueue(peer);
+        }
+        self.distribute();
+    }
+
+    /// `peer` asks for credit (shared modes).
+    pub fn request(&mut self, peer: usize) {
+        if self.shared {
+            self.enqueue(peer);
+            self.distribute();
+        }
+    }
+
+    /// `peer` gave back `n` unused credits.
+    pub fn returned(&mut self, peer: usize, n: u32) {
+        let h = self.holders.entry(peer).or_default();
+        let n = n.min(h.outstanding);
+        h.outstanding -= n;
+        h.revoked = false;
+        if self.shared {
+            self.free += n;
+            self.distribute();
+        }
+    }
+
+    /// The endpoint to `peer` was closed after all its traffic drained: its unused credits
+    /// come back (and so do grants not yet sent).
+    pub fn reset_peer(&mut self, peer: usize) {
+        if let Some(h) = self.holders.remove(&peer) {
+            if self.shared {
+                self.free += h.outstanding;
+            }
+        }
+        self.grants.remove(&peer);
+        self.waiters.retain(|&p| p != peer);
+        self.revokes.retain(|&p| p != peer);
+        self.distribute();
+    }
+
+    fn enqueue(&mut self, peer: usize) {
+        let h = self.holders.entry(peer).or_default();
+        if !h.waiting {
+            h.waiting = true;
+            self.waiters.push_back(peer);
+        }
+    }
+
+    fn grant_n(&mut self, peer: usize, n: u32) {
+        self.free -= n;
+        let h = self.holders.entry(peer).or_default();
+        give(h, &mut self.grants, peer, n);
+    }
+
+    fn distribute(&mut self) {
+        while self.free > 0 {
+            let Some(p) = self.waiters.pop_front() else { break };
+            self.holders.entry(p).or_default().waiting = false;
+            // A fair share: half of the free buffers split among the senders waiting now,
+            // at least one. A lone busy sender gets a window of many buffers (pipelining);
+            // under many-to-one traffic every waiter gets one in turn.
+            let waiting = self.waiters.len() as u32 + 1;
+            let n = (self.free / (2 * waiting)).max(1);
+            self.grant_n(p, n);
+        }
+        if self.free == 0 && !self.waiters.is_empty() {
+            for (&p, h) in self.holders.iter_mut() {
+                if h.outstanding > 0 && !h.revoked && !h.waiting {
+                    h.revoked = true;
+                    self.revokes.push(p);
+                }
+            }
+        }
+    }
+
+    /// Credits currently held by `peer`.
+    pub fn outstanding(&self, peer: usize) -> u32 {
+        self.holders.get(&peer).map_or(0, |h| h.outstanding)
+    }
+
+    /// Free buffers of the shared queue (not granted).
+    pub fn free(&self) -> u32 {
+        self.free
+    }
+
+    /// Grants decided but not yet sent, drained.
+    #[cfg(test)]
+    pub fn take_grants(&mut self) -> Vec<(usize, u32)> {
+        let mut out = Vec::new();
+        self.take_grants_into(&mut out);
+        out
+    }
+
+    /// Grants decided but not yet sent, drained into `out` (cleared first) in peer order,
+    /// without allocating once `out` and the bank have grown to the traffic.
+    pub fn take_grants_into(&mut self, out: &mut Vec<(usize, u32)>) {
+        out.clear();
+        out.extend(self.grants.drain());
+        out.sort_unstable_by_key(|&(p, _)| p);
+    }
+
+    /// Revocations decided but not yet sent, drained.
+    pub fn take_revokes(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.revokes)
+    }
+
+    /// True when grants or revokes wait to be sent.
+    pub fn has_pending(&self) -> bool {
+        !self.grants.is_empty() || !self.revokes.is_empty()
+    }
+
+    /// `free + outstanding == depth` (shared queue only).
+    pub fn is_consistent(&self) -> bool {
+        !self.shared || self.free + self.holders.values().map(|h| h.outstanding).sum::<u32>() == self.depth
+    }
+}
+
+/// `n` more credits for `peer` (holder `h`), to be sent.
+fn give(h: &mut CreditHolder, grants: &mut IntMap<usize, u32>, peer: usize, n: u32) {
+    h.outstanding += n;
+    h.revoked = false;
+    *grants.entry(peer).or_default() += n;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_bank_serves_waiters_round_robin_and_never_overgrants() {
+        let mut b = CreditBank::new(true, 2);
+        for p in 1..=5 {
+            b.request(p);
+        }
+        assert_eq!(b.take_grants(), vec![(1, 1), (2, 1)]);
+        assert_eq!(b.free(), 0);
+        assert!(b.is_consistent());
+        // 1 consumed with more queued: goes behind 3, 4, 5.
+        b.consumed(1, true);
+        assert_eq!(b.take_grants(), vec![(3, 1)]);
+        b.consumed(2, false);
+        assert_eq!(b.take_grants(), vec![(4, 1)]);
+        b.consumed(3, false);
+        b.consumed(4, false);
+        assert_eq!(b.take_grants(), vec![(1, 1), (5, 1)]);
+        assert!(b.is_consistent());
+        assert_eq!(b.free(), 0);
+    }
+
+    #[test]
+    fn lone_busy_sender_gets_a_window_of_buffers() {
+        let mut b = CreditBank::new(true, 64);
+        b.request(3);
+        assert_eq!(b.take_grants(), vec![(3, 32)]);
+        b.request(4);
+        assert_eq!(b.take_grants(), vec![(4, 16)]);
+        b.consumed(3, true);
+        assert_eq!(b.take_grants(), vec![(3, 8)]);
+        assert!(b.is_consistent());
+    }
+
+    #[test]
+    fn idle_sender_keeps_one_standing_credit_until_revoked() {
+        let mut b = CreditBank::new(true, 1);
+        assert_eq!(b.initial_grant(7), 1);
+        assert_eq!(b.initial_grant(8), 0);
+        b.consumed(7, false);
+        assert_eq!(
+            b.take_grants(),
+            vec![(7, 1)],
+            "standing credit back to the idle sender"
+        );
+        b.request(8);
+        assert!(b.take_grants().is_empty());
+        assert_eq!(b.take_revokes(), vec![7]);
+        b.returned(7, 1);
+        assert_eq!(b.take_grants(), vec![(8, 1)]);
+        assert!(b.is_consistent());
+    }
+
+    #[test]
+    fn per_peer_bank_returns_each_consumed_credit_to_its_sender() {
+        let mut b = CreditBank::new(false, 4);
+        assert_eq!(b.initial_grant(3), 4);
+        b.consumed(3, true);
+        b.consumed(3, false);
+        assert_eq!(b.take_grants(), vec![(3, 2)]);
+        b.reset_peer(3);
+        assert_eq!(b.outstanding(3), 0);
+    }
+
+    #[test]
+    fn reset_reclaims_unused_shared_credits() {
+        let mut b = CreditBank::new(true, 3);
+        b.request(1);
+        b.request(1);
+        b.request(2);
+        let _ = b.take_grants();
+        b.reset_peer(1);
+        assert_eq!(b.free(), 2);
+        assert!(b.is_consistent());
+    }
+}

@@ -1,0 +1,418 @@
+//! Tag matching and reassembly on the receive side: posted receives, unexpected
+//! messages, any-source / any-tag wildcards, and reassembly of chunked messages.
+//!
+//! MPI matching rules: an arriving message (at its first chunk) matches the earliest
+//! posted receive that accepts it; a new receive matches the earliest unexpected message
+//! that it accepts. Packets from one source arrive in the order they were sent and the
+//! chunks of one message are contiguous, so order per (source, tag) is preserved.
+
+use std::collections::VecDeque;
+
+use crate::core::error::{Error, Result};
+use crate::core::intmap::IntMap;
+use crate::fabric::PacketHeader;
+
+/// A message tag. User tags are `< RESERVED_TAG_BASE`.
+pub type Tag = u32;
+
+/// Tags at or above this value are reserved for the runtime's collectives.
+pub const RESERVED_TAG_BASE: Tag = 1 << 31;
+
+/// Which sender a receive accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Any rank.
+    Any,
+    /// This rank only.
+    Rank(usize),
+}
+
+/// Which tag a receive accepts. [`TagMatch::Any`] accepts user tags only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TagMatch {
+    /// Any user tag (`< RESERVED_TAG_BASE`).
+    Any,
+    /// This tag only.
+    Tag(Tag),
+}
+
+impl From<Tag> for TagMatch {
+    fn from(t: Tag) -> Self {
+        TagMatch::Tag(t)
+    }
+}
+
+impl From<usize> for Source {
+    fn from(r: usize) -> Self {
+        Source::Rank(r)
+    }
+}
+
+fn accepts(src: Source, tag: TagMatch, m_src: usize, m_tag: Tag) -> bool {
+    let s = match src {
+        Source::Any => true,
+        Source::Rank(r) => r == m_src,
+    };
+    let t = match tag {
+        TagMatch::Any => m_tag < RESERVED_TAG_BASE,
+        TagMatch::Tag(t) => t == m_tag,
+    };
+    s && t
+}
+
+/// A received message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// Sending rank.
+    pub source: usize,
+    /// Tag.
+    pub tag: Tag,
+    /// Payload.
+    pub data: Vec<u8>,
+}
+
+struct Inbound {
+    source: usize,
+    tag: Tag,
+    total: usize,
+    data: Vec<u8>,
+    req: Option<u64>,
+}
+
+/// Matching state of one rank.
+#[derive(Default)]
+pub struct Matcher {
+    inbound: IntMap<u64, Inbound>,
+    unexpected: VecDeque<u64>,
+    posted: VecDeque<(u64, Source, TagMatch)>,
+    assembling: IntMap<usize, u64>,
+    /// The latest completed receive not taken yet, then the others: a blocking receive
+    /// (one completion at a time) never hashes.
+    last_completed: Option<(u64, Message)>,
+    completed: IntMap<u64, Message>,
+    next_msg: u64,
+}
+
+impl Matcher {
+    /// Starts a message from `src` whose first bytes are `data`: binds it to the earliest
+    /// matching posted receive, else queues it as unexpected. A message that is complete
+    /// and bound completes at once (`None`); otherwise returns its id.
+    fn start(&mut self, src: usize, tag: Tag, total: u64, data: Vec<u8>) -> Result<Option<u64>> {
+        if !self.assembling.is_empty() && self.assembling.contains_key(&src) {
+            return Err(Error::Protocol(format!(
+                "new message from rank {src} before the previous one completed"
+            )));
+        }
+        let total = usize::try_from(total).map_err(|_| Error::Protocol("message too large".into()))?;
+        let id = self.next_msg;
+        self.next_msg += 1;
+        let req = self
+            .posted
+            .iter()
+            .position(|&(_, s, t)| accepts(s, t, src, tag))
+            .map(|i| self.posted.remove(i).expect("index in range").0);
+        if let Some(req) = req {
+            if data.len() == total {
+                self.complete(
+                    req,
+                    Message {
+                        source: src,
+                        tag,
+                        data,
+                    },
+                );
+                return Ok(None);
+            }
+        }
+        self.inbound.insert(
+            id,
+            Inbound {
+                source: src,
+                tag,
+                total,
+                data,
+                req,
+            },
+        );
+        if req.is_none() {
+            self.unexpected.push_back(id);
+        }
+        Ok(Some(id))
+    }
+
+    /// Completes message `id` if all of it arrived and a receive is bound to it.
+    fn finish_if_bound(&mut self, id: u64) {
+        let m = self.inbound.get(&id).expect("inbound message");
+        if let Some(req) = m.req {
+            let m = self.inbound.remove(&id).expect("inbound message");
+            self.complete(
+                req,
+                Message {
+                    source: m.source,
+                    tag: m.tag,
+                    data: m.data,
+                },
+            );
+        }
+    }
+
+    /// Feeds one arrived chunk.
+    pub fn on_chunk(&mut self, h: &PacketHeader, payload: &[u8]) -> Result<()> {
+        let src = h.src as usize;
+        if h.offset == 0 {
+            // The first chunk (often the whole message): no reassembly state unless more
+            // chunks follow.
+            let cap = usize::try_from(h.total).map_err(|_| Error::Protocol("message too large".into()))?;
+            if payload.len() > cap {
+                return Err(Error::Protocol(format!(
+                    "chunk at offset 0 out of order from rank {src}"
+                )));
+            }
+            let mut data = Vec::with_capacity(cap);
+            data.extend_from_slice(payload);
+            if let Some(id) = self.start(src, h.tag, h.total, data)? {
+                if payload.len() < cap {
+                    self.assembling.insert(src, id);
+                }
+            }
+            return Ok(());
+        }
+        let id = *self
+            .assembling
+            .get(&src)
+            .ok_or_else(|| Error::Protocol(format!("chunk without a message start from rank {src}")))?;
+        let m = self.inbound.get_mut(&id).expect("inbound message");
+        if h.offset as usize != m.data.len() || m.data.len() + payload.len() > m.total {
+            return Err(Error::Protocol(format!(
+                "chunk at offset {} out of order from rank {src}",
+                h.offset
+            )));
+        }
+        m.data.extend_from_slice(payload);
+        if m.data.len() == m.total {
+            self.assembling.remove(&src);
+            self.finish_if_bound(id);
+        }
+        Ok(())
+    }
+
+    /// Feeds a whole message that arrived at once in its own buffer (a transport's direct
+    /// path): `data` becomes the message's buffer without a copy. It takes its place in
+    /// the order of its source's messages and matches exactly as a chunked one would.
+    pub fn on_whole(&mut self, h: &PacketHeader, data: Vec<u8>) -> Result<()> {
+        if data.len() as u64 != h.total {
+            return Err(Error::Protocol(format!(
+                "whole message of {} bytes announced as {}",
+                data.len(),
+                h.total
+            )));
+        }
+        self.start(h.src as usize, h.tag, h.total, data)?;
+        Ok(())
+    }
+
+    /// Posts receive `req`; binds it to the earliest matching unexpected message if any.
+    pub fn post(&mut self, req: u64, src: Source, tag: TagMatch) {
+        if self.unexpected.is_empty() {
+            self.posted.push_back((req, src, tag));
+            return;
+        }
+        let hit = self.unexpected.iter().position(|id| {
+            let m = &self.inbound[id];
+            accepts(src, tag, m.source, m.tag)
+        });
+        match hit {
+            Some(i) => {
+                let id = self.unexpected.remove(i).expect("index in range");
+                let m = self.inbound.get_mut(&id).expect("inbound message");
+                if m.data.len() == m.total {
+                    let m = self.inbound.remove(&id).expect("inbound message");
+                    self.complete(
+                        req,
+                        Message {
+                            source: m.source,
+                            tag: m.tag,
+                            data: m.data,
+                        },
+                    );
+                } else {
+                    m.req = Some(req);
+                }
+            }
+            None => self.posted.push_back((req, src, tag)),
+        }
+    }
+
+    /// Takes the earliest matching unexpected message if it is complete. An incomplete
+    /// earlier match blocks later ones (order is preserved).
+    pub fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
+        let i = self.unexpected.iter().position(|id| {
+            let m = &self.inbound[id];
+            accepts(src, tag, m.source, m.tag)
+        })?;
+        let id = self.unexpected[i];
+        if self.inbound[&id].data.len() != self.inbound[&id].total {
+            return None;
+        }
+        self.unexpected.remove(i);
+        let m = self.inbound.remove(&id).expect("inbound message");
+        Some(Message {
+            source: m.source,
+            tag: m.tag,
+            data: m.data,
+        })
+    }
+
+    /// Delivers a whole message at once (sends to self).
+    pub fn deliver_local(&mut self, src: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        let h = PacketHeader {
+            src: src as u32,
+            tag,
+            total: data.len() as u64,
+            offset: 0,
+            len: data.len() as u32,
+            more: false,
+        };
+        self.on_chunk(&h, data)
+    }
+
+    /// Records the message of completed receive `req`.
+    fn complete(&mut self, req: u64, m: Message) {
+        if let Some((r, older)) = self.last_completed.replace((req, m)) {
+            self.completed.insert(r, older);
+        }
+    }
+
+    /// True if receive `req` has completed.
+    pub fn is_complete(&self, req: u64) -> bool {
+        // Polled by every idle iteration of a blocking wait: no hashing while nothing completed.
+        self.last_completed.as_ref().is_some_and(|(r, _)| *r == req)
+            || (!self.completed.is_empty() && self.completed.contains_key(&req))
+    }
+
+    /// Takes the message of completed receive `req`.
+    pub fn take_completed(&mut self, req: u64) -> Option<Message> {
+        if self.last_completed.as_ref().is_some_and(|(r, _)| *r == req) {
+            return self.last_completed.take().map(|(_, m)| m);
+        }
+        if self.completed.is_empty() {
+            return None;
+        }
+        self.completed.remove(&req)
+    }
+
+    /// Bytes held in unexpected (not yet received) messages.
+    pub fn unexpected_bytes(&self) -> usize {
+        self.unexpected
+            .iter()
+            .map(|id| self.inbound[id].data.capacity())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr(src: u32, tag: Tag, total: u64, offset: u64, len: u32) -> PacketHeader {
+        PacketHeader {
+            src,
+            tag,
+            total,
+            offset,
+            len,
+            more: false,
+        }
+    }
+
+    #[test]
+    fn posted_receive_matches_in_post_order_with_wildcards() {
+        let mut m = Matcher::default();
+        m.post(1, Source::Rank(2), TagMatch::Tag(5));
+        m.post(2, Source::Any, TagMatch::Any);
+        m.on_chunk(&hdr(3, 5, 1, 0, 1), &[9]).unwrap();
+        assert!(!m.is_complete(1));
+        assert_eq!(
+            m.take_completed(2).unwrap(),
+            Message {
+                source: 3,
+                tag: 5,
+                data: vec![9]
+            }
+        );
+        m.on_chunk(&hdr(2, 5, 1, 0, 1), &[7]).unwrap();
+        assert_eq!(m.take_completed(1).unwrap().data, vec![7]);
+    }
+
+    #[test]
+    fn chunks_reassemble_and_any_tag_skips_reserved_tags() {
+        let mut m = Matcher::default();
+        m.on_chunk(&hdr(1, RESERVED_TAG_BASE + 1, 2, 0, 2), &[1, 2])
+            .unwrap();
+        m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
+        assert_eq!(
+            m.try_take(Source::Any, TagMatch::Any),
+            None,
+            "incomplete message is not taken"
+        );
+        m.on_chunk(&hdr(1, 4, 4, 2, 2), &[3, 4]).unwrap();
+        assert_eq!(
+            m.try_take(Source::Any, TagMatch::Any).unwrap().data,
+            vec![1, 2, 3, 4]
+        );
+        assert_eq!(m.try_take(Source::Any, TagMatch::Any), None);
+        assert!(m
+            .try_take(Source::Rank(1), TagMatch::Tag(RESERVED_TAG_BASE + 1))
+            .is_some());
+    }
+
+    #[test]
+    fn out_of_order_chunk_is_a_protocol_error() {
+        let mut m = Matcher::default();
+        m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
+        assert!(m.on_chunk(&hdr(1, 4, 4, 3, 1), &[3]).is_err());
+        assert!(m.on_chunk(&hdr(2, 4, 4, 2, 2), &[3, 4]).is_err());
+        assert!(
+            m.on_whole(&hdr(1, 4, 2, 0, 0), vec![5, 6]).is_err(),
+            "whole message inside a chunked one"
+        );
+    }
+
+    #[test]
+    fn whole_messages_keep_order_and_wildcards_with_chunked_ones() {
+        let mut m = Matcher::default();
+        let any = Source::Any;
+        m.post(1, any, TagMatch::Tag(7));
+        // A whole message for the posted receive, then unexpected ones in order.
+        m.on_whole(&hdr(2, 7, 3, 0, 0), vec![1, 2, 3]).unwrap();
+        assert_eq!(
+            m.take_completed(1).unwrap(),
+            Message {
+                source: 2,
+                tag: 7,
+                data: vec![1, 2, 3]
+            }
+        );
+        m.on_chunk(&hdr(2, 8, 1, 0, 1), &[4]).unwrap();
+        m.on_whole(&hdr(3, 8, 2, 0, 0), vec![5, 6]).unwrap();
+        m.on_whole(&hdr(2, 8, 2, 0, 0), vec![7, 8]).unwrap();
+        assert_eq!(m.try_take(any, TagMatch::Tag(8)).unwrap().data, vec![4]);
+        assert_eq!(
+            m.try_take(Source::Rank(2), TagMatch::Any).unwrap().data,
+            vec![7, 8]
+        );
+        m.post(2, any, TagMatch::Any);
+        assert_eq!(
+            m.take_completed(2).unwrap(),
+            Message {
+                source: 3,
+                tag: 8,
+                data: vec![5, 6]
+            }
+        );
+        assert!(
+            m.on_whole(&hdr(3, 8, 5, 0, 0), vec![1]).is_err(),
+            "length differs from the header"
+        );
+    }
+}

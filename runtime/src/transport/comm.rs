@@ -1,0 +1,438 @@
+//! The embedding API for simulator code: [`Communicator`], a rank's handle with blocking
+//! and non-blocking tagged point-to-point, `barrier`, `all_gatherv` and `progress`.
+//! Everything runs on the caller's thread: a simulator drives the runtime from one
+//! thread and calls [`Communicator::progress`] between compute steps.
+
+use crate::core::backoff::Backoff;
+use crate::core::config::TransportConfig;
+use crate::core::error::{Error, Result};
+use crate::core::footprint::{Footprint, MemoryLock};
+use crate::core::pool::PoolStats;
+use crate::fabric::Fabric;
+use crate::protocol::connection::EndpointStats;
+use crate::protocol::engine::Engine;
+use crate::protocol::matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+
+const BARRIER_TAG: Tag = RESERVED_TAG_BASE;
+const ALLGATHER_TAG: Tag = RESERVED_TAG_BASE + 100;
+
+/// Handle of a non-blocking operation.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a request must be waited for or tested to completion"]
+pub struct Request {
+    id: u64,
+    recv: bool,
+}
+
+/// Result of a completed request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// A send completed: its data is delivered to the receiver's buffers.
+    Sent,
+    /// A receive completed with this message.
+    Received(Message),
+}
+
+impl Completion {
+    /// The message of a receive (None for a send).
+    pub fn into_message(self) -> Option<Message> {
+        match self {
+            Completion::Received(m) => Some(m),
+            Completion::Sent => None,
+        }
+    }
+}
+
+/// What carries a communicator's messages: the progress engine over a [`Fabric`] (every
+/// transport), or MPI itself (the MPI native path, one MPI message per Ballast message).
+/// One per communicator, never in a collection: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Backend {
+    Engine(Engine),
+    #[cfg(feature = "mpi")]
+    Native(Box<crate::transport::mpi::native::MpiNative>),
+}
+
+/// Calls the same method on either backend.
+macro_rules! on_backend {
+    ($self:expr, $b:ident => $e:expr) => {
+        match $self {
+            Backend::Engine($b) => $e,
+            #[cfg(feature = "mpi")]
+            Backend::Native($b) => $e,
+        }
+    };
+}
+
+/// A rank's communicator.
+pub struct Communicator {
+    backend: Backend,
+    /// The backend's setup notes plus the creator's (e.g. why the MPI native path was not
+    /// taken); fixed at creation.
+    notes: Vec<String>,
+    /// Messages this rank sent so far (see [`Communicator::messages_sent`]).
+    messages_sent: u64,
+}
+
+impl Communicator {
+    /// Builds a communicator over `fabric` (registers the pool, sets up receive queues,
+    /// connects all peers when `lazy_connect` is off).
+    pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
+        let e = Engine::new(fabric, config)?;
+        Ok(Communicator {
+            notes: e.notes().to_vec(),
+            backend: Backend::Engine(e),
+            messages_sent: 0,
+        })
+    }
+
+    #[cfg(feature = "mpi")]
+    pub(crate) fn native(n: crate::transport::mpi::native::MpiNative) -> Communicator {
+        Communicator {
+            notes: n.notes().to_vec(),
+            backend: Backend::Native(Box::new(n)),
+            messages_sent: 0,
+        }
+    }
+
+    /// Adds a note about the setup (shown by [`Communicator::notes`]).
+    #[cfg(feature = "mpi")]
+    pub(crate) fn with_note(mut self, note: Option<String>) -> Communicator {
+        self.notes.extend(note);
+        self
+    }
+
+    /// This rank, `0..world_size()`.
+    pub fn rank(&self) -> usize {
+        on_backend!(&self.backend, b => b.rank())
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        on_backend!(&self.backend, b => b.world_size())
+    }
+
+    /// Effective transport configuration (after fallbacks such as xrc -> shared).
+    pub fn config(&self) -> &TransportConfig {
+        on_backend!(&self.backend, b => b.config())
+    }
+
+    /// Notes about the setup (fallbacks, the MPI native path), then, when the OS refused
+    /// to lock some of the memory held now or before, [`MemoryLock::note`]: the bytes asked
+    /// and locked and the limit, as of this call.
+    pub fn notes(&self) -> Vec<String> {
+        let mut n = self.notes.clone();
+        n.extend(self.memory_lock().note());
+        n
+    }
+
+    /// What became of the `mlock` requests of the memory held now (pool and receive
+    /// queues; see [`MemoryLock`]). Empty on the MPI native path (nothing is locked).
+    pub fn memory_lock(&self) -> MemoryLock {
+        match &self.backend {
+            Backend::Engine(e) => e.memory_lock(),
+            #[cfg(feature = "mpi")]
+            Backend::Native(_) => MemoryLock::default(),
+        }
+    }
+
+    /// True when this communicator runs on the MPI native path (one MPI message per
+    /// Ballast message; no pool, endpoints or credits of Ballast's own).
+    pub fn is_mpi_native(&self) -> bool {
+        !matches!(self.backend, Backend::Engine(_))
+    }
+
+    /// One idle step of a blocking call (see [`Backoff`]): blocks until an arrival on a
+    /// fabric that can.
+    fn snooze(&self, b: &mut Backoff) {
+        match &self.backend {
+            Backend::Engine(e) => {
+                let f = e.fabric();
+                b.snooze_on(f.blocks_when_idle(), |d| f.wait_for_arrival(d))
+            }
+            #[cfg(feature = "mpi")]
+            Backend::Native(_) => b.snooze(),
+        }
+    }
+
+    fn check_tag(tag: Tag) -> Result<()> {
+        if tag >= RESERVED_TAG_BASE {
+            return Err(Error::ReservedTag(tag));
+        }
+        Ok(())
+    }
+
+    fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+        let id = on_backend!(&mut self.backend, b => b.isend(dest, tag, data))?;
+        self.messages_sent += 1;
+        Ok(id)
+    }
+
+    /// Messages this rank sent so far, whole messages (not packets), its own to itself and
+    /// those of collectives (`barrier`, `all_gatherv`) included.
+    pub fn messages_sent(&self) -> u64 {
+        self.messages_sent
+    }
+
+    fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+        on_backend!(&mut self.backend, b => b.irecv(src, tag))
+    }
+
+    /// Starts sending `data` to `dest` with `tag`. The first `buffer_size` bytes are copied
+    /// into a pool buffer now (the rest into a private copy), so `data` may be reused at
+    /// once. On a transport with a direct path (MPI) a message larger than its threshold is
+    /// copied once, whole, into a private buffer instead and takes no pool buffer; on the
+    /// MPI native path every message is copied once into a private buffer. Errors:
+    /// [`Error::WouldBlock`] when no pool buffer is free (call [`Communicator::progress`]
+    /// and retry), [`Error::InvalidRank`], [`Error::ReservedTag`].
+    pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
+        Self::check_tag(tag)?;
+        Ok(Request {
+            id: self.isend_raw(dest, tag, data)?,
+            recv: false,
+        })
+    }
+
+    /// [`Communicator::isend`] that, while no pool buffer is free, progresses and waits
+    /// (blocking on the local transport, see [`Communicator::wait`]) instead of returning
+    /// [`Error::WouldBlock`]. Errors: [`Error::InvalidRank`], [`Error::ReservedTag`], the
+    /// transport's.
+    pub fn isend_waiting(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
+        Self::check_tag(tag)?;
+        Ok(Request {
+            id: self.isend_retry(dest, tag, data)?,
+            recv: false,
+        })
+    }
+
+    /// `isend` that progresses and retries while the pool is exhausted.
+    fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+        let mut b = Backoff::new();
+        loop {
+            match self.isend_raw(dest, tag, data) {
+                Ok(id) => return Ok(id),
+                Err(Error::WouldBlock) => {
+                    if self.progress()? {
+                        b.reset();
+                    } else {
+                        self.snooze(&mut b);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn send_internal(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        let id = self.isend_retry(dest, tag, data)?;
+        self.wait(Request { id, recv: false }).map(|_| ())
+    }
+
+    /// Sends `data` to `dest` with `tag`, progressing and waiting while the pool is
+    /// exhausted (back-pressure); returns when all of it is delivered to the receiver's
+    /// receive buffers, or, on a transport that copies each packet when posting it (MPI), as
+    /// soon as the transport holds the copy (as `MPI_Send` returns). On a transport with a
+    /// direct path (MPI) a message larger than its threshold is sent straight from `data`,
+    /// without a copy, and the call returns when the transport no longer reads `data`; it
+    /// keeps progressing meanwhile.
+    pub fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        Self::check_tag(tag)?;
+        match &mut self.backend {
+            Backend::Engine(e) => {
+                if e.goes_direct(dest, data.len()) {
+                    e.send_direct(dest, tag, data)?;
+                    self.messages_sent += 1;
+                    return Ok(());
+                }
+            }
+            #[cfg(feature = "mpi")]
+            Backend::Native(n) => {
+                n.send(dest, tag, data)?;
+                self.messages_sent += 1;
+                return Ok(());
+            }
+        }
+        self.send_internal(dest, tag, data)
+    }
+
+    /// Posts a receive from `src` (a rank or any) with `tag` (a tag or any user tag).
+    pub fn irecv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Request> {
+        Ok(Request {
+            id: self.irecv_raw(src.into(), tag.into())?,
+            recv: true,
+        })
+    }
+
+    /// Receives the next message matching `src` and `tag`, progressing until it arrives.
+    pub fn recv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Message> {
+        #[cfg(feature = "mpi")]
+        if let Backend::Native(n) = &mut self.backend {
+            return n.recv(src.into(), tag.into());
+        }
+        let r = self.irecv(src, tag)?;
+        Ok(self.wait(r)?.into_message().expect("receive request"))
+    }
+
+    /// Progresses once, then returns the next matching message if it has fully arrived.
+    pub fn try_recv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Option<Message>> {
+        self.progress()?;
+        let (src, tag) = (src.into(), tag.into());
+        Ok(on_backend!(&mut self.backend, b => b.try_take(src, tag)))
+    }
+
+    /// Progresses once and tells whether `req` has completed (it stays valid for `wait`).
+    pub fn test(&mut self, req: &Request) -> Result<bool> {
+        self.progress()?;
+        self.is_done(req)
+    }
+
+    fn is_done(&self, req: &Request) -> Result<bool> {
+        if req.recv {
+            Ok(on_backend!(&self.backend, b => b.recv_done(req.id)))
+        } else {
+            on_backend!(&self.backend, b => b.send_done(req.id))
+        }
+    }
+
+    /// Progresses until `req` completes. While nothing happens it polls briefly, then
+    /// yields; on the local transport it then blocks until an arrival wakes it (using no
+    /// core), on MPI and verbs it sleeps in short steps. `recv`, `send`, `barrier` and
+    /// `all_gatherv` wait the same way.
+    pub fn wait(&mut self, req: Request) -> Result<Completion> {
+        let mut b = Backoff::new();
+        while !self.is_done(&req)? {
+            if self.progress()? {
+                b.reset();
+            } else {
+                self.snooze(&mut b);
+            }
+        }
+        if req.recv {
+            let m = on_backend!(&mut self.backend, b => b.take_recv(req.id))
+                .ok_or(Error::UnknownRequest(req.id))?;
+            Ok(Completion::Received(m))
+        } else {
+            on_backend!(&mut self.backend, b => b.finish_send(req.id));
+            Ok(Completion::Sent)
+        }
+    }
+
+    /// Waits for all requests, in order.
+    pub fn wait_all(&mut self, reqs: Vec<Request>) -> Result<Vec<Completion>> {
+        reqs.into_iter().map(|r| self.wait(r)).collect()
+    }
+
+    /// Advances the runtime: polls arrivals and completions, answers handshakes and credit
+    /// requests, posts queued chunks. Returns true if anything happened.
+    pub fn progress(&mut self) -> Result<bool> {
+        on_backend!(&mut self.backend, b => b.progress())
+    }
+
+    /// Blocks until every rank entered the barrier (dissemination algorithm,
+    /// `ceil(log2 n)` rounds, talks to `2 * ceil(log2 n)` peers).
+    pub fn barrier(&mut self) -> Result<()> {
+        let n = self.world_size();
+        let r = self.rank();
+        let mut k = 0;
+        while (1usize << k) < n {
+            let d = 1usize << k;
+            let to = (r + d) % n;
+            let from = (r + n - d) % n;
+            let tag = BARRIER_TAG + k as Tag;
+            let s = Request {
+                id: self.isend_retry(to, tag, &[])?,
+                recv: false,
+            };
+            let rr = Request {
+                id: self.irecv_raw(Source::Rank(from), TagMatch::Tag(tag))?,
+                recv: true,
+            };
+            self.wait(rr)?;
+            self.wait(s)?;
+            k += 1;
+        }
+        Ok(())
+    }
+
+    /// Gathers every rank's `data` (any length) on every rank, ordered by rank (ring
+    /// algorithm: `n - 1` steps, talks to 2 peers).
+    pub fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let n = self.world_size();
+        let r = self.rank();
+        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); n];
+        blocks[r] = data.to_vec();
+        let right = (r + 1) % n;
+        let left = (r + n - 1) % n;
+        for s in 0..n.saturating_sub(1) {
+            let send_idx = (r + n - s) % n;
+            let recv_idx = (r + 2 * n - s - 1) % n;
+            let rr = Request {
+                id: self.irecv_raw(Source::Rank(left), TagMatch::Tag(ALLGATHER_TAG))?,
+                recv: true,
+            };
+            let sr = Request {
+                id: self.isend_retry(right, ALLGATHER_TAG, &blocks[send_idx].clone())?,
+                recv: false,
+            };
+            blocks[recv_idx] = self.wait(rr)?.into_message().expect("receive").data;
+            self.wait(sr)?;
+        }
+        Ok(blocks)
+    }
+
+    /// Transport memory of this rank by kind, as accounted now.
+    pub fn footprint(&self) -> Footprint {
+        on_backend!(&self.backend, b => b.footprint())
+    }
+
+    /// Pool occupancy counters.
+    pub fn pool_stats(&self) -> PoolStats {
+        on_backend!(&self.backend, b => b.pool_stats())
+    }
+
+    /// Endpoint counters (live, peak, opened, evicted, peers connected).
+    pub fn endpoint_stats(&self) -> EndpointStats {
+        on_backend!(&self.backend, b => b.endpoint_stats())
+    }
+
+    /// True if the shared-queue credit accounting balances (diagnostics for tests).
+    pub fn credits_consistent(&self) -> bool {
+        match &self.backend {
+            Backend::Engine(e) => e.credits_consistent(),
+            #[cfg(feature = "mpi")]
+            Backend::Native(_) => true, // no credits: MPI does its own flow control
+        }
+    }
+
+    /// Delivers all own sends, then keeps serving other ranks until every rank is done.
+    pub(crate) fn finalize(&mut self) -> Result<()> {
+        let mut b = Backoff::new();
+        while !on_backend!(&self.backend, e => e.sends_drained()) {
+            if self.progress()? {
+                b.reset();
+            } else {
+                self.snooze(&mut b);
+            }
+        }
+        match &mut self.backend {
+            Backend::Engine(e) => e.fabric_mut().mark_done(),
+            #[cfg(feature = "mpi")]
+            Backend::Native(n) => n.mark_done(),
+        }
+        loop {
+            let done = match &mut self.backend {
+                Backend::Engine(e) => e.fabric_mut().all_done(),
+                #[cfg(feature = "mpi")]
+                Backend::Native(n) => n.all_done(),
+            };
+            if done {
+                return Ok(());
+            }
+            if self.progress()? {
+                b.reset();
+            } else {
+                self.snooze(&mut b);
+            }
+        }
+    }
+}

@@ -1,0 +1,532 @@
+//! The in-process transport (`local`, the embedded default): N ranks as threads of one
+//! process, started by [`run`]. It implements the fabric with real memory: every
+//! receive queue (per endpoint in `per-peer` mode, per rank in `shared`/`xrc` mode) is a
+//! real region of `depth * buffer_size` bytes with `depth` posted slots, a send copies the
+//! pool buffer into a slot posted by the receiver (the "DMA"), and registration locks
+//! memory with `mlock` when `lock_pool` is on, so its footprint is measurable.
+//!
+//! A rank with nothing to do blocks ([`Fabric::wait_for_arrival`]: it parks its thread)
+//! and is woken by whatever can give it work: a packet or control message pushed to its
+//! port, another rank's failure, the last rank finishing. Ranks may thus far outnumber
+//! cores: waiting ones use none.
+
+use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam::queue::{ArrayQueue, SegQueue};
+use crossbeam::sync::{Parker, Unparker};
+use parking_lot::Mutex;
+
+use crate::core::config::{RecvSharing, RuntimeConfig, TransportConfig, TransportKind};
+use crate::core::error::{first_error, panic_message, Error, Result};
+use crate::core::footprint::{MemoryLock, MemoryModel};
+pub use crate::core::memory::memlock_limit_bytes;
+use crate::core::memory::AlignedRegion;
+use crate::core::pool::{Register, Registration};
+use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
+use crate::transport::comm::Communicator;
+
+/// Arrivals handled per [`Fabric::poll`] call at most.
+const POLL_BATCH: usize = 256;
+
+/// A receive queue: one region of `depth` slots of `buffer_size` bytes, and the indices
+/// of the posted (free) slots.
+pub(crate) struct RecvQueue {
+    // Before `region`: the lock ends before the memory is freed.
+    _lock: Option<region::LockGuard>,
+    region: Mutex<AlignedRegion>,
+    posted: ArrayQueue<u32>,
+    buffer_size: usize,
+}
+
+impl RecvQueue {
+    /// `what` names the queue and its sizing settings in an allocation error.
+    fn new(
+        depth: usize,
+        buffer_size: usize,
+        lock: bool,
+        what: &str,
+    ) -> Result<(Arc<RecvQueue>, Registration)> {
+        let mem = AlignedRegion::new(depth, buffer_size, what)?;
+        let (guard, reg) = lock_region(mem.as_slice(), lock);
+        let posted = ArrayQueue::new(depth);
+        for i in 0..depth as u32 {
+            posted.push(i).expect("queue sized to depth");
+        }
+        Ok((
+            Arc::new(RecvQueue {
+                _lock: guard,
+                region: Mutex::new(mem),
+                posted,
+                buffer_size,
+            }),
+            reg,
+        ))
+    }
+
+    /// Bytes accounted for a queue of `len` buffer bytes and `depth` slots.
+    fn accounted(len: usize, depth: usize, m: &MemoryModel) -> u64 {
+        m.rq_fixed_bytes + len as u64 + depth as u64 * m.rq_wqe_bytes
+    }
+}
+
+/// Locks `mem` with mlock if asked; a refusal is recorded in the registration's
+/// [`MemoryLock`] (bytes, OS error, the soft RLIMIT_MEMLOCK), not an error.
+fn lock_region(mem: &[u8], lock: bool) -> (Option<region::LockGuard>, Registration) {
+    let bytes = mem.len() as u64;
+    let mut outcome = MemoryLock::default();
+    if !lock {
+        return (
+            None,
+            Registration {
+                bytes,
+                locked_bytes: 0,
+                note: None,
+                lock: outcome,
+            },
+        );
+    }
+    match region::lock(mem.as_ptr(), mem.len()) {
+        Ok(g) => {
+            outcome.record_locked(bytes);
+            (
+                Some(g),
+                Registration {
+                    bytes,
+                    locked_bytes: bytes,
+                    note: None,
+                    lock: outcome,
+                },
+            )
+        }
+        Err(e) => {
+            let errno = match &e {
+                region::Error::SystemCall(io) => io.raw_os_error(),
+                _ => None,
+            };
+            outcome.record_refused(bytes, errno, memlock_limit_bytes());
+            (
+                None,
+                Registration {
+                    bytes,
+                    locked_bytes: 0,
+                    note: None,
+                    lock: outcome,
+                },
+            )
+        }
+    }
+}
+
+struct Arrival {
+    hdr: PacketHeader,
+    rq: Arc<RecvQueue>,
+    slot: u32,
+}
+
+/// What other ranks can reach of one rank: its arrival and control queues, its receive
+/// queues, and the handle that wakes it when it blocks.
+pub(crate) struct RankPort {
+    data: SegQueue<Arrival>,
+    ctrl: SegQueue<(usize, Control)>,
+    srq: OnceLock<Arc<RecvQueue>>,
+    rqs: Mutex<HashMap<usize, Arc<RecvQueue>>>,
+    /// Wakes the rank from [`Fabric::wait_for_arrival`]; called after every push to its
+    /// queues (one atomic swap when the rank is not blocked; an unpark before the block
+    /// makes the block return at once, so no arrival is missed).
+    waker: Unparker,
+}
+
+/// The ranks of one [`run`].
+pub(crate) struct World {
+    ports: Vec<RankPort>,
+    abort: AtomicBool,
+    done: AtomicUsize,
+}
+
+impl World {
+    /// A world of `n` ranks and the parker of each rank (by rank), to be moved into its
+    /// thread.
+    fn new(n: usize) -> (World, Vec<Parker>) {
+        let parkers: Vec<Parker> = (0..n).map(|_| Parker::new()).collect();
+        let world = World {
+            ports: parkers
+                .iter()
+                .map(|p| RankPort {
+                    data: SegQueue::new(),
+                    ctrl: SegQueue::new(),
+                    srq: OnceLock::new(),
+                    rqs: Mutex::new(HashMap::new()),
+                    waker: p.unparker().clone(),
+                })
+                .collect(),
+            abort: AtomicBool::new(false),
+            done: AtomicUsize::new(0),
+        };
+        (world, parkers)
+    }
+
+    /// Tells every rank that waiting is pointless, waking those that block.
+    fn abort(&self) {
+        self.abort.store(true, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        for p in &self.ports {
+            p.waker.unpark();
+        }
+    }
+}
+
+/// Fabric-side state of one endpoint.
+pub(crate) struct LocalEndpoint {
+    own_rq: Option<Arc<RecvQueue>>,
+    remote_rq: Option<Arc<RecvQueue>>,
+}
+
+/// The in-process fabric of one rank.
+pub struct LocalFabric {
+    rank: usize,
+    world: Arc<World>,
+    cfg: TransportConfig,
+    sharing: RecvSharing,
+    endpoints: HashMap<usize, LocalEndpoint>,
+    completions: VecDeque<u64>,
+    locks: Vec<region::LockGuard>,
+    bytes: FabricBytes,
+    model: MemoryModel,
+    marked_done: bool,
+    /// Blocks this rank's thread in [`Fabric::wait_for_arrival`].
+    parker: Parker,
+}
+
+/// The sizes of the structures this transport allocates (see [`MemoryModel`]).
+pub(crate) fn memory_model() -> MemoryModel {
+    use std::mem::size_of;
+    let arc = 2 * size_of::<usize>() as u64;
+    let rq_fixed = size_of::<RecvQueue>() as u64 + arc;
+    let wqe = size_of::<(usize, u32)>() as u64; // ArrayQueue slot: stamp + index
+    MemoryModel {
+        endpoint_fixed_bytes: size_of::<LocalEndpoint>() as u64 + size_of::<usize>() as u64,
+        engine_endpoint_bytes: size_of::<crate::protocol::connection::Endpoint>() as u64
+            + size_of::<usize>() as u64,
+        rq_fixed_bytes: rq_fixed,
+        rq_wqe_bytes: wqe,
+        srq_fixed_bytes: rq_fixed,
+        srq_wqe_bytes: wqe,
+        control_fixed_bytes: (size_of::<crate::protocol::engine::Engine>()
+            + size_of::<LocalFabric>()
+            + size_of::<RankPort>()) as u64,
+        per_peer_control_bytes: (size_of::<crate::protocol::engine::PeerState>()
+            + size_of::<crate::protocol::credit::CreditHolder>()
+            + 2 * size_of::<usize>()) as u64,
+    }
+}
+
+impl LocalFabric {
+    fn new(rank: usize, world: Arc<World>, cfg: &TransportConfig, parker: Parker) -> LocalFabric {
+        LocalFabric {
+            rank,
+            world,
+            cfg: *cfg,
+            sharing: cfg.recv_sharing,
+            endpoints: HashMap::new(),
+            completions: VecDeque::new(),
+            locks: Vec::new(),
+            bytes: FabricBytes::default(),
+            model: memory_model(),
+            marked_done: false,
+            parker,
+        }
+    }
+
+    fn add_recv(&mut self, rq: &RecvQueue, reg: &Registration, depth: usize, shared: bool) {
+        let acc = RecvQueue::accounted(rq.region.lock().len(), depth, &self.model);
+        if shared {
+            self.bytes.srq_bytes += acc;
+        } else {
+            self.bytes.endpoint_bytes += acc;
+        }
+        self.bytes.recv_registered_bytes += reg.bytes;
+        self.bytes.recv_locked_bytes += reg.locked_bytes;
+        self.bytes.recv_lock.add(&reg.lock);
+    }
+}
+
+impl Register for LocalFabric {
+    fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
+        let (guard, reg) = lock_region(region, lock);
+        self.locks.extend(guard);
+        Ok(reg)
+    }
+}
+
+impl Fabric for LocalFabric {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world.ports.len()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "local",
+            xrc: true,
+        }
+    }
+
+    fn setup_receive(&mut self, sharing: RecvSharing) -> Result<Option<String>> {
+        self.sharing = sharing;
+        if sharing == RecvSharing::PerPeer {
+            return Ok(None);
+        }
+        let (rq, reg) = RecvQueue::new(
+            self.cfg.srq_depth,
+            self.cfg.buffer_size,
+            self.cfg.lock_pool,
+            "the shared receive queue (srq_depth x buffer_size: BALLAST_SRQ_DEPTH, BALLAST_BUFFER_SIZE)",
+        )?;
+        self.add_recv(&rq, &reg, self.cfg.srq_depth, true);
+        self.world.ports[self.rank]
+            .srq
+            .set(rq)
+            .map_err(|_| Error::Protocol("shared receive queue set twice".into()))?;
+        Ok(reg.note)
+    }
+
+    fn open_endpoint(&mut self, key: usize) -> Result<()> {
+        let own_rq = if self.sharing == RecvSharing::PerPeer {
+            let (rq, reg) = RecvQueue::new(
+                self.cfg.recv_depth,
+                self.cfg.buffer_size,
+                self.cfg.lock_pool,
+                "a per-peer receive queue (recv_depth x buffer_size: BALLAST_RECV_DEPTH, BALLAST_BUFFER_SIZE)",
+            )?;
+            self.add_recv(&rq, &reg, self.cfg.recv_depth, false);
+            self.world.ports[self.rank].rqs.lock().insert(key, rq.clone());
+            Some(rq)
+        } else {
+            None
+        };
+        self.bytes.endpoint_bytes += self.model.endpoint_fixed_bytes;
+        if self
+            .endpoints
+            .insert(
+                key,
+                LocalEndpoint {
+                    own_rq,
+                    remote_rq: None,
+                },
+            )
+            .is_some()
+        {
+            return Err(Error::Protocol(format!("endpoint {key} opened twice")));
+        }
+        Ok(())
+    }
+
+    fn close_endpoint(&mut self, key: usize) -> Result<()> {
+        let ep = self
+            .endpoints
+            .remove(&key)
+            .ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
+        self.bytes.endpoint_bytes -= self.model.endpoint_fixed_bytes;
+        if let Some(rq) = ep.own_rq {
+            self.world.ports[self.rank].rqs.lock().remove(&key);
+            let len = rq.region.lock().len();
+            self.bytes.endpoint_bytes -= RecvQueue::accounted(len, self.cfg.recv_depth, &self.model);
+            self.bytes.recv_registered_bytes -= len as u64;
+            if rq._lock.is_some() {
+                self.bytes.recv_locked_bytes -= len as u64;
+            }
+            if self.cfg.lock_pool {
+                self.bytes.recv_lock.release(len as u64, rq._lock.is_some());
+            }
+        }
+        Ok(())
+    }
+
+    fn post_send(
+        &mut self,
+        dest: usize,
+        key: usize,
+        hdr: &PacketHeader,
+        payload: &[u8],
+        wr_id: u64,
+    ) -> Result<()> {
+        let port = &self.world.ports[dest];
+        let rq = if self.sharing == RecvSharing::PerPeer {
+            let ep = self
+                .endpoints
+                .get_mut(&key)
+                .ok_or_else(|| Error::Protocol(format!("send on unknown endpoint {key}")))?;
+            if ep.remote_rq.is_none() {
+                ep.remote_rq = port.rqs.lock().get(&self.rank).cloned();
+            }
+            ep.remote_rq.clone()
+        } else {
+            port.srq.get().cloned()
+        };
+        let rq = rq.ok_or(Error::ReceiverNotReady { dest })?;
+        let slot = rq.posted.pop().ok_or(Error::ReceiverNotReady { dest })?;
+        {
+            let mut g = rq.region.lock();
+            let off = slot as usize * rq.buffer_size;
+            g.as_mut_slice()[off..off + payload.len()].copy_from_slice(payload);
+        }
+        port.data.push(Arrival { hdr: *hdr, rq, slot });
+        port.waker.unpark();
+        self.completions.push_back(wr_id);
+        Ok(())
+    }
+
+    fn send_control(&mut self, dest: usize, msg: Control) -> Result<()> {
+        let port = &self.world.ports[dest];
+        port.ctrl.push((self.rank, msg));
+        port.waker.unpark();
+        Ok(())
+    }
+
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+        let mut n = 0;
+        while let Some(w) = self.completions.pop_front() {
+            on_event(Event::SendComplete(w))?;
+            n += 1;
+        }
+        let port = &self.world.ports[self.rank];
+        for _ in 0..POLL_BATCH {
+            let Some(a) = port.data.pop() else { break };
+            {
+                let g = a.rq.region.lock();
+                let off = a.slot as usize * a.rq.buffer_size;
+                on_event(Event::Arrival(
+                    a.hdr,
+                    &g.as_slice()[off..off + a.hdr.len as usize],
+                ))?;
+            }
+            a.rq.posted
+                .push(a.slot)
+                .map_err(|_| Error::Protocol("receive queue overflow".into()))?;
+            n += 1;
+        }
+        while let Some((src, c)) = port.ctrl.pop() {
+            on_event(Event::Control(src, c))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn bytes(&self) -> FabricBytes {
+        self.bytes
+    }
+
+    fn memory_model(&self) -> MemoryModel {
+        self.model
+    }
+
+    fn aborted(&self) -> bool {
+        self.world.abort.load(Ordering::Relaxed)
+    }
+
+    fn mark_done(&mut self) {
+        if !self.marked_done {
+            self.marked_done = true;
+            if self.world.done.fetch_add(1, Ordering::AcqRel) + 1 == self.world.ports.len() {
+                // The others may be blocked in their finish, waiting for this.
+                self.world.wake_all();
+            }
+        }
+    }
+
+    fn all_done(&self) -> bool {
+        self.world.done.load(Ordering::Acquire) == self.world.ports.len()
+    }
+
+    fn blocks_when_idle(&self) -> bool {
+        true
+    }
+
+    fn wait_for_arrival(&self, timeout: std::time::Duration) {
+        self.parker.park_timeout(timeout);
+    }
+}
+
+/// Runs `f` on `n` ranks, each a thread of this process with its own [`Communicator`]
+/// over the in-process transport, and returns the results by rank.
+///
+/// After `f` returns, each rank keeps progressing until its sends are delivered and all
+/// ranks are finished (like `MPI_Finalize`). If a rank panics or fails, the others stop
+/// with [`Error::Aborted`] and the first real error is returned.
+pub fn run<R, F>(n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<R>>
+where
+    F: Fn(&mut Communicator) -> R + Sync,
+    R: Send,
+{
+    if n == 0 {
+        return Err(Error::InvalidRank {
+            rank: 0,
+            world_size: 0,
+        });
+    }
+    let cfg = *config.transport();
+    if cfg.kind != TransportKind::Local {
+        return Err(Error::TransportUnavailable(format!(
+            "{} (local::run needs transport=local)",
+            cfg.kind
+        )));
+    }
+    cfg.validate()?;
+    let (world, parkers) = World::new(n);
+    let world = Arc::new(world);
+    let f = &f;
+    let results: Vec<Result<R>> = std::thread::scope(|s| {
+        let mut handles = Vec::with_capacity(n);
+        for (r, parker) in parkers.into_iter().enumerate() {
+            let world_r = world.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("ballast-rank-{r}"))
+                .spawn_scoped(s, move || {
+                    let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
+                        let fabric = LocalFabric::new(r, world_r.clone(), &cfg, parker);
+                        let mut comm = Communicator::new(Box::new(fabric), &cfg)?;
+                        let out = f(&mut comm);
+                        comm.finalize()?;
+                        Ok(out)
+                    }));
+                    let out = match out {
+                        Ok(v) => v,
+                        Err(p) => Err(Error::RankPanicked(r, panic_message(p.as_ref()))),
+                    };
+                    if out.is_err() {
+                        world_r.abort();
+                    }
+                    out
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    world.abort();
+                    handles.push(
+                        std::thread::Builder::new()
+                            .spawn_scoped(s, move || Err(Error::Io(e)))
+                            .expect("spawn"),
+                    );
+                    break;
+                }
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|p| Err(Error::RankPanicked(usize::MAX, panic_message(p.as_ref()))))
+            })
+            .collect()
+    });
+    first_error(results)
+}

@@ -1,0 +1,398 @@
+//! The memory models of the transports and the prediction from them
+//! ([`TransportConfig::predict`], the formula the balancer charges per rank). Compiled in
+//! every build, whatever the features: the balancer predicts any transport's footprint.
+//! The local transport's sizes are those of its own structures
+//! ([`crate::transport::local`]); the verbs and MPI sizes are below.
+//!
+//! # The model
+//!
+//! With `c` = peers connected (all `world_size - 1` when `lazy_connect` is off), `e` =
+//! live endpoints = `c` (per-peer, shared) or `min(c, ceil(world_size / ranks_per_node))`
+//! (xrc: one send endpoint per remote node), capped at `max_endpoints` when set, `B` =
+//! `buffer_size`, and the per-object sizes of [`MemoryModel`]:
+//!
+//! | kind | bytes |
+//! |---|---|
+//! | pool | `buffer_count * B` (initial; with `pool_growth` at most `max_pool_bytes`) |
+//! | endpoints | `e * (endpoint_fixed + engine_endpoint)` + per-peer only: `e * (rq_fixed + recv_depth * (B + rq_wqe))` |
+//! | shared receive queue | shared/xrc only: `srq_fixed + srq_depth * (B + srq_wqe)` |
+//! | control | `control_fixed + c * per_peer_control` |
+//! | registered | pool + receive buffers (`e * recv_depth * B` or `srq_depth * B`) |
+//!
+//! `total_bytes()` = pool + endpoints + shared receive queue + control (registered and
+//! locked are views of the same memory, not added).
+//!
+//! In `xrc` mode only senders open endpoints, so for a rank that only receives the model
+//! over-counts (it charges one endpoint per peer node); it never under-counts.
+//!
+//! # Sizes used for the verbs transport (mlx5, ConnectX-4 and later)
+//!
+//! From rdma-core `providers/mlx5/mlx5dv.h` (and `providers/mlx5/wqe.h` in older trees):
+//! a send WQE basic block is `MLX5_SEND_WQE_BB = 64` bytes; a receive data segment
+//! `struct mlx5_wqe_data_seg` is 16 bytes (one scatter entry per receive WQE); an SRQ
+//! WQE adds `struct mlx5_wqe_srq_next_seg` (16 bytes), so 32 bytes; a completion entry
+//! `struct mlx5_cqe64` is 64 bytes. Per QP we charge a send ring of
+//! [`VERBS_SQ_DEPTH`] basic blocks plus [`VERBS_QP_CONTEXT_BYTES`] for the QP context the
+//! driver gives the HCA (firmware ICM) and the user/kernel QP structures: this last
+//! number is an estimate (rdma-core and the kernel do not state one size), to be replaced
+//! by a measurement when the verbs transport lands. The CQ is [`VERBS_CQ_ENTRIES`] x 64 B.
+//!
+//! # The MPI transport: Ballast's own bytes only
+//!
+//! On the native path (`mpi_native`, the default with one rank per process; see
+//! `mpi::native`) Ballast has no pool, endpoints or receive queues above MPI: it keeps one
+//! send and one receive buffer of `B + 1` bytes (as `srq_bytes`), and its structure
+//! ([`MPI_NATIVE_FIXED_BYTES`]) with a counter and a peer flag per rank of the world
+//! ([`MPI_NATIVE_PER_RANK_BYTES`]) (as `control_bytes`); nothing grows per peer. Buffers of requests in flight
+//! (posted receives, `isend` copies) are accounted while held (they are the application's
+//! traffic, not a fixed cost), so the accounted figure equals the prediction whenever no
+//! request is in flight; messages that arrived before their receive was posted are not
+//! counted (the application's data, as in the engine's matcher and MPI's own queue). The rest of this section is the engine path
+//! over MPI (`mpi_native` off, or several ranks per process).
+//!
+//! Ballast cannot see inside the MPI library (its eager and unexpected-message buffers,
+//! its registrations): those are measured as process deltas by `Mpi::footprint`, not
+//! modelled. [`MemoryModel::mpi`] and `predict` for `kind = mpi` count what Ballast itself
+//! allocates: the pool (`buffer_count * B`, never registered or locked by Ballast: MPI
+//! registers what it sends itself), one receive staging buffer of `B + MPI_STAGING_EXTRA_BYTES` (as `srq_bytes`,
+//! in every sharing mode: MPI has no per-peer receive queues), the send buffers the fabric
+//! keeps for reuse (as `endpoint_bytes`: at most `buffer_count` of `B +
+//! MPI_STAGING_EXTRA_BYTES`; the accounted figure is what is really held, so it stays at or
+//! below the prediction except transiently, e.g. while an `isend` of a message larger than
+//! `B` holds its one owned copy until MPI has sent it), per endpoint the fabric's endpoint
+//! entry and the engine's, and the engine and fabric structures. Messages larger than `B`
+//! take MPI's own path (no pool buffer, no staging); a blocking `send` of one uses the
+//! caller's memory, and the received message's buffer is the caller's `Message`.
+
+use crate::core::config::{RecvSharing, TransportConfig, TransportKind};
+use crate::core::footprint::{Footprint, MemoryModel};
+
+/// Send queue depth per verbs QP (WQE basic blocks of 64 B).
+pub const VERBS_SQ_DEPTH: u64 = 64;
+/// Estimated QP context + driver structures per verbs QP, bytes (see module docs).
+pub const VERBS_QP_CONTEXT_BYTES: u64 = 1024;
+/// Completion queue entries per rank in the verbs model.
+pub const VERBS_CQ_ENTRIES: u64 = 1024;
+/// `MLX5_SEND_WQE_BB`, bytes.
+pub const MLX5_SEND_WQE_BB: u64 = 64;
+/// `sizeof(struct mlx5_wqe_data_seg)`, bytes: one receive WQE with one scatter entry.
+pub const MLX5_RECV_WQE_BYTES: u64 = 16;
+/// `sizeof(struct mlx5_wqe_srq_next_seg) + sizeof(struct mlx5_wqe_data_seg)`, bytes.
+pub const MLX5_SRQ_WQE_BYTES: u64 = 32;
+/// `sizeof(struct mlx5_cqe64)`, bytes.
+pub const MLX5_CQE_BYTES: u64 = 64;
+/// MPI transport: bytes of a receive staging or kept send buffer beyond `buffer_size` (the
+/// 32-byte header and up to 16 piggybacked controls of 9 bytes).
+pub const MPI_STAGING_EXTRA_BYTES: u64 = 32 + 16 * 9;
+/// MPI transport: the fabric's per-endpoint entry (a `usize` in a hash set, with its
+/// control byte).
+pub const MPI_ENDPOINT_BYTES: u64 = std::mem::size_of::<usize>() as u64 + 1;
+/// MPI transport: upper bound of the fabric structure's size (checked by a unit test of
+/// the `mpi` feature).
+pub const MPI_FABRIC_BYTES: u64 = 512;
+
+/// MPI native path (`mpi_native`, the default with one rank per process): upper bound of
+/// its structure's size (checked by a unit test of the `mpi` feature).
+pub const MPI_NATIVE_FIXED_BYTES: u64 = 1024;
+/// MPI native path: per rank of the world, the counter of messages sent to it (u64) and
+/// the flag saying it is a peer (bool). Nothing grows per connected peer.
+pub const MPI_NATIVE_PER_RANK_BYTES: u64 = 9;
+
+impl MemoryModel {
+    /// Sizes of the in-process transport: the sizes of the structures it really allocates.
+    pub fn local() -> MemoryModel {
+        crate::transport::local::memory_model()
+    }
+
+    /// Sizes of the verbs transport (mlx5); see the module docs for sources.
+    pub fn verbs() -> MemoryModel {
+        let engine = crate::transport::local::memory_model();
+        MemoryModel {
+            endpoint_fixed_bytes: VERBS_SQ_DEPTH * MLX5_SEND_WQE_BB + VERBS_QP_CONTEXT_BYTES,
+            engine_endpoint_bytes: engine.engine_endpoint_bytes,
+            rq_fixed_bytes: 0,
+            rq_wqe_bytes: MLX5_RECV_WQE_BYTES,
+            srq_fixed_bytes: VERBS_QP_CONTEXT_BYTES,
+            srq_wqe_bytes: MLX5_SRQ_WQE_BYTES,
+            control_fixed_bytes: VERBS_CQ_ENTRIES * MLX5_CQE_BYTES + engine.control_fixed_bytes,
+            per_peer_control_bytes: engine.per_peer_control_bytes,
+        }
+    }
+
+    /// Sizes of the MPI transport: Ballast's own structures only (see the module docs).
+    /// The receive staging and kept send buffers depend on the configuration and are
+    /// added by `predict`.
+    pub fn mpi() -> MemoryModel {
+        let engine = crate::transport::local::memory_model();
+        MemoryModel {
+            endpoint_fixed_bytes: MPI_ENDPOINT_BYTES,
+            engine_endpoint_bytes: engine.engine_endpoint_bytes,
+            rq_fixed_bytes: 0,
+            rq_wqe_bytes: 0,
+            srq_fixed_bytes: 0,
+            srq_wqe_bytes: 0,
+            control_fixed_bytes: std::mem::size_of::<crate::protocol::engine::Engine>() as u64
+                + MPI_FABRIC_BYTES,
+            per_peer_control_bytes: engine.per_peer_control_bytes,
+        }
+    }
+
+    /// The model of a transport kind.
+    pub fn for_kind(kind: TransportKind) -> MemoryModel {
+        match kind {
+            TransportKind::Local => Self::local(),
+            TransportKind::Verbs => Self::verbs(),
+            TransportKind::Mpi => Self::mpi(),
+            // Unresolved `auto` (config::resolve_transport picks the real one): the verbs model.
+            TransportKind::Auto => Self::verbs(),
+        }
+    }
+}
+
+impl TransportConfig {
+    /// Predicts the footprint of a rank that talks to `peers` other ranks in a world of
+    /// `world_size` ranks grouped `ranks_per_node` per node (used by `xrc`), from the
+    /// configuration alone. Pure and O(1). See the module docs for the formula.
+    pub fn predict(&self, peers: usize, world_size: usize, ranks_per_node: usize) -> Footprint {
+        let m = MemoryModel::for_kind(self.kind);
+        let others = world_size.saturating_sub(1) as u64;
+        let c = if self.lazy_connect {
+            (peers as u64).min(others)
+        } else {
+            others
+        };
+        let rpn = ranks_per_node.max(1) as u64;
+        let keys = match self.recv_sharing {
+            RecvSharing::Xrc => c.min((world_size as u64).div_ceil(rpn)),
+            _ => c,
+        };
+        let e = if self.max_endpoints > 0 {
+            keys.min(self.max_endpoints as u64)
+        } else {
+            keys
+        };
+        let b = self.buffer_size as u64;
+        let pool = self.buffer_count as u64 * b;
+        if self.kind == TransportKind::Mpi && self.mpi_native {
+            // The kept send and receive buffers (`B + 1` each: payload and kind byte).
+            let kept = 2 * (b + 1);
+            return Footprint {
+                pool_bytes: 0,
+                registered_bytes: 0,
+                locked_bytes: 0,
+                endpoint_bytes: 0,
+                srq_bytes: kept,
+                control_bytes: MPI_NATIVE_FIXED_BYTES + world_size as u64 * MPI_NATIVE_PER_RANK_BYTES,
+                endpoints_live: 0,
+                endpoints_peak: 0,
+                endpoints_opened: 0,
+                peers_connected: c,
+            };
+        }
+        if self.kind == TransportKind::Mpi {
+            let staging = b + MPI_STAGING_EXTRA_BYTES;
+            return Footprint {
+                pool_bytes: pool,
+                // Ballast registers nothing with MPI (MPI pins what it sends itself).
+                registered_bytes: 0,
+                locked_bytes: 0,
+                endpoint_bytes: e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes)
+                    + self.buffer_count as u64 * staging,
+                srq_bytes: staging,
+                control_bytes: m.control_fixed_bytes + c * m.per_peer_control_bytes,
+                endpoints_live: e,
+                endpoints_peak: e,
+                endpoints_opened: e,
+                peers_connected: c,
+            };
+        }
+        let mut endpoint = e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes);
+        let (srq, recv_buffers) = match self.recv_sharing {
+            RecvSharing::PerPeer => {
+                let d = self.recv_depth as u64;
+                endpoint += e * (m.rq_fixed_bytes + d * (b + m.rq_wqe_bytes));
+                (0, e * d * b)
+            }
+            RecvSharing::Shared | RecvSharing::Xrc => {
+                let d = self.srq_depth as u64;
+                (m.srq_fixed_bytes + d * (b + m.srq_wqe_bytes), d * b)
+            }
+        };
+        let registered = pool + recv_buffers;
+        Footprint {
+            pool_bytes: pool,
+            registered_bytes: registered,
+            locked_bytes: if self.lock_pool { registered } else { 0 },
+            endpoint_bytes: endpoint,
+            srq_bytes: srq,
+            control_bytes: m.control_fixed_bytes + c * m.per_peer_control_bytes,
+            endpoints_live: e,
+            endpoints_peak: e,
+            endpoints_opened: e,
+            peers_connected: c,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_peer_grows_by_depth_times_buffer_per_peer_and_shared_does_not() {
+        let pp = TransportConfig {
+            recv_sharing: RecvSharing::PerPeer,
+            recv_depth: 8,
+            buffer_size: 8192,
+            ..Default::default()
+        };
+        let d = pp.predict(11, 64, 1).total_bytes() - pp.predict(10, 64, 1).total_bytes();
+        assert!((8 * 8192..8 * 8192 + 1024).contains(&d), "{d}");
+        let sh = TransportConfig {
+            recv_sharing: RecvSharing::Shared,
+            ..pp
+        };
+        let d = sh.predict(11, 64, 1).total_bytes() - sh.predict(10, 64, 1).total_bytes();
+        assert!(d > 0 && d <= 1024, "{d}");
+    }
+
+    #[test]
+    fn differences_name_the_counts_and_their_cause() {
+        let t = TransportConfig {
+            max_endpoints: 2,
+            ..Default::default()
+        };
+        let p = t.predict(7, 8, 1);
+        assert!(p.differences(&p, &t).is_empty());
+        let m = Footprint {
+            endpoints_live: 1,
+            endpoints_opened: 5,
+            endpoint_bytes: p.endpoint_bytes - 80,
+            ..p
+        };
+        let d = m.differences(&p, &t);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!(d[0], "1 endpoint live, 2 predicted (max_endpoints=2 evicts: 5 endpoints opened, 4 closed, so fewer than the cap are live when measured; the model counts the cap)");
+        assert_eq!(
+            d[1],
+            format!(
+                "endpoint {} B, predicted {} B",
+                p.endpoint_bytes - 80,
+                p.endpoint_bytes
+            )
+        );
+        let u = TransportConfig::default();
+        let (p7, p2) = (u.predict(7, 8, 1), u.predict(2, 8, 1));
+        let d = p2.differences(&p7, &u);
+        assert!(
+            d[0] == "2 peers connected, 7 predicted" && d[1] == "2 endpoints live, 7 predicted",
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn xrc_counts_nodes_and_cap_limits_endpoints() {
+        let x = TransportConfig {
+            recv_sharing: RecvSharing::Xrc,
+            ..Default::default()
+        };
+        assert_eq!(x.predict(1023, 1024, 32).endpoints_live, 32);
+        assert_eq!(x.predict(5, 1024, 32).endpoints_live, 5);
+        let capped = TransportConfig {
+            max_endpoints: 64,
+            ..Default::default()
+        };
+        let f = capped.predict(1000, 1024, 1);
+        assert_eq!((f.endpoints_live, f.peers_connected), (64, 1000));
+        let eager = TransportConfig {
+            lazy_connect: false,
+            ..Default::default()
+        };
+        assert_eq!(eager.predict(3, 100, 1).endpoints_live, 99);
+    }
+
+    #[test]
+    fn verbs_model_uses_mlx5_sizes() {
+        let v = TransportConfig {
+            kind: TransportKind::Verbs,
+            recv_sharing: RecvSharing::PerPeer,
+            recv_depth: 4,
+            buffer_size: 4096,
+            ..Default::default()
+        };
+        let one = v.predict(1, 2, 1);
+        let m = MemoryModel::verbs();
+        assert_eq!(
+            one.endpoint_bytes,
+            VERBS_SQ_DEPTH * 64 + VERBS_QP_CONTEXT_BYTES + m.engine_endpoint_bytes + 4 * (4096 + 16)
+        );
+        assert_eq!(one.registered_bytes, 64 * 4096 + 4 * 4096);
+    }
+
+    #[test]
+    fn mpi_model_counts_ballast_bytes_only() {
+        let t = TransportConfig {
+            kind: TransportKind::Mpi,
+            buffer_size: 1024,
+            buffer_count: 8,
+            mpi_native: false,
+            ..Default::default()
+        };
+        let staging = 1024 + MPI_STAGING_EXTRA_BYTES;
+        for sharing in [RecvSharing::PerPeer, RecvSharing::Shared] {
+            let f = TransportConfig {
+                recv_sharing: sharing,
+                ..t
+            }
+            .predict(3, 4, 1);
+            let m = MemoryModel::mpi();
+            assert_eq!(
+                (f.pool_bytes, f.registered_bytes, f.locked_bytes, f.srq_bytes),
+                (8 * 1024, 0, 0, staging)
+            );
+            assert_eq!(
+                f.endpoint_bytes,
+                3 * (MPI_ENDPOINT_BYTES + m.engine_endpoint_bytes) + 8 * staging
+            );
+            assert_eq!(
+                f.control_bytes,
+                m.control_fixed_bytes + 3 * m.per_peer_control_bytes
+            );
+        }
+        // No verbs completion queue or QP context in it.
+        assert!(MemoryModel::mpi().control_fixed_bytes < VERBS_CQ_ENTRIES * MLX5_CQE_BYTES);
+    }
+
+    #[test]
+    fn mpi_native_model_has_no_pool_and_grows_only_per_peer_and_rank() {
+        let t = TransportConfig {
+            kind: TransportKind::Mpi,
+            buffer_size: 1024,
+            buffer_count: 8,
+            ..Default::default()
+        };
+        assert!(t.mpi_native, "native is the default");
+        for sharing in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+            let f = TransportConfig {
+                recv_sharing: sharing,
+                max_endpoints: 2,
+                ..t
+            }
+            .predict(3, 4, 1);
+            assert_eq!(
+                (f.pool_bytes, f.registered_bytes, f.locked_bytes, f.endpoint_bytes),
+                (0, 0, 0, 0)
+            );
+            assert_eq!(f.srq_bytes, 2 * 1025, "one kept send and one kept receive buffer");
+            assert_eq!(
+                f.control_bytes,
+                MPI_NATIVE_FIXED_BYTES + 4 * MPI_NATIVE_PER_RANK_BYTES
+            );
+            assert_eq!((f.endpoints_live, f.peers_connected), (0, 3));
+        }
+        // 1,000 peers in a world of 4,096 ranks: about 40 KiB, the same as with 1 peer.
+        let big = t.predict(1000, 4096, 1).total_bytes();
+        assert_eq!(big, 2 * 1025 + MPI_NATIVE_FIXED_BYTES + 4096 * 9);
+        assert_eq!(big, t.predict(1, 4096, 1).total_bytes());
+    }
+}

@@ -1,0 +1,773 @@
+//! The MPI fabric ([`MpiFabric`]): the [`Fabric`] of one Ballast rank over MPI
+//! point-to-point on Ballast's own duplicate of the world communicator.
+//!
+//! Wire: every packet is one MPI message that starts with a 32-byte header (the
+//! [`PacketHeader`] fields, a kind byte, for control messages the [`Control`] code and
+//! value, and in byte 31 the number of piggybacked controls); data packets carry their
+//! payload after it, then the piggybacked controls (9 bytes each: code, value). A packet is
+//! at most `buffer_size + STAGING_EXTRA_BYTES` bytes (`buffer_size <= 1 GiB`), so no MPI
+//! count overflows an `int`.
+//!
+//! Control messages (credit grants above all) wait in the fabric until the next packet to
+//! the same rank, which carries up to [`MAX_PIGGYBACK`] of them after its payload, or until
+//! the end of the next [`Fabric::poll`], which sends the rest (one MPI message per
+//! destination, the others riding on it): a ping-pong costs one MPI message per direction
+//! instead of two, and no control waits longer than one progress call.
+//!
+//! Direct path ([`Fabric::direct_threshold`] = `buffer_size`): a larger message is a
+//! header packet of kind `direct` on the normal tag (MPI's non-overtaking rule keeps it in
+//! order with the sender's other packets), followed by its bytes as MPI messages of at most
+//! `direct_part_bytes` (1 GiB by default, so no count overflows an `int`) on the
+//! destination's direct tag ([`DIRECT_TAG_BASE`] + slot). A blocking send posts them
+//! straight from the caller's slice (rsmpi scoped requests) and polls until they complete;
+//! an `isend` posts an owned copy. The receiver, on the header, receives the parts
+//! (`MPI_Mprobe`/`MPI_Mrecv`, blocking: the sender posted them with the header) straight
+//! into the `Vec` that becomes the message. A process-wide lock around posting the header
+//! and its parts keeps the parts of one sender process in header order when several of its
+//! ranks (threads) send to the same rank. Direct messages use no pool buffer and no credit:
+//! MPI does its own flow control for them.
+//!
+//! Ballast ranks map onto MPI processes round-robin: rank `r` lives in process `r % P` as
+//! slot `r / P`, and the MPI tag of a message is its destination slot. With one rank per
+//! process (the normal case) rank = MPI rank and the tag is 0. More ranks than processes
+//! (the conformance suite under `mpirun -n 1`) run as threads and need
+//! `MPI_THREAD_MULTIPLE`.
+//!
+//! Finishing is a non-blocking barrier once every local rank is done; then, when the
+//! communicator is dropped, an `MPI_Allreduce` of the messages sent to each rank (on the
+//! normal tags) lets every process receive what is still addressed to it, with the parts of
+//! direct messages, before `MPI_Comm_free`, so no stale message (a late credit grant) can
+//! surface in a later duplicate that reuses the context (MPICH does reuse it). Dropping a
+//! finished communicator is therefore collective.
+//!
+//! Receives go through `MPI_Improbe`/`MPI_Mrecv` into one staging buffer of
+//! `buffer_size + STAGING_EXTRA_BYTES`; sends copy header and payload into an owned buffer
+//! that `MPI_Isend` reads until it completes (kept for reuse). The credits of the engine
+//! bound how many packets are in flight toward a rank, as for the other transports; MPI's
+//! own queues hold them until they are probed (MPI's memory, measured by
+//! [`super::Mpi::footprint`]).
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
+use rsmpi::datatype::traits::*;
+use rsmpi::point_to_point::{Destination as _, Source as _};
+use rsmpi::request::Request;
+use rsmpi::topology::{Communicator as _, SimpleCommunicator};
+
+use super::raw::{recv_append, SendQueue};
+use crate::core::backoff::Backoff;
+use crate::core::config::RecvSharing;
+use crate::core::error::{Error, Result};
+use crate::core::pool::{Register, Registration};
+use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
+use crate::transport::model::{MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
+
+/// Bytes of the header in front of every MPI message.
+pub const HEADER_BYTES: usize = 32;
+/// MPI tag on which a failing process tells the others to stop.
+pub(crate) const ABORT_TAG: i32 = 32_000;
+/// Control messages carried at most by one packet.
+pub const MAX_PIGGYBACK: usize = 16;
+/// Bytes of one piggybacked control message (code u8, value u64 little-endian).
+const PIGGYBACK_BYTES: usize = 9;
+/// Bytes of the receive staging buffer (and of a kept send buffer) beyond `buffer_size`:
+/// the header and the largest piggyback.
+pub const STAGING_EXTRA_BYTES: usize = MPI_STAGING_EXTRA_BYTES as usize;
+const _: () = assert!(STAGING_EXTRA_BYTES == HEADER_BYTES + MAX_PIGGYBACK * PIGGYBACK_BYTES);
+/// The parts of direct messages to slot `s` travel on tag `DIRECT_TAG_BASE + s`.
+pub const DIRECT_TAG_BASE: i32 = 16_000;
+/// Default largest MPI message of a direct message's bytes (1 GiB < `i32::MAX`).
+pub const DEFAULT_DIRECT_PART_BYTES: usize = 1 << 30;
+/// Messages received per [`Fabric::poll`] call at most.
+const POLL_BATCH: usize = 256;
+/// `aborted()` probes for an abort notice once per this many calls.
+const ABORT_PROBE_EVERY: u32 = 64;
+
+const KIND_DATA: u8 = 0;
+const KIND_CONTROL: u8 = 1;
+const KIND_DIRECT: u8 = 2;
+
+/// State shared by the Ballast ranks of one process in one Ballast world.
+pub(crate) struct Shared {
+    comm: std::mem::ManuallyDrop<SimpleCommunicator>,
+    pub(crate) procs: usize,
+    pub(crate) proc_rank: usize,
+    pub(crate) world: usize,
+    local_slots: usize,
+    done_local: AtomicUsize,
+    barrier: Mutex<Option<Request<'static, ()>>>,
+    all_done: AtomicBool,
+    abort: AtomicBool,
+    notices: Mutex<Option<SendQueue>>,
+    /// Send queues of this process' dropped fabrics whose sends may still be in flight:
+    /// waited for only after [`Shared::drain`] received what is addressed to this process'
+    /// ranks (a send to a rank of the same process can complete only when it is received:
+    /// MPICH's self-sends do, and the receiving rank may be gone already).
+    orphans: Mutex<Vec<SendQueue>>,
+    /// MPI messages sent by this process' ranks to each rank (index = destination rank).
+    sent: Vec<AtomicU64>,
+    /// MPI messages received by each of this process' ranks (index = rank).
+    recvd: Vec<AtomicU64>,
+    /// Held while posting a direct message's header and parts (see the module docs).
+    direct_order: Mutex<()>,
+    /// Largest MPI message of a direct message's bytes.
+    part_bytes: usize,
+}
+
+// SAFETY: `Shared` holds MPI handles (communicator, requests), which are plain values that
+// any thread may use when MPI runs at MPI_THREAD_MULTIPLE; with one local slot (the only
+// case allowed below MPI_THREAD_MULTIPLE, checked in `Shared::new`) a single thread at a
+// time drives it, which MPI_THREAD_SERIALIZED allows. Mutable handles are behind mutexes.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// Sets up a Ballast world of `world` ranks over `comm` (Ballast's duplicate).
+    pub(crate) fn new(comm: SimpleCommunicator, world: usize, part_bytes: usize) -> Result<Arc<Shared>> {
+        let procs = comm.size() as usize;
+        let proc_rank = comm.rank() as usize;
+        if world == 0 {
+            return Err(Error::InvalidRank {
+                rank: 0,
+                world_size: 0,
+            });
+        }
+        let local_slots = if proc_rank < world {
+            (world - proc_rank).div_ceil(procs)
+        } else {
+            0
+        };
+        if local_slots > 1 && rsmpi::environment::threading_support() != rsmpi::Threading::Multiple {
+            return Err(Error::Mpi(format!(
+                "{world} Ballast ranks on {procs} MPI processes need MPI_THREAD_MULTIPLE (initialise with Mpi::init_multithreaded)"
+            )));
+        }
+        if local_slots > DIRECT_TAG_BASE as usize {
+            return Err(Error::Mpi(format!("{world} Ballast ranks on {procs} MPI processes: more than {DIRECT_TAG_BASE} ranks per process")));
+        }
+        let s = Arc::new(Shared {
+            comm: std::mem::ManuallyDrop::new(comm),
+            procs,
+            proc_rank,
+            world,
+            local_slots,
+            done_local: AtomicUsize::new(0),
+            barrier: Mutex::new(None),
+            all_done: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            notices: Mutex::new(None),
+            orphans: Mutex::new(Vec::new()),
+            sent: (0..world).map(|_| AtomicU64::new(0)).collect(),
+            recvd: (0..world).map(|_| AtomicU64::new(0)).collect(),
+            direct_order: Mutex::new(()),
+            part_bytes: part_bytes.clamp(1, i32::MAX as usize),
+        });
+        if local_slots == 0 {
+            // A process without ranks of this world only takes part in the final barrier.
+            *s.barrier.lock() = Some(s.comm.immediate_barrier());
+        }
+        Ok(s)
+    }
+
+    /// Ballast ranks hosted by this process.
+    pub(crate) fn local_ranks(&self) -> Vec<usize> {
+        (0..self.local_slots)
+            .map(|s| s * self.procs + self.proc_rank)
+            .collect()
+    }
+
+    /// Marks this process' ranks failed and tells the other processes (best effort).
+    pub(crate) fn abort(&self) {
+        if self.abort.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut q = SendQueue::new(0, 0);
+        for p in (0..self.procs).filter(|&p| p != self.proc_rank) {
+            let _ = q.post(&self.comm, p, ABORT_TAG, vec![1], 0);
+        }
+        *self.notices.lock() = Some(q);
+    }
+
+    fn poll_abort(&self) -> bool {
+        if self.abort.load(Ordering::Acquire) {
+            return true;
+        }
+        if let Some((msg, _)) = self
+            .comm
+            .any_process()
+            .immediate_matched_probe_with_tag(ABORT_TAG)
+        {
+            let mut b = [0u8; 1];
+            msg.matched_receive_into(&mut b[..]);
+            self.abort.store(true, Ordering::Release);
+            return true;
+        }
+        false
+    }
+}
+
+impl Shared {
+    /// Receives (and discards) every message still addressed to this process' ranks, so
+    /// that none is left behind when the communicator is freed: MPI may reuse its context
+    /// for the next duplicate, where a stale credit grant would be taken for a new one.
+    /// Collective; only after every rank finished (no rank sends any more).
+    fn drain(&self) {
+        let sent: Vec<u64> = self.sent.iter().map(|c| c.load(Ordering::Acquire)).collect();
+        let mut total = vec![0u64; self.world];
+        self.comm
+            .all_reduce_into(&sent[..], &mut total[..], SystemOperation::sum());
+        let mut sink = Vec::new();
+        let mut parts = Vec::new();
+        for r in self.local_ranks() {
+            let tag = (r / self.procs) as i32;
+            while self.recvd[r].load(Ordering::Acquire) < total[r] {
+                let (msg, status) = self.comm.any_process().matched_probe_with_tag(tag);
+                sink.resize(status.count(u8::equivalent_datatype()) as usize, 0);
+                msg.matched_receive_into(&mut sink[..]);
+                self.recvd[r].fetch_add(1, Ordering::AcqRel);
+                if sink.len() >= HEADER_BYTES && sink[29] == KIND_DIRECT {
+                    // A direct message's header: its parts follow on the direct tag.
+                    let (h, _, _) = get_header(&sink);
+                    let source = status.source_rank() as usize;
+                    let Ok(total) = usize::try_from(h.total) else {
+                        continue;
+                    };
+                    parts.clear();
+                    parts.reserve(total.min(self.part_bytes));
+                    let mut got = 0;
+                    while got < total {
+                        parts.clear();
+                        match recv_append(&self.comm, source, DIRECT_TAG_BASE + tag, &mut parts) {
+                            Ok(n) if n > 0 => got += n,
+                            _ => break,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let barrier = self.barrier.lock().take();
+        if rsmpi::environment::is_finalized() || self.abort.load(Ordering::Acquire) {
+            // Too late to free MPI objects, or the other processes may never come (abort):
+            // leak the barrier and the communicator (never freed, so never reused).
+            std::mem::forget(barrier);
+            std::mem::forget(self.notices.lock().take());
+            std::mem::forget(std::mem::take(&mut *self.orphans.lock()));
+            return;
+        }
+        let finished = match barrier {
+            Some(r) => {
+                r.wait();
+                true
+            }
+            None => self.all_done.load(Ordering::Acquire),
+        };
+        if !finished {
+            // Dropped without finishing: peers may still send to it, and may never receive
+            // what is in flight. Keep the communicator and the send buffers (leaked) so that
+            // no later duplicate reuses its context and nothing waits forever.
+            std::mem::forget(std::mem::take(&mut *self.orphans.lock()));
+            return;
+        }
+        self.drain();
+        // Everything addressed to this process is received: its own sends can complete.
+        drop(std::mem::take(&mut *self.orphans.lock()));
+        drop(self.notices.lock().take());
+        // SAFETY: `comm` is not used afterwards and this is its only drop; MPI is still
+        // live, so dropping the duplicate frees it with MPI_Comm_free.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.comm) };
+    }
+}
+
+/// The MPI fabric of one Ballast rank.
+pub struct MpiFabric {
+    shared: Arc<Shared>,
+    rank: usize,
+    sends: SendQueue,
+    rbuf: Vec<u8>,
+    buffer_size: usize,
+    endpoints: HashSet<usize>,
+    marked_done: bool,
+    completed: Vec<u64>,
+    abort_countdown: Cell<u32>,
+    /// Control messages not sent yet: (destination rank, message), in order.
+    pending: Vec<(usize, Control)>,
+    /// Controls piggybacked on the packet being handled.
+    riders: Vec<Control>,
+}
+
+impl MpiFabric {
+    /// The fabric of Ballast rank `rank` (hosted by this process) of the world in `shared`.
+    pub(crate) fn new(shared: Arc<Shared>, rank: usize, buffer_size: usize, buffers: usize) -> MpiFabric {
+        MpiFabric {
+            shared,
+            rank,
+            sends: SendQueue::new(buffers, buffer_size + STAGING_EXTRA_BYTES),
+            rbuf: Vec::new(),
+            buffer_size,
+            endpoints: HashSet::new(),
+            marked_done: false,
+            completed: Vec::new(),
+            abort_countdown: Cell::new(0),
+            pending: Vec::new(),
+            riders: Vec::new(),
+        }
+    }
+
+    fn proc_and_tag(&self, rank: usize) -> Result<(usize, i32)> {
+        if rank >= self.shared.world {
+            return Err(Error::InvalidRank {
+                rank,
+                world_size: self.shared.world,
+            });
+        }
+        Ok((rank % self.shared.procs, (rank / self.shared.procs) as i32))
+    }
+
+    fn my_tag(&self) -> i32 {
+        (self.rank / self.shared.procs) as i32
+    }
+
+    /// A packet for `dest`: header, payload, and up to [`MAX_PIGGYBACK`] of the controls
+    /// pending for `dest` (the earliest, removed from `pending`).
+    fn packet(&mut self, dest: usize, h: &PacketHeader, kind: u8, code: u8, payload: &[u8]) -> Vec<u8> {
+        let riders = if self.pending.is_empty() {
+            0
+        } else {
+            self.pending
+                .iter()
+                .filter(|(d, _)| *d == dest)
+                .count()
+                .min(MAX_PIGGYBACK)
+        };
+        let mut b = self
+            .sends
+            .buffer(HEADER_BYTES + payload.len() + riders * PIGGYBACK_BYTES);
+        put_header(&mut b, h, kind, code);
+        b[31] = riders as u8;
+        b.extend_from_slice(payload);
+        if riders > 0 {
+            let mut taken = 0;
+            self.pending.retain(|&(d, c)| {
+                if d != dest || taken == riders {
+                    return true;
+                }
+                let (code, v) = c.encode();
+                b.push(code);
+                b.extend_from_slice(&v.to_le_bytes());
+                taken += 1;
+                false
+            });
+        }
+        b
+    }
+
+    /// Sends the pending control messages: one MPI message per destination carrying the
+    /// first in its header and up to [`MAX_PIGGYBACK`] more.
+    fn flush_controls(&mut self) -> Result<()> {
+        while let Some(&(dest, first)) = self.pending.first() {
+            self.pending.remove(0);
+            let (proc_, tag) = self.proc_and_tag(dest)?;
+            let (code, v) = first.encode();
+            let h = PacketHeader {
+                src: self.rank as u32,
+                tag: 0,
+                total: v,
+                offset: 0,
+                len: 0,
+                more: false,
+            };
+            let b = self.packet(dest, &h, KIND_CONTROL, code, &[]);
+            self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)?;
+            self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Receives the `total` bytes of a direct message from process `source` (its parts
+    /// follow its header on this rank's direct tag) into a new buffer.
+    fn recv_direct(&mut self, source: usize, total: u64) -> Result<Vec<u8>> {
+        let total = usize::try_from(total)
+            .map_err(|_| Error::Protocol(format!("direct message of {total} bytes")))?;
+        let mut data = Vec::new();
+        data.try_reserve_exact(total).map_err(|e| {
+            Error::Protocol(format!("cannot allocate a direct message of {total} bytes: {e}"))
+        })?;
+        let tag = DIRECT_TAG_BASE + self.my_tag();
+        while data.len() < total {
+            if recv_append(&self.shared.comm, source, tag, &mut data)? == 0 {
+                return Err(Error::Protocol(format!(
+                    "empty direct-path part from process {source} at {} of {total} bytes",
+                    data.len()
+                )));
+            }
+        }
+        Ok(data)
+    }
+
+    /// Receives (at most [`POLL_BATCH`]) packets for this rank and passes their events on.
+    fn receive(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+        let mut n = 0;
+        let tag = self.my_tag();
+        for _ in 0..POLL_BATCH {
+            let Some((msg, status)) = self
+                .shared
+                .comm
+                .any_process()
+                .immediate_matched_probe_with_tag(tag)
+            else {
+                break;
+            };
+            let count = status.count(u8::equivalent_datatype()) as usize;
+            self.shared.recvd[self.rank].fetch_add(1, Ordering::AcqRel);
+            if count < HEADER_BYTES || count > self.rbuf.len() {
+                // Receive it anyway so MPI's matched message is consumed, then fail.
+                let mut sink = vec![0u8; count];
+                msg.matched_receive_into(&mut sink[..]);
+                return Err(Error::Protocol(format!(
+                    "MPI message of {count} bytes from process {} (limit {})",
+                    status.source_rank(),
+                    self.rbuf.len()
+                )));
+            }
+            msg.matched_receive_into(&mut self.rbuf[..count]);
+            let (h, kind, code) = get_header(&self.rbuf[..HEADER_BYTES]);
+            let riders = self.rbuf[31] as usize;
+            let len = if kind == KIND_DATA { h.len as usize } else { 0 };
+            if riders > MAX_PIGGYBACK || HEADER_BYTES + len + riders * PIGGYBACK_BYTES != count {
+                return Err(Error::Protocol(format!(
+                    "packet of {count} bytes announces {len} payload bytes and {riders} controls"
+                )));
+            }
+            let end = HEADER_BYTES + len;
+            self.riders.clear();
+            for c in self.rbuf[end..count].chunks_exact(PIGGYBACK_BYTES) {
+                self.riders.push(Control::decode(
+                    c[0],
+                    u64::from_le_bytes(c[1..].try_into().expect("8 bytes")),
+                )?);
+            }
+            match kind {
+                KIND_DATA => on_event(Event::Arrival(h, &self.rbuf[HEADER_BYTES..end]))?,
+                KIND_CONTROL => on_event(Event::Control(h.src as usize, Control::decode(code, h.total)?))?,
+                KIND_DIRECT => {
+                    let data = self.recv_direct(status.source_rank() as usize, h.total)?;
+                    on_event(Event::Whole(h, data))?;
+                }
+                k => return Err(Error::Protocol(format!("unknown message kind {k}"))),
+            }
+            for &c in &self.riders {
+                on_event(Event::Control(h.src as usize, c))?;
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+impl Drop for MpiFabric {
+    fn drop(&mut self) {
+        let sends = std::mem::replace(&mut self.sends, SendQueue::new(0, 0));
+        if self.shared.abort.load(Ordering::Acquire) {
+            // A failed peer may never receive what is in flight: leak the buffers (MPI may
+            // still read them) rather than wait forever.
+            std::mem::forget(sends);
+        } else {
+            // Waited for when the process' last fabric is gone, after the drain.
+            self.shared.orphans.lock().push(sends);
+        }
+    }
+}
+
+fn put_header(b: &mut Vec<u8>, h: &PacketHeader, kind: u8, ctrl: u8) {
+    b.extend_from_slice(&h.src.to_le_bytes());
+    b.extend_from_slice(&h.tag.to_le_bytes());
+    b.extend_from_slice(&h.total.to_le_bytes());
+    b.extend_from_slice(&h.offset.to_le_bytes());
+    b.extend_from_slice(&h.len.to_le_bytes());
+    b.extend_from_slice(&[h.more as u8, kind, ctrl, 0]);
+}
+
+fn get_header(b: &[u8]) -> (PacketHeader, u8, u8) {
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+    let h = PacketHeader {
+        src: u32_at(0),
+        tag: u32_at(4),
+        total: u64_at(8),
+        offset: u64_at(16),
+        len: u32_at(24),
+        more: b[28] != 0,
+    };
+    (h, b[29], b[30])
+}
+
+impl Register for MpiFabric {
+    fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
+        // MPI registers (pins) the memory it sends from itself; Ballast registers and locks
+        // nothing here (so nothing is counted as registered).
+        let _ = region;
+        let note = lock.then(|| "the mpi transport does not lock Ballast's pool: MPI registers memory itself (measured in VmLck/VmPin)".to_string());
+        Ok(Registration {
+            bytes: 0,
+            locked_bytes: 0,
+            note,
+            lock: Default::default(),
+        })
+    }
+}
+
+impl Fabric for MpiFabric {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.shared.world
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "mpi",
+            xrc: false,
+        }
+    }
+
+    fn setup_receive(&mut self, _sharing: RecvSharing) -> Result<Option<String>> {
+        self.rbuf = vec![0u8; self.buffer_size + STAGING_EXTRA_BYTES];
+        Ok(None)
+    }
+
+    fn open_endpoint(&mut self, key: usize) -> Result<()> {
+        if !self.endpoints.insert(key) {
+            return Err(Error::Protocol(format!("endpoint {key} opened twice")));
+        }
+        Ok(())
+    }
+
+    fn close_endpoint(&mut self, key: usize) -> Result<()> {
+        if !self.endpoints.remove(&key) {
+            return Err(Error::Protocol(format!("closing unknown endpoint {key}")));
+        }
+        Ok(())
+    }
+
+    fn copies_payload(&self) -> bool {
+        true
+    }
+
+    fn post_send(
+        &mut self,
+        dest: usize,
+        _key: usize,
+        header: &PacketHeader,
+        payload: &[u8],
+        _wr_id: u64,
+    ) -> Result<()> {
+        let (proc_, tag) = self.proc_and_tag(dest)?;
+        // The payload is copied into the packet: no completion is reported (copies_payload).
+        let b = self.packet(dest, header, KIND_DATA, 0, payload);
+        self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)?;
+        self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn send_control(&mut self, dest: usize, msg: Control) -> Result<()> {
+        self.proc_and_tag(dest)?;
+        self.pending.push((dest, msg));
+        Ok(())
+    }
+
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+        let mut n = 0;
+        let completed = &mut self.completed;
+        self.sends.test(&mut |id| {
+            if id != u64::MAX {
+                completed.push(id);
+            }
+        })?;
+        for w in self.completed.drain(..) {
+            on_event(Event::SendComplete(w))?;
+            n += 1;
+        }
+        n += self.receive(on_event)?;
+        // Controls that found no packet to ride on since the last poll leave now.
+        if !self.pending.is_empty() {
+            self.flush_controls()?;
+        }
+        Ok(n)
+    }
+
+    fn direct_threshold(&self) -> Option<usize> {
+        Some(self.buffer_size)
+    }
+
+    fn send_direct(
+        &mut self,
+        dest: usize,
+        header: &PacketHeader,
+        data: &[u8],
+        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let (proc_, tag) = self.proc_and_tag(dest)?;
+        let rts = self.packet(dest, header, KIND_DIRECT, 0, &[]);
+        let shared = Arc::clone(&self.shared);
+        rsmpi::request::scope(|scope| {
+            let mut reqs = Vec::new();
+            {
+                let _order = shared.direct_order.lock();
+                self.sends.post(&shared.comm, proc_, tag, rts, u64::MAX)?;
+                shared.sent[dest].fetch_add(1, Ordering::AcqRel);
+                let p = shared.comm.process_at_rank(proc_ as i32);
+                for part in data.chunks(shared.part_bytes) {
+                    reqs.push(Some(p.immediate_send_with_tag(
+                        scope,
+                        part,
+                        DIRECT_TAG_BASE + tag,
+                    )));
+                }
+            }
+            // Serve incoming traffic until MPI no longer reads `data` (the peer may be
+            // sending us a large message at the same time).
+            let mut backoff = Backoff::new();
+            let mut failed = None;
+            loop {
+                let mut open = false;
+                for slot in reqs.iter_mut() {
+                    if let Some(r) = slot.take() {
+                        if let Err(r) = r.test() {
+                            *slot = Some(r);
+                            open = true;
+                        }
+                    }
+                }
+                if !open {
+                    break;
+                }
+                if failed.is_some() {
+                    // The caller's slice must outlive the transfer: wait for it before
+                    // returning the error (as MPI_Send would block).
+                    for r in reqs.iter_mut().filter_map(Option::take) {
+                        r.wait();
+                    }
+                    break;
+                }
+                if self.aborted() {
+                    failed = Some(Error::Aborted);
+                    continue;
+                }
+                match self.poll(on_event) {
+                    Ok(0) => backoff.snooze(),
+                    Ok(_) => backoff.reset(),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            failed.map_or(Ok(()), Err)
+        })
+    }
+
+    fn post_direct(&mut self, dest: usize, header: &PacketHeader, data: Vec<u8>, wr_id: u64) -> Result<()> {
+        let (proc_, tag) = self.proc_and_tag(dest)?;
+        let rts = self.packet(dest, header, KIND_DIRECT, 0, &[]);
+        let _order = self.shared.direct_order.lock();
+        self.sends.post(&self.shared.comm, proc_, tag, rts, u64::MAX)?;
+        self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
+        self.sends.post_parts(
+            &self.shared.comm,
+            proc_,
+            DIRECT_TAG_BASE + tag,
+            data,
+            self.shared.part_bytes,
+            wr_id,
+        )
+    }
+
+    fn memory_model(&self) -> crate::core::footprint::MemoryModel {
+        crate::core::footprint::MemoryModel::mpi()
+    }
+
+    fn bytes(&self) -> FabricBytes {
+        // Ballast's own MPI-side memory: the receive staging buffer (shared by all peers)
+        // and the send staging buffers. MPI's internal memory is measured, not modelled.
+        // Send buffers include the owned copies of `isend` direct messages in flight.
+        let endpoint_bytes = self.sends.bytes() + self.endpoints.len() as u64 * MPI_ENDPOINT_BYTES;
+        FabricBytes {
+            endpoint_bytes,
+            srq_bytes: self.rbuf.capacity() as u64,
+            recv_registered_bytes: 0,
+            recv_locked_bytes: 0,
+            recv_lock: Default::default(),
+        }
+    }
+
+    fn aborted(&self) -> bool {
+        let c = self.abort_countdown.get();
+        if c > 0 {
+            self.abort_countdown.set(c - 1);
+            return self.shared.abort.load(Ordering::Relaxed);
+        }
+        self.abort_countdown.set(ABORT_PROBE_EVERY);
+        self.shared.poll_abort()
+    }
+
+    fn mark_done(&mut self) {
+        if self.marked_done {
+            return;
+        }
+        self.marked_done = true;
+        if self.shared.done_local.fetch_add(1, Ordering::AcqRel) + 1 == self.shared.local_slots {
+            *self.shared.barrier.lock() = Some(self.shared.comm.immediate_barrier());
+        }
+    }
+
+    fn all_done(&self) -> bool {
+        if self.shared.all_done.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut slot = self.shared.barrier.lock();
+        if let Some(r) = slot.take() {
+            match r.test() {
+                Ok(_) => self.shared.all_done.store(true, Ordering::Release),
+                Err(r) => *slot = Some(r),
+            }
+        }
+        self.shared.all_done.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip() {
+        let h = PacketHeader {
+            src: 7,
+            tag: 0x7fff_fffe,
+            total: 1 << 40,
+            offset: 12345,
+            len: 8192,
+            more: true,
+        };
+        let mut b = Vec::new();
+        put_header(&mut b, &h, KIND_CONTROL, 3);
+        assert_eq!(b.len(), HEADER_BYTES);
+        assert_eq!(get_header(&b), (h, KIND_CONTROL, 3));
+        assert_eq!(b[31], 0, "no piggybacked controls");
+    }
+
+    #[test]
+    fn fabric_struct_fits_the_model() {
+        assert!(std::mem::size_of::<MpiFabric>() as u64 <= crate::transport::model::MPI_FABRIC_BYTES);
+    }
+}
