@@ -11,13 +11,13 @@ use super::vm::{Vm, VmResult};
 const MAX_TUPLE_DEPTH: u32 = 256;
 
 impl Vm<'_> {
-    #[inline]
+    #[inline(always)]
     pub(super) fn empty_dict(&mut self) {
         let d = self.new_dict();
         self.push(d);
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn dict(&mut self, at: usize) -> VmResult<()> {
         let items = self.pop_mark(at)?;
         if items.len() % 2 != 0 {
@@ -33,7 +33,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn setitem(&mut self, at: usize) -> VmResult<()> {
         let v = self.pop(at)?;
         let k = self.pop(at)?;
@@ -41,7 +41,7 @@ impl Vm<'_> {
         self.set_item(id, k, v, at)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn setitems(&mut self, at: usize) -> VmResult<()> {
         let items = self.pop_mark(at)?;
         if items.len() % 2 != 0 {
@@ -55,13 +55,13 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn empty_list(&mut self) {
         let l = self.new_list(Vec::new());
         self.push(l);
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn list(&mut self, at: usize) -> VmResult<()> {
         let items = self.pop_mark(at)?;
         let l = self.new_list(items);
@@ -69,7 +69,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn append(&mut self, at: usize) -> VmResult<()> {
         let v = self.pop(at)?;
         let id = self.target_list(at)?;
@@ -77,7 +77,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn appends(&mut self, at: usize) -> VmResult<()> {
         let items = self.pop_mark(at)?;
         let id = self.target_list(at)?;
@@ -85,14 +85,14 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn empty_tuple(&mut self, at: usize) -> VmResult<()> {
         let t = self.make_tuple(Vec::new(), at)?;
         self.push(t);
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn tuple(&mut self, at: usize) -> VmResult<()> {
         let items = self.pop_mark(at)?;
         let t = self.make_tuple(items, at)?;
@@ -101,7 +101,7 @@ impl Vm<'_> {
     }
 
     /// TUPLE1, TUPLE2 and TUPLE3: a tuple of the top `n` values.
-    #[inline]
+    #[inline(always)]
     pub(super) fn tuple_n(&mut self, n: usize, at: usize) -> VmResult<()> {
         if self.stack.len() < self.frame_start() + n {
             return Err(self.err(at, "stack underflow (corrupt pickle)"));
@@ -112,13 +112,13 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn empty_set(&mut self) {
         self.sets.push(Vec::new());
         self.push(Val::Set(self.sets.len() - 1));
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn additems(&mut self, at: usize) -> VmResult<()> {
         let items = self.pop_mark(at)?;
         match self.top(at)? {
@@ -131,7 +131,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn frozenset(&mut self, at: usize) -> VmResult<()> {
         let items = self.pop_mark(at)?;
         self.sets.push(items);
@@ -139,7 +139,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn make_tuple(&mut self, items: Vec<Val>, at: usize) -> VmResult<Val> {
         self.visits += items.len() as u64;
         let depth = 1 + items.iter().map(Val::tuple_depth).max().unwrap_or(0);
@@ -154,13 +154,13 @@ impl Vm<'_> {
         })))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn new_list(&mut self, items: Vec<Val>) -> Val {
         self.lists.push(items);
         Val::List(self.lists.len() - 1)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn new_dict(&mut self) -> Val {
         self.dicts.push(DictObj::default());
         Val::Dict(self.dicts.len() - 1)
@@ -221,7 +221,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn target_dict(&self, at: usize) -> VmResult<usize> {
         match self.top(at)? {
             Val::Dict(id) => Ok(*id),
@@ -229,7 +229,7 @@ impl Vm<'_> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn target_list(&self, at: usize) -> VmResult<usize> {
         match self.top(at)? {
             Val::List(id) => Ok(*id),

@@ -6,7 +6,7 @@ use super::value::Val;
 use super::vm::{Vm, VmResult};
 
 impl Vm<'_> {
-    #[inline]
+    #[inline(always)]
     fn memo_get(&self, idx: u32, at: usize) -> VmResult<Val> {
         self.memo
             .get(&idx)
@@ -14,20 +14,20 @@ impl Vm<'_> {
             .ok_or_else(|| self.err(at, format!("memo key {idx} not found")))
     }
 
-    #[inline]
+    #[inline(always)]
     fn memo_put(&mut self, idx: u32, at: usize) -> VmResult<()> {
         let v = self.top(at)?.clone();
         self.memo.insert(idx, v);
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn mark(&mut self) {
         self.marks.push(self.stack.len());
     }
 
     /// POP: the top value, or, when the top frame is empty, the mark itself.
-    #[inline]
+    #[inline(always)]
     pub(super) fn pop_op(&mut self, at: usize) -> VmResult<()> {
         if self.stack.len() > self.frame_start() {
             self.stack.pop();
@@ -37,20 +37,20 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn pop_mark_op(&mut self, at: usize) -> VmResult<()> {
         self.pop_mark(at)?;
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn dup(&mut self, at: usize) -> VmResult<()> {
         let v = self.top(at)?.clone();
         self.push(v);
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn put(&mut self, at: usize) -> VmResult<()> {
         let l = self.line_str(at)?;
         let idx = l
@@ -59,25 +59,25 @@ impl Vm<'_> {
         self.memo_put(idx, at)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn binput(&mut self, at: usize) -> VmResult<()> {
         let idx = self.u8(at)? as u32;
         self.memo_put(idx, at)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn long_binput(&mut self, at: usize) -> VmResult<()> {
         let idx = self.u32(at)?;
         self.memo_put(idx, at)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn memoize(&mut self, at: usize) -> VmResult<()> {
         let idx = self.memo.len() as u32;
         self.memo_put(idx, at)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn get(&mut self, at: usize) -> VmResult<()> {
         let l = self.line_str(at)?;
         let idx = l
@@ -88,7 +88,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn binget(&mut self, at: usize) -> VmResult<()> {
         let idx = self.u8(at)? as u32;
         let v = self.memo_get(idx, at)?;
@@ -96,7 +96,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn long_binget(&mut self, at: usize) -> VmResult<()> {
         let idx = self.u32(at)?;
         let v = self.memo_get(idx, at)?;

@@ -12,7 +12,7 @@ use super::vm::{Vm, VmResult};
 use crate::error::BalancerError;
 
 impl Vm<'_> {
-    #[inline]
+    #[inline(always)]
     pub(super) fn global_op(&mut self, at: usize) -> VmResult<()> {
         let module = self.line_str(at)?;
         let name = self.line_str(at)?;
@@ -21,7 +21,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn stack_global(&mut self, at: usize) -> VmResult<()> {
         let name = self.pop(at)?;
         let module = self.pop(at)?;
@@ -33,7 +33,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn inst(&mut self, at: usize) -> VmResult<()> {
         let module = self.line_str(at)?;
         let name = self.line_str(at)?;
@@ -46,7 +46,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn obj(&mut self, at: usize) -> VmResult<()> {
         let mut items = self.pop_mark(at)?;
         if items.is_empty() {
@@ -60,7 +60,7 @@ impl Vm<'_> {
     }
 
     /// REDUCE and NEWOBJ: `func(*args)`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn reduce(&mut self, at: usize) -> VmResult<()> {
         let args = self.pop(at)?;
         let func = self.pop(at)?;
@@ -71,7 +71,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn newobj_ex(&mut self, at: usize) -> VmResult<()> {
         let kwargs = self.pop(at)?;
         let args = self.pop(at)?;
@@ -87,7 +87,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn build(&mut self, at: usize) -> VmResult<()> {
         let state = self.pop(at)?;
         self.top(at)?;

@@ -6,7 +6,7 @@ use super::vm::{Vm, VmResult};
 use crate::error::BalancerError;
 
 impl Vm<'_> {
-    #[inline]
+    #[inline(always)]
     pub(super) fn proto(&mut self, at: usize) -> VmResult<()> {
         let v = self.u8(at)?;
         if v > 5 {
@@ -15,7 +15,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn frame(&mut self, at: usize) -> VmResult<()> {
         let n = self.u64(at)?;
         let left = (self.data.len() - self.pos) as u64;
@@ -26,7 +26,7 @@ impl Vm<'_> {
     }
 
     /// The value STOP returns: the top of the stack, provided STOP is the last byte.
-    #[inline]
+    #[inline(always)]
     pub(super) fn stop(&mut self, at: usize) -> VmResult<Val> {
         let v = self.pop(at)?;
         if self.pos != self.data.len() {
@@ -41,7 +41,7 @@ impl Vm<'_> {
         Ok(v)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn readonly_buffer(&mut self, at: usize) -> VmResult<()> {
         self.top(at)?;
         Ok(())

@@ -6,28 +6,28 @@ use super::value::Val;
 use super::vm::{Vm, VmResult};
 
 impl Vm<'_> {
-    #[inline]
+    #[inline(always)]
     pub(super) fn binint(&mut self, at: usize) -> VmResult<()> {
         let v = self.i32(at)?;
         self.push(Val::Int(v as i64));
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn binint1(&mut self, at: usize) -> VmResult<()> {
         let v = self.u8(at)?;
         self.push(Val::Int(v as i64));
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn binint2(&mut self, at: usize) -> VmResult<()> {
         let v = self.u16(at)?;
         self.push(Val::Int(v as i64));
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn long1(&mut self, at: usize) -> VmResult<()> {
         let n = self.u8(at)? as u64;
         let b = self.take(n, at, "LONG1 bytes")?;
@@ -35,7 +35,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn long4(&mut self, at: usize) -> VmResult<()> {
         let n = self.i32(at)?;
         if n < 0 {
@@ -46,7 +46,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn int(&mut self, at: usize) -> VmResult<()> {
         let l = self.line_str(at)?;
         let v = match l {
@@ -58,7 +58,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn long(&mut self, at: usize) -> VmResult<()> {
         let l = self.line_str(at)?;
         let s = l.strip_suffix('L').unwrap_or(l);
@@ -67,14 +67,14 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn binfloat(&mut self, at: usize) -> VmResult<()> {
         let b = self.take(8, at, "argument")?;
         self.push(Val::Float(f64::from_be_bytes(b.try_into().unwrap())));
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn float(&mut self, at: usize) -> VmResult<()> {
         let l = self.line_str(at)?;
         let f: f64 = l
@@ -85,7 +85,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn short_binunicode(&mut self, at: usize) -> VmResult<()> {
         let n = self.u8(at)? as u64;
         let v = self.utf8(n, at)?;
@@ -93,7 +93,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn binunicode(&mut self, at: usize) -> VmResult<()> {
         let n = self.u32(at)? as u64;
         let v = self.utf8(n, at)?;
@@ -101,7 +101,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn binunicode8(&mut self, at: usize) -> VmResult<()> {
         let n = self.u64(at)?;
         let v = self.utf8(n, at)?;
@@ -109,7 +109,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn unicode(&mut self, at: usize) -> VmResult<()> {
         let l = self.line(at)?;
         let s =
@@ -118,7 +118,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn short_binbytes(&mut self, at: usize) -> VmResult<()> {
         let n = self.u8(at)? as u64;
         let b = self.take(n, at, "bytes")?;
@@ -126,7 +126,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn binbytes(&mut self, at: usize) -> VmResult<()> {
         let n = self.u32(at)? as u64;
         let b = self.take(n, at, "bytes")?;
@@ -135,7 +135,7 @@ impl Vm<'_> {
     }
 
     /// BINBYTES8 and BYTEARRAY8 (a bytearray is read as bytes).
-    #[inline]
+    #[inline(always)]
     pub(super) fn binbytes8(&mut self, at: usize) -> VmResult<()> {
         let n = self.u64(at)?;
         let b = self.take(n, at, "bytes")?;
@@ -143,7 +143,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn short_binstring(&mut self, at: usize) -> VmResult<()> {
         let n = self.u8(at)? as u64;
         let b = self.take(n, at, "string")?;
@@ -151,7 +151,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn binstring(&mut self, at: usize) -> VmResult<()> {
         let n = self.i32(at)?;
         if n < 0 {
@@ -162,7 +162,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn string(&mut self, at: usize) -> VmResult<()> {
         let l = self.line(at)?;
         let b = unquote_string(l).ok_or_else(|| self.err(at, "bad quoted text in STRING"))?;
@@ -170,7 +170,7 @@ impl Vm<'_> {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn utf8(&mut self, n: u64, at: usize) -> VmResult<Val> {
         let b = self.take(n, at, "string")?;
         let s = std::str::from_utf8(b).map_err(|_| self.err(at, "string is not valid UTF-8"))?;

@@ -164,7 +164,7 @@ impl<'a> Vm<'a> {
 
     // -- input ----------------------------------------------------------------------
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn take(&mut self, n: u64, at: usize, what: &str) -> VmResult<&'a [u8]> {
         let left = (self.data.len() - self.pos) as u64;
         if n > left {
@@ -175,29 +175,29 @@ impl<'a> Vm<'a> {
         Ok(s)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn u8(&mut self, at: usize) -> VmResult<u8> {
         Ok(self.take(1, at, "argument")?[0])
     }
-    #[inline]
+    #[inline(always)]
     pub(super) fn u16(&mut self, at: usize) -> VmResult<u16> {
         Ok(u16::from_le_bytes(
             self.take(2, at, "argument")?.try_into().unwrap(),
         ))
     }
-    #[inline]
+    #[inline(always)]
     pub(super) fn u32(&mut self, at: usize) -> VmResult<u32> {
         Ok(u32::from_le_bytes(
             self.take(4, at, "argument")?.try_into().unwrap(),
         ))
     }
-    #[inline]
+    #[inline(always)]
     pub(super) fn i32(&mut self, at: usize) -> VmResult<i32> {
         Ok(i32::from_le_bytes(
             self.take(4, at, "argument")?.try_into().unwrap(),
         ))
     }
-    #[inline]
+    #[inline(always)]
     pub(super) fn u64(&mut self, at: usize) -> VmResult<u64> {
         Ok(u64::from_le_bytes(
             self.take(8, at, "argument")?.try_into().unwrap(),
@@ -205,7 +205,7 @@ impl<'a> Vm<'a> {
     }
 
     /// A text argument ending in `\n` (protocol 0 opcodes, GLOBAL), without the newline.
-    #[inline]
+    #[inline(always)]
     pub(super) fn line(&mut self, at: usize) -> VmResult<&'a [u8]> {
         let rest = &self.data[self.pos..];
         match rest.iter().position(|&b| b == b'\n') {
@@ -217,7 +217,7 @@ impl<'a> Vm<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn line_str(&mut self, at: usize) -> VmResult<&'a str> {
         let l = self.line(at)?;
         std::str::from_utf8(l).map_err(|_| self.err(at, "text argument is not valid UTF-8"))
@@ -225,17 +225,17 @@ impl<'a> Vm<'a> {
 
     // -- stack ----------------------------------------------------------------------
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn frame_start(&self) -> usize {
         self.marks.last().copied().unwrap_or(0)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn push(&mut self, v: Val) {
         self.stack.push(v);
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn pop(&mut self, at: usize) -> VmResult<Val> {
         if self.stack.len() <= self.frame_start() {
             return Err(self.err(at, "stack underflow (corrupt pickle)"));
@@ -243,7 +243,7 @@ impl<'a> Vm<'a> {
         Ok(self.stack.pop().unwrap())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn top(&self, at: usize) -> VmResult<&Val> {
         if self.stack.len() <= self.frame_start() {
             return Err(self.err(at, "stack underflow (corrupt pickle)"));
@@ -251,7 +251,7 @@ impl<'a> Vm<'a> {
         Ok(self.stack.last().unwrap())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn pop_mark(&mut self, at: usize) -> VmResult<Vec<Val>> {
         let start = self
             .marks
@@ -260,7 +260,7 @@ impl<'a> Vm<'a> {
         Ok(self.stack.split_off(start))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn charge(&mut self, n: usize, at: usize) -> VmResult<()> {
         self.budget = self.budget.saturating_add(n);
         if self.budget > 2 * self.data.len() + 1024 {
@@ -277,7 +277,8 @@ impl<'a> Vm<'a> {
 
     /// Runs the pickle to its STOP and returns the value it leaves. One match on the opcode
     /// byte, each arm calling its family's handler (`protocol.rs`, `scalar.rs`,
-    /// `container.rs`, `memo.rs`, `object.rs`; all `#[inline]`).
+    /// `container.rs`, `memo.rs`, `object.rs`), all `#[inline(always)]`, as are the input and stack
+    /// primitives, so the loop compiles to one jump table with the handlers in its arms.
     pub(super) fn run(&mut self) -> VmResult<Val> {
         if self.data.is_empty() {
             return Err(pickle_err(self.path, "pickle truncated: no data at all".into()));
