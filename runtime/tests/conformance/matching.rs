@@ -1,0 +1,156 @@
+//! Matching and ordering: order per (peer, tag), any-source and any-tag receives,
+//! try_recv and test/wait, and message sizes from 0 bytes to 64 MiB.
+
+use ballast_runtime::{RecvSharing, Result, Source, TagMatch};
+
+use super::*;
+
+/// Order per (peer, tag) is kept, with eager and chunked messages interleaved on several tags.
+pub fn ordering_per_peer_and_tag<L: Launcher>(l: &L, sharing: RecvSharing) {
+    let c = cfg(sharing)
+        .buffer_size(64)
+        .buffer_count(8)
+        .recv_depth(2)
+        .srq_depth(4)
+        .build()
+        .unwrap();
+    const PER: u64 = 60;
+    let res = l
+        .run(3, &c, |comm| -> Result<u64> {
+            if comm.rank() == 0 {
+                let mut got = 0;
+                // Receive tag by tag, source by source, in an order unrelated to sending.
+                for tag in [3u32, 1, 0, 2] {
+                    for src in [2usize, 1] {
+                        for seq in 0..PER {
+                            let m = comm.recv(Source::Rank(src), TagMatch::Tag(tag))?;
+                            let (s, q) = dec(&m.data);
+                            assert_eq!(
+                                (m.source, m.tag, s, q),
+                                (src, tag, src as u64, seq),
+                                "order broken"
+                            );
+                            let len = 16 + (seq as usize * 37) % 300;
+                            assert_eq!(m.data.len(), len);
+                            assert_eq!(&m.data[16..], &payload(len - 16, seq)[..]);
+                            got += 1;
+                        }
+                    }
+                }
+                Ok(got)
+            } else {
+                for seq in 0..PER {
+                    for tag in 0..4u32 {
+                        let len = 16 + (seq as usize * 37) % 300;
+                        let mut d = enc(comm.rank() as u64, seq);
+                        d.extend(payload(len - 16, seq));
+                        comm.send(0, tag, &d)?;
+                    }
+                }
+                Ok(0)
+            }
+        })
+        .unwrap();
+    assert_eq!(res[0].as_ref().unwrap(), &(2 * 4 * PER), "{}", l.name());
+}
+
+/// Any-source and any-tag receives, posted before and after arrival, plus try_recv.
+pub fn any_source_any_tag<L: Launcher>(l: &L, sharing: RecvSharing) {
+    let c = cfg(sharing).buffer_count(8).build().unwrap();
+    let res = l
+        .run(4, &c, |comm| -> Result<Vec<(usize, u32, u64)>> {
+            let n = comm.world_size();
+            if comm.rank() == 0 {
+                // A receive posted before anything is sent.
+                let early = comm.irecv(Source::Any, TagMatch::Tag(9))?;
+                comm.barrier()?;
+                let mut got = vec![];
+                let m = comm.wait(early)?.into_message().unwrap();
+                got.push((m.source, m.tag, dec(&m.data).1));
+                while got.len() < 3 * 20 + 1 {
+                    let m = comm.recv(Source::Any, TagMatch::Any)?;
+                    got.push((m.source, m.tag, dec(&m.data).1));
+                }
+                // Nothing else is pending.
+                assert_eq!(comm.try_recv(Source::Any, TagMatch::Any)?, None);
+                Ok(got)
+            } else {
+                comm.barrier()?;
+                if comm.rank() == n - 1 {
+                    comm.send(0, 9, &enc(0, 999))?;
+                }
+                for i in 0..20u64 {
+                    comm.send(0, (i % 5) as u32, &enc(comm.rank() as u64, i))?;
+                }
+                Ok(vec![])
+            }
+        })
+        .unwrap();
+    let got = res.into_iter().next().unwrap().unwrap();
+    assert_eq!(got[0], (3, 9, 999));
+    for src in 1..4 {
+        let seqs: Vec<u64> = got[1..].iter().filter(|g| g.0 == src).map(|g| g.2).collect();
+        assert_eq!(seqs, (0..20).collect::<Vec<_>>(), "per-source order from {src}");
+        for g in got[1..].iter().filter(|g| g.0 == src) {
+            assert_eq!(g.1 as u64, g.2 % 5);
+        }
+    }
+}
+
+/// try_recv returns a message only once it has fully arrived; test/wait on requests.
+pub fn try_recv_and_test<L: Launcher>(l: &L) {
+    let c = cfg(RecvSharing::Shared).buffer_size(128).build().unwrap();
+    let res = l
+        .run(2, &c, |comm| -> Result<usize> {
+            if comm.rank() == 1 {
+                let r = comm.isend(0, 4, &payload(1000, 4))?;
+                while !comm.test(&r)? {}
+                assert_eq!(comm.wait(r)?, ballast_runtime::Completion::Sent);
+                Ok(0)
+            } else {
+                let mut polls = 0;
+                loop {
+                    polls += 1;
+                    if let Some(m) = comm.try_recv(1, 4u32)? {
+                        assert_eq!(m.data, payload(1000, 4));
+                        return Ok(polls);
+                    }
+                }
+            }
+        })
+        .unwrap();
+    assert!(*res[0].as_ref().unwrap() >= 1);
+}
+
+/// Zero-byte, 1-byte, exactly-buffer-size, buffer+1 and 64 MiB messages arrive intact.
+pub fn message_sizes_with_checksums<L: Launcher>(l: &L, sharing: RecvSharing) {
+    let c = cfg(sharing).build().unwrap();
+    let bs = c.transport().buffer_size;
+    let sizes = [0usize, 1, bs - 1, bs, bs + 1, 3 * bs, 64 << 20];
+    let res = l
+        .run(2, &c, |comm| -> Result<Vec<(usize, u64)>> {
+            if comm.rank() == 0 {
+                for (i, &s) in sizes.iter().enumerate() {
+                    let d = payload(s, i as u64 + 1);
+                    comm.send(1, 5, &(fnv(&d)).to_le_bytes())?;
+                    comm.send(1, 6, &d)?;
+                }
+                Ok(vec![])
+            } else {
+                let mut out = vec![];
+                for _ in sizes {
+                    let sum = u64::from_le_bytes(comm.recv(0, 5u32)?.data.try_into().unwrap());
+                    let m = comm.recv(0, 6u32)?;
+                    assert_eq!(fnv(&m.data), sum, "checksum of {} bytes", m.data.len());
+                    out.push((m.data.len(), fnv(&m.data)));
+                }
+                Ok(out)
+            }
+        })
+        .unwrap();
+    let got = res.into_iter().nth(1).unwrap().unwrap();
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), sizes.to_vec());
+    for (i, (&s, g)) in sizes.iter().zip(&got).enumerate() {
+        assert_eq!(g.1, fnv(&payload(s, i as u64 + 1)));
+    }
+}

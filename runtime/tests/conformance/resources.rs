@@ -1,0 +1,248 @@
+//! Bounded resources: back-pressure with a pool of two buffers, bounded pool growth,
+//! endpoint eviction and a cap below the number of peers, and the footprint model.
+
+use ballast_runtime::{Error, RecvSharing, Result, Source, TagMatch};
+
+use super::*;
+
+/// With a pool of 2 buffers, isend reports would-block once both are taken, blocking sends
+/// wait and progress, everything arrives, and the pool never grows.
+pub fn back_pressure_pool_of_two<L: Launcher>(l: &L, sharing: RecvSharing) {
+    // The engine's pool (the MPI native path has none: MPI queues every isend).
+    let c = cfg(sharing)
+        .buffer_count(2)
+        .buffer_size(1024)
+        .srq_depth(2)
+        .recv_depth(2)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    let res = l
+        .run(2, &c, |comm| -> Result<(usize, usize, u64, u64)> {
+            if comm.rank() == 0 {
+                let a = comm.isend(1, 1, &[1])?;
+                let b = comm.isend(1, 1, &[2])?;
+                let third = comm.isend(1, 1, &[3]);
+                assert!(matches!(third, Err(Error::WouldBlock)), "third isend: {third:?}");
+                comm.wait(a)?;
+                comm.wait(b)?;
+                comm.send(1, 1, &[3])?;
+                for i in 0..200u64 {
+                    let len = if i % 10 == 0 {
+                        100_000
+                    } else {
+                        (i * 13 % 3000) as usize
+                    };
+                    comm.send(1, 2, &payload(len, i))?;
+                }
+                let p = comm.pool_stats();
+                Ok((p.buffers, p.high_water, comm.footprint().pool_bytes, p.exhausted))
+            } else {
+                for v in 1..=3u8 {
+                    assert_eq!(comm.recv(0, 1u32)?.data, vec![v]);
+                }
+                for i in 0..200u64 {
+                    let len = if i % 10 == 0 {
+                        100_000
+                    } else {
+                        (i * 13 % 3000) as usize
+                    };
+                    assert_eq!(comm.recv(0, 2u32)?.data, payload(len, i));
+                }
+                let p = comm.pool_stats();
+                Ok((p.buffers, p.high_water, comm.footprint().pool_bytes, p.exhausted))
+            }
+        })
+        .unwrap();
+    let s = res[0].as_ref().unwrap();
+    assert_eq!((s.0, s.2), (2, 2048), "pool stays 2 buffers of 1 KiB");
+    assert!(s.1 <= 2);
+    assert!(
+        s.3 > 0,
+        "the pool was exhausted at least once (back-pressure happened)"
+    );
+}
+
+/// With pool growth on, the pool grows in registered chunks up to max_pool_bytes, never beyond.
+pub fn pool_growth_is_bounded<L: Launcher>(l: &L) {
+    // The engine's pool (the MPI native path has none).
+    let c = cfg(RecvSharing::Shared)
+        .buffer_count(2)
+        .buffer_size(1024)
+        .pool_growth(true)
+        .max_pool_bytes(8 * 1024)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    let res = l
+        .run(2, &c, |comm| -> Result<(usize, u64)> {
+            if comm.rank() == 0 {
+                let mut reqs = vec![];
+                loop {
+                    match comm.isend(1, 1, &[7; 10]) {
+                        Ok(r) => reqs.push(r),
+                        Err(Error::WouldBlock) => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+                let n = reqs.len();
+                comm.wait_all(reqs)?;
+                Ok((n, comm.footprint().pool_bytes))
+            } else {
+                let mut n = 0;
+                while let Ok(m) = comm.recv(0, 1u32) {
+                    assert_eq!(m.data, vec![7; 10]);
+                    n += 1;
+                    if n == 8 {
+                        break;
+                    }
+                }
+                Ok((n, comm.footprint().pool_bytes))
+            }
+        })
+        .unwrap();
+    assert_eq!(
+        res[0].as_ref().unwrap(),
+        &(8, 8 * 1024),
+        "grew 2 -> 4 -> 8 buffers, then would-block"
+    );
+}
+
+/// `max_endpoints 2` under traffic from rank 0 to 16 peers: endpoints are evicted and
+/// reopened, never more than 2 live, and nothing is lost or reordered.
+pub fn eviction_with_two_endpoints<L: Launcher>(l: &L, sharing: RecvSharing) {
+    // The engine's endpoints (on the MPI native path MPI owns the connections).
+    let c = cfg(sharing)
+        .max_endpoints(2)
+        .buffer_size(256)
+        .buffer_count(4)
+        .recv_depth(2)
+        .srq_depth(4)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    const ROUNDS: u64 = 12;
+    let res = l
+        .run(17, &c, |comm| -> Result<(u64, u64, u64, u64)> {
+            let n = comm.world_size();
+            if comm.rank() == 0 {
+                for round in 0..ROUNDS {
+                    for p in 1..n {
+                        let len = if round % 4 == 3 { 1000 } else { 16 };
+                        let mut d = enc(p as u64, round);
+                        d.resize(len, round as u8);
+                        comm.send(p, 3, &d)?;
+                    }
+                }
+            } else {
+                for round in 0..ROUNDS {
+                    let m = comm.recv(0, 3u32)?;
+                    let (p, r) = dec(&m.data);
+                    assert_eq!((p, r), (comm.rank() as u64, round));
+                    assert_eq!(m.data.len(), if round % 4 == 3 { 1000 } else { 16 });
+                }
+            }
+            let s = comm.endpoint_stats();
+            Ok((s.peak, s.opened, s.evicted, s.peers_connected))
+        })
+        .unwrap();
+    let r0 = res[0].as_ref().unwrap();
+    assert!(r0.0 <= 2, "peak {} > cap", r0.0);
+    assert!(r0.1 >= 16 && r0.2 >= 14, "opened {} evicted {}", r0.1, r0.2);
+    assert_eq!(r0.3, 16);
+    for r in &res[1..] {
+        assert!(r.as_ref().unwrap().0 <= 2);
+    }
+}
+
+/// Every rank sends to and receives from every other rank with `max_endpoints 1`, below
+/// the number of peers (the exchange of a simulation with a tight cap): all ranks start by
+/// connecting to a different peer at once, so every slot holds a connecting endpoint and
+/// the requests cross in a cycle. Must not deadlock; nothing lost or reordered.
+pub fn all_to_all_with_a_cap_below_the_peers<L: Launcher>(l: &L, sharing: RecvSharing) {
+    let c = cfg(sharing)
+        .max_endpoints(1)
+        .buffer_size(256)
+        .buffer_count(8)
+        .recv_depth(2)
+        .srq_depth(4)
+        .build()
+        .unwrap();
+    const ROUNDS: u64 = 4;
+    let res = l
+        .run(4, &c, |comm| -> Result<u64> {
+            let (n, me) = (comm.world_size(), comm.rank());
+            let mut got = 0;
+            for round in 0..ROUNDS {
+                let mut reqs = Vec::new();
+                for k in 1..n {
+                    let dest = (me + k) % n;
+                    reqs.push(comm.irecv((me + n - k) % n, 5u32)?);
+                    reqs.push(comm.isend(dest, 5, &enc(me as u64, round))?);
+                }
+                for c in comm.wait_all(reqs)? {
+                    if let Some(m) = c.into_message() {
+                        assert_eq!(dec(&m.data), (m.source as u64, round));
+                        got += 1;
+                    }
+                }
+            }
+            Ok(got)
+        })
+        .unwrap();
+    for r in &res {
+        assert_eq!(*r.as_ref().unwrap(), 3 * ROUNDS);
+    }
+}
+
+/// Accounted footprint equals the model's prediction exactly, rank by rank, after traffic
+/// (every field but locked_bytes, which depends on the OS granting mlock).
+pub fn footprint_matches_model<L: Launcher>(l: &L, sharing: RecvSharing, lazy: bool) {
+    // The engine's model (the MPI native path has its own, checked by the MPI suite).
+    let c = cfg(sharing)
+        .lazy_connect(lazy)
+        .buffer_size(1024)
+        .buffer_count(8)
+        .recv_depth(3)
+        .srq_depth(8)
+        .ranks_per_node(4)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    let t = *c.transport();
+    let n = 12;
+    let res = l
+        .run(
+            n,
+            &c,
+            |comm| -> Result<(ballast_runtime::Footprint, ballast_runtime::Footprint)> {
+                let me = comm.rank();
+                // Rank 0 sends to everybody; everybody sends to its right neighbour.
+                if me == 0 {
+                    for p in 1..comm.world_size() {
+                        comm.send(p, 1, &[0u8; 10])?;
+                    }
+                } else {
+                    comm.recv(0, 1u32)?;
+                }
+                comm.send((me + 1) % comm.world_size(), 2, &[1u8; 10])?;
+                comm.recv(Source::Any, TagMatch::Tag(2))?;
+                comm.barrier()?;
+                let f = comm.footprint();
+                let p = t.predict(f.peers_connected as usize, comm.world_size(), t.ranks_per_node);
+                Ok((f, p))
+            },
+        )
+        .unwrap();
+    for (rank, r) in res.into_iter().enumerate() {
+        let (f, p) = r.unwrap();
+        if sharing == RecvSharing::Xrc && rank != 0 {
+            // Receivers open no endpoints in xrc: the model over-counts, never under.
+            assert!(f.total_bytes() <= p.total_bytes(), "rank {rank}: {f:?} > {p:?}");
+            continue;
+        }
+        let f0 = ballast_runtime::Footprint { locked_bytes: 0, ..f };
+        let p0 = ballast_runtime::Footprint { locked_bytes: 0, ..p };
+        assert_eq!(f0, p0, "rank {rank} mode {sharing} lazy {lazy}");
+    }
+}
