@@ -29,7 +29,7 @@ pub trait Bootstrap {
     /// Every rank contributes `data` (any length, may differ by rank); returns all ranks'
     /// data ordered by rank. Collective: every rank must call it, the same number of times.
     /// Errors: [`Error::Bootstrap`] naming the rank that failed or did not show up in time,
-    /// [`Error::Mpi`].
+    /// [`Error::MpiCall`].
     fn all_gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
     /// What this process' memory grew by inside [`Bootstrap::all_gather`] so far: memory the
     /// exchange's own library kept (e.g. MPI connecting to more peers and registering its

@@ -56,7 +56,7 @@ use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 use super::raw::{check, recv_append};
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
-use crate::core::error::{Error, Result};
+use crate::core::error::{Error, Result, Sender};
 use crate::core::footprint::Footprint;
 use crate::core::intmap::{IntMap, IntSet};
 use crate::core::pool::PoolStats;
@@ -104,7 +104,20 @@ fn byte_count(status: &ffi::MPI_Status) -> Result<usize> {
         unsafe { ffi::MPI_Get_count(status, u8::equivalent_datatype().as_raw(), &mut count) },
         "MPI_Get_count",
     )?;
-    usize::try_from(count).map_err(|_| Error::Mpi(format!("MPI_Get_count gave {count}")))
+    usize::try_from(count).map_err(|_| Error::MpiValue {
+        what: "MPI_Get_count gave",
+        value: count.into(),
+        why: "is negative",
+    })
+}
+
+/// The sending rank of a completed receive (`MPI_SOURCE`; MPI rank = Ballast rank here).
+fn source_rank(source: c_int) -> Result<usize> {
+    usize::try_from(source).map_err(|_| Error::MpiValue {
+        what: "MPI_Status.MPI_SOURCE",
+        value: source.into(),
+        why: "is negative",
+    })
 }
 
 /// `MPI_TAG_UB` of `comm` (the largest tag MPI accepts, at least 32767).
@@ -832,8 +845,7 @@ impl MpiNative {
                     unsafe { buf.set_len(n) };
                     if buf[n - 1] == KIND_WHOLE {
                         self.received += 1;
-                        let source = usize::try_from(status.MPI_SOURCE)
-                            .map_err(|_| Error::Mpi("negative source".into()))?;
+                        let source = source_rank(status.MPI_SOURCE)?;
                         self.note_peer(source);
                         let m = Message {
                             source,
@@ -973,8 +985,7 @@ impl MpiNative {
         parts_for: Option<u64>,
     ) -> Result<Option<Message>> {
         let tag = Self::ballast_tag(chan, mtag);
-        let src =
-            usize::try_from(source).map_err(|_| Error::Mpi(format!("message from MPI rank {source}")))?;
+        let src = source_rank(source)?;
         self.note_peer(src);
         let kind = if n == 0 { u8::MAX } else { buf[n - 1] };
         match kind {
@@ -992,27 +1003,30 @@ impl MpiNative {
                 }))
             }
             KIND_LARGE if n == LARGE_HEADER => {
-                let total = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
-                let total = usize::try_from(total).map_err(|_| {
-                    Error::Protocol(format!("large message of {total} bytes from rank {src}"))
-                })?;
+                let bytes = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
                 // Earlier posted receives that could have matched this sender and tag have
                 // matched earlier messages: their parts come first.
                 self.settle_earlier(chan, source, mtag, parts_for)?;
                 let mut data = Vec::new();
-                data.try_reserve_exact(total).map_err(|e| {
-                    Error::Protocol(format!(
-                        "cannot allocate a message of {total} bytes from rank {src}: {e}"
-                    ))
-                })?;
+                // (A length beyond usize fails the reservation too.)
+                data.try_reserve_exact(usize::try_from(bytes).unwrap_or(usize::MAX))
+                    .map_err(|e| Error::MessageAlloc {
+                        rank: self.rank,
+                        peer: src,
+                        bytes,
+                        source: e,
+                    })?;
+                let total = bytes as usize;
                 match parts_for {
                     None => {
                         while data.len() < total {
-                            if recv_append(&self.chans[chan].parts, src, mtag, &mut data)? == 0 {
-                                return Err(Error::Protocol(format!(
-                                    "empty part from rank {src} at {} of {total} bytes",
-                                    data.len()
-                                )));
+                            if recv_append(&self.chans[chan].parts, self.rank, src, mtag, &mut data)? == 0 {
+                                return Err(Error::BadPacket {
+                                    rank: self.rank,
+                                    from: Sender::Rank(src),
+                                    bytes: 0,
+                                    what: format!("empty part at {} of {total} bytes", data.len()),
+                                });
                             }
                         }
                         Ok(Some(Message {
@@ -1026,7 +1040,7 @@ impl MpiNative {
                             .recvs
                             .iter()
                             .position(|r| r.id == id)
-                            .ok_or_else(|| Error::Protocol(format!("receive {id} vanished")))?;
+                            .ok_or(Error::UnknownRequest(id))?;
                         let mut reqs = Vec::new();
                         let mut off = 0;
                         while off < total {
@@ -1061,9 +1075,12 @@ impl MpiNative {
                     }
                 }
             }
-            k => Err(Error::Protocol(format!(
-                "MPI message of {n} bytes from rank {src} with kind {k}"
-            ))),
+            k => Err(Error::BadPacket {
+                rank: self.rank,
+                from: Sender::Rank(src),
+                bytes: n,
+                what: format!("unknown kind {k}"),
+            }),
         }
     }
 
@@ -1120,8 +1137,7 @@ impl MpiNative {
         let m = if scratch {
             let kind = if n == 0 { u8::MAX } else { buf[n - 1] };
             let m = if kind == KIND_WHOLE {
-                let src =
-                    usize::try_from(status.MPI_SOURCE).map_err(|_| Error::Mpi("negative source".into()))?;
+                let src = source_rank(status.MPI_SOURCE)?;
                 self.note_peer(src);
                 Ok(Some(Message {
                     source: src,
@@ -1129,10 +1145,12 @@ impl MpiNative {
                     data: buf[..n - 1].to_vec(),
                 }))
             } else {
-                Err(Error::Protocol(format!(
-                    "MPI message of {n} bytes from rank {} with kind {kind}",
-                    status.MPI_SOURCE
-                )))
+                Err(Error::BadPacket {
+                    rank: self.rank,
+                    from: Sender::Rank(status.MPI_SOURCE.max(0) as usize),
+                    bytes: n,
+                    what: format!("kind {kind} where a whole message was expected"),
+                })
             };
             self.recv_scratch = buf;
             m
@@ -1140,7 +1158,12 @@ impl MpiNative {
             self.finish_header(chan, status.MPI_SOURCE, status.MPI_TAG, buf, n, None)
         };
         let r = self.recvs.remove(i);
-        let m = m?.ok_or_else(|| Error::Protocol("a whole message expected".into()))?;
+        let m = m?.ok_or_else(|| Error::BadPacket {
+            rank: self.rank,
+            from: Sender::Rank(status.MPI_SOURCE.max(0) as usize),
+            bytes: n,
+            what: "a large message's header where a whole message was expected".into(),
+        })?;
         if scratch {
             self.scratch_done = Some(m);
         } else {
@@ -1450,13 +1473,13 @@ impl MpiNative {
     }
 
     fn discard_parts(&mut self, chan: usize, source: usize, mtag: c_int, total: u64) -> Result<()> {
-        let total =
-            usize::try_from(total).map_err(|_| Error::Protocol(format!("large message of {total} bytes")))?;
+        // (Parts are received in pieces of at most `part_bytes`: no allocation of `total`.)
+        let total = usize::try_from(total).unwrap_or(usize::MAX);
         let mut sink = Vec::with_capacity(self.part_bytes.min(total));
         let mut got = 0;
         while got < total {
             sink.clear();
-            match recv_append(&self.chans[chan].parts, source, mtag, &mut sink) {
+            match recv_append(&self.chans[chan].parts, self.rank, source, mtag, &mut sink) {
                 Ok(n) if n > 0 => got += n,
                 _ => break,
             }
