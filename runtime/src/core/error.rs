@@ -68,7 +68,9 @@ pub enum Error {
     /// A rank thread panicked.
     #[error("rank {0} panicked: {1}")]
     RankPanicked(usize, String),
-    /// Ranks could not exchange their start-up data (which rank, where, why).
+    /// Ranks could not exchange their start-up data (which rank, where, why), in a place
+    /// without a structured variant yet (the verbs transport's control addresses); the TCP
+    /// and MPI bootstraps use [`Error::BootstrapEnv`] to [`Error::BootstrapIo`].
     #[error("bootstrap: {0}")]
     Bootstrap(String),
     /// The verbs library or the RDMA device failed (which call, which device, why).
@@ -226,6 +228,80 @@ pub enum Error {
         value: i128,
         /// Why it cannot be used ("overflows an MPI int", "is negative").
         why: &'static str,
+    },
+
+    // Bootstrap (structured).
+    /// The environment says neither how to meet the other processes nor who this one is.
+    #[error("bootstrap: {what}")]
+    BootstrapEnv {
+        /// What is missing and which variables give it.
+        what: &'static str,
+    },
+    /// `BALLAST_ROOT` is not a usable `host:port`.
+    #[error("bootstrap: BALLAST_ROOT `{root}` {what}")]
+    BootstrapRoot {
+        /// The value given.
+        root: String,
+        /// What is wrong with it.
+        what: &'static str,
+        /// The resolver's answer, if it gave one.
+        #[source]
+        source: Option<std::io::Error>,
+    },
+    /// Rank 0 waited `timeout` for the others and some did not show up.
+    #[error("bootstrap: timed out after {timeout:?} at rank 0 ({root}): rank(s) {missing:?} did not show up ({present} of {size} present)")]
+    BootstrapTimeout {
+        /// Where rank 0 listened.
+        root: String,
+        /// How long it waited.
+        timeout: std::time::Duration,
+        /// The ranks that did not connect.
+        missing: Vec<usize>,
+        /// Ranks present, rank 0 included.
+        present: usize,
+        /// Ranks of the job.
+        size: usize,
+    },
+    /// Rank `rank` could not connect to rank 0 within `timeout`.
+    #[error("bootstrap: rank {rank} could not reach rank 0 at {root} within {timeout:?}")]
+    BootstrapUnreachable {
+        /// The connecting rank.
+        rank: usize,
+        /// Where rank 0 should listen.
+        root: String,
+        /// How long it tried.
+        timeout: std::time::Duration,
+        /// The last connection error.
+        #[source]
+        source: Option<std::io::Error>,
+    },
+    /// A process broke the start-up protocol (another world size, a rank claimed twice, a
+    /// contribution over the limit).
+    #[error("bootstrap: rank {rank} ({root}): {what}")]
+    BootstrapPeer {
+        /// The rank that noticed.
+        rank: usize,
+        /// The rank at fault, when known.
+        peer: Option<usize>,
+        /// The rendezvous address.
+        root: String,
+        /// What it did, with the values involved.
+        what: String,
+    },
+    /// An i/o step of the start-up exchange failed (listen, accept, send, receive).
+    #[error("bootstrap: rank {rank} ({root}): {what}")]
+    BootstrapIo {
+        /// The rank where it failed.
+        rank: usize,
+        /// The other side, when there is one.
+        peer: Option<usize>,
+        /// The rendezvous address.
+        root: String,
+        /// The step, and for a receive whether it timed out or the connection closed.
+        what: String,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
     },
 }
 
