@@ -14,8 +14,8 @@ use crate::core::error::{Error, Result};
 use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::pool::{Register, Registration};
 
-/// Envelope of one data packet (one chunk of a message). In the verbs transport it is
-/// carried inline before the payload; in `local` beside it. 32 bytes on the wire.
+/// Envelope of one data packet (one chunk of a message). In the verbs and MPI transports it
+/// is carried before the payload (32 bytes, [`crate::wire`]); in `local` beside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketHeader {
     /// Sending rank.
@@ -68,7 +68,8 @@ pub enum Control {
 }
 
 impl Control {
-    /// Wire form shared by the MPI and verbs transports: a one-byte code and a 64-bit value.
+    /// Wire form shared by the MPI and verbs transports: a one-byte code and a 64-bit value
+    /// (their byte forms are in [`crate::wire`]).
     pub fn encode(self) -> (u8, u64) {
         match self {
             Control::ConnectReq { grant } => (0, grant as u64),
@@ -81,10 +82,16 @@ impl Control {
         }
     }
 
-    /// Inverse of [`Control::encode`]. Errors ([`Error::Protocol`]) on an unknown code or a
-    /// value that overflows its field.
+    /// Inverse of [`Control::encode`]. Errors ([`Error::ControlDecode`]) on an unknown code
+    /// or a value that overflows its field.
     pub fn decode(code: u8, v: u64) -> Result<Control> {
-        let v32 = || u32::try_from(v).map_err(|_| Error::Protocol(format!("control value {v} overflows")));
+        let v32 = || {
+            u32::try_from(v).map_err(|_| Error::ControlDecode {
+                code,
+                value: v,
+                what: "the value overflows its 32-bit field",
+            })
+        };
         Ok(match code {
             0 => Control::ConnectReq { grant: v32()? },
             1 => Control::ConnectAck { grant: v32()? },
@@ -93,7 +100,13 @@ impl Control {
             4 => Control::CreditRequest,
             5 => Control::Revoke,
             6 => Control::Return { credits: v32()? },
-            c => return Err(Error::Protocol(format!("unknown control code {c}"))),
+            _ => {
+                return Err(Error::ControlDecode {
+                    code,
+                    value: v,
+                    what: "unknown control code",
+                })
+            }
         })
     }
 }
@@ -231,7 +244,9 @@ pub trait Fabric: Register + Send {
         on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
     ) -> Result<()> {
         let _ = (dest, header, data, on_event);
-        Err(Error::Protocol("this transport has no direct path".into()))
+        Err(Error::NoDirectPath {
+            transport: self.capabilities().name,
+        })
     }
 
     /// Starts sending the owned message `data` to rank `dest` on the direct path; its
@@ -239,7 +254,9 @@ pub trait Fabric: Register + Send {
     /// [`Fabric::direct_threshold`] is `Some`.
     fn post_direct(&mut self, dest: usize, header: &PacketHeader, data: Vec<u8>, wr_id: u64) -> Result<()> {
         let _ = (dest, header, data, wr_id);
-        Err(Error::Protocol("this transport has no direct path".into()))
+        Err(Error::NoDirectPath {
+            transport: self.capabilities().name,
+        })
     }
 }
 

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | core | `core::{error, config, memory, pool, backoff, intmap, procstatus, footprint}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types |
 //! | fabric | [`fabric`] | the transport trait and its packet header |
-//! | protocol | `protocol::{engine, connection, credit, matching}` | chunking, credits, handshakes, eviction, tag matching |
+//! | protocol | `protocol::{engine, connection, credit, matching, wire}` | chunking, credits, handshakes, eviction, tag matching, the packet-header and control codec |
 //! | oob | [`bootstrap`] (`oob`) | start-up all-gather: MPI, TCP rendezvous, in-process |
 //! | transport | [`local`], [`mpi`], [`verbs`], `transport::{comm, model}` | the fabrics, the [`Communicator`] over them, each transport's memory model |
 //! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
@@ -43,7 +43,7 @@ pub mod select;
 
 // The public paths: a curated view of the layers.
 pub use crate::core::{config, error, footprint, memory, pool, procstatus};
-pub use protocol::{connection, credit, engine, matching};
+pub use protocol::{connection, credit, engine, matching, wire};
 #[cfg(feature = "mpi")]
 pub use transport::mpi;
 pub use transport::{comm, local, model};

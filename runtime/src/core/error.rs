@@ -1,9 +1,12 @@
-//! The runtime's error type.
+//! The runtime's error type: one [`Error`] enum, a variant per failing operation, with the
+//! ranks, peers, tags and sizes involved as fields and the underlying error as its source.
 
 use thiserror::Error;
 
-/// Errors of the Ballast runtime.
+/// Errors of the Ballast runtime. New variants may be added (`#[non_exhaustive]`): match
+/// with a `_` arm.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A configuration value is out of range or unparsable; `var` is its `BALLAST_*` variable.
     #[error("bad value `{value}` for {var}: {reason}")]
@@ -51,7 +54,9 @@ pub enum Error {
         /// The receiving rank.
         dest: usize,
     },
-    /// The wire protocol saw something impossible (out-of-order chunk, unknown endpoint).
+    /// The wire protocol saw something impossible, in a place that has no structured variant
+    /// yet (the engine and the verbs fabric); the others are [`Error::ControlDecode`] to
+    /// [`Error::MessageSize`].
     #[error("protocol error: {0}")]
     Protocol(String),
     /// The request handle does not belong to this communicator or was already completed.
@@ -63,10 +68,9 @@ pub enum Error {
     /// A rank thread panicked.
     #[error("rank {0} panicked: {1}")]
     RankPanicked(usize, String),
-    /// The MPI library failed or cannot do what was asked (MPI transport).
-    #[error("mpi: {0}")]
-    Mpi(String),
-    /// Ranks could not exchange their start-up data (which rank, where, why).
+    /// Ranks could not exchange their start-up data (which rank, where, why), in a place
+    /// without a structured variant yet (the verbs transport's control addresses); the TCP
+    /// and MPI bootstraps use [`Error::BootstrapEnv`] to [`Error::BootstrapIo`].
     #[error("bootstrap: {0}")]
     Bootstrap(String),
     /// The verbs library or the RDMA device failed (which call, which device, why).
@@ -97,6 +101,227 @@ pub enum Error {
     /// Operating-system error (thread spawn, /proc read).
     #[error("{0}")]
     Io(#[from] std::io::Error),
+
+    // Protocol: the wire codec, endpoints, matching (structured; see also `Protocol`).
+    /// A control message's wire form (code, value) is not one of [`crate::fabric::Control`]'s.
+    #[error("protocol error: control message with code {code} and value {value}: {what}")]
+    ControlDecode {
+        /// The control code on the wire.
+        code: u8,
+        /// The value on the wire.
+        value: u64,
+        /// What is wrong with it (unknown code, value too large for its field).
+        what: &'static str,
+    },
+    /// A packet received by `rank` breaks the wire format (its length, kind or trailer).
+    #[error("protocol error: rank {rank}: packet of {bytes} bytes from {from}: {what}")]
+    BadPacket {
+        /// The receiving rank.
+        rank: usize,
+        /// Who sent it (a rank, or an MPI process when the header is not read yet).
+        from: Sender,
+        /// Bytes received.
+        bytes: usize,
+        /// What is wrong with it, with the values involved.
+        what: String,
+    },
+    /// An endpoint operation met an endpoint in the wrong state (a fabric's bookkeeping).
+    #[error("protocol error: rank {rank}: endpoint {key} {what}")]
+    Endpoint {
+        /// The rank owning the endpoint.
+        rank: usize,
+        /// The endpoint key (the peer rank, or the remote node in `xrc` mode).
+        key: usize,
+        /// What went wrong ("opened twice", "closed but not open", ...).
+        what: &'static str,
+    },
+    /// A receive queue of the local transport was misused (set up twice, overflowed).
+    #[error("protocol error: rank {rank}: receive queue: {what}")]
+    ReceiveQueue {
+        /// The receiving rank.
+        rank: usize,
+        /// What went wrong.
+        what: &'static str,
+    },
+    /// The engine asked a transport without a direct path ([`crate::fabric::Fabric::direct_threshold`]
+    /// is `None`) to use it.
+    #[error("protocol error: transport `{transport}` has no direct path")]
+    NoDirectPath {
+        /// The transport's name.
+        transport: &'static str,
+    },
+    /// A chunk of a message does not fit the message being reassembled from `peer`.
+    #[error("protocol error: message from rank {peer} with tag {tag} ({total} bytes), chunk at offset {offset}: {what}")]
+    BadChunk {
+        /// The sending rank.
+        peer: usize,
+        /// The message's tag.
+        tag: u32,
+        /// The message's announced length, bytes.
+        total: u64,
+        /// The chunk's offset, bytes.
+        offset: u64,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// Memory for a received message could not be reserved.
+    #[error("cannot allocate a message of {bytes} bytes from rank {peer} at rank {rank}")]
+    MessageAlloc {
+        /// The receiving rank.
+        rank: usize,
+        /// The sending rank (on MPI's engine path: the sending MPI process).
+        peer: usize,
+        /// The message's length, bytes.
+        bytes: u64,
+        /// The allocator's answer.
+        #[source]
+        source: std::collections::TryReserveError,
+    },
+    /// A message of the runtime's own traffic (fanout, collectives) has the wrong length.
+    #[error("protocol error: rank {rank}: message of {bytes} bytes from rank {peer} with tag {tag}, expected {expected}")]
+    MessageSize {
+        /// The receiving rank.
+        rank: usize,
+        /// The sending rank.
+        peer: usize,
+        /// The message's tag.
+        tag: u32,
+        /// Bytes received.
+        bytes: usize,
+        /// Bytes expected.
+        expected: usize,
+    },
+
+    // MPI (structured).
+    /// An MPI call returned an error code.
+    #[error("mpi: {call} returned error code {code}")]
+    MpiCall {
+        /// The MPI function.
+        call: &'static str,
+        /// Its return code.
+        code: i32,
+    },
+    /// MPI is not in the state the operation needs (not initialised, already finalised).
+    #[error("mpi: {op}: {what}")]
+    MpiState {
+        /// The operation asked for.
+        op: &'static str,
+        /// The state MPI is in, and what is needed.
+        what: &'static str,
+    },
+    /// The MPI processes cannot host a Ballast world of `world` ranks.
+    #[error("mpi: {world} Ballast ranks on {procs} MPI processes: {what}")]
+    MpiWorld {
+        /// Ballast ranks asked for.
+        world: usize,
+        /// MPI processes in the communicator.
+        procs: usize,
+        /// Why not, and what to do.
+        what: String,
+    },
+    /// A value does not fit MPI's types (a count over an `int`), or MPI gave an impossible one.
+    #[error("mpi: {what} {value}: {why}")]
+    MpiValue {
+        /// What the value is (e.g. "MPI_Get_count gave", "MPI_Isend count").
+        what: &'static str,
+        /// The value.
+        value: i128,
+        /// Why it cannot be used ("overflows an MPI int", "is negative").
+        why: &'static str,
+    },
+
+    // Bootstrap (structured).
+    /// The environment says neither how to meet the other processes nor who this one is.
+    #[error("bootstrap: {what}")]
+    BootstrapEnv {
+        /// What is missing and which variables give it.
+        what: &'static str,
+    },
+    /// `BALLAST_ROOT` is not a usable `host:port`.
+    #[error("bootstrap: BALLAST_ROOT `{root}` {what}")]
+    BootstrapRoot {
+        /// The value given.
+        root: String,
+        /// What is wrong with it.
+        what: &'static str,
+        /// The resolver's answer, if it gave one.
+        #[source]
+        source: Option<std::io::Error>,
+    },
+    /// Rank 0 waited `timeout` for the others and some did not show up.
+    #[error("bootstrap: timed out after {timeout:?} at rank 0 ({root}): rank(s) {missing:?} did not show up ({present} of {size} present)")]
+    BootstrapTimeout {
+        /// Where rank 0 listened.
+        root: String,
+        /// How long it waited.
+        timeout: std::time::Duration,
+        /// The ranks that did not connect.
+        missing: Vec<usize>,
+        /// Ranks present, rank 0 included.
+        present: usize,
+        /// Ranks of the job.
+        size: usize,
+    },
+    /// Rank `rank` could not connect to rank 0 within `timeout`.
+    #[error("bootstrap: rank {rank} could not reach rank 0 at {root} within {timeout:?}")]
+    BootstrapUnreachable {
+        /// The connecting rank.
+        rank: usize,
+        /// Where rank 0 should listen.
+        root: String,
+        /// How long it tried.
+        timeout: std::time::Duration,
+        /// The last connection error.
+        #[source]
+        source: Option<std::io::Error>,
+    },
+    /// A process broke the start-up protocol (another world size, a rank claimed twice, a
+    /// contribution over the limit).
+    #[error("bootstrap: rank {rank} ({root}): {what}")]
+    BootstrapPeer {
+        /// The rank that noticed.
+        rank: usize,
+        /// The rank at fault, when known.
+        peer: Option<usize>,
+        /// The rendezvous address.
+        root: String,
+        /// What it did, with the values involved.
+        what: String,
+    },
+    /// An i/o step of the start-up exchange failed (listen, accept, send, receive).
+    #[error("bootstrap: rank {rank} ({root}): {what}")]
+    BootstrapIo {
+        /// The rank where it failed.
+        rank: usize,
+        /// The other side, when there is one.
+        peer: Option<usize>,
+        /// The rendezvous address.
+        root: String,
+        /// The step, and for a receive whether it timed out or the connection closed.
+        what: String,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The sender of a packet, as far as the receiver knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sender {
+    /// A Ballast rank (the packet's header was read).
+    Rank(usize),
+    /// An MPI process (MPI's engine path, before the header is read: the process hosts the
+    /// sending rank).
+    MpiProcess(usize),
+}
+
+impl std::fmt::Display for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sender::Rank(r) => write!(f, "rank {r}"),
+            Sender::MpiProcess(p) => write!(f, "MPI process {p}"),
+        }
+    }
 }
 
 /// Result alias of the runtime.

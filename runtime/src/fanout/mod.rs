@@ -84,7 +84,7 @@ pub struct Exchange {
 /// every rank has taken its snapshot: a late rank would otherwise count rank 0's fanout
 /// endpoint in its "before"), then rank 0 sends `messages` messages of `ints` 32-bit
 /// integers to every other rank, which checks their length, then a barrier.
-/// Errors: the communicator's, and [`Error::Protocol`] on a message of the wrong length.
+/// Errors: the communicator's, and [`Error::MessageSize`] on a message of the wrong length.
 pub fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result<Exchange> {
     let n = comm.world_size();
     comm.barrier()?;
@@ -104,11 +104,13 @@ pub fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result
         for _ in 0..messages {
             let m = comm.recv(Source::Rank(0), TagMatch::Tag(FANOUT_TAG))?;
             if m.data.len() != ints * 4 {
-                return Err(Error::Protocol(format!(
-                    "fanout message of {} bytes, expected {}",
-                    m.data.len(),
-                    ints * 4
-                )));
+                return Err(Error::MessageSize {
+                    rank: comm.rank(),
+                    peer: m.source,
+                    tag: FANOUT_TAG,
+                    bytes: m.data.len(),
+                    expected: ints * 4,
+                });
             }
         }
     }

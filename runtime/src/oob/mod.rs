@@ -28,8 +28,9 @@ pub trait Bootstrap {
     fn size(&self) -> usize;
     /// Every rank contributes `data` (any length, may differ by rank); returns all ranks'
     /// data ordered by rank. Collective: every rank must call it, the same number of times.
-    /// Errors: [`Error::Bootstrap`] naming the rank that failed or did not show up in time,
-    /// [`Error::Mpi`].
+    /// Errors: [`Error::BootstrapTimeout`], [`Error::BootstrapIo`] and the other bootstrap
+    /// variants naming the rank that failed or did not show up in time,
+    /// [`Error::MpiCall`].
     fn all_gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
     /// What this process' memory grew by inside [`Bootstrap::all_gather`] so far: memory the
     /// exchange's own library kept (e.g. MPI connecting to more peers and registering its
@@ -87,7 +88,7 @@ pub enum BootstrapKind {
 
 /// Picks the bootstrap for this process: MPI when the `mpi` feature is on and MPI is
 /// initialised, otherwise TCP from `config.bootstrap()` (`BALLAST_ROOT` plus the rank and
-/// size of the launcher). Errors: [`Error::Bootstrap`] when neither is available, and the
+/// size of the launcher). Errors: [`Error::BootstrapEnv`] when neither is available, and the
 /// errors of [`TcpBootstrap::connect`].
 pub fn auto(config: &RuntimeConfig) -> Result<(BootstrapKind, Box<dyn Bootstrap>)> {
     #[cfg(feature = "mpi")]
@@ -96,11 +97,10 @@ pub fn auto(config: &RuntimeConfig) -> Result<(BootstrapKind, Box<dyn Bootstrap>
     }
     let b = config.bootstrap();
     if b.root.is_none() || b.rank.is_none() {
-        return Err(Error::Bootstrap(
-            "no initialised MPI and no rendezvous: set BALLAST_ROOT=host:port and the rank and size \
-             (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE)"
-                .into(),
-        ));
+        return Err(Error::BootstrapEnv {
+            what: "no initialised MPI and no rendezvous: set BALLAST_ROOT=host:port and the rank and size \
+                   (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE)",
+        });
     }
     Ok((BootstrapKind::Tcp, Box::new(TcpBootstrap::connect(b)?)))
 }

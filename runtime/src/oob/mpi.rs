@@ -24,13 +24,14 @@ pub struct MpiBootstrap {
 }
 
 impl MpiBootstrap {
-    /// Duplicates `MPI_COMM_WORLD` (collective). Errors: [`Error::Mpi`] when MPI is not
+    /// Duplicates `MPI_COMM_WORLD` (collective). Errors: [`Error::MpiState`] when MPI is not
     /// initialised or already finalised.
     pub fn new() -> Result<MpiBootstrap> {
         if !rsmpi::environment::is_initialized() || rsmpi::environment::is_finalized() {
-            return Err(Error::Mpi(
-                "the MPI bootstrap needs an initialised (not finalised) MPI".into(),
-            ));
+            return Err(Error::MpiState {
+                op: "the MPI bootstrap",
+                what: "needs an initialised (not finalised) MPI",
+            });
         }
         Ok(MpiBootstrap {
             comm: SimpleCommunicator::world().duplicate(),

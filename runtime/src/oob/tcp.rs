@@ -35,26 +35,41 @@ pub struct TcpBootstrap {
     links: Links,
 }
 
-fn err(msg: String) -> Error {
-    Error::Bootstrap(msg)
+/// An i/o step of `rank` toward `peer` that failed.
+fn io_err(rank: usize, peer: Option<usize>, root: &str, what: String, source: std::io::Error) -> Error {
+    Error::BootstrapIo {
+        rank,
+        peer,
+        root: root.to_string(),
+        what,
+        source,
+    }
 }
 
 fn resolve(root: &str) -> Result<Vec<SocketAddr>> {
     let addrs: Vec<SocketAddr> = root
         .to_socket_addrs()
-        .map_err(|e| err(format!("BALLAST_ROOT `{root}` is not host:port: {e}")))?
+        .map_err(|e| Error::BootstrapRoot {
+            root: root.to_string(),
+            what: "is not host:port",
+            source: Some(e),
+        })?
         .collect();
     if addrs.is_empty() {
-        return Err(err(format!("BALLAST_ROOT `{root}` resolves to no address")));
+        return Err(Error::BootstrapRoot {
+            root: root.to_string(),
+            what: "resolves to no address",
+            source: None,
+        });
     }
     Ok(addrs)
 }
 
-fn read_exact_or(s: &mut TcpStream, buf: &mut [u8], what: impl Fn(&std::io::Error) -> String) -> Result<()> {
-    s.read_exact(buf).map_err(|e| err(what(&e)))
+fn read_exact_or(s: &mut TcpStream, buf: &mut [u8], what: impl Fn(std::io::Error) -> Error) -> Result<()> {
+    s.read_exact(buf).map_err(what)
 }
 
-fn read_u64(s: &mut TcpStream, what: &dyn Fn(&std::io::Error) -> String) -> Result<u64> {
+fn read_u64(s: &mut TcpStream, what: &dyn Fn(std::io::Error) -> Error) -> Result<u64> {
     let mut b = [0u8; 8];
     read_exact_or(s, &mut b, what)?;
     Ok(u64::from_le_bytes(b))
@@ -70,21 +85,23 @@ fn io_kind(e: &std::io::Error) -> &'static str {
 
 impl TcpBootstrap {
     /// Connects from the launcher's environment (`BALLAST_ROOT`, rank and size, timeout).
-    /// Errors: [`Error::Bootstrap`] when any of them is missing, and those of [`TcpBootstrap::new`].
+    /// Errors: [`Error::BootstrapEnv`] when any of them is missing, and those of [`TcpBootstrap::new`].
     pub fn connect(cfg: &BootstrapConfig) -> Result<TcpBootstrap> {
-        let root = cfg
-            .root
-            .as_deref()
-            .ok_or_else(|| err("BALLAST_ROOT (host:port of rank 0) is not set".into()))?;
+        let root = cfg.root.as_deref().ok_or(Error::BootstrapEnv {
+            what: "BALLAST_ROOT (host:port of rank 0) is not set",
+        })?;
         let (Some(rank), Some(size)) = (cfg.rank, cfg.size) else {
-            return Err(err("no rank/size in the environment (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE)".into()));
+            return Err(Error::BootstrapEnv {
+                what: "no rank/size in the environment (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE)",
+            });
         };
         Self::new(root, rank, size, cfg.timeout)
     }
 
     /// Rank `rank` of `size` meets the others at `root` (`host:port`; rank 0 binds it),
-    /// waiting at most `timeout` for all of them. Errors: [`Error::Bootstrap`] saying which
-    /// ranks did not show up (at rank 0) or that rank 0 could not be reached (elsewhere).
+    /// waiting at most `timeout` for all of them. Errors: [`Error::BootstrapTimeout`] saying
+    /// which ranks did not show up (at rank 0), [`Error::BootstrapUnreachable`] (elsewhere),
+    /// [`Error::BootstrapRoot`], [`Error::BootstrapPeer`], [`Error::BootstrapIo`].
     pub fn new(root: &str, rank: usize, size: usize, timeout: Duration) -> Result<TcpBootstrap> {
         if size == 0 || rank >= size || size > u32::MAX as usize {
             return Err(Error::InvalidRank {
@@ -118,7 +135,7 @@ impl TcpBootstrap {
         deadline: Instant,
     ) -> Result<Vec<Option<TcpStream>>> {
         let listener =
-            TcpListener::bind(addrs).map_err(|e| err(format!("rank 0 cannot listen at {root}: {e}")))?;
+            TcpListener::bind(addrs).map_err(|e| io_err(0, None, root, "cannot listen".into(), e))?;
         listener.set_nonblocking(true)?;
         let mut links: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
         let mut present = 1;
@@ -138,14 +155,24 @@ impl TcpBootstrap {
                     let r = u32::from_le_bytes(hello[4..8].try_into().expect("4")) as usize;
                     let n = u32::from_le_bytes(hello[8..12].try_into().expect("4")) as usize;
                     if n != size {
-                        return Err(err(format!(
-                            "rank {r} (from {peer}) says the job has {n} ranks, rank 0 says {size}"
-                        )));
+                        return Err(Error::BootstrapPeer {
+                            rank: 0,
+                            peer: Some(r),
+                            root: root.to_string(),
+                            what: format!(
+                                "rank {r} (from {peer}) says the job has {n} ranks, rank 0 says {size}"
+                            ),
+                        });
                     }
                     if r == 0 || r >= size || links[r].is_some() {
-                        return Err(err(format!(
-                            "a process at {peer} claims rank {r}, which is invalid or already present"
-                        )));
+                        return Err(Error::BootstrapPeer {
+                            rank: 0,
+                            peer: None,
+                            root: root.to_string(),
+                            what: format!(
+                                "a process at {peer} claims rank {r}, which is invalid or already present"
+                            ),
+                        });
                     }
                     s.set_nodelay(true)?;
                     links[r] = Some(s);
@@ -154,13 +181,17 @@ impl TcpBootstrap {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if Instant::now() >= deadline {
                         let missing: Vec<usize> = (1..size).filter(|&r| links[r].is_none()).collect();
-                        return Err(err(format!(
-                            "timed out after {timeout:?} at rank 0 ({root}): rank(s) {missing:?} did not show up ({present} of {size} present)"
-                        )));
+                        return Err(Error::BootstrapTimeout {
+                            root: root.to_string(),
+                            timeout,
+                            missing,
+                            present,
+                            size,
+                        });
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err(e) => return Err(err(format!("rank 0 accepting at {root}: {e}"))),
+                Err(e) => return Err(io_err(0, None, root, "accepting a connection".into(), e)),
             }
         }
         Ok(links)
@@ -186,19 +217,20 @@ impl TcpBootstrap {
                         let mut hello = MAGIC.to_vec();
                         hello.extend_from_slice(&(rank as u32).to_le_bytes());
                         hello.extend_from_slice(&(size as u32).to_le_bytes());
-                        s.write_all(&hello).map_err(|e| {
-                            err(format!("rank {rank}: sending hello to rank 0 at {root}: {e}"))
-                        })?;
+                        s.write_all(&hello)
+                            .map_err(|e| io_err(rank, Some(0), root, "sending hello to rank 0".into(), e))?;
                         return Ok(s);
                     }
                     Err(e) => last = Some(e),
                 }
             }
             if Instant::now() >= deadline {
-                let e = last.map(|e| e.to_string()).unwrap_or_default();
-                return Err(err(format!(
-                    "rank {rank} could not reach rank 0 at {root} within {timeout:?} ({e})"
-                )));
+                return Err(Error::BootstrapUnreachable {
+                    rank,
+                    root: root.to_string(),
+                    timeout,
+                    source: last,
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -206,24 +238,22 @@ impl TcpBootstrap {
 
     fn read_blob(&self, s: &mut TcpStream, from: usize) -> Result<Vec<u8>> {
         let (me, root, t) = (self.rank, &self.root, self.timeout);
-        let what = move |e: &std::io::Error| {
-            if me == 0 {
-                format!(
-                    "rank 0 ({root}): rank {from} sent nothing within {t:?} ({}: {e})",
-                    io_kind(e)
-                )
+        let what = move |e: std::io::Error| {
+            let step = if me == 0 {
+                format!("rank {from} sent nothing within {t:?} ({})", io_kind(&e))
             } else {
-                format!(
-                    "rank {me}: no table from rank 0 at {root} within {t:?} ({}: {e})",
-                    io_kind(e)
-                )
-            }
+                format!("no table from rank 0 within {t:?} ({})", io_kind(&e))
+            };
+            io_err(me, Some(from), root, step, e)
         };
         let len = read_u64(s, &what)?;
         if len > MAX_CONTRIBUTION {
-            return Err(err(format!(
-                "rank {from} announced {len} bytes (limit {MAX_CONTRIBUTION})"
-            )));
+            return Err(Error::BootstrapPeer {
+                rank: me,
+                peer: Some(from),
+                root: root.clone(),
+                what: format!("rank {from} announced {len} bytes (limit {MAX_CONTRIBUTION})"),
+            });
         }
         let mut v = vec![0u8; len as usize];
         read_exact_or(s, &mut v, what)?;
@@ -265,10 +295,13 @@ impl Bootstrap for TcpBootstrap {
                         .expect("connected rank")
                         .write_all(&table)
                         .map_err(|e| {
-                            err(format!(
-                                "rank 0 ({}): sending the table to rank {r}: {e}",
-                                self.root
-                            ))
+                            io_err(
+                                0,
+                                Some(r),
+                                &self.root,
+                                format!("sending the table to rank {r}"),
+                                e,
+                            )
                         })?;
                 }
                 Ok(all)
@@ -276,12 +309,8 @@ impl Bootstrap for TcpBootstrap {
             Links::Leaf(s) => {
                 let mut msg = Vec::with_capacity(data.len() + 8);
                 write_blob(&mut msg, data);
-                s.write_all(&msg).map_err(|e| {
-                    err(format!(
-                        "rank {}: sending to rank 0 at {}: {e}",
-                        self.rank, self.root
-                    ))
-                })?;
+                s.write_all(&msg)
+                    .map_err(|e| io_err(self.rank, Some(0), &self.root, "sending to rank 0".into(), e))?;
                 s.set_read_timeout(Some(timeout))?;
                 (0..self.size).map(|_| self.read_blob(s, 0)).collect()
             }

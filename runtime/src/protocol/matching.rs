@@ -60,6 +60,17 @@ fn accepts(src: Source, tag: TagMatch, m_src: usize, m_tag: Tag) -> bool {
     s && t
 }
 
+/// A message longer than this machine's address space.
+fn too_large(peer: usize, tag: Tag, total: u64) -> Error {
+    Error::BadChunk {
+        peer,
+        tag,
+        total,
+        offset: 0,
+        what: "longer than this machine can address".into(),
+    }
+}
+
 /// A received message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
@@ -99,11 +110,15 @@ impl Matcher {
     /// and bound completes at once (`None`); otherwise returns its id.
     fn start(&mut self, src: usize, tag: Tag, total: u64, data: Vec<u8>) -> Result<Option<u64>> {
         if !self.assembling.is_empty() && self.assembling.contains_key(&src) {
-            return Err(Error::Protocol(format!(
-                "new message from rank {src} before the previous one completed"
-            )));
+            return Err(Error::BadChunk {
+                peer: src,
+                tag,
+                total,
+                offset: 0,
+                what: "a new message before the previous one completed".into(),
+            });
         }
-        let total = usize::try_from(total).map_err(|_| Error::Protocol("message too large".into()))?;
+        let total = usize::try_from(total).map_err(|_| too_large(src, tag, total))?;
         let id = self.next_msg;
         self.next_msg += 1;
         let req = self
@@ -162,11 +177,15 @@ impl Matcher {
         if h.offset == 0 {
             // The first chunk (often the whole message): no reassembly state unless more
             // chunks follow.
-            let cap = usize::try_from(h.total).map_err(|_| Error::Protocol("message too large".into()))?;
+            let cap = usize::try_from(h.total).map_err(|_| too_large(src, h.tag, h.total))?;
             if payload.len() > cap {
-                return Err(Error::Protocol(format!(
-                    "chunk at offset 0 out of order from rank {src}"
-                )));
+                return Err(Error::BadChunk {
+                    peer: src,
+                    tag: h.tag,
+                    total: h.total,
+                    offset: 0,
+                    what: format!("{} bytes: out of order (beyond the message)", payload.len()),
+                });
             }
             let mut data = Vec::with_capacity(cap);
             data.extend_from_slice(payload);
@@ -177,16 +196,27 @@ impl Matcher {
             }
             return Ok(());
         }
-        let id = *self
-            .assembling
-            .get(&src)
-            .ok_or_else(|| Error::Protocol(format!("chunk without a message start from rank {src}")))?;
+        let id = *self.assembling.get(&src).ok_or_else(|| Error::BadChunk {
+            peer: src,
+            tag: h.tag,
+            total: h.total,
+            offset: h.offset,
+            what: "without a message start".into(),
+        })?;
         let m = self.inbound.get_mut(&id).expect("inbound message");
         if h.offset as usize != m.data.len() || m.data.len() + payload.len() > m.total {
-            return Err(Error::Protocol(format!(
-                "chunk at offset {} out of order from rank {src}",
-                h.offset
-            )));
+            return Err(Error::BadChunk {
+                peer: src,
+                tag: h.tag,
+                total: h.total,
+                offset: h.offset,
+                what: format!(
+                    "{} bytes: out of order ({} of {} bytes received)",
+                    payload.len(),
+                    m.data.len(),
+                    m.total
+                ),
+            });
         }
         m.data.extend_from_slice(payload);
         if m.data.len() == m.total {
@@ -201,11 +231,13 @@ impl Matcher {
     /// the order of its source's messages and matches exactly as a chunked one would.
     pub fn on_whole(&mut self, h: &PacketHeader, data: Vec<u8>) -> Result<()> {
         if data.len() as u64 != h.total {
-            return Err(Error::Protocol(format!(
-                "whole message of {} bytes announced as {}",
-                data.len(),
-                h.total
-            )));
+            return Err(Error::BadChunk {
+                peer: h.src as usize,
+                tag: h.tag,
+                total: h.total,
+                offset: 0,
+                what: format!("a whole message of {} bytes", data.len()),
+            });
         }
         self.start(h.src as usize, h.tag, h.total, data)?;
         Ok(())

@@ -7,3 +7,4 @@ pub mod connection;
 pub mod credit;
 pub mod engine;
 pub mod matching;
+pub mod wire;

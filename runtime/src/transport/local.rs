@@ -295,7 +295,10 @@ impl Fabric for LocalFabric {
         self.world.ports[self.rank]
             .srq
             .set(rq)
-            .map_err(|_| Error::Protocol("shared receive queue set twice".into()))?;
+            .map_err(|_| Error::ReceiveQueue {
+                rank: self.rank,
+                what: "the shared receive queue was set up twice",
+            })?;
         Ok(reg.note)
     }
 
@@ -325,16 +328,21 @@ impl Fabric for LocalFabric {
             )
             .is_some()
         {
-            return Err(Error::Protocol(format!("endpoint {key} opened twice")));
+            return Err(Error::Endpoint {
+                rank: self.rank,
+                key,
+                what: "opened twice",
+            });
         }
         Ok(())
     }
 
     fn close_endpoint(&mut self, key: usize) -> Result<()> {
-        let ep = self
-            .endpoints
-            .remove(&key)
-            .ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
+        let ep = self.endpoints.remove(&key).ok_or(Error::Endpoint {
+            rank: self.rank,
+            key,
+            what: "closed but not open",
+        })?;
         self.bytes.endpoint_bytes -= self.model.endpoint_fixed_bytes;
         if let Some(rq) = ep.own_rq {
             self.world.ports[self.rank].rqs.lock().remove(&key);
@@ -361,10 +369,11 @@ impl Fabric for LocalFabric {
     ) -> Result<()> {
         let port = &self.world.ports[dest];
         let rq = if self.sharing == RecvSharing::PerPeer {
-            let ep = self
-                .endpoints
-                .get_mut(&key)
-                .ok_or_else(|| Error::Protocol(format!("send on unknown endpoint {key}")))?;
+            let ep = self.endpoints.get_mut(&key).ok_or(Error::Endpoint {
+                rank: self.rank,
+                key,
+                what: "used for a send but not open",
+            })?;
             if ep.remote_rq.is_none() {
                 ep.remote_rq = port.rqs.lock().get(&self.rank).cloned();
             }
@@ -409,9 +418,10 @@ impl Fabric for LocalFabric {
                     &g.as_slice()[off..off + a.hdr.len as usize],
                 ))?;
             }
-            a.rq.posted
-                .push(a.slot)
-                .map_err(|_| Error::Protocol("receive queue overflow".into()))?;
+            a.rq.posted.push(a.slot).map_err(|_| Error::ReceiveQueue {
+                rank: self.rank,
+                what: "overflow (a buffer reposted beyond the queue's depth)",
+            })?;
             n += 1;
         }
         while let Some((src, c)) = port.ctrl.pop() {

@@ -1,8 +1,8 @@
 //! The MPI fabric ([`MpiFabric`]): the [`Fabric`] of one Ballast rank over MPI
 //! point-to-point on Ballast's own duplicate of the world communicator.
 //!
-//! Wire: every packet is one MPI message that starts with a 32-byte header (the
-//! [`PacketHeader`] fields, a kind byte, for control messages the [`Control`] code and
+//! Wire ([`crate::wire`]): every packet is one MPI message that starts with a 32-byte header
+//! (the [`PacketHeader`] fields, a kind byte, for control messages the [`Control`] code and
 //! value, and in byte 31 the number of piggybacked controls); data packets carry their
 //! payload after it, then the piggybacked controls (9 bytes each: code, value). A packet is
 //! at most `buffer_size + STAGING_EXTRA_BYTES` bytes (`buffer_size <= 1 GiB`), so no MPI
@@ -62,19 +62,20 @@ use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 use super::raw::{recv_append, SendQueue};
 use crate::core::backoff::Backoff;
 use crate::core::config::RecvSharing;
-use crate::core::error::{Error, Result};
+use crate::core::error::{Error, Result, Sender};
 use crate::core::pool::{Register, Registration};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
+use crate::protocol::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DIRECT};
 use crate::transport::model::{MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
 
-/// Bytes of the header in front of every MPI message.
-pub const HEADER_BYTES: usize = 32;
+/// Bytes of the header in front of every MPI message ([`wire::HEADER_BYTES`]).
+pub const HEADER_BYTES: usize = wire::HEADER_BYTES;
 /// MPI tag on which a failing process tells the others to stop.
 pub(crate) const ABORT_TAG: i32 = 32_000;
 /// Control messages carried at most by one packet.
 pub const MAX_PIGGYBACK: usize = 16;
-/// Bytes of one piggybacked control message (code u8, value u64 little-endian).
-const PIGGYBACK_BYTES: usize = 9;
+/// Bytes of one piggybacked control message ([`wire::CONTROL_BYTES`]).
+const PIGGYBACK_BYTES: usize = wire::CONTROL_BYTES;
 /// Bytes of the receive staging buffer (and of a kept send buffer) beyond `buffer_size`:
 /// the header and the largest piggyback.
 pub const STAGING_EXTRA_BYTES: usize = MPI_STAGING_EXTRA_BYTES as usize;
@@ -87,10 +88,6 @@ pub const DEFAULT_DIRECT_PART_BYTES: usize = 1 << 30;
 const POLL_BATCH: usize = 256;
 /// `aborted()` probes for an abort notice once per this many calls.
 const ABORT_PROBE_EVERY: u32 = 64;
-
-const KIND_DATA: u8 = 0;
-const KIND_CONTROL: u8 = 1;
-const KIND_DIRECT: u8 = 2;
 
 /// State shared by the Ballast ranks of one process in one Ballast world.
 pub(crate) struct Shared {
@@ -144,12 +141,19 @@ impl Shared {
             0
         };
         if local_slots > 1 && rsmpi::environment::threading_support() != rsmpi::Threading::Multiple {
-            return Err(Error::Mpi(format!(
-                "{world} Ballast ranks on {procs} MPI processes need MPI_THREAD_MULTIPLE (initialise with Mpi::init_multithreaded)"
-            )));
+            return Err(Error::MpiWorld {
+                world,
+                procs,
+                what: "more ranks than processes need MPI_THREAD_MULTIPLE (initialise with Mpi::init_multithreaded)"
+                    .into(),
+            });
         }
         if local_slots > DIRECT_TAG_BASE as usize {
-            return Err(Error::Mpi(format!("{world} Ballast ranks on {procs} MPI processes: more than {DIRECT_TAG_BASE} ranks per process")));
+            return Err(Error::MpiWorld {
+                world,
+                procs,
+                what: format!("more than {DIRECT_TAG_BASE} ranks per process"),
+            });
         }
         let s = Arc::new(Shared {
             comm: std::mem::ManuallyDrop::new(comm),
@@ -231,9 +235,15 @@ impl Shared {
                 sink.resize(status.count(u8::equivalent_datatype()) as usize, 0);
                 msg.matched_receive_into(&mut sink[..]);
                 self.recvd[r].fetch_add(1, Ordering::AcqRel);
-                if sink.len() >= HEADER_BYTES && sink[29] == KIND_DIRECT {
+                let head = sink.first_chunk::<HEADER_BYTES>().map(wire::decode_header);
+                if let Some((
+                    h,
+                    HeaderExtra {
+                        kind: KIND_DIRECT, ..
+                    },
+                )) = head
+                {
                     // A direct message's header: its parts follow on the direct tag.
-                    let (h, _, _) = get_header(&sink);
                     let source = status.source_rank() as usize;
                     let Ok(total) = usize::try_from(h.total) else {
                         continue;
@@ -243,7 +253,7 @@ impl Shared {
                     let mut got = 0;
                     while got < total {
                         parts.clear();
-                        match recv_append(&self.comm, source, DIRECT_TAG_BASE + tag, &mut parts) {
+                        match recv_append(&self.comm, r, source, DIRECT_TAG_BASE + tag, &mut parts) {
                             Ok(n) if n > 0 => got += n,
                             _ => break,
                         }
@@ -353,8 +363,12 @@ impl MpiFabric {
         let mut b = self
             .sends
             .buffer(HEADER_BYTES + payload.len() + riders * PIGGYBACK_BYTES);
-        put_header(&mut b, h, kind, code);
-        b[31] = riders as u8;
+        let extra = HeaderExtra {
+            kind,
+            code,
+            riders: riders as u8,
+        };
+        b.extend_from_slice(&wire::encode_header(h, extra));
         b.extend_from_slice(payload);
         if riders > 0 {
             let mut taken = 0;
@@ -362,9 +376,7 @@ impl MpiFabric {
                 if d != dest || taken == riders {
                     return true;
                 }
-                let (code, v) = c.encode();
-                b.push(code);
-                b.extend_from_slice(&v.to_le_bytes());
+                b.extend_from_slice(&wire::encode_control(c));
                 taken += 1;
                 false
             });
@@ -378,16 +390,8 @@ impl MpiFabric {
         while let Some(&(dest, first)) = self.pending.first() {
             self.pending.remove(0);
             let (proc_, tag) = self.proc_and_tag(dest)?;
-            let (code, v) = first.encode();
-            let h = PacketHeader {
-                src: self.rank as u32,
-                tag: 0,
-                total: v,
-                offset: 0,
-                len: 0,
-                more: false,
-            };
-            let b = self.packet(dest, &h, KIND_CONTROL, code, &[]);
+            let (h, extra) = wire::control_header(self.rank as u32, first, 0);
+            let b = self.packet(dest, &h, KIND_CONTROL, extra.code, &[]);
             self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)?;
             self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
         }
@@ -397,19 +401,26 @@ impl MpiFabric {
     /// Receives the `total` bytes of a direct message from process `source` (its parts
     /// follow its header on this rank's direct tag) into a new buffer.
     fn recv_direct(&mut self, source: usize, total: u64) -> Result<Vec<u8>> {
-        let total = usize::try_from(total)
-            .map_err(|_| Error::Protocol(format!("direct message of {total} bytes")))?;
+        let bytes = total;
         let mut data = Vec::new();
-        data.try_reserve_exact(total).map_err(|e| {
-            Error::Protocol(format!("cannot allocate a direct message of {total} bytes: {e}"))
-        })?;
+        // (A `total` beyond usize fails the reservation too.)
+        data.try_reserve_exact(usize::try_from(total).unwrap_or(usize::MAX))
+            .map_err(|source_err| Error::MessageAlloc {
+                rank: self.rank,
+                peer: source,
+                bytes,
+                source: source_err,
+            })?;
+        let total = total as usize;
         let tag = DIRECT_TAG_BASE + self.my_tag();
         while data.len() < total {
-            if recv_append(&self.shared.comm, source, tag, &mut data)? == 0 {
-                return Err(Error::Protocol(format!(
-                    "empty direct-path part from process {source} at {} of {total} bytes",
-                    data.len()
-                )));
+            if recv_append(&self.shared.comm, self.rank, source, tag, &mut data)? == 0 {
+                return Err(Error::BadPacket {
+                    rank: self.rank,
+                    from: Sender::MpiProcess(source),
+                    bytes: 0,
+                    what: format!("empty direct-path part at {} of {total} bytes", data.len()),
+                });
             }
         }
         Ok(data)
@@ -430,41 +441,40 @@ impl MpiFabric {
             };
             let count = status.count(u8::equivalent_datatype()) as usize;
             self.shared.recvd[self.rank].fetch_add(1, Ordering::AcqRel);
+            let from = Sender::MpiProcess(status.source_rank() as usize);
             if count < HEADER_BYTES || count > self.rbuf.len() {
                 // Receive it anyway so MPI's matched message is consumed, then fail.
                 let mut sink = vec![0u8; count];
                 msg.matched_receive_into(&mut sink[..]);
-                return Err(Error::Protocol(format!(
-                    "MPI message of {count} bytes from process {} (limit {})",
-                    status.source_rank(),
-                    self.rbuf.len()
-                )));
+                return Err(Error::BadPacket {
+                    rank: self.rank,
+                    from,
+                    bytes: count,
+                    what: format!("outside {HEADER_BYTES}..={} bytes", self.rbuf.len()),
+                });
             }
             msg.matched_receive_into(&mut self.rbuf[..count]);
-            let (h, kind, code) = get_header(&self.rbuf[..HEADER_BYTES]);
-            let riders = self.rbuf[31] as usize;
-            let len = if kind == KIND_DATA { h.len as usize } else { 0 };
-            if riders > MAX_PIGGYBACK || HEADER_BYTES + len + riders * PIGGYBACK_BYTES != count {
-                return Err(Error::Protocol(format!(
-                    "packet of {count} bytes announces {len} payload bytes and {riders} controls"
-                )));
-            }
-            let end = HEADER_BYTES + len;
+            let p = wire::split_packet(&self.rbuf[..count], MAX_PIGGYBACK, self.rank, from)?;
+            let h = p.header;
             self.riders.clear();
-            for c in self.rbuf[end..count].chunks_exact(PIGGYBACK_BYTES) {
-                self.riders.push(Control::decode(
-                    c[0],
-                    u64::from_le_bytes(c[1..].try_into().expect("8 bytes")),
-                )?);
+            for c in p.riders() {
+                self.riders.push(c?);
             }
-            match kind {
-                KIND_DATA => on_event(Event::Arrival(h, &self.rbuf[HEADER_BYTES..end]))?,
-                KIND_CONTROL => on_event(Event::Control(h.src as usize, Control::decode(code, h.total)?))?,
+            match p.extra.kind {
+                KIND_DATA => on_event(Event::Arrival(h, p.payload))?,
+                KIND_CONTROL => on_event(Event::Control(h.src as usize, wire::header_control(&h, p.extra)?))?,
                 KIND_DIRECT => {
                     let data = self.recv_direct(status.source_rank() as usize, h.total)?;
                     on_event(Event::Whole(h, data))?;
                 }
-                k => return Err(Error::Protocol(format!("unknown message kind {k}"))),
+                k => {
+                    return Err(Error::BadPacket {
+                        rank: self.rank,
+                        from: Sender::Rank(h.src as usize),
+                        bytes: count,
+                        what: format!("unknown message kind {k}"),
+                    })
+                }
             }
             for &c in &self.riders {
                 on_event(Event::Control(h.src as usize, c))?;
@@ -487,29 +497,6 @@ impl Drop for MpiFabric {
             self.shared.orphans.lock().push(sends);
         }
     }
-}
-
-fn put_header(b: &mut Vec<u8>, h: &PacketHeader, kind: u8, ctrl: u8) {
-    b.extend_from_slice(&h.src.to_le_bytes());
-    b.extend_from_slice(&h.tag.to_le_bytes());
-    b.extend_from_slice(&h.total.to_le_bytes());
-    b.extend_from_slice(&h.offset.to_le_bytes());
-    b.extend_from_slice(&h.len.to_le_bytes());
-    b.extend_from_slice(&[h.more as u8, kind, ctrl, 0]);
-}
-
-fn get_header(b: &[u8]) -> (PacketHeader, u8, u8) {
-    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-    let h = PacketHeader {
-        src: u32_at(0),
-        tag: u32_at(4),
-        total: u64_at(8),
-        offset: u64_at(16),
-        len: u32_at(24),
-        more: b[28] != 0,
-    };
-    (h, b[29], b[30])
 }
 
 impl Register for MpiFabric {
@@ -550,14 +537,22 @@ impl Fabric for MpiFabric {
 
     fn open_endpoint(&mut self, key: usize) -> Result<()> {
         if !self.endpoints.insert(key) {
-            return Err(Error::Protocol(format!("endpoint {key} opened twice")));
+            return Err(Error::Endpoint {
+                rank: self.rank,
+                key,
+                what: "opened twice",
+            });
         }
         Ok(())
     }
 
     fn close_endpoint(&mut self, key: usize) -> Result<()> {
         if !self.endpoints.remove(&key) {
-            return Err(Error::Protocol(format!("closing unknown endpoint {key}")));
+            return Err(Error::Endpoint {
+                rank: self.rank,
+                key,
+                what: "closed but not open",
+            });
         }
         Ok(())
     }
@@ -748,23 +743,6 @@ impl Fabric for MpiFabric {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn header_round_trip() {
-        let h = PacketHeader {
-            src: 7,
-            tag: 0x7fff_fffe,
-            total: 1 << 40,
-            offset: 12345,
-            len: 8192,
-            more: true,
-        };
-        let mut b = Vec::new();
-        put_header(&mut b, &h, KIND_CONTROL, 3);
-        assert_eq!(b.len(), HEADER_BYTES);
-        assert_eq!(get_header(&b), (h, KIND_CONTROL, 3));
-        assert_eq!(b[31], 0, "no piggybacked controls");
-    }
 
     #[test]
     fn fabric_struct_fits_the_model() {

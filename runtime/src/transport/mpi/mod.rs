@@ -61,7 +61,7 @@ pub struct Mpi {
 impl Mpi {
     /// Initialises MPI (`MPI_Init_thread`, serialized) unless the host program already did,
     /// in which case its MPI is reused and never finalised by Ballast.
-    /// Errors: [`Error::Mpi`] if MPI was already finalised.
+    /// Errors: [`Error::MpiState`] if MPI was already finalised.
     pub fn init() -> Result<Mpi> {
         Self::init_with(Threading::Serialized)
     }
@@ -74,7 +74,10 @@ impl Mpi {
 
     fn init_with(level: Threading) -> Result<Mpi> {
         if rsmpi::environment::is_finalized() {
-            return Err(Error::Mpi("MPI was already finalised in this process".into()));
+            return Err(Error::MpiState {
+                op: "Mpi::init",
+                what: "MPI was already finalised in this process",
+            });
         }
         let baseline = ProcStatus::read_self().unwrap_or_default();
         let universe = rsmpi::initialize_with_threading(level).map(|(u, _)| u);

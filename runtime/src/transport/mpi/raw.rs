@@ -12,7 +12,7 @@ use rsmpi::ffi;
 use rsmpi::raw::AsRaw;
 use rsmpi::topology::SimpleCommunicator;
 
-use crate::core::error::{Error, Result};
+use crate::core::error::{Error, Result, Sender};
 
 /// One owned buffer in flight: sent as `parts` MPI messages that are not complete yet.
 struct Entry {
@@ -41,16 +41,20 @@ pub(crate) struct SendQueue {
 // (checked by the fabric), and the queue is driven by one thread at a time (`&mut self`).
 unsafe impl Send for SendQueue {}
 
-pub(crate) fn check(code: c_int, what: &str) -> Result<()> {
+pub(crate) fn check(code: c_int, call: &'static str) -> Result<()> {
     if code as i64 == ffi::MPI_SUCCESS as i64 {
         Ok(())
     } else {
-        Err(Error::Mpi(format!("{what} returned error code {code}")))
+        Err(Error::MpiCall { call, code })
     }
 }
 
-fn int(v: usize, what: &str) -> Result<c_int> {
-    c_int::try_from(v).map_err(|_| Error::Mpi(format!("{what} {v} overflows an MPI int")))
+fn int(v: usize, what: &'static str) -> Result<c_int> {
+    c_int::try_from(v).map_err(|_| Error::MpiValue {
+        what,
+        value: v as i128,
+        why: "overflows an MPI int",
+    })
 }
 
 impl SendQueue {
@@ -90,7 +94,7 @@ impl SendQueue {
     }
 
     /// Starts sending `buf` to `dest` with `tag` on `comm` as one MPI message; `id` comes
-    /// back from [`SendQueue::test`]. Errors: [`Error::Mpi`] when the buffer is longer than
+    /// back from [`SendQueue::test`]. Errors: [`Error::MpiValue`] when the buffer is longer than
     /// an MPI `int` count or MPI fails.
     pub(crate) fn post(
         &mut self,
@@ -252,11 +256,12 @@ impl Drop for SendQueue {
 
 /// Receives the next message from process `source` with `tag` on `comm` (blocking,
 /// `MPI_Mprobe` + `MPI_Mrecv`) and appends it to `buf`, whose spare capacity must hold it
-/// (no zeroing of the destination). Returns its length. Errors: [`Error::Protocol`] when it
-/// does not fit (it is received and dropped first, so MPI's queue stays consistent),
-/// [`Error::Mpi`] when MPI fails.
+/// (no zeroing of the destination). Returns its length. Errors: [`Error::BadPacket`] (for
+/// receiving rank `rank`) when it does not fit (it is received and dropped first, so MPI's
+/// queue stays consistent), [`Error::MpiCall`] when MPI fails.
 pub(crate) fn recv_append(
     comm: &SimpleCommunicator,
+    rank: usize,
     source: usize,
     tag: i32,
     buf: &mut Vec<u8>,
@@ -278,7 +283,11 @@ pub(crate) fn recv_append(
         unsafe { ffi::MPI_Get_count(&status, dt, &mut count) },
         "MPI_Get_count",
     )?;
-    let n = usize::try_from(count).map_err(|_| Error::Mpi(format!("MPI_Get_count gave {count}")))?;
+    let n = usize::try_from(count).map_err(|_| Error::MpiValue {
+        what: "MPI_Get_count gave",
+        value: count.into(),
+        why: "is negative",
+    })?;
     let fits = n <= buf.capacity() - buf.len();
     let mut sink = Vec::new();
     let dst: *mut u8 = if fits {
@@ -295,10 +304,15 @@ pub(crate) fn recv_append(
         "MPI_Mrecv",
     )?;
     if !fits {
-        return Err(Error::Protocol(format!(
-            "a direct-path part of {n} bytes overruns its message ({} bytes left)",
-            buf.capacity() - buf.len()
-        )));
+        return Err(Error::BadPacket {
+            rank,
+            from: Sender::MpiProcess(source as usize),
+            bytes: n,
+            what: format!(
+                "a direct-path part overruns its message ({} bytes left)",
+                buf.capacity() - buf.len()
+            ),
+        });
     }
     // SAFETY: MPI_Mrecv initialised the `n` bytes after the old length, within capacity.
     unsafe { buf.set_len(buf.len() + n) };

@@ -50,6 +50,7 @@ use crate::core::intmap::IntMap;
 use crate::core::memory::AlignedRegion;
 use crate::core::pool::{Register, Registration};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
+use crate::protocol::wire;
 use crate::transport::model::{VERBS_CQ_ENTRIES, VERBS_SQ_DEPTH};
 
 /// Bytes of the header in front of every packet.
@@ -243,28 +244,6 @@ struct Peer {
     broken: bool,
     /// The peer asked for credit (its grant leaves at the next poll).
     wants_credit: bool,
-}
-
-fn put_header(b: &mut [u8], h: &PacketHeader) {
-    b[0..4].copy_from_slice(&h.src.to_le_bytes());
-    b[4..8].copy_from_slice(&h.tag.to_le_bytes());
-    b[8..16].copy_from_slice(&h.total.to_le_bytes());
-    b[16..24].copy_from_slice(&h.offset.to_le_bytes());
-    b[24..28].copy_from_slice(&h.len.to_le_bytes());
-    b[28..32].copy_from_slice(&[h.more as u8, 0, 0, 0]);
-}
-
-fn get_header(b: &[u8]) -> PacketHeader {
-    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-    PacketHeader {
-        src: u32_at(0),
-        tag: u32_at(4),
-        total: u64_at(8),
-        offset: u64_at(16),
-        len: u32_at(24),
-        more: b[28] != 0,
-    }
 }
 
 /// The verbs fabric of one rank. Field order is teardown order: QPs, then the SRQ, then the
@@ -1027,7 +1006,8 @@ impl VerbsFabric {
                         )));
                     }
                     let bytes = slots.get(slot, len);
-                    let h = get_header(&bytes[..HEADER_BYTES]);
+                    // (Bytes 29..32 are zero on this fabric: ignored, see `wire`.)
+                    let h = wire::decode_header(bytes.first_chunk().expect("checked above")).0;
                     if HEADER_BYTES + h.len as usize != len {
                         return Err(Error::Protocol(format!(
                             "packet of {len} bytes announces {} payload bytes",
@@ -1362,10 +1342,8 @@ impl Fabric for VerbsFabric {
                 headers.count
             )));
         }
-        put_header(
-            &mut headers.mem.as_mut_slice()[slot * HEADER_BYTES..(slot + 1) * HEADER_BYTES],
-            header,
-        );
+        headers.mem.as_mut_slice()[slot * HEADER_BYTES..(slot + 1) * HEADER_BYTES]
+            .copy_from_slice(&wire::encode_header(header, wire::HeaderExtra::DATA));
         let p = payload.as_ptr() as usize;
         let lkey = if payload.is_empty() {
             0
@@ -1570,8 +1548,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_round_trip() {
-        // (The control messages' wire form is tested once, beside Control::encode.)
+    fn header_is_the_wire_codec_data_form() {
+        // (The header's and the control messages' bytes are tested in `wire`.)
         let h = PacketHeader {
             src: 7,
             tag: 0x7fff_fffe,
@@ -1580,8 +1558,8 @@ mod tests {
             len: 8192,
             more: true,
         };
-        let mut b = [0u8; HEADER_BYTES];
-        put_header(&mut b, &h);
-        assert_eq!(get_header(&b), h);
+        let b: [u8; HEADER_BYTES] = wire::encode_header(&h, wire::HeaderExtra::DATA);
+        assert_eq!(&b[28..], &[1, 0, 0, 0]);
+        assert_eq!(wire::decode_header(&b).0, h);
     }
 }

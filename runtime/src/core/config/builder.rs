@@ -1,0 +1,83 @@
+//! The configuration builder ([`RuntimeConfigBuilder`]): settings given in code or by a
+//! command-line option, validated by [`RuntimeConfigBuilder::build`].
+
+use super::*;
+
+impl RuntimeConfig {
+    /// Starts a builder from the defaults.
+    pub fn builder() -> RuntimeConfigBuilder {
+        RuntimeConfigBuilder {
+            cfg: RuntimeConfig::default(),
+        }
+    }
+
+    /// A builder starting from this configuration (keeps the origins recorded so far).
+    pub fn to_builder(&self) -> RuntimeConfigBuilder {
+        RuntimeConfigBuilder { cfg: self.clone() }
+    }
+}
+
+/// Builder for [`RuntimeConfig`]; [`RuntimeConfigBuilder::build`] validates.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfigBuilder {
+    cfg: RuntimeConfig,
+}
+
+macro_rules! setter {
+    ($(#[$m:meta])* $name:ident : $ty:ty => $idx:expr, $field:ident) => {
+        $(#[$m])*
+        pub fn $name(mut self, v: $ty) -> Self {
+            self.cfg.transport.$field = v;
+            self.cfg.origins[$idx] = ValueOrigin::Builder;
+            self
+        }
+    };
+}
+
+impl RuntimeConfigBuilder {
+    setter!(/// Transport kind.
+        transport: TransportKind => 0, kind);
+    setter!(/// Pool buffer count.
+        buffer_count: usize => 1, buffer_count);
+    setter!(/// Buffer size in bytes.
+        buffer_size: usize => 2, buffer_size);
+    setter!(/// Pool growth on/off.
+        pool_growth: bool => 3, pool_growth);
+    setter!(/// Pool upper bound in bytes (with growth).
+        max_pool_bytes: u64 => 4, max_pool_bytes);
+    setter!(/// Lazy endpoint creation on/off.
+        lazy_connect: bool => 5, lazy_connect);
+    setter!(/// Live endpoint cap, 0 = none.
+        max_endpoints: usize => 6, max_endpoints);
+    setter!(/// Receive buffer sharing mode.
+        recv_sharing: RecvSharing => 7, recv_sharing);
+    setter!(/// Per-endpoint receive depth (per-peer mode).
+        recv_depth: usize => 8, recv_depth);
+    setter!(/// Shared receive queue depth (shared/xrc mode).
+        srq_depth: usize => 9, srq_depth);
+    setter!(/// Ranks per node (xrc grouping).
+        ranks_per_node: usize => 10, ranks_per_node);
+    setter!(/// mlock registered memory on/off.
+        lock_pool: bool => 11, lock_pool);
+    setter!(/// MPI native path on/off (one MPI message per Ballast message).
+        mpi_native: bool => 12, mpi_native);
+
+    /// Validates and returns the configuration. Errors: [`Error::Setting`] naming the
+    /// setting when the bad value was set through the builder, [`Error::Config`] naming
+    /// the variable when it came from the environment.
+    pub fn build(self) -> Result<RuntimeConfig> {
+        match self.cfg.transport.validate() {
+            Ok(()) => Ok(self.cfg),
+            Err(Error::Config { var, value, reason }) => match SETTINGS.iter().position(|(_, v)| *v == var) {
+                Some(i) if self.cfg.origins[i] == ValueOrigin::Builder => Err(Error::Setting {
+                    name: SETTINGS[i].0,
+                    var,
+                    value,
+                    reason,
+                }),
+                _ => Err(Error::Config { var, value, reason }),
+            },
+            Err(e) => Err(e),
+        }
+    }
+}

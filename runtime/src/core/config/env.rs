@@ -1,0 +1,174 @@
+//! Reading the `BALLAST_*` variables (the only place they are read): the settings table
+//! of [`SETTINGS`], the verbs device and the start-up rendezvous, and the value parsers.
+
+use super::*;
+
+impl VerbsConfig {
+    /// Reads the three variables through `lookup`. Errors: [`Error::Config`] naming the variable.
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<VerbsConfig> {
+        let device = lookup("BALLAST_IB_DEVICE")
+            .map(|d| d.trim().to_string())
+            .filter(|d| !d.is_empty());
+        let port = match lookup("BALLAST_IB_PORT") {
+            Some(raw) => match raw.trim().parse::<u8>() {
+                Ok(p) if p >= 1 => Some(p),
+                _ => {
+                    return Err(Error::Config {
+                        var: "BALLAST_IB_PORT",
+                        value: raw,
+                        reason: "must be a port number 1..=255".into(),
+                    })
+                }
+            },
+            None => None,
+        };
+        let gid_index = match lookup("BALLAST_GID_INDEX") {
+            Some(raw) => Some(raw.trim().parse::<u32>().map_err(|_| Error::Config {
+                var: "BALLAST_GID_INDEX",
+                value: raw.clone(),
+                reason: "not a GID table index (a non-negative integer)".into(),
+            })?),
+            None => None,
+        };
+        Ok(VerbsConfig {
+            device,
+            port,
+            gid_index,
+        })
+    }
+}
+
+impl BootstrapConfig {
+    /// Reads `BALLAST_ROOT`, `BALLAST_BOOTSTRAP_TIMEOUT` and the launcher's rank/size
+    /// variables through `lookup`. Errors: [`Error::Config`] naming the variable.
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<BootstrapConfig> {
+        let mut b = BootstrapConfig {
+            root: lookup("BALLAST_ROOT").filter(|r| !r.trim().is_empty()),
+            ..Default::default()
+        };
+        if let Some(raw) = lookup("BALLAST_BOOTSTRAP_TIMEOUT") {
+            let secs: f64 = raw.trim().parse().map_err(|_| Error::Config {
+                var: "BALLAST_BOOTSTRAP_TIMEOUT",
+                value: raw.clone(),
+                reason: "not a number of seconds".into(),
+            })?;
+            if !(secs > 0.0 && secs <= 86_400.0) {
+                return Err(Error::Config {
+                    var: "BALLAST_BOOTSTRAP_TIMEOUT",
+                    value: raw,
+                    reason: "must be > 0 and <= 86400 seconds".into(),
+                });
+            }
+            b.timeout = std::time::Duration::from_secs_f64(secs);
+        }
+        for (rv, sv) in LAUNCHER_VARS {
+            let (r, s) = (lookup(rv), lookup(sv));
+            if r.is_none() && s.is_none() {
+                continue;
+            }
+            let num = |var: &'static str, v: Option<String>| -> Result<usize> {
+                let v = v.ok_or_else(|| Error::Config {
+                    var,
+                    value: String::new(),
+                    reason: format!("unset while its pair ({rv}/{sv}) is set"),
+                })?;
+                v.trim().parse().map_err(|_| Error::Config {
+                    var,
+                    value: v.clone(),
+                    reason: "not a non-negative integer".into(),
+                })
+            };
+            let (rank, size) = (num(rv, r)?, num(sv, s)?);
+            if size == 0 || rank >= size {
+                return Err(Error::Config {
+                    var: rv,
+                    value: rank.to_string(),
+                    reason: format!("must be below {sv} = {size}"),
+                });
+            }
+            (b.rank, b.size, b.rank_var) = (Some(rank), Some(size), Some(rv));
+            break;
+        }
+        Ok(b)
+    }
+}
+
+impl RuntimeConfig {
+    /// Reads every `BALLAST_*` variable of `docs/CONFIG.md` from the process environment.
+    /// Unset variables keep their defaults. A bad value is [`Error::Config`] naming the variable.
+    pub fn from_env() -> Result<RuntimeConfig> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Same as [`RuntimeConfig::from_env`] with a supplied lookup (tests, embedding).
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<RuntimeConfig> {
+        let mut cfg = RuntimeConfig::default();
+        for (i, (name, var)) in SETTINGS.iter().enumerate() {
+            let Some(raw) = lookup(var) else { continue };
+            cfg.set(name, &raw).map_err(|reason| Error::Config {
+                var,
+                value: raw.clone(),
+                reason,
+            })?;
+            cfg.origins[i] = ValueOrigin::Env;
+        }
+        cfg.transport.validate()?;
+        cfg.bootstrap = BootstrapConfig::from_vars(&lookup)?;
+        cfg.verbs = VerbsConfig::from_vars(&lookup)?;
+        Ok(cfg)
+    }
+
+    fn set(&mut self, name: &str, raw: &str) -> std::result::Result<(), String> {
+        let t = &mut self.transport;
+        match name {
+            "transport" => t.kind = raw.parse()?,
+            "buffer_count" => t.buffer_count = parse_usize(raw)?,
+            "buffer_size" => t.buffer_size = parse_usize(raw)?,
+            "pool_growth" => t.pool_growth = parse_bool(raw)?,
+            "max_pool_bytes" => t.max_pool_bytes = parse_bytes(raw)?,
+            "lazy_connect" => t.lazy_connect = parse_bool(raw)?,
+            "max_endpoints" => t.max_endpoints = parse_usize(raw)?,
+            "recv_sharing" => t.recv_sharing = raw.parse()?,
+            "recv_depth" => t.recv_depth = parse_usize(raw)?,
+            "srq_depth" => t.srq_depth = parse_usize(raw)?,
+            "ranks_per_node" => t.ranks_per_node = parse_usize(raw)?,
+            "lock_pool" => t.lock_pool = parse_bool(raw)?,
+            "mpi_native" => t.mpi_native = parse_bool(raw)?,
+            _ => return Err(format!("unknown setting {name}")),
+        }
+        Ok(())
+    }
+}
+
+fn parse_bool(s: &str) -> std::result::Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        other => Err(format!(
+            "`{other}` is not a boolean (use 1/0, true/false, on/off, yes/no)"
+        )),
+    }
+}
+
+/// Parses a byte size: a plain integer, or with a `K`/`KiB`/`M`/`MiB`/`G`/`GiB` suffix (powers of 1024).
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number (sizes may use a K, M or G suffix)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "kb" => 1 << 10,
+        "m" | "mib" | "mb" => 1 << 20,
+        "g" | "gib" | "gb" => 1 << 30,
+        _ => return Err(format!("`{s}` has an unknown unit (use K, M or G)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("`{s}` overflows"))
+}
+
+fn parse_usize(s: &str) -> std::result::Result<usize, String> {
+    let v = parse_bytes(s)?;
+    usize::try_from(v).map_err(|_| format!("`{s}` is too large"))
+}

@@ -1,0 +1,637 @@
+//! The native MPI path ([`MpiNative`]): with one Ballast rank per MPI process (the normal
+//! case under `mpirun`/`srun`), every Ballast message is one MPI message and MPI does the
+//! tag matching, so a small message costs what it costs in MPI (`MPI_Isend` +
+//! `MPI_Test`, `MPI_Irecv` + `MPI_Test`) instead of going through the progress engine's
+//! pool, credits and matching (which exist for RDMA and bought nothing above MPI: MPI
+//! manages its own buffers and connections). Chosen by [`super::Mpi`] when
+//! `mpi_native` is on (`BALLAST_MPI_NATIVE`, default on), the world has one rank per
+//! process and `MPI_TAG_UB` holds every Ballast tag; otherwise the engine path
+//! ([`super::MpiFabric`]) is used.
+//!
+//! Wire, on Ballast's own duplicates of the world communicator (five of them: messages and
+//! parts for user tags, messages and parts for the runtime's reserved tags, abort notices):
+//! - a message of at most `buffer_size` bytes is one MPI message, its payload followed by a
+//!   kind byte 0, with the Ballast tag as MPI tag (reserved tags minus
+//!   [`RESERVED_TAG_BASE`] on the reserved-tag communicator);
+//! - a larger one is a 9-byte header (length, u64 little-endian; kind byte 1) followed by
+//!   its bytes as MPI messages of at most `part_bytes` (1 GiB by default, so no count
+//!   overflows an `int`) with the same tag on the parts communicator. A blocking send
+//!   sends them straight from the caller's slice; the receiver receives them straight into
+//!   the `Vec` that becomes the message.
+//!
+//! Receives are `MPI_Irecv`s of `buffer_size + 1` bytes; a blocking `recv` uses one kept
+//! buffer (no allocation). MPI matches them in posting order; when a large header
+//! completes, the parts receives of every earlier receive that could have matched the same
+//! sender and tag are posted first (MPI has completed them already), so parts are taken
+//! in the order their headers were matched. Every [`DRAIN_EVERY`] calls of `progress` (and
+//! in blocking calls after every [`DRAIN_EVERY`] idle polls in a row, so that a ping-pong
+//! never pays for it), messages no receive is posted for are taken out of MPI
+//! (`MPI_Improbe`/`MPI_Mrecv`, with their parts) into Ballast's unexpected queue, which new
+//! receives look at first: a large blocking send completes even when its receiver is
+//! itself blocked sending or waiting for another tag (MPI would deadlock there; Ballast's
+//! semantics say it does not). The same housekeeping looks for an abort notice.
+//!
+//! The latency path: a blocking `recv` with nothing else in flight is one `MPI_Irecv` into
+//! the kept buffer tested in place, a blocking `send` of a small message one `MPI_Isend`
+//! from the kept send buffer tested in place (8 B ping-pong: 1.05–1.09× a blocking
+//! `MPI_Send`/`MPI_Recv` loop, `docs/BENCHMARKS.md`).
+//!
+//! Not applicable here (MPI owns them): the buffer pool, receive sharing, endpoint caps
+//! and credits. [`MpiNative::footprint`] counts Ballast's own bytes: the two kept buffers,
+//! the buffers of requests in flight (posted receives, `isend` copies), and its structures.
+//!
+//! Layout: this file holds the rank's state, its set-up, footprint and teardown; `send`,
+//! `recv` and `progress` the three halves of the message path; `abort` the abort notices.
+
+use std::collections::VecDeque;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
+use rsmpi::datatype::traits::*;
+use rsmpi::ffi;
+use rsmpi::point_to_point::Source as _;
+use rsmpi::raw::AsRaw;
+use rsmpi::topology::{Communicator as _, SimpleCommunicator};
+
+use super::raw::{check, recv_append};
+use crate::core::backoff::Backoff;
+use crate::core::config::TransportConfig;
+use crate::core::error::{Error, Result, Sender};
+use crate::core::footprint::Footprint;
+use crate::core::intmap::{IntMap, IntSet};
+use crate::core::pool::PoolStats;
+use crate::protocol::connection::EndpointStats;
+use crate::protocol::matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+use crate::transport::model::{MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_PER_RANK_BYTES};
+
+const KIND_WHOLE: u8 = 0;
+const KIND_LARGE: u8 = 1;
+/// Bytes of a large message's header (length u64 and kind byte).
+const LARGE_HEADER: usize = 9;
+/// Progress calls (or idle polls in a row of a blocking call) between two looks for
+/// unexpected messages and for an abort notice.
+pub const DRAIN_EVERY: u32 = 64;
+/// MPI tag of abort notices (on their own communicator).
+const ABORT_TAG: c_int = 1;
+/// Channel of user tags and of the runtime's reserved tags.
+const USER: usize = 0;
+const RESERVED: usize = 1;
+
+fn null_request() -> ffi::MPI_Request {
+    // SAFETY: reading the null request constant.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+fn any_source() -> c_int {
+    // SAFETY: reading a constant.
+    unsafe { ffi::RSMPI_ANY_SOURCE }
+}
+
+fn any_tag() -> c_int {
+    // SAFETY: reading a constant.
+    unsafe { ffi::RSMPI_ANY_TAG }
+}
+
+fn empty_status() -> ffi::MPI_Status {
+    // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
+    unsafe { std::mem::zeroed() }
+}
+
+fn byte_count(status: &ffi::MPI_Status) -> Result<usize> {
+    let mut count: c_int = 0;
+    // SAFETY: `status` was filled by MPI; `count` is a valid out-parameter.
+    check(
+        unsafe { ffi::MPI_Get_count(status, u8::equivalent_datatype().as_raw(), &mut count) },
+        "MPI_Get_count",
+    )?;
+    usize::try_from(count).map_err(|_| Error::MpiValue {
+        what: "MPI_Get_count gave",
+        value: count.into(),
+        why: "is negative",
+    })
+}
+
+/// The sending rank of a completed receive (`MPI_SOURCE`; MPI rank = Ballast rank here).
+fn source_rank(source: c_int) -> Result<usize> {
+    usize::try_from(source).map_err(|_| Error::MpiValue {
+        what: "MPI_Status.MPI_SOURCE",
+        value: source.into(),
+        why: "is negative",
+    })
+}
+
+/// `MPI_TAG_UB` of `comm` (the largest tag MPI accepts, at least 32767).
+pub(crate) fn tag_ub(comm: &SimpleCommunicator) -> Result<i64> {
+    let mut value: *mut c_int = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_Comm_get_attr writes a pointer to the attribute's int into `value`
+    // (MPI_TAG_UB is predefined on every communicator); `flag` is a valid out-parameter.
+    let code = unsafe {
+        ffi::MPI_Comm_get_attr(
+            comm.as_raw(),
+            ffi::MPI_TAG_UB as c_int,
+            (&mut value as *mut *mut c_int).cast(),
+            &mut flag,
+        )
+    };
+    check(code, "MPI_Comm_get_attr(MPI_TAG_UB)")?;
+    if flag == 0 || value.is_null() {
+        return Ok(32_767);
+    }
+    // SAFETY: MPI says the attribute value is a pointer to a live int owned by MPI.
+    Ok(i64::from(unsafe { *value }))
+}
+
+/// True when an `MPI_TAG_UB` of `tag_ub` holds every Ballast tag (user tags, and the
+/// reserved ones as offsets, which are smaller).
+pub(crate) fn tags_fit(tag_ub: i64) -> bool {
+    tag_ub >= i64::from(RESERVED_TAG_BASE - 1)
+}
+
+mod abort;
+mod progress;
+mod recv;
+mod send;
+
+pub(crate) use abort::AbortLine;
+
+struct Channel {
+    msgs: SimpleCommunicator,
+    parts: SimpleCommunicator,
+}
+
+enum RecvState {
+    /// Waiting for the message (or a large message's header) in `buf`.
+    Header {
+        req: ffi::MPI_Request,
+        buf: Vec<u8>,
+        scratch: bool,
+    },
+    /// A large message's parts landing in `data` (`total` bytes when complete).
+    Parts {
+        reqs: Vec<ffi::MPI_Request>,
+        data: Vec<u8>,
+        total: usize,
+        source: usize,
+        tag: Tag,
+    },
+}
+
+struct PendingRecv {
+    id: u64,
+    chan: usize,
+    src: c_int,
+    tag: c_int,
+    state: RecvState,
+}
+
+/// The bytes of a large message after its header: none (a small message), an `isend`'s
+/// owned copy, or the caller's slice of a blocking send (which waits for completion).
+enum Body<'a> {
+    Empty,
+    Owned(Vec<u8>),
+    Caller(&'a [u8]),
+}
+
+struct PendingSend {
+    id: u64,
+    reqs: Vec<ffi::MPI_Request>,
+    /// The MPI message (or a large message's header); the kept send buffer when `scratch`.
+    head: Vec<u8>,
+    /// An `isend`'s copy of a large message's bytes (empty for a blocking send: the
+    /// parts are read from the caller's slice, which the send waits for).
+    body: Vec<u8>,
+    scratch: bool,
+}
+
+/// Idle polls of a blocking call that run back to back before [`Backoff`] (pause, yield,
+/// sleep) takes over: on this path a poll is an `MPI_Test`, which is itself the wait loop
+/// of `MPI_Recv` (which polls without pausing).
+const BUSY_POLLS: u32 = 64;
+
+/// The idle policy of the native path's blocking calls (see [`BUSY_POLLS`]), and when
+/// they do housekeeping (see [`MpiNative::poll`]).
+struct Idle {
+    polls: u32,
+    backoff: Backoff,
+}
+
+impl Idle {
+    fn new() -> Idle {
+        Idle {
+            polls: 0,
+            backoff: Backoff::new(),
+        }
+    }
+    fn reset(&mut self) {
+        if self.polls > 0 {
+            self.polls = 0;
+            self.backoff.reset();
+        }
+    }
+    fn snooze(&mut self) {
+        self.polls = self.polls.saturating_add(1);
+        if self.polls > BUSY_POLLS {
+            self.backoff.snooze();
+        }
+    }
+    /// True once per [`DRAIN_EVERY`] idle polls in a row.
+    fn housekeeping(&self) -> bool {
+        self.polls > 0 && self.polls.is_multiple_of(DRAIN_EVERY)
+    }
+}
+
+/// One Ballast rank on its own MPI process, messages mapped onto MPI point-to-point (see
+/// the module docs).
+pub struct MpiNative {
+    rank: usize,
+    world: usize,
+    cfg: TransportConfig,
+    notes: Vec<String>,
+    chans: [Channel; 2],
+    abort: Arc<AbortLine>,
+    /// Largest message sent whole (`buffer_size`).
+    eager: usize,
+    part_bytes: usize,
+    recv_scratch: Vec<u8>,
+    send_scratch: Vec<u8>,
+    recvs: Vec<PendingRecv>,
+    done_recvs: IntMap<u64, Message>,
+    sends: Vec<PendingSend>,
+    done_sends: IntSet<u64>,
+    /// Messages taken out of MPI before a receive was posted for them, in arrival order.
+    unexpected: VecDeque<(usize, Message)>,
+    next_id: u64,
+    /// Ranks sent to or received from (index = rank), and how many.
+    seen: Vec<bool>,
+    peers: usize,
+    /// The message of the blocking `recv` in progress once it completed (kept out of
+    /// `done_recvs`: no hashing on the latency path).
+    scratch_done: Option<Message>,
+    /// MPI messages (not parts) sent to each rank, and received, for the final drain.
+    sent: Vec<u64>,
+    received: u64,
+    calls: u32,
+    barrier: Option<ffi::MPI_Request>,
+    all_done: bool,
+    statuses: Vec<ffi::MPI_Status>,
+}
+
+// SAFETY: the MPI handles (communicators, requests) are plain values owned by this
+// struct and used by the one thread that drives the rank at a time, which
+// MPI_THREAD_SERIALIZED allows; the buffers they read or write are owned by it too.
+unsafe impl Send for MpiNative {}
+
+impl MpiNative {
+    /// Sets up the native path on `world` (the world communicator; five duplicates are
+    /// made). Collective; every rank must use the same `buffer_size` (checked by
+    /// [`super::Mpi`]).
+    pub(crate) fn new(
+        world: &SimpleCommunicator,
+        cfg: &TransportConfig,
+        part_bytes: usize,
+        abort: Arc<AbortLine>,
+    ) -> Result<MpiNative> {
+        let chans = [
+            Channel {
+                msgs: world.duplicate(),
+                parts: world.duplicate(),
+            },
+            Channel {
+                msgs: world.duplicate(),
+                parts: world.duplicate(),
+            },
+        ];
+        let rank = world.rank() as usize;
+        let size = world.size() as usize;
+        // Every rank uses the same buffer_size: checked by `Mpi` before (a receive is posted
+        // for `buffer_size + 1` bytes).
+        let eager = cfg.buffer_size;
+        Ok(MpiNative {
+            rank,
+            world: size,
+            cfg: *cfg,
+            notes: vec!["MPI native path: one MPI message per Ballast message, MPI matches tags; pool, endpoint cap and receive sharing do not apply (MPI manages its buffers and connections)".into()],
+            chans,
+            abort,
+            eager,
+            part_bytes: part_bytes.clamp(1, c_int::MAX as usize),
+            recv_scratch: Vec::with_capacity(eager + 1),
+            send_scratch: Vec::with_capacity(eager + 1),
+            recvs: Vec::new(),
+            done_recvs: IntMap::default(),
+            sends: Vec::new(),
+            done_sends: IntSet::default(),
+            unexpected: VecDeque::new(),
+            next_id: 0,
+            seen: vec![false; size],
+            peers: 0,
+            scratch_done: None,
+            sent: vec![0; size],
+            received: 0,
+            calls: 0,
+            barrier: None,
+            all_done: false,
+            statuses: Vec::new(),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+
+    /// The configuration (the pool, endpoint and sharing settings are not used here).
+    pub fn config(&self) -> &TransportConfig {
+        &self.cfg
+    }
+
+    /// Notes about the setup.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn check_rank(&self, r: usize) -> Result<()> {
+        if r >= self.world {
+            return Err(Error::InvalidRank {
+                rank: r,
+                world_size: self.world,
+            });
+        }
+        Ok(())
+    }
+
+    /// Channel and MPI tag of a Ballast tag.
+    fn wire_tag(tag: Tag) -> (usize, c_int) {
+        if tag < RESERVED_TAG_BASE {
+            (USER, tag as c_int)
+        } else {
+            (RESERVED, (tag - RESERVED_TAG_BASE) as c_int)
+        }
+    }
+
+    fn ballast_tag(chan: usize, mpi_tag: c_int) -> Tag {
+        if chan == USER {
+            mpi_tag as Tag
+        } else {
+            mpi_tag as Tag + RESERVED_TAG_BASE
+        }
+    }
+
+    fn note_peer(&mut self, r: usize) {
+        if r != self.rank && !self.seen[r] {
+            self.seen[r] = true;
+            self.peers += 1;
+        }
+    }
+
+    /// True when a message of `len` bytes is sent as a header and parts.
+    pub fn goes_direct(&self, _dest: usize, len: usize) -> bool {
+        len > self.eager
+    }
+
+    /// Starts the final barrier (non-blocking).
+    pub fn mark_done(&mut self) {
+        if self.barrier.is_some() || self.all_done {
+            return;
+        }
+        let mut req = null_request();
+        // SAFETY: the communicator is live; `req` is a valid out-parameter.
+        let code = unsafe { ffi::MPI_Ibarrier(self.chans[RESERVED].parts.as_raw(), &mut req) };
+        if code as i64 == ffi::MPI_SUCCESS as i64 {
+            self.barrier = Some(req);
+        }
+    }
+
+    /// True when every rank passed [`MpiNative::mark_done`].
+    pub fn all_done(&mut self) -> bool {
+        if let Some(req) = &mut self.barrier {
+            let mut flag: c_int = 0;
+            // SAFETY: `req` is the live barrier request.
+            unsafe { ffi::MPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            if flag != 0 {
+                self.barrier = None;
+                self.all_done = true;
+            }
+        }
+        self.all_done
+    }
+
+    /// Ballast's own bytes: the kept buffers and the buffers of requests in flight (posted
+    /// receives, `isend` copies) as `srq_bytes` (what receive resources are on the other
+    /// transports), and the structure with its per-rank entries as `control_bytes`.
+    /// Messages that arrived before their receive was posted are the application's data
+    /// waiting to be received (as in the engine's matcher, and in MPI's own unexpected
+    /// queue): not counted.
+    pub fn footprint(&self) -> Footprint {
+        let kept = (self.recv_scratch.capacity() + self.send_scratch.capacity()) as u64;
+        let in_flight: u64 = self
+            .recvs
+            .iter()
+            .map(|r| match &r.state {
+                RecvState::Header { buf, .. } => buf.capacity() as u64,
+                RecvState::Parts { data, .. } => data.capacity() as u64,
+            })
+            .chain(
+                self.sends
+                    .iter()
+                    .map(|s| (s.head.capacity() + s.body.capacity()) as u64),
+            )
+            .sum();
+        let peers = self.peers as u64;
+        Footprint {
+            pool_bytes: 0,
+            registered_bytes: 0,
+            locked_bytes: 0,
+            endpoint_bytes: 0,
+            srq_bytes: kept + in_flight,
+            control_bytes: MPI_NATIVE_FIXED_BYTES + self.world as u64 * MPI_NATIVE_PER_RANK_BYTES,
+            endpoints_live: 0,
+            endpoints_peak: 0,
+            endpoints_opened: 0,
+            peers_connected: peers,
+        }
+    }
+
+    /// No pool here: all zero.
+    pub fn pool_stats(&self) -> PoolStats {
+        PoolStats {
+            buffers: 0,
+            free: 0,
+            high_water: 0,
+            chunks: 0,
+            exhausted: 0,
+        }
+    }
+
+    /// No endpoints here (MPI's own): only `peers_connected` is counted.
+    pub fn endpoint_stats(&self) -> EndpointStats {
+        EndpointStats {
+            live: 0,
+            peak: 0,
+            opened: 0,
+            evicted: 0,
+            peers_connected: self.peers as u64,
+        }
+    }
+
+    /// The unused part of the abort line for [`super::Mpi::run_ranks`].
+    pub(crate) fn abort_line(&self) -> Arc<AbortLine> {
+        Arc::clone(&self.abort)
+    }
+
+    /// Receives every message still addressed to this rank (counted against what every
+    /// rank sent to it), so that none is left when the communicators are freed (MPI may
+    /// reuse their contexts). Collective; only after the final barrier.
+    fn drain_for_free(&mut self) -> Result<()> {
+        // Posted receives never completed: cancel them (or count what they got).
+        while let Some(r) = self.recvs.pop() {
+            match r.state {
+                RecvState::Header { mut req, buf, .. } => {
+                    let mut status = empty_status();
+                    // SAFETY: `req` is a live receive request whose buffer `buf` is alive
+                    // until after MPI_Wait returns.
+                    unsafe {
+                        ffi::MPI_Cancel(&mut req);
+                        ffi::MPI_Wait(&mut req, &mut status);
+                    }
+                    let mut cancelled: c_int = 0;
+                    // SAFETY: `status` was filled by MPI_Wait.
+                    unsafe { ffi::MPI_Test_cancelled(&status, &mut cancelled) };
+                    if cancelled == 0 {
+                        self.received += 1;
+                        let n = byte_count(&status)?;
+                        if n == LARGE_HEADER {
+                            // SAFETY: MPI wrote `n` bytes into `buf`'s capacity.
+                            let kind = unsafe { *buf.as_ptr().add(n - 1) };
+                            if kind == KIND_LARGE {
+                                let mut b = [0u8; 8];
+                                // SAFETY: as above, 8 initialised bytes at the start.
+                                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), b.as_mut_ptr(), 8) };
+                                self.discard_parts(
+                                    r.chan,
+                                    status.MPI_SOURCE as usize,
+                                    status.MPI_TAG,
+                                    u64::from_le_bytes(b),
+                                )?;
+                            }
+                        }
+                    }
+                    drop(buf);
+                }
+                RecvState::Parts { mut reqs, data, .. } => {
+                    // SAFETY: the parts were sent with the header: waiting completes.
+                    unsafe {
+                        ffi::MPI_Waitall(reqs.len() as c_int, reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE)
+                    };
+                    drop(data);
+                }
+            }
+        }
+        let mut total = vec![0u64; self.world];
+        self.chans[RESERVED]
+            .parts
+            .all_reduce_into(&self.sent[..], &mut total[..], SystemOperation::sum());
+        while self.received < total[self.rank] {
+            let mut got = false;
+            for chan in [USER, RESERVED] {
+                if self.probe_one(chan, any_source(), any_tag())?.is_some() {
+                    got = true;
+                }
+            }
+            if !got {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    fn discard_parts(&mut self, chan: usize, source: usize, mtag: c_int, total: u64) -> Result<()> {
+        // (Parts are received in pieces of at most `part_bytes`: no allocation of `total`.)
+        let total = usize::try_from(total).unwrap_or(usize::MAX);
+        let mut sink = Vec::with_capacity(self.part_bytes.min(total));
+        let mut got = 0;
+        while got < total {
+            sink.clear();
+            match recv_append(&self.chans[chan].parts, self.rank, source, mtag, &mut sink) {
+                Ok(n) if n > 0 => got += n,
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MpiNative {
+    fn drop(&mut self) {
+        let finished = self.all_done && !self.abort.is_set() && !rsmpi::environment::is_finalized();
+        if finished && self.sends.is_empty() && self.drain_for_free().is_ok() {
+            return; // the communicators are freed with `chans`
+        }
+        // Unfinished, failed, or MPI already finalised: requests may still be live (a peer
+        // may still send, or read what we send): leak them with their buffers and the
+        // communicators, which are then never freed and never reused.
+        std::mem::forget(std::mem::take(&mut self.recvs));
+        std::mem::forget(std::mem::take(&mut self.sends));
+        // The barrier request handle is a plain value: dropping it leaves the request live.
+        let _ = self.barrier.take();
+        let chans = std::mem::replace(
+            &mut self.chans,
+            [
+                Channel {
+                    msgs: SimpleCommunicator::self_comm(),
+                    parts: SimpleCommunicator::self_comm(),
+                },
+                Channel {
+                    msgs: SimpleCommunicator::self_comm(),
+                    parts: SimpleCommunicator::self_comm(),
+                },
+            ],
+        );
+        std::mem::forget(chans);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structure_fits_the_model() {
+        let size = std::mem::size_of::<MpiNative>() as u64;
+        assert!(
+            size <= MPI_NATIVE_FIXED_BYTES,
+            "MpiNative is {size} bytes, the model charges {MPI_NATIVE_FIXED_BYTES}"
+        );
+    }
+
+    #[test]
+    fn wire_tags_round_trip() {
+        for t in [
+            0,
+            1,
+            77,
+            RESERVED_TAG_BASE - 1,
+            RESERVED_TAG_BASE,
+            RESERVED_TAG_BASE + 100,
+        ] {
+            let (chan, m) = MpiNative::wire_tag(t);
+            assert!(m >= 0, "tag {t} maps to MPI tag {m}");
+            assert_eq!(chan, if t < RESERVED_TAG_BASE { USER } else { RESERVED });
+            assert_eq!(MpiNative::ballast_tag(chan, m), t);
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! Progress on the native path: completing posted receives (headers, parts of large
+//! messages, in matching order) and sends, and draining unexpected messages out of MPI.
+
+use super::*;
+
+impl MpiNative {
+    /// Takes the first message matching `(s, t)` on `chan` out of MPI, if one is there.
+    pub(super) fn probe_one(&mut self, chan: usize, s: c_int, t: c_int) -> Result<Option<Message>> {
+        let mut flag: c_int = 0;
+        // SAFETY: reading the "no process" message constant as an initial value.
+        let mut msg: ffi::MPI_Message = unsafe { ffi::RSMPI_MESSAGE_NO_PROC };
+        let mut status = empty_status();
+        // SAFETY: the communicator is live; the out-parameters are valid.
+        check(
+            unsafe {
+                ffi::MPI_Improbe(
+                    s,
+                    t,
+                    self.chans[chan].msgs.as_raw(),
+                    &mut flag,
+                    &mut msg,
+                    &mut status,
+                )
+            },
+            "MPI_Improbe",
+        )?;
+        if flag == 0 {
+            return Ok(None);
+        }
+        let n = byte_count(&status)?;
+        let mut buf: Vec<u8> = Vec::with_capacity(n);
+        // SAFETY: `buf` has capacity for the `n` bytes of the matched message, received
+        // exactly once.
+        check(
+            unsafe {
+                ffi::MPI_Mrecv(
+                    buf.as_mut_ptr().cast(),
+                    n as c_int,
+                    u8::equivalent_datatype().as_raw(),
+                    &mut msg,
+                    &mut status,
+                )
+            },
+            "MPI_Mrecv",
+        )?;
+        // SAFETY: MPI_Mrecv initialised `n` bytes.
+        unsafe { buf.set_len(n) };
+        self.received += 1;
+        let (source, mtag) = (status.MPI_SOURCE, status.MPI_TAG);
+        let m = self.finish_header(chan, source, mtag, buf, n, None)?;
+        Ok(m)
+    }
+
+    /// A message or large header of `n` bytes in `buf` from `source` with `mtag` on
+    /// `chan`: the message (a large one's parts received here, blocking: the sender posted
+    /// them with the header), or, when `parts_for` is given (a posted receive), `None`
+    /// after posting the parts receives into that receive's state.
+    pub(super) fn finish_header(
+        &mut self,
+        chan: usize,
+        source: c_int,
+        mtag: c_int,
+        mut buf: Vec<u8>,
+        n: usize,
+        parts_for: Option<u64>,
+    ) -> Result<Option<Message>> {
+        let tag = Self::ballast_tag(chan, mtag);
+        let src = source_rank(source)?;
+        self.note_peer(src);
+        let kind = if n == 0 { u8::MAX } else { buf[n - 1] };
+        match kind {
+            KIND_WHOLE => {
+                let data = if n - 1 <= buf.capacity() / 2 {
+                    buf[..n - 1].to_vec()
+                } else {
+                    buf.truncate(n - 1);
+                    buf
+                };
+                Ok(Some(Message {
+                    source: src,
+                    tag,
+                    data,
+                }))
+            }
+            KIND_LARGE if n == LARGE_HEADER => {
+                let bytes = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+                // Earlier posted receives that could have matched this sender and tag have
+                // matched earlier messages: their parts come first.
+                self.settle_earlier(chan, source, mtag, parts_for)?;
+                let mut data = Vec::new();
+                // (A length beyond usize fails the reservation too.)
+                data.try_reserve_exact(usize::try_from(bytes).unwrap_or(usize::MAX))
+                    .map_err(|e| Error::MessageAlloc {
+                        rank: self.rank,
+                        peer: src,
+                        bytes,
+                        source: e,
+                    })?;
+                let total = bytes as usize;
+                match parts_for {
+                    None => {
+                        while data.len() < total {
+                            if recv_append(&self.chans[chan].parts, self.rank, src, mtag, &mut data)? == 0 {
+                                return Err(Error::BadPacket {
+                                    rank: self.rank,
+                                    from: Sender::Rank(src),
+                                    bytes: 0,
+                                    what: format!("empty part at {} of {total} bytes", data.len()),
+                                });
+                            }
+                        }
+                        Ok(Some(Message {
+                            source: src,
+                            tag,
+                            data,
+                        }))
+                    }
+                    Some(id) => {
+                        let i = self
+                            .recvs
+                            .iter()
+                            .position(|r| r.id == id)
+                            .ok_or(Error::UnknownRequest(id))?;
+                        let mut reqs = Vec::new();
+                        let mut off = 0;
+                        while off < total {
+                            let k = self.part_bytes.min(total - off);
+                            let mut req = null_request();
+                            // SAFETY: `data` has capacity `total`; `off + k <= total`; it is
+                            // moved into the receive's state (its heap block does not move)
+                            // until the requests complete or are cancelled.
+                            let code = unsafe {
+                                ffi::MPI_Irecv(
+                                    data.as_mut_ptr().add(off).cast(),
+                                    k as c_int,
+                                    u8::equivalent_datatype().as_raw(),
+                                    source,
+                                    mtag,
+                                    self.chans[chan].parts.as_raw(),
+                                    &mut req,
+                                )
+                            };
+                            check(code, "MPI_Irecv")?;
+                            reqs.push(req);
+                            off += k;
+                        }
+                        self.recvs[i].state = RecvState::Parts {
+                            reqs,
+                            data,
+                            total,
+                            source: src,
+                            tag,
+                        };
+                        Ok(None)
+                    }
+                }
+            }
+            k => Err(Error::BadPacket {
+                rank: self.rank,
+                from: Sender::Rank(src),
+                bytes: n,
+                what: format!("unknown kind {k}"),
+            }),
+        }
+    }
+
+    /// Completes (waiting: MPI matched them already) the posted receives before receive
+    /// `before` (all of them when `None`) that could match `(source, mtag)` on `chan` and
+    /// still wait for their header, in posting order, so that their parts are posted first.
+    pub(super) fn settle_earlier(
+        &mut self,
+        chan: usize,
+        source: c_int,
+        mtag: c_int,
+        before: Option<u64>,
+    ) -> Result<()> {
+        let mut j = 0;
+        while j < self.recvs.len() && Some(self.recvs[j].id) != before {
+            let r = &self.recvs[j];
+            let matches = r.chan == chan
+                && (r.src == any_source() || r.src == source)
+                && (r.tag == any_tag() || r.tag == mtag);
+            if matches {
+                if let RecvState::Header { req, .. } = &mut self.recvs[j].state {
+                    let mut status = empty_status();
+                    // SAFETY: `req` is a live receive request whose buffer is owned by the
+                    // receive's state.
+                    check(unsafe { ffi::MPI_Wait(req, &mut status) }, "MPI_Wait")?;
+                    let removed = self.header_done(j, status)?;
+                    if removed {
+                        continue;
+                    }
+                }
+            }
+            j += 1;
+        }
+        Ok(())
+    }
+
+    /// The header request of receive `i` completed with `status`. Returns true when the
+    /// receive was removed from the list (a whole message), false when it now waits for
+    /// its parts.
+    pub(super) fn header_done(&mut self, i: usize, status: ffi::MPI_Status) -> Result<bool> {
+        let n = byte_count(&status)?;
+        self.received += 1;
+        let chan = self.recvs[i].chan;
+        let RecvState::Header { buf, scratch, .. } = &mut self.recvs[i].state else {
+            unreachable!("header state")
+        };
+        let scratch = *scratch;
+        let mut buf = std::mem::take(buf);
+        // SAFETY: MPI wrote `n <= eager + 1` bytes (the receive's count) into the buffer.
+        unsafe { buf.set_len(n) };
+        if n == LARGE_HEADER && buf[n - 1] == KIND_LARGE {
+            let header = buf[..n].to_vec();
+            if scratch {
+                self.recv_scratch = buf;
+            }
+            let id = self.recvs[i].id;
+            self.finish_header(chan, status.MPI_SOURCE, status.MPI_TAG, header, n, Some(id))?;
+            return Ok(false);
+        }
+        let m = if scratch {
+            let kind = if n == 0 { u8::MAX } else { buf[n - 1] };
+            let m = if kind == KIND_WHOLE {
+                let src = source_rank(status.MPI_SOURCE)?;
+                self.note_peer(src);
+                Ok(Some(Message {
+                    source: src,
+                    tag: Self::ballast_tag(chan, status.MPI_TAG),
+                    data: buf[..n - 1].to_vec(),
+                }))
+            } else {
+                Err(Error::BadPacket {
+                    rank: self.rank,
+                    from: Sender::Rank(status.MPI_SOURCE.max(0) as usize),
+                    bytes: n,
+                    what: format!("kind {kind} where a whole message was expected"),
+                })
+            };
+            self.recv_scratch = buf;
+            m
+        } else {
+            self.finish_header(chan, status.MPI_SOURCE, status.MPI_TAG, buf, n, None)
+        };
+        let r = self.recvs.remove(i);
+        let m = m?.ok_or_else(|| Error::BadPacket {
+            rank: self.rank,
+            from: Sender::Rank(status.MPI_SOURCE.max(0) as usize),
+            bytes: n,
+            what: "a large message's header where a whole message was expected".into(),
+        })?;
+        if scratch {
+            self.scratch_done = Some(m);
+        } else {
+            self.done_recvs.insert(r.id, m);
+        }
+        Ok(true)
+    }
+
+    /// Tests the posted receives in posting order.
+    pub(super) fn test_recvs(&mut self) -> Result<bool> {
+        let mut work = false;
+        let mut i = 0;
+        while i < self.recvs.len() {
+            let mut status = empty_status();
+            let mut flag: c_int = 0;
+            match &mut self.recvs[i].state {
+                RecvState::Header { req, .. } => {
+                    // SAFETY: `req` is a live receive request whose buffer the state owns.
+                    check(unsafe { ffi::MPI_Test(req, &mut flag, &mut status) }, "MPI_Test")?;
+                    if flag != 0 {
+                        work = true;
+                        // Completing it may complete (and remove) earlier receives too.
+                        let (id, len) = (self.recvs[i].id, self.recvs.len());
+                        let removed = self.header_done(i, status)?;
+                        let earlier = len - self.recvs.len() - usize::from(removed);
+                        i -= earlier;
+                        if removed {
+                            continue;
+                        }
+                        debug_assert_eq!(self.recvs[i].id, id);
+                    }
+                }
+                RecvState::Parts { reqs, .. } => {
+                    let n = reqs.len();
+                    self.statuses.resize(n, empty_status());
+                    // SAFETY: `reqs` holds `n` live or null requests whose buffer is the
+                    // state's `data`; `statuses` has `n` entries.
+                    check(
+                        unsafe {
+                            ffi::MPI_Testall(
+                                n as c_int,
+                                reqs.as_mut_ptr(),
+                                &mut flag,
+                                self.statuses.as_mut_ptr(),
+                            )
+                        },
+                        "MPI_Testall",
+                    )?;
+                    if flag != 0 {
+                        work = true;
+                        let r = self.recvs.remove(i);
+                        let RecvState::Parts {
+                            mut data,
+                            total,
+                            source,
+                            tag,
+                            ..
+                        } = r.state
+                        else {
+                            unreachable!("parts state")
+                        };
+                        // SAFETY: the parts receives wrote all `total` bytes (the sender sent
+                        // exactly `total` bytes as parts of these sizes).
+                        unsafe { data.set_len(total) };
+                        self.done_recvs.insert(r.id, Message { source, tag, data });
+                        continue;
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(work)
+    }
+
+    pub(super) fn test_sends(&mut self) -> Result<bool> {
+        let mut work = false;
+        let mut i = 0;
+        while i < self.sends.len() {
+            let s = &mut self.sends[i];
+            let n = s.reqs.len();
+            let mut flag: c_int = 0;
+            // SAFETY: `reqs` holds `n` live or null requests whose buffers the entry (or,
+            // for a blocking send, the waiting caller) owns.
+            check(
+                unsafe {
+                    ffi::MPI_Testall(
+                        n as c_int,
+                        s.reqs.as_mut_ptr(),
+                        &mut flag,
+                        ffi::RSMPI_STATUSES_IGNORE,
+                    )
+                },
+                "MPI_Testall",
+            )?;
+            if flag != 0 {
+                work = true;
+                let s = self.sends.swap_remove(i);
+                if s.scratch {
+                    self.send_scratch = s.head;
+                }
+                self.done_sends.insert(s.id);
+                continue;
+            }
+            i += 1;
+        }
+        Ok(work)
+    }
+
+    /// Takes every message no receive is posted for out of MPI into the unexpected queue.
+    pub(super) fn drain(&mut self) -> Result<bool> {
+        let mut work = false;
+        for chan in [USER, RESERVED] {
+            while let Some(m) = self.probe_one(chan, any_source(), any_tag())? {
+                self.unexpected.push_back((chan, m));
+                work = true;
+            }
+        }
+        Ok(work)
+    }
+
+    /// One round of progress: tests sends and posted receives, and every
+    /// [`DRAIN_EVERY`] calls takes unexpected messages out of MPI.
+    pub fn progress(&mut self) -> Result<bool> {
+        self.calls = self.calls.wrapping_add(1);
+        self.poll(self.calls.is_multiple_of(DRAIN_EVERY))
+    }
+
+    /// One round of progress; with `housekeeping`, also looks for an abort notice and
+    /// drains unexpected messages (each an `MPI_Improbe`, which costs about what a receive
+    /// does in Open MPI: the blocking calls do it only after [`DRAIN_EVERY`] idle polls in a
+    /// row, so a ping-pong never pays for it).
+    pub(super) fn poll(&mut self, housekeeping: bool) -> Result<bool> {
+        if housekeeping {
+            if self.abort.poll() {
+                return Err(Error::Aborted);
+            }
+        } else if self.abort.is_set() {
+            return Err(Error::Aborted);
+        }
+        let mut work = false;
+        if !self.sends.is_empty() {
+            work |= self.test_sends()?;
+        }
+        if !self.recvs.is_empty() {
+            work |= self.test_recvs()?;
+        }
+        if housekeeping {
+            work |= self.drain()?;
+        }
+        Ok(work)
+    }
+}

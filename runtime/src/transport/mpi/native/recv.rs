@@ -1,0 +1,212 @@
+//! Receiving on the native path: matching a receive against the unexpected queue, posting
+//! it to MPI, and the blocking receive's latency path.
+
+use super::*;
+
+impl MpiNative {
+    pub(super) fn wire_match(&self, src: Source, tag: TagMatch) -> Result<(usize, c_int, c_int)> {
+        let s = match src {
+            Source::Any => any_source(),
+            Source::Rank(r) => {
+                self.check_rank(r)?;
+                r as c_int
+            }
+        };
+        Ok(match tag {
+            TagMatch::Any => (USER, s, any_tag()),
+            TagMatch::Tag(t) => {
+                let (c, m) = Self::wire_tag(t);
+                (c, s, m)
+            }
+        })
+    }
+
+    pub(super) fn take_unexpected(&mut self, chan: usize, src: c_int, tag: c_int) -> Option<Message> {
+        let i = self.unexpected.iter().position(|(c, m)| {
+            *c == chan
+                && (src == any_source() || m.source as c_int == src)
+                && (tag == any_tag() || Self::wire_tag(m.tag).1 == tag)
+        })?;
+        self.unexpected.remove(i).map(|(_, m)| m)
+    }
+
+    pub(super) fn post_recv(&mut self, src: Source, tag: TagMatch, scratch: bool) -> Result<u64> {
+        let (chan, s, t) = self.wire_match(src, tag)?;
+        let id = self.new_id();
+        if let Some(m) = self.take_unexpected(chan, s, t) {
+            self.done_recvs.insert(id, m);
+            return Ok(id);
+        }
+        let mut buf = if scratch {
+            std::mem::take(&mut self.recv_scratch)
+        } else {
+            Vec::new()
+        };
+        // SAFETY: `buf` is moved into the PendingRecv (its heap block does not move) until
+        // the request completes or is cancelled.
+        let req = unsafe { self.post_header_recv(chan, s, t, &mut buf) }?;
+        self.recvs.push(PendingRecv {
+            id,
+            chan,
+            src: s,
+            tag: t,
+            state: RecvState::Header { req, buf, scratch },
+        });
+        Ok(id)
+    }
+
+    /// Posts an `MPI_Irecv` of `eager + 1` bytes (a whole message or a large header) from
+    /// `(s, t)` on `chan` into `buf` (cleared and grown as needed).
+    ///
+    /// # Safety
+    /// `buf`'s heap block must stay alive, unmoved and unread until the returned request
+    /// completes or is cancelled.
+    unsafe fn post_header_recv(
+        &self,
+        chan: usize,
+        s: c_int,
+        t: c_int,
+        buf: &mut Vec<u8>,
+    ) -> Result<ffi::MPI_Request> {
+        buf.clear();
+        buf.reserve_exact(self.eager + 1);
+        let mut req = null_request();
+        // SAFETY: `buf` has capacity for `eager + 1` bytes (<= 1 GiB + 1, an int), kept alive
+        // by the caller until the request completes; the communicator is live.
+        let code = unsafe {
+            ffi::MPI_Irecv(
+                buf.as_mut_ptr().cast(),
+                (self.eager + 1) as c_int,
+                u8::equivalent_datatype().as_raw(),
+                s,
+                t,
+                self.chans[chan].msgs.as_raw(),
+                &mut req,
+            )
+        };
+        check(code, "MPI_Irecv")?;
+        Ok(req)
+    }
+
+    /// Posts a receive; a matching unexpected message completes it at once.
+    pub fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+        self.post_recv(src, tag, false)
+    }
+
+    /// Receives the next matching message, progressing until it is there (into the kept
+    /// receive buffer, then copied to a `Vec` of its size).
+    pub fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
+        if self.recvs.is_empty() && self.sends.is_empty() && self.unexpected.is_empty() {
+            return self.recv_alone(src, tag);
+        }
+        let id = self.post_recv(src, tag, true)?;
+        self.wait_recv(id, Idle::new())
+    }
+
+    /// `recv` when nothing else is in flight (the latency path of a ping-pong): one
+    /// `MPI_Irecv` into the kept buffer, tested in place. Nothing else can complete or
+    /// arrive in Ballast's queues meanwhile, so the receive needs no place in the posting
+    /// order until the first housekeeping (after [`DRAIN_EVERY`] idle polls) or a large
+    /// header: then it joins `recvs` and the general wait takes over.
+    pub(super) fn recv_alone(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
+        let (chan, s, t) = self.wire_match(src, tag)?;
+        let mut buf = std::mem::take(&mut self.recv_scratch);
+        // SAFETY: `buf` stays alive until the request completes: it is only read or
+        // released below after completion, or moved with the live request into `recvs`.
+        let mut req = unsafe { self.post_header_recv(chan, s, t, &mut buf) }?;
+        let mut idle = Idle::new();
+        loop {
+            let mut flag: c_int = 0;
+            let mut status = empty_status();
+            // SAFETY: `req` is the live receive request writing into `buf`.
+            let tested = check(
+                unsafe { ffi::MPI_Test(&mut req, &mut flag, &mut status) },
+                "MPI_Test",
+            );
+            let done = tested.is_ok() && flag != 0;
+            if done {
+                let n = byte_count(&status)?;
+                if (1..=self.eager + 1).contains(&n) {
+                    // SAFETY: MPI wrote `n` bytes into `buf`'s capacity.
+                    unsafe { buf.set_len(n) };
+                    if buf[n - 1] == KIND_WHOLE {
+                        self.received += 1;
+                        let source = source_rank(status.MPI_SOURCE)?;
+                        self.note_peer(source);
+                        let m = Message {
+                            source,
+                            tag: Self::ballast_tag(chan, status.MPI_TAG),
+                            data: buf[..n - 1].to_vec(),
+                        };
+                        self.recv_scratch = buf;
+                        return Ok(m);
+                    }
+                }
+            }
+            if done || tested.is_err() || idle.housekeeping() {
+                // A large header, something to report, or housekeeping due: join `recvs`.
+                let id = self.new_id();
+                self.recvs.push(PendingRecv {
+                    id,
+                    chan,
+                    src: s,
+                    tag: t,
+                    state: RecvState::Header {
+                        req,
+                        buf,
+                        scratch: true,
+                    },
+                });
+                tested?;
+                if done {
+                    let i = self.recvs.len() - 1;
+                    self.header_done(i, status)?;
+                }
+                return self.wait_recv(id, idle);
+            }
+            idle.snooze();
+        }
+    }
+
+    /// Waits for blocking receive `id` (posted with the kept buffer) to complete.
+    pub(super) fn wait_recv(&mut self, id: u64, mut idle: Idle) -> Result<Message> {
+        loop {
+            if let Some(m) = self.scratch_done.take() {
+                return Ok(m);
+            }
+            if !self.done_recvs.is_empty() {
+                // Matched an unexpected message at once, or a large message's parts.
+                if let Some(m) = self.done_recvs.remove(&id) {
+                    return Ok(m);
+                }
+            }
+            if self.poll(idle.housekeeping())? {
+                idle.reset();
+            } else {
+                idle.snooze();
+            }
+        }
+    }
+
+    /// True when receive `id` completed.
+    pub fn recv_done(&self, id: u64) -> bool {
+        self.done_recvs.contains_key(&id)
+    }
+
+    /// Takes the message of a completed receive.
+    pub fn take_recv(&mut self, id: u64) -> Option<Message> {
+        self.done_recvs.remove(&id)
+    }
+
+    /// Takes a matching message that arrived without a posted receive, if any.
+    pub fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
+        let (chan, s, t) = self.wire_match(src, tag).ok()?;
+        if let Some(m) = self.take_unexpected(chan, s, t) {
+            return Some(m);
+        }
+        match self.probe_one(chan, s, t) {
+            Ok(Some(m)) => Some(m),
+            _ => None,
+        }
+    }
+}
