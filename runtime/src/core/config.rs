@@ -669,6 +669,14 @@ impl RuntimeConfigBuilder {
     }
 }
 
+/// `BALLAST_VERBS_TRACE` (docs/CONFIG.md; only with the `trace` cargo feature): the verbs
+/// fabric's diagnostic timings, `1` (clock reads) or `tsc` (cycle stamps). Not part of
+/// [`RuntimeConfig`]: a diagnostic switch, read when a verbs fabric is created.
+#[cfg(feature = "trace")]
+pub(crate) fn verbs_trace() -> Option<String> {
+    std::env::var("BALLAST_VERBS_TRACE").ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,7 @@
 pub mod control;
 pub mod device;
 mod fabric;
+mod ibv;
 pub mod raw_pingpong;
 mod xrc;
 
@@ -51,12 +52,23 @@ use std::sync::Arc;
 
 pub use control::ControlListener;
 
-/// Process-wide counters of what the verbs fabric did (diagnostics: `verbs_pingpong
-/// --breakdown` prints them): ibv_post_send calls, control-channel frames sent, fabric polls,
-/// control-channel reads, ibv_poll_cq calls and completions. Summed over the ranks of a
-/// process (relaxed atomics); the `BALLAST_VERBS_TRACE` timings assume one rank per process.
+/// Process-wide counters of what the verbs fabric did (diagnostics, only in a build with the
+/// `trace` feature: `verbs_pingpong --breakdown` prints them): ibv_post_send calls,
+/// control-channel frames sent, fabric polls, control-channel reads, ibv_poll_cq calls and
+/// completions. Summed over the ranks of a process (relaxed atomics); the
+/// `BALLAST_VERBS_TRACE` timings and cycle stamps assume one rank per process.
+#[cfg(feature = "trace")]
 pub mod counters {
     use std::sync::atomic::{AtomicU64, Ordering};
+    /// Switches the timings on from the runtime configuration's `BALLAST_VERBS_TRACE`
+    /// (`1`: clock-read timings, `tsc`: cycle stamps only); called when a fabric is created.
+    pub(crate) fn enable_from_env() {
+        match crate::core::config::verbs_trace().as_deref() {
+            Some("1") => TRACE.store(true, Ordering::Relaxed),
+            Some("tsc") => STAMPING.store(true, Ordering::Relaxed),
+            _ => {}
+        }
+    }
     pub(crate) static POSTS: AtomicU64 = AtomicU64::new(0);
     pub(crate) static MESH_SENDS: AtomicU64 = AtomicU64::new(0);
     pub(crate) static POLLS: AtomicU64 = AtomicU64::new(0);
@@ -384,7 +396,7 @@ fn make_comm(
 }
 
 /// This process' [`Communicator`] over verbs, one Ballast rank per process (rank and size
-/// from `boot`). Collective: every process must call it. Errors: [`Error::Verbs`] (device),
+/// from `boot`). Collective: every process must call it. Errors: [`Error::VerbsDevice`] and [`Error::VerbsCall`] (device),
 /// [`Error::MemlockTooLow`], [`Error::Bootstrap`].
 pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<Communicator> {
     let cfg = verbs_config(config)?;
