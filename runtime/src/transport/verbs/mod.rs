@@ -1,10 +1,12 @@
 //! The verbs transport (feature `verbs`): Ballast over InfiniBand or RoCE RC queue pairs
 //! through the system libibverbs (the `rdma-sys` bindings), with the same [`Communicator`]
-//! API as `local` and `mpi`. This module tree is the only place of the crate with FFI and
-//! `unsafe` code; every unsafe block says why it is sound.
+//! API as `local` and `mpi`. This module tree is the only place of the crate with verbs FFI;
+//! the libibverbs calls sit in one safe layer (`ibv`: resources with `Drop`, a typestate
+//! queue pair, transition attributes built by pure functions) that the fabric, XRC and the
+//! raw ping-pong use; every unsafe block says why it is sound.
 //!
-//! It owns: device selection and the capability probe ([`device`]: `BALLAST_IB_DEVICE`,
-//! `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`), the control channel ([`control`]: a TCP mesh
+//! It owns: the safe layer (`ibv`), device selection and the capability probe ([`device`]:
+//! `BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`), the control channel ([`control`]: a TCP mesh
 //! whose addresses are exchanged with the [`crate::oob`]), and the fabric
 //! ([`VerbsFabric`]: one memory region for the pool registered once, RC queue pairs created
 //! lazily, an SRQ per rank in `shared` mode or a receive queue per QP in `per-peer` mode).
