@@ -25,7 +25,8 @@ test_bin() { # path of the `--test $1` executable of the runtime with the verbs 
         | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1
 }
 conformance=$(test_bin verbs_conformance)
-cargo build --release --locked -p ballast-bench --features verbs --bin verbs_pingpong --bin verbs_raw_pingpong
+# `trace`: the fabric's counters for `verbs_pingpong --breakdown` (step 4).
+cargo build --release --locked -p ballast-bench --features verbs,trace --bin verbs_pingpong --bin verbs_raw_pingpong
 pingpong=$target/release/verbs_pingpong
 raw_pingpong=$target/release/verbs_raw_pingpong
 cargo build --locked -p ballast-balancer --features verbs --bin ballast

@@ -45,7 +45,7 @@ struct Args {
     /// Fewer iterations
     #[arg(long)]
     quick: bool,
-    /// Time per iteration in isend, recv and send tests, and the fabric's counters per round trip
+    /// Time per iteration in isend, recv and send tests, and the fabric's counters per round trip (needs the `trace` feature)
     ///
     /// Each rank prints the median time per iteration in isend, recv and send tests, and per
     /// round trip the fabric's counters: posts, control frames, polls, control reads, CQ
@@ -246,6 +246,7 @@ fn half_rtt_parts(
     Ok((mean, each.get(each.len() / 2).copied().unwrap_or(mean)))
 }
 
+#[cfg(feature = "trace")]
 fn split_send(sent: &[u8]) {
     let s0 = u64::from_le_bytes(sent[..8].try_into().expect("8 bytes"));
     if let Some(row) = verbs::counters::last_row() {
@@ -255,6 +256,7 @@ fn split_send(sent: &[u8]) {
     }
 }
 
+#[cfg(feature = "trace")]
 fn split_recv(got: &[u8], t1: u64) {
     let s0 = u64::from_le_bytes(got[..8].try_into().expect("8 bytes"));
     let r1 = verbs::counters::row_now()[0];
@@ -264,6 +266,12 @@ fn split_recv(got: &[u8], t1: u64) {
         s[2].push(t1 - r1);
     }
 }
+
+// Without the `trace` feature the fabric keeps no stamps to split the one-way time by.
+#[cfg(not(feature = "trace"))]
+fn split_send(_sent: &[u8]) {}
+#[cfg(not(feature = "trace"))]
+fn split_recv(_got: &[u8], _t1: u64) {}
 
 /// `isend` that progresses while the pool is exhausted.
 fn isend_retry(
@@ -355,7 +363,9 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
                 v.len()
             );
         }
+        #[cfg(feature = "trace")]
         let mut g = verbs::counters::take_since_empty();
+        #[cfg(feature = "trace")]
         if !g.is_empty() {
             g.sort_unstable();
             let us = verbs::cycles::per_us();
@@ -412,6 +422,7 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
         }
         comm.barrier()?;
     }
+    #[cfg(feature = "trace")]
     if args.breakdown {
         let t = Instant::now();
         for _ in 0..10_000 {
@@ -520,6 +531,14 @@ pub fn main() {
             .error(
                 clap::error::ErrorKind::UnknownArgument,
                 format!("unexpected argument '{a}' found"),
+            )
+            .exit();
+    }
+    if args.breakdown && !cfg!(feature = "trace") {
+        <Args as clap::CommandFactory>::command()
+            .error(
+                clap::error::ErrorKind::InvalidValue,
+                "--breakdown needs the verbs fabric's counters: build with `--features verbs,trace` (the bench's `trace` feature)",
             )
             .exit();
     }

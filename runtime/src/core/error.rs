@@ -73,9 +73,93 @@ pub enum Error {
     /// and MPI bootstraps use [`Error::BootstrapEnv`] to [`Error::BootstrapIo`].
     #[error("bootstrap: {0}")]
     Bootstrap(String),
-    /// The verbs library or the RDMA device failed (which call, which device, why).
-    #[error("verbs: {0}")]
-    Verbs(String),
+    // ---- The verbs transport (`transport::verbs`): one variant per failing operation. ----
+    /// A libibverbs call failed (`verb`, e.g. `ibv_modify_qp`), on `object` (what it was
+    /// called on or for, e.g. `the QP toward rank 1 to RTR`), in rank `rank` (`None` outside
+    /// a rank, e.g. the device probe); `source` is the errno the call reported.
+    #[error("verbs: {}{verb}({object}){} failed", rank_prefix(.rank), .peer.map(|p| format!(" toward rank {p}")).unwrap_or_default())]
+    VerbsCall {
+        /// The libibverbs function.
+        verb: &'static str,
+        /// What it was called on or for, with the sizes asked.
+        object: String,
+        /// The rank that made the call.
+        rank: Option<usize>,
+        /// The peer rank the object is toward, if any.
+        peer: Option<usize>,
+        /// The error the call reported (errno).
+        #[source]
+        source: std::io::Error,
+    },
+    /// The RDMA device cannot do what the configuration asks, or none is usable (no device,
+    /// no active port, no GID, no SRQ, a depth beyond the device's limits); `reason` says
+    /// what, naming the device and the `BALLAST_*` variable to change.
+    #[error("verbs: {reason}")]
+    VerbsDevice {
+        /// The device concerned (`None`: none was found).
+        device: Option<String>,
+        /// What is missing or out of range, and what to do.
+        reason: String,
+    },
+    /// A work request completed with an error status (`op`: `send` or `receive`), in rank
+    /// `rank`, toward `peer` (a rank, or in XRC mode a node; `None` when unknown).
+    #[error(
+        "verbs: {}{op} {} failed: {status_text} (status {status}){}",
+        rank_prefix(.rank),
+        peer_phrase(.op, .peer),
+        if *.op == "send" { " (the peer died or its queue pair broke)" } else { "" }
+    )]
+    WorkCompletion {
+        /// `send` or `receive`.
+        op: &'static str,
+        /// The `ibv_wc_status` value.
+        status: u32,
+        /// libibverbs' text for it (`ibv_wc_status_str`).
+        status_text: String,
+        /// The rank that polled the completion.
+        rank: Option<usize>,
+        /// Whom the work request was toward.
+        peer: Option<VerbsPeer>,
+    },
+    /// A send toward `peer` was refused because an earlier send on the same queue pair
+    /// failed (the queue pair is in the error state).
+    #[error("verbs: rank {rank}: the queue pair toward {peer} broke (an earlier send failed)")]
+    QueuePairBroken {
+        /// The sending rank.
+        rank: usize,
+        /// The peer (rank, or node in XRC mode).
+        peer: VerbsPeer,
+    },
+    /// The verbs control channel (TCP) to or from rank `peer` failed: `what` is the step
+    /// (`connect`, `hello`, `send`), `addr` the peer's listener.
+    #[error(
+        "verbs: rank {rank}: control {what} to rank {peer}{} failed (did rank {peer} die?)",
+        .addr.map(|a| format!(" at {a}")).unwrap_or_default()
+    )]
+    ControlChannel {
+        /// The rank that hit the error.
+        rank: usize,
+        /// The other end.
+        peer: usize,
+        /// `connection`, `hello` or `message`.
+        what: &'static str,
+        /// The peer's control listener address.
+        addr: Option<std::net::SocketAddr>,
+        /// The socket error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Rank `peer`'s control connection ended before it said it finished: it died or failed.
+    #[error(
+        "verbs: rank {rank}: rank {peer} closed its control connection before finishing (it died or failed)"
+    )]
+    PeerDied {
+        /// The rank that saw it.
+        rank: usize,
+        /// The rank that went away.
+        peer: usize,
+    },
+    // ---- end of the verbs variants. ----
     /// Memory for a region (pool, receive queue, slots) could not be mapped.
     #[error("cannot allocate {bytes} bytes for {what}: {error}")]
     Alloc {
@@ -321,6 +405,36 @@ impl std::fmt::Display for Sender {
             Sender::Rank(r) => write!(f, "rank {r}"),
             Sender::MpiProcess(p) => write!(f, "MPI process {p}"),
         }
+    }
+}
+
+/// A verbs peer: a rank, or in XRC mode (where the engine's endpoints are nodes) a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerbsPeer {
+    /// A rank.
+    Rank(usize),
+    /// A node (XRC send queue pair, shared by the node's ranks).
+    Node(usize),
+}
+
+impl std::fmt::Display for VerbsPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VerbsPeer::Rank(r) => write!(f, "rank {r}"),
+            VerbsPeer::Node(n) => write!(f, "node {n}"),
+        }
+    }
+}
+
+fn rank_prefix(rank: &Option<usize>) -> String {
+    rank.map(|r| format!("rank {r}: ")).unwrap_or_default()
+}
+
+fn peer_phrase(op: &str, peer: &Option<VerbsPeer>) -> String {
+    let dir = if op == "send" { "to" } else { "from" };
+    match peer {
+        Some(p) => format!("{dir} {p}"),
+        None => format!("{dir} an unknown rank"),
     }
 }
 

@@ -172,3 +172,11 @@ fn parse_usize(s: &str) -> std::result::Result<usize, String> {
     let v = parse_bytes(s)?;
     usize::try_from(v).map_err(|_| format!("`{s}` is too large"))
 }
+
+/// `BALLAST_VERBS_TRACE` (docs/CONFIG.md; only with the `trace` cargo feature): the verbs
+/// fabric's diagnostic timings, `1` (clock reads) or `tsc` (cycle stamps). Not part of
+/// [`RuntimeConfig`]: a diagnostic switch, read when a verbs fabric is created.
+#[cfg(feature = "trace")]
+pub(crate) fn verbs_trace() -> Option<String> {
+    std::env::var("BALLAST_VERBS_TRACE").ok()
+}

@@ -19,6 +19,8 @@ mod tests;
 
 pub use builder::RuntimeConfigBuilder;
 pub use env::parse_bytes;
+#[cfg(feature = "trace")]
+pub(crate) use env::verbs_trace;
 
 /// Which transport carries the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

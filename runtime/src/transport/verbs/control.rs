@@ -261,7 +261,7 @@ impl Mesh {
         self.busy_until = self.calls.wrapping_add(BUSY_FOR);
     }
 
-    /// Sends one frame to `dest`, connecting first if needed. Errors: [`Error::Verbs`] when
+    /// Sends one frame to `dest`, connecting first if needed. Errors: [`Error::ControlChannel`] when
     /// the peer cannot be reached (it died or never started).
     pub(crate) fn send(&mut self, dest: usize, f: &Frame) -> Result<()> {
         if self.out[dest].is_none() {
@@ -270,28 +270,40 @@ impl Mesh {
                 match TcpStream::connect_timeout(&self.addrs[dest], self.timeout) {
                     Ok(s) => break s,
                     Err(e) if Instant::now() < deadline && e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        return Err(Error::Verbs(format!(
-                        "rank {}: control connection to rank {dest} at {} failed: {e} (did rank {dest} die?)",
-                        self.rank, self.addrs[dest]
-                    )))
+                    Err(source) => {
+                        return Err(Error::ControlChannel {
+                            rank: self.rank,
+                            peer: dest,
+                            what: "connection",
+                            addr: Some(self.addrs[dest]),
+                            source,
+                        })
                     }
                 }
             };
             s.set_nodelay(true)?;
             let mut s = s;
             s.write_all(&Frame::simple(Kind::Hello, self.rank).encode())
-                .map_err(|e| Error::Verbs(format!("rank {}: hello to rank {dest}: {e}", self.rank)))?;
+                .map_err(|source| Error::ControlChannel {
+                    rank: self.rank,
+                    peer: dest,
+                    what: "hello",
+                    addr: Some(self.addrs[dest]),
+                    source,
+                })?;
             self.out[dest] = Some(s);
         }
         self.busy();
         let s = self.out[dest].as_mut().expect("connected");
+        #[cfg(feature = "trace")]
         super::counters::bump(&super::counters::MESH_SENDS, 1);
-        s.write_all(&f.encode()).map_err(|e| {
-            Error::Verbs(format!(
-                "rank {}: control message to rank {dest} failed: {e} (did rank {dest} die?)",
-                self.rank
-            ))
+        let rank = self.rank;
+        s.write_all(&f.encode()).map_err(|source| Error::ControlChannel {
+            rank,
+            peer: dest,
+            what: "message",
+            addr: None,
+            source,
         })
     }
 
@@ -392,10 +404,10 @@ impl Mesh {
             if let Some(r) = inc.from {
                 if !self.done_from[r] {
                     self.dead.push(r);
-                    return Err(Error::Verbs(format!(
-                        "rank {}: rank {r} closed its control connection before finishing (it died or failed)",
-                        self.rank
-                    )));
+                    return Err(Error::PeerDied {
+                        rank: self.rank,
+                        peer: r,
+                    });
                 }
             }
         }

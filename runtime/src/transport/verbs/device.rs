@@ -1,13 +1,11 @@
 //! Device selection and capability probe of the verbs transport: which device, port and
 //! GID a rank uses (`BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`, or the
 //! automatic choice), the limits the device reports ([`DeviceCaps`], shown by
-//! `ballast info`), and the opened device context with its protection domain ([`Context`]).
+//! `ballast info`), and the opened device with its protection domain ([`Device`]).
 
-use std::ffi::CStr;
 use std::path::Path;
 
-use rdma_sys::*;
-
+use super::ibv;
 use crate::core::config::VerbsConfig;
 use crate::core::error::{Error, Result};
 
@@ -88,91 +86,52 @@ impl DeviceCaps {
     }
 }
 
-fn verr(what: &str) -> Error {
-    Error::Verbs(format!("{what}: {}", std::io::Error::last_os_error()))
-}
-
 /// Names of the RDMA devices libibverbs sees (empty when there are none, e.g. no kernel
-/// support). Errors: [`Error::Verbs`] when the device list cannot be read for another reason.
+/// support). Errors: [`Error::VerbsCall`] when the device list cannot be read for another reason.
 pub fn device_names() -> Result<Vec<String>> {
-    let mut n: i32 = 0;
-    // SAFETY: ibv_get_device_list writes the count into `n` and returns a NULL-terminated
-    // array that we free below with ibv_free_device_list; NULL means failure.
-    let list = unsafe { ibv_get_device_list(&mut n) };
-    if list.is_null() {
-        let e = std::io::Error::last_os_error();
+    let list = match ibv::DeviceList::get() {
+        Ok(l) => l,
         // ENOSYS: no kernel support (no uverbs): simply no device.
-        if e.raw_os_error() == Some(38)
-        /* ENOSYS */
-        {
-            return Ok(Vec::new());
+        Err(e) if e.raw_os_error() == Some(38) => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(Error::VerbsCall {
+                verb: "ibv_get_device_list",
+                object: "the RDMA devices".into(),
+                rank: None,
+                peer: None,
+                source,
+            })
         }
-        return Err(Error::Verbs(format!("ibv_get_device_list: {e}")));
-    }
-    let mut names = Vec::with_capacity(n.max(0) as usize);
-    for i in 0..n.max(0) as usize {
-        // SAFETY: `i < n` entries of the list are valid device pointers; the name is a
-        // NUL-terminated string owned by the device, copied before the list is freed.
-        let name = unsafe { CStr::from_ptr(ibv_get_device_name(*list.add(i))) };
-        names.push(name.to_string_lossy().into_owned());
-    }
-    // SAFETY: `list` came from ibv_get_device_list and is freed once.
-    unsafe { ibv_free_device_list(list) };
-    Ok(names)
+    };
+    Ok((0..list.len()).map(|i| list.name(i)).collect())
 }
 
-/// An opened device: context, protection domain, port and GID. Closed on drop (after
-/// everything created from it, which the owner guarantees by field order).
-pub(crate) struct Context {
-    pub(crate) ctx: *mut ibv_context,
-    pub(crate) pd: *mut ibv_pd,
+/// An opened device: context, protection domain, port and GID. Everything made from it
+/// keeps the context and PD alive (see [`ibv`]).
+pub(crate) struct Device {
+    pub(crate) ctx: ibv::Context,
+    pub(crate) pd: ibv::Pd,
     pub(crate) caps: DeviceCaps,
     pub(crate) gid: [u8; 16],
     pub(crate) lid: u16,
-    pub(crate) mtu: ibv_mtu::Type,
+    pub(crate) mtu: rdma_sys::ibv_mtu::Type,
     pub(crate) ethernet: bool,
 }
 
-// SAFETY: the context and PD are plain handles into libibverbs, which is thread-safe; a
-// Context is used by one thread at a time (its fabric's).
-unsafe impl Send for Context {}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        // SAFETY: pd and ctx were created by open() and are released once, PD first; the
-        // owner drops every QP, CQ, SRQ and MR made from them before.
-        unsafe {
-            ibv_dealloc_pd(self.pd);
-            ibv_close_device(self.ctx);
+impl Device {
+    /// This side of a connection, for the RTR attributes.
+    pub(crate) fn local(&self) -> ibv::attr::Local {
+        ibv::attr::Local {
+            port: self.caps.port,
+            mtu: self.mtu,
+            gid_index: self.caps.gid_index as u8,
+            ethernet: self.ethernet,
         }
     }
 }
 
-fn mtu_bytes(m: ibv_mtu::Type) -> u32 {
+fn mtu_bytes(m: rdma_sys::ibv_mtu::Type) -> u32 {
     128u32 << m.clamp(1, 5)
-}
-
-fn query_port(ctx: *mut ibv_context, port: u8) -> Result<ibv_port_attr> {
-    // SAFETY: ibv_port_attr is plain data; zeroed is a valid value for the out-parameter.
-    let mut attr: ibv_port_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: ctx is an open context; attr is a valid out-pointer of the right size.
-    let rc = unsafe { ___ibv_query_port(ctx, port, &mut attr) };
-    if rc != 0 {
-        return Err(Error::Verbs(format!(
-            "ibv_query_port(port {port}): {}",
-            std::io::Error::from_raw_os_error(rc)
-        )));
-    }
-    Ok(attr)
-}
-
-fn query_gid(ctx: *mut ibv_context, port: u8, index: i32) -> Option<[u8; 16]> {
-    // SAFETY: ibv_gid is a plain union of bytes; zeroed is valid.
-    let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
-    // SAFETY: ctx is open; gid is a valid out-pointer.
-    let rc = unsafe { ibv_query_gid(ctx, port, index, &mut gid as *mut ibv_gid as *mut _) };
-    // SAFETY: `raw` is the byte view of the union, always initialised.
-    (rc == 0).then_some(unsafe { gid.raw })
 }
 
 fn gid_text(g: &[u8; 16]) -> String {
@@ -192,52 +151,57 @@ fn gid_type(dev: &str, port: u8, index: i32) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// Opens the device chosen by `sel` (see [`VerbsConfig`]). Errors: [`Error::Verbs`] naming
-/// what is missing (no device, no active port, no usable GID) or the failing call.
-pub(crate) fn open(sel: &VerbsConfig) -> Result<Context> {
-    let mut n: i32 = 0;
-    // SAFETY: as in device_names(); the list is freed before returning.
-    let list = unsafe { ibv_get_device_list(&mut n) };
-    if list.is_null() || n <= 0 {
-        if !list.is_null() {
-            // SAFETY: freed once.
-            unsafe { ibv_free_device_list(list) };
-        }
-        return Err(Error::Verbs(format!(
-            "no RDMA device found ({}); load a driver (e.g. `modprobe rdma_rxe` and `rdma link add rxe0 type rxe netdev eth0` for soft-RoCE)",
-            std::io::Error::last_os_error()
-        )));
+fn unusable(device: &str, reason: String) -> Error {
+    Error::VerbsDevice {
+        device: Some(device.to_string()),
+        reason,
     }
+}
+
+/// Opens the device chosen by `sel` (see [`VerbsConfig`]). Errors: [`Error::VerbsDevice`]
+/// naming what is missing (no device, no active port, no usable GID), [`Error::VerbsCall`]
+/// for a failing call.
+pub(crate) fn open(sel: &VerbsConfig) -> Result<Device> {
+    let list = match ibv::DeviceList::get() {
+        Ok(l) if l.len() > 0 => l,
+        r => {
+            let why = r.err().unwrap_or_else(std::io::Error::last_os_error);
+            return Err(Error::VerbsDevice {
+                device: None,
+                reason: format!(
+                    "no RDMA device found ({why}); load a driver (e.g. `modprobe rdma_rxe` and `rdma link add rxe0 type rxe netdev eth0` for soft-RoCE)"
+                ),
+            });
+        }
+    };
+    let n = list.len();
     let mut tried = Vec::new();
-    let mut result = Err(Error::Verbs("no device".into()));
-    for i in 0..n as usize {
-        // SAFETY: `i < n` entries are valid device pointers.
-        let dev = unsafe { *list.add(i) };
-        // SAFETY: the name is a NUL-terminated string owned by the device.
-        let name = unsafe { CStr::from_ptr(ibv_get_device_name(dev)) }
-            .to_string_lossy()
-            .into_owned();
+    let mut result = Err(Error::VerbsDevice {
+        device: None,
+        reason: "no device".into(),
+    });
+    for i in 0..n {
+        let name = list.name(i);
         if sel.device.as_deref().is_some_and(|d| d != name) {
             tried.push(name);
             continue;
         }
-        // SAFETY: dev is a valid device of the list, which is still alive.
-        let ctx = unsafe { ibv_open_device(dev) };
-        if ctx.is_null() {
-            result = Err(verr(&format!("ibv_open_device({name})")));
-            if sel.device.is_some() {
-                break;
+        let ctx = match list.open(i) {
+            Ok(c) => c,
+            Err(e) => {
+                result = Err(e);
+                if sel.device.is_some() {
+                    break;
+                }
+                continue;
             }
-            continue;
-        }
+        };
         match open_ctx(ctx, &name, sel) {
             Ok(c) => {
                 result = Ok(c);
                 break;
             }
             Err(e) => {
-                // SAFETY: ctx was opened above and nothing was created from it that outlives open_ctx.
-                unsafe { ibv_close_device(ctx) };
                 result = Err(e);
                 if sel.device.is_some() {
                     break;
@@ -246,78 +210,88 @@ pub(crate) fn open(sel: &VerbsConfig) -> Result<Context> {
             }
         }
     }
-    // SAFETY: the list came from ibv_get_device_list; contexts opened from it stay valid.
-    unsafe { ibv_free_device_list(list) };
     if let (Err(_), Some(d)) = (&result, &sel.device) {
-        if tried.iter().any(|t| t == d) || !tried.is_empty() && tried.len() == n as usize {
-            return Err(Error::Verbs(format!(
-                "BALLAST_IB_DEVICE={d}: no such device (devices: {})",
-                tried.join(", ")
-            )));
+        if tried.iter().any(|t| t == d) || !tried.is_empty() && tried.len() == n {
+            return Err(unusable(
+                d,
+                format!(
+                    "BALLAST_IB_DEVICE={d}: no such device (devices: {})",
+                    tried.join(", ")
+                ),
+            ));
         }
     }
     result
 }
 
-fn open_ctx(ctx: *mut ibv_context, name: &str, sel: &VerbsConfig) -> Result<Context> {
-    // SAFETY: ibv_device_attr is plain data; zeroed is a valid out-parameter.
-    let mut da: ibv_device_attr = unsafe { std::mem::zeroed() };
-    // SAFETY: ctx is open; da is a valid out-pointer.
-    let rc = unsafe { ibv_query_device(ctx, &mut da) };
-    if rc != 0 {
-        return Err(Error::Verbs(format!(
-            "ibv_query_device({name}): {}",
-            std::io::Error::from_raw_os_error(rc)
-        )));
-    }
+fn open_ctx(ctx: ibv::Context, name: &str, sel: &VerbsConfig) -> Result<Device> {
+    let named = |e: Error| match e {
+        Error::VerbsCall {
+            verb,
+            object,
+            rank,
+            peer,
+            source,
+        } => Error::VerbsCall {
+            verb,
+            object: format!("{object} of {name}"),
+            rank,
+            peer,
+            source,
+        },
+        e => e,
+    };
+    let da = ctx.query_device().map_err(named)?;
     let ports: Vec<u8> = match sel.port {
         Some(p) if p > da.phys_port_cnt => {
-            return Err(Error::Verbs(format!(
-                "BALLAST_IB_PORT={p}: {name} has {} port(s)",
-                da.phys_port_cnt
-            )))
+            return Err(unusable(
+                name,
+                format!("BALLAST_IB_PORT={p}: {name} has {} port(s)", da.phys_port_cnt),
+            ))
         }
         Some(p) => vec![p],
         None => (1..=da.phys_port_cnt).collect(),
     };
     let mut chosen = None;
     for p in ports {
-        let pa = query_port(ctx, p)?;
-        if pa.state == ibv_port_state::IBV_PORT_ACTIVE {
+        let pa = ctx.query_port(p).map_err(named)?;
+        if pa.state == rdma_sys::ibv_port_state::IBV_PORT_ACTIVE {
             chosen = Some((p, pa));
             break;
         }
         if sel.port.is_some() {
-            return Err(Error::Verbs(format!(
-                "{name} port {p} is not active (state {})",
-                pa.state
-            )));
+            return Err(unusable(
+                name,
+                format!("{name} port {p} is not active (state {})", pa.state),
+            ));
         }
     }
-    let (port, pa) = chosen.ok_or_else(|| Error::Verbs(format!("{name} has no active port")))?;
+    let (port, pa) = chosen.ok_or_else(|| unusable(name, format!("{name} has no active port")))?;
     let ethernet = pa.link_layer == LINK_LAYER_ETHERNET;
     let gid_index = match sel.gid_index {
         Some(g) => g as i32,
         None if ethernet => {
             let len = pa.gid_tbl_len.min(GID_SCAN);
             let pick = (0..len).find(|&i| {
-                query_gid(ctx, port, i).is_some_and(|g| is_ipv4_mapped(&g))
+                ctx.query_gid(port, i).is_some_and(|g| is_ipv4_mapped(&g))
                     && gid_type(name, port, i).is_none_or(|t| t.eq_ignore_ascii_case("RoCE v2"))
             });
             pick.ok_or_else(|| {
-                Error::Verbs(format!(
+                unusable(name, format!(
                     "{name} port {port}: no RoCE v2 GID of an IPv4 address (give the interface an IPv4 address or set BALLAST_GID_INDEX)"
                 ))
             })?
         }
         None => 0,
     };
-    let gid = query_gid(ctx, port, gid_index)
-        .ok_or_else(|| Error::Verbs(format!("{name} port {port}: no GID at index {gid_index}")))?;
+    let gid = ctx
+        .query_gid(port, gid_index)
+        .ok_or_else(|| unusable(name, format!("{name} port {port}: no GID at index {gid_index}")))?;
     if gid.iter().all(|&b| b == 0) {
-        return Err(Error::Verbs(format!(
-            "{name} port {port}: GID index {gid_index} is empty (BALLAST_GID_INDEX)"
-        )));
+        return Err(unusable(
+            name,
+            format!("{name} port {port}: GID index {gid_index} is empty (BALLAST_GID_INDEX)"),
+        ));
     }
     let _ = LINK_LAYER_INFINIBAND;
     let caps = DeviceCaps {
@@ -328,7 +302,7 @@ fn open_ctx(ctx: *mut ibv_context, name: &str, sel: &VerbsConfig) -> Result<Cont
         link_layer: if ethernet { "Ethernet" } else { "InfiniBand" },
         active_mtu: mtu_bytes(pa.active_mtu),
         srq: da.max_srq > 0,
-        xrc: (da.device_cap_flags & ibv_device_cap_flags::IBV_DEVICE_XRC.0) != 0,
+        xrc: (da.device_cap_flags & rdma_sys::ibv_device_cap_flags::IBV_DEVICE_XRC.0) != 0,
         max_qp: da.max_qp.max(0) as u32,
         max_qp_wr: da.max_qp_wr.max(0) as u32,
         max_cqe: da.max_cqe.max(0) as u32,
@@ -336,12 +310,8 @@ fn open_ctx(ctx: *mut ibv_context, name: &str, sel: &VerbsConfig) -> Result<Cont
         max_srq: da.max_srq.max(0) as u32,
         max_srq_wr: da.max_srq_wr.max(0) as u32,
     };
-    // SAFETY: ctx is open; the PD is released in Context::drop.
-    let pd = unsafe { ibv_alloc_pd(ctx) };
-    if pd.is_null() {
-        return Err(verr(&format!("ibv_alloc_pd({name})")));
-    }
-    Ok(Context {
+    let pd = ctx.alloc_pd().map_err(named)?;
+    Ok(Device {
         ctx,
         pd,
         caps,
@@ -372,7 +342,7 @@ mod tests {
         assert_eq!(gid_text(&g), "::ffff:10.77.0.1");
         g[0] = 0xfe;
         assert!(!is_ipv4_mapped(&g));
-        assert_eq!(mtu_bytes(ibv_mtu::IBV_MTU_1024), 1024);
+        assert_eq!(mtu_bytes(rdma_sys::ibv_mtu::IBV_MTU_1024), 1024);
         assert_eq!(mtu_bytes(5), 4096);
     }
 }

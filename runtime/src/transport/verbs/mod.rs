@@ -1,10 +1,12 @@
 //! The verbs transport (feature `verbs`): Ballast over InfiniBand or RoCE RC queue pairs
 //! through the system libibverbs (the `rdma-sys` bindings), with the same [`Communicator`]
-//! API as `local` and `mpi`. This module tree is the only place of the crate with FFI and
-//! `unsafe` code; every unsafe block says why it is sound.
+//! API as `local` and `mpi`. This module tree is the only place of the crate with verbs FFI;
+//! the libibverbs calls sit in one safe layer (`ibv`: resources with `Drop`, a typestate
+//! queue pair, transition attributes built by pure functions) that the fabric, XRC and the
+//! raw ping-pong use; every unsafe block says why it is sound.
 //!
-//! It owns: device selection and the capability probe ([`device`]: `BALLAST_IB_DEVICE`,
-//! `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`), the control channel ([`control`]: a TCP mesh
+//! It owns: the safe layer (`ibv`), device selection and the capability probe ([`device`]:
+//! `BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`), the control channel ([`control`]: a TCP mesh
 //! whose addresses are exchanged with the [`crate::oob`]), and the fabric
 //! ([`VerbsFabric`]: one memory region for the pool registered once, RC queue pairs created
 //! lazily, an SRQ per rank in `shared` mode or a receive queue per QP in `per-peer` mode).
@@ -41,6 +43,7 @@
 pub mod control;
 pub mod device;
 mod fabric;
+mod ibv;
 pub mod raw_pingpong;
 mod xrc;
 
@@ -51,12 +54,23 @@ use std::sync::Arc;
 
 pub use control::ControlListener;
 
-/// Process-wide counters of what the verbs fabric did (diagnostics: `verbs_pingpong
-/// --breakdown` prints them): ibv_post_send calls, control-channel frames sent, fabric polls,
-/// control-channel reads, ibv_poll_cq calls and completions. Summed over the ranks of a
-/// process (relaxed atomics); the `BALLAST_VERBS_TRACE` timings assume one rank per process.
+/// Process-wide counters of what the verbs fabric did (diagnostics, only in a build with the
+/// `trace` feature: `verbs_pingpong --breakdown` prints them): ibv_post_send calls,
+/// control-channel frames sent, fabric polls, control-channel reads, ibv_poll_cq calls and
+/// completions. Summed over the ranks of a process (relaxed atomics); the
+/// `BALLAST_VERBS_TRACE` timings and cycle stamps assume one rank per process.
+#[cfg(feature = "trace")]
 pub mod counters {
     use std::sync::atomic::{AtomicU64, Ordering};
+    /// Switches the timings on from the runtime configuration's `BALLAST_VERBS_TRACE`
+    /// (`1`: clock-read timings, `tsc`: cycle stamps only); called when a fabric is created.
+    pub(crate) fn enable_from_env() {
+        match crate::core::config::verbs_trace().as_deref() {
+            Some("1") => TRACE.store(true, Ordering::Relaxed),
+            Some("tsc") => STAMPING.store(true, Ordering::Relaxed),
+            _ => {}
+        }
+    }
     pub(crate) static POSTS: AtomicU64 = AtomicU64::new(0);
     pub(crate) static MESH_SENDS: AtomicU64 = AtomicU64::new(0);
     pub(crate) static POLLS: AtomicU64 = AtomicU64::new(0);
@@ -384,7 +398,7 @@ fn make_comm(
 }
 
 /// This process' [`Communicator`] over verbs, one Ballast rank per process (rank and size
-/// from `boot`). Collective: every process must call it. Errors: [`Error::Verbs`] (device),
+/// from `boot`). Collective: every process must call it. Errors: [`Error::VerbsDevice`] and [`Error::VerbsCall`] (device),
 /// [`Error::MemlockTooLow`], [`Error::Bootstrap`].
 pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<Communicator> {
     let cfg = verbs_config(config)?;

@@ -9,12 +9,16 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
-use rdma_sys::*;
+use std::mem::MaybeUninit;
 
-use super::device::{self, Context};
+use rdma_sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
+
+use super::device;
+use super::ibv::attr::{self, Remote, Retry};
+use super::ibv::qp::{QpKind, Receiving};
+use super::ibv::{self, Cq, Qp, QpCaps, SendWr, Sge, Slots, Srq};
 use crate::core::config::VerbsConfig;
 use crate::core::error::{Error, Result};
-use crate::core::memory::AlignedRegion;
 
 /// The settings of one run. [`RawOptions::default`] is perftest's `ib_send_lat` on RC.
 #[derive(Clone, Debug)]
@@ -113,55 +117,24 @@ impl Default for RawOptions {
     }
 }
 
-struct Res {
-    qp: *mut ibv_qp,
-    srq: *mut ibv_srq,
-    scq: *mut ibv_cq,
-    rcq: *mut ibv_cq,
-    mr: *mut ibv_mr,
-    _mem: AlignedRegion,
-    dev: Context,
-}
+const HDR: usize = 32;
 
-impl Drop for Res {
-    fn drop(&mut self) {
-        // SAFETY: each handle was created in `setup` from `dev` and is destroyed once, users
-        // first (QP, SRQ, CQs, MR), before `dev` (a later field) closes the context.
-        unsafe {
-            if !self.qp.is_null() {
-                ibv_destroy_qp(self.qp);
-            }
-            if !self.srq.is_null() {
-                ibv_destroy_srq(self.srq);
-            }
-            if self.rcq != self.scq && !self.rcq.is_null() {
-                ibv_destroy_cq(self.rcq);
-            }
-            if !self.scq.is_null() {
-                ibv_destroy_cq(self.scq);
-            }
-            if !self.mr.is_null() {
-                ibv_dereg_mr(self.mr);
-            }
-        }
+/// Posts receive `i` (slot `i` of the receive area at `recv_off` of `mem`) to the QP's own
+/// receive queue or to `srq`.
+fn post_recv<S: Receiving>(
+    qp: &Qp<S>,
+    srq: Option<&Srq>,
+    mem: &Slots,
+    o: &RawOptions,
+    recv_off: usize,
+    i: usize,
+) -> Result<()> {
+    let off = recv_off + i * o.recv_slot;
+    match srq {
+        Some(s) => s.post_recv(mem, off, o.recv_slot, i as u64),
+        None => qp.post_recv(mem, off, o.recv_slot, i as u64),
     }
 }
-
-fn fail(what: &str) -> Error {
-    Error::Verbs(format!(
-        "raw ping-pong: {what}: {}",
-        std::io::Error::last_os_error()
-    ))
-}
-
-fn rc_fail(what: &str, rc: i32) -> Error {
-    Error::Verbs(format!(
-        "raw ping-pong: {what}: {}",
-        std::io::Error::from_raw_os_error(rc)
-    ))
-}
-
-const HDR: usize = 32;
 
 /// Runs one side of the ping-pong over `stream` (a TCP connection to the other side, used to
 /// exchange QP numbers, PSNs and GIDs). `initiator` sends first and times each round trip;
@@ -170,205 +143,61 @@ const HDR: usize = 32;
 pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOptions) -> Result<Vec<f64>> {
     let dev = device::open(sel)?;
     let slots = o.rx_depth as usize;
-    let need = HDR + o.size + 64 + slots * o.recv_slot;
-    let mem = AlignedRegion::new(need.max(o.pool_bytes), 1, "the raw ping-pong's buffers")?;
-    let mut r = Res {
-        qp: std::ptr::null_mut(),
-        srq: std::ptr::null_mut(),
-        scq: std::ptr::null_mut(),
-        rcq: std::ptr::null_mut(),
-        mr: std::ptr::null_mut(),
-        _mem: mem,
-        dev,
-    };
-    let base = r._mem.as_slice().as_ptr() as u64;
-    // SAFETY: the region is owned by `r` and outlives the MR (dropped before it in Res::drop's
-    // order: the MR is deregistered explicitly before the fields are dropped).
-    r.mr = unsafe {
-        ibv_reg_mr(
-            r.dev.pd,
-            base as *mut _,
-            r._mem.as_slice().len(),
-            ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32,
-        )
-    };
-    if r.mr.is_null() {
-        return Err(fail("ibv_reg_mr"));
-    }
-    // SAFETY: mr is valid until drop.
-    let lkey = unsafe { (*r.mr).lkey };
-    // SAFETY: ctx is open; no completion channel; destroyed in Res::drop.
-    r.scq = unsafe {
-        ibv_create_cq(
-            r.dev.ctx,
-            o.cq_entries as i32,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    if r.scq.is_null() {
-        return Err(fail("ibv_create_cq"));
-    }
-    r.rcq = if o.one_cq {
-        r.scq
+    // The send buffer (header + payload), then the receive slots, in one registered region.
+    let recv_off = HDR + o.size + 64;
+    let need = recv_off + slots * o.recv_slot;
+    let mut mem = Slots::new(&dev.pd, 1, need.max(o.pool_bytes), "the raw ping-pong's buffers")?;
+    let base = mem.addr(0);
+    let lkey = mem.lkey();
+    let scq = dev.ctx.create_cq(o.cq_entries)?;
+    let rcq = if o.one_cq {
+        scq.clone()
     } else {
-        // SAFETY: as above.
-        let c = unsafe {
-            ibv_create_cq(
-                r.dev.ctx,
-                o.cq_entries as i32,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if c.is_null() {
-            return Err(fail("ibv_create_cq"));
-        }
-        c
+        dev.ctx.create_cq(o.cq_entries)?
     };
-    if o.srq {
-        // SAFETY: plain data; zero is valid.
-        let mut sa: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
-        sa.attr.max_wr = o.rx_depth;
-        sa.attr.max_sge = 1;
-        // SAFETY: pd is live; destroyed in Res::drop.
-        r.srq = unsafe { ibv_create_srq(r.dev.pd, &mut sa) };
-        if r.srq.is_null() {
-            return Err(fail("ibv_create_srq"));
-        }
-    }
-    // SAFETY: plain data; zero is valid for the fields not set.
-    let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-    init.send_cq = r.scq;
-    init.recv_cq = r.rcq;
-    init.srq = r.srq;
-    init.qp_type = ibv_qp_type::IBV_QPT_RC;
-    init.cap = ibv_qp_cap {
+    let srq = if o.srq {
+        Some(Srq::create(&dev.pd, o.rx_depth)?)
+    } else {
+        None
+    };
+    let caps = QpCaps {
         max_send_wr: o.sq_depth,
         max_recv_wr: if o.srq { 0 } else { o.rx_depth },
         max_send_sge: 2,
         max_recv_sge: 1,
-        max_inline_data: if o.inline { 64 } else { 0 },
+        max_inline: if o.inline { 64 } else { 0 },
     };
-    // SAFETY: pd and CQs are live; init is initialised.
-    r.qp = unsafe { ibv_create_qp(r.dev.pd, &mut init) };
-    if r.qp.is_null() {
-        return Err(fail("ibv_create_qp"));
-    }
-    let max_inline = init.cap.max_inline_data;
-    let recv_base = base + (HDR + o.size + 64) as u64;
-    let post_recv = |i: usize| -> Result<()> {
-        let mut sge = ibv_sge {
-            addr: recv_base + (i * o.recv_slot) as u64,
-            length: o.recv_slot as u32,
-            lkey,
-        };
-        let mut wr = ibv_recv_wr {
-            wr_id: i as u64,
-            next: std::ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: 1,
-        };
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: wr/sge live across the call; the buffer is in the registered region.
-        let rc = unsafe {
-            if o.srq {
-                ibv_post_srq_recv(r.srq, &mut wr, &mut bad)
-            } else {
-                ibv_post_recv(r.qp, &mut wr, &mut bad)
-            }
-        };
-        if rc != 0 {
-            return Err(rc_fail("ibv_post_recv", rc));
-        }
-        Ok(())
-    };
-    use ibv_qp_attr_mask as M;
-    let modify = |a: &mut ibv_qp_attr, mask: u32, what: &str| -> Result<()> {
-        // SAFETY: qp is live; `a` is initialised for the fields in mask.
-        let rc = unsafe { ibv_modify_qp(r.qp, a, mask as i32) };
-        if rc != 0 {
-            return Err(rc_fail(what, rc));
-        }
-        Ok(())
-    };
-    // SAFETY: plain data; zero is valid.
-    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    a.qp_state = ibv_qp_state::IBV_QPS_INIT;
-    a.port_num = r.dev.caps.port;
-    a.qp_access_flags = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-    modify(
-        &mut a,
-        M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0,
-        "INIT",
-    )?;
+    let qp = Qp::create_rc(&dev.ctx, &dev.pd, &scq, &rcq, srq.as_ref(), caps)?;
+    let max_inline = qp.max_inline();
+    let qp = qp.init(&attr::init(dev.caps.port))?;
     for i in 0..slots {
-        post_recv(i)?;
+        post_recv(&qp, srq.as_ref(), &mem, o, recv_off, i)?;
     }
     // Exchange qpn, psn, lid, gid.
-    // SAFETY: qp is live.
-    let qpn = unsafe { (*r.qp).qp_num };
+    let qpn = qp.qpn();
     let psn: u32 = if initiator { 0x1234 } else { 0x4321 };
     let mut msg = [0u8; 26];
     msg[..4].copy_from_slice(&qpn.to_le_bytes());
     msg[4..8].copy_from_slice(&psn.to_le_bytes());
-    msg[8..10].copy_from_slice(&r.dev.lid.to_le_bytes());
-    msg[10..].copy_from_slice(&r.dev.gid);
+    msg[8..10].copy_from_slice(&dev.lid.to_le_bytes());
+    msg[10..].copy_from_slice(&dev.gid);
     stream.write_all(&msg)?;
     let mut peer = [0u8; 26];
     stream.read_exact(&mut peer)?;
-    let rqpn = u32::from_le_bytes(peer[..4].try_into().expect("4"));
-    let rpsn = u32::from_le_bytes(peer[4..8].try_into().expect("4"));
-    let rlid = u16::from_le_bytes(peer[8..10].try_into().expect("2"));
-    // SAFETY: plain data; zero is valid.
-    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    a.qp_state = ibv_qp_state::IBV_QPS_RTR;
-    a.path_mtu = r.dev.mtu;
-    a.dest_qp_num = rqpn;
-    a.rq_psn = rpsn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.dlid = rlid;
-    a.ah_attr.port_num = r.dev.caps.port;
-    if r.dev.ethernet || rlid == 0 {
-        a.ah_attr.is_global = 1;
-        let mut g = [0u8; 16];
-        g.copy_from_slice(&peer[10..]);
-        a.ah_attr.grh.dgid.raw = g;
-        a.ah_attr.grh.sgid_index = r.dev.caps.gid_index as u8;
-        a.ah_attr.grh.hop_limit = 64;
-    }
-    modify(
-        &mut a,
-        M::IBV_QP_STATE.0
-            | M::IBV_QP_AV.0
-            | M::IBV_QP_PATH_MTU.0
-            | M::IBV_QP_DEST_QPN.0
-            | M::IBV_QP_RQ_PSN.0
-            | M::IBV_QP_MAX_DEST_RD_ATOMIC.0
-            | M::IBV_QP_MIN_RNR_TIMER.0,
-        "RTR",
-    )?;
-    // SAFETY: plain data; zero is valid.
-    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    a.qp_state = ibv_qp_state::IBV_QPS_RTS;
-    a.sq_psn = psn;
-    a.timeout = o.timeout;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    modify(
-        &mut a,
-        M::IBV_QP_STATE.0
-            | M::IBV_QP_SQ_PSN.0
-            | M::IBV_QP_TIMEOUT.0
-            | M::IBV_QP_RETRY_CNT.0
-            | M::IBV_QP_RNR_RETRY.0
-            | M::IBV_QP_MAX_QP_RD_ATOMIC.0,
-        "RTS",
-    )?;
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&peer[10..]);
+    let remote = Remote {
+        qpn: u32::from_le_bytes(peer[..4].try_into().expect("4")),
+        psn: u32::from_le_bytes(peer[4..8].try_into().expect("4")),
+        lid: u16::from_le_bytes(peer[8..10].try_into().expect("2")),
+        gid,
+    };
+    let qp = qp.rtr(&attr::rtr(&dev.local(), &remote, QpKind::Rc))?;
+    let retry = Retry {
+        timeout: o.timeout,
+        ..Retry::FABRIC
+    };
+    let qp = qp.rts(&attr::rts(psn, retry))?;
     // Both sides ready before the first send.
     stream.write_all(&[1])?;
     stream.read_exact(&mut [0u8; 1])?;
@@ -376,12 +205,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     let send_addr = base;
     let mut sent: u64 = 0;
     let mut unacked_signalled = 0usize;
-    let mut wcs: Vec<ibv_wc> = (0..o.poll_batch.max(1))
-        .map(|_| {
-            // SAFETY: plain data.
-            unsafe { std::mem::zeroed() }
-        })
-        .collect();
+    let mut wcs: Vec<MaybeUninit<ibv_wc>> = (0..o.poll_batch.max(1)).map(|_| MaybeUninit::uninit()).collect();
     // Receive completions seen (also while waiting for send completions on a shared CQ).
     let mut recvs_ready = 0usize;
     let mut next_recv_slot = 0usize;
@@ -391,31 +215,31 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     } else {
         Vec::new()
     };
-    let post_send = |sent: &mut u64, unacked: &mut usize| -> Result<()> {
+    let post_send = |sent: &mut u64, unacked: &mut usize, mem: &mut Slots| -> Result<()> {
         let len = o.size as u32;
-        let mut sges = if o.two_sges {
+        let sges = if o.two_sges {
             [
-                ibv_sge {
+                Sge {
                     addr: send_addr,
-                    length: HDR as u32,
+                    len: HDR as u32,
                     lkey,
                 },
-                ibv_sge {
+                Sge {
                     addr: send_addr + HDR as u64,
-                    length: len,
+                    len,
                     lkey,
                 },
             ]
         } else {
             [
-                ibv_sge {
+                Sge {
                     addr: send_addr,
-                    length: len,
+                    len,
                     lkey,
                 },
-                ibv_sge {
+                Sge {
                     addr: 0,
-                    length: 0,
+                    len: 0,
                     lkey,
                 },
             ]
@@ -426,42 +250,29 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
             super::cycles::spin_us(o.quiet_us);
         }
         if o.one_way && o.size >= 8 {
-            let at = send_addr + if o.two_sges { HDR as u64 } else { 0 };
-            // SAFETY: `at` lies in the registered region owned by `r` (HDR + size bytes at
-            // its start are the send buffer); nothing else writes it during this call.
-            unsafe { std::ptr::write_unaligned(at as *mut u64, super::cycles::now()) };
+            // The send buffer (HDR + size bytes at the region's start) carries the stamp.
+            let at = if o.two_sges { HDR } else { 0 };
+            mem.bytes_mut()[at..at + 8].copy_from_slice(&super::cycles::now().to_ne_bytes());
         }
-        // SAFETY: plain data with unions of plain data; zero is valid.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = *sent;
-        wr.sg_list = sges.as_mut_ptr();
-        wr.num_sge = if o.two_sges { 2 } else { 1 };
-        wr.opcode = if o.imm {
-            ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
-        } else {
-            ibv_wr_opcode::IBV_WR_SEND
-        };
-        wr.imm_data_invalidated_rkey_union.imm_data = 1u32.to_be();
-        let mut flags = 0;
-        if o.signal_every <= 1 || matches!(*sent % u64::from(o.signal_every), 0) {
-            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        let signaled = o.signal_every <= 1 || matches!(*sent % u64::from(o.signal_every), 0);
+        if signaled {
             *unacked += 1;
         }
-        if o.inline && total <= max_inline {
-            flags |= ibv_send_flags::IBV_SEND_INLINE.0;
-        }
-        wr.send_flags = flags;
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: qp is in RTS; wr/sges live across the call; buffers are registered.
-        let rc = unsafe { ibv_post_send(r.qp, &mut wr, &mut bad) };
-        if rc != 0 {
-            return Err(rc_fail("ibv_post_send", rc));
-        }
+        let wr = SendWr {
+            wr_id: *sent,
+            sges,
+            num_sge: if o.two_sges { 2 } else { 1 },
+            imm: o.imm.then_some(1),
+            signaled,
+            inline: o.inline && total <= max_inline,
+            remote_srqn: None,
+        };
+        qp.post_send(&wr)?;
         *sent += 1;
         Ok(())
     };
     let mut out = Vec::with_capacity(if initiator { o.iters } else { 0 });
-    let (scq, rcq) = (r.scq, r.rcq);
+    let (scq, rcq) = (&scq, &rcq);
     let mut idle = 0u32;
     let mut since = None;
     // A listener and a connected TCP stream of this process' own that never carry data.
@@ -471,7 +282,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     listener.set_nonblocking(true)?;
     side.set_nonblocking(true)?;
     let mut polls = 0u64;
-    let mut poll = |cq: *mut ibv_cq, recvs: &mut usize, unacked: &mut usize| -> Result<()> {
+    let mut poll = |cq: &Cq, recvs: &mut usize, unacked: &mut usize| -> Result<()> {
         polls += 1;
         if o.mesh_every > 0 && polls % o.mesh_every == 1 {
             if o.mesh_what & 1 != 0 {
@@ -509,7 +320,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     for _ in 0..o.iters {
         let t0 = Instant::now();
         if initiator {
-            post_send(&mut sent, &mut unacked_signalled)?;
+            post_send(&mut sent, &mut unacked_signalled, &mut mem)?;
             if o.time_post {
                 posts.push(t0.elapsed().as_secs_f64());
             }
@@ -522,20 +333,19 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
         }
         recvs_ready -= 1;
         if o.one_way && o.size >= 8 {
-            let at =
-                recv_base + (next_recv_slot * o.recv_slot) as u64 + if o.two_sges { HDR as u64 } else { 0 };
-            // SAFETY: the slot's receive completed (the CQ said so), so the device wrote it
-            // and does not touch it until it is reposted below.
-            let stamp = unsafe { std::ptr::read_unaligned(at as *const u64) };
+            // The slot's receive completed (the CQ said so), so the device wrote it and does
+            // not touch it until it is reposted below.
+            let at = recv_off + next_recv_slot * o.recv_slot + if o.two_sges { HDR } else { 0 };
+            let stamp = u64::from_ne_bytes(mem.bytes()[at..at + 8].try_into().expect("8 bytes"));
             one_way.push(super::cycles::now().wrapping_sub(stamp));
         }
         // The consumed receive is reposted at once, as perftest does.
-        post_recv(next_recv_slot)?;
+        post_recv(&qp, srq.as_ref(), &mem, o, recv_off, next_recv_slot)?;
         next_recv_slot = (next_recv_slot + 1) % slots.max(1);
         if initiator {
             out.push(t0.elapsed().as_secs_f64() / 2.0);
         } else {
-            post_send(&mut sent, &mut unacked_signalled)?;
+            post_send(&mut sent, &mut unacked_signalled, &mut mem)?;
         }
         if !o.one_cq && unacked_signalled > 0 {
             // Separate send CQ: collect what is there without waiting.
@@ -580,27 +390,27 @@ fn read_lines(junk: &[u64], lines: usize, at: usize) {
 }
 
 /// One `ibv_poll_cq` of up to `wcs.len()` entries: (receive completions, send completions).
-fn poll_cq(cq: *mut ibv_cq, wcs: &mut [ibv_wc], yield_idle: bool) -> Result<(usize, usize)> {
-    // SAFETY: cq is live; wcs has room for wcs.len() entries.
-    let n = unsafe { ibv_poll_cq(cq, wcs.len() as i32, wcs.as_mut_ptr()) };
-    if n < 0 {
-        return Err(Error::Verbs("raw ping-pong: ibv_poll_cq failed".into()));
-    }
+fn poll_cq(cq: &Cq, wcs: &mut [MaybeUninit<ibv_wc>], yield_idle: bool) -> Result<(usize, usize)> {
+    let done = cq.poll(wcs)?;
     let (mut rv, mut sd) = (0, 0);
-    for wc in &wcs[..n as usize] {
+    for wc in done {
+        let recv = wc.opcode & ibv_wc_opcode::IBV_WC_RECV != 0;
         if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
-            return Err(Error::Verbs(format!(
-                "raw ping-pong: completion status {}",
-                wc.status
-            )));
+            return Err(Error::WorkCompletion {
+                op: if recv { "receive" } else { "send" },
+                status: wc.status,
+                status_text: ibv::status_text(wc.status),
+                rank: None,
+                peer: None,
+            });
         }
-        if wc.opcode & ibv_wc_opcode::IBV_WC_RECV != 0 {
+        if recv {
             rv += 1;
         } else {
             sd += 1;
         }
     }
-    if n == 0 && yield_idle {
+    if done.is_empty() && yield_idle {
         std::thread::yield_now();
     }
     Ok((rv, sd))

@@ -1,5 +1,7 @@
-//! XRC (`recv_sharing=xrc` on a device that reports `IBV_DEVICE_XRC`): the resources and
-//! the verbs calls; the protocol around them lives in the fabric.
+//! XRC (`recv_sharing=xrc` on a device that reports `IBV_DEVICE_XRC`): the node's shared
+//! domain file; the XRC SRQ and queue pairs are made by the [`super::ibv`] layer
+//! (`Srq::create_xrc`, `Qp::create_xrc_send`, `Qp::create_xrc_recv`), the protocol around
+//! them lives in the fabric (`fabric/xrc.rs`).
 //!
 //! **Compiled, never run.** Soft-RoCE (the only RDMA device this project could test on) has
 //! no XRC, so there `xrc` falls back to `shared` with a logged reason; this path is
@@ -18,151 +20,37 @@
 //! per rank is the number of remote nodes, not of remote ranks. TGT QPs live until the
 //! fabric drops.
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 
-use rdma_sys::*;
-
+use super::ibv;
 use crate::core::error::{Error, Result};
 
-/// `O_CREAT` of Linux (fcntl.h), for the domain file.
-const O_CREAT: i32 = 0o100;
-
-fn verr(what: String) -> Error {
-    Error::Verbs(format!("{what}: {}", std::io::Error::last_os_error()))
-}
-
-/// An XRC domain opened through a file shared by the ranks of a node. Closed on drop,
-/// after every SRQ and QP made in it (the owner's field order).
-pub(crate) struct Xrcd {
-    pub(crate) xrcd: *mut ibv_xrcd,
-    _file: File,
-}
-
-impl Drop for Xrcd {
-    fn drop(&mut self) {
-        // SAFETY: opened in Xrcd::open, closed once, after the SRQ and QPs that use it.
-        unsafe { ibv_close_xrcd(self.xrcd) };
-    }
-}
-
-impl Xrcd {
-    /// Opens (creating it if needed) the node's domain through the file at `path`.
-    pub(crate) fn open(ctx: *mut ibv_context, path: &std::path::Path) -> Result<Xrcd> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| Error::Verbs(format!("XRC domain file {}: {e}", path.display())))?;
-        let mut attr = ibv_xrcd_init_attr {
-            comp_mask: (ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD.0
-                | ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS.0),
-            fd: file.as_raw_fd(),
-            oflags: O_CREAT,
-        };
-        // SAFETY: ctx is an open context; attr is initialised and lives across the call; the
-        // file stays open as long as the domain (it is kept in the returned value).
-        let x = unsafe { ibv_open_xrcd(ctx, &mut attr) };
-        match x {
-            Some(p) if !p.is_null() => Ok(Xrcd { xrcd: p, _file: file }),
-            _ => Err(verr(format!("ibv_open_xrcd({})", path.display()))),
-        }
-    }
-}
-
-/// Creates an XRC SRQ of `depth` work requests in `xrcd`, its completions on `cq`.
-pub(crate) fn create_srq(
-    ctx: *mut ibv_context,
-    pd: *mut ibv_pd,
-    xrcd: &Xrcd,
-    cq: *mut ibv_cq,
-    depth: u32,
-) -> Result<(*mut ibv_srq, u32)> {
-    // SAFETY: plain-data struct; zero is valid for the fields not set.
-    let mut a: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
-    a.attr.max_wr = depth;
-    a.attr.max_sge = 1;
-    a.comp_mask = ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_TYPE.0
-        | ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_PD.0
-        | ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_XRCD.0
-        | ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_CQ.0;
-    a.srq_type = ibv_srq_type::IBV_SRQT_XRC;
-    a.pd = pd;
-    a.xrcd = xrcd.xrcd;
-    a.cq = cq;
-    // SAFETY: ctx, pd, xrcd and cq are live; `a` is initialised for the fields in comp_mask.
-    let srq = unsafe { ibv_create_srq_ex(ctx, &mut a) };
-    let srq = match srq {
-        Some(s) if !s.is_null() => s,
-        _ => return Err(verr(format!("ibv_create_srq_ex(XRC, {depth} entries)"))),
+/// The file through which the ranks of node `node` of the job named `job` share their XRC
+/// domain: in `/dev/shm` (or `/tmp` without it).
+pub(crate) fn domain_path(job: &str, node: usize) -> PathBuf {
+    let dir = if Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
     };
-    let mut num = 0u32;
-    // SAFETY: srq is a live XRC SRQ; num is a valid out-pointer.
-    let rc = unsafe { ibv_get_srq_num(srq, &mut num) };
-    if rc != 0 {
-        // SAFETY: created above, destroyed once.
-        unsafe { ibv_destroy_srq(srq) };
-        return Err(Error::Verbs(format!(
-            "ibv_get_srq_num: {}",
-            std::io::Error::from_raw_os_error(rc)
-        )));
-    }
-    Ok((srq, num))
+    PathBuf::from(format!("{dir}/ballast-xrcd-{job}-node{node}"))
 }
 
-/// Creates an XRC send (INI) QP with `sq_depth` sends of up to 2 gathered pieces, its
-/// completions on `cq`; the inline limit actually granted is returned too.
-pub(crate) fn create_ini(
-    ctx: *mut ibv_context,
-    pd: *mut ibv_pd,
-    cq: *mut ibv_cq,
-    sq_depth: u32,
-    inline: u32,
-) -> Result<(*mut ibv_qp, u32)> {
-    // SAFETY: plain-data struct; zero is valid for the fields not set.
-    let mut a: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
-    a.send_cq = cq;
-    a.recv_cq = cq;
-    a.qp_type = ibv_qp_type::IBV_QPT_XRC_SEND;
-    a.cap = ibv_qp_cap {
-        max_send_wr: sq_depth,
-        max_recv_wr: 0,
-        max_send_sge: 2,
-        max_recv_sge: 0,
-        max_inline_data: inline,
-    };
-    a.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
-    a.pd = pd;
-    // SAFETY: ctx, pd and cq are live; `a` is initialised for the fields in comp_mask.
-    match unsafe { ibv_create_qp_ex(ctx, &mut a) } {
-        Some(q) if !q.is_null() => Ok((q, a.cap.max_inline_data)),
-        _ => Err(verr("ibv_create_qp_ex(XRC_SEND)".into())),
-    }
-}
-
-/// Creates an XRC receive (TGT) QP in `xrcd` (no CQ: its packets complete on the target
-/// SRQs' CQs).
-pub(crate) fn create_tgt(ctx: *mut ibv_context, xrcd: &Xrcd) -> Result<*mut ibv_qp> {
-    // SAFETY: plain-data struct; zero is valid for the fields not set.
-    let mut a: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
-    a.qp_type = ibv_qp_type::IBV_QPT_XRC_RECV;
-    a.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_XRCD.0;
-    a.xrcd = xrcd.xrcd;
-    // SAFETY: ctx and xrcd are live; `a` is initialised for the fields in comp_mask.
-    match unsafe { ibv_create_qp_ex(ctx, &mut a) } {
-        Some(q) if !q.is_null() => Ok(q),
-        _ => Err(verr("ibv_create_qp_ex(XRC_RECV)".into())),
-    }
-}
-
-/// A TGT QP created for a remote INI QP; destroyed on drop (before the domain).
-pub(crate) struct Tgt(pub(crate) *mut ibv_qp);
-
-impl Drop for Tgt {
-    fn drop(&mut self) {
-        // SAFETY: created by create_tgt, destroyed once, before the XRC domain closes.
-        unsafe { ibv_destroy_qp(self.0) };
-    }
+/// Opens (creating it if needed) the node's domain through the file at `path`. Errors:
+/// [`Error::VerbsCall`] (`open` of the file, or `ibv_open_xrcd`).
+pub(crate) fn open_domain(ctx: &ibv::Context, path: &Path) -> Result<ibv::Xrcd> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|source| Error::VerbsCall {
+            verb: "open",
+            object: format!("XRC domain file {}", path.display()),
+            rank: None,
+            peer: None,
+            source,
+        })?;
+    ctx.open_xrcd(file, &path.display().to_string())
 }

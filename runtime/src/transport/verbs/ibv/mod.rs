@@ -1,0 +1,623 @@
+//! A small safe layer over libibverbs (the `rdma-sys` bindings): the only place of the verbs
+//! transport with raw FFI. It owns the device list and an opened device ([`DeviceList`],
+//! [`Context`]), the protection domain ([`Pd`]), completion queues ([`Cq`]), shared receive
+//! queues ([`Srq`], plain or XRC), XRC domains ([`Xrcd`]), memory regions ([`Mr`], and
+//! [`Slots`]: an owned, registered area of fixed-size slots), and the typestate queue pair
+//! ([`Qp`], in [`qp`]) whose transition attributes are built by the pure functions of
+//! [`attr`].
+//!
+//! **Lifetimes.** Every object holds a reference count on what it was made from (a QP on its
+//! PD, CQs, SRQ or XRC domain; an SRQ on its PD and CQ; a PD on its context), so libibverbs
+//! objects are destroyed children first whatever order their owners drop them in. The one
+//! lifetime the types cannot see is that of memory registered from outside
+//! ([`Mr::register`] is `unsafe` for it); [`Slots`] own their memory.
+//!
+//! **Posting.** Work requests name memory by address and key. A receive can only target a
+//! [`Slots`] area (bounds-checked); a send names an `lkey`, and the device reads only memory
+//! of the region with that key, which outlives its registration.
+//!
+//! Errors: every failing call is [`Error::VerbsCall`] naming the verb and its object; the
+//! callers add the rank and peer ([`at`]).
+
+pub(crate) mod attr;
+pub(crate) mod qp;
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use rdma_sys::*;
+
+pub(crate) use qp::{Init, Qp, QpCaps, Rtr, Rts, SendWr, Sge};
+
+use crate::core::error::{Error, Result};
+use crate::core::memory::AlignedRegion;
+
+/// `O_CREAT` of Linux (fcntl.h), for an XRC domain's file.
+const O_CREAT: i32 = 0o100;
+
+/// A [`Error::VerbsCall`] for `verb` on `object`, with the errno of the last failing call.
+pub(crate) fn last_err(verb: &'static str, object: impl Into<String>) -> Error {
+    call_err(verb, object, std::io::Error::last_os_error())
+}
+
+/// A [`Error::VerbsCall`] for `verb` on `object` from a returned error code (an errno,
+/// positive or negative).
+pub(crate) fn rc_err(verb: &'static str, object: impl Into<String>, rc: i32) -> Error {
+    call_err(
+        verb,
+        object,
+        std::io::Error::from_raw_os_error(rc.saturating_abs()),
+    )
+}
+
+fn call_err(verb: &'static str, object: impl Into<String>, source: std::io::Error) -> Error {
+    Error::VerbsCall {
+        verb,
+        object: object.into(),
+        rank: None,
+        peer: None,
+        source,
+    }
+}
+
+/// `e` with the rank (and the peer, if given) filled in when it is a [`Error::VerbsCall`];
+/// other errors pass unchanged.
+pub(crate) fn at(e: Error, r: usize, p: Option<usize>) -> Error {
+    match e {
+        Error::VerbsCall {
+            verb,
+            object,
+            peer,
+            source,
+            ..
+        } => Error::VerbsCall {
+            verb,
+            object,
+            rank: Some(r),
+            peer: p.or(peer),
+            source,
+        },
+        e => e,
+    }
+}
+
+/// The devices libibverbs sees; freed on drop (contexts opened from it stay valid).
+pub(crate) struct DeviceList {
+    list: *mut *mut ibv_device,
+    n: usize,
+}
+
+impl DeviceList {
+    /// The list, or the error `ibv_get_device_list` gave (ENOSYS without kernel support).
+    pub(crate) fn get() -> std::result::Result<DeviceList, std::io::Error> {
+        let mut n: i32 = 0;
+        // SAFETY: ibv_get_device_list writes the count into `n` and returns a NULL-terminated
+        // array freed in Drop with ibv_free_device_list; NULL means failure.
+        let list = unsafe { ibv_get_device_list(&mut n) };
+        if list.is_null() {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(DeviceList {
+            list,
+            n: n.max(0) as usize,
+        })
+    }
+
+    /// Number of devices.
+    pub(crate) fn len(&self) -> usize {
+        self.n
+    }
+
+    fn device(&self, i: usize) -> *mut ibv_device {
+        assert!(i < self.n, "device {i} of {}", self.n);
+        // SAFETY: `i < n` entries of the list are valid device pointers while the list lives.
+        unsafe { *self.list.add(i) }
+    }
+
+    /// Name of device `i` (`rxe0`, `mlx5_0`). Panics if `i >= len()`.
+    pub(crate) fn name(&self, i: usize) -> String {
+        // SAFETY: the name is a NUL-terminated string owned by the device, copied here.
+        unsafe { CStr::from_ptr(ibv_get_device_name(self.device(i))) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Opens device `i`. Panics if `i >= len()`.
+    pub(crate) fn open(&self, i: usize) -> Result<Context> {
+        let name = self.name(i);
+        // SAFETY: the device belongs to the live list; the context is closed in Ctx::drop.
+        let ctx = unsafe { ibv_open_device(self.device(i)) };
+        if ctx.is_null() {
+            return Err(last_err("ibv_open_device", name));
+        }
+        Ok(Context(Arc::new(Ctx(ctx))))
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: the list came from ibv_get_device_list and is freed once.
+        unsafe { ibv_free_device_list(self.list) };
+    }
+}
+
+struct Ctx(*mut ibv_context);
+
+// SAFETY: an ibv_context is a handle into libibverbs, which is thread-safe.
+unsafe impl Send for Ctx {}
+// SAFETY: as above; the layer never mutates the context through a shared reference.
+unsafe impl Sync for Ctx {}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: opened in DeviceList::open and closed once, after every object made from it
+        // (each holds a reference count on this value).
+        unsafe { ibv_close_device(self.0) };
+    }
+}
+
+/// An opened device.
+#[derive(Clone)]
+pub(crate) struct Context(Arc<Ctx>);
+
+impl Context {
+    /// `ibv_query_device`: the device's limits.
+    pub(crate) fn query_device(&self) -> Result<ibv_device_attr> {
+        // SAFETY: ibv_device_attr is plain data; zeroed is a valid out-parameter.
+        let mut da: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open; da is a valid out-pointer.
+        let rc = unsafe { ibv_query_device(self.0 .0, &mut da) };
+        if rc != 0 {
+            return Err(rc_err("ibv_query_device", "the device", rc));
+        }
+        Ok(da)
+    }
+
+    /// `ibv_query_port` of port `port` (from 1).
+    pub(crate) fn query_port(&self, port: u8) -> Result<ibv_port_attr> {
+        // SAFETY: ibv_port_attr is plain data; zeroed is a valid out-parameter.
+        let mut attr: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open; attr is a valid out-pointer of the right size.
+        let rc = unsafe { ___ibv_query_port(self.0 .0, port, &mut attr) };
+        if rc != 0 {
+            return Err(rc_err("ibv_query_port", format!("port {port}"), rc));
+        }
+        Ok(attr)
+    }
+
+    /// The GID at `index` of `port`, if the query succeeds.
+    pub(crate) fn query_gid(&self, port: u8, index: i32) -> Option<[u8; 16]> {
+        // SAFETY: ibv_gid is a plain union of bytes; zeroed is valid.
+        let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open; gid is a valid out-pointer.
+        let rc = unsafe { ibv_query_gid(self.0 .0, port, index, &mut gid as *mut ibv_gid as *mut _) };
+        // SAFETY: `raw` is the byte view of the union, always initialised.
+        (rc == 0).then_some(unsafe { gid.raw })
+    }
+
+    /// A protection domain.
+    pub(crate) fn alloc_pd(&self) -> Result<Pd> {
+        // SAFETY: the context is open; the PD is released in PdInner::drop.
+        let pd = unsafe { ibv_alloc_pd(self.0 .0) };
+        if pd.is_null() {
+            return Err(last_err("ibv_alloc_pd", "the device"));
+        }
+        Ok(Pd(Arc::new(PdInner {
+            pd,
+            _ctx: self.clone(),
+        })))
+    }
+
+    /// A completion queue of `entries` entries (no completion channel).
+    pub(crate) fn create_cq(&self, entries: u32) -> Result<Cq> {
+        let n = i32::try_from(entries).unwrap_or(i32::MAX);
+        // SAFETY: the context is open; no channel, no context pointer; destroyed in CqInner::drop.
+        let cq = unsafe { ibv_create_cq(self.0 .0, n, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
+        if cq.is_null() {
+            return Err(last_err("ibv_create_cq", format!("{entries} entries")));
+        }
+        Ok(Cq(Arc::new(CqInner {
+            cq,
+            _ctx: self.clone(),
+        })))
+    }
+
+    /// Opens (creating it if needed, `O_CREAT`) the XRC domain shared through `file`, which
+    /// the domain keeps open.
+    pub(crate) fn open_xrcd(&self, file: File, what: &str) -> Result<Xrcd> {
+        let mut attr = ibv_xrcd_init_attr {
+            comp_mask: (ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD.0
+                | ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS.0),
+            fd: file.as_raw_fd(),
+            oflags: O_CREAT,
+        };
+        // SAFETY: the context is open; attr is initialised and lives across the call; the
+        // file stays open as long as the domain (it is kept in the returned value).
+        match unsafe { ibv_open_xrcd(self.0 .0, &mut attr) } {
+            Some(p) if !p.is_null() => Ok(Xrcd(Arc::new(XrcdInner {
+                xrcd: p,
+                _file: file,
+                _ctx: self.clone(),
+            }))),
+            _ => Err(last_err("ibv_open_xrcd", what)),
+        }
+    }
+
+    pub(crate) fn raw(&self) -> *mut ibv_context {
+        self.0 .0
+    }
+}
+
+struct PdInner {
+    pd: *mut ibv_pd,
+    _ctx: Context,
+}
+
+// SAFETY: a PD is a handle into thread-safe libibverbs.
+unsafe impl Send for PdInner {}
+// SAFETY: as above.
+unsafe impl Sync for PdInner {}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // SAFETY: allocated in Context::alloc_pd and released once, after every MR, SRQ and
+        // QP made in it (each holds a reference count on it).
+        unsafe { ibv_dealloc_pd(self.pd) };
+    }
+}
+
+/// A protection domain.
+#[derive(Clone)]
+pub(crate) struct Pd(Arc<PdInner>);
+
+impl Pd {
+    pub(crate) fn raw(&self) -> *mut ibv_pd {
+        self.0.pd
+    }
+}
+
+struct CqInner {
+    cq: *mut ibv_cq,
+    _ctx: Context,
+}
+
+// SAFETY: a CQ is a handle into thread-safe libibverbs.
+unsafe impl Send for CqInner {}
+// SAFETY: as above.
+unsafe impl Sync for CqInner {}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // SAFETY: created in Context::create_cq and destroyed once, after every QP and SRQ
+        // that reports to it (they hold a reference count on it).
+        unsafe { ibv_destroy_cq(self.cq) };
+    }
+}
+
+/// A completion queue.
+#[derive(Clone)]
+pub(crate) struct Cq(Arc<CqInner>);
+
+impl Cq {
+    /// One `ibv_poll_cq` of up to `wcs.len()` completions; returns those read (the first
+    /// entries of `wcs`, which need not be initialised before).
+    #[inline]
+    pub(crate) fn poll<'w>(&self, wcs: &'w mut [MaybeUninit<ibv_wc>]) -> Result<&'w [ibv_wc]> {
+        let n = i32::try_from(wcs.len()).unwrap_or(i32::MAX);
+        // SAFETY: the CQ is live; wcs has room for `n` entries (MaybeUninit<ibv_wc> has
+        // ibv_wc's layout).
+        let got = unsafe { ibv_poll_cq(self.0.cq, n, wcs.as_mut_ptr().cast::<ibv_wc>()) };
+        if got < 0 {
+            return Err(call_err(
+                "ibv_poll_cq",
+                "the completion queue",
+                std::io::Error::other(format!("it returned {got}")),
+            ));
+        }
+        // SAFETY: ibv_poll_cq initialised the first `got` (0..=n) entries.
+        Ok(unsafe { std::slice::from_raw_parts(wcs.as_ptr().cast::<ibv_wc>(), got as usize) })
+    }
+
+    pub(crate) fn raw(&self) -> *mut ibv_cq {
+        self.0.cq
+    }
+}
+
+/// The immediate data of a completion (host order), if it carries any.
+#[inline]
+pub(crate) fn wc_imm(wc: &ibv_wc) -> Option<u32> {
+    (wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0)
+        // SAFETY: with IBV_WC_WITH_IMM set, the union holds the immediate data.
+        .then(|| u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data }))
+}
+
+/// libibverbs' text for a completion status (`ibv_wc_status_str`).
+pub(crate) fn status_text(s: ibv_wc_status::Type) -> String {
+    // SAFETY: ibv_wc_status_str returns a static NUL-terminated string for any value.
+    unsafe { CStr::from_ptr(ibv_wc_status_str(s)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+struct XrcdInner {
+    xrcd: *mut ibv_xrcd,
+    _file: File,
+    _ctx: Context,
+}
+
+// SAFETY: an XRC domain is a handle into thread-safe libibverbs.
+unsafe impl Send for XrcdInner {}
+// SAFETY: as above.
+unsafe impl Sync for XrcdInner {}
+
+impl Drop for XrcdInner {
+    fn drop(&mut self) {
+        // SAFETY: opened in Context::open_xrcd and closed once, after every SRQ and QP made
+        // in it (they hold a reference count on it).
+        unsafe { ibv_close_xrcd(self.xrcd) };
+    }
+}
+
+/// An XRC domain, opened through a file shared by the ranks of a node.
+#[derive(Clone)]
+pub(crate) struct Xrcd(Arc<XrcdInner>);
+
+impl Xrcd {
+    pub(crate) fn raw(&self) -> *mut ibv_xrcd {
+        self.0.xrcd
+    }
+}
+
+struct SrqInner {
+    srq: *mut ibv_srq,
+    _pd: Pd,
+    _cq: Option<Cq>,
+    _xrcd: Option<Xrcd>,
+}
+
+// SAFETY: an SRQ is a handle into thread-safe libibverbs.
+unsafe impl Send for SrqInner {}
+// SAFETY: as above.
+unsafe impl Sync for SrqInner {}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        // SAFETY: created in Srq::create / create_xrc and destroyed once, after every QP
+        // attached to it (they hold a reference count on it).
+        unsafe { ibv_destroy_srq(self.srq) };
+    }
+}
+
+/// A shared receive queue (plain, or XRC with its SRQ number).
+#[derive(Clone)]
+pub(crate) struct Srq(Arc<SrqInner>);
+
+impl Srq {
+    /// A plain SRQ of `depth` single-piece receives.
+    pub(crate) fn create(pd: &Pd, depth: u32) -> Result<Srq> {
+        // SAFETY: plain-data struct; zero is valid for the fields not set.
+        let mut init: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
+        init.attr.max_wr = depth;
+        init.attr.max_sge = 1;
+        // SAFETY: the PD is live; init is initialised; the SRQ is destroyed in SrqInner::drop.
+        let srq = unsafe { ibv_create_srq(pd.raw(), &mut init) };
+        if srq.is_null() {
+            return Err(last_err("ibv_create_srq", format!("{depth} entries")));
+        }
+        Ok(Srq(Arc::new(SrqInner {
+            srq,
+            _pd: pd.clone(),
+            _cq: None,
+            _xrcd: None,
+        })))
+    }
+
+    /// An XRC SRQ of `depth` receives in `xrcd`, its completions on `cq`, with its SRQ number.
+    pub(crate) fn create_xrc(ctx: &Context, pd: &Pd, xrcd: &Xrcd, cq: &Cq, depth: u32) -> Result<(Srq, u32)> {
+        // SAFETY: plain-data struct; zero is valid for the fields not set.
+        let mut a: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+        a.attr.max_wr = depth;
+        a.attr.max_sge = 1;
+        a.comp_mask = ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_TYPE.0
+            | ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_PD.0
+            | ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_XRCD.0
+            | ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_CQ.0;
+        a.srq_type = ibv_srq_type::IBV_SRQT_XRC;
+        a.pd = pd.raw();
+        a.xrcd = xrcd.raw();
+        a.cq = cq.raw();
+        // SAFETY: context, PD, domain and CQ are live; `a` is initialised for the fields in
+        // comp_mask.
+        let srq = match unsafe { ibv_create_srq_ex(ctx.raw(), &mut a) } {
+            Some(s) if !s.is_null() => Srq(Arc::new(SrqInner {
+                srq: s,
+                _pd: pd.clone(),
+                _cq: Some(cq.clone()),
+                _xrcd: Some(xrcd.clone()),
+            })),
+            _ => return Err(last_err("ibv_create_srq_ex", format!("XRC, {depth} entries"))),
+        };
+        let mut num = 0u32;
+        // SAFETY: the SRQ is a live XRC SRQ; num is a valid out-pointer.
+        let rc = unsafe { ibv_get_srq_num(srq.raw(), &mut num) };
+        if rc != 0 {
+            return Err(rc_err("ibv_get_srq_num", "the XRC SRQ", rc));
+        }
+        Ok((srq, num))
+    }
+
+    pub(crate) fn raw(&self) -> *mut ibv_srq {
+        self.0.srq
+    }
+
+    /// Posts a receive of `len` bytes at `offset` of `slots`, completing as `wr_id`.
+    /// Errors: the range outside `slots` (nothing posted), or `ibv_post_srq_recv`'s.
+    #[inline]
+    pub(crate) fn post_recv(&self, slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<()> {
+        let (mut sge, mut wr) = recv_wr(slots, offset, len, wr_id)?;
+        wr.sg_list = &mut sge;
+        let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: wr and sge live across the call; the range lies in `slots`' registered
+        // memory, which stays registered while it is allocated (Slots' field order).
+        let rc = unsafe { ibv_post_srq_recv(self.0.srq, &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(rc_err("ibv_post_srq_recv", "the shared receive queue", rc));
+        }
+        Ok(())
+    }
+}
+
+/// A receive work request for `len` bytes at `offset` of `slots` (its `sg_list` is set by
+/// the caller, which owns the SGE). Errors: the range outside `slots`.
+fn recv_wr(slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<(ibv_sge, ibv_recv_wr)> {
+    if offset.checked_add(len).is_none_or(|end| end > slots.mem.len()) || len > u32::MAX as usize {
+        return Err(Error::Protocol(format!(
+            "receive of {len} bytes at offset {offset} outside a registered area of {} bytes",
+            slots.mem.len()
+        )));
+    }
+    let sge = ibv_sge {
+        addr: slots.base() + offset as u64,
+        length: len as u32,
+        lkey: slots.mr.lkey,
+    };
+    let wr = ibv_recv_wr {
+        wr_id,
+        next: std::ptr::null_mut(),
+        sg_list: std::ptr::null_mut(),
+        num_sge: 1,
+    };
+    Ok((sge, wr))
+}
+
+/// A memory region registered for local access (`IBV_ACCESS_LOCAL_WRITE`); deregistered on
+/// drop.
+pub(crate) struct Mr {
+    mr: *mut ibv_mr,
+    addr: usize,
+    len: usize,
+    lkey: u32,
+    _pd: Pd,
+}
+
+// SAFETY: an MR is a handle into thread-safe libibverbs; the memory it covers is not
+// accessed through it.
+unsafe impl Send for Mr {}
+
+impl Mr {
+    /// Registers `mem` in `pd`.
+    ///
+    /// # Safety
+    /// `mem` must stay allocated and in place until the returned value is dropped: the
+    /// device writes receives into it and reads sends from it by address.
+    pub(crate) unsafe fn register(pd: &Pd, mem: &[u8]) -> Result<Mr> {
+        let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32;
+        // SAFETY: the PD is live; the caller keeps `mem` alive and in place until this Mr drops.
+        let mr = unsafe { ibv_reg_mr(pd.raw(), mem.as_ptr() as *mut _, mem.len(), access) };
+        if mr.is_null() {
+            return Err(last_err("ibv_reg_mr", format!("{} bytes", mem.len())));
+        }
+        // SAFETY: mr is a valid registration.
+        let lkey = unsafe { (*mr).lkey };
+        Ok(Mr {
+            mr,
+            addr: mem.as_ptr() as usize,
+            len: mem.len(),
+            lkey,
+            _pd: pd.clone(),
+        })
+    }
+
+    /// The local key.
+    #[inline]
+    pub(crate) fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// True if `[p, p + len)` lies in the region.
+    #[inline]
+    pub(crate) fn contains(&self, p: usize, len: usize) -> bool {
+        p >= self.addr && p + len <= self.addr + self.len
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: registered in Mr::register and deregistered once; a work request still
+        // posted on it then fails with a protection error instead of touching the memory.
+        unsafe { ibv_dereg_mr(self.mr) };
+    }
+}
+
+/// A registered area of `count` slots of `slot` bytes that owns its memory (receive
+/// buffers, send headers, the raw ping-pong's buffers).
+pub(crate) struct Slots {
+    mr: Mr, // before `mem`: deregistered before the memory is freed
+    mem: AlignedRegion,
+    slot: usize,
+    count: usize,
+}
+
+impl Slots {
+    /// Allocates (page-aligned, zeroed) and registers `count x slot` bytes in `pd`; `what`
+    /// names the area in allocation errors.
+    pub(crate) fn new(pd: &Pd, count: usize, slot: usize, what: &str) -> Result<Slots> {
+        let mem = AlignedRegion::new(count, slot, what)?;
+        // SAFETY: the memory is owned by the returned value, in place (a mapping does not
+        // move with its owner), and freed only after `mr` drops (field order).
+        let mr = unsafe { Mr::register(pd, mem.as_slice()) }?;
+        Ok(Slots { mr, mem, slot, count })
+    }
+
+    fn base(&self) -> u64 {
+        self.mem.as_slice().as_ptr() as u64
+    }
+
+    /// Address of slot `i`.
+    #[inline]
+    pub(crate) fn addr(&self, i: usize) -> u64 {
+        self.base() + (i * self.slot) as u64
+    }
+
+    /// The first `len` bytes of slot `i`.
+    #[inline]
+    pub(crate) fn get(&self, i: usize, len: usize) -> &[u8] {
+        &self.mem.as_slice()[i * self.slot..i * self.slot + len]
+    }
+
+    /// The whole area.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.mem.as_slice()
+    }
+
+    /// The whole area, writable.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        self.mem.as_mut_slice()
+    }
+
+    /// The local key of the area.
+    #[inline]
+    pub(crate) fn lkey(&self) -> u32 {
+        self.mr.lkey
+    }
+
+    /// Bytes per slot.
+    #[inline]
+    pub(crate) fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// Number of slots.
+    #[inline]
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Bytes allocated (and registered).
+    pub(crate) fn len(&self) -> usize {
+        self.mem.len()
+    }
+}
