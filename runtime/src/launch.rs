@@ -304,7 +304,7 @@ impl crate::transport::mpi::Mpi {
                     vec![(rank, native)],
                     opts,
                     &|| line.abort(),
-                    |_, native| Ok(Communicator::native(native)),
+                    |_, native| Ok(Communicator::native(*native)),
                     &f,
                 )
             }
@@ -329,6 +329,117 @@ impl crate::transport::mpi::Mpi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::matching::{Source, TagMatch};
+
+    fn small() -> RuntimeConfig {
+        RuntimeConfig::builder()
+            .buffer_count(8)
+            .lock_pool(false)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn local_ranks_run_on_named_threads_and_return_in_rank_order() {
+        let got = local_threads(4, &small(), |comm| {
+            (comm.rank(), std::thread::current().name().map(str::to_string))
+        })
+        .unwrap();
+        let want: Vec<_> = (0..4).map(|r| (r, Some(format!("ballast-rank-{r}")))).collect();
+        assert_eq!(got, want);
+        assert!(matches!(
+            local_threads(0, &small(), |_| ()),
+            Err(Error::InvalidRank {
+                rank: 0,
+                world_size: 0
+            })
+        ));
+    }
+
+    #[test]
+    fn a_panicking_rank_aborts_the_others_and_its_panic_is_the_error() {
+        // Ranks 0 and 2 wait for a message that never comes: only the abort ends them.
+        let out = local_threads(3, &small(), |comm| {
+            if comm.rank() == 1 {
+                panic!("rank one fails");
+            }
+            comm.recv(Source::Any, TagMatch::Tag(5)).map(|m| m.data)
+        });
+        match out {
+            Err(Error::RankPanicked(1, msg)) => assert_eq!(msg, "rank one fails"),
+            other => panic!("expected rank 1's panic, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_rank_that_cannot_start_wins_over_the_aborted_ranks_before_it() {
+        let (world, parkers) = World::new(3);
+        let world = Arc::new(world);
+        let cfg = *small().transport();
+        let opts = ThreadOpts {
+            name: None,
+            stack_size: Some(256 << 10),
+            inline_single: false,
+        };
+        let waited = std::sync::atomic::AtomicUsize::new(0);
+        let out = threads(
+            parkers.into_iter().enumerate().collect(),
+            opts,
+            &|| world.abort(),
+            |r, parker| {
+                if r == 2 {
+                    return Err(Error::Protocol("rank 2 cannot start".into()));
+                }
+                Communicator::new(Box::new(LocalFabric::new(r, world.clone(), &cfg, parker)), &cfg)
+            },
+            &|comm: &mut Communicator| {
+                let got = comm.recv(Source::Any, TagMatch::Any);
+                if matches!(got, Err(Error::Aborted)) {
+                    waited.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            },
+        );
+        match out {
+            Err(Error::Protocol(m)) => assert_eq!(m, "rank 2 cannot start"),
+            other => panic!("expected rank 2's error, got {other:?}"),
+        }
+        assert_eq!(waited.into_inner(), 2, "ranks 0 and 1 were ended by the abort");
+    }
+
+    #[test]
+    fn a_single_rank_runs_on_the_calling_thread_when_asked() {
+        let cfg = *small().transport();
+        let caller = std::thread::current().id();
+        let caller_name = std::thread::current().name().map(str::to_string);
+        for inline_single in [true, false] {
+            let (world, parkers) = World::new(1);
+            let world = Arc::new(world);
+            let opts = ThreadOpts {
+                name: Some("ballast-test"),
+                stack_size: None,
+                inline_single,
+            };
+            let got = threads(
+                parkers.into_iter().enumerate().collect(),
+                opts,
+                &|| world.abort(),
+                |r, parker| {
+                    Communicator::new(Box::new(LocalFabric::new(r, world.clone(), &cfg, parker)), &cfg)
+                },
+                &|_: &mut Communicator| {
+                    let t = std::thread::current();
+                    (t.id() == caller, t.name().map(str::to_string))
+                },
+            )
+            .unwrap();
+            let name = if inline_single {
+                caller_name.clone()
+            } else {
+                Some("ballast-test-0".to_string())
+            };
+            assert_eq!(got, vec![(0, (inline_single, name))]);
+        }
+    }
 
     #[cfg(feature = "mpi")]
     #[test]

@@ -237,7 +237,7 @@ impl Mpi {
         if native {
             return Ok(RankWorld::Native {
                 rank: self.rank(),
-                native: self.native(&t)?,
+                native: Box::new(self.native(&t)?),
             });
         }
         let shared = Shared::new(self.world.duplicate(), n, self.direct_part_bytes)?;
@@ -268,8 +268,8 @@ pub(crate) enum RankWorld {
     Native {
         /// The rank (= this process' MPI rank).
         rank: usize,
-        /// The rank's native communicator, not started yet.
-        native: native::MpiNative,
+        /// The rank's native communicator, not started yet (boxed: it is large).
+        native: Box<native::MpiNative>,
     },
     /// Ranks on the engine path, as threads over one shared world.
     Engine {
