@@ -1,13 +1,20 @@
 //! Starting ranks: [`Launch`], the start-up of a job of one rank per process (the
 //! bootstrap together with the MPI it may have initialised for it, dropped in the order MPI
-//! needs: the bootstrap's communicator before `MPI_Finalize`), and [`threads`], the one
-//! launcher of ranks as threads of this process, used by every transport's `run_ranks`,
-//! the command line and the tests.
+//! needs: the bootstrap's communicator before `MPI_Finalize`), and the one launcher of
+//! ranks as threads of this process (`threads`) with each transport's use of it:
+//! [`local_threads`] (`local::run`), [`verbs_threads`] (`verbs::run_ranks`, feature `verbs`) and
+//! [`Mpi::run_ranks`](crate::transport::mpi::Mpi::run_ranks) (feature `mpi`). The
+//! command line and the tests start their threaded ranks through these.
 
-use crate::core::config::RuntimeConfig;
-use crate::core::error::Result;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use crate::core::config::{RuntimeConfig, TransportKind};
+use crate::core::error::{first_error, panic_message, Error, Result};
 use crate::core::procstatus::ProcStatus;
 use crate::oob::{auto, Bootstrap, BootstrapKind};
+use crate::transport::comm::Communicator;
+use crate::transport::local::{LocalFabric, World};
 
 /// The start-up exchange of a job of one rank per process ([`Launch::new`]), owning the MPI
 /// it initialised for it, if any. Dropping it frees the bootstrap first, then finalises that
@@ -93,9 +100,346 @@ fn mpi_launch(config: &RuntimeConfig) -> bool {
     b.root.is_none() && matches!(b.rank_var, Some("OMPI_COMM_WORLD_RANK" | "PMI_RANK"))
 }
 
+/// How [`threads`] starts the threads of its ranks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ThreadOpts {
+    /// Rank `r`'s thread is named `{name}-{r}`; None leaves the threads unnamed.
+    pub name: Option<&'static str>,
+    /// Stack size of each thread, bytes; None is the standard library's default.
+    pub stack_size: Option<usize>,
+    /// A single rank runs on the calling thread instead of a thread of its own.
+    pub inline_single: bool,
+}
+
+/// The one launcher of ranks as threads: for every `(rank, state)` of `ranks`, in a
+/// thread of one scope (see [`ThreadOpts`]), makes the rank's communicator with
+/// `make(rank, state)`, runs `f` on it and finalises it (delivers its sends, waits until
+/// every rank finished). A rank that fails or panics ([`Error::RankPanicked`]) calls
+/// `abort`, which must make the others stop with [`Error::Aborted`]. A thread that cannot
+/// be started ends the spawning: `abort` is called and its [`Error::Io`] takes its place.
+///
+/// Returns `(rank, result)` in the order of `ranks`, or the first real error in that
+/// order (a rank's own failure wins over the `Aborted` of the others).
+pub(crate) fn threads<S, R, F>(
+    ranks: Vec<(usize, S)>,
+    opts: ThreadOpts,
+    abort: &(dyn Fn() + Sync),
+    make: impl Fn(usize, S) -> Result<Communicator> + Sync,
+    f: &F,
+) -> Result<Vec<(usize, R)>>
+where
+    S: Send,
+    R: Send,
+    F: Fn(&mut Communicator) -> R + Sync,
+{
+    let make = &make;
+    let one = move |r: usize, state: S| -> Result<R> {
+        let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
+            let mut comm = make(r, state)?;
+            let out = f(&mut comm);
+            comm.finalize()?;
+            Ok(out)
+        }))
+        .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))));
+        if out.is_err() {
+            abort();
+        }
+        out
+    };
+    if opts.inline_single && ranks.len() == 1 {
+        let (r, state) = ranks.into_iter().next().expect("one rank");
+        return one(r, state).map(|v| vec![(r, v)]);
+    }
+    let results: Vec<(usize, Result<R>)> = std::thread::scope(|s| {
+        let mut started = Vec::with_capacity(ranks.len());
+        for (r, state) in ranks {
+            let mut b = std::thread::Builder::new();
+            if let Some(name) = opts.name {
+                b = b.name(format!("{name}-{r}"));
+            }
+            if let Some(bytes) = opts.stack_size {
+                b = b.stack_size(bytes);
+            }
+            match b.spawn_scoped(s, move || one(r, state)) {
+                Ok(h) => started.push((r, Ok(h))),
+                Err(e) => {
+                    abort();
+                    started.push((r, Err(Error::Io(e))));
+                    break;
+                }
+            }
+        }
+        started
+            .into_iter()
+            .map(|(r, h)| {
+                let res = h.and_then(|h| {
+                    h.join()
+                        .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))))
+                });
+                (r, res)
+            })
+            .collect()
+    });
+    first_error(results.into_iter().map(|(r, res)| res.map(|v| (r, v))))
+}
+
+/// Runs `f` on `n` ranks, each a thread of this process (named `ballast-rank-{r}`) with its
+/// own [`Communicator`] over the in-process transport, and returns the results by rank
+/// (`ballast_runtime::local::run`).
+///
+/// After `f` returns, each rank keeps progressing until its sends are delivered and all
+/// ranks are finished (like `MPI_Finalize`). If a rank panics or fails, the others stop
+/// with [`Error::Aborted`] and the first real error is returned. Errors also:
+/// [`Error::InvalidRank`] for `n == 0`, [`Error::TransportUnavailable`] when the
+/// configuration's transport is not `local`, the configuration's validation errors.
+pub fn local_threads<R, F>(n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<R>>
+where
+    F: Fn(&mut Communicator) -> R + Sync,
+    R: Send,
+{
+    if n == 0 {
+        return Err(Error::InvalidRank {
+            rank: 0,
+            world_size: 0,
+        });
+    }
+    let cfg = *config.transport();
+    if cfg.kind != TransportKind::Local {
+        return Err(Error::TransportUnavailable(format!(
+            "{} (local::run needs transport=local)",
+            cfg.kind
+        )));
+    }
+    cfg.validate()?;
+    let (world, parkers) = World::new(n);
+    let world = Arc::new(world);
+    let opts = ThreadOpts {
+        name: Some("ballast-rank"),
+        stack_size: None,
+        inline_single: false,
+    };
+    let out = threads(
+        parkers.into_iter().enumerate().collect(),
+        opts,
+        &|| world.abort(),
+        |r, parker| {
+            let fabric = LocalFabric::new(r, world.clone(), &cfg, parker);
+            Communicator::new(Box::new(fabric), &cfg)
+        },
+        &f,
+    )?;
+    Ok(out.into_iter().map(|(_, v)| v).collect())
+}
+
+/// Runs `f` on `n` Ballast ranks over verbs spread over the processes of `boot` (rank `r`
+/// in process `r % size`, several per process as threads named `ballast-verbs-{r}`;
+/// `ballast_runtime::verbs::run_ranks`). Collective. Returns this process' results as
+/// `(rank, result)` in ascending rank order. If a rank fails, this process' other ranks stop
+/// with [`Error::Aborted`], the others see its control connections end, and the first real
+/// error is returned. Errors also: [`Error::InvalidRank`] for `n == 0`, those of
+/// [`crate::transport::verbs::communicator`].
+#[cfg(feature = "verbs")]
+pub fn verbs_threads<R, F>(
+    boot: &mut dyn Bootstrap,
+    n: usize,
+    config: &RuntimeConfig,
+    f: F,
+) -> Result<Vec<(usize, R)>>
+where
+    F: Fn(&mut Communicator) -> R + Sync,
+    R: Send,
+{
+    use crate::transport::verbs;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    if n == 0 {
+        return Err(Error::InvalidRank {
+            rank: 0,
+            world_size: 0,
+        });
+    }
+    let cfg = verbs::verbs_config(config)?;
+    let (p, procs) = (boot.rank(), boot.size());
+    let local: Vec<usize> = (p..n).step_by(procs).collect();
+    let (listeners, addrs) =
+        verbs::exchange_addresses(boot, n, &local, verbs::control_host(cfg.bootstrap()))?;
+    let abort = Arc::new(AtomicBool::new(false));
+    let opts = ThreadOpts {
+        name: Some("ballast-verbs"),
+        stack_size: None,
+        inline_single: false,
+    };
+    threads(
+        local.into_iter().zip(listeners).collect(),
+        opts,
+        &|| abort.store(true, Ordering::Relaxed),
+        |r, l| verbs::make_comm(r, n, &cfg, l, addrs.clone(), abort.clone()),
+        &f,
+    )
+}
+
+#[cfg(feature = "mpi")]
+impl crate::transport::mpi::Mpi {
+    /// Runs `f` on `n` Ballast ranks spread over the MPI processes (rank `r` in process
+    /// `r % size`; several per process run as threads and need
+    /// [`Mpi::init_multithreaded`](crate::transport::mpi::Mpi::init_multithreaded); one per
+    /// process runs on the calling thread). Collective. Returns this process' results as
+    /// `(rank, result)`. If a rank fails, the others (in every process) stop with
+    /// [`Error::Aborted`] and the first real error is returned.
+    pub fn run_ranks<R, F>(&self, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<(usize, R)>>
+    where
+        F: Fn(&mut Communicator) -> R + Sync,
+        R: Send,
+    {
+        use crate::transport::mpi::{MpiFabric, RankWorld};
+        let opts = ThreadOpts {
+            name: None,
+            stack_size: None,
+            inline_single: true,
+        };
+        match self.rank_world(n, config)? {
+            RankWorld::Native { rank, native } => {
+                let line = native.abort_line();
+                threads(
+                    vec![(rank, native)],
+                    opts,
+                    &|| line.abort(),
+                    |_, native| Ok(Communicator::native(*native)),
+                    &f,
+                )
+            }
+            RankWorld::Engine { shared, t, why_not } => {
+                let out = threads(
+                    shared.local_ranks().into_iter().map(|r| (r, ())).collect(),
+                    opts,
+                    &|| shared.abort(),
+                    |r, ()| {
+                        let fabric = MpiFabric::new(shared.clone(), r, t.buffer_size, t.buffer_count);
+                        Ok(Communicator::new(Box::new(fabric), &t)?.with_note(why_not.clone()))
+                    },
+                    &f,
+                );
+                drop(shared);
+                out
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::matching::{Source, TagMatch};
+
+    fn small() -> RuntimeConfig {
+        RuntimeConfig::builder()
+            .buffer_count(8)
+            .lock_pool(false)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn local_ranks_run_on_named_threads_and_return_in_rank_order() {
+        let got = local_threads(4, &small(), |comm| {
+            (comm.rank(), std::thread::current().name().map(str::to_string))
+        })
+        .unwrap();
+        let want: Vec<_> = (0..4).map(|r| (r, Some(format!("ballast-rank-{r}")))).collect();
+        assert_eq!(got, want);
+        assert!(matches!(
+            local_threads(0, &small(), |_| ()),
+            Err(Error::InvalidRank {
+                rank: 0,
+                world_size: 0
+            })
+        ));
+    }
+
+    #[test]
+    fn a_panicking_rank_aborts_the_others_and_its_panic_is_the_error() {
+        // Ranks 0 and 2 wait for a message that never comes: only the abort ends them.
+        let out = local_threads(3, &small(), |comm| {
+            if comm.rank() == 1 {
+                panic!("rank one fails");
+            }
+            comm.recv(Source::Any, TagMatch::Tag(5)).map(|m| m.data)
+        });
+        match out {
+            Err(Error::RankPanicked(1, msg)) => assert_eq!(msg, "rank one fails"),
+            other => panic!("expected rank 1's panic, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_rank_that_cannot_start_wins_over_the_aborted_ranks_before_it() {
+        let (world, parkers) = World::new(3);
+        let world = Arc::new(world);
+        let cfg = *small().transport();
+        let opts = ThreadOpts {
+            name: None,
+            stack_size: Some(256 << 10),
+            inline_single: false,
+        };
+        let waited = std::sync::atomic::AtomicUsize::new(0);
+        let out = threads(
+            parkers.into_iter().enumerate().collect(),
+            opts,
+            &|| world.abort(),
+            |r, parker| {
+                if r == 2 {
+                    return Err(Error::Protocol("rank 2 cannot start".into()));
+                }
+                Communicator::new(Box::new(LocalFabric::new(r, world.clone(), &cfg, parker)), &cfg)
+            },
+            &|comm: &mut Communicator| {
+                let got = comm.recv(Source::Any, TagMatch::Any);
+                if matches!(got, Err(Error::Aborted)) {
+                    waited.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            },
+        );
+        match out {
+            Err(Error::Protocol(m)) => assert_eq!(m, "rank 2 cannot start"),
+            other => panic!("expected rank 2's error, got {other:?}"),
+        }
+        assert_eq!(waited.into_inner(), 2, "ranks 0 and 1 were ended by the abort");
+    }
+
+    #[test]
+    fn a_single_rank_runs_on_the_calling_thread_when_asked() {
+        let cfg = *small().transport();
+        let caller = std::thread::current().id();
+        let caller_name = std::thread::current().name().map(str::to_string);
+        for inline_single in [true, false] {
+            let (world, parkers) = World::new(1);
+            let world = Arc::new(world);
+            let opts = ThreadOpts {
+                name: Some("ballast-test"),
+                stack_size: None,
+                inline_single,
+            };
+            let got = threads(
+                parkers.into_iter().enumerate().collect(),
+                opts,
+                &|| world.abort(),
+                |r, parker| {
+                    Communicator::new(Box::new(LocalFabric::new(r, world.clone(), &cfg, parker)), &cfg)
+                },
+                &|_: &mut Communicator| {
+                    let t = std::thread::current();
+                    (t.id() == caller, t.name().map(str::to_string))
+                },
+            )
+            .unwrap();
+            let name = if inline_single {
+                caller_name.clone()
+            } else {
+                Some("ballast-test-0".to_string())
+            };
+            assert_eq!(got, vec![(0, (inline_single, name))]);
+        }
+    }
 
     #[cfg(feature = "mpi")]
     #[test]

@@ -46,12 +46,22 @@ pub use crate::core::{config, error, footprint, memory, pool, procstatus};
 pub use protocol::{connection, credit, engine, matching, wire};
 #[cfg(feature = "mpi")]
 pub use transport::mpi;
-pub use transport::{comm, local, model};
+pub use transport::{comm, model};
 
-/// The verbs transport (feature `verbs`): see [`transport::verbs`](crate::verbs).
+/// The in-process transport (`local`): [`LocalFabric`](local::LocalFabric), and
+/// [`run`](local::run) ([`launch::local_threads`]) starting N ranks as threads of this process.
+pub mod local {
+    pub use crate::launch::local_threads as run;
+    pub use crate::transport::local::*;
+}
+
+/// The verbs transport (feature `verbs`): its fabric, device probe and control channel,
+/// [`communicator`](verbs::communicator) for one rank per process, and
+/// [`run_ranks`](verbs::run_ranks) ([`launch::verbs_threads`]) for several.
 #[cfg(feature = "verbs")]
 pub mod verbs {
     pub use crate::fanout::verbs as fanout;
+    pub use crate::launch::verbs_threads as run_ranks;
     pub use crate::transport::verbs::*;
 }
 

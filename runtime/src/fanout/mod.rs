@@ -13,9 +13,9 @@ use crate::core::config::RuntimeConfig;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::procstatus::ProcStatus;
+use crate::launch::local_threads;
 use crate::protocol::matching::{Source, TagMatch};
 use crate::transport::comm::Communicator;
-use crate::transport::local;
 
 /// Tag used by the fanout messages.
 pub const FANOUT_TAG: u32 = 77;
@@ -161,7 +161,7 @@ pub fn run_local_counted(
     }
     let t = *config.transport();
     let rpn = t.ranks_per_node;
-    let outs = local::run(ranks, config, |comm| -> Result<RankOut> {
+    let outs = local_threads(ranks, config, |comm| -> Result<RankOut> {
         let n = comm.world_size();
         progress.fetch_add(1, Ordering::Relaxed);
         let r = exchange(comm, messages, ints)?;

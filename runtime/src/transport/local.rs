@@ -1,9 +1,10 @@
 //! The in-process transport (`local`, the embedded default): N ranks as threads of one
-//! process, started by [`run`]. It implements the fabric with real memory: every
-//! receive queue (per endpoint in `per-peer` mode, per rank in `shared`/`xrc` mode) is a
-//! real region of `depth * buffer_size` bytes with `depth` posted slots, a send copies the
-//! pool buffer into a slot posted by the receiver (the "DMA"), and registration locks
-//! memory with `mlock` when `lock_pool` is on, so its footprint is measurable.
+//! process, started by [`crate::launch::local_threads`] (`local::run`). It implements the
+//! fabric with real memory: every receive queue (per endpoint in `per-peer` mode, per rank
+//! in `shared`/`xrc` mode) is a real region of `depth * buffer_size` bytes with `depth`
+//! posted slots, a send copies the pool buffer into a slot posted by the receiver (the
+//! "DMA"), and registration locks memory with `mlock` when `lock_pool` is on, so its
+//! footprint is measurable.
 //!
 //! A rank with nothing to do blocks ([`Fabric::wait_for_arrival`]: it parks its thread)
 //! and is woken by whatever can give it work: a packet or control message pushed to its
@@ -11,7 +12,6 @@
 //! cores: waiting ones use none.
 
 use std::collections::{HashMap, VecDeque};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -19,14 +19,13 @@ use crossbeam::queue::{ArrayQueue, SegQueue};
 use crossbeam::sync::{Parker, Unparker};
 use parking_lot::Mutex;
 
-use crate::core::config::{RecvSharing, RuntimeConfig, TransportConfig, TransportKind};
-use crate::core::error::{first_error, panic_message, Error, Result};
+use crate::core::config::{RecvSharing, TransportConfig};
+use crate::core::error::{Error, Result};
 use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::memory::memlock_limit_bytes;
 use crate::core::memory::AlignedRegion;
 use crate::core::pool::{Register, Registration};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
-use crate::transport::comm::Communicator;
 
 /// Arrivals handled per [`Fabric::poll`] call at most.
 const POLL_BATCH: usize = 256;
@@ -139,7 +138,7 @@ pub(crate) struct RankPort {
     waker: Unparker,
 }
 
-/// The ranks of one [`run`].
+/// The ranks of one [`crate::launch::local_threads`].
 pub(crate) struct World {
     ports: Vec<RankPort>,
     abort: AtomicBool,
@@ -149,7 +148,7 @@ pub(crate) struct World {
 impl World {
     /// A world of `n` ranks and the parker of each rank (by rank), to be moved into its
     /// thread.
-    fn new(n: usize) -> (World, Vec<Parker>) {
+    pub(crate) fn new(n: usize) -> (World, Vec<Parker>) {
         let parkers: Vec<Parker> = (0..n).map(|_| Parker::new()).collect();
         let world = World {
             ports: parkers
@@ -169,7 +168,7 @@ impl World {
     }
 
     /// Tells every rank that waiting is pointless, waking those that block.
-    fn abort(&self) {
+    pub(crate) fn abort(&self) {
         self.abort.store(true, Ordering::SeqCst);
         self.wake_all();
     }
@@ -227,7 +226,7 @@ pub(crate) fn memory_model() -> MemoryModel {
 }
 
 impl LocalFabric {
-    fn new(rank: usize, world: Arc<World>, cfg: &TransportConfig, parker: Parker) -> LocalFabric {
+    pub(crate) fn new(rank: usize, world: Arc<World>, cfg: &TransportConfig, parker: Parker) -> LocalFabric {
         LocalFabric {
             rank,
             world,
@@ -464,79 +463,4 @@ impl Fabric for LocalFabric {
     fn wait_for_arrival(&self, timeout: std::time::Duration) {
         self.parker.park_timeout(timeout);
     }
-}
-
-/// Runs `f` on `n` ranks, each a thread of this process with its own [`Communicator`]
-/// over the in-process transport, and returns the results by rank.
-///
-/// After `f` returns, each rank keeps progressing until its sends are delivered and all
-/// ranks are finished (like `MPI_Finalize`). If a rank panics or fails, the others stop
-/// with [`Error::Aborted`] and the first real error is returned.
-pub fn run<R, F>(n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<R>>
-where
-    F: Fn(&mut Communicator) -> R + Sync,
-    R: Send,
-{
-    if n == 0 {
-        return Err(Error::InvalidRank {
-            rank: 0,
-            world_size: 0,
-        });
-    }
-    let cfg = *config.transport();
-    if cfg.kind != TransportKind::Local {
-        return Err(Error::TransportUnavailable(format!(
-            "{} (local::run needs transport=local)",
-            cfg.kind
-        )));
-    }
-    cfg.validate()?;
-    let (world, parkers) = World::new(n);
-    let world = Arc::new(world);
-    let f = &f;
-    let results: Vec<Result<R>> = std::thread::scope(|s| {
-        let mut handles = Vec::with_capacity(n);
-        for (r, parker) in parkers.into_iter().enumerate() {
-            let world_r = world.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("ballast-rank-{r}"))
-                .spawn_scoped(s, move || {
-                    let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
-                        let fabric = LocalFabric::new(r, world_r.clone(), &cfg, parker);
-                        let mut comm = Communicator::new(Box::new(fabric), &cfg)?;
-                        let out = f(&mut comm);
-                        comm.finalize()?;
-                        Ok(out)
-                    }));
-                    let out = match out {
-                        Ok(v) => v,
-                        Err(p) => Err(Error::RankPanicked(r, panic_message(p.as_ref()))),
-                    };
-                    if out.is_err() {
-                        world_r.abort();
-                    }
-                    out
-                });
-            match spawned {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    world.abort();
-                    handles.push(
-                        std::thread::Builder::new()
-                            .spawn_scoped(s, move || Err(Error::Io(e)))
-                            .expect("spawn"),
-                    );
-                    break;
-                }
-            }
-        }
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|p| Err(Error::RankPanicked(usize::MAX, panic_message(p.as_ref()))))
-            })
-            .collect()
-    });
-    first_error(results)
 }

@@ -25,7 +25,7 @@ mod fabric;
 pub mod native;
 mod raw;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 pub use fabric::{
     MpiFabric, DEFAULT_DIRECT_PART_BYTES, DIRECT_TAG_BASE, HEADER_BYTES, MAX_PIGGYBACK, STAGING_EXTRA_BYTES,
@@ -38,7 +38,7 @@ use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 use rsmpi::Threading;
 
 use crate::core::config::{RuntimeConfig, TransportConfig, TransportKind};
-use crate::core::error::{first_error, panic_message, Error, Result};
+use crate::core::error::{Error, Result};
 use crate::core::footprint::Footprint;
 use crate::core::procstatus::ProcStatus;
 use crate::transport::comm::Communicator;
@@ -226,16 +226,11 @@ impl Mpi {
         Ok(out)
     }
 
-    /// Runs `f` on `n` Ballast ranks spread over the MPI processes (rank `r` in process
-    /// `r % size`; several per process run as threads and need [`Mpi::init_multithreaded`]).
-    /// Collective. Returns this process' results as `(rank, result)`. If a rank fails, the
-    /// others (in every process) stop with [`Error::Aborted`] and the first real error is
-    /// returned.
-    pub fn run_ranks<R, F>(&self, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<(usize, R)>>
-    where
-        F: Fn(&mut Communicator) -> R + Sync,
-        R: Send,
-    {
+    /// Prepares this process' part of a job of `n` Ballast ranks for
+    /// [`Mpi::run_ranks`] (in `crate::launch`): the native path's communicator when it is
+    /// taken (see [`Mpi::native_path`]), otherwise the world the engine-path ranks share.
+    /// Collective.
+    pub(crate) fn rank_world(&self, n: usize, config: &RuntimeConfig) -> Result<RankWorld> {
         let t = mpi_transport(config)?;
         let (native, why_not) = self.use_native(&t, n)?;
         let t = TransportConfig {
@@ -243,55 +238,13 @@ impl Mpi {
             ..t
         };
         if native {
-            let r = self.rank();
-            let native = self.native(&t)?;
-            let line = native.abort_line();
-            let out = catch_unwind(AssertUnwindSafe(move || -> Result<R> {
-                let mut comm = Communicator::native(native);
-                let out = f(&mut comm);
-                comm.finalize()?;
-                Ok(out)
-            }))
-            .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))));
-            if out.is_err() {
-                line.abort();
-            }
-            return out.map(|v| vec![(r, v)]);
+            return Ok(RankWorld::Native {
+                rank: self.rank(),
+                native: Box::new(self.native(&t)?),
+            });
         }
         let shared = Shared::new(self.world.duplicate(), n, self.direct_part_bytes)?;
-        let ranks = shared.local_ranks();
-        let one = |r: usize| -> Result<R> {
-            let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
-                let fabric = MpiFabric::new(shared.clone(), r, t.buffer_size, t.buffer_count);
-                let mut comm = Communicator::new(Box::new(fabric), &t)?.with_note(why_not.clone());
-                let out = f(&mut comm);
-                comm.finalize()?;
-                Ok(out)
-            }))
-            .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))));
-            if out.is_err() {
-                shared.abort();
-            }
-            out
-        };
-        let results: Vec<(usize, Result<R>)> = if ranks.len() == 1 {
-            vec![(ranks[0], one(ranks[0]))]
-        } else {
-            std::thread::scope(|s| {
-                let hs: Vec<_> = ranks.iter().map(|&r| (r, s.spawn(move || one(r)))).collect();
-                hs.into_iter()
-                    .map(|(r, h)| {
-                        (
-                            r,
-                            h.join()
-                                .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref())))),
-                        )
-                    })
-                    .collect()
-            })
-        };
-        drop(shared);
-        first_error(results.into_iter().map(|(r, res)| res.map(|v| (r, v))))
+        Ok(RankWorld::Engine { shared, t, why_not })
     }
 
     /// The footprint of `comm` under MPI: Ballast's own bytes (pool, staging buffers,
@@ -310,6 +263,26 @@ impl Mpi {
             note: MPI_MEMORY_NOTE,
         })
     }
+}
+
+/// This process' part of a [`Mpi::run_ranks`] job ([`Mpi::rank_world`]).
+pub(crate) enum RankWorld {
+    /// One rank per process on the native path: this process' rank and its native side.
+    Native {
+        /// The rank (= this process' MPI rank).
+        rank: usize,
+        /// The rank's native communicator, not started yet (boxed: it is large).
+        native: Box<native::MpiNative>,
+    },
+    /// Ranks on the engine path, as threads over one shared world.
+    Engine {
+        /// The world of the `n` ranks (its `local_ranks` are this process').
+        shared: Arc<Shared>,
+        /// The effective transport configuration (`mpi_native` off).
+        t: TransportConfig,
+        /// Why the native path was not taken, when it was asked for.
+        why_not: Option<String>,
+    },
 }
 
 /// Footprint of one rank over MPI: what Ballast accounts itself, and what the process

@@ -48,8 +48,7 @@ pub mod raw_pingpong;
 mod xrc;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 pub use control::ControlListener;
@@ -286,7 +285,7 @@ pub use device::{device_names, probe, DeviceCaps};
 pub use fabric::{VerbsFabric, HEADER_BYTES};
 
 use crate::core::config::{BootstrapConfig, RuntimeConfig, TransportConfig, TransportKind};
-use crate::core::error::{first_error, panic_message, Error, Result};
+use crate::core::error::{Error, Result};
 use crate::oob::Bootstrap;
 use crate::transport::comm::Communicator;
 
@@ -332,14 +331,14 @@ pub fn locked_at_start(t: &TransportConfig) -> u64 {
     t.buffer_count as u64 * b + headers * HEADER_BYTES as u64 + srq
 }
 
-fn verbs_config(config: &RuntimeConfig) -> Result<RuntimeConfig> {
+pub(crate) fn verbs_config(config: &RuntimeConfig) -> Result<RuntimeConfig> {
     // to_builder keeps the bootstrap and device selection; build() validates.
     config.to_builder().transport(TransportKind::Verbs).build()
 }
 
 /// Binds listeners for `local` ranks, all-gathers every rank's address over `boot`, and
 /// returns the listeners with the address table of all `n` ranks.
-fn exchange_addresses(
+pub(crate) fn exchange_addresses(
     boot: &mut dyn Bootstrap,
     n: usize,
     local: &[usize],
@@ -384,7 +383,9 @@ fn exchange_addresses(
     Ok((listeners, addrs))
 }
 
-fn make_comm(
+/// Rank `rank`'s communicator of `n` over verbs: its control mesh from listener `l` and
+/// every rank's control address, its fabric stopping when `abort` is set.
+pub(crate) fn make_comm(
     rank: usize,
     n: usize,
     cfg: &RuntimeConfig,
@@ -417,69 +418,4 @@ pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<
 /// Delivers `comm`'s sends, waits until every rank finished, then frees it.
 pub fn finish(mut comm: Communicator) -> Result<()> {
     comm.finalize()
-}
-
-/// Runs `f` on `n` Ballast ranks spread over the processes of `boot` (rank `r` in process
-/// `r % size`, several per process as threads). Collective. Returns this process' results as
-/// `(rank, result)`. If a rank fails, this process' other ranks stop with
-/// [`Error::Aborted`], the others see its control connections end, and the first real error
-/// is returned.
-pub fn run_ranks<R, F>(
-    boot: &mut dyn Bootstrap,
-    n: usize,
-    config: &RuntimeConfig,
-    f: F,
-) -> Result<Vec<(usize, R)>>
-where
-    F: Fn(&mut Communicator) -> R + Sync,
-    R: Send,
-{
-    if n == 0 {
-        return Err(Error::InvalidRank {
-            rank: 0,
-            world_size: 0,
-        });
-    }
-    let cfg = verbs_config(config)?;
-    let (p, procs) = (boot.rank(), boot.size());
-    let local: Vec<usize> = (p..n).step_by(procs).collect();
-    let (listeners, addrs) = exchange_addresses(boot, n, &local, control_host(cfg.bootstrap()))?;
-    let abort = Arc::new(AtomicBool::new(false));
-    let f = &f;
-    let results: Vec<(usize, Result<R>)> = std::thread::scope(|s| {
-        let hs: Vec<_> = local
-            .iter()
-            .zip(listeners)
-            .map(|(&r, l)| {
-                let (addrs, abort, cfg) = (addrs.clone(), abort.clone(), &cfg);
-                let h = std::thread::Builder::new()
-                    .name(format!("ballast-verbs-{r}"))
-                    .spawn_scoped(s, move || {
-                        let out = catch_unwind(AssertUnwindSafe(|| -> Result<R> {
-                            let mut comm = make_comm(r, n, cfg, l, addrs, abort.clone())?;
-                            let out = f(&mut comm);
-                            comm.finalize()?;
-                            Ok(out)
-                        }))
-                        .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))));
-                        if out.is_err() {
-                            abort.store(true, Ordering::Relaxed);
-                        }
-                        out
-                    });
-                (r, h)
-            })
-            .collect();
-        hs.into_iter()
-            .map(|(r, h)| match h {
-                Ok(h) => (
-                    r,
-                    h.join()
-                        .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref())))),
-                ),
-                Err(e) => (r, Err(Error::Io(e))),
-            })
-            .collect()
-    });
-    first_error(results.into_iter().map(|(r, res)| res.map(|v| (r, v))))
 }

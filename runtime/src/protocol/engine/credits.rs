@@ -1,0 +1,54 @@
+//! The [`Engine`]'s credit messages: asking a destination for credits when its shared
+//! receive queue gave none, and sending the grants and revokes the credit bank decided.
+
+use crate::core::config::RecvSharing;
+use crate::core::error::Result;
+use crate::fabric::Control;
+use crate::protocol::connection::EpState;
+
+use super::Engine;
+
+impl Engine {
+    pub(super) fn request_credits(&mut self) -> Result<bool> {
+        if self.cfg.recv_sharing == RecvSharing::PerPeer {
+            return Ok(false);
+        }
+        let mut work = false;
+        for &dest in self.active.iter() {
+            let open = !self.symmetric() || self.conns.get(dest).map(|e| e.state) == Some(EpState::Open);
+            let p = self.peers.get_mut(&dest).expect("active peer");
+            if open && p.credits == 0 && !p.requested {
+                p.requested = true;
+                self.fabric.send_control(dest, Control::CreditRequest)?;
+                work = true;
+            }
+        }
+        Ok(work)
+    }
+
+    pub(super) fn flush_credits(&mut self) -> Result<bool> {
+        if !self.bank.has_pending() {
+            return Ok(false);
+        }
+        let mut grants = std::mem::take(&mut self.scratch_grants);
+        self.bank.take_grants_into(&mut grants);
+        let sent = self.send_grants(&grants);
+        self.scratch_grants = grants;
+        sent?;
+        for peer in self.bank.take_revokes() {
+            if !self.symmetric() || self.conns.get(peer).map(|e| e.state) == Some(EpState::Open) {
+                self.fabric.send_control(peer, Control::Revoke)?;
+            }
+        }
+        Ok(true)
+    }
+
+    fn send_grants(&mut self, grants: &[(usize, u32)]) -> Result<()> {
+        for &(peer, credits) in grants {
+            if !self.symmetric() || self.conns.get(peer).map(|e| e.state) == Some(EpState::Open) {
+                self.fabric.send_control(peer, Control::Grant { credits })?;
+            }
+        }
+        Ok(())
+    }
+}

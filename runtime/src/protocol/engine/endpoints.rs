@@ -1,0 +1,166 @@
+//! The [`Engine`]'s endpoints: opening them (the connect handshake, or at once in `xrc`
+//! mode; every peer at start with `lazy_connect` off), accepting connect requests (deferred
+//! past `max_endpoints`), and eviction: the least recently used idle endpoint is closed
+//! gracefully (each side says how many packets it sent; freed once all arrived).
+
+use std::collections::BTreeSet;
+
+use crate::core::error::Result;
+use crate::fabric::Control;
+use crate::protocol::connection::EpState;
+
+use super::Engine;
+
+impl Engine {
+    pub(super) fn connect_all(&mut self) -> Result<()> {
+        let keys: BTreeSet<usize> = (0..self.world)
+            .filter(|&p| p != self.rank)
+            .map(|p| self.key_of(p))
+            .collect();
+        for &k in &keys {
+            if !self.conns.has_room() {
+                break;
+            }
+            if self.symmetric() {
+                // The lower rank initiates; the higher one accepts.
+                if k > self.rank {
+                    self.open_key(k)?;
+                }
+            } else {
+                self.open_key(k)?;
+            }
+        }
+        let want = if self.cfg.max_endpoints == 0 {
+            keys.len()
+        } else {
+            keys.len().min(self.cfg.max_endpoints)
+        };
+        let mut backoff = crate::core::backoff::Backoff::new();
+        loop {
+            let connecting = self
+                .conns
+                .keys()
+                .into_iter()
+                .any(|k| self.conns.get(k).map(|e| e.state) == Some(EpState::Connecting));
+            let live = self.conns.stats().live as usize;
+            if !connecting && (live >= want || self.cfg.max_endpoints != 0) {
+                return Ok(());
+            }
+            if self.progress()? {
+                backoff.reset();
+            } else {
+                backoff.snooze_on(self.fabric.blocks_when_idle(), |d| {
+                    self.fabric.wait_for_arrival(d)
+                });
+            }
+        }
+    }
+
+    /// Opens endpoint `key`: symmetric modes start the handshake, xrc opens at once.
+    fn open_key(&mut self, key: usize) -> Result<()> {
+        self.fabric.open_endpoint(key)?;
+        if self.symmetric() {
+            self.conns.insert(key, EpState::Connecting);
+            self.conns.note_peer(key);
+            let grant = self.bank.initial_grant(key);
+            self.fabric.send_control(key, Control::ConnectReq { grant })?;
+        } else {
+            self.conns.insert(key, EpState::Open);
+        }
+        Ok(())
+    }
+
+    pub(super) fn accept(&mut self, src: usize, grant: u32) -> Result<()> {
+        self.fabric.open_endpoint(src)?;
+        self.conns.insert(src, EpState::Open);
+        self.conns.note_peer(src);
+        self.peers.entry(src).or_default().credits += grant;
+        let mine = self.bank.initial_grant(src);
+        self.fabric.send_control(src, Control::ConnectAck { grant: mine })
+    }
+
+    fn is_idle(&self, key: usize) -> bool {
+        if self.symmetric() {
+            self.peers.get(&key).is_none_or(|p| p.queue.is_empty())
+        } else {
+            !self.active.iter().any(|&p| self.key_of(p) == key)
+        }
+    }
+
+    fn start_close(&mut self, key: usize) -> Result<()> {
+        self.conns.note_eviction();
+        let symmetric = self.symmetric();
+        if symmetric {
+            let sent = self.conns.get(key).expect("endpoint").sent;
+            self.conns.set_closing(key, None);
+            self.fabric.send_control(key, Control::Close { sent })?;
+        } else {
+            self.conns.set_closing(key, Some(0));
+        }
+        Ok(())
+    }
+
+    /// Frees drained closing endpoints, accepts deferred connects, opens endpoints for
+    /// queued data, evicts past the cap.
+    pub(super) fn manage_endpoints(&mut self) -> Result<bool> {
+        let mut work = false;
+        if self.conns.closing() > 0 {
+            for key in self.conns.keys() {
+                let ep = self.conns.get(key).expect("endpoint");
+                if let EpState::Closing { peer_sent: Some(n) } = ep.state {
+                    if ep.received == n && ep.inflight == 0 {
+                        self.fabric.close_endpoint(key)?;
+                        self.conns.remove(key);
+                        if self.symmetric() {
+                            let p = self.peers.entry(key).or_default();
+                            p.credits = 0;
+                            p.requested = false;
+                            self.bank.reset_peer(key);
+                        }
+                        work = true;
+                    }
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.conns.deferred.len() && (self.conns.has_room() || self.conns.all_connecting()) {
+            let (src, grant) = self.conns.deferred[i];
+            if self.conns.get(src).is_none() {
+                self.conns.deferred.remove(i);
+                self.accept(src, grant)?;
+                work = true;
+            } else {
+                i += 1;
+            }
+        }
+        let mut need_room = !self.conns.deferred.is_empty();
+        // `open_key` does not change `active`.
+        for i in 0..self.active.0.len() {
+            let key = self.key_of(self.active.0[i]);
+            if self.conns.get(key).is_some() {
+                continue;
+            }
+            if self.conns.has_room() {
+                self.open_key(key)?;
+                work = true;
+            } else {
+                need_room = true;
+            }
+        }
+        if need_room && !self.conns.has_room() && self.conns.closing() == 0 {
+            if let Some(v) = self.conns.victim(|k| self.is_idle(k)) {
+                self.start_close(v)?;
+                work = true;
+            }
+        } else if self.conns.over_cap() && self.conns.closing() == 0 {
+            // Back under the cap after accepts above it, closing idle endpoints only.
+            if let Some(v) = self.conns.victim(|k| self.is_idle(k)) {
+                if self.conns.get(v).is_some_and(|e| e.inflight == 0) && self.is_idle(v) {
+                    self.start_close(v)?;
+                    work = true;
+                }
+            }
+        }
+        Ok(work)
+    }
+}

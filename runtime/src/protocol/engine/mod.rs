@@ -1,0 +1,351 @@
+//! The progress engine: the transport-independent protocol that every transport reuses.
+//! It owns the send path (eager in one pool buffer up to `buffer_size`, larger messages
+//! split into pool-buffer chunks posted as buffers and credits allow), the credit flow
+//! control, the endpoint handshakes (lazy connect, graceful close on LRU eviction past
+//! `max_endpoints`), arrivals into tag matching, and the footprint accounting.
+//!
+//! When the fabric has a direct path ([`Fabric::direct_threshold`], MPI), messages larger
+//! than its threshold skip the pool, the chunking and the credits: a blocking
+//! [`Engine::send_direct`] hands the caller's slice to the fabric (zero-copy), an `isend`
+//! copies the message once into an owned buffer that waits in the destination's queue like
+//! any message (so order per destination is kept) and is handed over when it reaches the
+//! front. They arrive whole ([`Event::Whole`](crate::fabric::Event::Whole)) into the
+//! buffer that becomes the message.
+//!
+//! Everything happens in [`Engine::progress`], driven by the rank's single thread.
+//!
+//! Its parts, by concept: this file holds the rank's state and the public API (receives,
+//! request completion, one round of [`Engine::progress`], statistics and footprint);
+//! `send` the send path (`isend`, the fast path, chunking, the direct path, pumping the
+//! destination queues); `settle` what a poll brought (completions, arrivals, control
+//! messages); `endpoints` the handshakes, lazy connect and eviction; `credits` the credit
+//! requests and grants.
+
+use std::collections::VecDeque;
+
+use crate::core::config::{RecvSharing, TransportConfig};
+use crate::core::error::{Error, Result};
+use crate::core::footprint::{Footprint, MemoryLock};
+use crate::core::intmap::IntMap;
+use crate::core::pool::{BufId, BufferPool, PoolStats};
+use crate::fabric::{effective_sharing, Fabric};
+use crate::protocol::connection::{ConnectionTable, EndpointStats};
+use crate::protocol::credit::CreditBank;
+use crate::protocol::matching::{Matcher, Message, Source, Tag, TagMatch};
+
+mod credits;
+mod endpoints;
+mod send;
+mod settle;
+
+use settle::Inbox;
+
+/// A message accepted by `isend` but not fully posted yet.
+struct OutMsg {
+    req: u64,
+    tag: Tag,
+    total: usize,
+    /// Pool buffer holding the first chunk (reserved at `isend`), and its length.
+    first: Option<(BufId, usize)>,
+    /// Bytes after the first chunk (copied at `isend`; never registered).
+    rest: Vec<u8>,
+    /// Next offset to post.
+    offset: usize,
+    /// Sent on the fabric's direct path: `rest` holds the whole message, `first` is None.
+    direct: bool,
+}
+
+/// Completion ids of direct sends: the request id with this bit set (pool buffer ids,
+/// the completion ids of chunks, never have it).
+const DIRECT_WR: u64 = 1 << 63;
+
+/// Sender-side state toward one destination rank.
+#[derive(Default)]
+pub(crate) struct PeerState {
+    queue: VecDeque<OutMsg>,
+    credits: u32,
+    requested: bool,
+}
+
+struct SendReq {
+    outstanding: u32,
+    posted_all: bool,
+}
+
+/// The destinations with queued messages, kept sorted (the order `pump` serves them in):
+/// a vector, so that a destination entering and leaving it per message allocates nothing.
+#[derive(Default)]
+struct ActiveSet(Vec<usize>);
+
+impl ActiveSet {
+    fn insert(&mut self, d: usize) {
+        if let Err(i) = self.0.binary_search(&d) {
+            self.0.insert(i, d);
+        }
+    }
+    fn remove(&mut self, d: usize) {
+        if let Ok(i) = self.0.binary_search(&d) {
+            self.0.remove(i);
+        }
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    fn iter(&self) -> impl Iterator<Item = &usize> {
+        self.0.iter()
+    }
+}
+
+/// The protocol state of one rank.
+pub struct Engine {
+    // Declared first so that it is dropped first: registrations (mlock) end before the
+    // pool memory is freed.
+    fabric: Box<dyn Fabric>,
+    pool: BufferPool,
+    cfg: TransportConfig,
+    rank: usize,
+    world: usize,
+    conns: ConnectionTable,
+    peers: IntMap<usize, PeerState>,
+    active: ActiveSet,
+    /// Scratch vectors reused across `progress` calls (no allocation per call).
+    scratch_dests: Vec<usize>,
+    scratch_grants: Vec<(usize, u32)>,
+    bank: CreditBank,
+    matcher: Matcher,
+    sends: IntMap<u64, SendReq>,
+    wr_info: Vec<Option<(u64, usize)>>,
+    next_req: u64,
+    notes: Vec<String>,
+    inbox: Inbox,
+    /// The fabric's direct-path threshold (messages larger go direct), if it has one.
+    direct: Option<usize>,
+    /// Direct sends handed to the fabric and not completed yet.
+    direct_inflight: usize,
+    /// The fabric copies packets at `post_send` (no completion to wait for).
+    copies: bool,
+}
+
+impl Engine {
+    /// Sets up the rank: registers the pool, creates the receive resources and, with
+    /// `lazy_connect` off, connects every peer (needs every rank to be starting too).
+    pub fn new(mut fabric: Box<dyn Fabric>, requested: &TransportConfig) -> Result<Engine> {
+        requested.validate()?;
+        let mut cfg = *requested;
+        let mut notes = Vec::new();
+        let (sharing, note) = effective_sharing(cfg.recv_sharing, fabric.capabilities());
+        cfg.recv_sharing = sharing;
+        notes.extend(note);
+        let pool = BufferPool::new(&cfg, fabric.as_mut())?;
+        notes.extend(pool.notes().iter().cloned());
+        notes.extend(fabric.setup_receive(cfg.recv_sharing)?);
+        let bank = match cfg.recv_sharing {
+            RecvSharing::PerPeer => CreditBank::new(false, cfg.recv_depth as u32),
+            _ => CreditBank::new(true, cfg.srq_depth as u32),
+        };
+        let mut e = Engine {
+            rank: fabric.rank(),
+            world: fabric.world_size(),
+            wr_info: vec![None; pool.buffers()],
+            fabric,
+            pool,
+            cfg,
+            conns: ConnectionTable::new(cfg.max_endpoints).protect_fresh(cfg.lazy_connect),
+            peers: IntMap::default(),
+            active: ActiveSet::default(),
+            scratch_dests: Vec::new(),
+            scratch_grants: Vec::new(),
+            bank,
+            matcher: Matcher::default(),
+            sends: IntMap::default(),
+            next_req: 0,
+            notes,
+            inbox: Inbox::default(),
+            direct: None,
+            direct_inflight: 0,
+            copies: false,
+        };
+        e.direct = e.fabric.direct_threshold();
+        e.copies = e.fabric.copies_payload();
+        if !cfg.lazy_connect {
+            e.connect_all()?;
+        }
+        Ok(e)
+    }
+
+    #[inline]
+    fn symmetric(&self) -> bool {
+        self.cfg.recv_sharing != RecvSharing::Xrc
+    }
+
+    /// Endpoint key of a peer: the peer itself, or its node in `xrc` mode.
+    #[inline]
+    fn key_of(&self, peer: usize) -> usize {
+        if self.symmetric() {
+            peer
+        } else {
+            peer / self.cfg.ranks_per_node
+        }
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+
+    /// Effective configuration (after fallbacks).
+    pub fn config(&self) -> &TransportConfig {
+        &self.cfg
+    }
+
+    /// Notes about the setup (fallbacks, refused locks).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// True when other ranks failed.
+    pub fn aborted(&self) -> bool {
+        self.fabric.aborted()
+    }
+
+    pub(crate) fn fabric(&self) -> &dyn Fabric {
+        self.fabric.as_ref()
+    }
+
+    pub(crate) fn fabric_mut(&mut self) -> &mut dyn Fabric {
+        self.fabric.as_mut()
+    }
+
+    #[inline]
+    fn new_req(&mut self) -> u64 {
+        self.next_req += 1;
+        self.next_req
+    }
+
+    #[inline]
+    fn check_rank(&self, r: usize) -> Result<()> {
+        if r >= self.world {
+            return Err(Error::InvalidRank {
+                rank: r,
+                world_size: self.world,
+            });
+        }
+        Ok(())
+    }
+
+    /// True when send request `req` is complete (all chunks posted and completed).
+    pub fn send_done(&self, req: u64) -> Result<bool> {
+        let s = self.sends.get(&req).ok_or(Error::UnknownRequest(req))?;
+        Ok(s.posted_all && s.outstanding == 0)
+    }
+
+    /// Forgets a completed send request.
+    pub fn finish_send(&mut self, req: u64) {
+        self.sends.remove(&req);
+    }
+
+    /// Posts a receive request.
+    pub fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+        if let Source::Rank(r) = src {
+            self.check_rank(r)?;
+        }
+        let req = self.new_req();
+        self.matcher.post(req, src, tag);
+        Ok(req)
+    }
+
+    /// True when receive `req` completed.
+    pub fn recv_done(&self, req: u64) -> bool {
+        self.matcher.is_complete(req)
+    }
+
+    /// Takes the message of a completed receive.
+    pub fn take_recv(&mut self, req: u64) -> Option<Message> {
+        self.matcher.take_completed(req)
+    }
+
+    /// Takes a complete matching unexpected message, if any.
+    pub fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
+        self.matcher.try_take(src, tag)
+    }
+
+    /// True when nothing is queued or in flight on the send side.
+    pub fn sends_drained(&self) -> bool {
+        self.active.is_empty() && self.direct_inflight == 0 && !self.conns.any_inflight()
+    }
+
+    /// One round of progress; returns true if anything happened.
+    pub fn progress(&mut self) -> Result<bool> {
+        if self.fabric.aborted() {
+            return Err(Error::Aborted);
+        }
+        let n = {
+            let inbox = &mut self.inbox;
+            let matcher = &mut self.matcher;
+            self.fabric.poll(&mut |ev| inbox.take(matcher, ev))?
+        };
+        // An idle poll (the common case of a blocking wait) has nothing to settle.
+        if !self.inbox.is_empty() {
+            let mut inbox = std::mem::take(&mut self.inbox);
+            let settled = self.settle(&mut inbox);
+            self.inbox = inbox;
+            settled?;
+        }
+
+        let mut work = n > 0;
+        work |= self.manage_endpoints()?;
+        if !self.active.is_empty() {
+            work |= self.request_credits()?;
+            work |= self.pump()?;
+        }
+        work |= self.flush_credits()?;
+        Ok(work)
+    }
+
+    /// Pool occupancy.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    /// Endpoint counters.
+    pub fn endpoint_stats(&self) -> EndpointStats {
+        self.conns.stats()
+    }
+
+    /// True if the shared-queue credit accounting is consistent (diagnostics).
+    pub fn credits_consistent(&self) -> bool {
+        self.bank.is_consistent()
+    }
+
+    /// What became of the `mlock` requests of the memory held now (pool and receive
+    /// queues).
+    pub fn memory_lock(&self) -> MemoryLock {
+        let mut l = self.pool.memory_lock();
+        l.add(&self.fabric.bytes().recv_lock);
+        l
+    }
+
+    /// The transport memory this rank accounts, by kind.
+    pub fn footprint(&self) -> Footprint {
+        let fb = self.fabric.bytes();
+        let st = self.conns.stats();
+        let model = self.fabric.memory_model();
+        Footprint {
+            pool_bytes: self.pool.bytes(),
+            registered_bytes: self.pool.registered_bytes() + fb.recv_registered_bytes,
+            locked_bytes: self.pool.locked_bytes() + fb.recv_locked_bytes,
+            endpoint_bytes: fb.endpoint_bytes + st.live * model.engine_endpoint_bytes,
+            srq_bytes: fb.srq_bytes,
+            control_bytes: model.control_fixed_bytes + st.peers_connected * model.per_peer_control_bytes,
+            endpoints_live: st.live,
+            endpoints_peak: st.peak,
+            endpoints_opened: st.opened,
+            peers_connected: st.peers_connected,
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The send path of the [`Engine`]: `isend` (a pool buffer for the first chunk, or the
+//! fast path posting it at once), chunking larger messages as credits and pool buffers
+//! allow (`pump`), and the fabric's direct path (`send_direct`, and direct messages queued
+//! in order).
+
+use super::{Engine, OutMsg, SendReq, DIRECT_WR};
+use crate::core::error::{Error, Result};
+use crate::core::pool::BufId;
+use crate::fabric::PacketHeader;
+use crate::protocol::connection::EpState;
+use crate::protocol::matching::Tag;
+
+impl Engine {
+    /// Accepts a message for sending if a pool buffer is free for its first chunk
+    /// (copied now); otherwise [`Error::WouldBlock`]. Returns the request id.
+    pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+        self.check_rank(dest)?;
+        if dest == self.rank {
+            self.matcher.deliver_local(self.rank, tag, data)?;
+            let req = self.new_req();
+            self.sends.insert(
+                req,
+                SendReq {
+                    outstanding: 0,
+                    posted_all: true,
+                },
+            );
+            return Ok(req);
+        }
+        let direct = self.goes_direct(dest, data.len());
+        let (first, rest) = if direct {
+            // One copy into an owned buffer (the caller may reuse `data` at once); it waits
+            // behind the messages queued before it and is handed to the fabric whole.
+            (None, data.to_vec())
+        } else {
+            let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
+                return Err(Error::WouldBlock);
+            };
+            self.sync_wr_info();
+            let first_len = data.len().min(self.pool.buffer_size());
+            self.pool.buf_mut(id)[..first_len].copy_from_slice(&data[..first_len]);
+            if first_len == data.len() {
+                if let Some(req) = self.post_now(dest, tag, id, first_len)? {
+                    return Ok(req);
+                }
+            }
+            (Some((id, first_len)), data[first_len..].to_vec())
+        };
+        let req = self.new_req();
+        self.sends.insert(
+            req,
+            SendReq {
+                outstanding: 0,
+                posted_all: false,
+            },
+        );
+        self.peers.entry(dest).or_default().queue.push_back(OutMsg {
+            req,
+            tag,
+            total: data.len(),
+            first,
+            rest,
+            offset: 0,
+            direct,
+        });
+        self.active.insert(dest);
+        self.conns.note_peer(dest);
+        self.pump_peer(dest)?;
+        Ok(req)
+    }
+
+    /// The fast path of `isend` for a message that fits in pool buffer `id` (already copied,
+    /// `len` bytes): when nothing is queued for `dest`, its endpoint is open and a credit is
+    /// at hand, the packet is posted now, without entering the destination's queue (what
+    /// `pump_peer` would do with it at once, minus the queue). Returns None, with nothing
+    /// changed, when it cannot be posted now. On a failed post the buffer goes back to the
+    /// pool.
+    fn post_now(&mut self, dest: usize, tag: Tag, id: BufId, len: usize) -> Result<Option<u64>> {
+        let key = self.key_of(dest);
+        if !self.conns.get(key).is_some_and(|ep| ep.state == EpState::Open) {
+            return Ok(None);
+        }
+        let Some(p) = self
+            .peers
+            .get_mut(&dest)
+            .filter(|p| p.queue.is_empty() && p.credits > 0)
+        else {
+            return Ok(None);
+        };
+        p.credits -= 1;
+        let req = self.new_req();
+        if !self.symmetric() {
+            // (With symmetric endpoints, opening the endpoint noted the peer.)
+            self.conns.note_peer(dest);
+        }
+        let hdr = PacketHeader {
+            src: self.rank as u32,
+            tag,
+            total: len as u64,
+            offset: 0,
+            len: len as u32,
+            more: false,
+        };
+        match self.post_chunk(dest, key, &hdr, id, req) {
+            Ok(outstanding) => {
+                self.sends.insert(
+                    req,
+                    SendReq {
+                        outstanding: u32::from(outstanding),
+                        posted_all: true,
+                    },
+                );
+                Ok(Some(req))
+            }
+            Err(e) => {
+                self.pool.release(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Posts pool buffer `id` (`hdr.len` bytes) of send request `req` to `dest` through
+    /// endpoint `key` and accounts it: one more packet sent on the endpoint, and either the
+    /// buffer freed at once (a fabric that copies) or its completion awaited (returns true:
+    /// one more outstanding completion for `req`). Nothing changes when the post fails.
+    fn post_chunk(
+        &mut self,
+        dest: usize,
+        key: usize,
+        hdr: &PacketHeader,
+        id: BufId,
+        req: u64,
+    ) -> Result<bool> {
+        self.fabric
+            .post_send(dest, key, hdr, &self.pool.buf(id)[..hdr.len as usize], id as u64)?;
+        let ep = self.conns.get_touched(key).expect("endpoint");
+        ep.sent += 1;
+        if self.copies {
+            // The fabric holds its own copy: the buffer is free, nothing to complete.
+            self.pool.release(id);
+            return Ok(false);
+        }
+        ep.inflight += 1;
+        self.wr_info[id as usize] = Some((req, key));
+        Ok(true)
+    }
+
+    /// True when a message of `len` bytes to `dest` takes the fabric's direct path.
+    pub fn goes_direct(&self, dest: usize, len: usize) -> bool {
+        dest != self.rank && self.direct.is_some_and(|t| len > t)
+    }
+
+    /// Sends `data` to `dest` on the fabric's direct path, blocking, straight from `data`
+    /// (zero-copy): first lets every message queued earlier for `dest` be posted (order),
+    /// then hands the slice to the fabric, which keeps polling (events are handled as in
+    /// [`Engine::progress`]) until it no longer reads `data`. Only for messages where
+    /// [`Engine::goes_direct`] is true.
+    pub fn send_direct(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        self.check_rank(dest)?;
+        if !self.goes_direct(dest, data.len()) {
+            return Err(Error::Protocol(format!(
+                "a message of {} bytes to rank {dest} does not take the direct path",
+                data.len()
+            )));
+        }
+        let mut backoff = crate::core::backoff::Backoff::new();
+        while self.peers.get(&dest).is_some_and(|p| !p.queue.is_empty()) {
+            if self.progress()? {
+                backoff.reset();
+            } else {
+                backoff.snooze_on(self.fabric.blocks_when_idle(), |d| {
+                    self.fabric.wait_for_arrival(d)
+                });
+            }
+        }
+        self.conns.note_peer(dest);
+        let hdr = PacketHeader {
+            src: self.rank as u32,
+            tag,
+            total: data.len() as u64,
+            offset: 0,
+            len: 0,
+            more: false,
+        };
+        let mut inbox = std::mem::take(&mut self.inbox);
+        let sent = {
+            let matcher = &mut self.matcher;
+            self.fabric
+                .send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, ev))
+        };
+        let settled = self.settle(&mut inbox);
+        self.inbox = inbox;
+        sent?;
+        settled
+    }
+
+    fn sync_wr_info(&mut self) {
+        let n = self.pool.buffers();
+        if self.wr_info.len() < n {
+            self.wr_info.resize(n, None);
+        }
+    }
+
+    pub(super) fn pump(&mut self) -> Result<bool> {
+        let mut work = false;
+        let mut dests = std::mem::take(&mut self.scratch_dests);
+        dests.clear();
+        dests.extend(self.active.iter().copied());
+        let mut pumped = Ok(());
+        for &d in &dests {
+            match self.pump_peer(d) {
+                Ok(w) => work |= w,
+                Err(e) => {
+                    pumped = Err(e);
+                    break;
+                }
+            }
+        }
+        self.scratch_dests = dests;
+        pumped.map(|()| work)
+    }
+
+    /// Posts as many chunks to `dest` as endpoint state, credits and pool buffers allow.
+    fn pump_peer(&mut self, dest: usize) -> Result<bool> {
+        let key = self.key_of(dest);
+        let mut work = false;
+        while let Some(msg) = self.peers.get_mut(&dest).and_then(|p| p.queue.front_mut()) {
+            if msg.direct {
+                // No endpoint, credit or pool buffer needed: hand it over whole.
+                let hdr = PacketHeader {
+                    src: self.rank as u32,
+                    tag: msg.tag,
+                    total: msg.total as u64,
+                    offset: 0,
+                    len: 0,
+                    more: false,
+                };
+                let (req, data) = (msg.req, std::mem::take(&mut msg.rest));
+                let p = self.peers.get_mut(&dest).expect("peer");
+                p.queue.pop_front();
+                if p.queue.is_empty() {
+                    self.active.remove(dest);
+                }
+                self.fabric.post_direct(dest, &hdr, data, DIRECT_WR | req)?;
+                self.direct_inflight += 1;
+                let s = self.sends.get_mut(&req).expect("send request");
+                s.outstanding += 1;
+                s.posted_all = true;
+                work = true;
+                continue;
+            }
+            match self.conns.get(key) {
+                Some(ep) if ep.state == EpState::Open => {}
+                _ => break,
+            }
+            let p = self.peers.get_mut(&dest).expect("peer");
+            if p.credits == 0 {
+                break;
+            }
+            let msg = p.queue.front_mut().expect("message");
+            let bs = self.pool.buffer_size();
+            let (id, len) = match msg.first.take() {
+                Some(f) => f,
+                None => {
+                    let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
+                        break;
+                    };
+                    let len = (msg.total - msg.offset).min(bs);
+                    let from = msg.offset - bs; // `rest` starts after the first chunk
+                    self.pool.buf_mut(id)[..len].copy_from_slice(&msg.rest[from..from + len]);
+                    (id, len)
+                }
+            };
+            // Re-borrow after the pool was used.
+            let p = self.peers.get_mut(&dest).expect("peer");
+            let queued = p.queue.len();
+            let msg = p.queue.front_mut().expect("message");
+            let hdr = PacketHeader {
+                src: self.rank as u32,
+                tag: msg.tag,
+                total: msg.total as u64,
+                offset: msg.offset as u64,
+                len: len as u32,
+                more: msg.offset + len < msg.total || queued > 1,
+            };
+            let req = msg.req;
+            msg.offset += len;
+            let finished = msg.offset >= msg.total;
+            p.credits -= 1;
+            if finished {
+                p.queue.pop_front();
+                if p.queue.is_empty() {
+                    self.active.remove(dest);
+                }
+            }
+            self.sync_wr_info();
+            let outstanding = self.post_chunk(dest, key, &hdr, id, req)?;
+            let s = self.sends.get_mut(&req).expect("send request");
+            s.outstanding += u32::from(outstanding);
+            if finished {
+                s.posted_all = true;
+            }
+            work = true;
+        }
+        Ok(work)
+    }
+}

@@ -1,0 +1,162 @@
+//! What one fabric poll brought to the [`Engine`]: the events are collected in an [`Inbox`]
+//! while the fabric is borrowed (data goes to tag matching at once), then settled: send
+//! completions free pool buffers or finish direct sends, arrivals are counted against
+//! credits and endpoints, control messages (handshakes, close, credits) are answered.
+
+use crate::core::error::{Error, Result};
+use crate::core::pool::BufId;
+use crate::fabric::{Control, Event};
+use crate::protocol::connection::EpState;
+use crate::protocol::matching::Matcher;
+
+use super::{Engine, DIRECT_WR};
+
+/// Events of one fabric poll, collected while the fabric is borrowed and handled after.
+#[derive(Default)]
+pub(super) struct Inbox {
+    done: Vec<u64>,
+    arrivals: Vec<(usize, bool)>,
+    ctrl: Vec<(usize, Control)>,
+    whole: Vec<usize>,
+}
+
+impl Inbox {
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.done.is_empty() && self.arrivals.is_empty() && self.ctrl.is_empty() && self.whole.is_empty()
+    }
+
+    /// Takes one fabric event: data goes to the matcher at once (it must see packets in
+    /// arrival order), the rest is kept for `Engine::settle`.
+    #[inline]
+    pub(super) fn take(&mut self, matcher: &mut Matcher, ev: Event<'_>) -> Result<()> {
+        match ev {
+            Event::SendComplete(w) => self.done.push(w),
+            Event::Arrival(h, payload) => {
+                matcher.on_chunk(&h, payload)?;
+                self.arrivals.push((h.src as usize, h.more));
+            }
+            Event::Control(src, c) => self.ctrl.push((src, c)),
+            Event::Whole(h, data) => {
+                matcher.on_whole(&h, data)?;
+                self.whole.push(h.src as usize);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// Handles what a poll collected: completions free pool buffers (or finish direct
+    /// sends), arrivals are counted against credits and endpoints, controls are answered.
+    pub(super) fn settle(&mut self, inbox: &mut Inbox) -> Result<()> {
+        for w in inbox.done.drain(..) {
+            if w & DIRECT_WR != 0 {
+                let s = self
+                    .sends
+                    .get_mut(&(w & !DIRECT_WR))
+                    .ok_or_else(|| Error::Protocol(format!("unknown direct completion {w}")))?;
+                s.outstanding -= 1;
+                self.direct_inflight -= 1;
+                continue;
+            }
+            let (req, key) = self.wr_info[w as usize]
+                .take()
+                .ok_or_else(|| Error::Protocol(format!("unknown completion {w}")))?;
+            self.pool.release(w as BufId);
+            if let Some(s) = self.sends.get_mut(&req) {
+                s.outstanding -= 1;
+            }
+            if let Some(ep) = self.conns.get_mut(key) {
+                ep.inflight -= 1;
+            }
+        }
+        for (src, more) in inbox.arrivals.drain(..) {
+            self.bank.consumed(src, more);
+            if !self.symmetric() {
+                self.conns.note_peer(src);
+            } else {
+                // The endpoint exists (checked here), and opening it noted the peer.
+                let ep = self
+                    .conns
+                    .get_touched(src)
+                    .ok_or_else(|| Error::Protocol(format!("data from rank {src} without an endpoint")))?;
+                ep.received += 1;
+            }
+        }
+        // Direct messages use no endpoint, receive buffer or credit.
+        for src in inbox.whole.drain(..) {
+            self.conns.note_peer(src);
+        }
+        for (src, c) in inbox.ctrl.drain(..) {
+            self.on_control(src, c)?;
+        }
+        Ok(())
+    }
+
+    fn on_control(&mut self, src: usize, c: Control) -> Result<()> {
+        match c {
+            Control::ConnectReq { grant } => match self.conns.get(src).map(|e| e.state) {
+                // Above the cap only when every slot is a connect still waiting for its
+                // answer: deferring then can deadlock a cycle of full ranks.
+                None if self.conns.has_room() || self.conns.all_connecting() => self.accept(src, grant)?,
+                None | Some(EpState::Closing { .. }) => self.conns.deferred.push_back((src, grant)),
+                Some(EpState::Connecting) => {
+                    // Crossing connect requests: each side's request is the other's answer.
+                    self.conns.get_mut(src).expect("endpoint").state = EpState::Open;
+                    self.peers.entry(src).or_default().credits += grant;
+                }
+                Some(EpState::Open) => {
+                    return Err(Error::Protocol(format!(
+                        "connect request from rank {src} on an open endpoint"
+                    )))
+                }
+            },
+            Control::ConnectAck { grant } => {
+                let ep = self
+                    .conns
+                    .get_mut(src)
+                    .ok_or_else(|| Error::Protocol(format!("connect ack from rank {src} without request")))?;
+                if ep.state == EpState::Connecting {
+                    ep.state = EpState::Open;
+                    self.peers.entry(src).or_default().credits += grant;
+                }
+            }
+            Control::Close { sent } => {
+                let ep = self
+                    .conns
+                    .get_mut(src)
+                    .ok_or_else(|| Error::Protocol(format!("close from rank {src} without endpoint")))?;
+                match ep.state {
+                    EpState::Open => {
+                        let mine = ep.sent;
+                        self.conns.set_closing(src, Some(sent));
+                        self.fabric.send_control(src, Control::Close { sent: mine })?;
+                    }
+                    EpState::Closing { peer_sent: None } => self.conns.set_closing(src, Some(sent)),
+                    s => return Err(Error::Protocol(format!("close from rank {src} in state {s:?}"))),
+                }
+            }
+            Control::Grant { credits } => {
+                let p = self.peers.entry(src).or_default();
+                p.credits += credits;
+                p.requested = false;
+            }
+            Control::CreditRequest => {
+                if !self.symmetric() || self.conns.get(src).map(|e| e.state) == Some(EpState::Open) {
+                    self.bank.request(src);
+                }
+            }
+            Control::Revoke => {
+                let open = !self.symmetric() || self.conns.get(src).map(|e| e.state) == Some(EpState::Open);
+                let p = self.peers.entry(src).or_default();
+                if open && p.queue.is_empty() && p.credits > 0 {
+                    let n = std::mem::take(&mut p.credits);
+                    self.fabric.send_control(src, Control::Return { credits: n })?;
+                }
+            }
+            Control::Return { credits } => self.bank.returned(src, credits),
+        }
+        Ok(())
+    }
+}
