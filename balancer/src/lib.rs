@@ -13,7 +13,6 @@ pub mod gidmap;
 pub mod limits;
 pub mod network;
 pub mod pickle;
-pub mod sim;
 #[cfg(feature = "sonata")]
 pub mod sonata;
 pub mod strategy;

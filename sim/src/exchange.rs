@@ -8,7 +8,7 @@
 //! target of one of its cells) and receives one message per window from each *in-peer*
 //! (rank holding a source of one of its cells). Endpoints open lazily on the first
 //! message, so the peers a rank connects to are exactly out-peers ∪ in-peers, the peer set
-//! of [`crate::network::Network::peers`]. The window number is the tag, so a rank running
+//! of [`ballast_balancer::network::Network::peers`]. The window number is the tag, so a rank running
 //! ahead of a receiver never mixes windows.
 //!
 //! Wire format: a message is a sequence of spikes, 8 bytes each: the step (u32, little
@@ -18,7 +18,7 @@ use std::str::FromStr;
 
 use ballast_runtime::{Communicator, Source, TagMatch, RESERVED_TAG_BASE};
 
-use super::SimError;
+use crate::SimError;
 
 /// How spikes travel between ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -13,11 +13,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use ballast_balancer::files::AllocationSource;
-use ballast_balancer::sim::placement::{place, Placement};
-use ballast_balancer::sim::report::{self, RunReport};
-use ballast_balancer::sim::{all_spikes, ExchangeKind, LbMode, RankOutcome, SimError, SimInput, SimParams};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_runtime::{Communicator, ProcStatus, RuntimeConfig, TransportKind};
+use ballast_sim::placement::{place, Placement};
+use ballast_sim::report::{self, RunReport};
+use ballast_sim::{all_spikes, ExchangeKind, LbMode, RankOutcome, SimError, SimInput, SimParams};
 use clap::Args;
 
 use crate::runtime_args::RuntimeArgs;
@@ -45,7 +45,7 @@ pub struct RunArgs {
     pub memory_usage: Option<PathBuf>,
     /// With --circuit: the synaptic delay, ms, of connections whose edges carry no `delay`
     /// (edge group 0's `delay` is used when present, as in neurodamus circuits).
-    #[arg(long, value_name = "MS", default_value_t = ballast_balancer::sim::model::SONATA_DEFAULT_DELAY_MS)]
+    #[arg(long, value_name = "MS", default_value_t = ballast_sim::model::SONATA_DEFAULT_DELAY_MS)]
     pub delay_ms: f64,
     /// A synthetic circuit of this many cells (distance-dependent connectivity).
     #[arg(long, value_name = "CELLS")]
@@ -624,7 +624,7 @@ fn run_thread_ranks(
     Ok(crate::progress::with_progress(total, &done, &message, || {
         #[cfg(feature = "verbs")]
         if cfg.transport().kind == TransportKind::Verbs {
-            return ballast_balancer::sim::run_verbs_threads_counted(
+            return ballast_sim::run_verbs_threads_counted(
                 &input.circuit,
                 &placement.rank_of,
                 ranks,
@@ -633,14 +633,7 @@ fn run_thread_ranks(
                 &done,
             );
         }
-        ballast_balancer::sim::run_local_counted(
-            &input.circuit,
-            &placement.rank_of,
-            ranks,
-            cfg,
-            params,
-            &done,
-        )
+        ballast_sim::run_local_counted(&input.circuit, &placement.rank_of, ranks, cfg, params, &done)
     })?)
 }
 
@@ -671,7 +664,7 @@ trait Job {
 /// write the outputs on rank 0.
 #[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
 fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> anyhow::Result<()> {
-    use ballast_balancer::sim::{gather, run_rank};
+    use ballast_sim::{gather, run_rank};
     let (me, size) = (job.rank(), job.size());
     if let Some(n) = args.ranks {
         if n != size {

@@ -4,9 +4,9 @@
 //! collective's endpoints are not counted in it.
 use ballast_runtime::{Communicator, Footprint, MemoryLock, ProcStatus};
 
-use super::exchange::ExchangeStats;
-use super::run::RankOutcome;
-use super::SimError;
+use crate::exchange::ExchangeStats;
+use crate::run::RankOutcome;
+use crate::SimError;
 
 fn put(b: &mut Vec<u8>, v: u64) {
     b.extend_from_slice(&v.to_le_bytes());

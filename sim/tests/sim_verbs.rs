@@ -9,13 +9,11 @@
 //! soft-RoCE guest with `BALLAST_TEST_REQUIRE_RDMA=1`, where a missing device fails.
 #![cfg(feature = "verbs")]
 
-use ballast_balancer::sim::placement::place;
-use ballast_balancer::sim::report::{out_dat, process_rows, rows, FOOTPRINT_TOLERANCE_PCT};
-use ballast_balancer::sim::{
-    all_spikes, run_local, run_verbs_threads, ExchangeKind, LbMode, SimInput, SimParams,
-};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_runtime::{verbs, RecvSharing, RuntimeConfig, TransportKind};
+use ballast_sim::placement::place;
+use ballast_sim::report::{out_dat, process_rows, rows, FOOTPRINT_TOLERANCE_PCT};
+use ballast_sim::{all_spikes, run_local, run_verbs_threads, ExchangeKind, LbMode, SimInput, SimParams};
 
 /// True when an RDMA device is there; otherwise prints why the test skips (or panics when
 /// `BALLAST_TEST_REQUIRE_RDMA=1`).

@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ballast_runtime::{Communicator, Footprint, MemoryLock, ProcStatus};
 
-use super::exchange::{ExchangeKind, ExchangeStats, Exchanger, Spike};
-use super::model::{weight_of, Cell, DelayModel, LifParams};
-use super::SimError;
-use crate::network::Network;
+use crate::exchange::{ExchangeKind, ExchangeStats, Exchanger, Spike};
+use crate::model::{weight_of, Cell, DelayModel, LifParams};
+use crate::SimError;
+use ballast_balancer::network::Network;
 
 /// A circuit ready to simulate: connectivity, per-cell memory estimate and delays.
 pub struct SimCircuit {
@@ -173,7 +173,7 @@ pub struct RankOutcome {
     /// The process' memory counters at the same moment.
     pub process: ProcStatus,
     /// The process' memory counters before its communicator(s) were created (set by the
-    /// driver: [`super::run_local`], [`super::run_verbs_threads`], or a per-process run),
+    /// driver: [`crate::run_local`], [`crate::run_verbs_threads`], or a per-process run),
     /// so `process - process_start` is what the run added: transport, cell state, tables.
     pub process_start: ProcStatus,
     /// Which process held this rank (0 when all ranks are threads of one process; the

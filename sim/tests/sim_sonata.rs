@@ -6,11 +6,11 @@
 mod common;
 
 use ballast_balancer::circuit::MetypeMemory;
-use ballast_balancer::sim::placement::place;
-use ballast_balancer::sim::report::{out_dat, predicted_footprint};
-use ballast_balancer::sim::{all_spikes, run_local, ExchangeKind, LbMode, SimInput, SimParams};
 use ballast_balancer::transport_aware::{evaluate, CellCosts, TransportCharge};
 use ballast_runtime::{RecvSharing, RuntimeConfig};
+use ballast_sim::placement::place;
+use ballast_sim::report::{out_dat, predicted_footprint};
+use ballast_sim::{all_spikes, run_local, ExchangeKind, LbMode, SimInput, SimParams};
 
 #[test]
 fn allen_layer4_peers_and_footprint_as_predicted_and_identical_spikes() {
@@ -106,8 +106,7 @@ fn ringtest_delays_come_from_the_edges_and_spikes_do_not_depend_on_ranks() {
         ..Default::default()
     };
     let input = SimInput::sonata(&config, &memory, 2.0).unwrap();
-    let ballast_balancer::sim::model::DelayModel::PerPair { pairs, min_ms, .. } = &input.circuit.delays
-    else {
+    let ballast_sim::model::DelayModel::PerPair { pairs, min_ms, .. } = &input.circuit.delays else {
         panic!(
             "ringtest stores delays: {:?}",
             std::mem::discriminant(&input.circuit.delays)
@@ -138,32 +137,4 @@ fn ringtest_delays_come_from_the_edges_and_spikes_do_not_depend_on_ranks() {
             Some(r) => assert_eq!(&got, r, "{ranks} ranks"),
         }
     }
-}
-
-/// `--memory-usage` from another circuit (the neurodamus fixture) names none of
-/// allen-layer4's metypes: the run says so instead of silently using the defaults.
-#[test]
-fn a_memory_usage_file_that_misses_metypes_is_reported() {
-    let Some(dir) = common::shared_data("sonata/allen-layer4_sample") else {
-        return;
-    };
-    let Some(nd) = common::shared_data("nd-fixtures") else {
-        return;
-    };
-    let work = tempfile::tempdir().unwrap();
-    let o = common::ballast()
-        .current_dir(work.path())
-        .args(["run", "--circuit"])
-        .arg(dir.join("circuit_config.json"))
-        .arg("--memory-usage")
-        .arg(nd.join("cell_memory_usage.json"))
-        .args(["--ranks", "2", "--tstop", "5", "--memory-scale", "0.001"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("7 of the circuit's 7 metypes have no measured memory there"),
-        "{err}"
-    );
 }

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use ballast_balancer::files::{stage_allocation, strategy_name, AllocationCosts};
-use ballast_balancer::sim::placement::place;
-use ballast_balancer::sim::report::{max_min, predicted_footprint, RunReport};
-use ballast_balancer::sim::{all_spikes, run_local, LbMode, RankOutcome, SimInput, SimParams};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_balancer::{balance, BalancerConfig, Strategy};
 use ballast_runtime::{RecvSharing, RuntimeConfig, TransportConfig};
+use ballast_sim::placement::place;
+use ballast_sim::report::{max_min, predicted_footprint, RunReport};
+use ballast_sim::{all_spikes, run_local, LbMode, RankOutcome, SimInput, SimParams};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 

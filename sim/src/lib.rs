@@ -1,4 +1,4 @@
-//! The proxy simulation behind `ballast run` and `ballast demo`: cells placed on ranks by
+//! Ballast's proxy simulation, behind `ballast run` and `ballast demo`: cells placed on ranks by
 //! the balancer (`Memory`) or in turn (`RoundRobin`), each a leaky integrate-and-fire
 //! neuron holding a really allocated state block of its estimated memory, exchanging
 //! spikes over Ballast's runtime with the circuit's delays.
@@ -8,6 +8,8 @@
 //! (outcomes to every process after the run),
 //! [`input`] (circuits to simulate), [`placement`] (which rank holds which cell),
 //! [`report`] (`out.dat`, `report.json`, the per-rank table).
+#![deny(unsafe_code)]
+
 pub mod exchange;
 pub mod gather;
 pub mod input;
@@ -32,7 +34,7 @@ pub enum SimError {
     Runtime(#[from] ballast_runtime::Error),
     /// The balancer or a file failed (allocation files, circuits).
     #[error(transparent)]
-    Balancer(#[from] crate::BalancerError),
+    Balancer(#[from] ballast_balancer::BalancerError),
     /// A message did not have the expected shape.
     #[error("spike exchange: {0}")]
     Protocol(String),

@@ -1,16 +1,15 @@
 //! The proxy simulation over the local transport: the same spikes for every rank count,
 //! balancing mode and exchange; peers and transport footprint as the balancer predicts.
-mod common;
 
 use std::path::Path;
 
 use ballast_balancer::files::AllocationSource;
 use ballast_balancer::network::Network;
-use ballast_balancer::sim::placement::place;
-use ballast_balancer::sim::report::{out_dat, predicted_footprint};
-use ballast_balancer::sim::{all_spikes, run_local, ExchangeKind, LbMode, SimInput, SimParams};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_runtime::RuntimeConfig;
+use ballast_sim::placement::place;
+use ballast_sim::report::{out_dat, predicted_footprint};
+use ballast_sim::{all_spikes, run_local, ExchangeKind, LbMode, SimInput, SimParams};
 
 fn small_circuit() -> SimInput {
     let spec = CircuitSpec {
@@ -41,7 +40,7 @@ fn run(
     ranks: u32,
     exchange: ExchangeKind,
     dir: &Path,
-) -> (String, Vec<ballast_balancer::sim::RankOutcome>, Vec<u32>) {
+) -> (String, Vec<ballast_sim::RankOutcome>, Vec<u32>) {
     let p = place(mode, &input.dry_run, &input.circuit.network.offsets, ranks, dir).unwrap();
     let cfg = RuntimeConfig::default();
     let out = run_local(
@@ -71,7 +70,7 @@ fn identical_spikes_across_ranks_modes_and_exchanges() {
     assert_eq!(outs[0].exchange.spikes_sent, 0);
     // Recurrent input matters: without the network the spikes differ.
     let mut silent = small_circuit();
-    silent.circuit = ballast_balancer::sim::SimCircuit::new(
+    silent.circuit = ballast_sim::SimCircuit::new(
         Network::from_pairs(silent.circuit.network.offsets.clone(), &[]).unwrap(),
         silent.circuit.cell_kb.clone(),
         silent.circuit.delays.clone(),

@@ -5,11 +5,11 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-use super::SimError;
-use crate::files::{load_or_generate, AllocationSource};
-use crate::strategy::Strategy;
-use crate::transport_aware::rank_of_allocation;
-use crate::DryRun;
+use crate::SimError;
+use ballast_balancer::files::{load_or_generate, AllocationSource};
+use ballast_balancer::strategy::Strategy;
+use ballast_balancer::transport_aware::rank_of_allocation;
+use ballast_balancer::DryRun;
 
 /// Load-balancing mode, spelled as neurodamus' `--lb-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,7 +88,7 @@ mod tests {
 
     #[test]
     fn round_robin_deals_in_turn_and_modes_parse() {
-        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+        let d = ballast_balancer::synthetic::generate(&ballast_balancer::synthetic::SyntheticSpec {
             cells: 10,
             metypes: 2,
             populations: 1,

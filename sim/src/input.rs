@@ -2,13 +2,13 @@
 //! distance-dependent connectivity, distance-derived delays) or a SONATA circuit (feature
 //! `sonata`; constant delay), each with its dry run (what the balancer balances) and a
 //! [`SimCircuit`] (what the ranks simulate).
-use super::model::{DelayModel, SYNTHETIC_D_MIN_MS, SYNTHETIC_VELOCITY_UM_PER_MS};
-use super::run::SimCircuit;
-use super::SimError;
-use crate::dryrun::DryRun;
-use crate::network::Network;
-use crate::synthetic::{generate_circuit, CircuitSpec};
-use crate::transport_aware::CellCosts;
+use crate::model::{DelayModel, SYNTHETIC_D_MIN_MS, SYNTHETIC_VELOCITY_UM_PER_MS};
+use crate::run::SimCircuit;
+use crate::SimError;
+use ballast_balancer::dryrun::DryRun;
+use ballast_balancer::network::Network;
+use ballast_balancer::synthetic::{generate_circuit, CircuitSpec};
+use ballast_balancer::transport_aware::CellCosts;
 
 /// A circuit with its dry run.
 pub struct SimInput {
@@ -33,7 +33,7 @@ fn cell_kb(dry_run: &DryRun, network: &Network) -> Vec<f64> {
 
 impl SimInput {
     /// The synthetic circuit of `spec`; delays from soma distance on the sheet (see
-    /// [`super::model`]).
+    /// [`crate::model`]).
     pub fn synthetic(spec: &CircuitSpec) -> Result<SimInput, SimError> {
         let c = generate_circuit(spec)?;
         let n = c.network.cell_count();
@@ -63,11 +63,11 @@ impl SimInput {
     #[cfg(feature = "sonata")]
     pub fn sonata(
         config: &std::path::Path,
-        memory: &crate::circuit::MetypeMemory,
+        memory: &ballast_balancer::circuit::MetypeMemory,
         delay_ms: f64,
     ) -> Result<SimInput, SimError> {
-        let circuit = crate::sonata::Circuit::open(config)?;
-        let (dry_run, network) = crate::circuit::dry_run_from_circuit(&circuit, memory)?;
+        let circuit = ballast_balancer::sonata::Circuit::open(config)?;
+        let (dry_run, network) = ballast_balancer::circuit::dry_run_from_circuit(&circuit, memory)?;
         let kb = cell_kb(&dry_run, &network);
         let delays = edge_delays(&circuit, &network, delay_ms);
         let label = format!(
@@ -88,7 +88,11 @@ impl SimInput {
 /// `circuit::dry_run_from_circuit`: placed populations in circuit order), or the constant
 /// `default_ms` when no edge population has them.
 #[cfg(feature = "sonata")]
-fn edge_delays(circuit: &crate::sonata::Circuit, network: &Network, default_ms: f64) -> DelayModel {
+fn edge_delays(
+    circuit: &ballast_balancer::sonata::Circuit,
+    network: &Network,
+    default_ms: f64,
+) -> DelayModel {
     use std::collections::HashMap;
     let offset_of: HashMap<&str, usize> = circuit
         .node_populations

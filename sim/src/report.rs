@@ -13,14 +13,14 @@ use std::path::{Path, PathBuf};
 use ballast_runtime::{Footprint, LockStatus, MemoryLock, RecvSharing, TransportConfig, TransportKind};
 use serde::Serialize;
 
-use super::exchange::Spike;
-use super::run::RankOutcome;
-use super::SimError;
+use crate::exchange::Spike;
+use crate::run::RankOutcome;
+use crate::SimError;
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename
-/// ([`crate::dryrun::write_atomically`]: readable like any new file, 0666 less the umask).
+/// ([`ballast_balancer::dryrun::write_atomically`]: readable like any new file, 0666 less the umask).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SimError> {
-    Ok(crate::dryrun::write_atomically(path, bytes)?)
+    Ok(ballast_balancer::dryrun::write_atomically(path, bytes)?)
 }
 
 /// The text of `out.dat` for `spikes` (sorted by (step, global index)) with step `dt_ms`.
