@@ -16,13 +16,12 @@ use ballast_balancer::files::{stage_allocation, strategy_name, AllocationCosts};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_balancer::{balance, BalancerConfig, Strategy};
 use ballast_runtime::{RecvSharing, RuntimeConfig, TransportConfig};
+use ballast_sim::outputs::write_outputs;
 use ballast_sim::placement::place;
-use ballast_sim::report::{max_min, predicted_footprint, RunReport};
+use ballast_sim::report::{build_report, max_min, predicted_footprint, RunReport};
 use ballast_sim::{all_spikes, run_local, LbMode, RankOutcome, SimInput, SimParams};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-
-use crate::run::build_report;
 
 /// Arguments of `ballast demo`.
 #[derive(Args, Debug)]
@@ -141,7 +140,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             ),
             || {
                 let start = Instant::now();
-                let o = run_local(&input.circuit, &placement.rank_of, ranks, &cfg, &params)?;
+                let o = run_local(&input.circuit, &placement.rank_of, ranks, &cfg, &params, None)?;
                 Ok((o, start.elapsed().as_secs_f64()))
             },
         )?;
@@ -156,7 +155,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             seconds,
             &dir.join("out.dat"),
         )?;
-        crate::run::write_outputs(&dir, &report, &outcomes, params.dt_ms)?;
+        write_outputs(&dir, &report, &outcomes, params.dt_ms)?;
         runs.push((mode, report, outcomes));
     }
 

@@ -8,15 +8,16 @@ use anyhow::{bail, Context};
 use ballast_balancer::atomic::{self, AtomicFile};
 use ballast_balancer::files::{stage_allocation, AllocationCosts};
 use ballast_balancer::network::Network;
+use ballast_balancer::nodefit::{fewest_nodes, node_totals, nodes_over, NodeFitError};
 use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
-use ballast_balancer::transport_aware::{
-    balance_transport_aware, evaluate, rank_of_allocation, CellCosts, RankLoads, TransportCharge,
+use ballast_balancer::transport_aware::RankLoads;
+use ballast_balancer::{
+    balance, balance_charged, Allocation, Balanced, BalancerConfig, DryRun, Strategy, Summary,
 };
-use ballast_balancer::{balance, Allocation, BalancerConfig, DryRun, Strategy, Summary};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use crate::output::{count, population_warnings};
+use crate::output::{count, population_json, population_warnings};
 use crate::plot;
 use crate::runtime_args::RuntimeArgs;
 
@@ -52,11 +53,11 @@ pub struct DryRunArgs {
     circuit: Option<PathBuf>,
     /// With --circuit: KB per detailed cell for metypes not in --memory-usage [default:
     /// 3000, as ballast run].
-    #[arg(long, value_name = "KB", requires = "circuit", value_parser = non_negative_kb, allow_negative_numbers = true)]
+    #[arg(long, value_name = "KB", requires = "circuit", value_parser = crate::parse::non_negative_kb, allow_negative_numbers = true)]
     cell_kb: Option<f64>,
     /// With --circuit: KB per point neuron for metypes not in --memory-usage [default: 40,
     /// as ballast run].
-    #[arg(long, value_name = "KB", requires = "circuit", value_parser = non_negative_kb, allow_negative_numbers = true)]
+    #[arg(long, value_name = "KB", requires = "circuit", value_parser = crate::parse::non_negative_kb, allow_negative_numbers = true)]
     point_cell_kb: Option<f64>,
     /// Number of ranks to balance for (at least 1; ranks × cycles at most the cells + 2^20).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -96,18 +97,6 @@ fn positive_gib(s: &str) -> Result<f64, String> {
     } else {
         Err(format!(
             "{s} is not a memory size: give GiB per node, above 0 and at most 2^40"
-        ))
-    }
-}
-
-/// `--cell-kb`, `--point-cell-kb` (also `ballast run`'s): a finite KB count, 0 or more.
-pub fn non_negative_kb(s: &str) -> Result<f64, String> {
-    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if x.is_finite() && x >= 0.0 {
-        Ok(x)
-    } else {
-        Err(format!(
-            "{s} is not a memory size: give KB per cell, finite and 0 or more"
         ))
     }
 }
@@ -230,73 +219,6 @@ fn load_circuit(_: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
     bail!("{}: reading SONATA circuits needs the `sonata` feature: build with `cargo build --release --bin ballast --features sonata` (needs libhdf5-dev pkg-config)", config.display())
 }
 
-/// Charged loads of one allocation: per-rank cells, synapses, transport and peers.
-fn charged_loads(
-    input: &Input,
-    allocation: &Allocation,
-    charge: Option<&TransportCharge>,
-) -> Option<RankLoads> {
-    let network = input.network.as_ref()?;
-    let costs = CellCosts::new(&input.dry_run, &network.offsets);
-    let rank_of = rank_of_allocation(allocation, &network.offsets);
-    Some(evaluate(
-        network,
-        &costs,
-        &rank_of,
-        allocation.ranks as usize,
-        charge,
-    ))
-}
-
-/// What one balancing pass gives the report.
-struct Balanced {
-    allocation: Allocation,
-    /// The transport-blind loads, when the transport charge chose between candidates.
-    blind: Option<RankLoads>,
-    /// The chosen allocation's loads (transport overhead included when charged).
-    loads: Option<RankLoads>,
-    /// The candidates tried by the transport-aware search: (name, largest rank KB).
-    tried: Vec<(String, f64)>,
-}
-
-/// Balances with or without the transport charge; returns the allocation and, with the
-/// charge, the transport-blind loads beside the chosen ones.
-fn run_balance(input: &Input, config: &BalancerConfig, charge: Option<&TransportCharge>) -> Balanced {
-    match (charge, &input.network) {
-        (Some(ch), Some(net)) => {
-            let r = balance_transport_aware(&input.dry_run, net, config, ch);
-            Balanced {
-                allocation: r.allocation,
-                blind: Some(r.blind.loads),
-                loads: Some(r.aware.loads),
-                tried: r.tried,
-            }
-        }
-        _ => {
-            let allocation = balance(&input.dry_run, config);
-            let loads = charged_loads(input, &allocation, charge);
-            Balanced {
-                allocation,
-                blind: None,
-                loads,
-                tried: Vec::new(),
-            }
-        }
-    }
-}
-
-/// Per-node totals (KB) of per-rank totals, `rpn` consecutive ranks per node.
-fn node_totals(loads: &RankLoads, rpn: usize) -> Vec<f64> {
-    let ranks = loads.cells_kb.len();
-    (0..ranks.div_ceil(rpn))
-        .map(|n| {
-            (n * rpn..((n + 1) * rpn).min(ranks))
-                .map(|r| loads.total_kb(r))
-                .sum()
-        })
-        .collect()
-}
-
 /// Options that only make sense with another one (clap's `requires` is not enforced for
 /// members of a satisfied argument group, so this checks it).
 fn check_combinations(args: &DryRunArgs) -> anyhow::Result<()> {
@@ -343,9 +265,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                     "--transport-model ballast balances with its own algorithm; drop --strategy neurodamus"
                 );
             }
-            Some(TransportCharge {
-                config: *runtime.transport(),
-            })
+            Some(ballast_sim::transport_charge(runtime.transport()))
         }
     };
     let start = Instant::now();
@@ -354,7 +274,8 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         blind,
         loads,
         tried,
-    } = run_balance(&input, &config, charge.as_ref());
+        strategy_name,
+    } = balance_charged(&input.dry_run, input.network.as_ref(), &config, charge.as_ref());
     let seconds = start.elapsed().as_secs_f64();
     let dry_run = &input.dry_run;
     allocation
@@ -374,13 +295,20 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     let rpn = args.runtime.ranks_per_node;
     let nodes = rpn.zip(loads.as_ref()).map(|(k, l)| node_totals(l, k));
     let fit = match (args.node_memory_gb, rpn) {
-        (Some(gib), Some(k)) => Some(fewest_nodes(
-            &input,
-            &config,
-            charge.as_ref(),
-            k,
-            gib * 1024.0 * 1024.0,
-        )?),
+        (Some(gib), Some(k)) => Some(
+            fewest_nodes(
+                &input.dry_run,
+                input.network.as_ref(),
+                &config,
+                charge.as_ref(),
+                k,
+                gib * 1024.0 * 1024.0,
+            )
+            .map_err(|e| match e {
+                e @ NodeFitError::NoFit { .. } => anyhow::Error::new(e),
+                e => anyhow::Error::new(e).context("--node-memory-gb"),
+            })?,
+        ),
         _ => None,
     };
 
@@ -390,11 +318,6 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             args.output_dir.display()
         )
     })?;
-    let strategy_name = if charge.is_some() {
-        "lpt+transport".to_owned()
-    } else {
-        ballast_balancer::files::strategy_name(config.strategy)
-    };
     let mut costs = AllocationCosts::new(
         "ballast dry-run",
         dry_run,
@@ -464,8 +387,10 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         }
         if let Some(f) = &fit {
             value["node_memory_kb"] = json!(f.node_kb);
-            value["nodes_over_memory"] =
-                json!(nodes.as_ref().map(|n| over(n, f.node_kb)).unwrap_or_default());
+            value["nodes_over_memory"] = json!(nodes
+                .as_ref()
+                .map(|n| nodes_over(n, f.node_kb))
+                .unwrap_or_default());
             value["suggested_nodes"] = json!(f.nodes);
         }
         outln!("{}", serde_json::to_string_pretty(&value)?);
@@ -515,7 +440,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             n.iter().copied().fold(f64::INFINITY, f64::min)
         );
         if let Some(f) = &fit {
-            let over = over(n, f.node_kb);
+            let over = nodes_over(n, f.node_kb);
             if over.is_empty() {
                 outln!("every node fits in {:.1} GiB", f.node_kb / 1048576.0);
             } else {
@@ -532,16 +457,6 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         outln!("wrote {}", path.display());
     }
     Ok(())
-}
-
-/// A population's statistics as a JSON object with its name (`dry-run --json` and `stats
-/// --json` both list populations as such objects).
-pub fn population_json(name: &str, stats: &ballast_balancer::LoadStats) -> serde_json::Value {
-    let mut v = json!({ "name": name });
-    if let (Some(o), Ok(serde_json::Value::Object(s))) = (v.as_object_mut(), serde_json::to_value(stats)) {
-        o.extend(s);
-    }
-    v
 }
 
 /// Writes every output of the command or none: the plot is rendered, then the allocation,
@@ -619,80 +534,6 @@ fn relative(ours: f64, theirs: f64) -> String {
     } else {
         format!("{:.2}% higher (the transport charge is balanced too)", -pct)
     }
-}
-
-fn over(nodes: &[f64], node_kb: f64) -> Vec<usize> {
-    (0..nodes.len()).filter(|&n| nodes[n] > node_kb).collect()
-}
-
-/// The fewest nodes of `rpn` ranks that hold the circuit within `node_kb` each.
-struct Fit {
-    nodes: usize,
-    node_kb: f64,
-}
-
-/// Searches the node count: doubling from the memory lower bound, then bisection; each
-/// count is balanced anew (the transport charge depends on it).
-fn fewest_nodes(
-    input: &Input,
-    config: &BalancerConfig,
-    charge: Option<&TransportCharge>,
-    rpn: usize,
-    node_kb: f64,
-) -> anyhow::Result<Fit> {
-    let total: f64 = Summary::new(&balance(&input.dry_run, config), &input.dry_run)
-        .overall
-        .total_kb;
-    let fits = |nodes: usize| -> anyhow::Result<bool> {
-        let ranks = nodes
-            .checked_mul(rpn)
-            .and_then(|r| u32::try_from(r).ok())
-            .with_context(|| {
-                format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks: more than 2^32 - 1 ranks")
-            })?;
-        let c = BalancerConfig {
-            ranks,
-            ..config.clone()
-        };
-        c.check_size(&input.dry_run)
-            .with_context(|| format!("--node-memory-gb: trying {nodes} nodes of {rpn} ranks"))?;
-        let Balanced {
-            allocation, loads, ..
-        } = run_balance(input, &c, charge);
-        let max_node = match loads {
-            Some(l) => node_totals(&l, rpn).into_iter().fold(0.0, f64::max),
-            None => {
-                let s = Summary::new(&allocation, &input.dry_run);
-                let ranks = s.rank_kb();
-                ranks
-                    .chunks(rpn)
-                    .map(|n| n.iter().sum::<f64>())
-                    .fold(0.0, f64::max)
-            }
-        };
-        Ok(max_node <= node_kb)
-    };
-    let mut lo = ((total / node_kb).ceil() as usize).max(1);
-    if fits(lo)? {
-        return Ok(Fit { nodes: lo, node_kb });
-    }
-    let mut hi = lo * 2;
-    while !fits(hi)? {
-        lo = hi;
-        hi *= 2;
-        if hi > 1 << 20 {
-            bail!("no node count up to {hi} fits {:.4} GiB per node (is a single cell, or a rank's transport memory, larger than a node?)", node_kb / 1048576.0);
-        }
-    }
-    while hi - lo > 1 {
-        let mid = (lo + hi) / 2;
-        if fits(mid)? {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    Ok(Fit { nodes: hi, node_kb })
 }
 
 fn rank_json(l: &RankLoads) -> serde_json::Value {

@@ -2,7 +2,7 @@
 //! other rank; prints rank 0's process memory counters and footprint before and after,
 //! and the footprint the model predicts.
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use ballast_runtime::fanout::{run_local_counted, FanoutReport, Snapshot};
 use ballast_runtime::{LockStatus, MemoryLock, ProcStatus, TransportKind};
 use serde_json::json;
@@ -106,29 +106,6 @@ fn lock_line(l: &MemoryLock, kind: TransportKind) -> String {
     }
 }
 
-/// Refuses, before any rank starts, a local fanout whose ranks' transport memory at start
-/// (each rank's pool and shared receive queue, or one per-peer queue: the model with one
-/// peer) exceeds this machine's available memory ([`ballast_balancer::limits::available_memory`]).
-fn check_local_memory(ranks: usize, cfg: &ballast_runtime::RuntimeConfig) -> anyhow::Result<()> {
-    let t = cfg.transport();
-    let per_rank = t.predict(1, ranks, t.ranks_per_node).total_bytes();
-    let need_mb = per_rank as f64 * ranks as f64 / (1024.0 * 1024.0);
-    let available_mb = ballast_balancer::limits::available_memory().map(|b| b as f64 / (1024.0 * 1024.0));
-    if let Some(avail) = available_mb {
-        if need_mb > avail {
-            bail!(
-                "--ranks {ranks}: the transport needs {need_mb:.0} MB at start ({:.2} MB per rank: buffer_count {} x buffer_size {} B, srq_depth {}, recv_depth {}) but only {avail:.0} MB are available: fewer ranks, or lower buffer_count, buffer_size, srq_depth or recv_depth",
-                per_rank as f64 / (1024.0 * 1024.0),
-                t.buffer_count,
-                t.buffer_size,
-                t.srq_depth,
-                t.recv_depth
-            );
-        }
-    }
-    Ok(())
-}
-
 /// Runs `ballast fanout`.
 pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     // Before the transport (MPI_Init, the bootstrap, the pool; the local ranks): what the whole
@@ -154,7 +131,14 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
             if ranks < 2 {
                 bail!("--ranks must be at least 2");
             }
-            check_local_memory(ranks, &cfg)?;
+            // Before any rank starts: the ranks' transport memory at start (one peer each).
+            ballast_sim::check::check_transport_memory(
+                cfg.transport(),
+                ranks,
+                ranks,
+                ballast_balancer::limits::available_memory(),
+            )
+            .with_context(|| format!("--ranks {ranks}"))?;
             crate::progress::warn_oversubscribed("fanout", ranks);
             let steps = std::sync::atomic::AtomicUsize::new(0);
             let message = |n: u64| {
@@ -187,7 +171,7 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
                 }
                 Ok(mpi.fanout(&cfg, args.messages, args.ints)?)
             })();
-            match crate::run::leave_mpi_on_error(mpi, out)? {
+            match ballast_sim::launch::leave_mpi_on_error(mpi, out)? {
                 Some(r) => r,
                 None => return Ok(()), // only rank 0 prints
             }

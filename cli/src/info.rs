@@ -45,7 +45,7 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
         let decision = mpi.native_path(&cfg);
         let decision = match decision {
             Ok(d) => d,
-            Err(e) => return crate::run::leave_mpi_on_error(mpi, Err(e.into())),
+            Err(e) => return ballast_sim::launch::leave_mpi_on_error(mpi, Err(e.into())),
         };
         if mpi.rank() != 0 {
             return Ok(());

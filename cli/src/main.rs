@@ -28,6 +28,7 @@ mod dry_run;
 mod fanout;
 mod info;
 mod output;
+mod parse;
 mod plot;
 mod progress;
 mod run;

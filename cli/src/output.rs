@@ -1,6 +1,8 @@
-//! What `dry-run` and `stats` print alike: counts in words ("1 rank", "2 ranks") and
-//! neurodamus' per-population warning about buckets that hold none of a population's cells.
+//! What `dry-run` and `stats` print alike: counts in words ("1 rank", "2 ranks"),
+//! neurodamus' per-population warning about buckets that hold none of a population's cells,
+//! and a population's statistics as JSON.
 use ballast_balancer::Allocation;
+use serde_json::json;
 
 /// `n` and the noun, singular for 1: `count(1, "rank")` = "1 rank".
 pub fn count(n: impl Into<u64>, noun: &str) -> String {
@@ -37,6 +39,16 @@ pub fn population_warnings(allocation: &Allocation) -> Vec<String> {
             })
         })
         .collect()
+}
+
+/// A population's statistics as a JSON object with its name (`dry-run --json` and `stats
+/// --json` both list populations as such objects).
+pub fn population_json(name: &str, stats: &ballast_balancer::LoadStats) -> serde_json::Value {
+    let mut v = json!({ "name": name });
+    if let (Some(o), Ok(serde_json::Value::Object(s))) = (v.as_object_mut(), serde_json::to_value(stats)) {
+        o.extend(s);
+    }
+    v
 }
 
 #[cfg(test)]

@@ -9,15 +9,15 @@
 //! `mpirun` without `BALLAST_ROOT` (a build with both `mpi` and `verbs`) MPI carries the
 //! start-up exchange and the data goes over verbs.
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{bail, Context};
-use ballast_balancer::files::AllocationSource;
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
-use ballast_runtime::{Communicator, ProcStatus, RuntimeConfig, TransportKind};
-use ballast_sim::placement::{place, Placement};
-use ballast_sim::report::{self, RunReport};
-use ballast_sim::{all_spikes, ExchangeKind, LbMode, RankOutcome, SimError, SimInput, SimParams};
+use ballast_runtime::{RuntimeConfig, TransportKind};
+use ballast_sim::launch::{Finished, Job, RunPlan};
+use ballast_sim::outputs::written_files;
+use ballast_sim::placement::Placement;
+use ballast_sim::report::{self, describe_source, RunReport};
+use ballast_sim::{ExchangeKind, LbMode, SimInput, SimParams};
 use clap::Args;
 
 use crate::runtime_args::RuntimeArgs;
@@ -34,11 +34,11 @@ pub struct RunArgs {
     pub circuit: Option<PathBuf>,
     /// With --circuit: KB per detailed cell (metypes not in --memory-usage); the same
     /// default as dry-run's [default: 3000].
-    #[arg(long, value_name = "KB", value_parser = crate::dry_run::non_negative_kb, allow_negative_numbers = true)]
+    #[arg(long, value_name = "KB", value_parser = crate::parse::non_negative_kb, allow_negative_numbers = true)]
     pub cell_kb: Option<f64>,
     /// With --circuit: KB per point neuron (metypes not in --memory-usage); the same default
     /// as dry-run's [default: 40].
-    #[arg(long, value_name = "KB", value_parser = crate::dry_run::non_negative_kb, allow_negative_numbers = true)]
+    #[arg(long, value_name = "KB", value_parser = crate::parse::non_negative_kb, allow_negative_numbers = true)]
     pub point_cell_kb: Option<f64>,
     /// With --circuit: measured memory per metype (neurodamus' cell_memory_usage.json).
     #[arg(long, value_name = "FILE")]
@@ -156,14 +156,6 @@ fn load_sonata(_: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
     bail!("{}: reading SONATA circuits needs the `sonata` feature: build with `cargo build --release --bin ballast --features sonata` (needs libhdf5-dev pkg-config)", config.display())
 }
 
-/// Context of a placement error: the allocation directory and the option that moves it.
-fn allocation_dir_hint(dir: &Path) -> String {
-    format!(
-        "the allocation file in {} (--allocation-dir chooses that directory)",
-        dir.display()
-    )
-}
-
 /// The simulation parameters of `args`.
 pub fn params(args: &RunArgs) -> SimParams {
     SimParams {
@@ -176,92 +168,6 @@ pub fn params(args: &RunArgs) -> SimParams {
     }
 }
 
-/// With `--transport verbs`, opens the selected device once (`BALLAST_IB_DEVICE`, else the
-/// first active one) before anything is written, so that a machine without one fails with
-/// the runtime's reason instead of after regenerating an allocation file.
-fn check_device(cfg: &RuntimeConfig) -> anyhow::Result<()> {
-    #[cfg(feature = "verbs")]
-    if cfg.transport().kind == TransportKind::Verbs {
-        ballast_runtime::verbs::probe(cfg.verbs()).context("--transport verbs")?;
-    }
-    let _ = cfg;
-    Ok(())
-}
-
-/// Refuses, before anything is written, a run whose state blocks (estimated KB × memory
-/// scale, divided over `processes`) or whose transport memory at start (the footprint
-/// model with at most one peer — pool, shared receive queue, one per-peer queue — times
-/// the `ranks_here` ranks of this process) would not fit in this machine's available memory
-/// (`MemAvailable` of /proc/meminfo), instead of failing or being killed half-way.
-fn check_memory(
-    input: &SimInput,
-    params: &SimParams,
-    processes: usize,
-    cfg: &RuntimeConfig,
-    ranks_here: usize,
-    world_size: usize,
-) -> anyhow::Result<()> {
-    let total_kb: f64 =
-        input.circuit.cell_kb.iter().sum::<f64>() * params.memory_scale / processes.max(1) as f64;
-    let t = cfg.transport();
-    // At start: the pool and the shared receive queue; in per-peer mode one endpoint's queue
-    // as soon as there is a peer.
-    let f = t.predict(world_size.min(2).saturating_sub(1), world_size, t.ranks_per_node);
-    // MB for this process's ranks.
-    let mb = |bytes: u64| bytes as f64 * ranks_here as f64 / (1024.0 * 1024.0);
-    let available_kb = ballast_balancer::limits::available_memory().map(|b| b as f64 / 1024.0);
-    if let Some(avail) = available_kb {
-        if mb(f.total_bytes()) * 1024.0 > avail {
-            bail!(
-                "the transport needs {:.0} MB at start in this process, for {ranks_here} rank{}: pool {:.1} MB (buffer_count {} x buffer_size {} B), shared receive queue {:.1} MB (srq_depth {}), endpoints {:.1} MB (per-peer: recv_depth {} each); only {:.0} MB are available: lower buffer_count, buffer_size, srq_depth or recv_depth (options --buffer-count etc., or their BALLAST_* variables)",
-                mb(f.total_bytes()),
-                if ranks_here == 1 { "" } else { "s" },
-                mb(f.pool_bytes),
-                t.buffer_count,
-                t.buffer_size,
-                mb(f.srq_bytes),
-                t.srq_depth,
-                mb(f.endpoint_bytes),
-                t.recv_depth,
-                avail / 1024.0
-            );
-        }
-        if total_kb > avail {
-            bail!(
-                "--memory-scale {} needs {:.0} MB of cell state per process but only {:.0} MB are available: lower --memory-scale",
-                params.memory_scale,
-                total_kb / 1024.0,
-                avail / 1024.0
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Says where a `Memory` allocation came from.
-pub fn describe_source(p: &Placement) -> Option<String> {
-    p.source.as_ref().map(|s| match s {
-        AllocationSource::File(f) => format!("read {}", f.display()),
-        AllocationSource::Regenerated(f) => format!(
-            "regenerated {} (no allocation file for this rank count)",
-            f.display()
-        ),
-    })
-}
-
-/// The files a run wrote: the allocation file and its sidecar when it regenerated them
-/// (`ranks` × 1 cycle), then out.dat and report.json in `output`.
-fn written_files(placement: &Placement, ranks: usize, output: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    if let Some(AllocationSource::Regenerated(f)) = &placement.source {
-        files.push(f.clone());
-        files.push(f.with_file_name(ballast_balancer::files::sidecar_file_name(ranks as u32, 1)));
-    }
-    files.push(output.join("out.dat"));
-    files.push(output.join("report.json"));
-    files
-}
-
 /// Prints a `wrote PATH` line per file: after the table, or on stderr with `--json` (whose
 /// stdout is the report alone).
 fn print_written(files: &[PathBuf], json: bool) -> anyhow::Result<()> {
@@ -272,191 +178,6 @@ fn print_written(files: &[PathBuf], json: bool) -> anyhow::Result<()> {
             outln!("wrote {}", f.display());
         }
     }
-    Ok(())
-}
-
-/// Builds the report of a finished run.
-#[allow(clippy::too_many_arguments)]
-pub fn build_report(
-    input: &SimInput,
-    placement: &Placement,
-    outcomes: &[RankOutcome],
-    cfg: &RuntimeConfig,
-    params: &SimParams,
-    lb_mode: LbMode,
-    seconds: f64,
-    out_dat: &Path,
-) -> anyhow::Result<RunReport> {
-    let ranks = outcomes.len();
-    let net = &input.circuit.network;
-    let sets = net.peers(&placement.rank_of, ranks);
-    let peers: Vec<usize> = (0..ranks).map(|r| sets.count(r)).collect();
-    let peer_nodes = net.peer_nodes(&sets, cfg.transport().ranks_per_node.max(1));
-    let rows = report::rows(outcomes, &peers, &peer_nodes, cfg.transport());
-    let processes = report::process_rows(outcomes, &peers, &peer_nodes, cfg.transport());
-    let footprint_max_diff_pct = report::max_abs(&rows, |r| r.footprint_diff_pct);
-    let pinned_max_diff_pct = report::max_abs(&processes, |p| p.pinned_diff_pct.unwrap_or(0.0));
-    let notes = report::lock_notes(outcomes, &processes);
-    let (peers_mismatch, footprint_mismatch) = mismatches(&rows, params.exchange, cfg.transport());
-    let (_, window) = params.steps(&input.circuit.delays)?;
-    Ok(RunReport {
-        circuit: input.label.clone(),
-        lb_mode: lb_mode.to_string(),
-        exchange: params.exchange.to_string(),
-        transport: cfg.transport().kind.to_string(),
-        // On the MPI native path MPI owns the receive resources: no sharing mode applies.
-        recv_sharing: if cfg.transport().kind == TransportKind::Mpi && cfg.transport().mpi_native {
-            "native".to_string()
-        } else {
-            cfg.transport().recv_sharing.to_string()
-        },
-        ranks,
-        tstop_ms: params.tstop_ms,
-        dt_ms: params.dt_ms,
-        window_ms: window as f64 * params.dt_ms,
-        seed: params.seed,
-        memory_scale: params.memory_scale,
-        allocation: describe_source(placement),
-        spikes: outcomes.iter().map(|o| o.spikes.len()).sum(),
-        messages_sent: outcomes.iter().map(|o| o.exchange.messages_sent).sum(),
-        seconds,
-        peers_match: peers_mismatch.is_none(),
-        peers_mismatch,
-        footprint_match: footprint_mismatch.is_none(),
-        footprint_mismatch,
-        footprint_max_diff_pct,
-        footprint_within_tolerance: footprint_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT,
-        // Null unless every process' pinned growth was compared (a lock that was refused,
-        // partial or not asked leaves nothing to compare).
-        pinned_within_tolerance: processes
-            .iter()
-            .all(|p| p.pinned_diff_pct.is_some())
-            .then_some(pinned_max_diff_pct <= report::FOOTPRINT_TOLERANCE_PCT),
-        processes,
-        process_vm_hwm_kb: report::process_peak_kb(
-            outcomes,
-            ballast_runtime::ProcStatus::read_self()
-                .map(|p| p.vm_hwm_kb)
-                .unwrap_or(0),
-        ),
-        per_rank: rows,
-        out_dat: out_dat.to_owned(),
-        transport_notes: Vec::new(),
-        notes,
-    })
-}
-
-/// Why the peers connected and the footprints measured differ from the predictions, when
-/// they do (`None` when every rank matches): how many ranks differ, the first one's counts
-/// or `footprint_diff_reason`, and the cause when the run's settings give it.
-fn mismatches(
-    rows: &[report::RankRow],
-    exchange: ExchangeKind,
-    t: &ballast_runtime::TransportConfig,
-) -> (Option<String>, Option<String>) {
-    let ranks = rows.len();
-    let ring = " (--exchange allgather: the ring all-gather connects each rank to its 2 ring neighbours, not to the circuit's peers that the balancer predicts)";
-    let peers_off: Vec<&report::RankRow> = rows
-        .iter()
-        .filter(|r| r.peers_connected != r.peers_predicted as u64)
-        .collect();
-    let peers = peers_off.first().map(|r| {
-        let cause = if exchange == ExchangeKind::Allgather && peers_off.iter().all(|r| r.peers_connected <= 2)
-        {
-            ring
-        } else {
-            ""
-        };
-        let s = if r.peers_connected == 1 { "" } else { "s" };
-        format!(
-            "{} of {ranks} ranks differ; rank {}: {} peer{s} connected, {} predicted{cause}",
-            peers_off.len(),
-            r.rank,
-            r.peers_connected,
-            r.peers_predicted
-        )
-    });
-    let fp_off: Vec<&report::RankRow> = rows
-        .iter()
-        .filter(|r| r.footprint_measured_bytes != r.footprint_predicted_bytes)
-        .collect();
-    let footprint = fp_off.first().map(|r| {
-        let reason = r.footprint_diff_reason.as_deref().unwrap_or("the totals differ");
-        let cause = if peers.is_some() && exchange == ExchangeKind::Allgather && (reason.contains("peers connected") || reason.contains("peer connected")) {
-            ring
-        } else if t.kind == TransportKind::Mpi {
-            " (the MPI engine path's model is an upper bound that counts every send buffer as kept, while the measurement is what Ballast holds at the end; MPI's own memory shows in VmRSS)"
-        } else {
-            ""
-        };
-        format!("{} of {ranks} ranks differ; rank {}: {reason}{cause}", fp_off.len(), r.rank)
-    });
-    (peers, footprint)
-}
-
-/// The output directory checked before the run: the levels it created are removed again
-/// (when still empty) unless [`OutputDir::keep`] is called, so a run that fails leaves
-/// nothing behind.
-#[must_use]
-pub struct OutputDir {
-    created: Vec<PathBuf>,
-}
-
-impl OutputDir {
-    /// The run finished: the directory stays.
-    pub fn keep(mut self) {
-        self.created.clear();
-    }
-}
-
-impl Drop for OutputDir {
-    fn drop(&mut self) {
-        // Deepest first; `remove_dir` removes only empty directories.
-        for d in &self.created {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
-
-/// Creates `dir` when absent and checks that a file can be created in it, so that a run
-/// whose outputs could not be written fails before it starts, naming `--output`.
-pub fn prepare_output_dir(dir: &Path) -> anyhow::Result<OutputDir> {
-    let hint = || {
-        format!(
-            "cannot write the outputs in {} (--output chooses the directory)",
-            dir.display()
-        )
-    };
-    if dir.exists() && !dir.is_dir() {
-        return Err(anyhow::anyhow!("exists and is not a directory")).with_context(hint);
-    }
-    let created: Vec<PathBuf> = dir
-        .ancestors()
-        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
-        .map(Path::to_path_buf)
-        .collect();
-    let guard = OutputDir { created };
-    std::fs::create_dir_all(dir).with_context(hint)?;
-    // An unnamed probe file, removed when dropped: the directory is writable.
-    tempfile::tempfile_in(dir).with_context(hint)?;
-    Ok(guard)
-}
-
-/// Writes out.dat and report.json into `dir` (each atomically).
-pub fn write_outputs(
-    dir: &Path,
-    report: &RunReport,
-    outcomes: &[RankOutcome],
-    dt_ms: f64,
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create output directory {}", dir.display()))?;
-    report::write_atomically(
-        &dir.join("out.dat"),
-        report::out_dat(&all_spikes(outcomes), dt_ms).as_bytes(),
-    )?;
-    let json = serde_json::to_string_pretty(report)?;
-    report::write_atomically(&dir.join("report.json"), json.as_bytes())?;
     Ok(())
 }
 
@@ -546,7 +267,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
     let kind = cfg.transport().kind;
     crate::runtime_args::check_compiled_in(kind)?;
-    check_device(&cfg)?;
+    ballast_sim::check::check_device(&cfg).context("--transport verbs")?;
     match kind {
         TransportKind::Mpi => run_mpi(args, &cfg),
         // Under a launcher (rank/size variables set): one rank per process.
@@ -555,63 +276,40 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The ranks as threads of this process: `local`, or `verbs` without a launcher.
-fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
-    let ranks = args.ranks.unwrap_or(1);
-    let input = load_input(args)?;
-    let params = params(args);
-    params.steps(&input.circuit.delays)?;
-    check_memory(&input, &params, 1, cfg, ranks, ranks)?;
-    // An output directory that cannot be written fails before the allocation is written
-    // and before the run.
-    let output_dir = prepare_output_dir(&args.output)?;
-    let placement = place(
-        args.lb_mode,
-        &input.dry_run,
-        &input.circuit.network.offsets,
-        ranks as u32,
-        &args.allocation_dir,
-    )
-    .with_context(|| allocation_dir_hint(&args.allocation_dir))?;
-    if let Some(s) = describe_source(&placement) {
+/// The run of `args` for [`ballast_sim::launch`].
+fn plan<'a>(args: &'a RunArgs, input: &'a SimInput, params: &'a SimParams) -> RunPlan<'a> {
+    RunPlan {
+        input,
+        params,
+        lb_mode: args.lb_mode,
+        allocation_dir: &args.allocation_dir,
+        output: &args.output,
+    }
+}
+
+/// Where the cells' allocation came from and its warnings, on stderr.
+fn print_placement(placement: &Placement) {
+    if let Some(s) = describe_source(placement) {
         eprintln!("ballast run: allocation: {s}");
     }
     for w in &placement.warnings {
         eprintln!("warning: {w}");
     }
-    crate::progress::warn_oversubscribed("run", ranks);
-    let start = Instant::now();
-    let outcomes = run_thread_ranks(&input, &placement, ranks, cfg, &params)?;
-    let seconds = start.elapsed().as_secs_f64();
-    let report = build_report(
-        &input,
-        &placement,
-        &outcomes,
-        cfg,
-        &params,
-        args.lb_mode,
-        seconds,
-        &args.output.join("out.dat"),
-    )?;
-    write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
-    output_dir.keep();
-    print_report(&report, args.json)?;
-    print_written(&written_files(&placement, ranks, &args.output), args.json)
 }
 
-/// Runs the ranks as threads, with a progress bar of the windows they finished (simulated
-/// time, averaged over the ranks) on runs longer than a few seconds.
-fn run_thread_ranks(
-    input: &SimInput,
-    placement: &Placement,
-    ranks: usize,
-    cfg: &RuntimeConfig,
-    params: &SimParams,
-) -> anyhow::Result<Vec<RankOutcome>> {
+/// The ranks as threads of this process: `local`, or `verbs` without a launcher, with a
+/// progress bar of the windows they finished (simulated time, averaged over the ranks) on
+/// runs longer than a few seconds.
+fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+    let ranks = args.ranks.unwrap_or(1);
+    let input = load_input(args)?;
+    let params = params(args);
+    let prepared = ballast_sim::launch::prepare_threads(plan(args, &input, &params), ranks, cfg)?;
+    print_placement(&prepared.placement);
+    crate::progress::warn_oversubscribed("run", ranks);
     let (steps, window) = params.steps(&input.circuit.delays)?;
-    let windows = steps.div_ceil(window as u64);
     let done = std::sync::atomic::AtomicU64::new(0);
-    let total = windows * ranks as u64;
+    let total = steps.div_ceil(window as u64) * ranks as u64;
     let window_ms = window as f64 * params.dt_ms;
     // The simulated time of the ranks on average.
     let message = |n: u64| {
@@ -621,51 +319,24 @@ fn run_thread_ranks(
             params.tstop_ms
         )
     };
-    Ok(crate::progress::with_progress(total, &done, &message, || {
-        #[cfg(feature = "verbs")]
-        if cfg.transport().kind == TransportKind::Verbs {
-            return ballast_sim::run_verbs_threads_counted(
-                &input.circuit,
-                &placement.rank_of,
-                ranks,
-                cfg,
-                params,
-                &done,
-            );
-        }
-        ballast_sim::run_local_counted(&input.circuit, &placement.rank_of, ranks, cfg, params, &done)
-    })?)
+    let finished = crate::progress::with_progress(total, &done, &message, || prepared.run(cfg, Some(&done)))?;
+    print_finished(&finished, ranks, args)
 }
 
-/// This process' part of a job whose processes are one rank each (`mpirun` with `--transport
-/// mpi`; a launcher with `BALLAST_ROOT` with `--transport verbs`): what differs between the
-/// transports, for [`run_per_process`]. (Unused in a build with neither mpi nor verbs.)
-#[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
-type RankFn<'a> = dyn FnMut(&mut Communicator, ProcStatus) -> Result<Vec<RankOutcome>, SimError> + 'a;
-
-#[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
-trait Job {
-    /// This process' rank.
-    fn rank(&self) -> usize;
-    /// Number of processes (= ranks).
-    fn size(&self) -> usize;
-    /// Returns once every process called it.
-    fn barrier(&mut self) -> anyhow::Result<()>;
-    /// Creates this process' communicator, runs `f` on it and finishes it (collective). `f`
-    /// gets the process' counters from before the communicator, the baseline of the
-    /// transport's growth (less what the bootstrap's library kept while it was made).
-    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> anyhow::Result<Vec<RankOutcome>>;
-    /// Who started the processes, for messages.
-    fn launcher(&self) -> &'static str;
+/// The report on stdout (table or JSON), then the files written.
+fn print_finished(finished: &Finished, ranks: usize, args: &RunArgs) -> anyhow::Result<()> {
+    print_report(&finished.report, args.json)?;
+    print_written(
+        &written_files(&finished.placement, ranks, &args.output),
+        args.json,
+    )
 }
 
-/// One process, one rank: every process loads the circuit and the placement (rank 0 reads
-/// or regenerates the allocation file first), runs its rank, and gathers every outcome to
-/// write the outputs on rank 0.
+/// One process, one rank ([`ballast_sim::launch::run_per_process`]): `--ranks`, when given,
+/// must equal the processes the launcher started; rank 0 prints.
 #[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
 fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> anyhow::Result<()> {
-    use ballast_sim::{gather, run_rank};
-    let (me, size) = (job.rank(), job.size());
+    let size = job.size();
     if let Some(n) = args.ranks {
         if n != size {
             bail!(
@@ -677,172 +348,24 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     }
     let input = load_input(args)?;
     let params = params(args);
-    params.steps(&input.circuit.delays)?;
-    check_memory(&input, &params, size, cfg, 1, size)?;
-    let output_dir = if me == 0 {
-        Some(prepare_output_dir(&args.output)?)
-    } else {
-        None
-    };
-    let offsets = &input.circuit.network.offsets;
-    // Rank 0 reads or regenerates the allocation file first; the others read it after.
-    let mut first = None;
-    if me == 0 {
-        first = Some(place(
-            args.lb_mode,
-            &input.dry_run,
-            offsets,
-            size as u32,
-            &args.allocation_dir,
-        ));
-    }
-    job.barrier()?;
-    let placement = match first {
-        Some(p) => p.with_context(|| allocation_dir_hint(&args.allocation_dir))?,
-        None => place(
-            args.lb_mode,
-            &input.dry_run,
-            offsets,
-            size as u32,
-            &args.allocation_dir,
-        )
-        .with_context(|| allocation_dir_hint(&args.allocation_dir))?,
-    };
-    if me == 0 {
-        if let Some(s) = describe_source(&placement) {
-            eprintln!("ballast run: allocation: {s}");
-        }
-        for w in &placement.warnings {
-            eprintln!("warning: {w}");
-        }
-    }
-    let start = Instant::now();
-    let mut native = false;
-    let mut notes = Vec::new();
-    let outcomes = job.run(cfg, &mut |comm, process_start| {
-        native = comm.is_mpi_native();
-        notes = comm.notes().to_vec();
-        let mut mine = run_rank(comm, &input.circuit, &placement.rank_of, &params)?;
-        mine.stamp(me, process_start);
-        gather::gather(comm, &mine)
-    })?;
-    let seconds = start.elapsed().as_secs_f64();
-    if me != 0 {
-        return Ok(());
-    }
-    // The MPI native path asked for but not taken (the communicator's notes say why): the
-    // report's predictions are the engine path's.
-    let engine_cfg;
-    let cfg = if cfg.transport().kind == TransportKind::Mpi && cfg.transport().mpi_native && !native {
-        engine_cfg = cfg.to_builder().mpi_native(false).build()?;
-        &engine_cfg
-    } else {
-        cfg
-    };
-    let mut report = build_report(
-        &input,
-        &placement,
-        &outcomes,
-        cfg,
-        &params,
-        args.lb_mode,
-        seconds,
-        &args.output.join("out.dat"),
-    )?;
-    report.transport_notes = notes;
-    write_outputs(&args.output, &report, &outcomes, params.dt_ms)?;
-    if let Some(d) = output_dir {
-        d.keep();
-    }
-    print_report(&report, args.json)?;
-    print_written(&written_files(&placement, size, &args.output), args.json)
-}
-
-#[cfg(feature = "mpi")]
-struct MpiJob(ballast_runtime::mpi::Mpi);
-
-#[cfg(feature = "mpi")]
-impl Job for MpiJob {
-    fn rank(&self) -> usize {
-        self.0.rank()
-    }
-    fn size(&self) -> usize {
-        self.0.size()
-    }
-    fn barrier(&mut self) -> anyhow::Result<()> {
-        use ballast_runtime::mpi::rsmpi::collective::CommunicatorCollectives as _;
-        self.0.world().barrier();
-        Ok(())
-    }
-    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> anyhow::Result<Vec<RankOutcome>> {
-        let process_start = ProcStatus::read_self().unwrap_or_default();
-        Ok(self.0.run(cfg, |comm| f(comm, process_start))??)
-    }
-    fn launcher(&self) -> &'static str {
-        "mpirun"
+    let plan = plan(args, &input, &params);
+    match ballast_sim::launch::run_per_process(job, cfg, plan, &mut print_placement)? {
+        Some(finished) => print_finished(&finished, size, args),
+        None => Ok(()),
     }
 }
 
 #[cfg(feature = "mpi")]
 fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+    use ballast_sim::launch::{leave_mpi_on_error, MpiJob};
     let mut job = MpiJob(ballast_runtime::mpi::Mpi::init()?);
     let out = run_per_process(args, cfg, &mut job);
     leave_mpi_on_error(job.0, out)
 }
 
-/// Ends this process' use of MPI: finalises it on success; on an error, skips
-/// `MPI_Finalize` (which waits for every process, and the others may be waiting for this
-/// one: the job would hang with the error unprinted), so that the error is printed and the
-/// process exits non-zero, which makes the launcher (`mpirun`, `srun`) end the job.
-#[cfg(feature = "mpi")]
-pub(crate) fn leave_mpi_on_error<T>(
-    mpi: ballast_runtime::mpi::Mpi,
-    out: anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    if out.is_err() {
-        std::mem::forget(mpi);
-    }
-    out
-}
-
 #[cfg(not(feature = "mpi"))]
 fn run_mpi(_: &RunArgs, _: &RuntimeConfig) -> anyhow::Result<()> {
     unreachable!("check_transport refuses mpi without the feature")
-}
-
-/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::bootstrap::Launch`]
-/// (TCP at `BALLAST_ROOT`, or MPI under `mpirun` in a build with `mpi`).
-#[cfg(feature = "verbs")]
-struct VerbsJob(ballast_runtime::bootstrap::Launch);
-
-#[cfg(feature = "verbs")]
-impl Job for VerbsJob {
-    fn rank(&self) -> usize {
-        self.0.rank()
-    }
-    fn size(&self) -> usize {
-        self.0.size()
-    }
-    fn barrier(&mut self) -> anyhow::Result<()> {
-        self.0.bootstrap().all_gather(&[])?;
-        Ok(())
-    }
-    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> anyhow::Result<Vec<RankOutcome>> {
-        use ballast_runtime::verbs;
-        let process_start = ProcStatus::read_self().unwrap_or_default();
-        let kept0 = self.0.bootstrap().kept();
-        let mut comm = verbs::communicator(self.0.bootstrap(), cfg)?;
-        // Under mpirun, what MPI kept while the addresses were exchanged is not verbs'.
-        let baseline = self.0.bootstrap().kept().since(&kept0).shift(&process_start);
-        // A failed rank drops its communicator unfinished: the others see its control
-        // connections end instead of waiting for it in the finish.
-        let out = f(&mut comm, baseline)?;
-        verbs::finish(comm)?;
-        Ok(out)
-    }
-    fn launcher(&self) -> &'static str {
-        "the launcher"
-    }
 }
 
 #[cfg(feature = "verbs")]
@@ -851,7 +374,7 @@ fn run_verbs_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()
     // `mpi` and `verbs`): MPI carries the start-up exchange (the control listeners'
     // addresses); the data goes over verbs. The launch frees its MPI communicator before it
     // finalises MPI; after an error it leaves MPI unfinalised (see `Launch::abandon`).
-    let mut job = VerbsJob(ballast_runtime::bootstrap::Launch::new(cfg)?);
+    let mut job = ballast_sim::launch::VerbsJob(ballast_runtime::bootstrap::Launch::new(cfg)?);
     let out = run_per_process(args, cfg, &mut job);
     if out.is_err() {
         job.0.abandon();

@@ -153,7 +153,7 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
 /// A population as `stats --json` lists it: its name and statistics (KB figures null
 /// without `--memory-usage`), the same objects as `dry-run --json`'s.
 fn population_json(name: &str, s: &ballast_balancer::LoadStats, with_kb: bool) -> serde_json::Value {
-    let mut v = crate::dry_run::population_json(name, s);
+    let mut v = crate::output::population_json(name, s);
     if !with_kb {
         for key in [
             "total_kb",

@@ -7,7 +7,7 @@ use std::process::Output;
 
 use ballast_balancer::circuit::{dry_run_from_circuit, MetypeMemory};
 use ballast_balancer::sonata::Circuit;
-use ballast_balancer::transport_aware::{balance_transport_aware, TransportCharge};
+use ballast_balancer::transport_aware::balance_transport_aware;
 use ballast_balancer::BalancerConfig;
 use ballast_runtime::{RecvSharing, TransportConfig};
 use serde_json::Value;
@@ -116,12 +116,10 @@ fn transport_aware_is_never_above_blind_on_the_shared_circuits() {
         let (dry_run, network) = dry_run_from_circuit(&circuit, &defaults()).unwrap();
         for ranks in [2, 5, 16] {
             let config = BalancerConfig::builder().ranks(ranks).cycles(2).build().unwrap();
-            let charge = TransportCharge {
-                config: TransportConfig {
-                    recv_sharing: RecvSharing::PerPeer,
-                    ..Default::default()
-                },
-            };
+            let charge = ballast_sim::transport_charge(&TransportConfig {
+                recv_sharing: RecvSharing::PerPeer,
+                ..Default::default()
+            });
             let r = balance_transport_aware(&dry_run, &network, &config, &charge);
             assert!(
                 r.aware.loads.max_total_kb() <= r.blind.loads.max_total_kb(),

@@ -7,23 +7,32 @@
 //! allgather spike exchange over a `Communicator`), [`run`] (the per-rank driver), [`gather`]
 //! (outcomes to every process after the run),
 //! [`input`] (circuits to simulate), [`placement`] (which rank holds which cell),
-//! [`report`] (`out.dat`, `report.json`, the per-rank table).
+//! [`report`] (`out.dat`, `report.json`, the per-rank table, the report of a run),
+//! [`check`] (memory and device checks at start), [`launch`] (a run from checks to
+//! outputs: ranks as threads, or one rank per process over MPI or verbs), [`outputs`] (the
+//! output directory and files).
 #![deny(unsafe_code)]
 
+pub mod check;
 pub mod exchange;
 pub mod gather;
 pub mod input;
+pub mod launch;
 pub mod model;
+pub mod outputs;
 pub mod placement;
 pub mod report;
 pub mod run;
 
 pub use exchange::{ExchangeKind, ExchangeStats, Spike};
 pub use input::SimInput;
+#[cfg(feature = "verbs")]
+pub use launch::run_verbs_threads;
+pub use launch::{run_local, run_ranks_as_threads};
 pub use placement::{LbMode, Placement};
-pub use run::{run_rank, run_rank_counted, RankOutcome, SimCircuit, SimParams};
+pub use run::{run_rank, RankOutcome, SimCircuit, SimParams};
 
-use std::sync::atomic::AtomicU64;
+use ballast_balancer::transport_aware::TransportCharge;
 
 /// Errors of the proxy simulation.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +50,39 @@ pub enum SimError {
     /// Bad parameters or inconsistent input.
     #[error("invalid input: {0}")]
     Input(String),
+    /// Memory at start that does not fit.
+    #[error(transparent)]
+    Memory(#[from] check::MemoryError),
+    /// The allocation file could not be read or written.
+    #[error("the allocation file in {} (--allocation-dir chooses that directory)", .dir.display())]
+    Placement {
+        /// The allocation directory.
+        dir: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: Box<SimError>,
+    },
+    /// The output directory cannot be created or written.
+    #[error("cannot write the outputs in {} (--output chooses the directory)", .path.display())]
+    OutputDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An output directory could not be created.
+    #[error("cannot create output directory {}", .path.display())]
+    CreateDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The report could not be serialised.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
     /// Writing an output failed.
     #[error("{path}: {source}")]
     Io {
@@ -52,86 +94,22 @@ pub enum SimError {
     },
 }
 
-/// Runs the simulation on `ranks` threads of this process over the `local` transport and
-/// returns every rank's outcome, by rank (all stamped process 0, with the process'
-/// counters from before the communicators were created).
-pub fn run_local(
-    circuit: &SimCircuit,
-    rank_of: &[u32],
-    ranks: usize,
-    config: &ballast_runtime::RuntimeConfig,
-    params: &SimParams,
-) -> Result<Vec<RankOutcome>, SimError> {
-    run_local_counted(circuit, rank_of, ranks, config, params, &AtomicU64::new(0))
-}
-
-/// [`run_local`] counting the windows every rank finished in `windows_done` (see
-/// [`run_rank_counted`]).
-pub fn run_local_counted(
-    circuit: &SimCircuit,
-    rank_of: &[u32],
-    ranks: usize,
-    config: &ballast_runtime::RuntimeConfig,
-    params: &SimParams,
-    windows_done: &AtomicU64,
-) -> Result<Vec<RankOutcome>, SimError> {
-    let start = ballast_runtime::ProcStatus::read_self().unwrap_or_default();
-    let results = ballast_runtime::local::run(ranks, config, |comm| {
-        run_rank_counted(comm, circuit, rank_of, params, windows_done)
-    })?;
-    stamped(results, start)
-}
-
-/// Runs the simulation on `ranks` threads of this process, each with its own verbs
-/// communicator on the device `config.verbs()` selects (`BALLAST_IB_DEVICE`, else the first
-/// active one), meeting through an in-process bootstrap; returns every rank's outcome, by
-/// rank. Errors: the runtime's (no device, memlock limit, a failed rank) and the ranks'.
-#[cfg(feature = "verbs")]
-pub fn run_verbs_threads(
-    circuit: &SimCircuit,
-    rank_of: &[u32],
-    ranks: usize,
-    config: &ballast_runtime::RuntimeConfig,
-    params: &SimParams,
-) -> Result<Vec<RankOutcome>, SimError> {
-    run_verbs_threads_counted(circuit, rank_of, ranks, config, params, &AtomicU64::new(0))
-}
-
-/// [`run_verbs_threads`] counting the windows every rank finished in `windows_done` (see
-/// [`run_rank_counted`]).
-#[cfg(feature = "verbs")]
-pub fn run_verbs_threads_counted(
-    circuit: &SimCircuit,
-    rank_of: &[u32],
-    ranks: usize,
-    config: &ballast_runtime::RuntimeConfig,
-    params: &SimParams,
-    windows_done: &AtomicU64,
-) -> Result<Vec<RankOutcome>, SimError> {
-    let mut boot = ballast_runtime::bootstrap::LocalBootstrap::group(1)?
-        .pop()
-        .expect("a group of one");
-    let start = ballast_runtime::ProcStatus::read_self().unwrap_or_default();
-    let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, |comm| {
-        run_rank_counted(comm, circuit, rank_of, params, windows_done)
-    })?;
-    // run_ranks returns this process' ranks in ascending order: all of them here.
-    stamped(results.into_iter().map(|(_, r)| r), start)
-}
-
-fn stamped(
-    results: impl IntoIterator<Item = Result<RankOutcome, SimError>>,
-    start: ballast_runtime::ProcStatus,
-) -> Result<Vec<RankOutcome>, SimError> {
-    results
-        .into_iter()
-        .map(|r| {
-            r.map(|mut o| {
-                o.stamp(0, start);
-                o
-            })
-        })
-        .collect()
+/// Transport-aware balancing's charge from the runtime's footprint model: a rank with
+/// `peers` peers in a world of `world_size` ranks is charged
+/// `t.predict(peers, world_size, t.ranks_per_node).total_bytes()` bytes (the one formula),
+/// with peers counted as peer nodes under XRC, every rank connected to all others without
+/// `lazy_connect`, and `t.ranks_per_node` ranks per node.
+pub fn transport_charge(t: &ballast_runtime::TransportConfig) -> TransportCharge {
+    let config = *t;
+    let mut charge = TransportCharge::new(move |peers, world_size| {
+        config
+            .predict(peers, world_size, config.ranks_per_node)
+            .total_bytes()
+    });
+    charge.per_node = t.recv_sharing == ballast_runtime::RecvSharing::Xrc;
+    charge.lazy_connect = t.lazy_connect;
+    charge.ranks_per_node = t.ranks_per_node;
+    charge
 }
 
 /// All spikes of all ranks, sorted by (step, global cell index).

@@ -173,7 +173,7 @@ pub struct RankOutcome {
     /// The process' memory counters at the same moment.
     pub process: ProcStatus,
     /// The process' memory counters before its communicator(s) were created (set by the
-    /// driver: [`crate::run_local`], [`crate::run_verbs_threads`], or a per-process run),
+    /// driver: [`crate::launch::run_ranks_as_threads`] or [`crate::launch::run_per_process`]),
     /// so `process - process_start` is what the run added: transport, cell state, tables.
     pub process_start: ProcStatus,
     /// Which process held this rank (0 when all ranks are threads of one process; the
@@ -192,24 +192,15 @@ impl RankOutcome {
 }
 
 /// Runs this rank's part of the simulation over `comm`. `rank_of[c]` is the rank of global
-/// cell `c` (every rank must be given the same). Collective over all ranks of `comm`.
+/// cell `c` (every rank must be given the same). Collective over all ranks of `comm`. With
+/// `windows_done`, adds 1 to it after each min-delay window (for a progress display: ranks
+/// sharing one counter count `windows × ranks` in all).
 pub fn run_rank(
     comm: &mut Communicator,
     circuit: &SimCircuit,
     rank_of: &[u32],
     params: &SimParams,
-) -> Result<RankOutcome, SimError> {
-    run_rank_counted(comm, circuit, rank_of, params, &AtomicU64::new(0))
-}
-
-/// [`run_rank`] that adds 1 to `windows_done` after each min-delay window (for a progress
-/// display: ranks sharing one counter count `windows × ranks` in all).
-pub fn run_rank_counted(
-    comm: &mut Communicator,
-    circuit: &SimCircuit,
-    rank_of: &[u32],
-    params: &SimParams,
-    windows_done: &AtomicU64,
+    windows_done: Option<&AtomicU64>,
 ) -> Result<RankOutcome, SimError> {
     let me = comm.rank();
     let world = comm.world_size();
@@ -340,7 +331,9 @@ pub fn run_rank_counted(
                 }
             }
         }
-        windows_done.fetch_add(1, Ordering::Relaxed);
+        if let Some(done) = windows_done {
+            done.fetch_add(1, Ordering::Relaxed);
+        }
     }
     let footprint = comm.footprint();
     let memory_lock = comm.memory_lock();

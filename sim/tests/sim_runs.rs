@@ -49,6 +49,7 @@ fn run(
         ranks as usize,
         &cfg,
         &params(exchange),
+        None,
     )
     .unwrap();
     (out_dat(&all_spikes(&out), 0.025), out, p.rank_of)

@@ -6,7 +6,7 @@
 mod common;
 
 use ballast_balancer::circuit::MetypeMemory;
-use ballast_balancer::transport_aware::{evaluate, CellCosts, TransportCharge};
+use ballast_balancer::transport_aware::{evaluate, CellCosts};
 use ballast_runtime::{RecvSharing, RuntimeConfig};
 use ballast_sim::placement::place;
 use ballast_sim::report::{out_dat, predicted_footprint};
@@ -48,12 +48,10 @@ fn allen_layer4_peers_and_footprint_as_predicted_and_identical_spikes() {
                 work.path(),
             )
             .unwrap();
-            let outs = run_local(&input.circuit, &p.rank_of, ranks as usize, &cfg, &params).unwrap();
+            let outs = run_local(&input.circuit, &p.rank_of, ranks as usize, &cfg, &params, None).unwrap();
             // The balancer's prediction: transport_aware::evaluate charges exactly these peers.
             let costs = CellCosts::new(&input.dry_run, &input.circuit.network.offsets);
-            let charge = TransportCharge {
-                config: *cfg.transport(),
-            };
+            let charge = ballast_sim::transport_charge(cfg.transport());
             let loads = evaluate(
                 &input.circuit.network,
                 &costs,
@@ -130,7 +128,7 @@ fn ringtest_delays_come_from_the_edges_and_spikes_do_not_depend_on_ranks() {
             work.path(),
         )
         .unwrap();
-        let outs = run_local(&input.circuit, &p.rank_of, ranks as usize, &cfg, &params).unwrap();
+        let outs = run_local(&input.circuit, &p.rank_of, ranks as usize, &cfg, &params, None).unwrap();
         let got = out_dat(&all_spikes(&outs), params.dt_ms);
         match &reference {
             None => reference = Some(got),

@@ -63,6 +63,7 @@ fn verbs_threads_give_the_local_spikes_and_the_predicted_footprint() {
         1,
         &RuntimeConfig::default(),
         &params(ExchangeKind::P2p),
+        None,
     )
     .unwrap();
     let reference = out_dat(&all_spikes(&local), 0.025);
@@ -82,7 +83,8 @@ fn verbs_threads_give_the_local_spikes_and_the_predicted_footprint() {
             .build()
             .unwrap();
         let p = place(mode, &input.dry_run, offsets, ranks as u32, dir.path()).unwrap();
-        let outs = run_verbs_threads(&input.circuit, &p.rank_of, ranks, &cfg, &params(exchange)).unwrap();
+        let outs =
+            run_verbs_threads(&input.circuit, &p.rank_of, ranks, &cfg, &params(exchange), None).unwrap();
         assert_eq!(outs.len(), ranks);
         assert_eq!(
             out_dat(&all_spikes(&outs), 0.025),

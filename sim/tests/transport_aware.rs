@@ -1,18 +1,16 @@
 //! Transport-aware balancing on synthetic circuits: never worse than transport-blind, and
-//! strictly better where per-peer receive buffers make peers expensive.
+//! strictly better where per-peer receive buffers make peers expensive; the charge is the
+//! runtime's footprint model ([`ballast_sim::transport_charge`]).
 use ballast_balancer::synthetic::{generate_circuit, CircuitSpec, SyntheticSpec};
-use ballast_balancer::transport_aware::{
-    balance_transport_aware, evaluate, rank_of_allocation, CellCosts, TransportCharge,
-};
+use ballast_balancer::transport_aware::{balance_transport_aware, evaluate, rank_of_allocation, CellCosts};
 use ballast_balancer::BalancerConfig;
 use ballast_runtime::{RecvSharing, TransportConfig};
+use ballast_sim::transport_charge;
 
-fn charge(sharing: RecvSharing) -> TransportCharge {
-    TransportCharge {
-        config: TransportConfig {
-            recv_sharing: sharing,
-            ..TransportConfig::default()
-        },
+fn transport(sharing: RecvSharing) -> TransportConfig {
+    TransportConfig {
+        recv_sharing: sharing,
+        ..TransportConfig::default()
     }
 }
 
@@ -34,9 +32,10 @@ fn per_peer_charge_is_lowered_by_co_locating_connected_cells() {
     // Deep per-peer receive queues (64 × 64 KiB = 4 MiB per peer, the order of what
     // per-peer RC receive queues pin in MPI libraries tuned for bandwidth): peers are
     // expensive, so where connected cells sit matters.
-    let mut per_peer = charge(RecvSharing::PerPeer);
-    per_peer.config.recv_depth = 64;
-    per_peer.config.buffer_size = 65536;
+    let mut per_peer = transport(RecvSharing::PerPeer);
+    per_peer.recv_depth = 64;
+    per_peer.buffer_size = 65536;
+    let per_peer = transport_charge(&per_peer);
     let result = balance_transport_aware(&circuit.dry_run, &circuit.network, &config, &per_peer);
     let (blind, aware) = (&result.blind.loads, &result.aware.loads);
     eprintln!("tried: {:?}", result.tried);
@@ -82,8 +81,9 @@ fn never_worse_than_blind_in_any_mode() {
     for sharing in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
         for ranks in [1, 7, 32] {
             let config = BalancerConfig::builder().ranks(ranks).build().unwrap();
-            let mut ch = charge(sharing);
-            ch.config.ranks_per_node = 4;
+            let mut t = transport(sharing);
+            t.ranks_per_node = 4;
+            let ch = transport_charge(&t);
             let r = balance_transport_aware(&circuit.dry_run, &circuit.network, &config, &ch);
             assert!(
                 r.aware.loads.max_total_kb() <= r.blind.loads.max_total_kb(),

@@ -1,11 +1,15 @@
-//! Transport-aware balancing: charge each rank the transport memory Ballast's runtime will
-//! use there, from its peer count, and minimise the largest rank *total* (cells + synapses +
-//! transport).
+//! Transport-aware balancing: charge each rank the transport memory the communication
+//! runtime will use there, from its peer count, and minimise the largest rank *total*
+//! (cells + synapses + transport).
 //!
-//! The charge is `ballast_runtime::TransportConfig::predict(peers, world_size,
-//! ranks_per_node).total_bytes()` — the runtime's own formula, called, not copied. Peers
-//! come from the circuit's connectivity ([`Network::peers`]); with `lazy_connect` off every
-//! rank pays for all others, and for `xrc` peers are counted as peer nodes.
+//! The charge is a function `(peers, world_size) -> bytes` ([`TransportCharge`]) given by
+//! the caller: the `ballast` command passes the runtime's own formula
+//! (`ballast_runtime::TransportConfig::predict(peers, world_size, ranks_per_node)
+//! .total_bytes()`, through `ballast_sim::transport_charge`), called, not copied; this crate
+//! does not depend on the runtime. Peers come from the circuit's connectivity
+//! ([`Network::peers`]); with every rank connected at start ([`TransportCharge::lazy_connect`]
+//! off) every rank pays for all others, and with [`TransportCharge::per_node`] (XRC) peers
+//! are counted as peer nodes.
 //!
 //! # Algorithm
 //! Candidates, each evaluated exactly (peers recomputed from the placement), the best
@@ -27,8 +31,8 @@
 //! O(cells log ranks). Cycles: each rank's cells are then split into its `cycles` buckets by
 //! LPT (transport memory is per rank, not per cycle).
 use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
 
-use ballast_runtime::{RecvSharing, TransportConfig};
 use serde::Serialize;
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
@@ -36,26 +40,57 @@ use crate::dryrun::{DryRun, SYNAPSE_KB};
 use crate::network::Network;
 use crate::strategy::{balance, BalancerConfig, Lightest, Strategy};
 
-/// How transport memory is charged to ranks.
-#[derive(Debug, Clone, PartialEq)]
+/// The transport memory of one rank, bytes, from its counted peers (peer ranks, or peer
+/// nodes with [`TransportCharge::per_node`]) and the world size in ranks.
+pub type ChargeFn = dyn Fn(usize, usize) -> u64 + Send + Sync;
+
+/// How transport memory is charged to ranks: the bytes of a rank with `peers` peers in a
+/// world of `world_size` ranks, and how its peers are counted.
+#[derive(Clone)]
 pub struct TransportCharge {
-    /// The runtime configuration whose footprint is charged.
-    pub config: TransportConfig,
+    bytes: Arc<ChargeFn>,
+    /// Peers are counted as peer nodes (other nodes holding a peer), as XRC shares one
+    /// receive queue per node. Default: off (peer ranks).
+    pub per_node: bool,
+    /// Endpoints open on the first message (the runtime's `lazy_connect`); off, every rank
+    /// pays for all the others. Default: on.
+    pub lazy_connect: bool,
+    /// Consecutive ranks per node, for counting peer nodes (at least 1). Default: 1.
+    pub ranks_per_node: usize,
 }
 
 impl TransportCharge {
+    /// A charge of `bytes(peers, world_size)` bytes per rank, peers counted as ranks, with
+    /// lazy connections and 1 rank per node (change the public fields for others).
+    pub fn new(bytes: impl Fn(usize, usize) -> u64 + Send + Sync + 'static) -> TransportCharge {
+        TransportCharge {
+            bytes: Arc::new(bytes),
+            per_node: false,
+            lazy_connect: true,
+            ranks_per_node: 1,
+        }
+    }
+
+    /// Bytes charged to a rank with `peers` counted peers in a world of `world_size` ranks.
+    pub fn bytes(&self, peers: usize, world_size: usize) -> u64 {
+        (self.bytes)(peers, world_size)
+    }
+
     /// KB charged to a rank with `peers` peer ranks (`peer_nodes` peer nodes) in a world
     /// of `world_size` ranks.
     pub fn charge_kb(&self, peers: usize, peer_nodes: usize, world_size: usize) -> f64 {
-        let counted = if self.config.recv_sharing == RecvSharing::Xrc {
-            peer_nodes
-        } else {
-            peers
-        };
-        self.config
-            .predict(counted, world_size, self.config.ranks_per_node)
-            .total_bytes() as f64
-            / 1024.0
+        let counted = if self.per_node { peer_nodes } else { peers };
+        self.bytes(counted, world_size) as f64 / 1024.0
+    }
+}
+
+impl std::fmt::Debug for TransportCharge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransportCharge")
+            .field("per_node", &self.per_node)
+            .field("lazy_connect", &self.lazy_connect)
+            .field("ranks_per_node", &self.ranks_per_node)
+            .finish_non_exhaustive()
     }
 }
 
@@ -139,8 +174,8 @@ pub fn evaluate(
         synapses_kb[r as usize] += costs.synapse_kb[c];
     }
     let sets = network.peers(rank_of, ranks);
-    let lazy = charge.is_none_or(|ch| ch.config.lazy_connect);
-    let rpn = charge.map_or(1, |ch| ch.config.ranks_per_node.max(1));
+    let lazy = charge.is_none_or(|ch| ch.lazy_connect);
+    let rpn = charge.map_or(1, |ch| ch.ranks_per_node.max(1));
     let (peers, peer_nodes): (Vec<usize>, Vec<usize>) = if lazy {
         (
             (0..ranks).map(|r| sets.count(r)).collect(),

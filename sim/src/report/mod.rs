@@ -17,6 +17,9 @@ use crate::exchange::Spike;
 use crate::run::RankOutcome;
 use crate::SimError;
 
+mod build;
+pub use build::{build_report, describe_source, mismatches};
+
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename
 /// ([`ballast_balancer::dryrun::write_atomically`]: readable like any new file, 0666 less the umask).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SimError> {
