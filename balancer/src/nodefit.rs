@@ -239,15 +239,15 @@ mod tests {
     fn the_transport_charge_adds_nodes() {
         // 4 cells of 100 KB on a ring (each connected to the next): with a charge of 100 KB
         // per peer, a rank of 1 cell has 2 peers (300 KB) and 2 ranks of 2 cells have 1 peer
-        // each (300 KB): a 250 KB node fits nowhere, a 300 KB one from 2 nodes on.
+        // each (300 KB): a 300 KB node fits from 2 nodes on.
         let d = uniform(4, 100.0);
         let ring: Vec<(u32, u32)> = (0..4).map(|c| ((c + 1) % 4, c)).collect();
         let net = Network::from_pairs(vec![0, 4], &ring).unwrap();
         let charge = TransportCharge::new(|peers, _| peers as u64 * 100 * 1024);
         let f = fewest_nodes(&d, Some(&net), &config(), Some(&charge), 1, 300.0).unwrap();
         assert_eq!(f.nodes, 2);
-        // The fitted count really fits: its largest node is at most 300 KB, and one fewer
-        // (1 node, 400 KB of cells alone) does not.
+        // The fitted count really fits: both nodes hold exactly 300 KB, as `evaluate`
+        // recomputes from the allocation (1 node, 400 KB of cells, is below the lower bound).
         let c = BalancerConfig::builder().ranks(2).build().unwrap();
         let b = balance_charged(&d, Some(&net), &c, Some(&charge));
         let loads = b.loads.unwrap();
@@ -263,9 +263,15 @@ mod tests {
             ),
             loads
         );
-        let e = fewest_nodes(&d, Some(&net), &config(), Some(&charge), 1, 250.0).unwrap_err();
+    }
+
+    #[test]
+    fn a_cell_larger_than_a_node_fits_no_count() {
+        // One cell of 500 KB and nodes of 250 KB: every count up to 2^20 is tried and fails.
+        let d = uniform(1, 500.0);
+        let e = fewest_nodes(&d, None, &config(), None, 1, 250.0).unwrap_err();
         assert!(
-            matches!(e, NodeFitError::NoFit { nodes, .. } if nodes > MAX_NODES),
+            matches!(e, NodeFitError::NoFit { nodes, .. } if nodes == 2 * MAX_NODES),
             "{e}"
         );
         assert!(
