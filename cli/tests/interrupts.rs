@@ -3,27 +3,11 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::ballast;
-
-fn run(args: &[&str], dir: &Path) -> Output {
-    ballast()
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run ballast")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
 
 fn files_in(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
@@ -34,6 +18,7 @@ fn files_in(dir: &Path) -> Vec<String> {
     v
 }
 
+/// Whether `pid` has a file open in `dir` (by /proc/PID/fd), and whether it is unnamed.
 fn open_in(pid: u32, dir: &Path) -> Option<bool> {
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
     fds.filter_map(|e| fs::read_link(e.ok()?.path()).ok())

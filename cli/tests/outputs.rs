@@ -173,8 +173,6 @@ fn a_circuit_dry_run_leaves_its_memory_usage_file_unchanged() {
     assert_eq!(digest(&d.join("cell_memory_usage.json")), before);
 }
 
-/// Whether `pid` has a file open in `dir` (by /proc/PID/fd), and whether it is unnamed.
-
 /// A tmpfs mounted for the test, unmounted on drop.
 struct Tmpfs(PathBuf);
 
