@@ -46,15 +46,15 @@ if cargo fmt --version >/dev/null 2>&1; then
 else
     echo "ci/test.sh: SKIP cargo fmt --check: rustfmt is not installed (rustup component add rustfmt)"
 fi
-cargo build --workspace --all-targets --locked --features ballast-balancer/sonata
+cargo build --workspace --all-targets --locked --features ballast/sonata
 # Lints: warnings are errors (the toolchain is pinned by the machine; clippy comes with it).
 if cargo clippy --version >/dev/null 2>&1; then
-    cargo clippy --workspace --all-targets --locked --features ballast-balancer/sonata -- -D warnings
+    cargo clippy --workspace --all-targets --locked --features ballast/sonata -- -D warnings
     echo "ci/test.sh: clippy: no warnings"
 else
     echo "ci/test.sh: SKIP clippy: 'cargo clippy' is not installed (rustup component add clippy)"
 fi
-cargo test --workspace --locked --features ballast-balancer/sonata
+cargo test --workspace --locked --features ballast/sonata
 
 # The MPI transport (feature `mpi`): unit tests, then the MPI test programs under mpirun.
 cargo test -p ballast-runtime --locked --features mpi --lib

@@ -29,7 +29,7 @@ conformance=$(test_bin verbs_conformance)
 cargo build --release --locked -p ballast-bench --features verbs,trace --bin verbs_pingpong --bin verbs_raw_pingpong
 pingpong=$target/release/verbs_pingpong
 raw_pingpong=$target/release/verbs_raw_pingpong
-cargo build --locked -p ballast-balancer --features verbs --bin ballast
+cargo build --locked -p ballast --features verbs --bin ballast
 ballast_bin=$target/debug/ballast
 vm() { "$RXE/run-in-vm.sh" "$@"; }
 

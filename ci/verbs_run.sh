@@ -28,8 +28,8 @@ NAME=ci/verbs_run.sh WHAT="ballast run --transport verbs"
 # not initialised here: the processes meet through BALLAST_ROOT).
 . ci/release_build.sh
 ballast_bin=$ballast_release
-features=ballast-balancer/verbs,ballast-balancer/sonata
-sim_verbs=$(cargo test --locked -p ballast-balancer --features "$features" --test sim_verbs --no-run --message-format=json \
+features=ballast-sim/verbs,ballast-sim/sonata
+sim_verbs=$(cargo test --locked -p ballast-sim --features "$features" --test sim_verbs --no-run --message-format=json \
     | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

@@ -12,14 +12,13 @@ pub mod files;
 pub mod gidmap;
 pub mod limits;
 pub mod network;
+pub mod nodefit;
 pub mod pickle;
-pub mod sim;
 #[cfg(feature = "sonata")]
 pub mod sonata;
 pub mod strategy;
 pub mod summary;
 pub mod synthetic;
-pub mod transport_aware;
 
 pub use allocation::{Allocation, Bucket, GidProblems, PopulationAllocation};
 pub use dryrun::DryRun;
@@ -28,5 +27,5 @@ pub use files::{
     allocation_file_name, load_or_generate, read_allocation, write_allocation, AllocationSource,
     LoadedAllocation,
 };
-pub use strategy::{balance, BalancerConfig, Strategy};
+pub use strategy::{balance, balance_charged, transport_aware, Balanced, BalancerConfig, Strategy};
 pub use summary::{LoadStats, Summary};

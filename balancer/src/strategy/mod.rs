@@ -4,14 +4,25 @@
 //!   lightest bucket, then a move/swap refinement, then buckets dealt to ranks so rank totals
 //!   are even. See [`lpt`].
 //! - [`Strategy::Neurodamus`]: neurodamus' batched greedy, reproduced exactly. See [`neurodamus`].
+//! - Transport-aware balancing: LPT and locality cuts that minimise the largest rank total
+//!   with each rank charged its transport memory by a caller's function of its peers
+//!   ([`TransportCharge`]). See [`transport_aware`].
+//!
+//! [`balance`] runs a [`Strategy`] on the cells alone; [`balance_charged`] is the one entry
+//! point that also knows the circuit's connectivity: transport-aware with a charge, else
+//! the strategy, with every rank's loads (cells, synapses, transport, peers).
 use std::cmp::Ordering;
 
 use crate::allocation::Allocation;
 use crate::dryrun::DryRun;
 use crate::error::{BalancerError, Result};
+use crate::network::Network;
 
 pub mod lpt;
 pub mod neurodamus;
+pub mod transport_aware;
+
+pub use transport_aware::{RankLoads, TransportCharge};
 
 /// Which balancing algorithm to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -123,6 +134,63 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     match config.strategy {
         Strategy::Lpt => lpt::balance(dry_run, config),
         Strategy::Neurodamus => neurodamus::balance(dry_run, config),
+    }
+}
+
+/// What one balancing pass gives: the allocation and, with connectivity, per-rank loads.
+#[derive(Debug, Clone)]
+pub struct Balanced {
+    /// The allocation (`ranks × cycles` buckets).
+    pub allocation: Allocation,
+    /// The transport-blind loads, when the transport charge chose between candidates.
+    pub blind: Option<RankLoads>,
+    /// The chosen allocation's loads (transport included when charged); `None` without a
+    /// network.
+    pub loads: Option<RankLoads>,
+    /// The candidates tried by the transport-aware search: (method, largest rank total KB).
+    pub tried: Vec<(String, f64)>,
+    /// The strategy's name as allocation sidecars record it: `lpt+transport` when charged,
+    /// else [`crate::files::strategy_name`] of `config.strategy`.
+    pub strategy_name: String,
+}
+
+/// Balances `dry_run` for `config`: with both a `network` and a `charge`, transport-aware
+/// ([`transport_aware::balance_transport_aware`], `config.strategy` ignored: LPT
+/// throughout); otherwise with `config.strategy`, the loads evaluated on `network` when
+/// given (charged when `charge` is given too). Memory grows with the bucket count: call
+/// [`BalancerConfig::check_size`] first when the counts come from a user.
+pub fn balance_charged(
+    dry_run: &DryRun,
+    network: Option<&Network>,
+    config: &BalancerConfig,
+    charge: Option<&TransportCharge>,
+) -> Balanced {
+    match (charge, network) {
+        (Some(ch), Some(net)) => {
+            let r = transport_aware::balance_transport_aware(dry_run, net, config, ch);
+            Balanced {
+                allocation: r.allocation,
+                blind: Some(r.blind.loads),
+                loads: Some(r.aware.loads),
+                tried: r.tried,
+                strategy_name: "lpt+transport".to_owned(),
+            }
+        }
+        _ => {
+            let allocation = balance(dry_run, config);
+            let loads = network.map(|net| {
+                let costs = transport_aware::CellCosts::new(dry_run, &net.offsets);
+                let rank_of = transport_aware::rank_of_allocation(&allocation, &net.offsets);
+                transport_aware::evaluate(net, &costs, &rank_of, allocation.ranks as usize, charge)
+            });
+            Balanced {
+                allocation,
+                blind: None,
+                loads,
+                tried: Vec::new(),
+                strategy_name: crate::files::strategy_name(config.strategy),
+            }
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use ballast_balancer::synthetic::{generate_circuit, CircuitSpec, SyntheticSpec};
-use ballast_balancer::transport_aware::{balance_transport_aware, TransportCharge};
+use ballast_balancer::transport_aware::balance_transport_aware;
 use ballast_balancer::BalancerConfig;
 use ballast_runtime::{ProcStatus, RecvSharing, TransportConfig};
 
@@ -47,12 +47,10 @@ fn main() {
         "sharing", "seconds", "blind max KB", "aware max KB", "gain %", "blind peers", "aware peers"
     );
     for sharing in [RecvSharing::PerPeer, RecvSharing::Shared] {
-        let charge = TransportCharge {
-            config: TransportConfig {
-                recv_sharing: sharing,
-                ..TransportConfig::default()
-            },
-        };
+        let charge = ballast_sim::transport_charge(&TransportConfig {
+            recv_sharing: sharing,
+            ..TransportConfig::default()
+        });
         let t = Instant::now();
         let r = balance_transport_aware(&circuit.dry_run, &circuit.network, &config, &charge);
         let secs = t.elapsed().as_secs_f64();

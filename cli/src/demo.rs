@@ -1,0 +1,295 @@
+//! `ballast demo`: the built-in end-to-end example. A synthetic circuit (20,000 cells by
+//! default, realistic metype memory spread, distance-dependent connectivity) is balanced
+//! for 16 ranks (the dry run, writing `allocation_r16_c1.pkl.gz`), then simulated on the
+//! `local` transport with `RoundRobin` and with `--lb-mode=Memory`; the largest and
+//! smallest rank memory of both, the transport footprint predicted under `per-peer`, under
+//! `shared` + `max_endpoints` and under the configuration run, the footprint measured in
+//! the runs, and the check that both runs produced identical spikes are printed side by
+//! side (no run times: each mode runs once, RoundRobin first, so their times are not a
+//! comparison; `docs/BENCHMARKS.md` has measured ones). Exits with an error when the check
+//! fails.
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use ballast_balancer::files::{stage_allocation, strategy_name, AllocationCosts};
+use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
+use ballast_balancer::{balance, BalancerConfig, Strategy};
+use ballast_runtime::{RecvSharing, RuntimeConfig, TransportConfig};
+use ballast_sim::outputs::write_outputs;
+use ballast_sim::placement::place;
+use ballast_sim::report::{build_report, max_min, predicted_footprint, RunReport};
+use ballast_sim::{all_spikes, run_local, LbMode, RankOutcome, SimInput, SimParams};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Arguments of `ballast demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Cells of the synthetic circuit.
+    #[arg(long, default_value_t = 20_000)]
+    cells: usize,
+    /// Synapses per cell.
+    #[arg(long, default_value_t = 300)]
+    synapses_per_cell: u64,
+    /// Ranks (threads of this process).
+    #[arg(long, default_value_t = 16)]
+    ranks: u32,
+    /// Simulated time, ms.
+    #[arg(long, default_value_t = 100.0)]
+    tstop: f64,
+    /// Scale of each cell's estimated memory really allocated (a fraction for the demo).
+    #[arg(long, default_value_t = 0.002)]
+    memory_scale: f64,
+    /// Cap on live endpoints for the `shared` + `max_endpoints` footprint.
+    #[arg(long, default_value_t = 8)]
+    max_endpoints: usize,
+    /// Seed of the circuit and of the cells' drive.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where the allocation file and each run's out.dat and report.json go.
+    #[arg(long, default_value = "ballast-demo")]
+    output: PathBuf,
+}
+
+/// A spinner for one step; finished with the step's time.
+fn step<T>(what: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"));
+    bar.set_message(what.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let start = Instant::now();
+    let out = f();
+    bar.finish_and_clear();
+    eprintln!("ballast demo: {what}: {:.1} s", start.elapsed().as_secs_f64());
+    out
+}
+
+fn mb(kb: f64) -> String {
+    format!("{:.1}", kb / 1024.0)
+}
+
+/// Runs `ballast demo`.
+pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
+    let total = Instant::now();
+    let ranks = args.ranks as usize;
+    std::fs::create_dir_all(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let spec = CircuitSpec {
+        dry_run: SyntheticSpec {
+            cells: args.cells,
+            seed: args.seed,
+            ..SyntheticSpec::default()
+        },
+        synapses: args.cells as u64 * args.synapses_per_cell,
+        ..CircuitSpec::default()
+    };
+    let input: SimInput = step(
+        &format!("generating a synthetic circuit of {} cells", args.cells),
+        || Ok(SimInput::synthetic(&spec)?),
+    )?;
+    outln!("circuit: {}", input.label);
+
+    // The dry run: balance for N ranks and write the allocation file, as `ballast dry-run`.
+    let written = step(&format!("dry run: balancing for {} ranks", args.ranks), || {
+        let config = BalancerConfig::builder()
+            .ranks(args.ranks)
+            .cycles(1)
+            .strategy(Strategy::Lpt)
+            .build()?;
+        let allocation = balance(&input.dry_run, &config);
+        // With its sidecar, as every allocation Ballast writes: both put in place together.
+        let costs = AllocationCosts::new(
+            "ballast demo",
+            &input.dry_run,
+            args.ranks,
+            1,
+            &strategy_name(Strategy::Lpt),
+            "none",
+        );
+        let files = vec![
+            stage_allocation(&args.output, &allocation)?,
+            costs.stage(&args.output)?,
+        ];
+        Ok(ballast_balancer::atomic::commit_all(files)?)
+    })?;
+    for path in &written {
+        outln!("dry run: wrote {}", path.display());
+    }
+
+    let cfg = RuntimeConfig::default();
+    let params = SimParams {
+        tstop_ms: args.tstop,
+        seed: args.seed,
+        memory_scale: args.memory_scale,
+        ..SimParams::default()
+    };
+    let mut runs: Vec<(LbMode, RunReport, Vec<RankOutcome>)> = Vec::new();
+    for mode in [LbMode::RoundRobin, LbMode::Memory] {
+        let placement = place(
+            mode,
+            &input.dry_run,
+            &input.circuit.network.offsets,
+            args.ranks,
+            &args.output,
+        )?;
+        let (outcomes, seconds) = step(
+            &format!(
+                "run --lb-mode={mode} on {} local ranks, {} ms",
+                args.ranks, args.tstop
+            ),
+            || {
+                let start = Instant::now();
+                let o = run_local(&input.circuit, &placement.rank_of, ranks, &cfg, &params, None)?;
+                Ok((o, start.elapsed().as_secs_f64()))
+            },
+        )?;
+        let dir = args.output.join(mode.to_string().to_lowercase());
+        let report = build_report(
+            &input,
+            &placement,
+            &outcomes,
+            &cfg,
+            &params,
+            mode,
+            seconds,
+            &dir.join("out.dat"),
+        )?;
+        write_outputs(&dir, &report, &outcomes, params.dt_ms)?;
+        runs.push((mode, report, outcomes));
+    }
+
+    let t = cfg.transport();
+    let per_peer = TransportConfig {
+        recv_sharing: RecvSharing::PerPeer,
+        max_endpoints: 0,
+        ..*t
+    };
+    let shared_capped = TransportConfig {
+        recv_sharing: RecvSharing::Shared,
+        max_endpoints: args.max_endpoints,
+        ..*t
+    };
+    let as_run = format!(
+        "{}, {}",
+        t.recv_sharing,
+        if t.max_endpoints == 0 {
+            "no endpoint cap".to_string()
+        } else {
+            format!("max_endpoints={}", t.max_endpoints)
+        }
+    );
+    outln!();
+    outln!("{:<60} {:>14} {:>14}", "", "RoundRobin", "Memory");
+    let row = |label: &str, f: &dyn Fn(&RunReport) -> String| -> anyhow::Result<()> {
+        outln!("{:<60} {:>14} {:>14}", label, f(&runs[0].1), f(&runs[1].1));
+        Ok(())
+    };
+    row("largest rank, estimated cell memory (MB)", &|r| {
+        mb(max_min(&r.per_rank, |x| x.estimated_kb).0)
+    })?;
+    row("smallest rank, estimated cell memory (MB)", &|r| {
+        mb(max_min(&r.per_rank, |x| x.estimated_kb).1)
+    })?;
+    row("largest / mean", &|r| {
+        let mean = r.per_rank.iter().map(|x| x.estimated_kb).sum::<f64>() / r.per_rank.len() as f64;
+        format!("{:.3}", max_min(&r.per_rank, |x| x.estimated_kb).0 / mean)
+    })?;
+    row(
+        &format!(
+            "largest rank, Ballast-accounted (MB, --memory-scale {})",
+            args.memory_scale
+        ),
+        &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0),
+    )?;
+    row(
+        &format!(
+            "smallest rank, Ballast-accounted (MB, --memory-scale {})",
+            args.memory_scale
+        ),
+        &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1),
+    )?;
+    row("peers per rank, largest (connected)", &|r| {
+        format!(
+            "{}",
+            r.per_rank.iter().map(|x| x.peers_connected).max().unwrap_or(0)
+        )
+    })?;
+    let tp = |c: TransportConfig| {
+        move |r: &RunReport| {
+            let kb = r
+                .per_rank
+                .iter()
+                .map(|x| predicted_footprint(&c, x.peers_predicted, 0, r.ranks).total_bytes())
+                .max()
+                .unwrap_or(0);
+            format!("{:.0}", kb as f64 / 1024.0)
+        }
+    };
+    outln!("transport per rank, largest (KB), predicted for the circuit's peers:");
+    row("  per-peer", &tp(per_peer))?;
+    row(
+        &format!("  shared + max_endpoints={}", args.max_endpoints),
+        &tp(shared_capped),
+    )?;
+    row(&format!("  {as_run} (the configuration run)"), &tp(*t))?;
+    outln!("transport per rank, largest (KB), measured in the runs:");
+    row(&format!("  {as_run}"), &|r| {
+        format!(
+            "{:.0}",
+            r.per_rank
+                .iter()
+                .map(|x| x.footprint_measured_bytes)
+                .max()
+                .unwrap_or(0) as f64
+                / 1024.0
+        )
+    })?;
+    row("transport measured = predicted, every rank", &|r| {
+        (if r.footprint_match { "yes" } else { "no" }).to_string()
+    })?;
+    row("peers connected = predicted, every rank", &|r| {
+        (if r.peers_match { "yes" } else { "no" }).to_string()
+    })?;
+    row("spikes", &|r| r.spikes.to_string())?;
+    for (mode, r, _) in &runs {
+        for why in [&r.footprint_mismatch, &r.peers_mismatch].into_iter().flatten() {
+            outln!("why not ({mode}): {why}");
+        }
+        for n in &r.notes {
+            outln!("note ({mode}): {n}");
+        }
+    }
+    // The largest reading: the end's, or the runs' (VmHWM can read lower after memory is freed).
+    let hwm = runs.iter().fold(
+        ballast_runtime::ProcStatus::read_self()
+            .map(|p| p.vm_hwm_kb)
+            .unwrap_or(0),
+        |m, (_, r, _)| m.max(r.process_vm_hwm_kb),
+    );
+    outln!("process VmHWM (all ranks, both runs): {} MB", hwm / 1024);
+    outln!(
+        "outputs: {}/{{roundrobin,memory}}/{{out.dat,report.json}}",
+        args.output.display()
+    );
+
+    let (a, b) = (all_spikes(&runs[0].2), all_spikes(&runs[1].2));
+    let checks_ok = runs.iter().all(|r| r.1.peers_match && r.1.footprint_match);
+    if a != b || a.is_empty() {
+        outln!(
+            "check: identical spikes in the RoundRobin and Memory runs: FAILED ({} vs {} spikes)",
+            a.len(),
+            b.len()
+        );
+        bail!("the RoundRobin and Memory runs produced different spikes");
+    }
+    outln!(
+        "check: identical spikes in the RoundRobin and Memory runs ({} spikes): ok",
+        a.len()
+    );
+    if !checks_ok {
+        bail!("peers or transport footprint differ from the prediction (see the table)");
+    }
+    outln!("demo done in {:.1} s", total.elapsed().as_secs_f64());
+    Ok(())
+}

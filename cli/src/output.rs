@@ -1,0 +1,85 @@
+//! What `dry-run` and `stats` print alike: counts in words ("1 rank", "2 ranks"),
+//! neurodamus' per-population warning about buckets that hold none of a population's cells,
+//! and a population's statistics as JSON.
+use ballast_balancer::Allocation;
+use serde_json::json;
+
+/// `n` and the noun, singular for 1: `count(1, "rank")` = "1 rank".
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// One warning per population that is not spread over every (rank, cycle) bucket, as
+/// neurodamus warns ("Population P is not allocated across the full size of ranks and
+/// cycles", `utils/memory.py`), with the count of buckets it leaves empty. Time and
+/// memory are proportional to the allocation's buckets, not to ranks × cycles.
+pub fn population_warnings(allocation: &Allocation) -> Vec<String> {
+    let buckets = u64::from(allocation.ranks) * u64::from(allocation.cycles);
+    allocation
+        .populations
+        .iter()
+        .filter_map(|p| {
+            let held = p
+                .buckets
+                .iter()
+                .filter(|(b, gids)| b.rank < allocation.ranks && b.cycle < allocation.cycles && !gids.is_empty())
+                .count() as u64;
+            (held < buckets).then(|| {
+                format!(
+                    "population {} is not allocated across the full size of ranks and cycles: {} of {} hold none of its cells; consider fewer ranks or cycles",
+                    p.name,
+                    buckets - held,
+                    count(buckets, "bucket")
+                )
+            })
+        })
+        .collect()
+}
+
+/// A population's statistics as a JSON object with its name (`dry-run --json` and `stats
+/// --json` both list populations as such objects).
+pub fn population_json(name: &str, stats: &ballast_balancer::LoadStats) -> serde_json::Value {
+    let mut v = json!({ "name": name });
+    if let (Some(o), Ok(serde_json::Value::Object(s))) = (v.as_object_mut(), serde_json::to_value(stats)) {
+        o.extend(s);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ballast_balancer::{Bucket, PopulationAllocation};
+
+    #[test]
+    fn counts_and_population_warnings() {
+        assert_eq!(count(1u32, "rank"), "1 rank");
+        assert_eq!(count(0u32, "rank"), "0 ranks");
+        assert_eq!(count(4u32, "cycle"), "4 cycles");
+        let pop = |name: &str, ranks: &[u32]| PopulationAllocation {
+            name: name.into(),
+            buckets: ranks
+                .iter()
+                .map(|&r| (Bucket { rank: r, cycle: 0 }, vec![r]))
+                .collect(),
+        };
+        let a = Allocation {
+            ranks: 3,
+            cycles: 1,
+            populations: vec![pop("full", &[0, 1, 2]), pop("small", &[1])],
+        };
+        let w = population_warnings(&a);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("population small is not allocated across the full size")
+                && w[0].contains("2 of 3 buckets"),
+            "{}",
+            w[0]
+        );
+    }
+}

@@ -1,0 +1,375 @@
+//! Running the simulation of a circuit as `ballast run` does, from checks to outputs: the
+//! ranks as threads of this process ([`run_threads`], `local` or `verbs` on one device), or
+//! one rank per process ([`run_per_process`] over a [`Job`]: [`MpiJob`] under `mpirun`,
+//! [`VerbsJob`] under a launcher that sets `BALLAST_ROOT` and the rank/size variables).
+//! Both check the memory before anything is written ([`crate::check`]), place the cells,
+//! run, build the report and write `out.dat` and `report.json`.
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
+
+use ballast_runtime::{Communicator, ProcStatus, RuntimeConfig, TransportKind};
+
+use crate::check::check_memory;
+use crate::input::SimInput;
+use crate::outputs::{prepare_output_dir, write_outputs, OutputDir};
+use crate::placement::{place, LbMode, Placement};
+use crate::report::{build_report, RunReport};
+use crate::run::{run_rank, RankOutcome, SimCircuit, SimParams};
+use crate::SimError;
+
+/// What to run: the circuit, the parameters, the placement mode and where the allocation
+/// file and the outputs go.
+#[derive(Clone, Copy)]
+pub struct RunPlan<'a> {
+    /// The circuit and its dry run.
+    pub input: &'a SimInput,
+    /// Simulation parameters.
+    pub params: &'a SimParams,
+    /// How cells are placed.
+    pub lb_mode: LbMode,
+    /// Where `allocation_r{N}_c1.pkl.gz` is read or written.
+    pub allocation_dir: &'a Path,
+    /// Where `out.dat` and `report.json` go.
+    pub output: &'a Path,
+}
+
+impl RunPlan<'_> {
+    /// Places the cells on `ranks` ranks; errors name the allocation directory.
+    fn place(&self, ranks: usize) -> Result<Placement, SimError> {
+        place(
+            self.lb_mode,
+            &self.input.dry_run,
+            &self.input.circuit.network.offsets,
+            ranks as u32,
+            self.allocation_dir,
+        )
+        .map_err(|source| SimError::Placement {
+            dir: self.allocation_dir.to_owned(),
+            source: Box::new(source),
+        })
+    }
+
+    /// The report of a finished run whose outcomes are `outcomes`.
+    fn report(
+        &self,
+        placement: &Placement,
+        outcomes: &[RankOutcome],
+        cfg: &RuntimeConfig,
+        seconds: f64,
+    ) -> Result<RunReport, SimError> {
+        build_report(
+            self.input,
+            placement,
+            outcomes,
+            cfg,
+            self.params,
+            self.lb_mode,
+            seconds,
+            &self.output.join("out.dat"),
+        )
+    }
+
+    /// Writes the outputs, then keeps the output directory.
+    fn write(&self, report: &RunReport, outcomes: &[RankOutcome], dir: OutputDir) -> Result<(), SimError> {
+        write_outputs(self.output, report, outcomes, self.params.dt_ms)?;
+        dir.keep();
+        Ok(())
+    }
+}
+
+/// A finished run, on the process that wrote the outputs.
+#[derive(Debug)]
+pub struct Finished {
+    /// The report written to `report.json`.
+    pub report: RunReport,
+    /// Where the cells ran.
+    pub placement: Placement,
+}
+
+/// Runs the simulation on `ranks` threads of this process: [`run_verbs_threads`] with
+/// `--transport verbs` (`config.transport().kind`), else [`run_local`].
+pub fn run_ranks_as_threads(
+    circuit: &SimCircuit,
+    rank_of: &[u32],
+    ranks: usize,
+    config: &RuntimeConfig,
+    params: &SimParams,
+    windows_done: Option<&AtomicU64>,
+) -> Result<Vec<RankOutcome>, SimError> {
+    #[cfg(feature = "verbs")]
+    if config.transport().kind == TransportKind::Verbs {
+        return run_verbs_threads(circuit, rank_of, ranks, config, params, windows_done);
+    }
+    run_local(circuit, rank_of, ranks, config, params, windows_done)
+}
+
+/// Runs the simulation on `ranks` threads of this process over the `local` transport and
+/// returns every rank's outcome, by rank (all stamped process 0, with the process'
+/// counters from before the communicators were created). With `windows_done`, every rank
+/// adds 1 after each window it finished (see [`run_rank`]).
+pub fn run_local(
+    circuit: &SimCircuit,
+    rank_of: &[u32],
+    ranks: usize,
+    config: &RuntimeConfig,
+    params: &SimParams,
+    windows_done: Option<&AtomicU64>,
+) -> Result<Vec<RankOutcome>, SimError> {
+    let start = ProcStatus::read_self().unwrap_or_default();
+    let results = ballast_runtime::local::run(ranks, config, |comm| {
+        run_rank(comm, circuit, rank_of, params, windows_done)
+    })?;
+    stamped(results, start)
+}
+
+/// Runs the simulation on `ranks` threads of this process, each with its own verbs
+/// communicator on the device `config.verbs()` selects (`BALLAST_IB_DEVICE`, else the first
+/// active one), meeting through an in-process bootstrap; returns every rank's outcome, by
+/// rank, and counts windows as [`run_local`]. Errors: the runtime's (no device, memlock
+/// limit, a failed rank) and the ranks'.
+#[cfg(feature = "verbs")]
+pub fn run_verbs_threads(
+    circuit: &SimCircuit,
+    rank_of: &[u32],
+    ranks: usize,
+    config: &RuntimeConfig,
+    params: &SimParams,
+    windows_done: Option<&AtomicU64>,
+) -> Result<Vec<RankOutcome>, SimError> {
+    let mut boot = ballast_runtime::bootstrap::LocalBootstrap::group(1)?
+        .pop()
+        .expect("a group of one");
+    let start = ProcStatus::read_self().unwrap_or_default();
+    let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, |comm| {
+        run_rank(comm, circuit, rank_of, params, windows_done)
+    })?;
+    // run_ranks returns this process' ranks in ascending order: all of them here.
+    stamped(results.into_iter().map(|(_, r)| r), start)
+}
+
+fn stamped(
+    results: impl IntoIterator<Item = Result<RankOutcome, SimError>>,
+    start: ProcStatus,
+) -> Result<Vec<RankOutcome>, SimError> {
+    results
+        .into_iter()
+        .map(|r| {
+            r.map(|mut o| {
+                o.stamp(0, start);
+                o
+            })
+        })
+        .collect()
+}
+
+/// A run of the ranks as threads, checked and placed, ready for [`ThreadRun::run`].
+#[must_use]
+pub struct ThreadRun<'a> {
+    plan: RunPlan<'a>,
+    ranks: usize,
+    output_dir: OutputDir,
+    /// Where the cells run.
+    pub placement: Placement,
+}
+
+/// Prepares a run of `ranks` threads: checks the steps and the memory (nothing written
+/// yet), creates and checks the output directory (removed again when the run fails), then
+/// places the cells (reading or regenerating the allocation file).
+pub fn prepare_threads<'a>(
+    plan: RunPlan<'a>,
+    ranks: usize,
+    cfg: &RuntimeConfig,
+) -> Result<ThreadRun<'a>, SimError> {
+    plan.params.steps(&plan.input.circuit.delays)?;
+    check_memory(plan.input, plan.params, 1, cfg, ranks, ranks)?;
+    // An output directory that cannot be written fails before the allocation is written
+    // and before the run.
+    let output_dir = prepare_output_dir(plan.output)?;
+    let placement = plan.place(ranks)?;
+    Ok(ThreadRun {
+        plan,
+        ranks,
+        output_dir,
+        placement,
+    })
+}
+
+impl ThreadRun<'_> {
+    /// Runs the ranks ([`run_ranks_as_threads`], counting windows in `windows_done`), builds
+    /// the report and writes the outputs.
+    pub fn run(self, cfg: &RuntimeConfig, windows_done: Option<&AtomicU64>) -> Result<Finished, SimError> {
+        let ThreadRun {
+            plan,
+            ranks,
+            output_dir,
+            placement,
+        } = self;
+        let start = Instant::now();
+        let outcomes = run_ranks_as_threads(
+            &plan.input.circuit,
+            &placement.rank_of,
+            ranks,
+            cfg,
+            plan.params,
+            windows_done,
+        )?;
+        let seconds = start.elapsed().as_secs_f64();
+        let report = plan.report(&placement, &outcomes, cfg, seconds)?;
+        plan.write(&report, &outcomes, output_dir)?;
+        Ok(Finished { report, placement })
+    }
+}
+
+/// This process' part of a job whose processes are one rank each: what differs between the
+/// transports, for [`run_per_process`].
+pub type RankFn<'a> = dyn FnMut(&mut Communicator, ProcStatus) -> Result<Vec<RankOutcome>, SimError> + 'a;
+
+/// A job of processes that are one rank each (`mpirun` with `--transport mpi`; a launcher
+/// with `BALLAST_ROOT` with `--transport verbs`).
+pub trait Job {
+    /// This process' rank.
+    fn rank(&self) -> usize;
+    /// Number of processes (= ranks).
+    fn size(&self) -> usize;
+    /// Returns once every process called it.
+    fn barrier(&mut self) -> Result<(), SimError>;
+    /// Creates this process' communicator, runs `f` on it and finishes it (collective). `f`
+    /// gets the process' counters from before the communicator, the baseline of the
+    /// transport's growth (less what the bootstrap's library kept while it was made).
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> Result<Vec<RankOutcome>, SimError>;
+    /// Who started the processes, for messages.
+    fn launcher(&self) -> &'static str;
+}
+
+/// One process, one rank: every process checks the memory, rank 0 prepares the output
+/// directory and reads or regenerates the allocation file, then (after a barrier) the
+/// others read it; `on_placed` is called on rank 0 with the placement before the run.
+/// Every process runs its rank and gathers every outcome; rank 0 builds the report, writes
+/// the outputs and returns them (the others return `None`).
+pub fn run_per_process(
+    job: &mut dyn Job,
+    cfg: &RuntimeConfig,
+    plan: RunPlan,
+    on_placed: &mut dyn FnMut(&Placement),
+) -> Result<Option<Finished>, SimError> {
+    let (me, size) = (job.rank(), job.size());
+    plan.params.steps(&plan.input.circuit.delays)?;
+    check_memory(plan.input, plan.params, size, cfg, 1, size)?;
+    let output_dir = if me == 0 {
+        Some(prepare_output_dir(plan.output)?)
+    } else {
+        None
+    };
+    // Rank 0 reads or regenerates the allocation file first; the others read it after.
+    let first = (me == 0).then(|| plan.place(size));
+    job.barrier()?;
+    let placement = match first {
+        Some(p) => p?,
+        None => plan.place(size)?,
+    };
+    if me == 0 {
+        on_placed(&placement);
+    }
+    let start = Instant::now();
+    let mut native = false;
+    let mut notes = Vec::new();
+    let outcomes = job.run(cfg, &mut |comm, process_start| {
+        native = comm.is_mpi_native();
+        notes = comm.notes().to_vec();
+        let mut mine = run_rank(comm, &plan.input.circuit, &placement.rank_of, plan.params, None)?;
+        mine.stamp(me, process_start);
+        crate::gather::gather(comm, &mine)
+    })?;
+    let seconds = start.elapsed().as_secs_f64();
+    let Some(output_dir) = output_dir else {
+        return Ok(None);
+    };
+    // The MPI native path asked for but not taken (the communicator's notes say why): the
+    // report's predictions are the engine path's.
+    let engine_cfg;
+    let cfg = if cfg.transport().kind == TransportKind::Mpi && cfg.transport().mpi_native && !native {
+        engine_cfg = cfg.to_builder().mpi_native(false).build()?;
+        &engine_cfg
+    } else {
+        cfg
+    };
+    let mut report = plan.report(&placement, &outcomes, cfg, seconds)?;
+    report.transport_notes = notes;
+    plan.write(&report, &outcomes, output_dir)?;
+    Ok(Some(Finished { report, placement }))
+}
+
+/// An MPI job: `mpirun -n N`, one rank per process.
+#[cfg(feature = "mpi")]
+pub struct MpiJob(pub ballast_runtime::mpi::Mpi);
+
+#[cfg(feature = "mpi")]
+impl Job for MpiJob {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn barrier(&mut self) -> Result<(), SimError> {
+        use ballast_runtime::mpi::rsmpi::collective::CommunicatorCollectives as _;
+        self.0.world().barrier();
+        Ok(())
+    }
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> Result<Vec<RankOutcome>, SimError> {
+        let process_start = ProcStatus::read_self().unwrap_or_default();
+        self.0.run(cfg, |comm| f(comm, process_start))?
+    }
+    fn launcher(&self) -> &'static str {
+        "mpirun"
+    }
+}
+
+/// Ends this process' use of MPI: finalises it on success; on an error, skips
+/// `MPI_Finalize` (which waits for every process, and the others may be waiting for this
+/// one: the job would hang with the error unprinted), so that the error is printed and the
+/// process exits non-zero, which makes the launcher (`mpirun`, `srun`) end the job.
+#[cfg(feature = "mpi")]
+pub fn leave_mpi_on_error<T, E>(mpi: ballast_runtime::mpi::Mpi, out: Result<T, E>) -> Result<T, E> {
+    if out.is_err() {
+        std::mem::forget(mpi);
+    }
+    out
+}
+
+/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::bootstrap::Launch`]
+/// (TCP at `BALLAST_ROOT`, or MPI under `mpirun` in a build with `mpi`). After an error,
+/// call [`ballast_runtime::bootstrap::Launch::abandon`] on `.0` (it leaves MPI unfinalised).
+#[cfg(feature = "verbs")]
+pub struct VerbsJob(pub ballast_runtime::bootstrap::Launch);
+
+#[cfg(feature = "verbs")]
+impl Job for VerbsJob {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn barrier(&mut self) -> Result<(), SimError> {
+        self.0.bootstrap().all_gather(&[])?;
+        Ok(())
+    }
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> Result<Vec<RankOutcome>, SimError> {
+        use ballast_runtime::verbs;
+        let process_start = ProcStatus::read_self().unwrap_or_default();
+        let kept0 = self.0.bootstrap().kept();
+        let mut comm = verbs::communicator(self.0.bootstrap(), cfg)?;
+        // Under mpirun, what MPI kept while the addresses were exchanged is not verbs'.
+        let baseline = self.0.bootstrap().kept().since(&kept0).shift(&process_start);
+        // A failed rank drops its communicator unfinished: the others see its control
+        // connections end instead of waiting for it in the finish.
+        let out = f(&mut comm, baseline)?;
+        verbs::finish(comm)?;
+        Ok(out)
+    }
+    fn launcher(&self) -> &'static str {
+        "the launcher"
+    }
+}

@@ -1,0 +1,120 @@
+//! Ballast's proxy simulation, behind `ballast run` and `ballast demo`: cells placed on ranks by
+//! the balancer (`Memory`) or in turn (`RoundRobin`), each a leaky integrate-and-fire
+//! neuron holding a really allocated state block of its estimated memory, exchanging
+//! spikes over Ballast's runtime with the circuit's delays.
+//!
+//! Modules: [`model`] (the cell, its drive, delays and weights), [`exchange`] (p2p and
+//! allgather spike exchange over a `Communicator`), [`run`] (the per-rank driver), [`gather`]
+//! (outcomes to every process after the run),
+//! [`input`] (circuits to simulate), [`placement`] (which rank holds which cell),
+//! [`report`] (`out.dat`, `report.json`, the per-rank table, the report of a run),
+//! [`check`] (memory and device checks at start), [`launch`] (a run from checks to
+//! outputs: ranks as threads, or one rank per process over MPI or verbs), [`outputs`] (the
+//! output directory and files).
+#![deny(unsafe_code)]
+
+pub mod check;
+pub mod exchange;
+pub mod gather;
+pub mod input;
+pub mod launch;
+pub mod model;
+pub mod outputs;
+pub mod placement;
+pub mod report;
+pub mod run;
+
+pub use exchange::{ExchangeKind, ExchangeStats, Spike};
+pub use input::SimInput;
+#[cfg(feature = "verbs")]
+pub use launch::run_verbs_threads;
+pub use launch::{run_local, run_ranks_as_threads};
+pub use placement::{LbMode, Placement};
+pub use run::{run_rank, RankOutcome, SimCircuit, SimParams};
+
+use ballast_balancer::transport_aware::TransportCharge;
+
+/// Errors of the proxy simulation.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The communication runtime failed (transparent: its message already names the
+    /// transport, and a `runtime: {0}` wrapper printed it twice in an error chain).
+    #[error(transparent)]
+    Runtime(#[from] ballast_runtime::Error),
+    /// The balancer or a file failed (allocation files, circuits).
+    #[error(transparent)]
+    Balancer(#[from] ballast_balancer::BalancerError),
+    /// A message did not have the expected shape.
+    #[error("spike exchange: {0}")]
+    Protocol(String),
+    /// Bad parameters or inconsistent input.
+    #[error("invalid input: {0}")]
+    Input(String),
+    /// Memory at start that does not fit.
+    #[error(transparent)]
+    Memory(#[from] check::MemoryError),
+    /// The allocation file could not be read or written.
+    #[error("the allocation file in {} (--allocation-dir chooses that directory)", .dir.display())]
+    Placement {
+        /// The allocation directory.
+        dir: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: Box<SimError>,
+    },
+    /// The output directory cannot be created or written.
+    #[error("cannot write the outputs in {} (--output chooses the directory)", .path.display())]
+    OutputDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An output directory could not be created.
+    #[error("cannot create output directory {}", .path.display())]
+    CreateDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The report could not be serialised.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// Writing an output failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Transport-aware balancing's charge from the runtime's footprint model: a rank with
+/// `peers` peers in a world of `world_size` ranks is charged
+/// `t.predict(peers, world_size, t.ranks_per_node).total_bytes()` bytes (the one formula),
+/// with peers counted as peer nodes under XRC, every rank connected to all others without
+/// `lazy_connect`, and `t.ranks_per_node` ranks per node.
+pub fn transport_charge(t: &ballast_runtime::TransportConfig) -> TransportCharge {
+    let config = *t;
+    let mut charge = TransportCharge::new(move |peers, world_size| {
+        config
+            .predict(peers, world_size, config.ranks_per_node)
+            .total_bytes()
+    });
+    charge.per_node = t.recv_sharing == ballast_runtime::RecvSharing::Xrc;
+    charge.lazy_connect = t.lazy_connect;
+    charge.ranks_per_node = t.ranks_per_node;
+    charge
+}
+
+/// All spikes of all ranks, sorted by (step, global cell index).
+pub fn all_spikes(outcomes: &[RankOutcome]) -> Vec<Spike> {
+    let mut v: Vec<Spike> = outcomes.iter().flat_map(|o| o.spikes.iter().copied()).collect();
+    v.sort_unstable();
+    v
+}
