@@ -40,7 +40,7 @@ fn io_err(rank: usize, peer: Option<usize>, root: &str, what: String, source: st
     Error::BootstrapIo {
         rank,
         peer,
-        root: root.to_string(),
+        root: root.into(),
         what,
         source,
     }
@@ -185,7 +185,6 @@ impl TcpBootstrap {
                             root: root.to_string(),
                             timeout,
                             missing,
-                            present,
                             size,
                         });
                     }
