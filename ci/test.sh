@@ -50,6 +50,8 @@ cargo build --workspace --all-targets --locked --features ballast/sonata
 # Lints: warnings are errors (the toolchain is pinned by the machine; clippy comes with it).
 if cargo clippy --version >/dev/null 2>&1; then
     cargo clippy --workspace --all-targets --locked --features ballast/sonata -- -D warnings
+    # The FFI transports and the diagnostics too (every feature CI builds).
+    cargo clippy --workspace --all-targets --locked --features ballast/sonata,ballast/mpi,ballast/verbs,ballast-runtime/trace -- -D warnings
     echo "ci/test.sh: clippy: no warnings"
 else
     echo "ci/test.sh: SKIP clippy: 'cargo clippy' is not installed (rustup component add clippy)"
