@@ -81,6 +81,17 @@ pub fn node_totals(loads: &RankLoads, ranks_per_node: usize) -> Vec<f64> {
         .collect()
 }
 
+/// Per-node totals, KB, of per-rank totals given directly (`rank_kb`, e.g.
+/// [`Summary::rank_kb`] of a balance without transport charge), `ranks_per_node`
+/// consecutive ranks per node (the last node may hold fewer). `ranks_per_node` 0 gives no
+/// nodes.
+pub fn node_totals_kb(rank_kb: &[f64], ranks_per_node: usize) -> Vec<f64> {
+    if ranks_per_node == 0 {
+        return Vec::new();
+    }
+    rank_kb.chunks(ranks_per_node).map(|n| n.iter().sum()).collect()
+}
+
 /// Indices of the nodes whose total is above `node_kb`.
 pub fn nodes_over(nodes: &[f64], node_kb: f64) -> Vec<usize> {
     (0..nodes.len()).filter(|&n| nodes[n] > node_kb).collect()
@@ -115,11 +126,12 @@ fn largest_node_kb(
     let balanced = balance_charged(dry_run, network, &c, charge);
     Ok(match balanced.loads {
         Some(l) => node_totals(&l, ranks_per_node).into_iter().fold(0.0, f64::max),
-        None => Summary::new(&balanced.allocation, dry_run)
-            .rank_kb()
-            .chunks(ranks_per_node)
-            .map(|n| n.iter().sum::<f64>())
-            .fold(0.0, f64::max),
+        None => node_totals_kb(
+            &Summary::new(&balanced.allocation, dry_run).rank_kb(),
+            ranks_per_node,
+        )
+        .into_iter()
+        .fold(0.0, f64::max),
     })
 }
 
@@ -209,6 +221,8 @@ mod tests {
         assert_eq!(node_totals(&loads, 5), vec![25.75]);
         assert_eq!(node_totals(&loads, 1), vec![11.0, 2.25, 3.0, 4.0, 5.5]);
         assert!(node_totals(&loads, 0).is_empty());
+        assert_eq!(node_totals_kb(&[1.0, 2.0, 3.0, 4.0, 5.5], 2), vec![3.0, 7.0, 5.5]);
+        assert!(node_totals_kb(&[1.0], 0).is_empty());
         assert_eq!(nodes_over(&[13.25, 7.0, 5.5], 7.0), vec![0]);
         assert_eq!(nodes_over(&[13.25, 7.0, 5.5], 5.0), vec![0, 1, 2]);
     }

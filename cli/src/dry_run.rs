@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use ballast_balancer::atomic::{self, AtomicFile};
 use ballast_balancer::files::{stage_allocation, AllocationCosts};
 use ballast_balancer::network::Network;
-use ballast_balancer::nodefit::{fewest_nodes, node_totals, nodes_over, NodeFitError};
+use ballast_balancer::nodefit::{fewest_nodes, node_totals, node_totals_kb, nodes_over, NodeFitError};
 use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
 use ballast_balancer::transport_aware::RankLoads;
 use ballast_balancer::{
@@ -293,7 +293,12 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
 
     // Node view: per-node totals, and the fewest nodes that fit when a node size is given.
     let rpn = args.runtime.ranks_per_node;
-    let nodes = rpn.zip(loads.as_ref()).map(|(k, l)| node_totals(l, k));
+    // Without a transport charge the rank totals are the allocation's (every cycle of a
+    // rank), the figures the node-fit search compares too.
+    let nodes = rpn.map(|k| match &loads {
+        Some(l) => node_totals(l, k),
+        None => node_totals_kb(&summary.rank_kb(), k),
+    });
     let fit = match (args.node_memory_gb, rpn) {
         (Some(gib), Some(k)) => Some(
             fewest_nodes(
@@ -447,7 +452,12 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                 outln!("nodes over {:.1} GiB: {:?}", f.node_kb / 1048576.0, over);
             }
             outln!(
-                "fewest nodes that fit (transport charge recomputed for each count): {} ({} ranks)",
+                "fewest nodes that fit{}: {} ({} ranks)",
+                if charge.is_some() {
+                    " (transport charge recomputed for each count)"
+                } else {
+                    ""
+                },
                 f.nodes,
                 f.nodes * k
             );

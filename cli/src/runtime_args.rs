@@ -56,7 +56,8 @@ pub struct RuntimeArgs {
     /// Shared receive queue depth (BALLAST_SRQ_DEPTH).
     #[arg(long, value_parser = parse_count)]
     pub srq_depth: Option<usize>,
-    /// Ranks per node for xrc (BALLAST_RANKS_PER_NODE).
+    /// Ranks per node (BALLAST_RANKS_PER_NODE): the node grouping of xrc, and of
+    /// dry-run's per-node totals and --node-memory-gb.
     #[arg(long, value_parser = parse_count)]
     pub ranks_per_node: Option<usize>,
     /// mlock registered memory: on/off (BALLAST_LOCK_POOL).
