@@ -55,6 +55,19 @@ impl GidProblems {
             && self.out_of_range.is_empty()
     }
 
+    /// The population and gid of the first problem (in the order of [`GidProblems::describe`];
+    /// no gid for a whole population; empty and `None` when there is none).
+    pub fn first(&self) -> (String, Option<u32>) {
+        let gid = |v: &[(String, u32)]| v.first().map(|(p, g)| (p.clone(), Some(*g)));
+        gid(&self.duplicated)
+            .or_else(|| gid(&self.missing))
+            .or_else(|| gid(&self.unknown))
+            .or_else(|| self.missing_populations.first().map(|p| (p.clone(), None)))
+            .or_else(|| self.unknown_populations.first().map(|p| (p.clone(), None)))
+            .or_else(|| self.out_of_range.first().map(|(p, _)| (p.clone(), None)))
+            .unwrap_or_default()
+    }
+
     /// One line per kind of problem, with up to 5 examples each.
     pub fn describe(&self) -> Vec<String> {
         fn list<T: std::fmt::Debug>(what: &str, v: &[T]) -> Option<String> {
@@ -161,7 +174,13 @@ impl Allocation {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(BalancerError::Mismatch(problems.describe().join("; ")))
+            let (population, gid) = problems.first();
+            Err(BalancerError::Mismatch {
+                file: None,
+                population,
+                gid,
+                what: problems.describe().join("; "),
+            })
         }
     }
 }

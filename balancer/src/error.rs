@@ -2,8 +2,10 @@
 use std::path::PathBuf;
 
 /// Errors of the balancer library. Messages name the file and the field (JSON path,
-/// pickle offset, population, gid) that is wrong, so a user can fix the input.
+/// pickle offset, population, gid) that is wrong, so a user can fix the input. New variants
+/// may be added (`#[non_exhaustive]`): match with a `_` arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BalancerError {
     /// Reading or writing a file failed at the OS level. (The OS error is part of the
     /// message, not a separate `source()`, so that error chains do not print it twice.)
@@ -31,9 +33,21 @@ pub enum BalancerError {
         name: String,
         offset: u64,
     },
-    /// An allocation does not match the dry-run data (missing, extra or duplicated gids).
-    #[error("allocation does not match the dry-run data: {0}")]
-    Mismatch(String),
+    /// An allocation does not match the dry-run data (missing, extra or duplicated gids,
+    /// populations on one side only, buckets out of range). `population` and `gid` are the
+    /// first problem's (for a whole missing or extra population, `gid` is `None`); `what`
+    /// lists every kind of problem with up to 5 examples each.
+    #[error("{}allocation does not match the dry-run data: {what}", .file.as_ref().map(|f| format!("{}: ", f.display())).unwrap_or_default())]
+    Mismatch {
+        /// The allocation file, when the allocation was read from one.
+        file: Option<PathBuf>,
+        /// The population of the first problem.
+        population: String,
+        /// The first gid at fault, when the first problem is a gid's.
+        gid: Option<u32>,
+        /// All the problems, one phrase per kind, `; `-separated.
+        what: String,
+    },
     /// A SONATA circuit (config JSON, nodes/edges HDF5 or node-types CSV file) is missing or
     /// wrong. `population` is empty for errors of the circuit config itself; `field` is a
     /// JSON path (`networks.nodes[0].nodes_file`), an HDF5 path (`/nodes/A/0/mtype`) or a CSV

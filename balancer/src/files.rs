@@ -327,12 +327,19 @@ pub fn load_or_generate(
     let path = dir.join(allocation_file_name(ranks, cycles));
     if path.exists() {
         let allocation = read_allocation(&path)?;
-        allocation.validate(dry_run).map_err(|e| BalancerError::Pickle {
-            path: path.clone(),
-            message: format!(
-                "{e}; the file was written for another circuit or dry run (its name keys only the rank and cycle counts): \
-                 move it away to have it regenerated"
-            ),
+        allocation.validate(dry_run).map_err(|e| match e {
+            BalancerError::Mismatch {
+                population, gid, what, ..
+            } => BalancerError::Mismatch {
+                file: Some(path.clone()),
+                population,
+                gid,
+                what: format!(
+                    "{what}; the file was written for another circuit or dry run (its name keys only the rank and cycle counts): \
+                     move it away to have it regenerated"
+                ),
+            },
+            e => e,
         })?;
         let ours = AllocationCosts::new(
             "ballast run",

@@ -140,7 +140,12 @@ where
             comm.finalize()?;
             Ok(out)
         }))
-        .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))));
+        .unwrap_or_else(|p| {
+            Err(Error::RankPanicked {
+                rank: r,
+                message: panic_message(p.as_ref()),
+            })
+        });
         if out.is_err() {
             abort();
         }
@@ -173,8 +178,12 @@ where
             .into_iter()
             .map(|(r, h)| {
                 let res = h.and_then(|h| {
-                    h.join()
-                        .unwrap_or_else(|p| Err(Error::RankPanicked(r, panic_message(p.as_ref()))))
+                    h.join().unwrap_or_else(|p| {
+                        Err(Error::RankPanicked {
+                            rank: r,
+                            message: panic_message(p.as_ref()),
+                        })
+                    })
                 });
                 (r, res)
             })
@@ -205,10 +214,10 @@ where
     }
     let cfg = *config.transport();
     if cfg.kind != TransportKind::Local {
-        return Err(Error::TransportUnavailable(format!(
-            "{} (local::run needs transport=local)",
-            cfg.kind
-        )));
+        return Err(Error::TransportUnavailable {
+            transport: cfg.kind,
+            why: "local::run runs transport=local only",
+        });
     }
     cfg.validate()?;
     let (world, parkers) = World::new(n);
@@ -366,7 +375,7 @@ mod tests {
             comm.recv(Source::Any, TagMatch::Tag(5)).map(|m| m.data)
         });
         match out {
-            Err(Error::RankPanicked(1, msg)) => assert_eq!(msg, "rank one fails"),
+            Err(Error::RankPanicked { rank: 1, message }) => assert_eq!(message, "rank one fails"),
             other => panic!("expected rank 1's panic, got {other:?}"),
         }
     }
@@ -388,7 +397,7 @@ mod tests {
             &|| world.abort(),
             |r, parker| {
                 if r == 2 {
-                    return Err(Error::Protocol("rank 2 cannot start".into()));
+                    return Err(Error::Io(std::io::Error::other("rank 2 cannot start")));
                 }
                 Communicator::new(Box::new(LocalFabric::new(r, world.clone(), &cfg, parker)), &cfg)
             },
@@ -400,7 +409,7 @@ mod tests {
             },
         );
         match out {
-            Err(Error::Protocol(m)) => assert_eq!(m, "rank 2 cannot start"),
+            Err(Error::Io(e)) => assert_eq!(e.to_string(), "rank 2 cannot start"),
             other => panic!("expected rank 2's error, got {other:?}"),
         }
         assert_eq!(waited.into_inner(), 2, "ranks 0 and 1 were ended by the abort");

@@ -71,7 +71,7 @@ impl Launcher for VerbsLauncher {
         let all = boot.all_gather(&mine)?;
         let mut slots: Vec<Option<R>> = (0..n).map(|_| None).collect();
         let mut err: Option<Error> = None;
-        for b in all {
+        for (process, b) in all.into_iter().enumerate() {
             let (kind, mut s) = (b[0], &b[1..]);
             if kind == 1 {
                 for _ in 0..usize::get(&mut s) {
@@ -79,9 +79,10 @@ impl Launcher for VerbsLauncher {
                     slots[r] = Some(R::get(&mut s));
                 }
             } else if kind == 0 && matches!(err, None | Some(Error::Aborted)) {
-                err = Some(Error::Protocol(
-                    String::from_utf8_lossy(&Vec::<u8>::get(&mut s)).into_owned(),
-                ));
+                err = Some(Error::Remote {
+                    process: Some(process),
+                    message: String::from_utf8_lossy(&Vec::<u8>::get(&mut s)).into_owned(),
+                });
             } else if err.is_none() {
                 err = Some(Error::Aborted);
             }

@@ -64,10 +64,10 @@ pub fn encode(buf: &mut Vec<u8>, spike: Spike) {
 /// Decodes a message; errors when its length is not a multiple of [`SPIKE_BYTES`].
 pub fn decode(data: &[u8], from: usize) -> Result<Vec<Spike>, SimError> {
     if !data.len().is_multiple_of(SPIKE_BYTES) {
-        return Err(SimError::Protocol(format!(
-            "spike message of {} bytes from rank {from}",
-            data.len()
-        )));
+        return Err(SimError::SpikeMessage {
+            from,
+            bytes: data.len(),
+        });
     }
     Ok(data
         .chunks_exact(SPIKE_BYTES)
@@ -158,9 +158,7 @@ impl Exchanger {
         dest_ranks: impl Fn(u32) -> &'a [u32],
     ) -> Result<Vec<Spike>, SimError> {
         if window >= RESERVED_TAG_BASE - 1 {
-            return Err(SimError::Protocol(format!(
-                "window {window} exceeds the tag space"
-            )));
+            return Err(SimError::WindowTag { window });
         }
         let tag = window + 1;
         for b in &mut self.bufs {
@@ -170,7 +168,10 @@ impl Exchanger {
             for &r in dest_ranks(s.1) {
                 let i = self.out_index[r as usize];
                 if i == u32::MAX {
-                    return Err(SimError::Protocol(format!("rank {r} is not an out-peer")));
+                    return Err(SimError::NotOutPeer {
+                        rank: comm.rank(),
+                        dest: r,
+                    });
                 }
                 encode(&mut self.bufs[i as usize], s);
                 self.stats.spikes_sent += 1;
@@ -230,7 +231,10 @@ mod tests {
         encode(&mut b, (u32::MAX, 0));
         assert_eq!(b.len(), 16);
         assert_eq!(decode(&b, 0).unwrap(), vec![(3, 70_000), (u32::MAX, 0)]);
-        assert!(decode(&b[..7], 2).is_err());
+        assert_eq!(
+            decode(&b[..7], 2).unwrap_err().to_string(),
+            "spike exchange: spike message of 7 bytes from rank 2 (not a multiple of 8)"
+        );
         assert_eq!("AllGather".parse::<ExchangeKind>(), Ok(ExchangeKind::Allgather));
         assert!("ring".parse::<ExchangeKind>().is_err());
     }

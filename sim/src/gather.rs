@@ -77,9 +77,10 @@ pub fn encode(o: &RankOutcome) -> Vec<u8> {
     b
 }
 
-/// Decodes [`encode`]'s bytes; errors on a torn or inconsistent buffer.
-pub fn decode(b: &[u8]) -> Result<RankOutcome, SimError> {
-    let torn = || SimError::Protocol(format!("rank outcome of {} bytes is torn", b.len()));
+/// Decodes [`encode`]'s bytes, rank `from`'s outcome; errors ([`SimError::TornOutcome`]) on a
+/// torn or inconsistent buffer.
+pub fn decode(b: &[u8], from: usize) -> Result<RankOutcome, SimError> {
+    let torn = || SimError::TornOutcome { from, bytes: b.len() };
     if b.len() < 8 * WORDS {
         return Err(torn());
     }
@@ -159,7 +160,8 @@ pub fn decode(b: &[u8]) -> Result<RankOutcome, SimError> {
 pub fn gather(comm: &mut Communicator, mine: &RankOutcome) -> Result<Vec<RankOutcome>, SimError> {
     comm.all_gatherv(&encode(mine))?
         .iter()
-        .map(|b| decode(b))
+        .enumerate()
+        .map(|(r, b)| decode(b, r))
         .collect()
 }
 
@@ -224,7 +226,7 @@ mod tests {
         };
         let b = encode(&o);
         assert_eq!(b.len(), 8 * WORDS + 8 * 2);
-        let d = decode(&b).unwrap();
+        let d = decode(&b, 0).unwrap();
         assert_eq!(
             (d.rank, d.cells, d.estimated_kb, d.state_bytes, d.spikes.clone()),
             (2, 7, 1234.5, 99, vec![(3, 70_000), (9, 1)])
@@ -233,10 +235,13 @@ mod tests {
             (d.exchange, d.out_peers, d.in_peers, d.footprint, d.memory_lock),
             (o.exchange, 1, 2, o.footprint, o.memory_lock)
         );
-        let none = decode(&encode(&RankOutcome {
-            memory_lock: MemoryLock::default(),
-            ..o.clone()
-        }))
+        let none = decode(
+            &encode(&RankOutcome {
+                memory_lock: MemoryLock::default(),
+                ..o.clone()
+            }),
+            0,
+        )
         .unwrap();
         assert_eq!(
             (none.memory_lock.limit_bytes, none.memory_lock.errno),
@@ -246,7 +251,13 @@ mod tests {
             (d.process, d.process_start, d.proc_index, d.windows),
             (o.process, o.process_start, 2, 25)
         );
-        assert!(decode(&b[..b.len() - 4]).is_err());
-        assert!(decode(&b[..8 * WORDS - 8]).is_err());
+        assert_eq!(
+            decode(&b[..b.len() - 4], 3).unwrap_err().to_string(),
+            format!(
+                "gathering the rank outcomes: the outcome of rank 3 ({} bytes) is torn",
+                b.len() - 4
+            )
+        );
+        assert!(decode(&b[..8 * WORDS - 8], 3).is_err());
     }
 }

@@ -44,9 +44,39 @@ pub enum SimError {
     /// The balancer or a file failed (allocation files, circuits).
     #[error(transparent)]
     Balancer(#[from] ballast_balancer::BalancerError),
-    /// A message did not have the expected shape.
-    #[error("spike exchange: {0}")]
-    Protocol(String),
+    /// A spike message (p2p) or block (allgather) from rank `from` is not whole spikes.
+    #[error(
+        "spike exchange: spike message of {bytes} bytes from rank {from} (not a multiple of {})",
+        exchange::SPIKE_BYTES
+    )]
+    SpikeMessage {
+        /// The sending rank.
+        from: usize,
+        /// The message's length, bytes.
+        bytes: usize,
+    },
+    /// A window's number leaves no user tag for its messages.
+    #[error("spike exchange: window {window} exceeds the tag space")]
+    WindowTag {
+        /// The window.
+        window: u32,
+    },
+    /// A spike targets a rank that is not one of this rank's out-peers (inconsistent peer sets).
+    #[error("spike exchange: rank {rank}: rank {dest} is not an out-peer")]
+    NotOutPeer {
+        /// The sending rank.
+        rank: usize,
+        /// The target rank.
+        dest: u32,
+    },
+    /// A rank's outcome, all-gathered at the end of the run, is torn or inconsistent.
+    #[error("gathering the rank outcomes: the outcome of rank {from} ({bytes} bytes) is torn")]
+    TornOutcome {
+        /// The rank whose outcome it is.
+        from: usize,
+        /// Bytes received.
+        bytes: usize,
+    },
     /// Bad parameters or inconsistent input.
     #[error("invalid input: {0}")]
     Input(String),

@@ -45,20 +45,21 @@ pub enum Error {
     /// The tag is in the range reserved for the runtime's collectives (`>= RESERVED_TAG_BASE`).
     #[error("tag {0} is reserved for internal use (user tags must be < 2^31)")]
     ReservedTag(u32),
-    /// The requested transport is not compiled into this build.
-    #[error("transport `{0}` is not compiled into this build")]
-    TransportUnavailable(String),
+    /// The requested transport cannot be used here: `why` says what is missing (not
+    /// compiled into this build, or the launcher asked for another transport).
+    #[error("transport `{transport}` is unavailable: {why}")]
+    TransportUnavailable {
+        /// The transport asked for.
+        transport: crate::core::config::TransportKind,
+        /// Why it cannot be used, and what to do.
+        why: &'static str,
+    },
     /// A send found no posted receive buffer at the receiver: a flow-control bug, never expected.
     #[error("receiver-not-ready: rank {dest} had no posted receive buffer (flow-control violation)")]
     ReceiverNotReady {
         /// The receiving rank.
         dest: usize,
     },
-    /// The wire protocol saw something impossible, in a place that has no structured variant
-    /// yet (the engine and the verbs fabric); the others are [`Error::ControlDecode`] to
-    /// [`Error::MessageSize`].
-    #[error("protocol error: {0}")]
-    Protocol(String),
     /// The request handle does not belong to this communicator or was already completed.
     #[error("unknown or already completed request {0}")]
     UnknownRequest(u64),
@@ -66,13 +67,22 @@ pub enum Error {
     #[error("the run was aborted because another rank failed")]
     Aborted,
     /// A rank thread panicked.
-    #[error("rank {0} panicked: {1}")]
-    RankPanicked(usize, String),
-    /// Ranks could not exchange their start-up data (which rank, where, why), in a place
-    /// without a structured variant yet (the verbs transport's control addresses); the TCP
-    /// and MPI bootstraps use [`Error::BootstrapEnv`] to [`Error::BootstrapIo`].
-    #[error("bootstrap: {0}")]
-    Bootstrap(String),
+    #[error("rank {rank} panicked: {message}")]
+    RankPanicked {
+        /// The rank whose thread panicked.
+        rank: usize,
+        /// The panic's message.
+        message: String,
+    },
+    /// A rank in another process failed; a multi-process launcher carries its error across
+    /// as its message (shown unchanged: it already names the rank and the operation).
+    #[error("{message}")]
+    Remote {
+        /// The MPI process (or launcher slot) the error came from, when known.
+        process: Option<usize>,
+        /// The error's message, as the failing rank printed it.
+        message: String,
+    },
     // ---- The verbs transport (`transport::verbs`): one variant per failing operation. ----
     /// A libibverbs call failed (`verb`, e.g. `ibv_modify_qp`), on `object` (what it was
     /// called on or for, e.g. `the QP toward rank 1 to RTR`), in rank `rank` (`None` outside
@@ -81,8 +91,8 @@ pub enum Error {
     VerbsCall {
         /// The libibverbs function.
         verb: &'static str,
-        /// What it was called on or for, with the sizes asked.
-        object: String,
+        /// What it was called on or for, with the sizes asked (boxed: keeps `Error` at 80 bytes).
+        object: Box<str>,
         /// The rank that made the call.
         rank: Option<usize>,
         /// The peer rank the object is toward, if any.
@@ -114,8 +124,8 @@ pub enum Error {
         op: &'static str,
         /// The `ibv_wc_status` value.
         status: u32,
-        /// libibverbs' text for it (`ibv_wc_status_str`).
-        status_text: String,
+        /// libibverbs' text for it (`ibv_wc_status_str`; boxed: keeps `Error` at 80 bytes).
+        status_text: Box<str>,
         /// The rank that polled the completion.
         rank: Option<usize>,
         /// Whom the work request was toward.
@@ -159,6 +169,72 @@ pub enum Error {
         /// The rank that went away.
         peer: usize,
     },
+    /// A send on the verbs fabric could not be posted toward rank `dest` (no endpoint or
+    /// queue pair yet, a buffer outside the registered pool, ...): a bookkeeping bug.
+    #[error("protocol error: rank {rank}: verbs send to rank {dest}: {what}")]
+    VerbsSend {
+        /// The sending rank.
+        rank: usize,
+        /// The destination rank (its endpoint, in `xrc` mode, is its node's).
+        dest: usize,
+        /// What was missing or wrong, with the values involved.
+        what: String,
+    },
+    /// A receive completion on the verbs fabric does not fit the queue pair or slots it
+    /// names (`qp`: the queue pair number the completion reported).
+    #[error("protocol error: rank {rank}: receive completion on QP {qp}: {what}")]
+    VerbsReceive {
+        /// The receiving rank.
+        rank: usize,
+        /// The queue pair number of the completion.
+        qp: u32,
+        /// What is wrong, with the values involved.
+        what: String,
+    },
+    /// A receive work request would reach outside its registered area.
+    #[error("verbs: receive of {len} bytes at offset {offset} outside a registered area of {area} bytes")]
+    VerbsRecvRange {
+        /// Bytes asked for.
+        len: usize,
+        /// Offset in the area, bytes.
+        offset: usize,
+        /// The area's size, bytes.
+        area: usize,
+    },
+    /// A frame of the verbs control channel is not a valid one (unknown kind, a rank
+    /// outside the world, a value too large for its field); `rank` is the receiver
+    /// (`None` when decoding outside a rank's channel).
+    #[error("protocol error: {}control frame{}: {what}", rank_prefix(.rank), .from.map(|p| format!(" from rank {p}")).unwrap_or_default())]
+    ControlFrame {
+        /// The receiving rank.
+        rank: Option<usize>,
+        /// The rank the frame says it is from, when read.
+        from: Option<usize>,
+        /// What is wrong, with the values involved.
+        what: String,
+    },
+    /// The verbs control channels' addresses, exchanged at start through the bootstrap, do
+    /// not parse or do not cover every rank.
+    #[error("bootstrap: rank {rank}: {what}")]
+    ControlAddresses {
+        /// The rank that read them.
+        rank: usize,
+        /// What is wrong, with the entry concerned.
+        what: String,
+    },
+    /// A rank's footprint report (gathered by rank 0 of `ballast fanout` over verbs) has the
+    /// wrong length.
+    #[error("fanout: rank {rank}: the report of rank {peer} has {words} words, expected {expected}")]
+    FanoutReport {
+        /// The gathering rank.
+        rank: usize,
+        /// The rank whose report it is.
+        peer: usize,
+        /// 64-bit words received.
+        words: usize,
+        /// Words expected.
+        expected: usize,
+    },
     // ---- end of the verbs variants. ----
     /// Memory for a region (pool, receive queue, slots) could not be mapped.
     #[error("cannot allocate {bytes} bytes for {what}: {error}")]
@@ -186,7 +262,7 @@ pub enum Error {
     #[error("{0}")]
     Io(#[from] std::io::Error),
 
-    // Protocol: the wire codec, endpoints, matching (structured; see also `Protocol`).
+    // Protocol: the wire codec, endpoints, matching.
     /// A control message's wire form (code, value) is not one of [`crate::fabric::Control`]'s.
     #[error("protocol error: control message with code {code} and value {value}: {what}")]
     ControlDecode {
@@ -233,6 +309,27 @@ pub enum Error {
     NoDirectPath {
         /// The transport's name.
         transport: &'static str,
+    },
+    /// The engine saw a send completion it has no record of (`direct`: of the direct path).
+    #[error("protocol error: rank {rank}: unknown {}completion {wr}", if *.direct { "direct " } else { "" })]
+    UnknownCompletion {
+        /// The rank that polled it.
+        rank: usize,
+        /// The work request id.
+        wr: u64,
+        /// Whether it is a direct-path send's.
+        direct: bool,
+    },
+    /// The engine's `send_direct` was asked to send a message that does
+    /// not take the direct path (too small, or to itself).
+    #[error("protocol error: rank {rank}: a message of {bytes} bytes to rank {dest} does not take the direct path")]
+    NotDirect {
+        /// The sending rank.
+        rank: usize,
+        /// The destination rank.
+        dest: usize,
+        /// The message's length, bytes.
+        bytes: usize,
     },
     /// A chunk of a message does not fit the message being reassembled from `peer`.
     #[error("protocol error: message from rank {peer} with tag {tag} ({total} bytes), chunk at offset {offset}: {what}")]
@@ -515,5 +612,91 @@ mod tests {
             what: "opened twice",
         };
         assert_eq!(e.to_string(), "protocol error: rank 1: endpoint 5 opened twice");
+    }
+
+    #[test]
+    fn engine_verbs_and_launch_errors_name_rank_peer_and_operation() {
+        let cases = [
+            (
+                Error::UnknownCompletion {
+                    rank: 3,
+                    wr: 17,
+                    direct: true,
+                },
+                "protocol error: rank 3: unknown direct completion 17",
+            ),
+            (
+                Error::UnknownCompletion {
+                    rank: 3,
+                    wr: 17,
+                    direct: false,
+                },
+                "protocol error: rank 3: unknown completion 17",
+            ),
+            (
+                Error::NotDirect {
+                    rank: 0,
+                    dest: 2,
+                    bytes: 64,
+                },
+                "protocol error: rank 0: a message of 64 bytes to rank 2 does not take the direct path",
+            ),
+            (
+                Error::VerbsSend {
+                    rank: 1,
+                    dest: 0,
+                    what: "sent before the pool was registered".into(),
+                },
+                "protocol error: rank 1: verbs send to rank 0: sent before the pool was registered",
+            ),
+            (
+                Error::VerbsReceive {
+                    rank: 1,
+                    qp: 42,
+                    what: "no queue pair of this rank has that number".into(),
+                },
+                "protocol error: rank 1: receive completion on QP 42: no queue pair of this rank has that number",
+            ),
+            (
+                Error::ControlFrame {
+                    rank: Some(2),
+                    from: Some(9),
+                    what: "rank outside the world of 4".into(),
+                },
+                "protocol error: rank 2: control frame from rank 9: rank outside the world of 4",
+            ),
+            (
+                Error::ControlFrame {
+                    rank: None,
+                    from: None,
+                    what: "unknown control frame kind 9".into(),
+                },
+                "protocol error: control frame: unknown control frame kind 9",
+            ),
+            (
+                Error::ControlAddresses {
+                    rank: 1,
+                    what: "no control address for rank 3".into(),
+                },
+                "bootstrap: rank 1: no control address for rank 3",
+            ),
+            (
+                Error::TransportUnavailable {
+                    transport: crate::core::config::TransportKind::Mpi,
+                    why: "local::run runs transport=local only",
+                },
+                "transport `mpi` is unavailable: local::run runs transport=local only",
+            ),
+            (
+                Error::RankPanicked {
+                    rank: 1,
+                    message: "boom".into(),
+                },
+                "rank 1 panicked: boom",
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.to_string(), want);
+        }
     }
 }

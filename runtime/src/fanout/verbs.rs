@@ -226,10 +226,14 @@ pub fn fanout(
                 .collect()
         })
         .collect();
-    if rows.iter().any(|r| r.len() != 18 + 40 + 3) {
-        return Err(Error::Protocol(
-            "fanout: a rank's report has the wrong length".into(),
-        ));
+    const REPORT_WORDS: usize = 18 + 40 + 3;
+    if let Some((peer, r)) = rows.iter().enumerate().find(|(_, r)| r.len() != REPORT_WORDS) {
+        return Err(Error::FanoutReport {
+            rank: boot.rank(),
+            peer,
+            words: r.len(),
+            expected: REPORT_WORDS,
+        });
     }
     let fp = |r: &Vec<u64>, k: usize| get_fp(&r[18 + k * 10..28 + k * 10]);
     let processes: Vec<ProcessMemory> = rows

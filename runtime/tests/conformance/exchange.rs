@@ -4,7 +4,7 @@
 use ballast_runtime::{Error, Result};
 
 /// A rank's result as bytes, so that multi-process launchers (MPI) can give every process
-/// the results of all ranks. Errors travel as their message ([`Error::Protocol`]).
+/// the results of all ranks. Errors travel as their message ([`Error::Remote`]).
 pub trait Exchange: Sized {
     /// Appends the encoding of `self`.
     fn put(&self, out: &mut Vec<u8>);
@@ -110,9 +110,10 @@ impl<T: Exchange> Exchange for Result<T> {
         if take(inp, 1)[0] == 1 {
             Ok(T::get(inp))
         } else {
-            Err(Error::Protocol(
-                String::from_utf8_lossy(&Vec::<u8>::get(inp)).into_owned(),
-            ))
+            Err(Error::Remote {
+                process: None,
+                message: String::from_utf8_lossy(&Vec::<u8>::get(inp)).into_owned(),
+            })
         }
     }
 }

@@ -158,10 +158,11 @@ impl Engine {
     pub fn send_direct(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         self.check_rank(dest)?;
         if !self.goes_direct(dest, data.len()) {
-            return Err(Error::Protocol(format!(
-                "a message of {} bytes to rank {dest} does not take the direct path",
-                data.len()
-            )));
+            return Err(Error::NotDirect {
+                rank: self.rank,
+                dest,
+                bytes: data.len(),
+            });
         }
         let mut backoff = crate::core::backoff::Backoff::new();
         while self.peers.get(&dest).is_some_and(|p| !p.queue.is_empty()) {

@@ -55,14 +55,20 @@ impl Engine {
                 let s = self
                     .sends
                     .get_mut(&(w & !DIRECT_WR))
-                    .ok_or_else(|| Error::Protocol(format!("unknown direct completion {w}")))?;
+                    .ok_or(Error::UnknownCompletion {
+                        rank: self.rank,
+                        wr: w,
+                        direct: true,
+                    })?;
                 s.outstanding -= 1;
                 self.direct_inflight -= 1;
                 continue;
             }
-            let (req, key) = self.wr_info[w as usize]
-                .take()
-                .ok_or_else(|| Error::Protocol(format!("unknown completion {w}")))?;
+            let (req, key) = self.wr_info[w as usize].take().ok_or(Error::UnknownCompletion {
+                rank: self.rank,
+                wr: w,
+                direct: false,
+            })?;
             self.pool.release(w as BufId);
             if let Some(s) = self.sends.get_mut(&req) {
                 s.outstanding -= 1;
@@ -77,10 +83,11 @@ impl Engine {
                 self.conns.note_peer(src);
             } else {
                 // The endpoint exists (checked here), and opening it noted the peer.
-                let ep = self
-                    .conns
-                    .get_touched(src)
-                    .ok_or_else(|| Error::Protocol(format!("data from rank {src} without an endpoint")))?;
+                let ep = self.conns.get_touched(src).ok_or(Error::Endpoint {
+                    rank: self.rank,
+                    key: src,
+                    what: "received data but is not open",
+                })?;
                 ep.received += 1;
             }
         }
@@ -107,26 +114,30 @@ impl Engine {
                     self.peers.entry(src).or_default().credits += grant;
                 }
                 Some(EpState::Open) => {
-                    return Err(Error::Protocol(format!(
-                        "connect request from rank {src} on an open endpoint"
-                    )))
+                    return Err(Error::Endpoint {
+                        rank: self.rank,
+                        key: src,
+                        what: "got a connect request from its peer while open",
+                    })
                 }
             },
             Control::ConnectAck { grant } => {
-                let ep = self
-                    .conns
-                    .get_mut(src)
-                    .ok_or_else(|| Error::Protocol(format!("connect ack from rank {src} without request")))?;
+                let ep = self.conns.get_mut(src).ok_or(Error::Endpoint {
+                    rank: self.rank,
+                    key: src,
+                    what: "got a connect ack from its peer without a request",
+                })?;
                 if ep.state == EpState::Connecting {
                     ep.state = EpState::Open;
                     self.peers.entry(src).or_default().credits += grant;
                 }
             }
             Control::Close { sent } => {
-                let ep = self
-                    .conns
-                    .get_mut(src)
-                    .ok_or_else(|| Error::Protocol(format!("close from rank {src} without endpoint")))?;
+                let ep = self.conns.get_mut(src).ok_or(Error::Endpoint {
+                    rank: self.rank,
+                    key: src,
+                    what: "got a close from its peer but does not exist",
+                })?;
                 match ep.state {
                     EpState::Open => {
                         let mine = ep.sent;
@@ -134,7 +145,17 @@ impl Engine {
                         self.fabric.send_control(src, Control::Close { sent: mine })?;
                     }
                     EpState::Closing { peer_sent: None } => self.conns.set_closing(src, Some(sent)),
-                    s => return Err(Error::Protocol(format!("close from rank {src} in state {s:?}"))),
+                    s => {
+                        return Err(Error::Endpoint {
+                            rank: self.rank,
+                            key: src,
+                            what: if s == EpState::Connecting {
+                                "got a close from its peer while connecting"
+                            } else {
+                                "got a second close from its peer"
+                            },
+                        })
+                    }
                 }
             }
             Control::Grant { credits } => {

@@ -115,7 +115,13 @@ impl Frame {
             6 => Kind::XrcAccept,
             7 => Kind::SrqReq,
             8 => Kind::SrqNum,
-            k => return Err(Error::Protocol(format!("unknown control frame kind {k}"))),
+            k => {
+                return Err(Error::ControlFrame {
+                    rank: None,
+                    from: None,
+                    what: format!("unknown control frame kind {k}"),
+                })
+            }
         };
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         Ok(Frame {
@@ -377,14 +383,26 @@ impl Mesh {
             }
             let whole = inc.buf.len() / FRAME_BYTES * FRAME_BYTES;
             for fb in inc.buf[..whole].chunks_exact(FRAME_BYTES) {
-                let f = Frame::decode(fb)?;
+                let f = Frame::decode(fb).map_err(|e| match e {
+                    Error::ControlFrame {
+                        rank: None,
+                        from,
+                        what,
+                    } => Error::ControlFrame {
+                        rank: Some(self.rank),
+                        from,
+                        what,
+                    },
+                    e => e,
+                })?;
                 match f.kind {
                     Kind::Hello => {
                         if f.src as usize >= self.done_from.len() {
-                            return Err(Error::Protocol(format!(
-                                "control hello from rank {} outside the world",
-                                f.src
-                            )));
+                            return Err(Error::ControlFrame {
+                                rank: Some(self.rank),
+                                from: Some(f.src as usize),
+                                what: format!("hello from outside the world of {}", self.done_from.len()),
+                            });
                         }
                         inc.from = Some(f.src as usize);
                     }

@@ -234,7 +234,7 @@ fn open_ctx(ctx: ibv::Context, name: &str, sel: &VerbsConfig) -> Result<Device> 
             source,
         } => Error::VerbsCall {
             verb,
-            object: format!("{object} of {name}"),
+            object: format!("{object} of {name}").into(),
             rank,
             peer,
             source,

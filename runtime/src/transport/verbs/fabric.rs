@@ -272,7 +272,7 @@ impl VerbsFabric {
                 verb, object, source, ..
             } => Error::VerbsCall {
                 verb,
-                object: format!("{object} on {}", dev.caps.name),
+                object: format!("{object} on {}", dev.caps.name).into(),
                 rank: Some(rank),
                 peer: None,
                 source,

@@ -353,6 +353,7 @@ pub(crate) fn exchange_addresses(
         .zip(&listeners)
         .map(|(r, l)| format!("{r}={};", l.addr()))
         .collect();
+    let me = boot.rank();
     let all = boot.all_gather(mine.as_bytes())?;
     let mut addrs: Vec<Option<SocketAddr>> = vec![None; n];
     for blob in all {
@@ -360,17 +361,23 @@ pub(crate) fn exchange_addresses(
             .split(';')
             .filter(|s| !s.is_empty())
         {
-            let (r, a) = item
-                .split_once('=')
-                .ok_or_else(|| Error::Bootstrap(format!("bad control address `{item}`")))?;
-            let r: usize = r
-                .parse()
-                .map_err(|_| Error::Bootstrap(format!("bad rank in `{item}`")))?;
-            let a: SocketAddr = a
-                .parse()
-                .map_err(|_| Error::Bootstrap(format!("bad address in `{item}`")))?;
+            let (r, a) = item.split_once('=').ok_or_else(|| Error::ControlAddresses {
+                rank: me,
+                what: format!("bad control address `{item}`"),
+            })?;
+            let r: usize = r.parse().map_err(|_| Error::ControlAddresses {
+                rank: me,
+                what: format!("bad rank in control address `{item}`"),
+            })?;
+            let a: SocketAddr = a.parse().map_err(|_| Error::ControlAddresses {
+                rank: me,
+                what: format!("bad address in control address `{item}`"),
+            })?;
             if r >= n {
-                return Err(Error::Bootstrap(format!("control address for rank {r} of {n}")));
+                return Err(Error::ControlAddresses {
+                    rank: me,
+                    what: format!("control address for rank {r} of a world of {n}"),
+                });
             }
             addrs[r] = Some(a);
         }
@@ -378,7 +385,12 @@ pub(crate) fn exchange_addresses(
     let addrs = addrs
         .into_iter()
         .enumerate()
-        .map(|(r, a)| a.ok_or_else(|| Error::Bootstrap(format!("no control address for rank {r}"))))
+        .map(|(r, a)| {
+            a.ok_or_else(|| Error::ControlAddresses {
+                rank: me,
+                what: format!("no control address for rank {r}"),
+            })
+        })
         .collect::<Result<_>>()?;
     Ok((listeners, addrs))
 }
@@ -400,7 +412,7 @@ pub(crate) fn make_comm(
 
 /// This process' [`Communicator`] over verbs, one Ballast rank per process (rank and size
 /// from `boot`). Collective: every process must call it. Errors: [`Error::VerbsDevice`] and [`Error::VerbsCall`] (device),
-/// [`Error::MemlockTooLow`], [`Error::Bootstrap`].
+/// [`Error::MemlockTooLow`], [`Error::ControlAddresses`].
 pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<Communicator> {
     let cfg = verbs_config(config)?;
     let (rank, n) = (boot.rank(), boot.size());

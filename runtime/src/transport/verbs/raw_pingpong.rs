@@ -399,7 +399,7 @@ fn poll_cq(cq: &Cq, wcs: &mut [MaybeUninit<ibv_wc>], yield_idle: bool) -> Result
             return Err(Error::WorkCompletion {
                 op: if recv { "receive" } else { "send" },
                 status: wc.status,
-                status_text: ibv::status_text(wc.status),
+                status_text: ibv::status_text(wc.status).into(),
                 rank: None,
                 peer: None,
             });

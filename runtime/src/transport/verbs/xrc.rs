@@ -47,7 +47,7 @@ pub(crate) fn open_domain(ctx: &ibv::Context, path: &Path) -> Result<ibv::Xrcd> 
         .open(path)
         .map_err(|source| Error::VerbsCall {
             verb: "open",
-            object: format!("XRC domain file {}", path.display()),
+            object: format!("XRC domain file {}", path.display()).into(),
             rank: None,
             peer: None,
             source,

@@ -30,7 +30,11 @@ impl VerbsFabric {
             .peers
             .get(&key)
             .and_then(|p| p.qp.as_ref())
-            .ok_or_else(|| Error::Protocol(format!("no queue pair toward rank {key}")))?;
+            .ok_or(Error::Endpoint {
+                rank: self.rank,
+                key,
+                what: "has no queue pair (its connection data was asked for)",
+            })?;
         Ok(QpInfo {
             qpn: qp.qpn(),
             psn: qp.psn,
@@ -62,7 +66,11 @@ impl VerbsFabric {
             });
         }
         if self.peers.get(&key).is_some_and(|p| p.qp.is_some()) {
-            return Err(Error::Protocol(format!("endpoint {key} opened twice")));
+            return Err(Error::Endpoint {
+                rank: self.rank,
+                key,
+                what: "opened twice",
+            });
         }
         let per_peer = self.sharing == RecvSharing::PerPeer;
         let depth = self.cfg.recv_depth;
@@ -136,13 +144,16 @@ impl VerbsFabric {
     /// Closes the endpoint `key`: destroys its queue pair, then frees its receive buffers.
     pub(super) fn close(&mut self, key: usize) -> Result<()> {
         let key = self.ep_key(key);
-        let p = self
-            .peers
-            .get_mut(&key)
-            .ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
-        let q =
-            p.qp.take()
-                .ok_or_else(|| Error::Protocol(format!("closing unknown endpoint {key}")))?;
+        let p = self.peers.get_mut(&key).ok_or(Error::Endpoint {
+            rank: self.rank,
+            key,
+            what: "closed but unknown",
+        })?;
+        let q = p.qp.take().ok_or(Error::Endpoint {
+            rank: self.rank,
+            key,
+            what: "closed but has no queue pair",
+        })?;
         p.remote_ready = false;
         p.queued.clear();
         p.grant_stash = 0;
@@ -171,14 +182,20 @@ impl VerbsFabric {
             .peers
             .get_mut(&key)
             .and_then(|p| p.qp.as_mut())
-            .ok_or_else(|| Error::Protocol(format!("connecting a closed endpoint toward rank {key}")))?;
+            .ok_or(Error::Endpoint {
+                rank: self.rank,
+                key,
+                what: "got connection data but is closed",
+            })?;
         let qp = match q.link.take() {
             Some(Link::Init(qp)) => qp,
             other => {
                 q.link = other;
-                return Err(Error::Protocol(format!(
-                    "connection data from rank {key} for a queue pair not in INIT"
-                )));
+                return Err(Error::Endpoint {
+                    rank: self.rank,
+                    key,
+                    what: "got connection data for a queue pair not in INIT",
+                });
             }
         };
         let rtr = attr::rtr(&local, &remote(remote_info), qp.kind());
@@ -221,10 +238,11 @@ impl VerbsFabric {
     /// INI QP described by `f` and answers with its connection data.
     fn accept_xrc(&mut self, f: &Frame) -> Result<()> {
         let src = f.src as usize;
-        let xrcd = self
-            .xrcd
-            .as_ref()
-            .ok_or_else(|| Error::Protocol(format!("XRC connect from rank {src} without an XRC domain")))?;
+        let xrcd = self.xrcd.as_ref().ok_or(Error::Endpoint {
+            rank: self.rank,
+            key: src,
+            what: "got an XRC connect but this rank has no XRC domain",
+        })?;
         let at = |e: Error| ibv::at(e, self.rank, Some(src));
         let tgt = Qp::create_xrc_recv(&self.dev.ctx, xrcd).map_err(at)?;
         let tgt = tgt
@@ -261,9 +279,11 @@ impl VerbsFabric {
     ) -> Result<()> {
         let src = f.src as usize;
         if src >= self.world {
-            return Err(Error::Protocol(format!(
-                "control frame from rank {src} outside the world"
-            )));
+            return Err(Error::ControlFrame {
+                rank: Some(self.rank),
+                from: Some(src),
+                what: format!("rank outside the world of {}", self.world),
+            });
         }
         match f.kind {
             Kind::Control => {
@@ -310,8 +330,11 @@ impl VerbsFabric {
                 },
             ),
             Kind::SrqNum => {
-                let n = u32::try_from(f.value)
-                    .map_err(|_| Error::Protocol(format!("SRQ number {} from rank {src}", f.value)))?;
+                let n = u32::try_from(f.value).map_err(|_| Error::ControlFrame {
+                    rank: Some(self.rank),
+                    from: Some(src),
+                    what: format!("SRQ number {} does not fit 32 bits", f.value),
+                })?;
                 self.srqns.insert(src, n);
                 self.flush(self.world + src / self.cfg.ranks_per_node)
             }
@@ -331,9 +354,11 @@ impl VerbsFabric {
         }
         let ik = self.world + node;
         if self.peers.get(&ik).is_some_and(|p| p.qp.is_some()) {
-            return Err(Error::Protocol(format!(
-                "XRC endpoint to node {node} opened twice"
-            )));
+            return Err(Error::Endpoint {
+                rank: self.rank,
+                key: node,
+                what: "(the XRC endpoint to that node) opened twice",
+            });
         }
         let caps = |inline| QpCaps {
             max_send_wr: self.sq_depth,

@@ -73,21 +73,25 @@ impl VerbsFabric {
             counters::stamp(7);
         }
         if self.sharing != RecvSharing::Xrc && dest != key {
-            return Err(Error::Protocol(format!(
-                "verbs endpoints are per rank (dest {dest}, key {key})"
-            )));
+            return Err(Error::VerbsSend {
+                rank: self.rank,
+                dest,
+                what: format!("endpoint {key} is not the destination's (verbs endpoints are per rank)"),
+            });
         }
         let key = self.ep_key(key);
-        let headers = self
-            .headers
-            .as_mut()
-            .ok_or_else(|| Error::Protocol("send before the pool was registered".into()))?;
+        let headers = self.headers.as_mut().ok_or_else(|| Error::VerbsSend {
+            rank: self.rank,
+            dest,
+            what: "sent before the pool was registered".into(),
+        })?;
         let slot = wr_id as usize;
         if slot >= headers.count() {
-            return Err(Error::Protocol(format!(
-                "send id {wr_id} beyond the {} header slots",
-                headers.count()
-            )));
+            return Err(Error::VerbsSend {
+                rank: self.rank,
+                dest,
+                what: format!("send id {wr_id} beyond the {} header slots", headers.count()),
+            });
         }
         headers.bytes_mut()[slot * HEADER_BYTES..(slot + 1) * HEADER_BYTES]
             .copy_from_slice(&wire::encode_header(header, wire::HeaderExtra::DATA));
@@ -99,16 +103,17 @@ impl VerbsFabric {
                 .iter()
                 .find(|m| m.contains(p, payload.len()))
                 .map(|m| m.lkey())
-                .ok_or_else(|| {
-                    Error::Protocol(
-                        "send payload outside the registered pool (user buffers are never registered)".into(),
-                    )
+                .ok_or_else(|| Error::VerbsSend {
+                    rank: self.rank,
+                    dest,
+                    what: "payload outside the registered pool (user buffers are never registered)".into(),
                 })?
         };
-        let peer = self
-            .peers
-            .get_mut(&key)
-            .ok_or_else(|| Error::Protocol(format!("send on unknown endpoint {key}")))?;
+        let peer = self.peers.get_mut(&key).ok_or_else(|| Error::VerbsSend {
+            rank: self.rank,
+            dest,
+            what: format!("sent on unknown endpoint {key}"),
+        })?;
         if peer.broken {
             // Completed (failed) at the next poll, which returns the buffer; the error
             // comes at the poll after it.
@@ -178,23 +183,37 @@ impl VerbsFabric {
     /// Posts `q` toward `key` and counts it as outstanding.
     fn post(&mut self, key: usize, q: Queued) -> Result<()> {
         let srqn = if self.sharing == RecvSharing::Xrc {
-            Some(*self.srqns.get(&(q.dest as usize)).ok_or_else(|| {
-                Error::Protocol(format!("XRC send to rank {} before its SRQ number", q.dest))
-            })?)
+            Some(
+                *self
+                    .srqns
+                    .get(&(q.dest as usize))
+                    .ok_or_else(|| Error::VerbsSend {
+                        rank: self.rank,
+                        dest: q.dest as usize,
+                        what: "XRC send before its SRQ number arrived".into(),
+                    })?,
+            )
         } else {
             None
         };
-        let headers = self
-            .headers
-            .as_ref()
-            .ok_or_else(|| Error::Protocol("send before the pool was registered".into()))?;
+        let headers = self.headers.as_ref().ok_or_else(|| Error::VerbsSend {
+            rank: self.rank,
+            dest: q.dest as usize,
+            what: "sent before the pool was registered".into(),
+        })?;
         let pq = self
             .peers
             .get_mut(&key)
             .and_then(|p| p.qp.as_mut())
-            .ok_or_else(|| Error::Protocol(format!("send on a closed endpoint toward rank {key}")))?;
-        let qp = pq.rts().ok_or_else(|| {
-            Error::Protocol(format!("send toward rank {key} before its queue pair connected"))
+            .ok_or_else(|| Error::VerbsSend {
+                rank: self.rank,
+                dest: q.dest as usize,
+                what: format!("sent on a closed endpoint {key}"),
+            })?;
+        let qp = pq.rts().ok_or_else(|| Error::VerbsSend {
+            rank: self.rank,
+            dest: q.dest as usize,
+            what: format!("sent on endpoint {key} before its queue pair connected"),
         })?;
         let peer = (key < self.world).then_some(key);
         post_wr(qp, headers, self.max_inline, srqn, &q).map_err(|e| ibv::at(e, self.rank, peer))?;
@@ -380,26 +399,35 @@ impl VerbsFabric {
                             let q = peer_of(self)
                                 .and_then(|p| self.peers.get(&p))
                                 .and_then(|p| p.qp.as_ref())
-                                .ok_or_else(|| {
-                                    Error::Protocol(format!("receive completion on unknown QP {}", wc.qp_num))
+                                .ok_or_else(|| Error::VerbsReceive {
+                                    rank: self.rank,
+                                    qp: wc.qp_num,
+                                    what: "no queue pair of this rank has that number".into(),
                                 })?;
                             (q.rq.as_ref().expect("per-peer receive queue"), q.link.as_ref())
                         }
                     };
                     let len = wc.byte_len as usize;
                     if len < HEADER_BYTES || slot >= slots.count() {
-                        return Err(Error::Protocol(format!(
-                            "packet of {len} bytes in receive slot {slot}"
-                        )));
+                        return Err(Error::VerbsReceive {
+                            rank: self.rank,
+                            qp: wc.qp_num,
+                            what: format!(
+                                "packet of {len} bytes in receive slot {slot} (of {}, header {HEADER_BYTES} bytes)",
+                                slots.count()
+                            ),
+                        });
                     }
                     let bytes = slots.get(slot, len);
                     // (Bytes 29..32 are zero on this fabric: ignored, see `wire`.)
                     let h = wire::decode_header(bytes.first_chunk().expect("checked above")).0;
                     if HEADER_BYTES + h.len as usize != len {
-                        return Err(Error::Protocol(format!(
-                            "packet of {len} bytes announces {} payload bytes",
-                            h.len
-                        )));
+                        return Err(Error::BadPacket {
+                            rank: self.rank,
+                            from: crate::core::error::Sender::Rank(h.src as usize),
+                            bytes: len,
+                            what: format!("announces {} payload bytes", h.len),
+                        });
                     }
                     #[cfg(feature = "trace")]
                     let t = counters::trace_start();
@@ -471,7 +499,7 @@ impl VerbsFabric {
         Error::WorkCompletion {
             op,
             status,
-            status_text: ibv::status_text(status),
+            status_text: ibv::status_text(status).into(),
             rank: Some(self.rank),
             peer: peer.map(|p| self.who(p)),
         }

@@ -56,7 +56,7 @@ pub(crate) fn rc_err(verb: &'static str, object: impl Into<String>, rc: i32) -> 
 fn call_err(verb: &'static str, object: impl Into<String>, source: std::io::Error) -> Error {
     Error::VerbsCall {
         verb,
-        object: object.into(),
+        object: object.into().into_boxed_str(),
         rank: None,
         peer: None,
         source,
@@ -474,10 +474,11 @@ impl Srq {
 /// the caller, which owns the SGE). Errors: the range outside `slots`.
 fn recv_wr(slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<(ibv_sge, ibv_recv_wr)> {
     if offset.checked_add(len).is_none_or(|end| end > slots.mem.len()) || len > u32::MAX as usize {
-        return Err(Error::Protocol(format!(
-            "receive of {len} bytes at offset {offset} outside a registered area of {} bytes",
-            slots.mem.len()
-        )));
+        return Err(Error::VerbsRecvRange {
+            len,
+            offset,
+            area: slots.mem.len(),
+        });
     }
     let sge = ibv_sge {
         addr: slots.base() + offset as u64,
