@@ -45,8 +45,8 @@ pub enum NodeFitError {
         source: BalancerError,
     },
     /// No count up to `nodes` fits (a cell, or a rank's transport memory, larger than a
-    /// node).
-    #[error("no node count up to {nodes} fits {:.4} GiB per node (is a single cell, or a rank's transport memory, larger than a node?)", .node_kb / 1048576.0)]
+    /// node): the search stops at one node per cell.
+    #[error("no node count up to {nodes} fits {:.4} GiB per node (the search stops at one node per cell; is a single cell, or a rank's transport memory, larger than a node?)", .node_kb / 1048576.0)]
     NoFit {
         /// The last node count tried.
         nodes: usize,
@@ -139,8 +139,11 @@ fn largest_node_kb(
 /// from the memory lower bound (total / node memory) doubling until a count fits, then
 /// bisection between the last count that did not and the first that did; each count is
 /// balanced anew with `config` (its `ranks` ignored) and, given `network` and `charge`,
-/// transport-aware. Errors: [`NodeFitError`] (no count up to [`MAX_NODES`] fits, a count
-/// the balancer refuses, bad arguments).
+/// transport-aware. The search ends at one node per cell (at most [`MAX_NODES`]): there no
+/// rank holds more than one cell, so more nodes cannot make the largest node lighter (a
+/// rank's transport charge does not shrink as the world grows), and the work stays bounded
+/// by the circuit. Errors: [`NodeFitError`] (no count up to that fits, a count the balancer
+/// refuses, bad arguments).
 pub fn fewest_nodes(
     dry_run: &DryRun,
     network: Option<&Network>,
@@ -159,17 +162,22 @@ pub fn fewest_nodes(
     let fits = |nodes: usize| -> Result<bool, NodeFitError> {
         Ok(largest_node_kb(dry_run, network, config, charge, ranks_per_node, nodes)? <= node_kb)
     };
-    let mut lo = ((total / node_kb).ceil() as usize).max(1);
+    let most = dry_run.cell_count().clamp(1, MAX_NODES);
+    // The lower bound, capped at the last count worth trying (f64 to usize saturates).
+    let mut lo = ((total / node_kb).ceil() as usize).clamp(1, most);
     if fits(lo)? {
         return Ok(Fit { nodes: lo, node_kb });
     }
-    let mut hi = lo * 2;
+    if lo == most {
+        return Err(NodeFitError::NoFit { nodes: lo, node_kb });
+    }
+    let mut hi = (lo * 2).min(most);
     while !fits(hi)? {
-        lo = hi;
-        hi *= 2;
-        if hi > MAX_NODES {
+        if hi == most {
             return Err(NodeFitError::NoFit { nodes: hi, node_kb });
         }
+        lo = hi;
+        hi = (hi * 2).min(most);
     }
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
@@ -281,18 +289,27 @@ mod tests {
 
     #[test]
     fn a_cell_larger_than_a_node_fits_no_count() {
-        // One cell of 500 KB and nodes of 250 KB: every count up to 2^20 is tried and fails.
+        // One cell of 500 KB and nodes of 250 KB: one node (one per cell) is the last count
+        // worth trying.
         let d = uniform(1, 500.0);
         let e = fewest_nodes(&d, None, &config(), None, 1, 250.0).unwrap_err();
+        assert!(matches!(e, NodeFitError::NoFit { nodes: 1, .. }), "{e}");
         assert!(
-            matches!(e, NodeFitError::NoFit { nodes, .. } if nodes == 2 * MAX_NODES),
+            e.to_string().starts_with(
+                "no node count up to 1 fits 0.0002 GiB per node (the search stops at one node per cell"
+            ),
             "{e}"
         );
-        assert!(
-            e.to_string()
-                .starts_with("no node count up to 2097152 fits 0.0002 GiB per node"),
-            "{e}"
-        );
+        // 10 cells of 100 KB, one of 500 KB: the doubling stops at 11 nodes, not 2^20.
+        let mut d = uniform(10, 100.0);
+        d.metypes.push(Metype {
+            name: "big".into(),
+            memory_kb: 500.0,
+            synapses_per_cell: 0.0,
+        });
+        d.populations[0].metype_gids.push((1, vec![10]));
+        let e = fewest_nodes(&d, None, &config(), None, 1, 250.0).unwrap_err();
+        assert!(matches!(e, NodeFitError::NoFit { nodes: 11, .. }), "{e}");
     }
 
     #[test]
@@ -308,20 +325,24 @@ mod tests {
                 Err(NodeFitError::NodeMemory { .. })
             ));
         }
-        // A node of 1e-9 KB: the lower bound is 4e11 nodes, more ranks than a u32.
-        let e = fewest_nodes(&d, None, &config(), None, 1, 1e-9).unwrap_err();
+        // A node of 1e-9 KB: the lower bound (4e11 nodes) is capped at one node per cell,
+        // and 4 nodes of 2^31 ranks are more ranks than a u32.
+        let e = fewest_nodes(&d, None, &config(), None, 1 << 31, 1e-9).unwrap_err();
         assert!(
-            matches!(e, NodeFitError::TooManyRanks { nodes, ranks_per_node: 1 } if nodes >= 400_000_000_000),
+            matches!(e, NodeFitError::TooManyRanks { nodes: 4, ranks_per_node } if ranks_per_node == 1 << 31),
             "{e}"
         );
         assert!(
             e.to_string()
-                .ends_with(" nodes of 1 ranks: more than 2^32 - 1 ranks"),
+                .ends_with(" nodes of 2147483648 ranks: more than 2^32 - 1 ranks"),
             "{e}"
         );
-        // 4 cells cannot fill 2^21 + 4 buckets: the balancer's size check refuses the count.
-        let e = fewest_nodes(&d, None, &config(), None, 1, 1e-4).unwrap_err();
-        assert!(matches!(e, NodeFitError::Size { nodes: 4_000_000, .. }), "{e}");
+        // 4 cells cannot fill one node of 2^21 ranks: the balancer's size check refuses it.
+        let e = fewest_nodes(&d, None, &config(), None, 1 << 21, 1000.0).unwrap_err();
+        assert!(matches!(e, NodeFitError::Size { nodes: 1, .. }), "{e}");
         assert!(std::error::Error::source(&e).is_some());
+        // A tiny node: every count up to one node per cell is tried, then the search stops.
+        let e = fewest_nodes(&d, None, &config(), None, 1, 1e-9).unwrap_err();
+        assert!(matches!(e, NodeFitError::NoFit { nodes: 4, .. }), "{e}");
     }
 }

@@ -410,7 +410,7 @@ fn totals_that_would_overflow_are_refused_naming_the_metype() {
             ],
             d,
         ),
-        &["--node-memory-gb: trying "],
+        &["no node count up to 100 fits 0.0000 GiB per node (the search stops at one node per cell"],
     );
     // Just below the limit works and prints finite figures.
     let ok = write(
