@@ -1,25 +1,13 @@
-//! Test helpers shared by the `ballast` binary's integration tests.
+//! Test helpers shared by the `ballast` binary's integration tests (`shared_data` is the
+//! balancer's: one copy for the workspace's test crates).
 #![allow(dead_code)]
 use std::path::PathBuf;
 
-/// Path of `../shared/data/<rel>` beside the workspace, or `None` (after printing why) when
-/// it is absent. Under `CI=true` a missing `../shared` is a failure, not a skip.
-pub fn shared_data(rel: &str) -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data")
-        .join(rel);
-    if path.exists() {
-        return Some(path);
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true but {} is missing", path.display());
-    }
-    eprintln!(
-        "SKIP: {} is absent (../shared is not beside the workspace)",
-        path.display()
-    );
-    None
-}
+#[path = "../../../balancer/tests/common/mod.rs"]
+mod balancer_common;
+/// `../shared/data/<rel>`, or a printed skip (a failure under `CI=true`): the balancer's.
+#[allow(unused_imports)] // not every test binary reads ../shared
+pub use balancer_common::shared_data;
 
 /// Path to the `ballast` binary built for these tests.
 pub fn ballast() -> std::process::Command {
