@@ -105,8 +105,6 @@ fn mpi_launch(config: &RuntimeConfig) -> bool {
 pub(crate) struct ThreadOpts {
     /// Rank `r`'s thread is named `{name}-{r}`; None leaves the threads unnamed.
     pub name: Option<&'static str>,
-    /// Stack size of each thread, bytes; None is the standard library's default.
-    pub stack_size: Option<usize>,
     /// A single rank runs on the calling thread instead of a thread of its own.
     pub inline_single: bool,
 }
@@ -161,9 +159,6 @@ where
             let mut b = std::thread::Builder::new();
             if let Some(name) = opts.name {
                 b = b.name(format!("{name}-{r}"));
-            }
-            if let Some(bytes) = opts.stack_size {
-                b = b.stack_size(bytes);
             }
             match b.spawn_scoped(s, move || one(r, state)) {
                 Ok(h) => started.push((r, Ok(h))),
@@ -224,7 +219,6 @@ where
     let world = Arc::new(world);
     let opts = ThreadOpts {
         name: Some("ballast-rank"),
-        stack_size: None,
         inline_single: false,
     };
     let out = threads(
@@ -275,7 +269,6 @@ where
     let abort = Arc::new(AtomicBool::new(false));
     let opts = ThreadOpts {
         name: Some("ballast-verbs"),
-        stack_size: None,
         inline_single: false,
     };
     threads(
@@ -303,7 +296,6 @@ impl crate::transport::mpi::Mpi {
         use crate::transport::mpi::{MpiFabric, RankWorld};
         let opts = ThreadOpts {
             name: None,
-            stack_size: None,
             inline_single: true,
         };
         match self.rank_world(n, config)? {
@@ -387,7 +379,6 @@ mod tests {
         let cfg = *small().transport();
         let opts = ThreadOpts {
             name: None,
-            stack_size: Some(256 << 10),
             inline_single: false,
         };
         let waited = std::sync::atomic::AtomicUsize::new(0);
@@ -425,7 +416,6 @@ mod tests {
             let world = Arc::new(world);
             let opts = ThreadOpts {
                 name: Some("ballast-test"),
-                stack_size: None,
                 inline_single,
             };
             let got = threads(
