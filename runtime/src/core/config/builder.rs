@@ -62,6 +62,29 @@ impl RuntimeConfigBuilder {
     setter!(/// MPI native path on/off (one MPI message per Ballast message).
         mpi_native: bool => 12, mpi_native);
 
+    /// Sets the setting `name` (a snake-case name of [`SETTINGS`], e.g. `buffer_count`)
+    /// from `value` written as its `BALLAST_*` variable takes it (docs/CONFIG.md), for
+    /// settings given as text (the C API's `ballast_config_set`). Errors:
+    /// [`Error::UnknownSetting`] for an unknown name, [`Error::Setting`] naming the setting
+    /// for a value that does not parse; range checks wait for [`RuntimeConfigBuilder::build`].
+    pub fn set(mut self, name: &str, value: &str) -> Result<Self> {
+        let Some(i) = SETTINGS.iter().position(|(n, _)| *n == name) else {
+            return Err(Error::UnknownSetting {
+                name: name.to_string(),
+                known: SETTINGS.map(|(n, _)| n).join(", "),
+            });
+        };
+        let (known, var) = SETTINGS[i];
+        self.cfg.set(known, value).map_err(|reason| Error::Setting {
+            name: known,
+            var,
+            value: value.to_string(),
+            reason,
+        })?;
+        self.cfg.origins[i] = ValueOrigin::Builder;
+        Ok(self)
+    }
+
     /// Validates and returns the configuration. Errors: [`Error::Setting`] naming the
     /// setting when the bad value was set through the builder, [`Error::Config`] naming
     /// the variable when it came from the environment.
