@@ -85,6 +85,13 @@ impl RuntimeConfigBuilder {
         Ok(self)
     }
 
+    /// The configuration without validation, for settings given one at a time whose
+    /// combination is checked later (the C API's `ballast_config_set`): every launcher
+    /// validates its configuration again before using it.
+    pub fn build_unchecked(self) -> RuntimeConfig {
+        self.cfg
+    }
+
     /// Validates and returns the configuration. Errors: [`Error::Setting`] naming the
     /// setting when the bad value was set through the builder, [`Error::Config`] naming
     /// the variable when it came from the environment.
