@@ -621,3 +621,46 @@ pub unsafe extern "C" fn ballast_comm_footprint(
         Ok(0)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ballast_runtime::RuntimeConfig;
+
+    #[test]
+    fn a_panic_on_a_communicator_poisons_it() {
+        let cfg = RuntimeConfig::builder().buffer_count(4).build().unwrap();
+        let got = local::run(1, &cfg, |comm| {
+            let mut h = ballast_comm {
+                comm,
+                poisoned: None,
+                requests: HashSet::new(),
+            };
+            let p: *mut ballast_comm = &mut h;
+            let mut n = 0;
+            // SAFETY: `p` is the live handle above; `n` a local.
+            let before = unsafe { ballast_world_size(p, &mut n) };
+            let code = with_comm("ballast_test_call", p, |_| -> Result<c_int, Fail> {
+                panic!("inside")
+            });
+            let first = last_error();
+            // SAFETY: as above.
+            let after = unsafe { ballast_progress(p) };
+            let second = last_error();
+            // SAFETY: as above.
+            let query = unsafe { ballast_rank(p, &mut n) };
+            (before, code, first, after, second, query)
+        })
+        .unwrap();
+        let (before, code, first, after, second, query) = got.into_iter().next().unwrap();
+        assert_eq!(before, 0);
+        assert_eq!(code, BALLAST_EINTERNAL);
+        assert_eq!(first, "ballast_test_call: internal error (panic): inside");
+        assert_eq!(after, BALLAST_EINTERNAL, "every later call on it");
+        assert_eq!(query, BALLAST_EINTERNAL);
+        assert_eq!(
+            second,
+            "ballast_progress: communicator poisoned: ballast_test_call: internal error (panic): inside"
+        );
+    }
+}
