@@ -117,6 +117,18 @@ static int ranks_main(ballast_comm *comm, void *user) {
     OK(ballast_wait(reqs[1], NULL));
     OK(ballast_request_free(reqs[0]));
     OK(ballast_request_free(reqs[1]));
+    /* waitall waits for every request and returns the first error; each status has its own. */
+    ballast_request *mixed[3] = {NULL, NULL, NULL};
+    OK(ballast_isend(comm, rank, 2, out, 10, &mixed[0]));
+    OK(ballast_irecv(comm, rank, 2, &mixed[2]));
+    ballast_status three[3];
+    memset(three, 0x7f, sizeof three);
+    EXPECT_ERR(ballast_waitall(3, mixed, three), BALLAST_EINVAL, "request is NULL");
+    CHECK(three[0].error == 0 && three[0].source == rank && three[0].len == 10);
+    CHECK(three[1].error == BALLAST_EINVAL);
+    CHECK(three[2].error == 0 && three[2].source == rank && three[2].tag == 2 && three[2].len == 10);
+    OK(ballast_request_free(mixed[0]));
+    OK(ballast_request_free(mixed[2]));
     EXPECT_ERR(ballast_waitall(1, NULL, NULL), BALLAST_EINVAL, "reqs is NULL");
     OK(ballast_waitall(0, NULL, NULL));
 
@@ -128,6 +140,7 @@ static int ranks_main(ballast_comm *comm, void *user) {
             OK(ballast_irecv(comm, BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, &r));
             if (k == 0) {
                 EXPECT_ERR(ballast_request_data(r, &data, &len), BALLAST_EINVAL, "not completed");
+                EXPECT_ERR(ballast_request_free(r), BALLAST_EINVAL, "not completed");
             }
             ballast_status s;
             done = 0;
