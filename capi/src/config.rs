@@ -77,16 +77,18 @@ pub unsafe extern "C" fn ballast_config_set(
             .to_builder()
             .set(key, value)
             .map_err(|e| Fail::inval(format!("{F}: key `{key}`: {e}")))?;
-        let cfg = match builder.clone().build() {
-            Ok(cfg) => cfg,
-            // A value out of range for this key.
+        // A value out of range for this key, with the other settings as they are or as
+        // their defaults (an earlier check failing on another setting would hide it).
+        let own = |r: ballast_runtime::Result<RuntimeConfig>| match r {
             Err(e @ Error::Setting { name, .. }) if name == key => {
-                return Err(Fail::inval(format!("{F}: key `{key}`: {e}")))
+                Err(Fail::inval(format!("{F}: key `{key}`: {e}")))
             }
-            // Only in combination with another setting: checked again where it is used.
-            Err(_) => builder.build_unchecked(),
+            _ => Ok(()),
         };
-        c.cfg = cfg;
+        own(builder.clone().build())?;
+        own(RuntimeConfig::builder().set(key, value).and_then(|b| b.build()))?;
+        // Bad only in combination with another setting: checked again where it is used.
+        c.cfg = builder.build_unchecked();
         Ok(0)
     })
 }
@@ -138,4 +140,49 @@ pub unsafe extern "C" fn ballast_predict(
         *out = ballast_footprint::from(&fp);
         Ok(0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::last_error;
+    use crate::{ballast_local_run, BALLAST_EINVAL};
+    use std::ffi::CString;
+
+    fn set(c: *mut ballast_config, k: &str, v: &str) -> c_int {
+        let (k, v) = (CString::new(k).unwrap(), CString::new(v).unwrap());
+        // SAFETY: `c` is live; `k` and `v` are NUL-terminated and outlive the call.
+        unsafe { ballast_config_set(c, k.as_ptr(), v.as_ptr()) }
+    }
+
+    #[test]
+    fn settings_whose_combination_is_bad_are_refused_where_used() {
+        let mut c = std::ptr::null_mut();
+        // SAFETY: `c` is a local out-pointer.
+        assert_eq!(unsafe { ballast_config_new(&mut c) }, 0);
+        assert_eq!(set(c, "transport", "local"), 0);
+        assert_eq!(set(c, "max_pool_bytes", "64K"), 0);
+        // Alone each value is fine; together with growth on, the pool exceeds its bound.
+        assert_eq!(set(c, "pool_growth", "on"), 0);
+        // SAFETY: `c` is live.
+        let t = unsafe { &(*c).cfg }.transport();
+        assert!(t.pool_growth && t.max_pool_bytes == 64 << 10);
+        // A value out of range for its own key is refused at once, and nothing changes.
+        assert_eq!(set(c, "srq_depth", "0"), BALLAST_EINVAL);
+        assert!(last_error().contains("srq_depth"), "{}", last_error());
+        // SAFETY: `c` is live.
+        assert_ne!(unsafe { &(*c).cfg }.transport().srq_depth, 0);
+        // SAFETY: `c` is live; the callback is never called (validation fails first).
+        let rc = unsafe { ballast_local_run(2, c, None, std::ptr::null_mut()) };
+        assert_eq!(rc, BALLAST_EINVAL, "rank_main NULL is checked first");
+        unsafe extern "C" fn never(_: *mut crate::ballast_comm, _: *mut std::os::raw::c_void) -> c_int {
+            panic!("rank_main must not run with a bad configuration")
+        }
+        // SAFETY: as above.
+        let rc = unsafe { ballast_local_run(2, c, Some(never), std::ptr::null_mut()) };
+        assert_eq!(rc, BALLAST_EINVAL);
+        assert!(last_error().contains("MAX_POOL_BYTES"), "{}", last_error());
+        // SAFETY: `c` is live and freed once.
+        assert_eq!(unsafe { ballast_config_free(c) }, 0);
+    }
 }
