@@ -58,9 +58,7 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         | Error::ReservedTag(_)
         | Error::UnknownRequest(_) => BALLAST_EINVAL,
         Error::Alloc { .. } | Error::MessageAlloc { .. } => BALLAST_ENOMEM,
-        Error::Aborted | Error::PeerDied { .. } | Error::RankPanicked(..) | Error::QueuePairBroken { .. } => {
-            BALLAST_EPEER
-        }
+        Error::Aborted | Error::PeerDied { .. } | Error::QueuePairBroken { .. } => BALLAST_EPEER,
         Error::TransportUnavailable(_) => BALLAST_EUNSUPPORTED,
         _ => BALLAST_EINTERNAL,
     }
@@ -183,5 +181,6 @@ mod tests {
             BALLAST_EUNSUPPORTED
         );
         assert_eq!(code_of(&Error::Protocol("x".into())), BALLAST_EINTERNAL);
+        assert_eq!(code_of(&Error::RankPanicked(1, "x".into())), BALLAST_EINTERNAL);
     }
 }
