@@ -53,7 +53,6 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         Error::WouldBlock => BALLAST_EAGAIN,
         Error::Config { .. }
         | Error::Setting { .. }
-        | Error::UnknownSetting { .. }
         | Error::InvalidRank { .. }
         | Error::ReservedTag(_)
         | Error::UnknownRequest(_) => BALLAST_EINVAL,

@@ -31,14 +31,6 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
-    /// A setting given by name (`RuntimeConfigBuilder::set`) that does not exist.
-    #[error("unknown setting `{name}` (known: {known})")]
-    UnknownSetting {
-        /// The name given.
-        name: String,
-        /// The known names, comma-separated.
-        known: String,
-    },
     /// A non-blocking send found the buffer pool exhausted (back-pressure); retry after `progress()`.
     #[error("buffer pool exhausted: the send would block")]
     WouldBlock,

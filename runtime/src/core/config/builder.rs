@@ -65,13 +65,16 @@ impl RuntimeConfigBuilder {
     /// Sets the setting `name` (a snake-case name of [`SETTINGS`], e.g. `buffer_count`)
     /// from `value` written as its `BALLAST_*` variable takes it (docs/CONFIG.md), for
     /// settings given as text (the C API's `ballast_config_set`). Errors:
-    /// [`Error::UnknownSetting`] for an unknown name, [`Error::Setting`] naming the setting
-    /// for a value that does not parse; range checks wait for [`RuntimeConfigBuilder::build`].
+    /// [`Error::Setting`] naming the setting for a value that does not parse, and with the
+    /// unknown name as its value for a name that is not a setting; range checks wait for [`RuntimeConfigBuilder::build`].
     pub fn set(mut self, name: &str, value: &str) -> Result<Self> {
         let Some(i) = SETTINGS.iter().position(|(n, _)| *n == name) else {
-            return Err(Error::UnknownSetting {
-                name: name.to_string(),
-                known: SETTINGS.map(|(n, _)| n).join(", "),
+            // (A variant of its own would make every `Error` 16 bytes larger.)
+            return Err(Error::Setting {
+                name: "(setting name)",
+                var: "(none)",
+                value: name.to_string(),
+                reason: format!("no such setting (known: {})", SETTINGS.map(|(n, _)| n).join(", ")),
             });
         };
         let (known, var) = SETTINGS[i];

@@ -222,7 +222,7 @@ fn builder_set_takes_setting_names_and_variable_syntax() {
 
     let e = RuntimeConfig::builder().set("buffer_sise", "1").unwrap_err();
     assert!(
-        matches!(&e, Error::UnknownSetting { name, .. } if name == "buffer_sise"),
+        matches!(&e, Error::Setting { value, .. } if value == "buffer_sise"),
         "{e}"
     );
     assert!(
