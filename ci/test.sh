@@ -122,6 +122,10 @@ run_args=(run --synthetic 2000 --synapses-per-cell 150 --tstop 50 --memory-scale
 )
 rm -rf "$run_dir"
 
+# The C ABI (capi/): header drift, hello.c, the C conformance program under the
+# sanitizers, the install with pkg-config and CMake.
+bash ci/capi.sh
+
 # The demo (README command 1), in release: its printed check must pass.
 demo_dir=$(mktemp -d)
 demo_out=$(cd "$demo_dir" && "$ballast_bin" demo)

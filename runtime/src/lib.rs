@@ -78,6 +78,6 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};
-pub use matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+pub use matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 pub use procstatus::ProcStatus;
 pub use select::{decide_transport, resolve_transport, AutoInputs};

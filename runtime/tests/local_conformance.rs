@@ -43,6 +43,11 @@ fn try_recv_waits_for_whole_message() {
 }
 
 #[test]
+fn probe_then_take_local() {
+    probe_then_take(&Local);
+}
+
+#[test]
 fn message_sizes_shared() {
     message_sizes_with_checksums(&Local, RecvSharing::Shared);
 }

@@ -351,6 +351,7 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         v.push((format!("collectives/{m}"), Box::new(move || collectives(l, m))));
     }
     v.push(("try_recv_and_test".into(), Box::new(move || try_recv_and_test(l))));
+    v.push(("probe_then_take".into(), Box::new(move || probe_then_take(l))));
     for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
         v.push((
             format!("message_sizes_with_checksums/{m}"),

@@ -71,6 +71,17 @@ fn too_large(peer: usize, tag: Tag, total: u64) -> Error {
     }
 }
 
+/// What a probe tells about the next matching message without taking it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    /// Sending rank.
+    pub source: usize,
+    /// Tag.
+    pub tag: Tag,
+    /// Payload length in bytes.
+    pub len: usize,
+}
+
 /// A received message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
@@ -295,6 +306,20 @@ impl Matcher {
         })
     }
 
+    /// The envelope of the message [`Matcher::try_take`] would take now, leaving it queued.
+    pub fn peek(&self, src: Source, tag: TagMatch) -> Option<Envelope> {
+        let id = self.unexpected.iter().find(|id| {
+            let m = &self.inbound[id];
+            accepts(src, tag, m.source, m.tag)
+        })?;
+        let m = &self.inbound[id];
+        (m.data.len() == m.total).then_some(Envelope {
+            source: m.source,
+            tag: m.tag,
+            len: m.total,
+        })
+    }
+
     /// Delivers a whole message at once (sends to self).
     pub fn deliver_local(&mut self, src: usize, tag: Tag, data: &[u8]) -> Result<()> {
         let h = PacketHeader {
@@ -355,6 +380,35 @@ mod tests {
             len,
             more: false,
         }
+    }
+
+    #[test]
+    fn peek_tells_what_try_take_takes_and_leaves_it() {
+        let mut m = Matcher::default();
+        m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
+        m.on_chunk(&hdr(2, 5, 3, 0, 3), &[7, 8, 9]).unwrap();
+        assert_eq!(
+            m.peek(Source::Any, TagMatch::Any),
+            None,
+            "incomplete earliest match"
+        );
+        let e = Envelope {
+            source: 2,
+            tag: 5,
+            len: 3,
+        };
+        assert_eq!(m.peek(Source::Rank(2), TagMatch::Any), Some(e));
+        assert_eq!(m.peek(Source::Any, TagMatch::Tag(5)), Some(e), "peeking twice");
+        assert_eq!(m.peek(Source::Rank(3), TagMatch::Any), None);
+        assert_eq!(
+            m.try_take(Source::Any, TagMatch::Tag(5)).unwrap().data,
+            vec![7, 8, 9]
+        );
+        assert_eq!(m.peek(Source::Any, TagMatch::Tag(5)), None, "taken");
+        m.on_chunk(&hdr(1, 4, 4, 2, 2), &[3, 4]).unwrap();
+        let e = m.peek(Source::Any, TagMatch::Any).unwrap();
+        assert_eq!((e.source, e.tag, e.len), (1, 4, 4));
+        assert_eq!(m.try_take(Source::Any, TagMatch::Any).unwrap().data.len(), e.len);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::core::pool::PoolStats;
 use crate::fabric::Fabric;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::Engine;
-use crate::protocol::matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 
 const BARRIER_TAG: Tag = RESERVED_TAG_BASE;
 const ALLGATHER_TAG: Tag = RESERVED_TAG_BASE + 100;
@@ -278,6 +278,34 @@ impl Communicator {
         self.progress()?;
         let (src, tag) = (src.into(), tag.into());
         Ok(on_backend!(&mut self.backend, b => b.try_take(src, tag)))
+    }
+
+    /// Progresses once, then tells the source, tag and length of the message that
+    /// [`Communicator::try_recv`] (or a `recv` with the same `src` and `tag`) would take
+    /// next, if it has fully arrived; the message stays queued. Errors: the transport's.
+    pub fn iprobe(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Option<Envelope>> {
+        self.progress()?;
+        let (src, tag) = (src.into(), tag.into());
+        Ok(on_backend!(&mut self.backend, b => b.peek(src, tag)))
+    }
+
+    /// Progresses (waiting as [`Communicator::wait`] does) until a message matching `src`
+    /// and `tag` has fully arrived, and returns its envelope; the message stays queued for
+    /// the next [`Communicator::try_recv`] or `recv` with the same `src` and `tag`.
+    pub fn probe(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Envelope> {
+        let (src, tag) = (src.into(), tag.into());
+        let mut b = Backoff::new();
+        loop {
+            let active = self.progress()?;
+            if let Some(e) = on_backend!(&mut self.backend, b => b.peek(src, tag)) {
+                return Ok(e);
+            }
+            if active {
+                b.reset();
+            } else {
+                self.snooze(&mut b);
+            }
+        }
     }
 
     /// Progresses once and tells whether `req` has completed (it stays valid for `wait`).

@@ -122,6 +122,53 @@ pub fn try_recv_and_test<L: Launcher>(l: &L) {
     assert!(*res[0].as_ref().unwrap() >= 1);
 }
 
+/// `probe`/`iprobe` tell the source, tag and length of the message a receive with the same
+/// source and tag takes next, leave it queued, and see wildcards and earlier messages first.
+pub fn probe_then_take<L: Launcher>(l: &L) {
+    let c = cfg(RecvSharing::Shared).buffer_size(128).build().unwrap();
+    let res = l
+        .run(3, &c, |comm| -> Result<Vec<(usize, u32, usize)>> {
+            match comm.rank() {
+                1 => {
+                    comm.send(0, 3, &payload(1000, 3))?;
+                    comm.send(0, 9, &payload(5, 9))?;
+                    comm.barrier()?;
+                    Ok(vec![])
+                }
+                2 => {
+                    comm.barrier()?;
+                    comm.send(0, 3, &[])?;
+                    Ok(vec![])
+                }
+                _ => {
+                    let mut seen = vec![];
+                    let e = comm.probe(1, 9u32)?;
+                    seen.push((e.source, e.tag, e.len));
+                    assert_eq!(comm.iprobe(1, 9u32)?, Some(e), "the probe left it queued");
+                    assert_eq!(comm.iprobe(2, TagMatch::Any)?, None);
+                    let e = comm.probe(Source::Any, TagMatch::Any)?;
+                    seen.push((e.source, e.tag, e.len));
+                    let m = comm.try_recv(Source::Any, TagMatch::Any)?.unwrap();
+                    assert_eq!((m.source, m.tag, m.data.len()), (e.source, e.tag, e.len));
+                    assert_eq!(m.data, payload(1000, 3));
+                    let m = comm.recv(1, 9u32)?;
+                    assert_eq!(m.data, payload(5, 9));
+                    assert_eq!(comm.iprobe(1, TagMatch::Any)?, None, "taken");
+                    comm.barrier()?;
+                    let e = comm.probe(Source::Any, 3u32)?;
+                    seen.push((e.source, e.tag, e.len));
+                    assert_eq!(comm.recv(2, 3u32)?.data, Vec::<u8>::new());
+                    Ok(seen)
+                }
+            }
+        })
+        .unwrap();
+    assert_eq!(
+        res[0].as_ref().unwrap(),
+        &vec![(1, 9, 5), (1, 3, 1000), (2, 3, 0)]
+    );
+}
+
 /// Zero-byte, 1-byte, exactly-buffer-size, buffer+1 and 64 MiB messages arrive intact.
 pub fn message_sizes_with_checksums<L: Launcher>(l: &L, sharing: RecvSharing) {
     let c = cfg(sharing).build().unwrap();

@@ -62,6 +62,39 @@ impl RuntimeConfigBuilder {
     setter!(/// MPI native path on/off (one MPI message per Ballast message).
         mpi_native: bool => 12, mpi_native);
 
+    /// Sets the setting `name` (a snake-case name of [`SETTINGS`], e.g. `buffer_count`)
+    /// from `value` written as its `BALLAST_*` variable takes it (docs/CONFIG.md), for
+    /// settings given as text (the C API's `ballast_config_set`). Errors:
+    /// [`Error::Setting`] naming the setting for a value that does not parse, and with the
+    /// unknown name as its value for a name that is not a setting; range checks wait for [`RuntimeConfigBuilder::build`].
+    pub fn set(mut self, name: &str, value: &str) -> Result<Self> {
+        let Some(i) = SETTINGS.iter().position(|(n, _)| *n == name) else {
+            // (A variant of its own would make every `Error` 16 bytes larger.)
+            return Err(Error::Setting {
+                name: "(setting name)",
+                var: "(none)",
+                value: name.to_string(),
+                reason: format!("no such setting (known: {})", SETTINGS.map(|(n, _)| n).join(", ")),
+            });
+        };
+        let (known, var) = SETTINGS[i];
+        self.cfg.set(known, value).map_err(|reason| Error::Setting {
+            name: known,
+            var,
+            value: value.to_string(),
+            reason,
+        })?;
+        self.cfg.origins[i] = ValueOrigin::Builder;
+        Ok(self)
+    }
+
+    /// The configuration without validation, for settings given one at a time whose
+    /// combination is checked later (the C API's `ballast_config_set`): every launcher
+    /// validates its configuration again before using it.
+    pub fn build_unchecked(self) -> RuntimeConfig {
+        self.cfg
+    }
+
     /// Validates and returns the configuration. Errors: [`Error::Setting`] naming the
     /// setting when the bad value was set through the builder, [`Error::Config`] naming
     /// the variable when it came from the environment.

@@ -118,7 +118,7 @@ impl RuntimeConfig {
         Ok(cfg)
     }
 
-    fn set(&mut self, name: &str, raw: &str) -> std::result::Result<(), String> {
+    pub(super) fn set(&mut self, name: &str, raw: &str) -> std::result::Result<(), String> {
         let t = &mut self.transport;
         match name {
             "transport" => t.kind = raw.parse()?,

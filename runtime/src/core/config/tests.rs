@@ -197,3 +197,63 @@ fn byte_sizes_parse_with_units() {
     assert!(parse_bytes("1T").is_err());
     assert!(parse_bytes("").is_err());
 }
+
+#[test]
+fn builder_set_takes_setting_names_and_variable_syntax() {
+    let cfg = RuntimeConfig::from_vars(vars(&[("BALLAST_BUFFER_COUNT", "8")]))
+        .unwrap()
+        .to_builder()
+        .set("buffer_size", "16K")
+        .unwrap()
+        .set("recv_sharing", "per-peer")
+        .unwrap()
+        .set("lazy_connect", "off")
+        .unwrap()
+        .build()
+        .unwrap();
+    let t = cfg.transport();
+    assert_eq!((t.buffer_count, t.buffer_size), (8, 16384));
+    assert_eq!(t.recv_sharing, RecvSharing::PerPeer);
+    assert!(!t.lazy_connect);
+    let s = cfg.settings();
+    let origin = |n: &str| s.iter().find(|s| s.name == n).unwrap().origin;
+    assert_eq!(origin("buffer_size"), ValueOrigin::Builder);
+    assert_eq!(origin("buffer_count"), ValueOrigin::Env);
+
+    let e = RuntimeConfig::builder().set("buffer_sise", "1").unwrap_err();
+    assert!(
+        matches!(&e, Error::Setting { value, .. } if value == "buffer_sise"),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("buffer_size"),
+        "lists the known names: {e}"
+    );
+    let e = RuntimeConfig::builder().set("lazy_connect", "maybe").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Setting {
+                name: "lazy_connect",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Parsed by `set`, range-checked by `build`, which names the setting.
+    let e = RuntimeConfig::builder()
+        .set("buffer_size", "0")
+        .unwrap()
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Setting {
+                name: "buffer_size",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}

@@ -31,7 +31,7 @@ use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::{effective_sharing, Fabric};
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
-use crate::protocol::matching::{Matcher, Message, Source, Tag, TagMatch};
+use crate::protocol::matching::{Envelope, Matcher, Message, Source, Tag, TagMatch};
 
 mod credits;
 mod endpoints;
@@ -272,6 +272,11 @@ impl Engine {
     /// Takes a complete matching unexpected message, if any.
     pub fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
         self.matcher.try_take(src, tag)
+    }
+
+    /// The envelope of the message `try_take` would take now, leaving it queued.
+    pub fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope> {
+        self.matcher.peek(src, tag)
     }
 
     /// True when nothing is queued or in flight on the send side.

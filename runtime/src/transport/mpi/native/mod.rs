@@ -64,7 +64,7 @@ use crate::core::footprint::Footprint;
 use crate::core::intmap::{IntMap, IntSet};
 use crate::core::pool::PoolStats;
 use crate::protocol::connection::EndpointStats;
-use crate::protocol::matching::{Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 use crate::transport::model::{MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_PER_RANK_BYTES};
 
 const KIND_WHOLE: u8 = 0;

@@ -209,4 +209,26 @@ impl MpiNative {
             _ => None,
         }
     }
+
+    /// The envelope of the message `try_take` would take now, leaving it queued. Every
+    /// message waiting in MPI on the channel is received into the unexpected queue first, so
+    /// that the queue keeps MPI's order and the earliest match is the one told.
+    pub fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope> {
+        let (chan, s, t) = self.wire_match(src, tag).ok()?;
+        while let Ok(Some(m)) = self.probe_one(chan, any_source(), any_tag()) {
+            self.unexpected.push_back((chan, m));
+        }
+        self.unexpected
+            .iter()
+            .find(|(c, m)| {
+                *c == chan
+                    && (s == any_source() || m.source as c_int == s)
+                    && (t == any_tag() || Self::wire_tag(m.tag).1 == t)
+            })
+            .map(|(_, m)| Envelope {
+                source: m.source,
+                tag: m.tag,
+                len: m.data.len(),
+            })
+    }
 }

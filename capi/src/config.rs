@@ -1,0 +1,188 @@
+//! The configuration handle [`ballast_config`]: the runtime's `RuntimeConfig`, started from
+//! the defaults and the `BALLAST_*` environment (read by the runtime, never here) and
+//! changed by setting name; and [`ballast_predict`], the memory model's prediction.
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int};
+
+use ballast_runtime::{Error, RuntimeConfig};
+
+use crate::comm::ballast_footprint;
+use crate::error::{boundary, Fail};
+
+/// A configuration (opaque): the settings of docs/CONFIG.md.
+pub struct ballast_config {
+    pub(crate) cfg: RuntimeConfig,
+}
+
+/// A C string argument as UTF-8, or `BALLAST_EINVAL` naming it.
+///
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string that stays valid for `'a`.
+pub(crate) unsafe fn c_str<'a>(func: &str, what: &str, p: *const c_char) -> Result<&'a str, Fail> {
+    if p.is_null() {
+        return Err(Fail::null(func, what));
+    }
+    // SAFETY: non-NULL, and the caller guarantees a NUL-terminated string valid for 'a.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str()
+        .map_err(|_| Fail::inval(format!("{func}: {what} is not UTF-8")))
+}
+
+/// Creates a configuration from the defaults plus the BALLAST_* environment variables of
+/// docs/CONFIG.md, in *out (freed with ballast_config_free). Errors: BALLAST_EINVAL when
+/// `out` is NULL or a variable has a bad value (the message names the variable).
+///
+/// # Safety
+/// `out` must be NULL or point to a writable `ballast_config *`.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_config_new(out: *mut *mut ballast_config) -> c_int {
+    boundary("ballast_config_new", || {
+        if out.is_null() {
+            return Err(Fail::null("ballast_config_new", "out"));
+        }
+        // SAFETY: `out` is non-NULL and writable (the caller's contract).
+        unsafe { *out = std::ptr::null_mut() };
+        let cfg = RuntimeConfig::from_env().map_err(|e| Fail::runtime("ballast_config_new", &e))?;
+        // SAFETY: as above; the box is handed to C and freed by ballast_config_free.
+        unsafe { *out = Box::into_raw(Box::new(ballast_config { cfg })) };
+        Ok(0)
+    })
+}
+
+/// Sets one setting: `key` is a setting name of docs/CONFIG.md in snake case
+/// (buffer_count, buffer_size, pool_growth, max_pool_bytes, lazy_connect, max_endpoints,
+/// recv_sharing, recv_depth, srq_depth, ranks_per_node, lock_pool, mpi_native, transport),
+/// `value` is written as the environment variable takes it (e.g. "64K", "per-peer", "off").
+/// Errors: BALLAST_EINVAL for a NULL argument, an unknown key or a bad value; the message
+/// names the key. The configuration is unchanged on error.
+///
+/// # Safety
+/// `config` must be NULL or a live ballast_config; `key` and `value` NULL or
+/// NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_config_set(
+    config: *mut ballast_config,
+    key: *const c_char,
+    value: *const c_char,
+) -> c_int {
+    const F: &str = "ballast_config_set";
+    boundary(F, || {
+        // SAFETY: NULL or a live ballast_config, used by this thread alone (the contract).
+        let c = unsafe { config.as_mut() }.ok_or_else(|| Fail::null(F, "config"))?;
+        // SAFETY: NULL or NUL-terminated strings, valid for this call.
+        let (key, value) = unsafe { (c_str(F, "key", key)?, c_str(F, "value", value)?) };
+        let builder = c
+            .cfg
+            .to_builder()
+            .set(key, value)
+            .map_err(|e| Fail::inval(format!("{F}: key `{key}`: {e}")))?;
+        // A value out of range for this key, with the other settings as they are or as
+        // their defaults (an earlier check failing on another setting would hide it).
+        let own = |r: ballast_runtime::Result<RuntimeConfig>| match r {
+            Err(e @ Error::Setting { name, .. }) if name == key => {
+                Err(Fail::inval(format!("{F}: key `{key}`: {e}")))
+            }
+            _ => Ok(()),
+        };
+        own(builder.clone().build())?;
+        own(RuntimeConfig::builder().set(key, value).and_then(|b| b.build()))?;
+        // Bad only in combination with another setting: checked again where it is used.
+        c.cfg = builder.build_unchecked();
+        Ok(0)
+    })
+}
+
+/// Frees a configuration. Errors: BALLAST_EINVAL when `config` is NULL.
+///
+/// # Safety
+/// `config` must be NULL or a ballast_config from ballast_config_new, not freed yet.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_config_free(config: *mut ballast_config) -> c_int {
+    boundary("ballast_config_free", || {
+        if config.is_null() {
+            return Err(Fail::null("ballast_config_free", "config"));
+        }
+        // SAFETY: a box from ballast_config_new, freed once (the caller's contract).
+        drop(unsafe { Box::from_raw(config) });
+        Ok(0)
+    })
+}
+
+/// Predicts, from the memory model alone, the transport memory of a rank that talks to
+/// `peers` other ranks in a world of `world_size` ranks, `ranks_per_node` per node
+/// (overriding the configuration's ranks_per_node), in *out (bytes). Errors:
+/// BALLAST_EINVAL for a NULL argument or `world_size` 0.
+///
+/// # Safety
+/// `config` must be NULL or a live ballast_config; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_predict(
+    config: *const ballast_config,
+    peers: u32,
+    world_size: u32,
+    ranks_per_node: u32,
+    out: *mut ballast_footprint,
+) -> c_int {
+    const F: &str = "ballast_predict";
+    boundary(F, || {
+        // SAFETY: NULL or a live ballast_config (the contract).
+        let c = unsafe { config.as_ref() }.ok_or_else(|| Fail::null(F, "config"))?;
+        // SAFETY: NULL or writable (the contract).
+        let out = unsafe { out.as_mut() }.ok_or_else(|| Fail::null(F, "out"))?;
+        if world_size == 0 {
+            return Err(Fail::inval(format!("{F}: world_size is 0")));
+        }
+        let fp = c
+            .cfg
+            .transport()
+            .predict(peers as usize, world_size as usize, ranks_per_node as usize);
+        *out = ballast_footprint::from(&fp);
+        Ok(0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::last_error;
+    use crate::{ballast_local_run, BALLAST_EINVAL};
+    use std::ffi::CString;
+
+    fn set(c: *mut ballast_config, k: &str, v: &str) -> c_int {
+        let (k, v) = (CString::new(k).unwrap(), CString::new(v).unwrap());
+        // SAFETY: `c` is live; `k` and `v` are NUL-terminated and outlive the call.
+        unsafe { ballast_config_set(c, k.as_ptr(), v.as_ptr()) }
+    }
+
+    #[test]
+    fn settings_whose_combination_is_bad_are_refused_where_used() {
+        let mut c = std::ptr::null_mut();
+        // SAFETY: `c` is a local out-pointer.
+        assert_eq!(unsafe { ballast_config_new(&mut c) }, 0);
+        assert_eq!(set(c, "transport", "local"), 0);
+        assert_eq!(set(c, "max_pool_bytes", "64K"), 0);
+        // Alone each value is fine; together with growth on, the pool exceeds its bound.
+        assert_eq!(set(c, "pool_growth", "on"), 0);
+        // SAFETY: `c` is live.
+        let t = unsafe { &(*c).cfg }.transport();
+        assert!(t.pool_growth && t.max_pool_bytes == 64 << 10);
+        // A value out of range for its own key is refused at once, and nothing changes.
+        assert_eq!(set(c, "srq_depth", "0"), BALLAST_EINVAL);
+        assert!(last_error().contains("srq_depth"), "{}", last_error());
+        // SAFETY: `c` is live.
+        assert_ne!(unsafe { &(*c).cfg }.transport().srq_depth, 0);
+        // SAFETY: `c` is live; the callback is never called (validation fails first).
+        let rc = unsafe { ballast_local_run(2, c, None, std::ptr::null_mut()) };
+        assert_eq!(rc, BALLAST_EINVAL, "rank_main NULL is checked first");
+        unsafe extern "C" fn never(_: *mut crate::ballast_comm, _: *mut std::os::raw::c_void) -> c_int {
+            panic!("rank_main must not run with a bad configuration")
+        }
+        // SAFETY: as above.
+        let rc = unsafe { ballast_local_run(2, c, Some(never), std::ptr::null_mut()) };
+        assert_eq!(rc, BALLAST_EINVAL);
+        assert!(last_error().contains("MAX_POOL_BYTES"), "{}", last_error());
+        // SAFETY: `c` is live and freed once.
+        assert_eq!(unsafe { ballast_config_free(c) }, 0);
+    }
+}

@@ -1,0 +1,50 @@
+//! libballast: the C ABI of the Ballast runtime (issue #15). Opaque handles over the
+//! runtime's `RuntimeConfig` ([`ballast_config`]), `Communicator` ([`ballast_comm`]), its
+//! requests ([`ballast_request`]) and all-gather results ([`ballast_gathered`]); the
+//! fixed negative error codes; the calling thread's last error message
+//! ([`ballast_last_error`]); and the panic boundary: a Rust panic never crosses into C, it
+//! becomes [`BALLAST_EINTERNAL`] and poisons the communicator it happened on.
+//!
+//! The header `include/ballast.h` is generated from these sources by cbindgen (build.rs).
+//! All the crate's `unsafe` code is here, at the boundary: dereferencing the pointers C
+//! passes in, each block with its `// SAFETY:` reason. Threading: a communicator and its
+//! requests are used by one thread at a time; different communicators from different
+//! threads.
+#![allow(non_camel_case_types)]
+
+mod comm;
+mod config;
+mod error;
+mod request;
+
+pub use comm::*;
+pub use config::*;
+pub use error::*;
+pub use request::*;
+
+use std::os::raw::c_int;
+
+/// Bad argument: a NULL handle or pointer, an unknown key, a bad value, a rank or tag out
+/// of range, a call the handle does not allow.
+pub const BALLAST_EINVAL: c_int = -1;
+/// Out of memory.
+pub const BALLAST_ENOMEM: c_int = -2;
+/// Only from ballast_isend: every pool buffer is in flight (*out is NULL); call
+/// ballast_progress and retry.
+pub const BALLAST_EAGAIN: c_int = -3;
+/// A peer rank died or the job was aborted.
+pub const BALLAST_EPEER: c_int = -4;
+/// Not supported by this build or this setup.
+pub const BALLAST_EUNSUPPORTED: c_int = -5;
+/// An internal error, or a panic inside the library (the communicator is then poisoned:
+/// every later call on it returns BALLAST_EINTERNAL).
+pub const BALLAST_EINTERNAL: c_int = -6;
+/// The message is longer than the buffer (ballast_recv): nothing was consumed.
+pub const BALLAST_ETRUNC: c_int = -7;
+
+/// Receive from any rank (ballast_irecv, ballast_recv, ballast_iprobe).
+pub const BALLAST_ANY_SOURCE: c_int = -1;
+/// Receive any user tag (ballast_irecv, ballast_recv, ballast_iprobe).
+pub const BALLAST_ANY_TAG: i64 = -1;
+/// The largest user tag: valid tags are 0 to 2^31 - 1 (the tags above are the runtime's).
+pub const BALLAST_TAG_MAX: i64 = 0x7fff_ffff;

@@ -1,0 +1,353 @@
+//! The request handle [`ballast_request`]: non-blocking sends and receives, their
+//! completion (test, wait, waitall, with a [`ballast_status`] kept for repeated waits), a
+//! completed receive's bytes, and freeing.
+
+use std::os::raw::{c_int, c_void};
+
+use ballast_runtime::{Completion, Request};
+
+use crate::comm::{
+    ballast_comm, ballast_status, bytes, dest_rank, send_tag, source_of, tag_match, with_comm,
+};
+use crate::error::{code_of, set_last_error, Fail};
+use crate::{BALLAST_EINTERNAL, BALLAST_EINVAL};
+
+/// A non-blocking send or receive (opaque).
+pub struct ballast_request {
+    comm: *mut ballast_comm,
+    /// The runtime's request, until it completes.
+    pending: Option<Request>,
+    /// A send's destination, tag and length (its status).
+    send: Option<ballast_status>,
+    /// The outcome once complete: the status and, on error, the message.
+    done: Option<(ballast_status, String)>,
+    /// A completed receive's bytes.
+    data: Vec<u8>,
+}
+
+/// Registers a new request of `c` and hands it to C.
+fn hand_out(c: &mut ballast_comm, r: ballast_request) -> *mut ballast_request {
+    let p = Box::into_raw(Box::new(r));
+    c.requests.insert(p as usize);
+    p
+}
+
+/// The boundary of a call on request `req`: its communicator's (`with_comm`).
+fn with_request(
+    func: &str,
+    req: *mut ballast_request,
+    f: impl FnOnce(&mut ballast_comm, &mut ballast_request) -> Result<c_int, Fail>,
+) -> c_int {
+    if req.is_null() {
+        set_last_error(&format!("{func}: request is NULL"));
+        return BALLAST_EINVAL;
+    }
+    // SAFETY: non-NULL and a live request used by this thread alone (the contract).
+    let comm = unsafe { (*req).comm };
+    with_comm(func, comm, |c| {
+        if !c.requests.contains(&(req as usize)) {
+            return Err(Fail::inval(format!(
+                "{func}: not a live request of this communicator"
+            )));
+        }
+        // SAFETY: a live box registered in `c.requests`, a distinct allocation from `c`.
+        f(c, unsafe { &mut *req })
+    })
+}
+
+/// Completes `r` (progressing once when `block` is false, waiting otherwise); returns
+/// whether it is complete.
+fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> bool {
+    if r.done.is_some() {
+        return true;
+    }
+    let Some(pending) = r.pending.take() else {
+        r.done = Some((
+            ballast_status {
+                error: BALLAST_EINTERNAL,
+                ..Default::default()
+            },
+            "request without an operation".into(),
+        ));
+        return true;
+    };
+    if !block {
+        match c.comm().test(&pending) {
+            Ok(false) => {
+                r.pending = Some(pending);
+                return false;
+            }
+            Ok(true) => {}
+            Err(e) => {
+                let st = ballast_status {
+                    error: code_of(&e),
+                    ..r.send.unwrap_or_default()
+                };
+                r.done = Some((st, e.to_string()));
+                return true;
+            }
+        }
+    }
+    r.done = Some(match c.comm().wait(pending) {
+        Ok(Completion::Received(m)) => {
+            let st = ballast_status {
+                source: m.source as c_int,
+                tag: m.tag,
+                len: m.data.len(),
+                error: 0,
+            };
+            r.data = m.data;
+            (st, String::new())
+        }
+        Ok(Completion::Sent) => (r.send.unwrap_or_default(), String::new()),
+        Err(e) => (
+            ballast_status {
+                error: code_of(&e),
+                ..r.send.unwrap_or_default()
+            },
+            e.to_string(),
+        ),
+    });
+    true
+}
+
+/// The result of a completed request: its status's error as a `Fail`.
+fn outcome(func: &str, r: &ballast_request) -> Result<c_int, Fail> {
+    match &r.done {
+        Some((st, _)) if st.error == 0 => Ok(0),
+        Some((st, msg)) => Err(Fail::new(st.error, format!("{func}: {msg}"))),
+        None => Ok(0),
+    }
+}
+
+/// Starts sending `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1), in *out;
+/// `buf` may be reused as soon as this returns. Errors: BALLAST_EAGAIN when every pool
+/// buffer is in flight (*out is NULL: call ballast_progress and retry); BALLAST_EINVAL
+/// (NULL, rank or tag out of range); the transport's.
+///
+/// # Safety
+/// `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable
+/// bytes; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_isend(
+    comm: *mut ballast_comm,
+    dest: c_int,
+    tag: u32,
+    buf: *const c_void,
+    len: usize,
+    out: *mut *mut ballast_request,
+) -> c_int {
+    const F: &str = "ballast_isend";
+    with_comm(F, comm, |c| {
+        if out.is_null() {
+            return Err(Fail::null(F, "out"));
+        }
+        // SAFETY: non-NULL and writable (the contract).
+        unsafe { *out = std::ptr::null_mut() };
+        let d = dest_rank(F, c, dest)?;
+        let t = send_tag(F, tag)?;
+        // SAFETY: `len` readable bytes at `buf` (the contract).
+        let data = unsafe { bytes(F, buf, len) }?;
+        let req = c.comm().isend(d, t, data).map_err(|e| Fail::runtime(F, &e))?;
+        let r = ballast_request {
+            comm,
+            pending: Some(req),
+            send: Some(ballast_status {
+                source: dest,
+                tag,
+                len,
+                error: 0,
+            }),
+            done: None,
+            data: Vec::new(),
+        };
+        let p = hand_out(c, r);
+        // SAFETY: as above.
+        unsafe { *out = p };
+        Ok(0)
+    })
+}
+
+/// Posts a receive from `source` (a rank or BALLAST_ANY_SOURCE) with `tag` (0 to
+/// 2^31 - 1 or BALLAST_ANY_TAG), in *out. Errors: BALLAST_EINVAL (NULL, rank or tag out of
+/// range); the transport's.
+///
+/// # Safety
+/// `comm` must be NULL or a live ballast_comm; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_irecv(
+    comm: *mut ballast_comm,
+    source: c_int,
+    tag: i64,
+    out: *mut *mut ballast_request,
+) -> c_int {
+    const F: &str = "ballast_irecv";
+    with_comm(F, comm, |c| {
+        if out.is_null() {
+            return Err(Fail::null(F, "out"));
+        }
+        // SAFETY: non-NULL and writable (the contract).
+        unsafe { *out = std::ptr::null_mut() };
+        let s = source_of(F, c, source)?;
+        let t = tag_match(F, tag)?;
+        let req = c.comm().irecv(s, t).map_err(|e| Fail::runtime(F, &e))?;
+        let r = ballast_request {
+            comm,
+            pending: Some(req),
+            send: None,
+            done: None,
+            data: Vec::new(),
+        };
+        let p = hand_out(c, r);
+        // SAFETY: as above.
+        unsafe { *out = p };
+        Ok(0)
+    })
+}
+
+/// Progresses once and tells whether `req` completed (*done 1 or 0); when it did, fills
+/// *status (if not NULL) and returns the request's own error, if any. Testing a completed
+/// request again gives the same status.
+///
+/// # Safety
+/// `req` must be NULL or a live ballast_request; `done` NULL or writable; `status` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_test(
+    req: *mut ballast_request,
+    done: *mut c_int,
+    status: *mut ballast_status,
+) -> c_int {
+    const F: &str = "ballast_test";
+    with_request(F, req, |c, r| {
+        if done.is_null() {
+            return Err(Fail::null(F, "done"));
+        }
+        let complete = complete(c, r, false);
+        // SAFETY: `done` is non-NULL and writable (the contract).
+        unsafe { *done = c_int::from(complete) };
+        if let (Some((st, _)), false) = (&r.done, status.is_null()) {
+            // SAFETY: non-NULL and writable (the contract).
+            unsafe { *status = *st };
+        }
+        outcome(F, r)
+    })
+}
+
+/// Waits until `req` completes, fills *status (if not NULL) and returns the request's own
+/// error, if any. Waiting on a completed request again gives the same status. A send's
+/// status holds the destination, tag and length.
+///
+/// # Safety
+/// `req` must be NULL or a live ballast_request; `status` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_wait(req: *mut ballast_request, status: *mut ballast_status) -> c_int {
+    const F: &str = "ballast_wait";
+    with_request(F, req, |c, r| {
+        complete(c, r, true);
+        if let (Some((st, _)), false) = (&r.done, status.is_null()) {
+            // SAFETY: non-NULL and writable (the contract).
+            unsafe { *status = *st };
+        }
+        outcome(F, r)
+    })
+}
+
+/// Waits for each of the `n` requests in `reqs`, in order, filling statuses[i] (when
+/// `statuses` is not NULL) with each one's status and error; returns the first error (a
+/// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message.
+///
+/// # Safety
+/// `reqs` must point to `n` entries, each NULL or a live ballast_request; `statuses` NULL
+/// or `n` writable entries.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_waitall(
+    n: usize,
+    reqs: *const *mut ballast_request,
+    statuses: *mut ballast_status,
+) -> c_int {
+    if n > 0 && reqs.is_null() {
+        set_last_error("ballast_waitall: reqs is NULL");
+        return BALLAST_EINVAL;
+    }
+    let mut first: Option<(c_int, String)> = None;
+    for i in 0..n {
+        // SAFETY: `reqs` has `n` readable entries (the contract).
+        let r = unsafe { *reqs.add(i) };
+        let mut st = ballast_status::default();
+        // SAFETY: `r` is NULL or a live request; `st` is a local.
+        let rc = unsafe { ballast_wait(r, &mut st) };
+        if rc != 0 {
+            st.error = rc;
+            if first.is_none() {
+                first = Some((rc, crate::error::last_error()));
+            }
+        }
+        if !statuses.is_null() {
+            // SAFETY: `statuses` has `n` writable entries (the contract).
+            unsafe { *statuses.add(i) = st };
+        }
+    }
+    match first {
+        Some((rc, msg)) => {
+            set_last_error(&msg);
+            rc
+        }
+        None => 0,
+    }
+}
+
+/// A completed receive's bytes: *data (valid until ballast_request_free) and *len.
+/// Errors: BALLAST_EINVAL for NULL, a send, or a receive not completed yet.
+///
+/// # Safety
+/// `req` must be NULL or a live ballast_request; `data` and `len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_request_data(
+    req: *const ballast_request,
+    data: *mut *const c_void,
+    len: *mut usize,
+) -> c_int {
+    const F: &str = "ballast_request_data";
+    with_request(F, req.cast_mut(), |_, r| {
+        if r.send.is_some() {
+            return Err(Fail::inval(format!("{F}: the request is a send")));
+        }
+        match &r.done {
+            Some((st, _)) if st.error == 0 => {}
+            Some(_) => return Err(Fail::inval(format!("{F}: the receive failed"))),
+            None => return Err(Fail::inval(format!("{F}: the receive has not completed"))),
+        }
+        if data.is_null() || len.is_null() {
+            return Err(Fail::null(F, if data.is_null() { "data" } else { "len" }));
+        }
+        // SAFETY: both non-NULL and writable (the contract).
+        unsafe {
+            *data = r.data.as_ptr().cast();
+            *len = r.data.len();
+        }
+        Ok(0)
+    })
+}
+
+/// Frees a completed request (send or receive) and its data. Errors: BALLAST_EINVAL for
+/// NULL or a request not completed yet (test or wait it first; requests still live when
+/// the communicator finishes are cancelled there).
+///
+/// # Safety
+/// `req` must be NULL or a live ballast_request, not freed yet.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_request_free(req: *mut ballast_request) -> c_int {
+    const F: &str = "ballast_request_free";
+    with_request(F, req, |c, r| {
+        if r.done.is_none() {
+            return Err(Fail::inval(format!(
+                "{F}: the request has not completed (ballast_wait or ballast_test it first)"
+            )));
+        }
+        c.requests.remove(&(req as usize));
+        // SAFETY: a box from `hand_out`, now unregistered, freed once; `r` is not used after.
+        drop(unsafe { Box::from_raw(req) });
+        Ok(0)
+    })
+}
