@@ -55,10 +55,12 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         | Error::Setting { .. }
         | Error::InvalidRank { .. }
         | Error::ReservedTag(_)
-        | Error::UnknownRequest(_) => BALLAST_EINVAL,
-        Error::Alloc { .. } | Error::MessageAlloc { .. } => BALLAST_ENOMEM,
+        | Error::UnknownRequest(_)
+        | Error::BootstrapEnv { .. }
+        | Error::BootstrapRoot { .. } => BALLAST_EINVAL,
+        Error::Alloc { .. } | Error::MessageAlloc { .. } | Error::MemlockTooLow { .. } => BALLAST_ENOMEM,
         Error::Aborted | Error::PeerDied { .. } | Error::QueuePairBroken { .. } => BALLAST_EPEER,
-        Error::TransportUnavailable(_) => BALLAST_EUNSUPPORTED,
+        Error::TransportUnavailable { .. } => BALLAST_EUNSUPPORTED,
         _ => BALLAST_EINTERNAL,
     }
 }
@@ -176,10 +178,31 @@ mod tests {
         assert_eq!(code_of(&Error::ReservedTag(1 << 31)), BALLAST_EINVAL);
         assert_eq!(code_of(&Error::Aborted), BALLAST_EPEER);
         assert_eq!(
-            code_of(&Error::TransportUnavailable("x".into())),
+            code_of(&Error::TransportUnavailable {
+                transport: ballast_runtime::config::TransportKind::Verbs,
+                why: "x"
+            }),
             BALLAST_EUNSUPPORTED
         );
-        assert_eq!(code_of(&Error::Protocol("x".into())), BALLAST_EINTERNAL);
-        assert_eq!(code_of(&Error::RankPanicked(1, "x".into())), BALLAST_EINTERNAL);
+        let bad_chunk = Error::BadChunk {
+            peer: 1,
+            tag: 2,
+            total: 3,
+            offset: 4,
+            what: "x".into(),
+        };
+        assert_eq!(code_of(&bad_chunk), BALLAST_EINTERNAL);
+        let panicked = Error::RankPanicked {
+            rank: 1,
+            message: "x".into(),
+        };
+        assert_eq!(code_of(&panicked), BALLAST_EINTERNAL);
+        assert_eq!(
+            code_of(&Error::MemlockTooLow {
+                needed_kib: 2,
+                limit_kib: 1
+            }),
+            BALLAST_ENOMEM
+        );
     }
 }
