@@ -3,7 +3,8 @@
 # tests (hello.c, and the C conformance program under -fsanitize=address,undefined); then
 # an install with ci/install-capi.sh into a temporary prefix, and examples/c/hello.c built
 # against it with pkg-config (shared and static) and with CMake's find_package(Ballast).
-# Installs gcc, pkg-config and cmake with apt when missing.
+# Then the same with an mpi build (ballast_comm_from_mpi, the MPI conformance program under
+# mpirun). Installs gcc, pkg-config and cmake with apt when missing (MPI comes from ci/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,4 +65,50 @@ cmake -S "$work/cmake" -B "$work/cmake/build" -DCMAKE_PREFIX_PATH="$prefix" >/de
 cmake --build "$work/cmake/build" >/dev/null
 [ "$("$work/cmake/build/hello")" = "$want" ]
 echo "ci/capi.sh: hello.c with CMake find_package(Ballast): ok"
+
+# The mpi build: the .pc and CMake config define BALLAST_HAVE_MPI and carry MPI's flags; the
+# MPI conformance program (a host calling MPI_Init_thread, then ballast_comm_from_mpi and
+# ballast_comm_from_env) under mpirun, without the sanitizers (they clash with MPI).
+mpi_prefix="$work/mpi-prefix"
+bash ci/install-capi.sh "$mpi_prefix" --features mpi
+export PKG_CONFIG_PATH="$mpi_prefix/lib/pkgconfig"
+pkg-config --cflags ballast | grep -q -- -DBALLAST_HAVE_MPI \
+    || { echo "ci/capi.sh: the mpi install's ballast.pc does not define BALLAST_HAVE_MPI" >&2; exit 1; }
+# shellcheck disable=SC2046
+mpicc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L capi/tests/c/mpi_conformance.c \
+    $(pkg-config --cflags --libs ballast) -lpthread -o "$work/mpi_conformance"
+mpirun_flags=(--oversubscribe)
+[ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
+for run in "1" "2" "3" "3 --multiple"; do
+    read -r n opt <<< "$run"
+    log="$work/mpi_conformance.log"
+    # shellcheck disable=SC2086 # $opt is empty or one word
+    if ! timeout 300 mpirun "${mpirun_flags[@]}" -n "$n" "$work/mpi_conformance" $opt >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "ci/capi.sh: mpirun -n $n mpi_conformance $opt failed" >&2
+        exit 1
+    fi
+    good=$(grep -c ' passed, 0 failed$' "$log" || true)
+    [ "$good" = "$n" ] || { cat "$log" >&2; echo "ci/capi.sh: $good of $n processes reported all passed" >&2; exit 1; }
+    echo "ci/capi.sh: mpirun -n $n mpi_conformance $opt: $(grep -m1 ' passed, 0 failed$' "$log")"
+done
+mkdir -p "$work/cmake-mpi"
+cat > "$work/cmake-mpi/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.13)
+project(ballast_mpi_conformance C)
+find_package(Ballast 0.1 REQUIRED)
+if(NOT Ballast_HAVE_MPI)
+  message(FATAL_ERROR "the mpi install's BallastConfig.cmake does not set Ballast_HAVE_MPI")
+endif()
+find_package(Threads REQUIRED)
+add_executable(mpi_conformance "$PWD/capi/tests/c/mpi_conformance.c")
+target_compile_definitions(mpi_conformance PRIVATE _POSIX_C_SOURCE=200809L)
+target_link_libraries(mpi_conformance Ballast::ballast Threads::Threads)
+CMAKE
+cmake -S "$work/cmake-mpi" -B "$work/cmake-mpi/build" -DCMAKE_PREFIX_PATH="$mpi_prefix" >/dev/null
+cmake --build "$work/cmake-mpi/build" >/dev/null
+timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$work/cmake-mpi/build/mpi_conformance" >"$work/cmake-mpi.log" 2>&1 \
+    || { cat "$work/cmake-mpi.log" >&2; exit 1; }
+[ "$(grep -c ' passed, 0 failed$' "$work/cmake-mpi.log")" = 2 ] || { cat "$work/cmake-mpi.log" >&2; exit 1; }
+echo "ci/capi.sh: mpi_conformance built with CMake find_package(Ballast) (MPI): ok"
 echo "ci/capi.sh: all passed"

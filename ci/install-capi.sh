@@ -26,20 +26,40 @@ for f in ${features//,/ }; do
         *) echo "ci/install-capi.sh: unknown feature '$f' (mpi, verbs)" >&2; exit 2 ;;
     esac
 done
+# With mpi: the header's MPI declarations are enabled by -DBALLAST_HAVE_MPI, which the .pc file
+# and the CMake config add together with the flags of the MPI the library is built with
+# (the mpicc that rsmpi's build finds: $MPICC, else mpicc).
+mpi_cflags=""
+mpi_libs=""
 case ",$features," in
     *,mpi,*)
-        # The MPI declarations of the header and the flags of the MPI the library was built with.
-        echo "ci/install-capi.sh: the mpi feature's C API (ballast_comm_from_mpi) is not written yet" >&2
-        exit 2 ;;
+        mpicc=${MPICC:-mpicc}
+        if out=$("$mpicc" -showme:compile 2>/dev/null); then # Open MPI
+            mpi_cflags=$out
+            mpi_libs=$("$mpicc" -showme:link)
+        elif out=$("$mpicc" -compile-info 2>/dev/null); then # MPICH and its derivatives
+            mpi_cflags=$(tr ' ' '\n' <<< "$out" | grep -E '^-(I|D|pthread)' | tr '\n' ' ')
+            mpi_libs=$("$mpicc" -link-info | tr ' ' '\n' | grep -E '^-(L|l|Wl|pthread)' | tr '\n' ' ')
+        else
+            echo "ci/install-capi.sh: --features mpi needs the MPI compiler wrapper ($mpicc) on PATH (or MPICC)" >&2
+            exit 2
+        fi
+        mpi_cflags="-DBALLAST_HAVE_MPI $mpi_cflags" ;;
 esac
 
 cargo_features=()
-[ -n "$features" ] && cargo_features=(--features "$features")
+target_dir=${CARGO_TARGET_DIR:-target}
+if [ -n "$features" ]; then
+    cargo_features=(--features "$features")
+    # cargo writes libballast.so and .a under the same names for every feature set and may
+    # leave another set's copy in place, so a featured build gets a target directory of its own.
+    target_dir="$target_dir/capi-${features//,/-}"
+fi
+export CARGO_TARGET_DIR=$target_dir
 # The static library's system libraries, as rustc reports them for this target.
 native_libs=$(cargo rustc --release --locked -p ballast-capi --lib --crate-type staticlib "${cargo_features[@]}" \
     -- --print native-static-libs 2>&1 | sed -n 's/.*native-static-libs: //p' | tail -n 1)
 cargo build --release --locked -p ballast-capi "${cargo_features[@]}"
-target_dir=${CARGO_TARGET_DIR:-target}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
 mkdir -p "$prefix/lib/pkgconfig" "$prefix/lib/cmake/Ballast" "$prefix/include"
@@ -56,18 +76,34 @@ includedir=\${prefix}/include
 Name: ballast
 Description: Ballast communication runtime for parallel neuron simulators (C ABI)
 Version: $version
-Cflags: -I\${includedir}
-Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lballast
+Cflags: -I\${includedir}${mpi_cflags:+ $mpi_cflags}
+Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lballast${mpi_libs:+ $mpi_libs}
 Libs.private: $native_libs
 PC
 
 cmake_libs=$(sed 's/-l//g; s/ \+/;/g' <<< "$native_libs")
+cmake_mpi=""
+if [ -n "$mpi_cflags" ]; then
+    # An mpi build: MPI found the CMake way (FindMPI), and BALLAST_HAVE_MPI defined for users.
+    cmake_mpi='include(CMakeFindDependencyMacro)
+find_dependency(MPI)
+if(TARGET MPI::MPI_C)
+  set(_ballast_mpi MPI::MPI_C)
+else()
+  set(_ballast_mpi MPI::MPI_CXX)
+endif()
+set(Ballast_HAVE_MPI TRUE)'
+fi
 cat > "$prefix/lib/cmake/Ballast/BallastConfig.cmake" <<CMAKE
-# find_package(Ballast): libballast $version, the C ABI of the Ballast runtime.
+# find_package(Ballast): libballast $version, the C ABI of the Ballast runtime${features:+ (features $features)}.
 # Targets: Ballast::ballast (shared library), Ballast::ballast_static (static library).
+# Ballast_HAVE_MPI is TRUE for an mpi build: the targets then define BALLAST_HAVE_MPI (the
+# header declares ballast_comm_from_mpi) and carry MPI's flags.
 get_filename_component(_ballast_prefix "\${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
 set(Ballast_VERSION "$version")
 set(Ballast_INCLUDE_DIRS "\${_ballast_prefix}/include")
+set(Ballast_HAVE_MPI FALSE)
+$cmake_mpi
 if(NOT TARGET Ballast::ballast)
   add_library(Ballast::ballast SHARED IMPORTED)
   set_target_properties(Ballast::ballast PROPERTIES
@@ -78,6 +114,12 @@ if(NOT TARGET Ballast::ballast)
     IMPORTED_LOCATION "\${_ballast_prefix}/lib/libballast.a"
     INTERFACE_INCLUDE_DIRECTORIES "\${_ballast_prefix}/include"
     INTERFACE_LINK_LIBRARIES "$cmake_libs")
+  if(Ballast_HAVE_MPI)
+    foreach(_t Ballast::ballast Ballast::ballast_static)
+      set_property(TARGET \${_t} APPEND PROPERTY INTERFACE_COMPILE_DEFINITIONS BALLAST_HAVE_MPI)
+      set_property(TARGET \${_t} APPEND PROPERTY INTERFACE_LINK_LIBRARIES \${_ballast_mpi})
+    endforeach()
+  endif()
 endif()
 set(Ballast_FOUND TRUE)
 CMAKE

@@ -14,6 +14,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#if defined(BALLAST_HAVE_MPI)
+#include <mpi.h>
+#endif
 
 // Bad argument: a NULL handle or pointer, an unknown key, a bad value, a rank or tag out
 // of range, a call the handle does not allow.
@@ -123,11 +126,19 @@ int ballast_local_run(int nranks,
                       ballast_rank_main rank_main,
                       void *user);
 
-// Frees a communicator: the collective finish. Errors: BALLAST_EINVAL for NULL or a
-// communicator of ballast_local_run (which finishes its own).
+// Frees a communicator of ballast_comm_from_env or ballast_comm_from_mpi: the
+// collective finish (every rank must call it; it delivers this rank's sends and serves
+// the others until every rank has finished), then frees the handle, whatever it returns.
+// Requests still live are cancelled (freed) and reported: BALLAST_EINVAL, after the
+// finish. Errors: BALLAST_EINVAL for NULL or a communicator of ballast_local_run (which
+// finishes its own; nothing is freed), and under MPI when the host already called
+// MPI_Finalize (the communicator is left, not freed: call ballast_comm_free first);
+// BALLAST_EINTERNAL for a poisoned communicator (dropped without the finish); the
+// runtime's errors (e.g. BALLAST_EPEER).
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm.
+// `comm` must be NULL or a live ballast_comm, not used again after this call (except
+// when it belongs to ballast_local_run).
 int ballast_comm_free(struct ballast_comm *comm);
 
 // This rank, 0 to world size - 1, in *out.
@@ -275,6 +286,50 @@ int ballast_predict(const struct ballast_config *config,
 // # Safety
 // `buf` must be NULL (with `len` 0) or point to `len` writable bytes.
 int ballast_last_error(char *buf, size_t len);
+
+// One rank per process, started by a launcher: the rank and world size come from the
+// launcher's variables (`OMPI_COMM_WORLD_RANK`/`SIZE`, `PMI_RANK`/`SIZE`,
+// `SLURM_PROCID`/`NTASKS` or `BALLAST_RANK`/`SIZE`), and the configured transport is
+// used (`auto` resolved as the runtime does):
+// - `mpi` (an `mpi` build): MPI is initialised unless the host did it
+//   (`MPI_THREAD_SERIALIZED`), and, when Ballast initialised it, finalised by
+//   ballast_comm_free (MPI cannot be initialised again in that process);
+// - `verbs` (a `verbs` build): the addresses are exchanged through `BALLAST_ROOT`
+//   (`host:port` of rank 0), or through MPI under mpirun in a build with `mpi`;
+// - `local`: only for a world of one process (no launcher, or a launcher of size 1).
+//
+// Free the communicator with ballast_comm_free on every rank. Errors: BALLAST_EINVAL
+// for NULL arguments, a configuration that does not validate, `local` with a world of
+// more than one process, missing launcher variables; BALLAST_EUNSUPPORTED for a
+// transport not built in, or an MPI other than the library's (see
+// ballast_comm_from_mpi); the runtime's errors (e.g. BALLAST_EPEER when a peer does not
+// arrive within `BALLAST_BOOTSTRAP_TIMEOUT`).
+//
+// # Safety
+// `config` must be NULL or a live ballast_config; `out` NULL or writable.
+int ballast_comm_from_env(const struct ballast_config *config, struct ballast_comm **out);
+
+#if defined(BALLAST_HAVE_MPI)
+// Ballast over the host's initialised MPI, on the ranks of `comm` (`MPI_COMM_WORLD`
+// or a sub-communicator of it): collective over `comm`. Ballast duplicates `comm`
+// (its traffic never matches the host's messages) and never finalises MPI.
+// ballast_comm_free must come before the host's MPI_Finalize; after it, it returns
+// BALLAST_EINVAL instead of calling MPI. Below MPI_THREAD_MULTIPLE
+// (`MPI_Query_thread`), a communicator may only be used from the thread that made it
+// (BALLAST_EUNSUPPORTED otherwise), and under MPI_THREAD_SINGLE or FUNNELED that must
+// be MPI's main thread. Errors: BALLAST_EINVAL for NULL `config` or `out`,
+// `MPI_COMM_NULL`, an inter-communicator, MPI not initialised or already finalised;
+// BALLAST_EUNSUPPORTED when the MPI running in this process is not of the family
+// (Open MPI, or MPICH and its derivatives) libballast was built with, whose MPI_Comm
+// differs; the runtime's errors.
+//
+// # Safety
+// `comm` must be a valid communicator handle of the MPI libballast was built with;
+// `config` NULL or a live ballast_config; `out` NULL or writable.
+int ballast_comm_from_mpi(MPI_Comm comm,
+                          const struct ballast_config *config,
+                          struct ballast_comm **out);
+#endif
 
 // Starts sending `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1), in *out;
 // `buf` may be reused as soon as this returns. Errors: BALLAST_EAGAIN when every pool

@@ -12,6 +12,7 @@ use ballast_runtime::{local, Communicator, Envelope, Footprint, Source, TagMatch
 
 use crate::config::ballast_config;
 use crate::error::{boundary, last_error, panic_text, set_last_error, Fail};
+use crate::process::{free_owned, Owned};
 use crate::request::ballast_request;
 use crate::{
     BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ETRUNC, BALLAST_TAG_MAX,
@@ -19,8 +20,12 @@ use crate::{
 
 /// A rank's communicator (opaque).
 pub struct ballast_comm {
-    /// The runtime's communicator, borrowed for the duration of `rank_main`.
+    /// The runtime's communicator: lent by `ballast_local_run` for the duration of
+    /// `rank_main`, or a box of this handle's own (`owned`).
     comm: *mut Communicator,
+    /// For a communicator of ballast_comm_from_env or ballast_comm_from_mpi, what it lives
+    /// on (its box in `comm` is this handle's); None for one lent by ballast_local_run.
+    pub(crate) owned: Option<Owned>,
     /// Why the communicator is poisoned (a panic inside a call), if it is.
     pub(crate) poisoned: Option<String>,
     /// The live requests (boxes owned by C until ballast_request_free), by address: freed
@@ -29,9 +34,39 @@ pub struct ballast_comm {
 }
 
 impl ballast_comm {
+    /// A handle lent `comm` by ballast_local_run for the duration of rank_main.
+    fn lent(comm: &mut Communicator) -> ballast_comm {
+        ballast_comm {
+            comm,
+            owned: None,
+            poisoned: None,
+            requests: HashSet::new(),
+        }
+    }
+
+    /// A handle owning `comm` and what it lives on.
+    pub(crate) fn owned(comm: Box<Communicator>, owned: Owned) -> ballast_comm {
+        ballast_comm {
+            comm: Box::into_raw(comm),
+            owned: Some(owned),
+            poisoned: None,
+            requests: HashSet::new(),
+        }
+    }
+
+    /// The communicator and what it lives on, of an owning handle (after its requests
+    /// were cancelled).
+    pub(crate) fn into_owned(self: Box<Self>) -> (Box<Communicator>, Owned) {
+        let owned = self.owned.expect("into_owned on an owning handle");
+        // SAFETY: an owning handle's `comm` is the box of `ballast_comm::owned`, taken back
+        // once here (the handle is consumed).
+        (unsafe { Box::from_raw(self.comm) }, owned)
+    }
+
     pub(crate) fn comm(&mut self) -> &mut Communicator {
         // SAFETY: `comm` points to the communicator `ballast_local_run` lends for the whole
-        // life of this handle (the handle is dropped before the communicator finishes).
+        // life of this handle (the handle is dropped before the communicator finishes), or
+        // to this handle's own box.
         unsafe { &mut *self.comm }
     }
 
@@ -41,7 +76,7 @@ impl ballast_comm {
     }
 
     /// Frees the requests still live; returns how many there were.
-    fn cancel_requests(&mut self) -> usize {
+    pub(crate) fn cancel_requests(&mut self) -> usize {
         let n = self.requests.len();
         for addr in self.requests.drain() {
             // SAFETY: every address in `requests` is a live box from `Box::into_raw` in
@@ -137,6 +172,9 @@ pub(crate) fn with_comm(
                 BALLAST_EINTERNAL,
                 format!("{func}: communicator poisoned: {why}"),
             ));
+        }
+        if let Some(o) = &c.owned {
+            o.enter(func)?;
         }
         match catch_unwind(AssertUnwindSafe(|| f(c))) {
             Ok(r) => r,
@@ -302,11 +340,7 @@ fn run_rank(
     user: *mut c_void,
 ) -> (c_int, String) {
     let rank = comm.rank();
-    let mut h = Box::new(ballast_comm {
-        comm,
-        poisoned: None,
-        requests: HashSet::new(),
-    });
+    let mut h = Box::new(ballast_comm::lent(comm));
     // SAFETY: the handle is live until after the call; `user` is the caller's, passed back.
     let rc = unsafe { main(&mut *h, user) };
     let live = h.cancel_requests();
@@ -322,11 +356,19 @@ fn run_rank(
     (0, String::new())
 }
 
-/// Frees a communicator: the collective finish. Errors: BALLAST_EINVAL for NULL or a
-/// communicator of ballast_local_run (which finishes its own).
+/// Frees a communicator of ballast_comm_from_env or ballast_comm_from_mpi: the
+/// collective finish (every rank must call it; it delivers this rank's sends and serves
+/// the others until every rank has finished), then frees the handle, whatever it returns.
+/// Requests still live are cancelled (freed) and reported: BALLAST_EINVAL, after the
+/// finish. Errors: BALLAST_EINVAL for NULL or a communicator of ballast_local_run (which
+/// finishes its own; nothing is freed), and under MPI when the host already called
+/// MPI_Finalize (the communicator is left, not freed: call ballast_comm_free first);
+/// BALLAST_EINTERNAL for a poisoned communicator (dropped without the finish); the
+/// runtime's errors (e.g. BALLAST_EPEER).
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm.
+/// `comm` must be NULL or a live ballast_comm, not used again after this call (except
+/// when it belongs to ballast_local_run).
 #[no_mangle]
 pub unsafe extern "C" fn ballast_comm_free(comm: *mut ballast_comm) -> c_int {
     const F: &str = "ballast_comm_free";
@@ -334,9 +376,16 @@ pub unsafe extern "C" fn ballast_comm_free(comm: *mut ballast_comm) -> c_int {
         if comm.is_null() {
             return Err(Fail::null(F, "comm"));
         }
-        Err(Fail::inval(format!(
-            "{F}: the communicator belongs to ballast_local_run, which finishes it"
-        )))
+        // SAFETY: non-NULL and live (the contract).
+        if unsafe { (*comm).owned.is_none() } {
+            return Err(Fail::inval(format!(
+                "{F}: the communicator belongs to ballast_local_run, which finishes it"
+            )));
+        }
+        // SAFETY: an owning handle is the box of `Box::into_raw` in process.rs, taken back
+        // once here (C does not use it again: the contract).
+        let c = unsafe { Box::from_raw(comm) };
+        free_owned(F, c)
     })
 }
 
@@ -631,11 +680,7 @@ mod tests {
     fn a_panic_on_a_communicator_poisons_it() {
         let cfg = RuntimeConfig::builder().buffer_count(4).build().unwrap();
         let got = local::run(1, &cfg, |comm| {
-            let mut h = ballast_comm {
-                comm,
-                poisoned: None,
-                requests: HashSet::new(),
-            };
+            let mut h = ballast_comm::lent(comm);
             let p: *mut ballast_comm = &mut h;
             let mut n = 0;
             // SAFETY: `p` is the live handle above; `n` a local.

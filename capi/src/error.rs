@@ -57,6 +57,7 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         | Error::ReservedTag(_)
         | Error::UnknownRequest(_)
         | Error::BootstrapEnv { .. }
+        | Error::MpiState { .. }
         | Error::BootstrapRoot { .. } => BALLAST_EINVAL,
         Error::Alloc { .. } | Error::MessageAlloc { .. } | Error::MemlockTooLow { .. } => BALLAST_ENOMEM,
         Error::Aborted | Error::PeerDied { .. } | Error::QueuePairBroken { .. } => BALLAST_EPEER,

@@ -15,11 +15,15 @@
 mod comm;
 mod config;
 mod error;
+mod process;
 mod request;
 
 pub use comm::*;
 pub use config::*;
 pub use error::*;
+#[cfg(feature = "mpi")]
+pub use process::mpi::ballast_comm_from_mpi;
+pub use process::*;
 pub use request::*;
 
 use std::os::raw::c_int;

@@ -128,7 +128,14 @@ fn header_is_ascii_and_declares_every_exported_function() {
     let h = std::fs::read_to_string(dir.join("include/ballast.h")).expect("include/ballast.h");
     assert!(h.is_ascii(), "include/ballast.h has non-ASCII characters");
     let mut exported = Vec::new();
-    for f in ["lib.rs", "comm.rs", "config.rs", "error.rs", "request.rs"] {
+    for f in [
+        "lib.rs",
+        "comm.rs",
+        "config.rs",
+        "error.rs",
+        "process.rs",
+        "request.rs",
+    ] {
         let src = std::fs::read_to_string(dir.join("src").join(f)).expect("source");
         for l in src.lines() {
             if let Some(rest) = l.trim().strip_prefix("pub unsafe extern \"C\" fn ") {

@@ -234,6 +234,30 @@ where
     Ok(out.into_iter().map(|(_, v)| v).collect())
 }
 
+/// A world of one rank over the local transport, owned by the caller (for a program
+/// that embeds Ballast and runs as a single process: `ballast_comm_from_env` of the C
+/// ABI). Finish it with [`local_finish`]. Errors: [`Error::TransportUnavailable`] when the
+/// configuration's transport is not `local`, the configuration's validation errors.
+pub fn local_single(config: &RuntimeConfig) -> Result<Communicator> {
+    let cfg = *config.transport();
+    if cfg.kind != TransportKind::Local {
+        return Err(Error::TransportUnavailable {
+            transport: cfg.kind,
+            why: "local::single runs transport=local only",
+        });
+    }
+    cfg.validate()?;
+    let (world, mut parkers) = World::new(1);
+    let parker = parkers.pop().expect("World::new(1) gives one parker");
+    let fabric = LocalFabric::new(0, Arc::new(world), &cfg, parker);
+    Communicator::new(Box::new(fabric), &cfg)
+}
+
+/// Finishes a communicator of [`local_single`]: delivers its own sends to itself.
+pub fn local_finish(mut comm: Communicator) -> Result<()> {
+    comm.finalize()
+}
+
 /// Runs `f` on `n` Ballast ranks over verbs spread over the processes of `boot` (rank `r`
 /// in process `r % size`, several per process as threads named `ballast-verbs-{r}`;
 /// `ballast_runtime::verbs::run_ranks`). Collective. Returns this process' results as

@@ -51,6 +51,8 @@ pub use transport::{comm, model};
 /// The in-process transport (`local`): [`LocalFabric`](local::LocalFabric), and
 /// [`run`](local::run) ([`launch::local_threads`]) starting N ranks as threads of this process.
 pub mod local {
+    pub use crate::launch::local_finish as finish;
+    pub use crate::launch::local_single as single;
     pub use crate::launch::local_threads as run;
     pub use crate::transport::local::*;
 }

@@ -4,6 +4,7 @@
  * any source and any tag, 0-byte and 64 MiB messages, and checks ballast_last_error after
  * each failure. Built with -fsanitize=address,undefined by capi/tests/c_programs.rs. Prints
  * "capi conformance: N passed, M failed" and exits non-zero if a check failed. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -295,6 +296,57 @@ static int leaking_main(ballast_comm *comm, void *user) {
     return ballast_wait(r, NULL);
 }
 
+/* ballast_comm_from_env over local: a world of one process (no launcher). */
+static void from_env_checks(const ballast_config *cfg) {
+    ballast_comm *c = NULL;
+    EXPECT_ERR(ballast_comm_from_env(NULL, &c), BALLAST_EINVAL, "config is NULL");
+    EXPECT_ERR(ballast_comm_from_env(cfg, NULL), BALLAST_EINVAL, "out is NULL");
+    OK(ballast_comm_from_env(cfg, &c));
+    CHECK(c != NULL);
+    if (c == NULL) return;
+    int rank = -1, n = -1;
+    OK(ballast_rank(c, &rank));
+    OK(ballast_world_size(c, &n));
+    CHECK(rank == 0 && n == 1);
+    OK(ballast_send(c, 0, 5, "self", 4));
+    char buf[8] = {0};
+    ballast_status st;
+    OK(ballast_recv(c, BALLAST_ANY_SOURCE, 5, buf, sizeof buf, &st));
+    CHECK(st.source == 0 && st.tag == 5 && st.len == 4 && memcmp(buf, "self", 4) == 0);
+    EXPECT_ERR(ballast_send(c, 1, 5, "x", 1), BALLAST_EINVAL, "rank 1 is not in 0..1");
+    ballast_footprint fp;
+    OK(ballast_comm_footprint(c, &fp));
+    CHECK(fp.pool == 16 * 4096);
+    OK(ballast_comm_free(c));
+
+    /* A request still live at the free is cancelled and reported; the free completes. */
+    c = NULL;
+    OK(ballast_comm_from_env(cfg, &c));
+    ballast_request *r = NULL;
+    OK(ballast_irecv(c, 0, 9, &r));
+    EXPECT_ERR(ballast_comm_free(c), BALLAST_EINVAL, "1 request(s) still live were cancelled");
+
+    /* local is one process: a launcher of two is refused, naming the size. */
+    setenv("BALLAST_RANK", "0", 1);
+    setenv("BALLAST_SIZE", "2", 1);
+    ballast_config *two = NULL;
+    OK(ballast_config_new(&two));
+    OK(ballast_config_set(two, "transport", "local"));
+    c = (ballast_comm *)&st; /* set to NULL by the failing call */
+    EXPECT_ERR(ballast_comm_from_env(two, &c), BALLAST_EINVAL, "launched as one of 2");
+    CHECK(c == NULL);
+    OK(ballast_config_free(two));
+    unsetenv("BALLAST_RANK");
+    unsetenv("BALLAST_SIZE");
+#ifndef BALLAST_TEST_HAVE_MPI
+    ballast_config *mpi = NULL;
+    OK(ballast_config_new(&mpi));
+    OK(ballast_config_set(mpi, "transport", "mpi"));
+    EXPECT_ERR(ballast_comm_from_env(mpi, &c), BALLAST_EUNSUPPORTED, "not built into this libballast");
+    OK(ballast_config_free(mpi));
+#endif
+}
+
 int main(void) {
     char msg[256];
     CHECK(ballast_last_error(NULL, 0) == 0); /* nothing failed on this thread yet */
@@ -357,6 +409,7 @@ int main(void) {
         fprintf(stderr, "ranks_main: %d: %s\n", rc, msg);
     }
     CHECK(rc == 0 && seen == 1);
+    from_env_checks(cfg);
     OK(ballast_config_free(cfg));
 
     int p = atomic_load(&passed), f = atomic_load(&failed);

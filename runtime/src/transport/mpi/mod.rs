@@ -89,6 +89,27 @@ impl Mpi {
         })
     }
 
+    /// Ballast over a communicator of the host program (a simulator that initialised MPI
+    /// itself and gives Ballast `MPI_COMM_WORLD` or a sub-communicator): Ballast's ranks
+    /// are `comm`'s ranks, and all of its traffic goes over duplicates of `comm`
+    /// (`MPI_Comm_dup`, collective over `comm`), so it never matches the host's messages.
+    /// MPI is never finalised by Ballast. Errors: [`Error::MpiState`] when MPI is not
+    /// initialised yet or already finalised.
+    pub fn from_communicator<C: rsmpi::topology::Communicator>(comm: &C) -> Result<Mpi> {
+        if !rsmpi::environment::is_initialized() || rsmpi::environment::is_finalized() {
+            return Err(Error::MpiState {
+                op: "Mpi::from_communicator",
+                what: "MPI must be initialised by the host program (and not finalised) before Ballast uses its communicator",
+            });
+        }
+        Ok(Mpi {
+            universe: None,
+            baseline: ProcStatus::read_self().unwrap_or_default(),
+            world: comm.duplicate(),
+            direct_part_bytes: DEFAULT_DIRECT_PART_BYTES,
+        })
+    }
+
     /// Sets the largest MPI message the bytes of a direct-path message (one larger than
     /// `buffer_size`) are split into for communicators made afterwards: default
     /// [`DEFAULT_DIRECT_PART_BYTES`] (1 GiB), clamped to `1..=i32::MAX` so no MPI count
@@ -104,17 +125,20 @@ impl Mpi {
         self.universe.is_some()
     }
 
-    /// This process' rank in `MPI_COMM_WORLD`.
+    /// This process' rank in the base communicator (`MPI_COMM_WORLD`, or the host's
+    /// communicator given to [`Mpi::from_communicator`]).
     pub fn rank(&self) -> usize {
         self.world.rank() as usize
     }
 
-    /// Number of processes in `MPI_COMM_WORLD`.
+    /// Number of processes in the base communicator.
     pub fn size(&self) -> usize {
         self.world.size() as usize
     }
 
-    /// `MPI_COMM_WORLD` (Ballast's traffic never uses it directly, only its duplicates).
+    /// The base communicator: `MPI_COMM_WORLD`, or Ballast's duplicate of the host's
+    /// communicator given to [`Mpi::from_communicator`] (Ballast's traffic never uses it
+    /// directly, only its duplicates).
     pub fn world(&self) -> &SimpleCommunicator {
         &self.world
     }

@@ -1,0 +1,237 @@
+/* The MPI part of libballast's C conformance (an `mpi` build, under mpirun -n 1, 2 or 3;
+ * without the sanitizers, which clash with MPI and UCX): a host that calls MPI_Init_thread
+ * itself, then ballast_comm_from_mpi on MPI_COMM_WORLD and on a sub-communicator (even and
+ * odd world ranks), with a host message in flight on MPI_COMM_WORLD that Ballast must not
+ * take; point to point with any source, any tag, ETRUNC and iprobe; allgatherv; the thread
+ * rule below MPI_THREAD_MULTIPLE; ballast_comm_from_env over MPI; the failures (NULL, MPI_COMM_NULL,
+ * free after MPI_Finalize). Prints "capi mpi conformance: N passed, M failed" on every
+ * process and exits non-zero if a check failed. Build:
+ *   mpicc mpi_conformance.c $(pkg-config --cflags --libs ballast)   (BALLAST_HAVE_MPI set by the .pc) */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "ballast.h"
+
+#ifndef BALLAST_HAVE_MPI
+#error "build with the flags of an mpi install's ballast.pc (-DBALLAST_HAVE_MPI)"
+#endif
+
+static int passed, failed, world_rank;
+
+#define CHECK(cond)                                                                                 \
+    do {                                                                                            \
+        if (cond) {                                                                                 \
+            passed++;                                                                               \
+        } else {                                                                                    \
+            failed++;                                                                               \
+            fprintf(stderr, "[%d] %s:%d: check failed: %s\n", world_rank, __FILE__, __LINE__, #cond); \
+        }                                                                                           \
+    } while (0)
+
+#define OK(call) ok_or_say((call), __LINE__, #call)
+static void ok_or_say(int rc, int line, const char *what) {
+    if (rc == 0) {
+        passed++;
+        return;
+    }
+    char msg[512];
+    ballast_last_error(msg, sizeof msg);
+    failed++;
+    fprintf(stderr, "[%d] line %d: %s returned %d: %s\n", world_rank, line, what, rc, msg);
+}
+
+#define EXPECT_ERR(call, code, needle) expect_err((call), (code), (needle), __LINE__, #call)
+static void expect_err(int rc, int code, const char *needle, int line, const char *what) {
+    char msg[1024];
+    ballast_last_error(msg, sizeof msg);
+    if (rc == code && strstr(msg, needle) != NULL) {
+        passed++;
+    } else {
+        failed++;
+        fprintf(stderr, "[%d] line %d: %s returned %d (want %d), last error \"%s\" (want \"%s\")\n", world_rank,
+                line, what, rc, code, msg, needle);
+    }
+}
+
+static uint8_t pattern(size_t i, int seed) { return (uint8_t)((i * 151u + (unsigned)seed * 13u) & 0xff); }
+
+/* A ring over `comm`: every rank sends `rounds` messages of varied sizes to its right
+ * neighbour and receives from any source with the matching tag; then ETRUNC and iprobe on
+ * a message from the left, and an allgatherv. `seed` tells the communicators apart. */
+static void ring(ballast_comm *comm, int seed) {
+    int me = -1, n = -1;
+    OK(ballast_rank(comm, &me));
+    OK(ballast_world_size(comm, &n));
+    if (me < 0 || n < 1) return;
+    int right = (me + 1) % n, left = (me + n - 1) % n;
+    for (int i = 0; i < 20; i++) {
+        size_t len = ((size_t)i * 7919u) % 70000u;
+        uint8_t *out = malloc(len + 1);
+        for (size_t k = 0; k < len; k++) out[k] = pattern(k, me * 100 + i + seed);
+        ballast_request *rr = NULL, *sr = NULL;
+        OK(ballast_irecv(comm, BALLAST_ANY_SOURCE, (int64_t)i, &rr));
+        OK(ballast_isend(comm, right, (uint32_t)i, out, len, &sr));
+        memset(out, 0, len); /* the buffer may be reused as soon as isend returns */
+        ballast_status st[2];
+        ballast_request *both[2] = {rr, sr};
+        OK(ballast_waitall(2, both, st));
+        const void *data = NULL;
+        size_t got = 0;
+        OK(ballast_request_data(rr, &data, &got));
+        int same = got == len && st[0].source == left && st[0].tag == (uint32_t)i;
+        for (size_t k = 0; same && k < len; k++) same = ((const uint8_t *)data)[k] == pattern(k, left * 100 + i + seed);
+        CHECK(same);
+        CHECK(st[1].source == right && st[1].len == len);
+        OK(ballast_request_free(rr));
+        OK(ballast_request_free(sr));
+        free(out);
+    }
+    /* A message longer than the buffer: ETRUNC, its length in the status, nothing consumed. */
+    char big[100];
+    memset(big, 'b', sizeof big);
+    OK(ballast_send(comm, right, 77, big, sizeof big));
+    int found = 0;
+    ballast_status st;
+    while (!found) OK(ballast_iprobe(comm, left, 77, &found, &st));
+    CHECK(st.len == sizeof big && st.source == left);
+    char small[10];
+    EXPECT_ERR(ballast_recv(comm, left, 77, small, sizeof small, &st), BALLAST_ETRUNC, "is 100 bytes, the buffer 10");
+    CHECK(st.len == sizeof big);
+    char whole[100];
+    OK(ballast_recv(comm, left, BALLAST_ANY_TAG, whole, sizeof whole, &st));
+    CHECK(st.len == sizeof big && st.tag == 77 && memcmp(whole, big, sizeof big) == 0);
+
+    char mine[32];
+    snprintf(mine, sizeof mine, "r%d.%d", me, seed % 10);
+    ballast_gathered *g = NULL;
+    OK(ballast_allgatherv(comm, mine, strlen(mine), &g));
+    for (int r = 0; r < n; r++) {
+        const void *p = NULL;
+        size_t plen = 0;
+        OK(ballast_gathered_part(g, r, &p, &plen));
+        char want[32];
+        snprintf(want, sizeof want, "r%d.%d", r, seed % 10);
+        CHECK(plen == strlen(want) && memcmp(p, want, plen) == 0);
+    }
+    OK(ballast_gathered_free(g));
+    OK(ballast_barrier(comm));
+    ballast_footprint fp;
+    OK(ballast_comm_footprint(comm, &fp));
+    CHECK(fp.total >= fp.pool && fp.peers_connected <= (uint32_t)n);
+}
+
+struct other_thread {
+    ballast_comm *comm;
+    int rc;
+    char msg[512];
+};
+
+static void *call_from_other_thread(void *p) {
+    struct other_thread *t = p;
+    int rank;
+    t->rc = ballast_rank(t->comm, &rank);
+    ballast_last_error(t->msg, sizeof t->msg);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    /* `--multiple`: the host asks for MPI_THREAD_MULTIPLE, and other threads may call. */
+    int want = argc > 1 && strcmp(argv[1], "--multiple") == 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, want, &provided);
+    int n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+
+    /* A host message in flight on MPI_COMM_WORLD, tag 0, while Ballast runs. */
+    int host_out = 4242 + world_rank, host_in = -1;
+    MPI_Request host_send;
+    MPI_Isend(&host_out, 1, MPI_INT, (world_rank + 1) % n, 0, MPI_COMM_WORLD, &host_send);
+
+    ballast_config *cfg = NULL;
+    OK(ballast_config_new(&cfg));
+    OK(ballast_config_set(cfg, "buffer_size", "8K"));
+    OK(ballast_config_set(cfg, "lock_pool", "false"));
+
+    ballast_comm *comm = NULL;
+    EXPECT_ERR(ballast_comm_from_mpi(MPI_COMM_WORLD, NULL, &comm), BALLAST_EINVAL, "config is NULL");
+    EXPECT_ERR(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, NULL), BALLAST_EINVAL, "out is NULL");
+    EXPECT_ERR(ballast_comm_from_mpi(MPI_COMM_NULL, cfg, &comm), BALLAST_EINVAL, "MPI_COMM_NULL");
+    CHECK(comm == NULL);
+
+    /* Over the world. */
+    OK(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &comm));
+    int me = -1, size = -1;
+    OK(ballast_rank(comm, &me));
+    OK(ballast_world_size(comm, &size));
+    CHECK(me == world_rank && size == n);
+    ring(comm, 1);
+
+    /* Below MPI_THREAD_MULTIPLE, another thread may not call on it; with it, it may. */
+    {
+        struct other_thread t = {comm, 0, {0}};
+        pthread_t th;
+        pthread_create(&th, NULL, call_from_other_thread, &t);
+        pthread_join(th, NULL);
+        if (provided < MPI_THREAD_MULTIPLE) {
+            CHECK(t.rc == BALLAST_EUNSUPPORTED && strstr(t.msg, "MPI_THREAD_MULTIPLE") != NULL);
+        } else {
+            CHECK(t.rc == 0);
+        }
+        if (want == MPI_THREAD_MULTIPLE) CHECK(provided == MPI_THREAD_MULTIPLE);
+    }
+
+    /* Over a sub-communicator: even and odd world ranks, each its own Ballast world. */
+    MPI_Comm half;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
+    int half_rank, half_size;
+    MPI_Comm_rank(half, &half_rank);
+    MPI_Comm_size(half, &half_size);
+    ballast_comm *sub = NULL;
+    OK(ballast_comm_from_mpi(half, cfg, &sub));
+    OK(ballast_rank(sub, &me));
+    OK(ballast_world_size(sub, &size));
+    CHECK(me == half_rank && size == half_size);
+    ring(sub, 2 + world_rank % 2);
+    OK(ballast_comm_free(sub));
+    MPI_Comm_free(&half);
+
+    /* ballast_comm_from_env over MPI reuses the host's MPI (and does not finalise it). */
+    ballast_config *envcfg = NULL;
+    OK(ballast_config_new(&envcfg));
+    OK(ballast_config_set(envcfg, "transport", "mpi"));
+    OK(ballast_config_set(envcfg, "lock_pool", "false"));
+    ballast_comm *from_env = NULL;
+    OK(ballast_comm_from_env(envcfg, &from_env));
+    OK(ballast_rank(from_env, &me));
+    CHECK(me == world_rank);
+    ring(from_env, 4);
+    OK(ballast_comm_free(from_env));
+    OK(ballast_config_free(envcfg));
+
+    OK(ballast_comm_free(comm));
+
+    /* The host's own message is still there, untouched. */
+    MPI_Recv(&host_in, 1, MPI_INT, (world_rank + n - 1) % n, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Wait(&host_send, MPI_STATUS_IGNORE);
+    CHECK(host_in == 4242 + (world_rank + n - 1) % n);
+
+    /* A communicator still live at MPI_Finalize: its free is refused without calling MPI. */
+    ballast_comm *late = NULL;
+    OK(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &late));
+    OK(ballast_barrier(late));
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    EXPECT_ERR(ballast_comm_free(late), BALLAST_EINVAL, "before MPI_Finalize");
+    EXPECT_ERR(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &late), BALLAST_EINVAL, "not initialised");
+    OK(ballast_config_free(cfg));
+
+    printf("capi mpi conformance: rank %d of %d (%s): %d passed, %d failed\n", world_rank, n,
+           provided == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
