@@ -1,7 +1,8 @@
 //! A host program that initialises MPI itself (through rsmpi, as a simulator calling
 //! `MPI_Init` would), then creates a Ballast communicator, exchanges messages, finishes and
 //! drops it, and still uses MPI afterwards: Ballast reuses the host's MPI, works on its own
-//! duplicate of the world communicator, and never finalises it. `harness = false`; run under
+//! duplicate of the world communicator (and of a sub-communicator it is given:
+//! `Mpi::from_communicator`), and never finalises it. `harness = false`; run under
 //! `mpirun -n 2` (or more); prints `mpi host-init: ok` from rank 0, exits non-zero on failure.
 
 use ballast_runtime::mpi::rsmpi::collective::{CommunicatorCollectives, SystemOperation};
@@ -55,6 +56,27 @@ fn main() {
         !rsmpi::environment::is_finalized(),
         "Ballast finalised the host's MPI"
     );
+
+    // Over a sub-communicator of the host's (even and odd world ranks): Ballast's ranks are
+    // its ranks, on Ballast's own duplicate of it.
+    let half = world
+        .split_by_color(rsmpi::topology::Color::with_value((me % 2) as i32))
+        .expect("a color for every process");
+    let sub = Mpi::from_communicator(&half).expect("Ballast over the host's sub-communicator");
+    assert!(!sub.initialized_by_ballast());
+    assert_eq!((sub.rank(), sub.size()), (me / 2, n / 2 + (n % 2) * (1 - me % 2)));
+    let mut comm = sub.communicator(&cfg).unwrap();
+    let (sr, sn) = (sub.rank(), sub.size());
+    comm.send((sr + 1) % sn, 3, &[me as u8, sr as u8]).unwrap();
+    let m = comm.recv(Source::Any, TagMatch::Tag(3)).unwrap();
+    let left = (sr + sn - 1) % sn;
+    // World rank of the half's rank `left`: the same parity, index `left`.
+    assert_eq!(m.data, vec![(left * 2 + me % 2) as u8, left as u8]);
+    let names = comm.all_gatherv(&[me as u8]).unwrap();
+    assert_eq!(names, (0..sn).map(|r| vec![(r * 2 + me % 2) as u8]).collect::<Vec<_>>());
+    Mpi::finish(comm).unwrap();
+    drop(sub);
+    drop(half);
 
     // The host's own message is still there, untouched, and MPI still works.
     if n > 1 && me == 1 {
