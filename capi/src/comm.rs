@@ -4,10 +4,10 @@
 //! ([`ballast_footprint`]). [`with_comm`] is the boundary of every call on a communicator:
 //! NULL and poison checks, and poisoning on a panic.
 
-use std::collections::HashSet;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use ballast_runtime::intmap::IntSet;
 use ballast_runtime::{local, Communicator, Envelope, Footprint, Source, TagMatch, TransportKind};
 
 use crate::config::ballast_config;
@@ -30,7 +30,7 @@ pub struct ballast_comm {
     pub(crate) poisoned: Option<String>,
     /// The live requests (boxes owned by C until ballast_request_free), by address: freed
     /// and reported when the communicator finishes.
-    pub(crate) requests: HashSet<usize>,
+    pub(crate) requests: IntSet<usize>,
 }
 
 impl ballast_comm {
@@ -40,7 +40,7 @@ impl ballast_comm {
             comm,
             owned: None,
             poisoned: None,
-            requests: HashSet::new(),
+            requests: IntSet::default(),
         }
     }
 
@@ -50,7 +50,7 @@ impl ballast_comm {
             comm: Box::into_raw(comm),
             owned: Some(owned),
             poisoned: None,
-            requests: HashSet::new(),
+            requests: IntSet::default(),
         }
     }
 

@@ -42,7 +42,7 @@ pub mod launch;
 pub mod select;
 
 // The public paths: a curated view of the layers.
-pub use crate::core::{config, error, footprint, memory, pool, procstatus};
+pub use crate::core::{config, error, footprint, intmap, memory, pool, procstatus};
 pub use protocol::{connection, credit, engine, matching, wire};
 #[cfg(feature = "mpi")]
 pub use transport::mpi;

@@ -73,7 +73,10 @@ fn main() {
     // World rank of the half's rank `left`: the same parity, index `left`.
     assert_eq!(m.data, vec![(left * 2 + me % 2) as u8, left as u8]);
     let names = comm.all_gatherv(&[me as u8]).unwrap();
-    assert_eq!(names, (0..sn).map(|r| vec![(r * 2 + me % 2) as u8]).collect::<Vec<_>>());
+    assert_eq!(
+        names,
+        (0..sn).map(|r| vec![(r * 2 + me % 2) as u8]).collect::<Vec<_>>()
+    );
     Mpi::finish(comm).unwrap();
     drop(sub);
     drop(half);

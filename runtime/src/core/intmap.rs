@@ -7,7 +7,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// multiply per key instead of SipHash. Not DoS-resistant, which keys that never come from
 /// outside the process do not need.
 #[derive(Clone, Copy, Default)]
-pub(crate) struct IntHasher(u64);
+pub struct IntHasher(u64);
 
 impl Hasher for IntHasher {
     fn finish(&self) -> u64 {
@@ -30,7 +30,7 @@ impl Hasher for IntHasher {
 }
 
 /// A hash map keyed by the runtime's own integers (see [`IntHasher`]).
-pub(crate) type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
+pub type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 
 /// A hash set of the runtime's own integers (see [`IntHasher`]).
-pub(crate) type IntSet<K> = HashSet<K, BuildHasherDefault<IntHasher>>;
+pub type IntSet<K> = HashSet<K, BuildHasherDefault<IntHasher>>;
