@@ -111,4 +111,21 @@ timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$work/cmake-mpi/build/mpi_conforma
     || { cat "$work/cmake-mpi.log" >&2; exit 1; }
 [ "$(grep -c ' passed, 0 failed$' "$work/cmake-mpi.log")" = 2 ] || { cat "$work/cmake-mpi.log" >&2; exit 1; }
 echo "ci/capi.sh: mpi_conformance built with CMake find_package(Ballast) (MPI): ok"
+
+# The family check: a host built with MPICH (mpicc.mpich, installed beside Open MPI, which
+# stays the default) against this Open MPI build of libballast is refused, not misread.
+if ! mpicc -showme:version 2>/dev/null | grep -q "Open MPI"; then
+    echo "ci/capi.sh: SKIP the MPI family check: it needs libballast built with Open MPI (mpicc is not Open MPI's)"
+elif ! command -v mpicc.mpich >/dev/null 2>&1; then
+    echo "ci/capi.sh: installing mpich (the family check)"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mpich libmpich-dev
+fi
+if mpicc -showme:version 2>/dev/null | grep -q "Open MPI"; then
+    mpicc.mpich capi/tests/c/mpi_family.c -DBALLAST_HAVE_MPI -I"$mpi_prefix/include" -L"$mpi_prefix/lib" \
+        -Wl,-rpath,"$mpi_prefix/lib" -lballast -o "$work/mpi_family"
+    timeout 120 mpirun.mpich -n 1 "$work/mpi_family" \
+        || { echo "ci/capi.sh: an MPICH host was not refused by the Open MPI libballast" >&2; exit 1; }
+    echo "ci/capi.sh: an MPICH host is refused by the Open MPI build: ok"
+fi
 echo "ci/capi.sh: all passed"

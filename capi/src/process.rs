@@ -274,6 +274,24 @@ pub(crate) mod mpi {
         }
     }
 
+    /// `MPI_Get_library_version` into a buffer larger than any MPI's
+    /// `MPI_MAX_LIBRARY_VERSION_STRING` (Open MPI 256, MPICH 8192): when the MPI running is
+    /// not the one this library was built with, the call resolves to the other library,
+    /// which writes up to its own maximum (rsmpi sizes the buffer with the built one's).
+    fn library_version() -> String {
+        const ROOM: usize = 1 << 16;
+        let mut buf = vec![0u8; ROOM];
+        let mut len: c_int = 0;
+        // SAFETY: MPI is initialised (the caller checked); `buf` holds ROOM bytes, more than
+        // any implementation writes, and `len` is writable.
+        let rc = unsafe { ffi::MPI_Get_library_version(buf.as_mut_ptr().cast(), &mut len) };
+        if rc != 0 {
+            return String::new();
+        }
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(ROOM);
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    }
+
     /// The checks of an initialised MPI before Ballast uses it: not finalised, of the
     /// library's family, a thread level whose rule the caller's thread meets.
     fn check_running(func: &str) -> Result<Threading, Fail> {
@@ -282,7 +300,7 @@ pub(crate) mod mpi {
                 "{func}: MPI is not initialised (or already finalised): call MPI_Init_thread first"
             )));
         }
-        let running = rsmpi::environment::library_version().unwrap_or_default();
+        let running = library_version();
         same_family(func, BUILT_WITH, &running)?;
         let level = rsmpi::environment::threading_support();
         let mut main: c_int = 0;
