@@ -97,7 +97,9 @@ static void ring(ballast_comm *comm, int seed) {
     OK(ballast_send(comm, right, 77, big, sizeof big));
     int found = 0;
     ballast_status st;
-    while (!found) OK(ballast_iprobe(comm, left, 77, &found, &st));
+    int rc = 0;
+    while (!found && rc == 0) rc = ballast_iprobe(comm, left, 77, &found, &st);
+    OK(rc);
     CHECK(st.len == sizeof big && st.source == left);
     char small[10];
     EXPECT_ERR(ballast_recv(comm, left, 77, small, sizeof small, &st), BALLAST_ETRUNC, "is 100 bytes, the buffer 10");
