@@ -85,7 +85,18 @@ cmake_libs=$(sed 's/-l//g; s/ \+/;/g' <<< "$native_libs")
 cmake_mpi=""
 if [ -n "$mpi_cflags" ]; then
     # An mpi build: MPI found the CMake way (FindMPI), and BALLAST_HAVE_MPI defined for users.
-    cmake_mpi='include(CMakeFindDependencyMacro)
+    # FindMPI is pointed at the wrappers of the MPI the library was built with (a machine
+    # may have several; the default one may be another).
+    mpicc_path=$(command -v "$mpicc")
+    mpicxx_path=$(command -v "${mpicc/mpicc/mpicxx}" || true)
+    cmake_mpi="if(NOT MPI_C_COMPILER)
+  set(MPI_C_COMPILER \"$mpicc_path\")
+endif()
+if(NOT MPI_CXX_COMPILER AND EXISTS \"$mpicxx_path\")
+  set(MPI_CXX_COMPILER \"$mpicxx_path\")
+endif()
+"
+    cmake_mpi+='include(CMakeFindDependencyMacro)
 find_dependency(MPI)
 if(TARGET MPI::MPI_C)
   set(_ballast_mpi MPI::MPI_C)
