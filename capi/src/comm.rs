@@ -56,7 +56,7 @@ impl ballast_comm {
 
     /// The communicator and what it lives on, of an owning handle (after its requests
     /// were cancelled).
-    pub(crate) fn into_owned(self: Box<Self>) -> (Box<Communicator>, Owned) {
+    pub(crate) fn into_owned(self) -> (Box<Communicator>, Owned) {
         let owned = self.owned.expect("into_owned on an owning handle");
         // SAFETY: an owning handle's `comm` is the box of `ballast_comm::owned`, taken back
         // once here (the handle is consumed).
@@ -385,7 +385,7 @@ pub unsafe extern "C" fn ballast_comm_free(comm: *mut ballast_comm) -> c_int {
         // SAFETY: an owning handle is the box of `Box::into_raw` in process.rs, taken back
         // once here (C does not use it again: the contract).
         let c = unsafe { Box::from_raw(comm) };
-        free_owned(F, c)
+        free_owned(F, *c)
     })
 }
 

@@ -132,7 +132,7 @@ fn from_env(func: &str, cfg: &RuntimeConfig, kind: TransportKind) -> Result<*mut
 /// C): cancels its live requests, finishes the communicator and drops what it lived on.
 /// Returns 0, or BALLAST_EINVAL when requests were still live (cancelled, and the
 /// communicator still finished), or the finish's error; the handle is freed in every case.
-pub(crate) fn free_owned(func: &str, mut c: Box<ballast_comm>) -> Result<c_int, Fail> {
+pub(crate) fn free_owned(func: &str, mut c: ballast_comm) -> Result<c_int, Fail> {
     let live = c.cancel_requests();
     let poisoned = c.poisoned.take();
     let (comm, owned) = c.into_owned();
@@ -179,7 +179,7 @@ fn leave_unfinished(comm: Communicator, owned: Owned) {
     match owned {
         Owned::Single => {}
         #[cfg(feature = "mpi")]
-        Owned::Mpi(m) => m.leave(),
+        Owned::Mpi(m) => (*m).leave(),
         #[cfg(feature = "verbs")]
         Owned::Verbs(launch) => launch.abandon(),
     }
@@ -232,7 +232,7 @@ pub(crate) mod mpi {
 
         /// Leaves MPI as it is (never finalised here): after an error, `MPI_Finalize`
         /// would wait for processes that may be waiting for this one.
-        pub(crate) fn leave(self: Box<Self>) {
+        pub(crate) fn leave(self) {
             std::mem::forget(self.mpi);
         }
     }
@@ -343,7 +343,7 @@ pub(crate) mod mpi {
     pub(super) fn free(func: &str, comm: Communicator, m: Box<MpiOwned>, live: usize) -> Result<c_int, Fail> {
         if rsmpi::environment::is_finalized() {
             std::mem::forget(comm);
-            m.leave();
+            (*m).leave();
             return Err(Fail::inval(format!(
                 "{func}: MPI was finalised before ballast_comm_free: call ballast_comm_free before MPI_Finalize (the communicator was left, not freed)"
             )));
@@ -355,7 +355,7 @@ pub(crate) mod mpi {
                 cancelled(func, live)
             }
             Err(e) => {
-                m.leave();
+                (*m).leave();
                 Err(Fail::runtime(func, &e))
             }
         }
