@@ -185,6 +185,88 @@ fn leave_unfinished(comm: Communicator, owned: Owned) {
     }
 }
 
+// The MPI families (pure, so tested in every build; used by the `mpi` build).
+
+/// The family of an `MPI_Get_library_version` string: `Open MPI`, or `MPICH` for the
+/// MPICH ABI (MPICH, Intel MPI, MVAPICH, Cray MPICH), else `None`.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) fn family(version: &str) -> Option<&'static str> {
+    if version.contains("Open MPI") {
+        Some("Open MPI")
+    } else if ["MPICH", "Intel(R) MPI", "MVAPICH", "CRAY MPICH"]
+        .iter()
+        .any(|k| version.contains(k))
+    {
+        Some("MPICH")
+    } else {
+        None
+    }
+}
+
+/// Checks that `running` (the library version string of the MPI in this process) is
+/// of the family `built` the library was compiled with: `MPI_Comm` and the other
+/// handles are pointers in Open MPI and integers in MPICH, so a mix would misread them.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub(crate) fn same_family(func: &str, built: &str, running: &str) -> Result<(), Fail> {
+    let line = running.lines().next().unwrap_or("").trim();
+    match family(running) {
+        Some(f) if f == built => Ok(()),
+        Some(f) => Err(Fail::new(
+            BALLAST_EUNSUPPORTED,
+            format!(
+                "{func}: libballast was built with {built}, but this process runs {f} ({line}): \
+                 MPI handles differ between the two; rebuild libballast with the host's MPI"
+            ),
+        )),
+        None if built == "unknown" => Ok(()),
+        None => Err(Fail::new(
+            BALLAST_EUNSUPPORTED,
+            format!("{func}: libballast was built with {built}; this process runs an MPI it does not know ({line})"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_of_library_version_strings() {
+        assert_eq!(
+            family("Open MPI v4.1.4, package: Debian OpenMPI"),
+            Some("Open MPI")
+        );
+        assert_eq!(
+            family("MPICH Version:      4.0.2\nMPICH Release date: ..."),
+            Some("MPICH")
+        );
+        assert_eq!(family("Intel(R) MPI Library 2021.6 for Linux* OS"), Some("MPICH"));
+        assert_eq!(family("MVAPICH2 Version      :\t2.3.7"), Some("MPICH"));
+        assert_eq!(family("Spectrum-X"), None);
+    }
+
+    #[test]
+    fn a_different_family_is_unsupported_and_named() {
+        assert!(same_family("f", "Open MPI", "Open MPI v4.1.4").is_ok());
+        let e = same_family("f", "Open MPI", "MPICH Version: 4.0.2\nmore").unwrap_err();
+        assert_eq!(e.code, BALLAST_EUNSUPPORTED);
+        assert_eq!(
+            e.msg,
+            "f: libballast was built with Open MPI, but this process runs MPICH (MPICH Version: 4.0.2): \
+             MPI handles differ between the two; rebuild libballast with the host's MPI"
+        );
+        assert_eq!(
+            same_family("f", "MPICH", "Open MPI v5").unwrap_err().code,
+            BALLAST_EUNSUPPORTED
+        );
+        assert_eq!(
+            same_family("f", "Open MPI", "Unknown MPI 1").unwrap_err().code,
+            BALLAST_EUNSUPPORTED
+        );
+        assert!(same_family("f", "unknown", "Unknown MPI 1").is_ok());
+    }
+}
+
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi {
     //! Ballast over the host's MPI: the thread rule and the MPI family check.
@@ -196,7 +278,7 @@ pub(crate) mod mpi {
     use ballast_runtime::mpi::Mpi;
     use ballast_runtime::{Communicator, RuntimeConfig};
 
-    use super::{cancelled, handle, Owned};
+    use super::{cancelled, handle, same_family, Owned};
     use crate::comm::ballast_comm;
     use crate::config::ballast_config;
     use crate::error::{boundary, Fail};
@@ -234,43 +316,6 @@ pub(crate) mod mpi {
         /// would wait for processes that may be waiting for this one.
         pub(crate) fn leave(self) {
             std::mem::forget(self.mpi);
-        }
-    }
-
-    /// The family of an `MPI_Get_library_version` string: `Open MPI`, or `MPICH` for the
-    /// MPICH ABI (MPICH, Intel MPI, MVAPICH, Cray MPICH), else `None`.
-    pub(crate) fn family(version: &str) -> Option<&'static str> {
-        if version.contains("Open MPI") {
-            Some("Open MPI")
-        } else if ["MPICH", "Intel(R) MPI", "MVAPICH", "CRAY MPICH"]
-            .iter()
-            .any(|k| version.contains(k))
-        {
-            Some("MPICH")
-        } else {
-            None
-        }
-    }
-
-    /// Checks that `running` (the library version string of the MPI in this process) is
-    /// of the family `built` the library was compiled with: `MPI_Comm` and the other
-    /// handles are pointers in Open MPI and integers in MPICH, so a mix would misread them.
-    pub(crate) fn same_family(func: &str, built: &str, running: &str) -> Result<(), Fail> {
-        let line = running.lines().next().unwrap_or("").trim();
-        match family(running) {
-            Some(f) if f == built => Ok(()),
-            Some(f) => Err(Fail::new(
-                BALLAST_EUNSUPPORTED,
-                format!(
-                    "{func}: libballast was built with {built}, but this process runs {f} ({line}): \
-                     MPI handles differ between the two; rebuild libballast with the host's MPI"
-                ),
-            )),
-            None if built == "unknown" => Ok(()),
-            None => Err(Fail::new(
-                BALLAST_EUNSUPPORTED,
-                format!("{func}: libballast was built with {built}; this process runs an MPI it does not know ({line})"),
-            )),
         }
     }
 
@@ -420,46 +465,5 @@ pub(crate) mod mpi {
             *out = wrap(F, mpi, &cfg)?;
             Ok(0)
         })
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn families_of_library_version_strings() {
-            assert_eq!(
-                family("Open MPI v4.1.4, package: Debian OpenMPI"),
-                Some("Open MPI")
-            );
-            assert_eq!(
-                family("MPICH Version:      4.0.2\nMPICH Release date: ..."),
-                Some("MPICH")
-            );
-            assert_eq!(family("Intel(R) MPI Library 2021.6 for Linux* OS"), Some("MPICH"));
-            assert_eq!(family("MVAPICH2 Version      :\t2.3.7"), Some("MPICH"));
-            assert_eq!(family("Spectrum-X"), None);
-        }
-
-        #[test]
-        fn a_different_family_is_unsupported_and_named() {
-            assert!(same_family("f", "Open MPI", "Open MPI v4.1.4").is_ok());
-            let e = same_family("f", "Open MPI", "MPICH Version: 4.0.2\nmore").unwrap_err();
-            assert_eq!(e.code, BALLAST_EUNSUPPORTED);
-            assert_eq!(
-                e.msg,
-                "f: libballast was built with Open MPI, but this process runs MPICH (MPICH Version: 4.0.2): \
-                 MPI handles differ between the two; rebuild libballast with the host's MPI"
-            );
-            assert_eq!(
-                same_family("f", "MPICH", "Open MPI v5").unwrap_err().code,
-                BALLAST_EUNSUPPORTED
-            );
-            assert_eq!(
-                same_family("f", "Open MPI", "Unknown MPI 1").unwrap_err().code,
-                BALLAST_EUNSUPPORTED
-            );
-            assert!(same_family("f", "unknown", "Unknown MPI 1").is_ok());
-        }
     }
 }
