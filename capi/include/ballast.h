@@ -113,10 +113,14 @@ extern "C" {
 // local transport; the communicators belong to this call (it finishes them after
 // rank_main returns: ballast_comm_free on one is BALLAST_EINVAL). rank_main runs on
 // every rank's thread at once, with the same `user`. Requests not freed when rank_main
-// returns are cancelled, and that rank fails with BALLAST_EINVAL. Returns 0, or the
-// non-zero result of the lowest-numbered failing rank, whose error message is copied to
-// the calling thread. Errors: BALLAST_EINVAL for a NULL argument, `nranks` < 1 or a
-// configuration whose transport is not local (or does not validate); the runtime's.
+// returns are cancelled, and that rank fails with BALLAST_EINVAL. A rank that fails
+// (returns non-zero) aborts the others: their blocking and waiting calls return
+// BALLAST_EPEER, so none waits forever for the failed rank. Returns 0, or the non-zero
+// result of the lowest-numbered failing rank (a rank that failed only with BALLAST_EPEER,
+// as the abort makes the others fail, counts only when no rank failed otherwise), whose
+// error message is copied to the calling thread. Errors: BALLAST_EINVAL for a NULL
+// argument, `nranks` < 1 or a configuration whose transport is not local (or does not
+// validate); the runtime's.
 //
 // # Safety
 // `config` must be NULL or a live ballast_config; `rank_main` must be safe to call from
@@ -215,7 +219,7 @@ int ballast_allgatherv(struct ballast_comm *comm,
                        struct ballast_gathered **out);
 
 // Rank `rank`'s bytes of an all-gather: *data (valid until ballast_gathered_free; NULL
-// for 0 bytes is not guaranteed) and *len. Errors: BALLAST_EINVAL for NULL or a rank out
+// for 0 bytes) and *len. Errors: BALLAST_EINVAL for NULL or a rank out
 // of range.
 //
 // # Safety
@@ -380,12 +384,14 @@ int ballast_wait(struct ballast_request *req, struct ballast_status *status);
 // or `n` writable entries.
 int ballast_waitall(size_t n, struct ballast_request *const *reqs, struct ballast_status *statuses);
 
-// A completed receive's bytes: *data (valid until ballast_request_free) and *len.
-// Errors: BALLAST_EINVAL for NULL, a send, or a receive not completed yet.
+// A completed receive's bytes: *data (valid until ballast_request_free; NULL for a
+// 0-byte message) and *len. Errors: BALLAST_EINVAL for NULL, a send, or a receive not completed yet.
 //
 // # Safety
 // `req` must be NULL or a live ballast_request; `data` and `len` NULL or writable.
-int ballast_request_data(const struct ballast_request *req, const void **data, size_t *len);
+int ballast_request_data(const struct ballast_request *req,
+                         const void **data,
+                         size_t *len);
 
 // Frees a completed request (send or receive) and its data. Errors: BALLAST_EINVAL for
 // NULL or a request not completed yet (test or wait it first; requests still live when

@@ -7,6 +7,8 @@
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use parking_lot::Mutex;
+
 use ballast_runtime::intmap::IntSet;
 use ballast_runtime::{local, Communicator, Envelope, Footprint, Source, TagMatch, TransportKind};
 
@@ -15,7 +17,8 @@ use crate::error::{boundary, last_error, panic_text, set_last_error, Fail};
 use crate::process::{free_owned, Owned};
 use crate::request::ballast_request;
 use crate::{
-    BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ETRUNC, BALLAST_TAG_MAX,
+    BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_EPEER, BALLAST_ETRUNC,
+    BALLAST_TAG_MAX,
 };
 
 /// A rank's communicator (opaque).
@@ -285,10 +288,14 @@ impl UserPtr {
 /// local transport; the communicators belong to this call (it finishes them after
 /// rank_main returns: ballast_comm_free on one is BALLAST_EINVAL). rank_main runs on
 /// every rank's thread at once, with the same `user`. Requests not freed when rank_main
-/// returns are cancelled, and that rank fails with BALLAST_EINVAL. Returns 0, or the
-/// non-zero result of the lowest-numbered failing rank, whose error message is copied to
-/// the calling thread. Errors: BALLAST_EINVAL for a NULL argument, `nranks` < 1 or a
-/// configuration whose transport is not local (or does not validate); the runtime's.
+/// returns are cancelled, and that rank fails with BALLAST_EINVAL. A rank that fails
+/// (returns non-zero) aborts the others: their blocking and waiting calls return
+/// BALLAST_EPEER, so none waits forever for the failed rank. Returns 0, or the non-zero
+/// result of the lowest-numbered failing rank (a rank that failed only with BALLAST_EPEER,
+/// as the abort makes the others fail, counts only when no rank failed otherwise), whose
+/// error message is copied to the calling thread. Errors: BALLAST_EINVAL for a NULL
+/// argument, `nranks` < 1 or a configuration whose transport is not local (or does not
+/// validate); the runtime's.
 ///
 /// # Safety
 /// `config` must be NULL or a live ballast_config; `rank_main` must be safe to call from
@@ -321,39 +328,70 @@ pub unsafe extern "C" fn ballast_local_run(
             .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
         let user = UserPtr(user);
         let user = &user;
-        let results =
-            local::run(n, &cfg.cfg, move |comm| run_rank(comm, main, user.get())).map_err(runtime(F))?;
-        match results.into_iter().find(|(rc, _)| *rc != 0) {
+        let failures: Mutex<Vec<Option<(c_int, String)>>> = Mutex::new(vec![None; n]);
+        let failures_ref = &failures;
+        let run = local::run(n, &cfg.cfg, move |comm| {
+            run_rank(comm, main, user.get(), failures_ref)
+        });
+        let failures = failures.into_inner();
+        let first = |peer_only: bool| {
+            failures
+                .iter()
+                .flatten()
+                .find(|(rc, _)| peer_only || *rc != BALLAST_EPEER)
+                .cloned()
+        };
+        match first(false).or_else(|| first(true)) {
             Some((rc, msg)) => {
                 set_last_error(&msg);
                 Ok(rc)
             }
-            None => Ok(0),
+            None => run.map(|_| 0).map_err(runtime(F)),
         }
     })
 }
 
-/// One rank of `ballast_local_run`: its result and, when it failed, its error message.
+/// The unwinding payload of a rank that failed: [`run_rank`] records the failure, then
+/// unwinds (without the panic hook's message) so that the launcher aborts the other ranks.
+struct RankFailed;
+
+/// One rank of `ballast_local_run`: a failure (rank_main's non-zero result, or requests
+/// left live) is recorded in `failures[rank]` with its message, and then ends the rank's
+/// thread by unwinding, which makes the launcher abort the other ranks.
 fn run_rank(
     comm: &mut Communicator,
     main: unsafe extern "C" fn(*mut ballast_comm, *mut c_void) -> c_int,
     user: *mut c_void,
-) -> (c_int, String) {
+    failures: &Mutex<Vec<Option<(c_int, String)>>>,
+) {
     let rank = comm.rank();
     let mut h = Box::new(ballast_comm::lent(comm));
     // SAFETY: the handle is live until after the call; `user` is the caller's, passed back.
     let rc = unsafe { main(&mut *h, user) };
     let live = h.cancel_requests();
-    if rc != 0 {
-        return (rc, format!("rank {rank}: {}", last_error()));
-    }
-    if live > 0 {
-        return (
+    let failure = if rc != 0 {
+        let msg = last_error();
+        Some(if msg.is_empty() {
+            (
+                rc,
+                format!("rank {rank}: rank_main returned {rc} (no Ballast call had failed on its thread)"),
+            )
+        } else {
+            (rc, format!("rank {rank}: {msg}"))
+        })
+    } else if live > 0 {
+        Some((
             BALLAST_EINVAL,
             format!("rank {rank}: {live} request(s) not freed when rank_main returned (cancelled)"),
-        );
+        ))
+    } else {
+        None
+    };
+    if let Some(f) = failure {
+        failures.lock()[rank] = Some(f);
+        drop(h);
+        std::panic::resume_unwind(Box::new(RankFailed));
     }
-    (0, String::new())
 }
 
 /// Frees a communicator of ballast_comm_from_env or ballast_comm_from_mpi: the
@@ -603,7 +641,7 @@ pub unsafe extern "C" fn ballast_allgatherv(
 }
 
 /// Rank `rank`'s bytes of an all-gather: *data (valid until ballast_gathered_free; NULL
-/// for 0 bytes is not guaranteed) and *len. Errors: BALLAST_EINVAL for NULL or a rank out
+/// for 0 bytes) and *len. Errors: BALLAST_EINVAL for NULL or a rank out
 /// of range.
 ///
 /// # Safety
@@ -629,7 +667,11 @@ pub unsafe extern "C" fn ballast_gathered_part(
         }
         // SAFETY: both non-NULL and writable (the contract).
         unsafe {
-            *data = p.as_ptr().cast();
+            *data = if p.is_empty() {
+                std::ptr::null()
+            } else {
+                p.as_ptr().cast()
+            };
             *len = p.len();
         }
         Ok(0)

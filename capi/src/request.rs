@@ -297,8 +297,8 @@ pub unsafe extern "C" fn ballast_waitall(
     }
 }
 
-/// A completed receive's bytes: *data (valid until ballast_request_free) and *len.
-/// Errors: BALLAST_EINVAL for NULL, a send, or a receive not completed yet.
+/// A completed receive's bytes: *data (valid until ballast_request_free; NULL for a
+/// 0-byte message) and *len. Errors: BALLAST_EINVAL for NULL, a send, or a receive not completed yet.
 ///
 /// # Safety
 /// `req` must be NULL or a live ballast_request; `data` and `len` NULL or writable.
@@ -323,7 +323,11 @@ pub unsafe extern "C" fn ballast_request_data(
         }
         // SAFETY: both non-NULL and writable (the contract).
         unsafe {
-            *data = r.data.as_ptr().cast();
+            *data = if r.data.is_empty() {
+                std::ptr::null()
+            } else {
+                r.data.as_ptr().cast()
+            };
             *len = r.data.len();
         }
         Ok(0)

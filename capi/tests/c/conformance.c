@@ -174,12 +174,22 @@ static int ranks_main(ballast_comm *comm, void *user) {
         CHECK(s.source == 1 && s.tag == 20 && s.len == 100 && big[99] == pattern(99, 1));
         OK(ballast_recv(comm, 2, 21, NULL, 0, &s));
         CHECK(s.source == 2 && s.tag == 21 && s.len == 0);
+        /* A 0-byte receive's data is NULL with length 0. */
+        ballast_request *z = NULL;
+        OK(ballast_irecv(comm, 2, 23, &z));
+        OK(ballast_wait(z, &s));
+        const void *zd = (const void *)&s;
+        size_t zl = 99;
+        OK(ballast_request_data(z, &zd, &zl));
+        CHECK(zd == NULL && zl == 0 && s.len == 0);
+        OK(ballast_request_free(z));
     } else if (rank == 1) {
         uint8_t m[100];
         for (size_t i = 0; i < sizeof m; i++) m[i] = pattern(i, 1);
         OK(ballast_send(comm, 0, 20, m, sizeof m));
     } else {
         OK(ballast_send(comm, 0, 21, NULL, 0));
+        OK(ballast_send(comm, 0, 23, NULL, 0));
     }
 
     /* 64 MiB from rank 0 to rank 1. */
@@ -283,6 +293,19 @@ static int failing_main(ballast_comm *comm, void *user) {
         return ballast_send(comm, 99, 1, &b, 1);
     }
     return rank == 2 ? 42 : 0;
+}
+
+/* Rank 0 fails without a Ballast error while rank 1 waits for a message from it that
+ * never comes: the run must end (rank 1 is aborted, its receive BALLAST_EPEER). */
+static int abandoning_main(ballast_comm *comm, void *user) {
+    int *peer_rc = user;
+    int rank = -1;
+    ballast_rank(comm, &rank);
+    if (rank == 0) return 7;
+    char b[8];
+    ballast_status st;
+    *peer_rc = ballast_recv(comm, 0, 1, b, sizeof b, &st);
+    return *peer_rc;
 }
 
 /* Leaves a completed request unfreed. */
@@ -401,6 +424,10 @@ int main(void) {
     /* The lowest-numbered failing rank's result and message. */
     EXPECT_ERR(ballast_local_run(3, cfg, failing_main, NULL), BALLAST_EINVAL, "rank 1: ballast_send: rank 99");
     EXPECT_ERR(ballast_local_run(2, cfg, leaking_main, NULL), BALLAST_EINVAL, "not freed");
+    int peer_rc = 0;
+    EXPECT_ERR(ballast_local_run(2, cfg, abandoning_main, &peer_rc), 7,
+               "rank 0: rank_main returned 7 (no Ballast call had failed on its thread)");
+    CHECK(peer_rc == BALLAST_EPEER);
 
     /* Everything else, on 3 ranks. */
     int rc = ballast_local_run(3, cfg, ranks_main, &seen);
