@@ -32,6 +32,11 @@
 #include <unordered_map>
 #include <vector>
 
+#ifdef BALLAST_HAVE_MPI
+// ballast.h includes <mpi.h>; only MPI's C API is used here, not its deprecated C++ bindings.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <ballast.h>
 
 #include "model.hpp"
@@ -278,7 +283,8 @@ void run_rank(ballast_comm *comm, const ringtest::Params &p) {
     check(ballast_world_size(comm, &nranks), "ballast_world_size");
     Rank me(p, rank, nranks);
     me.simulate(comm);
-    // The peers the runtime connected, before the all-gather opens its own.
+    // The peers the runtime connected, before the all-gather opens its own (a rank that
+    // finished earlier and started the all-gather may already have connected to this one).
     ballast_footprint fp;
     check(ballast_comm_footprint(comm, &fp), "ballast_comm_footprint");
     const std::vector<unsigned char> mine = me.pack(fp.peers_connected);
