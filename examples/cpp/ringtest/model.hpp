@@ -68,6 +68,7 @@ struct Params {
     int64_t steps = 0;  // tstop_ms * kStepsPerMs
     std::string out;
     int ranks = 1;      // ringtest only: ranks of ballast_local_run
+    bool ranks_given = false;
     bool mpi = false;   // ringtest only: one rank per MPI process
     int ncells() const { return rings * cells; }
 };
@@ -182,6 +183,7 @@ inline Params parse_args(int argc, char **argv, bool distributed) {
             p.cells = static_cast<int>(parse_long("--cells-per-ring", val, 1, kMaxCells));
         } else if (opt == "--ranks") {
             p.ranks = static_cast<int>(parse_long("--ranks", val, 1, kMaxRanks));
+            p.ranks_given = true;
         } else if (opt == "--out") {
             p.out = val;
             if (p.out.empty()) throw std::invalid_argument("--out: empty path");

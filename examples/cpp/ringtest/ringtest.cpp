@@ -159,17 +159,13 @@ class Rank {
                 bytes_sent_ += len;
                 box.clear();
             }
-            if (!recvs.empty()) {
-                check(ballast_waitall(recvs.size(), recvs.data(), statuses.data()), "ballast_waitall (receives)");
-            }
+            check(ballast_waitall(recvs.size(), recvs.data(), statuses.data()), "ballast_waitall (receives)");
             for (size_t i = 0; i < recvs.size(); ++i) {
                 take(recvs[i], statuses[i], in_peers_[i], w * d, end);
                 check(ballast_request_free(recvs[i]), "ballast_request_free");
                 recvs[i] = nullptr;
             }
-            if (!sends.empty()) {
-                check(ballast_waitall(sends.size(), sends.data(), statuses.data()), "ballast_waitall (sends)");
-            }
+            check(ballast_waitall(sends.size(), sends.data(), statuses.data()), "ballast_waitall (sends)");
             for (ballast_request *&s : sends) {
                 check(ballast_request_free(s), "ballast_request_free");
                 s = nullptr;
@@ -317,9 +313,13 @@ int rank_main(ballast_comm *comm, void *user) {
 }
 
 const char kUsage[] =
-    "usage: ringtest [--ranks N | --mpi] --rings N --cells-per-ring N --tstop MS --out PATH\n"
-    "  --ranks N   ranks as threads of this process (ballast_local_run; default 1)\n"
-    "  --mpi       one rank per MPI process, under mpirun (a build with BALLAST_HAVE_MPI)\n";
+    "usage: ringtest [--ranks N | --mpi] [--rings N] [--cells-per-ring N] [--tstop MS] --out PATH\n"
+    "  --ranks N           ranks as threads of this process (ballast_local_run; default 1)\n"
+    "  --mpi               one rank per MPI process, under mpirun (a build with BALLAST_HAVE_MPI)\n"
+    "  --rings N           rings of the network (default 4)\n"
+    "  --cells-per-ring N  cells per ring (default 8)\n"
+    "  --tstop MS          simulated time in ms, in steps of 0.025 ms (default 100)\n"
+    "  --out PATH          the spike file: '<time ms>\\t<gid>' lines sorted by time then gid\n";
 
 #ifdef BALLAST_HAVE_MPI
 // One rank per MPI process: this main owns MPI (init and finalize); Ballast duplicates
@@ -335,7 +335,7 @@ int run_mpi(int argc, char **argv) {
     Job job;
     try {
         job.params = ringtest::parse_args(argc, argv, /*distributed=*/true);
-        if (job.params.ranks != 1) throw std::invalid_argument("--ranks: not with --mpi (mpirun -n sets the ranks)");
+        if (job.params.ranks_given) throw std::invalid_argument("--ranks: not with --mpi (mpirun -n sets the ranks)");
     } catch (const std::invalid_argument &e) {
         if (world_rank == 0) std::fprintf(stderr, "ringtest: %s\n%s", e.what(), kUsage);
         MPI_Finalize();
