@@ -37,10 +37,14 @@ cmake --build "$work/build" >/dev/null
 ringtest=$work/build/ringtest
 reference=$work/build/ringtest_reference
 echo "ci/ringtest.sh: built examples/cpp/ringtest with CMake find_package(Ballast) against $prefix"
-# The same program built with pkg-config instead (checked against the reference below).
-# shellcheck disable=SC2046 # pkg-config's flags are words
-g++ -std=c++17 -O2 examples/cpp/ringtest/ringtest.cpp $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs ballast) \
-    -o "$work/ringtest-pkgconfig"
+# The same program built with pkg-config instead, once plainly and once under
+# AddressSanitizer and UBSan (both checked against the reference below).
+pc_flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs ballast)
+# shellcheck disable=SC2086 # pkg-config's flags are words
+g++ -std=c++17 -O2 examples/cpp/ringtest/ringtest.cpp $pc_flags -o "$work/ringtest-pkgconfig"
+# shellcheck disable=SC2086
+g++ -std=c++17 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined examples/cpp/ringtest/ringtest.cpp \
+    $pc_flags -o "$work/ringtest-asan"
 
 # The networks: rings, cells per ring, tstop (ms).
 networks=("4 8 100" "5 7 150" "16 10 200" "1 3 30")
@@ -104,6 +108,11 @@ done
 "$work/ringtest-pkgconfig" --ranks 3 --rings 4 --cells-per-ring 8 --tstop 100 --out "$work/pkgconfig.dat" >/dev/null
 cmp "$work/ref-4-8.dat" "$work/pkgconfig.dat"
 echo "ci/ringtest.sh: ringtest built with pkg-config, 3 ranks: identical to the reference"
+for n in 3 8; do
+    "$work/ringtest-asan" --ranks "$n" --rings 5 --cells-per-ring 7 --tstop 150 --out "$work/asan.dat" >/dev/null
+    cmp "$work/ref-5-7.dat" "$work/asan.dat"
+done
+echo "ci/ringtest.sh: ringtest under -fsanitize=address,undefined, 3 and 8 ranks: no report, identical to the reference"
 # 4 rings of 8 on 8 ranks: rank i holds cell i of every ring, whose targets are on ranks
 # i + 1 and 3 i + 1 (mod 8): no rank sends to more than 2 of its 7 peers.
 "$ringtest" --ranks 8 --rings 4 --cells-per-ring 8 --tstop 100 --out "$work/x.dat" > "$work/log"

@@ -21,6 +21,7 @@
 // window w are posted at its start and complete while the rank computes (ballast_progress
 // between steps).
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -70,15 +71,43 @@ struct RankStats {
     uint64_t messages_sent, bytes_sent, spikes;
 };
 
-// What every rank reads: the parameters (the same on every rank).
+// What the ranks share: the parameters (the same on every rank) and, under
+// ballast_local_run, whether a rank has failed. A rank whose rank_main returns an error
+// does not stop the others (only a panic inside the library does), so a rank waiting for
+// its messages would wait for ever: the waits below poll with ballast_test and give up
+// when this is set. (Under MPI a failing rank calls MPI_Abort instead.)
 struct Job {
     ringtest::Params params;
+    std::atomic<bool> failed{false};
 };
+
+// Waits for every request (MPI_Testall in a loop: each ballast_test progresses once), the
+// statuses in `statuses`; throws on a request's error, or when another rank failed.
+void wait_all(std::vector<ballast_request *> &reqs, std::vector<ballast_status> &statuses,
+              const std::atomic<bool> &failed, const char *what) {
+    std::vector<char> done(reqs.size(), 0);
+    size_t left = reqs.size();
+    while (left > 0) {
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            if (done[i]) continue;
+            int d = 0;
+            check(ballast_test(reqs[i], &d, &statuses[i]), what);
+            if (d) {
+                done[i] = 1;
+                --left;
+            }
+        }
+        if (left > 0 && failed.load(std::memory_order_relaxed)) {
+            throw std::runtime_error(std::string(what) + ": stopped waiting: another rank failed");
+        }
+    }
+}
 
 // The cells of one rank, their connections, and its peers.
 class Rank {
   public:
-    Rank(const ringtest::Params &p, int rank, int nranks) : p_(p), rank_(rank), nranks_(nranks) {
+    Rank(const ringtest::Params &p, const std::atomic<bool> &failed, int rank, int nranks)
+        : p_(p), failed_(failed), rank_(rank), nranks_(nranks) {
         const int n = p.ncells();
         for (int g = rank; g < n; g += nranks) local_gids_.push_back(g);
         cells_.resize(local_gids_.size());
@@ -153,13 +182,16 @@ class Rank {
                 int rc;
                 while ((rc = ballast_isend(comm, out_peers_[i], tag, box.data(), len, &sends[i])) == BALLAST_EAGAIN) {
                     check(ballast_progress(comm), "ballast_progress");  // every pool buffer in flight
+                    if (failed_.load(std::memory_order_relaxed)) {
+                        throw std::runtime_error("ballast_isend: stopped retrying: another rank failed");
+                    }
                 }
                 check(rc, "ballast_isend");
                 ++messages_sent_;
                 bytes_sent_ += len;
                 box.clear();
             }
-            check(ballast_waitall(recvs.size(), recvs.data(), statuses.data()), "ballast_waitall (receives)");
+            wait_all(recvs, statuses, failed_, "ballast_test (receives)");
             for (size_t i = 0; i < recvs.size(); ++i) {
                 take(recvs[i], statuses[i], in_peers_[i], w * d, end);
                 check(ballast_request_free(recvs[i]), "ballast_request_free");
@@ -225,6 +257,7 @@ class Rank {
     }
 
     const ringtest::Params &p_;
+    const std::atomic<bool> &failed_;
     int rank_, nranks_;
     int min_delay_;
     std::vector<int> local_gids_;
@@ -273,11 +306,11 @@ void write_output(const ringtest::Params &p, const ballast_gathered *all, int nr
 }
 
 // The body of every rank; throws on failure.
-void run_rank(ballast_comm *comm, const ringtest::Params &p) {
+void run_rank(ballast_comm *comm, const ringtest::Params &p, const std::atomic<bool> &failed) {
     int rank = -1, nranks = 0;
     check(ballast_rank(comm, &rank), "ballast_rank");
     check(ballast_world_size(comm, &nranks), "ballast_world_size");
-    Rank me(p, rank, nranks);
+    Rank me(p, failed, rank, nranks);
     me.simulate(comm);
     // The peers the runtime connected, before the all-gather opens its own (a rank that
     // finished earlier and started the all-gather may already have connected to this one).
@@ -297,16 +330,18 @@ void run_rank(ballast_comm *comm, const ringtest::Params &p) {
 
 // rank_main of ballast_local_run (and the MPI path): no exception crosses into the library.
 int rank_main(ballast_comm *comm, void *user) {
-    const Job *job = static_cast<const Job *>(user);
+    Job *job = static_cast<Job *>(user);
     int rank = -1;
     ballast_rank(comm, &rank);
     try {
-        run_rank(comm, job->params);
+        run_rank(comm, job->params, job->failed);
         return 0;
     } catch (const BallastError &e) {
+        job->failed.store(true);
         std::fprintf(stderr, "ringtest: rank %d: %s\n", rank, e.what());
         return e.code;
     } catch (const std::exception &e) {
+        job->failed.store(true);
         std::fprintf(stderr, "ringtest: rank %d: %s\n", rank, e.what());
         return 1;
     }
