@@ -201,7 +201,8 @@ inline Params parse_args(int argc, char **argv, bool distributed) {
     }
     if (p.out.empty()) throw std::invalid_argument("--out PATH is required");
     if (static_cast<long>(p.rings) * p.cells > kMaxCells) {
-        throw std::invalid_argument("--rings x --cells-per-ring: " + std::to_string(static_cast<long>(p.rings) * p.cells) +
+        throw std::invalid_argument("--rings x --cells-per-ring: " +
+                                    std::to_string(static_cast<long>(p.rings) * p.cells) +
                                     " cells, more than " + std::to_string(kMaxCells));
     }
     p.steps = static_cast<int64_t>(std::llround(p.tstop_ms * kStepsPerMs));

@@ -33,7 +33,8 @@ int main(int argc, char **argv) {
         return 0;
     } catch (const std::invalid_argument &e) {
         std::fprintf(stderr, "ringtest_reference: %s\n", e.what());
-        std::fprintf(stderr, "usage: ringtest_reference [--rings N] [--cells-per-ring N] [--tstop MS] --out PATH (defaults 4, 8, 100)\n");
+        std::fprintf(stderr, "usage: ringtest_reference [--rings N] [--cells-per-ring N] [--tstop MS] --out PATH\n"
+                             "  (defaults: 4 rings, 8 cells per ring, 100 ms)\n");
         return 2;
     } catch (const std::exception &e) {
         std::fprintf(stderr, "ringtest_reference: %s\n", e.what());

@@ -282,7 +282,7 @@ void write_output(const ringtest::Params &p, const ballast_gathered *all, int nr
         RankStats &st = stats[static_cast<size_t>(r)];
         if (len < sizeof st) throw std::runtime_error("rank " + std::to_string(r) + " gathered a short part");
         std::memcpy(&st, bytes, sizeof st);
-        if (len != sizeof st + st.spikes * sizeof(WireSpike)) {
+        if (st.spikes > (len - sizeof st) / sizeof(WireSpike) || len != sizeof st + st.spikes * sizeof(WireSpike)) {
             throw std::runtime_error("rank " + std::to_string(r) + " gathered " + std::to_string(len) +
                                      " bytes for " + std::to_string(st.spikes) + " spikes");
         }
@@ -293,7 +293,8 @@ void write_output(const ringtest::Params &p, const ballast_gathered *all, int nr
         }
     }
     ringtest::write_spike_file(p.out, spikes);
-    std::printf("ringtest: %d rings x %d cells, %lld steps of 0.025 ms, %d ranks, windows of %d steps: %zu spikes -> %s\n",
+    std::printf("ringtest: %d rings x %d cells, %lld steps of 0.025 ms, %d ranks, windows of %d steps: "
+                "%zu spikes -> %s\n",
                 p.rings, p.cells, static_cast<long long>(p.steps), nranks, min_delay, spikes.size(), p.out.c_str());
     for (int r = 0; r < nranks; ++r) {
         const RankStats &st = stats[static_cast<size_t>(r)];
