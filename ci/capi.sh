@@ -128,4 +128,7 @@ if mpicc -showme:version 2>/dev/null | grep -q "Open MPI"; then
         || { echo "ci/capi.sh: an MPICH host was not refused by the Open MPI libballast" >&2; exit 1; }
     echo "ci/capi.sh: an MPICH host is refused by the Open MPI build: ok"
 fi
+
+# The C++ ring test against an install: local ranks and mpirun, identical to its reference.
+bash ci/ringtest.sh
 echo "ci/capi.sh: all passed"
