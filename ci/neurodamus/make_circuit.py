@@ -62,9 +62,9 @@ def main():
             "depression_time": base + 3.0,
             "facilitation_time": base + 4.0,
             "u_syn": 0.5,
-            "afferent_section_id": 1,
-            "afferent_section_pos": 0.75,
-            "afferent_segment_id": 1,
+            "afferent_section_id": 0,
+            "afferent_section_pos": 0.5,
+            "afferent_segment_id": 0,
             "afferent_segment_offset": 0,
             "n_rrp_vesicles": 4,
             "syn_type_id": syn_type,
@@ -73,9 +73,9 @@ def main():
     ring_a = [(i, (i + 1) % N_A) for i in range(N_A)]
     ring_b = [(i, (i + 1) % N_B) for i in range(N_B)]
     a_to_b = [(i, i % N_B) for i in range(0, N_A, 2)]
-    make_edges(str(out / "edges_A.h5"), Edges("RingA", "RingA", "chemical", ring_a), syn_attrs(50.0, 131))
-    make_edges(str(out / "edges_B.h5"), Edges("RingB", "RingB", "chemical", ring_b), syn_attrs(40.0, 131))
-    make_edges(str(out / "edges_AB.h5"), Edges("RingA", "RingB", "chemical", a_to_b), syn_attrs(100.0, 131))
+    make_edges(str(out / "edges_A.h5"), Edges("RingA", "RingA", "chemical", ring_a), syn_attrs(800.0, 131))
+    make_edges(str(out / "edges_B.h5"), Edges("RingB", "RingB", "chemical", ring_b), syn_attrs(600.0, 131))
+    make_edges(str(out / "edges_AB.h5"), Edges("RingA", "RingB", "chemical", a_to_b), syn_attrs(800.0, 131))
 
     pop_props = {
         "type": "biophysical",
