@@ -6,7 +6,8 @@
 #      allocation_r3_c1.pkl.gz, --lb-mode=Memory with neurodamus' own, and RoundRobin
 #   -> ci/neurodamus/check.py: neurodamus loaded Ballast's file, each rank instantiated exactly
 #      Ballast's gids, spikes and soma traces identical in the three runs, Ballast's largest
-#      rank <= neurodamus'.
+#      rank <= neurodamus', and `ballast dry-run --strategy neurodamus` wrote neurodamus' own
+#      allocation; then the same checks on corrupted inputs, which must all fail.
 # Usage: ci/neurodamus.sh BALLAST_BINARY
 #
 # Python side: a venv with the pinned neurodamus, NEURON, mpi4py and memray, on a 60-cell,
@@ -18,6 +19,9 @@
 # compiled mechanisms (neurodamus-compile-mods' own cache, keyed by the mod files' hashes,
 # the flags and the NEURON version). It lives outside the clone so that it survives between
 # CI runs on one machine (CI runs in a fresh clone, whose target/ starts empty).
+#
+# NEURODAMUS_CI_KEEP=1 keeps the outputs (circuit, logs, allocations, results) after a
+# success too; they are always kept after a failure (the path is printed).
 #
 # Skips (exit 0, with a printed reason) only when pip cannot reach the packages; under
 # CI=true the skip is printed as a warning block. Any other failure fails.
@@ -121,7 +125,11 @@ export NEURON_INIT_MPI=1   # without it each rank silently runs the whole model
 work=$(mktemp -d)
 cleanup() {
     local rc=$?
-    if [ "$rc" -eq 0 ]; then rm -rf "$work"; else echo "ci/neurodamus.sh: outputs kept in $work" >&2; fi
+    if [ "$rc" -eq 0 ] && [ -z "${NEURODAMUS_CI_KEEP:-}" ]; then
+        rm -rf "$work"
+    else
+        echo "ci/neurodamus.sh: outputs kept in $work" >&2
+    fi
 }
 trap cleanup EXIT
 
@@ -156,7 +164,10 @@ say "neurodamus --dry-run --num-target-ranks=$ranks_run --memory-tracker=heap (m
 # 2. Ballast's balance of neurodamus' dry run.
 "$ballast_bin" dry-run --memory-usage "$work/dry/cell_memory_usage.json" --num-target-ranks "$ranks_run" \
     --output-dir "$work/ballast" --json >"$work/ballast-dry-run.json"
-say "ballast dry-run --memory-usage cell_memory_usage.json --num-target-ranks $ranks_run: ok"
+# and its reproduction of neurodamus' balancer, to compare with the real one.
+"$ballast_bin" dry-run --memory-usage "$work/dry/cell_memory_usage.json" --num-target-ranks "$ranks_run" \
+    --strategy neurodamus --output-dir "$work/ballast-strategy-neurodamus" --json >/dev/null
+say "ballast dry-run --memory-usage cell_memory_usage.json --num-target-ranks $ranks_run [--strategy neurodamus]: ok"
 
 # 3. The three simulations, each in its own directory (neurodamus reads
 # allocation_r{R}_c{C}.pkl.gz from the working directory).
@@ -176,6 +187,7 @@ done
 # 4. The checks (and that each check fails on wrong input).
 "$venv/bin/python" "$repo/ci/neurodamus/check.py" \
     --ballast-allocation "$work/ballast/$alloc" --neurodamus-allocation "$work/dry/$alloc" \
+    --reproduced-allocation "$work/ballast-strategy-neurodamus/$alloc" \
     --memory-usage "$work/dry/cell_memory_usage.json" --ballast-dry-run "$work/ballast-dry-run.json" \
     --ballast-run "$work/run-ballast" --neurodamus-run "$work/run-neurodamus" --roundrobin-run "$work/run-roundrobin"
 

@@ -20,6 +20,8 @@ The checks:
              KB per synapse) is at most neurodamus' largest; `ballast dry-run --json` reports
              the same largest rank.
   distinct   Ballast's allocation is not RoundRobin's (else the gids check proves little).
+  reproduced `ballast dry-run --strategy neurodamus` wrote neurodamus' own allocation: the same
+             gids in the same buckets, in the same order.
 """
 
 import argparse
@@ -40,8 +42,9 @@ def fail_if(cond, msg):
         raise CheckFailed(msg)
 
 
-def load_allocation(path):
-    """{population: {rank: sorted gids}} from neurodamus' allocation_r{R}_c1.pkl.gz."""
+def load_allocation(path, keep_order=False):
+    """{population: {rank: gids}} from neurodamus' allocation_r{R}_c1.pkl.gz, gids sorted
+    unless keep_order (then in the file's order)."""
     with gzip.open(path, "rb") as f:
         data = pickle.load(f)  # a file this run wrote (neurodamus or ballast)
     out = {}
@@ -49,7 +52,8 @@ def load_allocation(path):
         out[pop] = {}
         for (rank, cycle), gids in buckets.items():
             fail_if(cycle != 0, f"{path}: bucket ({rank}, {cycle}): one cycle expected")
-            out[pop][int(rank)] = sorted(int(g) for g in gids)
+            gids = [int(g) for g in gids]
+            out[pop][int(rank)] = gids if keep_order else sorted(gids)
     return out
 
 
@@ -183,10 +187,26 @@ def check_distinct(ballast_alloc, rr_run):
     fail_if(ballast_alloc == rr, "Ballast's allocation is RoundRobin's: the gids check would prove little")
 
 
+def check_reproduced(reproduced, nd_alloc_ordered):
+    fail_if(
+        reproduced != nd_alloc_ordered,
+        "`ballast dry-run --strategy neurodamus` differs from neurodamus' allocation: "
+        + "; ".join(
+            f"{pop} rank {r}: {reproduced.get(pop, {}).get(r)} vs {nd_alloc_ordered.get(pop, {}).get(r)}"
+            for pop in sorted(set(reproduced) | set(nd_alloc_ordered))
+            for r in range(max(len(reproduced.get(pop, {})), len(nd_alloc_ordered.get(pop, {}))))
+            if reproduced.get(pop, {}).get(r) != nd_alloc_ordered.get(pop, {}).get(r)
+        )[:600],
+    )
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ballast-allocation", required=True)
     p.add_argument("--neurodamus-allocation", required=True)
+    p.add_argument(
+        "--reproduced-allocation", required=True, help="`ballast dry-run --strategy neurodamus`'s allocation"
+    )
     p.add_argument("--memory-usage", required=True)
     p.add_argument("--ballast-dry-run", required=True, help="`ballast dry-run --json` output")
     p.add_argument("--ballast-run", required=True)
@@ -196,6 +216,8 @@ def main():
 
     b_alloc = load_allocation(a.ballast_allocation)
     n_alloc = load_allocation(a.neurodamus_allocation)
+    n_ordered = load_allocation(a.neurodamus_allocation, keep_order=True)
+    reproduced = load_allocation(a.reproduced_allocation, keep_order=True)
     mem = json.loads(Path(a.memory_usage).read_text())
     dry = json.loads(Path(a.ballast_dry_run).read_text())
     b_run, n_run, r_run = (load_run(d) for d in (a.ballast_run, a.neurodamus_run, a.roundrobin_run))
@@ -218,6 +240,7 @@ def main():
         ("traces", lambda: check_traces(runs, cells)),
         ("memory", memory),
         ("distinct", lambda: check_distinct(b_alloc, r_run)),
+        ("reproduced", lambda: check_reproduced(reproduced, n_ordered)),
     ]
     failed = []
     for name, f in checks:
@@ -252,6 +275,13 @@ def main():
                 bad[pop][to].sort()
                 return bad
         raise AssertionError("no cell to move")
+
+    def reversed_bucket(alloc):
+        bad = {p: {r: list(g) for r, g in b.items()} for p, b in alloc.items()}
+        pop = sorted(bad)[0]
+        rank = max(bad[pop], key=lambda r: len(bad[pop][r]))
+        bad[pop][rank].reverse()
+        return bad
 
     def tweaked(run, what):
         bad = dict(run)
@@ -296,9 +326,15 @@ def main():
         ("traces: one sample off by 1e-12 mV", lambda: check_traces([b_run, n_run, tweaked(r_run, "trace")], cells)),
         ("memory: the heavier allocation as Ballast's", lambda: check_memory(*swapped, mem, ranks, dry)),
         ("distinct: RoundRobin's allocation as Ballast's", lambda: check_distinct(rr_alloc, r_run)),
+        ("reproduced: Ballast's lpt allocation", lambda: check_reproduced(
+            load_allocation(a.ballast_allocation, keep_order=True), n_ordered)),
+        ("reproduced: one bucket in another order", lambda: check_reproduced(reversed_bucket(n_ordered), n_ordered)),
     ]
-    if n_alloc == b_alloc:
-        negatives = [n for n in negatives if not n[0].startswith("gids: neurodamus'")]
+    if n_alloc == b_alloc:  # (then these two are no corruption)
+        negatives = [
+            n for n in negatives if n[0] not in ("gids: neurodamus' allocation for the Ballast run",
+                                                 "reproduced: Ballast's lpt allocation")
+        ]
     accepted = []
     for name, f in negatives:
         try:
