@@ -64,7 +64,13 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${need_pkgs[@]}"
 fi
 
-cache=${NEURODAMUS_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ballast/neurodamus}
+if [ -n "${NEURODAMUS_CI_CACHE:-}" ]; then
+    cache=$NEURODAMUS_CI_CACHE
+elif [ -n "${XDG_CACHE_HOME:-}" ] || [ -n "${HOME:-}" ]; then
+    cache=${XDG_CACHE_HOME:-$HOME/.cache}/ballast/neurodamus
+else # no home: the target directory, which a fresh clone starts without
+    cache=${CARGO_TARGET_DIR:-$repo/target}/neurodamus-cache
+fi
 mkdir -p "$cache"
 export PIP_CACHE_DIR=$cache/pip
 py_id=$(python3 -c 'import sys, platform; print(sys.version.split()[0], platform.machine(), sys.base_prefix)')
@@ -93,8 +99,9 @@ if [ ! -f "$venv/.complete" ]; then
     rm -rf "$venv"
     pip_log=$cache/pip-install.log
     say "creating the venv (${pins[*]})"
+    venv_start=$(date +%s)
     python3 -m venv "$venv"
-    if ! "$venv/bin/pip" install --progress-bar off "${pins[@]}" >"$pip_log" 2>&1; then
+    if ! timeout 1800 "$venv/bin/pip" install --progress-bar off "${pins[@]}" >"$pip_log" 2>&1; then
         tail -n 30 "$pip_log" >&2
         rm -rf "$venv"
         # Unreachable, or a real failure? Ask for one small wheel with a short timeout.
@@ -111,6 +118,7 @@ if [ ! -f "$venv/.complete" ]; then
         die "pip install ${pins[*]} failed (log: $pip_log)"
     fi
     "$venv/bin/pip" freeze >"$venv/.complete"
+    say "venv created in $(($(date +%s) - venv_start)) s"
 else
     say "venv-$venv_key is ready (cached)"
 fi
