@@ -15,10 +15,12 @@
 # ../shared/data/neurodamus-tests (referred to by path, never copied).
 #
 # Cache: NEURODAMUS_CI_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/ballast/neurodamus,
-# holds pip's download cache, the venv (keyed by the pins and the Python interpreter) and the
-# compiled mechanisms (neurodamus-compile-mods' own cache, keyed by the mod files' hashes,
-# the flags and the NEURON version). It lives outside the clone so that it survives between
-# CI runs on one machine (CI runs in a fresh clone, whose target/ starts empty).
+# holds a wheelhouse of the downloaded wheels (and pip's cache), the venv (keyed by the pins
+# and the Python interpreter) and the compiled mechanisms (neurodamus-compile-mods' own cache,
+# keyed by the mod files' hashes, the flags, the toolchain and the NEURON version). It lives
+# outside the clone so that it survives between CI runs on one machine (CI runs in a fresh
+# clone, whose target/ starts empty); without a home directory it falls back to the target
+# directory.
 #
 # NEURODAMUS_CI_KEEP=1 keeps the outputs (circuit, logs, allocations, results) after a
 # success too; they are always kept after a failure (the path is printed).
@@ -73,10 +75,11 @@ else # no home: the target directory, which a fresh clone starts without
 fi
 mkdir -p "$cache"
 export PIP_CACHE_DIR=$cache/pip
+mkdir -p "$cache/wheels"
 py_id=$(python3 -c 'import sys, platform; print(sys.version.split()[0], platform.machine(), sys.base_prefix)')
 venv_key=$(printf '%s\n' "${pins[@]}" "$py_id" | sha256sum | cut -c1-16)
 venv=$cache/venv-$venv_key
-say "cache $cache (pip cache, venv-$venv_key, compiled mods)"
+say "cache $cache (wheels, venv-$venv_key, compiled mods)"
 
 skip_unreachable() {
     local msg="SKIP: pip cannot reach the packages (${pins[*]}): the neurodamus round trip did not run"
@@ -101,7 +104,10 @@ if [ ! -f "$venv/.complete" ]; then
     say "creating the venv (${pins[*]})"
     venv_start=$(date +%s)
     python3 -m venv "$venv"
-    if ! timeout 1800 "$venv/bin/pip" install --progress-bar off "${pins[@]}" >"$pip_log" 2>&1; then
+    # pip download into a wheelhouse kept in the cache (reused file by file; pip's own HTTP
+    # cache keeps nothing when the index answers no-store), then an offline install from it.
+    if ! { timeout 1800 "$venv/bin/pip" download --progress-bar off -d "$cache/wheels" "${pins[@]}" \
+        && "$venv/bin/pip" install --no-index --find-links "$cache/wheels" "${pins[@]}"; } >"$pip_log" 2>&1; then
         tail -n 30 "$pip_log" >&2
         rm -rf "$venv"
         # Unreachable, or a real failure? Ask for one small wheel with a short timeout.
