@@ -134,7 +134,9 @@ say "venv: $(grep -iE '^(neurodamus|neuron|mpi4py|memray)==' "$venv/.complete" |
 export PATH=$venv/bin:$PATH
 nd_pkg=$("$venv/bin/python" -c 'import os, neurodamus; print(os.path.dirname(neurodamus.__file__))')
 export HOC_LIBRARY_PATH=$nd_pkg/data/hoc
-export NEURON_INIT_MPI=1   # without it each rank silently runs the whole model
+# neurodamus sets it before importing NEURON; any NEURON imported without it has no MPI,
+# and each rank silently runs the whole model.
+export NEURON_INIT_MPI=1
 
 work=$(mktemp -d)
 cleanup() {

@@ -11,8 +11,9 @@ Usage:
 
 Why a script and not the `neurodamus` command: the command never calls MPI_Finalize, so
 mpirun reports its ranks as failed and exits 1; and without libsonatareport neurodamus
-writes no out.h5, so spikes are read from its spike vectors here. NEURON_INIT_MPI=1 must be
-set by the caller (without it, every rank silently runs the whole model).
+writes no out.h5, so spikes are read from its spike vectors here. ci/neurodamus.sh sets
+NEURON_INIT_MPI=1: neurodamus sets it itself before importing NEURON, but NEURON imported
+first without it has no MPI, and every rank silently runs the whole model.
 """
 
 import json
