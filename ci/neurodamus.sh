@@ -169,7 +169,7 @@ config=$work/circuit/simulation_config.json
 
 # 1. neurodamus' dry run.
 mkdir "$work/dry"
-(cd "$work/dry" && timeout 600 mpirun "${mpirun_flags[@]}" -n "$ranks_dry" "${nd_py[@]}" dry-run "$config" \
+(cd "$work/dry" && timeout 600 mpirun "${mpirun_flags[@]}" -n "$ranks_dry" "${nd_py[@]}" cli "$config" \
     --dry-run --num-target-ranks="$ranks_run" --memory-tracker=heap --use-color=OFF >dry.log 2>&1) \
     || { tail -n 40 "$work/dry/dry.log" >&2; die "neurodamus dry run failed (mpirun -n $ranks_dry)"; }
 for f in cell_memory_usage.json "allocation_r${ranks_run}_c1.pkl.gz"; do

@@ -1,8 +1,8 @@
 """Runs the real neurodamus under mpirun and finalises MPI, for ci/neurodamus.sh.
 
 Usage:
-  nd_run.py dry-run CONFIG [NEURODAMUS OPTIONS...]
-      neurodamus' own entry point (`neurodamus CONFIG --dry-run ...`), then MPI_Finalize.
+  nd_run.py cli CONFIG [NEURODAMUS OPTIONS...]
+      neurodamus' own entry point (as `neurodamus CONFIG OPTIONS...`), then MPI_Finalize.
   nd_run.py simulate CONFIG LB_MODE RESULT.json
       Builds and runs the simulation through neurodamus' Python API (as its tests/unit-mpi
       tests do) with --lb-mode=LB_MODE, and writes on rank 0 RESULT.json: the ranks, the gids
@@ -33,7 +33,7 @@ def finalize(code):
     os._exit(code)
 
 
-def dry_run(argv):
+def cli(argv):
     from neurodamus.commands import neurodamus
 
     sys.argv = ["neurodamus", *argv]
@@ -92,8 +92,8 @@ def simulate(config, lb_mode, result_path):
 
 
 def main():
-    if len(sys.argv) >= 3 and sys.argv[1] == "dry-run":
-        code = dry_run(sys.argv[2:])
+    if len(sys.argv) >= 3 and sys.argv[1] == "cli":
+        code = cli(sys.argv[2:])
     elif len(sys.argv) == 5 and sys.argv[1] == "simulate":
         code = simulate(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
