@@ -47,7 +47,8 @@ def simulate(config, lb_mode, result_path):
     from neurodamus.core import NeuronWrapper as Nd
 
     comm = MPI.COMM_WORLD
-    nd = Neurodamus(config, lb_mode=lb_mode)
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(result_path)), "output")
+    nd = Neurodamus(config, lb_mode=lb_mode, output_path=out_dir)
     local = {}
     traces = {}
     for manager in nd.circuits.all_node_managers():
