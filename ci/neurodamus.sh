@@ -109,18 +109,18 @@ if [ ! -f "$venv/.complete" ]; then
     if ! { timeout 1800 "$venv/bin/pip" download --progress-bar off -d "$cache/wheels" "${pins[@]}" \
         && "$venv/bin/pip" install --no-index --find-links "$cache/wheels" "${pins[@]}"; } >"$pip_log" 2>&1; then
         tail -n 30 "$pip_log" >&2
-        rm -rf "$venv"
         # Unreachable, or a real failure? Ask for one small wheel with a short timeout.
         probe=$(mktemp -d)
-        if ! probe_out=$(python3 -m pip download --no-deps --no-cache-dir --timeout 20 --retries 1 \
-            -d "$probe" neurodamus==4.2.9 2>&1); then
-            rm -rf "$probe"
+        probe_ok=1
+        probe_out=$("$venv/bin/pip" download --no-deps --no-cache-dir --timeout 20 --retries 1 \
+            -d "$probe" neurodamus==4.2.9 2>&1) || probe_ok=0
+        rm -rf "$venv" "$probe"
+        if [ "$probe_ok" = 0 ]; then
             if grep -qiE 'NewConnectionError|ConnectTimeout|Max retries exceeded|Temporary failure in name resolution|Name or service not known|Network is unreachable|ProxyError|Connection refused|timed out' <<<"$probe_out"; then
                 echo "$probe_out" | tail -n 5 >&2
                 skip_unreachable
             fi
         fi
-        rm -rf "$probe"
         die "pip install ${pins[*]} failed (log: $pip_log)"
     fi
     "$venv/bin/pip" freeze >"$venv/.complete"
