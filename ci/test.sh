@@ -134,5 +134,9 @@ echo "$demo_out" | tail -n 4
 grep -q "^check: identical spikes in the RoundRobin and Memory runs (.*): ok$" <<< "$demo_out"
 rm -rf "$demo_dir"
 
+# The round trip with the real neurodamus (its venv, pip cache and compiled mods are cached
+# outside the clone; see docs/TESTING.md).
+bash ci/neurodamus.sh "$ballast_bin"
+
 echo "ci/test.sh: target directory after the run: $(du -sh "$target_dir" | cut -f1)"
 echo "ci/test.sh: all passed"
