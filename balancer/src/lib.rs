@@ -6,6 +6,7 @@
 pub mod allocation;
 pub mod atomic;
 pub mod circuit;
+pub mod corenrn;
 pub mod dryrun;
 pub mod error;
 pub mod files;
