@@ -14,6 +14,7 @@ pub mod gidmap;
 pub mod limits;
 pub mod network;
 pub mod nodefit;
+pub mod nodesuggest;
 pub mod pickle;
 #[cfg(feature = "sonata")]
 pub mod sonata;

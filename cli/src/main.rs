@@ -28,6 +28,7 @@ mod demo;
 mod dry_run;
 mod fanout;
 mod info;
+mod node_suggest;
 mod output;
 mod parse;
 mod plot;
