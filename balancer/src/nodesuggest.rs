@@ -76,7 +76,13 @@ impl Estimate {
     /// The estimate of `ranks` ranks of `overhead_per_rank_mb` each holding cells of
     /// `cells_kb` and synapses of `synapses_kb` KB in all, plus `transport_mb` MiB of
     /// transport in all.
-    pub fn new(ranks: u64, overhead_per_rank_mb: f64, cells_kb: f64, synapses_kb: f64, transport_mb: f64) -> Estimate {
+    pub fn new(
+        ranks: u64,
+        overhead_per_rank_mb: f64,
+        cells_kb: f64,
+        synapses_kb: f64,
+        transport_mb: f64,
+    ) -> Estimate {
         let cells_mb = cells_kb / 1024.0;
         let synapses_mb = synapses_kb / 1024.0;
         let overhead_mb = overhead_per_rank_mb * ranks as f64;
@@ -161,7 +167,13 @@ pub fn suggest_nodes<E>(
     let mut estimate;
     loop {
         let ranks = nodes.saturating_mul(ranks_per_node);
-        estimate = Estimate::new(ranks, overhead_per_rank_mb, cells_kb, synapses_kb, transport_mb(nodes)?);
+        estimate = Estimate::new(
+            ranks,
+            overhead_per_rank_mb,
+            cells_kb,
+            synapses_kb,
+            transport_mb(nodes)?,
+        );
         let next = ((estimate.grand_total_mb * (1.0 + margin) / node_mb).ceil() as u64).max(1);
         iterations += 1;
         let stable = est == Some(next);
@@ -207,7 +219,13 @@ mod tests {
         let t = e.table(Some(2));
         assert!(t.contains("Overhead (ranks=4)"), "{t}");
         assert!(t.lines().last().unwrap().starts_with("GRAND TOTAL"), "{t}");
-        assert!(t.lines().last().unwrap().ends_with("47.0           11.8           23.5"), "{t}");
+        assert!(
+            t.lines()
+                .last()
+                .unwrap()
+                .ends_with("47.0           11.8           23.5"),
+            "{t}"
+        );
     }
 
     /// neurodamus' loop, transcribed: the reference the Rust function must match.
@@ -235,8 +253,20 @@ mod tests {
             (1.0, 0.0, 52.1, 2.0, 24105.0),
             (5e6, 5e6, 300.0, 64.0, 512000.0),
         ] {
-            let s = suggest_nodes(cells_mb * 1024.0, syn_mb * 1024.0, base, rpn as u64, node, MARGIN, ok).unwrap();
-            assert_eq!(s.nodes, reference(cells_mb, syn_mb, base, rpn, node, MARGIN).max(1));
+            let s = suggest_nodes(
+                cells_mb * 1024.0,
+                syn_mb * 1024.0,
+                base,
+                rpn as u64,
+                node,
+                MARGIN,
+                ok,
+            )
+            .unwrap();
+            assert_eq!(
+                s.nodes,
+                reference(cells_mb, syn_mb, base, rpn, node, MARGIN).max(1)
+            );
             assert!(s.iterations <= MAX_ITERATIONS);
         }
         // By hand: 1000 + 500 MiB, 2.5× = 3750, one node's overhead 2000: 7250 × 1.3 / 4000

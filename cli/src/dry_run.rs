@@ -294,7 +294,11 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                 memory,
             )?;
             config.ranks = u32::try_from(s.nodes * rpn.ranks as u64).map_err(|_| {
-                anyhow::anyhow!("the suggested {} nodes × {} ranks are more than 2^32 - 1 ranks", s.nodes, rpn.ranks)
+                anyhow::anyhow!(
+                    "the suggested {} nodes × {} ranks are more than 2^32 - 1 ranks",
+                    s.nodes,
+                    rpn.ranks
+                )
             })?;
             Some((s, rpn, memory))
         }

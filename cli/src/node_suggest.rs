@@ -3,10 +3,10 @@
 //! `--num-target-ranks` is absent ([`ballast_balancer::nodesuggest`]), the memory estimate
 //! table, and the figures neurodamus prints differently by definition.
 use anyhow::Context;
+use ballast_balancer::network::Network;
 use ballast_balancer::nodesuggest::{self, cell_and_synapse_kb, Estimate, Suggestion, MARGIN};
 use ballast_balancer::transport_aware::TransportCharge;
 use ballast_balancer::{balance_charged, Allocation, BalancerConfig, DryRun, Summary};
-use ballast_balancer::network::Network;
 use serde_json::json;
 
 /// Ranks per node and where the figure came from.
@@ -71,7 +71,8 @@ fn transport_mb(
     c.check_size(dry_run)
         .with_context(|| format!("the node suggestion tried {ranks} ranks × {} cycles", c.cycles))?;
     let b = balance_charged(dry_run, network, &c, Some(charge));
-    Ok(b.loads.map_or(0.0, |l| l.transport_kb.iter().sum::<f64>() / 1024.0))
+    Ok(b.loads
+        .map_or(0.0, |l| l.transport_kb.iter().sum::<f64>() / 1024.0))
 }
 
 /// neurodamus' `suggest_nodes` for this input (margin [`MARGIN`]), the transport charged
@@ -99,14 +100,25 @@ pub fn suggest(
 
 /// The estimate of the balanced result: `ranks` ranks, the transport of `loads` when
 /// charged.
-pub fn estimate(dry_run: &DryRun, ranks: u32, overhead_per_rank_mb: f64, transport_kb: Option<&[f64]>) -> Estimate {
+pub fn estimate(
+    dry_run: &DryRun,
+    ranks: u32,
+    overhead_per_rank_mb: f64,
+    transport_kb: Option<&[f64]>,
+) -> Estimate {
     let (cells, synapses) = cell_and_synapse_kb(dry_run);
     let transport = transport_kb.map_or(0.0, |t| t.iter().sum::<f64>() / 1024.0);
     Estimate::new(ranks as u64, overhead_per_rank_mb, cells, synapses, transport)
 }
 
 /// The lines saying where the node figures came from and what was suggested.
-pub fn suggestion_lines(s: &Suggestion, rpn: RanksPerNode, memory: NodeMemory, overhead: f64, charged: bool) -> Vec<String> {
+pub fn suggestion_lines(
+    s: &Suggestion,
+    rpn: RanksPerNode,
+    memory: NodeMemory,
+    overhead: f64,
+    charged: bool,
+) -> Vec<String> {
     let ranks = s.nodes * rpn.ranks as u64;
     vec![
         format!(
@@ -161,7 +173,14 @@ pub fn neurodamus_means(allocation: &Allocation, summary: &Summary) -> Vec<(Stri
         .filter_map(|p| {
             let (_, stats) = summary.populations.iter().find(|(n, _)| *n == p.name)?;
             let held = p.buckets.iter().filter(|(_, g)| !g.is_empty()).count() as u64;
-            (held > 0 && held < buckets).then(|| (p.name.clone(), stats.total_kb / held as f64, held, stats.mean_bucket_kb))
+            (held > 0 && held < buckets).then(|| {
+                (
+                    p.name.clone(),
+                    stats.total_kb / held as f64,
+                    held,
+                    stats.mean_bucket_kb,
+                )
+            })
         })
         .collect()
 }

@@ -102,7 +102,10 @@ mod tests {
         // buckets empty but no rank without it; one on rank 0 alone leaves rank 1.
         let pop2 = |name: &str, b: &[(u32, u32)]| PopulationAllocation {
             name: name.into(),
-            buckets: b.iter().map(|&(rank, cycle)| (Bucket { rank, cycle }, vec![rank])).collect(),
+            buckets: b
+                .iter()
+                .map(|&(rank, cycle)| (Bucket { rank, cycle }, vec![rank]))
+                .collect(),
         };
         let a = Allocation {
             ranks: 2,
@@ -111,7 +114,15 @@ mod tests {
         };
         let w = population_warnings(&a);
         assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w[0].contains("1 of 4 buckets hold none of its cells; consider"), "{}", w[0]);
-        assert!(w[1].contains("2 of 4 buckets hold none of its cells (1 of 2 ranks hold none at all)"), "{}", w[1]);
+        assert!(
+            w[0].contains("1 of 4 buckets hold none of its cells; consider"),
+            "{}",
+            w[0]
+        );
+        assert!(
+            w[1].contains("2 of 4 buckets hold none of its cells (1 of 2 ranks hold none at all)"),
+            "{}",
+            w[1]
+        );
     }
 }

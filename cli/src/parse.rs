@@ -18,6 +18,8 @@ pub fn non_negative_mb(s: &str) -> Result<f64, String> {
     if x.is_finite() && x >= 0.0 {
         Ok(x)
     } else {
-        Err(format!("{s} is not a memory size: give MiB per rank, finite and 0 or more"))
+        Err(format!(
+            "{s} is not a memory size: give MiB per rank, finite and 0 or more"
+        ))
     }
 }
