@@ -388,3 +388,31 @@ fn bad_input_is_refused_clearly() {
     refused(&["missing.dat", "1"], "missing.dat: No such file or directory");
     refused(&["files.dat", "0"], "0 is not in 1..");
 }
+
+/// Rule: an output directory the user cannot write is refused naming the file and the
+/// option, with nothing left behind (as nobody: root writes anywhere).
+#[test]
+fn an_unwritable_output_is_refused_as_an_unprivileged_user() {
+    let Some(u) = common::Unprivileged::new("an_unwritable_output_is_refused_as_an_unprivileged_user") else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let w = u.work();
+    make_dir(w, "1.8\n2\n0\n1\n", &[(0, 10), (1, 20)], &[]);
+    for f in fs::read_dir(w).unwrap() {
+        fs::set_permissions(f.unwrap().path(), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let ro = w.join("ro");
+    fs::create_dir(&ro).unwrap();
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
+    let o = u.run(0, &["rebalance-corenrn", "files.dat", "1", "--ranks-per-node", "2", "--output-file", "ro/out.dat"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("cannot write ro/out.dat (--output-file chooses where)"), "{err}");
+    assert!(err.contains("ro"), "{err}");
+    assert!(files_in(&ro).is_empty(), "{:?}", files_in(&ro));
+    // The same run into the work directory succeeds: the refusal was the directory's.
+    let o = u.run(0, &["rebalance-corenrn", "files.dat", "1", "--ranks-per-node", "2", "--output-file", "out.dat"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(fs::read_to_string(w.join("out.dat")).unwrap(), "1.8\n2\n1\n0\n");
+}
