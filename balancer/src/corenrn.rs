@@ -350,14 +350,20 @@ fn by_decreasing(entries: &[EntryFiles], key: impl Fn(&EntryFiles) -> u64) -> Ve
     order
 }
 
+/// Bytes [`rebalance`] and [`Layout::render`] need per rank at least (the rank's list, its
+/// heap entry, one `-1` line).
+pub const BYTES_PER_RANK: u64 = 64;
+
 /// Assigns `entries` to `machines × ranks_per_machine` ranks with `strategy`. Errors:
 /// fewer groups than ranks (Ballast) or machines (neurodamus), a rank count above what
-/// CoreNEURON reads, 0 machines or ranks.
+/// CoreNEURON reads or whose lists would not fit in `available` bytes (`None`: not
+/// checked), 0 machines or ranks. Checked before anything is allocated.
 pub fn rebalance(
     entries: &[EntryFiles],
     machines: u32,
     ranks_per_machine: u32,
     strategy: RebalanceStrategy,
+    available: Option<u64>,
 ) -> Result<Layout> {
     if machines == 0 || ranks_per_machine == 0 {
         return Err(CorenrnError::TooLarge(
@@ -384,6 +390,13 @@ pub fn rebalance(
             targets,
             unit,
         });
+    }
+    if let Some(avail) = available.filter(|&a| ranks * BYTES_PER_RANK > a) {
+        return Err(CorenrnError::TooLarge(format!(
+            "{machines} machines × {ranks_per_machine} ranks would need about {} but only {} are available (MemAvailable, or ulimit -v): give fewer machines or ranks per machine",
+            crate::limits::human_bytes(ranks * BYTES_PER_RANK),
+            crate::limits::human_bytes(avail)
+        )));
     }
     let rpm = ranks_per_machine as usize;
     let mut out = Vec::with_capacity(ranks as usize);
@@ -463,12 +476,13 @@ impl Layout {
         let bytes = lines
             .saturating_mul(widest + 1)
             .saturating_add(64 + version.len() as u64);
-        crate::limits::check_memory(
-            &format!("writing {lines} lines of files.dat"),
-            bytes.saturating_mul(2),
-            available,
-        )
-        .map_err(|e| CorenrnError::TooLarge(e.to_string()))?;
+        if let Some(avail) = available.filter(|&a| bytes.saturating_mul(2) > a) {
+            return Err(CorenrnError::TooLarge(format!(
+                "writing {lines} lines of files.dat would need about {} but only {} are available (MemAvailable, or ulimit -v)",
+                crate::limits::human_bytes(bytes.saturating_mul(2)),
+                crate::limits::human_bytes(avail)
+            )));
+        }
         let mut out = String::with_capacity(bytes as usize);
         out.push_str(version);
         out.push('\n');
@@ -686,7 +700,7 @@ mod tests {
             .enumerate()
             .map(|(i, &s)| entry(i as i32, s))
             .collect();
-        let l = rebalance(&entries, 2, 3, RebalanceStrategy::Ballast).unwrap();
+        let l = rebalance(&entries, 2, 3, RebalanceStrategy::Ballast, None).unwrap();
         check_render(&l, &entries, false);
         check_render(&l, &entries, true);
         let w = |i: usize| entries[i].weight();
@@ -719,22 +733,33 @@ mod tests {
             .map(|(i, &s)| entry(i as i32, s))
             .collect();
         // By _2 size: 7 (1), 7 (2), 5 (0), 3 (4), 1 (3); machines 0 and 1.
-        let l = rebalance(&entries, 2, 2, RebalanceStrategy::Neurodamus).unwrap();
+        let l = rebalance(&entries, 2, 2, RebalanceStrategy::Neurodamus, None).unwrap();
         // machine 0: 1, 0 (7+5); machine 1: 2, 4, 3 (7+3+1); ranks deal in order.
         assert_eq!(l.ranks, vec![vec![1], vec![0], vec![2, 3], vec![4]]);
         check_render(&l, &entries, false);
         let text = l.render("1.8", false, &entries, None).unwrap();
         assert_eq!(text, "1.8\n8\n1\n0\n2\n4\n-1\n-1\n3\n-1\n");
         // Fewer groups than machines / ranks.
-        let e = rebalance(&entries[..1], 2, 1, RebalanceStrategy::Neurodamus).unwrap_err();
+        let e = rebalance(&entries[..1], 2, 1, RebalanceStrategy::Neurodamus, None).unwrap_err();
         assert_eq!(e.to_string(), "1 cell groups for 2 machines: every machine needs at least one; give fewer machines or ranks per machine");
-        let e = rebalance(&entries, 2, 3, RebalanceStrategy::Ballast).unwrap_err();
+        let e = rebalance(&entries, 2, 3, RebalanceStrategy::Ballast, None).unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("5 cell groups for 2 machines × 3 ranks = 6 ranks"),
             "{e}"
         );
-        assert!(rebalance(&entries, 0, 3, RebalanceStrategy::Ballast).is_err());
+        assert!(rebalance(&entries, 0, 3, RebalanceStrategy::Ballast, None).is_err());
+        // 2 machines of 2^29 ranks: refused for the memory before anything is allocated.
+        let e = rebalance(&entries, 2, 1 << 29, RebalanceStrategy::Neurodamus, Some(1 << 30)).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "2 machines × 536870912 ranks would need about 64.0 GiB but only 1.0 GiB are available"
+            ),
+            "{e}"
+        );
+        // More ranks than CoreNEURON's int count.
+        let e = rebalance(&entries, 4, 1 << 30, RebalanceStrategy::Neurodamus, None).unwrap_err();
+        assert!(e.to_string().contains("more than CoreNEURON's 2147483647"), "{e}");
     }
 
     #[test]
@@ -748,7 +773,7 @@ mod tests {
                 gap: None,
             })
             .collect();
-        let l = rebalance(&entries, 1, 4, RebalanceStrategy::Ballast).unwrap();
+        let l = rebalance(&entries, 1, 4, RebalanceStrategy::Ballast, None).unwrap();
         assert!(l.ranks.iter().all(|r| r.len() == 1), "{:?}", l.ranks);
     }
 

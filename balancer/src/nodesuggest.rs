@@ -151,7 +151,8 @@ pub struct Suggestion {
 /// ranks and `node_mb` MiB for a dry run of `cells_kb` + `synapses_kb`, with `margin`;
 /// `transport_mb(nodes)` gives the transport charge of all ranks on that many nodes (0
 /// without a transport model; it may fail, e.g. a rank count the balancer refuses). The
-/// count is at least 1.
+/// count is at least 1; the passes stop early at a count of more than 2^32 - 1 ranks (which
+/// the caller refuses).
 pub fn suggest_nodes<E>(
     cells_kb: f64,
     synapses_kb: f64,
@@ -174,12 +175,15 @@ pub fn suggest_nodes<E>(
             synapses_kb,
             transport_mb(nodes)?,
         );
+        // f64 to u64 saturates: a node of almost no memory gives u64::MAX nodes.
         let next = ((estimate.grand_total_mb * (1.0 + margin) / node_mb).ceil() as u64).max(1);
         iterations += 1;
         let stable = est == Some(next);
         est = Some(next);
         nodes = next;
-        if stable || iterations == MAX_ITERATIONS {
+        // More ranks than a u32 holds cannot be balanced: no further pass.
+        let too_many = next.saturating_mul(ranks_per_node) > u64::from(u32::MAX);
+        if stable || iterations == MAX_ITERATIONS || too_many {
             break;
         }
     }
@@ -288,5 +292,11 @@ mod tests {
         assert_eq!(s.nodes, 4);
         let e = suggest_nodes(1.0, 0.0, 0.0, 2, 10.0, 0.0, |_| Err("refused")).unwrap_err();
         assert_eq!(e, "refused");
+        // A node of almost no memory: one pass, a count the caller refuses, no overflow.
+        let s = suggest_nodes(1024.0, 0.0, 1.0, 1000, 1e-300, MARGIN, |_| {
+            Ok::<f64, Infallible>(0.0)
+        })
+        .unwrap();
+        assert_eq!((s.nodes, s.iterations), (u64::MAX, 1));
     }
 }

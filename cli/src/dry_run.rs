@@ -293,11 +293,14 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                 rpn,
                 memory,
             )?;
-            config.ranks = u32::try_from(s.nodes * rpn.ranks as u64).map_err(|_| {
+            config.ranks = u32::try_from(s.nodes.saturating_mul(rpn.ranks as u64)).map_err(|_| {
                 anyhow::anyhow!(
-                    "the suggested {} nodes × {} ranks are more than 2^32 - 1 ranks",
+                    "the suggested {} nodes × {} ranks are more than 2^32 - 1 ranks: is the node memory ({:.3} GiB) below its ranks' overhead ({} × {:.1} MiB, --rank-overhead-mb)?",
                     s.nodes,
-                    rpn.ranks
+                    rpn.ranks,
+                    memory.mb / 1024.0,
+                    rpn.ranks,
+                    args.rank_overhead_mb
                 )
             })?;
             Some((s, rpn, memory))

@@ -94,7 +94,15 @@ pub fn suggest(
         rpn.ranks as u64,
         memory.mb,
         MARGIN,
-        |nodes| transport_mb(dry_run, network, config, charge, nodes * rpn.ranks as u64),
+        |nodes| {
+            transport_mb(
+                dry_run,
+                network,
+                config,
+                charge,
+                nodes.saturating_mul(rpn.ranks as u64),
+            )
+        },
     )
 }
 
@@ -119,7 +127,7 @@ pub fn suggestion_lines(
     overhead: f64,
     charged: bool,
 ) -> Vec<String> {
-    let ranks = s.nodes * rpn.ranks as u64;
+    let ranks = s.nodes.saturating_mul(rpn.ranks as u64);
     vec![
         format!(
             "suggested: at least {} × {} per node = {} (neurodamus' suggest_nodes: grand total × (1 + {MARGIN}) / node memory, {} per rank of overhead, {}; {} pass{})",
@@ -153,7 +161,7 @@ pub fn suggestion_lines(
 /// The suggestion as JSON.
 pub fn suggestion_json(s: &Suggestion, rpn: RanksPerNode, memory: NodeMemory) -> serde_json::Value {
     json!({
-        "nodes": s.nodes, "ranks": s.nodes * rpn.ranks as u64, "ranks_per_node": rpn.ranks,
+        "nodes": s.nodes, "ranks": s.nodes.saturating_mul(rpn.ranks as u64), "ranks_per_node": rpn.ranks,
         "ranks_per_node_source": if rpn.given { "--ranks-per-node" } else { "available_parallelism" },
         "node_memory_mb": memory.mb,
         "node_memory_source": if memory.given { "--node-memory-gb" } else { "/proc/meminfo MemTotal" },

@@ -103,7 +103,13 @@ pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
     let ids: Vec<String> = chosen.iter().map(|e| e.1.clone()).collect();
     let entries = size_entries(&dir, &ids, files_dat)?;
     let strategy = args.strategy.strategy();
-    let layout = rebalance(&entries, args.n_machines, args.ranks_per_node, strategy)?;
+    let layout = rebalance(
+        &entries,
+        args.n_machines,
+        args.ranks_per_node,
+        strategy,
+        available_memory(),
+    )?;
     check_layout(&layout, entries.len())
         .map_err(|e| anyhow::anyhow!("internal error: the rebalance lost or duplicated a group: {e}"))?;
     let text = layout.render(
@@ -130,6 +136,7 @@ pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
         args.n_machines,
         args.ranks_per_node,
         other_strategy.strategy(),
+        available_memory(),
     )
     .ok();
     let weight = |i: usize| entries[i].weight();

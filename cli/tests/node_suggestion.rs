@@ -255,6 +255,27 @@ fn with_a_rank_count_the_estimate_is_printed_and_nothing_suggested() {
     let total = out.lines().find(|l| l.starts_with("GRAND TOTAL")).unwrap();
     let per_node: f64 = total.split_whitespace().last().unwrap().parse().unwrap();
     assert!((per_node - grand / 2.0).abs() < 0.06, "{total}");
+    // Nodes smaller than their ranks' overhead: the count diverges and is refused, naming why.
+    let fresh = tempfile::tempdir().unwrap();
+    let o = run(
+        &[
+            "dry-run",
+            "--memory-usage",
+            d.join("mu.json").to_str().unwrap(),
+            "--ranks-per-node",
+            "2",
+            "--node-memory-gb",
+            "0.001",
+        ],
+        fresh.path(),
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("ranks are more than 2^32 - 1 ranks: is the node memory (0.001 GiB) below its ranks' overhead (2 × 52.1 MiB, --rank-overhead-mb)?"),
+        "{err}"
+    );
+    assert_eq!(fs::read_dir(fresh.path()).unwrap().count(), 0, "nothing written");
     // A negative overhead is refused by name.
     let o = run(
         &[

@@ -405,14 +405,39 @@ fn an_unwritable_output_is_refused_as_an_unprivileged_user() {
     let ro = w.join("ro");
     fs::create_dir(&ro).unwrap();
     fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
-    let o = u.run(0, &["rebalance-corenrn", "files.dat", "1", "--ranks-per-node", "2", "--output-file", "ro/out.dat"]);
+    let o = u.run(
+        0,
+        &[
+            "rebalance-corenrn",
+            "files.dat",
+            "1",
+            "--ranks-per-node",
+            "2",
+            "--output-file",
+            "ro/out.dat",
+        ],
+    );
     assert!(!o.status.success());
     let err = stderr(&o);
-    assert!(err.contains("cannot write ro/out.dat (--output-file chooses where)"), "{err}");
+    assert!(
+        err.contains("cannot write ro/out.dat (--output-file chooses where)"),
+        "{err}"
+    );
     assert!(err.contains("ro"), "{err}");
     assert!(files_in(&ro).is_empty(), "{:?}", files_in(&ro));
     // The same run into the work directory succeeds: the refusal was the directory's.
-    let o = u.run(0, &["rebalance-corenrn", "files.dat", "1", "--ranks-per-node", "2", "--output-file", "out.dat"]);
+    let o = u.run(
+        0,
+        &[
+            "rebalance-corenrn",
+            "files.dat",
+            "1",
+            "--ranks-per-node",
+            "2",
+            "--output-file",
+            "out.dat",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(fs::read_to_string(w.join("out.dat")).unwrap(), "1.8\n2\n1\n0\n");
 }
