@@ -41,7 +41,7 @@ pub fn cell_and_synapse_kb(dry_run: &DryRun) -> (f64, f64) {
     let (mut cells, mut synapses) = (0.0, 0.0);
     for p in &dry_run.populations {
         for (metype, gids) in &p.metype_gids {
-            let m = &dry_run.metypes[*metype as usize];
+            let m = &dry_run.metypes[*metype];
             cells += m.memory_kb * gids.len() as f64;
             match &p.cell_synapses {
                 Some(syn) => {

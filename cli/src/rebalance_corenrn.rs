@@ -137,8 +137,7 @@ pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
         args.ranks_per_node,
         other_strategy.strategy(),
         available_memory(),
-    )
-    .ok();
+    );
     let weight = |i: usize| entries[i].weight();
     let machines = layout.machine_totals(weight);
     let ranks = layout.rank_totals(weight);
@@ -165,7 +164,7 @@ pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
             "empty_ranks": empty_ranks, "rounds": layout.rounds(), "count_line": layout.count_line(),
             "output": args.output_file,
         });
-        if let Some(o) = &other {
+        if let Ok(o) = &other {
             value[format!("{}_strategy", other_strategy.name())] = stats(o);
         }
         outln!("{}", serde_json::to_string_pretty(&value)?);
@@ -234,13 +233,17 @@ pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
         empty_ranks,
         count(nranks, "rank")
     );
-    if let Some(o) = &other {
-        outln!(
+    match &other {
+        Ok(o) => outln!(
             "{} strategy on the same input, same weight: largest machine {:.1} KiB, largest rank {:.1} KiB",
             other_strategy.name(),
             kib(spread(&o.machine_totals(weight)).0 as f64),
             kib(spread(&o.rank_totals(weight)).0 as f64)
-        );
+        ),
+        Err(e) => outln!(
+            "{} strategy on the same input: not possible ({e})",
+            other_strategy.name()
+        ),
     }
     if args.histogram {
         for (what, values) in [("machine", &machines), ("rank", &ranks)] {

@@ -276,6 +276,14 @@ fn with_a_rank_count_the_estimate_is_printed_and_nothing_suggested() {
         "{err}"
     );
     assert_eq!(fs::read_dir(fresh.path()).unwrap().count(), 0, "nothing written");
+    let o = run(
+        &["dry-run", "--memory-usage", "mu.json", "--ranks-per-node", "0"],
+        d,
+    );
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--ranks-per-node 0: a node count is to be suggested")
+    );
     // A negative overhead is refused by name.
     let o = run(
         &[
