@@ -283,9 +283,6 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     );
     let suggestion = match (args.num_target_ranks, rpn) {
         (None, Some(rpn)) => {
-            if rpn.ranks == 0 {
-                bail!("--ranks-per-node 0: a node count is to be suggested, give at least 1 rank per node");
-            }
             let memory = node_suggest::node_memory(args.node_memory_gb)?;
             let s = node_suggest::suggest(
                 &input.dry_run,

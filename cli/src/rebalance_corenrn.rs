@@ -24,7 +24,7 @@ pub struct RebalanceCorenrnArgs {
     #[arg(value_parser = clap::value_parser!(u32).range(1..))]
     n_machines: u32,
     /// Ranks per machine (neurodamus' name --ranks-per-machine is accepted).
-    #[arg(long, alias = "ranks-per-machine", default_value_t = DEFAULT_RANKS_PER_MACHINE,
+    #[arg(long, alias = "ranks-per-machine", value_name = "K", default_value_t = DEFAULT_RANKS_PER_MACHINE,
           value_parser = clap::value_parser!(u32).range(1..))]
     ranks_per_node: u32,
     /// Directory of the {id}_{1,2,3}.dat files [default: the directory of FILES_DAT].

@@ -281,9 +281,9 @@ fn with_a_rank_count_the_estimate_is_printed_and_nothing_suggested() {
         d,
     );
     assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--ranks-per-node 0: a node count is to be suggested")
-    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains(
+        "bad value `0` for --ranks-per-node (variable BALLAST_RANKS_PER_NODE): must be at least 1"
+    ));
     // A negative overhead is refused by name.
     let o = run(
         &[
