@@ -6,6 +6,7 @@
 pub mod allocation;
 pub mod atomic;
 pub mod circuit;
+pub mod corenrn;
 pub mod dryrun;
 pub mod error;
 pub mod files;
@@ -13,6 +14,7 @@ pub mod gidmap;
 pub mod limits;
 pub mod network;
 pub mod nodefit;
+pub mod nodesuggest;
 pub mod pickle;
 #[cfg(feature = "sonata")]
 pub mod sonata;

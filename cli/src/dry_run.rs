@@ -17,6 +17,7 @@ use ballast_balancer::{
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
+use crate::node_suggest;
 use crate::output::{count, population_json, population_warnings};
 use crate::plot;
 use crate::runtime_args::RuntimeArgs;
@@ -60,8 +61,16 @@ pub struct DryRunArgs {
     #[arg(long, value_name = "KB", requires = "circuit", value_parser = crate::parse::non_negative_kb, allow_negative_numbers = true)]
     point_cell_kb: Option<f64>,
     /// Number of ranks to balance for (at least 1; ranks × cycles at most the cells + 2^20).
+    /// Without it, the node count is suggested as neurodamus does (suggest_nodes, margin
+    /// 0.3: see --rank-overhead-mb, --ranks-per-node, --node-memory-gb) and the allocation
+    /// is balanced for nodes × ranks per node.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    num_target_ranks: u32,
+    num_target_ranks: Option<u32>,
+    /// Memory of a rank before it builds cells, MiB (neurodamus' base_memory: its "Overhead
+    /// (ranks=N)" / N), for the estimate and the node suggestion.
+    #[arg(long, value_name = "MIB", default_value_t = ballast_balancer::nodesuggest::DEFAULT_RANK_OVERHEAD_MB,
+          value_parser = crate::parse::non_negative_mb, allow_negative_numbers = true)]
+    rank_overhead_mb: f64,
     /// Model-building cycles per rank (neurodamus' ModelBuildingSteps), at least 1.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     cycles: u32,
@@ -74,8 +83,10 @@ pub struct DryRunArgs {
     transport_model: TransportModel,
     #[command(flatten)]
     runtime: RuntimeArgs,
-    /// Memory of one node, GiB: flag nodes above it and find the fewest nodes that fit.
-    #[arg(long, value_name = "GIB", requires = "ranks_per_node", value_parser = positive_gib)]
+    /// Memory of one node, GiB: flag nodes above it and find the fewest nodes that fit
+    /// (ranks per node: --ranks-per-node, else this machine's cores). Without it, the node
+    /// suggestion takes this machine's MemTotal (/proc/meminfo).
+    #[arg(long, value_name = "GIB", value_parser = positive_gib)]
     node_memory_gb: Option<f64>,
     /// Draw per-rank stacked bars (cells, synapses, transport) to FILE.svg or FILE.png.
     #[arg(long, value_name = "FILE")]
@@ -241,8 +252,8 @@ fn check_combinations(args: &DryRunArgs) -> anyhow::Result<()> {
 
 pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     check_combinations(args)?;
-    let config = BalancerConfig::builder()
-        .ranks(args.num_target_ranks)
+    let mut config = BalancerConfig::builder()
+        .ranks(args.num_target_ranks.unwrap_or(1))
         .cycles(args.cycles)
         .strategy(args.strategy)
         .build()?;
@@ -251,9 +262,6 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         plot::check_path(p)?;
     }
     let input = load_input(args)?;
-    config
-        .check_size(&input.dry_run)
-        .with_context(|| format!("--num-target-ranks {} --cycles {}", config.ranks, config.cycles))?;
     let charge = match args.transport_model {
         TransportModel::None => None,
         TransportModel::Ballast => {
@@ -268,6 +276,45 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             Some(ballast_sim::transport_charge(runtime.transport()))
         }
     };
+    // Ranks per node: given, or this machine's cores where nodes are to be counted.
+    let rpn = node_suggest::ranks_per_node(
+        args.runtime.ranks_per_node,
+        args.num_target_ranks.is_none() || args.node_memory_gb.is_some(),
+    );
+    let suggestion = match (args.num_target_ranks, rpn) {
+        (None, Some(rpn)) => {
+            let memory = node_suggest::node_memory(args.node_memory_gb)?;
+            let s = node_suggest::suggest(
+                &input.dry_run,
+                input.network.as_ref(),
+                &config,
+                charge.as_ref(),
+                args.rank_overhead_mb,
+                rpn,
+                memory,
+            )?;
+            config.ranks = u32::try_from(s.nodes.saturating_mul(rpn.ranks as u64)).map_err(|_| {
+                anyhow::anyhow!(
+                    "the suggested {} nodes × {} ranks are more than 2^32 - 1 ranks: is the node memory ({:.3} GiB) below its ranks' overhead ({} × {:.1} MiB, --rank-overhead-mb)?",
+                    s.nodes,
+                    rpn.ranks,
+                    memory.mb / 1024.0,
+                    rpn.ranks,
+                    args.rank_overhead_mb
+                )
+            })?;
+            Some((s, rpn, memory))
+        }
+        _ => None,
+    };
+    let ranks_option = if suggestion.is_some() {
+        "the suggested ranks"
+    } else {
+        "--num-target-ranks"
+    };
+    config
+        .check_size(&input.dry_run)
+        .with_context(|| format!("{ranks_option} {} --cycles {}", config.ranks, config.cycles))?;
     let start = Instant::now();
     let Balanced {
         allocation,
@@ -292,7 +339,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     });
 
     // Node view: per-node totals, and the fewest nodes that fit when a node size is given.
-    let rpn = args.runtime.ranks_per_node;
+    let rpn = rpn.map(|r| r.ranks);
     // Without a transport charge the rank totals are the allocation's (every cycle of a
     // rank), the figures the node-fit search compares too.
     let nodes = rpn.map(|k| match &loads {
@@ -361,6 +408,13 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             eprintln!("warning: {w}");
         }
     }
+    let estimate = node_suggest::estimate(
+        dry_run,
+        config.ranks,
+        args.rank_overhead_mb,
+        loads.as_ref().map(|l| l.transport_kb.as_slice()),
+    );
+    let nd_means = node_suggest::neurodamus_means(&allocation, &summary);
     let o = &summary.overall;
     if args.json {
         let mut value = json!({
@@ -389,6 +443,14 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         }
         if let Some(n) = &nodes {
             value["node_totals_kb"] = json!(n);
+        }
+        value["estimate"] = json!(estimate);
+        value["neurodamus_mean_kb"] = nd_means
+            .iter()
+            .map(|(name, nd, held, ours)| json!({"name": name, "neurodamus_mean_kb": nd, "buckets_with_cells": held, "mean_bucket_kb": ours}))
+            .collect();
+        if let Some((s, r, m)) = &suggestion {
+            value["suggestion"] = node_suggest::suggestion_json(s, *r, *m);
         }
         if let Some(f) = &fit {
             value["node_memory_kb"] = json!(f.node_kb);
@@ -437,6 +499,31 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                 tried.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map_or("blind", |t| t.0.as_str())
             );
         }
+    }
+    outln!();
+    out!(
+        "{}",
+        estimate.table(rpn.map(|k| (config.ranks as u64).div_ceil(k.max(1) as u64)))
+    );
+    for (name, nd, held, ours) in &nd_means {
+        outln!(
+            "note: population {name}: neurodamus prints a mean of {nd:.1} KB per bucket (\"Mean allocation per rank\"), averaging only the {held} buckets that hold its cells; Ballast's mean bucket, {ours:.1} KB, counts all {}",
+            count(summary.bucket_count(), "bucket")
+        );
+    }
+    if let Some((s, r, m)) = &suggestion {
+        outln!();
+        for line in node_suggest::suggestion_lines(s, *r, *m, args.rank_overhead_mb, charge.is_some()) {
+            outln!("{line}");
+        }
+        outln!(
+            "balanced for the suggested {} × {} = {}: run neurodamus --lb-mode=Memory on {} ranks and it loads {}",
+            count(s.nodes, "node"),
+            r.ranks,
+            count(config.ranks, "rank"),
+            config.ranks,
+            ballast_balancer::allocation_file_name(config.ranks, config.cycles)
+        );
     }
     if let (Some(n), Some(k)) = (&nodes, rpn) {
         outln!(

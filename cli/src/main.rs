@@ -1,6 +1,7 @@
 //! The `ballast` command-line tool: `dry-run` (balance cells into an allocation file),
 //! `stats` (inspect any allocation file, ours or neurodamus'), `fanout`/`info` (runtime),
-//! `run` (the proxy simulation over the runtime) and `demo` (the built-in example).
+//! `run` (the proxy simulation over the runtime), `demo` (the built-in example) and
+//! `rebalance-corenrn` (CoreNEURON's files.dat redistributed over machines and ranks).
 #![deny(unsafe_code)]
 
 /// `print!` to stdout that ends the program quietly (exit 0) when stdout is a closed pipe,
@@ -27,10 +28,12 @@ mod demo;
 mod dry_run;
 mod fanout;
 mod info;
+mod node_suggest;
 mod output;
 mod parse;
 mod plot;
 mod progress;
+mod rebalance_corenrn;
 mod run;
 mod runtime_args;
 mod stats;
@@ -66,6 +69,9 @@ enum Command {
     /// The built-in example: a 20,000-cell circuit balanced for 16 ranks, run with
     /// RoundRobin and Memory side by side, and the check that the spikes are identical.
     Demo(demo::DemoArgs),
+    /// Redistribute CoreNEURON's files.dat entries over machines and ranks by the size of
+    /// their data files (neurodamus' rebalance-corenrn-data.py, and better).
+    RebalanceCorenrn(rebalance_corenrn::RebalanceCorenrnArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +83,7 @@ fn main() -> ExitCode {
         Command::Info(args) => info::run(args),
         Command::Run(args) => run::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::RebalanceCorenrn(args) => rebalance_corenrn::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,7 +16,8 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
 
 /// One warning per population that is not spread over every (rank, cycle) bucket, as
 /// neurodamus warns ("Population P is not allocated across the full size of ranks and
-/// cycles", `utils/memory.py`), with the count of buckets it leaves empty. Time and
+/// cycles", `utils/memory.py`), with the count of buckets it leaves empty and of the ranks
+/// that hold none of its cells in any cycle. Time and
 /// memory are proportional to the allocation's buckets, not to ranks × cycles.
 pub fn population_warnings(allocation: &Allocation) -> Vec<String> {
     let buckets = u64::from(allocation.ranks) * u64::from(allocation.cycles);
@@ -24,17 +25,33 @@ pub fn population_warnings(allocation: &Allocation) -> Vec<String> {
         .populations
         .iter()
         .filter_map(|p| {
-            let held = p
-                .buckets
-                .iter()
-                .filter(|(b, gids)| b.rank < allocation.ranks && b.cycle < allocation.cycles && !gids.is_empty())
-                .count() as u64;
+            let holding = || {
+                p.buckets
+                    .iter()
+                    .filter(|(b, gids)| b.rank < allocation.ranks && b.cycle < allocation.cycles && !gids.is_empty())
+            };
+            let held = holding().count() as u64;
+            // Ranks holding some of its cells (the buckets are in (rank, cycle) order).
+            let mut ranks_held = 0u64;
+            let mut last = None;
+            for (b, _) in holding() {
+                if last != Some(b.rank) {
+                    ranks_held += 1;
+                    last = Some(b.rank);
+                }
+            }
+            let ranks_without = u64::from(allocation.ranks) - ranks_held;
             (held < buckets).then(|| {
                 format!(
-                    "population {} is not allocated across the full size of ranks and cycles: {} of {} hold none of its cells; consider fewer ranks or cycles",
+                    "population {} is not allocated across the full size of ranks and cycles: {} of {} hold none of its cells{}; consider fewer ranks or cycles",
                     p.name,
                     buckets - held,
-                    count(buckets, "bucket")
+                    count(buckets, "bucket"),
+                    if ranks_without > 0 {
+                        format!(" ({ranks_without} of {} hold none at all)", count(allocation.ranks, "rank"))
+                    } else {
+                        String::new()
+                    }
                 )
             })
         })
@@ -77,9 +94,35 @@ mod tests {
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
             w[0].starts_with("population small is not allocated across the full size")
-                && w[0].contains("2 of 3 buckets"),
+                && w[0].contains("2 of 3 buckets hold none of its cells (2 of 3 ranks hold none at all)"),
             "{}",
             w[0]
+        );
+        // Two cycles: a population on both cycles of rank 0 and one of rank 1 leaves
+        // buckets empty but no rank without it; one on rank 0 alone leaves rank 1.
+        let pop2 = |name: &str, b: &[(u32, u32)]| PopulationAllocation {
+            name: name.into(),
+            buckets: b
+                .iter()
+                .map(|&(rank, cycle)| (Bucket { rank, cycle }, vec![rank]))
+                .collect(),
+        };
+        let a = Allocation {
+            ranks: 2,
+            cycles: 2,
+            populations: vec![pop2("p", &[(0, 0), (0, 1), (1, 0)]), pop2("q", &[(0, 0), (0, 1)])],
+        };
+        let w = population_warnings(&a);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].contains("1 of 4 buckets hold none of its cells; consider"),
+            "{}",
+            w[0]
+        );
+        assert!(
+            w[1].contains("2 of 4 buckets hold none of its cells (1 of 2 ranks hold none at all)"),
+            "{}",
+            w[1]
         );
     }
 }
