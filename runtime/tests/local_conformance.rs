@@ -58,6 +58,12 @@ fn message_sizes_per_peer() {
 }
 
 #[test]
+fn chunked_send_then_retried_smalls_local() {
+    chunked_send_then_retried_smalls(&Local, 1, 16 << 10, 1);
+    chunked_send_then_retried_smalls(&Local, 64, 1 << 20, 64);
+}
+
+#[test]
 fn back_pressure_pool_of_two_all_modes() {
     for m in MODES {
         back_pressure_pool_of_two(&Local, m);

@@ -327,6 +327,13 @@ fn different_buffer_sizes_are_refused() {
 fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     let l = &MpiLauncher;
     let mut v: Vec<(String, Box<dyn Fn()>)> = Vec::new();
+    v.push((
+        "chunked_send_then_retried_smalls".to_string(),
+        Box::new(move || {
+            chunked_send_then_retried_smalls(l, 1, 16 << 10, 1);
+            chunked_send_then_retried_smalls(l, 64, 1 << 20, 64);
+        }),
+    ));
     for m in MODES {
         v.push((
             format!("ordering_per_peer_and_tag/{m}"),

@@ -163,6 +163,13 @@ fn verbs_footprint_matches_model(l: &VerbsLauncher, sharing: RecvSharing) {
 
 fn cases(l: &VerbsLauncher) -> Vec<(String, Box<dyn Fn() + '_>)> {
     let mut v: Vec<(String, Box<dyn Fn()>)> = Vec::new();
+    v.push((
+        "chunked_send_then_retried_smalls".to_string(),
+        Box::new(move || {
+            chunked_send_then_retried_smalls(l, 1, 16 << 10, 1);
+            chunked_send_then_retried_smalls(l, 64, 1 << 20, 64);
+        }),
+    ));
     for m in [RecvSharing::PerPeer, RecvSharing::Shared] {
         v.push((
             format!("ordering_per_peer_and_tag/{m}"),

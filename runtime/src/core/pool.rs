@@ -147,6 +147,17 @@ impl BufferPool {
         !self.free.is_empty()
     }
 
+    /// Buffers free now (without growing).
+    pub fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
+    /// True when [`BufferPool::acquire`] could still add buffers (growth on and below its
+    /// bound).
+    pub fn can_grow(&self) -> bool {
+        self.growth && self.max_bytes.saturating_sub(self.bytes) >= self.buffer_size as u64
+    }
+
     /// Returns a buffer to the pool.
     pub fn release(&mut self, id: BufId) {
         debug_assert!(!self.free.contains(&id));

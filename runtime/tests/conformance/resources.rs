@@ -63,6 +63,60 @@ pub fn back_pressure_pool_of_two<L: Launcher>(l: &L, sharing: RecvSharing) {
     );
 }
 
+/// isend of small messages retried on would-block (progress, then again) while a message
+/// of several chunks is still being sent: the small ones must not take the buffers the big
+/// one's later chunks need, or nothing moves again. With `buffer_count` buffers of 8 KiB, a
+/// message of `big` bytes then `smalls` 1-byte isends, the receiver's receives pre-posted;
+/// everything arrives in order. (Found from C: a 16 KiB isend with one buffer, and 1 MiB
+/// then 64 smalls with the default 64 buffers, hung over `local`.)
+pub fn chunked_send_then_retried_smalls<L: Launcher>(l: &L, buffer_count: usize, big: usize, smalls: usize) {
+    let c = cfg(RecvSharing::Shared)
+        .buffer_count(buffer_count)
+        .buffer_size(8 << 10)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    let res = l
+        .run(2, &c, |comm| -> Result<(usize, bool)> {
+            if comm.rank() == 0 {
+                let mut reqs = vec![comm.isend(1, 1, &payload(big, 5))?];
+                for i in 0..smalls {
+                    loop {
+                        match comm.isend(1, 1, &[i as u8]) {
+                            Err(Error::WouldBlock) => {
+                                comm.progress()?;
+                            }
+                            r => break reqs.push(r?),
+                        }
+                    }
+                }
+                comm.wait_all(reqs)?;
+                Ok((0, true))
+            } else {
+                let reqs = (0..=smalls)
+                    .map(|_| comm.irecv(0, TagMatch::Tag(1)))
+                    .collect::<Result<Vec<_>>>()?;
+                let got = comm.wait_all(reqs)?;
+                let mut ok = got.len() == smalls + 1;
+                for (k, g) in got.into_iter().enumerate() {
+                    let m = g.into_message().expect("a receive");
+                    ok &= if k == 0 {
+                        m.data == payload(big, 5)
+                    } else {
+                        m.data == vec![(k - 1) as u8]
+                    };
+                }
+                Ok((smalls + 1, ok))
+            }
+        })
+        .unwrap();
+    assert_eq!(
+        res[1].as_ref().unwrap(),
+        &(smalls + 1, true),
+        "every message, in order, with its bytes"
+    );
+}
+
 /// With pool growth on, the pool grows in registered chunks up to max_pool_bytes, never beyond.
 pub fn pool_growth_is_bounded<L: Launcher>(l: &L) {
     // The engine's pool (the MPI native path has none).

@@ -53,6 +53,9 @@ struct OutMsg {
     offset: usize,
     /// Sent on the fabric's direct path: `rest` holds the whole message, `first` is None.
     direct: bool,
+    /// Needs pool buffers for chunks after the first (counted in `Engine::chunked_queued`
+    /// until its last chunk is posted).
+    chunked: bool,
 }
 
 /// Completion ids of direct sends: the request id with this bit set (pool buffer ids,
@@ -122,6 +125,9 @@ pub struct Engine {
     direct: Option<usize>,
     /// Direct sends handed to the fabric and not completed yet.
     direct_inflight: usize,
+    /// Queued messages that still need pool buffers for later chunks: while there are any,
+    /// `isend` leaves the pool's last free buffer to them (see `Engine::isend`).
+    chunked_queued: usize,
     /// The fabric copies packets at `post_send` (no completion to wait for).
     copies: bool,
 }
@@ -163,6 +169,7 @@ impl Engine {
             inbox: Inbox::default(),
             direct: None,
             direct_inflight: 0,
+            chunked_queued: 0,
             copies: false,
         };
         e.direct = e.fabric.direct_threshold();

@@ -13,6 +13,12 @@ use crate::protocol::matching::Tag;
 impl Engine {
     /// Accepts a message for sending if a pool buffer is free for its first chunk
     /// (copied now); otherwise [`Error::WouldBlock`]. Returns the request id.
+    ///
+    /// While a queued message still needs pool buffers for its later chunks, a new message
+    /// does not take the pool's last free buffer: it would wait in a queue behind that
+    /// message holding the buffer the message needs (with one buffer, or when new small
+    /// sends take every buffer a chunk frees, no chunk could ever be posted again), so it
+    /// gets [`Error::WouldBlock`] until the chunked message has all its buffers.
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
         self.check_rank(dest)?;
         if dest == self.rank {
@@ -33,6 +39,9 @@ impl Engine {
             // behind the messages queued before it and is handed to the fabric whole.
             (None, data.to_vec())
         } else {
+            if self.chunked_queued > 0 && self.pool.free_count() <= 1 && !self.pool.can_grow() {
+                return Err(Error::WouldBlock);
+            }
             let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
                 return Err(Error::WouldBlock);
             };
@@ -54,6 +63,8 @@ impl Engine {
                 posted_all: false,
             },
         );
+        let chunked = !direct && !rest.is_empty();
+        self.chunked_queued += usize::from(chunked);
         self.peers.entry(dest).or_default().queue.push_back(OutMsg {
             req,
             tag,
@@ -62,6 +73,7 @@ impl Engine {
             rest,
             offset: 0,
             direct,
+            chunked,
         });
         self.active.insert(dest);
         self.conns.note_peer(dest);
@@ -287,8 +299,10 @@ impl Engine {
             let req = msg.req;
             msg.offset += len;
             let finished = msg.offset >= msg.total;
+            let chunked = msg.chunked;
             p.credits -= 1;
             if finished {
+                self.chunked_queued -= usize::from(chunked);
                 p.queue.pop_front();
                 if p.queue.is_empty() {
                     self.active.remove(dest);
