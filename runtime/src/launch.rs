@@ -153,10 +153,12 @@ where
         let (r, state) = ranks.into_iter().next().expect("one rank");
         return one(r, state).map(|v| vec![(r, v)]);
     }
+    // The main thread's stack (`ulimit -s`), not Rust's 2 MiB: simulator code runs here.
+    let stack = crate::core::memory::rank_stack_bytes();
     let results: Vec<(usize, Result<R>)> = std::thread::scope(|s| {
         let mut started = Vec::with_capacity(ranks.len());
         for (r, state) in ranks {
-            let mut b = std::thread::Builder::new();
+            let mut b = std::thread::Builder::new().stack_size(stack);
             if let Some(name) = opts.name {
                 b = b.name(format!("{name}-{r}"));
             }
@@ -462,6 +464,26 @@ mod tests {
             };
             assert_eq!(got, vec![(0, (inline_single, name))]);
         }
+    }
+
+    #[test]
+    fn rank_threads_have_the_main_threads_stack() {
+        // 4 MiB on a rank's stack: more than Rust's 2 MiB thread default, less than the 8 MiB
+        // of `ulimit -s` (the test is meaningful only where the limit gives at least that).
+        if crate::core::memory::rank_stack_bytes() < 6 << 20 {
+            println!("SKIP: ulimit -s is below 6 MiB here");
+            return;
+        }
+        let cfg = RuntimeConfig::builder().buffer_count(4).build().unwrap();
+        #[inline(never)]
+        fn big_frame(rank: usize) -> usize {
+            let mut big = [0u8; 4 << 20];
+            big[4 << 19] = rank as u8 + 1;
+            std::hint::black_box(&mut big);
+            big.iter().map(|&b| b as usize).sum::<usize>()
+        }
+        let got = local_threads(2, &cfg, |comm| big_frame(comm.rank())).unwrap();
+        assert_eq!(got, vec![1, 2]);
     }
 
     #[cfg(feature = "mpi")]

@@ -67,9 +67,34 @@ pub fn memlock_limit_bytes() -> Option<u64> {
         .map(|(soft, _)| if soft == rlimit::INFINITY { u64::MAX } else { soft })
 }
 
+/// The stack size of a rank's thread: the process' soft `RLIMIT_STACK` (`ulimit -s`, what
+/// the main thread gets; 8 MiB by default on Linux), kept between 2 MiB (Rust's default for
+/// threads) and 1 GiB; 8 MiB when the limit is unlimited or cannot be read. Simulator code
+/// run on a rank's thread (`ballast_local_run` from C) expects the main thread's stack.
+pub fn rank_stack_bytes() -> usize {
+    const DEFAULT: u64 = 8 << 20;
+    let soft = rlimit::getrlimit(rlimit::Resource::STACK)
+        .ok()
+        .map(|(soft, _)| soft)
+        .filter(|&s| s != rlimit::INFINITY)
+        .unwrap_or(DEFAULT);
+    soft.clamp(2 << 20, 1 << 30) as usize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rank_stacks_follow_the_stack_limit_within_bounds() {
+        let b = rank_stack_bytes();
+        assert!((2 << 20..=1 << 30).contains(&b), "{b}");
+        if let Ok((soft, _)) = rlimit::getrlimit(rlimit::Resource::STACK) {
+            if soft != rlimit::INFINITY && (2 << 20..=1 << 30).contains(&soft) {
+                assert_eq!(b as u64, soft);
+            }
+        }
+    }
 
     #[test]
     fn regions_start_on_a_page_and_have_their_length() {
