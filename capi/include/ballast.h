@@ -269,8 +269,11 @@ int ballast_config_free(struct ballast_config *config);
 
 // Predicts, from the memory model alone, the transport memory of a rank that talks to
 // `peers` other ranks in a world of `world_size` ranks, `ranks_per_node` per node
-// (overriding the configuration's ranks_per_node), in *out (bytes). Errors:
-// BALLAST_EINVAL for a NULL argument or `world_size` 0.
+// (overriding the configuration's ranks_per_node), in *out (bytes), for the
+// configuration's transport (set `transport` to the one the communicator runs on: a
+// communicator of ballast_comm_from_mpi is over mpi whatever the configuration says).
+// Errors: BALLAST_EINVAL for a NULL argument, `world_size` 0, `peers` not below
+// `world_size`, `ranks_per_node` 0.
 //
 // # Safety
 // `config` must be NULL or a live ballast_config; `out` NULL or writable.

@@ -328,20 +328,17 @@ pub unsafe extern "C" fn ballast_local_run(
             .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
         let user = UserPtr(user);
         let user = &user;
-        let failures: Mutex<Vec<Option<(c_int, String)>>> = Mutex::new(vec![None; n]);
+        let failures: Mutex<Vec<Option<(u64, c_int, String)>>> = Mutex::new(vec![None; n]);
         let failures_ref = &failures;
         let run = local::run(n, &cfg.cfg, move |comm| {
             run_rank(comm, main, user.get(), failures_ref)
         });
         let failures = failures.into_inner();
-        let first = |peer_only: bool| {
-            failures
-                .iter()
-                .flatten()
-                .find(|(rc, _)| peer_only || *rc != BALLAST_EPEER)
-                .cloned()
-        };
-        match first(false).or_else(|| first(true)) {
+        // The lowest-numbered rank that failed other than by the abort; when every failure
+        // is BALLAST_EPEER, the one that came first.
+        let own = failures.iter().flatten().find(|(_, rc, _)| *rc != BALLAST_EPEER);
+        let earliest = failures.iter().flatten().min_by_key(|(seq, _, _)| *seq);
+        match own.or(earliest).map(|(_, rc, msg)| (*rc, msg.clone())) {
             Some((rc, msg)) => {
                 set_last_error(&msg);
                 Ok(rc)
@@ -362,7 +359,7 @@ fn run_rank(
     comm: &mut Communicator,
     main: unsafe extern "C" fn(*mut ballast_comm, *mut c_void) -> c_int,
     user: *mut c_void,
-    failures: &Mutex<Vec<Option<(c_int, String)>>>,
+    failures: &Mutex<Vec<Option<(u64, c_int, String)>>>,
 ) {
     let rank = comm.rank();
     let mut h = Box::new(ballast_comm::lent(comm));
@@ -387,8 +384,11 @@ fn run_rank(
     } else {
         None
     };
-    if let Some(f) = failure {
-        failures.lock()[rank] = Some(f);
+    if let Some((rc, msg)) = failure {
+        let mut all = failures.lock();
+        let seq = all.iter().flatten().count() as u64;
+        all[rank] = Some((seq, rc, msg));
+        drop(all);
         drop(h);
         std::panic::resume_unwind(Box::new(RankFailed));
     }

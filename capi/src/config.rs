@@ -5,6 +5,7 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 
+use ballast_runtime::config::SETTINGS;
 use ballast_runtime::{Error, RuntimeConfig};
 
 use crate::comm::ballast_footprint;
@@ -72,6 +73,9 @@ pub unsafe extern "C" fn ballast_config_set(
         let c = unsafe { config.as_mut() }.ok_or_else(|| Fail::null(F, "config"))?;
         // SAFETY: NULL or NUL-terminated strings, valid for this call.
         let (key, value) = unsafe { (c_str(F, "key", key)?, c_str(F, "value", value)?) };
+        if !SETTINGS.iter().any(|(n, _)| *n == key) {
+            return Err(Fail::inval(unknown_key(F, key)));
+        }
         let builder = c
             .cfg
             .to_builder()
@@ -93,6 +97,24 @@ pub unsafe extern "C" fn ballast_config_set(
     })
 }
 
+/// The message for a key that is not a setting: the key it may have meant (the same name
+/// in another spelling: `buffer-count`, `BALLAST_BUFFER_COUNT`, `Buffer_Count`), and the keys.
+fn unknown_key(func: &str, key: &str) -> String {
+    let norm = |k: &str| {
+        let k = k.trim().to_ascii_lowercase().replace('-', "_");
+        k.strip_prefix("ballast_").map(str::to_string).unwrap_or(k)
+    };
+    let meant = SETTINGS.iter().find(|(n, _)| norm(key) == *n).map(|(n, _)| *n);
+    let keys = SETTINGS.map(|(n, _)| n).join(", ");
+    let hint = meant
+        .map(|m| format!(" (did you mean `{m}`?)"))
+        .unwrap_or_default();
+    format!(
+        "{func}: unknown key `{key}`{hint}; the keys are {keys} (the bootstrap's BALLAST_ROOT and \
+         BALLAST_BOOTSTRAP_TIMEOUT and the verbs device are read from the environment only)"
+    )
+}
+
 /// Frees a configuration. Errors: BALLAST_EINVAL when `config` is NULL.
 ///
 /// # Safety
@@ -111,8 +133,11 @@ pub unsafe extern "C" fn ballast_config_free(config: *mut ballast_config) -> c_i
 
 /// Predicts, from the memory model alone, the transport memory of a rank that talks to
 /// `peers` other ranks in a world of `world_size` ranks, `ranks_per_node` per node
-/// (overriding the configuration's ranks_per_node), in *out (bytes). Errors:
-/// BALLAST_EINVAL for a NULL argument or `world_size` 0.
+/// (overriding the configuration's ranks_per_node), in *out (bytes), for the
+/// configuration's transport (set `transport` to the one the communicator runs on: a
+/// communicator of ballast_comm_from_mpi is over mpi whatever the configuration says).
+/// Errors: BALLAST_EINVAL for a NULL argument, `world_size` 0, `peers` not below
+/// `world_size`, `ranks_per_node` 0.
 ///
 /// # Safety
 /// `config` must be NULL or a live ballast_config; `out` NULL or writable.
@@ -132,6 +157,15 @@ pub unsafe extern "C" fn ballast_predict(
         let out = unsafe { out.as_mut() }.ok_or_else(|| Fail::null(F, "out"))?;
         if world_size == 0 {
             return Err(Fail::inval(format!("{F}: world_size is 0")));
+        }
+        if peers >= world_size {
+            return Err(Fail::inval(format!(
+                "{F}: peers is {peers}, but a rank of a world of {world_size} has at most {} peers",
+                world_size - 1
+            )));
+        }
+        if ranks_per_node == 0 {
+            return Err(Fail::inval(format!("{F}: ranks_per_node is 0 (at least 1)")));
         }
         let fp = c
             .cfg

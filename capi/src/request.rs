@@ -280,7 +280,13 @@ pub unsafe extern "C" fn ballast_waitall(
         if rc != 0 {
             st.error = rc;
             if first.is_none() {
-                first = Some((rc, crate::error::last_error()));
+                first = Some((
+                    rc,
+                    format!(
+                        "ballast_waitall: request {i} of {n}: {}",
+                        crate::error::last_error()
+                    ),
+                ));
             }
         }
         if !statuses.is_null() {

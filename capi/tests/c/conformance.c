@@ -381,7 +381,9 @@ int main(void) {
     EXPECT_ERR(ballast_config_set(NULL, "buffer_size", "4K"), BALLAST_EINVAL, "config is NULL");
     EXPECT_ERR(ballast_config_set(cfg, NULL, "4K"), BALLAST_EINVAL, "key is NULL");
     EXPECT_ERR(ballast_config_set(cfg, "buffer_size", NULL), BALLAST_EINVAL, "value is NULL");
-    EXPECT_ERR(ballast_config_set(cfg, "buffer_sise", "4K"), BALLAST_EINVAL, "buffer_sise");
+    EXPECT_ERR(ballast_config_set(cfg, "buffer_sise", "4K"), BALLAST_EINVAL, "unknown key `buffer_sise`; the keys are transport, buffer_count");
+    EXPECT_ERR(ballast_config_set(cfg, "buffer-count", "4"), BALLAST_EINVAL, "(did you mean `buffer_count`?)");
+    EXPECT_ERR(ballast_config_set(cfg, "BALLAST_RECV_SHARING", "shared"), BALLAST_EINVAL, "(did you mean `recv_sharing`?)");
     EXPECT_ERR(ballast_config_set(cfg, "lazy_connect", "maybe"), BALLAST_EINVAL, "lazy_connect");
     EXPECT_ERR(ballast_config_set(cfg, "buffer_size", "0"), BALLAST_EINVAL, "buffer_size");
     EXPECT_ERR(ballast_config_set(cfg, "recv_sharing", "everyone"), BALLAST_EINVAL, "recv_sharing");
@@ -406,6 +408,8 @@ int main(void) {
     OK(ballast_predict(cfg, 2, 3, 1, &fp));
     CHECK(fp.pool == 16 * 4096 && fp.total >= fp.pool + fp.shared_receive_queue);
     EXPECT_ERR(ballast_predict(cfg, 2, 0, 1, &fp), BALLAST_EINVAL, "world_size");
+    EXPECT_ERR(ballast_predict(cfg, 3, 3, 1, &fp), BALLAST_EINVAL, "at most 2 peers");
+    EXPECT_ERR(ballast_predict(cfg, 2, 3, 0, &fp), BALLAST_EINVAL, "ranks_per_node is 0");
     EXPECT_ERR(ballast_predict(NULL, 2, 3, 1, &fp), BALLAST_EINVAL, "config is NULL");
     EXPECT_ERR(ballast_predict(cfg, 2, 3, 1, NULL), BALLAST_EINVAL, "out is NULL");
 
