@@ -17,6 +17,11 @@ fn main() {
         .generate()
         .expect("cbindgen could not generate include/ballast.h");
     bindings.write_to_file(dir.join("include/ballast.h"));
+    // The shared library's SONAME: libballast.so.MAJOR.MINOR (0.x releases may break the
+    // ABI at a minor version), so that programs record it rather than the path they were
+    // linked against; ci/install-capi.sh installs that file and libballast.so beside it.
+    let (major, minor) = (env!("CARGO_PKG_VERSION_MAJOR"), env!("CARGO_PKG_VERSION_MINOR"));
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libballast.so.{major}.{minor}");
     #[cfg(feature = "mpi")]
     mpi_family();
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds libballast (the C ABI, crate capi/) in release and installs it under PREFIX:
-#   PREFIX/lib/libballast.so, PREFIX/lib/libballast.a, PREFIX/include/ballast.h,
+#   PREFIX/lib/libballast.so.MAJOR.MINOR (the SONAME) and libballast.so linking to it,
+#   PREFIX/lib/libballast.a, PREFIX/include/ballast.h,
 #   PREFIX/lib/pkgconfig/ballast.pc (relocatable: paths from the .pc file's own place),
 #   PREFIX/lib/cmake/Ballast/BallastConfig.cmake (find_package(Ballast): the imported
 #   targets Ballast::ballast, shared, and Ballast::ballast_static).
@@ -64,7 +65,16 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
 mkdir -p "$prefix/lib/pkgconfig" "$prefix/lib/cmake/Ballast" "$prefix/include"
 prefix=$(cd "$prefix" && pwd)
-install -m 0755 "$target_dir/release/libballast.so" "$prefix/lib/libballast.so"
+# The SONAME (capi/build.rs) is libballast.so.MAJOR.MINOR: that file, libballast.so linking to
+# it (for -lballast), without debug information.
+soname="libballast.so.$(cut -d. -f1-2 <<< "$version")"
+if command -v objdump >/dev/null 2>&1 && ! objdump -p "$target_dir/release/libballast.so" | grep -q "SONAME *$soname\$"; then
+    echo "ci/install-capi.sh: $target_dir/release/libballast.so does not have the SONAME $soname" >&2
+    exit 1
+fi
+install -m 0755 "$target_dir/release/libballast.so" "$prefix/lib/$soname"
+if command -v strip >/dev/null 2>&1; then strip --strip-debug "$prefix/lib/$soname"; fi
+ln -sf "$soname" "$prefix/lib/libballast.so"
 install -m 0644 "$target_dir/release/libballast.a" "$prefix/lib/libballast.a"
 install -m 0644 capi/include/ballast.h "$prefix/include/ballast.h"
 
@@ -118,7 +128,8 @@ $cmake_mpi
 if(NOT TARGET Ballast::ballast)
   add_library(Ballast::ballast SHARED IMPORTED)
   set_target_properties(Ballast::ballast PROPERTIES
-    IMPORTED_LOCATION "\${_ballast_prefix}/lib/libballast.so"
+    IMPORTED_LOCATION "\${_ballast_prefix}/lib/$soname"
+    IMPORTED_SONAME "$soname"
     INTERFACE_INCLUDE_DIRECTORIES "\${_ballast_prefix}/include")
   add_library(Ballast::ballast_static STATIC IMPORTED)
   set_target_properties(Ballast::ballast_static PROPERTIES

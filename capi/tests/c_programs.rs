@@ -48,6 +48,14 @@ fn build_and_run(cc: &str, src: &Path, flags: &[&str]) -> String {
     let tmp = tempfile::tempdir().expect("temp dir");
     let exe = tmp.path().join("prog");
     let lib = lib_dir();
+    // The library's SONAME (capi/build.rs), which the program records and the loader looks
+    // for: a link to the built libballast.so under that name, beside the program.
+    let soname = format!(
+        "libballast.so.{}.{}",
+        env!("CARGO_PKG_VERSION_MAJOR"),
+        env!("CARGO_PKG_VERSION_MINOR")
+    );
+    std::os::unix::fs::symlink(lib.join("libballast.so"), tmp.path().join(&soname)).expect("link the SONAME");
     let out = Command::new(cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g"])
         .args(flags)
@@ -56,7 +64,7 @@ fn build_and_run(cc: &str, src: &Path, flags: &[&str]) -> String {
         .arg(src)
         .arg("-L")
         .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", tmp.path().display()))
         .args(["-lballast", "-o"])
         .arg(&exe)
         .output()
