@@ -158,8 +158,11 @@ int ballast_rank(const struct ballast_comm *comm, int *out);
 int ballast_world_size(const struct ballast_comm *comm, int *out);
 
 // Sends `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1) and returns when they
-// are delivered (or, on MPI, when the transport holds them); waits while the pool is
-// exhausted. Errors: BALLAST_EINVAL (NULL, rank or tag out of range), the transport's.
+// are delivered (over local and verbs: the receiving rank has taken them into its queue,
+// which needs it to call into the library, as an MPI rendezvous send waits for its
+// receiver; on MPI, when MPI holds them); waits while the pool is exhausted. Errors:
+// BALLAST_EINVAL (NULL, rank or tag out of range); BALLAST_EPEER when the peer died or
+// the run was aborted; the transport's.
 //
 // # Safety
 // `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable bytes.
@@ -196,12 +199,15 @@ int ballast_iprobe(struct ballast_comm *comm,
                    struct ballast_status *status);
 
 // Advances the runtime once (arrivals, completions, handshakes, credits, queued chunks).
+// Errors: BALLAST_EINVAL for NULL; BALLAST_EPEER when a peer died or the run was aborted;
+// the transport's.
 //
 // # Safety
 // `comm` must be NULL or a live ballast_comm.
 int ballast_progress(struct ballast_comm *comm);
 
-// Returns when every rank has entered the barrier.
+// Returns when every rank has entered the barrier. Collective. Errors: BALLAST_EINVAL for
+// NULL; BALLAST_EPEER when a peer died or the run was aborted.
 //
 // # Safety
 // `comm` must be NULL or a live ballast_comm.
@@ -209,6 +215,9 @@ int ballast_barrier(struct ballast_comm *comm);
 
 // Gathers every rank's `len` bytes at `buf` (any length per rank) on every rank, in *out
 // (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
+// Errors: BALLAST_EINVAL for NULL `comm` or `out`, or NULL `buf` with `len` > 0;
+// BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER when a peer died or the
+// run was aborted.
 //
 // # Safety
 // `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable
@@ -363,7 +372,9 @@ int ballast_irecv(struct ballast_comm *comm, int source, int64_t tag, struct bal
 
 // Progresses once and tells whether `req` completed (*done 1 or 0); when it did, fills
 // *status (if not NULL) and returns the request's own error, if any. Testing a completed
-// request again gives the same status.
+// request again gives the same status. Errors: BALLAST_EINVAL for NULL `req` or `done`, or
+// a request of another communicator or already freed; the request's own (e.g.
+// BALLAST_EPEER when its peer died or the run was aborted).
 //
 // # Safety
 // `req` must be NULL or a live ballast_request; `done` NULL or writable; `status` NULL or
@@ -372,7 +383,9 @@ int ballast_test(struct ballast_request *req, int *done, struct ballast_status *
 
 // Waits until `req` completes, fills *status (if not NULL) and returns the request's own
 // error, if any. Waiting on a completed request again gives the same status. A send's
-// status holds the destination, tag and length.
+// status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL or a
+// request of another communicator or already freed; the request's own (e.g. BALLAST_EPEER
+// when its peer died or the run was aborted).
 //
 // # Safety
 // `req` must be NULL or a live ballast_request; `status` NULL or writable.

@@ -456,8 +456,11 @@ pub unsafe extern "C" fn ballast_world_size(comm: *const ballast_comm, out: *mut
 }
 
 /// Sends `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1) and returns when they
-/// are delivered (or, on MPI, when the transport holds them); waits while the pool is
-/// exhausted. Errors: BALLAST_EINVAL (NULL, rank or tag out of range), the transport's.
+/// are delivered (over local and verbs: the receiving rank has taken them into its queue,
+/// which needs it to call into the library, as an MPI rendezvous send waits for its
+/// receiver; on MPI, when MPI holds them); waits while the pool is exhausted. Errors:
+/// BALLAST_EINVAL (NULL, rank or tag out of range); BALLAST_EPEER when the peer died or
+/// the run was aborted; the transport's.
 ///
 /// # Safety
 /// `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable bytes.
@@ -586,6 +589,8 @@ pub unsafe extern "C" fn ballast_iprobe(
 }
 
 /// Advances the runtime once (arrivals, completions, handshakes, credits, queued chunks).
+/// Errors: BALLAST_EINVAL for NULL; BALLAST_EPEER when a peer died or the run was aborted;
+/// the transport's.
 ///
 /// # Safety
 /// `comm` must be NULL or a live ballast_comm.
@@ -598,7 +603,8 @@ pub unsafe extern "C" fn ballast_progress(comm: *mut ballast_comm) -> c_int {
     })
 }
 
-/// Returns when every rank has entered the barrier.
+/// Returns when every rank has entered the barrier. Collective. Errors: BALLAST_EINVAL for
+/// NULL; BALLAST_EPEER when a peer died or the run was aborted.
 ///
 /// # Safety
 /// `comm` must be NULL or a live ballast_comm.
@@ -613,6 +619,9 @@ pub unsafe extern "C" fn ballast_barrier(comm: *mut ballast_comm) -> c_int {
 
 /// Gathers every rank's `len` bytes at `buf` (any length per rank) on every rank, in *out
 /// (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
+/// Errors: BALLAST_EINVAL for NULL `comm` or `out`, or NULL `buf` with `len` > 0;
+/// BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER when a peer died or the
+/// run was aborted.
 ///
 /// # Safety
 /// `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable

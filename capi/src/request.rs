@@ -207,7 +207,9 @@ pub unsafe extern "C" fn ballast_irecv(
 
 /// Progresses once and tells whether `req` completed (*done 1 or 0); when it did, fills
 /// *status (if not NULL) and returns the request's own error, if any. Testing a completed
-/// request again gives the same status.
+/// request again gives the same status. Errors: BALLAST_EINVAL for NULL `req` or `done`, or
+/// a request of another communicator or already freed; the request's own (e.g.
+/// BALLAST_EPEER when its peer died or the run was aborted).
 ///
 /// # Safety
 /// `req` must be NULL or a live ballast_request; `done` NULL or writable; `status` NULL or
@@ -236,7 +238,9 @@ pub unsafe extern "C" fn ballast_test(
 
 /// Waits until `req` completes, fills *status (if not NULL) and returns the request's own
 /// error, if any. Waiting on a completed request again gives the same status. A send's
-/// status holds the destination, tag and length.
+/// status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL or a
+/// request of another communicator or already freed; the request's own (e.g. BALLAST_EPEER
+/// when its peer died or the run was aborted).
 ///
 /// # Safety
 /// `req` must be NULL or a live ballast_request; `status` NULL or writable.
