@@ -106,7 +106,11 @@ if(NOT MPI_CXX_COMPILER AND EXISTS \"$mpicxx_path\")
   set(MPI_CXX_COMPILER \"$mpicxx_path\")
 endif()
 "
-    cmake_mpi+='include(CMakeFindDependencyMacro)
+    cmake_mpi+='# Ballast needs only the C API of MPI (not the deprecated C++ bindings).
+if(NOT DEFINED MPI_CXX_SKIP_MPICXX)
+  set(MPI_CXX_SKIP_MPICXX TRUE)
+endif()
+include(CMakeFindDependencyMacro)
 find_dependency(MPI)
 if(TARGET MPI::MPI_C)
   set(_ballast_mpi MPI::MPI_C)
