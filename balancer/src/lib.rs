@@ -7,6 +7,7 @@ pub mod allocation;
 pub mod atomic;
 pub mod circuit;
 pub mod dryrun;
+mod dryrun_json;
 pub mod error;
 pub mod files;
 pub mod gidmap;

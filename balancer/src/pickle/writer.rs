@@ -39,20 +39,29 @@ pub fn stage_allocation_file(
             )));
         }
     }
-    let pickle = serde_pickle::to_vec(&PopulationsSer(populations), serde_pickle::SerOptions::new())
-        .map_err(|e| pickle_err(path, format!("cannot serialize allocation: {e}")))?;
-
     // Unnamed until committed, mode 0666 less the umask (neurodamus run by another user of
     // the group can read it).
     let mut tmp = crate::atomic::AtomicFile::create(path)?;
     {
-        let writer = std::io::BufWriter::new(tmp.file());
+        let writer = std::io::BufWriter::with_capacity(1 << 16, tmp.file());
         // Level 1: on 5M gids it is ~25x faster than the default level 6 (0.15 s vs 3.9 s)
         // for a file <0.5% larger; the BININT stream barely compresses better.
-        let mut encoder = flate2::write::GzEncoder::new(writer, flate2::Compression::fast());
-        encoder
-            .write_all(&pickle)
-            .map_err(|e| BalancerError::io(path, e))?;
+        let encoder = flate2::write::GzEncoder::new(writer, flate2::Compression::fast());
+        // The pickle is streamed into the encoder (no copy of it in memory); serde-pickle
+        // writes a few bytes at a time, so a buffer in front of the encoder batches them.
+        let mut pickled = std::io::BufWriter::with_capacity(1 << 16, encoder);
+        serde_pickle::to_writer(
+            &mut pickled,
+            &PopulationsSer(populations),
+            serde_pickle::SerOptions::new(),
+        )
+        .map_err(|e| match e {
+            serde_pickle::Error::Io(e) => BalancerError::io(path, e),
+            e => pickle_err(path, format!("cannot serialize allocation: {e}")),
+        })?;
+        let encoder = pickled
+            .into_inner()
+            .map_err(|e| BalancerError::io(path, e.into_error()))?;
         let mut writer = encoder.finish().map_err(|e| BalancerError::io(path, e))?;
         writer.flush().map_err(|e| BalancerError::io(path, e))?;
     }

@@ -15,13 +15,14 @@
 //!    holds once all its cycles are built — come out even without touching the buckets.
 //!
 //! Within a bucket, gids are written in ascending order. Fully deterministic.
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
 use crate::dryrun::DryRun;
 use crate::strategy::{BalancerConfig, Lightest};
 
-/// One cell to place.
+/// One cell to place (the input of [`Order::from_cells`]).
 #[derive(Debug, Clone, Copy)]
 struct Cell {
     kb: f64,
@@ -29,50 +30,85 @@ struct Cell {
     gid: u32,
 }
 
-/// Runs the LPT strategy.
-pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
-    let cells = cells_heaviest_first(dry_run);
-
-    let nbuckets = config.buckets();
-    let (mut loads, mut members) = greedy(&cells, nbuckets);
-    refine(&mut loads, &mut members);
-    let labels = deal_to_ranks(&loads, config.ranks, config.cycles);
-
-    let mut populations: Vec<PopulationAllocation> = dry_run
-        .populations
-        .iter()
-        .map(|p| PopulationAllocation {
-            name: p.name.clone(),
-            buckets: BTreeMap::new(),
-        })
-        .collect();
-    for (b, items) in members.iter().enumerate() {
-        for c in items {
-            populations[c.population as usize]
-                .buckets
-                .entry(labels[b])
-                .or_default()
-                .push(c.gid);
-        }
-    }
-    for p in &mut populations {
-        for gids in p.buckets.values_mut() {
-            gids.sort_unstable();
-        }
-    }
-    Allocation {
-        ranks: config.ranks,
-        cycles: config.cycles,
-        populations,
-    }
+/// A run of cells of equal KB and population in the heaviest-first order, gids ascending.
+#[derive(Debug)]
+struct Segment<'a> {
+    /// Position of its first cell in the order.
+    start: usize,
+    kb: f64,
+    population: u32,
+    gids: Cow<'a, [u32]>,
 }
 
-/// Every cell, heaviest first; ties by population index, then gid. Cells of one metype
-/// weigh the same, so this sorts metypes (few) and only the cells of equal-KB metypes
-/// among themselves, instead of comparison-sorting millions of cells.
-fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
-    if dry_run.has_cell_synapses() {
-        // Cells of one metype differ: a plain sort.
+/// Every cell, heaviest first; ties by population index, then gid. A cell is named by its
+/// position in this order (a `u32`), so that the buckets' lists cost 4 bytes per cell and
+/// the order of positions is the order of (KB descending, population, gid). The gids are
+/// borrowed from the dry run where a run is one metype's gids, already ascending.
+#[derive(Debug)]
+struct Order<'a> {
+    segments: Vec<Segment<'a>>,
+    /// `starts[k] = segments[k].start`.
+    starts: Vec<usize>,
+    /// `kb_end[k]`: the end position of the cells of `segments[k]`'s KB (runs of one KB are
+    /// contiguous: several populations, or several metypes of one KB).
+    kb_end: Vec<usize>,
+    len: usize,
+}
+
+impl<'a> Order<'a> {
+    fn new(dry_run: &'a DryRun) -> Order<'a> {
+        if dry_run.has_cell_synapses() {
+            return Self::per_cell(dry_run);
+        }
+        // Cells of one metype weigh the same: sort metypes (few), and merge the gids of
+        // equal-KB metypes of one population only where there are several.
+        let kb = dry_run.metype_cell_kb();
+        let mut order: Vec<usize> = (0..kb.len()).collect();
+        order.sort_by(|&a, &b| kb[b].total_cmp(&kb[a]));
+        // Per population, per metype: its gid lists (a dry run built in code may list a
+        // metype twice).
+        let mut lists: Vec<Vec<Vec<&'a [u32]>>> = dry_run
+            .populations
+            .iter()
+            .map(|_| vec![Vec::new(); kb.len()])
+            .collect();
+        for (p, pop) in dry_run.populations.iter().enumerate() {
+            for (m, gids) in &pop.metype_gids {
+                lists[p][*m].push(gids);
+            }
+        }
+        let mut segments = Vec::new();
+        let mut len = 0;
+        for group in order.chunk_by(|&a, &b| kb[a] == kb[b]) {
+            for (p, lists) in lists.iter().enumerate() {
+                let parts: Vec<&[u32]> = group.iter().flat_map(|&m| lists[m].iter().copied()).collect();
+                let gids: Cow<[u32]> = match parts.as_slice() {
+                    [] => continue,
+                    [one] if one.windows(2).all(|w| w[0] < w[1]) => Cow::Borrowed(one),
+                    _ => {
+                        let mut all = parts.concat();
+                        all.sort_unstable();
+                        Cow::Owned(all)
+                    }
+                };
+                if gids.is_empty() {
+                    continue;
+                }
+                let n = gids.len();
+                segments.push(Segment {
+                    start: len,
+                    kb: kb[group[0]],
+                    population: p as u32,
+                    gids,
+                });
+                len += n;
+            }
+        }
+        Self::finish(segments, len)
+    }
+
+    /// Cells of one metype differ: a plain sort, then runs of equal KB and population.
+    fn per_cell(dry_run: &DryRun) -> Order<'static> {
         let mut cells: Vec<Cell> = Vec::with_capacity(dry_run.cell_count());
         for (p, pop) in dry_run.populations.iter().enumerate() {
             cells.extend(pop.cells().map(|(gid, m)| Cell {
@@ -86,49 +122,176 @@ fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
                 .then(a.population.cmp(&b.population))
                 .then(a.gid.cmp(&b.gid))
         });
-        return cells;
+        let mut segments = Vec::new();
+        let mut start = 0;
+        for run in cells.chunk_by(|a, b| a.kb.to_bits() == b.kb.to_bits() && a.population == b.population) {
+            segments.push(Segment {
+                start,
+                kb: run[0].kb,
+                population: run[0].population,
+                gids: Cow::Owned(run.iter().map(|c| c.gid).collect()),
+            });
+            start += run.len();
+        }
+        Order::finish(segments, start)
     }
-    let kb = dry_run.metype_cell_kb();
-    let mut per_metype: Vec<Vec<Cell>> = vec![Vec::new(); kb.len()];
-    for (p, pop) in dry_run.populations.iter().enumerate() {
-        for (m, gids) in &pop.metype_gids {
-            per_metype[*m].extend(gids.iter().map(|&gid| Cell {
-                kb: kb[*m],
-                population: p as u32,
-                gid,
-            }));
+
+    fn finish(segments: Vec<Segment<'a>>, len: usize) -> Order<'a> {
+        let starts: Vec<usize> = segments.iter().map(|s| s.start).collect();
+        let mut kb_end = vec![len; segments.len()];
+        for k in (0..segments.len().saturating_sub(1)).rev() {
+            let next = &segments[k + 1];
+            kb_end[k] = if next.kb == segments[k].kb {
+                kb_end[k + 1]
+            } else {
+                next.start
+            };
+        }
+        Order {
+            segments,
+            starts,
+            kb_end,
+            len,
         }
     }
-    let mut order: Vec<usize> = (0..kb.len()).collect();
-    order.sort_by(|&a, &b| kb[b].total_cmp(&kb[a]));
-    let mut cells = Vec::with_capacity(dry_run.cell_count());
-    for group in order.chunk_by(|&a, &b| kb[a] == kb[b]) {
-        let start = cells.len();
-        for &m in group {
-            cells.append(&mut per_metype[m]);
-        }
-        cells[start..].sort_unstable_by_key(|c| (c.population, c.gid));
+
+    /// The segment holding the cell at position `i`.
+    #[inline]
+    fn segment_of(&self, i: u32) -> usize {
+        self.starts.partition_point(|&s| s <= i as usize) - 1
     }
-    cells
+
+    #[inline]
+    fn kb(&self, i: u32) -> f64 {
+        self.segments[self.segment_of(i)].kb
+    }
 }
 
-/// LPT list scheduling. Returns bucket loads and, per bucket, its cells in descending KB
-/// order (the order they were placed in). Cells are stored by value so that refinement
-/// scans contiguous memory.
-fn greedy(cells: &[Cell], nbuckets: usize) -> (Vec<f64>, Vec<Vec<Cell>>) {
+/// Runs the LPT strategy. Panics when the dry run has 2^32 cells or more
+/// ([`BalancerConfig::check_size`] refuses them).
+pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
+    let order = Order::new(dry_run);
+    assert!(
+        order.len < u32::MAX as usize,
+        "lpt balances fewer than 2^32 cells"
+    );
+
+    let nbuckets = config.buckets();
+    let (mut loads, mut members) = greedy(&order, nbuckets);
+    refine(&order, &mut loads, &mut members);
+    let labels = deal_to_ranks(&loads, config.ranks, config.cycles);
+
+    let mut populations: Vec<PopulationAllocation> = dry_run
+        .populations
+        .iter()
+        .map(|p| PopulationAllocation {
+            name: p.name.clone(),
+            buckets: BTreeMap::new(),
+        })
+        .collect();
+    // Bucket by bucket, each bucket's list freed once its gids are out.
+    let mut scratch: Vec<Vec<u32>> = vec![Vec::new(); populations.len()];
+    for (b, items) in members.iter_mut().enumerate() {
+        let items = std::mem::take(items);
+        let mut k = 0;
+        for &i in &items {
+            while k + 1 < order.starts.len() && order.starts[k + 1] <= i as usize {
+                k += 1;
+            }
+            let s = &order.segments[k];
+            scratch[s.population as usize].push(s.gids[i as usize - s.start]);
+        }
+        drop(items);
+        for (p, gids) in scratch.iter_mut().enumerate() {
+            if !gids.is_empty() {
+                gids.sort_unstable();
+                populations[p].buckets.insert(labels[b], gids.as_slice().to_vec());
+                gids.clear();
+            }
+        }
+    }
+    Allocation {
+        ranks: config.ranks,
+        cycles: config.cycles,
+        populations,
+    }
+}
+
+/// LPT list scheduling. Returns bucket loads and, per bucket, the positions of its cells in
+/// ascending order (descending KB, the order they were placed in).
+fn greedy(order: &Order, nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
     let mut heap: BinaryHeap<Lightest<usize>> =
         (0..nbuckets).map(|key| Lightest { load: 0.0, key }).collect();
     let mut members = vec![Vec::new(); nbuckets];
-    for c in cells {
-        let mut top = heap.peek_mut().expect("at least one bucket");
-        top.load += c.kb;
-        members[top.key].push(*c);
+    for s in &order.segments {
+        for i in s.start..s.start + s.gids.len() {
+            let mut top = heap.peek_mut().expect("at least one bucket");
+            top.load += s.kb;
+            members[top.key].push(i as u32);
+        }
     }
     let mut loads = vec![0.0; nbuckets];
     for e in heap {
         loads[e.key] = e.load;
     }
     (loads, members)
+}
+
+/// The heaviest and the lightest bucket (the first of several equal ones, as a scan from
+/// bucket 0 finds them), kept in two tournament trees updated in O(log B) per change.
+struct Extremes {
+    size: usize,
+    /// Node `n` holds the index of the heaviest (lightest) bucket below it; leaves from `size`.
+    max: Vec<u32>,
+    min: Vec<u32>,
+}
+
+impl Extremes {
+    fn new(loads: &[f64]) -> Extremes {
+        let size = loads.len().next_power_of_two();
+        let mut e = Extremes {
+            size,
+            max: vec![u32::MAX; 2 * size],
+            min: vec![u32::MAX; 2 * size],
+        };
+        for b in 0..loads.len() {
+            e.max[size + b] = b as u32;
+            e.min[size + b] = b as u32;
+        }
+        for n in (1..size).rev() {
+            e.pull(loads, n);
+        }
+        e
+    }
+
+    /// The winner of two children: the heavier (lighter), the left one on a tie.
+    fn pull(&mut self, loads: &[f64], n: usize) {
+        let pick = |a: u32, b: u32, better: fn(f64, f64) -> bool| -> u32 {
+            match (a, b) {
+                (u32::MAX, x) | (x, u32::MAX) => x,
+                (a, b) if better(loads[b as usize], loads[a as usize]) => b,
+                (a, _) => a,
+            }
+        };
+        self.max[n] = pick(self.max[2 * n], self.max[2 * n + 1], |x, y| x > y);
+        self.min[n] = pick(self.min[2 * n], self.min[2 * n + 1], |x, y| x < y);
+    }
+
+    fn update(&mut self, loads: &[f64], b: usize) {
+        let mut n = (self.size + b) / 2;
+        while n >= 1 {
+            self.pull(loads, n);
+            n /= 2;
+        }
+    }
+
+    fn heaviest(&self) -> usize {
+        self.max[1] as usize
+    }
+
+    fn lightest(&self) -> usize {
+        self.min[1] as usize
+    }
 }
 
 /// The best transfer found from the heaviest bucket to the lightest.
@@ -140,23 +303,16 @@ enum Transfer {
 }
 
 /// Moves and swaps between the heaviest and the lightest bucket while that lowers the
-/// heavier of the two. `members[b]` stays sorted by descending KB.
-fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
+/// heavier of the two. `members[b]` stays sorted (by descending KB).
+fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
     if loads.len() < 2 {
         return;
     }
-    let kb = |c: &Cell| c.kb;
+    let kb = |i: &u32| order.kb(*i);
+    let mut extremes = Extremes::new(loads);
     let max_steps = 4 * loads.len() + 1000;
     for _ in 0..max_steps {
-        let (mut h, mut l) = (0, 0);
-        for b in 1..loads.len() {
-            if loads[b] > loads[h] {
-                h = b;
-            }
-            if loads[b] < loads[l] {
-                l = b;
-            }
-        }
+        let (h, l) = (extremes.heaviest(), extremes.lightest());
         let gap = loads[h] - loads[l];
         // Tolerance so float noise cannot make two buckets trade the same cell forever.
         let eps = 1e-9 * loads[h].abs().max(1.0);
@@ -188,7 +344,8 @@ fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
         let light = &members[l];
         let mut p = 0;
         while p < heavy.len() {
-            let a = kb(&heavy[p]);
+            let k = order.segment_of(heavy[p]);
+            let a = order.segments[k].kb;
             let target = a - half;
             let q = light.partition_point(|c| kb(c) > target);
             for q in [q.wrapping_sub(1), q] {
@@ -196,14 +353,13 @@ fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
                     consider(a - kb(c), Transfer::Swap(p, q));
                 }
             }
-            while p < heavy.len() && kb(&heavy[p]) == a {
-                p += 1;
-            }
+            // Past the cells of KB `a` (contiguous positions).
+            let end = order.kb_end[k];
+            p += heavy[p..].partition_point(|&i| (i as usize) < end);
         }
         let Some((d, transfer)) = best else { break };
-        let insert_sorted = |v: &mut Vec<Cell>, c: Cell| {
-            let key = |x: &Cell| (std::cmp::Reverse(x.kb.to_bits()), x.population, x.gid);
-            let at = v.partition_point(|x| key(x) < key(&c));
+        let insert_sorted = |v: &mut Vec<u32>, c: u32| {
+            let at = v.partition_point(|&x| x < c);
             v.insert(at, c);
         };
         match transfer {
@@ -220,6 +376,8 @@ fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
         }
         loads[h] -= d;
         loads[l] += d;
+        extremes.update(loads, h);
+        extremes.update(loads, l);
     }
 }
 
@@ -252,30 +410,47 @@ fn deal_to_ranks(loads: &[f64], ranks: u32, cycles: u32) -> Vec<Bucket> {
 mod tests {
     use super::*;
 
-    fn cells(kbs: &[f64]) -> Vec<Cell> {
-        kbs.iter()
+    fn order(kbs: &[f64]) -> Order<'static> {
+        // One population, gid = position; `kbs` must be non-increasing.
+        let segments = kbs
+            .iter()
             .enumerate()
-            .map(|(g, &kb)| Cell {
+            .map(|(g, &kb)| Segment {
+                start: g,
                 kb,
                 population: 0,
-                gid: g as u32,
+                gids: Cow::Owned(vec![g as u32]),
             })
-            .collect()
+            .collect();
+        Order::finish(segments, kbs.len())
     }
 
     #[test]
     fn refinement_fixes_what_greedy_leaves() {
         // LPT on {3,3,2,2,2} into 2 buckets gives 7 / 5; the optimum is 6 / 6.
-        let c = cells(&[3.0, 3.0, 2.0, 2.0, 2.0]);
-        let (mut loads, mut members) = greedy(&c, 2);
+        let o = order(&[3.0, 3.0, 2.0, 2.0, 2.0]);
+        let (mut loads, mut members) = greedy(&o, 2);
         let mut sorted = loads.clone();
         sorted.sort_by(f64::total_cmp);
         assert_eq!(sorted, vec![5.0, 7.0]);
-        refine(&mut loads, &mut members);
+        refine(&o, &mut loads, &mut members);
         assert_eq!(loads, vec![6.0, 6.0]);
         for (b, m) in members.iter().enumerate() {
-            assert_eq!(m.iter().map(|c| c.kb).sum::<f64>(), loads[b]);
+            assert_eq!(m.iter().map(|&c| o.kb(c)).sum::<f64>(), loads[b]);
         }
+    }
+
+    #[test]
+    fn extremes_are_the_first_heaviest_and_lightest() {
+        let mut loads = vec![3.0, 5.0, 1.0, 5.0, 1.0, 2.0];
+        let mut e = Extremes::new(&loads);
+        assert_eq!((e.heaviest(), e.lightest()), (1, 2));
+        loads[1] = 0.5;
+        e.update(&loads, 1);
+        assert_eq!((e.heaviest(), e.lightest()), (3, 1));
+        loads[0] = 9.0;
+        e.update(&loads, 0);
+        assert_eq!(e.heaviest(), 0);
     }
 
     #[test]
