@@ -471,28 +471,42 @@ fn balance_step(
     config: &BalancerConfig,
     charge: Option<&ballast_balancer::transport_aware::TransportCharge>,
 ) -> anyhow::Result<BalanceStep> {
-    let start = Instant::now();
+    let dry_run = &input.dry_run;
+    // neurodamus' result on the same input, for comparison (one greedy pass, on a second
+    // thread while the strategy runs).
+    let (balanced, seconds, baseline) = std::thread::scope(|s| {
+        let baseline = (args.strategy != Strategy::Neurodamus).then(|| {
+            s.spawn(|| {
+                let nd = BalancerConfig {
+                    strategy: Strategy::Neurodamus,
+                    ..config.clone()
+                };
+                ballast_balancer::strategy::neurodamus::overall_stats(dry_run, &nd)
+            })
+        });
+        let start = Instant::now();
+        let balanced = balance_charged(dry_run, input.network.as_ref(), config, charge);
+        let seconds = start.elapsed().as_secs_f64();
+        let baseline = baseline.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        (balanced, seconds, baseline)
+    });
     let Balanced {
         allocation,
         blind,
         loads,
         tried,
         strategy_name,
-    } = balance_charged(&input.dry_run, input.network.as_ref(), &config, charge);
-    let seconds = start.elapsed().as_secs_f64();
-    let dry_run = &input.dry_run;
-    allocation
-        .validate(dry_run)
-        .context("internal error: the balancer lost or duplicated a cell")?;
-    let summary = Summary::new(&allocation, dry_run);
-    // neurodamus' result on the same input, for comparison (cheap: one greedy pass).
-    let baseline = (args.strategy != Strategy::Neurodamus).then(|| {
-        let nd = BalancerConfig {
-            strategy: Strategy::Neurodamus,
-            ..config.clone()
-        };
-        ballast_balancer::strategy::neurodamus::overall_stats(dry_run, &nd)
+    } = balanced;
+    // The check and the summary, side by side.
+    let (valid, summary) = std::thread::scope(|s| {
+        let valid = s.spawn(|| allocation.validate(dry_run));
+        let summary = Summary::new(&allocation, dry_run);
+        (
+            valid.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            summary,
+        )
     });
+    valid.context("internal error: the balancer lost or duplicated a cell")?;
 
     // Node view: per-node totals, and the fewest nodes that fit when a node size is given.
     let rpn = args.runtime.ranks_per_node;
