@@ -14,14 +14,17 @@ pub const MAX_EMPTY_BUCKETS: u64 = 1 << 20;
 /// Upper estimate of the bytes balancing takes per (rank, cycle) bucket: the greedy's heap
 /// and per-bucket cell lists and loads, the rank dealing's order, labels and rank heap,
 /// neurodamus' heap for the comparison, and the per-rank loads of the report. (Measured
-/// with `ballast dry-run`: 68 B per empty bucket; 294 B per bucket + cell when each of 10^6
-/// buckets holds one of 10^6 cells, which the two constants together cover.)
+/// with `ballast dry-run`: 88 B per empty bucket.)
 pub const BYTES_PER_BUCKET: u64 = 128;
 
-/// Upper estimate of the bytes balancing takes per cell on top of the input: the sorted
-/// cell list, the buckets' members, and, when every bucket holds a cell or few, a bucket
-/// entry per cell in the allocation, the summary and neurodamus' comparison allocation.
-pub const BYTES_PER_CELL: u64 = 256;
+/// Upper estimate of the bytes balancing takes per cell on top of the input: the buckets'
+/// members (4 B per cell, up to twice that as their lists grow), the allocation (4 B), the
+/// summary's gid table of one population (4 B) and the check's bitmaps, and, when every
+/// bucket holds a cell or few, a bucket entry per cell. (Measured with `ballast dry-run`:
+/// about 10 B per cell on top of the input's 4 B for 10^7 cells into 65,536 ranks; 222 B
+/// per bucket + cell when each of 10^6 buckets holds one of 10^6 cells, which the two
+/// constants together cover.)
+pub const BYTES_PER_CELL: u64 = 96;
 
 /// Bytes needed to balance `cells` cells into `buckets` buckets.
 pub fn balancing_bytes(buckets: u64, cells: u64) -> u64 {
@@ -168,16 +171,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("4294901760 buckets for 10000000 cells") && e.contains("514.4 GiB"),
+            e.contains("4294901760 buckets for 10000000 cells") && e.contains("512.9 GiB"),
             "{e}"
         );
-        // Within the rule, the machine decides: 10^7 buckets and cells need 3.6 GiB.
+        // Within the rule, the machine decides: 10^7 buckets and cells need 2.1 GiB.
         check_buckets(10_000_000, 1, 10_000_000, Some(4 << 30)).unwrap();
         let e = check_buckets(10_000_000, 1, 10_000_000, Some(2 << 30))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("needs about 3.6 GiB") && e.contains("only 2.0 GiB are available"),
+            e.contains("needs about 2.1 GiB") && e.contains("only 2.0 GiB are available"),
             "{e}"
         );
         assert!(check_buckets(0, 1, 3, None)

@@ -426,13 +426,9 @@ fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
             let k = order.segment_of(heavy[p]);
             let a = order.segments[k].kb;
             let target = a - half;
-            while k_at_most < order.kbs.len() && order.kbs[k_at_most] > target {
-                k_at_most += 1;
-            }
+            k_at_most = advance(&order.kbs, k_at_most, |&x| x > target);
             let below = order.starts.get(k_at_most).map_or(order.len, |&s| s) as u32;
-            while q < light.len() && light[q] < below {
-                q += 1;
-            }
+            q = advance(light, q, |&c| c < below);
             for q in [q.wrapping_sub(1), q] {
                 if let Some(c) = light.get(q) {
                     consider(a - kb(c), Transfer::Swap(p, q));
@@ -467,6 +463,19 @@ fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
         extremes.update(loads, h);
         extremes.update(loads, l);
     }
+}
+
+/// The first index at or after `from` where `before` is false, for a `before` that is true
+/// then false along `v` and true below `from`: a galloping search (steps 1, 2, 4, ... then a
+/// binary search), O(log distance).
+fn advance<T>(v: &[T], mut from: usize, before: impl Fn(&T) -> bool) -> usize {
+    let mut step = 1;
+    while from + step <= v.len() && before(&v[from + step - 1]) {
+        from += step;
+        step *= 2;
+    }
+    let end = (from + step - 1).min(v.len());
+    from + v[from..end].partition_point(before)
 }
 
 /// Deals buckets (heaviest first) to the rank with the smallest total that still has a free
@@ -539,6 +548,20 @@ mod tests {
         loads[0] = 9.0;
         e.update(&loads, 0);
         assert_eq!(e.heaviest(), 0);
+    }
+
+    #[test]
+    fn advance_finds_the_partition_point() {
+        let v: Vec<u32> = (0..100).map(|x| x * 2).collect();
+        for t in 0..210 {
+            for from in [0, 1, 7, 50] {
+                let expected = v.partition_point(|&x| x < t);
+                if expected >= from {
+                    assert_eq!(advance(&v, from, |&x| x < t), expected, "{t} from {from}");
+                }
+            }
+        }
+        assert_eq!(advance::<u32>(&[], 0, |_| true), 0);
     }
 
     #[test]
