@@ -81,14 +81,17 @@ struct Drain;
 
 /// The top level of the file.
 enum Root {
-    Object {
-        /// Every top-level key, first-seen order.
-        keys: Vec<String>,
-        memory: Option<Object<Number>>,
-        synapses: Option<Object<Number>>,
-        populations: Option<Object<Object<Gids>>>,
-    },
+    Object(Box<RootObject>),
     Other,
+}
+
+/// The top-level object's keys and the values of the known ones.
+struct RootObject {
+    /// Every top-level key, first-seen order.
+    keys: Vec<String>,
+    memory: Option<Object<Number>>,
+    synapses: Option<Object<Number>>,
+    populations: Option<Object<Object<Gids>>>,
 }
 
 /// Visitor methods that drain a value of the wrong kind and return `$other`.
@@ -280,12 +283,12 @@ impl<'de> Deserialize<'de> for Root {
                         keys.push(key);
                     }
                 }
-                Ok(Root::Object {
+                Ok(Root::Object(Box::new(RootObject {
                     keys,
                     memory,
                     synapses,
                     populations,
-                })
+                })))
             }
             other_kinds!(Root::Other; bool, i64, u64, f64, str, unit, seq);
         }
@@ -305,15 +308,15 @@ pub(crate) fn read(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
         field,
         message,
     };
-    let Root::Object {
+    let Root::Object(root) = root else {
+        return Err(err("$".into(), "expected a JSON object".into()));
+    };
+    let RootObject {
         keys,
         memory,
         synapses,
         populations,
-    } = root
-    else {
-        return Err(err("$".into(), "expected a JSON object".into()));
-    };
+    } = *root;
     let notes = keys
         .iter()
         .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))

@@ -521,7 +521,7 @@ fn balance_step(
             fewest_nodes(
                 &input.dry_run,
                 input.network.as_ref(),
-                &config,
+                config,
                 charge,
                 k,
                 gib * 1024.0 * 1024.0,
