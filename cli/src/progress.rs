@@ -121,11 +121,15 @@ const STEP_SHOW_AFTER: Duration = Duration::from_secs(1);
 pub fn step<T>(label: &str, f: impl FnOnce() -> T) -> T {
     let finished = AtomicBool::new(false);
     std::thread::scope(|s| {
-        s.spawn(|| {
+        let spinner = s.spawn(|| {
             let start = Instant::now();
             let mut bar: Option<ProgressBar> = None;
             while !finished.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(50));
+                // Woken at once when `f` returns (unpark), so a short step costs no wait.
+                std::thread::park_timeout(Duration::from_millis(50));
+                if finished.load(Ordering::Acquire) {
+                    break;
+                }
                 if bar.is_none() && start.elapsed() >= STEP_SHOW_AFTER {
                     let style = ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
                         .expect("a valid template");
@@ -144,13 +148,15 @@ pub fn step<T>(label: &str, f: impl FnOnce() -> T) -> T {
                 b.finish_and_clear();
             }
         });
-        struct Finish<'a>(&'a AtomicBool);
+        // Stops the spinner also when `f` panics (the scope then waits for its thread).
+        struct Finish<'a>(&'a AtomicBool, std::thread::Thread);
         impl Drop for Finish<'_> {
             fn drop(&mut self) {
                 self.0.store(true, Ordering::Release);
+                self.1.unpark();
             }
         }
-        let _finish = Finish(&finished);
+        let _finish = Finish(&finished, spinner.thread().clone());
         f()
     })
 }
