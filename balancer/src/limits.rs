@@ -8,6 +8,9 @@
 //! [`BYTES_PER_BUCKET`]) before a single cell is placed.
 use crate::error::{BalancerError, Result};
 
+/// Cells balanced at most, plus one: 2^32 - 1 (LPT names a cell by a `u32` position).
+pub const MAX_CELLS: u64 = u32::MAX as u64;
+
 /// Buckets allowed beyond one per cell (2^20 = 1,048,576).
 pub const MAX_EMPTY_BUCKETS: u64 = 1 << 20;
 
@@ -104,8 +107,8 @@ pub(crate) fn count(n: u64, noun: &str) -> String {
     }
 }
 
-/// Checks `ranks × cycles` buckets for `cells` cells against the rule of this module and
-/// against `available` bytes (`None`: not checked). Errors with
+/// Checks `ranks × cycles` buckets for `cells` cells (fewer than [`MAX_CELLS`]) against the
+/// rule of this module and against `available` bytes (`None`: not checked). Errors with
 /// [`BalancerError::InvalidParameter`] naming the numbers and the memory they would need.
 pub fn check_buckets(ranks: u32, cycles: u32, cells: u64, available: Option<u64>) -> Result<()> {
     let what = || {
@@ -121,6 +124,13 @@ pub fn check_buckets(ranks: u32, cycles: u32, cells: u64, available: Option<u64>
         return Err(BalancerError::InvalidParameter(format!(
             "{}: ranks and cycles must each be at least 1",
             what()
+        )));
+    }
+    if cells >= MAX_CELLS {
+        return Err(BalancerError::InvalidParameter(format!(
+            "{}: at most {} cells can be balanced (a cell is named by a 32-bit position)",
+            what(),
+            MAX_CELLS - 1
         )));
     }
     let buckets = ranks as u64 * cycles as u64;
@@ -183,6 +193,11 @@ mod tests {
             e.contains("needs about 2.1 GiB") && e.contains("only 2.0 GiB are available"),
             "{e}"
         );
+        let e = check_buckets(1, 1, u32::MAX as u64, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 4294967294 cells can be balanced"), "{e}");
+        check_buckets(1, 1, u32::MAX as u64 - 1, None).unwrap();
         assert!(check_buckets(0, 1, 3, None)
             .unwrap_err()
             .to_string()

@@ -196,8 +196,8 @@ impl<'a> Order<'a> {
     }
 }
 
-/// Runs the LPT strategy. Panics when the dry run has 2^32 cells or more
-/// ([`BalancerConfig::check_size`] refuses them).
+/// Runs the LPT strategy. Panics when the dry run has 2^32 - 1 cells or more
+/// ([`BalancerConfig::check_size`] refuses them first).
 pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     let order = Order::new(dry_run);
     assert!(
