@@ -26,7 +26,7 @@ pub struct Allocation {
 
 use crate::dryrun::DryRun;
 use crate::error::{BalancerError, Result};
-use crate::gidmap::GidMap;
+use crate::gidmap::GidSet;
 
 /// What is wrong with the gids of an allocation, per population.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -127,24 +127,22 @@ impl Allocation {
                 .map(|&g| g as usize + 1)
                 .max()
                 .unwrap_or(0);
-            let mut in_dry_run = GidMap::for_span(
-                expected.map_or(0, |p| p.gid_span()),
-                expected.map_or(0, |p| p.cell_count()),
-            );
-            if let Some(p) = expected {
+            let in_dry_run = expected.map(|p| {
+                let mut set = GidSet::for_span(p.gid_span(), p.cell_count());
                 for (g, _) in p.cells() {
-                    in_dry_run.insert(g, ());
+                    set.insert(g);
                 }
-            }
-            let mut seen = GidMap::for_span(span, count);
+                set
+            });
+            let mut seen = GidSet::for_span(span, count);
             for (&bucket, gids) in &pop.buckets {
                 if bucket.rank >= self.ranks || bucket.cycle >= self.cycles {
                     problems.out_of_range.push((pop.name.clone(), bucket));
                 }
                 for &g in gids {
-                    if seen.insert(g, ()).is_some() {
+                    if !seen.insert(g) {
                         problems.duplicated.push((pop.name.clone(), g));
-                    } else if dry_run.is_some() && in_dry_run.get(g).is_none() {
+                    } else if dry_run.is_some() && !in_dry_run.as_ref().is_some_and(|s| s.contains(g)) {
                         problems.unknown.push((pop.name.clone(), g));
                     }
                 }
@@ -152,7 +150,7 @@ impl Allocation {
             if let Some(p) = expected {
                 problems.missing.extend(
                     p.cells()
-                        .filter(|&(g, _)| seen.get(g).is_none())
+                        .filter(|&(g, _)| !seen.contains(g))
                         .map(|(g, _)| (pop.name.clone(), g)),
                 );
             }

@@ -216,6 +216,17 @@ impl DryRun {
             .collect()
     }
 
+    /// Metype index of every gid of `population` (4 bytes per gid when dense).
+    pub fn gid_metype_index(&self, population: &Population) -> crate::gidmap::GidIndex {
+        let mut t = crate::gidmap::GidIndex::for_span(population.gid_span(), population.cell_count());
+        for (m, gids) in &population.metype_gids {
+            for &g in gids {
+                t.insert(g, *m as u32);
+            }
+        }
+        t
+    }
+
     /// Metype index of every gid, per population (`table[pop].get(gid)`).
     pub fn gid_metype_table(&self) -> Vec<GidMap<usize>> {
         self.populations
@@ -245,22 +256,14 @@ impl DryRun {
     /// otherwise silently count 0 synapses).
     pub fn from_json_file_with_notes(path: &Path) -> Result<(DryRun, Vec<String>)> {
         let text = fs::read(path).map_err(|e| BalancerError::io(path, e))?;
-        let value: Value = serde_json::from_slice(&text).map_err(|source| {
-            match non_finite_literal(&text, source.line(), source.column()) {
-                // Python's json.dump writes NaN and Infinity for non-finite floats.
-                Some(lit) => BalancerError::DryRun {
-                    path: path.to_owned(),
-                    field: format!("line {} column {}", source.line(), source.column()),
-                    message: format!(
-                        "{lit} is not a finite number (memory and synapse counts must be finite and >= 0)"
-                    ),
-                },
-                None => BalancerError::Json {
-                    path: path.to_owned(),
-                    error: source,
-                },
-            }
-        })?;
+        crate::dryrun_json::read(&text, path)
+    }
+
+    /// [`DryRun::from_json_file_with_notes`] through a `serde_json::Value` tree and
+    /// [`DryRun::from_json_value`]: the reference the streaming reader is tested against.
+    #[cfg(test)]
+    pub(crate) fn read_via_value(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
+        let value: Value = serde_json::from_slice(text).map_err(|source| json_error(text, path, source))?;
         let notes = match value.as_object() {
             Some(root) => root
                 .keys()
@@ -473,6 +476,25 @@ fn short(x: f64) -> String {
         format!("{x}")
     } else {
         format!("{x:.1}")
+    }
+}
+
+/// The error for a file that serde_json cannot read: a Python non-finite literal (`NaN`,
+/// `Infinity`, which Python's json.dump writes for non-finite floats) named as such,
+/// otherwise serde_json's message with its line and column.
+pub(crate) fn json_error(text: &[u8], path: &Path, source: serde_json::Error) -> BalancerError {
+    match non_finite_literal(text, source.line(), source.column()) {
+        Some(lit) => BalancerError::DryRun {
+            path: path.to_owned(),
+            field: format!("line {} column {}", source.line(), source.column()),
+            message: format!(
+                "{lit} is not a finite number (memory and synapse counts must be finite and >= 0)"
+            ),
+        },
+        None => BalancerError::Json {
+            path: path.to_owned(),
+            error: source,
+        },
     }
 }
 

@@ -155,12 +155,18 @@ impl AllocationCosts {
         for p in &dry_run.populations {
             h.update(p.name.as_bytes());
             h.update(&[0]);
+            // The gids' bytes go to the CRC in chunks (the same stream as one by one).
+            let mut bytes: Vec<u8> = Vec::with_capacity(1 << 16);
             for (m, gids) in &p.metype_gids {
                 h.update(&(*m as u64).to_le_bytes());
                 h.update(&(gids.len() as u64).to_le_bytes());
-                for &g in gids {
-                    h.update(&g.to_le_bytes());
-                    total_kb += dry_run.cell_kb(p, g, *m);
+                for chunk in gids.chunks(1 << 14) {
+                    bytes.clear();
+                    for &g in chunk {
+                        bytes.extend_from_slice(&g.to_le_bytes());
+                        total_kb += dry_run.cell_kb(p, g, *m);
+                    }
+                    h.update(&bytes);
                 }
             }
             if let Some(syn) = &p.cell_synapses {

@@ -1,10 +1,22 @@
-//! A map from gid to a value for one population: a dense vector when the gids are compact
-//! (as neurodamus numbers them), a hash map when they are sparse, so that one huge gid costs
-//! memory in proportion to the cells, not to the gid.
+//! Maps and sets of the gids of one population: dense (a vector or a bitmap indexed by gid)
+//! when the gids are compact, as neurodamus numbers them, a hash map or set (FxHash) when
+//! they are sparse, so that one huge gid costs memory in proportion to the cells, not to the
+//! gid. [`GidMap`] holds any small value; [`GidIndex`] holds a `u32` in 4 bytes per gid;
+//! [`GidSet`] is 1 bit per gid.
 
 use std::collections::HashMap;
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// True when `span` (largest gid + 1) is compact enough for `count` gids to be stored
+/// densely: at most 4 slots per gid, plus 4096.
+fn dense(span: usize, count: usize) -> bool {
+    span <= count.saturating_mul(4).saturating_add(4096)
+}
+
 /// gid → `T` (see the module docs). Dense when `max gid < 4 × cells + 4096`.
+///
+/// [`GidIndex`] is the compact form for `u32` values (4 bytes per dense slot instead of 8).
 #[derive(Debug, Clone, PartialEq)]
 pub enum GidMap<T> {
     Dense(Vec<Option<T>>),
@@ -14,7 +26,7 @@ pub enum GidMap<T> {
 impl<T: Copy> GidMap<T> {
     /// An empty map for about `count` gids below `span`.
     pub fn for_span(span: usize, count: usize) -> GidMap<T> {
-        if span <= 4 * count + 4096 {
+        if dense(span, count) {
             GidMap::Dense(vec![None; span])
         } else {
             GidMap::Sparse(HashMap::with_capacity(count))
@@ -43,6 +55,101 @@ impl<T: Copy> GidMap<T> {
     }
 }
 
+/// gid → `u32` (a metype index, a position), `u32::MAX` excluded: dense (4 bytes per slot,
+/// `u32::MAX` = absent) under the same rule as [`GidMap`], else an FxHash map.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GidIndex {
+    Dense(Vec<u32>),
+    Sparse(FxHashMap<u32, u32>),
+}
+
+impl GidIndex {
+    const ABSENT: u32 = u32::MAX;
+
+    /// An empty index for about `count` gids below `span`.
+    pub fn for_span(span: usize, count: usize) -> GidIndex {
+        if dense(span, count) {
+            GidIndex::Dense(vec![Self::ABSENT; span])
+        } else {
+            GidIndex::Sparse(FxHashMap::with_capacity_and_hasher(count, Default::default()))
+        }
+    }
+
+    /// The value of `gid`, if any.
+    #[inline]
+    pub fn get(&self, gid: u32) -> Option<u32> {
+        match self {
+            GidIndex::Dense(v) => v.get(gid as usize).copied().filter(|&x| x != Self::ABSENT),
+            GidIndex::Sparse(m) => m.get(&gid).copied(),
+        }
+    }
+
+    /// Sets `gid` to `value` (< `u32::MAX`); a dense index grows as needed.
+    #[inline]
+    pub fn insert(&mut self, gid: u32, value: u32) {
+        debug_assert!(value != Self::ABSENT);
+        match self {
+            GidIndex::Dense(v) => {
+                if gid as usize >= v.len() {
+                    v.resize(gid as usize + 1, Self::ABSENT);
+                }
+                v[gid as usize] = value;
+            }
+            GidIndex::Sparse(m) => {
+                m.insert(gid, value);
+            }
+        }
+    }
+}
+
+/// A set of gids: a bitmap under the same rule as [`GidMap`] (1 bit per slot), else an
+/// FxHash set.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GidSet {
+    Bitmap(Vec<u64>),
+    Sparse(FxHashSet<u32>),
+}
+
+impl GidSet {
+    /// An empty set for about `count` gids below `span`.
+    pub fn for_span(span: usize, count: usize) -> GidSet {
+        if dense(span, count) {
+            GidSet::Bitmap(vec![0; span.div_ceil(64)])
+        } else {
+            GidSet::Sparse(FxHashSet::with_capacity_and_hasher(count, Default::default()))
+        }
+    }
+
+    /// True when `gid` is in the set.
+    #[inline]
+    pub fn contains(&self, gid: u32) -> bool {
+        match self {
+            GidSet::Bitmap(b) => b
+                .get(gid as usize / 64)
+                .is_some_and(|w| w & (1 << (gid % 64)) != 0),
+            GidSet::Sparse(s) => s.contains(&gid),
+        }
+    }
+
+    /// Adds `gid`; false when it was already there. A bitmap grows as needed.
+    #[inline]
+    pub fn insert(&mut self, gid: u32) -> bool {
+        match self {
+            GidSet::Bitmap(b) => {
+                let w = gid as usize / 64;
+                if w >= b.len() {
+                    b.resize(w + 1, 0);
+                }
+                let bit = 1u64 << (gid % 64);
+                let fresh = b[w] & bit == 0;
+                b[w] |= bit;
+                fresh
+            }
+            GidSet::Sparse(s) => s.insert(gid),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,5 +168,26 @@ mod tests {
         }
         assert_eq!(s.insert(u32::MAX, 7.0), None);
         assert_eq!(s.get(u32::MAX), Some(7.0));
+    }
+
+    #[test]
+    fn index_and_set_dense_and_sparse_behave_alike() {
+        for (span, count) in [(100, 100), (u32::MAX as usize + 1, 2)] {
+            let mut i = GidIndex::for_span(span, count);
+            let mut s = GidSet::for_span(span, count);
+            assert_eq!(matches!(i, GidIndex::Dense(_)), span == 100);
+            assert_eq!(matches!(s, GidSet::Bitmap(_)), span == 100);
+            for g in [3, 64, 99, 1000, u32::MAX] {
+                assert_eq!(i.get(g), None);
+                i.insert(g, g / 2);
+                assert_eq!(i.get(g), Some(g / 2));
+                assert!(!s.contains(g));
+                assert!(s.insert(g));
+                assert!(!s.insert(g));
+                assert!(s.contains(g));
+            }
+            assert_eq!(i.get(4), None);
+            assert!(!s.contains(4) && !s.contains(63) && !s.contains(65));
+        }
     }
 }

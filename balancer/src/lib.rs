@@ -8,6 +8,7 @@ pub mod atomic;
 pub mod circuit;
 pub mod corenrn;
 pub mod dryrun;
+mod dryrun_json;
 pub mod error;
 pub mod files;
 pub mod gidmap;

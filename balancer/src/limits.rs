@@ -8,20 +8,26 @@
 //! [`BYTES_PER_BUCKET`]) before a single cell is placed.
 use crate::error::{BalancerError, Result};
 
+/// Cells balanced at most, plus one: 2^32 - 1 (LPT names a cell by a `u32` position).
+pub const MAX_CELLS: u64 = u32::MAX as u64;
+
 /// Buckets allowed beyond one per cell (2^20 = 1,048,576).
 pub const MAX_EMPTY_BUCKETS: u64 = 1 << 20;
 
 /// Upper estimate of the bytes balancing takes per (rank, cycle) bucket: the greedy's heap
 /// and per-bucket cell lists and loads, the rank dealing's order, labels and rank heap,
 /// neurodamus' heap for the comparison, and the per-rank loads of the report. (Measured
-/// with `ballast dry-run`: 68 B per empty bucket; 294 B per bucket + cell when each of 10^6
-/// buckets holds one of 10^6 cells, which the two constants together cover.)
+/// with `ballast dry-run`: 88 B per empty bucket.)
 pub const BYTES_PER_BUCKET: u64 = 128;
 
-/// Upper estimate of the bytes balancing takes per cell on top of the input: the sorted
-/// cell list, the buckets' members, and, when every bucket holds a cell or few, a bucket
-/// entry per cell in the allocation, the summary and neurodamus' comparison allocation.
-pub const BYTES_PER_CELL: u64 = 256;
+/// Upper estimate of the bytes balancing takes per cell on top of the input: the buckets'
+/// members (4 B per cell, up to twice that as their lists grow), the allocation (4 B), the
+/// summary's gid table of one population (4 B) and the check's bitmaps, and, when every
+/// bucket holds a cell or few, a bucket entry per cell. (Measured with `ballast dry-run`:
+/// about 10 B per cell on top of the input's 4 B for 10^7 cells into 65,536 ranks; 222 B
+/// per bucket + cell when each of 10^6 buckets holds one of 10^6 cells, which the two
+/// constants together cover.)
+pub const BYTES_PER_CELL: u64 = 96;
 
 /// Bytes needed to balance `cells` cells into `buckets` buckets.
 pub fn balancing_bytes(buckets: u64, cells: u64) -> u64 {
@@ -101,8 +107,8 @@ pub(crate) fn count(n: u64, noun: &str) -> String {
     }
 }
 
-/// Checks `ranks × cycles` buckets for `cells` cells against the rule of this module and
-/// against `available` bytes (`None`: not checked). Errors with
+/// Checks `ranks × cycles` buckets for `cells` cells (fewer than [`MAX_CELLS`]) against the
+/// rule of this module and against `available` bytes (`None`: not checked). Errors with
 /// [`BalancerError::InvalidParameter`] naming the numbers and the memory they would need.
 pub fn check_buckets(ranks: u32, cycles: u32, cells: u64, available: Option<u64>) -> Result<()> {
     let what = || {
@@ -118,6 +124,13 @@ pub fn check_buckets(ranks: u32, cycles: u32, cells: u64, available: Option<u64>
         return Err(BalancerError::InvalidParameter(format!(
             "{}: ranks and cycles must each be at least 1",
             what()
+        )));
+    }
+    if cells >= MAX_CELLS {
+        return Err(BalancerError::InvalidParameter(format!(
+            "{}: at most {} cells can be balanced (a cell is named by a 32-bit position)",
+            what(),
+            MAX_CELLS - 1
         )));
     }
     let buckets = ranks as u64 * cycles as u64;
@@ -168,18 +181,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("4294901760 buckets for 10000000 cells") && e.contains("514.4 GiB"),
+            e.contains("4294901760 buckets for 10000000 cells") && e.contains("512.9 GiB"),
             "{e}"
         );
-        // Within the rule, the machine decides: 10^7 buckets and cells need 3.6 GiB.
+        // Within the rule, the machine decides: 10^7 buckets and cells need 2.1 GiB.
         check_buckets(10_000_000, 1, 10_000_000, Some(4 << 30)).unwrap();
         let e = check_buckets(10_000_000, 1, 10_000_000, Some(2 << 30))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("needs about 3.6 GiB") && e.contains("only 2.0 GiB are available"),
+            e.contains("needs about 2.1 GiB") && e.contains("only 2.0 GiB are available"),
             "{e}"
         );
+        let e = check_buckets(1, 1, u32::MAX as u64, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 4294967294 cells can be balanced"), "{e}");
+        check_buckets(1, 1, u32::MAX as u64 - 1, None).unwrap();
         assert!(check_buckets(0, 1, 3, None)
             .unwrap_err()
             .to_string()

@@ -112,29 +112,40 @@ impl Summary {
     /// Weighs `allocation` with the per-cell KB of `dry_run`. Gids absent from the dry run
     /// weigh 0 (check [`Allocation::gid_problems`] first).
     pub fn new(allocation: &Allocation, dry_run: &DryRun) -> Summary {
-        let table = dry_run.gid_kb_table();
-        let weigh = |p: &str, g: u32| -> f64 {
-            dry_run
-                .populations
-                .iter()
-                .position(|d| d.name == p)
-                .and_then(|i| table[i].get(g))
-                .unwrap_or(0.0)
-        };
-        Self::weighed(allocation, weigh)
+        let metype_kb = dry_run.metype_cell_kb();
+        Self::weighed(allocation, |name| {
+            // One population's gid table at a time: memory of the largest population only.
+            let pop = dry_run.populations.iter().find(|d| d.name == name);
+            let index = pop.map(|p| dry_run.gid_metype_index(p));
+            let metype_kb = &metype_kb;
+            move |g: u32| -> f64 {
+                match (pop, &index) {
+                    (Some(p), Some(index)) => match index.get(g) {
+                        Some(m) => match &p.cell_synapses {
+                            Some(_) => dry_run.cell_kb(p, g, m as usize),
+                            None => metype_kb[m as usize],
+                        },
+                        None => 0.0,
+                    },
+                    _ => 0.0,
+                }
+            }
+        })
     }
 
     /// Summary by cell count only (every cell weighs 1), for files without a dry run.
     pub fn by_cell_count(allocation: &Allocation) -> Summary {
-        Self::weighed(allocation, |_, _| 1.0)
+        Self::weighed(allocation, |_| |_| 1.0)
     }
 
-    fn weighed(allocation: &Allocation, weigh: impl Fn(&str, u32) -> f64) -> Summary {
+    /// `weigher(population name)` gives the KB of each gid of that population.
+    fn weighed<W: Fn(u32) -> f64>(allocation: &Allocation, weigher: impl Fn(&str) -> W) -> Summary {
         let (ranks, cycles) = (allocation.ranks, allocation.cycles);
         let mut all: BTreeMap<Bucket, (usize, f64)> = BTreeMap::new();
         let mut heaviest = 0.0f64;
         let mut populations = Vec::new();
         for pop in &allocation.populations {
+            let weigh = weigher(&pop.name);
             let mut loads = Vec::new();
             let mut cells = 0;
             let mut pop_heaviest = 0.0f64;
@@ -144,7 +155,7 @@ impl Summary {
                 }
                 let mut kb = 0.0;
                 for &g in gids {
-                    let w = weigh(&pop.name, g);
+                    let w = weigh(g);
                     kb += w;
                     pop_heaviest = pop_heaviest.max(w);
                 }

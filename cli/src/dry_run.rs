@@ -11,9 +11,7 @@ use ballast_balancer::network::Network;
 use ballast_balancer::nodefit::{fewest_nodes, node_totals, node_totals_kb, nodes_over, NodeFitError};
 use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
 use ballast_balancer::transport_aware::RankLoads;
-use ballast_balancer::{
-    balance, balance_charged, Allocation, Balanced, BalancerConfig, DryRun, Strategy, Summary,
-};
+use ballast_balancer::{balance_charged, Allocation, Balanced, BalancerConfig, DryRun, Strategy, Summary};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
@@ -97,6 +95,10 @@ pub struct DryRunArgs {
     /// Print one JSON object instead of the tables.
     #[arg(long)]
     json: bool,
+    /// Print the wall and CPU seconds of reading, balancing and writing to stderr, as one
+    /// line `timings: read WALL CPU balance WALL CPU write WALL CPU`.
+    #[arg(long)]
+    timings: bool,
 }
 
 /// `--node-memory-gb`: a finite GiB count above 0 and at most 2^40 (so KB stay exact and
@@ -261,7 +263,8 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     if let Some(p) = &args.plot {
         plot::check_path(p)?;
     }
-    let input = load_input(args)?;
+    let mut timings = crate::progress::Timings::default();
+    let input = timings.time("read", "reading the input", || load_input(args))?;
     let charge = match args.transport_model {
         TransportModel::None => None,
         TransportModel::Ballast => {
@@ -315,83 +318,61 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     config
         .check_size(&input.dry_run)
         .with_context(|| format!("{ranks_option} {} --cycles {}", config.ranks, config.cycles))?;
-    let start = Instant::now();
-    let Balanced {
+    let balanced = timings.time("balance", "balancing", || {
+        balance_step(args, &input, &config, charge.as_ref(), rpn.map(|r| r.ranks))
+    })?;
+    let BalanceStep {
         allocation,
         blind,
         loads,
         tried,
         strategy_name,
-    } = balance_charged(&input.dry_run, input.network.as_ref(), &config, charge.as_ref());
-    let seconds = start.elapsed().as_secs_f64();
+        seconds,
+        summary,
+        baseline,
+        nodes,
+        fit,
+    } = balanced;
     let dry_run = &input.dry_run;
-    allocation
-        .validate(dry_run)
-        .context("internal error: the balancer lost or duplicated a cell")?;
-    let summary = Summary::new(&allocation, dry_run);
-    // neurodamus' result on the same input, for comparison (cheap: one greedy pass).
-    let baseline = (args.strategy != Strategy::Neurodamus).then(|| {
-        let nd = BalancerConfig {
-            strategy: Strategy::Neurodamus,
-            ..config.clone()
-        };
-        Summary::new(&balance(dry_run, &nd), dry_run).overall
-    });
-
-    // Node view: per-node totals, and the fewest nodes that fit when a node size is given.
     let rpn = rpn.map(|r| r.ranks);
-    // Without a transport charge the rank totals are the allocation's (every cycle of a
-    // rank), the figures the node-fit search compares too.
-    let nodes = rpn.map(|k| match &loads {
-        Some(l) => node_totals(l, k),
-        None => node_totals_kb(&summary.rank_kb(), k),
-    });
-    let fit = match (args.node_memory_gb, rpn) {
-        (Some(gib), Some(k)) => Some(
-            fewest_nodes(
-                &input.dry_run,
-                input.network.as_ref(),
-                &config,
-                charge.as_ref(),
-                k,
-                gib * 1024.0 * 1024.0,
-            )
-            .map_err(|e| match e {
-                e @ NodeFitError::NoFit { .. } => anyhow::Error::new(e),
-                e => anyhow::Error::new(e).context("--node-memory-gb"),
-            })?,
-        ),
-        _ => None,
-    };
 
-    std::fs::create_dir_all(&args.output_dir).with_context(|| {
-        format!(
-            "cannot create output directory {} (--output-dir)",
-            args.output_dir.display()
-        )
-    })?;
-    let mut costs = AllocationCosts::new(
-        "ballast dry-run",
-        dry_run,
-        config.ranks,
-        config.cycles,
-        &strategy_name,
-        if charge.is_some() { "ballast" } else { "none" },
-    );
-    if args.circuit.is_some() {
-        let d = ballast_balancer::circuit::MetypeMemory::default();
-        costs.cell_kb_default = args.cell_kb.or(d.cell_kb);
-        costs.point_cell_kb_default = args.point_cell_kb.or(d.point_cell_kb);
-    }
-    let written = write_outputs(
-        args,
-        &input,
-        &allocation,
-        &summary,
-        &costs,
-        blind.as_ref(),
-        loads.as_ref(),
+    let written = timings.time(
+        "write",
+        "writing the allocation",
+        || -> anyhow::Result<Vec<PathBuf>> {
+            std::fs::create_dir_all(&args.output_dir).with_context(|| {
+                format!(
+                    "cannot create output directory {} (--output-dir)",
+                    args.output_dir.display()
+                )
+            })?;
+            let mut costs = AllocationCosts::new(
+                "ballast dry-run",
+                dry_run,
+                config.ranks,
+                config.cycles,
+                &strategy_name,
+                if charge.is_some() { "ballast" } else { "none" },
+            );
+            if args.circuit.is_some() {
+                let d = ballast_balancer::circuit::MetypeMemory::default();
+                costs.cell_kb_default = args.cell_kb.or(d.cell_kb);
+                costs.point_cell_kb_default = args.point_cell_kb.or(d.point_cell_kb);
+            }
+            write_outputs(
+                args,
+                &input,
+                &allocation,
+                &summary,
+                &costs,
+                blind.as_ref(),
+                loads.as_ref(),
+            )
+        },
     )?;
+    if args.timings {
+        eprintln!("{}", timings.line());
+    }
     let output = written[0].clone();
 
     let empty = summary.empty_bucket_count();
@@ -554,6 +535,105 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         outln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// What the balancing step gives: the result, its summary, neurodamus' on the same input
+/// (when another strategy ran) and the node view.
+struct BalanceStep {
+    allocation: Allocation,
+    blind: Option<RankLoads>,
+    loads: Option<RankLoads>,
+    tried: Vec<(String, f64)>,
+    strategy_name: String,
+    seconds: f64,
+    summary: Summary,
+    baseline: Option<ballast_balancer::LoadStats>,
+    nodes: Option<Vec<f64>>,
+    fit: Option<ballast_balancer::nodefit::Fit>,
+}
+
+fn balance_step(
+    args: &DryRunArgs,
+    input: &Input,
+    config: &BalancerConfig,
+    charge: Option<&ballast_balancer::transport_aware::TransportCharge>,
+    rpn: Option<usize>,
+) -> anyhow::Result<BalanceStep> {
+    let dry_run = &input.dry_run;
+    // neurodamus' result on the same input, for comparison (one greedy pass, on a second
+    // thread while the strategy runs).
+    let (balanced, seconds, baseline) = std::thread::scope(|s| {
+        let baseline = (args.strategy != Strategy::Neurodamus).then(|| {
+            s.spawn(|| {
+                let nd = BalancerConfig {
+                    strategy: Strategy::Neurodamus,
+                    ..config.clone()
+                };
+                ballast_balancer::strategy::neurodamus::overall_stats(dry_run, &nd)
+            })
+        });
+        let start = Instant::now();
+        let balanced = balance_charged(dry_run, input.network.as_ref(), config, charge);
+        let seconds = start.elapsed().as_secs_f64();
+        let baseline = baseline.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        (balanced, seconds, baseline)
+    });
+    let Balanced {
+        allocation,
+        blind,
+        loads,
+        tried,
+        strategy_name,
+    } = balanced;
+    // The check and the summary, side by side.
+    let (valid, summary) = std::thread::scope(|s| {
+        let valid = s.spawn(|| allocation.validate(dry_run));
+        let summary = Summary::new(&allocation, dry_run);
+        (
+            valid.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            summary,
+        )
+    });
+    valid.context("internal error: the balancer lost or duplicated a cell")?;
+
+    // Node view (`rpn`: ranks per node, given or this machine's cores where nodes are
+    // counted): per-node totals, and the fewest nodes that fit when a node size is given.
+    // Without a transport charge the rank totals are the allocation's (every cycle of a
+    // rank), the figures the node-fit search compares too.
+    let nodes = rpn.map(|k| match &loads {
+        Some(l) => node_totals(l, k),
+        None => node_totals_kb(&summary.rank_kb(), k),
+    });
+    let fit = match (args.node_memory_gb, rpn) {
+        (Some(gib), Some(k)) => Some(
+            fewest_nodes(
+                &input.dry_run,
+                input.network.as_ref(),
+                config,
+                charge,
+                k,
+                gib * 1024.0 * 1024.0,
+            )
+            .map_err(|e| match e {
+                e @ NodeFitError::NoFit { .. } => anyhow::Error::new(e),
+                e => anyhow::Error::new(e).context("--node-memory-gb"),
+            })?,
+        ),
+        _ => None,
+    };
+
+    Ok(BalanceStep {
+        allocation,
+        blind,
+        loads,
+        tried,
+        strategy_name,
+        seconds,
+        summary,
+        baseline,
+        nodes,
+        fit,
+    })
 }
 
 /// Writes every output of the command or none: the plot is rendered, then the allocation,

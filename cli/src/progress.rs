@@ -1,6 +1,8 @@
 //! What `run` and `fanout` print while ranks run as threads of this process: a warning when
 //! the ranks outnumber the cores several-fold, and a progress bar (indicatif, on stderr,
-//! hidden when stderr is not a terminal) for runs that last more than a few seconds.
+//! hidden when stderr is not a terminal) for runs that last more than a few seconds; the
+//! spinner of a step of `dry-run` that lasts more than a second ([`step`]), and the wall and
+//! CPU time of such steps ([`Timings`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -111,6 +113,87 @@ pub fn with_progress<T>(
     })
 }
 
+/// How long a step of [`step`] goes without a spinner.
+const STEP_SHOW_AFTER: Duration = Duration::from_secs(1);
+
+/// Runs `f` while, after [`STEP_SHOW_AFTER`], a spinner with `label` and the elapsed time
+/// turns on stderr (only when stderr is a terminal); cleared when `f` returns.
+pub fn step<T>(label: &str, f: impl FnOnce() -> T) -> T {
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let spinner = s.spawn(|| {
+            let start = Instant::now();
+            let mut bar: Option<ProgressBar> = None;
+            while !finished.load(Ordering::Acquire) {
+                // Woken at once when `f` returns (unpark), so a short step costs no wait.
+                std::thread::park_timeout(Duration::from_millis(50));
+                if finished.load(Ordering::Acquire) {
+                    break;
+                }
+                if bar.is_none() && start.elapsed() >= STEP_SHOW_AFTER {
+                    let style = ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                        .expect("a valid template");
+                    let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden())
+                        .with_style(style)
+                        .with_message(label.to_owned())
+                        .with_elapsed(start.elapsed());
+                    b.set_draw_target(ProgressDrawTarget::stderr());
+                    bar = Some(b);
+                }
+                if let Some(b) = &bar {
+                    b.tick();
+                }
+            }
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+        });
+        // Stops the spinner also when `f` panics (the scope then waits for its thread).
+        struct Finish<'a>(&'a AtomicBool, std::thread::Thread);
+        impl Drop for Finish<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+                self.1.unpark();
+            }
+        }
+        let _finish = Finish(&finished, spinner.thread().clone());
+        f()
+    })
+}
+
+/// Wall and CPU time (of the whole process, all threads) of named steps, in order.
+#[derive(Default)]
+pub struct Timings {
+    steps: Vec<(&'static str, f64, f64)>,
+}
+
+/// CPU seconds used by this process so far (all threads).
+fn cpu_seconds() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+impl Timings {
+    /// Runs `f` as step `name` (with a [`step`] spinner labelled `label`), recording its
+    /// wall and CPU time.
+    pub fn time<T>(&mut self, name: &'static str, label: &str, f: impl FnOnce() -> T) -> T {
+        let (wall, cpu) = (Instant::now(), cpu_seconds());
+        let out = step(label, f);
+        self.steps
+            .push((name, wall.elapsed().as_secs_f64(), cpu_seconds() - cpu));
+        out
+    }
+
+    /// One line: `timings: NAME WALL_S CPU_S ...` for every step, in order.
+    pub fn line(&self) -> String {
+        let mut out = String::from("timings:");
+        for (name, wall, cpu) in &self.steps {
+            out += &format!(" {name} {wall:.4} {cpu:.4}");
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +210,28 @@ mod tests {
             .unwrap()
             .contains("on 1 core (5 per core)"));
         assert_eq!(oversubscription_warning(3, 0), None, "0 cores is read as 1");
+    }
+
+    #[test]
+    fn timings_record_each_step_in_order() {
+        let mut t = Timings::default();
+        let x = t.time("read", "reading", || {
+            // Busy for a few ms, so that CPU time is counted.
+            let start = Instant::now();
+            let mut n = 0u64;
+            while start.elapsed() < Duration::from_millis(20) {
+                n = n.wrapping_add(1);
+            }
+            n
+        });
+        assert!(x > 0);
+        t.time("write", "writing", || ());
+        let line = t.line();
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(fields[0], "timings:");
+        assert_eq!((fields[1], fields[4]), ("read", "write"), "{line}");
+        let read_wall: f64 = fields[2].parse().unwrap();
+        let read_cpu: f64 = fields[3].parse().unwrap();
+        assert!(read_wall >= 0.02 && read_cpu > 0.0, "{line}");
     }
 }

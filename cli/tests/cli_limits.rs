@@ -485,24 +485,24 @@ fn synthetic_inputs_and_buckets_are_checked_against_the_address_space() {
         ),
         &["a synthetic circuit of 1000 cells and 100000000000000 synapses would need about 582.1 TiB"],
     );
-    // 3 M buckets for 3 M cells pass the bucket rule but need 1.1 GiB: refused under 1 GB.
+    // 5 M buckets for 5 M cells pass the bucket rule but need 1.0 GiB: refused under 1 GB.
     refused(
         &limited_to(
             1_000_000,
             &[
                 "dry-run",
                 "--synthetic",
-                "3000000",
+                "5000000",
                 "--num-target-ranks",
-                "3000000",
+                "5000000",
                 "--output-dir",
                 "out",
             ],
             d,
         ),
         &[
-            "--num-target-ranks 3000000 --cycles 1: ",
-            "3000000 ranks × 1 cycle = 3000000 buckets for 3000000 cells: balancing needs about 1.1 GiB",
+            "--num-target-ranks 5000000 --cycles 1: ",
+            "5000000 ranks × 1 cycle = 5000000 buckets for 5000000 cells: balancing needs about 1.0 GiB",
             "are available (MemAvailable, or ulimit -v)",
         ],
     );

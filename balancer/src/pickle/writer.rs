@@ -39,24 +39,86 @@ pub fn stage_allocation_file(
             )));
         }
     }
-    let pickle = serde_pickle::to_vec(&PopulationsSer(populations), serde_pickle::SerOptions::new())
-        .map_err(|e| pickle_err(path, format!("cannot serialize allocation: {e}")))?;
-
     // Unnamed until committed, mode 0666 less the umask (neurodamus run by another user of
     // the group can read it).
     let mut tmp = crate::atomic::AtomicFile::create(path)?;
-    {
-        let writer = std::io::BufWriter::new(tmp.file());
-        // Level 1: on 5M gids it is ~25x faster than the default level 6 (0.15 s vs 3.9 s)
-        // for a file <0.5% larger; the BININT stream barely compresses better.
-        let mut encoder = flate2::write::GzEncoder::new(writer, flate2::Compression::fast());
-        encoder
-            .write_all(&pickle)
-            .map_err(|e| BalancerError::io(path, e))?;
-        let mut writer = encoder.finish().map_err(|e| BalancerError::io(path, e))?;
-        writer.flush().map_err(|e| BalancerError::io(path, e))?;
-    }
+    let file: &mut std::fs::File = tmp.file();
+    // The pickle is streamed (no copy of it in memory) in chunks to a thread that
+    // compresses them while the next chunk is pickled: one gzip stream, the same bytes as
+    // compressing the whole pickle at once.
+    std::thread::scope(|s| -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+        let gzip = s.spawn(move || -> std::io::Result<()> {
+            let writer = std::io::BufWriter::with_capacity(1 << 16, file);
+            // Level 1: on 5M gids it is ~25x faster than the default level 6 (0.15 s vs
+            // 3.9 s) for a file <0.5% larger; the BININT stream barely compresses better.
+            let mut encoder = flate2::write::GzEncoder::new(writer, flate2::Compression::fast());
+            for chunk in rx {
+                encoder.write_all(&chunk)?;
+            }
+            encoder.finish()?.flush()
+        });
+        let mut chunks = Chunks {
+            buf: Vec::with_capacity(CHUNK),
+            tx: Some(tx),
+        };
+        let pickled = serde_pickle::to_writer(
+            &mut chunks,
+            &PopulationsSer(populations),
+            serde_pickle::SerOptions::new(),
+        )
+        .and_then(|()| chunks.send().map_err(serde_pickle::Error::Io));
+        // Closing the channel ends the compressing thread.
+        chunks.tx = None;
+        let written = match gzip.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        // An I/O failure of the compressing thread is the cause of a failed send.
+        written.map_err(|e| BalancerError::io(path, e))?;
+        pickled.map_err(|e| match e {
+            serde_pickle::Error::Io(e) => BalancerError::io(path, e),
+            e => pickle_err(path, format!("cannot serialize allocation: {e}")),
+        })
+    })?;
     Ok(tmp)
+}
+
+/// Bytes of pickle per chunk handed to the compressing thread.
+const CHUNK: usize = 1 << 18;
+
+/// Collects the pickle's small writes into chunks of [`CHUNK`] bytes and sends them on.
+struct Chunks {
+    buf: Vec<u8>,
+    tx: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+}
+
+impl Chunks {
+    /// Sends what is buffered (if anything).
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
+        self.tx
+            .as_ref()
+            .and_then(|tx| tx.send(full).ok())
+            .ok_or_else(|| std::io::Error::other("the compressing thread stopped"))
+    }
+}
+
+impl Write for Chunks {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 struct PopulationsSer<'a>(&'a [PopulationAllocation]);

@@ -15,13 +15,14 @@
 //!    holds once all its cycles are built — come out even without touching the buckets.
 //!
 //! Within a bucket, gids are written in ascending order. Fully deterministic.
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
 use crate::dryrun::DryRun;
 use crate::strategy::{BalancerConfig, Lightest};
 
-/// One cell to place.
+/// One cell to place (the input of [`Order::from_cells`]).
 #[derive(Debug, Clone, Copy)]
 struct Cell {
     kb: f64,
@@ -29,50 +30,93 @@ struct Cell {
     gid: u32,
 }
 
-/// Runs the LPT strategy.
-pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
-    let cells = cells_heaviest_first(dry_run);
-
-    let nbuckets = config.buckets();
-    let (mut loads, mut members) = greedy(&cells, nbuckets);
-    refine(&mut loads, &mut members);
-    let labels = deal_to_ranks(&loads, config.ranks, config.cycles);
-
-    let mut populations: Vec<PopulationAllocation> = dry_run
-        .populations
-        .iter()
-        .map(|p| PopulationAllocation {
-            name: p.name.clone(),
-            buckets: BTreeMap::new(),
-        })
-        .collect();
-    for (b, items) in members.iter().enumerate() {
-        for c in items {
-            populations[c.population as usize]
-                .buckets
-                .entry(labels[b])
-                .or_default()
-                .push(c.gid);
-        }
-    }
-    for p in &mut populations {
-        for gids in p.buckets.values_mut() {
-            gids.sort_unstable();
-        }
-    }
-    Allocation {
-        ranks: config.ranks,
-        cycles: config.cycles,
-        populations,
-    }
+/// A run of cells of equal KB and population in the heaviest-first order, gids ascending.
+#[derive(Debug)]
+struct Segment<'a> {
+    /// Position of its first cell in the order.
+    start: usize,
+    kb: f64,
+    population: u32,
+    gids: Cow<'a, [u32]>,
 }
 
-/// Every cell, heaviest first; ties by population index, then gid. Cells of one metype
-/// weigh the same, so this sorts metypes (few) and only the cells of equal-KB metypes
-/// among themselves, instead of comparison-sorting millions of cells.
-fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
-    if dry_run.has_cell_synapses() {
-        // Cells of one metype differ: a plain sort.
+/// Every cell, heaviest first; ties by population index, then gid. A cell is named by its
+/// position in this order (a `u32`), so that the buckets' lists cost 4 bytes per cell and
+/// the order of positions is the order of (KB descending, population, gid). The gids are
+/// borrowed from the dry run where a run is one metype's gids, already ascending.
+#[derive(Debug)]
+struct Order<'a> {
+    segments: Vec<Segment<'a>>,
+    /// `starts[k] = segments[k].start`.
+    starts: Vec<usize>,
+    /// `kb_end[k]`: the end position of the cells of `segments[k]`'s KB (runs of one KB are
+    /// contiguous: several populations, or several metypes of one KB).
+    kb_end: Vec<usize>,
+    /// `block[j]`: the segment holding position `j << BLOCK_SHIFT`, so that finding a
+    /// position's segment is a short scan (refinement looks KB up in its binary searches).
+    block: Vec<u32>,
+    /// `kbs[k] = segments[k].kb` (non-increasing).
+    kbs: Vec<f64>,
+    len: usize,
+}
+
+/// Positions per entry of [`Order::block`].
+const BLOCK_SHIFT: u32 = 6;
+
+impl<'a> Order<'a> {
+    fn new(dry_run: &'a DryRun) -> Order<'a> {
+        if dry_run.has_cell_synapses() {
+            return Self::per_cell(dry_run);
+        }
+        // Cells of one metype weigh the same: sort metypes (few), and merge the gids of
+        // equal-KB metypes of one population only where there are several.
+        let kb = dry_run.metype_cell_kb();
+        let mut order: Vec<usize> = (0..kb.len()).collect();
+        order.sort_by(|&a, &b| kb[b].total_cmp(&kb[a]));
+        // Per population, per metype: its gid lists (a dry run built in code may list a
+        // metype twice).
+        let mut lists: Vec<Vec<Vec<&'a [u32]>>> = dry_run
+            .populations
+            .iter()
+            .map(|_| vec![Vec::new(); kb.len()])
+            .collect();
+        for (p, pop) in dry_run.populations.iter().enumerate() {
+            for (m, gids) in &pop.metype_gids {
+                lists[p][*m].push(gids);
+            }
+        }
+        let mut segments = Vec::new();
+        let mut len = 0;
+        for group in order.chunk_by(|&a, &b| kb[a] == kb[b]) {
+            for (p, lists) in lists.iter().enumerate() {
+                let parts: Vec<&[u32]> = group.iter().flat_map(|&m| lists[m].iter().copied()).collect();
+                let gids: Cow<[u32]> = match parts.as_slice() {
+                    [] => continue,
+                    [one] if one.windows(2).all(|w| w[0] < w[1]) => Cow::Borrowed(one),
+                    _ => {
+                        let mut all = parts.concat();
+                        all.sort_unstable();
+                        Cow::Owned(all)
+                    }
+                };
+                if gids.is_empty() {
+                    continue;
+                }
+                let n = gids.len();
+                segments.push(Segment {
+                    start: len,
+                    kb: kb[group[0]],
+                    population: p as u32,
+                    gids,
+                });
+                len += n;
+            }
+        }
+        Self::finish(segments, len)
+    }
+
+    /// Cells of one metype differ: a plain sort, then runs of equal KB and population.
+    fn per_cell(dry_run: &DryRun) -> Order<'static> {
         let mut cells: Vec<Cell> = Vec::with_capacity(dry_run.cell_count());
         for (p, pop) in dry_run.populations.iter().enumerate() {
             cells.extend(pop.cells().map(|(gid, m)| Cell {
@@ -86,49 +130,243 @@ fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
                 .then(a.population.cmp(&b.population))
                 .then(a.gid.cmp(&b.gid))
         });
-        return cells;
+        let mut segments = Vec::new();
+        let mut start = 0;
+        for run in cells.chunk_by(|a, b| a.kb.to_bits() == b.kb.to_bits() && a.population == b.population) {
+            segments.push(Segment {
+                start,
+                kb: run[0].kb,
+                population: run[0].population,
+                gids: Cow::Owned(run.iter().map(|c| c.gid).collect()),
+            });
+            start += run.len();
+        }
+        Order::finish(segments, start)
     }
-    let kb = dry_run.metype_cell_kb();
-    let mut per_metype: Vec<Vec<Cell>> = vec![Vec::new(); kb.len()];
-    for (p, pop) in dry_run.populations.iter().enumerate() {
-        for (m, gids) in &pop.metype_gids {
-            per_metype[*m].extend(gids.iter().map(|&gid| Cell {
-                kb: kb[*m],
-                population: p as u32,
-                gid,
-            }));
+
+    fn finish(segments: Vec<Segment<'a>>, len: usize) -> Order<'a> {
+        let starts: Vec<usize> = segments.iter().map(|s| s.start).collect();
+        let mut kb_end = vec![len; segments.len()];
+        for k in (0..segments.len().saturating_sub(1)).rev() {
+            let next = &segments[k + 1];
+            kb_end[k] = if next.kb == segments[k].kb {
+                kb_end[k + 1]
+            } else {
+                next.start
+            };
+        }
+        let mut block = Vec::with_capacity((len >> BLOCK_SHIFT) + 1);
+        let mut k = 0;
+        for j in 0..len.div_ceil(1 << BLOCK_SHIFT) {
+            while k + 1 < starts.len() && starts[k + 1] <= j << BLOCK_SHIFT {
+                k += 1;
+            }
+            block.push(k as u32);
+        }
+        Order {
+            kbs: segments.iter().map(|s| s.kb).collect(),
+            segments,
+            starts,
+            kb_end,
+            block,
+            len,
         }
     }
-    let mut order: Vec<usize> = (0..kb.len()).collect();
-    order.sort_by(|&a, &b| kb[b].total_cmp(&kb[a]));
-    let mut cells = Vec::with_capacity(dry_run.cell_count());
-    for group in order.chunk_by(|&a, &b| kb[a] == kb[b]) {
-        let start = cells.len();
-        for &m in group {
-            cells.append(&mut per_metype[m]);
+
+    /// The segment holding the cell at position `i`.
+    #[inline]
+    fn segment_of(&self, i: u32) -> usize {
+        let mut k = self.block[(i >> BLOCK_SHIFT) as usize] as usize;
+        while k + 1 < self.starts.len() && self.starts[k + 1] <= i as usize {
+            k += 1;
         }
-        cells[start..].sort_unstable_by_key(|c| (c.population, c.gid));
+        k
     }
-    cells
+
+    #[inline]
+    fn kb(&self, i: u32) -> f64 {
+        self.segments[self.segment_of(i)].kb
+    }
+
+    /// The first position whose KB is at most `x` (`len` when none): position `i` weighs
+    /// more than `x` exactly when `i` is below it.
+    fn first_at_most(&self, x: f64) -> u32 {
+        let k = self.kbs.partition_point(|&kb| kb > x);
+        self.starts.get(k).map_or(self.len, |&s| s) as u32
+    }
 }
 
-/// LPT list scheduling. Returns bucket loads and, per bucket, its cells in descending KB
-/// order (the order they were placed in). Cells are stored by value so that refinement
-/// scans contiguous memory.
-fn greedy(cells: &[Cell], nbuckets: usize) -> (Vec<f64>, Vec<Vec<Cell>>) {
-    let mut heap: BinaryHeap<Lightest<usize>> =
-        (0..nbuckets).map(|key| Lightest { load: 0.0, key }).collect();
-    let mut members = vec![Vec::new(); nbuckets];
-    for c in cells {
-        let mut top = heap.peek_mut().expect("at least one bucket");
-        top.load += c.kb;
-        members[top.key].push(*c);
+/// Runs the LPT strategy. Panics when the dry run has 2^32 - 1 cells or more
+/// ([`BalancerConfig::check_size`] refuses them first).
+pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
+    let order = Order::new(dry_run);
+    assert!(
+        order.len < u32::MAX as usize,
+        "lpt balances fewer than 2^32 cells"
+    );
+
+    let nbuckets = config.buckets();
+    let (mut loads, mut members) = greedy(&order, nbuckets);
+    refine(&order, &mut loads, &mut members);
+    let labels = deal_to_ranks(&loads, config.ranks, config.cycles);
+
+    let mut populations: Vec<PopulationAllocation> = dry_run
+        .populations
+        .iter()
+        .map(|p| PopulationAllocation {
+            name: p.name.clone(),
+            buckets: BTreeMap::new(),
+        })
+        .collect();
+    // Bucket by bucket, each bucket's list freed once its gids are out.
+    let mut scratch: Vec<Vec<u32>> = vec![Vec::new(); populations.len()];
+    for (b, items) in members.iter_mut().enumerate() {
+        let items = std::mem::take(items);
+        let mut k = 0;
+        for &i in &items {
+            while k + 1 < order.starts.len() && order.starts[k + 1] <= i as usize {
+                k += 1;
+            }
+            let s = &order.segments[k];
+            scratch[s.population as usize].push(s.gids[i as usize - s.start]);
+        }
+        drop(items);
+        for (p, gids) in scratch.iter_mut().enumerate() {
+            if !gids.is_empty() {
+                gids.sort_unstable();
+                populations[p].buckets.insert(labels[b], gids.as_slice().to_vec());
+                gids.clear();
+            }
+        }
     }
+    Allocation {
+        ranks: config.ranks,
+        cycles: config.cycles,
+        populations,
+    }
+}
+
+/// LPT list scheduling. Returns bucket loads and, per bucket, the positions of its cells in
+/// ascending order (descending KB, the order they were placed in).
+fn greedy(order: &Order, nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
     let mut loads = vec![0.0; nbuckets];
-    for e in heap {
-        loads[e.key] = e.load;
+    let mut lightest = LightestTree::new(nbuckets);
+    let mut members = vec![Vec::new(); nbuckets];
+    for s in &order.segments {
+        for i in s.start..s.start + s.gids.len() {
+            let b = lightest.top();
+            loads[b] += s.kb;
+            members[b].push(i as u32);
+            lightest.update(&loads, b);
+        }
     }
     (loads, members)
+}
+
+/// The lightest bucket, ties to the lowest index (the order of a min-heap of
+/// [`Lightest`] entries keyed by bucket index): a tournament tree over the loads, where a
+/// change of one load replays only its path to the root (one comparison per level).
+struct LightestTree {
+    size: usize,
+    /// Node `n` holds the lightest bucket below it (`u32::MAX`: none); leaves from `size`.
+    win: Vec<u32>,
+}
+
+impl LightestTree {
+    /// A tree over `n` buckets of load 0.
+    fn new(n: usize) -> LightestTree {
+        let size = n.next_power_of_two();
+        let mut win = vec![u32::MAX; 2 * size];
+        for b in 0..n {
+            win[size + b] = b as u32;
+        }
+        // All loads are 0: the left child always wins.
+        for node in (1..size).rev() {
+            win[node] = if win[2 * node] != u32::MAX {
+                win[2 * node]
+            } else {
+                win[2 * node + 1]
+            };
+        }
+        LightestTree { size, win }
+    }
+
+    #[inline]
+    fn top(&self) -> usize {
+        self.win[1] as usize
+    }
+
+    /// Replays the path of bucket `b` after its load changed.
+    #[inline]
+    fn update(&mut self, loads: &[f64], b: usize) {
+        let mut node = (self.size + b) / 2;
+        while node >= 1 {
+            let (l, r) = (self.win[2 * node], self.win[2 * node + 1]);
+            self.win[node] = if r == u32::MAX || (l != u32::MAX && loads[l as usize] <= loads[r as usize]) {
+                l
+            } else {
+                r
+            };
+            node /= 2;
+        }
+    }
+}
+
+/// The heaviest and the lightest bucket (the first of several equal ones, as a scan from
+/// bucket 0 finds them), kept in two tournament trees updated in O(log B) per change.
+struct Extremes {
+    size: usize,
+    /// Node `n` holds the index of the heaviest (lightest) bucket below it; leaves from `size`.
+    max: Vec<u32>,
+    min: Vec<u32>,
+}
+
+impl Extremes {
+    fn new(loads: &[f64]) -> Extremes {
+        let size = loads.len().next_power_of_two();
+        let mut e = Extremes {
+            size,
+            max: vec![u32::MAX; 2 * size],
+            min: vec![u32::MAX; 2 * size],
+        };
+        for b in 0..loads.len() {
+            e.max[size + b] = b as u32;
+            e.min[size + b] = b as u32;
+        }
+        for n in (1..size).rev() {
+            e.pull(loads, n);
+        }
+        e
+    }
+
+    /// The winner of two children: the heavier (lighter), the left one on a tie.
+    fn pull(&mut self, loads: &[f64], n: usize) {
+        let pick = |a: u32, b: u32, better: fn(f64, f64) -> bool| -> u32 {
+            match (a, b) {
+                (u32::MAX, x) | (x, u32::MAX) => x,
+                (a, b) if better(loads[b as usize], loads[a as usize]) => b,
+                (a, _) => a,
+            }
+        };
+        self.max[n] = pick(self.max[2 * n], self.max[2 * n + 1], |x, y| x > y);
+        self.min[n] = pick(self.min[2 * n], self.min[2 * n + 1], |x, y| x < y);
+    }
+
+    fn update(&mut self, loads: &[f64], b: usize) {
+        let mut n = (self.size + b) / 2;
+        while n >= 1 {
+            self.pull(loads, n);
+            n /= 2;
+        }
+    }
+
+    fn heaviest(&self) -> usize {
+        self.max[1] as usize
+    }
+
+    fn lightest(&self) -> usize {
+        self.min[1] as usize
+    }
 }
 
 /// The best transfer found from the heaviest bucket to the lightest.
@@ -140,23 +378,16 @@ enum Transfer {
 }
 
 /// Moves and swaps between the heaviest and the lightest bucket while that lowers the
-/// heavier of the two. `members[b]` stays sorted by descending KB.
-fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
+/// heavier of the two. `members[b]` stays sorted (by descending KB).
+fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
     if loads.len() < 2 {
         return;
     }
-    let kb = |c: &Cell| c.kb;
+    let kb = |i: &u32| order.kb(*i);
+    let mut extremes = Extremes::new(loads);
     let max_steps = 4 * loads.len() + 1000;
     for _ in 0..max_steps {
-        let (mut h, mut l) = (0, 0);
-        for b in 1..loads.len() {
-            if loads[b] > loads[h] {
-                h = b;
-            }
-            if loads[b] < loads[l] {
-                l = b;
-            }
-        }
+        let (h, l) = (extremes.heaviest(), extremes.lightest());
         let gap = loads[h] - loads[l];
         // Tolerance so float noise cannot make two buckets trade the same cell forever.
         let eps = 1e-9 * loads[h].abs().max(1.0);
@@ -177,7 +408,8 @@ fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
         };
         // Move: the cell of the heavy bucket closest to half the gap.
         let heavy = &members[h];
-        let pos = heavy.partition_point(|c| kb(c) > half);
+        let lighter_than_half = order.first_at_most(half);
+        let pos = heavy.partition_point(|&c| c < lighter_than_half);
         for p in [pos.wrapping_sub(1), pos] {
             if let Some(c) = heavy.get(p) {
                 consider(kb(c), Transfer::Move(p));
@@ -185,25 +417,33 @@ fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
         }
         // Swap: for each distinct KB `a` in the heavy bucket, the light cell `b` closest to
         // `a - half`, so the transfer `a - b` is closest to half the gap.
+        // `a` falls along the heavy bucket, so the boundaries searched for (the first
+        // segment of KB <= `a - half`, the first light cell below it) only move forward:
+        // they are found by advancing, not by a binary search each.
         let light = &members[l];
-        let mut p = 0;
+        let (mut p, mut k_at_most, mut q) = (0, 0, 0);
         while p < heavy.len() {
-            let a = kb(&heavy[p]);
+            let k = order.segment_of(heavy[p]);
+            let a = order.segments[k].kb;
             let target = a - half;
-            let q = light.partition_point(|c| kb(c) > target);
+            k_at_most = advance(&order.kbs, k_at_most, |&x| x > target);
+            let below = order.starts.get(k_at_most).map_or(order.len, |&s| s) as u32;
+            q = advance(light, q, |&c| c < below);
             for q in [q.wrapping_sub(1), q] {
                 if let Some(c) = light.get(q) {
                     consider(a - kb(c), Transfer::Swap(p, q));
                 }
             }
-            while p < heavy.len() && kb(&heavy[p]) == a {
+            // Past the cells of KB `a` (contiguous positions).
+            let end = order.kb_end[k];
+            p += 1;
+            while p < heavy.len() && (heavy[p] as usize) < end {
                 p += 1;
             }
         }
         let Some((d, transfer)) = best else { break };
-        let insert_sorted = |v: &mut Vec<Cell>, c: Cell| {
-            let key = |x: &Cell| (std::cmp::Reverse(x.kb.to_bits()), x.population, x.gid);
-            let at = v.partition_point(|x| key(x) < key(&c));
+        let insert_sorted = |v: &mut Vec<u32>, c: u32| {
+            let at = v.partition_point(|&x| x < c);
             v.insert(at, c);
         };
         match transfer {
@@ -220,7 +460,22 @@ fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
         }
         loads[h] -= d;
         loads[l] += d;
+        extremes.update(loads, h);
+        extremes.update(loads, l);
     }
+}
+
+/// The first index at or after `from` where `before` is false, for a `before` that is true
+/// then false along `v` and true below `from`: a galloping search (steps 1, 2, 4, ... then a
+/// binary search), O(log distance).
+fn advance<T>(v: &[T], mut from: usize, before: impl Fn(&T) -> bool) -> usize {
+    let mut step = 1;
+    while from + step <= v.len() && before(&v[from + step - 1]) {
+        from += step;
+        step *= 2;
+    }
+    let end = (from + step - 1).min(v.len());
+    from + v[from..end].partition_point(before)
 }
 
 /// Deals buckets (heaviest first) to the rank with the smallest total that still has a free
@@ -252,30 +507,61 @@ fn deal_to_ranks(loads: &[f64], ranks: u32, cycles: u32) -> Vec<Bucket> {
 mod tests {
     use super::*;
 
-    fn cells(kbs: &[f64]) -> Vec<Cell> {
-        kbs.iter()
+    fn order(kbs: &[f64]) -> Order<'static> {
+        // One population, gid = position; `kbs` must be non-increasing.
+        let segments = kbs
+            .iter()
             .enumerate()
-            .map(|(g, &kb)| Cell {
+            .map(|(g, &kb)| Segment {
+                start: g,
                 kb,
                 population: 0,
-                gid: g as u32,
+                gids: Cow::Owned(vec![g as u32]),
             })
-            .collect()
+            .collect();
+        Order::finish(segments, kbs.len())
     }
 
     #[test]
     fn refinement_fixes_what_greedy_leaves() {
         // LPT on {3,3,2,2,2} into 2 buckets gives 7 / 5; the optimum is 6 / 6.
-        let c = cells(&[3.0, 3.0, 2.0, 2.0, 2.0]);
-        let (mut loads, mut members) = greedy(&c, 2);
+        let o = order(&[3.0, 3.0, 2.0, 2.0, 2.0]);
+        let (mut loads, mut members) = greedy(&o, 2);
         let mut sorted = loads.clone();
         sorted.sort_by(f64::total_cmp);
         assert_eq!(sorted, vec![5.0, 7.0]);
-        refine(&mut loads, &mut members);
+        refine(&o, &mut loads, &mut members);
         assert_eq!(loads, vec![6.0, 6.0]);
         for (b, m) in members.iter().enumerate() {
-            assert_eq!(m.iter().map(|c| c.kb).sum::<f64>(), loads[b]);
+            assert_eq!(m.iter().map(|&c| o.kb(c)).sum::<f64>(), loads[b]);
         }
+    }
+
+    #[test]
+    fn extremes_are_the_first_heaviest_and_lightest() {
+        let mut loads = vec![3.0, 5.0, 1.0, 5.0, 1.0, 2.0];
+        let mut e = Extremes::new(&loads);
+        assert_eq!((e.heaviest(), e.lightest()), (1, 2));
+        loads[1] = 0.5;
+        e.update(&loads, 1);
+        assert_eq!((e.heaviest(), e.lightest()), (3, 1));
+        loads[0] = 9.0;
+        e.update(&loads, 0);
+        assert_eq!(e.heaviest(), 0);
+    }
+
+    #[test]
+    fn advance_finds_the_partition_point() {
+        let v: Vec<u32> = (0..100).map(|x| x * 2).collect();
+        for t in 0..210 {
+            for from in [0, 1, 7, 50] {
+                let expected = v.partition_point(|&x| x < t);
+                if expected >= from {
+                    assert_eq!(advance(&v, from, |&x| x < t), expected, "{t} from {from}");
+                }
+            }
+        }
+        assert_eq!(advance::<u32>(&[], 0, |_| true), 0);
     }
 
     #[test]
@@ -286,5 +572,267 @@ mod tests {
         assert_eq!(labels[1].rank, labels[2].rank);
         assert_ne!(labels[0].rank, labels[1].rank);
         assert_ne!(labels[0].cycle, labels[3].cycle);
+    }
+
+    /// The straightforward implementation (cells by value, a scan for the heaviest and
+    /// lightest bucket each step, a map lookup per cell), as the optimised one must match.
+    mod reference {
+        use std::collections::{BTreeMap, BinaryHeap};
+
+        use crate::allocation::{Allocation, PopulationAllocation};
+        use crate::dryrun::DryRun;
+        use crate::strategy::{BalancerConfig, Lightest};
+
+        /// One cell to place.
+        #[derive(Debug, Clone, Copy)]
+        struct Cell {
+            kb: f64,
+            population: u32,
+            gid: u32,
+        }
+
+        /// Runs the LPT strategy (the cell-by-cell implementation).
+        pub(super) fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
+            let cells = cells_heaviest_first(dry_run);
+
+            let nbuckets = config.buckets();
+            let (mut loads, mut members) = greedy(&cells, nbuckets);
+            refine(&mut loads, &mut members);
+            let labels = super::super::deal_to_ranks(&loads, config.ranks, config.cycles);
+
+            let mut populations: Vec<PopulationAllocation> = dry_run
+                .populations
+                .iter()
+                .map(|p| PopulationAllocation {
+                    name: p.name.clone(),
+                    buckets: BTreeMap::new(),
+                })
+                .collect();
+            for (b, items) in members.iter().enumerate() {
+                for c in items {
+                    populations[c.population as usize]
+                        .buckets
+                        .entry(labels[b])
+                        .or_default()
+                        .push(c.gid);
+                }
+            }
+            for p in &mut populations {
+                for gids in p.buckets.values_mut() {
+                    gids.sort_unstable();
+                }
+            }
+            Allocation {
+                ranks: config.ranks,
+                cycles: config.cycles,
+                populations,
+            }
+        }
+
+        /// Every cell, heaviest first; ties by population index, then gid. Cells of one metype
+        /// weigh the same, so this sorts metypes (few) and only the cells of equal-KB metypes
+        /// among themselves, instead of comparison-sorting millions of cells.
+        fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
+            if dry_run.has_cell_synapses() {
+                // Cells of one metype differ: a plain sort.
+                let mut cells: Vec<Cell> = Vec::with_capacity(dry_run.cell_count());
+                for (p, pop) in dry_run.populations.iter().enumerate() {
+                    cells.extend(pop.cells().map(|(gid, m)| Cell {
+                        kb: dry_run.cell_kb(pop, gid, m),
+                        population: p as u32,
+                        gid,
+                    }));
+                }
+                cells.sort_unstable_by(|a, b| {
+                    b.kb.total_cmp(&a.kb)
+                        .then(a.population.cmp(&b.population))
+                        .then(a.gid.cmp(&b.gid))
+                });
+                return cells;
+            }
+            let kb = dry_run.metype_cell_kb();
+            let mut per_metype: Vec<Vec<Cell>> = vec![Vec::new(); kb.len()];
+            for (p, pop) in dry_run.populations.iter().enumerate() {
+                for (m, gids) in &pop.metype_gids {
+                    per_metype[*m].extend(gids.iter().map(|&gid| Cell {
+                        kb: kb[*m],
+                        population: p as u32,
+                        gid,
+                    }));
+                }
+            }
+            let mut order: Vec<usize> = (0..kb.len()).collect();
+            order.sort_by(|&a, &b| kb[b].total_cmp(&kb[a]));
+            let mut cells = Vec::with_capacity(dry_run.cell_count());
+            for group in order.chunk_by(|&a, &b| kb[a] == kb[b]) {
+                let start = cells.len();
+                for &m in group {
+                    cells.append(&mut per_metype[m]);
+                }
+                cells[start..].sort_unstable_by_key(|c| (c.population, c.gid));
+            }
+            cells
+        }
+
+        /// LPT list scheduling. Returns bucket loads and, per bucket, its cells in descending KB
+        /// order (the order they were placed in). Cells are stored by value so that refinement
+        /// scans contiguous memory.
+        fn greedy(cells: &[Cell], nbuckets: usize) -> (Vec<f64>, Vec<Vec<Cell>>) {
+            let mut heap: BinaryHeap<Lightest<usize>> =
+                (0..nbuckets).map(|key| Lightest { load: 0.0, key }).collect();
+            let mut members = vec![Vec::new(); nbuckets];
+            for c in cells {
+                let mut top = heap.peek_mut().expect("at least one bucket");
+                top.load += c.kb;
+                members[top.key].push(*c);
+            }
+            let mut loads = vec![0.0; nbuckets];
+            for e in heap {
+                loads[e.key] = e.load;
+            }
+            (loads, members)
+        }
+
+        /// The best transfer found from the heaviest bucket to the lightest.
+        enum Transfer {
+            /// Move the cell at this position of the heavy bucket.
+            Move(usize),
+            /// Swap the cells at these positions (heavy, light).
+            Swap(usize, usize),
+        }
+
+        /// Moves and swaps between the heaviest and the lightest bucket while that lowers the
+        /// heavier of the two. `members[b]` stays sorted by descending KB.
+        fn refine(loads: &mut [f64], members: &mut [Vec<Cell>]) {
+            if loads.len() < 2 {
+                return;
+            }
+            let kb = |c: &Cell| c.kb;
+            let max_steps = 4 * loads.len() + 1000;
+            for _ in 0..max_steps {
+                let (mut h, mut l) = (0, 0);
+                for b in 1..loads.len() {
+                    if loads[b] > loads[h] {
+                        h = b;
+                    }
+                    if loads[b] < loads[l] {
+                        l = b;
+                    }
+                }
+                let gap = loads[h] - loads[l];
+                // Tolerance so float noise cannot make two buckets trade the same cell forever.
+                let eps = 1e-9 * loads[h].abs().max(1.0);
+                if gap <= 2.0 * eps {
+                    break;
+                }
+                let half = gap / 2.0;
+                let useful = |d: f64| d > eps && d < gap - eps;
+                let mut best: Option<(f64, Transfer)> = None;
+                let mut consider = |d: f64, t: Transfer| {
+                    if useful(d)
+                        && best
+                            .as_ref()
+                            .is_none_or(|(bd, _)| (d - half).abs() < (bd - half).abs())
+                    {
+                        best = Some((d, t));
+                    }
+                };
+                // Move: the cell of the heavy bucket closest to half the gap.
+                let heavy = &members[h];
+                let pos = heavy.partition_point(|c| kb(c) > half);
+                for p in [pos.wrapping_sub(1), pos] {
+                    if let Some(c) = heavy.get(p) {
+                        consider(kb(c), Transfer::Move(p));
+                    }
+                }
+                // Swap: for each distinct KB `a` in the heavy bucket, the light cell `b` closest to
+                // `a - half`, so the transfer `a - b` is closest to half the gap.
+                let light = &members[l];
+                let mut p = 0;
+                while p < heavy.len() {
+                    let a = kb(&heavy[p]);
+                    let target = a - half;
+                    let q = light.partition_point(|c| kb(c) > target);
+                    for q in [q.wrapping_sub(1), q] {
+                        if let Some(c) = light.get(q) {
+                            consider(a - kb(c), Transfer::Swap(p, q));
+                        }
+                    }
+                    while p < heavy.len() && kb(&heavy[p]) == a {
+                        p += 1;
+                    }
+                }
+                let Some((d, transfer)) = best else { break };
+                let insert_sorted = |v: &mut Vec<Cell>, c: Cell| {
+                    let key = |x: &Cell| (std::cmp::Reverse(x.kb.to_bits()), x.population, x.gid);
+                    let at = v.partition_point(|x| key(x) < key(&c));
+                    v.insert(at, c);
+                };
+                match transfer {
+                    Transfer::Move(p) => {
+                        let i = members[h].remove(p);
+                        insert_sorted(&mut members[l], i);
+                    }
+                    Transfer::Swap(p, q) => {
+                        let i = members[h].remove(p);
+                        let j = members[l].remove(q);
+                        insert_sorted(&mut members[l], i);
+                        insert_sorted(&mut members[h], j);
+                    }
+                }
+                loads[h] -= d;
+                loads[l] += d;
+            }
+        }
+    }
+
+    #[test]
+    fn matches_the_reference_implementation_on_random_dry_runs() {
+        use crate::synthetic::{generate, generate_circuit, CircuitSpec, SyntheticSpec};
+        for seed in 0..24u64 {
+            let spec = SyntheticSpec {
+                cells: 300 + 1733 * seed as usize,
+                metypes: 2 + 11 * seed as usize,
+                populations: 1 + seed as usize % 4,
+                seed,
+            };
+            let mut dry_run = if seed % 4 == 3 {
+                generate_circuit(&CircuitSpec {
+                    dry_run: spec,
+                    synapses: 50_000,
+                    ..CircuitSpec::default()
+                })
+                .unwrap()
+                .dry_run
+            } else {
+                generate(&spec).unwrap()
+            };
+            if seed % 4 == 1 {
+                // Equal KB across metypes (runs merged across metypes), and gids out of
+                // order within a metype.
+                let n = dry_run.metypes.len();
+                for (i, m) in dry_run.metypes.iter_mut().enumerate() {
+                    m.memory_kb = (i % 3) as f64 * 100.0;
+                    m.synapses_per_cell = if i == n - 1 { 0.5 } else { 0.0 };
+                }
+                for p in &mut dry_run.populations {
+                    for (_, g) in &mut p.metype_gids {
+                        g.reverse();
+                    }
+                }
+            }
+            for (ranks, cycles) in [(1, 1), (3, 1), (16, 4), (97, 1), (256, 2), (4000, 1)] {
+                let config = BalancerConfig::builder()
+                    .ranks(ranks)
+                    .cycles(cycles)
+                    .build()
+                    .unwrap();
+                assert_eq!(
+                    balance(&dry_run, &config),
+                    reference::balance(&dry_run, &config),
+                    "seed {seed}, {ranks} × {cycles}"
+                );
+            }
+        }
     }
 }

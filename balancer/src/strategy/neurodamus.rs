@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
 use crate::dryrun::DryRun;
 use crate::strategy::{BalancerConfig, Lightest};
+use crate::summary::LoadStats;
 
 /// neurodamus' `MAX_ALLOCATION_STEPS`: a batch is about a tenth of a bucket's cells.
 pub const MAX_ALLOCATION_STEPS: f64 = 10.0;
@@ -77,9 +78,133 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     }
 }
 
+/// The overall statistics that [`crate::Summary::new`] gives for [`balance`]'s allocation
+/// (every figure to the last bit: cells are summed in the same order), computed without
+/// building the allocation: memory per bucket, not per cell. For the comparison with
+/// neurodamus that `ballast dry-run` prints.
+pub fn overall_stats(dry_run: &DryRun, config: &BalancerConfig) -> LoadStats {
+    let kb = dry_run.metype_cell_kb();
+    let mut order: Vec<usize> = (0..kb.len()).collect();
+    order.sort_by(|&a, &b| kb[b].total_cmp(&kb[a]));
+    let buckets = config.buckets();
+    let cycles = config.cycles as usize;
+    let index = |b: Bucket| b.rank as usize * cycles + b.cycle as usize;
+    let (mut all_cells, mut all_kb) = (vec![0usize; buckets], vec![0.0f64; buckets]);
+    let mut heaviest = 0.0f64;
+    for pop in &dry_run.populations {
+        let size = batch_size(pop.cell_count(), buckets);
+        let mut heap: BinaryHeap<Lightest<Bucket>> = (0..config.ranks)
+            .flat_map(|rank| (0..config.cycles).map(move |cycle| Bucket { rank, cycle }))
+            .map(|key| Lightest { load: 0.0, key })
+            .collect();
+        // This population's cells and KB per bucket, each bucket's cells summed in the order
+        // the allocation lists them (batches in the order they were assigned).
+        let (mut cells, mut pop_kb) = (vec![0usize; buckets], vec![0.0f64; buckets]);
+        // The weights of the batch's cells as the summary weighs them (their own synapses
+        // when known), beside the batch's load as neurodamus sums it (metype averages).
+        let mut batch: Vec<f64> = Vec::with_capacity(size);
+        let mut batch_kb = 0.0;
+        let mut assign = |batch: &mut Vec<f64>, batch_kb: &mut f64| {
+            let mut top = heap.pop().expect("at least one bucket");
+            let b = index(top.key);
+            for &w in batch.iter() {
+                pop_kb[b] += w;
+            }
+            cells[b] += batch.len();
+            batch.clear();
+            top.load += *batch_kb;
+            *batch_kb = 0.0;
+            heap.push(top);
+        };
+        for &m in &order {
+            for (_, gids) in pop.metype_gids.iter().filter(|(pm, _)| *pm == m) {
+                for &gid in gids {
+                    let w = match pop.cell_synapses {
+                        Some(_) => dry_run.cell_kb(pop, gid, m),
+                        None => kb[m],
+                    };
+                    heaviest = heaviest.max(w);
+                    batch.push(w);
+                    batch_kb += kb[m];
+                    if batch.len() == size {
+                        assign(&mut batch, &mut batch_kb);
+                    }
+                }
+            }
+        }
+        if !batch.is_empty() {
+            assign(&mut batch, &mut batch_kb);
+        }
+        for b in 0..buckets {
+            if cells[b] > 0 {
+                all_cells[b] += cells[b];
+                all_kb[b] += pop_kb[b];
+            }
+        }
+    }
+    let loads: Vec<(Bucket, f64)> = (0..buckets)
+        .filter(|&b| all_cells[b] > 0)
+        .map(|b| {
+            let bucket = Bucket {
+                rank: (b / cycles) as u32,
+                cycle: (b % cycles) as u32,
+            };
+            (bucket, all_kb[b])
+        })
+        .collect();
+    LoadStats::from_loads(
+        config.ranks,
+        config.cycles,
+        &loads,
+        all_cells.iter().sum(),
+        heaviest,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn overall_stats_are_the_summary_of_the_allocation() {
+        use crate::synthetic::{generate, generate_circuit, CircuitSpec, SyntheticSpec};
+        for seed in 0..12u64 {
+            let spec = SyntheticSpec {
+                cells: 500 + 997 * seed as usize,
+                metypes: 3 + 7 * seed as usize,
+                populations: 1 + seed as usize % 3,
+                seed,
+            };
+            let dry_run = if seed % 3 == 2 {
+                // Per-cell synapse counts: the summary weighs cells by their own.
+                let d = generate_circuit(&CircuitSpec {
+                    dry_run: spec,
+                    synapses: 20_000,
+                    ..CircuitSpec::default()
+                })
+                .unwrap()
+                .dry_run;
+                assert!(d.has_cell_synapses());
+                d
+            } else {
+                generate(&spec).unwrap()
+            };
+            for (ranks, cycles) in [(1, 1), (7, 3), (64, 1), (1000, 2)] {
+                let config = BalancerConfig::builder()
+                    .ranks(ranks)
+                    .cycles(cycles)
+                    .strategy(crate::Strategy::Neurodamus)
+                    .build()
+                    .unwrap();
+                let expected = crate::Summary::new(&balance(&dry_run, &config), &dry_run).overall;
+                assert_eq!(
+                    overall_stats(&dry_run, &config),
+                    expected,
+                    "seed {seed}, {ranks} × {cycles}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn batch_size_matches_python() {

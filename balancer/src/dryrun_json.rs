@@ -1,0 +1,685 @@
+//! The streaming reader of neurodamus' `cell_memory_usage.json`: typed serde visitors that
+//! read the file straight into per-metype gid arrays (no `serde_json::Value` tree), then
+//! validate them with the same checks, in the same order and with the same messages as
+//! [`DryRun::from_json_value`], which stays the reference.
+//!
+//! serde_json's `preserve_order` semantics are kept: an object's keys come in first-seen
+//! order and a repeated key replaces its value in place. Values of the wrong kind are kept
+//! as "other" (and drained through the same deserializer, so nesting and number limits are
+//! enforced as when building a `Value`), and reported when validation reaches them.
+//! Everything read grows with the file: no size is taken from the input.
+use std::collections::HashMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::Path;
+
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+use crate::dryrun::{DryRun, Metype, Population, KNOWN_KEYS};
+use crate::error::{BalancerError, Result};
+
+/// Entries of one JSON object in first-seen key order; a repeated key replaces its value in
+/// place (as serde_json's `Map` with `preserve_order`).
+struct Entries<V> {
+    list: Vec<(String, V)>,
+    index: HashMap<String, usize>,
+}
+
+impl<V> Entries<V> {
+    fn new() -> Self {
+        Entries {
+            list: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+
+    fn insert(&mut self, key: String, value: V) {
+        match self.index.get(&key) {
+            Some(&i) => self.list[i].1 = value,
+            None => {
+                self.index.insert(key.clone(), self.list.len());
+                self.list.push((key, value));
+            }
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&V> {
+        self.index.get(key).map(|&i| &self.list[i].1)
+    }
+}
+
+/// A value that should be an object: its entries, or something else.
+enum Object<V> {
+    Entries(Entries<V>),
+    Other,
+}
+
+/// A value that should be a number (as `Value::as_f64` reads it), or something else.
+struct Number(Option<f64>);
+
+/// A value that should be an array of gids: the gids up to the first element that is not a
+/// u32, that element's index and JSON text; or something else than an array.
+enum Gids {
+    Array {
+        gids: Vec<u32>,
+        bad: Option<(usize, String)>,
+    },
+    Other,
+}
+
+/// One element of a gid array.
+enum Gid {
+    Ok(u32),
+    Bad(Value),
+}
+
+/// Any JSON value, read and dropped through `deserialize_any` (so that the deserializer's
+/// nesting limit and number checks apply, as when a `Value` is built).
+struct Drain;
+
+/// The top level of the file.
+enum Root {
+    Object(Box<RootObject>),
+    Other,
+}
+
+/// The top-level object's keys and the values of the known ones.
+struct RootObject {
+    /// Every top-level key, first-seen order.
+    keys: Vec<String>,
+    memory: Option<Object<Number>>,
+    synapses: Option<Object<Number>>,
+    populations: Option<Object<Object<Gids>>>,
+}
+
+/// Visitor methods that drain a value of the wrong kind and return `$other`.
+macro_rules! other_kinds {
+    ($other:expr; $($skip:ident),*) => {
+        other_kinds!(@each $other; $($skip),*);
+    };
+    (@each $other:expr; $($skip:ident),*) => {
+        $(other_kinds!(@one $other; $skip);)*
+    };
+    (@one $other:expr; bool) => {
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> std::result::Result<Self::Value, E> { Ok($other) }
+    };
+    (@one $other:expr; i64) => {
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> std::result::Result<Self::Value, E> { Ok($other) }
+    };
+    (@one $other:expr; u64) => {
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> std::result::Result<Self::Value, E> { Ok($other) }
+    };
+    (@one $other:expr; f64) => {
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> std::result::Result<Self::Value, E> { Ok($other) }
+    };
+    (@one $other:expr; str) => {
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> std::result::Result<Self::Value, E> { Ok($other) }
+    };
+    (@one $other:expr; unit) => {
+        fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> { Ok($other) }
+    };
+    (@one $other:expr; seq) => {
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Self::Value, A::Error> {
+            while seq.next_element::<Drain>()?.is_some() {}
+            Ok($other)
+        }
+    };
+    (@one $other:expr; map) => {
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+            while map.next_entry::<Drain, Drain>()?.is_some() {}
+            Ok($other)
+        }
+    };
+}
+
+impl<'de> Deserialize<'de> for Drain {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Drain;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            other_kinds!(Drain; bool, i64, u64, f64, str, unit, seq, map);
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Number {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Number;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Number, E> {
+                Ok(Number(Some(v as f64)))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Number, E> {
+                Ok(Number(Some(v as f64)))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Number, E> {
+                Ok(Number(Some(v)))
+            }
+            other_kinds!(Number(None); bool, str, unit, seq, map);
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Gid {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Gid;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Gid, E> {
+                Ok(u32::try_from(v).map_or(Gid::Bad(Value::from(v)), Gid::Ok))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Gid, E> {
+                Ok(Gid::Bad(Value::from(v)))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Gid, E> {
+                Ok(Gid::Bad(Value::from(v)))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> std::result::Result<Gid, E> {
+                Ok(Gid::Bad(Value::Bool(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Gid, E> {
+                Ok(Gid::Bad(Value::String(v.to_owned())))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Gid, E> {
+                Ok(Gid::Bad(Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> std::result::Result<Gid, A::Error> {
+                Value::deserialize(SeqAccessDeserializer::new(seq)).map(Gid::Bad)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<Gid, A::Error> {
+                Value::deserialize(MapAccessDeserializer::new(map)).map(Gid::Bad)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for Gids {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Gids;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Gids, A::Error> {
+                let mut gids = Vec::new();
+                let mut bad = None;
+                let mut i = 0usize;
+                while let Some(g) = seq.next_element::<Gid>()? {
+                    if bad.is_none() {
+                        match g {
+                            Gid::Ok(g) => gids.push(g),
+                            Gid::Bad(v) => bad = Some((i, v.to_string())),
+                        }
+                    }
+                    i += 1;
+                }
+                Ok(Gids::Array { gids, bad })
+            }
+            other_kinds!(Gids::Other; bool, i64, u64, f64, str, unit, map);
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Object<T>, A::Error> {
+                let mut entries = Entries::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value = map.next_value::<T>()?;
+                    entries.insert(key, value);
+                }
+                Ok(Object::Entries(entries))
+            }
+            other_kinds!(Object::Other; bool, i64, u64, f64, str, unit, seq);
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+impl<'de> Deserialize<'de> for Root {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Root;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Root, A::Error> {
+                let mut keys: Vec<String> = Vec::new();
+                let (mut memory, mut synapses, mut populations) = (None, None, None);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "metype_memory" => memory = Some(map.next_value()?),
+                        "metype_cell_syn_average" => synapses = Some(map.next_value()?),
+                        "pop_metype_gids" => populations = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<Drain>()?;
+                        }
+                    }
+                    if !keys.contains(&key) {
+                        keys.push(key);
+                    }
+                }
+                Ok(Root::Object(Box::new(RootObject {
+                    keys,
+                    memory,
+                    synapses,
+                    populations,
+                })))
+            }
+            other_kinds!(Root::Other; bool, i64, u64, f64, str, unit, seq);
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Reads `text` (the file at `path`, named in messages) as [`DryRun::from_json_file_with_notes`]
+/// does: the dry run and the notes on unknown top-level keys, or the same error.
+pub(crate) fn read(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let root = Root::deserialize(&mut de)
+        .and_then(|r| de.end().map(|()| r))
+        .map_err(|source| crate::dryrun::json_error(text, path, source))?;
+    let err = |field: String, message: String| BalancerError::DryRun {
+        path: path.to_owned(),
+        field,
+        message,
+    };
+    let Root::Object(root) = root else {
+        return Err(err("$".into(), "expected a JSON object".into()));
+    };
+    let RootObject {
+        keys,
+        memory,
+        synapses,
+        populations,
+    } = *root;
+    let notes = keys
+        .iter()
+        .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
+        .map(|k| {
+            format!(
+                "{}: ignoring unknown key {k:?} (known: {})",
+                path.display(),
+                KNOWN_KEYS.join(", ")
+            )
+        })
+        .collect();
+    fn object<'a, T>(
+        v: &'a Option<Object<T>>,
+        key: &str,
+        required: bool,
+        err: &dyn Fn(String, String) -> BalancerError,
+    ) -> Result<Option<&'a Entries<T>>> {
+        match v {
+            Some(Object::Entries(e)) => Ok(Some(e)),
+            Some(Object::Other) => Err(err(key.into(), "expected a JSON object".into())),
+            None if required => Err(err(key.into(), "missing".into())),
+            None => Ok(None),
+        }
+    }
+    let memory = object(&memory, "metype_memory", true, &err)?.expect("required");
+    let syn_average = object(&synapses, "metype_cell_syn_average", false, &err)?;
+    object(&populations, "pop_metype_gids", true, &err)?;
+    let Some(Object::Entries(pop_gids)) = populations else {
+        unreachable!("checked above")
+    };
+
+    let number = |v: &Number, field: &dyn Fn() -> String, what: &str| -> Result<f64> {
+        let x =
+            v.0.ok_or_else(|| err(field(), format!("expected a number ({what})")))?;
+        if !x.is_finite() || x < 0.0 {
+            return Err(err(field(), format!("{what} must be finite and >= 0, got {x}")));
+        }
+        Ok(x)
+    };
+    let mut metypes = Vec::with_capacity(memory.list.len());
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(memory.list.len());
+    for (name, v) in &memory.list {
+        let memory_kb = number(v, &|| format!("metype_memory[{name:?}]"), "KB per cell")?;
+        let synapses_per_cell = match syn_average.and_then(|m| m.get(name)) {
+            Some(s) => number(
+                s,
+                &|| format!("metype_cell_syn_average[{name:?}]"),
+                "synapses per cell",
+            )?,
+            None => 0.0,
+        };
+        index.insert(name.as_str(), metypes.len());
+        metypes.push(Metype {
+            name: name.clone(),
+            memory_kb,
+            synapses_per_cell,
+        });
+    }
+    if let Some(avg) = syn_average {
+        for (name, v) in &avg.list {
+            number(
+                v,
+                &|| format!("metype_cell_syn_average[{name:?}]"),
+                "synapses per cell",
+            )?;
+        }
+    }
+
+    let mut populations = Vec::with_capacity(pop_gids.list.len());
+    for (pop, per_metype) in pop_gids.list {
+        let Object::Entries(per_metype) = per_metype else {
+            return Err(err(
+                format!("pop_metype_gids[{pop:?}]"),
+                "expected an object {metype: [gid, ...]}".into(),
+            ));
+        };
+        let mut seen = Seen::new(&per_metype.list);
+        let mut metype_gids = Vec::with_capacity(per_metype.list.len());
+        for (metype, gids) in per_metype.list {
+            let field = || format!("pop_metype_gids[{pop:?}][{metype:?}]");
+            let &m = index
+                .get(metype.as_str())
+                .ok_or_else(|| err(field(), format!("metype {metype:?} is absent from metype_memory")))?;
+            let Gids::Array { gids, bad } = gids else {
+                return Err(err(field(), "expected an array of gids".into()));
+            };
+            if let Some(i) = seen.first_repeat(&gids) {
+                return Err(err(
+                    format!("{}[{i}]", field()),
+                    format!("gid {} is listed twice in population {pop:?}", gids[i]),
+                ));
+            }
+            if let Some((i, text)) = bad {
+                return Err(err(
+                    format!("{}[{i}]", field()),
+                    format!("gid must be an integer in 0..2^32, got {text}"),
+                ));
+            }
+            metype_gids.push((m, gids));
+        }
+        populations.push(Population {
+            name: pop,
+            metype_gids,
+            cell_synapses: None,
+        });
+    }
+    if populations.iter().all(|p: &Population| p.cell_count() == 0) {
+        return Err(err(
+            "pop_metype_gids".into(),
+            "no cells: there is nothing to balance".into(),
+        ));
+    }
+    let dry_run = DryRun { metypes, populations };
+    dry_run.check_costs().map_err(|(m, field, message)| {
+        err(
+            format!("{}[{:?}]", field.json_key(), dry_run.metypes[m].name),
+            message,
+        )
+    })?;
+    Ok((dry_run, notes))
+}
+
+/// The gids of one population seen so far, to find the first gid listed twice (in file
+/// order). A bitmap when the gids are compact (at most about one byte per gid, plus 8 KiB);
+/// otherwise the population is checked once by sorting a copy, and only when it does repeat
+/// a gid is it walked with a hash set.
+enum Seen {
+    Bitmap(Vec<u64>),
+    /// No gid repeats in the population.
+    Distinct,
+    Set(std::collections::HashSet<u32>),
+}
+
+impl Seen {
+    fn new(per_metype: &[(String, Gids)]) -> Seen {
+        let arrays = || {
+            per_metype.iter().filter_map(|(_, g)| match g {
+                Gids::Array { gids, .. } => Some(gids.as_slice()),
+                Gids::Other => None,
+            })
+        };
+        let count: usize = arrays().map(<[u32]>::len).sum();
+        let span = arrays().flatten().map(|&g| g as usize + 1).max().unwrap_or(0);
+        if span <= 8 * count + 65536 {
+            return Seen::Bitmap(vec![0; span.div_ceil(64)]);
+        }
+        let mut all: Vec<u32> = Vec::with_capacity(count);
+        for a in arrays() {
+            all.extend_from_slice(a);
+        }
+        all.sort_unstable();
+        if all.windows(2).all(|w| w[0] != w[1]) {
+            Seen::Distinct
+        } else {
+            Seen::Set(std::collections::HashSet::with_capacity(count))
+        }
+    }
+
+    /// Marks `gids` seen, in order; the index of the first one already seen, if any.
+    fn first_repeat(&mut self, gids: &[u32]) -> Option<usize> {
+        match self {
+            Seen::Bitmap(bits) => gids.iter().position(|&g| {
+                let (w, b) = (g as usize / 64, 1u64 << (g % 64));
+                let was = bits[w] & b != 0;
+                bits[w] |= b;
+                was
+            }),
+            Seen::Distinct => None,
+            Seen::Set(set) => gids.iter().position(|&g| !set.insert(g)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+
+    /// A random JSON object text: `entries` (key, value text) with keys possibly repeated.
+    fn object(entries: Vec<(String, String)>) -> String {
+        let body: Vec<String> = entries
+            .into_iter()
+            .map(|(k, v)| format!("{}: {v}", serde_json::to_string(&k).unwrap()))
+            .collect();
+        format!("{{{}}}", body.join(", "))
+    }
+
+    /// A value of the wrong kind or an edge case, sometimes.
+    fn odd(rng: &mut ChaCha8Rng) -> String {
+        let odd = [
+            "null",
+            "true",
+            "\"7\"",
+            "-3",
+            "1.5",
+            "1e308",
+            "5000000000",
+            "[1, [2, {\"a\": 3}]]",
+            "{\"a\": 1, \"a\": [2]}",
+            "-0.0",
+            "4294967295",
+            "4294967296",
+            "99999999999999999999",
+            "[]",
+            "{}",
+        ];
+        odd[rng.random_range(0..odd.len())].to_owned()
+    }
+
+    fn number(rng: &mut ChaCha8Rng, clean: bool) -> String {
+        match rng.random_range(0..10) {
+            0 if !clean => odd(rng),
+            1 => format!("{}", rng.random_range(0..5000u32)),
+            _ => format!("{:?}", rng.random_range(0.0..5000.0f64)),
+        }
+    }
+
+    fn name(rng: &mut ChaCha8Rng, n: usize) -> String {
+        name_of(rng.random_range(0..n))
+    }
+
+    fn name_of(i: usize) -> String {
+        ["A", "B", "C", "D", "E", "F\"q", "G"][i].to_owned()
+    }
+
+    /// A gid array; when `clean`, of gids counted up from `next` (distinct).
+    fn gids(rng: &mut ChaCha8Rng, sparse: bool, clean: bool, next: &mut u32) -> String {
+        if !clean && rng.random_range(0..25) == 0 {
+            return odd(rng);
+        }
+        let n = rng.random_range(0..12);
+        let items: Vec<String> = (0..n)
+            .map(|_| match rng.random_range(0..40) {
+                0 if !clean => odd(rng),
+                _ if clean => {
+                    *next = next.saturating_add(if sparse {
+                        rng.random_range(1..40_000_000)
+                    } else {
+                        1
+                    });
+                    format!("{next}")
+                }
+                _ if sparse => format!("{}", rng.random_range(0..u32::MAX)),
+                _ => format!("{}", rng.random_range(0..60u32)),
+            })
+            .collect();
+        format!("[{}]", items.join(",\n        "))
+    }
+
+    fn dry_run_text(rng: &mut ChaCha8Rng) -> String {
+        let sparse = rng.random_range(0..4) == 0;
+        let clean = rng.random_range(0..2) == 0;
+        let mut next = 0u32;
+        let mut root = Vec::new();
+        let keys = rng.random_range(1..6);
+        for k in 0..keys + 3 * clean as usize {
+            // Clean files have all three keys (and their metypes) after any random ones.
+            let key = match if k >= keys {
+                9 + k - keys
+            } else {
+                rng.random_range(0..12)
+            } {
+                0 => "other".to_owned(),
+                1 => "metype_cell_syn_averag".to_owned(),
+                2..=4 | 10 => "metype_memory".to_owned(),
+                5..=6 | 9 => "metype_cell_syn_average".to_owned(),
+                _ => "pop_metype_gids".to_owned(),
+            };
+            let value = if !clean && rng.random_range(0..30) == 0 {
+                odd(rng)
+            } else {
+                match key.as_str() {
+                    "metype_memory" if k >= keys => {
+                        object((0..6).map(|i| (name_of(i), number(rng, clean))).collect())
+                    }
+                    "metype_memory" | "metype_cell_syn_average" => object(
+                        (0..rng.random_range(0..7))
+                            .map(|_| (name(rng, 6), number(rng, clean)))
+                            .collect(),
+                    ),
+                    "pop_metype_gids" => object(
+                        (0..rng.random_range(0..4))
+                            .map(|_| {
+                                let pop = ["P", "Q", "R"][rng.random_range(0..3)].to_owned();
+                                next = 0;
+                                let per = if !clean && rng.random_range(0..30) == 0 {
+                                    odd(rng)
+                                } else {
+                                    object(
+                                        (0..rng.random_range(0..6))
+                                            .map(|_| {
+                                                (
+                                                    name(rng, 7 - clean as usize),
+                                                    gids(rng, sparse, clean, &mut next),
+                                                )
+                                            })
+                                            .collect(),
+                                    )
+                                };
+                                (pop, per)
+                            })
+                            .collect(),
+                    ),
+                    _ => odd(rng),
+                }
+            };
+            root.push((key, value));
+        }
+        let mut text = if !clean && rng.random_range(0..40) == 0 {
+            odd(rng)
+        } else {
+            object(root)
+        };
+        match rng.random_range(0..if clean { 1000 } else { 30 }) {
+            0 => text.truncate(rng.random_range(0..text.len())),
+            1 => text = text.replacen("1.5", "NaN", 1),
+            2 => text.push_str(" x"),
+            3 => text = format!("{}{text}{}", "[".repeat(130), "]".repeat(130)),
+            _ => {}
+        }
+        text
+    }
+
+    #[test]
+    fn streaming_reader_matches_the_value_tree_reader_on_random_files() {
+        let path = Path::new("random.json");
+        let (mut ok, mut failed) = (0, 0);
+        for seed in 0..20_000u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let text = dry_run_text(&mut rng);
+            let fast = read(text.as_bytes(), path);
+            let reference = DryRun::read_via_value(text.as_bytes(), path);
+            match (&fast, &reference) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a, b, "seed {seed}: {text}");
+                    ok += 1;
+                }
+                (Err(a), Err(b)) => {
+                    assert_eq!(a.to_string(), b.to_string(), "seed {seed}: {text}");
+                    failed += 1;
+                }
+                _ => panic!("seed {seed}: {fast:?} vs {reference:?} on {text}"),
+            }
+        }
+        // Both outcomes are exercised in number.
+        assert!(ok > 1000 && failed > 1000, "{ok} read, {failed} refused");
+    }
+
+    #[test]
+    fn streaming_reader_matches_on_a_large_synthetic_file() {
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 20_000,
+            metypes: 50,
+            populations: 3,
+            seed: 5,
+        })
+        .unwrap();
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        let path = Path::new("s.json");
+        let fast = read(&text, path).unwrap();
+        assert_eq!(fast, DryRun::read_via_value(&text, path).unwrap());
+        assert_eq!(fast.0.cell_count(), 20_000);
+    }
+}
