@@ -328,7 +328,7 @@ pub unsafe extern "C" fn ballast_local_run(
             .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
         let user = UserPtr(user);
         let user = &user;
-        let failures: Mutex<Vec<Option<(u64, c_int, String)>>> = Mutex::new(vec![None; n]);
+        let failures: Failures = Mutex::new(vec![None; n]);
         let failures_ref = &failures;
         let run = local::run(n, &cfg.cfg, move |comm| {
             run_rank(comm, main, user.get(), failures_ref)
@@ -348,6 +348,10 @@ pub unsafe extern "C" fn ballast_local_run(
     })
 }
 
+/// Each rank's failure in `ballast_local_run`, if it failed: (the order it came in, its
+/// code, its message).
+type Failures = Mutex<Vec<Option<(u64, c_int, String)>>>;
+
 /// The unwinding payload of a rank that failed: [`run_rank`] records the failure, then
 /// unwinds (without the panic hook's message) so that the launcher aborts the other ranks.
 struct RankFailed;
@@ -359,7 +363,7 @@ fn run_rank(
     comm: &mut Communicator,
     main: unsafe extern "C" fn(*mut ballast_comm, *mut c_void) -> c_int,
     user: *mut c_void,
-    failures: &Mutex<Vec<Option<(u64, c_int, String)>>>,
+    failures: &Failures,
 ) {
     let rank = comm.rank();
     let mut h = Box::new(ballast_comm::lent(comm));
