@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # 8 B and 1 MiB ping-pong through the C ABI (bench/c/pingpong.c against an installed
-# libballast) beside the same loop through the Rust API (the bench crate's capi_twin), over
-# local and over MPI, alternated ROUNDS times in one run (the order flips every round).
-# Prints each run and, per transport and size, the median of the rounds and the ratio
-# c / rust. Usage: bash bench/capi_pingpong.sh [ROUNDS]   (default 7; release builds)
+# libballast) beside the same loop through the Rust API (the bench crate's capi_twin): with
+# the calls the C program makes (`rust-irecv`: send, irecv, wait) and with Rust's blocking
+# `recv` (`rust`), over local and over MPI, alternated ROUNDS times in one run (the order
+# rotates every round). Prints each run and, per transport and size, the medians and the
+# ratios c / rust-irecv and c / rust. Usage: bash bench/capi_pingpong.sh [ROUNDS]   (default 7; release builds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-7}
@@ -19,32 +20,38 @@ mpicc -O2 -std=c11 bench/c/pingpong.c $(pkg-config --cflags --libs ballast) -o "
 mpirun_flags=(--oversubscribe)
 [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
 
-run() { # run c|rust local|mpi SIZE ITERS BLOCKS -> the ns figure
+run() { # run c|rust|rust-irecv local|mpi SIZE ITERS BLOCKS -> the ns figure
     local who=$1 transport=$2; shift 2
-    local exe="$work/pingpong"
-    [ "$who" = rust ] && exe=$rust_bin
+    local cmd=("$work/pingpong" "$transport" "$@")
+    [ "$who" = rust ] && cmd=("$rust_bin" "$transport" "$@")
+    [ "$who" = rust-irecv ] && cmd=("$rust_bin" "$transport" "$@" irecv)
     if [ "$transport" = mpi ]; then
-        mpirun "${mpirun_flags[@]}" -n 2 "$exe" mpi "$@" 2>/dev/null | awk '{print $4}'
+        mpirun "${mpirun_flags[@]}" -n 2 "${cmd[@]}" 2>/dev/null | awk '{print $4}'
     else
-        "$exe" local "$@" | awk '{print $4}'
+        "${cmd[@]}" | awk '{print $4}'
     fi
 }
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 echo "capi_pingpong: $rounds rounds, $(date -u +%FT%TZ), $(git rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-6s %-8s %12s %12s %8s\n' transport size "c (ns)" "rust (ns)" "c/rust"
+printf '%-9s %-8s %10s %12s %10s %10s %8s\n' transport size "c (ns)" "rust-irecv" "rust" "c/irecv" "c/rust"
 for transport in local mpi; do
     for size in 8 1048576; do
         if [ "$size" = 8 ]; then iters=20000; else iters=200; fi
-        : > "$work/c" ; : > "$work/rust"
+        : > "$work/c" ; : > "$work/rust" ; : > "$work/rust-irecv"
         for r in $(seq "$rounds"); do
-            if [ $((r % 2)) = 1 ]; then order="c rust"; else order="rust c"; fi
+            case $((r % 3)) in
+                1) order="c rust-irecv rust" ;;
+                2) order="rust-irecv rust c" ;;
+                *) order="rust c rust-irecv" ;;
+            esac
             for who in $order; do
                 run "$who" "$transport" "$size" "$iters" 5 >> "$work/$who"
             done
         done
-        c=$(median < "$work/c"); rs=$(median < "$work/rust")
-        echo "  runs: c $(tr '\n' ' ' < "$work/c")| rust $(tr '\n' ' ' < "$work/rust")"
-        printf '%-9s %-8s %12.1f %12.1f %8.3f\n' "$transport" "$size" "$c" "$rs" "$(echo "$c / $rs" | bc -l)"
+        c=$(median < "$work/c"); ri=$(median < "$work/rust-irecv"); rs=$(median < "$work/rust")
+        echo "  runs: c $(tr '\n' ' ' < "$work/c")| rust-irecv $(tr '\n' ' ' < "$work/rust-irecv")| rust $(tr '\n' ' ' < "$work/rust")"
+        printf '%-9s %-8s %10.1f %12.1f %10.1f %10.3f %8.3f\n' "$transport" "$size" "$c" "$ri" "$rs" \
+            "$(echo "$c / $ri" | bc -l)" "$(echo "$c / $rs" | bc -l)"
     done
 done

@@ -1,10 +1,11 @@
 //! The Rust half of bench/capi_pingpong.sh: the ping-pong loop of bench/c/pingpong.c
 //! through the Rust API, so that the C ABI's cost is the ratio of the two.
 //!
-//! `capi_twin local SIZE ITERS BLOCKS` (2 ranks as threads, `local::run`), or, in a build
+//! `capi_twin local SIZE ITERS BLOCKS [irecv]` (2 ranks as threads, `local::run`), or, in a build
 //! with `mpi`, `mpirun -n 2 capi_twin mpi SIZE ITERS BLOCKS` (`Mpi::init`, then the
 //! communicator over the world). Rank 0 sends SIZE bytes, rank 1 receives them (`recv`:
-//! the message's own buffer) and sends them back; one warm-up round trip, then BLOCKS timed blocks of ITERS round trips. Prints
+//! the message's own buffer; with `irecv`, `irecv` then `wait`, the calls the C half makes)
+//! and sends them back; one warm-up round trip, then BLOCKS timed blocks of ITERS round trips. Prints
 //! `rust <transport> <SIZE> <median block's half round trip in ns>` from rank 0. The
 //! configuration is the environment's (`BALLAST_*`).
 
@@ -14,9 +15,22 @@ use anyhow::{bail, Context, Result};
 use ballast_runtime::{Communicator, RuntimeConfig, TransportKind};
 
 struct Plan {
+    /// Receive with `irecv` + `wait` (as the C half) instead of `recv`.
+    irecv: bool,
     size: usize,
     iters: u64,
     blocks: usize,
+}
+
+/// A receive from `peer` with tag 1: `recv`, or (`irecv`) `irecv` then `wait`, the
+/// calls the C half makes.
+fn recv(comm: &mut Communicator, peer: usize, irecv: bool) -> Result<Vec<u8>> {
+    if irecv {
+        let r = comm.irecv(peer, 1u32)?;
+        Ok(comm.wait(r)?.into_message().expect("a receive").data)
+    } else {
+        Ok(comm.recv(peer, 1u32)?.data)
+    }
 }
 
 /// One rank's loop; rank 0's block times in ns per half round trip.
@@ -31,10 +45,10 @@ fn rank_main(comm: &mut Communicator, p: &Plan) -> Result<Vec<f64>> {
         for _ in 0..n {
             if me == 0 {
                 comm.send(peer, 1, &buf)?;
-                comm.recv(peer, 1u32)?;
+                recv(comm, peer, p.irecv)?;
             } else {
-                let m = comm.recv(peer, 1u32)?;
-                comm.send(peer, 1, &m.data)?;
+                let m = recv(comm, peer, p.irecv)?;
+                comm.send(peer, 1, &m)?;
             }
         }
         if b > 0 {
@@ -46,10 +60,11 @@ fn rank_main(comm: &mut Communicator, p: &Plan) -> Result<Vec<f64>> {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 5 {
-        bail!("usage: capi_twin local|mpi SIZE ITERS BLOCKS");
+    if args.len() != 5 && !(args.len() == 6 && args[5] == "irecv") {
+        bail!("usage: capi_twin local|mpi SIZE ITERS BLOCKS [irecv]");
     }
     let p = Plan {
+        irecv: args.len() == 6,
         size: args[2].parse().context("SIZE")?,
         iters: args[3].parse().context("ITERS")?,
         blocks: args[4].parse().context("BLOCKS")?,
@@ -76,6 +91,7 @@ fn main() -> Result<()> {
         other => bail!("transport {other}: local, or mpi in a build with the mpi feature"),
     };
     ns.sort_by(f64::total_cmp);
-    println!("rust {} {} {:.1}", args[1], p.size, ns[p.blocks / 2]);
+    let who = if p.irecv { "rust-irecv" } else { "rust" };
+    println!("{who} {} {} {:.1}", args[1], p.size, ns[p.blocks / 2]);
     Ok(())
 }

@@ -327,6 +327,10 @@ impl Communicator {
     /// core), on MPI and verbs it sleeps in short steps. `recv`, `send`, `barrier` and
     /// `all_gatherv` wait the same way.
     pub fn wait(&mut self, req: Request) -> Result<Completion> {
+        #[cfg(feature = "mpi")]
+        if let (true, Backend::Native(n)) = (req.recv, &mut self.backend) {
+            return n.wait_posted(req.id).map(Completion::Received);
+        }
         let mut b = Backoff::new();
         while !self.is_done(&req)? {
             if self.progress()? {

@@ -188,6 +188,24 @@ impl MpiNative {
         }
     }
 
+    /// Waits for receive `id` of [`MpiNative::irecv`] to complete and takes its message,
+    /// polling as a blocking receive does ([`MpiNative::wait_recv`]: busy polls first,
+    /// housekeeping only after [`DRAIN_EVERY`] idle polls), so that `irecv` then `wait`
+    /// costs what `recv` does.
+    pub fn wait_posted(&mut self, id: u64) -> Result<Message> {
+        let mut idle = Idle::new();
+        loop {
+            if let Some(m) = self.done_recvs.remove(&id) {
+                return Ok(m);
+            }
+            if self.poll(idle.housekeeping())? {
+                idle.reset();
+            } else {
+                idle.snooze();
+            }
+        }
+    }
+
     /// True when receive `id` completed.
     pub fn recv_done(&self, id: u64) -> bool {
         self.done_recvs.contains_key(&id)
