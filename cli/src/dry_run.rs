@@ -497,8 +497,13 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         for line in node_suggest::suggestion_lines(s, *r, *m, args.rank_overhead_mb, charge.is_some()) {
             outln!("{line}");
         }
+        let steps = if config.cycles > 1 {
+            format!(" --modelbuilding-steps={}", config.cycles)
+        } else {
+            String::new()
+        };
         outln!(
-            "balanced for the suggested {} × {} = {}: run neurodamus --lb-mode=Memory on {} ranks and it loads {}",
+            "balanced for the suggested {} × {} = {}: run neurodamus --lb-mode=Memory{steps} on {} ranks and it loads {}",
             count(s.nodes, "node"),
             r.ranks,
             count(config.ranks, "rank"),

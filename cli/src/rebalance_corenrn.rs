@@ -2,7 +2,7 @@
 //! and their ranks by the size of their data files, and write the `files.dat` CoreNEURON
 //! reads that assignment from (the layout and weight are documented in
 //! [`ballast_balancer::corenrn`]).
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use ballast_balancer::atomic;
@@ -275,12 +275,53 @@ pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
         count(layout.rounds(), "round"),
         count(nranks, "rank")
     );
+    // CoreNEURON opens `-d` + "/" + `-f` (main1.cpp: `datpath + "/" + filesdat`), so `-f` is
+    // the output's path relative to the data directory.
+    let files_dat = relative_to(&dir, &args.output_file);
     outln!(
-        "run CoreNEURON on exactly {nranks} ranks ({} × {}): special-core -d {} -f {} (with any other rank count groups would be lost)",
+        "run CoreNEURON on exactly {nranks} ranks ({} × {}): mpirun -n {nranks} special-core --mpi -d {} -f {} (-f is read relative to -d; with any other rank count groups would be lost)",
         args.n_machines,
         args.ranks_per_node,
         dir.display(),
-        args.output_file.display()
+        files_dat.display()
     );
     Ok(())
+}
+
+/// `path` relative to directory `dir` (with `..` where they part), both made absolute
+/// first; `path` itself when either cannot be made absolute.
+fn relative_to(dir: &Path, path: &Path) -> PathBuf {
+    let abs = |p: &Path| -> Option<PathBuf> {
+        let p = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            std::env::current_dir().ok()?.join(p)
+        };
+        // The file itself may not be there yet: canonicalise its directory.
+        match (p.parent(), p.file_name()) {
+            (Some(d), Some(f)) => Some(
+                std::fs::canonicalize(if d.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    d
+                })
+                .ok()?
+                .join(f),
+            ),
+            _ => std::fs::canonicalize(&p).ok(),
+        }
+    };
+    let (Some(d), Some(p)) = (std::fs::canonicalize(dir).ok(), abs(path)) else {
+        return path.to_path_buf();
+    };
+    let (dc, pc): (Vec<_>, Vec<_>) = (d.components().collect(), p.components().collect());
+    let common = dc.iter().zip(&pc).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..dc.len() {
+        out.push("..");
+    }
+    for c in &pc[common..] {
+        out.push(c);
+    }
+    out
 }

@@ -199,6 +199,21 @@ fn ballast_strategy_loads_every_group_once_and_balances_ranks() {
     assert!(out.contains("count line 8 = 2 rounds × 4 ranks"), "{out}");
     assert!(out.contains("run CoreNEURON on exactly 4 ranks (2 × 2)"), "{out}");
     assert!(out.contains("rank totals (KiB), 40 bins"), "{out}");
+    // CoreNEURON opens `-d` + "/" + `-f`: the printed pair must name the file written (in
+    // the working directory, not the data directory).
+    let line = out
+        .lines()
+        .find(|l| l.contains("special-core"))
+        .expect("the special-core line");
+    assert!(line.contains("mpirun -n 4 special-core --mpi -d "), "{line}");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let arg = |flag: &str| words[words.iter().position(|w| *w == flag).expect(flag) + 1];
+    let opened = Path::new(arg("-d")).join(arg("-f"));
+    assert_eq!(
+        std::fs::canonicalize(&opened).unwrap(),
+        std::fs::canonicalize(tmp.path().join("rebalanced-files.dat")).unwrap(),
+        "{line}"
+    );
 }
 
 /// A small CoreNEURON-like directory: groups `ids` with `_1`, `_2` (of `sizes` bytes), `_3`
