@@ -685,6 +685,15 @@ fn write_outputs(
     for out in &outputs {
         atomic::refuse_input(out, &input.files)?;
     }
+    // An allocation file without Ballast's sidecar beside it is another tool's (neurodamus
+    // writes its own into its dry run's directory): say that it is replaced.
+    if allocation_path.exists() && !sidecar_path.exists() {
+        eprintln!(
+            "warning: replacing {}, which Ballast did not write (no {} beside it: neurodamus' own allocation?); give --output-dir another directory to keep it",
+            allocation_path.display(),
+            sidecar_path.file_name().unwrap_or_default().to_string_lossy()
+        );
+    }
     let mut plot_file = None;
     if let Some(path) = &args.plot {
         let lower = summary.overall.total_kb / allocation.ranks as f64;

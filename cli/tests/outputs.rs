@@ -688,3 +688,37 @@ fn the_help_describes_the_whole_tool() {
         );
     }
 }
+
+/// An allocation file that Ballast did not write (no sidecar beside it, as neurodamus' own in
+/// its dry-run directory) is replaced with a warning naming it; Ballast's own is replaced
+/// silently.
+#[test]
+fn replacing_another_tools_allocation_file_is_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let theirs = tmp.path().join("allocation_r2_c1.pkl.gz");
+    fs::write(&theirs, b"neurodamus' own").unwrap();
+    let args = [
+        "dry-run",
+        "--synthetic",
+        "200",
+        "--num-target-ranks",
+        "2",
+        "--output-dir",
+        ".",
+    ];
+    let o = run(&args, tmp.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("warning: replacing ./allocation_r2_c1.pkl.gz, which Ballast did not write (no allocation_r2_c1.json beside it"),
+        "{err}"
+    );
+    assert_ne!(fs::read(&theirs).unwrap(), b"neurodamus' own");
+    let again = run(&args, tmp.path());
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        !stderr(&again).contains("warning: replacing"),
+        "{}",
+        stderr(&again)
+    );
+}
