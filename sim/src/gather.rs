@@ -141,8 +141,6 @@ pub fn decode(b: &[u8], from: usize) -> Result<RankOutcome, SimError> {
             vm_pin_kb: w[31],
             vm_data_kb: w[32],
             vm_size_kb: w[33],
-            // Not gathered: the run's report does not use it.
-            ..ProcStatus::default()
         },
         process_start: ProcStatus {
             vm_rss_kb: w[34],
@@ -151,7 +149,6 @@ pub fn decode(b: &[u8], from: usize) -> Result<RankOutcome, SimError> {
             vm_pin_kb: w[37],
             vm_data_kb: w[38],
             vm_size_kb: w[39],
-            ..ProcStatus::default()
         },
         proc_index: w[40] as usize,
         windows: w[41],
@@ -215,7 +212,6 @@ mod tests {
                 vm_pin_kb: 103,
                 vm_data_kb: 104,
                 vm_size_kb: 105,
-                rss_anon_kb: 0,
             },
             process_start: ProcStatus {
                 vm_rss_kb: 50,
@@ -224,7 +220,6 @@ mod tests {
                 vm_pin_kb: 53,
                 vm_data_kb: 54,
                 vm_size_kb: 55,
-                rss_anon_kb: 0,
             },
             proc_index: 2,
             windows: 25,

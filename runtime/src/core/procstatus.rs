@@ -1,5 +1,5 @@
 //! Reader of the process' own memory counters in `/proc/self/status` (Linux):
-//! VmRSS, VmHWM, VmLck, VmPin, VmData, VmSize, RssAnon, all in KiB as the kernel prints them.
+//! VmRSS, VmHWM, VmLck, VmPin, VmData, VmSize, all in KiB as the kernel prints them.
 
 use std::path::Path;
 
@@ -18,10 +18,6 @@ pub struct ProcStatus {
     pub vm_data_kb: u64,
     /// Virtual size (`VmSize`), KiB.
     pub vm_size_kb: u64,
-    /// Resident anonymous memory (`RssAnon`: heap, anonymous mappings such as the pool),
-    /// KiB; unlike `VmRSS` it does not shrink when the kernel drops file pages (library
-    /// text) under memory pressure.
-    pub rss_anon_kb: u64,
 }
 
 impl ProcStatus {
@@ -49,7 +45,6 @@ impl ProcStatus {
                 "VmPin" => &mut s.vm_pin_kb,
                 "VmData" => &mut s.vm_data_kb,
                 "VmSize" => &mut s.vm_size_kb,
-                "RssAnon" => &mut s.rss_anon_kb,
                 _ => continue,
             };
             if let Some(v) = rest.split_whitespace().next().and_then(|v| v.parse().ok()) {

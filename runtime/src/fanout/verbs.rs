@@ -7,9 +7,8 @@
 //!   registration in whole pages: the pool, the send headers, the SRQ's slots (shared) or
 //!   each queue pair's receive slots (per-peer).
 //! - **VmLck** (mlock) must not change: registrations pin, they do not lock.
-//! - **RssAnon** must grow by at least the pinned bytes (pinned pages are anonymous and
-//!   resident; the whole VmRSS may meanwhile lose file pages the kernel reclaims), and
-//!   **VmRSS** by at most the model's total plus [`RSS_SLACK_KIB`]: the model counts the pool, queue and
+//! - **VmRSS** must grow by at least the pinned bytes (pinned pages are resident) and by at
+//!   most the model's total plus [`RSS_SLACK_KIB`]: the model counts the pool, queue and
 //!   control memory; the process also maps libibverbs' provider and grows its heap (the
 //!   engine's maps, the TCP control streams' buffers), which the model does not count.
 //!   The slack is a bound measured on soft-RoCE (see docs/TESTING.md), not a derivation.
@@ -88,15 +87,10 @@ impl ProcessMemory {
                 self.lck_change_kib()
             ));
         }
-        // The lower bound on the anonymous part (the pinned pages are anonymous and
-        // resident): the whole VmRSS can shrink meanwhile when the kernel drops file pages
-        // (library text) under memory pressure, as in a small guest.
-        let anon = (self.after.rss_anon_kb as i64 - self.start.rss_anon_kb as i64) * 1024;
         let (rss, model) = (self.rss_growth(), self.predicted.total_bytes() as i64);
-        if anon < self.pinned_expected as i64 || rss > model + RSS_SLACK_KIB as i64 * 1024 {
+        if rss < self.pinned_expected as i64 || rss > model + RSS_SLACK_KIB as i64 * 1024 {
             bad.push(format!(
-                "RssAnon grew {} KiB, VmRSS {} KiB: outside [{} KiB pinned (RssAnon), {} KiB model + {RSS_SLACK_KIB} KiB (VmRSS)]",
-                anon / 1024,
+                "VmRSS grew {} KiB: outside [{} KiB pinned, {} KiB model + {RSS_SLACK_KIB} KiB]",
                 rss / 1024,
                 self.pinned_expected / 1024,
                 model / 1024
@@ -127,14 +121,10 @@ fn put_status(v: &mut Vec<u8>, s: &ProcStatus) {
         s.vm_pin_kb,
         s.vm_data_kb,
         s.vm_size_kb,
-        s.rss_anon_kb,
     ] {
         put(v, x);
     }
 }
-
-/// Words of a [`ProcStatus`] in a report row.
-const STATUS_WORDS: usize = 7;
 
 fn get_status(x: &[u64]) -> ProcStatus {
     ProcStatus {
@@ -144,7 +134,6 @@ fn get_status(x: &[u64]) -> ProcStatus {
         vm_pin_kb: x[3],
         vm_data_kb: x[4],
         vm_size_kb: x[5],
-        rss_anon_kb: x[6],
     }
 }
 
@@ -237,8 +226,7 @@ pub fn fanout(
                 .collect()
         })
         .collect();
-    const S: usize = 3 * STATUS_WORDS;
-    const REPORT_WORDS: usize = S + 40 + 3;
+    const REPORT_WORDS: usize = 18 + 40 + 3;
     if let Some((peer, r)) = rows.iter().enumerate().find(|(_, r)| r.len() != REPORT_WORDS) {
         return Err(Error::FanoutReport {
             rank: boot.rank(),
@@ -247,21 +235,21 @@ pub fn fanout(
             expected: REPORT_WORDS,
         });
     }
-    let fp = |r: &Vec<u64>, k: usize| get_fp(&r[S + k * 10..S + 10 + k * 10]);
+    let fp = |r: &Vec<u64>, k: usize| get_fp(&r[18 + k * 10..28 + k * 10]);
     let processes: Vec<ProcessMemory> = rows
         .iter()
         .enumerate()
         .map(|(rank, r)| ProcessMemory {
             rank,
-            start: get_status(&r[0..STATUS_WORDS]),
-            before: get_status(&r[STATUS_WORDS..2 * STATUS_WORDS]),
-            after: get_status(&r[2 * STATUS_WORDS..S]),
+            start: get_status(&r[0..6]),
+            before: get_status(&r[6..12]),
+            after: get_status(&r[12..18]),
             footprint: fp(r, 1),
             predicted: fp(r, 3),
-            pinned_expected: r[S + 40],
+            pinned_expected: r[58],
             bootstrap_kept: Kept {
-                vm_pin_kb: r[S + 41] as i64,
-                vm_rss_kb: r[S + 42] as i64,
+                vm_pin_kb: r[59] as i64,
+                vm_rss_kb: r[60] as i64,
             },
         })
         .collect();
