@@ -378,7 +378,7 @@ fn processes_json(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> serde_
 fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> anyhow::Result<()> {
     use ballast_runtime::verbs::fanout::RSS_SLACK_KIB;
     outln!(
-        "per process (KiB): VmPin growth must equal the registrations (pages), VmLck stay constant after setup, VmRSS growth lie in [pinned, model + {RSS_SLACK_KIB}]"
+        "per process (KiB): VmPin growth must equal the registrations (pages), VmLck stay constant after setup, VmRSS growth be at most model + {RSS_SLACK_KIB}"
     );
     outln!(
         "{:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10}  check",

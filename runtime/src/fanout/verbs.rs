@@ -7,8 +7,9 @@
 //!   registration in whole pages: the pool, the send headers, the SRQ's slots (shared) or
 //!   each queue pair's receive slots (per-peer).
 //! - **VmLck** (mlock) must not change: registrations pin, they do not lock.
-//! - **VmRSS** must grow by at least the pinned bytes (pinned pages are resident) and by at
-//!   most the model's total plus [`RSS_SLACK_KIB`]: the model counts the pool, queue and
+//! - **VmRSS** must grow by at most the model's total plus [`RSS_SLACK_KIB`] (no lower
+//!   bound: the pinned pages are resident, but the process' RSS can lose other pages
+//!   meanwhile, and in the soft-RoCE guest it grew less than the pinned bytes): the model counts the pool, queue and
 //!   control memory; the process also maps libibverbs' provider and grows its heap (the
 //!   engine's maps, the TCP control streams' buffers), which the model does not count.
 //!   The slack is a bound measured on soft-RoCE (see docs/TESTING.md), not a derivation.
@@ -87,12 +88,14 @@ impl ProcessMemory {
                 self.lck_change_kib()
             ));
         }
+        // Only an upper bound on VmRSS: the pinned pages are resident (VmPin proves them), but
+        // the process' whole RSS can meanwhile lose other pages (the guest's kernel reclaims
+        // file pages), so its growth was seen below the pinned bytes.
         let (rss, model) = (self.rss_growth(), self.predicted.total_bytes() as i64);
-        if rss < self.pinned_expected as i64 || rss > model + RSS_SLACK_KIB as i64 * 1024 {
+        if rss > model + RSS_SLACK_KIB as i64 * 1024 {
             bad.push(format!(
-                "VmRSS grew {} KiB: outside [{} KiB pinned, {} KiB model + {RSS_SLACK_KIB} KiB]",
+                "VmRSS grew {} KiB: above {} KiB model + {RSS_SLACK_KIB} KiB",
                 rss / 1024,
-                self.pinned_expected / 1024,
                 model / 1024
             ));
         }
