@@ -48,6 +48,11 @@ fn probe_then_take_local() {
 }
 
 #[test]
+fn recv_within_leaves_long_messages_local() {
+    recv_within_leaves_long_messages(&Local);
+}
+
+#[test]
 fn message_sizes_shared() {
     message_sizes_with_checksums(&Local, RecvSharing::Shared);
 }

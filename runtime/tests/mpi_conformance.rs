@@ -359,6 +359,10 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     }
     v.push(("try_recv_and_test".into(), Box::new(move || try_recv_and_test(l))));
     v.push(("probe_then_take".into(), Box::new(move || probe_then_take(l))));
+    v.push((
+        "recv_within_leaves_long_messages".into(),
+        Box::new(move || recv_within_leaves_long_messages(l)),
+    ));
     for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
         v.push((
             format!("message_sizes_with_checksums/{m}"),

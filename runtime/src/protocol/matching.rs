@@ -289,21 +289,41 @@ impl Matcher {
     /// Takes the earliest matching unexpected message if it is complete. An incomplete
     /// earlier match blocks later ones (order is preserved).
     pub fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
+        self.try_take_within(src, tag, usize::MAX)?.ok()
+    }
+
+    /// [`Matcher::try_take`] for a message of at most `cap` bytes: the next matching
+    /// message that has fully arrived is taken if it fits (`Ok`), or left queued and its
+    /// envelope returned (`Err`); None when none has arrived. One pass over the queue.
+    pub fn try_take_within(
+        &mut self,
+        src: Source,
+        tag: TagMatch,
+        cap: usize,
+    ) -> Option<std::result::Result<Message, Envelope>> {
         let i = self.unexpected.iter().position(|id| {
             let m = &self.inbound[id];
             accepts(src, tag, m.source, m.tag)
         })?;
         let id = self.unexpected[i];
-        if self.inbound[&id].data.len() != self.inbound[&id].total {
+        let m = &self.inbound[&id];
+        if m.data.len() != m.total {
             return None;
+        }
+        if m.total > cap {
+            return Some(Err(Envelope {
+                source: m.source,
+                tag: m.tag,
+                len: m.total,
+            }));
         }
         self.unexpected.remove(i);
         let m = self.inbound.remove(&id).expect("inbound message");
-        Some(Message {
+        Some(Ok(Message {
             source: m.source,
             tag: m.tag,
             data: m.data,
-        })
+        }))
     }
 
     /// The envelope of the message [`Matcher::try_take`] would take now, leaving it queued.

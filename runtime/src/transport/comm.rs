@@ -280,6 +280,37 @@ impl Communicator {
         Ok(on_backend!(&mut self.backend, b => b.try_take(src, tag)))
     }
 
+    /// Receives the next message matching `src` and `tag` if it is at most `cap` bytes
+    /// long, progressing until one arrives: `Ok(message)`; a longer one is left queued (for
+    /// the next receive that matches it) and its envelope returned as `Err`. The blocking
+    /// receive into a caller's buffer of `cap` bytes: one matching pass, as `recv`.
+    /// Errors: the transport's.
+    pub fn recv_within(
+        &mut self,
+        src: impl Into<Source>,
+        tag: impl Into<TagMatch>,
+        cap: usize,
+    ) -> Result<std::result::Result<Message, Envelope>> {
+        let (src, tag) = (src.into(), tag.into());
+        let mut b = Backoff::new();
+        loop {
+            match &mut self.backend {
+                Backend::Engine(e) => {
+                    if let Some(r) = e.try_take_within(src, tag, cap) {
+                        return Ok(r);
+                    }
+                }
+                #[cfg(feature = "mpi")]
+                Backend::Native(n) => return n.recv_within(src, tag, cap),
+            }
+            if self.progress()? {
+                b.reset();
+            } else {
+                self.snooze(&mut b);
+            }
+        }
+    }
+
     /// Progresses once, then tells the source, tag and length of the message that
     /// [`Communicator::try_recv`] (or a `recv` with the same `src` and `tag`) would take
     /// next, if it has fully arrived; the message stays queued. Errors: the transport's.

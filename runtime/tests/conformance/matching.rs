@@ -169,6 +169,66 @@ pub fn probe_then_take<L: Launcher>(l: &L) {
     );
 }
 
+/// `recv_within` takes the next matching message only if it fits: a longer one stays
+/// queued, first in line for its source and tag, and is told by its envelope; a message
+/// of exactly `cap` bytes (and 0 bytes into 0) is taken.
+pub fn recv_within_leaves_long_messages<L: Launcher>(l: &L) {
+    let c = cfg(RecvSharing::Shared).buffer_size(128).build().unwrap();
+    let res = l
+        .run(3, &c, |comm| -> Result<Vec<(usize, u32, usize, bool)>> {
+            match comm.rank() {
+                1 => {
+                    comm.send(0, 3, &payload(1000, 3))?;
+                    comm.send(0, 9, &payload(5, 9))?;
+                    comm.send(0, 3, &payload(10, 4))?;
+                    comm.barrier()?;
+                    Ok(vec![])
+                }
+                2 => {
+                    comm.barrier()?;
+                    comm.send(0, 7, &[])?;
+                    Ok(vec![])
+                }
+                _ => {
+                    let mut seen = vec![];
+                    let mut note =
+                        |r: std::result::Result<ballast_runtime::Message, ballast_runtime::Envelope>| match r
+                        {
+                            Ok(m) => (m.source, m.tag, m.data.len(), true),
+                            Err(e) => (e.source, e.tag, e.len, false),
+                        };
+                    seen.push(note(comm.recv_within(1, 3u32, 100)?));
+                    seen.push(note(comm.recv_within(Source::Any, TagMatch::Any, 999)?));
+                    let m = comm.recv_within(1, 9u32, 5)?.expect("exactly cap bytes fit");
+                    assert_eq!(m.data, payload(5, 9));
+                    seen.push((m.source, m.tag, m.data.len(), true));
+                    let m = comm.recv_within(1, 3u32, 1000)?.expect("now it fits");
+                    assert_eq!(m.data, payload(1000, 3), "the long message, intact, first");
+                    seen.push((m.source, m.tag, m.data.len(), true));
+                    let m = comm.recv_within(Source::Any, 3u32, 10)?.expect("fits");
+                    assert_eq!(m.data, payload(10, 4));
+                    seen.push((m.source, m.tag, m.data.len(), true));
+                    comm.barrier()?;
+                    seen.push(note(comm.recv_within(Source::Any, TagMatch::Any, 0)?));
+                    assert_eq!(comm.iprobe(Source::Any, TagMatch::Any)?, None, "all taken");
+                    Ok(seen)
+                }
+            }
+        })
+        .unwrap();
+    assert_eq!(
+        res[0].as_ref().unwrap(),
+        &vec![
+            (1, 3, 1000, false),
+            (1, 3, 1000, false),
+            (1, 9, 5, true),
+            (1, 3, 1000, true),
+            (1, 3, 10, true),
+            (2, 7, 0, true)
+        ]
+    );
+}
+
 /// Zero-byte, 1-byte, exactly-buffer-size, buffer+1 and 64 MiB messages arrive intact.
 pub fn message_sizes_with_checksums<L: Launcher>(l: &L, sharing: RecvSharing) {
     let c = cfg(sharing).build().unwrap();

@@ -103,6 +103,30 @@ impl MpiNative {
         self.wait_recv(id, Idle::new())
     }
 
+    /// `recv`, except that a message longer than `cap` bytes is not taken: it goes back to
+    /// the head of the unexpected queue, where it is next for this source and tag (a
+    /// message matching both that was there already would have been taken first), and its
+    /// envelope is returned.
+    pub fn recv_within(
+        &mut self,
+        src: Source,
+        tag: TagMatch,
+        cap: usize,
+    ) -> Result<std::result::Result<Message, Envelope>> {
+        let (chan, _, _) = self.wire_match(src, tag)?;
+        let m = self.recv(src, tag)?;
+        if m.data.len() <= cap {
+            return Ok(Ok(m));
+        }
+        let e = Envelope {
+            source: m.source,
+            tag: m.tag,
+            len: m.data.len(),
+        };
+        self.unexpected.push_front((chan, m));
+        Ok(Err(e))
+    }
+
     /// `recv` when nothing else is in flight (the latency path of a ping-pong): one
     /// `MPI_Irecv` into the kept buffer, tested in place. Nothing else can complete or
     /// arrive in Ballast's queues meanwhile, so the receive needs no place in the posting
