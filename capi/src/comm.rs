@@ -9,13 +9,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use parking_lot::Mutex;
 
-use ballast_runtime::intmap::IntSet;
 use ballast_runtime::{local, Communicator, Envelope, Footprint, Source, TagMatch, TransportKind};
 
 use crate::config::ballast_config;
 use crate::error::{boundary, last_error, panic_text, set_last_error, Fail};
 use crate::process::{free_owned, Owned};
-use crate::request::ballast_request;
+use crate::request::Requests;
 use crate::{
     BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_EPEER, BALLAST_ETRUNC,
     BALLAST_TAG_MAX,
@@ -31,9 +30,9 @@ pub struct ballast_comm {
     pub(crate) owned: Option<Owned>,
     /// Why the communicator is poisoned (a panic inside a call), if it is.
     pub(crate) poisoned: Option<String>,
-    /// The live requests (boxes owned by C until ballast_request_free), by address: freed
+    /// Its requests (boxes lent to C until ballast_request_free): the live ones are freed
     /// and reported when the communicator finishes.
-    pub(crate) requests: IntSet<usize>,
+    pub(crate) requests: Requests,
 }
 
 impl ballast_comm {
@@ -43,7 +42,7 @@ impl ballast_comm {
             comm,
             owned: None,
             poisoned: None,
-            requests: IntSet::default(),
+            requests: Requests::default(),
         }
     }
 
@@ -53,7 +52,7 @@ impl ballast_comm {
             comm: Box::into_raw(comm),
             owned: Some(owned),
             poisoned: None,
-            requests: IntSet::default(),
+            requests: Requests::default(),
         }
     }
 
@@ -80,13 +79,7 @@ impl ballast_comm {
 
     /// Frees the requests still live; returns how many there were.
     pub(crate) fn cancel_requests(&mut self) -> usize {
-        let n = self.requests.len();
-        for addr in self.requests.drain() {
-            // SAFETY: every address in `requests` is a live box from `Box::into_raw` in
-            // request.rs (removed from the set when C frees it), freed exactly once here.
-            drop(unsafe { Box::from_raw(addr as *mut ballast_request) });
-        }
-        n
+        self.requests.cancel_all()
     }
 }
 
@@ -158,37 +151,53 @@ pub struct ballast_gathered {
 }
 
 /// The boundary of a call on communicator `comm`: NULL is `BALLAST_EINVAL`, a poisoned
-/// communicator `BALLAST_EINTERNAL`, and a panic inside `f` poisons it.
+/// communicator `BALLAST_EINTERNAL`, a [`Fail`] becomes the thread's last error and its
+/// code, and a panic inside `f` poisons the communicator. One `catch_unwind` and no
+/// allocation on the success path: it is the cost every call pays.
+#[inline(always)]
 pub(crate) fn with_comm(
     func: &str,
     comm: *mut ballast_comm,
     f: impl FnOnce(&mut ballast_comm) -> Result<c_int, Fail>,
 ) -> c_int {
-    boundary(func, || {
-        if comm.is_null() {
-            return Err(Fail::null(func, "comm"));
+    // SAFETY: NULL or a live handle used by this thread alone (the contract).
+    let Some(c) = (unsafe { comm.as_mut() }) else {
+        return failed(Fail::null(func, "comm"));
+    };
+    if let Some(why) = &c.poisoned {
+        return failed(Fail::new(
+            BALLAST_EINTERNAL,
+            format!("{func}: communicator poisoned: {why}"),
+        ));
+    }
+    if let Some(o) = &c.owned {
+        if let Err(e) = o.enter(func) {
+            return failed(e);
         }
-        // SAFETY: non-NULL, and a live handle used by this thread alone (the contract).
-        let c = unsafe { &mut *comm };
-        if let Some(why) = &c.poisoned {
-            return Err(Fail::new(
-                BALLAST_EINTERNAL,
-                format!("{func}: communicator poisoned: {why}"),
-            ));
-        }
-        if let Some(o) = &c.owned {
-            o.enter(func)?;
-        }
-        match catch_unwind(AssertUnwindSafe(|| f(c))) {
-            Ok(r) => r,
-            Err(p) => {
-                let why = format!("{func}: internal error (panic): {}", panic_text(&*p));
-                // SAFETY: the handle is still live; the closure that borrowed it has unwound.
-                unsafe { (*comm).poisoned = Some(why.clone()) };
-                Err(Fail::new(BALLAST_EINTERNAL, why))
-            }
-        }
-    })
+    }
+    match catch_unwind(AssertUnwindSafe(|| f(c))) {
+        Ok(Ok(code)) => code,
+        Ok(Err(fail)) => failed(fail),
+        Err(p) => panicked(func, comm, p),
+    }
+}
+
+/// A failed call: its message becomes the thread's last error; returns its code.
+#[cold]
+#[inline(never)]
+pub(crate) fn failed(fail: Fail) -> c_int {
+    set_last_error(&fail.msg);
+    fail.code
+}
+
+/// A panic inside a call on `comm`: poisons it; `BALLAST_EINTERNAL`.
+#[cold]
+#[inline(never)]
+fn panicked(func: &str, comm: *mut ballast_comm, p: Box<dyn std::any::Any + Send>) -> c_int {
+    let why = format!("{func}: internal error (panic): {}", panic_text(&*p));
+    // SAFETY: the handle is still live; the closure that borrowed it has unwound.
+    unsafe { (*comm).poisoned = Some(why.clone()) };
+    failed(Fail::new(BALLAST_EINTERNAL, why))
 }
 
 /// `with_comm` for the calls that take a `const ballast_comm *`.
@@ -521,38 +530,36 @@ pub unsafe extern "C" fn ballast_recv(
         if buf.is_null() && cap > 0 {
             return Err(Fail::null(F, "buf"));
         }
-        let e = c.comm().probe(s, t).map_err(runtime(F))?;
-        if e.len > cap {
-            if !status.is_null() {
-                // SAFETY: non-NULL and writable (the contract).
-                unsafe { *status = status_of(&e, BALLAST_ETRUNC) };
+        let m = match c.comm().recv_within(s, t, cap).map_err(runtime(F))? {
+            Ok(m) => m,
+            Err(e) => {
+                if !status.is_null() {
+                    // SAFETY: non-NULL and writable (the contract).
+                    unsafe { *status = status_of(&e, BALLAST_ETRUNC) };
+                }
+                return Err(Fail::new(
+                    BALLAST_ETRUNC,
+                    format!(
+                        "{F}: the message from rank {} with tag {} is {} bytes, the buffer {cap}",
+                        e.source, e.tag, e.len
+                    ),
+                ));
             }
-            return Err(Fail::new(
-                BALLAST_ETRUNC,
-                format!(
-                    "{F}: the message from rank {} with tag {} is {} bytes, the buffer {cap}",
-                    e.source, e.tag, e.len
-                ),
-            ));
-        }
-        let m = c
-            .comm()
-            .try_recv(Source::Rank(e.source), TagMatch::Tag(e.tag))
-            .map_err(runtime(F))?
-            .ok_or_else(|| {
-                Fail::new(
-                    BALLAST_EINTERNAL,
-                    format!("{F}: the probed message was not there"),
-                )
-            })?;
+        };
         if !m.data.is_empty() {
             // SAFETY: `buf` has `cap >= m.data.len()` writable bytes (checked above), a
             // different allocation from the message.
             unsafe { std::ptr::copy_nonoverlapping(m.data.as_ptr(), buf.cast::<u8>(), m.data.len()) };
         }
         if !status.is_null() {
+            let st = ballast_status {
+                source: m.source as c_int,
+                tag: m.tag,
+                len: m.data.len(),
+                error: 0,
+            };
             // SAFETY: non-NULL and writable (the contract).
-            unsafe { *status = status_of(&e, 0) };
+            unsafe { *status = st };
         }
         Ok(0)
     })

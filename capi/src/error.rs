@@ -16,19 +16,34 @@ thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// A failed call: its code and the message `ballast_last_error` gives.
+/// A failed call: its code and the message `ballast_last_error` gives. Boxed, so that a
+/// call's `Result<c_int, Fail>` is two words returned in registers: a wider result goes
+/// through the stack, where the 4-byte `Ok` store and the wider load that follows it stall
+/// on every successful call.
 #[derive(Debug)]
-pub(crate) struct Fail {
+pub(crate) struct Fail(Box<Failure>);
+
+/// What a [`Fail`] holds.
+#[derive(Debug)]
+pub(crate) struct Failure {
     pub(crate) code: c_int,
     pub(crate) msg: String,
 }
 
+impl std::ops::Deref for Fail {
+    type Target = Failure;
+    fn deref(&self) -> &Failure {
+        &self.0
+    }
+}
+
 impl Fail {
+    #[cold]
     pub(crate) fn new(code: c_int, msg: impl Into<String>) -> Fail {
-        Fail {
+        Fail(Box::new(Failure {
             code,
             msg: msg.into(),
-        }
+        }))
     }
 
     /// `BALLAST_EINVAL` with `msg`.

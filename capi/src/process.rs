@@ -296,10 +296,21 @@ pub(crate) mod mpi {
         creator: ThreadId,
     }
 
+    thread_local! {
+        /// This thread's id, read once: `std::thread::current()` clones the thread's
+        /// handle, a cost on every call.
+        static THIS_THREAD: ThreadId = std::thread::current().id();
+    }
+
+    /// The calling thread's id.
+    fn this_thread() -> ThreadId {
+        THIS_THREAD.with(|id| *id)
+    }
+
     impl MpiOwned {
         #[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
         pub(crate) fn enter(&self, func: &str) -> Result<(), Fail> {
-            if self.level != Threading::Multiple && std::thread::current().id() != self.creator {
+            if self.level != Threading::Multiple && this_thread() != self.creator {
                 return Err(Fail::new(
                     BALLAST_EUNSUPPORTED,
                     format!(
@@ -366,7 +377,7 @@ pub(crate) mod mpi {
         let owned = MpiOwned {
             mpi,
             level,
-            creator: std::thread::current().id(),
+            creator: this_thread(),
         };
         Ok(handle(comm, Owned::Mpi(Box::new(owned))))
     }

@@ -7,7 +7,7 @@ use std::os::raw::{c_int, c_void};
 use ballast_runtime::{Completion, Request};
 
 use crate::comm::{
-    ballast_comm, ballast_status, bytes, dest_rank, send_tag, source_of, tag_match, with_comm,
+    ballast_comm, ballast_status, bytes, dest_rank, failed, send_tag, source_of, tag_match, with_comm,
 };
 use crate::error::{code_of, set_last_error, Fail};
 use crate::{BALLAST_EINTERNAL, BALLAST_EINVAL};
@@ -15,6 +15,9 @@ use crate::{BALLAST_EINTERNAL, BALLAST_EINVAL};
 /// A non-blocking send or receive (opaque).
 pub struct ballast_request {
     comm: *mut ballast_comm,
+    /// Its index in its communicator's live list ([`Requests`]); [`FREED`] once freed (the
+    /// box may then wait in the spare list, where a stale pointer still reads as freed).
+    slot: usize,
     /// The runtime's request, until it completes.
     pending: Option<Request>,
     /// A send's destination, tag and length (its status).
@@ -25,57 +28,154 @@ pub struct ballast_request {
     data: Vec<u8>,
 }
 
-/// Registers a new request of `c` and hands it to C.
-fn hand_out(c: &mut ballast_comm, r: ballast_request) -> *mut ballast_request {
-    let p = Box::into_raw(Box::new(r));
-    c.requests.insert(p as usize);
-    p
+/// The `slot` of a freed request.
+const FREED: usize = usize::MAX;
+
+/// The request boxes of one communicator: the live ones, by slot (freed and reported when
+/// the communicator finishes), and freed ones kept for reuse, so that a steady loop of
+/// requests allocates nothing and the live check reads a field instead of a hash set.
+#[derive(Default)]
+pub(crate) struct Requests {
+    /// Every live request: `live[r.slot] == r`.
+    live: Vec<*mut ballast_request>,
+    /// Freed boxes, at most [`Requests::SPARE`]: boxes, because a request's address is
+    /// C's handle and must not move.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<ballast_request>>,
+}
+
+impl Requests {
+    /// Freed boxes kept for reuse; beyond it they go back to the allocator.
+    const SPARE: usize = 1024;
+
+    /// A live request of `comm` for `pending` (with a send's status), handed to C.
+    #[inline(always)]
+    fn hand_out(
+        &mut self,
+        comm: *mut ballast_comm,
+        pending: Request,
+        send: Option<ballast_status>,
+    ) -> *mut ballast_request {
+        let slot = self.live.len();
+        let b = match self.spare.pop() {
+            // A spare box is already reset (`release`): only the new request's fields.
+            Some(mut b) => {
+                b.comm = comm;
+                b.slot = slot;
+                b.pending = Some(pending);
+                b.send = send;
+                b
+            }
+            None => Box::new(ballast_request {
+                comm,
+                slot,
+                pending: Some(pending),
+                send,
+                done: None,
+                data: Vec::new(),
+            }),
+        };
+        let p = Box::into_raw(b);
+        self.live.push(p);
+        p
+    }
+
+    /// Whether `req` is a live request of this communicator.
+    ///
+    /// # Safety
+    /// `req` must point to a request box of this communicator, live or spare (the C
+    /// contract: a live request).
+    unsafe fn is_live(&self, req: *const ballast_request) -> bool {
+        // SAFETY: a box of this communicator (the caller's contract).
+        let slot = unsafe { (*req).slot };
+        self.live.get(slot).is_some_and(|&p| std::ptr::eq(p, req))
+    }
+
+    /// Frees live request `req`: its data is dropped and its box kept for reuse.
+    ///
+    /// # Safety
+    /// `req` must be live in this communicator ([`Requests::is_live`]) and not borrowed.
+    unsafe fn release(&mut self, req: *mut ballast_request) {
+        // SAFETY: live, so a box of ours; not borrowed (the caller's contract).
+        let slot = unsafe { (*req).slot };
+        self.live.swap_remove(slot);
+        if let Some(&moved) = self.live.get(slot) {
+            // SAFETY: a live box of ours, distinct from `req`.
+            unsafe { (*moved).slot = slot };
+        }
+        // SAFETY: taken back from C once: it is no longer in `live`.
+        let mut b = unsafe { Box::from_raw(req) };
+        b.slot = FREED;
+        b.pending = None;
+        b.done = None;
+        b.data = Vec::new();
+        if self.spare.len() < Self::SPARE {
+            self.spare.push(b);
+        }
+    }
+
+    /// Frees every live request (cancelling it); returns how many there were.
+    pub(crate) fn cancel_all(&mut self) -> usize {
+        let n = self.live.len();
+        for p in self.live.drain(..) {
+            // SAFETY: a live box of ours, taken back once (drained from `live`).
+            drop(unsafe { Box::from_raw(p) });
+        }
+        n
+    }
+}
+
+impl Drop for Requests {
+    fn drop(&mut self) {
+        self.cancel_all();
+    }
 }
 
 /// The boundary of a call on request `req`: its communicator's (`with_comm`).
+#[inline(always)]
 fn with_request(
     func: &str,
     req: *mut ballast_request,
     f: impl FnOnce(&mut ballast_comm, &mut ballast_request) -> Result<c_int, Fail>,
 ) -> c_int {
     if req.is_null() {
-        set_last_error(&format!("{func}: request is NULL"));
-        return BALLAST_EINVAL;
+        return failed(Fail::null(func, "request"));
     }
     // SAFETY: non-NULL and a live request used by this thread alone (the contract).
     let comm = unsafe { (*req).comm };
     with_comm(func, comm, |c| {
-        if !c.requests.contains(&(req as usize)) {
+        // SAFETY: a box of this communicator (the contract: live, or freed and spare).
+        if !unsafe { c.requests.is_live(req) } {
             return Err(Fail::inval(format!(
-                "{func}: not a live request of this communicator"
+                "{func}: not a live request of this communicator (freed?)"
             )));
         }
-        // SAFETY: a live box registered in `c.requests`, a distinct allocation from `c`.
+        // SAFETY: a live box of `c.requests`, a distinct allocation from `c`.
         f(c, unsafe { &mut *req })
     })
 }
 
-/// Completes `r` (progressing once when `block` is false, waiting otherwise); returns
-/// whether it is complete.
-fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> bool {
-    if r.done.is_some() {
-        return true;
+/// Completes `r` (progressing once when `block` is false, waiting otherwise); returns its
+/// status once complete. Callers hand C the returned value, not a copy read back from
+/// `r.done`: that load, right after the status was stored field by field, would stall.
+#[inline(always)]
+fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Option<ballast_status> {
+    if let Some((st, _)) = &r.done {
+        return Some(*st);
     }
     let Some(pending) = r.pending.take() else {
-        r.done = Some((
-            ballast_status {
-                error: BALLAST_EINTERNAL,
-                ..Default::default()
-            },
-            "request without an operation".into(),
-        ));
-        return true;
+        let st = ballast_status {
+            error: BALLAST_EINTERNAL,
+            ..Default::default()
+        };
+        r.done = Some((st, "request without an operation".into()));
+        return Some(st);
     };
     if !block {
         match c.comm().test(&pending) {
             Ok(false) => {
                 r.pending = Some(pending);
-                return false;
+                return None;
             }
             Ok(true) => {}
             Err(e) => {
@@ -84,11 +184,11 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> bool 
                     ..r.send.unwrap_or_default()
                 };
                 r.done = Some((st, e.to_string()));
-                return true;
+                return Some(st);
             }
         }
     }
-    r.done = Some(match c.comm().wait(pending) {
+    let (st, msg) = match c.comm().wait(pending) {
         Ok(Completion::Received(m)) => {
             let st = ballast_status {
                 source: m.source as c_int,
@@ -107,8 +207,9 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> bool 
             },
             e.to_string(),
         ),
-    });
-    true
+    };
+    r.done = Some((st, msg));
+    Some(st)
 }
 
 /// The result of a completed request: its status's error as a `Fail`.
@@ -149,19 +250,13 @@ pub unsafe extern "C" fn ballast_isend(
         // SAFETY: `len` readable bytes at `buf` (the contract).
         let data = unsafe { bytes(F, buf, len) }?;
         let req = c.comm().isend(d, t, data).map_err(|e| Fail::runtime(F, &e))?;
-        let r = ballast_request {
-            comm,
-            pending: Some(req),
-            send: Some(ballast_status {
-                source: dest,
-                tag,
-                len,
-                error: 0,
-            }),
-            done: None,
-            data: Vec::new(),
+        let send = ballast_status {
+            source: dest,
+            tag,
+            len,
+            error: 0,
         };
-        let p = hand_out(c, r);
+        let p = c.requests.hand_out(comm, req, Some(send));
         // SAFETY: as above.
         unsafe { *out = p };
         Ok(0)
@@ -191,14 +286,7 @@ pub unsafe extern "C" fn ballast_irecv(
         let s = source_of(F, c, source)?;
         let t = tag_match(F, tag)?;
         let req = c.comm().irecv(s, t).map_err(|e| Fail::runtime(F, &e))?;
-        let r = ballast_request {
-            comm,
-            pending: Some(req),
-            send: None,
-            done: None,
-            data: Vec::new(),
-        };
-        let p = hand_out(c, r);
+        let p = c.requests.hand_out(comm, req, None);
         // SAFETY: as above.
         unsafe { *out = p };
         Ok(0)
@@ -225,12 +313,12 @@ pub unsafe extern "C" fn ballast_test(
         if done.is_null() {
             return Err(Fail::null(F, "done"));
         }
-        let complete = complete(c, r, false);
+        let st = complete(c, r, false);
         // SAFETY: `done` is non-NULL and writable (the contract).
-        unsafe { *done = c_int::from(complete) };
-        if let (Some((st, _)), false) = (&r.done, status.is_null()) {
+        unsafe { *done = c_int::from(st.is_some()) };
+        if let (Some(st), false) = (st, status.is_null()) {
             // SAFETY: non-NULL and writable (the contract).
-            unsafe { *status = *st };
+            unsafe { *status = st };
         }
         outcome(F, r)
     })
@@ -248,10 +336,10 @@ pub unsafe extern "C" fn ballast_test(
 pub unsafe extern "C" fn ballast_wait(req: *mut ballast_request, status: *mut ballast_status) -> c_int {
     const F: &str = "ballast_wait";
     with_request(F, req, |c, r| {
-        complete(c, r, true);
-        if let (Some((st, _)), false) = (&r.done, status.is_null()) {
+        let st = complete(c, r, true);
+        if let (Some(st), false) = (st, status.is_null()) {
             // SAFETY: non-NULL and writable (the contract).
-            unsafe { *status = *st };
+            unsafe { *status = st };
         }
         outcome(F, r)
     })
@@ -359,9 +447,8 @@ pub unsafe extern "C" fn ballast_request_free(req: *mut ballast_request) -> c_in
                 "{F}: the request has not completed (ballast_wait or ballast_test it first)"
             )));
         }
-        c.requests.remove(&(req as usize));
-        // SAFETY: a box from `hand_out`, now unregistered, freed once; `r` is not used after.
-        drop(unsafe { Box::from_raw(req) });
+        // SAFETY: live (checked by `with_request`); `r` is not used after this.
+        unsafe { c.requests.release(req) };
         Ok(0)
     })
 }
