@@ -33,16 +33,19 @@ fn recv(comm: &mut Communicator, peer: usize, irecv: bool) -> Result<Vec<u8>> {
     }
 }
 
-/// One rank's loop; rank 0's block times in ns per half round trip.
+/// One rank's loop; rank 0's block times in ns per half round trip. In a world of one
+/// (`self`), the rank sends to itself and receives its own message: the per-call cost of
+/// the API without a second thread's timing.
 fn rank_main(comm: &mut Communicator, p: &Plan) -> Result<Vec<f64>> {
     let me = comm.rank();
-    let peer = 1 - me;
+    let peer = if comm.world_size() == 1 { 0 } else { 1 - me };
     let buf = vec![7u8; p.size];
     let mut ns = Vec::with_capacity(p.blocks);
     for b in 0..=p.blocks {
         let n = if b == 0 { 1 } else { p.iters };
         let t = Instant::now();
         for _ in 0..n {
+            // Rank 0 (or the only rank, to itself) sends first.
             if me == 0 {
                 comm.send(peer, 1, &buf)?;
                 recv(comm, peer, p.irecv)?;
@@ -52,7 +55,8 @@ fn rank_main(comm: &mut Communicator, p: &Plan) -> Result<Vec<f64>> {
             }
         }
         if b > 0 {
-            ns.push(t.elapsed().as_secs_f64() * 1e9 / (2 * n) as f64);
+            let legs = if peer == me { 1 } else { 2 };
+            ns.push(t.elapsed().as_secs_f64() * 1e9 / (legs * n) as f64);
         }
     }
     Ok(ns)
@@ -61,7 +65,7 @@ fn rank_main(comm: &mut Communicator, p: &Plan) -> Result<Vec<f64>> {
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 5 && !(args.len() == 6 && args[5] == "irecv") {
-        bail!("usage: capi_twin local|mpi SIZE ITERS BLOCKS [irecv]");
+        bail!("usage: capi_twin local|self|mpi SIZE ITERS BLOCKS [irecv]");
     }
     let p = Plan {
         irecv: args.len() == 6,
@@ -74,9 +78,10 @@ fn main() -> Result<()> {
     }
     let env = RuntimeConfig::from_env()?;
     let mut ns = match args[1].as_str() {
-        "local" => {
+        "local" | "self" => {
             let cfg = env.to_builder().transport(TransportKind::Local).build()?;
-            let mut out = ballast_runtime::local::run(2, &cfg, |comm| rank_main(comm, &p))?;
+            let ranks = if args[1] == "self" { 1 } else { 2 };
+            let mut out = ballast_runtime::local::run(ranks, &cfg, |comm| rank_main(comm, &p))?;
             out.swap_remove(0)?
         }
         #[cfg(feature = "mpi")]
