@@ -42,6 +42,15 @@
 // The message is longer than the buffer (ballast_recv): nothing was consumed.
 #define BALLAST_ETRUNC -7
 
+// The version of the header (compare with ballast_version, the library's).
+#define BALLAST_VERSION_MAJOR 0
+
+// See BALLAST_VERSION_MAJOR.
+#define BALLAST_VERSION_MINOR 1
+
+// See BALLAST_VERSION_MAJOR.
+#define BALLAST_VERSION_PATCH 0
+
 // Receive from any rank (ballast_irecv, ballast_recv, ballast_iprobe).
 #define BALLAST_ANY_SOURCE -1
 
@@ -291,6 +300,24 @@ int ballast_predict(const struct ballast_config *config,
                     uint32_t world_size,
                     uint32_t ranks_per_node,
                     struct ballast_footprint *out);
+
+// The name and meaning of return code `code` ("BALLAST_ETRUNC: the message is longer
+// than the buffer ..."; 0 is "BALLAST_SUCCESS: no error") in *out: a static,
+// NUL-terminated ASCII string. The message of one failure, with its details, is
+// ballast_last_error's. Errors: BALLAST_EINVAL for NULL `out`, or a code that is not one
+// of the library's (*out is then "unknown Ballast return code").
+//
+// # Safety
+// `out` must be NULL or writable.
+int ballast_strerror(int code, const char **out);
+
+// The library's version in *major, *minor, *patch (each pointer may be NULL), to compare
+// with the header's BALLAST_VERSION_MAJOR/MINOR/PATCH: a program built against another
+// minor version of the header than the library it runs with should refuse to run.
+//
+// # Safety
+// Each pointer must be NULL or writable.
+int ballast_version(int *major, int *minor, int *patch);
 
 // Copies the calling thread's last error message into `buf` with snprintf semantics: at
 // most `len - 1` bytes and a terminating NUL (nothing is written when `len` is 0, and

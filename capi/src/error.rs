@@ -9,7 +9,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use ballast_runtime::Error;
 
 use crate::{
-    BALLAST_EAGAIN, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EPEER, BALLAST_EUNSUPPORTED,
+    BALLAST_EAGAIN, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EPEER, BALLAST_ETRUNC,
+    BALLAST_EUNSUPPORTED,
 };
 
 thread_local! {
@@ -121,6 +122,85 @@ pub(crate) fn boundary(func: &str, f: impl FnOnce() -> Result<c_int, Fail>) -> c
             BALLAST_EINTERNAL
         }
     }
+}
+
+/// The name and meaning of each code, NUL-terminated for C.
+const CODES: [(c_int, &str); 8] = [
+    (0, "BALLAST_SUCCESS: no error\0"),
+    (
+        BALLAST_EINVAL,
+        "BALLAST_EINVAL: bad argument (NULL handle, unknown key, bad value, rank or tag out of range)\0",
+    ),
+    (BALLAST_ENOMEM, "BALLAST_ENOMEM: out of memory\0"),
+    (
+        BALLAST_EAGAIN,
+        "BALLAST_EAGAIN: every pool buffer is in flight; call ballast_progress and retry\0",
+    ),
+    (
+        BALLAST_EPEER,
+        "BALLAST_EPEER: a peer rank died or the job was aborted\0",
+    ),
+    (
+        BALLAST_EUNSUPPORTED,
+        "BALLAST_EUNSUPPORTED: not supported by this build or setup\0",
+    ),
+    (
+        BALLAST_EINTERNAL,
+        "BALLAST_EINTERNAL: internal error (the communicator is poisoned)\0",
+    ),
+    (
+        BALLAST_ETRUNC,
+        "BALLAST_ETRUNC: the message is longer than the buffer (nothing was consumed)\0",
+    ),
+];
+
+/// The name and meaning of return code `code` ("BALLAST_ETRUNC: the message is longer
+/// than the buffer ..."; 0 is "BALLAST_SUCCESS: no error") in *out: a static,
+/// NUL-terminated ASCII string. The message of one failure, with its details, is
+/// ballast_last_error's. Errors: BALLAST_EINVAL for NULL `out`, or a code that is not one
+/// of the library's (*out is then "unknown Ballast return code").
+///
+/// # Safety
+/// `out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_strerror(code: c_int, out: *mut *const c_char) -> c_int {
+    const F: &str = "ballast_strerror";
+    boundary(F, || {
+        // SAFETY: NULL or writable (the contract).
+        let o = unsafe { out.as_mut() }.ok_or_else(|| Fail::null(F, "out"))?;
+        match CODES.iter().find(|(c, _)| *c == code) {
+            Some((_, text)) => {
+                *o = text.as_ptr().cast();
+                Ok(0)
+            }
+            None => {
+                *o = c"unknown Ballast return code".as_ptr();
+                Err(Fail::inval(format!("{F}: {code} is not a Ballast return code")))
+            }
+        }
+    })
+}
+
+/// The library's version in *major, *minor, *patch (each pointer may be NULL), to compare
+/// with the header's BALLAST_VERSION_MAJOR/MINOR/PATCH: a program built against another
+/// minor version of the header than the library it runs with should refuse to run.
+///
+/// # Safety
+/// Each pointer must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_version(major: *mut c_int, minor: *mut c_int, patch: *mut c_int) -> c_int {
+    let v = [
+        crate::BALLAST_VERSION_MAJOR,
+        crate::BALLAST_VERSION_MINOR,
+        crate::BALLAST_VERSION_PATCH,
+    ];
+    for (p, v) in [major, minor, patch].into_iter().zip(v) {
+        // SAFETY: NULL or writable (the contract).
+        if let Some(p) = unsafe { p.as_mut() } {
+            *p = v;
+        }
+    }
+    0
 }
 
 /// Copies the calling thread's last error message into `buf` with snprintf semantics: at

@@ -28,6 +28,21 @@ pub use request::*;
 
 use std::os::raw::c_int;
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_header_version_is_the_crate_version() {
+        let v = [
+            super::BALLAST_VERSION_MAJOR,
+            super::BALLAST_VERSION_MINOR,
+            super::BALLAST_VERSION_PATCH,
+        ]
+        .map(|n| n.to_string())
+        .join(".");
+        assert_eq!(v, env!("CARGO_PKG_VERSION"));
+    }
+}
+
 /// Bad argument: a NULL handle or pointer, an unknown key, a bad value, a rank or tag out
 /// of range, a call the handle does not allow.
 pub const BALLAST_EINVAL: c_int = -1;
@@ -45,6 +60,13 @@ pub const BALLAST_EUNSUPPORTED: c_int = -5;
 pub const BALLAST_EINTERNAL: c_int = -6;
 /// The message is longer than the buffer (ballast_recv): nothing was consumed.
 pub const BALLAST_ETRUNC: c_int = -7;
+
+/// The version of the header (compare with ballast_version, the library's).
+pub const BALLAST_VERSION_MAJOR: c_int = 0;
+/// See BALLAST_VERSION_MAJOR.
+pub const BALLAST_VERSION_MINOR: c_int = 1;
+/// See BALLAST_VERSION_MAJOR.
+pub const BALLAST_VERSION_PATCH: c_int = 0;
 
 /// Receive from any rank (ballast_irecv, ballast_recv, ballast_iprobe).
 pub const BALLAST_ANY_SOURCE: c_int = -1;

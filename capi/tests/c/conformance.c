@@ -374,6 +374,26 @@ int main(void) {
     char msg[256];
     CHECK(ballast_last_error(NULL, 0) == 0); /* nothing failed on this thread yet */
 
+    /* The library's version is the header's; every code has a name. */
+    int major = -1, minor = -1, patch = -1;
+    OK(ballast_version(&major, &minor, &patch));
+    CHECK(major == BALLAST_VERSION_MAJOR && minor == BALLAST_VERSION_MINOR && patch == BALLAST_VERSION_PATCH);
+    OK(ballast_version(NULL, &minor, NULL));
+    const char *name = NULL;
+    OK(ballast_strerror(0, &name));
+    CHECK(strncmp(name, "BALLAST_SUCCESS:", 16) == 0);
+    OK(ballast_strerror(BALLAST_ETRUNC, &name));
+    CHECK(strncmp(name, "BALLAST_ETRUNC:", 15) == 0 && strstr(name, "longer than the buffer") != NULL);
+    const int codes[] = {BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EAGAIN, BALLAST_EPEER,
+                         BALLAST_EUNSUPPORTED, BALLAST_EINTERNAL, BALLAST_ETRUNC};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        OK(ballast_strerror(codes[i], &name));
+        CHECK(strncmp(name, "BALLAST_E", 9) == 0);
+    }
+    EXPECT_ERR(ballast_strerror(-99, &name), BALLAST_EINVAL, "-99 is not a Ballast return code");
+    CHECK(strcmp(name, "unknown Ballast return code") == 0);
+    EXPECT_ERR(ballast_strerror(0, NULL), BALLAST_EINVAL, "out is NULL");
+
     ballast_config *cfg = NULL;
     EXPECT_ERR(ballast_config_new(NULL), BALLAST_EINVAL, "out is NULL");
     OK(ballast_config_new(&cfg));
