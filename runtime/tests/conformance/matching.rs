@@ -191,7 +191,7 @@ pub fn recv_within_leaves_long_messages<L: Launcher>(l: &L) {
                 }
                 _ => {
                     let mut seen = vec![];
-                    let mut note =
+                    let note =
                         |r: std::result::Result<ballast_runtime::Message, ballast_runtime::Envelope>| match r
                         {
                             Ok(m) => (m.source, m.tag, m.data.len(), true),
