@@ -28,20 +28,6 @@ pub use request::*;
 
 use std::os::raw::c_int;
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_header_version_is_the_crate_version() {
-        let v = [
-            super::BALLAST_VERSION_MAJOR,
-            super::BALLAST_VERSION_MINOR,
-            super::BALLAST_VERSION_PATCH,
-        ]
-        .map(|n| n.to_string())
-        .join(".");
-        assert_eq!(v, env!("CARGO_PKG_VERSION"));
-    }
-}
 
 /// Bad argument: a NULL handle or pointer, an unknown key, a bad value, a rank or tag out
 /// of range, a call the handle does not allow.
@@ -74,3 +60,18 @@ pub const BALLAST_ANY_SOURCE: c_int = -1;
 pub const BALLAST_ANY_TAG: i64 = -1;
 /// The largest user tag: valid tags are 0 to 2^31 - 1 (the tags above are the runtime's).
 pub const BALLAST_TAG_MAX: i64 = 0x7fff_ffff;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_header_version_is_the_crate_version() {
+        let v = [
+            super::BALLAST_VERSION_MAJOR,
+            super::BALLAST_VERSION_MINOR,
+            super::BALLAST_VERSION_PATCH,
+        ]
+        .map(|n| n.to_string())
+        .join(".");
+        assert_eq!(v, env!("CARGO_PKG_VERSION"));
+    }
+}
