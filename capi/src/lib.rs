@@ -28,7 +28,6 @@ pub use request::*;
 
 use std::os::raw::c_int;
 
-
 /// Bad argument: a NULL handle or pointer, an unknown key, a bad value, a rank or tag out
 /// of range, a call the handle does not allow.
 pub const BALLAST_EINVAL: c_int = -1;
