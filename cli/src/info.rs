@@ -102,6 +102,20 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
             s.env
         );
     }
+    let overflow = cfg.transport().endpoint_overflow;
+    if cfg.transport().max_endpoints == 0 {
+        outln!("  endpoint_overflow={overflow} has no effect: max_endpoints is 0 (no cap)");
+    } else {
+        outln!(
+            "  endpoint_overflow={overflow}: peers beyond max_endpoints={} {}",
+            cfg.transport().max_endpoints,
+            match overflow {
+                ballast_runtime::EndpointOverflow::Datagram =>
+                    "go over the datagram path (no endpoint; evict where the transport has no datagrams)",
+                ballast_runtime::EndpointOverflow::Evict => "evict the least recently used endpoint",
+            }
+        );
+    }
     let world = args.world_size.unwrap_or(args.peers + 1);
     let mut t = *cfg.transport();
     if let Some(n) = native_taken {

@@ -507,6 +507,8 @@ fn a_footprint_that_differs_from_the_prediction_says_why() {
             "RoundRobin",
             "--max-endpoints",
             "2",
+            "--endpoint-overflow",
+            "evict",
             "--output",
             "cap",
         ],

@@ -168,6 +168,7 @@ pub fn eviction_with_two_endpoints<L: Launcher>(l: &L, sharing: RecvSharing) {
     // The engine's endpoints (on the MPI native path MPI owns the connections).
     let c = cfg(sharing)
         .max_endpoints(2)
+        .endpoint_overflow(ballast_runtime::EndpointOverflow::Evict)
         .buffer_size(256)
         .buffer_count(4)
         .recv_depth(2)
