@@ -43,7 +43,7 @@ pub mod select;
 
 // The public paths: a curated view of the layers.
 pub use crate::core::{config, error, footprint, intmap, memory, pool, procstatus};
-pub use protocol::{connection, credit, engine, matching, wire};
+pub use protocol::{connection, credit, datagram, engine, matching, wire};
 #[cfg(feature = "mpi")]
 pub use transport::mpi;
 pub use transport::{comm, model};

@@ -17,9 +17,10 @@
 //! | endpoints | `e * (endpoint_fixed + engine_endpoint)` + per-peer only: `e * (rq_fixed + recv_depth * (B + rq_wqe))` |
 //! | shared receive queue | shared/xrc only: `srq_fixed + srq_depth * (B + srq_wqe)` |
 //! | control | `control_fixed + c * per_peer_control` |
+//! | datagram state | with `endpoint_overflow=datagram` on a transport with datagrams (`local`): `(keys - e) * PEER_STATE_BYTES` (`protocol::datagram`, at most 256 B), the peers beyond the cap |
 //! | registered | pool + receive buffers (`e * recv_depth * B` or `srq_depth * B`) |
 //!
-//! `total_bytes()` = pool + endpoints + shared receive queue + control (registered and
+//! `total_bytes()` = pool + endpoints + shared receive queue + control + datagram state (registered and
 //! locked are views of the same memory, not added).
 //!
 //! In `xrc` mode only senders open endpoints, so for a rank that only receives the model
@@ -171,6 +172,12 @@ impl TransportConfig {
         } else {
             keys
         };
+        // The peers beyond the cap on the datagram path (where this transport has one).
+        let dg = match crate::protocol::datagram::chunk_for(self, datagram_mtu(self.kind)) {
+            Ok(Some(_)) => keys - e,
+            _ => 0,
+        };
+        let dg_bytes = dg * crate::protocol::datagram::PEER_STATE_BYTES;
         let b = self.buffer_size as u64;
         let pool = self.buffer_count as u64 * b;
         if self.kind == TransportKind::Mpi && self.mpi_native {
@@ -187,6 +194,8 @@ impl TransportConfig {
                 endpoints_peak: 0,
                 endpoints_opened: 0,
                 peers_connected: c,
+                datagram_peers: 0,
+                datagram_bytes: 0,
             };
         }
         if self.kind == TransportKind::Mpi {
@@ -204,6 +213,8 @@ impl TransportConfig {
                 endpoints_peak: e,
                 endpoints_opened: e,
                 peers_connected: c,
+                datagram_peers: dg,
+                datagram_bytes: dg_bytes,
             };
         }
         let mut endpoint = e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes);
@@ -230,7 +241,18 @@ impl TransportConfig {
             endpoints_peak: e,
             endpoints_opened: e,
             peers_connected: c,
+            datagram_peers: dg,
+            datagram_bytes: dg_bytes,
         }
+    }
+}
+
+/// The datagram size of a transport kind's fabric (`Fabric::datagram_mtu`), `None` where
+/// it has no datagrams (its `endpoint_overflow=datagram` falls back to `evict`).
+pub fn datagram_mtu(kind: TransportKind) -> Option<usize> {
+    match kind {
+        TransportKind::Local => Some(crate::transport::local::DATAGRAM_MTU),
+        TransportKind::Mpi | TransportKind::Verbs | TransportKind::Auto => None,
     }
 }
 

@@ -67,6 +67,18 @@ fn dec(d: &[u8]) -> (u64, u64) {
     )
 }
 
+/// The datagram overlay of a test binary that runs the suite over the datagram path:
+/// `(max_endpoints, datagram_drop_every)` applied by [`cfg`] to every case (a case that sets
+/// its own cap overrides it). Unset: the suite's own settings.
+pub static DATAGRAM_OVERLAY: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+
 fn cfg(sharing: RecvSharing) -> ballast_runtime::RuntimeConfigBuilder {
-    RuntimeConfig::builder().recv_sharing(sharing).lock_pool(false)
+    let b = RuntimeConfig::builder().recv_sharing(sharing).lock_pool(false);
+    match DATAGRAM_OVERLAY.get() {
+        Some(&(cap, drop)) => b
+            .max_endpoints(cap)
+            .endpoint_overflow(ballast_runtime::EndpointOverflow::Datagram)
+            .datagram_drop_every(drop),
+        None => b,
+    }
 }
