@@ -334,6 +334,48 @@ mod tests {
     }
 
     #[test]
+    fn datagram_peers_beyond_the_cap_are_charged_their_fixed_state() {
+        use crate::core::config::EndpointOverflow;
+        use crate::protocol::datagram::PEER_STATE_BYTES;
+        let t = TransportConfig {
+            max_endpoints: 4,
+            ..Default::default()
+        };
+        assert_eq!(t.endpoint_overflow, EndpointOverflow::Datagram, "the default");
+        let f = t.predict(10, 16, 1);
+        assert_eq!(
+            (f.endpoints_live, f.datagram_peers, f.datagram_bytes),
+            (4, 6, 6 * PEER_STATE_BYTES)
+        );
+        let evict = TransportConfig {
+            endpoint_overflow: EndpointOverflow::Evict,
+            ..t
+        }
+        .predict(10, 16, 1);
+        assert_eq!((evict.endpoints_live, evict.datagram_peers), (4, 0));
+        assert_eq!(f.total_bytes() - evict.total_bytes(), 6 * PEER_STATE_BYTES);
+        // Within the cap, uncapped, xrc and verbs (no datagrams: evict): no datagram peer.
+        assert_eq!(t.predict(3, 16, 1).datagram_peers, 0);
+        let none = [
+            TransportConfig {
+                max_endpoints: 0,
+                ..t
+            },
+            TransportConfig {
+                recv_sharing: RecvSharing::Xrc,
+                ..t
+            },
+            TransportConfig {
+                kind: TransportKind::Verbs,
+                ..t
+            },
+        ];
+        for c in none {
+            assert_eq!(c.predict(10, 16, 1).datagram_bytes, 0, "{c:?}");
+        }
+    }
+
+    #[test]
     fn verbs_model_uses_mlx5_sizes() {
         let v = TransportConfig {
             kind: TransportKind::Verbs,
