@@ -17,7 +17,7 @@
 //! | endpoints | `e * (endpoint_fixed + engine_endpoint)` + per-peer only: `e * (rq_fixed + recv_depth * (B + rq_wqe))` |
 //! | shared receive queue | shared/xrc only: `srq_fixed + srq_depth * (B + srq_wqe)` |
 //! | control | `control_fixed + c * per_peer_control` |
-//! | datagram state | with `endpoint_overflow=datagram` on a transport with datagrams (`local`): `(keys - e) * PEER_STATE_BYTES` (`protocol::datagram`, at most 256 B), the peers beyond the cap |
+//! | datagram state | with `endpoint_overflow=datagram` on a transport with datagrams (`local`, MPI's engine path): `(keys - e) * PEER_STATE_BYTES` (`protocol::datagram`, at most 256 B), the peers beyond the cap |
 //! | registered | pool + receive buffers (`e * recv_depth * B` or `srq_depth * B`) |
 //!
 //! `total_bytes()` = pool + endpoints + shared receive queue + control + datagram state (registered and
@@ -247,12 +247,17 @@ impl TransportConfig {
     }
 }
 
+/// MPI engine path: the largest datagram (datagrams are MPI messages; the fabric offers
+/// `min(buffer_size, this)`, so that one fits its staging buffer).
+pub const MPI_DATAGRAM_MTU: usize = 1 << 30;
+
 /// The datagram size of a transport kind's fabric (`Fabric::datagram_mtu`), `None` where
 /// it has no datagrams (its `endpoint_overflow=datagram` falls back to `evict`).
 pub fn datagram_mtu(kind: TransportKind) -> Option<usize> {
     match kind {
         TransportKind::Local => Some(crate::transport::local::DATAGRAM_MTU),
-        TransportKind::Mpi | TransportKind::Verbs | TransportKind::Auto => None,
+        TransportKind::Mpi => Some(MPI_DATAGRAM_MTU),
+        TransportKind::Verbs | TransportKind::Auto => None,
     }
 }
 

@@ -18,13 +18,12 @@ impl Launcher for Local {
         cfg: &RuntimeConfig,
         f: F,
     ) -> Result<Vec<R>> {
-        DATAGRAM_OVERLAY.get_or_init(|| OVERLAY);
         local::run(n, cfg, f)
     }
 }
 
 fn overlay() {
-    DATAGRAM_OVERLAY.get_or_init(|| OVERLAY);
+    set_datagram_overlay(Some(OVERLAY));
 }
 
 /// xrc has no datagram path (it falls back to evict, with a note): still conformant.

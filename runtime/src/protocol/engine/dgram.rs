@@ -62,11 +62,14 @@ pub(super) struct Datagrams {
     since_check: u32,
     /// A datagram peer chosen for the next free endpoint slot.
     promote: Option<usize>,
+    /// The fabric never drops a datagram (MPI): acknowledgements free the copies, nothing
+    /// is sent again.
+    reliable: bool,
     pub(super) stats: DatagramStats,
 }
 
 impl Datagrams {
-    pub(super) fn new(chunk: usize) -> Datagrams {
+    pub(super) fn new(chunk: usize, reliable: bool) -> Datagrams {
         Datagrams {
             peers: IntMap::default(),
             chunk,
@@ -77,6 +80,7 @@ impl Datagrams {
             scratch: Vec::new(),
             since_check: 0,
             promote: None,
+            reliable,
             stats: DatagramStats::default(),
         }
     }
@@ -90,6 +94,11 @@ impl Datagrams {
     /// True when nothing sent is unacknowledged.
     pub(super) fn drained(&self) -> bool {
         self.waiting.is_empty()
+    }
+
+    /// True when the fabric never drops a datagram (no retransmission timer).
+    pub(super) fn reliable(&self) -> bool {
+        self.reliable
     }
 
     fn peer(&mut self, peer: usize) -> &mut DgPeer {
@@ -340,7 +349,7 @@ impl Engine {
         }
         let fabric = self.fabric.as_mut();
         let pool = &mut self.pool;
-        if !dg.waiting.is_empty() {
+        if !dg.waiting.is_empty() && !dg.reliable {
             let now = Instant::now();
             let Datagrams {
                 peers,

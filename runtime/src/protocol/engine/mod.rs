@@ -151,7 +151,7 @@ impl Engine {
         cfg.recv_sharing = sharing;
         notes.extend(note);
         let dg = match crate::protocol::datagram::chunk_for(&cfg, fabric.datagram_mtu()) {
-            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c))),
+            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c, !fabric.datagrams_can_drop()))),
             Err(why) => {
                 notes.push(format!(
                     "endpoint_overflow=datagram: transport `{}` {why}; falling back to endpoint_overflow=evict",
@@ -321,7 +321,7 @@ impl Engine {
     pub fn wait_limit(&self) -> Option<std::time::Duration> {
         self.dg
             .as_ref()
-            .filter(|d| !d.drained())
+            .filter(|d| !d.drained() && !d.reliable())
             .map(|_| crate::protocol::datagram::RTO_BASE)
     }
 
