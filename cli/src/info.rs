@@ -92,10 +92,10 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     }
     outln!();
     outln!("effective configuration:");
-    outln!("  {:<16} {:<12} {:<8} {}", "setting", "value", "from", "variable");
+    outln!("  {:<19} {:<12} {:<8} {}", "setting", "value", "from", "variable");
     for s in cfg.settings() {
         outln!(
-            "  {:<16} {:<12} {:<8} {}",
+            "  {:<19} {:<12} {:<8} {}",
             s.name,
             s.value,
             s.origin.as_str(),
