@@ -461,3 +461,94 @@ pub fn datagram_all_to_all<L: Launcher>(
     }
     println!("{n} ranks cap {cap} drop {drop_every}: {sent} datagrams sent, {resent} again");
 }
+
+/// The fanout at `n` ranks with `max_endpoints` `cap` over the datagram path: rank 0 sends
+/// to every other rank. Rank 0 holds `cap` endpoints and `n - 1 - cap` datagram peers,
+/// exactly as the model says; a receiver reached by datagram holds one datagram peer of at
+/// most 256 B instead of the endpoint the model charges for its one peer (it differs from
+/// the model by exactly that, and `Footprint::differences` says why); the others match
+/// the model.
+pub fn datagram_fanout<L: Launcher>(l: &L, n: usize, cap: usize, drop_every: usize) {
+    let c = cfg(RecvSharing::Shared)
+        .max_endpoints(cap)
+        .endpoint_overflow(ballast_runtime::EndpointOverflow::Datagram)
+        .datagram_drop_every(drop_every)
+        .buffer_count(16)
+        .buffer_size(4096)
+        .srq_depth(16)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    let t = *c.transport();
+    let res = l
+        .run(
+            n,
+            &c,
+            |comm| -> Result<(ballast_runtime::Footprint, ballast_runtime::Footprint)> {
+                let (me, n) = (comm.rank(), comm.world_size());
+                if me == 0 {
+                    for p in 1..n {
+                        let d: Vec<u8> = (0..10u32).flat_map(|i| (i + p as u32).to_le_bytes()).collect();
+                        comm.send(p, 4, &d)?;
+                    }
+                } else {
+                    let m = comm.recv(0, 4u32)?;
+                    let want: Vec<u8> = (0..10u32).flat_map(|i| (i + me as u32).to_le_bytes()).collect();
+                    assert_eq!(m.data, want);
+                }
+                let f = comm.footprint();
+                Ok((f, t.predict(f.peers_connected as usize, n, 1)))
+            },
+        )
+        .unwrap();
+    let per = ballast_runtime::datagram::PEER_STATE_BYTES;
+    assert!(per <= 256);
+    let (f0, p0) = res[0].as_ref().unwrap();
+    assert_eq!(
+        (f0.endpoints_live, f0.datagram_peers, f0.datagram_bytes),
+        (cap as u64, (n - 1 - cap) as u64, (n - 1 - cap) as u64 * per)
+    );
+    assert_eq!(
+        ballast_runtime::Footprint {
+            locked_bytes: 0,
+            ..*f0
+        },
+        ballast_runtime::Footprint {
+            locked_bytes: 0,
+            ..*p0
+        },
+        "rank 0 = model"
+    );
+    let mut by_datagram = 0;
+    for (rank, r) in res.iter().enumerate().skip(1) {
+        let (f, p) = r.as_ref().unwrap();
+        assert_eq!(f.peers_connected, 1, "rank {rank}");
+        if f.datagram_peers == 1 {
+            by_datagram += 1;
+            assert_eq!((f.endpoints_live, f.datagram_bytes), (0, per), "rank {rank}");
+            assert_eq!(
+                f.total_bytes() + p.endpoint_bytes,
+                p.total_bytes() + per,
+                "rank {rank}: a datagram peer instead of an endpoint: {f:?} vs {p:?}"
+            );
+            let why = f.differences(p, &t).join("; ");
+            assert!(
+                why.contains("1 peer on the datagram path, 0 predicted"),
+                "rank {rank}: {why}"
+            );
+        } else {
+            assert_eq!(
+                ballast_runtime::Footprint {
+                    locked_bytes: 0,
+                    ..*f
+                },
+                ballast_runtime::Footprint {
+                    locked_bytes: 0,
+                    ..*p
+                },
+                "rank {rank} (endpoint) = model"
+            );
+        }
+    }
+    assert_eq!(by_datagram, n - 1 - cap);
+}

@@ -118,3 +118,9 @@ fn datagram_footprint_equals_model() {
         datagram_footprint_matches_model(&Local, m, OVERLAY.1);
     }
 }
+
+#[test]
+fn datagram_fanout_256_cap_8() {
+    overlay();
+    datagram_fanout(&Local, 256, 8, OVERLAY.1);
+}
