@@ -8,12 +8,13 @@
 # checks that every run gave the uncapped run's spikes (out.dat).
 # Usage: bash bench/endpoint_overflow.sh [ROUNDS]   (default 5; a release build)
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cargo build --release --locked -p ballast >/dev/null 2>&1
-bin=${CARGO_TARGET_DIR:-target}/release/ballast
+bin=$(realpath "${CARGO_TARGET_DIR:-target}/release/ballast")
 cd "$work"
 
 configs=(uncapped datagram-2 evict-2 datagram-4 evict-4 datagram-8 evict-8)
@@ -28,9 +29,9 @@ run() { # config round -> seconds
     t0=$(date +%s.%N)
     # shellcheck disable=SC2046 # the options are words
     "$bin" run --synthetic 20000 --ranks 16 --tstop 200 --memory-scale 0.001 --recv-sharing shared \
-        $(args_of "$1") --output "$out" >/dev/null
+        $(args_of "$1") --output "$out" >/dev/null 2>"$out.err" || { cat "$out.err" >&2; exit 1; }
     t1=$(date +%s.%N)
-    if [ -f out-uncapped-0/out.dat ] && ! cmp -s "$out/out.dat" out-uncapped-0/out.dat; then
+    if ! cmp -s "$out/out.dat" out-uncapped-0/out.dat; then
         echo "endpoint_overflow: $1 round $2 gave other spikes than uncapped" >&2
         exit 1
     fi

@@ -462,6 +462,10 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         ));
     }
     v.push((
+        "datagram_promotion/shared".into(),
+        Box::new(move || datagram_promotion(l, RecvSharing::Shared, 0)),
+    ));
+    v.push((
         "datagram_all_to_all 64 ranks cap 4/shared".into(),
         Box::new(move || datagram_all_to_all(l, RecvSharing::Shared, 64, 4, 0, 2)),
     ));

@@ -552,3 +552,55 @@ pub fn datagram_fanout<L: Launcher>(l: &L, n: usize, cap: usize, drop_every: usi
     }
     assert_eq!(by_datagram, n - 1 - cap);
 }
+
+/// The promotion policy: with `max_endpoints 1`, rank 0 first sends to rank 1 (which gets
+/// the endpoint), then thousands of small messages to rank 2 (over datagrams), then one
+/// more to rank 1. Rank 2, far more active, is promoted: rank 0's endpoint to rank 1 is
+/// closed and one to rank 2 opened; rank 1's last message then comes by datagram after the
+/// endpoint's. Everything arrives in order.
+pub fn datagram_promotion<L: Launcher>(l: &L, sharing: RecvSharing, drop_every: usize) {
+    let c = cfg(sharing)
+        .max_endpoints(1)
+        .endpoint_overflow(ballast_runtime::EndpointOverflow::Datagram)
+        .datagram_drop_every(drop_every)
+        .buffer_size(256)
+        .buffer_count(32)
+        .recv_depth(8)
+        .srq_depth(16)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    const MANY: u64 = 3000;
+    let res = l
+        .run(3, &c, |comm| -> Result<(u64, u64, u64)> {
+            match comm.rank() {
+                0 => {
+                    comm.send(1, 1, &enc(1, 0))?;
+                    for k in 0..MANY {
+                        comm.send(2, 2, &enc(2, k))?;
+                    }
+                    comm.send(1, 1, &enc(1, 1))?;
+                }
+                1 => {
+                    for k in 0..2 {
+                        assert_eq!(dec(&comm.recv(0, 1u32)?.data), (1, k));
+                    }
+                }
+                _ => {
+                    for k in 0..MANY {
+                        assert_eq!(dec(&comm.recv(0, 2u32)?.data), (2, k), "order");
+                    }
+                }
+            }
+            let s = comm.datagram_stats().expect("the datagram path runs");
+            let f = comm.footprint();
+            Ok((s.promoted, f.endpoints_opened, f.endpoints_peak))
+        })
+        .unwrap();
+    let (promoted, opened, peak) = *res[0].as_ref().unwrap();
+    assert!(promoted >= 1, "rank 2 promoted on rank 0: {:?}", res);
+    assert!(
+        opened >= 2 && peak <= 1,
+        "rank 0 opened {opened} endpoints, peak {peak}"
+    );
+}

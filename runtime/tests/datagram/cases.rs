@@ -124,3 +124,11 @@ fn datagram_fanout_256_cap_8() {
     overlay();
     datagram_fanout(&Local, 256, 8, OVERLAY.1);
 }
+
+#[test]
+fn datagram_promotion_of_the_most_active_peer() {
+    overlay();
+    for m in [RecvSharing::PerPeer, RecvSharing::Shared] {
+        datagram_promotion(&Local, m, OVERLAY.1);
+    }
+}

@@ -24,10 +24,11 @@ use crate::protocol::matching::Matcher;
 
 use super::Engine;
 
-/// Datagrams received before the promotion policy looks at the peers' activity again.
+/// Data datagrams sent and received before the promotion policy looks at the peers'
+/// activity again.
 pub const PROMOTE_EVERY: u32 = 512;
 /// A datagram peer is promoted when its activity exceeds the least active endpoint's by
-/// this many packets (and by half again its activity)...
+/// this many packets (and by half of it).
 pub const PROMOTE_MARGIN: u64 = 64;
 
 /// Counters of the datagram path.
@@ -314,6 +315,8 @@ impl Engine {
             ep_sent: d.ep_sent,
         };
         d.ack_due = false;
+        d.activity = d.activity.saturating_add(1);
+        dg.since_check = dg.since_check.saturating_add(1);
         if let Err(i) = dg.waiting.binary_search(&dest) {
             dg.waiting.insert(i, dest);
         }
@@ -402,8 +405,8 @@ impl Engine {
         Ok(work)
     }
 
-    /// The promotion policy: the most active datagram peer (datagrams both ways since the
-    /// last check) takes the endpoint of the least active open endpoint peer (packets both
+    /// The promotion policy: the most active datagram peer (data datagrams both ways since
+    /// the last check) takes the endpoint of the least active open endpoint peer (packets both
     /// ways since the last check) when it exceeds it by [`PROMOTE_MARGIN`] and by half;
     /// that endpoint is closed gracefully (when idle) and the peer gets the next free slot.
     /// Activities are then halved (decay). Ties go to the lower rank: deterministic.
