@@ -5,8 +5,10 @@
 # evict: LRU eviction and reconnects), on the local transport. The configurations are
 # interleaved ROUNDS times in one run (the order rotates every round); prints each run's
 # wall time, then per configuration the median and its ratio to the uncapped median, and
-# checks that every run gave the uncapped run's spikes (out.dat).
-# Usage: bash bench/endpoint_overflow.sh [ROUNDS]   (default 5; a release build)
+# checks that every run gave the uncapped run's spikes (out.dat). With BASELINE=path to
+# another ballast binary (e.g. a build of the tree before the datagram path), it also runs
+# the uncapped configuration with that binary (`baseline`): the endpoint hot path's cost.
+# Usage: [BASELINE=ballast-binary] bash bench/endpoint_overflow.sh [ROUNDS]   (default 5; a release build)
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
@@ -18,17 +20,20 @@ bin=$(realpath "${CARGO_TARGET_DIR:-target}/release/ballast")
 cd "$work"
 
 configs=(uncapped datagram-2 evict-2 datagram-4 evict-4 datagram-8 evict-8)
+[ -n "${BASELINE:-}" ] && configs+=(baseline) && baseline=$(realpath "$BASELINE")
 args_of() { # config -> the extra options
     case $1 in
-        uncapped) ;;
+        uncapped | baseline) ;;
         *) echo "--max-endpoints ${1#*-} --endpoint-overflow ${1%-*}" ;;
     esac
 }
 run() { # config round -> seconds
     local out="out-$1-$2" t0 t1
+    local b=$bin
+    [ "$1" = baseline ] && b=$baseline
     t0=$(date +%s.%N)
     # shellcheck disable=SC2046 # the options are words
-    "$bin" run --synthetic 20000 --ranks 16 --tstop 200 --memory-scale 0.001 --recv-sharing shared \
+    "$b" run --synthetic 20000 --ranks 16 --tstop 200 --memory-scale 0.001 --recv-sharing shared \
         $(args_of "$1") --output "$out" >/dev/null 2>"$out.err" || { cat "$out.err" >&2; exit 1; }
     t1=$(date +%s.%N)
     if ! cmp -s "$out/out.dat" out-uncapped-0/out.dat; then

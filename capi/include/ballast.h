@@ -103,6 +103,11 @@ typedef struct ballast_footprint {
   uint32_t endpoints_peak;
   // Endpoints opened in all.
   uint32_t endpoints_opened;
+  // Peers reached over the datagram path (past max_endpoints with
+  // endpoint_overflow=datagram).
+  uint32_t datagram_peers;
+  // Their fixed state, bytes (part of total).
+  uint64_t datagram;
 } ballast_footprint;
 
 #ifdef __cplusplus
