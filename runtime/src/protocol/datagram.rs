@@ -32,6 +32,10 @@ pub const HEADER_BYTES: usize = 48;
 /// First retransmission timeout; doubled on each timeout without progress, up to
 /// [`RTO_MAX`].
 pub const RTO_BASE: Duration = Duration::from_millis(4);
+/// First retransmission timeout on a fabric that never drops a datagram (local without the
+/// drop model, MPI): only the receiver drops one there (one that arrived before the
+/// endpoint packets sent ahead of it, or out of order without a free pool buffer), rarely.
+pub const RTO_RELIABLE: Duration = Duration::from_millis(16);
 /// Longest retransmission timeout.
 pub const RTO_MAX: Duration = Duration::from_millis(64);
 
@@ -171,6 +175,8 @@ pub struct DgPeer {
     /// Out-of-order arrivals `expect+1..expect+WINDOW`, at `seq % WINDOW`.
     held: [BufId; WINDOW],
     deadline: Option<Instant>,
+    /// The first retransmission timeout ([`RTO_BASE`] or [`RTO_RELIABLE`]).
+    rto: Duration,
     retries: u8,
     dup_acks: u8,
     /// An acknowledgement is owed to the peer.
@@ -195,6 +201,7 @@ impl Default for DgPeer {
             expect: 0,
             held: [NONE; WINDOW],
             deadline: None,
+            rto: RTO_BASE,
             retries: 0,
             dup_acks: 0,
             ack_due: false,
@@ -207,6 +214,14 @@ impl Default for DgPeer {
 }
 
 impl DgPeer {
+    /// A peer whose first retransmission timeout is `rto`.
+    pub fn with_rto(rto: Duration) -> DgPeer {
+        DgPeer {
+            rto,
+            ..DgPeer::default()
+        }
+    }
+
     /// Datagrams sent and not acknowledged.
     #[inline]
     pub fn in_flight(&self) -> u32 {
@@ -232,7 +247,7 @@ impl DgPeer {
         let seq = self.next_seq;
         self.sent[seq as usize % WINDOW] = id;
         self.next_seq = seq.wrapping_add(1);
-        self.deadline.get_or_insert(now + RTO_BASE);
+        self.deadline.get_or_insert(now + self.rto);
         seq
     }
 
@@ -259,7 +274,7 @@ impl DgPeer {
         }
         self.retries = 0;
         self.dup_acks = 0;
-        self.deadline = (self.in_flight() > 0).then(|| now + RTO_BASE);
+        self.deadline = (self.in_flight() > 0).then(|| now + self.rto);
         false
     }
 
@@ -288,7 +303,10 @@ impl DgPeer {
             s = s.wrapping_add(1);
         }
         self.retries = self.retries.saturating_add(1);
-        let rto = RTO_BASE.saturating_mul(1 << self.retries.min(4)).min(RTO_MAX);
+        let rto = self
+            .rto
+            .saturating_mul(1 << self.retries.min(4))
+            .min(RTO_MAX.max(self.rto));
         self.deadline = Some(now + rto);
     }
 
@@ -493,6 +511,11 @@ mod tests {
         assert_eq!(p.deadline(), Some(t1 + RTO_MAX));
         p.on_ack(1, t1, &mut |_| {});
         assert_eq!(p.deadline(), Some(t1 + RTO_BASE), "progress resets the timeout");
+        let mut r = DgPeer::with_rto(RTO_RELIABLE);
+        r.push_sent(1, t0);
+        assert_eq!(r.deadline(), Some(t0 + RTO_RELIABLE), "a fabric that never drops");
+        r.on_timeout(t0, &mut |_| {});
+        assert_eq!(r.deadline(), Some(t0 + 2 * RTO_RELIABLE));
     }
 
     #[test]

@@ -63,8 +63,8 @@ pub(super) struct Datagrams {
     since_check: u32,
     /// A datagram peer chosen for the next free endpoint slot.
     promote: Option<usize>,
-    /// The fabric never drops a datagram (MPI): acknowledgements free the copies, nothing
-    /// is sent again.
+    /// The fabric never drops a datagram (MPI, local without the drop model): only the
+    /// receiver does, rarely, so the retransmission timeout is longer.
     reliable: bool,
     pub(super) stats: DatagramStats,
 }
@@ -97,17 +97,22 @@ impl Datagrams {
         self.waiting.is_empty()
     }
 
-    /// True when the fabric never drops a datagram (no retransmission timer).
-    pub(super) fn reliable(&self) -> bool {
-        self.reliable
-    }
-
     fn peer(&mut self, peer: usize) -> &mut DgPeer {
+        let rto = self.rto();
         let fresh = &mut self.fresh;
         self.peers.entry(peer).or_insert_with(|| {
             fresh.push(peer);
-            DgPeer::default()
+            DgPeer::with_rto(rto)
         })
+    }
+
+    /// The first retransmission timeout of this fabric's datagrams.
+    pub(super) fn rto(&self) -> std::time::Duration {
+        if self.reliable {
+            crate::protocol::datagram::RTO_RELIABLE
+        } else {
+            crate::protocol::datagram::RTO_BASE
+        }
     }
 
     /// Records the packets of a closed endpoint to `peer` (the ordering counters).
@@ -352,7 +357,7 @@ impl Engine {
         }
         let fabric = self.fabric.as_mut();
         let pool = &mut self.pool;
-        if !dg.waiting.is_empty() && !dg.reliable {
+        if !dg.waiting.is_empty() {
             let now = Instant::now();
             let Datagrams {
                 peers,

@@ -319,10 +319,7 @@ impl Engine {
     /// datagrams are unacknowledged (a lost one is sent again only by progress), else
     /// `None` (no limit of the engine's own).
     pub fn wait_limit(&self) -> Option<std::time::Duration> {
-        self.dg
-            .as_ref()
-            .filter(|d| !d.drained() && !d.reliable())
-            .map(|_| crate::protocol::datagram::RTO_BASE)
+        self.dg.as_ref().filter(|d| !d.drained()).map(|d| d.rto())
     }
 
     /// Counters of the datagram path (`None` when it does not run).

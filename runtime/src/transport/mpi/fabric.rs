@@ -32,8 +32,8 @@
 //! normal tag, with no endpoint or handshake: on the normal tag rather than one of their
 //! own so that the drain below counts and receives them with the rest (tags are scarce:
 //! the direct tags take 16,000..32,000 below the guaranteed `MPI_TAG_UB` of 32,767). MPI
-//! never drops one ([`Fabric::datagrams_can_drop`] is false: the engine acknowledges them
-//! but sends none again). A datagram is at most `buffer_size` bytes, so it fits the
+//! never drops one ([`Fabric::datagrams_can_drop`] is false: the engine sends one again
+//! only after the longer timeout for a datagram its receiver dropped). A datagram is at most `buffer_size` bytes, so it fits the
 //! staging buffer with its header and riders.
 //!
 //! Ballast ranks map onto MPI processes round-robin: rank `r` lives in process `r % P` as
