@@ -298,8 +298,8 @@ fn bad_parameters_are_errors_before_anything_is_written() {
     );
 }
 
-/// `--max-endpoints 1` with 3 and 4 ranks exchanging all-to-all (a cap below the peers):
-/// finishes (it livelocked before: endpoints closed before their first packet) with the
+/// `--max-endpoints 1 --endpoint-overflow evict` with 3 and 4 ranks exchanging all-to-all
+/// (a cap below the peers): finishes (it livelocked before: endpoints closed before their first packet) with the
 /// same spikes as one rank.
 #[test]
 fn a_cap_below_the_peers_finishes_with_the_same_spikes() {
@@ -311,7 +311,16 @@ fn a_cap_below_the_peers_finishes_with_the_same_spikes() {
         let out = format!("cap{ranks}");
         let o = run(
             dir.path(),
-            &["--ranks", ranks, "--max-endpoints", "1", "--output", &out],
+            &[
+                "--ranks",
+                ranks,
+                "--max-endpoints",
+                "1",
+                "--endpoint-overflow",
+                "evict",
+                "--output",
+                &out,
+            ],
         );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(

@@ -215,8 +215,15 @@ pub fn eviction_with_two_endpoints<L: Launcher>(l: &L, sharing: RecvSharing) {
 /// connecting to a different peer at once, so every slot holds a connecting endpoint and
 /// the requests cross in a cycle. Must not deadlock; nothing lost or reordered.
 pub fn all_to_all_with_a_cap_below_the_peers<L: Launcher>(l: &L, sharing: RecvSharing) {
+    // Eviction (the case's origin), or the datagram path when a binary runs the suite over it.
+    let overflow = if DATAGRAM_OVERLAY.read().unwrap().is_some() {
+        ballast_runtime::EndpointOverflow::Datagram
+    } else {
+        ballast_runtime::EndpointOverflow::Evict
+    };
     let c = cfg(sharing)
         .max_endpoints(1)
+        .endpoint_overflow(overflow)
         .buffer_size(256)
         .buffer_count(8)
         .recv_depth(2)
