@@ -73,6 +73,9 @@ for n in 1 2 3 4 7; do
     echo "ci/test.sh: mpirun -n $n mpi_conformance"
     timeout 900 mpirun "${mpirun_flags[@]}" -n "$n" "$conformance"
 done
+# The datagram path with one rank per process: 64 processes all-to-all with cap 4 (~5 s).
+echo "ci/test.sh: mpirun -n 64 mpi_conformance '64 ranks cap 4'"
+timeout 300 mpirun "${mpirun_flags[@]}" -n 64 "$conformance" "64 ranks cap 4"
 host_init=$(mpi_test_bin mpi_host_init)
 # -n 3: the halves of the sub-communicator part are of 2 and 1 processes.
 for n in 2 3; do timeout 300 mpirun "${mpirun_flags[@]}" -n "$n" "$host_init"; done

@@ -6,6 +6,11 @@
 //! round trip first). The raw baseline moves a fresh copy of the bytes (`to_vec`) through
 //! bounded(1) channels, the same copy the runtime's `send(&[u8])` / `recv` pair makes at
 //! its ends.
+//!
+//! `pingpong-cap`: the 8 B and 1 KiB round trip to an endpoint peer beside one to a
+//! datagram peer: 3 ranks with `max_endpoints 1`; rank 0 first exchanges a message with
+//! rank 2 (which takes its one endpoint), then ping-pongs with rank 1 (`datagram`: over the
+//! datagram path both ways) or with rank 2 (`endpoint`).
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +37,65 @@ fn local_round_trips(cfg: &RuntimeConfig, size: usize, iters: u64) -> Duration {
             one(comm);
         }
         t.elapsed()
+    })
+    .unwrap();
+    out[0]
+}
+
+/// Round trips between rank 0 and rank `peer` (1: a datagram peer, 2: the endpoint peer)
+/// of 3 ranks with `max_endpoints 1`, after rank 0 exchanged a message with rank 2: in
+/// worlds of at most 200 round trips each (400 datagrams, below the promotion policy's
+/// `PROMOTE_EVERY`, which would otherwise give the busy datagram peer the endpoint).
+fn capped_round_trips(size: usize, iters: u64, peer: usize) -> Duration {
+    let chunk = 200.min(ballast_runtime::engine::PROMOTE_EVERY as u64 / 2 - 1);
+    let mut left = iters;
+    let mut total = Duration::ZERO;
+    while left > 0 {
+        let n = left.min(chunk);
+        total += capped_world(size, n, peer);
+        left -= n;
+    }
+    total
+}
+
+fn capped_world(size: usize, iters: u64, peer: usize) -> Duration {
+    let cfg = RuntimeConfig::builder()
+        .lock_pool(false)
+        .max_endpoints(1)
+        .build()
+        .unwrap();
+    let data = vec![7u8; size];
+    let out = local::run(3, &cfg, |comm| {
+        let me = comm.rank();
+        if me == 0 {
+            comm.send(2, 9, &[1]).unwrap();
+        } else if me == 2 {
+            comm.recv(0, 9u32).unwrap();
+        }
+        if me != 0 && me != peer {
+            return Duration::ZERO;
+        }
+        let other = if me == 0 { peer } else { 0 };
+        let one = |comm: &mut ballast_runtime::Communicator| {
+            if me == 0 {
+                comm.send(other, 1, &data).unwrap();
+                comm.recv(other, 1u32).unwrap();
+            } else {
+                let m = comm.recv(other, 1u32).unwrap();
+                comm.send(other, 1, &m.data).unwrap();
+            }
+        };
+        one(comm);
+        let t = Instant::now();
+        for _ in 0..iters {
+            one(comm);
+        }
+        let d = t.elapsed();
+        if me == 0 {
+            let dg = comm.footprint().datagram_peers;
+            assert_eq!(dg, u64::from(peer == 1), "rank {peer} on the datagram path");
+        }
+        d
     })
     .unwrap();
     out[0]
@@ -87,6 +151,19 @@ fn pingpong(c: &mut Criterion) {
         }
         g.bench_with_input(BenchmarkId::new("raw-crossbeam", size), &size, |b, &s| {
             b.iter_custom(|n| raw_round_trips(s, n))
+        });
+    }
+    g.finish();
+    let mut g = c.benchmark_group("pingpong-cap");
+    g.sample_size(20)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_millis(500));
+    for &size in &[8usize, 1024] {
+        g.bench_with_input(BenchmarkId::new("endpoint", size), &size, |b, &s| {
+            b.iter_custom(|n| capped_round_trips(s, n, 2))
+        });
+        g.bench_with_input(BenchmarkId::new("datagram", size), &size, |b, &s| {
+            b.iter_custom(|n| capped_round_trips(s, n, 1))
         });
     }
     g.finish();

@@ -112,6 +112,11 @@ typedef struct ballast_footprint {
   uint32_t endpoints_peak;
   // Endpoints opened in all.
   uint32_t endpoints_opened;
+  // Peers reached over the datagram path (past max_endpoints with
+  // endpoint_overflow=datagram).
+  uint32_t datagram_peers;
+  // Their fixed state, bytes (part of total).
+  uint64_t datagram;
 } ballast_footprint;
 
 #ifdef __cplusplus
@@ -269,6 +274,7 @@ int ballast_config_new(struct ballast_config **out);
 
 // Sets one setting: `key` is a setting name of docs/CONFIG.md in snake case
 // (buffer_count, buffer_size, pool_growth, max_pool_bytes, lazy_connect, max_endpoints,
+// endpoint_overflow, datagram_drop_every (test only),
 // recv_sharing, recv_depth, srq_depth, ranks_per_node, lock_pool, mpi_native, transport),
 // `value` is written as the environment variable takes it (e.g. "64K", "per-peer", "off").
 // Errors: BALLAST_EINVAL for a NULL argument, an unknown key or a bad value; the message

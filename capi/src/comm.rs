@@ -124,6 +124,11 @@ pub struct ballast_footprint {
     pub endpoints_peak: u32,
     /// Endpoints opened in all.
     pub endpoints_opened: u32,
+    /// Peers reached over the datagram path (past max_endpoints with
+    /// endpoint_overflow=datagram).
+    pub datagram_peers: u32,
+    /// Their fixed state, bytes (part of total).
+    pub datagram: u64,
 }
 
 impl From<&Footprint> for ballast_footprint {
@@ -141,6 +146,8 @@ impl From<&Footprint> for ballast_footprint {
             endpoints_live: c(f.endpoints_live),
             endpoints_peak: c(f.endpoints_peak),
             endpoints_opened: c(f.endpoints_opened),
+            datagram_peers: c(f.datagram_peers),
+            datagram: f.datagram_bytes,
         }
     }
 }

@@ -176,7 +176,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         if t.max_endpoints == 0 {
             "no endpoint cap".to_string()
         } else {
-            format!("max_endpoints={}", t.max_endpoints)
+            format!("max_endpoints={} ({})", t.max_endpoints, t.endpoint_overflow)
         }
     );
     outln!();
@@ -229,7 +229,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     outln!("transport per rank, largest (KB), predicted for the circuit's peers:");
     row("  per-peer", &tp(per_peer))?;
     row(
-        &format!("  shared + max_endpoints={}", args.max_endpoints),
+        &format!(
+            "  shared + max_endpoints={} ({})",
+            args.max_endpoints, t.endpoint_overflow
+        ),
         &tp(shared_capped),
     )?;
     row(&format!("  {as_run} (the configuration run)"), &tp(*t))?;

@@ -92,14 +92,28 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     }
     outln!();
     outln!("effective configuration:");
-    outln!("  {:<16} {:<12} {:<8} {}", "setting", "value", "from", "variable");
+    outln!("  {:<19} {:<12} {:<8} {}", "setting", "value", "from", "variable");
     for s in cfg.settings() {
         outln!(
-            "  {:<16} {:<12} {:<8} {}",
+            "  {:<19} {:<12} {:<8} {}",
             s.name,
             s.value,
             s.origin.as_str(),
             s.env
+        );
+    }
+    let overflow = cfg.transport().endpoint_overflow;
+    if cfg.transport().max_endpoints == 0 {
+        outln!("  endpoint_overflow={overflow} has no effect: max_endpoints is 0 (no cap)");
+    } else {
+        outln!(
+            "  endpoint_overflow={overflow}: peers beyond max_endpoints={} {}",
+            cfg.transport().max_endpoints,
+            match overflow {
+                ballast_runtime::EndpointOverflow::Datagram =>
+                    "go over the datagram path (no endpoint; evict where the transport has no datagrams)",
+                ballast_runtime::EndpointOverflow::Evict => "evict the least recently used endpoint",
+            }
         );
     }
     let world = args.world_size.unwrap_or(args.peers + 1);

@@ -2,7 +2,7 @@
 //! matching `BALLAST_*` variable read by `RuntimeConfig::from_env` (see docs/CONFIG.md).
 
 use ballast_runtime::config::parse_bytes;
-use ballast_runtime::{RecvSharing, RuntimeConfig, TransportKind};
+use ballast_runtime::{EndpointOverflow, RecvSharing, RuntimeConfig, TransportKind};
 
 fn parse_size(s: &str) -> Result<u64, String> {
     parse_bytes(s)
@@ -47,6 +47,10 @@ pub struct RuntimeArgs {
     /// Cap on live endpoints, 0 = none (BALLAST_MAX_ENDPOINTS).
     #[arg(long, value_parser = parse_count)]
     pub max_endpoints: Option<usize>,
+    /// Peers beyond --max-endpoints: datagram (a connectionless path, no reconnects) or
+    /// evict (close the least recently used endpoint) (BALLAST_ENDPOINT_OVERFLOW).
+    #[arg(long, value_parser = |s: &str| s.parse::<EndpointOverflow>())]
+    pub endpoint_overflow: Option<EndpointOverflow>,
     /// Receive sharing: per-peer, shared or xrc (BALLAST_RECV_SHARING).
     #[arg(long, value_parser = |s: &str| s.parse::<RecvSharing>())]
     pub recv_sharing: Option<RecvSharing>,
@@ -93,6 +97,9 @@ impl RuntimeArgs {
         }
         if let Some(v) = self.max_endpoints {
             b = b.max_endpoints(v);
+        }
+        if let Some(v) = self.endpoint_overflow {
+            b = b.endpoint_overflow(v);
         }
         if let Some(v) = self.recv_sharing {
             b = b.recv_sharing(v);

@@ -770,3 +770,120 @@ fn fanout_as_an_unprivileged_user_names_the_refused_lock() {
         "{peers_before}"
     );
 }
+
+/// `ballast info` shows `endpoint_overflow`, says it has no effect without a cap, and with
+/// `--max-endpoints` predicts the peers beyond the cap as datagram peers (none with
+/// `evict`).
+#[test]
+fn info_shows_the_endpoint_overflow_and_the_datagram_peers() {
+    let o = common::ballast()
+        .args(["info", "--peers", "20"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("endpoint_overflow=datagram has no effect: max_endpoints is 0 (no cap)"),
+        "{text}"
+    );
+    let row = |text: &str, name: &str| -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {text}"));
+        line.split_whitespace().skip(1).map(String::from).collect()
+    };
+    assert_eq!(row(&text, "datagram_peers"), ["0", "0", "0"]);
+    let o = common::ballast()
+        .args(["info", "--peers", "20", "--max-endpoints", "8"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("peers beyond max_endpoints=8 go over the datagram path"),
+        "{text}"
+    );
+    // per-peer and shared: 12 datagram peers; xrc has no datagram path (evict).
+    assert_eq!(row(&text, "datagram_peers"), ["12", "12", "0"]);
+    assert_eq!(row(&text, "endpoints_live"), ["8", "8", "8"]);
+    let bytes: Vec<u64> = row(&text, "datagram_bytes")
+        .iter()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert!(
+        bytes[0] > 0 && bytes[0] <= 12 * 256,
+        "at most 256 B per datagram peer: {bytes:?}"
+    );
+    let o = common::ballast()
+        .args([
+            "info",
+            "--peers",
+            "20",
+            "--max-endpoints",
+            "8",
+            "--endpoint-overflow",
+            "evict",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("endpoint_overflow=evict: peers beyond max_endpoints=8 evict"),
+        "{text}"
+    );
+    assert_eq!(row(&text, "datagram_peers"), ["0", "0", "0"]);
+    let o = common::ballast()
+        .args(["info", "--endpoint-overflow", "sometimes"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("expected datagram or evict"));
+}
+
+/// `dry-run --transport-model ballast` with `--max-endpoints 2` charges each rank's peers
+/// beyond the cap their datagram state with `endpoint_overflow=datagram` (the default),
+/// and not with `evict`: 8 ranks that all talk to each other, 5 datagram peers each, the
+/// runtime's per-peer state bytes apart.
+#[test]
+fn dry_run_charges_the_datagram_peers_beyond_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let transport = |mode: &str| -> Vec<f64> {
+        let o = ballast()
+            .current_dir(dir.path())
+            .args([
+                "dry-run",
+                "--synthetic",
+                "2000",
+                "--synapses",
+                "100000",
+                "--num-target-ranks",
+                "8",
+            ])
+            .args([
+                "--transport-model",
+                "ballast",
+                "--max-endpoints",
+                "2",
+                "--endpoint-overflow",
+                mode,
+            ])
+            .args(["--json", "--output-dir", mode])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let peers = j["rank_loads"]["peers"].as_array().unwrap();
+        assert!(peers.iter().all(|p| p.as_u64() == Some(7)), "{peers:?}");
+        j["rank_loads"]["transport_kb"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    let (dg, ev) = (transport("datagram"), transport("evict"));
+    let per_peer = ballast_runtime::datagram::PEER_STATE_BYTES as f64;
+    for (d, e) in dg.iter().zip(&ev) {
+        assert_eq!((d - e) * 1024.0, 5.0 * per_peer, "{dg:?} vs {ev:?}");
+    }
+}

@@ -298,8 +298,8 @@ fn bad_parameters_are_errors_before_anything_is_written() {
     );
 }
 
-/// `--max-endpoints 1` with 3 and 4 ranks exchanging all-to-all (a cap below the peers):
-/// finishes (it livelocked before: endpoints closed before their first packet) with the
+/// `--max-endpoints 1 --endpoint-overflow evict` with 3 and 4 ranks exchanging all-to-all
+/// (a cap below the peers): finishes (it livelocked before: endpoints closed before their first packet) with the
 /// same spikes as one rank.
 #[test]
 fn a_cap_below_the_peers_finishes_with_the_same_spikes() {
@@ -311,13 +311,74 @@ fn a_cap_below_the_peers_finishes_with_the_same_spikes() {
         let out = format!("cap{ranks}");
         let o = run(
             dir.path(),
-            &["--ranks", ranks, "--max-endpoints", "1", "--output", &out],
+            &[
+                "--ranks",
+                ranks,
+                "--max-endpoints",
+                "1",
+                "--endpoint-overflow",
+                "evict",
+                "--output",
+                &out,
+            ],
         );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(
             std::fs::read_to_string(dir.path().join(&out).join("out.dat")).unwrap(),
             reference
         );
+    }
+}
+
+/// `--max-endpoints 2` with 8 ranks in both `--endpoint-overflow` modes gives the spikes
+/// of the uncapped run: the datagram path (the default) carries the peers beyond the cap
+/// without a reconnect, its footprint reports them, and `evict` reconnects instead.
+#[test]
+fn a_cap_of_two_gives_the_same_spikes_in_both_overflow_modes() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = ["--ranks", "8", "--lb-mode", "RoundRobin"];
+    let free = run(dir.path(), &[&base[..], &["--output", "free"]].concat());
+    assert!(free.status.success(), "{}", String::from_utf8_lossy(&free.stderr));
+    let reference = std::fs::read_to_string(dir.path().join("free/out.dat")).unwrap();
+    assert!(reference.lines().count() > 10, "spikes in the reference");
+    for mode in ["datagram", "evict"] {
+        let out = format!("cap2-{mode}");
+        let o = run(
+            dir.path(),
+            &[
+                &base[..],
+                &[
+                    "--max-endpoints",
+                    "2",
+                    "--endpoint-overflow",
+                    mode,
+                    "--output",
+                    &out,
+                ],
+            ]
+            .concat(),
+        );
+        assert!(
+            o.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(&out).join("out.dat")).unwrap(),
+            reference,
+            "{mode}"
+        );
+        let report: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(&out).join("report.json")).unwrap(),
+        )
+        .unwrap();
+        let rows = report["per_rank"].as_array().unwrap();
+        let dg: u64 = rows.iter().map(|r| r["datagram_peers"].as_u64().unwrap()).sum();
+        if mode == "datagram" {
+            assert!(dg > 0, "datagram peers in {report}");
+        } else {
+            assert_eq!(dg, 0, "evict has no datagram peers");
+        }
     }
 }
 
@@ -507,6 +568,8 @@ fn a_footprint_that_differs_from_the_prediction_says_why() {
             "RoundRobin",
             "--max-endpoints",
             "2",
+            "--endpoint-overflow",
+            "evict",
             "--output",
             "cap",
         ],

@@ -65,6 +65,9 @@ pub enum Control {
         /// Number of credits.
         credits: u32,
     },
+    /// The answer to a [`Control::ConnectReq`] from a rank at its `max_endpoints` cap with
+    /// `endpoint_overflow=datagram`: no endpoint; reach me over datagrams.
+    Refuse,
 }
 
 impl Control {
@@ -79,6 +82,7 @@ impl Control {
             Control::CreditRequest => (4, 0),
             Control::Revoke => (5, 0),
             Control::Return { credits } => (6, credits as u64),
+            Control::Refuse => (7, 0),
         }
     }
 
@@ -100,6 +104,7 @@ impl Control {
             4 => Control::CreditRequest,
             5 => Control::Revoke,
             6 => Control::Return { credits: v32()? },
+            7 => Control::Refuse,
             _ => {
                 return Err(Error::ControlDecode {
                     code,
@@ -125,6 +130,9 @@ pub enum Event<'a> {
     /// [`Fabric::direct_threshold`]): `header.total` bytes in `data`, which becomes the
     /// received message's buffer as it is (no copy). `header.offset` and `header.len` are 0.
     Whole(PacketHeader, Vec<u8>),
+    /// A datagram from rank `.0` (the connectionless path, [`Fabric::post_datagram`]): its
+    /// bytes, valid only during the callback.
+    Datagram(usize, &'a [u8]),
 }
 
 /// What a transport can do.
@@ -249,6 +257,30 @@ pub trait Fabric: Register + Send {
         })
     }
 
+    /// The connectionless datagram path: `Some(n)` when the transport can send a datagram
+    /// of at most `n` bytes to any rank without an endpoint ([`Fabric::post_datagram`]);
+    /// received ones come from [`Fabric::poll`] as [`Event::Datagram`]. `None` (the
+    /// default): no datagrams, and `endpoint_overflow=datagram` falls back to `evict`.
+    fn datagram_mtu(&self) -> Option<usize> {
+        None
+    }
+
+    /// True when the transport may drop a datagram (no receive posted, a test drop model);
+    /// the protocol's acknowledgements and retransmissions recover it. Default true.
+    fn datagrams_can_drop(&self) -> bool {
+        true
+    }
+
+    /// Sends datagram `bytes` (at most [`Fabric::datagram_mtu`]) to rank `dest`, copied
+    /// before it returns; it may be dropped. Only called when
+    /// [`Fabric::datagram_mtu`] is `Some`.
+    fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
+        let _ = (dest, bytes);
+        Err(Error::NoDatagrams {
+            transport: self.capabilities().name,
+        })
+    }
+
     /// Starts sending the owned message `data` to rank `dest` on the direct path; its
     /// completion is reported as [`Event::SendComplete`]`(wr_id)`. Only called when
     /// [`Fabric::direct_threshold`] is `Some`.
@@ -310,6 +342,7 @@ mod tests {
             Control::CreditRequest,
             Control::Revoke,
             Control::Return { credits: 9 },
+            Control::Refuse,
         ] {
             let (code, v) = c.encode();
             assert_eq!(Control::decode(code, v).unwrap(), c);

@@ -43,7 +43,7 @@ pub mod select;
 
 // The public paths: a curated view of the layers.
 pub use crate::core::{config, error, footprint, intmap, memory, pool, procstatus};
-pub use protocol::{connection, credit, engine, matching, wire};
+pub use protocol::{connection, credit, datagram, engine, matching, wire};
 #[cfg(feature = "mpi")]
 pub use transport::mpi;
 pub use transport::{comm, model};
@@ -75,8 +75,8 @@ pub mod bootstrap {
 
 pub use comm::{Communicator, Completion, Request};
 pub use config::{
-    BootstrapConfig, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig, TransportKind,
-    ValueOrigin, VerbsConfig,
+    BootstrapConfig, EndpointOverflow, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig,
+    TransportKind, ValueOrigin, VerbsConfig,
 };
 pub use error::{Error, Result};
 pub use footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};

@@ -324,6 +324,17 @@ fn different_buffer_sizes_are_refused() {
     }
 }
 
+/// Runs `f` with the suite's configurations on the datagram path (`max_endpoints` `cap`,
+/// `endpoint_overflow=datagram`, the MPI engine path where a case does not choose).
+fn with_datagrams(cap: usize, f: impl FnOnce()) {
+    set_datagram_overlay(Some((cap, 0)));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    set_datagram_overlay(None);
+    if let Err(p) = r {
+        std::panic::resume_unwind(p);
+    }
+}
+
 fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     let l = &MpiLauncher;
     let mut v: Vec<(String, Box<dyn Fn()>)> = Vec::new();
@@ -422,6 +433,46 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         Box::new(bootstrap_mpi_split_rounds),
     ));
     v.push(("mpi_footprint".into(), Box::new(mpi_footprint)));
+    // The engine path's datagram path past the cap: max_endpoints 2 (1 for the small
+    // cases, so that their 3 and 4 ranks use datagrams too), then all-to-all with caps.
+    for (cap, what) in [(2, "max_endpoints 2"), (1, "max_endpoints 1")] {
+        for m in MODES {
+            v.push((
+                format!("datagram {what}: ordering_per_peer_and_tag/{m}"),
+                Box::new(move || with_datagrams(cap, || ordering_per_peer_and_tag(l, m))),
+            ));
+            v.push((
+                format!("datagram {what}: any_source_any_tag/{m}"),
+                Box::new(move || with_datagrams(cap, || any_source_any_tag(l, m))),
+            ));
+            v.push((
+                format!("datagram {what}: back_pressure_pool_of_two/{m}"),
+                Box::new(move || with_datagrams(cap, || back_pressure_pool_of_two(l, m))),
+            ));
+        }
+        v.push((
+            format!("datagram {what}: large_messages_in_order_with_small_ones/shared"),
+            Box::new(move || {
+                with_datagrams(cap, || {
+                    large_messages_in_order_with_small_ones(l, RecvSharing::Shared)
+                })
+            }),
+        ));
+    }
+    for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
+        v.push((
+            format!("datagram_all_to_all 16 ranks cap 2/{m}"),
+            Box::new(move || datagram_all_to_all(l, m, 16, 2, 0, 4)),
+        ));
+    }
+    v.push((
+        "datagram_promotion/shared".into(),
+        Box::new(move || datagram_promotion(l, RecvSharing::Shared, 0)),
+    ));
+    v.push((
+        "datagram_all_to_all 64 ranks cap 4/shared".into(),
+        Box::new(move || datagram_all_to_all(l, RecvSharing::Shared, 64, 4, 0, 2)),
+    ));
     v.push((
         "different_buffer_sizes_are_refused".into(),
         Box::new(different_buffer_sizes_are_refused),

@@ -13,7 +13,7 @@ fn put(b: &mut Vec<u8>, v: u64) {
 }
 
 /// Fixed u64 words before the spikes.
-const WORDS: usize = 43;
+const WORDS: usize = 45;
 
 /// The encoding of `o`: [`WORDS`] u64 words, then the spikes as (step, cell) u32 pairs.
 pub fn encode(o: &RankOutcome) -> Vec<u8> {
@@ -66,6 +66,8 @@ pub fn encode(o: &RankOutcome) -> Vec<u8> {
         p0.vm_size_kb,
         o.proc_index as u64,
         o.windows,
+        f.datagram_peers,
+        f.datagram_bytes,
         o.spikes.len() as u64,
     ] {
         put(&mut b, v);
@@ -125,6 +127,8 @@ pub fn decode(b: &[u8], from: usize) -> Result<RankOutcome, SimError> {
             endpoints_peak: w[17],
             endpoints_opened: w[18],
             peers_connected: w[19],
+            datagram_peers: w[42],
+            datagram_bytes: w[43],
         },
         memory_lock: MemoryLock {
             asked_bytes: w[20],
@@ -196,6 +200,8 @@ mod tests {
                 endpoints_peak: 2,
                 endpoints_opened: 3,
                 peers_connected: 2,
+                datagram_peers: 1,
+                datagram_bytes: 100,
             },
             memory_lock: MemoryLock {
                 asked_bytes: 20,

@@ -310,6 +310,13 @@ pub enum Error {
         /// The transport's name.
         transport: &'static str,
     },
+    /// The engine asked a transport without datagrams ([`crate::fabric::Fabric::datagram_mtu`]
+    /// is `None`) to send one.
+    #[error("protocol error: transport `{transport}` has no datagrams")]
+    NoDatagrams {
+        /// The transport's name.
+        transport: &'static str,
+    },
     /// The engine saw a send completion it has no record of (`direct`: of the direct path).
     #[error("protocol error: rank {rank}: unknown {}completion {wr}", if *.direct { "direct " } else { "" })]
     UnknownCompletion {

@@ -52,16 +52,41 @@ pub struct Footprint {
     pub endpoints_opened: u64,
     /// Distinct peers communicated with.
     pub peers_connected: u64,
+    /// Peers with datagram state (reached without an endpoint past `max_endpoints` with
+    /// `endpoint_overflow=datagram`, either way).
+    pub datagram_peers: u64,
+    /// Their fixed state (`datagram_peers` x `protocol::datagram::PEER_STATE_BYTES`);
+    /// their unacknowledged and out-of-order datagrams are in pool buffers.
+    pub datagram_bytes: u64,
 }
 
 impl Footprint {
-    /// Pool + endpoints + shared receive queues + control, bytes.
+    /// Pool + endpoints + shared receive queues + control + datagram state, bytes.
     pub fn total_bytes(&self) -> u64 {
-        self.pool_bytes + self.endpoint_bytes + self.srq_bytes + self.control_bytes
+        self.pool_bytes + self.endpoint_bytes + self.srq_bytes + self.control_bytes + self.datagram_bytes
+    }
+
+    /// The inverse of [`Footprint::fields`] (values in its order; missing ones are 0).
+    pub fn from_fields(v: &[u64]) -> Footprint {
+        let at = |i: usize| v.get(i).copied().unwrap_or(0);
+        Footprint {
+            pool_bytes: at(0),
+            registered_bytes: at(1),
+            locked_bytes: at(2),
+            endpoint_bytes: at(3),
+            srq_bytes: at(4),
+            control_bytes: at(5),
+            endpoints_live: at(6),
+            endpoints_peak: at(7),
+            endpoints_opened: at(8),
+            peers_connected: at(9),
+            datagram_peers: at(10),
+            datagram_bytes: at(11),
+        }
     }
 
     /// Field names and values, for tables and JSON.
-    pub fn fields(&self) -> [(&'static str, u64); 10] {
+    pub fn fields(&self) -> [(&'static str, u64); 12] {
         [
             ("pool_bytes", self.pool_bytes),
             ("registered_bytes", self.registered_bytes),
@@ -73,6 +98,8 @@ impl Footprint {
             ("endpoints_peak", self.endpoints_peak),
             ("endpoints_opened", self.endpoints_opened),
             ("peers_connected", self.peers_connected),
+            ("datagram_peers", self.datagram_peers),
+            ("datagram_bytes", self.datagram_bytes),
         ]
     }
 }
@@ -272,6 +299,13 @@ impl Footprint {
                 p.endpoints_live
             ));
         }
+        if m.datagram_peers != p.datagram_peers {
+            why.push(format!(
+                "{} on the datagram path, {} predicted (endpoint_overflow=datagram: a peer that was full when this rank connected, or that reached this rank by datagram, has datagram state; the model gives the peers beyond the cap)",
+                count(m.datagram_peers, "peer"),
+                p.datagram_peers
+            ));
+        }
         if m.pool_bytes != p.pool_bytes {
             let cause = if cfg.pool_growth && m.pool_bytes > p.pool_bytes {
                 " (pool_growth added chunks; the model counts the initial pool)"
@@ -287,6 +321,7 @@ impl Footprint {
             ("endpoint", m.endpoint_bytes, p.endpoint_bytes),
             ("shared receive queue", m.srq_bytes, p.srq_bytes),
             ("control", m.control_bytes, p.control_bytes),
+            ("datagram state", m.datagram_bytes, p.datagram_bytes),
         ] {
             if a != b {
                 why.push(format!("{name} {a} B, predicted {b} B"));

@@ -142,6 +142,14 @@ impl BufferPool {
         }
     }
 
+    /// Takes a free buffer without growing (where no fabric is at hand: a datagram held
+    /// while the fabric polls). `None` when none is free.
+    pub fn take_free(&mut self) -> Option<BufId> {
+        let id = self.free.pop()?;
+        self.high_water = self.high_water.max(self.buffers() - self.free.len());
+        Some(id)
+    }
+
     /// True when a buffer could be taken without growing.
     pub fn has_free(&self) -> bool {
         !self.free.is_empty()

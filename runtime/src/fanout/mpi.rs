@@ -67,8 +67,8 @@ impl Mpi {
             return Ok(None);
         }
         let rows: Vec<Vec<u64>> = all.iter().map(|b| get_u64s(b)).collect();
-        // Footprint::fields() order; total = pool + endpoints + srq + control.
-        let total = |r: &Vec<u64>, k: usize| r[k * 10] + r[k * 10 + 3] + r[k * 10 + 4] + r[k * 10 + 5];
+        // Footprint::fields() order (12 each).
+        let total = |r: &Vec<u64>, k: usize| Footprint::from_fields(&r[k * 12..k * 12 + 12]).total_bytes();
         let sum = |k: usize| rows.iter().map(|r| total(r, k)).sum::<u64>();
         let mut notes = notes;
         notes.push(MPI_MEMORY_NOTE.to_string());

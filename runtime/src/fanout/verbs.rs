@@ -147,18 +147,7 @@ fn put_fp(v: &mut Vec<u8>, f: &Footprint) {
 }
 
 fn get_fp(x: &[u64]) -> Footprint {
-    Footprint {
-        pool_bytes: x[0],
-        registered_bytes: x[1],
-        locked_bytes: x[2],
-        endpoint_bytes: x[3],
-        srq_bytes: x[4],
-        control_bytes: x[5],
-        endpoints_live: x[6],
-        endpoints_peak: x[7],
-        endpoints_opened: x[8],
-        peers_connected: x[9],
-    }
+    Footprint::from_fields(x)
 }
 
 /// The fanout over verbs, one rank per process of `boot` (collective): rank 0 sends
@@ -229,7 +218,7 @@ pub fn fanout(
                 .collect()
         })
         .collect();
-    const REPORT_WORDS: usize = 18 + 40 + 3;
+    const REPORT_WORDS: usize = 18 + 48 + 3;
     if let Some((peer, r)) = rows.iter().enumerate().find(|(_, r)| r.len() != REPORT_WORDS) {
         return Err(Error::FanoutReport {
             rank: boot.rank(),
@@ -238,7 +227,7 @@ pub fn fanout(
             expected: REPORT_WORDS,
         });
     }
-    let fp = |r: &Vec<u64>, k: usize| get_fp(&r[18 + k * 10..28 + k * 10]);
+    let fp = |r: &Vec<u64>, k: usize| get_fp(&r[18 + k * 12..30 + k * 12]);
     let processes: Vec<ProcessMemory> = rows
         .iter()
         .enumerate()
@@ -249,10 +238,10 @@ pub fn fanout(
             after: get_status(&r[12..18]),
             footprint: fp(r, 1),
             predicted: fp(r, 3),
-            pinned_expected: r[58],
+            pinned_expected: r[66],
             bootstrap_kept: Kept {
-                vm_pin_kb: r[59] as i64,
-                vm_rss_kb: r[60] as i64,
+                vm_pin_kb: r[67] as i64,
+                vm_rss_kb: r[68] as i64,
             },
         })
         .collect();

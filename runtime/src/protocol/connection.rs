@@ -38,6 +38,8 @@ pub struct Endpoint {
     /// Posted sends whose completion has not been polled yet.
     pub inflight: u32,
     last_use: u64,
+    /// `sent + received` at the last promotion check (datagram mode's activity).
+    mark: u64,
 }
 
 /// Endpoint counters reported in the footprint.
@@ -123,6 +125,7 @@ impl ConnectionTable {
                 received: 0,
                 inflight: 0,
                 last_use: self.tick,
+                mark: 0,
             },
         );
         debug_assert!(prev.is_none());
@@ -216,6 +219,23 @@ impl ConnectionTable {
             .min_by_key(|(_, e)| e.last_use);
         idle.or_else(|| open.min_by_key(|(_, e)| e.last_use))
             .map(|(&k, _)| k)
+    }
+
+    /// The open endpoint with the fewest packets (both ways) since the last
+    /// [`ConnectionTable::mark_activity`], and that count; ties go to the lower key.
+    pub fn least_active(&self) -> Option<(usize, u64)> {
+        self.eps
+            .iter()
+            .filter(|(_, e)| e.state == EpState::Open)
+            .map(|(&k, e)| (k, (e.sent + e.received).saturating_sub(e.mark)))
+            .min_by_key(|&(k, a)| (a, k))
+    }
+
+    /// Starts a new activity interval for [`ConnectionTable::least_active`].
+    pub fn mark_activity(&mut self) {
+        for e in self.eps.values_mut() {
+            e.mark = e.sent + e.received;
+        }
     }
 
     /// Records an eviction.

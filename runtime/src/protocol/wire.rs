@@ -10,7 +10,7 @@
 //! | 16..24 | [`PacketHeader::offset`] (u64) |
 //! | 24..28 | [`PacketHeader::len`] (u32) |
 //! | 28 | [`PacketHeader::more`] (0 or 1) |
-//! | 29 | [`HeaderExtra::kind`] ([`KIND_DATA`], [`KIND_CONTROL`], [`KIND_DIRECT`]) |
+//! | 29 | [`HeaderExtra::kind`] ([`KIND_DATA`], [`KIND_CONTROL`], [`KIND_DIRECT`], [`KIND_DATAGRAM`]) |
 //! | 30 | [`HeaderExtra::code`]: a control message's code ([`Control::encode`]) |
 //! | 31 | [`HeaderExtra::riders`]: control messages in the trailer |
 //!
@@ -34,6 +34,9 @@ pub const KIND_DATA: u8 = 0;
 pub const KIND_CONTROL: u8 = 1;
 /// Header kind: the announcement of a message sent on a transport's direct path.
 pub const KIND_DIRECT: u8 = 2;
+/// Header kind: a datagram of the connectionless path (its bytes as the payload, `len` of
+/// them; `protocol::datagram` reads them).
+pub const KIND_DATAGRAM: u8 = 3;
 
 /// Bytes 29..32 of the header: what the packet is and how many controls ride on it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -175,7 +178,7 @@ pub fn split_packet(b: &[u8], max_riders: usize, rank: usize, from: Sender) -> R
         return Err(bad(format!("shorter than the {HEADER_BYTES}-byte header")));
     };
     let (header, extra) = decode_header(head);
-    let len = if extra.kind == KIND_DATA {
+    let len = if extra.kind == KIND_DATA || extra.kind == KIND_DATAGRAM {
         header.len as usize
     } else {
         0

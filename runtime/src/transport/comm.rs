@@ -148,7 +148,10 @@ impl Communicator {
         match &self.backend {
             Backend::Engine(e) => {
                 let f = e.fabric();
-                b.snooze_on(f.blocks_when_idle(), |d| f.wait_for_arrival(d))
+                let limit = e.wait_limit();
+                b.snooze_on(f.blocks_when_idle(), |d| {
+                    f.wait_for_arrival(limit.map_or(d, |l| d.min(l)))
+                })
             }
             #[cfg(feature = "mpi")]
             Backend::Native(_) => b.snooze(),
@@ -456,6 +459,18 @@ impl Communicator {
     /// Endpoint counters (live, peak, opened, evicted, peers connected).
     pub fn endpoint_stats(&self) -> EndpointStats {
         on_backend!(&self.backend, b => b.endpoint_stats())
+    }
+
+    /// Counters of the datagram path (`endpoint_overflow=datagram` past `max_endpoints`):
+    /// datagrams sent, sent again, acknowledgements, dropped on arrival, promotions.
+    /// `None` when it does not run (no cap, `evict`, a transport without datagrams, the
+    /// MPI native path).
+    pub fn datagram_stats(&self) -> Option<crate::protocol::engine::DatagramStats> {
+        match &self.backend {
+            Backend::Engine(e) => e.datagram_stats(),
+            #[cfg(feature = "mpi")]
+            Backend::Native(_) => None,
+        }
     }
 
     /// True if the shared-queue credit accounting balances (diagnostics for tests).

@@ -30,6 +30,10 @@ use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHea
 /// Arrivals handled per [`Fabric::poll`] call at most.
 const POLL_BATCH: usize = 256;
 
+/// Largest datagram of the local fabric, bytes (the datagram path chunks messages to
+/// `min(buffer_size, this)` less its header).
+pub const DATAGRAM_MTU: usize = 64 << 10;
+
 /// A receive queue: one region of `depth` slots of `buffer_size` bytes, and the indices
 /// of the posted (free) slots.
 pub(crate) struct RecvQueue {
@@ -130,6 +134,9 @@ struct Arrival {
 pub(crate) struct RankPort {
     data: SegQueue<Arrival>,
     ctrl: SegQueue<(usize, Control)>,
+    /// Datagrams to this rank (sender, bytes): the connectionless path. Bounded by the
+    /// senders' windows (each keeps at most `datagram::WINDOW` unacknowledged per peer).
+    dgrams: SegQueue<(usize, Vec<u8>)>,
     srq: OnceLock<Arc<RecvQueue>>,
     rqs: Mutex<HashMap<usize, Arc<RecvQueue>>>,
     /// Wakes the rank from [`Fabric::wait_for_arrival`]; called after every push to its
@@ -156,6 +163,7 @@ impl World {
                 .map(|p| RankPort {
                     data: SegQueue::new(),
                     ctrl: SegQueue::new(),
+                    dgrams: SegQueue::new(),
                     srq: OnceLock::new(),
                     rqs: Mutex::new(HashMap::new()),
                     waker: p.unparker().clone(),
@@ -200,6 +208,8 @@ pub struct LocalFabric {
     marked_done: bool,
     /// Blocks this rank's thread in [`Fabric::wait_for_arrival`].
     parker: Parker,
+    /// Datagrams posted by this rank (for the test drop model, `datagram_drop_every`).
+    dgrams_posted: u64,
 }
 
 /// The sizes of the structures this transport allocates (see [`MemoryModel`]).
@@ -239,6 +249,7 @@ impl LocalFabric {
             model: memory_model(),
             marked_done: false,
             parker,
+            dgrams_posted: 0,
         }
     }
 
@@ -427,11 +438,36 @@ impl Fabric for LocalFabric {
             on_event(Event::Control(src, c))?;
             n += 1;
         }
+        for _ in 0..POLL_BATCH {
+            let Some((src, d)) = port.dgrams.pop() else { break };
+            on_event(Event::Datagram(src, &d))?;
+            n += 1;
+        }
         Ok(n)
     }
 
     fn bytes(&self) -> FabricBytes {
         self.bytes
+    }
+
+    fn datagram_mtu(&self) -> Option<usize> {
+        Some(DATAGRAM_MTU)
+    }
+
+    fn datagrams_can_drop(&self) -> bool {
+        self.cfg.datagram_drop_every > 0
+    }
+
+    fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
+        self.dgrams_posted += 1;
+        let k = self.cfg.datagram_drop_every as u64;
+        if k > 0 && self.dgrams_posted.is_multiple_of(k) {
+            return Ok(()); // the test drop model: lost on the way
+        }
+        let port = &self.world.ports[dest];
+        port.dgrams.push((self.rank, bytes.to_vec()));
+        port.waker.unpark();
+        Ok(())
     }
 
     fn memory_model(&self) -> MemoryModel {

@@ -17,9 +17,10 @@
 //! | endpoints | `e * (endpoint_fixed + engine_endpoint)` + per-peer only: `e * (rq_fixed + recv_depth * (B + rq_wqe))` |
 //! | shared receive queue | shared/xrc only: `srq_fixed + srq_depth * (B + srq_wqe)` |
 //! | control | `control_fixed + c * per_peer_control` |
+//! | datagram state | with `endpoint_overflow=datagram` on a transport with datagrams (`local`, MPI's engine path): `(keys - e) * PEER_STATE_BYTES` (`protocol::datagram`, at most 256 B), the peers beyond the cap |
 //! | registered | pool + receive buffers (`e * recv_depth * B` or `srq_depth * B`) |
 //!
-//! `total_bytes()` = pool + endpoints + shared receive queue + control (registered and
+//! `total_bytes()` = pool + endpoints + shared receive queue + control + datagram state (registered and
 //! locked are views of the same memory, not added).
 //!
 //! In `xrc` mode only senders open endpoints, so for a rank that only receives the model
@@ -171,6 +172,12 @@ impl TransportConfig {
         } else {
             keys
         };
+        // The peers beyond the cap on the datagram path (where this transport has one).
+        let dg = match crate::protocol::datagram::chunk_for(self, datagram_mtu(self.kind)) {
+            Ok(Some(_)) => keys - e,
+            _ => 0,
+        };
+        let dg_bytes = dg * crate::protocol::datagram::PEER_STATE_BYTES;
         let b = self.buffer_size as u64;
         let pool = self.buffer_count as u64 * b;
         if self.kind == TransportKind::Mpi && self.mpi_native {
@@ -187,6 +194,8 @@ impl TransportConfig {
                 endpoints_peak: 0,
                 endpoints_opened: 0,
                 peers_connected: c,
+                datagram_peers: 0,
+                datagram_bytes: 0,
             };
         }
         if self.kind == TransportKind::Mpi {
@@ -204,6 +213,8 @@ impl TransportConfig {
                 endpoints_peak: e,
                 endpoints_opened: e,
                 peers_connected: c,
+                datagram_peers: dg,
+                datagram_bytes: dg_bytes,
             };
         }
         let mut endpoint = e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes);
@@ -230,7 +241,23 @@ impl TransportConfig {
             endpoints_peak: e,
             endpoints_opened: e,
             peers_connected: c,
+            datagram_peers: dg,
+            datagram_bytes: dg_bytes,
         }
+    }
+}
+
+/// MPI engine path: the largest datagram (datagrams are MPI messages; the fabric offers
+/// `min(buffer_size, this)`, so that one fits its staging buffer).
+pub const MPI_DATAGRAM_MTU: usize = 1 << 30;
+
+/// The datagram size of a transport kind's fabric (`Fabric::datagram_mtu`), `None` where
+/// it has no datagrams (its `endpoint_overflow=datagram` falls back to `evict`).
+pub fn datagram_mtu(kind: TransportKind) -> Option<usize> {
+    match kind {
+        TransportKind::Local => Some(crate::transport::local::DATAGRAM_MTU),
+        TransportKind::Mpi => Some(MPI_DATAGRAM_MTU),
+        TransportKind::Verbs | TransportKind::Auto => None,
     }
 }
 
@@ -309,6 +336,48 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(eager.predict(3, 100, 1).endpoints_live, 99);
+    }
+
+    #[test]
+    fn datagram_peers_beyond_the_cap_are_charged_their_fixed_state() {
+        use crate::core::config::EndpointOverflow;
+        use crate::protocol::datagram::PEER_STATE_BYTES;
+        let t = TransportConfig {
+            max_endpoints: 4,
+            ..Default::default()
+        };
+        assert_eq!(t.endpoint_overflow, EndpointOverflow::Datagram, "the default");
+        let f = t.predict(10, 16, 1);
+        assert_eq!(
+            (f.endpoints_live, f.datagram_peers, f.datagram_bytes),
+            (4, 6, 6 * PEER_STATE_BYTES)
+        );
+        let evict = TransportConfig {
+            endpoint_overflow: EndpointOverflow::Evict,
+            ..t
+        }
+        .predict(10, 16, 1);
+        assert_eq!((evict.endpoints_live, evict.datagram_peers), (4, 0));
+        assert_eq!(f.total_bytes() - evict.total_bytes(), 6 * PEER_STATE_BYTES);
+        // Within the cap, uncapped, xrc and verbs (no datagrams: evict): no datagram peer.
+        assert_eq!(t.predict(3, 16, 1).datagram_peers, 0);
+        let none = [
+            TransportConfig {
+                max_endpoints: 0,
+                ..t
+            },
+            TransportConfig {
+                recv_sharing: RecvSharing::Xrc,
+                ..t
+            },
+            TransportConfig {
+                kind: TransportKind::Verbs,
+                ..t
+            },
+        ];
+        for c in none {
+            assert_eq!(c.predict(10, 16, 1).datagram_bytes, 0, "{c:?}");
+        }
     }
 
     #[test]

@@ -69,6 +69,7 @@ macro_rules! exchange_tuple {
 exchange_tuple!(A, B);
 exchange_tuple!(A, B, C);
 exchange_tuple!(A, B, C, D);
+exchange_tuple!(A, B, C, D, E);
 exchange_tuple!(A, B, C, D, E, F);
 
 impl Exchange for ballast_runtime::Footprint {
@@ -76,20 +77,9 @@ impl Exchange for ballast_runtime::Footprint {
         self.fields().iter().for_each(|(_, v)| v.put(out));
     }
     fn get(inp: &mut &[u8]) -> Self {
-        let mut v = [0u64; 10];
+        let mut v = [0u64; 12];
         v.iter_mut().for_each(|x| *x = u64::get(inp));
-        ballast_runtime::Footprint {
-            pool_bytes: v[0],
-            registered_bytes: v[1],
-            locked_bytes: v[2],
-            endpoint_bytes: v[3],
-            srq_bytes: v[4],
-            control_bytes: v[5],
-            endpoints_live: v[6],
-            endpoints_peak: v[7],
-            endpoints_opened: v[8],
-            peers_connected: v[9],
-        }
+        ballast_runtime::Footprint::from_fields(&v)
     }
 }
 

@@ -67,6 +67,24 @@ fn dec(d: &[u8]) -> (u64, u64) {
     )
 }
 
+/// The datagram overlay of a test binary that runs the suite over the datagram path:
+/// `(max_endpoints, datagram_drop_every)` applied by [`cfg`] to every case (a case that sets
+/// its own cap overrides it). `None`: the suite's own settings. Process-wide: a binary
+/// sets it for all its cases (local) or around a sequence of cases (MPI, one at a time).
+pub static DATAGRAM_OVERLAY: std::sync::RwLock<Option<(usize, usize)>> = std::sync::RwLock::new(None);
+
+/// Sets the [`DATAGRAM_OVERLAY`].
+pub fn set_datagram_overlay(o: Option<(usize, usize)>) {
+    *DATAGRAM_OVERLAY.write().unwrap() = o;
+}
+
 fn cfg(sharing: RecvSharing) -> ballast_runtime::RuntimeConfigBuilder {
-    RuntimeConfig::builder().recv_sharing(sharing).lock_pool(false)
+    let b = RuntimeConfig::builder().recv_sharing(sharing).lock_pool(false);
+    match *DATAGRAM_OVERLAY.read().unwrap() {
+        Some((cap, drop)) => b
+            .max_endpoints(cap)
+            .endpoint_overflow(ballast_runtime::EndpointOverflow::Datagram)
+            .datagram_drop_every(drop),
+        None => b,
+    }
 }

@@ -168,6 +168,7 @@ pub fn eviction_with_two_endpoints<L: Launcher>(l: &L, sharing: RecvSharing) {
     // The engine's endpoints (on the MPI native path MPI owns the connections).
     let c = cfg(sharing)
         .max_endpoints(2)
+        .endpoint_overflow(ballast_runtime::EndpointOverflow::Evict)
         .buffer_size(256)
         .buffer_count(4)
         .recv_depth(2)
@@ -214,8 +215,15 @@ pub fn eviction_with_two_endpoints<L: Launcher>(l: &L, sharing: RecvSharing) {
 /// connecting to a different peer at once, so every slot holds a connecting endpoint and
 /// the requests cross in a cycle. Must not deadlock; nothing lost or reordered.
 pub fn all_to_all_with_a_cap_below_the_peers<L: Launcher>(l: &L, sharing: RecvSharing) {
+    // Eviction (the case's origin), or the datagram path when a binary runs the suite over it.
+    let overflow = if DATAGRAM_OVERLAY.read().unwrap().is_some() {
+        ballast_runtime::EndpointOverflow::Datagram
+    } else {
+        ballast_runtime::EndpointOverflow::Evict
+    };
     let c = cfg(sharing)
         .max_endpoints(1)
+        .endpoint_overflow(overflow)
         .buffer_size(256)
         .buffer_count(8)
         .recv_depth(2)
@@ -299,4 +307,307 @@ pub fn footprint_matches_model<L: Launcher>(l: &L, sharing: RecvSharing, lazy: b
         let p0 = ballast_runtime::Footprint { locked_bytes: 0, ..p };
         assert_eq!(f0, p0, "rank {rank} mode {sharing} lazy {lazy}");
     }
+}
+
+/// The datagram path's footprint equals the model exactly where the split between
+/// endpoints and datagram peers is deterministic: first a ring (every rank's 2 endpoints
+/// to its neighbours, the cap), then rank 0 sends to every other rank, over datagrams (it
+/// is at its cap). Rank 0 then has 2 endpoints and 9 datagram peers, ranks 2..=10 have 2
+/// endpoints and 1 datagram peer (rank 0), ranks 1 and 11 only their 2 endpoints.
+pub fn datagram_footprint_matches_model<L: Launcher>(l: &L, sharing: RecvSharing, drop_every: usize) {
+    let c = cfg(sharing)
+        .max_endpoints(2)
+        .endpoint_overflow(ballast_runtime::EndpointOverflow::Datagram)
+        .datagram_drop_every(drop_every)
+        .buffer_size(1024)
+        .buffer_count(8)
+        .recv_depth(3)
+        .srq_depth(8)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    let t = *c.transport();
+    let n = 12;
+    let res = l
+        .run(
+            n,
+            &c,
+            |comm| -> Result<(ballast_runtime::Footprint, ballast_runtime::Footprint)> {
+                let (me, n) = (comm.rank(), comm.world_size());
+                let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+                let a = comm.isend(right, 1, &enc(me as u64, 1))?;
+                let b = comm.isend(left, 1, &enc(me as u64, 2))?;
+                assert_eq!(dec(&comm.recv(left, 1u32)?.data), (left as u64, 1));
+                assert_eq!(dec(&comm.recv(right, 1u32)?.data), (right as u64, 2));
+                comm.wait_all(vec![a, b])?;
+                if me == 0 {
+                    for p in 2..n - 1 {
+                        let mut d = enc(p as u64, 3);
+                        d.extend(payload(3000, p as u64)); // several datagrams
+                        comm.send(p, 2, &d)?;
+                    }
+                } else if me != 1 && me != n - 1 {
+                    let m = comm.recv(0, 2u32)?;
+                    assert_eq!(dec(&m.data), (me as u64, 3));
+                    assert_eq!(&m.data[16..], &payload(3000, me as u64)[..]);
+                }
+                let f = comm.footprint();
+                let p = t.predict(f.peers_connected as usize, n, 1);
+                Ok((f, p))
+            },
+        )
+        .unwrap();
+    for (rank, r) in res.into_iter().enumerate() {
+        let (f, p) = r.unwrap();
+        let want_dg = match rank {
+            0 => 9,
+            1 | 11 => 0,
+            _ => 1,
+        };
+        assert_eq!(
+            (f.endpoints_live, f.datagram_peers),
+            (2, want_dg),
+            "rank {rank}: {f:?}"
+        );
+        assert!(
+            f.datagram_bytes <= 256 * want_dg,
+            "rank {rank}: at most 256 B per datagram peer"
+        );
+        let f0 = ballast_runtime::Footprint { locked_bytes: 0, ..f };
+        let p0 = ballast_runtime::Footprint { locked_bytes: 0, ..p };
+        assert_eq!(f0, p0, "rank {rank} mode {sharing}");
+    }
+}
+
+/// `n` ranks all-to-all with `max_endpoints` `cap` over the datagram path (every rank
+/// sends `rounds` messages to every other, eager and chunked, with `isend` and
+/// back-pressure; checked in order per source): nothing lost, order kept, never more than
+/// `cap` endpoints, and datagrams really carried part of the traffic.
+pub fn datagram_all_to_all<L: Launcher>(
+    l: &L,
+    sharing: RecvSharing,
+    n: usize,
+    cap: usize,
+    drop_every: usize,
+    rounds: u64,
+) {
+    let c = cfg(sharing)
+        .max_endpoints(cap)
+        .endpoint_overflow(ballast_runtime::EndpointOverflow::Datagram)
+        .datagram_drop_every(drop_every)
+        .buffer_size(512)
+        .buffer_count(16)
+        .recv_depth(4)
+        .srq_depth(32)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    let res = l
+        .run(n, &c, |comm| -> Result<(u64, u64, u64, u64, u64)> {
+            let (n, me) = (comm.world_size() as u64, comm.rank() as u64);
+            let total = rounds * (n - 1);
+            let mut next = vec![0u64; n as usize];
+            let (mut sent, mut got) = (0u64, 0u64);
+            let mut pending = vec![];
+            while sent < total || got < total {
+                if sent < total {
+                    let dest = (me + 1 + sent % (n - 1)) % n;
+                    let k = sent / (n - 1);
+                    let len = if k % 5 == 4 {
+                        1500
+                    } else {
+                        16 + (sent % 40) as usize
+                    };
+                    let mut d = enc(me, k);
+                    d.extend(payload(len - 16, me * 1_000_000 + k));
+                    match comm.isend(dest as usize, 7, &d) {
+                        Ok(r) => {
+                            pending.push(r);
+                            sent += 1;
+                        }
+                        Err(ballast_runtime::Error::WouldBlock) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                let mut idle = true;
+                while let Some(m) = comm.try_recv(Source::Any, TagMatch::Tag(7))? {
+                    idle = false;
+                    let (src, k) = dec(&m.data);
+                    assert_eq!(src, m.source as u64);
+                    assert_eq!(k, next[src as usize], "order from {src}");
+                    assert_eq!(
+                        &m.data[16..],
+                        &payload(m.data.len() - 16, src * 1_000_000 + k)[..]
+                    );
+                    next[src as usize] += 1;
+                    got += 1;
+                }
+                if idle {
+                    std::thread::yield_now();
+                }
+            }
+            comm.wait_all(pending)?;
+            let f = comm.footprint();
+            let s = comm.datagram_stats().expect("the datagram path runs");
+            Ok((got, f.endpoints_peak, f.datagram_peers, s.sent, s.resent))
+        })
+        .unwrap();
+    let (mut dg, mut sent, mut resent) = (0, 0, 0);
+    for (rank, r) in res.iter().enumerate() {
+        let (got, peak, d, s, rs) = *r.as_ref().unwrap();
+        assert_eq!(got, rounds * (n as u64 - 1), "rank {rank}");
+        assert!(peak <= cap as u64, "rank {rank}: {peak} endpoints > cap {cap}");
+        dg += d;
+        sent += s;
+        resent += rs;
+    }
+    assert!(dg > 0 && sent > 0, "no datagram peer at all");
+    if drop_every > 0 {
+        // Every drop_every-th datagram is lost (data or ack): some data went again.
+        assert!(resent > 0, "{sent} datagrams sent, none again with drops");
+    }
+    println!("{n} ranks cap {cap} drop {drop_every}: {sent} datagrams sent, {resent} again");
+}
+
+/// The fanout at `n` ranks with `max_endpoints` `cap` over the datagram path: rank 0 sends
+/// to every other rank. Rank 0 holds `cap` endpoints and `n - 1 - cap` datagram peers,
+/// exactly as the model says; a receiver reached by datagram holds one datagram peer of at
+/// most 256 B instead of the endpoint the model charges for its one peer (it differs from
+/// the model by exactly that, and `Footprint::differences` says why); the others match
+/// the model.
+pub fn datagram_fanout<L: Launcher>(l: &L, n: usize, cap: usize, drop_every: usize) {
+    let c = cfg(RecvSharing::Shared)
+        .max_endpoints(cap)
+        .endpoint_overflow(ballast_runtime::EndpointOverflow::Datagram)
+        .datagram_drop_every(drop_every)
+        .buffer_count(16)
+        .buffer_size(4096)
+        .srq_depth(16)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    let t = *c.transport();
+    let res = l
+        .run(
+            n,
+            &c,
+            |comm| -> Result<(ballast_runtime::Footprint, ballast_runtime::Footprint)> {
+                let (me, n) = (comm.rank(), comm.world_size());
+                if me == 0 {
+                    for p in 1..n {
+                        let d: Vec<u8> = (0..10u32).flat_map(|i| (i + p as u32).to_le_bytes()).collect();
+                        comm.send(p, 4, &d)?;
+                    }
+                } else {
+                    let m = comm.recv(0, 4u32)?;
+                    let want: Vec<u8> = (0..10u32).flat_map(|i| (i + me as u32).to_le_bytes()).collect();
+                    assert_eq!(m.data, want);
+                }
+                let f = comm.footprint();
+                Ok((f, t.predict(f.peers_connected as usize, n, 1)))
+            },
+        )
+        .unwrap();
+    let per = ballast_runtime::datagram::PEER_STATE_BYTES;
+    assert!(per <= 256);
+    let (f0, p0) = res[0].as_ref().unwrap();
+    assert_eq!(
+        (f0.endpoints_live, f0.datagram_peers, f0.datagram_bytes),
+        (cap as u64, (n - 1 - cap) as u64, (n - 1 - cap) as u64 * per)
+    );
+    assert_eq!(
+        ballast_runtime::Footprint {
+            locked_bytes: 0,
+            ..*f0
+        },
+        ballast_runtime::Footprint {
+            locked_bytes: 0,
+            ..*p0
+        },
+        "rank 0 = model"
+    );
+    let mut by_datagram = 0;
+    for (rank, r) in res.iter().enumerate().skip(1) {
+        let (f, p) = r.as_ref().unwrap();
+        assert_eq!(f.peers_connected, 1, "rank {rank}");
+        if f.datagram_peers == 1 {
+            by_datagram += 1;
+            assert_eq!((f.endpoints_live, f.datagram_bytes), (0, per), "rank {rank}");
+            assert_eq!(
+                f.total_bytes() + p.endpoint_bytes,
+                p.total_bytes() + per,
+                "rank {rank}: a datagram peer instead of an endpoint: {f:?} vs {p:?}"
+            );
+            let why = f.differences(p, &t).join("; ");
+            assert!(
+                why.contains("1 peer on the datagram path, 0 predicted"),
+                "rank {rank}: {why}"
+            );
+        } else {
+            assert_eq!(
+                ballast_runtime::Footprint {
+                    locked_bytes: 0,
+                    ..*f
+                },
+                ballast_runtime::Footprint {
+                    locked_bytes: 0,
+                    ..*p
+                },
+                "rank {rank} (endpoint) = model"
+            );
+        }
+    }
+    assert_eq!(by_datagram, n - 1 - cap);
+}
+
+/// The promotion policy: with `max_endpoints 1`, rank 0 first sends to rank 1 (which gets
+/// the endpoint), then thousands of small messages to rank 2 (over datagrams), then one
+/// more to rank 1. Rank 2, far more active, is promoted: rank 0's endpoint to rank 1 is
+/// closed and one to rank 2 opened; rank 1's last message then comes by datagram after the
+/// endpoint's. Everything arrives in order.
+pub fn datagram_promotion<L: Launcher>(l: &L, sharing: RecvSharing, drop_every: usize) {
+    let c = cfg(sharing)
+        .max_endpoints(1)
+        .endpoint_overflow(ballast_runtime::EndpointOverflow::Datagram)
+        .datagram_drop_every(drop_every)
+        .buffer_size(256)
+        .buffer_count(32)
+        .recv_depth(8)
+        .srq_depth(16)
+        .mpi_native(false)
+        .build()
+        .unwrap();
+    const MANY: u64 = 3000;
+    let res = l
+        .run(3, &c, |comm| -> Result<(u64, u64, u64)> {
+            match comm.rank() {
+                0 => {
+                    comm.send(1, 1, &enc(1, 0))?;
+                    for k in 0..MANY {
+                        comm.send(2, 2, &enc(2, k))?;
+                    }
+                    comm.send(1, 1, &enc(1, 1))?;
+                }
+                1 => {
+                    for k in 0..2 {
+                        assert_eq!(dec(&comm.recv(0, 1u32)?.data), (1, k));
+                    }
+                }
+                _ => {
+                    for k in 0..MANY {
+                        assert_eq!(dec(&comm.recv(0, 2u32)?.data), (2, k), "order");
+                    }
+                }
+            }
+            let s = comm.datagram_stats().expect("the datagram path runs");
+            let f = comm.footprint();
+            Ok((s.promoted, f.endpoints_opened, f.endpoints_peak))
+        })
+        .unwrap();
+    let (promoted, opened, peak) = *res[0].as_ref().unwrap();
+    assert!(promoted >= 1, "rank 2 promoted on rank 0: {:?}", res);
+    assert!(
+        opened >= 2 && peak <= 1,
+        "rank 0 opened {opened} endpoints, peak {peak}"
+    );
 }

@@ -53,6 +53,9 @@ pub struct RankRow {
     pub peers_predicted: usize,
     /// Peers the communicator actually connected.
     pub peers_connected: u64,
+    /// Of those, the peers it reached over the datagram path (`endpoint_overflow=datagram`
+    /// past `max_endpoints`; 0 otherwise).
+    pub datagram_peers: u64,
     pub spikes_sent: u64,
     pub spikes_received: u64,
     /// Spike messages sent to other ranks (p2p: one per out-peer per window; allgather:
@@ -206,6 +209,7 @@ pub fn rows(
                 footprint_measured_bytes: o.footprint.total_bytes(),
                 peers_predicted: peers[o.rank],
                 peers_connected: o.footprint.peers_connected,
+                datagram_peers: o.footprint.datagram_peers,
                 spikes_sent: o.exchange.spikes_sent,
                 spikes_received: o.exchange.spikes_received,
                 messages_sent: o.exchange.messages_sent,

@@ -61,6 +61,10 @@ impl RuntimeConfigBuilder {
         lock_pool: bool => 11, lock_pool);
     setter!(/// MPI native path on/off (one MPI message per Ballast message).
         mpi_native: bool => 12, mpi_native);
+    setter!(/// What happens to peers beyond `max_endpoints`: datagram or evict.
+        endpoint_overflow: EndpointOverflow => 13, endpoint_overflow);
+    setter!(/// Test only: the local transport drops every k-th datagram (0 = none).
+        datagram_drop_every: usize => 14, datagram_drop_every);
 
     /// Sets the setting `name` (a snake-case name of [`SETTINGS`], e.g. `buffer_count`)
     /// from `value` written as its `BALLAST_*` variable takes it (docs/CONFIG.md), for

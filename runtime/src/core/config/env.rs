@@ -134,6 +134,8 @@ impl RuntimeConfig {
             "ranks_per_node" => t.ranks_per_node = parse_usize(raw)?,
             "lock_pool" => t.lock_pool = parse_bool(raw)?,
             "mpi_native" => t.mpi_native = parse_bool(raw)?,
+            "endpoint_overflow" => t.endpoint_overflow = raw.parse()?,
+            "datagram_drop_every" => t.datagram_drop_every = parse_usize(raw)?,
             _ => return Err(format!("unknown setting {name}")),
         }
         Ok(())

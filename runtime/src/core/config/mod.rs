@@ -125,6 +125,46 @@ impl FromStr for RecvSharing {
     }
 }
 
+/// What a rank does with a peer it must reach while `max_endpoints` endpoints are live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EndpointOverflow {
+    /// The peer goes over the connectionless datagram path (no endpoint, a fixed state of
+    /// at most 256 B; see `protocol::datagram`); the most active peers keep or get the
+    /// endpoints. A fabric without datagrams falls back to [`EndpointOverflow::Evict`].
+    Datagram,
+    /// The least recently used idle endpoint is closed to make room (reconnects).
+    Evict,
+}
+
+impl EndpointOverflow {
+    /// The name used on the command line and in `BALLAST_ENDPOINT_OVERFLOW`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndpointOverflow::Datagram => "datagram",
+            EndpointOverflow::Evict => "evict",
+        }
+    }
+}
+
+impl fmt::Display for EndpointOverflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EndpointOverflow {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "datagram" | "dgram" => Ok(EndpointOverflow::Datagram),
+            "evict" => Ok(EndpointOverflow::Evict),
+            other => Err(format!(
+                "unknown endpoint overflow `{other}` (expected datagram or evict)"
+            )),
+        }
+    }
+}
+
 /// The memory-relevant transport settings: everything [`TransportConfig::predict`] needs.
 ///
 /// Sizes are in bytes. `max_endpoints == 0` means no cap.
@@ -164,6 +204,13 @@ pub struct TransportConfig {
     /// engine (pool, credits, endpoint cap) above MPI as on the other transports. See
     /// `mpi::native`.
     pub mpi_native: bool,
+    /// What happens to peers beyond `max_endpoints` (`BALLAST_ENDPOINT_OVERFLOW`), default
+    /// `datagram`; no effect without a cap.
+    pub endpoint_overflow: EndpointOverflow,
+    /// Test only: the `local` transport drops every k-th datagram it carries
+    /// (`BALLAST_DATAGRAM_DROP_EVERY`), default 0 = none. Exercises the datagram path's
+    /// retransmission; never set it in production.
+    pub datagram_drop_every: usize,
 }
 
 impl Default for TransportConfig {
@@ -182,6 +229,8 @@ impl Default for TransportConfig {
             ranks_per_node: 1,
             lock_pool: true,
             mpi_native: true,
+            endpoint_overflow: EndpointOverflow::Datagram,
+            datagram_drop_every: 0,
         }
     }
 }
@@ -297,7 +346,7 @@ pub struct Setting {
 }
 
 /// Names of the settings, in declaration order, with their variables.
-pub const SETTINGS: [(&str, &str); 13] = [
+pub const SETTINGS: [(&str, &str); 15] = [
     ("transport", "BALLAST_TRANSPORT"),
     ("buffer_count", "BALLAST_BUFFER_COUNT"),
     ("buffer_size", "BALLAST_BUFFER_SIZE"),
@@ -311,6 +360,8 @@ pub const SETTINGS: [(&str, &str); 13] = [
     ("ranks_per_node", "BALLAST_RANKS_PER_NODE"),
     ("lock_pool", "BALLAST_LOCK_POOL"),
     ("mpi_native", "BALLAST_MPI_NATIVE"),
+    ("endpoint_overflow", "BALLAST_ENDPOINT_OVERFLOW"),
+    ("datagram_drop_every", "BALLAST_DATAGRAM_DROP_EVERY"),
 ];
 
 /// The runtime's configuration: a validated [`TransportConfig`] plus the origin of each value.
@@ -422,6 +473,8 @@ impl RuntimeConfig {
             t.ranks_per_node.to_string(),
             t.lock_pool.to_string(),
             t.mpi_native.to_string(),
+            t.endpoint_overflow.to_string(),
+            t.datagram_drop_every.to_string(),
         ];
         SETTINGS
             .iter()

@@ -257,3 +257,31 @@ fn builder_set_takes_setting_names_and_variable_syntax() {
         "{e}"
     );
 }
+
+#[test]
+fn endpoint_overflow_defaults_to_datagram_and_parses() {
+    let d = RuntimeConfig::from_vars(vars(&[])).unwrap();
+    assert_eq!(d.transport().endpoint_overflow, EndpointOverflow::Datagram);
+    assert_eq!(d.transport().datagram_drop_every, 0);
+    let e = RuntimeConfig::from_vars(vars(&[
+        ("BALLAST_ENDPOINT_OVERFLOW", "Evict"),
+        ("BALLAST_DATAGRAM_DROP_EVERY", "7"),
+    ]))
+    .unwrap();
+    assert_eq!(e.transport().endpoint_overflow, EndpointOverflow::Evict);
+    assert_eq!(e.transport().datagram_drop_every, 7);
+    let s = e.settings();
+    let o = s.iter().find(|s| s.name == "endpoint_overflow").unwrap();
+    assert_eq!(
+        (o.value.as_str(), o.origin, o.env),
+        ("evict", ValueOrigin::Env, "BALLAST_ENDPOINT_OVERFLOW")
+    );
+    let err = RuntimeConfig::from_vars(vars(&[("BALLAST_ENDPOINT_OVERFLOW", "drop")])).unwrap_err();
+    assert!(err.to_string().contains("BALLAST_ENDPOINT_OVERFLOW"), "{err}");
+    let b = RuntimeConfig::builder()
+        .set("endpoint_overflow", "datagram")
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(b.transport().endpoint_overflow, EndpointOverflow::Datagram);
+}

@@ -57,7 +57,7 @@ impl Engine {
     }
 
     /// Opens endpoint `key`: symmetric modes start the handshake, xrc opens at once.
-    fn open_key(&mut self, key: usize) -> Result<()> {
+    pub(super) fn open_key(&mut self, key: usize) -> Result<()> {
         self.fabric.open_endpoint(key)?;
         if self.symmetric() {
             self.conns.insert(key, EpState::Connecting);
@@ -87,7 +87,7 @@ impl Engine {
         }
     }
 
-    fn start_close(&mut self, key: usize) -> Result<()> {
+    pub(super) fn start_close(&mut self, key: usize) -> Result<()> {
         self.conns.note_eviction();
         let symmetric = self.symmetric();
         if symmetric {
@@ -110,7 +110,11 @@ impl Engine {
                 if let EpState::Closing { peer_sent: Some(n) } = ep.state {
                     if ep.received == n && ep.inflight == 0 {
                         self.fabric.close_endpoint(key)?;
-                        self.conns.remove(key);
+                        if let Some(ep) = self.conns.remove(key) {
+                            if let Some(dg) = self.dg.as_deref_mut() {
+                                dg.endpoint_closed(key, ep.sent, ep.received);
+                            }
+                        }
                         if self.symmetric() {
                             let p = self.peers.entry(key).or_default();
                             p.credits = 0;
@@ -119,6 +123,21 @@ impl Engine {
                         }
                         work = true;
                     }
+                }
+            }
+        }
+        work |= self.open_promoted()?;
+        if self.dg.is_some() && !self.conns.has_room() {
+            // The datagram path never evicts for a deferred connect: refuse it.
+            let mut i = 0;
+            while i < self.conns.deferred.len() {
+                let (src, _) = self.conns.deferred[i];
+                if self.conns.get(src).is_none() {
+                    self.conns.deferred.remove(i);
+                    self.refuse(src)?;
+                    work = true;
+                } else {
+                    i += 1;
                 }
             }
         }
@@ -133,14 +152,22 @@ impl Engine {
                 i += 1;
             }
         }
-        let mut need_room = !self.conns.deferred.is_empty();
+        let mut need_room = self.dg.is_none() && !self.conns.deferred.is_empty();
         // `open_key` does not change `active`.
         for i in 0..self.active.0.len() {
             let key = self.key_of(self.active.0[i]);
             if self.conns.get(key).is_some() {
                 continue;
             }
-            if self.conns.has_room() {
+            let dest = self.active.0[i];
+            if self.dg.is_some() {
+                // Room and not refused: an endpoint; otherwise the datagram path (no
+                // eviction).
+                if !self.dgram_route(dest) {
+                    self.open_key(key)?;
+                    work = true;
+                }
+            } else if self.conns.has_room() {
                 self.open_key(key)?;
                 work = true;
             } else {

@@ -34,10 +34,13 @@ use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, Source, Tag, TagMatch};
 
 mod credits;
+mod dgram;
 mod endpoints;
 mod send;
 mod settle;
 
+pub use dgram::{DatagramStats, PROMOTE_EVERY, PROMOTE_MARGIN};
+use dgram::{Datagrams, DgRx};
 use settle::Inbox;
 
 /// A message accepted by `isend` but not fully posted yet.
@@ -47,8 +50,11 @@ struct OutMsg {
     total: usize,
     /// Pool buffer holding the first chunk (reserved at `isend`), and its length.
     first: Option<(BufId, usize)>,
-    /// Bytes after the first chunk (copied at `isend`; never registered).
+    /// The message's bytes from offset `rest_from` on (copied at `isend`; never
+    /// registered).
     rest: Vec<u8>,
+    /// Offset in the message where `rest` starts (the first chunk's length).
+    rest_from: usize,
     /// Next offset to post.
     offset: usize,
     /// Sent on the fabric's direct path: `rest` holds the whole message, `first` is None.
@@ -130,6 +136,8 @@ pub struct Engine {
     chunked_queued: usize,
     /// The fabric copies packets at `post_send` (no completion to wait for).
     copies: bool,
+    /// The datagram path (`endpoint_overflow=datagram` past `max_endpoints`), if it runs.
+    dg: Option<Box<Datagrams>>,
 }
 
 impl Engine {
@@ -142,6 +150,17 @@ impl Engine {
         let (sharing, note) = effective_sharing(cfg.recv_sharing, fabric.capabilities());
         cfg.recv_sharing = sharing;
         notes.extend(note);
+        let dg = match crate::protocol::datagram::chunk_for(&cfg, fabric.datagram_mtu()) {
+            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c, !fabric.datagrams_can_drop()))),
+            Err(why) => {
+                notes.push(format!(
+                    "endpoint_overflow=datagram: transport `{}` {why}; falling back to endpoint_overflow=evict",
+                    fabric.capabilities().name
+                ));
+                cfg.endpoint_overflow = crate::core::config::EndpointOverflow::Evict;
+                None
+            }
+        };
         let pool = BufferPool::new(&cfg, fabric.as_mut())?;
         notes.extend(pool.notes().iter().cloned());
         notes.extend(fabric.setup_receive(cfg.recv_sharing)?);
@@ -171,6 +190,7 @@ impl Engine {
             direct_inflight: 0,
             chunked_queued: 0,
             copies: false,
+            dg,
         };
         e.direct = e.fabric.direct_threshold();
         e.copies = e.fabric.copies_payload();
@@ -296,9 +316,25 @@ impl Engine {
         self.matcher.peek(src, tag)
     }
 
-    /// True when nothing is queued or in flight on the send side.
+    /// True when nothing is queued or in flight on the send side (datagrams included:
+    /// until acknowledged).
     pub fn sends_drained(&self) -> bool {
-        self.active.is_empty() && self.direct_inflight == 0 && !self.conns.any_inflight()
+        self.active.is_empty()
+            && self.direct_inflight == 0
+            && !self.conns.any_inflight()
+            && self.dg.as_ref().is_none_or(|d| d.drained())
+    }
+
+    /// The longest an idle rank may block: the datagram retransmission timeout while
+    /// datagrams are unacknowledged (a lost one is sent again only by progress), else
+    /// `None` (no limit of the engine's own).
+    pub fn wait_limit(&self) -> Option<std::time::Duration> {
+        self.dg.as_ref().filter(|d| !d.drained()).map(|d| d.rto())
+    }
+
+    /// Counters of the datagram path (`None` when it does not run).
+    pub fn datagram_stats(&self) -> Option<DatagramStats> {
+        self.dg.as_ref().map(|d| d.stats)
     }
 
     /// One round of progress; returns true if anything happened.
@@ -309,7 +345,13 @@ impl Engine {
         let n = {
             let inbox = &mut self.inbox;
             let matcher = &mut self.matcher;
-            self.fabric.poll(&mut |ev| inbox.take(matcher, ev))?
+            let mut rx = DgRx {
+                dg: self.dg.as_deref_mut(),
+                pool: &mut self.pool,
+                conns: &self.conns,
+                rank: self.rank,
+            };
+            self.fabric.poll(&mut |ev| inbox.take(matcher, &mut rx, ev))?
         };
         // An idle poll (the common case of a blocking wait) has nothing to settle.
         if !self.inbox.is_empty() {
@@ -326,6 +368,9 @@ impl Engine {
             work |= self.pump()?;
         }
         work |= self.flush_credits()?;
+        if self.dg.is_some() {
+            work |= self.service_datagrams()?;
+        }
         Ok(work)
     }
 
@@ -357,6 +402,7 @@ impl Engine {
         let fb = self.fabric.bytes();
         let st = self.conns.stats();
         let model = self.fabric.memory_model();
+        let dgp = self.dg.as_ref().map_or(0, |d| d.peers.len() as u64);
         Footprint {
             pool_bytes: self.pool.bytes(),
             registered_bytes: self.pool.registered_bytes() + fb.recv_registered_bytes,
@@ -368,6 +414,8 @@ impl Engine {
             endpoints_peak: st.peak,
             endpoints_opened: st.opened,
             peers_connected: st.peers_connected,
+            datagram_peers: dgp,
+            datagram_bytes: dgp * crate::protocol::datagram::PEER_STATE_BYTES,
         }
     }
 }

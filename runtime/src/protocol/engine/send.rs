@@ -65,12 +65,14 @@ impl Engine {
         );
         let chunked = !direct && !rest.is_empty();
         self.chunked_queued += usize::from(chunked);
+        let rest_from = data.len() - rest.len();
         self.peers.entry(dest).or_default().queue.push_back(OutMsg {
             req,
             tag,
             total: data.len(),
             first,
             rest,
+            rest_from,
             offset: 0,
             direct,
             chunked,
@@ -90,6 +92,10 @@ impl Engine {
     fn post_now(&mut self, dest: usize, tag: Tag, id: BufId, len: usize) -> Result<Option<u64>> {
         let key = self.key_of(dest);
         if !self.conns.get(key).is_some_and(|ep| ep.state == EpState::Open) {
+            return Ok(None);
+        }
+        if self.dg.as_ref().is_some_and(|d| d.is_waiting(dest)) {
+            // Datagrams to it not acknowledged yet: this packet must not overtake them.
             return Ok(None);
         }
         let Some(p) = self
@@ -198,8 +204,14 @@ impl Engine {
         let mut inbox = std::mem::take(&mut self.inbox);
         let sent = {
             let matcher = &mut self.matcher;
+            let mut rx = super::DgRx {
+                dg: self.dg.as_deref_mut(),
+                pool: &mut self.pool,
+                conns: &self.conns,
+                rank: self.rank,
+            };
             self.fabric
-                .send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, ev))
+                .send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, &mut rx, ev))
         };
         let settled = self.settle(&mut inbox);
         self.inbox = inbox;
@@ -207,7 +219,7 @@ impl Engine {
         settled
     }
 
-    fn sync_wr_info(&mut self) {
+    pub(super) fn sync_wr_info(&mut self) {
         let n = self.pool.buffers();
         if self.wr_info.len() < n {
             self.wr_info.resize(n, None);
@@ -263,8 +275,19 @@ impl Engine {
                 continue;
             }
             match self.conns.get(key) {
-                Some(ep) if ep.state == EpState::Open => {}
-                _ => break,
+                Some(ep) if ep.state == EpState::Open => {
+                    if self.dg.as_ref().is_some_and(|d| d.is_waiting(dest)) {
+                        break; // after the datagrams to it are acknowledged
+                    }
+                }
+                Some(_) => break,
+                None => {
+                    if self.dgram_route(dest) && self.post_dgram_chunk(dest)? {
+                        work = true;
+                        continue;
+                    }
+                    break;
+                }
             }
             let p = self.peers.get_mut(&dest).expect("peer");
             if p.credits == 0 {
@@ -279,7 +302,7 @@ impl Engine {
                         break;
                     };
                     let len = (msg.total - msg.offset).min(bs);
-                    let from = msg.offset - bs; // `rest` starts after the first chunk
+                    let from = msg.offset - msg.rest_from;
                     self.pool.buf_mut(id)[..len].copy_from_slice(&msg.rest[from..from + len]);
                     (id, len)
                 }

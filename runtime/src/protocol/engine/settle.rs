@@ -9,7 +9,7 @@ use crate::fabric::{Control, Event};
 use crate::protocol::connection::EpState;
 use crate::protocol::matching::Matcher;
 
-use super::{Engine, DIRECT_WR};
+use super::{DgRx, Engine, DIRECT_WR};
 
 /// Events of one fabric poll, collected while the fabric is borrowed and handled after.
 #[derive(Default)]
@@ -29,8 +29,9 @@ impl Inbox {
     /// Takes one fabric event: data goes to the matcher at once (it must see packets in
     /// arrival order), the rest is kept for `Engine::settle`.
     #[inline]
-    pub(super) fn take(&mut self, matcher: &mut Matcher, ev: Event<'_>) -> Result<()> {
+    pub(super) fn take(&mut self, matcher: &mut Matcher, rx: &mut DgRx<'_>, ev: Event<'_>) -> Result<()> {
         match ev {
+            Event::Datagram(src, bytes) => rx.take(matcher, src, bytes)?,
             Event::SendComplete(w) => self.done.push(w),
             Event::Arrival(h, payload) => {
                 matcher.on_chunk(&h, payload)?;
@@ -104,9 +105,12 @@ impl Engine {
     fn on_control(&mut self, src: usize, c: Control) -> Result<()> {
         match c {
             Control::ConnectReq { grant } => match self.conns.get(src).map(|e| e.state) {
+                None if self.conns.has_room() => self.accept(src, grant)?,
+                // At the cap with the datagram path: no endpoint, the peer uses datagrams.
+                None if self.dg.is_some() => self.refuse(src)?,
                 // Above the cap only when every slot is a connect still waiting for its
                 // answer: deferring then can deadlock a cycle of full ranks.
-                None if self.conns.has_room() || self.conns.all_connecting() => self.accept(src, grant)?,
+                None if self.conns.all_connecting() => self.accept(src, grant)?,
                 None | Some(EpState::Closing { .. }) => self.conns.deferred.push_back((src, grant)),
                 Some(EpState::Connecting) => {
                     // Crossing connect requests: each side's request is the other's answer.
@@ -177,6 +181,7 @@ impl Engine {
                 }
             }
             Control::Return { credits } => self.bank.returned(src, credits),
+            Control::Refuse => self.on_refuse(src)?,
         }
         Ok(())
     }

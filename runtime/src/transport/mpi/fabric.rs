@@ -27,6 +27,15 @@
 //! ranks (threads) send to the same rank. Direct messages use no pool buffer and no credit:
 //! MPI does its own flow control for them.
 //!
+//! Datagrams (the engine's connectionless path past `max_endpoints`,
+//! [`Fabric::post_datagram`]) are MPI messages of kind `datagram` on the destination's
+//! normal tag, with no endpoint or handshake: on the normal tag rather than one of their
+//! own so that the drain below counts and receives them with the rest (tags are scarce:
+//! the direct tags take 16,000..32,000 below the guaranteed `MPI_TAG_UB` of 32,767). MPI
+//! never drops one ([`Fabric::datagrams_can_drop`] is false: the engine sends one again
+//! only after the longer timeout for a datagram its receiver dropped). A datagram is at most `buffer_size` bytes, so it fits the
+//! staging buffer with its header and riders.
+//!
 //! Ballast ranks map onto MPI processes round-robin: rank `r` lives in process `r % P` as
 //! slot `r / P`, and the MPI tag of a message is its destination slot. With one rank per
 //! process (the normal case) rank = MPI rank and the tag is 0. More ranks than processes
@@ -65,8 +74,8 @@ use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result, Sender};
 use crate::core::pool::{Register, Registration};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
-use crate::protocol::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DIRECT};
-use crate::transport::model::{MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
+use crate::protocol::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT};
+use crate::transport::model::{MPI_DATAGRAM_MTU, MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
 
 /// Bytes of the header in front of every MPI message ([`wire::HEADER_BYTES`]).
 pub const HEADER_BYTES: usize = wire::HEADER_BYTES;
@@ -467,6 +476,7 @@ impl MpiFabric {
                     let data = self.recv_direct(status.source_rank() as usize, h.total)?;
                     on_event(Event::Whole(h, data))?;
                 }
+                KIND_DATAGRAM => on_event(Event::Datagram(h.src as usize, p.payload))?,
                 k => {
                     return Err(Error::BadPacket {
                         rank: self.rank,
@@ -605,6 +615,30 @@ impl Fabric for MpiFabric {
 
     fn direct_threshold(&self) -> Option<usize> {
         Some(self.buffer_size)
+    }
+
+    fn datagram_mtu(&self) -> Option<usize> {
+        Some(self.buffer_size.min(MPI_DATAGRAM_MTU))
+    }
+
+    fn datagrams_can_drop(&self) -> bool {
+        false
+    }
+
+    fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
+        let (proc_, tag) = self.proc_and_tag(dest)?;
+        let h = PacketHeader {
+            src: self.rank as u32,
+            tag: 0,
+            total: bytes.len() as u64,
+            offset: 0,
+            len: bytes.len() as u32,
+            more: false,
+        };
+        let b = self.packet(dest, &h, KIND_DATAGRAM, 0, bytes);
+        self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)?;
+        self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     fn send_direct(

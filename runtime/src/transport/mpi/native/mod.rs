@@ -463,6 +463,8 @@ impl MpiNative {
             endpoints_peak: 0,
             endpoints_opened: 0,
             peers_connected: peers,
+            datagram_peers: 0,
+            datagram_bytes: 0,
         }
     }
 

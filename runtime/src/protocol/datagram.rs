@@ -1,0 +1,558 @@
+//! The connectionless datagram path's reliability: the wire header of a datagram and the
+//! fixed per-peer state ([`DgPeer`]) of a peer reached without an endpoint (past
+//! `max_endpoints` with `endpoint_overflow=datagram`).
+//!
+//! A data datagram carries one chunk of a message (at most the fabric's datagram size less
+//! [`HEADER_BYTES`]) with a sequence number per (sender, receiver) pair; every datagram
+//! also carries the cumulative acknowledgement of the other direction (the next sequence
+//! number its sender expects), and an ack-only datagram is sent when no data goes back.
+//! The sender keeps each unacknowledged datagram in a pool buffer (at most [`WINDOW`] per
+//! peer, so a full window is back-pressure) and sends them again on a timeout (driven by
+//! the engine's progress) or after two duplicate acknowledgements; the receiver delivers
+//! datagrams in sequence order, keeps out-of-order ones within the window in pool buffers
+//! (dropped when the pool has none: they come again), and suppresses duplicates. No queue
+//! grows per peer: the state is a fixed struct of at most 256 B.
+//!
+//! The engine glue (which peers are datagram peers, chunking, buffers) is in
+//! `protocol::engine::dgram`.
+
+use std::time::{Duration, Instant};
+
+use crate::core::config::{EndpointOverflow, RecvSharing, TransportConfig};
+use crate::core::error::{Error, Result, Sender};
+use crate::core::pool::BufId;
+
+/// Datagrams in flight (sent, not acknowledged) per peer, and out-of-order arrivals held
+/// per peer.
+pub const WINDOW: usize = 8;
+
+/// Bytes of the datagram header.
+pub const HEADER_BYTES: usize = 48;
+
+/// First retransmission timeout; doubled on each timeout without progress, up to
+/// [`RTO_MAX`].
+pub const RTO_BASE: Duration = Duration::from_millis(4);
+/// First retransmission timeout on a fabric that never drops a datagram (local without the
+/// drop model, MPI): only the receiver drops one there (one that arrived before the
+/// endpoint packets sent ahead of it, or out of order without a free pool buffer), rarely.
+pub const RTO_RELIABLE: Duration = Duration::from_millis(16);
+/// Longest retransmission timeout.
+pub const RTO_MAX: Duration = Duration::from_millis(64);
+
+/// Kind byte of a data datagram.
+pub const KIND_DATA: u8 = 0xd1;
+/// Kind byte of an acknowledgement-only datagram.
+pub const KIND_ACK: u8 = 0xd2;
+
+const NONE: BufId = BufId::MAX;
+
+/// The header of a datagram (little endian on the wire, [`HEADER_BYTES`] bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DgHeader {
+    /// [`KIND_DATA`] or [`KIND_ACK`].
+    pub kind: u8,
+    /// The sender has more data queued for the receiver (the credit bank's hint).
+    pub more: bool,
+    /// Sequence number of a data datagram (0 in an ack).
+    pub seq: u32,
+    /// Cumulative acknowledgement: the next sequence number the sender expects from the
+    /// receiver.
+    pub ack: u32,
+    /// Message tag.
+    pub tag: u32,
+    /// Payload bytes after the header.
+    pub len: u32,
+    /// Message length, bytes.
+    pub total: u64,
+    /// Offset of this chunk in the message, bytes.
+    pub offset: u64,
+    /// Endpoint packets the sender sent to the receiver before this datagram (on endpoints
+    /// closed since): the receiver delivers the datagram only once all of them arrived.
+    pub ep_sent: u64,
+}
+
+impl DgHeader {
+    /// An acknowledgement-only header.
+    pub fn ack(ack: u32) -> DgHeader {
+        DgHeader {
+            kind: KIND_ACK,
+            more: false,
+            seq: 0,
+            ack,
+            tag: 0,
+            len: 0,
+            total: 0,
+            offset: 0,
+            ep_sent: 0,
+        }
+    }
+
+    /// Writes the header into `out[..HEADER_BYTES]`.
+    pub fn encode(&self, out: &mut [u8]) {
+        let o = &mut out[..HEADER_BYTES];
+        o[0] = self.kind;
+        o[1] = u8::from(self.more);
+        o[2..4].fill(0);
+        o[4..8].copy_from_slice(&self.seq.to_le_bytes());
+        o[8..12].copy_from_slice(&self.ack.to_le_bytes());
+        o[12..16].copy_from_slice(&self.tag.to_le_bytes());
+        o[16..20].copy_from_slice(&self.len.to_le_bytes());
+        o[20..24].fill(0);
+        o[24..32].copy_from_slice(&self.total.to_le_bytes());
+        o[32..40].copy_from_slice(&self.offset.to_le_bytes());
+        o[40..48].copy_from_slice(&self.ep_sent.to_le_bytes());
+    }
+
+    /// Reads the header of datagram `d` received by `rank` from `src`. Errors
+    /// ([`Error::BadPacket`]): shorter than the header, an unknown kind, a length that is
+    /// not the bytes received, a chunk beyond its message.
+    pub fn decode(d: &[u8], rank: usize, src: usize) -> Result<DgHeader> {
+        let bad = |what: String| Error::BadPacket {
+            rank,
+            from: Sender::Rank(src),
+            bytes: d.len(),
+            what,
+        };
+        if d.len() < HEADER_BYTES {
+            return Err(bad(format!(
+                "a datagram shorter than its {HEADER_BYTES}-byte header"
+            )));
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(d[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(d[i..i + 8].try_into().expect("8 bytes"));
+        let h = DgHeader {
+            kind: d[0],
+            more: d[1] & 1 != 0,
+            seq: u32_at(4),
+            ack: u32_at(8),
+            tag: u32_at(12),
+            len: u32_at(16),
+            total: u64_at(24),
+            offset: u64_at(32),
+            ep_sent: u64_at(40),
+        };
+        if h.kind != KIND_DATA && h.kind != KIND_ACK {
+            return Err(bad(format!("unknown datagram kind {:#x}", h.kind)));
+        }
+        if h.len as usize != d.len() - HEADER_BYTES {
+            return Err(bad(format!(
+                "datagram length field {} but {} payload bytes",
+                h.len,
+                d.len() - HEADER_BYTES
+            )));
+        }
+        if h.kind == KIND_DATA && h.offset.checked_add(h.len as u64).is_none_or(|end| end > h.total) {
+            return Err(bad(format!(
+                "chunk of {} bytes at offset {} beyond its message of {} bytes",
+                h.len, h.offset, h.total
+            )));
+        }
+        Ok(h)
+    }
+}
+
+/// What to do with an arrived data datagram ([`DgPeer::on_data`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rx {
+    /// The next in sequence: deliver it now, then call [`DgPeer::delivered`].
+    Deliver,
+    /// Ahead of the next expected but within the window: keep it ([`DgPeer::hold`]).
+    Hold,
+    /// Already delivered or already held: drop it (it is acknowledged again).
+    Duplicate,
+    /// Beyond the window: drop it (it comes again).
+    Beyond,
+}
+
+/// The fixed state of one datagram peer, both directions (at most 256 B; no queue).
+#[derive(Clone, Debug)]
+pub struct DgPeer {
+    next_seq: u32,
+    una: u32,
+    /// Copies of the datagrams `una..next_seq`, at `seq % WINDOW`.
+    sent: [BufId; WINDOW],
+    expect: u32,
+    /// Out-of-order arrivals `expect+1..expect+WINDOW`, at `seq % WINDOW`.
+    held: [BufId; WINDOW],
+    deadline: Option<Instant>,
+    /// The first retransmission timeout ([`RTO_BASE`] or [`RTO_RELIABLE`]).
+    rto: Duration,
+    retries: u8,
+    dup_acks: u8,
+    /// An acknowledgement is owed to the peer.
+    pub ack_due: bool,
+    /// The peer refused a connect request (it was full): reach it by datagram even while
+    /// this rank has room.
+    pub refused: bool,
+    /// Endpoint data packets sent to the peer on endpoints closed since.
+    pub ep_sent: u64,
+    /// Endpoint data packets received from the peer on endpoints closed since.
+    pub ep_received: u64,
+    /// Datagrams carried both ways since the last promotion check (the policy's activity).
+    pub activity: u32,
+}
+
+impl Default for DgPeer {
+    fn default() -> Self {
+        DgPeer {
+            next_seq: 0,
+            una: 0,
+            sent: [NONE; WINDOW],
+            expect: 0,
+            held: [NONE; WINDOW],
+            deadline: None,
+            rto: RTO_BASE,
+            retries: 0,
+            dup_acks: 0,
+            ack_due: false,
+            refused: false,
+            ep_sent: 0,
+            ep_received: 0,
+            activity: 0,
+        }
+    }
+}
+
+impl DgPeer {
+    /// A peer whose first retransmission timeout is `rto`.
+    pub fn with_rto(rto: Duration) -> DgPeer {
+        DgPeer {
+            rto,
+            ..DgPeer::default()
+        }
+    }
+
+    /// Datagrams sent and not acknowledged.
+    #[inline]
+    pub fn in_flight(&self) -> u32 {
+        self.next_seq.wrapping_sub(self.una)
+    }
+
+    /// True when the window has room for one more datagram.
+    #[inline]
+    pub fn can_send(&self) -> bool {
+        (self.in_flight() as usize) < WINDOW
+    }
+
+    /// The next sequence number expected from the peer (the acknowledgement to send).
+    #[inline]
+    pub fn ack_value(&self) -> u32 {
+        self.expect
+    }
+
+    /// Records datagram copy `id` as sent; returns its sequence number. Only when
+    /// [`DgPeer::can_send`].
+    pub fn push_sent(&mut self, id: BufId, now: Instant) -> u32 {
+        debug_assert!(self.can_send());
+        let seq = self.next_seq;
+        self.sent[seq as usize % WINDOW] = id;
+        self.next_seq = seq.wrapping_add(1);
+        self.deadline.get_or_insert(now + self.rto);
+        seq
+    }
+
+    /// Takes a cumulative acknowledgement: the copies it covers go to `release`. Returns
+    /// true when the oldest unacknowledged datagram should be sent again at once (the
+    /// second duplicate acknowledgement: the peer got later ones, not it).
+    pub fn on_ack(&mut self, ack: u32, now: Instant, release: &mut impl FnMut(BufId)) -> bool {
+        let newly = ack.wrapping_sub(self.una);
+        let flight = self.in_flight();
+        if newly == 0 {
+            if flight > 0 {
+                self.dup_acks = self.dup_acks.saturating_add(1);
+                return self.dup_acks == 2;
+            }
+            return false;
+        }
+        if newly > flight {
+            return false; // stale or bogus: ignore
+        }
+        for _ in 0..newly {
+            let slot = self.una as usize % WINDOW;
+            release(std::mem::replace(&mut self.sent[slot], NONE));
+            self.una = self.una.wrapping_add(1);
+        }
+        self.retries = 0;
+        self.dup_acks = 0;
+        self.deadline = (self.in_flight() > 0).then(|| now + self.rto);
+        false
+    }
+
+    /// The copy of the oldest unacknowledged datagram, if any.
+    pub fn oldest(&self) -> Option<BufId> {
+        (self.in_flight() > 0).then(|| self.sent[self.una as usize % WINDOW])
+    }
+
+    /// True when the retransmission timeout passed with datagrams unacknowledged.
+    #[inline]
+    pub fn timed_out(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
+    }
+
+    /// The retransmission deadline, if datagrams are unacknowledged.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// A timeout fired: the copies to send again (oldest first) go to `resend`; the next
+    /// timeout is twice as long (at most [`RTO_MAX`]).
+    pub fn on_timeout(&mut self, now: Instant, resend: &mut impl FnMut(BufId)) {
+        let mut s = self.una;
+        while s != self.next_seq {
+            resend(self.sent[s as usize % WINDOW]);
+            s = s.wrapping_add(1);
+        }
+        self.retries = self.retries.saturating_add(1);
+        let rto = self
+            .rto
+            .saturating_mul(1 << self.retries.min(4))
+            .min(RTO_MAX.max(self.rto));
+        self.deadline = Some(now + rto);
+    }
+
+    /// Classifies an arrived data datagram of sequence `seq`; owes an acknowledgement
+    /// whatever it is.
+    pub fn on_data(&mut self, seq: u32) -> Rx {
+        self.ack_due = true;
+        let d = seq.wrapping_sub(self.expect);
+        if d == 0 {
+            Rx::Deliver
+        } else if (d as usize) < WINDOW {
+            if self.held[seq as usize % WINDOW] == NONE {
+                Rx::Hold
+            } else {
+                Rx::Duplicate
+            }
+        } else if d > u32::MAX / 2 {
+            Rx::Duplicate
+        } else {
+            Rx::Beyond
+        }
+    }
+
+    /// Keeps out-of-order datagram `seq` (classified [`Rx::Hold`]) in pool buffer `id`.
+    pub fn hold(&mut self, seq: u32, id: BufId) {
+        self.held[seq as usize % WINDOW] = id;
+    }
+
+    /// The datagram `expect` was delivered; returns the held buffer of the next one, if it
+    /// arrived already (deliver it, release the buffer and call this again).
+    pub fn delivered(&mut self) -> Option<BufId> {
+        self.expect = self.expect.wrapping_add(1);
+        let slot = self.expect as usize % WINDOW;
+        let id = std::mem::replace(&mut self.held[slot], NONE);
+        (id != NONE).then_some(id)
+    }
+
+    /// Every pool buffer the state holds (sent copies and held arrivals).
+    pub fn buffers(&self) -> impl Iterator<Item = BufId> + '_ {
+        self.sent
+            .iter()
+            .chain(self.held.iter())
+            .copied()
+            .filter(|&b| b != NONE)
+    }
+}
+
+/// Whether the datagram path runs for `cfg` on a fabric whose datagrams carry at most
+/// `mtu` bytes: `Ok(Some(chunk))` (payload bytes per datagram) when `max_endpoints` is set
+/// with `endpoint_overflow=datagram`; `Ok(None)` when the setting does not apply (no cap,
+/// or `evict`); `Err(why)` when it was asked for but cannot run (the transport has no
+/// datagrams, `xrc`, buffers too small for the header): the engine falls back to `evict`
+/// with that note.
+pub fn chunk_for(cfg: &TransportConfig, mtu: Option<usize>) -> std::result::Result<Option<usize>, String> {
+    if cfg.max_endpoints == 0 || cfg.endpoint_overflow != EndpointOverflow::Datagram {
+        return Ok(None);
+    }
+    let Some(mtu) = mtu else {
+        return Err("has no datagrams".to_string());
+    };
+    if cfg.recv_sharing == RecvSharing::Xrc {
+        return Err("runs recv_sharing=xrc (endpoints per node, not per peer)".to_string());
+    }
+    let room = cfg.buffer_size.min(mtu);
+    if room < HEADER_BYTES + 16 {
+        return Err(format!(
+            "fits {room} B per datagram (buffer_size {} B, datagram size {mtu} B), less than {} B",
+            cfg.buffer_size,
+            HEADER_BYTES + 16
+        ));
+    }
+    Ok(Some(room - HEADER_BYTES))
+}
+
+/// Bytes charged per datagram peer: its [`DgPeer`] and its key in the engine's table.
+pub const PEER_STATE_BYTES: u64 = (std::mem::size_of::<DgPeer>() + std::mem::size_of::<usize>()) as u64;
+// The bound: the fixed state of a datagram peer is at most 256 B.
+const _: () = assert!(PEER_STATE_BYTES <= 256);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_only_with_a_cap_datagram_mode_and_room() {
+        let base = TransportConfig {
+            max_endpoints: 2,
+            buffer_size: 1024,
+            ..Default::default()
+        };
+        assert_eq!(chunk_for(&base, Some(64 << 10)), Ok(Some(1024 - HEADER_BYTES)));
+        assert_eq!(
+            chunk_for(&base, Some(512)),
+            Ok(Some(512 - HEADER_BYTES)),
+            "the MTU bounds it"
+        );
+        let uncapped = TransportConfig {
+            max_endpoints: 0,
+            ..base
+        };
+        assert_eq!(chunk_for(&uncapped, Some(4096)), Ok(None));
+        let evict = TransportConfig {
+            endpoint_overflow: EndpointOverflow::Evict,
+            ..base
+        };
+        assert_eq!(chunk_for(&evict, Some(4096)), Ok(None));
+        assert_eq!(chunk_for(&base, None), Err("has no datagrams".to_string()));
+        let xrc = TransportConfig {
+            recv_sharing: RecvSharing::Xrc,
+            ..base
+        };
+        assert!(chunk_for(&xrc, Some(4096)).unwrap_err().contains("xrc"));
+        let tiny = TransportConfig {
+            buffer_size: 32,
+            ..base
+        };
+        assert!(chunk_for(&tiny, Some(4096))
+            .unwrap_err()
+            .contains("fits 32 B per datagram"));
+    }
+
+    #[test]
+    fn state_bytes_are_the_struct_and_its_key() {
+        assert_eq!(PEER_STATE_BYTES, std::mem::size_of::<DgPeer>() as u64 + 8);
+        println!("{PEER_STATE_BYTES} B per datagram peer");
+    }
+
+    #[test]
+    fn header_round_trip_and_refusals() {
+        let h = DgHeader {
+            kind: KIND_DATA,
+            more: true,
+            seq: 7,
+            ack: u32::MAX,
+            tag: 42,
+            len: 3,
+            total: 10,
+            offset: 7,
+            ep_sent: 1 << 40,
+        };
+        let mut b = vec![0u8; HEADER_BYTES + 3];
+        h.encode(&mut b);
+        assert_eq!(DgHeader::decode(&b, 1, 2).unwrap(), h);
+        let e = DgHeader::decode(&b[..HEADER_BYTES + 2], 1, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("length field 3 but 2 payload bytes"), "{e}");
+        let beyond = DgHeader { offset: 8, ..h };
+        beyond.encode(&mut b);
+        let e = DgHeader::decode(&b, 1, 2).unwrap_err().to_string();
+        assert!(e.contains("beyond its message of 10 bytes"), "{e}");
+        b[0] = 9;
+        assert!(DgHeader::decode(&b, 1, 2).is_err());
+        assert!(DgHeader::decode(&b[..10], 1, 2).is_err());
+        let mut a = [0u8; HEADER_BYTES];
+        DgHeader::ack(5).encode(&mut a);
+        assert_eq!(DgHeader::decode(&a, 0, 0).unwrap(), DgHeader::ack(5));
+    }
+
+    #[test]
+    fn window_acks_release_in_order_and_back_pressure() {
+        let now = Instant::now();
+        let mut p = DgPeer::default();
+        for i in 0..WINDOW as u32 {
+            assert!(p.can_send());
+            assert_eq!(p.push_sent(100 + i, now), i);
+        }
+        assert!(!p.can_send(), "a full window is back-pressure");
+        let mut freed = Vec::new();
+        assert!(!p.on_ack(3, now, &mut |b| freed.push(b)));
+        assert_eq!(freed, [100, 101, 102]);
+        assert_eq!((p.in_flight(), p.oldest()), (5, Some(103)));
+        // Stale and bogus acks change nothing.
+        assert!(!p.on_ack(1, now, &mut |b| freed.push(b)));
+        assert!(!p.on_ack(100, now, &mut |b| freed.push(b)));
+        assert_eq!(freed.len(), 3);
+        // Two duplicate acks: resend the oldest now.
+        assert!(!p.on_ack(3, now, &mut |_| {}));
+        assert!(p.on_ack(3, now, &mut |_| {}));
+        assert!(!p.on_ack(3, now, &mut |_| {}), "once");
+        p.on_ack(8, now, &mut |b| freed.push(b));
+        assert_eq!(freed, (100..108).collect::<Vec<_>>());
+        assert_eq!((p.in_flight(), p.deadline()), (0, None));
+    }
+
+    #[test]
+    fn timeout_resends_all_unacked_and_backs_off() {
+        let t0 = Instant::now();
+        let mut p = DgPeer::default();
+        p.push_sent(1, t0);
+        p.push_sent(2, t0);
+        assert!(!p.timed_out(t0));
+        let t1 = t0 + RTO_BASE;
+        assert!(p.timed_out(t1));
+        let mut again = Vec::new();
+        p.on_timeout(t1, &mut |b| again.push(b));
+        assert_eq!(again, [1, 2]);
+        assert_eq!(p.deadline(), Some(t1 + 2 * RTO_BASE));
+        for _ in 0..10 {
+            p.on_timeout(t1, &mut |_| {});
+        }
+        assert_eq!(p.deadline(), Some(t1 + RTO_MAX));
+        p.on_ack(1, t1, &mut |_| {});
+        assert_eq!(p.deadline(), Some(t1 + RTO_BASE), "progress resets the timeout");
+        let mut r = DgPeer::with_rto(RTO_RELIABLE);
+        r.push_sent(1, t0);
+        assert_eq!(r.deadline(), Some(t0 + RTO_RELIABLE), "a fabric that never drops");
+        r.on_timeout(t0, &mut |_| {});
+        assert_eq!(r.deadline(), Some(t0 + 2 * RTO_RELIABLE));
+    }
+
+    #[test]
+    fn receiver_delivers_in_order_holds_ahead_and_drops_duplicates() {
+        let mut p = DgPeer::default();
+        assert_eq!(p.on_data(1), Rx::Hold);
+        p.hold(1, 11);
+        assert_eq!(p.on_data(1), Rx::Duplicate, "held already");
+        assert_eq!(p.on_data(2), Rx::Hold);
+        p.hold(2, 12);
+        assert_eq!(p.on_data(WINDOW as u32), Rx::Beyond);
+        assert_eq!(p.on_data(0), Rx::Deliver);
+        assert_eq!(p.delivered(), Some(11));
+        assert_eq!(p.delivered(), Some(12));
+        assert_eq!(p.delivered(), None);
+        assert_eq!(p.ack_value(), 3);
+        assert_eq!(p.on_data(0), Rx::Duplicate, "delivered already");
+        assert!(p.ack_due);
+        assert_eq!(p.buffers().count(), 0);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        let now = Instant::now();
+        let mut p = DgPeer {
+            next_seq: u32::MAX,
+            una: u32::MAX,
+            expect: u32::MAX,
+            ..Default::default()
+        };
+        assert_eq!(p.push_sent(1, now), u32::MAX);
+        assert_eq!(p.push_sent(2, now), 0);
+        let mut freed = Vec::new();
+        p.on_ack(1, now, &mut |b| freed.push(b));
+        assert_eq!(freed, [1, 2]);
+        assert_eq!(p.on_data(u32::MAX), Rx::Deliver);
+        assert_eq!(p.delivered(), None);
+        assert_eq!(p.on_data(0), Rx::Deliver);
+    }
+}

@@ -1,0 +1,488 @@
+//! The [`Engine`]'s datagram path (`endpoint_overflow=datagram`, past `max_endpoints`):
+//! which destinations go over it, posting message chunks as datagrams (each kept in a pool
+//! buffer until acknowledged, at most `datagram::WINDOW` per peer), taking received
+//! datagrams (in sequence into tag matching, out-of-order ones held in pool buffers,
+//! duplicates dropped), retransmission on timeouts and duplicate acknowledgements, the
+//! acknowledgements owed, and the promotion of active datagram peers to endpoints. The
+//! per-peer reliability state machine is `protocol::datagram`.
+//!
+//! Ordering across the two paths of one peer: a datagram carries how many endpoint packets
+//! its sender sent the receiver before it (on endpoints closed since), and the receiver
+//! takes it only once all of them arrived (until then it is dropped unacknowledged and
+//! comes again); the sender posts on an endpoint only once every datagram to that peer is
+//! acknowledged, and a datagram is acknowledged only after it went to tag matching.
+
+use std::time::Instant;
+
+use crate::core::error::{Error, Result};
+use crate::core::intmap::IntMap;
+use crate::core::pool::{BufId, BufferPool};
+use crate::fabric::{Fabric, PacketHeader};
+use crate::protocol::connection::{ConnectionTable, EpState};
+use crate::protocol::datagram::{DgHeader, DgPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
+use crate::protocol::matching::Matcher;
+
+use super::Engine;
+
+/// Data datagrams sent and received before the promotion policy looks at the peers'
+/// activity again.
+pub const PROMOTE_EVERY: u32 = 512;
+/// A datagram peer is promoted when its activity exceeds the least active endpoint's by
+/// this many packets (and by half of it).
+pub const PROMOTE_MARGIN: u64 = 64;
+
+/// Counters of the datagram path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DatagramStats {
+    /// Data datagrams posted (first transmissions).
+    pub sent: u64,
+    /// Data datagrams posted again (timeouts, duplicate acknowledgements).
+    pub resent: u64,
+    /// Acknowledgement-only datagrams posted.
+    pub acks: u64,
+    /// Data datagrams received that were duplicates, beyond the window, or early.
+    pub dropped: u64,
+    /// Datagram peers promoted to an endpoint.
+    pub promoted: u64,
+}
+
+/// The rank's datagram state.
+pub(super) struct Datagrams {
+    pub(super) peers: IntMap<usize, DgPeer>,
+    /// Payload bytes per datagram.
+    pub(super) chunk: usize,
+    /// Peers with datagrams in flight (sorted).
+    waiting: Vec<usize>,
+    /// Peers owed an acknowledgement.
+    acks: Vec<usize>,
+    /// Peers whose oldest datagram goes again now.
+    resend: Vec<usize>,
+    /// Peers whose state appeared in a poll (to be counted as connected).
+    fresh: Vec<usize>,
+    scratch: Vec<BufId>,
+    since_check: u32,
+    /// A datagram peer chosen for the next free endpoint slot.
+    promote: Option<usize>,
+    /// The fabric never drops a datagram (MPI, local without the drop model): only the
+    /// receiver does, rarely, so the retransmission timeout is longer.
+    reliable: bool,
+    pub(super) stats: DatagramStats,
+}
+
+impl Datagrams {
+    pub(super) fn new(chunk: usize, reliable: bool) -> Datagrams {
+        Datagrams {
+            peers: IntMap::default(),
+            chunk,
+            waiting: Vec::new(),
+            acks: Vec::new(),
+            resend: Vec::new(),
+            fresh: Vec::new(),
+            scratch: Vec::new(),
+            since_check: 0,
+            promote: None,
+            reliable,
+            stats: DatagramStats::default(),
+        }
+    }
+
+    /// True when datagrams to `peer` are not all acknowledged.
+    #[inline]
+    pub(super) fn is_waiting(&self, peer: usize) -> bool {
+        self.waiting.binary_search(&peer).is_ok()
+    }
+
+    /// True when nothing sent is unacknowledged.
+    pub(super) fn drained(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    fn peer(&mut self, peer: usize) -> &mut DgPeer {
+        let rto = self.rto();
+        let fresh = &mut self.fresh;
+        self.peers.entry(peer).or_insert_with(|| {
+            fresh.push(peer);
+            DgPeer::with_rto(rto)
+        })
+    }
+
+    /// The first retransmission timeout of this fabric's datagrams.
+    pub(super) fn rto(&self) -> std::time::Duration {
+        if self.reliable {
+            crate::protocol::datagram::RTO_RELIABLE
+        } else {
+            crate::protocol::datagram::RTO_BASE
+        }
+    }
+
+    /// Records the packets of a closed endpoint to `peer` (the ordering counters).
+    pub(super) fn endpoint_closed(&mut self, peer: usize, sent: u64, received: u64) {
+        let p = self.peer(peer);
+        p.ep_sent += sent;
+        p.ep_received += received;
+    }
+
+    /// `peer` refused a connect request: reach it by datagram.
+    pub(super) fn refused(&mut self, peer: usize) {
+        self.peer(peer).refused = true;
+    }
+
+    /// True when `peer` is to be reached by datagram even with room for an endpoint.
+    #[inline]
+    pub(super) fn refused_by(&self, peer: usize) -> bool {
+        self.peers.get(&peer).is_some_and(|p| p.refused)
+    }
+}
+
+/// What a fabric poll needs to take a datagram, borrowed beside the fabric.
+pub(super) struct DgRx<'a> {
+    pub(super) dg: Option<&'a mut Datagrams>,
+    pub(super) pool: &'a mut BufferPool,
+    pub(super) conns: &'a ConnectionTable,
+    pub(super) rank: usize,
+}
+
+fn deliver(matcher: &mut Matcher, src: usize, h: &DgHeader, payload: &[u8]) -> Result<()> {
+    matcher.on_chunk(
+        &PacketHeader {
+            src: src as u32,
+            tag: h.tag,
+            total: h.total,
+            offset: h.offset,
+            len: h.len,
+            more: h.more,
+        },
+        payload,
+    )
+}
+
+/// Bytes of the datagram kept in `buf` (header + payload).
+fn held_len(buf: &[u8]) -> usize {
+    HEADER_BYTES + u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes")) as usize
+}
+
+impl DgRx<'_> {
+    /// Takes datagram `bytes` from `src`: its acknowledgement, then its data.
+    pub(super) fn take(&mut self, matcher: &mut Matcher, src: usize, bytes: &[u8]) -> Result<()> {
+        let rank = self.rank;
+        let Some(dg) = self.dg.as_deref_mut() else {
+            return Err(Error::BadPacket {
+                rank,
+                from: crate::core::error::Sender::Rank(src),
+                bytes: bytes.len(),
+                what: "a datagram, but this rank runs no datagram path (endpoint_overflow or max_endpoints differ between ranks?)".into(),
+            });
+        };
+        let h = DgHeader::decode(bytes, rank, src)?;
+        let pool = &mut *self.pool;
+        dg.peer(src);
+        let Datagrams {
+            peers,
+            waiting,
+            acks,
+            resend,
+            since_check,
+            stats,
+            ..
+        } = dg;
+        let p = peers.get_mut(&src).expect("datagram peer");
+        if p.in_flight() > 0 {
+            if p.on_ack(h.ack, Instant::now(), &mut |b| pool.release(b)) {
+                resend.push(src);
+            }
+            if p.in_flight() == 0 {
+                if let Ok(i) = waiting.binary_search(&src) {
+                    waiting.remove(i);
+                }
+            }
+        }
+        if h.kind == KIND_ACK {
+            return Ok(());
+        }
+        p.activity = p.activity.saturating_add(1);
+        *since_check = since_check.saturating_add(1);
+        let got = p.ep_received + self.conns.get(src).map_or(0, |e| e.received);
+        if got < h.ep_sent {
+            // Endpoint packets sent before it are still on their way: it comes again.
+            stats.dropped += 1;
+            return Ok(());
+        }
+        let was_due = p.ack_due;
+        match p.on_data(h.seq) {
+            Rx::Deliver => {
+                deliver(matcher, src, &h, &bytes[HEADER_BYTES..])?;
+                while let Some(id) = p.delivered() {
+                    let b = pool.buf(id);
+                    let b = &b[..held_len(b)];
+                    let hh = DgHeader::decode(b, rank, src)?;
+                    let r = deliver(matcher, src, &hh, &b[HEADER_BYTES..]);
+                    pool.release(id);
+                    r?;
+                }
+            }
+            Rx::Hold => {
+                // Without a free buffer (or room in one) it is dropped: it comes again.
+                if bytes.len() <= pool.buffer_size() {
+                    if let Some(id) = pool.take_free() {
+                        pool.buf_mut(id)[..bytes.len()].copy_from_slice(bytes);
+                        p.hold(h.seq, id);
+                    }
+                }
+            }
+            Rx::Duplicate | Rx::Beyond => stats.dropped += 1,
+        }
+        if !was_due {
+            acks.push(src);
+        }
+        Ok(())
+    }
+}
+
+/// Posts the datagram kept in pool buffer `id` to `peer` again, with the current
+/// acknowledgement.
+fn post_copy(
+    fabric: &mut dyn Fabric,
+    pool: &mut BufferPool,
+    p: &mut DgPeer,
+    peer: usize,
+    id: BufId,
+) -> Result<()> {
+    let b = pool.buf_mut(id);
+    b[8..12].copy_from_slice(&p.ack_value().to_le_bytes());
+    p.ack_due = false;
+    let n = held_len(b);
+    fabric.post_datagram(peer, &pool.buf(id)[..n])
+}
+
+impl Engine {
+    /// True when `dest` (without an endpoint) is reached over the datagram path: it runs,
+    /// and the endpoints are at the cap or `dest` refused one.
+    #[inline]
+    pub(super) fn dgram_route(&self, dest: usize) -> bool {
+        self.dg
+            .as_ref()
+            .is_some_and(|d| !self.conns.has_room() || d.refused_by(dest))
+    }
+
+    /// Posts the next chunk of the first message queued for `dest` as a datagram, if the
+    /// window and the pool allow; returns whether it did.
+    pub(super) fn post_dgram_chunk(&mut self, dest: usize) -> Result<bool> {
+        let dg = self.dg.as_deref_mut().expect("datagram path");
+        let chunk = dg.chunk;
+        if !dg.peer(dest).can_send() {
+            return Ok(false);
+        }
+        let p = self.peers.get_mut(&dest).expect("peer");
+        let msg = p.queue.front_mut().expect("message");
+        let (id, len) = match msg.first.take() {
+            Some((id, flen)) => {
+                // Copied at offset 0 for an endpoint: make room for the header, and give
+                // what does not fit one datagram back to the rest of the message.
+                let len = flen.min(chunk);
+                let b = self.pool.buf_mut(id);
+                if flen > len {
+                    let tail = b[len..flen].to_vec();
+                    msg.rest.splice(0..0, tail);
+                    msg.rest_from = len;
+                }
+                b.copy_within(0..len, HEADER_BYTES);
+                (id, len)
+            }
+            None => {
+                let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
+                    return Ok(false);
+                };
+                self.sync_wr_info();
+                let p = self.peers.get_mut(&dest).expect("peer");
+                let msg = p.queue.front_mut().expect("message");
+                let len = (msg.total - msg.offset).min(chunk);
+                let from = msg.offset - msg.rest_from;
+                self.pool.buf_mut(id)[HEADER_BYTES..HEADER_BYTES + len]
+                    .copy_from_slice(&msg.rest[from..from + len]);
+                (id, len)
+            }
+        };
+        let p = self.peers.get_mut(&dest).expect("peer");
+        let queued = p.queue.len();
+        let msg = p.queue.front_mut().expect("message");
+        let dg = self.dg.as_deref_mut().expect("datagram path");
+        let d = dg.peers.get_mut(&dest).expect("datagram peer");
+        let seq = d.push_sent(id, Instant::now());
+        let h = DgHeader {
+            kind: KIND_DATA,
+            more: msg.offset + len < msg.total || queued > 1,
+            seq,
+            ack: d.ack_value(),
+            tag: msg.tag,
+            len: len as u32,
+            total: msg.total as u64,
+            offset: msg.offset as u64,
+            ep_sent: d.ep_sent,
+        };
+        d.ack_due = false;
+        d.activity = d.activity.saturating_add(1);
+        dg.since_check = dg.since_check.saturating_add(1);
+        if let Err(i) = dg.waiting.binary_search(&dest) {
+            dg.waiting.insert(i, dest);
+        }
+        dg.stats.sent += 1;
+        let b = self.pool.buf_mut(id);
+        h.encode(b);
+        let (req, chunked) = (msg.req, msg.chunked);
+        msg.offset += len;
+        if msg.offset >= msg.total {
+            self.chunked_queued -= usize::from(chunked);
+            p.queue.pop_front();
+            if p.queue.is_empty() {
+                self.active.remove(dest);
+            }
+            if let Some(s) = self.sends.get_mut(&req) {
+                s.posted_all = true;
+            }
+        }
+        self.fabric
+            .post_datagram(dest, &self.pool.buf(id)[..HEADER_BYTES + len])?;
+        Ok(true)
+    }
+
+    /// Retransmissions (duplicate acknowledgements, timeouts) and the acknowledgements
+    /// owed; peers new to the datagram path counted as connected; the promotion policy.
+    pub(super) fn service_datagrams(&mut self) -> Result<bool> {
+        let Some(dg) = self.dg.as_deref_mut() else {
+            return Ok(false);
+        };
+        let mut work = false;
+        for peer in dg.fresh.drain(..) {
+            self.conns.note_peer(peer);
+        }
+        let fabric = self.fabric.as_mut();
+        let pool = &mut self.pool;
+        if !dg.waiting.is_empty() {
+            let now = Instant::now();
+            let Datagrams {
+                peers,
+                waiting,
+                resend,
+                scratch,
+                stats,
+                ..
+            } = &mut *dg;
+            for peer in resend.drain(..) {
+                let p = peers.get_mut(&peer).expect("datagram peer");
+                if let Some(id) = p.oldest() {
+                    post_copy(fabric, pool, p, peer, id)?;
+                    stats.resent += 1;
+                    work = true;
+                }
+            }
+            for &peer in waiting.iter() {
+                let p = peers.get_mut(&peer).expect("datagram peer");
+                if p.timed_out(now) {
+                    scratch.clear();
+                    p.on_timeout(now, &mut |id| scratch.push(id));
+                    for &id in scratch.iter() {
+                        post_copy(fabric, pool, p, peer, id)?;
+                        stats.resent += 1;
+                    }
+                    work = true;
+                }
+            }
+        } else {
+            dg.resend.clear();
+        }
+        if !dg.acks.is_empty() {
+            let mut a = [0u8; HEADER_BYTES];
+            for peer in dg.acks.drain(..) {
+                let p = dg.peers.get_mut(&peer).expect("datagram peer");
+                if p.ack_due {
+                    p.ack_due = false;
+                    DgHeader::ack(p.ack_value()).encode(&mut a);
+                    fabric.post_datagram(peer, &a)?;
+                    dg.stats.acks += 1;
+                }
+            }
+            work = true;
+        }
+        if dg.since_check >= PROMOTE_EVERY {
+            dg.since_check = 0;
+            self.promotion_check()?;
+        }
+        Ok(work)
+    }
+
+    /// The promotion policy: the most active datagram peer (data datagrams both ways since
+    /// the last check) takes the endpoint of the least active open endpoint peer (packets both
+    /// ways since the last check) when it exceeds it by [`PROMOTE_MARGIN`] and by half;
+    /// that endpoint is closed gracefully (when idle) and the peer gets the next free slot.
+    /// Activities are then halved (decay). Ties go to the lower rank: deterministic.
+    fn promotion_check(&mut self) -> Result<()> {
+        let dg = self.dg.as_deref_mut().expect("datagram path");
+        let best = dg
+            .peers
+            .iter()
+            .filter(|(&k, _)| self.conns.get(k).is_none())
+            .max_by_key(|(&k, p)| (p.activity, std::cmp::Reverse(k)))
+            .map(|(&k, p)| (k, p.activity as u64));
+        for p in dg.peers.values_mut() {
+            p.activity /= 2;
+        }
+        let least = self.conns.least_active();
+        self.conns.mark_activity();
+        let (Some((peer, act)), Some((victim, ep_act))) = (best, least) else {
+            return Ok(());
+        };
+        if act > ep_act + PROMOTE_MARGIN && act > ep_act + ep_act / 2 && self.conns.closing() == 0 {
+            let idle = self.peers.get(&victim).is_none_or(|p| p.queue.is_empty())
+                && self.conns.get(victim).is_some_and(|e| e.inflight == 0);
+            if idle {
+                let dg = self.dg.as_deref_mut().expect("datagram path");
+                dg.promote = Some(peer);
+                if let Some(p) = dg.peers.get_mut(&peer) {
+                    p.refused = false;
+                }
+                dg.stats.promoted += 1;
+                self.start_close(victim)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens the endpoint of a promoted datagram peer once a slot is free.
+    pub(super) fn open_promoted(&mut self) -> Result<bool> {
+        let Some(peer) = self.dg.as_deref().and_then(|d| d.promote) else {
+            return Ok(false);
+        };
+        if !self.conns.has_room() {
+            return Ok(false);
+        }
+        self.dg.as_deref_mut().expect("datagram path").promote = None;
+        if self.conns.get(peer).is_some() {
+            return Ok(false);
+        }
+        self.open_key(peer)?;
+        Ok(true)
+    }
+
+    /// Answers a connect request from `src` with a refusal (at the cap, datagram mode).
+    pub(super) fn refuse(&mut self, src: usize) -> Result<()> {
+        self.fabric.send_control(src, crate::fabric::Control::Refuse)
+    }
+
+    /// `src` refused our connect request: drop the connecting endpoint, reach it by
+    /// datagram.
+    pub(super) fn on_refuse(&mut self, src: usize) -> Result<()> {
+        if self.conns.get(src).map(|e| e.state) != Some(EpState::Connecting) {
+            return Ok(());
+        }
+        self.fabric.close_endpoint(src)?;
+        self.conns.remove(src);
+        let p = self.peers.entry(src).or_default();
+        p.credits = 0;
+        p.requested = false;
+        self.bank.reset_peer(src);
+        if let Some(dg) = self.dg.as_deref_mut() {
+            dg.refused(src);
+        }
+        Ok(())
+    }
+}
