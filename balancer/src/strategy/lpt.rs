@@ -248,67 +248,135 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
 
 /// LPT list scheduling. Returns bucket loads and, per bucket, the positions of its cells in
 /// ascending order (descending KB, the order they were placed in).
+///
+/// Every cell goes onto the lightest bucket, ties to the lowest index. The buckets are kept
+/// as two sequences, each sorted by (load, index): `fresh`, those not yet picked during the
+/// current segment, and `placed`, a queue of those that were, in the order they were
+/// picked. The lightest bucket is the lighter of the two heads, so a cell costs one
+/// comparison instead of a heap or tree update. Within a segment every cell weighs the
+/// same and the picks come in non-decreasing (load, index) order, so a picked bucket's new
+/// load is at least the queue's last (adding one weight is monotone under rounding); when
+/// rounding makes it equal to a higher index's, it is moved back to its place. Both
+/// sequences stay sorted, so the result is exactly that of a priority queue over (load,
+/// index). At the end of a segment the two are merged into the next segment's `fresh`.
 fn greedy(order: &Order, nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
     let mut loads = vec![0.0; nbuckets];
-    let mut lightest = LightestTree::new(nbuckets);
     let mut members = vec![Vec::new(); nbuckets];
+    // All loads are 0: index order.
+    let mut fresh: Vec<u32> = (0..nbuckets as u32).collect();
+    let mut placed = Ring::new(nbuckets);
+    let mut merged: Vec<u32> = Vec::with_capacity(nbuckets);
     for s in &order.segments {
+        let w = s.kb;
+        let mut next = 0;
         for i in s.start..s.start + s.gids.len() {
-            let b = lightest.top();
-            loads[b] += s.kb;
-            members[b].push(i as u32);
-            lightest.update(&loads, b);
+            let from_fresh =
+                next < fresh.len() && placed.front().is_none_or(|q| lighter(&loads, fresh[next], q));
+            let b = if from_fresh {
+                next += 1;
+                fresh[next - 1]
+            } else {
+                placed.pop_front()
+            };
+            loads[b as usize] += w;
+            members[b as usize].push(i as u32);
+            placed.push_sorted(&loads, b);
         }
+        // The next segment's fresh sequence: both merged by (load, index).
+        merged.clear();
+        let rest = &fresh[next..];
+        let (mut j, mut k) = (0, 0);
+        while j < rest.len() && k < placed.len {
+            if lighter(&loads, rest[j], placed.get(k)) {
+                merged.push(rest[j]);
+                j += 1;
+            } else {
+                merged.push(placed.get(k));
+                k += 1;
+            }
+        }
+        merged.extend_from_slice(&rest[j..]);
+        merged.extend((k..placed.len).map(|k| placed.get(k)));
+        std::mem::swap(&mut fresh, &mut merged);
+        placed.clear();
     }
     (loads, members)
 }
 
-/// The lightest bucket, ties to the lowest index (the order of a min-heap of
-/// [`Lightest`] entries keyed by bucket index): a tournament tree over the loads, where a
-/// change of one load replays only its path to the root (one comparison per level).
-struct LightestTree {
-    size: usize,
-    /// Node `n` holds the lightest bucket below it (`u32::MAX`: none); leaves from `size`.
-    win: Vec<u32>,
+/// Whether bucket `a` comes before bucket `b` in (load, index) order.
+#[inline]
+fn lighter(loads: &[f64], a: u32, b: u32) -> bool {
+    let (x, y) = (loads[a as usize], loads[b as usize]);
+    x < y || (x == y && a < b)
 }
 
-impl LightestTree {
-    /// A tree over `n` buckets of load 0.
-    fn new(n: usize) -> LightestTree {
-        let size = n.next_power_of_two();
-        let mut win = vec![u32::MAX; 2 * size];
-        for b in 0..n {
-            win[size + b] = b as u32;
+/// A queue of bucket indices sorted by (load, index), in a ring of fixed capacity (every
+/// bucket is in it at most once).
+struct Ring {
+    buf: Vec<u32>,
+    head: usize,
+    len: usize,
+}
+
+impl Ring {
+    fn new(capacity: usize) -> Ring {
+        Ring {
+            buf: vec![0; capacity.max(1)],
+            head: 0,
+            len: 0,
         }
-        // All loads are 0: the left child always wins.
-        for node in (1..size).rev() {
-            win[node] = if win[2 * node] != u32::MAX {
-                win[2 * node]
-            } else {
-                win[2 * node + 1]
-            };
-        }
-        LightestTree { size, win }
     }
 
     #[inline]
-    fn top(&self) -> usize {
-        self.win[1] as usize
+    fn slot(&self, k: usize) -> usize {
+        let i = self.head + k;
+        if i >= self.buf.len() {
+            i - self.buf.len()
+        } else {
+            i
+        }
     }
 
-    /// Replays the path of bucket `b` after its load changed.
     #[inline]
-    fn update(&mut self, loads: &[f64], b: usize) {
-        let mut node = (self.size + b) / 2;
-        while node >= 1 {
-            let (l, r) = (self.win[2 * node], self.win[2 * node + 1]);
-            self.win[node] = if r == u32::MAX || (l != u32::MAX && loads[l as usize] <= loads[r as usize]) {
-                l
-            } else {
-                r
-            };
-            node /= 2;
+    fn get(&self, k: usize) -> u32 {
+        self.buf[self.slot(k)]
+    }
+
+    #[inline]
+    fn front(&self) -> Option<u32> {
+        (self.len > 0).then(|| self.buf[self.head])
+    }
+
+    #[inline]
+    fn pop_front(&mut self) -> u32 {
+        let b = self.buf[self.head];
+        self.head = self.slot(1);
+        self.len -= 1;
+        b
+    }
+
+    /// Appends `b`, then moves it back past the entries it comes before in (load, index)
+    /// order.
+    #[inline]
+    fn push_sorted(&mut self, loads: &[f64], b: u32) {
+        let mut k = self.len;
+        self.len += 1;
+        while k > 0 {
+            let prev = self.get(k - 1);
+            if lighter(loads, prev, b) {
+                break;
+            }
+            let at = self.slot(k);
+            self.buf[at] = prev;
+            k -= 1;
         }
+        let at = self.slot(k);
+        self.buf[at] = b;
+    }
+
+    fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
     }
 }
 
@@ -520,6 +588,123 @@ mod tests {
             })
             .collect();
         Order::finish(segments, kbs.len())
+    }
+
+    /// LPT list scheduling with a tournament tree, one update per cell (the reference the
+    /// queue-based [`super::greedy`] must match). Returns bucket loads and, per bucket, the positions of its cells in
+    /// ascending order (descending KB, the order they were placed in).
+    fn greedy_tree(order: &Order, nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
+        let mut loads = vec![0.0; nbuckets];
+        let mut lightest = LightestTree::new(nbuckets);
+        let mut members = vec![Vec::new(); nbuckets];
+        for s in &order.segments {
+            for i in s.start..s.start + s.gids.len() {
+                let b = lightest.top();
+                loads[b] += s.kb;
+                members[b].push(i as u32);
+                lightest.update(&loads, b);
+            }
+        }
+        (loads, members)
+    }
+
+    /// The lightest bucket, ties to the lowest index (the order of a min-heap of
+    /// [`Lightest`] entries keyed by bucket index): a tournament tree over the loads, where a
+    /// change of one load replays only its path to the root (one comparison per level).
+    struct LightestTree {
+        size: usize,
+        /// Node `n` holds the lightest bucket below it (`u32::MAX`: none); leaves from `size`.
+        win: Vec<u32>,
+    }
+
+    impl LightestTree {
+        /// A tree over `n` buckets of load 0.
+        fn new(n: usize) -> LightestTree {
+            let size = n.next_power_of_two();
+            let mut win = vec![u32::MAX; 2 * size];
+            for b in 0..n {
+                win[size + b] = b as u32;
+            }
+            // All loads are 0: the left child always wins.
+            for node in (1..size).rev() {
+                win[node] = if win[2 * node] != u32::MAX {
+                    win[2 * node]
+                } else {
+                    win[2 * node + 1]
+                };
+            }
+            LightestTree { size, win }
+        }
+
+        #[inline]
+        fn top(&self) -> usize {
+            self.win[1] as usize
+        }
+
+        /// Replays the path of bucket `b` after its load changed.
+        #[inline]
+        fn update(&mut self, loads: &[f64], b: usize) {
+            let mut node = (self.size + b) / 2;
+            while node >= 1 {
+                let (l, r) = (self.win[2 * node], self.win[2 * node + 1]);
+                self.win[node] = if r == u32::MAX || (l != u32::MAX && loads[l as usize] <= loads[r as usize])
+                {
+                    l
+                } else {
+                    r
+                };
+                node /= 2;
+            }
+        }
+    }
+
+    /// An order of runs: `(kb, count)` each, one population, gid = position; KB must not
+    /// increase.
+    fn order_of_runs(runs: &[(f64, usize)]) -> Order<'static> {
+        let mut start = 0;
+        let segments = runs
+            .iter()
+            .map(|&(kb, n)| {
+                let s = Segment {
+                    start,
+                    kb,
+                    population: 0,
+                    gids: Cow::Owned((start as u32..(start + n) as u32).collect()),
+                };
+                start += n;
+                s
+            })
+            .collect();
+        Order::finish(segments, start)
+    }
+
+    #[test]
+    fn queue_greedy_matches_the_tree_on_random_runs() {
+        use rand::{Rng, SeedableRng};
+        // Weights that make float addition round to ties (large loads, fractional and
+        // tiny weights, zeros), runs longer and shorter than the bucket count.
+        for seed in 0..300u64 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let nbuckets = [1, 2, 3, 7, 64, 100, 1024][seed as usize % 7];
+            let scale = [1.0, 1e15, 1e16, 3e17][(seed / 7) as usize % 4];
+            let mut kbs: Vec<f64> = (0..rng.random_range(1..40))
+                .map(|_| match rng.random_range(0..6) {
+                    0 => 0.0,
+                    1 => rng.random_range(0..5) as f64 * 0.1,
+                    2 => rng.random::<f64>() * 3.0,
+                    3 => scale * rng.random::<f64>(),
+                    4 => rng.random_range(1..4) as f64,
+                    _ => 1.0 / 3.0 * rng.random_range(1..10) as f64,
+                })
+                .collect();
+            kbs.sort_by(|a, b| b.total_cmp(a));
+            let runs: Vec<(f64, usize)> = kbs
+                .iter()
+                .map(|&kb| (kb, rng.random_range(1..3 * nbuckets + 2)))
+                .collect();
+            let o = order_of_runs(&runs);
+            assert_eq!(greedy(&o, nbuckets), greedy_tree(&o, nbuckets), "seed {seed}");
+        }
     }
 
     #[test]
