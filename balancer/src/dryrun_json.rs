@@ -8,6 +8,10 @@
 //! as "other" (and drained through the same deserializer, so nesting and number limits are
 //! enforced as when building a `Value`), and reported when validation reaches them.
 //! Everything read grows with the file: no size is taken from the input.
+//!
+//! The plain shape neurodamus writes is first tried by a hand-written scanner ([`scan`]),
+//! which gives up on anything else; the serde reader then reads the file, so that both
+//! give the same result and the same errors.
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
@@ -299,10 +303,24 @@ impl<'de> Deserialize<'de> for Root {
 /// Reads `text` (the file at `path`, named in messages) as [`DryRun::from_json_file_with_notes`]
 /// does: the dry run and the notes on unknown top-level keys, or the same error.
 pub(crate) fn read(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
+    let root = match scan::root(text) {
+        Some(root) => root,
+        None => read_serde(text, path)?,
+    };
+    finish(root, path)
+}
+
+/// The top level of `text` through serde_json: any JSON, and serde_json's error on invalid
+/// JSON.
+fn read_serde(text: &[u8], path: &Path) -> Result<Root> {
     let mut de = serde_json::Deserializer::from_slice(text);
-    let root = Root::deserialize(&mut de)
+    Root::deserialize(&mut de)
         .and_then(|r| de.end().map(|()| r))
-        .map_err(|source| crate::dryrun::json_error(text, path, source))?;
+        .map_err(|source| crate::dryrun::json_error(text, path, source))
+}
+
+/// Validates what was read into the dry run and the notes on unknown keys.
+fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
     let err = |field: String, message: String| BalancerError::DryRun {
         path: path.to_owned(),
         field,
@@ -437,6 +455,184 @@ pub(crate) fn read(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
         )
     })?;
     Ok((dry_run, notes))
+}
+
+/// A scanner for the plain shape neurodamus writes: the three known top-level keys, each
+/// at most once, with objects of numbers and of gid arrays, keys without escapes, gids as
+/// plain decimal integers below 2^32. It returns what the serde reader would for such a
+/// text, and `None` on anything else (another key, an escape, a value of another kind, any
+/// invalid JSON), which the serde reader then reads or refuses with its own message.
+mod scan {
+    use serde::Deserialize;
+
+    use super::{Entries, Gids, Number, Object, Root, RootObject};
+
+    struct Scanner<'a> {
+        text: &'a [u8],
+        at: usize,
+    }
+
+    impl<'a> Scanner<'a> {
+        #[inline]
+        fn ws(&mut self) {
+            // Indentation eight spaces at a time, then byte by byte.
+            while let Some(chunk) = self.text.get(self.at + 1..self.at + 9) {
+                if self.text[self.at] != b'\n' && self.text[self.at] != b' ' {
+                    return;
+                }
+                if chunk != b"        " {
+                    break;
+                }
+                self.at += 9;
+            }
+            while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.text.get(self.at) {
+                self.at += 1;
+            }
+        }
+
+        #[inline]
+        fn peek(&mut self) -> Option<u8> {
+            self.ws();
+            self.text.get(self.at).copied()
+        }
+
+        #[inline]
+        fn eat(&mut self, byte: u8) -> Option<()> {
+            (self.peek()? == byte).then(|| self.at += 1)
+        }
+
+        /// A string without escapes or control characters.
+        fn string(&mut self) -> Option<String> {
+            self.eat(b'"')?;
+            let start = self.at;
+            let len = self.text[start..]
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+            self.at = start + len;
+            self.eat(b'"')?;
+            std::str::from_utf8(&self.text[start..start + len])
+                .ok()
+                .map(str::to_owned)
+        }
+
+        /// An object of `value`s; `None` when it is not one.
+        fn object<V>(&mut self, mut value: impl FnMut(&mut Self) -> Option<V>) -> Option<Entries<V>> {
+            self.eat(b'{')?;
+            let mut entries = Entries::new();
+            if self.peek()? == b'}' {
+                self.at += 1;
+                return Some(entries);
+            }
+            loop {
+                let key = self.string()?;
+                self.eat(b':')?;
+                let v = value(self)?;
+                entries.insert(key, v);
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => {
+                        self.at += 1;
+                        return Some(entries);
+                    }
+                    _ => return None,
+                }
+            }
+        }
+
+        /// A number, read by serde_json itself (so it is the same f64).
+        fn number(&mut self) -> Option<Number> {
+            self.ws();
+            let start = self.at;
+            let len = self.text[start..]
+                .iter()
+                .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                .unwrap_or(self.text.len() - start);
+            self.at = start + len;
+            let mut de = serde_json::Deserializer::from_slice(&self.text[start..start + len]);
+            let n = Number::deserialize(&mut de).ok()?;
+            de.end().ok()?;
+            n.0.is_some().then_some(n)
+        }
+
+        /// An array of decimal integers below 2^32 without leading zeros.
+        fn gids(&mut self) -> Option<Gids> {
+            self.eat(b'[')?;
+            let mut gids = Vec::new();
+            if self.peek()? == b']' {
+                self.at += 1;
+                return Some(Gids::Array { gids, bad: None });
+            }
+            loop {
+                self.ws();
+                let digits = &self.text[self.at..];
+                let len = digits
+                    .iter()
+                    .take(11)
+                    .position(|b| !b.is_ascii_digit())
+                    .unwrap_or(digits.len().min(11));
+                if len == 0 || len > 10 || (len > 1 && digits[0] == b'0') {
+                    return None;
+                }
+                let gid = digits[..len]
+                    .iter()
+                    .fold(0u64, |n, &d| n * 10 + (d - b'0') as u64);
+                gids.push(u32::try_from(gid).ok()?);
+                self.at += len;
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b']' => {
+                        self.at += 1;
+                        return Some(Gids::Array { gids, bad: None });
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    }
+
+    /// The top level of `text`, or `None` when it is not of the plain shape.
+    pub(super) fn root(text: &[u8]) -> Option<Root> {
+        let mut s = Scanner { text, at: 0 };
+        let mut keys: Vec<String> = Vec::new();
+        let (mut memory, mut synapses, mut populations) = (None, None, None);
+        s.eat(b'{')?;
+        if s.peek()? != b'}' {
+            loop {
+                let key = s.string()?;
+                s.eat(b':')?;
+                match key.as_str() {
+                    "metype_memory" if memory.is_none() => {
+                        memory = Some(Object::Entries(s.object(Scanner::number)?))
+                    }
+                    "metype_cell_syn_average" if synapses.is_none() => {
+                        synapses = Some(Object::Entries(s.object(Scanner::number)?))
+                    }
+                    "pop_metype_gids" if populations.is_none() => {
+                        populations = Some(Object::Entries(
+                            s.object(|s| s.object(Scanner::gids).map(Object::Entries))?,
+                        ))
+                    }
+                    _ => return None,
+                }
+                keys.push(key);
+                match s.peek()? {
+                    b',' => s.at += 1,
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        s.at += 1;
+        s.ws();
+        (s.at == text.len()).then(|| {
+            Root::Object(Box::new(RootObject {
+                keys,
+                memory,
+                synapses,
+                populations,
+            }))
+        })
+    }
 }
 
 /// The gids of one population seen so far, to find the first gid listed twice (in file
@@ -665,6 +861,63 @@ mod tests {
         }
         // Both outcomes are exercised in number.
         assert!(ok > 1000 && failed > 1000, "{ok} read, {failed} refused");
+    }
+
+    #[test]
+    fn scanner_reads_what_serde_reads() {
+        let path = Path::new("random.json");
+        let (mut scanned, mut declined) = (0, 0);
+        for seed in 0..20_000u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let text = dry_run_text(&mut rng);
+            let Some(root) = scan::root(text.as_bytes()) else {
+                declined += 1;
+                continue;
+            };
+            scanned += 1;
+            let serde = read_serde(text.as_bytes(), path)
+                .unwrap_or_else(|e| panic!("seed {seed}: scanned, but serde: {e}"));
+            match (finish(root, path), finish(serde, path)) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "seed {seed}: {text}"),
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "seed {seed}: {text}"),
+                (a, b) => panic!("seed {seed}: {a:?} vs {b:?} on {text}"),
+            }
+        }
+        assert!(
+            scanned > 500 && declined > 2000,
+            "{scanned} scanned, {declined} declined"
+        );
+        // What neurodamus and Ballast write is scanned; anything else is declined.
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 5_000,
+            metypes: 20,
+            populations: 2,
+            seed: 3,
+        })
+        .unwrap();
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        assert!(scan::root(&text).is_some());
+        assert!(scan::root(&serde_json::to_vec(&d.to_json_value()).unwrap()).is_some());
+        for bad in [
+            "01",
+            "-1",
+            "1.0",
+            "1e2",
+            "4294967296",
+            "12345678901",
+            "\"1\"",
+            "1 2",
+            "1,",
+            "null",
+        ] {
+            let t = String::from_utf8(text.clone()).unwrap();
+            let at = t.rfind(|c: char| c.is_ascii_digit()).unwrap();
+            let start = t[..=at].rfind(|c: char| !c.is_ascii_digit()).unwrap() + 1;
+            let t = format!("{}{bad}{}", &t[..start], &t[at + 1..]);
+            assert!(scan::root(t.as_bytes()).is_none(), "{bad}");
+        }
+        assert!(scan::root(&[&text[..], b" x"].concat()).is_none());
+        assert!(scan::root(&text[..text.len() - 2]).is_none());
     }
 
     #[test]
