@@ -218,8 +218,40 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
             buckets: BTreeMap::new(),
         })
         .collect();
-    // Bucket by bucket, each bucket's list freed once its gids are out.
-    let mut scratch: Vec<Vec<u32>> = vec![Vec::new(); populations.len()];
+    // Bucket by bucket, each bucket's list freed once its gids are out; the two halves of
+    // the buckets on two threads.
+    let npop = populations.len();
+    let half = members.len().div_ceil(2);
+    let (first, second) = members.split_at_mut(half);
+    let (a, b) = std::thread::scope(|s| {
+        let second = s.spawn(|| bucket_gids(&order, second, half, npop));
+        let first = bucket_gids(&order, first, 0, npop);
+        (
+            first,
+            second.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        )
+    });
+    for (bucket, p, gids) in a.into_iter().chain(b) {
+        populations[p].buckets.insert(labels[bucket], gids);
+    }
+    Allocation {
+        ranks: config.ranks,
+        cycles: config.cycles,
+        populations,
+    }
+}
+
+/// The gids of each of `members` (buckets `offset..`), per population, ascending: (bucket,
+/// population, gids) for every non-empty list. Each bucket's list is freed once read.
+#[inline(never)]
+fn bucket_gids(
+    order: &Order,
+    members: &mut [Vec<u32>],
+    offset: usize,
+    populations: usize,
+) -> Vec<(usize, usize, Vec<u32>)> {
+    let mut out = Vec::with_capacity(members.len() * populations.min(4));
+    let mut scratch: Vec<Vec<u32>> = vec![Vec::new(); populations];
     for (b, items) in members.iter_mut().enumerate() {
         let items = std::mem::take(items);
         let mut k = 0;
@@ -234,16 +266,12 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
         for (p, gids) in scratch.iter_mut().enumerate() {
             if !gids.is_empty() {
                 gids.sort_unstable();
-                populations[p].buckets.insert(labels[b], gids.as_slice().to_vec());
+                out.push((offset + b, p, gids.as_slice().to_vec()));
                 gids.clear();
             }
         }
     }
-    Allocation {
-        ranks: config.ranks,
-        cycles: config.cycles,
-        populations,
-    }
+    out
 }
 
 /// LPT list scheduling. Returns bucket loads and, per bucket, the positions of its cells in
@@ -259,6 +287,7 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
 /// rounding makes it equal to a higher index's, it is moved back to its place. Both
 /// sequences stay sorted, so the result is exactly that of a priority queue over (load,
 /// index). At the end of a segment the two are merged into the next segment's `fresh`.
+#[inline(never)]
 fn greedy(order: &Order, nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
     let mut loads = vec![0.0; nbuckets];
     let mut members = vec![Vec::new(); nbuckets];
@@ -447,12 +476,14 @@ enum Transfer {
 
 /// Moves and swaps between the heaviest and the lightest bucket while that lowers the
 /// heavier of the two. `members[b]` stays sorted (by descending KB).
+#[inline(never)]
 fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
     if loads.len() < 2 {
         return;
     }
     let kb = |i: &u32| order.kb(*i);
     let mut extremes = Extremes::new(loads);
+    let mut light_kb: Vec<f64> = Vec::new();
     let max_steps = 4 * loads.len() + 1000;
     for _ in 0..max_steps {
         let (h, l) = (extremes.heaviest(), extremes.lightest());
@@ -484,28 +515,35 @@ fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
             }
         }
         // Swap: for each distinct KB `a` in the heavy bucket, the light cell `b` closest to
-        // `a - half`, so the transfer `a - b` is closest to half the gap.
-        // `a` falls along the heavy bucket, so the boundaries searched for (the first
-        // segment of KB <= `a - half`, the first light cell below it) only move forward:
-        // they are found by advancing, not by a binary search each.
+        // `a - half`, so the transfer `a - b` is closest to half the gap. The light cells'
+        // KB are listed first (descending); `a` falls along the heavy bucket, so the first
+        // light cell of KB <= `a - half` only moves forward.
         let light = &members[l];
-        let (mut p, mut k_at_most, mut q) = (0, 0, 0);
+        light_kb.clear();
+        let mut k = 0;
+        light_kb.extend(light.iter().map(|&c| {
+            while k + 1 < order.starts.len() && order.starts[k + 1] <= c as usize {
+                k += 1;
+            }
+            order.kbs[k]
+        }));
+        let (mut p, mut q) = (0, 0);
         while p < heavy.len() {
             let k = order.segment_of(heavy[p]);
-            let a = order.segments[k].kb;
+            let a = order.kbs[k];
             let target = a - half;
-            k_at_most = advance(&order.kbs, k_at_most, |&x| x > target);
-            let below = order.starts.get(k_at_most).map_or(order.len, |&s| s) as u32;
-            q = advance(light, q, |&c| c < below);
+            while q < light_kb.len() && light_kb[q] > target {
+                q += 1;
+            }
             for q in [q.wrapping_sub(1), q] {
-                if let Some(c) = light.get(q) {
-                    consider(a - kb(c), Transfer::Swap(p, q));
+                if let Some(&b) = light_kb.get(q) {
+                    consider(a - b, Transfer::Swap(p, q));
                 }
             }
             // Past the cells of KB `a` (contiguous positions).
-            let end = order.kb_end[k];
+            let end = order.kb_end[k] as u32;
             p += 1;
-            while p < heavy.len() && (heavy[p] as usize) < end {
+            while p < heavy.len() && heavy[p] < end {
                 p += 1;
             }
         }
@@ -531,19 +569,6 @@ fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
         extremes.update(loads, h);
         extremes.update(loads, l);
     }
-}
-
-/// The first index at or after `from` where `before` is false, for a `before` that is true
-/// then false along `v` and true below `from`: a galloping search (steps 1, 2, 4, ... then a
-/// binary search), O(log distance).
-fn advance<T>(v: &[T], mut from: usize, before: impl Fn(&T) -> bool) -> usize {
-    let mut step = 1;
-    while from + step <= v.len() && before(&v[from + step - 1]) {
-        from += step;
-        step *= 2;
-    }
-    let end = (from + step - 1).min(v.len());
-    from + v[from..end].partition_point(before)
 }
 
 /// Deals buckets (heaviest first) to the rank with the smallest total that still has a free
@@ -733,20 +758,6 @@ mod tests {
         loads[0] = 9.0;
         e.update(&loads, 0);
         assert_eq!(e.heaviest(), 0);
-    }
-
-    #[test]
-    fn advance_finds_the_partition_point() {
-        let v: Vec<u32> = (0..100).map(|x| x * 2).collect();
-        for t in 0..210 {
-            for from in [0, 1, 7, 50] {
-                let expected = v.partition_point(|&x| x < t);
-                if expected >= from {
-                    assert_eq!(advance(&v, from, |&x| x < t), expected, "{t} from {from}");
-                }
-            }
-        }
-        assert_eq!(advance::<u32>(&[], 0, |_| true), 0);
     }
 
     #[test]
