@@ -8,8 +8,9 @@
 //! synapses, as in neurodamus (its `Counter` drops zero counts).
 use std::collections::HashSet;
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 
@@ -255,8 +256,28 @@ impl DryRun {
     /// neurodamus' (a misspelt optional key such as `metype_cell_syn_average` would
     /// otherwise silently count 0 synapses).
     pub fn from_json_file_with_notes(path: &Path) -> Result<(DryRun, Vec<String>)> {
-        let text = fs::read(path).map_err(|e| BalancerError::io(path, e))?;
-        crate::dryrun_json::read(&text, path)
+        Self::from_json_file_counted(path, &AtomicU64::new(0))
+    }
+
+    /// [`DryRun::from_json_file_with_notes`], counting its progress in `done` (for a
+    /// progress bar): the bytes read of the file, then the bytes parsed, up to twice the
+    /// file's size once read.
+    pub fn from_json_file_counted(path: &Path, done: &AtomicU64) -> Result<(DryRun, Vec<String>)> {
+        let io = |e| BalancerError::io(path, e);
+        let mut file = fs::File::open(path).map_err(io)?;
+        // The file's own size: what it holds, read in chunks so that `done` moves.
+        let size = file.metadata().map_err(io)?.len();
+        let mut text = Vec::new();
+        text.try_reserve_exact(usize::try_from(size).unwrap_or(usize::MAX))
+            .map_err(|_| BalancerError::io(path, std::io::Error::from(std::io::ErrorKind::OutOfMemory)))?;
+        loop {
+            let n = (&mut file).take(1 << 22).read_to_end(&mut text).map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            done.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        crate::dryrun_json::read_counted(&text, path, done)
     }
 
     /// [`DryRun::from_json_file_with_notes`] through a `serde_json::Value` tree and

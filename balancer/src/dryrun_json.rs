@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -302,11 +303,19 @@ impl<'de> Deserialize<'de> for Root {
 
 /// Reads `text` (the file at `path`, named in messages) as [`DryRun::from_json_file_with_notes`]
 /// does: the dry run and the notes on unknown top-level keys, or the same error.
+#[cfg(test)]
 pub(crate) fn read(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
-    let root = match scan::root(text) {
+    read_counted(text, path, &AtomicU64::new(0))
+}
+
+/// [`read`], adding to `done` the bytes parsed as it goes (all of `text` when it succeeds).
+pub(crate) fn read_counted(text: &[u8], path: &Path, done: &AtomicU64) -> Result<(DryRun, Vec<String>)> {
+    let base = done.load(Ordering::Relaxed);
+    let root = match scan::root(text, &|at| done.store(base + at as u64, Ordering::Relaxed)) {
         Some(root) => root,
         None => read_serde(text, path)?,
     };
+    done.store(base + text.len() as u64, Ordering::Relaxed);
     finish(root, path)
 }
 
@@ -470,6 +479,8 @@ mod scan {
     struct Scanner<'a> {
         text: &'a [u8],
         at: usize,
+        /// Told the position after each gid array.
+        progress: &'a dyn Fn(usize),
     }
 
     impl<'a> Scanner<'a> {
@@ -582,6 +593,7 @@ mod scan {
                     b',' => self.at += 1,
                     b']' => {
                         self.at += 1;
+                        (self.progress)(self.at);
                         return Some(Gids::Array { gids, bad: None });
                     }
                     _ => return None,
@@ -590,9 +602,14 @@ mod scan {
         }
     }
 
-    /// The top level of `text`, or `None` when it is not of the plain shape.
-    pub(super) fn root(text: &[u8]) -> Option<Root> {
-        let mut s = Scanner { text, at: 0 };
+    /// The top level of `text`, or `None` when it is not of the plain shape; `progress` is
+    /// told how far it got after each gid array.
+    pub(super) fn root(text: &[u8], progress: &dyn Fn(usize)) -> Option<Root> {
+        let mut s = Scanner {
+            text,
+            at: 0,
+            progress,
+        };
         let mut keys: Vec<String> = Vec::new();
         let (mut memory, mut synapses, mut populations) = (None, None, None);
         s.eat(b'{')?;
@@ -870,7 +887,7 @@ mod tests {
         for seed in 0..20_000u64 {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let text = dry_run_text(&mut rng);
-            let Some(root) = scan::root(text.as_bytes()) else {
+            let Some(root) = scan::root(text.as_bytes(), &|_| ()) else {
                 declined += 1;
                 continue;
             };
@@ -896,8 +913,8 @@ mod tests {
         })
         .unwrap();
         let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
-        assert!(scan::root(&text).is_some());
-        assert!(scan::root(&serde_json::to_vec(&d.to_json_value()).unwrap()).is_some());
+        assert!(scan::root(&text, &|_| ()).is_some());
+        assert!(scan::root(&serde_json::to_vec(&d.to_json_value()).unwrap(), &|_| ()).is_some());
         for bad in [
             "01",
             "-1",
@@ -914,10 +931,36 @@ mod tests {
             let at = t.rfind(|c: char| c.is_ascii_digit()).unwrap();
             let start = t[..=at].rfind(|c: char| !c.is_ascii_digit()).unwrap() + 1;
             let t = format!("{}{bad}{}", &t[..start], &t[at + 1..]);
-            assert!(scan::root(t.as_bytes()).is_none(), "{bad}");
+            assert!(scan::root(t.as_bytes(), &|_| ()).is_none(), "{bad}");
         }
-        assert!(scan::root(&[&text[..], b" x"].concat()).is_none());
-        assert!(scan::root(&text[..text.len() - 2]).is_none());
+        assert!(scan::root(&[&text[..], b" x"].concat(), &|_| ()).is_none());
+        assert!(scan::root(&text[..text.len() - 2], &|_| ()).is_none());
+    }
+
+    #[test]
+    fn progress_counts_the_bytes_read_then_parsed() {
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 3_000,
+            metypes: 10,
+            populations: 2,
+            seed: 2,
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cm.json");
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        std::fs::write(&path, &text).unwrap();
+        let done = AtomicU64::new(0);
+        let (counted, _) = DryRun::from_json_file_counted(&path, &done).unwrap();
+        assert!(counted == read(&text, &path).unwrap().0);
+        assert_eq!(counted.cell_count(), 3_000);
+        assert_eq!(done.load(Ordering::Relaxed), 2 * text.len() as u64);
+        // The serde reader's files (here: an unknown key) are counted too.
+        let other = [b"{\"x\": 1, ".as_slice(), &text[1..]].concat();
+        std::fs::write(&path, &other).unwrap();
+        let done = AtomicU64::new(0);
+        DryRun::from_json_file_counted(&path, &done).unwrap();
+        assert_eq!(done.load(Ordering::Relaxed), 2 * other.len() as u64);
     }
 
     #[test]

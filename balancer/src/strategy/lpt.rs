@@ -17,6 +17,7 @@
 //! Within a bucket, gids are written in ascending order. Fully deterministic.
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
 use crate::dryrun::DryRun;
@@ -199,6 +200,12 @@ impl<'a> Order<'a> {
 /// Runs the LPT strategy. Panics when the dry run has 2^32 - 1 cells or more
 /// ([`BalancerConfig::check_size`] refuses them first).
 pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
+    balance_counted(dry_run, config, &AtomicU64::new(0))
+}
+
+/// [`balance`], adding to `done` every cell once when it is placed and once when its gid
+/// is in its bucket's list (twice the cell count in the end), for a progress bar.
+pub fn balance_counted(dry_run: &DryRun, config: &BalancerConfig, done: &AtomicU64) -> Allocation {
     let order = Order::new(dry_run);
     assert!(
         order.len < u32::MAX as usize,
@@ -206,7 +213,7 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     );
 
     let nbuckets = config.buckets();
-    let (mut loads, mut members) = greedy(&order, nbuckets);
+    let (mut loads, mut members) = greedy(&order, nbuckets, done);
     refine(&order, &mut loads, &mut members);
     let labels = deal_to_ranks(&loads, config.ranks, config.cycles);
 
@@ -224,8 +231,8 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     let half = members.len().div_ceil(2);
     let (first, second) = members.split_at_mut(half);
     let (a, b) = std::thread::scope(|s| {
-        let second = s.spawn(|| bucket_gids(&order, second, half, npop));
-        let first = bucket_gids(&order, first, 0, npop);
+        let second = s.spawn(|| bucket_gids(&order, second, half, npop, done));
+        let first = bucket_gids(&order, first, 0, npop, done);
         (
             first,
             second.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
@@ -249,6 +256,7 @@ fn bucket_gids(
     members: &mut [Vec<u32>],
     offset: usize,
     populations: usize,
+    done: &AtomicU64,
 ) -> Vec<(usize, usize, Vec<u32>)> {
     let mut out = Vec::with_capacity(members.len() * populations.min(4));
     let mut scratch: Vec<Vec<u32>> = vec![Vec::new(); populations];
@@ -262,6 +270,7 @@ fn bucket_gids(
             let s = &order.segments[k];
             scratch[s.population as usize].push(s.gids[i as usize - s.start]);
         }
+        done.fetch_add(items.len() as u64, Ordering::Relaxed);
         drop(items);
         for (p, gids) in scratch.iter_mut().enumerate() {
             if !gids.is_empty() {
@@ -288,7 +297,7 @@ fn bucket_gids(
 /// sequences stay sorted, so the result is exactly that of a priority queue over (load,
 /// index). At the end of a segment the two are merged into the next segment's `fresh`.
 #[inline(never)]
-fn greedy(order: &Order, nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
+fn greedy(order: &Order, nbuckets: usize, done: &AtomicU64) -> (Vec<f64>, Vec<Vec<u32>>) {
     let mut loads = vec![0.0; nbuckets];
     let mut members = vec![Vec::new(); nbuckets];
     // All loads are 0: index order.
@@ -328,6 +337,7 @@ fn greedy(order: &Order, nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
         merged.extend((k..placed.len).map(|k| placed.get(k)));
         std::mem::swap(&mut fresh, &mut merged);
         placed.clear();
+        done.fetch_add(s.gids.len() as u64, Ordering::Relaxed);
     }
     (loads, members)
 }
@@ -728,15 +738,34 @@ mod tests {
                 .map(|&kb| (kb, rng.random_range(1..3 * nbuckets + 2)))
                 .collect();
             let o = order_of_runs(&runs);
-            assert_eq!(greedy(&o, nbuckets), greedy_tree(&o, nbuckets), "seed {seed}");
+            assert_eq!(
+                greedy(&o, nbuckets, &AtomicU64::new(0)),
+                greedy_tree(&o, nbuckets),
+                "seed {seed}"
+            );
         }
+    }
+
+    #[test]
+    fn progress_counts_every_cell_twice() {
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 10_000,
+            metypes: 30,
+            populations: 2,
+            seed: 4,
+        })
+        .unwrap();
+        let config = BalancerConfig::builder().ranks(17).cycles(2).build().unwrap();
+        let done = AtomicU64::new(0);
+        assert_eq!(balance_counted(&d, &config, &done), balance(&d, &config));
+        assert_eq!(done.load(Ordering::Relaxed), 20_000);
     }
 
     #[test]
     fn refinement_fixes_what_greedy_leaves() {
         // LPT on {3,3,2,2,2} into 2 buckets gives 7 / 5; the optimum is 6 / 6.
         let o = order(&[3.0, 3.0, 2.0, 2.0, 2.0]);
-        let (mut loads, mut members) = greedy(&o, 2);
+        let (mut loads, mut members) = greedy(&o, 2, &AtomicU64::new(0));
         let mut sorted = loads.clone();
         sorted.sort_by(f64::total_cmp);
         assert_eq!(sorted, vec![5.0, 7.0]);
