@@ -476,6 +476,9 @@ mod scan {
 
     use super::{Entries, Gids, Number, Object, Root, RootObject};
 
+    /// Eight spaces, as one word.
+    const SPACES: u64 = u64::from_ne_bytes(*b"        ");
+
     struct Scanner<'a> {
         text: &'a [u8],
         at: usize,
@@ -486,19 +489,18 @@ mod scan {
     impl<'a> Scanner<'a> {
         #[inline]
         fn ws(&mut self) {
-            // Indentation eight spaces at a time, then byte by byte.
-            while let Some(chunk) = self.text.get(self.at + 1..self.at + 9) {
-                if self.text[self.at] != b'\n' && self.text[self.at] != b' ' {
-                    return;
+            let (text, mut at) = (self.text, self.at);
+            while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(at) {
+                // Indentation eight spaces at a time.
+                match text
+                    .get(at..at + 8)
+                    .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+                {
+                    Some(SPACES) => at += 8,
+                    _ => at += 1,
                 }
-                if chunk != b"        " {
-                    break;
-                }
-                self.at += 9;
             }
-            while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.text.get(self.at) {
-                self.at += 1;
-            }
+            self.at = at;
         }
 
         #[inline]
@@ -575,20 +577,23 @@ mod scan {
             }
             loop {
                 self.ws();
-                let digits = &self.text[self.at..];
-                let len = digits
-                    .iter()
-                    .take(11)
-                    .position(|b| !b.is_ascii_digit())
-                    .unwrap_or(digits.len().min(11));
-                if len == 0 || len > 10 || (len > 1 && digits[0] == b'0') {
+                let start = self.at;
+                let mut gid = 0u64;
+                while let Some(&d) = self.text.get(self.at) {
+                    if !d.is_ascii_digit() {
+                        break;
+                    }
+                    gid = gid * 10 + (d - b'0') as u64;
+                    self.at += 1;
+                    if self.at - start > 10 {
+                        return None;
+                    }
+                }
+                let len = self.at - start;
+                if len == 0 || (len > 1 && self.text[start] == b'0') {
                     return None;
                 }
-                let gid = digits[..len]
-                    .iter()
-                    .fold(0u64, |n, &d| n * 10 + (d - b'0') as u64);
                 gids.push(u32::try_from(gid).ok()?);
-                self.at += len;
                 match self.peek()? {
                     b',' => self.at += 1,
                     b']' => {
