@@ -484,6 +484,8 @@ mod scan {
         at: usize,
         /// Told the position after each gid array.
         progress: &'a dyn Fn(usize),
+        /// Texts from this size have their populations scanned on two threads.
+        parallel_from: usize,
     }
 
     impl<'a> Scanner<'a> {
@@ -607,13 +609,187 @@ mod scan {
         }
     }
 
+    /// One step of a population object's text, as a scan from the middle of it reads it.
+    enum Event {
+        /// `"metype": [gids]` of the current population.
+        Metype(String, Gids),
+        /// The end of the current population and the start of the next one, `"name": {`.
+        Next(String),
+        /// The end of the current population and of `pop_metype_gids`: the scan ends there.
+        End(usize),
+    }
+
+    /// A scan of `text` from `start`, assumed to be a metype key inside a population object
+    /// after a comma, to the end of `pop_metype_gids`; `None` when the text does not read
+    /// that way from there (`start` was not such a place, or the shape is another).
+    fn scan_from(text: &[u8], start: usize) -> Option<Vec<Event>> {
+        let mut s = Scanner {
+            text,
+            at: start,
+            progress: &|_| (),
+            parallel_from: usize::MAX,
+        };
+        let mut events = Vec::new();
+        loop {
+            let key = s.string()?;
+            s.eat(b':')?;
+            events.push(Event::Metype(key, s.gids()?));
+            match s.peek()? {
+                b',' => s.at += 1,
+                b'}' => {
+                    s.at += 1;
+                    // The next population (possibly empty ones), or the end.
+                    loop {
+                        match s.peek()? {
+                            b',' => s.at += 1,
+                            b'}' => {
+                                events.push(Event::End(s.at + 1));
+                                return Some(events);
+                            }
+                            _ => return None,
+                        }
+                        let name = s.string()?;
+                        s.eat(b':')?;
+                        s.eat(b'{')?;
+                        events.push(Event::Next(name));
+                        if s.peek()? != b'}' {
+                            break;
+                        }
+                        s.at += 1;
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A place from which [`scan_from`] may read the second half of `text`: after the
+    /// middle, a `]` , `"` sequence (the end of a gid array and the next metype key). Only
+    /// a guess: the scan from the start takes it when it gets there in that state.
+    fn split(text: &[u8]) -> Option<usize> {
+        let mid = text.len() / 2;
+        let mut at = mid + text[mid..].iter().position(|&b| b == b']')?;
+        loop {
+            let mut j = at + 1;
+            while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(j) {
+                j += 1;
+            }
+            if text.get(j) == Some(&b',') {
+                j += 1;
+                while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(j) {
+                    j += 1;
+                }
+                if text.get(j) == Some(&b'"') {
+                    return Some(j);
+                }
+            }
+            at = j + text.get(j..)?.iter().position(|&b| b == b']')?;
+        }
+    }
+
+    /// Files from this size are scanned on two threads.
+    const PARALLEL_FROM: usize = 1 << 22;
+
+    /// How many scans took the other thread's result.
+    #[cfg(test)]
+    pub(super) static HANDOFFS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    impl Scanner<'_> {
+        /// `pop_metype_gids`: an object of objects of gid arrays. A large text's second half
+        /// is scanned on another thread from a guessed place ([`split`]); when this scan
+        /// reaches that place between two metypes of a population, it takes the other
+        /// thread's result from there (what it would have read itself), else it goes on.
+        fn populations(&mut self) -> Option<Entries<Object<Gids>>> {
+            let text = self.text;
+            let guess = (text.len() >= self.parallel_from).then(|| split(text)).flatten();
+            std::thread::scope(|scope| {
+                let other = guess.map(|at| (at, scope.spawn(move || scan_from(text, at))));
+                let mut other = other.map(|(at, h)| (at, Some(h)));
+                self.eat(b'{')?;
+                let mut pops = Entries::new();
+                if self.peek()? == b'}' {
+                    self.at += 1;
+                    return Some(pops);
+                }
+                loop {
+                    let mut name = self.string()?;
+                    self.eat(b':')?;
+                    self.eat(b'{')?;
+                    let mut metypes = Entries::new();
+                    if self.peek()? != b'}' {
+                        loop {
+                            let key = self.string()?;
+                            self.eat(b':')?;
+                            metypes.insert(key, self.gids()?);
+                            match self.peek()? {
+                                b',' => {
+                                    self.at += 1;
+                                    if let Some((at, handle)) = &mut other {
+                                        if self.peek()? == b'"' && self.at == *at {
+                                            let events = handle.take().and_then(|h| h.join().ok()).flatten();
+                                            if let Some(events) = events {
+                                                #[cfg(test)]
+                                                HANDOFFS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                                for e in events {
+                                                    match e {
+                                                        Event::Metype(k, g) => metypes.insert(k, g),
+                                                        Event::Next(next) => {
+                                                            let done = std::mem::replace(
+                                                                &mut metypes,
+                                                                Entries::new(),
+                                                            );
+                                                            pops.insert(
+                                                                std::mem::replace(&mut name, next),
+                                                                Object::Entries(done),
+                                                            );
+                                                        }
+                                                        Event::End(end) => {
+                                                            pops.insert(name, Object::Entries(metypes));
+                                                            self.at = end;
+                                                            (self.progress)(end);
+                                                            return Some(pops);
+                                                        }
+                                                    }
+                                                }
+                                                unreachable!("a scan ends with Event::End");
+                                            }
+                                            other = None;
+                                        }
+                                    }
+                                }
+                                b'}' => break,
+                                _ => return None,
+                            }
+                        }
+                    }
+                    self.at += 1;
+                    pops.insert(name, Object::Entries(metypes));
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b'}' => {
+                            self.at += 1;
+                            return Some(pops);
+                        }
+                        _ => return None,
+                    }
+                }
+            })
+        }
+    }
+
     /// The top level of `text`, or `None` when it is not of the plain shape; `progress` is
     /// told how far it got after each gid array.
     pub(super) fn root(text: &[u8], progress: &dyn Fn(usize)) -> Option<Root> {
+        root_with(text, progress, PARALLEL_FROM)
+    }
+
+    /// [`root`], on two threads from `parallel_from` bytes.
+    pub(super) fn root_with(text: &[u8], progress: &dyn Fn(usize), parallel_from: usize) -> Option<Root> {
         let mut s = Scanner {
             text,
             at: 0,
             progress,
+            parallel_from,
         };
         let mut keys: Vec<String> = Vec::new();
         let (mut memory, mut synapses, mut populations) = (None, None, None);
@@ -630,9 +806,7 @@ mod scan {
                         synapses = Some(Object::Entries(s.object(Scanner::number)?))
                     }
                     "pop_metype_gids" if populations.is_none() => {
-                        populations = Some(Object::Entries(
-                            s.object(|s| s.object(Scanner::gids).map(Object::Entries))?,
-                        ))
+                        populations = Some(Object::Entries(s.populations()?))
                     }
                     _ => return None,
                 }
@@ -966,6 +1140,48 @@ mod tests {
         let done = AtomicU64::new(0);
         DryRun::from_json_file_counted(&path, &done).unwrap();
         assert_eq!(done.load(Ordering::Relaxed), 2 * other.len() as u64);
+    }
+
+    #[test]
+    fn two_thread_scan_reads_what_one_thread_reads() {
+        let path = Path::new("random.json");
+        let before = scan::HANDOFFS.load(Ordering::Relaxed);
+        let mut both = 0;
+        for seed in 0..20_000u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let text = dry_run_text(&mut rng);
+            let one = scan::root_with(text.as_bytes(), &|_| (), usize::MAX);
+            let two = scan::root_with(text.as_bytes(), &|_| (), 0);
+            match (one, two) {
+                (None, None) => {}
+                (Some(a), Some(b)) => {
+                    both += 1;
+                    match (finish(a, path), finish(b, path)) {
+                        (Ok(a), Ok(b)) => assert_eq!(a, b, "seed {seed}: {text}"),
+                        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "seed {seed}"),
+                        (a, b) => panic!("seed {seed}: {a:?} vs {b:?} on {text}"),
+                    }
+                }
+                (a, b) => panic!("seed {seed}: {} vs {} on {text}", a.is_some(), b.is_some()),
+            }
+        }
+        // A large file, split across populations and within them.
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 20_000,
+            metypes: 40,
+            populations: 3,
+            seed: 9,
+        })
+        .unwrap();
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        let a = finish(scan::root_with(&text, &|_| (), usize::MAX).unwrap(), path).unwrap();
+        let b = finish(scan::root_with(&text, &|_| (), 0).unwrap(), path).unwrap();
+        assert!(a == b);
+        let handoffs = scan::HANDOFFS.load(Ordering::Relaxed) - before;
+        assert!(
+            both > 500 && handoffs > 100,
+            "{both} scanned, {handoffs} handed off"
+        );
     }
 
     #[test]

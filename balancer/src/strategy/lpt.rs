@@ -299,7 +299,9 @@ fn bucket_gids(
 #[inline(never)]
 fn greedy(order: &Order, nbuckets: usize, done: &AtomicU64) -> (Vec<f64>, Vec<Vec<u32>>) {
     let mut loads = vec![0.0; nbuckets];
-    let mut members = vec![Vec::new(); nbuckets];
+    // About as many cells per bucket as the mean (a bucket of lighter cells grows its list).
+    let per_bucket = order.len / nbuckets.max(1);
+    let mut members: Vec<Vec<u32>> = (0..nbuckets).map(|_| Vec::with_capacity(per_bucket)).collect();
     // All loads are 0: index order.
     let mut fresh: Vec<u32> = (0..nbuckets as u32).collect();
     let mut placed = Ring::new(nbuckets);
@@ -530,13 +532,7 @@ fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
         // light cell of KB <= `a - half` only moves forward.
         let light = &members[l];
         light_kb.clear();
-        let mut k = 0;
-        light_kb.extend(light.iter().map(|&c| {
-            while k + 1 < order.starts.len() && order.starts[k + 1] <= c as usize {
-                k += 1;
-            }
-            order.kbs[k]
-        }));
+        light_kb.extend(light.iter().map(|&c| order.kbs[order.segment_of(c)]));
         let (mut p, mut q) = (0, 0);
         while p < heavy.len() {
             let k = order.segment_of(heavy[p]);
