@@ -1134,6 +1134,27 @@ mod tests {
         assert!(counted == read(&text, &path).unwrap().0);
         assert_eq!(counted.cell_count(), 3_000);
         assert_eq!(done.load(Ordering::Relaxed), 2 * text.len() as u64);
+        // A file read in two halves, scanned on two threads.
+        let big = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 300_000,
+            metypes: 60,
+            populations: 2,
+            seed: 8,
+        })
+        .unwrap();
+        let big_text = serde_json::to_vec_pretty(&big.to_json_value()).unwrap();
+        assert!(big_text.len() > 1 << 22, "{} bytes", big_text.len());
+        std::fs::write(&path, &big_text).unwrap();
+        let done = AtomicU64::new(0);
+        let (counted, _) = DryRun::from_json_file_counted(&path, &done).unwrap();
+        assert!(counted == read(&big_text, &path).unwrap().0);
+        assert_eq!(counted.cell_count(), 300_000);
+        assert_eq!(done.load(Ordering::Relaxed), 2 * big_text.len() as u64);
+        // Truncated: refused with serde's message, as when read in one piece.
+        std::fs::write(&path, &big_text[..big_text.len() - 10]).unwrap();
+        let e = DryRun::from_json_file_counted(&path, &AtomicU64::new(0)).unwrap_err();
+        let one_piece = read(&big_text[..big_text.len() - 10], &path).unwrap_err();
+        assert_eq!(e.to_string(), one_piece.to_string());
         // The serde reader's files (here: an unknown key) are counted too.
         let other = [b"{\"x\": 1, ".as_slice(), &text[1..]].concat();
         std::fs::write(&path, &other).unwrap();
