@@ -3,9 +3,10 @@
 //! 1. **Greedy** (Graham's LPT, "Bounds on multiprocessing timing anomalies", SIAM J. Appl.
 //!    Math. 17(2), 1969): every cell of every population, heaviest first (ties: population
 //!    index, then gid), goes onto the currently lightest of the `ranks × cycles` buckets
-//!    (min-heap; ties: lowest (rank, cycle)). Guarantees largest bucket ≤ total/B + heaviest
-//!    cell. Populations are balanced jointly: a bucket's load is the sum over populations.
-//!    O(n log n + n log B).
+//!    (ties: lowest (rank, cycle), as a min-heap gives). Guarantees largest bucket ≤ total/B +
+//!    heaviest cell. Populations are balanced jointly: a bucket's load is the sum over
+//!    populations. Runs of equal cells are placed in O(1) per cell (see `greedy`); O(M log M)
+//!    to order the M metypes, then O(n + B) per run.
 //! 2. **Refinement**: while the heaviest bucket can be lowered, move one of its cells to the
 //!    lightest bucket, or swap one of its cells with a lighter cell of the lightest bucket,
 //!    choosing the transfer closest to half the gap. Each step strictly lowers the heavier of
