@@ -226,20 +226,11 @@ pub fn balance_counted(dry_run: &DryRun, config: &BalancerConfig, done: &AtomicU
             buckets: BTreeMap::new(),
         })
         .collect();
-    // Bucket by bucket, each bucket's list freed once its gids are out; the two halves of
-    // the buckets on two threads.
+    // Bucket by bucket, each bucket's list freed once its gids are out. (On one thread: the
+    // lists were allocated on this one, and a second thread's allocator arena could not
+    // reuse the memory they free, which would hold both at once.)
     let npop = populations.len();
-    let half = members.len().div_ceil(2);
-    let (first, second) = members.split_at_mut(half);
-    let (a, b) = std::thread::scope(|s| {
-        let second = s.spawn(|| bucket_gids(&order, second, half, npop, done));
-        let first = bucket_gids(&order, first, 0, npop, done);
-        (
-            first,
-            second.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
-    });
-    for (bucket, p, gids) in a.into_iter().chain(b) {
+    for (bucket, p, gids) in bucket_gids(&order, &mut members, 0, npop, done) {
         populations[p].buckets.insert(labels[bucket], gids);
     }
     Allocation {
@@ -300,9 +291,7 @@ fn bucket_gids(
 #[inline(never)]
 fn greedy(order: &Order, nbuckets: usize, done: &AtomicU64) -> (Vec<f64>, Vec<Vec<u32>>) {
     let mut loads = vec![0.0; nbuckets];
-    // About as many cells per bucket as the mean (a bucket of lighter cells grows its list).
-    let per_bucket = order.len / nbuckets.max(1);
-    let mut members: Vec<Vec<u32>> = (0..nbuckets).map(|_| Vec::with_capacity(per_bucket)).collect();
+    let mut members = vec![Vec::new(); nbuckets];
     // All loads are 0: index order.
     let mut fresh: Vec<u32> = (0..nbuckets as u32).collect();
     let mut placed = Ring::new(nbuckets);
