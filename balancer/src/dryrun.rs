@@ -8,8 +8,9 @@
 //! synapses, as in neurodamus (its `Counter` drops zero counts).
 use std::collections::HashSet;
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Seek, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 
@@ -99,6 +100,50 @@ impl Population {
 pub struct DryRun {
     pub metypes: Vec<Metype>,
     pub populations: Vec<Population>,
+}
+
+/// Files from this size are read in two halves on two threads.
+const PARALLEL_READ_FROM: usize = 1 << 22;
+
+/// Reads the `size` bytes of `file` as two halves on two threads (the copies and page faults
+/// of a large file shared by two cores), adding to `done` as chunks arrive. `Ok(None)` when
+/// the file is no longer `size` bytes long. Errors: the memory is not available, or a read
+/// fails.
+fn read_halves(file: &fs::File, size: usize, path: &Path, done: &AtomicU64) -> Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    crate::limits::check_memory(
+        &format!("reading {}", path.display()),
+        size as u64,
+        crate::limits::available_memory(),
+    )?;
+    let mut text = vec![0u8; size];
+    let (first, second) = text.split_at_mut(size / 2);
+    let read = |part: &mut [u8], offset: usize| -> std::io::Result<()> {
+        for (i, chunk) in part.chunks_mut(1 << 22).enumerate() {
+            file.read_exact_at(chunk, (offset + (i << 22)) as u64)?;
+            done.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+        Ok(())
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let b = s.spawn(|| read(second, size / 2));
+        (
+            read(first, 0),
+            b.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        )
+    });
+    match a.and(b) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(BalancerError::io(path, e)),
+    }
+    // Grown since: read again in one piece.
+    let mut more = [0u8; 1];
+    match file.read_at(&mut more, size as u64) {
+        Ok(0) => Ok(Some(text)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(BalancerError::io(path, e)),
+    }
 }
 
 impl DryRun {
@@ -255,8 +300,39 @@ impl DryRun {
     /// neurodamus' (a misspelt optional key such as `metype_cell_syn_average` would
     /// otherwise silently count 0 synapses).
     pub fn from_json_file_with_notes(path: &Path) -> Result<(DryRun, Vec<String>)> {
-        let text = fs::read(path).map_err(|e| BalancerError::io(path, e))?;
-        crate::dryrun_json::read(&text, path)
+        Self::from_json_file_counted(path, &AtomicU64::new(0))
+    }
+
+    /// [`DryRun::from_json_file_with_notes`], counting its progress in `done` (for a
+    /// progress bar): the bytes read of the file, then the bytes parsed, up to twice the
+    /// file's size once read.
+    pub fn from_json_file_counted(path: &Path, done: &AtomicU64) -> Result<(DryRun, Vec<String>)> {
+        let io = |e| BalancerError::io(path, e);
+        let mut file = fs::File::open(path).map_err(io)?;
+        // The file's own size: what it holds, read in chunks so that `done` moves.
+        let size = usize::try_from(file.metadata().map_err(io)?.len()).unwrap_or(usize::MAX);
+        let text = match (size >= PARALLEL_READ_FROM).then(|| read_halves(&file, size, path, done)) {
+            Some(Ok(Some(text))) => text,
+            Some(Err(e)) => return Err(e),
+            // Small, or its size changed while it was read: from the start, in one piece.
+            _ => {
+                done.store(0, Ordering::Relaxed);
+                let mut text = Vec::new();
+                text.try_reserve_exact(size).map_err(|_| {
+                    BalancerError::io(path, std::io::Error::from(std::io::ErrorKind::OutOfMemory))
+                })?;
+                file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
+                loop {
+                    let n = (&mut file).take(1 << 22).read_to_end(&mut text).map_err(io)?;
+                    if n == 0 {
+                        break;
+                    }
+                    done.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                text
+            }
+        };
+        crate::dryrun_json::read_counted(&text, path, done)
     }
 
     /// [`DryRun::from_json_file_with_notes`] through a `serde_json::Value` tree and

@@ -8,10 +8,15 @@
 //! as "other" (and drained through the same deserializer, so nesting and number limits are
 //! enforced as when building a `Value`), and reported when validation reaches them.
 //! Everything read grows with the file: no size is taken from the input.
+//!
+//! The plain shape neurodamus writes is first tried by a hand-written scanner ([`scan`]),
+//! which gives up on anything else; the serde reader then reads the file, so that both
+//! give the same result and the same errors.
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -298,11 +303,33 @@ impl<'de> Deserialize<'de> for Root {
 
 /// Reads `text` (the file at `path`, named in messages) as [`DryRun::from_json_file_with_notes`]
 /// does: the dry run and the notes on unknown top-level keys, or the same error.
+#[cfg(test)]
 pub(crate) fn read(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
+    read_counted(text, path, &AtomicU64::new(0))
+}
+
+/// [`read`], adding to `done` the bytes parsed as it goes (all of `text` when it succeeds).
+pub(crate) fn read_counted(text: &[u8], path: &Path, done: &AtomicU64) -> Result<(DryRun, Vec<String>)> {
+    let base = done.load(Ordering::Relaxed);
+    let root = match scan::root(text, &|at| done.store(base + at as u64, Ordering::Relaxed)) {
+        Some(root) => root,
+        None => read_serde(text, path)?,
+    };
+    done.store(base + text.len() as u64, Ordering::Relaxed);
+    finish(root, path)
+}
+
+/// The top level of `text` through serde_json: any JSON, and serde_json's error on invalid
+/// JSON.
+fn read_serde(text: &[u8], path: &Path) -> Result<Root> {
     let mut de = serde_json::Deserializer::from_slice(text);
-    let root = Root::deserialize(&mut de)
+    Root::deserialize(&mut de)
         .and_then(|r| de.end().map(|()| r))
-        .map_err(|source| crate::dryrun::json_error(text, path, source))?;
+        .map_err(|source| crate::dryrun::json_error(text, path, source))
+}
+
+/// Validates what was read into the dry run and the notes on unknown keys.
+fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
     let err = |field: String, message: String| BalancerError::DryRun {
         path: path.to_owned(),
         field,
@@ -437,6 +464,371 @@ pub(crate) fn read(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
         )
     })?;
     Ok((dry_run, notes))
+}
+
+/// A scanner for the plain shape neurodamus writes: the three known top-level keys, each
+/// at most once, with objects of numbers and of gid arrays, keys without escapes, gids as
+/// plain decimal integers below 2^32. It returns what the serde reader would for such a
+/// text, and `None` on anything else (another key, an escape, a value of another kind, any
+/// invalid JSON), which the serde reader then reads or refuses with its own message.
+mod scan {
+    use serde::Deserialize;
+
+    use super::{Entries, Gids, Number, Object, Root, RootObject};
+
+    /// Eight spaces, as one word.
+    const SPACES: u64 = u64::from_ne_bytes(*b"        ");
+
+    struct Scanner<'a> {
+        text: &'a [u8],
+        at: usize,
+        /// Told the position after each gid array.
+        progress: &'a dyn Fn(usize),
+        /// Texts from this size have their populations scanned on two threads.
+        parallel_from: usize,
+    }
+
+    impl<'a> Scanner<'a> {
+        #[inline]
+        fn ws(&mut self) {
+            let (text, mut at) = (self.text, self.at);
+            while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(at) {
+                // Indentation eight spaces at a time.
+                match text
+                    .get(at..at + 8)
+                    .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+                {
+                    Some(SPACES) => at += 8,
+                    _ => at += 1,
+                }
+            }
+            self.at = at;
+        }
+
+        #[inline]
+        fn peek(&mut self) -> Option<u8> {
+            self.ws();
+            self.text.get(self.at).copied()
+        }
+
+        #[inline]
+        fn eat(&mut self, byte: u8) -> Option<()> {
+            (self.peek()? == byte).then(|| self.at += 1)
+        }
+
+        /// A string without escapes or control characters.
+        fn string(&mut self) -> Option<String> {
+            self.eat(b'"')?;
+            let start = self.at;
+            let len = self.text[start..]
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+            self.at = start + len;
+            self.eat(b'"')?;
+            std::str::from_utf8(&self.text[start..start + len])
+                .ok()
+                .map(str::to_owned)
+        }
+
+        /// An object of `value`s; `None` when it is not one.
+        fn object<V>(&mut self, mut value: impl FnMut(&mut Self) -> Option<V>) -> Option<Entries<V>> {
+            self.eat(b'{')?;
+            let mut entries = Entries::new();
+            if self.peek()? == b'}' {
+                self.at += 1;
+                return Some(entries);
+            }
+            loop {
+                let key = self.string()?;
+                self.eat(b':')?;
+                let v = value(self)?;
+                entries.insert(key, v);
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => {
+                        self.at += 1;
+                        return Some(entries);
+                    }
+                    _ => return None,
+                }
+            }
+        }
+
+        /// A number, read by serde_json itself (so it is the same f64).
+        fn number(&mut self) -> Option<Number> {
+            self.ws();
+            let start = self.at;
+            let len = self.text[start..]
+                .iter()
+                .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                .unwrap_or(self.text.len() - start);
+            self.at = start + len;
+            let mut de = serde_json::Deserializer::from_slice(&self.text[start..start + len]);
+            let n = Number::deserialize(&mut de).ok()?;
+            de.end().ok()?;
+            n.0.is_some().then_some(n)
+        }
+
+        /// An array of decimal integers below 2^32 without leading zeros.
+        fn gids(&mut self) -> Option<Gids> {
+            self.eat(b'[')?;
+            let mut gids = Vec::new();
+            if self.peek()? == b']' {
+                self.at += 1;
+                return Some(Gids::Array { gids, bad: None });
+            }
+            loop {
+                self.ws();
+                let start = self.at;
+                let mut gid = 0u64;
+                while let Some(&d) = self.text.get(self.at) {
+                    if !d.is_ascii_digit() {
+                        break;
+                    }
+                    gid = gid * 10 + (d - b'0') as u64;
+                    self.at += 1;
+                    if self.at - start > 10 {
+                        return None;
+                    }
+                }
+                let len = self.at - start;
+                if len == 0 || (len > 1 && self.text[start] == b'0') {
+                    return None;
+                }
+                gids.push(u32::try_from(gid).ok()?);
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b']' => {
+                        self.at += 1;
+                        (self.progress)(self.at);
+                        return Some(Gids::Array { gids, bad: None });
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    }
+
+    /// One step of a population object's text, as a scan from the middle of it reads it.
+    enum Event {
+        /// `"metype": [gids]` of the current population.
+        Metype(String, Gids),
+        /// The end of the current population and the start of the next one, `"name": {`.
+        Next(String),
+        /// The end of the current population and of `pop_metype_gids`: the scan ends there.
+        End(usize),
+    }
+
+    /// A scan of `text` from `start`, assumed to be a metype key inside a population object
+    /// after a comma, to the end of `pop_metype_gids`; `None` when the text does not read
+    /// that way from there (`start` was not such a place, or the shape is another).
+    fn scan_from(text: &[u8], start: usize) -> Option<Vec<Event>> {
+        let mut s = Scanner {
+            text,
+            at: start,
+            progress: &|_| (),
+            parallel_from: usize::MAX,
+        };
+        let mut events = Vec::new();
+        loop {
+            let key = s.string()?;
+            s.eat(b':')?;
+            events.push(Event::Metype(key, s.gids()?));
+            match s.peek()? {
+                b',' => s.at += 1,
+                b'}' => {
+                    s.at += 1;
+                    // The next population (possibly empty ones), or the end.
+                    loop {
+                        match s.peek()? {
+                            b',' => s.at += 1,
+                            b'}' => {
+                                events.push(Event::End(s.at + 1));
+                                return Some(events);
+                            }
+                            _ => return None,
+                        }
+                        let name = s.string()?;
+                        s.eat(b':')?;
+                        s.eat(b'{')?;
+                        events.push(Event::Next(name));
+                        if s.peek()? != b'}' {
+                            break;
+                        }
+                        s.at += 1;
+                    }
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A place from which [`scan_from`] may read the second half of `text`: after the
+    /// middle, a `]` , `"` sequence (the end of a gid array and the next metype key). Only
+    /// a guess: the scan from the start takes it when it gets there in that state.
+    fn split(text: &[u8]) -> Option<usize> {
+        let mid = text.len() / 2;
+        let mut at = mid + text[mid..].iter().position(|&b| b == b']')?;
+        loop {
+            let mut j = at + 1;
+            while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(j) {
+                j += 1;
+            }
+            if text.get(j) == Some(&b',') {
+                j += 1;
+                while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(j) {
+                    j += 1;
+                }
+                if text.get(j) == Some(&b'"') {
+                    return Some(j);
+                }
+            }
+            at = j + text.get(j..)?.iter().position(|&b| b == b']')?;
+        }
+    }
+
+    /// Files from this size are scanned on two threads.
+    const PARALLEL_FROM: usize = 1 << 22;
+
+    /// How many scans took the other thread's result.
+    #[cfg(test)]
+    pub(super) static HANDOFFS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    impl Scanner<'_> {
+        /// `pop_metype_gids`: an object of objects of gid arrays. A large text's second half
+        /// is scanned on another thread from a guessed place ([`split`]); when this scan
+        /// reaches that place between two metypes of a population, it takes the other
+        /// thread's result from there (what it would have read itself), else it goes on.
+        fn populations(&mut self) -> Option<Entries<Object<Gids>>> {
+            let text = self.text;
+            let guess = (text.len() >= self.parallel_from).then(|| split(text)).flatten();
+            std::thread::scope(|scope| {
+                let other = guess.map(|at| (at, scope.spawn(move || scan_from(text, at))));
+                let mut other = other.map(|(at, h)| (at, Some(h)));
+                self.eat(b'{')?;
+                let mut pops = Entries::new();
+                if self.peek()? == b'}' {
+                    self.at += 1;
+                    return Some(pops);
+                }
+                loop {
+                    let mut name = self.string()?;
+                    self.eat(b':')?;
+                    self.eat(b'{')?;
+                    let mut metypes = Entries::new();
+                    if self.peek()? != b'}' {
+                        loop {
+                            let key = self.string()?;
+                            self.eat(b':')?;
+                            metypes.insert(key, self.gids()?);
+                            match self.peek()? {
+                                b',' => {
+                                    self.at += 1;
+                                    if let Some((at, handle)) = &mut other {
+                                        if self.peek()? == b'"' && self.at == *at {
+                                            let events = handle.take().and_then(|h| h.join().ok()).flatten();
+                                            if let Some(events) = events {
+                                                #[cfg(test)]
+                                                HANDOFFS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                                for e in events {
+                                                    match e {
+                                                        Event::Metype(k, g) => metypes.insert(k, g),
+                                                        Event::Next(next) => {
+                                                            let done = std::mem::replace(
+                                                                &mut metypes,
+                                                                Entries::new(),
+                                                            );
+                                                            pops.insert(
+                                                                std::mem::replace(&mut name, next),
+                                                                Object::Entries(done),
+                                                            );
+                                                        }
+                                                        Event::End(end) => {
+                                                            pops.insert(name, Object::Entries(metypes));
+                                                            self.at = end;
+                                                            (self.progress)(end);
+                                                            return Some(pops);
+                                                        }
+                                                    }
+                                                }
+                                                unreachable!("a scan ends with Event::End");
+                                            }
+                                            other = None;
+                                        }
+                                    }
+                                }
+                                b'}' => break,
+                                _ => return None,
+                            }
+                        }
+                    }
+                    self.at += 1;
+                    pops.insert(name, Object::Entries(metypes));
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b'}' => {
+                            self.at += 1;
+                            return Some(pops);
+                        }
+                        _ => return None,
+                    }
+                }
+            })
+        }
+    }
+
+    /// The top level of `text`, or `None` when it is not of the plain shape; `progress` is
+    /// told how far it got after each gid array.
+    pub(super) fn root(text: &[u8], progress: &dyn Fn(usize)) -> Option<Root> {
+        root_with(text, progress, PARALLEL_FROM)
+    }
+
+    /// [`root`], on two threads from `parallel_from` bytes.
+    pub(super) fn root_with(text: &[u8], progress: &dyn Fn(usize), parallel_from: usize) -> Option<Root> {
+        let mut s = Scanner {
+            text,
+            at: 0,
+            progress,
+            parallel_from,
+        };
+        let mut keys: Vec<String> = Vec::new();
+        let (mut memory, mut synapses, mut populations) = (None, None, None);
+        s.eat(b'{')?;
+        if s.peek()? != b'}' {
+            loop {
+                let key = s.string()?;
+                s.eat(b':')?;
+                match key.as_str() {
+                    "metype_memory" if memory.is_none() => {
+                        memory = Some(Object::Entries(s.object(Scanner::number)?))
+                    }
+                    "metype_cell_syn_average" if synapses.is_none() => {
+                        synapses = Some(Object::Entries(s.object(Scanner::number)?))
+                    }
+                    "pop_metype_gids" if populations.is_none() => {
+                        populations = Some(Object::Entries(s.populations()?))
+                    }
+                    _ => return None,
+                }
+                keys.push(key);
+                match s.peek()? {
+                    b',' => s.at += 1,
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        s.at += 1;
+        s.ws();
+        (s.at == text.len()).then(|| {
+            Root::Object(Box::new(RootObject {
+                keys,
+                memory,
+                synapses,
+                populations,
+            }))
+        })
+    }
 }
 
 /// The gids of one population seen so far, to find the first gid listed twice (in file
@@ -665,6 +1057,152 @@ mod tests {
         }
         // Both outcomes are exercised in number.
         assert!(ok > 1000 && failed > 1000, "{ok} read, {failed} refused");
+    }
+
+    #[test]
+    fn scanner_reads_what_serde_reads() {
+        let path = Path::new("random.json");
+        let (mut scanned, mut declined) = (0, 0);
+        for seed in 0..20_000u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let text = dry_run_text(&mut rng);
+            let Some(root) = scan::root(text.as_bytes(), &|_| ()) else {
+                declined += 1;
+                continue;
+            };
+            scanned += 1;
+            let serde = read_serde(text.as_bytes(), path)
+                .unwrap_or_else(|e| panic!("seed {seed}: scanned, but serde: {e}"));
+            match (finish(root, path), finish(serde, path)) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "seed {seed}: {text}"),
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "seed {seed}: {text}"),
+                (a, b) => panic!("seed {seed}: {a:?} vs {b:?} on {text}"),
+            }
+        }
+        assert!(
+            scanned > 500 && declined > 2000,
+            "{scanned} scanned, {declined} declined"
+        );
+        // What neurodamus and Ballast write is scanned; anything else is declined.
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 5_000,
+            metypes: 20,
+            populations: 2,
+            seed: 3,
+        })
+        .unwrap();
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        assert!(scan::root(&text, &|_| ()).is_some());
+        assert!(scan::root(&serde_json::to_vec(&d.to_json_value()).unwrap(), &|_| ()).is_some());
+        for bad in [
+            "01",
+            "-1",
+            "1.0",
+            "1e2",
+            "4294967296",
+            "12345678901",
+            "\"1\"",
+            "1 2",
+            "1,",
+            "null",
+        ] {
+            let t = String::from_utf8(text.clone()).unwrap();
+            let at = t.rfind(|c: char| c.is_ascii_digit()).unwrap();
+            let start = t[..=at].rfind(|c: char| !c.is_ascii_digit()).unwrap() + 1;
+            let t = format!("{}{bad}{}", &t[..start], &t[at + 1..]);
+            assert!(scan::root(t.as_bytes(), &|_| ()).is_none(), "{bad}");
+        }
+        assert!(scan::root(&[&text[..], b" x"].concat(), &|_| ()).is_none());
+        assert!(scan::root(&text[..text.len() - 2], &|_| ()).is_none());
+    }
+
+    #[test]
+    fn progress_counts_the_bytes_read_then_parsed() {
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 3_000,
+            metypes: 10,
+            populations: 2,
+            seed: 2,
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cm.json");
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        std::fs::write(&path, &text).unwrap();
+        let done = AtomicU64::new(0);
+        let (counted, _) = DryRun::from_json_file_counted(&path, &done).unwrap();
+        assert!(counted == read(&text, &path).unwrap().0);
+        assert_eq!(counted.cell_count(), 3_000);
+        assert_eq!(done.load(Ordering::Relaxed), 2 * text.len() as u64);
+        // A file read in two halves, scanned on two threads.
+        let big = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 300_000,
+            metypes: 60,
+            populations: 2,
+            seed: 8,
+        })
+        .unwrap();
+        let big_text = serde_json::to_vec_pretty(&big.to_json_value()).unwrap();
+        assert!(big_text.len() > 1 << 22, "{} bytes", big_text.len());
+        std::fs::write(&path, &big_text).unwrap();
+        let done = AtomicU64::new(0);
+        let (counted, _) = DryRun::from_json_file_counted(&path, &done).unwrap();
+        assert!(counted == read(&big_text, &path).unwrap().0);
+        assert_eq!(counted.cell_count(), 300_000);
+        assert_eq!(done.load(Ordering::Relaxed), 2 * big_text.len() as u64);
+        // Truncated: refused with serde's message, as when read in one piece.
+        std::fs::write(&path, &big_text[..big_text.len() - 10]).unwrap();
+        let e = DryRun::from_json_file_counted(&path, &AtomicU64::new(0)).unwrap_err();
+        let one_piece = read(&big_text[..big_text.len() - 10], &path).unwrap_err();
+        assert_eq!(e.to_string(), one_piece.to_string());
+        // The serde reader's files (here: an unknown key) are counted too.
+        let other = [b"{\"x\": 1, ".as_slice(), &text[1..]].concat();
+        std::fs::write(&path, &other).unwrap();
+        let done = AtomicU64::new(0);
+        DryRun::from_json_file_counted(&path, &done).unwrap();
+        assert_eq!(done.load(Ordering::Relaxed), 2 * other.len() as u64);
+    }
+
+    #[test]
+    fn two_thread_scan_reads_what_one_thread_reads() {
+        let path = Path::new("random.json");
+        let before = scan::HANDOFFS.load(Ordering::Relaxed);
+        let mut both = 0;
+        for seed in 0..20_000u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let text = dry_run_text(&mut rng);
+            let one = scan::root_with(text.as_bytes(), &|_| (), usize::MAX);
+            let two = scan::root_with(text.as_bytes(), &|_| (), 0);
+            match (one, two) {
+                (None, None) => {}
+                (Some(a), Some(b)) => {
+                    both += 1;
+                    match (finish(a, path), finish(b, path)) {
+                        (Ok(a), Ok(b)) => assert_eq!(a, b, "seed {seed}: {text}"),
+                        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "seed {seed}"),
+                        (a, b) => panic!("seed {seed}: {a:?} vs {b:?} on {text}"),
+                    }
+                }
+                (a, b) => panic!("seed {seed}: {} vs {} on {text}", a.is_some(), b.is_some()),
+            }
+        }
+        // A large file, split across populations and within them.
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 20_000,
+            metypes: 40,
+            populations: 3,
+            seed: 9,
+        })
+        .unwrap();
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        let a = finish(scan::root_with(&text, &|_| (), usize::MAX).unwrap(), path).unwrap();
+        let b = finish(scan::root_with(&text, &|_| (), 0).unwrap(), path).unwrap();
+        assert!(a == b);
+        let handoffs = scan::HANDOFFS.load(Ordering::Relaxed) - before;
+        assert!(
+            both > 500 && handoffs > 100,
+            "{both} scanned, {handoffs} handed off"
+        );
     }
 
     #[test]

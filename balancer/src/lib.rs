@@ -30,5 +30,7 @@ pub use files::{
     allocation_file_name, load_or_generate, read_allocation, write_allocation, AllocationSource,
     LoadedAllocation,
 };
-pub use strategy::{balance, balance_charged, transport_aware, Balanced, BalancerConfig, Strategy};
+pub use strategy::{
+    balance, balance_charged, balance_charged_counted, transport_aware, Balanced, BalancerConfig, Strategy,
+};
 pub use summary::{LoadStats, Summary};

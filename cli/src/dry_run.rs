@@ -2,6 +2,7 @@
 //! synthetic input, optionally charging each rank its transport memory, and write the
 //! allocation file.
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -11,13 +12,16 @@ use ballast_balancer::network::Network;
 use ballast_balancer::nodefit::{fewest_nodes, node_totals, node_totals_kb, nodes_over, NodeFitError};
 use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
 use ballast_balancer::transport_aware::RankLoads;
-use ballast_balancer::{balance_charged, Allocation, Balanced, BalancerConfig, DryRun, Strategy, Summary};
+use ballast_balancer::{
+    balance_charged_counted, Allocation, Balanced, BalancerConfig, DryRun, Strategy, Summary,
+};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use crate::node_suggest;
 use crate::output::{count, population_json, population_warnings};
 use crate::plot;
+use crate::progress::Counter;
 use crate::runtime_args::RuntimeArgs;
 
 #[derive(Args)]
@@ -130,7 +134,7 @@ struct Input {
     files: Vec<atomic::Input>,
 }
 
-fn load_input(args: &DryRunArgs) -> anyhow::Result<Input> {
+fn load_input(args: &DryRunArgs, done: &AtomicU64) -> anyhow::Result<Input> {
     if let Some(config) = &args.circuit {
         return load_circuit(args, config);
     }
@@ -166,16 +170,17 @@ fn load_input(args: &DryRunArgs) -> anyhow::Result<Input> {
     }
     let path = args.memory_usage.as_ref().expect("clap requires an input");
     Ok(Input {
-        dry_run: read_dry_run(path)?,
+        dry_run: read_dry_run(path, done)?,
         network: None,
         label: path.display().to_string(),
         files: vec![atomic::Input::new(path, "--memory-usage")],
     })
 }
 
-/// Reads a dry-run file, printing its notes (e.g. unknown keys) as warnings.
-fn read_dry_run(path: &Path) -> anyhow::Result<DryRun> {
-    let (dry_run, notes) = DryRun::from_json_file_with_notes(path)?;
+/// Reads a dry-run file, printing its notes (e.g. unknown keys) as warnings; its progress
+/// counted in `done` ([`DryRun::from_json_file_counted`]).
+fn read_dry_run(path: &Path, done: &AtomicU64) -> anyhow::Result<DryRun> {
+    let (dry_run, notes) = DryRun::from_json_file_counted(path, done)?;
     for note in notes {
         eprintln!("warning: {note}");
     }
@@ -187,7 +192,7 @@ fn load_circuit(args: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
     use ballast_balancer::circuit::{dry_run_from_circuit, MetypeMemory};
     let circuit = ballast_balancer::sonata::Circuit::open(config)?;
     let measured = match &args.memory_usage {
-        Some(p) => read_dry_run(p)?
+        Some(p) => read_dry_run(p, &AtomicU64::new(0))?
             .metypes
             .into_iter()
             .map(|m| (m.name, m.memory_kb))
@@ -264,7 +269,18 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         plot::check_path(p)?;
     }
     let mut timings = crate::progress::Timings::default();
-    let input = timings.time("read", "reading the input", || load_input(args))?;
+    // Reading a dry-run file counts its bytes twice (read, then parsed).
+    let read = AtomicU64::new(0);
+    let read_total = match (&args.memory_usage, &args.circuit) {
+        (Some(p), None) => std::fs::metadata(p).ok().map(|m| 2 * m.len()),
+        _ => None,
+    };
+    let input = timings.time_counted(
+        "read",
+        "reading the input",
+        read_total.map(|t| (t, &read as &dyn Counter)),
+        || load_input(args, &read),
+    )?;
     let charge = match args.transport_model {
         TransportModel::None => None,
         TransportModel::Ballast => {
@@ -318,9 +334,25 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     config
         .check_size(&input.dry_run)
         .with_context(|| format!("{ranks_option} {} --cycles {}", config.ranks, config.cycles))?;
-    let balanced = timings.time("balance", "balancing", || {
-        balance_step(args, &input, &config, charge.as_ref(), rpn.map(|r| r.ranks))
-    })?;
+    // LPT without a charge counts every cell twice (placed, then gathered).
+    let placed = AtomicU64::new(0);
+    let balance_total =
+        (config.strategy == Strategy::Lpt && charge.is_none()).then(|| 2 * input.dry_run.cell_count() as u64);
+    let balanced = timings.time_counted(
+        "balance",
+        "balancing",
+        balance_total.map(|t| (t, &placed as &dyn Counter)),
+        || {
+            balance_step(
+                args,
+                &input,
+                &config,
+                charge.as_ref(),
+                rpn.map(|r| r.ranks),
+                &placed,
+            )
+        },
+    )?;
     let BalanceStep {
         allocation,
         blind,
@@ -563,6 +595,7 @@ fn balance_step(
     config: &BalancerConfig,
     charge: Option<&ballast_balancer::transport_aware::TransportCharge>,
     rpn: Option<usize>,
+    placed: &AtomicU64,
 ) -> anyhow::Result<BalanceStep> {
     let dry_run = &input.dry_run;
     // neurodamus' result on the same input, for comparison (one greedy pass, on a second
@@ -578,7 +611,7 @@ fn balance_step(
             })
         });
         let start = Instant::now();
-        let balanced = balance_charged(dry_run, input.network.as_ref(), config, charge);
+        let balanced = balance_charged_counted(dry_run, input.network.as_ref(), config, charge, placed);
         let seconds = start.elapsed().as_secs_f64();
         let baseline = baseline.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
         (balanced, seconds, baseline)

@@ -1,8 +1,9 @@
 //! What `run` and `fanout` print while ranks run as threads of this process: a warning when
 //! the ranks outnumber the cores several-fold, and a progress bar (indicatif, on stderr,
 //! hidden when stderr is not a terminal) for runs that last more than a few seconds; the
-//! spinner of a step of `dry-run` that lasts more than a second ([`step`]), and the wall and
-//! CPU time of such steps ([`Timings`]).
+//! spinner or progress bar (when its total is known) of a step of `dry-run` that lasts more
+//! than a second ([`step_counted`]), and the wall and CPU time of such steps
+//! ([`Timings`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -113,12 +114,13 @@ pub fn with_progress<T>(
     })
 }
 
-/// How long a step of [`step`] goes without a spinner.
+/// How long a step of [`step_counted`] goes without a spinner or bar.
 const STEP_SHOW_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs `f` while, after [`STEP_SHOW_AFTER`], a spinner with `label` and the elapsed time
-/// turns on stderr (only when stderr is a terminal); cleared when `f` returns.
-pub fn step<T>(label: &str, f: impl FnOnce() -> T) -> T {
+/// turns on stderr (only when stderr is a terminal), or a progress bar of `counter` towards
+/// `total` when `progress` is `Some((total, counter))`; cleared when `f` returns.
+pub fn step_counted<T>(label: &str, progress: Option<(u64, &dyn Counter)>, f: impl FnOnce() -> T) -> T {
     let finished = AtomicBool::new(false);
     std::thread::scope(|s| {
         let spinner = s.spawn(|| {
@@ -131,17 +133,29 @@ pub fn step<T>(label: &str, f: impl FnOnce() -> T) -> T {
                     break;
                 }
                 if bar.is_none() && start.elapsed() >= STEP_SHOW_AFTER {
-                    let style = ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
-                        .expect("a valid template");
-                    let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden())
+                    let (style, total) = match progress {
+                        None => ("{spinner} {msg} ({elapsed})", None),
+                        Some((total, _)) => (
+                            "{msg} [{bar:25}] {percent:>3}% ({elapsed}, eta {eta})",
+                            Some(total),
+                        ),
+                    };
+                    let style = ProgressStyle::with_template(style)
+                        .expect("a valid template")
+                        .progress_chars("=> ");
+                    let b = ProgressBar::with_draw_target(total, ProgressDrawTarget::hidden())
                         .with_style(style)
                         .with_message(label.to_owned())
+                        .with_position(progress.map_or(0, |(_, c)| c.get()))
                         .with_elapsed(start.elapsed());
                     b.set_draw_target(ProgressDrawTarget::stderr());
                     bar = Some(b);
                 }
                 if let Some(b) = &bar {
-                    b.tick();
+                    match progress {
+                        None => b.tick(),
+                        Some((_, c)) => b.set_position(c.get()),
+                    }
                 }
             }
             if let Some(b) = bar {
@@ -174,11 +188,23 @@ fn cpu_seconds() -> f64 {
 }
 
 impl Timings {
-    /// Runs `f` as step `name` (with a [`step`] spinner labelled `label`), recording its
+    /// Runs `f` as step `name` (with a [`step_counted`] spinner labelled `label`), recording its
     /// wall and CPU time.
     pub fn time<T>(&mut self, name: &'static str, label: &str, f: impl FnOnce() -> T) -> T {
+        self.time_counted(name, label, None, f)
+    }
+
+    /// [`Timings::time`] with a progress bar of a counter towards a total when `progress`
+    /// gives them ([`step_counted`]).
+    pub fn time_counted<T>(
+        &mut self,
+        name: &'static str,
+        label: &str,
+        progress: Option<(u64, &dyn Counter)>,
+        f: impl FnOnce() -> T,
+    ) -> T {
         let (wall, cpu) = (Instant::now(), cpu_seconds());
-        let out = step(label, f);
+        let out = step_counted(label, progress, f);
         self.steps
             .push((name, wall.elapsed().as_secs_f64(), cpu_seconds() - cpu));
         out

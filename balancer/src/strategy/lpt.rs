@@ -3,9 +3,10 @@
 //! 1. **Greedy** (Graham's LPT, "Bounds on multiprocessing timing anomalies", SIAM J. Appl.
 //!    Math. 17(2), 1969): every cell of every population, heaviest first (ties: population
 //!    index, then gid), goes onto the currently lightest of the `ranks × cycles` buckets
-//!    (min-heap; ties: lowest (rank, cycle)). Guarantees largest bucket ≤ total/B + heaviest
-//!    cell. Populations are balanced jointly: a bucket's load is the sum over populations.
-//!    O(n log n + n log B).
+//!    (ties: lowest (rank, cycle), as a min-heap gives). Guarantees largest bucket ≤ total/B +
+//!    heaviest cell. Populations are balanced jointly: a bucket's load is the sum over
+//!    populations. Runs of equal cells are placed in O(1) per cell (see `greedy`); O(M log M)
+//!    to order the M metypes, then O(n + B) per run.
 //! 2. **Refinement**: while the heaviest bucket can be lowered, move one of its cells to the
 //!    lightest bucket, or swap one of its cells with a lighter cell of the lightest bucket,
 //!    choosing the transfer closest to half the gap. Each step strictly lowers the heavier of
@@ -17,6 +18,7 @@
 //! Within a bucket, gids are written in ascending order. Fully deterministic.
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
 use crate::dryrun::DryRun;
@@ -199,6 +201,12 @@ impl<'a> Order<'a> {
 /// Runs the LPT strategy. Panics when the dry run has 2^32 - 1 cells or more
 /// ([`BalancerConfig::check_size`] refuses them first).
 pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
+    balance_counted(dry_run, config, &AtomicU64::new(0))
+}
+
+/// [`balance`], adding to `done` every cell once when it is placed and once when its gid
+/// is in its bucket's list (twice the cell count in the end), for a progress bar.
+pub fn balance_counted(dry_run: &DryRun, config: &BalancerConfig, done: &AtomicU64) -> Allocation {
     let order = Order::new(dry_run);
     assert!(
         order.len < u32::MAX as usize,
@@ -206,7 +214,7 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     );
 
     let nbuckets = config.buckets();
-    let (mut loads, mut members) = greedy(&order, nbuckets);
+    let (mut loads, mut members) = greedy(&order, nbuckets, done);
     refine(&order, &mut loads, &mut members);
     let labels = deal_to_ranks(&loads, config.ranks, config.cycles);
 
@@ -218,8 +226,32 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
             buckets: BTreeMap::new(),
         })
         .collect();
-    // Bucket by bucket, each bucket's list freed once its gids are out.
-    let mut scratch: Vec<Vec<u32>> = vec![Vec::new(); populations.len()];
+    // Bucket by bucket, each bucket's list freed once its gids are out. (On one thread: the
+    // lists were allocated on this one, and a second thread's allocator arena could not
+    // reuse the memory they free, which would hold both at once.)
+    let npop = populations.len();
+    for (bucket, p, gids) in bucket_gids(&order, &mut members, 0, npop, done) {
+        populations[p].buckets.insert(labels[bucket], gids);
+    }
+    Allocation {
+        ranks: config.ranks,
+        cycles: config.cycles,
+        populations,
+    }
+}
+
+/// The gids of each of `members` (buckets `offset..`), per population, ascending: (bucket,
+/// population, gids) for every non-empty list. Each bucket's list is freed once read.
+#[inline(never)]
+fn bucket_gids(
+    order: &Order,
+    members: &mut [Vec<u32>],
+    offset: usize,
+    populations: usize,
+    done: &AtomicU64,
+) -> Vec<(usize, usize, Vec<u32>)> {
+    let mut out = Vec::with_capacity(members.len() * populations.min(4));
+    let mut scratch: Vec<Vec<u32>> = vec![Vec::new(); populations];
     for (b, items) in members.iter_mut().enumerate() {
         let items = std::mem::take(items);
         let mut k = 0;
@@ -230,85 +262,152 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
             let s = &order.segments[k];
             scratch[s.population as usize].push(s.gids[i as usize - s.start]);
         }
+        done.fetch_add(items.len() as u64, Ordering::Relaxed);
         drop(items);
         for (p, gids) in scratch.iter_mut().enumerate() {
             if !gids.is_empty() {
                 gids.sort_unstable();
-                populations[p].buckets.insert(labels[b], gids.as_slice().to_vec());
+                out.push((offset + b, p, gids.as_slice().to_vec()));
                 gids.clear();
             }
         }
     }
-    Allocation {
-        ranks: config.ranks,
-        cycles: config.cycles,
-        populations,
-    }
+    out
 }
 
 /// LPT list scheduling. Returns bucket loads and, per bucket, the positions of its cells in
 /// ascending order (descending KB, the order they were placed in).
-fn greedy(order: &Order, nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
+///
+/// Every cell goes onto the lightest bucket, ties to the lowest index. The buckets are kept
+/// as two sequences, each sorted by (load, index): `fresh`, those not yet picked during the
+/// current segment, and `placed`, a queue of those that were, in the order they were
+/// picked. The lightest bucket is the lighter of the two heads, so a cell costs one
+/// comparison instead of a heap or tree update. Within a segment every cell weighs the
+/// same and the picks come in non-decreasing (load, index) order, so a picked bucket's new
+/// load is at least the queue's last (adding one weight is monotone under rounding); when
+/// rounding makes it equal to a higher index's, it is moved back to its place. Both
+/// sequences stay sorted, so the result is exactly that of a priority queue over (load,
+/// index). At the end of a segment the two are merged into the next segment's `fresh`.
+#[inline(never)]
+fn greedy(order: &Order, nbuckets: usize, done: &AtomicU64) -> (Vec<f64>, Vec<Vec<u32>>) {
     let mut loads = vec![0.0; nbuckets];
-    let mut lightest = LightestTree::new(nbuckets);
     let mut members = vec![Vec::new(); nbuckets];
+    // All loads are 0: index order.
+    let mut fresh: Vec<u32> = (0..nbuckets as u32).collect();
+    let mut placed = Ring::new(nbuckets);
+    let mut merged: Vec<u32> = Vec::with_capacity(nbuckets);
     for s in &order.segments {
+        let w = s.kb;
+        let mut next = 0;
         for i in s.start..s.start + s.gids.len() {
-            let b = lightest.top();
-            loads[b] += s.kb;
-            members[b].push(i as u32);
-            lightest.update(&loads, b);
+            let from_fresh =
+                next < fresh.len() && placed.front().is_none_or(|q| lighter(&loads, fresh[next], q));
+            let b = if from_fresh {
+                next += 1;
+                fresh[next - 1]
+            } else {
+                placed.pop_front()
+            };
+            loads[b as usize] += w;
+            members[b as usize].push(i as u32);
+            placed.push_sorted(&loads, b);
         }
+        // The next segment's fresh sequence: both merged by (load, index).
+        merged.clear();
+        let rest = &fresh[next..];
+        let (mut j, mut k) = (0, 0);
+        while j < rest.len() && k < placed.len {
+            if lighter(&loads, rest[j], placed.get(k)) {
+                merged.push(rest[j]);
+                j += 1;
+            } else {
+                merged.push(placed.get(k));
+                k += 1;
+            }
+        }
+        merged.extend_from_slice(&rest[j..]);
+        merged.extend((k..placed.len).map(|k| placed.get(k)));
+        std::mem::swap(&mut fresh, &mut merged);
+        placed.clear();
+        done.fetch_add(s.gids.len() as u64, Ordering::Relaxed);
     }
     (loads, members)
 }
 
-/// The lightest bucket, ties to the lowest index (the order of a min-heap of
-/// [`Lightest`] entries keyed by bucket index): a tournament tree over the loads, where a
-/// change of one load replays only its path to the root (one comparison per level).
-struct LightestTree {
-    size: usize,
-    /// Node `n` holds the lightest bucket below it (`u32::MAX`: none); leaves from `size`.
-    win: Vec<u32>,
+/// Whether bucket `a` comes before bucket `b` in (load, index) order.
+#[inline]
+fn lighter(loads: &[f64], a: u32, b: u32) -> bool {
+    let (x, y) = (loads[a as usize], loads[b as usize]);
+    x < y || (x == y && a < b)
 }
 
-impl LightestTree {
-    /// A tree over `n` buckets of load 0.
-    fn new(n: usize) -> LightestTree {
-        let size = n.next_power_of_two();
-        let mut win = vec![u32::MAX; 2 * size];
-        for b in 0..n {
-            win[size + b] = b as u32;
+/// A queue of bucket indices sorted by (load, index), in a ring of fixed capacity (every
+/// bucket is in it at most once).
+struct Ring {
+    buf: Vec<u32>,
+    head: usize,
+    len: usize,
+}
+
+impl Ring {
+    fn new(capacity: usize) -> Ring {
+        Ring {
+            buf: vec![0; capacity.max(1)],
+            head: 0,
+            len: 0,
         }
-        // All loads are 0: the left child always wins.
-        for node in (1..size).rev() {
-            win[node] = if win[2 * node] != u32::MAX {
-                win[2 * node]
-            } else {
-                win[2 * node + 1]
-            };
-        }
-        LightestTree { size, win }
     }
 
     #[inline]
-    fn top(&self) -> usize {
-        self.win[1] as usize
+    fn slot(&self, k: usize) -> usize {
+        let i = self.head + k;
+        if i >= self.buf.len() {
+            i - self.buf.len()
+        } else {
+            i
+        }
     }
 
-    /// Replays the path of bucket `b` after its load changed.
     #[inline]
-    fn update(&mut self, loads: &[f64], b: usize) {
-        let mut node = (self.size + b) / 2;
-        while node >= 1 {
-            let (l, r) = (self.win[2 * node], self.win[2 * node + 1]);
-            self.win[node] = if r == u32::MAX || (l != u32::MAX && loads[l as usize] <= loads[r as usize]) {
-                l
-            } else {
-                r
-            };
-            node /= 2;
+    fn get(&self, k: usize) -> u32 {
+        self.buf[self.slot(k)]
+    }
+
+    #[inline]
+    fn front(&self) -> Option<u32> {
+        (self.len > 0).then(|| self.buf[self.head])
+    }
+
+    #[inline]
+    fn pop_front(&mut self) -> u32 {
+        let b = self.buf[self.head];
+        self.head = self.slot(1);
+        self.len -= 1;
+        b
+    }
+
+    /// Appends `b`, then moves it back past the entries it comes before in (load, index)
+    /// order.
+    #[inline]
+    fn push_sorted(&mut self, loads: &[f64], b: u32) {
+        let mut k = self.len;
+        self.len += 1;
+        while k > 0 {
+            let prev = self.get(k - 1);
+            if lighter(loads, prev, b) {
+                break;
+            }
+            let at = self.slot(k);
+            self.buf[at] = prev;
+            k -= 1;
         }
+        let at = self.slot(k);
+        self.buf[at] = b;
+    }
+
+    fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
     }
 }
 
@@ -379,12 +478,14 @@ enum Transfer {
 
 /// Moves and swaps between the heaviest and the lightest bucket while that lowers the
 /// heavier of the two. `members[b]` stays sorted (by descending KB).
+#[inline(never)]
 fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
     if loads.len() < 2 {
         return;
     }
     let kb = |i: &u32| order.kb(*i);
     let mut extremes = Extremes::new(loads);
+    let mut light_kb: Vec<f64> = Vec::new();
     let max_steps = 4 * loads.len() + 1000;
     for _ in 0..max_steps {
         let (h, l) = (extremes.heaviest(), extremes.lightest());
@@ -416,28 +517,29 @@ fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
             }
         }
         // Swap: for each distinct KB `a` in the heavy bucket, the light cell `b` closest to
-        // `a - half`, so the transfer `a - b` is closest to half the gap.
-        // `a` falls along the heavy bucket, so the boundaries searched for (the first
-        // segment of KB <= `a - half`, the first light cell below it) only move forward:
-        // they are found by advancing, not by a binary search each.
+        // `a - half`, so the transfer `a - b` is closest to half the gap. The light cells'
+        // KB are listed first (descending); `a` falls along the heavy bucket, so the first
+        // light cell of KB <= `a - half` only moves forward.
         let light = &members[l];
-        let (mut p, mut k_at_most, mut q) = (0, 0, 0);
+        light_kb.clear();
+        light_kb.extend(light.iter().map(|&c| order.kbs[order.segment_of(c)]));
+        let (mut p, mut q) = (0, 0);
         while p < heavy.len() {
             let k = order.segment_of(heavy[p]);
-            let a = order.segments[k].kb;
+            let a = order.kbs[k];
             let target = a - half;
-            k_at_most = advance(&order.kbs, k_at_most, |&x| x > target);
-            let below = order.starts.get(k_at_most).map_or(order.len, |&s| s) as u32;
-            q = advance(light, q, |&c| c < below);
+            while q < light_kb.len() && light_kb[q] > target {
+                q += 1;
+            }
             for q in [q.wrapping_sub(1), q] {
-                if let Some(c) = light.get(q) {
-                    consider(a - kb(c), Transfer::Swap(p, q));
+                if let Some(&b) = light_kb.get(q) {
+                    consider(a - b, Transfer::Swap(p, q));
                 }
             }
             // Past the cells of KB `a` (contiguous positions).
-            let end = order.kb_end[k];
+            let end = order.kb_end[k] as u32;
             p += 1;
-            while p < heavy.len() && (heavy[p] as usize) < end {
+            while p < heavy.len() && heavy[p] < end {
                 p += 1;
             }
         }
@@ -463,19 +565,6 @@ fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
         extremes.update(loads, h);
         extremes.update(loads, l);
     }
-}
-
-/// The first index at or after `from` where `before` is false, for a `before` that is true
-/// then false along `v` and true below `from`: a galloping search (steps 1, 2, 4, ... then a
-/// binary search), O(log distance).
-fn advance<T>(v: &[T], mut from: usize, before: impl Fn(&T) -> bool) -> usize {
-    let mut step = 1;
-    while from + step <= v.len() && before(&v[from + step - 1]) {
-        from += step;
-        step *= 2;
-    }
-    let end = (from + step - 1).min(v.len());
-    from + v[from..end].partition_point(before)
 }
 
 /// Deals buckets (heaviest first) to the rank with the smallest total that still has a free
@@ -522,11 +611,147 @@ mod tests {
         Order::finish(segments, kbs.len())
     }
 
+    /// LPT list scheduling with a tournament tree, one update per cell (the reference the
+    /// queue-based [`super::greedy`] must match). Returns bucket loads and, per bucket, the positions of its cells in
+    /// ascending order (descending KB, the order they were placed in).
+    fn greedy_tree(order: &Order, nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
+        let mut loads = vec![0.0; nbuckets];
+        let mut lightest = LightestTree::new(nbuckets);
+        let mut members = vec![Vec::new(); nbuckets];
+        for s in &order.segments {
+            for i in s.start..s.start + s.gids.len() {
+                let b = lightest.top();
+                loads[b] += s.kb;
+                members[b].push(i as u32);
+                lightest.update(&loads, b);
+            }
+        }
+        (loads, members)
+    }
+
+    /// The lightest bucket, ties to the lowest index (the order of a min-heap of
+    /// [`Lightest`] entries keyed by bucket index): a tournament tree over the loads, where a
+    /// change of one load replays only its path to the root (one comparison per level).
+    struct LightestTree {
+        size: usize,
+        /// Node `n` holds the lightest bucket below it (`u32::MAX`: none); leaves from `size`.
+        win: Vec<u32>,
+    }
+
+    impl LightestTree {
+        /// A tree over `n` buckets of load 0.
+        fn new(n: usize) -> LightestTree {
+            let size = n.next_power_of_two();
+            let mut win = vec![u32::MAX; 2 * size];
+            for b in 0..n {
+                win[size + b] = b as u32;
+            }
+            // All loads are 0: the left child always wins.
+            for node in (1..size).rev() {
+                win[node] = if win[2 * node] != u32::MAX {
+                    win[2 * node]
+                } else {
+                    win[2 * node + 1]
+                };
+            }
+            LightestTree { size, win }
+        }
+
+        #[inline]
+        fn top(&self) -> usize {
+            self.win[1] as usize
+        }
+
+        /// Replays the path of bucket `b` after its load changed.
+        #[inline]
+        fn update(&mut self, loads: &[f64], b: usize) {
+            let mut node = (self.size + b) / 2;
+            while node >= 1 {
+                let (l, r) = (self.win[2 * node], self.win[2 * node + 1]);
+                self.win[node] = if r == u32::MAX || (l != u32::MAX && loads[l as usize] <= loads[r as usize])
+                {
+                    l
+                } else {
+                    r
+                };
+                node /= 2;
+            }
+        }
+    }
+
+    /// An order of runs: `(kb, count)` each, one population, gid = position; KB must not
+    /// increase.
+    fn order_of_runs(runs: &[(f64, usize)]) -> Order<'static> {
+        let mut start = 0;
+        let segments = runs
+            .iter()
+            .map(|&(kb, n)| {
+                let s = Segment {
+                    start,
+                    kb,
+                    population: 0,
+                    gids: Cow::Owned((start as u32..(start + n) as u32).collect()),
+                };
+                start += n;
+                s
+            })
+            .collect();
+        Order::finish(segments, start)
+    }
+
+    #[test]
+    fn queue_greedy_matches_the_tree_on_random_runs() {
+        use rand::{Rng, SeedableRng};
+        // Weights that make float addition round to ties (large loads, fractional and
+        // tiny weights, zeros), runs longer and shorter than the bucket count.
+        for seed in 0..300u64 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let nbuckets = [1, 2, 3, 7, 64, 100, 1024][seed as usize % 7];
+            let scale = [1.0, 1e15, 1e16, 3e17][(seed / 7) as usize % 4];
+            let mut kbs: Vec<f64> = (0..rng.random_range(1..40))
+                .map(|_| match rng.random_range(0..6) {
+                    0 => 0.0,
+                    1 => rng.random_range(0..5) as f64 * 0.1,
+                    2 => rng.random::<f64>() * 3.0,
+                    3 => scale * rng.random::<f64>(),
+                    4 => rng.random_range(1..4) as f64,
+                    _ => 1.0 / 3.0 * rng.random_range(1..10) as f64,
+                })
+                .collect();
+            kbs.sort_by(|a, b| b.total_cmp(a));
+            let runs: Vec<(f64, usize)> = kbs
+                .iter()
+                .map(|&kb| (kb, rng.random_range(1..3 * nbuckets + 2)))
+                .collect();
+            let o = order_of_runs(&runs);
+            assert_eq!(
+                greedy(&o, nbuckets, &AtomicU64::new(0)),
+                greedy_tree(&o, nbuckets),
+                "seed {seed}"
+            );
+        }
+    }
+
+    #[test]
+    fn progress_counts_every_cell_twice() {
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 10_000,
+            metypes: 30,
+            populations: 2,
+            seed: 4,
+        })
+        .unwrap();
+        let config = BalancerConfig::builder().ranks(17).cycles(2).build().unwrap();
+        let done = AtomicU64::new(0);
+        assert_eq!(balance_counted(&d, &config, &done), balance(&d, &config));
+        assert_eq!(done.load(Ordering::Relaxed), 20_000);
+    }
+
     #[test]
     fn refinement_fixes_what_greedy_leaves() {
         // LPT on {3,3,2,2,2} into 2 buckets gives 7 / 5; the optimum is 6 / 6.
         let o = order(&[3.0, 3.0, 2.0, 2.0, 2.0]);
-        let (mut loads, mut members) = greedy(&o, 2);
+        let (mut loads, mut members) = greedy(&o, 2, &AtomicU64::new(0));
         let mut sorted = loads.clone();
         sorted.sort_by(f64::total_cmp);
         assert_eq!(sorted, vec![5.0, 7.0]);
@@ -548,20 +773,6 @@ mod tests {
         loads[0] = 9.0;
         e.update(&loads, 0);
         assert_eq!(e.heaviest(), 0);
-    }
-
-    #[test]
-    fn advance_finds_the_partition_point() {
-        let v: Vec<u32> = (0..100).map(|x| x * 2).collect();
-        for t in 0..210 {
-            for from in [0, 1, 7, 50] {
-                let expected = v.partition_point(|&x| x < t);
-                if expected >= from {
-                    assert_eq!(advance(&v, from, |&x| x < t), expected, "{t} from {from}");
-                }
-            }
-        }
-        assert_eq!(advance::<u32>(&[], 0, |_| true), 0);
     }
 
     #[test]

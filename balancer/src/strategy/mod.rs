@@ -12,6 +12,7 @@
 //! point that also knows the circuit's connectivity: transport-aware with a charge, else
 //! the strategy, with every rank's loads (cells, synapses, transport, peers).
 use std::cmp::Ordering;
+use std::sync::atomic::AtomicU64;
 
 use crate::allocation::Allocation;
 use crate::dryrun::DryRun;
@@ -165,6 +166,20 @@ pub fn balance_charged(
     config: &BalancerConfig,
     charge: Option<&TransportCharge>,
 ) -> Balanced {
+    balance_charged_counted(dry_run, network, config, charge, &AtomicU64::new(0))
+}
+
+/// [`balance_charged`], counting its progress in `done` (for a progress bar) where the
+/// strategy knows it: [`Strategy::Lpt`] without a charge adds every cell once when it is
+/// placed and once when its gid is gathered into its bucket's list, up to twice the cell
+/// count; the others leave `done` as it is.
+pub fn balance_charged_counted(
+    dry_run: &DryRun,
+    network: Option<&Network>,
+    config: &BalancerConfig,
+    charge: Option<&TransportCharge>,
+    done: &AtomicU64,
+) -> Balanced {
     match (charge, network) {
         (Some(ch), Some(net)) => {
             let r = transport_aware::balance_transport_aware(dry_run, net, config, ch);
@@ -177,7 +192,10 @@ pub fn balance_charged(
             }
         }
         _ => {
-            let allocation = balance(dry_run, config);
+            let allocation = match config.strategy {
+                Strategy::Lpt => lpt::balance_counted(dry_run, config, done),
+                Strategy::Neurodamus => neurodamus::balance(dry_run, config),
+            };
             let loads = network.map(|net| {
                 let costs = transport_aware::CellCosts::new(dry_run, &net.offsets);
                 let rank_of = transport_aware::rank_of_allocation(&allocation, &net.offsets);
