@@ -32,9 +32,9 @@ one() { # config round: the 4 processes, rank 0's time line
     export BALLAST_ROOT=127.0.0.1:\$port BALLAST_SIZE=4 BALLAST_BOOTSTRAP_TIMEOUT=60
     export BALLAST_IB_DEVICE=\$RXE_VM_DEV BALLAST_GID_INDEX=\$RXE_VM_GID
     out=out-\$1-\$2
-    for r in 1 2 3; do
-        BALLAST_RANK=\$r /rxe-vm/ballast run --transport verbs --synthetic $cells --tstop $tstop \\
-            --memory-scale 0.001 --recv-sharing shared --ranks 4 \$extra --output \$out >r\$r.log 2>&1 &
+    for p in 1 2 3; do
+        BALLAST_RANK=\$p /rxe-vm/ballast run --transport verbs --synthetic $cells --tstop $tstop \\
+            --memory-scale 0.001 --recv-sharing shared --ranks 4 \$extra --output \$out >r\$p.log 2>&1 &
     done
     BALLAST_RANK=0 /rxe-vm/ballast run --transport verbs --synthetic $cells --tstop $tstop \\
         --memory-scale 0.001 --recv-sharing shared --ranks 4 \$extra --output \$out >r0.log 2>&1 || { cat r0.log; exit 1; }
