@@ -2,8 +2,10 @@
 # The verbs transport for real, on soft-RoCE inside a QEMU guest (../shared/rxe-vm/, see its
 # NOTES.md; called by ci/test.sh after the verbs code and tests were built on the host).
 # Each run-in-vm.sh call boots the guest once (~10 s under TCG) and runs one command line:
-#   1. the conformance suite over 2 processes, rank 0 on rxe0 and rank 1 on rxe1 (over the veth);
-#   2. the conformance suite over 8 processes on rxe0;
+#   1. the conformance suite over 2 processes, rank 0 on rxe0 and rank 1 on rxe1 (over the veth),
+#      the datagram path's cases (UD QP, `datagram ...`) included;
+#   2. the conformance suite over 8 processes on rxe0, with every datagram case (max_endpoints
+#      2 and 1, all-to-all over 8 ranks with cap 2, the footprint with the UD QP vs the model);
 #   3. `ballast info` and `--transport auto` (verbs chosen; under `ulimit -l 64` local, saying
 #      why); the fanout over 16 processes in shared and per-peer modes, by the conformance
 #      binary (footprint vs model, VmPin at registration, VmLck constant) and by
@@ -41,7 +43,7 @@ vm -t 600 "$conformance" --procs 2 '!eviction,!all_to_all_64,!many_to_one,!messa
 
 # 2. Eight processes on one device.
 echo "ci/verbs.sh: conformance, 8 processes on rxe0"
-vm -t 600 "$conformance" --procs 8 --devices rxe0 'ordering,any_source,back_pressure,eviction_with_two_endpoints/shared,collectives,verbs_footprint,xrc'
+vm -t 600 "$conformance" --procs 8 --devices rxe0 'ordering,any_source,back_pressure,eviction_with_two_endpoints/shared,collectives,verbs_footprint,xrc,datagram'
 
 # 3. `ballast info` (device probe, auto), fanout (16 processes, both modes, twice), memlock
 # error, error paths: one boot.

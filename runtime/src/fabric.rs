@@ -157,6 +157,9 @@ pub struct FabricBytes {
     pub recv_locked_bytes: u64,
     /// The `mlock` requests of the receive queues held now (see [`MemoryLock`]).
     pub recv_lock: MemoryLock,
+    /// The transport's own state per datagram peer (verbs: address handles), added to the
+    /// protocol's in [`crate::core::footprint::Footprint::datagram_bytes`].
+    pub datagram_bytes: u64,
 }
 
 /// The transport below the protocol. One instance per rank, driven by one thread.

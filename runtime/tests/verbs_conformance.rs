@@ -222,7 +222,119 @@ fn cases(l: &VerbsLauncher) -> Vec<(String, Box<dyn Fn() + '_>)> {
         "xrc_falls_back_with_reason".into(),
         Box::new(move || xrc_falls_back_with_reason(l)),
     ));
+    // The datagram path past the cap (the UD QP): max_endpoints 2 (1 for the small cases,
+    // so that their 3 and 4 ranks use datagrams too), all-to-all with a cap, and the
+    // footprint with the UD QP and address handles against the model.
+    for (cap, what) in [(2, "max_endpoints 2"), (1, "max_endpoints 1")] {
+        for m in [RecvSharing::PerPeer, RecvSharing::Shared] {
+            v.push((
+                format!("datagram {what}: ordering_per_peer_and_tag/{m}"),
+                Box::new(move || with_datagrams(cap, || ordering_per_peer_and_tag(l, m))),
+            ));
+            v.push((
+                format!("datagram {what}: any_source_any_tag/{m}"),
+                Box::new(move || with_datagrams(cap, || any_source_any_tag(l, m))),
+            ));
+            v.push((
+                format!("datagram {what}: back_pressure_pool_of_two/{m}"),
+                Box::new(move || with_datagrams(cap, || back_pressure_pool_of_two(l, m))),
+            ));
+        }
+        v.push((
+            format!("datagram {what}: large_messages_in_order_with_small_ones/shared"),
+            Box::new(move || {
+                with_datagrams(cap, || {
+                    large_messages_in_order_with_small_ones(l, RecvSharing::Shared)
+                })
+            }),
+        ));
+    }
+    for m in [RecvSharing::PerPeer, RecvSharing::Shared] {
+        v.push((
+            format!("datagram_all_to_all 8 ranks cap 2/{m}"),
+            Box::new(move || datagram_all_to_all(l, m, 8, 2, 0, 3)),
+        ));
+        v.push((
+            format!("datagram_footprint_matches_model/{m}"),
+            Box::new(move || verbs_datagram_footprint_matches_model(l, m)),
+        ));
+    }
     v
+}
+
+/// Runs `f` with the suite's configurations on the datagram path (`max_endpoints` `cap`,
+/// `endpoint_overflow=datagram`).
+fn with_datagrams(cap: usize, f: impl FnOnce()) {
+    set_datagram_overlay(Some((cap, 0)));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    set_datagram_overlay(None);
+    if let Err(p) = r {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// With `max_endpoints 2` and datagrams, over 6 ranks: each rank talks to both neighbours
+/// (its 2 endpoints), then rank 0 sends a multi-datagram message to ranks 2, 3 and 4 (its 3
+/// datagram peers; each of them has one; no barrier, whose traffic would add datagram
+/// peers): the footprint, with the UD QP, its rings and an
+/// address handle per datagram peer, equals the verbs model; the datagram state per peer
+/// is the protocol's plus the fabric's (entry and address handle).
+fn verbs_datagram_footprint_matches_model(l: &VerbsLauncher, sharing: RecvSharing) {
+    let c = RuntimeConfig::builder()
+        .recv_sharing(sharing)
+        .max_endpoints(2)
+        .endpoint_overflow(ballast_runtime::EndpointOverflow::Datagram)
+        .buffer_size(1024)
+        .buffer_count(8)
+        .recv_depth(3)
+        .srq_depth(8)
+        .build()
+        .unwrap();
+    let t = ballast_runtime::TransportConfig {
+        kind: TransportKind::Verbs,
+        ..*c.transport()
+    };
+    let n = 6;
+    let res = l
+        .run(
+            n,
+            &c,
+            |comm| -> Result<(ballast_runtime::Footprint, ballast_runtime::Footprint)> {
+                let (me, n) = (comm.rank(), comm.world_size());
+                let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+                let a = comm.isend(right, 1, &[me as u8; 8])?;
+                let b = comm.isend(left, 1, &[me as u8; 8])?;
+                assert_eq!(comm.recv(left, 1u32)?.data, vec![left as u8; 8]);
+                assert_eq!(comm.recv(right, 1u32)?.data, vec![right as u8; 8]);
+                comm.wait_all(vec![a, b])?;
+                let big: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 3) as u8).collect();
+                if me == 0 {
+                    for p in 2..n - 1 {
+                        comm.send(p, 2, &big)?;
+                    }
+                } else if me != 1 && me != n - 1 {
+                    assert_eq!(comm.recv(0, 2u32)?.data, big);
+                }
+                let f = comm.footprint();
+                Ok((f, t.predict(f.peers_connected as usize, n, 1)))
+            },
+        )
+        .unwrap();
+    let per_peer = ballast_runtime::datagram::PEER_STATE_BYTES + ballast_runtime::model::VERBS_UD_PEER_BYTES;
+    for (rank, r) in res.into_iter().enumerate() {
+        let (f, p) = r.unwrap();
+        let want_dg = match rank {
+            0 => 3,
+            1 | 5 => 0,
+            _ => 1,
+        };
+        assert_eq!(
+            (f.endpoints_live, f.datagram_peers, f.datagram_bytes),
+            (2, want_dg, want_dg * per_peer),
+            "rank {rank}: {f:?}"
+        );
+        assert_eq!(f, p, "rank {rank} mode {sharing}");
+    }
 }
 
 /// `FILTER` is a comma-separated list of name parts; a case runs if it contains one of the

@@ -17,10 +17,11 @@
 //! | endpoints | `e * (endpoint_fixed + engine_endpoint)` + per-peer only: `e * (rq_fixed + recv_depth * (B + rq_wqe))` |
 //! | shared receive queue | shared/xrc only: `srq_fixed + srq_depth * (B + srq_wqe)` |
 //! | control | `control_fixed + c * per_peer_control` |
-//! | datagram state | with `endpoint_overflow=datagram` on a transport with datagrams (`local`, MPI's engine path): `(keys - e) * PEER_STATE_BYTES` (`protocol::datagram`, at most 256 B), the peers beyond the cap |
-//! | registered | pool + receive buffers (`e * recv_depth * B` or `srq_depth * B`) |
+//! | datagram state | with `endpoint_overflow=datagram` on a transport with datagrams (`local`, MPI's engine path, verbs): `(keys - e) * PEER_STATE_BYTES` (`protocol::datagram`), the peers beyond the cap; verbs adds `VERBS_UD_PEER_BYTES` per such peer (its address handle and the fabric's entry) |
+//! | verbs UD QP | verbs with the datagram path on: `verbs_ud_fixed_bytes(B)` in the shared receive queue's row (QP context, WQEs, two CQs, the receive ring of `VERBS_UD_RECV_DEPTH` slots of `40 + 4 + min(B, 4096)` and the send ring of `VERBS_UD_SEND_SLOTS` slots of `4 + min(B, 4096)`), the rings also registered |
+//! | registered | pool + receive buffers (`e * recv_depth * B` or `srq_depth * B`) + verbs UD rings |
 //!
-//! `total_bytes()` = pool + endpoints + shared receive queue + control + datagram state (registered and
+//! `total_bytes()` = pool + endpoints + shared receive queue (+ UD QP) + control + datagram state (registered and
 //! locked are views of the same memory, not added).
 //!
 //! In `xrc` mode only senders open endpoints, so for a rank that only receives the model
@@ -82,6 +83,55 @@ pub const MLX5_RECV_WQE_BYTES: u64 = 16;
 pub const MLX5_SRQ_WQE_BYTES: u64 = 32;
 /// `sizeof(struct mlx5_cqe64)`, bytes.
 pub const MLX5_CQE_BYTES: u64 = 64;
+/// Verbs datagram path: receives posted on the rank's UD QP (its receive ring).
+pub const VERBS_UD_RECV_DEPTH: u64 = 64;
+/// Verbs datagram path: send slots of the UD QP (its send ring, and its send queue depth).
+pub const VERBS_UD_SEND_SLOTS: u64 = 16;
+/// Verbs datagram path: the largest datagram payload a UD slot holds, bytes (the largest
+/// IB path MTU); the slots hold `min(buffer_size, this)` (the device's active MTU may be
+/// smaller: the fabric then offers less, `Fabric::datagram_mtu`).
+pub const VERBS_UD_PAYLOAD_MAX: u64 = 4096;
+/// Verbs datagram path: bytes of the GRH the device writes in front of every UD receive.
+pub const VERBS_UD_GRH_BYTES: u64 = 40;
+/// Verbs datagram path: bytes of the source rank the fabric prepends to every datagram.
+pub const VERBS_UD_RANK_BYTES: u64 = 4;
+/// Verbs datagram path: one address handle in the provider (mlx5: `struct mlx5_ah` of
+/// rdma-core's `providers/mlx5/mlx5.h`: `struct ibv_ah` 24 B, `struct mlx5_wqe_av` 48 B,
+/// a mutex 40 B, flags and a pointer, 136 B with padding).
+pub const VERBS_AH_BYTES: u64 = 136;
+/// Verbs datagram path: the fabric's entry per datagram peer (its key, the address
+/// handle's pointer and the peer's UD QPN; checked against the real type by a test of the
+/// `verbs` feature).
+pub const VERBS_UD_ENTRY_BYTES: u64 = 32;
+
+/// Verbs datagram path: bytes of one UD slot's payload for `buffer_size` `b`.
+pub fn verbs_ud_payload(b: u64) -> u64 {
+    b.min(VERBS_UD_PAYLOAD_MAX)
+}
+
+/// Verbs datagram path: the fixed bytes of the rank's UD QP for `buffer_size` `b`: its
+/// context, send WQEs, receive WQEs, its two completion queues (send and receive) and its
+/// rings (receive slots of GRH + rank + payload, send slots of rank + payload). Charged as
+/// shared receive memory (`srq_bytes`), the rings also as registered.
+pub fn verbs_ud_fixed_bytes(b: u64) -> u64 {
+    VERBS_QP_CONTEXT_BYTES
+        + VERBS_UD_SEND_SLOTS * MLX5_SEND_WQE_BB
+        + VERBS_UD_RECV_DEPTH * MLX5_RECV_WQE_BYTES
+        + (VERBS_UD_SEND_SLOTS + VERBS_UD_RECV_DEPTH) * MLX5_CQE_BYTES
+        + verbs_ud_ring_bytes(b)
+}
+
+/// Verbs datagram path: the registered bytes of the UD rings for `buffer_size` `b`.
+pub fn verbs_ud_ring_bytes(b: u64) -> u64 {
+    let p = verbs_ud_payload(b);
+    VERBS_UD_RECV_DEPTH * (VERBS_UD_GRH_BYTES + VERBS_UD_RANK_BYTES + p)
+        + VERBS_UD_SEND_SLOTS * (VERBS_UD_RANK_BYTES + p)
+}
+
+/// Verbs datagram path: the fabric's bytes per datagram peer (entry and address handle),
+/// beyond the protocol's `PEER_STATE_BYTES`.
+pub const VERBS_UD_PEER_BYTES: u64 = VERBS_UD_ENTRY_BYTES + VERBS_AH_BYTES;
+
 /// MPI transport: bytes of a receive staging or kept send buffer beyond `buffer_size` (the
 /// 32-byte header and up to 16 piggybacked controls of 9 bytes).
 pub const MPI_STAGING_EXTRA_BYTES: u64 = 32 + 16 * 9;
@@ -178,6 +228,23 @@ impl TransportConfig {
             _ => 0,
         };
         let dg_bytes = dg * crate::protocol::datagram::PEER_STATE_BYTES;
+        // Verbs: the UD QP exists whenever the datagram path is on (its rings are fixed),
+        // and each datagram peer adds its address handle.
+        let ud = self.kind == TransportKind::Verbs
+            && matches!(
+                crate::protocol::datagram::chunk_for(self, datagram_mtu(self.kind)),
+                Ok(Some(_))
+            );
+        let (ud_fixed, ud_ring, ud_peers) = if ud {
+            let b = self.buffer_size as u64;
+            (
+                verbs_ud_fixed_bytes(b),
+                verbs_ud_ring_bytes(b),
+                dg * VERBS_UD_PEER_BYTES,
+            )
+        } else {
+            (0, 0, 0)
+        };
         let b = self.buffer_size as u64;
         let pool = self.buffer_count as u64 * b;
         if self.kind == TransportKind::Mpi && self.mpi_native {
@@ -229,20 +296,20 @@ impl TransportConfig {
                 (m.srq_fixed_bytes + d * (b + m.srq_wqe_bytes), d * b)
             }
         };
-        let registered = pool + recv_buffers;
+        let registered = pool + recv_buffers + ud_ring;
         Footprint {
             pool_bytes: pool,
             registered_bytes: registered,
             locked_bytes: if self.lock_pool { registered } else { 0 },
             endpoint_bytes: endpoint,
-            srq_bytes: srq,
+            srq_bytes: srq + ud_fixed,
             control_bytes: m.control_fixed_bytes + c * m.per_peer_control_bytes,
             endpoints_live: e,
             endpoints_peak: e,
             endpoints_opened: e,
             peers_connected: c,
             datagram_peers: dg,
-            datagram_bytes: dg_bytes,
+            datagram_bytes: dg_bytes + ud_peers,
         }
     }
 }
@@ -257,7 +324,10 @@ pub fn datagram_mtu(kind: TransportKind) -> Option<usize> {
     match kind {
         TransportKind::Local => Some(crate::transport::local::DATAGRAM_MTU),
         TransportKind::Mpi => Some(MPI_DATAGRAM_MTU),
-        TransportKind::Verbs | TransportKind::Auto => None,
+        // Verbs: the largest slot payload less the source rank (the fabric offers at most
+        // this, less where the device's active MTU is smaller).
+        TransportKind::Verbs => Some((VERBS_UD_PAYLOAD_MAX - VERBS_UD_RANK_BYTES) as usize),
+        TransportKind::Auto => None,
     }
 }
 
@@ -359,7 +429,7 @@ mod tests {
         .predict(10, 16, 1);
         assert_eq!((evict.endpoints_live, evict.datagram_peers), (4, 0));
         assert_eq!(f.total_bytes() - evict.total_bytes(), 6 * PEER_STATE_BYTES);
-        // Within the cap, uncapped, xrc and verbs (no datagrams: evict): no datagram peer.
+        // Within the cap, uncapped and xrc (no datagrams: evict): no datagram peer.
         assert_eq!(t.predict(3, 16, 1).datagram_peers, 0);
         let none = [
             TransportConfig {
@@ -370,14 +440,61 @@ mod tests {
                 recv_sharing: RecvSharing::Xrc,
                 ..t
             },
-            TransportConfig {
-                kind: TransportKind::Verbs,
-                ..t
-            },
         ];
         for c in none {
             assert_eq!(c.predict(10, 16, 1).datagram_bytes, 0, "{c:?}");
         }
+    }
+
+    #[test]
+    fn verbs_datagram_path_charges_the_ud_qp_and_an_address_handle_per_peer() {
+        use crate::core::config::EndpointOverflow;
+        use crate::protocol::datagram::PEER_STATE_BYTES;
+        for sharing in [RecvSharing::PerPeer, RecvSharing::Shared] {
+            let t = TransportConfig {
+                kind: TransportKind::Verbs,
+                recv_sharing: sharing,
+                max_endpoints: 2,
+                buffer_size: 1024,
+                ..Default::default()
+            };
+            let evict = TransportConfig {
+                endpoint_overflow: EndpointOverflow::Evict,
+                ..t
+            };
+            let (f, e) = (t.predict(7, 8, 1), evict.predict(7, 8, 1));
+            assert_eq!((f.endpoints_live, f.datagram_peers), (2, 5));
+            assert_eq!(e.datagram_peers, 0);
+            // Receive ring: 64 x (40 GRH + 4 rank + 1024); send ring: 16 x (4 + 1024).
+            let ring = 64 * (40 + 4 + 1024) + 16 * (4 + 1024);
+            assert_eq!(verbs_ud_ring_bytes(1024), ring);
+            let fixed = VERBS_QP_CONTEXT_BYTES + 16 * 64 + 64 * 16 + (16 + 64) * 64 + ring;
+            assert_eq!(verbs_ud_fixed_bytes(1024), fixed);
+            assert_eq!(f.srq_bytes - e.srq_bytes, fixed);
+            assert_eq!(f.registered_bytes - e.registered_bytes, ring);
+            assert_eq!(
+                f.datagram_bytes,
+                5 * (PEER_STATE_BYTES + VERBS_UD_ENTRY_BYTES + 136)
+            );
+            assert_eq!(
+                f.total_bytes() - e.total_bytes(),
+                fixed + 5 * (PEER_STATE_BYTES + VERBS_UD_PEER_BYTES)
+            );
+            // The UD QP exists whenever the path is on, even with no peer beyond the cap.
+            assert_eq!(
+                t.predict(1, 8, 1).srq_bytes - evict.predict(1, 8, 1).srq_bytes,
+                fixed
+            );
+        }
+        // The slots hold at most 4096 B of payload whatever buffer_size is.
+        assert_eq!(verbs_ud_ring_bytes(1 << 20), verbs_ud_ring_bytes(4096));
+        let xrc = TransportConfig {
+            kind: TransportKind::Verbs,
+            recv_sharing: RecvSharing::Xrc,
+            max_endpoints: 2,
+            ..Default::default()
+        };
+        assert_eq!(xrc.predict(7, 8, 1).datagram_bytes, 0);
     }
 
     #[test]

@@ -415,7 +415,7 @@ impl Engine {
             endpoints_opened: st.opened,
             peers_connected: st.peers_connected,
             datagram_peers: dgp,
-            datagram_bytes: dgp * crate::protocol::datagram::PEER_STATE_BYTES,
+            datagram_bytes: dgp * crate::protocol::datagram::PEER_STATE_BYTES + fb.datagram_bytes,
         }
     }
 }

@@ -3,8 +3,8 @@
 //! at start) and connected lazily (a rank opens its outgoing stream to a peer on the first
 //! control message to it). It carries the engine's control messages (which consume no
 //! receive buffer), the queue-pair connection data (QPN, PSN, LID, GID) attached to
-//! connect requests and acknowledgements, "my QP is ready to receive" notices, and the
-//! end-of-run notices; a stream that ends before its rank said it was done means that rank
+//! connect requests and acknowledgements, "my QP is ready to receive" notices, the UD
+//! addresses of the datagram path (asked on first use), and the end-of-run notices; a stream that ends before its rank said it was done means that rank
 //! died, which becomes an error on this rank rather than a hang.
 //!
 //! Wire: fixed frames of [`FRAME_BYTES`] little-endian bytes: kind u8, code u8, 2 zero
@@ -70,6 +70,11 @@ pub(crate) enum Kind {
     SrqReq = 7,
     /// XRC: my XRC SRQ number (in `value`).
     SrqNum = 8,
+    /// Datagrams: what is your UD address? Mine is in the frame (QPN, LID, GID; the queue
+    /// key in `value`).
+    UdReq = 9,
+    /// Datagrams: my UD address (the answer to [`Kind::UdReq`], same fields).
+    UdAddr = 10,
 }
 
 /// Connection data of one QP.
@@ -115,6 +120,8 @@ impl Frame {
             6 => Kind::XrcAccept,
             7 => Kind::SrqReq,
             8 => Kind::SrqNum,
+            9 => Kind::UdReq,
+            10 => Kind::UdAddr,
             k => {
                 return Err(Error::ControlFrame {
                     rank: None,
@@ -479,7 +486,22 @@ mod tests {
             },
         };
         assert_eq!(Frame::decode(&f.encode()).unwrap(), f);
-        assert!(Frame::decode(&[9u8; FRAME_BYTES]).is_err());
+        assert!(Frame::decode(&[11u8; FRAME_BYTES]).is_err());
+        for kind in [Kind::UdReq, Kind::UdAddr] {
+            let u = Frame {
+                kind,
+                code: 0,
+                src: 5,
+                value: 0x1357_9bdf,
+                qp: QpInfo {
+                    qpn: 0x00fe_dcba,
+                    psn: 0,
+                    lid: 0,
+                    gid: [3; 16],
+                },
+            };
+            assert_eq!(Frame::decode(&u.encode()).unwrap(), u);
+        }
         let x = Frame {
             kind: Kind::SrqNum,
             code: 0,

@@ -1,5 +1,6 @@
 //! The verbs fabric ([`VerbsFabric`]): the [`Fabric`] of one Ballast rank over RC queue
-//! pairs on an InfiniBand or RoCE device.
+//! pairs on an InfiniBand or RoCE device, and over one UD queue pair for the datagram path
+//! past `max_endpoints` ([`ud`]).
 //!
 //! - **Memory.** The pool is registered as it is handed over ([`Fabric::register`]: one
 //!   memory region for the whole initial pool, plus one per growth chunk when
@@ -38,11 +39,13 @@
 //!
 //! The code is split by concept: this file holds the state and the [`Fabric`] impl;
 //! [`connect`] the queue pairs and their connection protocol (RC and XRC), [`post`] posting
-//! and polling, [`memory`] the registrations (pool, send headers, shared receive queue).
+//! and polling, [`memory`] the registrations (pool, send headers, shared receive queue),
+//! [`ud`] the datagram path.
 
 mod connect;
 mod memory;
 mod post;
+mod ud;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -229,6 +232,8 @@ pub struct VerbsFabric {
     my_srqn: u32,
     srqns: IntMap<usize, u32>,
     srqn_asked: IntMap<usize, ()>,
+    /// The datagram path's UD queue pair ([`ud`]), when it is on.
+    ud: Option<ud::Ud>,
 }
 
 impl VerbsFabric {
@@ -284,7 +289,7 @@ impl VerbsFabric {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1);
-        Ok(VerbsFabric {
+        let mut f = VerbsFabric {
             peers: IntMap::default(),
             tgts: Vec::new(),
             xrcd: None,
@@ -321,7 +326,10 @@ impl VerbsFabric {
             my_srqn: 0,
             srqns: IntMap::default(),
             srqn_asked: IntMap::default(),
-        })
+            ud: None,
+        };
+        f.setup_ud()?;
+        Ok(f)
     }
 
     /// What the device reports.
@@ -434,6 +442,13 @@ impl Fabric for VerbsFabric {
             p.grant_stash += credits;
             return Ok(());
         }
+        if msg == Control::Refuse {
+            // The refused request's connection data names a queue pair its sender destroys
+            // now: a later endpoint toward `dest` (a promotion) must wait for fresh data.
+            if let Some(p) = self.peers.get_mut(&dest) {
+                p.pending = None;
+            }
+        }
         // Keep the engine's order: grants decided before this message leave before it.
         self.flush_grant(dest)?;
         let (code, value) = msg.encode();
@@ -480,6 +495,14 @@ impl Fabric for VerbsFabric {
 
     fn all_done(&self) -> bool {
         self.mesh.all_done()
+    }
+
+    fn datagram_mtu(&self) -> Option<usize> {
+        self.ud.as_ref().map(|u| u.mtu)
+    }
+
+    fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
+        self.send_datagram(dest, bytes)
     }
 }
 

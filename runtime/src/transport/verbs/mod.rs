@@ -9,7 +9,10 @@
 //! `BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`), the control channel ([`control`]: a TCP mesh
 //! whose addresses are exchanged with the [`crate::oob`]), and the fabric
 //! ([`VerbsFabric`]: one memory region for the pool registered once, RC queue pairs created
-//! lazily, an SRQ per rank in `shared` mode or a receive queue per QP in `per-peer` mode).
+//! lazily, an SRQ per rank in `shared` mode or a receive queue per QP in `per-peer` mode,
+//! and with `max_endpoints` and `endpoint_overflow=datagram` one UD queue pair per rank
+//! for the peers beyond the cap, whose addresses are asked on the control channel on first
+//! use).
 //!
 //! **Connection data.** Queue pairs are created on the first message to or from a peer; their
 //! QPN, PSN, LID and GID travel on the control channel attached to the engine's connect

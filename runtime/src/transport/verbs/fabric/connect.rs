@@ -338,6 +338,7 @@ impl VerbsFabric {
                 self.srqns.insert(src, n);
                 self.flush(self.world + src / self.cfg.ranks_per_node)
             }
+            Kind::UdReq | Kind::UdAddr => self.on_ud_frame(src, &f),
             Kind::Hello | Kind::Done => Ok(()),
         }
     }

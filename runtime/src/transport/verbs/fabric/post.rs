@@ -345,6 +345,7 @@ impl VerbsFabric {
         }
         self.frames = frames;
         n += self.poll_cq(on_event)?;
+        n += self.poll_ud(on_event)?;
         #[cfg(feature = "trace")]
         {
             counters::traced_poll_end();

@@ -91,6 +91,8 @@ pub(crate) struct QpAttr {
     pub retry_cnt: u8,
     pub rnr_retry: u8,
     pub max_rd_atomic: u8,
+    /// UD: the queue key of the QP (INIT).
+    pub qkey: u32,
 }
 
 impl QpAttr {
@@ -112,6 +114,7 @@ impl QpAttr {
             retry_cnt: 0,
             rnr_retry: 0,
             max_rd_atomic: 0,
+            qkey: 0,
         }
     }
 
@@ -144,6 +147,26 @@ impl QpAttr {
         a.retry_cnt = self.retry_cnt;
         a.rnr_retry = self.rnr_retry;
         a.max_rd_atomic = self.max_rd_atomic;
+        a.qkey = self.qkey;
+        a
+    }
+}
+
+impl AddressVector {
+    /// The `ibv_ah_attr` of this address vector (for `ibv_create_ah`; a UD send names the
+    /// address handle made from it).
+    pub(crate) fn raw_ah(&self) -> ibv_ah_attr {
+        // SAFETY: plain-data struct (with a union of bytes); zero is valid for every field.
+        let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+        a.dlid = self.dlid;
+        a.port_num = self.port;
+        a.sl = self.sl;
+        if let Some(g) = self.grh {
+            a.is_global = 1;
+            a.grh.dgid.raw = g.dgid;
+            a.grh.sgid_index = g.sgid_index;
+            a.grh.hop_limit = g.hop_limit;
+        }
         a
     }
 }
@@ -245,6 +268,46 @@ pub(crate) fn rts(psn: u32, retry: Retry) -> QpAttr {
     a.rnr_retry = retry.rnr_retry;
     a.max_rd_atomic = RD_ATOMIC;
     a
+}
+
+/// UD: RESET -> INIT on `port` with queue key `qkey` (a UD QP has no access flags).
+pub(crate) fn init_ud(port: u8, qkey: u32) -> QpAttr {
+    let mut a = QpAttr::new(
+        State::Init,
+        M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_QKEY.0,
+    );
+    a.pkey_index = 0;
+    a.port = port;
+    a.qkey = qkey;
+    a
+}
+
+/// UD: INIT -> RTR (nothing but the state: a UD QP has no remote).
+pub(crate) fn rtr_ud() -> QpAttr {
+    QpAttr::new(State::Rtr, M::IBV_QP_STATE.0)
+}
+
+/// UD: RTR -> RTS with our send PSN `psn` (no retries: datagrams are unacknowledged).
+pub(crate) fn rts_ud(psn: u32) -> QpAttr {
+    let mut a = QpAttr::new(State::Rts, M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0);
+    a.sq_psn = psn;
+    a
+}
+
+/// The address vector of an address handle toward a remote UD QP at `lid` / `gid` from
+/// `local`'s port: a GRH (remote GID, our GID index, [`HOP_LIMIT`]) on RoCE and when the
+/// remote has no LID, as for an RC route ([`rtr`]).
+pub(crate) fn ud_address(local: &Local, lid: u16, gid: [u8; 16]) -> AddressVector {
+    AddressVector {
+        dlid: lid,
+        port: local.port,
+        sl: 0,
+        grh: (local.ethernet || lid == 0).then_some(Grh {
+            dgid: gid,
+            sgid_index: local.gid_index,
+            hop_limit: HOP_LIMIT,
+        }),
+    }
 }
 
 /// Any state -> ERR (the device flushes the posted work requests).
@@ -382,6 +445,61 @@ mod tests {
     }
 
     #[test]
+    fn ud_transitions_name_the_qkey_and_the_psn_only() {
+        let i = init_ud(1, 0x1234_5678);
+        assert_eq!(i.state, State::Init);
+        assert_eq!(i.mask, 0x1 | 0x10 | 0x20 | 0x40); // STATE | PKEY_INDEX | PORT | QKEY
+        let raw = i.raw();
+        assert_eq!(
+            (raw.qp_state, raw.port_num, raw.pkey_index, raw.qkey),
+            (ibv_qp_state::IBV_QPS_INIT, 1, 0, 0x1234_5678)
+        );
+        assert_eq!(raw.qp_access_flags, 0, "a UD QP takes no access flags");
+        let r = rtr_ud();
+        assert_eq!((r.state, r.mask), (State::Rtr, 0x1));
+        assert_eq!(r.raw().qp_state, ibv_qp_state::IBV_QPS_RTR);
+        let s = rts_ud(0x00ab_cdef);
+        assert_eq!((s.state, s.mask), (State::Rts, 0x1 | 0x10000)); // STATE | SQ_PSN
+        let raw = s.raw();
+        assert_eq!(
+            (raw.qp_state, raw.sq_psn),
+            (ibv_qp_state::IBV_QPS_RTS, 0x00ab_cdef)
+        );
+        assert_eq!((raw.timeout, raw.retry_cnt, raw.rnr_retry), (0, 0, 0));
+    }
+
+    #[test]
+    fn ud_address_handles_have_a_grh_on_roce_and_the_lid_on_infiniband() {
+        let av = ud_address(&roce(), 0, GID);
+        assert_eq!(
+            av.grh,
+            Some(Grh {
+                dgid: GID,
+                sgid_index: 1,
+                hop_limit: 64
+            })
+        );
+        let raw = av.raw_ah();
+        assert_eq!((raw.is_global, raw.port_num, raw.dlid, raw.sl), (1, 1, 0, 0));
+        // SAFETY: reading the byte view of a union of bytes.
+        assert_eq!(unsafe { raw.grh.dgid.raw }, GID);
+        assert_eq!((raw.grh.sgid_index, raw.grh.hop_limit), (1, 64));
+        assert!(
+            raw.grh.hop_limit >= 1,
+            "hop limit 0 would not leave the port on RoCE"
+        );
+        // RoCE: a GRH even with a LID; IB: the LID alone, a GRH only without one.
+        assert!(ud_address(&roce(), 7, GID).grh.is_some());
+        let ib = Local {
+            ethernet: false,
+            ..roce()
+        };
+        let raw = ud_address(&ib, 5, GID).raw_ah();
+        assert_eq!((raw.is_global, raw.dlid, raw.port_num), (0, 5, 1));
+        assert!(ud_address(&ib, 0, GID).grh.is_some());
+    }
+
+    #[test]
     fn error_names_only_the_state() {
         let a = error();
         assert_eq!(a.mask, M::IBV_QP_STATE.0);
@@ -448,5 +566,26 @@ mod tests {
         assert_eq!(raw.send_flags, ibv_send_flags::IBV_SEND_SIGNALED.0);
         // SAFETY: reading the XRC member written by to_raw.
         assert_eq!(unsafe { raw.qp_type.xrc.remote_srqn }, 77);
+        // A UD send: the same request, plus the remote QP, queue key and address handle.
+        let ud = SendWr {
+            num_sge: 1,
+            imm: None,
+            inline: false,
+            remote_srqn: None,
+            ..w
+        };
+        let fake_ah = 0x40 as *mut ibv_ah; // only stored, never read
+        let raw = ud.raw_ud(&mut raw_sges, fake_ah, 0x00ab_cdef, 0x1111_2222);
+        assert_eq!(
+            (raw.wr_id, raw.num_sge, raw.opcode),
+            (42, 1, ibv_wr_opcode::IBV_WR_SEND)
+        );
+        // SAFETY: reading the UD member written by raw_ud.
+        let u = unsafe { raw.wr.ud };
+        assert_eq!(
+            (u.ah, u.remote_qpn, u.remote_qkey),
+            (fake_ah, 0x00ab_cdef, 0x1111_2222)
+        );
+        assert_eq!(raw.send_flags, ibv_send_flags::IBV_SEND_SIGNALED.0);
     }
 }

@@ -1,7 +1,8 @@
 //! A small safe layer over libibverbs (the `rdma-sys` bindings): the only place of the verbs
 //! transport with raw FFI. It owns the device list and an opened device ([`DeviceList`],
 //! [`Context`]), the protection domain ([`Pd`]), completion queues ([`Cq`]), shared receive
-//! queues ([`Srq`], plain or XRC), XRC domains ([`Xrcd`]), memory regions ([`Mr`], and
+//! queues ([`Srq`], plain or XRC), XRC domains ([`Xrcd`]), address handles ([`Ah`], for
+//! UD sends), memory regions ([`Mr`], and
 //! [`Slots`]: an owned, registered area of fixed-size slots), and the typestate queue pair
 //! ([`Qp`], in [`qp`]) whose transition attributes are built by the pure functions of
 //! [`attr`].
@@ -492,6 +493,46 @@ fn recv_wr(slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<(ibv_
         num_sge: 1,
     };
     Ok((sge, wr))
+}
+
+/// An address handle: where a UD send goes (the remote port's LID or GID and our port);
+/// destroyed on drop, after which its PD may go.
+pub(crate) struct Ah {
+    ah: *mut ibv_ah,
+    _pd: Pd,
+}
+
+// SAFETY: an address handle is a handle into thread-safe libibverbs, used by its owner's
+// thread.
+unsafe impl Send for Ah {}
+
+impl Ah {
+    /// `ibv_create_ah` in `pd` for `av` ([`attr::ud_address`]).
+    pub(crate) fn create(pd: &Pd, av: &attr::AddressVector) -> Result<Ah> {
+        let mut a = av.raw_ah();
+        // SAFETY: the PD is live; `a` is initialised and lives across the call; the handle is
+        // destroyed in Drop; NULL on failure.
+        let ah = unsafe { ibv_create_ah(pd.raw(), &mut a) };
+        if ah.is_null() {
+            return Err(last_err(
+                "ibv_create_ah",
+                format!("LID {}, port {}, GRH {}", av.dlid, av.port, av.grh.is_some()),
+            ));
+        }
+        Ok(Ah { ah, _pd: pd.clone() })
+    }
+
+    pub(crate) fn raw(&self) -> *mut ibv_ah {
+        self.ah
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        // SAFETY: created in Ah::create and destroyed once; its owner drops it only after
+        // the UD QP whose sends named it (see Qp::post_ud).
+        unsafe { ibv_destroy_ah(self.ah) };
+    }
 }
 
 /// A memory region registered for local access (`IBV_ACCESS_LOCAL_WRITE`); deregistered on

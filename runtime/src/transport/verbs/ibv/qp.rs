@@ -1,5 +1,5 @@
-//! The typestate queue pair: `Qp<Reset> -> Qp<Init> -> Qp<Rtr> -> Qp<Rts>`, of three kinds
-//! ([`QpKind`]: RC, XRC send (INI) and XRC receive (TGT)). A transition consumes the QP and
+//! The typestate queue pair: `Qp<Reset> -> Qp<Init> -> Qp<Rtr> -> Qp<Rts>`, of four kinds
+//! ([`QpKind`]: RC, XRC send (INI), XRC receive (TGT) and UD). A transition consumes the QP and
 //! applies the attributes built by [`super::attr`]; on failure it gives the QP back in its
 //! old state with the error ([`Failed`]), so that its owner keeps it (and releases it as
 //! usual) or drops it (`?` converts a boxed [`Failed`] into its error, destroying the QP).
@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 use rdma_sys::*;
 
 use super::attr::{QpAttr, State};
-use super::{last_err, rc_err, recv_wr, Context, Cq, Pd, Result, Slots, Srq, Xrcd};
+use super::{last_err, rc_err, recv_wr, Ah, Context, Cq, Pd, Result, Slots, Srq, Xrcd};
 use crate::core::error::Error;
 
 /// The kind of a queue pair.
@@ -24,6 +24,9 @@ pub(crate) enum QpKind {
     XrcSend,
     /// XRC receive (target) QP: receives into the SRQs of its domain, sends nothing.
     XrcRecv,
+    /// Unreliable datagram: one QP reaches any remote UD QP through an address handle
+    /// ([`super::Ah`]); every receive has 40 bytes for the GRH in front of the payload.
+    Ud,
 }
 
 /// Created, not usable yet.
@@ -217,6 +220,48 @@ impl Qp<Reset> {
         ))
     }
 
+    /// A UD QP in `pd`, sends completing on `send_cq` and receives on `recv_cq`, every send
+    /// signalled only when asked.
+    pub(crate) fn create_ud(
+        ctx: &Context,
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+    ) -> Result<Qp<Reset>> {
+        // SAFETY: plain-data struct; zero is valid for every field not set below.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        init.send_cq = send_cq.raw();
+        init.recv_cq = recv_cq.raw();
+        init.qp_type = ibv_qp_type::IBV_QPT_UD;
+        init.sq_sig_all = 0;
+        init.cap = ibv_qp_cap {
+            max_send_wr: caps.max_send_wr,
+            max_recv_wr: caps.max_recv_wr,
+            max_send_sge: caps.max_send_sge,
+            max_recv_sge: caps.max_recv_sge,
+            max_inline_data: caps.max_inline,
+        };
+        // SAFETY: PD and CQs are live; init is fully initialised; NULL on failure.
+        let qp = unsafe { ibv_create_qp(pd.raw(), &mut init) };
+        if qp.is_null() {
+            return Err(last_err(
+                "ibv_create_qp",
+                format!("UD, {} sends, {} receives", caps.max_send_wr, caps.max_recv_wr),
+            ));
+        }
+        Ok(Self::wrap(
+            qp,
+            QpKind::Ud,
+            init.cap.max_inline_data,
+            ctx,
+            Some(pd),
+            [Some(send_cq), Some(recv_cq)],
+            None,
+            None,
+        ))
+    }
+
     /// An XRC send (INI) QP with `caps.max_send_wr` sends of up to `caps.max_send_sge`
     /// pieces, its completions on `cq`.
     pub(crate) fn create_xrc_send(ctx: &Context, pd: &Pd, cq: &Cq, caps: QpCaps) -> Result<Qp<Reset>> {
@@ -379,6 +424,24 @@ impl SendWr {
         }
         wr
     }
+
+    /// The `ibv_send_wr` of this request sent on a UD QP to QP `remote_qpn` with queue key
+    /// `qkey` through address handle `ah` (only stored, not read here).
+    pub(crate) fn raw_ud(
+        &self,
+        sges: &mut [ibv_sge; 2],
+        ah: *mut ibv_ah,
+        remote_qpn: u32,
+        qkey: u32,
+    ) -> ibv_send_wr {
+        let mut wr = self.raw(sges);
+        wr.wr.ud = ud_t {
+            ah,
+            remote_qpn,
+            remote_qkey: qkey,
+        };
+        wr
+    }
 }
 
 impl Qp<Rts> {
@@ -399,6 +462,30 @@ impl Qp<Rts> {
         let rc = unsafe { ibv_post_send(self.h.qp, &mut raw, &mut bad) };
         if rc != 0 {
             return Err(rc_err("ibv_post_send", format!("QP {}", self.h.qpn), rc));
+        }
+        Ok(())
+    }
+
+    /// Posts `wr` on this UD QP toward QP `remote_qpn` (queue key `qkey`) at the address of
+    /// `ah`, which must be in this QP's protection domain. The memory rule of
+    /// [`Qp::post_send`] applies, and `ah` must outlive the send (some providers, rxe among
+    /// them, look the handle up when the send is processed: the fabric keeps its handles
+    /// until it drops, after its UD QP).
+    pub(crate) fn post_ud(&self, wr: &SendWr, ah: &Ah, remote_qpn: u32, qkey: u32) -> Result<()> {
+        debug_assert_eq!(self.h.kind, QpKind::Ud, "a UD send on another kind of QP");
+        let mut sges = [ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; 2];
+        let mut raw = wr.raw_ud(&mut sges, ah.raw(), remote_qpn, qkey);
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the QP is live and in RTS; raw and sges live across the call; the address
+        // handle is live and kept by the caller past the send; the device reads only memory of the
+        // regions named by the keys.
+        let rc = unsafe { ibv_post_send(self.h.qp, &mut raw, &mut bad) };
+        if rc != 0 {
+            return Err(rc_err("ibv_post_send", format!("UD QP {}", self.h.qpn), rc));
         }
         Ok(())
     }
