@@ -382,6 +382,41 @@ fn a_cap_of_two_gives_the_same_spikes_in_both_overflow_modes() {
     }
 }
 
+/// A setting that falls back on ranks as threads says so, as on ranks as processes: the
+/// runtime's note is printed and kept in report.json's `transport_notes`.
+#[test]
+fn a_fallback_of_the_ranks_as_threads_is_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(
+        dir.path(),
+        &[
+            "--ranks",
+            "4",
+            "--recv-sharing",
+            "xrc",
+            "--max-endpoints",
+            "1",
+            "--output",
+            "xrc",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let want = "endpoint_overflow=datagram: transport `local` runs recv_sharing=xrc";
+    assert!(all.contains(&format!("note: {want}")), "{all}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("xrc/report.json")).unwrap()).unwrap();
+    let notes = report["transport_notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n.as_str().unwrap().starts_with(want)),
+        "{report}"
+    );
+}
+
 /// Runtime options out of range are errors naming the option, and a pool or shared receive
 /// queue larger than the machine's available memory (here 100,000,000 x 1 MiB = 95 TiB) is
 /// refused before the allocation file is written, not an abort; nothing is written.

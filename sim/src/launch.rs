@@ -8,6 +8,8 @@ use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
+use parking_lot::Mutex;
+
 use ballast_runtime::{Communicator, ProcStatus, RuntimeConfig, TransportKind};
 
 use crate::check::check_memory;
@@ -97,11 +99,54 @@ pub fn run_ranks_as_threads(
     params: &SimParams,
     windows_done: Option<&AtomicU64>,
 ) -> Result<Vec<RankOutcome>, SimError> {
+    let notes = Mutex::new(Vec::new());
+    let verbs = config.transport().kind == TransportKind::Verbs;
+    run_threads_noted(
+        circuit,
+        rank_of,
+        ranks,
+        config,
+        params,
+        windows_done,
+        verbs,
+        &notes,
+    )
+}
+
+/// The ranks as threads over verbs ([`run_verbs_threads`]) or `local` ([`run_local`]),
+/// with rank 0's communicator notes (e.g. a setting that fell back, and why) left in
+/// `notes`.
+#[allow(clippy::too_many_arguments)]
+fn run_threads_noted(
+    circuit: &SimCircuit,
+    rank_of: &[u32],
+    ranks: usize,
+    config: &RuntimeConfig,
+    params: &SimParams,
+    windows_done: Option<&AtomicU64>,
+    verbs: bool,
+    notes: &Mutex<Vec<String>>,
+) -> Result<Vec<RankOutcome>, SimError> {
+    let rank = |comm: &mut Communicator| {
+        if comm.rank() == 0 {
+            *notes.lock() = comm.notes().to_vec();
+        }
+        run_rank(comm, circuit, rank_of, params, windows_done)
+    };
+    let start = ProcStatus::read_self().unwrap_or_default();
     #[cfg(feature = "verbs")]
-    if config.transport().kind == TransportKind::Verbs {
-        return run_verbs_threads(circuit, rank_of, ranks, config, params, windows_done);
+    if verbs {
+        let mut boot = ballast_runtime::bootstrap::LocalBootstrap::group(1)?
+            .pop()
+            .expect("a group of one");
+        let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, rank)?;
+        // run_ranks returns this process' ranks in ascending order: all of them here.
+        return stamped(results.into_iter().map(|(_, r)| r), start);
     }
-    run_local(circuit, rank_of, ranks, config, params, windows_done)
+    #[cfg(not(feature = "verbs"))]
+    let _ = verbs;
+    let results = ballast_runtime::local::run(ranks, config, rank)?;
+    stamped(results, start)
 }
 
 /// Runs the simulation on `ranks` threads of this process over the `local` transport and
@@ -116,11 +161,17 @@ pub fn run_local(
     params: &SimParams,
     windows_done: Option<&AtomicU64>,
 ) -> Result<Vec<RankOutcome>, SimError> {
-    let start = ProcStatus::read_self().unwrap_or_default();
-    let results = ballast_runtime::local::run(ranks, config, |comm| {
-        run_rank(comm, circuit, rank_of, params, windows_done)
-    })?;
-    stamped(results, start)
+    let notes = Mutex::new(Vec::new());
+    run_threads_noted(
+        circuit,
+        rank_of,
+        ranks,
+        config,
+        params,
+        windows_done,
+        false,
+        &notes,
+    )
 }
 
 /// Runs the simulation on `ranks` threads of this process, each with its own verbs
@@ -137,15 +188,17 @@ pub fn run_verbs_threads(
     params: &SimParams,
     windows_done: Option<&AtomicU64>,
 ) -> Result<Vec<RankOutcome>, SimError> {
-    let mut boot = ballast_runtime::bootstrap::LocalBootstrap::group(1)?
-        .pop()
-        .expect("a group of one");
-    let start = ProcStatus::read_self().unwrap_or_default();
-    let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, |comm| {
-        run_rank(comm, circuit, rank_of, params, windows_done)
-    })?;
-    // run_ranks returns this process' ranks in ascending order: all of them here.
-    stamped(results.into_iter().map(|(_, r)| r), start)
+    let notes = Mutex::new(Vec::new());
+    run_threads_noted(
+        circuit,
+        rank_of,
+        ranks,
+        config,
+        params,
+        windows_done,
+        true,
+        &notes,
+    )
 }
 
 fn stamped(
@@ -206,16 +259,20 @@ impl ThreadRun<'_> {
             placement,
         } = self;
         let start = Instant::now();
-        let outcomes = run_ranks_as_threads(
+        let notes = Mutex::new(Vec::new());
+        let outcomes = run_threads_noted(
             &plan.input.circuit,
             &placement.rank_of,
             ranks,
             cfg,
             plan.params,
             windows_done,
+            cfg.transport().kind == TransportKind::Verbs,
+            &notes,
         )?;
         let seconds = start.elapsed().as_secs_f64();
-        let report = plan.report(&placement, &outcomes, cfg, seconds)?;
+        let mut report = plan.report(&placement, &outcomes, cfg, seconds)?;
+        report.transport_notes = notes.into_inner();
         plan.write(&report, &outcomes, output_dir)?;
         Ok(Finished { report, placement })
     }
