@@ -46,7 +46,7 @@
 #define BALLAST_VERSION_MAJOR 0
 
 // See BALLAST_VERSION_MAJOR.
-#define BALLAST_VERSION_MINOR 1
+#define BALLAST_VERSION_MINOR 2
 
 // See BALLAST_VERSION_MAJOR.
 #define BALLAST_VERSION_PATCH 0
@@ -88,7 +88,9 @@ typedef struct ballast_status {
 } ballast_status;
 
 // Transport memory of a rank, in bytes, and its endpoint counters. Fields added later go
-// at the end.
+// at the end, in a new minor version: the struct grows, so the SONAME
+// (libballast.so.MAJOR.MINOR) changes with it and a program built against an older header
+// does not load a newer library.
 typedef struct ballast_footprint {
   // Registered pool buffers.
   uint64_t pool;
@@ -320,6 +322,7 @@ int ballast_strerror(int code, const char **out);
 // The library's version in *major, *minor, *patch (each pointer may be NULL), to compare
 // with the header's BALLAST_VERSION_MAJOR/MINOR/PATCH: a program built against another
 // minor version of the header than the library it runs with should refuse to run.
+// Returns 0: it cannot fail (NULL pointers are skipped).
 //
 // # Safety
 // Each pointer must be NULL or writable.

@@ -98,7 +98,9 @@ pub struct ballast_status {
 }
 
 /// Transport memory of a rank, in bytes, and its endpoint counters. Fields added later go
-/// at the end.
+/// at the end, in a new minor version: the struct grows, so the SONAME
+/// (libballast.so.MAJOR.MINOR) changes with it and a program built against an older header
+/// does not load a newer library.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ballast_footprint {

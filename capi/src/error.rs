@@ -184,6 +184,7 @@ pub unsafe extern "C" fn ballast_strerror(code: c_int, out: *mut *const c_char) 
 /// The library's version in *major, *minor, *patch (each pointer may be NULL), to compare
 /// with the header's BALLAST_VERSION_MAJOR/MINOR/PATCH: a program built against another
 /// minor version of the header than the library it runs with should refuse to run.
+/// Returns 0: it cannot fail (NULL pointers are skipped).
 ///
 /// # Safety
 /// Each pointer must be NULL or writable.

@@ -49,7 +49,7 @@ pub const BALLAST_ETRUNC: c_int = -7;
 /// The version of the header (compare with ballast_version, the library's).
 pub const BALLAST_VERSION_MAJOR: c_int = 0;
 /// See BALLAST_VERSION_MAJOR.
-pub const BALLAST_VERSION_MINOR: c_int = 1;
+pub const BALLAST_VERSION_MINOR: c_int = 2;
 /// See BALLAST_VERSION_MAJOR.
 pub const BALLAST_VERSION_PATCH: c_int = 0;
 
