@@ -99,13 +99,26 @@ pub unsafe extern "C" fn ballast_config_set(
 }
 
 /// The message for a key that is not a setting: the key it may have meant (the same name
-/// in another spelling: `buffer-count`, `BALLAST_BUFFER_COUNT`, `Buffer_Count`), and the keys.
+/// in another spelling: `buffer-count`, `BALLAST_BUFFER_COUNT`, `Buffer_Count`; or a typo of
+/// at most two edits: `endpoint_overfow`), and the keys.
 fn unknown_key(func: &str, key: &str) -> String {
     let norm = |k: &str| {
         let k = k.trim().to_ascii_lowercase().replace('-', "_");
         k.strip_prefix("ballast_").map(str::to_string).unwrap_or(k)
     };
-    let meant = SETTINGS.iter().find(|(n, _)| norm(key) == *n).map(|(n, _)| *n);
+    // The same name in another spelling, else the closest name within two edits (a typo).
+    let meant = SETTINGS
+        .iter()
+        .find(|(n, _)| norm(key) == *n)
+        .map(|(n, _)| *n)
+        .or_else(|| {
+            SETTINGS
+                .iter()
+                .map(|(n, _)| (strsim::levenshtein(&norm(key), n), *n))
+                .filter(|&(d, _)| d <= 2)
+                .min()
+                .map(|(_, n)| n)
+        });
     let keys = SETTINGS.map(|(n, _)| n).join(", ");
     let hint = meant
         .map(|m| format!(" (did you mean `{m}`?)"))

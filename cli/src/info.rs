@@ -93,7 +93,12 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     outln!();
     outln!("effective configuration:");
     outln!("  {:<19} {:<12} {:<8} {}", "setting", "value", "from", "variable");
-    for s in cfg.settings() {
+    // The test-only drop model is shown only when it is set.
+    for s in cfg
+        .settings()
+        .into_iter()
+        .filter(|s| s.name != "datagram_drop_every" || s.value != "0")
+    {
         outln!(
             "  {:<19} {:<12} {:<8} {}",
             s.name,
@@ -111,7 +116,8 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
             cfg.transport().max_endpoints,
             match overflow {
                 ballast_runtime::EndpointOverflow::Datagram =>
-                    "go over the datagram path (no endpoint; evict where the transport has no datagrams)",
+                    "go over the datagram path (no endpoint; evict with recv_sharing=xrc, buffers below \
+                     64 B, or a transport without datagrams)",
                 ballast_runtime::EndpointOverflow::Evict => "evict the least recently used endpoint",
             }
         );

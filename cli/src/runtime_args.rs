@@ -47,8 +47,8 @@ pub struct RuntimeArgs {
     /// Cap on live endpoints, 0 = none (BALLAST_MAX_ENDPOINTS).
     #[arg(long, value_parser = parse_count)]
     pub max_endpoints: Option<usize>,
-    /// Peers beyond --max-endpoints: datagram (a connectionless path, no reconnects) or
-    /// evict (close the least recently used endpoint) (BALLAST_ENDPOINT_OVERFLOW).
+    /// Peers beyond --max-endpoints: datagram (a connectionless path, no reconnects; the
+    /// default) or evict (close the least recently used endpoint) (BALLAST_ENDPOINT_OVERFLOW).
     #[arg(long, value_parser = |s: &str| s.parse::<EndpointOverflow>())]
     pub endpoint_overflow: Option<EndpointOverflow>,
     /// Receive sharing: per-peer, shared or xrc (BALLAST_RECV_SHARING).

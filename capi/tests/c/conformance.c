@@ -401,8 +401,9 @@ int main(void) {
     EXPECT_ERR(ballast_config_set(NULL, "buffer_size", "4K"), BALLAST_EINVAL, "config is NULL");
     EXPECT_ERR(ballast_config_set(cfg, NULL, "4K"), BALLAST_EINVAL, "key is NULL");
     EXPECT_ERR(ballast_config_set(cfg, "buffer_size", NULL), BALLAST_EINVAL, "value is NULL");
-    EXPECT_ERR(ballast_config_set(cfg, "buffer_sise", "4K"), BALLAST_EINVAL, "unknown key `buffer_sise`; the keys are transport, buffer_count");
+    EXPECT_ERR(ballast_config_set(cfg, "buffer_sise", "4K"), BALLAST_EINVAL, "unknown key `buffer_sise` (did you mean `buffer_size`?); the keys are transport, buffer_count");
     EXPECT_ERR(ballast_config_set(cfg, "buffer-count", "4"), BALLAST_EINVAL, "(did you mean `buffer_count`?)");
+    EXPECT_ERR(ballast_config_set(cfg, "endpoint_overfow", "evict"), BALLAST_EINVAL, "(did you mean `endpoint_overflow`?)");
     EXPECT_ERR(ballast_config_set(cfg, "BALLAST_RECV_SHARING", "shared"), BALLAST_EINVAL, "(did you mean `recv_sharing`?)");
     EXPECT_ERR(ballast_config_set(cfg, "lazy_connect", "maybe"), BALLAST_EINVAL, "lazy_connect");
     EXPECT_ERR(ballast_config_set(cfg, "buffer_size", "0"), BALLAST_EINVAL, "buffer_size");
