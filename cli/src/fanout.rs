@@ -62,6 +62,8 @@ pub fn report_json(r: &FanoutReport) -> serde_json::Value {
         "predicted_footprint_bytes": r.predicted.total_bytes(),
         "endpoints_live": r.after.footprint.endpoints_live,
         "peers_connected": r.after.footprint.peers_connected,
+        "datagram_peers": r.after.footprint.datagram_peers,
+        "datagram_bytes": r.after.footprint.datagram_bytes,
         "model_matches_accounting": r.all_ranks_match_model,
         "notes": r.notes,
         "before_taken": before_taken(r),
@@ -296,6 +298,11 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
         "peers connected rank 0",
         b.footprint.peers_connected,
         a.footprint.peers_connected,
+    )?;
+    row(
+        "datagram peers rank 0",
+        b.footprint.datagram_peers,
+        a.footprint.datagram_peers,
     )?;
     outln!("* {}", before_taken(&r));
     outln!(
