@@ -67,8 +67,11 @@ impl Mpi {
             return Ok(None);
         }
         let rows: Vec<Vec<u64>> = all.iter().map(|b| get_u64s(b)).collect();
-        // Footprint::fields() order (12 each).
-        let total = |r: &Vec<u64>, k: usize| Footprint::from_fields(&r[k * 12..k * 12 + 12]).total_bytes();
+        // Per rank: 4 footprints in Footprint::fields() order, then the match flag.
+        let n_fields = Footprint::default().fields().len();
+        let total = |r: &Vec<u64>, k: usize| {
+            Footprint::from_fields(&r[k * n_fields..(k + 1) * n_fields]).total_bytes()
+        };
         let sum = |k: usize| rows.iter().map(|r| total(r, k)).sum::<u64>();
         let mut notes = notes;
         notes.push(MPI_MEMORY_NOTE.to_string());
@@ -87,7 +90,7 @@ impl Mpi {
                 world_predicted_bytes: sum(3),
             },
             predicted: ap,
-            all_ranks_match_model: rows.iter().all(|r| r[40] == 1),
+            all_ranks_match_model: rows.iter().all(|r| r[4 * n_fields] == 1),
             notes,
             // MPI registers memory itself: Ballast makes no mlock request.
             memory_lock: Default::default(),
