@@ -99,25 +99,14 @@ pub fn run_ranks_as_threads(
     params: &SimParams,
     windows_done: Option<&AtomicU64>,
 ) -> Result<Vec<RankOutcome>, SimError> {
-    let notes = Mutex::new(Vec::new());
     let verbs = config.transport().kind == TransportKind::Verbs;
-    run_threads_noted(
-        circuit,
-        rank_of,
-        ranks,
-        config,
-        params,
-        windows_done,
-        verbs,
-        &notes,
-    )
+    Ok(threads(circuit, rank_of, ranks, config, params, windows_done, verbs)?.0)
 }
 
-/// The ranks as threads over verbs ([`run_verbs_threads`]) or `local` ([`run_local`]),
-/// with rank 0's communicator notes (e.g. a setting that fell back, and why) left in
-/// `notes`.
-#[allow(clippy::too_many_arguments)]
-fn run_threads_noted(
+/// The ranks as threads over verbs ([`run_verbs_threads`]) or `local` ([`run_local`]):
+/// every rank's outcome, and rank 0's communicator notes (e.g. a setting that fell back,
+/// and why).
+fn threads(
     circuit: &SimCircuit,
     rank_of: &[u32],
     ranks: usize,
@@ -125,8 +114,8 @@ fn run_threads_noted(
     params: &SimParams,
     windows_done: Option<&AtomicU64>,
     verbs: bool,
-    notes: &Mutex<Vec<String>>,
-) -> Result<Vec<RankOutcome>, SimError> {
+) -> Result<(Vec<RankOutcome>, Vec<String>), SimError> {
+    let notes = Mutex::new(Vec::new());
     let rank = |comm: &mut Communicator| {
         if comm.rank() == 0 {
             *notes.lock() = comm.notes().to_vec();
@@ -141,12 +130,13 @@ fn run_threads_noted(
             .expect("a group of one");
         let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, rank)?;
         // run_ranks returns this process' ranks in ascending order: all of them here.
-        return stamped(results.into_iter().map(|(_, r)| r), start);
+        let outcomes = stamped(results.into_iter().map(|(_, r)| r), start)?;
+        return Ok((outcomes, notes.into_inner()));
     }
     #[cfg(not(feature = "verbs"))]
     let _ = verbs;
-    let results = ballast_runtime::local::run(ranks, config, rank)?;
-    stamped(results, start)
+    let outcomes = stamped(ballast_runtime::local::run(ranks, config, rank)?, start)?;
+    Ok((outcomes, notes.into_inner()))
 }
 
 /// Runs the simulation on `ranks` threads of this process over the `local` transport and
@@ -161,17 +151,7 @@ pub fn run_local(
     params: &SimParams,
     windows_done: Option<&AtomicU64>,
 ) -> Result<Vec<RankOutcome>, SimError> {
-    let notes = Mutex::new(Vec::new());
-    run_threads_noted(
-        circuit,
-        rank_of,
-        ranks,
-        config,
-        params,
-        windows_done,
-        false,
-        &notes,
-    )
+    Ok(threads(circuit, rank_of, ranks, config, params, windows_done, false)?.0)
 }
 
 /// Runs the simulation on `ranks` threads of this process, each with its own verbs
@@ -188,17 +168,7 @@ pub fn run_verbs_threads(
     params: &SimParams,
     windows_done: Option<&AtomicU64>,
 ) -> Result<Vec<RankOutcome>, SimError> {
-    let notes = Mutex::new(Vec::new());
-    run_threads_noted(
-        circuit,
-        rank_of,
-        ranks,
-        config,
-        params,
-        windows_done,
-        true,
-        &notes,
-    )
+    Ok(threads(circuit, rank_of, ranks, config, params, windows_done, true)?.0)
 }
 
 fn stamped(
@@ -259,8 +229,7 @@ impl ThreadRun<'_> {
             placement,
         } = self;
         let start = Instant::now();
-        let notes = Mutex::new(Vec::new());
-        let outcomes = run_threads_noted(
+        let (outcomes, notes) = threads(
             &plan.input.circuit,
             &placement.rank_of,
             ranks,
@@ -268,11 +237,10 @@ impl ThreadRun<'_> {
             plan.params,
             windows_done,
             cfg.transport().kind == TransportKind::Verbs,
-            &notes,
         )?;
         let seconds = start.elapsed().as_secs_f64();
         let mut report = plan.report(&placement, &outcomes, cfg, seconds)?;
-        report.transport_notes = notes.into_inner();
+        report.transport_notes = notes;
         plan.write(&report, &outcomes, output_dir)?;
         Ok(Finished { report, placement })
     }
