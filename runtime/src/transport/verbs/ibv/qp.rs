@@ -183,12 +183,43 @@ impl Qp<Reset> {
         srq: Option<&Srq>,
         caps: QpCaps,
     ) -> Result<Qp<Reset>> {
+        Self::create_plain(ctx, pd, send_cq, recv_cq, srq, QpKind::Rc, caps)
+    }
+
+    /// A UD QP in `pd`, sends completing on `send_cq` and receives on `recv_cq`, every send
+    /// signalled only when asked.
+    pub(crate) fn create_ud(
+        ctx: &Context,
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+    ) -> Result<Qp<Reset>> {
+        Self::create_plain(ctx, pd, send_cq, recv_cq, None, QpKind::Ud, caps)
+    }
+
+    /// `ibv_create_qp` of an RC or UD QP (`kind`), for [`Qp::create_rc`] and
+    /// [`Qp::create_ud`].
+    fn create_plain(
+        ctx: &Context,
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: Option<&Srq>,
+        kind: QpKind,
+        caps: QpCaps,
+    ) -> Result<Qp<Reset>> {
+        let (qp_type, name) = match kind {
+            QpKind::Rc => (ibv_qp_type::IBV_QPT_RC, "RC"),
+            QpKind::Ud => (ibv_qp_type::IBV_QPT_UD, "UD"),
+            QpKind::XrcSend | QpKind::XrcRecv => unreachable!("XRC QPs are made by create_xrc_*"),
+        };
         // SAFETY: plain-data struct; zero is valid for every field not set below.
         let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         init.send_cq = send_cq.raw();
         init.recv_cq = recv_cq.raw();
         init.srq = srq.map_or(std::ptr::null_mut(), |s| s.raw());
-        init.qp_type = ibv_qp_type::IBV_QPT_RC;
+        init.qp_type = qp_type;
         init.sq_sig_all = 0;
         init.cap = ibv_qp_cap {
             max_send_wr: caps.max_send_wr,
@@ -203,61 +234,19 @@ impl Qp<Reset> {
             return Err(last_err(
                 "ibv_create_qp",
                 format!(
-                    "RC, {} sends, {} receives, {} B inline",
+                    "{name}, {} sends, {} receives, {} B inline",
                     caps.max_send_wr, caps.max_recv_wr, caps.max_inline
                 ),
             ));
         }
         Ok(Self::wrap(
             qp,
-            QpKind::Rc,
+            kind,
             init.cap.max_inline_data,
             ctx,
             Some(pd),
             [Some(send_cq), Some(recv_cq)],
             srq,
-            None,
-        ))
-    }
-
-    /// A UD QP in `pd`, sends completing on `send_cq` and receives on `recv_cq`, every send
-    /// signalled only when asked.
-    pub(crate) fn create_ud(
-        ctx: &Context,
-        pd: &Pd,
-        send_cq: &Cq,
-        recv_cq: &Cq,
-        caps: QpCaps,
-    ) -> Result<Qp<Reset>> {
-        // SAFETY: plain-data struct; zero is valid for every field not set below.
-        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        init.send_cq = send_cq.raw();
-        init.recv_cq = recv_cq.raw();
-        init.qp_type = ibv_qp_type::IBV_QPT_UD;
-        init.sq_sig_all = 0;
-        init.cap = ibv_qp_cap {
-            max_send_wr: caps.max_send_wr,
-            max_recv_wr: caps.max_recv_wr,
-            max_send_sge: caps.max_send_sge,
-            max_recv_sge: caps.max_recv_sge,
-            max_inline_data: caps.max_inline,
-        };
-        // SAFETY: PD and CQs are live; init is fully initialised; NULL on failure.
-        let qp = unsafe { ibv_create_qp(pd.raw(), &mut init) };
-        if qp.is_null() {
-            return Err(last_err(
-                "ibv_create_qp",
-                format!("UD, {} sends, {} receives", caps.max_send_wr, caps.max_recv_wr),
-            ));
-        }
-        Ok(Self::wrap(
-            qp,
-            QpKind::Ud,
-            init.cap.max_inline_data,
-            ctx,
-            Some(pd),
-            [Some(send_cq), Some(recv_cq)],
-            None,
             None,
         ))
     }
