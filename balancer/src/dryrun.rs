@@ -464,20 +464,29 @@ impl DryRun {
                 cell_synapses: None,
             });
         }
-        if populations.iter().all(|p: &Population| p.cell_count() == 0) {
-            return Err(err(
+        DryRun::checked(metypes, populations).map_err(|(field, message)| err(field, message))
+    }
+
+    /// The dry run of what a reader parsed, if it has cells and every cost is finite and in
+    /// range ([`DryRun::check_costs`]); else the JSON field at fault and what is wrong.
+    pub(crate) fn checked(
+        metypes: Vec<Metype>,
+        populations: Vec<Population>,
+    ) -> std::result::Result<DryRun, (String, String)> {
+        if populations.iter().all(|p| p.cell_count() == 0) {
+            return Err((
                 "pop_metype_gids".into(),
                 "no cells: there is nothing to balance".into(),
             ));
         }
         let dry_run = DryRun { metypes, populations };
-        dry_run.check_costs().map_err(|(m, field, message)| {
-            err(
+        match dry_run.check_costs() {
+            Ok(_) => Ok(dry_run),
+            Err((m, field, message)) => Err((
                 format!("{}[{:?}]", field.json_key(), dry_run.metypes[m].name),
                 message,
-            )
-        })?;
-        Ok(dry_run)
+            )),
+        }
     }
 
     /// The dry run as neurodamus' JSON layout (keys sorted, as neurodamus' `json.dump(...,

@@ -450,19 +450,7 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
             cell_synapses: None,
         });
     }
-    if populations.iter().all(|p: &Population| p.cell_count() == 0) {
-        return Err(err(
-            "pop_metype_gids".into(),
-            "no cells: there is nothing to balance".into(),
-        ));
-    }
-    let dry_run = DryRun { metypes, populations };
-    dry_run.check_costs().map_err(|(m, field, message)| {
-        err(
-            format!("{}[{:?}]", field.json_key(), dry_run.metypes[m].name),
-            message,
-        )
-    })?;
+    let dry_run = DryRun::checked(metypes, populations).map_err(|(field, message)| err(field, message))?;
     Ok((dry_run, notes))
 }
 
