@@ -16,7 +16,7 @@
 //! The engine glue (which peers are datagram peers, chunking, buffers) is in
 //! `protocol::engine::dgram`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::core::config::{EndpointOverflow, RecvSharing, TransportConfig};
 use crate::core::error::{Error, Result, Sender};
@@ -164,7 +164,13 @@ pub enum Rx {
     Beyond,
 }
 
-/// The fixed state of one datagram peer, both directions (at most 256 B; no queue).
+/// The fixed state of one datagram peer, both directions (at most 256 B with the
+/// fabric's per-peer bytes; no queue). Times are microseconds on the engine's clock
+/// (`now`, from an epoch of its choosing; 64 bits, so they never wrap).
+///
+/// Out-of-order arrivals are held in pool buffers that the engine indexes in one list
+/// shared by all peers (at most one entry per pool buffer held); the peer keeps only a
+/// bit per window slot, so its fixed state has no second array of buffer ids.
 #[derive(Clone, Debug)]
 pub struct DgPeer {
     next_seq: u32,
@@ -172,11 +178,19 @@ pub struct DgPeer {
     /// Copies of the datagrams `una..next_seq`, at `seq % WINDOW`.
     sent: [BufId; WINDOW],
     expect: u32,
-    /// Out-of-order arrivals `expect+1..expect+WINDOW`, at `seq % WINDOW`.
-    held: [BufId; WINDOW],
-    deadline: Option<Instant>,
-    /// The first retransmission timeout ([`RTO_BASE`] or [`RTO_RELIABLE`]).
-    rto: Duration,
+    /// The first retransmission timeout, µs ([`RTO_BASE`] or [`RTO_RELIABLE`]).
+    rto_us: u32,
+    /// Retransmission deadline, µs; 0 when nothing is in flight.
+    deadline_us: u64,
+    /// Endpoint data packets sent to the peer on endpoints closed since.
+    pub ep_sent: u64,
+    /// Endpoint data packets received from the peer on endpoints closed since.
+    pub ep_received: u64,
+    /// Datagrams carried both ways since the last promotion check (the policy's activity;
+    /// halved at every check of `PROMOTE_EVERY` datagrams, so 16 bits hold it).
+    pub activity: u16,
+    /// Out-of-order arrivals `expect+1..expect+WINDOW` held (bit `seq % WINDOW`).
+    held: u8,
     retries: u8,
     dup_acks: u8,
     /// An acknowledgement is owed to the peer.
@@ -184,32 +198,19 @@ pub struct DgPeer {
     /// The peer refused a connect request (it was full): reach it by datagram even while
     /// this rank has room.
     pub refused: bool,
-    /// Endpoint data packets sent to the peer on endpoints closed since.
-    pub ep_sent: u64,
-    /// Endpoint data packets received from the peer on endpoints closed since.
-    pub ep_received: u64,
-    /// Datagrams carried both ways since the last promotion check (the policy's activity).
-    pub activity: u32,
+}
+
+// A window slot per bit of `DgPeer::held`.
+const _: () = assert!(WINDOW <= 8);
+
+/// Microseconds of `d`, saturated to 32 bits.
+pub fn micros(d: Duration) -> u32 {
+    d.as_micros().min(u32::MAX as u128) as u32
 }
 
 impl Default for DgPeer {
     fn default() -> Self {
-        DgPeer {
-            next_seq: 0,
-            una: 0,
-            sent: [NONE; WINDOW],
-            expect: 0,
-            held: [NONE; WINDOW],
-            deadline: None,
-            rto: RTO_BASE,
-            retries: 0,
-            dup_acks: 0,
-            ack_due: false,
-            refused: false,
-            ep_sent: 0,
-            ep_received: 0,
-            activity: 0,
-        }
+        DgPeer::with_rto(RTO_BASE)
     }
 }
 
@@ -217,8 +218,20 @@ impl DgPeer {
     /// A peer whose first retransmission timeout is `rto`.
     pub fn with_rto(rto: Duration) -> DgPeer {
         DgPeer {
-            rto,
-            ..DgPeer::default()
+            next_seq: 0,
+            una: 0,
+            sent: [NONE; WINDOW],
+            expect: 0,
+            rto_us: micros(rto),
+            deadline_us: 0,
+            ep_sent: 0,
+            ep_received: 0,
+            activity: 0,
+            held: 0,
+            retries: 0,
+            dup_acks: 0,
+            ack_due: false,
+            refused: false,
         }
     }
 
@@ -240,21 +253,23 @@ impl DgPeer {
         self.expect
     }
 
-    /// Records datagram copy `id` as sent; returns its sequence number. Only when
-    /// [`DgPeer::can_send`].
-    pub fn push_sent(&mut self, id: BufId, now: Instant) -> u32 {
+    /// Records datagram copy `id` as sent at `now` (µs); returns its sequence number. Only
+    /// when [`DgPeer::can_send`].
+    pub fn push_sent(&mut self, id: BufId, now: u64) -> u32 {
         debug_assert!(self.can_send());
         let seq = self.next_seq;
         self.sent[seq as usize % WINDOW] = id;
         self.next_seq = seq.wrapping_add(1);
-        self.deadline.get_or_insert(now + self.rto);
+        if self.deadline_us == 0 {
+            self.deadline_us = now + u64::from(self.rto_us);
+        }
         seq
     }
 
     /// Takes a cumulative acknowledgement: the copies it covers go to `release`. Returns
     /// true when the oldest unacknowledged datagram should be sent again at once (the
     /// second duplicate acknowledgement: the peer got later ones, not it).
-    pub fn on_ack(&mut self, ack: u32, now: Instant, release: &mut impl FnMut(BufId)) -> bool {
+    pub fn on_ack(&mut self, ack: u32, now: u64, release: &mut impl FnMut(BufId)) -> bool {
         let newly = ack.wrapping_sub(self.una);
         let flight = self.in_flight();
         if newly == 0 {
@@ -274,7 +289,11 @@ impl DgPeer {
         }
         self.retries = 0;
         self.dup_acks = 0;
-        self.deadline = (self.in_flight() > 0).then(|| now + self.rto);
+        self.deadline_us = if self.in_flight() > 0 {
+            now + u64::from(self.rto_us)
+        } else {
+            0
+        };
         false
     }
 
@@ -283,31 +302,31 @@ impl DgPeer {
         (self.in_flight() > 0).then(|| self.sent[self.una as usize % WINDOW])
     }
 
-    /// True when the retransmission timeout passed with datagrams unacknowledged.
+    /// True when the retransmission timeout passed at `now` (µs) with datagrams
+    /// unacknowledged.
     #[inline]
-    pub fn timed_out(&self, now: Instant) -> bool {
-        self.deadline.is_some_and(|d| now >= d)
+    pub fn timed_out(&self, now: u64) -> bool {
+        self.deadline_us != 0 && now >= self.deadline_us
     }
 
-    /// The retransmission deadline, if datagrams are unacknowledged.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
+    /// The retransmission deadline (µs), if datagrams are unacknowledged.
+    pub fn deadline(&self) -> Option<u64> {
+        (self.deadline_us != 0).then_some(self.deadline_us)
     }
 
-    /// A timeout fired: the copies to send again (oldest first) go to `resend`; the next
-    /// timeout is twice as long (at most [`RTO_MAX`]).
-    pub fn on_timeout(&mut self, now: Instant, resend: &mut impl FnMut(BufId)) {
+    /// A timeout fired at `now` (µs): the copies to send again (oldest first) go to
+    /// `resend`; the next timeout is twice as long (at most [`RTO_MAX`]).
+    pub fn on_timeout(&mut self, now: u64, resend: &mut impl FnMut(BufId)) {
         let mut s = self.una;
         while s != self.next_seq {
             resend(self.sent[s as usize % WINDOW]);
             s = s.wrapping_add(1);
         }
         self.retries = self.retries.saturating_add(1);
-        let rto = self
-            .rto
+        let rto = u64::from(self.rto_us)
             .saturating_mul(1 << self.retries.min(4))
-            .min(RTO_MAX.max(self.rto));
-        self.deadline = Some(now + rto);
+            .min(u64::from(micros(RTO_MAX).max(self.rto_us)));
+        self.deadline_us = now + rto;
     }
 
     /// Classifies an arrived data datagram of sequence `seq`; owes an acknowledgement
@@ -318,7 +337,7 @@ impl DgPeer {
         if d == 0 {
             Rx::Deliver
         } else if (d as usize) < WINDOW {
-            if self.held[seq as usize % WINDOW] == NONE {
+            if self.held & (1 << (seq as usize % WINDOW)) == 0 {
                 Rx::Hold
             } else {
                 Rx::Duplicate
@@ -330,27 +349,30 @@ impl DgPeer {
         }
     }
 
-    /// Keeps out-of-order datagram `seq` (classified [`Rx::Hold`]) in pool buffer `id`.
-    pub fn hold(&mut self, seq: u32, id: BufId) {
-        self.held[seq as usize % WINDOW] = id;
+    /// Marks out-of-order datagram `seq` (classified [`Rx::Hold`]) as held (the engine
+    /// keeps its buffer).
+    pub fn hold(&mut self, seq: u32) {
+        self.held |= 1 << (seq as usize % WINDOW);
     }
 
-    /// The datagram `expect` was delivered; returns the held buffer of the next one, if it
-    /// arrived already (deliver it, release the buffer and call this again).
-    pub fn delivered(&mut self) -> Option<BufId> {
+    /// The datagram `expect` was delivered; returns the sequence number of the next one
+    /// when it is held already (deliver it from the engine's list and call this again).
+    pub fn delivered(&mut self) -> Option<u32> {
         self.expect = self.expect.wrapping_add(1);
-        let slot = self.expect as usize % WINDOW;
-        let id = std::mem::replace(&mut self.held[slot], NONE);
-        (id != NONE).then_some(id)
+        let bit = 1 << (self.expect as usize % WINDOW);
+        let held = self.held & bit != 0;
+        self.held &= !bit;
+        held.then_some(self.expect)
     }
 
-    /// Every pool buffer the state holds (sent copies and held arrivals).
-    pub fn buffers(&self) -> impl Iterator<Item = BufId> + '_ {
-        self.sent
-            .iter()
-            .chain(self.held.iter())
-            .copied()
-            .filter(|&b| b != NONE)
+    /// Out-of-order arrivals held.
+    pub fn held(&self) -> u32 {
+        self.held.count_ones()
+    }
+
+    /// The pool buffers of the sent copies.
+    pub fn sent_buffers(&self) -> impl Iterator<Item = BufId> + '_ {
+        self.sent.iter().copied().filter(|&b| b != NONE)
     }
 }
 
@@ -383,8 +405,8 @@ pub fn chunk_for(cfg: &TransportConfig, mtu: Option<usize>) -> std::result::Resu
 
 /// Bytes charged per datagram peer: its [`DgPeer`] and its key in the engine's table.
 pub const PEER_STATE_BYTES: u64 = (std::mem::size_of::<DgPeer>() + std::mem::size_of::<usize>()) as u64;
-// The bound: the fixed state of a datagram peer is at most 256 B.
-const _: () = assert!(PEER_STATE_BYTES <= 256);
+// The bound of 256 B per datagram peer, the fabric's bytes included, is checked where those
+// are known (`transport::model`).
 
 #[cfg(test)]
 mod tests {
@@ -468,7 +490,7 @@ mod tests {
 
     #[test]
     fn window_acks_release_in_order_and_back_pressure() {
-        let now = Instant::now();
+        let now = 1_000u64;
         let mut p = DgPeer::default();
         for i in 0..WINDOW as u32 {
             assert!(p.can_send());
@@ -494,52 +516,61 @@ mod tests {
 
     #[test]
     fn timeout_resends_all_unacked_and_backs_off() {
-        let t0 = Instant::now();
+        let t0 = 1_000u64;
         let mut p = DgPeer::default();
         p.push_sent(1, t0);
         p.push_sent(2, t0);
         assert!(!p.timed_out(t0));
-        let t1 = t0 + RTO_BASE;
+        let (base, max) = (micros(RTO_BASE) as u64, micros(RTO_MAX) as u64);
+        let t1 = t0 + base;
         assert!(p.timed_out(t1));
         let mut again = Vec::new();
         p.on_timeout(t1, &mut |b| again.push(b));
         assert_eq!(again, [1, 2]);
-        assert_eq!(p.deadline(), Some(t1 + 2 * RTO_BASE));
+        assert_eq!(p.deadline(), Some(t1 + 2 * base));
         for _ in 0..10 {
             p.on_timeout(t1, &mut |_| {});
         }
-        assert_eq!(p.deadline(), Some(t1 + RTO_MAX));
+        assert_eq!(p.deadline(), Some(t1 + max));
         p.on_ack(1, t1, &mut |_| {});
-        assert_eq!(p.deadline(), Some(t1 + RTO_BASE), "progress resets the timeout");
+        assert_eq!(p.deadline(), Some(t1 + base), "progress resets the timeout");
         let mut r = DgPeer::with_rto(RTO_RELIABLE);
         r.push_sent(1, t0);
-        assert_eq!(r.deadline(), Some(t0 + RTO_RELIABLE), "a fabric that never drops");
+        assert_eq!(
+            r.deadline(),
+            Some(t0 + micros(RTO_RELIABLE) as u64),
+            "a fabric that never drops"
+        );
         r.on_timeout(t0, &mut |_| {});
-        assert_eq!(r.deadline(), Some(t0 + 2 * RTO_RELIABLE));
+        assert_eq!(r.deadline(), Some(t0 + 2 * micros(RTO_RELIABLE) as u64));
     }
 
     #[test]
     fn receiver_delivers_in_order_holds_ahead_and_drops_duplicates() {
         let mut p = DgPeer::default();
         assert_eq!(p.on_data(1), Rx::Hold);
-        p.hold(1, 11);
+        p.hold(1);
         assert_eq!(p.on_data(1), Rx::Duplicate, "held already");
-        assert_eq!(p.on_data(2), Rx::Hold);
-        p.hold(2, 12);
+        assert_eq!(p.on_data(3), Rx::Hold);
+        p.hold(3);
+        assert_eq!(p.held(), 2);
         assert_eq!(p.on_data(WINDOW as u32), Rx::Beyond);
         assert_eq!(p.on_data(0), Rx::Deliver);
-        assert_eq!(p.delivered(), Some(11));
-        assert_eq!(p.delivered(), Some(12));
+        assert_eq!(p.delivered(), Some(1));
+        assert_eq!(p.delivered(), None, "2 is missing");
+        assert_eq!(p.on_data(2), Rx::Deliver);
+        assert_eq!(p.delivered(), Some(3));
         assert_eq!(p.delivered(), None);
-        assert_eq!(p.ack_value(), 3);
+        assert_eq!(p.held(), 0);
+        assert_eq!(p.ack_value(), 4);
         assert_eq!(p.on_data(0), Rx::Duplicate, "delivered already");
         assert!(p.ack_due);
-        assert_eq!(p.buffers().count(), 0);
+        assert_eq!(p.sent_buffers().count(), 0);
     }
 
     #[test]
     fn sequence_numbers_wrap() {
-        let now = Instant::now();
+        let now = 1_000u64;
         let mut p = DgPeer {
             next_seq: u32::MAX,
             una: u32::MAX,

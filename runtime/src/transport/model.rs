@@ -131,6 +131,9 @@ pub fn verbs_ud_ring_bytes(b: u64) -> u64 {
 /// Verbs datagram path: the fabric's bytes per datagram peer (entry and address handle),
 /// beyond the protocol's `PEER_STATE_BYTES`.
 pub const VERBS_UD_PEER_BYTES: u64 = VERBS_UD_ENTRY_BYTES + VERBS_AH_BYTES;
+// The bound: a datagram peer's fixed state is at most 256 B, the address handle
+// included on verbs (the most a transport adds to the protocol's state).
+const _: () = assert!(crate::protocol::datagram::PEER_STATE_BYTES + VERBS_UD_PEER_BYTES <= 256);
 
 /// MPI transport: bytes of a receive staging or kept send buffer beyond `buffer_size` (the
 /// 32-byte header and up to 16 piggybacked controls of 9 bytes).
@@ -205,7 +208,6 @@ impl TransportConfig {
     /// `world_size` ranks grouped `ranks_per_node` per node (used by `xrc`), from the
     /// configuration alone. Pure and O(1). See the module docs for the formula.
     pub fn predict(&self, peers: usize, world_size: usize, ranks_per_node: usize) -> Footprint {
-        let m = MemoryModel::for_kind(self.kind);
         let others = world_size.saturating_sub(1) as u64;
         let c = if self.lazy_connect {
             (peers as u64).min(others)
@@ -223,8 +225,31 @@ impl TransportConfig {
             keys
         };
         // The peers beyond the cap on the datagram path (where this transport has one).
+        self.predict_with(c as usize, e as usize, (keys - e) as usize, world_size)
+    }
+
+    /// The footprint of a rank that talks to `peers` other ranks (as
+    /// [`TransportConfig::predict`] counts them: `peers_connected`), of which the traffic
+    /// left it `endpoints` endpoints and `datagram_peers` peers on the datagram path, in a
+    /// world of `world_size` ranks. [`TransportConfig::predict`] is this with
+    /// `min(peers, max_endpoints)` endpoints and the rest datagram peers; a pattern that is
+    /// not symmetric gives others (a rank 0 that fans out to every rank at the cap holds
+    /// `max_endpoints` endpoints, so all but `max_endpoints` of its receivers reach it by
+    /// datagram: one datagram peer and no endpoint each). A peer promoted to an endpoint
+    /// counts in both (its datagram state stays: the ordering counters of both paths are in
+    /// it). Without the datagram path (no cap, `evict`, or a transport without datagrams)
+    /// `datagram_peers` is ignored. Pure and O(1).
+    pub fn predict_with(
+        &self,
+        peers: usize,
+        endpoints: usize,
+        datagram_peers: usize,
+        world_size: usize,
+    ) -> Footprint {
+        let m = MemoryModel::for_kind(self.kind);
+        let (c, e) = (peers as u64, endpoints as u64);
         let dg = match crate::protocol::datagram::chunk_for(self, datagram_mtu(self.kind)) {
-            Ok(Some(_)) => keys - e,
+            Ok(Some(_)) => datagram_peers as u64,
             _ => 0,
         };
         let dg_bytes = dg * crate::protocol::datagram::PEER_STATE_BYTES;

@@ -60,6 +60,11 @@ pub(super) struct Datagrams {
     /// Peers whose state appeared in a poll (to be counted as connected).
     fresh: Vec<usize>,
     scratch: Vec<BufId>,
+    /// Out-of-order arrivals held, all peers: (peer, sequence number, pool buffer). At
+    /// most one entry per pool buffer; usually empty (a linear search finds one).
+    held: Vec<(usize, u32, BufId)>,
+    /// The zero of the peers' clocks (`DgPeer` keeps microseconds since it).
+    epoch: Instant,
     since_check: u32,
     /// A datagram peer chosen for the next free endpoint slot.
     promote: Option<usize>,
@@ -79,11 +84,19 @@ impl Datagrams {
             resend: Vec::new(),
             fresh: Vec::new(),
             scratch: Vec::new(),
+            held: Vec::new(),
+            epoch: Instant::now(),
             since_check: 0,
             promote: None,
             reliable,
             stats: DatagramStats::default(),
         }
+    }
+
+    /// Microseconds since the epoch: the peers' clock.
+    #[inline]
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
     }
 
     /// True when datagrams to `peer` are not all acknowledged.
@@ -176,18 +189,20 @@ impl DgRx<'_> {
         let h = DgHeader::decode(bytes, rank, src)?;
         let pool = &mut *self.pool;
         dg.peer(src);
+        let now = dg.now_us();
         let Datagrams {
             peers,
             waiting,
             acks,
             resend,
+            held,
             since_check,
             stats,
             ..
         } = dg;
         let p = peers.get_mut(&src).expect("datagram peer");
         if p.in_flight() > 0 {
-            if p.on_ack(h.ack, Instant::now(), &mut |b| pool.release(b)) {
+            if p.on_ack(h.ack, now, &mut |b| pool.release(b)) {
                 resend.push(src);
             }
             if p.in_flight() == 0 {
@@ -211,7 +226,12 @@ impl DgRx<'_> {
         match p.on_data(h.seq) {
             Rx::Deliver => {
                 deliver(matcher, src, &h, &bytes[HEADER_BYTES..])?;
-                while let Some(id) = p.delivered() {
+                while let Some(seq) = p.delivered() {
+                    let i = held
+                        .iter()
+                        .position(|&(k, s, _)| k == src && s == seq)
+                        .expect("a held datagram is in the list");
+                    let (_, _, id) = held.swap_remove(i);
                     let b = pool.buf(id);
                     let b = &b[..held_len(b)];
                     let hh = DgHeader::decode(b, rank, src)?;
@@ -225,7 +245,8 @@ impl DgRx<'_> {
                 if bytes.len() <= pool.buffer_size() {
                     if let Some(id) = pool.take_free() {
                         pool.buf_mut(id)[..bytes.len()].copy_from_slice(bytes);
-                        p.hold(h.seq, id);
+                        p.hold(h.seq);
+                        held.push((src, h.seq, id));
                     }
                 }
             }
@@ -306,8 +327,9 @@ impl Engine {
         let queued = p.queue.len();
         let msg = p.queue.front_mut().expect("message");
         let dg = self.dg.as_deref_mut().expect("datagram path");
+        let now = dg.now_us();
         let d = dg.peers.get_mut(&dest).expect("datagram peer");
-        let seq = d.push_sent(id, Instant::now());
+        let seq = d.push_sent(id, now);
         let h = DgHeader {
             kind: KIND_DATA,
             more: msg.offset + len < msg.total || queued > 1,
@@ -358,7 +380,7 @@ impl Engine {
         let fabric = self.fabric.as_mut();
         let pool = &mut self.pool;
         if !dg.waiting.is_empty() {
-            let now = Instant::now();
+            let now = dg.now_us();
             let Datagrams {
                 peers,
                 waiting,
