@@ -272,7 +272,6 @@ pub(crate) mod mpi {
     //! Ballast over the host's MPI: the thread rule and the MPI family check.
 
     use std::os::raw::c_int;
-    use std::thread::ThreadId;
 
     use ballast_runtime::mpi::rsmpi::{self, ffi, Threading};
     use ballast_runtime::mpi::Mpi;
@@ -291,20 +290,19 @@ pub(crate) mod mpi {
     pub(crate) struct MpiOwned {
         mpi: Mpi,
         level: Threading,
-        /// The thread that made the communicator: the only one that may call on it below
-        /// `MPI_THREAD_MULTIPLE`.
-        creator: ThreadId,
+        /// The thread that made the communicator (`pthread_self`): the only one that may
+        /// call on it below `MPI_THREAD_MULTIPLE`.
+        creator: libc::pthread_t,
     }
 
-    thread_local! {
-        /// This thread's id, read once: `std::thread::current()` clones the thread's
-        /// handle, a cost on every call.
-        static THIS_THREAD: ThreadId = std::thread::current().id();
-    }
-
-    /// The calling thread's id.
-    fn this_thread() -> ThreadId {
-        THIS_THREAD.with(|id| *id)
+    /// The calling thread, as the C library's threads know it. `pthread_self` reads the
+    /// thread pointer; a `thread_local!` in a shared library costs a `__tls_get_addr`
+    /// call on every call on the communicator. A value may be reused once its thread has
+    /// exited, which only lets a later thread of a serialised program through.
+    #[inline(always)]
+    fn this_thread() -> libc::pthread_t {
+        // SAFETY: pthread_self has no preconditions and cannot fail.
+        unsafe { libc::pthread_self() }
     }
 
     impl MpiOwned {

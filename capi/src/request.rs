@@ -22,8 +22,10 @@ pub struct ballast_request {
     pending: Option<Request>,
     /// A send's destination, tag and length (its status).
     send: Option<ballast_status>,
-    /// The outcome once complete: the status and, on error, the message.
-    done: Option<(ballast_status, String)>,
+    /// The status once complete.
+    done: Option<ballast_status>,
+    /// The error message of a request that completed with an error (empty otherwise).
+    failure: String,
     /// A completed receive's bytes.
     data: Vec<u8>,
 }
@@ -72,6 +74,7 @@ impl Requests {
                 pending: Some(pending),
                 send,
                 done: None,
+                failure: String::new(),
                 data: Vec::new(),
             }),
         };
@@ -108,6 +111,9 @@ impl Requests {
         b.slot = FREED;
         b.pending = None;
         b.done = None;
+        if !b.failure.is_empty() {
+            b.failure = String::new();
+        }
         b.data = Vec::new();
         if self.spare.len() < Self::SPARE {
             self.spare.push(b);
@@ -160,15 +166,16 @@ fn with_request(
 /// `r.done`: that load, right after the status was stored field by field, would stall.
 #[inline(always)]
 fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Option<ballast_status> {
-    if let Some((st, _)) = &r.done {
-        return Some(*st);
+    if let Some(st) = r.done {
+        return Some(st);
     }
     let Some(pending) = r.pending.take() else {
         let st = ballast_status {
             error: BALLAST_EINTERNAL,
             ..Default::default()
         };
-        r.done = Some((st, "request without an operation".into()));
+        r.done = Some(st);
+        r.failure = "request without an operation".into();
         return Some(st);
     };
     if !block {
@@ -183,12 +190,13 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
                     error: code_of(&e),
                     ..r.send.unwrap_or_default()
                 };
-                r.done = Some((st, e.to_string()));
+                r.done = Some(st);
+                r.failure = e.to_string();
                 return Some(st);
             }
         }
     }
-    let (st, msg) = match c.comm().wait(pending) {
+    let st = match c.comm().wait(pending) {
         Ok(Completion::Received(m)) => {
             let st = ballast_status {
                 source: m.source as c_int,
@@ -197,27 +205,26 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
                 error: 0,
             };
             r.data = m.data;
-            (st, String::new())
+            st
         }
-        Ok(Completion::Sent) => (r.send.unwrap_or_default(), String::new()),
-        Err(e) => (
+        Ok(Completion::Sent) => r.send.unwrap_or_default(),
+        Err(e) => {
+            r.failure = e.to_string();
             ballast_status {
                 error: code_of(&e),
                 ..r.send.unwrap_or_default()
-            },
-            e.to_string(),
-        ),
+            }
+        }
     };
-    r.done = Some((st, msg));
+    r.done = Some(st);
     Some(st)
 }
 
 /// The result of a completed request: its status's error as a `Fail`.
 fn outcome(func: &str, r: &ballast_request) -> Result<c_int, Fail> {
     match &r.done {
-        Some((st, _)) if st.error == 0 => Ok(0),
-        Some((st, msg)) => Err(Fail::new(st.error, format!("{func}: {msg}"))),
-        None => Ok(0),
+        Some(st) if st.error != 0 => Err(Fail::new(st.error, format!("{func}: {}", r.failure))),
+        _ => Ok(0),
     }
 }
 
@@ -412,7 +419,7 @@ pub unsafe extern "C" fn ballast_request_data(
             return Err(Fail::inval(format!("{F}: the request is a send")));
         }
         match &r.done {
-            Some((st, _)) if st.error == 0 => {}
+            Some(st) if st.error == 0 => {}
             Some(_) => return Err(Fail::inval(format!("{F}: the receive failed"))),
             None => return Err(Fail::inval(format!("{F}: the receive has not completed"))),
         }
