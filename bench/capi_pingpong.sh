@@ -20,7 +20,8 @@ rust_bin=${CARGO_TARGET_DIR:-target}/release/capi_twin
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 # shellcheck disable=SC2046 # pkg-config's flags are words
 mpicc -O2 -std=c11 bench/c/pingpong.c $(pkg-config --cflags --libs ballast) -o "$work/pingpong"
-mpirun_flags=(--oversubscribe)
+# One core per rank: both spin, and a rank moved between cores mid-run is most of the run-to-run spread.
+mpirun_flags=(--oversubscribe --bind-to core)
 [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
 
 run() { # run c|rust|rust-irecv local|mpi SIZE ITERS BLOCKS -> the ns figure

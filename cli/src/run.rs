@@ -186,8 +186,16 @@ fn print_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         outln!("{}", serde_json::to_string_pretty(report)?);
         return Ok(());
     }
+    let cap = if report.max_endpoints > 0 {
+        format!(
+            ", max_endpoints {} ({})",
+            report.max_endpoints, report.endpoint_overflow
+        )
+    } else {
+        String::new()
+    };
     outln!(
-        "{} | lb-mode {} | {} ranks over {} ({}) | exchange {} | {} ms, dt {} ms, window {} ms",
+        "{} | lb-mode {} | {} ranks over {} ({}{cap}) | exchange {} | {} ms, dt {} ms, window {} ms",
         report.circuit,
         report.lb_mode,
         report.ranks,

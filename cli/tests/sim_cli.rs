@@ -374,8 +374,21 @@ fn a_cap_of_two_gives_the_same_spikes_in_both_overflow_modes() {
         .unwrap();
         let rows = report["per_rank"].as_array().unwrap();
         let dg: u64 = rows.iter().map(|r| r["datagram_peers"].as_u64().unwrap()).sum();
+        assert_eq!(report["max_endpoints"], 2);
+        assert_eq!(report["endpoint_overflow"], mode);
         if mode == "datagram" {
             assert!(dg > 0, "datagram peers in {report}");
+            // Which peers hold the endpoints depends on the order of the connects; the
+            // model's bytes for the split each rank holds are exactly its accounting.
+            for r in rows {
+                if let Some(why) = r["footprint_diff_reason"].as_str() {
+                    assert!(
+                        why.ends_with("gives exactly the measured bytes"),
+                        "rank {}: {why}",
+                        r["rank"]
+                    );
+                }
+            }
         } else {
             assert_eq!(dg, 0, "evict has no datagram peers");
         }

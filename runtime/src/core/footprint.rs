@@ -283,7 +283,14 @@ impl Footprint {
         }
         if m.endpoints_live != p.endpoints_live {
             let closed = m.endpoints_opened.saturating_sub(m.endpoints_live);
-            let cause = if cfg.max_endpoints > 0 && closed > 0 {
+            // The datagram path ran (it never evicts) when either side has datagram peers.
+            let datagram = cfg.max_endpoints > 0 && (m.datagram_peers > 0 || p.datagram_peers > 0);
+            let cause = if datagram && m.endpoints_live < p.endpoints_live {
+                format!(
+                    " (endpoint_overflow=datagram, max_endpoints={}: {} endpoints opened, {closed} closed: connects refused by full peers and endpoints given up to promoted datagram peers, so this rank holds fewer than the cap; the model counts the cap)",
+                    cfg.max_endpoints, m.endpoints_opened
+                )
+            } else if cfg.max_endpoints > 0 && closed > 0 {
                 format!(
                     " (max_endpoints={} evicts: {} endpoints opened, {closed} closed, so fewer than the cap are live when measured; the model counts the cap)",
                     cfg.max_endpoints, m.endpoints_opened
@@ -301,7 +308,7 @@ impl Footprint {
         }
         if m.datagram_peers != p.datagram_peers {
             why.push(format!(
-                "{} on the datagram path, {} predicted (endpoint_overflow=datagram: a peer that was full when this rank connected, or that reached this rank by datagram, has datagram state; the model gives the peers beyond the cap)",
+                "{} with datagram state, {} predicted (endpoint_overflow=datagram: a peer that was full when this rank connected, that reached this rank by datagram, or that was promoted to an endpoint keeps its datagram state; the model gives the peers beyond the cap)",
                 count(m.datagram_peers, "peer"),
                 p.datagram_peers
             ));

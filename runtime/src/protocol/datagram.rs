@@ -187,7 +187,7 @@ pub struct DgPeer {
     /// Endpoint data packets received from the peer on endpoints closed since.
     pub ep_received: u64,
     /// Datagrams carried both ways since the last promotion check (the policy's activity;
-    /// halved at every check of `PROMOTE_EVERY` datagrams, so 16 bits hold it).
+    /// reset at every check, `PROMOTE_EVERY` datagrams, so 16 bits hold it).
     pub activity: u16,
     /// Out-of-order arrivals `expect+1..expect+WINDOW` held (bit `seq % WINDOW`).
     held: u8,

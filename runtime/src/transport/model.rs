@@ -394,7 +394,20 @@ mod tests {
         };
         let d = m.differences(&p, &t);
         assert_eq!(d.len(), 2, "{d:?}");
-        assert_eq!(d[0], "1 endpoint live, 2 predicted (max_endpoints=2 evicts: 5 endpoints opened, 4 closed, so fewer than the cap are live when measured; the model counts the cap)");
+        assert_eq!(d[0], "1 endpoint live, 2 predicted (endpoint_overflow=datagram, max_endpoints=2: 5 endpoints opened, 4 closed: connects refused by full peers and endpoints given up to promoted datagram peers, so this rank holds fewer than the cap; the model counts the cap)");
+        // With evict the closes are evictions.
+        let te = TransportConfig {
+            endpoint_overflow: crate::core::config::EndpointOverflow::Evict,
+            ..t
+        };
+        let pe = te.predict(7, 8, 1);
+        let me = Footprint {
+            endpoints_live: 1,
+            endpoints_opened: 5,
+            endpoint_bytes: pe.endpoint_bytes - 80,
+            ..pe
+        };
+        assert_eq!(me.differences(&pe, &te)[0], "1 endpoint live, 2 predicted (max_endpoints=2 evicts: 5 endpoints opened, 4 closed, so fewer than the cap are live when measured; the model counts the cap)");
         assert_eq!(
             d[1],
             format!(

@@ -549,7 +549,7 @@ pub fn datagram_fanout<L: Launcher>(l: &L, n: usize, cap: usize, drop_every: usi
             // state may weigh the same: then there is nothing to explain).
             let why = f.differences(&plain, &t).join("; ");
             assert!(
-                why.contains("1 peer on the datagram path, 0 predicted")
+                why.contains("1 peer with datagram state, 0 predicted")
                     || f.total_bytes() == plain.total_bytes(),
                 "rank {rank}: {why}"
             );

@@ -60,6 +60,8 @@ pub fn build_report(
         } else {
             cfg.transport().recv_sharing.to_string()
         },
+        max_endpoints: cfg.transport().max_endpoints,
+        endpoint_overflow: cfg.transport().endpoint_overflow.to_string(),
         ranks,
         tstop_ms: params.tstop_ms,
         dt_ms: params.dt_ms,

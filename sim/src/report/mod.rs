@@ -185,6 +185,30 @@ fn diff_reason(
             measured.peers_connected
         ));
     }
+    let split_differs = measured.endpoints_live != predicted.endpoints_live
+        || measured.datagram_peers != predicted.datagram_peers;
+    if split_differs && (measured.datagram_peers > 0 || predicted.datagram_peers > 0) {
+        // The datagram path: which peers hold endpoints depends on the order of the
+        // connects (refusals by full peers, promotions); the model's bytes for the split
+        // this rank holds tell whether that split is the whole difference.
+        let alt = config
+            .predict_with(
+                measured.peers_connected as usize,
+                measured.endpoints_live as usize,
+                measured.datagram_peers as usize,
+                ranks,
+            )
+            .total_bytes();
+        let verdict = if alt == measured.total_bytes() {
+            "exactly the measured bytes".to_string()
+        } else {
+            format!("{alt} B, not the measured bytes either")
+        };
+        s.push_str(&format!(
+            "; the model for the split this rank holds ({} endpoints, {} peers with datagram state: TransportConfig::predict_with) gives {verdict}",
+            measured.endpoints_live, measured.datagram_peers
+        ));
+    }
     Some(s)
 }
 
@@ -311,6 +335,11 @@ pub struct RunReport {
     pub exchange: String,
     pub transport: String,
     pub recv_sharing: String,
+    /// The endpoint cap (`max_endpoints`, 0 = none).
+    pub max_endpoints: usize,
+    /// What happens past the cap (`endpoint_overflow`: datagram or evict; it has no
+    /// effect without a cap).
+    pub endpoint_overflow: String,
     pub ranks: usize,
     pub tstop_ms: f64,
     pub dt_ms: f64,

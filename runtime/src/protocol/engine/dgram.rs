@@ -436,7 +436,10 @@ impl Engine {
     /// the last check) takes the endpoint of the least active open endpoint peer (packets both
     /// ways since the last check) when it exceeds it by [`PROMOTE_MARGIN`] and by half;
     /// that endpoint is closed gracefully (when idle) and the peer gets the next free slot.
-    /// Activities are then halved (decay). Ties go to the lower rank: deterministic.
+    /// Both activities then start again from 0, so they count the same interval: a decayed
+    /// datagram activity (history included) against an endpoint's last interval would see
+    /// evenly spread traffic as twice as busy on datagrams, and promote in turns. Ties go
+    /// to the lower rank: deterministic.
     fn promotion_check(&mut self) -> Result<()> {
         let dg = self.dg.as_deref_mut().expect("datagram path");
         let best = dg
@@ -446,7 +449,7 @@ impl Engine {
             .max_by_key(|(&k, p)| (p.activity, std::cmp::Reverse(k)))
             .map(|(&k, p)| (k, p.activity as u64));
         for p in dg.peers.values_mut() {
-            p.activity /= 2;
+            p.activity = 0;
         }
         let least = self.conns.least_active();
         self.conns.mark_activity();
