@@ -18,7 +18,7 @@
 //! | shared receive queue | shared/xrc only: `srq_fixed + srq_depth * (B + srq_wqe)` |
 //! | control | `control_fixed + c * per_peer_control` |
 //! | datagram state | with `endpoint_overflow=datagram` on a transport with datagrams (`local`, MPI's engine path, verbs): `(keys - e) * PEER_STATE_BYTES` (`protocol::datagram`), the peers beyond the cap; verbs adds `VERBS_UD_PEER_BYTES` per such peer (its address handle and the fabric's entry) |
-//! | verbs UD QP | verbs with the datagram path on: `verbs_ud_fixed_bytes(B)` in the shared receive queue's row (QP context, WQEs, two CQs, the receive ring of `VERBS_UD_RECV_DEPTH` slots of `40 + 4 + min(B, 4096)` and the send ring of `VERBS_UD_SEND_SLOTS` slots of `4 + min(B, 4096)`), the rings also registered |
+//! | verbs UD QP | verbs with the datagram path on and at least one datagram peer (the UD QP is made on first use): `verbs_ud_fixed_bytes(B)` in the shared receive queue's row (QP context, WQEs, two CQs, the receive ring of `VERBS_UD_RECV_DEPTH` slots of `40 + 4 + min(B, 4096)` and the send ring of `VERBS_UD_SEND_SLOTS` slots of `4 + min(B, 4096)`), the rings also registered |
 //! | registered | pool + receive buffers (`e * recv_depth * B` or `srq_depth * B`) + verbs UD rings |
 //!
 //! `total_bytes()` = pool + endpoints + shared receive queue (+ UD QP) + control + datagram state (registered and
@@ -253,9 +253,10 @@ impl TransportConfig {
             _ => 0,
         };
         let dg_bytes = dg * crate::protocol::datagram::PEER_STATE_BYTES;
-        // Verbs: the UD QP exists whenever the datagram path is on (its rings are fixed),
-        // and each datagram peer adds its address handle.
+        // Verbs: the UD QP exists once the rank has a datagram peer (it is made on first
+        // use; its rings are fixed), and each datagram peer adds its address handle.
         let ud = self.kind == TransportKind::Verbs
+            && dg > 0
             && matches!(
                 crate::protocol::datagram::chunk_for(self, datagram_mtu(self.kind)),
                 Ok(Some(_))
@@ -518,11 +519,9 @@ mod tests {
                 f.total_bytes() - e.total_bytes(),
                 fixed + 5 * (PEER_STATE_BYTES + VERBS_UD_PEER_BYTES)
             );
-            // The UD QP exists whenever the path is on, even with no peer beyond the cap.
-            assert_eq!(
-                t.predict(1, 8, 1).srq_bytes - evict.predict(1, 8, 1).srq_bytes,
-                fixed
-            );
+            // The UD QP is made on first use: a rank whose peers fit under the cap has none.
+            assert_eq!(t.predict(2, 8, 1), evict.predict(2, 8, 1));
+            assert_eq!(t.predict(1, 8, 1).srq_bytes, evict.predict(1, 8, 1).srq_bytes);
         }
         // The slots hold at most 4096 B of payload whatever buffer_size is.
         assert_eq!(verbs_ud_ring_bytes(1 << 20), verbs_ud_ring_bytes(4096));

@@ -234,6 +234,8 @@ pub struct VerbsFabric {
     srqn_asked: IntMap<usize, ()>,
     /// The datagram path's UD queue pair ([`ud`]), when it is on.
     ud: Option<ud::Ud>,
+    /// The datagram size when the datagram path is on (the UD QP is made on first use).
+    ud_mtu: Option<usize>,
 }
 
 impl VerbsFabric {
@@ -327,6 +329,7 @@ impl VerbsFabric {
             srqns: IntMap::default(),
             srqn_asked: IntMap::default(),
             ud: None,
+            ud_mtu: None,
         };
         f.setup_ud()?;
         Ok(f)
@@ -498,7 +501,7 @@ impl Fabric for VerbsFabric {
     }
 
     fn datagram_mtu(&self) -> Option<usize> {
-        self.ud.as_ref().map(|u| u.mtu)
+        self.ud_mtu
     }
 
     fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {

@@ -1,6 +1,8 @@
 //! The verbs fabric's datagram path ([`Fabric::post_datagram`](crate::fabric::Fabric)):
-//! one UD queue pair per rank, created with the fabric when the datagram path is on
-//! (`max_endpoints` set, `endpoint_overflow=datagram`, not `xrc`), with its own registered
+//! one UD queue pair per rank when the datagram path is on (`max_endpoints` set,
+//! `endpoint_overflow=datagram`, not `xrc`), made on first use: by the rank's first datagram,
+//! or by the first peer asking for its address (so a rank whose peers all fit under the cap
+//! never pays for it), with its own registered
 //! rings: [`VERBS_UD_RECV_DEPTH`] receive slots of `40 + 4 + min(buffer_size, 4096)` bytes
 //! (the device writes the 40-byte GRH in front of every UD receive; the fabric prepends the
 //! sender's rank, 4 bytes little endian) and [`VERBS_UD_SEND_SLOTS`] send slots, each send
@@ -79,15 +81,18 @@ fn qkey_of(job: &str) -> u32 {
 }
 
 impl Ud {
-    /// The UD QP on `dev` in RTS with every receive posted, for `buffer_size` `b`; `job`
-    /// names the job (its queue key), `psn` is the send PSN. `None` when the port's active
-    /// MTU leaves no room for a datagram.
-    pub(super) fn new(dev: &Device, b: usize, job: &str, psn: u32) -> Result<Option<Ud>> {
+    /// The datagram size on `dev` for `buffer_size` `b`: the port's active MTU less the
+    /// rank, at most a slot's payload; `None` when that leaves no room.
+    pub(super) fn mtu(dev: &Device, b: usize) -> Option<usize> {
         let payload = verbs_ud_payload(b as u64) as usize;
-        let mtu = (dev.caps.active_mtu as usize).saturating_sub(RANK).min(payload);
-        if mtu == 0 {
-            return Ok(None);
-        }
+        Some((dev.caps.active_mtu as usize).saturating_sub(RANK).min(payload)).filter(|&m| m > 0)
+    }
+
+    /// The UD QP on `dev` in RTS with every receive posted, for `buffer_size` `b` and
+    /// datagram size `mtu` ([`Ud::mtu`]); `job` names the job (its queue key), `psn` is the
+    /// send PSN.
+    pub(super) fn new(dev: &Device, b: usize, mtu: usize, job: &str, psn: u32) -> Result<Ud> {
+        let payload = verbs_ud_payload(b as u64) as usize;
         let send_cq = dev.ctx.create_cq(VERBS_UD_SEND_SLOTS as u32)?;
         let recv_cq = dev.ctx.create_cq(VERBS_UD_RECV_DEPTH as u32)?;
         let caps = QpCaps {
@@ -116,7 +121,7 @@ impl Ud {
             RANK + payload,
             "the UD send ring",
         )?;
-        Ok(Some(Ud {
+        Ok(Ud {
             qp,
             peers: IntMap::default(),
             free: (0..send.count()).rev().collect(),
@@ -127,7 +132,7 @@ impl Ud {
             qkey,
             mtu,
             active: false,
-        }))
+        })
     }
 
     /// Bytes charged for the QP, its CQs and rings (`srq_bytes`), and the registered rings.
@@ -187,25 +192,39 @@ const _: () = assert!(
 );
 
 impl VerbsFabric {
-    /// Creates the UD QP when the datagram path is on, and charges it.
+    /// Turns the datagram path on when it is wanted (the datagram size), checking now that
+    /// the locked-memory limit leaves room for its rings; the UD QP is made on first use
+    /// ([`VerbsFabric::ensure_ud`]).
     pub(super) fn setup_ud(&mut self) -> Result<()> {
         if !wanted(&self.cfg) {
             return Ok(());
         }
-        let (fixed, ring) = Ud::fixed_bytes(self.cfg.buffer_size);
-        self.check_memlock(ring)?;
-        let psn = self.next_psn();
-        let at = |e: Error| ibv::at(e, self.rank, None);
-        let Some(ud) = Ud::new(&self.dev, self.cfg.buffer_size, &self.mesh.job_tag(), psn).map_err(at)?
-        else {
-            return Ok(());
-        };
-        self.pinned += ring;
-        self.bytes.srq_bytes += fixed;
-        self.bytes.recv_registered_bytes += ring;
-        self.bytes.recv_locked_bytes += ring;
-        self.ud = Some(ud);
+        self.ud_mtu = Ud::mtu(&self.dev, self.cfg.buffer_size);
+        if self.ud_mtu.is_some() {
+            self.check_memlock(Ud::fixed_bytes(self.cfg.buffer_size).1)?;
+        }
         Ok(())
+    }
+
+    /// The UD QP, made (and charged) now if it does not exist yet; `None` without the
+    /// datagram path.
+    fn ensure_ud(&mut self) -> Result<Option<&mut Ud>> {
+        let Some(mtu) = self.ud_mtu else {
+            return Ok(None);
+        };
+        if self.ud.is_none() {
+            let (fixed, ring) = Ud::fixed_bytes(self.cfg.buffer_size);
+            self.check_memlock(ring)?;
+            let psn = self.next_psn();
+            let at = |e: Error| ibv::at(e, self.rank, None);
+            let ud = Ud::new(&self.dev, self.cfg.buffer_size, mtu, &self.mesh.job_tag(), psn).map_err(at)?;
+            self.pinned += ring;
+            self.bytes.srq_bytes += fixed;
+            self.bytes.recv_registered_bytes += ring;
+            self.bytes.recv_locked_bytes += ring;
+            self.ud = Some(ud);
+        }
+        Ok(self.ud.as_mut())
     }
 
     /// The engine's `post_datagram` (see the module doc for when it drops `bytes`).
@@ -217,6 +236,9 @@ impl VerbsFabric {
             });
         }
         let rank = self.rank;
+        if self.ud.is_none() {
+            self.ensure_ud()?;
+        }
         let Some(ud) = self.ud.as_mut() else {
             return Err(Error::NoDatagrams { transport: "verbs" });
         };
@@ -302,6 +324,9 @@ impl VerbsFabric {
     /// the address handle toward it); answers a request with this rank's address.
     pub(super) fn on_ud_frame(&mut self, src: usize, f: &Frame) -> Result<()> {
         let rank = self.rank;
+        if self.ud.is_none() {
+            self.ensure_ud()?;
+        }
         let Some(ud) = self.ud.as_mut() else {
             return Err(Error::ControlFrame {
                 rank: Some(rank),
