@@ -887,3 +887,102 @@ fn dry_run_charges_the_datagram_peers_beyond_the_cap() {
         assert_eq!((d - e) * 1024.0, 5.0 * per_peer, "{dg:?} vs {ev:?}");
     }
 }
+
+/// `ballast info` with a cap says what `endpoint_overflow` really does for the
+/// configuration: the fallback to evict with the runtime's reason (buffers too small, xrc),
+/// that it does not apply on the MPI native path, that no datagram peer is predicted when
+/// `--peers` is within the cap, and the cost of the cap from the footprint model: on verbs
+/// the UD QP's fixed bytes and the break-even peer count, on `local` with `shared` that a
+/// datagram peer costs as much as an endpoint (the totals with and without the cap from
+/// the table of each run).
+#[test]
+fn info_says_what_the_endpoint_overflow_really_does() {
+    use ballast_runtime::{datagram::PEER_STATE_BYTES, model, MemoryModel};
+    let info = |args: &[&str]| -> String {
+        let o = ballast().arg("info").args(args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // The `total_bytes` row's column of the configured sharing mode (per-peer, shared, xrc).
+    let total = |text: &str, col: usize| -> u64 {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("total_bytes"))
+            .unwrap();
+        line.split_whitespace().nth(1 + col).unwrap().parse().unwrap()
+    };
+    let t = info(&["--peers", "20", "--max-endpoints", "8", "--buffer-size", "32"]);
+    assert!(
+        t.contains(
+            "endpoint_overflow=datagram falls back to evict: transport local fits 32 B per datagram \
+             (buffer_size 32 B, datagram size 65536 B), less than 64 B; peers beyond max_endpoints=8 evict"
+        ),
+        "{t}"
+    );
+    assert!(!t.contains("go over the datagram path"), "{t}");
+    let t = info(&["--peers", "20", "--max-endpoints", "8", "--recv-sharing", "xrc"]);
+    assert!(
+        t.contains("endpoint_overflow=datagram falls back to evict: transport local runs recv_sharing=xrc"),
+        "{t}"
+    );
+    let t = info(&["--peers", "20", "--max-endpoints", "8", "--transport", "mpi"]);
+    assert!(
+        t.contains("max_endpoints=8 and endpoint_overflow=datagram do not apply: the MPI native path"),
+        "{t}"
+    );
+    let t = info(&["--peers", "8", "--max-endpoints", "8"]);
+    assert!(
+        t.contains("with 8 peers (--peers) no peer goes past the cap of 8: no datagram peer is predicted"),
+        "{t}"
+    );
+    // local, shared: an endpoint costs the engine's entry, a datagram peer its state.
+    let local = MemoryModel::local();
+    let ep = local.endpoint_fixed_bytes + local.engine_endpoint_bytes;
+    assert!(PEER_STATE_BYTES >= ep, "the premise: {PEER_STATE_BYTES} vs {ep}");
+    let capped = info(&["--peers", "20", "--max-endpoints", "8"]);
+    let uncapped = info(&["--peers", "20"]);
+    assert!(
+        capped.contains("of 20 peers (--peers), 8 get endpoints and 12 go past the cap"),
+        "{capped}"
+    );
+    let (a, b) = (total(&capped, 1), total(&uncapped, 1));
+    assert!(
+        capped.contains(&format!(
+            "a datagram peer costs {PEER_STATE_BYTES} B, an endpoint {ep} B: the cap bounds endpoints but \
+             does not save memory on local with recv_sharing=shared (predicted total {a} B with the cap, {b} B without"
+        )),
+        "{capped}"
+    );
+    // verbs, shared: the UD QP's fixed bytes against the saving per peer past the cap.
+    let verbs = MemoryModel::verbs();
+    let ep = verbs.endpoint_fixed_bytes + verbs.engine_endpoint_bytes;
+    let dg = PEER_STATE_BYTES + model::VERBS_UD_PEER_BYTES;
+    let fixed = model::verbs_ud_fixed_bytes(8192);
+    let k = fixed / (ep - dg);
+    for (peers, past) in [(20u64, 12u64), (8 + k + 1, k + 1)] {
+        let p = peers.to_string();
+        let capped = info(&["--peers", &p, "--max-endpoints", "8", "--transport", "verbs"]);
+        let uncapped = info(&["--peers", &p, "--transport", "verbs"]);
+        let (a, b) = (total(&capped, 1), total(&uncapped, 1));
+        assert_eq!(
+            a + past * (ep - dg),
+            b + fixed,
+            "the model's totals: {capped}\n{uncapped}"
+        );
+        assert!(
+            capped.contains(&format!(
+                "the UD QP costs {fixed} B per rank; each peer past the cap saves {} B (endpoint {ep} B, \
+                 datagram peer {dg} B): a cap saves memory once more than {k} peers go past it \
+                 (predicted total {a} B with the cap, {b} B without",
+                ep - dg
+            )),
+            "{capped}"
+        );
+        let verdict = if past > k {
+            format!("saves {} B per rank", b - a)
+        } else {
+            format!("costs {} B more", a - b)
+        };
+        assert!(capped.contains(&format!("here the cap {verdict}")), "{capped}");
+    }
+}
