@@ -4,12 +4,39 @@
 use ballast_runtime::config::parse_bytes;
 use ballast_runtime::{EndpointOverflow, RecvSharing, RuntimeConfig, TransportKind};
 
-fn parse_size(s: &str) -> Result<u64, String> {
+/// A whole number of at most `max`, with an optional K/M/G suffix (the runtime's
+/// `parse_bytes`, which reads `BALLAST_*` the same way); a number too large for `max` and a
+/// decimal fraction are named as such instead of "not a number" / "unknown unit".
+fn parse_whole(s: &str, max: u64) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let too_large = || format!("`{s}` is too large (at most {max})");
+    if unit.starts_with('.') && unit[1..].starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(format!(
+            "`{s}` is not a whole number (give an integer, with an optional K, M or G suffix)"
+        ));
+    }
+    if !num.is_empty() {
+        let Ok(n) = num.parse::<u64>() else {
+            return Err(too_large());
+        };
+        // The suffix's multiplier, as the runtime reads it (an unknown one is its error).
+        if let Ok(mult) = parse_bytes(&format!("1{unit}")) {
+            if n.checked_mul(mult).is_none_or(|v| v > max) {
+                return Err(too_large());
+            }
+        }
+    }
     parse_bytes(s)
 }
 
+fn parse_size(s: &str) -> Result<u64, String> {
+    parse_whole(s, u64::MAX)
+}
+
 fn parse_count(s: &str) -> Result<usize, String> {
-    parse_bytes(s).and_then(|v| usize::try_from(v).map_err(|_| format!("`{s}` is too large")))
+    let max = u64::try_from(usize::MAX).unwrap_or(u64::MAX);
+    parse_whole(s, max).map(|v| usize::try_from(v).expect("at most usize::MAX"))
 }
 
 fn parse_switch(s: &str) -> Result<bool, String> {

@@ -986,3 +986,67 @@ fn info_says_what_the_endpoint_overflow_really_does() {
         assert!(capped.contains(&format!("here the cap {verdict}")), "{capped}");
     }
 }
+
+/// The runtime's integer options (`--max-endpoints`, `--buffer-size`, `--max-pool-bytes`,
+/// ...) say a number is too large, with the maximum, and that a fraction is not a whole
+/// number, through clap's message naming the option (exit 2); suffixes still work.
+#[test]
+fn integer_options_say_too_large_and_not_a_whole_number() {
+    let max = usize::MAX.to_string();
+    let cases: [(&str, &str, String); 5] = [
+        (
+            "--max-endpoints",
+            "99999999999999999999",
+            format!("is too large (at most {max})"),
+        ),
+        (
+            "--max-endpoints",
+            "20000000000G",
+            format!("is too large (at most {max})"),
+        ),
+        (
+            "--max-pool-bytes",
+            "16777216T",
+            "has an unknown unit (use K, M or G)".to_string(),
+        ),
+        (
+            "--max-endpoints",
+            "1.5",
+            "`1.5` is not a whole number".to_string(),
+        ),
+        (
+            "--srq-depth",
+            "2.25K",
+            "`2.25K` is not a whole number".to_string(),
+        ),
+    ];
+    for (opt, value, needle) in &cases {
+        let o = ballast().args(["info", opt, value]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{opt} {value}");
+        let e = stderr(&o);
+        assert!(e.contains(&format!("invalid value '{value}' for '{opt} ")), "{e}");
+        assert!(e.contains(needle.as_str()), "{opt} {value}: {needle:?} in {e}");
+    }
+    let o = ballast()
+        .args(["info", "--max-endpoints", "18446744073709551615G"])
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&o).contains(&format!("is too large (at most {max})")),
+        "{}",
+        stderr(&o)
+    );
+    let o = ballast()
+        .args([
+            "info",
+            "--max-endpoints",
+            "2K",
+            "--max-pool-bytes",
+            "18446744073709551615",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("  max_endpoints       2048 "), "{text}");
+}
