@@ -101,6 +101,29 @@ pub struct RuntimeArgs {
 }
 
 impl RuntimeArgs {
+    /// The options given that only shape the transport (memory) charge: all but
+    /// `--ranks-per-node`, which also groups ranks into nodes.
+    pub fn given_charge_options(&self) -> Vec<&'static str> {
+        [
+            ("--transport", self.transport.is_some()),
+            ("--buffer-count", self.buffer_count.is_some()),
+            ("--buffer-size", self.buffer_size.is_some()),
+            ("--pool-growth", self.pool_growth.is_some()),
+            ("--max-pool-bytes", self.max_pool_bytes.is_some()),
+            ("--lazy-connect", self.lazy_connect.is_some()),
+            ("--max-endpoints", self.max_endpoints.is_some()),
+            ("--endpoint-overflow", self.endpoint_overflow.is_some()),
+            ("--recv-sharing", self.recv_sharing.is_some()),
+            ("--recv-depth", self.recv_depth.is_some()),
+            ("--srq-depth", self.srq_depth.is_some()),
+            ("--lock-pool", self.lock_pool.is_some()),
+            ("--mpi-native", self.mpi_native.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+
     /// The environment's configuration with these options applied on top.
     pub fn to_config(&self) -> anyhow::Result<RuntimeConfig> {
         let mut b = RuntimeConfig::from_env()?.to_builder();

@@ -1050,3 +1050,110 @@ fn integer_options_say_too_large_and_not_a_whole_number() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("  max_endpoints       2048 "), "{text}");
 }
+
+/// `dry-run` without `--transport-model ballast` names the runtime options that have no
+/// effect on stderr and leaves stdout and the files as without them; with it and a cap,
+/// the estimate's transport row and `--json` `transport_cap` say which cap and overflow
+/// mode the charge used (the fallback to evict with its reason), and nothing without a cap.
+#[test]
+fn dry_run_says_which_cap_the_transport_charge_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = [
+        "dry-run",
+        "--synthetic",
+        "2000",
+        "--synapses",
+        "100000",
+        "--num-target-ranks",
+        "8",
+    ];
+    let dry_run = |out: &str, extra: &[&str]| -> (String, String) {
+        let o = run(&[&input[..], &["--output-dir", out], extra].concat(), dir.path());
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        // The balancing time and the output directory aside.
+        let text = String::from_utf8_lossy(&o.stdout);
+        let text: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with("ballast dry-run: "))
+            .map(|l| l.replace(out, "OUT"))
+            .collect();
+        (text.join("\n"), stderr(&o))
+    };
+    let (plain, plain_err) = dry_run("plain", &[]);
+    let (opts, opts_err) = dry_run("opts", &["--max-endpoints", "2", "--endpoint-overflow", "evict"]);
+    assert_eq!(plain, opts);
+    assert!(!plain_err.contains("no effect"), "{plain_err}");
+    assert!(
+        opts_err.contains(
+            "note: --max-endpoints, --endpoint-overflow have no effect: without --transport-model ballast no transport memory is charged"
+        ),
+        "{opts_err}"
+    );
+    for f in ["allocation_r8_c1.pkl.gz", "allocation_r8_c1.json"] {
+        let read = |d: &str| fs::read(dir.path().join(d).join(f)).unwrap();
+        assert_eq!(read("plain"), read("opts"), "{f}");
+    }
+    let row = |text: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with("Transport (Ballast)"))
+            .unwrap()
+            .to_string()
+    };
+    let charged = ["--transport-model", "ballast"];
+    let (t, _) = dry_run("uncapped", &charged);
+    let r = row(&t);
+    assert!(
+        !r.contains("max_endpoints") && r.ends_with(|c: char| c.is_ascii_digit()),
+        "{t}"
+    );
+    let (t, _) = dry_run("capped", &[&charged[..], &["--max-endpoints", "2"]].concat());
+    assert!(
+        row(&t).ends_with("  (max_endpoints=2, endpoint_overflow=datagram: peers past the cap charged their datagram state)"),
+        "{t}"
+    );
+    let (t, _) = dry_run(
+        "small",
+        &[&charged[..], &["--max-endpoints", "2", "--buffer-size", "32"]].concat(),
+    );
+    assert!(
+        row(&t).ends_with(
+            "  (max_endpoints=2, endpoint_overflow=datagram falls back to evict: transport local fits 32 B per \
+             datagram (buffer_size 32 B, datagram size 65536 B), less than 64 B; at most 2 endpoints charged, \
+             nothing for the peers past the cap)"
+        ),
+        "{t}"
+    );
+    let json = |out: &str, extra: &[&str]| -> Value {
+        let (t, _) = dry_run(out, &[&charged[..], extra, &["--json"]].concat());
+        serde_json::from_str(&t).unwrap()
+    };
+    assert!(json("j0", &[]).get("transport_cap").is_none());
+    let cap = |j: Value| {
+        let c = &j["transport_cap"];
+        (
+            c["max_endpoints"].as_u64(),
+            c["endpoint_overflow"].clone(),
+            c["charged_as"].clone(),
+            c["fallback"].clone(),
+        )
+    };
+    assert_eq!(
+        cap(json("j1", &["--max-endpoints", "2"])),
+        (Some(2), "datagram".into(), "datagram".into(), Value::Null)
+    );
+    assert_eq!(
+        cap(json(
+            "j2",
+            &["--max-endpoints", "3", "--endpoint-overflow", "evict"]
+        )),
+        (Some(3), "evict".into(), "evict".into(), Value::Null)
+    );
+    let (_, _, charged_as, why) = cap(json("j3", &["--max-endpoints", "2", "--recv-sharing", "xrc"]));
+    assert_eq!(charged_as, "evict");
+    assert!(
+        why.as_str()
+            .unwrap()
+            .starts_with("transport local runs recv_sharing=xrc"),
+        "{why}"
+    );
+}
