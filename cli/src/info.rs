@@ -202,13 +202,18 @@ fn overflow_lines(t: &TransportConfig, peers: usize, world: usize) -> Vec<String
         t.recv_sharing
     )];
     let (c, past) = (with_cap.peers_connected, with_cap.datagram_peers);
+    let from = if t.lazy_connect {
+        "--peers"
+    } else {
+        "lazy_connect off: every other rank"
+    };
     if past == 0 {
         lines.push(format!(
-            "with {c} peers (--peers) no peer goes past the cap of {cap}: no datagram peer is predicted"
+            "with {c} peers ({from}) no peer goes past the cap of {cap}: no datagram peer is predicted"
         ));
     } else {
         lines.push(format!(
-            "of {c} peers (--peers), {} get endpoints and {past} go past the cap as datagram peers",
+            "of {c} peers ({from}), {} get endpoints and {past} go past the cap as datagram peers",
             with_cap.endpoints_live
         ));
     }

@@ -935,6 +935,22 @@ fn info_says_what_the_endpoint_overflow_really_does() {
         t.contains("with 8 peers (--peers) no peer goes past the cap of 8: no datagram peer is predicted"),
         "{t}"
     );
+    let t = info(&[
+        "--peers",
+        "5",
+        "--world-size",
+        "30",
+        "--max-endpoints",
+        "8",
+        "--lazy-connect",
+        "off",
+    ]);
+    assert!(
+        t.contains(
+            "of 29 peers (lazy_connect off: every other rank), 8 get endpoints and 21 go past the cap"
+        ),
+        "{t}"
+    );
     // local, shared: an endpoint costs the engine's entry, a datagram peer its state.
     let local = MemoryModel::local();
     let ep = local.endpoint_fixed_bytes + local.engine_endpoint_bytes;
