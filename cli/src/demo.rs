@@ -5,10 +5,10 @@
 //! smallest rank memory of both, the transport footprint predicted under `per-peer`, under
 //! `shared` + `max_endpoints` and under the configuration run, the footprint measured in
 //! the runs, and the check that both runs produced identical spikes are printed side by
-//! side, under the demo's own settings (the built-in defaults and `--max-endpoints`; it
-//! reads no `BALLAST_*` variable and prints which settings its rows use) (no run times: each mode runs once, RoundRobin first, so their times are not a
-//! comparison; `docs/BENCHMARKS.md` has measured ones). Exits with an error when the check
-//! fails.
+//! side (no run times: each mode runs once, RoundRobin first, so their times are not a
+//! comparison; `docs/BENCHMARKS.md` has measured ones). The rows use the demo's own
+//! settings, printed before the table: the built-in defaults and `--max-endpoints` (it
+//! reads no `BALLAST_*` variable). Exits with an error when the check fails.
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

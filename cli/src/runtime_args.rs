@@ -36,7 +36,8 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 fn parse_count(s: &str) -> Result<usize, String> {
     let max = u64::try_from(usize::MAX).unwrap_or(u64::MAX);
-    parse_whole(s, max).map(|v| usize::try_from(v).expect("at most usize::MAX"))
+    parse_whole(s, max)
+        .and_then(|v| usize::try_from(v).map_err(|_| format!("`{s}` is too large (at most {max})")))
 }
 
 fn parse_switch(s: &str) -> Result<bool, String> {
