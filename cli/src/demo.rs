@@ -6,8 +6,9 @@
 //! `shared` + `max_endpoints` and under the configuration run, the footprint measured in
 //! the runs, and the check that both runs produced identical spikes are printed side by
 //! side (no run times: each mode runs once, RoundRobin first, so their times are not a
-//! comparison; `docs/BENCHMARKS.md` has measured ones). Exits with an error when the check
-//! fails.
+//! comparison; `docs/BENCHMARKS.md` has measured ones). The rows use the demo's own
+//! settings, printed before the table: the built-in defaults and `--max-endpoints` (it
+//! reads no `BALLAST_*` variable). Exits with an error when the check fails.
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,8 @@ use anyhow::{bail, Context};
 use ballast_balancer::files::{stage_allocation, strategy_name, AllocationCosts};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_balancer::{balance, BalancerConfig, Strategy};
+use ballast_runtime::datagram::chunk_for;
+use ballast_runtime::model::datagram_mtu;
 use ballast_runtime::{RecvSharing, RuntimeConfig, TransportConfig};
 use ballast_sim::outputs::write_outputs;
 use ballast_sim::placement::place;
@@ -179,6 +182,37 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             format!("max_endpoints={} ({})", t.max_endpoints, t.endpoint_overflow)
         }
     );
+    // The capped row's label says what the cap does for this circuit's peers.
+    let most = runs
+        .iter()
+        .flat_map(|(_, r, _)| r.per_rank.iter().map(|x| x.peers_predicted))
+        .max()
+        .unwrap_or(0);
+    let cap = args.max_endpoints;
+    let capped_label = if cap == 0 {
+        "  shared, no endpoint cap (--max-endpoints 0)".to_string()
+    } else if most <= cap {
+        format!("  shared + max_endpoints={cap} (at most {most} peers: none past it)")
+    } else {
+        match chunk_for(&shared_capped, datagram_mtu(shared_capped.kind)) {
+            Ok(Some(_)) => format!(
+                "  shared + max_endpoints={cap} (datagram, up to {} peers past it)",
+                most - cap
+            ),
+            Ok(None) => format!("  shared + max_endpoints={cap} (evict)"),
+            Err(_) => format!("  shared + max_endpoints={cap} (evict: datagram falls back)"),
+        }
+    };
+    // The rows' settings are the demo's own, whatever the environment says.
+    outln!(
+        "settings (fixed: the demo reads no BALLAST_* variable; ballast run and ballast info take them): \
+         the runs {}, {as_run}, buffer_count {} x buffer_size {} B; the capped row \
+         shared + max_endpoints={cap} (--max-endpoints), endpoint_overflow={}",
+        t.kind,
+        t.buffer_count,
+        t.buffer_size,
+        shared_capped.endpoint_overflow
+    );
     outln!();
     outln!("{:<60} {:>14} {:>14}", "", "RoundRobin", "Memory");
     let row = |label: &str, f: &dyn Fn(&RunReport) -> String| -> anyhow::Result<()> {
@@ -228,13 +262,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     };
     outln!("transport per rank, largest (KB), predicted for the circuit's peers:");
     row("  per-peer", &tp(per_peer))?;
-    row(
-        &format!(
-            "  shared + max_endpoints={} ({})",
-            args.max_endpoints, t.endpoint_overflow
-        ),
-        &tp(shared_capped),
-    )?;
+    row(&capped_label, &tp(shared_capped))?;
     row(&format!("  {as_run} (the configuration run)"), &tp(*t))?;
     outln!("transport per rank, largest (KB), measured in the runs:");
     row(&format!("  {as_run}"), &|r| {

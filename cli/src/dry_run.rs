@@ -282,7 +282,17 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         || load_input(args, &read),
     )?;
     let charge = match args.transport_model {
-        TransportModel::None => None,
+        TransportModel::None => {
+            let unused = args.runtime.given_charge_options();
+            if !unused.is_empty() {
+                eprintln!(
+                    "note: {} {} no effect: without --transport-model ballast no transport memory is charged",
+                    unused.join(", "),
+                    if unused.len() == 1 { "has" } else { "have" }
+                );
+            }
+            None
+        }
         TransportModel::Ballast => {
             if input.network.is_none() {
                 bail!("--transport-model ballast needs the circuit's connectivity: use --circuit, or --synthetic with --synapses ({} has none)", input.label);
@@ -291,6 +301,9 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                 bail!(
                     "--transport-model ballast balances with its own algorithm; drop --strategy neurodamus"
                 );
+            }
+            if runtime.transport().max_endpoints == 0 && args.runtime.endpoint_overflow.is_some() {
+                eprintln!("note: --endpoint-overflow has no effect: max_endpoints is 0 (no cap)");
             }
             Some(ballast_sim::transport_charge(runtime.transport()))
         }
@@ -429,6 +442,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     );
     let nd_means = node_suggest::neurodamus_means(&allocation, &summary);
     let o = &summary.overall;
+    let cap = charge.as_ref().and_then(|_| charged_cap(runtime.transport()));
     if args.json {
         let mut value = json!({
             "ranks": config.ranks, "cycles": config.cycles, "strategy": strategy_name,
@@ -458,6 +472,9 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             value["node_totals_kb"] = json!(n);
         }
         value["estimate"] = json!(estimate);
+        if let Some((_, v)) = &cap {
+            value["transport_cap"] = v.clone();
+        }
         value["neurodamus_mean_kb"] = nd_means
             .iter()
             .map(|(name, nd, held, ours)| json!({"name": name, "neurodamus_mean_kb": nd, "buckets_with_cells": held, "mean_bucket_kb": ours}))
@@ -514,10 +531,14 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         }
     }
     outln!();
-    out!(
-        "{}",
-        estimate.table(rpn.map(|k| (config.ranks as u64).div_ceil(k.max(1) as u64)))
-    );
+    let table = estimate.table(rpn.map(|k| (config.ranks as u64).div_ceil(k.max(1) as u64)));
+    for line in table.lines() {
+        match &cap {
+            // The transport row says which cap and overflow mode the charge used.
+            Some((text, _)) if line.starts_with(TRANSPORT_ROW) => outln!("{line}  ({text})"),
+            _ => outln!("{line}"),
+        }
+    }
     for (name, nd, held, ours) in &nd_means {
         outln!(
             "note: population {name}: neurodamus prints a mean of {nd:.1} KB per bucket (\"Mean allocation per rank\"), averaging only the {held} buckets that hold its cells; Ballast's mean bucket, {ours:.1} KB, counts all {}",
@@ -758,6 +779,55 @@ fn relative(ours: f64, theirs: f64) -> String {
     } else {
         format!("{:.2}% higher (the transport charge is balanced too)", -pct)
     }
+}
+
+/// The label of the memory estimate's transport row (`Estimate::rows`).
+const TRANSPORT_ROW: &str = "Transport (Ballast)";
+
+/// With an endpoint cap, what the transport charge did with the peers past it: the text for
+/// the estimate's transport row and the `--json` `transport_cap` object (`max_endpoints`,
+/// `endpoint_overflow` as configured, `charged_as`: `datagram`, `evict` or `none` on the MPI
+/// native path, and `fallback`: why datagram fell back to evict, or null). `None` without
+/// a cap.
+fn charged_cap(t: &ballast_runtime::TransportConfig) -> Option<(String, serde_json::Value)> {
+    use ballast_runtime::{datagram::chunk_for, model::datagram_mtu, TransportKind};
+    let (cap, overflow) = (t.max_endpoints, t.endpoint_overflow);
+    if cap == 0 {
+        return None;
+    }
+    let set = format!("max_endpoints={cap}, endpoint_overflow={overflow}");
+    let (charged_as, fallback, text) = if t.kind == TransportKind::Mpi && t.mpi_native {
+        (
+            "none",
+            None,
+            format!("{set}: no effect on the MPI native path, no endpoint charged"),
+        )
+    } else {
+        match chunk_for(t, datagram_mtu(t.kind)) {
+            Ok(Some(_)) => (
+                "datagram",
+                None,
+                format!("{set}: peers past the cap charged their datagram state"),
+            ),
+            Ok(None) => (
+                "evict",
+                None,
+                format!("{set}: at most {cap} endpoints charged, nothing for the peers past the cap"),
+            ),
+            Err(why) => {
+                let why = format!("transport {} {why}", t.kind);
+                let text = format!(
+                    "{set} falls back to evict: {why}; at most {cap} endpoints charged, nothing for the peers past the cap"
+                );
+                ("evict", Some(why), text)
+            }
+        }
+    };
+    let value = json!({
+        "max_endpoints": cap, "endpoint_overflow": overflow.to_string(),
+        "charged_as": charged_as, "fallback": fallback,
+    });
+    Some((text, value))
 }
 
 fn rank_json(l: &RankLoads) -> serde_json::Value {

@@ -2,7 +2,9 @@
 //! configuration with the origin of each value, and the predicted footprint for P peers
 //! under each receive-sharing mode side by side.
 
-use ballast_runtime::{RecvSharing, TransportKind};
+use ballast_runtime::datagram::chunk_for;
+use ballast_runtime::model::datagram_mtu;
+use ballast_runtime::{RecvSharing, TransportConfig, TransportKind};
 
 use crate::runtime_args::RuntimeArgs;
 
@@ -107,25 +109,13 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
             s.env
         );
     }
-    let overflow = cfg.transport().endpoint_overflow;
-    if cfg.transport().max_endpoints == 0 {
-        outln!("  endpoint_overflow={overflow} has no effect: max_endpoints is 0 (no cap)");
-    } else {
-        outln!(
-            "  endpoint_overflow={overflow}: peers beyond max_endpoints={} {}",
-            cfg.transport().max_endpoints,
-            match overflow {
-                ballast_runtime::EndpointOverflow::Datagram =>
-                    "go over the datagram path (no endpoint; evict with recv_sharing=xrc, buffers below \
-                     64 B, or a transport without datagrams)",
-                ballast_runtime::EndpointOverflow::Evict => "evict the least recently used endpoint",
-            }
-        );
-    }
     let world = args.world_size.unwrap_or(args.peers + 1);
     let mut t = *cfg.transport();
     if let Some(n) = native_taken {
         t.mpi_native = n;
+    }
+    for line in overflow_lines(&t, args.peers, world) {
+        outln!("  {line}");
     }
     outln!();
     outln!(
@@ -169,4 +159,98 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     }
     outln!();
     Ok(())
+}
+
+/// What `endpoint_overflow` does for this configuration, for a rank with `peers` peers in a
+/// world of `world` ranks: whether the datagram path runs (`datagram::chunk_for`, the test
+/// the engine makes), falls back to evict (and why) or does not apply, how many peers the
+/// model puts past the cap, and what the cap costs or saves by the footprint model.
+fn overflow_lines(t: &TransportConfig, peers: usize, world: usize) -> Vec<String> {
+    let (cap, overflow) = (t.max_endpoints, t.endpoint_overflow);
+    if t.kind == TransportKind::Mpi && t.mpi_native {
+        return vec![format!(
+            "max_endpoints={cap} and endpoint_overflow={overflow} do not apply: the MPI native path has no \
+             endpoints and no datagram path (MPI manages its connections)"
+        )];
+    }
+    if cap == 0 {
+        return vec![format!(
+            "endpoint_overflow={overflow} has no effect: max_endpoints is 0 (no cap)"
+        )];
+    }
+    let evict = format!("peers beyond max_endpoints={cap} evict the least recently used endpoint");
+    let chunk = match chunk_for(t, datagram_mtu(t.kind)) {
+        Ok(Some(chunk)) => chunk,
+        Ok(None) => return vec![format!("endpoint_overflow={overflow}: {evict}")],
+        Err(why) => {
+            return vec![format!(
+                "endpoint_overflow={overflow} falls back to evict: transport {} {why}; {evict}",
+                t.kind
+            )]
+        }
+    };
+    let rpn = t.ranks_per_node;
+    let uncapped = TransportConfig {
+        max_endpoints: 0,
+        ..*t
+    };
+    let with_cap = t.predict(peers, world, rpn);
+    let without = uncapped.predict(peers, world, rpn);
+    let mut lines = vec![format!(
+        "endpoint_overflow={overflow}: peers beyond max_endpoints={cap} go over the datagram path \
+         (chunks of {chunk} B; recv_sharing={})",
+        t.recv_sharing
+    )];
+    let (c, past) = (with_cap.peers_connected, with_cap.datagram_peers);
+    let from = if t.lazy_connect {
+        "--peers"
+    } else {
+        "lazy_connect off: every other rank"
+    };
+    if past == 0 {
+        lines.push(format!(
+            "with {c} peers ({from}) no peer goes past the cap of {cap}: no datagram peer is predicted"
+        ));
+    } else {
+        lines.push(format!(
+            "of {c} peers ({from}), {} get endpoints and {past} go past the cap as datagram peers",
+            with_cap.endpoints_live
+        ));
+    }
+    // The model's costs, for one peer among `n`: an endpoint, a datagram peer, and the
+    // fixed bytes the datagram path adds (verbs: its UD QP and rings).
+    let n = (c as usize).max(1);
+    let w = world.max(n + 1);
+    let total = |cfg: &TransportConfig, e: usize, dg: usize| cfg.predict_with(n, e, dg, w).total_bytes();
+    let fixed = total(t, n, 0).saturating_sub(total(&uncapped, n, 0));
+    let endpoint = total(t, n, 0).saturating_sub(total(t, n - 1, 0));
+    let dg_peer = total(t, n - 1, 1).saturating_sub(total(t, n - 1, 0));
+    let (a, b) = (with_cap.total_bytes(), without.total_bytes());
+    let here = match a.cmp(&b) {
+        std::cmp::Ordering::Less => format!("saves {} B per rank", b - a),
+        std::cmp::Ordering::Equal => "changes nothing".to_string(),
+        std::cmp::Ordering::Greater => format!("costs {} B more per rank", a - b),
+    };
+    let totals = format!("predicted total {a} B with the cap, {b} B without: here the cap {here}");
+    if dg_peer >= endpoint {
+        lines.push(format!(
+            "a datagram peer costs {dg_peer} B, an endpoint {endpoint} B: the cap bounds endpoints but \
+             does not save memory on {} with recv_sharing={} ({totals})",
+            t.kind, t.recv_sharing
+        ));
+        return lines;
+    }
+    let saved = endpoint - dg_peer;
+    let each =
+        format!("each peer past the cap saves {saved} B (endpoint {endpoint} B, datagram peer {dg_peer} B)");
+    lines.push(if fixed == 0 {
+        format!("the datagram path has no fixed cost on {}; {each}: a cap saves memory as soon as a peer goes past it ({totals})", t.kind)
+    } else {
+        let what = if t.kind == TransportKind::Verbs { "the UD QP" } else { "the datagram path" };
+        format!(
+            "{what} costs {fixed} B per rank; {each}: a cap saves memory once more than {} peers go past it ({totals})",
+            fixed / saved
+        )
+    });
+    lines
 }

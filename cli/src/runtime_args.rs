@@ -4,12 +4,40 @@
 use ballast_runtime::config::parse_bytes;
 use ballast_runtime::{EndpointOverflow, RecvSharing, RuntimeConfig, TransportKind};
 
-fn parse_size(s: &str) -> Result<u64, String> {
+/// A whole number of at most `max`, with an optional K/M/G suffix (the runtime's
+/// `parse_bytes`, which reads `BALLAST_*` the same way); a number too large for `max` and a
+/// decimal fraction are named as such instead of "not a number" / "unknown unit".
+fn parse_whole(s: &str, max: u64) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let too_large = || format!("`{s}` is too large (at most {max})");
+    if unit.starts_with('.') && unit[1..].starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(format!(
+            "`{s}` is not a whole number (give an integer, with an optional K, M or G suffix)"
+        ));
+    }
+    if !num.is_empty() {
+        let Ok(n) = num.parse::<u64>() else {
+            return Err(too_large());
+        };
+        // The suffix's multiplier, as the runtime reads it (an unknown one is its error).
+        if let Ok(mult) = parse_bytes(&format!("1{unit}")) {
+            if n.checked_mul(mult).is_none_or(|v| v > max) {
+                return Err(too_large());
+            }
+        }
+    }
     parse_bytes(s)
 }
 
+fn parse_size(s: &str) -> Result<u64, String> {
+    parse_whole(s, u64::MAX)
+}
+
 fn parse_count(s: &str) -> Result<usize, String> {
-    parse_bytes(s).and_then(|v| usize::try_from(v).map_err(|_| format!("`{s}` is too large")))
+    let max = u64::try_from(usize::MAX).unwrap_or(u64::MAX);
+    parse_whole(s, max)
+        .and_then(|v| usize::try_from(v).map_err(|_| format!("`{s}` is too large (at most {max})")))
 }
 
 fn parse_switch(s: &str) -> Result<bool, String> {
@@ -74,6 +102,29 @@ pub struct RuntimeArgs {
 }
 
 impl RuntimeArgs {
+    /// The options given that only shape the transport (memory) charge: all but
+    /// `--ranks-per-node`, which also groups ranks into nodes.
+    pub fn given_charge_options(&self) -> Vec<&'static str> {
+        [
+            ("--transport", self.transport.is_some()),
+            ("--buffer-count", self.buffer_count.is_some()),
+            ("--buffer-size", self.buffer_size.is_some()),
+            ("--pool-growth", self.pool_growth.is_some()),
+            ("--max-pool-bytes", self.max_pool_bytes.is_some()),
+            ("--lazy-connect", self.lazy_connect.is_some()),
+            ("--max-endpoints", self.max_endpoints.is_some()),
+            ("--endpoint-overflow", self.endpoint_overflow.is_some()),
+            ("--recv-sharing", self.recv_sharing.is_some()),
+            ("--recv-depth", self.recv_depth.is_some()),
+            ("--srq-depth", self.srq_depth.is_some()),
+            ("--lock-pool", self.lock_pool.is_some()),
+            ("--mpi-native", self.mpi_native.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+
     /// The environment's configuration with these options applied on top.
     pub fn to_config(&self) -> anyhow::Result<RuntimeConfig> {
         let mut b = RuntimeConfig::from_env()?.to_builder();

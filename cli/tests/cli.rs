@@ -887,3 +887,289 @@ fn dry_run_charges_the_datagram_peers_beyond_the_cap() {
         assert_eq!((d - e) * 1024.0, 5.0 * per_peer, "{dg:?} vs {ev:?}");
     }
 }
+
+/// `ballast info` with a cap says what `endpoint_overflow` really does for the
+/// configuration: the fallback to evict with the runtime's reason (buffers too small, xrc),
+/// that it does not apply on the MPI native path, that no datagram peer is predicted when
+/// `--peers` is within the cap, and the cost of the cap from the footprint model: on verbs
+/// the UD QP's fixed bytes and the break-even peer count, on `local` with `shared` that a
+/// datagram peer costs as much as an endpoint (the totals with and without the cap from
+/// the table of each run).
+#[test]
+fn info_says_what_the_endpoint_overflow_really_does() {
+    use ballast_runtime::{datagram::PEER_STATE_BYTES, model, MemoryModel};
+    let info = |args: &[&str]| -> String {
+        let o = ballast().arg("info").args(args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // The `total_bytes` row's column of the configured sharing mode (per-peer, shared, xrc).
+    let total = |text: &str, col: usize| -> u64 {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("total_bytes"))
+            .unwrap();
+        line.split_whitespace().nth(1 + col).unwrap().parse().unwrap()
+    };
+    let t = info(&["--peers", "20", "--max-endpoints", "8", "--buffer-size", "32"]);
+    assert!(
+        t.contains(
+            "endpoint_overflow=datagram falls back to evict: transport local fits 32 B per datagram \
+             (buffer_size 32 B, datagram size 65536 B), less than 64 B; peers beyond max_endpoints=8 evict"
+        ),
+        "{t}"
+    );
+    assert!(!t.contains("go over the datagram path"), "{t}");
+    let t = info(&["--peers", "20", "--max-endpoints", "8", "--recv-sharing", "xrc"]);
+    assert!(
+        t.contains("endpoint_overflow=datagram falls back to evict: transport local runs recv_sharing=xrc"),
+        "{t}"
+    );
+    let t = info(&["--peers", "20", "--max-endpoints", "8", "--transport", "mpi"]);
+    assert!(
+        t.contains("max_endpoints=8 and endpoint_overflow=datagram do not apply: the MPI native path"),
+        "{t}"
+    );
+    let t = info(&["--peers", "8", "--max-endpoints", "8"]);
+    assert!(
+        t.contains("with 8 peers (--peers) no peer goes past the cap of 8: no datagram peer is predicted"),
+        "{t}"
+    );
+    let t = info(&[
+        "--peers",
+        "5",
+        "--world-size",
+        "30",
+        "--max-endpoints",
+        "8",
+        "--lazy-connect",
+        "off",
+    ]);
+    assert!(
+        t.contains(
+            "of 29 peers (lazy_connect off: every other rank), 8 get endpoints and 21 go past the cap"
+        ),
+        "{t}"
+    );
+    // local, shared: an endpoint costs the engine's entry, a datagram peer its state.
+    let local = MemoryModel::local();
+    let ep = local.endpoint_fixed_bytes + local.engine_endpoint_bytes;
+    assert!(PEER_STATE_BYTES >= ep, "the premise: {PEER_STATE_BYTES} vs {ep}");
+    let capped = info(&["--peers", "20", "--max-endpoints", "8"]);
+    let uncapped = info(&["--peers", "20"]);
+    assert!(
+        capped.contains("of 20 peers (--peers), 8 get endpoints and 12 go past the cap"),
+        "{capped}"
+    );
+    let (a, b) = (total(&capped, 1), total(&uncapped, 1));
+    assert!(
+        capped.contains(&format!(
+            "a datagram peer costs {PEER_STATE_BYTES} B, an endpoint {ep} B: the cap bounds endpoints but \
+             does not save memory on local with recv_sharing=shared (predicted total {a} B with the cap, {b} B without"
+        )),
+        "{capped}"
+    );
+    // verbs, shared: the UD QP's fixed bytes against the saving per peer past the cap.
+    let verbs = MemoryModel::verbs();
+    let ep = verbs.endpoint_fixed_bytes + verbs.engine_endpoint_bytes;
+    let dg = PEER_STATE_BYTES + model::VERBS_UD_PEER_BYTES;
+    let fixed = model::verbs_ud_fixed_bytes(8192);
+    let k = fixed / (ep - dg);
+    for (peers, past) in [(20u64, 12u64), (8 + k + 1, k + 1)] {
+        let p = peers.to_string();
+        let capped = info(&["--peers", &p, "--max-endpoints", "8", "--transport", "verbs"]);
+        let uncapped = info(&["--peers", &p, "--transport", "verbs"]);
+        let (a, b) = (total(&capped, 1), total(&uncapped, 1));
+        assert_eq!(
+            a + past * (ep - dg),
+            b + fixed,
+            "the model's totals: {capped}\n{uncapped}"
+        );
+        assert!(
+            capped.contains(&format!(
+                "the UD QP costs {fixed} B per rank; each peer past the cap saves {} B (endpoint {ep} B, \
+                 datagram peer {dg} B): a cap saves memory once more than {k} peers go past it \
+                 (predicted total {a} B with the cap, {b} B without",
+                ep - dg
+            )),
+            "{capped}"
+        );
+        let verdict = if past > k {
+            format!("saves {} B per rank", b - a)
+        } else {
+            format!("costs {} B more", a - b)
+        };
+        assert!(capped.contains(&format!("here the cap {verdict}")), "{capped}");
+    }
+}
+
+/// The runtime's integer options (`--max-endpoints`, `--buffer-size`, `--max-pool-bytes`,
+/// ...) say a number is too large, with the maximum, and that a fraction is not a whole
+/// number, through clap's message naming the option (exit 2); suffixes still work.
+#[test]
+fn integer_options_say_too_large_and_not_a_whole_number() {
+    let max = usize::MAX.to_string();
+    let cases: [(&str, &str, String); 5] = [
+        (
+            "--max-endpoints",
+            "99999999999999999999",
+            format!("is too large (at most {max})"),
+        ),
+        (
+            "--max-endpoints",
+            "20000000000G",
+            format!("is too large (at most {max})"),
+        ),
+        (
+            "--max-pool-bytes",
+            "16777216T",
+            "has an unknown unit (use K, M or G)".to_string(),
+        ),
+        (
+            "--max-endpoints",
+            "1.5",
+            "`1.5` is not a whole number".to_string(),
+        ),
+        (
+            "--srq-depth",
+            "2.25K",
+            "`2.25K` is not a whole number".to_string(),
+        ),
+    ];
+    for (opt, value, needle) in &cases {
+        let o = ballast().args(["info", opt, value]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{opt} {value}");
+        let e = stderr(&o);
+        assert!(e.contains(&format!("invalid value '{value}' for '{opt} ")), "{e}");
+        assert!(e.contains(needle.as_str()), "{opt} {value}: {needle:?} in {e}");
+    }
+    let o = ballast()
+        .args(["info", "--max-endpoints", "18446744073709551615G"])
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&o).contains(&format!("is too large (at most {max})")),
+        "{}",
+        stderr(&o)
+    );
+    let o = ballast()
+        .args([
+            "info",
+            "--max-endpoints",
+            "2K",
+            "--max-pool-bytes",
+            "18446744073709551615",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("  max_endpoints       2048 "), "{text}");
+}
+
+/// `dry-run` without `--transport-model ballast` names the runtime options that have no
+/// effect on stderr and leaves stdout and the files as without them; with it and a cap,
+/// the estimate's transport row and `--json` `transport_cap` say which cap and overflow
+/// mode the charge used (the fallback to evict with its reason), and nothing without a cap.
+#[test]
+fn dry_run_says_which_cap_the_transport_charge_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = [
+        "dry-run",
+        "--synthetic",
+        "2000",
+        "--synapses",
+        "100000",
+        "--num-target-ranks",
+        "8",
+    ];
+    let dry_run = |out: &str, extra: &[&str]| -> (String, String) {
+        let o = run(&[&input[..], &["--output-dir", out], extra].concat(), dir.path());
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        // The balancing time and the output directory aside.
+        let text = String::from_utf8_lossy(&o.stdout);
+        let text: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with("ballast dry-run: "))
+            .map(|l| l.replace(out, "OUT"))
+            .collect();
+        (text.join("\n"), stderr(&o))
+    };
+    let (plain, plain_err) = dry_run("plain", &[]);
+    let (opts, opts_err) = dry_run("opts", &["--max-endpoints", "2", "--endpoint-overflow", "evict"]);
+    assert_eq!(plain, opts);
+    assert!(!plain_err.contains("no effect"), "{plain_err}");
+    assert!(
+        opts_err.contains(
+            "note: --max-endpoints, --endpoint-overflow have no effect: without --transport-model ballast no transport memory is charged"
+        ),
+        "{opts_err}"
+    );
+    for f in ["allocation_r8_c1.pkl.gz", "allocation_r8_c1.json"] {
+        let read = |d: &str| fs::read(dir.path().join(d).join(f)).unwrap();
+        assert_eq!(read("plain"), read("opts"), "{f}");
+    }
+    let row = |text: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with("Transport (Ballast)"))
+            .unwrap()
+            .to_string()
+    };
+    let charged = ["--transport-model", "ballast"];
+    let (t, _) = dry_run("uncapped", &charged);
+    let r = row(&t);
+    assert!(
+        !r.contains("max_endpoints") && r.ends_with(|c: char| c.is_ascii_digit()),
+        "{t}"
+    );
+    let (t, _) = dry_run("capped", &[&charged[..], &["--max-endpoints", "2"]].concat());
+    assert!(
+        row(&t).ends_with("  (max_endpoints=2, endpoint_overflow=datagram: peers past the cap charged their datagram state)"),
+        "{t}"
+    );
+    let (t, _) = dry_run(
+        "small",
+        &[&charged[..], &["--max-endpoints", "2", "--buffer-size", "32"]].concat(),
+    );
+    assert!(
+        row(&t).ends_with(
+            "  (max_endpoints=2, endpoint_overflow=datagram falls back to evict: transport local fits 32 B per \
+             datagram (buffer_size 32 B, datagram size 65536 B), less than 64 B; at most 2 endpoints charged, \
+             nothing for the peers past the cap)"
+        ),
+        "{t}"
+    );
+    let json = |out: &str, extra: &[&str]| -> Value {
+        let (t, _) = dry_run(out, &[&charged[..], extra, &["--json"]].concat());
+        serde_json::from_str(&t).unwrap()
+    };
+    assert!(json("j0", &[]).get("transport_cap").is_none());
+    let cap = |j: Value| {
+        let c = &j["transport_cap"];
+        (
+            c["max_endpoints"].as_u64(),
+            c["endpoint_overflow"].clone(),
+            c["charged_as"].clone(),
+            c["fallback"].clone(),
+        )
+    };
+    assert_eq!(
+        cap(json("j1", &["--max-endpoints", "2"])),
+        (Some(2), "datagram".into(), "datagram".into(), Value::Null)
+    );
+    assert_eq!(
+        cap(json(
+            "j2",
+            &["--max-endpoints", "3", "--endpoint-overflow", "evict"]
+        )),
+        (Some(3), "evict".into(), "evict".into(), Value::Null)
+    );
+    let (_, _, charged_as, why) = cap(json("j3", &["--max-endpoints", "2", "--recv-sharing", "xrc"]));
+    assert_eq!(charged_as, "evict");
+    assert!(
+        why.as_str()
+            .unwrap()
+            .starts_with("transport local runs recv_sharing=xrc"),
+        "{why}"
+    );
+}

@@ -263,6 +263,100 @@ fn demo_passes_its_check() {
     assert!(t > 0.0 && (t * 1000.0).round() / 1000.0 == t, "{sidecar}");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!stderr.contains("other costs"), "{stderr}");
+    // The rows' settings are printed; with 6 ranks no rank has more than 5 peers, so the
+    // capped row says none goes past the cap of 8.
+    assert!(
+        stdout.contains(
+            "settings (fixed: the demo reads no BALLAST_* variable; ballast run and ballast info take them): \
+             the runs local, shared, no endpoint cap, buffer_count 64 x buffer_size 8192 B; the capped row \
+             shared + max_endpoints=8 (--max-endpoints), endpoint_overflow=datagram\n"
+        ),
+        "{stdout}"
+    );
+    assert_eq!(demo_most_peers(dir.path()), 5);
+    assert!(
+        stdout.contains("  shared + max_endpoints=8 (at most 5 peers: none past it) "),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("(datagram"), "{stdout}");
+}
+
+/// The largest `peers_predicted` of the demo's two runs (report.json).
+fn demo_most_peers(dir: &std::path::Path) -> usize {
+    ["roundrobin", "memory"]
+        .iter()
+        .flat_map(|m| {
+            let r: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.join("ballast-demo").join(m).join("report.json")).unwrap(),
+            )
+            .unwrap();
+            let v: Vec<usize> = r["per_rank"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x["peers_predicted"].as_u64().unwrap() as usize)
+                .collect();
+            v
+        })
+        .max()
+        .unwrap()
+}
+
+/// `ballast demo --max-endpoints 3` on 6 ranks: the capped row says how many peers go past
+/// the cap over datagrams and its KB are the model's for the rank with the most peers;
+/// `BALLAST_MAX_ENDPOINTS` and `BALLAST_ENDPOINT_OVERFLOW` do not change it (the demo's
+/// settings are fixed, and printed).
+#[test]
+fn demo_capped_row_says_how_many_peers_go_past_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = ballast()
+        .current_dir(dir.path())
+        .env("BALLAST_MAX_ENDPOINTS", "1")
+        .env("BALLAST_ENDPOINT_OVERFLOW", "evict")
+        .args([
+            "demo",
+            "--cells",
+            "3000",
+            "--ranks",
+            "6",
+            "--tstop",
+            "30",
+            "--max-endpoints",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "the capped row shared + max_endpoints=3 (--max-endpoints), endpoint_overflow=datagram\n"
+        ),
+        "{stdout}"
+    );
+    let most = demo_most_peers(dir.path());
+    assert!(most > 3, "the circuit's peers: {most}");
+    let label = format!(
+        "  shared + max_endpoints=3 (datagram, up to {} peers past it)",
+        most - 3
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(&label))
+        .unwrap_or_else(|| panic!("{label:?} in {stdout}"));
+    let capped = ballast_runtime::TransportConfig {
+        recv_sharing: ballast_runtime::RecvSharing::Shared,
+        max_endpoints: 3,
+        ..*ballast_runtime::RuntimeConfig::default().transport()
+    }
+    .predict(most, 6, 1);
+    assert_eq!(capped.datagram_peers, (most - 3) as u64);
+    let kb = format!("{:.0}", capped.total_bytes() as f64 / 1024.0);
+    assert!(line.split_whitespace().any(|w| w == kb), "{kb} KB in {line:?}");
 }
 
 #[test]
