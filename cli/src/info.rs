@@ -222,9 +222,12 @@ fn overflow_lines(t: &TransportConfig, peers: usize, world: usize) -> Vec<String
     let n = (c as usize).max(1);
     let w = world.max(n + 1);
     let total = |cfg: &TransportConfig, e: usize, dg: usize| cfg.predict_with(n, e, dg, w).total_bytes();
-    let fixed = total(t, n, 0).saturating_sub(total(&uncapped, n, 0));
+    // A datagram peer once the path exists (the second one), and what the first one adds
+    // beyond that (verbs: the UD QP, made with the rank's first datagram peer).
     let endpoint = total(t, n, 0).saturating_sub(total(t, n - 1, 0));
-    let dg_peer = total(t, n - 1, 1).saturating_sub(total(t, n - 1, 0));
+    let dg_peer = total(t, n - 1, 2).saturating_sub(total(t, n - 1, 1));
+    let fixed = (total(t, n - 1, 1).saturating_sub(total(t, n - 1, 0))).saturating_sub(dg_peer)
+        + total(t, n, 0).saturating_sub(total(&uncapped, n, 0));
     let (a, b) = (with_cap.total_bytes(), without.total_bytes());
     let here = match a.cmp(&b) {
         std::cmp::Ordering::Less => format!("saves {} B per rank", b - a),
@@ -248,7 +251,7 @@ fn overflow_lines(t: &TransportConfig, peers: usize, world: usize) -> Vec<String
     } else {
         let what = if t.kind == TransportKind::Verbs { "the UD QP" } else { "the datagram path" };
         format!(
-            "{what} costs {fixed} B per rank; {each}: a cap saves memory once more than {} peers go past it ({totals})",
+            "{what} costs {fixed} B per rank once a peer goes past the cap (made on first use); {each}: a cap saves memory once more than {} peers go past it ({totals})",
             fixed / saved
         )
     });

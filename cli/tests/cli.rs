@@ -987,7 +987,7 @@ fn info_says_what_the_endpoint_overflow_really_does() {
         );
         assert!(
             capped.contains(&format!(
-                "the UD QP costs {fixed} B per rank; each peer past the cap saves {} B (endpoint {ep} B, \
+                "the UD QP costs {fixed} B per rank once a peer goes past the cap (made on first use); each peer past the cap saves {} B (endpoint {ep} B, \
                  datagram peer {dg} B): a cap saves memory once more than {k} peers go past it \
                  (predicted total {a} B with the cap, {b} B without",
                 ep - dg

@@ -157,9 +157,20 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number (sizes may use a K, M or G suffix)"))?;
+    if unit.starts_with('.') && unit[1..].starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(format!(
+            "`{s}` is not a whole number (give an integer, with an optional K, M or G suffix)"
+        ));
+    }
+    let n: u64 = match num.parse() {
+        Ok(n) => n,
+        Err(_) if !num.is_empty() => return Err(format!("`{s}` is too large (at most {})", u64::MAX)),
+        Err(_) => {
+            return Err(format!(
+                "`{s}` is not a number (sizes may use a K, M or G suffix)"
+            ))
+        }
+    };
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" | "kb" => 1 << 10,
@@ -167,7 +178,8 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
         "g" | "gib" | "gb" => 1 << 30,
         _ => return Err(format!("`{s}` has an unknown unit (use K, M or G)")),
     };
-    n.checked_mul(mult).ok_or_else(|| format!("`{s}` overflows"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large (at most {})", u64::MAX))
 }
 
 fn parse_usize(s: &str) -> std::result::Result<usize, String> {

@@ -285,3 +285,19 @@ fn endpoint_overflow_defaults_to_datagram_and_parses() {
         .unwrap();
     assert_eq!(b.transport().endpoint_overflow, EndpointOverflow::Datagram);
 }
+
+#[test]
+fn sizes_say_too_large_and_not_whole() {
+    use super::env::parse_bytes;
+    assert_eq!(parse_bytes("4K"), Ok(4096));
+    let e = parse_bytes("99999999999999999999").unwrap_err();
+    assert!(e.contains("is too large (at most 18446744073709551615)"), "{e}");
+    let e = parse_bytes("20000000000G").unwrap_err();
+    assert!(e.contains("is too large"), "{e}");
+    let e = parse_bytes("1.5").unwrap_err();
+    assert!(e.contains("is not a whole number"), "{e}");
+    let e = parse_bytes("lots").unwrap_err();
+    assert!(e.contains("is not a number"), "{e}");
+    let e = parse_bytes("3Q").unwrap_err();
+    assert!(e.contains("unknown unit"), "{e}");
+}
