@@ -9,8 +9,10 @@ use ballast_runtime::{local, RuntimeConfig};
 
 /// How long the sender keeps the others waiting.
 const WAIT: Duration = Duration::from_secs(1);
-/// Most CPU time a rank may use while it waits that long.
-const MAX_CPU_NS: u64 = 50_000_000;
+/// Most CPU time a rank may use while it waits that long: a fifth of the wait. A rank that
+/// spins uses all of it (half on a shared core); one that blocks uses the spin phase of its
+/// backoff and its wake-ups, a few ms, more when the machine runs other tests beside.
+const MAX_CPU_NS: u64 = 200_000_000;
 
 /// CPU time of the calling thread so far, ns; None (with the reason) where the kernel
 /// does not give it.
@@ -100,9 +102,10 @@ fn many_ranks_waiting_in_a_barrier_use_no_core() {
         max / 1_000_000,
         waiting
     );
-    // 63 ranks waiting a second together use less than one tenth of one core.
+    // 63 ranks waiting a second together use less than a quarter of the machine's 2 cores
+    // (spinning, they would use both cores for the whole second).
     assert!(
-        sum < 100_000_000,
+        sum < 500_000_000,
         "{} waiting ranks used {} ms of CPU together",
         n - 1,
         sum / 1_000_000
