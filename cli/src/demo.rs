@@ -206,12 +206,18 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     // The rows' settings are the demo's own, whatever the environment says.
     outln!(
         "settings (fixed: the demo reads no BALLAST_* variable; ballast run and ballast info take them): \
-         the runs {}, {as_run}, buffer_count {} x buffer_size {} B; the capped row \
-         shared + max_endpoints={cap} (--max-endpoints), endpoint_overflow={}",
+         the runs use {}, {as_run}, buffer_count {} x buffer_size {} B; the capped row {}",
         t.kind,
         t.buffer_count,
         t.buffer_size,
-        shared_capped.endpoint_overflow
+        if cap > 0 {
+            format!(
+                "shared + max_endpoints={cap} (--max-endpoints), endpoint_overflow={}",
+                shared_capped.endpoint_overflow
+            )
+        } else {
+            "shared, no endpoint cap (--max-endpoints 0)".to_string()
+        }
     );
     outln!();
     outln!("{:<60} {:>14} {:>14}", "", "RoundRobin", "Memory");

@@ -198,7 +198,12 @@ fn overflow_lines(t: &TransportConfig, peers: usize, world: usize) -> Vec<String
     let without = uncapped.predict(peers, world, rpn);
     let mut lines = vec![format!(
         "endpoint_overflow={overflow}: peers beyond max_endpoints={cap} go over the datagram path \
-         (chunks of {chunk} B; recv_sharing={})",
+         (chunks of {chunk} B{}; recv_sharing={})",
+        if t.kind == TransportKind::Verbs {
+            " at the model's 4096 B MTU: the device's active MTU sets it, 972 B on soft-RoCE at a netdev MTU of 1500"
+        } else {
+            ""
+        },
         t.recv_sharing
     )];
     let (c, past) = (with_cap.peers_connected, with_cap.datagram_peers);

@@ -268,7 +268,7 @@ fn demo_passes_its_check() {
     assert!(
         stdout.contains(
             "settings (fixed: the demo reads no BALLAST_* variable; ballast run and ballast info take them): \
-             the runs local, shared, no endpoint cap, buffer_count 64 x buffer_size 8192 B; the capped row \
+             the runs use local, shared, no endpoint cap, buffer_count 64 x buffer_size 8192 B; the capped row \
              shared + max_endpoints=8 (--max-endpoints), endpoint_overflow=datagram\n"
         ),
         "{stdout}"

@@ -380,6 +380,20 @@ mod tests {
     }
 
     #[test]
+    fn another_split_of_the_same_bytes_still_differs() {
+        // local, shared: an endpoint and a datagram peer weigh the same.
+        let t = TransportConfig {
+            max_endpoints: 2,
+            ..Default::default()
+        };
+        let p = t.predict(15, 16, 1);
+        let m = t.predict_with(15, 0, 15, 16);
+        assert_eq!(m.total_bytes(), p.total_bytes(), "same bytes: {m:?} {p:?}");
+        let d = m.differences(&p, &t).join("; ");
+        assert!(d.contains("15 peers with datagram state, 13 predicted"), "{d}");
+    }
+
+    #[test]
     fn differences_name_the_counts_and_their_cause() {
         let t = TransportConfig {
             max_endpoints: 2,

@@ -56,6 +56,10 @@ pub struct RankRow {
     /// Of those, the peers it reached over the datagram path (`endpoint_overflow=datagram`
     /// past `max_endpoints`; 0 otherwise).
     pub datagram_peers: u64,
+    /// Endpoints live at the end of the run.
+    pub endpoints_live: u64,
+    /// Endpoints opened during the run (closed since: opened − live).
+    pub endpoints_opened: u64,
     pub spikes_sent: u64,
     pub spikes_received: u64,
     /// Spike messages sent to other ranks (p2p: one per out-peer per window; allgather:
@@ -234,6 +238,8 @@ pub fn rows(
                 peers_predicted: peers[o.rank],
                 peers_connected: o.footprint.peers_connected,
                 datagram_peers: o.footprint.datagram_peers,
+                endpoints_live: o.footprint.endpoints_live,
+                endpoints_opened: o.footprint.endpoints_opened,
                 spikes_sent: o.exchange.spikes_sent,
                 spikes_received: o.exchange.spikes_received,
                 messages_sent: o.exchange.messages_sent,
