@@ -226,13 +226,14 @@ fn overflow_lines(t: &TransportConfig, peers: usize, world: usize) -> Vec<String
     // fixed bytes the datagram path adds (verbs: its UD QP and rings).
     let n = (c as usize).max(1);
     let w = world.max(n + 1);
-    let total = |cfg: &TransportConfig, e: usize, dg: usize| cfg.predict_with(n, e, dg, w).total_bytes();
+    let total = |e: usize, dg: usize| t.predict_with(n, e, dg, w).total_bytes();
     // A datagram peer once the path exists (the second one), and what the first one adds
     // beyond that (verbs: the UD QP, made with the rank's first datagram peer).
-    let endpoint = total(t, n, 0).saturating_sub(total(t, n - 1, 0));
-    let dg_peer = total(t, n - 1, 2).saturating_sub(total(t, n - 1, 1));
-    let fixed = (total(t, n - 1, 1).saturating_sub(total(t, n - 1, 0))).saturating_sub(dg_peer)
-        + total(t, n, 0).saturating_sub(total(&uncapped, n, 0));
+    let endpoint = total(n, 0).saturating_sub(total(n - 1, 0));
+    let dg_peer = total(n - 1, 2).saturating_sub(total(n - 1, 1));
+    let fixed = total(n - 1, 1)
+        .saturating_sub(total(n - 1, 0))
+        .saturating_sub(dg_peer);
     let (a, b) = (with_cap.total_bytes(), without.total_bytes());
     let here = match a.cmp(&b) {
         std::cmp::Ordering::Less => format!("saves {} B per rank", b - a),

@@ -175,18 +175,20 @@ fn diff_reason(
         return None;
     }
     let mut s = why.join("; ");
-    if measured.peers_connected != predicted.peers_connected && config.recv_sharing != RecvSharing::Xrc {
-        let alt = config
-            .predict(measured.peers_connected as usize, ranks, config.ranks_per_node)
-            .total_bytes();
-        let verdict = if alt == measured.total_bytes() {
+    // Whether another prediction accounts for the measured bytes.
+    let verdict = |alt: &Footprint| {
+        if alt.total_bytes() == measured.total_bytes() {
             "exactly the measured bytes".to_string()
         } else {
-            format!("{alt} B, not the measured bytes either")
-        };
+            format!("{} B, not the measured bytes either", alt.total_bytes())
+        }
+    };
+    if measured.peers_connected != predicted.peers_connected && config.recv_sharing != RecvSharing::Xrc {
+        let alt = config.predict(measured.peers_connected as usize, ranks, config.ranks_per_node);
         s.push_str(&format!(
-            "; the model for the {} peers actually connected gives {verdict}",
-            measured.peers_connected
+            "; the model for the {} peers actually connected gives {}",
+            measured.peers_connected,
+            verdict(&alt)
         ));
     }
     let split_differs = measured.endpoints_live != predicted.endpoints_live
@@ -195,22 +197,17 @@ fn diff_reason(
         // The datagram path: which peers hold endpoints depends on the order of the
         // connects (refusals by full peers, promotions); the model's bytes for the split
         // this rank holds tell whether that split is the whole difference.
-        let alt = config
-            .predict_with(
-                measured.peers_connected as usize,
-                measured.endpoints_live as usize,
-                measured.datagram_peers as usize,
-                ranks,
-            )
-            .total_bytes();
-        let verdict = if alt == measured.total_bytes() {
-            "exactly the measured bytes".to_string()
-        } else {
-            format!("{alt} B, not the measured bytes either")
-        };
+        let alt = config.predict_with(
+            measured.peers_connected as usize,
+            measured.endpoints_live as usize,
+            measured.datagram_peers as usize,
+            ranks,
+        );
         s.push_str(&format!(
-            "; the model for the split this rank holds ({} endpoints, {} peers with datagram state: TransportConfig::predict_with) gives {verdict}",
-            measured.endpoints_live, measured.datagram_peers
+            "; the model for the split this rank holds ({} endpoints, {} peers with datagram state: TransportConfig::predict_with) gives {}",
+            measured.endpoints_live,
+            measured.datagram_peers,
+            verdict(&alt)
         ));
     }
     Some(s)

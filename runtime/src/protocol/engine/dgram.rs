@@ -96,7 +96,7 @@ impl Datagrams {
     /// Microseconds since the epoch: the peers' clock.
     #[inline]
     fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
+        micros_since(self.epoch)
     }
 
     /// True when datagrams to `peer` are not all acknowledged.
@@ -147,6 +147,12 @@ impl Datagrams {
     }
 }
 
+/// Microseconds since `epoch`.
+#[inline]
+fn micros_since(epoch: Instant) -> u64 {
+    epoch.elapsed().as_micros() as u64
+}
+
 /// What a fabric poll needs to take a datagram, borrowed beside the fabric.
 pub(super) struct DgRx<'a> {
     pub(super) dg: Option<&'a mut Datagrams>,
@@ -189,20 +195,20 @@ impl DgRx<'_> {
         let h = DgHeader::decode(bytes, rank, src)?;
         let pool = &mut *self.pool;
         dg.peer(src);
-        let now = dg.now_us();
         let Datagrams {
             peers,
             waiting,
             acks,
             resend,
             held,
+            epoch,
             since_check,
             stats,
             ..
         } = dg;
         let p = peers.get_mut(&src).expect("datagram peer");
         if p.in_flight() > 0 {
-            if p.on_ack(h.ack, now, &mut |b| pool.release(b)) {
+            if p.on_ack(h.ack, micros_since(*epoch), &mut |b| pool.release(b)) {
                 resend.push(src);
             }
             if p.in_flight() == 0 {

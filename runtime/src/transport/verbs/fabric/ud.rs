@@ -206,11 +206,10 @@ impl VerbsFabric {
         Ok(())
     }
 
-    /// The UD QP, made (and charged) now if it does not exist yet; `None` without the
-    /// datagram path.
-    fn ensure_ud(&mut self) -> Result<Option<&mut Ud>> {
+    /// Makes (and charges) the UD QP if the datagram path is on and it does not exist yet.
+    fn ensure_ud(&mut self) -> Result<()> {
         let Some(mtu) = self.ud_mtu else {
-            return Ok(None);
+            return Ok(());
         };
         if self.ud.is_none() {
             let (fixed, ring) = Ud::fixed_bytes(self.cfg.buffer_size);
@@ -224,7 +223,7 @@ impl VerbsFabric {
             self.bytes.recv_locked_bytes += ring;
             self.ud = Some(ud);
         }
-        Ok(self.ud.as_mut())
+        Ok(())
     }
 
     /// The engine's `post_datagram` (see the module doc for when it drops `bytes`).
@@ -236,9 +235,7 @@ impl VerbsFabric {
             });
         }
         let rank = self.rank;
-        if self.ud.is_none() {
-            self.ensure_ud()?;
-        }
+        self.ensure_ud()?;
         let Some(ud) = self.ud.as_mut() else {
             return Err(Error::NoDatagrams { transport: "verbs" });
         };
@@ -324,9 +321,7 @@ impl VerbsFabric {
     /// the address handle toward it); answers a request with this rank's address.
     pub(super) fn on_ud_frame(&mut self, src: usize, f: &Frame) -> Result<()> {
         let rank = self.rank;
-        if self.ud.is_none() {
-            self.ensure_ud()?;
-        }
+        self.ensure_ud()?;
         let Some(ud) = self.ud.as_mut() else {
             return Err(Error::ControlFrame {
                 rank: Some(rank),
