@@ -539,8 +539,15 @@ pub unsafe extern "C" fn ballast_recv(
         if buf.is_null() && cap > 0 {
             return Err(Fail::null(F, "buf"));
         }
-        let m = match c.comm().recv_within(s, t, cap).map_err(runtime(F))? {
-            Ok(m) => m,
+        let into: &mut [u8] = if cap == 0 {
+            &mut []
+        } else {
+            // SAFETY: `buf` is non-NULL with `cap` writable bytes (the contract), not
+            // otherwise borrowed during the call.
+            unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), cap) }
+        };
+        let got = match c.comm().recv_into(s, t, into).map_err(runtime(F))? {
+            Ok(e) => e,
             Err(e) => {
                 if !status.is_null() {
                     // SAFETY: non-NULL and writable (the contract).
@@ -555,20 +562,9 @@ pub unsafe extern "C" fn ballast_recv(
                 ));
             }
         };
-        if !m.data.is_empty() {
-            // SAFETY: `buf` has `cap >= m.data.len()` writable bytes (checked above), a
-            // different allocation from the message.
-            unsafe { std::ptr::copy_nonoverlapping(m.data.as_ptr(), buf.cast::<u8>(), m.data.len()) };
-        }
         if !status.is_null() {
-            let st = ballast_status {
-                source: m.source as c_int,
-                tag: m.tag,
-                len: m.data.len(),
-                error: 0,
-            };
             // SAFETY: non-NULL and writable (the contract).
-            unsafe { *status = st };
+            unsafe { *status = status_of(&got, 0) };
         }
         Ok(0)
     })

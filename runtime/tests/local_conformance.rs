@@ -53,6 +53,11 @@ fn recv_within_leaves_long_messages_local() {
 }
 
 #[test]
+fn recv_into_fills_the_buffer_local() {
+    recv_into_fills_the_buffer(&Local);
+}
+
+#[test]
 fn message_sizes_shared() {
     message_sizes_with_checksums(&Local, RecvSharing::Shared);
 }

@@ -374,6 +374,10 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         "recv_within_leaves_long_messages".into(),
         Box::new(move || recv_within_leaves_long_messages(l)),
     ));
+    v.push((
+        "recv_into_fills_the_buffer".into(),
+        Box::new(move || recv_into_fills_the_buffer(l)),
+    ));
     for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
         v.push((
             format!("message_sizes_with_checksums/{m}"),

@@ -314,6 +314,34 @@ impl Communicator {
         }
     }
 
+    /// Receives the next message matching `src` and `tag` into `buf`, progressing until
+    /// one arrives, if it is at most `buf.len()` bytes long: `Ok(envelope)`, its bytes in
+    /// `buf[..envelope.len]`. A longer one is left queued, as [`Communicator::recv_within`]
+    /// leaves it, and its envelope returned as `Err`. MPI's receive into a caller's buffer:
+    /// on the MPI native path with nothing else in flight, the bytes go from MPI's receive
+    /// buffer straight into `buf`, without a message `Vec` between. Errors: the
+    /// transport's.
+    pub fn recv_into(
+        &mut self,
+        src: impl Into<Source>,
+        tag: impl Into<TagMatch>,
+        buf: &mut [u8],
+    ) -> Result<std::result::Result<Envelope, Envelope>> {
+        let (src, tag) = (src.into(), tag.into());
+        #[cfg(feature = "mpi")]
+        if let Backend::Native(n) = &mut self.backend {
+            return n.recv_into(src, tag, buf);
+        }
+        Ok(self.recv_within(src, tag, buf.len())?.map(|m| {
+            buf[..m.data.len()].copy_from_slice(&m.data);
+            Envelope {
+                source: m.source,
+                tag: m.tag,
+                len: m.data.len(),
+            }
+        }))
+    }
+
     /// Progresses once, then tells the source, tag and length of the message that
     /// [`Communicator::try_recv`] (or a `recv` with the same `src` and `tag`) would take
     /// next, if it has fully arrived; the message stays queued. Errors: the transport's.

@@ -229,6 +229,71 @@ pub fn recv_within_leaves_long_messages<L: Launcher>(l: &L) {
     );
 }
 
+/// `recv_into` writes the next matching message into the caller's buffer if it fits, and
+/// leaves the bytes past it untouched; a longer one (a whole message as well as a large
+/// one, past the 128 B buffers) is left queued, first in line, with the buffer untouched,
+/// and told by its envelope; exactly `buf.len()` bytes, and 0 bytes into an empty buffer,
+/// are taken.
+pub fn recv_into_fills_the_buffer<L: Launcher>(l: &L) {
+    let c = cfg(RecvSharing::Shared).buffer_size(128).build().unwrap();
+    let res = l
+        .run(2, &c, |comm| -> Result<Vec<(usize, u32, usize, bool)>> {
+            if comm.rank() == 1 {
+                comm.send(0, 3, &payload(100, 3))?;
+                comm.send(0, 3, &payload(1000, 4))?;
+                comm.send(0, 9, &payload(5, 9))?;
+                comm.send(0, 4, &[])?;
+                return Ok(vec![]);
+            }
+            let mut seen = vec![];
+            let mut note = |r: std::result::Result<ballast_runtime::Envelope, ballast_runtime::Envelope>| {
+                let v = match r {
+                    Ok(e) => (e.source, e.tag, e.len, true),
+                    Err(e) => (e.source, e.tag, e.len, false),
+                };
+                seen.push(v);
+                v
+            };
+            let mut buf = vec![0xAAu8; 1000];
+            note(comm.recv_into(1, 3u32, &mut buf[..50])?);
+            assert!(buf.iter().all(|&b| b == 0xAA), "a refused message writes nothing");
+            note(comm.recv_into(1, 3u32, &mut buf[..101])?);
+            assert_eq!(&buf[..100], &payload(100, 3)[..]);
+            assert_eq!(buf[100], 0xAA, "nothing past the message");
+            buf.fill(0xAA);
+            note(comm.recv_into(Source::Any, TagMatch::Any, &mut buf[..999])?);
+            assert!(
+                buf.iter().all(|&b| b == 0xAA),
+                "a refused large message writes nothing"
+            );
+            note(comm.recv_into(1, 3u32, &mut buf[..1000])?);
+            assert_eq!(
+                buf,
+                payload(1000, 4),
+                "the long message, intact, exactly the buffer"
+            );
+            buf.fill(0xAA);
+            note(comm.recv_into(Source::Any, 9u32, &mut buf[..64])?);
+            assert_eq!(&buf[..5], &payload(5, 9)[..]);
+            assert!(buf[5..].iter().all(|&b| b == 0xAA));
+            note(comm.recv_into(1, TagMatch::Any, &mut [])?);
+            assert_eq!(comm.iprobe(Source::Any, TagMatch::Any)?, None, "all taken");
+            Ok(seen)
+        })
+        .unwrap();
+    assert_eq!(
+        res[0].as_ref().unwrap(),
+        &vec![
+            (1, 3, 100, false),
+            (1, 3, 100, true),
+            (1, 3, 1000, false),
+            (1, 3, 1000, true),
+            (1, 9, 5, true),
+            (1, 4, 0, true)
+        ]
+    );
+}
+
 /// Zero-byte, 1-byte, exactly-buffer-size, buffer+1 and 64 MiB messages arrive intact.
 pub fn message_sizes_with_checksums<L: Launcher>(l: &L, sharing: RecvSharing) {
     let c = cfg(sharing).build().unwrap();

@@ -96,11 +96,82 @@ impl MpiNative {
     /// Receives the next matching message, progressing until it is there (into the kept
     /// receive buffer, then copied to a `Vec` of its size).
     pub fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
-        if self.recvs.is_empty() && self.sends.is_empty() && self.unexpected.is_empty() {
-            return self.recv_alone(src, tag);
+        if self.alone() {
+            let got = self.recv_alone(src, tag, |source, tag, data| Message {
+                source,
+                tag,
+                data: data.to_vec(),
+            })?;
+            return Ok(match got {
+                Got::Taken(m) | Got::Message(m) => m,
+            });
         }
+        self.recv_posted(src, tag)
+    }
+
+    /// `recv` through a posted receive with the kept buffer (something else is in flight).
+    fn recv_posted(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
         let id = self.post_recv(src, tag, true)?;
         self.wait_recv(id, Idle::new())
+    }
+
+    /// Nothing else in flight or queued: the latency path ([`MpiNative::recv_alone`]) may
+    /// be taken.
+    fn alone(&self) -> bool {
+        self.recvs.is_empty() && self.sends.is_empty() && self.unexpected.is_empty()
+    }
+
+    /// `recv` into `buf`, or, for a message longer than `buf`, its envelope with the
+    /// message left at the head of the unexpected queue (as `recv_within`). On the latency
+    /// path the bytes are copied from the kept receive buffer into `buf` directly.
+    pub fn recv_into(
+        &mut self,
+        src: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+    ) -> Result<std::result::Result<Envelope, Envelope>> {
+        let (chan, _, _) = self.wire_match(src, tag)?;
+        let m = if self.alone() {
+            let got = self.recv_alone(src, tag, |source, tag, data| {
+                let e = Envelope {
+                    source,
+                    tag,
+                    len: data.len(),
+                };
+                match buf.get_mut(..data.len()) {
+                    Some(to) => {
+                        to.copy_from_slice(data);
+                        Ok(e)
+                    }
+                    None => Err(Message {
+                        source,
+                        tag,
+                        data: data.to_vec(),
+                    }),
+                }
+            })?;
+            match got {
+                Got::Taken(Ok(e)) => return Ok(Ok(e)),
+                Got::Taken(Err(m)) | Got::Message(m) => m,
+            }
+        } else {
+            self.recv_posted(src, tag)?
+        };
+        let e = Envelope {
+            source: m.source,
+            tag: m.tag,
+            len: m.data.len(),
+        };
+        match buf.get_mut(..m.data.len()) {
+            Some(to) => {
+                to.copy_from_slice(&m.data);
+                Ok(Ok(e))
+            }
+            None => {
+                self.unexpected.push_front((chan, m));
+                Ok(Err(e))
+            }
+        }
     }
 
     /// `recv`, except that a message longer than `cap` bytes is not taken: it goes back to
@@ -132,7 +203,15 @@ impl MpiNative {
     /// arrive in Ballast's queues meanwhile, so the receive needs no place in the posting
     /// order until the first housekeeping (after [`DRAIN_EVERY`] idle polls) or a large
     /// header: then it joins `recvs` and the general wait takes over.
-    pub(super) fn recv_alone(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
+    /// A whole message found in the kept buffer is handed to `take` (its source, tag and
+    /// bytes) there: `Got::Taken` with what `take` made of it; a message that completes
+    /// through the general wait comes back as `Got::Message`.
+    pub(super) fn recv_alone<R>(
+        &mut self,
+        src: Source,
+        tag: TagMatch,
+        take: impl FnOnce(usize, Tag, &[u8]) -> R,
+    ) -> Result<Got<R>> {
         let (chan, s, t) = self.wire_match(src, tag)?;
         let mut buf = std::mem::take(&mut self.recv_scratch);
         // SAFETY: `buf` stays alive until the request completes: it is only read or
@@ -157,13 +236,9 @@ impl MpiNative {
                         self.received += 1;
                         let source = source_rank(status.MPI_SOURCE)?;
                         self.note_peer(source);
-                        let m = Message {
-                            source,
-                            tag: Self::ballast_tag(chan, status.MPI_TAG),
-                            data: buf[..n - 1].to_vec(),
-                        };
+                        let r = take(source, Self::ballast_tag(chan, status.MPI_TAG), &buf[..n - 1]);
                         self.recv_scratch = buf;
-                        return Ok(m);
+                        return Ok(Got::Taken(r));
                     }
                 }
             }
@@ -186,7 +261,7 @@ impl MpiNative {
                     let i = self.recvs.len() - 1;
                     self.header_done(i, status)?;
                 }
-                return self.wait_recv(id, idle);
+                return self.wait_recv(id, idle).map(Got::Message);
             }
             idle.snooze();
         }
@@ -273,4 +348,11 @@ impl MpiNative {
                 len: m.data.len(),
             })
     }
+}
+
+/// What [`MpiNative::recv_alone`] received: a whole message handed to its `take` in the
+/// kept buffer, or a message that completed through the general wait.
+pub(super) enum Got<R> {
+    Taken(R),
+    Message(Message),
 }
