@@ -17,6 +17,8 @@ mod config;
 mod error;
 mod process;
 mod request;
+#[cfg(feature = "bench-twin")]
+mod twin;
 
 pub use comm::*;
 pub use config::*;
@@ -25,6 +27,8 @@ pub use error::*;
 pub use process::mpi::ballast_comm_from_mpi;
 pub use process::*;
 pub use request::*;
+#[cfg(feature = "bench-twin")]
+pub use twin::ballast_bench_twin;
 
 use std::os::raw::c_int;
 

@@ -1,0 +1,96 @@
+//! The Rust-API twin of bench/c/pingpong.c's loop (feature `bench-twin`, not in the
+//! header): [`ballast_bench_twin`] runs the same ping-pong through the Rust API on the
+//! communicator behind a C handle, so that the benchmark alternates the C path and the Rust
+//! path in one process, block by block, over the same connection.
+
+use std::os::raw::{c_int, c_void};
+
+use ballast_runtime::Communicator;
+
+use crate::comm::{ballast_comm, bytes, with_comm};
+use crate::error::Fail;
+
+/// How the twin receives.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// `recv`: the message's own buffer.
+    Recv,
+    /// `irecv` then `wait` (the calls of the C path's non-blocking loop).
+    Irecv,
+    /// `recv_into` a buffer of the message's size (what `ballast_recv` does).
+    RecvInto,
+}
+
+/// Runs `iters` round trips of the ping-pong through the Rust API: rank 0 (or the only
+/// rank, to itself) sends the `size` bytes at `buf` with tag 1 and receives the echo; rank
+/// 1 receives and sends the message back. `mode` 0 receives with `recv`, 1 with `irecv` +
+/// `wait`, 2 with `recv_into` a buffer of `size` bytes. Errors: BALLAST_EINVAL for NULL or
+/// another mode; the runtime's.
+///
+/// # Safety
+/// `comm` must be NULL or a live ballast_comm; `buf` NULL with `size` 0 or `size` readable
+/// bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_bench_twin(
+    comm: *mut ballast_comm,
+    mode: c_int,
+    buf: *const c_void,
+    size: usize,
+    iters: u64,
+) -> c_int {
+    const F: &str = "ballast_bench_twin";
+    with_comm(F, comm, |c| {
+        // SAFETY: `size` readable bytes at `buf` (the contract).
+        let data = unsafe { bytes(F, buf, size) }?;
+        let comm = c.comm();
+        let me = comm.rank();
+        let peer = if comm.world_size() == 1 { 0 } else { 1 - me };
+        let mode = match mode {
+            0 => Mode::Recv,
+            1 => Mode::Irecv,
+            2 => Mode::RecvInto,
+            _ => return Err(Fail::inval(format!("{F}: mode {mode} is not 0, 1 or 2"))),
+        };
+        let mut into = vec![0u8; if mode == Mode::RecvInto { size } else { 0 }];
+        let rt = |e: ballast_runtime::Error| Fail::runtime(F, &e);
+        let mut run = |comm: &mut Communicator| -> Result<(), Fail> {
+            for _ in 0..iters {
+                if me == 0 {
+                    comm.send(peer, 1, data).map_err(rt)?;
+                }
+                match mode {
+                    Mode::Recv => {
+                        let m = comm.recv(peer, 1u32).map_err(rt)?;
+                        if me == 1 {
+                            comm.send(peer, 1, &m.data).map_err(rt)?;
+                        }
+                    }
+                    Mode::Irecv => {
+                        let r = comm.irecv(peer, 1u32).map_err(rt)?;
+                        let m = comm
+                            .wait(r)
+                            .map_err(rt)?
+                            .into_message()
+                            .map(|m| m.data)
+                            .unwrap_or_default();
+                        if me == 1 {
+                            comm.send(peer, 1, &m).map_err(rt)?;
+                        }
+                    }
+                    Mode::RecvInto => {
+                        let len = match comm.recv_into(peer, 1u32, &mut into).map_err(rt)? {
+                            Ok(e) => e.len,
+                            Err(e) => return Err(Fail::inval(format!("{F}: a message of {} bytes", e.len))),
+                        };
+                        if me == 1 {
+                            comm.send(peer, 1, &into[..len]).map_err(rt)?;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        };
+        run(comm)?;
+        Ok(0)
+    })
+}
