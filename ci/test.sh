@@ -51,7 +51,7 @@ cargo build --workspace --all-targets --locked --features ballast/sonata
 if cargo clippy --version >/dev/null 2>&1; then
     cargo clippy --workspace --all-targets --locked --features ballast/sonata -- -D warnings
     # The FFI transports and the diagnostics too (every feature CI builds).
-    cargo clippy --workspace --all-targets --locked --features ballast/sonata,ballast/mpi,ballast/verbs,ballast-runtime/trace,ballast-capi/mpi,ballast-capi/verbs,ballast-bench/mpi -- -D warnings
+    cargo clippy --workspace --all-targets --locked --features ballast/sonata,ballast/mpi,ballast/verbs,ballast-runtime/trace,ballast-capi/mpi,ballast-capi/verbs,ballast-capi/bench-twin,ballast-bench/mpi -- -D warnings
     echo "ci/test.sh: clippy: no warnings"
 else
     echo "ci/test.sh: SKIP clippy: 'cargo clippy' is not installed (rustup component add clippy)"
