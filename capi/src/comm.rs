@@ -174,10 +174,7 @@ pub(crate) fn with_comm(
         return failed(Fail::null(func, "comm"));
     };
     if let Some(why) = &c.poisoned {
-        return failed(Fail::new(
-            BALLAST_EINTERNAL,
-            format!("{func}: communicator poisoned: {why}"),
-        ));
+        return failed(poisoned(func, why));
     }
     if let Some(o) = &c.owned {
         if let Err(e) = o.enter(func) {
@@ -189,6 +186,20 @@ pub(crate) fn with_comm(
         Ok(Err(fail)) => failed(fail),
         Err(p) => panicked(func, comm, p),
     }
+}
+
+/// A call on a poisoned communicator (out of line: every call's hot path stays short).
+#[cold]
+#[inline(never)]
+fn poisoned(func: &str, why: &str) -> Fail {
+    Fail::new(BALLAST_EINTERNAL, format!("{func}: communicator poisoned: {why}"))
+}
+
+/// A rank outside the world (out of line, as [`poisoned`]).
+#[cold]
+#[inline(never)]
+fn bad_rank(func: &str, rank: c_int, n: usize) -> Fail {
+    Fail::inval(format!("{func}: rank {rank} is not in 0..{n}"))
 }
 
 /// A failed call: its message becomes the thread's last error; returns its code.
@@ -232,10 +243,10 @@ pub(crate) unsafe fn put<T>(func: &str, what: &str, out: *mut T, v: T) -> Result
 /// A destination rank, checked against the world.
 pub(crate) fn dest_rank(func: &str, c: &ballast_comm, dest: c_int) -> Result<usize, Fail> {
     let n = c.comm_ref().world_size();
-    usize::try_from(dest)
-        .ok()
-        .filter(|&d| d < n)
-        .ok_or_else(|| Fail::inval(format!("{func}: rank {dest} is not in 0..{n}")))
+    match usize::try_from(dest) {
+        Ok(d) if d < n => Ok(d),
+        _ => Err(bad_rank(func, dest, n)),
+    }
 }
 
 /// A source (a rank or BALLAST_ANY_SOURCE), checked against the world.
@@ -249,11 +260,23 @@ pub(crate) fn source_of(func: &str, c: &ballast_comm, source: c_int) -> Result<S
 /// A send tag, 0 to BALLAST_TAG_MAX.
 pub(crate) fn send_tag(func: &str, tag: u32) -> Result<u32, Fail> {
     if i64::from(tag) > BALLAST_TAG_MAX {
-        return Err(Fail::inval(format!(
-            "{func}: tag {tag} is above 2^31 - 1 (reserved)"
-        )));
+        return Err(bad_send_tag(func, tag));
     }
     Ok(tag)
+}
+
+#[cold]
+#[inline(never)]
+fn bad_send_tag(func: &str, tag: u32) -> Fail {
+    Fail::inval(format!("{func}: tag {tag} is above 2^31 - 1 (reserved)"))
+}
+
+#[cold]
+#[inline(never)]
+fn bad_recv_tag(func: &str, tag: i64) -> Fail {
+    Fail::inval(format!(
+        "{func}: tag {tag} is not 0..=2^31 - 1 or BALLAST_ANY_TAG"
+    ))
 }
 
 /// A receive tag (a tag or BALLAST_ANY_TAG).
@@ -261,9 +284,7 @@ pub(crate) fn tag_match(func: &str, tag: i64) -> Result<TagMatch, Fail> {
     match tag {
         BALLAST_ANY_TAG => Ok(TagMatch::Any),
         0..=BALLAST_TAG_MAX => Ok(TagMatch::Tag(tag as u32)),
-        _ => Err(Fail::inval(format!(
-            "{func}: tag {tag} is not 0..=2^31 - 1 or BALLAST_ANY_TAG"
-        ))),
+        _ => Err(bad_recv_tag(func, tag)),
     }
 }
 

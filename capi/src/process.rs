@@ -309,16 +309,24 @@ pub(crate) mod mpi {
         #[cfg_attr(not(feature = "mpi"), allow(unused_variables))]
         pub(crate) fn enter(&self, func: &str) -> Result<(), Fail> {
             if self.level != Threading::Multiple && this_thread() != self.creator {
-                return Err(Fail::new(
-                    BALLAST_EUNSUPPORTED,
-                    format!(
-                        "{func}: called from another thread than the one that made the communicator, but MPI was \
-                         initialised with {:?}: initialise MPI with MPI_THREAD_MULTIPLE to use communicators from several threads",
-                        self.level
-                    ),
-                ));
+                return Err(self.other_thread(func));
             }
             Ok(())
+        }
+
+        /// The error of a call from another thread (out of line: `enter` is on every
+        /// call's hot path).
+        #[cold]
+        #[inline(never)]
+        fn other_thread(&self, func: &str) -> Fail {
+            Fail::new(
+                BALLAST_EUNSUPPORTED,
+                format!(
+                    "{func}: called from another thread than the one that made the communicator, but MPI was \
+                     initialised with {:?}: initialise MPI with MPI_THREAD_MULTIPLE to use communicators from several threads",
+                    self.level
+                ),
+            )
         }
 
         /// Leaves MPI as it is (never finalised here): after an error, `MPI_Finalize`

@@ -152,13 +152,27 @@ fn with_request(
     with_comm(func, comm, |c| {
         // SAFETY: a box of this communicator (the contract: live, or freed and spare).
         if !unsafe { c.requests.is_live(req) } {
-            return Err(Fail::inval(format!(
-                "{func}: not a live request of this communicator (freed?)"
-            )));
+            return Err(not_live(func));
         }
         // SAFETY: a live box of `c.requests`, a distinct allocation from `c`.
         f(c, unsafe { &mut *req })
     })
+}
+
+/// A request that is not live (out of line: every call's hot path stays short).
+#[cold]
+#[inline(never)]
+fn not_live(func: &str) -> Fail {
+    Fail::inval(format!(
+        "{func}: not a live request of this communicator (freed?)"
+    ))
+}
+
+/// `BALLAST_EINVAL`: "`func`: `what`" (out of line).
+#[cold]
+#[inline(never)]
+fn invalid(func: &str, what: &str) -> Fail {
+    Fail::inval(format!("{func}: {what}"))
 }
 
 /// Completes `r` (progressing once when `block` is false, waiting otherwise); returns its
@@ -428,12 +442,12 @@ pub unsafe extern "C" fn ballast_request_data(
     const F: &str = "ballast_request_data";
     with_request(F, req.cast_mut(), |_, r| {
         if r.send.is_some() {
-            return Err(Fail::inval(format!("{F}: the request is a send")));
+            return Err(invalid(F, "the request is a send"));
         }
         match &r.done {
             Some(st) if st.error == 0 => {}
-            Some(_) => return Err(Fail::inval(format!("{F}: the receive failed"))),
-            None => return Err(Fail::inval(format!("{F}: the receive has not completed"))),
+            Some(_) => return Err(invalid(F, "the receive failed")),
+            None => return Err(invalid(F, "the receive has not completed")),
         }
         if data.is_null() || len.is_null() {
             return Err(Fail::null(F, if data.is_null() { "data" } else { "len" }));
@@ -462,9 +476,10 @@ pub unsafe extern "C" fn ballast_request_free(req: *mut ballast_request) -> c_in
     const F: &str = "ballast_request_free";
     with_request(F, req, |c, r| {
         if r.done.is_none() {
-            return Err(Fail::inval(format!(
-                "{F}: the request has not completed (ballast_wait or ballast_test it first)"
-            )));
+            return Err(invalid(
+                F,
+                "the request has not completed (ballast_wait or ballast_test it first)",
+            ));
         }
         // SAFETY: live (checked by `with_request`); `r` is not used after this.
         unsafe { c.requests.release(req) };
