@@ -5,6 +5,10 @@
 //! posted receive that accepts it; a new receive matches the earliest unexpected message
 //! that it accepts. Packets from one source arrive in the order they were sent and the
 //! chunks of one message are contiguous, so order per (source, tag) is preserved.
+//!
+//! A receive may be posted with a size limit (the blocking receive into a caller's
+//! buffer): a message it would match that is longer is refused, left unexpected in its
+//! place in the order, and its envelope recorded for the receive.
 
 use std::collections::VecDeque;
 
@@ -106,7 +110,11 @@ struct Inbound {
 pub struct Matcher {
     inbound: IntMap<u64, Inbound>,
     unexpected: VecDeque<u64>,
-    posted: VecDeque<(u64, Source, TagMatch)>,
+    /// Posted receives in posting order: (request, source, tag, the longest message it
+    /// takes: `usize::MAX` unless posted with [`Matcher::post_within`]).
+    posted: VecDeque<(u64, Source, TagMatch, usize)>,
+    /// A receive posted with a limit that refused a longer message, and its envelope.
+    refused: Option<(u64, Envelope)>,
     assembling: IntMap<usize, u64>,
     /// The latest completed receive not taken yet, then the others: a blocking receive
     /// (one completion at a time) never hashes.
@@ -132,11 +140,28 @@ impl Matcher {
         let total = usize::try_from(total).map_err(|_| too_large(src, tag, total))?;
         let id = self.next_msg;
         self.next_msg += 1;
-        let req = self
+        let mut req = None;
+        if let Some(i) = self
             .posted
             .iter()
-            .position(|&(_, s, t)| accepts(s, t, src, tag))
-            .map(|i| self.posted.remove(i).expect("index in range").0);
+            .position(|&(_, s, t, _)| accepts(s, t, src, tag))
+        {
+            let (r, _, _, cap) = self.posted.remove(i).expect("index in range");
+            if total <= cap {
+                req = Some(r);
+            } else {
+                // Too long for the limited receive that would take it: it stays unexpected,
+                // in its place, and the receive ends refused.
+                self.refused = Some((
+                    r,
+                    Envelope {
+                        source: src,
+                        tag,
+                        len: total,
+                    },
+                ));
+            }
+        }
         if let Some(req) = req {
             if data.len() == total {
                 self.complete(
@@ -256,8 +281,16 @@ impl Matcher {
 
     /// Posts receive `req`; binds it to the earliest matching unexpected message if any.
     pub fn post(&mut self, req: u64, src: Source, tag: TagMatch) {
+        self.post_within(req, src, tag, usize::MAX);
+    }
+
+    /// [`Matcher::post`] for a message of at most `cap` bytes: the earliest matching
+    /// message, unexpected now or arriving later, is taken if it fits; a longer one stays
+    /// queued where it is, and the receive ends refused with its envelope
+    /// ([`Matcher::take_refused`]).
+    pub fn post_within(&mut self, req: u64, src: Source, tag: TagMatch, cap: usize) {
         if self.unexpected.is_empty() {
-            self.posted.push_back((req, src, tag));
+            self.posted.push_back((req, src, tag, cap));
             return;
         }
         let hit = self.unexpected.iter().position(|id| {
@@ -265,6 +298,17 @@ impl Matcher {
             accepts(src, tag, m.source, m.tag)
         });
         match hit {
+            Some(i) if self.inbound[&self.unexpected[i]].total > cap => {
+                let m = &self.inbound[&self.unexpected[i]];
+                self.refused = Some((
+                    req,
+                    Envelope {
+                        source: m.source,
+                        tag: m.tag,
+                        len: m.total,
+                    },
+                ));
+            }
             Some(i) => {
                 let id = self.unexpected.remove(i).expect("index in range");
                 let m = self.inbound.get_mut(&id).expect("inbound message");
@@ -282,7 +326,7 @@ impl Matcher {
                     m.req = Some(req);
                 }
             }
-            None => self.posted.push_back((req, src, tag)),
+            None => self.posted.push_back((req, src, tag, cap)),
         }
     }
 
@@ -367,6 +411,18 @@ impl Matcher {
             || (!self.completed.is_empty() && self.completed.contains_key(&req))
     }
 
+    /// The envelope of the message that receive `req` (posted with a limit) refused, once:
+    /// the receive has then ended.
+    pub fn take_refused(&mut self, req: u64) -> Option<Envelope> {
+        match self.refused {
+            Some((r, e)) if r == req => {
+                self.refused = None;
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+
     /// Takes the message of completed receive `req`.
     pub fn take_completed(&mut self, req: u64) -> Option<Message> {
         if self.last_completed.as_ref().is_some_and(|(r, _)| *r == req) {
@@ -429,6 +485,50 @@ mod tests {
         let e = m.peek(Source::Any, TagMatch::Any).unwrap();
         assert_eq!((e.source, e.tag, e.len), (1, 4, 4));
         assert_eq!(m.try_take(Source::Any, TagMatch::Any).unwrap().data.len(), e.len);
+    }
+
+    #[test]
+    fn a_limited_receive_refuses_a_longer_message_and_leaves_it_in_place() {
+        let env = |source, tag, len| Envelope { source, tag, len };
+        let mut m = Matcher::default();
+        // Posted first, then a longer message arrives (in two chunks): refused at its
+        // first chunk; it is assembled as unexpected.
+        m.post_within(1, Source::Any, TagMatch::Any, 3);
+        m.on_chunk(&hdr(2, 5, 4, 0, 2), &[1, 2]).unwrap();
+        assert!(!m.is_complete(1));
+        assert_eq!(m.take_refused(1), Some(env(2, 5, 4)));
+        assert_eq!(m.take_refused(1), None, "told once");
+        m.on_chunk(&hdr(2, 5, 4, 2, 2), &[3, 4]).unwrap();
+        // A later message of the same source that would fit does not overtake it.
+        m.on_chunk(&hdr(2, 6, 1, 0, 1), &[9]).unwrap();
+        m.post_within(2, Source::Rank(2), TagMatch::Any, 3);
+        assert_eq!(
+            m.take_refused(2),
+            Some(env(2, 5, 4)),
+            "refused while unexpected too"
+        );
+        assert_eq!(
+            m.peek(Source::Any, TagMatch::Any),
+            Some(env(2, 5, 4)),
+            "still first"
+        );
+        // Exactly the limit fits; then the refused message goes to a receive without one.
+        m.post_within(3, Source::Any, TagMatch::Tag(6), 1);
+        assert_eq!(m.take_completed(3).unwrap().data, vec![9]);
+        m.post(4, Source::Any, TagMatch::Any);
+        assert_eq!(m.take_completed(4).unwrap().data, vec![1, 2, 3, 4]);
+        // An earlier receive without a limit takes a long message before a limited one.
+        m.post(5, Source::Rank(2), TagMatch::Tag(7));
+        m.post_within(6, Source::Any, TagMatch::Any, 0);
+        m.on_chunk(&hdr(2, 7, 2, 0, 2), &[5, 6]).unwrap();
+        assert_eq!(m.take_completed(5).unwrap().data, vec![5, 6]);
+        assert_eq!(m.take_refused(6), None);
+        m.on_chunk(&hdr(3, 1, 0, 0, 0), &[]).unwrap();
+        assert_eq!(
+            m.take_completed(6).unwrap().data,
+            Vec::<u8>::new(),
+            "0 bytes into 0"
+        );
     }
 
     #[test]

@@ -328,18 +328,38 @@ impl Communicator {
         buf: &mut [u8],
     ) -> Result<std::result::Result<Envelope, Envelope>> {
         let (src, tag) = (src.into(), tag.into());
-        #[cfg(feature = "mpi")]
-        if let Backend::Native(n) = &mut self.backend {
-            return n.recv_into(src, tag, buf);
-        }
-        Ok(self.recv_within(src, tag, buf.len())?.map(|m| {
-            buf[..m.data.len()].copy_from_slice(&m.data);
-            Envelope {
-                source: m.source,
-                tag: m.tag,
-                len: m.data.len(),
+        // The engine: a receive posted with the buffer's length as its limit, so that a
+        // message arriving during the wait binds to it as to `recv`'s.
+        let id = match &mut self.backend {
+            Backend::Engine(e) => e.irecv_within(src, tag, buf.len())?,
+            #[cfg(feature = "mpi")]
+            Backend::Native(n) => return n.recv_into(src, tag, buf),
+        };
+        let mut b = Backoff::new();
+        loop {
+            let e = match &mut self.backend {
+                Backend::Engine(e) => e,
+                #[cfg(feature = "mpi")]
+                Backend::Native(_) => unreachable!("the native path returned above"),
+            };
+            if e.recv_done(id) {
+                let m = e.take_recv(id).ok_or(Error::UnknownRequest(id))?;
+                buf[..m.data.len()].copy_from_slice(&m.data);
+                return Ok(Ok(Envelope {
+                    source: m.source,
+                    tag: m.tag,
+                    len: m.data.len(),
+                }));
             }
-        }))
+            if let Some(refused) = e.take_refused(id) {
+                return Ok(Err(refused));
+            }
+            if self.progress()? {
+                b.reset();
+            } else {
+                self.snooze(&mut b);
+            }
+        }
     }
 
     /// Progresses once, then tells the source, tag and length of the message that

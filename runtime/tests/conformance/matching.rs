@@ -232,9 +232,10 @@ pub fn recv_within_leaves_long_messages<L: Launcher>(l: &L) {
 /// `recv_into` writes the next matching message into the caller's buffer if it fits, and
 /// leaves the bytes past it untouched; a longer one (a whole message as well as a large
 /// one, past the 128 B buffers) is left queued, first in line, with the buffer untouched,
-/// and told by its envelope; exactly `buf.len()` bytes, and 0 bytes into an empty buffer,
-/// are taken.
+/// and told by its envelope; exactly `buf.len()` bytes, 0 bytes into an empty buffer, and
+/// a message of several MPI parts are taken.
 pub fn recv_into_fills_the_buffer<L: Launcher>(l: &L) {
+    const BIG: usize = (7 << 20) + 3;
     let c = cfg(RecvSharing::Shared).buffer_size(128).build().unwrap();
     let res = l
         .run(2, &c, |comm| -> Result<Vec<(usize, u32, usize, bool)>> {
@@ -243,6 +244,7 @@ pub fn recv_into_fills_the_buffer<L: Launcher>(l: &L) {
                 comm.send(0, 3, &payload(1000, 4))?;
                 comm.send(0, 9, &payload(5, 9))?;
                 comm.send(0, 4, &[])?;
+                comm.send(0, 8, &payload(BIG, 8))?;
                 return Ok(vec![]);
             }
             let mut seen = vec![];
@@ -277,6 +279,12 @@ pub fn recv_into_fills_the_buffer<L: Launcher>(l: &L) {
             assert_eq!(&buf[..5], &payload(5, 9)[..]);
             assert!(buf[5..].iter().all(|&b| b == 0xAA));
             note(comm.recv_into(1, TagMatch::Any, &mut [])?);
+            // Larger than MPI's parts (3 MiB + 7 in mpi_conformance): into the buffer part
+            // by part on the native path.
+            let mut big = vec![0xAAu8; BIG + 1];
+            note(comm.recv_into(1, 8u32, &mut big)?);
+            assert!(big[..BIG] == payload(BIG, 8)[..], "the large message, intact");
+            assert_eq!(big[BIG], 0xAA);
             assert_eq!(comm.iprobe(Source::Any, TagMatch::Any)?, None, "all taken");
             Ok(seen)
         })
@@ -289,7 +297,8 @@ pub fn recv_into_fills_the_buffer<L: Launcher>(l: &L) {
             (1, 3, 1000, false),
             (1, 3, 1000, true),
             (1, 9, 5, true),
-            (1, 4, 0, true)
+            (1, 4, 0, true),
+            (1, 8, BIG, true)
         ]
     );
 }

@@ -286,6 +286,23 @@ impl Engine {
         Ok(req)
     }
 
+    /// Posts a receive of a message of at most `cap` bytes (`Matcher::post_within`): a
+    /// longer match ends it refused ([`Engine::take_refused`]) and stays queued.
+    pub fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<u64> {
+        if let Source::Rank(r) = src {
+            self.check_rank(r)?;
+        }
+        let req = self.new_req();
+        self.matcher.post_within(req, src, tag, cap);
+        Ok(req)
+    }
+
+    /// The envelope of the longer message receive `req` of [`Engine::irecv_within`]
+    /// refused, once.
+    pub fn take_refused(&mut self, req: u64) -> Option<Envelope> {
+        self.matcher.take_refused(req)
+    }
+
     /// True when receive `req` completed.
     pub fn recv_done(&self, req: u64) -> bool {
         self.matcher.is_complete(req)

@@ -266,6 +266,35 @@ pub(crate) fn recv_append(
     tag: i32,
     buf: &mut Vec<u8>,
 ) -> Result<usize> {
+    let n = recv_to(comm, rank, source, tag, buf.spare_capacity_mut())?;
+    // SAFETY: MPI_Mrecv initialised the `n` bytes after the old length, within capacity.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
+/// [`recv_append`] into the caller's bytes `dst`: the message is written to `dst[..n]`;
+/// returns `n`. Errors: as `recv_append`'s when it is longer than `dst`.
+pub(crate) fn recv_to_slice(
+    comm: &SimpleCommunicator,
+    rank: usize,
+    source: usize,
+    tag: i32,
+    dst: &mut [u8],
+) -> Result<usize> {
+    // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and `recv_to` writes
+    // only initialised bytes (MPI's), so `dst` stays initialised.
+    let dst = unsafe { &mut *(dst as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+    recv_to(comm, rank, source, tag, dst)
+}
+
+/// The receive of [`recv_append`] into `dst`, which MPI writes `n` bytes of (returned).
+fn recv_to(
+    comm: &SimpleCommunicator,
+    rank: usize,
+    source: usize,
+    tag: i32,
+    dst: &mut [std::mem::MaybeUninit<u8>],
+) -> Result<usize> {
     let source = int(source, "rank")?;
     let dt = u8::equivalent_datatype().as_raw();
     // SAFETY: reading the "no process" message constant as an initial value.
@@ -288,19 +317,18 @@ pub(crate) fn recv_append(
         value: count.into(),
         why: "is negative",
     })?;
-    let fits = n <= buf.capacity() - buf.len();
+    let fits = n <= dst.len();
     let mut sink = Vec::new();
-    let dst: *mut u8 = if fits {
-        // SAFETY: `buf.len() <= capacity`, so the pointer stays within (or one past) the allocation.
-        unsafe { buf.as_mut_ptr().add(buf.len()) }
+    let to: *mut u8 = if fits {
+        dst.as_mut_ptr().cast()
     } else {
         sink.reserve_exact(n);
         sink.as_mut_ptr()
     };
-    // SAFETY: `dst` points to at least `n` writable bytes (spare capacity of `buf` or of
-    // `sink`); `msg` is the message matched above, received exactly once.
+    // SAFETY: `to` points to at least `n` writable bytes (`dst` or `sink`'s capacity);
+    // `msg` is the message matched above, received exactly once.
     check(
-        unsafe { ffi::MPI_Mrecv(dst.cast(), count, dt, &mut msg, &mut status) },
+        unsafe { ffi::MPI_Mrecv(to.cast(), count, dt, &mut msg, &mut status) },
         "MPI_Mrecv",
     )?;
     if !fits {
@@ -310,11 +338,9 @@ pub(crate) fn recv_append(
             bytes: n,
             what: format!(
                 "a direct-path part overruns its message ({} bytes left)",
-                buf.capacity() - buf.len()
+                dst.len()
             ),
         });
     }
-    // SAFETY: MPI_Mrecv initialised the `n` bytes after the old length, within capacity.
-    unsafe { buf.set_len(buf.len() + n) };
     Ok(n)
 }

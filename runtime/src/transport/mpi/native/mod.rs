@@ -56,7 +56,7 @@ use rsmpi::point_to_point::Source as _;
 use rsmpi::raw::AsRaw;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
-use super::raw::{check, recv_append};
+use super::raw::{check, recv_append, recv_to_slice};
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
 use crate::core::error::{Error, Result, Sender};
@@ -271,6 +271,11 @@ pub struct MpiNative {
     /// The message of the blocking `recv` in progress once it completed (kept out of
     /// `done_recvs`: no hashing on the latency path).
     scratch_done: Option<Message>,
+    /// During a blocking `recv_into`: its buffer's length, so that a large message that fits
+    /// has its parts received into that buffer rather than a `Vec` ([`MpiNative::recv_into`]).
+    into_cap: Option<usize>,
+    /// That receive's large message once its header completed and the parts are next.
+    scratch_parts: Option<recv::Parts>,
     /// MPI messages (not parts) sent to each rank, and received, for the final drain.
     sent: Vec<u64>,
     received: u64,
@@ -330,6 +335,8 @@ impl MpiNative {
             seen: vec![false; size],
             peers: 0,
             scratch_done: None,
+            into_cap: None,
+            scratch_parts: None,
             sent: vec![0; size],
             received: 0,
             calls: 0,

@@ -211,6 +211,32 @@ impl MpiNative {
         let mut buf = std::mem::take(buf);
         // SAFETY: MPI wrote `n <= eager + 1` bytes (the receive's count) into the buffer.
         unsafe { buf.set_len(n) };
+        if n == LARGE_HEADER && buf[n - 1] == KIND_LARGE && scratch {
+            let bytes = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+            if self.into_cap.is_some_and(|cap| bytes <= cap as u64) {
+                // The blocking recv_into's message fits its buffer: the parts go there
+                // (`recv::Take::large`), after those of earlier receives.
+                let id = self.recvs[i].id;
+                self.settle_earlier(chan, status.MPI_SOURCE, status.MPI_TAG, Some(id))?;
+                let i = self
+                    .recvs
+                    .iter()
+                    .position(|r| r.id == id)
+                    .ok_or(Error::UnknownRequest(id))?;
+                self.recvs.remove(i);
+                self.recv_scratch = buf;
+                let source = source_rank(status.MPI_SOURCE)?;
+                self.note_peer(source);
+                self.scratch_parts = Some(recv::Parts {
+                    chan,
+                    source,
+                    mtag: status.MPI_TAG,
+                    tag: Self::ballast_tag(chan, status.MPI_TAG),
+                    bytes,
+                });
+                return Ok(true);
+            }
+        }
         if n == LARGE_HEADER && buf[n - 1] == KIND_LARGE {
             let header = buf[..n].to_vec();
             if scratch {

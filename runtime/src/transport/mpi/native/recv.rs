@@ -96,23 +96,54 @@ impl MpiNative {
     /// Receives the next matching message, progressing until it is there (into the kept
     /// receive buffer, then copied to a `Vec` of its size).
     pub fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
-        if self.alone() {
-            let got = self.recv_alone(src, tag, |source, tag, data| Message {
-                source,
-                tag,
-                data: data.to_vec(),
-            })?;
-            return Ok(match got {
-                Got::Taken(m) | Got::Message(m) => m,
-            });
-        }
-        self.recv_posted(src, tag)
+        let got = if self.alone() {
+            self.recv_alone(src, tag, &mut ToMessage)?
+        } else {
+            self.recv_posted(src, tag, &mut ToMessage)?
+        };
+        Ok(match got {
+            Got::Taken(m) | Got::Message(m) => m,
+        })
     }
 
-    /// `recv` through a posted receive with the kept buffer (something else is in flight).
-    fn recv_posted(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
+    /// A blocking receive through a posted receive with the kept buffer (something else is
+    /// in flight).
+    fn recv_posted<T: Take>(&mut self, src: Source, tag: TagMatch, take: &mut T) -> Result<Got<T::Out>> {
         let id = self.post_recv(src, tag, true)?;
-        self.wait_recv(id, Idle::new())
+        let w = self.wait_recv(id, Idle::new())?;
+        self.waited(w, take)
+    }
+
+    /// What a blocking receive's wait ended with, through `take`.
+    fn waited<T: Take>(&mut self, w: Waited, take: &mut T) -> Result<Got<T::Out>> {
+        match w {
+            Waited::Message(m) => Ok(Got::Message(m)),
+            Waited::Parts(p) => match take.large(self, &p)? {
+                Some(r) => Ok(Got::Taken(r)),
+                // (Not reached: the parts are set aside only for a receive they fit.)
+                None => self.assemble(&p).map(Got::Message),
+            },
+        }
+    }
+
+    /// A large message's parts ([`Parts`]), received into a `Vec` of its own.
+    fn assemble(&mut self, p: &Parts) -> Result<Message> {
+        let mut data = Vec::new();
+        // (A length beyond usize fails the reservation too.)
+        data.try_reserve_exact(usize::try_from(p.bytes).unwrap_or(usize::MAX))
+            .map_err(|e| Error::MessageAlloc {
+                rank: self.rank,
+                peer: p.source,
+                bytes: p.bytes,
+                source: e,
+            })?;
+        data.resize(p.bytes as usize, 0);
+        receive_parts(self, p, &mut data)?;
+        Ok(Message {
+            source: p.source,
+            tag: p.tag,
+            data,
+        })
     }
 
     /// Nothing else in flight or queued: the latency path ([`MpiNative::recv_alone`]) may
@@ -123,7 +154,8 @@ impl MpiNative {
 
     /// `recv` into `buf`, or, for a message longer than `buf`, its envelope with the
     /// message left at the head of the unexpected queue (as `recv_within`). On the latency
-    /// path the bytes are copied from the kept receive buffer into `buf` directly.
+    /// path a whole message is copied from the kept receive buffer into `buf` directly, and
+    /// a large one's parts are received into `buf`: no message `Vec` either way.
     pub fn recv_into(
         &mut self,
         src: Source,
@@ -131,31 +163,18 @@ impl MpiNative {
         buf: &mut [u8],
     ) -> Result<std::result::Result<Envelope, Envelope>> {
         let (chan, _, _) = self.wire_match(src, tag)?;
-        let m = if self.alone() {
-            let got = self.recv_alone(src, tag, |source, tag, data| {
-                let e = Envelope {
-                    source,
-                    tag,
-                    len: data.len(),
-                };
-                match buf.get_mut(..data.len()) {
-                    Some(to) => {
-                        to.copy_from_slice(data);
-                        Ok(e)
-                    }
-                    None => Err(Message {
-                        source,
-                        tag,
-                        data: data.to_vec(),
-                    }),
-                }
-            })?;
-            match got {
-                Got::Taken(Ok(e)) => return Ok(Ok(e)),
-                Got::Taken(Err(m)) | Got::Message(m) => m,
-            }
+        self.into_cap = Some(buf.len());
+        let mut take = IntoBuf(&mut *buf);
+        let got = if self.alone() {
+            self.recv_alone(src, tag, &mut take)
         } else {
-            self.recv_posted(src, tag)?
+            self.recv_posted(src, tag, &mut take)
+        };
+        self.into_cap = None;
+        self.scratch_parts = None;
+        let m = match got? {
+            Got::Taken(Ok(e)) => return Ok(Ok(e)),
+            Got::Taken(Err(m)) | Got::Message(m) => m,
         };
         let e = Envelope {
             source: m.source,
@@ -203,15 +222,15 @@ impl MpiNative {
     /// arrive in Ballast's queues meanwhile, so the receive needs no place in the posting
     /// order until the first housekeeping (after [`DRAIN_EVERY`] idle polls) or a large
     /// header: then it joins `recvs` and the general wait takes over.
-    /// A whole message found in the kept buffer is handed to `take` (its source, tag and
-    /// bytes) there: `Got::Taken` with what `take` made of it; a message that completes
-    /// through the general wait comes back as `Got::Message`.
-    pub(super) fn recv_alone<R>(
+    /// A whole message found in the kept buffer is handed to `take` there, and a large
+    /// message's header offered to it: `Got::Taken` with what `take` made of it; a message
+    /// that completes through the general wait comes back as `Got::Message`.
+    pub(super) fn recv_alone<T: Take>(
         &mut self,
         src: Source,
         tag: TagMatch,
-        take: impl FnOnce(usize, Tag, &[u8]) -> R,
-    ) -> Result<Got<R>> {
+        take: &mut T,
+    ) -> Result<Got<T::Out>> {
         let (chan, s, t) = self.wire_match(src, tag)?;
         let mut buf = std::mem::take(&mut self.recv_scratch);
         // SAFETY: `buf` stays alive until the request completes: it is only read or
@@ -236,9 +255,26 @@ impl MpiNative {
                         self.received += 1;
                         let source = source_rank(status.MPI_SOURCE)?;
                         self.note_peer(source);
-                        let r = take(source, Self::ballast_tag(chan, status.MPI_TAG), &buf[..n - 1]);
+                        let r = take.whole(source, Self::ballast_tag(chan, status.MPI_TAG), &buf[..n - 1]);
                         self.recv_scratch = buf;
                         return Ok(Got::Taken(r));
+                    }
+                    if n == LARGE_HEADER && buf[n - 1] == KIND_LARGE {
+                        let source = source_rank(status.MPI_SOURCE)?;
+                        let bytes = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+                        let parts = Parts {
+                            chan,
+                            source,
+                            mtag: status.MPI_TAG,
+                            tag: Self::ballast_tag(chan, status.MPI_TAG),
+                            bytes,
+                        };
+                        if let Some(r) = take.large(self, &parts)? {
+                            self.received += 1;
+                            self.note_peer(source);
+                            self.recv_scratch = buf;
+                            return Ok(Got::Taken(r));
+                        }
                     }
                 }
             }
@@ -261,22 +297,27 @@ impl MpiNative {
                     let i = self.recvs.len() - 1;
                     self.header_done(i, status)?;
                 }
-                return self.wait_recv(id, idle).map(Got::Message);
+                let w = self.wait_recv(id, idle)?;
+                return self.waited(w, take);
             }
             idle.snooze();
         }
     }
 
-    /// Waits for blocking receive `id` (posted with the kept buffer) to complete.
-    pub(super) fn wait_recv(&mut self, id: u64, mut idle: Idle) -> Result<Message> {
+    /// Waits for blocking receive `id` (posted with the kept buffer) to complete, or, for
+    /// a `recv_into` whose buffer holds it, for its large message's header.
+    pub(super) fn wait_recv(&mut self, id: u64, mut idle: Idle) -> Result<Waited> {
         loop {
             if let Some(m) = self.scratch_done.take() {
-                return Ok(m);
+                return Ok(Waited::Message(m));
+            }
+            if let Some(p) = self.scratch_parts.take() {
+                return Ok(Waited::Parts(p));
             }
             if !self.done_recvs.is_empty() {
                 // Matched an unexpected message at once, or a large message's parts.
                 if let Some(m) = self.done_recvs.remove(&id) {
-                    return Ok(m);
+                    return Ok(Waited::Message(m));
                 }
             }
             if self.poll(idle.housekeeping())? {
@@ -355,4 +396,108 @@ impl MpiNative {
 pub(super) enum Got<R> {
     Taken(R),
     Message(Message),
+}
+
+/// A large message whose header [`MpiNative::recv_alone`] received: its parts follow on
+/// `chan`'s parts communicator from `source` with MPI tag `mtag`.
+pub(super) struct Parts {
+    pub(super) chan: usize,
+    pub(super) source: usize,
+    pub(super) mtag: c_int,
+    pub(super) tag: Tag,
+    pub(super) bytes: u64,
+}
+
+/// What a blocking receive's wait ([`MpiNative::wait_recv`]) ended with: its message, or
+/// the header of a large one whose parts are next ([`MpiNative::recv_into`]).
+pub(super) enum Waited {
+    Message(Message),
+    Parts(Parts),
+}
+
+/// Receives the parts of large message `p` into `to` (exactly its length).
+fn receive_parts(n: &MpiNative, p: &Parts, to: &mut [u8]) -> Result<()> {
+    let total = to.len();
+    let mut off = 0;
+    while off < total {
+        let k = recv_to_slice(&n.chans[p.chan].parts, n.rank, p.source, p.mtag, &mut to[off..])?;
+        if k == 0 {
+            return Err(Error::BadPacket {
+                rank: n.rank,
+                from: Sender::Rank(p.source),
+                bytes: 0,
+                what: format!("empty part at {off} of {total} bytes"),
+            });
+        }
+        off += k;
+    }
+    Ok(())
+}
+
+/// What [`MpiNative::recv_alone`] does with what arrives on the latency path.
+pub(super) trait Take {
+    type Out;
+    /// A whole message, in the kept receive buffer.
+    fn whole(&mut self, source: usize, tag: Tag, data: &[u8]) -> Self::Out;
+    /// A large message's header: `Some` when its parts were received here; `None` leaves
+    /// the message to the general wait (which assembles it in a `Vec`).
+    fn large(&mut self, _n: &mut MpiNative, _parts: &Parts) -> Result<Option<Self::Out>> {
+        Ok(None)
+    }
+}
+
+/// `recv`'s: the message in a `Vec` of its own.
+struct ToMessage;
+
+impl Take for ToMessage {
+    type Out = Message;
+    fn whole(&mut self, source: usize, tag: Tag, data: &[u8]) -> Message {
+        Message {
+            source,
+            tag,
+            data: data.to_vec(),
+        }
+    }
+}
+
+/// `recv_into`'s: the message written into the caller's buffer if it fits (a large one
+/// part by part, straight from MPI), else a `Message` to put back (a whole one; a large
+/// one is left to the general wait).
+struct IntoBuf<'a>(&'a mut [u8]);
+
+impl Take for IntoBuf<'_> {
+    type Out = std::result::Result<Envelope, Message>;
+
+    fn whole(&mut self, source: usize, tag: Tag, data: &[u8]) -> Self::Out {
+        match self.0.get_mut(..data.len()) {
+            Some(to) => {
+                to.copy_from_slice(data);
+                Ok(Envelope {
+                    source,
+                    tag,
+                    len: data.len(),
+                })
+            }
+            None => Err(Message {
+                source,
+                tag,
+                data: data.to_vec(),
+            }),
+        }
+    }
+
+    fn large(&mut self, n: &mut MpiNative, p: &Parts) -> Result<Option<Self::Out>> {
+        let Some(to) = usize::try_from(p.bytes)
+            .ok()
+            .and_then(|len| self.0.get_mut(..len))
+        else {
+            return Ok(None);
+        };
+        receive_parts(n, p, to)?;
+        Ok(Some(Ok(Envelope {
+            source: p.source,
+            tag: p.tag,
+            len: to.len(),
+        })))
+    }
 }
