@@ -285,9 +285,9 @@ impl Communicator {
 
     /// Receives the next message matching `src` and `tag` if it is at most `cap` bytes
     /// long, progressing until one arrives: `Ok(message)`; a longer one is left queued (for
-    /// the next receive that matches it) and its envelope returned as `Err`. The blocking
-    /// receive into a caller's buffer of `cap` bytes: one matching pass, as `recv`.
-    /// Errors: the transport's.
+    /// the next receive that matches it) and its envelope returned as `Err`. Waits as
+    /// `recv` does (on the engine, a receive posted with `cap` as its limit). Errors: the
+    /// transport's.
     pub fn recv_within(
         &mut self,
         src: impl Into<Source>,
@@ -295,32 +295,21 @@ impl Communicator {
         cap: usize,
     ) -> Result<std::result::Result<Message, Envelope>> {
         let (src, tag) = (src.into(), tag.into());
-        let mut b = Backoff::new();
-        loop {
-            match &mut self.backend {
-                Backend::Engine(e) => {
-                    if let Some(r) = e.try_take_within(src, tag, cap) {
-                        return Ok(r);
-                    }
-                }
-                #[cfg(feature = "mpi")]
-                Backend::Native(n) => return n.recv_within(src, tag, cap),
-            }
-            if self.progress()? {
-                b.reset();
-            } else {
-                self.snooze(&mut b);
-            }
+        #[cfg(feature = "mpi")]
+        if let Backend::Native(n) = &mut self.backend {
+            return n.recv_within(src, tag, cap);
         }
+        self.engine_recv_within(src, tag, cap)
     }
 
     /// Receives the next message matching `src` and `tag` into `buf`, progressing until
     /// one arrives, if it is at most `buf.len()` bytes long: `Ok(envelope)`, its bytes in
-    /// `buf[..envelope.len]`. A longer one is left queued, as [`Communicator::recv_within`]
-    /// leaves it, and its envelope returned as `Err`. MPI's receive into a caller's buffer:
-    /// on the MPI native path with nothing else in flight, the bytes go from MPI's receive
-    /// buffer straight into `buf`, without a message `Vec` between. Errors: the
-    /// transport's.
+    /// `buf[..envelope.len]`, nothing past them written. A longer one is left queued, as
+    /// [`Communicator::recv_within`] leaves it, and its envelope returned as `Err`. MPI's
+    /// receive into a caller's buffer: on the MPI native path with nothing else in
+    /// flight, a whole message is copied from MPI's receive buffer into `buf` and a large
+    /// one's parts are received into `buf`, without a message `Vec` between; on the engine
+    /// the message is assembled as for `recv`, then copied. Errors: the transport's.
     pub fn recv_into(
         &mut self,
         src: impl Into<Source>,
@@ -328,28 +317,41 @@ impl Communicator {
         buf: &mut [u8],
     ) -> Result<std::result::Result<Envelope, Envelope>> {
         let (src, tag) = (src.into(), tag.into());
-        // The engine: a receive posted with the buffer's length as its limit, so that a
-        // message arriving during the wait binds to it as to `recv`'s.
-        let id = match &mut self.backend {
-            Backend::Engine(e) => e.irecv_within(src, tag, buf.len())?,
-            #[cfg(feature = "mpi")]
-            Backend::Native(n) => return n.recv_into(src, tag, buf),
-        };
-        let mut b = Backoff::new();
-        loop {
-            let e = match &mut self.backend {
+        #[cfg(feature = "mpi")]
+        if let Backend::Native(n) = &mut self.backend {
+            return n.recv_into(src, tag, buf);
+        }
+        Ok(self.engine_recv_within(src, tag, buf.len())?.map(|m| {
+            buf[..m.data.len()].copy_from_slice(&m.data);
+            Envelope {
+                source: m.source,
+                tag: m.tag,
+                len: m.data.len(),
+            }
+        }))
+    }
+
+    /// `recv_within` on the engine: a receive posted with the limit, so that a message
+    /// arriving during the wait binds to it as to `recv`'s, waited for as `wait` does.
+    fn engine_recv_within(
+        &mut self,
+        src: Source,
+        tag: TagMatch,
+        cap: usize,
+    ) -> Result<std::result::Result<Message, Envelope>> {
+        fn engine(backend: &mut Backend) -> &mut Engine {
+            match backend {
                 Backend::Engine(e) => e,
                 #[cfg(feature = "mpi")]
-                Backend::Native(_) => unreachable!("the native path returned above"),
-            };
+                Backend::Native(_) => unreachable!("called on the engine only"),
+            }
+        }
+        let id = engine(&mut self.backend).irecv_within(src, tag, cap)?;
+        let mut b = Backoff::new();
+        loop {
+            let e = engine(&mut self.backend);
             if e.recv_done(id) {
-                let m = e.take_recv(id).ok_or(Error::UnknownRequest(id))?;
-                buf[..m.data.len()].copy_from_slice(&m.data);
-                return Ok(Ok(Envelope {
-                    source: m.source,
-                    tag: m.tag,
-                    len: m.data.len(),
-                }));
+                return e.take_recv(id).map(Ok).ok_or(Error::UnknownRequest(id));
             }
             if let Some(refused) = e.take_refused(id) {
                 return Ok(Err(refused));

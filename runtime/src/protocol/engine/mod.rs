@@ -318,16 +318,6 @@ impl Engine {
         self.matcher.try_take(src, tag)
     }
 
-    /// `try_take` for a message of at most `cap` bytes (`Matcher::try_take_within`).
-    pub fn try_take_within(
-        &mut self,
-        src: Source,
-        tag: TagMatch,
-        cap: usize,
-    ) -> Option<std::result::Result<Message, Envelope>> {
-        self.matcher.try_take_within(src, tag, cap)
-    }
-
     /// The envelope of the message `try_take` would take now, leaving it queued.
     pub fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope> {
         self.matcher.peek(src, tag)
