@@ -58,6 +58,13 @@ fn recv_into_fills_the_buffer_local() {
 }
 
 #[test]
+fn recv_into_ping_pong_all_modes() {
+    for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+        recv_into_ping_pong(&Local, m, 1);
+    }
+}
+
+#[test]
 fn message_sizes_shared() {
     message_sizes_with_checksums(&Local, RecvSharing::Shared);
 }

@@ -380,6 +380,12 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     ));
     for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
         v.push((
+            format!("recv_into_ping_pong/{m}"),
+            Box::new(move || recv_into_ping_pong(l, m, 1)),
+        ));
+    }
+    for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
+        v.push((
             format!("message_sizes_with_checksums/{m}"),
             Box::new(move || message_sizes_with_checksums(l, m)),
         ));

@@ -8,7 +8,9 @@
 //!
 //! A receive may be posted with a size limit (the blocking receive into a caller's
 //! buffer): a message it would match that is longer is refused, left unexpected in its
-//! place in the order, and its envelope recorded for the receive.
+//! place in the order, and its envelope recorded for the receive. While that receive
+//! waits, the caller's buffer is lent to each call that feeds chunks ([`RecvInto`]): a
+//! message bound to it is written there as it arrives, with no `Vec` of its own.
 
 use std::collections::VecDeque;
 
@@ -103,6 +105,33 @@ struct Inbound {
     total: usize,
     data: Vec<u8>,
     req: Option<u64>,
+    /// Bound to a [`RecvInto`] receive: its bytes go to the caller's buffer (`data` stays
+    /// empty) and `filled` counts them.
+    into: bool,
+    filled: usize,
+}
+
+impl Inbound {
+    /// Bytes arrived so far.
+    fn arrived(&self) -> usize {
+        if self.into {
+            self.filled
+        } else {
+            self.data.len()
+        }
+    }
+}
+
+/// The caller's buffer of blocking receive `req` (posted with [`Matcher::post_within`] and
+/// its length as the limit), lent to the calls that feed chunks while it waits: the
+/// message bound to `req` is written into `buf` as its chunks arrive, and the receive ends
+/// with [`Matcher::take_into_done`]. Chunks of such a message that arrive without it (the
+/// receive ended with an error) are dropped.
+pub struct RecvInto<'a> {
+    /// The receive (of [`Matcher::post_within`], limited to `buf.len()` bytes).
+    pub req: u64,
+    /// Its buffer.
+    pub buf: &'a mut [u8],
 }
 
 /// Matching state of one rank.
@@ -115,6 +144,8 @@ pub struct Matcher {
     posted: VecDeque<(u64, Source, TagMatch, usize)>,
     /// A receive posted with a limit that refused a longer message, and its envelope.
     refused: Option<(u64, Envelope)>,
+    /// A [`RecvInto`] receive whose message is all in the caller's buffer.
+    into_done: Option<(u64, Envelope)>,
     assembling: IntMap<usize, u64>,
     /// The latest completed receive not taken yet, then the others: a blocking receive
     /// (one completion at a time) never hashes.
@@ -128,6 +159,14 @@ impl Matcher {
     /// matching posted receive, else queues it as unexpected. A message that is complete
     /// and bound completes at once (`None`); otherwise returns its id.
     fn start(&mut self, src: usize, tag: Tag, total: u64, data: Vec<u8>) -> Result<Option<u64>> {
+        let (total, req) = self.begin(src, tag, total)?;
+        Ok(self.start_bound(src, tag, total, req, data))
+    }
+
+    /// The start of a message from `src` of `total` bytes: its length as a `usize` and
+    /// the posted receive it binds to (the earliest that accepts it and, if limited, holds
+    /// it; a limited one that does not ends refused and the message stays unbound).
+    fn begin(&mut self, src: usize, tag: Tag, total: u64) -> Result<(usize, Option<u64>)> {
         if !self.assembling.is_empty() && self.assembling.contains_key(&src) {
             return Err(Error::BadChunk {
                 peer: src,
@@ -138,8 +177,6 @@ impl Matcher {
             });
         }
         let total = usize::try_from(total).map_err(|_| too_large(src, tag, total))?;
-        let id = self.next_msg;
-        self.next_msg += 1;
         let mut req = None;
         if let Some(i) = self
             .posted
@@ -162,6 +199,21 @@ impl Matcher {
                 ));
             }
         }
+        Ok((total, req))
+    }
+
+    /// A started message whose first bytes are `data`, bound to `req` or unexpected:
+    /// completes at once when bound and whole (`None`), else is kept (its id).
+    fn start_bound(
+        &mut self,
+        src: usize,
+        tag: Tag,
+        total: usize,
+        req: Option<u64>,
+        data: Vec<u8>,
+    ) -> Option<u64> {
+        let id = self.next_msg;
+        self.next_msg += 1;
         if let Some(req) = req {
             if data.len() == total {
                 self.complete(
@@ -172,7 +224,7 @@ impl Matcher {
                         data,
                     },
                 );
-                return Ok(None);
+                return None;
             }
         }
         self.inbound.insert(
@@ -183,12 +235,14 @@ impl Matcher {
                 total,
                 data,
                 req,
+                into: false,
+                filled: 0,
             },
         );
         if req.is_none() {
             self.unexpected.push_back(id);
         }
-        Ok(Some(id))
+        Some(id)
     }
 
     /// Completes message `id` if all of it arrived and a receive is bound to it.
@@ -209,6 +263,17 @@ impl Matcher {
 
     /// Feeds one arrived chunk.
     pub fn on_chunk(&mut self, h: &PacketHeader, payload: &[u8]) -> Result<()> {
+        self.on_chunk_into(h, payload, None)
+    }
+
+    /// [`Matcher::on_chunk`] while blocking receive `into.req` waits with its buffer: a
+    /// message bound to it is written there.
+    pub fn on_chunk_into(
+        &mut self,
+        h: &PacketHeader,
+        payload: &[u8],
+        into: Option<&mut RecvInto<'_>>,
+    ) -> Result<()> {
         let src = h.src as usize;
         if h.offset == 0 {
             // The first chunk (often the whole message): no reassembly state unless more
@@ -223,9 +288,41 @@ impl Matcher {
                     what: format!("{} bytes: out of order (beyond the message)", payload.len()),
                 });
             }
+            let (total, req) = self.begin(src, h.tag, h.total)?;
+            if let (Some(req), Some(into)) = (req, into) {
+                if into.req == req {
+                    // Bound to the waiting receive (which holds `total` bytes: its limit).
+                    into.buf[..payload.len()].copy_from_slice(payload);
+                    let env = Envelope {
+                        source: src,
+                        tag: h.tag,
+                        len: total,
+                    };
+                    if payload.len() == total {
+                        self.into_done = Some((req, env));
+                        return Ok(());
+                    }
+                    let id = self.next_msg;
+                    self.next_msg += 1;
+                    self.inbound.insert(
+                        id,
+                        Inbound {
+                            source: src,
+                            tag: h.tag,
+                            total,
+                            data: Vec::new(),
+                            req: Some(req),
+                            into: true,
+                            filled: payload.len(),
+                        },
+                    );
+                    self.assembling.insert(src, id);
+                    return Ok(());
+                }
+            }
             let mut data = Vec::with_capacity(cap);
             data.extend_from_slice(payload);
-            if let Some(id) = self.start(src, h.tag, h.total, data)? {
+            if let Some(id) = self.start_bound(src, h.tag, total, req, data) {
                 if payload.len() < cap {
                     self.assembling.insert(src, id);
                 }
@@ -240,7 +337,8 @@ impl Matcher {
             what: "without a message start".into(),
         })?;
         let m = self.inbound.get_mut(&id).expect("inbound message");
-        if h.offset as usize != m.data.len() || m.data.len() + payload.len() > m.total {
+        let arrived = m.arrived();
+        if h.offset as usize != arrived || arrived + payload.len() > m.total {
             return Err(Error::BadChunk {
                 peer: src,
                 tag: h.tag,
@@ -249,10 +347,32 @@ impl Matcher {
                 what: format!(
                     "{} bytes: out of order ({} of {} bytes received)",
                     payload.len(),
-                    m.data.len(),
+                    arrived,
                     m.total
                 ),
             });
+        }
+        if m.into {
+            let mine = into.filter(|i| Some(i.req) == m.req);
+            let done = arrived + payload.len() == m.total;
+            let env = Envelope {
+                source: m.source,
+                tag: m.tag,
+                len: m.total,
+            };
+            let req = m.req;
+            m.filled += payload.len();
+            if let Some(i) = mine {
+                i.buf[arrived..arrived + payload.len()].copy_from_slice(payload);
+                if done {
+                    self.into_done = req.map(|r| (r, env));
+                }
+            }
+            if done {
+                self.assembling.remove(&src);
+                self.inbound.remove(&id);
+            }
+            return Ok(());
         }
         m.data.extend_from_slice(payload);
         if m.data.len() == m.total {
@@ -411,6 +531,18 @@ impl Matcher {
             || (!self.completed.is_empty() && self.completed.contains_key(&req))
     }
 
+    /// The envelope of the message receive `req` wrote into its [`RecvInto`] buffer, once
+    /// all of it is there: the receive has then ended.
+    pub fn take_into_done(&mut self, req: u64) -> Option<Envelope> {
+        match self.into_done {
+            Some((r, e)) if r == req => {
+                self.into_done = None;
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+
     /// The envelope of the message that receive `req` (posted with a limit) refused, once:
     /// the receive has then ended.
     pub fn take_refused(&mut self, req: u64) -> Option<Envelope> {
@@ -529,6 +661,37 @@ mod tests {
             Vec::<u8>::new(),
             "0 bytes into 0"
         );
+    }
+
+    #[test]
+    fn a_lent_buffer_takes_its_message_chunk_by_chunk() {
+        let mut m = Matcher::default();
+        let mut buf = [0xAAu8; 8];
+        // Posted with the buffer's length; an unrelated message first stays unexpected.
+        m.post_within(1, Source::Rank(2), TagMatch::Tag(5), buf.len());
+        let lend = |m: &mut Matcher, h: &PacketHeader, p: &[u8], buf: &mut [u8]| {
+            m.on_chunk_into(h, p, Some(&mut RecvInto { req: 1, buf }))
+                .unwrap()
+        };
+        lend(&mut m, &hdr(3, 5, 2, 0, 2), &[8, 8], &mut buf);
+        lend(&mut m, &hdr(2, 5, 5, 0, 2), &[1, 2], &mut buf);
+        assert_eq!(m.take_into_done(1), None, "2 of 5 bytes");
+        lend(&mut m, &hdr(2, 5, 5, 2, 3), &[3, 4, 5], &mut buf);
+        let e = m.take_into_done(1).expect("all 5 bytes in the buffer");
+        assert_eq!((e.source, e.tag, e.len), (2, 5, 5));
+        assert_eq!(buf, [1, 2, 3, 4, 5, 0xAA, 0xAA, 0xAA]);
+        assert!(!m.is_complete(1), "no message of its own");
+        assert_eq!(m.take_completed(1), None);
+        assert_eq!(m.peek(Source::Any, TagMatch::Any).map(|e| e.source), Some(3));
+        // A receive that ended (an error) while its message was half written: the rest of
+        // that message is dropped, and the next one of the same source is whole.
+        m.post_within(2, Source::Rank(2), TagMatch::Any, buf.len());
+        lend(&mut m, &hdr(2, 6, 4, 0, 2), &[1, 1], &mut buf);
+        m.on_chunk(&hdr(2, 6, 4, 2, 2), &[1, 1]).unwrap();
+        assert_eq!(m.take_into_done(2), None);
+        m.post(3, Source::Rank(2), TagMatch::Any);
+        m.on_chunk(&hdr(2, 7, 1, 0, 1), &[9]).unwrap();
+        assert_eq!(m.take_completed(3).unwrap().data, vec![9]);
     }
 
     #[test]

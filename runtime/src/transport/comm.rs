@@ -11,7 +11,7 @@ use crate::core::pool::PoolStats;
 use crate::fabric::Fabric;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::Engine;
-use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+use crate::protocol::matching::{Envelope, Message, RecvInto, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 
 const BARRIER_TAG: Tag = RESERVED_TAG_BASE;
 const ALLGATHER_TAG: Tag = RESERVED_TAG_BASE + 100;
@@ -62,6 +62,17 @@ macro_rules! on_backend {
             Backend::Native($b) => $e,
         }
     };
+}
+
+/// How a limited blocking receive on the engine ended ([`Communicator::recv_within`],
+/// [`Communicator::recv_into`]).
+enum Limited {
+    /// The message, in a buffer of its own.
+    Message(Message),
+    /// The message, written into the lent buffer.
+    Into(Envelope),
+    /// A longer message, left queued.
+    Refused(Envelope),
 }
 
 /// A rank's communicator.
@@ -299,7 +310,11 @@ impl Communicator {
         if let Backend::Native(n) = &mut self.backend {
             return n.recv_within(src, tag, cap);
         }
-        self.engine_recv_within(src, tag, cap)
+        Ok(match self.engine_recv_limited(src, tag, cap, None)? {
+            Limited::Message(m) => Ok(m),
+            Limited::Refused(e) => Err(e),
+            Limited::Into(_) => unreachable!("no buffer was lent"),
+        })
     }
 
     /// Receives the next message matching `src` and `tag` into `buf`, progressing until
@@ -309,7 +324,10 @@ impl Communicator {
     /// receive into a caller's buffer: on the MPI native path with nothing else in
     /// flight, a whole message is copied from MPI's receive buffer into `buf` and a large
     /// one's parts are received into `buf`, without a message `Vec` between; on the engine
-    /// the message is assembled as for `recv`, then copied. Errors: the transport's.
+    /// a message that arrives while it waits is written into `buf` chunk by chunk, one
+    /// already queued is copied. Errors: the transport's; after one, the bytes of a message
+    /// already being written into `buf` are dropped (the message is lost, as a failed
+    /// `MPI_Recv`'s).
     pub fn recv_into(
         &mut self,
         src: impl Into<Source>,
@@ -321,24 +339,34 @@ impl Communicator {
         if let Backend::Native(n) = &mut self.backend {
             return n.recv_into(src, tag, buf);
         }
-        Ok(self.engine_recv_within(src, tag, buf.len())?.map(|m| {
-            buf[..m.data.len()].copy_from_slice(&m.data);
-            Envelope {
-                source: m.source,
-                tag: m.tag,
-                len: m.data.len(),
-            }
-        }))
+        Ok(
+            match self.engine_recv_limited(src, tag, buf.len(), Some(&mut *buf))? {
+                Limited::Into(e) => Ok(e),
+                Limited::Message(m) => {
+                    buf[..m.data.len()].copy_from_slice(&m.data);
+                    Ok(Envelope {
+                        source: m.source,
+                        tag: m.tag,
+                        len: m.data.len(),
+                    })
+                }
+                Limited::Refused(e) => Err(e),
+            },
+        )
     }
 
     /// `recv_within` on the engine: a receive posted with the limit, so that a message
     /// arriving during the wait binds to it as to `recv`'s, waited for as `wait` does.
-    fn engine_recv_within(
+    /// With `into` (of `cap` bytes) lent to every progress of the wait, a message that
+    /// binds as it arrives is written there (`Limited::Into`); one that was already
+    /// queued, or arrived whole in a buffer of its own, comes as `Limited::Message`.
+    fn engine_recv_limited(
         &mut self,
         src: Source,
         tag: TagMatch,
         cap: usize,
-    ) -> Result<std::result::Result<Message, Envelope>> {
+        mut into: Option<&mut [u8]>,
+    ) -> Result<Limited> {
         fn engine(backend: &mut Backend) -> &mut Engine {
             match backend {
                 Backend::Engine(e) => e,
@@ -350,13 +378,22 @@ impl Communicator {
         let mut b = Backoff::new();
         loop {
             let e = engine(&mut self.backend);
+            if into.is_some() {
+                if let Some(env) = e.take_into_done(id) {
+                    return Ok(Limited::Into(env));
+                }
+            }
             if e.recv_done(id) {
-                return e.take_recv(id).map(Ok).ok_or(Error::UnknownRequest(id));
+                return e
+                    .take_recv(id)
+                    .map(Limited::Message)
+                    .ok_or(Error::UnknownRequest(id));
             }
             if let Some(refused) = e.take_refused(id) {
-                return Ok(Err(refused));
+                return Ok(Limited::Refused(refused));
             }
-            if self.progress()? {
+            let lent = into.as_deref_mut().map(|buf| RecvInto { req: id, buf });
+            if e.progress_into(lent)? {
                 b.reset();
             } else {
                 self.snooze(&mut b);

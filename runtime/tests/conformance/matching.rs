@@ -303,6 +303,54 @@ pub fn recv_into_fills_the_buffer<L: Launcher>(l: &L) {
     );
 }
 
+/// A ping-pong of `recv_into` between rank 0 and each of `peers` other ranks in turn (the
+/// echo is posted before it arrives, so on the engine each message is written into the
+/// receiver's buffer as its chunks come; past a cap of one endpoint, over datagrams): sizes
+/// around the chunk size and past it, each intact, nothing past it written, through
+/// buffers larger than the message.
+pub fn recv_into_ping_pong<L: Launcher>(l: &L, sharing: RecvSharing, peers: usize) {
+    let c = cfg(sharing).buffer_size(1024).build().unwrap();
+    let sizes = [0usize, 1, 1023, 1024, 1025, 3 * 1024 + 5, (1 << 20) + 3];
+    let res = l
+        .run(peers + 1, &c, |comm| -> Result<Vec<usize>> {
+            let me = comm.rank();
+            let mut buf = vec![0u8; (1 << 20) + 64];
+            let mut seen = vec![];
+            for (i, &n) in sizes.iter().enumerate() {
+                for p in 1..=peers {
+                    if me != 0 && me != p {
+                        continue;
+                    }
+                    let peer = if me == 0 { p } else { 0 };
+                    let d = payload(n, (i * 31 + p) as u64);
+                    if me == 0 {
+                        comm.send(peer, 2, &d)?;
+                    }
+                    buf.fill(0xAA);
+                    let e = comm.recv_into(peer, 2u32, &mut buf)?.expect("fits");
+                    assert_eq!((e.source, e.tag, e.len), (peer, 2, n));
+                    assert!(buf[..n] == d[..], "{n} bytes intact on rank {me}");
+                    assert!(buf[n..].iter().all(|&b| b == 0xAA), "nothing past {n} bytes");
+                    if me != 0 {
+                        comm.send(peer, 2, &buf[..n])?;
+                    }
+                    seen.push(e.len);
+                }
+            }
+            Ok(seen)
+        })
+        .unwrap();
+    let want = |k: usize| {
+        sizes
+            .iter()
+            .flat_map(|&n| std::iter::repeat_n(n, k))
+            .collect::<Vec<_>>()
+    };
+    for (rank, r) in res.into_iter().enumerate() {
+        assert_eq!(r.unwrap(), want(if rank == 0 { peers } else { 1 }), "rank {rank}");
+    }
+}
+
 /// Zero-byte, 1-byte, exactly-buffer-size, buffer+1 and 64 MiB messages arrive intact.
 pub fn message_sizes_with_checksums<L: Launcher>(l: &L, sharing: RecvSharing) {
     let c = cfg(sharing).build().unwrap();

@@ -54,6 +54,14 @@ fn message_sizes_all_modes() {
 }
 
 #[test]
+fn recv_into_ping_pong_all_modes() {
+    overlay();
+    for m in MODES {
+        recv_into_ping_pong(&Local, m, 3);
+    }
+}
+
+#[test]
 fn back_pressure_pool_of_two_all_modes() {
     overlay();
     for m in MODES {

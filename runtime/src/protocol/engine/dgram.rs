@@ -20,7 +20,7 @@ use crate::core::pool::{BufId, BufferPool};
 use crate::fabric::{Fabric, PacketHeader};
 use crate::protocol::connection::{ConnectionTable, EpState};
 use crate::protocol::datagram::{DgHeader, DgPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
-use crate::protocol::matching::Matcher;
+use crate::protocol::matching::{Matcher, RecvInto};
 
 use super::Engine;
 
@@ -159,10 +159,18 @@ pub(super) struct DgRx<'a> {
     pub(super) pool: &'a mut BufferPool,
     pub(super) conns: &'a ConnectionTable,
     pub(super) rank: usize,
+    /// The waiting blocking receive's buffer, if one is lent ([`RecvInto`]).
+    pub(super) into: Option<RecvInto<'a>>,
 }
 
-fn deliver(matcher: &mut Matcher, src: usize, h: &DgHeader, payload: &[u8]) -> Result<()> {
-    matcher.on_chunk(
+fn deliver(
+    matcher: &mut Matcher,
+    src: usize,
+    h: &DgHeader,
+    payload: &[u8],
+    into: Option<&mut RecvInto<'_>>,
+) -> Result<()> {
+    matcher.on_chunk_into(
         &PacketHeader {
             src: src as u32,
             tag: h.tag,
@@ -172,6 +180,7 @@ fn deliver(matcher: &mut Matcher, src: usize, h: &DgHeader, payload: &[u8]) -> R
             more: h.more,
         },
         payload,
+        into,
     )
 }
 
@@ -231,7 +240,7 @@ impl DgRx<'_> {
         let was_due = p.ack_due;
         match p.on_data(h.seq) {
             Rx::Deliver => {
-                deliver(matcher, src, &h, &bytes[HEADER_BYTES..])?;
+                deliver(matcher, src, &h, &bytes[HEADER_BYTES..], self.into.as_mut())?;
                 while let Some(seq) = p.delivered() {
                     let i = held
                         .iter()
@@ -241,7 +250,7 @@ impl DgRx<'_> {
                     let b = pool.buf(id);
                     let b = &b[..held_len(b)];
                     let hh = DgHeader::decode(b, rank, src)?;
-                    let r = deliver(matcher, src, &hh, &b[HEADER_BYTES..]);
+                    let r = deliver(matcher, src, &hh, &b[HEADER_BYTES..], self.into.as_mut());
                     pool.release(id);
                     r?;
                 }

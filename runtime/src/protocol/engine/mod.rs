@@ -31,7 +31,7 @@ use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::{effective_sharing, Fabric};
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
-use crate::protocol::matching::{Envelope, Matcher, Message, Source, Tag, TagMatch};
+use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
 
 mod credits;
 mod dgram;
@@ -297,6 +297,12 @@ impl Engine {
         Ok(req)
     }
 
+    /// The envelope of the message receive `req` of [`Engine::irecv_within`] wrote into
+    /// the buffer lent with [`Engine::progress_into`], once it is all there.
+    pub fn take_into_done(&mut self, req: u64) -> Option<Envelope> {
+        self.matcher.take_into_done(req)
+    }
+
     /// The envelope of the longer message receive `req` of [`Engine::irecv_within`]
     /// refused, once.
     pub fn take_refused(&mut self, req: u64) -> Option<Envelope> {
@@ -346,6 +352,12 @@ impl Engine {
 
     /// One round of progress; returns true if anything happened.
     pub fn progress(&mut self) -> Result<bool> {
+        self.progress_into(None)
+    }
+
+    /// [`Engine::progress`] while a blocking receive waits with its buffer: the message
+    /// bound to it is written there ([`RecvInto`]).
+    pub fn progress_into(&mut self, into: Option<RecvInto<'_>>) -> Result<bool> {
         if self.fabric.aborted() {
             return Err(Error::Aborted);
         }
@@ -357,6 +369,7 @@ impl Engine {
                 pool: &mut self.pool,
                 conns: &self.conns,
                 rank: self.rank,
+                into,
             };
             self.fabric.poll(&mut |ev| inbox.take(matcher, &mut rx, ev))?
         };

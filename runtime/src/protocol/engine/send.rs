@@ -209,6 +209,7 @@ impl Engine {
                 pool: &mut self.pool,
                 conns: &self.conns,
                 rank: self.rank,
+                into: None,
             };
             self.fabric
                 .send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, &mut rx, ev))

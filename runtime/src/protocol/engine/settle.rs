@@ -34,7 +34,7 @@ impl Inbox {
             Event::Datagram(src, bytes) => rx.take(matcher, src, bytes)?,
             Event::SendComplete(w) => self.done.push(w),
             Event::Arrival(h, payload) => {
-                matcher.on_chunk(&h, payload)?;
+                matcher.on_chunk_into(&h, payload, rx.into.as_mut())?;
                 self.arrivals.push((h.src as usize, h.more));
             }
             Event::Control(src, c) => self.ctrl.push((src, c)),
