@@ -142,8 +142,9 @@ pub struct Matcher {
     /// Posted receives in posting order: (request, source, tag, the longest message it
     /// takes: `usize::MAX` unless posted with [`Matcher::post_within`]).
     posted: VecDeque<(u64, Source, TagMatch, usize)>,
-    /// A receive posted with a limit that refused a longer message, and its envelope.
-    refused: Option<(u64, Envelope)>,
+    /// Receives posted with a limit that refused a longer message, and its envelope (one
+    /// at a time in practice: a blocking receive posts them and takes its own at once).
+    refused: Vec<(u64, Envelope)>,
     /// A [`RecvInto`] receive whose message is all in the caller's buffer.
     into_done: Option<(u64, Envelope)>,
     assembling: IntMap<usize, u64>,
@@ -189,7 +190,7 @@ impl Matcher {
             } else {
                 // Too long for the limited receive that would take it: it stays unexpected,
                 // in its place, and the receive ends refused.
-                self.refused = Some((
+                self.refused.push((
                     r,
                     Envelope {
                         source: src,
@@ -420,7 +421,7 @@ impl Matcher {
         match hit {
             Some(i) if self.inbound[&self.unexpected[i]].total > cap => {
                 let m = &self.inbound[&self.unexpected[i]];
-                self.refused = Some((
+                self.refused.push((
                     req,
                     Envelope {
                         source: m.source,
@@ -546,15 +547,25 @@ impl Matcher {
     /// The envelope of the message that receive `req` (posted with a limit) refused, once:
     /// the receive has then ended.
     pub fn take_refused(&mut self, req: u64) -> Option<Envelope> {
-        match self.refused {
-            Some((r, e)) if r == req => {
-                self.refused = None;
-                Some(e)
-            }
-            _ => None,
+        if self.refused.is_empty() {
+            return None;
         }
+        let i = self.refused.iter().position(|&(r, _)| r == req)?;
+        Some(self.refused.swap_remove(i).1)
     }
 
+    /// Withdraws receive `req` if it is still posted (a blocking receive that ended with an
+    /// error), so that no later message binds to it, and forgets its refusal. A message
+    /// already bound to it stays with it (lost, as a failed receive's).
+    pub fn cancel(&mut self, req: u64) {
+        if let Some(i) = self.posted.iter().position(|&(r, ..)| r == req) {
+            self.posted.remove(i);
+        }
+        self.refused.retain(|&(r, _)| r != req);
+        if self.into_done.is_some_and(|(r, _)| r == req) {
+            self.into_done = None;
+        }
+    }
     /// Takes the message of completed receive `req`.
     pub fn take_completed(&mut self, req: u64) -> Option<Message> {
         if self.last_completed.as_ref().is_some_and(|(r, _)| *r == req) {
@@ -661,6 +672,13 @@ mod tests {
             Vec::<u8>::new(),
             "0 bytes into 0"
         );
+        // A withdrawn receive (its wait failed) binds nothing more: the message stays
+        // unexpected for the next receive.
+        m.post_within(7, Source::Any, TagMatch::Any, 8);
+        m.cancel(7);
+        m.on_chunk(&hdr(4, 2, 1, 0, 1), &[3]).unwrap();
+        assert!(!m.is_complete(7));
+        assert_eq!(m.peek(Source::Any, TagMatch::Any), Some(env(4, 2, 1)));
     }
 
     #[test]

@@ -64,6 +64,16 @@ macro_rules! on_backend {
     };
 }
 
+/// The engine of a communicator known to run on it (the limited receives' wait, after
+/// the native backend returned).
+fn engine_of(backend: &mut Backend) -> &mut Engine {
+    match backend {
+        Backend::Engine(e) => e,
+        #[cfg(feature = "mpi")]
+        Backend::Native(_) => unreachable!("called on the engine only"),
+    }
+}
+
 /// How a limited blocking receive on the engine ended ([`Communicator::recv_within`],
 /// [`Communicator::recv_into`]).
 enum Limited {
@@ -365,19 +375,21 @@ impl Communicator {
         src: Source,
         tag: TagMatch,
         cap: usize,
-        mut into: Option<&mut [u8]>,
+        into: Option<&mut [u8]>,
     ) -> Result<Limited> {
-        fn engine(backend: &mut Backend) -> &mut Engine {
-            match backend {
-                Backend::Engine(e) => e,
-                #[cfg(feature = "mpi")]
-                Backend::Native(_) => unreachable!("called on the engine only"),
-            }
+        let id = engine_of(&mut self.backend).irecv_within(src, tag, cap)?;
+        let r = self.engine_wait_limited(id, into);
+        if r.is_err() {
+            engine_of(&mut self.backend).cancel_recv(id);
         }
-        let id = engine(&mut self.backend).irecv_within(src, tag, cap)?;
+        r
+    }
+
+    /// The wait of [`Communicator::engine_recv_limited`] for its receive `id`.
+    fn engine_wait_limited(&mut self, id: u64, mut into: Option<&mut [u8]>) -> Result<Limited> {
         let mut b = Backoff::new();
         loop {
-            let e = engine(&mut self.backend);
+            let e = engine_of(&mut self.backend);
             if into.is_some() {
                 if let Some(env) = e.take_into_done(id) {
                     return Ok(Limited::Into(env));

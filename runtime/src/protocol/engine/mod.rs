@@ -303,6 +303,12 @@ impl Engine {
         self.matcher.take_into_done(req)
     }
 
+    /// Withdraws receive `req` of [`Engine::irecv_within`] after its wait failed
+    /// (`Matcher::cancel`).
+    pub fn cancel_recv(&mut self, req: u64) {
+        self.matcher.cancel(req);
+    }
+
     /// The envelope of the longer message receive `req` of [`Engine::irecv_within`]
     /// refused, once.
     pub fn take_refused(&mut self, req: u64) -> Option<Envelope> {
