@@ -58,6 +58,16 @@ fn recv_into_fills_the_buffer_local() {
 }
 
 #[test]
+fn refused_message_keeps_its_senders_order_local() {
+    refused_message_keeps_its_senders_order(&Local);
+}
+
+#[test]
+fn recv_into_large_pairs_in_order_local() {
+    recv_into_large_pairs_in_order(&Local);
+}
+
+#[test]
 fn recv_into_ping_pong_all_modes() {
     for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
         recv_into_ping_pong(&Local, m, 1);

@@ -378,6 +378,14 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         "recv_into_fills_the_buffer".into(),
         Box::new(move || recv_into_fills_the_buffer(l)),
     ));
+    v.push((
+        "refused_message_keeps_its_senders_order".into(),
+        Box::new(move || refused_message_keeps_its_senders_order(l)),
+    ));
+    v.push((
+        "recv_into_large_pairs_in_order".into(),
+        Box::new(move || recv_into_large_pairs_in_order(l)),
+    ));
     for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
         v.push((
             format!("recv_into_ping_pong/{m}"),

@@ -126,7 +126,8 @@ impl Inbound {
 /// its length as the limit), lent to the calls that feed chunks while it waits: the
 /// message bound to `req` is written into `buf` as its chunks arrive, and the receive ends
 /// with [`Matcher::take_into_done`]. Chunks of such a message that arrive without it (the
-/// receive ended with an error) are dropped.
+/// receive ended with an error) are dropped. A `buf` shorter than the message is not used
+/// (the message gets a `Vec` of its own, as without one).
 pub struct RecvInto<'a> {
     /// The receive (of [`Matcher::post_within`], limited to `buf.len()` bytes).
     pub req: u64,
@@ -291,8 +292,8 @@ impl Matcher {
             }
             let (total, req) = self.begin(src, h.tag, h.total)?;
             if let (Some(req), Some(into)) = (req, into) {
-                if into.req == req {
-                    // Bound to the waiting receive (which holds `total` bytes: its limit).
+                if into.req == req && into.buf.len() >= total {
+                    // Bound to the waiting receive, whose buffer holds it (its limit).
                     into.buf[..payload.len()].copy_from_slice(payload);
                     let env = Envelope {
                         source: src,
@@ -354,7 +355,9 @@ impl Matcher {
             });
         }
         if m.into {
-            let mine = into.filter(|i| Some(i.req) == m.req);
+            let mine = into
+                .filter(|i| Some(i.req) == m.req)
+                .and_then(|i| i.buf.get_mut(arrived..arrived + payload.len()));
             let done = arrived + payload.len() == m.total;
             let env = Envelope {
                 source: m.source,
@@ -363,8 +366,8 @@ impl Matcher {
             };
             let req = m.req;
             m.filled += payload.len();
-            if let Some(i) = mine {
-                i.buf[arrived..arrived + payload.len()].copy_from_slice(payload);
+            if let Some(to) = mine {
+                to.copy_from_slice(payload);
                 if done {
                     self.into_done = req.map(|r| (r, env));
                 }

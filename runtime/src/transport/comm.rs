@@ -305,10 +305,14 @@ impl Communicator {
     }
 
     /// Receives the next message matching `src` and `tag` if it is at most `cap` bytes
-    /// long, progressing until one arrives: `Ok(message)`; a longer one is left queued (for
-    /// the next receive that matches it) and its envelope returned as `Err`. Waits as
-    /// `recv` does (on the engine, a receive posted with `cap` as its limit). Errors: the
-    /// transport's.
+    /// long, progressing until one arrives: `Ok(message)`; a longer one is left queued,
+    /// first for the next receive that matches its source and tag, and its envelope
+    /// returned as `Err`. Waits as `recv` does (on the engine, a receive posted with `cap`
+    /// as its limit). The refused message keeps its place in its sender's order on the
+    /// engine; on the MPI native path it has been taken out of MPI, so a later receive of
+    /// any tag takes it before an earlier message of that sender with another tag that is
+    /// still in MPI (one already queued, e.g. after `probe`, keeps its place). Errors:
+    /// [`Error::InvalidRank`] for a rank outside the world; the transport's.
     pub fn recv_within(
         &mut self,
         src: impl Into<Source>,
@@ -330,14 +334,14 @@ impl Communicator {
     /// Receives the next message matching `src` and `tag` into `buf`, progressing until
     /// one arrives, if it is at most `buf.len()` bytes long: `Ok(envelope)`, its bytes in
     /// `buf[..envelope.len]`, nothing past them written. A longer one is left queued, as
-    /// [`Communicator::recv_within`] leaves it, and its envelope returned as `Err`. MPI's
-    /// receive into a caller's buffer: on the MPI native path with nothing else in
-    /// flight, a whole message is copied from MPI's receive buffer into `buf` and a large
-    /// one's parts are received into `buf`, without a message `Vec` between; on the engine
-    /// a message that arrives while it waits is written into `buf` chunk by chunk, one
-    /// already queued is copied. Errors: the transport's; after one, the bytes of a message
-    /// already being written into `buf` are dropped (the message is lost, as a failed
-    /// `MPI_Recv`'s).
+    /// [`Communicator::recv_within`] leaves it, and its envelope returned as `Err` (`buf`
+    /// untouched). This is MPI's receive into a caller's buffer, without a message `Vec`
+    /// between where it can be: on the engine a message that arrives while it waits is
+    /// written into `buf` chunk by chunk (one already queued is copied); on the MPI native
+    /// path a whole message is copied from MPI's receive buffer and a large one's parts are
+    /// received into `buf`. Errors: [`Error::InvalidRank`] for a rank outside the world;
+    /// the transport's. After an error, the rest of a message already being written into
+    /// `buf` is dropped (the message is lost, as a failed `MPI_Recv`'s).
     pub fn recv_into(
         &mut self,
         src: impl Into<Source>,

@@ -303,6 +303,91 @@ pub fn recv_into_fills_the_buffer<L: Launcher>(l: &L) {
     );
 }
 
+/// A message too long for `recv_into` (and `recv_within`) keeps its sender's order: an
+/// earlier message of the same sender with another tag, already queued (after `probe`) or
+/// still on its way, is received before it by a receive that takes either. (On the MPI
+/// native path only the queued case holds: a refused message has been taken out of MPI,
+/// and one still in MPI cannot be placed before or after it; see `recv_within`.)
+pub fn refused_message_keeps_its_senders_order<L: Launcher>(l: &L) {
+    let c = cfg(RecvSharing::Shared).buffer_size(128).build().unwrap();
+    let res = l
+        .run(2, &c, |comm| -> Result<Vec<(u32, usize)>> {
+            let mut seen = vec![];
+            for round in 0..2 {
+                if comm.rank() == 1 {
+                    comm.send(0, 6, &payload(10, 6))?;
+                    comm.send(0, 5, &payload(100, 5))?;
+                    comm.send(0, 5, &payload(1000, 7))?;
+                    comm.barrier()?;
+                    continue;
+                }
+                comm.barrier()?;
+                if round == 0 || comm.is_mpi_native() {
+                    comm.probe(1, 6u32)?;
+                }
+                let e = comm
+                    .recv_into(1, 5u32, &mut [0u8; 20])?
+                    .expect_err("100 B into 20");
+                seen.push((e.tag, e.len));
+                let e = comm.recv_within(1, 5u32, 20)?.expect_err("still 100 B");
+                seen.push((e.tag, e.len));
+                for _ in 0..3 {
+                    let m = comm.recv(1, TagMatch::Any)?;
+                    seen.push((m.tag, m.data.len()));
+                }
+            }
+            Ok(seen)
+        })
+        .unwrap();
+    let round = [(5, 100), (5, 100), (6, 10), (5, 100), (5, 1000)];
+    assert_eq!(res[0].as_ref().unwrap(), &[round, round].concat());
+}
+
+/// Pairs of large messages with one tag, each into its own `recv_into` while another
+/// receive is posted (so not on the native path's latency path), the sender pausing
+/// between pairs so that the receiver's housekeeping runs while it waits: every message in
+/// order and intact (the second one's parts must not go to the first).
+pub fn recv_into_large_pairs_in_order<L: Launcher>(l: &L) {
+    const ROUNDS: u64 = 800;
+    const LEN: usize = 64 << 10;
+    let c = cfg(RecvSharing::Shared).buffer_size(4096).build().unwrap();
+    let res = l
+        .run(2, &c, |comm| -> Result<u64> {
+            if comm.rank() == 1 {
+                for r in 0..ROUNDS {
+                    let (x, y) = (payload(LEN, 2 * r), payload(LEN, 2 * r + 1));
+                    std::thread::sleep(std::time::Duration::from_micros(300));
+                    // Back to back: the second is in MPI when the first's header is taken.
+                    let a = comm.isend(0, 5, &x)?;
+                    let b = comm.isend(0, 5, &y)?;
+                    comm.wait_all(vec![a, b])?;
+                    comm.recv(0, 9u32)?;
+                }
+                comm.send(0, 77, &[])?;
+                return Ok(0);
+            }
+            let other = comm.irecv(1, 77u32)?;
+            let mut buf = vec![0u8; LEN];
+            let mut good = 0;
+            for r in 0..ROUNDS {
+                for k in 0..2 {
+                    let e = comm.recv_into(1, 5u32, &mut buf)?.expect("fits");
+                    assert_eq!(e.len, LEN);
+                    assert!(
+                        buf == payload(LEN, 2 * r + k),
+                        "round {r} message {k} intact, in order"
+                    );
+                    good += 1;
+                }
+                comm.send(1, 9, &[])?;
+            }
+            comm.wait(other)?;
+            Ok(good)
+        })
+        .unwrap();
+    assert_eq!(*res[0].as_ref().unwrap(), 2 * ROUNDS);
+}
+
 /// A ping-pong of `recv_into` between rank 0 and each of `peers` other ranks in turn (the
 /// echo is posted before it arrives, so on the engine each message is written into the
 /// receiver's buffer as its chunks come; past a cap of one endpoint, over datagrams): sizes

@@ -422,7 +422,11 @@ impl MpiNative {
         if !self.recvs.is_empty() {
             work |= self.test_recvs()?;
         }
-        if housekeeping {
+        // Not once the blocking receive's message is in (until its wait takes it): a later
+        // message of the same sender taken out of MPI now would take a recv_into's large
+        // message's parts (`scratch_parts`), or be queued ahead of a message that
+        // recv_into or recv_within refuses and queues.
+        if housekeeping && self.scratch_parts.is_none() && self.scratch_done.is_none() {
             work |= self.drain()?;
         }
         Ok(work)

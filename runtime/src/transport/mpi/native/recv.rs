@@ -22,12 +22,42 @@ impl MpiNative {
     }
 
     pub(super) fn take_unexpected(&mut self, chan: usize, src: c_int, tag: c_int) -> Option<Message> {
-        let i = self.unexpected.iter().position(|(c, m)| {
+        let i = self.unexpected_match(chan, src, tag)?;
+        self.unexpected.remove(i).map(|(_, m)| m)
+    }
+
+    /// The place of the earliest queued unexpected message matching `(src, tag)` on `chan`.
+    fn unexpected_match(&self, chan: usize, src: c_int, tag: c_int) -> Option<usize> {
+        self.unexpected.iter().position(|(c, m)| {
             *c == chan
                 && (src == any_source() || m.source as c_int == src)
                 && (tag == any_tag() || Self::wire_tag(m.tag).1 == tag)
-        })?;
-        self.unexpected.remove(i).map(|(_, m)| m)
+        })
+    }
+
+    /// For a receive of at most `cap` bytes: the envelope of the earliest queued match if
+    /// it is longer (it stays where it is), else nothing.
+    fn queued_too_long(&self, chan: usize, src: c_int, tag: c_int, cap: usize) -> Option<Envelope> {
+        let i = self.unexpected_match(chan, src, tag)?;
+        let m = &self.unexpected[i].1;
+        (m.data.len() > cap).then_some(Envelope {
+            source: m.source,
+            tag: m.tag,
+            len: m.data.len(),
+        })
+    }
+
+    /// A message of `(src, tag)` received from MPI for a receive it is too long for: it
+    /// joins the unexpected queue behind what is there (the messages taken out of MPI
+    /// before it), first for its source and tag; its envelope.
+    fn put_back(&mut self, chan: usize, m: Message) -> Envelope {
+        let e = Envelope {
+            source: m.source,
+            tag: m.tag,
+            len: m.data.len(),
+        };
+        self.unexpected.push_back((chan, m));
+        e
     }
 
     pub(super) fn post_recv(&mut self, src: Source, tag: TagMatch, scratch: bool) -> Result<u64> {
@@ -153,7 +183,7 @@ impl MpiNative {
     }
 
     /// `recv` into `buf`, or, for a message longer than `buf`, its envelope with the
-    /// message left at the head of the unexpected queue (as `recv_within`). On the latency
+    /// message left queued as `recv_within` leaves it. On the latency
     /// path a whole message is copied from the kept receive buffer into `buf` directly, and
     /// a large one's parts are received into `buf`: no message `Vec` either way.
     pub fn recv_into(
@@ -162,7 +192,10 @@ impl MpiNative {
         tag: TagMatch,
         buf: &mut [u8],
     ) -> Result<std::result::Result<Envelope, Envelope>> {
-        let (chan, _, _) = self.wire_match(src, tag)?;
+        let (chan, s, t) = self.wire_match(src, tag)?;
+        if let Some(e) = self.queued_too_long(chan, s, t, buf.len()) {
+            return Ok(Err(e));
+        }
         self.into_cap = Some(buf.len());
         let mut take = IntoBuf(&mut *buf);
         let got = if self.alone() {
@@ -176,45 +209,40 @@ impl MpiNative {
             Got::Taken(Ok(e)) => return Ok(Ok(e)),
             Got::Taken(Err(m)) | Got::Message(m) => m,
         };
-        let e = Envelope {
-            source: m.source,
-            tag: m.tag,
-            len: m.data.len(),
-        };
         match buf.get_mut(..m.data.len()) {
             Some(to) => {
                 to.copy_from_slice(&m.data);
-                Ok(Ok(e))
+                Ok(Ok(Envelope {
+                    source: m.source,
+                    tag: m.tag,
+                    len: m.data.len(),
+                }))
             }
-            None => {
-                self.unexpected.push_front((chan, m));
-                Ok(Err(e))
-            }
+            None => Ok(Err(self.put_back(chan, m))),
         }
     }
 
-    /// `recv`, except that a message longer than `cap` bytes is not taken: it goes back to
-    /// the head of the unexpected queue, where it is next for this source and tag (a
-    /// message matching both that was there already would have been taken first), and its
-    /// envelope is returned.
+    /// `recv`, except that a message longer than `cap` bytes is not taken, and its envelope
+    /// is returned: a queued one stays where it is; one received from MPI for this
+    /// receive joins the unexpected queue behind the messages already taken out of MPI,
+    /// which (from its sender) came before it, and is next for its source and tag. Its
+    /// order against messages of its sender with other tags that are still in MPI is not
+    /// known: a later receive of any tag takes it before them.
     pub fn recv_within(
         &mut self,
         src: Source,
         tag: TagMatch,
         cap: usize,
     ) -> Result<std::result::Result<Message, Envelope>> {
-        let (chan, _, _) = self.wire_match(src, tag)?;
+        let (chan, s, t) = self.wire_match(src, tag)?;
+        if let Some(e) = self.queued_too_long(chan, s, t, cap) {
+            return Ok(Err(e));
+        }
         let m = self.recv(src, tag)?;
         if m.data.len() <= cap {
             return Ok(Ok(m));
         }
-        let e = Envelope {
-            source: m.source,
-            tag: m.tag,
-            len: m.data.len(),
-        };
-        self.unexpected.push_front((chan, m));
-        Ok(Err(e))
+        Ok(Err(self.put_back(chan, m)))
     }
 
     /// `recv` when nothing else is in flight (the latency path of a ping-pong): one
