@@ -564,7 +564,9 @@ pub unsafe extern "C" fn ballast_recv(
             &mut []
         } else {
             // SAFETY: `buf` is non-NULL with `cap` writable bytes (the contract), not
-            // otherwise borrowed during the call.
+            // otherwise borrowed during the call. The bytes may be uninitialised C memory
+            // (a fresh `malloc`): `recv_into` only writes them (the message's bytes), and
+            // nothing reads them before.
             unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), cap) }
         };
         let got = match c.comm().recv_into(s, t, into).map_err(runtime(F))? {
