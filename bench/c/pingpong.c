@@ -1,8 +1,8 @@
 /* Ping-pong through libballast's C ABI, the C half of bench/capi_pingpong.sh.
  *
- *   pingpong local SIZE ITERS BLOCKS [recv|pair]   2 ranks as threads (ballast_local_run)
- *   pingpong self SIZE ITERS BLOCKS [recv|pair]    1 rank sending to itself: the calls' own cost
- *   mpirun -n 2 pingpong mpi SIZE ITERS BLOCKS [recv|pair]   (an mpi build: MPI_Init_thread,
+ *   pingpong local SIZE ITERS BLOCKS [recv|pair|one:LOOP]   2 ranks as threads (ballast_local_run)
+ *   pingpong self SIZE ITERS BLOCKS [recv|pair|one:LOOP]    1 rank sending to itself: the calls' own cost
+ *   mpirun -n 2 pingpong mpi SIZE ITERS BLOCKS [recv|pair|one:LOOP]   (an mpi build: MPI_Init_thread,
  *                                             then ballast_comm_from_mpi on MPI_COMM_WORLD)
  *
  * Rank 0 sends SIZE bytes with ballast_send; rank 1 receives them with ballast_irecv +
@@ -21,7 +21,9 @@
  * load, so the per-block ratios cancel most of it. Prints "pair <transport> <SIZE> <c>
  * <rust-irecv> <c-recv> <rust> <rust-into> <c/rust-irecv> <c-recv/rust> <c-recv/rust-into>":
  * the median block of each loop (ns per half round trip) and the medians of the per-block
- * ratios. The configuration is the environment's (BALLAST_*), as the Rust half's. */
+ * ratios. `one:LOOP` (LOOP one of c, rust-irecv, c-recv, rust, rust-into) runs only that
+ * loop of `pair`, BLOCKS blocks, and prints "one LOOP <transport> <SIZE> <ns>": for counting
+ * one loop's instructions (e.g. callgrind, 2 blocks against 4). The configuration is the environment's (BALLAST_*), as the Rust half's. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -41,10 +43,12 @@ int ballast_bench_twin(ballast_comm *comm, int mode, const void *buf, size_t siz
 #endif
 
 enum { C_IRECV, RUST_IRECV, C_RECV, RUST_RECV, RUST_INTO, LOOPS };
+static const char *const LOOP_NAMES[LOOPS] = {"c", "rust-irecv", "c-recv", "rust", "rust-into"};
 
 struct plan {
     int blocking; /* receive with ballast_recv into a buffer instead of irecv + wait */
-    int pair;     /* the four loops in every block (ns has LOOPS entries per block) */
+    int pair;     /* the five loops in every block (ns has LOOPS entries per block) */
+    int only;     /* with `one:LOOP`: that loop alone, else -1 */
     size_t size;
     long iters, blocks;
     double *ns; /* per block, filled by rank 0 */
@@ -119,6 +123,16 @@ static int rank_main(ballast_comm *comm, void *user) {
     uint8_t *buf = malloc(p->size ? p->size : 1);
     memset(buf, 7, p->size);
     double legs = n_ranks == 1 ? 1.0 : 2.0;
+    if (p->only >= 0) {
+        one_loop(comm, me, peer, p->only, buf, p->size, 1); /* warm-up */
+        for (long b = 0; b < p->blocks; b++) {
+            double t0 = now_ns();
+            one_loop(comm, me, peer, p->only, buf, p->size, p->iters);
+            if (me == 0) p->ns[b] = (now_ns() - t0) / (legs * (double)p->iters);
+        }
+        free(buf);
+        return 0;
+    }
     if (p->pair) {
         for (int w = 0; w < LOOPS; w++) one_loop(comm, me, peer, w, buf, p->size, 1); /* warm-up */
         for (long b = 0; b < p->blocks; b++) {
@@ -152,11 +166,14 @@ int main(int argc, char **argv) {
     int self = argc >= 5 && strcmp(argv[1], "self") == 0;
     int blocking = argc == 6 && strcmp(argv[5], "recv") == 0;
     int pair = argc == 6 && strcmp(argv[5], "pair") == 0;
-    if ((argc != 5 && !blocking && !pair) || (strcmp(argv[1], "local") != 0 && strcmp(argv[1], "mpi") != 0 && !self)) {
-        fprintf(stderr, "usage: pingpong local|self|mpi SIZE ITERS BLOCKS [recv|pair]\n");
+    int only = -1;
+    for (int w = 0; argc == 6 && strncmp(argv[5], "one:", 4) == 0 && w < LOOPS; w++)
+        if (strcmp(argv[5] + 4, LOOP_NAMES[w]) == 0) only = w;
+    if ((argc != 5 && !blocking && !pair && only < 0) || (strcmp(argv[1], "local") != 0 && strcmp(argv[1], "mpi") != 0 && !self)) {
+        fprintf(stderr, "usage: pingpong local|self|mpi SIZE ITERS BLOCKS [recv|pair|one:c|rust-irecv|c-recv|rust|rust-into]\n");
         return 2;
     }
-    struct plan p = {blocking, pair, strtoull(argv[2], NULL, 10), strtol(argv[3], NULL, 10), strtol(argv[4], NULL, 10), NULL};
+    struct plan p = {blocking, pair, only, strtoull(argv[2], NULL, 10), strtol(argv[3], NULL, 10), strtol(argv[4], NULL, 10), NULL};
     if (p.iters < 1 || p.blocks < 1) {
         fprintf(stderr, "pingpong: ITERS and BLOCKS must be at least 1\n");
         return 2;
@@ -199,6 +216,8 @@ int main(int argc, char **argv) {
         printf("pair %s %zu %.1f %.1f %.1f %.1f %.1f %.4f %.4f %.4f\n", argv[1], p.size, med[C_IRECV],
                med[RUST_IRECV], med[C_RECV], med[RUST_RECV], med[RUST_INTO], ratio[0], ratio[1], ratio[2]);
         free(col);
+    } else if (me == 0 && only >= 0) {
+        printf("one %s %s %zu %.1f\n", LOOP_NAMES[only], argv[1], p.size, median(p.ns, p.blocks));
     } else if (me == 0) {
         printf("%s %s %zu %.1f\n", blocking ? "c-recv" : "c", argv[1], p.size, median(p.ns, p.blocks));
     }
