@@ -63,6 +63,11 @@ fn refused_message_keeps_its_senders_order_local() {
 }
 
 #[test]
+fn refused_large_message_before_later_ones_local() {
+    refused_large_message_before_later_ones(&Local);
+}
+
+#[test]
 fn recv_into_large_pairs_in_order_local() {
     recv_into_large_pairs_in_order(&Local);
 }
@@ -70,7 +75,7 @@ fn recv_into_large_pairs_in_order_local() {
 #[test]
 fn recv_into_ping_pong_all_modes() {
     for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
-        recv_into_ping_pong(&Local, m, 1);
+        recv_into_ping_pong(&Local, m, 1, (1 << 20) + 3);
     }
 }
 

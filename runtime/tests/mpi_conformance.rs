@@ -386,10 +386,14 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         "recv_into_large_pairs_in_order".into(),
         Box::new(move || recv_into_large_pairs_in_order(l)),
     ));
+    v.push((
+        "refused_large_message_before_later_ones".into(),
+        Box::new(move || refused_large_message_before_later_ones(l)),
+    ));
     for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
         v.push((
             format!("recv_into_ping_pong/{m}"),
-            Box::new(move || recv_into_ping_pong(l, m, 1)),
+            Box::new(move || recv_into_ping_pong(l, m, 1, (1 << 20) + 3)),
         ));
     }
     for m in [RecvSharing::Shared, RecvSharing::PerPeer] {

@@ -57,7 +57,8 @@ fn message_sizes_all_modes() {
 fn recv_into_ping_pong_all_modes() {
     overlay();
     for m in MODES {
-        recv_into_ping_pong(&Local, m, 3);
+        // 64 KiB at most: 1 MiB in 976 B datagrams with drops would weigh on the tests beside it.
+        recv_into_ping_pong(&Local, m, 3, (64 << 10) + 3);
     }
 }
 

@@ -276,6 +276,10 @@ pub struct MpiNative {
     into_cap: Option<usize>,
     /// That receive's large message once its header completed and the parts are next.
     scratch_parts: Option<recv::Parts>,
+    /// The length of the unexpected queue when the blocking receive's message (its
+    /// header) came out of MPI: a message that `recv_into` or `recv_within` refuses goes
+    /// back there, behind what was taken out of MPI before it and ahead of what came after.
+    scratch_mark: Option<usize>,
     /// MPI messages (not parts) sent to each rank, and received, for the final drain.
     sent: Vec<u64>,
     received: u64,
@@ -337,6 +341,7 @@ impl MpiNative {
             scratch_done: None,
             into_cap: None,
             scratch_parts: None,
+            scratch_mark: None,
             sent: vec![0; size],
             received: 0,
             calls: 0,

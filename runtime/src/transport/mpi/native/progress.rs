@@ -208,6 +208,9 @@ impl MpiNative {
             unreachable!("header state")
         };
         let scratch = *scratch;
+        if scratch {
+            self.scratch_mark = Some(self.unexpected.len());
+        }
         let mut buf = std::mem::take(buf);
         // SAFETY: MPI wrote `n <= eager + 1` bytes (the receive's count) into the buffer.
         unsafe { buf.set_len(n) };

@@ -47,16 +47,21 @@ impl MpiNative {
         })
     }
 
-    /// A message of `(src, tag)` received from MPI for a receive it is too long for: it
-    /// joins the unexpected queue behind what is there (the messages taken out of MPI
-    /// before it), first for its source and tag; its envelope.
+    /// A message received from MPI for a blocking receive it is too long for: it joins
+    /// the unexpected queue where the queue ended when it came out of MPI
+    /// (`scratch_mark`), behind the messages taken out before it and ahead of those taken
+    /// out after it (while its parts arrived), first for its source and tag; its envelope.
     fn put_back(&mut self, chan: usize, m: Message) -> Envelope {
         let e = Envelope {
             source: m.source,
             tag: m.tag,
             len: m.data.len(),
         };
-        self.unexpected.push_back((chan, m));
+        let at = self
+            .scratch_mark
+            .take()
+            .map_or(self.unexpected.len(), |k| k.min(self.unexpected.len()));
+        self.unexpected.insert(at, (chan, m));
         e
     }
 
@@ -196,6 +201,7 @@ impl MpiNative {
         if let Some(e) = self.queued_too_long(chan, s, t, buf.len()) {
             return Ok(Err(e));
         }
+        self.scratch_mark = None;
         self.into_cap = Some(buf.len());
         let mut take = IntoBuf(&mut *buf);
         let got = if self.alone() {
@@ -224,10 +230,12 @@ impl MpiNative {
 
     /// `recv`, except that a message longer than `cap` bytes is not taken, and its envelope
     /// is returned: a queued one stays where it is; one received from MPI for this
-    /// receive joins the unexpected queue behind the messages already taken out of MPI,
-    /// which (from its sender) came before it, and is next for its source and tag. Its
-    /// order against messages of its sender with other tags that are still in MPI is not
-    /// known: a later receive of any tag takes it before them.
+    /// receive goes back into the unexpected queue where it would have been had it been
+    /// taken out of MPI unmatched: behind the messages taken out before it (from its
+    /// sender, earlier ones), ahead of those taken out while its parts arrived, first for
+    /// its source and tag. Its order against messages of its sender with other tags that
+    /// were still in MPI when it came out is not known: a later receive of any tag takes
+    /// it before them.
     pub fn recv_within(
         &mut self,
         src: Source,
@@ -238,6 +246,7 @@ impl MpiNative {
         if let Some(e) = self.queued_too_long(chan, s, t, cap) {
             return Ok(Err(e));
         }
+        self.scratch_mark = None;
         let m = self.recv(src, tag)?;
         if m.data.len() <= cap {
             return Ok(Ok(m));
@@ -275,6 +284,7 @@ impl MpiNative {
             );
             let done = tested.is_ok() && flag != 0;
             if done {
+                self.scratch_mark = Some(self.unexpected.len());
                 let n = byte_count(&status)?;
                 if (1..=self.eager + 1).contains(&n) {
                     // SAFETY: MPI wrote `n` bytes into `buf`'s capacity.
