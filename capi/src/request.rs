@@ -152,23 +152,14 @@ fn with_request(
     with_comm(func, comm, |c| {
         // SAFETY: a box of this communicator (the contract: live, or freed and spare).
         if !unsafe { c.requests.is_live(req) } {
-            return Err(not_live(func));
+            return Err(invalid(func, "not a live request of this communicator (freed?)"));
         }
         // SAFETY: a live box of `c.requests`, a distinct allocation from `c`.
         f(c, unsafe { &mut *req })
     })
 }
 
-/// A request that is not live (out of line: every call's hot path stays short).
-#[cold]
-#[inline(never)]
-fn not_live(func: &str) -> Fail {
-    Fail::inval(format!(
-        "{func}: not a live request of this communicator (freed?)"
-    ))
-}
-
-/// `BALLAST_EINVAL`: "`func`: `what`" (out of line).
+/// `BALLAST_EINVAL`: "`func`: `what`" (out of line: every call's hot path stays short).
 #[cold]
 #[inline(never)]
 fn invalid(func: &str, what: &str) -> Fail {

@@ -99,6 +99,17 @@ pub struct Message {
     pub data: Vec<u8>,
 }
 
+impl Message {
+    /// Its source, tag and length.
+    pub fn envelope(&self) -> Envelope {
+        Envelope {
+            source: self.source,
+            tag: self.tag,
+            len: self.data.len(),
+        }
+    }
+}
+
 struct Inbound {
     source: usize,
     tag: Tag,
@@ -106,18 +117,22 @@ struct Inbound {
     data: Vec<u8>,
     req: Option<u64>,
     /// Bound to a [`RecvInto`] receive: its bytes go to the caller's buffer (`data` stays
-    /// empty) and `filled` counts them.
-    into: bool,
-    filled: usize,
+    /// empty), and this counts them.
+    into: Option<usize>,
 }
 
 impl Inbound {
     /// Bytes arrived so far.
     fn arrived(&self) -> usize {
-        if self.into {
-            self.filled
-        } else {
-            self.data.len()
+        self.into.unwrap_or(self.data.len())
+    }
+
+    /// Its source, tag and whole length.
+    fn envelope(&self) -> Envelope {
+        Envelope {
+            source: self.source,
+            tag: self.tag,
+            len: self.total,
         }
     }
 }
@@ -237,8 +252,7 @@ impl Matcher {
                 total,
                 data,
                 req,
-                into: false,
-                filled: 0,
+                into: None,
             },
         );
         if req.is_none() {
@@ -314,8 +328,7 @@ impl Matcher {
                             total,
                             data: Vec::new(),
                             req: Some(req),
-                            into: true,
-                            filled: payload.len(),
+                            into: Some(payload.len()),
                         },
                     );
                     self.assembling.insert(src, id);
@@ -354,25 +367,17 @@ impl Matcher {
                 ),
             });
         }
-        if m.into {
+        if let Some(filled) = &mut m.into {
+            *filled += payload.len();
+            let done = *filled == m.total;
             let mine = into
                 .filter(|i| Some(i.req) == m.req)
                 .and_then(|i| i.buf.get_mut(arrived..arrived + payload.len()));
-            let done = arrived + payload.len() == m.total;
-            let env = Envelope {
-                source: m.source,
-                tag: m.tag,
-                len: m.total,
-            };
-            let req = m.req;
-            m.filled += payload.len();
-            if let Some(to) = mine {
-                to.copy_from_slice(payload);
-                if done {
-                    self.into_done = req.map(|r| (r, env));
-                }
-            }
+            let written = mine.map(|to| to.copy_from_slice(payload)).is_some();
             if done {
+                if let (true, Some(req)) = (written, m.req) {
+                    self.into_done = Some((req, m.envelope()));
+                }
                 self.assembling.remove(&src);
                 self.inbound.remove(&id);
             }
@@ -423,15 +428,8 @@ impl Matcher {
         });
         match hit {
             Some(i) if self.inbound[&self.unexpected[i]].total > cap => {
-                let m = &self.inbound[&self.unexpected[i]];
-                self.refused.push((
-                    req,
-                    Envelope {
-                        source: m.source,
-                        tag: m.tag,
-                        len: m.total,
-                    },
-                ));
+                let e = self.inbound[&self.unexpected[i]].envelope();
+                self.refused.push((req, e));
             }
             Some(i) => {
                 let id = self.unexpected.remove(i).expect("index in range");
@@ -457,18 +455,6 @@ impl Matcher {
     /// Takes the earliest matching unexpected message if it is complete. An incomplete
     /// earlier match blocks later ones (order is preserved).
     pub fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
-        self.try_take_within(src, tag, usize::MAX)?.ok()
-    }
-
-    /// [`Matcher::try_take`] for a message of at most `cap` bytes: the next matching
-    /// message that has fully arrived is taken if it fits (`Ok`), or left queued and its
-    /// envelope returned (`Err`); None when none has arrived. One pass over the queue.
-    pub fn try_take_within(
-        &mut self,
-        src: Source,
-        tag: TagMatch,
-        cap: usize,
-    ) -> Option<std::result::Result<Message, Envelope>> {
         let i = self.unexpected.iter().position(|id| {
             let m = &self.inbound[id];
             accepts(src, tag, m.source, m.tag)
@@ -478,20 +464,13 @@ impl Matcher {
         if m.data.len() != m.total {
             return None;
         }
-        if m.total > cap {
-            return Some(Err(Envelope {
-                source: m.source,
-                tag: m.tag,
-                len: m.total,
-            }));
-        }
         self.unexpected.remove(i);
         let m = self.inbound.remove(&id).expect("inbound message");
-        Some(Ok(Message {
+        Some(Message {
             source: m.source,
             tag: m.tag,
             data: m.data,
-        }))
+        })
     }
 
     /// The envelope of the message [`Matcher::try_take`] would take now, leaving it queued.
@@ -501,11 +480,7 @@ impl Matcher {
             accepts(src, tag, m.source, m.tag)
         })?;
         let m = &self.inbound[id];
-        (m.data.len() == m.total).then_some(Envelope {
-            source: m.source,
-            tag: m.tag,
-            len: m.total,
-        })
+        (m.data.len() == m.total).then_some(m.envelope())
     }
 
     /// Delivers a whole message at once (sends to self).

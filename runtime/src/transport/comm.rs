@@ -358,11 +358,7 @@ impl Communicator {
                 Limited::Into(e) => Ok(e),
                 Limited::Message(m) => {
                     buf[..m.data.len()].copy_from_slice(&m.data);
-                    Ok(Envelope {
-                        source: m.source,
-                        tag: m.tag,
-                        len: m.data.len(),
-                    })
+                    Ok(m.envelope())
                 }
                 Limited::Refused(e) => Err(e),
             },

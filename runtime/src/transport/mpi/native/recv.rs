@@ -40,11 +40,7 @@ impl MpiNative {
     fn queued_too_long(&self, chan: usize, src: c_int, tag: c_int, cap: usize) -> Option<Envelope> {
         let i = self.unexpected_match(chan, src, tag)?;
         let m = &self.unexpected[i].1;
-        (m.data.len() > cap).then_some(Envelope {
-            source: m.source,
-            tag: m.tag,
-            len: m.data.len(),
-        })
+        (m.data.len() > cap).then(|| m.envelope())
     }
 
     /// A message received from MPI for a blocking receive it is too long for: it joins
@@ -52,11 +48,7 @@ impl MpiNative {
     /// (`scratch_mark`), behind the messages taken out before it and ahead of those taken
     /// out after it (while its parts arrived), first for its source and tag; its envelope.
     fn put_back(&mut self, chan: usize, m: Message) -> Envelope {
-        let e = Envelope {
-            source: m.source,
-            tag: m.tag,
-            len: m.data.len(),
-        };
+        let e = m.envelope();
         let at = self
             .scratch_mark
             .take()
@@ -153,32 +145,16 @@ impl MpiNative {
     fn waited<T: Take>(&mut self, w: Waited, take: &mut T) -> Result<Got<T::Out>> {
         match w {
             Waited::Message(m) => Ok(Got::Message(m)),
-            Waited::Parts(p) => match take.large(self, &p)? {
-                Some(r) => Ok(Got::Taken(r)),
-                // (Not reached: the parts are set aside only for a receive they fit.)
-                None => self.assemble(&p).map(Got::Message),
-            },
+            Waited::Parts(p) => take
+                .large(self, &p)?
+                .map(Got::Taken)
+                .ok_or_else(|| Error::BadPacket {
+                    rank: self.rank,
+                    from: Sender::Rank(p.source),
+                    bytes: 0,
+                    what: "a large message's parts set aside for a receive that does not take them".into(),
+                }),
         }
-    }
-
-    /// A large message's parts ([`Parts`]), received into a `Vec` of its own.
-    fn assemble(&mut self, p: &Parts) -> Result<Message> {
-        let mut data = Vec::new();
-        // (A length beyond usize fails the reservation too.)
-        data.try_reserve_exact(usize::try_from(p.bytes).unwrap_or(usize::MAX))
-            .map_err(|e| Error::MessageAlloc {
-                rank: self.rank,
-                peer: p.source,
-                bytes: p.bytes,
-                source: e,
-            })?;
-        data.resize(p.bytes as usize, 0);
-        receive_parts(self, p, &mut data)?;
-        Ok(Message {
-            source: p.source,
-            tag: p.tag,
-            data,
-        })
     }
 
     /// Nothing else in flight or queued: the latency path ([`MpiNative::recv_alone`]) may
@@ -218,11 +194,7 @@ impl MpiNative {
         match buf.get_mut(..m.data.len()) {
             Some(to) => {
                 to.copy_from_slice(&m.data);
-                Ok(Ok(Envelope {
-                    source: m.source,
-                    tag: m.tag,
-                    len: m.data.len(),
-                }))
+                Ok(Ok(m.envelope()))
             }
             None => Ok(Err(self.put_back(chan, m))),
         }
@@ -421,11 +393,7 @@ impl MpiNative {
                     && (s == any_source() || m.source as c_int == s)
                     && (t == any_tag() || Self::wire_tag(m.tag).1 == t)
             })
-            .map(|(_, m)| Envelope {
-                source: m.source,
-                tag: m.tag,
-                len: m.data.len(),
-            })
+            .map(|(_, m)| m.envelope())
     }
 }
 
