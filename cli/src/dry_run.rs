@@ -373,48 +373,48 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         tried,
         strategy_name,
         seconds,
-        summary,
         baseline,
-        nodes,
         fit,
     } = balanced;
     let dry_run = &input.dry_run;
     let rpn = rpn.map(|r| r.ranks);
 
-    let written = timings.time(
+    let (written, summary) = timings.time(
         "write",
         "writing the allocation",
-        || -> anyhow::Result<Vec<PathBuf>> {
+        || -> anyhow::Result<(Vec<PathBuf>, Summary)> {
             std::fs::create_dir_all(&args.output_dir).with_context(|| {
                 format!(
                     "cannot create output directory {} (--output-dir)",
                     args.output_dir.display()
                 )
             })?;
-            let mut costs = AllocationCosts::new(
-                "ballast dry-run",
-                dry_run,
-                config.ranks,
-                config.cycles,
-                &strategy_name,
-                if charge.is_some() { "ballast" } else { "none" },
-            );
-            if args.circuit.is_some() {
-                let d = ballast_balancer::circuit::MetypeMemory::default();
-                costs.cell_kb_default = args.cell_kb.or(d.cell_kb);
-                costs.point_cell_kb_default = args.point_cell_kb.or(d.point_cell_kb);
-            }
-            write_outputs(
-                args,
-                &input,
-                &allocation,
-                &summary,
-                &costs,
-                blind.as_ref(),
-                loads.as_ref(),
-            )
+            let costs = || {
+                let mut costs = AllocationCosts::new(
+                    "ballast dry-run",
+                    dry_run,
+                    config.ranks,
+                    config.cycles,
+                    &strategy_name,
+                    if charge.is_some() { "ballast" } else { "none" },
+                );
+                if args.circuit.is_some() {
+                    let d = ballast_balancer::circuit::MetypeMemory::default();
+                    costs.cell_kb_default = args.cell_kb.or(d.cell_kb);
+                    costs.point_cell_kb_default = args.point_cell_kb.or(d.point_cell_kb);
+                }
+                costs
+            };
+            write_outputs(args, &input, &allocation, costs, blind.as_ref(), loads.as_ref())
         },
     )?;
+    // Node view (`rpn`: ranks per node, given or this machine's cores where nodes are
+    // counted): per-node totals. Without a transport charge the rank totals are the
+    // allocation's (every cycle of a rank), the figures the node-fit search compares too.
+    let nodes = rpn.map(|k| match &loads {
+        Some(l) => node_totals(l, k),
+        None => node_totals_kb(&summary.rank_kb(), k),
+    });
     if args.timings {
         eprintln!("{}", timings.line());
     }
@@ -595,8 +595,8 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What the balancing step gives: the result, its summary, neurodamus' on the same input
-/// (when another strategy ran) and the node view.
+/// What the balancing step gives: the result, neurodamus' on the same input (when another
+/// strategy ran) and the fewest nodes that fit (when a node size is given).
 struct BalanceStep {
     allocation: Allocation,
     blind: Option<RankLoads>,
@@ -604,9 +604,7 @@ struct BalanceStep {
     tried: Vec<(String, f64)>,
     strategy_name: String,
     seconds: f64,
-    summary: Summary,
     baseline: Option<ballast_balancer::LoadStats>,
-    nodes: Option<Vec<f64>>,
     fit: Option<ballast_balancer::nodefit::Fit>,
 }
 
@@ -644,25 +642,8 @@ fn balance_step(
         tried,
         strategy_name,
     } = balanced;
-    // The check and the summary, side by side.
-    let (valid, summary) = std::thread::scope(|s| {
-        let valid = s.spawn(|| allocation.validate(dry_run));
-        let summary = Summary::new(&allocation, dry_run);
-        (
-            valid.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-            summary,
-        )
-    });
-    valid.context("internal error: the balancer lost or duplicated a cell")?;
-
-    // Node view (`rpn`: ranks per node, given or this machine's cores where nodes are
-    // counted): per-node totals, and the fewest nodes that fit when a node size is given.
-    // Without a transport charge the rank totals are the allocation's (every cycle of a
-    // rank), the figures the node-fit search compares too.
-    let nodes = rpn.map(|k| match &loads {
-        Some(l) => node_totals(l, k),
-        None => node_totals_kb(&summary.rank_kb(), k),
-    });
+    // The fewest nodes that fit, when a node size is given (before any output is written:
+    // no fit is an error).
     let fit = match (args.node_memory_gb, rpn) {
         (Some(gib), Some(k)) => Some(
             fewest_nodes(
@@ -688,26 +669,26 @@ fn balance_step(
         tried,
         strategy_name,
         seconds,
-        summary,
         baseline,
-        nodes,
         fit,
     })
 }
 
-/// Writes every output of the command or none: the plot is rendered, then the allocation,
+/// Checks the allocation and writes every output of the command or none. The allocation is
+/// written unnamed while a second thread checks it (every cell in exactly one bucket),
+/// weighs it ([`Summary`]) and computes the sidecar's `costs`; then the plot is rendered,
 /// `cell_memory_usage.json` (when asked) and the sidecar are written unnamed, and only then
 /// all are put in place ([`atomic::commit_all`]: a failure there names what was written).
-/// No output may be an input. Returns the paths written, the allocation first.
+/// No output may be an input. Returns the paths written, the allocation first, and the
+/// summary.
 fn write_outputs(
     args: &DryRunArgs,
     input: &Input,
     allocation: &Allocation,
-    summary: &Summary,
-    costs: &AllocationCosts,
+    costs: impl FnOnce() -> AllocationCosts + Send,
     blind: Option<&RankLoads>,
     loads: Option<&RankLoads>,
-) -> anyhow::Result<Vec<PathBuf>> {
+) -> anyhow::Result<(Vec<PathBuf>, Summary)> {
     let dir = &args.output_dir;
     let in_dir = || {
         format!(
@@ -748,13 +729,32 @@ fn write_outputs(
             sidecar_path.file_name().unwrap_or_default().to_string_lossy()
         );
     }
+    let dry_run = &input.dry_run;
+    // The allocation (pickled on this thread, compressed on another) beside the check, the
+    // summary and the costs: none of them is needed to write it, and nothing is in place
+    // before the check has passed.
+    let (staged, (valid, summary, costs)) = std::thread::scope(|s| {
+        let side = s.spawn(|| {
+            (
+                allocation.validate(dry_run),
+                Summary::new(allocation, dry_run),
+                costs(),
+            )
+        });
+        let staged = stage_allocation(dir, allocation);
+        (
+            staged,
+            side.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        )
+    });
+    valid.context("internal error: the balancer lost or duplicated a cell")?;
+    let mut files: Vec<AtomicFile> = vec![staged.with_context(in_dir)?];
     let mut plot_file = None;
     if let Some(path) = &args.plot {
         let lower = summary.overall.total_kb / allocation.ranks as f64;
-        let series = rank_series(&input.dry_run, allocation, blind, loads);
+        let series = rank_series(dry_run, allocation, blind, loads);
         plot_file = Some(plot::render(path, &series, lower)?);
     }
-    let mut files: Vec<AtomicFile> = vec![stage_allocation(dir, allocation).with_context(in_dir)?];
     if let Some(p) = &memory_usage {
         files.push(
             input
@@ -765,7 +765,7 @@ fn write_outputs(
     }
     files.push(costs.stage(dir).with_context(in_dir)?);
     files.extend(plot_file);
-    Ok(atomic::commit_all(files)?)
+    Ok((atomic::commit_all(files)?, summary))
 }
 
 /// "x.xx% lower" / "x.xx% higher" / "the same" of `ours` against `theirs`.
