@@ -242,6 +242,12 @@ pub fn balance_counted(dry_run: &DryRun, config: &BalancerConfig, done: &AtomicU
 
 /// The gids of each of `members` (buckets `offset..`), per population, ascending: (bucket,
 /// population, gids) for every non-empty list. Each bucket's list is freed once read.
+///
+/// A population whose gids are dense (largest gid below twice its cells plus 4096) is
+/// gathered without sorting: one pass over the buckets notes each gid's bucket in a table
+/// indexed by gid (2 bytes per gid up to 65,536 buckets, 4 beyond), then one pass over the
+/// gids in ascending order deals them to their buckets' lists, each allocated at its exact
+/// length. Other populations' gids are collected per bucket and sorted.
 #[inline(never)]
 fn bucket_gids(
     order: &Order,
@@ -250,17 +256,96 @@ fn bucket_gids(
     populations: usize,
     done: &AtomicU64,
 ) -> Vec<(usize, usize, Vec<u32>)> {
+    if members.len() <= 1 << 16 {
+        gather::<u16>(order, members, offset, populations, done)
+    } else {
+        gather::<u32>(order, members, offset, populations, done)
+    }
+}
+
+/// A bucket index as stored in the dense gid → bucket tables of [`gather`].
+trait Slot: Copy + Default {
+    fn from_bucket(b: usize) -> Self;
+    fn bucket(self) -> usize;
+}
+
+impl Slot for u16 {
+    #[inline]
+    fn from_bucket(b: usize) -> u16 {
+        b as u16
+    }
+    #[inline]
+    fn bucket(self) -> usize {
+        self as usize
+    }
+}
+
+impl Slot for u32 {
+    #[inline]
+    fn from_bucket(b: usize) -> u32 {
+        b as u32
+    }
+    #[inline]
+    fn bucket(self) -> usize {
+        self as usize
+    }
+}
+
+/// [`bucket_gids`] with bucket indices stored as `S` (which must hold every index of
+/// `members`).
+fn gather<S: Slot>(
+    order: &Order,
+    members: &mut [Vec<u32>],
+    offset: usize,
+    populations: usize,
+    done: &AtomicU64,
+) -> Vec<(usize, usize, Vec<u32>)> {
+    // Per population: cells and gid span (a segment's gids are ascending: its last is its
+    // largest).
+    let mut cells = vec![0usize; populations];
+    let mut span = vec![0usize; populations];
+    for s in &order.segments {
+        let p = s.population as usize;
+        cells[p] += s.gids.len();
+        if let Some(&last) = s.gids.last() {
+            span[p] = span[p].max(last as usize + 1);
+        }
+    }
+    // The dense populations' tables: gid → bucket, and which gids are present.
+    struct Dense<S> {
+        bucket: Vec<S>,
+        present: Vec<u64>,
+        counts: Vec<usize>,
+    }
+    let mut dense: Vec<Option<Dense<S>>> = (0..populations)
+        .map(|p| {
+            (span[p] <= cells[p].saturating_mul(2).saturating_add(4096)).then(|| Dense {
+                bucket: vec![S::default(); span[p]],
+                present: vec![0; span[p].div_ceil(64)],
+                counts: vec![0; members.len()],
+            })
+        })
+        .collect();
     let mut out = Vec::with_capacity(members.len() * populations.min(4));
     let mut scratch: Vec<Vec<u32>> = vec![Vec::new(); populations];
     for (b, items) in members.iter_mut().enumerate() {
         let items = std::mem::take(items);
+        let slot = S::from_bucket(b);
         let mut k = 0;
         for &i in &items {
             while k + 1 < order.starts.len() && order.starts[k + 1] <= i as usize {
                 k += 1;
             }
             let s = &order.segments[k];
-            scratch[s.population as usize].push(s.gids[i as usize - s.start]);
+            let gid = s.gids[i as usize - s.start];
+            match &mut dense[s.population as usize] {
+                Some(d) => {
+                    d.bucket[gid as usize] = slot;
+                    d.present[gid as usize >> 6] |= 1 << (gid & 63);
+                    d.counts[b] += 1;
+                }
+                None => scratch[s.population as usize].push(gid),
+            }
         }
         done.fetch_add(items.len() as u64, Ordering::Relaxed);
         drop(items);
@@ -271,6 +356,26 @@ fn bucket_gids(
                 gids.clear();
             }
         }
+    }
+    for (p, d) in dense.iter_mut().enumerate() {
+        let Some(d) = d.take() else { continue };
+        let mut lists: Vec<Vec<u32>> = d.counts.iter().map(|&n| Vec::with_capacity(n)).collect();
+        for (w, &word) in d.present.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let gid = (w << 6) | bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                lists[d.bucket[gid].bucket()].push(gid as u32);
+            }
+        }
+        drop(d);
+        out.extend(
+            lists
+                .into_iter()
+                .enumerate()
+                .filter(|(_, l)| !l.is_empty())
+                .map(|(b, l)| (offset + b, p, l)),
+        );
     }
     out
 }
@@ -748,6 +853,26 @@ mod tests {
     }
 
     #[test]
+    fn gather_is_the_same_with_either_slot_width() {
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 20_000,
+            metypes: 40,
+            populations: 3,
+            seed: 9,
+        })
+        .unwrap();
+        let order = Order::new(&d);
+        let (_, members) = greedy(&order, 300, &AtomicU64::new(0));
+        let narrow = gather::<u16>(&order, &mut members.clone(), 5, 3, &AtomicU64::new(0));
+        let wide = gather::<u32>(&order, &mut members.clone(), 5, 3, &AtomicU64::new(0));
+        assert_eq!(narrow, wide);
+        assert_eq!(narrow.iter().map(|(_, _, g)| g.len()).sum::<usize>(), 20_000);
+        assert!(narrow
+            .iter()
+            .all(|(b, p, g)| (5..305).contains(b) && *p < 3 && g.is_sorted()));
+    }
+
+    #[test]
     fn refinement_fixes_what_greedy_leaves() {
         // LPT on {3,3,2,2,2} into 2 buckets gives 7 / 5; the optimum is 6 / 6.
         let o = order(&[3.0, 3.0, 2.0, 2.0, 2.0]);
@@ -1029,6 +1154,15 @@ mod tests {
                 for p in &mut dry_run.populations {
                     for (_, g) in &mut p.metype_gids {
                         g.reverse();
+                    }
+                }
+            }
+            if seed % 4 == 2 {
+                // Sparse gids in the first population (gathered by sorting), dense in the
+                // others (gathered through the gid table).
+                for (_, g) in &mut dry_run.populations[0].metype_gids {
+                    for x in g.iter_mut() {
+                        *x = *x * 1013 + 7;
                     }
                 }
             }
