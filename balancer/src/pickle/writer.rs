@@ -1,14 +1,23 @@
-//! Writing allocation files: the serde views that keep population order through
-//! `serde-pickle` (protocol 3, plain dict/tuple/list/int), gzip level 1, and the atomic file.
-use std::collections::{BTreeMap, HashSet};
+//! Writing allocation files: the pickle (protocol 3, plain dict/tuple/list/int, the bytes
+//! serde-pickle writes), gzip level 1 compressed on several threads, and the atomic file.
+#[cfg(test)]
+use std::collections::BTreeMap;
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
+use gzp::deflate::Gzip;
+use gzp::par::compress::{ParCompress, ParCompressBuilder};
+use gzp::ZWriter;
+
+#[cfg(test)]
 use serde::ser::{SerializeMap, Serializer};
+#[cfg(test)]
 use serde::Serialize;
 
-use super::pickle_err;
-use crate::allocation::{Bucket, PopulationAllocation};
+#[cfg(test)]
+use crate::allocation::Bucket;
+use crate::allocation::PopulationAllocation;
 use crate::error::{BalancerError, Result};
 
 /// Writes `populations` as gzip (level 1) of a pickle (protocol 3, serde-pickle's default) of
@@ -18,7 +27,8 @@ use crate::error::{BalancerError, Result};
 /// Written through an [`crate::atomic::AtomicFile`] (unnamed until linked or renamed into
 /// place, fsynced), so `path` is either untouched or completely written. Errors: [`BalancerError::InvalidParameter`]
 /// for a duplicated population name (a dict would silently merge them),
-/// [`BalancerError::Io`] for OS failures, [`BalancerError::Pickle`] if serialization fails.
+/// or one of 4 GiB or more (more than a pickle string holds), [`BalancerError::Io`] for OS
+/// failures.
 pub fn write_allocation_file(path: &Path, populations: &[PopulationAllocation]) -> Result<()> {
     stage_allocation_file(path, populations)?.commit()
 }
@@ -31,6 +41,13 @@ pub fn stage_allocation_file(
 ) -> Result<crate::atomic::AtomicFile> {
     let mut seen = HashSet::new();
     for p in populations {
+        if u32::try_from(p.name.len()).is_err() {
+            return Err(BalancerError::InvalidParameter(format!(
+                "a population name of {} bytes in allocation to write to {} (a pickle string holds less than 4 GiB)",
+                p.name.len(),
+                path.display()
+            )));
+        }
         if !seen.insert(p.name.as_str()) {
             return Err(BalancerError::InvalidParameter(format!(
                 "duplicate population `{}` in allocation to write to {}",
@@ -43,87 +60,151 @@ pub fn stage_allocation_file(
     // the group can read it).
     let mut tmp = crate::atomic::AtomicFile::create(path)?;
     let file: &mut std::fs::File = tmp.file();
-    // The pickle is streamed (no copy of it in memory) in chunks to a thread that
-    // compresses them while the next chunk is pickled: one gzip stream, the same bytes as
-    // compressing the whole pickle at once.
-    std::thread::scope(|s| -> Result<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
-        let gzip = s.spawn(move || -> std::io::Result<()> {
-            let writer = std::io::BufWriter::with_capacity(1 << 16, file);
-            // Level 1: on 5M gids it is ~25x faster than the default level 6 (0.15 s vs
-            // 3.9 s) for a file <0.5% larger; the BININT stream barely compresses better.
-            let mut encoder = flate2::write::GzEncoder::new(writer, flate2::Compression::fast());
-            for chunk in rx {
-                encoder.write_all(&chunk)?;
-            }
-            encoder.finish()?.flush()
-        });
-        let mut chunks = Chunks {
-            buf: Vec::with_capacity(CHUNK),
-            tx: Some(tx),
-        };
-        let pickled = serde_pickle::to_writer(
-            &mut chunks,
-            &PopulationsSer(populations),
-            serde_pickle::SerOptions::new(),
-        )
-        .and_then(|()| chunks.send().map_err(serde_pickle::Error::Io));
-        // Closing the channel ends the compressing thread.
-        chunks.tx = None;
-        let written = match gzip.join() {
-            Ok(r) => r,
-            Err(panic) => std::panic::resume_unwind(panic),
-        };
-        // An I/O failure of the compressing thread is the cause of a failed send.
-        written.map_err(|e| BalancerError::io(path, e))?;
-        pickled.map_err(|e| match e {
-            serde_pickle::Error::Io(e) => BalancerError::io(path, e),
-            e => pickle_err(path, format!("cannot serialize allocation: {e}")),
-        })
-    })?;
+    // The pickle is streamed (no copy of it in memory) in blocks to threads that compress
+    // them side by side (gzp, pigz's scheme): one gzip stream of deflate blocks, each block
+    // ended by a sync flush so the next, compressed on its own, follows it.
+    let written = std::thread::scope(|s| -> std::io::Result<()> {
+        let writer = std::io::BufWriter::with_capacity(1 << 16, file);
+        // Level 1: on 5M gids it is ~25x faster than the default level 6 (0.15 s vs
+        // 3.9 s) for a file <0.5% larger; the BININT stream barely compresses better.
+        let mut gz: ParCompress<'_, Gzip, _> = ParCompressBuilder::new()
+            .buffer_size(BLOCK)
+            .map_err(std::io::Error::other)?
+            .num_threads(compress_threads())
+            .map_err(std::io::Error::other)?
+            .compression_level(flate2::Compression::fast())
+            .from_borrowed_writer(writer, s);
+        let pickled = write_pickle(&mut gz, populations);
+        // Finishing joins the compressing threads: an I/O failure there is the cause of a
+        // failed write.
+        gz.finish().map_err(std::io::Error::other)?;
+        pickled
+    });
+    written.map_err(|e| BalancerError::io(path, e))?;
     Ok(tmp)
 }
 
-/// Bytes of pickle per chunk handed to the compressing thread.
-const CHUNK: usize = 1 << 18;
+/// Bytes of pickle per block compressed on its own (a block loses the previous one's
+/// 32 KiB window: 1 MiB blocks cost < 0.1% in size on 5M gids).
+const BLOCK: usize = 1 << 20;
 
-/// Collects the pickle's small writes into chunks of [`CHUNK`] bytes and sends them on.
-struct Chunks {
-    buf: Vec<u8>,
-    tx: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+/// Threads compressing blocks: the machine's cores, up to 8 (gzip level 1 on this data
+/// writes ~150 MB/s per core; more threads wait on the pickle).
+fn compress_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
 }
 
-impl Chunks {
-    /// Sends what is buffered (if anything).
-    fn send(&mut self) -> std::io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
+/// Writes the pickle of `populations` to `out`: exactly the bytes serde-pickle writes for
+/// [`PopulationsSer`] (protocol 3; a dict's items in batches of 1,000 between MARK and
+/// SETITEMS, a list's in batches of 1,000 between MARK and APPENDS, as Python's pickle
+/// does; gids below 2^31 as BININT, others as LONG1), which the tests check, built in a
+/// buffer of [`PICKLE_BUFFER`] bytes instead of one call per opcode.
+fn write_pickle(out: &mut impl Write, populations: &[PopulationAllocation]) -> std::io::Result<()> {
+    let mut buf: Vec<u8> = Vec::with_capacity(PICKLE_BUFFER + 5 * BATCH + 64);
+    buf.extend_from_slice(&[PROTO, 3]);
+    dict_start(&mut buf, populations.len());
+    for (n, p) in populations.iter().enumerate() {
+        buf.push(BINUNICODE);
+        buf.extend_from_slice(&(p.name.len() as u32).to_le_bytes());
+        // A name longer than the buffer goes out on its own.
+        if p.name.len() > PICKLE_BUFFER {
+            out.write_all(&buf)?;
+            buf.clear();
+            out.write_all(p.name.as_bytes())?;
+        } else {
+            buf.extend_from_slice(p.name.as_bytes());
         }
-        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
-        self.tx
-            .as_ref()
-            .and_then(|tx| tx.send(full).ok())
-            .ok_or_else(|| std::io::Error::other("the compressing thread stopped"))
-    }
-}
-
-impl Write for Chunks {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.buf.extend_from_slice(data);
-        if self.buf.len() >= CHUNK {
-            self.send()?;
+        dict_start(&mut buf, p.buckets.len());
+        for (k, (b, gids)) in p.buckets.iter().enumerate() {
+            buf.push(MARK);
+            int(&mut buf, b.rank);
+            int(&mut buf, b.cycle);
+            buf.push(TUPLE);
+            buf.push(EMPTY_LIST);
+            if !gids.is_empty() {
+                buf.push(MARK);
+                for batch in gids.chunks(BATCH) {
+                    for &g in batch {
+                        int(&mut buf, g);
+                    }
+                    if batch.len() == BATCH {
+                        buf.extend_from_slice(&[APPENDS, MARK]);
+                    }
+                    if buf.len() >= PICKLE_BUFFER {
+                        out.write_all(&buf)?;
+                        buf.clear();
+                    }
+                }
+                buf.push(APPENDS);
+            }
+            dict_item_done(&mut buf, k);
         }
-        Ok(data.len())
+        dict_end(&mut buf, p.buckets.len());
+        dict_item_done(&mut buf, n);
     }
+    dict_end(&mut buf, populations.len());
+    buf.push(STOP);
+    out.write_all(&buf)
+}
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+/// Pickle bytes gathered before they are written on.
+const PICKLE_BUFFER: usize = 1 << 16;
+/// Items per MARK ... APPENDS / SETITEMS batch (Python's pickle and serde-pickle).
+const BATCH: usize = 1000;
+const PROTO: u8 = 0x80;
+const STOP: u8 = b'.';
+const MARK: u8 = b'(';
+const BININT: u8 = b'J';
+const LONG1: u8 = 0x8a;
+const BINUNICODE: u8 = b'X';
+const EMPTY_DICT: u8 = b'}';
+const SETITEMS: u8 = b'u';
+const EMPTY_LIST: u8 = b']';
+const APPENDS: u8 = b'e';
+const TUPLE: u8 = b't';
+
+/// A u32 as serde-pickle writes it.
+#[inline]
+fn int(buf: &mut Vec<u8>, v: u32) {
+    let b = v.to_le_bytes();
+    if v < 0x8000_0000 {
+        buf.extend_from_slice(&[BININT, b[0], b[1], b[2], b[3]]);
+    } else {
+        // The final 0 keeps the value positive.
+        buf.extend_from_slice(&[LONG1, 5, b[0], b[1], b[2], b[3], 0]);
     }
 }
 
+fn dict_start(buf: &mut Vec<u8>, len: usize) {
+    buf.push(EMPTY_DICT);
+    if len > 0 {
+        buf.push(MARK);
+    }
+}
+
+/// After the `k`-th item (from 0): a full batch is set.
+fn dict_item_done(buf: &mut Vec<u8>, k: usize) {
+    if k % BATCH == BATCH - 1 {
+        buf.extend_from_slice(&[SETITEMS, MARK]);
+    }
+}
+
+fn dict_end(buf: &mut Vec<u8>, len: usize) {
+    if len > 0 {
+        buf.push(SETITEMS);
+    }
+}
+
+/// The allocation as serde-pickle serializes it: the reference [`write_pickle`] is tested
+/// against.
+#[cfg(test)]
 struct PopulationsSer<'a>(&'a [PopulationAllocation]);
+#[cfg(test)]
 struct BucketsSer<'a>(&'a BTreeMap<Bucket, Vec<u32>>);
 
+#[cfg(test)]
 impl Serialize for PopulationsSer<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(self.0.len()))?;
@@ -134,6 +215,7 @@ impl Serialize for PopulationsSer<'_> {
     }
 }
 
+#[cfg(test)]
 impl Serialize for BucketsSer<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(Some(self.0.len()))?;
@@ -200,5 +282,82 @@ mod tests {
     fn write_into_missing_directory_is_io_error() {
         let e = write_allocation_file(Path::new("/nonexistent-dir-xyz/a.pkl.gz"), &[]).unwrap_err();
         assert!(matches!(e, BalancerError::Io { .. }), "{e:?}");
+    }
+
+    /// Random allocations: sizes around the batch of 1,000 (lists and dicts), gids at and
+    /// above 2^31, empty lists and dicts, long and non-ASCII names.
+    #[test]
+    fn write_pickle_writes_serde_pickles_bytes() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..60u64 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let npop = [0, 1, 2, 3, 1001][seed as usize % 5];
+            let pops: Vec<PopulationAllocation> = (0..npop)
+                .map(|p| {
+                    let nbuckets = if npop > 3 {
+                        1
+                    } else {
+                        [0, 1, 999, 1000, 1001, 2001][rng.random_range(0..6)]
+                    };
+                    let buckets = (0..nbuckets)
+                        .map(|k| {
+                            let len = [0, 1, 999, 1000, 1001, 3000, rng.random_range(0..50)]
+                                [rng.random_range(0..7)];
+                            let gids = (0..len)
+                                .map(|_| match rng.random_range(0..4) {
+                                    0 => rng.random::<u32>(),
+                                    1 => 0x7fff_ffff + rng.random_range(0..3),
+                                    _ => rng.random_range(0..100_000),
+                                })
+                                .collect();
+                            (b(k as u32 * 7 % 5000, rng.random_range(0..3)), gids)
+                        })
+                        .collect();
+                    let name = match p % 3 {
+                        0 => format!("pop{p}"),
+                        1 => format!("Ünïcödé_{p}_{}", "x".repeat(rng.random_range(0..300))),
+                        _ => String::new() + &p.to_string(),
+                    };
+                    PopulationAllocation { name, buckets }
+                })
+                .collect();
+            let reference = serde_pickle::to_vec(&PopulationsSer(&pops), Default::default()).unwrap();
+            let mut ours = Vec::new();
+            write_pickle(&mut ours, &pops).unwrap();
+            assert!(
+                ours == reference,
+                "seed {seed}: the pickle differs from serde-pickle's"
+            );
+        }
+    }
+
+    /// A pickle of several compressed blocks is one gzip member (pigz's layout) that reads
+    /// back whole, through this crate's reader and a plain single-member decoder.
+    #[test]
+    fn a_multi_block_file_is_one_gzip_stream() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("allocation_r3_c1.pkl.gz");
+        // ~3.8 MB of pickle: four blocks.
+        let pops = vec![PopulationAllocation {
+            name: "All".into(),
+            buckets: (0..3u32)
+                .map(|r| (b(r, 0), (0..250_000u32).map(|g| g * 3 + r).collect()))
+                .collect(),
+        }];
+        write_allocation_file(&path, &pops).unwrap();
+        let gz = std::fs::read(&path).unwrap();
+        let mut decoder = flate2::read::GzDecoder::new(&gz[..]);
+        let mut pickle = Vec::new();
+        decoder.read_to_end(&mut pickle).unwrap();
+        let mut expected = Vec::new();
+        write_pickle(&mut expected, &pops).unwrap();
+        assert!(pickle == expected, "the decompressed bytes are the pickle");
+        assert!(pickle.len() > 3 * BLOCK, "several blocks: {} bytes", pickle.len());
+        // Nothing after the first member's trailer.
+        let mut rest = Vec::new();
+        decoder.into_inner().read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "{} bytes after the gzip member", rest.len());
+        assert_eq!(read(&pickle).unwrap(), pops);
     }
 }
