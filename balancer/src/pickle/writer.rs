@@ -39,6 +39,16 @@ pub fn stage_allocation_file(
     path: &Path,
     populations: &[PopulationAllocation],
 ) -> Result<crate::atomic::AtomicFile> {
+    stage_with_threads(path, populations, compress_threads())
+}
+
+/// [`stage_allocation_file`] compressing on `threads` threads (the bytes do not depend on
+/// it: blocks are cut at fixed offsets of the pickle).
+fn stage_with_threads(
+    path: &Path,
+    populations: &[PopulationAllocation],
+    threads: usize,
+) -> Result<crate::atomic::AtomicFile> {
     let mut seen = HashSet::new();
     for p in populations {
         if u32::try_from(p.name.len()).is_err() {
@@ -70,7 +80,7 @@ pub fn stage_allocation_file(
         let mut gz: ParCompress<'_, Gzip, _> = ParCompressBuilder::new()
             .buffer_size(BLOCK)
             .map_err(std::io::Error::other)?
-            .num_threads(compress_threads())
+            .num_threads(threads)
             .map_err(std::io::Error::other)?
             .compression_level(flate2::Compression::fast())
             .from_borrowed_writer(writer, s);
@@ -359,5 +369,14 @@ mod tests {
         decoder.into_inner().read_to_end(&mut rest).unwrap();
         assert!(rest.is_empty(), "{} bytes after the gzip member", rest.len());
         assert_eq!(read(&pickle).unwrap(), pops);
+        // The same bytes whatever the number of threads.
+        for threads in [1, 3] {
+            let other = dir.path().join(format!("allocation_r3_c1.{threads}.pkl.gz"));
+            stage_with_threads(&other, &pops, threads)
+                .unwrap()
+                .commit()
+                .unwrap();
+            assert!(std::fs::read(&other).unwrap() == gz, "{threads} threads");
+        }
     }
 }
