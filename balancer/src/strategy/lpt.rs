@@ -241,13 +241,16 @@ pub fn balance_counted(dry_run: &DryRun, config: &BalancerConfig, done: &AtomicU
 }
 
 /// The gids of each of `members` (buckets `offset..`), per population, ascending: (bucket,
-/// population, gids) for every non-empty list. Each bucket's list is freed once read.
+/// population, gids) for every non-empty list. `members` is emptied (each bucket's list
+/// freed once read).
 ///
-/// A population whose gids are dense (largest gid below twice its cells plus 4096) is
-/// gathered without sorting: one pass over the buckets notes each gid's bucket in a table
-/// indexed by gid (2 bytes per gid up to 65,536 buckets, 4 beyond), then one pass over the
-/// gids in ascending order deals them to their buckets' lists, each allocated at its exact
-/// length. Other populations' gids are collected per bucket and sorted.
+/// No pass reads the gids in the buckets' order, which jumps across the dry run's arrays:
+/// one pass over the buckets notes each position's bucket (`assign`, 2 bytes per cell up to
+/// 65,536 buckets, 4 beyond); then, population by population, one pass over the positions in
+/// order reads each gid beside its bucket. A population whose gids are dense (largest gid
+/// below twice its cells plus 4096) notes them in a table indexed by gid, whose pass in
+/// ascending order deals them to their buckets' lists, each allocated at its exact length;
+/// other populations' gids are dealt straight to the lists and each list sorted.
 #[inline(never)]
 fn bucket_gids(
     order: &Order,
@@ -263,7 +266,7 @@ fn bucket_gids(
     }
 }
 
-/// A bucket index as stored in the dense gid → bucket tables of [`gather`].
+/// A bucket index as stored in the tables of [`gather`].
 trait Slot: Copy + Default {
     fn from_bucket(b: usize) -> Self;
     fn bucket(self) -> usize;
@@ -300,75 +303,59 @@ fn gather<S: Slot>(
     populations: usize,
     done: &AtomicU64,
 ) -> Vec<(usize, usize, Vec<u32>)> {
-    // Per population: cells and gid span (a segment's gids are ascending: its last is its
-    // largest).
-    let mut cells = vec![0usize; populations];
-    let mut span = vec![0usize; populations];
-    for s in &order.segments {
-        let p = s.population as usize;
-        cells[p] += s.gids.len();
-        if let Some(&last) = s.gids.last() {
-            span[p] = span[p].max(last as usize + 1);
-        }
-    }
-    // The dense populations' tables: gid → bucket, and which gids are present.
-    struct Dense<S> {
-        bucket: Vec<S>,
-        present: Vec<u64>,
-        counts: Vec<usize>,
-    }
-    let mut dense: Vec<Option<Dense<S>>> = (0..populations)
-        .map(|p| {
-            (span[p] <= cells[p].saturating_mul(2).saturating_add(4096)).then(|| Dense {
-                bucket: vec![S::default(); span[p]],
-                present: vec![0; span[p].div_ceil(64)],
-                counts: vec![0; members.len()],
-            })
-        })
-        .collect();
-    let mut out = Vec::with_capacity(members.len() * populations.min(4));
-    let mut scratch: Vec<Vec<u32>> = vec![Vec::new(); populations];
+    let nbuckets = members.len();
+    let mut assign: Vec<S> = vec![S::default(); order.len];
     for (b, items) in members.iter_mut().enumerate() {
-        let items = std::mem::take(items);
         let slot = S::from_bucket(b);
-        let mut k = 0;
-        for &i in &items {
-            while k + 1 < order.starts.len() && order.starts[k + 1] <= i as usize {
-                k += 1;
-            }
-            let s = &order.segments[k];
-            let gid = s.gids[i as usize - s.start];
-            match &mut dense[s.population as usize] {
-                Some(d) => {
-                    d.bucket[gid as usize] = slot;
-                    d.present[gid as usize >> 6] |= 1 << (gid & 63);
-                    d.counts[b] += 1;
-                }
-                None => scratch[s.population as usize].push(gid),
-            }
+        for &i in items.iter() {
+            assign[i as usize] = slot;
         }
         done.fetch_add(items.len() as u64, Ordering::Relaxed);
-        drop(items);
-        for (p, gids) in scratch.iter_mut().enumerate() {
-            if !gids.is_empty() {
-                gids.sort_unstable();
-                out.push((offset + b, p, gids.as_slice().to_vec()));
-                gids.clear();
-            }
-        }
+        *items = Vec::new();
     }
-    for (p, d) in dense.iter_mut().enumerate() {
-        let Some(d) = d.take() else { continue };
-        let mut lists: Vec<Vec<u32>> = d.counts.iter().map(|&n| Vec::with_capacity(n)).collect();
-        for (w, &word) in d.present.iter().enumerate() {
-            let mut bits = word;
-            while bits != 0 {
-                let gid = (w << 6) | bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                lists[d.bucket[gid].bucket()].push(gid as u32);
+    let mut out = Vec::with_capacity(nbuckets * populations.min(4));
+    for p in 0..populations {
+        let segments = || order.segments.iter().filter(|s| s.population as usize == p);
+        // A segment's gids are ascending: its last is its largest.
+        let cells: usize = segments().map(|s| s.gids.len()).sum();
+        let span = segments()
+            .filter_map(|s| s.gids.last())
+            .map(|&g| g as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut lists: Vec<Vec<u32>>;
+        if span <= cells.saturating_mul(2).saturating_add(4096) {
+            let mut bucket: Vec<S> = vec![S::default(); span];
+            let mut present: Vec<u64> = vec![0; span.div_ceil(64)];
+            let mut counts = vec![0usize; nbuckets];
+            for s in segments() {
+                for (&gid, &slot) in s.gids.iter().zip(&assign[s.start..s.start + s.gids.len()]) {
+                    bucket[gid as usize] = slot;
+                    present[gid as usize >> 6] |= 1 << (gid & 63);
+                    counts[slot.bucket()] += 1;
+                }
+            }
+            lists = counts.iter().map(|&n| Vec::with_capacity(n)).collect();
+            for (w, &word) in present.iter().enumerate() {
+                let mut bits = word;
+                while bits != 0 {
+                    let gid = (w << 6) | bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    lists[bucket[gid].bucket()].push(gid as u32);
+                }
+            }
+        } else {
+            lists = vec![Vec::new(); nbuckets];
+            for s in segments() {
+                for (&gid, &slot) in s.gids.iter().zip(&assign[s.start..s.start + s.gids.len()]) {
+                    lists[slot.bucket()].push(gid);
+                }
+            }
+            for l in &mut lists {
+                l.sort_unstable();
+                l.shrink_to_fit();
             }
         }
-        drop(d);
         out.extend(
             lists
                 .into_iter()
