@@ -13,11 +13,12 @@
 //!    the two, so the largest bucket never grows. Bounded by `4 × B + 1000` steps. A step
 //!    finds its swaps in an index of the pairs of KB classes (runs of equal KB) binned by
 //!    their difference, built once in O(C log C + P) for C classes and the P pairs closer
-//!    than 9/16 of the first gap: it looks only at the pairs near half its gap, a few binary
-//!    searches each. Where the index would not pay or fit (buckets under 256 cells on
-//!    average; over 2^16 classes or too many pairs, as with per-cell synapse counts, where
-//!    nearly every cell is its own class), or a step's search exceeds its budget, the step
-//!    scans both buckets instead, O(cells of the two).
+//!    than 9/16 of the first gap: it looks only at the pairs near half its gap, with a few
+//!    searches of the two buckets each (galloping from where a position should fall).
+//!    Where the index would not pay or fit (buckets under 256 cells on average; over 2^16
+//!    classes or too many pairs, as with per-cell synapse counts, where nearly every cell
+//!    is its own class), or a step's search exceeds its budget, the step scans both
+//!    buckets instead, O(cells of the two).
 //! 3. **Rank dealing**: bucket labels are free, so buckets (heaviest first) are dealt to the
 //!    rank with the smallest total that still has a free cycle: rank totals — what a rank
 //!    holds once all its cycles are built — come out even without touching the buckets.
@@ -517,11 +518,39 @@ impl Best {
     }
 }
 
+/// The first index of `v` (ascending) whose value is at least `x`, as `partition_point`
+/// gives, for values spread about evenly over `0..total` (a bucket's positions are): a
+/// guess from `x`'s share of `total`, then a galloping search from it. A few probes near
+/// the guess instead of a binary search's dozen scattered ones, each a cache miss on a
+/// bucket not read lately.
+fn partition_near(v: &[u32], x: u32, total: usize) -> usize {
+    let guess = ((x as u64 * v.len() as u64) / total.max(1) as u64).min(v.len() as u64) as usize;
+    if guess < v.len() && v[guess] < x {
+        // Everything before `lo` is below `x`.
+        let (mut lo, mut step) = (guess + 1, 1);
+        while lo + step <= v.len() && v[lo + step - 1] < x {
+            lo += step;
+            step *= 2;
+        }
+        let hi = (lo + step).min(v.len());
+        lo + v[lo..hi].partition_point(|&y| y < x)
+    } else {
+        // Everything from `hi` on is at least `x`.
+        let (mut hi, mut step) = (guess, 1);
+        while hi >= step && v[hi - step] >= x {
+            hi -= step;
+            step *= 2;
+        }
+        let lo = hi.saturating_sub(step);
+        lo + v[lo..hi].partition_point(|&y| y < x)
+    }
+}
+
 /// Offers the two moves: the cells of the heavy bucket on either side of half the gap
 /// (key 0, before every swap).
 fn offer_moves(order: &Order, heavy: &[u32], best: &mut Best) {
     let lighter_than_half = order.first_at_most(best.half);
-    let pos = heavy.partition_point(|&c| c < lighter_than_half);
+    let pos = partition_near(heavy, lighter_than_half, order.len);
     for p in [pos.wrapping_sub(1), pos] {
         if let Some(&c) = heavy.get(p) {
             best.offer(order.kb(c), 0, Transfer::Move(p));
@@ -680,6 +709,12 @@ impl SwapIndex {
         Some(index)
     }
 
+    /// The cell count.
+    #[inline]
+    fn len(&self) -> usize {
+        self.start[self.kb.len()] as usize
+    }
+
     #[inline]
     fn bin(&self, d: f64) -> usize {
         ((d * self.scale) as usize).min(self.bins.len() - 2)
@@ -786,7 +821,7 @@ impl SwapIndex {
         if best.found.is_some_and(|(bf, ..)| (d - best.half).abs() > bf) {
             return;
         }
-        let p = heavy.partition_point(|&x| x < self.start[i]);
+        let p = partition_near(heavy, self.start[i], self.len());
         if heavy.get(p).is_none_or(|&x| x >= self.start[i + 1]) {
             return;
         }
@@ -803,7 +838,7 @@ impl SwapIndex {
             }
         }
         // The light cells above the target are those before position `start[above]`.
-        let q = light.partition_point(|&x| x < self.start[above]);
+        let q = partition_near(light, self.start[above], self.len());
         let (q, side) = if j < above { (q.wrapping_sub(1), 0) } else { (q, 1) };
         if light
             .get(q)
@@ -881,7 +916,7 @@ fn refine_with(
             break;
         };
         let insert_sorted = |v: &mut Vec<u32>, c: u32| {
-            let at = v.partition_point(|&x| x < c);
+            let at = partition_near(v, c, order.len);
             v.insert(at, c);
         };
         match transfer {
@@ -1300,6 +1335,32 @@ mod tests {
                 want_loads.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                 "seed {seed}"
             );
+        }
+    }
+
+    #[test]
+    fn partition_near_is_partition_point() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..2000 {
+            let total = rng.random_range(1..5000u32);
+            // Even, clustered, or empty: the guess may be far off.
+            let n = rng.random_range(0..200);
+            let (lo, hi) = match rng.random_range(0..3) {
+                0 => (0, total),
+                1 => (0, total.div_ceil(7)),
+                _ => (total - total.div_ceil(5), total),
+            };
+            let mut v: Vec<u32> = (0..n).map(|_| rng.random_range(lo..hi)).collect();
+            v.sort_unstable();
+            v.dedup();
+            for x in 0..=total {
+                assert_eq!(
+                    partition_near(&v, x, total as usize),
+                    v.partition_point(|&y| y < x),
+                    "{v:?} {x} {total}"
+                );
+            }
         }
     }
 
