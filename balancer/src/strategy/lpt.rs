@@ -621,8 +621,8 @@ struct SwapIndex {
 /// Class ids are `u16`.
 const MAX_CLASSES: usize = 1 << 16;
 
-/// Pairs the index may hold: a quarter per cell (1.5 bytes per cell with the bins), or
-/// 2^21 (12 MB) for small inputs.
+/// Pairs the index may hold: a quarter per cell (5 bytes a pair with the bins: 1.25 bytes
+/// per cell), or 2^21 (10 MB) for small inputs.
 fn max_pairs(cells: usize) -> usize {
     (cells / 4).max(1 << 21)
 }
@@ -810,8 +810,8 @@ impl SwapIndex {
     }
 
     /// Offers swapping a cell of class `i` for one of class `j`, if the scan would: the
-    /// heavy bucket holds class `i`, and `j` is the light bucket's class just above or at
-    /// or just below `kb[i] - half` (the scan's `q - 1` and `q`).
+    /// heavy bucket holds class `i`, and `j` is the light bucket's lowest class above
+    /// `kb[i] - half` or its highest at or below it (the scan's `q - 1` and `q`).
     #[inline]
     fn offer_pair(&self, i: usize, j: usize, heavy: &[u32], light: &[u32], best: &mut Best) {
         let d = self.kb[i] - self.kb[j];
@@ -850,14 +850,14 @@ impl SwapIndex {
 }
 
 /// Pairs a step's index search may visit before it hands the step to the scan, for heavy
-/// and light buckets of `cells` cells together: a pair costs a few binary searches, about
-/// what the scan spends on eight cells.
+/// and light buckets of `cells` cells together: a pair costs two short searches of the
+/// buckets, about what the scan spends on eight cells.
 fn search_budget(cells: usize) -> usize {
     cells / 8 + 8
 }
 
 /// Buckets must average this many cells for the swap index to pay: below, a scan of both
-/// buckets costs less than the index's binary searches.
+/// buckets costs less than the index's searches per pair.
 const INDEX_MIN_CELLS_PER_BUCKET: usize = 256;
 
 /// Moves and swaps between the heaviest and the lightest bucket while that lowers the
