@@ -10,7 +10,15 @@
 //! 2. **Refinement**: while the heaviest bucket can be lowered, move one of its cells to the
 //!    lightest bucket, or swap one of its cells with a lighter cell of the lightest bucket,
 //!    choosing the transfer closest to half the gap. Each step strictly lowers the heavier of
-//!    the two, so the largest bucket never grows. Bounded by `4 × B + 1000` steps.
+//!    the two, so the largest bucket never grows. Bounded by `4 × B + 1000` steps. A step
+//!    finds its swaps in an index of the pairs of KB classes (runs of equal KB) binned by
+//!    their difference, built once in O(C log C + P) for C classes and the P pairs closer
+//!    than 9/16 of the first gap: it looks only at the pairs near half its gap, with a few
+//!    searches of the two buckets each (galloping from where a position should fall).
+//!    Where the index would not pay or fit (buckets under 256 cells on average; over 2^16
+//!    classes or too many pairs, as with per-cell synapse counts, where nearly every cell
+//!    is its own class), or a step's search exceeds its budget, the step scans both
+//!    buckets instead, O(cells of the two).
 //! 3. **Rank dealing**: bucket labels are free, so buckets (heaviest first) are dealt to the
 //!    rank with the smallest total that still has a free cycle: rank totals — what a rank
 //!    holds once all its cycles are built — come out even without touching the buckets.
@@ -561,6 +569,7 @@ impl Extremes {
 }
 
 /// The best transfer found from the heaviest bucket to the lightest.
+#[derive(Clone, Copy)]
 enum Transfer {
     /// Move the cell at this position of the heavy bucket.
     Move(usize),
@@ -568,15 +577,407 @@ enum Transfer {
     Swap(usize, usize),
 }
 
+/// The best transfer offered so far: the smallest `|d - half|` among useful ones, the
+/// lowest `key` (the scan's order) among equal ones. Offered in the scan's order, that is
+/// the scan's rule: a later candidate wins only when strictly closer.
+struct Best {
+    half: f64,
+    gap: f64,
+    eps: f64,
+    /// (`|d - half|`, key, d, transfer).
+    found: Option<(f64, u64, f64, Transfer)>,
+}
+
+impl Best {
+    /// Whether transferring `d` lowers the heavier of the two buckets (by more than noise).
+    #[inline]
+    fn useful(&self, d: f64) -> bool {
+        d > self.eps && d < self.gap - self.eps
+    }
+
+    #[inline]
+    fn offer(&mut self, d: f64, key: u64, t: Transfer) {
+        if !self.useful(d) {
+            return;
+        }
+        let f = (d - self.half).abs();
+        if self
+            .found
+            .is_none_or(|(bf, bk, _, _)| f < bf || (f == bf && key < bk))
+        {
+            self.found = Some((f, key, d, t));
+        }
+    }
+}
+
+/// The first index of `v` (ascending) whose value is at least `x`, as `partition_point`
+/// gives, for values spread about evenly over `0..total` (a bucket's positions are): a
+/// guess from `x`'s share of `total`, then a galloping search from it. A few probes near
+/// the guess instead of a binary search's dozen scattered ones, each a cache miss on a
+/// bucket not read lately.
+fn partition_near(v: &[u32], x: u32, total: usize) -> usize {
+    let guess = ((x as u64 * v.len() as u64) / total.max(1) as u64).min(v.len() as u64) as usize;
+    if guess < v.len() && v[guess] < x {
+        // Everything before `lo` is below `x`.
+        let (mut lo, mut step) = (guess + 1, 1);
+        while lo + step <= v.len() && v[lo + step - 1] < x {
+            lo += step;
+            step *= 2;
+        }
+        let hi = (lo + step).min(v.len());
+        lo + v[lo..hi].partition_point(|&y| y < x)
+    } else {
+        // Everything from `hi` on is at least `x`.
+        let (mut hi, mut step) = (guess, 1);
+        while hi >= step && v[hi - step] >= x {
+            hi -= step;
+            step *= 2;
+        }
+        let lo = hi.saturating_sub(step);
+        lo + v[lo..hi].partition_point(|&y| y < x)
+    }
+}
+
+/// Offers the two moves: the cells of the heavy bucket on either side of half the gap
+/// (key 0, before every swap).
+fn offer_moves(order: &Order, heavy: &[u32], best: &mut Best) {
+    let lighter_than_half = order.first_at_most(best.half);
+    let pos = partition_near(heavy, lighter_than_half, order.len);
+    for p in [pos.wrapping_sub(1), pos] {
+        if let Some(&c) = heavy.get(p) {
+            best.offer(order.kb(c), 0, Transfer::Move(p));
+        }
+    }
+}
+
+/// Offers every swap by a scan of both buckets: for each distinct KB `a` in the heavy
+/// bucket, the light cell `b` closest to `a - half`, so the transfer `a - b` is closest to
+/// half the gap. The light cells' KB are listed first (descending, in `light_kb`); `a`
+/// falls along the heavy bucket, so the first light cell of KB <= `a - half` only moves
+/// forward. Keys increase along the scan.
+fn offer_swaps_by_scan(
+    order: &Order,
+    heavy: &[u32],
+    light: &[u32],
+    light_kb: &mut Vec<f64>,
+    best: &mut Best,
+) {
+    light_kb.clear();
+    light_kb.extend(light.iter().map(|&c| order.kbs[order.segment_of(c)]));
+    let (mut p, mut q) = (0, 0);
+    let mut key = 1;
+    while p < heavy.len() {
+        let k = order.segment_of(heavy[p]);
+        let a = order.kbs[k];
+        let target = a - best.half;
+        while q < light_kb.len() && light_kb[q] > target {
+            q += 1;
+        }
+        for q in [q.wrapping_sub(1), q] {
+            if let Some(&b) = light_kb.get(q) {
+                best.offer(a - b, key, Transfer::Swap(p, q));
+            }
+            key += 1;
+        }
+        // Past the cells of KB `a` (contiguous positions).
+        let end = order.kb_end[k] as u32;
+        p += 1;
+        while p < heavy.len() && heavy[p] < end {
+            p += 1;
+        }
+    }
+}
+
+/// Refinement's index of swaps by the KB they transfer. A class is a run of equal KB in
+/// the order (contiguous positions: several populations or metypes); a swap trades a cell
+/// of class `i` for one of a lighter class `j` and transfers `kb[i] - kb[j]`. Every pair
+/// of classes whose difference is below `limit` is listed, binned by that difference, so
+/// a step looks only at the pairs near half its gap instead of scanning both buckets.
+/// Gaps never grow, so half a step's gap is at most half the first one's, and `limit`
+/// leaves a margin above that for the search to reach.
+struct SwapIndex {
+    /// `start[c]..start[c + 1]`: the positions of class `c` (`start[C]` = cell count).
+    start: Vec<u32>,
+    /// `kb[c]`: its KB, strictly decreasing.
+    kb: Vec<f64>,
+    /// Pairs differing by `limit` or more are not listed.
+    limit: f64,
+    /// The bin of a difference `d` is `(d * scale) as usize`, capped at the last: monotone
+    /// in `d`, so a later bin holds only larger differences.
+    scale: f64,
+    /// `pairs[bins[k]..bins[k + 1]]`: the pairs `[i, j]` (`i < j`) of bin `k`.
+    bins: Vec<u32>,
+    pairs: Vec<[u16; 2]>,
+}
+
+/// Class ids are `u16`.
+const MAX_CLASSES: usize = 1 << 16;
+
+/// Pairs the index may hold: a quarter per cell (5 bytes a pair with the bins: 1.25 bytes
+/// per cell), or 2^21 (10 MB) for small inputs.
+fn max_pairs(cells: usize) -> usize {
+    (cells / 4).max(1 << 21)
+}
+
+impl SwapIndex {
+    /// The index for a first gap of `gap`, or `None` when the classes are too many for
+    /// `u16` ids, their pairs too many for [`max_pairs`] (cells of one metype that differ:
+    /// nearly every cell is its own class), or a KB is not finite, or one class's KB differ
+    /// in sign of zero (then the scan, which reads each cell's own KB, decides).
+    fn new(order: &Order, gap: f64) -> Option<SwapIndex> {
+        // Half the gap, and a sixteenth of it for the search around it.
+        let limit = gap * (9.0 / 16.0);
+        if !(limit.is_finite() && limit > 0.0) {
+            return None;
+        }
+        let mut classes = 0;
+        for (k, s) in order.segments.iter().enumerate() {
+            if !s.kb.is_finite() {
+                return None;
+            }
+            match k.checked_sub(1).map(|k| order.segments[k].kb) {
+                Some(prev) if prev == s.kb => {
+                    if prev.to_bits() != s.kb.to_bits() {
+                        return None;
+                    }
+                }
+                _ => {
+                    classes += 1;
+                    if classes > MAX_CLASSES {
+                        return None;
+                    }
+                }
+            }
+        }
+        let mut start = Vec::with_capacity(classes + 1);
+        let mut kb = Vec::with_capacity(classes);
+        for (k, s) in order.segments.iter().enumerate() {
+            if k == 0 || order.segments[k - 1].kb != s.kb {
+                start.push(s.start as u32);
+                kb.push(s.kb);
+            }
+        }
+        start.push(order.len as u32);
+        // `ends[i]`: past the last class `j` with `kb[i] - kb[j] < limit` (differences
+        // grow along `j`).
+        let mut npairs = 0;
+        let mut ends = Vec::with_capacity(classes);
+        for i in 0..classes {
+            let n = kb[i + 1..].partition_point(|&b| kb[i] - b < limit);
+            npairs += n;
+            if npairs > max_pairs(order.len) {
+                return None;
+            }
+            ends.push(i + 1 + n);
+        }
+        // A counting sort of the pairs by bin.
+        let nbins = npairs / 4 + 1;
+        let mut index = SwapIndex {
+            limit,
+            scale: nbins as f64 / limit,
+            bins: vec![0; nbins + 1],
+            pairs: vec![[0, 0]; npairs],
+            start,
+            kb,
+        };
+        let kb = &index.kb;
+        for (i, &end) in ends.iter().enumerate() {
+            for j in i + 1..end {
+                let k = index.bin(kb[i] - kb[j]);
+                index.bins[k + 1] += 1;
+            }
+        }
+        for k in 0..nbins {
+            index.bins[k + 1] += index.bins[k];
+        }
+        let mut next: Vec<u32> = index.bins[..nbins].to_vec();
+        for (i, &end) in ends.iter().enumerate() {
+            for j in i + 1..end {
+                let k = index.bin(kb[i] - kb[j]);
+                index.pairs[next[k] as usize] = [i as u16, j as u16];
+                next[k] += 1;
+            }
+        }
+        Some(index)
+    }
+
+    /// The cell count.
+    #[inline]
+    fn len(&self) -> usize {
+        self.start[self.kb.len()] as usize
+    }
+
+    #[inline]
+    fn bin(&self, d: f64) -> usize {
+        ((d * self.scale) as usize).min(self.bins.len() - 2)
+    }
+
+    /// The pairs of bin `k`.
+    #[inline]
+    fn pairs_of(&self, k: usize) -> &[[u16; 2]] {
+        &self.pairs[self.bins[k] as usize..self.bins[k + 1] as usize]
+    }
+
+    /// The differences of the pairs of bin `k`.
+    fn differences(&self, k: usize) -> impl Iterator<Item = f64> + '_ {
+        self.pairs_of(k)
+            .iter()
+            .map(|&[i, j]| self.kb[i as usize] - self.kb[j as usize])
+    }
+
+    /// Offers every swap the scan would offer, by the pairs in bins of increasing distance
+    /// from half the gap, until the next bin's nearest difference is farther from it than
+    /// the best so far (then it offers nothing better, nor an equal one). Visits at most
+    /// `budget` pairs, and gives up when it would need pairs beyond `limit`: returns false
+    /// then (and `best` is incomplete).
+    fn offer_swaps(&self, heavy: &[u32], light: &[u32], best: &mut Best, budget: usize) -> bool {
+        let (half, gap, eps) = (best.half, best.gap, best.eps);
+        let nbins = self.bins.len() - 1;
+        let mut visited = 0;
+        let mut visit = |k: usize, best: &mut Best| -> bool {
+            for &[i, j] in self.pairs_of(k) {
+                visited += 1;
+                if visited > budget {
+                    return false;
+                }
+                self.offer_pair(i as usize, j as usize, heavy, light, best);
+            }
+            true
+        };
+        // Bins below `k0` hold only differences below half, bins above only above.
+        let k0 = self.bin(half);
+        if !visit(k0, best) {
+            return false;
+        }
+        // The next non-empty bin each way, and its difference nearest half the gap (`None`:
+        // none left that can be useful). Past the last bin, the bound is `limit`'s.
+        let (mut up, mut down) = (k0 + 1, k0);
+        let next_up = |up: &mut usize| -> Option<f64> {
+            while *up < nbins && self.bins[*up] == self.bins[*up + 1] {
+                *up += 1;
+            }
+            let lo = if *up < nbins {
+                self.differences(*up).fold(f64::INFINITY, f64::min)
+            } else {
+                self.limit
+            };
+            (lo < gap - eps).then(|| (lo - half).abs())
+        };
+        let next_down = |down: &mut usize| -> Option<f64> {
+            while *down > 0 && self.bins[*down - 1] == self.bins[*down] {
+                *down -= 1;
+            }
+            let hi = if *down > 0 {
+                self.differences(*down - 1).fold(f64::NEG_INFINITY, f64::max)
+            } else {
+                f64::NEG_INFINITY
+            };
+            (hi > eps).then(|| (hi - half).abs())
+        };
+        let (mut up_bound, mut down_bound) = (next_up(&mut up), next_down(&mut down));
+        loop {
+            let (bound, go_up) = match (up_bound, down_bound) {
+                (None, None) => return true,
+                (Some(u), None) => (u, true),
+                (None, Some(d)) => (d, false),
+                (Some(u), Some(d)) => (u.min(d), u <= d),
+            };
+            if best.found.is_some_and(|(bf, ..)| bound > bf) {
+                return true;
+            }
+            if go_up {
+                if up == nbins || !visit(up, best) {
+                    return false;
+                }
+                up += 1;
+                up_bound = next_up(&mut up);
+            } else {
+                down -= 1;
+                if !visit(down, best) {
+                    return false;
+                }
+                down_bound = next_down(&mut down);
+            }
+        }
+    }
+
+    /// Offers swapping a cell of class `i` for one of class `j`, if the scan would: the
+    /// heavy bucket holds class `i`, and `j` is the light bucket's lowest class above
+    /// `kb[i] - half` or its highest at or below it (the scan's `q - 1` and `q`).
+    #[inline]
+    fn offer_pair(&self, i: usize, j: usize, heavy: &[u32], light: &[u32], best: &mut Best) {
+        let d = self.kb[i] - self.kb[j];
+        if !best.useful(d) {
+            return;
+        }
+        if best.found.is_some_and(|(bf, ..)| (d - best.half).abs() > bf) {
+            return;
+        }
+        let p = partition_near(heavy, self.start[i], self.len());
+        if heavy.get(p).is_none_or(|&x| x >= self.start[i + 1]) {
+            return;
+        }
+        // `above`: the first class of KB <= `kb[i] - half` (near `j`, as `d` is near half).
+        let target = self.kb[i] - best.half;
+        let mut above = j;
+        if self.kb[above] > target {
+            while above < self.kb.len() && self.kb[above] > target {
+                above += 1;
+            }
+        } else {
+            while above > 0 && self.kb[above - 1] <= target {
+                above -= 1;
+            }
+        }
+        // The light cells above the target are those before position `start[above]`.
+        let q = partition_near(light, self.start[above], self.len());
+        let (q, side) = if j < above { (q.wrapping_sub(1), 0) } else { (q, 1) };
+        if light
+            .get(q)
+            .is_some_and(|&x| x >= self.start[j] && x < self.start[j + 1])
+        {
+            best.offer(d, 1 + 2 * i as u64 + side, Transfer::Swap(p, q));
+        }
+    }
+}
+
+/// Pairs a step's index search may visit before it hands the step to the scan, for heavy
+/// and light buckets of `cells` cells together: a pair costs two short searches of the
+/// buckets, about what the scan spends on eight cells.
+fn search_budget(cells: usize) -> usize {
+    cells / 8 + 8
+}
+
+/// Buckets must average this many cells for the swap index to pay: below, a scan of both
+/// buckets costs less than the index's searches per pair.
+const INDEX_MIN_CELLS_PER_BUCKET: usize = 256;
+
 /// Moves and swaps between the heaviest and the lightest bucket while that lowers the
 /// heavier of the two. `members[b]` stays sorted (by descending KB).
 #[inline(never)]
 fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
+    let indexed = order.len >= INDEX_MIN_CELLS_PER_BUCKET * loads.len();
+    refine_with(order, loads, members, indexed, search_budget);
+}
+
+/// [`refine`], with the swap index when `indexed` (and the order allows one), and
+/// `budget(cells)` pairs per step.
+fn refine_with(
+    order: &Order,
+    loads: &mut [f64],
+    members: &mut [Vec<u32>],
+    indexed: bool,
+    budget: fn(usize) -> usize,
+) {
     if loads.len() < 2 {
         return;
     }
-    let kb = |i: &u32| order.kb(*i);
     let mut extremes = Extremes::new(loads);
+    let index = if indexed {
+        SwapIndex::new(order, loads[extremes.heaviest()] - loads[extremes.lightest()])
+    } else {
+        None
+    };
     let mut light_kb: Vec<f64> = Vec::new();
     let max_steps = 4 * loads.len() + 1000;
     for _ in 0..max_steps {
@@ -587,57 +988,27 @@ fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
         if gap <= 2.0 * eps {
             break;
         }
-        let half = gap / 2.0;
-        let useful = |d: f64| d > eps && d < gap - eps;
-        let mut best: Option<(f64, Transfer)> = None;
-        let mut consider = |d: f64, t: Transfer| {
-            if useful(d)
-                && best
-                    .as_ref()
-                    .is_none_or(|(bd, _)| (d - half).abs() < (bd - half).abs())
-            {
-                best = Some((d, t));
-            }
+        let mut best = Best {
+            half: gap / 2.0,
+            gap,
+            eps,
+            found: None,
         };
-        // Move: the cell of the heavy bucket closest to half the gap.
-        let heavy = &members[h];
-        let lighter_than_half = order.first_at_most(half);
-        let pos = heavy.partition_point(|&c| c < lighter_than_half);
-        for p in [pos.wrapping_sub(1), pos] {
-            if let Some(c) = heavy.get(p) {
-                consider(kb(c), Transfer::Move(p));
-            }
+        let (heavy, light) = (&members[h], &members[l]);
+        offer_moves(order, heavy, &mut best);
+        let moves = best.found;
+        let done = index.as_ref().is_some_and(|index| {
+            gap.is_finite() && index.offer_swaps(heavy, light, &mut best, budget(heavy.len() + light.len()))
+        });
+        if !done {
+            best.found = moves;
+            offer_swaps_by_scan(order, heavy, light, &mut light_kb, &mut best);
         }
-        // Swap: for each distinct KB `a` in the heavy bucket, the light cell `b` closest to
-        // `a - half`, so the transfer `a - b` is closest to half the gap. The light cells'
-        // KB are listed first (descending); `a` falls along the heavy bucket, so the first
-        // light cell of KB <= `a - half` only moves forward.
-        let light = &members[l];
-        light_kb.clear();
-        light_kb.extend(light.iter().map(|&c| order.kbs[order.segment_of(c)]));
-        let (mut p, mut q) = (0, 0);
-        while p < heavy.len() {
-            let k = order.segment_of(heavy[p]);
-            let a = order.kbs[k];
-            let target = a - half;
-            while q < light_kb.len() && light_kb[q] > target {
-                q += 1;
-            }
-            for q in [q.wrapping_sub(1), q] {
-                if let Some(&b) = light_kb.get(q) {
-                    consider(a - b, Transfer::Swap(p, q));
-                }
-            }
-            // Past the cells of KB `a` (contiguous positions).
-            let end = order.kb_end[k] as u32;
-            p += 1;
-            while p < heavy.len() && heavy[p] < end {
-                p += 1;
-            }
-        }
-        let Some((d, transfer)) = best else { break };
+        let Some((_, _, d, transfer)) = best.found else {
+            break;
+        };
         let insert_sorted = |v: &mut Vec<u32>, c: u32| {
-            let at = v.partition_point(|&x| x < c);
+            let at = partition_near(v, c, order.len);
             v.insert(at, c);
         };
         match transfer {
@@ -895,6 +1266,224 @@ mod tests {
         assert_eq!(labels[1].rank, labels[2].rank);
         assert_ne!(labels[0].rank, labels[1].rank);
         assert_ne!(labels[0].cycle, labels[3].cycle);
+    }
+
+    /// The scan-only refinement as it was before the swap index (the reference
+    /// [`super::refine_with`] must match at every step).
+    mod refine_reference {
+        use super::super::{Extremes, Order};
+
+        /// The best transfer found from the heaviest bucket to the lightest.
+        enum Transfer {
+            /// Move the cell at this position of the heavy bucket.
+            Move(usize),
+            /// Swap the cells at these positions (heavy, light).
+            Swap(usize, usize),
+        }
+
+        /// Moves and swaps between the heaviest and the lightest bucket while that lowers the
+        /// heavier of the two. `members[b]` stays sorted (by descending KB).
+        #[inline(never)]
+        pub(super) fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
+            if loads.len() < 2 {
+                return;
+            }
+            let kb = |i: &u32| order.kb(*i);
+            let mut extremes = Extremes::new(loads);
+            let mut light_kb: Vec<f64> = Vec::new();
+            let max_steps = 4 * loads.len() + 1000;
+            for _ in 0..max_steps {
+                let (h, l) = (extremes.heaviest(), extremes.lightest());
+                let gap = loads[h] - loads[l];
+                // Tolerance so float noise cannot make two buckets trade the same cell forever.
+                let eps = 1e-9 * loads[h].abs().max(1.0);
+                if gap <= 2.0 * eps {
+                    break;
+                }
+                let half = gap / 2.0;
+                let useful = |d: f64| d > eps && d < gap - eps;
+                let mut best: Option<(f64, Transfer)> = None;
+                let mut consider = |d: f64, t: Transfer| {
+                    if useful(d)
+                        && best
+                            .as_ref()
+                            .is_none_or(|(bd, _)| (d - half).abs() < (bd - half).abs())
+                    {
+                        best = Some((d, t));
+                    }
+                };
+                // Move: the cell of the heavy bucket closest to half the gap.
+                let heavy = &members[h];
+                let lighter_than_half = order.first_at_most(half);
+                let pos = heavy.partition_point(|&c| c < lighter_than_half);
+                for p in [pos.wrapping_sub(1), pos] {
+                    if let Some(c) = heavy.get(p) {
+                        consider(kb(c), Transfer::Move(p));
+                    }
+                }
+                // Swap: for each distinct KB `a` in the heavy bucket, the light cell `b` closest to
+                // `a - half`, so the transfer `a - b` is closest to half the gap. The light cells'
+                // KB are listed first (descending); `a` falls along the heavy bucket, so the first
+                // light cell of KB <= `a - half` only moves forward.
+                let light = &members[l];
+                light_kb.clear();
+                light_kb.extend(light.iter().map(|&c| order.kbs[order.segment_of(c)]));
+                let (mut p, mut q) = (0, 0);
+                while p < heavy.len() {
+                    let k = order.segment_of(heavy[p]);
+                    let a = order.kbs[k];
+                    let target = a - half;
+                    while q < light_kb.len() && light_kb[q] > target {
+                        q += 1;
+                    }
+                    for q in [q.wrapping_sub(1), q] {
+                        if let Some(&b) = light_kb.get(q) {
+                            consider(a - b, Transfer::Swap(p, q));
+                        }
+                    }
+                    // Past the cells of KB `a` (contiguous positions).
+                    let end = order.kb_end[k] as u32;
+                    p += 1;
+                    while p < heavy.len() && heavy[p] < end {
+                        p += 1;
+                    }
+                }
+                let Some((d, transfer)) = best else { break };
+                let insert_sorted = |v: &mut Vec<u32>, c: u32| {
+                    let at = v.partition_point(|&x| x < c);
+                    v.insert(at, c);
+                };
+                match transfer {
+                    Transfer::Move(p) => {
+                        let i = members[h].remove(p);
+                        insert_sorted(&mut members[l], i);
+                    }
+                    Transfer::Swap(p, q) => {
+                        let i = members[h].remove(p);
+                        let j = members[l].remove(q);
+                        insert_sorted(&mut members[l], i);
+                        insert_sorted(&mut members[h], j);
+                    }
+                }
+                loads[h] -= d;
+                loads[l] += d;
+                extremes.update(loads, h);
+                extremes.update(loads, l);
+            }
+        }
+    }
+
+    /// A random order for the refinement tests: runs of equal KB (several runs of one KB
+    /// make a class of several segments), or nearly every cell its own KB; KB on a 0.1
+    /// grid (as dry runs report), small integers (many equal differences), or tiny, huge
+    /// and zero weights.
+    fn random_order(rng: &mut rand_chacha::ChaCha8Rng) -> Order<'static> {
+        use rand::Rng;
+        let kind = rng.random_range(0..5);
+        let nruns = rng.random_range(1..300);
+        let mut kbs: Vec<f64> = (0..nruns)
+            .map(|_| match kind {
+                0 => (rng.random_range(10_000..400_000) as f64) / 10.0,
+                1 => rng.random_range(0..12) as f64,
+                2 => match rng.random_range(0..5) {
+                    0 => 0.0,
+                    1 => 1e-300 * rng.random::<f64>(),
+                    2 => 3e17 * rng.random::<f64>(),
+                    3 => 1.0 / 3.0 * rng.random_range(1..10) as f64,
+                    _ => rng.random::<f64>(),
+                },
+                _ => 1000.0 + 9000.0 * rng.random::<f64>(),
+            })
+            .collect();
+        kbs.sort_by(|a, b| b.total_cmp(a));
+        let per_cell = kind == 4;
+        let runs: Vec<(f64, usize)> = kbs
+            .iter()
+            .map(|&kb| {
+                let n = if per_cell {
+                    1
+                } else {
+                    let most = [3, 40, 400][rng.random_range(0..3)];
+                    rng.random_range(1..most)
+                };
+                (kb, n)
+            })
+            .collect();
+        order_of_runs(&runs)
+    }
+
+    #[test]
+    fn indexed_refinement_matches_the_scan_on_random_orders() {
+        use rand::{Rng, SeedableRng};
+        let budgets: [fn(usize) -> usize; 3] = [search_budget, |n| n % 5, |_| usize::MAX];
+        for seed in 0..400u64 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let o = random_order(&mut rng);
+            let nbuckets = match rng.random_range(0..4) {
+                0 => rng.random_range(1..8),
+                1 => rng.random_range(8..100),
+                2 => rng.random_range(100..2001),
+                _ => (o.len / rng.random_range(2..50)).clamp(1, 2000),
+            };
+            // Greedy's buckets (few, small steps), or cells dealt at random (many).
+            let (loads, members) = if rng.random_bool(0.5) {
+                greedy(&o, nbuckets, &AtomicU64::new(0))
+            } else {
+                let mut members = vec![Vec::new(); nbuckets];
+                for i in 0..o.len as u32 {
+                    members[rng.random_range(0..nbuckets)].push(i);
+                }
+                let loads = members.iter().map(|m| m.iter().map(|&c| o.kb(c)).sum()).collect();
+                (loads, members)
+            };
+            let (mut want_loads, mut want_members) = (loads.clone(), members.clone());
+            refine_reference::refine(&o, &mut want_loads, &mut want_members);
+            let budget = budgets[seed as usize % budgets.len()];
+            let (mut got_loads, mut got_members) = (loads, members);
+            refine_with(&o, &mut got_loads, &mut got_members, true, budget);
+            assert_eq!(got_members, want_members, "seed {seed}");
+            assert_eq!(
+                got_loads.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                want_loads.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "seed {seed}"
+            );
+        }
+    }
+
+    #[test]
+    fn partition_near_is_partition_point() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..2000 {
+            let total = rng.random_range(1..5000u32);
+            // Even, clustered, or empty: the guess may be far off.
+            let n = rng.random_range(0..200);
+            let (lo, hi) = match rng.random_range(0..3) {
+                0 => (0, total),
+                1 => (0, total.div_ceil(7)),
+                _ => (total - total.div_ceil(5), total),
+            };
+            let mut v: Vec<u32> = (0..n).map(|_| rng.random_range(lo..hi)).collect();
+            v.sort_unstable();
+            v.dedup();
+            for x in 0..=total {
+                assert_eq!(
+                    partition_near(&v, x, total as usize),
+                    v.partition_point(|&y| y < x),
+                    "{v:?} {x} {total}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn swap_index_refuses_too_many_classes() {
+        let kbs: Vec<f64> = (0..MAX_CLASSES + 1).rev().map(|k| k as f64).collect();
+        assert!(SwapIndex::new(&order(&kbs), 10.0).is_none());
+        assert!(SwapIndex::new(&order(&kbs[1..]), 10.0).is_some());
+        // Pairs closer than the limit (9/16 of the gap, here 9) are listed.
+        let index = SwapIndex::new(&order(&kbs[1..]), 16.0).unwrap();
+        assert_eq!(index.pairs.len(), 8 * MAX_CLASSES - 36);
     }
 
     /// The straightforward implementation (cells by value, a scan for the heaviest and
