@@ -157,9 +157,21 @@ impl AtomicFile {
     }
 
     /// Syncs the data and puts the file in place (replacing an existing target).
-    pub fn commit(mut self) -> Result<()> {
+    pub fn commit(self) -> Result<()> {
+        self.sync()?;
+        self.place()
+    }
+
+    /// Syncs the data (`fsync`) without putting the file in place.
+    fn sync(&self) -> Result<()> {
+        self.file
+            .sync_all()
+            .map_err(|e| BalancerError::io(&self.target, e))
+    }
+
+    /// Puts the synced file in place (replacing an existing target).
+    fn place(mut self) -> Result<()> {
         let target = self.target.clone();
-        self.file.sync_all().map_err(|e| BalancerError::io(&target, e))?;
         let mut guard = live();
         if let Some(temp) = self.temp.take() {
             let renamed = std::fs::rename(&temp, &target);
@@ -272,12 +284,40 @@ pub fn write_file(target: &Path, bytes: &[u8]) -> Result<()> {
     f.commit()
 }
 
-/// Commits `files` in order. On a failure the error says which were written, which one
-/// failed and which were not written.
+/// Commits `files`: syncs them all, side by side (each `fsync` waits on the disk), then puts
+/// them in place in order. On a failure the error says which were written, which one failed
+/// and which were not written (a failed sync: none written).
 pub fn commit_all(files: Vec<AtomicFile>) -> Result<Vec<PathBuf>> {
     let targets: Vec<PathBuf> = files.iter().map(|f| f.target.clone()).collect();
+    let synced: Vec<Result<()>> = std::thread::scope(|s| {
+        let others: Vec<_> = files.iter().skip(1).map(|f| s.spawn(move || f.sync())).collect();
+        let first = files.first().map_or(Ok(()), AtomicFile::sync);
+        std::iter::once(first)
+            .chain(
+                others
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+            )
+            .collect()
+    });
+    if let Some((i, error)) = synced
+        .into_iter()
+        .enumerate()
+        .find_map(|(i, r)| r.err().map(|e| (i, e)))
+    {
+        return Err(BalancerError::PartialWrite {
+            written: Vec::new(),
+            not_written: targets
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, t)| t.clone())
+                .collect(),
+            error: Box::new(error),
+        });
+    }
     for (i, f) in files.into_iter().enumerate() {
-        if let Err(error) = f.commit() {
+        if let Err(error) = f.place() {
             return Err(BalancerError::PartialWrite {
                 written: targets[..i].to_vec(),
                 not_written: targets[i + 1..].to_vec(),
