@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::allocation::{Allocation, Bucket};
 use crate::dryrun::DryRun;
+use crate::gidmap::GidSet;
 
 /// Load statistics over one set of cells (one population, or all of them). KB values are
 /// the per-cell costs of the dry run (memory + 1.9 KB × synapses).
@@ -133,6 +134,63 @@ impl Summary {
         })
     }
 
+    /// [`Allocation::validate`] and [`Summary::new`] in one pass over the gids: each gid's
+    /// metype is looked up once, for its weight and to know it is the dry run's, and marked
+    /// seen; with no gid unknown or repeated, every bucket in range, the populations those of
+    /// the dry run and each one's gid count the dry run's, no gid is missing. When anything
+    /// is off, both are computed apart, so the error and the summary are theirs.
+    pub fn checked(allocation: &Allocation, dry_run: &DryRun) -> (crate::error::Result<()>, Summary) {
+        let slow = || (allocation.validate(dry_run), Summary::new(allocation, dry_run));
+        let names_match = allocation.populations.iter().enumerate().all(|(i, a)| {
+            dry_run.populations.iter().any(|d| d.name == a.name)
+                && !allocation.populations[..i].iter().any(|b| b.name == a.name)
+        }) && dry_run
+            .populations
+            .iter()
+            .all(|d| d.cell_count() == 0 || allocation.populations.iter().any(|a| a.name == d.name));
+        if !names_match {
+            return slow();
+        }
+        let metype_kb = dry_run.metype_cell_kb();
+        let counts = std::cell::RefCell::new(Vec::new());
+        let summary = Self::weighed_checked(allocation, true, |name| {
+            let pop = dry_run
+                .populations
+                .iter()
+                .find(|d| d.name == name)
+                .expect("names checked");
+            let span = pop.gid_span();
+            let mut index = crate::gidmap::GidIndex::for_span(span, pop.cell_count());
+            for (m, gids) in &pop.metype_gids {
+                for &g in gids {
+                    index.insert(g, *m as u32);
+                }
+            }
+            let mut seen = GidSet::for_span(span, pop.cell_count());
+            let metype_kb = &metype_kb;
+            counts.borrow_mut().push(pop.cell_count());
+            move |g: u32| -> Option<f64> {
+                let m = index.get(g)? as usize;
+                seen.insert(g).then(|| match &pop.cell_synapses {
+                    Some(_) => dry_run.cell_kb(pop, g, m),
+                    None => metype_kb[m],
+                })
+            }
+        });
+        match summary {
+            Some(summary)
+                if summary
+                    .populations
+                    .iter()
+                    .zip(counts.borrow().iter())
+                    .all(|((_, s), &n)| s.cells == n) =>
+            {
+                (Ok(()), summary)
+            }
+            _ => slow(),
+        }
+    }
+
     /// Summary by cell count only (every cell weighs 1), for files without a dry run.
     pub fn by_cell_count(allocation: &Allocation) -> Summary {
         Self::weighed(allocation, |_| |_| 1.0)
@@ -140,22 +198,42 @@ impl Summary {
 
     /// `weigher(population name)` gives the KB of each gid of that population.
     fn weighed<W: Fn(u32) -> f64>(allocation: &Allocation, weigher: impl Fn(&str) -> W) -> Summary {
+        Self::weighed_checked(allocation, false, |name| {
+            let w = weigher(name);
+            move |g| Some(w(g))
+        })
+        .expect("a weight for every gid")
+    }
+
+    /// [`Summary::weighed`] where a weight may be refused (`None`, which makes the result
+    /// `None`); with `strict`, a bucket out of range is refused too (else it is skipped).
+    fn weighed_checked<W: FnMut(u32) -> Option<f64>>(
+        allocation: &Allocation,
+        strict: bool,
+        mut weigher: impl FnMut(&str) -> W,
+    ) -> Option<Summary> {
         let (ranks, cycles) = (allocation.ranks, allocation.cycles);
         let mut all: BTreeMap<Bucket, (usize, f64)> = BTreeMap::new();
         let mut heaviest = 0.0f64;
         let mut populations = Vec::new();
         for pop in &allocation.populations {
-            let weigh = weigher(&pop.name);
+            let mut weigh = weigher(&pop.name);
             let mut loads = Vec::new();
             let mut cells = 0;
             let mut pop_heaviest = 0.0f64;
             for (&b, gids) in &pop.buckets {
-                if b.rank >= ranks || b.cycle >= cycles || gids.is_empty() {
+                if b.rank >= ranks || b.cycle >= cycles {
+                    if strict {
+                        return None;
+                    }
+                    continue;
+                }
+                if gids.is_empty() {
                     continue;
                 }
                 let mut kb = 0.0;
                 for &g in gids {
-                    let w = weigh(g);
+                    let w = weigh(g)?;
                     kb += w;
                     pop_heaviest = pop_heaviest.max(w);
                 }
@@ -173,7 +251,7 @@ impl Summary {
         }
         let loads: Vec<(Bucket, f64)> = all.iter().map(|(&b, &(_, kb))| (b, kb)).collect();
         let cells = all.values().map(|t| t.0).sum();
-        Summary {
+        Some(Summary {
             ranks,
             cycles,
             overall: LoadStats::from_loads(ranks, cycles, &loads, cells, heaviest),
@@ -187,7 +265,7 @@ impl Summary {
                     kb,
                 })
                 .collect(),
-        }
+        })
     }
 
     /// `ranks × cycles`.
@@ -309,6 +387,87 @@ fn truncate(s: &str, n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// `checked` gives what `validate` and `new` give, on correct allocations and on each
+    /// kind of problem.
+    #[test]
+    fn checked_is_validate_and_new() {
+        use crate::allocation::PopulationAllocation;
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 3000,
+            metypes: 17,
+            populations: 3,
+            seed: 5,
+        })
+        .unwrap();
+        let good = crate::strategy::balance(
+            &d,
+            &crate::BalancerConfig::builder()
+                .ranks(7)
+                .cycles(2)
+                .build()
+                .unwrap(),
+        );
+        let first = |a: &Allocation| *a.populations[1].buckets.values().next().unwrap().first().unwrap();
+        type Change = fn(&mut Allocation, u32);
+        let changes: [(&str, Change); 9] = [
+            ("none", |_, _| {}),
+            ("duplicated gid", |a, g| {
+                a.populations[1].buckets.values_mut().last().unwrap().push(g)
+            }),
+            ("unknown gid", |a, _| {
+                a.populations[0]
+                    .buckets
+                    .values_mut()
+                    .next()
+                    .unwrap()
+                    .push(9_999_999)
+            }),
+            ("missing gid", |a, _| {
+                a.populations[2].buckets.values_mut().next().unwrap().pop();
+            }),
+            ("bucket out of range", |a, _| {
+                let gids = a.populations[0].buckets.pop_first().unwrap().1;
+                a.populations[0]
+                    .buckets
+                    .insert(Bucket { rank: 7, cycle: 0 }, gids);
+            }),
+            ("missing population", |a, _| {
+                a.populations.remove(1);
+            }),
+            ("unknown population", |a, _| {
+                a.populations.push(PopulationAllocation {
+                    name: "nobody".into(),
+                    buckets: BTreeMap::from([(Bucket { rank: 0, cycle: 0 }, vec![1])]),
+                })
+            }),
+            ("repeated population", |a, _| {
+                let p = a.populations[2].clone();
+                a.populations.push(p);
+            }),
+            ("moved gid", |a, g| {
+                // Still valid: the gid in another bucket.
+                for gids in a.populations[1].buckets.values_mut() {
+                    gids.retain(|&x| x != g);
+                }
+                a.populations[1].buckets.values_mut().last().unwrap().push(g);
+            }),
+        ];
+        for (what, change) in changes {
+            let mut a = good.clone();
+            change(&mut a, first(&good));
+            let (valid, summary) = Summary::checked(&a, &d);
+            assert_eq!(format!("{valid:?}"), format!("{:?}", a.validate(&d)), "{what}");
+            assert_eq!(summary, Summary::new(&a, &d), "{what}");
+            // (A repeated population is checked copy by copy: validate passes it, and the
+            // writer refuses its name.)
+            assert_eq!(
+                valid.is_ok(),
+                matches!(what, "none" | "moved gid" | "repeated population"),
+                "{what}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -735,11 +735,8 @@ fn write_outputs(
     // before the check has passed.
     let (staged, (valid, summary, costs)) = std::thread::scope(|s| {
         let side = s.spawn(|| {
-            (
-                allocation.validate(dry_run),
-                Summary::new(allocation, dry_run),
-                costs(),
-            )
+            let (valid, summary) = Summary::checked(allocation, dry_run);
+            (valid, summary, costs())
         });
         let staged = stage_allocation(dir, allocation);
         (
