@@ -10,8 +10,9 @@
 //! Everything read grows with the file: no size is taken from the input.
 //!
 //! The plain shape neurodamus writes is first tried by a hand-written scanner ([`scan`]),
-//! which gives up on anything else; the serde reader then reads the file, so that both
-//! give the same result and the same errors.
+//! which reads a file by chunks as it scans ([`scan_file`]) and gives up on anything else;
+//! the file is then read whole and the serde reader reads it, so that both give the same
+//! result and the same errors.
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
@@ -319,6 +320,47 @@ pub(crate) fn read_counted(text: &[u8], path: &Path, done: &AtomicU64) -> Result
     finish(root, path)
 }
 
+/// Reads the dry run from `file` (of `size` bytes when opened) by chunks, scanning each as
+/// it is read, when it is of the plain shape neurodamus writes ([`scan`]); adds to `done`
+/// the bytes read and parsed as it goes (twice `size` when it succeeds). `Ok(None)` when
+/// the scan gives up or the file changed size while read (the caller then reads it whole);
+/// the error of a failed read, or of [`finish`].
+pub(crate) fn scan_file(
+    file: &std::fs::File,
+    size: u64,
+    path: &Path,
+    done: &AtomicU64,
+) -> Result<Option<(DryRun, Vec<String>)>> {
+    let base = done.load(Ordering::Relaxed);
+    // The scan tells positions; `done` counts the bytes read too, so it is told the steps.
+    let parsed = AtomicU64::new(0);
+    let progress = |at: usize| {
+        let prev = parsed.fetch_max(at as u64, Ordering::Relaxed);
+        done.fetch_add((at as u64).saturating_sub(prev), Ordering::Relaxed);
+    };
+    let input = scan::Input {
+        src: file,
+        size,
+        window: scan::WINDOW,
+        read: done,
+        parallel_from: scan::PARALLEL_FROM,
+    };
+    let root = match scan::scan(input, &progress) {
+        Ok(Some(root)) => root,
+        Ok(None) | Err(scan::Fault::Changed | scan::Fault::Long) => return Ok(None),
+        Err(scan::Fault::Io(e)) => return Err(BalancerError::io(path, e)),
+    };
+    // Grown since it was opened: read again whole.
+    let mut more = [0u8; 1];
+    match std::os::unix::fs::FileExt::read_at(file, &mut more, size) {
+        Ok(0) => {}
+        Ok(_) => return Ok(None),
+        Err(e) => return Err(BalancerError::io(path, e)),
+    }
+    done.store(base + 2 * size, Ordering::Relaxed);
+    finish(root, path).map(Some)
+}
+
 /// The top level of `text` through serde_json: any JSON, and serde_json's error on invalid
 /// JSON.
 fn read_serde(text: &[u8], path: &Path) -> Result<Root> {
@@ -459,7 +501,15 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
 /// plain decimal integers below 2^32. It returns what the serde reader would for such a
 /// text, and `None` on anything else (another key, an escape, a value of another kind, any
 /// invalid JSON), which the serde reader then reads or refuses with its own message.
+///
+/// It reads its input (a file, or a text in memory) in chunks into a small reused buffer,
+/// scanning each while it is in cache: a large file is never held whole, so its pages are
+/// not faulted in, copied out of the page cache into a fresh buffer and freed again. A token
+/// cut by a chunk's end is carried to the buffer's start before the next chunk is read.
 mod scan {
+    use std::io;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use serde::Deserialize;
 
     use super::{Entries, Gids, Number, Object, Root, RootObject};
@@ -467,36 +517,188 @@ mod scan {
     /// Eight spaces, as one word.
     const SPACES: u64 = u64::from_ne_bytes(*b"        ");
 
+    /// Where scanned bytes come from: a file or a text in memory, read at offsets.
+    pub(super) trait Source: Sync {
+        /// Copies the bytes from `offset` into `buf`: how many (0 at the end).
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    }
+
+    impl Source for &[u8] {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let rest = usize::try_from(offset)
+                .ok()
+                .and_then(|o| self.get(o..))
+                .unwrap_or_default();
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            Ok(n)
+        }
+    }
+
+    impl Source for std::fs::File {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            std::os::unix::fs::FileExt::read_at(self, buf, offset)
+        }
+    }
+
+    /// How much is read at a time, and the longest token carried from one chunk to the next
+    /// (a longer one makes the scan give up: the serde reader then reads the file).
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct Window {
+        pub(super) chunk: usize,
+        pub(super) keep: usize,
+    }
+
+    /// Chunks that stay in L2 cache between the read and the scan.
+    pub(super) const WINDOW: Window = Window {
+        chunk: 256 << 10,
+        keep: 64 << 10,
+    };
+
+    /// Why a scan stopped without reading its input to the end.
+    #[derive(Debug)]
+    pub(super) enum Fault {
+        /// The source ended before its size: it changed while read.
+        Changed,
+        /// A read failed.
+        Io(io::Error),
+        /// A token longer than [`Window::keep`].
+        Long,
+    }
+
+    /// What a scan reads: `size` bytes of `src`, in chunks of `window`; the bytes read are
+    /// added to `read` (the file's first half only when its second half is read by another
+    /// thread, so that each byte counts once); texts from `parallel_from` bytes have their
+    /// populations scanned on two threads.
+    #[derive(Clone, Copy)]
+    pub(super) struct Input<'a> {
+        pub(super) src: &'a dyn Source,
+        pub(super) size: u64,
+        pub(super) window: Window,
+        pub(super) read: &'a AtomicU64,
+        pub(super) parallel_from: u64,
+    }
+
     struct Scanner<'a> {
-        text: &'a [u8],
+        input: Input<'a>,
+        /// The bytes from offset `base`, valid up to `filled`; the scan is at `at`.
+        buf: Vec<u8>,
+        base: u64,
+        filled: usize,
         at: usize,
+        /// Bytes read below this offset are counted in `input.read`.
+        count_below: u64,
         /// Told the position after each gid array.
         progress: &'a dyn Fn(usize),
-        /// Texts from this size have their populations scanned on two threads.
-        parallel_from: usize,
+        /// Set once a read could not go on; every later read then stops too.
+        fault: Option<Fault>,
     }
 
     impl<'a> Scanner<'a> {
+        fn new(input: Input<'a>, from: u64, count_below: u64, progress: &'a dyn Fn(usize)) -> Self {
+            let len = (input.window.chunk + input.window.keep).min(input.size.saturating_sub(from) as usize);
+            Scanner {
+                input,
+                buf: vec![0; len],
+                base: from,
+                filled: 0,
+                at: 0,
+                count_below,
+                progress,
+                fault: None,
+            }
+        }
+
+        /// The offset of the scan in the input.
         #[inline]
-        fn ws(&mut self) {
-            let (text, mut at) = (self.text, self.at);
-            while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(at) {
-                // Indentation eight spaces at a time.
-                match text
-                    .get(at..at + 8)
-                    .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+        fn pos(&self) -> u64 {
+            self.base + self.at as u64
+        }
+
+        /// Goes on from `to`, forgetting what is buffered.
+        fn seek(&mut self, to: u64) {
+            (self.base, self.filled, self.at) = (to, 0, 0);
+        }
+
+        /// The bytes buffered.
+        #[inline]
+        fn text(&self) -> &[u8] {
+            &self.buf[..self.filled]
+        }
+
+        /// Reads the next chunk, keeping the buffered bytes from `at` (moved to the start);
+        /// false at the end of the input or once a read could not go on ([`Fault`]).
+        #[cold]
+        #[inline(never)]
+        fn more(&mut self) -> bool {
+            let next = self.base + self.filled as u64;
+            if next >= self.input.size || self.fault.is_some() {
+                return false;
+            }
+            let pending = self.filled - self.at;
+            if pending > self.input.window.keep {
+                self.fault = Some(Fault::Long);
+                return false;
+            }
+            self.buf.copy_within(self.at..self.filled, 0);
+            (self.base, self.at, self.filled) = (self.base + self.at as u64, 0, pending);
+            let want = (self.input.size - next).min((self.buf.len() - pending) as u64) as usize;
+            let mut got = 0;
+            while got < want {
+                match self
+                    .input
+                    .src
+                    .read_at(&mut self.buf[pending + got..pending + want], next + got as u64)
                 {
-                    Some(SPACES) => at += 8,
-                    _ => at += 1,
+                    Ok(0) => {
+                        self.fault = Some(Fault::Changed);
+                        return false;
+                    }
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        self.fault = Some(Fault::Io(e));
+                        return false;
+                    }
                 }
             }
-            self.at = at;
+            let counted = self.count_below.saturating_sub(next).min(got as u64);
+            self.input.read.fetch_add(counted, Ordering::Relaxed);
+            self.filled = pending + got;
+            true
+        }
+
+        /// Tries to have `n` bytes buffered from `at` (fewer at the end of the input).
+        #[inline]
+        fn fill(&mut self, n: usize) {
+            while self.filled - self.at < n && self.more() {}
+        }
+
+        #[inline]
+        fn ws(&mut self) {
+            loop {
+                let (text, mut at) = (self.text(), self.at);
+                while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(at) {
+                    // Indentation eight spaces at a time.
+                    match text
+                        .get(at..at + 8)
+                        .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+                    {
+                        Some(SPACES) => at += 8,
+                        _ => at += 1,
+                    }
+                }
+                self.at = at;
+                if at < self.filled || !self.more() {
+                    return;
+                }
+            }
         }
 
         #[inline]
         fn peek(&mut self) -> Option<u8> {
             self.ws();
-            self.text.get(self.at).copied()
+            self.text().get(self.at).copied()
         }
 
         #[inline]
@@ -504,16 +706,35 @@ mod scan {
             (self.peek()? == byte).then(|| self.at += 1)
         }
 
+        /// The length of the run of bytes from `at` that `keep` accepts, reading on as
+        /// needed; the run may end at the end of the input.
+        fn run(&mut self, keep: impl Fn(u8) -> bool) -> usize {
+            let mut len = 0;
+            loop {
+                let rest = &self.text()[self.at + len..];
+                match rest.iter().position(|&b| !keep(b)) {
+                    Some(p) => return len + p,
+                    None => {
+                        len += rest.len();
+                        if !self.more() {
+                            return len;
+                        }
+                    }
+                }
+            }
+        }
+
         /// A string without escapes or control characters.
         fn string(&mut self) -> Option<String> {
             self.eat(b'"')?;
+            let len = self.run(|b| b != b'"' && b != b'\\' && b >= 0x20);
             let start = self.at;
-            let len = self.text[start..]
-                .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-            self.at = start + len;
-            self.eat(b'"')?;
-            std::str::from_utf8(&self.text[start..start + len])
+            // The closing quote right after (a control character in a key is invalid JSON).
+            if self.text().get(start + len) != Some(&b'"') {
+                return None;
+            }
+            self.at = start + len + 1;
+            std::str::from_utf8(&self.text()[start..start + len])
                 .ok()
                 .map(str::to_owned)
         }
@@ -545,13 +766,10 @@ mod scan {
         /// A number, read by serde_json itself (so it is the same f64).
         fn number(&mut self) -> Option<Number> {
             self.ws();
+            let len = self.run(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'));
             let start = self.at;
-            let len = self.text[start..]
-                .iter()
-                .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
-                .unwrap_or(self.text.len() - start);
             self.at = start + len;
-            let mut de = serde_json::Deserializer::from_slice(&self.text[start..start + len]);
+            let mut de = serde_json::Deserializer::from_slice(&self.text()[start..start + len]);
             let n = Number::deserialize(&mut de).ok()?;
             de.end().ok()?;
             n.0.is_some().then_some(n)
@@ -567,34 +785,76 @@ mod scan {
             }
             loop {
                 self.ws();
-                let start = self.at;
-                let mut gid = 0u64;
-                while let Some(&d) = self.text.get(self.at) {
-                    if !d.is_ascii_digit() {
-                        break;
-                    }
-                    gid = gid * 10 + (d - b'0') as u64;
-                    self.at += 1;
-                    if self.at - start > 10 {
-                        return None;
-                    }
-                }
-                let len = self.at - start;
-                if len == 0 || (len > 1 && self.text[start] == b'0') {
-                    return None;
-                }
-                gids.push(u32::try_from(gid).ok()?);
+                // A gid and what tells where it ends, in one piece.
+                self.fill(16);
+                let (gid, len) = gid(&self.text()[self.at..])?;
+                self.at += len;
+                gids.push(gid);
                 match self.peek()? {
                     b',' => self.at += 1,
                     b']' => {
                         self.at += 1;
-                        (self.progress)(self.at);
+                        (self.progress)(self.pos() as usize);
                         return Some(Gids::Array { gids, bad: None });
                     }
                     _ => return None,
                 }
             }
         }
+    }
+
+    /// The decimal integer below 2^32 without leading zeros (at most 10 digits) at the start
+    /// of `text`, and its length; `None` when there is none, or more digits follow.
+    #[inline]
+    pub(super) fn gid(text: &[u8]) -> Option<(u32, usize)> {
+        let Some(word) = text.get(..8) else {
+            return gid_bytewise(text);
+        };
+        // Eight bytes at once: a byte is a digit when both its high nibble and that of the
+        // byte + 6 are 3. A carry out of a byte only spoils the bytes after it, which come
+        // after the first non-digit.
+        let x = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+        const THREES: u64 = 0x3030_3030_3030_3030;
+        let other = ((x & HIGH) ^ THREES) | ((x.wrapping_add(0x0606_0606_0606_0606) & HIGH) ^ THREES);
+        let n = (other.trailing_zeros() / 8) as usize;
+        if n == 0 || (n > 1 && text[0] == b'0') {
+            return None;
+        }
+        // The n digits at the top of the word (zeros before them), then combined in pairs,
+        // fours and eights.
+        let v = (x & 0x0F0F_0F0F_0F0F_0F0F) << (8 * (8 - n));
+        let v = v.wrapping_mul(10).wrapping_add(v >> 8);
+        const PAIRS: u64 = 0x0000_00FF_0000_00FF;
+        let v = ((v & PAIRS)
+            .wrapping_mul(100 + (1_000_000 << 32))
+            .wrapping_add(((v >> 16) & PAIRS).wrapping_mul(1 + (10_000 << 32))))
+            >> 32;
+        if n < 8 {
+            return Some((v as u32, n));
+        }
+        let (mut g, mut len) = (v, 8);
+        while let Some(&d) = text.get(len).filter(|d| d.is_ascii_digit()) {
+            if len == 10 {
+                return None;
+            }
+            g = g * 10 + (d - b'0') as u64;
+            len += 1;
+        }
+        Some((u32::try_from(g).ok()?, len))
+    }
+
+    /// [`gid`] a byte at a time (at the end of the input).
+    fn gid_bytewise(text: &[u8]) -> Option<(u32, usize)> {
+        let len = text
+            .iter()
+            .position(|d| !d.is_ascii_digit())
+            .unwrap_or(text.len());
+        if len == 0 || len > 10 || (len > 1 && text[0] == b'0') {
+            return None;
+        }
+        let g = text[..len].iter().fold(0u64, |g, &d| g * 10 + (d - b'0') as u64);
+        Some((u32::try_from(g).ok()?, len))
     }
 
     /// One step of a population object's text, as a scan from the middle of it reads it.
@@ -604,95 +864,113 @@ mod scan {
         /// The end of the current population and the start of the next one, `"name": {`.
         Next(String),
         /// The end of the current population and of `pop_metype_gids`: the scan ends there.
-        End(usize),
+        End(u64),
     }
 
-    /// A scan of `text` from `start`, assumed to be a metype key inside a population object
-    /// after a comma, to the end of `pop_metype_gids`; `None` when the text does not read
-    /// that way from there (`start` was not such a place, or the shape is another).
-    fn scan_from(text: &[u8], start: usize) -> Option<Vec<Event>> {
-        let mut s = Scanner {
-            text,
-            at: start,
-            progress: &|_| (),
-            parallel_from: usize::MAX,
-        };
-        let mut events = Vec::new();
-        loop {
-            let key = s.string()?;
-            s.eat(b':')?;
-            events.push(Event::Metype(key, s.gids()?));
-            match s.peek()? {
-                b',' => s.at += 1,
-                b'}' => {
-                    s.at += 1;
-                    // The next population (possibly empty ones), or the end.
-                    loop {
-                        match s.peek()? {
-                            b',' => s.at += 1,
-                            b'}' => {
-                                events.push(Event::End(s.at + 1));
-                                return Some(events);
+    impl Scanner<'_> {
+        /// A scan from here, assumed to be a metype key inside a population object after a
+        /// comma, to the end of `pop_metype_gids`; `None` when the text does not read that
+        /// way from here (this was not such a place, or the shape is another).
+        fn scan_from(&mut self) -> Option<Vec<Event>> {
+            let mut events = Vec::new();
+            loop {
+                let key = self.string()?;
+                self.eat(b':')?;
+                events.push(Event::Metype(key, self.gids()?));
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => {
+                        self.at += 1;
+                        // The next population (possibly empty ones), or the end.
+                        loop {
+                            match self.peek()? {
+                                b',' => self.at += 1,
+                                b'}' => {
+                                    events.push(Event::End(self.pos() + 1));
+                                    return Some(events);
+                                }
+                                _ => return None,
                             }
-                            _ => return None,
+                            let name = self.string()?;
+                            self.eat(b':')?;
+                            self.eat(b'{')?;
+                            events.push(Event::Next(name));
+                            if self.peek()? != b'}' {
+                                break;
+                            }
+                            self.at += 1;
                         }
-                        let name = s.string()?;
-                        s.eat(b':')?;
-                        s.eat(b'{')?;
-                        events.push(Event::Next(name));
-                        if s.peek()? != b'}' {
-                            break;
-                        }
-                        s.at += 1;
                     }
+                    _ => return None,
                 }
-                _ => return None,
             }
         }
-    }
 
-    /// A place from which [`scan_from`] may read the second half of `text`: after the
-    /// middle, a `]` , `"` sequence (the end of a gid array and the next metype key). Only
-    /// a guess: the scan from the start takes it when it gets there in that state.
-    fn split(text: &[u8]) -> Option<usize> {
-        let mid = text.len() / 2;
-        let mut at = mid + text[mid..].iter().position(|&b| b == b']')?;
-        loop {
-            let mut j = at + 1;
-            while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(j) {
-                j += 1;
-            }
-            if text.get(j) == Some(&b',') {
-                j += 1;
-                while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(j) {
-                    j += 1;
+        /// The first place from here from which [`Scanner::scan_from`] may read: a `]` , `"`
+        /// sequence (the end of a gid array and the next metype key), at its `"`. Only a
+        /// guess: the scan from the start takes it when it gets there in that state.
+        fn split(&mut self) -> Option<u64> {
+            loop {
+                loop {
+                    match self.text()[self.at..].iter().position(|&b| b == b']') {
+                        Some(p) => {
+                            self.at += p;
+                            break;
+                        }
+                        None => {
+                            self.at = self.filled;
+                            if !self.more() {
+                                return None;
+                            }
+                        }
+                    }
                 }
-                if text.get(j) == Some(&b'"') {
-                    return Some(j);
+                self.at += 1;
+                if self.peek() == Some(b',') {
+                    self.at += 1;
+                    if self.peek() == Some(b'"') {
+                        return Some(self.pos());
+                    }
                 }
             }
-            at = j + text.get(j..)?.iter().position(|&b| b == b']')?;
         }
     }
 
     /// Files from this size are scanned on two threads.
-    const PARALLEL_FROM: usize = 1 << 22;
+    pub(super) const PARALLEL_FROM: u64 = 1 << 22;
+
+    /// A progress callback that ignores its position.
+    fn ignore(_: usize) {}
 
     /// How many scans took the other thread's result.
     #[cfg(test)]
     pub(super) static HANDOFFS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
     impl Scanner<'_> {
-        /// `pop_metype_gids`: an object of objects of gid arrays. A large text's second half
-        /// is scanned on another thread from a guessed place ([`split`]); when this scan
-        /// reaches that place between two metypes of a population, it takes the other
-        /// thread's result from there (what it would have read itself), else it goes on.
+        /// `pop_metype_gids`: an object of objects of gid arrays. A large input's second half
+        /// is read and scanned by another thread from a guessed place ([`Scanner::split`]
+        /// from the middle); when this scan reaches that place between two metypes of a
+        /// population, it takes the other thread's result from there (what it would have
+        /// read itself) and goes on after it, else it reads on itself.
         fn populations(&mut self) -> Option<Entries<Object<Gids>>> {
-            let text = self.text;
-            let guess = (text.len() >= self.parallel_from).then(|| split(text)).flatten();
+            let input = self.input;
+            let mid = input.size / 2;
+            let parallel = input.size >= input.parallel_from;
             std::thread::scope(|scope| {
-                let other = guess.map(|at| (at, scope.spawn(move || scan_from(text, at))));
-                let mut other = other.map(|(at, h)| (at, Some(h)));
+                let (guess_tx, guess_rx) = std::sync::mpsc::channel();
+                let mut other = parallel.then(|| {
+                    Some(scope.spawn(move || {
+                        let mut s = Scanner::new(input, mid, u64::MAX, &ignore);
+                        let guess = s.split();
+                        // The receiver waits for this, or is gone.
+                        let _ = guess_tx.send(guess);
+                        guess?;
+                        let events = s.scan_from()?;
+                        s.fault.is_none().then_some(events)
+                    }))
+                });
+                // Where the other scan started, once this one is past the middle.
+                let mut guess: Option<Option<u64>> = None;
                 self.eat(b'{')?;
                 let mut pops = Entries::new();
                 if self.peek()? == b'}' {
@@ -712,38 +990,40 @@ mod scan {
                             match self.peek()? {
                                 b',' => {
                                     self.at += 1;
-                                    if let Some((at, handle)) = &mut other {
-                                        if self.peek()? == b'"' && self.at == *at {
-                                            let events = handle.take().and_then(|h| h.join().ok()).flatten();
-                                            if let Some(events) = events {
-                                                #[cfg(test)]
-                                                HANDOFFS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                                for e in events {
-                                                    match e {
-                                                        Event::Metype(k, g) => metypes.insert(k, g),
-                                                        Event::Next(next) => {
-                                                            let done = std::mem::replace(
-                                                                &mut metypes,
-                                                                Entries::new(),
-                                                            );
-                                                            pops.insert(
-                                                                std::mem::replace(&mut name, next),
-                                                                Object::Entries(done),
-                                                            );
-                                                        }
-                                                        Event::End(end) => {
-                                                            pops.insert(name, Object::Entries(metypes));
-                                                            self.at = end;
-                                                            (self.progress)(end);
-                                                            return Some(pops);
-                                                        }
-                                                    }
-                                                }
-                                                unreachable!("a scan ends with Event::End");
+                                    let Some(handle) = &mut other else { continue };
+                                    if self.peek()? != b'"' || self.pos() < mid {
+                                        continue;
+                                    }
+                                    let at = *guess.get_or_insert_with(|| guess_rx.recv().ok().flatten());
+                                    if at != Some(self.pos()) {
+                                        continue;
+                                    }
+                                    let events = handle.take().and_then(|h| h.join().ok()).flatten();
+                                    let Some(events) = events else {
+                                        other = None;
+                                        continue;
+                                    };
+                                    #[cfg(test)]
+                                    HANDOFFS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    for e in events {
+                                        match e {
+                                            Event::Metype(k, g) => metypes.insert(k, g),
+                                            Event::Next(next) => {
+                                                let done = std::mem::replace(&mut metypes, Entries::new());
+                                                pops.insert(
+                                                    std::mem::replace(&mut name, next),
+                                                    Object::Entries(done),
+                                                );
                                             }
-                                            other = None;
+                                            Event::End(end) => {
+                                                pops.insert(name, Object::Entries(metypes));
+                                                self.seek(end);
+                                                (self.progress)(end as usize);
+                                                return Some(pops);
+                                            }
                                         }
                                     }
+                                    unreachable!("a scan ends with Event::End");
                                 }
                                 b'}' => break,
                                 _ => return None,
@@ -768,17 +1048,43 @@ mod scan {
     /// The top level of `text`, or `None` when it is not of the plain shape; `progress` is
     /// told how far it got after each gid array.
     pub(super) fn root(text: &[u8], progress: &dyn Fn(usize)) -> Option<Root> {
-        root_with(text, progress, PARALLEL_FROM)
+        root_with(text, progress, PARALLEL_FROM, WINDOW)
     }
 
-    /// [`root`], on two threads from `parallel_from` bytes.
-    pub(super) fn root_with(text: &[u8], progress: &dyn Fn(usize), parallel_from: usize) -> Option<Root> {
-        let mut s = Scanner {
-            text,
-            at: 0,
-            progress,
+    /// [`root`], on two threads from `parallel_from` bytes, reading `text` by `window`.
+    pub(super) fn root_with(
+        text: &[u8],
+        progress: &dyn Fn(usize),
+        parallel_from: u64,
+        window: Window,
+    ) -> Option<Root> {
+        let input = Input {
+            src: &text,
+            size: text.len() as u64,
+            window,
+            read: &AtomicU64::new(0),
             parallel_from,
         };
+        scan(input, progress).ok().flatten()
+    }
+
+    /// The top level of `input`: `Ok(None)` when it is not of the plain shape, and the
+    /// fault when it could not be read to its end.
+    pub(super) fn scan(input: Input, progress: &dyn Fn(usize)) -> Result<Option<Root>, Fault> {
+        let count_below = if input.size >= input.parallel_from {
+            input.size / 2
+        } else {
+            u64::MAX
+        };
+        let mut s = Scanner::new(input, 0, count_below, progress);
+        let root = root_of(&mut s);
+        match s.fault {
+            Some(fault) => Err(fault),
+            None => Ok(root),
+        }
+    }
+
+    fn root_of(s: &mut Scanner) -> Option<Root> {
         let mut keys: Vec<String> = Vec::new();
         let (mut memory, mut synapses, mut populations) = (None, None, None);
         s.eat(b'{')?;
@@ -807,8 +1113,8 @@ mod scan {
             }
         }
         s.at += 1;
-        s.ws();
-        (s.at == text.len()).then(|| {
+        // Nothing but whitespace after.
+        s.peek().is_none().then(|| {
             Root::Object(Box::new(RootObject {
                 keys,
                 memory,
@@ -1159,8 +1465,8 @@ mod tests {
         for seed in 0..20_000u64 {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let text = dry_run_text(&mut rng);
-            let one = scan::root_with(text.as_bytes(), &|_| (), usize::MAX);
-            let two = scan::root_with(text.as_bytes(), &|_| (), 0);
+            let one = scan::root_with(text.as_bytes(), &|_| (), u64::MAX, scan::WINDOW);
+            let two = scan::root_with(text.as_bytes(), &|_| (), 0, scan::WINDOW);
             match (one, two) {
                 (None, None) => {}
                 (Some(a), Some(b)) => {
@@ -1183,14 +1489,203 @@ mod tests {
         })
         .unwrap();
         let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
-        let a = finish(scan::root_with(&text, &|_| (), usize::MAX).unwrap(), path).unwrap();
-        let b = finish(scan::root_with(&text, &|_| (), 0).unwrap(), path).unwrap();
+        let a = finish(
+            scan::root_with(&text, &|_| (), u64::MAX, scan::WINDOW).unwrap(),
+            path,
+        )
+        .unwrap();
+        let b = finish(scan::root_with(&text, &|_| (), 0, scan::WINDOW).unwrap(), path).unwrap();
         assert!(a == b);
         let handoffs = scan::HANDOFFS.load(Ordering::Relaxed) - before;
         assert!(
             both > 500 && handoffs > 100,
             "{both} scanned, {handoffs} handed off"
         );
+    }
+
+    /// The same dry run or the same error from two scans, or both declined.
+    fn same_scan(a: Option<Root>, b: Option<Root>, what: &dyn Fn() -> String) {
+        let path = Path::new("random.json");
+        match (a, b) {
+            (None, None) => {}
+            (Some(a), Some(b)) => match (finish(a, path), finish(b, path)) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{}", what()),
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{}", what()),
+                (a, b) => panic!("{}: {a:?} vs {b:?}", what()),
+            },
+            (a, b) => panic!("{}: {} vs {}", what(), a.is_some(), b.is_some()),
+        }
+    }
+
+    #[test]
+    fn gid_reads_eight_bytes_at_once_as_the_definition_says() {
+        // The definition: the leading run of digits, 1 to 10 of them, no leading zero, < 2^32.
+        fn reference(text: &[u8]) -> Option<(u32, usize)> {
+            let len = text.iter().take_while(|d| d.is_ascii_digit()).count();
+            if len == 0 || len > 10 || (len > 1 && text[0] == b'0') {
+                return None;
+            }
+            let g: u64 = std::str::from_utf8(&text[..len]).unwrap().parse().unwrap();
+            Some((u32::try_from(g).ok()?, len))
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        for _ in 0..200_000 {
+            let len = rng.random_range(0..20);
+            let text: Vec<u8> = (0..len)
+                .map(|_| match rng.random_range(0..4) {
+                    0 => rng.random(),
+                    1 => b"/:,] \n0"[rng.random_range(0..7)],
+                    _ => b'0' + rng.random_range(0..10),
+                })
+                .collect();
+            assert_eq!(scan::gid(&text), reference(&text), "{text:?}");
+        }
+        for text in [
+            &b"4294967295,"[..],
+            b"4294967296,",
+            b"9999999999,",
+            b"99999999999",
+            b"12345678,",
+            b"123456789]",
+            b"0,      ",
+            b"00,     ",
+            b"07,     ",
+            b"1",
+            b"4294967295",
+        ] {
+            assert_eq!(scan::gid(text), reference(text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn scan_by_small_chunks_reads_what_one_chunk_reads() {
+        let whole = |len: usize| scan::Window {
+            chunk: len.max(1),
+            keep: len,
+        };
+        for seed in 0..4_000u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let text = dry_run_text(&mut rng);
+            let t = text.as_bytes();
+            let one = || scan::root_with(t, &|_| (), u64::MAX, whole(t.len()));
+            // Chunk ends fall everywhere: in keys, escapes, numbers, gids and whitespace.
+            for chunk in [1, 2, 3, 5, 8, 13] {
+                let window = scan::Window { chunk, keep: t.len() };
+                for parallel_from in [u64::MAX, 0] {
+                    let parts = scan::root_with(t, &|_| (), parallel_from, window);
+                    same_scan(one(), parts, &|| format!("seed {seed}, {window:?}: {text}"));
+                }
+            }
+            // A token longer than what is kept across chunks: declined, or read the same.
+            let window = scan::Window { chunk: 4, keep: 12 };
+            if let Some(parts) = scan::root_with(t, &|_| (), 0, window) {
+                same_scan(one(), Some(parts), &|| format!("seed {seed}: {text}"));
+            }
+        }
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 20_000,
+            metypes: 40,
+            populations: 3,
+            seed: 11,
+        })
+        .unwrap();
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        let one = scan::root_with(&text, &|_| (), u64::MAX, whole(text.len()));
+        for chunk in [1, 7, 4093, 65536] {
+            let window = scan::Window { chunk, keep: 64 };
+            let parts = scan::root_with(&text, &|_| (), 0, window);
+            assert!(parts.is_some(), "{window:?}");
+            let one = finish(
+                scan::root_with(&text, &|_| (), u64::MAX, whole(text.len())).unwrap(),
+                Path::new("s"),
+            );
+            assert!(one.unwrap() == finish(parts.unwrap(), Path::new("s")).unwrap());
+        }
+        assert!(one.is_some());
+    }
+
+    #[test]
+    fn scan_declines_a_control_character_in_a_key() {
+        // Invalid JSON (serde refuses it), not a key without its newline.
+        let text = b"{\"metype_memory\": {\"A\n\": 1.0}, \"pop_metype_gids\": {\"P\": {\"A\": [1]}}}";
+        assert!(scan::root(text, &|_| ()).is_none());
+        let path = Path::new("c.json");
+        assert_eq!(
+            read(text, path).unwrap_err().to_string(),
+            DryRun::read_via_value(text, path).unwrap_err().to_string()
+        );
+    }
+
+    /// A source that ends early after `ok` bytes, or fails there.
+    struct Faulty<'a> {
+        text: &'a [u8],
+        ok: u64,
+        fail: bool,
+    }
+
+    impl scan::Source for Faulty<'_> {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            if offset >= self.ok {
+                return match self.fail {
+                    true => Err(std::io::Error::other("disk on fire")),
+                    false => Ok(0),
+                };
+            }
+            let n = buf.len().min((self.ok - offset) as usize);
+            scan::Source::read_at(&self.text, &mut buf[..n], offset)
+        }
+    }
+
+    #[test]
+    fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 300_000,
+            metypes: 60,
+            populations: 2,
+            seed: 8,
+        })
+        .unwrap();
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        let len = text.len() as u64;
+        assert!(len >= scan::PARALLEL_FROM);
+        // Shorter than its size, in either half (so on either thread), or failing there.
+        for (ok, fail) in [
+            (len / 4, false),
+            (3 * len / 4, false),
+            (len - 1, false),
+            (len / 4, true),
+            (3 * len / 4, true),
+        ] {
+            let src = Faulty {
+                text: &text,
+                ok,
+                fail,
+            };
+            let input = scan::Input {
+                src: &src,
+                size: len,
+                window: scan::WINDOW,
+                read: &AtomicU64::new(0),
+                parallel_from: scan::PARALLEL_FROM,
+            };
+            match (scan::scan(input, &|_| ()), fail) {
+                (Err(scan::Fault::Changed), false) => {}
+                (Err(scan::Fault::Io(e)), true) => assert_eq!(e.to_string(), "disk on fire"),
+                (r, _) => panic!("{ok} {fail}: {:?}", r.map(|r| r.is_some())),
+            }
+        }
+        // A file longer than the size it had (it grew) or shorter (it shrank): read whole by
+        // the caller; of the size it has, read by the scan.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cm.json");
+        std::fs::write(&path, [&text[..], b"\n"].concat()).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let done = AtomicU64::new(0);
+        assert!(scan_file(&file, len, &path, &done).unwrap().is_none());
+        assert!(scan_file(&file, len + 2, &path, &done).unwrap().is_none());
+        let (scanned, _) = scan_file(&file, len + 1, &path, &done).unwrap().unwrap();
+        assert!(scanned == read(&text, &path).unwrap().0);
+        assert_eq!(scanned.cell_count(), d.cell_count());
     }
 
     #[test]
