@@ -592,6 +592,8 @@ mod scan {
         progress: &'a dyn Fn(usize),
         /// Set once a read could not go on; every later read then stops too.
         fault: Option<Fault>,
+        /// The gids of the array being read.
+        scratch: Vec<u32>,
     }
 
     impl<'a> Scanner<'a> {
@@ -606,6 +608,7 @@ mod scan {
                 count_below,
                 progress,
                 fault: None,
+                scratch: Vec::new(),
             }
         }
 
@@ -778,28 +781,43 @@ mod scan {
         /// An array of decimal integers below 2^32 without leading zeros.
         fn gids(&mut self) -> Option<Gids> {
             self.eat(b'[')?;
-            let mut gids = Vec::new();
             if self.peek()? == b']' {
                 self.at += 1;
-                return Some(Gids::Array { gids, bad: None });
+                return Some(Gids::Array {
+                    gids: Vec::new(),
+                    bad: None,
+                });
             }
-            loop {
+            // Gathered in the reused `scratch`, then copied once into a vector of their
+            // number (instead of a vector grown, copied and freed by doubling).
+            let mut gids = std::mem::take(&mut self.scratch);
+            gids.clear();
+            let done = loop {
                 self.ws();
                 // A gid and what tells where it ends, in one piece.
                 self.fill(16);
-                let (gid, len) = gid(&self.text()[self.at..])?;
+                let Some((gid, len)) = gid(&self.text()[self.at..]) else {
+                    break false;
+                };
                 self.at += len;
                 gids.push(gid);
-                match self.peek()? {
-                    b',' => self.at += 1,
-                    b']' => {
+                match self.peek() {
+                    Some(b',') => self.at += 1,
+                    Some(b']') => {
                         self.at += 1;
-                        (self.progress)(self.pos() as usize);
-                        return Some(Gids::Array { gids, bad: None });
+                        break true;
                     }
-                    _ => return None,
+                    _ => break false,
                 }
-            }
+            };
+            let array = done.then(|| gids.to_vec());
+            self.scratch = gids;
+            let array = array?;
+            (self.progress)(self.pos() as usize);
+            Some(Gids::Array {
+                gids: array,
+                bad: None,
+            })
         }
     }
 
@@ -1145,7 +1163,12 @@ impl Seen {
             })
         };
         let count: usize = arrays().map(<[u32]>::len).sum();
-        let span = arrays().flatten().map(|&g| g as usize + 1).max().unwrap_or(0);
+        // Each array's own maximum (a loop the compiler vectorises), then theirs.
+        let span = arrays()
+            .filter_map(|a| a.iter().max())
+            .map(|&g| g as usize + 1)
+            .max()
+            .unwrap_or(0);
         if span <= 8 * count + 65536 {
             return Seen::Bitmap(vec![0; span.div_ceil(64)]);
         }
