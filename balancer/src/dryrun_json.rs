@@ -462,9 +462,11 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
                 "expected an object {metype: [gid, ...]}".into(),
             ));
         };
-        let mut seen = Seen::new(&per_metype.list);
-        let mut metype_gids = Vec::with_capacity(per_metype.list.len());
-        for (metype, gids) in per_metype.list {
+        let list = &per_metype.list;
+        let mut seen = Seen::new(list);
+        // Each entry's metype, checked in order before the gids are moved out.
+        let mut metype_index = Vec::with_capacity(list.len());
+        for (k, (metype, gids)) in list.iter().enumerate() {
             let field = || format!("pop_metype_gids[{pop:?}][{metype:?}]");
             let &m = index
                 .get(metype.as_str())
@@ -472,7 +474,12 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
             let Gids::Array { gids, bad } = gids else {
                 return Err(err(field(), "expected an array of gids".into()));
             };
-            if let Some(i) = seen.first_repeat(&gids) {
+            let repeat = seen.first_repeat(gids).unwrap_or_else(|Sparse| {
+                seen = Seen::sparse(list, k);
+                seen.first_repeat(gids)
+                    .expect("a sparse population's Seen takes any gid")
+            });
+            if let Some(i) = repeat {
                 return Err(err(
                     format!("{}[{i}]", field()),
                     format!("gid {} is listed twice in population {pop:?}", gids[i]),
@@ -484,8 +491,17 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
                     format!("gid must be an integer in 0..2^32, got {text}"),
                 ));
             }
-            metype_gids.push((m, gids));
+            metype_index.push(m);
         }
+        let metype_gids = per_metype
+            .list
+            .into_iter()
+            .zip(metype_index)
+            .map(|((_, gids), m)| match gids {
+                Gids::Array { gids, .. } => (m, gids),
+                Gids::Other => unreachable!("checked above"),
+            })
+            .collect();
         populations.push(Population {
             name: pop,
             metype_gids,
@@ -875,52 +891,51 @@ mod scan {
         Some((u32::try_from(g).ok()?, len))
     }
 
-    /// One step of a population object's text, as a scan from the middle of it reads it.
-    enum Event {
-        /// `"metype": [gids]` of the current population.
-        Metype(String, Gids),
-        /// The end of the current population and the start of the next one, `"name": {`.
-        Next(String),
-        /// The end of the current population and of `pop_metype_gids`: the scan ends there.
-        End(u64),
+    /// What a scan from the middle of `pop_metype_gids` read.
+    struct Tail {
+        /// The rest of the population it started in: `"metype": [gids]`, in order.
+        rest: Vec<(String, Gids)>,
+        /// The populations after it, read whole (on the scan's own thread).
+        populations: Vec<(String, Entries<Gids>)>,
+        /// Where `pop_metype_gids` ends: the scan from the start goes on from there.
+        end: u64,
     }
 
     impl Scanner<'_> {
         /// A scan from here, assumed to be a metype key inside a population object after a
         /// comma, to the end of `pop_metype_gids`; `None` when the text does not read that
         /// way from here (this was not such a place, or the shape is another).
-        fn scan_from(&mut self) -> Option<Vec<Event>> {
-            let mut events = Vec::new();
+        fn scan_from(&mut self) -> Option<Tail> {
+            let mut rest = Vec::new();
             loop {
                 let key = self.string()?;
                 self.eat(b':')?;
-                events.push(Event::Metype(key, self.gids()?));
+                rest.push((key, self.gids()?));
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+            self.at += 1;
+            // The next populations (possibly empty ones), then the end.
+            let mut populations = Vec::new();
+            loop {
                 match self.peek()? {
                     b',' => self.at += 1,
                     b'}' => {
-                        self.at += 1;
-                        // The next population (possibly empty ones), or the end.
-                        loop {
-                            match self.peek()? {
-                                b',' => self.at += 1,
-                                b'}' => {
-                                    events.push(Event::End(self.pos() + 1));
-                                    return Some(events);
-                                }
-                                _ => return None,
-                            }
-                            let name = self.string()?;
-                            self.eat(b':')?;
-                            self.eat(b'{')?;
-                            events.push(Event::Next(name));
-                            if self.peek()? != b'}' {
-                                break;
-                            }
-                            self.at += 1;
-                        }
+                        let end = self.pos() + 1;
+                        return Some(Tail {
+                            rest,
+                            populations,
+                            end,
+                        });
                     }
                     _ => return None,
                 }
+                let name = self.string()?;
+                self.eat(b':')?;
+                populations.push((name, self.object(Scanner::gids)?));
             }
         }
 
@@ -983,8 +998,8 @@ mod scan {
                         // The receiver waits for this, or is gone.
                         let _ = guess_tx.send(guess);
                         guess?;
-                        let events = s.scan_from()?;
-                        s.fault.is_none().then_some(events)
+                        let tail = s.scan_from()?;
+                        s.fault.is_none().then_some(tail)
                     }))
                 });
                 // Where the other scan started, once this one is past the middle.
@@ -996,7 +1011,7 @@ mod scan {
                     return Some(pops);
                 }
                 loop {
-                    let mut name = self.string()?;
+                    let name = self.string()?;
                     self.eat(b':')?;
                     self.eat(b'{')?;
                     let mut metypes = Entries::new();
@@ -1016,32 +1031,23 @@ mod scan {
                                     if at != Some(self.pos()) {
                                         continue;
                                     }
-                                    let events = handle.take().and_then(|h| h.join().ok()).flatten();
-                                    let Some(events) = events else {
+                                    let tail = handle.take().and_then(|h| h.join().ok()).flatten();
+                                    let Some(tail) = tail else {
                                         other = None;
                                         continue;
                                     };
                                     #[cfg(test)]
                                     HANDOFFS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                    for e in events {
-                                        match e {
-                                            Event::Metype(k, g) => metypes.insert(k, g),
-                                            Event::Next(next) => {
-                                                let done = std::mem::replace(&mut metypes, Entries::new());
-                                                pops.insert(
-                                                    std::mem::replace(&mut name, next),
-                                                    Object::Entries(done),
-                                                );
-                                            }
-                                            Event::End(end) => {
-                                                pops.insert(name, Object::Entries(metypes));
-                                                self.seek(end);
-                                                (self.progress)(end as usize);
-                                                return Some(pops);
-                                            }
-                                        }
+                                    for (k, g) in tail.rest {
+                                        metypes.insert(k, g);
                                     }
-                                    unreachable!("a scan ends with Event::End");
+                                    pops.insert(name, Object::Entries(metypes));
+                                    for (name, metypes) in tail.populations {
+                                        pops.insert(name, Object::Entries(metypes));
+                                    }
+                                    self.seek(tail.end);
+                                    (self.progress)(tail.end as usize);
+                                    return Some(pops);
                                 }
                                 b'}' => break,
                                 _ => return None,
@@ -1144,9 +1150,10 @@ mod scan {
 }
 
 /// The gids of one population seen so far, to find the first gid listed twice (in file
-/// order). A bitmap when the gids are compact (at most about one byte per gid, plus 8 KiB);
-/// otherwise the population is checked once by sorting a copy, and only when it does repeat
-/// a gid is it walked with a hash set.
+/// order). A bitmap while the gids are compact (below about one byte per gid, plus 8 KiB:
+/// allocated at that size, only the pages it uses are touched); once a gid is beyond it,
+/// the population is sparse: it is checked once by sorting a copy, and only when it does
+/// repeat a gid is it walked with a hash set. Each way finds the same first repeat.
 enum Seen {
     Bitmap(Vec<u64>),
     /// No gid repeats in the population.
@@ -1154,47 +1161,60 @@ enum Seen {
     Set(std::collections::HashSet<u32>),
 }
 
+/// A gid beyond a [`Seen::Bitmap`]: the population is sparse.
+#[derive(Debug)]
+struct Sparse;
+
+/// The gid arrays of a population's entries.
+fn arrays(per_metype: &[(String, Gids)]) -> impl Iterator<Item = &[u32]> {
+    per_metype.iter().filter_map(|(_, g)| match g {
+        Gids::Array { gids, .. } => Some(gids.as_slice()),
+        Gids::Other => None,
+    })
+}
+
 impl Seen {
     fn new(per_metype: &[(String, Gids)]) -> Seen {
-        let arrays = || {
-            per_metype.iter().filter_map(|(_, g)| match g {
-                Gids::Array { gids, .. } => Some(gids.as_slice()),
-                Gids::Other => None,
-            })
-        };
-        let count: usize = arrays().map(<[u32]>::len).sum();
-        // Each array's own maximum (a loop the compiler vectorises), then theirs.
-        let span = arrays()
-            .filter_map(|a| a.iter().max())
-            .map(|&g| g as usize + 1)
-            .max()
-            .unwrap_or(0);
-        if span <= 8 * count + 65536 {
-            return Seen::Bitmap(vec![0; span.div_ceil(64)]);
-        }
+        let count: usize = arrays(per_metype).map(<[u32]>::len).sum();
+        Seen::Bitmap(vec![0; (8 * count + 65536).div_ceil(64)])
+    }
+
+    /// The way of a sparse population whose first `checked` entries were found without a
+    /// repeat (marked seen again when a hash set walks it).
+    fn sparse(per_metype: &[(String, Gids)], checked: usize) -> Seen {
+        let count: usize = arrays(per_metype).map(<[u32]>::len).sum();
         let mut all: Vec<u32> = Vec::with_capacity(count);
-        for a in arrays() {
+        for a in arrays(per_metype) {
             all.extend_from_slice(a);
         }
         all.sort_unstable();
         if all.windows(2).all(|w| w[0] != w[1]) {
-            Seen::Distinct
-        } else {
-            Seen::Set(std::collections::HashSet::with_capacity(count))
+            return Seen::Distinct;
         }
+        let mut set = std::collections::HashSet::with_capacity(count);
+        for a in arrays(&per_metype[..checked]) {
+            set.extend(a.iter().copied());
+        }
+        Seen::Set(set)
     }
 
-    /// Marks `gids` seen, in order; the index of the first one already seen, if any.
-    fn first_repeat(&mut self, gids: &[u32]) -> Option<usize> {
+    /// Marks `gids` seen, in order; the index of the first one already seen, if any, or
+    /// [`Sparse`] at a gid beyond the bitmap (those before it marked).
+    fn first_repeat(&mut self, gids: &[u32]) -> std::result::Result<Option<usize>, Sparse> {
         match self {
-            Seen::Bitmap(bits) => gids.iter().position(|&g| {
-                let (w, b) = (g as usize / 64, 1u64 << (g % 64));
-                let was = bits[w] & b != 0;
-                bits[w] |= b;
-                was
-            }),
-            Seen::Distinct => None,
-            Seen::Set(set) => gids.iter().position(|&g| !set.insert(g)),
+            Seen::Bitmap(bits) => {
+                for (i, &g) in gids.iter().enumerate() {
+                    let (w, b) = (g as usize / 64, 1u64 << (g % 64));
+                    let word = bits.get_mut(w).ok_or(Sparse)?;
+                    if *word & b != 0 {
+                        return Ok(Some(i));
+                    }
+                    *word |= b;
+                }
+                Ok(None)
+            }
+            Seen::Distinct => Ok(None),
+            Seen::Set(set) => Ok(gids.iter().position(|&g| !set.insert(g))),
         }
     }
 }
@@ -1709,6 +1729,36 @@ mod tests {
         let (scanned, _) = scan_file(&file, len + 1, &path, &done).unwrap().unwrap();
         assert!(scanned == read(&text, &path).unwrap().0);
         assert_eq!(scanned.cell_count(), d.cell_count());
+    }
+
+    #[test]
+    fn a_population_found_sparse_midway_finds_the_first_repeat() {
+        // Compact gids first (a bitmap), then one beyond it (sorted, then a hash set).
+        let path = Path::new("sparse.json");
+        for (pop, want) in [
+            (r#"{"A": [1, 2, 3], "B": [5, 4000000000, 2]}"#, Some("[\"B\"][2]")),
+            (r#"{"A": [1, 2, 3], "B": [2, 4000000000]}"#, Some("[\"B\"][0]")),
+            (
+                r#"{"A": [1, 2], "B": [3, 4000000000], "C": [4000000000]}"#,
+                Some("[\"C\"][0]"),
+            ),
+            (r#"{"A": [4000000000, 1], "B": [1]}"#, Some("[\"B\"][0]")),
+            (r#"{"A": [1, 2], "B": [3, 4000000000], "C": [7]}"#, None),
+        ] {
+            let text = format!(
+                r#"{{"metype_memory": {{"A": 1.0, "B": 2.0, "C": 3.0}}, "pop_metype_gids": {{"P": {pop}}}}}"#
+            );
+            let fast = read(text.as_bytes(), path);
+            let reference = DryRun::read_via_value(text.as_bytes(), path);
+            match (&fast, want) {
+                (Err(e), Some(at)) => {
+                    assert!(e.to_string().contains(at), "{e} for {pop}");
+                    assert_eq!(e.to_string(), reference.unwrap_err().to_string());
+                }
+                (Ok(a), None) => assert_eq!(a, &reference.unwrap()),
+                _ => panic!("{fast:?} for {pop}"),
+            }
+        }
     }
 
     #[test]
