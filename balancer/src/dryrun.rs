@@ -105,17 +105,22 @@ pub struct DryRun {
 /// Files from this size are read in two halves on two threads.
 const PARALLEL_READ_FROM: usize = 1 << 22;
 
+/// Errors unless the `size` bytes of the file at `path` fit in the memory available.
+fn check_read_memory(size: usize, path: &Path) -> Result<()> {
+    crate::limits::check_memory(
+        &format!("reading {}", path.display()),
+        size as u64,
+        crate::limits::available_memory(),
+    )
+}
+
 /// Reads the `size` bytes of `file` as two halves on two threads (the copies and page faults
 /// of a large file shared by two cores), adding to `done` as chunks arrive. `Ok(None)` when
 /// the file is no longer `size` bytes long. Errors: the memory is not available, or a read
 /// fails.
 fn read_halves(file: &fs::File, size: usize, path: &Path, done: &AtomicU64) -> Result<Option<Vec<u8>>> {
     use std::os::unix::fs::FileExt;
-    crate::limits::check_memory(
-        &format!("reading {}", path.display()),
-        size as u64,
-        crate::limits::available_memory(),
-    )?;
+    check_read_memory(size, path)?;
     let mut text = vec![0u8; size];
     let (first, second) = text.split_at_mut(size / 2);
     let read = |part: &mut [u8], offset: usize| -> std::io::Result<()> {
@@ -310,7 +315,19 @@ impl DryRun {
         let io = |e| BalancerError::io(path, e);
         let mut file = fs::File::open(path).map_err(io)?;
         // The file's own size: what it holds, read in chunks so that `done` moves.
-        let size = usize::try_from(file.metadata().map_err(io)?.len()).unwrap_or(usize::MAX);
+        let len = file.metadata().map_err(io)?.len();
+        let size = usize::try_from(len).unwrap_or(usize::MAX);
+        // Refused up front when it would not fit: the scan does not hold the file, but its
+        // gids take memory of that order, and a file it gives up on is read whole.
+        if size >= PARALLEL_READ_FROM {
+            check_read_memory(size, path)?;
+        }
+        // Read by chunks and scanned as read, when of the plain shape neurodamus writes.
+        let base = done.load(Ordering::Relaxed);
+        if let Some(read) = crate::dryrun_json::scan_file(&file, len, path, done)? {
+            return Ok(read);
+        }
+        done.store(base, Ordering::Relaxed);
         let text = match (size >= PARALLEL_READ_FROM).then(|| read_halves(&file, size, path, done)) {
             Some(Ok(Some(text))) => text,
             Some(Err(e)) => return Err(e),

@@ -10,8 +10,9 @@
 //! Everything read grows with the file: no size is taken from the input.
 //!
 //! The plain shape neurodamus writes is first tried by a hand-written scanner ([`scan`]),
-//! which gives up on anything else; the serde reader then reads the file, so that both
-//! give the same result and the same errors.
+//! which reads a file by chunks as it scans ([`scan_file`]) and gives up on anything else;
+//! the file is then read whole and the serde reader reads it, so that both give the same
+//! result and the same errors.
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
@@ -319,6 +320,47 @@ pub(crate) fn read_counted(text: &[u8], path: &Path, done: &AtomicU64) -> Result
     finish(root, path)
 }
 
+/// Reads the dry run from `file` (of `size` bytes when opened) by chunks, scanning each as
+/// it is read, when it is of the plain shape neurodamus writes ([`scan`]); adds to `done`
+/// the bytes read and parsed as it goes (twice `size` when it succeeds). `Ok(None)` when
+/// the scan gives up or the file changed size while read (the caller then reads it whole);
+/// the error of a failed read, or of [`finish`].
+pub(crate) fn scan_file(
+    file: &std::fs::File,
+    size: u64,
+    path: &Path,
+    done: &AtomicU64,
+) -> Result<Option<(DryRun, Vec<String>)>> {
+    let base = done.load(Ordering::Relaxed);
+    // The scan tells positions; `done` counts the bytes read too, so it is told the steps.
+    let parsed = AtomicU64::new(0);
+    let progress = |at: usize| {
+        let prev = parsed.fetch_max(at as u64, Ordering::Relaxed);
+        done.fetch_add((at as u64).saturating_sub(prev), Ordering::Relaxed);
+    };
+    let input = scan::Input {
+        src: file,
+        size,
+        window: scan::WINDOW,
+        read: done,
+        parallel_from: scan::PARALLEL_FROM,
+    };
+    let root = match scan::scan(input, &progress) {
+        Ok(Some(root)) => root,
+        Ok(None) | Err(scan::Fault::Changed | scan::Fault::Long) => return Ok(None),
+        Err(scan::Fault::Io(e)) => return Err(BalancerError::io(path, e)),
+    };
+    // Grown since it was opened: read again whole.
+    let mut more = [0u8; 1];
+    match std::os::unix::fs::FileExt::read_at(file, &mut more, size) {
+        Ok(0) => {}
+        Ok(_) => return Ok(None),
+        Err(e) => return Err(BalancerError::io(path, e)),
+    }
+    done.store(base + 2 * size, Ordering::Relaxed);
+    finish(root, path).map(Some)
+}
+
 /// The top level of `text` through serde_json: any JSON, and serde_json's error on invalid
 /// JSON.
 fn read_serde(text: &[u8], path: &Path) -> Result<Root> {
@@ -420,9 +462,11 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
                 "expected an object {metype: [gid, ...]}".into(),
             ));
         };
-        let mut seen = Seen::new(&per_metype.list);
-        let mut metype_gids = Vec::with_capacity(per_metype.list.len());
-        for (metype, gids) in per_metype.list {
+        let list = &per_metype.list;
+        let mut seen = Seen::new(list);
+        // Each entry's metype, checked in order before the gids are moved out.
+        let mut metype_index = Vec::with_capacity(list.len());
+        for (k, (metype, gids)) in list.iter().enumerate() {
             let field = || format!("pop_metype_gids[{pop:?}][{metype:?}]");
             let &m = index
                 .get(metype.as_str())
@@ -430,7 +474,12 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
             let Gids::Array { gids, bad } = gids else {
                 return Err(err(field(), "expected an array of gids".into()));
             };
-            if let Some(i) = seen.first_repeat(&gids) {
+            let repeat = seen.first_repeat(gids).unwrap_or_else(|Sparse| {
+                seen = Seen::sparse(list, k);
+                seen.first_repeat(gids)
+                    .expect("a sparse population's Seen takes any gid")
+            });
+            if let Some(i) = repeat {
                 return Err(err(
                     format!("{}[{i}]", field()),
                     format!("gid {} is listed twice in population {pop:?}", gids[i]),
@@ -442,8 +491,17 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
                     format!("gid must be an integer in 0..2^32, got {text}"),
                 ));
             }
-            metype_gids.push((m, gids));
+            metype_index.push(m);
         }
+        let metype_gids = per_metype
+            .list
+            .into_iter()
+            .zip(metype_index)
+            .map(|((_, gids), m)| match gids {
+                Gids::Array { gids, .. } => (m, gids),
+                Gids::Other => unreachable!("checked above"),
+            })
+            .collect();
         populations.push(Population {
             name: pop,
             metype_gids,
@@ -459,7 +517,15 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
 /// plain decimal integers below 2^32. It returns what the serde reader would for such a
 /// text, and `None` on anything else (another key, an escape, a value of another kind, any
 /// invalid JSON), which the serde reader then reads or refuses with its own message.
+///
+/// It reads its input (a file, or a text in memory) in chunks into a small reused buffer,
+/// scanning each while it is in cache: a large file is never held whole, so its pages are
+/// not faulted in, copied out of the page cache into a fresh buffer and freed again. A token
+/// cut by a chunk's end is carried to the buffer's start before the next chunk is read.
 mod scan {
+    use std::io;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use serde::Deserialize;
 
     use super::{Entries, Gids, Number, Object, Root, RootObject};
@@ -467,36 +533,191 @@ mod scan {
     /// Eight spaces, as one word.
     const SPACES: u64 = u64::from_ne_bytes(*b"        ");
 
+    /// Where scanned bytes come from: a file or a text in memory, read at offsets.
+    pub(super) trait Source: Sync {
+        /// Copies the bytes from `offset` into `buf`: how many (0 at the end).
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    }
+
+    impl Source for &[u8] {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let rest = usize::try_from(offset)
+                .ok()
+                .and_then(|o| self.get(o..))
+                .unwrap_or_default();
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            Ok(n)
+        }
+    }
+
+    impl Source for std::fs::File {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            std::os::unix::fs::FileExt::read_at(self, buf, offset)
+        }
+    }
+
+    /// How much is read at a time, and the longest token carried from one chunk to the next
+    /// (a longer one makes the scan give up: the serde reader then reads the file).
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct Window {
+        pub(super) chunk: usize,
+        pub(super) keep: usize,
+    }
+
+    /// Chunks that stay in L2 cache between the read and the scan.
+    pub(super) const WINDOW: Window = Window {
+        chunk: 256 << 10,
+        keep: 64 << 10,
+    };
+
+    /// Why a scan stopped without reading its input to the end.
+    #[derive(Debug)]
+    pub(super) enum Fault {
+        /// The source ended before its size: it changed while read.
+        Changed,
+        /// A read failed.
+        Io(io::Error),
+        /// A token longer than [`Window::keep`].
+        Long,
+    }
+
+    /// What a scan reads: `size` bytes of `src`, in chunks of `window`; the bytes read are
+    /// added to `read` (the file's first half only when its second half is read by another
+    /// thread, so that each byte counts once); texts from `parallel_from` bytes have their
+    /// populations scanned on two threads.
+    #[derive(Clone, Copy)]
+    pub(super) struct Input<'a> {
+        pub(super) src: &'a dyn Source,
+        pub(super) size: u64,
+        pub(super) window: Window,
+        pub(super) read: &'a AtomicU64,
+        pub(super) parallel_from: u64,
+    }
+
     struct Scanner<'a> {
-        text: &'a [u8],
+        input: Input<'a>,
+        /// The bytes from offset `base`, valid up to `filled`; the scan is at `at`.
+        buf: Vec<u8>,
+        base: u64,
+        filled: usize,
         at: usize,
+        /// Bytes read below this offset are counted in `input.read`.
+        count_below: u64,
         /// Told the position after each gid array.
         progress: &'a dyn Fn(usize),
-        /// Texts from this size have their populations scanned on two threads.
-        parallel_from: usize,
+        /// Set once a read could not go on; every later read then stops too.
+        fault: Option<Fault>,
+        /// The gids of the array being read.
+        scratch: Vec<u32>,
     }
 
     impl<'a> Scanner<'a> {
+        fn new(input: Input<'a>, from: u64, count_below: u64, progress: &'a dyn Fn(usize)) -> Self {
+            let len = (input.window.chunk + input.window.keep).min(input.size.saturating_sub(from) as usize);
+            Scanner {
+                input,
+                buf: vec![0; len],
+                base: from,
+                filled: 0,
+                at: 0,
+                count_below,
+                progress,
+                fault: None,
+                scratch: Vec::new(),
+            }
+        }
+
+        /// The offset of the scan in the input.
         #[inline]
-        fn ws(&mut self) {
-            let (text, mut at) = (self.text, self.at);
-            while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(at) {
-                // Indentation eight spaces at a time.
-                match text
-                    .get(at..at + 8)
-                    .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+        fn pos(&self) -> u64 {
+            self.base + self.at as u64
+        }
+
+        /// Goes on from `to`, forgetting what is buffered.
+        fn seek(&mut self, to: u64) {
+            (self.base, self.filled, self.at) = (to, 0, 0);
+        }
+
+        /// The bytes buffered.
+        #[inline]
+        fn text(&self) -> &[u8] {
+            &self.buf[..self.filled]
+        }
+
+        /// Reads the next chunk, keeping the buffered bytes from `at` (moved to the start);
+        /// false at the end of the input or once a read could not go on ([`Fault`]).
+        #[cold]
+        #[inline(never)]
+        fn more(&mut self) -> bool {
+            let next = self.base + self.filled as u64;
+            if next >= self.input.size || self.fault.is_some() {
+                return false;
+            }
+            let pending = self.filled - self.at;
+            if pending > self.input.window.keep {
+                self.fault = Some(Fault::Long);
+                return false;
+            }
+            self.buf.copy_within(self.at..self.filled, 0);
+            (self.base, self.at, self.filled) = (self.base + self.at as u64, 0, pending);
+            let want = (self.input.size - next).min((self.buf.len() - pending) as u64) as usize;
+            let mut got = 0;
+            while got < want {
+                match self
+                    .input
+                    .src
+                    .read_at(&mut self.buf[pending + got..pending + want], next + got as u64)
                 {
-                    Some(SPACES) => at += 8,
-                    _ => at += 1,
+                    Ok(0) => {
+                        self.fault = Some(Fault::Changed);
+                        return false;
+                    }
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        self.fault = Some(Fault::Io(e));
+                        return false;
+                    }
                 }
             }
-            self.at = at;
+            let counted = self.count_below.saturating_sub(next).min(got as u64);
+            self.input.read.fetch_add(counted, Ordering::Relaxed);
+            self.filled = pending + got;
+            true
+        }
+
+        /// Tries to have `n` bytes buffered from `at` (fewer at the end of the input).
+        #[inline]
+        fn fill(&mut self, n: usize) {
+            while self.filled - self.at < n && self.more() {}
+        }
+
+        #[inline]
+        fn ws(&mut self) {
+            loop {
+                let (text, mut at) = (self.text(), self.at);
+                while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(at) {
+                    // Indentation eight spaces at a time.
+                    match text
+                        .get(at..at + 8)
+                        .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+                    {
+                        Some(SPACES) => at += 8,
+                        _ => at += 1,
+                    }
+                }
+                self.at = at;
+                if at < self.filled || !self.more() {
+                    return;
+                }
+            }
         }
 
         #[inline]
         fn peek(&mut self) -> Option<u8> {
             self.ws();
-            self.text.get(self.at).copied()
+            self.text().get(self.at).copied()
         }
 
         #[inline]
@@ -504,16 +725,35 @@ mod scan {
             (self.peek()? == byte).then(|| self.at += 1)
         }
 
+        /// The length of the run of bytes from `at` that `keep` accepts, reading on as
+        /// needed; the run may end at the end of the input.
+        fn run(&mut self, keep: impl Fn(u8) -> bool) -> usize {
+            let mut len = 0;
+            loop {
+                let rest = &self.text()[self.at + len..];
+                match rest.iter().position(|&b| !keep(b)) {
+                    Some(p) => return len + p,
+                    None => {
+                        len += rest.len();
+                        if !self.more() {
+                            return len;
+                        }
+                    }
+                }
+            }
+        }
+
         /// A string without escapes or control characters.
         fn string(&mut self) -> Option<String> {
             self.eat(b'"')?;
+            let len = self.run(|b| b != b'"' && b != b'\\' && b >= 0x20);
             let start = self.at;
-            let len = self.text[start..]
-                .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-            self.at = start + len;
-            self.eat(b'"')?;
-            std::str::from_utf8(&self.text[start..start + len])
+            // The closing quote right after (a control character in a key is invalid JSON).
+            if self.text().get(start + len) != Some(&b'"') {
+                return None;
+            }
+            self.at = start + len + 1;
+            std::str::from_utf8(&self.text()[start..start + len])
                 .ok()
                 .map(str::to_owned)
         }
@@ -545,13 +785,10 @@ mod scan {
         /// A number, read by serde_json itself (so it is the same f64).
         fn number(&mut self) -> Option<Number> {
             self.ws();
+            let len = self.run(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'));
             let start = self.at;
-            let len = self.text[start..]
-                .iter()
-                .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
-                .unwrap_or(self.text.len() - start);
             self.at = start + len;
-            let mut de = serde_json::Deserializer::from_slice(&self.text[start..start + len]);
+            let mut de = serde_json::Deserializer::from_slice(&self.text()[start..start + len]);
             let n = Number::deserialize(&mut de).ok()?;
             de.end().ok()?;
             n.0.is_some().then_some(n)
@@ -560,139 +797,213 @@ mod scan {
         /// An array of decimal integers below 2^32 without leading zeros.
         fn gids(&mut self) -> Option<Gids> {
             self.eat(b'[')?;
-            let mut gids = Vec::new();
             if self.peek()? == b']' {
                 self.at += 1;
-                return Some(Gids::Array { gids, bad: None });
+                return Some(Gids::Array {
+                    gids: Vec::new(),
+                    bad: None,
+                });
             }
-            loop {
+            // Gathered in the reused `scratch`, then copied once into a vector of their
+            // number (instead of a vector grown, copied and freed by doubling).
+            let mut gids = std::mem::take(&mut self.scratch);
+            gids.clear();
+            let done = loop {
                 self.ws();
-                let start = self.at;
-                let mut gid = 0u64;
-                while let Some(&d) = self.text.get(self.at) {
-                    if !d.is_ascii_digit() {
-                        break;
+                // A gid and what tells where it ends, in one piece.
+                self.fill(16);
+                let Some((gid, len)) = gid(&self.text()[self.at..]) else {
+                    break false;
+                };
+                self.at += len;
+                gids.push(gid);
+                match self.peek() {
+                    Some(b',') => self.at += 1,
+                    Some(b']') => {
+                        self.at += 1;
+                        break true;
                     }
-                    gid = gid * 10 + (d - b'0') as u64;
-                    self.at += 1;
-                    if self.at - start > 10 {
-                        return None;
-                    }
+                    _ => break false,
                 }
-                let len = self.at - start;
-                if len == 0 || (len > 1 && self.text[start] == b'0') {
-                    return None;
-                }
-                gids.push(u32::try_from(gid).ok()?);
+            };
+            let array = done.then(|| gids.to_vec());
+            self.scratch = gids;
+            let array = array?;
+            (self.progress)(self.pos() as usize);
+            Some(Gids::Array {
+                gids: array,
+                bad: None,
+            })
+        }
+    }
+
+    /// The decimal integer below 2^32 without leading zeros (at most 10 digits) at the start
+    /// of `text`, and its length; `None` when there is none, or more digits follow.
+    #[inline]
+    pub(super) fn gid(text: &[u8]) -> Option<(u32, usize)> {
+        let Some(word) = text.get(..8) else {
+            return gid_bytewise(text);
+        };
+        // Eight bytes at once: a byte is a digit when both its high nibble and that of the
+        // byte + 6 are 3. A carry out of a byte only spoils the bytes after it, which come
+        // after the first non-digit.
+        let x = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+        const THREES: u64 = 0x3030_3030_3030_3030;
+        let other = ((x & HIGH) ^ THREES) | ((x.wrapping_add(0x0606_0606_0606_0606) & HIGH) ^ THREES);
+        let n = (other.trailing_zeros() / 8) as usize;
+        if n == 0 || (n > 1 && text[0] == b'0') {
+            return None;
+        }
+        // The n digits at the top of the word (zeros before them), then combined in pairs,
+        // fours and eights.
+        let v = (x & 0x0F0F_0F0F_0F0F_0F0F) << (8 * (8 - n));
+        let v = v.wrapping_mul(10).wrapping_add(v >> 8);
+        const PAIRS: u64 = 0x0000_00FF_0000_00FF;
+        let v = ((v & PAIRS)
+            .wrapping_mul(100 + (1_000_000 << 32))
+            .wrapping_add(((v >> 16) & PAIRS).wrapping_mul(1 + (10_000 << 32))))
+            >> 32;
+        if n < 8 {
+            return Some((v as u32, n));
+        }
+        let (mut g, mut len) = (v, 8);
+        while let Some(&d) = text.get(len).filter(|d| d.is_ascii_digit()) {
+            if len == 10 {
+                return None;
+            }
+            g = g * 10 + (d - b'0') as u64;
+            len += 1;
+        }
+        Some((u32::try_from(g).ok()?, len))
+    }
+
+    /// [`gid`] a byte at a time (at the end of the input).
+    fn gid_bytewise(text: &[u8]) -> Option<(u32, usize)> {
+        let len = text
+            .iter()
+            .position(|d| !d.is_ascii_digit())
+            .unwrap_or(text.len());
+        if len == 0 || len > 10 || (len > 1 && text[0] == b'0') {
+            return None;
+        }
+        let g = text[..len].iter().fold(0u64, |g, &d| g * 10 + (d - b'0') as u64);
+        Some((u32::try_from(g).ok()?, len))
+    }
+
+    /// What a scan from the middle of `pop_metype_gids` read.
+    struct Tail {
+        /// The rest of the population it started in: `"metype": [gids]`, in order.
+        rest: Vec<(String, Gids)>,
+        /// The populations after it, read whole (on the scan's own thread).
+        populations: Vec<(String, Entries<Gids>)>,
+        /// Where `pop_metype_gids` ends: the scan from the start goes on from there.
+        end: u64,
+    }
+
+    impl Scanner<'_> {
+        /// A scan from here, assumed to be a metype key inside a population object after a
+        /// comma, to the end of `pop_metype_gids`; `None` when the text does not read that
+        /// way from here (this was not such a place, or the shape is another).
+        fn scan_from(&mut self) -> Option<Tail> {
+            let mut rest = Vec::new();
+            loop {
+                let key = self.string()?;
+                self.eat(b':')?;
+                rest.push((key, self.gids()?));
                 match self.peek()? {
                     b',' => self.at += 1,
-                    b']' => {
-                        self.at += 1;
-                        (self.progress)(self.at);
-                        return Some(Gids::Array { gids, bad: None });
-                    }
+                    b'}' => break,
                     _ => return None,
                 }
             }
+            self.at += 1;
+            // The next populations (possibly empty ones), then the end.
+            let mut populations = Vec::new();
+            loop {
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => {
+                        let end = self.pos() + 1;
+                        return Some(Tail {
+                            rest,
+                            populations,
+                            end,
+                        });
+                    }
+                    _ => return None,
+                }
+                let name = self.string()?;
+                self.eat(b':')?;
+                populations.push((name, self.object(Scanner::gids)?));
+            }
         }
-    }
 
-    /// One step of a population object's text, as a scan from the middle of it reads it.
-    enum Event {
-        /// `"metype": [gids]` of the current population.
-        Metype(String, Gids),
-        /// The end of the current population and the start of the next one, `"name": {`.
-        Next(String),
-        /// The end of the current population and of `pop_metype_gids`: the scan ends there.
-        End(usize),
-    }
-
-    /// A scan of `text` from `start`, assumed to be a metype key inside a population object
-    /// after a comma, to the end of `pop_metype_gids`; `None` when the text does not read
-    /// that way from there (`start` was not such a place, or the shape is another).
-    fn scan_from(text: &[u8], start: usize) -> Option<Vec<Event>> {
-        let mut s = Scanner {
-            text,
-            at: start,
-            progress: &|_| (),
-            parallel_from: usize::MAX,
-        };
-        let mut events = Vec::new();
-        loop {
-            let key = s.string()?;
-            s.eat(b':')?;
-            events.push(Event::Metype(key, s.gids()?));
-            match s.peek()? {
-                b',' => s.at += 1,
-                b'}' => {
-                    s.at += 1;
-                    // The next population (possibly empty ones), or the end.
-                    loop {
-                        match s.peek()? {
-                            b',' => s.at += 1,
-                            b'}' => {
-                                events.push(Event::End(s.at + 1));
-                                return Some(events);
-                            }
-                            _ => return None,
-                        }
-                        let name = s.string()?;
-                        s.eat(b':')?;
-                        s.eat(b'{')?;
-                        events.push(Event::Next(name));
-                        if s.peek()? != b'}' {
+        /// The first place from here from which [`Scanner::scan_from`] may read: a `]` , `"`
+        /// sequence (the end of a gid array and the next metype key), at its `"`. Only a
+        /// guess: the scan from the start takes it when it gets there in that state.
+        fn split(&mut self) -> Option<u64> {
+            loop {
+                loop {
+                    match self.text()[self.at..].iter().position(|&b| b == b']') {
+                        Some(p) => {
+                            self.at += p;
                             break;
                         }
-                        s.at += 1;
+                        None => {
+                            self.at = self.filled;
+                            if !self.more() {
+                                return None;
+                            }
+                        }
                     }
                 }
-                _ => return None,
-            }
-        }
-    }
-
-    /// A place from which [`scan_from`] may read the second half of `text`: after the
-    /// middle, a `]` , `"` sequence (the end of a gid array and the next metype key). Only
-    /// a guess: the scan from the start takes it when it gets there in that state.
-    fn split(text: &[u8]) -> Option<usize> {
-        let mid = text.len() / 2;
-        let mut at = mid + text[mid..].iter().position(|&b| b == b']')?;
-        loop {
-            let mut j = at + 1;
-            while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(j) {
-                j += 1;
-            }
-            if text.get(j) == Some(&b',') {
-                j += 1;
-                while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(j) {
-                    j += 1;
-                }
-                if text.get(j) == Some(&b'"') {
-                    return Some(j);
+                self.at += 1;
+                if self.peek() == Some(b',') {
+                    self.at += 1;
+                    if self.peek() == Some(b'"') {
+                        return Some(self.pos());
+                    }
                 }
             }
-            at = j + text.get(j..)?.iter().position(|&b| b == b']')?;
         }
     }
 
     /// Files from this size are scanned on two threads.
-    const PARALLEL_FROM: usize = 1 << 22;
+    pub(super) const PARALLEL_FROM: u64 = 1 << 22;
+
+    /// A progress callback that ignores its position.
+    fn ignore(_: usize) {}
 
     /// How many scans took the other thread's result.
     #[cfg(test)]
     pub(super) static HANDOFFS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
     impl Scanner<'_> {
-        /// `pop_metype_gids`: an object of objects of gid arrays. A large text's second half
-        /// is scanned on another thread from a guessed place ([`split`]); when this scan
-        /// reaches that place between two metypes of a population, it takes the other
-        /// thread's result from there (what it would have read itself), else it goes on.
+        /// `pop_metype_gids`: an object of objects of gid arrays. A large input's second half
+        /// is read and scanned by another thread from a guessed place ([`Scanner::split`]
+        /// from the middle); when this scan reaches that place between two metypes of a
+        /// population, it takes the other thread's result from there (what it would have
+        /// read itself) and goes on after it, else it reads on itself.
         fn populations(&mut self) -> Option<Entries<Object<Gids>>> {
-            let text = self.text;
-            let guess = (text.len() >= self.parallel_from).then(|| split(text)).flatten();
+            let input = self.input;
+            let mid = input.size / 2;
+            let parallel = input.size >= input.parallel_from;
             std::thread::scope(|scope| {
-                let other = guess.map(|at| (at, scope.spawn(move || scan_from(text, at))));
-                let mut other = other.map(|(at, h)| (at, Some(h)));
+                let (guess_tx, guess_rx) = std::sync::mpsc::channel();
+                let mut other = parallel.then(|| {
+                    Some(scope.spawn(move || {
+                        let mut s = Scanner::new(input, mid, u64::MAX, &ignore);
+                        let guess = s.split();
+                        // The receiver waits for this, or is gone.
+                        let _ = guess_tx.send(guess);
+                        guess?;
+                        let tail = s.scan_from()?;
+                        s.fault.is_none().then_some(tail)
+                    }))
+                });
+                // Where the other scan started, once this one is past the middle.
+                let mut guess: Option<Option<u64>> = None;
                 self.eat(b'{')?;
                 let mut pops = Entries::new();
                 if self.peek()? == b'}' {
@@ -700,7 +1011,7 @@ mod scan {
                     return Some(pops);
                 }
                 loop {
-                    let mut name = self.string()?;
+                    let name = self.string()?;
                     self.eat(b':')?;
                     self.eat(b'{')?;
                     let mut metypes = Entries::new();
@@ -712,38 +1023,31 @@ mod scan {
                             match self.peek()? {
                                 b',' => {
                                     self.at += 1;
-                                    if let Some((at, handle)) = &mut other {
-                                        if self.peek()? == b'"' && self.at == *at {
-                                            let events = handle.take().and_then(|h| h.join().ok()).flatten();
-                                            if let Some(events) = events {
-                                                #[cfg(test)]
-                                                HANDOFFS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                                for e in events {
-                                                    match e {
-                                                        Event::Metype(k, g) => metypes.insert(k, g),
-                                                        Event::Next(next) => {
-                                                            let done = std::mem::replace(
-                                                                &mut metypes,
-                                                                Entries::new(),
-                                                            );
-                                                            pops.insert(
-                                                                std::mem::replace(&mut name, next),
-                                                                Object::Entries(done),
-                                                            );
-                                                        }
-                                                        Event::End(end) => {
-                                                            pops.insert(name, Object::Entries(metypes));
-                                                            self.at = end;
-                                                            (self.progress)(end);
-                                                            return Some(pops);
-                                                        }
-                                                    }
-                                                }
-                                                unreachable!("a scan ends with Event::End");
-                                            }
-                                            other = None;
-                                        }
+                                    let Some(handle) = &mut other else { continue };
+                                    if self.peek()? != b'"' || self.pos() < mid {
+                                        continue;
                                     }
+                                    let at = *guess.get_or_insert_with(|| guess_rx.recv().ok().flatten());
+                                    if at != Some(self.pos()) {
+                                        continue;
+                                    }
+                                    let tail = handle.take().and_then(|h| h.join().ok()).flatten();
+                                    let Some(tail) = tail else {
+                                        other = None;
+                                        continue;
+                                    };
+                                    #[cfg(test)]
+                                    HANDOFFS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    for (k, g) in tail.rest {
+                                        metypes.insert(k, g);
+                                    }
+                                    pops.insert(name, Object::Entries(metypes));
+                                    for (name, metypes) in tail.populations {
+                                        pops.insert(name, Object::Entries(metypes));
+                                    }
+                                    self.seek(tail.end);
+                                    (self.progress)(tail.end as usize);
+                                    return Some(pops);
                                 }
                                 b'}' => break,
                                 _ => return None,
@@ -768,17 +1072,43 @@ mod scan {
     /// The top level of `text`, or `None` when it is not of the plain shape; `progress` is
     /// told how far it got after each gid array.
     pub(super) fn root(text: &[u8], progress: &dyn Fn(usize)) -> Option<Root> {
-        root_with(text, progress, PARALLEL_FROM)
+        root_with(text, progress, PARALLEL_FROM, WINDOW)
     }
 
-    /// [`root`], on two threads from `parallel_from` bytes.
-    pub(super) fn root_with(text: &[u8], progress: &dyn Fn(usize), parallel_from: usize) -> Option<Root> {
-        let mut s = Scanner {
-            text,
-            at: 0,
-            progress,
+    /// [`root`], on two threads from `parallel_from` bytes, reading `text` by `window`.
+    pub(super) fn root_with(
+        text: &[u8],
+        progress: &dyn Fn(usize),
+        parallel_from: u64,
+        window: Window,
+    ) -> Option<Root> {
+        let input = Input {
+            src: &text,
+            size: text.len() as u64,
+            window,
+            read: &AtomicU64::new(0),
             parallel_from,
         };
+        scan(input, progress).ok().flatten()
+    }
+
+    /// The top level of `input`: `Ok(None)` when it is not of the plain shape, and the
+    /// fault when it could not be read to its end.
+    pub(super) fn scan(input: Input, progress: &dyn Fn(usize)) -> Result<Option<Root>, Fault> {
+        let count_below = if input.size >= input.parallel_from {
+            input.size / 2
+        } else {
+            u64::MAX
+        };
+        let mut s = Scanner::new(input, 0, count_below, progress);
+        let root = root_of(&mut s);
+        match s.fault {
+            Some(fault) => Err(fault),
+            None => Ok(root),
+        }
+    }
+
+    fn root_of(s: &mut Scanner) -> Option<Root> {
         let mut keys: Vec<String> = Vec::new();
         let (mut memory, mut synapses, mut populations) = (None, None, None);
         s.eat(b'{')?;
@@ -807,8 +1137,8 @@ mod scan {
             }
         }
         s.at += 1;
-        s.ws();
-        (s.at == text.len()).then(|| {
+        // Nothing but whitespace after.
+        s.peek().is_none().then(|| {
             Root::Object(Box::new(RootObject {
                 keys,
                 memory,
@@ -820,9 +1150,10 @@ mod scan {
 }
 
 /// The gids of one population seen so far, to find the first gid listed twice (in file
-/// order). A bitmap when the gids are compact (at most about one byte per gid, plus 8 KiB);
-/// otherwise the population is checked once by sorting a copy, and only when it does repeat
-/// a gid is it walked with a hash set.
+/// order). A bitmap while the gids are compact (below about one byte per gid, plus 8 KiB:
+/// allocated at that size, only the pages it uses are touched); once a gid is beyond it,
+/// the population is sparse: it is checked once by sorting a copy, and only when it does
+/// repeat a gid is it walked with a hash set. Each way finds the same first repeat.
 enum Seen {
     Bitmap(Vec<u64>),
     /// No gid repeats in the population.
@@ -830,42 +1161,60 @@ enum Seen {
     Set(std::collections::HashSet<u32>),
 }
 
+/// A gid beyond a [`Seen::Bitmap`]: the population is sparse.
+#[derive(Debug)]
+struct Sparse;
+
+/// The gid arrays of a population's entries.
+fn arrays(per_metype: &[(String, Gids)]) -> impl Iterator<Item = &[u32]> {
+    per_metype.iter().filter_map(|(_, g)| match g {
+        Gids::Array { gids, .. } => Some(gids.as_slice()),
+        Gids::Other => None,
+    })
+}
+
 impl Seen {
     fn new(per_metype: &[(String, Gids)]) -> Seen {
-        let arrays = || {
-            per_metype.iter().filter_map(|(_, g)| match g {
-                Gids::Array { gids, .. } => Some(gids.as_slice()),
-                Gids::Other => None,
-            })
-        };
-        let count: usize = arrays().map(<[u32]>::len).sum();
-        let span = arrays().flatten().map(|&g| g as usize + 1).max().unwrap_or(0);
-        if span <= 8 * count + 65536 {
-            return Seen::Bitmap(vec![0; span.div_ceil(64)]);
-        }
+        let count: usize = arrays(per_metype).map(<[u32]>::len).sum();
+        Seen::Bitmap(vec![0; (8 * count + 65536).div_ceil(64)])
+    }
+
+    /// The way of a sparse population whose first `checked` entries were found without a
+    /// repeat (marked seen again when a hash set walks it).
+    fn sparse(per_metype: &[(String, Gids)], checked: usize) -> Seen {
+        let count: usize = arrays(per_metype).map(<[u32]>::len).sum();
         let mut all: Vec<u32> = Vec::with_capacity(count);
-        for a in arrays() {
+        for a in arrays(per_metype) {
             all.extend_from_slice(a);
         }
         all.sort_unstable();
         if all.windows(2).all(|w| w[0] != w[1]) {
-            Seen::Distinct
-        } else {
-            Seen::Set(std::collections::HashSet::with_capacity(count))
+            return Seen::Distinct;
         }
+        let mut set = std::collections::HashSet::with_capacity(count);
+        for a in arrays(&per_metype[..checked]) {
+            set.extend(a.iter().copied());
+        }
+        Seen::Set(set)
     }
 
-    /// Marks `gids` seen, in order; the index of the first one already seen, if any.
-    fn first_repeat(&mut self, gids: &[u32]) -> Option<usize> {
+    /// Marks `gids` seen, in order; the index of the first one already seen, if any, or
+    /// [`Sparse`] at a gid beyond the bitmap (those before it marked).
+    fn first_repeat(&mut self, gids: &[u32]) -> std::result::Result<Option<usize>, Sparse> {
         match self {
-            Seen::Bitmap(bits) => gids.iter().position(|&g| {
-                let (w, b) = (g as usize / 64, 1u64 << (g % 64));
-                let was = bits[w] & b != 0;
-                bits[w] |= b;
-                was
-            }),
-            Seen::Distinct => None,
-            Seen::Set(set) => gids.iter().position(|&g| !set.insert(g)),
+            Seen::Bitmap(bits) => {
+                for (i, &g) in gids.iter().enumerate() {
+                    let (w, b) = (g as usize / 64, 1u64 << (g % 64));
+                    let word = bits.get_mut(w).ok_or(Sparse)?;
+                    if *word & b != 0 {
+                        return Ok(Some(i));
+                    }
+                    *word |= b;
+                }
+                Ok(None)
+            }
+            Seen::Distinct => Ok(None),
+            Seen::Set(set) => Ok(gids.iter().position(|&g| !set.insert(g))),
         }
     }
 }
@@ -1159,8 +1508,8 @@ mod tests {
         for seed in 0..20_000u64 {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let text = dry_run_text(&mut rng);
-            let one = scan::root_with(text.as_bytes(), &|_| (), usize::MAX);
-            let two = scan::root_with(text.as_bytes(), &|_| (), 0);
+            let one = scan::root_with(text.as_bytes(), &|_| (), u64::MAX, scan::WINDOW);
+            let two = scan::root_with(text.as_bytes(), &|_| (), 0, scan::WINDOW);
             match (one, two) {
                 (None, None) => {}
                 (Some(a), Some(b)) => {
@@ -1183,14 +1532,233 @@ mod tests {
         })
         .unwrap();
         let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
-        let a = finish(scan::root_with(&text, &|_| (), usize::MAX).unwrap(), path).unwrap();
-        let b = finish(scan::root_with(&text, &|_| (), 0).unwrap(), path).unwrap();
+        let a = finish(
+            scan::root_with(&text, &|_| (), u64::MAX, scan::WINDOW).unwrap(),
+            path,
+        )
+        .unwrap();
+        let b = finish(scan::root_with(&text, &|_| (), 0, scan::WINDOW).unwrap(), path).unwrap();
         assert!(a == b);
         let handoffs = scan::HANDOFFS.load(Ordering::Relaxed) - before;
         assert!(
             both > 500 && handoffs > 100,
             "{both} scanned, {handoffs} handed off"
         );
+    }
+
+    /// The same dry run or the same error from two scans, or both declined.
+    fn same_scan(a: Option<Root>, b: Option<Root>, what: &dyn Fn() -> String) {
+        let path = Path::new("random.json");
+        match (a, b) {
+            (None, None) => {}
+            (Some(a), Some(b)) => match (finish(a, path), finish(b, path)) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{}", what()),
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{}", what()),
+                (a, b) => panic!("{}: {a:?} vs {b:?}", what()),
+            },
+            (a, b) => panic!("{}: {} vs {}", what(), a.is_some(), b.is_some()),
+        }
+    }
+
+    #[test]
+    fn gid_reads_eight_bytes_at_once_as_the_definition_says() {
+        // The definition: the leading run of digits, 1 to 10 of them, no leading zero, < 2^32.
+        fn reference(text: &[u8]) -> Option<(u32, usize)> {
+            let len = text.iter().take_while(|d| d.is_ascii_digit()).count();
+            if len == 0 || len > 10 || (len > 1 && text[0] == b'0') {
+                return None;
+            }
+            let g: u64 = std::str::from_utf8(&text[..len]).unwrap().parse().unwrap();
+            Some((u32::try_from(g).ok()?, len))
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        for _ in 0..200_000 {
+            let len = rng.random_range(0..20);
+            let text: Vec<u8> = (0..len)
+                .map(|_| match rng.random_range(0..4) {
+                    0 => rng.random(),
+                    1 => b"/:,] \n0"[rng.random_range(0..7)],
+                    _ => b'0' + rng.random_range(0..10),
+                })
+                .collect();
+            assert_eq!(scan::gid(&text), reference(&text), "{text:?}");
+        }
+        for text in [
+            &b"4294967295,"[..],
+            b"4294967296,",
+            b"9999999999,",
+            b"99999999999",
+            b"12345678,",
+            b"123456789]",
+            b"0,      ",
+            b"00,     ",
+            b"07,     ",
+            b"1",
+            b"4294967295",
+        ] {
+            assert_eq!(scan::gid(text), reference(text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn scan_by_small_chunks_reads_what_one_chunk_reads() {
+        let whole = |len: usize| scan::Window {
+            chunk: len.max(1),
+            keep: len,
+        };
+        for seed in 0..4_000u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let text = dry_run_text(&mut rng);
+            let t = text.as_bytes();
+            let one = || scan::root_with(t, &|_| (), u64::MAX, whole(t.len()));
+            // Chunk ends fall everywhere: in keys, escapes, numbers, gids and whitespace.
+            for chunk in [1, 2, 3, 5, 8, 13] {
+                let window = scan::Window { chunk, keep: t.len() };
+                for parallel_from in [u64::MAX, 0] {
+                    let parts = scan::root_with(t, &|_| (), parallel_from, window);
+                    same_scan(one(), parts, &|| format!("seed {seed}, {window:?}: {text}"));
+                }
+            }
+            // A token longer than what is kept across chunks: declined, or read the same.
+            let window = scan::Window { chunk: 4, keep: 12 };
+            if let Some(parts) = scan::root_with(t, &|_| (), 0, window) {
+                same_scan(one(), Some(parts), &|| format!("seed {seed}: {text}"));
+            }
+        }
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 20_000,
+            metypes: 40,
+            populations: 3,
+            seed: 11,
+        })
+        .unwrap();
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        let one = scan::root_with(&text, &|_| (), u64::MAX, whole(text.len()));
+        for chunk in [1, 7, 4093, 65536] {
+            let window = scan::Window { chunk, keep: 64 };
+            let parts = scan::root_with(&text, &|_| (), 0, window);
+            assert!(parts.is_some(), "{window:?}");
+            let one = finish(
+                scan::root_with(&text, &|_| (), u64::MAX, whole(text.len())).unwrap(),
+                Path::new("s"),
+            );
+            assert!(one.unwrap() == finish(parts.unwrap(), Path::new("s")).unwrap());
+        }
+        assert!(one.is_some());
+    }
+
+    #[test]
+    fn scan_declines_a_control_character_in_a_key() {
+        // Invalid JSON (serde refuses it), not a key without its newline.
+        let text = b"{\"metype_memory\": {\"A\n\": 1.0}, \"pop_metype_gids\": {\"P\": {\"A\": [1]}}}";
+        assert!(scan::root(text, &|_| ()).is_none());
+        let path = Path::new("c.json");
+        assert_eq!(
+            read(text, path).unwrap_err().to_string(),
+            DryRun::read_via_value(text, path).unwrap_err().to_string()
+        );
+    }
+
+    /// A source that ends early after `ok` bytes, or fails there.
+    struct Faulty<'a> {
+        text: &'a [u8],
+        ok: u64,
+        fail: bool,
+    }
+
+    impl scan::Source for Faulty<'_> {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            if offset >= self.ok {
+                return match self.fail {
+                    true => Err(std::io::Error::other("disk on fire")),
+                    false => Ok(0),
+                };
+            }
+            let n = buf.len().min((self.ok - offset) as usize);
+            scan::Source::read_at(&self.text, &mut buf[..n], offset)
+        }
+    }
+
+    #[test]
+    fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 300_000,
+            metypes: 60,
+            populations: 2,
+            seed: 8,
+        })
+        .unwrap();
+        let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+        let len = text.len() as u64;
+        assert!(len >= scan::PARALLEL_FROM);
+        // Shorter than its size, in either half (so on either thread), or failing there.
+        for (ok, fail) in [
+            (len / 4, false),
+            (3 * len / 4, false),
+            (len - 1, false),
+            (len / 4, true),
+            (3 * len / 4, true),
+        ] {
+            let src = Faulty {
+                text: &text,
+                ok,
+                fail,
+            };
+            let input = scan::Input {
+                src: &src,
+                size: len,
+                window: scan::WINDOW,
+                read: &AtomicU64::new(0),
+                parallel_from: scan::PARALLEL_FROM,
+            };
+            match (scan::scan(input, &|_| ()), fail) {
+                (Err(scan::Fault::Changed), false) => {}
+                (Err(scan::Fault::Io(e)), true) => assert_eq!(e.to_string(), "disk on fire"),
+                (r, _) => panic!("{ok} {fail}: {:?}", r.map(|r| r.is_some())),
+            }
+        }
+        // A file longer than the size it had (it grew) or shorter (it shrank): read whole by
+        // the caller; of the size it has, read by the scan.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cm.json");
+        std::fs::write(&path, [&text[..], b"\n"].concat()).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let done = AtomicU64::new(0);
+        assert!(scan_file(&file, len, &path, &done).unwrap().is_none());
+        assert!(scan_file(&file, len + 2, &path, &done).unwrap().is_none());
+        let (scanned, _) = scan_file(&file, len + 1, &path, &done).unwrap().unwrap();
+        assert!(scanned == read(&text, &path).unwrap().0);
+        assert_eq!(scanned.cell_count(), d.cell_count());
+    }
+
+    #[test]
+    fn a_population_found_sparse_midway_finds_the_first_repeat() {
+        // Compact gids first (a bitmap), then one beyond it (sorted, then a hash set).
+        let path = Path::new("sparse.json");
+        for (pop, want) in [
+            (r#"{"A": [1, 2, 3], "B": [5, 4000000000, 2]}"#, Some("[\"B\"][2]")),
+            (r#"{"A": [1, 2, 3], "B": [2, 4000000000]}"#, Some("[\"B\"][0]")),
+            (
+                r#"{"A": [1, 2], "B": [3, 4000000000], "C": [4000000000]}"#,
+                Some("[\"C\"][0]"),
+            ),
+            (r#"{"A": [4000000000, 1], "B": [1]}"#, Some("[\"B\"][0]")),
+            (r#"{"A": [1, 2], "B": [3, 4000000000], "C": [7]}"#, None),
+        ] {
+            let text = format!(
+                r#"{{"metype_memory": {{"A": 1.0, "B": 2.0, "C": 3.0}}, "pop_metype_gids": {{"P": {pop}}}}}"#
+            );
+            let fast = read(text.as_bytes(), path);
+            let reference = DryRun::read_via_value(text.as_bytes(), path);
+            match (&fast, want) {
+                (Err(e), Some(at)) => {
+                    assert!(e.to_string().contains(at), "{e} for {pop}");
+                    assert_eq!(e.to_string(), reference.unwrap_err().to_string());
+                }
+                (Ok(a), None) => assert_eq!(a, &reference.unwrap()),
+                _ => panic!("{fast:?} for {pop}"),
+            }
+        }
     }
 
     #[test]
