@@ -131,17 +131,19 @@ pub struct AllocationCosts {
     pub cost_digest: String,
 }
 
-impl AllocationCosts {
-    /// The costs of balancing `dry_run` on `ranks` × `cycles` with `strategy` and
-    /// `transport_model`.
-    pub fn new(
-        written_by: &str,
-        dry_run: &DryRun,
-        ranks: u32,
-        cycles: u32,
-        strategy: &str,
-        transport_model: &str,
-    ) -> Self {
+/// What [`AllocationCosts`] takes from a dry run: the digest of its cost inputs so far and
+/// its total KB. It depends on the dry run only, so it can be computed beside the balancing.
+#[derive(Debug, Clone)]
+pub struct CostInputs {
+    hasher: crc32fast::Hasher,
+    total_kb: f64,
+    cells: usize,
+}
+
+impl CostInputs {
+    /// Digests every metype's name, memory KB and average synapses, the KB per synapse, and
+    /// each population's name, gids and per-cell synapse counts; sums the cells' KB.
+    pub fn new(dry_run: &DryRun) -> CostInputs {
         let mut h = crc32fast::Hasher::new();
         h.update(b"ballast-costs-1\0");
         h.update(&crate::dryrun::SYNAPSE_KB.to_le_bytes());
@@ -160,11 +162,17 @@ impl AllocationCosts {
             for (m, gids) in &p.metype_gids {
                 h.update(&(*m as u64).to_le_bytes());
                 h.update(&(gids.len() as u64).to_le_bytes());
+                // A metype's cells weigh the same without per-cell synapses: the same sum,
+                // term by term, without a lookup per cell.
+                let kb = dry_run.metypes[*m].cell_kb();
                 for chunk in gids.chunks(1 << 14) {
                     bytes.clear();
                     for &g in chunk {
                         bytes.extend_from_slice(&g.to_le_bytes());
-                        total_kb += dry_run.cell_kb(p, g, *m);
+                    }
+                    match &p.cell_synapses {
+                        None => chunk.iter().for_each(|_| total_kb += kb),
+                        Some(_) => chunk.iter().for_each(|&g| total_kb += dry_run.cell_kb(p, g, *m)),
                     }
                     h.update(&bytes);
                 }
@@ -176,16 +184,56 @@ impl AllocationCosts {
                 }
             }
         }
+        CostInputs {
+            hasher: h,
+            total_kb,
+            cells: dry_run.cell_count(),
+        }
+    }
+}
+
+impl AllocationCosts {
+    /// The costs of balancing `dry_run` on `ranks` × `cycles` with `strategy` and
+    /// `transport_model`.
+    pub fn new(
+        written_by: &str,
+        dry_run: &DryRun,
+        ranks: u32,
+        cycles: u32,
+        strategy: &str,
+        transport_model: &str,
+    ) -> Self {
+        Self::from_inputs(
+            &CostInputs::new(dry_run),
+            written_by,
+            ranks,
+            cycles,
+            strategy,
+            transport_model,
+        )
+    }
+
+    /// [`AllocationCosts::new`] from the dry run's [`CostInputs`].
+    pub fn from_inputs(
+        inputs: &CostInputs,
+        written_by: &str,
+        ranks: u32,
+        cycles: u32,
+        strategy: &str,
+        transport_model: &str,
+    ) -> Self {
+        let mut h = inputs.hasher.clone();
         h.update(strategy.as_bytes());
         h.update(&[0]);
         h.update(transport_model.as_bytes());
+        let total_kb = inputs.total_kb;
         AllocationCosts {
             written_by: written_by.to_owned(),
             ranks,
             cycles,
             strategy: strategy.to_owned(),
             transport_model: transport_model.to_owned(),
-            cells: dry_run.cell_count(),
+            cells: inputs.cells,
             // To 0.001 KB: the sum's last-bit noise (403297.9999999999) is not a cost. The
             // digest, which tells costs apart, hashes the exact inputs, not this total.
             total_kb: Some((total_kb * 1000.0).round() / 1000.0)

@@ -85,6 +85,20 @@ impl LoadStats {
     }
 }
 
+/// A population's gid → metype lookup in [`Summary::checked`], which also marks each gid
+/// seen.
+enum Index {
+    /// Dense gids, metype indices below [`SEEN`]: one slot per gid.
+    Table(Vec<u16>),
+    /// Otherwise: the dry run's index and a set of the gids seen.
+    Map(crate::gidmap::GidIndex, GidSet),
+}
+
+/// A [`Index::Table`] slot of a gid not in the dry run.
+const ABSENT: u16 = u16::MAX;
+/// A [`Index::Table`] slot of a gid already weighed.
+const SEEN: u16 = u16::MAX - 1;
+
 /// One bucket that holds cells: its cells and their KB, all populations together.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct BucketLoad {
@@ -160,21 +174,50 @@ impl Summary {
                 .find(|d| d.name == name)
                 .expect("names checked");
             let span = pop.gid_span();
-            let mut index = crate::gidmap::GidIndex::for_span(span, pop.cell_count());
-            for (m, gids) in &pop.metype_gids {
-                for &g in gids {
-                    index.insert(g, *m as u32);
-                }
-            }
-            let mut seen = GidSet::for_span(span, pop.cell_count());
             let metype_kb = &metype_kb;
             counts.borrow_mut().push(pop.cell_count());
+            let weight = move |g: u32, m: usize| match &pop.cell_synapses {
+                Some(_) => dry_run.cell_kb(pop, g, m),
+                None => metype_kb[m],
+            };
+            let index = if span <= pop.cell_count().saturating_mul(2).saturating_add(4096)
+                && dry_run.metypes.len() < SEEN as usize
+            {
+                // Dense, with few metypes: one table of 2 bytes per gid holds each gid's
+                // metype, then marks it seen.
+                let mut table = vec![ABSENT; span];
+                for (m, gids) in &pop.metype_gids {
+                    for &g in gids {
+                        table[g as usize] = *m as u16;
+                    }
+                }
+                Index::Table(table)
+            } else {
+                let mut index = crate::gidmap::GidIndex::for_span(span, pop.cell_count());
+                for (m, gids) in &pop.metype_gids {
+                    for &g in gids {
+                        index.insert(g, *m as u32);
+                    }
+                }
+                Index::Map(index, GidSet::for_span(span, pop.cell_count()))
+            };
+            let mut index = index;
             move |g: u32| -> Option<f64> {
-                let m = index.get(g)? as usize;
-                seen.insert(g).then(|| match &pop.cell_synapses {
-                    Some(_) => dry_run.cell_kb(pop, g, m),
-                    None => metype_kb[m],
-                })
+                match &mut index {
+                    Index::Table(table) => {
+                        let slot = table.get_mut(g as usize)?;
+                        let m = *slot;
+                        if m >= SEEN {
+                            return None;
+                        }
+                        *slot = SEEN;
+                        Some(weight(g, m as usize))
+                    }
+                    Index::Map(index, seen) => {
+                        let m = index.get(g)? as usize;
+                        seen.insert(g).then(|| weight(g, m))
+                    }
+                }
             }
         });
         match summary {
@@ -391,14 +434,28 @@ mod tests {
     /// kind of problem.
     #[test]
     fn checked_is_validate_and_new() {
-        use crate::allocation::PopulationAllocation;
-        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+        let dense = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
             cells: 3000,
             metypes: 17,
             populations: 3,
             seed: 5,
         })
         .unwrap();
+        // Sparse gids: looked up through the dry run's index and a set.
+        let mut sparse = dense.clone();
+        for p in &mut sparse.populations {
+            for (_, g) in &mut p.metype_gids {
+                g.iter_mut().for_each(|x| *x = *x * 1013 + 7);
+            }
+        }
+        for d in [dense, sparse] {
+            check_is_validate_and_new(&d);
+        }
+    }
+
+    fn check_is_validate_and_new(d: &DryRun) {
+        use crate::allocation::PopulationAllocation;
+        let d = d.clone();
         let good = crate::strategy::balance(
             &d,
             &crate::BalancerConfig::builder()

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use ballast_balancer::atomic::{self, AtomicFile};
-use ballast_balancer::files::{stage_allocation, AllocationCosts};
+use ballast_balancer::files::{stage_allocation, AllocationCosts, CostInputs};
 use ballast_balancer::network::Network;
 use ballast_balancer::nodefit::{fewest_nodes, node_totals, node_totals_kb, nodes_over, NodeFitError};
 use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
@@ -374,6 +374,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         strategy_name,
         seconds,
         baseline,
+        cost_inputs,
         fit,
     } = balanced;
     let dry_run = &input.dry_run;
@@ -390,9 +391,9 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                 )
             })?;
             let costs = || {
-                let mut costs = AllocationCosts::new(
+                let mut costs = AllocationCosts::from_inputs(
+                    &cost_inputs,
                     "ballast dry-run",
-                    dry_run,
                     config.ranks,
                     config.cycles,
                     &strategy_name,
@@ -605,6 +606,8 @@ struct BalanceStep {
     strategy_name: String,
     seconds: f64,
     baseline: Option<ballast_balancer::LoadStats>,
+    /// The dry run's part of the sidecar.
+    cost_inputs: CostInputs,
     fit: Option<ballast_balancer::nodefit::Fit>,
 }
 
@@ -617,23 +620,27 @@ fn balance_step(
     placed: &AtomicU64,
 ) -> anyhow::Result<BalanceStep> {
     let dry_run = &input.dry_run;
-    // neurodamus' result on the same input, for comparison (one greedy pass, on a second
-    // thread while the strategy runs).
-    let (balanced, seconds, baseline) = std::thread::scope(|s| {
-        let baseline = (args.strategy != Strategy::Neurodamus).then(|| {
-            s.spawn(|| {
+    // On a second thread while the strategy runs: neurodamus' result on the same input,
+    // for comparison (one greedy pass), and what the sidecar takes from the dry run.
+    let (balanced, seconds, (baseline, cost_inputs)) = std::thread::scope(|s| {
+        let side = s.spawn(|| {
+            let baseline = (args.strategy != Strategy::Neurodamus).then(|| {
                 let nd = BalancerConfig {
                     strategy: Strategy::Neurodamus,
                     ..config.clone()
                 };
                 ballast_balancer::strategy::neurodamus::overall_stats(dry_run, &nd)
-            })
+            });
+            (baseline, CostInputs::new(dry_run))
         });
         let start = Instant::now();
         let balanced = balance_charged_counted(dry_run, input.network.as_ref(), config, charge, placed);
         let seconds = start.elapsed().as_secs_f64();
-        let baseline = baseline.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        (balanced, seconds, baseline)
+        (
+            balanced,
+            seconds,
+            side.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        )
     });
     let Balanced {
         allocation,
@@ -670,6 +677,7 @@ fn balance_step(
         strategy_name,
         seconds,
         baseline,
+        cost_inputs,
         fit,
     })
 }
