@@ -222,8 +222,12 @@ pub fn balance_counted(dry_run: &DryRun, config: &BalancerConfig, done: &AtomicU
     );
 
     let nbuckets = config.buckets();
-    let (mut loads, mut members) = greedy(&order, nbuckets, done);
-    refine(&order, &mut loads, &mut members);
+    let npop = dry_run.populations.len();
+    let (loads, gathered) = if nbuckets <= 1 << 16 {
+        place::<u16>(&order, nbuckets, npop, done)
+    } else {
+        place::<u32>(&order, nbuckets, npop, done)
+    };
     let labels = deal_to_ranks(&loads, config.ranks, config.cycles);
 
     let mut populations: Vec<PopulationAllocation> = dry_run
@@ -234,11 +238,7 @@ pub fn balance_counted(dry_run: &DryRun, config: &BalancerConfig, done: &AtomicU
             buckets: BTreeMap::new(),
         })
         .collect();
-    // Bucket by bucket, each bucket's list freed once its gids are out. (On one thread: the
-    // lists were allocated on this one, and a second thread's allocator arena could not
-    // reuse the memory they free, which would hold both at once.)
-    let npop = populations.len();
-    for (bucket, p, gids) in bucket_gids(&order, &mut members, 0, npop, done) {
+    for (bucket, p, gids) in gathered {
         populations[p].buckets.insert(labels[bucket], gids);
     }
     Allocation {
@@ -248,34 +248,31 @@ pub fn balance_counted(dry_run: &DryRun, config: &BalancerConfig, done: &AtomicU
     }
 }
 
-/// The gids of each of `members` (buckets `offset..`), per population, ascending: (bucket,
-/// population, gids) for every non-empty list. `members` is emptied (each bucket's list
-/// freed once read).
-///
-/// No pass reads the gids in the buckets' order, which jumps across the dry run's arrays:
-/// one pass over the buckets notes each position's bucket (`assign`, 2 bytes per cell up to
-/// 65,536 buckets, 4 beyond); then, population by population, one pass over the positions in
-/// order reads each gid beside its bucket. A population whose gids are dense (largest gid
-/// below twice its cells plus 4096) notes them in a table indexed by gid, whose pass in
-/// ascending order deals them to their buckets' lists, each allocated at its exact length;
-/// other populations' gids are dealt straight to the lists and each list sorted.
-#[inline(never)]
-fn bucket_gids(
+/// Greedy and refinement, then the gids of every bucket: bucket loads, and (bucket,
+/// population, gids ascending) for every non-empty list. Each position's bucket is noted
+/// as `S` (which must hold every bucket index) while it is placed and moved, so gathering
+/// the gids needs no pass over the buckets' lists, which are freed first.
+fn place<S: Slot>(
     order: &Order,
-    members: &mut [Vec<u32>],
-    offset: usize,
+    nbuckets: usize,
     populations: usize,
     done: &AtomicU64,
-) -> Vec<(usize, usize, Vec<u32>)> {
-    if members.len() <= 1 << 16 {
-        gather::<u16>(order, members, offset, populations, done)
-    } else {
-        gather::<u32>(order, members, offset, populations, done)
+) -> (Vec<f64>, Vec<(usize, usize, Vec<u32>)>) {
+    let mut assign: Vec<S> = vec![S::default(); order.len];
+    let (mut loads, mut members) = greedy_noting(order, nbuckets, done, &mut assign);
+    let mut moved = Vec::new();
+    refine_tracked(order, &mut loads, &mut members, &mut moved);
+    for (i, b) in moved {
+        assign[i as usize] = S::from_bucket(b);
     }
+    drop(members);
+    let gathered = gather(order, &assign, nbuckets, populations);
+    done.fetch_add(order.len as u64, Ordering::Relaxed);
+    (loads, gathered)
 }
 
 /// A bucket index as stored in the tables of [`gather`].
-trait Slot: Copy + Default {
+trait Slot: Copy + Default + Send + Sync {
     fn from_bucket(b: usize) -> Self;
     fn bucket(self) -> usize;
 }
@@ -302,39 +299,41 @@ impl Slot for u32 {
     }
 }
 
-/// [`bucket_gids`] with bucket indices stored as `S` (which must hold every index of
-/// `members`).
+/// The gids of every bucket, per population, ascending, from `assign` (each position's
+/// bucket): (bucket, population, gids) for every non-empty list.
+///
+/// Population by population, one pass over the positions in order reads each gid beside
+/// its bucket (no pass reads the gids in a bucket's order, which jumps across the dry run's
+/// arrays). A population whose gids are dense (largest gid below twice its cells plus 4096)
+/// notes them in a table indexed by gid, whose pass in ascending order deals them to their
+/// buckets' lists, each allocated at its exact length; other populations' gids are dealt
+/// straight to the lists and each list sorted. Several populations are gathered side by side
+/// on the machine's cores while their tables together take at most [`PARALLEL_TABLES`]
+/// bytes (beyond that, one at a time: memory first).
 fn gather<S: Slot>(
     order: &Order,
-    members: &mut [Vec<u32>],
-    offset: usize,
+    assign: &[S],
+    nbuckets: usize,
     populations: usize,
-    done: &AtomicU64,
 ) -> Vec<(usize, usize, Vec<u32>)> {
-    let nbuckets = members.len();
-    let mut assign: Vec<S> = vec![S::default(); order.len];
-    for (b, items) in members.iter_mut().enumerate() {
-        let slot = S::from_bucket(b);
-        for &i in items.iter() {
-            assign[i as usize] = slot;
+    // Per population: cells and gid span (a segment's gids are ascending: its last is its
+    // largest).
+    let mut cells = vec![0usize; populations];
+    let mut span = vec![0usize; populations];
+    for s in &order.segments {
+        let p = s.population as usize;
+        cells[p] += s.gids.len();
+        if let Some(&last) = s.gids.last() {
+            span[p] = span[p].max(last as usize + 1);
         }
-        done.fetch_add(items.len() as u64, Ordering::Relaxed);
-        *items = Vec::new();
     }
-    let mut out = Vec::with_capacity(nbuckets * populations.min(4));
-    for p in 0..populations {
+    let dense = |p: usize| span[p] <= cells[p].saturating_mul(2).saturating_add(4096);
+    let one = |p: usize| -> Vec<(usize, usize, Vec<u32>)> {
         let segments = || order.segments.iter().filter(|s| s.population as usize == p);
-        // A segment's gids are ascending: its last is its largest.
-        let cells: usize = segments().map(|s| s.gids.len()).sum();
-        let span = segments()
-            .filter_map(|s| s.gids.last())
-            .map(|&g| g as usize + 1)
-            .max()
-            .unwrap_or(0);
         let mut lists: Vec<Vec<u32>>;
-        if span <= cells.saturating_mul(2).saturating_add(4096) {
-            let mut bucket: Vec<S> = vec![S::default(); span];
-            let mut present: Vec<u64> = vec![0; span.div_ceil(64)];
+        if dense(p) {
+            let mut bucket: Vec<S> = vec![S::default(); span[p]];
+            let mut present: Vec<u64> = vec![0; span[p].div_ceil(64)];
             let mut counts = vec![0usize; nbuckets];
             for s in segments() {
                 for (&gid, &slot) in s.gids.iter().zip(&assign[s.start..s.start + s.gids.len()]) {
@@ -364,16 +363,47 @@ fn gather<S: Slot>(
                 l.shrink_to_fit();
             }
         }
-        out.extend(
-            lists
-                .into_iter()
-                .enumerate()
-                .filter(|(_, l)| !l.is_empty())
-                .map(|(b, l)| (offset + b, p, l)),
-        );
+        lists
+            .into_iter()
+            .enumerate()
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(b, l)| (b, p, l))
+            .collect()
+    };
+    let table_bytes: usize = (0..populations)
+        .filter(|&p| dense(p))
+        .map(|p| span[p] * (std::mem::size_of::<S>() + 1) + nbuckets * 8)
+        .sum();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(populations);
+    if threads < 2 || table_bytes > PARALLEL_TABLES {
+        return (0..populations).flat_map(one).collect();
     }
-    out
+    std::thread::scope(|s| {
+        let one = &one;
+        let handles: Vec<_> = (1..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    (t..populations)
+                        .step_by(threads)
+                        .flat_map(one)
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut out: Vec<_> = (0..populations).step_by(threads).flat_map(one).collect();
+        for h in handles {
+            out.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        out
+    })
 }
+
+/// Largest total of [`gather`]'s per-population tables gathered side by side (each thread
+/// also allocates its populations' lists in its own allocator arena, which at whole-brain
+/// sizes would keep the memory the buckets' lists freed from being reused).
+const PARALLEL_TABLES: usize = 64 << 20;
 
 /// LPT list scheduling. Returns bucket loads and, per bucket, the positions of its cells in
 /// ascending order (descending KB, the order they were placed in).
@@ -388,8 +418,20 @@ fn gather<S: Slot>(
 /// rounding makes it equal to a higher index's, it is moved back to its place. Both
 /// sequences stay sorted, so the result is exactly that of a priority queue over (load,
 /// index). At the end of a segment the two are merged into the next segment's `fresh`.
-#[inline(never)]
+#[cfg(test)]
 fn greedy(order: &Order, nbuckets: usize, done: &AtomicU64) -> (Vec<f64>, Vec<Vec<u32>>) {
+    greedy_noting::<u16>(order, nbuckets, done, &mut [])
+}
+
+/// [`greedy`], noting each position's bucket in `assign` too unless it is empty.
+#[inline(never)]
+fn greedy_noting<S: Slot>(
+    order: &Order,
+    nbuckets: usize,
+    done: &AtomicU64,
+    assign: &mut [S],
+) -> (Vec<f64>, Vec<Vec<u32>>) {
+    let note = !assign.is_empty();
     let mut loads = vec![0.0; nbuckets];
     let mut members = vec![Vec::new(); nbuckets];
     // All loads are 0: index order.
@@ -410,6 +452,9 @@ fn greedy(order: &Order, nbuckets: usize, done: &AtomicU64) -> (Vec<f64>, Vec<Ve
             };
             loads[b as usize] += w;
             members[b as usize].push(i as u32);
+            if note {
+                assign[i] = S::from_bucket(b as usize);
+            }
             placed.push_sorted(&loads, b);
         }
         // The next segment's fresh sequence: both merged by (load, index).
@@ -954,10 +999,15 @@ const INDEX_MIN_CELLS_PER_BUCKET: usize = 256;
 
 /// Moves and swaps between the heaviest and the lightest bucket while that lowers the
 /// heavier of the two. `members[b]` stays sorted (by descending KB).
-#[inline(never)]
+#[cfg(test)]
 fn refine(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>]) {
+    refine_tracked(order, loads, members, &mut Vec::new());
+}
+
+/// [`refine`], appending to `moved` (position, new bucket) for every cell it moves.
+fn refine_tracked(order: &Order, loads: &mut [f64], members: &mut [Vec<u32>], moved: &mut Vec<(u32, usize)>) {
     let indexed = order.len >= INDEX_MIN_CELLS_PER_BUCKET * loads.len();
-    refine_with(order, loads, members, indexed, search_budget);
+    refine_with(order, loads, members, indexed, search_budget, moved);
 }
 
 /// [`refine`], with the swap index when `indexed` (and the order allows one), and
@@ -968,6 +1018,7 @@ fn refine_with(
     members: &mut [Vec<u32>],
     indexed: bool,
     budget: fn(usize) -> usize,
+    moved: &mut Vec<(u32, usize)>,
 ) {
     if loads.len() < 2 {
         return;
@@ -1015,12 +1066,14 @@ fn refine_with(
             Transfer::Move(p) => {
                 let i = members[h].remove(p);
                 insert_sorted(&mut members[l], i);
+                moved.push((i, l));
             }
             Transfer::Swap(p, q) => {
                 let i = members[h].remove(p);
                 let j = members[l].remove(q);
                 insert_sorted(&mut members[l], i);
                 insert_sorted(&mut members[h], j);
+                moved.extend([(i, l), (j, h)]);
             }
         }
         loads[h] -= d;
@@ -1220,14 +1273,14 @@ mod tests {
         })
         .unwrap();
         let order = Order::new(&d);
-        let (_, members) = greedy(&order, 300, &AtomicU64::new(0));
-        let narrow = gather::<u16>(&order, &mut members.clone(), 5, 3, &AtomicU64::new(0));
-        let wide = gather::<u32>(&order, &mut members.clone(), 5, 3, &AtomicU64::new(0));
+        let (mut narrow, mut wide) = (vec![0u16; order.len], vec![0u32; order.len]);
+        greedy_noting(&order, 300, &AtomicU64::new(0), &mut narrow);
+        greedy_noting(&order, 300, &AtomicU64::new(0), &mut wide);
+        let narrow = gather(&order, &narrow, 300, 3);
+        let wide = gather(&order, &wide, 300, 3);
         assert_eq!(narrow, wide);
         assert_eq!(narrow.iter().map(|(_, _, g)| g.len()).sum::<usize>(), 20_000);
-        assert!(narrow
-            .iter()
-            .all(|(b, p, g)| (5..305).contains(b) && *p < 3 && g.is_sorted()));
+        assert!(narrow.iter().all(|(b, p, g)| *b < 300 && *p < 3 && g.is_sorted()));
     }
 
     #[test]
@@ -1440,7 +1493,14 @@ mod tests {
             refine_reference::refine(&o, &mut want_loads, &mut want_members);
             let budget = budgets[seed as usize % budgets.len()];
             let (mut got_loads, mut got_members) = (loads, members);
-            refine_with(&o, &mut got_loads, &mut got_members, true, budget);
+            refine_with(
+                &o,
+                &mut got_loads,
+                &mut got_members,
+                true,
+                budget,
+                &mut Vec::new(),
+            );
             assert_eq!(got_members, want_members, "seed {seed}");
             assert_eq!(
                 got_loads.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
