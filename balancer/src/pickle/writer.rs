@@ -94,9 +94,12 @@ fn stage_with_threads(
     Ok(tmp)
 }
 
-/// Bytes of pickle per block compressed on its own (a block loses the previous one's
-/// 32 KiB window: 1 MiB blocks cost < 0.1% in size on 5M gids).
-const BLOCK: usize = 1 << 20;
+/// Bytes of pickle per block compressed on its own. Small enough that the last blocks,
+/// compressed while the other threads have none left, are short (on 5M gids 128 KiB blocks
+/// ran 5% faster end to end than 1 MiB ones on 2 cores); a block does not see the previous
+/// one's 32 KiB window, but gets its own Huffman codes: the file came out 0.35% smaller
+/// than one stream's (3,008,529 against 3,019,215 bytes).
+const BLOCK: usize = 1 << 17;
 
 /// Threads compressing blocks: the machine's cores, up to 8 (gzip level 1 on this data
 /// writes ~150 MB/s per core; more threads wait on the pickle).
