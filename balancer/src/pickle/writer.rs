@@ -74,7 +74,14 @@ fn stage_with_threads(
     // them side by side (gzp, pigz's scheme): one gzip stream of deflate blocks, each block
     // ended by a sync flush so the next, compressed on its own, follows it.
     let written = std::thread::scope(|s| -> std::io::Result<()> {
-        let writer = std::io::BufWriter::with_capacity(1 << 16, file);
+        let writer = std::io::BufWriter::with_capacity(
+            1 << 16,
+            EarlyWriteback {
+                file,
+                done: 0,
+                started: 0,
+            },
+        );
         // Level 1: on 5M gids it is ~25x faster than the default level 6 (0.15 s vs
         // 3.9 s) for a file <0.5% larger; the BININT stream barely compresses better.
         let mut gz: ParCompress<'_, Gzip, _> = ParCompressBuilder::new()
@@ -92,6 +99,34 @@ fn stage_with_threads(
     });
     written.map_err(|e| BalancerError::io(path, e))?;
     Ok(tmp)
+}
+
+/// The file, asking the kernel to start writing each MiB back to disk once it is written
+/// (`posix_fadvise(DONTNEED)` starts writeback without waiting for it), so that the commit's
+/// `fsync` waits for the last part only.
+struct EarlyWriteback<'a> {
+    file: &'a mut std::fs::File,
+    /// Bytes written, and up to where writeback was asked for.
+    done: u64,
+    started: u64,
+}
+
+impl Write for EarlyWriteback<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.done += n as u64;
+        if self.done - self.started >= 1 << 20 {
+            // Advice only: a file system without it still gets the commit's fsync.
+            let len = std::num::NonZeroU64::new(self.done - self.started);
+            let _ = rustix::fs::fadvise(&*self.file, self.started, len, rustix::fs::Advice::DontNeed);
+            self.started = self.done;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
 }
 
 /// Bytes of pickle per block compressed on its own. Small enough that the last blocks,
