@@ -33,4 +33,4 @@ pub use files::{
 pub use strategy::{
     balance, balance_charged, balance_charged_counted, transport_aware, Balanced, BalancerConfig, Strategy,
 };
-pub use summary::{LoadStats, Summary};
+pub use summary::{GidTables, LoadStats, Summary};

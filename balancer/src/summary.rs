@@ -85,6 +85,52 @@ impl LoadStats {
     }
 }
 
+/// Dense populations' gid → metype tables for [`Summary::checked_with`], by population
+/// index of the dry run (`None`: built when needed).
+#[derive(Debug, Default)]
+pub struct GidTables(Vec<Option<Vec<u16>>>);
+
+impl GidTables {
+    /// The tables of `dry_run`'s dense populations (2 bytes per gid of their span) when
+    /// they take at most `max_bytes` together, else none.
+    pub fn new(dry_run: &DryRun, max_bytes: usize) -> GidTables {
+        let spans: Vec<usize> = dry_run.populations.iter().map(|p| p.gid_span()).collect();
+        if spans
+            .iter()
+            .map(|s| s.saturating_mul(2))
+            .fold(0usize, usize::saturating_add)
+            > max_bytes
+        {
+            return GidTables::default();
+        }
+        GidTables(
+            dry_run
+                .populations
+                .iter()
+                .zip(spans)
+                .map(|(p, span)| metype_table(dry_run, p, span))
+                .collect(),
+        )
+    }
+}
+
+/// Dense, with few metypes: one table of 2 bytes per gid (`span` of them) holds each gid's
+/// metype, then marks it seen; `None` otherwise.
+fn metype_table(dry_run: &DryRun, pop: &crate::dryrun::Population, span: usize) -> Option<Vec<u16>> {
+    if span > pop.cell_count().saturating_mul(2).saturating_add(4096)
+        || dry_run.metypes.len() >= SEEN as usize
+    {
+        return None;
+    }
+    let mut table = vec![ABSENT; span];
+    for (m, gids) in &pop.metype_gids {
+        for &g in gids {
+            table[g as usize] = *m as u16;
+        }
+    }
+    Some(table)
+}
+
 /// A population's gid → metype lookup in [`Summary::checked`], which also marks each gid
 /// seen.
 enum Index {
@@ -154,6 +200,17 @@ impl Summary {
     /// the dry run and each one's gid count the dry run's, no gid is missing. When anything
     /// is off, both are computed apart, so the error and the summary are theirs.
     pub fn checked(allocation: &Allocation, dry_run: &DryRun) -> (crate::error::Result<()>, Summary) {
+        Self::checked_with(allocation, dry_run, GidTables::default())
+    }
+
+    /// [`Summary::checked`] with some populations' gid → metype tables built beforehand
+    /// ([`GidTables::new`], e.g. beside the balancing); the others are built here.
+    pub fn checked_with(
+        allocation: &Allocation,
+        dry_run: &DryRun,
+        tables: GidTables,
+    ) -> (crate::error::Result<()>, Summary) {
+        let tables = std::cell::RefCell::new(tables.0);
         let slow = || (allocation.validate(dry_run), Summary::new(allocation, dry_run));
         let names_match = allocation.populations.iter().enumerate().all(|(i, a)| {
             dry_run.populations.iter().any(|d| d.name == a.name)
@@ -168,11 +225,13 @@ impl Summary {
         let metype_kb = dry_run.metype_cell_kb();
         let counts = std::cell::RefCell::new(Vec::new());
         let summary = Self::weighed_checked(allocation, true, |name| {
-            let pop = dry_run
+            let (pi, pop) = dry_run
                 .populations
                 .iter()
-                .find(|d| d.name == name)
+                .enumerate()
+                .find(|(_, d)| d.name == name)
                 .expect("names checked");
+            let built = tables.borrow_mut().get_mut(pi).and_then(Option::take);
             let span = pop.gid_span();
             let metype_kb = &metype_kb;
             counts.borrow_mut().push(pop.cell_count());
@@ -180,17 +239,7 @@ impl Summary {
                 Some(_) => dry_run.cell_kb(pop, g, m),
                 None => metype_kb[m],
             };
-            let index = if span <= pop.cell_count().saturating_mul(2).saturating_add(4096)
-                && dry_run.metypes.len() < SEEN as usize
-            {
-                // Dense, with few metypes: one table of 2 bytes per gid holds each gid's
-                // metype, then marks it seen.
-                let mut table = vec![ABSENT; span];
-                for (m, gids) in &pop.metype_gids {
-                    for &g in gids {
-                        table[g as usize] = *m as u16;
-                    }
-                }
+            let index = if let Some(table) = built.or_else(|| metype_table(dry_run, pop, span)) {
                 Index::Table(table)
             } else {
                 let mut index = crate::gidmap::GidIndex::for_span(span, pop.cell_count());
@@ -515,6 +564,12 @@ mod tests {
             let (valid, summary) = Summary::checked(&a, &d);
             assert_eq!(format!("{valid:?}"), format!("{:?}", a.validate(&d)), "{what}");
             assert_eq!(summary, Summary::new(&a, &d), "{what}");
+            // The same with the tables built beforehand (and none when too large).
+            for max in [usize::MAX, 0] {
+                let (v, s) = Summary::checked_with(&a, &d, GidTables::new(&d, max));
+                assert_eq!(format!("{v:?}"), format!("{valid:?}"), "{what}, tables up to {max}");
+                assert_eq!(s, summary, "{what}, tables up to {max}");
+            }
             // (A repeated population is checked copy by copy: validate passes it, and the
             // writer refuses its name.)
             assert_eq!(

@@ -13,7 +13,7 @@ use ballast_balancer::nodefit::{fewest_nodes, node_totals, node_totals_kb, nodes
 use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
 use ballast_balancer::transport_aware::RankLoads;
 use ballast_balancer::{
-    balance_charged_counted, Allocation, Balanced, BalancerConfig, DryRun, Strategy, Summary,
+    balance_charged_counted, Allocation, Balanced, BalancerConfig, DryRun, GidTables, Strategy, Summary,
 };
 use clap::{Args, ValueEnum};
 use serde_json::json;
@@ -375,6 +375,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         seconds,
         baseline,
         cost_inputs,
+        gid_tables,
         fit,
     } = balanced;
     let dry_run = &input.dry_run;
@@ -406,7 +407,15 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                 }
                 costs
             };
-            write_outputs(args, &input, &allocation, costs, blind.as_ref(), loads.as_ref())
+            write_outputs(
+                args,
+                &input,
+                &allocation,
+                gid_tables,
+                costs,
+                blind.as_ref(),
+                loads.as_ref(),
+            )
         },
     )?;
     // Node view (`rpn`: ranks per node, given or this machine's cores where nodes are
@@ -617,6 +626,8 @@ struct BalanceStep {
     baseline: Option<ballast_balancer::LoadStats>,
     /// The dry run's part of the sidecar.
     cost_inputs: CostInputs,
+    /// The summary's gid tables, when built beside the balancing.
+    gid_tables: GidTables,
     fit: Option<ballast_balancer::nodefit::Fit>,
 }
 
@@ -631,7 +642,7 @@ fn balance_step(
     let dry_run = &input.dry_run;
     // On a second thread while the strategy runs: neurodamus' result on the same input,
     // for comparison (one greedy pass), and what the sidecar takes from the dry run.
-    let (balanced, seconds, (baseline, cost_inputs)) = std::thread::scope(|s| {
+    let (balanced, seconds, (baseline, cost_inputs, gid_tables)) = std::thread::scope(|s| {
         let side = s.spawn(|| {
             let baseline = (args.strategy != Strategy::Neurodamus).then(|| {
                 let nd = BalancerConfig {
@@ -640,7 +651,13 @@ fn balance_step(
                 };
                 ballast_balancer::strategy::neurodamus::overall_stats(dry_run, &nd)
             });
-            (baseline, CostInputs::new(dry_run))
+            // The summary's gid tables too, while they are small (at whole-brain sizes they
+            // would add to the balancing's peak memory).
+            (
+                baseline,
+                CostInputs::new(dry_run),
+                GidTables::new(dry_run, 64 << 20),
+            )
         });
         let start = Instant::now();
         let balanced = balance_charged_counted(dry_run, input.network.as_ref(), config, charge, placed);
@@ -687,13 +704,15 @@ fn balance_step(
         seconds,
         baseline,
         cost_inputs,
+        gid_tables,
         fit,
     })
 }
 
 /// Checks the allocation and writes every output of the command or none. The allocation is
 /// written unnamed while a second thread checks it (every cell in exactly one bucket),
-/// weighs it ([`Summary`]) and computes the sidecar's `costs`; then the plot is rendered,
+/// weighs it ([`Summary::checked_with`], with `gid_tables` built beforehand) and computes
+/// the sidecar's `costs`; then the plot is rendered,
 /// `cell_memory_usage.json` (when asked) and the sidecar are written unnamed, and only then
 /// all are put in place ([`atomic::commit_all`]: a failure there names what was written).
 /// No output may be an input. Returns the paths written, the allocation first, and the
@@ -702,6 +721,7 @@ fn write_outputs(
     args: &DryRunArgs,
     input: &Input,
     allocation: &Allocation,
+    gid_tables: GidTables,
     costs: impl FnOnce() -> AllocationCosts + Send,
     blind: Option<&RankLoads>,
     loads: Option<&RankLoads>,
@@ -752,7 +772,7 @@ fn write_outputs(
     // before the check has passed.
     let (staged, (valid, summary, costs)) = std::thread::scope(|s| {
         let side = s.spawn(|| {
-            let (valid, summary) = Summary::checked(allocation, dry_run);
+            let (valid, summary) = Summary::checked_with(allocation, dry_run, gid_tables);
             (valid, summary, costs())
         });
         let staged = stage_allocation(dir, allocation);
