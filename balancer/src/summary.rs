@@ -567,7 +567,11 @@ mod tests {
             // The same with the tables built beforehand (and none when too large).
             for max in [usize::MAX, 0] {
                 let (v, s) = Summary::checked_with(&a, &d, GidTables::new(&d, max));
-                assert_eq!(format!("{v:?}"), format!("{valid:?}"), "{what}, tables up to {max}");
+                assert_eq!(
+                    format!("{v:?}"),
+                    format!("{valid:?}"),
+                    "{what}, tables up to {max}"
+                );
                 assert_eq!(s, summary, "{what}, tables up to {max}");
             }
             // (A repeated population is checked copy by copy: validate passes it, and the

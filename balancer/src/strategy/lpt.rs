@@ -257,7 +257,7 @@ fn place<S: Slot>(
     nbuckets: usize,
     populations: usize,
     done: &AtomicU64,
-) -> (Vec<f64>, Vec<(usize, usize, Vec<u32>)>) {
+) -> (Vec<f64>, Gathered) {
     let mut assign: Vec<S> = vec![S::default(); order.len];
     let (mut loads, mut members) = greedy_noting(order, nbuckets, done, &mut assign);
     let mut moved = Vec::new();
@@ -270,6 +270,9 @@ fn place<S: Slot>(
     done.fetch_add(order.len as u64, Ordering::Relaxed);
     (loads, gathered)
 }
+
+/// (bucket, population, gids ascending) for every non-empty list of a bucket.
+type Gathered = Vec<(usize, usize, Vec<u32>)>;
 
 /// A bucket index as stored in the tables of [`gather`].
 trait Slot: Copy + Default + Send + Sync {
@@ -310,12 +313,7 @@ impl Slot for u32 {
 /// straight to the lists and each list sorted. Several populations are gathered side by side
 /// on the machine's cores while their tables together take at most [`PARALLEL_TABLES`]
 /// bytes (beyond that, one at a time: memory first).
-fn gather<S: Slot>(
-    order: &Order,
-    assign: &[S],
-    nbuckets: usize,
-    populations: usize,
-) -> Vec<(usize, usize, Vec<u32>)> {
+fn gather<S: Slot>(order: &Order, assign: &[S], nbuckets: usize, populations: usize) -> Gathered {
     // Per population: cells and gid span (a segment's gids are ascending: its last is its
     // largest).
     let mut cells = vec![0usize; populations];
@@ -328,7 +326,7 @@ fn gather<S: Slot>(
         }
     }
     let dense = |p: usize| span[p] <= cells[p].saturating_mul(2).saturating_add(4096);
-    let one = |p: usize| -> Vec<(usize, usize, Vec<u32>)> {
+    let one = |p: usize| -> Gathered {
         let segments = || order.segments.iter().filter(|s| s.population as usize == p);
         let mut lists: Vec<Vec<u32>>;
         if dense(p) {
@@ -425,6 +423,8 @@ fn greedy(order: &Order, nbuckets: usize, done: &AtomicU64) -> (Vec<f64>, Vec<Ve
 
 /// [`greedy`], noting each position's bucket in `assign` too unless it is empty.
 #[inline(never)]
+// The position indexes the optional `assign` beside the order.
+#[allow(clippy::needless_range_loop)]
 fn greedy_noting<S: Slot>(
     order: &Order,
     nbuckets: usize,
