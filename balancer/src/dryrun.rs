@@ -314,8 +314,23 @@ impl DryRun {
     pub fn from_json_file_counted(path: &Path, done: &AtomicU64) -> Result<(DryRun, Vec<String>)> {
         let io = |e| BalancerError::io(path, e);
         let mut file = fs::File::open(path).map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            // A pipe, FIFO or terminal (`--memory-usage /dev/stdin`, `<(zcat ...)`): no size
+            // to read by offsets; read as it comes, its memory checked as it grows.
+            let mut text = Vec::new();
+            loop {
+                let n = (&mut file).take(1 << 22).read_to_end(&mut text).map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                done.fetch_add(n as u64, Ordering::Relaxed);
+                check_read_memory(text.len(), path)?;
+            }
+            return crate::dryrun_json::read_counted(&text, path, done);
+        }
         // The file's own size: what it holds, read in chunks so that `done` moves.
-        let len = file.metadata().map_err(io)?.len();
+        let len = meta.len();
         let size = usize::try_from(len).unwrap_or(usize::MAX);
         // Refused up front when it would not fit: the scan does not hold the file, but its
         // gids take memory of that order, and a file it gives up on is read whole.

@@ -1173,3 +1173,76 @@ fn dry_run_says_which_cap_the_transport_charge_used() {
         "{why}"
     );
 }
+
+/// A dry run read from a pipe (`--memory-usage /dev/stdin`): no size and no offsets to read
+/// by; the same allocation as from the file.
+#[test]
+fn dry_run_reads_its_input_from_a_pipe() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mu = dir.path().join("cell_memory_usage.json");
+    let made = run(
+        &[
+            "dry-run",
+            "--synthetic",
+            "3000",
+            "--num-target-ranks",
+            "5",
+            "--output-dir",
+            "gen",
+            "--write-memory-usage",
+            mu.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(made.status.success(), "{}", stderr(&made));
+    let from_file = run(
+        &[
+            "dry-run",
+            "--memory-usage",
+            mu.to_str().unwrap(),
+            "--num-target-ranks",
+            "5",
+            "--output-dir",
+            "file",
+        ],
+        dir.path(),
+    );
+    assert!(from_file.status.success(), "{}", stderr(&from_file));
+    let mut child = ballast()
+        .args([
+            "dry-run",
+            "--memory-usage",
+            "/dev/stdin",
+            "--num-target-ranks",
+            "5",
+            "--output-dir",
+            "pipe",
+        ])
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run ballast");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&fs::read(&mu).unwrap())
+        .unwrap();
+    let from_pipe = child.wait_with_output().unwrap();
+    assert!(from_pipe.status.success(), "{}", stderr(&from_pipe));
+    let read = |d: &str| {
+        ballast_balancer::pickle::read_allocation_file(&dir.path().join(d).join("allocation_r5_c1.pkl.gz"))
+            .unwrap()
+    };
+    assert_eq!(read("pipe"), read("file"), "the pipe's allocation is the file's");
+    assert_eq!(
+        read("pipe")
+            .iter()
+            .map(|p| p.buckets.values().map(Vec::len).sum::<usize>())
+            .sum::<usize>(),
+        3000
+    );
+}

@@ -91,11 +91,15 @@ fn stage_with_threads(
             .map_err(std::io::Error::other)?
             .compression_level(flate2::Compression::fast())
             .from_borrowed_writer(writer, s);
-        let pickled = write_pickle(&mut gz, populations);
-        // Finishing joins the compressing threads: an I/O failure there is the cause of a
-        // failed write.
-        gz.finish().map_err(std::io::Error::other)?;
-        pickled
+        // A failed write has already stopped gzp's threads (the error is the writing
+        // thread's): dropping `gz` then joins nothing more, and finishing would panic in
+        // gzp. Otherwise finishing joins the threads: an I/O failure of the last blocks
+        // shows there.
+        write_pickle(&mut gz, populations)?;
+        gz.finish().map(drop).map_err(|e| match e {
+            gzp::GzpError::Io(e) => e,
+            e => std::io::Error::other(e),
+        })
     });
     written.map_err(|e| BalancerError::io(path, e))?;
     Ok(tmp)
