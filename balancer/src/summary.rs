@@ -210,7 +210,7 @@ impl Summary {
         dry_run: &DryRun,
         tables: GidTables,
     ) -> (crate::error::Result<()>, Summary) {
-        let tables = std::cell::RefCell::new(tables.0);
+        let mut tables = tables.0;
         let slow = || (allocation.validate(dry_run), Summary::new(allocation, dry_run));
         let names_match = allocation.populations.iter().enumerate().all(|(i, a)| {
             dry_run.populations.iter().any(|d| d.name == a.name)
@@ -223,7 +223,7 @@ impl Summary {
             return slow();
         }
         let metype_kb = dry_run.metype_cell_kb();
-        let counts = std::cell::RefCell::new(Vec::new());
+        let mut counts = Vec::new();
         let summary = Self::weighed_checked(allocation, true, |name| {
             let (pi, pop) = dry_run
                 .populations
@@ -231,10 +231,10 @@ impl Summary {
                 .enumerate()
                 .find(|(_, d)| d.name == name)
                 .expect("names checked");
-            let built = tables.borrow_mut().get_mut(pi).and_then(Option::take);
+            let built = tables.get_mut(pi).and_then(Option::take);
             let span = pop.gid_span();
             let metype_kb = &metype_kb;
-            counts.borrow_mut().push(pop.cell_count());
+            counts.push(pop.cell_count());
             let weight = move |g: u32, m: usize| match &pop.cell_synapses {
                 Some(_) => dry_run.cell_kb(pop, g, m),
                 None => metype_kb[m],
@@ -274,7 +274,7 @@ impl Summary {
                 if summary
                     .populations
                     .iter()
-                    .zip(counts.borrow().iter())
+                    .zip(counts.iter())
                     .all(|((_, s), &n)| s.cells == n) =>
             {
                 (Ok(()), summary)

@@ -133,11 +133,10 @@ impl Write for EarlyWriteback<'_> {
     }
 }
 
-/// Bytes of pickle per block compressed on its own. Small enough that the last blocks,
-/// compressed while the other threads have none left, are short (on 5M gids 128 KiB blocks
-/// ran 5% faster end to end than 1 MiB ones on 2 cores); a block does not see the previous
-/// one's 32 KiB window, but gets its own Huffman codes: the file came out 0.35% smaller
-/// than one stream's (3,008,529 against 3,019,215 bytes).
+/// Bytes of pickle per block compressed on its own: small, so that the last blocks, left to
+/// one thread while the others have none, are short. A block does not see the previous
+/// one's 32 KiB window but gets its own Huffman codes (size and speed against 1 MiB blocks
+/// and one stream: docs/BENCHMARKS.md, "Dry run end to end").
 const BLOCK: usize = 1 << 17;
 
 /// Threads compressing blocks: the machine's cores, up to 8 (gzip level 1 on this data
