@@ -324,11 +324,18 @@ impl Summary {
                     continue;
                 }
                 let mut kb = 0.0;
+                // `pop_heaviest` in a local: `weigh` writes memory, so it would be stored
+                // and reloaded at each gid.
+                let mut heavy = pop_heaviest;
                 for &g in gids {
                     let w = weigh(g)?;
                     kb += w;
-                    pop_heaviest = pop_heaviest.max(w);
+                    // `f64::max` but for NaN, which no weight is.
+                    if w > heavy {
+                        heavy = w;
+                    }
                 }
+                pop_heaviest = heavy;
                 loads.push((b, kb));
                 cells += gids.len();
                 let t = all.entry(b).or_insert((0, 0.0));
