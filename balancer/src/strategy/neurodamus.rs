@@ -51,14 +51,13 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
                 *batch_kb = 0.0;
                 heap.push(top);
             };
-            for &m in &order {
-                for (_, gids) in pop.metype_gids.iter().filter(|(pm, _)| *pm == m) {
-                    for &gid in gids {
-                        batch.push(gid);
-                        batch_kb += kb[m];
-                        if batch.len() == size {
-                            assign(&mut batch, &mut batch_kb);
-                        }
+            for e in walk(pop, &order) {
+                let (m, gids) = &pop.metype_gids[e];
+                for &gid in gids {
+                    batch.push(gid);
+                    batch_kb += kb[*m];
+                    if batch.len() == size {
+                        assign(&mut batch, &mut batch_kb);
                     }
                 }
             }
@@ -76,6 +75,19 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
         cycles: config.cycles,
         populations,
     }
+}
+
+/// Indices into `pop.metype_gids` in neurodamus' walk: metype by metype in `order`, a
+/// metype's lists in their file order (one sort, not a scan of the lists per metype).
+fn walk(pop: &crate::dryrun::Population, order: &[usize]) -> Vec<usize> {
+    let mut rank = vec![0usize; order.len()];
+    for (i, &m) in order.iter().enumerate() {
+        rank[m] = i;
+    }
+    let mut entries: Vec<usize> = (0..pop.metype_gids.len()).collect();
+    // Stable: a metype's lists keep their order.
+    entries.sort_by_key(|&e| rank[pop.metype_gids[e].0]);
+    entries
 }
 
 /// The overall statistics that [`crate::Summary::new`] gives for [`balance`]'s allocation
@@ -101,39 +113,68 @@ pub fn overall_stats(dry_run: &DryRun, config: &BalancerConfig) -> LoadStats {
         // the allocation lists them (batches in the order they were assigned).
         let (mut cells, mut pop_kb) = (vec![0usize; buckets], vec![0.0f64; buckets]);
         // The weights of the batch's cells as the summary weighs them (their own synapses
-        // when known), beside the batch's load as neurodamus sums it (metype averages).
-        let mut batch: Vec<f64> = Vec::with_capacity(size);
-        let mut batch_kb = 0.0;
-        let mut assign = |batch: &mut Vec<f64>, batch_kb: &mut f64| {
+        // when known), as runs of (KB, cells), beside the batch's cell count and its load as
+        // neurodamus sums it (metype averages).
+        let mut runs: Vec<(f64, usize)> = Vec::new();
+        let (mut batch_len, mut batch_kb) = (0usize, 0.0f64);
+        let mut assign = |runs: &mut Vec<(f64, usize)>, batch_len: &mut usize, batch_kb: &mut f64| {
             let mut top = heap.pop().expect("at least one bucket");
             let b = index(top.key);
-            for &w in batch.iter() {
-                pop_kb[b] += w;
+            // Cell by cell, as the summary sums the bucket's list.
+            let mut sum = pop_kb[b];
+            for &(w, n) in runs.iter() {
+                for _ in 0..n {
+                    sum += w;
+                }
             }
-            cells[b] += batch.len();
-            batch.clear();
+            pop_kb[b] = sum;
+            cells[b] += *batch_len;
+            runs.clear();
+            *batch_len = 0;
             top.load += *batch_kb;
             *batch_kb = 0.0;
             heap.push(top);
         };
-        for &m in &order {
-            for (_, gids) in pop.metype_gids.iter().filter(|(pm, _)| *pm == m) {
-                for &gid in gids {
-                    let w = match pop.cell_synapses {
-                        Some(_) => dry_run.cell_kb(pop, gid, m),
-                        None => kb[m],
-                    };
-                    heaviest = heaviest.max(w);
-                    batch.push(w);
-                    batch_kb += kb[m];
-                    if batch.len() == size {
-                        assign(&mut batch, &mut batch_kb);
+        for e in walk(pop, &order) {
+            let (m, gids) = &pop.metype_gids[e];
+            let m = *m;
+            match pop.cell_synapses {
+                // Every cell weighs its metype's KB: a batch's share of the list at once.
+                None => {
+                    let w = kb[m];
+                    if !gids.is_empty() {
+                        heaviest = heaviest.max(w);
+                    }
+                    let mut left = gids.len();
+                    while left > 0 {
+                        let take = left.min(size - batch_len);
+                        for _ in 0..take {
+                            batch_kb += w;
+                        }
+                        runs.push((w, take));
+                        batch_len += take;
+                        left -= take;
+                        if batch_len == size {
+                            assign(&mut runs, &mut batch_len, &mut batch_kb);
+                        }
+                    }
+                }
+                Some(_) => {
+                    for &gid in gids {
+                        let w = dry_run.cell_kb(pop, gid, m);
+                        heaviest = heaviest.max(w);
+                        runs.push((w, 1));
+                        batch_len += 1;
+                        batch_kb += kb[m];
+                        if batch_len == size {
+                            assign(&mut runs, &mut batch_len, &mut batch_kb);
+                        }
                     }
                 }
             }
         }
-        if !batch.is_empty() {
-            assign(&mut batch, &mut batch_kb);
+        if batch_len > 0 {
+            assign(&mut runs, &mut batch_len, &mut batch_kb);
         }
         for b in 0..buckets {
             if cells[b] > 0 {
