@@ -1,12 +1,13 @@
 //! Writing allocation files: the pickle (protocol 3, plain dict/tuple/list/int, the bytes
-//! serde-pickle writes), gzip level 1 compressed on several threads, and the atomic file.
+//! serde-pickle writes), gzip level 1 (libdeflate) compressed on several threads, one gzip
+//! member per block, and the atomic file.
 #[cfg(test)]
 use std::collections::BTreeMap;
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
-use gzp::deflate::Gzip;
+use gzp::deflate::Mgzip;
 use gzp::par::compress::{ParCompress, ParCompressBuilder};
 use gzp::ZWriter;
 
@@ -71,8 +72,9 @@ fn stage_with_threads(
     let mut tmp = crate::atomic::AtomicFile::create(path)?;
     let file: &mut std::fs::File = tmp.file();
     // The pickle is streamed (no copy of it in memory) in blocks to threads that compress
-    // them side by side (gzp, pigz's scheme): one gzip stream of deflate blocks, each block
-    // ended by a sync flush so the next, compressed on its own, follows it.
+    // them side by side (gzp's Mgzip, with libdeflate): each block a gzip member of its own,
+    // one after the other, which every gzip reader (Python's, zcat, this crate's) reads as
+    // one file (RFC 1952 §2.2).
     let written = std::thread::scope(|s| -> std::io::Result<()> {
         let writer = std::io::BufWriter::with_capacity(
             1 << 16,
@@ -82,9 +84,9 @@ fn stage_with_threads(
                 started: 0,
             },
         );
-        // Level 1: on 5M gids it is ~25x faster than the default level 6 (0.15 s vs
-        // 3.9 s) for a file <0.5% larger; the BININT stream barely compresses better.
-        let mut gz: ParCompress<'_, Gzip, _> = ParCompressBuilder::new()
+        // Level 1: the BININT stream barely compresses better at higher levels (sizes and
+        // times: docs/BENCHMARKS.md, "Dry run end to end").
+        let mut gz: ParCompress<'_, Mgzip, _> = ParCompressBuilder::new()
             .buffer_size(BLOCK)
             .map_err(std::io::Error::other)?
             .num_threads(threads)
@@ -133,10 +135,10 @@ impl Write for EarlyWriteback<'_> {
     }
 }
 
-/// Bytes of pickle per block compressed on its own: small, so that the last blocks, left to
-/// one thread while the others have none, are short. A block does not see the previous
-/// one's 32 KiB window but gets its own Huffman codes (size and speed against 1 MiB blocks
-/// and one stream: docs/BENCHMARKS.md, "Dry run end to end").
+/// Bytes of pickle per block (gzip member) compressed on its own: small, so that the last
+/// blocks, left to one thread while the others have none, are short. A block does not see
+/// the previous one's 32 KiB window but gets its own Huffman codes (size against larger
+/// blocks: docs/BENCHMARKS.md, "Dry run end to end").
 const BLOCK: usize = 1 << 17;
 
 /// Threads compressing blocks: the machine's cores, up to 8 (gzip level 1 on this data
@@ -382,14 +384,16 @@ mod tests {
         }
     }
 
-    /// A pickle of several compressed blocks is one gzip member (pigz's layout) that reads
-    /// back whole, through this crate's reader and a plain single-member decoder.
+    /// A pickle of several compressed blocks is one gzip member per block (Mgzip's layout:
+    /// each member's header carries its length), each member the gzip of exactly its
+    /// block of the pickle, with nothing after the last; the file reads back whole through
+    /// a multi-member decoder and this crate's reader.
     #[test]
-    fn a_multi_block_file_is_one_gzip_stream() {
+    fn a_multi_block_file_is_one_gzip_member_per_block() {
         use std::io::Read;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("allocation_r3_c1.pkl.gz");
-        // ~3.8 MB of pickle: four blocks.
+        // ~3.8 MB of pickle: 29 blocks.
         let pops = vec![PopulationAllocation {
             name: "All".into(),
             buckets: (0..3u32)
@@ -398,18 +402,46 @@ mod tests {
         }];
         write_allocation_file(&path, &pops).unwrap();
         let gz = std::fs::read(&path).unwrap();
-        let mut decoder = flate2::read::GzDecoder::new(&gz[..]);
-        let mut pickle = Vec::new();
-        decoder.read_to_end(&mut pickle).unwrap();
         let mut expected = Vec::new();
         write_pickle(&mut expected, &pops).unwrap();
+        assert!(
+            expected.len() > 3 * BLOCK,
+            "several blocks: {} bytes",
+            expected.len()
+        );
+        let mut members = 0;
+        let mut at = 0;
+        while at < gz.len() {
+            let m = &gz[at..];
+            // ID1 ID2 CM=deflate FLG=FEXTRA, then MTIME XFL OS, XLEN=8, subfield "IG" of 4
+            // bytes: the member's length.
+            assert_eq!(m[..4], [31, 139, 8, 4], "member {members} header");
+            assert_eq!(
+                m[10..16],
+                [8, 0, b'I', b'G', 4, 0],
+                "member {members} extra field"
+            );
+            let len = u32::from_le_bytes(m[16..20].try_into().unwrap()) as usize;
+            let member = &m[..len];
+            let mut block = Vec::new();
+            flate2::read::GzDecoder::new(member)
+                .read_to_end(&mut block)
+                .unwrap();
+            let from = members * BLOCK;
+            let to = (from + BLOCK).min(expected.len());
+            assert!(block == expected[from..to], "member {members} is block {members}");
+            members += 1;
+            at += len;
+        }
+        assert_eq!(at, gz.len(), "nothing after the last member");
+        assert_eq!(members, expected.len().div_ceil(BLOCK));
+        let mut pickle = Vec::new();
+        flate2::read::MultiGzDecoder::new(&gz[..])
+            .read_to_end(&mut pickle)
+            .unwrap();
         assert!(pickle == expected, "the decompressed bytes are the pickle");
-        assert!(pickle.len() > 3 * BLOCK, "several blocks: {} bytes", pickle.len());
-        // Nothing after the first member's trailer.
-        let mut rest = Vec::new();
-        decoder.into_inner().read_to_end(&mut rest).unwrap();
-        assert!(rest.is_empty(), "{} bytes after the gzip member", rest.len());
         assert_eq!(read(&pickle).unwrap(), pops);
+        assert_eq!(super::super::read_allocation_file(&path).unwrap(), pops);
         // The same bytes whatever the number of threads.
         for threads in [1, 3] {
             let other = dir.path().join(format!("allocation_r3_c1.{threads}.pkl.gz"));
