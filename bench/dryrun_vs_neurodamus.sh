@@ -13,8 +13,9 @@
 # MEMORY_PY defaults to ../shared/data/neurodamus-tests/neurodamus/utils/memory.py. BASELINE,
 # when given, is another build of `ballast` (e.g. of an older commit) run the same way in the
 # same interleaving (rows baseline-neurodamus and baseline-lpt; a build without `--timings`
-# gets no phase figures). Python needs numpy and psutil: a venv with them is made once in
-# target/bench-venv (pip).
+# gets no phase figures). FEATURES, when set, are the cargo features `ballast` is built with
+# (e.g. FEATURES=isal: ISA-L compression). Python needs numpy and psutil: a venv with them is
+# made once in target/bench-venv (pip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=${1:-"100000 1000000 10000000"}
@@ -23,7 +24,7 @@ memory_py=$(realpath "${3:-../shared/data/neurodamus-tests/neurodamus/utils/memo
 baseline=${4:+$(realpath "$4")}
 tools="neurodamus ballast-neurodamus ballast-lpt${baseline:+ baseline-neurodamus baseline-lpt}"
 [ -f "$memory_py" ] || { echo "no neurodamus memory.py at $memory_py" >&2; exit 1; }
-cargo build --release --locked --bin ballast >&2
+cargo build --release --locked --bin ballast ${FEATURES:+--features "$FEATURES"} >&2
 bin=$PWD/target/release/ballast
 venv=$PWD/target/bench-venv
 if ! "$venv/bin/python" -c "import numpy, psutil" 2>/dev/null; then
@@ -94,4 +95,4 @@ for size in sorted({k[0] for k in table}):
         print(f"| {size:,} | {tool} | {wall:.3f} | {cpu:.3f} | {base / wall:.2f} | {ph('read')} | {ph('balance')} | {ph('write')} | {rss:.0f} |")
 print(f"\n(medians of {sys.argv[2]} interleaved runs)")
 PY
-echo "($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD))"
+echo "($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)${FEATURES:+, features $FEATURES})"
