@@ -25,7 +25,8 @@ baseline=${4:+$(realpath "$4")}
 tools="neurodamus ballast-neurodamus ballast-lpt${baseline:+ baseline-neurodamus baseline-lpt}"
 [ -f "$memory_py" ] || { echo "no neurodamus memory.py at $memory_py" >&2; exit 1; }
 cargo build --release --locked --bin ballast ${FEATURES:+--features "$FEATURES"} >&2
-bin=$PWD/target/release/ballast
+# The binary cargo just built, wherever CARGO_TARGET_DIR puts it.
+bin=$(realpath "${CARGO_TARGET_DIR:-target}")/release/ballast
 venv=$PWD/target/bench-venv
 if ! "$venv/bin/python" -c "import numpy, psutil" 2>/dev/null; then
     python3 -m venv "$venv" >&2

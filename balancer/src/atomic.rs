@@ -34,11 +34,21 @@ fn live() -> MutexGuard<'static, Vec<PathBuf>> {
 
 /// Installs (once) the SIGINT/SIGTERM/SIGHUP handler that removes the named temporaries.
 /// It holds the registry lock while it removes them and ends the process, so a commit in
-/// progress finishes first and none starts after.
+/// progress finishes first and none starts after. A signal the process was started ignoring
+/// (`nohup` ignores SIGHUP, a shell's background job SIGINT) stays ignored: catching it
+/// would end a run its user asked to survive.
 fn install_handler() {
     HANDLER.call_once(|| {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        let ignored = ignored_signals();
+        let wanted: Vec<i32> = [SIGINT, SIGTERM, SIGHUP]
+            .into_iter()
+            .filter(|&s| ignored & (1u64 << (s - 1)) == 0)
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let Ok(mut signals) = signal_hook::iterator::Signals::new(wanted) else {
             return; // the default actions stay: temporaries may be left, as without a handler
         };
         let _ = std::thread::Builder::new()
@@ -54,6 +64,19 @@ fn install_handler() {
                 }
             });
     });
+}
+
+/// The signals this process ignores: the `SigIgn` mask of /proc/self/status (bit n - 1 for
+/// signal n, in hex; proc(5)); none when it cannot be read.
+fn ignored_signals() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigIgn:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
 }
 
 fn unregister(guard: &mut MutexGuard<'static, Vec<PathBuf>>, path: &Path) {
@@ -370,6 +393,13 @@ pub fn refuse_input(output: &Path, inputs: &[Input]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    /// The Rust runtime starts every program ignoring SIGPIPE: the mask read shows it.
+    #[test]
+    fn ignored_signals_reads_the_process_mask() {
+        let sigpipe = signal_hook::consts::SIGPIPE;
+        assert_ne!(super::ignored_signals() & (1u64 << (sigpipe - 1)), 0);
+    }
+
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 

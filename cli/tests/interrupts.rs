@@ -120,6 +120,54 @@ fn sigint_and_sigterm_while_writing_leave_no_temporary_file() {
     }
 }
 
+/// A run started ignoring SIGHUP (`nohup`) is not ended by SIGHUP while it writes its
+/// outputs: the cleanup handler leaves an ignored signal ignored.
+#[test]
+fn an_ignored_sighup_stays_ignored_while_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    // `trap '' HUP` sets SIGHUP to ignored, which the exec'd command inherits.
+    let mut child = Command::new("sh")
+        .args(["-c", "trap '' HUP; exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_ballast"))
+        .args([
+            "dry-run",
+            "--synthetic",
+            "4000000",
+            "--num-target-ranks",
+            "64",
+            "--output-dir",
+            d.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = Instant::now();
+    let mut hups = 0;
+    // SIGHUP every millisecond from when the output file is open until the run ends.
+    while child.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(300) {
+        if open_in(pid, &d).is_some() {
+            let k = Command::new("kill")
+                .args(["-HUP", &pid.to_string()])
+                .status()
+                .unwrap();
+            hups += k.success() as usize;
+            std::thread::sleep(Duration::from_millis(1));
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let status = child.wait().unwrap();
+    assert!(hups > 0, "the dry-run ended before its output file was seen open");
+    assert!(status.success(), "{hups} SIGHUPs: {status:?}");
+    assert_eq!(
+        files_in(&d),
+        ["allocation_r64_c1.json", "allocation_r64_c1.pkl.gz"]
+    );
+}
+
 /// Rule 5: SIGKILL while writing a new target leaves nothing (the file is unnamed until
 /// linked into place).
 #[test]

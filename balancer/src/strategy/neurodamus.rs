@@ -84,8 +84,11 @@ fn walk(pop: &crate::dryrun::Population, order: &[usize]) -> Vec<usize> {
     for (i, &m) in order.iter().enumerate() {
         rank[m] = i;
     }
-    let mut entries: Vec<usize> = (0..pop.metype_gids.len()).collect();
-    // Stable: a metype's lists keep their order.
+    // A list of a metype not in `order` (none in a checked dry run) is not walked, as by a
+    // scan of the lists per metype. Stable: a metype's lists keep their order.
+    let mut entries: Vec<usize> = (0..pop.metype_gids.len())
+        .filter(|&e| pop.metype_gids[e].0 < rank.len())
+        .collect();
     entries.sort_by_key(|&e| rank[pop.metype_gids[e].0]);
     entries
 }
