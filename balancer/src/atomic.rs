@@ -393,15 +393,15 @@ pub fn refuse_input(output: &Path, inputs: &[Input]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
     /// The Rust runtime starts every program ignoring SIGPIPE: the mask read shows it.
     #[test]
     fn ignored_signals_reads_the_process_mask() {
         let sigpipe = signal_hook::consts::SIGPIPE;
-        assert_ne!(super::ignored_signals() & (1u64 << (sigpipe - 1)), 0);
+        assert_ne!(ignored_signals() & (1u64 << (sigpipe - 1)), 0);
     }
-
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     fn entries(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)

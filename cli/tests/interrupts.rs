@@ -26,11 +26,10 @@ fn open_in(pid: u32, dir: &Path) -> Option<bool> {
         .map(|t| t.to_string_lossy().ends_with(" (deleted)"))
 }
 
-/// Starts a 4M-cell dry-run into `dir` and sends `signal` once it has its output file open
-/// there. Returns whether the file was unnamed (O_TMPFILE), or `None` when the run ended
-/// before it was seen writing.
-fn signal_while_writing(dir: &Path, signal: &str) -> Option<bool> {
-    let mut child = ballast()
+/// `command` (`ballast`, or what execs it) started on a 4M-cell dry-run into `dir`, output
+/// silenced.
+fn start_dry_run(mut command: Command, dir: &Path) -> std::process::Child {
+    command
         .args([
             "dry-run",
             "--synthetic",
@@ -43,7 +42,14 @@ fn signal_while_writing(dir: &Path, signal: &str) -> Option<bool> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Starts a 4M-cell dry-run into `dir` and sends `signal` once it has its output file open
+/// there. Returns whether the file was unnamed (O_TMPFILE), or `None` when the run ended
+/// before it was seen writing.
+fn signal_while_writing(dir: &Path, signal: &str) -> Option<bool> {
+    let mut child = start_dry_run(ballast(), dir);
     let pid = child.id();
     let start = Instant::now();
     let mut unnamed = None;
@@ -127,22 +133,10 @@ fn an_ignored_sighup_stays_ignored_while_writing() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().canonicalize().unwrap();
     // `trap '' HUP` sets SIGHUP to ignored, which the exec'd command inherits.
-    let mut child = Command::new("sh")
-        .args(["-c", "trap '' HUP; exec \"$0\" \"$@\""])
-        .arg(env!("CARGO_BIN_EXE_ballast"))
-        .args([
-            "dry-run",
-            "--synthetic",
-            "4000000",
-            "--num-target-ranks",
-            "64",
-            "--output-dir",
-            d.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut sh = Command::new("sh");
+    sh.args(["-c", "trap '' HUP; exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_ballast"));
+    let mut child = start_dry_run(sh, &d);
     let pid = child.id();
     let start = Instant::now();
     let mut hups = 0;

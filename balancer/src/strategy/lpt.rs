@@ -379,24 +379,13 @@ fn gather<S: Slot>(order: &Order, assign: &[S], nbuckets: usize, populations: us
     if threads < 2 || table_bytes > PARALLEL_TABLES {
         return (0..populations).flat_map(one).collect();
     }
-    std::thread::scope(|s| {
-        let one = &one;
-        let handles: Vec<_> = (1..threads)
-            .map(|t| {
-                s.spawn(move || {
-                    (t..populations)
-                        .step_by(threads)
-                        .flat_map(one)
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let mut out: Vec<_> = (0..populations).step_by(threads).flat_map(one).collect();
-        for h in handles {
-            out.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        }
-        out
+    each_on_a_thread((0..threads).collect(), |t| {
+        (t..populations)
+            .step_by(threads)
+            .flat_map(one)
+            .collect::<Vec<_>>()
     })
+    .concat()
 }
 
 /// Largest total of [`gather`]'s per-population tables gathered side by side (each thread
