@@ -14,7 +14,7 @@
 # when given, is another build of `ballast` (e.g. of an older commit) run the same way in the
 # same interleaving (rows baseline-neurodamus and baseline-lpt; a build without `--timings`
 # gets no phase figures). FEATURES, when set, are the cargo features `ballast` is built with
-# (e.g. FEATURES=isal: ISA-L compression). Python needs numpy and psutil: a venv with them is
+# (e.g. FEATURES=sonata). Python needs numpy and psutil: a venv with them is
 # made once in target/bench-venv (pip).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -10,8 +10,7 @@ command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 # The runtime's `mpi` feature builds rsmpi against the system MPI (bindgen needs libclang).
 # Plots (`--plot`) lay text out with a TrueType font.
 # The runtime's `verbs` feature builds rdma-sys against libibverbs/librdmacm (bindgen).
-# The balancer's `isal` feature builds ISA-L from its source (autotools, nasm).
-for pkg in libhdf5-dev pkg-config libopenmpi-dev openmpi-bin libclang-dev fonts-dejavu-core libibverbs-dev librdmacm-dev autoconf automake libtool nasm; do
+for pkg in libhdf5-dev pkg-config libopenmpi-dev openmpi-bin libclang-dev fonts-dejavu-core libibverbs-dev librdmacm-dev; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_pkgs+=("$pkg")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -58,13 +57,6 @@ else
     echo "ci/test.sh: SKIP clippy: 'cargo clippy' is not installed (rustup component add clippy)"
 fi
 cargo test --workspace --locked --features ballast/sonata
-# The allocation file compressed by ISA-L (the `isal` feature) instead of libdeflate: the
-# writer's and the allocation files' tests again, and its lints.
-cargo test -p ballast-balancer --locked --features isal --lib pickle::
-cargo test -p ballast-balancer --locked --features isal --test pickle_files
-if cargo clippy --version >/dev/null 2>&1; then
-    cargo clippy -p ballast-balancer --all-targets --locked --features isal -- -D warnings
-fi
 
 # The MPI transport (feature `mpi`): unit tests, then the MPI test programs under mpirun.
 cargo test -p ballast-runtime --locked --features mpi --lib

@@ -1,6 +1,6 @@
 //! Writing allocation files: the pickle (protocol 3, plain dict/tuple/list/int, the bytes
-//! serde-pickle writes), gzip compressed on several threads (ISA-L, or libdeflate), one
-//! gzip member per block, and the atomic file.
+//! serde-pickle writes), gzip compressed in blocks on several threads into one gzip stream,
+//! and the atomic file.
 #[cfg(test)]
 use std::collections::BTreeMap;
 use std::collections::HashSet;
@@ -20,8 +20,8 @@ use crate::allocation::Bucket;
 use crate::allocation::PopulationAllocation;
 use crate::error::{BalancerError, Result};
 
-/// Writes `populations` as gzip (one member per 128 KiB of pickle, compressed side by side) of a
-/// pickle (protocol 3, serde-pickle's default) of
+/// Writes `populations` as one gzip stream (its 128 KiB blocks of pickle compressed side by
+/// side, at level 1) of a pickle (protocol 3, serde-pickle's default) of
 /// `{population: {(rank, cycle): [gids]}}` using plain Python types only (dict, tuple, list,
 /// int), populations in slice order and buckets in (rank, cycle) order.
 ///
@@ -72,9 +72,10 @@ fn stage_with_threads(
     let mut tmp = crate::atomic::AtomicFile::create(path)?;
     let file: &mut std::fs::File = tmp.file();
     // The pickle is streamed (no copy of it in memory) in blocks to threads that compress
-    // them side by side (gzp): each block a gzip member of its own ([`Members`]), one after
-    // the other, which every gzip reader (Python's, zcat, this crate's) reads as one file
-    // (RFC 1952 §2.2).
+    // them side by side (gzp's `Gzip`, as pigz does): each block's deflate data ends in a
+    // sync flush (an empty stored block, byte-aligned, not final) but the last's, so that
+    // the blocks follow each other in one deflate stream, in one gzip member whose trailer
+    // holds the CRC-32 of the whole pickle (combined from the blocks') and its size.
     let written = std::thread::scope(|s| -> std::io::Result<()> {
         let writer = std::io::BufWriter::with_capacity(
             1 << 16,
@@ -84,10 +85,11 @@ fn stage_with_threads(
                 started: 0,
             },
         );
-        // The fastest levels: the BININT stream barely compresses better at higher ones
-        // (sizes and times: docs/BENCHMARKS.md, "Dry run end to end"); ISA-L's level is
-        // `IsalMembers`'.
-        let mut gz: ParCompress<'_, Members, _> = ParCompressBuilder::new()
+        // Level 1 of flate2's Rust backend (miniz_oxide), the encoder and level of this writer's
+        // first versions: the BININT stream barely compresses better at higher levels, and the
+        // other encoders measured either have no sync flush to continue a stream or write a
+        // larger file (docs/BENCHMARKS.md, "Dry run end to end").
+        let mut gz: ParCompress<'_, gzp::deflate::Gzip, _> = ParCompressBuilder::new()
             .buffer_size(BLOCK)
             .map_err(std::io::Error::other)?
             .num_threads(threads)
@@ -106,65 +108,6 @@ fn stage_with_threads(
     });
     written.map_err(|e| BalancerError::io(path, e))?;
     Ok(tmp)
-}
-
-/// The gzip member format of each block.
-#[cfg(feature = "isal")]
-type Members = IsalMembers;
-/// The gzip member format of each block (gzp's Mgzip with libdeflate: level 1, each
-/// member's header carrying its length).
-#[cfg(not(feature = "isal"))]
-type Members = gzp::deflate::Mgzip;
-
-/// Each block a gzip member of its own, compressed by ISA-L's stateless deflate at its level
-/// 3 (as fast as its level 1 on the pickle and 1.5% smaller; the `isal` feature), with ISA-L's plain gzip header
-/// (no name, no time) and trailer (CRC-32, size); nothing before the first or after the
-/// last. ISA-L picks its code for the CPU it runs on, so the bytes may differ between
-/// machines; what they decompress to does not.
-#[cfg(feature = "isal")]
-#[derive(Debug, Clone, Copy)]
-struct IsalMembers;
-
-#[cfg(feature = "isal")]
-impl gzp::FormatSpec for IsalMembers {
-    type C = gzp::check::PassThroughCheck;
-    type Compressor = ();
-
-    fn new() -> Self {
-        IsalMembers
-    }
-
-    fn needs_dict(&self) -> bool {
-        false
-    }
-
-    fn create_compressor(&self, _: flate2::Compression) -> std::result::Result<(), gzp::GzpError> {
-        Ok(())
-    }
-
-    fn encode(
-        &self,
-        input: &[u8],
-        _: &mut (),
-        _: flate2::Compression,
-        _: Option<&bytes::Bytes>,
-        _: bool,
-    ) -> std::result::Result<Vec<u8>, gzp::GzpError> {
-        // Room for stored blocks (5 bytes per 64 KiB), the header and the trailer, with margin.
-        let mut out = vec![0u8; input.len() + input.len() / 64 + 1024];
-        let n = isal::compress_into(input, &mut out, isal::CompressionLevel::Three, isal::Codec::Gzip)
-            .map_err(|e| gzp::GzpError::Io(std::io::Error::other(format!("ISA-L deflate: {e}"))))?;
-        out.truncate(n);
-        Ok(out)
-    }
-
-    fn header(&self, _: flate2::Compression) -> Vec<u8> {
-        Vec::new()
-    }
-
-    fn footer(&self, _: &Self::C) -> Vec<u8> {
-        Vec::new()
-    }
 }
 
 /// The file, asking the kernel to start writing each MiB back to disk once it is written
@@ -195,14 +138,15 @@ impl Write for EarlyWriteback<'_> {
     }
 }
 
-/// Bytes of pickle per block (gzip member) compressed on its own: small, so that the last
-/// blocks, left to one thread while the others have none, are short. A block does not see
-/// the previous one's 32 KiB window but gets its own Huffman codes (size against larger
-/// blocks: docs/BENCHMARKS.md, "Dry run end to end").
+/// Bytes of pickle per block compressed on its own: small, so that the last blocks, left to
+/// one thread while the others have none, are short. A block does not see the previous one's
+/// 32 KiB window (so the bytes do not depend on the threads) but gets its own Huffman codes:
+/// the file is 0.35% smaller than one continuous stream's at 1M cells (docs/BENCHMARKS.md,
+/// "Dry run end to end").
 const BLOCK: usize = 1 << 17;
 
-/// Threads compressing blocks: the machine's cores, up to 8 (libdeflate's level 1 on this
-/// data takes ~210 MB/s per core, ISA-L ~350 MB/s; more threads would wait on the pickle).
+/// Threads compressing blocks: the machine's cores, up to 8 (level 1 on this data takes
+/// ~150 MB/s per core; more threads would wait on the pickle).
 fn compress_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -444,11 +388,40 @@ mod tests {
         }
     }
 
-    /// A pickle of several compressed blocks is one gzip member per block, each member the
-    /// gzip of exactly its block of the pickle, with nothing after the last; the file reads
-    /// back whole through a multi-member decoder and this crate's reader.
+    /// A pickle of exactly two blocks still ends in a final deflate block (gzp finishes the
+    /// stream with an empty last block after two flushed ones).
     #[test]
-    fn a_multi_block_file_is_one_gzip_member_per_block() {
+    fn a_pickle_of_whole_blocks_is_a_complete_stream() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("allocation_r1_c1.pkl.gz");
+        let pops = |name_len: usize| {
+            vec![PopulationAllocation {
+                name: "n".repeat(name_len),
+                buckets: [(b(0, 0), (0..40_000u32).collect())].into(),
+            }]
+        };
+        let mut short = Vec::new();
+        write_pickle(&mut short, &pops(1)).unwrap();
+        // One more byte of name is one more byte of pickle (BINUNICODE, ASCII).
+        let pops = pops(1 + 2 * BLOCK - short.len());
+        let mut expected = Vec::new();
+        write_pickle(&mut expected, &pops).unwrap();
+        assert_eq!(expected.len(), 2 * BLOCK);
+        write_allocation_file(&path, &pops).unwrap();
+        let gz = std::fs::read(&path).unwrap();
+        let mut decoder = flate2::bufread::GzDecoder::new(&gz[..]);
+        let mut whole = Vec::new();
+        decoder.read_to_end(&mut whole).unwrap();
+        assert!(whole == expected);
+        assert!(decoder.into_inner().is_empty(), "one gzip member");
+    }
+
+    /// A pickle of several compressed blocks is one gzip stream: gzip's header (level 1's
+    /// XFL 4, no name, mtime 0), one deflate stream holding the whole pickle with a sync flush
+    /// after each block but the last, the CRC-32 and size of the pickle, and nothing after.
+    #[test]
+    fn a_multi_block_file_is_one_gzip_stream() {
         use std::io::Read;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("allocation_r3_c1.pkl.gz");
@@ -463,33 +436,37 @@ mod tests {
         let gz = std::fs::read(&path).unwrap();
         let mut expected = Vec::new();
         write_pickle(&mut expected, &pops).unwrap();
-        assert!(
-            expected.len() > 3 * BLOCK,
-            "several blocks: {} bytes",
-            expected.len()
-        );
-        let mut members = 0;
-        let mut rest: &[u8] = &gz;
-        while !rest.is_empty() {
-            // One member (magic, deflate, CRC-32 and size checked), read from a slice that
-            // the decoder advances to just past its trailer.
-            assert_eq!(rest[..3], [31, 139, 8], "member {members}: a gzip header");
-            let mut decoder = flate2::bufread::GzDecoder::new(rest);
-            let mut block = Vec::new();
-            decoder.read_to_end(&mut block).unwrap();
-            let from = members * BLOCK;
-            let to = (from + BLOCK).min(expected.len());
-            assert!(block == expected[from..to], "member {members} is block {members}");
-            members += 1;
-            rest = decoder.into_inner();
-        }
-        assert_eq!(members, expected.len().div_ceil(BLOCK));
-        let mut pickle = Vec::new();
-        flate2::read::MultiGzDecoder::new(&gz[..])
-            .read_to_end(&mut pickle)
+        let blocks = expected.len().div_ceil(BLOCK);
+        assert!(blocks > 3, "several blocks: {} bytes", expected.len());
+        assert_eq!(gz[..10], [31, 139, 8, 0, 0, 0, 0, 0, 4, 255], "gzip header");
+        let (deflate, trailer) = gz[10..].split_at(gz.len() - 18);
+        let crc = crc32fast::hash(&expected);
+        assert_eq!(trailer[..4], crc.to_le_bytes(), "CRC-32 of the whole pickle");
+        assert_eq!(trailer[4..], (expected.len() as u32).to_le_bytes(), "its size");
+        // The raw deflate data alone inflates to the pickle and ends where the trailer
+        // starts (a final block, then nothing).
+        let mut inflate = flate2::Decompress::new(false);
+        let mut pickle = Vec::with_capacity(expected.len() + 1);
+        let status = inflate
+            .decompress_vec(deflate, &mut pickle, flate2::FlushDecompress::Finish)
             .unwrap();
-        assert!(pickle == expected, "the decompressed bytes are the pickle");
-        assert_eq!(read(&pickle).unwrap(), pops);
+        assert_eq!(status, flate2::Status::StreamEnd);
+        assert_eq!(
+            inflate.total_in() as usize,
+            deflate.len(),
+            "nothing after the final block"
+        );
+        assert!(pickle == expected, "the deflate stream is the pickle");
+        // A block's end is byte-aligned by a sync flush's empty stored block (00 00 FF FF).
+        let syncs = deflate.windows(4).filter(|w| *w == [0, 0, 0xff, 0xff]).count();
+        assert!(syncs >= blocks - 1, "{syncs} sync flushes for {blocks} blocks");
+        // One member: a single-member decoder reads it all, leaving nothing.
+        let mut decoder = flate2::bufread::GzDecoder::new(&gz[..]);
+        let mut whole = Vec::new();
+        decoder.read_to_end(&mut whole).unwrap();
+        assert!(whole == expected);
+        assert!(decoder.into_inner().is_empty(), "one gzip member");
+        assert_eq!(read(&whole).unwrap(), pops);
         assert_eq!(super::super::read_allocation_file(&path).unwrap(), pops);
         // The same bytes whatever the number of threads.
         for threads in [1, 3] {
