@@ -379,7 +379,15 @@ fn gather<S: Slot>(order: &Order, assign: &[S], nbuckets: usize, populations: us
     if threads < 2 || table_bytes > PARALLEL_TABLES {
         return (0..populations).flat_map(one).collect();
     }
+    // A spawned thread's lists come from its own allocator arena: grown at once.
+    let warm = (0..populations)
+        .map(|p| cells[p] * 4 + nbuckets * 32)
+        .max()
+        .unwrap_or(0);
     each_on_a_thread((0..threads).collect(), |t| {
+        if t + 1 < threads {
+            crate::arena::warm(warm);
+        }
         (t..populations)
             .step_by(threads)
             .flat_map(one)
