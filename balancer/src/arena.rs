@@ -6,9 +6,9 @@
 //! each also splitting and merging the kernel's memory map, and it is the slower of the
 //! threads that the caller waits for. The heap only ever `mprotect`s the part beyond what it
 //! made accessible before, even after freeing, so allocating about as much in a few pieces
-//! first and freeing them leaves the later allocations without system calls (at 1M cells,
-//! 1,087 `mprotect` calls became 172, docs/BENCHMARKS.md "Dry run end to end"). With
-//! another allocator this only allocates and frees.
+//! first and freeing them leaves the later allocations without system calls (counts:
+//! docs/BENCHMARKS.md, "Dry run end to end"). With another allocator this only allocates
+//! and frees.
 
 /// Bytes per piece: below glibc's smallest threshold for serving an allocation by its own
 /// `mmap` (128 KiB), so the pieces come from the arena's heap.
@@ -30,16 +30,67 @@ pub(crate) fn warm(bytes: usize) {
 
 #[cfg(test)]
 mod tests {
-    /// It allocates and frees on any thread, large requests included, leaving the thread
-    /// able to allocate what it was warmed for.
+    /// A glibc arena's heap on 64-bit: 64 MiB, aligned to its size (`HEAP_MAX_SIZE`,
+    /// glibc's malloc/arena.c), made accessible from its start as it grows.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    const HEAP: usize = 64 << 20;
+
+    /// The bytes of the heap holding `address` (a thread arena's allocation) made
+    /// accessible so far: from the heap's start to the end of the read-write mapping holding
+    /// `address`, from `/proc/self/maps` ("start-end perms ...", hexadecimal).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn heap_grown(address: usize) -> usize {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let (end, perms) = maps
+            .lines()
+            .find_map(|line| {
+                let mut fields = line.split_whitespace();
+                let (start, end) = fields.next()?.split_once('-')?;
+                let start = usize::from_str_radix(start, 16).ok()?;
+                let end = usize::from_str_radix(end, 16).ok()?;
+                (start..end)
+                    .contains(&address)
+                    .then(|| (end, fields.next().unwrap_or("").to_string()))
+            })
+            .expect("a mapping holds the allocation");
+        assert!(perms.starts_with("rw"), "{perms}");
+        end - (address & !(HEAP - 1))
+    }
+
+    /// After warming, a new thread's small allocations come from a heap already grown to
+    /// the warmed size (without warming it is the heap's first 132 KiB or so, grown step by
+    /// step), and the pieces were freed: about as many bytes again in small lists fit in it
+    /// without growing it by half (kept pieces would make it twice the size).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
-    fn warming_allocates_and_frees() {
+    fn a_warmed_thread_allocates_from_a_grown_heap() {
+        const WARMED: usize = 8 << 20;
         std::thread::spawn(|| {
-            super::warm(3 << 20);
+            super::warm(WARMED);
+            let small = vec![7u32; 500];
+            let grown = heap_grown(small.as_ptr() as usize);
+            assert!(grown >= WARMED, "{grown} bytes grown");
+            // 2,000 lists of 4,000 B and their chunk headers: 8.03 MB, under 8 MiB.
+            let lists: Vec<Vec<u32>> = (0..2000).map(|i| vec![i; 1000]).collect();
+            let after = heap_grown(lists[1999].as_ptr() as usize);
+            // An arena freed by an earlier thread may be reused, grown further before.
+            let bound = grown.max(WARMED) + WARMED / 2;
+            assert!(
+                after < bound,
+                "{after} bytes grown after the lists, {grown} before"
+            );
+            assert_eq!(lists.iter().map(|l| l.len()).sum::<usize>(), 2_000_000);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Sizes beyond the cap and zero are taken (the cap bounds what is allocated).
+    #[test]
+    fn any_size_is_taken() {
+        std::thread::spawn(|| {
             super::warm(usize::MAX);
             super::warm(0);
-            let lists: Vec<Vec<u32>> = (0..1000).map(|i| vec![i; 500]).collect();
-            assert_eq!(lists.iter().map(|l| l.len()).sum::<usize>(), 500_000);
         })
         .join()
         .unwrap();

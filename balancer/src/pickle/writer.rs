@@ -140,13 +140,12 @@ impl Write for EarlyWriteback<'_> {
 
 /// Bytes of pickle per block compressed on its own: small, so that the last blocks, left to
 /// one thread while the others have none, are short. A block does not see the previous one's
-/// 32 KiB window (so the bytes do not depend on the threads) but gets its own Huffman codes:
-/// the file is 0.35% smaller than one continuous stream's at 1M cells (docs/BENCHMARKS.md,
-/// "Dry run end to end").
+/// 32 KiB window (so the bytes do not depend on the threads) but gets its own Huffman codes
+/// (sizes against one continuous stream: docs/BENCHMARKS.md, "Dry run end to end").
 const BLOCK: usize = 1 << 17;
 
-/// Threads compressing blocks: the machine's cores, up to 8 (level 1 on this data takes
-/// ~150 MB/s per core; more threads would wait on the pickle).
+/// Threads compressing blocks: the machine's cores, up to 8 (more would wait on the pickle,
+/// which one thread writes; rates: docs/BENCHMARKS.md, "Dry run end to end").
 fn compress_threads() -> usize {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())
