@@ -496,7 +496,12 @@ fn greedy_noting<S: Slot>(order: &Order, nbuckets: usize, done: &AtomicU64, assi
         // The next segment's fresh sequence: both merged by (load, index).
         merged.clear();
         let rest = &fresh[next..];
-        let (mut j, mut k) = (0, 0);
+        // The buckets not picked that are lighter than every picked one, at once.
+        let (mut j, mut k) = match placed.front() {
+            Some(q) => (rest.partition_point(|&b| lighter(&loads, b, q)), 0),
+            None => (rest.len(), 0),
+        };
+        merged.extend_from_slice(&rest[..j]);
         while j < rest.len() && k < placed.len {
             if lighter(&loads, rest[j], placed.get(k)) {
                 merged.push(rest[j]);
