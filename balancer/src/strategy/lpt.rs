@@ -261,13 +261,12 @@ fn place<S: Slot>(
     let mut assign: Vec<S> = vec![S::default(); order.len];
     let mut loads = greedy_noting(order, nbuckets, done, &mut assign);
     let mut members = members_of(&assign, nbuckets);
-    let mut moved = Vec::new();
-    refine_tracked(order, &mut loads, &mut members, &mut moved);
-    for (i, b) in moved {
-        assign[i as usize] = S::from_bucket(b);
-    }
-    drop(members);
-    let gathered = gather(order, &assign, nbuckets, populations);
+    let gathered = gather_beside(order, &mut assign, nbuckets, populations, || {
+        let mut moved = Vec::new();
+        refine_tracked(order, &mut loads, &mut members, &mut moved);
+        drop(members);
+        moved
+    });
     done.fetch_add(order.len as u64, Ordering::Relaxed);
     (loads, gathered)
 }
@@ -303,94 +302,226 @@ impl Slot for u32 {
     }
 }
 
+/// Per population of the order: its cells and gid span (a segment's gids are ascending: its
+/// last is its largest), and whether its gids are dense (largest gid below twice its cells
+/// plus 4096).
+struct Spans {
+    cells: Vec<usize>,
+    span: Vec<usize>,
+}
+
+impl Spans {
+    fn new(order: &Order, populations: usize) -> Spans {
+        let mut cells = vec![0usize; populations];
+        let mut span = vec![0usize; populations];
+        for s in &order.segments {
+            let p = s.population as usize;
+            cells[p] += s.gids.len();
+            if let Some(&last) = s.gids.last() {
+                span[p] = span[p].max(last as usize + 1);
+            }
+        }
+        Spans { cells, span }
+    }
+
+    fn dense(&self, p: usize) -> bool {
+        self.span[p] <= self.cells[p].saturating_mul(2).saturating_add(4096)
+    }
+
+    /// Bytes of the dense populations' [`GidTable`]s.
+    fn table_bytes<S>(&self, nbuckets: usize) -> usize {
+        (0..self.span.len())
+            .filter(|&p| self.dense(p))
+            .map(|p| self.span[p] * (std::mem::size_of::<S>() + 1) + nbuckets * 8)
+            .sum()
+    }
+
+    /// Threads gathering side by side: the machine's cores, at most one per population,
+    /// and 1 when the tables together would take more than [`PARALLEL_TABLES`] bytes.
+    fn threads<S>(&self, nbuckets: usize) -> usize {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(self.span.len());
+        if self.table_bytes::<S>(nbuckets) > PARALLEL_TABLES {
+            1
+        } else {
+            threads
+        }
+    }
+}
+
+/// A dense population's gids by gid: each one's bucket, which are present, and the count
+/// per bucket.
+struct GidTable<S> {
+    bucket: Vec<S>,
+    present: Vec<u64>,
+    counts: Vec<usize>,
+}
+
+impl<S: Slot> GidTable<S> {
+    /// Population `p`'s table from `assign` (each position's bucket), `span` its gid span.
+    fn new(order: &Order, assign: &[S], p: usize, span: usize, nbuckets: usize) -> GidTable<S> {
+        let mut bucket: Vec<S> = vec![S::default(); span];
+        let mut present: Vec<u64> = vec![0; span.div_ceil(64)];
+        let mut counts = vec![0usize; nbuckets];
+        for s in order.segments.iter().filter(|s| s.population as usize == p) {
+            for (&gid, &slot) in s.gids.iter().zip(&assign[s.start..s.start + s.gids.len()]) {
+                bucket[gid as usize] = slot;
+                present[gid as usize >> 6] |= 1 << (gid & 63);
+                counts[slot.bucket()] += 1;
+            }
+        }
+        GidTable {
+            bucket,
+            present,
+            counts,
+        }
+    }
+
+    /// Moves `gid` from its bucket to bucket `to`.
+    fn reassign(&mut self, gid: u32, to: usize) {
+        let slot = &mut self.bucket[gid as usize];
+        self.counts[slot.bucket()] -= 1;
+        self.counts[to] += 1;
+        *slot = S::from_bucket(to);
+    }
+
+    /// Every bucket's list, gids ascending: a pass over the gids in ascending order deals
+    /// them to their buckets' lists, each allocated at its exact length.
+    fn lists(self) -> Vec<Vec<u32>> {
+        let mut lists: Vec<Vec<u32>> = self.counts.iter().map(|&n| Vec::with_capacity(n)).collect();
+        for (w, &word) in self.present.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let gid = (w << 6) | bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                lists[self.bucket[gid].bucket()].push(gid as u32);
+            }
+        }
+        lists
+    }
+}
+
+/// Population `p`'s lists, gids ascending, where its gids are sparse: dealt straight to the
+/// lists, each then sorted.
+fn sparse_lists<S: Slot>(order: &Order, assign: &[S], p: usize, nbuckets: usize) -> Vec<Vec<u32>> {
+    let mut lists = vec![Vec::new(); nbuckets];
+    for s in order.segments.iter().filter(|s| s.population as usize == p) {
+        for (&gid, &slot) in s.gids.iter().zip(&assign[s.start..s.start + s.gids.len()]) {
+            lists[slot.bucket()].push(gid);
+        }
+    }
+    for l in &mut lists {
+        l.sort_unstable();
+        l.shrink_to_fit();
+    }
+    lists
+}
+
+/// (bucket, population, gids) for every non-empty list of population `p`.
+fn non_empty(p: usize, lists: Vec<Vec<u32>>) -> Gathered {
+    lists
+        .into_iter()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(b, l)| (b, p, l))
+        .collect()
+}
+
 /// The gids of every bucket, per population, ascending, from `assign` (each position's
 /// bucket): (bucket, population, gids) for every non-empty list.
 ///
 /// Population by population, one pass over the positions in order reads each gid beside
 /// its bucket (no pass reads the gids in a bucket's order, which jumps across the dry run's
-/// arrays). A population whose gids are dense (largest gid below twice its cells plus 4096)
-/// notes them in a table indexed by gid, whose pass in ascending order deals them to their
-/// buckets' lists, each allocated at its exact length; other populations' gids are dealt
-/// straight to the lists and each list sorted. Several populations are gathered side by side
-/// on the machine's cores while their tables together take at most [`PARALLEL_TABLES`]
-/// bytes (beyond that, one at a time: memory first).
+/// arrays). A population whose gids are dense notes them in a [`GidTable`] indexed by gid;
+/// other populations' gids are dealt straight to the lists and each list sorted. Several
+/// populations are gathered side by side on the machine's cores while their tables together
+/// take at most [`PARALLEL_TABLES`] bytes (beyond that, one at a time: memory first).
+#[cfg(test)]
 fn gather<S: Slot>(order: &Order, assign: &[S], nbuckets: usize, populations: usize) -> Gathered {
-    // Per population: cells and gid span (a segment's gids are ascending: its last is its
-    // largest).
-    let mut cells = vec![0usize; populations];
-    let mut span = vec![0usize; populations];
-    for s in &order.segments {
-        let p = s.population as usize;
-        cells[p] += s.gids.len();
-        if let Some(&last) = s.gids.last() {
-            span[p] = span[p].max(last as usize + 1);
+    let mut assign = assign.to_vec();
+    gather_beside(order, &mut assign, nbuckets, populations, Vec::new)
+}
+
+/// [`gather`] of `assign` once `refine` has run, which returns the (position, bucket) moves
+/// to make in `assign` (in order; a position may move more than once). Where the populations
+/// are gathered side by side, their tables are built from `assign` as it is on another
+/// thread while `refine` runs on this one (it reads only the order: the second core is
+/// otherwise idle then), and the moves are made in both afterwards.
+fn gather_beside<S: Slot>(
+    order: &Order,
+    assign: &mut [S],
+    nbuckets: usize,
+    populations: usize,
+    refine: impl FnOnce() -> Vec<(u32, usize)>,
+) -> Gathered {
+    let spans = Spans::new(order, populations);
+    let threads = spans.threads::<S>(nbuckets);
+    if threads < 2 {
+        for (i, b) in refine() {
+            assign[i as usize] = S::from_bucket(b);
         }
+        let assign = &*assign;
+        return (0..populations)
+            .flat_map(|p| {
+                let lists = if spans.dense(p) {
+                    GidTable::new(order, assign, p, spans.span[p], nbuckets).lists()
+                } else {
+                    sparse_lists(order, assign, p, nbuckets)
+                };
+                non_empty(p, lists)
+            })
+            .collect();
     }
-    let dense = |p: usize| span[p] <= cells[p].saturating_mul(2).saturating_add(4096);
-    let one = |p: usize| -> Gathered {
-        let segments = || order.segments.iter().filter(|s| s.population as usize == p);
-        let mut lists: Vec<Vec<u32>>;
-        if dense(p) {
-            let mut bucket: Vec<S> = vec![S::default(); span[p]];
-            let mut present: Vec<u64> = vec![0; span[p].div_ceil(64)];
-            let mut counts = vec![0usize; nbuckets];
-            for s in segments() {
-                for (&gid, &slot) in s.gids.iter().zip(&assign[s.start..s.start + s.gids.len()]) {
-                    bucket[gid as usize] = slot;
-                    present[gid as usize >> 6] |= 1 << (gid & 63);
-                    counts[slot.bucket()] += 1;
-                }
-            }
-            lists = counts.iter().map(|&n| Vec::with_capacity(n)).collect();
-            for (w, &word) in present.iter().enumerate() {
-                let mut bits = word;
-                while bits != 0 {
-                    let gid = (w << 6) | bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    lists[bucket[gid].bucket()].push(gid as u32);
-                }
-            }
-        } else {
-            lists = vec![Vec::new(); nbuckets];
-            for s in segments() {
-                for (&gid, &slot) in s.gids.iter().zip(&assign[s.start..s.start + s.gids.len()]) {
-                    lists[slot.bucket()].push(gid);
-                }
-            }
-            for l in &mut lists {
-                l.sort_unstable();
-                l.shrink_to_fit();
-            }
+    let (moved, mut tables) = std::thread::scope(|s| {
+        let before = &*assign;
+        let spans = &spans;
+        let side = s.spawn(move || {
+            (0..populations)
+                .map(|p| {
+                    spans
+                        .dense(p)
+                        .then(|| GidTable::new(order, before, p, spans.span[p], nbuckets))
+                })
+                .collect::<Vec<_>>()
+        });
+        let moved = refine();
+        (
+            moved,
+            side.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        )
+    });
+    for (i, b) in moved {
+        let k = order.segment_of(i);
+        let s = &order.segments[k];
+        if let Some(table) = &mut tables[s.population as usize] {
+            table.reassign(s.gids[i as usize - s.start], b);
         }
-        lists
-            .into_iter()
-            .enumerate()
-            .filter(|(_, l)| !l.is_empty())
-            .map(|(b, l)| (b, p, l))
-            .collect()
-    };
-    let table_bytes: usize = (0..populations)
-        .filter(|&p| dense(p))
-        .map(|p| span[p] * (std::mem::size_of::<S>() + 1) + nbuckets * 8)
-        .sum();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(populations);
-    if threads < 2 || table_bytes > PARALLEL_TABLES {
-        return (0..populations).flat_map(one).collect();
+        assign[i as usize] = S::from_bucket(b);
     }
+    let assign = &*assign;
     // A spawned thread's lists come from its own allocator arena: grown at once.
     let warm = (0..populations)
-        .map(|p| cells[p] * 4 + nbuckets * 32)
+        .map(|p| spans.cells[p] * 4 + nbuckets * 32)
         .max()
         .unwrap_or(0);
-    each_on_a_thread((0..threads).collect(), |t| {
-        if t + 1 < threads {
+    let mut parts: Vec<Vec<(usize, Option<GidTable<S>>)>> = (0..threads).map(|_| Vec::new()).collect();
+    for (p, table) in tables.into_iter().enumerate() {
+        parts[p % threads].push((p, table));
+    }
+    let spawned = threads - 1;
+    each_on_a_thread(parts.into_iter().enumerate().collect(), |(t, part)| {
+        if t < spawned {
             crate::arena::warm(warm);
         }
-        (t..populations)
-            .step_by(threads)
-            .flat_map(one)
+        part.into_iter()
+            .flat_map(|(p, table)| {
+                let lists = match table {
+                    Some(table) => table.lists(),
+                    None => sparse_lists(order, assign, p, nbuckets),
+                };
+                non_empty(p, lists)
+            })
             .collect::<Vec<_>>()
     })
     .concat()
@@ -1394,6 +1525,45 @@ mod tests {
         assert_eq!(narrow, wide);
         assert_eq!(narrow.iter().map(|(_, _, g)| g.len()).sum::<usize>(), 20_000);
         assert!(narrow.iter().all(|(b, p, g)| *b < 300 && *p < 3 && g.is_sorted()));
+    }
+
+    /// The moves made in the tables built beside the refinement (a position moved several
+    /// times included) give what gathering after the moves gives, and `assign` ends moved.
+    #[test]
+    fn moves_made_beside_the_tables_are_those_made_before() {
+        use rand::{Rng, SeedableRng};
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 20_000,
+            metypes: 40,
+            populations: 3,
+            seed: 3,
+        })
+        .unwrap();
+        let order = Order::new(&d);
+        let mut assign = vec![0u16; order.len];
+        greedy_noting(&order, 300, &AtomicU64::new(0), &mut assign);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut moves: Vec<(u32, usize)> = (0..3000)
+            .map(|_| (rng.random_range(0..order.len as u32), rng.random_range(0..300)))
+            .collect();
+        let again: Vec<(u32, usize)> = moves[..500]
+            .iter()
+            .map(|&(i, _)| (i, rng.random_range(0..300)))
+            .collect();
+        moves.extend(again);
+        let mut applied = assign.clone();
+        for &(i, b) in &moves {
+            applied[i as usize] = b as u16;
+        }
+        let expected = gather(&order, &applied, 300, 3);
+        assert_ne!(
+            expected,
+            gather(&order, &assign, 300, 3),
+            "the moves change buckets"
+        );
+        let beside = gather_beside(&order, &mut assign, 300, 3, || moves);
+        assert_eq!(beside, expected);
+        assert_eq!(assign, applied);
     }
 
     #[test]
