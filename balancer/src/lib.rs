@@ -4,7 +4,7 @@
 #![deny(unsafe_code)]
 
 pub mod allocation;
-mod arena;
+pub mod arena;
 pub mod atomic;
 pub mod circuit;
 pub mod corenrn;

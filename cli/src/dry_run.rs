@@ -258,6 +258,8 @@ fn check_combinations(args: &DryRunArgs) -> anyhow::Result<()> {
 }
 
 pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
+    // Memory one step frees is reused by the next instead of faulted in again.
+    ballast_balancer::arena::keep_freed();
     check_combinations(args)?;
     let mut config = BalancerConfig::builder()
         .ranks(args.num_target_ranks.unwrap_or(1))
