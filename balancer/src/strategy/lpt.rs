@@ -473,24 +473,34 @@ fn gather_beside<S: Slot>(
             })
             .collect();
     }
-    let (moved, mut tables) = std::thread::scope(|s| {
+    // The tables from `assign` as the greedy left it: claimed population by population by
+    // the other thread while `refine` runs, and by this one too once it is done.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let claim = |before: &[S]| {
+        let mut built = Vec::new();
+        loop {
+            let p = next.fetch_add(1, Ordering::Relaxed);
+            if p >= populations {
+                return built;
+            }
+            if spans.dense(p) {
+                built.push((p, GidTable::new(order, before, p, spans.span[p], nbuckets)));
+            }
+        }
+    };
+    let (moved, built) = std::thread::scope(|s| {
         let before = &*assign;
-        let spans = &spans;
-        let side = s.spawn(move || {
-            (0..populations)
-                .map(|p| {
-                    spans
-                        .dense(p)
-                        .then(|| GidTable::new(order, before, p, spans.span[p], nbuckets))
-                })
-                .collect::<Vec<_>>()
-        });
+        let claim = &claim;
+        let side = s.spawn(move || claim(before));
         let moved = refine();
-        (
-            moved,
-            side.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
+        let mut built = claim(before);
+        built.extend(side.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        (moved, built)
     });
+    let mut tables: Vec<Option<GidTable<S>>> = (0..populations).map(|_| None).collect();
+    for (p, table) in built {
+        tables[p] = Some(table);
+    }
     for (i, b) in moved {
         let k = order.segment_of(i);
         let s = &order.segments[k];
