@@ -572,21 +572,90 @@ impl DryRun {
         self.stage_json_file(path)?.commit()
     }
 
-    /// [`DryRun::write_json_file`] up to the commit.
+    /// [`DryRun::write_json_file`] up to the commit. The bytes are those of
+    /// [`DryRun::to_json_value`] pretty-printed with a 4-space indent, then a newline,
+    /// streamed to the file (no value tree, no copy of the text in memory).
     pub fn stage_json_file(&self, path: &Path) -> Result<crate::atomic::AtomicFile> {
-        let mut buf = Vec::new();
-        let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-        let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
-        serde::Serialize::serialize(&self.to_json_value(), &mut ser).map_err(|error| {
-            BalancerError::Json {
-                path: path.to_owned(),
-                error,
-            }
-        })?;
-        buf.push(b'\n');
         let mut file = crate::atomic::AtomicFile::create(path)?;
-        file.write_all(&buf).map_err(|e| BalancerError::io(path, e))?;
+        let json = |error| BalancerError::Json {
+            path: path.to_owned(),
+            error,
+        };
+        {
+            let mut out = std::io::BufWriter::with_capacity(1 << 16, file.file());
+            let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+            serde::Serialize::serialize(&JsonView(self), &mut ser).map_err(json)?;
+            out.write_all(b"\n").map_err(|e| BalancerError::io(path, e))?;
+            out.flush().map_err(|e| BalancerError::io(path, e))?;
+        }
         Ok(file)
+    }
+}
+
+/// A dry run serialised as [`DryRun::to_json_value`] holds it: the same keys in the same
+/// order with the same values, written straight from the dry run's arrays.
+struct JsonView<'a>(&'a DryRun);
+
+/// Entries sorted by key, a repeated key keeping its last value (what collecting them into
+/// the ordered map of [`DryRun::to_json_value`] keeps).
+struct SortedEntries<'a, V>(Vec<(&'a str, V)>);
+
+impl<'a, V> SortedEntries<'a, V> {
+    fn new(mut entries: Vec<(&'a str, V)>) -> Self {
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        let mut kept: Vec<(&'a str, V)> = Vec::with_capacity(entries.len());
+        for e in entries {
+            match kept.last_mut() {
+                Some(last) if last.0 == e.0 => *last = e,
+                _ => kept.push(e),
+            }
+        }
+        SortedEntries(kept)
+    }
+}
+
+impl<V: serde::Serialize> serde::Serialize for SortedEntries<'_, V> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl serde::Serialize for JsonView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let d = self.0;
+        let memory = SortedEntries::new(d.metypes.iter().map(|m| (m.name.as_str(), m.memory_kb)).collect());
+        let syn = SortedEntries::new(
+            d.metypes
+                .iter()
+                .filter(|m| m.synapses_per_cell > 0.0)
+                .map(|m| (m.name.as_str(), m.synapses_per_cell))
+                .collect(),
+        );
+        let pops = SortedEntries::new(
+            d.populations
+                .iter()
+                .map(|p| {
+                    let per = p
+                        .metype_gids
+                        .iter()
+                        .map(|(m, g)| (d.metypes[*m].name.as_str(), g.as_slice()))
+                        .collect();
+                    (p.name.as_str(), SortedEntries::new(per))
+                })
+                .collect(),
+        );
+        let mut map = s.serialize_map(Some(3))?;
+        map.serialize_entry("metype_cell_syn_average", &syn)?;
+        map.serialize_entry("metype_memory", &memory)?;
+        map.serialize_entry("pop_metype_gids", &pops)?;
+        map.end()
     }
 }
 
@@ -735,5 +804,61 @@ mod tests {
         assert_eq!(back.populations[0].name, "P");
         assert_eq!(back.cell_count(), 4);
         assert_eq!(back.metype_cell_kb(), vec![119.0, 1.5]);
+    }
+
+    /// The streamed file is, byte for byte, the value tree pretty-printed with neurodamus'
+    /// 4-space indent: on a synthetic dry run, and on one built in code with a metype listed
+    /// twice in a population, a repeated metype name, a population name repeated, a
+    /// non-finite figure and an empty population.
+    #[test]
+    fn the_streamed_json_file_is_the_value_tree() {
+        let reference = |d: &DryRun| {
+            let mut buf = Vec::new();
+            let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+            let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+            serde::Serialize::serialize(&d.to_json_value(), &mut ser).unwrap();
+            buf.push(b'\n');
+            buf
+        };
+        let metype = |name: &str, kb: f64, syn: f64| Metype {
+            name: name.into(),
+            memory_kb: kb,
+            synapses_per_cell: syn,
+        };
+        let pop = |name: &str, metype_gids: Vec<(usize, Vec<u32>)>| Population {
+            name: name.into(),
+            metype_gids,
+            cell_synapses: None,
+        };
+        let synthetic = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: 5_000,
+            metypes: 30,
+            populations: 3,
+            seed: 4,
+        })
+        .unwrap();
+        let odd = DryRun {
+            metypes: vec![
+                metype("b", 2.5, 0.0),
+                metype("a", 1e300, 148.05405405405406),
+                metype("b", 7.0, 3.0),
+                metype("c", f64::NAN, 1.0),
+            ],
+            populations: vec![
+                pop(
+                    "Q",
+                    vec![(2, vec![9, 8]), (1, vec![1, 4_000_000_000]), (0, vec![7])],
+                ),
+                pop("P", vec![]),
+                pop("Q", vec![(3, vec![5])]),
+            ],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        for (k, d) in [synthetic, odd].iter().enumerate() {
+            let path = dir.path().join(format!("cell_memory_usage_{k}.json"));
+            d.write_json_file(&path).unwrap();
+            let written = std::fs::read(&path).unwrap();
+            assert!(written == reference(d), "{}", String::from_utf8_lossy(&written));
+        }
     }
 }
