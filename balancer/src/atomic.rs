@@ -9,8 +9,9 @@
 //! the target at once. Where `O_TMPFILE` is unsupported (EOPNOTSUPP, EISDIR, EINVAL) a named
 //! temporary file is written and renamed. Named temporaries are removed on SIGINT, SIGTERM
 //! and SIGHUP by a handler installed with the first one (a thread of signal-hook's, which
-//! then ends the process as the signal's default action would). Files get mode 0666 less
-//! the umask, like any newly created file.
+//! then ends the process as the signal's default action would), and so are the directories
+//! [`create_dir_all`] made, where still empty. Files get mode 0666 less the umask, like any
+//! newly created file.
 use std::fs::File;
 use std::io::{self, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -25,6 +26,9 @@ use crate::error::{BalancerError, Result};
 
 /// Named temporary files alive now; removed by the signal handler.
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Directories [`create_dir_all`] made, outermost first; removed (where empty) by the
+/// signal handler.
+static MADE_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -59,11 +63,42 @@ fn install_handler() {
                     for path in guard.iter() {
                         let _ = std::fs::remove_file(path);
                     }
+                    let dirs = MADE_DIRS.lock().unwrap_or_else(|e| e.into_inner());
+                    for dir in dirs.iter().rev() {
+                        let _ = std::fs::remove_dir(dir);
+                    }
                     let _ = signal_hook::low_level::emulate_default_handler(signal);
                     std::process::exit(128 + signal);
                 }
             });
     });
+}
+
+/// `std::fs::create_dir_all(dir)`, noting the directories it makes: a signal that ends the
+/// process before its outputs are in place removes them again where they are still empty
+/// (an output directory made for a run that was interrupted is not left behind).
+pub fn create_dir_all(dir: &Path) -> io::Result<()> {
+    let missing: Vec<PathBuf> = dir
+        .ancestors()
+        .filter(|d| !d.as_os_str().is_empty())
+        .take_while(|d| std::fs::symlink_metadata(d).is_err())
+        .map(Path::to_path_buf)
+        .collect();
+    if missing.is_empty() {
+        return std::fs::create_dir_all(dir);
+    }
+    install_handler();
+    for d in missing.iter().rev() {
+        match std::fs::create_dir(d) {
+            Ok(()) => MADE_DIRS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(d.clone()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The signals this process ignores: the `SigIgn` mask of /proc/self/status (bit n - 1 for

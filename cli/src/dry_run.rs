@@ -387,7 +387,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         "write",
         "writing the allocation",
         || -> anyhow::Result<(Vec<PathBuf>, Summary)> {
-            std::fs::create_dir_all(&args.output_dir).with_context(|| {
+            atomic::create_dir_all(&args.output_dir).with_context(|| {
                 format!(
                     "cannot create output directory {} (--output-dir)",
                     args.output_dir.display()

@@ -126,6 +126,29 @@ fn sigint_and_sigterm_while_writing_leave_no_temporary_file() {
     }
 }
 
+/// SIGINT while writing into an output directory the run made (two levels of it) leaves
+/// neither directory behind, unless the outputs were complete.
+#[test]
+fn sigint_while_writing_removes_the_output_directory_it_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let top = dir.path().canonicalize().unwrap().join("new");
+    let out = top.join("out");
+    let Some(_) = signal_while_writing(&out, "INT") else {
+        panic!(
+            "the dry-run ended before its output file was seen open in {}",
+            out.display()
+        );
+    };
+    if top.exists() {
+        assert_eq!(
+            files_in(&out),
+            ["allocation_r64_c1.json", "allocation_r64_c1.pkl.gz"],
+            "left {} with incomplete outputs",
+            out.display()
+        );
+    }
+}
+
 /// A run started ignoring SIGHUP (`nohup`) is not ended by SIGHUP while it writes its
 /// outputs: the cleanup handler leaves an ignored signal ignored.
 #[test]
