@@ -55,14 +55,12 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     const HEAP: usize = 64 << 20;
 
-    /// The bytes of the heap holding `address` (a thread arena's allocation) made
-    /// accessible so far: from the heap's start to the end of the read-write mapping holding
-    /// `address`, from `/proc/self/maps` ("start-end perms ...", hexadecimal).
+    /// The mapping of this process holding `address`: its start, end and permissions, from
+    /// `/proc/self/maps` ("start-end perms ...", hexadecimal).
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    fn heap_grown(address: usize) -> usize {
+    fn mapping_of(address: usize) -> (usize, usize, String) {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let (end, perms) = maps
-            .lines()
+        maps.lines()
             .find_map(|line| {
                 let mut fields = line.split_whitespace();
                 let (start, end) = fields.next()?.split_once('-')?;
@@ -70,9 +68,17 @@ mod tests {
                 let end = usize::from_str_radix(end, 16).ok()?;
                 (start..end)
                     .contains(&address)
-                    .then(|| (end, fields.next().unwrap_or("").to_string()))
+                    .then(|| (start, end, fields.next().unwrap_or("").to_string()))
             })
-            .expect("a mapping holds the allocation");
+            .expect("a mapping holds the allocation")
+    }
+
+    /// The bytes of the heap holding `address` (a thread arena's allocation) made
+    /// accessible so far: from the heap's start to the end of the read-write mapping holding
+    /// `address`.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn heap_grown(address: usize) -> usize {
+        let (_, end, perms) = mapping_of(address);
         assert!(perms.starts_with("rw"), "{perms}");
         end - (address & !(HEAP - 1))
     }
@@ -124,17 +130,7 @@ mod tests {
     #[test]
     fn kept_memory_comes_from_the_heap() {
         const CHILD: &str = "KEEP_FREED_TEST_CHILD";
-        let mapped_alone = |v: &Vec<u8>| {
-            let at = v.as_ptr() as usize;
-            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-            maps.lines().any(|line| {
-                let range = line.split_whitespace().next().unwrap_or("");
-                let Some((a, _)) = range.split_once('-') else {
-                    return false;
-                };
-                usize::from_str_radix(a, 16) == Ok(at - 16)
-            })
-        };
+        let mapped_alone = |v: &Vec<u8>| mapping_of(v.as_ptr() as usize).0 == v.as_ptr() as usize - 16;
         if std::env::var_os(CHILD).is_none() {
             let me = std::env::current_exe().unwrap();
             let out = std::process::Command::new(me)

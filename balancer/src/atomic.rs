@@ -33,7 +33,12 @@ static HANDLER: Once = Once::new();
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn live() -> MutexGuard<'static, Vec<PathBuf>> {
-    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&LIVE)
+}
+
+/// `m` locked, also after a panic while it was held (the lists stay usable).
+fn lock(m: &'static Mutex<Vec<PathBuf>>) -> MutexGuard<'static, Vec<PathBuf>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Installs (once) the SIGINT/SIGTERM/SIGHUP handler that removes the named temporaries.
@@ -63,7 +68,7 @@ fn install_handler() {
                     for path in guard.iter() {
                         let _ = std::fs::remove_file(path);
                     }
-                    let dirs = MADE_DIRS.lock().unwrap_or_else(|e| e.into_inner());
+                    let dirs = lock(&MADE_DIRS);
                     for dir in dirs.iter().rev() {
                         let _ = std::fs::remove_dir(dir);
                     }
@@ -90,10 +95,7 @@ pub fn create_dir_all(dir: &Path) -> io::Result<()> {
     install_handler();
     for d in missing.iter().rev() {
         match std::fs::create_dir(d) {
-            Ok(()) => MADE_DIRS
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(d.clone()),
+            Ok(()) => lock(&MADE_DIRS).push(d.clone()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => {}
             Err(e) => return Err(e),
         }

@@ -528,42 +528,10 @@ impl DryRun {
     }
 
     /// The dry run as neurodamus' JSON layout (keys sorted, as neurodamus' `json.dump(...,
-    /// sort_keys=True)` writes them).
+    /// sort_keys=True)` writes them; a key given twice keeps its last value): what
+    /// [`DryRun::write_json_file`] writes, as a value tree.
     pub fn to_json_value(&self) -> Value {
-        let mut memory: Vec<&Metype> = self.metypes.iter().collect();
-        memory.sort_by(|a, b| a.name.cmp(&b.name));
-        let metype_memory: Map<String, Value> = memory
-            .iter()
-            .map(|m| (m.name.clone(), Value::from(m.memory_kb)))
-            .collect();
-        let syn: Map<String, Value> = memory
-            .iter()
-            .filter(|m| m.synapses_per_cell > 0.0)
-            .map(|m| (m.name.clone(), Value::from(m.synapses_per_cell)))
-            .collect();
-        let mut pops: Vec<&Population> = self.populations.iter().collect();
-        pops.sort_by(|a, b| a.name.cmp(&b.name));
-        let pop_metype_gids: Map<String, Value> = pops
-            .iter()
-            .map(|p| {
-                let mut per: Vec<(&str, &Vec<u32>)> = p
-                    .metype_gids
-                    .iter()
-                    .map(|(m, g)| (self.metypes[*m].name.as_str(), g))
-                    .collect();
-                per.sort_by(|a, b| a.0.cmp(b.0));
-                let obj: Map<String, Value> = per
-                    .into_iter()
-                    .map(|(n, g)| (n.to_owned(), Value::from(g.clone())))
-                    .collect();
-                (p.name.clone(), Value::Object(obj))
-            })
-            .collect();
-        let mut root = Map::new();
-        root.insert("metype_cell_syn_average".into(), Value::Object(syn));
-        root.insert("metype_memory".into(), Value::Object(metype_memory));
-        root.insert("pop_metype_gids".into(), Value::Object(pop_metype_gids));
-        Value::Object(root)
+        serde_json::to_value(JsonView(self)).expect("string keys, numbers and arrays make a value")
     }
 
     /// Writes the dry run as `cell_memory_usage.json` (4-space indent, like neurodamus),
@@ -812,11 +780,49 @@ mod tests {
     /// non-finite figure and an empty population.
     #[test]
     fn the_streamed_json_file_is_the_value_tree() {
+        // The tree built on its own, entry by entry (the reference the streamed file and
+        // `to_json_value` must match).
+        fn tree(this: &DryRun) -> Value {
+            let mut memory: Vec<&Metype> = this.metypes.iter().collect();
+            memory.sort_by(|a, b| a.name.cmp(&b.name));
+            let metype_memory: Map<String, Value> = memory
+                .iter()
+                .map(|m| (m.name.clone(), Value::from(m.memory_kb)))
+                .collect();
+            let syn: Map<String, Value> = memory
+                .iter()
+                .filter(|m| m.synapses_per_cell > 0.0)
+                .map(|m| (m.name.clone(), Value::from(m.synapses_per_cell)))
+                .collect();
+            let mut pops: Vec<&Population> = this.populations.iter().collect();
+            pops.sort_by(|a, b| a.name.cmp(&b.name));
+            let pop_metype_gids: Map<String, Value> = pops
+                .iter()
+                .map(|p| {
+                    let mut per: Vec<(&str, &Vec<u32>)> = p
+                        .metype_gids
+                        .iter()
+                        .map(|(m, g)| (this.metypes[*m].name.as_str(), g))
+                        .collect();
+                    per.sort_by(|a, b| a.0.cmp(b.0));
+                    let obj: Map<String, Value> = per
+                        .into_iter()
+                        .map(|(n, g)| (n.to_owned(), Value::from(g.clone())))
+                        .collect();
+                    (p.name.clone(), Value::Object(obj))
+                })
+                .collect();
+            let mut root = Map::new();
+            root.insert("metype_cell_syn_average".into(), Value::Object(syn));
+            root.insert("metype_memory".into(), Value::Object(metype_memory));
+            root.insert("pop_metype_gids".into(), Value::Object(pop_metype_gids));
+            Value::Object(root)
+        }
         let reference = |d: &DryRun| {
             let mut buf = Vec::new();
             let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
             let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
-            serde::Serialize::serialize(&d.to_json_value(), &mut ser).unwrap();
+            serde::Serialize::serialize(&tree(d), &mut ser).unwrap();
             buf.push(b'\n');
             buf
         };
@@ -859,6 +865,7 @@ mod tests {
             d.write_json_file(&path).unwrap();
             let written = std::fs::read(&path).unwrap();
             assert!(written == reference(d), "{}", String::from_utf8_lossy(&written));
+            assert_eq!(d.to_json_value(), tree(d));
         }
     }
 }

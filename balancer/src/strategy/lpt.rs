@@ -418,8 +418,19 @@ fn sparse_lists<S: Slot>(order: &Order, assign: &[S], p: usize, nbuckets: usize)
     lists
 }
 
-/// (bucket, population, gids) for every non-empty list of population `p`.
-fn non_empty(p: usize, lists: Vec<Vec<u32>>) -> Gathered {
+/// (bucket, population, gids) for every non-empty list of population `p`: from its
+/// [`GidTable`] where its gids are dense, else dealt from `assign` ([`sparse_lists`]).
+fn lists_of<S: Slot>(
+    order: &Order,
+    assign: &[S],
+    p: usize,
+    table: Option<GidTable<S>>,
+    nbuckets: usize,
+) -> Gathered {
+    let lists = match table {
+        Some(table) => table.lists(),
+        None => sparse_lists(order, assign, p, nbuckets),
+    };
     lists
         .into_iter()
         .enumerate()
@@ -464,12 +475,10 @@ fn gather_beside<S: Slot>(
         let assign = &*assign;
         return (0..populations)
             .flat_map(|p| {
-                let lists = if spans.dense(p) {
-                    GidTable::new(order, assign, p, spans.span[p], nbuckets).lists()
-                } else {
-                    sparse_lists(order, assign, p, nbuckets)
-                };
-                non_empty(p, lists)
+                let table = spans
+                    .dense(p)
+                    .then(|| GidTable::new(order, assign, p, spans.span[p], nbuckets));
+                lists_of(order, assign, p, table, nbuckets)
             })
             .collect();
     }
@@ -525,13 +534,7 @@ fn gather_beside<S: Slot>(
             crate::arena::warm(warm);
         }
         part.into_iter()
-            .flat_map(|(p, table)| {
-                let lists = match table {
-                    Some(table) => table.lists(),
-                    None => sparse_lists(order, assign, p, nbuckets),
-                };
-                non_empty(p, lists)
-            })
+            .flat_map(|(p, table)| lists_of(order, assign, p, table, nbuckets))
             .collect::<Vec<_>>()
     })
     .concat()
@@ -638,10 +641,10 @@ fn greedy_noting<S: Slot>(order: &Order, nbuckets: usize, done: &AtomicU64, assi
         merged.clear();
         let rest = &fresh[next..];
         // The buckets not picked that are lighter than every picked one, at once.
-        let (mut j, mut k) = match placed.front() {
-            Some(q) => (rest.partition_point(|&b| lighter(&loads, b, q)), 0),
-            None => (rest.len(), 0),
-        };
+        let mut j = placed
+            .front()
+            .map_or(rest.len(), |q| rest.partition_point(|&b| lighter(&loads, b, q)));
+        let mut k = 0;
         merged.extend_from_slice(&rest[..j]);
         while j < rest.len() && k < placed.len {
             if lighter(&loads, rest[j], placed.get(k)) {
