@@ -114,7 +114,9 @@ pub(crate) struct ThreadOpts {
 /// `make(rank, state)`, runs `f` on it and finalises it (delivers its sends, waits until
 /// every rank finished). A rank that fails or panics ([`Error::RankPanicked`]) calls
 /// `abort`, which must make the others stop with [`Error::Aborted`]. A thread that cannot
-/// be started ends the spawning: `abort` is called and its [`Error::Io`] takes its place.
+/// be started ends the spawning: `abort` is called and [`Error::ThreadStart`] (naming the
+/// rank, the ranks asked for and the stack size) is the error, over the failures of the
+/// ranks started before it (which the abort caused).
 ///
 /// Returns `(rank, result)` in the order of `ranks`, or the first real error in that
 /// order (a rank's own failure wins over the `Aborted` of the others).
@@ -155,8 +157,9 @@ where
     }
     // The main thread's stack (`ulimit -s`), not Rust's 2 MiB: simulator code runs here.
     let stack = crate::core::memory::rank_stack_bytes();
+    let n = ranks.len();
     let results: Vec<(usize, Result<R>)> = std::thread::scope(|s| {
-        let mut started = Vec::with_capacity(ranks.len());
+        let mut started = Vec::with_capacity(n);
         for (r, state) in ranks {
             let mut b = std::thread::Builder::new().stack_size(stack);
             if let Some(name) = opts.name {
@@ -164,9 +167,18 @@ where
             }
             match b.spawn_scoped(s, move || one(r, state)) {
                 Ok(h) => started.push((r, Ok(h))),
-                Err(e) => {
+                Err(error) => {
                     abort();
-                    started.push((r, Err(Error::Io(e))));
+                    let ranks = n;
+                    started.push((
+                        r,
+                        Err(Error::ThreadStart {
+                            rank: r,
+                            ranks,
+                            stack_bytes: stack,
+                            error,
+                        }),
+                    ));
                     break;
                 }
             }
@@ -186,6 +198,17 @@ where
             })
             .collect()
     });
+    // A rank that could not start is the cause of the others' failures (the abort).
+    if results
+        .iter()
+        .any(|(_, res)| matches!(res, Err(Error::ThreadStart { .. })))
+    {
+        let start = results.into_iter().find_map(|(_, res)| match res {
+            Err(e @ Error::ThreadStart { .. }) => Some(e),
+            _ => None,
+        });
+        return Err(start.expect("a thread start error"));
+    }
     first_error(results.into_iter().map(|(r, res)| res.map(|v| (r, v))))
 }
 
@@ -217,6 +240,7 @@ where
         });
     }
     cfg.validate()?;
+    check_local_room(n, &cfg)?;
     let (world, parkers) = World::new(n);
     let world = Arc::new(world);
     let opts = ThreadOpts {
@@ -236,6 +260,42 @@ where
     Ok(out.into_iter().map(|(_, v)| v).collect())
 }
 
+/// Bytes of a local rank's own structures outside the memory model (its port in the world,
+/// its parker, its result slot): an upper bound, for [`check_local_room`].
+const LOCAL_RANK_STATE_BYTES: u64 = 4096;
+
+/// Checks, before anything is allocated, that `n` local ranks of `cfg` fit: their thread
+/// stacks in the address space, and what each allocates at start (the memory model with no
+/// peer: pool, its free list of 4 B per buffer, shared receive queue, control state) in
+/// what this process may map and in the machine. Errors: [`Error::ModelOverflow`],
+/// [`Error::Alloc`] naming the ranks and the sizes.
+fn check_local_room(n: usize, cfg: &crate::core::config::TransportConfig) -> Result<()> {
+    let stack = crate::core::memory::rank_stack_bytes() as u64;
+    let fixed = cfg.try_predict(0, n, cfg.ranks_per_node)?.total_bytes();
+    let per_rank = fixed.saturating_add(cfg.buffer_count as u64 * 4 + LOCAL_RANK_STATE_BYTES);
+    let what = |what: &str, each: u64| format!("{what} of {n} local rank(s) ({each} bytes each)");
+    match (n as u64).checked_mul(stack) {
+        Some(s) if s <= crate::core::memory::ADDRESS_SPACE_BYTES => {}
+        s => {
+            return Err(Error::Alloc {
+                what: what("the thread stacks", stack),
+                bytes: s.unwrap_or(u64::MAX),
+                error: std::io::Error::new(
+                    std::io::ErrorKind::OutOfMemory,
+                    "more than the 2^47-byte address space",
+                ),
+            })
+        }
+    }
+    let total = (n as u64).saturating_mul(per_rank);
+    crate::core::memory::check_room(total, || {
+        what(
+            "the pools, receive queues and state (buffer_count x buffer_size, srq_depth x buffer_size, ...)",
+            per_rank,
+        )
+    })
+}
+
 /// A world of one rank over the local transport, owned by the caller (for a program
 /// that embeds Ballast and runs as a single process: `ballast_comm_from_env` of the C
 /// ABI). Finish it with [`local_finish`]. Errors: [`Error::TransportUnavailable`] when the
@@ -249,6 +309,7 @@ pub fn local_single(config: &RuntimeConfig) -> Result<Communicator> {
         });
     }
     cfg.validate()?;
+    check_local_room(1, &cfg)?;
     let (world, mut parkers) = World::new(1);
     let parker = parkers.pop().expect("World::new(1) gives one parker");
     let fabric = LocalFabric::new(0, Arc::new(world), &cfg, parker);

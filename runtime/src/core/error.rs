@@ -365,6 +365,25 @@ pub enum Error {
         #[source]
         source: std::collections::TryReserveError,
     },
+    /// A term of the memory model ([`crate::TransportConfig::try_predict`]) does not fit
+    /// in 64 bits: the configuration asks for more bytes than any machine has.
+    #[error("the memory model overflows 64 bits at {term}: the configuration asks for more than 2^64 bytes")]
+    ModelOverflow {
+        /// The term that overflows, with its factors' values.
+        term: String,
+    },
+    /// The thread of a rank could not be started (threads of ranks in this process).
+    #[error("cannot start the thread of rank {rank} of {ranks} (stack {stack_bytes} bytes, from ulimit -s): {error}")]
+    ThreadStart {
+        /// The rank whose thread could not be started.
+        rank: usize,
+        /// The ranks asked for.
+        ranks: usize,
+        /// The stack size of each rank's thread, bytes.
+        stack_bytes: usize,
+        /// The system's answer.
+        error: std::io::Error,
+    },
     /// A message of the runtime's own traffic (fanout, collectives) has the wrong length.
     #[error("protocol error: rank {rank}: message of {bytes} bytes from rank {peer} with tag {tag}, expected {expected}")]
     MessageSize {

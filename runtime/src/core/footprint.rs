@@ -63,7 +63,15 @@ pub struct Footprint {
 impl Footprint {
     /// Pool + endpoints + shared receive queues + control + datagram state, bytes.
     pub fn total_bytes(&self) -> u64 {
-        self.pool_bytes + self.endpoint_bytes + self.srq_bytes + self.control_bytes + self.datagram_bytes
+        // Saturating: a prediction that overflows holds u64::MAX (`TransportConfig::predict`).
+        [
+            self.endpoint_bytes,
+            self.srq_bytes,
+            self.control_bytes,
+            self.datagram_bytes,
+        ]
+        .into_iter()
+        .fold(self.pool_bytes, u64::saturating_add)
     }
 
     /// The inverse of [`Footprint::fields`] (values in its order; missing ones are 0).

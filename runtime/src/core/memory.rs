@@ -81,6 +81,79 @@ pub fn rank_stack_bytes() -> usize {
     soft.clamp(2 << 20, 1 << 30) as usize
 }
 
+/// A copy of `data` whose memory is reserved with `try_reserve_exact`, for `what` (named
+/// in the error). Errors: [`Error::Alloc`] when the allocator refuses it (the process is
+/// out of memory or at `ulimit -v`), never an abort.
+pub fn try_copy(data: &[u8], what: impl FnOnce() -> String) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    if let Err(e) = v.try_reserve_exact(data.len()) {
+        return Err(Error::Alloc {
+            what: what(),
+            bytes: data.len() as u64,
+            error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
+        });
+    }
+    v.extend_from_slice(data);
+    Ok(v)
+}
+
+/// The user address space of x86-64 and aarch64 Linux with 4-level page tables (2^47
+/// bytes): no process maps more, whatever its limits.
+pub const ADDRESS_SPACE_BYTES: u64 = 1 << 47;
+
+/// The bytes this process may still map: the soft `RLIMIT_AS` (`ulimit -v`) less what it
+/// maps now (`VmSize`), at most [`ADDRESS_SPACE_BYTES`] less that.
+pub fn address_space_room() -> u64 {
+    let mapped = crate::core::procstatus::ProcStatus::read_self()
+        .map(|s| s.vm_size_kb.saturating_mul(1024))
+        .unwrap_or(0);
+    let limit = rlimit::getrlimit(rlimit::Resource::AS)
+        .ok()
+        .map(|(soft, _)| soft)
+        .filter(|&s| s != rlimit::INFINITY)
+        .unwrap_or(ADDRESS_SPACE_BYTES)
+        .min(ADDRESS_SPACE_BYTES);
+    limit.saturating_sub(mapped)
+}
+
+/// The machine's memory and swap (`MemTotal + SwapTotal` of `/proc/meminfo`), bytes;
+/// `u64::MAX` when it cannot be read. The default overcommit heuristic refuses a single
+/// mapping above about this.
+pub fn machine_bytes() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
+        return u64::MAX;
+    };
+    let kib = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    match (kib("MemTotal:"), kib("SwapTotal:")) {
+        (Some(m), s) => m.saturating_add(s.unwrap_or(0)).saturating_mul(1024),
+        _ => u64::MAX,
+    }
+}
+
+/// Checks, before allocating, that `bytes` for `what` fit in what this process may still
+/// map ([`address_space_room`]) and in the machine ([`machine_bytes`]). Errors:
+/// [`Error::Alloc`] naming `what`, the bytes and the bound.
+pub fn check_room(bytes: u64, what: impl FnOnce() -> String) -> Result<()> {
+    let (room, machine) = (address_space_room(), machine_bytes());
+    if bytes <= room && bytes <= machine {
+        return Ok(());
+    }
+    let why = if bytes > room {
+        format!("{room} bytes of address space are left (ulimit -v, or the 2^47-byte address space)")
+    } else {
+        format!("the machine has {machine} bytes of memory and swap")
+    };
+    Err(Error::Alloc {
+        what: what(),
+        bytes,
+        error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, why),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

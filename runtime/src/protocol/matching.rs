@@ -335,7 +335,15 @@ impl Matcher {
                     return Ok(());
                 }
             }
-            let mut data = Vec::with_capacity(cap);
+            // The length comes from the peer: reserved without aborting.
+            let mut data = Vec::new();
+            if let Err(e) = data.try_reserve_exact(cap) {
+                return Err(Error::Alloc {
+                    what: format!("a message of {cap} bytes from rank {src} with tag {}", h.tag),
+                    bytes: cap as u64,
+                    error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
+                });
+            }
             data.extend_from_slice(payload);
             if let Some(id) = self.start_bound(src, h.tag, total, req, data) {
                 if payload.len() < cap {

@@ -525,7 +525,9 @@ impl Communicator {
         let n = self.world_size();
         let r = self.rank();
         let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); n];
-        blocks[r] = data.to_vec();
+        blocks[r] = crate::core::memory::try_copy(data, || {
+            format!("this rank's {} bytes of an all-gather", data.len())
+        })?;
         let right = (r + 1) % n;
         let left = (r + n - 1) % n;
         for s in 0..n.saturating_sub(1) {
@@ -536,7 +538,7 @@ impl Communicator {
                 recv: true,
             };
             let sr = Request {
-                id: self.isend_retry(right, ALLGATHER_TAG, &blocks[send_idx].clone())?,
+                id: self.isend_retry(right, ALLGATHER_TAG, &blocks[send_idx])?,
                 recv: false,
             };
             blocks[recv_idx] = self.wait(rr)?.into_message().expect("receive").data;

@@ -67,6 +67,7 @@
 //! caller's memory, and the received message's buffer is the caller's `Message`.
 
 use crate::core::config::{RecvSharing, TransportConfig, TransportKind};
+use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryModel};
 
 /// Send queue depth per verbs QP (WQE basic blocks of 64 B).
@@ -206,8 +207,24 @@ impl MemoryModel {
 impl TransportConfig {
     /// Predicts the footprint of a rank that talks to `peers` other ranks in a world of
     /// `world_size` ranks grouped `ranks_per_node` per node (used by `xrc`), from the
-    /// configuration alone. Pure and O(1). See the module docs for the formula.
+    /// configuration alone. Pure and O(1). See the module docs for the formula. A
+    /// configuration whose prediction does not fit in 64 bits gives `u64::MAX` in every byte
+    /// count ([`TransportConfig::try_predict`] says which term overflows).
     pub fn predict(&self, peers: usize, world_size: usize, ranks_per_node: usize) -> Footprint {
+        let (c, e, dg) = self.counts(peers, world_size, ranks_per_node);
+        self.predict_with(c, e, dg, world_size)
+    }
+
+    /// [`TransportConfig::predict`] in checked arithmetic. Errors:
+    /// [`Error::ModelOverflow`] naming the term (and its factors) that does not fit in 64
+    /// bits, the total included.
+    pub fn try_predict(&self, peers: usize, world_size: usize, ranks_per_node: usize) -> Result<Footprint> {
+        let (c, e, dg) = self.counts(peers, world_size, ranks_per_node);
+        self.try_predict_with(c, e, dg, world_size)
+    }
+
+    /// Peers connected, endpoints and datagram peers of [`TransportConfig::predict`].
+    fn counts(&self, peers: usize, world_size: usize, ranks_per_node: usize) -> (usize, usize, usize) {
         let others = world_size.saturating_sub(1) as u64;
         let c = if self.lazy_connect {
             (peers as u64).min(others)
@@ -225,7 +242,7 @@ impl TransportConfig {
             keys
         };
         // The peers beyond the cap on the datagram path (where this transport has one).
-        self.predict_with(c as usize, e as usize, (keys - e) as usize, world_size)
+        (c as usize, e as usize, (keys - e) as usize)
     }
 
     /// The footprint of a rank that talks to `peers` other ranks (as
@@ -238,7 +255,7 @@ impl TransportConfig {
     /// datagram: one datagram peer and no endpoint each). A peer promoted to an endpoint
     /// counts in both (its datagram state stays: the ordering counters of both paths are in
     /// it). Without the datagram path (no cap, `evict`, or a transport without datagrams)
-    /// `datagram_peers` is ignored. Pure and O(1).
+    /// `datagram_peers` is ignored. Pure and O(1). Saturates as [`TransportConfig::predict`].
     pub fn predict_with(
         &self,
         peers: usize,
@@ -246,97 +263,199 @@ impl TransportConfig {
         datagram_peers: usize,
         world_size: usize,
     ) -> Footprint {
+        self.try_predict_with(peers, endpoints, datagram_peers, world_size)
+            .unwrap_or_else(|_| saturated(peers, endpoints, datagram_peers))
+    }
+
+    /// [`TransportConfig::predict_with`] in checked arithmetic; errors as
+    /// [`TransportConfig::try_predict`].
+    pub fn try_predict_with(
+        &self,
+        peers: usize,
+        endpoints: usize,
+        datagram_peers: usize,
+        world_size: usize,
+    ) -> Result<Footprint> {
         let m = MemoryModel::for_kind(self.kind);
         let (c, e) = (peers as u64, endpoints as u64);
         let dg = match crate::protocol::datagram::chunk_for(self, datagram_mtu(self.kind)) {
             Ok(Some(_)) => datagram_peers as u64,
             _ => 0,
         };
-        let dg_bytes = dg * crate::protocol::datagram::PEER_STATE_BYTES;
+        let dg_bytes = mul(
+            dg,
+            crate::protocol::datagram::PEER_STATE_BYTES,
+            "datagram peers",
+            "PEER_STATE_BYTES",
+        )?;
         // Verbs: the UD QP exists once the rank has a datagram peer (it is made on first
         // use; its rings are fixed), and each datagram peer adds its address handle.
-        let ud = self.kind == TransportKind::Verbs
-            && dg > 0
-            && matches!(
-                crate::protocol::datagram::chunk_for(self, datagram_mtu(self.kind)),
-                Ok(Some(_))
-            );
+        let ud = self.kind == TransportKind::Verbs && dg > 0;
         let (ud_fixed, ud_ring, ud_peers) = if ud {
             let b = self.buffer_size as u64;
             (
                 verbs_ud_fixed_bytes(b),
                 verbs_ud_ring_bytes(b),
-                dg * VERBS_UD_PEER_BYTES,
+                mul(dg, VERBS_UD_PEER_BYTES, "datagram peers", "VERBS_UD_PEER_BYTES")?,
             )
         } else {
             (0, 0, 0)
         };
         let b = self.buffer_size as u64;
-        let pool = self.buffer_count as u64 * b;
-        if self.kind == TransportKind::Mpi && self.mpi_native {
+        let count = self.buffer_count as u64;
+        let pool = mul(count, b, "buffer_count", "buffer_size")?;
+        let control = add(
+            m.control_fixed_bytes,
+            mul(c, m.per_peer_control_bytes, "peers", "per-peer control bytes")?,
+            "control bytes",
+        )?;
+        let per_endpoint = m.endpoint_fixed_bytes + m.engine_endpoint_bytes;
+        let f = if self.kind == TransportKind::Mpi && self.mpi_native {
             // The kept send and receive buffers (`B + 1` each: payload and kind byte).
-            let kept = 2 * (b + 1);
-            return Footprint {
+            Footprint {
                 pool_bytes: 0,
                 registered_bytes: 0,
                 locked_bytes: 0,
                 endpoint_bytes: 0,
-                srq_bytes: kept,
-                control_bytes: MPI_NATIVE_FIXED_BYTES + world_size as u64 * MPI_NATIVE_PER_RANK_BYTES,
+                srq_bytes: 2 * (b + 1),
+                control_bytes: add(
+                    MPI_NATIVE_FIXED_BYTES,
+                    mul(
+                        world_size as u64,
+                        MPI_NATIVE_PER_RANK_BYTES,
+                        "world_size",
+                        "MPI_NATIVE_PER_RANK_BYTES",
+                    )?,
+                    "control bytes",
+                )?,
                 endpoints_live: 0,
                 endpoints_peak: 0,
                 endpoints_opened: 0,
                 peers_connected: c,
                 datagram_peers: 0,
                 datagram_bytes: 0,
-            };
-        }
-        if self.kind == TransportKind::Mpi {
+            }
+        } else if self.kind == TransportKind::Mpi {
             let staging = b + MPI_STAGING_EXTRA_BYTES;
-            return Footprint {
+            Footprint {
                 pool_bytes: pool,
                 // Ballast registers nothing with MPI (MPI pins what it sends itself).
                 registered_bytes: 0,
                 locked_bytes: 0,
-                endpoint_bytes: e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes)
-                    + self.buffer_count as u64 * staging,
+                endpoint_bytes: add(
+                    mul(e, per_endpoint, "endpoints", "bytes per endpoint")?,
+                    mul(
+                        count,
+                        staging,
+                        "buffer_count",
+                        "buffer_size + MPI_STAGING_EXTRA_BYTES",
+                    )?,
+                    "endpoint bytes",
+                )?,
                 srq_bytes: staging,
-                control_bytes: m.control_fixed_bytes + c * m.per_peer_control_bytes,
+                control_bytes: control,
                 endpoints_live: e,
                 endpoints_peak: e,
                 endpoints_opened: e,
                 peers_connected: c,
                 datagram_peers: dg,
                 datagram_bytes: dg_bytes,
-            };
-        }
-        let mut endpoint = e * (m.endpoint_fixed_bytes + m.engine_endpoint_bytes);
-        let (srq, recv_buffers) = match self.recv_sharing {
-            RecvSharing::PerPeer => {
-                let d = self.recv_depth as u64;
-                endpoint += e * (m.rq_fixed_bytes + d * (b + m.rq_wqe_bytes));
-                (0, e * d * b)
             }
-            RecvSharing::Shared | RecvSharing::Xrc => {
-                let d = self.srq_depth as u64;
-                (m.srq_fixed_bytes + d * (b + m.srq_wqe_bytes), d * b)
+        } else {
+            let mut endpoint = mul(e, per_endpoint, "endpoints", "bytes per endpoint")?;
+            let (srq, recv_buffers) = match self.recv_sharing {
+                RecvSharing::PerPeer => {
+                    let d = self.recv_depth as u64;
+                    let per_queue = add(
+                        m.rq_fixed_bytes,
+                        mul(
+                            d,
+                            b + m.rq_wqe_bytes,
+                            "recv_depth",
+                            "buffer_size + receive WQE bytes",
+                        )?,
+                        "a receive queue's bytes",
+                    )?;
+                    let queues = mul(e, per_queue, "endpoints", "a receive queue's bytes")?;
+                    endpoint = add(endpoint, queues, "endpoint bytes")?;
+                    let per_peer_buffers = mul(e, d, "endpoints", "recv_depth")?;
+                    (
+                        0,
+                        mul(per_peer_buffers, b, "endpoints x recv_depth", "buffer_size")?,
+                    )
+                }
+                RecvSharing::Shared | RecvSharing::Xrc => {
+                    let d = self.srq_depth as u64;
+                    let srq = add(
+                        m.srq_fixed_bytes,
+                        mul(d, b + m.srq_wqe_bytes, "srq_depth", "buffer_size + SRQ WQE bytes")?,
+                        "shared receive queue bytes",
+                    )?;
+                    (srq, mul(d, b, "srq_depth", "buffer_size")?)
+                }
+            };
+            let registered = add(
+                add(pool, recv_buffers, "registered bytes")?,
+                ud_ring,
+                "registered bytes",
+            )?;
+            Footprint {
+                pool_bytes: pool,
+                registered_bytes: registered,
+                locked_bytes: if self.lock_pool { registered } else { 0 },
+                endpoint_bytes: endpoint,
+                srq_bytes: add(srq, ud_fixed, "shared receive queue bytes")?,
+                control_bytes: control,
+                endpoints_live: e,
+                endpoints_peak: e,
+                endpoints_opened: e,
+                peers_connected: c,
+                datagram_peers: dg,
+                datagram_bytes: add(dg_bytes, ud_peers, "datagram bytes")?,
             }
         };
-        let registered = pool + recv_buffers + ud_ring;
-        Footprint {
-            pool_bytes: pool,
-            registered_bytes: registered,
-            locked_bytes: if self.lock_pool { registered } else { 0 },
-            endpoint_bytes: endpoint,
-            srq_bytes: srq + ud_fixed,
-            control_bytes: m.control_fixed_bytes + c * m.per_peer_control_bytes,
-            endpoints_live: e,
-            endpoints_peak: e,
-            endpoints_opened: e,
-            peers_connected: c,
-            datagram_peers: dg,
-            datagram_bytes: dg_bytes + ud_peers,
-        }
+        [
+            f.pool_bytes,
+            f.endpoint_bytes,
+            f.srq_bytes,
+            f.control_bytes,
+            f.datagram_bytes,
+        ]
+        .into_iter()
+        .try_fold(0u64, |sum, v| add(sum, v, "the total"))?;
+        Ok(f)
+    }
+}
+
+/// `a * b` of the model, or [`Error::ModelOverflow`] naming the term by its factors.
+fn mul(a: u64, b: u64, what_a: &str, what_b: &str) -> Result<u64> {
+    a.checked_mul(b).ok_or_else(|| Error::ModelOverflow {
+        term: format!("{what_a} ({a}) x {what_b} ({b})"),
+    })
+}
+
+/// `a + b` of the model, or [`Error::ModelOverflow`] naming the sum.
+fn add(a: u64, b: u64, what: &str) -> Result<u64> {
+    a.checked_add(b).ok_or_else(|| Error::ModelOverflow {
+        term: format!("{what} ({a} + {b})"),
+    })
+}
+
+/// The prediction of a configuration that overflows: every byte count `u64::MAX`.
+fn saturated(peers: usize, endpoints: usize, datagram_peers: usize) -> Footprint {
+    Footprint {
+        pool_bytes: u64::MAX,
+        registered_bytes: u64::MAX,
+        locked_bytes: u64::MAX,
+        endpoint_bytes: u64::MAX,
+        srq_bytes: u64::MAX,
+        control_bytes: u64::MAX,
+        endpoints_live: endpoints as u64,
+        endpoints_peak: endpoints as u64,
+        endpoints_opened: endpoints as u64,
+        peers_connected: peers as u64,
+        datagram_peers: datagram_peers as u64,
+        datagram_bytes: u64::MAX,
     }
 }
 

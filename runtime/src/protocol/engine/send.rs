@@ -10,6 +10,14 @@ use crate::fabric::PacketHeader;
 use crate::protocol::connection::EpState;
 use crate::protocol::matching::Tag;
 
+/// The engine's own copy of (the rest of) a message to `dest`, reserved without aborting
+/// ([`crate::core::memory::try_copy`]).
+fn copy_of(dest: usize, data: &[u8]) -> Result<Vec<u8>> {
+    crate::core::memory::try_copy(data, || {
+        format!("the copy of a message of {} bytes to rank {dest}", data.len())
+    })
+}
+
 impl Engine {
     /// Accepts a message for sending if a pool buffer is free for its first chunk
     /// (copied now); otherwise [`Error::WouldBlock`]. Returns the request id.
@@ -37,7 +45,7 @@ impl Engine {
         let (first, rest) = if direct {
             // One copy into an owned buffer (the caller may reuse `data` at once); it waits
             // behind the messages queued before it and is handed to the fabric whole.
-            (None, data.to_vec())
+            (None, copy_of(dest, data)?)
         } else {
             if self.chunked_queued > 0 && self.pool.free_count() <= 1 && !self.pool.can_grow() {
                 return Err(Error::WouldBlock);
@@ -53,7 +61,13 @@ impl Engine {
                     return Ok(req);
                 }
             }
-            (Some((id, first_len)), data[first_len..].to_vec())
+            match copy_of(dest, &data[first_len..]) {
+                Ok(rest) => (Some((id, first_len)), rest),
+                Err(e) => {
+                    self.pool.release(id);
+                    return Err(e);
+                }
+            }
         };
         let req = self.new_req();
         self.sends.insert(
