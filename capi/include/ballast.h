@@ -18,11 +18,15 @@
 #include <mpi.h>
 #endif
 
-// Bad argument: a NULL handle or pointer, an unknown key, a bad value, a rank or tag out
-// of range, a call the handle does not allow.
+// Bad argument: a NULL handle or pointer, a handle that is not live (freed already, of a
+// ballast_local_run that returned, a request of a freed communicator, never made) or of
+// another kind, an unknown key, a bad value, a rank or tag out of range, a length above
+// PTRDIFF_MAX, a call the handle does not allow.
 #define BALLAST_EINVAL -1
 
-// Out of memory.
+// Out of memory: an allocation whose size comes from the caller or a peer (a message, a
+// pool, a queue, the ranks' threads) does not fit in the machine or under `ulimit -v`;
+// the message names what did not fit. Nothing is changed and the host lives on.
 #define BALLAST_ENOMEM -2
 
 // Only from ballast_isend: every pool buffer is in flight (*out is NULL); call
@@ -72,9 +76,6 @@ typedef struct ballast_gathered ballast_gathered;
 // A non-blocking send or receive (opaque).
 typedef struct ballast_request ballast_request;
 
-// The function a rank runs.
-typedef int (*ballast_rank_main)(struct ballast_comm *comm, void *user);
-
 // What a receive or send completed with.
 typedef struct ballast_status {
   // The source rank of a receive; the destination rank of a send.
@@ -121,67 +122,55 @@ typedef struct ballast_footprint {
   uint64_t datagram;
 } ballast_footprint;
 
+// The function a rank runs.
+typedef int (*ballast_rank_main)(struct ballast_comm *comm, void *user);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
-
-// Runs `rank_main(comm, user)` on `nranks` ranks as threads of this process, over the
-// local transport; the communicators belong to this call (it finishes them after
-// rank_main returns: ballast_comm_free on one is BALLAST_EINVAL). rank_main runs on
-// every rank's thread at once, with the same `user`. Requests not freed when rank_main
-// returns are cancelled, and that rank fails with BALLAST_EINVAL. A rank that fails
-// (returns non-zero) aborts the others: their blocking and waiting calls return
-// BALLAST_EPEER, so none waits forever for the failed rank. Returns 0, or the non-zero
-// result of the lowest-numbered failing rank (a rank that failed only with BALLAST_EPEER,
-// as the abort makes the others fail, counts only when no rank failed otherwise), whose
-// error message is copied to the calling thread. Errors: BALLAST_EINVAL for a NULL
-// argument, `nranks` < 1 or a configuration whose transport is not local (or does not
-// validate); the runtime's.
-//
-// # Safety
-// `config` must be NULL or a live ballast_config; `rank_main` must be safe to call from
-// several threads at once with `user`.
-int ballast_local_run(int nranks,
-                      const struct ballast_config *config,
-                      ballast_rank_main rank_main,
-                      void *user);
 
 // Frees a communicator of ballast_comm_from_env or ballast_comm_from_mpi: the
 // collective finish (every rank must call it; it delivers this rank's sends and serves
 // the others until every rank has finished), then frees the handle, whatever it returns.
 // Requests still live are cancelled (freed) and reported: BALLAST_EINVAL, after the
-// finish. Errors: BALLAST_EINVAL for NULL or a communicator of ballast_local_run (which
-// finishes its own; nothing is freed), and under MPI when the host already called
+// finish. The handle is refused from then on (a second free is BALLAST_EINVAL). Errors:
+// BALLAST_EINVAL for NULL, a handle that is not a live communicator, or a communicator
+// of ballast_local_run (which finishes its own; nothing is freed), and under MPI when the host already called
 // MPI_Finalize (the communicator is left, not freed: call ballast_comm_free first);
 // BALLAST_EINTERNAL for a poisoned communicator (dropped without the finish); the
 // runtime's errors (e.g. BALLAST_EPEER).
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm, not used again after this call (except
-// when it belongs to ballast_local_run).
+// `comm` must be NULL or a ballast_comm handle, not used by another thread during the
+// call (a freed one is refused).
 int ballast_comm_free(struct ballast_comm *comm);
 
 // This rank, 0 to world size - 1, in *out.
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm; `out` NULL or writable.
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `out` NULL or writable.
 int ballast_rank(const struct ballast_comm *comm, int *out);
 
 // The number of ranks, in *out.
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm; `out` NULL or writable.
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `out` NULL or writable.
 int ballast_world_size(const struct ballast_comm *comm, int *out);
 
 // Sends `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1) and returns when they
 // are delivered (over local and verbs: the receiving rank has taken them into its queue,
 // which needs it to call into the library, as an MPI rendezvous send waits for its
 // receiver; on MPI, when MPI holds them); waits while the pool is exhausted. Errors:
-// BALLAST_EINVAL (NULL, rank or tag out of range); BALLAST_EPEER when the peer died or
-// the run was aborted; the transport's.
+// BALLAST_EINVAL (NULL, rank or tag out of range, `len` above PTRDIFF_MAX);
+// BALLAST_ENOMEM when the copy the runtime keeps of a message larger than a pool buffer
+// cannot be allocated; BALLAST_EPEER when the peer died or the run was aborted; the
+// transport's.
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable bytes.
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `buf` NULL with `len` 0 or `len` readable bytes.
 int ballast_send(struct ballast_comm *comm, int dest, uint32_t tag, const void *buf, size_t len);
 
 // Receives the next message from `source` (a rank or BALLAST_ANY_SOURCE) with `tag` (0
@@ -191,8 +180,9 @@ int ballast_send(struct ballast_comm *comm, int dest, uint32_t tag, const void *
 // BALLAST_EINVAL (NULL, rank or tag out of range); the transport's.
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm; `buf` NULL with `cap` 0 or `cap` writable
-// bytes; `status` NULL or writable.
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `buf` NULL with `cap` 0 or `cap` writable bytes; `status`
+// NULL or writable.
 int ballast_recv(struct ballast_comm *comm,
                  int source,
                  int64_t tag,
@@ -206,8 +196,8 @@ int ballast_recv(struct ballast_comm *comm,
 // of range); the transport's.
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm; `found` NULL or writable; `status` NULL or
-// writable.
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `found` NULL or writable; `status` NULL or writable.
 int ballast_iprobe(struct ballast_comm *comm,
                    int source,
                    int64_t tag,
@@ -219,51 +209,23 @@ int ballast_iprobe(struct ballast_comm *comm,
 // the transport's.
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm.
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused).
 int ballast_progress(struct ballast_comm *comm);
 
 // Returns when every rank has entered the barrier. Collective. Errors: BALLAST_EINVAL for
 // NULL; BALLAST_EPEER when a peer died or the run was aborted.
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm.
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused).
 int ballast_barrier(struct ballast_comm *comm);
-
-// Gathers every rank's `len` bytes at `buf` (any length per rank) on every rank, in *out
-// (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
-// Errors: BALLAST_EINVAL for NULL `comm` or `out`, or NULL `buf` with `len` > 0;
-// BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER when a peer died or the
-// run was aborted.
-//
-// # Safety
-// `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable
-// bytes; `out` NULL or writable.
-int ballast_allgatherv(struct ballast_comm *comm,
-                       const void *buf,
-                       size_t len,
-                       struct ballast_gathered **out);
-
-// Rank `rank`'s bytes of an all-gather: *data (valid until ballast_gathered_free; NULL
-// for 0 bytes) and *len. Errors: BALLAST_EINVAL for NULL or a rank out
-// of range.
-//
-// # Safety
-// `gathered` must be NULL or a live ballast_gathered; `data` and `len` NULL or writable.
-int ballast_gathered_part(const struct ballast_gathered *gathered,
-                          int rank,
-                          const void **data,
-                          size_t *len);
-
-// Frees an all-gather result. Errors: BALLAST_EINVAL for NULL.
-//
-// # Safety
-// `gathered` must be NULL or a live ballast_gathered, not freed yet.
-int ballast_gathered_free(struct ballast_gathered *gathered);
 
 // This rank's transport memory as accounted now, in *out (bytes).
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm; `out` NULL or writable.
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `out` NULL or writable.
 int ballast_comm_footprint(const struct ballast_comm *comm, struct ballast_footprint *out);
 
 // Creates a configuration from the defaults plus the BALLAST_* environment variables of
@@ -283,14 +245,16 @@ int ballast_config_new(struct ballast_config **out);
 // names the key. The configuration is unchanged on error.
 //
 // # Safety
-// `config` must be NULL or a live ballast_config; `key` and `value` NULL or
-// NUL-terminated strings.
+// `config` must be NULL or a ballast_config handle, not freed by another thread during the
+// call (a freed one is refused); `key` and `value` NULL or NUL-terminated strings.
 int ballast_config_set(struct ballast_config *config, const char *key, const char *value);
 
-// Frees a configuration. Errors: BALLAST_EINVAL when `config` is NULL.
+// Frees a configuration. Errors: BALLAST_EINVAL when `config` is NULL or not a live
+// configuration (freed already).
 //
 // # Safety
-// `config` must be NULL or a ballast_config from ballast_config_new, not freed yet.
+// `config` must be NULL or a ballast_config handle, not used by another thread during the
+// call (a freed one is refused).
 int ballast_config_free(struct ballast_config *config);
 
 // Predicts, from the memory model alone, the transport memory of a rank that talks to
@@ -299,10 +263,12 @@ int ballast_config_free(struct ballast_config *config);
 // configuration's transport (set `transport` to the one the communicator runs on: a
 // communicator of ballast_comm_from_mpi is over mpi whatever the configuration says).
 // Errors: BALLAST_EINVAL for a NULL argument, `world_size` 0, `peers` not below
-// `world_size`, `ranks_per_node` 0.
+// `world_size`, `ranks_per_node` 0, or a prediction above 2^64 bytes (the message names
+// the term that overflows).
 //
 // # Safety
-// `config` must be NULL or a live ballast_config; `out` NULL or writable.
+// `config` must be NULL or a ballast_config handle, not freed by another thread during the
+// call (a freed one is refused); `out` NULL or writable.
 int ballast_predict(const struct ballast_config *config,
                     uint32_t peers,
                     uint32_t world_size,
@@ -339,6 +305,67 @@ int ballast_version(int *major, int *minor, int *patch);
 // `buf` must be NULL (with `len` 0) or point to `len` writable bytes.
 int ballast_last_error(char *buf, size_t len);
 
+// Gathers every rank's `len` bytes at `buf` (any length per rank) on every rank, in *out
+// (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
+// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `buf` with `len` > 0, or `len`
+// above PTRDIFF_MAX;
+// BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER when a peer died or the
+// run was aborted.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `buf` NULL with `len` 0 or `len` readable bytes; `out`
+// NULL or writable.
+int ballast_allgatherv(struct ballast_comm *comm,
+                       const void *buf,
+                       size_t len,
+                       struct ballast_gathered **out);
+
+// Rank `rank`'s bytes of an all-gather: *data (valid until ballast_gathered_free; NULL
+// for 0 bytes) and *len. Errors: BALLAST_EINVAL for NULL or a rank out
+// of range.
+//
+// # Safety
+// `gathered` must be NULL or a ballast_gathered handle, not freed by another thread during
+// the call (a freed one is refused); `data` and `len` NULL or writable.
+int ballast_gathered_part(const struct ballast_gathered *gathered,
+                          int rank,
+                          const void **data,
+                          size_t *len);
+
+// Frees an all-gather result. Errors: BALLAST_EINVAL for NULL or a result already freed.
+//
+// # Safety
+// `gathered` must be NULL or a ballast_gathered handle, not used by another thread during
+// the call (a freed one is refused).
+int ballast_gathered_free(struct ballast_gathered *gathered);
+
+// Runs `rank_main(comm, user)` on `nranks` ranks as threads of this process, over the
+// local transport; the communicators belong to this call (it finishes them after
+// rank_main returns: ballast_comm_free on one is BALLAST_EINVAL, and a rank's handle is
+// refused with BALLAST_EINVAL once its rank_main returned). rank_main runs on
+// every rank's thread at once, with the same `user`. Requests not freed when rank_main
+// returns are cancelled, and that rank fails with BALLAST_EINVAL. A rank that fails
+// (returns non-zero) aborts the others: their blocking and waiting calls return
+// BALLAST_EPEER, so none waits forever for the failed rank. Returns 0, or the non-zero
+// result of the lowest-numbered failing rank (a rank that failed only with BALLAST_EPEER,
+// as the abort makes the others fail, counts only when no rank failed otherwise), whose
+// error message is copied to the calling thread. Errors: BALLAST_EINVAL for a NULL
+// argument, `nranks` < 1 or a configuration whose transport is not local (or does not
+// validate); BALLAST_ENOMEM when the ranks do not fit (their thread stacks in the
+// address space, their pools and queues under `ulimit -v` or in the machine: checked
+// before anything is allocated) or a rank's thread cannot be started (the message names
+// that rank, `nranks` and the stack size); the runtime's.
+//
+// # Safety
+// `config` must be NULL or a ballast_config handle, not freed by another thread during the
+// call (a freed one is refused); `rank_main` must be safe to call from several threads at
+// once with `user`.
+int ballast_local_run(int nranks,
+                      const struct ballast_config *config,
+                      ballast_rank_main rank_main,
+                      void *user);
+
 // One rank per process, started by a launcher: the rank and world size come from the
 // launcher's variables (`OMPI_COMM_WORLD_RANK`/`SIZE`, `PMI_RANK`/`SIZE`,
 // `SLURM_PROCID`/`NTASKS` or `BALLAST_RANK`/`SIZE`), and the configured transport is
@@ -358,7 +385,8 @@ int ballast_last_error(char *buf, size_t len);
 // arrive within `BALLAST_BOOTSTRAP_TIMEOUT`).
 //
 // # Safety
-// `config` must be NULL or a live ballast_config; `out` NULL or writable.
+// `config` must be NULL or a ballast_config handle, not freed by another thread during the
+// call (a freed one is refused); `out` NULL or writable.
 int ballast_comm_from_env(const struct ballast_config *config, struct ballast_comm **out);
 
 #if defined(BALLAST_HAVE_MPI)
@@ -377,7 +405,7 @@ int ballast_comm_from_env(const struct ballast_config *config, struct ballast_co
 //
 // # Safety
 // `comm` must be a valid communicator handle of the MPI libballast was built with;
-// `config` NULL or a live ballast_config; `out` NULL or writable.
+// `config` NULL or a ballast_config handle; `out` NULL or writable.
 int ballast_comm_from_mpi(MPI_Comm comm,
                           const struct ballast_config *config,
                           struct ballast_comm **out);
@@ -386,11 +414,13 @@ int ballast_comm_from_mpi(MPI_Comm comm,
 // Starts sending `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1), in *out;
 // `buf` may be reused as soon as this returns. Errors: BALLAST_EAGAIN when every pool
 // buffer is in flight (*out is NULL: call ballast_progress and retry); BALLAST_EINVAL
-// (NULL, rank or tag out of range); the transport's.
+// (NULL, rank or tag out of range, `len` above PTRDIFF_MAX); BALLAST_ENOMEM when the
+// copy of the message cannot be allocated; the transport's.
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable
-// bytes; `out` NULL or writable.
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `buf` NULL with `len` 0 or `len` readable bytes; `out`
+// NULL or writable.
 int ballast_isend(struct ballast_comm *comm,
                   int dest,
                   uint32_t tag,
@@ -403,54 +433,59 @@ int ballast_isend(struct ballast_comm *comm,
 // range); the transport's.
 //
 // # Safety
-// `comm` must be NULL or a live ballast_comm; `out` NULL or writable.
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `out` NULL or writable.
 int ballast_irecv(struct ballast_comm *comm, int source, int64_t tag, struct ballast_request **out);
 
 // Progresses once and tells whether `req` completed (*done 1 or 0); when it did, fills
 // *status (if not NULL) and returns the request's own error, if any. Testing a completed
 // request again gives the same status. Errors: BALLAST_EINVAL for NULL `req` or `done`, or
-// a request of another communicator or already freed; the request's own (e.g.
+// a request already freed (or cancelled by its communicator's free); the request's own (e.g.
 // BALLAST_EPEER when its peer died or the run was aborted).
 //
 // # Safety
-// `req` must be NULL or a live ballast_request; `done` NULL or writable; `status` NULL or
-// writable.
+// `req` must be NULL or a ballast_request handle, not freed by another thread during the
+// call (a freed one is refused); `done` NULL or writable; `status` NULL or writable.
 int ballast_test(struct ballast_request *req, int *done, struct ballast_status *status);
 
 // Waits until `req` completes, fills *status (if not NULL) and returns the request's own
 // error, if any. Waiting on a completed request again gives the same status. A send's
 // status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL or a
-// request of another communicator or already freed; the request's own (e.g. BALLAST_EPEER
+// request already freed (or cancelled by its communicator's free); the request's own (e.g. BALLAST_EPEER
 // when its peer died or the run was aborted).
 //
 // # Safety
-// `req` must be NULL or a live ballast_request; `status` NULL or writable.
-int ballast_wait(struct ballast_request *req, struct ballast_status *status);
+// `req` must be NULL or a ballast_request handle, not freed by another thread during the
+// call (a freed one is refused); `status` NULL or writable.
+int ballast_wait(struct ballast_request *req,
+                 struct ballast_status *status);
 
 // Waits for each of the `n` requests in `reqs`, in order, filling statuses[i] (when
 // `statuses` is not NULL) with each one's status and error; returns the first error (a
 // NULL entry is BALLAST_EINVAL in its status) and keeps that one's message.
 //
 // # Safety
-// `reqs` must point to `n` entries, each NULL or a live ballast_request; `statuses` NULL
+// `reqs` must point to `n` entries, each NULL or a ballast_request handle; `statuses` NULL
 // or `n` writable entries.
 int ballast_waitall(size_t n, struct ballast_request *const *reqs, struct ballast_status *statuses);
 
 // A completed receive's bytes: *data (valid until ballast_request_free; NULL for a
-// 0-byte message) and *len. Errors: BALLAST_EINVAL for NULL, a send, or a receive not completed yet.
+// 0-byte message) and *len. Errors: BALLAST_EINVAL for NULL, a send, or a receive not
+// completed yet.
 //
 // # Safety
-// `req` must be NULL or a live ballast_request; `data` and `len` NULL or writable.
-int ballast_request_data(const struct ballast_request *req,
-                         const void **data,
-                         size_t *len);
+// `req` must be NULL or a ballast_request handle, not freed by another thread during the
+// call (a freed one is refused); `data` and `len` NULL or writable.
+int ballast_request_data(const struct ballast_request *req, const void **data, size_t *len);
 
-// Frees a completed request (send or receive) and its data. Errors: BALLAST_EINVAL for
-// NULL or a request not completed yet (test or wait it first; requests still live when
-// the communicator finishes are cancelled there).
+// Frees a completed request (send or receive) and its data; its handle is refused from
+// then on, whatever request reuses its memory. Errors: BALLAST_EINVAL for NULL, a request
+// already freed, or a request not completed yet (test or wait it first; requests still
+// live when the communicator finishes are cancelled there).
 //
 // # Safety
-// `req` must be NULL or a live ballast_request, not freed yet.
+// `req` must be NULL or a ballast_request handle, not used by another thread during the
+// call (a freed one is refused).
 int ballast_request_free(struct ballast_request *req);
 
 #ifdef __cplusplus

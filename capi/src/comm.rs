@@ -7,18 +7,13 @@
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use parking_lot::Mutex;
+use ballast_runtime::{Communicator, Envelope, Footprint, Source, TagMatch};
 
-use ballast_runtime::{local, Communicator, Envelope, Footprint, Source, TagMatch, TransportKind};
-
-use crate::config::ballast_config;
-use crate::error::{boundary, last_error, panic_text, set_last_error, Fail};
+use crate::error::{boundary, panic_text, set_last_error, Fail};
+use crate::handles::{self, Kind};
 use crate::process::{free_owned, Owned};
 use crate::request::Requests;
-use crate::{
-    BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_EPEER, BALLAST_ETRUNC,
-    BALLAST_TAG_MAX,
-};
+use crate::{BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, BALLAST_EINTERNAL, BALLAST_ETRUNC, BALLAST_TAG_MAX};
 
 /// A rank's communicator (opaque).
 pub struct ballast_comm {
@@ -37,7 +32,7 @@ pub struct ballast_comm {
 
 impl ballast_comm {
     /// A handle lent `comm` by ballast_local_run for the duration of rank_main.
-    fn lent(comm: &mut Communicator) -> ballast_comm {
+    pub(crate) fn lent(comm: &mut Communicator) -> ballast_comm {
         ballast_comm {
             comm,
             owned: None,
@@ -154,25 +149,39 @@ impl From<&Footprint> for ballast_footprint {
     }
 }
 
-/// The result of ballast_allgatherv (opaque): every rank's bytes.
-pub struct ballast_gathered {
-    parts: Vec<Vec<u8>>,
-}
-
-/// The boundary of a call on communicator `comm`: NULL is `BALLAST_EINVAL`, a poisoned
-/// communicator `BALLAST_EINTERNAL`, a [`Fail`] becomes the thread's last error and its
-/// code, and a panic inside `f` poisons the communicator. One `catch_unwind` and no
-/// allocation on the success path: it is the cost every call pays.
+/// The boundary of a call on communicator handle `comm`: NULL and a handle that is not a
+/// live communicator (freed, of a finished ballast_local_run, of another kind) are
+/// `BALLAST_EINVAL`, a poisoned communicator `BALLAST_EINTERNAL`, a [`Fail`] becomes the
+/// thread's last error and its code, and a panic inside `f` poisons the communicator. One
+/// `catch_unwind` and no allocation on the success path: it is the cost every call pays.
 #[inline(always)]
 pub(crate) fn with_comm(
     func: &str,
     comm: *mut ballast_comm,
     f: impl FnOnce(&mut ballast_comm) -> Result<c_int, Fail>,
 ) -> c_int {
-    // SAFETY: NULL or a live handle used by this thread alone (the contract).
-    let Some(c) = (unsafe { comm.as_mut() }) else {
-        return failed(Fail::null(func, "comm"));
-    };
+    match comm_of(func, comm) {
+        Ok(c) => with_comm_at(func, c, f),
+        Err(fail) => failed(fail),
+    }
+}
+
+/// The communicator behind live handle `comm`.
+#[inline(always)]
+pub(crate) fn comm_of(func: &str, comm: *const ballast_comm) -> Result<*mut ballast_comm, Fail> {
+    handles::object(func, "comm", comm, Kind::Comm)
+}
+
+/// [`with_comm`] on the communicator at `comm` (a live one, not a handle).
+#[inline(always)]
+pub(crate) fn with_comm_at(
+    func: &str,
+    comm: *mut ballast_comm,
+    f: impl FnOnce(&mut ballast_comm) -> Result<c_int, Fail>,
+) -> c_int {
+    // SAFETY: a live communicator (its handle resolved), used by this thread alone (the
+    // contract).
+    let c = unsafe { &mut *comm };
     if let Some(why) = &c.poisoned {
         return failed(poisoned(func, why));
     }
@@ -299,173 +308,57 @@ pub(crate) unsafe fn bytes<'a>(func: &str, buf: *const c_void, len: usize) -> Re
     if buf.is_null() {
         return Err(Fail::null(func, "buf"));
     }
+    if len > isize::MAX as usize {
+        return Err(too_long(func, len));
+    }
     // SAFETY: non-NULL with `len` readable bytes (the caller's contract).
     Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
 }
 
-fn runtime(func: &'static str) -> impl Fn(ballast_runtime::Error) -> Fail {
+/// A length no buffer can have (out of line, as [`poisoned`]).
+#[cold]
+#[inline(never)]
+fn too_long(func: &str, len: usize) -> Fail {
+    Fail::inval(format!(
+        "{func}: len is {len} bytes, above the largest message ({} bytes, isize::MAX)",
+        isize::MAX
+    ))
+}
+
+pub(crate) fn runtime(func: &'static str) -> impl Fn(ballast_runtime::Error) -> Fail {
     move |e| Fail::runtime(func, &e)
-}
-
-/// The function a rank runs.
-pub type ballast_rank_main =
-    Option<unsafe extern "C" fn(comm: *mut ballast_comm, user: *mut c_void) -> c_int>;
-
-/// The user pointer, shared by the ranks' threads.
-struct UserPtr(*mut c_void);
-// SAFETY: the pointer is only passed back to the C callback; ballast_local_run's contract
-// makes the caller responsible for what its ranks do with it from their threads.
-unsafe impl Sync for UserPtr {}
-
-impl UserPtr {
-    fn get(&self) -> *mut c_void {
-        self.0
-    }
-}
-
-/// Runs `rank_main(comm, user)` on `nranks` ranks as threads of this process, over the
-/// local transport; the communicators belong to this call (it finishes them after
-/// rank_main returns: ballast_comm_free on one is BALLAST_EINVAL). rank_main runs on
-/// every rank's thread at once, with the same `user`. Requests not freed when rank_main
-/// returns are cancelled, and that rank fails with BALLAST_EINVAL. A rank that fails
-/// (returns non-zero) aborts the others: their blocking and waiting calls return
-/// BALLAST_EPEER, so none waits forever for the failed rank. Returns 0, or the non-zero
-/// result of the lowest-numbered failing rank (a rank that failed only with BALLAST_EPEER,
-/// as the abort makes the others fail, counts only when no rank failed otherwise), whose
-/// error message is copied to the calling thread. Errors: BALLAST_EINVAL for a NULL
-/// argument, `nranks` < 1 or a configuration whose transport is not local (or does not
-/// validate); the runtime's.
-///
-/// # Safety
-/// `config` must be NULL or a live ballast_config; `rank_main` must be safe to call from
-/// several threads at once with `user`.
-#[no_mangle]
-pub unsafe extern "C" fn ballast_local_run(
-    nranks: c_int,
-    config: *const ballast_config,
-    rank_main: ballast_rank_main,
-    user: *mut c_void,
-) -> c_int {
-    const F: &str = "ballast_local_run";
-    boundary(F, || {
-        // SAFETY: NULL or a live ballast_config (the contract).
-        let cfg = unsafe { config.as_ref() }.ok_or_else(|| Fail::null(F, "config"))?;
-        let main = rank_main.ok_or_else(|| Fail::null(F, "rank_main"))?;
-        let n = usize::try_from(nranks)
-            .ok()
-            .filter(|&n| n >= 1)
-            .ok_or_else(|| Fail::inval(format!("{F}: nranks is {nranks}, must be at least 1")))?;
-        let kind = cfg.cfg.transport().kind;
-        if kind != TransportKind::Local {
-            return Err(Fail::inval(format!(
-                "{F}: the transport is {kind}; ballast_local_run needs local"
-            )));
-        }
-        cfg.cfg
-            .transport()
-            .validate()
-            .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
-        let user = UserPtr(user);
-        let user = &user;
-        let failures: Failures = Mutex::new(vec![None; n]);
-        let failures_ref = &failures;
-        let run = local::run(n, &cfg.cfg, move |comm| {
-            run_rank(comm, main, user.get(), failures_ref)
-        });
-        let failures = failures.into_inner();
-        // The lowest-numbered rank that failed other than by the abort; when every failure
-        // is BALLAST_EPEER, the one that came first.
-        let own = failures.iter().flatten().find(|(_, rc, _)| *rc != BALLAST_EPEER);
-        let earliest = failures.iter().flatten().min_by_key(|(seq, _, _)| *seq);
-        match own.or(earliest).map(|(_, rc, msg)| (*rc, msg.clone())) {
-            Some((rc, msg)) => {
-                set_last_error(&msg);
-                Ok(rc)
-            }
-            None => run.map(|_| 0).map_err(runtime(F)),
-        }
-    })
-}
-
-/// Each rank's failure in `ballast_local_run`, if it failed: (the order it came in, its
-/// code, its message).
-type Failures = Mutex<Vec<Option<(u64, c_int, String)>>>;
-
-/// The unwinding payload of a rank that failed: [`run_rank`] records the failure, then
-/// unwinds (without the panic hook's message) so that the launcher aborts the other ranks.
-struct RankFailed;
-
-/// One rank of `ballast_local_run`: a failure (rank_main's non-zero result, or requests
-/// left live) is recorded in `failures[rank]` with its message, and then ends the rank's
-/// thread by unwinding, which makes the launcher abort the other ranks.
-fn run_rank(
-    comm: &mut Communicator,
-    main: unsafe extern "C" fn(*mut ballast_comm, *mut c_void) -> c_int,
-    user: *mut c_void,
-    failures: &Failures,
-) {
-    let rank = comm.rank();
-    let mut h = Box::new(ballast_comm::lent(comm));
-    // SAFETY: the handle is live until after the call; `user` is the caller's, passed back.
-    let rc = unsafe { main(&mut *h, user) };
-    let live = h.cancel_requests();
-    let failure = if rc != 0 {
-        let msg = last_error();
-        Some(if msg.is_empty() {
-            (
-                rc,
-                format!("rank {rank}: rank_main returned {rc} (no Ballast call had failed on its thread)"),
-            )
-        } else {
-            (rc, format!("rank {rank}: {msg}"))
-        })
-    } else if live > 0 {
-        Some((
-            BALLAST_EINVAL,
-            format!("rank {rank}: {live} request(s) not freed when rank_main returned (cancelled)"),
-        ))
-    } else {
-        None
-    };
-    if let Some((rc, msg)) = failure {
-        let mut all = failures.lock();
-        let seq = all.iter().flatten().count() as u64;
-        all[rank] = Some((seq, rc, msg));
-        drop(all);
-        drop(h);
-        std::panic::resume_unwind(Box::new(RankFailed));
-    }
 }
 
 /// Frees a communicator of ballast_comm_from_env or ballast_comm_from_mpi: the
 /// collective finish (every rank must call it; it delivers this rank's sends and serves
 /// the others until every rank has finished), then frees the handle, whatever it returns.
 /// Requests still live are cancelled (freed) and reported: BALLAST_EINVAL, after the
-/// finish. Errors: BALLAST_EINVAL for NULL or a communicator of ballast_local_run (which
-/// finishes its own; nothing is freed), and under MPI when the host already called
+/// finish. The handle is refused from then on (a second free is BALLAST_EINVAL). Errors:
+/// BALLAST_EINVAL for NULL, a handle that is not a live communicator, or a communicator
+/// of ballast_local_run (which finishes its own; nothing is freed), and under MPI when the host already called
 /// MPI_Finalize (the communicator is left, not freed: call ballast_comm_free first);
 /// BALLAST_EINTERNAL for a poisoned communicator (dropped without the finish); the
 /// runtime's errors (e.g. BALLAST_EPEER).
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm, not used again after this call (except
-/// when it belongs to ballast_local_run).
+/// `comm` must be NULL or a ballast_comm handle, not used by another thread during the
+/// call (a freed one is refused).
 #[no_mangle]
 pub unsafe extern "C" fn ballast_comm_free(comm: *mut ballast_comm) -> c_int {
     const F: &str = "ballast_comm_free";
     boundary(F, || {
-        if comm.is_null() {
-            return Err(Fail::null(F, "comm"));
-        }
-        // SAFETY: non-NULL and live (the contract).
-        if unsafe { (*comm).owned.is_none() } {
+        let c = comm_of(F, comm)?;
+        // SAFETY: a live communicator (its handle resolved).
+        if unsafe { (*c).owned.is_none() } {
             return Err(Fail::inval(format!(
                 "{F}: the communicator belongs to ballast_local_run, which finishes it"
             )));
         }
-        // SAFETY: an owning handle is the box of `Box::into_raw` in process.rs, taken back
-        // once here (C does not use it again: the contract).
-        let c = unsafe { Box::from_raw(comm) };
+        handles::unregister(comm as usize, Kind::Comm)
+            .map_err(|r| handles::refused(F, "comm", Kind::Comm, r))?;
+        // SAFETY: an owning handle's object is the box of `Box::into_raw` in process.rs,
+        // taken back once here (its handle has just been ended).
+        let c = unsafe { Box::from_raw(c) };
         free_owned(F, *c)
     })
 }
@@ -473,7 +366,8 @@ pub unsafe extern "C" fn ballast_comm_free(comm: *mut ballast_comm) -> c_int {
 /// This rank, 0 to world size - 1, in *out.
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm; `out` NULL or writable.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_rank(comm: *const ballast_comm, out: *mut c_int) -> c_int {
     const F: &str = "ballast_rank";
@@ -487,7 +381,8 @@ pub unsafe extern "C" fn ballast_rank(comm: *const ballast_comm, out: *mut c_int
 /// The number of ranks, in *out.
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm; `out` NULL or writable.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_world_size(comm: *const ballast_comm, out: *mut c_int) -> c_int {
     const F: &str = "ballast_world_size";
@@ -502,11 +397,14 @@ pub unsafe extern "C" fn ballast_world_size(comm: *const ballast_comm, out: *mut
 /// are delivered (over local and verbs: the receiving rank has taken them into its queue,
 /// which needs it to call into the library, as an MPI rendezvous send waits for its
 /// receiver; on MPI, when MPI holds them); waits while the pool is exhausted. Errors:
-/// BALLAST_EINVAL (NULL, rank or tag out of range); BALLAST_EPEER when the peer died or
-/// the run was aborted; the transport's.
+/// BALLAST_EINVAL (NULL, rank or tag out of range, `len` above PTRDIFF_MAX);
+/// BALLAST_ENOMEM when the copy the runtime keeps of a message larger than a pool buffer
+/// cannot be allocated; BALLAST_EPEER when the peer died or the run was aborted; the
+/// transport's.
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable bytes.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `buf` NULL with `len` 0 or `len` readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_send(
     comm: *mut ballast_comm,
@@ -542,8 +440,9 @@ fn status_of(e: &Envelope, error: c_int) -> ballast_status {
 /// BALLAST_EINVAL (NULL, rank or tag out of range); the transport's.
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm; `buf` NULL with `cap` 0 or `cap` writable
-/// bytes; `status` NULL or writable.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `buf` NULL with `cap` 0 or `cap` writable bytes; `status`
+/// NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_recv(
     comm: *mut ballast_comm,
@@ -599,8 +498,8 @@ pub unsafe extern "C" fn ballast_recv(
 /// of range); the transport's.
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm; `found` NULL or writable; `status` NULL or
-/// writable.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `found` NULL or writable; `status` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_iprobe(
     comm: *mut ballast_comm,
@@ -632,7 +531,8 @@ pub unsafe extern "C" fn ballast_iprobe(
 /// the transport's.
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused).
 #[no_mangle]
 pub unsafe extern "C" fn ballast_progress(comm: *mut ballast_comm) -> c_int {
     const F: &str = "ballast_progress";
@@ -646,7 +546,8 @@ pub unsafe extern "C" fn ballast_progress(comm: *mut ballast_comm) -> c_int {
 /// NULL; BALLAST_EPEER when a peer died or the run was aborted.
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused).
 #[no_mangle]
 pub unsafe extern "C" fn ballast_barrier(comm: *mut ballast_comm) -> c_int {
     const F: &str = "ballast_barrier";
@@ -656,97 +557,11 @@ pub unsafe extern "C" fn ballast_barrier(comm: *mut ballast_comm) -> c_int {
     })
 }
 
-/// Gathers every rank's `len` bytes at `buf` (any length per rank) on every rank, in *out
-/// (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
-/// Errors: BALLAST_EINVAL for NULL `comm` or `out`, or NULL `buf` with `len` > 0;
-/// BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER when a peer died or the
-/// run was aborted.
-///
-/// # Safety
-/// `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable
-/// bytes; `out` NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn ballast_allgatherv(
-    comm: *mut ballast_comm,
-    buf: *const c_void,
-    len: usize,
-    out: *mut *mut ballast_gathered,
-) -> c_int {
-    const F: &str = "ballast_allgatherv";
-    with_comm(F, comm, |c| {
-        if out.is_null() {
-            return Err(Fail::null(F, "out"));
-        }
-        // SAFETY: non-NULL and writable (the contract).
-        unsafe { *out = std::ptr::null_mut() };
-        // SAFETY: `len` readable bytes at `buf` (the contract).
-        let data = unsafe { bytes(F, buf, len) }?;
-        let parts = c.comm().all_gatherv(data).map_err(runtime(F))?;
-        // SAFETY: as above; the box is C's until ballast_gathered_free.
-        unsafe { *out = Box::into_raw(Box::new(ballast_gathered { parts })) };
-        Ok(0)
-    })
-}
-
-/// Rank `rank`'s bytes of an all-gather: *data (valid until ballast_gathered_free; NULL
-/// for 0 bytes) and *len. Errors: BALLAST_EINVAL for NULL or a rank out
-/// of range.
-///
-/// # Safety
-/// `gathered` must be NULL or a live ballast_gathered; `data` and `len` NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn ballast_gathered_part(
-    gathered: *const ballast_gathered,
-    rank: c_int,
-    data: *mut *const c_void,
-    len: *mut usize,
-) -> c_int {
-    const F: &str = "ballast_gathered_part";
-    boundary(F, || {
-        // SAFETY: NULL or a live ballast_gathered (the contract).
-        let g = unsafe { gathered.as_ref() }.ok_or_else(|| Fail::null(F, "gathered"))?;
-        let n = g.parts.len();
-        let p = usize::try_from(rank)
-            .ok()
-            .and_then(|r| g.parts.get(r))
-            .ok_or_else(|| Fail::inval(format!("{F}: rank {rank} is not in 0..{n}")))?;
-        if data.is_null() || len.is_null() {
-            return Err(Fail::null(F, if data.is_null() { "data" } else { "len" }));
-        }
-        // SAFETY: both non-NULL and writable (the contract).
-        unsafe {
-            *data = if p.is_empty() {
-                std::ptr::null()
-            } else {
-                p.as_ptr().cast()
-            };
-            *len = p.len();
-        }
-        Ok(0)
-    })
-}
-
-/// Frees an all-gather result. Errors: BALLAST_EINVAL for NULL.
-///
-/// # Safety
-/// `gathered` must be NULL or a live ballast_gathered, not freed yet.
-#[no_mangle]
-pub unsafe extern "C" fn ballast_gathered_free(gathered: *mut ballast_gathered) -> c_int {
-    const F: &str = "ballast_gathered_free";
-    boundary(F, || {
-        if gathered.is_null() {
-            return Err(Fail::null(F, "gathered"));
-        }
-        // SAFETY: a box from ballast_allgatherv, freed once (the contract).
-        drop(unsafe { Box::from_raw(gathered) });
-        Ok(0)
-    })
-}
-
 /// This rank's transport memory as accounted now, in *out (bytes).
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm; `out` NULL or writable.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_comm_footprint(
     comm: *const ballast_comm,
@@ -764,14 +579,16 @@ pub unsafe extern "C" fn ballast_comm_footprint(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ballast_runtime::RuntimeConfig;
+    use crate::error::last_error;
+    use ballast_runtime::{local, RuntimeConfig};
 
     #[test]
     fn a_panic_on_a_communicator_poisons_it() {
         let cfg = RuntimeConfig::builder().buffer_count(4).build().unwrap();
         let got = local::run(1, &cfg, |comm| {
             let mut h = ballast_comm::lent(comm);
-            let p: *mut ballast_comm = &mut h;
+            let h: *mut ballast_comm = &mut h;
+            let p = handles::register(Kind::Comm, h.cast()).unwrap() as *mut ballast_comm;
             let mut n = 0;
             // SAFETY: `p` is the live handle above; `n` a local.
             let before = unsafe { ballast_world_size(p, &mut n) };
@@ -784,10 +601,14 @@ mod tests {
             let second = last_error();
             // SAFETY: as above.
             let query = unsafe { ballast_rank(p, &mut n) };
-            (before, code, first, after, second, query)
+            handles::unregister(p as usize, Kind::Comm).unwrap();
+            // SAFETY: as above (a stale handle is refused, never followed).
+            let stale = unsafe { ballast_rank(p, &mut n) };
+            (before, code, first, after, second, query, stale)
         })
         .unwrap();
-        let (before, code, first, after, second, query) = got.into_iter().next().unwrap();
+        let (before, code, first, after, second, query, stale) = got.into_iter().next().unwrap();
+        assert_eq!(stale, crate::BALLAST_EINVAL);
         assert_eq!(before, 0);
         assert_eq!(code, BALLAST_EINTERNAL);
         assert_eq!(first, "ballast_test_call: internal error (panic): inside");

@@ -10,10 +10,18 @@ use ballast_runtime::{Error, RuntimeConfig};
 
 use crate::comm::ballast_footprint;
 use crate::error::{boundary, Fail};
+use crate::handles::{self, Kind};
+use crate::BALLAST_ENOMEM;
 
 /// A configuration (opaque): the settings of docs/CONFIG.md.
 pub struct ballast_config {
     pub(crate) cfg: RuntimeConfig,
+}
+
+/// The configuration behind handle `config` (NULL, freed, or another kind of handle:
+/// `BALLAST_EINVAL`).
+pub(crate) fn config_of(func: &str, config: *const ballast_config) -> Result<*mut ballast_config, Fail> {
+    handles::object(func, "config", config, Kind::Config)
 }
 
 /// A C string argument as UTF-8, or `BALLAST_EINVAL` naming it.
@@ -45,8 +53,17 @@ pub unsafe extern "C" fn ballast_config_new(out: *mut *mut ballast_config) -> c_
         // SAFETY: `out` is non-NULL and writable (the caller's contract).
         unsafe { *out = std::ptr::null_mut() };
         let cfg = RuntimeConfig::from_env().map_err(|e| Fail::runtime("ballast_config_new", &e))?;
-        // SAFETY: as above; the box is handed to C and freed by ballast_config_free.
-        unsafe { *out = Box::into_raw(Box::new(ballast_config { cfg })) };
+        let p = Box::into_raw(Box::new(ballast_config { cfg }));
+        let Some(h) = handles::register(Kind::Config, p.cast()) else {
+            // SAFETY: the box just made, never handed out.
+            drop(unsafe { Box::from_raw(p) });
+            return Err(Fail::new(
+                BALLAST_ENOMEM,
+                "ballast_config_new: no handle (out of memory)",
+            ));
+        };
+        // SAFETY: as above; the configuration is C's until ballast_config_free.
+        unsafe { *out = h as *mut ballast_config };
         Ok(0)
     })
 }
@@ -60,8 +77,8 @@ pub unsafe extern "C" fn ballast_config_new(out: *mut *mut ballast_config) -> c_
 /// names the key. The configuration is unchanged on error.
 ///
 /// # Safety
-/// `config` must be NULL or a live ballast_config; `key` and `value` NULL or
-/// NUL-terminated strings.
+/// `config` must be NULL or a ballast_config handle, not freed by another thread during the
+/// call (a freed one is refused); `key` and `value` NULL or NUL-terminated strings.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_config_set(
     config: *mut ballast_config,
@@ -70,8 +87,8 @@ pub unsafe extern "C" fn ballast_config_set(
 ) -> c_int {
     const F: &str = "ballast_config_set";
     boundary(F, || {
-        // SAFETY: NULL or a live ballast_config, used by this thread alone (the contract).
-        let c = unsafe { config.as_mut() }.ok_or_else(|| Fail::null(F, "config"))?;
+        // SAFETY: a live configuration, used by this thread alone (the contract).
+        let c = unsafe { &mut *config_of(F, config)? };
         // SAFETY: NULL or NUL-terminated strings, valid for this call.
         let (key, value) = unsafe { (c_str(F, "key", key)?, c_str(F, "value", value)?) };
         if !SETTINGS.iter().any(|(n, _)| *n == key) {
@@ -129,18 +146,23 @@ fn unknown_key(func: &str, key: &str) -> String {
     )
 }
 
-/// Frees a configuration. Errors: BALLAST_EINVAL when `config` is NULL.
+/// Frees a configuration. Errors: BALLAST_EINVAL when `config` is NULL or not a live
+/// configuration (freed already).
 ///
 /// # Safety
-/// `config` must be NULL or a ballast_config from ballast_config_new, not freed yet.
+/// `config` must be NULL or a ballast_config handle, not used by another thread during the
+/// call (a freed one is refused).
 #[no_mangle]
 pub unsafe extern "C" fn ballast_config_free(config: *mut ballast_config) -> c_int {
     boundary("ballast_config_free", || {
+        const F: &str = "ballast_config_free";
         if config.is_null() {
-            return Err(Fail::null("ballast_config_free", "config"));
+            return Err(Fail::null(F, "config"));
         }
-        // SAFETY: a box from ballast_config_new, freed once (the caller's contract).
-        drop(unsafe { Box::from_raw(config) });
+        let c = handles::unregister(config as usize, Kind::Config)
+            .map_err(|r| handles::refused(F, "config", Kind::Config, r))?;
+        // SAFETY: the box of ballast_config_new, taken back once (its handle has just ended).
+        drop(unsafe { Box::from_raw(c.cast::<ballast_config>()) });
         Ok(0)
     })
 }
@@ -151,10 +173,12 @@ pub unsafe extern "C" fn ballast_config_free(config: *mut ballast_config) -> c_i
 /// configuration's transport (set `transport` to the one the communicator runs on: a
 /// communicator of ballast_comm_from_mpi is over mpi whatever the configuration says).
 /// Errors: BALLAST_EINVAL for a NULL argument, `world_size` 0, `peers` not below
-/// `world_size`, `ranks_per_node` 0.
+/// `world_size`, `ranks_per_node` 0, or a prediction above 2^64 bytes (the message names
+/// the term that overflows).
 ///
 /// # Safety
-/// `config` must be NULL or a live ballast_config; `out` NULL or writable.
+/// `config` must be NULL or a ballast_config handle, not freed by another thread during the
+/// call (a freed one is refused); `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_predict(
     config: *const ballast_config,
@@ -165,8 +189,8 @@ pub unsafe extern "C" fn ballast_predict(
 ) -> c_int {
     const F: &str = "ballast_predict";
     boundary(F, || {
-        // SAFETY: NULL or a live ballast_config (the contract).
-        let c = unsafe { config.as_ref() }.ok_or_else(|| Fail::null(F, "config"))?;
+        // SAFETY: a live configuration (its handle resolved).
+        let c = unsafe { &*config_of(F, config)? };
         // SAFETY: NULL or writable (the contract).
         let out = unsafe { out.as_mut() }.ok_or_else(|| Fail::null(F, "out"))?;
         if world_size == 0 {
@@ -184,7 +208,8 @@ pub unsafe extern "C" fn ballast_predict(
         let fp = c
             .cfg
             .transport()
-            .predict(peers as usize, world_size as usize, ranks_per_node as usize);
+            .try_predict(peers as usize, world_size as usize, ranks_per_node as usize)
+            .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
         *out = ballast_footprint::from(&fp);
         Ok(0)
     })
@@ -212,14 +237,15 @@ mod tests {
         assert_eq!(set(c, "max_pool_bytes", "64K"), 0);
         // Alone each value is fine; together with growth on, the pool exceeds its bound.
         assert_eq!(set(c, "pool_growth", "on"), 0);
+        let cfg = |c: *mut ballast_config| config_of("test", c).unwrap();
         // SAFETY: `c` is live.
-        let t = unsafe { &(*c).cfg }.transport();
+        let t = unsafe { &(*cfg(c)).cfg }.transport();
         assert!(t.pool_growth && t.max_pool_bytes == 64 << 10);
         // A value out of range for its own key is refused at once, and nothing changes.
         assert_eq!(set(c, "srq_depth", "0"), BALLAST_EINVAL);
         assert!(last_error().contains("srq_depth"), "{}", last_error());
         // SAFETY: `c` is live.
-        assert_ne!(unsafe { &(*c).cfg }.transport().srq_depth, 0);
+        assert_ne!(unsafe { &(*cfg(c)).cfg }.transport().srq_depth, 0);
         // SAFETY: `c` is live; the callback is never called (validation fails first).
         let rc = unsafe { ballast_local_run(2, c, None, std::ptr::null_mut()) };
         assert_eq!(rc, BALLAST_EINVAL, "rank_main NULL is checked first");

@@ -74,8 +74,12 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         | Error::UnknownRequest(_)
         | Error::BootstrapEnv { .. }
         | Error::MpiState { .. }
+        | Error::ModelOverflow { .. }
         | Error::BootstrapRoot { .. } => BALLAST_EINVAL,
-        Error::Alloc { .. } | Error::MessageAlloc { .. } | Error::MemlockTooLow { .. } => BALLAST_ENOMEM,
+        Error::Alloc { .. }
+        | Error::MessageAlloc { .. }
+        | Error::MemlockTooLow { .. }
+        | Error::ThreadStart { .. } => BALLAST_ENOMEM,
         Error::Aborted | Error::PeerDied { .. } | Error::QueuePairBroken { .. } => BALLAST_EPEER,
         Error::TransportUnavailable { .. } => BALLAST_EUNSUPPORTED,
         _ => BALLAST_EINTERNAL,

@@ -1,7 +1,8 @@
 //! libballast: the C ABI of the Ballast runtime (issue #15). Opaque handles over the
 //! runtime's `RuntimeConfig` ([`ballast_config`]), `Communicator` ([`ballast_comm`]), its
 //! requests ([`ballast_request`]) and all-gather results ([`ballast_gathered`]); the
-//! fixed negative error codes; the calling thread's last error message
+//! fixed negative error codes; handle validity ([`handles`]: a freed or stale handle is
+//! refused, never followed); the calling thread's last error message
 //! ([`ballast_last_error`]); and the panic boundary: a Rust panic never crosses into C, it
 //! becomes [`BALLAST_EINTERNAL`] and poisons the communicator it happened on.
 //!
@@ -15,6 +16,9 @@
 mod comm;
 mod config;
 mod error;
+mod gathered;
+mod handles;
+mod local_run;
 mod process;
 mod request;
 #[cfg(feature = "bench-twin")]
@@ -23,6 +27,8 @@ mod twin;
 pub use comm::*;
 pub use config::*;
 pub use error::*;
+pub use gathered::*;
+pub use local_run::*;
 #[cfg(feature = "mpi")]
 pub use process::mpi::ballast_comm_from_mpi;
 pub use process::*;
@@ -32,10 +38,14 @@ pub use twin::ballast_bench_twin;
 
 use std::os::raw::c_int;
 
-/// Bad argument: a NULL handle or pointer, an unknown key, a bad value, a rank or tag out
-/// of range, a call the handle does not allow.
+/// Bad argument: a NULL handle or pointer, a handle that is not live (freed already, of a
+/// ballast_local_run that returned, a request of a freed communicator, never made) or of
+/// another kind, an unknown key, a bad value, a rank or tag out of range, a length above
+/// PTRDIFF_MAX, a call the handle does not allow.
 pub const BALLAST_EINVAL: c_int = -1;
-/// Out of memory.
+/// Out of memory: an allocation whose size comes from the caller or a peer (a message, a
+/// pool, a queue, the ranks' threads) does not fit in the machine or under `ulimit -v`;
+/// the message names what did not fit. Nothing is changed and the host lives on.
 pub const BALLAST_ENOMEM: c_int = -2;
 /// Only from ballast_isend: every pool buffer is in flight (*out is NULL); call
 /// ballast_progress and retry.

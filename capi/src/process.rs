@@ -11,8 +11,10 @@ use ballast_runtime::{local, resolve_transport, Communicator, RuntimeConfig, Tra
 
 use crate::comm::ballast_comm;
 use crate::config::ballast_config;
+use crate::config::config_of;
 use crate::error::{boundary, Fail};
-use crate::{BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_EUNSUPPORTED};
+use crate::handles::{self, Kind};
+use crate::{BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EUNSUPPORTED};
 
 /// What an owned communicator lives on, dropped after it in [`free_owned`].
 pub(crate) enum Owned {
@@ -40,9 +42,22 @@ impl Owned {
     }
 }
 
-/// Wraps `comm` and what it lives on in a new handle for C.
-fn handle(comm: Communicator, owned: Owned) -> *mut ballast_comm {
-    Box::into_raw(Box::new(ballast_comm::owned(Box::new(comm), owned)))
+/// Wraps `comm` and what it lives on in a new handle for C. Errors: BALLAST_ENOMEM when
+/// no handle can be had (the communicator is then dropped unfinished).
+fn handle(func: &str, comm: Communicator, owned: Owned) -> Result<*mut ballast_comm, Fail> {
+    let p = Box::into_raw(Box::new(ballast_comm::owned(Box::new(comm), owned)));
+    match handles::register(Kind::Comm, p.cast()) {
+        Some(h) => Ok(h as *mut ballast_comm),
+        None => {
+            // SAFETY: the box just made, never handed out.
+            let (comm, owned) = unsafe { Box::from_raw(p) }.into_owned();
+            leave_unfinished(*comm, owned);
+            Err(Fail::new(
+                BALLAST_ENOMEM,
+                format!("{func}: no handle for the communicator (out of memory)"),
+            ))
+        }
+    }
 }
 
 /// One rank per process, started by a launcher: the rank and world size come from the
@@ -64,7 +79,8 @@ fn handle(comm: Communicator, owned: Owned) -> *mut ballast_comm {
 /// arrive within `BALLAST_BOOTSTRAP_TIMEOUT`).
 ///
 /// # Safety
-/// `config` must be NULL or a live ballast_config; `out` NULL or writable.
+/// `config` must be NULL or a ballast_config handle, not freed by another thread during the
+/// call (a freed one is refused); `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_comm_from_env(
     config: *const ballast_config,
@@ -72,8 +88,8 @@ pub unsafe extern "C" fn ballast_comm_from_env(
 ) -> c_int {
     const F: &str = "ballast_comm_from_env";
     boundary(F, || {
-        // SAFETY: NULL or a live ballast_config (the contract).
-        let cfg = unsafe { config.as_ref() }.ok_or_else(|| Fail::null(F, "config"))?;
+        // SAFETY: a live configuration (its handle resolved).
+        let cfg = unsafe { &*config_of(F, config)? };
         // SAFETY: NULL or writable (the contract).
         let out = unsafe { out.as_mut() }.ok_or_else(|| Fail::null(F, "out"))?;
         *out = std::ptr::null_mut();
@@ -105,7 +121,7 @@ fn from_env(func: &str, cfg: &RuntimeConfig, kind: TransportKind) -> Result<*mut
                 )));
             }
             let comm = local::single(cfg).map_err(|e| Fail::runtime(func, &e))?;
-            Ok(handle(comm, Owned::Single))
+            handle(func, comm, Owned::Single)
         }
         #[cfg(feature = "mpi")]
         TransportKind::Mpi => mpi::from_env(func, cfg),
@@ -114,7 +130,7 @@ fn from_env(func: &str, cfg: &RuntimeConfig, kind: TransportKind) -> Result<*mut
             use ballast_runtime::{bootstrap::Launch, verbs};
             let mut launch = Launch::new(cfg).map_err(|e| Fail::runtime(func, &e))?;
             match verbs::communicator(launch.bootstrap(), cfg) {
-                Ok(comm) => Ok(handle(comm, Owned::Verbs(Box::new(launch)))),
+                Ok(comm) => handle(func, comm, Owned::Verbs(Box::new(launch))),
                 Err(e) => {
                     launch.abandon();
                     Err(Fail::runtime(func, &e))
@@ -385,7 +401,7 @@ pub(crate) mod mpi {
             level,
             creator: this_thread(),
         };
-        Ok(handle(comm, Owned::Mpi(Box::new(owned))))
+        handle(func, comm, Owned::Mpi(Box::new(owned)))
     }
 
     /// `ballast_comm_from_env` over MPI.
@@ -438,7 +454,7 @@ pub(crate) mod mpi {
     ///
     /// # Safety
     /// `comm` must be a valid communicator handle of the MPI libballast was built with;
-    /// `config` NULL or a live ballast_config; `out` NULL or writable.
+    /// `config` NULL or a ballast_config handle; `out` NULL or writable.
     #[no_mangle]
     pub unsafe extern "C" fn ballast_comm_from_mpi(
         comm: ffi::MPI_Comm,
@@ -447,8 +463,8 @@ pub(crate) mod mpi {
     ) -> c_int {
         const F: &str = "ballast_comm_from_mpi";
         boundary(F, || {
-            // SAFETY: NULL or a live ballast_config (the contract).
-            let cfg = unsafe { config.as_ref() }.ok_or_else(|| Fail::null(F, "config"))?;
+            // SAFETY: a live configuration (its handle resolved).
+            let cfg = unsafe { &*crate::config::config_of(F, config)? };
             // SAFETY: NULL or writable (the contract).
             let out = unsafe { out.as_mut() }.ok_or_else(|| Fail::null(F, "out"))?;
             *out = std::ptr::null_mut();

@@ -8,16 +8,19 @@ use ballast_runtime::{Completion, Request};
 
 use crate::comm::{
     ballast_comm, ballast_status, bytes, dest_rank, failed, send_tag, source_of, tag_match, with_comm,
+    with_comm_at,
 };
 use crate::error::{code_of, set_last_error, Fail};
-use crate::{BALLAST_EINTERNAL, BALLAST_EINVAL};
+use crate::handles::{self, Kind};
+use crate::{BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM};
 
 /// A non-blocking send or receive (opaque).
 pub struct ballast_request {
     comm: *mut ballast_comm,
-    /// Its index in its communicator's live list ([`Requests`]); [`FREED`] once freed (the
-    /// box may then wait in the spare list, where a stale pointer still reads as freed).
-    slot: usize,
+    /// Its index in its communicator's live list ([`Requests`]).
+    pos: usize,
+    /// Its slot in the handle registry (`crate::handles`).
+    slot: u32,
     /// The runtime's request, until it completes.
     pending: Option<Request>,
     /// A send's destination, tag and length (its status).
@@ -30,18 +33,20 @@ pub struct ballast_request {
     data: Vec<u8>,
 }
 
-/// The `slot` of a freed request.
-const FREED: usize = usize::MAX;
-
-/// The request boxes of one communicator: the live ones, by slot (freed and reported when
-/// the communicator finishes), and freed ones kept for reuse, so that a steady loop of
-/// requests allocates nothing and the live check reads a field instead of a hash set.
+/// The requests of one communicator: the live ones (freed and reported when the
+/// communicator finishes), the registry slots it holds for its next requests (taken in
+/// batches, reused without a lock: a communicator is used by one thread at a time), and
+/// freed boxes kept for reuse, so that a steady loop of requests allocates nothing. A
+/// request's handle is its slot and generation, so a freed request's handle is refused
+/// whatever reuses its box or its slot.
 #[derive(Default)]
 pub(crate) struct Requests {
-    /// Every live request: `live[r.slot] == r`.
+    /// Every live request: `live[r.pos] == r`.
     live: Vec<*mut ballast_request>,
-    /// Freed boxes, at most [`Requests::SPARE`]: boxes, because a request's address is
-    /// C's handle and must not move.
+    /// Free registry slots of this communicator.
+    slots: Vec<u32>,
+    /// Freed boxes, at most [`Requests::SPARE`]: boxes, because the registry holds a
+    /// request's address.
     #[allow(clippy::vec_box)]
     spare: Vec<Box<ballast_request>>,
 }
@@ -50,19 +55,29 @@ impl Requests {
     /// Freed boxes kept for reuse; beyond it they go back to the allocator.
     const SPARE: usize = 1024;
 
-    /// A live request of `comm` for `pending` (with a send's status), handed to C.
+    /// A live request of `comm` for `pending` (with a send's status): its handle for C.
+    /// Errors: BALLAST_ENOMEM when no handle can be had.
     #[inline(always)]
     fn hand_out(
         &mut self,
+        func: &str,
         comm: *mut ballast_comm,
         pending: Request,
         send: Option<ballast_status>,
-    ) -> *mut ballast_request {
-        let slot = self.live.len();
+    ) -> Result<*mut ballast_request, Fail> {
+        let Some(slot) = self.slots.pop().or_else(|| self.refill()) else {
+            return Err(no_handle(func));
+        };
+        if self.live.try_reserve(1).is_err() {
+            self.slots.push(slot);
+            return Err(no_handle(func));
+        }
+        let pos = self.live.len();
         let b = match self.spare.pop() {
             // A spare box is already reset (`release`): only the new request's fields.
             Some(mut b) => {
                 b.comm = comm;
+                b.pos = pos;
                 b.slot = slot;
                 b.pending = Some(pending);
                 b.send = send;
@@ -70,6 +85,7 @@ impl Requests {
             }
             None => Box::new(ballast_request {
                 comm,
+                pos,
                 slot,
                 pending: Some(pending),
                 send,
@@ -80,35 +96,36 @@ impl Requests {
         };
         let p = Box::into_raw(b);
         self.live.push(p);
-        p
+        Ok(handles::open_slot(slot, Kind::Request, p.cast()) as *mut ballast_request)
     }
 
-    /// Whether `req` is a live request of this communicator.
-    ///
-    /// # Safety
-    /// `req` must point to a request box of this communicator, live or spare (the C
-    /// contract: a live request).
-    unsafe fn is_live(&self, req: *const ballast_request) -> bool {
-        // SAFETY: a box of this communicator (the caller's contract).
-        let slot = unsafe { (*req).slot };
-        self.live.get(slot).is_some_and(|&p| std::ptr::eq(p, req))
+    /// Takes a batch of slots from the registry; returns one of them.
+    #[cold]
+    #[inline(never)]
+    fn refill(&mut self) -> Option<u32> {
+        handles::take(&mut self.slots, handles::BATCH);
+        self.slots.pop()
     }
 
-    /// Frees live request `req`: its data is dropped and its box kept for reuse.
+    /// Frees live request `req`: its handle ends, its data is dropped and its box kept for
+    /// reuse.
     ///
     /// # Safety
-    /// `req` must be live in this communicator ([`Requests::is_live`]) and not borrowed.
+    /// `req` must be a live request of this communicator, not borrowed.
     unsafe fn release(&mut self, req: *mut ballast_request) {
         // SAFETY: live, so a box of ours; not borrowed (the caller's contract).
-        let slot = unsafe { (*req).slot };
-        self.live.swap_remove(slot);
-        if let Some(&moved) = self.live.get(slot) {
+        let (pos, slot) = unsafe { ((*req).pos, (*req).slot) };
+        self.live.swap_remove(pos);
+        if let Some(&moved) = self.live.get(pos) {
             // SAFETY: a live box of ours, distinct from `req`.
-            unsafe { (*moved).slot = slot };
+            unsafe { (*moved).pos = pos };
         }
-        // SAFETY: taken back from C once: it is no longer in `live`.
+        if handles::close_slot(slot) {
+            // Never fails: `slots` held this slot before it was handed out.
+            self.slots.push(slot);
+        }
+        // SAFETY: taken back from C once: it is no longer in `live`, its handle ended.
         let mut b = unsafe { Box::from_raw(req) };
-        b.slot = FREED;
         b.pending = None;
         b.done = None;
         if !b.failure.is_empty() {
@@ -120,12 +137,16 @@ impl Requests {
         }
     }
 
-    /// Frees every live request (cancelling it); returns how many there were.
+    /// Frees every live request (cancelling it; their handles end); returns how many there
+    /// were.
     pub(crate) fn cancel_all(&mut self) -> usize {
         let n = self.live.len();
-        for p in self.live.drain(..) {
-            // SAFETY: a live box of ours, taken back once (drained from `live`).
-            drop(unsafe { Box::from_raw(p) });
+        for p in std::mem::take(&mut self.live) {
+            // SAFETY: a live box of ours, taken back once (taken from `live`).
+            let b = unsafe { Box::from_raw(p) };
+            if handles::close_slot(b.slot) && self.slots.try_reserve(1).is_ok() {
+                self.slots.push(b.slot);
+            }
         }
         n
     }
@@ -134,28 +155,39 @@ impl Requests {
 impl Drop for Requests {
     fn drop(&mut self) {
         self.cancel_all();
+        handles::give_back(&mut self.slots);
     }
 }
 
-/// The boundary of a call on request `req`: its communicator's (`with_comm`).
+/// BALLAST_ENOMEM: no handle for a new request.
+#[cold]
+#[inline(never)]
+fn no_handle(func: &str) -> Fail {
+    Fail::new(
+        BALLAST_ENOMEM,
+        format!("{func}: no handle for the request (out of memory)"),
+    )
+}
+
+/// The boundary of a call on request handle `req`: NULL and a handle that is not a live
+/// request (freed, of a freed communicator, of another kind) are BALLAST_EINVAL; then its
+/// communicator's boundary (`with_comm_at`).
 #[inline(always)]
 fn with_request(
     func: &str,
     req: *mut ballast_request,
     f: impl FnOnce(&mut ballast_comm, &mut ballast_request) -> Result<c_int, Fail>,
 ) -> c_int {
-    if req.is_null() {
-        return failed(Fail::null(func, "request"));
-    }
-    // SAFETY: non-NULL and a live request used by this thread alone (the contract).
-    let comm = unsafe { (*req).comm };
-    with_comm(func, comm, |c| {
-        // SAFETY: a box of this communicator (the contract: live, or freed and spare).
-        if !unsafe { c.requests.is_live(req) } {
-            return Err(invalid(func, "not a live request of this communicator (freed?)"));
-        }
+    let r = match handles::object(func, "request", req, Kind::Request) {
+        Ok(r) => r,
+        Err(fail) => return failed(fail),
+    };
+    // SAFETY: a live request (its handle resolved), used by this thread alone (the contract).
+    let comm = unsafe { (*r).comm };
+    // A live request's communicator is live: freeing it ends its requests' handles.
+    with_comm_at(func, comm, |c| {
         // SAFETY: a live box of `c.requests`, a distinct allocation from `c`.
-        f(c, unsafe { &mut *req })
+        f(c, unsafe { &mut *r })
     })
 }
 
@@ -248,11 +280,13 @@ fn outcome(func: &str, r: &ballast_request) -> Result<c_int, Fail> {
 /// Starts sending `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1), in *out;
 /// `buf` may be reused as soon as this returns. Errors: BALLAST_EAGAIN when every pool
 /// buffer is in flight (*out is NULL: call ballast_progress and retry); BALLAST_EINVAL
-/// (NULL, rank or tag out of range); the transport's.
+/// (NULL, rank or tag out of range, `len` above PTRDIFF_MAX); BALLAST_ENOMEM when the
+/// copy of the message cannot be allocated; the transport's.
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm; `buf` NULL with `len` 0 or `len` readable
-/// bytes; `out` NULL or writable.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `buf` NULL with `len` 0 or `len` readable bytes; `out`
+/// NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_isend(
     comm: *mut ballast_comm,
@@ -280,7 +314,8 @@ pub unsafe extern "C" fn ballast_isend(
             len,
             error: 0,
         };
-        let p = c.requests.hand_out(comm, req, Some(send));
+        let me: *mut ballast_comm = c;
+        let p = c.requests.hand_out(F, me, req, Some(send))?;
         // SAFETY: as above.
         unsafe { *out = p };
         Ok(0)
@@ -292,7 +327,8 @@ pub unsafe extern "C" fn ballast_isend(
 /// range); the transport's.
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm; `out` NULL or writable.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_irecv(
     comm: *mut ballast_comm,
@@ -310,7 +346,8 @@ pub unsafe extern "C" fn ballast_irecv(
         let s = source_of(F, c, source)?;
         let t = tag_match(F, tag)?;
         let req = c.comm().irecv(s, t).map_err(|e| Fail::runtime(F, &e))?;
-        let p = c.requests.hand_out(comm, req, None);
+        let me: *mut ballast_comm = c;
+        let p = c.requests.hand_out(F, me, req, None)?;
         // SAFETY: as above.
         unsafe { *out = p };
         Ok(0)
@@ -320,12 +357,12 @@ pub unsafe extern "C" fn ballast_irecv(
 /// Progresses once and tells whether `req` completed (*done 1 or 0); when it did, fills
 /// *status (if not NULL) and returns the request's own error, if any. Testing a completed
 /// request again gives the same status. Errors: BALLAST_EINVAL for NULL `req` or `done`, or
-/// a request of another communicator or already freed; the request's own (e.g.
+/// a request already freed (or cancelled by its communicator's free); the request's own (e.g.
 /// BALLAST_EPEER when its peer died or the run was aborted).
 ///
 /// # Safety
-/// `req` must be NULL or a live ballast_request; `done` NULL or writable; `status` NULL or
-/// writable.
+/// `req` must be NULL or a ballast_request handle, not freed by another thread during the
+/// call (a freed one is refused); `done` NULL or writable; `status` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_test(
     req: *mut ballast_request,
@@ -351,11 +388,12 @@ pub unsafe extern "C" fn ballast_test(
 /// Waits until `req` completes, fills *status (if not NULL) and returns the request's own
 /// error, if any. Waiting on a completed request again gives the same status. A send's
 /// status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL or a
-/// request of another communicator or already freed; the request's own (e.g. BALLAST_EPEER
+/// request already freed (or cancelled by its communicator's free); the request's own (e.g. BALLAST_EPEER
 /// when its peer died or the run was aborted).
 ///
 /// # Safety
-/// `req` must be NULL or a live ballast_request; `status` NULL or writable.
+/// `req` must be NULL or a ballast_request handle, not freed by another thread during the
+/// call (a freed one is refused); `status` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_wait(req: *mut ballast_request, status: *mut ballast_status) -> c_int {
     const F: &str = "ballast_wait";
@@ -374,7 +412,7 @@ pub unsafe extern "C" fn ballast_wait(req: *mut ballast_request, status: *mut ba
 /// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message.
 ///
 /// # Safety
-/// `reqs` must point to `n` entries, each NULL or a live ballast_request; `statuses` NULL
+/// `reqs` must point to `n` entries, each NULL or a ballast_request handle; `statuses` NULL
 /// or `n` writable entries.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_waitall(
@@ -420,10 +458,12 @@ pub unsafe extern "C" fn ballast_waitall(
 }
 
 /// A completed receive's bytes: *data (valid until ballast_request_free; NULL for a
-/// 0-byte message) and *len. Errors: BALLAST_EINVAL for NULL, a send, or a receive not completed yet.
+/// 0-byte message) and *len. Errors: BALLAST_EINVAL for NULL, a send, or a receive not
+/// completed yet.
 ///
 /// # Safety
-/// `req` must be NULL or a live ballast_request; `data` and `len` NULL or writable.
+/// `req` must be NULL or a ballast_request handle, not freed by another thread during the
+/// call (a freed one is refused); `data` and `len` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_request_data(
     req: *const ballast_request,
@@ -456,12 +496,14 @@ pub unsafe extern "C" fn ballast_request_data(
     })
 }
 
-/// Frees a completed request (send or receive) and its data. Errors: BALLAST_EINVAL for
-/// NULL or a request not completed yet (test or wait it first; requests still live when
-/// the communicator finishes are cancelled there).
+/// Frees a completed request (send or receive) and its data; its handle is refused from
+/// then on, whatever request reuses its memory. Errors: BALLAST_EINVAL for NULL, a request
+/// already freed, or a request not completed yet (test or wait it first; requests still
+/// live when the communicator finishes are cancelled there).
 ///
 /// # Safety
-/// `req` must be NULL or a live ballast_request, not freed yet.
+/// `req` must be NULL or a ballast_request handle, not used by another thread during the
+/// call (a freed one is refused).
 #[no_mangle]
 pub unsafe extern "C" fn ballast_request_free(req: *mut ballast_request) -> c_int {
     const F: &str = "ballast_request_free";
@@ -472,8 +514,9 @@ pub unsafe extern "C" fn ballast_request_free(req: *mut ballast_request) -> c_in
                 "the request has not completed (ballast_wait or ballast_test it first)",
             ));
         }
-        // SAFETY: live (checked by `with_request`); `r` is not used after this.
-        unsafe { c.requests.release(req) };
+        let r: *mut ballast_request = r;
+        // SAFETY: live (its handle resolved by `with_request`); not used after this.
+        unsafe { c.requests.release(r) };
         Ok(0)
     })
 }

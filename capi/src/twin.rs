@@ -28,8 +28,8 @@ enum Mode {
 /// another mode; the runtime's.
 ///
 /// # Safety
-/// `comm` must be NULL or a live ballast_comm; `buf` NULL with `size` 0 or `size` readable
-/// bytes.
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `buf` NULL with `size` 0 or `size` readable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn ballast_bench_twin(
     comm: *mut ballast_comm,

@@ -1,7 +1,10 @@
 //! Builds the C programs against include/ballast.h and the freshly built libballast.so
-//! with the system C compiler, and runs them: examples/c/hello.c, and the C conformance
-//! program tests/c/conformance.c under `-fsanitize=address,undefined` (a leak, an invalid
-//! access or undefined behaviour fails it). Skips with a printed reason when no C
+//! with the system C compiler, and runs them: examples/c/hello.c; under
+//! `-fsanitize=address,undefined` (a leak, an invalid access or undefined behaviour fails
+//! them) the C conformance program tests/c/conformance.c, the handle-validity program
+//! tests/c/handles.c and a few seeds of the call-sequence fuzzer tests/c/fuzz.c; and,
+//! without sanitizers, tests/c/limits.c (out of memory under `ulimit -v`), one process per
+//! case. Skips with a printed reason when no C
 //! compiler is found, except under CI=true, where that is a failure.
 
 use std::path::{Path, PathBuf};
@@ -44,6 +47,19 @@ fn lib_dir() -> PathBuf {
 /// Compiles `src` with `flags` against the header and libballast.so; runs it and returns
 /// its standard output (fails the test with its output when it exits non-zero).
 fn build_and_run(cc: &str, src: &Path, flags: &[&str]) -> String {
+    let prog = build(cc, src, flags);
+    run(&prog, &[])
+}
+
+/// A C program built into a temporary directory (removed on drop).
+struct Program {
+    exe: PathBuf,
+    src: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Compiles `src` with `flags` against the header and libballast.so.
+fn build(cc: &str, src: &Path, flags: &[&str]) -> Program {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tmp = tempfile::tempdir().expect("temp dir");
     let exe = tmp.path().join("prog");
@@ -75,7 +91,18 @@ fn build_and_run(cc: &str, src: &Path, flags: &[&str]) -> String {
         src.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let run = Command::new(&exe)
+    Program {
+        exe,
+        src: src.to_path_buf(),
+        _dir: tmp,
+    }
+}
+
+/// Runs `prog` with `args`; returns its standard output (fails the test with its output
+/// when it exits non-zero).
+fn run(prog: &Program, args: &[&str]) -> String {
+    let run = Command::new(&prog.exe)
+        .args(args)
         .env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=23")
         .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1:exitcode=24")
         .output()
@@ -83,8 +110,8 @@ fn build_and_run(cc: &str, src: &Path, flags: &[&str]) -> String {
     let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
     assert!(
         run.status.success(),
-        "{} exited with {:?}\nstdout:\n{stdout}\nstderr:\n{}",
-        src.display(),
+        "{} {args:?} exited with {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        prog.src.display(),
         run.status,
         String::from_utf8_lossy(&run.stderr)
     );
@@ -106,28 +133,80 @@ fn hello_example_runs() {
 fn c_conformance_under_address_and_undefined_sanitizers() {
     let Some(cc) = compiler() else { return };
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/conformance.c");
-    let out = build_and_run(
-        &cc,
-        &src,
-        &[
-            "-fsanitize=address,undefined",
-            "-fno-omit-frame-pointer",
-            "-fno-sanitize-recover=undefined",
-        ],
-    );
+    let out = build_and_run(&cc, &src, &SANITIZE);
     print!("{out}");
+    let n = passed(&out, "capi conformance");
+    assert!(n >= 150, "only {n} checks ran");
+}
+
+/// The sanitizer flags of the C test programs.
+const SANITIZE: [&str; 3] = [
+    "-fsanitize=address,undefined",
+    "-fno-omit-frame-pointer",
+    "-fno-sanitize-recover=undefined",
+];
+
+/// The number of passed checks on `prog`'s summary line (`{prog}: N passed, 0 failed`);
+/// fails the test when a check failed.
+fn passed(out: &str, prog: &str) -> usize {
+    let head = format!("{prog}: ");
     let line = out
         .lines()
-        .find(|l| l.starts_with("capi conformance: "))
+        .find(|l| l.starts_with(&head))
         .expect("the summary line");
-    let passed: usize = line
-        .trim_start_matches("capi conformance: ")
+    assert!(line.ends_with(" passed, 0 failed"), "{line}");
+    line.trim_start_matches(&head)
         .split(' ')
         .next()
         .and_then(|n| n.parse().ok())
-        .expect("a count of passed checks");
-    assert!(line.ends_with(" passed, 0 failed"), "{line}");
-    assert!(passed >= 150, "only {passed} checks ran: {line}");
+        .expect("a count of passed checks")
+}
+
+#[test]
+fn stale_handles_and_huge_lengths_are_refused_under_sanitizers() {
+    let Some(cc) = compiler() else { return };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/handles.c");
+    let out = build_and_run(&cc, &src, &SANITIZE);
+    print!("{out}");
+    let n = passed(&out, "capi handles");
+    assert!(n >= 60, "only {n} checks ran");
+}
+
+#[test]
+fn out_of_memory_and_failed_thread_starts_are_enomem() {
+    let Some(cc) = compiler() else { return };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/limits.c");
+    // No sanitizers: they reserve more address space than the limits the program sets.
+    let prog = build(&cc, &src, &[]);
+    // One process per case (the limit and what is mapped stay with the process), one at
+    // a time (the send, receive and all-gather cases touch gigabytes).
+    for case in ["srq", "count", "ranks", "threads", "send", "recv", "gather"] {
+        let out = run(&prog, &[case]);
+        print!("{out}");
+        assert!(out.ends_with(&format!("capi limits {case}: ok\n")), "{out}");
+    }
+}
+
+#[test]
+fn the_call_sequence_fuzzer_finds_nothing_under_sanitizers() {
+    let Some(cc) = compiler() else { return };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fuzz.c");
+    let prog = build(&cc, &src, &SANITIZE);
+    // A few seeds here; ci/capi.sh runs many more, and some under valgrind.
+    for seed in 1..=10 {
+        let seed = seed.to_string();
+        let out = run(&prog, &[&seed, "3000"]);
+        assert!(
+            out.starts_with(&format!("capi fuzz {seed}: ")) && out.ends_with(" calls, ok\n"),
+            "{out}"
+        );
+        let calls: usize = out
+            .split(' ')
+            .nth(3)
+            .and_then(|n| n.parse().ok())
+            .expect("a call count");
+        assert!(calls > 3000, "{out}");
+    }
 }
 
 #[test]
@@ -141,6 +220,8 @@ fn header_is_ascii_and_declares_every_exported_function() {
         "comm.rs",
         "config.rs",
         "error.rs",
+        "gathered.rs",
+        "local_run.rs",
         "process.rs",
         "request.rs",
     ] {

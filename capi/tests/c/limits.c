@@ -1,0 +1,186 @@
+/* Out of memory and failed thread starts through libballast (issue 33, findings 1 and 5):
+ * under an address-space limit (RLIMIT_AS, `ulimit -v`) set by this program, every case
+ * returns BALLAST_ENOMEM with a message naming what did not fit, and the host lives on.
+ * One case per process (the limit and what is mapped stay with the process):
+ *   limits CASE     CASE: srq, count, ranks, threads, send, recv, gather
+ * Built without sanitizers (they reserve terabytes of shadow memory) by
+ * capi/tests/c_programs.rs. Prints "capi limits CASE: ok" and exits 0, or names what
+ * failed and exits 1. */
+#define _POSIX_C_SOURCE 200809L
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "ballast.h"
+
+static int fails;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fails++;                                                                 \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                            \
+    } while (0)
+
+/* rc must be `code`, and the thread's last error must contain `needle`. */
+static void expect(int rc, int code, const char *needle, int line) {
+    char msg[2048];
+    ballast_last_error(msg, sizeof msg);
+    if (rc != code || strstr(msg, needle) == NULL) {
+        fails++;
+        fprintf(stderr, "line %d: returned %d (want %d), last error \"%s\" (want it to name \"%s\")\n", line, rc,
+                code, msg, needle);
+    } else {
+        printf("  %d: %s\n", rc, msg);
+    }
+}
+#define EXPECT(call, code, needle) expect((call), (code), (needle), __LINE__)
+
+static void limit_gib(double gib) {
+    struct rlimit r = {(rlim_t)(gib * (1 << 30)), (rlim_t)(gib * (1 << 30))};
+    if (setrlimit(RLIMIT_AS, &r) != 0) {
+        perror("setrlimit(RLIMIT_AS)");
+        exit(2);
+    }
+}
+
+static ballast_config *config(const char *count, const char *size) {
+    ballast_config *c = NULL;
+    if (ballast_config_new(&c) != 0) exit(2);
+    int rc = ballast_config_set(c, "transport", "local") | ballast_config_set(c, "buffer_count", count) |
+             ballast_config_set(c, "buffer_size", size) | ballast_config_set(c, "lock_pool", "off");
+    if (rc != 0) exit(2);
+    return c;
+}
+
+static int barrier_main(ballast_comm *comm, void *user) {
+    (void)user;
+    return ballast_barrier(comm);
+}
+
+#define BIG_SEND ((size_t)3 << 29) /* 1.5 GiB */
+#define BIG_RECV ((size_t)1 << 30) /* 1 GiB */
+#define GATHER ((size_t)600 << 20)
+
+/* Rank 0 sends 1 GiB; rank 1 receives it into a message of its own (irecv), which does
+ * not fit. */
+static int recv_main(ballast_comm *comm, void *user) {
+    int *rank1_rc = user;
+    int rank = -1;
+    ballast_rank(comm, &rank);
+    if (rank == 0) {
+        char *buf = malloc(BIG_RECV);
+        if (buf == NULL) return 99;
+        memset(buf, 7, BIG_RECV);
+        int rc = ballast_send(comm, 1, 1, buf, BIG_RECV);
+        free(buf);
+        return rc;
+    }
+    ballast_request *r = NULL;
+    int rc = ballast_irecv(comm, 0, 1, &r);
+    if (rc == 0) rc = ballast_wait(r, NULL);
+    *rank1_rc = rc;
+    if (r != NULL) ballast_request_free(r);
+    return rc;
+}
+
+/* Every rank gives 600 MiB to an all-gather whose result does not fit. */
+static int gather_main(ballast_comm *comm, void *user) {
+    int *rcs = user;
+    int rank = -1;
+    ballast_rank(comm, &rank);
+    char *buf = malloc(GATHER);
+    if (buf == NULL) return 99;
+    memset(buf, rank, GATHER);
+    ballast_gathered *g = NULL;
+    int rc = ballast_allgatherv(comm, buf, GATHER, &g);
+    free(buf);
+    rcs[rank] = rc;
+    if (g != NULL) ballast_gathered_free(g);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: limits srq|count|ranks|threads|send|recv|gather\n");
+        return 2;
+    }
+    const char *c = argv[1];
+    if (strcmp(c, "srq") == 0) {
+        limit_gib(4);
+        ballast_config *cfg = config("4", "1");
+        CHECK(ballast_config_set(cfg, "srq_depth", "2147483647") == 0);
+        EXPECT(ballast_local_run(2, cfg, barrier_main, NULL), BALLAST_ENOMEM, "srq_depth x buffer_size");
+        ballast_comm *comm = NULL;
+        EXPECT(ballast_comm_from_env(cfg, &comm), BALLAST_ENOMEM, "srq_depth x buffer_size");
+        CHECK(comm == NULL);
+        ballast_config_free(cfg);
+    } else if (strcmp(c, "count") == 0) {
+        limit_gib(4);
+        ballast_config *cfg = config("4294967295", "1");
+        EXPECT(ballast_local_run(2, cfg, barrier_main, NULL), BALLAST_ENOMEM, "buffer_count x buffer_size");
+        ballast_comm *comm = NULL;
+        EXPECT(ballast_comm_from_env(cfg, &comm), BALLAST_ENOMEM, "cannot allocate");
+        ballast_config_free(cfg);
+    } else if (strcmp(c, "ranks") == 0) {
+        limit_gib(4);
+        ballast_config *cfg = config("4", "4K");
+        EXPECT(ballast_local_run(INT_MAX, cfg, barrier_main, NULL), BALLAST_ENOMEM,
+               "the thread stacks of 2147483647 local rank(s)");
+        ballast_config_free(cfg);
+    } else if (strcmp(c, "threads") == 0) {
+        limit_gib(4);
+        ballast_config *cfg = config("4", "4K");
+        CHECK(ballast_config_set(cfg, "srq_depth", "4") == 0);
+        EXPECT(ballast_local_run(3000, cfg, barrier_main, NULL), BALLAST_ENOMEM, "of 3000 (stack ");
+        EXPECT(ballast_local_run(3000, cfg, barrier_main, NULL), BALLAST_ENOMEM, "cannot start the thread of rank ");
+        /* The host lives on: a run that fits still runs. */
+        CHECK(ballast_local_run(4, cfg, barrier_main, NULL) == 0);
+        ballast_config_free(cfg);
+    } else if (strcmp(c, "send") == 0) {
+        limit_gib(2.5);
+        ballast_config *cfg = config("4", "64K");
+        ballast_comm *comm = NULL;
+        CHECK(ballast_comm_from_env(cfg, &comm) == 0);
+        char *buf = malloc(BIG_SEND);
+        CHECK(buf != NULL);
+        if (buf != NULL && comm != NULL) {
+            memset(buf, 1, BIG_SEND);
+            EXPECT(ballast_send(comm, 0, 1, buf, BIG_SEND), BALLAST_ENOMEM, "1610612736 bytes");
+            ballast_request *r = (ballast_request *)&r;
+            EXPECT(ballast_isend(comm, 0, 1, buf, BIG_SEND, &r), BALLAST_ENOMEM, "1610612736 bytes");
+            CHECK(r == NULL);
+            /* Not poisoned: a small message still goes. */
+            CHECK(ballast_send(comm, 0, 2, buf, 8) == 0);
+            char got[8];
+            CHECK(ballast_recv(comm, 0, 2, got, sizeof got, NULL) == 0);
+            CHECK(ballast_comm_free(comm) == 0);
+        }
+        free(buf);
+        ballast_config_free(cfg);
+    } else if (strcmp(c, "recv") == 0) {
+        limit_gib(2.6);
+        ballast_config *cfg = config("16", "64K");
+        int rank1_rc = 0;
+        EXPECT(ballast_local_run(2, cfg, recv_main, &rank1_rc), BALLAST_ENOMEM,
+               "a message of 1073741824 bytes from rank 0");
+        CHECK(rank1_rc == BALLAST_ENOMEM);
+        ballast_config_free(cfg);
+    } else if (strcmp(c, "gather") == 0) {
+        limit_gib(3);
+        ballast_config *cfg = config("16", "64K");
+        int rcs[2] = {0, 0};
+        EXPECT(ballast_local_run(2, cfg, gather_main, rcs), BALLAST_ENOMEM, "ballast_allgatherv: cannot allocate");
+        CHECK(rcs[0] == BALLAST_ENOMEM || rcs[1] == BALLAST_ENOMEM);
+        ballast_config_free(cfg);
+    } else {
+        fprintf(stderr, "limits: unknown case %s\n", c);
+        return 2;
+    }
+    if (fails == 0) printf("capi limits %s: ok\n", c);
+    return fails == 0 ? 0 : 1;
+}
