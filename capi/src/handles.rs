@@ -10,8 +10,9 @@
 //! (never reused), so two handles never alias: a stale handle is refused always, not
 //! mostly.
 //!
-//! Slots live in segments that are never freed (segment `k` holds `64 << k` slots), so a
-//! lookup is two loads and a compare, without a lock. Slots are taken and given back under a
+//! Slots live in segments of 2^16 slots that are never freed (made on first use; the
+//! segment of slot `i` is `i >> 16`), so a lookup is two loads and a compare, without a
+//! lock. Slots are taken and given back under a
 //! mutex, except requests': each communicator keeps the free slots it took (in batches of
 //! [`BATCH`]) and reuses them without the lock, as a communicator is used by one thread at a
 //! time; they go back to the registry when it is freed. Threading follows the C contract: a
@@ -56,10 +57,12 @@ struct Slot {
     object: AtomicPtr<()>,
 }
 
-/// Slots of segment 0; segment `k` holds `FIRST << k`.
-const FIRST: usize = 64;
-/// Segments: enough for every `u32` index.
-const SEGMENTS: usize = 27;
+/// Slots per segment (log2).
+const SEG_BITS: u32 = 16;
+/// Slots per segment.
+const SEG_SLOTS: usize = 1 << SEG_BITS;
+/// Segments: enough for every `u32` index (the table is 512 KiB of zeros until used).
+const SEGMENTS: usize = 1 << (32 - SEG_BITS);
 /// The generation at which a freed slot is retired instead of reused.
 const RETIRE: u32 = u32::MAX - 1;
 /// Slots a communicator takes from the registry at a time for its requests.
@@ -82,21 +85,20 @@ static FREE: Mutex<Free> = Mutex::new(Free {
 /// Segment and offset of slot `index`.
 #[inline(always)]
 fn locate(index: u32) -> (usize, usize) {
-    let q = index as usize / FIRST + 1;
-    let k = (usize::BITS - 1 - q.leading_zeros()) as usize;
-    (k, index as usize - FIRST * ((1 << k) - 1))
+    ((index >> SEG_BITS) as usize, index as usize & (SEG_SLOTS - 1))
 }
 
 /// Slot `index`, if its segment exists.
 #[inline(always)]
 fn slot(index: u32) -> Option<&'static Slot> {
     let (k, off) = locate(index);
-    let seg = SEGS.get(k)?.load(Ordering::Acquire);
+    // `k < SEGMENTS` for every u32 index: no bounds check is needed, none is made.
+    let seg = SEGS[k].load(Ordering::Acquire);
     if seg.is_null() {
         return None;
     }
-    // SAFETY: a segment, once published, holds `FIRST << k` slots and is never freed;
-    // `off < FIRST << k` by `locate`.
+    // SAFETY: a segment, once published, holds `SEG_SLOTS` slots and is never freed;
+    // `off < SEG_SLOTS` by `locate`.
     Some(unsafe { &*seg.add(off) })
 }
 
@@ -105,7 +107,7 @@ fn grow(k: usize) -> Option<()> {
     if !SEGS.get(k)?.load(Ordering::Acquire).is_null() {
         return Some(());
     }
-    let n = FIRST << k;
+    let n = SEG_SLOTS;
     let mut v: Vec<Slot> = Vec::new();
     v.try_reserve_exact(n).ok()?;
     v.extend((0..n).map(|_| Slot {
@@ -277,21 +279,16 @@ mod tests {
     #[test]
     fn segments_cover_the_indices_without_gaps() {
         let mut want = (0usize, 0usize);
-        for i in 0..100_000u32 {
+        for i in 0..300_000u32 {
             let got = locate(i);
             if got.0 != want.0 {
-                assert_eq!(
-                    want.1,
-                    FIRST << want.0,
-                    "segment {} is full before the next",
-                    want.0
-                );
+                assert_eq!(want.1, SEG_SLOTS, "segment {} is full before the next", want.0);
                 want = (got.0, 0);
             }
             assert_eq!(got, want, "index {i}");
             want.1 += 1;
         }
-        assert!(locate(u32::MAX).0 < SEGMENTS);
+        assert_eq!(locate(u32::MAX), (SEGMENTS - 1, SEG_SLOTS - 1));
     }
 
     #[test]

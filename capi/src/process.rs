@@ -98,6 +98,8 @@ pub unsafe extern "C" fn ballast_comm_from_env(
             .validate()
             .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
         let (kind, _note) = resolve_transport(&cfg.cfg);
+        // What the rank allocates at start must fit (ulimit -v, the machine) before it is made.
+        ballast_runtime::launch::check_ranks_fit(1, cfg.cfg.transport()).map_err(|e| Fail::runtime(F, &e))?;
         let resolved = cfg
             .cfg
             .to_builder()
@@ -487,6 +489,8 @@ pub(crate) mod mpi {
                 .transport(ballast_runtime::TransportKind::Mpi)
                 .build()
                 .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
+            // What the rank allocates at start must fit (ulimit -v, the machine) first.
+            ballast_runtime::launch::check_ranks_fit(1, cfg.transport()).map_err(|e| Fail::runtime(F, &e))?;
             // SAFETY: `comm` is a valid intra-communicator (checked above); the wrapper is
             // only used to duplicate it and then forgotten, so the host's handle is never
             // freed by Ballast.

@@ -240,7 +240,7 @@ where
         });
     }
     cfg.validate()?;
-    check_local_room(n, &cfg)?;
+    check_ranks_fit(n, &cfg)?;
     let (world, parkers) = World::new(n);
     let world = Arc::new(world);
     let opts = ThreadOpts {
@@ -260,20 +260,22 @@ where
     Ok(out.into_iter().map(|(_, v)| v).collect())
 }
 
-/// Bytes of a local rank's own structures outside the memory model (its port in the world,
-/// its parker, its result slot): an upper bound, for [`check_local_room`].
+/// Bytes of a rank's own structures outside the memory model (a local rank's port in the
+/// world, its parker, its result slot): an upper bound, for [`check_ranks_fit`].
 const LOCAL_RANK_STATE_BYTES: u64 = 4096;
 
-/// Checks, before anything is allocated, that `n` local ranks of `cfg` fit: their thread
-/// stacks in the address space, and what each allocates at start (the memory model with no
+/// Checks, before anything is allocated, that `n` ranks of `cfg` in this process fit (the
+/// local launcher's ranks; or the one rank of a process, `ballast_comm_from_env` and
+/// `ballast_comm_from_mpi` of the C ABI): their thread stacks in the address space, and
+/// what each allocates at start (the memory model with no
 /// peer: pool, its free list of 4 B per buffer, shared receive queue, control state) in
 /// what this process may map and in the machine. Errors: [`Error::ModelOverflow`],
 /// [`Error::Alloc`] naming the ranks and the sizes.
-fn check_local_room(n: usize, cfg: &crate::core::config::TransportConfig) -> Result<()> {
+pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> Result<()> {
     let stack = crate::core::memory::rank_stack_bytes() as u64;
     let fixed = cfg.try_predict(0, n, cfg.ranks_per_node)?.total_bytes();
     let per_rank = fixed.saturating_add(cfg.buffer_count as u64 * 4 + LOCAL_RANK_STATE_BYTES);
-    let what = |what: &str, each: u64| format!("{what} of {n} local rank(s) ({each} bytes each)");
+    let what = |what: &str, each: u64| format!("{what} of {n} rank(s) ({each} bytes each)");
     match (n as u64).checked_mul(stack) {
         Some(s) if s <= crate::core::memory::ADDRESS_SPACE_BYTES => {}
         s => {
@@ -309,7 +311,7 @@ pub fn local_single(config: &RuntimeConfig) -> Result<Communicator> {
         });
     }
     cfg.validate()?;
-    check_local_room(1, &cfg)?;
+    check_ranks_fit(1, &cfg)?;
     let (world, mut parkers) = World::new(1);
     let parker = parkers.pop().expect("World::new(1) gives one parker");
     let fabric = LocalFabric::new(0, Arc::new(world), &cfg, parker);
