@@ -349,6 +349,11 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     config
         .check_size(&input.dry_run)
         .with_context(|| format!("{ranks_option} {} --cycles {}", config.ranks, config.cycles))?;
+    if charge.is_some() {
+        // The charge saturates where the model overflows 64 bits: refused here, named.
+        ballast_sim::check_transport_charge(runtime.transport(), config.ranks as usize)
+            .with_context(|| format!("{ranks_option} {}", config.ranks))?;
+    }
     // LPT without a charge counts every cell twice (placed, then gathered).
     let placed = AtomicU64::new(0);
     let balance_total =

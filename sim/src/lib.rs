@@ -41,6 +41,15 @@ pub enum SimError {
     /// transport, and a `runtime: {0}` wrapper printed it twice in an error chain).
     #[error(transparent)]
     Runtime(#[from] ballast_runtime::Error),
+    /// The transport model cannot charge a rank of this world (a term above 2^64 bytes).
+    #[error("--transport-model ballast: a rank of {world_size} ranks cannot be charged")]
+    TransportModel {
+        /// The world size, ranks.
+        world_size: usize,
+        /// The model's refusal ([`ballast_runtime::Error::ModelOverflow`]).
+        #[source]
+        source: ballast_runtime::Error,
+    },
     /// The balancer or a file failed (allocation files, circuits).
     #[error(transparent)]
     Balancer(#[from] ballast_balancer::BalancerError),
@@ -140,6 +149,21 @@ pub fn transport_charge(t: &ballast_runtime::TransportConfig) -> TransportCharge
     charge.lazy_connect = t.lazy_connect;
     charge.ranks_per_node = t.ranks_per_node;
     charge
+}
+
+/// Checks that [`transport_charge`] of `t` is a number for every rank of a world of
+/// `world_size` ranks: the model at the most peers a rank can have there (`world_size - 1`,
+/// the largest charge: the model grows with peers) fits in 64 bits. The charge itself
+/// saturates (a rank it cannot count never fits); this is the refusal. Errors:
+/// [`SimError::TransportModel`] naming the term that overflows.
+pub fn check_transport_charge(
+    t: &ballast_runtime::TransportConfig,
+    world_size: usize,
+) -> Result<(), SimError> {
+    let peers = world_size.saturating_sub(1);
+    t.try_predict(peers, world_size, t.ranks_per_node)
+        .map(|_| ())
+        .map_err(|source| SimError::TransportModel { world_size, source })
 }
 
 /// All spikes of all ranks, sorted by (step, global cell index).
