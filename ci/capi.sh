@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The C ABI (crate capi/): the checked-in header is what cbindgen generates; the crate's
 # tests (hello.c, and the C conformance program under -fsanitize=address,undefined); then
+# the C ABI call-sequence fuzzer (many seeds under ASan+UBSan, some under valgrind, which sees
+# the Rust side read freed memory); then
 # an install with ci/install-capi.sh into a temporary prefix, and examples/c/hello.c built
 # against it with pkg-config (shared and static) and with CMake's find_package(Ballast).
 # Then the same with an mpi build (ballast_comm_from_mpi, the MPI conformance program under
@@ -12,6 +14,7 @@ need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v cmake >/dev/null 2>&1 || need+=(cmake make)
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 if [ ${#need[@]} -gt 0 ]; then
     echo "ci/capi.sh: installing ${need[*]}"
     apt-get update
@@ -37,6 +40,42 @@ CC=gcc cargo test --locked -p ballast-capi
 prefix=$(mktemp -d)
 work=$(mktemp -d)
 trap 'rm -rf "$prefix" "$work"' EXIT
+
+# The call-sequence fuzzer (capi/tests/c/fuzz.c: random calls on a few handles of every kind,
+# frees and stale handles included; every misuse must be BALLAST_EINVAL, nothing may crash):
+# 100 seeds of 3,000 steps under ASan+UBSan (about 10 s on an idle 2-core machine), then 4
+# seeds and tests/c/handles.c under valgrind (about 10 s). At most 30 s for each fuzzer
+# part: the seeds that ran in that time are reported (a loaded machine runs fewer, never
+# longer).
+lib_dir=${CARGO_TARGET_DIR:-target}/debug
+soname=$(readelf -d "$lib_dir/libballast.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+mkdir -p "$work/fuzz"
+ln -sf "$(cd "$lib_dir" && pwd)/libballast.so" "$work/fuzz/$soname"
+cflags=(-std=c11 -Wall -Wextra -Werror -g -Icapi/include -L"$lib_dir" -Wl,-rpath,"$work/fuzz")
+gcc "${cflags[@]}" -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+    capi/tests/c/fuzz.c -lballast -o "$work/fuzz/fuzz-asan"
+gcc "${cflags[@]}" capi/tests/c/fuzz.c -lballast -o "$work/fuzz/fuzz"
+gcc "${cflags[@]}" capi/tests/c/handles.c -lballast -o "$work/fuzz/handles"
+fuzz_run() { # NAME SECONDS SEEDS COMMAND...: runs COMMAND SEED 3000 for each seed within SECONDS
+    local name=$1 budget=$2 seeds=$3 n=0 start=$SECONDS
+    shift 3
+    for seed in $(seq 1 "$seeds"); do
+        [ $((SECONDS - start)) -lt "$budget" ] || break
+        if ! ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+            "$@" "$seed" 3000 >"$work/fuzz/out" 2>&1; then
+            cat "$work/fuzz/out" >&2
+            echo "ci/capi.sh: the C ABI fuzzer failed ($name) with seed $seed: rerun with $* $seed 3000" >&2
+            exit 1
+        fi
+        n=$((n + 1))
+    done
+    echo "ci/capi.sh: C ABI fuzzer ($name): $n seeds of 3000 steps, no failure ($((SECONDS - start)) s)"
+}
+fuzz_run "ASan+UBSan" 30 100 "$work/fuzz/fuzz-asan"
+valgrind=(valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite)
+fuzz_run "valgrind" 30 4 "${valgrind[@]}" "$work/fuzz/fuzz"
+"${valgrind[@]}" "$work/fuzz/handles" >"$work/fuzz/out" 2>&1 || { cat "$work/fuzz/out" >&2; exit 1; }
+echo "ci/capi.sh: tests/c/handles.c under valgrind: $(grep '^capi handles: ' "$work/fuzz/out")"
 bash ci/install-capi.sh "$prefix"
 for f in lib/libballast.so lib/libballast.a include/ballast.h lib/pkgconfig/ballast.pc lib/cmake/Ballast/BallastConfig.cmake; do
     [ -f "$prefix/$f" ] || { echo "ci/capi.sh: $prefix/$f was not installed" >&2; exit 1; }
