@@ -269,12 +269,19 @@ const LOCAL_RANK_STATE_BYTES: u64 = 4096;
 /// `ballast_comm_from_mpi` of the C ABI): their thread stacks in the address space, and
 /// what each allocates at start (the memory model with no
 /// peer: pool, its free list of 4 B per buffer, shared receive queue, control state) in
-/// what this process may map and in the machine. Errors: [`Error::ModelOverflow`],
+/// what this process may map (`ulimit -v`), and what of it is written or locked at start
+/// (all but the buffers of an unlocked pool) in the machine. Errors: [`Error::ModelOverflow`],
 /// [`Error::Alloc`] naming the ranks and the sizes.
 pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> Result<()> {
     let stack = crate::core::memory::rank_stack_bytes() as u64;
-    let fixed = cfg.try_predict(0, n, cfg.ranks_per_node)?.total_bytes();
-    let per_rank = fixed.saturating_add(cfg.buffer_count as u64 * 4 + LOCAL_RANK_STATE_BYTES);
+    let fp = cfg.try_predict(0, n, cfg.ranks_per_node)?;
+    let per_rank = fp
+        .total_bytes()
+        .saturating_add(cfg.buffer_count as u64 * 4 + LOCAL_RANK_STATE_BYTES);
+    // The buffers (pool, receive buffers) are mapped lazily: touched at start only when
+    // locked; the bookkeeping (free lists, queue slots) is written at once.
+    let lazy = if cfg.lock_pool { 0 } else { fp.registered_bytes };
+    let touched = per_rank.saturating_sub(lazy);
     let what = |what: &str, each: u64| format!("{what} of {n} rank(s) ({each} bytes each)");
     match (n as u64).checked_mul(stack) {
         Some(s) if s <= crate::core::memory::ADDRESS_SPACE_BYTES => {}
@@ -289,8 +296,11 @@ pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> 
             })
         }
     }
-    let total = (n as u64).saturating_mul(per_rank);
-    crate::core::memory::check_room(total, || {
+    let (mapped, touched) = (
+        (n as u64).saturating_mul(per_rank),
+        (n as u64).saturating_mul(touched),
+    );
+    crate::core::memory::check_room(mapped, touched, || {
         what(
             "the pools, receive queues and state (buffer_count x buffer_size, srq_depth x buffer_size, ...)",
             per_rank,

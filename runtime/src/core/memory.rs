@@ -134,15 +134,17 @@ pub fn machine_bytes() -> u64 {
     }
 }
 
-/// Checks, before allocating, that `bytes` for `what` fit in what this process may still
-/// map ([`address_space_room`]) and in the machine ([`machine_bytes`]). Errors:
-/// [`Error::Alloc`] naming `what`, the bytes and the bound.
-pub fn check_room(bytes: u64, what: impl FnOnce() -> String) -> Result<()> {
+/// Checks, before allocating, that `mapped` bytes for `what` fit in what this process may
+/// still map ([`address_space_room`]), and that the `touched` of them (written or locked
+/// at once; an anonymous mapping costs nothing until touched) fit in the machine
+/// ([`machine_bytes`]). Errors: [`Error::Alloc`] naming `what`, the bytes and the bound.
+pub fn check_room(mapped: u64, touched: u64, what: impl FnOnce() -> String) -> Result<()> {
     let (room, machine) = (address_space_room(), machine_bytes());
-    if bytes <= room && bytes <= machine {
+    if mapped <= room && touched <= machine {
         return Ok(());
     }
-    let why = if bytes > room {
+    let bytes = if mapped > room { mapped } else { touched };
+    let why = if mapped > room {
         format!("{room} bytes of address space are left (ulimit -v, or the 2^47-byte address space)")
     } else {
         format!("the machine has {machine} bytes of memory and swap")
