@@ -214,9 +214,13 @@ int main(int argc, char **argv) {
     CHECK(me == world_rank);
     ring(from_env, 4);
     OK(ballast_comm_free(from_env));
+    /* A freed handle is refused, without calling MPI (a second free, a call). */
+    EXPECT_ERR(ballast_comm_free(from_env), BALLAST_EINVAL, "not a live communicator");
     OK(ballast_config_free(envcfg));
 
     OK(ballast_comm_free(comm));
+    EXPECT_ERR(ballast_comm_free(comm), BALLAST_EINVAL, "not a live communicator");
+    EXPECT_ERR(ballast_barrier(comm), BALLAST_EINVAL, "not a live communicator");
 
     /* The host's own message is still there, untouched. */
     MPI_Recv(&host_in, 1, MPI_INT, (world_rank + n - 1) % n, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -230,6 +234,8 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     EXPECT_ERR(ballast_comm_free(late), BALLAST_EINVAL, "before MPI_Finalize");
+    /* Left, not freed, but its handle ended: a second free is refused as stale. */
+    EXPECT_ERR(ballast_comm_free(late), BALLAST_EINVAL, "not a live communicator");
     EXPECT_ERR(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &late), BALLAST_EINVAL, "not initialised");
     OK(ballast_config_free(cfg));
 
