@@ -28,7 +28,14 @@ impl MpiNative {
             return Ok(None);
         }
         let n = byte_count(&status)?;
-        let mut buf: Vec<u8> = Vec::with_capacity(n);
+        // The length is the peer's: reserved without aborting.
+        let mut buf: Vec<u8> = Vec::new();
+        buf.try_reserve_exact(n).map_err(|e| Error::MessageAlloc {
+            rank: self.rank,
+            peer: status.MPI_SOURCE as usize,
+            bytes: n as u64,
+            source: e,
+        })?;
         // SAFETY: `buf` has capacity for the `n` bytes of the matched message, received
         // exactly once.
         check(

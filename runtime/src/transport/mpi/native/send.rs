@@ -103,7 +103,10 @@ impl MpiNative {
             let mut head = Vec::with_capacity(LARGE_HEADER);
             head.extend_from_slice(&(data.len() as u64).to_le_bytes());
             head.push(KIND_LARGE);
-            self.post(dest, tag, head, Body::Owned(data.to_vec()), false)
+            let copy = crate::core::memory::try_copy(data, || {
+                format!("the copy of a message of {} bytes to rank {dest}", data.len())
+            })?;
+            self.post(dest, tag, head, Body::Owned(copy), false)
         }
     }
 
