@@ -67,26 +67,6 @@ fn accepts(src: Source, tag: TagMatch, m_src: usize, m_tag: Tag) -> bool {
 }
 
 /// A message longer than this machine's address space.
-/// Messages up to this length are allocated directly; longer ones through `try_reserve`
-/// ([`reserve_message`]), which reports a failure instead of aborting.
-const SMALL_MESSAGE: usize = 64 << 10;
-
-/// An empty buffer for a message of `cap` bytes from `src`, reserved without aborting.
-/// Errors: [`Error::Alloc`] naming the message.
-#[cold]
-#[inline(never)]
-fn reserve_message(src: usize, tag: Tag, cap: usize) -> Result<Vec<u8>> {
-    let mut data = Vec::new();
-    if let Err(e) = data.try_reserve_exact(cap) {
-        return Err(Error::Alloc {
-            what: format!("a message of {cap} bytes from rank {src} with tag {tag}"),
-            bytes: cap as u64,
-            error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
-        });
-    }
-    Ok(data)
-}
-
 fn too_large(peer: usize, tag: Tag, total: u64) -> Error {
     Error::BadChunk {
         peer,
@@ -355,13 +335,10 @@ impl Matcher {
                     return Ok(());
                 }
             }
-            // The length comes from the peer: above a pool buffer's worth it is reserved
-            // without aborting (a failed allocation of less leaves nothing to run on).
-            let mut data = if cap <= SMALL_MESSAGE {
-                Vec::with_capacity(cap)
-            } else {
-                reserve_message(src, h.tag, cap)?
-            };
+            // The length comes from the peer: reserved without aborting.
+            let mut data = crate::core::memory::try_buffer(cap, || {
+                format!("a message of {cap} bytes from rank {src} with tag {}", h.tag)
+            })?;
             data.extend_from_slice(payload);
             if let Some(id) = self.start_bound(src, h.tag, total, req, data) {
                 if payload.len() < cap {
