@@ -1,8 +1,8 @@
-//! The communicator handle [`ballast_comm`]: ranks as threads ([`ballast_local_run`]), the
-//! queries, blocking point-to-point with truncation and probing, progress, the
-//! collectives and the all-gather result [`ballast_gathered`], and the footprint
+//! The communicator handle [`ballast_comm`]: the queries, blocking point-to-point with
+//! truncation and probing, progress, the barrier, freeing, and the footprint
 //! ([`ballast_footprint`]). [`with_comm`] is the boundary of every call on a communicator:
-//! NULL and poison checks, and poisoning on a panic.
+//! the handle's validity (`crate::handles`), the poison check, and poisoning on a panic.
+//! Ranks as threads are `crate::local_run`'s; the all-gather is `crate::gathered`'s.
 
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};

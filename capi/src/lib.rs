@@ -1,7 +1,7 @@
 //! libballast: the C ABI of the Ballast runtime (issue #15). Opaque handles over the
 //! runtime's `RuntimeConfig` ([`ballast_config`]), `Communicator` ([`ballast_comm`]), its
 //! requests ([`ballast_request`]) and all-gather results ([`ballast_gathered`]); the
-//! fixed negative error codes; handle validity ([`handles`]: a freed or stale handle is
+//! fixed negative error codes; handle validity (`handles`: a freed or stale handle is
 //! refused, never followed); the calling thread's last error message
 //! ([`ballast_last_error`]); and the panic boundary: a Rust panic never crosses into C, it
 //! becomes [`BALLAST_EINTERNAL`] and poisons the communicator it happened on.
