@@ -15,6 +15,7 @@
 mod comm;
 mod config;
 mod error;
+mod notes;
 mod process;
 mod request;
 #[cfg(feature = "bench-twin")]
@@ -23,6 +24,7 @@ mod twin;
 pub use comm::*;
 pub use config::*;
 pub use error::*;
+pub use notes::*;
 #[cfg(feature = "mpi")]
 pub use process::mpi::ballast_comm_from_mpi;
 pub use process::*;
