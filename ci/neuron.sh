@@ -5,11 +5,14 @@
 # nrnivmodl):
 #   - install refusals: a NEURON other than 9.0.x, a libnrnmpi_ompi.so with another function
 #     list (fake wheels: nothing is built for them);
-#   - a serial run, then under mpirun -n 1, 2, 3, 4, in the modes allgather, compressed and
-#     multisend (xchng_meth 1, 1|4, 1|8): the wheel's own MPI run, and the shim's with
+#   - a serial run, then on NEURON and on CoreNEURON (coreneuron.enable), under
+#     mpirun -n 1, 2, 3, 4, in the modes allgather, compressed and multisend
+#     (xchng_meth 1, 1|4, 1|8): the wheel's own MPI run, and the shims' with
 #     BALLAST_MPI_NATIVE on and off; ci/neuron/check.py compares the spikes (with the wheel's
 #     run, and with the serial run where the wheel's equals it) and checks the reports;
-#     its --self-test on one run of each mode (every corruption must be caught).
+#     its --self-test on one run of each mode (every corruption must be caught);
+#   - pc.nthread(2): refused under MPI_THREAD_SERIALIZED, the wheel's spikes with mpi4py;
+#   - a rank SIGKILLed in psolve ends the job within 30 s.
 # Usage: ci/neuron.sh
 # Cache: NEURON_CI_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/ballast/neuron: a wheelhouse
 # (and pip's cache) and the venv keyed by the pins and the interpreter, outside the clone (as
@@ -106,6 +109,8 @@ fake_install() { # VERSION LIBSRC -> the install's output; its exit status must 
     mkdir -p "$d/neuron/.data/lib"
     echo "__version__ = '$1'" >"$d/neuron/__init__.py"
     printf '%s\n' "$2" | gcc -shared -fPIC -x c - -o "$d/neuron/.data/lib/libnrnmpi_ompi.so"
+    awk '!/^#/ {printf "void %s(void) {}\n", $1} END {print "void *_ZN10coreneuron11nrnmpi_commE;"}' \
+        integrations/neuron/corenrnmpi_functions.txt | gcc -shared -fPIC -x c - -o "$d/neuron/.data/lib/libcorenrnmpi_ompi.so"
     : >"$d/neuron/.data/lib/libnrniv.so"
     local out rc=0
     out=$(PYTHONPATH=$d bash ci/install-neuron.sh "$work/fake-prefix" 2>&1) || rc=$?
@@ -117,7 +122,7 @@ grep -q "NEURON 9.1.0 found .*9.0.x only" <<<"$out" || die "no clear refusal of 
 all_but_one=$(awk '!/^#/ && $1 != "f_nrnmpi_wtime" {printf "void %s(void) {}\n", $1} END {print "void *p_cxx_char_alloc; void *nrnmpi_comm;"}' \
     integrations/neuron/nrnmpi_functions.txt)
 out=$(fake_install 9.0.2 "$all_but_one")
-grep -q "exports another list of f_nrnmpi_\* functions" <<<"$out" && grep -q "f_nrnmpi_wtime" <<<"$out" \
+grep -q "libnrnmpi_ompi.so exports another list of functions than" <<<"$out" && grep -q "f_nrnmpi_wtime" <<<"$out" \
     || die "no clear refusal of a libnrnmpi_ompi.so without f_nrnmpi_wtime: $out"
 [ ! -e "$work/fake-prefix/lib/ballast-nrnhome" ] || die "a refused install left $work/fake-prefix/lib/ballast-nrnhome"
 say "install refusals (NEURON 9.1.0; a libnrnmpi_ompi.so lacking f_nrnmpi_wtime): ok"
@@ -140,35 +145,83 @@ modes=(allgather compressed multisend1 multisend5 multisend9)
     || { cat "$work/serial.log" >&2; die "the serial run failed"; }
 say "serial: $(wc -l <"$work/serial.txt") spikes"
 
-run_ring() { # NAME RANKS MODE [ENV...]: the run's spikes in $work/NAME.txt, reports in $work/NAME.rep
-    local name=$1 n=$2 mode=$3
-    shift 3
+run_ring() { # NAME RANKS MODE SIM [ENV...]: the run's spikes in $work/NAME.txt, reports in $work/NAME.rep
+    local name=$1 n=$2 mode=$3 sim=$4
+    shift 4
+    local extra=()
+    [ "$sim" = coreneuron ] && extra=(--coreneuron)
     (cd "$work" && env "$@" NEURON_INIT_MPI=1 BALLAST_REPORT_DIR="$work/$name.rep" timeout 300 \
-        mpirun "${mpirun_flags[@]}" -n "$n" python "$ring" "$work/$name.txt" "$mode" >"$work/$name.log" 2>&1) \
-        || { tail -n 30 "$work/$name.log" >&2; die "$name (mpirun -n $n, mode $mode) failed"; }
+        mpirun "${mpirun_flags[@]}" -n "$n" python "$ring" "$work/$name.txt" "$mode" "${extra[@]}" >"$work/$name.log" 2>&1) \
+        || { tail -n 30 "$work/$name.log" >&2; die "$name (mpirun -n $n, mode $mode, $sim) failed"; }
 }
 
 runs=0
-for n in 1 2 3 4; do
-    for mode in "${modes[@]}"; do
-        run_ring "wheel-$n-$mode" "$n" "$mode" -u NRNHOME
-        [ ! -e "$work/wheel-$n-$mode.rep" ] || die "the wheel's own run wrote Ballast reports: the shim was loaded without NRNHOME"
-        same_serial=no
-        cmp -s "$work/serial.txt" "$work/wheel-$n-$mode.txt" && same_serial=yes
-        for native in on off; do
-            name=ballast-$n-$mode-$native
-            run_ring "$name" "$n" "$mode" NRNHOME="$nrnhome" BALLAST_MPI_NATIVE="$native"
-            python "$repo/ci/neuron/check.py" --run "$work/$name.txt" --wheel "$work/wheel-$n-$mode.txt" \
-                --serial "$work/serial.txt" --reports "$work/$name.rep" --mode "$mode" --ranks "$n" --native "$native" \
-                || die "$name: the checks failed (outputs in $work)"
-            if [ "$n" = 3 ] && [ "$native" = off ]; then
-                python "$repo/ci/neuron/check.py" --self-test --run "$work/$name.txt" --wheel "$work/wheel-$n-$mode.txt" \
-                    --serial "$work/serial.txt" --reports "$work/$name.rep" --mode "$mode" --ranks "$n" --native "$native" \
-                    || die "$name: check.py --self-test failed"
-            fi
-            runs=$((runs + 1))
+for sim in neuron coreneuron; do
+    for n in 1 2 3 4; do
+        for mode in "${modes[@]}"; do
+            run_ring "wheel-$sim-$n-$mode" "$n" "$mode" "$sim" -u NRNHOME
+            [ ! -e "$work/wheel-$sim-$n-$mode.rep" ] || die "the wheel's own run wrote Ballast reports: the shim was loaded without NRNHOME"
+            same_serial=no
+            cmp -s "$work/serial.txt" "$work/wheel-$sim-$n-$mode.txt" && same_serial=yes
+            for native in on off; do
+                name=ballast-$sim-$n-$mode-$native
+                run_ring "$name" "$n" "$mode" "$sim" NRNHOME="$nrnhome" BALLAST_MPI_NATIVE="$native"
+                args=(--simulator "$sim" --run "$work/$name.txt" --wheel "$work/wheel-$sim-$n-$mode.txt" --serial "$work/serial.txt"
+                    --reports "$work/$name.rep" --mode "$mode" --ranks "$n" --native "$native")
+                python "$repo/ci/neuron/check.py" "${args[@]}" || die "$name: the checks failed (outputs in $work)"
+                if [ "$n" = 3 ] && [ "$native" = off ]; then
+                    python "$repo/ci/neuron/check.py" --self-test "${args[@]}" || die "$name: check.py --self-test failed"
+                fi
+                runs=$((runs + 1))
+            done
+            say "$sim, mpirun -n $n $mode: Ballast (native on, off) = the wheel's MPI; = serial: $same_serial"
         done
-        say "mpirun -n $n $mode: Ballast (native on, off) = the wheel's MPI; = serial: $same_serial"
     done
 done
+# 4. Threads (pc.nthread(2): NEURON runs the exchange on a worker thread). NEURON alone
+# initialises MPI at MPI_THREAD_SERIALIZED, and libballast accepts a communicator's calls only
+# from the thread that made it: the shim must refuse at the first exchange, naming the rank,
+# the reason and the fix, within the timeout. With mpi4py imported first (MPI_THREAD_MULTIPLE)
+# the spikes must be the wheel's and the serial run's. (Not covered: pc.thread_busywait, with
+# which the wheel itself asserts, serially too, in src/nrnoc/multicore.cpp:146; multisend with
+# threads, where it asserts in src/nrniv/multisend.cpp:471.)
+rc=0
+(cd "$work" && NRNHOME=$nrnhome NEURON_INIT_MPI=1 timeout 120 mpirun "${mpirun_flags[@]}" -n 2 python "$ring" \
+    "$work/threads-serialized.txt" allgather --nthread 2 >"$work/threads-serialized.log" 2>&1) || rc=$?
+[ "$rc" != 0 ] && [ "$rc" != 124 ] || die "pc.nthread(2) under MPI_THREAD_SERIALIZED: exit $rc (want a refusal, not success or a hang)"
+grep -q "ballast libnrnmpi_ompi.so shim: rank [01]: nrnmpi_spike_exchange failed .*another thread.*MPI_THREAD_MULTIPLE" \
+    "$work/threads-serialized.log" || { cat "$work/threads-serialized.log" >&2; die "pc.nthread(2) under MPI_THREAD_SERIALIZED: no clear refusal"; }
+say "pc.nthread(2), MPI_THREAD_SERIALIZED: refused at the first exchange, naming the reason and the fix"
+for mode in allgather compressed; do
+    for who in wheel ballast; do
+        (cd "$work" && env $([ "$who" = ballast ] && echo "NRNHOME=$nrnhome" || echo "-u NRNHOME") NEURON_INIT_MPI=1 \
+            BALLAST_REPORT_DIR="$work/threads-$who-$mode.rep" timeout 120 mpirun "${mpirun_flags[@]}" -n 2 python "$ring" \
+            "$work/threads-$who-$mode.txt" "$mode" --nthread 2 --mpi4py >"$work/threads-$who-$mode.log" 2>&1) \
+            || { tail -n 30 "$work/threads-$who-$mode.log" >&2; die "pc.nthread(2) with mpi4py, $who, $mode failed"; }
+    done
+    python "$repo/ci/neuron/check.py" --run "$work/threads-ballast-$mode.txt" --wheel "$work/threads-wheel-$mode.txt" \
+        --serial "$work/serial.txt" --reports "$work/threads-ballast-$mode.rep" --mode "$mode" --ranks 2 --native on \
+        || die "pc.nthread(2) with mpi4py, $mode: the checks failed"
+    cmp -s "$work/serial.txt" "$work/threads-ballast-$mode.txt" || die "pc.nthread(2) with mpi4py, $mode: spikes differ from serial"
+done
+say "pc.nthread(2), mpi4py first (MPI_THREAD_MULTIPLE): allgather and compressed = the wheel's MPI = serial"
+
+# 5. A rank killed (SIGKILL, by itself at t = 50 ms of a 100 s psolve) ends the job within 30 s
+# with mpirun's message, on both paths, in an allgather and a multisend mode.
+for mode in allgather multisend1; do
+    for native in on off; do
+        name=kill-$mode-$native
+        t0=$(date +%s)
+        rc=0
+        (cd "$work" && NRNHOME=$nrnhome BALLAST_MPI_NATIVE=$native NEURON_INIT_MPI=1 timeout 60 mpirun "${mpirun_flags[@]}" \
+            -n 3 python "$ring" "$work/$name.txt" "$mode" --tstop 100000 --kill-at 50 >"$work/$name.log" 2>&1) || rc=$?
+        took=$(($(date +%s) - t0))
+        [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$took" -le 30 ] \
+            || { tail -n 20 "$work/$name.log" >&2; die "$name: exit $rc after $took s (want a failure within 30 s)"; }
+        grep -q "ring.py: rank 1 kills itself" "$work/$name.log" && grep -q "rank 1 .*exited on signal 9" "$work/$name.log" \
+            || { tail -n 20 "$work/$name.log" >&2; die "$name: no message naming the killed rank"; }
+        say "rank 1 SIGKILLed in psolve ($mode, BALLAST_MPI_NATIVE=$native): the job ended in $took s with mpirun's message"
+    done
+done
+
 say "NEURON over Ballast: $runs runs passed in $(($(date +%s) - step_start)) s"

@@ -1,8 +1,9 @@
-"""Checks one run of ci/neuron/ring.py over the Ballast shim (ci/neuron.sh):
+"""Checks one run of ci/neuron/ring.py over the Ballast shims (ci/neuron.sh), on NEURON or
+(--simulator coreneuron) CoreNEURON:
 - its spikes (sorted by time, gid) are byte-identical to the wheel's own MPI run of the same
   mode and rank count, and to the serial run when the wheel's own run is;
 - its reports (BALLAST_REPORT_DIR, one neuron_rank{R}.json per rank) show the spikes went
-  over Ballast on the path asked for: transport "mpi", mpi_native as asked; in the allgather
+  over Ballast on the path asked for (SIMULATOR_rank{R}.json): transport "mpi", mpi_native as asked; in the allgather
   modes (allgather, compressed) spike_exchanges > 0 and the same on every rank, the spikes sent add up to
   the serial run's, and the spikes received to (ranks - 1) times that; in the multisend modes
   the messages sent add up to those received, > 0, and, without phase 2 (xchng_meth 1 and
@@ -23,10 +24,13 @@ import tempfile
 ALLGATHER = ("allgather", "compressed")
 
 
+SIMULATOR = "neuron"
+
+
 def load_reports(d, ranks):
     reps = []
     for r in range(ranks):
-        p = os.path.join(d, "neuron_rank%d.json" % r)
+        p = os.path.join(d, "%s_rank%d.json" % (SIMULATOR, r))
         if not os.path.isfile(p):
             return None, "no report %s" % p
         with open(p) as f:
@@ -60,7 +64,7 @@ def check(run, wheel, serial, reports, mode, ranks, native):
     if reps is None:
         return errs + [why]
     for r, rep in enumerate(reps):
-        if rep.get("simulator") != "neuron" or rep.get("rank") != r:
+        if rep.get("simulator") != SIMULATOR or rep.get("rank") != r:
             errs.append("rank %d: simulator/rank fields %r %r" % (r, rep.get("simulator"), rep.get("rank")))
         if rep.get("transport") != "mpi":
             errs.append("rank %d: transport %r, want mpi" % (r, rep.get("transport")))
@@ -114,7 +118,7 @@ def self_test(args):
         def corrupt_report(key, f):
             d = os.path.join(tmp, "rep-" + key)
             shutil.copytree(args.reports, d)
-            p = os.path.join(d, "neuron_rank0.json")
+            p = os.path.join(d, "%s_rank0.json" % SIMULATOR)
             rep = json.load(open(p))
             rep[key] = f(rep[key])
             json.dump(rep, open(p, "w"))
@@ -142,14 +146,17 @@ def main():
     p.add_argument("--mode", required=True)
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--native", choices=["on", "off"], required=True)
+    p.add_argument("--simulator", choices=["neuron", "coreneuron"], default="neuron")
     p.add_argument("--self-test", action="store_true")
     args = p.parse_args()
+    global SIMULATOR
+    SIMULATOR = args.simulator
     args.native = args.native == "on"
     errs = self_test(args) if args.self_test else check(
         args.run, args.wheel, args.serial, args.reports, args.mode, args.ranks, args.native
     )
     for e in errs:
-        print("ci/neuron/check.py: %s -n %d native=%s: %s" % (args.mode, args.ranks, args.native, e), file=sys.stderr)
+        print("ci/neuron/check.py: %s %s -n %d native=%s: %s" % (SIMULATOR, args.mode, args.ranks, args.native, e), file=sys.stderr)
     sys.exit(1 if errs else 0)
 
 

@@ -5,7 +5,8 @@ cell of the next ring, with delays of 1.0, 1.75, 2.5 and 4.0 ms; a NetStim start
 ring. Writes every spike, sorted by (time, gid), one "%.17g %d" line each, to OUT (from
 rank 0); the connectivity (each gid's target gids) to OUT.conn.
 
-Usage: python ring.py OUT MODE [--coreneuron] [--nthread N] [--busywait]
+Usage: python ring.py OUT MODE [--coreneuron] [--nthread N] [--busywait] [--mpi4py]
+                      [--tstop MS] [--kill-at MS]
 MODE: allgather | compressed | multisend1 | multisend5 | multisend9 (multisend with
 xchng_meth 1, 1|4 and 1|8).
 Run under mpirun with NEURON_INIT_MPI=1 (or with --mpi4py, which imports mpi4py first:
@@ -13,7 +14,8 @@ MPI at MPI_THREAD_MULTIPLE), or alone for the serial reference.
 """
 
 import argparse
-import sys
+import os
+import signal
 
 p = argparse.ArgumentParser()
 p.add_argument("out")
@@ -25,6 +27,7 @@ p.add_argument("--mpi4py", action="store_true")
 p.add_argument("--rings", type=int, default=4)
 p.add_argument("--cells", type=int, default=10)
 p.add_argument("--tstop", type=float, default=200.0)
+p.add_argument("--kill-at", type=float, default=None, help="rank 1 kills itself (SIGKILL) at this time, ms")
 args = p.parse_args()
 
 if args.mpi4py:
@@ -108,6 +111,13 @@ if args.coreneuron:
     h.cvode.cache_efficient(1)
     coreneuron.enable = True
     coreneuron.verbose = 0
+if args.kill_at is not None and rank == 1:
+
+    def kill_self():
+        print("ring.py: rank 1 kills itself (SIGKILL) at t = %g ms" % h.t, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    fih = h.FInitializeHandler(lambda: h.cvode.event(args.kill_at, kill_self))
 h.finitialize(-65)
 pc.psolve(args.tstop)
 

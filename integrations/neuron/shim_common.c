@@ -74,6 +74,16 @@ void *shim_load_original(const char *libname, const struct shim_forward *table, 
     return h;
 }
 
+void *shim_must_sym(const struct shim_state *s, void *h, const char *name) {
+    void *p = dlsym(h, name);
+    if (p == NULL) {
+        fprintf(stderr, "ballast %s shim: the wheel's library has no %s (re-run ci/install-neuron.sh)\n", s->lib,
+                name);
+        abort();
+    }
+    return p;
+}
+
 /* The text of a return code. */
 static const char *code_name(int rc) {
     const char *s = NULL;
@@ -256,7 +266,7 @@ static void write_report(struct shim_state *s, const char *dir) {
 
 void shim_comm_finish(struct shim_state *s) {
     if (s->comm == NULL) return;
-    if (s->before_finish != NULL) s->before_finish(s);
+    shim_finish_sends(s);
     const char *dir = getenv("BALLAST_REPORT_DIR");
     if (dir != NULL && dir[0] != '\0') write_report(s, dir);
     ballast_comm *c = s->comm;

@@ -31,6 +31,14 @@ struct shim_counters {
     uint64_t bytes_received;     /* bytes from the other ranks, received from Ballast */
 };
 
+/* NEURON's and CoreNEURON's spike record (src/nrnmpi/nrnmpi.h, src/coreneuron/mpi/nrnmpi.h). */
+typedef struct {
+    int gid;
+    double spiketime;
+} NRNMPI_Spike;
+
+#define EXPORT __attribute__((visibility("default")))
+
 /* One shim's state: which simulator it serves, its communicator and counters. */
 struct shim_state {
     const char *simulator; /* "neuron" or "coreneuron": the report's name and field */
@@ -40,8 +48,9 @@ struct shim_state {
     int mpi_native;        /* from ballast_comm_notes, when the report is written */
     char transport[32];
     struct shim_counters n;
-    /* Called by shim_comm_finish before the report and the free (the multisend requests). */
-    void (*before_finish)(struct shim_state *s);
+    /* Multisend's sends in flight (freed before the communicator). */
+    ballast_request **sends;
+    size_t nsends, capsends;
 };
 
 /* Opens the wheel's own LIBNAME, found beside libnrniv.so (not this shim: that is refused),
@@ -74,6 +83,21 @@ ballast_comm *shim_comm(const struct shim_state *s, const char *call);
  * with ballast_gathered_part, free with ballast_gathered_free. Aborts on error. */
 ballast_gathered *shim_allgatherv(struct shim_state *s, const char *call, const void *buf, size_t len,
                                   int *world);
+
+/* dlsym(h, name), or abort naming it. */
+void *shim_must_sym(const struct shim_state *s, void *h, const char *name);
+
+/* The exchange (shim_exchange.c), `F` naming the simulator's call in messages. */
+int shim_spike_exchange(struct shim_state *s, const char *F, int *nin, const NRNMPI_Spike *spikeout, int nout,
+                        NRNMPI_Spike **spikein, int *icapacity);
+int shim_spike_exchange_compressed(struct shim_state *s, const char *F, int localgid_size, int ag_send_size,
+                                   int ag_send_nspike, int *ovfl_capacity, int *ovfl, const unsigned char *spfixout,
+                                   unsigned char *spfixin, unsigned char **spfixin_ovfl, int *nin);
+void shim_multisend(struct shim_state *s, const char *F, const NRNMPI_Spike *spk, int n, const int *hosts);
+int shim_multisend_advance(struct shim_state *s, const char *F, NRNMPI_Spike *spk);
+int shim_multisend_conserve(struct shim_state *s, const char *F, int nsend, int nrecv);
+/* Waits for and frees the multisend sends in flight. */
+void shim_finish_sends(struct shim_state *s);
 
 #endif /* BALLAST_HAVE_MPI */
 #endif /* BALLAST_NEURON_SHIM_COMMON_H */
