@@ -138,7 +138,7 @@ rm -rf "$run_dir"
 bash ci/capi.sh
 
 # NEURON 9.0.2's spike exchange over Ballast through integrations/neuron/'s shim, beside the
-# wheel's own MPI (about 2 min with its venv cached; see docs/TESTING.md).
+# wheel's own MPI, on NEURON and CoreNEURON (about 4 min with its venv cached; see docs/TESTING.md).
 bash ci/neuron.sh
 
 # The demo (README command 1), in release: its printed check must pass.
