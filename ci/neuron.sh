@@ -12,7 +12,8 @@
 #     run, and with the serial run where the wheel's equals it) and checks the reports;
 #     its --self-test on one run of each mode (every corruption must be caught);
 #   - pc.nthread(2): refused under MPI_THREAD_SERIALIZED, the wheel's spikes with mpi4py;
-#   - a rank SIGKILLed in psolve ends the job within 30 s.
+#   - a rank SIGKILLed in psolve ends the job within 30 s;
+#   - a FIFO in place of a report is refused and left as it is.
 # Usage: ci/neuron.sh
 # Cache: NEURON_CI_CACHE, default ${XDG_CACHE_HOME:-$HOME/.cache}/ballast/neuron: a wheelhouse
 # (and pip's cache) and the venv keyed by the pins and the interpreter, outside the clone (as
@@ -223,5 +224,18 @@ for mode in allgather multisend1; do
         say "rank 1 SIGKILLed in psolve ($mode, BALLAST_MPI_NATIVE=$native): the job ended in $took s with mpirun's message"
     done
 done
+
+# 6. A report path that exists and is not a regular file (a FIFO in a private directory) is
+# refused with a message naming the rank and the path, and left as it is; the job ends.
+mkdir "$work/fifo.rep"
+mkfifo "$work/fifo.rep/neuron_rank0.json"
+rc=0
+(cd "$work" && NRNHOME=$nrnhome BALLAST_REPORT_DIR="$work/fifo.rep" NEURON_INIT_MPI=1 timeout 120 mpirun "${mpirun_flags[@]}" \
+    -n 2 python "$ring" "$work/fifo.txt" allgather >"$work/fifo.log" 2>&1) || rc=$?
+[ "$rc" != 0 ] && [ "$rc" != 124 ] || die "a FIFO as rank 0's report: exit $rc (want a refusal, not success or a hang)"
+grep -q "ballast libnrnmpi_ompi.so shim: rank 0: BALLAST_REPORT_DIR: $work/fifo.rep/neuron_rank0.json exists and is not a regular file" \
+    "$work/fifo.log" || { tail -n 20 "$work/fifo.log" >&2; die "a FIFO as rank 0's report: no clear refusal"; }
+[ -p "$work/fifo.rep/neuron_rank0.json" ] || die "a FIFO as rank 0's report was replaced"
+say "a FIFO in place of rank 0's report: refused, left as it is"
 
 say "NEURON over Ballast: $runs runs passed in $(($(date +%s) - step_start)) s"
