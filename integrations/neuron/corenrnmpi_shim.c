@@ -9,7 +9,6 @@
  * nrnmpi_init_impl. Embedded runs pass --skip-mpi-finalize, so nrnmpi_finalize_impl may never
  * come: the communicator is then freed (and the report written) by the MPI_COMM_SELF
  * attribute at MPI_Finalize (shim_common.c). */
-#define _GNU_SOURCE
 #include <stdbool.h>
 #include <stddef.h>
 

@@ -9,7 +9,8 @@
  * wheel's variable: never defined here, or it would shadow the original's) at the end of
  * nrnmpi_init, on NEURON's main thread, and freed in nrnmpi_terminate before MPI_Finalize.
  *
- * The exchange, as src/nrnmpi/mpispike.cpp at 9.0.2 does it over MPI (nrn_spikebuf_size 0):
+ * The exchange (shim_exchange.c), as src/nrnmpi/mpispike.cpp at 9.0.2 does it over MPI
+ * (nrn_spikebuf_size 0):
  * - nrnmpi_spike_exchange: MPI_Allgather of the counts + MPI_Allgatherv of the spikes, here
  *   one ballast_allgatherv of this rank's spikes;
  * - nrnmpi_spike_exchange_compressed: the same over the fixed-size byte buffers and their
@@ -18,11 +19,8 @@
  *   and reaped when complete (NEURON frees its MPI requests unwaited); single_advance a
  *   ballast_iprobe (any source) and ballast_recv; conserve the sum over the ranks of
  *   (sent - received), an all-gather of one int. */
-#define _GNU_SOURCE
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <stddef.h>
 
 #include <dlfcn.h>
 
