@@ -6,8 +6,10 @@
 #   - install refusals: a NEURON other than 9.0.x, a libnrnmpi_ompi.so with another function
 #     list (fake wheels: nothing is built for them);
 #   - a serial run, then on NEURON and on CoreNEURON (coreneuron.enable), under
-#     mpirun -n 1, 2, 3, 4, in the modes allgather, compressed and multisend
-#     (xchng_meth 1, 1|4, 1|8): the wheel's own MPI run, and the shims' with
+#     mpirun -n 2, 3, 4, in the modes allgather, compressed and multisend (xchng_meth 1,
+#     1|4, 1|8), -n 1 in allgather and multisend 1, -n 5 in multisend 1 and 1|8 (phase 2
+#     relays there):
+#     the wheel's own MPI run, and the shims' with
 #     BALLAST_MPI_NATIVE on and off; ci/neuron/check.py compares the spikes (with the wheel's
 #     run, and with the serial run where the wheel's equals it) and checks the reports;
 #     its --self-test on one run of each mode (every corruption must be caught);
@@ -158,8 +160,13 @@ run_ring() { # NAME RANKS MODE SIM [ENV...]: the run's spikes in $work/NAME.txt,
 
 runs=0
 for sim in neuron coreneuron; do
-    for n in 1 2 3 4; do
-        for mode in "${modes[@]}"; do
+    for n in 1 2 3 4 5; do
+        these=("${modes[@]}")
+        # 1 rank: no exchange between ranks, so one allgather and one multisend mode;
+        # 5 ranks: multisend's phase 2 relays (a spike with targets on 4 other ranks).
+        [ "$n" = 1 ] && these=(allgather multisend1)
+        [ "$n" = 5 ] && these=(multisend1 multisend9)
+        for mode in "${these[@]}"; do
             run_ring "wheel-$sim-$n-$mode" "$n" "$mode" "$sim" -u NRNHOME
             [ ! -e "$work/wheel-$sim-$n-$mode.rep" ] || die "the wheel's own run wrote Ballast reports: the shim was loaded without NRNHOME"
             same_serial=no

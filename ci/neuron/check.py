@@ -6,9 +6,11 @@
   over Ballast on the path asked for (SIMULATOR_rank{R}.json): transport "mpi", mpi_native as asked; in the allgather
   modes (allgather, compressed) spike_exchanges > 0 and the same on every rank, the spikes sent add up to
   the serial run's, and the spikes received to (ranks - 1) times that; in the multisend modes
-  the messages sent add up to those received, > 0, and, without phase 2 (xchng_meth 1 and
-  1|4), to what the serial spikes and the connectivity give: for each spike, the ranks other
-  than its source's that hold a target of its gid (gid % ranks).
+  the messages sent add up to those received, > 0; each rank received what the serial spikes
+  and the connectivity give (each spike once on every other rank that holds a target of its
+  gid, gid % ranks), and, without phase 2 (xchng_meth 1 and 1|4), sent what they give (each
+  spike to each such rank); with phase 2 on 5 or more ranks, the ranks' sends must differ
+  from phase 1's (the relays ran).
 With one rank there is no exchange to check: only the spikes and the report's presence.
 Exits 1 with the failed checks printed. `--self-test` runs the checks on corrupted copies
 and fails unless every corruption is caught.
@@ -39,11 +41,20 @@ def load_reports(d, ranks):
 
 
 def expected_multisend(serial, ranks):
+    """Per rank, the spike messages multisend's phase 1 sends (a spike to each other rank that
+    holds a target of its gid) and receives (each such rank receives the spike once, in
+    phase 2 too); and the number of spikes."""
     with open(serial + ".conn") as f:
         conn = {int(l.split()[0]): [int(x) for x in l.split()[1:]] for l in f}
     with open(serial) as f:
         gids = [int(l.split()[1]) for l in f]
-    return sum(len({t % ranks for t in conn[g]} - {g % ranks}) for g in gids), len(gids)
+    sent, recv = [0] * ranks, [0] * ranks
+    for g in gids:
+        hosts = {t % ranks for t in conn[g]} - {g % ranks}
+        sent[g % ranks] += len(hosts)
+        for h in hosts:
+            recv[h] += 1
+    return sent, recv, len(gids)
 
 
 def check(run, wheel, serial, reports, mode, ranks, native):
@@ -75,7 +86,7 @@ def check(run, wheel, serial, reports, mode, ranks, native):
                 errs.append("rank %d: no %s" % (r, k))
     if ranks < 2:
         return errs
-    want_pairs, nspikes = expected_multisend(serial, ranks)
+    want_sent, want_recv, nspikes = expected_multisend(serial, ranks)
     total = lambda k: sum(rep[k] for rep in reps)
     if mode in ALLGATHER:
         for r, rep in enumerate(reps):
@@ -93,8 +104,14 @@ def check(run, wheel, serial, reports, mode, ranks, native):
         sent, recv = total("multisend_sent"), total("multisend_received")
         if sent != recv or sent <= 0:
             errs.append("multisend_sent add up to %d, multisend_received to %d" % (sent, recv))
-        if mode != "multisend9" and recv != want_pairs:
-            errs.append("multisend_received add up to %d, the spikes and connectivity give %d" % (recv, want_pairs))
+        got_sent = [rep["multisend_sent"] for rep in reps]
+        got_recv = [rep["multisend_received"] for rep in reps]
+        if got_recv != want_recv:
+            errs.append("multisend_received per rank %r, the spikes and connectivity give %r" % (got_recv, want_recv))
+        if mode != "multisend9" and got_sent != want_sent:
+            errs.append("multisend_sent per rank %r, the spikes and connectivity give %r" % (got_sent, want_sent))
+        if mode == "multisend9" and ranks >= 5 and got_sent == want_sent:
+            errs.append("multisend_sent per rank %r is phase 1's: phase 2 relayed nothing" % got_sent)
         if total("spikes_received") != recv:
             errs.append("spikes_received %d != multisend_received %d" % (total("spikes_received"), recv))
     return errs

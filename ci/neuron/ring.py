@@ -2,7 +2,8 @@
 ball-and-stick cells with hh in the soma and pas in the dendrite, gids dealt round robin
 over the ranks (gid % nhost == rank), each cell driving the next cell of its ring and a
 cell of the next ring, with delays of 1.0, 1.75, 2.5 and 4.0 ms; a NetStim starts each
-ring. Writes every spike, sorted by (time, gid), one "%.17g %d" line each, to OUT (from
+ring; the first cell of each ring also reaches every cell of the next ring with weight 0
+(communication only: multisend's phase 2). Writes every spike, sorted by (time, gid), one "%.17g %d" line each, to OUT (from
 rank 0); the connectivity (each gid's target gids) to OUT.conn.
 
 Usage: python ring.py OUT MODE [--coreneuron] [--nthread N] [--busywait] [--mpi4py]
@@ -66,11 +67,17 @@ class BallStick:
 
 
 def targets(gid):
-    """The (target gid, delay, weight) of gid's connections."""
+    """The (target gid, delay, weight) of gid's connections. The first cell of a ring also
+    reaches every cell of the next ring with weight 0 (no effect on the cells): a spike with
+    targets on 4 or more other ranks, which multisend's phase 2 (xchng_meth | 8) relays."""
     ring, i = divmod(gid, args.cells)
     nxt = ring * args.cells + (i + 1) % args.cells
     other = ((ring + 1) % args.rings) * args.cells + (i * 3 + 1) % args.cells
-    return [(nxt, DELAYS[gid % 4], 0.012), (other, DELAYS[(gid + 1) % 4], 0.004 + 0.0005 * (gid % 3))]
+    t = [(nxt, DELAYS[gid % 4], 0.012), (other, DELAYS[(gid + 1) % 4], 0.004 + 0.0005 * (gid % 3))]
+    if i == 0:
+        base = ((ring + 1) % args.rings) * args.cells
+        t += [(base + k, DELAYS[k % 4], 0.0) for k in range(args.cells) if base + k != other]
+    return t
 
 
 cells = {gid: BallStick(gid) for gid in range(rank, ncell, nhost)}
