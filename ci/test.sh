@@ -137,6 +137,10 @@ rm -rf "$run_dir"
 # sanitizers, the install with pkg-config and CMake.
 bash ci/capi.sh
 
+# NEURON 9.0.2's spike exchange over Ballast through integrations/neuron/'s shim, beside the
+# wheel's own MPI, on NEURON and CoreNEURON (about 4 min with its venv cached; see docs/TESTING.md).
+bash ci/neuron.sh
+
 # The demo (README command 1), in release: its printed check must pass.
 demo_dir=$(mktemp -d)
 demo_out=$(cd "$demo_dir" && "$ballast_bin" demo)

@@ -366,6 +366,24 @@ int ballast_local_run(int nranks,
                       ballast_rank_main rank_main,
                       void *user);
 
+// The notes of `comm`, one per line (each ends with `\n`): first `transport: KIND` (the
+// effective transport: `local`, `mpi` or `verbs`), then `path: native` (MPI's own
+// messages, one per Ballast message: the MPI native path) or `path: engine` (Ballast's
+// protocol engine over the transport), then the runtime's notes (fallbacks such as
+// `xrc` to `shared`, the reason the MPI native path was not taken, memory that could
+// not be locked), as of this call. Copied into `buf` with snprintf semantics: at most
+// `len - 1` bytes and a terminating NUL (nothing is written when `len` is 0, and `buf`
+// may then be NULL); the full length in bytes (without the NUL) in *full_len when
+// `full_len` is not NULL, so *full_len >= `len` means the text was cut. Errors:
+// BALLAST_EINVAL for NULL `comm`, or NULL `buf` with `len` > 0; BALLAST_EINTERNAL for a
+// poisoned communicator; under MPI below MPI_THREAD_MULTIPLE, BALLAST_EUNSUPPORTED from
+// another thread than the one that made the communicator.
+//
+// # Safety
+// `comm` must be NULL or a live ballast_comm; `buf` NULL (with `len` 0) or `len`
+// writable bytes; `full_len` NULL or writable.
+int ballast_comm_notes(const struct ballast_comm *comm, char *buf, size_t len, size_t *full_len);
+
 // One rank per process, started by a launcher: the rank and world size come from the
 // launcher's variables (`OMPI_COMM_WORLD_RANK`/`SIZE`, `PMI_RANK`/`SIZE`,
 // `SLURM_PROCID`/`NTASKS` or `BALLAST_RANK`/`SIZE`), and the configured transport is

@@ -19,6 +19,7 @@ mod error;
 mod gathered;
 mod handles;
 mod local_run;
+mod notes;
 mod process;
 mod request;
 #[cfg(feature = "bench-twin")]
@@ -29,6 +30,7 @@ pub use config::*;
 pub use error::*;
 pub use gathered::*;
 pub use local_run::*;
+pub use notes::*;
 #[cfg(feature = "mpi")]
 pub use process::mpi::ballast_comm_from_mpi;
 pub use process::*;

@@ -130,6 +130,20 @@ fn hello_example_runs() {
 }
 
 #[test]
+fn comm_notes_from_c_under_address_and_undefined_sanitizers() {
+    let Some(cc) = compiler() else { return };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/notes.c");
+    let flags = [
+        "-fsanitize=address,undefined",
+        "-fno-omit-frame-pointer",
+        "-fno-sanitize-recover=undefined",
+    ];
+    let out = build_and_run(&cc, &src, &flags);
+    // 14 checks on each of the 2 ranks, and ballast_local_run's own.
+    assert_eq!(out, "capi notes: 29 passed, 0 failed\n");
+}
+
+#[test]
 fn c_conformance_under_address_and_undefined_sanitizers() {
     let Some(cc) = compiler() else { return };
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/conformance.c");
@@ -222,6 +236,7 @@ fn header_is_ascii_and_declares_every_exported_function() {
         "error.rs",
         "gathered.rs",
         "local_run.rs",
+        "notes.rs",
         "process.rs",
         "request.rs",
     ] {
