@@ -69,9 +69,8 @@ fn notes_text(c: &mut ballast_comm) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ballast_config;
+    use crate::config::{ballast_config, ballast_config_free, ballast_config_new, ballast_config_set};
     use crate::{ballast_local_run, BALLAST_EINVAL};
-    use ballast_runtime::RuntimeConfig;
     use std::os::raw::c_void;
 
     /// What one rank saw: the return codes, the full lengths, the whole text and a cut copy.
@@ -113,13 +112,21 @@ mod tests {
 
     #[test]
     fn notes_name_the_transport_and_path_with_snprintf_semantics() {
-        let cfg = ballast_config {
-            cfg: RuntimeConfig::builder().buffer_count(4).build().unwrap(),
-        };
+        let mut cfg: *mut ballast_config = std::ptr::null_mut();
+        // SAFETY: `cfg` is writable; the key and value are NUL-terminated.
+        unsafe {
+            assert_eq!(ballast_config_new(&mut cfg), 0);
+            assert_eq!(
+                ballast_config_set(cfg, c"buffer_count".as_ptr(), c"4".as_ptr()),
+                0
+            );
+        }
         let mut s = Seen::default();
-        // SAFETY: a live config; `rank_main` touches only `s`, on one rank.
-        let rc = unsafe { ballast_local_run(1, &cfg, Some(rank_main), (&mut s as *mut Seen).cast()) };
+        // SAFETY: a live config handle; `rank_main` touches only `s`, on one rank.
+        let rc = unsafe { ballast_local_run(1, cfg, Some(rank_main), (&mut s as *mut Seen).cast()) };
         assert_eq!(rc, 0);
+        // SAFETY: the live config made above, freed once.
+        assert_eq!(unsafe { ballast_config_free(cfg) }, 0);
         assert_eq!(s.rcs, [0, 0, 0, BALLAST_EINVAL]);
         assert_eq!(s.full, s.full2);
         let text = String::from_utf8(s.whole[..s.full].to_vec()).unwrap();
