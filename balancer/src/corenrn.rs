@@ -110,9 +110,18 @@ impl FilesDat {
     /// Reads and parses `path` ([`FilesDat::parse`]). Memory and time are proportional to
     /// the file's size.
     pub fn read(path: &Path) -> Result<FilesDat> {
-        let text = std::fs::read_to_string(path).map_err(|error| CorenrnError::Io {
+        let io = |error| CorenrnError::Io {
             path: path.to_owned(),
             error,
+        };
+        // A regular file, read to its size when opened (a FIFO would hang, a device be read
+        // without end).
+        let bytes = crate::readfile::read_regular(path, u64::MAX).map_err(|e| io(e.into_io()))?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "not UTF-8 text: not a files.dat",
+            ))
         })?;
         FilesDat::parse(&text, path)
     }

@@ -18,6 +18,7 @@ pub mod network;
 pub mod nodefit;
 pub mod nodesuggest;
 pub mod pickle;
+pub mod readfile;
 #[cfg(feature = "sonata")]
 pub mod sonata;
 pub mod strategy;

@@ -156,3 +156,119 @@ fn outputs_that_are_fifos_or_devices_are_refused() {
         .unwrap()
         .starts_with("1.8\n"));
 }
+
+/// `ballast run` of a small synthetic circuit in `dir` with `extra`, under `sh -c PREFIX`
+/// (e.g. a `ulimit`), killed after 120 s (`None`: it hung).
+fn run_sim(dir: &Path, prefix: &str, extra: &[&str]) -> Option<Output> {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.current_dir(dir)
+        .arg("-c")
+        .arg(format!("{prefix} exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_ballast"))
+        .args([
+            "run",
+            "--synthetic",
+            "200",
+            "--synapses-per-cell",
+            "20",
+            "--tstop",
+            "10",
+        ])
+        .args(["--memory-scale", "0.001", "--lb-mode", "Memory"])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+/// Finding 11: a sidecar or allocation file that is not a regular file is refused at once:
+/// a FIFO is not waited on (the run hung), a symlink to `/dev/zero` not read without end
+/// (under `ulimit -v` the run aborted for want of memory).
+#[test]
+fn sidecars_and_allocations_that_are_not_regular_files_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let o = run_sim(d, "", &["--ranks", "2", "--output", "first"]).unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sidecar = d.join("allocation_r2_c1.json");
+    fs::remove_file(&sidecar).unwrap();
+    mkfifo(&sidecar);
+    let o = run_sim(d, "", &["--ranks", "2", "--output", "fifo"]).expect("a FIFO sidecar hung the run");
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("warning:")
+            && e.contains("allocation_r2_c1.json: it is a FIFO (named pipe), not a regular file"),
+        "{e}"
+    );
+    fs::remove_file(&sidecar).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &sidecar).unwrap();
+    let o = run_sim(d, "ulimit -v 4000000;", &["--ranks", "2", "--output", "zero"]).expect("hung");
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains("it is a character device, not a regular file"), "{e}");
+    // The allocation itself: an error naming it, nothing written.
+    let alloc = d.join("allocation_r3_c1.pkl.gz");
+    mkfifo(&alloc);
+    let o = run_sim(d, "", &["--ranks", "3", "--output", "three"]).expect("a FIFO allocation hung the run");
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains("allocation_r3_c1.pkl.gz: it is a FIFO (named pipe), not a regular file"),
+        "{e}"
+    );
+    assert!(!d.join("three").exists());
+}
+
+/// Finding 13: an allocation for 2 ranks renamed for 4, with its sidecar (`"ranks": 2`),
+/// is refused with the counts of both (it ran with two empty ranks); so is one whose
+/// sidecar names other cycles.
+#[test]
+fn an_allocation_renamed_for_another_rank_count_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let o = run_sim(d, "", &["--ranks", "2", "--output", "first"]).unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    fs::copy(
+        d.join("allocation_r2_c1.pkl.gz"),
+        d.join("allocation_r4_c1.pkl.gz"),
+    )
+    .unwrap();
+    fs::copy(d.join("allocation_r2_c1.json"), d.join("allocation_r4_c1.json")).unwrap();
+    let o = run_sim(d, "", &["--ranks", "4", "--output", "four"]).unwrap();
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains("allocation_r4_c1.pkl.gz: its sidecar")
+            && e.contains(
+                "says it was balanced for 2 ranks × 1 cycle, but its name and this run are 4 ranks × 1 cycle"
+            ),
+        "{e}"
+    );
+    assert!(!d.join("four").exists());
+    // The same counts in the sidecar: read as before.
+    let mut side: serde_json::Value =
+        serde_json::from_slice(&fs::read(d.join("allocation_r4_c1.json")).unwrap()).unwrap();
+    side["ranks"] = 4.into();
+    fs::write(d.join("allocation_r4_c1.json"), side.to_string()).unwrap();
+    let o = run_sim(d, "", &["--ranks", "4", "--output", "four"]).unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    side["cycles"] = 3.into();
+    fs::write(d.join("allocation_r4_c1.json"), side.to_string()).unwrap();
+    let o = run_sim(d, "", &["--ranks", "4", "--output", "again"]).unwrap();
+    assert!(
+        stderr(&o).contains("balanced for 4 ranks × 3 cycles"),
+        "{}",
+        stderr(&o)
+    );
+}
