@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use crate::dryrun::{DryRun, Metype, Population, KNOWN_KEYS};
 use crate::error::{BalancerError, Result};
+use crate::quote::{quote, shorten};
 
 /// Entries of one JSON object in first-seen key order; a repeated key replaces its value in
 /// place (as serde_json's `Map` with `preserve_order`).
@@ -230,7 +231,7 @@ impl<'de> Deserialize<'de> for Gids {
                     if bad.is_none() {
                         match g {
                             Gid::Ok(g) => gids.push(g),
-                            Gid::Bad(v) => bad = Some((i, v.to_string())),
+                            Gid::Bad(v) => bad = Some((i, shorten(&v.to_string()))),
                         }
                     }
                     i += 1;
@@ -367,7 +368,7 @@ fn read_serde(text: &[u8], path: &Path) -> Result<Root> {
     let mut de = serde_json::Deserializer::from_slice(text);
     Root::deserialize(&mut de)
         .and_then(|r| de.end().map(|()| r))
-        .map_err(|source| crate::dryrun::json_error(text, path, source))
+        .map_err(|source| crate::jsonerror::json_error(text, path, source))
 }
 
 /// Validates what was read into the dry run and the notes on unknown keys.
@@ -391,8 +392,9 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
         .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
         .map(|k| {
             format!(
-                "{}: ignoring unknown key {k:?} (known: {})",
+                "{}: ignoring unknown key {} (known: {})",
                 path.display(),
+                quote(k),
                 KNOWN_KEYS.join(", ")
             )
         })
@@ -428,11 +430,11 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
     let mut metypes = Vec::with_capacity(memory.list.len());
     let mut index: HashMap<&str, usize> = HashMap::with_capacity(memory.list.len());
     for (name, v) in &memory.list {
-        let memory_kb = number(v, &|| format!("metype_memory[{name:?}]"), "KB per cell")?;
+        let memory_kb = number(v, &|| format!("metype_memory[{}]", quote(name)), "KB per cell")?;
         let synapses_per_cell = match syn_average.and_then(|m| m.get(name)) {
             Some(s) => number(
                 s,
-                &|| format!("metype_cell_syn_average[{name:?}]"),
+                &|| format!("metype_cell_syn_average[{}]", quote(name)),
                 "synapses per cell",
             )?,
             None => 0.0,
@@ -448,7 +450,7 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
         for (name, v) in &avg.list {
             number(
                 v,
-                &|| format!("metype_cell_syn_average[{name:?}]"),
+                &|| format!("metype_cell_syn_average[{}]", quote(name)),
                 "synapses per cell",
             )?;
         }
@@ -458,7 +460,7 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
     for (pop, per_metype) in pop_gids.list {
         let Object::Entries(per_metype) = per_metype else {
             return Err(err(
-                format!("pop_metype_gids[{pop:?}]"),
+                format!("pop_metype_gids[{}]", quote(&pop)),
                 "expected an object {metype: [gid, ...]}".into(),
             ));
         };
@@ -467,10 +469,13 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
         // Each entry's metype, checked in order before the gids are moved out.
         let mut metype_index = Vec::with_capacity(list.len());
         for (k, (metype, gids)) in list.iter().enumerate() {
-            let field = || format!("pop_metype_gids[{pop:?}][{metype:?}]");
-            let &m = index
-                .get(metype.as_str())
-                .ok_or_else(|| err(field(), format!("metype {metype:?} is absent from metype_memory")))?;
+            let field = || format!("pop_metype_gids[{}][{}]", quote(&pop), quote(metype));
+            let &m = index.get(metype.as_str()).ok_or_else(|| {
+                err(
+                    field(),
+                    format!("metype {} is absent from metype_memory", quote(metype)),
+                )
+            })?;
             let Gids::Array { gids, bad } = gids else {
                 return Err(err(field(), "expected an array of gids".into()));
             };
@@ -482,7 +487,7 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
             if let Some(i) = repeat {
                 return Err(err(
                     format!("{}[{i}]", field()),
-                    format!("gid {} is listed twice in population {pop:?}", gids[i]),
+                    format!("gid {} is listed twice in population {}", gids[i], quote(&pop)),
                 ));
             }
             if let Some((i, text)) = bad {

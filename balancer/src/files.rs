@@ -333,6 +333,12 @@ impl AllocationCosts {
             }
             Err(e) => return Err(e.at(path)),
         };
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return Err(BalancerError::Pickle {
+                path: path.to_owned(),
+                message: "empty file: not an allocation sidecar".into(),
+            });
+        }
         serde_json::from_slice(&text)
             .map(Some)
             .map_err(|error| BalancerError::Json {

@@ -12,12 +12,15 @@ pub mod dryrun;
 mod dryrun_json;
 pub mod error;
 pub mod files;
+pub mod filesdat;
 pub mod gidmap;
+mod jsonerror;
 pub mod limits;
 pub mod network;
 pub mod nodefit;
 pub mod nodesuggest;
 pub mod pickle;
+pub mod quote;
 pub mod readfile;
 #[cfg(feature = "sonata")]
 pub mod sonata;

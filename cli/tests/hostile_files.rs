@@ -272,3 +272,116 @@ fn an_allocation_renamed_for_another_rank_count_is_refused() {
         stderr(&o)
     );
 }
+
+/// Finding 14: a 20 MB bad input (a metype name, a gid, a files.dat line or version) is
+/// quoted by its first 80 characters and its length, not copied whole to stderr; a version
+/// longer than CoreNEURON's `char[256]` is refused.
+#[test]
+fn huge_bad_input_is_quoted_short() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let huge = "x".repeat(20 << 20);
+    let dry_runs = [
+        format!(r#"{{"metype_memory": {{"A": 1.0}}, "pop_metype_gids": {{"P": {{"{huge}": [1]}}}}}}"#),
+        format!(r#"{{"metype_memory": {{"A": 1.0}}, "pop_metype_gids": {{"P": {{"A": [1, "{huge}"]}}}}}}"#),
+        format!(r#"{{"metype_memory": {{"{huge}": -1.0}}, "pop_metype_gids": {{}}}}"#),
+    ];
+    for text in &dry_runs {
+        fs::write(d.join("cm.json"), text).unwrap();
+        let o = run(
+            &["dry-run", "--memory-usage", "cm.json", "--num-target-ranks", "1"],
+            d,
+        );
+        let e = stderr(&o);
+        assert!(!o.status.success());
+        assert!(
+            e.len() < 1000 && e.contains("xxx"),
+            "{} bytes: {}",
+            e.len(),
+            &e[..e.len().min(500)]
+        );
+        assert!(
+            e.contains(&format!("({} bytes)", huge.len()))
+                || e.contains(&format!("({} bytes)", huge.len() + 2)),
+            "{e}"
+        );
+    }
+    corenrn_input(d, 2);
+    for (text, what) in [
+        (format!("{huge}\n2\n1\n2\n"), "a version of 20971520 bytes"),
+        (format!("1.8\n{huge}\n1\n2\n"), "is not a count"),
+        (format!("1.8\n2\n1\n{huge}\n"), "is not a cell-group id"),
+        (
+            format!("{}\n2\n1\n2\n", "v".repeat(256)),
+            "a version of 256 bytes",
+        ),
+    ] {
+        fs::write(d.join("files.dat"), text).unwrap();
+        let o = run(
+            &["rebalance-corenrn", "files.dat", "1", "--ranks-per-node", "2"],
+            d,
+        );
+        let e = stderr(&o);
+        assert!(!o.status.success());
+        assert!(
+            e.len() < 1000 && e.contains(what),
+            "{} bytes: {}",
+            e.len(),
+            &e[..e.len().min(500)]
+        );
+        assert!(!d.join("rebalanced-files.dat").exists());
+    }
+}
+
+/// Finding 15: blank lines before the version and the count are read as CoreNEURON reads
+/// them (`fscanf` skips whitespace): the same output as without them. And an empty input
+/// is an "empty file", not serde's "EOF while parsing".
+#[test]
+fn blank_header_lines_are_accepted_and_empty_files_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    corenrn_input(d, 4);
+    let plain = fs::read_to_string(d.join("files.dat")).unwrap();
+    let o = run(
+        &[
+            "rebalance-corenrn",
+            "files.dat",
+            "2",
+            "--ranks-per-node",
+            "2",
+            "--output-file",
+            "plain.dat",
+        ],
+        d,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let blank = format!("\n  \n{}", plain.replacen("1.8\n", "1.8\n\n\n", 1));
+    fs::write(d.join("blank.dat"), blank).unwrap();
+    let o = run(
+        &[
+            "rebalance-corenrn",
+            "blank.dat",
+            "2",
+            "--ranks-per-node",
+            "2",
+            "--output-file",
+            "out.dat",
+        ],
+        d,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        fs::read(d.join("out.dat")).unwrap(),
+        fs::read(d.join("plain.dat")).unwrap()
+    );
+    for text in ["", "  \n"] {
+        fs::write(d.join("cm.json"), text).unwrap();
+        let o = run(
+            &["dry-run", "--memory-usage", "cm.json", "--num-target-ranks", "1"],
+            d,
+        );
+        let e = stderr(&o);
+        assert!(!o.status.success());
+        assert!(e.contains("cm.json: $: empty file") && !e.contains("EOF"), "{e}");
+    }
+}
