@@ -385,3 +385,40 @@ fn blank_header_lines_are_accepted_and_empty_files_named() {
         assert!(e.contains("cm.json: $: empty file") && !e.contains("EOF"), "{e}");
     }
 }
+
+/// Finding 10: `fanout` and `run` with 400,000,000 buffers of 1 B: the pre-check counts
+/// the pool's free list (4 B per buffer, 1.6 GB a rank), so under a 3 GB `ulimit -v` they are
+/// refused with a message instead of aborting when the free list is allocated.
+#[test]
+fn the_pools_free_list_is_in_the_memory_precheck() {
+    let tmp = tempfile::tempdir().unwrap();
+    let big = [
+        "--buffer-count",
+        "400000000",
+        "--buffer-size",
+        "1",
+        "--ranks",
+        "2",
+    ];
+    let fanout = {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.current_dir(tmp.path())
+            .args([
+                "-c",
+                "ulimit -v 3000000; exec \"$0\" \"$@\"",
+                env!("CARGO_BIN_EXE_ballast"),
+                "fanout",
+            ])
+            .args(big);
+        cmd.output().unwrap()
+    };
+    let run = run_sim(tmp.path(), "ulimit -v 3000000;", &big).expect("hung");
+    for o in [fanout, run] {
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(
+            e.contains("the transport needs") && e.contains("its free list 3051.8 MB (4 B per buffer)"),
+            "{e}"
+        );
+    }
+}
