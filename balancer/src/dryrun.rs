@@ -8,7 +8,7 @@
 //! synapses, as in neurodamus (its `Counter` drops zero counts).
 use std::collections::HashSet;
 use std::fs;
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -109,54 +109,7 @@ pub struct DryRun {
     pub populations: Vec<Population>,
 }
 
-/// Files from this size are read in two halves on two threads.
-const PARALLEL_READ_FROM: usize = 1 << 22;
-
-/// Errors unless the `size` bytes of the file at `path` fit in the memory available.
-fn check_read_memory(size: usize, path: &Path) -> Result<()> {
-    crate::limits::check_memory(
-        &format!("reading {}", path.display()),
-        size as u64,
-        crate::limits::available_memory(),
-    )
-}
-
-/// Reads the `size` bytes of `file` as two halves on two threads (the copies and page faults
-/// of a large file shared by two cores), adding to `done` as chunks arrive. `Ok(None)` when
-/// the file is no longer `size` bytes long. Errors: the memory is not available, or a read
-/// fails.
-fn read_halves(file: &fs::File, size: usize, path: &Path, done: &AtomicU64) -> Result<Option<Vec<u8>>> {
-    use std::os::unix::fs::FileExt;
-    check_read_memory(size, path)?;
-    let mut text = vec![0u8; size];
-    let (first, second) = text.split_at_mut(size / 2);
-    let read = |part: &mut [u8], offset: usize| -> std::io::Result<()> {
-        for (i, chunk) in part.chunks_mut(1 << 22).enumerate() {
-            file.read_exact_at(chunk, (offset + (i << 22)) as u64)?;
-            done.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-        }
-        Ok(())
-    };
-    let (a, b) = std::thread::scope(|s| {
-        let b = s.spawn(|| read(second, size / 2));
-        (
-            read(first, 0),
-            b.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
-    });
-    match a.and(b) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(BalancerError::io(path, e)),
-    }
-    // Grown since: read again in one piece.
-    let mut more = [0u8; 1];
-    match file.read_at(&mut more, size as u64) {
-        Ok(0) => Ok(Some(text)),
-        Ok(_) => Ok(None),
-        Err(e) => Err(BalancerError::io(path, e)),
-    }
-}
+use crate::dryrun_read::{check_read_memory, read_halves, read_size, PARALLEL_READ_FROM};
 
 impl DryRun {
     /// Total number of cells over all populations.
@@ -350,26 +303,11 @@ impl DryRun {
             return Ok(read);
         }
         done.store(base, Ordering::Relaxed);
-        let text = match (size >= PARALLEL_READ_FROM).then(|| read_halves(&file, size, path, done)) {
-            Some(Ok(Some(text))) => text,
-            Some(Err(e)) => return Err(e),
-            // Small, or its size changed while it was read: from the start, in one piece.
-            _ => {
-                done.store(0, Ordering::Relaxed);
-                let mut text = Vec::new();
-                text.try_reserve_exact(size).map_err(|_| {
-                    BalancerError::io(path, std::io::Error::from(std::io::ErrorKind::OutOfMemory))
-                })?;
-                file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
-                loop {
-                    let n = (&mut file).take(1 << 22).read_to_end(&mut text).map_err(io)?;
-                    if n == 0 {
-                        break;
-                    }
-                    done.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                text
-            }
+        // The scan gave up (another shape): read whole, then parsed by serde.
+        let text = if size >= PARALLEL_READ_FROM {
+            read_halves(&file, size, path, done)?
+        } else {
+            read_size(&file, len, path, done)?
         };
         crate::dryrun_json::read_counted(&text, path, done)
     }

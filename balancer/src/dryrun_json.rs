@@ -324,8 +324,9 @@ pub(crate) fn read_counted(text: &[u8], path: &Path, done: &AtomicU64) -> Result
 /// Reads the dry run from `file` (of `size` bytes when opened) by chunks, scanning each as
 /// it is read, when it is of the plain shape neurodamus writes ([`scan`]); adds to `done`
 /// the bytes read and parsed as it goes (twice `size` when it succeeds). `Ok(None)` when
-/// the scan gives up or the file changed size while read (the caller then reads it whole);
-/// the error of a failed read, or of [`finish`].
+/// the scan gives up (the caller then reads it whole); an error when the file changed size
+/// while read (still being written: [`crate::dryrun_read::changed`]), a read failed, or from
+/// [`finish`].
 pub(crate) fn scan_file(
     file: &std::fs::File,
     size: u64,
@@ -348,14 +349,15 @@ pub(crate) fn scan_file(
     };
     let root = match scan::scan(input, &progress) {
         Ok(Some(root)) => root,
-        Ok(None) | Err(scan::Fault::Changed | scan::Fault::Long) => return Ok(None),
+        Ok(None) | Err(scan::Fault::Long) => return Ok(None),
+        Err(scan::Fault::Changed) => return Err(crate::dryrun_read::changed(file, size, path)),
         Err(scan::Fault::Io(e)) => return Err(BalancerError::io(path, e)),
     };
-    // Grown since it was opened: read again whole.
+    // Grown since it was opened.
     let mut more = [0u8; 1];
     match std::os::unix::fs::FileExt::read_at(file, &mut more, size) {
         Ok(0) => {}
-        Ok(_) => return Ok(None),
+        Ok(_) => return Err(crate::dryrun_read::changed(file, size, path)),
         Err(e) => return Err(BalancerError::io(path, e)),
     }
     done.store(base + 2 * size, Ordering::Relaxed);
@@ -1726,15 +1728,23 @@ mod tests {
                 (r, _) => panic!("{ok} {fail}: {:?}", r.map(|r| r.is_some())),
             }
         }
-        // A file longer than the size it had (it grew) or shorter (it shrank): read whole by
-        // the caller; of the size it has, read by the scan.
+        // A file longer than the size it had (it grew) or shorter (it shrank): an error that
+        // says so (it was read on as it grew); of the size it has, read by the scan.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cm.json");
         std::fs::write(&path, [&text[..], b"\n"].concat()).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         let done = AtomicU64::new(0);
-        assert!(scan_file(&file, len, &path, &done).unwrap().is_none());
-        assert!(scan_file(&file, len + 2, &path, &done).unwrap().is_none());
+        for at_open in [len, len + 2] {
+            let e = scan_file(&file, at_open, &path, &done).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!(
+                    "the file changed while it was read ({at_open} bytes when opened, {} bytes now)",
+                    len + 1
+                )),
+                "{e}"
+            );
+        }
         let (scanned, _) = scan_file(&file, len + 1, &path, &done).unwrap().unwrap();
         assert!(scanned == read(&text, &path).unwrap().0);
         assert_eq!(scanned.cell_count(), d.cell_count());

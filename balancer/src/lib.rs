@@ -10,6 +10,7 @@ pub mod circuit;
 pub mod corenrn;
 pub mod dryrun;
 mod dryrun_json;
+mod dryrun_read;
 pub mod error;
 pub mod files;
 pub mod filesdat;

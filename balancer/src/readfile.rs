@@ -19,8 +19,8 @@ pub enum ReadError {
     NotRegular(&'static str),
     /// The file holds more than the limit: its size (at open, or as read).
     TooLarge(u64),
-    /// The file's size changed while it was read: the size at open and what was read.
-    Changed { at_open: u64, read: u64 },
+    /// The file's size changed while it was read: its size at open and after.
+    Changed { at_open: u64, now: u64 },
 }
 
 impl std::fmt::Display for ReadError {
@@ -29,9 +29,9 @@ impl std::fmt::Display for ReadError {
             ReadError::Io(e) => write!(f, "{e}"),
             ReadError::NotRegular(kind) => write!(f, "it is {kind}, not a regular file"),
             ReadError::TooLarge(n) => write!(f, "{n} bytes or more"),
-            ReadError::Changed { at_open, read } => write!(
+            ReadError::Changed { at_open, now } => write!(
                 f,
-                "the file changed while it was read ({at_open} bytes when opened, {read} read): is it still being written? Read it once it is complete"
+                "the file changed while it was read ({at_open} bytes when opened, {now} bytes now): is it still being written? Read it once it is complete"
             ),
         }
     }
@@ -101,11 +101,18 @@ pub fn read_exactly(file: File, size: u64) -> Result<Vec<u8>, ReadError> {
         .try_reserve_exact(len)
         .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
     // One byte more than the size tells a file that grew.
-    let read = file.take(size.saturating_add(1)).read_to_end(&mut bytes)? as u64;
+    let read = (&file).take(size.saturating_add(1)).read_to_end(&mut bytes)? as u64;
     if read != size {
-        return Err(ReadError::Changed { at_open: size, read });
+        return Err(changed(&file, size));
     }
     Ok(bytes)
+}
+
+/// [`ReadError::Changed`] for `file`, `at_open` bytes when opened (its size now from
+/// `fstat`).
+pub fn changed(file: &File, at_open: u64) -> ReadError {
+    let now = file.metadata().map_or(at_open, |m| m.len());
+    ReadError::Changed { at_open, now }
 }
 
 #[cfg(test)]
@@ -148,16 +155,13 @@ mod tests {
         let mut append = std::fs::OpenOptions::new().append(true).open(&f).unwrap();
         std::io::Write::write_all(&mut append, b"more").unwrap();
         match read_exactly(file, size) {
-            Err(ReadError::Changed {
-                at_open: 10,
-                read: 11,
-            }) => {}
+            Err(ReadError::Changed { at_open: 10, now: 14 }) => {}
             r => panic!("{:?}", r.map(|b| b.len())),
         }
         let (file, size) = open_regular(&f).unwrap();
         std::fs::File::create(&f).unwrap().set_len(3).unwrap();
         match read_exactly(file, size) {
-            Err(ReadError::Changed { at_open: 14, read: 3 }) => {}
+            Err(ReadError::Changed { at_open: 14, now: 3 }) => {}
             r => panic!("{:?}", r.map(|b| b.len())),
         }
     }
