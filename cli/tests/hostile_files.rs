@@ -422,3 +422,78 @@ fn the_pools_free_list_is_in_the_memory_precheck() {
         );
     }
 }
+
+/// Finding 12: cells of 0 KB (`metype_memory` 0, -0, or 1e-400, which reads as 0) are
+/// spread over the ranks by count, as rebalance-corenrn spreads 0-byte groups: lpt put all
+/// 8 on rank 0 and warned, falsely, that there were more ranks × cycles than cells.
+#[test]
+fn cells_of_zero_kb_are_spread_by_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    for memory in ["0", "-0", "1e-400", "0.0"] {
+        let text = format!(
+            r#"{{"metype_memory": {{"Z": {memory}}}, "pop_metype_gids": {{"P": {{"Z": [0, 1, 2, 3, 4, 5, 6, 7]}}}}}}"#
+        );
+        fs::write(d.join("cm.json"), text).unwrap();
+        for (ranks, cycles) in [("8", "1"), ("4", "2"), ("3", "1")] {
+            let out = format!("out-{memory}-{ranks}-{cycles}");
+            let o = run(
+                &[
+                    "dry-run",
+                    "--memory-usage",
+                    "cm.json",
+                    "--num-target-ranks",
+                    ranks,
+                    "--cycles",
+                    cycles,
+                    "--output-dir",
+                    &out,
+                ],
+                d,
+            );
+            let e = stderr(&o);
+            assert!(o.status.success(), "{e}");
+            assert!(!e.contains("got no cell"), "{memory} {ranks}×{cycles}: {e}");
+            let a = ballast_balancer::read_allocation(
+                &d.join(&out).join(format!("allocation_r{ranks}_c{cycles}.pkl.gz")),
+            )
+            .unwrap();
+            let sizes: Vec<usize> = a.populations[0].buckets.values().map(Vec::len).collect();
+            let buckets: usize = ranks.parse::<usize>().unwrap() * cycles.parse::<usize>().unwrap();
+            assert_eq!(sizes.iter().sum::<usize>(), 8);
+            assert_eq!(
+                sizes.len(),
+                buckets.min(8),
+                "{memory} {ranks}×{cycles}: {sizes:?}"
+            );
+            assert!(
+                sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1,
+                "{sizes:?}"
+            );
+        }
+    }
+    // Heavy cells and weightless ones: the weightless fill the buckets with fewest cells.
+    let text = r#"{"metype_memory": {"H": 100, "Z": 0}, "pop_metype_gids": {"P": {"H": [0, 1], "Z": [2, 3, 4, 5]}}}"#;
+    fs::write(d.join("cm.json"), text).unwrap();
+    let o = run(
+        &[
+            "dry-run",
+            "--memory-usage",
+            "cm.json",
+            "--num-target-ranks",
+            "3",
+            "--output-dir",
+            "mixed",
+        ],
+        d,
+    );
+    assert!(
+        o.status.success() && !stderr(&o).contains("got no cell"),
+        "{}",
+        stderr(&o)
+    );
+    let a = ballast_balancer::read_allocation(&d.join("mixed/allocation_r3_c1.pkl.gz")).unwrap();
+    let mut sizes: Vec<usize> = a.populations[0].buckets.values().map(Vec::len).collect();
+    sizes.sort();
+    assert_eq!(sizes, [2, 2, 2]);
+}
