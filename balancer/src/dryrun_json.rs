@@ -230,7 +230,14 @@ impl<'de> Deserialize<'de> for Gids {
                 while let Some(g) = seq.next_element::<Gid>()? {
                     if bad.is_none() {
                         match g {
-                            Gid::Ok(g) => gids.push(g),
+                            Gid::Ok(g) => {
+                                if gids.len() == gids.capacity()
+                                    && gids.try_reserve(gids.len().max(64)).is_err()
+                                {
+                                    return Err(serde::de::Error::custom(crate::dryrun_read::OUT_OF_MEMORY));
+                                }
+                                gids.push(g)
+                            }
                             Gid::Bad(v) => bad = Some((i, shorten(&v.to_string()))),
                         }
                     }
@@ -352,6 +359,7 @@ pub(crate) fn scan_file(
         Ok(None) | Err(scan::Fault::Long) => return Ok(None),
         Err(scan::Fault::Changed) => return Err(crate::dryrun_read::changed(file, size, path)),
         Err(scan::Fault::Io(e)) => return Err(BalancerError::io(path, e)),
+        Err(scan::Fault::Memory) => return Err(crate::dryrun_read::out_of_memory(path)),
     };
     // Grown since it was opened.
     let mut more = [0u8; 1];
@@ -481,11 +489,14 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
             let Gids::Array { gids, bad } = gids else {
                 return Err(err(field(), "expected an array of gids".into()));
             };
-            let repeat = seen.first_repeat(gids).unwrap_or_else(|Sparse| {
-                seen = Seen::sparse(list, k);
-                seen.first_repeat(gids)
-                    .expect("a sparse population's Seen takes any gid")
-            });
+            let repeat = match seen.first_repeat(gids) {
+                Ok(repeat) => repeat,
+                Err(Sparse) => {
+                    seen = Seen::sparse(list, k).ok_or_else(|| crate::dryrun_read::out_of_memory(path))?;
+                    seen.first_repeat(gids)
+                        .expect("a sparse population's Seen takes any gid")
+                }
+            };
             if let Some(i) = repeat {
                 return Err(err(
                     format!("{}[{i}]", field()),
@@ -587,6 +598,8 @@ mod scan {
         Io(io::Error),
         /// A token longer than [`Window::keep`].
         Long,
+        /// A gid array could not grow (`try_reserve`: `ulimit -v`, or the machine's memory).
+        Memory,
     }
 
     /// What a scan reads: `size` bytes of `src`, in chunks of `window`; the bytes read are
@@ -823,6 +836,10 @@ mod scan {
                     break false;
                 };
                 self.at += len;
+                if gids.len() == gids.capacity() && gids.try_reserve(gids.len().max(64)).is_err() {
+                    self.fault = Some(Fault::Memory);
+                    break false;
+                }
                 gids.push(gid);
                 match self.peek() {
                     Some(b',') => self.at += 1,
@@ -833,9 +850,12 @@ mod scan {
                     _ => break false,
                 }
             };
-            let array = done.then(|| gids.to_vec());
+            let array = done.then(|| crate::dryrun_read::try_copy(&gids));
             self.scratch = gids;
-            let array = array?;
+            let Some(array) = array? else {
+                self.fault = Some(Fault::Memory);
+                return None;
+            };
             (self.progress)(self.pos() as usize);
             Some(Gids::Array {
                 gids: array,
@@ -1191,22 +1211,26 @@ impl Seen {
     }
 
     /// The way of a sparse population whose first `checked` entries were found without a
-    /// repeat (marked seen again when a hash set walks it).
-    fn sparse(per_metype: &[(String, Gids)], checked: usize) -> Seen {
+    /// repeat (marked seen again when a hash set walks it); `None` when the memory for its
+    /// copy or its set cannot be had.
+    fn sparse(per_metype: &[(String, Gids)], checked: usize) -> Option<Seen> {
         let count: usize = arrays(per_metype).map(<[u32]>::len).sum();
-        let mut all: Vec<u32> = Vec::with_capacity(count);
+        let mut all: Vec<u32> = Vec::new();
+        all.try_reserve_exact(count).ok()?;
         for a in arrays(per_metype) {
             all.extend_from_slice(a);
         }
         all.sort_unstable();
         if all.windows(2).all(|w| w[0] != w[1]) {
-            return Seen::Distinct;
+            return Some(Seen::Distinct);
         }
-        let mut set = std::collections::HashSet::with_capacity(count);
+        drop(all);
+        let mut set = std::collections::HashSet::new();
+        set.try_reserve(count).ok()?;
         for a in arrays(&per_metype[..checked]) {
             set.extend(a.iter().copied());
         }
-        Seen::Set(set)
+        Some(Seen::Set(set))
     }
 
     /// Marks `gids` seen, in order; the index of the first one already seen, if any, or

@@ -90,6 +90,34 @@ pub(crate) fn changed(file: &fs::File, at_open: u64, path: &Path) -> BalancerErr
     crate::readfile::changed(file, at_open).at(path)
 }
 
+/// The message of a gid array that could not grow (serde's custom error, recognised by
+/// [`crate::jsonerror::json_error`]).
+pub(crate) const OUT_OF_MEMORY: &str = "not enough memory to hold its gids";
+
+/// The error for a dry-run file whose gids do not fit in the memory this process can get:
+/// arrays grow with `try_reserve`, so `ulimit -v` or the machine's memory ends the read
+/// with this instead of an abort. Two bytes of text (`1,`) are a 4-byte gid.
+pub(crate) fn out_of_memory(path: &Path) -> BalancerError {
+    BalancerError::io(
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            format!(
+                "{OUT_OF_MEMORY} (4 bytes each, and a copy of the array being read: up to 4 times the file's size for gids of one digit); available: {} (MemAvailable, or ulimit -v)",
+                crate::limits::available_memory().map_or("unknown".into(), crate::limits::human_bytes)
+            ),
+        ),
+    )
+}
+
+/// A copy of `gids` in a vector of their length, or `None` when the memory cannot be had.
+pub(crate) fn try_copy(gids: &[u32]) -> Option<Vec<u32>> {
+    let mut copy = Vec::new();
+    copy.try_reserve_exact(gids.len()).ok()?;
+    copy.extend_from_slice(gids);
+    Some(copy)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

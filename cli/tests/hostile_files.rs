@@ -497,3 +497,61 @@ fn cells_of_zero_kb_are_spread_by_count() {
     sizes.sort();
     assert_eq!(sizes, [2, 2, 2]);
 }
+
+/// Finding 8: a `cell_memory_usage.json` of gids `1,1,1,…` (2 bytes of text, 4 bytes of
+/// gid, and a copy of the array while it is read) passed the pre-check on its size and
+/// aborted ("memory allocation failed") under `ulimit -v`. Its gid arrays grow with
+/// `try_reserve`: under every limit the read ends with a message, in the scanner (plain
+/// shape), the serde reader (another key first) and the duplicate check of a sparse
+/// population (a gid beyond the bitmap first).
+#[test]
+fn gids_that_do_not_fit_in_memory_are_refused_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let ones = "1,".repeat(20_000_000);
+    let files = [
+        (
+            "plain.json",
+            format!(r#"{{"metype_memory": {{"a": 1.0}}, "pop_metype_gids": {{"p": {{"a": [{ones}1]}}}}}}"#),
+        ),
+        (
+            "serde.json",
+            format!(
+                r#"{{"x": 1, "metype_memory": {{"a": 1.0}}, "pop_metype_gids": {{"p": {{"a": [{ones}1]}}}}}}"#
+            ),
+        ),
+        (
+            "sparse.json",
+            format!(
+                r#"{{"metype_memory": {{"a": 1.0}}, "pop_metype_gids": {{"p": {{"a": [4000000000, {ones}1]}}}}}}"#
+            ),
+        ),
+    ];
+    for (name, text) in &files {
+        fs::write(d.join(name), text).unwrap();
+        let mut refused = 0;
+        for limit_kb in [200_000, 300_000, 400_000, 600_000] {
+            let o = std::process::Command::new("sh")
+                .current_dir(d)
+                .args([
+                    "-c",
+                    &format!("ulimit -v {limit_kb}; exec \"$0\" \"$@\""),
+                    env!("CARGO_BIN_EXE_ballast"),
+                ])
+                .args(["dry-run", "--memory-usage", name, "--num-target-ranks", "2"])
+                .output()
+                .unwrap();
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(1), "{name} under ulimit -v {limit_kb}: {e}");
+            if e.contains(&format!("{name}: not enough memory to hold its gids")) {
+                refused += 1;
+            } else {
+                assert!(
+                    e.contains("gid 1 is listed twice"),
+                    "{name} under ulimit -v {limit_kb}: {e}"
+                );
+            }
+        }
+        assert!(refused > 0, "{name}: no limit was low enough to test the refusal");
+    }
+}
