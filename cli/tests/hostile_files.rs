@@ -136,6 +136,25 @@ fn outputs_that_are_fifos_or_devices_are_refused() {
         );
         assert!(still_special(&node), "{} was replaced", node.display());
     }
+    // `run`'s out.dat and report.json: refused before the run.
+    for name in ["out.dat", "report.json"] {
+        let out = d.join(format!("run-{name}"));
+        fs::create_dir(&out).unwrap();
+        let node = out.join(name);
+        mkfifo(&node);
+        let o = run_sim(d, "", &["--ranks", "2", "--output", out.to_str().unwrap()]).expect("hung");
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{e}");
+        assert!(
+            e.contains("refusing to write") && e.contains(node.to_str().unwrap()),
+            "{e}"
+        );
+        assert!(still_special(&node));
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("spikes"),
+            "the run ran"
+        );
+    }
     // A symlink to a regular file is fine.
     fs::write(d.join("real.dat"), b"old").unwrap();
     std::os::unix::fs::symlink(d.join("real.dat"), d.join("link.dat")).unwrap();
