@@ -26,6 +26,7 @@ use serde_json::Value;
 use crate::dryrun::{DryRun, Metype, Population, KNOWN_KEYS};
 use crate::error::{BalancerError, Result};
 use crate::quote::{quote, shorten};
+use crate::seen::{Seen, Sparse};
 
 /// Entries of one JSON object in first-seen key order; a repeated key replaces its value in
 /// place (as serde_json's `Map` with `preserve_order`).
@@ -475,7 +476,7 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
             ));
         };
         let list = &per_metype.list;
-        let mut seen = Seen::new(list);
+        let mut seen = Seen::new(arrays(list).map(<[u32]>::len).sum());
         // Each entry's metype, checked in order before the gids are moved out.
         let mut metype_index = Vec::with_capacity(list.len());
         for (k, (metype, gids)) in list.iter().enumerate() {
@@ -492,7 +493,8 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
             let repeat = match seen.first_repeat(gids) {
                 Ok(repeat) => repeat,
                 Err(Sparse) => {
-                    seen = Seen::sparse(list, k).ok_or_else(|| crate::dryrun_read::out_of_memory(path))?;
+                    seen = Seen::sparse(arrays(list), arrays(&list[..k]))
+                        .ok_or_else(|| crate::dryrun_read::out_of_memory(path))?;
                     seen.first_repeat(gids)
                         .expect("a sparse population's Seen takes any gid")
                 }
@@ -1180,78 +1182,12 @@ mod scan {
     }
 }
 
-/// The gids of one population seen so far, to find the first gid listed twice (in file
-/// order). A bitmap while the gids are compact (below about one byte per gid, plus 8 KiB:
-/// allocated at that size, only the pages it uses are touched); once a gid is beyond it,
-/// the population is sparse: it is checked once by sorting a copy, and only when it does
-/// repeat a gid is it walked with a hash set. Each way finds the same first repeat.
-enum Seen {
-    Bitmap(Vec<u64>),
-    /// No gid repeats in the population.
-    Distinct,
-    Set(std::collections::HashSet<u32>),
-}
-
-/// A gid beyond a [`Seen::Bitmap`]: the population is sparse.
-#[derive(Debug)]
-struct Sparse;
-
 /// The gid arrays of a population's entries.
-fn arrays(per_metype: &[(String, Gids)]) -> impl Iterator<Item = &[u32]> {
+fn arrays(per_metype: &[(String, Gids)]) -> impl Iterator<Item = &[u32]> + Clone {
     per_metype.iter().filter_map(|(_, g)| match g {
         Gids::Array { gids, .. } => Some(gids.as_slice()),
         Gids::Other => None,
     })
-}
-
-impl Seen {
-    fn new(per_metype: &[(String, Gids)]) -> Seen {
-        let count: usize = arrays(per_metype).map(<[u32]>::len).sum();
-        Seen::Bitmap(vec![0; (8 * count + 65536).div_ceil(64)])
-    }
-
-    /// The way of a sparse population whose first `checked` entries were found without a
-    /// repeat (marked seen again when a hash set walks it); `None` when the memory for its
-    /// copy or its set cannot be had.
-    fn sparse(per_metype: &[(String, Gids)], checked: usize) -> Option<Seen> {
-        let count: usize = arrays(per_metype).map(<[u32]>::len).sum();
-        let mut all: Vec<u32> = Vec::new();
-        all.try_reserve_exact(count).ok()?;
-        for a in arrays(per_metype) {
-            all.extend_from_slice(a);
-        }
-        all.sort_unstable();
-        if all.windows(2).all(|w| w[0] != w[1]) {
-            return Some(Seen::Distinct);
-        }
-        drop(all);
-        let mut set = std::collections::HashSet::new();
-        set.try_reserve(count).ok()?;
-        for a in arrays(&per_metype[..checked]) {
-            set.extend(a.iter().copied());
-        }
-        Some(Seen::Set(set))
-    }
-
-    /// Marks `gids` seen, in order; the index of the first one already seen, if any, or
-    /// [`Sparse`] at a gid beyond the bitmap (those before it marked).
-    fn first_repeat(&mut self, gids: &[u32]) -> std::result::Result<Option<usize>, Sparse> {
-        match self {
-            Seen::Bitmap(bits) => {
-                for (i, &g) in gids.iter().enumerate() {
-                    let (w, b) = (g as usize / 64, 1u64 << (g % 64));
-                    let word = bits.get_mut(w).ok_or(Sparse)?;
-                    if *word & b != 0 {
-                        return Ok(Some(i));
-                    }
-                    *word |= b;
-                }
-                Ok(None)
-            }
-            Seen::Distinct => Ok(None),
-            Seen::Set(set) => Ok(gids.iter().position(|&g| !set.insert(g))),
-        }
-    }
 }
 
 #[cfg(test)]

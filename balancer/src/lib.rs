@@ -23,6 +23,7 @@ pub mod nodesuggest;
 pub mod pickle;
 pub mod quote;
 pub mod readfile;
+mod seen;
 #[cfg(feature = "sonata")]
 pub mod sonata;
 pub mod strategy;
