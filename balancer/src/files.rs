@@ -437,7 +437,24 @@ pub fn load_or_generate(
                 sidecar.display(),
                 theirs.differences(&ours).join(", ")
             )),
-            Ok(_) => {}
+            // No sidecar (neurodamus' own file, or one copied without it): a file renamed
+            // from fewer ranks shows as ranks without any cell although cells are enough.
+            Ok(None) => {
+                let mut used = std::collections::BTreeSet::new();
+                for p in &allocation.populations {
+                    used.extend(p.buckets.iter().filter(|(_, g)| !g.is_empty()).map(|(b, _)| b.rank));
+                }
+                let empty = (ranks as usize).saturating_sub(used.len());
+                if empty > 0 && dry_run.cell_count() >= ranks as usize {
+                    warnings.push(format!(
+                        "{}: {empty} of its {ranks} ranks get no cell although there are {} cells, and it has no sidecar ({}) to say what it was balanced for: was it written for fewer ranks and renamed? Move it away to have it regenerated",
+                        path.display(),
+                        dry_run.cell_count(),
+                        sidecar.display()
+                    ));
+                }
+            }
+            Ok(Some(_)) => {}
             Err(e) => warnings.push(format!("{e} (cannot tell which costs the allocation was balanced with)")),
         }
         return Ok(LoadedAllocation {

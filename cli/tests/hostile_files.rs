@@ -251,7 +251,7 @@ fn sidecars_and_allocations_that_are_not_regular_files_are_refused() {
 
 /// Finding 13: an allocation for 2 ranks renamed for 4, with its sidecar (`"ranks": 2`),
 /// is refused with the counts of both (it ran with two empty ranks); so is one whose
-/// sidecar names other cycles.
+/// sidecar names other cycles; without a sidecar, its empty ranks are a warning.
 #[test]
 fn an_allocation_renamed_for_another_rank_count_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -275,6 +275,16 @@ fn an_allocation_renamed_for_another_rank_count_is_refused() {
         "{e}"
     );
     assert!(!d.join("four").exists());
+    // Without its sidecar: a warning that two of the four ranks get no cell.
+    fs::rename(d.join("allocation_r4_c1.json"), d.join("moved.json")).unwrap();
+    let o = run_sim(d, "", &["--ranks", "4", "--output", "nosidecar"]).unwrap();
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(
+        e.contains("allocation_r4_c1.pkl.gz: 2 of its 4 ranks get no cell although there are 200 cells, and it has no sidecar"),
+        "{e}"
+    );
+    fs::rename(d.join("moved.json"), d.join("allocation_r4_c1.json")).unwrap();
     // The same counts in the sidecar: read as before.
     let mut side: serde_json::Value =
         serde_json::from_slice(&fs::read(d.join("allocation_r4_c1.json")).unwrap()).unwrap();
