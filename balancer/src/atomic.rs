@@ -11,7 +11,10 @@
 //! and SIGHUP by a handler installed with the first one (a thread of signal-hook's, which
 //! then ends the process as the signal's default action would), and so are the directories
 //! [`create_dir_all`] made, where still empty. Files get mode 0666 less the umask, like any
-//! newly created file.
+//! newly created file. An output path that exists and is not a regular file (a FIFO, a
+//! device node, a socket, a directory; a symlink to a regular file is fine) is refused,
+//! never replaced ([`refuse_special`]): checked when the file is started and again just
+//! before it is put in place.
 use std::fs::File;
 use std::io::{self, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -169,6 +172,7 @@ impl AtomicFile {
     /// [`AtomicFile::create`] with a chosen method ([`Method::Unnamed`] falls back to
     /// [`Method::Named`] where `O_TMPFILE` is unsupported).
     pub fn create_with(target: &Path, method: Method) -> Result<AtomicFile> {
+        refuse_special(target)?;
         let dir = parent_dir(target).to_owned();
         install_handler();
         if method == Method::Unnamed {
@@ -233,6 +237,8 @@ impl AtomicFile {
     fn place(mut self) -> Result<()> {
         let target = self.target.clone();
         let mut guard = live();
+        // Made a FIFO or a device since the file was started: the temporary goes, the node stays.
+        refuse_special(&target)?;
         if let Some(temp) = self.temp.take() {
             let renamed = std::fs::rename(&temp, &target);
             if renamed.is_err() {
@@ -388,6 +394,43 @@ pub fn commit_all(files: Vec<AtomicFile>) -> Result<Vec<PathBuf>> {
     Ok(targets)
 }
 
+/// What a file that is not a regular file is, for messages (`None` for a regular file).
+pub fn special_kind(meta: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    Some(if t.is_file() {
+        return None;
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    })
+}
+
+/// Errors when `output` exists and is not a regular file, symlinks followed: an output only
+/// ever replaces a regular file (a FIFO or a device node, `/dev/null` as root, would be
+/// replaced by a regular file). A missing path, or a symlink to a regular file, is fine.
+pub fn refuse_special(output: &Path) -> Result<()> {
+    let Ok(meta) = std::fs::metadata(output) else {
+        return Ok(());
+    };
+    match special_kind(&meta) {
+        None => Ok(()),
+        Some(kind) => Err(BalancerError::InvalidParameter(format!(
+            "refusing to write {}: it exists and is {kind}, not a regular file; an output only replaces a regular file (or a symlink to one): write elsewhere",
+            output.display()
+        ))),
+    }
+}
+
 /// An input file, named by the option that gave it (for messages).
 #[derive(Debug, Clone)]
 pub struct Input {
@@ -512,6 +555,80 @@ mod tests {
             "{e}"
         );
         assert!(dir.path().join("a").is_file() && !dir.path().join("c").exists());
+    }
+
+    /// A FIFO and a character device made in `dir` (the device numbers of `/dev/null`, so
+    /// writing it would be harmless; never the real `/dev`); the device only as root.
+    fn special_nodes(dir: &Path) -> Vec<PathBuf> {
+        use rustix::fs::{makedev, mknodat, FileType};
+        let fifo = dir.join("fifo");
+        mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o666), 0).unwrap();
+        let mut nodes = vec![fifo];
+        let dev = dir.join("null");
+        match mknodat(
+            CWD,
+            &dev,
+            FileType::CharacterDevice,
+            Mode::from_raw_mode(0o666),
+            makedev(1, 3),
+        ) {
+            Ok(()) => nodes.push(dev),
+            Err(e) => eprintln!("SKIP the device node case: mknod: {e} (needs root)"),
+        }
+        nodes
+    }
+
+    #[test]
+    fn special_files_are_refused_never_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().unwrap();
+        for node in special_nodes(dir.path()) {
+            let kind = std::fs::symlink_metadata(&node).unwrap().file_type();
+            for method in [Method::Unnamed, Method::Named] {
+                let e = AtomicFile::create_with(&node, method).unwrap_err().to_string();
+                assert!(
+                    e.contains("refusing to write")
+                        && e.contains(&node.display().to_string())
+                        && e.contains("not a regular file"),
+                    "{e}"
+                );
+            }
+            let e = write_file(&node, b"x").unwrap_err().to_string();
+            assert!(e.contains("refusing to write"), "{e}");
+            // Through a symlink too.
+            let link = dir
+                .path()
+                .join(format!("{}.link", node.file_name().unwrap().to_string_lossy()));
+            std::os::unix::fs::symlink(&node, &link).unwrap();
+            assert!(write_file(&link, b"x").is_err());
+            let now = std::fs::symlink_metadata(&node).unwrap().file_type();
+            assert!(now.is_fifo() == kind.is_fifo() && now.is_char_device() == kind.is_char_device());
+        }
+        // Made a FIFO after the file was started: refused at the commit, nothing left.
+        for method in [Method::Unnamed, Method::Named] {
+            let late = dir.path().join(format!("late-{method:?}"));
+            let mut f = AtomicFile::create_with(&late, method).unwrap();
+            f.write_all(b"data").unwrap();
+            rustix::fs::mknodat(
+                CWD,
+                &late,
+                rustix::fs::FileType::Fifo,
+                Mode::from_raw_mode(0o666),
+                0,
+            )
+            .unwrap();
+            let e = f.commit().unwrap_err().to_string();
+            assert!(e.contains("FIFO"), "{e}");
+            assert!(std::fs::symlink_metadata(&late).unwrap().file_type().is_fifo());
+        }
+        assert!(entries(dir.path()).iter().all(|e| !e.ends_with(".tmp")));
+        // A symlink to a regular file is an output like any other.
+        let regular = dir.path().join("regular");
+        std::fs::write(&regular, b"old").unwrap();
+        let link = dir.path().join("to-regular");
+        std::os::unix::fs::symlink(&regular, &link).unwrap();
+        write_file(&link, b"new").unwrap();
+        assert_eq!(std::fs::read(&link).unwrap(), b"new");
     }
 
     #[test]

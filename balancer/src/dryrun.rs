@@ -8,7 +8,7 @@
 //! synapses, as in neurodamus (its `Counter` drops zero counts).
 use std::collections::HashSet;
 use std::fs;
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{BalancerError, Result};
 use crate::gidmap::GidMap;
+use crate::quote::{quote, shorten};
 
 /// Top-level keys of neurodamus' `cell_memory_usage.json`.
 pub const KNOWN_KEYS: [&str; 3] = ["metype_memory", "metype_cell_syn_average", "pop_metype_gids"];
@@ -108,54 +109,7 @@ pub struct DryRun {
     pub populations: Vec<Population>,
 }
 
-/// Files from this size are read in two halves on two threads.
-const PARALLEL_READ_FROM: usize = 1 << 22;
-
-/// Errors unless the `size` bytes of the file at `path` fit in the memory available.
-fn check_read_memory(size: usize, path: &Path) -> Result<()> {
-    crate::limits::check_memory(
-        &format!("reading {}", path.display()),
-        size as u64,
-        crate::limits::available_memory(),
-    )
-}
-
-/// Reads the `size` bytes of `file` as two halves on two threads (the copies and page faults
-/// of a large file shared by two cores), adding to `done` as chunks arrive. `Ok(None)` when
-/// the file is no longer `size` bytes long. Errors: the memory is not available, or a read
-/// fails.
-fn read_halves(file: &fs::File, size: usize, path: &Path, done: &AtomicU64) -> Result<Option<Vec<u8>>> {
-    use std::os::unix::fs::FileExt;
-    check_read_memory(size, path)?;
-    let mut text = vec![0u8; size];
-    let (first, second) = text.split_at_mut(size / 2);
-    let read = |part: &mut [u8], offset: usize| -> std::io::Result<()> {
-        for (i, chunk) in part.chunks_mut(1 << 22).enumerate() {
-            file.read_exact_at(chunk, (offset + (i << 22)) as u64)?;
-            done.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-        }
-        Ok(())
-    };
-    let (a, b) = std::thread::scope(|s| {
-        let b = s.spawn(|| read(second, size / 2));
-        (
-            read(first, 0),
-            b.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
-    });
-    match a.and(b) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(BalancerError::io(path, e)),
-    }
-    // Grown since: read again in one piece.
-    let mut more = [0u8; 1];
-    match file.read_at(&mut more, size as u64) {
-        Ok(0) => Ok(Some(text)),
-        Ok(_) => Ok(None),
-        Err(e) => Err(BalancerError::io(path, e)),
-    }
-}
+use crate::dryrun_read::{check_read_memory, read_halves, read_size, PARALLEL_READ_FROM};
 
 impl DryRun {
     /// Total number of cells over all populations.
@@ -218,14 +172,14 @@ impl DryRun {
                         *m,
                         field,
                         format!(
-                            "{} cell{} of {} KB each ({} KB memory + {SYNAPSE_KB} KB × {} synapses) in population {:?} bring the total to {} KB, \
+                            "{} cell{} of {} KB each ({} KB memory + {SYNAPSE_KB} KB × {} synapses) in population {} bring the total to {} KB, \
                              above the {MAX_TOTAL_KB:e} KB that keeps every sum finite (memory figures are KB per cell)",
                             gids.len(),
                             if gids.len() == 1 { "" } else { "s" },
                             short(metype.cell_kb()),
                             short(metype.memory_kb),
                             short(metype.synapses_per_cell),
-                            p.name,
+                            quote(&p.name),
                             short(total)
                         ),
                     ));
@@ -349,26 +303,11 @@ impl DryRun {
             return Ok(read);
         }
         done.store(base, Ordering::Relaxed);
-        let text = match (size >= PARALLEL_READ_FROM).then(|| read_halves(&file, size, path, done)) {
-            Some(Ok(Some(text))) => text,
-            Some(Err(e)) => return Err(e),
-            // Small, or its size changed while it was read: from the start, in one piece.
-            _ => {
-                done.store(0, Ordering::Relaxed);
-                let mut text = Vec::new();
-                text.try_reserve_exact(size).map_err(|_| {
-                    BalancerError::io(path, std::io::Error::from(std::io::ErrorKind::OutOfMemory))
-                })?;
-                file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
-                loop {
-                    let n = (&mut file).take(1 << 22).read_to_end(&mut text).map_err(io)?;
-                    if n == 0 {
-                        break;
-                    }
-                    done.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                text
-            }
+        // The scan gave up (another shape): read whole, then parsed by serde.
+        let text = if size >= PARALLEL_READ_FROM {
+            read_halves(&file, size, path, done)?
+        } else {
+            read_size(&file, len, path, done)?
         };
         crate::dryrun_json::read_counted(&text, path, done)
     }
@@ -377,15 +316,17 @@ impl DryRun {
     /// [`DryRun::from_json_value`]: the reference the streaming reader is tested against.
     #[cfg(test)]
     pub(crate) fn read_via_value(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
-        let value: Value = serde_json::from_slice(text).map_err(|source| json_error(text, path, source))?;
+        let value: Value = serde_json::from_slice(text)
+            .map_err(|source| crate::jsonerror::json_error(text, path, source))?;
         let notes = match value.as_object() {
             Some(root) => root
                 .keys()
                 .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
                 .map(|k| {
                     format!(
-                        "{}: ignoring unknown key {k:?} (known: {})",
+                        "{}: ignoring unknown key {} (known: {})",
                         path.display(),
+                        quote(k),
                         KNOWN_KEYS.join(", ")
                     )
                 })
@@ -430,11 +371,11 @@ impl DryRun {
         let mut metypes = Vec::with_capacity(memory.len());
         let mut index = std::collections::HashMap::with_capacity(memory.len());
         for (name, v) in memory {
-            let memory_kb = number(v, format!("metype_memory[{name:?}]"), "KB per cell")?;
+            let memory_kb = number(v, format!("metype_memory[{}]", quote(name)), "KB per cell")?;
             let synapses_per_cell = match syn_average.and_then(|m| m.get(name)) {
                 Some(s) => number(
                     s,
-                    format!("metype_cell_syn_average[{name:?}]"),
+                    format!("metype_cell_syn_average[{}]", quote(name)),
                     "synapses per cell",
                 )?,
                 None => 0.0,
@@ -451,7 +392,7 @@ impl DryRun {
                 // Validate entries for metypes without memory too (they are otherwise unused).
                 number(
                     v,
-                    format!("metype_cell_syn_average[{name:?}]"),
+                    format!("metype_cell_syn_average[{}]", quote(name)),
                     "synapses per cell",
                 )?;
             }
@@ -461,18 +402,18 @@ impl DryRun {
         for (pop, per_metype) in pop_gids {
             let per_metype = per_metype.as_object().ok_or_else(|| {
                 err(
-                    format!("pop_metype_gids[{pop:?}]"),
+                    format!("pop_metype_gids[{}]", quote(pop)),
                     "expected an object {metype: [gid, ...]}".into(),
                 )
             })?;
             let mut seen = HashSet::new();
             let mut metype_gids = Vec::with_capacity(per_metype.len());
             for (metype, gids) in per_metype {
-                let field = format!("pop_metype_gids[{pop:?}][{metype:?}]");
+                let field = format!("pop_metype_gids[{}][{}]", quote(pop), quote(metype));
                 let &m = index.get(metype.as_str()).ok_or_else(|| {
                     err(
                         field.clone(),
-                        format!("metype {metype:?} is absent from metype_memory"),
+                        format!("metype {} is absent from metype_memory", quote(metype)),
                     )
                 })?;
                 let gids = gids
@@ -483,13 +424,16 @@ impl DryRun {
                     let gid = g.as_u64().and_then(|g| u32::try_from(g).ok()).ok_or_else(|| {
                         err(
                             format!("{field}[{i}]"),
-                            format!("gid must be an integer in 0..2^32, got {g}"),
+                            format!(
+                                "gid must be an integer in 0..2^32, got {}",
+                                shorten(&g.to_string())
+                            ),
                         )
                     })?;
                     if !seen.insert(gid) {
                         return Err(err(
                             format!("{field}[{i}]"),
-                            format!("gid {gid} is listed twice in population {pop:?}"),
+                            format!("gid {gid} is listed twice in population {}", quote(pop)),
                         ));
                     }
                     list.push(gid);
@@ -521,7 +465,7 @@ impl DryRun {
         match dry_run.check_costs() {
             Ok(_) => Ok(dry_run),
             Err((m, field, message)) => Err((
-                format!("{}[{:?}]", field.json_key(), dry_run.metypes[m].name),
+                format!("{}[{}]", field.json_key(), quote(&dry_run.metypes[m].name)),
                 message,
             )),
         }
@@ -637,38 +581,6 @@ fn short(x: f64) -> String {
     } else {
         format!("{x:.1}")
     }
-}
-
-/// The error for a file that serde_json cannot read: a Python non-finite literal (`NaN`,
-/// `Infinity`, which Python's json.dump writes for non-finite floats) named as such,
-/// otherwise serde_json's message with its line and column.
-pub(crate) fn json_error(text: &[u8], path: &Path, source: serde_json::Error) -> BalancerError {
-    match non_finite_literal(text, source.line(), source.column()) {
-        Some(lit) => BalancerError::DryRun {
-            path: path.to_owned(),
-            field: format!("line {} column {}", source.line(), source.column()),
-            message: format!(
-                "{lit} is not a finite number (memory and synapse counts must be finite and >= 0)"
-            ),
-        },
-        None => BalancerError::Json {
-            path: path.to_owned(),
-            error: source,
-        },
-    }
-}
-
-/// The Python non-finite literal (`NaN`, `Infinity`, `-Infinity`) at a 1-based line and
-/// column of `text`, if one starts there (serde_json reports the column of its first byte,
-/// or one past it).
-fn non_finite_literal(text: &[u8], line: usize, column: usize) -> Option<&'static str> {
-    let line_text = text.split(|&b| b == b'\n').nth(line.checked_sub(1)?)?;
-    let from = column.saturating_sub(2);
-    let rest = line_text.get(from..)?;
-    let rest = &rest[rest.iter().position(|b| !b.is_ascii_whitespace() && *b != b':')?..];
-    ["NaN", "-Infinity", "Infinity"]
-        .into_iter()
-        .find(|lit| rest.starts_with(lit.as_bytes()))
 }
 
 /// Writes `bytes` to `path` atomically: readers never see a half-written file and a

@@ -25,6 +25,8 @@ use serde_json::Value;
 
 use crate::dryrun::{DryRun, Metype, Population, KNOWN_KEYS};
 use crate::error::{BalancerError, Result};
+use crate::quote::{quote, shorten};
+use crate::seen::{Seen, Sparse};
 
 /// Entries of one JSON object in first-seen key order; a repeated key replaces its value in
 /// place (as serde_json's `Map` with `preserve_order`).
@@ -229,8 +231,15 @@ impl<'de> Deserialize<'de> for Gids {
                 while let Some(g) = seq.next_element::<Gid>()? {
                     if bad.is_none() {
                         match g {
-                            Gid::Ok(g) => gids.push(g),
-                            Gid::Bad(v) => bad = Some((i, v.to_string())),
+                            Gid::Ok(g) => {
+                                if gids.len() == gids.capacity()
+                                    && gids.try_reserve(gids.len().max(64)).is_err()
+                                {
+                                    return Err(serde::de::Error::custom(crate::dryrun_read::OUT_OF_MEMORY));
+                                }
+                                gids.push(g)
+                            }
+                            Gid::Bad(v) => bad = Some((i, shorten(&v.to_string()))),
                         }
                     }
                     i += 1;
@@ -323,8 +332,9 @@ pub(crate) fn read_counted(text: &[u8], path: &Path, done: &AtomicU64) -> Result
 /// Reads the dry run from `file` (of `size` bytes when opened) by chunks, scanning each as
 /// it is read, when it is of the plain shape neurodamus writes ([`scan`]); adds to `done`
 /// the bytes read and parsed as it goes (twice `size` when it succeeds). `Ok(None)` when
-/// the scan gives up or the file changed size while read (the caller then reads it whole);
-/// the error of a failed read, or of [`finish`].
+/// the scan gives up (the caller then reads it whole); an error when the file changed size
+/// while read (still being written: [`crate::dryrun_read::changed`]), a read failed, or from
+/// [`finish`].
 pub(crate) fn scan_file(
     file: &std::fs::File,
     size: u64,
@@ -347,14 +357,16 @@ pub(crate) fn scan_file(
     };
     let root = match scan::scan(input, &progress) {
         Ok(Some(root)) => root,
-        Ok(None) | Err(scan::Fault::Changed | scan::Fault::Long) => return Ok(None),
+        Ok(None) | Err(scan::Fault::Long) => return Ok(None),
+        Err(scan::Fault::Changed) => return Err(crate::dryrun_read::changed(file, size, path)),
         Err(scan::Fault::Io(e)) => return Err(BalancerError::io(path, e)),
+        Err(scan::Fault::Memory) => return Err(crate::dryrun_read::out_of_memory(path)),
     };
-    // Grown since it was opened: read again whole.
+    // Grown since it was opened.
     let mut more = [0u8; 1];
     match std::os::unix::fs::FileExt::read_at(file, &mut more, size) {
         Ok(0) => {}
-        Ok(_) => return Ok(None),
+        Ok(_) => return Err(crate::dryrun_read::changed(file, size, path)),
         Err(e) => return Err(BalancerError::io(path, e)),
     }
     done.store(base + 2 * size, Ordering::Relaxed);
@@ -367,7 +379,7 @@ fn read_serde(text: &[u8], path: &Path) -> Result<Root> {
     let mut de = serde_json::Deserializer::from_slice(text);
     Root::deserialize(&mut de)
         .and_then(|r| de.end().map(|()| r))
-        .map_err(|source| crate::dryrun::json_error(text, path, source))
+        .map_err(|source| crate::jsonerror::json_error(text, path, source))
 }
 
 /// Validates what was read into the dry run and the notes on unknown keys.
@@ -391,8 +403,9 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
         .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
         .map(|k| {
             format!(
-                "{}: ignoring unknown key {k:?} (known: {})",
+                "{}: ignoring unknown key {} (known: {})",
                 path.display(),
+                quote(k),
                 KNOWN_KEYS.join(", ")
             )
         })
@@ -428,11 +441,11 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
     let mut metypes = Vec::with_capacity(memory.list.len());
     let mut index: HashMap<&str, usize> = HashMap::with_capacity(memory.list.len());
     for (name, v) in &memory.list {
-        let memory_kb = number(v, &|| format!("metype_memory[{name:?}]"), "KB per cell")?;
+        let memory_kb = number(v, &|| format!("metype_memory[{}]", quote(name)), "KB per cell")?;
         let synapses_per_cell = match syn_average.and_then(|m| m.get(name)) {
             Some(s) => number(
                 s,
-                &|| format!("metype_cell_syn_average[{name:?}]"),
+                &|| format!("metype_cell_syn_average[{}]", quote(name)),
                 "synapses per cell",
             )?,
             None => 0.0,
@@ -448,7 +461,7 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
         for (name, v) in &avg.list {
             number(
                 v,
-                &|| format!("metype_cell_syn_average[{name:?}]"),
+                &|| format!("metype_cell_syn_average[{}]", quote(name)),
                 "synapses per cell",
             )?;
         }
@@ -458,31 +471,38 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
     for (pop, per_metype) in pop_gids.list {
         let Object::Entries(per_metype) = per_metype else {
             return Err(err(
-                format!("pop_metype_gids[{pop:?}]"),
+                format!("pop_metype_gids[{}]", quote(&pop)),
                 "expected an object {metype: [gid, ...]}".into(),
             ));
         };
         let list = &per_metype.list;
-        let mut seen = Seen::new(list);
+        let mut seen = Seen::new(arrays(list).map(<[u32]>::len).sum());
         // Each entry's metype, checked in order before the gids are moved out.
         let mut metype_index = Vec::with_capacity(list.len());
         for (k, (metype, gids)) in list.iter().enumerate() {
-            let field = || format!("pop_metype_gids[{pop:?}][{metype:?}]");
-            let &m = index
-                .get(metype.as_str())
-                .ok_or_else(|| err(field(), format!("metype {metype:?} is absent from metype_memory")))?;
+            let field = || format!("pop_metype_gids[{}][{}]", quote(&pop), quote(metype));
+            let &m = index.get(metype.as_str()).ok_or_else(|| {
+                err(
+                    field(),
+                    format!("metype {} is absent from metype_memory", quote(metype)),
+                )
+            })?;
             let Gids::Array { gids, bad } = gids else {
                 return Err(err(field(), "expected an array of gids".into()));
             };
-            let repeat = seen.first_repeat(gids).unwrap_or_else(|Sparse| {
-                seen = Seen::sparse(list, k);
-                seen.first_repeat(gids)
-                    .expect("a sparse population's Seen takes any gid")
-            });
+            let repeat = match seen.first_repeat(gids) {
+                Ok(repeat) => repeat,
+                Err(Sparse) => {
+                    seen = Seen::sparse(arrays(list), arrays(&list[..k]))
+                        .ok_or_else(|| crate::dryrun_read::out_of_memory(path))?;
+                    seen.first_repeat(gids)
+                        .expect("a sparse population's Seen takes any gid")
+                }
+            };
             if let Some(i) = repeat {
                 return Err(err(
                     format!("{}[{i}]", field()),
-                    format!("gid {} is listed twice in population {pop:?}", gids[i]),
+                    format!("gid {} is listed twice in population {}", gids[i], quote(&pop)),
                 ));
             }
             if let Some((i, text)) = bad {
@@ -580,6 +600,8 @@ mod scan {
         Io(io::Error),
         /// A token longer than [`Window::keep`].
         Long,
+        /// A gid array could not grow (`try_reserve`: `ulimit -v`, or the machine's memory).
+        Memory,
     }
 
     /// What a scan reads: `size` bytes of `src`, in chunks of `window`; the bytes read are
@@ -816,6 +838,10 @@ mod scan {
                     break false;
                 };
                 self.at += len;
+                if gids.len() == gids.capacity() && gids.try_reserve(gids.len().max(64)).is_err() {
+                    self.fault = Some(Fault::Memory);
+                    break false;
+                }
                 gids.push(gid);
                 match self.peek() {
                     Some(b',') => self.at += 1,
@@ -826,9 +852,12 @@ mod scan {
                     _ => break false,
                 }
             };
-            let array = done.then(|| gids.to_vec());
+            let array = done.then(|| crate::dryrun_read::try_copy(&gids));
             self.scratch = gids;
-            let array = array?;
+            let Some(array) = array? else {
+                self.fault = Some(Fault::Memory);
+                return None;
+            };
             (self.progress)(self.pos() as usize);
             Some(Gids::Array {
                 gids: array,
@@ -1153,74 +1182,12 @@ mod scan {
     }
 }
 
-/// The gids of one population seen so far, to find the first gid listed twice (in file
-/// order). A bitmap while the gids are compact (below about one byte per gid, plus 8 KiB:
-/// allocated at that size, only the pages it uses are touched); once a gid is beyond it,
-/// the population is sparse: it is checked once by sorting a copy, and only when it does
-/// repeat a gid is it walked with a hash set. Each way finds the same first repeat.
-enum Seen {
-    Bitmap(Vec<u64>),
-    /// No gid repeats in the population.
-    Distinct,
-    Set(std::collections::HashSet<u32>),
-}
-
-/// A gid beyond a [`Seen::Bitmap`]: the population is sparse.
-#[derive(Debug)]
-struct Sparse;
-
 /// The gid arrays of a population's entries.
-fn arrays(per_metype: &[(String, Gids)]) -> impl Iterator<Item = &[u32]> {
+fn arrays(per_metype: &[(String, Gids)]) -> impl Iterator<Item = &[u32]> + Clone {
     per_metype.iter().filter_map(|(_, g)| match g {
         Gids::Array { gids, .. } => Some(gids.as_slice()),
         Gids::Other => None,
     })
-}
-
-impl Seen {
-    fn new(per_metype: &[(String, Gids)]) -> Seen {
-        let count: usize = arrays(per_metype).map(<[u32]>::len).sum();
-        Seen::Bitmap(vec![0; (8 * count + 65536).div_ceil(64)])
-    }
-
-    /// The way of a sparse population whose first `checked` entries were found without a
-    /// repeat (marked seen again when a hash set walks it).
-    fn sparse(per_metype: &[(String, Gids)], checked: usize) -> Seen {
-        let count: usize = arrays(per_metype).map(<[u32]>::len).sum();
-        let mut all: Vec<u32> = Vec::with_capacity(count);
-        for a in arrays(per_metype) {
-            all.extend_from_slice(a);
-        }
-        all.sort_unstable();
-        if all.windows(2).all(|w| w[0] != w[1]) {
-            return Seen::Distinct;
-        }
-        let mut set = std::collections::HashSet::with_capacity(count);
-        for a in arrays(&per_metype[..checked]) {
-            set.extend(a.iter().copied());
-        }
-        Seen::Set(set)
-    }
-
-    /// Marks `gids` seen, in order; the index of the first one already seen, if any, or
-    /// [`Sparse`] at a gid beyond the bitmap (those before it marked).
-    fn first_repeat(&mut self, gids: &[u32]) -> std::result::Result<Option<usize>, Sparse> {
-        match self {
-            Seen::Bitmap(bits) => {
-                for (i, &g) in gids.iter().enumerate() {
-                    let (w, b) = (g as usize / 64, 1u64 << (g % 64));
-                    let word = bits.get_mut(w).ok_or(Sparse)?;
-                    if *word & b != 0 {
-                        return Ok(Some(i));
-                    }
-                    *word |= b;
-                }
-                Ok(None)
-            }
-            Seen::Distinct => Ok(None),
-            Seen::Set(set) => Ok(gids.iter().position(|&g| !set.insert(g))),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -1721,15 +1688,23 @@ mod tests {
                 (r, _) => panic!("{ok} {fail}: {:?}", r.map(|r| r.is_some())),
             }
         }
-        // A file longer than the size it had (it grew) or shorter (it shrank): read whole by
-        // the caller; of the size it has, read by the scan.
+        // A file longer than the size it had (it grew) or shorter (it shrank): an error that
+        // says so (it was read on as it grew); of the size it has, read by the scan.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cm.json");
         std::fs::write(&path, [&text[..], b"\n"].concat()).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         let done = AtomicU64::new(0);
-        assert!(scan_file(&file, len, &path, &done).unwrap().is_none());
-        assert!(scan_file(&file, len + 2, &path, &done).unwrap().is_none());
+        for at_open in [len, len + 2] {
+            let e = scan_file(&file, at_open, &path, &done).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!(
+                    "the file changed while it was read ({at_open} bytes when opened, {} bytes now)",
+                    len + 1
+                )),
+                "{e}"
+            );
+        }
         let (scanned, _) = scan_file(&file, len + 1, &path, &done).unwrap().unwrap();
         assert!(scanned == read(&text, &path).unwrap().0);
         assert_eq!(scanned.cell_count(), d.cell_count());

@@ -319,18 +319,26 @@ impl AllocationCosts {
     /// Reads a sidecar; `Ok(None)` when there is none. Bounded: a sidecar is a few hundred
     /// bytes, anything over 1 MiB is refused.
     pub fn read(path: &Path) -> Result<Option<AllocationCosts>> {
-        let meta = match std::fs::metadata(path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(BalancerError::io(path, e)),
+        use crate::readfile::{read_regular, ReadError};
+        // Opened without blocking and checked to be a regular file (a FIFO would hang, a
+        // symlink to a device be read without end); at most 1 MiB read.
+        let text = match read_regular(path, 1 << 20) {
+            Ok(t) => t,
+            Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(ReadError::TooLarge(n)) => {
+                return Err(BalancerError::Pickle {
+                    path: path.to_owned(),
+                    message: format!("{n} bytes: not an allocation sidecar (at most 1 MiB)"),
+                })
+            }
+            Err(e) => return Err(e.at(path)),
         };
-        if meta.len() > 1 << 20 {
+        if text.iter().all(u8::is_ascii_whitespace) {
             return Err(BalancerError::Pickle {
                 path: path.to_owned(),
-                message: format!("{} bytes: not an allocation sidecar", meta.len()),
+                message: "empty file: not an allocation sidecar".into(),
             });
         }
-        let text = std::fs::read(path).map_err(|e| BalancerError::io(path, e))?;
         serde_json::from_slice(&text)
             .map(Some)
             .map_err(|error| BalancerError::Json {
@@ -364,7 +372,9 @@ pub struct LoadedAllocation {
 /// ([`AllocationCosts`]). The caller says "regenerated" to the user when
 /// [`AllocationSource::Regenerated`] comes back, and prints the warnings: a reused file
 /// whose sidecar records other costs than `dry_run`'s with `strategy` and no transport
-/// charge.
+/// charge, or whose sidecar cannot be read (it is not a regular file, too large, not
+/// JSON). A reused file whose sidecar records other ranks or cycles than its name (a file
+/// renamed from another rank count) is an error.
 pub fn load_or_generate(
     dir: &Path,
     ranks: u32,
@@ -406,13 +416,45 @@ pub fn load_or_generate(
         let sidecar = dir.join(sidecar_file_name(ranks, cycles));
         let mut warnings = Vec::new();
         match AllocationCosts::read(&sidecar) {
+            // Renamed from another rank or cycle count: the buckets of the ranks it was not
+            // balanced for stay empty (or ranks are missing).
+            Ok(Some(theirs)) if (theirs.ranks, theirs.cycles) != (ranks, cycles) => {
+                return Err(BalancerError::Pickle {
+                    path: path.clone(),
+                    message: format!(
+                        "its sidecar {} says it was balanced for {} × {}, but its name and this run are {} × {}: it was renamed or copied from another allocation; move it away to have it regenerated",
+                        sidecar.display(),
+                        crate::limits::count(theirs.ranks.into(), "rank"),
+                        crate::limits::count(theirs.cycles.into(), "cycle"),
+                        crate::limits::count(ranks.into(), "rank"),
+                        crate::limits::count(cycles.into(), "cycle"),
+                    ),
+                });
+            }
             Ok(Some(theirs)) if !theirs.same_costs(&ours) => warnings.push(format!(
                 "{} was balanced with other costs than this run's ({}: {}; theirs vs this run's): its per-rank memory may be unbalanced for this run; move it away to have it regenerated",
                 path.display(),
                 sidecar.display(),
                 theirs.differences(&ours).join(", ")
             )),
-            Ok(_) => {}
+            // No sidecar (neurodamus' own file, or one copied without it): a file renamed
+            // from fewer ranks shows as ranks without any cell although cells are enough.
+            Ok(None) => {
+                let mut used = std::collections::BTreeSet::new();
+                for p in &allocation.populations {
+                    used.extend(p.buckets.iter().filter(|(_, g)| !g.is_empty()).map(|(b, _)| b.rank));
+                }
+                let empty = (ranks as usize).saturating_sub(used.len());
+                if empty > 0 && dry_run.cell_count() >= ranks as usize {
+                    warnings.push(format!(
+                        "{}: {empty} of its {ranks} ranks get no cell although there are {} cells, and it has no sidecar ({}) to say what it was balanced for: was it written for fewer ranks and renamed? Move it away to have it regenerated",
+                        path.display(),
+                        dry_run.cell_count(),
+                        sidecar.display()
+                    ));
+                }
+            }
+            Ok(Some(_)) => {}
             Err(e) => warnings.push(format!("{e} (cannot tell which costs the allocation was balanced with)")),
         }
         return Ok(LoadedAllocation {

@@ -270,6 +270,9 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     if let Some(p) = &args.plot {
         plot::check_path(p)?;
     }
+    if let Some(Some(p)) = &args.write_memory_usage {
+        atomic::refuse_special(p).context("--write-memory-usage")?;
+    }
     let mut timings = crate::progress::Timings::default();
     // Reading a dry-run file counts its bytes twice (read, then parsed).
     let read = AtomicU64::new(0);
@@ -763,6 +766,7 @@ fn write_outputs(
     .collect();
     for out in &outputs {
         atomic::refuse_input(out, &input.files)?;
+        atomic::refuse_special(out)?;
     }
     // An allocation file without Ballast's sidecar beside it is another tool's (neurodamus
     // writes its own into its dry run's directory): say that it is replaced.

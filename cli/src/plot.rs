@@ -25,9 +25,10 @@ const FONTS: [&str; 3] = [
     "/usr/share/fonts/TTF/DejaVuSans.ttf",
 ];
 
-/// Errors unless `path` ends in `.svg` or `.png` and its directory exists (checked before
-/// any work is done).
+/// Errors unless `path` ends in `.svg` or `.png`, its directory exists and it is not an
+/// existing FIFO, device or other non-regular file (checked before any work is done).
 pub fn check_path(path: &Path) -> anyhow::Result<()> {
+    ballast_balancer::atomic::refuse_special(path).context("--plot")?;
     match path
         .extension()
         .and_then(|e| e.to_str())

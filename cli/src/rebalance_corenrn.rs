@@ -84,6 +84,8 @@ fn kib(b: impl Into<f64>) -> f64 {
 
 pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
     let files_dat = &args.files_dat;
+    // Before any work (and again when written): an output never replaces a FIFO or device.
+    atomic::refuse_special(&args.output_file).context("--output-file")?;
     let parsed = FilesDat::read(files_dat)?;
     let chosen = parsed.entries(files_dat, args.max_entries)?;
     if let Some(n) = args

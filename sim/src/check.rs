@@ -37,15 +37,29 @@ pub enum MemoryError {
     },
 }
 
+/// Bytes of the pool's free list at start: one buffer id per buffer (the pool keeps its
+/// free buffers' ids in a vector; `ballast_runtime::pool::BufferPool`). The footprint model
+/// counts the buffers' bytes only, so with small buffers this is most of the pool's memory.
+pub fn free_list_bytes(t: &TransportConfig) -> u64 {
+    (t.buffer_count as u64).saturating_mul(std::mem::size_of::<ballast_runtime::pool::BufId>() as u64)
+}
+
+/// One rank's transport memory at start: the footprint model's total and the pool's free
+/// list.
+fn rank_bytes(t: &TransportConfig, f: &Footprint) -> u64 {
+    f.total_bytes().saturating_add(free_list_bytes(t))
+}
+
 fn transport_message(t: &TransportConfig, f: &Footprint, ranks_here: usize, available: u64) -> String {
     let mb = |bytes: u64| bytes as f64 * ranks_here as f64 / MIB;
     format!(
-        "the transport needs {:.0} MB at start in this process, for {ranks_here} rank{}: pool {:.1} MB (buffer_count {} x buffer_size {} B), shared receive queue {:.1} MB (srq_depth {}), endpoints {:.1} MB (per-peer: recv_depth {} each); only {:.0} MB are available: lower buffer_count, buffer_size, srq_depth or recv_depth (options --buffer-count etc., or their BALLAST_* variables){}",
-        mb(f.total_bytes()),
+        "the transport needs {:.0} MB at start in this process, for {ranks_here} rank{}: pool {:.1} MB (buffer_count {} x buffer_size {} B) and its free list {:.1} MB (4 B per buffer), shared receive queue {:.1} MB (srq_depth {}), endpoints {:.1} MB (per-peer: recv_depth {} each); only {:.0} MB are available: lower buffer_count, buffer_size, srq_depth or recv_depth (options --buffer-count etc., or their BALLAST_* variables){}",
+        mb(rank_bytes(t, f)),
         if ranks_here == 1 { "" } else { "s" },
         mb(f.pool_bytes),
         t.buffer_count,
         t.buffer_size,
+        mb(free_list_bytes(t)),
         mb(f.srq_bytes),
         t.srq_depth,
         mb(f.endpoint_bytes),
@@ -57,7 +71,8 @@ fn transport_message(t: &TransportConfig, f: &Footprint, ranks_here: usize, avai
 
 /// Refuses a transport whose memory at start exceeds `available_bytes` (`None`: unknown,
 /// nothing refused): the footprint model with at most one peer (pool, shared receive queue,
-/// in per-peer mode one endpoint's queue as soon as there is a peer) in a world of
+/// in per-peer mode one endpoint's queue as soon as there is a peer) and the pool's free
+/// list ([`free_list_bytes`]) in a world of
 /// `world_size` ranks, times the `ranks_here` ranks of this process. `ballast run` and
 /// `ballast fanout` both check this before any rank starts.
 pub fn check_transport_memory(
@@ -68,7 +83,7 @@ pub fn check_transport_memory(
 ) -> Result<(), MemoryError> {
     let per_rank = t.predict(world_size.min(2).saturating_sub(1), world_size, t.ranks_per_node);
     match available_bytes {
-        Some(avail) if per_rank.total_bytes() as f64 * ranks_here as f64 > avail as f64 => {
+        Some(avail) if rank_bytes(t, &per_rank) as f64 * ranks_here as f64 > avail as f64 => {
             Err(MemoryError::Transport {
                 config: Box::new(*t),
                 per_rank: Box::new(per_rank),
@@ -137,7 +152,7 @@ mod tests {
     #[test]
     fn transport_memory_is_the_model_at_start_times_the_ranks_here() {
         let t = TransportConfig::default();
-        let one = t.predict(1, 4, t.ranks_per_node).total_bytes();
+        let one = t.predict(1, 4, t.ranks_per_node).total_bytes() + free_list_bytes(&t);
         // 4 ranks of exactly `one` bytes fit in 4 × one, not in 4 × one - 1.
         assert!(check_transport_memory(&t, 4, 4, Some(4 * one)).is_ok());
         let e = check_transport_memory(&t, 4, 4, Some(4 * one - 1)).unwrap_err();
@@ -147,7 +162,7 @@ mod tests {
         else {
             panic!("{e}")
         };
-        assert_eq!((per_rank.total_bytes(), *ranks_here), (one, 4));
+        assert_eq!((rank_bytes(&t, per_rank), *ranks_here), (one, 4));
         let text = e.to_string();
         assert!(
             text.starts_with("the transport needs ") && text.contains("for 4 ranks: pool "),
@@ -155,7 +170,7 @@ mod tests {
         );
         assert!(text.ends_with(", or run fewer ranks"), "{text}");
         // A world of one rank has no peer: the model with 0 peers.
-        let alone = t.predict(0, 1, t.ranks_per_node).total_bytes();
+        let alone = t.predict(0, 1, t.ranks_per_node).total_bytes() + free_list_bytes(&t);
         assert!(check_transport_memory(&t, 1, 1, Some(alone)).is_ok());
         let e = check_transport_memory(&t, 1, 1, Some(alone - 1))
             .unwrap_err()
@@ -166,5 +181,26 @@ mod tests {
         );
         // Unknown available memory refuses nothing.
         assert!(check_transport_memory(&t, 1 << 20, 1 << 20, None).is_ok());
+    }
+
+    /// Finding 10 of issue 33: 400,000,000 buffers of 1 B are 400 MB of pool and 1.6 GB of
+    /// free list; the check counts both (it passed with 1 GB available, then the free list's
+    /// allocation aborted).
+    #[test]
+    fn the_pools_free_list_is_counted() {
+        let t = TransportConfig {
+            buffer_count: 400_000_000,
+            buffer_size: 1,
+            ..TransportConfig::default()
+        };
+        assert_eq!(free_list_bytes(&t), 1_600_000_000);
+        let model = t.predict(0, 1, t.ranks_per_node).total_bytes();
+        assert!(model < 1_000_000_000, "{model}");
+        let e = check_transport_memory(&t, 1, 1, Some(1_000_000_000))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("its free list 1525.9 MB (4 B per buffer)"), "{e}");
+        assert!(check_transport_memory(&t, 1, 1, Some(model + 1_600_000_000)).is_ok());
+        assert!(check_transport_memory(&t, 1, 1, Some(model + 1_599_999_999)).is_err());
     }
 }

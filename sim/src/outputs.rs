@@ -36,7 +36,8 @@ impl Drop for OutputDir {
 
 /// Creates `dir` when absent and checks that a file can be created in it, so that a run
 /// whose outputs could not be written fails before it starts. Errors:
-/// [`SimError::OutputDir`] naming `dir`.
+/// [`SimError::OutputDir`] naming `dir`; `out.dat` or `report.json` existing there as a
+/// FIFO, device or directory ([`ballast_balancer::atomic::refuse_special`]).
 pub fn prepare_output_dir(dir: &Path) -> Result<OutputDir, SimError> {
     let fail = |source| SimError::OutputDir {
         path: dir.to_owned(),
@@ -50,6 +51,11 @@ pub fn prepare_output_dir(dir: &Path) -> Result<OutputDir, SimError> {
         .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
         .map(Path::to_path_buf)
         .collect();
+    // Before the run: out.dat or report.json that exist as a FIFO or a device are refused
+    // now (they would be refused, not replaced, once the run is done).
+    for name in ["out.dat", "report.json"] {
+        ballast_balancer::atomic::refuse_special(&dir.join(name))?;
+    }
     let guard = OutputDir { created };
     std::fs::create_dir_all(dir).map_err(fail)?;
     // An unnamed probe file, removed when dropped: the directory is writable.

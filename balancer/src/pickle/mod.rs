@@ -83,7 +83,9 @@ pub const MAX_GZIP_RATIO: u64 = 256;
 /// `{str: {(int, int): [int]}}` (message names population, key and what was found);
 /// [`BalancerError::DisallowedGlobal`] if the pickle names a global outside the allow-list.
 pub fn read_allocation_file(path: &Path) -> Result<Vec<PopulationAllocation>> {
-    let compressed = std::fs::read(path).map_err(|e| BalancerError::io(path, e))?;
+    // A regular file only (a FIFO would hang, a device be read without end), and no more
+    // than its size when opened.
+    let compressed = crate::readfile::read_regular(path, u64::MAX).map_err(|e| e.at(path))?;
     read_allocation_gzip_with_stats(&compressed, path).0
 }
 

@@ -623,6 +623,10 @@ fn greedy_noting<S: Slot>(order: &Order, nbuckets: usize, done: &AtomicU64, assi
     let mut merged: Vec<u32> = Vec::with_capacity(nbuckets);
     for s in &order.segments {
         let w = s.kb;
+        if w == 0.0 {
+            // Placed by count below ([`spread_weightless`]); no load changes.
+            continue;
+        }
         let mut next = 0;
         for slot in &mut assign[s.start..s.start + s.gids.len()] {
             let from_fresh =
@@ -661,7 +665,37 @@ fn greedy_noting<S: Slot>(order: &Order, nbuckets: usize, done: &AtomicU64, assi
         placed.clear();
         done.fetch_add(s.gids.len() as u64, Ordering::Relaxed);
     }
+    if order.segments.iter().any(|s| s.kb == 0.0) {
+        spread_weightless(order, &loads, done, assign);
+    }
     loads
+}
+
+/// Places the cells of 0 KB (metype memory 0, or a figure below the smallest f64), which
+/// change no load: by (load, index) alone they would all go to one bucket, leaving others
+/// empty. Each goes instead to a bucket with the fewest cells (ties: lightest, then lowest
+/// index), as `rebalance-corenrn` spreads groups of 0 bytes. Only called when there are
+/// such cells: the greedy's order for every other cell is unchanged.
+#[cold]
+fn spread_weightless<S: Slot>(order: &Order, loads: &[f64], done: &AtomicU64, assign: &mut [S]) {
+    let mut count = vec![0u32; loads.len()];
+    for s in order.segments.iter().filter(|s| s.kb != 0.0) {
+        for slot in &assign[s.start..s.start + s.gids.len()] {
+            count[slot.bucket()] += 1;
+        }
+    }
+    // Loads are sums of non-negative KB: their bits order them.
+    let mut heap: BinaryHeap<std::cmp::Reverse<(u32, u64, u32)>> = (0..loads.len())
+        .map(|b| std::cmp::Reverse((count[b], loads[b].to_bits(), b as u32)))
+        .collect();
+    for s in order.segments.iter().filter(|s| s.kb == 0.0) {
+        for slot in &mut assign[s.start..s.start + s.gids.len()] {
+            let std::cmp::Reverse((n, load, b)) = heap.pop().expect("at least one bucket");
+            *slot = S::from_bucket(b as usize);
+            heap.push(std::cmp::Reverse((n + 1, load, b)));
+        }
+        done.fetch_add(s.gids.len() as u64, Ordering::Relaxed);
+    }
 }
 
 /// Each bucket's positions, ascending, from `assign` (each position's bucket): what the
@@ -1360,13 +1394,30 @@ mod tests {
         let mut loads = vec![0.0; nbuckets];
         let mut lightest = LightestTree::new(nbuckets);
         let mut members = vec![Vec::new(); nbuckets];
-        for s in &order.segments {
+        for s in order.segments.iter().filter(|s| s.kb != 0.0) {
             for i in s.start..s.start + s.gids.len() {
                 let b = lightest.top();
                 loads[b] += s.kb;
                 members[b].push(i as u32);
                 lightest.update(&loads, b);
             }
+        }
+        // Cells of 0 KB: to the bucket of fewest cells, then lightest, then lowest index.
+        for s in order.segments.iter().filter(|s| s.kb == 0.0) {
+            for i in s.start..s.start + s.gids.len() {
+                let b = (0..nbuckets)
+                    .min_by(|&a, &b| {
+                        (members[a].len(), loads[a])
+                            .partial_cmp(&(members[b].len(), loads[b]))
+                            .unwrap()
+                            .then(a.cmp(&b))
+                    })
+                    .unwrap();
+                members[b].push(i as u32);
+            }
+        }
+        for m in &mut members {
+            m.sort_unstable();
         }
         (loads, members)
     }
@@ -1949,7 +2000,7 @@ mod tests {
             let mut heap: BinaryHeap<Lightest<usize>> =
                 (0..nbuckets).map(|key| Lightest { load: 0.0, key }).collect();
             let mut members = vec![Vec::new(); nbuckets];
-            for c in cells {
+            for c in cells.iter().filter(|c| c.kb != 0.0) {
                 let mut top = heap.peek_mut().expect("at least one bucket");
                 top.load += c.kb;
                 members[top.key].push(*c);
@@ -1957,6 +2008,18 @@ mod tests {
             let mut loads = vec![0.0; nbuckets];
             for e in heap {
                 loads[e.key] = e.load;
+            }
+            // Cells of 0 KB: to the bucket of fewest cells, then lightest, then lowest index.
+            for c in cells.iter().filter(|c| c.kb == 0.0) {
+                let b = (0..nbuckets)
+                    .min_by(|&a, &b| {
+                        (members[a].len(), loads[a])
+                            .partial_cmp(&(members[b].len(), loads[b]))
+                            .unwrap()
+                            .then(a.cmp(&b))
+                    })
+                    .unwrap();
+                members[b].push(*c);
             }
             (loads, members)
         }

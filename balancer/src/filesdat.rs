@@ -1,0 +1,293 @@
+//! CoreNEURON's `files.dat` read as CoreNEURON reads it (`nrn_read_filesdat` in
+//! `coreneuron/io/nrn_setup.cpp`, NEURON 9.0.2): `fscanf(fp, "%s\n", version)` into a
+//! `char version[256]`, then `fscanf(fp, "%d\n", ...)` for the count (or `-1` and the
+//! count) and each entry. `fscanf` skips whitespace before each of them, so blank lines
+//! before the version or the count are accepted; a version of more than 255 bytes would
+//! overflow CoreNEURON's buffer and is refused. The layout of the groups is
+//! [`crate::corenrn`]'s.
+use std::path::Path;
+
+use crate::corenrn::{CorenrnError, MAX_LINES};
+use crate::quote::quote;
+
+type Result<T> = std::result::Result<T, CorenrnError>;
+
+/// Longest version CoreNEURON reads: its `char version[256]` less the terminating NUL.
+pub const MAX_VERSION_BYTES: usize = 255;
+
+/// A parsed `files.dat`: the header and every entry line (blank lines dropped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilesDat {
+    /// The version line, trimmed (CoreNEURON checks it against its own).
+    pub version: String,
+    /// The count line was `-1` (gap junctions) and the count followed.
+    pub gap_junctions: bool,
+    /// The count line's value.
+    pub count: u64,
+    /// The entry lines after the header: (1-based line number, the id as written, trimmed,
+    /// its value; `-1` is the skip mark).
+    pub lines: Vec<(usize, String, i32)>,
+}
+
+impl FilesDat {
+    /// Reads and parses `path` ([`FilesDat::parse`]). Memory and time are proportional to
+    /// the file's size.
+    pub fn read(path: &Path) -> Result<FilesDat> {
+        let io = |error| CorenrnError::Io {
+            path: path.to_owned(),
+            error,
+        };
+        // A regular file, read to its size when opened (a FIFO would hang, a device be read
+        // without end).
+        let bytes = crate::readfile::read_regular(path, u64::MAX).map_err(|e| io(e.into_io()))?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "not UTF-8 text: not a files.dat",
+            ))
+        })?;
+        FilesDat::parse(&text, path)
+    }
+
+    /// Parses the text of a `files.dat` (`path` for messages) as CoreNEURON reads it
+    /// (`fscanf` skips whitespace, blank lines included): the version (one word of at most
+    /// [`MAX_VERSION_BYTES`] bytes), the count (or `-1` and the count), each on a line of its
+    /// own after any blank lines; then one integer per line (ids ≥ 0, or the skip mark `-1`;
+    /// blank lines dropped). Bad input is quoted shortened ([`crate::quote`]).
+    pub fn parse(text: &str, path: &Path) -> Result<FilesDat> {
+        let format = |line: usize, message: String| CorenrnError::Format {
+            path: path.to_owned(),
+            line,
+            message,
+        };
+        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+        // The line after the last one, for "missing" messages.
+        let end = text.lines().count() + 1;
+        let (n, version) = lines.by_ref().find(|(_, l)| !l.is_empty()).ok_or_else(|| {
+            let what = if text.is_empty() {
+                "the file is empty"
+            } else {
+                "the file holds only blank lines"
+            };
+            format(1, format!("no version line: {what}"))
+        })?;
+        if version.split_whitespace().count() != 1 {
+            return Err(format(
+                n,
+                format!("{} is not a version (one word, e.g. 1.8)", quote(version)),
+            ));
+        }
+        if version.len() > MAX_VERSION_BYTES {
+            return Err(format(
+                n,
+                format!(
+                    "a version of {} bytes ({}): CoreNEURON reads it into char[256], at most {MAX_VERSION_BYTES} bytes",
+                    version.len(),
+                    quote(version)
+                ),
+            ));
+        }
+        let mut count_line = |what: &str| -> Result<(usize, i64)> {
+            let (n, l) = lines
+                .find(|(_, l)| !l.is_empty())
+                .ok_or_else(|| format(end, format!("no {what} line after the version")))?;
+            let v = l
+                .parse::<i64>()
+                .map_err(|_| format(n, format!("{} is not a {what} (an integer)", quote(l))))?;
+            Ok((n, v))
+        };
+        let (n, first) = count_line("count")?;
+        let (gap_junctions, (n, count)) = if first == -1 {
+            (true, count_line("count (after the gap-junction mark -1)")?)
+        } else {
+            (false, (n, first))
+        };
+        if !(0..=MAX_LINES as i64).contains(&count) {
+            return Err(format(
+                n,
+                format!("count {count}: give 0 to {MAX_LINES} (CoreNEURON reads it as an int)"),
+            ));
+        }
+        let mut entries = Vec::new();
+        for (n, l) in lines {
+            if l.is_empty() {
+                continue;
+            }
+            let id = l.parse::<i32>().ok().filter(|&v| v >= -1).ok_or_else(|| {
+                format(
+                    n,
+                    format!("{} is not a cell-group id (an int ≥ 0, or -1)", quote(l)),
+                )
+            })?;
+            entries.push((n, l.to_owned(), id));
+        }
+        Ok(FilesDat {
+            version: version.to_owned(),
+            gap_junctions,
+            count: count as u64,
+            lines: entries,
+        })
+    }
+
+    /// The cell groups to rebalance, in file order: the entry lines chosen by `max_entries`
+    /// (neurodamus' `--max-entries`: `None`, the count line's, which must then agree with the
+    /// lines; `Some(0)`, every line; `Some(n)`, the first `n`), without skip marks. Errors:
+    /// a count that disagrees, `n` above the lines, a group listed twice.
+    pub fn entries(&self, path: &Path, max_entries: Option<u64>) -> Result<Vec<(usize, String, i32)>> {
+        let lines = self.lines.len() as u64;
+        let take = match max_entries {
+            None if self.count != lines => {
+                return Err(CorenrnError::CountMismatch {
+                    path: path.to_owned(),
+                    count: self.count,
+                    lines,
+                })
+            }
+            None | Some(0) => lines,
+            Some(n) if n > lines => {
+                return Err(CorenrnError::TooFewLines {
+                    path: path.to_owned(),
+                    asked: n,
+                    lines,
+                })
+            }
+            Some(n) => n,
+        };
+        let mut seen = std::collections::HashMap::new();
+        let mut out = Vec::new();
+        for (n, text, id) in &self.lines[..take as usize] {
+            if *id == -1 {
+                continue;
+            }
+            if let Some(first) = seen.insert(*id, *n) {
+                return Err(CorenrnError::Duplicate {
+                    path: path.to_owned(),
+                    line: *n,
+                    first,
+                    id: *id,
+                });
+            }
+            out.push((*n, text.clone(), *id));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_plain_and_gap_junction_headers() {
+        let p = Path::new("f.dat");
+        let f = FilesDat::parse("1.8\n3\n3\n6\n-1\n", p).unwrap();
+        assert_eq!(f.version, "1.8");
+        assert!(!f.gap_junctions);
+        assert_eq!(f.count, 3);
+        assert_eq!(f.lines.iter().map(|l| l.2).collect::<Vec<_>>(), vec![3, 6, -1]);
+        assert_eq!(
+            f.entries(p, None)
+                .unwrap()
+                .iter()
+                .map(|e| e.2)
+                .collect::<Vec<_>>(),
+            vec![3, 6]
+        );
+        // neurodamus' append mode pads the count with spaces.
+        let f = FilesDat::parse("1.8\n-1\n         2\n4\n\n5\n", p).unwrap();
+        assert!(f.gap_junctions);
+        assert_eq!(f.count, 2);
+        assert_eq!(f.lines.len(), 2);
+    }
+
+    #[test]
+    fn refuses_bad_files() {
+        let p = Path::new("f.dat");
+        let err = |t: &str| FilesDat::parse(t, p).unwrap_err().to_string();
+        assert_eq!(err(""), "f.dat: line 1: no version line: the file is empty");
+        assert_eq!(err("1.8\n"), "f.dat: line 2: no count line after the version");
+        assert_eq!(
+            err("1.8\nx\n"),
+            "f.dat: line 2: \"x\" is not a count (an integer)"
+        );
+        assert!(err("1.8\n-5\n").starts_with("f.dat: line 2: count -5: give 0 to"));
+        assert_eq!(
+            err("1.8\n2\n1\nabc\n"),
+            "f.dat: line 4: \"abc\" is not a cell-group id (an int ≥ 0, or -1)"
+        );
+        assert!(err("1.8\n1\n-2\n").contains("line 3"));
+        let f = FilesDat::parse("1.8\n3\n1\n2\n", p).unwrap();
+        let e = f.entries(p, None).unwrap_err().to_string();
+        assert!(
+            e.contains("the count line says 3 entries but 2 entry lines follow"),
+            "{e}"
+        );
+        assert_eq!(f.entries(p, Some(0)).unwrap().len(), 2);
+        assert_eq!(f.entries(p, Some(1)).unwrap().len(), 1);
+        assert!(f
+            .entries(p, Some(3))
+            .unwrap_err()
+            .to_string()
+            .contains("only 2 entry lines"));
+        let f = FilesDat::parse("1.8\n3\n1\n2\n1\n", p).unwrap();
+        assert_eq!(
+            f.entries(p, None).unwrap_err().to_string(),
+            "f.dat: line 5: cell group 1 already appears on line 3"
+        );
+    }
+
+    /// Finding 15: blank lines (or spaces) before the version, the count, the count after
+    /// the gap-junction mark are skipped, as `fscanf` does.
+    #[test]
+    fn blank_lines_before_the_header_are_read_as_coreneuron_does() {
+        let p = Path::new("f.dat");
+        let f = FilesDat::parse("\n\n  \n1.8\n\n\n2\n3\n4\n", p).unwrap();
+        assert_eq!((f.version.as_str(), f.count, f.gap_junctions), ("1.8", 2, false));
+        assert_eq!(f.lines, vec![(8, "3".into(), 3), (9, "4".into(), 4)]);
+        let f = FilesDat::parse("\n1.8\n\n-1\n\n \n1\n5\n", p).unwrap();
+        assert_eq!((f.count, f.gap_junctions), (1, true));
+        assert_eq!(f.lines, vec![(8, "5".into(), 5)]);
+        let err = |t: &str| FilesDat::parse(t, p).unwrap_err().to_string();
+        assert_eq!(
+            err("\n \n"),
+            "f.dat: line 1: no version line: the file holds only blank lines"
+        );
+        assert_eq!(err("1.8\n\n\n"), "f.dat: line 4: no count line after the version");
+    }
+
+    /// Finding 14: a version longer than CoreNEURON's buffer is refused, and bad lines are
+    /// quoted shortened with their length.
+    #[test]
+    fn long_versions_are_refused_and_long_lines_quoted_short() {
+        let p = Path::new("f.dat");
+        let ok = "v".repeat(MAX_VERSION_BYTES);
+        assert_eq!(FilesDat::parse(&format!("{ok}\n0\n"), p).unwrap().version, ok);
+        let huge = "v".repeat(20 << 20);
+        for version in ["v".repeat(MAX_VERSION_BYTES + 1), huge.clone()] {
+            let e = FilesDat::parse(&format!("{version}\n0\n"), p)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "f.dat: line 1: a version of {} bytes (\"vvv",
+                    version.len()
+                )) && e.ends_with("CoreNEURON reads it into char[256], at most 255 bytes"),
+                "{}",
+                &e[..e.len().min(300)]
+            );
+            assert!(e.len() < 300, "{} bytes", e.len());
+        }
+        for text in [
+            format!("1.8\n{huge}\n"),
+            format!("1.8\n1\n{huge}\n"),
+            format!("{huge} x\n1\n"),
+        ] {
+            let e = FilesDat::parse(&text, p).unwrap_err().to_string();
+            assert!(
+                e.len() < 300 && e.contains("vvv\"… (2097"),
+                "{}",
+                &e[..e.len().min(300)]
+            );
+        }
+    }
+}
