@@ -9,12 +9,13 @@ use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
 use crate::fabric::Fabric;
+use crate::protocol::collective::CollectiveSeq;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::Engine;
 use crate::protocol::matching::{Envelope, Message, RecvInto, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 
-const BARRIER_TAG: Tag = RESERVED_TAG_BASE;
-const ALLGATHER_TAG: Tag = RESERVED_TAG_BASE + 100;
+mod collectives;
+mod gone;
 
 /// Handle of a non-blocking operation.
 #[derive(Debug, PartialEq, Eq)]
@@ -22,6 +23,8 @@ const ALLGATHER_TAG: Tag = RESERVED_TAG_BASE + 100;
 pub struct Request {
     id: u64,
     recv: bool,
+    /// The rank a send goes to, or the ranks a receive takes from.
+    peer: Source,
 }
 
 /// Result of a completed request.
@@ -93,6 +96,8 @@ pub struct Communicator {
     notes: Vec<String>,
     /// Messages this rank sent so far (see [`Communicator::messages_sent`]).
     messages_sent: u64,
+    /// The collectives this rank started (their sequence stamps).
+    collectives: CollectiveSeq,
 }
 
 impl Communicator {
@@ -104,6 +109,7 @@ impl Communicator {
             notes: e.notes().to_vec(),
             backend: Backend::Engine(e),
             messages_sent: 0,
+            collectives: CollectiveSeq::default(),
         })
     }
 
@@ -113,6 +119,7 @@ impl Communicator {
             notes: n.notes().to_vec(),
             backend: Backend::Native(Box::new(n)),
             messages_sent: 0,
+            collectives: CollectiveSeq::default(),
         }
     }
 
@@ -214,6 +221,7 @@ impl Communicator {
         Ok(Request {
             id: self.isend_raw(dest, tag, data)?,
             recv: false,
+            peer: Source::Rank(dest),
         })
     }
 
@@ -226,6 +234,7 @@ impl Communicator {
         Ok(Request {
             id: self.isend_retry(dest, tag, data)?,
             recv: false,
+            peer: Source::Rank(dest),
         })
     }
 
@@ -238,6 +247,12 @@ impl Communicator {
                 Err(Error::WouldBlock) => {
                     if self.progress()? {
                         b.reset();
+                    } else if let Some(e) = self.gone(Source::Any, false, "send") {
+                        // A failed rank holds pool buffers for ever (its credits never
+                        // come), and the pool is full.
+                        if !self.progress()? {
+                            return Err(e);
+                        }
                     } else {
                         self.snooze(&mut b);
                     }
@@ -249,7 +264,12 @@ impl Communicator {
 
     fn send_internal(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         let id = self.isend_retry(dest, tag, data)?;
-        self.wait(Request { id, recv: false }).map(|_| ())
+        let req = Request {
+            id,
+            recv: false,
+            peer: Source::Rank(dest),
+        };
+        self.wait_as(req, "send").map(|_| ())
     }
 
     /// Sends `data` to `dest` with `tag`, progressing and waiting while the pool is
@@ -281,9 +301,11 @@ impl Communicator {
 
     /// Posts a receive from `src` (a rank or any) with `tag` (a tag or any user tag).
     pub fn irecv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Request> {
+        let src = src.into();
         Ok(Request {
-            id: self.irecv_raw(src.into(), tag.into())?,
+            id: self.irecv_raw(src, tag.into())?,
             recv: true,
+            peer: src,
         })
     }
 
@@ -294,7 +316,7 @@ impl Communicator {
             return n.recv(src.into(), tag.into());
         }
         let r = self.irecv(src, tag)?;
-        Ok(self.wait(r)?.into_message().expect("receive request"))
+        Ok(self.wait_as(r, "recv")?.into_message().expect("receive request"))
     }
 
     /// Progresses once, then returns the next matching message if it has fully arrived.
@@ -378,7 +400,7 @@ impl Communicator {
         into: Option<&mut [u8]>,
     ) -> Result<Limited> {
         let id = engine_of(&mut self.backend).irecv_within(src, tag, cap)?;
-        let r = self.engine_wait_limited(id, into);
+        let r = self.engine_wait_limited(id, src, into);
         if r.is_err() {
             engine_of(&mut self.backend).cancel_recv(id);
         }
@@ -386,8 +408,9 @@ impl Communicator {
     }
 
     /// The wait of [`Communicator::engine_recv_limited`] for its receive `id`.
-    fn engine_wait_limited(&mut self, id: u64, mut into: Option<&mut [u8]>) -> Result<Limited> {
+    fn engine_wait_limited(&mut self, id: u64, src: Source, mut into: Option<&mut [u8]>) -> Result<Limited> {
         let mut b = Backoff::new();
+        let mut gone = None;
         loop {
             let e = engine_of(&mut self.backend);
             if into.is_some() {
@@ -407,8 +430,17 @@ impl Communicator {
             let lent = into.as_deref_mut().map(|buf| RecvInto { req: id, buf });
             if e.progress_into(lent)? {
                 b.reset();
+                gone = None;
+            } else if let Some(g) = gone.take() {
+                // An idle round after the sender ended, and still no outcome.
+                return Err(g);
             } else {
-                self.snooze(&mut b);
+                // Everything an ended rank sent is in this rank's queues now: one more
+                // round takes it, or nothing will.
+                gone = self.gone(src, true, "recv");
+                if gone.is_none() {
+                    self.snooze(&mut b);
+                }
             }
         }
     }
@@ -435,6 +467,10 @@ impl Communicator {
             }
             if active {
                 b.reset();
+            } else if let Some(gone) = self.gone(src, true, "probe") {
+                if !self.progress()? && on_backend!(&mut self.backend, b => b.peek(src, tag)).is_none() {
+                    return Err(gone);
+                }
             } else {
                 self.snooze(&mut b);
             }
@@ -460,6 +496,12 @@ impl Communicator {
     /// core), on MPI and verbs it sleeps in short steps. `recv`, `send`, `barrier` and
     /// `all_gatherv` wait the same way.
     pub fn wait(&mut self, req: Request) -> Result<Completion> {
+        self.wait_as(req, "wait")
+    }
+
+    /// [`Communicator::wait`] for the blocking call `op`: once every rank that could
+    /// complete `req` ended ([`Error::PeerGone`], see `gone`), an error naming `op`.
+    fn wait_as(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         #[cfg(feature = "mpi")]
         if let (true, Backend::Native(n)) = (req.recv, &mut self.backend) {
             return n.wait_posted(req.id).map(Completion::Received);
@@ -468,6 +510,12 @@ impl Communicator {
         while !self.is_done(&req)? {
             if self.progress()? {
                 b.reset();
+            } else if let Some(gone) = self.gone(req.peer, req.recv, op) {
+                // Everything the ended rank sent is in this rank's queues now: after one
+                // more idle round, nothing can complete `req`.
+                if !self.progress()? && !self.is_done(&req)? {
+                    return Err(gone);
+                }
             } else {
                 self.snooze(&mut b);
             }
@@ -491,58 +539,6 @@ impl Communicator {
     /// requests, posts queued chunks. Returns true if anything happened.
     pub fn progress(&mut self) -> Result<bool> {
         on_backend!(&mut self.backend, b => b.progress())
-    }
-
-    /// Blocks until every rank entered the barrier (dissemination algorithm,
-    /// `ceil(log2 n)` rounds, talks to `2 * ceil(log2 n)` peers).
-    pub fn barrier(&mut self) -> Result<()> {
-        let n = self.world_size();
-        let r = self.rank();
-        let mut k = 0;
-        while (1usize << k) < n {
-            let d = 1usize << k;
-            let to = (r + d) % n;
-            let from = (r + n - d) % n;
-            let tag = BARRIER_TAG + k as Tag;
-            let s = Request {
-                id: self.isend_retry(to, tag, &[])?,
-                recv: false,
-            };
-            let rr = Request {
-                id: self.irecv_raw(Source::Rank(from), TagMatch::Tag(tag))?,
-                recv: true,
-            };
-            self.wait(rr)?;
-            self.wait(s)?;
-            k += 1;
-        }
-        Ok(())
-    }
-
-    /// Gathers every rank's `data` (any length) on every rank, ordered by rank (ring
-    /// algorithm: `n - 1` steps, talks to 2 peers).
-    pub fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let n = self.world_size();
-        let r = self.rank();
-        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); n];
-        blocks[r] = data.to_vec();
-        let right = (r + 1) % n;
-        let left = (r + n - 1) % n;
-        for s in 0..n.saturating_sub(1) {
-            let send_idx = (r + n - s) % n;
-            let recv_idx = (r + 2 * n - s - 1) % n;
-            let rr = Request {
-                id: self.irecv_raw(Source::Rank(left), TagMatch::Tag(ALLGATHER_TAG))?,
-                recv: true,
-            };
-            let sr = Request {
-                id: self.isend_retry(right, ALLGATHER_TAG, &blocks[send_idx].clone())?,
-                recv: false,
-            };
-            blocks[recv_idx] = self.wait(rr)?.into_message().expect("receive").data;
-            self.wait(sr)?;
-        }
-        Ok(blocks)
     }
 
     /// Transport memory of this rank by kind, as accounted now.
@@ -587,6 +583,11 @@ impl Communicator {
         while !on_backend!(&self.backend, e => e.sends_drained()) {
             if self.progress()? {
                 b.reset();
+            } else if let Some(gone) = self.gone(Source::Any, false, "finish") {
+                // A send to a failed rank is never delivered.
+                if !self.progress()? {
+                    return Err(gone);
+                }
             } else {
                 self.snooze(&mut b);
             }
