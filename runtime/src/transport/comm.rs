@@ -17,6 +17,8 @@ use crate::protocol::matching::{Envelope, Message, RecvInto, Source, Tag, TagMat
 mod collectives;
 mod gone;
 
+use gone::EndCheck;
+
 /// Handle of a non-blocking operation.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a request must be waited for or tested to completion"]
@@ -241,19 +243,19 @@ impl Communicator {
     /// `isend` that progresses and retries while the pool is exhausted.
     fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
         let mut b = Backoff::new();
+        let mut check = EndCheck::default();
         loop {
             match self.isend_raw(dest, tag, data) {
                 Ok(id) => return Ok(id),
                 Err(Error::WouldBlock) => {
-                    if self.progress()? {
+                    // A failed rank holds pool buffers for ever (its credits never
+                    // come): the pool may never free.
+                    let worked = self.progress()?;
+                    if worked {
                         b.reset();
-                    } else if let Some(e) = self.gone(Source::Any, false, "send") {
-                        // A failed rank holds pool buffers for ever (its credits never
-                        // come), and the pool is full.
-                        if !self.progress()? {
-                            return Err(e);
-                        }
-                    } else {
+                    }
+                    let on = (Source::Any, false, "send");
+                    if self.after_round(worked, &mut check, on, &mut |_| Ok(false))? {
                         self.snooze(&mut b);
                     }
                 }
@@ -410,7 +412,10 @@ impl Communicator {
     /// The wait of [`Communicator::engine_recv_limited`] for its receive `id`.
     fn engine_wait_limited(&mut self, id: u64, src: Source, mut into: Option<&mut [u8]>) -> Result<Limited> {
         let mut b = Backoff::new();
-        let mut gone = None;
+        // The end seen of the sender, and whether a round of progress came after it.
+        let mut gone: Option<(gone::Gone, bool)> = None;
+        let mut check = EndCheck::default();
+        let mut worked = true;
         loop {
             let e = engine_of(&mut self.backend);
             if into.is_some() {
@@ -427,20 +432,26 @@ impl Communicator {
             if let Some(refused) = e.take_refused(id) {
                 return Ok(Limited::Refused(refused));
             }
-            let lent = into.as_deref_mut().map(|buf| RecvInto { req: id, buf });
-            if e.progress_into(lent)? {
-                b.reset();
-                gone = None;
-            } else if let Some(g) = gone.take() {
-                // An idle round after the sender ended, and still no outcome.
-                return Err(g);
-            } else {
-                // Everything an ended rank sent is in this rank's queues now: one more
-                // round takes it, or nothing will.
-                gone = self.gone(src, true, "recv");
-                if gone.is_none() {
-                    self.snooze(&mut b);
+            // The round after the sender was seen ended (idle, if it finished) brought no
+            // outcome (the checks above): nothing can.
+            if let Some((g, true)) = gone.take_if(|(_, after)| *after) {
+                if !worked || g.sure {
+                    return Err(g.error);
                 }
+            }
+            let lent = into.as_deref_mut().map(|buf| RecvInto { req: id, buf });
+            worked = e.progress_into(lent)?;
+            if worked {
+                b.reset();
+            }
+            if let Some((g, false)) = gone.take() {
+                gone = Some((g, true));
+            } else if check.due(worked) {
+                // One more round takes what an ended rank sent, or nothing will.
+                gone = self.gone(src, true, "recv").map(|g| (g, false));
+            }
+            if gone.is_none() && !worked {
+                self.snooze(&mut b);
             }
         }
     }
@@ -460,6 +471,7 @@ impl Communicator {
     pub fn probe(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Envelope> {
         let (src, tag) = (src.into(), tag.into());
         let mut b = Backoff::new();
+        let mut check = EndCheck::default();
         loop {
             let active = self.progress()?;
             if let Some(e) = on_backend!(&mut self.backend, b => b.peek(src, tag)) {
@@ -467,11 +479,9 @@ impl Communicator {
             }
             if active {
                 b.reset();
-            } else if let Some(gone) = self.gone(src, true, "probe") {
-                if !self.progress()? && on_backend!(&mut self.backend, b => b.peek(src, tag)).is_none() {
-                    return Err(gone);
-                }
-            } else {
+            }
+            let seen = &mut |c: &mut Self| Ok(on_backend!(&mut c.backend, b => b.peek(src, tag)).is_some());
+            if self.after_round(active, &mut check, (src, true, "probe"), seen)? {
                 self.snooze(&mut b);
             }
         }
@@ -507,16 +517,14 @@ impl Communicator {
             return n.wait_posted(req.id).map(Completion::Received);
         }
         let mut b = Backoff::new();
+        let mut check = EndCheck::default();
         while !self.is_done(&req)? {
-            if self.progress()? {
+            let worked = self.progress()?;
+            if worked {
                 b.reset();
-            } else if let Some(gone) = self.gone(req.peer, req.recv, op) {
-                // Everything the ended rank sent is in this rank's queues now: after one
-                // more idle round, nothing can complete `req`.
-                if !self.progress()? && !self.is_done(&req)? {
-                    return Err(gone);
-                }
-            } else {
+            }
+            let on = (req.peer, req.recv, op);
+            if self.after_round(worked, &mut check, on, &mut |c| c.is_done(&req))? {
                 self.snooze(&mut b);
             }
         }
@@ -580,15 +588,15 @@ impl Communicator {
     /// Delivers all own sends, then keeps serving other ranks until every rank is done.
     pub(crate) fn finalize(&mut self) -> Result<()> {
         let mut b = Backoff::new();
+        let mut check = EndCheck::default();
         while !on_backend!(&self.backend, e => e.sends_drained()) {
-            if self.progress()? {
+            let worked = self.progress()?;
+            if worked {
                 b.reset();
-            } else if let Some(gone) = self.gone(Source::Any, false, "finish") {
-                // A send to a failed rank is never delivered.
-                if !self.progress()? {
-                    return Err(gone);
-                }
-            } else {
+            }
+            // A send to a failed rank is never delivered.
+            let drained = &mut |c: &mut Self| Ok(on_backend!(&c.backend, e => e.sends_drained()));
+            if self.after_round(worked, &mut check, (Source::Any, false, "finish"), drained)? {
                 self.snooze(&mut b);
             }
         }
