@@ -12,6 +12,12 @@
 //!   one standing credit while nobody waits (so ping-pong needs no request), and is asked
 //!   to give it back ([`Control::Revoke`]) when others wait and no buffer is free.
 //!
+//! Requests and data travel apart (local polls data before controls, verbs sends controls
+//! on TCP), so a request can arrive after packets its sender posted later: one from a
+//! sender that still holds credits counts only once they are consumed, and a packet that
+//! says no more takes its sender out of the queue (an idle sender left there would get
+//! shares it sits on, and a waiting holder is never revoked).
+//!
 //! Invariant (checked in tests): `free + sum(outstanding) == depth` for the shared queue.
 //!
 //! [`Control::CreditRequest`]: crate::fabric::Control::CreditRequest
