@@ -51,12 +51,17 @@ cargo build --workspace --all-targets --locked --features ballast/sonata
 if cargo clippy --version >/dev/null 2>&1; then
     cargo clippy --workspace --all-targets --locked --features ballast/sonata -- -D warnings
     # The FFI transports and the diagnostics too (every feature CI builds).
-    cargo clippy --workspace --all-targets --locked --features ballast/sonata,ballast/mpi,ballast/verbs,ballast-runtime/trace,ballast-capi/mpi,ballast-capi/verbs,ballast-capi/bench-twin,ballast-bench/mpi -- -D warnings
+    cargo clippy --workspace --all-targets --locked --features ballast/sonata,ballast/mpi,ballast/verbs,ballast-runtime/trace,ballast-runtime/fault,ballast-capi/mpi,ballast-capi/verbs,ballast-capi/bench-twin,ballast-bench/mpi -- -D warnings
     echo "ci/test.sh: clippy: no warnings"
 else
     echo "ci/test.sh: SKIP clippy: 'cargo clippy' is not installed (rustup component add clippy)"
 fi
 cargo test --workspace --locked --features ballast/sonata
+
+# The fault-injection harness (feature `fault`): random traffic over a fabric that drops,
+# duplicates, delays and reorders packets, stalls and kills ranks, for 2,000 seeds and the
+# regression seeds (about 30 s on 2 cores; a hung seed fails after 30 s, naming it).
+cargo test -p ballast-runtime --locked --features fault --test fault_property
 
 # The MPI transport (feature `mpi`): unit tests, then the MPI test programs under mpirun.
 cargo test -p ballast-runtime --locked --features mpi --lib

@@ -75,12 +75,15 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         | Error::BootstrapEnv { .. }
         | Error::MpiState { .. }
         | Error::ModelOverflow { .. }
-        | Error::BootstrapRoot { .. } => BALLAST_EINVAL,
+        | Error::BootstrapRoot { .. }
+        | Error::CollectiveMismatch { .. } => BALLAST_EINVAL,
         Error::Alloc { .. }
         | Error::MessageAlloc { .. }
         | Error::MemlockTooLow { .. }
         | Error::ThreadStart { .. } => BALLAST_ENOMEM,
-        Error::Aborted | Error::PeerDied { .. } | Error::QueuePairBroken { .. } => BALLAST_EPEER,
+        Error::Aborted | Error::PeerGone { .. } | Error::PeerDied { .. } | Error::QueuePairBroken { .. } => {
+            BALLAST_EPEER
+        }
         Error::TransportUnavailable { .. } => BALLAST_EUNSUPPORTED,
         _ => BALLAST_EINTERNAL,
     }
@@ -278,6 +281,22 @@ mod tests {
         assert_eq!(code_of(&Error::WouldBlock), BALLAST_EAGAIN);
         assert_eq!(code_of(&Error::ReservedTag(1 << 31)), BALLAST_EINVAL);
         assert_eq!(code_of(&Error::Aborted), BALLAST_EPEER);
+        let gone = Error::PeerGone {
+            rank: 0,
+            op: "recv",
+            peer: Some(1),
+            failed: false,
+        };
+        assert_eq!(code_of(&gone), BALLAST_EPEER);
+        let mismatch = Error::CollectiveMismatch {
+            rank: 0,
+            peer: 1,
+            op: "barrier",
+            seq: 1,
+            step: 0,
+            got: "all_gatherv #1 step 0".into(),
+        };
+        assert_eq!(code_of(&mismatch), BALLAST_EINVAL);
         assert_eq!(
             code_of(&Error::TransportUnavailable {
                 transport: ballast_runtime::config::TransportKind::Verbs,

@@ -135,6 +135,17 @@ pub enum Event<'a> {
     Datagram(usize, &'a [u8]),
 }
 
+/// How a peer rank ended, as far as this rank's fabric knows ([`Fabric::peer_end`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerEnd {
+    /// It finished: it returned from its work after everything it sent was delivered. It
+    /// still takes what is sent to it until every rank finished.
+    Finished,
+    /// It failed: it stopped without finishing. What it had not sent is lost, and it takes
+    /// nothing more.
+    Failed,
+}
+
 /// What a transport can do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capabilities {
@@ -207,6 +218,22 @@ pub trait Fabric: Register + Send {
     fn mark_done(&mut self);
     /// True when every rank called [`Fabric::mark_done`].
     fn all_done(&self) -> bool;
+
+    /// `Some` once rank `peer` ended, and how (see [`PeerEnd`]); a rank that ended is
+    /// never running again. The engine reads it before its last poll: everything a
+    /// finished peer sent is in this rank's queues by the time this says so. Default
+    /// `None` (MPI, verbs: a peer's failure is an error of their own calls).
+    fn peer_end(&self, peer: usize) -> Option<PeerEnd> {
+        let _ = peer;
+        None
+    }
+
+    /// For a wait any other rank could end (an any-source receive): `Some((Some(p),
+    /// Failed))` when some rank `p` failed, `Some((None, Finished))` when every other rank
+    /// finished, else `None`. Default `None`.
+    fn others_end(&self) -> Option<(Option<usize>, PeerEnd)> {
+        None
+    }
 
     /// True when [`Fabric::wait_for_arrival`] really blocks: an idle rank then sleeps in
     /// it, using no core, instead of yielding and sleeping in short steps. Default `false`

@@ -12,6 +12,7 @@
 //! | oob | [`bootstrap`] (`oob`) | start-up all-gather: MPI, TCP rendezvous, in-process |
 //! | transport | [`local`], [`mpi`], [`verbs`], `transport::{comm, model}` | the fabrics, the [`Communicator`] over them, each transport's memory model |
 //! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
+//! | fault (feature `fault`) | `fault` | the fault-injection harness: a fabric wrapper and its launcher |
 //! | jobs | [`fanout`] | the fanout measurement |
 //!
 //! ```
@@ -38,6 +39,8 @@ mod protocol;
 mod transport;
 
 pub mod fanout;
+#[cfg(feature = "fault")]
+pub mod fault;
 pub mod launch;
 pub mod select;
 

@@ -149,6 +149,21 @@ fn collectives_all_modes() {
 }
 
 #[test]
+fn mismatched_collectives_local() {
+    // Before the collectives' stamps this hung: a watchdog fails the binary instead.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let waited = rx.recv_timeout(std::time::Duration::from_secs(60));
+        if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            eprintln!("mismatched_collectives_local: hung for 60 s");
+            std::process::exit(1);
+        }
+    });
+    mismatched_collectives(&Local);
+    tx.send(()).unwrap();
+}
+
+#[test]
 fn bad_input() {
     bad_input_is_an_error(&Local);
 }

@@ -368,6 +368,10 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         ));
         v.push((format!("collectives/{m}"), Box::new(move || collectives(l, m))));
     }
+    v.push((
+        "mismatched_collectives".into(),
+        Box::new(move || mismatched_collectives(l)),
+    ));
     v.push(("try_recv_and_test".into(), Box::new(move || try_recv_and_test(l))));
     v.push(("probe_then_take".into(), Box::new(move || probe_then_take(l))));
     v.push((

@@ -66,6 +66,41 @@ pub enum Error {
     /// Another rank failed (panicked or returned an error), so this rank cannot progress.
     #[error("the run was aborted because another rank failed")]
     Aborted,
+    /// A blocking call of rank `rank` (`op`: `recv`, `wait`, `barrier`, ...) waits for
+    /// something no rank can do any more: rank `peer` ended, having `failed` (it stopped
+    /// without finishing: its sends are lost and it receives nothing) or finished (it
+    /// returned, everything it sent was delivered, and what `op` waits for was not among
+    /// it). `peer` is `None` for an any-source receive when every other rank finished.
+    #[error("rank {rank}: {op} can never complete: {}", gone_phrase(.peer, *.failed))]
+    PeerGone {
+        /// The waiting rank.
+        rank: usize,
+        /// The blocking call.
+        op: &'static str,
+        /// The rank that ended (`None`: every other rank).
+        peer: Option<usize>,
+        /// It failed rather than finished.
+        failed: bool,
+    },
+    /// A collective's message from `peer` belongs to another collective: the ranks called
+    /// different collectives, or the same ones in another order. `op` is the collective rank
+    /// `rank` is in, `seq` its number among this communicator's collectives (from 1) and
+    /// `step` the message it waited for; `got` says what came instead.
+    #[error("rank {rank}: {op} (collective #{seq}, step {step}) got {got} from rank {peer}: the ranks called different collectives")]
+    CollectiveMismatch {
+        /// The receiving rank.
+        rank: usize,
+        /// The sending rank.
+        peer: usize,
+        /// The collective the receiving rank is in.
+        op: &'static str,
+        /// Its sequence number on this communicator (from 1).
+        seq: u64,
+        /// The step (message) of it that was expected.
+        step: u32,
+        /// What arrived instead (the other collective's kind, number and step).
+        got: Box<str>,
+    },
     /// A rank thread panicked.
     #[error("rank {rank} panicked: {message}")]
     RankPanicked {
@@ -559,6 +594,16 @@ fn peer_phrase(op: &str, peer: &Option<VerbsPeer>) -> String {
     match peer {
         Some(p) => format!("{dir} {p}"),
         None => format!("{dir} an unknown rank"),
+    }
+}
+
+/// The end of [`Error::PeerGone`]'s message.
+fn gone_phrase(peer: &Option<usize>, failed: bool) -> String {
+    match (peer, failed) {
+        (Some(p), true) => format!("rank {p} failed"),
+        (Some(p), false) => format!("rank {p} finished (returned) without sending what it waits for"),
+        (None, true) => "a rank failed".to_string(),
+        (None, false) => "every other rank finished (returned) without sending what it waits for".to_string(),
     }
 }
 

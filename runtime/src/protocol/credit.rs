@@ -12,6 +12,12 @@
 //!   one standing credit while nobody waits (so ping-pong needs no request), and is asked
 //!   to give it back ([`Control::Revoke`]) when others wait and no buffer is free.
 //!
+//! Requests and data travel apart (local polls data before controls, verbs sends controls
+//! on TCP), so a request can arrive after packets its sender posted later: one from a
+//! sender that still holds credits counts only once they are consumed, and a packet that
+//! says no more takes its sender out of the queue (an idle sender left there would get
+//! shares it sits on, and a waiting holder is never revoked).
+//!
 //! Invariant (checked in tests): `free + sum(outstanding) == depth` for the shared queue.
 //!
 //! [`Control::CreditRequest`]: crate::fabric::Control::CreditRequest
@@ -26,6 +32,8 @@ pub(crate) struct CreditHolder {
     outstanding: u32,
     revoked: bool,
     waiting: bool,
+    /// It asked for credit while it still held some (see `CreditBank::request`).
+    deferred: bool,
 }
 
 /// Credit accounting of one rank's receive side.
@@ -84,6 +92,7 @@ impl CreditBank {
             *self.grants.entry(peer).or_default() += 1;
             return;
         }
+        let asked = h.outstanding == 0 && std::mem::take(&mut h.deferred);
         if !more && self.waiters.is_empty() && h.outstanding == 0 {
             // An idle sender gets its standing credit straight back: the consumed buffer is
             // granted again (`free` unchanged), and with nobody waiting there is nothing to
@@ -91,8 +100,18 @@ impl CreditBank {
             give(h, &mut self.grants, peer, 1);
             return;
         }
+        if !more {
+            // The sender's queue was empty when it posted this: it waits for nothing (a
+            // waiting holder is never revoked, and one left in the queue would get shares
+            // it sits on while others wait), and a revoke it ignored while busy can be
+            // sent again now that it may be idle.
+            h.revoked = false;
+            if std::mem::take(&mut h.waiting) {
+                self.waiters.retain(|&p| p != peer);
+            }
+        }
         self.free += 1;
-        if more {
+        if more || asked {
             self.enqueue(peer);
         }
         self.distribute();
@@ -100,6 +119,14 @@ impl CreditBank {
 
     /// `peer` asks for credit (shared modes).
     pub fn request(&mut self, peer: usize) {
+        // While `peer` holds credits, the request overtook packets it sent before it
+        // (controls and data travel apart) or a grant is on its way to it: it counts once
+        // those credits are consumed (`consumed`). Queued now, an idle sender could sit
+        // on its shares while others wait (a waiting holder is not revoked).
+        if self.shared && self.outstanding(peer) > 0 {
+            self.holders.entry(peer).or_default().deferred = true;
+            return;
+        }
         if self.shared {
             self.enqueue(peer);
             self.distribute();
@@ -250,6 +277,45 @@ mod tests {
         assert_eq!(b.take_grants(), vec![(4, 16)]);
         b.consumed(3, true);
         assert_eq!(b.take_grants(), vec![(3, 8)]);
+        assert!(b.is_consistent());
+    }
+
+    #[test]
+    fn a_request_that_overtook_the_senders_packets_counts_once_they_are_consumed() {
+        // Found by the fault harness (seed 175): a credit request travels apart from the
+        // data, so it can arrive after packets sent after it. Queued then, the sender sat
+        // on its shares as a waiting holder (never revoked) while others waited: a hang.
+        let mut b = CreditBank::new(true, 4);
+        b.request(0);
+        assert_eq!(b.take_grants(), vec![(0, 2)]);
+        b.request(0);
+        assert!(b.take_grants().is_empty(), "0 still holds 2 credits: not queued");
+        b.request(1);
+        assert_eq!(b.take_grants(), vec![(1, 1)]);
+        b.consumed(0, false);
+        assert!(b.take_grants().is_empty());
+        // Its last credit consumed: the request counts now (nobody waits: one credit).
+        b.consumed(0, false);
+        assert_eq!(b.take_grants(), vec![(0, 1)]);
+        assert!(b.is_consistent());
+    }
+
+    #[test]
+    fn a_sender_that_said_it_has_no_more_leaves_the_queue() {
+        let mut b = CreditBank::new(true, 4);
+        b.request(0);
+        b.request(1);
+        b.request(3);
+        assert_eq!(b.take_grants(), vec![(0, 2), (1, 1), (3, 1)]);
+        b.request(2);
+        // 0's packet says more: 0 queues behind 2, which gets the freed buffer.
+        b.consumed(0, true);
+        assert_eq!(b.take_grants(), vec![(2, 1)]);
+        // 0's last packet says no more (its queue emptied): it waits for nothing, so the
+        // freed buffer stays free instead of going to an idle sender.
+        b.consumed(0, false);
+        assert!(b.take_grants().is_empty());
+        assert_eq!(b.free(), 1);
         assert!(b.is_consistent());
     }
 

@@ -20,6 +20,11 @@
 //! receipt; the MPI fabric uses all three (a control message travels as a header of kind
 //! [`KIND_CONTROL`] whose `total` is the control's value, see [`control_header`]). A
 //! control message in the trailer is its code (u8) then its value (u64), [`CONTROL_BYTES`].
+//!
+//! Every message of a collective (on every transport, the MPI native path included) ends
+//! with its 16-byte stamp ([`encode_stamp`], read by `protocol::collective`): the
+//! collective's number on its communicator (u64, from 1), its step (u32), its kind (u8),
+//! then three zero bytes.
 
 use crate::core::error::{Error, Result, Sender};
 use crate::fabric::{Control, PacketHeader};
@@ -198,9 +203,56 @@ pub fn split_packet(b: &[u8], max_riders: usize, rank: usize, from: Sender) -> R
     })
 }
 
+/// Bytes of a collective's stamp, at the end of each of its messages.
+pub const STAMP_BYTES: usize = 16;
+
+/// A collective's stamp: `seq` (bytes 0..8), `step` (8..12), `kind` (12), then zeros.
+#[inline]
+pub fn encode_stamp(kind: u8, seq: u64, step: u32) -> [u8; STAMP_BYTES] {
+    let mut b = [0u8; STAMP_BYTES];
+    b[0..8].copy_from_slice(&seq.to_le_bytes());
+    b[8..12].copy_from_slice(&step.to_le_bytes());
+    b[12] = kind;
+    b
+}
+
+/// Inverse of [`encode_stamp`]: `(kind, seq, step)`, or `None` when bytes 13..16 are not
+/// zero (not a stamp).
+#[inline]
+pub fn decode_stamp(b: &[u8; STAMP_BYTES]) -> Option<(u8, u64, u32)> {
+    if b[13..] != [0, 0, 0] {
+        return None;
+    }
+    let seq = u64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
+    let step = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+    Some((b[12], seq, step))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stamp_golden_bytes() {
+        let golden: [u8; STAMP_BYTES] = [
+            0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // seq
+            0x0d, 0x0c, 0x0b, 0x0a, // step
+            2,    // kind
+            0, 0, 0,
+        ];
+        assert_eq!(encode_stamp(2, 0x0102_0304_0506_0708, 0x0a0b_0c0d), golden);
+        assert_eq!(
+            decode_stamp(&golden),
+            Some((2, 0x0102_0304_0506_0708, 0x0a0b_0c0d))
+        );
+        let mut bad = golden;
+        bad[15] = 1;
+        assert_eq!(decode_stamp(&bad), None, "not a stamp");
+        assert_eq!(
+            encode_stamp(1, 1, 0),
+            [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0]
+        );
+    }
 
     fn sample() -> PacketHeader {
         PacketHeader {

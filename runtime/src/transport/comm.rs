@@ -9,12 +9,15 @@ use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
 use crate::fabric::Fabric;
+use crate::protocol::collective::CollectiveSeq;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::Engine;
 use crate::protocol::matching::{Envelope, Message, RecvInto, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 
-const BARRIER_TAG: Tag = RESERVED_TAG_BASE;
-const ALLGATHER_TAG: Tag = RESERVED_TAG_BASE + 100;
+mod collectives;
+mod gone;
+
+use gone::EndCheck;
 
 /// Handle of a non-blocking operation.
 #[derive(Debug, PartialEq, Eq)]
@@ -22,6 +25,8 @@ const ALLGATHER_TAG: Tag = RESERVED_TAG_BASE + 100;
 pub struct Request {
     id: u64,
     recv: bool,
+    /// The rank a send goes to, or the ranks a receive takes from.
+    peer: Source,
 }
 
 /// Result of a completed request.
@@ -93,6 +98,8 @@ pub struct Communicator {
     notes: Vec<String>,
     /// Messages this rank sent so far (see [`Communicator::messages_sent`]).
     messages_sent: u64,
+    /// The collectives this rank started (their sequence stamps).
+    collectives: CollectiveSeq,
 }
 
 impl Communicator {
@@ -104,6 +111,7 @@ impl Communicator {
             notes: e.notes().to_vec(),
             backend: Backend::Engine(e),
             messages_sent: 0,
+            collectives: CollectiveSeq::default(),
         })
     }
 
@@ -113,6 +121,7 @@ impl Communicator {
             notes: n.notes().to_vec(),
             backend: Backend::Native(Box::new(n)),
             messages_sent: 0,
+            collectives: CollectiveSeq::default(),
         }
     }
 
@@ -214,6 +223,7 @@ impl Communicator {
         Ok(Request {
             id: self.isend_raw(dest, tag, data)?,
             recv: false,
+            peer: Source::Rank(dest),
         })
     }
 
@@ -226,19 +236,26 @@ impl Communicator {
         Ok(Request {
             id: self.isend_retry(dest, tag, data)?,
             recv: false,
+            peer: Source::Rank(dest),
         })
     }
 
     /// `isend` that progresses and retries while the pool is exhausted.
     fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
         let mut b = Backoff::new();
+        let mut check = EndCheck::default();
         loop {
             match self.isend_raw(dest, tag, data) {
                 Ok(id) => return Ok(id),
                 Err(Error::WouldBlock) => {
-                    if self.progress()? {
+                    // A failed rank holds pool buffers for ever (its credits never
+                    // come): the pool may never free.
+                    let worked = self.progress()?;
+                    if worked {
                         b.reset();
-                    } else {
+                    }
+                    let on = (Source::Any, false, "send");
+                    if self.after_round(worked, &mut check, on, &mut |_| Ok(false))? {
                         self.snooze(&mut b);
                     }
                 }
@@ -249,7 +266,12 @@ impl Communicator {
 
     fn send_internal(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         let id = self.isend_retry(dest, tag, data)?;
-        self.wait(Request { id, recv: false }).map(|_| ())
+        let req = Request {
+            id,
+            recv: false,
+            peer: Source::Rank(dest),
+        };
+        self.wait_as(req, "send").map(|_| ())
     }
 
     /// Sends `data` to `dest` with `tag`, progressing and waiting while the pool is
@@ -281,9 +303,11 @@ impl Communicator {
 
     /// Posts a receive from `src` (a rank or any) with `tag` (a tag or any user tag).
     pub fn irecv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Request> {
+        let src = src.into();
         Ok(Request {
-            id: self.irecv_raw(src.into(), tag.into())?,
+            id: self.irecv_raw(src, tag.into())?,
             recv: true,
+            peer: src,
         })
     }
 
@@ -294,7 +318,7 @@ impl Communicator {
             return n.recv(src.into(), tag.into());
         }
         let r = self.irecv(src, tag)?;
-        Ok(self.wait(r)?.into_message().expect("receive request"))
+        Ok(self.wait_as(r, "recv")?.into_message().expect("receive request"))
     }
 
     /// Progresses once, then returns the next matching message if it has fully arrived.
@@ -378,7 +402,7 @@ impl Communicator {
         into: Option<&mut [u8]>,
     ) -> Result<Limited> {
         let id = engine_of(&mut self.backend).irecv_within(src, tag, cap)?;
-        let r = self.engine_wait_limited(id, into);
+        let r = self.engine_wait_limited(id, src, into);
         if r.is_err() {
             engine_of(&mut self.backend).cancel_recv(id);
         }
@@ -386,8 +410,12 @@ impl Communicator {
     }
 
     /// The wait of [`Communicator::engine_recv_limited`] for its receive `id`.
-    fn engine_wait_limited(&mut self, id: u64, mut into: Option<&mut [u8]>) -> Result<Limited> {
+    fn engine_wait_limited(&mut self, id: u64, src: Source, mut into: Option<&mut [u8]>) -> Result<Limited> {
         let mut b = Backoff::new();
+        // The end seen of the sender, and whether a round of progress came after it.
+        let mut gone: Option<(gone::Gone, bool)> = None;
+        let mut check = EndCheck::default();
+        let mut worked = true;
         loop {
             let e = engine_of(&mut self.backend);
             if into.is_some() {
@@ -404,10 +432,25 @@ impl Communicator {
             if let Some(refused) = e.take_refused(id) {
                 return Ok(Limited::Refused(refused));
             }
+            // The round after the sender was seen ended (idle, if it finished) brought no
+            // outcome (the checks above): nothing can.
+            if let Some((g, true)) = gone.take_if(|(_, after)| *after) {
+                if !worked || g.sure {
+                    return Err(g.error);
+                }
+            }
             let lent = into.as_deref_mut().map(|buf| RecvInto { req: id, buf });
-            if e.progress_into(lent)? {
+            worked = e.progress_into(lent)?;
+            if worked {
                 b.reset();
-            } else {
+            }
+            if let Some((g, false)) = gone.take() {
+                gone = Some((g, true));
+            } else if check.due(worked) {
+                // One more round takes what an ended rank sent, or nothing will.
+                gone = self.gone(src, true, "recv").map(|g| (g, false));
+            }
+            if gone.is_none() && !worked {
                 self.snooze(&mut b);
             }
         }
@@ -428,6 +471,7 @@ impl Communicator {
     pub fn probe(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Envelope> {
         let (src, tag) = (src.into(), tag.into());
         let mut b = Backoff::new();
+        let mut check = EndCheck::default();
         loop {
             let active = self.progress()?;
             if let Some(e) = on_backend!(&mut self.backend, b => b.peek(src, tag)) {
@@ -435,7 +479,9 @@ impl Communicator {
             }
             if active {
                 b.reset();
-            } else {
+            }
+            let seen = &mut |c: &mut Self| Ok(on_backend!(&mut c.backend, b => b.peek(src, tag)).is_some());
+            if self.after_round(active, &mut check, (src, true, "probe"), seen)? {
                 self.snooze(&mut b);
             }
         }
@@ -460,15 +506,25 @@ impl Communicator {
     /// core), on MPI and verbs it sleeps in short steps. `recv`, `send`, `barrier` and
     /// `all_gatherv` wait the same way.
     pub fn wait(&mut self, req: Request) -> Result<Completion> {
+        self.wait_as(req, "wait")
+    }
+
+    /// [`Communicator::wait`] for the blocking call `op`: once every rank that could
+    /// complete `req` ended ([`Error::PeerGone`], see `gone`), an error naming `op`.
+    fn wait_as(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         #[cfg(feature = "mpi")]
         if let (true, Backend::Native(n)) = (req.recv, &mut self.backend) {
             return n.wait_posted(req.id).map(Completion::Received);
         }
         let mut b = Backoff::new();
+        let mut check = EndCheck::default();
         while !self.is_done(&req)? {
-            if self.progress()? {
+            let worked = self.progress()?;
+            if worked {
                 b.reset();
-            } else {
+            }
+            let on = (req.peer, req.recv, op);
+            if self.after_round(worked, &mut check, on, &mut |c| c.is_done(&req))? {
                 self.snooze(&mut b);
             }
         }
@@ -491,60 +547,6 @@ impl Communicator {
     /// requests, posts queued chunks. Returns true if anything happened.
     pub fn progress(&mut self) -> Result<bool> {
         on_backend!(&mut self.backend, b => b.progress())
-    }
-
-    /// Blocks until every rank entered the barrier (dissemination algorithm,
-    /// `ceil(log2 n)` rounds, talks to `2 * ceil(log2 n)` peers).
-    pub fn barrier(&mut self) -> Result<()> {
-        let n = self.world_size();
-        let r = self.rank();
-        let mut k = 0;
-        while (1usize << k) < n {
-            let d = 1usize << k;
-            let to = (r + d) % n;
-            let from = (r + n - d) % n;
-            let tag = BARRIER_TAG + k as Tag;
-            let s = Request {
-                id: self.isend_retry(to, tag, &[])?,
-                recv: false,
-            };
-            let rr = Request {
-                id: self.irecv_raw(Source::Rank(from), TagMatch::Tag(tag))?,
-                recv: true,
-            };
-            self.wait(rr)?;
-            self.wait(s)?;
-            k += 1;
-        }
-        Ok(())
-    }
-
-    /// Gathers every rank's `data` (any length) on every rank, ordered by rank (ring
-    /// algorithm: `n - 1` steps, talks to 2 peers).
-    pub fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let n = self.world_size();
-        let r = self.rank();
-        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); n];
-        blocks[r] = crate::core::memory::try_copy(data, || {
-            format!("this rank's {} bytes of an all-gather", data.len())
-        })?;
-        let right = (r + 1) % n;
-        let left = (r + n - 1) % n;
-        for s in 0..n.saturating_sub(1) {
-            let send_idx = (r + n - s) % n;
-            let recv_idx = (r + 2 * n - s - 1) % n;
-            let rr = Request {
-                id: self.irecv_raw(Source::Rank(left), TagMatch::Tag(ALLGATHER_TAG))?,
-                recv: true,
-            };
-            let sr = Request {
-                id: self.isend_retry(right, ALLGATHER_TAG, &blocks[send_idx])?,
-                recv: false,
-            };
-            blocks[recv_idx] = self.wait(rr)?.into_message().expect("receive").data;
-            self.wait(sr)?;
-        }
-        Ok(blocks)
     }
 
     /// Transport memory of this rank by kind, as accounted now.
@@ -586,10 +588,15 @@ impl Communicator {
     /// Delivers all own sends, then keeps serving other ranks until every rank is done.
     pub(crate) fn finalize(&mut self) -> Result<()> {
         let mut b = Backoff::new();
+        let mut check = EndCheck::default();
         while !on_backend!(&self.backend, e => e.sends_drained()) {
-            if self.progress()? {
+            let worked = self.progress()?;
+            if worked {
                 b.reset();
-            } else {
+            }
+            // A send to a failed rank is never delivered.
+            let drained = &mut |c: &mut Self| Ok(on_backend!(&c.backend, e => e.sends_drained()));
+            if self.after_round(worked, &mut check, (Source::Any, false, "finish"), drained)? {
                 self.snooze(&mut b);
             }
         }

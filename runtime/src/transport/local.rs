@@ -25,7 +25,7 @@ use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::memory::memlock_limit_bytes;
 use crate::core::memory::AlignedRegion;
 use crate::core::pool::{Register, Registration};
-use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
+use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, PeerEnd};
 
 /// Arrivals handled per [`Fabric::poll`] call at most.
 const POLL_BATCH: usize = 256;
@@ -150,6 +150,8 @@ pub(crate) struct World {
     ports: Vec<RankPort>,
     abort: AtomicBool,
     done: AtomicUsize,
+    /// Each rank's [`Fabric::mark_done`], set after everything it sent was delivered.
+    finished: Vec<AtomicBool>,
 }
 
 impl World {
@@ -171,6 +173,7 @@ impl World {
                 .collect(),
             abort: AtomicBool::new(false),
             done: AtomicUsize::new(0),
+            finished: (0..n).map(|_| AtomicBool::new(false)).collect(),
         };
         (world, parkers)
     }
@@ -481,6 +484,9 @@ impl Fabric for LocalFabric {
     fn mark_done(&mut self) {
         if !self.marked_done {
             self.marked_done = true;
+            // Released after every push of this rank: a peer that reads it, then polls,
+            // has all this rank sent (`peer_end`).
+            self.world.finished[self.rank].store(true, Ordering::Release);
             if self.world.done.fetch_add(1, Ordering::AcqRel) + 1 == self.world.ports.len() {
                 // The others may be blocked in their finish, waiting for this.
                 self.world.wake_all();
@@ -490,6 +496,16 @@ impl Fabric for LocalFabric {
 
     fn all_done(&self) -> bool {
         self.world.done.load(Ordering::Acquire) == self.world.ports.len()
+    }
+
+    fn peer_end(&self, peer: usize) -> Option<PeerEnd> {
+        let done = self.world.finished.get(peer)?.load(Ordering::Acquire);
+        done.then_some(PeerEnd::Finished)
+    }
+
+    fn others_end(&self) -> Option<(Option<usize>, PeerEnd)> {
+        let others = self.world.done.load(Ordering::Acquire) - usize::from(self.marked_done);
+        (others + 1 >= self.world.ports.len()).then_some((None, PeerEnd::Finished))
     }
 
     fn blocks_when_idle(&self) -> bool {

@@ -163,3 +163,35 @@ pub fn bad_input_is_an_error<L: Launcher>(l: &L) {
         .unwrap();
     assert!(res.iter().all(|&(a, b, c)| a && b && c));
 }
+
+/// Ranks in different collectives get an error naming both, not a hang: after a barrier
+/// together, rank 0 enters a barrier and rank 1 an all-gather (every transport: the
+/// collective's stamp travels in its messages). Then both take part in the same one again.
+pub fn mismatched_collectives<L: Launcher>(l: &L) {
+    let c = cfg(RecvSharing::Shared).build().unwrap();
+    let res = l
+        .run(2, &c, |comm| -> Result<Vec<u8>> {
+            comm.barrier()?;
+            let r = if comm.rank() == 0 {
+                comm.barrier()
+            } else {
+                comm.all_gatherv(b"x").map(|_| ())
+            };
+            let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
+            Ok(msg.into_bytes())
+        })
+        .unwrap();
+    let got: Vec<String> = res
+        .into_iter()
+        .map(|r| String::from_utf8(r.unwrap()).unwrap())
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "rank 0: barrier (collective #2, step 0) got a message of all_gatherv (collective #2, step 0) \
+             from rank 1: the ranks called different collectives",
+            "rank 1: all_gatherv (collective #2, step 0) got a message of barrier (collective #2, step 0) \
+             from rank 0: the ranks called different collectives",
+        ]
+    );
+}

@@ -1,0 +1,153 @@
+//! Collective sequence stamps: every message of a collective (barrier, all-gather, and
+//! those to come) travels with one tag, [`COLLECTIVE_TAG`], and ends with a stamp of the
+//! collective's kind, its number among its communicator's collectives and its step
+//! (`wire::encode_stamp`). A sender's messages of one tag arrive in order on every
+//! transport, so the next collective message from a peer is the one a rank expects unless
+//! the ranks called different collectives (or the same in another order): then the stamp
+//! differs and the rank gets [`Error::CollectiveMismatch`] instead of waiting for ever.
+//!
+//! A collective calls [`CollectiveSeq::begin`] once, [`Collective::seal`] on each message
+//! it sends and [`Collective::open`] on each it receives.
+
+use crate::core::error::{Error, Result};
+use crate::protocol::matching::{Tag, RESERVED_TAG_BASE};
+use crate::protocol::wire::{decode_stamp, encode_stamp, STAMP_BYTES};
+
+/// The one tag of every collective message.
+pub const COLLECTIVE_TAG: Tag = RESERVED_TAG_BASE;
+
+/// Which collective a message belongs to (its code is byte 12 of the stamp).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollectiveKind {
+    /// `Communicator::barrier`.
+    Barrier,
+    /// `Communicator::all_gatherv`.
+    AllGatherv,
+}
+
+impl CollectiveKind {
+    /// The code in the stamp.
+    pub fn code(self) -> u8 {
+        match self {
+            CollectiveKind::Barrier => 1,
+            CollectiveKind::AllGatherv => 2,
+        }
+    }
+
+    /// The kind of a stamp's code, if known.
+    pub fn from_code(code: u8) -> Option<CollectiveKind> {
+        match code {
+            1 => Some(CollectiveKind::Barrier),
+            2 => Some(CollectiveKind::AllGatherv),
+            _ => None,
+        }
+    }
+
+    /// The name of the call (as in the errors).
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveKind::Barrier => "barrier",
+            CollectiveKind::AllGatherv => "all_gatherv",
+        }
+    }
+}
+
+/// A communicator's count of the collectives it started.
+#[derive(Debug, Default)]
+pub struct CollectiveSeq {
+    last: u64,
+}
+
+impl CollectiveSeq {
+    /// Starts the next collective, of `kind`.
+    pub fn begin(&mut self, kind: CollectiveKind) -> Collective {
+        self.last += 1;
+        Collective { kind, seq: self.last }
+    }
+}
+
+/// One collective under way: its kind and number (from 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Collective {
+    /// What it is.
+    pub kind: CollectiveKind,
+    /// Its number among its communicator's collectives, from 1.
+    pub seq: u64,
+}
+
+impl Collective {
+    /// Appends the stamp of this collective's `step` to `msg`.
+    pub fn seal(&self, step: u32, msg: &mut Vec<u8>) {
+        msg.extend_from_slice(&encode_stamp(self.kind.code(), self.seq, step));
+    }
+
+    /// Checks that `msg`, received by `rank` from `peer`, is this collective's `step`, and
+    /// takes its stamp off. Errors: [`Error::CollectiveMismatch`] saying what came instead.
+    pub fn open(&self, rank: usize, peer: usize, step: u32, msg: &mut Vec<u8>) -> Result<()> {
+        let at = msg.len().checked_sub(STAMP_BYTES);
+        let stamp = at.and_then(|at| decode_stamp(msg[at..].try_into().expect("STAMP_BYTES")));
+        let got = match stamp {
+            Some((code, seq, s)) if code == self.kind.code() && seq == self.seq && s == step => {
+                msg.truncate(at.expect("a stamp was read"));
+                return Ok(());
+            }
+            Some((code, seq, s)) => match CollectiveKind::from_code(code) {
+                Some(k) => format!("a message of {} (collective #{seq}, step {s})", k.name()),
+                None => format!("a message of an unknown collective (code {code}, #{seq}, step {s})"),
+            },
+            None => format!("a message of {} bytes without a collective's stamp", msg.len()),
+        };
+        Err(Error::CollectiveMismatch {
+            rank,
+            peer,
+            op: self.kind.name(),
+            seq: self.seq,
+            step,
+            got: got.into(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_message_opens_as_its_collective_and_step_only() {
+        let mut seq = CollectiveSeq::default();
+        let b = seq.begin(CollectiveKind::Barrier);
+        let a = seq.begin(CollectiveKind::AllGatherv);
+        assert_eq!((b.seq, a.seq), (1, 2));
+        let mut msg = b"spikes".to_vec();
+        a.seal(3, &mut msg);
+        assert_eq!(msg.len(), 6 + STAMP_BYTES);
+        let mut taken = msg.clone();
+        a.open(0, 1, 3, &mut taken).unwrap();
+        assert_eq!(taken, b"spikes");
+
+        let err =
+            |c: Collective, step: u32, m: &[u8]| c.open(4, 5, step, &mut m.to_vec()).unwrap_err().to_string();
+        assert_eq!(
+            err(b, 3, &msg),
+            "rank 4: barrier (collective #1, step 3) got a message of all_gatherv (collective #2, step 3) \
+             from rank 5: the ranks called different collectives"
+        );
+        let other_step = err(a, 2, &msg);
+        assert!(
+            other_step.contains(
+                "all_gatherv (collective #2, step 2) got a message of all_gatherv (collective #2, step 3)"
+            ),
+            "{other_step}"
+        );
+        let later = Collective {
+            kind: CollectiveKind::AllGatherv,
+            seq: 3,
+        };
+        assert!(err(later, 3, &msg)
+            .contains("(collective #3, step 3) got a message of all_gatherv (collective #2"));
+        assert!(err(a, 3, b"short").contains("a message of 5 bytes without a collective's stamp"));
+        let mut unknown = Vec::new();
+        unknown.extend_from_slice(&encode_stamp(9, 2, 3));
+        assert!(err(a, 3, &unknown).contains("an unknown collective (code 9, #2, step 3)"));
+    }
+}

@@ -1,0 +1,122 @@
+//! When a blocking call can never complete: the rank it waits for ended (finished, or
+//! failed) as the fabric tells ([`Fabric::peer_end`](crate::fabric::Fabric::peer_end)).
+//! A blocking call reads it after an idle round of progress (and after every
+//! [`BUSY_ROUNDS`]th busy one: a rank can stay busy, e.g. opening an endpoint to a dead
+//! peer) and, when it says so, makes one more round: everything a finished rank sent is
+//! in this rank's queues by then, so a call still not complete after that round (idle,
+//! for a finished rank) gets [`Error::PeerGone`].
+
+use super::{Backend, Communicator};
+use crate::core::error::{Error, Result};
+use crate::fabric::PeerEnd;
+use crate::protocol::engine::Engine;
+use crate::protocol::matching::Source;
+
+/// Busy rounds of progress between two looks at the peers' ends.
+const BUSY_ROUNDS: u32 = 64;
+
+/// When a blocking call looks at the peers' ends (see the module).
+#[derive(Default)]
+pub(super) struct EndCheck {
+    busy: u32,
+}
+
+impl EndCheck {
+    /// True when the call should look after a round that `worked` (or did not).
+    pub(super) fn due(&mut self, worked: bool) -> bool {
+        if !worked {
+            return true;
+        }
+        self.busy += 1;
+        self.busy.is_multiple_of(BUSY_ROUNDS)
+    }
+}
+
+/// A blocking call that can never complete: its error, and whether that is sure without
+/// an idle round (a rank failed: nothing more comes from it, and a rank kept busy by it,
+/// e.g. opening an endpoint to it, is never idle).
+pub(super) struct Gone {
+    pub(super) error: Error,
+    pub(super) sure: bool,
+}
+
+impl Communicator {
+    /// The end check after a round of progress of blocking call `op` waiting on `peer`
+    /// (as in [`Communicator::gone`]) that `worked` or not: `Ok(true)` when the call
+    /// should snooze (nothing happened), `Ok(false)` when it should go on, the
+    /// [`Error::PeerGone`] when it can never complete. `done` tells whether the call
+    /// completed, after the extra round.
+    pub(super) fn after_round(
+        &mut self,
+        worked: bool,
+        check: &mut EndCheck,
+        (peer, recv, op): (Source, bool, &'static str),
+        done: &mut dyn FnMut(&mut Self) -> Result<bool>,
+    ) -> Result<bool> {
+        if check.due(worked) {
+            if let Some(g) = self.gone(peer, recv, op) {
+                let again = self.progress()?;
+                if (g.sure || !again) && !done(self)? {
+                    return Err(g.error);
+                }
+                return Ok(false);
+            }
+        }
+        Ok(!worked)
+    }
+
+    /// The error of blocking call `op` waiting on `peer` (a receive from it when `recv`,
+    /// else a send to it or, with [`Source::Any`], anything that needs every rank alive)
+    /// if no rank that could complete it is running any more; `None` while one is. A
+    /// receive from one rank ends when that rank ended; an any-source receive when every
+    /// other rank finished and this rank's own sends are delivered; a send when its rank
+    /// failed (a finished rank still takes what is sent to it); and any call once some
+    /// rank failed (as MPI's ULFM revokes a communicator: what it waits for may depend on
+    /// the failed rank through others). Always `None` on a fabric that does not tell ends
+    /// (MPI, verbs; the local transport has no failed ranks: a rank's failure aborts the
+    /// run) and for a receive from this rank itself while no rank failed.
+    pub(super) fn gone(&self, peer: Source, recv: bool, op: &'static str) -> Option<Gone> {
+        match &self.backend {
+            Backend::Engine(e) => engine_gone(e, peer, recv, op),
+            #[cfg(feature = "mpi")]
+            Backend::Native(_) => None,
+        }
+    }
+}
+
+/// [`Communicator::gone`] on the engine.
+fn engine_gone(e: &Engine, peer: Source, recv: bool, op: &'static str) -> Option<Gone> {
+    let f = e.fabric();
+    let rank = e.rank();
+    // Once a rank failed, a call that cannot progress may wait on it indirectly (a peer
+    // that waits on it, an endpoint it holds): it fails too, naming the failed rank.
+    let failed = || f.others_end().filter(|(_, end)| *end == PeerEnd::Failed);
+    let (peer, end) = match peer {
+        Source::Rank(p) if p == rank => failed()?,
+        Source::Rank(p) => match f.peer_end(p) {
+            Some(end) => (Some(p), end),
+            None => failed()?,
+        },
+        Source::Any => {
+            let (p, end) = f.others_end()?;
+            if end == PeerEnd::Finished && !(recv && e.sends_drained()) {
+                return None;
+            }
+            (p, end)
+        }
+    };
+    if !recv && end == PeerEnd::Finished {
+        return None;
+    }
+    let failed = end == PeerEnd::Failed;
+    Some(Gone {
+        error: Error::PeerGone {
+            rank,
+            op,
+            peer,
+            failed,
+        },
+        // A rank kept busy by a dead peer (an endpoint it keeps opening) is never idle.
+        sure: failed,
+    })
+}
