@@ -87,8 +87,8 @@ pub struct DryRunArgs {
     transport_model: TransportModel,
     /// With --transport-model ballast: the spike exchange whose peers are charged.
     /// allgather: the all-gather's ring partners (no connectivity needed); multisend: the
-    /// ranks holding targets (needs --circuit or --synthetic --synapses) [default: the
-    /// connectivity's peers, as multisend].
+    /// ranks holding targets or sources, and the ring partners of its closing all-gather
+    /// (needs --circuit or --synthetic --synapses) [default: the connectivity's peers].
     #[arg(long, value_enum)]
     exchange: Option<Exchange>,
     #[command(flatten)]
@@ -318,7 +318,9 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             if runtime.transport().max_endpoints == 0 && args.runtime.endpoint_overflow.is_some() {
                 eprintln!("note: --endpoint-overflow has no effect: max_endpoints is 0 (no cap)");
             }
-            Some(ballast_sim::transport_charge(runtime.transport()))
+            let mut charge = ballast_sim::transport_charge(runtime.transport());
+            charge.ring_partners = args.exchange == Some(Exchange::Multisend);
+            Some(charge)
         }
     };
     // The all-gather's charge does not depend on the placement: balance without it, add it.

@@ -7,8 +7,11 @@
 //!   `(r + 1) % n` and receives from `(r + n - 1) % n`, so 2 peers, 1 on 2 ranks, 0 on 1).
 //!   It depends on the world size only, not on where the cells are: no connectivity is
 //!   needed, and the balance is the transport-blind one with this constant charge added.
-//! - `multisend`: the peers that hold targets, from the circuit's connectivity (the
-//!   transport-aware balance of `--transport-model ballast`).
+//! - `multisend`: the peers that hold targets (and sources), from the circuit's
+//!   connectivity, plus the ring all-gather's partners: NEURON's multisend ends each
+//!   exchange with `nrnmpi_multisend_conserve`, which the shim runs as a
+//!   `ballast_allgatherv` (the transport-aware balance of `--transport-model ballast`, with
+//!   `TransportCharge::ring_partners`).
 
 use ballast_balancer::transport_aware::{RankLoads, TransportCharge};
 use ballast_balancer::{Allocation, DryRun};
@@ -26,14 +29,7 @@ pub enum Exchange {
 /// The ranks rank `rank` of `world_size` exchanges with in Ballast's ring all-gather, in
 /// ascending order, without `rank` itself (empty for one rank).
 pub fn allgather_partners(rank: usize, world_size: usize) -> Vec<usize> {
-    if world_size < 2 {
-        return Vec::new();
-    }
-    let right = (rank + 1) % world_size;
-    let left = (rank + world_size - 1) % world_size;
-    let mut v = vec![right.min(left), right.max(left)];
-    v.dedup();
-    v
+    ballast_balancer::transport_aware::ring_partners(rank, world_size)
 }
 
 /// Other nodes among `partners` (`ranks_per_node` consecutive ranks per node).

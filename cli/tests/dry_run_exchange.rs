@@ -153,3 +153,67 @@ fn exchange_needs_the_charge_and_multisend_the_connectivity() {
     }
     assert!(!dir.path().join("a").exists() && !dir.path().join("m").exists());
 }
+
+#[test]
+fn multisend_adds_the_ring_of_its_closing_all_gather() {
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = [
+        "--synthetic",
+        "400",
+        "--synapses",
+        "60",
+        "--num-target-ranks",
+        "8",
+        "--transport-model",
+        "ballast",
+        "--transport",
+        "mpi",
+        "--mpi-native",
+        "false",
+        "--json",
+    ];
+    let run = |out: &str, exchange: &[&str]| -> Value {
+        json_of(
+            &ballast()
+                .current_dir(dir.path())
+                .env_remove("BALLAST_MPI_NATIVE")
+                .env_remove("BALLAST_TRANSPORT")
+                .args(["dry-run", "--output-dir", out])
+                .args(sparse)
+                .args(exchange)
+                .output()
+                .unwrap(),
+        )
+    };
+    let peers = |j: &Value, key: &str| -> Vec<u64> {
+        j[key]["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect()
+    };
+    let plain = run("plain", &[]);
+    let multi = run("multi", &["--exchange", "multisend"]);
+    // The blind placement is the same memory-only LPT in both: there the ring can only add.
+    let (p, m) = (
+        peers(&plain, "blind_rank_loads"),
+        peers(&multi, "blind_rank_loads"),
+    );
+    assert!(p.iter().zip(&m).all(|(a, b)| b >= a && *b >= 2), "{p:?} vs {m:?}");
+    assert!(
+        m.iter().sum::<u64>() > p.iter().sum::<u64>(),
+        "the ring added no peer: {p:?} vs {m:?}"
+    );
+    // Every charged rank pays for at least its two ring partners.
+    let charged = peers(&multi, "rank_loads");
+    assert!(charged.iter().all(|&c| c >= 2), "{charged:?}");
+    let kb = &multi["rank_loads"]["transport_kb"];
+    for (r, c) in charged.iter().enumerate() {
+        assert_eq!(
+            kb[r].as_f64().unwrap(),
+            predicted_kb(*c as usize, 8, false),
+            "rank {r}"
+        );
+    }
+}

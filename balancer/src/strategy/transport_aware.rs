@@ -57,6 +57,24 @@ pub struct TransportCharge {
     pub lazy_connect: bool,
     /// Consecutive ranks per node, for counting peer nodes (at least 1). Default: 1.
     pub ranks_per_node: usize,
+    /// Each rank's two neighbours of a ring all-gather ([`ring_partners`]) are its peers
+    /// too, whatever the placement: NEURON's multisend ends each exchange with a reduction
+    /// that the NEURON shim runs as Ballast's ring all-gather. Default: off.
+    pub ring_partners: bool,
+}
+
+/// The ranks rank `rank` of `world_size` talks to in Ballast's ring all-gather
+/// (`Communicator::all_gatherv`: it sends to `rank + 1` and receives from `rank - 1`, mod
+/// `world_size`), ascending, without `rank` itself: 2 ranks, 1 on 2 ranks, none on 1.
+pub fn ring_partners(rank: usize, world_size: usize) -> Vec<usize> {
+    if world_size < 2 {
+        return Vec::new();
+    }
+    let right = (rank + 1) % world_size;
+    let left = (rank + world_size - 1) % world_size;
+    let mut v = vec![right.min(left), right.max(left)];
+    v.dedup();
+    v
 }
 
 impl TransportCharge {
@@ -68,6 +86,7 @@ impl TransportCharge {
             per_node: false,
             lazy_connect: true,
             ranks_per_node: 1,
+            ring_partners: false,
         }
     }
 
@@ -90,6 +109,7 @@ impl std::fmt::Debug for TransportCharge {
             .field("per_node", &self.per_node)
             .field("lazy_connect", &self.lazy_connect)
             .field("ranks_per_node", &self.ranks_per_node)
+            .field("ring_partners", &self.ring_partners)
             .finish_non_exhaustive()
     }
 }
@@ -173,7 +193,15 @@ pub fn evaluate(
         cells_kb[r as usize] += costs.cell_kb[c];
         synapses_kb[r as usize] += costs.synapse_kb[c];
     }
-    let sets = network.peers(rank_of, ranks);
+    let mut sets = network.peers(rank_of, ranks);
+    if charge.is_some_and(|ch| ch.ring_partners) {
+        for r in 0..ranks {
+            for p in ring_partners(r, ranks) {
+                sets.insert(r, p);
+                sets.insert(p, r);
+            }
+        }
+    }
     let lazy = charge.is_none_or(|ch| ch.lazy_connect);
     let rpn = charge.map_or(1, |ch| ch.ranks_per_node.max(1));
     let (peers, peer_nodes): (Vec<usize>, Vec<usize>) = if lazy {
