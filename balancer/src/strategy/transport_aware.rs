@@ -471,3 +471,36 @@ fn split_into_cycles(
         populations,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_partners_by_world_size() {
+        assert!(ring_partners(0, 1).is_empty());
+        assert_eq!(ring_partners(1, 2), vec![0]);
+        assert_eq!(ring_partners(0, 5), vec![1, 4]);
+        assert_eq!(ring_partners(3, 5), vec![2, 4]);
+    }
+
+    /// One connection, 0 -> 1, on 5 ranks (cell c on rank c): ranks 0 and 1 are peers; the
+    /// ring adds each rank's neighbours mod 5, and nothing twice.
+    #[test]
+    fn evaluate_counts_the_ring_partners_when_asked() {
+        let net = Network::from_pairs(vec![0, 5], &[(0, 1), (2, 0)]).unwrap();
+        let costs = CellCosts {
+            cell_kb: vec![1.0; 5],
+            synapse_kb: vec![0.0; 5],
+        };
+        let rank_of: Vec<u32> = (0..5).collect();
+        let mut charge = TransportCharge::new(|peers, _| peers as u64 * 1024);
+        let plain = evaluate(&net, &costs, &rank_of, 5, Some(&charge));
+        assert_eq!(plain.peers, vec![2, 1, 1, 0, 0]);
+        charge.ring_partners = true;
+        let ring = evaluate(&net, &costs, &rank_of, 5, Some(&charge));
+        // Rank 0: 1 and 2 (connections) and 4 (ring); rank 2: 0 (connection), 1 and 3.
+        assert_eq!(ring.peers, vec![3, 2, 3, 2, 2]);
+        assert_eq!(ring.transport_kb, vec![3.0, 2.0, 3.0, 2.0, 2.0]);
+    }
+}
