@@ -4,8 +4,13 @@
 #   -> `ballast dry-run` on its cell_memory_usage.json
 #   -> three `neurodamus --lb-mode` runs under mpirun -n 3: --lb-mode=Memory with Ballast's
 #      allocation_r3_c1.pkl.gz, --lb-mode=Memory with neurodamus' own, and RoundRobin
+#   -> the whole loop: the same --lb-mode=Memory run with Ballast's allocation and NEURON's
+#      spike exchange over Ballast (NRNHOME: the shim of ci/install-neuron.sh), with
+#      BALLAST_MPI_NATIVE on and off, each beside `ballast dry-run --transport-model ballast
+#      --exchange allgather --transport mpi` (ci/neurodamus/exchange.py: the reports show the
+#      exchange on Ballast; the charge beside the measured footprint, rank by rank)
 #   -> ci/neurodamus/check.py: neurodamus loaded Ballast's file, each rank instantiated exactly
-#      Ballast's gids, spikes and soma traces identical in the three runs, Ballast's largest
+#      Ballast's gids, spikes and soma traces identical in the five runs, Ballast's largest
 #      rank <= neurodamus', and `ballast dry-run --strategy neurodamus` wrote neurodamus' own
 #      allocation; then the same checks on corrupted inputs, which must all fail.
 # Usage: ci/neurodamus.sh BALLAST_BINARY
@@ -200,11 +205,44 @@ for run in ballast:Memory neurodamus:Memory roundrobin:RoundRobin; do
     say "neurodamus --lb-mode=$mode with the $name allocation (mpirun -n $ranks_run): ok"
 done
 
-# 4. The checks (and that each check fails on wrong input).
+# 4. The whole loop: the Ballast allocation again, with the spike exchange on Ballast too
+# (NRNHOME: the shim of integrations/neuron/, installed by ci/install-neuron.sh for this
+# venv's NEURON; libballast's cargo build is the one ci/neuron.sh made, reused). neurodamus
+# 4.2.9 turns spike compression off under --lb-mode=Memory (node.py, _finalize_model), so
+# NEURON runs its plain all-gather exchange: `ballast dry-run --exchange allgather`, over
+# the run's transport (--transport mpi), on each path of the run (BALLAST_MPI_NATIVE on,
+# then off: --mpi-native).
+loop_start=$(date +%s)
+bash "$repo/ci/install-neuron.sh" "$work/nrn-prefix" >"$work/install-neuron.log" 2>&1 \
+    || { tail -n 30 "$work/install-neuron.log" >&2; die "ci/install-neuron.sh failed"; }
+nrnhome=$work/nrn-prefix/lib/ballast-nrnhome
+for native in on off; do
+    mpi_native=$([ "$native" = on ] && echo true || echo false)
+    "$ballast_bin" dry-run --memory-usage "$work/dry/cell_memory_usage.json" --num-target-ranks "$ranks_run" \
+        --transport-model ballast --exchange allgather --transport mpi --mpi-native "$mpi_native" \
+        --output-dir "$work/ballast-charged-$native" --json >"$work/ballast-charged-$native.json"
+    # The all-gather's charge does not depend on the placement: the allocation is the plain one.
+    cmp -s "$work/ballast/$alloc" "$work/ballast-charged-$native/$alloc" \
+        || die "ballast dry-run --exchange allgather wrote another allocation than the plain dry run"
+    mkdir "$work/run-shim-$native"
+    cp "$work/ballast-charged-$native/$alloc" "$work/run-shim-$native/"
+    (cd "$work/run-shim-$native" && NRNHOME=$nrnhome BALLAST_MPI_NATIVE=$native BALLAST_REPORT_DIR=$work/run-shim-$native/reports \
+        timeout 600 mpirun "${mpirun_flags[@]}" -n "$ranks_run" "${nd_py[@]}" simulate "$config" Memory result.json >run.log 2>&1) \
+        || { tail -n 40 "$work/run-shim-$native/run.log" >&2; die "neurodamus --lb-mode=Memory over the shim (BALLAST_MPI_NATIVE=$native) failed"; }
+    say "neurodamus --lb-mode=Memory with the ballast allocation, spikes over Ballast (BALLAST_MPI_NATIVE=$native, mpirun -n $ranks_run): ok"
+done
+say "the whole loop (install, 2 dry runs, 2 runs) in $(($(date +%s) - loop_start)) s"
+
+# 5. The checks (and that each check fails on wrong input).
 "$venv/bin/python" "$repo/ci/neurodamus/check.py" \
     --ballast-allocation "$work/ballast/$alloc" --neurodamus-allocation "$work/dry/$alloc" \
     --reproduced-allocation "$work/ballast-strategy-neurodamus/$alloc" \
     --memory-usage "$work/dry/cell_memory_usage.json" --ballast-dry-run "$work/ballast-dry-run.json" \
-    --ballast-run "$work/run-ballast" --neurodamus-run "$work/run-neurodamus" --roundrobin-run "$work/run-roundrobin"
+    --ballast-run "$work/run-ballast" --neurodamus-run "$work/run-neurodamus" --roundrobin-run "$work/run-roundrobin" \
+    --shim-run "$work/run-shim-on" --shim-run "$work/run-shim-off"
+# The exchange went over Ballast, and its measured footprint beside the dry run's charge.
+"$venv/bin/python" "$repo/ci/neurodamus/exchange.py" --wheel-run "$work/run-ballast" \
+    --shim-run "$work/run-shim-on" --charge "$work/ballast-charged-on.json" --mpi-native true \
+    --shim-run "$work/run-shim-off" --charge "$work/ballast-charged-off.json" --mpi-native false
 
 say "neurodamus round trip passed in $(($(date +%s) - step_start)) s"

@@ -14,8 +14,9 @@ The checks:
              gives it, per population (and the neurodamus run those of neurodamus'
              allocation); in every run each cell is on exactly one rank.
   spikes     the three runs' spikes (population, gid, time) are identical, with spikes in both
-             populations (activity crossed ranks and populations).
-  traces     the three runs' soma voltages are identical for every cell, sample by sample.
+             populations (activity crossed ranks and populations); so are those of the runs
+             with the spike exchange over Ballast (--shim-run, Ballast's allocation).
+  traces     the runs' soma voltages are identical for every cell, sample by sample.
   memory     Ballast's largest rank (KB, from neurodamus' dry-run memory per metype and its
              KB per synapse) is at most neurodamus' largest; `ballast dry-run --json` reports
              the same largest rank.
@@ -212,6 +213,10 @@ def main():
     p.add_argument("--ballast-run", required=True)
     p.add_argument("--neurodamus-run", required=True)
     p.add_argument("--roundrobin-run", required=True)
+    p.add_argument(
+        "--shim-run", action="append", default=[],
+        help="a run with Ballast's allocation and the spike exchange over Ballast (repeatable)",
+    )
     a = p.parse_args()
 
     b_alloc = load_allocation(a.ballast_allocation)
@@ -221,7 +226,8 @@ def main():
     mem = json.loads(Path(a.memory_usage).read_text())
     dry = json.loads(Path(a.ballast_dry_run).read_text())
     b_run, n_run, r_run = (load_run(d) for d in (a.ballast_run, a.neurodamus_run, a.roundrobin_run))
-    runs = [b_run, n_run, r_run]
+    shim_runs = [load_run(d) for d in a.shim_run]
+    runs = [b_run, n_run, r_run, *shim_runs]
     cells = all_cells(mem)
     ranks = b_run["ranks"]
     loads = {}
@@ -235,6 +241,7 @@ def main():
             check_gids(b_run, b_alloc, cells, "Ballast run"),
             check_gids(n_run, n_alloc, cells, "neurodamus run"),
             check_partition(r_run, cells, "RoundRobin run"),
+            *(check_gids(s, b_alloc, cells, f"run over Ballast {s['dir']}") for s in shim_runs),
         )),
         ("spikes", lambda: check_spikes(runs)),
         ("traces", lambda: check_traces(runs, cells)),
@@ -255,6 +262,7 @@ def main():
             f"check.py: {len(cells)} cells on {ranks} ranks; {len(b_run['spikes'])} spikes and "
             f"{len(b_run['traces'])} soma traces of {len(next(iter(b_run['traces'].values())))} samples "
             f"identical in the Ballast, neurodamus and RoundRobin runs"
+            + (f" and the {len(shim_runs)} with the exchange over Ballast" if shim_runs else "")
         )
         print(
             "check.py: largest rank (KB, cells + synapses): Ballast "
@@ -330,6 +338,11 @@ def main():
             load_allocation(a.ballast_allocation, keep_order=True), n_ordered)),
         ("reproduced: one bucket in another order", lambda: check_reproduced(reversed_bucket(n_ordered), n_ordered)),
     ]
+    for s_run in shim_runs:
+        negatives.append((
+            f"spikes: {s_run['dir'].name} with one spike dropped",
+            lambda s_run=s_run: check_spikes([b_run, n_run, r_run, tweaked(s_run, "spike-dropped")]),
+        ))
     if n_alloc == b_alloc:  # (then these two are no corruption)
         negatives = [
             n for n in negatives if n[0] not in ("gids: neurodamus' allocation for the Ballast run",

@@ -7,7 +7,8 @@ Usage:
       Builds and runs the simulation through neurodamus' Python API (as its tests/unit-mpi
       tests do) with --lb-mode=LB_MODE, and writes on rank 0 RESULT.json: the ranks, the gids
       each rank instantiated per population (raw, as in the allocation file), every spike
-      (population, gid, time in ms) and every cell's soma voltage (mV, every dt).
+      (population, gid, time in ms), every cell's soma voltage (mV, every dt) and each
+      rank's VmRSS and VmHWM (KB) at the end of the run.
 
 Why a script and not the `neurodamus` command: the command never calls MPI_Finalize, so
 mpirun reports its ranks as failed and exits 1; and without libsonatareport neurodamus
@@ -38,6 +39,17 @@ def cli(argv):
 
     sys.argv = ["neurodamus", *argv]
     return neurodamus(argv)
+
+
+def vm_status():
+    """This process's VmRSS and VmHWM (KB, /proc/self/status) after the run."""
+    vm = {}
+    with open("/proc/self/status", encoding="utf-8") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                vm[{"VmRSS": "vm_rss_kb", "VmHWM": "vm_hwm_kb"}[key]] = int(value.split()[0])
+    return vm
 
 
 def simulate(config, lb_mode, result_path):
@@ -71,6 +83,7 @@ def simulate(config, lb_mode, result_path):
             spikes.append([pop or "All", int(gid) - int(offset or 0), float(t)])
     mine = {
         "rank": comm.Get_rank(),
+        "vm": vm_status(),
         "gids": local,
         "spikes": spikes,
         "traces": {k: list(v) for k, v in traces.items()},
@@ -84,6 +97,7 @@ def simulate(config, lb_mode, result_path):
             "gids_per_rank": [r["gids"] for r in everything],
             "spikes": sorted(s for r in everything for s in r["spikes"]),
             "traces": {k: v for r in everything for k, v in r["traces"].items()},
+            "vm_per_rank": [r["vm"] for r in everything],
         }
         tmp = result_path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -18,6 +18,7 @@ use ballast_balancer::{
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
+use crate::exchange::{self, Exchange};
 use crate::node_suggest;
 use crate::output::{count, population_json, population_warnings};
 use crate::plot;
@@ -80,9 +81,16 @@ pub struct DryRunArgs {
     #[arg(long, default_value = "lpt")]
     strategy: Strategy,
     /// Charge each rank the transport memory Ballast's runtime uses for its peers (ballast),
-    /// or not (none). Needs connectivity: --circuit, or --synthetic with --synapses.
+    /// or not (none). Needs connectivity: --circuit, or --synthetic with --synapses (not
+    /// with --exchange allgather).
     #[arg(long, value_enum, default_value_t = TransportModel::None)]
     transport_model: TransportModel,
+    /// With --transport-model ballast: the spike exchange whose peers are charged.
+    /// allgather: the all-gather's ring partners (no connectivity needed); multisend: the
+    /// ranks holding targets or sources, and the ring partners of its closing all-gather
+    /// (needs --circuit or --synthetic --synapses) [default: the connectivity's peers].
+    #[arg(long, value_enum)]
+    exchange: Option<Exchange>,
     #[command(flatten)]
     runtime: RuntimeArgs,
     /// Memory of one node, GiB: flag nodes above it and find the fewest nodes that fit
@@ -287,6 +295,9 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         || load_input(args, &read),
     )?;
     let charge = match args.transport_model {
+        TransportModel::None if args.exchange.is_some() => {
+            bail!("--exchange chooses the peers the transport charge counts: it needs --transport-model ballast")
+        }
         TransportModel::None => {
             let unused = args.runtime.given_charge_options();
             if !unused.is_empty() {
@@ -299,8 +310,8 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             None
         }
         TransportModel::Ballast => {
-            if input.network.is_none() {
-                bail!("--transport-model ballast needs the circuit's connectivity: use --circuit, or --synthetic with --synapses ({} has none)", input.label);
+            if input.network.is_none() && args.exchange != Some(Exchange::Allgather) {
+                bail!("--transport-model ballast needs the circuit's connectivity: use --circuit, or --synthetic with --synapses ({} has none), or --exchange allgather", input.label);
             }
             if args.strategy == Strategy::Neurodamus {
                 bail!(
@@ -310,9 +321,14 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             if runtime.transport().max_endpoints == 0 && args.runtime.endpoint_overflow.is_some() {
                 eprintln!("note: --endpoint-overflow has no effect: max_endpoints is 0 (no cap)");
             }
-            Some(ballast_sim::transport_charge(runtime.transport()))
+            let mut charge = ballast_sim::transport_charge(runtime.transport());
+            charge.ring_partners = args.exchange == Some(Exchange::Multisend);
+            Some(charge)
         }
     };
+    // The all-gather's charge does not depend on the placement: balance without it, add it.
+    let allgather = args.exchange == Some(Exchange::Allgather);
+    let balance_charge = if allgather { None } else { charge.as_ref() };
     // Ranks per node: given, or this machine's cores where nodes are to be counted.
     let rpn = node_suggest::ranks_per_node(
         args.runtime.ranks_per_node,
@@ -325,7 +341,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                 &input.dry_run,
                 input.network.as_ref(),
                 &config,
-                charge.as_ref(),
+                balance_charge,
                 args.rank_overhead_mb,
                 rpn,
                 memory,
@@ -359,8 +375,8 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     }
     // LPT without a charge counts every cell twice (placed, then gathered).
     let placed = AtomicU64::new(0);
-    let balance_total =
-        (config.strategy == Strategy::Lpt && charge.is_none()).then(|| 2 * input.dry_run.cell_count() as u64);
+    let balance_total = (config.strategy == Strategy::Lpt && balance_charge.is_none())
+        .then(|| 2 * input.dry_run.cell_count() as u64);
     let balanced = timings.time_counted(
         "balance",
         "balancing",
@@ -370,7 +386,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
                 args,
                 &input,
                 &config,
-                charge.as_ref(),
+                balance_charge,
                 rpn.map(|r| r.ranks),
                 &placed,
             )
@@ -379,7 +395,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     let BalanceStep {
         allocation,
         blind,
-        loads,
+        mut loads,
         tried,
         strategy_name,
         seconds,
@@ -389,6 +405,12 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         fit,
     } = balanced;
     let dry_run = &input.dry_run;
+    if let (true, Some(ch)) = (allgather, &charge) {
+        loads = Some(exchange::allgather_loads(
+            exchange::rank_kb(&allocation, dry_run),
+            ch,
+        ));
+    }
     let rpn = rpn.map(|r| r.ranks);
 
     let (written, summary) = timings.time(

@@ -26,6 +26,7 @@ macro_rules! outln {
 
 mod demo;
 mod dry_run;
+mod exchange;
 mod fanout;
 mod info;
 mod node_suggest;

@@ -57,6 +57,24 @@ pub struct TransportCharge {
     pub lazy_connect: bool,
     /// Consecutive ranks per node, for counting peer nodes (at least 1). Default: 1.
     pub ranks_per_node: usize,
+    /// Each rank's two neighbours of a ring all-gather ([`ring_partners`]) are its peers
+    /// too, whatever the placement: NEURON's multisend ends each exchange with a reduction
+    /// that the NEURON shim runs as Ballast's ring all-gather. Default: off.
+    pub ring_partners: bool,
+}
+
+/// The ranks rank `rank` of `world_size` talks to in Ballast's ring all-gather
+/// (`Communicator::all_gatherv`: it sends to `rank + 1` and receives from `rank - 1`, mod
+/// `world_size`), ascending, without `rank` itself: 2 ranks, 1 on 2 ranks, none on 1.
+pub fn ring_partners(rank: usize, world_size: usize) -> Vec<usize> {
+    if world_size < 2 {
+        return Vec::new();
+    }
+    let right = (rank + 1) % world_size;
+    let left = (rank + world_size - 1) % world_size;
+    let mut v = vec![right.min(left), right.max(left)];
+    v.dedup();
+    v
 }
 
 impl TransportCharge {
@@ -68,6 +86,7 @@ impl TransportCharge {
             per_node: false,
             lazy_connect: true,
             ranks_per_node: 1,
+            ring_partners: false,
         }
     }
 
@@ -90,6 +109,7 @@ impl std::fmt::Debug for TransportCharge {
             .field("per_node", &self.per_node)
             .field("lazy_connect", &self.lazy_connect)
             .field("ranks_per_node", &self.ranks_per_node)
+            .field("ring_partners", &self.ring_partners)
             .finish_non_exhaustive()
     }
 }
@@ -173,7 +193,15 @@ pub fn evaluate(
         cells_kb[r as usize] += costs.cell_kb[c];
         synapses_kb[r as usize] += costs.synapse_kb[c];
     }
-    let sets = network.peers(rank_of, ranks);
+    let mut sets = network.peers(rank_of, ranks);
+    if charge.is_some_and(|ch| ch.ring_partners) {
+        for r in 0..ranks {
+            for p in ring_partners(r, ranks) {
+                sets.insert(r, p);
+                sets.insert(p, r);
+            }
+        }
+    }
     let lazy = charge.is_none_or(|ch| ch.lazy_connect);
     let rpn = charge.map_or(1, |ch| ch.ranks_per_node.max(1));
     let (peers, peer_nodes): (Vec<usize>, Vec<usize>) = if lazy {
@@ -441,5 +469,38 @@ fn split_into_cycles(
         ranks: config.ranks,
         cycles: config.cycles,
         populations,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_partners_by_world_size() {
+        assert!(ring_partners(0, 1).is_empty());
+        assert_eq!(ring_partners(1, 2), vec![0]);
+        assert_eq!(ring_partners(0, 5), vec![1, 4]);
+        assert_eq!(ring_partners(3, 5), vec![2, 4]);
+    }
+
+    /// One connection, 0 -> 1, on 5 ranks (cell c on rank c): ranks 0 and 1 are peers; the
+    /// ring adds each rank's neighbours mod 5, and nothing twice.
+    #[test]
+    fn evaluate_counts_the_ring_partners_when_asked() {
+        let net = Network::from_pairs(vec![0, 5], &[(0, 1), (2, 0)]).unwrap();
+        let costs = CellCosts {
+            cell_kb: vec![1.0; 5],
+            synapse_kb: vec![0.0; 5],
+        };
+        let rank_of: Vec<u32> = (0..5).collect();
+        let mut charge = TransportCharge::new(|peers, _| peers as u64 * 1024);
+        let plain = evaluate(&net, &costs, &rank_of, 5, Some(&charge));
+        assert_eq!(plain.peers, vec![2, 1, 1, 0, 0]);
+        charge.ring_partners = true;
+        let ring = evaluate(&net, &costs, &rank_of, 5, Some(&charge));
+        // Rank 0: 1 and 2 (connections) and 4 (ring); rank 2: 0 (connection), 1 and 3.
+        assert_eq!(ring.peers, vec![3, 2, 3, 2, 2]);
+        assert_eq!(ring.transport_kb, vec![3.0, 2.0, 3.0, 2.0, 2.0]);
     }
 }
