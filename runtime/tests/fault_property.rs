@@ -29,9 +29,9 @@ use rand_chacha::ChaCha8Rng;
 /// Seeds that once failed; run first by `random_traffic_over_faults`. 14, 17, 147, 175,
 /// 217, 431, 460, 478: shared/xrc queues hung under delays (a credit request that
 /// overtook the sender's packets queued an idle sender, whose shares never came back).
-/// 157, 1040: a killed rank left survivors waiting (a busy rank never idle; an endpoint to
-/// the dead rank kept by a live one).
-const REGRESSION_SEEDS: &[u64] = &[14, 17, 147, 157, 175, 217, 431, 460, 478, 1040];
+/// 157, 786, 1040: a killed rank left survivors waiting (a busy rank never idle; an
+/// endpoint to the dead rank kept by a live or finished one, at its cap).
+const REGRESSION_SEEDS: &[u64] = &[14, 17, 147, 157, 175, 217, 431, 460, 478, 786, 1040];
 
 /// A seed taking longer than this is a hang.
 const SEED_DEADLINE: Duration = Duration::from_secs(30);

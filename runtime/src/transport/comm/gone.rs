@@ -105,18 +105,24 @@ fn engine_gone(e: &Engine, peer: Source, recv: bool, op: &'static str) -> Option
             (p, end)
         }
     };
-    if !recv && end == PeerEnd::Finished {
-        return None;
-    }
-    let failed = end == PeerEnd::Failed;
+    // A finished rank still takes what is sent to it, unless a failed rank holds it up (an
+    // endpoint to the dead rank it cannot close, at its cap).
+    let (peer, end) = if !recv && end == PeerEnd::Finished {
+        failed()?
+    } else {
+        (peer, end)
+    };
+    let gone_failed = end == PeerEnd::Failed;
+    // With a rank failed, a rank kept busy by it (an endpoint it keeps opening) is never
+    // idle: no idle round is waited for.
+    let sure = gone_failed || failed().is_some();
     Some(Gone {
         error: Error::PeerGone {
             rank,
             op,
             peer,
-            failed,
+            failed: gone_failed,
         },
-        // A rank kept busy by a dead peer (an endpoint it keeps opening) is never idle.
-        sure: failed,
+        sure,
     })
 }
