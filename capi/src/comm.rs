@@ -543,7 +543,10 @@ pub unsafe extern "C" fn ballast_progress(comm: *mut ballast_comm) -> c_int {
 }
 
 /// Returns when every rank has entered the barrier. Collective. Errors: BALLAST_EINVAL for
-/// NULL; BALLAST_EPEER when a peer died or the run was aborted.
+/// NULL, or when another rank called a different collective at this point (each collective
+/// carries its number and kind; the message names both); BALLAST_EPEER when a peer died,
+/// the run was aborted, or a rank ended (returned from its ballast_local_run main) without
+/// entering the barrier (the message names it).
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

@@ -16,9 +16,9 @@ pub struct ballast_gathered {
 /// Gathers every rank's `len` bytes at `buf` (any length per rank) on every rank, in *out
 /// (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
 /// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `buf` with `len` > 0, or `len`
-/// above PTRDIFF_MAX;
-/// BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER when a peer died or the
-/// run was aborted.
+/// above PTRDIFF_MAX, or when another rank called a different collective at this point
+/// (the message names both); BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER
+/// when a peer died, the run was aborted, or a rank ended without taking part (named).
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
