@@ -27,10 +27,16 @@ const MOST: usize = 32 << 20;
 /// Grows the calling thread's arena by about `bytes` (at most [`MOST`]) and frees it again:
 /// call it at the start of a spawned thread that is about to allocate that much in small
 /// pieces. Nothing stays allocated; the pages are not touched.
+/// A hint only: it stops at the first piece the memory (`ulimit -v`) refuses, never aborts.
 pub(crate) fn warm(bytes: usize) {
-    let pieces: Vec<Vec<u8>> = (0..bytes.min(MOST).div_ceil(PIECE))
-        .map(|_| Vec::with_capacity(PIECE))
-        .collect();
+    let mut pieces: Vec<Vec<u8>> = Vec::new();
+    for _ in 0..bytes.min(MOST).div_ceil(PIECE) {
+        let mut piece = Vec::new();
+        if pieces.try_reserve(1).is_err() || piece.try_reserve_exact(PIECE).is_err() {
+            break;
+        }
+        pieces.push(piece);
+    }
     // Kept until here: the pieces must all be allocated before any is freed.
     drop(std::hint::black_box(pieces));
 }
@@ -44,8 +50,11 @@ const KEPT: usize = 16 << 20;
 /// Has allocations below 16 MiB served from the heap, and up to 32 MiB freed at its top kept,
 /// for the rest of the process: call it once, before the allocations of a large input.
 /// Nothing stays allocated; the pages are not touched.
+/// A hint only: nothing happens when the memory (`ulimit -v`) refuses the chunk.
 pub fn keep_freed() {
-    drop(std::hint::black_box(Vec::<u8>::with_capacity(KEPT)));
+    let mut chunk = Vec::<u8>::new();
+    let _ = chunk.try_reserve_exact(KEPT);
+    drop(std::hint::black_box(chunk));
 }
 
 #[cfg(test)]

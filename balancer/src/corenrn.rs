@@ -5,9 +5,10 @@
 //! CoreNEURON load exactly that assignment.
 //!
 //! **How CoreNEURON reads `files.dat`** (`nrn_read_filesdat` in `coreneuron/io/nrn_setup.cpp`,
-//! NEURON 9.0): a version line; a count line, or `-1` (the model has gap junctions) and then
-//! the count on the next line; then `count` lines of one integer each, read with
-//! `fscanf("%d")` (a missing line is a failed assertion, lines after the count are ignored).
+//! NEURON 9.0): a version; a count, or `-1` (the model has gap junctions) and then the
+//! count; then `count` integers, each read with `fscanf("%d")` (any whitespace between them,
+//! one per line as written here; a missing one is a failed assertion, those after the count
+//! are ignored; see [`crate::filesdat`]).
 //! Line `i` (from 0) goes to rank `i % nranks`; a rank that meets `-1` in its own stride
 //! stops reading (NEURON ≥ 9.0, neuronsimulator/nrn#3147). So rank `r` of `R` loads the
 //! groups on lines `r, r + R, r + 2R, …` up to its first `-1`.

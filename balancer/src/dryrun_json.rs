@@ -43,14 +43,22 @@ impl<V> Entries<V> {
         }
     }
 
-    fn insert(&mut self, key: String, value: V) {
+    /// Inserts or replaces `key`'s value; `None` when the memory for a new key cannot be
+    /// had (the list, the index and the key's copy grow with `try_reserve`, so millions of
+    /// names under `ulimit -v` end the read with an error instead of an abort).
+    #[must_use]
+    fn insert(&mut self, key: String, value: V) -> Option<()> {
         match self.index.get(&key) {
             Some(&i) => self.list[i].1 = value,
             None => {
-                self.index.insert(key.clone(), self.list.len());
+                self.list.try_reserve(1).ok()?;
+                self.index.try_reserve(1).ok()?;
+                let copy = crate::dryrun_read::try_string(&key)?;
+                self.index.insert(copy, self.list.len());
                 self.list.push((key, value));
             }
         }
+        Some(())
     }
 
     fn get(&self, key: &str) -> Option<&V> {
@@ -86,6 +94,31 @@ enum Gid {
 /// Any JSON value, read and dropped through `deserialize_any` (so that the deserializer's
 /// nesting limit and number checks apply, as when a `Value` is built).
 struct Drain;
+
+/// An object's key, its `String` allocated with `try_reserve` (a clean error, not an abort,
+/// when millions of keys exhaust `ulimit -v`).
+struct Key(String);
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Key, E> {
+                crate::dryrun_read::try_string(v)
+                    .map(Key)
+                    .ok_or_else(|| E::custom(crate::dryrun_read::NAMES_OUT_OF_MEMORY))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> std::result::Result<Key, E> {
+                Ok(Key(v))
+            }
+        }
+        d.deserialize_string(V)
+    }
+}
 
 /// The top level of the file.
 enum Root {
@@ -262,9 +295,11 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Object<T>, A::Error> {
                 let mut entries = Entries::new();
-                while let Some(key) = map.next_key::<String>()? {
+                while let Some(Key(key)) = map.next_key::<Key>()? {
                     let value = map.next_value::<T>()?;
-                    entries.insert(key, value);
+                    entries
+                        .insert(key, value)
+                        .ok_or_else(|| serde::de::Error::custom(crate::dryrun_read::NAMES_OUT_OF_MEMORY))?;
                 }
                 Ok(Object::Entries(entries))
             }
@@ -283,9 +318,10 @@ impl<'de> Deserialize<'de> for Root {
                 f.write_str("any JSON value")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Root, A::Error> {
-                let mut keys: Vec<String> = Vec::new();
+                // Each key once, first-seen order (a set: millions of keys stay linear).
+                let mut keys: Entries<()> = Entries::new();
                 let (mut memory, mut synapses, mut populations) = (None, None, None);
-                while let Some(key) = map.next_key::<String>()? {
+                while let Some(Key(key)) = map.next_key::<Key>()? {
                     match key.as_str() {
                         "metype_memory" => memory = Some(map.next_value()?),
                         "metype_cell_syn_average" => synapses = Some(map.next_value()?),
@@ -294,12 +330,11 @@ impl<'de> Deserialize<'de> for Root {
                             map.next_value::<Drain>()?;
                         }
                     }
-                    if !keys.contains(&key) {
-                        keys.push(key);
-                    }
+                    keys.insert(key, ())
+                        .ok_or_else(|| serde::de::Error::custom(crate::dryrun_read::NAMES_OUT_OF_MEMORY))?;
                 }
                 Ok(Root::Object(Box::new(RootObject {
-                    keys,
+                    keys: keys.list.into_iter().map(|(k, ())| k).collect(),
                     memory,
                     synapses,
                     populations,
@@ -361,6 +396,7 @@ pub(crate) fn scan_file(
         Err(scan::Fault::Changed) => return Err(crate::dryrun_read::changed(file, size, path)),
         Err(scan::Fault::Io(e)) => return Err(BalancerError::io(path, e)),
         Err(scan::Fault::Memory) => return Err(crate::dryrun_read::out_of_memory(path)),
+        Err(scan::Fault::Names) => return Err(crate::dryrun_read::names_out_of_memory(path)),
     };
     // Grown since it was opened.
     let mut more = [0u8; 1];
@@ -382,12 +418,40 @@ fn read_serde(text: &[u8], path: &Path) -> Result<Root> {
         .map_err(|source| crate::jsonerror::json_error(text, path, source))
 }
 
+/// Why [`validate`] failed: an error, or memory that could not be had (reported by
+/// [`finish`] once what was read is freed: building the message needs memory too).
+enum Fail {
+    Error(BalancerError),
+    /// A list or map of names could not be reserved.
+    Names,
+    /// A population's duplicate check could not be reserved.
+    Gids,
+}
+
+impl From<BalancerError> for Fail {
+    fn from(e: BalancerError) -> Self {
+        Fail::Error(e)
+    }
+}
+
 /// Validates what was read into the dry run and the notes on unknown keys.
 fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
-    let err = |field: String, message: String| BalancerError::DryRun {
-        path: path.to_owned(),
-        field,
-        message,
+    match validate(root, path) {
+        Ok(r) => Ok(r),
+        Err(Fail::Error(e)) => Err(e),
+        Err(Fail::Names) => Err(crate::dryrun_read::names_out_of_memory(path)),
+        Err(Fail::Gids) => Err(crate::dryrun_read::out_of_memory(path)),
+    }
+}
+
+/// [`finish`]'s work; what it read is dropped when it returns.
+fn validate(root: Root, path: &Path) -> std::result::Result<(DryRun, Vec<String>), Fail> {
+    let err = |field: String, message: String| {
+        Fail::Error(BalancerError::DryRun {
+            path: path.to_owned(),
+            field,
+            message,
+        })
     };
     let Root::Object(root) = root else {
         return Err(err("$".into(), "expected a JSON object".into()));
@@ -414,8 +478,8 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
         v: &'a Option<Object<T>>,
         key: &str,
         required: bool,
-        err: &dyn Fn(String, String) -> BalancerError,
-    ) -> Result<Option<&'a Entries<T>>> {
+        err: &dyn Fn(String, String) -> Fail,
+    ) -> std::result::Result<Option<&'a Entries<T>>, Fail> {
         match v {
             Some(Object::Entries(e)) => Ok(Some(e)),
             Some(Object::Other) => Err(err(key.into(), "expected a JSON object".into())),
@@ -430,7 +494,7 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
         unreachable!("checked above")
     };
 
-    let number = |v: &Number, field: &dyn Fn() -> String, what: &str| -> Result<f64> {
+    let number = |v: &Number, field: &dyn Fn() -> String, what: &str| -> std::result::Result<f64, Fail> {
         let x =
             v.0.ok_or_else(|| err(field(), format!("expected a number ({what})")))?;
         if !x.is_finite() || x < 0.0 {
@@ -438,8 +502,14 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
         }
         Ok(x)
     };
-    let mut metypes = Vec::with_capacity(memory.list.len());
-    let mut index: HashMap<&str, usize> = HashMap::with_capacity(memory.list.len());
+    // Sized by the input's key counts, so reserved with `try_reserve` (millions of names).
+    let names = || Fail::Names;
+    let mut metypes = Vec::new();
+    metypes
+        .try_reserve_exact(memory.list.len())
+        .map_err(|_| names())?;
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    index.try_reserve(memory.list.len()).map_err(|_| names())?;
     for (name, v) in &memory.list {
         let memory_kb = number(v, &|| format!("metype_memory[{}]", quote(name)), "KB per cell")?;
         let synapses_per_cell = match syn_average.and_then(|m| m.get(name)) {
@@ -452,7 +522,7 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
         };
         index.insert(name.as_str(), metypes.len());
         metypes.push(Metype {
-            name: name.clone(),
+            name: crate::dryrun_read::try_string(name).ok_or_else(names)?,
             memory_kb,
             synapses_per_cell,
         });
@@ -467,7 +537,10 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
         }
     }
 
-    let mut populations = Vec::with_capacity(pop_gids.list.len());
+    let mut populations = Vec::new();
+    populations
+        .try_reserve_exact(pop_gids.list.len())
+        .map_err(|_| names())?;
     for (pop, per_metype) in pop_gids.list {
         let Object::Entries(per_metype) = per_metype else {
             return Err(err(
@@ -476,9 +549,10 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
             ));
         };
         let list = &per_metype.list;
-        let mut seen = Seen::new(arrays(list).map(<[u32]>::len).sum());
+        let mut seen = Seen::new(arrays(list).map(<[u32]>::len).sum()).ok_or(Fail::Gids)?;
         // Each entry's metype, checked in order before the gids are moved out.
-        let mut metype_index = Vec::with_capacity(list.len());
+        let mut metype_index = Vec::new();
+        metype_index.try_reserve_exact(list.len()).map_err(|_| names())?;
         for (k, (metype, gids)) in list.iter().enumerate() {
             let field = || format!("pop_metype_gids[{}][{}]", quote(&pop), quote(metype));
             let &m = index.get(metype.as_str()).ok_or_else(|| {
@@ -493,8 +567,7 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
             let repeat = match seen.first_repeat(gids) {
                 Ok(repeat) => repeat,
                 Err(Sparse) => {
-                    seen = Seen::sparse(arrays(list), arrays(&list[..k]))
-                        .ok_or_else(|| crate::dryrun_read::out_of_memory(path))?;
+                    seen = Seen::sparse(arrays(list), arrays(&list[..k])).ok_or(Fail::Gids)?;
                     seen.first_repeat(gids)
                         .expect("a sparse population's Seen takes any gid")
                 }
@@ -513,15 +586,18 @@ fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
             }
             metype_index.push(m);
         }
-        let metype_gids = per_metype
-            .list
-            .into_iter()
-            .zip(metype_index)
-            .map(|((_, gids), m)| match gids {
-                Gids::Array { gids, .. } => (m, gids),
-                Gids::Other => unreachable!("checked above"),
-            })
-            .collect();
+        let mut metype_gids = Vec::new();
+        metype_gids.try_reserve_exact(list.len()).map_err(|_| names())?;
+        metype_gids.extend(
+            per_metype
+                .list
+                .into_iter()
+                .zip(metype_index)
+                .map(|((_, gids), m)| match gids {
+                    Gids::Array { gids, .. } => (m, gids),
+                    Gids::Other => unreachable!("checked above"),
+                }),
+        );
         populations.push(Population {
             name: pop,
             metype_gids,
@@ -602,6 +678,8 @@ mod scan {
         Long,
         /// A gid array could not grow (`try_reserve`: `ulimit -v`, or the machine's memory).
         Memory,
+        /// An object's keys (metype, population names) could not grow (`try_reserve`).
+        Names,
     }
 
     /// What a scan reads: `size` bytes of `src`, in chunks of `window`; the bytes read are
@@ -775,9 +853,31 @@ mod scan {
                 return None;
             }
             self.at = start + len + 1;
-            std::str::from_utf8(&self.text()[start..start + len])
-                .ok()
-                .map(str::to_owned)
+            let key = std::str::from_utf8(&self.text()[start..start + len]).ok()?;
+            let key = crate::dryrun_read::try_string(key);
+            if key.is_none() {
+                self.fault = Some(Fault::Names);
+            }
+            key
+        }
+
+        /// `list.push(item)`, or [`Fault::Names`] when the memory cannot be had.
+        fn push<T>(&mut self, list: &mut Vec<T>, item: T) -> Option<()> {
+            if list.try_reserve(1).is_err() {
+                self.fault = Some(Fault::Names);
+                return None;
+            }
+            list.push(item);
+            Some(())
+        }
+
+        /// `entries.insert(key, value)`, or [`Fault::Names`] when the memory cannot be had.
+        fn insert<V>(&mut self, entries: &mut Entries<V>, key: String, value: V) -> Option<()> {
+            let done = entries.insert(key, value);
+            if done.is_none() {
+                self.fault = Some(Fault::Names);
+            }
+            done
         }
 
         /// An object of `value`s; `None` when it is not one.
@@ -792,7 +892,7 @@ mod scan {
                 let key = self.string()?;
                 self.eat(b':')?;
                 let v = value(self)?;
-                entries.insert(key, v);
+                self.insert(&mut entries, key, v)?;
                 match self.peek()? {
                     b',' => self.at += 1,
                     b'}' => {
@@ -939,7 +1039,8 @@ mod scan {
             loop {
                 let key = self.string()?;
                 self.eat(b':')?;
-                rest.push((key, self.gids()?));
+                let gids = self.gids()?;
+                self.push(&mut rest, (key, gids))?;
                 match self.peek()? {
                     b',' => self.at += 1,
                     b'}' => break,
@@ -964,7 +1065,8 @@ mod scan {
                 }
                 let name = self.string()?;
                 self.eat(b':')?;
-                populations.push((name, self.object(Scanner::gids)?));
+                let metypes = self.object(Scanner::gids)?;
+                self.push(&mut populations, (name, metypes))?;
             }
         }
 
@@ -1052,7 +1154,8 @@ mod scan {
                         loop {
                             let key = self.string()?;
                             self.eat(b':')?;
-                            metypes.insert(key, self.gids()?);
+                            let gids = self.gids()?;
+                            self.insert(&mut metypes, key, gids)?;
                             match self.peek()? {
                                 b',' => {
                                     self.at += 1;
@@ -1072,11 +1175,11 @@ mod scan {
                                     #[cfg(test)]
                                     HANDOFFS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     for (k, g) in tail.rest {
-                                        metypes.insert(k, g);
+                                        self.insert(&mut metypes, k, g)?;
                                     }
-                                    pops.insert(name, Object::Entries(metypes));
+                                    self.insert(&mut pops, name, Object::Entries(metypes))?;
                                     for (name, metypes) in tail.populations {
-                                        pops.insert(name, Object::Entries(metypes));
+                                        self.insert(&mut pops, name, Object::Entries(metypes))?;
                                     }
                                     self.seek(tail.end);
                                     (self.progress)(tail.end as usize);
@@ -1088,7 +1191,7 @@ mod scan {
                         }
                     }
                     self.at += 1;
-                    pops.insert(name, Object::Entries(metypes));
+                    self.insert(&mut pops, name, Object::Entries(metypes))?;
                     match self.peek()? {
                         b',' => self.at += 1,
                         b'}' => {

@@ -110,6 +110,35 @@ pub(crate) fn out_of_memory(path: &Path) -> BalancerError {
     )
 }
 
+/// The start of the error for a dry-run file whose metype or population names (the keys of
+/// its objects) do not fit in the memory this process can get.
+pub(crate) const NAMES_OUT_OF_MEMORY: &str = "not enough memory to hold its metype and population names";
+
+/// The error for a dry-run file with more distinct names than fit in memory: the maps and
+/// lists of names grow with `try_reserve`, so `ulimit -v` or the machine's memory ends the
+/// read with this instead of an abort. A 6-byte entry (`"a":1,`) costs some 150 bytes
+/// (the name twice, its list entry, its index entry, its metype).
+pub(crate) fn names_out_of_memory(path: &Path) -> BalancerError {
+    BalancerError::io(
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            format!(
+                "{NAMES_OUT_OF_MEMORY} (about 150 bytes per name, however short); available: {} (MemAvailable, or ulimit -v)",
+                crate::limits::available_memory().map_or("unknown".into(), crate::limits::human_bytes)
+            ),
+        ),
+    )
+}
+
+/// A copy of `text`, or `None` when the memory cannot be had.
+pub(crate) fn try_string(text: &str) -> Option<String> {
+    let mut copy = String::new();
+    copy.try_reserve_exact(text.len()).ok()?;
+    copy.push_str(text);
+    Some(copy)
+}
+
 /// A copy of `gids` in a vector of their length, or `None` when the memory cannot be had.
 pub(crate) fn try_copy(gids: &[u32]) -> Option<Vec<u32>> {
     let mut copy = Vec::new();

@@ -1,10 +1,14 @@
 //! CoreNEURON's `files.dat` read as CoreNEURON reads it (`nrn_read_filesdat` in
 //! `coreneuron/io/nrn_setup.cpp`, NEURON 9.0.2): `fscanf(fp, "%s\n", version)` into a
 //! `char version[256]`, then `fscanf(fp, "%d\n", ...)` for the count (or `-1` and the
-//! count) and each entry. `fscanf` skips whitespace before each of them, so blank lines
-//! before the version or the count are accepted; a version of more than 255 bytes would
-//! overflow CoreNEURON's buffer and is refused. The layout of the groups is
-//! [`crate::corenrn`]'s.
+//! count) and each of `count` ids. `fscanf` skips any whitespace before each of them and
+//! needs none after, so the file is a sequence of words, not of lines: blank lines, tabs,
+//! CRLF, `1.8 5` on one line and several ids on a line all read the same as one word per
+//! line. A version of more than 255 bytes would overflow CoreNEURON's buffer and is refused.
+//! What CoreNEURON would misread is refused too: a word after the header that is not an
+//! int ≥ -1 (`%d` would stop at it or read part of it), and (in [`FilesDat::entries`]) ids
+//! beyond the count, which CoreNEURON silently ignores, unless `--max-entries` says how
+//! many to take. The layout of the groups is [`crate::corenrn`]'s.
 use std::path::Path;
 
 use crate::corenrn::{CorenrnError, MAX_LINES};
@@ -15,17 +19,17 @@ type Result<T> = std::result::Result<T, CorenrnError>;
 /// Longest version CoreNEURON reads: its `char version[256]` less the terminating NUL.
 pub const MAX_VERSION_BYTES: usize = 255;
 
-/// A parsed `files.dat`: the header and every entry line (blank lines dropped).
+/// A parsed `files.dat`: the header and every id after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilesDat {
-    /// The version line, trimmed (CoreNEURON checks it against its own).
+    /// The version word (CoreNEURON checks it against its own).
     pub version: String,
     /// The count line was `-1` (gap junctions) and the count followed.
     pub gap_junctions: bool,
     /// The count line's value.
     pub count: u64,
-    /// The entry lines after the header: (1-based line number, the id as written, trimmed,
-    /// its value; `-1` is the skip mark).
+    /// The ids after the header, in file order: (1-based line number, the id in decimal as
+    /// CoreNEURON reads it, its value; `-1` is the skip mark). Several may share a line.
     pub lines: Vec<(usize, String, i32)>,
 }
 
@@ -49,21 +53,24 @@ impl FilesDat {
         FilesDat::parse(&text, path)
     }
 
-    /// Parses the text of a `files.dat` (`path` for messages) as CoreNEURON reads it
-    /// (`fscanf` skips whitespace, blank lines included): the version (one word of at most
-    /// [`MAX_VERSION_BYTES`] bytes), the count (or `-1` and the count), each on a line of its
-    /// own after any blank lines; then one integer per line (ids ≥ 0, or the skip mark `-1`;
-    /// blank lines dropped). Bad input is quoted shortened ([`crate::quote`]).
+    /// Parses the text of a `files.dat` (`path` for messages) as CoreNEURON reads it: a
+    /// sequence of words separated by any C whitespace (space, tab, newline, CR, VT, FF; a
+    /// line break is not needed, CRLF is plain whitespace): the version (one word of at most
+    /// [`MAX_VERSION_BYTES`] bytes), the count (or `-1` and the count), then one integer per
+    /// word (ids ≥ 0, or the skip mark `-1`), any number on a line. Ids are kept as
+    /// CoreNEURON reads them with `%d` (`+7` and `007` are `7`: CoreNEURON opens `7_1.dat`).
+    /// Every word after the header must be an id; how many must agree with the count is
+    /// [`FilesDat::entries`]' business. Bad input is quoted shortened ([`crate::quote`]).
     pub fn parse(text: &str, path: &Path) -> Result<FilesDat> {
         let format = |line: usize, message: String| CorenrnError::Format {
             path: path.to_owned(),
             line,
             message,
         };
-        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+        let mut words = words(text);
         // The line after the last one, for "missing" messages.
         let end = text.lines().count() + 1;
-        let (n, version) = lines.by_ref().find(|(_, l)| !l.is_empty()).ok_or_else(|| {
+        let (n, version) = words.next().ok_or_else(|| {
             let what = if text.is_empty() {
                 "the file is empty"
             } else {
@@ -71,12 +78,6 @@ impl FilesDat {
             };
             format(1, format!("no version line: {what}"))
         })?;
-        if version.split_whitespace().count() != 1 {
-            return Err(format(
-                n,
-                format!("{} is not a version (one word, e.g. 1.8)", quote(version)),
-            ));
-        }
         if version.len() > MAX_VERSION_BYTES {
             return Err(format(
                 n,
@@ -87,18 +88,18 @@ impl FilesDat {
                 ),
             ));
         }
-        let mut count_line = |what: &str| -> Result<(usize, i64)> {
-            let (n, l) = lines
-                .find(|(_, l)| !l.is_empty())
+        let mut count_word = |what: &str| -> Result<(usize, i64)> {
+            let (n, w) = words
+                .next()
                 .ok_or_else(|| format(end, format!("no {what} line after the version")))?;
-            let v = l
+            let v = w
                 .parse::<i64>()
-                .map_err(|_| format(n, format!("{} is not a {what} (an integer)", quote(l))))?;
+                .map_err(|_| format(n, format!("{} is not a {what} (an integer)", quote(w))))?;
             Ok((n, v))
         };
-        let (n, first) = count_line("count")?;
+        let (n, first) = count_word("count")?;
         let (gap_junctions, (n, count)) = if first == -1 {
-            (true, count_line("count (after the gap-junction mark -1)")?)
+            (true, count_word("count (after the gap-junction mark -1)")?)
         } else {
             (false, (n, first))
         };
@@ -109,17 +110,14 @@ impl FilesDat {
             ));
         }
         let mut entries = Vec::new();
-        for (n, l) in lines {
-            if l.is_empty() {
-                continue;
-            }
-            let id = l.parse::<i32>().ok().filter(|&v| v >= -1).ok_or_else(|| {
+        for (n, w) in words {
+            let id = w.parse::<i32>().ok().filter(|&v| v >= -1).ok_or_else(|| {
                 format(
                     n,
-                    format!("{} is not a cell-group id (an int ≥ 0, or -1)", quote(l)),
+                    format!("{} is not a cell-group id (an int ≥ 0, or -1)", quote(w)),
                 )
             })?;
-            entries.push((n, l.to_owned(), id));
+            entries.push((n, id.to_string(), id));
         }
         Ok(FilesDat {
             version: version.to_owned(),
@@ -171,6 +169,28 @@ impl FilesDat {
         }
         Ok(out)
     }
+}
+
+/// Whitespace as C's `isspace` sees it in the "C" locale (what `fscanf` skips): space,
+/// `\t`, `\n`, `\v`, `\f`, `\r`. Rust's `char::is_whitespace` would also split at
+/// Unicode spaces, which `fscanf` reads as part of a word.
+fn is_c_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
+}
+
+/// The words of `text` as `fscanf("%s")` / `("%d")` find them, each with its 1-based line.
+fn words(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut line = 1;
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let start = rest.find(|c| !is_c_space(c))?;
+        line += rest[..start].matches('\n').count();
+        rest = &rest[start..];
+        let len = rest.find(is_c_space).unwrap_or(rest.len());
+        let (word, after) = rest.split_at(len);
+        rest = after;
+        Some((line, word))
+    })
 }
 
 #[cfg(test)]
@@ -289,5 +309,81 @@ mod tests {
                 &e[..e.len().min(300)]
             );
         }
+    }
+
+    /// CoreNEURON reads words, not lines (`fscanf` "%s" then "%d"): the header on one line,
+    /// several ids on a line, tabs, CRLF, VT/FF and no final newline read as the file with
+    /// one word per line; ids are read as `%d` reads them.
+    #[test]
+    fn any_whitespace_separates_words_as_fscanf_does() {
+        let p = Path::new("f.dat");
+        let values = |f: &FilesDat| {
+            (
+                f.version.clone(),
+                f.gap_junctions,
+                f.count,
+                f.lines.iter().map(|l| (l.1.clone(), l.2)).collect::<Vec<_>>(),
+            )
+        };
+        let plain = values(&FilesDat::parse("1.8\n4\n3\n6\n-1\n9\n", p).unwrap());
+        for text in [
+            "1.8 4\n3\n6\n-1\n9\n",
+            "1.8 4 3 6 -1 9",
+            "1.8\t4\n3\t6\t-1\t9\n",
+            "1.8\r\n4\r\n3\r\n6\r\n-1\r\n9\r\n",
+            " 1.8\x0b4\x0c3 \r 6\n\n\t-1 +9",
+            "1.8\n4\n003 6\n-1 0009\n",
+        ] {
+            let f = FilesDat::parse(text, p).unwrap();
+            assert_eq!(values(&f), plain, "{text:?}");
+            assert_eq!(
+                f.entries(p, None)
+                    .unwrap()
+                    .iter()
+                    .map(|e| e.2)
+                    .collect::<Vec<_>>(),
+                vec![3, 6, 9]
+            );
+        }
+        // Line numbers are those of each word, for messages.
+        let f = FilesDat::parse("1.8 2\r\n\r\n5 7\r\n", p).unwrap();
+        assert_eq!(f.lines, vec![(3, "5".into(), 5), (3, "7".into(), 7)]);
+        let f = FilesDat::parse("1.8\n-1 2\n5 5\n", p).unwrap();
+        assert!(f.gap_junctions);
+        assert_eq!(
+            f.entries(p, None).unwrap_err().to_string(),
+            "f.dat: line 3: cell group 5 already appears on line 3"
+        );
+        // A Unicode space is not C whitespace: `fscanf` reads it as part of the word.
+        let err = |t: &str| FilesDat::parse(t, p).unwrap_err().to_string();
+        assert_eq!(
+            err("1.8\n2\n1\u{a0}2\n"),
+            "f.dat: line 3: \"1\\u{a0}2\" is not a cell-group id (an int ≥ 0, or -1)"
+        );
+        // What `%d` would stop at or read in part is refused, on the line where it is.
+        assert_eq!(
+            err("1.8 2 1 2x"),
+            "f.dat: line 1: \"2x\" is not a cell-group id (an int ≥ 0, or -1)"
+        );
+        assert_eq!(
+            err("1.8 2\n1 2\n\n3.5\n"),
+            "f.dat: line 4: \"3.5\" is not a cell-group id (an int ≥ 0, or -1)"
+        );
+        assert_eq!(
+            err("1.8 1 2147483648"),
+            "f.dat: line 1: \"2147483648\" is not a cell-group id (an int ≥ 0, or -1)"
+        );
+        assert_eq!(
+            err("1.8 two 1"),
+            "f.dat: line 1: \"two\" is not a count (an integer)"
+        );
+        // Ids after the count, which CoreNEURON ignores, are refused unless asked for.
+        let f = FilesDat::parse("1.8 2 1 2 3", p).unwrap();
+        assert!(f
+            .entries(p, None)
+            .unwrap_err()
+            .to_string()
+            .contains("the count line says 2 entries but 3 entry lines follow"));
+        assert_eq!(f.entries(p, Some(2)).unwrap().len(), 2);
     }
 }

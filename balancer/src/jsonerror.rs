@@ -19,6 +19,13 @@ pub(crate) fn json_error(text: &[u8], path: &Path, source: serde_json::Error) ->
     if source.is_data() && source.to_string().starts_with(crate::dryrun_read::OUT_OF_MEMORY) {
         return crate::dryrun_read::out_of_memory(path);
     }
+    if source.is_data()
+        && source
+            .to_string()
+            .starts_with(crate::dryrun_read::NAMES_OUT_OF_MEMORY)
+    {
+        return crate::dryrun_read::names_out_of_memory(path);
+    }
     match non_finite_literal(text, source.line(), source.column()) {
         Some(lit) => BalancerError::DryRun {
             path: path.to_owned(),

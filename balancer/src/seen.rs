@@ -19,9 +19,13 @@ pub(crate) enum Seen {
 pub(crate) struct Sparse;
 
 impl Seen {
-    /// For a population of `count` gids.
-    pub(crate) fn new(count: usize) -> Seen {
-        Seen::Bitmap(vec![0; (8 * count + 65536).div_ceil(64)])
+    /// For a population of `count` gids; `None` when the bitmap cannot be had (`try_reserve`).
+    pub(crate) fn new(count: usize) -> Option<Seen> {
+        let words = count.saturating_mul(8).saturating_add(65536).div_ceil(64);
+        let mut bits = Vec::new();
+        bits.try_reserve_exact(words).ok()?;
+        bits.resize(words, 0);
+        Some(Seen::Bitmap(bits))
     }
 
     /// The way of a sparse population of the gid arrays `all`, whose `checked` arrays (the

@@ -42,6 +42,13 @@ pub(crate) fn open_file(path: &Path, config: &Path, field: &str) -> Result<hdf5:
             config.display()
         )));
     }
+    // HDF5 opens the path itself, blocking on a FIFO: checked first without blocking
+    // ([`crate::readfile`]). The path could be swapped in between; HDF5 then fails on a
+    // device's missing signature, and only a FIFO swapped in that instant would block.
+    drop(
+        crate::readfile::open_regular(path)
+            .map_err(|e| err(format!("{e} (named by {field} in {})", config.display())))?,
+    );
     hdf5::File::open(path).map_err(|e| {
         err(format!(
             "cannot open as HDF5 (named by {field} in {}): {e}",

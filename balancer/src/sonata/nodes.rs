@@ -40,11 +40,19 @@ impl NodeTypes {
                 format!("no such file (named by {field} in {})", config.display()),
             ));
         }
+        // A regular file only (a FIFO would block, a device be read without end), read
+        // to its size when opened ([`crate::readfile`]).
+        let (file, size) = crate::readfile::open_regular(path).map_err(|e| {
+            csv_err(
+                path,
+                "",
+                format!("{e} (named by {field} in {})", config.display()),
+            )
+        })?;
         let mut reader = csv::ReaderBuilder::new()
             .delimiter(b' ')
             .trim(csv::Trim::All)
-            .from_path(path)
-            .map_err(|e| csv_err(path, "", e.to_string()))?;
+            .from_reader(std::io::Read::take(file, size));
         let header: Vec<String> = reader
             .headers()
             .map_err(|e| csv_err(path, "header", e.to_string()))?
