@@ -65,6 +65,8 @@ impl RuntimeConfigBuilder {
         endpoint_overflow: EndpointOverflow => 13, endpoint_overflow);
     setter!(/// Test only: the local transport drops every k-th datagram (0 = none).
         datagram_drop_every: usize => 14, datagram_drop_every);
+    setter!(/// Test only: the seed of the drop model's pattern (0 = every k-th datagram).
+        datagram_drop_seed: u64 => 15, datagram_drop_seed);
 
     /// Sets the setting `name` (a snake-case name of [`SETTINGS`], e.g. `buffer_count`)
     /// from `value` written as its `BALLAST_*` variable takes it (docs/CONFIG.md), for
