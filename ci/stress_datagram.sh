@@ -7,13 +7,14 @@
 # failures and prints the seed of each, so that it can be run again with --seed S --reps 1.
 #
 #   ci/stress_datagram.sh                 # the long run: 500 repetitions
-#   ci/stress_datagram.sh --reps 50       # the short run of ci/test.sh
+#   ci/stress_datagram.sh --reps 50 --ping-pong-kib 64   # the short run of ci/test.sh
 #   ci/stress_datagram.sh --seed 1234 --reps 20 --same-seed   # replay one pattern
 #
 # Options: --reps N (500), --timeout S per repetition (60), --hog K spinning workers
 # (stress-ng --cpu K, or `yes` loops without stress-ng; default: one per core; 0 = none),
 # --seed S (first seed; default from the clock; repetition i uses S+i), --same-seed (every
-# repetition uses S), --gdb (on a hang, the threads' backtraces go to
+# repetition uses S), --ping-pong-kib N (the ping-pong's largest message, default 1024),
+# --gdb (on a hang, the threads' backtraces go to
 # $TMPDIR/stress_datagram_hang_SEED.bt; the output of a hung repetition is kept in
 # $TMPDIR/stress_datagram_hang_SEED.log), --bin PATH (run this build of the test instead of
 # building it: e.g. a copy of the old code's to count its hangs). Exit status 1 when any
@@ -21,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-reps=500 per=60 hog=$(nproc) seed=$(( $(date +%s%N) % 1000000000 + 1 )) same=0 gdb=0 bin=
+reps=500 per=60 hog=$(nproc) seed=$(( $(date +%s%N) % 1000000000 + 1 )) same=0 gdb=0 bin= kib=1024
 while [ $# -gt 0 ]; do
     case "$1" in
         --reps) reps=$2; shift 2 ;;
@@ -31,6 +32,7 @@ while [ $# -gt 0 ]; do
         --same-seed) same=1; shift ;;
         --gdb) gdb=1; shift ;;
         --bin) bin=$2; shift 2 ;;
+        --ping-pong-kib) kib=$2; shift 2 ;;
         *) echo "ci/stress_datagram.sh: unknown option $1 (see the comment at its top)" >&2; exit 2 ;;
     esac
 done
@@ -43,12 +45,16 @@ fi
 
 tmp=$(mktemp -d)
 hog_pids=()
+pid=""
 cleanup() {
+    # The hog with TERM (stress-ng then stops its workers), the test at once.
     for p in "${hog_pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    [ -z "$pid" ] || kill -9 "$pid" 2>/dev/null || true
+    for p in "${hog_pids[@]}" $pid; do wait "$p" 2>/dev/null || true; done
     rm -rf "$tmp"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 if [ "$hog" -gt 0 ]; then
     if command -v stress-ng >/dev/null; then
@@ -63,13 +69,13 @@ else
     hog_what="none"
 fi
 
-echo "ci/stress_datagram.sh: $reps repetitions of $(basename "$bin"), timeout ${per}s each, hog: $hog_what, seeds from $seed"
+echo "ci/stress_datagram.sh: $reps repetitions of $(basename "$bin"), timeout ${per}s each, ping-pong up to $kib KiB, hog: $hog_what, seeds from $seed"
 hangs=0 fails=0 hung_seeds="" failed_seeds=""
 start=$(date +%s)
 for i in $(seq 0 $((reps - 1))); do
     s=$seed
     [ "$same" = 1 ] || s=$((seed + i))
-    BALLAST_DATAGRAM_DROP_SEED=$s "$bin" --nocapture >"$tmp/out" 2>&1 &
+    BALLAST_DATAGRAM_DROP_SEED=$s STRESS_PING_PONG_KIB=$kib "$bin" --nocapture >"$tmp/out" 2>&1 &
     pid=$!
     # Poll rather than `timeout`: on a hang the process is still there for gdb.
     deadline=$(( $(date +%s) + per ))

@@ -5,6 +5,8 @@
 //! drop pattern's seed comes from `BALLAST_DATAGRAM_DROP_SEED` (printed; 0 = every 7th
 //! datagram a rank sends), so that a pattern that hung can be run again. One run of the
 //! pair per process: the runner repeats it beside a CPU hog, each run with a timeout.
+//! `STRESS_PING_PONG_KIB` sets the ping-pong's largest message (KiB, default 1024; the
+//! runner's short run in ci/test.sh uses 64).
 
 /// (max_endpoints, datagram_drop_every)
 const OVERLAY: (usize, usize) = (1, 7);
@@ -34,10 +36,14 @@ impl Launcher for Local {
 fn all_to_all_16_beside_a_1_mib_ping_pong() {
     set_datagram_overlay(Some(OVERLAY));
     datagram_drop_seed_from_env();
+    let kib: usize = std::env::var("STRESS_PING_PONG_KIB").map_or(1024, |v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("STRESS_PING_PONG_KIB={v}: not a number of KiB"))
+    });
     std::thread::scope(|s| {
         s.spawn(|| {
             for m in [RecvSharing::PerPeer, RecvSharing::Shared] {
-                recv_into_ping_pong(&Local, m, 3, (1 << 20) + 3);
+                recv_into_ping_pong(&Local, m, 3, (kib << 10) + 3);
             }
         });
         for m in [RecvSharing::PerPeer, RecvSharing::Shared] {
