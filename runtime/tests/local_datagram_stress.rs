@@ -2,8 +2,8 @@
 //! `datagram_all_to_all` over 16 ranks (`max_endpoints 1`, the test drop model at 1 in 7)
 //! in both symmetric receive modes, with the `recv_into` ping-pong of 1 MiB messages over
 //! datagrams running beside it in the same process, as `local_datagram_drop` ran them. The
-//! drop pattern's seed comes from `BALLAST_DATAGRAM_DROP_SEED` (printed; 0 = every 7th
-//! datagram a rank sends), so that a pattern that hung can be run again. One run of the
+//! drop pattern's seed comes from `BALLAST_DATAGRAM_DROP_SEED` (printed; 0 = the default
+//! pattern), so that a pattern that hung can be run again. One run of the
 //! pair per process: the runner repeats it beside a CPU hog, each run with a timeout.
 //! `STRESS_PING_PONG_KIB` sets the ping-pong's largest message (KiB, default 1024; the
 //! runner's short run in ci/test.sh uses 64).

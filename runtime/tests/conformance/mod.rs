@@ -79,7 +79,7 @@ pub fn set_datagram_overlay(o: Option<(usize, usize)>) {
 }
 
 /// The seed of the test drop model's pattern (`datagram_drop_seed`) that [`cfg`] gives
-/// every case: 0 (the default) is the fixed pattern, every k-th datagram a rank sends.
+/// every case: 0 (the default) is the drop model's default pattern.
 pub static DATAGRAM_DROP_SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Sets the [`DATAGRAM_DROP_SEED`] from `BALLAST_DATAGRAM_DROP_SEED` (through the runtime's

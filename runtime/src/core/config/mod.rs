@@ -207,15 +207,15 @@ pub struct TransportConfig {
     /// What happens to peers beyond `max_endpoints` (`BALLAST_ENDPOINT_OVERFLOW`), default
     /// `datagram`; no effect without a cap.
     pub endpoint_overflow: EndpointOverflow,
-    /// Test only: the `local` transport drops every k-th datagram it carries
-    /// (`BALLAST_DATAGRAM_DROP_EVERY`), default 0 = none. Exercises the datagram path's
-    /// retransmission; never set it in production.
+    /// Test only: the `local` transport drops 1 in k of the datagrams it carries, at
+    /// random (`BALLAST_DATAGRAM_DROP_EVERY`), default 0 = none. Exercises the datagram
+    /// path's retransmission; never set it in production.
     pub datagram_drop_every: usize,
     /// Test only: the seed of the drop model's pattern (`BALLAST_DATAGRAM_DROP_SEED`),
-    /// default 0 = the fixed pattern (every `datagram_drop_every`-th datagram a rank posts).
-    /// Any other value drops each datagram with probability 1/`datagram_drop_every`, decided
-    /// by a hash of (seed, sender, receiver, datagrams the sender posted to that receiver
-    /// before), so that a failing pattern can be run again by its seed.
+    /// default 0 = a fixed default pattern. Each datagram is dropped with probability
+    /// 1/`datagram_drop_every`, decided by a hash of (seed, sender, receiver, datagrams the
+    /// sender posted to that receiver before), so that a failing pattern can be run again
+    /// by its seed (`transport::drop_model`).
     pub datagram_drop_seed: u64,
 }
 

@@ -270,11 +270,7 @@ fn endpoint_overflow_defaults_to_datagram_and_parses() {
     .unwrap();
     assert_eq!(e.transport().endpoint_overflow, EndpointOverflow::Evict);
     assert_eq!(e.transport().datagram_drop_every, 7);
-    assert_eq!(
-        e.transport().datagram_drop_seed,
-        0,
-        "the fixed pattern by default"
-    );
+    assert_eq!(e.transport().datagram_drop_seed, 0, "the default pattern");
     let seeded =
         RuntimeConfig::from_vars(vars(&[("BALLAST_DATAGRAM_DROP_SEED", "18446744073709551615")])).unwrap();
     assert_eq!(seeded.transport().datagram_drop_seed, u64::MAX);
