@@ -57,6 +57,10 @@ else
     echo "ci/test.sh: SKIP clippy: 'cargo clippy' is not installed (rustup component add clippy)"
 fi
 cargo test --workspace --locked --features ballast/sonata
+# The datagram path under load (issue 33's hang): 50 repetitions of the 16-rank all-to-all
+# with drops beside the recv_into ping-pong (64 KiB here, 1 MiB in the long run) and a CPU hog, each with its own drop
+# pattern, each with a timeout (ci/stress_datagram.sh; its long run is 500 repetitions).
+bash ci/stress_datagram.sh --reps 50 --timeout 60 --ping-pong-kib 64
 
 # The fault-injection harness (feature `fault`): random traffic over a fabric that drops,
 # duplicates, delays and reorders packets, stalls and kills ranks, for 2,000 seeds and the

@@ -99,7 +99,7 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     for s in cfg
         .settings()
         .into_iter()
-        .filter(|s| s.name != "datagram_drop_every" || s.value != "0")
+        .filter(|s| !s.name.starts_with("datagram_drop_") || s.value != "0")
     {
         outln!(
             "  {:<19} {:<12} {:<8} {}",

@@ -211,8 +211,8 @@ pub struct LocalFabric {
     marked_done: bool,
     /// Blocks this rank's thread in [`Fabric::wait_for_arrival`].
     parker: Parker,
-    /// Datagrams posted by this rank (for the test drop model, `datagram_drop_every`).
-    dgrams_posted: u64,
+    /// The test drop model (`datagram_drop_every`, `datagram_drop_seed`).
+    drops: super::drop_model::DropModel,
 }
 
 /// The sizes of the structures this transport allocates (see [`MemoryModel`]).
@@ -252,7 +252,7 @@ impl LocalFabric {
             model: memory_model(),
             marked_done: false,
             parker,
-            dgrams_posted: 0,
+            drops: super::drop_model::DropModel::new(cfg.datagram_drop_every, cfg.datagram_drop_seed, rank),
         }
     }
 
@@ -458,13 +458,11 @@ impl Fabric for LocalFabric {
     }
 
     fn datagrams_can_drop(&self) -> bool {
-        self.cfg.datagram_drop_every > 0
+        self.drops.active()
     }
 
     fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
-        self.dgrams_posted += 1;
-        let k = self.cfg.datagram_drop_every as u64;
-        if k > 0 && self.dgrams_posted.is_multiple_of(k) {
+        if self.drops.drops(dest) {
             return Ok(()); // the test drop model: lost on the way
         }
         let port = &self.world.ports[dest];

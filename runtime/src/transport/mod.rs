@@ -4,6 +4,7 @@
 //! `mpi` and `verbs`.
 
 pub mod comm;
+mod drop_model;
 pub mod local;
 pub mod model;
 #[cfg(feature = "mpi")]

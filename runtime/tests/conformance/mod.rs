@@ -78,8 +78,30 @@ pub fn set_datagram_overlay(o: Option<(usize, usize)>) {
     *DATAGRAM_OVERLAY.write().unwrap() = o;
 }
 
+/// The seed of the test drop model's pattern (`datagram_drop_seed`) that [`cfg`] gives
+/// every case: 0 (the default) is the drop model's default pattern.
+pub static DATAGRAM_DROP_SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Sets the [`DATAGRAM_DROP_SEED`] from `BALLAST_DATAGRAM_DROP_SEED` (through the runtime's
+/// own reading of the environment) and prints it when it is set, so that a failing
+/// pattern can be run again; returns it.
+pub fn datagram_drop_seed_from_env() -> u64 {
+    let seed = RuntimeConfig::from_env()
+        .expect("BALLAST_* variables")
+        .transport()
+        .datagram_drop_seed;
+    if seed != 0 {
+        println!("datagram drop pattern: BALLAST_DATAGRAM_DROP_SEED={seed}");
+    }
+    DATAGRAM_DROP_SEED.store(seed, std::sync::atomic::Ordering::Relaxed);
+    seed
+}
+
 fn cfg(sharing: RecvSharing) -> ballast_runtime::RuntimeConfigBuilder {
-    let b = RuntimeConfig::builder().recv_sharing(sharing).lock_pool(false);
+    let b = RuntimeConfig::builder()
+        .recv_sharing(sharing)
+        .lock_pool(false)
+        .datagram_drop_seed(DATAGRAM_DROP_SEED.load(std::sync::atomic::Ordering::Relaxed));
     match *DATAGRAM_OVERLAY.read().unwrap() {
         Some((cap, drop)) => b
             .max_endpoints(cap)

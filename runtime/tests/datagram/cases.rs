@@ -22,8 +22,11 @@ impl Launcher for Local {
     }
 }
 
+/// The overlay, and the drop pattern's seed from `BALLAST_DATAGRAM_DROP_SEED` (printed when
+/// set; 0, the default pattern, otherwise).
 fn overlay() {
     set_datagram_overlay(Some(OVERLAY));
+    datagram_drop_seed_from_env();
 }
 
 /// xrc has no datagram path (it falls back to evict, with a note): still conformant.

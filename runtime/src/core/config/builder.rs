@@ -63,8 +63,10 @@ impl RuntimeConfigBuilder {
         mpi_native: bool => 12, mpi_native);
     setter!(/// What happens to peers beyond `max_endpoints`: datagram or evict.
         endpoint_overflow: EndpointOverflow => 13, endpoint_overflow);
-    setter!(/// Test only: the local transport drops every k-th datagram (0 = none).
+    setter!(/// Test only: the local transport drops 1 in k datagrams (0 = none).
         datagram_drop_every: usize => 14, datagram_drop_every);
+    setter!(/// Test only: the seed of the drop model's pattern (0 = the default one).
+        datagram_drop_seed: u64 => 15, datagram_drop_seed);
 
     /// Sets the setting `name` (a snake-case name of [`SETTINGS`], e.g. `buffer_count`)
     /// from `value` written as its `BALLAST_*` variable takes it (docs/CONFIG.md), for

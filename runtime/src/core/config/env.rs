@@ -136,6 +136,7 @@ impl RuntimeConfig {
             "mpi_native" => t.mpi_native = parse_bool(raw)?,
             "endpoint_overflow" => t.endpoint_overflow = raw.parse()?,
             "datagram_drop_every" => t.datagram_drop_every = parse_usize(raw)?,
+            "datagram_drop_seed" => t.datagram_drop_seed = parse_u64(raw)?,
             _ => return Err(format!("unknown setting {name}")),
         }
         Ok(())
@@ -180,6 +181,12 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("`{s}` is too large (at most {})", u64::MAX))
+}
+
+fn parse_u64(s: &str) -> std::result::Result<u64, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number from 0 to {}", u64::MAX))
 }
 
 fn parse_usize(s: &str) -> std::result::Result<usize, String> {

@@ -207,10 +207,16 @@ pub struct TransportConfig {
     /// What happens to peers beyond `max_endpoints` (`BALLAST_ENDPOINT_OVERFLOW`), default
     /// `datagram`; no effect without a cap.
     pub endpoint_overflow: EndpointOverflow,
-    /// Test only: the `local` transport drops every k-th datagram it carries
-    /// (`BALLAST_DATAGRAM_DROP_EVERY`), default 0 = none. Exercises the datagram path's
-    /// retransmission; never set it in production.
+    /// Test only: the `local` transport drops 1 in k of the datagrams it carries, at
+    /// random (`BALLAST_DATAGRAM_DROP_EVERY`), default 0 = none. Exercises the datagram
+    /// path's retransmission; never set it in production.
     pub datagram_drop_every: usize,
+    /// Test only: the seed of the drop model's pattern (`BALLAST_DATAGRAM_DROP_SEED`),
+    /// default 0 = a fixed default pattern. Each datagram is dropped with probability
+    /// 1/`datagram_drop_every`, decided by a hash of (seed, sender, receiver, datagrams the
+    /// sender posted to that receiver before), so that a failing pattern can be run again
+    /// by its seed (`transport::drop_model`).
+    pub datagram_drop_seed: u64,
 }
 
 impl Default for TransportConfig {
@@ -231,6 +237,7 @@ impl Default for TransportConfig {
             mpi_native: true,
             endpoint_overflow: EndpointOverflow::Datagram,
             datagram_drop_every: 0,
+            datagram_drop_seed: 0,
         }
     }
 }
@@ -346,7 +353,7 @@ pub struct Setting {
 }
 
 /// Names of the settings, in declaration order, with their variables.
-pub const SETTINGS: [(&str, &str); 15] = [
+pub const SETTINGS: [(&str, &str); 16] = [
     ("transport", "BALLAST_TRANSPORT"),
     ("buffer_count", "BALLAST_BUFFER_COUNT"),
     ("buffer_size", "BALLAST_BUFFER_SIZE"),
@@ -362,6 +369,7 @@ pub const SETTINGS: [(&str, &str); 15] = [
     ("mpi_native", "BALLAST_MPI_NATIVE"),
     ("endpoint_overflow", "BALLAST_ENDPOINT_OVERFLOW"),
     ("datagram_drop_every", "BALLAST_DATAGRAM_DROP_EVERY"),
+    ("datagram_drop_seed", "BALLAST_DATAGRAM_DROP_SEED"),
 ];
 
 /// The runtime's configuration: a validated [`TransportConfig`] plus the origin of each value.
@@ -475,6 +483,7 @@ impl RuntimeConfig {
             t.mpi_native.to_string(),
             t.endpoint_overflow.to_string(),
             t.datagram_drop_every.to_string(),
+            t.datagram_drop_seed.to_string(),
         ];
         SETTINGS
             .iter()

@@ -270,6 +270,12 @@ fn endpoint_overflow_defaults_to_datagram_and_parses() {
     .unwrap();
     assert_eq!(e.transport().endpoint_overflow, EndpointOverflow::Evict);
     assert_eq!(e.transport().datagram_drop_every, 7);
+    assert_eq!(e.transport().datagram_drop_seed, 0, "the default pattern");
+    let seeded =
+        RuntimeConfig::from_vars(vars(&[("BALLAST_DATAGRAM_DROP_SEED", "18446744073709551615")])).unwrap();
+    assert_eq!(seeded.transport().datagram_drop_seed, u64::MAX);
+    let err = RuntimeConfig::from_vars(vars(&[("BALLAST_DATAGRAM_DROP_SEED", "7K")])).unwrap_err();
+    assert!(err.to_string().contains("BALLAST_DATAGRAM_DROP_SEED"), "{err}");
     let s = e.settings();
     let o = s.iter().find(|s| s.name == "endpoint_overflow").unwrap();
     assert_eq!(
