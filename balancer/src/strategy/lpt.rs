@@ -1390,6 +1390,19 @@ mod tests {
     /// LPT list scheduling with a tournament tree, one update per cell (the reference the
     /// queue-based [`super::greedy`] must match). Returns bucket loads and, per bucket, the positions of its cells in
     /// ascending order (descending KB, the order they were placed in).
+    /// The references' bucket for a cell of 0 KB: fewest cells, then lightest, then lowest
+    /// index.
+    fn fewest_cells<T>(members: &[Vec<T>], loads: &[f64]) -> usize {
+        (0..members.len())
+            .min_by(|&a, &b| {
+                (members[a].len(), loads[a])
+                    .partial_cmp(&(members[b].len(), loads[b]))
+                    .unwrap()
+                    .then(a.cmp(&b))
+            })
+            .unwrap()
+    }
+
     fn greedy_tree(order: &Order, nbuckets: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
         let mut loads = vec![0.0; nbuckets];
         let mut lightest = LightestTree::new(nbuckets);
@@ -1405,14 +1418,7 @@ mod tests {
         // Cells of 0 KB: to the bucket of fewest cells, then lightest, then lowest index.
         for s in order.segments.iter().filter(|s| s.kb == 0.0) {
             for i in s.start..s.start + s.gids.len() {
-                let b = (0..nbuckets)
-                    .min_by(|&a, &b| {
-                        (members[a].len(), loads[a])
-                            .partial_cmp(&(members[b].len(), loads[b]))
-                            .unwrap()
-                            .then(a.cmp(&b))
-                    })
-                    .unwrap();
+                let b = fewest_cells(&members, &loads);
                 members[b].push(i as u32);
             }
         }
@@ -2011,14 +2017,7 @@ mod tests {
             }
             // Cells of 0 KB: to the bucket of fewest cells, then lightest, then lowest index.
             for c in cells.iter().filter(|c| c.kb == 0.0) {
-                let b = (0..nbuckets)
-                    .min_by(|&a, &b| {
-                        (members[a].len(), loads[a])
-                            .partial_cmp(&(members[b].len(), loads[b]))
-                            .unwrap()
-                            .then(a.cmp(&b))
-                    })
-                    .unwrap();
+                let b = super::fewest_cells(&members, &loads);
                 members[b].push(*c);
             }
             (loads, members)
