@@ -17,12 +17,14 @@
 # --gdb (on a hang, the threads' backtraces go to
 # $TMPDIR/stress_datagram_hang_SEED.bt; the output of a hung repetition is kept in
 # $TMPDIR/stress_datagram_hang_SEED.log), --bin PATH (run this build of the test instead of
-# building it: e.g. a copy of the old code's to count its hangs). Exit status 1 when any
-# repetition hung or failed.
+# building it: e.g. a copy of the old code's to count its hangs), --filter NAME (repeatable:
+# run only the tests whose names contain one of them, e.g. the same two cases of an old and
+# a new local_datagram_drop binary). Exit status 1 when any repetition hung or failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 reps=500 per=60 hog=$(nproc) seed=$(( $(date +%s%N) % 1000000000 + 1 )) same=0 gdb=0 bin= kib=1024
+filters=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --reps) reps=$2; shift 2 ;;
@@ -33,6 +35,7 @@ while [ $# -gt 0 ]; do
         --gdb) gdb=1; shift ;;
         --bin) bin=$2; shift 2 ;;
         --ping-pong-kib) kib=$2; shift 2 ;;
+        --filter) filters+=("$2"); shift 2 ;;
         *) echo "ci/stress_datagram.sh: unknown option $1 (see the comment at its top)" >&2; exit 2 ;;
     esac
 done
@@ -69,13 +72,13 @@ else
     hog_what="none"
 fi
 
-echo "ci/stress_datagram.sh: $reps repetitions of $(basename "$bin"), timeout ${per}s each, ping-pong up to $kib KiB, hog: $hog_what, seeds from $seed"
+echo "ci/stress_datagram.sh: $reps repetitions of $(basename "$bin")${filters[*]:+ (tests: ${filters[*]})}, timeout ${per}s each, ping-pong up to $kib KiB, hog: $hog_what, seeds from $seed"
 hangs=0 fails=0 hung_seeds="" failed_seeds=""
 start=$(date +%s)
 for i in $(seq 0 $((reps - 1))); do
     s=$seed
     [ "$same" = 1 ] || s=$((seed + i))
-    BALLAST_DATAGRAM_DROP_SEED=$s STRESS_PING_PONG_KIB=$kib "$bin" --nocapture >"$tmp/out" 2>&1 &
+    BALLAST_DATAGRAM_DROP_SEED=$s STRESS_PING_PONG_KIB=$kib "$bin" --nocapture ${filters[@]+"${filters[@]}"} >"$tmp/out" 2>&1 &
     pid=$!
     # Poll rather than `timeout`: on a hang the process is still there for gdb.
     deadline=$(( $(date +%s) + per ))
