@@ -51,8 +51,6 @@ pub mod raw_pingpong;
 mod xrc;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 pub use control::ControlListener;
 
@@ -290,7 +288,6 @@ pub use fabric::{VerbsFabric, HEADER_BYTES};
 use crate::core::config::{BootstrapConfig, RuntimeConfig, TransportConfig, TransportKind};
 use crate::core::error::{Error, Result};
 use crate::oob::Bootstrap;
-use crate::transport::comm::Communicator;
 
 /// The address the control listeners bind to: loopback when the bootstrap root is on this
 /// machine (or unset), otherwise this machine's address on the route to the root.
@@ -396,41 +393,4 @@ pub(crate) fn exchange_addresses(
         })
         .collect::<Result<_>>()?;
     Ok((listeners, addrs))
-}
-
-/// Rank `rank`'s communicator of `n` over verbs: its control mesh from listener `l` and
-/// every rank's control address, its fabric stopping when `abort` is set.
-pub(crate) fn make_comm(
-    rank: usize,
-    n: usize,
-    cfg: &RuntimeConfig,
-    l: ControlListener,
-    addrs: Vec<SocketAddr>,
-    abort: Arc<AtomicBool>,
-) -> Result<Communicator> {
-    let mesh = control::Mesh::new(rank, l, addrs, cfg.bootstrap().timeout);
-    let fabric = VerbsFabric::new(rank, n, cfg, mesh, abort)?;
-    Communicator::new(Box::new(fabric), cfg.transport())
-}
-
-/// This process' [`Communicator`] over verbs, one Ballast rank per process (rank and size
-/// from `boot`). Collective: every process must call it. Errors: [`Error::VerbsDevice`] and [`Error::VerbsCall`] (device),
-/// [`Error::MemlockTooLow`], [`Error::ControlAddresses`].
-pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<Communicator> {
-    let cfg = verbs_config(config)?;
-    let (rank, n) = (boot.rank(), boot.size());
-    let (mut ls, addrs) = exchange_addresses(boot, n, &[rank], control_host(cfg.bootstrap()))?;
-    make_comm(
-        rank,
-        n,
-        &cfg,
-        ls.pop().expect("one listener"),
-        addrs,
-        Arc::new(AtomicBool::new(false)),
-    )
-}
-
-/// Delivers `comm`'s sends, waits until every rank finished, then frees it.
-pub fn finish(mut comm: Communicator) -> Result<()> {
-    comm.finalize()
 }

@@ -16,6 +16,10 @@ use crate::protocol::matching::{Envelope, Message, RecvInto, Source, Tag, TagMat
 
 mod collectives;
 mod gone;
+pub mod model;
+#[cfg(feature = "mpi")]
+#[allow(unsafe_code)] // raw MPI calls over owned buffers; see `mpi_native` docs
+pub mod mpi_native;
 
 use gone::EndCheck;
 
@@ -55,7 +59,7 @@ impl Completion {
 enum Backend {
     Engine(Engine),
     #[cfg(feature = "mpi")]
-    Native(Box<crate::transport::mpi::native::MpiNative>),
+    Native(Box<crate::comm::mpi_native::MpiNative>),
 }
 
 /// Calls the same method on either backend.
@@ -116,7 +120,7 @@ impl Communicator {
     }
 
     #[cfg(feature = "mpi")]
-    pub(crate) fn native(n: crate::transport::mpi::native::MpiNative) -> Communicator {
+    pub(crate) fn native(n: crate::comm::mpi_native::MpiNative) -> Communicator {
         Communicator {
             notes: n.notes().to_vec(),
             backend: Backend::Native(Box::new(n)),
