@@ -27,7 +27,7 @@ impl Mpi {
         let t = mpi_transport(config)?;
         let (native, why_not) = self.use_native(&t, self.size())?;
         if native {
-            return self.native(&t).map(Communicator::native);
+            return self.native(&t).map(|n| Communicator::over(Box::new(n)));
         }
         // The effective configuration says the engine path (predictions follow it).
         let t = TransportConfig {
@@ -178,7 +178,7 @@ impl Mpi {
                     vec![(rank, native)],
                     opts,
                     &|| line.abort(),
-                    |_, native| Ok(Communicator::native(*native)),
+                    |_, native| Ok(Communicator::over(native)),
                     &f,
                 )
             }

@@ -152,6 +152,7 @@ pub(crate) fn tags_fit(tag_ub: i64) -> bool {
 }
 
 mod abort;
+mod backend;
 mod progress;
 mod recv;
 mod send;
