@@ -16,11 +16,9 @@ pub use crate::core::pool::{Register, Registration};
 
 pub mod local;
 #[cfg(feature = "mpi")]
-#[allow(unsafe_code)] // raw MPI_Isend of owned buffers and Send for MPI handles; see `mpi` docs
 pub mod mpi;
 pub mod sizes;
 #[cfg(feature = "verbs")]
-#[allow(unsafe_code)] // FFI to libibverbs; see `verbs` docs
 pub mod verbs;
 pub mod wire;
 

@@ -68,7 +68,7 @@ use rsmpi::point_to_point::{Destination as _, Source as _};
 use rsmpi::request::Request;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
-use super::raw::{recv_append, SendQueue};
+use super::ffi::{recv_append, SendQueue};
 use crate::core::backoff::Backoff;
 use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result, Sender};

@@ -21,8 +21,10 @@
 //! # Ok::<(), ballast_runtime::Error>(())
 //! ```
 
+#[allow(unsafe_code)] // Send/Sync for the MPI handles of the shared world, the duplicate's drop
 mod fabric;
-pub(crate) mod raw;
+#[allow(unsafe_code)] // the raw MPI calls over owned buffers, each behind a safe function
+pub(crate) mod ffi;
 
 pub use fabric::{
     MpiFabric, DEFAULT_DIRECT_PART_BYTES, DIRECT_TAG_BASE, HEADER_BYTES, MAX_PIGGYBACK, STAGING_EXTRA_BYTES,

@@ -46,6 +46,7 @@
 pub mod control;
 pub mod device;
 mod fabric;
+#[allow(unsafe_code)] // the FFI to libibverbs, behind safe types
 mod ibv;
 pub mod raw_pingpong;
 mod xrc;
@@ -250,6 +251,7 @@ pub mod counters {
 /// with): on x86-64 the time-stamp counter, elsewhere nanoseconds from a process-wide start.
 /// In the soft-RoCE guest a clock read (`Instant::now`) is a system call and an HPET read,
 /// 1.3-5 us, a measurable part of the round trip it times; `rdtsc` is not.
+#[allow(unsafe_code)] // rdtsc
 pub mod cycles {
     /// The counter now.
     pub fn now() -> u64 {
