@@ -46,6 +46,20 @@ if cargo fmt --version >/dev/null 2>&1; then
 else
     echo "ci/test.sh: SKIP cargo fmt --check: rustfmt is not installed (rustup component add rustfmt)"
 fi
+# The runtime's layers (docs/ARCHITECTURE.md): nothing imports upward (core <- fabric <-
+# protocol <- comm <- launch), checked by grep (well under a second).
+layer_check() { # dir, pattern of the layers above it
+    if grep -rnE "crate::($2)\b" "runtime/src/$1"; then
+        echo "ci/test.sh: runtime/src/$1 names a layer above it (above)" >&2
+        exit 1
+    fi
+}
+layer_check core 'oob|fabric::(local|mpi|verbs)|protocol|comm|launch|select|fault|fanout'
+layer_check oob 'fabric|protocol|comm|launch|select|fault|fanout'
+layer_check fabric 'protocol|comm|launch|select|fault|fanout'
+layer_check protocol 'comm|launch|select|fault|fanout'
+layer_check comm 'launch|select|fault|fanout'
+echo "ci/test.sh: runtime layers: no upward import"
 cargo build --workspace --all-targets --locked --features ballast/sonata
 # Lints: warnings are errors (the toolchain is pinned by the machine; clippy comes with it).
 if cargo clippy --version >/dev/null 2>&1; then

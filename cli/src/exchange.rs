@@ -3,7 +3,7 @@
 //!
 //! - `allgather` (NEURON's default, and what the NEURON shim of integrations/neuron/ runs
 //!   as one `ballast_allgatherv` per exchange): the partners of Ballast's all-gather, the
-//!   ring of `Communicator::all_gatherv` (runtime/src/transport/comm.rs: rank `r` sends to
+//!   ring of `Communicator::all_gatherv` (runtime/src/comm/collectives.rs: rank `r` sends to
 //!   `(r + 1) % n` and receives from `(r + n - 1) % n`, so 2 peers, 1 on 2 ranks, 0 on 1).
 //!   It depends on the world size only, not on where the cells are: no connectivity is
 //!   needed, and the balance is the transport-blind one with this constant charge added.

@@ -7,10 +7,10 @@
 //! | layer | modules | owns |
 //! |---|---|---|
 //! | core | `core::{error, config, memory, pool, backoff, intmap, procstatus, footprint}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types |
-//! | fabric | [`fabric`] | the transport trait and its packet header |
-//! | protocol | `protocol::{engine, connection, credit, matching, wire}` | chunking, credits, handshakes, eviction, tag matching, the packet-header and control codec |
 //! | oob | [`bootstrap`] (`oob`) | start-up all-gather: MPI, TCP rendezvous, in-process |
-//! | transport | [`local`], [`mpi`], [`verbs`], `transport::{comm, model}` | the fabrics, the [`Communicator`] over them, each transport's memory model |
+//! | fabric | [`fabric`]: the trait, `fabric::{wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model |
+//! | protocol | `protocol::{engine, collective, connection, credit, datagram, matching}` | chunking, credits, handshakes, eviction, the datagram path, tag matching |
+//! | comm | [`comm`]: the [`Communicator`], `comm::{model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction |
 //! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
 //! | fault (feature `fault`) | `fault` | the fault-injection harness: a fabric wrapper and its launcher |
 //! | jobs | [`fanout`] | the fanout measurement |
@@ -32,11 +32,11 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod comm;
 mod core;
 pub mod fabric;
 mod oob;
 mod protocol;
-mod transport;
 
 pub mod fanout;
 #[cfg(feature = "fault")]
@@ -46,18 +46,25 @@ pub mod select;
 
 // The public paths: a curated view of the layers.
 pub use crate::core::{config, error, footprint, intmap, memory, pool, procstatus};
-pub use protocol::{connection, credit, datagram, engine, matching, wire};
+pub use comm::model;
+pub use fabric::wire;
+pub use protocol::{connection, credit, datagram, engine, matching};
+
+/// The MPI transport (feature `mpi`): its fabric and start-up ([`Mpi`](mpi::Mpi)), and MPI's
+/// native path ([`native`](mpi::native)), a backend of the [`Communicator`] beside the engine.
 #[cfg(feature = "mpi")]
-pub use transport::mpi;
-pub use transport::{comm, model};
+pub mod mpi {
+    pub use crate::comm::mpi_native as native;
+    pub use crate::fabric::mpi::*;
+}
 
 /// The in-process transport (`local`): [`LocalFabric`](local::LocalFabric), and
 /// [`run`](local::run) ([`launch::local_threads`]) starting N ranks as threads of this process.
 pub mod local {
+    pub use crate::fabric::local::*;
     pub use crate::launch::local_finish as finish;
     pub use crate::launch::local_single as single;
     pub use crate::launch::local_threads as run;
-    pub use crate::transport::local::*;
 }
 
 /// The verbs transport (feature `verbs`): its fabric, device probe and control channel,
@@ -65,9 +72,11 @@ pub mod local {
 /// [`run_ranks`](verbs::run_ranks) ([`launch::verbs_threads`]) for several.
 #[cfg(feature = "verbs")]
 pub mod verbs {
+    pub use crate::fabric::verbs::*;
     pub use crate::fanout::verbs as fanout;
+    pub use crate::launch::verbs_communicator as communicator;
+    pub use crate::launch::verbs_finish as finish;
     pub use crate::launch::verbs_threads as run_ranks;
-    pub use crate::transport::verbs::*;
 }
 
 /// Start-up exchange between the ranks of a job (`oob`), and [`Launch`].

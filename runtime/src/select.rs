@@ -95,10 +95,10 @@ pub fn resolve_transport(config: &RuntimeConfig) -> (TransportKind, Option<Strin
     }
     #[cfg(feature = "verbs")]
     let (verbs_device, verbs_locked_bytes) = (
-        crate::transport::verbs::probe(config.verbs())
+        crate::fabric::verbs::probe(config.verbs())
             .map(|c| c.name)
             .map_err(|e| e.to_string()),
-        crate::transport::verbs::locked_at_start(config.transport()),
+        crate::fabric::verbs::locked_at_start(config.transport()),
     );
     #[cfg(not(feature = "verbs"))]
     let (verbs_device, verbs_locked_bytes) = (Err("not compiled in".to_string()), 0);

@@ -118,7 +118,7 @@ pub enum Error {
         /// The error's message, as the failing rank printed it.
         message: String,
     },
-    // ---- The verbs transport (`transport::verbs`): one variant per failing operation. ----
+    // ---- The verbs transport (`fabric::verbs`): one variant per failing operation. ----
     /// A libibverbs call failed (`verb`, e.g. `ibv_modify_qp`), on `object` (what it was
     /// called on or for, e.g. `the QP toward rank 1 to RTR`), in rank `rank` (`None` outside
     /// a rank, e.g. the device probe); `source` is the errno the call reported.

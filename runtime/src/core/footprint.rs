@@ -4,7 +4,7 @@
 //! per rank.
 //!
 //! The formula of [`TransportConfig::predict`] and the sizes it uses are documented with
-//! it, in `crate::transport::model`.
+//! it, in the `model` module of the communicator layer (`comm`).
 
 use crate::core::config::{RecvSharing, TransportConfig};
 

@@ -9,13 +9,13 @@ pub mod verbs;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::comm::Communicator;
 use crate::core::config::RuntimeConfig;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::procstatus::ProcStatus;
 use crate::launch::local_threads;
 use crate::protocol::matching::{Source, TagMatch};
-use crate::transport::comm::Communicator;
 
 /// Tag used by the fanout messages.
 pub const FANOUT_TAG: u32 = 77;

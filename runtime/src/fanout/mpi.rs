@@ -5,8 +5,8 @@
 use crate::core::config::RuntimeConfig;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::Footprint;
+use crate::fabric::mpi::{Mpi, MPI_MEMORY_NOTE};
 use crate::fanout::{exchange, Exchange, FanoutReport, Snapshot};
-use crate::transport::mpi::{Mpi, MPI_MEMORY_NOTE};
 
 fn put_fp(out: &mut Vec<u8>, f: &Footprint) {
     for (_, v) in f.fields() {

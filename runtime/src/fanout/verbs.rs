@@ -23,8 +23,8 @@ use crate::core::error::{Error, Result};
 use crate::core::footprint::Footprint;
 use crate::core::procstatus::ProcStatus;
 use crate::fanout::{exchange, FanoutReport, Snapshot};
+use crate::launch::verbs_communicator as communicator;
 use crate::oob::{Bootstrap, Kept};
-use crate::transport::verbs::communicator;
 
 /// What VmRSS may grow beyond the model's total, KiB (provider library, heap, stacks).
 pub const RSS_SLACK_KIB: u64 = 4096;
@@ -180,7 +180,7 @@ pub fn fanout(
         t.predict(x.before.peers_connected as usize, n, rpn),
         t.predict(x.after.peers_connected as usize, n, rpn),
     );
-    let slot = (crate::transport::verbs::HEADER_BYTES + t.buffer_size) as u64;
+    let slot = (crate::fabric::verbs::HEADER_BYTES + t.buffer_size) as u64;
     let b = t.buffer_size as u64;
     let header_slots = if t.pool_growth {
         t.max_pool_bytes / b
@@ -188,7 +188,7 @@ pub fn fanout(
         t.buffer_count as u64
     };
     let pinned = pages(x.after.pool_bytes)
-        + pages(header_slots * crate::transport::verbs::HEADER_BYTES as u64)
+        + pages(header_slots * crate::fabric::verbs::HEADER_BYTES as u64)
         + if t.recv_sharing == RecvSharing::PerPeer {
             x.after.endpoints_live * pages(t.recv_depth as u64 * slot)
         } else {
@@ -206,7 +206,7 @@ pub fn fanout(
     put(&mut row, kept.vm_rss_kb as u64);
     let notes = comm.notes().to_vec();
     let all = comm.all_gatherv(&row)?;
-    crate::transport::verbs::finish(comm)?;
+    crate::launch::verbs_finish(comm)?;
     if boot.rank() != 0 {
         return Ok(None);
     }

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::comm::Communicator;
 use crate::core::config::{RuntimeConfig, TransportKind};
 use crate::core::error::{Error, Result};
+use crate::fabric::local::{LocalFabric, World};
 use crate::launch::{threads, ThreadOpts};
-use crate::transport::comm::Communicator;
-use crate::transport::local::{LocalFabric, World};
 
 mod fabric;
 

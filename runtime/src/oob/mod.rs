@@ -4,7 +4,7 @@
 //! feature `mpi`, when MPI is initialised); through the launcher's environment plus a TCP
 //! rendezvous at rank 0 ([`TcpBootstrap`], `BALLAST_ROOT`); in-process for ranks that are
 //! threads ([`LocalBootstrap`], the `local` transport). The launch of a job of one rank per
-//! process around a bootstrap is `crate::launch::Launch`.
+//! process around a bootstrap is `launch::Launch`.
 
 mod local;
 #[cfg(feature = "mpi")]

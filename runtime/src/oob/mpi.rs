@@ -16,7 +16,7 @@ use crate::core::procstatus::ProcStatus;
 /// Default bytes received per all-gather round (all ranks' pieces together).
 const ROUND_BYTES: usize = 1 << 30;
 
-/// All-gather of byte strings through MPI. MPI must be initialised (see [`crate::transport::mpi::Mpi`]).
+/// All-gather of byte strings through MPI. MPI must be initialised (`mpi::Mpi::init`, or by the host program).
 pub struct MpiBootstrap {
     comm: SimpleCommunicator,
     round_bytes: usize,

@@ -10,8 +10,8 @@
 //! it sends and [`Collective::open`] on each it receives.
 
 use crate::core::error::{Error, Result};
+use crate::fabric::wire::{decode_stamp, encode_stamp, STAMP_BYTES};
 use crate::protocol::matching::{Tag, RESERVED_TAG_BASE};
-use crate::protocol::wire::{decode_stamp, encode_stamp, STAMP_BYTES};
 
 /// The one tag of every collective message.
 pub const COLLECTIVE_TAG: Tag = RESERVED_TAG_BASE;

@@ -406,7 +406,7 @@ pub fn chunk_for(cfg: &TransportConfig, mtu: Option<usize>) -> std::result::Resu
 /// Bytes charged per datagram peer: its [`DgPeer`] and its key in the engine's table.
 pub const PEER_STATE_BYTES: u64 = (std::mem::size_of::<DgPeer>() + std::mem::size_of::<usize>()) as u64;
 // The bound of 256 B per datagram peer, the fabric's bytes included, is checked where those
-// are known (`transport::model`).
+// are known (`comm::model`).
 
 #[cfg(test)]
 mod tests {
@@ -585,5 +585,65 @@ mod tests {
         assert_eq!(p.on_data(u32::MAX), Rx::Deliver);
         assert_eq!(p.delivered(), None);
         assert_eq!(p.on_data(0), Rx::Deliver);
+    }
+
+    /// The hang of issue 33, in the reliability state machine itself (with the local
+    /// fabric's test drop model, `fabric::local::drop_model`): a sender posts 7
+    /// datagrams to one receiver, then re-sends what is unacknowledged on each timeout
+    /// while 6 more datagrams a round go to other peers (their retransmissions), with
+    /// acknowledgements, duplicate-acknowledgement re-sends and backed-off timeouts as
+    /// `DgPeer` does them. With the old model (every 7th datagram the rank posts lost) the
+    /// 7th datagram is lost first (post 7), then in every round (posts 14, 21, ...: one
+    /// re-send plus 6 others a round), for ever; the model must let it through (here within
+    /// 20 rounds; 1,000 are run).
+    #[test]
+    fn retransmission_rounds_get_through() {
+        use crate::fabric::local::drop_model::DropModel;
+        let mut m = DropModel::new(7, 0, 0);
+        let (mut tx, mut rx) = (DgPeer::default(), DgPeer::default());
+        let (y, others) = (1usize, [2usize, 3, 4, 5, 6, 7]);
+        let mut now = 1_000u64;
+        let mut wire = Vec::new();
+        let post = |m: &mut DropModel, seq: u32, wire: &mut Vec<u32>| {
+            if !m.drops(y) {
+                wire.push(seq);
+            }
+        };
+        for b in 0..7 {
+            let seq = tx.push_sent(b, now);
+            post(&mut m, seq, &mut wire);
+        }
+        for round in 0..1_000 {
+            // The receiver takes what came, one acknowledgement per datagram.
+            let mut acks = Vec::new();
+            for seq in wire.drain(..) {
+                match rx.on_data(seq) {
+                    Rx::Deliver => while rx.delivered().is_some() {},
+                    Rx::Hold => rx.hold(seq),
+                    _ => {}
+                }
+                acks.push(rx.ack_value());
+            }
+            if rx.ack_value() == 7 {
+                assert!(round < 20, "the 7 datagrams got through only in round {round}");
+                return;
+            }
+            for a in acks {
+                if tx.on_ack(a, now, &mut |_| {}) {
+                    let oldest = tx.oldest().expect("in flight");
+                    post(&mut m, oldest, &mut wire);
+                }
+            }
+            now = tx.deadline().expect("in flight");
+            for &o in &others {
+                m.drops(o);
+            }
+            let mut again = Vec::new();
+            tx.on_timeout(now, &mut |b| again.push(b));
+            for b in again {
+                post(&mut m, b, &mut wire);
+            }
+        }
+        panic!("the receiver still waits after 1,000 retransmission rounds");
     }
 }

@@ -9,4 +9,3 @@ pub mod credit;
 pub mod datagram;
 pub mod engine;
 pub mod matching;
-pub mod wire;

@@ -25,7 +25,7 @@ pub(crate) use env::verbs_trace;
 /// Which transport carries the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TransportKind {
-    /// In-process transport: N ranks as threads of one process (see [`crate::transport::local`]).
+    /// In-process transport: N ranks as threads of one process (the `local` fabric).
     Local,
     /// MPI transport (feature `mpi`).
     Mpi,
@@ -215,7 +215,7 @@ pub struct TransportConfig {
     /// default 0 = a fixed default pattern. Each datagram is dropped with probability
     /// 1/`datagram_drop_every`, decided by a hash of (seed, sender, receiver, datagrams the
     /// sender posted to that receiver before), so that a failing pattern can be run again
-    /// by its seed (`transport::drop_model`).
+    /// by its seed (the local fabric's `drop_model`).
     pub datagram_drop_seed: u64,
 }
 

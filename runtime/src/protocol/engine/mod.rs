@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 
 use crate::core::config::{RecvSharing, TransportConfig};
 use crate::core::error::{Error, Result};
-use crate::core::footprint::{Footprint, MemoryLock};
+use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
 use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::{effective_sharing, Fabric};
@@ -427,7 +427,7 @@ impl Engine {
     pub fn footprint(&self) -> Footprint {
         let fb = self.fabric.bytes();
         let st = self.conns.stats();
-        let model = self.fabric.memory_model();
+        let model = with_engine(self.fabric.memory_model());
         let dgp = self.dg.as_ref().map_or(0, |d| d.peers.len() as u64);
         Footprint {
             pool_bytes: self.pool.bytes(),
@@ -443,5 +443,23 @@ impl Engine {
             datagram_peers: dgp,
             datagram_bytes: dgp * crate::protocol::datagram::PEER_STATE_BYTES + fb.datagram_bytes,
         }
+    }
+}
+
+/// A fabric's [`MemoryModel`] (its side) with the engine's structures added: the endpoint
+/// table entry per endpoint, the engine per rank, the sender state and credit-bank entry
+/// (and their two map slots) per connected peer.
+pub(crate) fn with_engine(fabric: MemoryModel) -> MemoryModel {
+    use std::mem::size_of;
+    MemoryModel {
+        engine_endpoint_bytes: fabric.engine_endpoint_bytes
+            + size_of::<crate::protocol::connection::Endpoint>() as u64
+            + size_of::<usize>() as u64,
+        control_fixed_bytes: fabric.control_fixed_bytes + size_of::<Engine>() as u64,
+        per_peer_control_bytes: fabric.per_peer_control_bytes
+            + (size_of::<PeerState>()
+                + size_of::<crate::protocol::credit::CreditHolder>()
+                + 2 * size_of::<usize>()) as u64,
+        ..fabric
     }
 }

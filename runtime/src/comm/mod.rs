@@ -3,7 +3,6 @@
 //! Everything runs on the caller's thread: a simulator drives the runtime from one
 //! thread and calls [`Communicator::progress`] between compute steps.
 
-use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
@@ -12,12 +11,18 @@ use crate::fabric::Fabric;
 use crate::protocol::collective::CollectiveSeq;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::Engine;
-use crate::protocol::matching::{Envelope, Message, RecvInto, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 
+mod backend;
 mod collectives;
+mod engine;
 mod gone;
+pub mod model;
+#[cfg(feature = "mpi")]
+#[allow(unsafe_code)] // raw MPI calls over owned buffers; see `mpi_native` docs
+pub mod mpi_native;
 
-use gone::EndCheck;
+use backend::Backend;
 
 /// Handle of a non-blocking operation.
 #[derive(Debug, PartialEq, Eq)]
@@ -48,51 +53,10 @@ impl Completion {
     }
 }
 
-/// What carries a communicator's messages: the progress engine over a [`Fabric`] (every
-/// transport), or MPI itself (the MPI native path, one MPI message per Ballast message).
-/// One per communicator, never in a collection: the size difference does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Backend {
-    Engine(Engine),
-    #[cfg(feature = "mpi")]
-    Native(Box<crate::transport::mpi::native::MpiNative>),
-}
-
-/// Calls the same method on either backend.
-macro_rules! on_backend {
-    ($self:expr, $b:ident => $e:expr) => {
-        match $self {
-            Backend::Engine($b) => $e,
-            #[cfg(feature = "mpi")]
-            Backend::Native($b) => $e,
-        }
-    };
-}
-
-/// The engine of a communicator known to run on it (the limited receives' wait, after
-/// the native backend returned).
-fn engine_of(backend: &mut Backend) -> &mut Engine {
-    match backend {
-        Backend::Engine(e) => e,
-        #[cfg(feature = "mpi")]
-        Backend::Native(_) => unreachable!("called on the engine only"),
-    }
-}
-
-/// How a limited blocking receive on the engine ended ([`Communicator::recv_within`],
-/// [`Communicator::recv_into`]).
-enum Limited {
-    /// The message, in a buffer of its own.
-    Message(Message),
-    /// The message, written into the lent buffer.
-    Into(Envelope),
-    /// A longer message, left queued.
-    Refused(Envelope),
-}
-
 /// A rank's communicator.
 pub struct Communicator {
-    backend: Backend,
+    /// What carries the messages: the engine over a fabric, or MPI's native path.
+    backend: Box<dyn Backend>,
     /// The backend's setup notes plus the creator's (e.g. why the MPI native path was not
     /// taken); fixed at creation.
     notes: Vec<String>,
@@ -106,20 +70,14 @@ impl Communicator {
     /// Builds a communicator over `fabric` (registers the pool, sets up receive queues,
     /// connects all peers when `lazy_connect` is off).
     pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
-        let e = Engine::new(fabric, config)?;
-        Ok(Communicator {
-            notes: e.notes().to_vec(),
-            backend: Backend::Engine(e),
-            messages_sent: 0,
-            collectives: CollectiveSeq::default(),
-        })
+        Ok(Self::over(Box::new(Engine::new(fabric, config)?)))
     }
 
-    #[cfg(feature = "mpi")]
-    pub(crate) fn native(n: crate::transport::mpi::native::MpiNative) -> Communicator {
+    /// A communicator over `backend`.
+    pub(crate) fn over(backend: Box<dyn Backend>) -> Communicator {
         Communicator {
-            notes: n.notes().to_vec(),
-            backend: Backend::Native(Box::new(n)),
+            notes: backend.notes().to_vec(),
+            backend,
             messages_sent: 0,
             collectives: CollectiveSeq::default(),
         }
@@ -134,17 +92,17 @@ impl Communicator {
 
     /// This rank, `0..world_size()`.
     pub fn rank(&self) -> usize {
-        on_backend!(&self.backend, b => b.rank())
+        self.backend.rank()
     }
 
     /// Number of ranks.
     pub fn world_size(&self) -> usize {
-        on_backend!(&self.backend, b => b.world_size())
+        self.backend.world_size()
     }
 
     /// Effective transport configuration (after fallbacks such as xrc -> shared).
     pub fn config(&self) -> &TransportConfig {
-        on_backend!(&self.backend, b => b.config())
+        self.backend.config()
     }
 
     /// Notes about the setup (fallbacks, the MPI native path), then, when the OS refused
@@ -159,33 +117,13 @@ impl Communicator {
     /// What became of the `mlock` requests of the memory held now (pool and receive
     /// queues; see [`MemoryLock`]). Empty on the MPI native path (nothing is locked).
     pub fn memory_lock(&self) -> MemoryLock {
-        match &self.backend {
-            Backend::Engine(e) => e.memory_lock(),
-            #[cfg(feature = "mpi")]
-            Backend::Native(_) => MemoryLock::default(),
-        }
+        self.backend.memory_lock()
     }
 
     /// True when this communicator runs on the MPI native path (one MPI message per
     /// Ballast message; no pool, endpoints or credits of Ballast's own).
     pub fn is_mpi_native(&self) -> bool {
-        !matches!(self.backend, Backend::Engine(_))
-    }
-
-    /// One idle step of a blocking call (see [`Backoff`]): blocks until an arrival on a
-    /// fabric that can.
-    fn snooze(&self, b: &mut Backoff) {
-        match &self.backend {
-            Backend::Engine(e) => {
-                let f = e.fabric();
-                let limit = e.wait_limit();
-                b.snooze_on(f.blocks_when_idle(), |d| {
-                    f.wait_for_arrival(limit.map_or(d, |l| d.min(l)))
-                })
-            }
-            #[cfg(feature = "mpi")]
-            Backend::Native(_) => b.snooze(),
-        }
+        self.backend.is_mpi_native()
     }
 
     fn check_tag(tag: Tag) -> Result<()> {
@@ -196,7 +134,7 @@ impl Communicator {
     }
 
     fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
-        let id = on_backend!(&mut self.backend, b => b.isend(dest, tag, data))?;
+        let id = self.backend.isend(dest, tag, data)?;
         self.messages_sent += 1;
         Ok(id)
     }
@@ -208,7 +146,7 @@ impl Communicator {
     }
 
     fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
-        on_backend!(&mut self.backend, b => b.irecv(src, tag))
+        self.backend.irecv(src, tag)
     }
 
     /// Starts sending `data` to `dest` with `tag`. The first `buffer_size` bytes are copied
@@ -242,26 +180,9 @@ impl Communicator {
 
     /// `isend` that progresses and retries while the pool is exhausted.
     fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
-        let mut b = Backoff::new();
-        let mut check = EndCheck::default();
-        loop {
-            match self.isend_raw(dest, tag, data) {
-                Ok(id) => return Ok(id),
-                Err(Error::WouldBlock) => {
-                    // A failed rank holds pool buffers for ever (its credits never
-                    // come): the pool may never free.
-                    let worked = self.progress()?;
-                    if worked {
-                        b.reset();
-                    }
-                    let on = (Source::Any, false, "send");
-                    if self.after_round(worked, &mut check, on, &mut |_| Ok(false))? {
-                        self.snooze(&mut b);
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let id = backend::isend_retry(&mut *self.backend, dest, tag, data)?;
+        self.messages_sent += 1;
+        Ok(id)
     }
 
     fn send_internal(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
@@ -283,20 +204,9 @@ impl Communicator {
     /// keeps progressing meanwhile.
     pub fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         Self::check_tag(tag)?;
-        match &mut self.backend {
-            Backend::Engine(e) => {
-                if e.goes_direct(dest, data.len()) {
-                    e.send_direct(dest, tag, data)?;
-                    self.messages_sent += 1;
-                    return Ok(());
-                }
-            }
-            #[cfg(feature = "mpi")]
-            Backend::Native(n) => {
-                n.send(dest, tag, data)?;
-                self.messages_sent += 1;
-                return Ok(());
-            }
+        if self.backend.send_now(dest, tag, data)? {
+            self.messages_sent += 1;
+            return Ok(());
         }
         self.send_internal(dest, tag, data)
     }
@@ -313,19 +223,13 @@ impl Communicator {
 
     /// Receives the next message matching `src` and `tag`, progressing until it arrives.
     pub fn recv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Message> {
-        #[cfg(feature = "mpi")]
-        if let Backend::Native(n) = &mut self.backend {
-            return n.recv(src.into(), tag.into());
-        }
-        let r = self.irecv(src, tag)?;
-        Ok(self.wait_as(r, "recv")?.into_message().expect("receive request"))
+        self.backend.recv(src.into(), tag.into())
     }
 
     /// Progresses once, then returns the next matching message if it has fully arrived.
     pub fn try_recv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Option<Message>> {
         self.progress()?;
-        let (src, tag) = (src.into(), tag.into());
-        Ok(on_backend!(&mut self.backend, b => b.try_take(src, tag)))
+        Ok(self.backend.try_take(src.into(), tag.into()))
     }
 
     /// Receives the next message matching `src` and `tag` if it is at most `cap` bytes
@@ -343,16 +247,7 @@ impl Communicator {
         tag: impl Into<TagMatch>,
         cap: usize,
     ) -> Result<std::result::Result<Message, Envelope>> {
-        let (src, tag) = (src.into(), tag.into());
-        #[cfg(feature = "mpi")]
-        if let Backend::Native(n) = &mut self.backend {
-            return n.recv_within(src, tag, cap);
-        }
-        Ok(match self.engine_recv_limited(src, tag, cap, None)? {
-            Limited::Message(m) => Ok(m),
-            Limited::Refused(e) => Err(e),
-            Limited::Into(_) => unreachable!("no buffer was lent"),
-        })
+        self.backend.recv_within(src.into(), tag.into(), cap)
     }
 
     /// Receives the next message matching `src` and `tag` into `buf`, progressing until
@@ -372,88 +267,7 @@ impl Communicator {
         tag: impl Into<TagMatch>,
         buf: &mut [u8],
     ) -> Result<std::result::Result<Envelope, Envelope>> {
-        let (src, tag) = (src.into(), tag.into());
-        #[cfg(feature = "mpi")]
-        if let Backend::Native(n) = &mut self.backend {
-            return n.recv_into(src, tag, buf);
-        }
-        Ok(
-            match self.engine_recv_limited(src, tag, buf.len(), Some(&mut *buf))? {
-                Limited::Into(e) => Ok(e),
-                Limited::Message(m) => {
-                    buf[..m.data.len()].copy_from_slice(&m.data);
-                    Ok(m.envelope())
-                }
-                Limited::Refused(e) => Err(e),
-            },
-        )
-    }
-
-    /// `recv_within` on the engine: a receive posted with the limit, so that a message
-    /// arriving during the wait binds to it as to `recv`'s, waited for as `wait` does.
-    /// With `into` (of `cap` bytes) lent to every progress of the wait, a message that
-    /// binds as it arrives is written there (`Limited::Into`); one that was already
-    /// queued, or arrived whole in a buffer of its own, comes as `Limited::Message`.
-    fn engine_recv_limited(
-        &mut self,
-        src: Source,
-        tag: TagMatch,
-        cap: usize,
-        into: Option<&mut [u8]>,
-    ) -> Result<Limited> {
-        let id = engine_of(&mut self.backend).irecv_within(src, tag, cap)?;
-        let r = self.engine_wait_limited(id, src, into);
-        if r.is_err() {
-            engine_of(&mut self.backend).cancel_recv(id);
-        }
-        r
-    }
-
-    /// The wait of [`Communicator::engine_recv_limited`] for its receive `id`.
-    fn engine_wait_limited(&mut self, id: u64, src: Source, mut into: Option<&mut [u8]>) -> Result<Limited> {
-        let mut b = Backoff::new();
-        // The end seen of the sender, and whether a round of progress came after it.
-        let mut gone: Option<(gone::Gone, bool)> = None;
-        let mut check = EndCheck::default();
-        let mut worked = true;
-        loop {
-            let e = engine_of(&mut self.backend);
-            if into.is_some() {
-                if let Some(env) = e.take_into_done(id) {
-                    return Ok(Limited::Into(env));
-                }
-            }
-            if e.recv_done(id) {
-                return e
-                    .take_recv(id)
-                    .map(Limited::Message)
-                    .ok_or(Error::UnknownRequest(id));
-            }
-            if let Some(refused) = e.take_refused(id) {
-                return Ok(Limited::Refused(refused));
-            }
-            // The round after the sender was seen ended (idle, if it finished) brought no
-            // outcome (the checks above): nothing can.
-            if let Some((g, true)) = gone.take_if(|(_, after)| *after) {
-                if !worked || g.sure {
-                    return Err(g.error);
-                }
-            }
-            let lent = into.as_deref_mut().map(|buf| RecvInto { req: id, buf });
-            worked = e.progress_into(lent)?;
-            if worked {
-                b.reset();
-            }
-            if let Some((g, false)) = gone.take() {
-                gone = Some((g, true));
-            } else if check.due(worked) {
-                // One more round takes what an ended rank sent, or nothing will.
-                gone = self.gone(src, true, "recv").map(|g| (g, false));
-            }
-            if gone.is_none() && !worked {
-                self.snooze(&mut b);
-            }
-        }
+        self.backend.recv_into(src.into(), tag.into(), buf)
     }
 
     /// Progresses once, then tells the source, tag and length of the message that
@@ -461,44 +275,20 @@ impl Communicator {
     /// next, if it has fully arrived; the message stays queued. Errors: the transport's.
     pub fn iprobe(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Option<Envelope>> {
         self.progress()?;
-        let (src, tag) = (src.into(), tag.into());
-        Ok(on_backend!(&mut self.backend, b => b.peek(src, tag)))
+        Ok(self.backend.peek(src.into(), tag.into()))
     }
 
     /// Progresses (waiting as [`Communicator::wait`] does) until a message matching `src`
     /// and `tag` has fully arrived, and returns its envelope; the message stays queued for
     /// the next [`Communicator::try_recv`] or `recv` with the same `src` and `tag`.
     pub fn probe(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Envelope> {
-        let (src, tag) = (src.into(), tag.into());
-        let mut b = Backoff::new();
-        let mut check = EndCheck::default();
-        loop {
-            let active = self.progress()?;
-            if let Some(e) = on_backend!(&mut self.backend, b => b.peek(src, tag)) {
-                return Ok(e);
-            }
-            if active {
-                b.reset();
-            }
-            let seen = &mut |c: &mut Self| Ok(on_backend!(&mut c.backend, b => b.peek(src, tag)).is_some());
-            if self.after_round(active, &mut check, (src, true, "probe"), seen)? {
-                self.snooze(&mut b);
-            }
-        }
+        backend::probe(&mut *self.backend, src.into(), tag.into())
     }
 
     /// Progresses once and tells whether `req` has completed (it stays valid for `wait`).
     pub fn test(&mut self, req: &Request) -> Result<bool> {
         self.progress()?;
-        self.is_done(req)
-    }
-
-    fn is_done(&self, req: &Request) -> Result<bool> {
-        if req.recv {
-            Ok(on_backend!(&self.backend, b => b.recv_done(req.id)))
-        } else {
-            on_backend!(&self.backend, b => b.send_done(req.id))
-        }
+        backend::is_done(&*self.backend, req)
     }
 
     /// Progresses until `req` completes. While nothing happens it polls briefly, then
@@ -512,30 +302,7 @@ impl Communicator {
     /// [`Communicator::wait`] for the blocking call `op`: once every rank that could
     /// complete `req` ended ([`Error::PeerGone`], see `gone`), an error naming `op`.
     fn wait_as(&mut self, req: Request, op: &'static str) -> Result<Completion> {
-        #[cfg(feature = "mpi")]
-        if let (true, Backend::Native(n)) = (req.recv, &mut self.backend) {
-            return n.wait_posted(req.id).map(Completion::Received);
-        }
-        let mut b = Backoff::new();
-        let mut check = EndCheck::default();
-        while !self.is_done(&req)? {
-            let worked = self.progress()?;
-            if worked {
-                b.reset();
-            }
-            let on = (req.peer, req.recv, op);
-            if self.after_round(worked, &mut check, on, &mut |c| c.is_done(&req))? {
-                self.snooze(&mut b);
-            }
-        }
-        if req.recv {
-            let m = on_backend!(&mut self.backend, b => b.take_recv(req.id))
-                .ok_or(Error::UnknownRequest(req.id))?;
-            Ok(Completion::Received(m))
-        } else {
-            on_backend!(&mut self.backend, b => b.finish_send(req.id));
-            Ok(Completion::Sent)
-        }
+        self.backend.wait(req, op)
     }
 
     /// Waits for all requests, in order.
@@ -546,22 +313,22 @@ impl Communicator {
     /// Advances the runtime: polls arrivals and completions, answers handshakes and credit
     /// requests, posts queued chunks. Returns true if anything happened.
     pub fn progress(&mut self) -> Result<bool> {
-        on_backend!(&mut self.backend, b => b.progress())
+        self.backend.progress()
     }
 
     /// Transport memory of this rank by kind, as accounted now.
     pub fn footprint(&self) -> Footprint {
-        on_backend!(&self.backend, b => b.footprint())
+        self.backend.footprint()
     }
 
     /// Pool occupancy counters.
     pub fn pool_stats(&self) -> PoolStats {
-        on_backend!(&self.backend, b => b.pool_stats())
+        self.backend.pool_stats()
     }
 
     /// Endpoint counters (live, peak, opened, evicted, peers connected).
     pub fn endpoint_stats(&self) -> EndpointStats {
-        on_backend!(&self.backend, b => b.endpoint_stats())
+        self.backend.endpoint_stats()
     }
 
     /// Counters of the datagram path (`endpoint_overflow=datagram` past `max_endpoints`):
@@ -569,56 +336,16 @@ impl Communicator {
     /// `None` when it does not run (no cap, `evict`, a transport without datagrams, the
     /// MPI native path).
     pub fn datagram_stats(&self) -> Option<crate::protocol::engine::DatagramStats> {
-        match &self.backend {
-            Backend::Engine(e) => e.datagram_stats(),
-            #[cfg(feature = "mpi")]
-            Backend::Native(_) => None,
-        }
+        self.backend.datagram_stats()
     }
 
     /// True if the shared-queue credit accounting balances (diagnostics for tests).
     pub fn credits_consistent(&self) -> bool {
-        match &self.backend {
-            Backend::Engine(e) => e.credits_consistent(),
-            #[cfg(feature = "mpi")]
-            Backend::Native(_) => true, // no credits: MPI does its own flow control
-        }
+        self.backend.credits_consistent()
     }
 
     /// Delivers all own sends, then keeps serving other ranks until every rank is done.
     pub(crate) fn finalize(&mut self) -> Result<()> {
-        let mut b = Backoff::new();
-        let mut check = EndCheck::default();
-        while !on_backend!(&self.backend, e => e.sends_drained()) {
-            let worked = self.progress()?;
-            if worked {
-                b.reset();
-            }
-            // A send to a failed rank is never delivered.
-            let drained = &mut |c: &mut Self| Ok(on_backend!(&c.backend, e => e.sends_drained()));
-            if self.after_round(worked, &mut check, (Source::Any, false, "finish"), drained)? {
-                self.snooze(&mut b);
-            }
-        }
-        match &mut self.backend {
-            Backend::Engine(e) => e.fabric_mut().mark_done(),
-            #[cfg(feature = "mpi")]
-            Backend::Native(n) => n.mark_done(),
-        }
-        loop {
-            let done = match &mut self.backend {
-                Backend::Engine(e) => e.fabric_mut().all_done(),
-                #[cfg(feature = "mpi")]
-                Backend::Native(n) => n.all_done(),
-            };
-            if done {
-                return Ok(());
-            }
-            if self.progress()? {
-                b.reset();
-            } else {
-                self.snooze(&mut b);
-            }
-        }
+        backend::finalize(&mut *self.backend)
     }
 }

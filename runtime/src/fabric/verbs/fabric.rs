@@ -43,6 +43,7 @@
 //! [`ud`] the datagram path.
 
 mod connect;
+#[allow(unsafe_code)] // registering the pool (`Mr::register`: the pool keeps it in place)
 mod memory;
 mod post;
 mod ud;
@@ -58,8 +59,8 @@ use crate::core::config::{RecvSharing, RuntimeConfig, TransportConfig};
 use crate::core::error::{Error, Result, VerbsPeer};
 use crate::core::footprint::MemoryModel;
 use crate::core::intmap::IntMap;
+use crate::fabric::sizes::{VERBS_CQ_ENTRIES, VERBS_SQ_DEPTH};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
-use crate::transport::model::{VERBS_CQ_ENTRIES, VERBS_SQ_DEPTH};
 
 /// Bytes of the header in front of every packet.
 pub const HEADER_BYTES: usize = 32;
@@ -241,14 +242,16 @@ pub struct VerbsFabric {
 impl VerbsFabric {
     /// Opens the device chosen by `config.verbs()` and creates the completion queue for rank
     /// `rank` of `world`, whose control channel is `mesh`; `abort` is raised by the launcher
-    /// when another rank of this process failed. Errors: [`Error::VerbsDevice`] (no usable
-    /// device), [`Error::VerbsCall`] (opening it, the CQ).
+    /// when another rank of this process failed; `datagrams` says whether the engine above
+    /// will use the datagram path (then the fabric offers its UD QP). Errors:
+    /// [`Error::VerbsDevice`] (no usable device), [`Error::VerbsCall`] (opening it, the CQ).
     pub(crate) fn new(
         rank: usize,
         world: usize,
         config: &RuntimeConfig,
         mesh: Mesh,
         abort: Arc<AtomicBool>,
+        datagrams: bool,
     ) -> Result<VerbsFabric> {
         let cfg = *config.transport();
         let dev = device::open(config.verbs())?;
@@ -314,9 +317,9 @@ impl VerbsFabric {
             cq_entries,
             max_inline: 0,
             pinned: 0,
-            memlock_limit: crate::transport::local::memlock_limit_bytes(),
+            memlock_limit: crate::fabric::local::memlock_limit_bytes(),
             bytes: FabricBytes::default(),
-            model: MemoryModel::verbs(),
+            model: crate::fabric::sizes::verbs_model(),
             pending_err: None,
             marked_done: false,
             psn_seed: seed ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
@@ -331,7 +334,7 @@ impl VerbsFabric {
             ud: None,
             ud_mtu: None,
         };
-        f.setup_ud()?;
+        f.setup_ud(datagrams)?;
         Ok(f)
     }
 
@@ -525,8 +528,8 @@ mod tests {
             more: true,
         };
         let b: [u8; HEADER_BYTES] =
-            crate::protocol::wire::encode_header(&h, crate::protocol::wire::HeaderExtra::DATA);
+            crate::fabric::wire::encode_header(&h, crate::fabric::wire::HeaderExtra::DATA);
         assert_eq!(&b[28..], &[1, 0, 0, 0]);
-        assert_eq!(crate::protocol::wire::decode_header(&b).0, h);
+        assert_eq!(crate::fabric::wire::decode_header(&b).0, h);
     }
 }

@@ -68,14 +68,14 @@ use rsmpi::point_to_point::{Destination as _, Source as _};
 use rsmpi::request::Request;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
-use super::raw::{recv_append, SendQueue};
+use super::ffi::{recv_append, SendQueue};
 use crate::core::backoff::Backoff;
 use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result, Sender};
 use crate::core::pool::{Register, Registration};
+use crate::fabric::sizes::{MPI_DATAGRAM_MTU, MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
+use crate::fabric::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
-use crate::protocol::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT};
-use crate::transport::model::{MPI_DATAGRAM_MTU, MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
 
 /// Bytes of the header in front of every MPI message ([`wire::HEADER_BYTES`]).
 pub const HEADER_BYTES: usize = wire::HEADER_BYTES;
@@ -722,7 +722,7 @@ impl Fabric for MpiFabric {
     }
 
     fn memory_model(&self) -> crate::core::footprint::MemoryModel {
-        crate::core::footprint::MemoryModel::mpi()
+        crate::fabric::sizes::mpi_model()
     }
 
     fn bytes(&self) -> FabricBytes {
@@ -781,6 +781,6 @@ mod tests {
 
     #[test]
     fn fabric_struct_fits_the_model() {
-        assert!(std::mem::size_of::<MpiFabric>() as u64 <= crate::transport::model::MPI_FABRIC_BYTES);
+        assert!(std::mem::size_of::<MpiFabric>() as u64 <= crate::fabric::sizes::MPI_FABRIC_BYTES);
     }
 }

@@ -7,8 +7,8 @@ use super::{SharedRecv, VerbsFabric, HEADER_BYTES, RECV_BIT};
 use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result};
 use crate::core::pool::{Register, Registration};
-use crate::transport::verbs::ibv::{self, Mr, Slots};
-use crate::transport::verbs::xrc;
+use crate::fabric::verbs::ibv::{self, Mr, Slots};
+use crate::fabric::verbs::xrc;
 
 impl VerbsFabric {
     /// Fails unless `more` bytes can be pinned on top of what is pinned already. The limit

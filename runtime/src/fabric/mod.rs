@@ -14,6 +14,14 @@ use crate::core::error::{Error, Result};
 use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::pool::{Register, Registration};
 
+pub mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod sizes;
+#[cfg(feature = "verbs")]
+pub mod verbs;
+pub mod wire;
+
 /// Envelope of one data packet (one chunk of a message). In the verbs and MPI transports it
 /// is carried before the payload (32 bytes, [`crate::wire`]); in `local` beside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,8 +217,9 @@ pub trait Fabric: Register + Send {
     fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize>;
     /// Memory owned by the fabric, as really allocated.
     fn bytes(&self) -> FabricBytes;
-    /// The per-object sizes of this transport (the engine charges its own structures
-    /// with them).
+    /// The per-object sizes of this fabric: its side only (`engine_endpoint_bytes` and
+    /// `per_peer_control_bytes` zero, `control_fixed_bytes` its own structures); the engine
+    /// adds its own structures to them.
     fn memory_model(&self) -> MemoryModel;
     /// True when another rank of the job failed and waiting is pointless.
     fn aborted(&self) -> bool;

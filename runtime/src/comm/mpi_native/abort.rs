@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// Abort notices of one native world, shared with [`super::Mpi::run_ranks`] so that a
+/// Abort notices of one native world, shared with [`crate::fabric::mpi::Mpi::run_ranks`] so that a
 /// rank that failed (even by panicking, which drops its communicator) tells the others.
 pub(crate) struct AbortLine {
     comm: SimpleCommunicator,

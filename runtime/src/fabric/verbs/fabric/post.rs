@@ -7,13 +7,13 @@
 use super::{Link, Queued, VerbsFabric, GRANT_HOLD_POLLS, HEADER_BYTES, POLL_BATCH, POLL_MAX, RECV_BIT};
 use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result};
+use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
+use crate::fabric::verbs::ibv::{self, Qp, Rts, SendWr, Sge, Slots};
+use crate::fabric::wire;
 use crate::fabric::{Control, Event, PacketHeader};
-use crate::protocol::wire;
-use crate::transport::verbs::control::{Frame, Kind, QpInfo};
-use crate::transport::verbs::ibv::{self, Qp, Rts, SendWr, Sge, Slots};
 
 #[cfg(feature = "trace")]
-use crate::transport::verbs::counters;
+use crate::fabric::verbs::counters;
 
 /// Posts `q` on `qp` with its header from `headers` (inline when header and payload fit
 /// `max_inline`; `srqn`: the XRC destination SRQ). The caller counts it as outstanding.

@@ -8,11 +8,11 @@
 use super::{Link, PeerQp, VerbsFabric, INLINE_BYTES, RECV_BIT};
 use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result};
+use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
+use crate::fabric::verbs::ibv::attr::{self, Remote, Retry};
+use crate::fabric::verbs::ibv::qp::{Failed, QpKind, Reset};
+use crate::fabric::verbs::ibv::{self, Init, Qp, QpCaps, Slots};
 use crate::fabric::{Control, Event};
-use crate::transport::verbs::control::{Frame, Kind, QpInfo};
-use crate::transport::verbs::ibv::attr::{self, Remote, Retry};
-use crate::transport::verbs::ibv::qp::{Failed, QpKind, Reset};
-use crate::transport::verbs::ibv::{self, Init, Qp, QpCaps, Slots};
 
 fn remote(i: QpInfo) -> Remote {
     Remote {

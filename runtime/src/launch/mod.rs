@@ -3,18 +3,25 @@
 //! needs: the bootstrap's communicator before `MPI_Finalize`), and the one launcher of
 //! ranks as threads of this process (`threads`) with each transport's use of it:
 //! [`local_threads`] (`local::run`), [`verbs_threads`] (`verbs::run_ranks`, feature `verbs`) and
-//! [`Mpi::run_ranks`](crate::transport::mpi::Mpi::run_ranks) (feature `mpi`). The
+//! [`Mpi::run_ranks`](crate::fabric::mpi::Mpi::run_ranks) (feature `mpi`). The
 //! command line and the tests start their threaded ranks through these.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use crate::comm::Communicator;
 use crate::core::config::{RuntimeConfig, TransportKind};
 use crate::core::error::{first_error, panic_message, Error, Result};
 use crate::core::procstatus::ProcStatus;
 use crate::oob::{auto, Bootstrap, BootstrapKind};
-use crate::transport::comm::Communicator;
-use crate::transport::local::{LocalFabric, World};
+
+#[cfg(feature = "mpi")]
+mod mpi;
+#[cfg(feature = "verbs")]
+mod verbs;
+use crate::fabric::local::{LocalFabric, World};
+#[cfg(feature = "verbs")]
+pub use verbs::{communicator as verbs_communicator, finish as verbs_finish, verbs_threads};
 
 /// The start-up exchange of a job of one rank per process ([`Launch::new`]), owning the MPI
 /// it initialised for it, if any. Dropping it frees the bootstrap first, then finalises that
@@ -25,7 +32,7 @@ pub struct Launch {
     boot: Box<dyn Bootstrap>,
     kind: BootstrapKind,
     #[cfg(feature = "mpi")]
-    mpi: Option<crate::transport::mpi::Mpi>,
+    mpi: Option<crate::fabric::mpi::Mpi>,
     at_start: ProcStatus,
 }
 
@@ -33,12 +40,12 @@ impl Launch {
     /// Meets the other processes of this job. In a build with the `mpi` feature, a process
     /// started by `mpirun`/`mpiexec` (`OMPI_COMM_WORLD_RANK` or `PMI_RANK` set) without
     /// `BALLAST_ROOT` initialises MPI (unless the host program did) and exchanges through it;
-    /// otherwise as [`crate::oob::auto`]. Errors: those of [`crate::oob::auto`] and of [`crate::transport::mpi::Mpi::init`].
+    /// otherwise as [`crate::oob::auto`]. Errors: those of [`crate::oob::auto`] and of [`crate::fabric::mpi::Mpi::init`].
     pub fn new(config: &RuntimeConfig) -> Result<Launch> {
         let at_start = ProcStatus::read_self().unwrap_or_default();
         #[cfg(feature = "mpi")]
         let mpi = if mpi_launch(config) {
-            Some(crate::transport::mpi::Mpi::init()?)
+            Some(crate::fabric::mpi::Mpi::init()?)
         } else {
             None
         };
@@ -73,7 +80,7 @@ impl Launch {
         self.at_start
     }
 
-    /// The exchange, for [`crate::transport::verbs::communicator`] and the like (see
+    /// The exchange, for [`crate::fabric::verbs::communicator`] and the like (see
     /// [`Bootstrap::kept`] for what MPI kept during it).
     pub fn bootstrap(&mut self) -> &mut dyn Bootstrap {
         self.boot.as_mut()
@@ -331,99 +338,6 @@ pub fn local_single(config: &RuntimeConfig) -> Result<Communicator> {
 /// Finishes a communicator of [`local_single`]: delivers its own sends to itself.
 pub fn local_finish(mut comm: Communicator) -> Result<()> {
     comm.finalize()
-}
-
-/// Runs `f` on `n` Ballast ranks over verbs spread over the processes of `boot` (rank `r`
-/// in process `r % size`, several per process as threads named `ballast-verbs-{r}`;
-/// `ballast_runtime::verbs::run_ranks`). Collective. Returns this process' results as
-/// `(rank, result)` in ascending rank order. If a rank fails, this process' other ranks stop
-/// with [`Error::Aborted`], the others see its control connections end, and the first real
-/// error is returned. Errors also: [`Error::InvalidRank`] for `n == 0`, those of
-/// [`crate::transport::verbs::communicator`].
-#[cfg(feature = "verbs")]
-pub fn verbs_threads<R, F>(
-    boot: &mut dyn Bootstrap,
-    n: usize,
-    config: &RuntimeConfig,
-    f: F,
-) -> Result<Vec<(usize, R)>>
-where
-    F: Fn(&mut Communicator) -> R + Sync,
-    R: Send,
-{
-    use crate::transport::verbs;
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    if n == 0 {
-        return Err(Error::InvalidRank {
-            rank: 0,
-            world_size: 0,
-        });
-    }
-    let cfg = verbs::verbs_config(config)?;
-    let (p, procs) = (boot.rank(), boot.size());
-    let local: Vec<usize> = (p..n).step_by(procs).collect();
-    let (listeners, addrs) =
-        verbs::exchange_addresses(boot, n, &local, verbs::control_host(cfg.bootstrap()))?;
-    let abort = Arc::new(AtomicBool::new(false));
-    let opts = ThreadOpts {
-        name: Some("ballast-verbs"),
-        inline_single: false,
-    };
-    threads(
-        local.into_iter().zip(listeners).collect(),
-        opts,
-        &|| abort.store(true, Ordering::Relaxed),
-        |r, l| verbs::make_comm(r, n, &cfg, l, addrs.clone(), abort.clone()),
-        &f,
-    )
-}
-
-#[cfg(feature = "mpi")]
-impl crate::transport::mpi::Mpi {
-    /// Runs `f` on `n` Ballast ranks spread over the MPI processes (rank `r` in process
-    /// `r % size`; several per process run as threads and need
-    /// [`Mpi::init_multithreaded`](crate::transport::mpi::Mpi::init_multithreaded); one per
-    /// process runs on the calling thread). Collective. Returns this process' results as
-    /// `(rank, result)`. If a rank fails, the others (in every process) stop with
-    /// [`Error::Aborted`] and the first real error is returned.
-    pub fn run_ranks<R, F>(&self, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<(usize, R)>>
-    where
-        F: Fn(&mut Communicator) -> R + Sync,
-        R: Send,
-    {
-        use crate::transport::mpi::{MpiFabric, RankWorld};
-        let opts = ThreadOpts {
-            name: None,
-            inline_single: true,
-        };
-        match self.rank_world(n, config)? {
-            RankWorld::Native { rank, native } => {
-                let line = native.abort_line();
-                threads(
-                    vec![(rank, native)],
-                    opts,
-                    &|| line.abort(),
-                    |_, native| Ok(Communicator::native(*native)),
-                    &f,
-                )
-            }
-            RankWorld::Engine { shared, t, why_not } => {
-                let out = threads(
-                    shared.local_ranks().into_iter().map(|r| (r, ())).collect(),
-                    opts,
-                    &|| shared.abort(),
-                    |r, ()| {
-                        let fabric = MpiFabric::new(shared.clone(), r, t.buffer_size, t.buffer_count);
-                        Ok(Communicator::new(Box::new(fabric), &t)?.with_note(why_not.clone()))
-                    },
-                    &f,
-                );
-                drop(shared);
-                out
-            }
-        }
-    }
 }
 
 #[cfg(test)]

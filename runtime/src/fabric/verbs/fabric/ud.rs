@@ -25,20 +25,20 @@
 //!   is not part of it) less the 4-byte rank, at most the slot payload.
 //! - **Memory.** The UD QP, its CQs and rings are charged as shared receive memory
 //!   (`srq_bytes`, the rings also as registered and locked), each peer's entry and address
-//!   handle as datagram state ([`crate::transport::model::VERBS_UD_PEER_BYTES`]), as the
+//!   handle as datagram state ([`crate::fabric::sizes::VERBS_UD_PEER_BYTES`]), as the
 //!   model predicts.
 
 use super::VerbsFabric;
 use crate::core::error::{Error, Result};
 use crate::core::intmap::IntMap;
-use crate::fabric::Event;
-use crate::transport::model::{
+use crate::fabric::sizes::{
     verbs_ud_fixed_bytes, verbs_ud_payload, verbs_ud_ring_bytes, VERBS_UD_GRH_BYTES, VERBS_UD_PEER_BYTES,
     VERBS_UD_RANK_BYTES, VERBS_UD_RECV_DEPTH, VERBS_UD_SEND_SLOTS,
 };
-use crate::transport::verbs::control::{Frame, Kind, QpInfo};
-use crate::transport::verbs::device::Device;
-use crate::transport::verbs::ibv::{self, attr, Ah, Cq, Qp, QpCaps, Rts, SendWr, Sge, Slots};
+use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
+use crate::fabric::verbs::device::Device;
+use crate::fabric::verbs::ibv::{self, attr, Ah, Cq, Qp, QpCaps, Rts, SendWr, Sge, Slots};
+use crate::fabric::Event;
 
 const GRH: usize = VERBS_UD_GRH_BYTES as usize;
 const RANK: usize = VERBS_UD_RANK_BYTES as usize;
@@ -175,28 +175,18 @@ impl Ud {
     }
 }
 
-/// Whether the verbs fabric with `cfg` makes its UD QP: when the engine will use the
-/// datagram path (the same test as the model's, `protocol::datagram::chunk_for`).
-pub(super) fn wanted(cfg: &crate::core::config::TransportConfig) -> bool {
-    let kind = crate::core::config::TransportKind::Verbs;
-    matches!(
-        crate::protocol::datagram::chunk_for(cfg, crate::transport::model::datagram_mtu(kind)),
-        Ok(Some(_))
-    )
-}
-
 // The fabric's entry per datagram peer is within what the model charges for it.
 const _: () = assert!(
     (std::mem::size_of::<UdPeer>() + std::mem::size_of::<usize>()) as u64
-        <= crate::transport::model::VERBS_UD_ENTRY_BYTES
+        <= crate::fabric::sizes::VERBS_UD_ENTRY_BYTES
 );
 
 impl VerbsFabric {
-    /// Turns the datagram path on when it is wanted (the datagram size), checking now that
-    /// the locked-memory limit leaves room for its rings; the UD QP is made on first use
-    /// ([`VerbsFabric::ensure_ud`]).
-    pub(super) fn setup_ud(&mut self) -> Result<()> {
-        if !wanted(&self.cfg) {
+    /// Turns the datagram path on when the engine uses it (`wanted`: the datagram size),
+    /// checking now that the locked-memory limit leaves room for its rings; the UD QP is
+    /// made on first use ([`VerbsFabric::ensure_ud`]).
+    pub(super) fn setup_ud(&mut self, wanted: bool) -> Result<()> {
+        if !wanted {
             return Ok(());
         }
         self.ud_mtu = Ud::mtu(&self.dev, self.cfg.buffer_size);
@@ -446,32 +436,5 @@ mod tests {
             assert!(k != 0 && k & 0x8000_0000 == 0, "{k:#x}");
         }
         assert_eq!(a, qkey_of("10.77.0.1-40001"));
-    }
-
-    #[test]
-    fn the_datagram_path_is_made_only_when_the_engine_uses_it() {
-        use crate::core::config::{EndpointOverflow, RecvSharing, TransportConfig};
-        let on = TransportConfig {
-            max_endpoints: 2,
-            ..Default::default()
-        };
-        assert_eq!(on.endpoint_overflow, EndpointOverflow::Datagram);
-        assert!(wanted(&on));
-        for off in [
-            TransportConfig {
-                max_endpoints: 0,
-                ..on
-            },
-            TransportConfig {
-                endpoint_overflow: EndpointOverflow::Evict,
-                ..on
-            },
-            TransportConfig {
-                recv_sharing: RecvSharing::Xrc,
-                ..on
-            },
-        ] {
-            assert!(!wanted(&off), "{off:?}");
-        }
     }
 }

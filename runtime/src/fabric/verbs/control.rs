@@ -13,7 +13,9 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::time::{Duration, Instant};
 
 use crate::core::error::{Error, Result};
@@ -21,17 +23,20 @@ use crate::core::error::{Error, Result};
 /// Bytes per frame.
 pub const FRAME_BYTES: usize = 48;
 
-/// `struct pollfd` of poll(2).
-#[repr(C)]
-struct PollFd {
-    fd: i32,
-    events: i16,
-    revents: i16,
-}
+/// A zero timeout: poll(2) returns at once.
+const NOW: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 0,
+};
 
-extern "C" {
-    /// poll(2) from the C library (which std links already).
-    fn poll(fds: *mut PollFd, nfds: std::ffi::c_ulong, timeout: i32) -> i32;
+/// An empty poll(2) set of any lifetime, keeping the allocation of `fds` (the elements'
+/// layout does not depend on the lifetime, so the collect reuses the buffer).
+fn recycle<'a>(mut fds: Vec<PollFd<'_>>) -> Vec<PollFd<'a>> {
+    fds.clear();
+    // Not `filter`: the element type changes (its lifetime).
+    #[allow(clippy::unnecessary_filter_map)]
+    let empty = fds.into_iter().filter_map(|_| None).collect();
+    empty
 }
 
 /// True if `fd` has something to read (for a listener: a connection to accept), without
@@ -39,16 +44,10 @@ extern "C" {
 /// inode, dentry and file before it looks for a connection and frees them (through RCU)
 /// when there is none; in the soft-RoCE guest one such `accept` every 64 polls doubled the
 /// 8 B ping-pong latency (see docs/BENCHMARKS.md). poll(2) allocates nothing.
-pub(crate) fn readable(fd: &impl AsRawFd) -> bool {
-    let mut p = PollFd {
-        fd: fd.as_raw_fd(),
-        events: 1, /* POLLIN */
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call; timeout 0 never blocks.
-    let rc = unsafe { poll(&mut p, 1, 0) };
+pub(crate) fn readable(fd: &impl AsFd) -> bool {
+    let mut p = [PollFd::new(fd, PollFlags::IN)];
     // On an error, say "readable" so that the caller's accept/read reports it.
-    rc != 0
+    poll(&mut p, Some(&NOW)) != Ok(0)
 }
 
 /// Frame kinds.
@@ -225,9 +224,10 @@ pub(crate) struct Mesh {
     last_read: u64,
     last_read_tsc: u64,
     busy_until: u64,
-    /// poll(2) entries: the listener, then each incoming stream (kept to avoid an
-    /// allocation per read).
-    fds: Vec<PollFd>,
+    /// poll(2) entries: the listener, then each incoming stream (the buffer kept, empty,
+    /// to avoid an allocation per read), and which of them were ready at the last poll.
+    fds: Vec<PollFd<'static>>,
+    ready: Vec<bool>,
 }
 
 impl Mesh {
@@ -255,6 +255,7 @@ impl Mesh {
             // Start busy: connections are set up at first.
             busy_until: BUSY_FOR,
             fds: Vec::new(),
+            ready: Vec::new(),
         }
     }
 
@@ -375,25 +376,25 @@ impl Mesh {
     fn read_streams(&mut self, out: &mut Vec<Frame>) -> Result<()> {
         // One poll(2) for the listener and every stream: nothing waiting (the usual case)
         // costs one system call, not one per stream.
-        self.fds.clear();
-        self.fds.push(PollFd {
-            fd: self.listener.as_raw_fd(),
-            events: 1, /* POLLIN */
-            revents: 0,
-        });
-        self.fds.extend(self.incoming.iter().map(|inc| PollFd {
-            fd: inc.stream.as_raw_fd(),
-            events: 1,
-            revents: 0,
-        }));
-        // SAFETY: `fds` holds fds.len() valid pollfd entries for the duration of the call;
-        // timeout 0 never blocks.
-        let rc = unsafe { poll(self.fds.as_mut_ptr(), self.fds.len() as std::ffi::c_ulong, 0) };
+        let mut fds = recycle(std::mem::take(&mut self.fds));
+        fds.push(PollFd::new(&self.listener, PollFlags::IN));
+        fds.extend(
+            self.incoming
+                .iter()
+                .map(|inc| PollFd::new(&inc.stream, PollFlags::IN)),
+        );
+        let rc = match poll(&mut fds, Some(&NOW)) {
+            Ok(n) => n as isize,
+            Err(_) => -1,
+        };
+        self.ready.clear();
+        self.ready.extend(fds.iter().map(|p| !p.revents().is_empty()));
+        self.fds = recycle(fds);
         if rc == 0 {
             return Ok(());
         }
         // (On an error, rc < 0, everything is tried: accept/read report it.)
-        let listener_ready = rc < 0 || self.fds[0].revents != 0;
+        let listener_ready = rc < 0 || self.ready[0];
         let streams_before = self.incoming.len();
         let mut got = false;
         // accept() only when a connection waits (see `readable`).
@@ -417,7 +418,7 @@ impl Mesh {
         let mut closed = Vec::new();
         for (i, inc) in self.incoming.iter_mut().enumerate() {
             // Streams accepted just now were not in the poll set: read them too.
-            if rc > 0 && i < streams_before && self.fds[i + 1].revents == 0 {
+            if rc > 0 && i < streams_before && !self.ready[i + 1] {
                 continue;
             }
             loop {

@@ -6,7 +6,7 @@
 //! in this rank's queues by then, so a call still not complete after that round (idle,
 //! for a finished rank) gets [`Error::PeerGone`].
 
-use super::{Backend, Communicator};
+use super::backend::Backend;
 use crate::core::error::{Error, Result};
 use crate::fabric::PeerEnd;
 use crate::protocol::engine::Engine;
@@ -35,57 +35,46 @@ impl EndCheck {
 /// A blocking call that can never complete: its error, and whether that is sure without
 /// an idle round (a rank failed: nothing more comes from it, and a rank kept busy by it,
 /// e.g. opening an endpoint to it, is never idle).
-pub(super) struct Gone {
-    pub(super) error: Error,
-    pub(super) sure: bool,
+pub(crate) struct Gone {
+    pub(crate) error: Error,
+    pub(crate) sure: bool,
 }
 
-impl Communicator {
-    /// The end check after a round of progress of blocking call `op` waiting on `peer`
-    /// (as in [`Communicator::gone`]) that `worked` or not: `Ok(true)` when the call
-    /// should snooze (nothing happened), `Ok(false)` when it should go on, the
-    /// [`Error::PeerGone`] when it can never complete. `done` tells whether the call
-    /// completed, after the extra round.
-    pub(super) fn after_round(
-        &mut self,
-        worked: bool,
-        check: &mut EndCheck,
-        (peer, recv, op): (Source, bool, &'static str),
-        done: &mut dyn FnMut(&mut Self) -> Result<bool>,
-    ) -> Result<bool> {
-        if check.due(worked) {
-            if let Some(g) = self.gone(peer, recv, op) {
-                let again = self.progress()?;
-                if (g.sure || !again) && !done(self)? {
-                    return Err(g.error);
-                }
-                return Ok(false);
+/// The end check after a round of progress of blocking call `op` waiting on `peer`
+/// (as in [`Backend::gone`]) that `worked` or not: `Ok(true)` when the call should
+/// snooze (nothing happened), `Ok(false)` when it should go on, the [`Error::PeerGone`]
+/// when it can never complete. `done` tells whether the call completed, after the extra
+/// round.
+pub(super) fn after_round<B: Backend + ?Sized>(
+    b: &mut B,
+    worked: bool,
+    check: &mut EndCheck,
+    (peer, recv, op): (Source, bool, &'static str),
+    done: &mut dyn FnMut(&mut B) -> Result<bool>,
+) -> Result<bool> {
+    if check.due(worked) {
+        if let Some(g) = b.gone(peer, recv, op) {
+            let again = b.progress()?;
+            if (g.sure || !again) && !done(b)? {
+                return Err(g.error);
             }
-        }
-        Ok(!worked)
-    }
-
-    /// The error of blocking call `op` waiting on `peer` (a receive from it when `recv`,
-    /// else a send to it or, with [`Source::Any`], anything that needs every rank alive)
-    /// if no rank that could complete it is running any more; `None` while one is. A
-    /// receive from one rank ends when that rank ended; an any-source receive when every
-    /// other rank finished and this rank's own sends are delivered; a send when its rank
-    /// failed (a finished rank still takes what is sent to it); and any call once some
-    /// rank failed (as MPI's ULFM revokes a communicator: what it waits for may depend on
-    /// the failed rank through others). Always `None` on a fabric that does not tell ends
-    /// (MPI, verbs; the local transport has no failed ranks: a rank's failure aborts the
-    /// run) and for a receive from this rank itself while no rank failed.
-    pub(super) fn gone(&self, peer: Source, recv: bool, op: &'static str) -> Option<Gone> {
-        match &self.backend {
-            Backend::Engine(e) => engine_gone(e, peer, recv, op),
-            #[cfg(feature = "mpi")]
-            Backend::Native(_) => None,
+            return Ok(false);
         }
     }
+    Ok(!worked)
 }
 
-/// [`Communicator::gone`] on the engine.
-fn engine_gone(e: &Engine, peer: Source, recv: bool, op: &'static str) -> Option<Gone> {
+/// The error of blocking call `op` on the engine waiting on `peer` (a receive from it
+/// when `recv`, else a send to it or, with [`Source::Any`], anything that needs every rank
+/// alive) if no rank that could complete it is running any more; `None` while one is. A
+/// receive from one rank ends when that rank ended; an any-source receive when every
+/// other rank finished and this rank's own sends are delivered; a send when its rank
+/// failed (a finished rank still takes what is sent to it); and any call once some rank
+/// failed (as MPI's ULFM revokes a communicator: what it waits for may depend on the
+/// failed rank through others). Always `None` on a fabric that does not tell ends (MPI,
+/// verbs; the local transport has no failed ranks: a rank's failure aborts the run), on
+/// the MPI native path, and for a receive from this rank itself while no rank failed.
+pub(super) fn engine_gone(e: &Engine, peer: Source, recv: bool, op: &'static str) -> Option<Gone> {
     let f = e.fabric();
     let rank = e.rank();
     // Once a rank failed, a call that cannot progress may wait on it indirectly (a peer

@@ -1,5 +1,5 @@
 //! The in-process transport (`local`, the embedded default): N ranks as threads of one
-//! process, started by [`crate::launch::local_threads`] (`local::run`). It implements the
+//! process, started by `launch::local_threads` (`local::run`). It implements the
 //! fabric with real memory: every receive queue (per endpoint in `per-peer` mode, per rank
 //! in `shared`/`xrc` mode) is a real region of `depth * buffer_size` bytes with `depth`
 //! posted slots, a send copies the pool buffer into a slot posted by the receiver (the
@@ -26,6 +26,8 @@ pub use crate::core::memory::memlock_limit_bytes;
 use crate::core::memory::AlignedRegion;
 use crate::core::pool::{Register, Registration};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, PeerEnd};
+
+pub(crate) mod drop_model;
 
 /// Arrivals handled per [`Fabric::poll`] call at most.
 const POLL_BATCH: usize = 256;
@@ -145,7 +147,7 @@ pub(crate) struct RankPort {
     waker: Unparker,
 }
 
-/// The ranks of one [`crate::launch::local_threads`].
+/// The ranks of one `launch::local_threads`.
 pub(crate) struct World {
     ports: Vec<RankPort>,
     abort: AtomicBool,
@@ -212,10 +214,11 @@ pub struct LocalFabric {
     /// Blocks this rank's thread in [`Fabric::wait_for_arrival`].
     parker: Parker,
     /// The test drop model (`datagram_drop_every`, `datagram_drop_seed`).
-    drops: super::drop_model::DropModel,
+    drops: drop_model::DropModel,
 }
 
-/// The sizes of the structures this transport allocates (see [`MemoryModel`]).
+/// The sizes of the structures this fabric allocates (see [`MemoryModel`]): its side only,
+/// the engine adds its own (`protocol::engine::with_engine`).
 pub(crate) fn memory_model() -> MemoryModel {
     use std::mem::size_of;
     let arc = 2 * size_of::<usize>() as u64;
@@ -223,19 +226,20 @@ pub(crate) fn memory_model() -> MemoryModel {
     let wqe = size_of::<(usize, u32)>() as u64; // ArrayQueue slot: stamp + index
     MemoryModel {
         endpoint_fixed_bytes: size_of::<LocalEndpoint>() as u64 + size_of::<usize>() as u64,
-        engine_endpoint_bytes: size_of::<crate::protocol::connection::Endpoint>() as u64
-            + size_of::<usize>() as u64,
+        engine_endpoint_bytes: 0,
         rq_fixed_bytes: rq_fixed,
         rq_wqe_bytes: wqe,
         srq_fixed_bytes: rq_fixed,
         srq_wqe_bytes: wqe,
-        control_fixed_bytes: (size_of::<crate::protocol::engine::Engine>()
-            + size_of::<LocalFabric>()
-            + size_of::<RankPort>()) as u64,
-        per_peer_control_bytes: (size_of::<crate::protocol::engine::PeerState>()
-            + size_of::<crate::protocol::credit::CreditHolder>()
-            + 2 * size_of::<usize>()) as u64,
+        control_fixed_bytes: fabric_fixed_bytes(),
+        per_peer_control_bytes: 0,
     }
+}
+
+/// The per-rank bytes of this fabric's own structures (the fabric and its port), part of
+/// `control_fixed_bytes`.
+pub(crate) fn fabric_fixed_bytes() -> u64 {
+    (std::mem::size_of::<LocalFabric>() + std::mem::size_of::<RankPort>()) as u64
 }
 
 impl LocalFabric {
@@ -252,7 +256,7 @@ impl LocalFabric {
             model: memory_model(),
             marked_done: false,
             parker,
-            drops: super::drop_model::DropModel::new(cfg.datagram_drop_every, cfg.datagram_drop_seed, rank),
+            drops: drop_model::DropModel::new(cfg.datagram_drop_every, cfg.datagram_drop_seed, rank),
         }
     }
 

@@ -3,10 +3,10 @@
 //! tag matching, so a small message costs what it costs in MPI (`MPI_Isend` +
 //! `MPI_Test`, `MPI_Irecv` + `MPI_Test`) instead of going through the progress engine's
 //! pool, credits and matching (which exist for RDMA and bought nothing above MPI: MPI
-//! manages its own buffers and connections). Chosen by [`super::Mpi`] when
+//! manages its own buffers and connections). Chosen by [`crate::fabric::mpi::Mpi`] when
 //! `mpi_native` is on (`BALLAST_MPI_NATIVE`, default on), the world has one rank per
 //! process and `MPI_TAG_UB` holds every Ballast tag; otherwise the engine path
-//! ([`super::MpiFabric`]) is used.
+//! ([`crate::fabric::mpi::MpiFabric`]) is used.
 //!
 //! Wire, on Ballast's own duplicates of the world communicator (five of them: messages and
 //! parts for user tags, messages and parts for the runtime's reserved tags, abort notices):
@@ -56,16 +56,16 @@ use rsmpi::point_to_point::Source as _;
 use rsmpi::raw::AsRaw;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
-use super::raw::{check, recv_append, recv_to_slice};
+use crate::comm::model::{MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_PER_RANK_BYTES};
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
 use crate::core::error::{Error, Result, Sender};
 use crate::core::footprint::Footprint;
 use crate::core::intmap::{IntMap, IntSet};
 use crate::core::pool::PoolStats;
+use crate::fabric::mpi::ffi::{check, recv_append, recv_to_slice};
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
-use crate::transport::model::{MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_PER_RANK_BYTES};
 
 const KIND_WHOLE: u8 = 0;
 const KIND_LARGE: u8 = 1;
@@ -152,6 +152,7 @@ pub(crate) fn tags_fit(tag_ub: i64) -> bool {
 }
 
 mod abort;
+mod backend;
 mod progress;
 mod recv;
 mod send;
@@ -297,7 +298,7 @@ unsafe impl Send for MpiNative {}
 impl MpiNative {
     /// Sets up the native path on `world` (the world communicator; five duplicates are
     /// made). Collective; every rank must use the same `buffer_size` (checked by
-    /// [`super::Mpi`]).
+    /// [`crate::fabric::mpi::Mpi`]).
     pub(crate) fn new(
         world: &SimpleCommunicator,
         cfg: &TransportConfig,
@@ -502,7 +503,7 @@ impl MpiNative {
         }
     }
 
-    /// The unused part of the abort line for [`super::Mpi::run_ranks`].
+    /// The unused part of the abort line for [`crate::fabric::mpi::Mpi::run_ranks`].
     pub(crate) fn abort_line(&self) -> Arc<AbortLine> {
         Arc::clone(&self.abort)
     }

@@ -8,9 +8,9 @@
 
 use super::{Communicator, Request};
 use crate::core::error::Result;
+use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::{CollectiveKind, COLLECTIVE_TAG};
 use crate::protocol::matching::{Source, TagMatch};
-use crate::protocol::wire::STAMP_BYTES;
 
 impl Communicator {
     /// Sends collective message `msg` to `dest`.

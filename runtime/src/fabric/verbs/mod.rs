@@ -46,13 +46,12 @@
 pub mod control;
 pub mod device;
 mod fabric;
+#[allow(unsafe_code)] // the FFI to libibverbs, behind safe types
 mod ibv;
 pub mod raw_pingpong;
 mod xrc;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 pub use control::ControlListener;
 
@@ -252,6 +251,7 @@ pub mod counters {
 /// with): on x86-64 the time-stamp counter, elsewhere nanoseconds from a process-wide start.
 /// In the soft-RoCE guest a clock read (`Instant::now`) is a system call and an HPET read,
 /// 1.3-5 us, a measurable part of the round trip it times; `rdtsc` is not.
+#[allow(unsafe_code)] // rdtsc
 pub mod cycles {
     /// The counter now.
     pub fn now() -> u64 {
@@ -290,7 +290,6 @@ pub use fabric::{VerbsFabric, HEADER_BYTES};
 use crate::core::config::{BootstrapConfig, RuntimeConfig, TransportConfig, TransportKind};
 use crate::core::error::{Error, Result};
 use crate::oob::Bootstrap;
-use crate::transport::comm::Communicator;
 
 /// The address the control listeners bind to: loopback when the bootstrap root is on this
 /// machine (or unset), otherwise this machine's address on the route to the root.
@@ -396,41 +395,4 @@ pub(crate) fn exchange_addresses(
         })
         .collect::<Result<_>>()?;
     Ok((listeners, addrs))
-}
-
-/// Rank `rank`'s communicator of `n` over verbs: its control mesh from listener `l` and
-/// every rank's control address, its fabric stopping when `abort` is set.
-pub(crate) fn make_comm(
-    rank: usize,
-    n: usize,
-    cfg: &RuntimeConfig,
-    l: ControlListener,
-    addrs: Vec<SocketAddr>,
-    abort: Arc<AtomicBool>,
-) -> Result<Communicator> {
-    let mesh = control::Mesh::new(rank, l, addrs, cfg.bootstrap().timeout);
-    let fabric = VerbsFabric::new(rank, n, cfg, mesh, abort)?;
-    Communicator::new(Box::new(fabric), cfg.transport())
-}
-
-/// This process' [`Communicator`] over verbs, one Ballast rank per process (rank and size
-/// from `boot`). Collective: every process must call it. Errors: [`Error::VerbsDevice`] and [`Error::VerbsCall`] (device),
-/// [`Error::MemlockTooLow`], [`Error::ControlAddresses`].
-pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<Communicator> {
-    let cfg = verbs_config(config)?;
-    let (rank, n) = (boot.rank(), boot.size());
-    let (mut ls, addrs) = exchange_addresses(boot, n, &[rank], control_host(cfg.bootstrap()))?;
-    make_comm(
-        rank,
-        n,
-        &cfg,
-        ls.pop().expect("one listener"),
-        addrs,
-        Arc::new(AtomicBool::new(false)),
-    )
-}
-
-/// Delivers `comm`'s sends, waits until every rank finished, then frees it.
-pub fn finish(mut comm: Communicator) -> Result<()> {
-    comm.finalize()
 }

@@ -1,0 +1,211 @@
+//! What carries a communicator's messages: [`Backend`], implemented by the progress engine
+//! over a fabric (every transport, `comm::engine`) and by MPI's native path
+//! (`comm::mpi_native`, one MPI message per Ballast message). The [`Communicator`] holds
+//! one behind a `Box<dyn Backend>` and writes each API call once over it: one dynamic
+//! call per API call; the blocking waits below are generic, so a backend runs them with
+//! its own calls dispatched statically.
+//!
+//! [`Communicator`]: super::Communicator
+
+use super::gone::{after_round, EndCheck, Gone};
+use super::{Completion, Request};
+use crate::core::backoff::Backoff;
+use crate::core::config::TransportConfig;
+use crate::core::error::{Error, Result};
+use crate::core::footprint::{Footprint, MemoryLock};
+use crate::core::pool::PoolStats;
+use crate::protocol::connection::EndpointStats;
+use crate::protocol::engine::DatagramStats;
+use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch};
+
+/// A communicator's backend: the non-blocking operations, the counters, and the blocking
+/// calls a backend does its own way (`send_now`, the receives, `wait`).
+pub(crate) trait Backend: Send {
+    /// This rank, `0..world_size()`.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn world_size(&self) -> usize;
+    /// Effective transport configuration.
+    fn config(&self) -> &TransportConfig;
+    /// The backend's setup notes.
+    fn notes(&self) -> &[String];
+    /// What became of the `mlock` requests of the memory held now.
+    fn memory_lock(&self) -> MemoryLock;
+    /// True on the MPI native path.
+    fn is_mpi_native(&self) -> bool;
+
+    /// Starts a send; its request id.
+    fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64>;
+    /// Posts a receive; its request id.
+    fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64>;
+    /// The next matching message if it has fully arrived.
+    fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message>;
+    /// The envelope of the next matching message if it has fully arrived (left queued).
+    fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope>;
+    /// Whether receive `id` completed.
+    fn recv_done(&self, id: u64) -> bool;
+    /// Whether send `id` completed.
+    fn send_done(&self, id: u64) -> Result<bool>;
+    /// The message of completed receive `id`.
+    fn take_recv(&mut self, id: u64) -> Option<Message>;
+    /// Forgets completed send `id`.
+    fn finish_send(&mut self, id: u64);
+    /// One round of progress; true if anything happened.
+    fn progress(&mut self) -> Result<bool>;
+    /// True when every send of this rank completed.
+    fn sends_drained(&self) -> bool;
+    /// Tells the other ranks this rank finished.
+    fn mark_done(&mut self);
+    /// True when every rank finished.
+    fn all_done(&mut self) -> bool;
+    /// One idle step of a blocking call (see [`Backoff`]).
+    fn snooze(&self, b: &mut Backoff);
+    /// Whether the ranks a blocking call `op` waits on (`peer`; `recv`: as a receive)
+    /// ended so that it can never complete (see `gone`).
+    fn gone(&self, peer: Source, recv: bool, op: &'static str) -> Option<Gone>;
+
+    /// Transport memory of this rank by kind.
+    fn footprint(&self) -> Footprint;
+    /// Pool occupancy counters.
+    fn pool_stats(&self) -> PoolStats;
+    /// Endpoint counters.
+    fn endpoint_stats(&self) -> EndpointStats;
+    /// Counters of the datagram path, when it runs.
+    fn datagram_stats(&self) -> Option<DatagramStats>;
+    /// True if the credit accounting balances.
+    fn credits_consistent(&self) -> bool;
+
+    /// Sends `data` at once, blocking, when this backend sends such a message without a
+    /// pool buffer (the engine's direct path; every message on the MPI native path):
+    /// `Ok(true)`. `Ok(false)`: the caller sends it through `isend` and waits.
+    fn send_now(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<bool>;
+    /// Receives the next message matching `src` and `tag` (blocking).
+    fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message>;
+    /// Receives the next matching message if it is at most `cap` bytes long; a longer one
+    /// is left queued and its envelope returned as `Err`.
+    fn recv_within(
+        &mut self,
+        src: Source,
+        tag: TagMatch,
+        cap: usize,
+    ) -> Result<std::result::Result<Message, Envelope>>;
+    /// Receives the next matching message into `buf` if it fits; a longer one is left
+    /// queued and its envelope returned as `Err`.
+    fn recv_into(
+        &mut self,
+        src: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+    ) -> Result<std::result::Result<Envelope, Envelope>>;
+    /// Waits for `req` as the blocking call `op`.
+    fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion>;
+}
+
+/// `isend` that progresses and retries while the pool is exhausted.
+pub(super) fn isend_retry<B: Backend + ?Sized>(b: &mut B, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+    let mut off = Backoff::new();
+    let mut check = EndCheck::default();
+    loop {
+        match b.isend(dest, tag, data) {
+            Ok(id) => return Ok(id),
+            Err(Error::WouldBlock) => {
+                // A failed rank holds pool buffers for ever (its credits never
+                // come): the pool may never free.
+                let worked = b.progress()?;
+                if worked {
+                    off.reset();
+                }
+                let on = (Source::Any, false, "send");
+                if after_round(b, worked, &mut check, on, &mut |_| Ok(false))? {
+                    b.snooze(&mut off);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether `req` completed.
+pub(super) fn is_done<B: Backend + ?Sized>(b: &B, req: &Request) -> Result<bool> {
+    if req.recv {
+        Ok(b.recv_done(req.id))
+    } else {
+        b.send_done(req.id)
+    }
+}
+
+/// Progresses until `req` completes, as the blocking call `op`: once every rank that
+/// could complete it ended ([`Error::PeerGone`], see `gone`), an error naming `op`.
+pub(super) fn wait_loop<B: Backend + ?Sized>(
+    b: &mut B,
+    req: Request,
+    op: &'static str,
+) -> Result<Completion> {
+    let mut off = Backoff::new();
+    let mut check = EndCheck::default();
+    while !is_done(b, &req)? {
+        let worked = b.progress()?;
+        if worked {
+            off.reset();
+        }
+        let on = (req.peer, req.recv, op);
+        if after_round(b, worked, &mut check, on, &mut |c| is_done(c, &req))? {
+            b.snooze(&mut off);
+        }
+    }
+    if req.recv {
+        let m = b.take_recv(req.id).ok_or(Error::UnknownRequest(req.id))?;
+        Ok(Completion::Received(m))
+    } else {
+        b.finish_send(req.id);
+        Ok(Completion::Sent)
+    }
+}
+
+/// Progresses (waiting as [`wait_loop`] does) until a message matching `src` and `tag`
+/// has fully arrived; its envelope.
+pub(super) fn probe<B: Backend + ?Sized>(b: &mut B, src: Source, tag: TagMatch) -> Result<Envelope> {
+    let mut off = Backoff::new();
+    let mut check = EndCheck::default();
+    loop {
+        let active = b.progress()?;
+        if let Some(e) = b.peek(src, tag) {
+            return Ok(e);
+        }
+        if active {
+            off.reset();
+        }
+        let seen = &mut |c: &mut B| Ok(c.peek(src, tag).is_some());
+        if after_round(b, active, &mut check, (src, true, "probe"), seen)? {
+            b.snooze(&mut off);
+        }
+    }
+}
+
+/// Delivers all own sends, then keeps serving other ranks until every rank is done.
+pub(super) fn finalize<B: Backend + ?Sized>(b: &mut B) -> Result<()> {
+    let mut off = Backoff::new();
+    let mut check = EndCheck::default();
+    while !b.sends_drained() {
+        let worked = b.progress()?;
+        if worked {
+            off.reset();
+        }
+        // A send to a failed rank is never delivered.
+        let drained = &mut |c: &mut B| Ok(c.sends_drained());
+        if after_round(b, worked, &mut check, (Source::Any, false, "finish"), drained)? {
+            b.snooze(&mut off);
+        }
+    }
+    b.mark_done();
+    loop {
+        if b.all_done() {
+            return Ok(());
+        }
+        if b.progress()? {
+            off.reset();
+        } else {
+            b.snooze(&mut off);
+        }
+    }
+}

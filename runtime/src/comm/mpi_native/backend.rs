@@ -1,0 +1,130 @@
+//! MPI's native path as a communicator's [`Backend`]: its own blocking send and receives
+//! (one MPI message per Ballast message), no pool, credits or locked memory, no end check
+//! (MPI tells no ends), and the plain idle wait.
+
+use super::MpiNative;
+use crate::comm::backend::{self, Backend};
+use crate::comm::gone::Gone;
+use crate::comm::{Completion, Request};
+use crate::core::backoff::Backoff;
+use crate::core::config::TransportConfig;
+use crate::core::error::Result;
+use crate::core::footprint::{Footprint, MemoryLock};
+use crate::core::pool::PoolStats;
+use crate::protocol::connection::EndpointStats;
+use crate::protocol::engine::DatagramStats;
+use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch};
+
+impl Backend for MpiNative {
+    fn rank(&self) -> usize {
+        MpiNative::rank(self)
+    }
+    fn world_size(&self) -> usize {
+        MpiNative::world_size(self)
+    }
+    fn config(&self) -> &TransportConfig {
+        MpiNative::config(self)
+    }
+    fn notes(&self) -> &[String] {
+        MpiNative::notes(self)
+    }
+    /// Nothing is locked.
+    fn memory_lock(&self) -> MemoryLock {
+        MemoryLock::default()
+    }
+    fn is_mpi_native(&self) -> bool {
+        true
+    }
+    fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+        MpiNative::isend(self, dest, tag, data)
+    }
+    fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+        MpiNative::irecv(self, src, tag)
+    }
+    fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
+        MpiNative::try_take(self, src, tag)
+    }
+    fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope> {
+        MpiNative::peek(self, src, tag)
+    }
+    fn recv_done(&self, id: u64) -> bool {
+        MpiNative::recv_done(self, id)
+    }
+    fn send_done(&self, id: u64) -> Result<bool> {
+        MpiNative::send_done(self, id)
+    }
+    fn take_recv(&mut self, id: u64) -> Option<Message> {
+        MpiNative::take_recv(self, id)
+    }
+    fn finish_send(&mut self, id: u64) {
+        MpiNative::finish_send(self, id)
+    }
+    fn progress(&mut self) -> Result<bool> {
+        MpiNative::progress(self)
+    }
+    fn sends_drained(&self) -> bool {
+        MpiNative::sends_drained(self)
+    }
+    fn mark_done(&mut self) {
+        MpiNative::mark_done(self)
+    }
+    fn all_done(&mut self) -> bool {
+        MpiNative::all_done(self)
+    }
+    fn snooze(&self, b: &mut Backoff) {
+        b.snooze()
+    }
+    /// MPI tells no ends.
+    fn gone(&self, _peer: Source, _recv: bool, _op: &'static str) -> Option<Gone> {
+        None
+    }
+    fn footprint(&self) -> Footprint {
+        MpiNative::footprint(self)
+    }
+    fn pool_stats(&self) -> PoolStats {
+        MpiNative::pool_stats(self)
+    }
+    fn endpoint_stats(&self) -> EndpointStats {
+        MpiNative::endpoint_stats(self)
+    }
+    /// No datagram path.
+    fn datagram_stats(&self) -> Option<DatagramStats> {
+        None
+    }
+    /// No credits: MPI does its own flow control.
+    fn credits_consistent(&self) -> bool {
+        true
+    }
+
+    /// Every message is sent at once.
+    fn send_now(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<bool> {
+        MpiNative::send(self, dest, tag, data)?;
+        Ok(true)
+    }
+    fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
+        MpiNative::recv(self, src, tag)
+    }
+    fn recv_within(
+        &mut self,
+        src: Source,
+        tag: TagMatch,
+        cap: usize,
+    ) -> Result<std::result::Result<Message, Envelope>> {
+        MpiNative::recv_within(self, src, tag, cap)
+    }
+    fn recv_into(
+        &mut self,
+        src: Source,
+        tag: TagMatch,
+        buf: &mut [u8],
+    ) -> Result<std::result::Result<Envelope, Envelope>> {
+        MpiNative::recv_into(self, src, tag, buf)
+    }
+    /// A receive waits in MPI for its posted receive; a send as on the engine.
+    fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion> {
+        if req.recv {
+            return self.wait_posted(req.id).map(Completion::Received);
+        }
+        backend::wait_loop(self, req, op)
+    }
+}
