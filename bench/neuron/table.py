@@ -3,7 +3,9 @@ markdown table: per rank count, mode and path (label), over the runs: the median
 wall time of pc.psolve (the slowest rank of each run), of pc.wait_time() and of
 pc.step_time() (the mean over the ranks of each run), and each rank's median VmHWM (MB);
 beside each Ballast figure its ratio to the wheel's MPI (label "mpi") in the same rank
-count and mode. Fails (exit 1) when a Ballast run's spikes differ from the MPI runs' (sha256)
+count and mode; and the psolve ratio paired by round (the k-th Ballast run over the k-th MPI
+run of the same rank count and mode, run minutes apart): median (min-max), which a load
+that changes between rounds moves less. Fails (exit 1) when a Ballast run's spikes differ from the MPI runs' (sha256)
 or a group has fewer than MIN runs.
 
 Usage: python table.py RUNS.jsonl [--min-runs N]
@@ -57,12 +59,20 @@ def figures(runs):
 
 
 order = {"mpi": 0}
-print("| ranks | mode | path | runs | psolve s | ×MPI | wait_time s | ×MPI | step_time s | ×MPI | VmHWM per rank, MB |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print(
+    "| ranks | mode | path | runs | psolve s | ×MPI | psolve ×MPI paired by round | wait_time s | ×MPI "
+    "| step_time s | ×MPI | VmHWM per rank, MB |"
+)
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for n, mode, label in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 1), k[2])):
     runs = groups[(n, mode, label)]
     f = figures(runs)
     ref = figures(groups[(n, mode, "mpi")]) if (n, mode, "mpi") in groups else None
+
+    paired = ""
+    if label != "mpi" and (n, mode, "mpi") in groups:
+        pr = [max(a["psolve_s"]) / max(b["psolve_s"]) for a, b in zip(runs, groups[(n, mode, "mpi")])]
+        paired = "%.3f (%.2f-%.2f)" % (statistics.median(pr), min(pr), max(pr))
 
     def ratio(key):
         if ref is None or label == "mpi" or ref[key] == 0:
@@ -70,9 +80,9 @@ for n, mode, label in sorted(groups, key=lambda k: (k[0], k[1], order.get(k[2], 
         return "%.3f" % (f[key] / ref[key])
 
     print(
-        "| %d | %s | %s | %d | %.3f | %s | %.3f | %s | %.3f | %s | %s |"
-        % (n, mode, label, len(runs), f["psolve"], ratio("psolve"), f["wait"], ratio("wait"), f["step"], ratio("step"),
-           " ".join("%.1f" % x for x in f["hwm"]))
+        "| %d | %s | %s | %d | %.3f | %s | %s | %.3f | %s | %.3f | %s | %s |"
+        % (n, mode, label, len(runs), f["psolve"], ratio("psolve"), paired, f["wait"], ratio("wait"), f["step"],
+           ratio("step"), " ".join("%.1f" % x for x in f["hwm"]))
     )
 any_run = next(iter(groups.values()))[0]
 print()
