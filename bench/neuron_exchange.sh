@@ -15,7 +15,7 @@
 #
 # Usage: bench/neuron_exchange.sh        (python3 on PATH must import neuron 9.0.x and mpi4py:
 #        activate a venv, e.g. the one ci/neuron.sh caches)
-# Variables: REPS (7), RANKS ("2 4 8"), MODES ("allgather multisend1"), ENGINE_RANKS ("2"),
+# Variables: REPS (7), RANKS ("2 4 8"), MODES ("allgather multisend1"), ENGINE_RANKS ("2"; "" for none),
 #   NCELL (2000), TSTOP (100 ms), FANOUT (10); KEEP=1 keeps the work directory (else only
 #   the runs' JSON lines are kept, path printed).
 set -euo pipefail
@@ -27,7 +27,7 @@ die() { say "FAIL: $*"; exit 1; }
 reps=${REPS:-7}
 ranks=${RANKS:-"2 4 8"}
 modes=${MODES:-"allgather multisend1"}
-engine_ranks=${ENGINE_RANKS:-"2"}
+engine_ranks=${ENGINE_RANKS-2} # set and empty: no engine-path runs
 ncell=${NCELL:-2000}
 tstop=${TSTOP:-100}
 fanout=${FANOUT:-10}
