@@ -8,7 +8,9 @@
 #      spike exchange over Ballast (NRNHOME: the shim of ci/install-neuron.sh), with
 #      BALLAST_MPI_NATIVE on and off, each beside `ballast dry-run --transport-model ballast
 #      --exchange allgather --transport mpi` (ci/neurodamus/exchange.py: the reports show the
-#      exchange on Ballast; the charge beside the measured footprint, rank by rank)
+#      exchange on Ballast; the charge beside the measured footprint, rank by rank); and the
+#      same in multisend mode (pc.spike_compress(0, 0, 1)) beside `ballast dry-run --circuit
+#      ... --exchange multisend`, whose allocation it runs with (same spikes and traces)
 #   -> ci/neurodamus/check.py: neurodamus loaded Ballast's file, each rank instantiated exactly
 #      Ballast's gids, spikes and soma traces identical in the five runs, Ballast's largest
 #      rank <= neurodamus', and `ballast dry-run --strategy neurodamus` wrote neurodamus' own
@@ -231,7 +233,23 @@ for native in on off; do
         || { tail -n 40 "$work/run-shim-$native/run.log" >&2; die "neurodamus --lb-mode=Memory over the shim (BALLAST_MPI_NATIVE=$native) failed"; }
     say "neurodamus --lb-mode=Memory with the ballast allocation, spikes over Ballast (BALLAST_MPI_NATIVE=$native, mpirun -n $ranks_run): ok"
 done
-say "the whole loop (install, 2 dry runs, 2 runs) in $(($(date +%s) - loop_start)) s"
+# The same in multisend mode (pc.spike_compress(0, 0, 1), given to neurodamus' own
+# _finalize_model between setup_transfer and stdinit: nd_run.py's 5th argument): `ballast
+# dry-run --exchange multisend` needs the connectivity, so it balances the circuit
+# (--circuit, with the dry run's memory per metype); the run takes that allocation.
+for native in on off; do
+    mpi_native=$([ "$native" = on ] && echo true || echo false)
+    "$ballast_bin" dry-run --memory-usage "$work/dry/cell_memory_usage.json" --circuit "$work/circuit/circuit_config.json" \
+        --num-target-ranks "$ranks_run" --transport-model ballast --exchange multisend --transport mpi --mpi-native "$mpi_native" \
+        --output-dir "$work/ballast-multisend-$native" --json >"$work/ballast-multisend-$native.json"
+    mkdir "$work/run-multisend-$native"
+    cp "$work/ballast-multisend-$native/$alloc" "$work/run-multisend-$native/"
+    (cd "$work/run-multisend-$native" && NRNHOME=$nrnhome BALLAST_MPI_NATIVE=$native BALLAST_REPORT_DIR=$work/run-multisend-$native/reports \
+        timeout 600 mpirun "${mpirun_flags[@]}" -n "$ranks_run" "${nd_py[@]}" simulate "$config" Memory result.json 0,0,1 >run.log 2>&1) \
+        || { tail -n 40 "$work/run-multisend-$native/run.log" >&2; die "neurodamus in multisend mode over the shim (BALLAST_MPI_NATIVE=$native) failed"; }
+    say "neurodamus --lb-mode=Memory, multisend over Ballast (BALLAST_MPI_NATIVE=$native, mpirun -n $ranks_run): ok"
+done
+say "the whole loop (install, 4 dry runs, 4 runs) in $(($(date +%s) - loop_start)) s"
 
 # 5. The checks (and that each check fails on wrong input).
 "$venv/bin/python" "$repo/ci/neurodamus/check.py" \
@@ -242,7 +260,9 @@ say "the whole loop (install, 2 dry runs, 2 runs) in $(($(date +%s) - loop_start
     --shim-run "$work/run-shim-on" --shim-run "$work/run-shim-off"
 # The exchange went over Ballast, and its measured footprint beside the dry run's charge.
 "$venv/bin/python" "$repo/ci/neurodamus/exchange.py" --wheel-run "$work/run-ballast" \
-    --shim-run "$work/run-shim-on" --charge "$work/ballast-charged-on.json" --mpi-native true \
-    --shim-run "$work/run-shim-off" --charge "$work/ballast-charged-off.json" --mpi-native false
+    --shim-run "$work/run-shim-on" --charge "$work/ballast-charged-on.json" --mpi-native true --exchange allgather \
+    --shim-run "$work/run-shim-off" --charge "$work/ballast-charged-off.json" --mpi-native false --exchange allgather \
+    --shim-run "$work/run-multisend-on" --charge "$work/ballast-multisend-on.json" --mpi-native true --exchange multisend \
+    --shim-run "$work/run-multisend-off" --charge "$work/ballast-multisend-off.json" --mpi-native false --exchange multisend
 
 say "neurodamus round trip passed in $(($(date +%s) - step_start)) s"

@@ -13,7 +13,8 @@
 #     BALLAST_MPI_NATIVE on and off; ci/neuron/check.py compares the spikes (with the wheel's
 #     run, and with the serial run where the wheel's equals it) and checks the reports;
 #     its --self-test on one run of each mode (every corruption must be caught);
-#   - pc.nthread(2): refused under MPI_THREAD_SERIALIZED, the wheel's spikes with mpi4py;
+#   - pc.nthread(2): on NEURON, refused under MPI_THREAD_SERIALIZED, the wheel's spikes with
+#     mpi4py; on CoreNEURON, the wheel's spikes both ways, with and without thread_busywait;
 #   - a rank SIGKILLed in psolve ends the job within 30 s;
 #   - a FIFO in place of a report is refused and left as it is.
 # Usage: ci/neuron.sh
@@ -213,6 +214,33 @@ for mode in allgather compressed; do
     cmp -s "$work/serial.txt" "$work/threads-ballast-$mode.txt" || die "pc.nthread(2) with mpi4py, $mode: spikes differ from serial"
 done
 say "pc.nthread(2), mpi4py first (MPI_THREAD_MULTIPLE): allgather and compressed = the wheel's MPI = serial"
+# CoreNEURON with pc.nthread(2): its OpenMP threads integrate, and its exchange runs on the
+# thread that made the communicator, so both ways of initialising MPI (NEURON alone:
+# MPI_THREAD_SERIALIZED; mpi4py first: MPI_THREAD_MULTIPLE) give the wheel's spikes, with and
+# without pc.thread_busywait (which the wheel accepts with CoreNEURON). Not covered:
+# multisend with threads, where the wheel's CoreNEURON asserts on its own
+# (src/coreneuron/network/multisend.cpp:139).
+core_threads=(allgather:serialized: compressed:serialized:--busywait allgather:mpi4py:--busywait compressed:mpi4py:)
+for mode in allgather compressed; do
+    (cd "$work" && env -u NRNHOME NEURON_INIT_MPI=1 timeout 120 mpirun "${mpirun_flags[@]}" -n 2 python "$ring" \
+        "$work/cthreads-wheel-$mode.txt" "$mode" --coreneuron --nthread 2 >"$work/cthreads-wheel-$mode.log" 2>&1) \
+        || { tail -n 30 "$work/cthreads-wheel-$mode.log" >&2; die "CoreNEURON, pc.nthread(2), the wheel's MPI, $mode failed"; }
+done
+for case in "${core_threads[@]}"; do
+    IFS=: read -r mode init flag <<<"$case"
+    name=cthreads-ballast-$mode-$init
+    extra=(--coreneuron --nthread 2)
+    [ "$init" = mpi4py ] && extra+=(--mpi4py)
+    [ -n "$flag" ] && extra+=("$flag")
+    (cd "$work" && NRNHOME=$nrnhome NEURON_INIT_MPI=1 BALLAST_REPORT_DIR="$work/$name.rep" timeout 120 \
+        mpirun "${mpirun_flags[@]}" -n 2 python "$ring" "$work/$name.txt" "$mode" "${extra[@]}" >"$work/$name.log" 2>&1) \
+        || { tail -n 30 "$work/$name.log" >&2; die "CoreNEURON, pc.nthread(2), $init ${flag:-}, $mode: failed or hung"; }
+    python "$repo/ci/neuron/check.py" --simulator coreneuron --run "$work/$name.txt" --wheel "$work/cthreads-wheel-$mode.txt" \
+        --serial "$work/serial.txt" --reports "$work/$name.rep" --mode "$mode" --ranks 2 --native on \
+        || die "CoreNEURON, pc.nthread(2), $init ${flag:-}, $mode: the checks failed"
+    cmp -s "$work/serial.txt" "$work/$name.txt" || die "CoreNEURON, pc.nthread(2), $init ${flag:-}, $mode: spikes differ from serial"
+done
+say "CoreNEURON pc.nthread(2), MPI_THREAD_SERIALIZED and mpi4py first, with and without pc.thread_busywait: allgather and compressed = the wheel's MPI = serial"
 
 # 5. A rank killed (SIGKILL, by itself at t = 50 ms of a 100 s psolve) ends the job within 30 s
 # with mpirun's message, on both paths, in an allgather and a multisend mode.

@@ -3,12 +3,18 @@
 Usage:
   nd_run.py cli CONFIG [NEURODAMUS OPTIONS...]
       neurodamus' own entry point (as `neurodamus CONFIG OPTIONS...`), then MPI_Finalize.
-  nd_run.py simulate CONFIG LB_MODE RESULT.json
+  nd_run.py simulate CONFIG LB_MODE RESULT.json [SPIKE_COMPRESS]
       Builds and runs the simulation through neurodamus' Python API (as its tests/unit-mpi
       tests do) with --lb-mode=LB_MODE, and writes on rank 0 RESULT.json: the ranks, the gids
       each rank instantiated per population (raw, as in the allocation file), every spike
       (population, gid, time in ms), every cell's soma voltage (mV, every dt) and each
       rank's VmRSS and VmHWM (KB) at the end of the run.
+      SPIKE_COMPRESS ("NSPIKE,GID_COMPRESS,XCHNG_METH", e.g. "0,0,1" for multisend): the
+      pc.spike_compress arguments, given to neurodamus' own _finalize_model(spike_compress=...)
+      (the option sim_init passes on), which applies them between setup_transfer and stdinit.
+      The constructor calls it without options, so it is wrapped here; and neurodamus 4.2.9
+      replaces any such option by plain all-gather under --lb-mode=Memory (node.py,
+      _finalize_model), so for that one call its load-balance mode is shown as unset.
 
 Why a script and not the `neurodamus` command: the command never calls MPI_Finalize, so
 mpirun reports its ranks as failed and exits 1; and without libsonatareport neurodamus
@@ -52,13 +58,34 @@ def vm_status():
     return vm
 
 
-def simulate(config, lb_mode, result_path):
+def force_spike_compress(spike_compress):
+    """Makes neurodamus' _finalize_model (called by the Neurodamus constructor) apply
+    pc.spike_compress(*spike_compress), past its Memory-mode override."""
+    from neurodamus.core.configuration import SimConfig
+    from neurodamus.node import Node
+
+    original = Node._finalize_model
+
+    def finalize_model(self, spike_compress_default=3):
+        saved = SimConfig.loadbal_mode
+        SimConfig.loadbal_mode = None
+        try:
+            return original(self, spike_compress=spike_compress)
+        finally:
+            SimConfig.loadbal_mode = saved
+
+    Node._finalize_model = finalize_model
+
+
+def simulate(config, lb_mode, result_path, spike_compress=None):
     from mpi4py import MPI
 
     from neurodamus import Neurodamus
     from neurodamus.core import NeuronWrapper as Nd
 
     comm = MPI.COMM_WORLD
+    if spike_compress is not None:
+        force_spike_compress(spike_compress)
     out_dir = os.path.join(os.path.dirname(os.path.abspath(result_path)), "output")
     nd = Neurodamus(config, lb_mode=lb_mode, output_path=out_dir)
     local = {}
@@ -111,6 +138,8 @@ def main():
         code = cli(sys.argv[2:])
     elif len(sys.argv) == 5 and sys.argv[1] == "simulate":
         code = simulate(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 6 and sys.argv[1] == "simulate":
+        code = simulate(sys.argv[2], sys.argv[3], sys.argv[4], tuple(int(x) for x in sys.argv[5].split(",")))
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
