@@ -91,7 +91,7 @@ pub(crate) fn changed(file: &fs::File, at_open: u64, path: &Path) -> BalancerErr
 }
 
 /// The message of a gid array that could not grow (serde's custom error, recognised by
-/// [`crate::jsonerror::json_error`]).
+/// [`super::error::json_error`]).
 pub(crate) const OUT_OF_MEMORY: &str = "not enough memory to hold its gids";
 
 /// The error for a dry-run file whose gids do not fit in the memory this process can get:
