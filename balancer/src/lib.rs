@@ -18,6 +18,7 @@ pub mod network;
 pub mod nodefit;
 pub mod nodesuggest;
 pub mod pickle;
+pub mod progress;
 pub mod quote;
 pub mod readfile;
 #[cfg(feature = "sonata")]
@@ -33,7 +34,6 @@ pub use files::{
     allocation_file_name, load_or_generate, read_allocation, write_allocation, AllocationSource,
     LoadedAllocation,
 };
-pub use strategy::{
-    balance, balance_charged, balance_charged_counted, transport_aware, Balanced, BalancerConfig, Strategy,
-};
+pub use progress::Progress;
+pub use strategy::{balance, balance_charged, transport_aware, Balanced, BalancerConfig, Strategy};
 pub use summary::{GidTables, LoadStats, Summary};

@@ -70,7 +70,7 @@ fn transport_mb(
     };
     c.check_size(dry_run)
         .with_context(|| format!("the node suggestion tried {ranks} ranks × {} cycles", c.cycles))?;
-    let b = balance_charged(dry_run, network, &c, Some(charge));
+    let b = balance_charged(dry_run, network, &c, Some(charge), None);
     Ok(b.loads
         .map_or(0.0, |l| l.transport_kb.iter().sum::<f64>() / 1024.0))
 }

@@ -12,12 +12,12 @@
 //! point that also knows the circuit's connectivity: transport-aware with a charge, else
 //! the strategy, with every rank's loads (cells, synapses, transport, peers).
 use std::cmp::Ordering;
-use std::sync::atomic::AtomicU64;
 
 use crate::allocation::Allocation;
 use crate::dryrun::DryRun;
 use crate::error::{BalancerError, Result};
 use crate::network::Network;
+use crate::progress::Progress;
 
 pub mod lpt;
 pub mod neurodamus;
@@ -133,7 +133,7 @@ impl BalancerConfigBuilder {
 /// counts come from a user.
 pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     match config.strategy {
-        Strategy::Lpt => lpt::balance(dry_run, config),
+        Strategy::Lpt => lpt::balance(dry_run, config, None),
         Strategy::Neurodamus => neurodamus::balance(dry_run, config),
     }
 }
@@ -160,25 +160,17 @@ pub struct Balanced {
 /// throughout); otherwise with `config.strategy`, the loads evaluated on `network` when
 /// given (charged when `charge` is given too). Memory grows with the bucket count: call
 /// [`BalancerConfig::check_size`] first when the counts come from a user.
+///
+/// Progress is counted in `progress` (when given, for a progress bar) where the strategy
+/// knows it: [`Strategy::Lpt`] without a charge adds every cell once when it is placed and
+/// once when its gid is gathered into its bucket's list, up to twice the cell count; the
+/// others leave it as it is.
 pub fn balance_charged(
     dry_run: &DryRun,
     network: Option<&Network>,
     config: &BalancerConfig,
     charge: Option<&TransportCharge>,
-) -> Balanced {
-    balance_charged_counted(dry_run, network, config, charge, &AtomicU64::new(0))
-}
-
-/// [`balance_charged`], counting its progress in `done` (for a progress bar) where the
-/// strategy knows it: [`Strategy::Lpt`] without a charge adds every cell once when it is
-/// placed and once when its gid is gathered into its bucket's list, up to twice the cell
-/// count; the others leave `done` as it is.
-pub fn balance_charged_counted(
-    dry_run: &DryRun,
-    network: Option<&Network>,
-    config: &BalancerConfig,
-    charge: Option<&TransportCharge>,
-    done: &AtomicU64,
+    progress: Option<&Progress>,
 ) -> Balanced {
     match (charge, network) {
         (Some(ch), Some(net)) => {
@@ -193,7 +185,7 @@ pub fn balance_charged_counted(
         }
         _ => {
             let allocation = match config.strategy {
-                Strategy::Lpt => lpt::balance_counted(dry_run, config, done),
+                Strategy::Lpt => lpt::balance(dry_run, config, progress),
                 Strategy::Neurodamus => neurodamus::balance(dry_run, config),
             };
             let loads = network.map(|net| {

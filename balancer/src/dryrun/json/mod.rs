@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::DryRun;
 use crate::error::{BalancerError, Result};
+use crate::progress::Progress;
 use file::{check_read_memory, read_halves, read_size, PARALLEL_READ_FROM};
 
 mod error;
@@ -34,20 +35,20 @@ impl DryRun {
     /// `pop_metype_gids` but absent from `metype_memory`, a gid that is not a u32, a gid
     /// listed twice in a population.
     pub fn from_json_file(path: &Path) -> Result<DryRun> {
-        Self::from_json_file_with_notes(path).map(|(d, _)| d)
+        Self::from_json_file_with_notes(path, None).map(|(d, _)| d)
     }
 
     /// [`DryRun::from_json_file`], plus notes for the user: top-level keys that are not
     /// neurodamus' (a misspelt optional key such as `metype_cell_syn_average` would
-    /// otherwise silently count 0 synapses).
-    pub fn from_json_file_with_notes(path: &Path) -> Result<(DryRun, Vec<String>)> {
-        Self::from_json_file_counted(path, &AtomicU64::new(0))
-    }
-
-    /// [`DryRun::from_json_file_with_notes`], counting its progress in `done` (for a
-    /// progress bar): the bytes read of the file, then the bytes parsed, up to twice the
-    /// file's size once read.
-    pub fn from_json_file_counted(path: &Path, done: &AtomicU64) -> Result<(DryRun, Vec<String>)> {
+    /// otherwise silently count 0 synapses). Counts its progress in `progress` when given
+    /// (for a progress bar): the bytes read of the file, then the bytes parsed, up to twice
+    /// the file's size once read.
+    pub fn from_json_file_with_notes(
+        path: &Path,
+        progress: Option<&Progress>,
+    ) -> Result<(DryRun, Vec<String>)> {
+        let unwatched = Progress::new();
+        let done = progress.unwrap_or(&unwatched);
         let io = |e| BalancerError::io(path, e);
         let mut file = fs::File::open(path).map_err(io)?;
         let meta = file.metadata().map_err(io)?;
@@ -60,7 +61,7 @@ impl DryRun {
                 if n == 0 {
                     break;
                 }
-                done.fetch_add(n as u64, Ordering::Relaxed);
+                done.add(n as u64);
                 check_read_memory(text.len(), path)?;
             }
             return read_counted(&text, path, done);
@@ -74,11 +75,11 @@ impl DryRun {
             check_read_memory(size, path)?;
         }
         // Read by chunks and scanned as read, when of the plain shape neurodamus writes.
-        let base = done.load(Ordering::Relaxed);
+        let base = done.get();
         if let Some(read) = scan_file(&file, len, path, done)? {
             return Ok(read);
         }
-        done.store(base, Ordering::Relaxed);
+        done.set(base);
         // The scan gave up (another shape): read whole, then parsed by serde.
         let text = if size >= PARALLEL_READ_FROM {
             read_halves(&file, size, path, done)?
@@ -92,18 +93,18 @@ impl DryRun {
     /// [`DryRun::from_json_file_with_notes`] reads a file: the dry run and the notes on
     /// unknown top-level keys, or the same error.
     pub fn from_json_slice(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
-        read_counted(text, path, &AtomicU64::new(0))
+        read_counted(text, path, &Progress::new())
     }
 }
 
 /// [`DryRun::from_json_slice`], adding to `done` the bytes parsed as it goes (all of `text` when it succeeds).
-fn read_counted(text: &[u8], path: &Path, done: &AtomicU64) -> Result<(DryRun, Vec<String>)> {
-    let base = done.load(Ordering::Relaxed);
-    let root = match scan::root(text, &|at| done.store(base + at as u64, Ordering::Relaxed)) {
+fn read_counted(text: &[u8], path: &Path, done: &Progress) -> Result<(DryRun, Vec<String>)> {
+    let base = done.get();
+    let root = match scan::root(text, &|at| done.set(base + at as u64)) {
         Some(root) => root,
         None => read_serde(text, path)?,
     };
-    done.store(base + text.len() as u64, Ordering::Relaxed);
+    done.set(base + text.len() as u64);
     finish(root, path)
 }
 
@@ -117,14 +118,14 @@ fn scan_file(
     file: &std::fs::File,
     size: u64,
     path: &Path,
-    done: &AtomicU64,
+    done: &Progress,
 ) -> Result<Option<(DryRun, Vec<String>)>> {
-    let base = done.load(Ordering::Relaxed);
+    let base = done.get();
     // The scan tells positions; `done` counts the bytes read too, so it is told the steps.
     let parsed = AtomicU64::new(0);
     let progress = |at: usize| {
         let prev = parsed.fetch_max(at as u64, Ordering::Relaxed);
-        done.fetch_add((at as u64).saturating_sub(prev), Ordering::Relaxed);
+        done.add((at as u64).saturating_sub(prev));
     };
     let input = scan::Input {
         src: file,
@@ -148,7 +149,7 @@ fn scan_file(
         Ok(_) => return Err(file::changed(file, size, path)),
         Err(e) => return Err(BalancerError::io(path, e)),
     }
-    done.store(base + 2 * size, Ordering::Relaxed);
+    done.set(base + 2 * size);
     finish(root, path).map(Some)
 }
 

@@ -10,11 +10,11 @@
 //! not faulted in, copied out of the page cache into a fresh buffer and freed again. A token
 //! cut by a chunk's end is carried to the buffer's start before the next chunk is read.
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
 use super::{Entries, Gids, Number, Object, Root, RootObject};
+use crate::progress::Progress;
 
 /// Eight spaces, as one word.
 const SPACES: u64 = u64::from_ne_bytes(*b"        ");
@@ -81,7 +81,7 @@ pub(super) struct Input<'a> {
     pub(super) src: &'a dyn Source,
     pub(super) size: u64,
     pub(super) window: Window,
-    pub(super) read: &'a AtomicU64,
+    pub(super) read: &'a Progress,
     pub(super) parallel_from: u64,
 }
 
@@ -172,7 +172,7 @@ impl<'a> Scanner<'a> {
             }
         }
         let counted = self.count_below.saturating_sub(next).min(got as u64);
-        self.input.read.fetch_add(counted, Ordering::Relaxed);
+        self.input.read.add(counted);
         self.filled = pending + got;
         true
     }
@@ -612,7 +612,7 @@ pub(super) fn root_with(
         src: &text,
         size: text.len() as u64,
         window,
-        read: &AtomicU64::new(0),
+        read: &Progress::new(),
         parallel_from,
     };
     scan(input, progress).ok().flatten()

@@ -1,10 +1,10 @@
 //! LPT's greedy placement: every cell onto the currently lightest bucket, runs of equal
 //! cells in O(1) per cell, then the buckets' lists built from the noted buckets on all cores.
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::gather::{each_on_a_thread, exact_lists, split_lists, Slot, MAX_THREADS};
 use super::Order;
+use crate::progress::Progress;
 
 /// LPT list scheduling. Returns bucket loads and, per bucket, the positions of its cells in
 /// ascending order (descending KB, the order they were placed in).
@@ -20,7 +20,7 @@ use super::Order;
 /// sequences stay sorted, so the result is exactly that of a priority queue over (load,
 /// index). At the end of a segment the two are merged into the next segment's `fresh`.
 #[cfg(test)]
-pub(super) fn greedy(order: &Order, nbuckets: usize, done: &AtomicU64) -> (Vec<f64>, Vec<Vec<u32>>) {
+pub(super) fn greedy(order: &Order, nbuckets: usize, done: &Progress) -> (Vec<f64>, Vec<Vec<u32>>) {
     let mut assign = vec![0u32; order.len];
     let loads = greedy_noting(order, nbuckets, done, &mut assign);
     (loads, members_of(&assign, nbuckets))
@@ -33,7 +33,7 @@ pub(super) fn greedy(order: &Order, nbuckets: usize, done: &AtomicU64) -> (Vec<f
 pub(super) fn greedy_noting<S: Slot>(
     order: &Order,
     nbuckets: usize,
-    done: &AtomicU64,
+    done: &Progress,
     assign: &mut [S],
 ) -> Vec<f64> {
     assert_eq!(assign.len(), order.len, "a bucket slot per position");
@@ -84,7 +84,7 @@ pub(super) fn greedy_noting<S: Slot>(
         merged.extend((k..placed.len).map(|k| placed.get(k)));
         std::mem::swap(&mut fresh, &mut merged);
         placed.clear();
-        done.fetch_add(s.gids.len() as u64, Ordering::Relaxed);
+        done.add(s.gids.len() as u64);
     }
     if order.segments.iter().any(|s| s.kb == 0.0) {
         spread_weightless(order, &loads, done, assign);
@@ -98,7 +98,7 @@ pub(super) fn greedy_noting<S: Slot>(
 /// index), as `rebalance-corenrn` spreads groups of 0 bytes. Only called when there are
 /// such cells: the greedy's order for every other cell is unchanged.
 #[cold]
-pub(super) fn spread_weightless<S: Slot>(order: &Order, loads: &[f64], done: &AtomicU64, assign: &mut [S]) {
+pub(super) fn spread_weightless<S: Slot>(order: &Order, loads: &[f64], done: &Progress, assign: &mut [S]) {
     let mut count = vec![0u32; loads.len()];
     for s in order.segments.iter().filter(|s| s.kb != 0.0) {
         for slot in &assign[s.start..s.start + s.gids.len()] {
@@ -115,7 +115,7 @@ pub(super) fn spread_weightless<S: Slot>(order: &Order, loads: &[f64], done: &At
             *slot = S::from_bucket(b as usize);
             heap.push(std::cmp::Reverse((n + 1, load, b)));
         }
-        done.fetch_add(s.gids.len() as u64, Ordering::Relaxed);
+        done.add(s.gids.len() as u64);
     }
 }
 

@@ -26,10 +26,10 @@
 //! Within a bucket, gids are written in ascending order. Fully deterministic.
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::allocation::{Allocation, PopulationAllocation};
 use crate::dryrun::DryRun;
+use crate::progress::Progress;
 use crate::strategy::BalancerConfig;
 
 mod deal;
@@ -218,15 +218,13 @@ impl<'a> Order<'a> {
     }
 }
 
-/// Runs the LPT strategy. Panics when the dry run has 2^32 - 1 cells or more
+/// Runs the LPT strategy, adding to `progress` (when given, for a progress bar) every cell
+/// once when it is placed and once when its gid is in its bucket's list (twice the cell
+/// count in the end). Panics when the dry run has 2^32 - 1 cells or more
 /// ([`BalancerConfig::check_size`] refuses them first).
-pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
-    balance_counted(dry_run, config, &AtomicU64::new(0))
-}
-
-/// [`balance`], adding to `done` every cell once when it is placed and once when its gid
-/// is in its bucket's list (twice the cell count in the end), for a progress bar.
-pub fn balance_counted(dry_run: &DryRun, config: &BalancerConfig, done: &AtomicU64) -> Allocation {
+pub fn balance(dry_run: &DryRun, config: &BalancerConfig, progress: Option<&Progress>) -> Allocation {
+    let unwatched = Progress::new();
+    let done = progress.unwrap_or(&unwatched);
     let order = Order::new(dry_run);
     assert!(
         order.len < u32::MAX as usize,
@@ -268,7 +266,7 @@ fn place<S: Slot>(
     order: &Order,
     nbuckets: usize,
     populations: usize,
-    done: &AtomicU64,
+    done: &Progress,
 ) -> (Vec<f64>, Gathered) {
     let mut assign: Vec<S> = vec![S::default(); order.len];
     let mut loads = greedy_noting(order, nbuckets, done, &mut assign);
@@ -279,6 +277,6 @@ fn place<S: Slot>(
         drop(members);
         moved
     });
-    done.fetch_add(order.len as u64, Ordering::Relaxed);
+    done.add(order.len as u64);
     (loads, gathered)
 }

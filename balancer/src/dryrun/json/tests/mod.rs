@@ -254,11 +254,11 @@ fn progress_counts_the_bytes_read_then_parsed() {
     let path = dir.path().join("cm.json");
     let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
     std::fs::write(&path, &text).unwrap();
-    let done = AtomicU64::new(0);
-    let (counted, _) = DryRun::from_json_file_counted(&path, &done).unwrap();
+    let done = Progress::new();
+    let (counted, _) = DryRun::from_json_file_with_notes(&path, Some(&done)).unwrap();
     assert!(counted == read(&text, &path).unwrap().0);
     assert_eq!(counted.cell_count(), 3_000);
-    assert_eq!(done.load(Ordering::Relaxed), 2 * text.len() as u64);
+    assert_eq!(done.get(), 2 * text.len() as u64);
     // A file read in two halves, scanned on two threads.
     let big = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
         cells: 300_000,
@@ -270,22 +270,22 @@ fn progress_counts_the_bytes_read_then_parsed() {
     let big_text = serde_json::to_vec_pretty(&big.to_json_value()).unwrap();
     assert!(big_text.len() > 1 << 22, "{} bytes", big_text.len());
     std::fs::write(&path, &big_text).unwrap();
-    let done = AtomicU64::new(0);
-    let (counted, _) = DryRun::from_json_file_counted(&path, &done).unwrap();
+    let done = Progress::new();
+    let (counted, _) = DryRun::from_json_file_with_notes(&path, Some(&done)).unwrap();
     assert!(counted == read(&big_text, &path).unwrap().0);
     assert_eq!(counted.cell_count(), 300_000);
-    assert_eq!(done.load(Ordering::Relaxed), 2 * big_text.len() as u64);
+    assert_eq!(done.get(), 2 * big_text.len() as u64);
     // Truncated: refused with serde's message, as when read in one piece.
     std::fs::write(&path, &big_text[..big_text.len() - 10]).unwrap();
-    let e = DryRun::from_json_file_counted(&path, &AtomicU64::new(0)).unwrap_err();
+    let e = DryRun::from_json_file_with_notes(&path, None).unwrap_err();
     let one_piece = read(&big_text[..big_text.len() - 10], &path).unwrap_err();
     assert_eq!(e.to_string(), one_piece.to_string());
     // The serde reader's files (here: an unknown key) are counted too.
     let other = [b"{\"x\": 1, ".as_slice(), &text[1..]].concat();
     std::fs::write(&path, &other).unwrap();
-    let done = AtomicU64::new(0);
-    DryRun::from_json_file_counted(&path, &done).unwrap();
-    assert_eq!(done.load(Ordering::Relaxed), 2 * other.len() as u64);
+    let done = Progress::new();
+    DryRun::from_json_file_with_notes(&path, Some(&done)).unwrap();
+    assert_eq!(done.get(), 2 * other.len() as u64);
 }
 
 #[test]
@@ -496,7 +496,7 @@ fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
             src: &src,
             size: len,
             window: scan::WINDOW,
-            read: &AtomicU64::new(0),
+            read: &Progress::new(),
             parallel_from: scan::PARALLEL_FROM,
         };
         match (scan::scan(input, &|_| ()), fail) {
@@ -511,7 +511,7 @@ fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
     let path = dir.path().join("cm.json");
     std::fs::write(&path, [&text[..], b"\n"].concat()).unwrap();
     let file = std::fs::File::open(&path).unwrap();
-    let done = AtomicU64::new(0);
+    let done = Progress::new();
     for at_open in [len, len + 2] {
         let e = scan_file(&file, at_open, &path, &done).unwrap_err().to_string();
         assert!(

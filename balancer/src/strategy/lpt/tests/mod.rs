@@ -162,7 +162,7 @@ fn queue_greedy_matches_the_tree_on_random_runs() {
             .collect();
         let o = order_of_runs(&runs);
         assert_eq!(
-            greedy(&o, nbuckets, &AtomicU64::new(0)),
+            greedy(&o, nbuckets, &Progress::new()),
             greedy_tree(&o, nbuckets),
             "seed {seed}"
         );
@@ -179,9 +179,9 @@ fn progress_counts_every_cell_twice() {
     })
     .unwrap();
     let config = BalancerConfig::builder().ranks(17).cycles(2).build().unwrap();
-    let done = AtomicU64::new(0);
-    assert_eq!(balance_counted(&d, &config, &done), balance(&d, &config));
-    assert_eq!(done.load(Ordering::Relaxed), 20_000);
+    let done = Progress::new();
+    assert_eq!(balance(&d, &config, Some(&done)), balance(&d, &config, None));
+    assert_eq!(done.get(), 20_000);
 }
 
 /// The lists built from the noted buckets, on one thread or several (from 2^16
@@ -226,8 +226,8 @@ fn gather_is_the_same_with_either_slot_width() {
     .unwrap();
     let order = Order::new(&d);
     let (mut narrow, mut wide) = (vec![0u16; order.len], vec![0u32; order.len]);
-    greedy_noting(&order, 300, &AtomicU64::new(0), &mut narrow);
-    greedy_noting(&order, 300, &AtomicU64::new(0), &mut wide);
+    greedy_noting(&order, 300, &Progress::new(), &mut narrow);
+    greedy_noting(&order, 300, &Progress::new(), &mut wide);
     let narrow = gather(&order, &narrow, 300, 3);
     let wide = gather(&order, &wide, 300, 3);
     assert_eq!(narrow, wide);
@@ -249,7 +249,7 @@ fn moves_made_beside_the_tables_are_those_made_before() {
     .unwrap();
     let order = Order::new(&d);
     let mut assign = vec![0u16; order.len];
-    greedy_noting(&order, 300, &AtomicU64::new(0), &mut assign);
+    greedy_noting(&order, 300, &Progress::new(), &mut assign);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
     let mut moves: Vec<(u32, usize)> = (0..3000)
         .map(|_| (rng.random_range(0..order.len as u32), rng.random_range(0..300)))
@@ -278,7 +278,7 @@ fn moves_made_beside_the_tables_are_those_made_before() {
 fn refinement_fixes_what_greedy_leaves() {
     // LPT on {3,3,2,2,2} into 2 buckets gives 7 / 5; the optimum is 6 / 6.
     let o = order(&[3.0, 3.0, 2.0, 2.0, 2.0]);
-    let (mut loads, mut members) = greedy(&o, 2, &AtomicU64::new(0));
+    let (mut loads, mut members) = greedy(&o, 2, &Progress::new());
     let mut sorted = loads.clone();
     sorted.sort_by(f64::total_cmp);
     assert_eq!(sorted, vec![5.0, 7.0]);
@@ -366,7 +366,7 @@ fn indexed_refinement_matches_the_scan_on_random_orders() {
         };
         // Greedy's buckets (few, small steps), or cells dealt at random (many).
         let (loads, members) = if rng.random_bool(0.5) {
-            greedy(&o, nbuckets, &AtomicU64::new(0))
+            greedy(&o, nbuckets, &Progress::new())
         } else {
             let mut members = vec![Vec::new(); nbuckets];
             for i in 0..o.len as u32 {
@@ -483,7 +483,7 @@ fn matches_the_reference_implementation_on_random_dry_runs() {
                 .build()
                 .unwrap();
             assert_eq!(
-                balance(&dry_run, &config),
+                balance(&dry_run, &config, None),
                 reference::balance(&dry_run, &config),
                 "seed {seed}, {ranks} × {cycles}"
             );
