@@ -410,7 +410,7 @@ pub fn load_or_generate(
             dry_run,
             ranks,
             cycles,
-            &strategy_name(strategy),
+            &strategy.to_string(),
             "none",
         );
         let sidecar = dir.join(sidecar_file_name(ranks, cycles));
@@ -469,7 +469,7 @@ pub fn load_or_generate(
         dry_run,
         ranks,
         cycles,
-        &strategy_name(strategy),
+        &strategy.to_string(),
         "none",
     );
     let files = vec![stage_allocation(dir, &allocation)?, costs.stage(dir)?];
@@ -479,9 +479,4 @@ pub fn load_or_generate(
         source: AllocationSource::Regenerated(path),
         warnings: Vec::new(),
     })
-}
-
-/// `lpt` or `neurodamus`, as `--strategy` spells it.
-pub fn strategy_name(strategy: crate::strategy::Strategy) -> String {
-    format!("{strategy:?}").to_lowercase()
 }

@@ -48,6 +48,16 @@ impl std::str::FromStr for Strategy {
     }
 }
 
+/// `lpt` or `neurodamus`, as `--strategy` spells it and allocation sidecars record it.
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            Strategy::Lpt => "lpt",
+            Strategy::Neurodamus => "neurodamus",
+        })
+    }
+}
+
 /// The balancer's configuration: target ranks, cycles per rank, strategy.
 /// Build with [`BalancerConfig::builder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,7 +161,7 @@ pub struct Balanced {
     /// The candidates tried by the transport-aware search: (method, largest rank total KB).
     pub tried: Vec<(String, f64)>,
     /// The strategy's name as allocation sidecars record it: `lpt+transport` when charged,
-    /// else [`crate::files::strategy_name`] of `config.strategy`.
+    /// else `config.strategy` as [`Strategy`]'s `Display` spells it.
     pub strategy_name: String,
 }
 
@@ -198,7 +208,7 @@ pub fn balance_charged(
                 blind: None,
                 loads,
                 tried: Vec::new(),
-                strategy_name: crate::files::strategy_name(config.strategy),
+                strategy_name: config.strategy.to_string(),
             }
         }
     }
@@ -227,5 +237,19 @@ impl<K: Ord> Ord for Lightest<K> {
 impl<K: Ord> PartialOrd for Lightest<K> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each strategy is written as `--strategy` reads it.
+    #[test]
+    fn strategy_display_is_what_from_str_reads() {
+        for (strategy, name) in [(Strategy::Lpt, "lpt"), (Strategy::Neurodamus, "neurodamus")] {
+            assert_eq!(strategy.to_string(), name);
+            assert_eq!(name.parse::<Strategy>().unwrap(), strategy);
+        }
     }
 }
