@@ -8,19 +8,19 @@ pub mod arena;
 pub mod atomic;
 pub mod circuit;
 pub mod corenrn;
-pub mod dryrun;
+pub mod dry_run;
 pub mod error;
 pub mod files;
-pub mod filesdat;
-pub mod gidmap;
+pub mod files_dat;
+pub mod gid_map;
 pub mod limits;
 pub mod network;
-pub mod nodefit;
-pub mod nodesuggest;
+pub mod node_fit;
+pub mod node_suggest;
 pub mod pickle;
 pub mod progress;
 pub mod quote;
-pub mod readfile;
+pub mod read_file;
 #[cfg(feature = "sonata")]
 pub mod sonata;
 pub mod strategy;
@@ -28,7 +28,7 @@ pub mod summary;
 pub mod synthetic;
 
 pub use allocation::{Allocation, Bucket, GidProblems, PopulationAllocation};
-pub use dryrun::DryRun;
+pub use dry_run::DryRun;
 pub use error::{BalancerError, Result};
 pub use files::{
     allocation_file_name, load_or_generate, read_allocation, write_allocation, AllocationSource,

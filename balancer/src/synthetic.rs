@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal};
 
-use crate::dryrun::{DryRun, Metype, Population};
+use crate::dry_run::{DryRun, Metype, Population};
 use crate::error::{BalancerError, Result};
 
 /// Parameters of the synthetic dry run.

@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use ballast_balancer::atomic::{self, AtomicFile};
 use ballast_balancer::files::{stage_allocation, AllocationCosts, CostInputs};
 use ballast_balancer::network::Network;
-use ballast_balancer::nodefit::{fewest_nodes, node_totals, node_totals_kb, nodes_over, NodeFitError};
+use ballast_balancer::node_fit::{fewest_nodes, node_totals, node_totals_kb, nodes_over, NodeFitError};
 use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
 use ballast_balancer::transport_aware::RankLoads;
 use ballast_balancer::{
@@ -70,7 +70,7 @@ pub struct DryRunArgs {
     num_target_ranks: Option<u32>,
     /// Memory of a rank before it builds cells, MiB (neurodamus' base_memory: its "Overhead
     /// (ranks=N)" / N), for the estimate and the node suggestion.
-    #[arg(long, value_name = "MIB", default_value_t = ballast_balancer::nodesuggest::DEFAULT_RANK_OVERHEAD_MB,
+    #[arg(long, value_name = "MIB", default_value_t = ballast_balancer::node_suggest::DEFAULT_RANK_OVERHEAD_MB,
           value_parser = crate::parse::non_negative_mb, allow_negative_numbers = true)]
     rank_overhead_mb: f64,
     /// Model-building cycles per rank (neurodamus' ModelBuildingSteps), at least 1.
@@ -659,7 +659,7 @@ struct BalanceStep {
     cost_inputs: CostInputs,
     /// The summary's gid tables, when built beside the balancing.
     gid_tables: GidTables,
-    fit: Option<ballast_balancer::nodefit::Fit>,
+    fit: Option<ballast_balancer::node_fit::Fit>,
 }
 
 fn balance_step(

@@ -14,7 +14,7 @@
 use std::cmp::Ordering;
 
 use crate::allocation::Allocation;
-use crate::dryrun::DryRun;
+use crate::dry_run::DryRun;
 use crate::error::{BalancerError, Result};
 use crate::network::Network;
 use crate::progress::Progress;

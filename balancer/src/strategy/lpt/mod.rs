@@ -28,7 +28,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::allocation::{Allocation, PopulationAllocation};
-use crate::dryrun::DryRun;
+use crate::dry_run::DryRun;
 use crate::progress::Progress;
 use crate::strategy::BalancerConfig;
 

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::allocation::{Allocation, PopulationAllocation};
-use crate::dryrun::DryRun;
+use crate::dry_run::DryRun;
 use crate::strategy::{BalancerConfig, Lightest};
 
 /// One cell to place.

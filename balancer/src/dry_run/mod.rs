@@ -12,7 +12,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::error::{BalancerError, Result};
-use crate::gidmap::GidMap;
+use crate::gid_map::GidMap;
 use crate::quote::quote;
 
 mod json;
@@ -224,8 +224,8 @@ impl DryRun {
     }
 
     /// Metype index of every gid of `population` (4 bytes per gid when dense).
-    pub fn gid_metype_index(&self, population: &Population) -> crate::gidmap::GidIndex {
-        let mut t = crate::gidmap::GidIndex::for_span(population.gid_span(), population.cell_count());
+    pub fn gid_metype_index(&self, population: &Population) -> crate::gid_map::GidIndex {
+        let mut t = crate::gid_map::GidIndex::for_span(population.gid_span(), population.cell_count());
         for (m, gids) in &population.metype_gids {
             for &g in gids {
                 t.insert(g, *m as u32);

@@ -2,7 +2,7 @@
 //! node's memory, and the fewest nodes of `ranks_per_node` ranks that hold a dry run within
 //! a node's memory, each count balanced anew ([`balance_charged`]: the transport charge
 //! depends on the rank count). `ballast dry-run --node-memory-gb` prints these.
-use crate::dryrun::DryRun;
+use crate::dry_run::DryRun;
 use crate::error::BalancerError;
 use crate::network::Network;
 use crate::strategy::{balance, balance_charged, BalancerConfig, RankLoads, TransportCharge};
@@ -193,7 +193,7 @@ pub fn fewest_nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dryrun::{Metype, Population};
+    use crate::dry_run::{Metype, Population};
     use crate::strategy::transport_aware::{evaluate, CellCosts};
 
     /// `cells` cells of `kb` KB each, one population, one metype.

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::dryrun::{DryRun, Metype, Population, KNOWN_KEYS};
+use crate::dry_run::{DryRun, Metype, Population, KNOWN_KEYS};
 use crate::error::{BalancerError, Result};
 use crate::quote::{quote, shorten};
 
@@ -14,7 +14,7 @@ use crate::quote::{quote, shorten};
 /// the reference the reader is tested against.
 pub(super) fn read_via_value(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
     let value: Value = serde_json::from_slice(text)
-        .map_err(|source| crate::dryrun::json::error::json_error(text, path, source))?;
+        .map_err(|source| crate::dry_run::json::error::json_error(text, path, source))?;
     let notes = match value.as_object() {
         Some(root) => root
             .keys()
@@ -143,6 +143,6 @@ fn from_json_value(value: &Value, path: &Path) -> Result<DryRun> {
             cell_synapses: None,
         });
     }
-    crate::dryrun::json::validate::checked(metypes, populations)
+    crate::dry_run::json::validate::checked(metypes, populations)
         .map_err(|(field, message)| err(field, message))
 }

@@ -4,7 +4,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::*;
-use crate::dryrun::DryRun;
+use crate::dry_run::DryRun;
 
 mod reference;
 use reference::read_via_value;

@@ -87,7 +87,7 @@ pub(crate) fn read_size(file: &fs::File, size: u64, path: &Path, done: &Progress
 
 /// The error for a file that is no longer the `at_open` bytes it was when opened.
 pub(crate) fn changed(file: &fs::File, at_open: u64, path: &Path) -> BalancerError {
-    crate::readfile::changed(file, at_open).at(path)
+    crate::read_file::changed(file, at_open).at(path)
 }
 
 /// The message of a gid array that could not grow (serde's custom error, recognised by

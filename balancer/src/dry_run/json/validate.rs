@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::seen::{Seen, Sparse};
 use super::{Entries, Gids, Number, Object, Root, RootObject};
-use crate::dryrun::{DryRun, Metype, Population, KNOWN_KEYS};
+use crate::dry_run::{DryRun, Metype, Population, KNOWN_KEYS};
 use crate::error::{BalancerError, Result};
 use crate::quote::quote;
 
