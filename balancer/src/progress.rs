@@ -15,16 +15,19 @@ impl Progress {
     }
 
     /// The count now (units as the step that counts documents them).
+    #[inline]
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 
     /// Adds `n` to the count.
+    #[inline]
     pub(crate) fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Sets the count to `n`.
+    #[inline]
     pub(crate) fn set(&self, n: u64) {
         self.0.store(n, Ordering::Relaxed);
     }

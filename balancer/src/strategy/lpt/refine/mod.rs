@@ -111,6 +111,7 @@ impl Best {
 /// guess from `x`'s share of `total`, then a galloping search from it. A few probes near
 /// the guess instead of a binary search's dozen scattered ones, each a cache miss on a
 /// bucket not read lately.
+#[inline]
 pub(super) fn partition_near(v: &[u32], x: u32, total: usize) -> usize {
     let guess = ((x as u64 * v.len() as u64) / total.max(1) as u64).min(v.len() as u64) as usize;
     if guess < v.len() && v[guess] < x {
