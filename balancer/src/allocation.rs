@@ -24,9 +24,9 @@ pub struct Allocation {
     pub populations: Vec<PopulationAllocation>,
 }
 
-use crate::dryrun::DryRun;
+use crate::dry_run::DryRun;
 use crate::error::{BalancerError, Result};
-use crate::gidmap::GidSet;
+use crate::gid_map::GidSet;
 
 /// What is wrong with the gids of an allocation, per population.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 #[cfg(feature = "sonata")]
-use crate::dryrun::{DryRun, Metype, Population};
+use crate::dry_run::{DryRun, Metype, Population};
 use crate::error::{BalancerError, Result};
 #[cfg(feature = "sonata")]
 use crate::network::Network;

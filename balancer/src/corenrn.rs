@@ -8,7 +8,7 @@
 //! NEURON 9.0): a version; a count, or `-1` (the model has gap junctions) and then the
 //! count; then `count` integers, each read with `fscanf("%d")` (any whitespace between them,
 //! one per line as written here; a missing one is a failed assertion, those after the count
-//! are ignored; see [`crate::filesdat`]).
+//! are ignored; see [`crate::files_dat`]).
 //! Line `i` (from 0) goes to rank `i % nranks`; a rank that meets `-1` in its own stride
 //! stops reading (NEURON ≥ 9.0, neuronsimulator/nrn#3147). So rank `r` of `R` loads the
 //! groups on lines `r, r + R, r + 2R, …` up to its first `-1`.
@@ -93,7 +93,7 @@ pub enum CorenrnError {
 
 type Result<T> = std::result::Result<T, CorenrnError>;
 
-pub use crate::filesdat::FilesDat;
+pub use crate::files_dat::FilesDat;
 
 /// One cell group and the sizes of its data files, bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::allocation::Allocation;
 use crate::atomic::AtomicFile;
-use crate::dryrun::DryRun;
+use crate::dry_run::DryRun;
 use crate::error::{BalancerError, Result};
 use crate::pickle;
 use crate::strategy::{balance, BalancerConfig};
@@ -146,7 +146,7 @@ impl CostInputs {
     pub fn new(dry_run: &DryRun) -> CostInputs {
         let mut h = crc32fast::Hasher::new();
         h.update(b"ballast-costs-1\0");
-        h.update(&crate::dryrun::SYNAPSE_KB.to_le_bytes());
+        h.update(&crate::dry_run::SYNAPSE_KB.to_le_bytes());
         for m in &dry_run.metypes {
             h.update(m.name.as_bytes());
             h.update(&[0]);
@@ -239,7 +239,7 @@ impl AllocationCosts {
             total_kb: Some((total_kb * 1000.0).round() / 1000.0)
                 .filter(|t| t.is_finite())
                 .unwrap_or(total_kb),
-            synapse_kb: crate::dryrun::SYNAPSE_KB,
+            synapse_kb: crate::dry_run::SYNAPSE_KB,
             cell_kb_default: None,
             point_cell_kb_default: None,
             cost_digest: format!("{:08x}", h.finalize()),
@@ -319,7 +319,7 @@ impl AllocationCosts {
     /// Reads a sidecar; `Ok(None)` when there is none. Bounded: a sidecar is a few hundred
     /// bytes, anything over 1 MiB is refused.
     pub fn read(path: &Path) -> Result<Option<AllocationCosts>> {
-        use crate::readfile::{read_regular, ReadError};
+        use crate::read_file::{read_regular, ReadError};
         // Opened without blocking and checked to be a regular file (a FIFO would hang, a
         // symlink to a device be read without end); at most 1 MiB read.
         let text = match read_regular(path, 1 << 20) {
@@ -410,7 +410,7 @@ pub fn load_or_generate(
             dry_run,
             ranks,
             cycles,
-            &strategy_name(strategy),
+            &strategy.to_string(),
             "none",
         );
         let sidecar = dir.join(sidecar_file_name(ranks, cycles));
@@ -469,7 +469,7 @@ pub fn load_or_generate(
         dry_run,
         ranks,
         cycles,
-        &strategy_name(strategy),
+        &strategy.to_string(),
         "none",
     );
     let files = vec![stage_allocation(dir, &allocation)?, costs.stage(dir)?];
@@ -479,9 +479,4 @@ pub fn load_or_generate(
         source: AllocationSource::Regenerated(path),
         warnings: Vec::new(),
     })
-}
-
-/// `lpt` or `neurodamus`, as `--strategy` spells it.
-pub fn strategy_name(strategy: crate::strategy::Strategy) -> String {
-    format!("{strategy:?}").to_lowercase()
 }

@@ -8,22 +8,19 @@ pub mod arena;
 pub mod atomic;
 pub mod circuit;
 pub mod corenrn;
-pub mod dryrun;
-mod dryrun_json;
-mod dryrun_read;
+pub mod dry_run;
 pub mod error;
 pub mod files;
-pub mod filesdat;
-pub mod gidmap;
-mod jsonerror;
+pub mod files_dat;
+pub mod gid_map;
 pub mod limits;
 pub mod network;
-pub mod nodefit;
-pub mod nodesuggest;
+pub mod node_fit;
+pub mod node_suggest;
 pub mod pickle;
+pub mod progress;
 pub mod quote;
-pub mod readfile;
-mod seen;
+pub mod read_file;
 #[cfg(feature = "sonata")]
 pub mod sonata;
 pub mod strategy;
@@ -31,13 +28,12 @@ pub mod summary;
 pub mod synthetic;
 
 pub use allocation::{Allocation, Bucket, GidProblems, PopulationAllocation};
-pub use dryrun::DryRun;
+pub use dry_run::DryRun;
 pub use error::{BalancerError, Result};
 pub use files::{
     allocation_file_name, load_or_generate, read_allocation, write_allocation, AllocationSource,
     LoadedAllocation,
 };
-pub use strategy::{
-    balance, balance_charged, balance_charged_counted, transport_aware, Balanced, BalancerConfig, Strategy,
-};
+pub use progress::Progress;
+pub use strategy::{balance, balance_charged, transport_aware, Balanced, BalancerConfig, Strategy};
 pub use summary::{GidTables, LoadStats, Summary};

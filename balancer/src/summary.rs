@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::allocation::{Allocation, Bucket};
-use crate::dryrun::DryRun;
-use crate::gidmap::GidSet;
+use crate::dry_run::DryRun;
+use crate::gid_map::GidSet;
 
 /// Load statistics over one set of cells (one population, or all of them). KB values are
 /// the per-cell costs of the dry run (memory + 1.9 KB × synapses).
@@ -116,7 +116,7 @@ impl GidTables {
 
 /// Dense, with few metypes: one table of 2 bytes per gid (`span` of them) holds each gid's
 /// metype, then marks it seen; `None` otherwise.
-fn metype_table(dry_run: &DryRun, pop: &crate::dryrun::Population, span: usize) -> Option<Vec<u16>> {
+fn metype_table(dry_run: &DryRun, pop: &crate::dry_run::Population, span: usize) -> Option<Vec<u16>> {
     if span > pop.cell_count().saturating_mul(2).saturating_add(4096)
         || dry_run.metypes.len() >= SEEN as usize
     {
@@ -137,7 +137,7 @@ enum Index {
     /// Dense gids, metype indices below [`SEEN`]: one slot per gid.
     Table(Vec<u16>),
     /// Otherwise: the dry run's index and a set of the gids seen.
-    Map(crate::gidmap::GidIndex, GidSet),
+    Map(crate::gid_map::GidIndex, GidSet),
 }
 
 /// A [`Index::Table`] slot of a gid not in the dry run.
@@ -242,7 +242,7 @@ impl Summary {
             let index = if let Some(table) = built.or_else(|| metype_table(dry_run, pop, span)) {
                 Index::Table(table)
             } else {
-                let mut index = crate::gidmap::GidIndex::for_span(span, pop.cell_count());
+                let mut index = crate::gid_map::GidIndex::for_span(span, pop.cell_count());
                 for (m, gids) in &pop.metype_gids {
                     for &g in gids {
                         index.insert(g, *m as u32);

@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal};
 
-use crate::dryrun::{DryRun, Metype, Population};
+use crate::dry_run::{DryRun, Metype, Population};
 use crate::error::{BalancerError, Result};
 
 /// Parameters of the synthetic dry run.
@@ -222,7 +222,12 @@ mod tests {
             sorted[99]
         );
         // The dry run survives its own JSON form.
-        let back = DryRun::from_json_value(&d.to_json_value(), std::path::Path::new("x")).unwrap();
+        let back = DryRun::from_json_slice(
+            &serde_json::to_vec(&d.to_json_value()).unwrap(),
+            std::path::Path::new("x"),
+        )
+        .unwrap()
+        .0;
         assert_eq!(back.cell_count(), d.cell_count());
     }
 

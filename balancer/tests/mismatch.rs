@@ -8,7 +8,12 @@ fn dry_run(gids: &[u32]) -> DryRun {
         "metype_cell_syn_average": {"M": 10.0},
         "pop_metype_gids": {"P": {"M": gids}},
     });
-    DryRun::from_json_value(&json, std::path::Path::new("mismatch")).unwrap()
+    DryRun::from_json_slice(
+        &serde_json::to_vec(&json).unwrap(),
+        std::path::Path::new("mismatch"),
+    )
+    .unwrap()
+    .0
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use ballast_balancer::files::{stage_allocation, strategy_name, AllocationCosts};
+use ballast_balancer::files::{stage_allocation, AllocationCosts};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_balancer::{balance, BalancerConfig, Strategy};
 use ballast_runtime::datagram::chunk_for;
@@ -107,7 +107,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             &input.dry_run,
             args.ranks,
             1,
-            &strategy_name(Strategy::Lpt),
+            &Strategy::Lpt.to_string(),
             "none",
         );
         let files = vec![

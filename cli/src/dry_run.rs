@@ -2,18 +2,17 @@
 //! synthetic input, optionally charging each rank its transport memory, and write the
 //! allocation file.
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use ballast_balancer::atomic::{self, AtomicFile};
 use ballast_balancer::files::{stage_allocation, AllocationCosts, CostInputs};
 use ballast_balancer::network::Network;
-use ballast_balancer::nodefit::{fewest_nodes, node_totals, node_totals_kb, nodes_over, NodeFitError};
+use ballast_balancer::node_fit::{fewest_nodes, node_totals, node_totals_kb, nodes_over, NodeFitError};
 use ballast_balancer::synthetic::{self, CircuitSpec, SyntheticSpec};
 use ballast_balancer::transport_aware::RankLoads;
 use ballast_balancer::{
-    balance_charged_counted, Allocation, Balanced, BalancerConfig, DryRun, GidTables, Strategy, Summary,
+    balance_charged, Allocation, Balanced, BalancerConfig, DryRun, GidTables, Progress, Strategy, Summary,
 };
 use clap::{Args, ValueEnum};
 use serde_json::json;
@@ -71,7 +70,7 @@ pub struct DryRunArgs {
     num_target_ranks: Option<u32>,
     /// Memory of a rank before it builds cells, MiB (neurodamus' base_memory: its "Overhead
     /// (ranks=N)" / N), for the estimate and the node suggestion.
-    #[arg(long, value_name = "MIB", default_value_t = ballast_balancer::nodesuggest::DEFAULT_RANK_OVERHEAD_MB,
+    #[arg(long, value_name = "MIB", default_value_t = ballast_balancer::node_suggest::DEFAULT_RANK_OVERHEAD_MB,
           value_parser = crate::parse::non_negative_mb, allow_negative_numbers = true)]
     rank_overhead_mb: f64,
     /// Model-building cycles per rank (neurodamus' ModelBuildingSteps), at least 1.
@@ -142,7 +141,7 @@ struct Input {
     files: Vec<atomic::Input>,
 }
 
-fn load_input(args: &DryRunArgs, done: &AtomicU64) -> anyhow::Result<Input> {
+fn load_input(args: &DryRunArgs, done: &Progress) -> anyhow::Result<Input> {
     if let Some(config) = &args.circuit {
         return load_circuit(args, config);
     }
@@ -186,9 +185,9 @@ fn load_input(args: &DryRunArgs, done: &AtomicU64) -> anyhow::Result<Input> {
 }
 
 /// Reads a dry-run file, printing its notes (e.g. unknown keys) as warnings; its progress
-/// counted in `done` ([`DryRun::from_json_file_counted`]).
-fn read_dry_run(path: &Path, done: &AtomicU64) -> anyhow::Result<DryRun> {
-    let (dry_run, notes) = DryRun::from_json_file_counted(path, done)?;
+/// counted in `done` ([`DryRun::from_json_file_with_notes`]).
+fn read_dry_run(path: &Path, done: &Progress) -> anyhow::Result<DryRun> {
+    let (dry_run, notes) = DryRun::from_json_file_with_notes(path, Some(done))?;
     for note in notes {
         eprintln!("warning: {note}");
     }
@@ -200,7 +199,7 @@ fn load_circuit(args: &DryRunArgs, config: &Path) -> anyhow::Result<Input> {
     use ballast_balancer::circuit::{dry_run_from_circuit, MetypeMemory};
     let circuit = ballast_balancer::sonata::Circuit::open(config)?;
     let measured = match &args.memory_usage {
-        Some(p) => read_dry_run(p, &AtomicU64::new(0))?
+        Some(p) => read_dry_run(p, &Progress::new())?
             .metypes
             .into_iter()
             .map(|m| (m.name, m.memory_kb))
@@ -283,7 +282,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     }
     let mut timings = crate::progress::Timings::default();
     // Reading a dry-run file counts its bytes twice (read, then parsed).
-    let read = AtomicU64::new(0);
+    let read = Progress::new();
     let read_total = match (&args.memory_usage, &args.circuit) {
         (Some(p), None) => std::fs::metadata(p).ok().map(|m| 2 * m.len()),
         _ => None,
@@ -374,7 +373,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
             .with_context(|| format!("{ranks_option} {}", config.ranks))?;
     }
     // LPT without a charge counts every cell twice (placed, then gathered).
-    let placed = AtomicU64::new(0);
+    let placed = Progress::new();
     let balance_total = (config.strategy == Strategy::Lpt && balance_charge.is_none())
         .then(|| 2 * input.dry_run.cell_count() as u64);
     let balanced = timings.time_counted(
@@ -660,7 +659,7 @@ struct BalanceStep {
     cost_inputs: CostInputs,
     /// The summary's gid tables, when built beside the balancing.
     gid_tables: GidTables,
-    fit: Option<ballast_balancer::nodefit::Fit>,
+    fit: Option<ballast_balancer::node_fit::Fit>,
 }
 
 fn balance_step(
@@ -669,7 +668,7 @@ fn balance_step(
     config: &BalancerConfig,
     charge: Option<&ballast_balancer::transport_aware::TransportCharge>,
     rpn: Option<usize>,
-    placed: &AtomicU64,
+    placed: &Progress,
 ) -> anyhow::Result<BalanceStep> {
     let dry_run = &input.dry_run;
     // On a second thread while the strategy runs: neurodamus' result on the same input,
@@ -692,7 +691,7 @@ fn balance_step(
             )
         });
         let start = Instant::now();
-        let balanced = balance_charged_counted(dry_run, input.network.as_ref(), config, charge, placed);
+        let balanced = balance_charged(dry_run, input.network.as_ref(), config, charge, Some(placed));
         let seconds = start.elapsed().as_secs_f64();
         (
             balanced,

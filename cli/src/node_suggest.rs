@@ -1,10 +1,10 @@
 //! `ballast dry-run`'s node view as neurodamus gives it: ranks per node and node memory
 //! from this machine when not given, the node and rank count suggested when
-//! `--num-target-ranks` is absent ([`ballast_balancer::nodesuggest`]), the memory estimate
+//! `--num-target-ranks` is absent ([`ballast_balancer::node_suggest`]), the memory estimate
 //! table, and the figures neurodamus prints differently by definition.
 use anyhow::Context;
 use ballast_balancer::network::Network;
-use ballast_balancer::nodesuggest::{self, cell_and_synapse_kb, Estimate, Suggestion, MARGIN};
+use ballast_balancer::node_suggest::{self, cell_and_synapse_kb, Estimate, Suggestion, MARGIN};
 use ballast_balancer::transport_aware::TransportCharge;
 use ballast_balancer::{balance_charged, Allocation, BalancerConfig, DryRun, Summary};
 use serde_json::json;
@@ -46,7 +46,7 @@ pub fn node_memory(gib: Option<f64>) -> anyhow::Result<NodeMemory> {
             mb: g * 1024.0,
             given: true,
         }),
-        None => nodesuggest::node_memory_mb()
+        None => node_suggest::node_memory_mb()
             .filter(|&mb| mb > 0.0)
             .map(|mb| NodeMemory { mb, given: false })
             .context("cannot read MemTotal from /proc/meminfo: give the nodes' memory with --node-memory-gb"),
@@ -70,7 +70,7 @@ fn transport_mb(
     };
     c.check_size(dry_run)
         .with_context(|| format!("the node suggestion tried {ranks} ranks × {} cycles", c.cycles))?;
-    let b = balance_charged(dry_run, network, &c, Some(charge));
+    let b = balance_charged(dry_run, network, &c, Some(charge), None);
     Ok(b.loads
         .map_or(0.0, |l| l.transport_kb.iter().sum::<f64>() / 1024.0))
 }
@@ -87,7 +87,7 @@ pub fn suggest(
     memory: NodeMemory,
 ) -> anyhow::Result<Suggestion> {
     let (cells, synapses) = cell_and_synapse_kb(dry_run);
-    nodesuggest::suggest_nodes(
+    node_suggest::suggest_nodes(
         cells,
         synapses,
         overhead_per_rank_mb,

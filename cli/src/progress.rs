@@ -54,6 +54,12 @@ impl Counter for AtomicU64 {
     }
 }
 
+impl Counter for ballast_balancer::Progress {
+    fn get(&self) -> u64 {
+        ballast_balancer::Progress::get(self)
+    }
+}
+
 impl Counter for AtomicUsize {
     fn get(&self) -> u64 {
         self.load(Ordering::Relaxed) as u64

@@ -277,7 +277,7 @@ pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
         count(layout.rounds(), "round"),
         count(nranks, "rank")
     );
-    // CoreNEURON opens `-d` + "/" + `-f` (main1.cpp: `datpath + "/" + filesdat`), so `-f` is
+    // CoreNEURON opens `-d` + "/" + `-f` (main1.cpp: `datpath + "/" + files_dat`), so `-f` is
     // the output's path relative to the data directory.
     let files_dat = relative_to(&dir, &args.output_file);
     outln!(

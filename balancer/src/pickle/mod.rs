@@ -85,7 +85,7 @@ pub const MAX_GZIP_RATIO: u64 = 256;
 pub fn read_allocation_file(path: &Path) -> Result<Vec<PopulationAllocation>> {
     // A regular file only (a FIFO would hang, a device be read without end), and no more
     // than its size when opened.
-    let compressed = crate::readfile::read_regular(path, u64::MAX).map_err(|e| e.at(path))?;
+    let compressed = crate::read_file::read_regular(path, u64::MAX).map_err(|e| e.at(path))?;
     read_allocation_gzip_with_stats(&compressed, path).0
 }
 

@@ -61,10 +61,10 @@ pub(crate) fn load(path: &Path) -> Result<CircuitConfig> {
     parse(path, &json)
 }
 
-/// The JSON of the regular file `path` ([`crate::readfile`]: a FIFO or device is refused,
+/// The JSON of the regular file `path` ([`crate::read_file`]: a FIFO or device is refused,
 /// not waited on or read without end).
 fn read_json(path: &Path) -> Result<Value> {
-    let text = crate::readfile::read_regular(path, u64::MAX).map_err(|e| e.at(path))?;
+    let text = crate::read_file::read_regular(path, u64::MAX).map_err(|e| e.at(path))?;
     serde_json::from_slice(&text).map_err(|source| BalancerError::Json {
         path: path.to_path_buf(),
         error: source,

@@ -43,10 +43,10 @@ pub(crate) fn open_file(path: &Path, config: &Path, field: &str) -> Result<hdf5:
         )));
     }
     // HDF5 opens the path itself, blocking on a FIFO: checked first without blocking
-    // ([`crate::readfile`]). The path could be swapped in between; HDF5 then fails on a
+    // ([`crate::read_file`]). The path could be swapped in between; HDF5 then fails on a
     // device's missing signature, and only a FIFO swapped in that instant would block.
     drop(
-        crate::readfile::open_regular(path)
+        crate::read_file::open_regular(path)
             .map_err(|e| err(format!("{e} (named by {field} in {})", config.display())))?,
     );
     hdf5::File::open(path).map_err(|e| {

@@ -41,8 +41,8 @@ impl NodeTypes {
             ));
         }
         // A regular file only (a FIFO would block, a device be read without end), read
-        // to its size when opened ([`crate::readfile`]).
-        let (file, size) = crate::readfile::open_regular(path).map_err(|e| {
+        // to its size when opened ([`crate::read_file`]).
+        let (file, size) = crate::read_file::open_regular(path).map_err(|e| {
             csv_err(
                 path,
                 "",

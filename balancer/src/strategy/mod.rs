@@ -12,12 +12,12 @@
 //! point that also knows the circuit's connectivity: transport-aware with a charge, else
 //! the strategy, with every rank's loads (cells, synapses, transport, peers).
 use std::cmp::Ordering;
-use std::sync::atomic::AtomicU64;
 
 use crate::allocation::Allocation;
-use crate::dryrun::DryRun;
+use crate::dry_run::DryRun;
 use crate::error::{BalancerError, Result};
 use crate::network::Network;
+use crate::progress::Progress;
 
 pub mod lpt;
 pub mod neurodamus;
@@ -45,6 +45,16 @@ impl std::str::FromStr for Strategy {
                 "unknown strategy {other:?} (expected lpt or neurodamus)"
             ))),
         }
+    }
+}
+
+/// `lpt` or `neurodamus`, as `--strategy` spells it and allocation sidecars record it.
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(match self {
+            Strategy::Lpt => "lpt",
+            Strategy::Neurodamus => "neurodamus",
+        })
     }
 }
 
@@ -133,7 +143,7 @@ impl BalancerConfigBuilder {
 /// counts come from a user.
 pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
     match config.strategy {
-        Strategy::Lpt => lpt::balance(dry_run, config),
+        Strategy::Lpt => lpt::balance(dry_run, config, None),
         Strategy::Neurodamus => neurodamus::balance(dry_run, config),
     }
 }
@@ -151,7 +161,7 @@ pub struct Balanced {
     /// The candidates tried by the transport-aware search: (method, largest rank total KB).
     pub tried: Vec<(String, f64)>,
     /// The strategy's name as allocation sidecars record it: `lpt+transport` when charged,
-    /// else [`crate::files::strategy_name`] of `config.strategy`.
+    /// else `config.strategy` as [`Strategy`]'s `Display` spells it.
     pub strategy_name: String,
 }
 
@@ -160,25 +170,17 @@ pub struct Balanced {
 /// throughout); otherwise with `config.strategy`, the loads evaluated on `network` when
 /// given (charged when `charge` is given too). Memory grows with the bucket count: call
 /// [`BalancerConfig::check_size`] first when the counts come from a user.
+///
+/// Progress is counted in `progress` (when given, for a progress bar) where the strategy
+/// knows it: [`Strategy::Lpt`] without a charge adds every cell once when it is placed and
+/// once when its gid is gathered into its bucket's list, up to twice the cell count; the
+/// others leave it as it is.
 pub fn balance_charged(
     dry_run: &DryRun,
     network: Option<&Network>,
     config: &BalancerConfig,
     charge: Option<&TransportCharge>,
-) -> Balanced {
-    balance_charged_counted(dry_run, network, config, charge, &AtomicU64::new(0))
-}
-
-/// [`balance_charged`], counting its progress in `done` (for a progress bar) where the
-/// strategy knows it: [`Strategy::Lpt`] without a charge adds every cell once when it is
-/// placed and once when its gid is gathered into its bucket's list, up to twice the cell
-/// count; the others leave `done` as it is.
-pub fn balance_charged_counted(
-    dry_run: &DryRun,
-    network: Option<&Network>,
-    config: &BalancerConfig,
-    charge: Option<&TransportCharge>,
-    done: &AtomicU64,
+    progress: Option<&Progress>,
 ) -> Balanced {
     match (charge, network) {
         (Some(ch), Some(net)) => {
@@ -193,7 +195,7 @@ pub fn balance_charged_counted(
         }
         _ => {
             let allocation = match config.strategy {
-                Strategy::Lpt => lpt::balance_counted(dry_run, config, done),
+                Strategy::Lpt => lpt::balance(dry_run, config, progress),
                 Strategy::Neurodamus => neurodamus::balance(dry_run, config),
             };
             let loads = network.map(|net| {
@@ -206,7 +208,7 @@ pub fn balance_charged_counted(
                 blind: None,
                 loads,
                 tried: Vec::new(),
-                strategy_name: crate::files::strategy_name(config.strategy),
+                strategy_name: config.strategy.to_string(),
             }
         }
     }
@@ -235,5 +237,19 @@ impl<K: Ord> Ord for Lightest<K> {
 impl<K: Ord> PartialOrd for Lightest<K> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each strategy is written as `--strategy` reads it.
+    #[test]
+    fn strategy_display_is_what_from_str_reads() {
+        for (strategy, name) in [(Strategy::Lpt, "lpt"), (Strategy::Neurodamus, "neurodamus")] {
+            assert_eq!(strategy.to_string(), name);
+            assert_eq!(name.parse::<Strategy>().unwrap(), strategy);
+        }
     }
 }

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
-use crate::dryrun::DryRun;
+use crate::dry_run::DryRun;
 use crate::strategy::{BalancerConfig, Lightest};
 use crate::summary::LoadStats;
 
@@ -79,7 +79,7 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
 
 /// Indices into `pop.metype_gids` in neurodamus' walk: metype by metype in `order`, a
 /// metype's lists in their file order (one sort, not a scan of the lists per metype).
-fn walk(pop: &crate::dryrun::Population, order: &[usize]) -> Vec<usize> {
+fn walk(pop: &crate::dry_run::Population, order: &[usize]) -> Vec<usize> {
     let mut rank = vec![0usize; order.len()];
     for (i, &m) in order.iter().enumerate() {
         rank[m] = i;

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
-use crate::dryrun::{DryRun, SYNAPSE_KB};
+use crate::dry_run::{DryRun, SYNAPSE_KB};
 use crate::network::Network;
 use crate::strategy::{balance, BalancerConfig, Lightest, Strategy};
 

@@ -6,17 +6,16 @@
 //! synapses ("average between 1.7 (AMPA) and 2.0 (GABAAB)"), in
 //! `neurodamus/utils/memory.py`. A metype absent from `metype_cell_syn_average` counts 0
 //! synapses, as in neurodamus (its `Counter` drops zero counts).
-use std::collections::HashSet;
-use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::{BalancerError, Result};
-use crate::gidmap::GidMap;
-use crate::quote::{quote, shorten};
+use crate::gid_map::GidMap;
+use crate::quote::quote;
+
+mod json;
 
 /// Top-level keys of neurodamus' `cell_memory_usage.json`.
 pub const KNOWN_KEYS: [&str; 3] = ["metype_memory", "metype_cell_syn_average", "pop_metype_gids"];
@@ -108,8 +107,6 @@ pub struct DryRun {
     pub metypes: Vec<Metype>,
     pub populations: Vec<Population>,
 }
-
-use crate::dryrun_read::{check_read_memory, read_halves, read_size, PARALLEL_READ_FROM};
 
 impl DryRun {
     /// Total number of cells over all populations.
@@ -227,8 +224,8 @@ impl DryRun {
     }
 
     /// Metype index of every gid of `population` (4 bytes per gid when dense).
-    pub fn gid_metype_index(&self, population: &Population) -> crate::gidmap::GidIndex {
-        let mut t = crate::gidmap::GidIndex::for_span(population.gid_span(), population.cell_count());
+    pub fn gid_metype_index(&self, population: &Population) -> crate::gid_map::GidIndex {
+        let mut t = crate::gid_map::GidIndex::for_span(population.gid_span(), population.cell_count());
         for (m, gids) in &population.metype_gids {
             for &g in gids {
                 t.insert(g, *m as u32);
@@ -249,226 +246,6 @@ impl DryRun {
                 t
             })
             .collect()
-    }
-
-    /// Reads and validates a neurodamus `cell_memory_usage.json`.
-    ///
-    /// Errors name the file and the JSON path: invalid JSON, missing `metype_memory` or
-    /// `pop_metype_gids`, negative/NaN/infinite memory or synapse counts, a metype used in
-    /// `pop_metype_gids` but absent from `metype_memory`, a gid that is not a u32, a gid
-    /// listed twice in a population.
-    pub fn from_json_file(path: &Path) -> Result<DryRun> {
-        Self::from_json_file_with_notes(path).map(|(d, _)| d)
-    }
-
-    /// [`DryRun::from_json_file`], plus notes for the user: top-level keys that are not
-    /// neurodamus' (a misspelt optional key such as `metype_cell_syn_average` would
-    /// otherwise silently count 0 synapses).
-    pub fn from_json_file_with_notes(path: &Path) -> Result<(DryRun, Vec<String>)> {
-        Self::from_json_file_counted(path, &AtomicU64::new(0))
-    }
-
-    /// [`DryRun::from_json_file_with_notes`], counting its progress in `done` (for a
-    /// progress bar): the bytes read of the file, then the bytes parsed, up to twice the
-    /// file's size once read.
-    pub fn from_json_file_counted(path: &Path, done: &AtomicU64) -> Result<(DryRun, Vec<String>)> {
-        let io = |e| BalancerError::io(path, e);
-        let mut file = fs::File::open(path).map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        if !meta.is_file() {
-            // A pipe, FIFO or terminal (`--memory-usage /dev/stdin`, `<(zcat ...)`): no size
-            // to read by offsets; read as it comes, its memory checked as it grows.
-            let mut text = Vec::new();
-            loop {
-                let n = (&mut file).take(1 << 22).read_to_end(&mut text).map_err(io)?;
-                if n == 0 {
-                    break;
-                }
-                done.fetch_add(n as u64, Ordering::Relaxed);
-                check_read_memory(text.len(), path)?;
-            }
-            return crate::dryrun_json::read_counted(&text, path, done);
-        }
-        // The file's own size: what it holds, read in chunks so that `done` moves.
-        let len = meta.len();
-        let size = usize::try_from(len).unwrap_or(usize::MAX);
-        // Refused up front when it would not fit: the scan does not hold the file, but its
-        // gids take memory of that order, and a file it gives up on is read whole.
-        if size >= PARALLEL_READ_FROM {
-            check_read_memory(size, path)?;
-        }
-        // Read by chunks and scanned as read, when of the plain shape neurodamus writes.
-        let base = done.load(Ordering::Relaxed);
-        if let Some(read) = crate::dryrun_json::scan_file(&file, len, path, done)? {
-            return Ok(read);
-        }
-        done.store(base, Ordering::Relaxed);
-        // The scan gave up (another shape): read whole, then parsed by serde.
-        let text = if size >= PARALLEL_READ_FROM {
-            read_halves(&file, size, path, done)?
-        } else {
-            read_size(&file, len, path, done)?
-        };
-        crate::dryrun_json::read_counted(&text, path, done)
-    }
-
-    /// [`DryRun::from_json_file_with_notes`] through a `serde_json::Value` tree and
-    /// [`DryRun::from_json_value`]: the reference the streaming reader is tested against.
-    #[cfg(test)]
-    pub(crate) fn read_via_value(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
-        let value: Value = serde_json::from_slice(text)
-            .map_err(|source| crate::jsonerror::json_error(text, path, source))?;
-        let notes = match value.as_object() {
-            Some(root) => root
-                .keys()
-                .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
-                .map(|k| {
-                    format!(
-                        "{}: ignoring unknown key {} (known: {})",
-                        path.display(),
-                        quote(k),
-                        KNOWN_KEYS.join(", ")
-                    )
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        Ok((Self::from_json_value(&value, path)?, notes))
-    }
-
-    /// Validates an already parsed dry-run JSON value; `path` is used in messages only.
-    pub fn from_json_value(value: &Value, path: &Path) -> Result<DryRun> {
-        let err = |field: String, message: String| BalancerError::DryRun {
-            path: path.to_owned(),
-            field,
-            message,
-        };
-        let root = value
-            .as_object()
-            .ok_or_else(|| err("$".into(), "expected a JSON object".into()))?;
-        let object_field = |key: &str, required: bool| -> Result<Option<&Map<String, Value>>> {
-            match root.get(key) {
-                Some(Value::Object(m)) => Ok(Some(m)),
-                Some(_) => Err(err(key.into(), "expected a JSON object".into())),
-                None if required => Err(err(key.into(), "missing".into())),
-                None => Ok(None),
-            }
-        };
-        let memory = object_field("metype_memory", true)?.expect("required");
-        let syn_average = object_field("metype_cell_syn_average", false)?;
-        let pop_gids = object_field("pop_metype_gids", true)?.expect("required");
-
-        let number = |v: &Value, field: String, what: &str| -> Result<f64> {
-            let x = v
-                .as_f64()
-                .ok_or_else(|| err(field.clone(), format!("expected a number ({what})")))?;
-            if !x.is_finite() || x < 0.0 {
-                return Err(err(field, format!("{what} must be finite and >= 0, got {x}")));
-            }
-            Ok(x)
-        };
-
-        let mut metypes = Vec::with_capacity(memory.len());
-        let mut index = std::collections::HashMap::with_capacity(memory.len());
-        for (name, v) in memory {
-            let memory_kb = number(v, format!("metype_memory[{}]", quote(name)), "KB per cell")?;
-            let synapses_per_cell = match syn_average.and_then(|m| m.get(name)) {
-                Some(s) => number(
-                    s,
-                    format!("metype_cell_syn_average[{}]", quote(name)),
-                    "synapses per cell",
-                )?,
-                None => 0.0,
-            };
-            index.insert(name.as_str(), metypes.len());
-            metypes.push(Metype {
-                name: name.clone(),
-                memory_kb,
-                synapses_per_cell,
-            });
-        }
-        if let Some(avg) = syn_average {
-            for (name, v) in avg {
-                // Validate entries for metypes without memory too (they are otherwise unused).
-                number(
-                    v,
-                    format!("metype_cell_syn_average[{}]", quote(name)),
-                    "synapses per cell",
-                )?;
-            }
-        }
-
-        let mut populations = Vec::with_capacity(pop_gids.len());
-        for (pop, per_metype) in pop_gids {
-            let per_metype = per_metype.as_object().ok_or_else(|| {
-                err(
-                    format!("pop_metype_gids[{}]", quote(pop)),
-                    "expected an object {metype: [gid, ...]}".into(),
-                )
-            })?;
-            let mut seen = HashSet::new();
-            let mut metype_gids = Vec::with_capacity(per_metype.len());
-            for (metype, gids) in per_metype {
-                let field = format!("pop_metype_gids[{}][{}]", quote(pop), quote(metype));
-                let &m = index.get(metype.as_str()).ok_or_else(|| {
-                    err(
-                        field.clone(),
-                        format!("metype {} is absent from metype_memory", quote(metype)),
-                    )
-                })?;
-                let gids = gids
-                    .as_array()
-                    .ok_or_else(|| err(field.clone(), "expected an array of gids".into()))?;
-                let mut list = Vec::with_capacity(gids.len());
-                for (i, g) in gids.iter().enumerate() {
-                    let gid = g.as_u64().and_then(|g| u32::try_from(g).ok()).ok_or_else(|| {
-                        err(
-                            format!("{field}[{i}]"),
-                            format!(
-                                "gid must be an integer in 0..2^32, got {}",
-                                shorten(&g.to_string())
-                            ),
-                        )
-                    })?;
-                    if !seen.insert(gid) {
-                        return Err(err(
-                            format!("{field}[{i}]"),
-                            format!("gid {gid} is listed twice in population {}", quote(pop)),
-                        ));
-                    }
-                    list.push(gid);
-                }
-                metype_gids.push((m, list));
-            }
-            populations.push(Population {
-                name: pop.clone(),
-                metype_gids,
-                cell_synapses: None,
-            });
-        }
-        DryRun::checked(metypes, populations).map_err(|(field, message)| err(field, message))
-    }
-
-    /// The dry run of what a reader parsed, if it has cells and every cost is finite and in
-    /// range ([`DryRun::check_costs`]); else the JSON field at fault and what is wrong.
-    pub(crate) fn checked(
-        metypes: Vec<Metype>,
-        populations: Vec<Population>,
-    ) -> std::result::Result<DryRun, (String, String)> {
-        if populations.iter().all(|p| p.cell_count() == 0) {
-            return Err((
-                "pop_metype_gids".into(),
-                "no cells: there is nothing to balance".into(),
-            ));
-        }
-        let dry_run = DryRun { metypes, populations };
-        match dry_run.check_costs() {
-            Ok(_) => Ok(dry_run),
-            Err((m, field, message)) => Err((
-                format!("{}[{}]", field.json_key(), quote(&dry_run.metypes[m].name)),
-                message,
-            )),
-        }
     }
 
     /// The dry run as neurodamus' JSON layout (keys sorted, as neurodamus' `json.dump(...,
@@ -592,10 +369,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Map};
 
     fn parse(v: Value) -> Result<DryRun> {
-        DryRun::from_json_value(&v, Path::new("x.json"))
+        DryRun::from_json_slice(&serde_json::to_vec(&v).unwrap(), Path::new("x.json")).map(|(d, _)| d)
     }
 
     #[test]

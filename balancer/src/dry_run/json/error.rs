@@ -16,15 +16,11 @@ pub(crate) fn json_error(text: &[u8], path: &Path, source: serde_json::Error) ->
             message: "empty file (expected neurodamus' JSON object)".into(),
         };
     }
-    if source.is_data() && source.to_string().starts_with(crate::dryrun_read::OUT_OF_MEMORY) {
-        return crate::dryrun_read::out_of_memory(path);
+    if source.is_data() && source.to_string().starts_with(super::file::OUT_OF_MEMORY) {
+        return super::file::out_of_memory(path);
     }
-    if source.is_data()
-        && source
-            .to_string()
-            .starts_with(crate::dryrun_read::NAMES_OUT_OF_MEMORY)
-    {
-        return crate::dryrun_read::names_out_of_memory(path);
+    if source.is_data() && source.to_string().starts_with(super::file::NAMES_OUT_OF_MEMORY) {
+        return super::file::names_out_of_memory(path);
     }
     match non_finite_literal(text, source.line(), source.column()) {
         Some(lit) => BalancerError::DryRun {

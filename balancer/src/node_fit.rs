@@ -2,7 +2,7 @@
 //! node's memory, and the fewest nodes of `ranks_per_node` ranks that hold a dry run within
 //! a node's memory, each count balanced anew ([`balance_charged`]: the transport charge
 //! depends on the rank count). `ballast dry-run --node-memory-gb` prints these.
-use crate::dryrun::DryRun;
+use crate::dry_run::DryRun;
 use crate::error::BalancerError;
 use crate::network::Network;
 use crate::strategy::{balance, balance_charged, BalancerConfig, RankLoads, TransportCharge};
@@ -123,7 +123,7 @@ fn largest_node_kb(
         ranks_per_node,
         source,
     })?;
-    let balanced = balance_charged(dry_run, network, &c, charge);
+    let balanced = balance_charged(dry_run, network, &c, charge, None);
     Ok(match balanced.loads {
         Some(l) => node_totals(&l, ranks_per_node).into_iter().fold(0.0, f64::max),
         None => node_totals_kb(
@@ -193,7 +193,7 @@ pub fn fewest_nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dryrun::{Metype, Population};
+    use crate::dry_run::{Metype, Population};
     use crate::strategy::transport_aware::{evaluate, CellCosts};
 
     /// `cells` cells of `kb` KB each, one population, one metype.
@@ -271,7 +271,7 @@ mod tests {
         // The fitted count really fits: both nodes hold exactly 300 KB, as `evaluate`
         // recomputes from the allocation (1 node, 400 KB of cells, is below the lower bound).
         let c = BalancerConfig::builder().ranks(2).build().unwrap();
-        let b = balance_charged(&d, Some(&net), &c, Some(&charge));
+        let b = balance_charged(&d, Some(&net), &c, Some(&charge), None);
         let loads = b.loads.unwrap();
         assert_eq!(node_totals(&loads, 1), vec![300.0, 300.0]);
         let rank_of = crate::strategy::transport_aware::rank_of_allocation(&b.allocation, &net.offsets);

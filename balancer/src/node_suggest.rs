@@ -16,7 +16,7 @@
 //! nodes = ⌈grand total × (1 + margin) / node memory⌉, recompute the overhead (and the
 //! transport) for that many nodes, and repeat until the count is stable or
 //! [`MAX_ITERATIONS`] passes were made.
-use crate::dryrun::{DryRun, SYNAPSE_KB};
+use crate::dry_run::{DryRun, SYNAPSE_KB};
 
 /// neurodamus' `SIM_ESTIMATE_FACTOR`: the simulation's memory as a multiple of cells +
 /// synapses.

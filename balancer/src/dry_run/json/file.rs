@@ -5,9 +5,9 @@
 use std::fs;
 use std::io::{Read, Seek};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{BalancerError, Result};
+use crate::progress::Progress;
 
 /// Files from this size are read in two halves on two threads.
 pub(crate) const PARALLEL_READ_FROM: usize = 1 << 22;
@@ -25,7 +25,7 @@ pub(crate) fn check_read_memory(size: usize, path: &Path) -> Result<()> {
 /// of a large file shared by two cores), adding to `done` as chunks arrive. Errors: the
 /// memory is not available, a read fails, or the file is no longer `size` bytes long
 /// ([`changed`]).
-pub(crate) fn read_halves(file: &fs::File, size: usize, path: &Path, done: &AtomicU64) -> Result<Vec<u8>> {
+pub(crate) fn read_halves(file: &fs::File, size: usize, path: &Path, done: &Progress) -> Result<Vec<u8>> {
     use std::os::unix::fs::FileExt;
     check_read_memory(size, path)?;
     let mut text = vec![0u8; size];
@@ -33,7 +33,7 @@ pub(crate) fn read_halves(file: &fs::File, size: usize, path: &Path, done: &Atom
     let read = |part: &mut [u8], offset: usize| -> std::io::Result<()> {
         for (i, chunk) in part.chunks_mut(1 << 22).enumerate() {
             file.read_exact_at(chunk, (offset + (i << 22)) as u64)?;
-            done.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            done.add(chunk.len() as u64);
         }
         Ok(())
     };
@@ -64,7 +64,7 @@ pub(crate) fn read_halves(file: &fs::File, size: usize, path: &Path, done: &Atom
 /// adding to `done` as chunks arrive; at most `size` + 1 bytes are read, and a file of
 /// another size by then is an error ([`changed`]): a file still being written is not read
 /// on as it grows.
-pub(crate) fn read_size(file: &fs::File, size: u64, path: &Path, done: &AtomicU64) -> Result<Vec<u8>> {
+pub(crate) fn read_size(file: &fs::File, size: u64, path: &Path, done: &Progress) -> Result<Vec<u8>> {
     let io = |e| BalancerError::io(path, e);
     let mut text = Vec::new();
     text.try_reserve_exact(usize::try_from(size).unwrap_or(usize::MAX))
@@ -77,7 +77,7 @@ pub(crate) fn read_size(file: &fs::File, size: u64, path: &Path, done: &AtomicU6
         if n == 0 {
             break;
         }
-        done.fetch_add(n as u64, Ordering::Relaxed);
+        done.add(n as u64);
     }
     if text.len() as u64 != size {
         return Err(changed(file, size, path));
@@ -87,11 +87,11 @@ pub(crate) fn read_size(file: &fs::File, size: u64, path: &Path, done: &AtomicU6
 
 /// The error for a file that is no longer the `at_open` bytes it was when opened.
 pub(crate) fn changed(file: &fs::File, at_open: u64, path: &Path) -> BalancerError {
-    crate::readfile::changed(file, at_open).at(path)
+    crate::read_file::changed(file, at_open).at(path)
 }
 
 /// The message of a gid array that could not grow (serde's custom error, recognised by
-/// [`crate::jsonerror::json_error`]).
+/// [`super::error::json_error`]).
 pub(crate) const OUT_OF_MEMORY: &str = "not enough memory to hold its gids";
 
 /// The error for a dry-run file whose gids do not fit in the memory this process can get:
@@ -159,9 +159,9 @@ mod tests {
         let path = dir.path().join("cm.json");
         std::fs::write(&path, vec![b' '; 100]).unwrap();
         let file = fs::File::open(&path).unwrap();
-        let done = AtomicU64::new(0);
+        let done = Progress::new();
         assert_eq!(read_size(&file, 100, &path, &done).unwrap().len(), 100);
-        assert_eq!(done.load(Ordering::Relaxed), 100);
+        assert_eq!(done.get(), 100);
         for at_open in [40, 160] {
             let e = read_size(&file, at_open, &path, &done).unwrap_err().to_string();
             assert!(

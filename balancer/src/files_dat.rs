@@ -43,7 +43,7 @@ impl FilesDat {
         };
         // A regular file, read to its size when opened (a FIFO would hang, a device be read
         // without end).
-        let bytes = crate::readfile::read_regular(path, u64::MAX).map_err(|e| io(e.into_io()))?;
+        let bytes = crate::read_file::read_regular(path, u64::MAX).map_err(|e| io(e.into_io()))?;
         let text = String::from_utf8(bytes).map_err(|_| {
             io(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
