@@ -1,8 +1,8 @@
 //! What `dry-run` and `stats` print alike: counts in words ("1 rank", "2 ranks"),
 //! neurodamus' per-population warning about buckets that hold none of a population's cells,
-//! and a population's statistics as JSON.
-use ballast_balancer::Allocation;
-use serde_json::json;
+//! and a population's statistics as JSON ([`PopulationStats`]).
+use ballast_balancer::{Allocation, LoadStats};
+use serde::Serialize;
 
 /// `n` and the noun, singular for 1: `count(1, "rank")` = "1 rank".
 pub fn count(n: impl Into<u64>, noun: &str) -> String {
@@ -58,14 +58,32 @@ pub fn population_warnings(allocation: &Allocation) -> Vec<String> {
         .collect()
 }
 
-/// A population's statistics as a JSON object with its name (`dry-run --json` and `stats
-/// --json` both list populations as such objects).
-pub fn population_json(name: &str, stats: &ballast_balancer::LoadStats) -> serde_json::Value {
-    let mut v = json!({ "name": name });
-    if let (Some(o), Ok(serde_json::Value::Object(s))) = (v.as_object_mut(), serde_json::to_value(stats)) {
-        o.extend(s);
+/// A population's statistics with its name, serialised as one JSON object (`dry-run
+/// --json` and `stats --json` both list populations as such objects).
+#[derive(Serialize)]
+pub struct PopulationStats {
+    pub name: String,
+    #[serde(flatten)]
+    pub stats: LoadStats,
+}
+
+impl PopulationStats {
+    /// From a summary's (name, statistics) entry.
+    pub fn new((name, stats): &(String, LoadStats)) -> PopulationStats {
+        PopulationStats {
+            name: name.clone(),
+            stats: stats.clone(),
+        }
     }
-    v
+}
+
+/// [`PopulationStats`] as a JSON value.
+pub fn population_json(name: &str, stats: &LoadStats) -> serde_json::Value {
+    serde_json::to_value(PopulationStats {
+        name: name.to_owned(),
+        stats: stats.clone(),
+    })
+    .unwrap_or_default()
 }
 
 #[cfg(test)]
