@@ -58,32 +58,62 @@ pub fn population_warnings(allocation: &Allocation) -> Vec<String> {
         .collect()
 }
 
-/// A population's statistics with its name, serialised as one JSON object (`dry-run
-/// --json` and `stats --json` both list populations as such objects).
+/// The KB figures of [`LoadStats`], in its order: null without a dry run (`stats` without
+/// `--memory-usage`, whose loads are cell counts).
 #[derive(Serialize)]
-pub struct PopulationStats {
-    pub name: String,
-    #[serde(flatten)]
-    pub stats: LoadStats,
+pub struct KbStats {
+    pub total_kb: Option<f64>,
+    pub max_bucket_kb: Option<f64>,
+    pub mean_bucket_kb: Option<f64>,
+    pub min_bucket_kb: Option<f64>,
+    pub max_rank_kb: Option<f64>,
+    pub mean_rank_kb: Option<f64>,
+    pub min_rank_kb: Option<f64>,
+    pub heaviest_cell_kb: Option<f64>,
+    pub lower_bound_kb: Option<f64>,
 }
 
-impl PopulationStats {
-    /// From a summary's (name, statistics) entry.
-    pub fn new((name, stats): &(String, LoadStats)) -> PopulationStats {
-        PopulationStats {
-            name: name.clone(),
-            stats: stats.clone(),
+impl KbStats {
+    /// The KB figures of `s`, or nulls unless `with_kb`.
+    pub fn new(s: &LoadStats, with_kb: bool) -> KbStats {
+        let kb = |x: f64| with_kb.then_some(x);
+        KbStats {
+            total_kb: kb(s.total_kb),
+            max_bucket_kb: kb(s.max_bucket_kb),
+            mean_bucket_kb: kb(s.mean_bucket_kb),
+            min_bucket_kb: kb(s.min_bucket_kb),
+            max_rank_kb: kb(s.max_rank_kb),
+            mean_rank_kb: kb(s.mean_rank_kb),
+            min_rank_kb: kb(s.min_rank_kb),
+            heaviest_cell_kb: kb(s.heaviest_cell_kb),
+            lower_bound_kb: kb(s.lower_bound_kb),
         }
     }
 }
 
-/// [`PopulationStats`] as a JSON value.
-pub fn population_json(name: &str, stats: &LoadStats) -> serde_json::Value {
-    serde_json::to_value(PopulationStats {
-        name: name.to_owned(),
-        stats: stats.clone(),
-    })
-    .unwrap_or_default()
+/// A population's statistics with its name, as `dry-run --json` and `stats --json` both
+/// list populations: the fields of [`LoadStats`] in its order after the name.
+#[derive(Serialize)]
+pub struct PopulationStats {
+    pub name: String,
+    pub cells: usize,
+    #[serde(flatten)]
+    pub kb: KbStats,
+    pub imbalance: f64,
+    pub ratio_to_lower_bound: f64,
+}
+
+impl PopulationStats {
+    /// From a summary's (name, statistics) entry; the KB figures null unless `with_kb`.
+    pub fn new((name, s): &(String, LoadStats), with_kb: bool) -> PopulationStats {
+        PopulationStats {
+            name: name.clone(),
+            cells: s.cells,
+            kb: KbStats::new(s, with_kb),
+            imbalance: s.imbalance,
+            ratio_to_lower_bound: s.ratio_to_lower_bound,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -190,7 +190,11 @@ impl Report {
             overall: summary.overall.clone(),
             balance_seconds: step.seconds,
             empty_buckets: summary.empty_bucket_count(),
-            populations: summary.populations.iter().map(PopulationStats::new).collect(),
+            populations: summary
+                .populations
+                .iter()
+                .map(|p| PopulationStats::new(p, true))
+                .collect(),
             output: written[0].clone(),
             written,
             neurodamus_max_bucket_kb: step.baseline.as_ref().map(|b| b.max_bucket_kb),
