@@ -9,6 +9,10 @@
 //! comparison; `docs/BENCHMARKS.md` has measured ones). The rows use the demo's own
 //! settings, printed before the table: the built-in defaults and `--max-endpoints` (it
 //! reads no `BALLAST_*` variable). Exits with an error when the check fails.
+//!
+//! The options become a [`Plan`] (the circuit, the simulation parameters, the runtime
+//! configuration), which runs its steps (each with a spinner and its time on stderr) into
+//! the runs compared, and one [`Report`] of them, printed as the table.
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -72,129 +76,339 @@ fn mb(kb: f64) -> String {
     format!("{:.1}", kb / 1024.0)
 }
 
+/// `ballast demo`'s options, with what they give: the circuit to generate, the simulation's
+/// parameters and the runtime configuration the runs use (the built-in defaults).
+struct Plan<'a> {
+    args: &'a DemoArgs,
+    spec: CircuitSpec,
+    params: SimParams,
+    cfg: RuntimeConfig,
+}
+
+/// One run: its mode, report and per-rank outcomes.
+type Run = (LbMode, RunReport, Vec<RankOutcome>);
+
+/// A line of the comparison table: a heading, or a row with the RoundRobin and Memory
+/// figures.
+enum Line {
+    Heading(&'static str),
+    Row(String, [String; 2]),
+}
+
+/// The result of `ballast demo`: the settings, the table comparing the two runs, the notes,
+/// the process' peak memory and the spike check.
+struct Report {
+    settings: String,
+    table: Vec<Line>,
+    notes: Vec<String>,
+    vm_hwm_kb: u64,
+    output: PathBuf,
+    /// Spikes of the RoundRobin and Memory runs, and whether they are identical (and some).
+    spikes: (usize, usize),
+    identical: bool,
+    /// Peers and footprint as predicted in both runs.
+    checks_ok: bool,
+}
+
 /// Runs `ballast demo`.
 pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let total = Instant::now();
-    let ranks = args.ranks as usize;
+    let plan = Plan::new(args);
     std::fs::create_dir_all(&args.output)
         .with_context(|| format!("cannot create {}", args.output.display()))?;
-    let spec = CircuitSpec {
-        dry_run: SyntheticSpec {
-            cells: args.cells,
-            seed: args.seed,
-            ..SyntheticSpec::default()
-        },
-        synapses: args.cells as u64 * args.synapses_per_cell,
-        ..CircuitSpec::default()
-    };
     let input: SimInput = step(
         &format!("generating a synthetic circuit of {} cells", args.cells),
-        || Ok(SimInput::synthetic(&spec)?),
+        || Ok(SimInput::synthetic(&plan.spec)?),
     )?;
     outln!("circuit: {}", input.label);
-
-    // The dry run: balance for N ranks and write the allocation file, as `ballast dry-run`.
-    let written = step(&format!("dry run: balancing for {} ranks", args.ranks), || {
-        let config = BalancerConfig::builder()
-            .ranks(args.ranks)
-            .cycles(1)
-            .strategy(Strategy::Lpt)
-            .build()?;
-        let allocation = balance(&input.dry_run, &config);
-        // With its sidecar, as every allocation Ballast writes: both put in place together.
-        let costs = AllocationCosts::new(
-            "ballast demo",
-            &input.dry_run,
-            args.ranks,
-            1,
-            &Strategy::Lpt.to_string(),
-            "none",
-        );
-        let files = vec![
-            stage_allocation(&args.output, &allocation)?,
-            costs.stage(&args.output)?,
-        ];
-        Ok(ballast_balancer::atomic::commit_all(files)?)
-    })?;
-    for path in &written {
+    for path in &plan.dry_run(&input)? {
         outln!("dry run: wrote {}", path.display());
     }
+    let runs = plan.runs(&input)?;
+    let report = plan.report(&runs);
+    render(&report)?;
+    if !report.identical {
+        outln!(
+            "check: identical spikes in the RoundRobin and Memory runs: FAILED ({} vs {} spikes)",
+            report.spikes.0,
+            report.spikes.1
+        );
+        bail!("the RoundRobin and Memory runs produced different spikes");
+    }
+    outln!(
+        "check: identical spikes in the RoundRobin and Memory runs ({} spikes): ok",
+        report.spikes.0
+    );
+    if !report.checks_ok {
+        bail!("peers or transport footprint differ from the prediction (see the table)");
+    }
+    outln!("demo done in {:.1} s", total.elapsed().as_secs_f64());
+    Ok(())
+}
 
-    let cfg = RuntimeConfig::default();
-    let params = SimParams {
-        tstop_ms: args.tstop,
-        seed: args.seed,
-        memory_scale: args.memory_scale,
-        ..SimParams::default()
-    };
-    let mut runs: Vec<(LbMode, RunReport, Vec<RankOutcome>)> = Vec::new();
-    for mode in [LbMode::RoundRobin, LbMode::Memory] {
-        let placement = place(
-            mode,
-            &input.dry_run,
-            &input.circuit.network.offsets,
-            args.ranks,
-            &args.output,
-        )?;
-        let (outcomes, seconds) = step(
-            &format!(
-                "run --lb-mode={mode} on {} local ranks, {} ms",
-                args.ranks, args.tstop
-            ),
-            || {
-                let start = Instant::now();
-                let o = run_local(&input.circuit, &placement.rank_of, ranks, &cfg, &params, None)?;
-                Ok((o, start.elapsed().as_secs_f64()))
+impl Plan<'_> {
+    fn new(args: &DemoArgs) -> Plan<'_> {
+        Plan {
+            args,
+            spec: CircuitSpec {
+                dry_run: SyntheticSpec {
+                    cells: args.cells,
+                    seed: args.seed,
+                    ..SyntheticSpec::default()
+                },
+                synapses: args.cells as u64 * args.synapses_per_cell,
+                ..CircuitSpec::default()
             },
-        )?;
-        let dir = args.output.join(mode.to_string().to_lowercase());
-        let report = build_report(
-            &input,
-            &placement,
-            &outcomes,
-            &cfg,
-            &params,
-            mode,
-            seconds,
-            &dir.join("out.dat"),
-        )?;
-        write_outputs(&dir, &report, &outcomes, params.dt_ms)?;
-        runs.push((mode, report, outcomes));
+            params: SimParams {
+                tstop_ms: args.tstop,
+                seed: args.seed,
+                memory_scale: args.memory_scale,
+                ..SimParams::default()
+            },
+            cfg: RuntimeConfig::default(),
+        }
     }
 
-    let t = cfg.transport();
-    let per_peer = TransportConfig {
-        recv_sharing: RecvSharing::PerPeer,
-        max_endpoints: 0,
-        ..*t
-    };
-    let shared_capped = TransportConfig {
-        recv_sharing: RecvSharing::Shared,
-        max_endpoints: args.max_endpoints,
-        ..*t
-    };
-    let as_run = format!(
-        "{}, {}",
-        t.recv_sharing,
-        if t.max_endpoints == 0 {
-            "no endpoint cap".to_string()
-        } else {
-            format!("max_endpoints={} ({})", t.max_endpoints, t.endpoint_overflow)
+    /// The dry run: balance for N ranks and write the allocation file, as `ballast dry-run`.
+    fn dry_run(&self, input: &SimInput) -> anyhow::Result<Vec<PathBuf>> {
+        let args = self.args;
+        step(&format!("dry run: balancing for {} ranks", args.ranks), || {
+            let config = BalancerConfig::builder()
+                .ranks(args.ranks)
+                .cycles(1)
+                .strategy(Strategy::Lpt)
+                .build()?;
+            let allocation = balance(&input.dry_run, &config);
+            // With its sidecar, as every allocation Ballast writes: both put in place together.
+            let costs = AllocationCosts::new(
+                "ballast demo",
+                &input.dry_run,
+                args.ranks,
+                1,
+                &Strategy::Lpt.to_string(),
+                "none",
+            );
+            let files = vec![
+                stage_allocation(&args.output, &allocation)?,
+                costs.stage(&args.output)?,
+            ];
+            Ok(ballast_balancer::atomic::commit_all(files)?)
+        })
+    }
+
+    /// The simulation with RoundRobin, then with Memory, each writing its outputs.
+    fn runs(&self, input: &SimInput) -> anyhow::Result<Vec<Run>> {
+        let (args, params) = (self.args, &self.params);
+        let mut runs = Vec::new();
+        for mode in [LbMode::RoundRobin, LbMode::Memory] {
+            let placement = place(
+                mode,
+                &input.dry_run,
+                &input.circuit.network.offsets,
+                args.ranks,
+                &args.output,
+            )?;
+            let (outcomes, seconds) = step(
+                &format!(
+                    "run --lb-mode={mode} on {} local ranks, {} ms",
+                    args.ranks, args.tstop
+                ),
+                || {
+                    let start = Instant::now();
+                    let o = run_local(
+                        &input.circuit,
+                        &placement.rank_of,
+                        args.ranks as usize,
+                        &self.cfg,
+                        params,
+                        None,
+                    )?;
+                    Ok((o, start.elapsed().as_secs_f64()))
+                },
+            )?;
+            let dir = args.output.join(mode.to_string().to_lowercase());
+            let report = build_report(
+                input,
+                &placement,
+                &outcomes,
+                &self.cfg,
+                params,
+                mode,
+                seconds,
+                &dir.join("out.dat"),
+            )?;
+            write_outputs(&dir, &report, &outcomes, params.dt_ms)?;
+            runs.push((mode, report, outcomes));
         }
-    );
-    // The capped row's label says what the cap does for this circuit's peers.
+        Ok(runs)
+    }
+
+    /// The comparison of the two runs.
+    fn report(&self, runs: &[Run]) -> Report {
+        let t = self.cfg.transport();
+        let shared_capped = TransportConfig {
+            recv_sharing: RecvSharing::Shared,
+            max_endpoints: self.args.max_endpoints,
+            ..*t
+        };
+        let as_run = format!(
+            "{}, {}",
+            t.recv_sharing,
+            if t.max_endpoints == 0 {
+                "no endpoint cap".to_string()
+            } else {
+                format!("max_endpoints={} ({})", t.max_endpoints, t.endpoint_overflow)
+            }
+        );
+        let cap = self.args.max_endpoints;
+        // The rows' settings are the demo's own, whatever the environment says.
+        let settings = format!(
+            "settings (fixed: the demo reads no BALLAST_* variable; ballast run and ballast info take them): \
+             the runs use {}, {as_run}, buffer_count {} x buffer_size {} B; the capped row {}",
+            t.kind,
+            t.buffer_count,
+            t.buffer_size,
+            if cap > 0 {
+                format!(
+                    "shared + max_endpoints={cap} (--max-endpoints), endpoint_overflow={}",
+                    shared_capped.endpoint_overflow
+                )
+            } else {
+                "shared, no endpoint cap (--max-endpoints 0)".to_string()
+            }
+        );
+        let mut table = self.memory_rows(runs);
+        table.extend(self.transport_rows(runs, &as_run, shared_capped));
+        let mut notes = Vec::new();
+        for (mode, r, _) in runs {
+            for why in [&r.footprint_mismatch, &r.peers_mismatch].into_iter().flatten() {
+                notes.push(format!("why not ({mode}): {why}"));
+            }
+            for n in &r.notes {
+                notes.push(format!("note ({mode}): {n}"));
+            }
+        }
+        // The largest reading: the end's, or the runs' (VmHWM can read lower after memory is freed).
+        let vm_hwm_kb = runs.iter().fold(
+            ballast_runtime::ProcStatus::read_self()
+                .map(|p| p.vm_hwm_kb)
+                .unwrap_or(0),
+            |m, (_, r, _)| m.max(r.process_vm_hwm_kb),
+        );
+        let (a, b) = (all_spikes(&runs[0].2), all_spikes(&runs[1].2));
+        Report {
+            settings,
+            table,
+            notes,
+            vm_hwm_kb,
+            output: self.args.output.clone(),
+            spikes: (a.len(), b.len()),
+            identical: a == b && !a.is_empty(),
+            checks_ok: runs.iter().all(|r| r.1.peers_match && r.1.footprint_match),
+        }
+    }
+
+    /// The cell memory rows: largest and smallest rank, estimated and accounted, and peers.
+    fn memory_rows(&self, runs: &[Run]) -> Vec<Line> {
+        let row = |label: &str, f: &dyn Fn(&RunReport) -> String| {
+            Line::Row(label.to_owned(), [f(&runs[0].1), f(&runs[1].1)])
+        };
+        let scale = self.args.memory_scale;
+        vec![
+            row("largest rank, estimated cell memory (MB)", &|r| {
+                mb(max_min(&r.per_rank, |x| x.estimated_kb).0)
+            }),
+            row("smallest rank, estimated cell memory (MB)", &|r| {
+                mb(max_min(&r.per_rank, |x| x.estimated_kb).1)
+            }),
+            row("largest / mean", &|r| {
+                let mean = r.per_rank.iter().map(|x| x.estimated_kb).sum::<f64>() / r.per_rank.len() as f64;
+                format!("{:.3}", max_min(&r.per_rank, |x| x.estimated_kb).0 / mean)
+            }),
+            row(
+                &format!("largest rank, Ballast-accounted (MB, --memory-scale {scale})"),
+                &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0),
+            ),
+            row(
+                &format!("smallest rank, Ballast-accounted (MB, --memory-scale {scale})"),
+                &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1),
+            ),
+            row("peers per rank, largest (connected)", &|r| {
+                format!(
+                    "{}",
+                    r.per_rank.iter().map(|x| x.peers_connected).max().unwrap_or(0)
+                )
+            }),
+        ]
+    }
+
+    /// The transport rows: predicted per-peer, capped and as run; measured; the checks and
+    /// the spikes.
+    fn transport_rows(&self, runs: &[Run], as_run: &str, shared_capped: TransportConfig) -> Vec<Line> {
+        let t = self.cfg.transport();
+        let per_peer = TransportConfig {
+            recv_sharing: RecvSharing::PerPeer,
+            max_endpoints: 0,
+            ..*t
+        };
+        let row = |label: &str, f: &dyn Fn(&RunReport) -> String| {
+            Line::Row(label.to_owned(), [f(&runs[0].1), f(&runs[1].1)])
+        };
+        let tp = |c: TransportConfig| {
+            move |r: &RunReport| {
+                let kb = r
+                    .per_rank
+                    .iter()
+                    .map(|x| predicted_footprint(&c, x.peers_predicted, 0, r.ranks).total_bytes())
+                    .max()
+                    .unwrap_or(0);
+                format!("{:.0}", kb as f64 / 1024.0)
+            }
+        };
+        vec![
+            Line::Heading("transport per rank, largest (KB), predicted for the circuit's peers:"),
+            row("  per-peer", &tp(per_peer)),
+            row(
+                &capped_label(runs, self.args.max_endpoints, &shared_capped),
+                &tp(shared_capped),
+            ),
+            row(&format!("  {as_run} (the configuration run)"), &tp(*t)),
+            Line::Heading("transport per rank, largest (KB), measured in the runs:"),
+            row(&format!("  {as_run}"), &|r| {
+                format!(
+                    "{:.0}",
+                    r.per_rank
+                        .iter()
+                        .map(|x| x.footprint_measured_bytes)
+                        .max()
+                        .unwrap_or(0) as f64
+                        / 1024.0
+                )
+            }),
+            row("transport measured = predicted, every rank", &|r| {
+                (if r.footprint_match { "yes" } else { "no" }).to_string()
+            }),
+            row("peers connected = predicted, every rank", &|r| {
+                (if r.peers_match { "yes" } else { "no" }).to_string()
+            }),
+            row("spikes", &|r| r.spikes.to_string()),
+        ]
+    }
+}
+
+/// The capped row's label: what the cap does for this circuit's peers.
+fn capped_label(runs: &[Run], cap: usize, shared_capped: &TransportConfig) -> String {
     let most = runs
         .iter()
         .flat_map(|(_, r, _)| r.per_rank.iter().map(|x| x.peers_predicted))
         .max()
         .unwrap_or(0);
-    let cap = args.max_endpoints;
-    let capped_label = if cap == 0 {
+    if cap == 0 {
         "  shared, no endpoint cap (--max-endpoints 0)".to_string()
     } else if most <= cap {
         format!("  shared + max_endpoints={cap} (at most {most} peers: none past it)")
     } else {
-        match chunk_for(&shared_capped, datagram_mtu(shared_capped.kind)) {
+        match chunk_for(shared_capped, datagram_mtu(shared_capped.kind)) {
             Ok(Some(_)) => format!(
                 "  shared + max_endpoints={cap} (datagram, up to {} peers past it)",
                 most - cap
@@ -202,131 +416,30 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             Ok(None) => format!("  shared + max_endpoints={cap} (evict)"),
             Err(_) => format!("  shared + max_endpoints={cap} (evict: datagram falls back)"),
         }
-    };
-    // The rows' settings are the demo's own, whatever the environment says.
-    outln!(
-        "settings (fixed: the demo reads no BALLAST_* variable; ballast run and ballast info take them): \
-         the runs use {}, {as_run}, buffer_count {} x buffer_size {} B; the capped row {}",
-        t.kind,
-        t.buffer_count,
-        t.buffer_size,
-        if cap > 0 {
-            format!(
-                "shared + max_endpoints={cap} (--max-endpoints), endpoint_overflow={}",
-                shared_capped.endpoint_overflow
-            )
-        } else {
-            "shared, no endpoint cap (--max-endpoints 0)".to_string()
-        }
-    );
+    }
+}
+
+/// Prints the settings, the table, the notes, the peak memory and where the outputs are.
+fn render(report: &Report) -> anyhow::Result<()> {
+    outln!("{}", report.settings);
     outln!();
     outln!("{:<60} {:>14} {:>14}", "", "RoundRobin", "Memory");
-    let row = |label: &str, f: &dyn Fn(&RunReport) -> String| -> anyhow::Result<()> {
-        outln!("{:<60} {:>14} {:>14}", label, f(&runs[0].1), f(&runs[1].1));
-        Ok(())
-    };
-    row("largest rank, estimated cell memory (MB)", &|r| {
-        mb(max_min(&r.per_rank, |x| x.estimated_kb).0)
-    })?;
-    row("smallest rank, estimated cell memory (MB)", &|r| {
-        mb(max_min(&r.per_rank, |x| x.estimated_kb).1)
-    })?;
-    row("largest / mean", &|r| {
-        let mean = r.per_rank.iter().map(|x| x.estimated_kb).sum::<f64>() / r.per_rank.len() as f64;
-        format!("{:.3}", max_min(&r.per_rank, |x| x.estimated_kb).0 / mean)
-    })?;
-    row(
-        &format!(
-            "largest rank, Ballast-accounted (MB, --memory-scale {})",
-            args.memory_scale
-        ),
-        &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0),
-    )?;
-    row(
-        &format!(
-            "smallest rank, Ballast-accounted (MB, --memory-scale {})",
-            args.memory_scale
-        ),
-        &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1),
-    )?;
-    row("peers per rank, largest (connected)", &|r| {
-        format!(
-            "{}",
-            r.per_rank.iter().map(|x| x.peers_connected).max().unwrap_or(0)
-        )
-    })?;
-    let tp = |c: TransportConfig| {
-        move |r: &RunReport| {
-            let kb = r
-                .per_rank
-                .iter()
-                .map(|x| predicted_footprint(&c, x.peers_predicted, 0, r.ranks).total_bytes())
-                .max()
-                .unwrap_or(0);
-            format!("{:.0}", kb as f64 / 1024.0)
-        }
-    };
-    outln!("transport per rank, largest (KB), predicted for the circuit's peers:");
-    row("  per-peer", &tp(per_peer))?;
-    row(&capped_label, &tp(shared_capped))?;
-    row(&format!("  {as_run} (the configuration run)"), &tp(*t))?;
-    outln!("transport per rank, largest (KB), measured in the runs:");
-    row(&format!("  {as_run}"), &|r| {
-        format!(
-            "{:.0}",
-            r.per_rank
-                .iter()
-                .map(|x| x.footprint_measured_bytes)
-                .max()
-                .unwrap_or(0) as f64
-                / 1024.0
-        )
-    })?;
-    row("transport measured = predicted, every rank", &|r| {
-        (if r.footprint_match { "yes" } else { "no" }).to_string()
-    })?;
-    row("peers connected = predicted, every rank", &|r| {
-        (if r.peers_match { "yes" } else { "no" }).to_string()
-    })?;
-    row("spikes", &|r| r.spikes.to_string())?;
-    for (mode, r, _) in &runs {
-        for why in [&r.footprint_mismatch, &r.peers_mismatch].into_iter().flatten() {
-            outln!("why not ({mode}): {why}");
-        }
-        for n in &r.notes {
-            outln!("note ({mode}): {n}");
+    for line in &report.table {
+        match line {
+            Line::Heading(h) => outln!("{h}"),
+            Line::Row(label, [rr, memory]) => outln!("{:<60} {:>14} {:>14}", label, rr, memory),
         }
     }
-    // The largest reading: the end's, or the runs' (VmHWM can read lower after memory is freed).
-    let hwm = runs.iter().fold(
-        ballast_runtime::ProcStatus::read_self()
-            .map(|p| p.vm_hwm_kb)
-            .unwrap_or(0),
-        |m, (_, r, _)| m.max(r.process_vm_hwm_kb),
+    for n in &report.notes {
+        outln!("{n}");
+    }
+    outln!(
+        "process VmHWM (all ranks, both runs): {} MB",
+        report.vm_hwm_kb / 1024
     );
-    outln!("process VmHWM (all ranks, both runs): {} MB", hwm / 1024);
     outln!(
         "outputs: {}/{{roundrobin,memory}}/{{out.dat,report.json}}",
-        args.output.display()
+        report.output.display()
     );
-
-    let (a, b) = (all_spikes(&runs[0].2), all_spikes(&runs[1].2));
-    let checks_ok = runs.iter().all(|r| r.1.peers_match && r.1.footprint_match);
-    if a != b || a.is_empty() {
-        outln!(
-            "check: identical spikes in the RoundRobin and Memory runs: FAILED ({} vs {} spikes)",
-            a.len(),
-            b.len()
-        );
-        bail!("the RoundRobin and Memory runs produced different spikes");
-    }
-    outln!(
-        "check: identical spikes in the RoundRobin and Memory runs ({} spikes): ok",
-        a.len()
-    );
-    if !checks_ok {
-        bail!("peers or transport footprint differ from the prediction (see the table)");
-    }
-    outln!("demo done in {:.1} s", total.elapsed().as_secs_f64());
     Ok(())
 }

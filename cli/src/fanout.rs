@@ -1,11 +1,12 @@
 //! `ballast fanout`: the classic investigation — rank 0 sends a few integers to every
 //! other rank; prints rank 0's process memory counters and footprint before and after,
-//! and the footprint the model predicts.
+//! and the footprint the model predicts. The options are checked into a [`Plan`], which
+//! runs the fanout over its transport into one [`Report`], printed as JSON or as text.
 
 use anyhow::{bail, Context};
 use ballast_runtime::fanout::{run_local_counted, FanoutReport, Snapshot};
 use ballast_runtime::{LockStatus, MemoryLock, ProcStatus, TransportKind};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::runtime_args::RuntimeArgs;
 
@@ -31,57 +32,193 @@ pub struct FanoutArgs {
     pub runtime: RuntimeArgs,
 }
 
-fn status_json(s: &ProcStatus) -> serde_json::Value {
-    json!({
-        "vm_rss_kb": s.vm_rss_kb,
-        "vm_hwm_kb": s.vm_hwm_kb,
-        "vm_lck_kb": s.vm_lck_kb,
-        "vm_pin_kb": s.vm_pin_kb,
-        "vm_data_kb": s.vm_data_kb,
-    })
+/// `ballast fanout`'s options, checked, with the runtime configuration resolved.
+struct Plan {
+    cfg: ballast_runtime::RuntimeConfig,
+    /// What `--transport auto` picked, and why.
+    auto_note: Option<String>,
+    ranks: Option<usize>,
+    messages: usize,
+    ints: usize,
+    json: bool,
 }
 
-fn snap_json(s: &Snapshot) -> serde_json::Value {
-    json!({
-        "vm_rss_kb": s.status.vm_rss_kb,
-        "vm_lck_kb": s.status.vm_lck_kb,
-        "vm_pin_kb": s.status.vm_pin_kb,
-        "vm_data_kb": s.status.vm_data_kb,
-        "vm_hwm_kb": s.status.vm_hwm_kb,
-        "footprint_bytes": s.footprint.total_bytes(),
-        "world_footprint_bytes": s.world_footprint_bytes,
-    })
+/// What the fanout gave on rank 0.
+struct Outcome {
+    report: FanoutReport,
+    /// Messages all ranks sent (known over the local transport).
+    messages_sent: Option<u64>,
+    /// Per process, over verbs.
+    #[cfg(feature = "verbs")]
+    processes: Option<Vec<ballast_runtime::verbs::fanout::ProcessMemory>>,
 }
 
-/// The JSON form of a report (keys documented in the issue and `--help`).
-pub fn report_json(r: &FanoutReport) -> serde_json::Value {
-    json!({
-        "ranks": r.ranks,
-        "before": snap_json(&r.before),
-        "after": snap_json(&r.after),
-        "predicted_footprint_bytes": r.predicted.total_bytes(),
-        "endpoints_live": r.after.footprint.endpoints_live,
-        "peers_connected": r.after.footprint.peers_connected,
-        "datagram_peers": r.after.footprint.datagram_peers,
-        "datagram_bytes": r.after.footprint.datagram_bytes,
-        "model_matches_accounting": r.all_ranks_match_model,
-        "notes": r.notes,
-        "before_taken": before_taken(r),
-        "memory_lock": lock_json(&r.memory_lock),
-    })
+/// The process' counters (`start`: before the transport).
+#[derive(Serialize)]
+struct StatusReport {
+    vm_rss_kb: u64,
+    vm_hwm_kb: u64,
+    vm_lck_kb: u64,
+    vm_pin_kb: u64,
+    vm_data_kb: u64,
+}
+
+/// A snapshot: the process' counters and the footprints of rank 0 and of all ranks.
+#[derive(Serialize)]
+struct SnapshotReport {
+    vm_rss_kb: u64,
+    vm_lck_kb: u64,
+    vm_pin_kb: u64,
+    vm_data_kb: u64,
+    vm_hwm_kb: u64,
+    footprint_bytes: u64,
+    world_footprint_bytes: u64,
+}
+
+impl SnapshotReport {
+    fn new(s: &Snapshot) -> SnapshotReport {
+        SnapshotReport {
+            vm_rss_kb: s.status.vm_rss_kb,
+            vm_lck_kb: s.status.vm_lck_kb,
+            vm_pin_kb: s.status.vm_pin_kb,
+            vm_data_kb: s.status.vm_data_kb,
+            vm_hwm_kb: s.status.vm_hwm_kb,
+            footprint_bytes: s.footprint.total_bytes(),
+            world_footprint_bytes: s.world_footprint_bytes,
+        }
+    }
 }
 
 /// The `memory_lock` object: all ranks of this process after the fanout.
-fn lock_json(l: &MemoryLock) -> serde_json::Value {
-    json!({
-        "status": l.status().as_str(),
-        "asked_bytes": l.asked_bytes,
-        "locked_bytes": l.locked_bytes,
-        "requests": l.requests,
-        "refused_requests": l.refused,
-        "memlock_limit_bytes": l.limit_bytes,
-        "error": l.error_text(),
-    })
+#[derive(Serialize)]
+struct LockReport {
+    status: &'static str,
+    asked_bytes: u64,
+    locked_bytes: u64,
+    requests: u64,
+    refused_requests: u64,
+    memlock_limit_bytes: Option<u64>,
+    error: Option<String>,
+}
+
+/// One process of a verbs fanout: its footprint, what the kernel reports, and the problems
+/// found against the model's bounds.
+#[cfg(feature = "verbs")]
+#[derive(Serialize)]
+struct ProcessReport {
+    rank: usize,
+    footprint_bytes: u64,
+    predicted_bytes: u64,
+    pinned_expected_bytes: u64,
+    vm_pin_growth_bytes: u64,
+    vm_lck_change_kb: i64,
+    vm_rss_growth_bytes: i64,
+    vm_rss_after_kb: u64,
+    vm_lck_after_kb: u64,
+    vm_pin_after_kb: u64,
+    bootstrap_kept_pin_kb: i64,
+    bootstrap_kept_rss_kb: i64,
+    problems: Vec<String>,
+}
+
+/// The result of `ballast fanout` (its `--json` keys in this order, documented in `--help`).
+#[derive(Serialize)]
+struct Report {
+    ranks: usize,
+    before: SnapshotReport,
+    after: SnapshotReport,
+    predicted_footprint_bytes: u64,
+    endpoints_live: u64,
+    peers_connected: u64,
+    datagram_peers: u64,
+    datagram_bytes: u64,
+    model_matches_accounting: bool,
+    notes: Vec<String>,
+    before_taken: String,
+    memory_lock: LockReport,
+    start: StatusReport,
+    #[cfg(feature = "verbs")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    processes: Option<Vec<ProcessReport>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transport_note: Option<String>,
+    transport: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    messages_sent: Option<u64>,
+    /// Over verbs: whether every process' memory is within the model's bounds.
+    #[serde(skip)]
+    memory_ok: Option<bool>,
+    /// What the text form prints from.
+    #[serde(skip)]
+    text: TextOnly,
+}
+
+struct TextOnly {
+    fanout: FanoutReport,
+    at_start: ProcStatus,
+    transport: ballast_runtime::TransportConfig,
+    /// Whether the ranks run one per process from a launcher (over verbs).
+    launched: bool,
+    messages: usize,
+    ints: usize,
+    #[cfg(feature = "verbs")]
+    processes: Option<Vec<ballast_runtime::verbs::fanout::ProcessMemory>>,
+}
+
+impl Report {
+    fn new(plan: &Plan, at_start: ProcStatus, out: Outcome) -> Report {
+        let r = &out.report;
+        let l = &r.memory_lock;
+        #[cfg(feature = "verbs")]
+        let memory_ok = out.processes.as_deref().map(verbs_memory_ok);
+        #[cfg(not(feature = "verbs"))]
+        let memory_ok: Option<bool> = None;
+        Report {
+            ranks: r.ranks,
+            before: SnapshotReport::new(&r.before),
+            after: SnapshotReport::new(&r.after),
+            predicted_footprint_bytes: r.predicted.total_bytes(),
+            endpoints_live: r.after.footprint.endpoints_live,
+            peers_connected: r.after.footprint.peers_connected,
+            datagram_peers: r.after.footprint.datagram_peers,
+            datagram_bytes: r.after.footprint.datagram_bytes,
+            model_matches_accounting: r.all_ranks_match_model,
+            notes: r.notes.clone(),
+            before_taken: before_taken(r),
+            memory_lock: LockReport {
+                status: l.status().as_str(),
+                asked_bytes: l.asked_bytes,
+                locked_bytes: l.locked_bytes,
+                requests: l.requests,
+                refused_requests: l.refused,
+                memlock_limit_bytes: l.limit_bytes,
+                error: l.error_text(),
+            },
+            start: StatusReport {
+                vm_rss_kb: at_start.vm_rss_kb,
+                vm_hwm_kb: at_start.vm_hwm_kb,
+                vm_lck_kb: at_start.vm_lck_kb,
+                vm_pin_kb: at_start.vm_pin_kb,
+                vm_data_kb: at_start.vm_data_kb,
+            },
+            #[cfg(feature = "verbs")]
+            processes: out.processes.as_deref().map(processes_report),
+            transport_note: plan.auto_note.clone(),
+            transport: plan.cfg.transport().kind.as_str(),
+            messages_sent: out.messages_sent,
+            memory_ok,
+            text: TextOnly {
+                fanout: out.report,
+                at_start,
+                transport: *plan.cfg.transport(),
+                launched: plan.cfg.bootstrap().rank.is_some(),
+                messages: plan.messages,
+                ints: plan.ints,
+                #[cfg(feature = "verbs")]
+                processes: out.processes,
+            },
+        }
+    }
 }
 
 /// When the "before" snapshot is taken, and what that means for its counts.
@@ -113,156 +250,235 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
     // Before the transport (MPI_Init, the bootstrap, the pool; the local ranks): what the whole
     // transport adds is after - start.
     let at_start = ProcStatus::read_self()?;
-    let (cfg, auto_note) = args.runtime.to_config_resolved()?;
-    if let Some(n) = &auto_note {
-        if cfg.bootstrap().rank.unwrap_or(0) == 0 {
-            eprintln!("ballast fanout: {n}");
-        }
-    }
-    #[cfg(feature = "verbs")]
-    let mut verbs_processes = None;
-    // Messages all ranks sent (known over the local transport; in a build without mpi and
-    // verbs every arm that does not fail sets it, hence the allow).
-    #[allow(unused_assignments)]
-    let mut messages_sent = None;
-    let r = match cfg.transport().kind {
-        TransportKind::Local => {
-            let Some(ranks) = args.ranks else {
-                bail!("--ranks is required with --transport local")
-            };
-            if ranks < 2 {
-                bail!("--ranks must be at least 2");
-            }
-            // Before any rank starts: the ranks' transport memory at start (one peer each).
-            ballast_sim::check::check_transport_memory(
-                cfg.transport(),
-                ranks,
-                ranks,
-                ballast_balancer::limits::available_memory(),
-            )
-            .with_context(|| format!("--ranks {ranks}"))?;
-            crate::progress::warn_oversubscribed("fanout", ranks);
-            let steps = std::sync::atomic::AtomicUsize::new(0);
-            let message = |n: u64| {
-                let n = n as usize;
-                if n < ranks {
-                    format!("{n} of {ranks} ranks set up")
-                } else {
-                    format!("{} of {ranks} ranks finished", n - ranks)
-                }
-            };
-            let (r, sent) = crate::progress::with_progress(2 * ranks as u64, &steps, &message, || {
-                run_local_counted(ranks, &cfg, args.messages, args.ints, &steps)
-            })?;
-            messages_sent = Some(sent);
-            r
-        }
-        #[cfg(feature = "mpi")]
-        TransportKind::Mpi => {
-            let mpi = ballast_runtime::mpi::Mpi::init()?;
-            let out = (|| -> anyhow::Result<_> {
-                if mpi.size() < 2 {
-                    bail!("fanout over mpi needs at least 2 processes (mpirun -n N, N >= 2)");
-                }
-                if args.ranks.is_some_and(|r| r != mpi.size()) {
-                    bail!(
-                        "--ranks {} differs from the {} MPI processes",
-                        args.ranks.unwrap_or(0),
-                        mpi.size()
-                    );
-                }
-                Ok(mpi.fanout(&cfg, args.messages, args.ints)?)
-            })();
-            match ballast_sim::launch::leave_mpi_on_error(mpi, out)? {
-                Some(r) => r,
-                None => return Ok(()), // only rank 0 prints
-            }
-        }
-        #[cfg(feature = "verbs")]
-        TransportKind::Verbs => {
-            if cfg.bootstrap().rank.is_none() {
-                bail!("fanout over verbs runs one rank per process: start N processes with mpirun (a build with the `mpi` feature), or with BALLAST_ROOT=host:port and BALLAST_RANK/BALLAST_SIZE (or srun, whose rank variables are read too)")
-            }
-            // Under mpirun without BALLAST_ROOT, MPI carries the start-up exchange.
-            let mut launch = ballast_runtime::bootstrap::Launch::new(&cfg)?;
-            let out = (|| -> anyhow::Result<_> {
-                let size = launch.size();
-                if args.ranks.is_some_and(|r| r != size) {
-                    bail!(
-                        "--ranks {} differs from the {size} processes of the launch",
-                        args.ranks.unwrap_or(0)
-                    );
-                }
-                Ok(ballast_runtime::verbs::fanout::fanout(
-                    launch.bootstrap(),
-                    &cfg,
-                    args.messages,
-                    args.ints,
-                )?)
-            })();
-            let out = match out {
-                Ok(v) => v,
-                Err(e) => {
-                    launch.abandon();
-                    return Err(e);
-                }
-            };
-            drop(launch); // frees the MPI bootstrap, then finalises the MPI it initialised
-            match out {
-                Some(v) => {
-                    verbs_processes = Some(v.processes);
-                    v.report
-                }
-                None => return Ok(()), // only rank 0 prints
-            }
-        }
-        k => {
-            crate::runtime_args::check_compiled_in(k)?;
-            bail!("fanout cannot run over transport `{k}`")
-        }
+    let plan = Plan::new(args)?;
+    let Some(outcome) = plan.run()? else {
+        return Ok(()); // only rank 0 prints
     };
-    let ranks = r.ranks;
-    #[cfg(feature = "verbs")]
-    let memory_ok = verbs_processes.as_deref().map(verbs_memory_ok);
-    #[cfg(not(feature = "verbs"))]
-    let memory_ok: Option<bool> = None;
-    if args.json {
-        let mut v = report_json(&r);
-        v["start"] = status_json(&at_start);
-        #[cfg(feature = "verbs")]
-        if let Some(p) = &verbs_processes {
-            v["processes"] = processes_json(p);
-        }
-        if let Some(n) = auto_note {
-            v["transport_note"] = json!(n);
-        }
-        v["transport"] = json!(cfg.transport().kind.as_str());
-        if let Some(m) = messages_sent {
-            v["messages_sent"] = json!(m);
-        }
-        outln!("{}", serde_json::to_string_pretty(&v)?);
-        if memory_ok == Some(false) {
+    let report = Report::new(&plan, at_start, outcome);
+    if plan.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+        if report.memory_ok == Some(false) {
             bail!("the measured memory is outside the verbs model's bounds (see processes[].problems)");
         }
         return Ok(());
     }
-    let t = cfg.transport();
+    render(&report)?;
+    if report.memory_ok == Some(false) {
+        bail!("the measured memory is outside the verbs model's bounds (see above)");
+    }
+    Ok(())
+}
+
+impl Plan {
+    /// Resolves the runtime configuration (printing, on rank 0, what `--transport auto`
+    /// picked).
+    fn new(args: &FanoutArgs) -> anyhow::Result<Plan> {
+        let (cfg, auto_note) = args.runtime.to_config_resolved()?;
+        if let Some(n) = &auto_note {
+            if cfg.bootstrap().rank.unwrap_or(0) == 0 {
+                eprintln!("ballast fanout: {n}");
+            }
+        }
+        Ok(Plan {
+            cfg,
+            auto_note,
+            ranks: args.ranks,
+            messages: args.messages,
+            ints: args.ints,
+            json: args.json,
+        })
+    }
+
+    /// The fanout over the configured transport; `None` on ranks other than 0.
+    fn run(&self) -> anyhow::Result<Option<Outcome>> {
+        match self.cfg.transport().kind {
+            TransportKind::Local => self.run_local().map(Some),
+            #[cfg(feature = "mpi")]
+            TransportKind::Mpi => self.run_mpi(),
+            #[cfg(feature = "verbs")]
+            TransportKind::Verbs => self.run_verbs(),
+            k => {
+                crate::runtime_args::check_compiled_in(k)?;
+                bail!("fanout cannot run over transport `{k}`")
+            }
+        }
+    }
+
+    /// The ranks as threads of this process.
+    fn run_local(&self) -> anyhow::Result<Outcome> {
+        let cfg = &self.cfg;
+        let Some(ranks) = self.ranks else {
+            bail!("--ranks is required with --transport local")
+        };
+        if ranks < 2 {
+            bail!("--ranks must be at least 2");
+        }
+        // Before any rank starts: the ranks' transport memory at start (one peer each).
+        ballast_sim::check::check_transport_memory(
+            cfg.transport(),
+            ranks,
+            ranks,
+            ballast_balancer::limits::available_memory(),
+        )
+        .with_context(|| format!("--ranks {ranks}"))?;
+        crate::progress::warn_oversubscribed("fanout", ranks);
+        let steps = std::sync::atomic::AtomicUsize::new(0);
+        let message = |n: u64| {
+            let n = n as usize;
+            if n < ranks {
+                format!("{n} of {ranks} ranks set up")
+            } else {
+                format!("{} of {ranks} ranks finished", n - ranks)
+            }
+        };
+        let (r, sent) = crate::progress::with_progress(2 * ranks as u64, &steps, &message, || {
+            run_local_counted(ranks, cfg, self.messages, self.ints, &steps)
+        })?;
+        Ok(Outcome {
+            report: r,
+            messages_sent: Some(sent),
+            #[cfg(feature = "verbs")]
+            processes: None,
+        })
+    }
+
+    /// One rank per MPI process.
+    #[cfg(feature = "mpi")]
+    fn run_mpi(&self) -> anyhow::Result<Option<Outcome>> {
+        let mpi = ballast_runtime::mpi::Mpi::init()?;
+        let out = (|| -> anyhow::Result<_> {
+            if mpi.size() < 2 {
+                bail!("fanout over mpi needs at least 2 processes (mpirun -n N, N >= 2)");
+            }
+            if self.ranks.is_some_and(|r| r != mpi.size()) {
+                bail!(
+                    "--ranks {} differs from the {} MPI processes",
+                    self.ranks.unwrap_or(0),
+                    mpi.size()
+                );
+            }
+            Ok(mpi.fanout(&self.cfg, self.messages, self.ints)?)
+        })();
+        Ok(
+            ballast_sim::launch::leave_mpi_on_error(mpi, out)?.map(|report| Outcome {
+                report,
+                messages_sent: None,
+                #[cfg(feature = "verbs")]
+                processes: None,
+            }),
+        )
+    }
+
+    /// One rank per process of a launcher, over verbs.
+    #[cfg(feature = "verbs")]
+    fn run_verbs(&self) -> anyhow::Result<Option<Outcome>> {
+        let cfg = &self.cfg;
+        if cfg.bootstrap().rank.is_none() {
+            bail!("fanout over verbs runs one rank per process: start N processes with mpirun (a build with the `mpi` feature), or with BALLAST_ROOT=host:port and BALLAST_RANK/BALLAST_SIZE (or srun, whose rank variables are read too)")
+        }
+        // Under mpirun without BALLAST_ROOT, MPI carries the start-up exchange.
+        let mut launch = ballast_runtime::bootstrap::Launch::new(cfg)?;
+        let out = (|| -> anyhow::Result<_> {
+            let size = launch.size();
+            if self.ranks.is_some_and(|r| r != size) {
+                bail!(
+                    "--ranks {} differs from the {size} processes of the launch",
+                    self.ranks.unwrap_or(0)
+                );
+            }
+            Ok(ballast_runtime::verbs::fanout::fanout(
+                launch.bootstrap(),
+                cfg,
+                self.messages,
+                self.ints,
+            )?)
+        })();
+        let out = match out {
+            Ok(v) => v,
+            Err(e) => {
+                launch.abandon();
+                return Err(e);
+            }
+        };
+        drop(launch); // frees the MPI bootstrap, then finalises the MPI it initialised
+        Ok(out.map(|v| Outcome {
+            report: v.report,
+            messages_sent: None,
+            processes: Some(v.processes),
+        }))
+    }
+}
+
+/// Prints the report as text: the table of counters before and after, the memory lock, the
+/// prediction, the process at start, the notes, and per process over verbs.
+fn render(report: &Report) -> anyhow::Result<()> {
+    let r = &report.text.fanout;
+    let t = &report.text.transport;
+    let (messages, ints) = (report.text.messages, report.text.ints);
     if r.notes.iter().any(|n| n.starts_with("MPI native path:")) {
         outln!(
             "fanout: {} ranks, rank 0 sends {} x {} ints to each; MPI native path (MPI matches tags, no pool), buffer_size {} B",
-            ranks, args.messages, args.ints, t.buffer_size
+            r.ranks, messages, ints, t.buffer_size
         );
     } else {
         outln!(
             "fanout: {} ranks, rank 0 sends {} x {} ints to each; recv_sharing={} buffer {} x {} B",
-            ranks,
-            args.messages,
-            args.ints,
+            r.ranks,
+            messages,
+            ints,
             t.recv_sharing,
             t.buffer_count,
             t.buffer_size
         );
     }
+    counter_table(r)?;
+    outln!("* {}", report.before_taken);
+    outln!(
+        "memory lock, all ranks of this process (after): {}",
+        lock_line(&r.memory_lock, t.kind)
+    );
+    let rank0 = r.after.footprint.differences(&r.predicted, t);
+    outln!(
+        "predicted footprint rank 0: {} B ({})",
+        r.predicted.total_bytes(),
+        if r.all_ranks_match_model {
+            "the model matches the accounting on every rank".to_string()
+        } else {
+            format!(
+                "the model differs from the accounting on some ranks{}: it is a bound (with max_endpoints or xrc the steady-state one; over MPI's engine path it counts every send buffer as kept), and fewer endpoints or buffers may be held at the snapshot",
+                if rank0.is_empty() { String::new() } else { format!(", rank 0: {}", rank0.join("; ")) }
+            )
+        }
+    );
+    if let Some(m) = report.messages_sent {
+        outln!("messages sent, all ranks (fanout and barriers): {m}");
+    }
+    // What "start" precedes, per transport: only MPI has an MPI_Init.
+    let before = match t.kind {
+        TransportKind::Mpi => "before MPI_Init, the bootstrap and the pool",
+        TransportKind::Verbs if report.text.launched => "before the bootstrap and the pool",
+        _ => "before the ranks, their communicators and pools",
+    };
+    let s = &report.text.at_start;
+    outln!(
+        "process at start ({before}): VmRSS {} KiB, VmLck {} KiB, VmPin {} KiB, VmData {} KiB",
+        s.vm_rss_kb,
+        s.vm_lck_kb,
+        s.vm_pin_kb,
+        s.vm_data_kb
+    );
+    for n in &r.notes {
+        outln!("note: {n}");
+    }
+    #[cfg(feature = "verbs")]
+    if let Some(p) = &report.text.processes {
+        print_processes(p)?;
+    }
+    Ok(())
+}
+
+/// Rank 0's process counters and footprints before and after the fanout.
+fn counter_table(r: &FanoutReport) -> anyhow::Result<()> {
     outln!("{:<26} {:>14} {:>14} {:>14}", "", "before*", "after", "delta");
     let row = |name: &str, b: u64, a: u64| -> anyhow::Result<()> {
         outln!("{name:<26} {b:>14} {a:>14} {:>14}", a as i64 - b as i64);
@@ -304,50 +520,6 @@ pub fn run(args: &FanoutArgs) -> anyhow::Result<()> {
         b.footprint.datagram_peers,
         a.footprint.datagram_peers,
     )?;
-    outln!("* {}", before_taken(&r));
-    outln!(
-        "memory lock, all ranks of this process (after): {}",
-        lock_line(&r.memory_lock, t.kind)
-    );
-    let rank0 = a.footprint.differences(&r.predicted, t);
-    outln!(
-        "predicted footprint rank 0: {} B ({})",
-        r.predicted.total_bytes(),
-        if r.all_ranks_match_model {
-            "the model matches the accounting on every rank".to_string()
-        } else {
-            format!(
-                "the model differs from the accounting on some ranks{}: it is a bound (with max_endpoints or xrc the steady-state one; over MPI's engine path it counts every send buffer as kept), and fewer endpoints or buffers may be held at the snapshot",
-                if rank0.is_empty() { String::new() } else { format!(", rank 0: {}", rank0.join("; ")) }
-            )
-        }
-    );
-    if let Some(m) = messages_sent {
-        outln!("messages sent, all ranks (fanout and barriers): {m}");
-    }
-    // What "start" precedes, per transport: only MPI has an MPI_Init.
-    let before = match cfg.transport().kind {
-        TransportKind::Mpi => "before MPI_Init, the bootstrap and the pool",
-        TransportKind::Verbs if cfg.bootstrap().rank.is_some() => "before the bootstrap and the pool",
-        _ => "before the ranks, their communicators and pools",
-    };
-    outln!(
-        "process at start ({before}): VmRSS {} KiB, VmLck {} KiB, VmPin {} KiB, VmData {} KiB",
-        at_start.vm_rss_kb,
-        at_start.vm_lck_kb,
-        at_start.vm_pin_kb,
-        at_start.vm_data_kb
-    );
-    for n in &r.notes {
-        outln!("note: {n}");
-    }
-    #[cfg(feature = "verbs")]
-    if let Some(p) = &verbs_processes {
-        print_processes(p)?;
-    }
-    if memory_ok == Some(false) {
-        bail!("the measured memory is outside the verbs model's bounds (see above)");
-    }
     Ok(())
 }
 
@@ -357,24 +529,22 @@ fn verbs_memory_ok(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> bool 
 }
 
 #[cfg(feature = "verbs")]
-fn processes_json(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> serde_json::Value {
+fn processes_report(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> Vec<ProcessReport> {
     p.iter()
-        .map(|m| {
-            json!({
-                "rank": m.rank,
-                "footprint_bytes": m.footprint.total_bytes(),
-                "predicted_bytes": m.predicted.total_bytes(),
-                "pinned_expected_bytes": m.pinned_expected,
-                "vm_pin_growth_bytes": m.pin_growth(),
-                "vm_lck_change_kb": m.lck_change_kib(),
-                "vm_rss_growth_bytes": m.rss_growth(),
-                "vm_rss_after_kb": m.after.vm_rss_kb,
-                "vm_lck_after_kb": m.after.vm_lck_kb,
-                "vm_pin_after_kb": m.after.vm_pin_kb,
-                "bootstrap_kept_pin_kb": m.bootstrap_kept.vm_pin_kb,
-                "bootstrap_kept_rss_kb": m.bootstrap_kept.vm_rss_kb,
-                "problems": m.check(),
-            })
+        .map(|m| ProcessReport {
+            rank: m.rank,
+            footprint_bytes: m.footprint.total_bytes(),
+            predicted_bytes: m.predicted.total_bytes(),
+            pinned_expected_bytes: m.pinned_expected,
+            vm_pin_growth_bytes: m.pin_growth(),
+            vm_lck_change_kb: m.lck_change_kib(),
+            vm_rss_growth_bytes: m.rss_growth(),
+            vm_rss_after_kb: m.after.vm_rss_kb,
+            vm_lck_after_kb: m.after.vm_lck_kb,
+            vm_pin_after_kb: m.after.vm_pin_kb,
+            bootstrap_kept_pin_kb: m.bootstrap_kept.vm_pin_kb,
+            bootstrap_kept_rss_kb: m.bootstrap_kept.vm_rss_kb,
+            problems: m.check(),
         })
         .collect()
 }
@@ -455,7 +625,23 @@ mod tests {
             2 * 9,
             "each rank counts its setup and its end"
         );
-        let v = report_json(&r);
+        let plan = Plan {
+            cfg: cfg.clone(),
+            auto_note: None,
+            ranks: Some(9),
+            messages: 1,
+            ints: 10,
+            json: true,
+        };
+        let out = Outcome {
+            report: r,
+            messages_sent: Some(sent),
+            #[cfg(feature = "verbs")]
+            processes: None,
+        };
+        let report = Report::new(&plan, ProcStatus::read_self().unwrap(), out);
+        let v = serde_json::to_value(&report).unwrap();
+        assert_eq!(v["messages_sent"], sent);
         for k in ["before", "after"] {
             for f in [
                 "vm_rss_kb",

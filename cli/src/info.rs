@@ -1,6 +1,7 @@
 //! `ballast info`: transports compiled in, RDMA devices seen, the effective runtime
 //! configuration with the origin of each value, and the predicted footprint for P peers
-//! under each receive-sharing mode side by side.
+//! under each receive-sharing mode side by side. Text only (no `--json`), printed section by
+//! section (under mpirun, by rank 0 only).
 
 use ballast_runtime::datagram::chunk_for;
 use ballast_runtime::model::datagram_mtu;
@@ -38,28 +39,59 @@ fn rdma_devices() -> Vec<String> {
 pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     let (cfg, auto_note) = args.runtime.to_config_resolved()?;
     // Under mpirun: whether the MPI native path is taken (the prediction follows it).
-    #[allow(unused_mut)]
-    let mut native_taken: Option<bool> = None;
+    let Some(native_taken) = mpi_lines(&cfg)? else {
+        return Ok(()); // only rank 0 prints
+    };
+    machine_lines(&cfg)?;
+    if let Some(n) = &auto_note {
+        outln!("{n}");
+    }
+    outln!();
+    settings_table(&cfg)?;
+    let world = args.world_size.unwrap_or(args.peers + 1);
+    let mut t = *cfg.transport();
+    if let Some(n) = native_taken {
+        t.mpi_native = n;
+    }
+    for line in overflow_lines(&t, args.peers, world) {
+        outln!("  {line}");
+    }
+    outln!();
+    footprint_table(&t, args.peers, world)
+}
+
+/// Under mpirun (`--transport mpi`): the MPI library and job, and whether the MPI native
+/// path is taken, printed by rank 0. `Ok(None)` on the other ranks, `Ok(Some(None))`
+/// without MPI.
+fn mpi_lines(cfg: &ballast_runtime::RuntimeConfig) -> anyhow::Result<Option<Option<bool>>> {
     #[cfg(feature = "mpi")]
     if cfg.transport().kind == TransportKind::Mpi {
         // Under mpirun: one report, from rank 0, with the MPI library and job.
         let mpi = ballast_runtime::mpi::Mpi::init()?;
-        let decision = mpi.native_path(&cfg);
+        let decision = mpi.native_path(cfg);
         let decision = match decision {
             Ok(d) => d,
             Err(e) => return ballast_sim::launch::leave_mpi_on_error(mpi, Err(e.into())),
         };
         if mpi.rank() != 0 {
-            return Ok(());
+            return Ok(None);
         }
         outln!("MPI: {}", mpi.describe());
-        native_taken = Some(decision.0);
         match decision {
             (true, _) => outln!("MPI native path: yes (one MPI message per Ballast message, MPI matches tags; pool, endpoints and receive sharing below do not apply)"),
             (false, Some(why)) => outln!("{why}"),
             (false, None) => outln!("MPI native path: not used: the engine runs above MPI"),
         }
+        return Ok(Some(Some(decision.0)));
     }
+    #[cfg(not(feature = "mpi"))]
+    let _ = cfg;
+    Ok(Some(None))
+}
+
+/// The transports compiled in, the RDMA devices, the memlock limit and, over verbs or with
+/// a device, the device the verbs transport would open.
+fn machine_lines(cfg: &ballast_runtime::RuntimeConfig) -> anyhow::Result<()> {
     let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
     outln!("transports compiled in: {}", compiled.join(", "));
     let devs = rdma_devices();
@@ -89,10 +121,14 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
             Err(e) => outln!("verbs device: unavailable ({e})"),
         }
     }
-    if let Some(n) = &auto_note {
-        outln!("{n}");
-    }
-    outln!();
+    #[cfg(not(feature = "verbs"))]
+    let _ = cfg;
+    Ok(())
+}
+
+/// The effective configuration: each setting, its value, where it came from and its
+/// variable.
+fn settings_table(cfg: &ballast_runtime::RuntimeConfig) -> anyhow::Result<()> {
     outln!("effective configuration:");
     outln!("  {:<19} {:<12} {:<8} {}", "setting", "value", "from", "variable");
     // The test-only drop model is shown only when it is set.
@@ -109,18 +145,15 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
             s.env
         );
     }
-    let world = args.world_size.unwrap_or(args.peers + 1);
-    let mut t = *cfg.transport();
-    if let Some(n) = native_taken {
-        t.mpi_native = n;
-    }
-    for line in overflow_lines(&t, args.peers, world) {
-        outln!("  {line}");
-    }
-    outln!();
+    Ok(())
+}
+
+/// The footprint predicted per rank for `peers` peers in a world of `world`, under each
+/// receive-sharing mode side by side (one column on the MPI native path).
+fn footprint_table(t: &TransportConfig, peers: usize, world: usize) -> anyhow::Result<()> {
     outln!(
         "predicted footprint per rank, {} peers, world {} (set with --peers/--world-size), {} ranks/node, transport {} (bytes):",
-        args.peers, world, t.ranks_per_node, t.kind
+        peers, world, t.ranks_per_node, t.kind
     );
     // On the MPI native path no sharing mode applies: one column.
     let modes: Vec<(String, RecvSharing)> = if t.kind == TransportKind::Mpi && t.mpi_native {
@@ -134,11 +167,11 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     let preds: Vec<_> = modes
         .iter()
         .map(|&(_, m)| {
-            ballast_runtime::TransportConfig { recv_sharing: m, ..t }.predict(
-                args.peers,
-                world,
-                t.ranks_per_node,
-            )
+            ballast_runtime::TransportConfig {
+                recv_sharing: m,
+                ..*t
+            }
+            .predict(peers, world, t.ranks_per_node)
         })
         .collect();
     out!("  {:<18}", "");

@@ -7,7 +7,7 @@ use ballast_balancer::network::Network;
 use ballast_balancer::node_suggest::{self, cell_and_synapse_kb, Estimate, Suggestion, MARGIN};
 use ballast_balancer::transport_aware::TransportCharge;
 use ballast_balancer::{balance_charged, Allocation, BalancerConfig, DryRun, Summary};
-use serde_json::json;
+use serde::Serialize;
 
 /// Ranks per node and where the figure came from.
 #[derive(Debug, Clone, Copy)]
@@ -158,15 +158,41 @@ pub fn suggestion_lines(
     ]
 }
 
-/// The suggestion as JSON.
-pub fn suggestion_json(s: &Suggestion, rpn: RanksPerNode, memory: NodeMemory) -> serde_json::Value {
-    json!({
-        "nodes": s.nodes, "ranks": s.nodes.saturating_mul(rpn.ranks as u64), "ranks_per_node": rpn.ranks,
-        "ranks_per_node_source": if rpn.given { "--ranks-per-node" } else { "available_parallelism" },
-        "node_memory_mb": memory.mb,
-        "node_memory_source": if memory.given { "--node-memory-gb" } else { "/proc/meminfo MemTotal" },
-        "margin": MARGIN, "iterations": s.iterations,
-    })
+/// The suggestion as `dry-run --json` gives it: nodes, ranks, where the ranks per node and
+/// the node memory (MiB) came from, the margin and the passes made.
+#[derive(Serialize)]
+pub struct SuggestionReport {
+    nodes: u64,
+    ranks: u64,
+    ranks_per_node: usize,
+    ranks_per_node_source: &'static str,
+    node_memory_mb: f64,
+    node_memory_source: &'static str,
+    margin: f64,
+    iterations: usize,
+}
+
+impl SuggestionReport {
+    pub fn new(s: &Suggestion, rpn: RanksPerNode, memory: NodeMemory) -> SuggestionReport {
+        SuggestionReport {
+            nodes: s.nodes,
+            ranks: s.nodes.saturating_mul(rpn.ranks as u64),
+            ranks_per_node: rpn.ranks,
+            ranks_per_node_source: if rpn.given {
+                "--ranks-per-node"
+            } else {
+                "available_parallelism"
+            },
+            node_memory_mb: memory.mb,
+            node_memory_source: if memory.given {
+                "--node-memory-gb"
+            } else {
+                "/proc/meminfo MemTotal"
+            },
+            margin: MARGIN,
+            iterations: s.iterations,
+        }
+    }
 }
 
 /// Per population with empty buckets: the mean neurodamus prints ("Mean allocation per

@@ -1,8 +1,8 @@
 //! What `dry-run` and `stats` print alike: counts in words ("1 rank", "2 ranks"),
 //! neurodamus' per-population warning about buckets that hold none of a population's cells,
-//! and a population's statistics as JSON.
-use ballast_balancer::Allocation;
-use serde_json::json;
+//! and a population's statistics as JSON ([`PopulationStats`]).
+use ballast_balancer::{Allocation, LoadStats};
+use serde::Serialize;
 
 /// `n` and the noun, singular for 1: `count(1, "rank")` = "1 rank".
 pub fn count(n: impl Into<u64>, noun: &str) -> String {
@@ -58,14 +58,62 @@ pub fn population_warnings(allocation: &Allocation) -> Vec<String> {
         .collect()
 }
 
-/// A population's statistics as a JSON object with its name (`dry-run --json` and `stats
-/// --json` both list populations as such objects).
-pub fn population_json(name: &str, stats: &ballast_balancer::LoadStats) -> serde_json::Value {
-    let mut v = json!({ "name": name });
-    if let (Some(o), Ok(serde_json::Value::Object(s))) = (v.as_object_mut(), serde_json::to_value(stats)) {
-        o.extend(s);
+/// The KB figures of [`LoadStats`], in its order: null without a dry run (`stats` without
+/// `--memory-usage`, whose loads are cell counts).
+#[derive(Serialize)]
+pub struct KbStats {
+    pub total_kb: Option<f64>,
+    pub max_bucket_kb: Option<f64>,
+    pub mean_bucket_kb: Option<f64>,
+    pub min_bucket_kb: Option<f64>,
+    pub max_rank_kb: Option<f64>,
+    pub mean_rank_kb: Option<f64>,
+    pub min_rank_kb: Option<f64>,
+    pub heaviest_cell_kb: Option<f64>,
+    pub lower_bound_kb: Option<f64>,
+}
+
+impl KbStats {
+    /// The KB figures of `s`, or nulls unless `with_kb`.
+    pub fn new(s: &LoadStats, with_kb: bool) -> KbStats {
+        let kb = |x: f64| with_kb.then_some(x);
+        KbStats {
+            total_kb: kb(s.total_kb),
+            max_bucket_kb: kb(s.max_bucket_kb),
+            mean_bucket_kb: kb(s.mean_bucket_kb),
+            min_bucket_kb: kb(s.min_bucket_kb),
+            max_rank_kb: kb(s.max_rank_kb),
+            mean_rank_kb: kb(s.mean_rank_kb),
+            min_rank_kb: kb(s.min_rank_kb),
+            heaviest_cell_kb: kb(s.heaviest_cell_kb),
+            lower_bound_kb: kb(s.lower_bound_kb),
+        }
     }
-    v
+}
+
+/// A population's statistics with its name, as `dry-run --json` and `stats --json` both
+/// list populations: the fields of [`LoadStats`] in its order after the name.
+#[derive(Serialize)]
+pub struct PopulationStats {
+    pub name: String,
+    pub cells: usize,
+    #[serde(flatten)]
+    pub kb: KbStats,
+    pub imbalance: f64,
+    pub ratio_to_lower_bound: f64,
+}
+
+impl PopulationStats {
+    /// From a summary's (name, statistics) entry; the KB figures null unless `with_kb`.
+    pub fn new((name, s): &(String, LoadStats), with_kb: bool) -> PopulationStats {
+        PopulationStats {
+            name: name.clone(),
+            cells: s.cells,
+            kb: KbStats::new(s, with_kb),
+            imbalance: s.imbalance,
+            ratio_to_lower_bound: s.ratio_to_lower_bound,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! `ballast rebalance-corenrn`: redistribute CoreNEURON's `files.dat` entries over machines
 //! and their ranks by the size of their data files, and write the `files.dat` CoreNEURON
 //! reads that assignment from (the layout and weight are documented in
-//! [`ballast_balancer::corenrn`]).
+//! [`ballast_balancer::corenrn`]). The options are checked into a [`Plan`], which runs into
+//! one [`Report`], printed as JSON or as text.
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -12,7 +13,7 @@ use ballast_balancer::corenrn::{
 };
 use ballast_balancer::limits::{available_memory, human_bytes};
 use clap::{Args, ValueEnum};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::output::count;
 
@@ -62,6 +63,13 @@ impl StrategyArg {
             StrategyArg::Neurodamus => RebalanceStrategy::Neurodamus,
         }
     }
+    /// The strategy compared with this one.
+    fn other(self) -> StrategyArg {
+        match self {
+            StrategyArg::Ballast => StrategyArg::Neurodamus,
+            StrategyArg::Neurodamus => StrategyArg::Ballast,
+        }
+    }
     fn name(self) -> &'static str {
         match self {
             StrategyArg::Ballast => "ballast",
@@ -82,142 +90,233 @@ fn kib(b: impl Into<f64>) -> f64 {
     b.into() / 1024.0
 }
 
-pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
-    let files_dat = &args.files_dat;
-    // Before any work (and again when written): an output never replaces a FIFO or device.
-    atomic::refuse_special(&args.output_file).context("--output-file")?;
-    let parsed = FilesDat::read(files_dat)?;
-    let chosen = parsed.entries(files_dat, args.max_entries)?;
-    if let Some(n) = args
-        .max_entries
-        .filter(|&n| n > 0 && n < parsed.lines.len() as u64)
-    {
-        eprintln!(
-            "warning: {}: using the first {n} of {} entry lines (--max-entries)",
-            files_dat.display(),
-            parsed.lines.len()
-        );
-    }
-    let dir = args
-        .dat_path
-        .clone()
-        .unwrap_or_else(|| atomic::parent_dir(files_dat).to_owned());
-    let ids: Vec<String> = chosen.iter().map(|e| e.1.clone()).collect();
-    let entries = size_entries(&dir, &ids, files_dat)?;
-    let strategy = args.strategy.strategy();
-    let layout = rebalance(
-        &entries,
-        args.n_machines,
-        args.ranks_per_node,
-        strategy,
-        available_memory(),
-    )?;
-    check_layout(&layout, entries.len())
-        .map_err(|e| anyhow::anyhow!("internal error: the rebalance lost or duplicated a group: {e}"))?;
-    let text = layout.render(
-        &parsed.version,
-        parsed.gap_junctions,
-        &entries,
-        available_memory(),
-    )?;
-    atomic::refuse_input(&args.output_file, &[atomic::Input::new(files_dat, "FILES_DAT")])?;
-    atomic::write_file(&args.output_file, text.as_bytes()).with_context(|| {
-        format!(
-            "cannot write {} (--output-file chooses where)",
-            args.output_file.display()
-        )
-    })?;
+/// `rebalance-corenrn`'s options, checked.
+struct Plan {
+    files_dat: PathBuf,
+    machines: u32,
+    ranks_per_node: u32,
+    /// Where the data files are: `--dat-path`, else the directory of `files_dat`.
+    dat_dir: PathBuf,
+    max_entries: Option<u64>,
+    strategy: StrategyArg,
+    output_file: PathBuf,
+    histogram: bool,
+    json: bool,
+}
 
-    // The other strategy on the same input, weighed the same way, for comparison.
-    let other_strategy = match args.strategy {
-        StrategyArg::Ballast => StrategyArg::Neurodamus,
-        StrategyArg::Neurodamus => StrategyArg::Ballast,
-    };
-    let other = rebalance(
-        &entries,
-        args.n_machines,
-        args.ranks_per_node,
-        other_strategy.strategy(),
-        available_memory(),
-    );
-    let weight = |i: usize| entries[i].weight();
-    let machines = layout.machine_totals(weight);
-    let ranks = layout.rank_totals(weight);
-    let empty_ranks = layout.ranks.iter().filter(|r| r.is_empty()).count();
-    let nranks = layout.rank_count();
-    if args.json {
-        let stats = |l: &Layout| {
-            let m = l.machine_totals(weight);
-            let r = l.rank_totals(weight);
-            json!({
-                "max_machine_bytes": spread(&m).0, "max_rank_bytes": spread(&r).0,
-                "min_rank_bytes": spread(&r).2,
-            })
-        };
-        let mut value = json!({
-            "files_dat": files_dat, "version": parsed.version, "gap_junctions": parsed.gap_junctions,
-            "entries": entries.len(), "machines": args.n_machines, "ranks_per_machine": args.ranks_per_node,
-            "ranks": nranks, "strategy": args.strategy.name(),
-            "weight": "bytes of {id}_1.dat + {id}_2.dat + {id}_3.dat + {id}_gap.dat",
-            "total_bytes": entries.iter().map(EntryFiles::weight).sum::<u64>(),
-            "machine_bytes": machines, "rank_bytes": ranks,
-            "machine_entries": layout.ranks.chunks(args.ranks_per_node as usize).map(|m| m.iter().map(Vec::len).sum::<usize>()).collect::<Vec<_>>(),
-            "rank_entries": layout.ranks.iter().map(Vec::len).collect::<Vec<_>>(),
-            "empty_ranks": empty_ranks, "rounds": layout.rounds(), "count_line": layout.count_line(),
-            "output": args.output_file,
-        });
-        if let Ok(o) = &other {
-            value[format!("{}_strategy", other_strategy.name())] = stats(o);
-        }
-        outln!("{}", serde_json::to_string_pretty(&value)?);
+/// The weight of a cell group, as the report names it.
+const WEIGHT: &str = "bytes of {id}_1.dat + {id}_2.dat + {id}_3.dat + {id}_gap.dat";
+
+/// The result of `rebalance-corenrn`: the layout written (bytes and groups per machine and
+/// rank) and the other strategy's on the same input.
+#[derive(Serialize)]
+struct Report {
+    files_dat: PathBuf,
+    version: String,
+    gap_junctions: bool,
+    entries: usize,
+    machines: u32,
+    ranks_per_machine: u32,
+    ranks: u64,
+    strategy: &'static str,
+    weight: &'static str,
+    total_bytes: u64,
+    machine_bytes: Vec<u64>,
+    rank_bytes: Vec<u64>,
+    machine_entries: Vec<usize>,
+    rank_entries: Vec<usize>,
+    empty_ranks: usize,
+    rounds: u64,
+    count_line: u64,
+    output: PathBuf,
+    /// The other strategy on the same input, weighed the same way (when it is possible):
+    /// one of the two is given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ballast_strategy: Option<OtherStrategy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    neurodamus_strategy: Option<OtherStrategy>,
+    /// What only the text form prints.
+    #[serde(skip)]
+    text: TextOnly,
+}
+
+/// The other strategy's largest machine and largest and smallest rank, bytes.
+#[derive(Serialize)]
+struct OtherStrategy {
+    max_machine_bytes: u64,
+    max_rank_bytes: u64,
+    min_rank_bytes: u64,
+}
+
+struct TextOnly {
+    other: StrategyArg,
+    /// Why the other strategy is not possible on this input.
+    other_error: Option<String>,
+    dat_dir: PathBuf,
+    histogram: bool,
+}
+
+pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
+    let plan = Plan::new(args)?;
+    let json = plan.json;
+    let report = plan.run()?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
+    render(&report)
+}
+
+impl Plan {
+    /// Checks the options before any work: an output never replaces a FIFO or device (and
+    /// is checked again when written).
+    fn new(args: &RebalanceCorenrnArgs) -> anyhow::Result<Plan> {
+        atomic::refuse_special(&args.output_file).context("--output-file")?;
+        Ok(Plan {
+            files_dat: args.files_dat.clone(),
+            machines: args.n_machines,
+            ranks_per_node: args.ranks_per_node,
+            dat_dir: args
+                .dat_path
+                .clone()
+                .unwrap_or_else(|| atomic::parent_dir(&args.files_dat).to_owned()),
+            max_entries: args.max_entries,
+            strategy: args.strategy,
+            output_file: args.output_file.clone(),
+            histogram: args.histogram,
+            json: args.json,
+        })
+    }
+
+    /// Reads files.dat and the data files' sizes, rebalances, writes the output and weighs
+    /// the other strategy on the same input.
+    fn run(self) -> anyhow::Result<Report> {
+        let files_dat = &self.files_dat;
+        let parsed = FilesDat::read(files_dat)?;
+        let chosen = parsed.entries(files_dat, self.max_entries)?;
+        if let Some(n) = self
+            .max_entries
+            .filter(|&n| n > 0 && n < parsed.lines.len() as u64)
+        {
+            eprintln!(
+                "warning: {}: using the first {n} of {} entry lines (--max-entries)",
+                files_dat.display(),
+                parsed.lines.len()
+            );
+        }
+        let ids: Vec<String> = chosen.iter().map(|e| e.1.clone()).collect();
+        let entries = size_entries(&self.dat_dir, &ids, files_dat)?;
+        let layout = self.rebalance(&entries, self.strategy)?;
+        check_layout(&layout, entries.len())
+            .map_err(|e| anyhow::anyhow!("internal error: the rebalance lost or duplicated a group: {e}"))?;
+        let text = layout.render(
+            &parsed.version,
+            parsed.gap_junctions,
+            &entries,
+            available_memory(),
+        )?;
+        atomic::refuse_input(&self.output_file, &[atomic::Input::new(files_dat, "FILES_DAT")])?;
+        atomic::write_file(&self.output_file, text.as_bytes()).with_context(|| {
+            format!(
+                "cannot write {} (--output-file chooses where)",
+                self.output_file.display()
+            )
+        })?;
+        // The other strategy on the same input, weighed the same way, for comparison.
+        let other = self.rebalance(&entries, self.strategy.other());
+        Ok(self.report(parsed, &entries, &layout, other))
+    }
+
+    fn rebalance(&self, entries: &[EntryFiles], strategy: StrategyArg) -> anyhow::Result<Layout> {
+        Ok(rebalance(
+            entries,
+            self.machines,
+            self.ranks_per_node,
+            strategy.strategy(),
+            available_memory(),
+        )?)
+    }
+
+    fn report(
+        self,
+        parsed: FilesDat,
+        entries: &[EntryFiles],
+        layout: &Layout,
+        other: anyhow::Result<Layout>,
+    ) -> Report {
+        let weight = |i: usize| entries[i].weight();
+        let stats = |l: &Layout| {
+            let r = l.rank_totals(weight);
+            OtherStrategy {
+                max_machine_bytes: spread(&l.machine_totals(weight)).0,
+                max_rank_bytes: spread(&r).0,
+                min_rank_bytes: spread(&r).2,
+            }
+        };
+        let other_strategy = self.strategy.other();
+        let (other_stats, other_error) = match &other {
+            Ok(o) => (Some(stats(o)), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let (mut ballast_strategy, mut neurodamus_strategy) = (None, None);
+        match other_strategy {
+            StrategyArg::Ballast => ballast_strategy = other_stats,
+            StrategyArg::Neurodamus => neurodamus_strategy = other_stats,
+        }
+        Report {
+            files_dat: self.files_dat,
+            version: parsed.version,
+            gap_junctions: parsed.gap_junctions,
+            entries: entries.len(),
+            machines: self.machines,
+            ranks_per_machine: self.ranks_per_node,
+            ranks: layout.rank_count(),
+            strategy: self.strategy.name(),
+            weight: WEIGHT,
+            total_bytes: entries.iter().map(EntryFiles::weight).sum::<u64>(),
+            machine_bytes: layout.machine_totals(weight),
+            rank_bytes: layout.rank_totals(weight),
+            machine_entries: layout
+                .ranks
+                .chunks(self.ranks_per_node as usize)
+                .map(|m| m.iter().map(Vec::len).sum::<usize>())
+                .collect(),
+            rank_entries: layout.ranks.iter().map(Vec::len).collect(),
+            empty_ranks: layout.ranks.iter().filter(|r| r.is_empty()).count(),
+            rounds: layout.rounds(),
+            count_line: layout.count_line(),
+            output: self.output_file,
+            ballast_strategy,
+            neurodamus_strategy,
+            text: TextOnly {
+                other: other_strategy,
+                other_error,
+                dat_dir: self.dat_dir,
+                histogram: self.histogram,
+            },
+        }
+    }
+}
+
+/// Prints `r` as text: the header, per machine, the spreads, the other strategy, the
+/// histograms when asked, and how to run CoreNEURON on the output.
+fn render(r: &Report) -> anyhow::Result<()> {
     outln!(
         "ballast rebalance-corenrn: {} ({}, version {}{}) -> {} × {} per machine = {}, strategy {}",
-        count(entries.len() as u64, "cell group"),
-        files_dat.display(),
-        parsed.version,
-        if parsed.gap_junctions {
-            ", gap junctions"
-        } else {
-            ""
-        },
-        count(args.n_machines, "machine"),
-        count(args.ranks_per_node, "rank"),
-        count(nranks, "rank"),
-        args.strategy.name()
+        count(r.entries as u64, "cell group"),
+        r.files_dat.display(),
+        r.version,
+        if r.gap_junctions { ", gap junctions" } else { "" },
+        count(r.machines, "machine"),
+        count(r.ranks_per_machine, "rank"),
+        count(r.ranks, "rank"),
+        r.strategy
     );
     outln!("weight of a group: bytes of {{id}}_1.dat + {{id}}_2.dat + {{id}}_3.dat + {{id}}_gap.dat (those present); total {}\n",
-        human_bytes(entries.iter().map(EntryFiles::weight).sum()));
-    outln!(
-        "{:>8} {:>8} {:>14} {:>14} {:>14} {:>6}",
-        "machine",
-        "groups",
-        "total KiB",
-        "largest rank",
-        "smallest rank",
-        "empty"
-    );
-    let rpm = args.ranks_per_node as usize;
-    for (m, total) in machines.iter().enumerate() {
-        let r = &ranks[m * rpm..(m + 1) * rpm];
-        let groups: usize = layout.ranks[m * rpm..(m + 1) * rpm].iter().map(Vec::len).sum();
-        let empty = layout.ranks[m * rpm..(m + 1) * rpm]
-            .iter()
-            .filter(|r| r.is_empty())
-            .count();
-        outln!(
-            "{:>8} {:>8} {:>14.1} {:>14.1} {:>14.1} {:>6}",
-            m,
-            groups,
-            kib(*total as f64),
-            kib(spread(r).0 as f64),
-            kib(spread(r).2 as f64),
-            empty
-        );
-    }
-    let (mmax, mmean, mmin) = spread(&machines);
-    let (rmax, rmean, rmin) = spread(&ranks);
+        human_bytes(r.total_bytes));
+    machine_table(r)?;
+    let (mmax, mmean, mmin) = spread(&r.machine_bytes);
+    let (rmax, rmean, rmin) = spread(&r.rank_bytes);
     let ratio = |max: u64, mean: f64| if mean > 0.0 { max as f64 / mean } else { 1.0 };
     outln!(
         "\nmachines: largest {:.1} KiB, mean {:.1}, smallest {:.1} (largest/mean {:.4})",
@@ -232,61 +331,99 @@ pub fn run(args: &RebalanceCorenrnArgs) -> anyhow::Result<()> {
         kib(rmean),
         kib(rmin as f64),
         ratio(rmax, rmean),
-        empty_ranks,
-        count(nranks, "rank")
+        r.empty_ranks,
+        count(r.ranks, "rank")
     );
-    match &other {
-        Ok(o) => outln!(
-            "{} strategy on the same input, same weight: largest machine {:.1} KiB, largest rank {:.1} KiB",
-            other_strategy.name(),
-            kib(spread(&o.machine_totals(weight)).0 as f64),
-            kib(spread(&o.rank_totals(weight)).0 as f64)
+    let other = r.text.other.name();
+    match (r.ballast_strategy.as_ref().or(r.neurodamus_strategy.as_ref()), &r.text.other_error) {
+        (Some(o), _) => outln!(
+            "{other} strategy on the same input, same weight: largest machine {:.1} KiB, largest rank {:.1} KiB",
+            kib(o.max_machine_bytes as f64),
+            kib(o.max_rank_bytes as f64)
         ),
-        Err(e) => outln!(
-            "{} strategy on the same input: not possible ({e})",
-            other_strategy.name()
+        (None, e) => outln!(
+            "{other} strategy on the same input: not possible ({})",
+            e.as_deref().unwrap_or_default()
         ),
     }
-    if args.histogram {
-        for (what, values) in [("machine", &machines), ("rank", &ranks)] {
-            outln!("\n{what} totals (KiB), 40 bins, empty bins not shown:");
-            let h = histogram(values, 40);
-            let most = h.iter().map(|b| b.2).max().unwrap_or(1).max(1);
-            for (start, end, n) in h.into_iter().filter(|b| b.2 > 0) {
-                outln!(
-                    "  [{:>10.1} - {:>10.1}]: {:>6} {}",
-                    kib(start),
-                    kib(end),
-                    n,
-                    "#".repeat((n * 40).div_ceil(most))
-                );
-            }
-        }
+    if r.text.histogram {
+        histograms(r)?;
     }
-    if empty_ranks > 0 {
+    if r.empty_ranks > 0 {
         eprintln!(
             "warning: {} of {} load no cell group",
-            empty_ranks,
-            count(nranks, "rank")
+            r.empty_ranks,
+            count(r.ranks, "rank")
         );
     }
     outln!(
         "\nwrote {} (count line {} = {} × {}: every line written, padding included)",
-        args.output_file.display(),
-        layout.count_line(),
-        count(layout.rounds(), "round"),
-        count(nranks, "rank")
+        r.output.display(),
+        r.count_line,
+        count(r.rounds, "round"),
+        count(r.ranks, "rank")
     );
     // CoreNEURON opens `-d` + "/" + `-f` (main1.cpp: `datpath + "/" + files_dat`), so `-f` is
     // the output's path relative to the data directory.
-    let files_dat = relative_to(&dir, &args.output_file);
+    let dir = &r.text.dat_dir;
+    let files_dat = relative_to(dir, &r.output);
+    let nranks = r.ranks;
     outln!(
         "run CoreNEURON on exactly {nranks} ranks ({} × {}): mpirun -n {nranks} special-core --mpi -d {} -f {} (-f is read relative to -d; with any other rank count groups would be lost)",
-        args.n_machines,
-        args.ranks_per_node,
+        r.machines,
+        r.ranks_per_machine,
         dir.display(),
         files_dat.display()
     );
+    Ok(())
+}
+
+/// One row per machine: groups, total, largest and smallest rank, empty ranks.
+fn machine_table(r: &Report) -> anyhow::Result<()> {
+    outln!(
+        "{:>8} {:>8} {:>14} {:>14} {:>14} {:>6}",
+        "machine",
+        "groups",
+        "total KiB",
+        "largest rank",
+        "smallest rank",
+        "empty"
+    );
+    let rpm = r.ranks_per_machine as usize;
+    for (m, total) in r.machine_bytes.iter().enumerate() {
+        let ranks = &r.rank_bytes[m * rpm..(m + 1) * rpm];
+        let entries = &r.rank_entries[m * rpm..(m + 1) * rpm];
+        let groups: usize = entries.iter().sum();
+        let empty = entries.iter().filter(|&&n| n == 0).count();
+        outln!(
+            "{:>8} {:>8} {:>14.1} {:>14.1} {:>14.1} {:>6}",
+            m,
+            groups,
+            kib(*total as f64),
+            kib(spread(ranks).0 as f64),
+            kib(spread(ranks).2 as f64),
+            empty
+        );
+    }
+    Ok(())
+}
+
+/// Histograms of the machine and rank totals (`--histogram`).
+fn histograms(r: &Report) -> anyhow::Result<()> {
+    for (what, values) in [("machine", &r.machine_bytes), ("rank", &r.rank_bytes)] {
+        outln!("\n{what} totals (KiB), 40 bins, empty bins not shown:");
+        let h = histogram(values, 40);
+        let most = h.iter().map(|b| b.2).max().unwrap_or(1).max(1);
+        for (start, end, n) in h.into_iter().filter(|b| b.2 > 0) {
+            outln!(
+                "  [{:>10.1} - {:>10.1}]: {:>6} {}",
+                kib(start),
+                kib(end),
+                n,
+                "#".repeat((n * 40).div_ceil(most))
+            );
+        }
+    }
     Ok(())
 }
 

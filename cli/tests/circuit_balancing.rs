@@ -3,13 +3,12 @@
 #![cfg(feature = "sonata")]
 mod common;
 
-use std::process::Output;
-
 use ballast_balancer::circuit::{dry_run_from_circuit, MetypeMemory};
 use ballast_balancer::sonata::Circuit;
 use ballast_balancer::transport_aware::balance_transport_aware;
 use ballast_balancer::BalancerConfig;
 use ballast_runtime::{RecvSharing, TransportConfig};
+use common::cmd::stderr;
 use serde_json::Value;
 
 fn defaults() -> MetypeMemory {
@@ -20,10 +19,6 @@ fn defaults() -> MetypeMemory {
         "the documented defaults"
     );
     d
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

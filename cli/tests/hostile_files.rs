@@ -10,19 +10,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::ballast;
-
-fn run(args: &[&str], dir: &Path) -> Output {
-    ballast()
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run ballast")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::cmd::{run, stderr};
 
 fn mkfifo(path: &Path) {
     let s = std::process::Command::new("mkfifo").arg(path).status().unwrap();

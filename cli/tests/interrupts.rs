@@ -8,15 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::ballast;
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
+use common::cmd::files_in;
 
 /// Whether `pid` has a file open in `dir` (by /proc/PID/fd), and whether it is unnamed.
 fn open_in(pid: u32, dir: &Path) -> Option<bool> {

@@ -9,31 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::ballast;
+use common::cmd::{files_in, run, stderr};
 use serde_json::Value;
-
-fn run(args: &[&str], dir: &Path) -> Output {
-    ballast()
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run ballast")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 /// The md5 of a file (`md5sum`), or its bytes when md5sum is absent.

@@ -1,7 +1,10 @@
-//! Test helpers shared by the `ballast` binary's integration tests (`shared_data` is the
-//! balancer's: one copy for the workspace's test crates).
+//! Test helpers shared by the `ballast` binary's integration tests: running the command
+//! ([`cmd`]), as an unprivileged user, and `shared_data` (the balancer's: one copy for the
+//! workspace's test crates).
 #![allow(dead_code)]
 use std::path::PathBuf;
+
+pub mod cmd;
 
 #[path = "../../../balancer/tests/common/mod.rs"]
 mod balancer_common;

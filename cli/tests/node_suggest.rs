@@ -7,18 +7,9 @@ mod common;
 
 use std::fs;
 use std::path::Path;
-use std::process::Output;
 
-use common::ballast;
+use common::cmd::run;
 use serde_json::Value;
-
-fn run(args: &[&str], dir: &Path) -> Output {
-    ballast()
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run ballast")
-}
 
 fn ok_json(args: &[&str], dir: &Path) -> Value {
     let mut a = vec!["dry-run"];
