@@ -1123,7 +1123,9 @@ mod scan {
             std::thread::scope(|scope| {
                 let (guess_tx, guess_rx) = std::sync::mpsc::channel();
                 let mut other = parallel.then(|| {
-                    Some(scope.spawn(move || {
+                    // `Some(None)` when no thread can start: its sender is dropped, so
+                    // this scan reads on itself.
+                    crate::spawn::scoped(scope, move || {
                         // Its gid arrays come from this thread's allocator arena: grown
                         // at once for about what the half holds (4 B per gid of at least
                         // 6 B of text: "1234,\n"; the arrays are exact).
@@ -1135,7 +1137,7 @@ mod scan {
                         guess?;
                         let tail = s.scan_from()?;
                         s.fault.is_none().then_some(tail)
-                    }))
+                    })
                 });
                 // Where the other scan started, once this one is past the middle.
                 let mut guess: Option<Option<u64>> = None;

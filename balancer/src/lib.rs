@@ -26,6 +26,7 @@ pub mod readfile;
 mod seen;
 #[cfg(feature = "sonata")]
 pub mod sonata;
+pub mod spawn;
 pub mod strategy;
 pub mod summary;
 pub mod synthetic;

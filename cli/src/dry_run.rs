@@ -675,7 +675,7 @@ fn balance_step(
     // On a second thread while the strategy runs: neurodamus' result on the same input,
     // for comparison (one greedy pass), and what the sidecar takes from the dry run.
     let (balanced, seconds, (baseline, cost_inputs, gid_tables)) = std::thread::scope(|s| {
-        let side = s.spawn(|| {
+        let side = ballast_balancer::spawn::side(s, || {
             let baseline = (args.strategy != Strategy::Neurodamus).then(|| {
                 let nd = BalancerConfig {
                     strategy: Strategy::Neurodamus,
@@ -694,11 +694,7 @@ fn balance_step(
         let start = Instant::now();
         let balanced = balance_charged_counted(dry_run, input.network.as_ref(), config, charge, placed);
         let seconds = start.elapsed().as_secs_f64();
-        (
-            balanced,
-            seconds,
-            side.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
+        (balanced, seconds, side.join())
     });
     let Balanced {
         allocation,
@@ -804,15 +800,12 @@ fn write_outputs(
     // summary and the costs: none of them is needed to write it, and nothing is in place
     // before the check has passed.
     let (staged, (valid, summary, costs)) = std::thread::scope(|s| {
-        let side = s.spawn(|| {
+        let side = ballast_balancer::spawn::side(s, || {
             let (valid, summary) = Summary::checked_with(allocation, dry_run, gid_tables);
             (valid, summary, costs())
         });
         let staged = stage_allocation(dir, allocation);
-        (
-            staged,
-            side.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
+        (staged, side.join())
     });
     valid.context("internal error: the balancer lost or duplicated a cell")?;
     let mut files: Vec<AtomicFile> = vec![staged.with_context(in_dir)?];
