@@ -319,18 +319,12 @@ impl DryRun {
         let value: Value = serde_json::from_slice(text)
             .map_err(|source| crate::jsonerror::json_error(text, path, source))?;
         let notes = match value.as_object() {
-            Some(root) => root
-                .keys()
-                .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
-                .map(|k| {
-                    format!(
-                        "{}: ignoring unknown key {} (known: {})",
-                        path.display(),
-                        quote(k),
-                        KNOWN_KEYS.join(", ")
-                    )
-                })
-                .collect(),
+            Some(root) => {
+                let unknown = || root.keys().filter(|k| !KNOWN_KEYS.contains(&k.as_str()));
+                let named = crate::dryrun_json::UNKNOWN_KEYS_NAMED;
+                let more = unknown().count().saturating_sub(named) as u64;
+                crate::dryrun_json::unknown_key_notes(path, unknown().take(named), more)
+            }
             None => Vec::new(),
         };
         Ok((Self::from_json_value(&value, path)?, notes))

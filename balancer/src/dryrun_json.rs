@@ -128,8 +128,11 @@ enum Root {
 
 /// The top-level object's keys and the values of the known ones.
 struct RootObject {
-    /// Every top-level key, first-seen order.
+    /// The top-level keys, first-seen order: the known ones and the first
+    /// [`UNKNOWN_KEYS_NAMED`] unknown ones.
     keys: Vec<String>,
+    /// Unknown keys beyond those (a repeated one counted each time).
+    unknown_more: u64,
     memory: Option<Object<Number>>,
     synapses: Option<Object<Number>>,
     populations: Option<Object<Object<Gids>>>,
@@ -318,8 +321,10 @@ impl<'de> Deserialize<'de> for Root {
                 f.write_str("any JSON value")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Root, A::Error> {
-                // Each key once, first-seen order (a set: millions of keys stay linear).
+                // Each key once, first-seen order: the known ones and the first unknown
+                // ones; the others only counted (millions of keys keep nothing).
                 let mut keys: Entries<()> = Entries::new();
+                let (mut unknown, mut unknown_more) = (0, 0u64);
                 let (mut memory, mut synapses, mut populations) = (None, None, None);
                 while let Some(Key(key)) = map.next_key::<Key>()? {
                     match key.as_str() {
@@ -328,6 +333,14 @@ impl<'de> Deserialize<'de> for Root {
                         "pop_metype_gids" => populations = Some(map.next_value()?),
                         _ => {
                             map.next_value::<Drain>()?;
+                            if keys.get(&key).is_some() {
+                                continue;
+                            }
+                            if unknown == UNKNOWN_KEYS_NAMED {
+                                unknown_more += 1;
+                                continue;
+                            }
+                            unknown += 1;
                         }
                     }
                     keys.insert(key, ())
@@ -335,6 +348,7 @@ impl<'de> Deserialize<'de> for Root {
                 }
                 Ok(Root::Object(Box::new(RootObject {
                     keys: keys.list.into_iter().map(|(k, ())| k).collect(),
+                    unknown_more,
                     memory,
                     synapses,
                     populations,
@@ -434,6 +448,36 @@ impl From<BalancerError> for Fail {
     }
 }
 
+/// Most unknown top-level keys named in notes; the others are counted in one more note.
+pub(crate) const UNKNOWN_KEYS_NAMED: usize = 10;
+
+/// The notes on unknown top-level keys: one per key in `named` (at most
+/// [`UNKNOWN_KEYS_NAMED`] are given), and one counting `more` others when there are any.
+pub(crate) fn unknown_key_notes<'a>(
+    path: &Path,
+    named: impl Iterator<Item = &'a String>,
+    more: u64,
+) -> Vec<String> {
+    let mut notes: Vec<String> = named
+        .map(|k| {
+            format!(
+                "{}: ignoring unknown key {} (known: {})",
+                path.display(),
+                quote(k),
+                KNOWN_KEYS.join(", ")
+            )
+        })
+        .collect();
+    if more > 0 {
+        notes.push(format!(
+            "{}: ignoring {more} more unknown key{} (only the first {UNKNOWN_KEYS_NAMED} are named)",
+            path.display(),
+            if more == 1 { "" } else { "s" }
+        ));
+    }
+    notes
+}
+
 /// Validates what was read into the dry run and the notes on unknown keys.
 fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
     match validate(root, path) {
@@ -458,22 +502,16 @@ fn validate(root: Root, path: &Path) -> std::result::Result<(DryRun, Vec<String>
     };
     let RootObject {
         keys,
+        unknown_more,
         memory,
         synapses,
         populations,
     } = *root;
-    let notes = keys
-        .iter()
-        .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
-        .map(|k| {
-            format!(
-                "{}: ignoring unknown key {} (known: {})",
-                path.display(),
-                quote(k),
-                KNOWN_KEYS.join(", ")
-            )
-        })
-        .collect();
+    let notes = unknown_key_notes(
+        path,
+        keys.iter().filter(|k| !KNOWN_KEYS.contains(&k.as_str())),
+        unknown_more,
+    );
     fn object<'a, T>(
         v: &'a Option<Object<T>>,
         key: &str,
@@ -1279,6 +1317,7 @@ mod scan {
         s.peek().is_none().then(|| {
             Root::Object(Box::new(RootObject {
                 keys,
+                unknown_more: 0,
                 memory,
                 synapses,
                 populations,
