@@ -57,28 +57,28 @@ fn install_handler() {
             .into_iter()
             .filter(|&s| ignored & (1u64 << (s - 1)) == 0)
             .collect();
-        if wanted.is_empty() {
+        // Without the address space to start its thread (`crate::spawn`), or without the
+        // handler, the default actions stay: temporaries may be left, as without a handler.
+        if wanted.is_empty() || !crate::spawn::fits(1, 0) {
             return;
         }
         let Ok(mut signals) = signal_hook::iterator::Signals::new(wanted) else {
-            return; // the default actions stay: temporaries may be left, as without a handler
+            return;
         };
-        let _ = std::thread::Builder::new()
-            .name("ballast-signals".into())
-            .spawn(move || {
-                if let Some(signal) = signals.forever().next() {
-                    let guard = live();
-                    for path in guard.iter() {
-                        let _ = std::fs::remove_file(path);
-                    }
-                    let dirs = lock(&MADE_DIRS);
-                    for dir in dirs.iter().rev() {
-                        let _ = std::fs::remove_dir(dir);
-                    }
-                    let _ = signal_hook::low_level::emulate_default_handler(signal);
-                    std::process::exit(128 + signal);
+        let _ = crate::spawn::detached("ballast-signals", move || {
+            if let Some(signal) = signals.forever().next() {
+                let guard = live();
+                for path in guard.iter() {
+                    let _ = std::fs::remove_file(path);
                 }
-            });
+                let dirs = lock(&MADE_DIRS);
+                for dir in dirs.iter().rev() {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+                std::process::exit(128 + signal);
+            }
+        });
     });
 }
 
@@ -356,14 +356,14 @@ pub fn write_file(target: &Path, bytes: &[u8]) -> Result<()> {
 pub fn commit_all(files: Vec<AtomicFile>) -> Result<Vec<PathBuf>> {
     let targets: Vec<PathBuf> = files.iter().map(|f| f.target.clone()).collect();
     let synced: Vec<Result<()>> = std::thread::scope(|s| {
-        let others: Vec<_> = files.iter().skip(1).map(|f| s.spawn(move || f.sync())).collect();
+        let others: Vec<_> = files
+            .iter()
+            .skip(1)
+            .map(|f| crate::spawn::side(s, move || f.sync()))
+            .collect();
         let first = files.first().map_or(Ok(()), AtomicFile::sync);
         std::iter::once(first)
-            .chain(
-                others
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
-            )
+            .chain(others.into_iter().map(crate::spawn::Side::join))
             .collect()
     });
     if let Some((i, error)) = synced

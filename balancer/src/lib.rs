@@ -23,6 +23,7 @@ pub mod quote;
 pub mod read_file;
 #[cfg(feature = "sonata")]
 pub mod sonata;
+pub mod spawn;
 pub mod strategy;
 pub mod summary;
 pub mod synthetic;

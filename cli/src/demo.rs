@@ -64,7 +64,11 @@ fn step<T>(what: &str, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"));
     bar.set_message(what.to_owned());
-    bar.enable_steady_tick(Duration::from_millis(120));
+    // Ticked by a thread of indicatif's, started only where one can start
+    // (ballast_balancer::spawn).
+    if ballast_balancer::spawn::fits(1, 0) {
+        bar.enable_steady_tick(Duration::from_millis(120));
+    }
     let start = Instant::now();
     let out = f();
     bar.finish_and_clear();

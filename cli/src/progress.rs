@@ -77,7 +77,8 @@ pub fn with_progress<T>(
 ) -> T {
     let finished = AtomicBool::new(false);
     std::thread::scope(|s| {
-        s.spawn(|| {
+        // No bar when no thread can start (ballast_balancer::spawn).
+        ballast_balancer::spawn::scoped(s, || {
             let start = Instant::now();
             let mut bar: Option<ProgressBar> = None;
             while !finished.load(Ordering::Acquire) {
@@ -129,7 +130,8 @@ const STEP_SHOW_AFTER: Duration = Duration::from_secs(1);
 pub fn step_counted<T>(label: &str, progress: Option<(u64, &dyn Counter)>, f: impl FnOnce() -> T) -> T {
     let finished = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let spinner = s.spawn(|| {
+        // No spinner when no thread can start (ballast_balancer::spawn).
+        let spinner = ballast_balancer::spawn::scoped(s, || {
             let start = Instant::now();
             let mut bar: Option<ProgressBar> = None;
             while !finished.load(Ordering::Acquire) {
@@ -169,14 +171,16 @@ pub fn step_counted<T>(label: &str, progress: Option<(u64, &dyn Counter)>, f: im
             }
         });
         // Stops the spinner also when `f` panics (the scope then waits for its thread).
-        struct Finish<'a>(&'a AtomicBool, std::thread::Thread);
+        struct Finish<'a>(&'a AtomicBool, Option<std::thread::Thread>);
         impl Drop for Finish<'_> {
             fn drop(&mut self) {
                 self.0.store(true, Ordering::Release);
-                self.1.unpark();
+                if let Some(t) = &self.1 {
+                    t.unpark();
+                }
             }
         }
-        let _finish = Finish(&finished, spinner.thread().clone());
+        let _finish = Finish(&finished, spinner.map(|h| h.thread().clone()));
         f()
     })
 }

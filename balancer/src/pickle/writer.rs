@@ -67,6 +67,21 @@ fn stage_with_threads(
             )));
         }
     }
+    // gzp starts a writing thread and `threads` compressing ones, with up to four blocks
+    // per compressing thread in flight: as many as can start (`crate::spawn`; the bytes do
+    // not depend on it), or a clean error.
+    let Some(threads) = (1..=threads)
+        .rev()
+        .find(|&n| crate::spawn::fits(n + 1, (4 * n * BLOCK) as u64))
+    else {
+        return Err(BalancerError::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::OutOfMemory,
+                "no address space left (ulimit -v) to start the threads compressing it",
+            ),
+        ));
+    };
     // Unnamed until committed, mode 0666 less the umask (neurodamus run by another user of
     // the group can read it).
     let mut tmp = crate::atomic::AtomicFile::create(path)?;

@@ -42,7 +42,7 @@ pub(super) fn balance_step(
     // On a second thread while the strategy runs: neurodamus' result on the same input,
     // for comparison (one greedy pass), and what the sidecar takes from the dry run.
     let (balanced, seconds, (baseline, cost_inputs, gid_tables)) = std::thread::scope(|s| {
-        let side = s.spawn(|| {
+        let side = ballast_balancer::spawn::side(s, || {
             let baseline = (config.strategy != Strategy::Neurodamus).then(|| {
                 let nd = BalancerConfig {
                     strategy: Strategy::Neurodamus,
@@ -61,11 +61,7 @@ pub(super) fn balance_step(
         let start = Instant::now();
         let balanced = balance_charged(dry_run, input.network.as_ref(), config, charge, Some(placed));
         let seconds = start.elapsed().as_secs_f64();
-        (
-            balanced,
-            seconds,
-            side.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
+        (balanced, seconds, side.join())
     });
     let Balanced {
         allocation,

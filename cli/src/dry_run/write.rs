@@ -121,15 +121,12 @@ fn write_outputs(
     // summary and the costs: none of them is needed to write it, and nothing is in place
     // before the check has passed.
     let (staged, (valid, summary, costs)) = std::thread::scope(|s| {
-        let side = s.spawn(|| {
+        let side = ballast_balancer::spawn::side(s, || {
             let (valid, summary) = Summary::checked_with(allocation, dry_run, gid_tables);
             (valid, summary, costs())
         });
         let staged = stage_allocation(dir, allocation);
-        (
-            staged,
-            side.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
+        (staged, side.join())
     });
     valid.context("internal error: the balancer lost or duplicated a cell")?;
     let mut files: Vec<AtomicFile> = vec![staged.with_context(in_dir)?];

@@ -94,13 +94,3 @@ impl Unprivileged {
         &self.work
     }
 }
-
-/// Whether a run under `ulimit -v` ended in the one abort that is not Ballast's: the Rust
-/// standard library's start of a new thread, which maps the thread's signal stack after
-/// `spawn` has returned and aborts when that mapping fails ("failed to allocate an
-/// alternative stack"), a race with the other threads' allocations that user code cannot
-/// catch. Every other abort still fails the memory tests.
-pub fn std_thread_start_abort(status: &std::process::ExitStatus, stderr: &str) -> bool {
-    use std::os::unix::process::ExitStatusExt;
-    status.signal() == Some(6) && stderr.contains("failed to allocate an alternative stack")
-}

@@ -38,11 +38,8 @@ pub(crate) fn read_halves(file: &fs::File, size: usize, path: &Path, done: &Prog
         Ok(())
     };
     let (a, b) = std::thread::scope(|s| {
-        let b = s.spawn(|| read(second, size / 2));
-        (
-            read(first, 0),
-            b.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        )
+        let b = crate::spawn::side(s, || read(second, size / 2));
+        (read(first, 0), b.join())
     });
     match a.and(b) {
         Ok(()) => {}

@@ -513,7 +513,9 @@ impl Scanner<'_> {
         std::thread::scope(|scope| {
             let (guess_tx, guess_rx) = std::sync::mpsc::channel();
             let mut other = parallel.then(|| {
-                Some(scope.spawn(move || {
+                // `Some(None)` when no thread can start: its sender is dropped, so
+                // this scan reads on itself.
+                crate::spawn::scoped(scope, move || {
                     // Its gid arrays come from this thread's allocator arena: grown
                     // at once for about what the half holds (4 B per gid of at least
                     // 6 B of text: "1234,\n"; the arrays are exact).
@@ -525,7 +527,7 @@ impl Scanner<'_> {
                     guess?;
                     let tail = s.scan_from()?;
                     s.fault.is_none().then_some(tail)
-                }))
+                })
             });
             // Where the other scan started, once this one is past the middle.
             let mut guess: Option<Option<u64>> = None;
@@ -667,6 +669,7 @@ fn root_of(s: &mut Scanner) -> Option<Root> {
     s.peek().is_none().then(|| {
         Root::Object(Box::new(RootObject {
             keys,
+            unknown_more: 0,
             memory,
             synapses,
             populations,

@@ -37,6 +37,36 @@ pub(super) fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
 }
 
 /// [`finish`]'s work; what it read is dropped when it returns.
+/// Most unknown top-level keys named in notes; the others are counted in one more note.
+pub(crate) const UNKNOWN_KEYS_NAMED: usize = 10;
+
+/// The notes on unknown top-level keys: one per key in `named` (at most
+/// [`UNKNOWN_KEYS_NAMED`] are given), and one counting `more` others when there are any.
+pub(crate) fn unknown_key_notes<'a>(
+    path: &Path,
+    named: impl Iterator<Item = &'a String>,
+    more: u64,
+) -> Vec<String> {
+    let mut notes: Vec<String> = named
+        .map(|k| {
+            format!(
+                "{}: ignoring unknown key {} (known: {})",
+                path.display(),
+                quote(k),
+                KNOWN_KEYS.join(", ")
+            )
+        })
+        .collect();
+    if more > 0 {
+        notes.push(format!(
+            "{}: ignoring {more} more unknown key{} (only the first {UNKNOWN_KEYS_NAMED} are named)",
+            path.display(),
+            if more == 1 { "" } else { "s" }
+        ));
+    }
+    notes
+}
+
 fn validate(root: Root, path: &Path) -> std::result::Result<(DryRun, Vec<String>), Fail> {
     let err = |field: String, message: String| {
         Fail::Error(BalancerError::DryRun {
@@ -50,22 +80,16 @@ fn validate(root: Root, path: &Path) -> std::result::Result<(DryRun, Vec<String>
     };
     let RootObject {
         keys,
+        unknown_more,
         memory,
         synapses,
         populations,
     } = *root;
-    let notes = keys
-        .iter()
-        .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
-        .map(|k| {
-            format!(
-                "{}: ignoring unknown key {} (known: {})",
-                path.display(),
-                quote(k),
-                KNOWN_KEYS.join(", ")
-            )
-        })
-        .collect();
+    let notes = unknown_key_notes(
+        path,
+        keys.iter().filter(|k| !KNOWN_KEYS.contains(&k.as_str())),
+        unknown_more,
+    );
     fn object<'a, T>(
         v: &'a Option<Object<T>>,
         key: &str,

@@ -116,8 +116,11 @@ pub(super) enum Root {
 
 /// The top-level object's keys and the values of the known ones.
 pub(super) struct RootObject {
-    /// Every top-level key, first-seen order.
+    /// The top-level keys, first-seen order: the known ones and the first
+    /// [`UNKNOWN_KEYS_NAMED`](super::validate::UNKNOWN_KEYS_NAMED) unknown ones.
     pub(super) keys: Vec<String>,
+    /// Unknown keys beyond those (a repeated one counted each time).
+    pub(super) unknown_more: u64,
     pub(super) memory: Option<Object<Number>>,
     pub(super) synapses: Option<Object<Number>>,
     pub(super) populations: Option<Object<Object<Gids>>>,
@@ -306,8 +309,10 @@ impl<'de> Deserialize<'de> for Root {
                 f.write_str("any JSON value")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Root, A::Error> {
-                // Each key once, first-seen order (a set: millions of keys stay linear).
+                // Each key once, first-seen order: the known ones and the first unknown
+                // ones; the others only counted (millions of keys keep nothing).
                 let mut keys: Entries<()> = Entries::new();
+                let (mut unknown, mut unknown_more) = (0, 0u64);
                 let (mut memory, mut synapses, mut populations) = (None, None, None);
                 while let Some(Key(key)) = map.next_key::<Key>()? {
                     match key.as_str() {
@@ -316,6 +321,14 @@ impl<'de> Deserialize<'de> for Root {
                         "pop_metype_gids" => populations = Some(map.next_value()?),
                         _ => {
                             map.next_value::<Drain>()?;
+                            if keys.get(&key).is_some() {
+                                continue;
+                            }
+                            if unknown == super::validate::UNKNOWN_KEYS_NAMED {
+                                unknown_more += 1;
+                                continue;
+                            }
+                            unknown += 1;
                         }
                     }
                     keys.insert(key, ())
@@ -323,6 +336,7 @@ impl<'de> Deserialize<'de> for Root {
                 }
                 Ok(Root::Object(Box::new(RootObject {
                     keys: keys.list.into_iter().map(|(k, ())| k).collect(),
+                    unknown_more,
                     memory,
                     synapses,
                     populations,

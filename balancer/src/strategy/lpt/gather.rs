@@ -234,10 +234,10 @@ pub(super) fn gather_beside<S: Slot>(
     let (moved, built) = std::thread::scope(|s| {
         let before = &*assign;
         let claim = &claim;
-        let side = s.spawn(move || claim(before));
+        let side = crate::spawn::side(s, move || claim(before));
         let moved = refine();
         let mut built = claim(before);
-        built.extend(side.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        built.extend(side.join());
         (moved, built)
     });
     let mut tables: Vec<Option<GidTable<S>>> = (0..populations).map(|_| None).collect();
@@ -292,12 +292,12 @@ pub(super) fn each_on_a_thread<T: Send, R: Send>(mut items: Vec<T>, f: impl Fn(T
     }
     std::thread::scope(|s| {
         let f = &f;
-        let handles: Vec<_> = items.into_iter().map(|t| s.spawn(move || f(t))).collect();
-        let mine = f(last);
-        let mut out: Vec<R> = handles
+        let handles: Vec<_> = items
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .map(|t| crate::spawn::side(s, move || f(t)))
             .collect();
+        let mine = f(last);
+        let mut out: Vec<R> = handles.into_iter().map(crate::spawn::Side::join).collect();
         out.push(mine);
         out
     })

@@ -16,18 +16,12 @@ pub(super) fn read_via_value(text: &[u8], path: &Path) -> Result<(DryRun, Vec<St
     let value: Value = serde_json::from_slice(text)
         .map_err(|source| crate::dry_run::json::error::json_error(text, path, source))?;
     let notes = match value.as_object() {
-        Some(root) => root
-            .keys()
-            .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
-            .map(|k| {
-                format!(
-                    "{}: ignoring unknown key {} (known: {})",
-                    path.display(),
-                    quote(k),
-                    KNOWN_KEYS.join(", ")
-                )
-            })
-            .collect(),
+        Some(root) => {
+            let unknown = || root.keys().filter(|k| !KNOWN_KEYS.contains(&k.as_str()));
+            let named = crate::dry_run::json::validate::UNKNOWN_KEYS_NAMED;
+            let more = unknown().count().saturating_sub(named) as u64;
+            crate::dry_run::json::validate::unknown_key_notes(path, unknown().take(named), more)
+        }
         None => Vec::new(),
     };
     Ok((from_json_value(&value, path)?, notes))
