@@ -10,12 +10,19 @@
 # integrations/neuron/{nrnmpi,corenrnmpi}_functions.txt, and an MPI other than Open MPI (NEURON names its
 # library after the MPI it finds: the shim is built for Open MPI's libnrnmpi_ompi.so only).
 # Ends by printing the line to set: export NRNHOME=PREFIX/lib/ballast-nrnhome
-# Usage: bash ci/install-neuron.sh PREFIX      (python3 on PATH must import neuron)
+# Usage: bash ci/install-neuron.sh PREFIX [--verbs]   (python3 on PATH must import neuron)
+#   --verbs: libballast with the verbs transport too (--features mpi,verbs), for
+#   BALLAST_TRANSPORT=verbs (the shim then takes ballast_comm_from_env: ci/neuron-verbs.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 die() { echo "ci/install-neuron.sh: $*" >&2; exit 1; }
-[ $# -eq 1 ] || { echo "usage: bash ci/install-neuron.sh PREFIX" >&2; exit 2; }
+features=mpi
+case "$#:${2:-}" in
+    1:) ;;
+    2:--verbs) features=mpi,verbs ;;
+    *) echo "usage: bash ci/install-neuron.sh PREFIX [--verbs]" >&2; exit 2 ;;
+esac
 prefix=$1
 
 # NEURON, found with the active python3 (importing it without initialising MPI).
@@ -67,7 +74,7 @@ if ! "$mpicc" -showme:version >/dev/null 2>&1; then
     die "$mpicc is not Open MPI's: the shim is built for libnrnmpi_ompi.so (Open MPI) only; MPICH (libnrnmpi_mpich.so) is not supported yet"
 fi
 
-bash ci/install-capi.sh "$prefix" --features mpi
+bash ci/install-capi.sh "$prefix" --features "$features"
 prefix=$(cd "$prefix" && pwd)
 home=$prefix/lib/ballast-nrnhome
 build=$(mktemp -d)

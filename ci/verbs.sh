@@ -15,17 +15,60 @@
 #   4. the verbs ping-pong beside ib_send_lat (perftest) in the same boot.
 # Without qemu or the guest image (e.g. a developer machine without the rxe-vm scripts) it
 # prints why and skips (exit 0); under CI=true a missing guest is a failure.
+#
+# Not in CI: `ci/verbs.sh --repeat N [--filter F] [--procs P] [--bin PATH]...` runs only the
+# conformance cases matching F (default `datagram max_endpoints 1: ordering_per_peer_and_tag`,
+# the case of issue 33's flake) N times over P processes (default 8) on rxe0, in one boot,
+# each repetition in its own processes with a 300 s timeout, and prints every failure's output
+# and the count. With --bin (repeatable) it runs those conformance binaries instead of
+# building one, taking turns within each repetition (e.g. a build before a fix, then after).
+# About 30 s a repetition of the default filter under TCG on a loaded host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+repeat=0 filter='datagram max_endpoints 1: ordering_per_peer_and_tag' procs=8 bins=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --repeat) repeat=$2; shift 2 ;;
+        --filter) filter=$2; shift 2 ;;
+        --procs) procs=$2; shift 2 ;;
+        --bin) bins+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift 2 ;;
+        *) echo "usage: ci/verbs.sh [--repeat N [--filter F] [--procs P] [--bin PATH]...]" >&2; exit 2 ;;
+    esac
+done
+case "$repeat" in '' | *[!0-9]*) echo "ci/verbs.sh: --repeat wants a count, not '$repeat'" >&2; exit 2 ;; esac
 
 NAME=ci/verbs.sh WHAT="verbs tests"
 . ci/rxe_guest.sh
 
 target=${CARGO_TARGET_DIR:-target}
+vm() { "$RXE/run-in-vm.sh" "$@"; }
 test_bin() { # path of the `--test $1` executable of the runtime with the verbs feature
     cargo test -p ballast-runtime --locked --features verbs --test "$1" --no-run --message-format=json \
         | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1
 }
+if [ "$repeat" -gt 0 ]; then
+    [ ${#bins[@]} -gt 0 ] || bins=("$(test_bin verbs_conformance)")
+    guest_bins=() files=()
+    bin_dir=$(mktemp -d)
+    trap 'rm -rf "$bin_dir"' EXIT
+    for i in "${!bins[@]}"; do
+        # Copied under distinct names (two builds of one test share a file name).
+        cp "${bins[$i]}" "$bin_dir/conformance$i"
+        files+=(-f "$bin_dir/conformance$i")
+        guest_bins+=("/rxe-vm/conformance$i")
+        echo "ci/verbs.sh: conformance$i is ${bins[$i]}"
+    done
+    echo "ci/verbs.sh: '$filter' x $repeat over $procs processes on rxe0"
+    # busybox sh in the guest: one line per run, the whole output of a failed one.
+    vm -t $((repeat * ${#bins[@]} * 320 + 120)) "${files[@]}" "failed=0; runs=0; \
+        for i in \$(seq $repeat); do for b in ${guest_bins[*]}; do \
+            t0=\$(date +%s); rc=0; timeout 300 \$b --procs $procs --devices rxe0 '$filter' >/tmp/rep.log 2>&1 || rc=\$?; \
+            runs=\$((runs + 1)); echo \"repeat \$i \$(basename \$b): rc=\$rc in \$((\$(date +%s) - t0)) s\"; \
+            if [ \$rc != 0 ]; then failed=\$((failed + 1)); sed 's/^/    /' /tmp/rep.log; killall -9 \$(basename \$b) 2>/dev/null; sleep 1; fi; \
+        done; done; echo \"ci/verbs.sh: \$failed of \$runs runs failed\"; [ \$failed = 0 ]"
+    exit $?
+fi
 conformance=$(test_bin verbs_conformance)
 # `trace`: the fabric's counters for `verbs_pingpong --breakdown` (step 4).
 cargo build --release --locked -p ballast-bench --features verbs,trace --bin verbs_pingpong --bin verbs_raw_pingpong
@@ -33,7 +76,6 @@ pingpong=$target/release/verbs_pingpong
 raw_pingpong=$target/release/verbs_raw_pingpong
 cargo build --locked -p ballast --features verbs --bin ballast
 ballast_bin=$target/debug/ballast
-vm() { "$RXE/run-in-vm.sh" "$@"; }
 
 # 1. Two processes on two devices. The eviction cases (17 ranks, every endpoint closed and
 # reopened many times) runs in step 2 only; the 64-rank cases (all_to_all_64, many_to_one_srq4:

@@ -7,7 +7,7 @@ ring; the first cell of each ring also reaches every cell of the next ring with 
 rank 0); the connectivity (each gid's target gids) to OUT.conn.
 
 Usage: python ring.py OUT MODE [--coreneuron] [--nthread N] [--busywait] [--mpi4py]
-                      [--tstop MS] [--kill-at MS]
+                      [--tstop MS] [--kill-at MS] [--status FILE]
 MODE: allgather | compressed | multisend1 | multisend5 | multisend9 (multisend with
 xchng_meth 1, 1|4 and 1|8).
 Run under mpirun with NEURON_INIT_MPI=1 (or with --mpi4py, which imports mpi4py first:
@@ -29,6 +29,7 @@ p.add_argument("--rings", type=int, default=4)
 p.add_argument("--cells", type=int, default=10)
 p.add_argument("--tstop", type=float, default=200.0)
 p.add_argument("--kill-at", type=float, default=None, help="rank 1 kills itself (SIGKILL) at this time, ms")
+p.add_argument("--status", default=None, help="rank 0 writes its VmRSS, VmHWM and VmPin lines of /proc/self/status (kB) at the end of psolve to this file")
 args = p.parse_args()
 
 if args.mpi4py:
@@ -127,6 +128,9 @@ if args.kill_at is not None and rank == 1:
     fih = h.FInitializeHandler(lambda: h.cvode.event(args.kill_at, kill_self))
 h.finitialize(-65)
 pc.psolve(args.tstop)
+if args.status is not None and rank == 0:
+    with open("/proc/self/status") as f, open(args.status, "w") as out:
+        out.writelines(line for line in f if line.split(":")[0] in ("VmRSS", "VmHWM", "VmPin"))
 
 mine = [(t, int(g)) for t, g in zip(tvec, idvec)]
 every = pc.py_gather(mine, 0)

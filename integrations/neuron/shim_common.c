@@ -152,14 +152,42 @@ static int on_finalize(MPI_Comm comm, int key, void *value, void *extra) {
     return MPI_SUCCESS;
 }
 
+/* The transport named by BALLAST_TRANSPORT when it is one of Ballast's own (verbs, auto),
+ * else NULL: unset or `mpi` is Ballast over the host's MPI (ballast_comm_from_mpi). */
+static const char *own_transport(void) {
+    const char *t = getenv("BALLAST_TRANSPORT");
+    return t != NULL && t[0] != '\0' && strcmp(t, "mpi") != 0 ? t : NULL;
+}
+
 void shim_comm_make(struct shim_state *s, MPI_Comm host) {
     MPI_Comm_rank(MPI_COMM_WORLD, &s->world_rank);
     ballast_config *cfg = NULL;
     int rc = ballast_config_new(&cfg);
     if (rc != 0) shim_die(s, "ballast_config_new", rc);
-    rc = ballast_comm_from_mpi(host, cfg, &s->comm);
-    ballast_config_free(cfg);
-    if (rc != 0) shim_die(s, "ballast_comm_from_mpi", rc);
+    const char *own = own_transport();
+    if (own != NULL) {
+        /* Ballast's own transport: MPI only starts the job (the addresses are exchanged
+         * through it) and carries the forwarded calls. ballast_comm_from_env's ranks are
+         * the launcher's, so NEURON's communicator must be the whole world in world order. */
+        int same = MPI_UNEQUAL;
+        if (MPI_Comm_compare(host, MPI_COMM_WORLD, &same) != MPI_SUCCESS ||
+            (same != MPI_IDENT && same != MPI_CONGRUENT)) {
+            char what[256];
+            snprintf(what, sizeof what,
+                     "BALLAST_TRANSPORT=%s runs on MPI_COMM_WORLD's ranks only, and NEURON's communicator "
+                     "is another (pc.subworlds?): unset BALLAST_TRANSPORT to run over MPI",
+                     own);
+            ballast_config_free(cfg);
+            shim_fail(s, what);
+        }
+        rc = ballast_comm_from_env(cfg, &s->comm);
+        ballast_config_free(cfg);
+        if (rc != 0) shim_die(s, "ballast_comm_from_env", rc);
+    } else {
+        rc = ballast_comm_from_mpi(host, cfg, &s->comm);
+        ballast_config_free(cfg);
+        if (rc != 0) shim_die(s, "ballast_comm_from_mpi", rc);
+    }
     /* Once per process (setting it again would run the callback on the old value). */
     if (finalize_key != MPI_KEYVAL_INVALID) return;
     if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_finalize, &finalize_key, NULL) != MPI_SUCCESS) {
