@@ -491,11 +491,20 @@ pub(crate) mod mpi {
                 .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
             // What the rank allocates at start must fit (ulimit -v, the machine) first.
             ballast_runtime::launch::check_ranks_fit(1, cfg.transport()).map_err(|e| Fail::runtime(F, &e))?;
-            // SAFETY: `comm` is a valid intra-communicator (checked above); the wrapper is
-            // only used to duplicate it and then forgotten, so the host's handle is never
-            // freed by Ballast.
-            let host =
-                unsafe { <rsmpi::topology::SimpleCommunicator as rsmpi::raw::FromRaw>::from_raw(comm) };
+            // rsmpi's wrapper of a raw handle must not be given MPI_COMM_WORLD or
+            // MPI_COMM_SELF (a debug assertion, a panic, in debug builds): those have their own.
+            // SAFETY: reading the constants of the shim compiled with this MPI.
+            let (world, me) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_COMM_SELF) };
+            let host = if comm == world {
+                rsmpi::topology::SimpleCommunicator::world()
+            } else if comm == me {
+                rsmpi::topology::SimpleCommunicator::self_comm()
+            } else {
+                // SAFETY: `comm` is a valid intra-communicator (checked above), not a system
+                // one; the wrapper is only used to duplicate it and then forgotten, so the
+                // host's handle is never freed by Ballast.
+                unsafe { <rsmpi::topology::SimpleCommunicator as rsmpi::raw::FromRaw>::from_raw(comm) }
+            };
             let mpi = Mpi::from_communicator(&host);
             std::mem::forget(host);
             let mpi = mpi.map_err(|e| Fail::runtime(F, &e))?;
