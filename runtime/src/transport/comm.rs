@@ -516,6 +516,18 @@ impl Communicator {
         if let (true, Backend::Native(n)) = (req.recv, &mut self.backend) {
             return n.wait_posted(req.id).map(Completion::Received);
         }
+        let (id, recv) = (req.id, req.recv);
+        let r = self.wait_engine(req, op);
+        if r.is_err() && recv {
+            // Withdrawn: a message still on its way (or one refused for memory, kept by the
+            // fabric) is left for a later receive.
+            engine_of(&mut self.backend).cancel_recv(id);
+        }
+        r
+    }
+
+    /// The loop of [`Communicator::wait_as`] on the engine.
+    fn wait_engine(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         let mut b = Backoff::new();
         let mut check = EndCheck::default();
         while !self.is_done(&req)? {
