@@ -162,8 +162,10 @@ int ballast_world_size(const struct ballast_comm *comm, int *out);
 // Sends `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1) and returns when they
 // are delivered (over local and verbs: the receiving rank has taken them into its queue,
 // which needs it to call into the library, as an MPI rendezvous send waits for its
-// receiver; on MPI, when MPI holds them); waits while the pool is exhausted. Errors:
-// BALLAST_EINVAL (NULL, rank or tag out of range, `len` above PTRDIFF_MAX);
+// receiver; on MPI, when MPI holds them); waits while the pool is exhausted. A send to
+// the caller's own rank never waits for its receive, on every transport: a message larger
+// than a pool buffer is copied and queued for it (BALLAST_ENOMEM when the copy does not
+// fit). Errors: BALLAST_EINVAL (NULL, rank or tag out of range, `len` above PTRDIFF_MAX);
 // BALLAST_ENOMEM when the copy the runtime keeps of a message larger than a pool buffer
 // cannot be allocated; BALLAST_EPEER when the peer died or the run was aborted; the
 // transport's.

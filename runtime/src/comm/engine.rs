@@ -155,7 +155,14 @@ impl Backend for Engine {
     }
 
     fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion> {
-        backend::wait_loop(self, req, op)
+        let (id, recv) = (req.id, req.recv);
+        let r = backend::wait_loop(self, req, op);
+        if r.is_err() && recv {
+            // Withdrawn: a message still on its way (or one refused for memory, kept by the
+            // fabric) is left for a later receive.
+            self.cancel_recv(id);
+        }
+        r
     }
 }
 

@@ -116,7 +116,14 @@ impl MpiNative {
         self.check_rank(dest)?;
         let mut head = std::mem::take(&mut self.send_scratch);
         head.clear();
-        let id = if data.len() <= self.eager {
+        let id = if data.len() > self.eager && dest == self.rank {
+            // To itself: no receive is posted while this call waits, and an MPI_Send to
+            // self with none posted never completes. A copy is sent instead (ENOMEM when it
+            // does not fit, as on `local`), and this rank's own progress takes it out of
+            // MPI into the unexpected queue.
+            self.send_scratch = head;
+            self.isend(dest, tag, data)?
+        } else if data.len() <= self.eager {
             head.extend_from_slice(data);
             head.push(KIND_WHOLE);
             return self.send_small(dest, tag, head);

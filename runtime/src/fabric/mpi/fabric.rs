@@ -323,6 +323,8 @@ pub struct MpiFabric {
     pending: Vec<(usize, Control)>,
     /// Controls piggybacked on the packet being handled.
     riders: Vec<Control>,
+    /// A direct message whose memory could not be reserved: retried before anything else.
+    deferred: Option<(PacketHeader, usize)>,
 }
 
 impl MpiFabric {
@@ -340,6 +342,7 @@ impl MpiFabric {
             abort_countdown: Cell::new(0),
             pending: Vec::new(),
             riders: Vec::new(),
+            deferred: None,
         }
     }
 
@@ -407,19 +410,20 @@ impl MpiFabric {
         Ok(())
     }
 
-    /// Receives the `total` bytes of a direct message from process `source` (its parts
-    /// follow its header on this rank's direct tag) into a new buffer.
-    fn recv_direct(&mut self, source: usize, total: u64) -> Result<Vec<u8>> {
-        let bytes = total;
+    /// Receives the `h.total` bytes of direct message `h` from process `source` (parts on
+    /// this rank's direct tag); kept as `deferred` when they cannot be reserved (nor fit usize).
+    fn recv_direct(&mut self, h: PacketHeader, source: usize) -> Result<Vec<u8>> {
+        let (bytes, total) = (h.total, h.total);
         let mut data = Vec::new();
-        // (A `total` beyond usize fails the reservation too.)
-        data.try_reserve_exact(usize::try_from(total).unwrap_or(usize::MAX))
-            .map_err(|source_err| Error::MessageAlloc {
+        if let Err(source_err) = data.try_reserve_exact(usize::try_from(total).unwrap_or(usize::MAX)) {
+            self.deferred = Some((h, source));
+            return Err(Error::MessageAlloc {
                 rank: self.rank,
                 peer: source,
                 bytes,
                 source: source_err,
-            })?;
+            });
+        }
         let total = total as usize;
         let tag = DIRECT_TAG_BASE + self.my_tag();
         while data.len() < total {
@@ -439,6 +443,11 @@ impl MpiFabric {
     fn receive(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
         let mut n = 0;
         let tag = self.my_tag();
+        // It stays first in line (its parts wait in MPI): BALLAST_ENOMEM until it fits.
+        if let Some((h, source)) = self.deferred.take() {
+            let data = self.recv_direct(h, source)?;
+            on_event(Event::Whole(h, data))?;
+        }
         for _ in 0..POLL_BATCH {
             let Some((msg, status)) = self
                 .shared
@@ -472,10 +481,15 @@ impl MpiFabric {
             match p.extra.kind {
                 KIND_DATA => on_event(Event::Arrival(h, p.payload))?,
                 KIND_CONTROL => on_event(Event::Control(h.src as usize, wire::header_control(&h, p.extra)?))?,
-                KIND_DIRECT => {
-                    let data = self.recv_direct(status.source_rank() as usize, h.total)?;
-                    on_event(Event::Whole(h, data))?;
-                }
+                KIND_DIRECT => match self.recv_direct(h, status.source_rank() as usize) {
+                    Ok(data) => on_event(Event::Whole(h, data))?,
+                    Err(e) => {
+                        for &c in &self.riders {
+                            on_event(Event::Control(h.src as usize, c))?;
+                        }
+                        return Err(e);
+                    }
+                },
                 KIND_DATAGRAM => on_event(Event::Datagram(h.src as usize, p.payload))?,
                 k => {
                     return Err(Error::BadPacket {

@@ -1,0 +1,237 @@
+/* Out of memory over the MPI transport (issue 33, finding 1; limits.c has the same cases on
+ * `local`): an `mpi` build under `mpirun -n 2`, on the native path (argument `on`) or the
+ * progress engine above MPI (`off`: mpi_native off). After MPI_Init each process lowers its
+ * address-space limit (the soft RLIMIT_AS, to its current size plus what the case allows;
+ * the hard limit stays, so the limit is lifted again after each case):
+ *   - buffer_count 2^32 - 1 x buffer_size 1 at ballast_comm_from_mpi: BALLAST_ENOMEM;
+ *   - srq_depth 2^31 - 1 x buffer_size 1: accepted, since MPI has no shared receive queue
+ *     (the depth allocates nothing there: created and freed under a 1 GiB limit);
+ *   - a 1.5 GiB ballast_send and ballast_isend to itself: BALLAST_ENOMEM (the copy does not
+ *     fit; a blocking send to itself never waits for a receive), the communicator works after;
+ *   - an allgatherv of 2 x 600 MiB whose result does not fit: BALLAST_ENOMEM.
+ *   - rank 1 receiving rank 0's 1 GiB with ballast_irecv: BALLAST_ENOMEM from ballast_wait,
+ *     and the message stays queued: ballast_recv takes it intact once the limit is lifted.
+ * KNOWN FAILURE of the native path (`on`), skipped there with a printed reason (issue 33):
+ * the failed receive loses the message (on `local` too), so the later receive and rank 0's
+ * send never end (run with the argument --known-failures).
+ * Without the sanitizers (they clash with MPI and reserve terabytes). Prints
+ * "capi mpi limits PATH: N passed, M failed" on every process; exits 1 on a failed check.
+ * Build: mpicc mpi_limits.c $(pkg-config --cflags --libs ballast) */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include <mpi.h>
+
+#include "ballast.h"
+
+#ifndef BALLAST_HAVE_MPI
+#error "build with the flags of an mpi install's ballast.pc (-DBALLAST_HAVE_MPI)"
+#endif
+
+static int passed, failed, me;
+
+#define CHECK(cond)                                                                         \
+    do {                                                                                    \
+        if (cond) {                                                                         \
+            passed++;                                                                       \
+        } else {                                                                            \
+            failed++;                                                                       \
+            fprintf(stderr, "[%d] %s:%d: check failed: %s\n", me, __FILE__, __LINE__, #cond); \
+        }                                                                                   \
+    } while (0)
+
+/* rc must be `code`, and the thread's last error must contain `needle`. */
+#define EXPECT(call, code, needle) expect((call), (code), (needle), __LINE__, #call)
+static void expect(int rc, int code, const char *needle, int line, const char *what) {
+    char msg[2048];
+    ballast_last_error(msg, sizeof msg);
+    if (rc == code && strstr(msg, needle) != NULL) {
+        passed++;
+        printf("[%d] %d: %s\n", me, rc, msg);
+    } else {
+        failed++;
+        fprintf(stderr, "[%d] line %d: %s returned %d (want %d), last error \"%s\" (want \"%s\")\n", me, line,
+                what, rc, code, msg, needle);
+    }
+}
+
+/* This process's size (VmSize), in bytes. */
+static uint64_t vm_size(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        if (sscanf(line, "VmSize: %llu kB", &kb) == 1) break;
+    }
+    if (f != NULL) fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* The soft address-space limit: `extra` bytes above the current size. */
+static void limit_above(uint64_t extra) {
+    struct rlimit r;
+    getrlimit(RLIMIT_AS, &r);
+    r.rlim_cur = (rlim_t)(vm_size() + extra);
+    if (setrlimit(RLIMIT_AS, &r) != 0) {
+        perror("setrlimit(RLIMIT_AS)");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+/* The soft limit back to the hard one. */
+static void unlimit(void) {
+    struct rlimit r;
+    getrlimit(RLIMIT_AS, &r);
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_AS, &r);
+}
+
+#define MIB ((uint64_t)1 << 20)
+#define GIB ((uint64_t)1 << 30)
+#define BIG_SEND ((size_t)3 << 29) /* 1.5 GiB */
+#define BIG_RECV ((size_t)1 << 30) /* 1 GiB */
+#define GATHER ((size_t)600 << 20)
+
+static ballast_config *config(const char *native, const char *count, const char *size) {
+    ballast_config *c = NULL;
+    if (ballast_config_new(&c) != 0) MPI_Abort(MPI_COMM_WORLD, 2);
+    int rc = ballast_config_set(c, "buffer_count", count) | ballast_config_set(c, "buffer_size", size) |
+             ballast_config_set(c, "lock_pool", "off") | ballast_config_set(c, "mpi_native", native);
+    if (rc != 0) MPI_Abort(MPI_COMM_WORLD, 2);
+    return c;
+}
+
+int main(int argc, char **argv) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int known_failures = argc == 3 && strcmp(argv[2], "--known-failures") == 0;
+    if (argc < 2 || argc > 3 || (argc == 3 && !known_failures) ||
+        (strcmp(argv[1], "on") != 0 && strcmp(argv[1], "off") != 0) || size != 2) {
+        if (me == 0) fprintf(stderr, "usage: mpirun -n 2 mpi_limits on|off [--known-failures]\n");
+        MPI_Finalize();
+        return 2;
+    }
+    const char *native = argv[1];
+
+    /* The pool's sizes: buffer_count x buffer_size is refused before anything is allocated;
+     * srq_depth allocates nothing over MPI (no shared receive queue), so it is accepted. */
+    ballast_config *cfg = config(native, "4", "1");
+    CHECK(ballast_config_set(cfg, "srq_depth", "2147483647") == 0);
+    ballast_comm *comm = NULL;
+    limit_above(GIB);
+    CHECK(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &comm) == 0);
+    CHECK(comm != NULL);
+    /* (No traffic on it: on the native path a barrier with buffer_size 1 aborts the job
+     * with MPI_ERR_TRUNCATE, a separate finding reported on issue 33.) */
+    if (comm != NULL) CHECK(ballast_comm_free(comm) == 0);
+    unlimit();
+    comm = NULL;
+    ballast_config_free(cfg);
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    cfg = config(native, "4294967295", "1");
+    limit_above(5 * GIB);
+    EXPECT(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &comm), BALLAST_ENOMEM, "buffer_count x buffer_size");
+    unlimit();
+    CHECK(comm == NULL);
+    ballast_config_free(cfg);
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* A communicator that fits, for the messages. */
+    cfg = config(native, "16", "64K");
+    comm = NULL;
+    if (ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &comm) != 0 || comm == NULL) {
+        char msg[1024];
+        ballast_last_error(msg, sizeof msg);
+        fprintf(stderr, "[%d] ballast_comm_from_mpi: %s\n", me, msg);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+
+    /* 1.5 GiB to itself: its copy does not fit. */
+    char *buf = malloc(BIG_SEND);
+    CHECK(buf != NULL);
+    if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+    memset(buf, 1, BIG_SEND);
+    limit_above(GIB);
+    EXPECT(ballast_send(comm, me, 1, buf, BIG_SEND), BALLAST_ENOMEM, "1610612736 bytes");
+    ballast_request *r = (ballast_request *)&r;
+    EXPECT(ballast_isend(comm, me, 1, buf, BIG_SEND, &r), BALLAST_ENOMEM, "1610612736 bytes");
+    CHECK(r == NULL);
+    /* Not poisoned: a small message still goes. */
+    CHECK(ballast_send(comm, me, 2, buf, 8) == 0);
+    char got[8];
+    CHECK(ballast_recv(comm, me, 2, got, sizeof got, NULL) == 0);
+    unlimit();
+    /* A large blocking send to itself that fits returns before its receive is posted. */
+    size_t mid = (size_t)4 << 20;
+    memset(buf, 5, mid);
+    CHECK(ballast_send(comm, me, 4, buf, mid) == 0);
+    memset(buf, 0, mid);
+    CHECK(ballast_recv(comm, me, 4, buf, mid, NULL) == 0);
+    CHECK(buf[0] == 5 && buf[mid - 1] == 5);
+    free(buf);
+    CHECK(ballast_barrier(comm) == 0);
+
+    /* Rank 0 sends 1 GiB; rank 1 receives it into a message of its own, which does not fit,
+     * then into a buffer of its own once the limit is lifted. KNOWN FAILURE (issue 33): the
+     * native path's failed receive loses the message, so the second receive and rank 0's
+     * send never end; run there only with the argument --known-failures. */
+    if (!known_failures && strcmp(native, "on") == 0) {
+        printf("[%d] SKIP receiving 1 GiB that does not fit, then again once it fits: a known failure "
+               "of the native path (issue 33: the message is lost after BALLAST_ENOMEM, and the "
+               "later receive hangs)\n",
+               me);
+    } else {
+        buf = malloc(BIG_RECV);
+        if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+        if (me == 0) {
+            memset(buf, 7, BIG_RECV);
+            CHECK(ballast_send(comm, 1, 3, buf, BIG_RECV) == 0);
+        } else {
+            /* The buffer for the second receive is mapped but not counted twice: the limit
+             * is set above it. */
+            limit_above(512 * MIB);
+            r = NULL;
+            int rc = ballast_irecv(comm, 0, 3, &r);
+            if (rc == 0) rc = ballast_wait(r, NULL);
+            EXPECT(rc, BALLAST_ENOMEM, "1073741824 bytes from rank 0");
+            if (r != NULL) ballast_request_free(r);
+            unlimit();
+            ballast_status st;
+            memset(buf, 0, BIG_RECV);
+            CHECK(ballast_recv(comm, 0, 3, buf, BIG_RECV, &st) == 0);
+            CHECK(buf[0] == 7 && buf[BIG_RECV - 1] == 7);
+        }
+        free(buf);
+        CHECK(ballast_barrier(comm) == 0);
+    }
+
+    /* 2 x 600 MiB gathered: the 1.2 GiB result does not fit. */
+    buf = malloc(GATHER);
+    if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+    memset(buf, me, GATHER);
+    limit_above(900 * MIB);
+    ballast_gathered *g = NULL;
+    int rc = ballast_allgatherv(comm, buf, GATHER, &g);
+    unlimit();
+    EXPECT(rc, BALLAST_ENOMEM, "ballast_allgatherv");
+    if (g != NULL) ballast_gathered_free(g);
+    free(buf);
+    int rcs[2] = {0, 0};
+    MPI_Allgather(&rc, 1, MPI_INT, rcs, 1, MPI_INT, MPI_COMM_WORLD);
+    CHECK(rcs[0] == BALLAST_ENOMEM || rcs[1] == BALLAST_ENOMEM);
+
+    CHECK(ballast_comm_free(comm) == 0);
+    ballast_config_free(cfg);
+    printf("capi mpi limits %s: %d passed, %d failed\n", native, passed, failed);
+    fflush(stdout);
+    MPI_Finalize();
+    return failed == 0 ? 0 : 1;
+}
