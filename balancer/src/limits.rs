@@ -36,32 +36,47 @@ pub fn balancing_bytes(buckets: u64, cells: u64) -> u64 {
         .saturating_add(cells.saturating_mul(BYTES_PER_CELL))
 }
 
+/// A `key: N kB` field of a /proc file, in bytes; `None` where it cannot be read.
+fn proc_kb_field(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let kb: u64 = text
+        .lines()
+        .find(|l| l.starts_with(key))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb.saturating_mul(1024))
+}
+
+/// The process's address-space limit (`ulimit -v`, "Max address space" of
+/// /proc/self/limits), in bytes; `None` when unlimited or unreadable.
+fn address_space_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
+}
+
+/// Address space left under the process's limit ([`address_space_limit`]) above its
+/// current size (`VmSize` of /proc/self/status), in bytes; `None` without a limit or where
+/// they cannot be read.
+pub fn address_space_left() -> Option<u64> {
+    let size = proc_kb_field("/proc/self/status", "VmSize:")?;
+    Some(address_space_limit()?.saturating_sub(size))
+}
+
 /// The memory this process can still get, in bytes: `MemAvailable` of /proc/meminfo, or
 /// less when an address-space limit (`ulimit -v`, "Max address space" of /proc/self/limits)
 /// leaves less above the current `VmSize`; `None` where neither can be read.
 pub fn available_memory() -> Option<u64> {
-    let field = |file: &str, key: &str| -> Option<u64> {
-        let text = std::fs::read_to_string(file).ok()?;
-        let kb: u64 = text
-            .lines()
-            .find(|l| l.starts_with(key))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()?;
-        Some(kb.saturating_mul(1024))
-    };
-    let meminfo = field("/proc/meminfo", "MemAvailable:");
-    let address_space = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| {
-        let limit: u64 = l
-            .lines()
-            .find(|l| l.starts_with("Max address space"))?
-            .split_whitespace()
-            .nth(3)?
-            .parse()
-            .ok()?;
-        Some(limit.saturating_sub(field("/proc/self/status", "VmSize:").unwrap_or(0)))
-    });
+    let meminfo = proc_kb_field("/proc/meminfo", "MemAvailable:");
+    let address_space = address_space_limit()
+        .map(|limit| limit.saturating_sub(proc_kb_field("/proc/self/status", "VmSize:").unwrap_or(0)));
     match (meminfo, address_space) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

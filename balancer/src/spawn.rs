@@ -20,6 +20,8 @@
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread::{Builder, JoinHandle, Scope, ScopedJoinHandle};
 
+use crate::limits::address_space_left;
+
 /// The standard library's default stack for a spawned thread (`RUST_MIN_STACK` when set is
 /// used instead): 2 MiB (std::thread, "Stack size").
 const DEFAULT_STACK: u64 = 2 << 20;
@@ -42,29 +44,6 @@ pub fn thread_bytes() -> u64 {
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or(DEFAULT_STACK);
     stack.saturating_add(START_OVERHEAD)
-}
-
-/// Address space left under the process's limit (`ulimit -v`, "Max address space" of
-/// /proc/self/limits) above its current size (`VmSize` of /proc/self/status), in bytes;
-/// `None` without a limit or where they cannot be read.
-pub fn address_space_left() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let limit: u64 = limits
-        .lines()
-        .find(|l| l.starts_with("Max address space"))?
-        .split_whitespace()
-        .nth(3)?
-        .parse()
-        .ok()?;
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let size_kb: u64 = status
-        .lines()
-        .find(|l| l.starts_with("VmSize:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(limit.saturating_sub(size_kb.saturating_mul(1024)))
 }
 
 /// Whether `threads` more threads can start, with `extra` bytes more allocated by the
