@@ -338,15 +338,16 @@ pub enum Error {
         /// What went wrong.
         what: &'static str,
     },
-    /// The engine asked a transport without a direct path ([`crate::fabric::Fabric::direct_threshold`]
-    /// is `None`) to use it.
+    /// The engine found no direct path ([`crate::fabric::Fabric::direct`] is `None`) on a
+    /// transport that offered one when the engine started.
     #[error("protocol error: transport `{transport}` has no direct path")]
     NoDirectPath {
         /// The transport's name.
         transport: &'static str,
     },
-    /// The engine asked a transport without datagrams ([`crate::fabric::Fabric::datagram_mtu`]
-    /// is `None`) to send one.
+    /// The engine (or the fault wrapper) found no datagram path
+    /// ([`crate::fabric::Fabric::datagrams`] is `None`) on a transport that offered one when
+    /// it started.
     #[error("protocol error: transport `{transport}` has no datagrams")]
     NoDatagrams {
         /// The transport's name.

@@ -60,7 +60,7 @@ use crate::core::error::{Error, Result, VerbsPeer};
 use crate::core::footprint::MemoryModel;
 use crate::core::intmap::IntMap;
 use crate::fabric::sizes::{VERBS_CQ_ENTRIES, VERBS_SQ_DEPTH};
-use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
+use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader};
 
 /// Bytes of the header in front of every packet.
 pub const HEADER_BYTES: usize = 32;
@@ -503,8 +503,21 @@ impl Fabric for VerbsFabric {
         self.mesh.all_done()
     }
 
-    fn datagram_mtu(&self) -> Option<usize> {
-        self.ud_mtu
+    fn datagrams(&mut self) -> Option<&mut dyn DatagramPath> {
+        // On once `setup_ud` found a datagram size (the engine uses the path, the port
+        // has one).
+        if self.ud_mtu.is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+impl DatagramPath for VerbsFabric {
+    fn datagram_mtu(&self) -> usize {
+        // `Some` whenever the path is offered (`datagrams`).
+        self.ud_mtu.unwrap_or(0)
     }
 
     fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
