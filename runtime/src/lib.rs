@@ -87,8 +87,8 @@ pub mod bootstrap {
 
 pub use comm::{Communicator, Completion, Request};
 pub use config::{
-    BootstrapConfig, EndpointOverflow, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig,
-    TransportKind, ValueOrigin, VerbsConfig,
+    BootstrapConfig, ConfigError, EndpointOverflow, RecvSharing, RuntimeConfig, RuntimeConfigBuilder,
+    TransportConfig, TransportKind, ValueOrigin, VerbsConfig,
 };
 pub use error::{Error, Result};
 pub use footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};

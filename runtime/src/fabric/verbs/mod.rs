@@ -335,7 +335,7 @@ pub fn locked_at_start(t: &TransportConfig) -> u64 {
 
 pub(crate) fn verbs_config(config: &RuntimeConfig) -> Result<RuntimeConfig> {
     // to_builder keeps the bootstrap and device selection; build() validates.
-    config.to_builder().transport(TransportKind::Verbs).build()
+    Ok(config.to_builder().transport(TransportKind::Verbs).build()?)
 }
 
 /// Binds listeners for `local` ranks, all-gathers every rank's address over `boot`, and
