@@ -59,6 +59,12 @@ layer_check oob 'fabric|protocol|comm|launch|select|fault|fanout'
 layer_check fabric 'protocol|comm|launch|select|fault|fanout'
 layer_check protocol 'comm|launch|select|fault|fanout'
 layer_check comm 'launch|select|fault|fanout'
+# The configuration's errors are its own (ConfigError): core/error wraps them, core/config
+# never imports core/error.
+if grep -rnE "crate::core::error|super::super::error" runtime/src/core/config; then
+    echo "ci/test.sh: runtime/src/core/config imports core/error (above)" >&2
+    exit 1
+fi
 echo "ci/test.sh: runtime layers: no upward import"
 cargo build --workspace --all-targets --locked --features ballast/sonata
 # Lints: warnings are errors (the toolchain is pinned by the machine; clippy comes with it).
