@@ -1,5 +1,6 @@
-//! The runtime's error type: one [`Error`] enum, a variant per failing operation, with the
-//! ranks, peers, tags and sizes involved as fields and the underlying error as its source.
+//! The runtime's public error type: one [`enum@Error`] enum, a variant per failing operation,
+//! with the ranks, peers, tags and sizes involved as fields and the underlying error as its
+//! source; the configuration's own errors ([`ConfigError`]) are wrapped as `Error::Config`.
 
 use thiserror::Error;
 
