@@ -114,7 +114,7 @@ pub(crate) struct Device {
     pub(crate) caps: DeviceCaps,
     pub(crate) gid: [u8; 16],
     pub(crate) lid: u16,
-    pub(crate) mtu: rdma_sys::ibv_mtu::Type,
+    pub(crate) mtu: ibv::sys::ibv_mtu::Type,
     pub(crate) ethernet: bool,
 }
 
@@ -130,7 +130,7 @@ impl Device {
     }
 }
 
-fn mtu_bytes(m: rdma_sys::ibv_mtu::Type) -> u32 {
+fn mtu_bytes(m: ibv::sys::ibv_mtu::Type) -> u32 {
     128u32 << m.clamp(1, 5)
 }
 
@@ -163,7 +163,7 @@ fn unusable(device: &str, reason: String) -> Error {
 /// for a failing call.
 pub(crate) fn open(sel: &VerbsConfig) -> Result<Device> {
     let list = match ibv::DeviceList::get() {
-        Ok(l) if l.len() > 0 => l,
+        Ok(l) if !l.is_empty() => l,
         r => {
             let why = r.err().unwrap_or_else(std::io::Error::last_os_error);
             return Err(Error::VerbsDevice {
@@ -189,7 +189,7 @@ pub(crate) fn open(sel: &VerbsConfig) -> Result<Device> {
         let ctx = match list.open(i) {
             Ok(c) => c,
             Err(e) => {
-                result = Err(e);
+                result = Err(e.into());
                 if sel.device.is_some() {
                     break;
                 }
@@ -225,7 +225,7 @@ pub(crate) fn open(sel: &VerbsConfig) -> Result<Device> {
 }
 
 fn open_ctx(ctx: ibv::Context, name: &str, sel: &VerbsConfig) -> Result<Device> {
-    let named = |e: Error| match e {
+    let named = |e: ibv::IbvError| match Error::from(e) {
         Error::VerbsCall {
             verb,
             object,
@@ -255,7 +255,7 @@ fn open_ctx(ctx: ibv::Context, name: &str, sel: &VerbsConfig) -> Result<Device> 
     let mut chosen = None;
     for p in ports {
         let pa = ctx.query_port(p).map_err(named)?;
-        if pa.state == rdma_sys::ibv_port_state::IBV_PORT_ACTIVE {
+        if pa.state == ibv::sys::ibv_port_state::IBV_PORT_ACTIVE {
             chosen = Some((p, pa));
             break;
         }
@@ -302,7 +302,7 @@ fn open_ctx(ctx: ibv::Context, name: &str, sel: &VerbsConfig) -> Result<Device> 
         link_layer: if ethernet { "Ethernet" } else { "InfiniBand" },
         active_mtu: mtu_bytes(pa.active_mtu),
         srq: da.max_srq > 0,
-        xrc: (da.device_cap_flags & rdma_sys::ibv_device_cap_flags::IBV_DEVICE_XRC.0) != 0,
+        xrc: (da.device_cap_flags & ibv::sys::ibv_device_cap_flags::IBV_DEVICE_XRC.0) != 0,
         max_qp: da.max_qp.max(0) as u32,
         max_qp_wr: da.max_qp_wr.max(0) as u32,
         max_cqe: da.max_cqe.max(0) as u32,
@@ -342,7 +342,7 @@ mod tests {
         assert_eq!(gid_text(&g), "::ffff:10.77.0.1");
         g[0] = 0xfe;
         assert!(!is_ipv4_mapped(&g));
-        assert_eq!(mtu_bytes(rdma_sys::ibv_mtu::IBV_MTU_1024), 1024);
+        assert_eq!(mtu_bytes(ibv::sys::ibv_mtu::IBV_MTU_1024), 1024);
         assert_eq!(mtu_bytes(5), 4096);
     }
 }

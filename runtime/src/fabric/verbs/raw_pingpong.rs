@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use std::mem::MaybeUninit;
 
-use rdma_sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
+use super::ibv::sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
 
 use super::device;
 use super::ibv::attr::{self, Remote, Retry};
@@ -134,6 +134,7 @@ fn post_recv<S: Receiving>(
         Some(s) => s.post_recv(mem, off, o.recv_slot, i as u64),
         None => qp.post_recv(mem, off, o.recv_slot, i as u64),
     }
+    .map_err(Error::from)
 }
 
 /// Runs one side of the ping-pong over `stream` (a TCP connection to the other side, used to
