@@ -107,20 +107,27 @@ pub fn device_names() -> Result<Vec<String>> {
 }
 
 /// An opened device: context, protection domain, port and GID. Everything made from it
-/// keeps the context and PD alive (see [`ibv`]).
-pub(crate) struct Device {
-    pub(crate) ctx: ibv::Context,
-    pub(crate) pd: ibv::Pd,
-    pub(crate) caps: DeviceCaps,
-    pub(crate) gid: [u8; 16],
-    pub(crate) lid: u16,
+/// keeps the context and PD alive (see `ballast_ibv`). Public for the raw-verbs ping-pong
+/// of `ballast-bench`, which makes its own queue pairs on the device the transport would use.
+pub struct Device {
+    /// The opened device (`ballast_ibv`).
+    pub ctx: ibv::Context,
+    /// Its protection domain.
+    pub pd: ibv::Pd,
+    /// The device, port and GID chosen, and the device's limits.
+    pub caps: DeviceCaps,
+    /// The GID at `caps.gid_index`, bytes.
+    pub gid: [u8; 16],
+    /// The port's LID (0 on RoCE).
+    pub lid: u16,
     pub(crate) mtu: ibv::sys::ibv_mtu::Type,
     pub(crate) ethernet: bool,
 }
 
 impl Device {
-    /// This side of a connection, for the RTR attributes.
-    pub(crate) fn local(&self) -> ibv::attr::Local {
+    /// This side of a connection (port, active MTU, GID index, RoCE or not), for the RTR
+    /// attributes (`ballast_ibv::attr::rtr`).
+    pub fn local(&self) -> ibv::attr::Local {
         ibv::attr::Local {
             port: self.caps.port,
             mtu: self.mtu,
@@ -161,7 +168,7 @@ fn unusable(device: &str, reason: String) -> Error {
 /// Opens the device chosen by `sel` (see [`VerbsConfig`]). Errors: [`Error::VerbsDevice`]
 /// naming what is missing (no device, no active port, no usable GID), [`Error::VerbsCall`]
 /// for a failing call.
-pub(crate) fn open(sel: &VerbsConfig) -> Result<Device> {
+pub fn open(sel: &VerbsConfig) -> Result<Device> {
     let list = match ibv::DeviceList::get() {
         Ok(l) if !l.is_empty() => l,
         r => {

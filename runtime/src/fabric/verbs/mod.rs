@@ -47,7 +47,6 @@ pub mod control;
 pub mod device;
 mod fabric;
 mod ibv;
-pub mod raw_pingpong;
 mod xrc;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
