@@ -438,6 +438,7 @@ impl Srq {
 
 /// A receive work request for `len` bytes at `offset` of `slots` (its `sg_list` is set by
 /// the caller, which owns the SGE). Errors: the range outside `slots`.
+#[inline]
 fn recv_wr(slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<(ibv_sge, ibv_recv_wr)> {
     if offset.checked_add(len).is_none_or(|end| end > slots.mem.len()) || len > u32::MAX as usize {
         return Err(IbvError::RecvRange {
@@ -586,14 +587,17 @@ impl Region {
         Ok(Region { map, len })
     }
 
+    #[inline]
     fn as_slice(&self) -> &[u8] {
         &self.map[..self.len]
     }
 
+    #[inline]
     fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.map[..self.len]
     }
 
+    #[inline]
     fn len(&self) -> usize {
         self.len
     }
@@ -619,6 +623,7 @@ impl Slots {
         Ok(Slots { mr, mem, slot, count })
     }
 
+    #[inline]
     fn base(&self) -> u64 {
         self.mem.as_slice().as_ptr() as u64
     }
@@ -636,11 +641,13 @@ impl Slots {
     }
 
     /// The whole area.
+    #[inline]
     pub fn bytes(&self) -> &[u8] {
         self.mem.as_slice()
     }
 
     /// The whole area, writable.
+    #[inline]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.mem.as_mut_slice()
     }
@@ -664,6 +671,7 @@ impl Slots {
     }
 
     /// Bytes allocated (and registered).
+    #[inline]
     pub fn len(&self) -> usize {
         self.mem.len()
     }

@@ -102,11 +102,13 @@ impl<S> Qp<S> {
     }
 
     /// The kind given at creation.
+    #[inline]
     pub fn kind(&self) -> QpKind {
         self.h.kind
     }
 
     /// The inline data limit the device granted, bytes.
+    #[inline]
     pub fn max_inline(&self) -> u32 {
         self.h.max_inline
     }
@@ -375,6 +377,7 @@ pub struct SendWr {
 
 impl SendWr {
     /// The `ibv_send_wr` of this request, its pieces written to `sges` (which it points to).
+    #[inline]
     pub fn raw(&self, sges: &mut [ibv_sge; 2]) -> ibv_send_wr {
         for (r, s) in sges.iter_mut().zip(&self.sges) {
             *r = ibv_sge {
@@ -409,6 +412,7 @@ impl SendWr {
 
     /// The `ibv_send_wr` of this request sent on a UD QP to QP `remote_qpn` with queue key
     /// `qkey` through address handle `ah` (only stored, not read here).
+    #[inline]
     pub fn raw_ud(
         &self,
         sges: &mut [ibv_sge; 2],
@@ -453,6 +457,7 @@ impl Qp<Rts> {
     /// [`Qp::post_send`] applies, and `ah` must outlive the send (some providers, rxe among
     /// them, look the handle up when the send is processed: the fabric keeps its handles
     /// until it drops, after its UD QP).
+    #[inline]
     pub fn post_ud(&self, wr: &SendWr, ah: &Ah, remote_qpn: u32, qkey: u32) -> Result<()> {
         debug_assert_eq!(self.h.kind, QpKind::Ud, "a UD send on another kind of QP");
         let mut sges = [ibv_sge {
