@@ -21,6 +21,7 @@
 //! # Ok::<(), ballast_runtime::Error>(())
 //! ```
 
+mod describe;
 #[allow(unsafe_code)] // Send/Sync for the MPI handles of the shared world, the duplicate's drop
 mod fabric;
 #[allow(unsafe_code)] // the raw MPI calls over owned buffers, each behind a safe function

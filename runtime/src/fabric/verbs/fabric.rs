@@ -110,6 +110,7 @@ impl Link {
             Link::Rtr(q) => q.set_error(),
             Link::Rts(q) => q.set_error(),
         }
+        .map_err(Error::from)
     }
 
     fn post_recv(&self, slots: &Slots, slot: usize) -> Result<()> {
@@ -119,6 +120,7 @@ impl Link {
             Link::Rtr(q) => q.post_recv(slots, off, len, id),
             Link::Rts(q) => q.post_recv(slots, off, len, id),
         }
+        .map_err(Error::from)
     }
 }
 
@@ -277,7 +279,7 @@ impl VerbsFabric {
             .max(header_slots + recvs)
             .min(dev.caps.max_cqe as usize)
             .max(1) as u32;
-        let cq = dev.ctx.create_cq(cq_entries).map_err(|e| match e {
+        let cq = dev.ctx.create_cq(cq_entries).map_err(|e| match Error::from(e) {
             Error::VerbsCall {
                 verb, object, source, ..
             } => Error::VerbsCall {
@@ -381,7 +383,7 @@ impl VerbsFabric {
     }
 
     /// `e` with this rank and the peer rank of internal key `key` (none for a node).
-    fn at(&self, e: Error, key: usize) -> Error {
+    fn at(&self, e: impl Into<Error>, key: usize) -> Error {
         ibv::at(e, self.rank, (key < self.world).then_some(key))
     }
 }
