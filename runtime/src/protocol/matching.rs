@@ -184,6 +184,13 @@ impl Matcher {
     /// the posted receive it binds to (the earliest that accepts it and, if limited, holds
     /// it; a limited one that does not ends refused and the message stays unbound).
     fn begin(&mut self, src: usize, tag: Tag, total: u64) -> Result<(usize, Option<u64>)> {
+        let (total, hit) = self.lookup(src, tag, total)?;
+        Ok((total, self.bind(src, tag, total, hit)))
+    }
+
+    /// [`Matcher::begin`] without changing anything: the length as a `usize` and the place
+    /// in `posted` of the receive the message would bind to.
+    fn lookup(&self, src: usize, tag: Tag, total: u64) -> Result<(usize, Option<usize>)> {
         if !self.assembling.is_empty() && self.assembling.contains_key(&src) {
             return Err(Error::BadChunk {
                 peer: src,
@@ -194,12 +201,18 @@ impl Matcher {
             });
         }
         let total = usize::try_from(total).map_err(|_| too_large(src, tag, total))?;
-        let mut req = None;
-        if let Some(i) = self
+        let hit = self
             .posted
             .iter()
-            .position(|&(_, s, t, _)| accepts(s, t, src, tag))
-        {
+            .position(|&(_, s, t, _)| accepts(s, t, src, tag));
+        Ok((total, hit))
+    }
+
+    /// The rest of [`Matcher::begin`] for the receive at `hit` in `posted` (of
+    /// [`Matcher::lookup`]): it is taken out, and the message binds to it if it holds it.
+    fn bind(&mut self, src: usize, tag: Tag, total: usize, hit: Option<usize>) -> Option<u64> {
+        let mut req = None;
+        if let Some(i) = hit {
             let (r, _, _, cap) = self.posted.remove(i).expect("index in range");
             if total <= cap {
                 req = Some(r);
@@ -216,7 +229,7 @@ impl Matcher {
                 ));
             }
         }
-        Ok((total, req))
+        req
     }
 
     /// A started message whose first bytes are `data`, bound to `req` or unexpected:
@@ -304,9 +317,19 @@ impl Matcher {
                     what: format!("{} bytes: out of order (beyond the message)", payload.len()),
                 });
             }
-            let (total, req) = self.begin(src, h.tag, h.total)?;
-            if let (Some(req), Some(into)) = (req, into) {
-                if into.req == req && into.buf.len() >= total {
+            // Nothing changes before the message's memory is reserved: when that fails
+            // (out of memory), the receive stays posted (a failed wait withdraws it) and the
+            // fabric keeps the chunk to deliver again ([`crate::fabric::Fabric::poll`]).
+            let (total, hit) = self.lookup(src, h.tag, h.total)?;
+            let into_ok = match (hit, &into) {
+                (Some(i), Some(into)) => {
+                    let (r, _, _, limit) = self.posted[i];
+                    total <= limit && into.req == r && into.buf.len() >= total
+                }
+                _ => false,
+            };
+            if let (true, Some(into)) = (into_ok, into) {
+                if let Some(req) = self.bind(src, h.tag, total, hit) {
                     // Bound to the waiting receive, whose buffer holds it (its limit).
                     into.buf[..payload.len()].copy_from_slice(payload);
                     let env = Envelope {
@@ -339,6 +362,7 @@ impl Matcher {
             let mut data = crate::core::memory::try_buffer(cap, || {
                 format!("a message of {cap} bytes from rank {src} with tag {}", h.tag)
             })?;
+            let req = self.bind(src, h.tag, total, hit);
             data.extend_from_slice(payload);
             if let Some(id) = self.start_bound(src, h.tag, total, req, data) {
                 if payload.len() < cap {
