@@ -5,16 +5,18 @@
  * the hard limit stays, so the limit is lifted again after each case):
  *   - buffer_count 2^32 - 1 x buffer_size 1 at ballast_comm_from_mpi: BALLAST_ENOMEM;
  *   - srq_depth 2^31 - 1 x buffer_size 1: accepted, since MPI has no shared receive queue
- *     (the depth allocates nothing there: created and freed under a 1 GiB limit);
+ *     (the depth allocates nothing there: created under a 1 GiB limit); and a communicator
+ *     of buffer_size 1 carries traffic: barrier, allgatherv of 0 to 100,000 bytes per rank,
+ *     and messages of 0 to 64 bytes (on the native path a large message's 9-byte header
+ *     once overflowed the 2-byte posted receive: MPI_ERR_TRUNCATE aborted the job);
  *   - a 1.5 GiB ballast_send and ballast_isend to itself: BALLAST_ENOMEM (the copy does not
  *     fit; a blocking send to itself never waits for a receive), the communicator works after;
  *   - an allgatherv of 2 x 600 MiB whose result does not fit: BALLAST_ENOMEM.
  *   - rank 1 receiving rank 0's 1 GiB with ballast_irecv: BALLAST_ENOMEM from ballast_wait,
- *     and the message stays queued: ballast_recv takes it intact once the limit is lifted.
- * KNOWN FAILURE of the native path (`on`), skipped there with a printed reason (issue 33):
- * the failed receive loses the message (on `local` too), so the later receive and rank 0's
- * send never end (run with the argument --known-failures).
- * Without the sanitizers (they clash with MPI and reserve terabytes). Prints
+ *     and the message stays queued: ballast_recv takes it intact once the limit is lifted,
+ *     and rank 0's blocking send returns (both paths: the header is kept, the failed
+ *     receive withdrawn).
+ * A hang ends the process after 150 s (SIGALRM). Without the sanitizers (they clash with MPI and reserve terabytes). Prints
  * "capi mpi limits PATH: N passed, M failed" on every process; exits 1 on a failed check.
  * Build: mpicc mpi_limits.c $(pkg-config --cflags --libs ballast) */
 #define _POSIX_C_SOURCE 200809L
@@ -23,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -105,20 +108,65 @@ static ballast_config *config(const char *native, const char *count, const char 
     return c;
 }
 
+/* Traffic on a communicator of buffer_size 1 (every message above 1 byte is a large one):
+ * barriers, allgatherv of several sizes with the bytes checked, messages both ways. */
+static void tiny_buffers(ballast_comm *comm) {
+    static const size_t sizes[] = {0, 1, 2, 9, 100, 100000};
+    static unsigned char mine[100000], got[100000];
+    CHECK(ballast_barrier(comm) == 0);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k] + (size_t)me; /* different lengths per rank */
+        if (n > sizeof mine) n = sizeof mine;
+        for (size_t i = 0; i < n; i++) mine[i] = (unsigned char)(me * 31 + i);
+        ballast_gathered *g = NULL;
+        int rc = ballast_allgatherv(comm, mine, n, &g);
+        CHECK(rc == 0);
+        if (rc != 0) continue;
+        for (int r = 0; r < 2; r++) {
+            const void *data = NULL;
+            size_t len = 0;
+            CHECK(ballast_gathered_part(g, r, &data, &len) == 0);
+            size_t want = sizes[k] + (size_t)r;
+            if (want > sizeof mine) want = sizeof mine;
+            CHECK(len == want);
+            const unsigned char *d = data;
+            size_t bad = 0;
+            for (size_t i = 0; i < len && d != NULL; i++) bad += d[i] != (unsigned char)(r * 31 + i);
+            CHECK(bad == 0);
+        }
+        CHECK(ballast_gathered_free(g) == 0);
+        CHECK(ballast_barrier(comm) == 0);
+    }
+    int peer = 1 - me;
+    for (size_t n = 0; n <= 64; n += 8) {
+        for (size_t i = 0; i < n; i++) mine[i] = (unsigned char)(n + i);
+        ballast_request *r = NULL;
+        CHECK(ballast_isend(comm, peer, 5, mine, n, &r) == 0);
+        ballast_status st;
+        memset(&st, 0, sizeof st);
+        CHECK(ballast_recv(comm, peer, 5, got, sizeof got, &st) == 0);
+        CHECK(st.len == n && memcmp(got, mine, n) == 0);
+        if (r != NULL) {
+            CHECK(ballast_wait(r, NULL) == 0);
+            ballast_request_free(r);
+        }
+    }
+    CHECK(ballast_barrier(comm) == 0);
+}
+
 int main(int argc, char **argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     int size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int known_failures = argc == 3 && strcmp(argv[2], "--known-failures") == 0;
-    if (argc < 2 || argc > 3 || (argc == 3 && !known_failures) ||
-        (strcmp(argv[1], "on") != 0 && strcmp(argv[1], "off") != 0) || size != 2) {
-        if (me == 0) fprintf(stderr, "usage: mpirun -n 2 mpi_limits on|off [--known-failures]\n");
+    if (argc != 2 || (strcmp(argv[1], "on") != 0 && strcmp(argv[1], "off") != 0) || size != 2) {
+        if (me == 0) fprintf(stderr, "usage: mpirun -n 2 mpi_limits on|off\n");
         MPI_Finalize();
         return 2;
     }
     const char *native = argv[1];
+    alarm(150);
 
     /* The pool's sizes: buffer_count x buffer_size is refused before anything is allocated;
      * srq_depth allocates nothing over MPI (no shared receive queue), so it is accepted. */
@@ -128,8 +176,7 @@ int main(int argc, char **argv) {
     limit_above(GIB);
     CHECK(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &comm) == 0);
     CHECK(comm != NULL);
-    /* (No traffic on it: on the native path a barrier with buffer_size 1 aborts the job
-     * with MPI_ERR_TRUNCATE, a separate finding reported on issue 33.) */
+    if (comm != NULL) tiny_buffers(comm);
     if (comm != NULL) CHECK(ballast_comm_free(comm) == 0);
     unlimit();
     comm = NULL;
@@ -180,15 +227,8 @@ int main(int argc, char **argv) {
     CHECK(ballast_barrier(comm) == 0);
 
     /* Rank 0 sends 1 GiB; rank 1 receives it into a message of its own, which does not fit,
-     * then into a buffer of its own once the limit is lifted. KNOWN FAILURE (issue 33): the
-     * native path's failed receive loses the message, so the second receive and rank 0's
-     * send never end; run there only with the argument --known-failures. */
-    if (!known_failures && strcmp(native, "on") == 0) {
-        printf("[%d] SKIP receiving 1 GiB that does not fit, then again once it fits: a known failure "
-               "of the native path (issue 33: the message is lost after BALLAST_ENOMEM, and the "
-               "later receive hangs)\n",
-               me);
-    } else {
+     * then into a buffer of its own once the limit is lifted: the message was kept. */
+    {
         buf = malloc(BIG_RECV);
         if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
         if (me == 0) {

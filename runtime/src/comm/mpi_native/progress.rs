@@ -96,13 +96,28 @@ impl MpiNative {
                 self.settle_earlier(chan, source, mtag, parts_for)?;
                 let mut data = Vec::new();
                 // (A length beyond usize fails the reservation too.)
-                data.try_reserve_exact(usize::try_from(bytes).unwrap_or(usize::MAX))
-                    .map_err(|e| Error::MessageAlloc {
+                if let Err(e) = data.try_reserve_exact(usize::try_from(bytes).unwrap_or(usize::MAX)) {
+                    // Kept, not lost: its parts stay in MPI until it fits
+                    // (`retry_deferred`); a posted receive leaves the posting order (its
+                    // header request completed) and gets it then, unless withdrawn.
+                    if let Some(id) = parts_for {
+                        self.recvs.retain(|r| r.id != id);
+                    }
+                    self.deferred = Some(Deferred {
+                        chan,
+                        source: src,
+                        mtag,
+                        bytes,
+                        owner: parts_for,
+                        front: parts_for.is_some(),
+                    });
+                    return Err(Error::MessageAlloc {
                         rank: self.rank,
                         peer: src,
                         bytes,
                         source: e,
-                    })?;
+                    });
+                }
                 let total = bytes as usize;
                 match parts_for {
                     None => {
@@ -171,6 +186,63 @@ impl MpiNative {
         }
     }
 
+    /// Takes the deferred large message (see [`Deferred`]), if any, once its bytes can be
+    /// reserved: its parts are received (the sender posted them with the header) and it
+    /// goes to the receive that still waits for it, else into the unexpected queue in its
+    /// place. [`Error::MessageAlloc`] again while they cannot: nothing may take a message
+    /// out of MPI or match one before it, so the callers stop there.
+    pub(super) fn retry_deferred(&mut self) -> Result<()> {
+        let Some(d) = self.deferred.take() else {
+            return Ok(());
+        };
+        let mut data = Vec::new();
+        if let Err(e) = data.try_reserve_exact(usize::try_from(d.bytes).unwrap_or(usize::MAX)) {
+            let (peer, bytes) = (d.source, d.bytes);
+            self.deferred = Some(d);
+            return Err(Error::MessageAlloc {
+                rank: self.rank,
+                peer,
+                bytes,
+                source: e,
+            });
+        }
+        let total = d.bytes as usize;
+        while data.len() < total {
+            if recv_append(&self.chans[d.chan].parts, self.rank, d.source, d.mtag, &mut data)? == 0 {
+                return Err(Error::BadPacket {
+                    rank: self.rank,
+                    from: Sender::Rank(d.source),
+                    bytes: 0,
+                    what: format!("empty part at {} of {total} bytes", data.len()),
+                });
+            }
+        }
+        let m = Message {
+            source: d.source,
+            tag: Self::ballast_tag(d.chan, d.mtag),
+            data,
+        };
+        match d.owner {
+            Some(id) => {
+                self.done_recvs.insert(id, m);
+            }
+            None if d.front => self.unexpected.push_front((d.chan, m)),
+            None => self.unexpected.push_back((d.chan, m)),
+        }
+        Ok(())
+    }
+
+    /// Withdraws receive `id` whose wait failed from the deferred message it was matched
+    /// to, if any: that message then goes to a later receive (as the engine's
+    /// `cancel_recv` leaves a message for a later receive).
+    pub(super) fn withdraw(&mut self, id: u64) {
+        if let Some(d) = &mut self.deferred {
+            if d.owner == Some(id) {
+                d.owner = None;
+            }
+        }
+    }
+
     /// Completes (waiting: MPI matched them already) the posted receives before receive
     /// `before` (all of them when `None`) that could match `(source, mtag)` on `chan` and
     /// still wait for their header, in posting order, so that their parts are posted first.
@@ -219,7 +291,7 @@ impl MpiNative {
             self.scratch_mark = Some(self.unexpected.len());
         }
         let mut buf = std::mem::take(buf);
-        // SAFETY: MPI wrote `n <= eager + 1` bytes (the receive's count) into the buffer.
+        // SAFETY: MPI wrote `n <= head_bytes` bytes (the receive's count) into the buffer.
         unsafe { buf.set_len(n) };
         if n == LARGE_HEADER && buf[n - 1] == KIND_LARGE && scratch {
             let bytes = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
@@ -424,6 +496,9 @@ impl MpiNative {
             }
         } else if self.abort.is_set() {
             return Err(Error::Aborted);
+        }
+        if self.deferred.is_some() {
+            self.retry_deferred()?;
         }
         let mut work = false;
         if !self.sends.is_empty() {
