@@ -176,20 +176,13 @@ impl Matcher {
     /// matching posted receive, else queues it as unexpected. A message that is complete
     /// and bound completes at once (`None`); otherwise returns its id.
     fn start(&mut self, src: usize, tag: Tag, total: u64, data: Vec<u8>) -> Result<Option<u64>> {
-        let (total, req) = self.begin(src, tag, total)?;
+        let (total, hit) = self.lookup(src, tag, total)?;
+        let req = self.bind(src, tag, total, hit);
         Ok(self.start_bound(src, tag, total, req, data))
     }
 
-    /// The start of a message from `src` of `total` bytes: its length as a `usize` and
-    /// the posted receive it binds to (the earliest that accepts it and, if limited, holds
-    /// it; a limited one that does not ends refused and the message stays unbound).
-    fn begin(&mut self, src: usize, tag: Tag, total: u64) -> Result<(usize, Option<u64>)> {
-        let (total, hit) = self.lookup(src, tag, total)?;
-        Ok((total, self.bind(src, tag, total, hit)))
-    }
-
-    /// [`Matcher::begin`] without changing anything: the length as a `usize` and the place
-    /// in `posted` of the receive the message would bind to.
+    /// The start of a message from `src` of `total` bytes, changing nothing: its length as
+    /// a `usize` and the place in `posted` of the receive it would bind to ([`Matcher::bind`]).
     fn lookup(&self, src: usize, tag: Tag, total: u64) -> Result<(usize, Option<usize>)> {
         if !self.assembling.is_empty() && self.assembling.contains_key(&src) {
             return Err(Error::BadChunk {
@@ -208,8 +201,8 @@ impl Matcher {
         Ok((total, hit))
     }
 
-    /// The rest of [`Matcher::begin`] for the receive at `hit` in `posted` (of
-    /// [`Matcher::lookup`]): it is taken out, and the message binds to it if it holds it.
+    /// Takes the receive at `hit` in `posted` out; the message binds to it if it holds
+    /// it (a limited receive that does not ends refused and the message stays unbound).
     fn bind(&mut self, src: usize, tag: Tag, total: usize, hit: Option<usize>) -> Option<u64> {
         let mut req = None;
         if let Some(i) = hit {
@@ -321,13 +314,10 @@ impl Matcher {
             // (out of memory), the receive stays posted (a failed wait withdraws it) and the
             // fabric keeps the chunk to deliver again ([`crate::fabric::Fabric::poll`]).
             let (total, hit) = self.lookup(src, h.tag, h.total)?;
-            let into_ok = match (hit, &into) {
-                (Some(i), Some(into)) => {
-                    let (r, _, _, limit) = self.posted[i];
-                    total <= limit && into.req == r && into.buf.len() >= total
-                }
-                _ => false,
-            };
+            let into_ok = hit.zip(into.as_ref()).is_some_and(|(i, into)| {
+                let (r, _, _, limit) = self.posted[i];
+                total <= limit && into.req == r && into.buf.len() >= total
+            });
             if let (true, Some(into)) = (into_ok, into) {
                 if let Some(req) = self.bind(src, h.tag, total, hit) {
                     // Bound to the waiting receive, whose buffer holds it (its limit).
