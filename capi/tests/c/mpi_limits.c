@@ -15,8 +15,11 @@
  *   - rank 1 receiving rank 0's 1 GiB with ballast_irecv: BALLAST_ENOMEM from ballast_wait,
  *     and the message stays queued: ballast_recv takes it intact once the limit is lifted,
  *     and rank 0's blocking send returns (both paths: the header is kept, the failed
- *     receive withdrawn).
- * A hang ends the process after 150 s (SIGALRM). Without the sanitizers (they clash with MPI and reserve terabytes). Prints
+ *     receive withdrawn); and the same for a message no receive was posted for, which
+ *     rank 1's ballast_progress takes out of MPI: BALLAST_ENOMEM, then received whole,
+ *     ahead of an 8 B message sent after it on the same tag.
+ * A hang ends the process after 170 s (SIGALRM; ci/capi.sh gives it 180 s). Without the
+ * sanitizers (they clash with MPI and reserve terabytes). Prints
  * "capi mpi limits PATH: N passed, M failed" on every process; exits 1 on a failed check.
  * Build: mpicc mpi_limits.c $(pkg-config --cflags --libs ballast) */
 #define _POSIX_C_SOURCE 200809L
@@ -166,7 +169,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *native = argv[1];
-    alarm(150);
+    alarm(170);
 
     /* The pool's sizes: buffer_count x buffer_size is refused before anything is allocated;
      * srq_depth allocates nothing over MPI (no shared receive queue), so it is accepted. */
@@ -248,6 +251,41 @@ int main(int argc, char **argv) {
             memset(buf, 0, BIG_RECV);
             CHECK(ballast_recv(comm, 0, 3, buf, BIG_RECV, &st) == 0);
             CHECK(buf[0] == 7 && buf[BIG_RECV - 1] == 7);
+        }
+        free(buf);
+        CHECK(ballast_barrier(comm) == 0);
+    }
+
+    /* The same with no receive posted: rank 0 sends 1 GiB (isend) then 8 B on the same tag;
+     * rank 1 only progresses, which takes the 1 GiB out of MPI unmatched and cannot hold
+     * it (BALLAST_ENOMEM, within 60 s); once the limit is lifted, receives take the 1 GiB
+     * whole, then the 8 B: the order kept. */
+    {
+        buf = malloc(BIG_RECV);
+        if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+        if (me == 0) {
+            memset(buf, 9, BIG_RECV);
+            r = NULL;
+            CHECK(ballast_isend(comm, 1, 6, buf, BIG_RECV, &r) == 0);
+            CHECK(ballast_send(comm, 1, 6, "after 1G", 8) == 0);
+            if (r != NULL) {
+                CHECK(ballast_wait(r, NULL) == 0);
+                ballast_request_free(r);
+            }
+        } else {
+            limit_above(512 * MIB);
+            int rc = 0;
+            double until = MPI_Wtime() + 60;
+            while (rc == 0 && MPI_Wtime() < until) rc = ballast_progress(comm);
+            EXPECT(rc, BALLAST_ENOMEM, "1073741824 bytes from rank 0");
+            unlimit();
+            ballast_status st;
+            memset(buf, 0, BIG_RECV);
+            CHECK(ballast_recv(comm, 0, 6, buf, BIG_RECV, &st) == 0);
+            CHECK(st.len == BIG_RECV && buf[0] == 9 && buf[BIG_RECV - 1] == 9);
+            char small[16] = {0};
+            CHECK(ballast_recv(comm, 0, 6, small, sizeof small, &st) == 0);
+            CHECK(st.len == 8 && memcmp(small, "after 1G", 8) == 0);
         }
         free(buf);
         CHECK(ballast_barrier(comm) == 0);
