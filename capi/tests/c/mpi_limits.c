@@ -16,8 +16,9 @@
  *     and the message stays queued: ballast_recv takes it intact once the limit is lifted,
  *     and rank 0's blocking send returns (both paths: the header is kept, the failed
  *     receive withdrawn); and the same for a message no receive was posted for, which
- *     rank 1's ballast_progress takes out of MPI: BALLAST_ENOMEM, then received whole,
- *     ahead of an 8 B message sent after it on the same tag.
+ *     the wait of a receive of another tag takes out of MPI: BALLAST_ENOMEM, that receive
+ *     withdrawn (a message sent after goes to a later receive), then the 1 GiB received
+ *     whole, ahead of an 8 B message sent after it on the same tag.
  * A hang ends the process after 170 s (SIGALRM; ci/capi.sh gives it 180 s). Without the
  * sanitizers (they clash with MPI and reserve terabytes). Prints
  * "capi mpi limits PATH: N passed, M failed" on every process; exits 1 on a failed check.
@@ -256,10 +257,12 @@ int main(int argc, char **argv) {
         CHECK(ballast_barrier(comm) == 0);
     }
 
-    /* The same with no receive posted: rank 0 sends 1 GiB (isend) then 8 B on the same tag;
-     * rank 1 only progresses, which takes the 1 GiB out of MPI unmatched and cannot hold
-     * it (BALLAST_ENOMEM, within 60 s); once the limit is lifted, receives take the 1 GiB
-     * whole, then the 8 B: the order kept. */
+    /* The same with no receive posted for it: rank 0 sends 1 GiB (isend) then 8 B on tag 6;
+     * rank 1 waits for a receive of tag 3, whose progress takes the 1 GiB out of MPI
+     * unmatched and cannot hold it (BALLAST_ENOMEM): that receive is withdrawn (on the
+     * native path cancelled in MPI), so rank 0's 8 B on tag 3, sent after, go to a later
+     * receive; once the limit is lifted, receives take the 1 GiB whole, then the 8 B of
+     * tag 6 (the order kept), then those of tag 3. */
     {
         buf = malloc(BIG_RECV);
         if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
@@ -268,16 +271,20 @@ int main(int argc, char **argv) {
             r = NULL;
             CHECK(ballast_isend(comm, 1, 6, buf, BIG_RECV, &r) == 0);
             CHECK(ballast_send(comm, 1, 6, "after 1G", 8) == 0);
+            MPI_Barrier(MPI_COMM_WORLD); /* rank 1's receive of tag 3 failed */
+            CHECK(ballast_send(comm, 1, 3, "to later", 8) == 0);
             if (r != NULL) {
                 CHECK(ballast_wait(r, NULL) == 0);
                 ballast_request_free(r);
             }
         } else {
             limit_above(512 * MIB);
-            int rc = 0;
-            double until = MPI_Wtime() + 60;
-            while (rc == 0 && MPI_Wtime() < until) rc = ballast_progress(comm);
+            r = NULL;
+            int rc = ballast_irecv(comm, 0, 3, &r);
+            if (rc == 0) rc = ballast_wait(r, NULL);
             EXPECT(rc, BALLAST_ENOMEM, "1073741824 bytes from rank 0");
+            if (r != NULL) ballast_request_free(r);
+            MPI_Barrier(MPI_COMM_WORLD);
             unlimit();
             ballast_status st;
             memset(buf, 0, BIG_RECV);
@@ -286,6 +293,8 @@ int main(int argc, char **argv) {
             char small[16] = {0};
             CHECK(ballast_recv(comm, 0, 6, small, sizeof small, &st) == 0);
             CHECK(st.len == 8 && memcmp(small, "after 1G", 8) == 0);
+            CHECK(ballast_recv(comm, 0, 3, small, sizeof small, &st) == 0);
+            CHECK(st.len == 8 && memcmp(small, "to later", 8) == 0);
         }
         free(buf);
         CHECK(ballast_barrier(comm) == 0);

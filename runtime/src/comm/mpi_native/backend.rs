@@ -121,13 +121,13 @@ impl Backend for MpiNative {
         MpiNative::recv_into(self, src, tag, buf)
     }
     /// A receive waits in MPI for its posted receive; a send as on the engine. A receive
-    /// whose wait failed is withdrawn from a message deferred for memory, which then goes
-    /// to a later receive (as on the engine).
+    /// whose wait failed is withdrawn (`MpiNative::withdraw`): a message deferred for
+    /// memory, or matched to it, goes to a later receive (as on the engine).
     fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         if req.recv {
             let r = self.wait_posted(req.id);
-            if r.is_err() {
-                self.withdraw(req.id);
+            if let Err(e) = &r {
+                self.withdraw(req.id, e);
             }
             return r.map(Completion::Received);
         }

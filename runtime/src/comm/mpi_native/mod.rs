@@ -195,6 +195,8 @@ struct PendingRecv {
 /// (out of memory, [`Error::MessageAlloc`]): its parts wait in MPI. It stays first in line
 /// ([`MpiNative::retry_deferred`], before anything else takes a message out of MPI or
 /// matches one): every later call that would do so fails the same way until it fits.
+/// Normally one at a time; a second one only when withdrawing a receive finds a large
+/// message matched to it ([`MpiNative::withdraw`]): they are taken in order.
 struct Deferred {
     chan: usize,
     source: usize,
@@ -305,8 +307,8 @@ pub struct MpiNative {
     /// header) came out of MPI: a message that `recv_into` or `recv_within` refuses goes
     /// back there, behind what was taken out of MPI before it and ahead of what came after.
     scratch_mark: Option<usize>,
-    /// The large message whose bytes could not be reserved yet, if any.
-    deferred: Option<Deferred>,
+    /// The large messages whose bytes could not be reserved yet, in order.
+    deferred: VecDeque<Deferred>,
     /// MPI messages (not parts) sent to each rank, and received, for the final drain.
     sent: Vec<u64>,
     received: u64,
@@ -378,7 +380,7 @@ impl MpiNative {
             into_cap: None,
             scratch_parts: None,
             scratch_mark: None,
-            deferred: None,
+            deferred: VecDeque::new(),
             sent: vec![0; size],
             received: 0,
             calls: 0,
@@ -592,7 +594,7 @@ impl MpiNative {
                 }
             }
         }
-        if let Some(d) = self.deferred.take() {
+        while let Some(d) = self.deferred.pop_front() {
             // Its header was counted; its parts are still in MPI.
             self.discard_parts(d.chan, d.source, d.mtag, d.bytes)?;
         }

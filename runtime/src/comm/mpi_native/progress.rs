@@ -103,7 +103,7 @@ impl MpiNative {
                     if let Some(id) = parts_for {
                         self.recvs.retain(|r| r.id != id);
                     }
-                    self.deferred = Some(Deferred {
+                    self.deferred.push_back(Deferred {
                         chan,
                         source: src,
                         mtag,
@@ -186,19 +186,26 @@ impl MpiNative {
         }
     }
 
-    /// Takes the deferred large message (see [`Deferred`]), if any, once its bytes can be
-    /// reserved: its parts are received (the sender posted them with the header) and it
-    /// goes to the receive that still waits for it, else into the unexpected queue in its
-    /// place. [`Error::MessageAlloc`] again while they cannot: nothing may take a message
-    /// out of MPI or match one before it, so the callers stop there.
+    /// Takes the deferred large messages (see [`Deferred`]), in order, once their bytes
+    /// can be reserved: the parts are received (the sender posted them with the header) and
+    /// each goes to the receive that still waits for it, else into the unexpected queue in
+    /// its place. [`Error::MessageAlloc`] again while one cannot: nothing may take a
+    /// message out of MPI or match one before it, so the callers stop there.
     pub(super) fn retry_deferred(&mut self) -> Result<()> {
-        let Some(d) = self.deferred.take() else {
-            return Ok(());
-        };
+        let mut front = 0;
+        while let Some(d) = self.deferred.pop_front() {
+            self.take_deferred(d, &mut front)?;
+        }
+        Ok(())
+    }
+
+    /// [`MpiNative::retry_deferred`] for `d`; `front`: how many were queued at the front
+    /// so far (the later ones go behind them).
+    fn take_deferred(&mut self, d: Deferred, front: &mut usize) -> Result<()> {
         let mut data = Vec::new();
         if let Err(e) = data.try_reserve_exact(usize::try_from(d.bytes).unwrap_or(usize::MAX)) {
             let (peer, bytes) = (d.source, d.bytes);
-            self.deferred = Some(d);
+            self.deferred.push_front(d);
             return Err(Error::MessageAlloc {
                 rank: self.rank,
                 peer,
@@ -226,21 +233,96 @@ impl MpiNative {
             Some(id) => {
                 self.done_recvs.insert(id, m);
             }
-            None if d.front => self.unexpected.push_front((d.chan, m)),
+            None if d.front => {
+                self.unexpected
+                    .insert((*front).min(self.unexpected.len()), (d.chan, m));
+                *front += 1;
+            }
             None => self.unexpected.push_back((d.chan, m)),
         }
         Ok(())
     }
 
-    /// Withdraws receive `id` whose wait failed from the deferred message it was matched
-    /// to, if any: that message then goes to a later receive (as the engine's
-    /// `cancel_recv` leaves a message for a later receive).
-    pub(super) fn withdraw(&mut self, id: u64) {
-        if let Some(d) = &mut self.deferred {
-            if d.owner == Some(id) {
-                d.owner = None;
-            }
+    /// Withdraws receive `id` whose wait failed, as the engine's `cancel_recv` does, so
+    /// that no message is left to it: from the deferred message it was matched to, if any
+    /// (which then goes to a later receive); and, after `error` out of memory (another
+    /// message's: the communicator works on), from MPI when it is still posted there
+    /// ([`MpiNative::cancel_posted`]).
+    pub(super) fn withdraw(&mut self, id: u64, error: &Error) {
+        if matches!(error, Error::MessageAlloc { .. }) {
+            // Best effort: the wait's own error is the one reported.
+            let _ = self.cancel_posted(id);
         }
+        for d in self.deferred.iter_mut().filter(|d| d.owner == Some(id)) {
+            d.owner = None;
+        }
+    }
+
+    /// Cancels receive `id` (an `irecv`'s) if it still waits for its header in MPI; a
+    /// message MPI matched to it meanwhile is received (a large one's parts too: the sender
+    /// posted them with its header) and queued first, where a receive posted now finds it.
+    fn cancel_posted(&mut self, id: u64) -> Result<()> {
+        let Some(i) = self
+            .recvs
+            .iter()
+            .position(|r| r.id == id && matches!(r.state, RecvState::Header { scratch: false, .. }))
+        else {
+            return Ok(());
+        };
+        let RecvState::Header { req, .. } = &mut self.recvs[i].state else {
+            unreachable!("header state")
+        };
+        let mut status = empty_status();
+        // SAFETY: `req` is a live receive request whose buffer the state owns until
+        // MPI_Wait returns; `status` and `cancelled` are valid out-parameters.
+        let cancelled = unsafe {
+            check(ffi::MPI_Cancel(req), "MPI_Cancel")?;
+            check(ffi::MPI_Wait(req, &mut status), "MPI_Wait")?;
+            let mut cancelled: c_int = 0;
+            check(
+                ffi::MPI_Test_cancelled(&status, &mut cancelled),
+                "MPI_Test_cancelled",
+            )?;
+            cancelled != 0
+        };
+        if cancelled {
+            self.recvs.remove(i);
+            return Ok(());
+        }
+        let chan = self.recvs[i].chan;
+        if !self.header_done(i, status)? {
+            let j = self
+                .recvs
+                .iter()
+                .position(|r| r.id == id)
+                .ok_or(Error::UnknownRequest(id))?;
+            let r = self.recvs.remove(j);
+            let RecvState::Parts {
+                mut reqs,
+                mut data,
+                total,
+                source,
+                tag,
+            } = r.state
+            else {
+                unreachable!("parts state")
+            };
+            // SAFETY: `reqs` are the live parts receives writing into `data`, which is
+            // alive until MPI_Waitall returns.
+            check(
+                unsafe {
+                    ffi::MPI_Waitall(reqs.len() as c_int, reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE)
+                },
+                "MPI_Waitall",
+            )?;
+            // SAFETY: the parts receives wrote all `total` bytes.
+            unsafe { data.set_len(total) };
+            self.done_recvs.insert(id, Message { source, tag, data });
+        }
+        if let Some(m) = self.done_recvs.remove(&id) {
+            self.unexpected.push_front((chan, m));
+        }
+        Ok(())
     }
 
     /// Completes (waiting: MPI matched them already) the posted receives before receive
@@ -497,7 +579,7 @@ impl MpiNative {
         } else if self.abort.is_set() {
             return Err(Error::Aborted);
         }
-        if self.deferred.is_some() {
+        if !self.deferred.is_empty() {
             self.retry_deferred()?;
         }
         let mut work = false;

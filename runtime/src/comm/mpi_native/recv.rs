@@ -141,8 +141,8 @@ impl MpiNative {
     fn recv_posted<T: Take>(&mut self, src: Source, tag: TagMatch, take: &mut T) -> Result<Got<T::Out>> {
         let id = self.post_recv(src, tag, true)?;
         let w = self.wait_recv(id, Idle::new());
-        if w.is_err() {
-            self.withdraw(id);
+        if let Err(e) = &w {
+            self.withdraw(id, e);
         }
         self.waited(w?, take)
     }
@@ -169,7 +169,7 @@ impl MpiNative {
         self.recvs.is_empty()
             && self.sends.is_empty()
             && self.unexpected.is_empty()
-            && self.deferred.is_none()
+            && self.deferred.is_empty()
     }
 
     /// `recv` into `buf`, or, for a message longer than `buf`, its envelope with the
@@ -318,8 +318,8 @@ impl MpiNative {
                 } else {
                     self.wait_recv(id, idle)
                 };
-                if w.is_err() {
-                    self.withdraw(id);
+                if let Err(e) = &w {
+                    self.withdraw(id, e);
                 }
                 return self.waited(w?, take);
             }
