@@ -4,8 +4,10 @@
  * One case per process (the limit and what is mapped stay with the process):
  *   limits CASE     CASE: srq, count, ranks, threads, send, recv, recv_again, gather
  * recv_again: the receive refused for memory does not lose its message: once the limit
- * is lifted a later receive takes it whole and the sender's blocking send returns (a hang
- * there ends the process after 300 s: SIGALRM).
+ * is lifted a later receive takes it whole and the sender's blocking send returns; then a
+ * receive tested under the limit is BALLAST_ENOMEM with done 0 and stays live, and waiting
+ * for it once the limit is lifted gives the whole message (a hang ends the process after
+ * 300 s: SIGALRM).
  * Built without sanitizers (they reserve terabytes of shadow memory) by
  * capi/tests/c_programs.rs. Prints "capi limits CASE: ok" and exits 0, or names what
  * failed and exits 1. */
@@ -116,7 +118,16 @@ static int recv_again_main(ballast_comm *comm, void *user) {
     int *rank1_rc = user;
     int rank = -1;
     ballast_rank(comm, &rank);
-    if (rank == 0) return recv_main(comm, user);
+    if (rank == 0) {
+        int rc = recv_main(comm, user);
+        /* A second 1 GiB, which rank 1 tests rather than waits for. */
+        char *buf = malloc(BIG_RECV);
+        if (buf == NULL) return 99;
+        memset(buf, 11, BIG_RECV);
+        if (rc == 0) rc = ballast_send(comm, 1, 2, buf, BIG_RECV);
+        free(buf);
+        return rc;
+    }
     ballast_request *r = NULL;
     int rc = ballast_irecv(comm, 0, 1, &r);
     if (rc == 0) rc = ballast_wait(r, NULL);
@@ -136,6 +147,24 @@ static int recv_again_main(ballast_comm *comm, void *user) {
     for (size_t i = 0; i < BIG_RECV; i += 4096) bad += buf[i] != 7;
     CHECK(bad == 0 && buf[BIG_RECV - 1] == 7);
     free(buf);
+    /* Tested under the limit again: BALLAST_ENOMEM with done 0, the request stays live, and
+     * ballast_wait completes it with all 1 GiB once the limit is lifted. */
+    limit_soft_gib(2.6);
+    r = NULL;
+    int done = 0;
+    int trc = ballast_irecv(comm, 0, 2, &r);
+    while (trc == 0 && !done) trc = ballast_test(r, &done, NULL);
+    expect(trc, BALLAST_ENOMEM, "ballast_test: cannot allocate 1073741824 bytes", __LINE__);
+    CHECK(done == 0);
+    unlimit();
+    memset(&st, 0, sizeof st);
+    CHECK(r != NULL && ballast_wait(r, &st) == 0);
+    const void *data = NULL;
+    size_t len = 0;
+    CHECK(r != NULL && ballast_request_data(r, &data, &len) == 0);
+    const unsigned char *d = data;
+    CHECK(st.len == BIG_RECV && len == BIG_RECV && d != NULL && d[0] == 11 && d[len - 1] == 11);
+    if (r != NULL) ballast_request_free(r);
     return rc;
 }
 

@@ -18,7 +18,9 @@
  *     receive withdrawn); and the same for a message no receive was posted for, which
  *     the wait of a receive of another tag takes out of MPI: BALLAST_ENOMEM, that receive
  *     withdrawn (a message sent after goes to a later receive), then the 1 GiB received
- *     whole, ahead of an 8 B message sent after it on the same tag.
+ *     whole, ahead of an 8 B message sent after it on the same tag; and tested instead of
+ *     waited for: ballast_test is BALLAST_ENOMEM with done 0, the request stays live, and
+ *     ballast_wait completes it with the whole message once the limit is lifted.
  * A hang ends the process after 170 s (SIGALRM; ci/capi.sh gives it 180 s). Without the
  * sanitizers (they clash with MPI and reserve terabytes). Prints
  * "capi mpi limits PATH: N passed, M failed" on every process; exits 1 on a failed check.
@@ -297,6 +299,38 @@ int main(int argc, char **argv) {
             CHECK(st.len == 8 && memcmp(small, "to later", 8) == 0);
         }
         free(buf);
+        CHECK(ballast_barrier(comm) == 0);
+    }
+
+    /* Tested rather than waited for: ballast_test gives BALLAST_ENOMEM with done 0 and the
+     * request stays live; once the limit is lifted, ballast_wait completes it with all of
+     * rank 0's 1 GiB. */
+    {
+        if (me == 0) {
+            buf = malloc(BIG_RECV);
+            if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+            memset(buf, 11, BIG_RECV);
+            CHECK(ballast_send(comm, 1, 7, buf, BIG_RECV) == 0);
+            free(buf);
+        } else {
+            limit_above(512 * MIB);
+            r = NULL;
+            int rc = ballast_irecv(comm, 0, 7, &r), done = 0;
+            double until = MPI_Wtime() + 60;
+            while (rc == 0 && !done && MPI_Wtime() < until) rc = ballast_test(r, &done, NULL);
+            EXPECT(rc, BALLAST_ENOMEM, "ballast_test: cannot allocate a message of 1073741824 bytes");
+            CHECK(done == 0);
+            unlimit();
+            ballast_status st;
+            memset(&st, 0, sizeof st);
+            CHECK(r != NULL && ballast_wait(r, &st) == 0);
+            const void *data = NULL;
+            size_t len = 0;
+            CHECK(r != NULL && ballast_request_data(r, &data, &len) == 0);
+            const unsigned char *d = data;
+            CHECK(st.len == BIG_RECV && len == BIG_RECV && d != NULL && d[0] == 11 && d[len - 1] == 11);
+            if (r != NULL) ballast_request_free(r);
+        }
         CHECK(ballast_barrier(comm) == 0);
     }
 
