@@ -19,7 +19,8 @@
 //!   sends them straight from the caller's slice; the receiver receives them straight into
 //!   the `Vec` that becomes the message.
 //!
-//! Receives are `MPI_Irecv`s of `buffer_size + 1` bytes; a blocking `recv` uses one kept
+//! Receives are `MPI_Irecv`s of `buffer_size + 1` bytes, at least the 9 of a large
+//! message's header (nothing is truncated at any `buffer_size`); a blocking `recv` uses one kept
 //! buffer (no allocation). MPI matches them in posting order; when a large header
 //! completes, the parts receives of every earlier receive that could have matched the same
 //! sender and tag are posted first (MPI has completed them already), so parts are taken
@@ -353,7 +354,7 @@ impl MpiNative {
         let rank = world.rank() as usize;
         let size = world.size() as usize;
         // Every rank uses the same buffer_size: checked by `Mpi` before (a receive is posted
-        // for `buffer_size + 1` bytes).
+        // for `head_bytes`).
         let eager = cfg.buffer_size;
         let head_bytes = mpi_native_kept_bytes(eager as u64) as usize;
         Ok(MpiNative {
