@@ -133,8 +133,8 @@ for run in "1" "2" "3" "3 --multiple"; do
 done
 # Out of memory over MPI (capi/tests/c/mpi_limits.c, issue 33): RLIMIT_AS lowered per case
 # after MPI_Init, on the native path and on the engine, with a receive refused for memory
-# whose message a later receive takes whole, and traffic at buffer_size 1 (about 20-45 s
-# each here, with other builds running).
+# whose message a later receive takes whole, and traffic at buffer_size 1 (about 33 s
+# each with the release build here; 7-12 s before these cases).
 # shellcheck disable=SC2046
 mpicc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L capi/tests/c/mpi_limits.c \
     $(pkg-config --cflags --libs ballast) -o "$work/mpi_limits"
