@@ -59,6 +59,8 @@ impl MpiNative {
 
     pub(super) fn post_recv(&mut self, src: Source, tag: TagMatch, scratch: bool) -> Result<u64> {
         let (chan, s, t) = self.wire_match(src, tag)?;
+        // A deferred message may be this receive's: it goes first.
+        self.retry_deferred()?;
         let id = self.new_id();
         if let Some(m) = self.take_unexpected(chan, s, t) {
             self.done_recvs.insert(id, m);
@@ -82,7 +84,8 @@ impl MpiNative {
         Ok(id)
     }
 
-    /// Posts an `MPI_Irecv` of `eager + 1` bytes (a whole message or a large header) from
+    /// Posts an `MPI_Irecv` of `head_bytes` (a whole message and its kind byte, or a large
+    /// message's header, whichever is longer: no message is truncated) from
     /// `(s, t)` on `chan` into `buf` (cleared and grown as needed).
     ///
     /// # Safety
@@ -96,14 +99,14 @@ impl MpiNative {
         buf: &mut Vec<u8>,
     ) -> Result<ffi::MPI_Request> {
         buf.clear();
-        buf.reserve_exact(self.eager + 1);
+        buf.reserve_exact(self.head_bytes);
         let mut req = null_request();
-        // SAFETY: `buf` has capacity for `eager + 1` bytes (<= 1 GiB + 1, an int), kept alive
+        // SAFETY: `buf` has capacity for `head_bytes` (<= 1 GiB + 1, an int), kept alive
         // by the caller until the request completes; the communicator is live.
         let code = unsafe {
             ffi::MPI_Irecv(
                 buf.as_mut_ptr().cast(),
-                (self.eager + 1) as c_int,
+                self.head_bytes as c_int,
                 u8::equivalent_datatype().as_raw(),
                 s,
                 t,
@@ -137,8 +140,11 @@ impl MpiNative {
     /// in flight).
     fn recv_posted<T: Take>(&mut self, src: Source, tag: TagMatch, take: &mut T) -> Result<Got<T::Out>> {
         let id = self.post_recv(src, tag, true)?;
-        let w = self.wait_recv(id, Idle::new())?;
-        self.waited(w, take)
+        let w = self.wait_recv(id, Idle::new());
+        if let Err(e) = &w {
+            self.withdraw(id, e);
+        }
+        self.waited(w?, take)
     }
 
     /// What a blocking receive's wait ended with, through `take`.
@@ -160,7 +166,10 @@ impl MpiNative {
     /// Nothing else in flight or queued: the latency path ([`MpiNative::recv_alone`]) may
     /// be taken.
     fn alone(&self) -> bool {
-        self.recvs.is_empty() && self.sends.is_empty() && self.unexpected.is_empty()
+        self.recvs.is_empty()
+            && self.sends.is_empty()
+            && self.unexpected.is_empty()
+            && self.deferred.is_empty()
     }
 
     /// `recv` into `buf`, or, for a message longer than `buf`, its envelope with the
@@ -258,7 +267,7 @@ impl MpiNative {
             if done {
                 self.scratch_mark = Some(self.unexpected.len());
                 let n = byte_count(&status)?;
-                if (1..=self.eager + 1).contains(&n) {
+                if (1..=self.head_bytes).contains(&n) {
                     // SAFETY: MPI wrote `n` bytes into `buf`'s capacity.
                     unsafe { buf.set_len(n) };
                     if buf[n - 1] == KIND_WHOLE {
@@ -303,12 +312,16 @@ impl MpiNative {
                     },
                 });
                 tested?;
-                if done {
+                let w = if done {
                     let i = self.recvs.len() - 1;
-                    self.header_done(i, status)?;
+                    self.header_done(i, status).and_then(|_| self.wait_recv(id, idle))
+                } else {
+                    self.wait_recv(id, idle)
+                };
+                if let Err(e) = &w {
+                    self.withdraw(id, e);
                 }
-                let w = self.wait_recv(id, idle)?;
-                return self.waited(w, take);
+                return self.waited(w?, take);
             }
             idle.snooze();
         }
@@ -369,6 +382,7 @@ impl MpiNative {
     /// Takes a matching message that arrived without a posted receive, if any.
     pub fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
         let (chan, s, t) = self.wire_match(src, tag).ok()?;
+        self.retry_deferred().ok()?;
         if let Some(m) = self.take_unexpected(chan, s, t) {
             return Some(m);
         }
@@ -383,6 +397,7 @@ impl MpiNative {
     /// that the queue keeps MPI's order and the earliest match is the one told.
     pub fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope> {
         let (chan, s, t) = self.wire_match(src, tag).ok()?;
+        self.retry_deferred().ok()?;
         while let Ok(Some(m)) = self.probe_one(chan, any_source(), any_tag()) {
             self.unexpected.push_back((chan, m));
         }

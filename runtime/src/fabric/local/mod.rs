@@ -215,6 +215,10 @@ pub struct LocalFabric {
     parker: Parker,
     /// The test drop model (`datagram_drop_every`, `datagram_drop_seed`).
     drops: drop_model::DropModel,
+    /// An arrival whose event failed (its message could not be allocated): kept with its
+    /// slot, it is delivered first at the next poll, so nothing is lost (the engine's error
+    /// repeats until it fits, as on MPI's engine path).
+    held: Option<Arrival>,
 }
 
 /// The sizes of the structures this fabric allocates (see [`MemoryModel`]): its side only,
@@ -257,6 +261,7 @@ impl LocalFabric {
             marked_done: false,
             parker,
             drops: drop_model::DropModel::new(cfg.datagram_drop_every, cfg.datagram_drop_seed, rank),
+            held: None,
         }
     }
 
@@ -425,15 +430,23 @@ impl Fabric for LocalFabric {
             n += 1;
         }
         let port = &self.world.ports[self.rank];
+        let mut held = self.held.take();
         for _ in 0..POLL_BATCH {
-            let Some(a) = port.data.pop() else { break };
-            {
+            let Some(a) = held.take().or_else(|| port.data.pop()) else {
+                break;
+            };
+            let taken = {
                 let g = a.rq.region.lock();
                 let off = a.slot as usize * a.rq.buffer_size;
                 on_event(Event::Arrival(
                     a.hdr,
                     &g.as_slice()[off..off + a.hdr.len as usize],
-                ))?;
+                ))
+            };
+            if let Err(e) = taken {
+                // First in line again at the next poll (packets of a peer stay in order).
+                self.held = Some(a);
+                return Err(e);
             }
             a.rq.posted.push(a.slot).map_err(|_| Error::ReceiveQueue {
                 rank: self.rank,
