@@ -13,6 +13,10 @@
 //! sets are symmetric.
 use crate::error::{BalancerError, Result};
 
+/// Largest `ranks × ranks` bitset [`Network::peers`] uses whatever the network's size
+/// (1 MiB: 2,896 ranks).
+pub const DENSE_BYTES: usize = 1 << 20;
+
 /// Connectivity between placed cells, CSR by target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Network {
@@ -97,9 +101,50 @@ impl Network {
     /// Peer sets of `ranks` ranks when cell `c` is on rank `rank_of[c]` (`rank_of` holds
     /// a rank below `ranks` for each of the [`Network::cell_count`] cells). Memory: the
     /// distinct (rank, peer) pairs (at most twice the connections, at most `ranks ×
-    /// ranks`), the cells once more and a few words per rank: never a `ranks × ranks`
-    /// table. O(n + m + pairs × log(peers per rank)).
+    /// ranks`) and a few words per rank and cell; while a `ranks × ranks` bitset takes no
+    /// more than the connections' sources (or [`DENSE_BYTES`]) the pairs are found with one
+    /// (the faster way), never beyond. O(n + m + ranks²/64) or O(n + m + pairs × log).
     pub fn peers(&self, rank_of: &[u32], ranks: usize) -> PeerSets {
+        let bitset = ranks.saturating_mul(ranks.div_ceil(64)).saturating_mul(8);
+        if bitset <= DENSE_BYTES.max(self.sources.len().saturating_mul(4)) {
+            self.peers_dense(rank_of, ranks)
+        } else {
+            self.peers_sparse(rank_of, ranks)
+        }
+    }
+
+    /// [`Network::peers`] through a `ranks × ranks` bitset, cells in order.
+    fn peers_dense(&self, rank_of: &[u32], ranks: usize) -> PeerSets {
+        let words = ranks.div_ceil(64);
+        let mut bits = vec![0u64; ranks * words];
+        for t in 0..self.cell_count() {
+            let rt = rank_of[t] as usize;
+            for &s in self.sources_of(t) {
+                let rs = rank_of[s as usize] as usize;
+                if rs != rt {
+                    bits[rt * words + rs / 64] |= 1 << (rs % 64);
+                    bits[rs * words + rt / 64] |= 1 << (rt % 64);
+                }
+            }
+        }
+        let mut start = Vec::with_capacity(ranks + 1);
+        start.push(0);
+        let mut peers = Vec::new();
+        for r in 0..ranks {
+            for (w, &word) in bits[r * words..(r + 1) * words].iter().enumerate() {
+                let mut b = word;
+                while b != 0 {
+                    peers.push((w * 64 + b.trailing_zeros() as usize) as u32);
+                    b &= b - 1;
+                }
+            }
+            start.push(peers.len());
+        }
+        PeerSets { ranks, start, peers }
+    }
+
+    /// [`Network::peers`] from the cells of each rank, in memory of the pairs.
+    fn peers_sparse(&self, rank_of: &[u32], ranks: usize) -> PeerSets {
         let n = self.cell_count();
         // The cells of each rank (a counting sort of the cells by rank).
         let mut cell_start = vec![0usize; ranks + 1];
@@ -441,6 +486,8 @@ mod tests {
             let rank_of: Vec<u32> = (0..n).map(|_| next(ranks as u64) as u32).collect();
             let expected = reference(&net, &rank_of, ranks);
             let p = net.peers(&rank_of, ranks);
+            assert_eq!(net.peers_dense(&rank_of, ranks), p);
+            assert_eq!(net.peers_sparse(&rank_of, ranks), p);
             for (r, e) in expected.iter().enumerate() {
                 assert_eq!(
                     p.iter(r).collect::<Vec<_>>(),
