@@ -177,6 +177,11 @@ echo "$demo_out" | tail -n 4
 grep -q "^check: identical spikes in the RoundRobin and Memory runs (.*): ok$" <<< "$demo_out"
 rm -rf "$demo_dir"
 
+# The 1M-cell dry run under `ulimit -v` at 24 limits around the old failure points (issue
+# 33: gzp's threads and their malloc arenas): exit 0 with the same allocation bytes, or 1
+# with a message, never a signal or a panic (about 20 s; `--full` for the long sweep).
+bash ci/dry_run_ulimit.sh "$ballast_bin"
+
 # The round trip with the real neurodamus (its venv, pip cache and compiled mods are cached
 # outside the clone; see docs/TESTING.md).
 bash ci/neurodamus.sh "$ballast_bin"

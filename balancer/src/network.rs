@@ -13,6 +13,10 @@
 //! sets are symmetric.
 use crate::error::{BalancerError, Result};
 
+/// Largest `ranks × ranks` bitset [`Network::peers`] uses whatever the network's size
+/// (1 MiB: 2,896 ranks).
+pub const DENSE_BYTES: usize = 1 << 20;
+
 /// Connectivity between placed cells, CSR by target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Network {
@@ -94,20 +98,88 @@ impl Network {
         &self.sources[self.source_start[t] as usize..self.source_start[t + 1] as usize]
     }
 
-    /// Peer sets of `ranks` ranks when cell `c` is on rank `rank_of[c]`.
+    /// Peer sets of `ranks` ranks when cell `c` is on rank `rank_of[c]` (`rank_of` holds
+    /// a rank below `ranks` for each of the [`Network::cell_count`] cells). Memory: the
+    /// distinct (rank, peer) pairs (at most twice the connections, at most `ranks ×
+    /// ranks`) and a few words per rank and cell; while a `ranks × ranks` bitset takes no
+    /// more than the connections' sources (or [`DENSE_BYTES`]) the pairs are found with one
+    /// (the faster way), never beyond. O(n + m + ranks²/64) or O(n + m + pairs × log).
     pub fn peers(&self, rank_of: &[u32], ranks: usize) -> PeerSets {
-        let mut p = PeerSets::new(ranks);
+        let bitset = ranks.saturating_mul(ranks.div_ceil(64)).saturating_mul(8);
+        if bitset <= DENSE_BYTES.max(self.sources.len().saturating_mul(4)) {
+            self.peers_dense(rank_of, ranks)
+        } else {
+            self.peers_sparse(rank_of, ranks)
+        }
+    }
+
+    /// [`Network::peers`] through a `ranks × ranks` bitset, cells in order.
+    fn peers_dense(&self, rank_of: &[u32], ranks: usize) -> PeerSets {
+        let words = ranks.div_ceil(64);
+        let mut bits = vec![0u64; ranks * words];
         for t in 0..self.cell_count() {
             let rt = rank_of[t] as usize;
             for &s in self.sources_of(t) {
                 let rs = rank_of[s as usize] as usize;
                 if rs != rt {
-                    p.insert(rt, rs);
-                    p.insert(rs, rt);
+                    bits[rt * words + rs / 64] |= 1 << (rs % 64);
+                    bits[rs * words + rt / 64] |= 1 << (rt % 64);
                 }
             }
         }
-        p
+        let mut start = Vec::with_capacity(ranks + 1);
+        start.push(0);
+        let mut peers = Vec::new();
+        for r in 0..ranks {
+            for (w, &word) in bits[r * words..(r + 1) * words].iter().enumerate() {
+                let mut b = word;
+                while b != 0 {
+                    peers.push((w * 64 + b.trailing_zeros() as usize) as u32);
+                    b &= b - 1;
+                }
+            }
+            start.push(peers.len());
+        }
+        PeerSets { ranks, start, peers }
+    }
+
+    /// [`Network::peers`] from the cells of each rank, in memory of the pairs.
+    fn peers_sparse(&self, rank_of: &[u32], ranks: usize) -> PeerSets {
+        let n = self.cell_count();
+        // The cells of each rank (a counting sort of the cells by rank).
+        let mut cell_start = vec![0usize; ranks + 1];
+        for &r in &rank_of[..n] {
+            cell_start[r as usize + 1] += 1;
+        }
+        for r in 0..ranks {
+            cell_start[r + 1] += cell_start[r];
+        }
+        let mut fill = cell_start[..ranks].to_vec();
+        let mut cells = vec![0u32; n];
+        for (c, &r) in rank_of[..n].iter().enumerate() {
+            cells[fill[r as usize]] = c as u32;
+            fill[r as usize] += 1;
+        }
+        drop(fill);
+        // For each rank, the ranks of its cells' sources, once each (`seen[q] == r` once
+        // rank q is listed for rank r): the ranks it receives from.
+        let mut seen = vec![u32::MAX; ranks];
+        let mut start = Vec::with_capacity(ranks + 1);
+        start.push(0);
+        let mut from = Vec::new();
+        for r in 0..ranks {
+            for &c in &cells[cell_start[r]..cell_start[r + 1]] {
+                for &s in self.sources_of(c as usize) {
+                    let q = rank_of[s as usize];
+                    if q as usize != r && seen[q as usize] != r as u32 {
+                        seen[q as usize] = r as u32;
+                        from.push(q);
+                    }
+                }
+            }
+            start.push(from.len());
+        }
+        PeerSets::symmetric(ranks, &start, from)
     }
 
     /// Peer sets counted by node (`ranks_per_node` consecutive ranks form a node): for each
@@ -226,51 +298,118 @@ pub fn spatial_order(positions: &[[f32; 3]]) -> Vec<u32> {
     cells
 }
 
-/// For each rank, the set of other ranks it talks to (bitsets, `ranks × ranks` bits).
+/// For each rank, the set of other ranks it talks to: the peers of every rank, ascending,
+/// one rank after the other in one array (as the network's sources), so that memory grows
+/// with the (rank, peer) pairs and not with `ranks × ranks`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerSets {
     pub ranks: usize,
-    words: usize,
-    bits: Vec<u64>,
+    /// `peers[start[r]..start[r + 1]]`: the peers of rank `r`, ascending.
+    start: Vec<usize>,
+    peers: Vec<u32>,
 }
 
 impl PeerSets {
-    /// Empty sets for `ranks` ranks.
-    pub fn new(ranks: usize) -> PeerSets {
-        let words = ranks.div_ceil(64);
+    /// The symmetric sets of `ranks` ranks from one direction: `list[start[r]..start[r +
+    /// 1]]` holds, each once and in any order, ranks other than `r` that `r` talks to; the
+    /// result adds `r` to each of theirs.
+    fn symmetric(ranks: usize, start: &[usize], mut list: Vec<u32>) -> PeerSets {
+        for r in 0..ranks {
+            list[start[r]..start[r + 1]].sort_unstable();
+        }
+        // The transpose: for each rank q, the ranks listing q, ascending (filled by rank).
+        let mut back_start = vec![0usize; ranks + 1];
+        for &q in &list {
+            back_start[q as usize + 1] += 1;
+        }
+        for q in 0..ranks {
+            back_start[q + 1] += back_start[q];
+        }
+        let mut fill = back_start[..ranks].to_vec();
+        let mut back = vec![0u32; list.len()];
+        for r in 0..ranks {
+            for &q in &list[start[r]..start[r + 1]] {
+                back[fill[q as usize]] = r as u32;
+                fill[q as usize] += 1;
+            }
+        }
+        drop(fill);
+        // Each rank's set: the union of its two sorted lists.
+        let mut out_start = Vec::with_capacity(ranks + 1);
+        out_start.push(0);
+        let mut peers = Vec::with_capacity(list.len());
+        for r in 0..ranks {
+            let (mut a, mut b) = (
+                &list[start[r]..start[r + 1]],
+                &back[back_start[r]..back_start[r + 1]],
+            );
+            while let (Some(&x), Some(&y)) = (a.first(), b.first()) {
+                peers.push(x.min(y));
+                if x <= y {
+                    a = &a[1..];
+                }
+                if y <= x {
+                    b = &b[1..];
+                }
+            }
+            peers.extend_from_slice(a);
+            peers.extend_from_slice(b);
+            out_start.push(peers.len());
+        }
+        peers.shrink_to_fit();
         PeerSets {
             ranks,
-            words,
-            bits: vec![0; ranks * words],
+            start: out_start,
+            peers,
         }
     }
 
-    /// Adds `peer` to the set of `rank`.
-    pub fn insert(&mut self, rank: usize, peer: usize) {
-        self.bits[rank * self.words + peer / 64] |= 1 << (peer % 64);
+    /// These sets with `extra(r)`'s ranks added to the set of each rank `r`, and `r` to
+    /// theirs (a rank naming itself is left out).
+    pub fn with<I: IntoIterator<Item = usize>>(&self, extra: impl Fn(usize) -> I) -> PeerSets {
+        let mut start = Vec::with_capacity(self.ranks + 1);
+        start.push(0);
+        let mut list = Vec::with_capacity(self.peers.len());
+        for r in 0..self.ranks {
+            let at = list.len();
+            list.extend_from_slice(self.slice(r));
+            list.extend(extra(r).into_iter().filter(|&q| q != r).map(|q| q as u32));
+            list[at..].sort_unstable();
+            let mut kept = at;
+            for i in at..list.len() {
+                if kept == at || list[kept - 1] != list[i] {
+                    list[kept] = list[i];
+                    kept += 1;
+                }
+            }
+            list.truncate(kept);
+            start.push(list.len());
+        }
+        PeerSets::symmetric(self.ranks, &start, list)
+    }
+
+    fn slice(&self, rank: usize) -> &[u32] {
+        &self.peers[self.start[rank]..self.start[rank + 1]]
     }
 
     /// Whether `peer` is in the set of `rank`.
     pub fn contains(&self, rank: usize, peer: usize) -> bool {
-        self.bits[rank * self.words + peer / 64] & (1 << (peer % 64)) != 0
+        u32::try_from(peer).is_ok_and(|p| self.slice(rank).binary_search(&p).is_ok())
     }
 
     /// Number of peers of `rank`.
     pub fn count(&self, rank: usize) -> usize {
-        self.bits[rank * self.words..(rank + 1) * self.words]
-            .iter()
-            .map(|w| w.count_ones() as usize)
-            .sum()
+        self.start[rank + 1] - self.start[rank]
+    }
+
+    /// Number of (rank, peer) pairs of all ranks (each connection counted at both ends).
+    pub fn pairs(&self) -> usize {
+        self.peers.len()
     }
 
     /// Peers of `rank`, ascending.
     pub fn iter(&self, rank: usize) -> impl Iterator<Item = usize> + '_ {
-        let row = &self.bits[rank * self.words..(rank + 1) * self.words];
-        row.iter().enumerate().flat_map(|(w, &bits)| {
-            (0..64)
-                .filter(move |b| bits & (1 << b) != 0)
-                .map(move |b| w * 64 + b)
-        })
+        self.slice(rank).iter().map(|&q| q as usize)
     }
 }
 
@@ -309,6 +448,83 @@ mod tests {
         assert_eq!(q.iter(0).collect::<Vec<_>>(), vec![1, 3]);
         // By node of 2 ranks: rank 0's peers (1, 3) sit on node 0 (itself) and node 1.
         assert_eq!(net.peer_nodes(&q, 2)[0], 1);
+    }
+
+    /// The sets as `BTreeSet`s, built the obvious way from every connection.
+    fn reference(net: &Network, rank_of: &[u32], ranks: usize) -> Vec<std::collections::BTreeSet<usize>> {
+        let mut sets = vec![std::collections::BTreeSet::new(); ranks];
+        for t in 0..net.cell_count() {
+            for &s in net.sources_of(t) {
+                let (rt, rs) = (rank_of[t] as usize, rank_of[s as usize] as usize);
+                if rt != rs {
+                    sets[rt].insert(rs);
+                    sets[rs].insert(rt);
+                }
+            }
+        }
+        sets
+    }
+
+    #[test]
+    fn peers_match_the_connections_on_random_networks() {
+        // A small xorshift: 40 networks of 1..60 cells on 1..20 ranks, with and without
+        // ring partners added.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m) as usize
+        };
+        for _ in 0..40 {
+            let n = 1 + next(60);
+            let ranks = 1 + next(20);
+            let pairs: Vec<(u32, u32)> = (0..next(200))
+                .map(|_| (next(n as u64) as u32, next(n as u64) as u32))
+                .collect();
+            let net = Network::from_pairs(vec![0, n], &pairs).unwrap();
+            let rank_of: Vec<u32> = (0..n).map(|_| next(ranks as u64) as u32).collect();
+            let expected = reference(&net, &rank_of, ranks);
+            let p = net.peers(&rank_of, ranks);
+            assert_eq!(net.peers_dense(&rank_of, ranks), p);
+            assert_eq!(net.peers_sparse(&rank_of, ranks), p);
+            for (r, e) in expected.iter().enumerate() {
+                assert_eq!(
+                    p.iter(r).collect::<Vec<_>>(),
+                    e.iter().copied().collect::<Vec<_>>()
+                );
+                assert_eq!(p.count(r), e.len());
+                for q in 0..ranks {
+                    assert_eq!(p.contains(r, q), e.contains(&q));
+                }
+            }
+            assert_eq!(p.pairs(), expected.iter().map(|s| s.len()).sum::<usize>());
+            let ring = p.with(|r| [(r + 1) % ranks, (r + ranks - 1) % ranks]);
+            for (r, e) in expected.iter().enumerate() {
+                let mut e = e.clone();
+                e.extend([(r + 1) % ranks, (r + ranks - 1) % ranks]);
+                e.remove(&r);
+                assert_eq!(
+                    ring.iter(r).collect::<Vec<_>>(),
+                    e.into_iter().collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+
+    /// Many ranks and few cells (the node search tries such counts): the sets take memory
+    /// for the pairs, not a `ranks × ranks` table (3 × 10^6 ranks: 1.1 TB of bits).
+    #[test]
+    fn peers_of_many_ranks_take_memory_for_the_pairs_only() {
+        let ranks = 3_000_000;
+        let net = Network::from_pairs(vec![0, 3], &[(0, 1), (1, 2)]).unwrap();
+        let p = net.peers(&[0, 1_500_000, 2_999_999], ranks);
+        assert_eq!(p.pairs(), 4);
+        assert_eq!(p.iter(1_500_000).collect::<Vec<_>>(), vec![0, 2_999_999]);
+        assert_eq!((p.count(0), p.count(1), p.count(2_999_999)), (1, 0, 1));
+        let ring = p.with(|r| [(r + 1) % ranks]);
+        assert_eq!(ring.pairs(), 4 + 2 * ranks);
+        assert_eq!(ring.iter(0).collect::<Vec<_>>(), vec![1, 1_500_000, 2_999_999]);
     }
 
     #[test]

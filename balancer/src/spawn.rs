@@ -8,7 +8,8 @@
 //! So every helper thread is started here:
 //! - before the spawn, the address space left under `RLIMIT_AS` (its soft limit in
 //!   /proc/self/limits less `VmSize` of /proc/self/status) must hold the thread's stack,
-//!   its guard page, its signal stack and a margin ([`fits`]); when it does not, the work
+//!   its guard page, its signal stack, the malloc arena its first allocation reserves
+//!   (glibc: 64 MiB) and a margin ([`fits`]); when it does not, the work
 //!   runs on the calling thread instead ([`Side::Here`]) or, where it is optional or cannot
 //!   run inline, the caller is told ([`scoped`], [`detached`]);
 //! - after the spawn, the spawner waits until the new thread's first statement has run
@@ -36,14 +37,27 @@ const START_OVERHEAD: u64 = 1 << 20;
 /// while the new threads start.
 const MARGIN: u64 = 4 << 20;
 
-/// Bytes of address space one more thread takes as it starts: its stack and
-/// [`START_OVERHEAD`].
+/// Address space glibc's malloc reserves for a thread's own arena at the thread's first
+/// allocation: one heap of `HEAP_MAX_SIZE`, 64 MiB on 64-bit (2 × `DEFAULT_MMAP_THRESHOLD_MAX`,
+/// glibc's malloc/arena.c; mapped `PROT_NONE` and made accessible as it grows, but counted by
+/// `ulimit -v` whole). A thread reuses the arena of one that ended, and past 8 arenas per
+/// core threads share them, so this is the most a thread adds; counting it is what keeps the
+/// threads' arenas from taking the address space the process's later allocations need
+/// (which then abort: "memory allocation of N bytes failed"). Other allocators: 0.
+const ARENA: u64 = if cfg!(all(target_os = "linux", target_env = "gnu")) {
+    64 << 20
+} else {
+    0
+};
+
+/// Bytes of address space one more thread takes as it starts and allocates: its stack,
+/// [`START_OVERHEAD`] and its malloc arena ([`ARENA`]).
 pub fn thread_bytes() -> u64 {
     let stack = std::env::var("RUST_MIN_STACK")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or(DEFAULT_STACK);
-    stack.saturating_add(START_OVERHEAD)
+    stack.saturating_add(START_OVERHEAD).saturating_add(ARENA)
 }
 
 /// Whether `threads` more threads can start, with `extra` bytes more allocated by the
@@ -176,6 +190,19 @@ mod tests {
         assert!(!fits_in(Some(one + 5), 1, 6));
         assert!(!fits_in(Some(2 * one - MARGIN - 1), 2, 0));
         assert!(!fits_in(Some(u64::MAX - 1), usize::MAX, 0));
+    }
+
+    /// Room for a thread's stack but not for the malloc arena its first allocation
+    /// reserves is not room for a thread (with glibc).
+    #[test]
+    fn a_start_counts_the_malloc_arena() {
+        let stack_only = DEFAULT_STACK + START_OVERHEAD + MARGIN + (8 << 20);
+        if cfg!(all(target_os = "linux", target_env = "gnu")) && std::env::var_os("RUST_MIN_STACK").is_none()
+        {
+            assert_eq!(thread_bytes(), DEFAULT_STACK + START_OVERHEAD + (64 << 20));
+            assert!(!fits_in(Some(stack_only), 1, 0));
+            assert!(fits_in(Some(stack_only + (64 << 20)), 1, 0));
+        }
     }
 
     #[test]

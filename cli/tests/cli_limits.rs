@@ -508,3 +508,55 @@ fn synthetic_inputs_and_buckets_are_checked_against_the_address_space() {
     );
     assert!(!d.join("out").exists());
 }
+
+/// The node suggestion tries ever more ranks (here up to 16,967,460 for 3,000 cells): each
+/// count's peer sets take memory for the (rank, peer) pairs, not `ranks × ranks` bits (628k
+/// ranks asked for 49 GB and aborted), until the balancer refuses a count by name.
+#[test]
+fn the_node_suggestion_over_many_ranks_ends_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = limited(
+        &[
+            "dry-run",
+            "--synthetic",
+            "3000",
+            "--synapses",
+            "200000",
+            "--transport-model",
+            "ballast",
+            "--ranks-per-node",
+            "4",
+            "--node-memory-gb",
+            "0.01",
+        ],
+        dir.path(),
+    );
+    refused(
+        &o,
+        &[
+            "the node suggestion tried 16967460 ranks × 1 cycles",
+            "16967460 buckets for 3000 cells",
+        ],
+    );
+    // The node-fit search over the same circuit with a rank count given: up to 3,000
+    // nodes of 4 ranks, then the search's own message.
+    let o = limited(
+        &[
+            "dry-run",
+            "--synthetic",
+            "3000",
+            "--synapses",
+            "200000",
+            "--transport-model",
+            "ballast",
+            "--ranks-per-node",
+            "4",
+            "--node-memory-gb",
+            "0.01",
+            "--num-target-ranks",
+            "4",
+        ],
+        dir.path(),
+    );
+    refused(&o, &["no node count up to 3000 fits 0.0100 GiB per node"]);
+}

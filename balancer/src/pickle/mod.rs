@@ -39,7 +39,7 @@
 //! Files: `vm.rs` (the machine: input, stack, memo, work accounting, the opcode loop),
 //! one file per opcode family (`protocol.rs`, `scalar.rs`, `container.rs`, `memo.rs`,
 //! `object.rs`), `value.rs` (the values), `convert.rs` (root to populations) and
-//! `writer.rs`; this file holds the public reading API and gunzip.
+//! `writer.rs` (with `serial_gzip.rs`, its stream on one thread); this file holds the public reading API and gunzip.
 use std::io::Read;
 use std::path::Path;
 
@@ -54,6 +54,7 @@ mod memo;
 mod object;
 mod protocol;
 mod scalar;
+mod serial_gzip;
 mod value;
 mod vm;
 mod writer;

@@ -1,6 +1,7 @@
 //! Writing allocation files: the pickle (protocol 3, plain dict/tuple/list/int, the bytes
-//! serde-pickle writes), gzip compressed in blocks on several threads into one gzip stream,
-//! and the atomic file.
+//! serde-pickle writes), gzip compressed in blocks on several threads into one gzip stream
+//! (on the calling thread when no thread can start: `serial_gzip.rs`, the same bytes), and
+//! the atomic file.
 #[cfg(test)]
 use std::collections::BTreeMap;
 use std::collections::HashSet;
@@ -15,6 +16,7 @@ use serde::ser::{SerializeMap, Serializer};
 #[cfg(test)]
 use serde::Serialize;
 
+use super::serial_gzip::{self, SerialGzip};
 #[cfg(test)]
 use crate::allocation::Bucket;
 use crate::allocation::PopulationAllocation;
@@ -43,8 +45,8 @@ pub fn stage_allocation_file(
     stage_with_threads(path, populations, compress_threads())
 }
 
-/// [`stage_allocation_file`] compressing on `threads` threads (the bytes do not depend on
-/// it: blocks are cut at fixed offsets of the pickle).
+/// [`stage_allocation_file`] compressing on at most `threads` threads, 0 for none (the
+/// bytes do not depend on it: blocks are cut at fixed offsets of the pickle).
 fn stage_with_threads(
     path: &Path,
     populations: &[PopulationAllocation],
@@ -68,20 +70,26 @@ fn stage_with_threads(
         }
     }
     // gzp starts a writing thread and `threads` compressing ones, with up to four blocks
-    // per compressing thread in flight: as many as can start (`crate::spawn`; the bytes do
-    // not depend on it), or a clean error.
-    let Some(threads) = (1..=threads)
+    // per compressing thread in flight and a deflate state each: as many as can start
+    // (`crate::spawn` counts each thread's stack and malloc arena), else the same stream on
+    // this thread (the bytes depend on neither), else a clean error.
+    let per_thread = 4 * BLOCK as u64 + serial_gzip::DEFLATE_STATE;
+    let threads = (1..=threads)
         .rev()
-        .find(|&n| crate::spawn::fits(n + 1, (4 * n * BLOCK) as u64))
-    else {
+        .find(|&n| crate::spawn::fits(n + 1, n as u64 * per_thread))
+        .unwrap_or(0);
+    if threads == 0 && !crate::spawn::fits(0, serial_gzip::DEFLATE_STATE + serial_gzip::buffers(BLOCK)) {
         return Err(BalancerError::io(
             path,
             std::io::Error::new(
                 std::io::ErrorKind::OutOfMemory,
-                "no address space left (ulimit -v) to start the threads compressing it",
+                format!(
+                    "no address space left (ulimit -v) to compress it: {} left",
+                    crate::limits::human_bytes(crate::limits::address_space_left().unwrap_or(0))
+                ),
             ),
         ));
-    };
+    }
     // Unnamed until committed, mode 0666 less the umask (neurodamus run by another user of
     // the group can read it).
     let mut tmp = crate::atomic::AtomicFile::create(path)?;
@@ -91,15 +99,23 @@ fn stage_with_threads(
     // sync flush (an empty stored block, byte-aligned, not final) but the last's, so that
     // the blocks follow each other in one deflate stream, in one gzip member whose trailer
     // holds the CRC-32 of the whole pickle (combined from the blocks') and its size.
+    let writer = std::io::BufWriter::with_capacity(
+        1 << 16,
+        EarlyWriteback {
+            file,
+            done: 0,
+            started: 0,
+        },
+    );
+    if threads == 0 {
+        let written = SerialGzip::new(writer, BLOCK).and_then(|mut gz| {
+            write_pickle(&mut gz, populations)?;
+            gz.finish().map(drop)
+        });
+        written.map_err(|e| BalancerError::io(path, e))?;
+        return Ok(tmp);
+    }
     let written = std::thread::scope(|s| -> std::io::Result<()> {
-        let writer = std::io::BufWriter::with_capacity(
-            1 << 16,
-            EarlyWriteback {
-                file,
-                done: 0,
-                started: 0,
-            },
-        );
         // Level 1 of flate2's Rust backend (miniz_oxide), the encoder and level of this writer's
         // first versions: the BININT stream barely compresses better at higher levels, and the
         // other encoders measured either have no sync flush to continue a stream or write a
@@ -483,7 +499,7 @@ mod tests {
         assert_eq!(read(&whole).unwrap(), pops);
         assert_eq!(super::super::read_allocation_file(&path).unwrap(), pops);
         // The same bytes whatever the number of threads.
-        for threads in [1, 3] {
+        for threads in [0, 1, 3] {
             let other = dir.path().join(format!("allocation_r3_c1.{threads}.pkl.gz"));
             stage_with_threads(&other, &pops, threads)
                 .unwrap()

@@ -195,12 +195,7 @@ pub fn evaluate(
     }
     let mut sets = network.peers(rank_of, ranks);
     if charge.is_some_and(|ch| ch.ring_partners) {
-        for r in 0..ranks {
-            for p in ring_partners(r, ranks) {
-                sets.insert(r, p);
-                sets.insert(p, r);
-            }
-        }
+        sets = sets.with(|r| ring_partners(r, ranks));
     }
     let lazy = charge.is_none_or(|ch| ch.lazy_connect);
     let rpn = charge.map_or(1, |ch| ch.ranks_per_node.max(1));
