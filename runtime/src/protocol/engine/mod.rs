@@ -18,7 +18,7 @@
 //! request completion, one round of [`Engine::progress`], statistics and footprint);
 //! `send` the send path (`isend`, the fast path, chunking, the direct path, pumping the
 //! destination queues); `settle` what a poll brought (completions, arrivals, control
-//! messages); `endpoints` the handshakes, lazy connect and eviction; `credits` the credit
+//! messages); `endpoints` the handshakes, lazy connect and eviction; `credit` the credit
 //! requests and grants.
 
 use std::collections::VecDeque;
@@ -33,7 +33,7 @@ use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
 
-mod credits;
+mod credit;
 mod dgram;
 mod endpoints;
 mod send;
