@@ -138,7 +138,7 @@ pub(crate) struct RankPort {
     ctrl: SegQueue<(usize, Control)>,
     /// Datagrams to this rank (sender, bytes): the connectionless path. Bounded by the
     /// senders' windows (each keeps at most `datagram::WINDOW` unacknowledged per peer).
-    dgrams: SegQueue<(usize, Vec<u8>)>,
+    datagrams: SegQueue<(usize, Vec<u8>)>,
     srq: OnceLock<Arc<RecvQueue>>,
     rqs: Mutex<HashMap<usize, Arc<RecvQueue>>>,
     /// Wakes the rank from [`Fabric::wait_for_arrival`]; called after every push to its
@@ -167,7 +167,7 @@ impl World {
                 .map(|p| RankPort {
                     data: SegQueue::new(),
                     ctrl: SegQueue::new(),
-                    dgrams: SegQueue::new(),
+                    datagrams: SegQueue::new(),
                     srq: OnceLock::new(),
                     rqs: Mutex::new(HashMap::new()),
                     waker: p.unparker().clone(),
@@ -446,7 +446,9 @@ impl Fabric for LocalFabric {
             n += 1;
         }
         for _ in 0..POLL_BATCH {
-            let Some((src, d)) = port.dgrams.pop() else { break };
+            let Some((src, d)) = port.datagrams.pop() else {
+                break;
+            };
             on_event(Event::Datagram(src, &d))?;
             n += 1;
         }
@@ -470,7 +472,7 @@ impl Fabric for LocalFabric {
             return Ok(()); // the test drop model: lost on the way
         }
         let port = &self.world.ports[dest];
-        port.dgrams.push((self.rank, bytes.to_vec()));
+        port.datagrams.push((self.rank, bytes.to_vec()));
         port.waker.unpark();
         Ok(())
     }

@@ -163,7 +163,7 @@ impl Engine {
             if self.dg.is_some() {
                 // Room and not refused: an endpoint; otherwise the datagram path (no
                 // eviction).
-                if !self.dgram_route(dest) {
+                if !self.datagram_route(dest) {
                     self.open_key(key)?;
                     work = true;
                 }

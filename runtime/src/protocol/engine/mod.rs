@@ -34,13 +34,13 @@ use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
 
 mod credit;
-mod dgram;
+mod datagram;
 mod endpoints;
 mod send;
 mod settle;
 
-pub use dgram::{DatagramStats, PROMOTE_EVERY, PROMOTE_MARGIN};
-use dgram::{Datagrams, DgRx};
+use datagram::{DatagramRx, Datagrams};
+pub use datagram::{DatagramStats, PROMOTE_EVERY, PROMOTE_MARGIN};
 use settle::Inbox;
 
 /// A message accepted by `isend` but not fully posted yet.
@@ -370,7 +370,7 @@ impl Engine {
         let n = {
             let inbox = &mut self.inbox;
             let matcher = &mut self.matcher;
-            let mut rx = DgRx {
+            let mut rx = DatagramRx {
                 dg: self.dg.as_deref_mut(),
                 pool: &mut self.pool,
                 conns: &self.conns,

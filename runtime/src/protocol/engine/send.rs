@@ -218,7 +218,7 @@ impl Engine {
         let mut inbox = std::mem::take(&mut self.inbox);
         let sent = {
             let matcher = &mut self.matcher;
-            let mut rx = super::DgRx {
+            let mut rx = super::DatagramRx {
                 dg: self.dg.as_deref_mut(),
                 pool: &mut self.pool,
                 conns: &self.conns,
@@ -297,7 +297,7 @@ impl Engine {
                 }
                 Some(_) => break,
                 None => {
-                    if self.dgram_route(dest) && self.post_dgram_chunk(dest)? {
+                    if self.datagram_route(dest) && self.post_datagram_chunk(dest)? {
                         work = true;
                         continue;
                     }

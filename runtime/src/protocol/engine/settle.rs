@@ -9,7 +9,7 @@ use crate::fabric::{Control, Event};
 use crate::protocol::connection::EpState;
 use crate::protocol::matching::Matcher;
 
-use super::{DgRx, Engine, DIRECT_WR};
+use super::{DatagramRx, Engine, DIRECT_WR};
 
 /// Events of one fabric poll, collected while the fabric is borrowed and handled after.
 #[derive(Default)]
@@ -29,7 +29,12 @@ impl Inbox {
     /// Takes one fabric event: data goes to the matcher at once (it must see packets in
     /// arrival order), the rest is kept for `Engine::settle`.
     #[inline]
-    pub(super) fn take(&mut self, matcher: &mut Matcher, rx: &mut DgRx<'_>, ev: Event<'_>) -> Result<()> {
+    pub(super) fn take(
+        &mut self,
+        matcher: &mut Matcher,
+        rx: &mut DatagramRx<'_>,
+        ev: Event<'_>,
+    ) -> Result<()> {
         match ev {
             Event::Datagram(src, bytes) => rx.take(matcher, src, bytes)?,
             Event::SendComplete(w) => self.done.push(w),

@@ -19,7 +19,7 @@ use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool};
 use crate::fabric::{Fabric, PacketHeader};
 use crate::protocol::connection::{ConnectionTable, EpState};
-use crate::protocol::datagram::{DgHeader, DgPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
+use crate::protocol::datagram::{DatagramHeader, DatagramPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
 use crate::protocol::matching::{Matcher, RecvInto};
 
 use super::Engine;
@@ -48,7 +48,7 @@ pub struct DatagramStats {
 
 /// The rank's datagram state.
 pub(super) struct Datagrams {
-    pub(super) peers: IntMap<usize, DgPeer>,
+    pub(super) peers: IntMap<usize, DatagramPeer>,
     /// Payload bytes per datagram.
     pub(super) chunk: usize,
     /// Peers with datagrams in flight (sorted).
@@ -63,7 +63,7 @@ pub(super) struct Datagrams {
     /// Out-of-order arrivals held, all peers: (peer, sequence number, pool buffer). At
     /// most one entry per pool buffer; usually empty (a linear search finds one).
     held: Vec<(usize, u32, BufId)>,
-    /// The zero of the peers' clocks (`DgPeer` keeps microseconds since it).
+    /// The zero of the peers' clocks (`DatagramPeer` keeps microseconds since it).
     epoch: Instant,
     since_check: u32,
     /// A datagram peer chosen for the next free endpoint slot.
@@ -110,12 +110,12 @@ impl Datagrams {
         self.waiting.is_empty()
     }
 
-    fn peer(&mut self, peer: usize) -> &mut DgPeer {
+    fn peer(&mut self, peer: usize) -> &mut DatagramPeer {
         let rto = self.rto();
         let fresh = &mut self.fresh;
         self.peers.entry(peer).or_insert_with(|| {
             fresh.push(peer);
-            DgPeer::with_rto(rto)
+            DatagramPeer::with_rto(rto)
         })
     }
 
@@ -154,7 +154,7 @@ fn micros_since(epoch: Instant) -> u64 {
 }
 
 /// What a fabric poll needs to take a datagram, borrowed beside the fabric.
-pub(super) struct DgRx<'a> {
+pub(super) struct DatagramRx<'a> {
     pub(super) dg: Option<&'a mut Datagrams>,
     pub(super) pool: &'a mut BufferPool,
     pub(super) conns: &'a ConnectionTable,
@@ -166,7 +166,7 @@ pub(super) struct DgRx<'a> {
 fn deliver(
     matcher: &mut Matcher,
     src: usize,
-    h: &DgHeader,
+    h: &DatagramHeader,
     payload: &[u8],
     into: Option<&mut RecvInto<'_>>,
 ) -> Result<()> {
@@ -189,7 +189,7 @@ fn held_len(buf: &[u8]) -> usize {
     HEADER_BYTES + u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes")) as usize
 }
 
-impl DgRx<'_> {
+impl DatagramRx<'_> {
     /// Takes datagram `bytes` from `src`: its acknowledgement, then its data.
     pub(super) fn take(&mut self, matcher: &mut Matcher, src: usize, bytes: &[u8]) -> Result<()> {
         let rank = self.rank;
@@ -201,7 +201,7 @@ impl DgRx<'_> {
                 what: "a datagram, but this rank runs no datagram path (endpoint_overflow or max_endpoints differ between ranks?)".into(),
             });
         };
-        let h = DgHeader::decode(bytes, rank, src)?;
+        let h = DatagramHeader::decode(bytes, rank, src)?;
         let pool = &mut *self.pool;
         dg.peer(src);
         let Datagrams {
@@ -249,7 +249,7 @@ impl DgRx<'_> {
                     let (_, _, id) = held.swap_remove(i);
                     let b = pool.buf(id);
                     let b = &b[..held_len(b)];
-                    let hh = DgHeader::decode(b, rank, src)?;
+                    let hh = DatagramHeader::decode(b, rank, src)?;
                     let r = deliver(matcher, src, &hh, &b[HEADER_BYTES..], self.into.as_mut());
                     pool.release(id);
                     r?;
@@ -279,7 +279,7 @@ impl DgRx<'_> {
 fn post_copy(
     fabric: &mut dyn Fabric,
     pool: &mut BufferPool,
-    p: &mut DgPeer,
+    p: &mut DatagramPeer,
     peer: usize,
     id: BufId,
 ) -> Result<()> {
@@ -294,7 +294,7 @@ impl Engine {
     /// True when `dest` (without an endpoint) is reached over the datagram path: it runs,
     /// and the endpoints are at the cap or `dest` refused one.
     #[inline]
-    pub(super) fn dgram_route(&self, dest: usize) -> bool {
+    pub(super) fn datagram_route(&self, dest: usize) -> bool {
         self.dg
             .as_ref()
             .is_some_and(|d| !self.conns.has_room() || d.refused_by(dest))
@@ -302,7 +302,7 @@ impl Engine {
 
     /// Posts the next chunk of the first message queued for `dest` as a datagram, if the
     /// window and the pool allow; returns whether it did.
-    pub(super) fn post_dgram_chunk(&mut self, dest: usize) -> Result<bool> {
+    pub(super) fn post_datagram_chunk(&mut self, dest: usize) -> Result<bool> {
         let dg = self.dg.as_deref_mut().expect("datagram path");
         let chunk = dg.chunk;
         if !dg.peer(dest).can_send() {
@@ -345,7 +345,7 @@ impl Engine {
         let now = dg.now_us();
         let d = dg.peers.get_mut(&dest).expect("datagram peer");
         let seq = d.push_sent(id, now);
-        let h = DgHeader {
+        let h = DatagramHeader {
             kind: KIND_DATA,
             more: msg.offset + len < msg.total || queued > 1,
             seq,
@@ -433,7 +433,7 @@ impl Engine {
                 let p = dg.peers.get_mut(&peer).expect("datagram peer");
                 if p.ack_due {
                     p.ack_due = false;
-                    DgHeader::ack(p.ack_value()).encode(&mut a);
+                    DatagramHeader::ack(p.ack_value()).encode(&mut a);
                     fabric.post_datagram(peer, &a)?;
                     dg.stats.acks += 1;
                 }
