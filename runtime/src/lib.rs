@@ -7,7 +7,7 @@
 //! | layer | modules | owns |
 //! |---|---|---|
 //! | core | `core::{error, config, memory, pool, backoff, intmap, procstatus, footprint}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types |
-//! | oob | [`bootstrap`] (`oob`) | start-up all-gather: MPI, TCP rendezvous, in-process |
+//! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process |
 //! | fabric | [`fabric`]: the trait, `fabric::{wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model |
 //! | protocol | `protocol::{engine, collective, connection, credit, datagram, matching}` | chunking, credits, handshakes, eviction, the datagram path, tag matching |
 //! | comm | [`comm`]: the [`Communicator`], `comm::{model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction |
@@ -32,10 +32,10 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bootstrap;
 pub mod comm;
 mod core;
 pub mod fabric;
-mod oob;
 mod protocol;
 
 pub mod fanout;
@@ -77,12 +77,6 @@ pub mod verbs {
     pub use crate::launch::verbs_communicator as communicator;
     pub use crate::launch::verbs_finish as finish;
     pub use crate::launch::verbs_threads as run_ranks;
-}
-
-/// Start-up exchange between the ranks of a job (`oob`), and [`Launch`].
-pub mod bootstrap {
-    pub use crate::launch::Launch;
-    pub use crate::oob::*;
 }
 
 pub use comm::{Communicator, Completion, Request};

@@ -363,11 +363,11 @@ pub fn leave_mpi_on_error<T, E>(mpi: ballast_runtime::mpi::Mpi, out: Result<T, E
     out
 }
 
-/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::bootstrap::Launch`]
+/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::launch::Launch`]
 /// (TCP at `BALLAST_ROOT`, or MPI under `mpirun` in a build with `mpi`). After an error,
-/// call [`ballast_runtime::bootstrap::Launch::abandon`] on `.0` (it leaves MPI unfinalised).
+/// call [`ballast_runtime::launch::Launch::abandon`] on `.0` (it leaves MPI unfinalised).
 #[cfg(feature = "verbs")]
-pub struct VerbsJob(pub ballast_runtime::bootstrap::Launch);
+pub struct VerbsJob(pub ballast_runtime::launch::Launch);
 
 #[cfg(feature = "verbs")]
 impl Job for VerbsJob {

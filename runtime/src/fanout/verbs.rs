@@ -18,13 +18,13 @@
 //! `mpirun`, MPI connecting to peers and registering its buffers inside the start-up
 //! exchange) is not the transport's: it is taken off the VmPin and VmRSS growth.
 
+use crate::bootstrap::{Bootstrap, Kept};
 use crate::core::config::{RecvSharing, RuntimeConfig, TransportKind};
 use crate::core::error::{Error, Result};
 use crate::core::footprint::Footprint;
 use crate::core::procstatus::ProcStatus;
 use crate::fanout::{exchange, FanoutReport, Snapshot};
 use crate::launch::verbs_communicator as communicator;
-use crate::oob::{Bootstrap, Kept};
 
 /// What VmRSS may grow beyond the model's total, KiB (provider library, heap, stacks).
 pub const RSS_SLACK_KIB: u64 = 4096;

@@ -9,11 +9,11 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use crate::bootstrap::{auto, Bootstrap, BootstrapKind};
 use crate::comm::Communicator;
 use crate::core::config::{RuntimeConfig, TransportKind};
 use crate::core::error::{first_error, panic_message, Error, Result};
 use crate::core::procstatus::ProcStatus;
-use crate::oob::{auto, Bootstrap, BootstrapKind};
 
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -40,7 +40,7 @@ impl Launch {
     /// Meets the other processes of this job. In a build with the `mpi` feature, a process
     /// started by `mpirun`/`mpiexec` (`OMPI_COMM_WORLD_RANK` or `PMI_RANK` set) without
     /// `BALLAST_ROOT` initialises MPI (unless the host program did) and exchanges through it;
-    /// otherwise as [`crate::oob::auto`]. Errors: those of [`crate::oob::auto`] and of [`crate::fabric::mpi::Mpi::init`].
+    /// otherwise as [`crate::bootstrap::auto`]. Errors: those of [`crate::bootstrap::auto`] and of [`crate::fabric::mpi::Mpi::init`].
     pub fn new(config: &RuntimeConfig) -> Result<Launch> {
         let at_start = ProcStatus::read_self().unwrap_or_default();
         #[cfg(feature = "mpi")]
