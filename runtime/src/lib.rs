@@ -16,9 +16,9 @@
 //! | jobs | [`fanout`] | the fanout measurement |
 //!
 //! ```
-//! use ballast_runtime::{local, RuntimeConfig, Source, TagMatch};
+//! use ballast_runtime::{launch::threads, RuntimeConfig, Source, TagMatch};
 //! let cfg = RuntimeConfig::builder().buffer_count(8).build().unwrap();
-//! let got = local::run(2, &cfg, |comm| {
+//! let got = threads::run_ranks(2, &cfg, |comm| {
 //!     if comm.rank() == 0 {
 //!         comm.send(1, 7, b"spikes").unwrap();
 //!         Vec::new()
@@ -58,13 +58,13 @@ pub mod mpi {
     pub use crate::fabric::mpi::*;
 }
 
-/// The in-process transport (`local`): [`LocalFabric`](local::LocalFabric), and
-/// [`run`](local::run) ([`launch::local_threads`]) starting N ranks as threads of this process.
+/// The in-process transport (`local`): [`LocalFabric`](local::LocalFabric), and a world of one
+/// rank owned by the caller ([`single`](local::single), [`finish`](local::finish)). Its ranks
+/// as threads of this process are started by [`launch::threads::run_ranks`].
 pub mod local {
     pub use crate::fabric::local::*;
     pub use crate::launch::local_finish as finish;
     pub use crate::launch::local_single as single;
-    pub use crate::launch::local_threads as run;
 }
 
 /// The verbs transport (feature `verbs`): its fabric, device probe and control channel,

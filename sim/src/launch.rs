@@ -135,7 +135,10 @@ fn threads(
     }
     #[cfg(not(feature = "verbs"))]
     let _ = verbs;
-    let outcomes = stamped(ballast_runtime::local::run(ranks, config, rank)?, start)?;
+    let outcomes = stamped(
+        ballast_runtime::launch::threads::run_ranks(ranks, config, rank)?,
+        start,
+    )?;
     Ok((outcomes, notes.into_inner()))
 }
 

@@ -14,7 +14,7 @@ use crate::core::config::RuntimeConfig;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::procstatus::ProcStatus;
-use crate::launch::local_threads;
+use crate::launch::threads::run_ranks;
 use crate::protocol::matching::{Source, TagMatch};
 
 /// Tag used by the fanout messages.
@@ -161,7 +161,7 @@ pub fn run_local_counted(
     }
     let t = *config.transport();
     let rpn = t.ranks_per_node;
-    let outs = local_threads(ranks, config, |comm| -> Result<RankOut> {
+    let outs = run_ranks(ranks, config, |comm| -> Result<RankOut> {
         let n = comm.world_size();
         progress.fetch_add(1, Ordering::Relaxed);
         let r = exchange(comm, messages, ints)?;

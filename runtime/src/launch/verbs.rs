@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::{threads, ThreadOpts};
+use super::threads::{spawn, ThreadOpts};
 use crate::bootstrap::Bootstrap;
 use crate::comm::Communicator;
 use crate::core::config::RuntimeConfig;
@@ -83,7 +83,7 @@ where
         name: Some("ballast-verbs"),
         inline_single: false,
     };
-    threads(
+    spawn(
         local.into_iter().zip(listeners).collect(),
         opts,
         &|| abort.store(true, Ordering::Relaxed),

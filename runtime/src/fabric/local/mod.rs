@@ -1,5 +1,5 @@
 //! The in-process transport (`local`, the embedded default): N ranks as threads of one
-//! process, started by `launch::local_threads` (`local::run`). It implements the
+//! process, started by `launch::threads::run_ranks`. It implements the
 //! fabric with real memory: every receive queue (per endpoint in `per-peer` mode, per rank
 //! in `shared`/`xrc` mode) is a real region of `depth * buffer_size` bytes with `depth`
 //! posted slots, a send copies the pool buffer into a slot posted by the receiver (the
@@ -147,7 +147,7 @@ pub(crate) struct RankPort {
     waker: Unparker,
 }
 
-/// The ranks of one `launch::local_threads`.
+/// The ranks of one `launch::threads::run_ranks`.
 pub(crate) struct World {
     ports: Vec<RankPort>,
     abort: AtomicBool,
