@@ -12,6 +12,7 @@ use crate::protocol::collective::CollectiveSeq;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::Engine;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+use crate::protocol::request::RequestId;
 
 mod backend;
 mod collectives;
@@ -28,7 +29,7 @@ use backend::Backend;
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a request must be waited for or tested to completion"]
 pub struct Request {
-    id: u64,
+    id: RequestId,
     recv: bool,
     /// The rank a send goes to, or the ranks a receive takes from.
     peer: Source,
@@ -133,7 +134,7 @@ impl Communicator {
         Ok(())
     }
 
-    fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+    fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         let id = self.backend.isend(dest, tag, data)?;
         self.messages_sent += 1;
         Ok(id)
@@ -145,7 +146,7 @@ impl Communicator {
         self.messages_sent
     }
 
-    fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+    fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         self.backend.irecv(src, tag)
     }
 
@@ -179,7 +180,7 @@ impl Communicator {
     }
 
     /// `isend` that progresses and retries while the pool is exhausted.
-    fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+    fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         let id = backend::isend_retry(&mut *self.backend, dest, tag, data)?;
         self.messages_sent += 1;
         Ok(id)

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use crate::core::error::{Error, Result};
 use crate::core::intmap::IntMap;
 use crate::fabric::PacketHeader;
+use crate::protocol::request::RequestId;
 
 /// A message tag. User tags are `< RESERVED_TAG_BASE`.
 pub type Tag = u32;
@@ -115,7 +116,7 @@ struct Inbound {
     tag: Tag,
     total: usize,
     data: Vec<u8>,
-    req: Option<u64>,
+    req: Option<RequestId>,
     /// Bound to a [`RecvInto`] receive: its bytes go to the caller's buffer (`data` stays
     /// empty), and this counts them.
     into: Option<usize>,
@@ -145,7 +146,7 @@ impl Inbound {
 /// (the message gets a `Vec` of its own, as without one).
 pub struct RecvInto<'a> {
     /// The receive (of [`Matcher::post_within`], limited to `buf.len()` bytes).
-    pub req: u64,
+    pub req: RequestId,
     /// Its buffer.
     pub buf: &'a mut [u8],
 }
@@ -157,17 +158,17 @@ pub struct Matcher {
     unexpected: VecDeque<u64>,
     /// Posted receives in posting order: (request, source, tag, the longest message it
     /// takes: `usize::MAX` unless posted with [`Matcher::post_within`]).
-    posted: VecDeque<(u64, Source, TagMatch, usize)>,
+    posted: VecDeque<(RequestId, Source, TagMatch, usize)>,
     /// Receives posted with a limit that refused a longer message, and its envelope (one
     /// at a time in practice: a blocking receive posts them and takes its own at once).
-    refused: Vec<(u64, Envelope)>,
+    refused: Vec<(RequestId, Envelope)>,
     /// A [`RecvInto`] receive whose message is all in the caller's buffer.
-    into_done: Option<(u64, Envelope)>,
+    into_done: Option<(RequestId, Envelope)>,
     assembling: IntMap<usize, u64>,
     /// The latest completed receive not taken yet, then the others: a blocking receive
     /// (one completion at a time) never hashes.
-    last_completed: Option<(u64, Message)>,
-    completed: IntMap<u64, Message>,
+    last_completed: Option<(RequestId, Message)>,
+    completed: IntMap<RequestId, Message>,
     next_msg: u64,
 }
 
@@ -183,7 +184,7 @@ impl Matcher {
     /// The start of a message from `src` of `total` bytes: its length as a `usize` and
     /// the posted receive it binds to (the earliest that accepts it and, if limited, holds
     /// it; a limited one that does not ends refused and the message stays unbound).
-    fn begin(&mut self, src: usize, tag: Tag, total: u64) -> Result<(usize, Option<u64>)> {
+    fn begin(&mut self, src: usize, tag: Tag, total: u64) -> Result<(usize, Option<RequestId>)> {
         if !self.assembling.is_empty() && self.assembling.contains_key(&src) {
             return Err(Error::BadChunk {
                 peer: src,
@@ -226,7 +227,7 @@ impl Matcher {
         src: usize,
         tag: Tag,
         total: usize,
-        req: Option<u64>,
+        req: Option<RequestId>,
         data: Vec<u8>,
     ) -> Option<u64> {
         let id = self.next_msg;
@@ -412,7 +413,7 @@ impl Matcher {
     }
 
     /// Posts receive `req`; binds it to the earliest matching unexpected message if any.
-    pub fn post(&mut self, req: u64, src: Source, tag: TagMatch) {
+    pub fn post(&mut self, req: RequestId, src: Source, tag: TagMatch) {
         self.post_within(req, src, tag, usize::MAX);
     }
 
@@ -420,7 +421,7 @@ impl Matcher {
     /// message, unexpected now or arriving later, is taken if it fits; a longer one stays
     /// queued where it is, and the receive ends refused with its envelope
     /// ([`Matcher::take_refused`]).
-    pub fn post_within(&mut self, req: u64, src: Source, tag: TagMatch, cap: usize) {
+    pub fn post_within(&mut self, req: RequestId, src: Source, tag: TagMatch, cap: usize) {
         if self.unexpected.is_empty() {
             self.posted.push_back((req, src, tag, cap));
             return;
@@ -500,14 +501,14 @@ impl Matcher {
     }
 
     /// Records the message of completed receive `req`.
-    fn complete(&mut self, req: u64, m: Message) {
+    fn complete(&mut self, req: RequestId, m: Message) {
         if let Some((r, older)) = self.last_completed.replace((req, m)) {
             self.completed.insert(r, older);
         }
     }
 
     /// True if receive `req` has completed.
-    pub fn is_complete(&self, req: u64) -> bool {
+    pub fn is_complete(&self, req: RequestId) -> bool {
         // Polled by every idle iteration of a blocking wait: no hashing while nothing completed.
         self.last_completed.as_ref().is_some_and(|(r, _)| *r == req)
             || (!self.completed.is_empty() && self.completed.contains_key(&req))
@@ -515,7 +516,7 @@ impl Matcher {
 
     /// The envelope of the message receive `req` wrote into its [`RecvInto`] buffer, once
     /// all of it is there: the receive has then ended.
-    pub fn take_into_done(&mut self, req: u64) -> Option<Envelope> {
+    pub fn take_into_done(&mut self, req: RequestId) -> Option<Envelope> {
         match self.into_done {
             Some((r, e)) if r == req => {
                 self.into_done = None;
@@ -527,7 +528,7 @@ impl Matcher {
 
     /// The envelope of the message that receive `req` (posted with a limit) refused, once:
     /// the receive has then ended.
-    pub fn take_refused(&mut self, req: u64) -> Option<Envelope> {
+    pub fn take_refused(&mut self, req: RequestId) -> Option<Envelope> {
         if self.refused.is_empty() {
             return None;
         }
@@ -538,7 +539,7 @@ impl Matcher {
     /// Withdraws receive `req` if it is still posted (a blocking receive that ended with an
     /// error), so that no later message binds to it, and forgets its refusal. A message
     /// already bound to it stays with it (lost, as a failed receive's).
-    pub fn cancel(&mut self, req: u64) {
+    pub fn cancel(&mut self, req: RequestId) {
         if let Some(i) = self.posted.iter().position(|&(r, ..)| r == req) {
             self.posted.remove(i);
         }
@@ -548,7 +549,7 @@ impl Matcher {
         }
     }
     /// Takes the message of completed receive `req`.
-    pub fn take_completed(&mut self, req: u64) -> Option<Message> {
+    pub fn take_completed(&mut self, req: RequestId) -> Option<Message> {
         if self.last_completed.as_ref().is_some_and(|(r, _)| *r == req) {
             return self.last_completed.take().map(|(_, m)| m);
         }
@@ -617,17 +618,17 @@ mod tests {
         let mut m = Matcher::default();
         // Posted first, then a longer message arrives (in two chunks): refused at its
         // first chunk; it is assembled as unexpected.
-        m.post_within(1, Source::Any, TagMatch::Any, 3);
+        m.post_within(RequestId::new(1), Source::Any, TagMatch::Any, 3);
         m.on_chunk(&hdr(2, 5, 4, 0, 2), &[1, 2]).unwrap();
-        assert!(!m.is_complete(1));
-        assert_eq!(m.take_refused(1), Some(env(2, 5, 4)));
-        assert_eq!(m.take_refused(1), None, "told once");
+        assert!(!m.is_complete(RequestId::new(1)));
+        assert_eq!(m.take_refused(RequestId::new(1)), Some(env(2, 5, 4)));
+        assert_eq!(m.take_refused(RequestId::new(1)), None, "told once");
         m.on_chunk(&hdr(2, 5, 4, 2, 2), &[3, 4]).unwrap();
         // A later message of the same source that would fit does not overtake it.
         m.on_chunk(&hdr(2, 6, 1, 0, 1), &[9]).unwrap();
-        m.post_within(2, Source::Rank(2), TagMatch::Any, 3);
+        m.post_within(RequestId::new(2), Source::Rank(2), TagMatch::Any, 3);
         assert_eq!(
-            m.take_refused(2),
+            m.take_refused(RequestId::new(2)),
             Some(env(2, 5, 4)),
             "refused while unexpected too"
         );
@@ -637,28 +638,31 @@ mod tests {
             "still first"
         );
         // Exactly the limit fits; then the refused message goes to a receive without one.
-        m.post_within(3, Source::Any, TagMatch::Tag(6), 1);
-        assert_eq!(m.take_completed(3).unwrap().data, vec![9]);
-        m.post(4, Source::Any, TagMatch::Any);
-        assert_eq!(m.take_completed(4).unwrap().data, vec![1, 2, 3, 4]);
+        m.post_within(RequestId::new(3), Source::Any, TagMatch::Tag(6), 1);
+        assert_eq!(m.take_completed(RequestId::new(3)).unwrap().data, vec![9]);
+        m.post(RequestId::new(4), Source::Any, TagMatch::Any);
+        assert_eq!(
+            m.take_completed(RequestId::new(4)).unwrap().data,
+            vec![1, 2, 3, 4]
+        );
         // An earlier receive without a limit takes a long message before a limited one.
-        m.post(5, Source::Rank(2), TagMatch::Tag(7));
-        m.post_within(6, Source::Any, TagMatch::Any, 0);
+        m.post(RequestId::new(5), Source::Rank(2), TagMatch::Tag(7));
+        m.post_within(RequestId::new(6), Source::Any, TagMatch::Any, 0);
         m.on_chunk(&hdr(2, 7, 2, 0, 2), &[5, 6]).unwrap();
-        assert_eq!(m.take_completed(5).unwrap().data, vec![5, 6]);
-        assert_eq!(m.take_refused(6), None);
+        assert_eq!(m.take_completed(RequestId::new(5)).unwrap().data, vec![5, 6]);
+        assert_eq!(m.take_refused(RequestId::new(6)), None);
         m.on_chunk(&hdr(3, 1, 0, 0, 0), &[]).unwrap();
         assert_eq!(
-            m.take_completed(6).unwrap().data,
+            m.take_completed(RequestId::new(6)).unwrap().data,
             Vec::<u8>::new(),
             "0 bytes into 0"
         );
         // A withdrawn receive (its wait failed) binds nothing more: the message stays
         // unexpected for the next receive.
-        m.post_within(7, Source::Any, TagMatch::Any, 8);
-        m.cancel(7);
+        m.post_within(RequestId::new(7), Source::Any, TagMatch::Any, 8);
+        m.cancel(RequestId::new(7));
         m.on_chunk(&hdr(4, 2, 1, 0, 1), &[3]).unwrap();
-        assert!(!m.is_complete(7));
+        assert!(!m.is_complete(RequestId::new(7)));
         assert_eq!(m.peek(Source::Any, TagMatch::Any), Some(env(4, 2, 1)));
     }
 
@@ -667,41 +671,50 @@ mod tests {
         let mut m = Matcher::default();
         let mut buf = [0xAAu8; 8];
         // Posted with the buffer's length; an unrelated message first stays unexpected.
-        m.post_within(1, Source::Rank(2), TagMatch::Tag(5), buf.len());
+        m.post_within(RequestId::new(1), Source::Rank(2), TagMatch::Tag(5), buf.len());
         let lend = |m: &mut Matcher, h: &PacketHeader, p: &[u8], buf: &mut [u8]| {
-            m.on_chunk_into(h, p, Some(&mut RecvInto { req: 1, buf }))
-                .unwrap()
+            m.on_chunk_into(
+                h,
+                p,
+                Some(&mut RecvInto {
+                    req: RequestId::new(1),
+                    buf,
+                }),
+            )
+            .unwrap()
         };
         lend(&mut m, &hdr(3, 5, 2, 0, 2), &[8, 8], &mut buf);
         lend(&mut m, &hdr(2, 5, 5, 0, 2), &[1, 2], &mut buf);
-        assert_eq!(m.take_into_done(1), None, "2 of 5 bytes");
+        assert_eq!(m.take_into_done(RequestId::new(1)), None, "2 of 5 bytes");
         lend(&mut m, &hdr(2, 5, 5, 2, 3), &[3, 4, 5], &mut buf);
-        let e = m.take_into_done(1).expect("all 5 bytes in the buffer");
+        let e = m
+            .take_into_done(RequestId::new(1))
+            .expect("all 5 bytes in the buffer");
         assert_eq!((e.source, e.tag, e.len), (2, 5, 5));
         assert_eq!(buf, [1, 2, 3, 4, 5, 0xAA, 0xAA, 0xAA]);
-        assert!(!m.is_complete(1), "no message of its own");
-        assert_eq!(m.take_completed(1), None);
+        assert!(!m.is_complete(RequestId::new(1)), "no message of its own");
+        assert_eq!(m.take_completed(RequestId::new(1)), None);
         assert_eq!(m.peek(Source::Any, TagMatch::Any).map(|e| e.source), Some(3));
         // A receive that ended (an error) while its message was half written: the rest of
         // that message is dropped, and the next one of the same source is whole.
-        m.post_within(2, Source::Rank(2), TagMatch::Any, buf.len());
+        m.post_within(RequestId::new(2), Source::Rank(2), TagMatch::Any, buf.len());
         lend(&mut m, &hdr(2, 6, 4, 0, 2), &[1, 1], &mut buf);
         m.on_chunk(&hdr(2, 6, 4, 2, 2), &[1, 1]).unwrap();
-        assert_eq!(m.take_into_done(2), None);
-        m.post(3, Source::Rank(2), TagMatch::Any);
+        assert_eq!(m.take_into_done(RequestId::new(2)), None);
+        m.post(RequestId::new(3), Source::Rank(2), TagMatch::Any);
         m.on_chunk(&hdr(2, 7, 1, 0, 1), &[9]).unwrap();
-        assert_eq!(m.take_completed(3).unwrap().data, vec![9]);
+        assert_eq!(m.take_completed(RequestId::new(3)).unwrap().data, vec![9]);
     }
 
     #[test]
     fn posted_receive_matches_in_post_order_with_wildcards() {
         let mut m = Matcher::default();
-        m.post(1, Source::Rank(2), TagMatch::Tag(5));
-        m.post(2, Source::Any, TagMatch::Any);
+        m.post(RequestId::new(1), Source::Rank(2), TagMatch::Tag(5));
+        m.post(RequestId::new(2), Source::Any, TagMatch::Any);
         m.on_chunk(&hdr(3, 5, 1, 0, 1), &[9]).unwrap();
-        assert!(!m.is_complete(1));
+        assert!(!m.is_complete(RequestId::new(1)));
         assert_eq!(
-            m.take_completed(2).unwrap(),
+            m.take_completed(RequestId::new(2)).unwrap(),
             Message {
                 source: 3,
                 tag: 5,
@@ -709,7 +722,7 @@ mod tests {
             }
         );
         m.on_chunk(&hdr(2, 5, 1, 0, 1), &[7]).unwrap();
-        assert_eq!(m.take_completed(1).unwrap().data, vec![7]);
+        assert_eq!(m.take_completed(RequestId::new(1)).unwrap().data, vec![7]);
     }
 
     #[test]
@@ -750,11 +763,11 @@ mod tests {
     fn whole_messages_keep_order_and_wildcards_with_chunked_ones() {
         let mut m = Matcher::default();
         let any = Source::Any;
-        m.post(1, any, TagMatch::Tag(7));
+        m.post(RequestId::new(1), any, TagMatch::Tag(7));
         // A whole message for the posted receive, then unexpected ones in order.
         m.on_whole(&hdr(2, 7, 3, 0, 0), vec![1, 2, 3]).unwrap();
         assert_eq!(
-            m.take_completed(1).unwrap(),
+            m.take_completed(RequestId::new(1)).unwrap(),
             Message {
                 source: 2,
                 tag: 7,
@@ -769,9 +782,9 @@ mod tests {
             m.try_take(Source::Rank(2), TagMatch::Any).unwrap().data,
             vec![7, 8]
         );
-        m.post(2, any, TagMatch::Any);
+        m.post(RequestId::new(2), any, TagMatch::Any);
         assert_eq!(
-            m.take_completed(2).unwrap(),
+            m.take_completed(RequestId::new(2)).unwrap(),
             Message {
                 source: 3,
                 tag: 8,

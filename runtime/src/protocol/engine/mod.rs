@@ -32,6 +32,7 @@ use crate::fabric::{effective_sharing, Fabric};
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
+use crate::protocol::request::RequestId;
 
 mod credit;
 mod datagram;
@@ -45,7 +46,7 @@ use settle::Inbox;
 
 /// A message accepted by `isend` but not fully posted yet.
 struct OutMsg {
-    req: u64,
+    req: RequestId,
     tag: Tag,
     total: usize,
     /// Pool buffer holding the first chunk (reserved at `isend`), and its length.
@@ -122,8 +123,8 @@ pub struct Engine {
     scratch_grants: Vec<(usize, u32)>,
     bank: CreditBank,
     matcher: Matcher,
-    sends: IntMap<u64, SendReq>,
-    wr_info: Vec<Option<(u64, usize)>>,
+    sends: IntMap<RequestId, SendReq>,
+    wr_info: Vec<Option<(RequestId, usize)>>,
     next_req: u64,
     notes: Vec<String>,
     inbox: Inbox,
@@ -249,9 +250,9 @@ impl Engine {
     }
 
     #[inline]
-    fn new_req(&mut self) -> u64 {
+    fn new_req(&mut self) -> RequestId {
         self.next_req += 1;
-        self.next_req
+        RequestId::new(self.next_req)
     }
 
     #[inline]
@@ -266,18 +267,18 @@ impl Engine {
     }
 
     /// True when send request `req` is complete (all chunks posted and completed).
-    pub fn send_done(&self, req: u64) -> Result<bool> {
-        let s = self.sends.get(&req).ok_or(Error::UnknownRequest(req))?;
+    pub fn send_done(&self, req: RequestId) -> Result<bool> {
+        let s = self.sends.get(&req).ok_or(Error::UnknownRequest(req.get()))?;
         Ok(s.posted_all && s.outstanding == 0)
     }
 
     /// Forgets a completed send request.
-    pub fn finish_send(&mut self, req: u64) {
+    pub fn finish_send(&mut self, req: RequestId) {
         self.sends.remove(&req);
     }
 
     /// Posts a receive request.
-    pub fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+    pub fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         if let Source::Rank(r) = src {
             self.check_rank(r)?;
         }
@@ -288,7 +289,7 @@ impl Engine {
 
     /// Posts a receive of a message of at most `cap` bytes (`Matcher::post_within`): a
     /// longer match ends it refused ([`Engine::take_refused`]) and stays queued.
-    pub fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<u64> {
+    pub fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<RequestId> {
         if let Source::Rank(r) = src {
             self.check_rank(r)?;
         }
@@ -299,29 +300,29 @@ impl Engine {
 
     /// The envelope of the message receive `req` of [`Engine::irecv_within`] wrote into
     /// the buffer lent with [`Engine::progress_into`], once it is all there.
-    pub fn take_into_done(&mut self, req: u64) -> Option<Envelope> {
+    pub fn take_into_done(&mut self, req: RequestId) -> Option<Envelope> {
         self.matcher.take_into_done(req)
     }
 
     /// Withdraws receive `req` of [`Engine::irecv_within`] after its wait failed
     /// (`Matcher::cancel`).
-    pub fn cancel_recv(&mut self, req: u64) {
+    pub fn cancel_recv(&mut self, req: RequestId) {
         self.matcher.cancel(req);
     }
 
     /// The envelope of the longer message receive `req` of [`Engine::irecv_within`]
     /// refused, once.
-    pub fn take_refused(&mut self, req: u64) -> Option<Envelope> {
+    pub fn take_refused(&mut self, req: RequestId) -> Option<Envelope> {
         self.matcher.take_refused(req)
     }
 
     /// True when receive `req` completed.
-    pub fn recv_done(&self, req: u64) -> bool {
+    pub fn recv_done(&self, req: RequestId) -> bool {
         self.matcher.is_complete(req)
     }
 
     /// Takes the message of a completed receive.
-    pub fn take_recv(&mut self, req: u64) -> Option<Message> {
+    pub fn take_recv(&mut self, req: RequestId) -> Option<Message> {
         self.matcher.take_completed(req)
     }
 

@@ -9,6 +9,7 @@ use crate::core::pool::BufId;
 use crate::fabric::PacketHeader;
 use crate::protocol::connection::EpState;
 use crate::protocol::matching::Tag;
+use crate::protocol::request::RequestId;
 
 /// The engine's own copy of (the rest of) a message to `dest`, reserved without aborting
 /// ([`crate::core::memory::try_copy`]).
@@ -27,7 +28,7 @@ impl Engine {
     /// message holding the buffer the message needs (with one buffer, or when new small
     /// sends take every buffer a chunk frees, no chunk could ever be posted again), so it
     /// gets [`Error::WouldBlock`] until the chunked message has all its buffers.
-    pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+    pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         self.check_rank(dest)?;
         if dest == self.rank {
             self.matcher.deliver_local(self.rank, tag, data)?;
@@ -103,7 +104,7 @@ impl Engine {
     /// `pump_peer` would do with it at once, minus the queue). Returns None, with nothing
     /// changed, when it cannot be posted now. On a failed post the buffer goes back to the
     /// pool.
-    fn post_now(&mut self, dest: usize, tag: Tag, id: BufId, len: usize) -> Result<Option<u64>> {
+    fn post_now(&mut self, dest: usize, tag: Tag, id: BufId, len: usize) -> Result<Option<RequestId>> {
         let key = self.key_of(dest);
         if !self.conns.get(key).is_some_and(|ep| ep.state == EpState::Open) {
             return Ok(None);
@@ -161,7 +162,7 @@ impl Engine {
         key: usize,
         hdr: &PacketHeader,
         id: BufId,
-        req: u64,
+        req: RequestId,
     ) -> Result<bool> {
         self.fabric
             .post_send(dest, key, hdr, &self.pool.buf(id)[..hdr.len as usize], id as u64)?;
@@ -281,7 +282,7 @@ impl Engine {
                 if p.queue.is_empty() {
                     self.active.remove(dest);
                 }
-                self.fabric.post_direct(dest, &hdr, data, DIRECT_WR | req)?;
+                self.fabric.post_direct(dest, &hdr, data, DIRECT_WR | req.get())?;
                 self.direct_inflight += 1;
                 let s = self.sends.get_mut(&req).expect("send request");
                 s.outstanding += 1;

@@ -8,6 +8,7 @@ use crate::core::pool::BufId;
 use crate::fabric::{Control, Event};
 use crate::protocol::connection::EpState;
 use crate::protocol::matching::Matcher;
+use crate::protocol::request::RequestId;
 
 use super::{DatagramRx, Engine, DIRECT_WR};
 
@@ -58,14 +59,14 @@ impl Engine {
     pub(super) fn settle(&mut self, inbox: &mut Inbox) -> Result<()> {
         for w in inbox.done.drain(..) {
             if w & DIRECT_WR != 0 {
-                let s = self
-                    .sends
-                    .get_mut(&(w & !DIRECT_WR))
-                    .ok_or(Error::UnknownCompletion {
-                        rank: self.rank,
-                        wr: w,
-                        direct: true,
-                    })?;
+                let s =
+                    self.sends
+                        .get_mut(&RequestId::new(w & !DIRECT_WR))
+                        .ok_or(Error::UnknownCompletion {
+                            rank: self.rank,
+                            wr: w,
+                            direct: true,
+                        })?;
                 s.outstanding -= 1;
                 self.direct_inflight -= 1;
                 continue;
