@@ -151,23 +151,46 @@ pub struct RecvInto<'a> {
     pub buf: &'a mut [u8],
 }
 
+/// A posted receive: what it accepts, and the longest message it takes (`usize::MAX`
+/// unless posted with [`Matcher::post_within`]).
+#[derive(Clone, Copy)]
+struct Posted {
+    req: RequestId,
+    source: Source,
+    tag: TagMatch,
+    cap: usize,
+}
+
+/// A receive that ended without a `Message`: refused a longer message, or wrote it into
+/// its [`RecvInto`] buffer; the message's envelope.
+#[derive(Clone, Copy)]
+struct Ended {
+    req: RequestId,
+    envelope: Envelope,
+}
+
+/// A completed receive and its message.
+struct Completed {
+    req: RequestId,
+    message: Message,
+}
+
 /// Matching state of one rank.
 #[derive(Default)]
 pub struct Matcher {
     inbound: IntMap<u64, Inbound>,
     unexpected: VecDeque<u64>,
-    /// Posted receives in posting order: (request, source, tag, the longest message it
-    /// takes: `usize::MAX` unless posted with [`Matcher::post_within`]).
-    posted: VecDeque<(RequestId, Source, TagMatch, usize)>,
-    /// Receives posted with a limit that refused a longer message, and its envelope (one
-    /// at a time in practice: a blocking receive posts them and takes its own at once).
-    refused: Vec<(RequestId, Envelope)>,
+    /// Posted receives in posting order.
+    posted: VecDeque<Posted>,
+    /// Receives posted with a limit that refused a longer message (one at a time in
+    /// practice: a blocking receive posts them and takes its own at once).
+    refused: Vec<Ended>,
     /// A [`RecvInto`] receive whose message is all in the caller's buffer.
-    into_done: Option<(RequestId, Envelope)>,
+    into_done: Option<Ended>,
     assembling: IntMap<usize, u64>,
     /// The latest completed receive not taken yet, then the others: a blocking receive
     /// (one completion at a time) never hashes.
-    last_completed: Option<(RequestId, Message)>,
+    last_completed: Option<Completed>,
     completed: IntMap<RequestId, Message>,
     next_msg: u64,
 }
@@ -199,22 +222,22 @@ impl Matcher {
         if let Some(i) = self
             .posted
             .iter()
-            .position(|&(_, s, t, _)| accepts(s, t, src, tag))
+            .position(|p| accepts(p.source, p.tag, src, tag))
         {
-            let (r, _, _, cap) = self.posted.remove(i).expect("index in range");
-            if total <= cap {
-                req = Some(r);
+            let p = self.posted.remove(i).expect("index in range");
+            if total <= p.cap {
+                req = Some(p.req);
             } else {
                 // Too long for the limited receive that would take it: it stays unexpected,
                 // in its place, and the receive ends refused.
-                self.refused.push((
-                    r,
-                    Envelope {
+                self.refused.push(Ended {
+                    req: p.req,
+                    envelope: Envelope {
                         source: src,
                         tag,
                         len: total,
                     },
-                ));
+                });
             }
         }
         Ok((total, req))
@@ -316,7 +339,7 @@ impl Matcher {
                         len: total,
                     };
                     if payload.len() == total {
-                        self.into_done = Some((req, env));
+                        self.into_done = Some(Ended { req, envelope: env });
                         return Ok(());
                     }
                     let id = self.next_msg;
@@ -380,7 +403,10 @@ impl Matcher {
             let written = mine.map(|to| to.copy_from_slice(payload)).is_some();
             if done {
                 if let (true, Some(req)) = (written, m.req) {
-                    self.into_done = Some((req, m.envelope()));
+                    self.into_done = Some(Ended {
+                        req,
+                        envelope: m.envelope(),
+                    });
                 }
                 self.assembling.remove(&src);
                 self.inbound.remove(&id);
@@ -422,8 +448,14 @@ impl Matcher {
     /// queued where it is, and the receive ends refused with its envelope
     /// ([`Matcher::take_refused`]).
     pub fn post_within(&mut self, req: RequestId, src: Source, tag: TagMatch, cap: usize) {
+        let posted = Posted {
+            req,
+            source: src,
+            tag,
+            cap,
+        };
         if self.unexpected.is_empty() {
-            self.posted.push_back((req, src, tag, cap));
+            self.posted.push_back(posted);
             return;
         }
         let hit = self.unexpected.iter().position(|id| {
@@ -433,7 +465,7 @@ impl Matcher {
         match hit {
             Some(i) if self.inbound[&self.unexpected[i]].total > cap => {
                 let e = self.inbound[&self.unexpected[i]].envelope();
-                self.refused.push((req, e));
+                self.refused.push(Ended { req, envelope: e });
             }
             Some(i) => {
                 let id = self.unexpected.remove(i).expect("index in range");
@@ -452,7 +484,7 @@ impl Matcher {
                     m.req = Some(req);
                 }
             }
-            None => self.posted.push_back((req, src, tag, cap)),
+            None => self.posted.push_back(posted),
         }
     }
 
@@ -502,15 +534,15 @@ impl Matcher {
 
     /// Records the message of completed receive `req`.
     fn complete(&mut self, req: RequestId, m: Message) {
-        if let Some((r, older)) = self.last_completed.replace((req, m)) {
-            self.completed.insert(r, older);
+        if let Some(older) = self.last_completed.replace(Completed { req, message: m }) {
+            self.completed.insert(older.req, older.message);
         }
     }
 
     /// True if receive `req` has completed.
     pub fn is_complete(&self, req: RequestId) -> bool {
         // Polled by every idle iteration of a blocking wait: no hashing while nothing completed.
-        self.last_completed.as_ref().is_some_and(|(r, _)| *r == req)
+        self.last_completed.as_ref().is_some_and(|c| c.req == req)
             || (!self.completed.is_empty() && self.completed.contains_key(&req))
     }
 
@@ -518,9 +550,9 @@ impl Matcher {
     /// all of it is there: the receive has then ended.
     pub fn take_into_done(&mut self, req: RequestId) -> Option<Envelope> {
         match self.into_done {
-            Some((r, e)) if r == req => {
+            Some(d) if d.req == req => {
                 self.into_done = None;
-                Some(e)
+                Some(d.envelope)
             }
             _ => None,
         }
@@ -532,26 +564,26 @@ impl Matcher {
         if self.refused.is_empty() {
             return None;
         }
-        let i = self.refused.iter().position(|&(r, _)| r == req)?;
-        Some(self.refused.swap_remove(i).1)
+        let i = self.refused.iter().position(|r| r.req == req)?;
+        Some(self.refused.swap_remove(i).envelope)
     }
 
     /// Withdraws receive `req` if it is still posted (a blocking receive that ended with an
     /// error), so that no later message binds to it, and forgets its refusal. A message
     /// already bound to it stays with it (lost, as a failed receive's).
     pub fn cancel(&mut self, req: RequestId) {
-        if let Some(i) = self.posted.iter().position(|&(r, ..)| r == req) {
+        if let Some(i) = self.posted.iter().position(|p| p.req == req) {
             self.posted.remove(i);
         }
-        self.refused.retain(|&(r, _)| r != req);
-        if self.into_done.is_some_and(|(r, _)| r == req) {
+        self.refused.retain(|r| r.req != req);
+        if self.into_done.is_some_and(|d| d.req == req) {
             self.into_done = None;
         }
     }
     /// Takes the message of completed receive `req`.
     pub fn take_completed(&mut self, req: RequestId) -> Option<Message> {
-        if self.last_completed.as_ref().is_some_and(|(r, _)| *r == req) {
-            return self.last_completed.take().map(|(_, m)| m);
+        if self.last_completed.as_ref().is_some_and(|c| c.req == req) {
+            return self.last_completed.take().map(|c| c.message);
         }
         if self.completed.is_empty() {
             return None;
@@ -569,231 +601,4 @@ impl Matcher {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hdr(src: u32, tag: Tag, total: u64, offset: u64, len: u32) -> PacketHeader {
-        PacketHeader {
-            src,
-            tag,
-            total,
-            offset,
-            len,
-            more: false,
-        }
-    }
-
-    #[test]
-    fn peek_tells_what_try_take_takes_and_leaves_it() {
-        let mut m = Matcher::default();
-        m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
-        m.on_chunk(&hdr(2, 5, 3, 0, 3), &[7, 8, 9]).unwrap();
-        assert_eq!(
-            m.peek(Source::Any, TagMatch::Any),
-            None,
-            "incomplete earliest match"
-        );
-        let e = Envelope {
-            source: 2,
-            tag: 5,
-            len: 3,
-        };
-        assert_eq!(m.peek(Source::Rank(2), TagMatch::Any), Some(e));
-        assert_eq!(m.peek(Source::Any, TagMatch::Tag(5)), Some(e), "peeking twice");
-        assert_eq!(m.peek(Source::Rank(3), TagMatch::Any), None);
-        assert_eq!(
-            m.try_take(Source::Any, TagMatch::Tag(5)).unwrap().data,
-            vec![7, 8, 9]
-        );
-        assert_eq!(m.peek(Source::Any, TagMatch::Tag(5)), None, "taken");
-        m.on_chunk(&hdr(1, 4, 4, 2, 2), &[3, 4]).unwrap();
-        let e = m.peek(Source::Any, TagMatch::Any).unwrap();
-        assert_eq!((e.source, e.tag, e.len), (1, 4, 4));
-        assert_eq!(m.try_take(Source::Any, TagMatch::Any).unwrap().data.len(), e.len);
-    }
-
-    #[test]
-    fn a_limited_receive_refuses_a_longer_message_and_leaves_it_in_place() {
-        let env = |source, tag, len| Envelope { source, tag, len };
-        let mut m = Matcher::default();
-        // Posted first, then a longer message arrives (in two chunks): refused at its
-        // first chunk; it is assembled as unexpected.
-        m.post_within(RequestId::new(1), Source::Any, TagMatch::Any, 3);
-        m.on_chunk(&hdr(2, 5, 4, 0, 2), &[1, 2]).unwrap();
-        assert!(!m.is_complete(RequestId::new(1)));
-        assert_eq!(m.take_refused(RequestId::new(1)), Some(env(2, 5, 4)));
-        assert_eq!(m.take_refused(RequestId::new(1)), None, "told once");
-        m.on_chunk(&hdr(2, 5, 4, 2, 2), &[3, 4]).unwrap();
-        // A later message of the same source that would fit does not overtake it.
-        m.on_chunk(&hdr(2, 6, 1, 0, 1), &[9]).unwrap();
-        m.post_within(RequestId::new(2), Source::Rank(2), TagMatch::Any, 3);
-        assert_eq!(
-            m.take_refused(RequestId::new(2)),
-            Some(env(2, 5, 4)),
-            "refused while unexpected too"
-        );
-        assert_eq!(
-            m.peek(Source::Any, TagMatch::Any),
-            Some(env(2, 5, 4)),
-            "still first"
-        );
-        // Exactly the limit fits; then the refused message goes to a receive without one.
-        m.post_within(RequestId::new(3), Source::Any, TagMatch::Tag(6), 1);
-        assert_eq!(m.take_completed(RequestId::new(3)).unwrap().data, vec![9]);
-        m.post(RequestId::new(4), Source::Any, TagMatch::Any);
-        assert_eq!(
-            m.take_completed(RequestId::new(4)).unwrap().data,
-            vec![1, 2, 3, 4]
-        );
-        // An earlier receive without a limit takes a long message before a limited one.
-        m.post(RequestId::new(5), Source::Rank(2), TagMatch::Tag(7));
-        m.post_within(RequestId::new(6), Source::Any, TagMatch::Any, 0);
-        m.on_chunk(&hdr(2, 7, 2, 0, 2), &[5, 6]).unwrap();
-        assert_eq!(m.take_completed(RequestId::new(5)).unwrap().data, vec![5, 6]);
-        assert_eq!(m.take_refused(RequestId::new(6)), None);
-        m.on_chunk(&hdr(3, 1, 0, 0, 0), &[]).unwrap();
-        assert_eq!(
-            m.take_completed(RequestId::new(6)).unwrap().data,
-            Vec::<u8>::new(),
-            "0 bytes into 0"
-        );
-        // A withdrawn receive (its wait failed) binds nothing more: the message stays
-        // unexpected for the next receive.
-        m.post_within(RequestId::new(7), Source::Any, TagMatch::Any, 8);
-        m.cancel(RequestId::new(7));
-        m.on_chunk(&hdr(4, 2, 1, 0, 1), &[3]).unwrap();
-        assert!(!m.is_complete(RequestId::new(7)));
-        assert_eq!(m.peek(Source::Any, TagMatch::Any), Some(env(4, 2, 1)));
-    }
-
-    #[test]
-    fn a_lent_buffer_takes_its_message_chunk_by_chunk() {
-        let mut m = Matcher::default();
-        let mut buf = [0xAAu8; 8];
-        // Posted with the buffer's length; an unrelated message first stays unexpected.
-        m.post_within(RequestId::new(1), Source::Rank(2), TagMatch::Tag(5), buf.len());
-        let lend = |m: &mut Matcher, h: &PacketHeader, p: &[u8], buf: &mut [u8]| {
-            m.on_chunk_into(
-                h,
-                p,
-                Some(&mut RecvInto {
-                    req: RequestId::new(1),
-                    buf,
-                }),
-            )
-            .unwrap()
-        };
-        lend(&mut m, &hdr(3, 5, 2, 0, 2), &[8, 8], &mut buf);
-        lend(&mut m, &hdr(2, 5, 5, 0, 2), &[1, 2], &mut buf);
-        assert_eq!(m.take_into_done(RequestId::new(1)), None, "2 of 5 bytes");
-        lend(&mut m, &hdr(2, 5, 5, 2, 3), &[3, 4, 5], &mut buf);
-        let e = m
-            .take_into_done(RequestId::new(1))
-            .expect("all 5 bytes in the buffer");
-        assert_eq!((e.source, e.tag, e.len), (2, 5, 5));
-        assert_eq!(buf, [1, 2, 3, 4, 5, 0xAA, 0xAA, 0xAA]);
-        assert!(!m.is_complete(RequestId::new(1)), "no message of its own");
-        assert_eq!(m.take_completed(RequestId::new(1)), None);
-        assert_eq!(m.peek(Source::Any, TagMatch::Any).map(|e| e.source), Some(3));
-        // A receive that ended (an error) while its message was half written: the rest of
-        // that message is dropped, and the next one of the same source is whole.
-        m.post_within(RequestId::new(2), Source::Rank(2), TagMatch::Any, buf.len());
-        lend(&mut m, &hdr(2, 6, 4, 0, 2), &[1, 1], &mut buf);
-        m.on_chunk(&hdr(2, 6, 4, 2, 2), &[1, 1]).unwrap();
-        assert_eq!(m.take_into_done(RequestId::new(2)), None);
-        m.post(RequestId::new(3), Source::Rank(2), TagMatch::Any);
-        m.on_chunk(&hdr(2, 7, 1, 0, 1), &[9]).unwrap();
-        assert_eq!(m.take_completed(RequestId::new(3)).unwrap().data, vec![9]);
-    }
-
-    #[test]
-    fn posted_receive_matches_in_post_order_with_wildcards() {
-        let mut m = Matcher::default();
-        m.post(RequestId::new(1), Source::Rank(2), TagMatch::Tag(5));
-        m.post(RequestId::new(2), Source::Any, TagMatch::Any);
-        m.on_chunk(&hdr(3, 5, 1, 0, 1), &[9]).unwrap();
-        assert!(!m.is_complete(RequestId::new(1)));
-        assert_eq!(
-            m.take_completed(RequestId::new(2)).unwrap(),
-            Message {
-                source: 3,
-                tag: 5,
-                data: vec![9]
-            }
-        );
-        m.on_chunk(&hdr(2, 5, 1, 0, 1), &[7]).unwrap();
-        assert_eq!(m.take_completed(RequestId::new(1)).unwrap().data, vec![7]);
-    }
-
-    #[test]
-    fn chunks_reassemble_and_any_tag_skips_reserved_tags() {
-        let mut m = Matcher::default();
-        m.on_chunk(&hdr(1, RESERVED_TAG_BASE + 1, 2, 0, 2), &[1, 2])
-            .unwrap();
-        m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
-        assert_eq!(
-            m.try_take(Source::Any, TagMatch::Any),
-            None,
-            "incomplete message is not taken"
-        );
-        m.on_chunk(&hdr(1, 4, 4, 2, 2), &[3, 4]).unwrap();
-        assert_eq!(
-            m.try_take(Source::Any, TagMatch::Any).unwrap().data,
-            vec![1, 2, 3, 4]
-        );
-        assert_eq!(m.try_take(Source::Any, TagMatch::Any), None);
-        assert!(m
-            .try_take(Source::Rank(1), TagMatch::Tag(RESERVED_TAG_BASE + 1))
-            .is_some());
-    }
-
-    #[test]
-    fn out_of_order_chunk_is_a_protocol_error() {
-        let mut m = Matcher::default();
-        m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
-        assert!(m.on_chunk(&hdr(1, 4, 4, 3, 1), &[3]).is_err());
-        assert!(m.on_chunk(&hdr(2, 4, 4, 2, 2), &[3, 4]).is_err());
-        assert!(
-            m.on_whole(&hdr(1, 4, 2, 0, 0), vec![5, 6]).is_err(),
-            "whole message inside a chunked one"
-        );
-    }
-
-    #[test]
-    fn whole_messages_keep_order_and_wildcards_with_chunked_ones() {
-        let mut m = Matcher::default();
-        let any = Source::Any;
-        m.post(RequestId::new(1), any, TagMatch::Tag(7));
-        // A whole message for the posted receive, then unexpected ones in order.
-        m.on_whole(&hdr(2, 7, 3, 0, 0), vec![1, 2, 3]).unwrap();
-        assert_eq!(
-            m.take_completed(RequestId::new(1)).unwrap(),
-            Message {
-                source: 2,
-                tag: 7,
-                data: vec![1, 2, 3]
-            }
-        );
-        m.on_chunk(&hdr(2, 8, 1, 0, 1), &[4]).unwrap();
-        m.on_whole(&hdr(3, 8, 2, 0, 0), vec![5, 6]).unwrap();
-        m.on_whole(&hdr(2, 8, 2, 0, 0), vec![7, 8]).unwrap();
-        assert_eq!(m.try_take(any, TagMatch::Tag(8)).unwrap().data, vec![4]);
-        assert_eq!(
-            m.try_take(Source::Rank(2), TagMatch::Any).unwrap().data,
-            vec![7, 8]
-        );
-        m.post(RequestId::new(2), any, TagMatch::Any);
-        assert_eq!(
-            m.take_completed(RequestId::new(2)).unwrap(),
-            Message {
-                source: 3,
-                tag: 8,
-                data: vec![5, 6]
-            }
-        );
-        assert!(
-            m.on_whole(&hdr(3, 8, 5, 0, 0), vec![1]).is_err(),
-            "length differs from the header"
-        );
-    }
-}
+mod tests;
