@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use crate::core::intmap::{IntMap, IntSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Life cycle of an endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,10 +59,10 @@ pub struct EndpointStats {
 
 /// The endpoint table.
 pub struct ConnectionTable {
-    eps: IntMap<usize, Endpoint>,
+    eps: FxHashMap<usize, Endpoint>,
     max: usize,
     tick: u64,
-    peers: IntSet<usize>,
+    peers: FxHashSet<usize>,
     /// Endpoints in the closing state (kept by `insert`, `set_closing` and `remove`).
     closing: usize,
     protect_fresh: bool,
@@ -75,12 +75,12 @@ impl ConnectionTable {
     /// A table with a cap of `max_endpoints` live endpoints (0 = none).
     pub fn new(max_endpoints: usize) -> ConnectionTable {
         ConnectionTable {
-            eps: IntMap::default(),
+            eps: FxHashMap::default(),
             max: max_endpoints,
             tick: 0,
             closing: 0,
             protect_fresh: false,
-            peers: IntSet::default(),
+            peers: FxHashSet::default(),
             deferred: VecDeque::new(),
             stats: EndpointStats::default(),
         }

@@ -15,12 +15,12 @@
 use std::time::Instant;
 
 use crate::core::error::{Error, Result};
-use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool};
 use crate::fabric::{Fabric, PacketHeader};
 use crate::protocol::connection::{ConnectionTable, EpState};
 use crate::protocol::datagram::{DatagramHeader, DatagramPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
 use crate::protocol::matching::{Matcher, RecvInto};
+use rustc_hash::FxHashMap;
 
 use super::Engine;
 
@@ -48,7 +48,7 @@ pub struct DatagramStats {
 
 /// The rank's datagram state.
 pub(super) struct Datagrams {
-    pub(super) peers: IntMap<usize, DatagramPeer>,
+    pub(super) peers: FxHashMap<usize, DatagramPeer>,
     /// Payload bytes per datagram.
     pub(super) chunk: usize,
     /// Peers with datagrams in flight (sorted).
@@ -77,7 +77,7 @@ pub(super) struct Datagrams {
 impl Datagrams {
     pub(super) fn new(chunk: usize, reliable: bool) -> Datagrams {
         Datagrams {
-            peers: IntMap::default(),
+            peers: FxHashMap::default(),
             chunk,
             waiting: Vec::new(),
             acks: Vec::new(),

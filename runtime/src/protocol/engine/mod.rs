@@ -26,13 +26,13 @@ use std::collections::VecDeque;
 use crate::core::config::{RecvSharing, TransportConfig};
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
-use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::{effective_sharing, Fabric};
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
 use crate::protocol::request::RequestId;
+use rustc_hash::FxHashMap;
 
 mod credit;
 mod datagram;
@@ -116,14 +116,14 @@ pub struct Engine {
     rank: usize,
     world: usize,
     conns: ConnectionTable,
-    peers: IntMap<usize, PeerState>,
+    peers: FxHashMap<usize, PeerState>,
     active: ActiveSet,
     /// Scratch vectors reused across `progress` calls (no allocation per call).
     scratch_dests: Vec<usize>,
     scratch_grants: Vec<(usize, u32)>,
     bank: CreditBank,
     matcher: Matcher,
-    sends: IntMap<RequestId, SendReq>,
+    sends: FxHashMap<RequestId, SendReq>,
     wr_info: Vec<Option<(RequestId, usize)>>,
     next_req: u64,
     notes: Vec<String>,
@@ -177,13 +177,13 @@ impl Engine {
             pool,
             cfg,
             conns: ConnectionTable::new(cfg.max_endpoints).protect_fresh(cfg.lazy_connect),
-            peers: IntMap::default(),
+            peers: FxHashMap::default(),
             active: ActiveSet::default(),
             scratch_dests: Vec::new(),
             scratch_grants: Vec::new(),
             bank,
             matcher: Matcher::default(),
-            sends: IntMap::default(),
+            sends: FxHashMap::default(),
             next_req: 0,
             notes,
             inbox: Inbox::default(),
