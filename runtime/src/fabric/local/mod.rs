@@ -25,7 +25,7 @@ use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::memory::memlock_limit_bytes;
 use crate::core::memory::AlignedRegion;
 use crate::core::pool::{Register, Registration};
-use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, PeerEnd};
+use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, PeerEnd, PeerKey};
 
 pub(crate) mod drop_model;
 
@@ -319,7 +319,8 @@ impl Fabric for LocalFabric {
         Ok(reg.note)
     }
 
-    fn open_endpoint(&mut self, key: usize) -> Result<()> {
+    fn open_endpoint(&mut self, key: PeerKey) -> Result<()> {
+        let key = key.index();
         let own_rq = if self.sharing == RecvSharing::PerPeer {
             let (rq, reg) = RecvQueue::new(
                 self.cfg.recv_depth,
@@ -354,7 +355,8 @@ impl Fabric for LocalFabric {
         Ok(())
     }
 
-    fn close_endpoint(&mut self, key: usize) -> Result<()> {
+    fn close_endpoint(&mut self, key: PeerKey) -> Result<()> {
+        let key = key.index();
         let ep = self.endpoints.remove(&key).ok_or(Error::Endpoint {
             rank: self.rank,
             key,
@@ -379,11 +381,12 @@ impl Fabric for LocalFabric {
     fn post_send(
         &mut self,
         dest: usize,
-        key: usize,
+        key: PeerKey,
         hdr: &PacketHeader,
         payload: &[u8],
         wr_id: u64,
     ) -> Result<()> {
+        let key = key.index();
         let port = &self.world.ports[dest];
         let rq = if self.sharing == RecvSharing::PerPeer {
             let ep = self.endpoints.get_mut(&key).ok_or(Error::Endpoint {

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use crate::core::error::{Error, Result};
 use crate::core::pool::{BufId, BufferPool};
-use crate::fabric::{Fabric, PacketHeader};
+use crate::fabric::{Fabric, PacketHeader, PeerKey};
 use crate::protocol::connection::{ConnectionTable, EpState};
 use crate::protocol::datagram::{DatagramHeader, DatagramPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
 use crate::protocol::matching::{Matcher, RecvInto};
@@ -514,7 +514,7 @@ impl Engine {
         if self.conns.get(src).map(|e| e.state) != Some(EpState::Connecting) {
             return Ok(());
         }
-        self.fabric.close_endpoint(src)?;
+        self.fabric.close_endpoint(PeerKey::Rank(src))?;
         self.conns.remove(src);
         let p = self.peers.entry(src).or_default();
         p.credits = 0;

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use crate::core::error::Result;
-use crate::fabric::Control;
+use crate::fabric::{Control, PeerKey};
 use crate::protocol::connection::EpState;
 
 use super::Engine;
@@ -58,7 +58,7 @@ impl Engine {
 
     /// Opens endpoint `key`: symmetric modes start the handshake, xrc opens at once.
     pub(super) fn open_key(&mut self, key: usize) -> Result<()> {
-        self.fabric.open_endpoint(key)?;
+        self.fabric.open_endpoint(self.peer_key(key))?;
         if self.symmetric() {
             self.conns.insert(key, EpState::Connecting);
             self.conns.note_peer(key);
@@ -71,7 +71,7 @@ impl Engine {
     }
 
     pub(super) fn accept(&mut self, src: usize, grant: u32) -> Result<()> {
-        self.fabric.open_endpoint(src)?;
+        self.fabric.open_endpoint(PeerKey::Rank(src))?;
         self.conns.insert(src, EpState::Open);
         self.conns.note_peer(src);
         self.peers.entry(src).or_default().credits += grant;
@@ -109,7 +109,7 @@ impl Engine {
                 let ep = self.conns.get(key).expect("endpoint");
                 if let EpState::Closing { peer_sent: Some(n) } = ep.state {
                     if ep.received == n && ep.inflight == 0 {
-                        self.fabric.close_endpoint(key)?;
+                        self.fabric.close_endpoint(self.peer_key(key))?;
                         if let Some(ep) = self.conns.remove(key) {
                             if let Some(dg) = self.dg.as_deref_mut() {
                                 dg.endpoint_closed(key, ep.sent, ep.received);

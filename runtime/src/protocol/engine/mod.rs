@@ -27,7 +27,7 @@ use crate::core::config::{RecvSharing, TransportConfig};
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
 use crate::core::pool::{BufId, BufferPool, PoolStats};
-use crate::fabric::{effective_sharing, Fabric};
+use crate::fabric::{effective_sharing, Fabric, PeerKey};
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
@@ -204,6 +204,16 @@ impl Engine {
     #[inline]
     fn symmetric(&self) -> bool {
         self.cfg.recv_sharing != RecvSharing::Xrc
+    }
+
+    /// The fabric's key of endpoint `key` (of [`Engine::key_of`]).
+    #[inline]
+    fn peer_key(&self, key: usize) -> PeerKey {
+        if self.symmetric() {
+            PeerKey::Rank(key)
+        } else {
+            PeerKey::Node(key)
+        }
     }
 
     /// Endpoint key of a peer: the peer itself, or its node in `xrc` mode.

@@ -164,8 +164,14 @@ impl Engine {
         id: BufId,
         req: RequestId,
     ) -> Result<bool> {
-        self.fabric
-            .post_send(dest, key, hdr, &self.pool.buf(id)[..hdr.len as usize], id as u64)?;
+        let peer_key = self.peer_key(key);
+        self.fabric.post_send(
+            dest,
+            peer_key,
+            hdr,
+            &self.pool.buf(id)[..hdr.len as usize],
+            id as u64,
+        )?;
         let ep = self.conns.get_touched(key).expect("endpoint");
         ep.sent += 1;
         if self.copies {
