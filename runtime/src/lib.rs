@@ -9,7 +9,7 @@
 //! | core | `core::{error, config, memory, pool, backoff, procstatus, footprint}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types |
 //! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process |
 //! | fabric | [`fabric`]: the trait, `fabric::{wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model |
-//! | protocol | `protocol::{engine, collective, connection, credit, datagram, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids |
+//! | protocol | `protocol::{engine, clock, collective, connection, credit, datagram, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the clock passed in |
 //! | comm | [`comm`]: the [`Communicator`], `comm::{model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction |
 //! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
 //! | fault (feature `fault`) | `fault` | the fault-injection harness: a fabric wrapper and its launcher |
@@ -48,7 +48,7 @@ pub mod select;
 pub use crate::core::{config, error, footprint, memory, pool, procstatus};
 pub use comm::model;
 pub use fabric::wire;
-pub use protocol::{connection, credit, datagram, engine, matching, request};
+pub use protocol::{clock, connection, credit, datagram, engine, matching, request};
 
 /// The MPI transport (feature `mpi`): its fabric and start-up ([`Mpi`](mpi::Mpi)), and MPI's
 /// native path ([`native`](mpi::native)), a backend of the [`Communicator`] beside the engine.

@@ -10,10 +10,21 @@ use crate::core::config::TransportConfig;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
+use crate::protocol::clock::Clock;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::{DatagramStats, Engine};
 use crate::protocol::matching::{Envelope, Message, RecvInto, Source, Tag, TagMatch};
 use crate::protocol::request::RequestId;
+
+/// The system clock: the time the communicator passes to its engine.
+pub(crate) struct SystemClock;
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now(&self) -> std::time::Instant {
+        std::time::Instant::now()
+    }
+}
 
 /// How a limited blocking receive on the engine ended.
 enum Limited {

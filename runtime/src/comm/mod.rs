@@ -71,7 +71,11 @@ impl Communicator {
     /// Builds a communicator over `fabric` (registers the pool, sets up receive queues,
     /// connects all peers when `lazy_connect` is off).
     pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
-        Ok(Self::over(Box::new(Engine::new(fabric, config)?)))
+        Ok(Self::over(Box::new(Engine::new(
+            fabric,
+            config,
+            Box::new(engine::SystemClock),
+        )?)))
     }
 
     /// A communicator over `backend`.

@@ -17,6 +17,7 @@ use std::time::Instant;
 use crate::core::error::{Error, Result};
 use crate::core::pool::{BufId, BufferPool};
 use crate::fabric::{Fabric, PacketHeader, PeerKey};
+use crate::protocol::clock::Clock;
 use crate::protocol::connection::{ConnectionTable, EpState};
 use crate::protocol::datagram::{DatagramHeader, DatagramPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
 use crate::protocol::matching::{Matcher, RecvInto};
@@ -63,6 +64,8 @@ pub(super) struct Datagrams {
     /// Out-of-order arrivals held, all peers: (peer, sequence number, pool buffer). At
     /// most one entry per pool buffer; usually empty (a linear search finds one).
     held: Vec<(usize, u32, BufId)>,
+    /// The time, as the engine's owner gives it.
+    clock: Box<dyn Clock>,
     /// The zero of the peers' clocks (`DatagramPeer` keeps microseconds since it).
     epoch: Instant,
     since_check: u32,
@@ -75,7 +78,8 @@ pub(super) struct Datagrams {
 }
 
 impl Datagrams {
-    pub(super) fn new(chunk: usize, reliable: bool) -> Datagrams {
+    pub(super) fn new(chunk: usize, reliable: bool, clock: Box<dyn Clock>) -> Datagrams {
+        let epoch = clock.now();
         Datagrams {
             peers: FxHashMap::default(),
             chunk,
@@ -85,7 +89,8 @@ impl Datagrams {
             fresh: Vec::new(),
             scratch: Vec::new(),
             held: Vec::new(),
-            epoch: Instant::now(),
+            clock,
+            epoch,
             since_check: 0,
             promote: None,
             reliable,
@@ -96,7 +101,7 @@ impl Datagrams {
     /// Microseconds since the epoch: the peers' clock.
     #[inline]
     fn now_us(&self) -> u64 {
-        micros_since(self.epoch)
+        micros_since(self.clock.as_ref(), self.epoch)
     }
 
     /// True when datagrams to `peer` are not all acknowledged.
@@ -147,10 +152,10 @@ impl Datagrams {
     }
 }
 
-/// Microseconds since `epoch`.
+/// Microseconds from `epoch` to the time `clock` tells (0 before it).
 #[inline]
-fn micros_since(epoch: Instant) -> u64 {
-    epoch.elapsed().as_micros() as u64
+fn micros_since(clock: &dyn Clock, epoch: Instant) -> u64 {
+    clock.now().saturating_duration_since(epoch).as_micros() as u64
 }
 
 /// What a fabric poll needs to take a datagram, borrowed beside the fabric.
@@ -210,6 +215,7 @@ impl DatagramRx<'_> {
             acks,
             resend,
             held,
+            clock,
             epoch,
             since_check,
             stats,
@@ -217,7 +223,9 @@ impl DatagramRx<'_> {
         } = dg;
         let p = peers.get_mut(&src).expect("datagram peer");
         if p.in_flight() > 0 {
-            if p.on_ack(h.ack, micros_since(*epoch), &mut |b| pool.release(b)) {
+            if p.on_ack(h.ack, micros_since(clock.as_ref(), *epoch), &mut |b| {
+                pool.release(b)
+            }) {
                 resend.push(src);
             }
             if p.in_flight() == 0 {

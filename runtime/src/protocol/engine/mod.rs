@@ -28,6 +28,7 @@ use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
 use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::{effective_sharing, Fabric, PeerKey};
+use crate::protocol::clock::Clock;
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
@@ -39,6 +40,8 @@ mod datagram;
 mod endpoints;
 mod send;
 mod settle;
+#[cfg(test)]
+mod tests;
 
 use datagram::{DatagramRx, Datagrams};
 pub use datagram::{DatagramStats, PROMOTE_EVERY, PROMOTE_MARGIN};
@@ -144,7 +147,12 @@ pub struct Engine {
 impl Engine {
     /// Sets up the rank: registers the pool, creates the receive resources and, with
     /// `lazy_connect` off, connects every peer (needs every rank to be starting too).
-    pub fn new(mut fabric: Box<dyn Fabric>, requested: &TransportConfig) -> Result<Engine> {
+    /// `clock` is the engine's only source of time (the datagram path's timeouts).
+    pub fn new(
+        mut fabric: Box<dyn Fabric>,
+        requested: &TransportConfig,
+        clock: Box<dyn Clock>,
+    ) -> Result<Engine> {
         requested.validate()?;
         let mut cfg = *requested;
         let mut notes = Vec::new();
@@ -152,7 +160,7 @@ impl Engine {
         cfg.recv_sharing = sharing;
         notes.extend(note);
         let dg = match crate::protocol::datagram::chunk_for(&cfg, fabric.datagram_mtu()) {
-            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c, !fabric.datagrams_can_drop()))),
+            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c, !fabric.datagrams_can_drop(), clock))),
             Err(why) => {
                 notes.push(format!(
                     "endpoint_overflow=datagram: transport `{}` {why}; falling back to endpoint_overflow=evict",
