@@ -6,7 +6,7 @@
 //!
 //! | layer | modules | owns |
 //! |---|---|---|
-//! | core | `core::{error, config, memory, pool, backoff, procstatus, footprint}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types |
+//! | core | `core::{error, config, memory, pool, backoff, intmap, procstatus, footprint}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types |
 //! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process |
 //! | fabric | [`fabric`]: the trait, `fabric::{wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model |
 //! | protocol | `protocol::{engine, clock, collective, connection, credit, datagram, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the clock passed in |
@@ -45,7 +45,7 @@ pub mod launch;
 pub mod select;
 
 // The public paths: a curated view of the layers.
-pub use crate::core::{config, error, footprint, memory, pool, procstatus};
+pub use crate::core::{config, error, footprint, intmap, memory, pool, procstatus};
 pub use comm::model;
 pub use fabric::wire;
 pub use protocol::{clock, connection, credit, datagram, engine, matching, request};

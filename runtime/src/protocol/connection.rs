@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use crate::core::intmap::{IntMap, IntSet};
 
 /// Life cycle of an endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,10 +59,10 @@ pub struct EndpointStats {
 
 /// The endpoint table.
 pub struct ConnectionTable {
-    eps: FxHashMap<usize, Endpoint>,
+    eps: IntMap<usize, Endpoint>,
     max: usize,
     tick: u64,
-    peers: FxHashSet<usize>,
+    peers: IntSet<usize>,
     /// Endpoints in the closing state (kept by `insert`, `set_closing` and `remove`).
     closing: usize,
     protect_fresh: bool,
@@ -75,12 +75,12 @@ impl ConnectionTable {
     /// A table with a cap of `max_endpoints` live endpoints (0 = none).
     pub fn new(max_endpoints: usize) -> ConnectionTable {
         ConnectionTable {
-            eps: FxHashMap::default(),
+            eps: IntMap::default(),
             max: max_endpoints,
             tick: 0,
             closing: 0,
             protect_fresh: false,
-            peers: FxHashSet::default(),
+            peers: IntSet::default(),
             deferred: VecDeque::new(),
             stats: EndpointStats::default(),
         }

@@ -25,7 +25,7 @@
 
 use std::collections::VecDeque;
 
-use rustc_hash::FxHashMap;
+use crate::core::intmap::IntMap;
 
 #[derive(Default, Clone, Copy, Debug)]
 pub(crate) struct CreditHolder {
@@ -42,11 +42,11 @@ pub struct CreditBank {
     shared: bool,
     depth: u32,
     free: u32,
-    holders: FxHashMap<usize, CreditHolder>,
+    holders: IntMap<usize, CreditHolder>,
     waiters: VecDeque<usize>,
     /// Grants decided but not sent yet, by peer (drained in peer order; a hash map keeps
     /// its allocation across drains).
-    grants: FxHashMap<usize, u32>,
+    grants: IntMap<usize, u32>,
     revokes: Vec<usize>,
 }
 
@@ -58,9 +58,9 @@ impl CreditBank {
             shared,
             depth,
             free: depth,
-            holders: FxHashMap::default(),
+            holders: IntMap::default(),
             waiters: VecDeque::new(),
-            grants: FxHashMap::default(),
+            grants: IntMap::default(),
             revokes: Vec::new(),
         }
     }
@@ -237,7 +237,7 @@ impl CreditBank {
 }
 
 /// `n` more credits for `peer` (holder `h`), to be sent.
-fn give(h: &mut CreditHolder, grants: &mut FxHashMap<usize, u32>, peer: usize, n: u32) {
+fn give(h: &mut CreditHolder, grants: &mut IntMap<usize, u32>, peer: usize, n: u32) {
     h.outstanding += n;
     h.revoked = false;
     *grants.entry(peer).or_default() += n;

@@ -15,9 +15,9 @@
 use std::collections::VecDeque;
 
 use crate::core::error::{Error, Result};
+use crate::core::intmap::IntMap;
 use crate::fabric::PacketHeader;
 use crate::protocol::request::RequestId;
-use rustc_hash::FxHashMap;
 
 /// A message tag. User tags are `< RESERVED_TAG_BASE`.
 pub type Tag = u32;
@@ -178,7 +178,7 @@ struct Completed {
 /// Matching state of one rank.
 #[derive(Default)]
 pub struct Matcher {
-    inbound: FxHashMap<u64, Inbound>,
+    inbound: IntMap<u64, Inbound>,
     unexpected: VecDeque<u64>,
     /// Posted receives in posting order.
     posted: VecDeque<Posted>,
@@ -187,11 +187,11 @@ pub struct Matcher {
     refused: Vec<Ended>,
     /// A [`RecvInto`] receive whose message is all in the caller's buffer.
     into_done: Option<Ended>,
-    assembling: FxHashMap<usize, u64>,
+    assembling: IntMap<usize, u64>,
     /// The latest completed receive not taken yet, then the others: a blocking receive
     /// (one completion at a time) never hashes.
     last_completed: Option<Completed>,
-    completed: FxHashMap<RequestId, Message>,
+    completed: IntMap<RequestId, Message>,
     next_msg: u64,
 }
 

@@ -61,11 +61,11 @@ use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
 use crate::core::error::{Error, Result, Sender};
 use crate::core::footprint::Footprint;
+use crate::core::intmap::{IntMap, IntSet};
 use crate::core::pool::PoolStats;
 use crate::fabric::mpi::ffi::{check, recv_append, recv_to_slice};
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
-use rustc_hash::{FxHashMap, FxHashSet};
 
 const KIND_WHOLE: u8 = 0;
 const KIND_LARGE: u8 = 1;
@@ -260,9 +260,9 @@ pub struct MpiNative {
     recv_scratch: Vec<u8>,
     send_scratch: Vec<u8>,
     recvs: Vec<PendingRecv>,
-    done_recvs: FxHashMap<u64, Message>,
+    done_recvs: IntMap<u64, Message>,
     sends: Vec<PendingSend>,
-    done_sends: FxHashSet<u64>,
+    done_sends: IntSet<u64>,
     /// Messages taken out of MPI before a receive was posted for them, in arrival order.
     unexpected: VecDeque<(usize, Message)>,
     next_id: u64,
@@ -332,9 +332,9 @@ impl MpiNative {
             recv_scratch: Vec::with_capacity(eager + 1),
             send_scratch: Vec::with_capacity(eager + 1),
             recvs: Vec::new(),
-            done_recvs: FxHashMap::default(),
+            done_recvs: IntMap::default(),
             sends: Vec::new(),
-            done_sends: FxHashSet::default(),
+            done_sends: IntSet::default(),
             unexpected: VecDeque::new(),
             next_id: 0,
             seen: vec![false; size],

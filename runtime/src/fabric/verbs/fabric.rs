@@ -58,9 +58,9 @@ use super::ibv::{self, Init, Mr, Qp, Rtr, Rts, Slots};
 use crate::core::config::{RecvSharing, RuntimeConfig, TransportConfig};
 use crate::core::error::{Error, Result, VerbsPeer};
 use crate::core::footprint::MemoryModel;
+use crate::core::intmap::IntMap;
 use crate::fabric::sizes::{VERBS_CQ_ENTRIES, VERBS_SQ_DEPTH};
 use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, PeerKey};
-use rustc_hash::FxHashMap;
 
 /// Bytes of the header in front of every packet.
 pub const HEADER_BYTES: usize = 32;
@@ -187,7 +187,7 @@ struct Peer {
 /// [`ibv`]); the pool's memory regions are dropped with the fabric, before the pool.
 pub struct VerbsFabric {
     /// Per peer rank; in `xrc` mode the INI queue pairs are kept under `world + node`.
-    peers: FxHashMap<usize, Peer>,
+    peers: IntMap<usize, Peer>,
     /// XRC: TGT queue pairs this rank created for remote INI QPs (as its node's first rank).
     tgts: Vec<Qp<Rtr>>,
     srq: Option<SharedRecv>,
@@ -197,7 +197,7 @@ pub struct VerbsFabric {
     pool_mrs: Vec<Mr>,
     cq: ibv::Cq,
     dev: Device,
-    qpn_peer: FxHashMap<u32, usize>,
+    qpn_peer: IntMap<u32, usize>,
     /// Peers whose send queue got room back in the last CQ poll (scratch).
     touched: Vec<usize>,
     mesh: Mesh,
@@ -231,8 +231,8 @@ pub struct VerbsFabric {
     failed_sends: Vec<u64>,
     /// XRC: this rank's SRQ number, and the other ranks' (asked on first use).
     my_srqn: u32,
-    srqns: FxHashMap<usize, u32>,
-    srqn_asked: FxHashMap<usize, ()>,
+    srqns: IntMap<usize, u32>,
+    srqn_asked: IntMap<usize, ()>,
     /// The datagram path's UD queue pair ([`ud`]), when it is on.
     ud: Option<ud::Ud>,
     /// The datagram size when the datagram path is on (the UD QP is made on first use).
@@ -295,7 +295,7 @@ impl VerbsFabric {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1);
         let mut f = VerbsFabric {
-            peers: FxHashMap::default(),
+            peers: IntMap::default(),
             tgts: Vec::new(),
             xrcd: None,
             srq: None,
@@ -303,7 +303,7 @@ impl VerbsFabric {
             pool_mrs: Vec::new(),
             cq,
             dev,
-            qpn_peer: FxHashMap::default(),
+            qpn_peer: IntMap::default(),
             touched: Vec::new(),
             mesh,
             abort,
@@ -329,8 +329,8 @@ impl VerbsFabric {
             failed_sends: Vec::new(),
             srq_reposts: Vec::new(),
             my_srqn: 0,
-            srqns: FxHashMap::default(),
-            srqn_asked: FxHashMap::default(),
+            srqns: IntMap::default(),
+            srqn_asked: IntMap::default(),
             ud: None,
             ud_mtu: None,
         };

@@ -15,13 +15,13 @@
 use std::time::Instant;
 
 use crate::core::error::{Error, Result};
+use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool};
 use crate::fabric::{Fabric, PacketHeader, PeerKey};
 use crate::protocol::clock::Clock;
 use crate::protocol::connection::{ConnectionTable, EpState};
 use crate::protocol::datagram::{DatagramHeader, DatagramPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
 use crate::protocol::matching::{Matcher, RecvInto};
-use rustc_hash::FxHashMap;
 
 use super::Engine;
 
@@ -49,7 +49,7 @@ pub struct DatagramStats {
 
 /// The rank's datagram state.
 pub(super) struct Datagrams {
-    pub(super) peers: FxHashMap<usize, DatagramPeer>,
+    pub(super) peers: IntMap<usize, DatagramPeer>,
     /// Payload bytes per datagram.
     pub(super) chunk: usize,
     /// Peers with datagrams in flight (sorted).
@@ -81,7 +81,7 @@ impl Datagrams {
     pub(super) fn new(chunk: usize, reliable: bool, clock: Box<dyn Clock>) -> Datagrams {
         let epoch = clock.now();
         Datagrams {
-            peers: FxHashMap::default(),
+            peers: IntMap::default(),
             chunk,
             waiting: Vec::new(),
             acks: Vec::new(),

@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 use crate::core::config::{RecvSharing, TransportConfig};
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
+use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::{effective_sharing, Fabric, PeerKey};
 use crate::protocol::clock::Clock;
@@ -33,7 +34,6 @@ use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
 use crate::protocol::request::RequestId;
-use rustc_hash::FxHashMap;
 
 mod credit;
 mod datagram;
@@ -119,14 +119,14 @@ pub struct Engine {
     rank: usize,
     world: usize,
     conns: ConnectionTable,
-    peers: FxHashMap<usize, PeerState>,
+    peers: IntMap<usize, PeerState>,
     active: ActiveSet,
     /// Scratch vectors reused across `progress` calls (no allocation per call).
     scratch_dests: Vec<usize>,
     scratch_grants: Vec<(usize, u32)>,
     bank: CreditBank,
     matcher: Matcher,
-    sends: FxHashMap<RequestId, SendReq>,
+    sends: IntMap<RequestId, SendReq>,
     wr_info: Vec<Option<(RequestId, usize)>>,
     next_req: u64,
     notes: Vec<String>,
@@ -185,13 +185,13 @@ impl Engine {
             pool,
             cfg,
             conns: ConnectionTable::new(cfg.max_endpoints).protect_fresh(cfg.lazy_connect),
-            peers: FxHashMap::default(),
+            peers: IntMap::default(),
             active: ActiveSet::default(),
             scratch_dests: Vec::new(),
             scratch_grants: Vec::new(),
             bank,
             matcher: Matcher::default(),
-            sends: FxHashMap::default(),
+            sends: IntMap::default(),
             next_req: 0,
             notes,
             inbox: Inbox::default(),

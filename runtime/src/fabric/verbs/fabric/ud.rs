@@ -30,6 +30,7 @@
 
 use super::VerbsFabric;
 use crate::core::error::{Error, Result};
+use crate::core::intmap::IntMap;
 use crate::fabric::sizes::{
     verbs_ud_fixed_bytes, verbs_ud_payload, verbs_ud_ring_bytes, VERBS_UD_GRH_BYTES, VERBS_UD_PEER_BYTES,
     VERBS_UD_RANK_BYTES, VERBS_UD_RECV_DEPTH, VERBS_UD_SEND_SLOTS,
@@ -38,7 +39,6 @@ use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::device::Device;
 use crate::fabric::verbs::ibv::{self, attr, Ah, Cq, Qp, QpCaps, Rts, SendWr, Sge, Slots};
 use crate::fabric::Event;
-use rustc_hash::FxHashMap;
 
 const GRH: usize = VERBS_UD_GRH_BYTES as usize;
 const RANK: usize = VERBS_UD_RANK_BYTES as usize;
@@ -55,7 +55,7 @@ pub(super) struct UdPeer {
 /// before the address handles its sends named, and before its rings.
 pub(super) struct Ud {
     qp: Qp<Rts>,
-    peers: FxHashMap<usize, UdPeer>,
+    peers: IntMap<usize, UdPeer>,
     recv: Slots,
     send: Slots,
     free: Vec<usize>,
@@ -123,7 +123,7 @@ impl Ud {
         )?;
         Ok(Ud {
             qp,
-            peers: FxHashMap::default(),
+            peers: IntMap::default(),
             free: (0..send.count()).rev().collect(),
             recv,
             send,
