@@ -19,7 +19,7 @@ use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool};
 use crate::fabric::{Fabric, PacketHeader, PeerKey};
 use crate::protocol::clock::Clock;
-use crate::protocol::connection::{ConnectionTable, EpState};
+use crate::protocol::connection::{ConnectionTable, EndpointState};
 use crate::protocol::datagram::{DatagramHeader, DatagramPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
 use crate::protocol::matching::{Matcher, RecvInto};
 
@@ -519,7 +519,7 @@ impl Engine {
     /// `src` refused our connect request: drop the connecting endpoint, reach it by
     /// datagram.
     pub(super) fn on_refuse(&mut self, src: usize) -> Result<()> {
-        if self.conns.get(src).map(|e| e.state) != Some(EpState::Connecting) {
+        if self.conns.get(src).map(|e| e.state) != Some(EndpointState::Connecting) {
             return Ok(());
         }
         self.fabric.close_endpoint(PeerKey::Rank(src))?;

@@ -7,7 +7,7 @@ use super::{Engine, OutMsg, SendReq, DIRECT_WR};
 use crate::core::error::{Error, Result};
 use crate::core::pool::BufId;
 use crate::fabric::PacketHeader;
-use crate::protocol::connection::EpState;
+use crate::protocol::connection::EndpointState;
 use crate::protocol::matching::Tag;
 use crate::protocol::request::RequestId;
 
@@ -106,7 +106,11 @@ impl Engine {
     /// pool.
     fn post_now(&mut self, dest: usize, tag: Tag, id: BufId, len: usize) -> Result<Option<RequestId>> {
         let key = self.key_of(dest);
-        if !self.conns.get(key).is_some_and(|ep| ep.state == EpState::Open) {
+        if !self
+            .conns
+            .get(key)
+            .is_some_and(|ep| ep.state == EndpointState::Open)
+        {
             return Ok(None);
         }
         if self.dg.as_ref().is_some_and(|d| d.is_waiting(dest)) {
@@ -297,7 +301,7 @@ impl Engine {
                 continue;
             }
             match self.conns.get(key) {
-                Some(ep) if ep.state == EpState::Open => {
+                Some(ep) if ep.state == EndpointState::Open => {
                     if self.dg.as_ref().is_some_and(|d| d.is_waiting(dest)) {
                         break; // after the datagrams to it are acknowledged
                     }
