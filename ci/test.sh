@@ -54,8 +54,8 @@ layer_check() { # dir, pattern of the layers above it
         exit 1
     fi
 }
-layer_check core 'oob|fabric::(local|mpi|verbs)|protocol|comm|launch|select|fault|fanout'
-layer_check oob 'fabric|protocol|comm|launch|select|fault|fanout'
+layer_check core 'bootstrap|fabric::(local|mpi|verbs)|protocol|comm|launch|select|fault|fanout'
+layer_check bootstrap 'fabric|protocol|comm|launch|select|fault|fanout'
 layer_check fabric 'protocol|comm|launch|select|fault|fanout'
 layer_check protocol 'comm|launch|select|fault|fanout'
 layer_check comm 'launch|select|fault|fanout'

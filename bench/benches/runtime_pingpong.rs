@@ -1,7 +1,7 @@
 //! Ping-pong over the `local` transport beside a raw crossbeam channel ping-pong in the
 //! same run: latency (8 B, 1 KiB round trips) and bandwidth (64 KiB, 1 MiB, 16 MiB).
 //!
-//! Each measurement runs `iters` round trips inside one `local::run(2, ..)` and times
+//! Each measurement runs `iters` round trips inside one `threads::run_ranks(2, ..)` and times
 //! only the loop on rank 0 (thread start and connection set-up excluded, one warm-up
 //! round trip first). The raw baseline moves a fresh copy of the bytes (`to_vec`) through
 //! bounded(1) channels, the same copy the runtime's `send(&[u8])` / `recv` pair makes at
@@ -14,13 +14,13 @@
 
 use std::time::{Duration, Instant};
 
-use ballast_runtime::{local, RuntimeConfig};
+use ballast_runtime::{launch::threads, RuntimeConfig};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use crossbeam::channel::bounded;
 
 fn local_round_trips(cfg: &RuntimeConfig, size: usize, iters: u64) -> Duration {
     let data = vec![7u8; size];
-    let out = local::run(2, cfg, |comm| {
+    let out = threads::run_ranks(2, cfg, |comm| {
         let peer = 1 - comm.rank();
         let one = |comm: &mut ballast_runtime::Communicator| {
             if comm.rank() == 0 {
@@ -65,7 +65,7 @@ fn capped_world(size: usize, iters: u64, peer: usize) -> Duration {
         .build()
         .unwrap();
     let data = vec![7u8; size];
-    let out = local::run(3, &cfg, |comm| {
+    let out = threads::run_ranks(3, &cfg, |comm| {
         let me = comm.rank();
         if me == 0 {
             comm.send(2, 9, &[1]).unwrap();

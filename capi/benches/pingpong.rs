@@ -1,6 +1,6 @@
 //! Ping-pong over the `local` transport through the C ABI (libballast's `extern "C"`
 //! functions, `ballast_local_run` + `ballast_send`/`ballast_recv`) beside the same through
-//! the Rust API (`local::run` + `send`/`recv`), in one run: 8 B and 1 MiB round trips.
+//! the Rust API (`threads::run_ranks` + `send`/`recv`), in one run: 8 B and 1 MiB round trips.
 //!
 //! The C path is called from Rust through this crate's rlib: the same functions a C
 //! program links, without a C compiler in the benchmark (so it lives in the C-API crate,
@@ -13,12 +13,12 @@ use std::os::raw::{c_int, c_void};
 use std::time::{Duration, Instant};
 
 use ballast::{ballast_comm, ballast_config, ballast_local_run, ballast_recv, ballast_send};
-use ballast_runtime::{local, RuntimeConfig};
+use ballast_runtime::{launch::threads, RuntimeConfig};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 fn rust_round_trips(cfg: &RuntimeConfig, size: usize, iters: u64) -> Duration {
     let data = vec![7u8; size];
-    let out = local::run(2, cfg, |comm| {
+    let out = threads::run_ranks(2, cfg, |comm| {
         let peer = 1 - comm.rank();
         let one = |comm: &mut ballast_runtime::Communicator| {
             if comm.rank() == 0 {
@@ -44,7 +44,7 @@ fn rust_round_trips(cfg: &RuntimeConfig, size: usize, iters: u64) -> Duration {
 /// message (its cost, apart from the boundary's).
 fn rust_probe_round_trips(cfg: &RuntimeConfig, size: usize, iters: u64) -> Duration {
     let data = vec![7u8; size];
-    let out = local::run(2, cfg, |comm| {
+    let out = threads::run_ranks(2, cfg, |comm| {
         let peer = 1 - comm.rank();
         let recv = |comm: &mut ballast_runtime::Communicator| {
             let e = comm.probe(peer, 1u32).unwrap();

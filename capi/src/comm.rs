@@ -585,12 +585,12 @@ pub unsafe extern "C" fn ballast_comm_footprint(
 mod tests {
     use super::*;
     use crate::error::last_error;
-    use ballast_runtime::{local, RuntimeConfig};
+    use ballast_runtime::{launch::threads, RuntimeConfig};
 
     #[test]
     fn a_panic_on_a_communicator_poisons_it() {
         let cfg = RuntimeConfig::builder().buffer_count(4).build().unwrap();
-        let got = local::run(1, &cfg, |comm| {
+        let got = threads::run_ranks(1, &cfg, |comm| {
             let mut h = ballast_comm::lent(comm);
             let h: *mut ballast_comm = &mut h;
             let p = handles::register(Kind::Comm, h.cast()).unwrap() as *mut ballast_comm;

@@ -7,7 +7,7 @@ use std::os::raw::{c_int, c_void};
 
 use parking_lot::Mutex;
 
-use ballast_runtime::{local, Communicator, Error, TransportKind};
+use ballast_runtime::{launch::threads, Communicator, Error, TransportKind};
 
 use crate::comm::ballast_comm;
 use crate::config::ballast_config;
@@ -83,7 +83,7 @@ pub unsafe extern "C" fn ballast_local_run(
         let user = &user;
         let failures: Failures = Mutex::new(Vec::new());
         let failures_ref = &failures;
-        let run = local::run(n, &cfg.cfg, move |comm| {
+        let run = threads::run_ranks(n, &cfg.cfg, move |comm| {
             run_rank(comm, main, user.get(), failures_ref)
         });
         let mut failures = failures.into_inner();

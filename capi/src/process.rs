@@ -26,7 +26,7 @@ pub(crate) enum Owned {
     Mpi(Box<mpi::MpiOwned>),
     /// Verbs: the start-up exchange (and the MPI it may have initialised for it).
     #[cfg(feature = "verbs")]
-    Verbs(Box<ballast_runtime::bootstrap::Launch>),
+    Verbs(Box<ballast_runtime::launch::Launch>),
 }
 
 impl Owned {
@@ -129,7 +129,7 @@ fn from_env(func: &str, cfg: &RuntimeConfig, kind: TransportKind) -> Result<*mut
         TransportKind::Mpi => mpi::from_env(func, cfg),
         #[cfg(feature = "verbs")]
         TransportKind::Verbs => {
-            use ballast_runtime::{bootstrap::Launch, verbs};
+            use ballast_runtime::{launch::Launch, verbs};
             let mut launch = Launch::new(cfg).map_err(|e| Fail::runtime(func, &e))?;
             match verbs::communicator(launch.bootstrap(), cfg) {
                 Ok(comm) => handle(func, comm, Owned::Verbs(Box::new(launch))),

@@ -382,7 +382,7 @@ impl Plan {
             bail!("fanout over verbs runs one rank per process: start N processes with mpirun (a build with the `mpi` feature), or with BALLAST_ROOT=host:port and BALLAST_RANK/BALLAST_SIZE (or srun, whose rank variables are read too)")
         }
         // Under mpirun without BALLAST_ROOT, MPI carries the start-up exchange.
-        let mut launch = ballast_runtime::bootstrap::Launch::new(cfg)?;
+        let mut launch = ballast_runtime::launch::Launch::new(cfg)?;
         let out = (|| -> anyhow::Result<_> {
             let size = launch.size();
             if self.ranks.is_some_and(|r| r != size) {

@@ -382,7 +382,7 @@ fn run_verbs_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()
     // `mpi` and `verbs`): MPI carries the start-up exchange (the control listeners'
     // addresses); the data goes over verbs. The launch frees its MPI communicator before it
     // finalises MPI; after an error it leaves MPI unfinalised (see `Launch::abandon`).
-    let mut job = ballast_sim::launch::VerbsJob(ballast_runtime::bootstrap::Launch::new(cfg)?);
+    let mut job = ballast_sim::launch::VerbsJob(ballast_runtime::launch::Launch::new(cfg)?);
     let out = run_per_process(args, cfg, &mut job);
     if out.is_err() {
         job.0.abandon();

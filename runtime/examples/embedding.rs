@@ -9,7 +9,7 @@
 //! the tag. At the end each rank prints its transport footprint.
 //!
 //! Run: `cargo run -p ballast-runtime --example embedding`
-use ballast_runtime::{local, Communicator, RuntimeConfig, Source, TagMatch};
+use ballast_runtime::{launch::threads, Communicator, RuntimeConfig, Source, TagMatch};
 
 const CELLS_PER_RANK: u32 = 8;
 const DT_MS: f64 = 0.025;
@@ -67,7 +67,7 @@ fn simulate(comm: &mut Communicator) -> ballast_runtime::Result<(usize, usize)> 
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = RuntimeConfig::from_env()?; // BALLAST_* variables, see docs/CONFIG.md
-    let results = local::run(4, &cfg, simulate)?;
+    let results = threads::run_ranks(4, &cfg, simulate)?;
     let mut total = (0, 0);
     for r in results {
         let (f, rcv) = r?;

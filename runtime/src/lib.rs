@@ -7,17 +7,17 @@
 //! | layer | modules | owns |
 //! |---|---|---|
 //! | core | `core::{error, config, memory, pool, backoff, intmap, procstatus, footprint}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types |
-//! | oob | [`bootstrap`] (`oob`) | start-up all-gather: MPI, TCP rendezvous, in-process |
+//! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process |
 //! | fabric | [`fabric`]: the trait, `fabric::{wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model |
-//! | protocol | `protocol::{engine, collective, connection, credit, datagram, matching}` | chunking, credits, handshakes, eviction, the datagram path, tag matching |
+//! | protocol | `protocol::{engine, clock, collective, connection, credit, datagram, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the clock passed in |
 //! | comm | [`comm`]: the [`Communicator`], `comm::{model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction |
 //! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
 //! | fault (feature `fault`) | `fault` | the fault-injection harness: a fabric wrapper and its launcher |
 //!
 //! ```
-//! use ballast_runtime::{local, RuntimeConfig, Source, TagMatch};
+//! use ballast_runtime::{launch::threads, RuntimeConfig, Source, TagMatch};
 //! let cfg = RuntimeConfig::builder().buffer_count(8).build().unwrap();
-//! let got = local::run(2, &cfg, |comm| {
+//! let got = threads::run_ranks(2, &cfg, |comm| {
 //!     if comm.rank() == 0 {
 //!         comm.send(1, 7, b"spikes").unwrap();
 //!         Vec::new()
@@ -31,10 +31,10 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bootstrap;
 pub mod comm;
 mod core;
 pub mod fabric;
-mod oob;
 mod protocol;
 
 #[cfg(feature = "fault")]
@@ -46,7 +46,7 @@ pub mod select;
 pub use crate::core::{config, error, footprint, intmap, memory, pool, procstatus};
 pub use comm::model;
 pub use fabric::wire;
-pub use protocol::{connection, credit, datagram, engine, matching};
+pub use protocol::{clock, connection, credit, datagram, engine, matching, request};
 
 /// The MPI transport (feature `mpi`): its fabric and start-up ([`Mpi`](mpi::Mpi)), and MPI's
 /// native path ([`native`](mpi::native)), a backend of the [`Communicator`] beside the engine.
@@ -56,13 +56,13 @@ pub mod mpi {
     pub use crate::fabric::mpi::*;
 }
 
-/// The in-process transport (`local`): [`LocalFabric`](local::LocalFabric), and
-/// [`run`](local::run) ([`launch::local_threads`]) starting N ranks as threads of this process.
+/// The in-process transport (`local`): [`LocalFabric`](local::LocalFabric), and a world of one
+/// rank owned by the caller ([`single`](local::single), [`finish`](local::finish)). Its ranks
+/// as threads of this process are started by [`launch::threads::run_ranks`].
 pub mod local {
     pub use crate::fabric::local::*;
     pub use crate::launch::local_finish as finish;
     pub use crate::launch::local_single as single;
-    pub use crate::launch::local_threads as run;
 }
 
 /// The verbs transport (feature `verbs`): its fabric, device probe and control channel,
@@ -76,12 +76,6 @@ pub mod verbs {
     pub use crate::launch::verbs_threads as run_ranks;
 }
 
-/// Start-up exchange between the ranks of a job (`oob`), and [`Launch`].
-pub mod bootstrap {
-    pub use crate::launch::Launch;
-    pub use crate::oob::*;
-}
-
 pub use comm::{Communicator, Completion, Request};
 pub use config::{
     BootstrapConfig, ConfigError, EndpointOverflow, RecvSharing, RuntimeConfig, RuntimeConfigBuilder,
@@ -91,4 +85,5 @@ pub use error::{Error, Result};
 pub use footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};
 pub use matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 pub use procstatus::ProcStatus;
+pub use request::RequestId;
 pub use select::{decide_transport, resolve_transport, AutoInputs};

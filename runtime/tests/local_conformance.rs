@@ -2,7 +2,7 @@
 
 mod conformance;
 
-use ballast_runtime::{local, Communicator, RecvSharing, Result, RuntimeConfig};
+use ballast_runtime::{launch::threads, Communicator, RecvSharing, Result, RuntimeConfig};
 use conformance::*;
 
 struct Local;
@@ -17,7 +17,7 @@ impl Launcher for Local {
         cfg: &RuntimeConfig,
         f: F,
     ) -> Result<Vec<R>> {
-        local::run(n, cfg, f)
+        threads::run_ranks(n, cfg, f)
     }
 }
 
@@ -213,7 +213,7 @@ fn datagram_fallbacks_say_why() {
             .buffer_size(buffer)
             .build()
             .unwrap();
-        local::run(2, &c, |comm| -> Result<(Vec<String>, bool, String)> {
+        threads::run_ranks(2, &c, |comm| -> Result<(Vec<String>, bool, String)> {
             Ok((
                 comm.notes().to_vec(),
                 comm.datagram_stats().is_some(),

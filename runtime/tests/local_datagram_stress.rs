@@ -13,7 +13,7 @@ const OVERLAY: (usize, usize) = (1, 7);
 
 mod conformance;
 
-use ballast_runtime::{local, Communicator, RecvSharing, Result, RuntimeConfig};
+use ballast_runtime::{launch::threads, Communicator, RecvSharing, Result, RuntimeConfig};
 use conformance::*;
 
 struct Local;
@@ -28,7 +28,7 @@ impl Launcher for Local {
         cfg: &RuntimeConfig,
         f: F,
     ) -> Result<Vec<R>> {
-        local::run(n, cfg, f)
+        threads::run_ranks(n, cfg, f)
     }
 }
 

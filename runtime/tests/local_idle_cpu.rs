@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ballast_runtime::{local, RuntimeConfig};
+use ballast_runtime::{launch::threads, RuntimeConfig};
 
 /// How long the sender keeps the others waiting.
 const WAIT: Duration = Duration::from_secs(1);
@@ -47,7 +47,7 @@ fn a_rank_blocked_in_recv_for_a_second_uses_no_core() {
     if !available() {
         return;
     }
-    let out = local::run(2, &config(), |comm| {
+    let out = threads::run_ranks(2, &config(), |comm| {
         // Connect first, so that the wait below is a wait for data only.
         comm.barrier().unwrap();
         if comm.rank() == 0 {
@@ -83,7 +83,7 @@ fn many_ranks_waiting_in_a_barrier_use_no_core() {
         return;
     }
     let n = 64;
-    let out = local::run(n, &config(), |comm| {
+    let out = threads::run_ranks(n, &config(), |comm| {
         comm.barrier().unwrap();
         if comm.rank() == 0 {
             std::thread::sleep(WAIT);

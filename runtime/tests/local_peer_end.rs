@@ -8,7 +8,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use ballast_runtime::{local, Communicator, Error, RecvSharing, RuntimeConfig, Source, TagMatch};
+use ballast_runtime::{launch::threads, Communicator, Error, RecvSharing, RuntimeConfig, Source, TagMatch};
 
 /// Runs `f` on `n` local ranks, failing the whole binary after 30 s (a hang).
 fn run<R: Send, F: Fn(&mut Communicator) -> R + Sync>(case: &'static str, n: usize, f: F) -> Vec<R> {
@@ -28,7 +28,7 @@ fn run<R: Send, F: Fn(&mut Communicator) -> R + Sync>(case: &'static str, n: usi
             .lock_pool(false)
             .build()
             .unwrap();
-        out = local::run(n, &cfg, &f).unwrap();
+        out = threads::run_ranks(n, &cfg, &f).unwrap();
     }
     drop(tx);
     dog.join().unwrap();

@@ -1,10 +1,10 @@
 //! A rank whose thread cannot be started (issue 33, finding 5): 3000 local ranks under a
 //! 4 GiB address-space limit (`ulimit -v`, set here with RLIMIT_AS: this test binary holds
-//! this one test, as the limit is the process'). `local::run` returns
+//! this one test, as the limit is the process'). `threads::run_ranks` returns
 //! `Error::ThreadStart` naming the rank, the ranks asked for and the stack size, not the
 //! `Aborted` of the ranks started before it; and the process lives on.
 
-use ballast_runtime::{local, Error, RuntimeConfig};
+use ballast_runtime::{launch::threads, Error, RuntimeConfig};
 
 #[test]
 fn a_thread_that_cannot_start_is_the_error_with_its_rank_and_stack() {
@@ -23,7 +23,7 @@ fn a_thread_that_cannot_start_is_the_error_with_its_rank_and_stack() {
         n as u64 * stack as u64 > limit,
         "the stacks must not fit for this test"
     );
-    match local::run(n, &cfg, |comm| comm.barrier()) {
+    match threads::run_ranks(n, &cfg, |comm| comm.barrier()) {
         Err(e @ Error::ThreadStart { .. }) => {
             let Error::ThreadStart {
                 rank,
@@ -47,7 +47,7 @@ fn a_thread_that_cannot_start_is_the_error_with_its_rank_and_stack() {
         other => panic!("expected the thread start error, got {other:?}"),
     }
     // The process lives on: a run that fits still runs.
-    let got = local::run(4, &cfg, |comm| comm.barrier().map(|_| comm.rank())).unwrap();
+    let got = threads::run_ranks(4, &cfg, |comm| comm.barrier().map(|_| comm.rank())).unwrap();
     assert_eq!(
         got.into_iter().map(Result::unwrap).collect::<Vec<_>>(),
         vec![0, 1, 2, 3]

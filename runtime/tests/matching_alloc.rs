@@ -5,7 +5,7 @@
 
 use ballast_runtime::fabric::PacketHeader;
 use ballast_runtime::matching::{Matcher, Source, TagMatch};
-use ballast_runtime::Error;
+use ballast_runtime::{Error, RequestId};
 
 fn chunk(src: u32, tag: u32, total: u64, len: u32) -> PacketHeader {
     PacketHeader {
@@ -21,7 +21,7 @@ fn chunk(src: u32, tag: u32, total: u64, len: u32) -> PacketHeader {
 #[test]
 fn a_first_chunk_refused_for_memory_leaves_the_receive_posted() {
     let mut m = Matcher::default();
-    m.post(1, Source::Any, TagMatch::Tag(5));
+    m.post(RequestId::new(1), Source::Any, TagMatch::Tag(5));
     // 2^62 bytes: no allocator gives them, whatever the limits.
     let huge = 1u64 << 62;
     let err = m.on_chunk(&chunk(0, 5, huge, 8), &[7; 8]).unwrap_err();
@@ -32,8 +32,11 @@ fn a_first_chunk_refused_for_memory_leaves_the_receive_posted() {
     // Nothing was bound or started: the receive takes the next matching message, and
     // rank 0 may start a message (no half-started one in the way).
     m.on_chunk(&chunk(2, 5, 3, 3), b"abc").unwrap();
-    assert!(m.is_complete(1), "the receive was dropped with the refused chunk");
-    let got = m.take_completed(1).expect("completed");
+    assert!(
+        m.is_complete(RequestId::new(1)),
+        "the receive was dropped with the refused chunk"
+    );
+    let got = m.take_completed(RequestId::new(1)).expect("completed");
     assert_eq!((got.source, got.tag, got.data), (2, 5, b"abc".to_vec()));
     m.on_chunk(&chunk(0, 5, 4, 4), b"wxyz").unwrap();
     let next = m.try_take(Source::Rank(0), TagMatch::Tag(5)).expect("queued");
@@ -43,19 +46,28 @@ fn a_first_chunk_refused_for_memory_leaves_the_receive_posted() {
 #[test]
 fn the_refused_message_delivered_again_goes_to_the_receive_still_posted() {
     let mut m = Matcher::default();
-    m.post(1, Source::Rank(0), TagMatch::Tag(5));
+    m.post(RequestId::new(1), Source::Rank(0), TagMatch::Tag(5));
     assert!(m.on_chunk(&chunk(0, 5, 1 << 62, 8), &[7; 8]).is_err());
     // Delivered again once it fits (a smaller message stands in for it here), with the
     // receive still waiting (no failed wait withdrew it): that receive takes it.
     m.on_chunk(&chunk(0, 5, 8, 8), &[7; 8]).unwrap();
-    assert!(m.is_complete(1), "the message went past its receive");
-    assert_eq!(m.take_completed(1).expect("completed").data, vec![7; 8]);
+    assert!(
+        m.is_complete(RequestId::new(1)),
+        "the message went past its receive"
+    );
+    assert_eq!(
+        m.take_completed(RequestId::new(1)).expect("completed").data,
+        vec![7; 8]
+    );
     // Withdrawn instead (a failed wait: Engine::cancel_recv), a later receive takes it.
-    m.post(2, Source::Rank(0), TagMatch::Tag(5));
+    m.post(RequestId::new(2), Source::Rank(0), TagMatch::Tag(5));
     assert!(m.on_chunk(&chunk(0, 5, 1 << 62, 8), &[7; 8]).is_err());
-    m.cancel(2);
-    m.post(3, Source::Rank(0), TagMatch::Tag(5));
+    m.cancel(RequestId::new(2));
+    m.post(RequestId::new(3), Source::Rank(0), TagMatch::Tag(5));
     m.on_chunk(&chunk(0, 5, 8, 8), &[9; 8]).unwrap();
-    assert!(!m.is_complete(2));
-    assert_eq!(m.take_completed(3).expect("completed").data, vec![9; 8]);
+    assert!(!m.is_complete(RequestId::new(2)));
+    assert_eq!(
+        m.take_completed(RequestId::new(3)).expect("completed").data,
+        vec![9; 8]
+    );
 }

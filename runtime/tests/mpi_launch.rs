@@ -1,11 +1,12 @@
-//! `bootstrap::Launch` under `mpirun` (no `BALLAST_ROOT`): it initialises MPI for the start-up
+//! `launch::Launch` under `mpirun` (no `BALLAST_ROOT`): it initialises MPI for the start-up
 //! exchange, exchanges through its own duplicate of the world, and when dropped frees that
 //! communicator before it finalises MPI (the other order makes Open MPI abort every process at
 //! exit with "MPI_Comm_free() ... called after MPI_FINALIZE", and mpirun exit non-zero).
 //! `harness = false`; run under `mpirun -n 2` (or more); prints `mpi launch: ok` from rank 0
 //! and exits 0; any failure exits non-zero.
 
-use ballast_runtime::bootstrap::{BootstrapKind, Launch};
+use ballast_runtime::bootstrap::BootstrapKind;
+use ballast_runtime::launch::Launch;
 use ballast_runtime::mpi::rsmpi;
 use ballast_runtime::RuntimeConfig;
 

@@ -135,7 +135,10 @@ fn threads(
     }
     #[cfg(not(feature = "verbs"))]
     let _ = verbs;
-    let outcomes = stamped(ballast_runtime::local::run(ranks, config, rank)?, start)?;
+    let outcomes = stamped(
+        ballast_runtime::launch::threads::run_ranks(ranks, config, rank)?,
+        start,
+    )?;
     Ok((outcomes, notes.into_inner()))
 }
 
@@ -367,11 +370,11 @@ pub fn leave_mpi_on_error<T, E>(mpi: ballast_runtime::mpi::Mpi, out: Result<T, E
     out
 }
 
-/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::bootstrap::Launch`]
+/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::launch::Launch`]
 /// (TCP at `BALLAST_ROOT`, or MPI under `mpirun` in a build with `mpi`). After an error,
-/// call [`ballast_runtime::bootstrap::Launch::abandon`] on `.0` (it leaves MPI unfinalised).
+/// call [`ballast_runtime::launch::Launch::abandon`] on `.0` (it leaves MPI unfinalised).
 #[cfg(feature = "verbs")]
-pub struct VerbsJob(pub ballast_runtime::bootstrap::Launch);
+pub struct VerbsJob(pub ballast_runtime::launch::Launch);
 
 #[cfg(feature = "verbs")]
 impl Job for VerbsJob {

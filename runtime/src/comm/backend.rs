@@ -17,6 +17,7 @@ use crate::core::pool::PoolStats;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::DatagramStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch};
+use crate::protocol::request::RequestId;
 
 /// A communicator's backend: the non-blocking operations, the counters, and the blocking
 /// calls a backend does its own way (`send_now`, the receives, `wait`).
@@ -35,21 +36,21 @@ pub(crate) trait Backend: Send {
     fn is_mpi_native(&self) -> bool;
 
     /// Starts a send; its request id.
-    fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64>;
+    fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId>;
     /// Posts a receive; its request id.
-    fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64>;
+    fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId>;
     /// The next matching message if it has fully arrived.
     fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message>;
     /// The envelope of the next matching message if it has fully arrived (left queued).
     fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope>;
     /// Whether receive `id` completed.
-    fn recv_done(&self, id: u64) -> bool;
+    fn recv_done(&self, id: RequestId) -> bool;
     /// Whether send `id` completed.
-    fn send_done(&self, id: u64) -> Result<bool>;
+    fn send_done(&self, id: RequestId) -> Result<bool>;
     /// The message of completed receive `id`.
-    fn take_recv(&mut self, id: u64) -> Option<Message>;
+    fn take_recv(&mut self, id: RequestId) -> Option<Message>;
     /// Forgets completed send `id`.
-    fn finish_send(&mut self, id: u64);
+    fn finish_send(&mut self, id: RequestId);
     /// One round of progress; true if anything happened.
     fn progress(&mut self) -> Result<bool>;
     /// True when every send of this rank completed.
@@ -102,7 +103,12 @@ pub(crate) trait Backend: Send {
 }
 
 /// `isend` that progresses and retries while the pool is exhausted.
-pub(super) fn isend_retry<B: Backend + ?Sized>(b: &mut B, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+pub(super) fn isend_retry<B: Backend + ?Sized>(
+    b: &mut B,
+    dest: usize,
+    tag: Tag,
+    data: &[u8],
+) -> Result<RequestId> {
     let mut off = Backoff::new();
     let mut check = EndCheck::default();
     loop {
@@ -154,7 +160,7 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
         }
     }
     if req.recv {
-        let m = b.take_recv(req.id).ok_or(Error::UnknownRequest(req.id))?;
+        let m = b.take_recv(req.id).ok_or(Error::UnknownRequest(req.id.get()))?;
         Ok(Completion::Received(m))
     } else {
         b.finish_send(req.id);

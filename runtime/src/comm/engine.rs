@@ -10,9 +10,21 @@ use crate::core::config::TransportConfig;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
+use crate::protocol::clock::Clock;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::{DatagramStats, Engine};
 use crate::protocol::matching::{Envelope, Message, RecvInto, Source, Tag, TagMatch};
+use crate::protocol::request::RequestId;
+
+/// The system clock: the time the communicator passes to its engine.
+pub(crate) struct SystemClock;
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now(&self) -> std::time::Instant {
+        std::time::Instant::now()
+    }
+}
 
 /// How a limited blocking receive on the engine ended.
 enum Limited {
@@ -43,10 +55,10 @@ impl Backend for Engine {
     fn is_mpi_native(&self) -> bool {
         false
     }
-    fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+    fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         Engine::isend(self, dest, tag, data)
     }
-    fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+    fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         Engine::irecv(self, src, tag)
     }
     fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
@@ -55,16 +67,16 @@ impl Backend for Engine {
     fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope> {
         Engine::peek(self, src, tag)
     }
-    fn recv_done(&self, id: u64) -> bool {
+    fn recv_done(&self, id: RequestId) -> bool {
         Engine::recv_done(self, id)
     }
-    fn send_done(&self, id: u64) -> Result<bool> {
+    fn send_done(&self, id: RequestId) -> Result<bool> {
         Engine::send_done(self, id)
     }
-    fn take_recv(&mut self, id: u64) -> Option<Message> {
+    fn take_recv(&mut self, id: RequestId) -> Option<Message> {
         Engine::take_recv(self, id)
     }
-    fn finish_send(&mut self, id: u64) {
+    fn finish_send(&mut self, id: RequestId) {
         Engine::finish_send(self, id)
     }
     fn progress(&mut self) -> Result<bool> {
@@ -187,7 +199,7 @@ fn recv_limited(
 }
 
 /// The wait of [`recv_limited`] for its receive `id`.
-fn wait_limited(e: &mut Engine, id: u64, src: Source, mut into: Option<&mut [u8]>) -> Result<Limited> {
+fn wait_limited(e: &mut Engine, id: RequestId, src: Source, mut into: Option<&mut [u8]>) -> Result<Limited> {
     let mut b = Backoff::new();
     // The end seen of the sender, and whether a round of progress came after it.
     let mut gone: Option<(Gone, bool)> = None;
@@ -202,7 +214,7 @@ fn wait_limited(e: &mut Engine, id: u64, src: Source, mut into: Option<&mut [u8]
         if Engine::recv_done(e, id) {
             return Engine::take_recv(e, id)
                 .map(Limited::Message)
-                .ok_or(Error::UnknownRequest(id));
+                .ok_or(Error::UnknownRequest(id.get()));
         }
         if let Some(refused) = e.take_refused(id) {
             return Ok(Limited::Refused(refused));

@@ -12,6 +12,7 @@ use crate::protocol::collective::CollectiveSeq;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::Engine;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+use crate::protocol::request::RequestId;
 
 mod backend;
 mod collectives;
@@ -28,7 +29,7 @@ use backend::Backend;
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a request must be waited for or tested to completion"]
 pub struct Request {
-    id: u64,
+    id: RequestId,
     recv: bool,
     /// The rank a send goes to, or the ranks a receive takes from.
     peer: Source,
@@ -70,7 +71,11 @@ impl Communicator {
     /// Builds a communicator over `fabric` (registers the pool, sets up receive queues,
     /// connects all peers when `lazy_connect` is off).
     pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
-        Ok(Self::over(Box::new(Engine::new(fabric, config)?)))
+        Ok(Self::over(Box::new(Engine::new(
+            fabric,
+            config,
+            Box::new(engine::SystemClock),
+        )?)))
     }
 
     /// A communicator over `backend`.
@@ -133,7 +138,7 @@ impl Communicator {
         Ok(())
     }
 
-    fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+    fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         let id = self.backend.isend(dest, tag, data)?;
         self.messages_sent += 1;
         Ok(id)
@@ -145,7 +150,7 @@ impl Communicator {
         self.messages_sent
     }
 
-    fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+    fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         self.backend.irecv(src, tag)
     }
 
@@ -179,7 +184,7 @@ impl Communicator {
     }
 
     /// `isend` that progresses and retries while the pool is exhausted.
-    fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+    fn isend_retry(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         let id = backend::isend_retry(&mut *self.backend, dest, tag, data)?;
         self.messages_sent += 1;
         Ok(id)

@@ -13,7 +13,9 @@ use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::pool::{Register, Registration};
+pub use key::PeerKey;
 
+mod key;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
@@ -183,7 +185,7 @@ pub struct FabricBytes {
 
 /// The transport below the protocol. One instance per rank, driven by one thread.
 ///
-/// Endpoints are keyed by an `EndpointKey`: the peer rank in `per-peer`/`shared` mode, the
+/// Endpoints are keyed by a [`PeerKey`]: the peer rank in `per-peer`/`shared` mode, the
 /// remote node in `xrc` mode.
 pub trait Fabric: Register + Send {
     /// This rank.
@@ -198,15 +200,15 @@ pub trait Fabric: Register + Send {
     /// [`FabricBytes::recv_lock`].
     fn setup_receive(&mut self, sharing: RecvSharing) -> Result<Option<String>>;
     /// Allocates the endpoint `key` (and its receive queue in `per-peer` mode).
-    fn open_endpoint(&mut self, key: usize) -> Result<()>;
+    fn open_endpoint(&mut self, key: PeerKey) -> Result<()>;
     /// Frees the endpoint `key`; all its traffic is drained (the protocol guarantees it).
-    fn close_endpoint(&mut self, key: usize) -> Result<()>;
+    fn close_endpoint(&mut self, key: PeerKey) -> Result<()>;
     /// Posts `payload` (a pool buffer slice) to rank `dest` through endpoint `key`.
     /// The caller holds a credit for the receive queue it lands in.
     fn post_send(
         &mut self,
         dest: usize,
-        key: usize,
+        key: PeerKey,
         header: &PacketHeader,
         payload: &[u8],
         wr_id: u64,

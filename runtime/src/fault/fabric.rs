@@ -29,12 +29,14 @@ use crate::core::config::{RecvSharing, TransportConfig};
 use crate::core::error::{Error, Result};
 use crate::core::footprint::MemoryModel;
 use crate::core::pool::{Register, Registration};
-use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerEnd};
+use crate::fabric::{
+    Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerEnd, PeerKey,
+};
 
 /// Something the reliable path holds back toward one destination.
 enum Held {
     Packet {
-        key: usize,
+        key: PeerKey,
         hdr: PacketHeader,
         payload: Vec<u8>,
         wr_id: u64,
@@ -263,18 +265,18 @@ impl Fabric for FaultFabric {
         self.inner.setup_receive(sharing)
     }
 
-    fn open_endpoint(&mut self, key: usize) -> Result<()> {
+    fn open_endpoint(&mut self, key: PeerKey) -> Result<()> {
         self.inner.open_endpoint(key)
     }
 
-    fn close_endpoint(&mut self, key: usize) -> Result<()> {
+    fn close_endpoint(&mut self, key: PeerKey) -> Result<()> {
         self.inner.close_endpoint(key)
     }
 
     fn post_send(
         &mut self,
         dest: usize,
-        key: usize,
+        key: PeerKey,
         header: &PacketHeader,
         payload: &[u8],
         wr_id: u64,

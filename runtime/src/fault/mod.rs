@@ -16,7 +16,7 @@ use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportKind};
 use crate::core::error::{Error, Result};
 use crate::fabric::local::{LocalFabric, World};
-use crate::launch::{threads, ThreadOpts};
+use crate::launch::threads::{spawn, ThreadOpts};
 
 mod fabric;
 
@@ -133,7 +133,7 @@ pub struct FaultRun<R> {
 
 /// Runs `f` on `n` ranks as threads over the local transport, each fabric wrapped in a
 /// [`FaultFabric`] of `faults`. A rank that fails (other than the killed one) aborts the
-/// others, as in [`crate::launch::local_threads`]. Errors: those of `local_threads`'
+/// others, as in [`crate::launch::threads::run_ranks`]. Errors: those of `run_ranks`'
 /// checks; a rank's error at start-up. A rank's failure to finish is in
 /// [`FaultRun::finish_error`].
 pub fn run<R, F>(n: usize, config: &RuntimeConfig, faults: &Faults, f: F) -> Result<FaultRun<R>>
@@ -169,7 +169,7 @@ where
         name: Some("ballast-fault"),
         inline_single: false,
     };
-    let out = threads(
+    let out = spawn(
         parkers.into_iter().enumerate().collect(),
         opts,
         &|| {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rsmpi::collective::CommunicatorCollectives as _;
 use rsmpi::topology::Communicator as _;
 
-use super::{threads, ThreadOpts};
+use super::threads::{spawn, ThreadOpts};
 use crate::comm::mpi_native as native;
 use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportConfig, TransportKind};
@@ -174,7 +174,7 @@ impl Mpi {
         match self.rank_world(n, config)? {
             RankWorld::Native { rank, native } => {
                 let line = native.abort_line();
-                threads(
+                spawn(
                     vec![(rank, native)],
                     opts,
                     &|| line.abort(),
@@ -183,7 +183,7 @@ impl Mpi {
                 )
             }
             RankWorld::Engine { shared, t, why_not } => {
-                let out = threads(
+                let out = spawn(
                     shared.local_ranks().into_iter().map(|r| (r, ())).collect(),
                     opts,
                     &|| shared.abort(),

@@ -6,12 +6,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::{threads, ThreadOpts};
+use super::threads::{spawn, ThreadOpts};
+use crate::bootstrap::Bootstrap;
 use crate::comm::Communicator;
 use crate::core::config::RuntimeConfig;
 use crate::core::error::{Error, Result};
 use crate::fabric::verbs::{self, ControlListener, VerbsFabric};
-use crate::oob::Bootstrap;
 
 /// Rank `rank`'s communicator of `n` over verbs: its control mesh from listener `l` and
 /// every rank's control address, its fabric stopping when `abort` is set.
@@ -83,7 +83,7 @@ where
         name: Some("ballast-verbs"),
         inline_single: false,
     };
-    threads(
+    spawn(
         local.into_iter().zip(listeners).collect(),
         opts,
         &|| abort.store(true, Ordering::Relaxed),

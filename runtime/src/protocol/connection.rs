@@ -12,7 +12,7 @@ use crate::core::intmap::{IntMap, IntSet};
 
 /// Life cycle of an endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EpState {
+pub enum EndpointState {
     /// Connect request sent, waiting for the peer's answer. No data may be posted.
     Connecting,
     /// Usable.
@@ -30,7 +30,7 @@ pub enum EpState {
 #[derive(Clone, Debug)]
 pub struct Endpoint {
     /// State.
-    pub state: EpState,
+    pub state: EndpointState,
     /// Data packets posted on this incarnation.
     pub sent: u64,
     /// Data packets received on this incarnation.
@@ -106,7 +106,7 @@ impl ConnectionTable {
     /// sender is in the same position (full ranks connecting to each other in a cycle). The
     /// engine then accepts it above the cap and closes endpoints again once idle.
     pub fn all_connecting(&self) -> bool {
-        !self.eps.is_empty() && self.eps.values().all(|e| e.state == EpState::Connecting)
+        !self.eps.is_empty() && self.eps.values().all(|e| e.state == EndpointState::Connecting)
     }
 
     /// True when more endpoints are live than the cap (after such an accept).
@@ -115,7 +115,7 @@ impl ConnectionTable {
     }
 
     /// Creates endpoint `key` in `state`.
-    pub fn insert(&mut self, key: usize, state: EpState) {
+    pub fn insert(&mut self, key: usize, state: EndpointState) {
         self.tick += 1;
         let prev = self.eps.insert(
             key,
@@ -129,7 +129,7 @@ impl ConnectionTable {
             },
         );
         debug_assert!(prev.is_none());
-        if matches!(state, EpState::Closing { .. }) {
+        if matches!(state, EndpointState::Closing { .. }) {
             self.closing += 1;
         }
         self.stats.opened += 1;
@@ -142,7 +142,7 @@ impl ConnectionTable {
         let ep = self.eps.remove(&key);
         if ep
             .as_ref()
-            .is_some_and(|e| matches!(e.state, EpState::Closing { .. }))
+            .is_some_and(|e| matches!(e.state, EndpointState::Closing { .. }))
         {
             self.closing -= 1;
         }
@@ -176,10 +176,10 @@ impl ConnectionTable {
     /// scanned for on every progress call).
     pub fn set_closing(&mut self, key: usize, peer_sent: Option<u64>) {
         let ep = self.eps.get_mut(&key).expect("endpoint");
-        if !matches!(ep.state, EpState::Closing { .. }) {
+        if !matches!(ep.state, EndpointState::Closing { .. }) {
             self.closing += 1;
         }
-        ep.state = EpState::Closing { peer_sent };
+        ep.state = EndpointState::Closing { peer_sent };
     }
 
     /// Number of endpoints in the closing state.
@@ -188,7 +188,7 @@ impl ConnectionTable {
             self.closing,
             self.eps
                 .values()
-                .filter(|e| matches!(e.state, EpState::Closing { .. }))
+                .filter(|e| matches!(e.state, EndpointState::Closing { .. }))
                 .count()
         );
         self.closing
@@ -212,7 +212,7 @@ impl ConnectionTable {
         let open = self
             .eps
             .iter()
-            .filter(|(_, e)| e.state == EpState::Open && !(fresh && e.sent == 0 && e.received == 0));
+            .filter(|(_, e)| e.state == EndpointState::Open && !(fresh && e.sent == 0 && e.received == 0));
         let idle = open
             .clone()
             .filter(|(&k, e)| e.inflight == 0 && is_idle(k))
@@ -226,7 +226,7 @@ impl ConnectionTable {
     pub fn least_active(&self) -> Option<(usize, u64)> {
         self.eps
             .iter()
-            .filter(|(_, e)| e.state == EpState::Open)
+            .filter(|(_, e)| e.state == EndpointState::Open)
             .map(|(&k, e)| (k, (e.sent + e.received).saturating_sub(e.mark)))
             .min_by_key(|&(k, a)| (a, k))
     }
@@ -266,8 +266,8 @@ mod tests {
     #[test]
     fn cap_peak_and_lru_victim() {
         let mut t = ConnectionTable::new(2);
-        t.insert(5, EpState::Open);
-        t.insert(6, EpState::Open);
+        t.insert(5, EndpointState::Open);
+        t.insert(6, EndpointState::Open);
         assert!(!t.has_room());
         t.touch(5);
         assert_eq!(t.victim(|_| true), Some(6), "least recently used");
@@ -276,7 +276,7 @@ mod tests {
         assert_eq!(t.victim(|_| true), Some(5), "closing endpoints are not victims");
         assert_eq!(t.closing(), 1);
         t.remove(6);
-        t.insert(7, EpState::Connecting);
+        t.insert(7, EndpointState::Connecting);
         let s = t.stats();
         assert_eq!((s.live, s.peak, s.opened), (2, 2, 3));
     }

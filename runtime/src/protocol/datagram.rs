@@ -1,5 +1,5 @@
 //! The connectionless datagram path's reliability: the wire header of a datagram and the
-//! fixed per-peer state ([`DgPeer`]) of a peer reached without an endpoint (past
+//! fixed per-peer state ([`DatagramPeer`]) of a peer reached without an endpoint (past
 //! `max_endpoints` with `endpoint_overflow=datagram`).
 //!
 //! A data datagram carries one chunk of a message (at most the fabric's datagram size less
@@ -14,7 +14,7 @@
 //! grows per peer: the state is a fixed struct of at most 256 B.
 //!
 //! The engine glue (which peers are datagram peers, chunking, buffers) is in
-//! `protocol::engine::dgram`.
+//! `protocol::engine::datagram`.
 
 use std::time::Duration;
 
@@ -48,7 +48,7 @@ const NONE: BufId = BufId::MAX;
 
 /// The header of a datagram (little endian on the wire, [`HEADER_BYTES`] bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DgHeader {
+pub struct DatagramHeader {
     /// [`KIND_DATA`] or [`KIND_ACK`].
     pub kind: u8,
     /// The sender has more data queued for the receiver (the credit bank's hint).
@@ -71,10 +71,10 @@ pub struct DgHeader {
     pub ep_sent: u64,
 }
 
-impl DgHeader {
+impl DatagramHeader {
     /// An acknowledgement-only header.
-    pub fn ack(ack: u32) -> DgHeader {
-        DgHeader {
+    pub fn ack(ack: u32) -> DatagramHeader {
+        DatagramHeader {
             kind: KIND_ACK,
             more: false,
             seq: 0,
@@ -106,7 +106,7 @@ impl DgHeader {
     /// Reads the header of datagram `d` received by `rank` from `src`. Errors
     /// ([`Error::BadPacket`]): shorter than the header, an unknown kind, a length that is
     /// not the bytes received, a chunk beyond its message.
-    pub fn decode(d: &[u8], rank: usize, src: usize) -> Result<DgHeader> {
+    pub fn decode(d: &[u8], rank: usize, src: usize) -> Result<DatagramHeader> {
         let bad = |what: String| Error::BadPacket {
             rank,
             from: Sender::Rank(src),
@@ -120,7 +120,7 @@ impl DgHeader {
         }
         let u32_at = |i: usize| u32::from_le_bytes(d[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_le_bytes(d[i..i + 8].try_into().expect("8 bytes"));
-        let h = DgHeader {
+        let h = DatagramHeader {
             kind: d[0],
             more: d[1] & 1 != 0,
             seq: u32_at(4),
@@ -151,12 +151,12 @@ impl DgHeader {
     }
 }
 
-/// What to do with an arrived data datagram ([`DgPeer::on_data`]).
+/// What to do with an arrived data datagram ([`DatagramPeer::on_data`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rx {
-    /// The next in sequence: deliver it now, then call [`DgPeer::delivered`].
+    /// The next in sequence: deliver it now, then call [`DatagramPeer::delivered`].
     Deliver,
-    /// Ahead of the next expected but within the window: keep it ([`DgPeer::hold`]).
+    /// Ahead of the next expected but within the window: keep it ([`DatagramPeer::hold`]).
     Hold,
     /// Already delivered or already held: drop it (it is acknowledged again).
     Duplicate,
@@ -172,7 +172,7 @@ pub enum Rx {
 /// shared by all peers (at most one entry per pool buffer held); the peer keeps only a
 /// bit per window slot, so its fixed state has no second array of buffer ids.
 #[derive(Clone, Debug)]
-pub struct DgPeer {
+pub struct DatagramPeer {
     next_seq: u32,
     una: u32,
     /// Copies of the datagrams `una..next_seq`, at `seq % WINDOW`.
@@ -200,7 +200,7 @@ pub struct DgPeer {
     pub refused: bool,
 }
 
-// A window slot per bit of `DgPeer::held`.
+// A window slot per bit of `DatagramPeer::held`.
 const _: () = assert!(WINDOW <= 8);
 
 /// Microseconds of `d`, saturated to 32 bits.
@@ -208,16 +208,16 @@ pub fn micros(d: Duration) -> u32 {
     d.as_micros().min(u32::MAX as u128) as u32
 }
 
-impl Default for DgPeer {
+impl Default for DatagramPeer {
     fn default() -> Self {
-        DgPeer::with_rto(RTO_BASE)
+        DatagramPeer::with_rto(RTO_BASE)
     }
 }
 
-impl DgPeer {
+impl DatagramPeer {
     /// A peer whose first retransmission timeout is `rto`.
-    pub fn with_rto(rto: Duration) -> DgPeer {
-        DgPeer {
+    pub fn with_rto(rto: Duration) -> DatagramPeer {
+        DatagramPeer {
             next_seq: 0,
             una: 0,
             sent: [NONE; WINDOW],
@@ -254,7 +254,7 @@ impl DgPeer {
     }
 
     /// Records datagram copy `id` as sent at `now` (µs); returns its sequence number. Only
-    /// when [`DgPeer::can_send`].
+    /// when [`DatagramPeer::can_send`].
     pub fn push_sent(&mut self, id: BufId, now: u64) -> u32 {
         debug_assert!(self.can_send());
         let seq = self.next_seq;
@@ -403,8 +403,8 @@ pub fn chunk_for(cfg: &TransportConfig, mtu: Option<usize>) -> std::result::Resu
     Ok(Some(room - HEADER_BYTES))
 }
 
-/// Bytes charged per datagram peer: its [`DgPeer`] and its key in the engine's table.
-pub const PEER_STATE_BYTES: u64 = (std::mem::size_of::<DgPeer>() + std::mem::size_of::<usize>()) as u64;
+/// Bytes charged per datagram peer: its [`DatagramPeer`] and its key in the engine's table.
+pub const PEER_STATE_BYTES: u64 = (std::mem::size_of::<DatagramPeer>() + std::mem::size_of::<usize>()) as u64;
 // The bound of 256 B per datagram peer, the fabric's bytes included, is checked where those
 // are known (`comm::model`).
 
@@ -452,13 +452,13 @@ mod tests {
 
     #[test]
     fn state_bytes_are_the_struct_and_its_key() {
-        assert_eq!(PEER_STATE_BYTES, std::mem::size_of::<DgPeer>() as u64 + 8);
+        assert_eq!(PEER_STATE_BYTES, std::mem::size_of::<DatagramPeer>() as u64 + 8);
         println!("{PEER_STATE_BYTES} B per datagram peer");
     }
 
     #[test]
     fn header_round_trip_and_refusals() {
-        let h = DgHeader {
+        let h = DatagramHeader {
             kind: KIND_DATA,
             more: true,
             seq: 7,
@@ -471,27 +471,27 @@ mod tests {
         };
         let mut b = vec![0u8; HEADER_BYTES + 3];
         h.encode(&mut b);
-        assert_eq!(DgHeader::decode(&b, 1, 2).unwrap(), h);
-        let e = DgHeader::decode(&b[..HEADER_BYTES + 2], 1, 2)
+        assert_eq!(DatagramHeader::decode(&b, 1, 2).unwrap(), h);
+        let e = DatagramHeader::decode(&b[..HEADER_BYTES + 2], 1, 2)
             .unwrap_err()
             .to_string();
         assert!(e.contains("length field 3 but 2 payload bytes"), "{e}");
-        let beyond = DgHeader { offset: 8, ..h };
+        let beyond = DatagramHeader { offset: 8, ..h };
         beyond.encode(&mut b);
-        let e = DgHeader::decode(&b, 1, 2).unwrap_err().to_string();
+        let e = DatagramHeader::decode(&b, 1, 2).unwrap_err().to_string();
         assert!(e.contains("beyond its message of 10 bytes"), "{e}");
         b[0] = 9;
-        assert!(DgHeader::decode(&b, 1, 2).is_err());
-        assert!(DgHeader::decode(&b[..10], 1, 2).is_err());
+        assert!(DatagramHeader::decode(&b, 1, 2).is_err());
+        assert!(DatagramHeader::decode(&b[..10], 1, 2).is_err());
         let mut a = [0u8; HEADER_BYTES];
-        DgHeader::ack(5).encode(&mut a);
-        assert_eq!(DgHeader::decode(&a, 0, 0).unwrap(), DgHeader::ack(5));
+        DatagramHeader::ack(5).encode(&mut a);
+        assert_eq!(DatagramHeader::decode(&a, 0, 0).unwrap(), DatagramHeader::ack(5));
     }
 
     #[test]
     fn window_acks_release_in_order_and_back_pressure() {
         let now = 1_000u64;
-        let mut p = DgPeer::default();
+        let mut p = DatagramPeer::default();
         for i in 0..WINDOW as u32 {
             assert!(p.can_send());
             assert_eq!(p.push_sent(100 + i, now), i);
@@ -517,7 +517,7 @@ mod tests {
     #[test]
     fn timeout_resends_all_unacked_and_backs_off() {
         let t0 = 1_000u64;
-        let mut p = DgPeer::default();
+        let mut p = DatagramPeer::default();
         p.push_sent(1, t0);
         p.push_sent(2, t0);
         assert!(!p.timed_out(t0));
@@ -534,7 +534,7 @@ mod tests {
         assert_eq!(p.deadline(), Some(t1 + max));
         p.on_ack(1, t1, &mut |_| {});
         assert_eq!(p.deadline(), Some(t1 + base), "progress resets the timeout");
-        let mut r = DgPeer::with_rto(RTO_RELIABLE);
+        let mut r = DatagramPeer::with_rto(RTO_RELIABLE);
         r.push_sent(1, t0);
         assert_eq!(
             r.deadline(),
@@ -547,7 +547,7 @@ mod tests {
 
     #[test]
     fn receiver_delivers_in_order_holds_ahead_and_drops_duplicates() {
-        let mut p = DgPeer::default();
+        let mut p = DatagramPeer::default();
         assert_eq!(p.on_data(1), Rx::Hold);
         p.hold(1);
         assert_eq!(p.on_data(1), Rx::Duplicate, "held already");
@@ -571,7 +571,7 @@ mod tests {
     #[test]
     fn sequence_numbers_wrap() {
         let now = 1_000u64;
-        let mut p = DgPeer {
+        let mut p = DatagramPeer {
             next_seq: u32::MAX,
             una: u32::MAX,
             expect: u32::MAX,
@@ -592,7 +592,7 @@ mod tests {
     /// datagrams to one receiver, then re-sends what is unacknowledged on each timeout
     /// while 6 more datagrams a round go to other peers (their retransmissions), with
     /// acknowledgements, duplicate-acknowledgement re-sends and backed-off timeouts as
-    /// `DgPeer` does them. With the old model (every 7th datagram the rank posts lost) the
+    /// `DatagramPeer` does them. With the old model (every 7th datagram the rank posts lost) the
     /// 7th datagram is lost first (post 7), then in every round (posts 14, 21, ...: one
     /// re-send plus 6 others a round), for ever; the model must let it through (here within
     /// 20 rounds; 1,000 are run).
@@ -600,7 +600,7 @@ mod tests {
     fn retransmission_rounds_get_through() {
         use crate::fabric::local::drop_model::DropModel;
         let mut m = DropModel::new(7, 0, 0);
-        let (mut tx, mut rx) = (DgPeer::default(), DgPeer::default());
+        let (mut tx, mut rx) = (DatagramPeer::default(), DatagramPeer::default());
         let (y, others) = (1usize, [2usize, 3, 4, 5, 6, 7]);
         let mut now = 1_000u64;
         let mut wire = Vec::new();

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use crate::core::error::{Error, Result};
 use crate::core::intmap::IntMap;
 use crate::fabric::PacketHeader;
+use crate::protocol::request::RequestId;
 
 /// A message tag. User tags are `< RESERVED_TAG_BASE`.
 pub type Tag = u32;
@@ -115,7 +116,7 @@ struct Inbound {
     tag: Tag,
     total: usize,
     data: Vec<u8>,
-    req: Option<u64>,
+    req: Option<RequestId>,
     /// Bound to a [`RecvInto`] receive: its bytes go to the caller's buffer (`data` stays
     /// empty), and this counts them.
     into: Option<usize>,
@@ -145,9 +146,33 @@ impl Inbound {
 /// (the message gets a `Vec` of its own, as without one).
 pub struct RecvInto<'a> {
     /// The receive (of [`Matcher::post_within`], limited to `buf.len()` bytes).
-    pub req: u64,
+    pub req: RequestId,
     /// Its buffer.
     pub buf: &'a mut [u8],
+}
+
+/// A posted receive: what it accepts, and the longest message it takes (`usize::MAX`
+/// unless posted with [`Matcher::post_within`]).
+#[derive(Clone, Copy)]
+struct Posted {
+    req: RequestId,
+    source: Source,
+    tag: TagMatch,
+    cap: usize,
+}
+
+/// A receive that ended without a `Message`: refused a longer message, or wrote it into
+/// its [`RecvInto`] buffer; the message's envelope.
+#[derive(Clone, Copy)]
+struct Ended {
+    req: RequestId,
+    envelope: Envelope,
+}
+
+/// A completed receive and its message.
+struct Completed {
+    req: RequestId,
+    message: Message,
 }
 
 /// Matching state of one rank.
@@ -155,19 +180,18 @@ pub struct RecvInto<'a> {
 pub struct Matcher {
     inbound: IntMap<u64, Inbound>,
     unexpected: VecDeque<u64>,
-    /// Posted receives in posting order: (request, source, tag, the longest message it
-    /// takes: `usize::MAX` unless posted with [`Matcher::post_within`]).
-    posted: VecDeque<(u64, Source, TagMatch, usize)>,
-    /// Receives posted with a limit that refused a longer message, and its envelope (one
-    /// at a time in practice: a blocking receive posts them and takes its own at once).
-    refused: Vec<(u64, Envelope)>,
+    /// Posted receives in posting order.
+    posted: VecDeque<Posted>,
+    /// Receives posted with a limit that refused a longer message (one at a time in
+    /// practice: a blocking receive posts them and takes its own at once).
+    refused: Vec<Ended>,
     /// A [`RecvInto`] receive whose message is all in the caller's buffer.
-    into_done: Option<(u64, Envelope)>,
+    into_done: Option<Ended>,
     assembling: IntMap<usize, u64>,
     /// The latest completed receive not taken yet, then the others: a blocking receive
     /// (one completion at a time) never hashes.
-    last_completed: Option<(u64, Message)>,
-    completed: IntMap<u64, Message>,
+    last_completed: Option<Completed>,
+    completed: IntMap<RequestId, Message>,
     next_msg: u64,
 }
 
@@ -197,29 +221,29 @@ impl Matcher {
         let hit = self
             .posted
             .iter()
-            .position(|&(_, s, t, _)| accepts(s, t, src, tag));
+            .position(|p| accepts(p.source, p.tag, src, tag));
         Ok((total, hit))
     }
 
     /// Takes the receive at `hit` in `posted` out; the message binds to it if it holds
     /// it (a limited receive that does not ends refused and the message stays unbound).
-    fn bind(&mut self, src: usize, tag: Tag, total: usize, hit: Option<usize>) -> Option<u64> {
+    fn bind(&mut self, src: usize, tag: Tag, total: usize, hit: Option<usize>) -> Option<RequestId> {
         let mut req = None;
         if let Some(i) = hit {
-            let (r, _, _, cap) = self.posted.remove(i).expect("index in range");
-            if total <= cap {
-                req = Some(r);
+            let p = self.posted.remove(i).expect("index in range");
+            if total <= p.cap {
+                req = Some(p.req);
             } else {
                 // Too long for the limited receive that would take it: it stays unexpected,
                 // in its place, and the receive ends refused.
-                self.refused.push((
-                    r,
-                    Envelope {
+                self.refused.push(Ended {
+                    req: p.req,
+                    envelope: Envelope {
                         source: src,
                         tag,
                         len: total,
                     },
-                ));
+                });
             }
         }
         req
@@ -232,7 +256,7 @@ impl Matcher {
         src: usize,
         tag: Tag,
         total: usize,
-        req: Option<u64>,
+        req: Option<RequestId>,
         data: Vec<u8>,
     ) -> Option<u64> {
         let id = self.next_msg;
@@ -315,8 +339,8 @@ impl Matcher {
             // fabric keeps the chunk to deliver again ([`crate::fabric::Fabric::poll`]).
             let (total, hit) = self.lookup(src, h.tag, h.total)?;
             let into_ok = hit.zip(into.as_ref()).is_some_and(|(i, into)| {
-                let (r, _, _, limit) = self.posted[i];
-                total <= limit && into.req == r && into.buf.len() >= total
+                let p = self.posted[i];
+                total <= p.cap && into.req == p.req && into.buf.len() >= total
             });
             if let (true, Some(into)) = (into_ok, into) {
                 if let Some(req) = self.bind(src, h.tag, total, hit) {
@@ -328,7 +352,7 @@ impl Matcher {
                         len: total,
                     };
                     if payload.len() == total {
-                        self.into_done = Some((req, env));
+                        self.into_done = Some(Ended { req, envelope: env });
                         return Ok(());
                     }
                     let id = self.next_msg;
@@ -393,7 +417,10 @@ impl Matcher {
             let written = mine.map(|to| to.copy_from_slice(payload)).is_some();
             if done {
                 if let (true, Some(req)) = (written, m.req) {
-                    self.into_done = Some((req, m.envelope()));
+                    self.into_done = Some(Ended {
+                        req,
+                        envelope: m.envelope(),
+                    });
                 }
                 self.assembling.remove(&src);
                 self.inbound.remove(&id);
@@ -426,7 +453,7 @@ impl Matcher {
     }
 
     /// Posts receive `req`; binds it to the earliest matching unexpected message if any.
-    pub fn post(&mut self, req: u64, src: Source, tag: TagMatch) {
+    pub fn post(&mut self, req: RequestId, src: Source, tag: TagMatch) {
         self.post_within(req, src, tag, usize::MAX);
     }
 
@@ -434,9 +461,15 @@ impl Matcher {
     /// message, unexpected now or arriving later, is taken if it fits; a longer one stays
     /// queued where it is, and the receive ends refused with its envelope
     /// ([`Matcher::take_refused`]).
-    pub fn post_within(&mut self, req: u64, src: Source, tag: TagMatch, cap: usize) {
+    pub fn post_within(&mut self, req: RequestId, src: Source, tag: TagMatch, cap: usize) {
+        let posted = Posted {
+            req,
+            source: src,
+            tag,
+            cap,
+        };
         if self.unexpected.is_empty() {
-            self.posted.push_back((req, src, tag, cap));
+            self.posted.push_back(posted);
             return;
         }
         let hit = self.unexpected.iter().position(|id| {
@@ -446,7 +479,7 @@ impl Matcher {
         match hit {
             Some(i) if self.inbound[&self.unexpected[i]].total > cap => {
                 let e = self.inbound[&self.unexpected[i]].envelope();
-                self.refused.push((req, e));
+                self.refused.push(Ended { req, envelope: e });
             }
             Some(i) => {
                 let id = self.unexpected.remove(i).expect("index in range");
@@ -465,7 +498,7 @@ impl Matcher {
                     m.req = Some(req);
                 }
             }
-            None => self.posted.push_back((req, src, tag, cap)),
+            None => self.posted.push_back(posted),
         }
     }
 
@@ -514,26 +547,26 @@ impl Matcher {
     }
 
     /// Records the message of completed receive `req`.
-    fn complete(&mut self, req: u64, m: Message) {
-        if let Some((r, older)) = self.last_completed.replace((req, m)) {
-            self.completed.insert(r, older);
+    fn complete(&mut self, req: RequestId, m: Message) {
+        if let Some(older) = self.last_completed.replace(Completed { req, message: m }) {
+            self.completed.insert(older.req, older.message);
         }
     }
 
     /// True if receive `req` has completed.
-    pub fn is_complete(&self, req: u64) -> bool {
+    pub fn is_complete(&self, req: RequestId) -> bool {
         // Polled by every idle iteration of a blocking wait: no hashing while nothing completed.
-        self.last_completed.as_ref().is_some_and(|(r, _)| *r == req)
+        self.last_completed.as_ref().is_some_and(|c| c.req == req)
             || (!self.completed.is_empty() && self.completed.contains_key(&req))
     }
 
     /// The envelope of the message receive `req` wrote into its [`RecvInto`] buffer, once
     /// all of it is there: the receive has then ended.
-    pub fn take_into_done(&mut self, req: u64) -> Option<Envelope> {
+    pub fn take_into_done(&mut self, req: RequestId) -> Option<Envelope> {
         match self.into_done {
-            Some((r, e)) if r == req => {
+            Some(d) if d.req == req => {
                 self.into_done = None;
-                Some(e)
+                Some(d.envelope)
             }
             _ => None,
         }
@@ -541,30 +574,30 @@ impl Matcher {
 
     /// The envelope of the message that receive `req` (posted with a limit) refused, once:
     /// the receive has then ended.
-    pub fn take_refused(&mut self, req: u64) -> Option<Envelope> {
+    pub fn take_refused(&mut self, req: RequestId) -> Option<Envelope> {
         if self.refused.is_empty() {
             return None;
         }
-        let i = self.refused.iter().position(|&(r, _)| r == req)?;
-        Some(self.refused.swap_remove(i).1)
+        let i = self.refused.iter().position(|r| r.req == req)?;
+        Some(self.refused.swap_remove(i).envelope)
     }
 
     /// Withdraws receive `req` if it is still posted (a blocking receive that ended with an
     /// error), so that no later message binds to it, and forgets its refusal. A message
     /// already bound to it stays with it (lost, as a failed receive's).
-    pub fn cancel(&mut self, req: u64) {
-        if let Some(i) = self.posted.iter().position(|&(r, ..)| r == req) {
+    pub fn cancel(&mut self, req: RequestId) {
+        if let Some(i) = self.posted.iter().position(|p| p.req == req) {
             self.posted.remove(i);
         }
-        self.refused.retain(|&(r, _)| r != req);
-        if self.into_done.is_some_and(|(r, _)| r == req) {
+        self.refused.retain(|r| r.req != req);
+        if self.into_done.is_some_and(|d| d.req == req) {
             self.into_done = None;
         }
     }
     /// Takes the message of completed receive `req`.
-    pub fn take_completed(&mut self, req: u64) -> Option<Message> {
-        if self.last_completed.as_ref().is_some_and(|(r, _)| *r == req) {
-            return self.last_completed.take().map(|(_, m)| m);
+    pub fn take_completed(&mut self, req: RequestId) -> Option<Message> {
+        if self.last_completed.as_ref().is_some_and(|c| c.req == req) {
+            return self.last_completed.take().map(|c| c.message);
         }
         if self.completed.is_empty() {
             return None;
@@ -582,219 +615,4 @@ impl Matcher {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hdr(src: u32, tag: Tag, total: u64, offset: u64, len: u32) -> PacketHeader {
-        PacketHeader {
-            src,
-            tag,
-            total,
-            offset,
-            len,
-            more: false,
-        }
-    }
-
-    #[test]
-    fn peek_tells_what_try_take_takes_and_leaves_it() {
-        let mut m = Matcher::default();
-        m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
-        m.on_chunk(&hdr(2, 5, 3, 0, 3), &[7, 8, 9]).unwrap();
-        assert_eq!(
-            m.peek(Source::Any, TagMatch::Any),
-            None,
-            "incomplete earliest match"
-        );
-        let e = Envelope {
-            source: 2,
-            tag: 5,
-            len: 3,
-        };
-        assert_eq!(m.peek(Source::Rank(2), TagMatch::Any), Some(e));
-        assert_eq!(m.peek(Source::Any, TagMatch::Tag(5)), Some(e), "peeking twice");
-        assert_eq!(m.peek(Source::Rank(3), TagMatch::Any), None);
-        assert_eq!(
-            m.try_take(Source::Any, TagMatch::Tag(5)).unwrap().data,
-            vec![7, 8, 9]
-        );
-        assert_eq!(m.peek(Source::Any, TagMatch::Tag(5)), None, "taken");
-        m.on_chunk(&hdr(1, 4, 4, 2, 2), &[3, 4]).unwrap();
-        let e = m.peek(Source::Any, TagMatch::Any).unwrap();
-        assert_eq!((e.source, e.tag, e.len), (1, 4, 4));
-        assert_eq!(m.try_take(Source::Any, TagMatch::Any).unwrap().data.len(), e.len);
-    }
-
-    #[test]
-    fn a_limited_receive_refuses_a_longer_message_and_leaves_it_in_place() {
-        let env = |source, tag, len| Envelope { source, tag, len };
-        let mut m = Matcher::default();
-        // Posted first, then a longer message arrives (in two chunks): refused at its
-        // first chunk; it is assembled as unexpected.
-        m.post_within(1, Source::Any, TagMatch::Any, 3);
-        m.on_chunk(&hdr(2, 5, 4, 0, 2), &[1, 2]).unwrap();
-        assert!(!m.is_complete(1));
-        assert_eq!(m.take_refused(1), Some(env(2, 5, 4)));
-        assert_eq!(m.take_refused(1), None, "told once");
-        m.on_chunk(&hdr(2, 5, 4, 2, 2), &[3, 4]).unwrap();
-        // A later message of the same source that would fit does not overtake it.
-        m.on_chunk(&hdr(2, 6, 1, 0, 1), &[9]).unwrap();
-        m.post_within(2, Source::Rank(2), TagMatch::Any, 3);
-        assert_eq!(
-            m.take_refused(2),
-            Some(env(2, 5, 4)),
-            "refused while unexpected too"
-        );
-        assert_eq!(
-            m.peek(Source::Any, TagMatch::Any),
-            Some(env(2, 5, 4)),
-            "still first"
-        );
-        // Exactly the limit fits; then the refused message goes to a receive without one.
-        m.post_within(3, Source::Any, TagMatch::Tag(6), 1);
-        assert_eq!(m.take_completed(3).unwrap().data, vec![9]);
-        m.post(4, Source::Any, TagMatch::Any);
-        assert_eq!(m.take_completed(4).unwrap().data, vec![1, 2, 3, 4]);
-        // An earlier receive without a limit takes a long message before a limited one.
-        m.post(5, Source::Rank(2), TagMatch::Tag(7));
-        m.post_within(6, Source::Any, TagMatch::Any, 0);
-        m.on_chunk(&hdr(2, 7, 2, 0, 2), &[5, 6]).unwrap();
-        assert_eq!(m.take_completed(5).unwrap().data, vec![5, 6]);
-        assert_eq!(m.take_refused(6), None);
-        m.on_chunk(&hdr(3, 1, 0, 0, 0), &[]).unwrap();
-        assert_eq!(
-            m.take_completed(6).unwrap().data,
-            Vec::<u8>::new(),
-            "0 bytes into 0"
-        );
-        // A withdrawn receive (its wait failed) binds nothing more: the message stays
-        // unexpected for the next receive.
-        m.post_within(7, Source::Any, TagMatch::Any, 8);
-        m.cancel(7);
-        m.on_chunk(&hdr(4, 2, 1, 0, 1), &[3]).unwrap();
-        assert!(!m.is_complete(7));
-        assert_eq!(m.peek(Source::Any, TagMatch::Any), Some(env(4, 2, 1)));
-    }
-
-    #[test]
-    fn a_lent_buffer_takes_its_message_chunk_by_chunk() {
-        let mut m = Matcher::default();
-        let mut buf = [0xAAu8; 8];
-        // Posted with the buffer's length; an unrelated message first stays unexpected.
-        m.post_within(1, Source::Rank(2), TagMatch::Tag(5), buf.len());
-        let lend = |m: &mut Matcher, h: &PacketHeader, p: &[u8], buf: &mut [u8]| {
-            m.on_chunk_into(h, p, Some(&mut RecvInto { req: 1, buf }))
-                .unwrap()
-        };
-        lend(&mut m, &hdr(3, 5, 2, 0, 2), &[8, 8], &mut buf);
-        lend(&mut m, &hdr(2, 5, 5, 0, 2), &[1, 2], &mut buf);
-        assert_eq!(m.take_into_done(1), None, "2 of 5 bytes");
-        lend(&mut m, &hdr(2, 5, 5, 2, 3), &[3, 4, 5], &mut buf);
-        let e = m.take_into_done(1).expect("all 5 bytes in the buffer");
-        assert_eq!((e.source, e.tag, e.len), (2, 5, 5));
-        assert_eq!(buf, [1, 2, 3, 4, 5, 0xAA, 0xAA, 0xAA]);
-        assert!(!m.is_complete(1), "no message of its own");
-        assert_eq!(m.take_completed(1), None);
-        assert_eq!(m.peek(Source::Any, TagMatch::Any).map(|e| e.source), Some(3));
-        // A receive that ended (an error) while its message was half written: the rest of
-        // that message is dropped, and the next one of the same source is whole.
-        m.post_within(2, Source::Rank(2), TagMatch::Any, buf.len());
-        lend(&mut m, &hdr(2, 6, 4, 0, 2), &[1, 1], &mut buf);
-        m.on_chunk(&hdr(2, 6, 4, 2, 2), &[1, 1]).unwrap();
-        assert_eq!(m.take_into_done(2), None);
-        m.post(3, Source::Rank(2), TagMatch::Any);
-        m.on_chunk(&hdr(2, 7, 1, 0, 1), &[9]).unwrap();
-        assert_eq!(m.take_completed(3).unwrap().data, vec![9]);
-    }
-
-    #[test]
-    fn posted_receive_matches_in_post_order_with_wildcards() {
-        let mut m = Matcher::default();
-        m.post(1, Source::Rank(2), TagMatch::Tag(5));
-        m.post(2, Source::Any, TagMatch::Any);
-        m.on_chunk(&hdr(3, 5, 1, 0, 1), &[9]).unwrap();
-        assert!(!m.is_complete(1));
-        assert_eq!(
-            m.take_completed(2).unwrap(),
-            Message {
-                source: 3,
-                tag: 5,
-                data: vec![9]
-            }
-        );
-        m.on_chunk(&hdr(2, 5, 1, 0, 1), &[7]).unwrap();
-        assert_eq!(m.take_completed(1).unwrap().data, vec![7]);
-    }
-
-    #[test]
-    fn chunks_reassemble_and_any_tag_skips_reserved_tags() {
-        let mut m = Matcher::default();
-        m.on_chunk(&hdr(1, RESERVED_TAG_BASE + 1, 2, 0, 2), &[1, 2])
-            .unwrap();
-        m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
-        assert_eq!(
-            m.try_take(Source::Any, TagMatch::Any),
-            None,
-            "incomplete message is not taken"
-        );
-        m.on_chunk(&hdr(1, 4, 4, 2, 2), &[3, 4]).unwrap();
-        assert_eq!(
-            m.try_take(Source::Any, TagMatch::Any).unwrap().data,
-            vec![1, 2, 3, 4]
-        );
-        assert_eq!(m.try_take(Source::Any, TagMatch::Any), None);
-        assert!(m
-            .try_take(Source::Rank(1), TagMatch::Tag(RESERVED_TAG_BASE + 1))
-            .is_some());
-    }
-
-    #[test]
-    fn out_of_order_chunk_is_a_protocol_error() {
-        let mut m = Matcher::default();
-        m.on_chunk(&hdr(1, 4, 4, 0, 2), &[1, 2]).unwrap();
-        assert!(m.on_chunk(&hdr(1, 4, 4, 3, 1), &[3]).is_err());
-        assert!(m.on_chunk(&hdr(2, 4, 4, 2, 2), &[3, 4]).is_err());
-        assert!(
-            m.on_whole(&hdr(1, 4, 2, 0, 0), vec![5, 6]).is_err(),
-            "whole message inside a chunked one"
-        );
-    }
-
-    #[test]
-    fn whole_messages_keep_order_and_wildcards_with_chunked_ones() {
-        let mut m = Matcher::default();
-        let any = Source::Any;
-        m.post(1, any, TagMatch::Tag(7));
-        // A whole message for the posted receive, then unexpected ones in order.
-        m.on_whole(&hdr(2, 7, 3, 0, 0), vec![1, 2, 3]).unwrap();
-        assert_eq!(
-            m.take_completed(1).unwrap(),
-            Message {
-                source: 2,
-                tag: 7,
-                data: vec![1, 2, 3]
-            }
-        );
-        m.on_chunk(&hdr(2, 8, 1, 0, 1), &[4]).unwrap();
-        m.on_whole(&hdr(3, 8, 2, 0, 0), vec![5, 6]).unwrap();
-        m.on_whole(&hdr(2, 8, 2, 0, 0), vec![7, 8]).unwrap();
-        assert_eq!(m.try_take(any, TagMatch::Tag(8)).unwrap().data, vec![4]);
-        assert_eq!(
-            m.try_take(Source::Rank(2), TagMatch::Any).unwrap().data,
-            vec![7, 8]
-        );
-        m.post(2, any, TagMatch::Any);
-        assert_eq!(
-            m.take_completed(2).unwrap(),
-            Message {
-                source: 3,
-                tag: 8,
-                data: vec![5, 6]
-            }
-        );
-        assert!(
-            m.on_whole(&hdr(3, 8, 5, 0, 0), vec![1]).is_err(),
-            "length differs from the header"
-        );
-    }
-}
+mod tests;

@@ -3,7 +3,7 @@
 // since the overlay is process-wide).
 
 
-use ballast_runtime::{local, Communicator, RecvSharing, Result, RuntimeConfig};
+use ballast_runtime::{launch::threads, Communicator, RecvSharing, Result, RuntimeConfig};
 use conformance::*;
 
 struct Local;
@@ -18,7 +18,7 @@ impl Launcher for Local {
         cfg: &RuntimeConfig,
         f: F,
     ) -> Result<Vec<R>> {
-        local::run(n, cfg, f)
+        threads::run_ranks(n, cfg, f)
     }
 }
 

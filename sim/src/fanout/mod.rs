@@ -12,7 +12,7 @@ pub mod verbs;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ballast_runtime::local::run as local_threads;
+use ballast_runtime::launch::threads::run_ranks;
 use ballast_runtime::{
     Communicator, Error, Footprint, MemoryLock, ProcStatus, Result, RuntimeConfig, Source, TagMatch,
 };
@@ -161,7 +161,7 @@ pub fn run_local_counted(
     }
     let t = *config.transport();
     let rpn = t.ranks_per_node;
-    let outs = local_threads(ranks, config, |comm| -> Result<RankOut> {
+    let outs = run_ranks(ranks, config, |comm| -> Result<RankOut> {
         let n = comm.world_size();
         progress.fetch_add(1, Ordering::Relaxed);
         let r = exchange(comm, messages, ints)?;

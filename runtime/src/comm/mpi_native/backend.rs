@@ -14,6 +14,7 @@ use crate::core::pool::PoolStats;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::DatagramStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch};
+use crate::protocol::request::RequestId;
 
 impl Backend for MpiNative {
     fn rank(&self) -> usize {
@@ -35,11 +36,11 @@ impl Backend for MpiNative {
     fn is_mpi_native(&self) -> bool {
         true
     }
-    fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
-        MpiNative::isend(self, dest, tag, data)
+    fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
+        MpiNative::isend(self, dest, tag, data).map(RequestId::new)
     }
-    fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
-        MpiNative::irecv(self, src, tag)
+    fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
+        MpiNative::irecv(self, src, tag).map(RequestId::new)
     }
     fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
         MpiNative::try_take(self, src, tag)
@@ -47,17 +48,17 @@ impl Backend for MpiNative {
     fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope> {
         MpiNative::peek(self, src, tag)
     }
-    fn recv_done(&self, id: u64) -> bool {
-        MpiNative::recv_done(self, id)
+    fn recv_done(&self, id: RequestId) -> bool {
+        MpiNative::recv_done(self, id.get())
     }
-    fn send_done(&self, id: u64) -> Result<bool> {
-        MpiNative::send_done(self, id)
+    fn send_done(&self, id: RequestId) -> Result<bool> {
+        MpiNative::send_done(self, id.get())
     }
-    fn take_recv(&mut self, id: u64) -> Option<Message> {
-        MpiNative::take_recv(self, id)
+    fn take_recv(&mut self, id: RequestId) -> Option<Message> {
+        MpiNative::take_recv(self, id.get())
     }
-    fn finish_send(&mut self, id: u64) {
-        MpiNative::finish_send(self, id)
+    fn finish_send(&mut self, id: RequestId) {
+        MpiNative::finish_send(self, id.get())
     }
     fn progress(&mut self) -> Result<bool> {
         MpiNative::progress(self)
@@ -125,9 +126,9 @@ impl Backend for MpiNative {
     /// memory, or matched to it, goes to a later receive (as on the engine).
     fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         if req.recv {
-            let r = self.wait_posted(req.id);
+            let r = self.wait_posted(req.id.get());
             if let Err(e) = &r {
-                self.withdraw(req.id, e);
+                self.withdraw(req.id.get(), e);
             }
             return r.map(Completion::Received);
         }

@@ -1,5 +1,5 @@
 //! The in-process transport (`local`, the embedded default): N ranks as threads of one
-//! process, started by `launch::local_threads` (`local::run`). It implements the
+//! process, started by `launch::threads::run_ranks`. It implements the
 //! fabric with real memory: every receive queue (per endpoint in `per-peer` mode, per rank
 //! in `shared`/`xrc` mode) is a real region of `depth * buffer_size` bytes with `depth`
 //! posted slots, a send copies the pool buffer into a slot posted by the receiver (the
@@ -25,7 +25,9 @@ use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::memory::memlock_limit_bytes;
 use crate::core::memory::AlignedRegion;
 use crate::core::pool::{Register, Registration};
-use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerEnd};
+use crate::fabric::{
+    Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerEnd, PeerKey,
+};
 
 pub(crate) mod drop_model;
 
@@ -138,7 +140,7 @@ pub(crate) struct RankPort {
     ctrl: SegQueue<(usize, Control)>,
     /// Datagrams to this rank (sender, bytes): the connectionless path. Bounded by the
     /// senders' windows (each keeps at most `datagram::WINDOW` unacknowledged per peer).
-    dgrams: SegQueue<(usize, Vec<u8>)>,
+    datagrams: SegQueue<(usize, Vec<u8>)>,
     srq: OnceLock<Arc<RecvQueue>>,
     rqs: Mutex<HashMap<usize, Arc<RecvQueue>>>,
     /// Wakes the rank from [`Fabric::wait_for_arrival`]; called after every push to its
@@ -147,7 +149,7 @@ pub(crate) struct RankPort {
     waker: Unparker,
 }
 
-/// The ranks of one `launch::local_threads`.
+/// The ranks of one `launch::threads::run_ranks`.
 pub(crate) struct World {
     ports: Vec<RankPort>,
     abort: AtomicBool,
@@ -167,7 +169,7 @@ impl World {
                 .map(|p| RankPort {
                     data: SegQueue::new(),
                     ctrl: SegQueue::new(),
-                    dgrams: SegQueue::new(),
+                    datagrams: SegQueue::new(),
                     srq: OnceLock::new(),
                     rqs: Mutex::new(HashMap::new()),
                     waker: p.unparker().clone(),
@@ -324,7 +326,8 @@ impl Fabric for LocalFabric {
         Ok(reg.note)
     }
 
-    fn open_endpoint(&mut self, key: usize) -> Result<()> {
+    fn open_endpoint(&mut self, key: PeerKey) -> Result<()> {
+        let key = key.index();
         let own_rq = if self.sharing == RecvSharing::PerPeer {
             let (rq, reg) = RecvQueue::new(
                 self.cfg.recv_depth,
@@ -359,7 +362,8 @@ impl Fabric for LocalFabric {
         Ok(())
     }
 
-    fn close_endpoint(&mut self, key: usize) -> Result<()> {
+    fn close_endpoint(&mut self, key: PeerKey) -> Result<()> {
+        let key = key.index();
         let ep = self.endpoints.remove(&key).ok_or(Error::Endpoint {
             rank: self.rank,
             key,
@@ -384,11 +388,12 @@ impl Fabric for LocalFabric {
     fn post_send(
         &mut self,
         dest: usize,
-        key: usize,
+        key: PeerKey,
         hdr: &PacketHeader,
         payload: &[u8],
         wr_id: u64,
     ) -> Result<()> {
+        let key = key.index();
         let port = &self.world.ports[dest];
         let rq = if self.sharing == RecvSharing::PerPeer {
             let ep = self.endpoints.get_mut(&key).ok_or(Error::Endpoint {
@@ -459,7 +464,9 @@ impl Fabric for LocalFabric {
             n += 1;
         }
         for _ in 0..POLL_BATCH {
-            let Some((src, d)) = port.dgrams.pop() else { break };
+            let Some((src, d)) = port.datagrams.pop() else {
+                break;
+            };
             on_event(Event::Datagram(src, &d))?;
             n += 1;
         }
@@ -532,7 +539,7 @@ impl DatagramPath for LocalFabric {
             return Ok(()); // the test drop model: lost on the way
         }
         let port = &self.world.ports[dest];
-        port.dgrams.push((self.rank, bytes.to_vec()));
+        port.datagrams.push((self.rank, bytes.to_vec()));
         port.waker.unpark();
         Ok(())
     }

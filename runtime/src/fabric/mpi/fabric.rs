@@ -78,7 +78,7 @@ use crate::core::pool::{Register, Registration};
 use crate::fabric::sizes::{MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
 use crate::fabric::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT};
 use crate::fabric::{
-    Capabilities, Control, DatagramPath, DirectPath, Event, Fabric, FabricBytes, PacketHeader,
+    Capabilities, Control, DatagramPath, DirectPath, Event, Fabric, FabricBytes, PacketHeader, PeerKey,
 };
 
 /// Bytes of the header in front of every MPI message ([`wire::HEADER_BYTES`]).
@@ -563,7 +563,8 @@ impl Fabric for MpiFabric {
         Ok(None)
     }
 
-    fn open_endpoint(&mut self, key: usize) -> Result<()> {
+    fn open_endpoint(&mut self, key: PeerKey) -> Result<()> {
+        let key = key.index();
         if !self.endpoints.insert(key) {
             return Err(Error::Endpoint {
                 rank: self.rank,
@@ -574,7 +575,8 @@ impl Fabric for MpiFabric {
         Ok(())
     }
 
-    fn close_endpoint(&mut self, key: usize) -> Result<()> {
+    fn close_endpoint(&mut self, key: PeerKey) -> Result<()> {
+        let key = key.index();
         if !self.endpoints.remove(&key) {
             return Err(Error::Endpoint {
                 rank: self.rank,
@@ -592,7 +594,7 @@ impl Fabric for MpiFabric {
     fn post_send(
         &mut self,
         dest: usize,
-        _key: usize,
+        _key: PeerKey,
         header: &PacketHeader,
         payload: &[u8],
         _wr_id: u64,

@@ -60,7 +60,7 @@ use crate::core::error::{Error, Result, VerbsPeer};
 use crate::core::footprint::MemoryModel;
 use crate::core::intmap::IntMap;
 use crate::fabric::sizes::{VERBS_CQ_ENTRIES, VERBS_SQ_DEPTH};
-use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader};
+use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerKey};
 
 /// Bytes of the header in front of every packet.
 pub const HEADER_BYTES: usize = 32;
@@ -411,25 +411,28 @@ impl Fabric for VerbsFabric {
         self.setup_shared_receive(sharing)
     }
 
-    fn open_endpoint(&mut self, key: usize) -> Result<()> {
+    fn open_endpoint(&mut self, key: PeerKey) -> Result<()> {
+        let key = key.index();
         if self.sharing == RecvSharing::Xrc {
             return self.open_xrc(key);
         }
         self.open_rc(key)
     }
 
-    fn close_endpoint(&mut self, key: usize) -> Result<()> {
+    fn close_endpoint(&mut self, key: PeerKey) -> Result<()> {
+        let key = key.index();
         self.close(key)
     }
 
     fn post_send(
         &mut self,
         dest: usize,
-        key: usize,
+        key: PeerKey,
         header: &PacketHeader,
         payload: &[u8],
         wr_id: u64,
     ) -> Result<()> {
+        let key = key.index();
         self.send_packet(dest, key, header, payload, wr_id)
     }
 

@@ -7,7 +7,7 @@
 //!
 //! It owns: the errors of the safe layer with rank and peer (`ibv`), device selection and the capability probe ([`device`]:
 //! `BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`), the control channel ([`control`]: a TCP mesh
-//! whose addresses are exchanged with the [`crate::oob`]), and the fabric
+//! whose addresses are exchanged with the [`crate::bootstrap`]), and the fabric
 //! ([`VerbsFabric`]: one memory region for the pool registered once, RC queue pairs created
 //! lazily, an SRQ per rank in `shared` mode or a receive queue per QP in `per-peer` mode,
 //! and with `max_endpoints` and `endpoint_overflow=datagram` one UD queue pair per rank
@@ -285,9 +285,9 @@ pub mod cycles {
 pub use device::{device_names, probe, DeviceCaps};
 pub use fabric::{VerbsFabric, HEADER_BYTES};
 
+use crate::bootstrap::Bootstrap;
 use crate::core::config::{BootstrapConfig, RuntimeConfig, TransportConfig, TransportKind};
 use crate::core::error::{Error, Result};
-use crate::oob::Bootstrap;
 
 /// The address the control listeners bind to: loopback when the bootstrap root is on this
 /// machine (or unset), otherwise this machine's address on the route to the root.

@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use crate::core::error::Result;
-use crate::fabric::Control;
-use crate::protocol::connection::EpState;
+use crate::fabric::{Control, PeerKey};
+use crate::protocol::connection::EndpointState;
 
 use super::Engine;
 
@@ -41,7 +41,7 @@ impl Engine {
                 .conns
                 .keys()
                 .into_iter()
-                .any(|k| self.conns.get(k).map(|e| e.state) == Some(EpState::Connecting));
+                .any(|k| self.conns.get(k).map(|e| e.state) == Some(EndpointState::Connecting));
             let live = self.conns.stats().live as usize;
             if !connecting && (live >= want || self.cfg.max_endpoints != 0) {
                 return Ok(());
@@ -58,21 +58,21 @@ impl Engine {
 
     /// Opens endpoint `key`: symmetric modes start the handshake, xrc opens at once.
     pub(super) fn open_key(&mut self, key: usize) -> Result<()> {
-        self.fabric.open_endpoint(key)?;
+        self.fabric.open_endpoint(self.peer_key(key))?;
         if self.symmetric() {
-            self.conns.insert(key, EpState::Connecting);
+            self.conns.insert(key, EndpointState::Connecting);
             self.conns.note_peer(key);
             let grant = self.bank.initial_grant(key);
             self.fabric.send_control(key, Control::ConnectReq { grant })?;
         } else {
-            self.conns.insert(key, EpState::Open);
+            self.conns.insert(key, EndpointState::Open);
         }
         Ok(())
     }
 
     pub(super) fn accept(&mut self, src: usize, grant: u32) -> Result<()> {
-        self.fabric.open_endpoint(src)?;
-        self.conns.insert(src, EpState::Open);
+        self.fabric.open_endpoint(PeerKey::Rank(src))?;
+        self.conns.insert(src, EndpointState::Open);
         self.conns.note_peer(src);
         self.peers.entry(src).or_default().credits += grant;
         let mine = self.bank.initial_grant(src);
@@ -107,9 +107,9 @@ impl Engine {
         if self.conns.closing() > 0 {
             for key in self.conns.keys() {
                 let ep = self.conns.get(key).expect("endpoint");
-                if let EpState::Closing { peer_sent: Some(n) } = ep.state {
+                if let EndpointState::Closing { peer_sent: Some(n) } = ep.state {
                     if ep.received == n && ep.inflight == 0 {
-                        self.fabric.close_endpoint(key)?;
+                        self.fabric.close_endpoint(self.peer_key(key))?;
                         if let Some(ep) = self.conns.remove(key) {
                             if let Some(dg) = self.dg.as_deref_mut() {
                                 dg.endpoint_closed(key, ep.sent, ep.received);
@@ -163,7 +163,7 @@ impl Engine {
             if self.dg.is_some() {
                 // Room and not refused: an endpoint; otherwise the datagram path (no
                 // eviction).
-                if !self.dgram_route(dest) {
+                if !self.datagram_route(dest) {
                     self.open_key(key)?;
                     work = true;
                 }

@@ -18,7 +18,7 @@
 //! request completion, one round of [`Engine::progress`], statistics and footprint);
 //! `send` the send path (`isend`, the fast path, chunking, the direct path, pumping the
 //! destination queues); `settle` what a poll brought (completions, arrivals, control
-//! messages); `endpoints` the handshakes, lazy connect and eviction; `credits` the credit
+//! messages); `endpoints` the handshakes, lazy connect and eviction; `credit` the credit
 //! requests and grants.
 
 use std::collections::VecDeque;
@@ -28,24 +28,28 @@ use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
 use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
-use crate::fabric::{effective_sharing, DatagramPath, DirectPath, Fabric};
+use crate::fabric::{effective_sharing, DatagramPath, DirectPath, Fabric, PeerKey};
+use crate::protocol::clock::Clock;
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
+use crate::protocol::request::RequestId;
 
-mod credits;
-mod dgram;
+mod credit;
+mod datagram;
 mod endpoints;
 mod send;
 mod settle;
+#[cfg(test)]
+mod tests;
 
-pub use dgram::{DatagramStats, PROMOTE_EVERY, PROMOTE_MARGIN};
-use dgram::{Datagrams, DgRx};
+use datagram::{DatagramRx, Datagrams};
+pub use datagram::{DatagramStats, PROMOTE_EVERY, PROMOTE_MARGIN};
 use settle::Inbox;
 
 /// A message accepted by `isend` but not fully posted yet.
 struct OutMsg {
-    req: u64,
+    req: RequestId,
     tag: Tag,
     total: usize,
     /// Pool buffer holding the first chunk (reserved at `isend`), and its length.
@@ -122,8 +126,8 @@ pub struct Engine {
     scratch_grants: Vec<(usize, u32)>,
     bank: CreditBank,
     matcher: Matcher,
-    sends: IntMap<u64, SendReq>,
-    wr_info: Vec<Option<(u64, usize)>>,
+    sends: IntMap<RequestId, SendReq>,
+    wr_info: Vec<Option<(RequestId, usize)>>,
     next_req: u64,
     notes: Vec<String>,
     inbox: Inbox,
@@ -162,7 +166,12 @@ pub(super) fn datagram_path(fabric: &mut dyn Fabric) -> Result<&mut dyn Datagram
 impl Engine {
     /// Sets up the rank: registers the pool, creates the receive resources and, with
     /// `lazy_connect` off, connects every peer (needs every rank to be starting too).
-    pub fn new(mut fabric: Box<dyn Fabric>, requested: &TransportConfig) -> Result<Engine> {
+    /// `clock` is the engine's only source of time (the datagram path's timeouts).
+    pub fn new(
+        mut fabric: Box<dyn Fabric>,
+        requested: &TransportConfig,
+        clock: Box<dyn Clock>,
+    ) -> Result<Engine> {
         requested.validate()?;
         let mut cfg = *requested;
         let mut notes = Vec::new();
@@ -176,7 +185,7 @@ impl Engine {
         };
         let direct = fabric.direct().map(|d| d.direct_threshold());
         let dg = match crate::protocol::datagram::chunk_for(&cfg, mtu) {
-            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c, !drops))),
+            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c, !drops, clock))),
             Err(why) => {
                 notes.push(format!(
                     "endpoint_overflow=datagram: transport `{}` {why}; falling back to endpoint_overflow=evict",
@@ -229,6 +238,16 @@ impl Engine {
         self.cfg.recv_sharing != RecvSharing::Xrc
     }
 
+    /// The fabric's key of endpoint `key` (of [`Engine::key_of`]).
+    #[inline]
+    fn peer_key(&self, key: usize) -> PeerKey {
+        if self.symmetric() {
+            PeerKey::Rank(key)
+        } else {
+            PeerKey::Node(key)
+        }
+    }
+
     /// Endpoint key of a peer: the peer itself, or its node in `xrc` mode.
     #[inline]
     fn key_of(&self, peer: usize) -> usize {
@@ -273,9 +292,9 @@ impl Engine {
     }
 
     #[inline]
-    fn new_req(&mut self) -> u64 {
+    fn new_req(&mut self) -> RequestId {
         self.next_req += 1;
-        self.next_req
+        RequestId::new(self.next_req)
     }
 
     #[inline]
@@ -290,18 +309,18 @@ impl Engine {
     }
 
     /// True when send request `req` is complete (all chunks posted and completed).
-    pub fn send_done(&self, req: u64) -> Result<bool> {
-        let s = self.sends.get(&req).ok_or(Error::UnknownRequest(req))?;
+    pub fn send_done(&self, req: RequestId) -> Result<bool> {
+        let s = self.sends.get(&req).ok_or(Error::UnknownRequest(req.get()))?;
         Ok(s.posted_all && s.outstanding == 0)
     }
 
     /// Forgets a completed send request.
-    pub fn finish_send(&mut self, req: u64) {
+    pub fn finish_send(&mut self, req: RequestId) {
         self.sends.remove(&req);
     }
 
     /// Posts a receive request.
-    pub fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+    pub fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         if let Source::Rank(r) = src {
             self.check_rank(r)?;
         }
@@ -312,7 +331,7 @@ impl Engine {
 
     /// Posts a receive of a message of at most `cap` bytes (`Matcher::post_within`): a
     /// longer match ends it refused ([`Engine::take_refused`]) and stays queued.
-    pub fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<u64> {
+    pub fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<RequestId> {
         if let Source::Rank(r) = src {
             self.check_rank(r)?;
         }
@@ -323,29 +342,29 @@ impl Engine {
 
     /// The envelope of the message receive `req` of [`Engine::irecv_within`] wrote into
     /// the buffer lent with [`Engine::progress_into`], once it is all there.
-    pub fn take_into_done(&mut self, req: u64) -> Option<Envelope> {
+    pub fn take_into_done(&mut self, req: RequestId) -> Option<Envelope> {
         self.matcher.take_into_done(req)
     }
 
     /// Withdraws receive `req` of [`Engine::irecv_within`] after its wait failed
     /// (`Matcher::cancel`).
-    pub fn cancel_recv(&mut self, req: u64) {
+    pub fn cancel_recv(&mut self, req: RequestId) {
         self.matcher.cancel(req);
     }
 
     /// The envelope of the longer message receive `req` of [`Engine::irecv_within`]
     /// refused, once.
-    pub fn take_refused(&mut self, req: u64) -> Option<Envelope> {
+    pub fn take_refused(&mut self, req: RequestId) -> Option<Envelope> {
         self.matcher.take_refused(req)
     }
 
     /// True when receive `req` completed.
-    pub fn recv_done(&self, req: u64) -> bool {
+    pub fn recv_done(&self, req: RequestId) -> bool {
         self.matcher.is_complete(req)
     }
 
     /// Takes the message of a completed receive.
-    pub fn take_recv(&mut self, req: u64) -> Option<Message> {
+    pub fn take_recv(&mut self, req: RequestId) -> Option<Message> {
         self.matcher.take_completed(req)
     }
 
@@ -394,7 +413,7 @@ impl Engine {
         let n = {
             let inbox = &mut self.inbox;
             let matcher = &mut self.matcher;
-            let mut rx = DgRx {
+            let mut rx = DatagramRx {
                 dg: self.dg.as_deref_mut(),
                 pool: &mut self.pool,
                 conns: &self.conns,

@@ -7,8 +7,9 @@ use super::{Engine, OutMsg, SendReq, DIRECT_WR};
 use crate::core::error::{Error, Result};
 use crate::core::pool::BufId;
 use crate::fabric::PacketHeader;
-use crate::protocol::connection::EpState;
+use crate::protocol::connection::EndpointState;
 use crate::protocol::matching::Tag;
+use crate::protocol::request::RequestId;
 
 /// The engine's own copy of (the rest of) a message to `dest`, reserved without aborting
 /// ([`crate::core::memory::try_copy`]).
@@ -27,7 +28,7 @@ impl Engine {
     /// message holding the buffer the message needs (with one buffer, or when new small
     /// sends take every buffer a chunk frees, no chunk could ever be posted again), so it
     /// gets [`Error::WouldBlock`] until the chunked message has all its buffers.
-    pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+    pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         self.check_rank(dest)?;
         if dest == self.rank {
             self.matcher.deliver_local(self.rank, tag, data)?;
@@ -103,9 +104,13 @@ impl Engine {
     /// `pump_peer` would do with it at once, minus the queue). Returns None, with nothing
     /// changed, when it cannot be posted now. On a failed post the buffer goes back to the
     /// pool.
-    fn post_now(&mut self, dest: usize, tag: Tag, id: BufId, len: usize) -> Result<Option<u64>> {
+    fn post_now(&mut self, dest: usize, tag: Tag, id: BufId, len: usize) -> Result<Option<RequestId>> {
         let key = self.key_of(dest);
-        if !self.conns.get(key).is_some_and(|ep| ep.state == EpState::Open) {
+        if !self
+            .conns
+            .get(key)
+            .is_some_and(|ep| ep.state == EndpointState::Open)
+        {
             return Ok(None);
         }
         if self.dg.as_ref().is_some_and(|d| d.is_waiting(dest)) {
@@ -161,10 +166,16 @@ impl Engine {
         key: usize,
         hdr: &PacketHeader,
         id: BufId,
-        req: u64,
+        req: RequestId,
     ) -> Result<bool> {
-        self.fabric
-            .post_send(dest, key, hdr, &self.pool.buf(id)[..hdr.len as usize], id as u64)?;
+        let peer_key = self.peer_key(key);
+        self.fabric.post_send(
+            dest,
+            peer_key,
+            hdr,
+            &self.pool.buf(id)[..hdr.len as usize],
+            id as u64,
+        )?;
         let ep = self.conns.get_touched(key).expect("endpoint");
         ep.sent += 1;
         if self.copies {
@@ -218,7 +229,7 @@ impl Engine {
         let mut inbox = std::mem::take(&mut self.inbox);
         let sent = {
             let matcher = &mut self.matcher;
-            let mut rx = super::DgRx {
+            let mut rx = super::DatagramRx {
                 dg: self.dg.as_deref_mut(),
                 pool: &mut self.pool,
                 conns: &self.conns,
@@ -282,7 +293,12 @@ impl Engine {
                 if p.queue.is_empty() {
                     self.active.remove(dest);
                 }
-                super::direct_path(self.fabric.as_mut())?.post_direct(dest, &hdr, data, DIRECT_WR | req)?;
+                super::direct_path(self.fabric.as_mut())?.post_direct(
+                    dest,
+                    &hdr,
+                    data,
+                    DIRECT_WR | req.get(),
+                )?;
                 self.direct_inflight += 1;
                 let s = self.sends.get_mut(&req).expect("send request");
                 s.outstanding += 1;
@@ -291,14 +307,14 @@ impl Engine {
                 continue;
             }
             match self.conns.get(key) {
-                Some(ep) if ep.state == EpState::Open => {
+                Some(ep) if ep.state == EndpointState::Open => {
                     if self.dg.as_ref().is_some_and(|d| d.is_waiting(dest)) {
                         break; // after the datagrams to it are acknowledged
                     }
                 }
                 Some(_) => break,
                 None => {
-                    if self.dgram_route(dest) && self.post_dgram_chunk(dest)? {
+                    if self.datagram_route(dest) && self.post_datagram_chunk(dest)? {
                         work = true;
                         continue;
                     }

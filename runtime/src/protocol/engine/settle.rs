@@ -6,10 +6,11 @@
 use crate::core::error::{Error, Result};
 use crate::core::pool::BufId;
 use crate::fabric::{Control, Event};
-use crate::protocol::connection::EpState;
+use crate::protocol::connection::EndpointState;
 use crate::protocol::matching::Matcher;
+use crate::protocol::request::RequestId;
 
-use super::{DgRx, Engine, DIRECT_WR};
+use super::{DatagramRx, Engine, DIRECT_WR};
 
 /// Events of one fabric poll, collected while the fabric is borrowed and handled after.
 #[derive(Default)]
@@ -29,7 +30,12 @@ impl Inbox {
     /// Takes one fabric event: data goes to the matcher at once (it must see packets in
     /// arrival order), the rest is kept for `Engine::settle`.
     #[inline]
-    pub(super) fn take(&mut self, matcher: &mut Matcher, rx: &mut DgRx<'_>, ev: Event<'_>) -> Result<()> {
+    pub(super) fn take(
+        &mut self,
+        matcher: &mut Matcher,
+        rx: &mut DatagramRx<'_>,
+        ev: Event<'_>,
+    ) -> Result<()> {
         match ev {
             Event::Datagram(src, bytes) => rx.take(matcher, src, bytes)?,
             Event::SendComplete(w) => self.done.push(w),
@@ -53,14 +59,14 @@ impl Engine {
     pub(super) fn settle(&mut self, inbox: &mut Inbox) -> Result<()> {
         for w in inbox.done.drain(..) {
             if w & DIRECT_WR != 0 {
-                let s = self
-                    .sends
-                    .get_mut(&(w & !DIRECT_WR))
-                    .ok_or(Error::UnknownCompletion {
-                        rank: self.rank,
-                        wr: w,
-                        direct: true,
-                    })?;
+                let s =
+                    self.sends
+                        .get_mut(&RequestId::new(w & !DIRECT_WR))
+                        .ok_or(Error::UnknownCompletion {
+                            rank: self.rank,
+                            wr: w,
+                            direct: true,
+                        })?;
                 s.outstanding -= 1;
                 self.direct_inflight -= 1;
                 continue;
@@ -111,13 +117,13 @@ impl Engine {
                 // Above the cap only when every slot is a connect still waiting for its
                 // answer: deferring then can deadlock a cycle of full ranks.
                 None if self.conns.all_connecting() => self.accept(src, grant)?,
-                None | Some(EpState::Closing { .. }) => self.conns.deferred.push_back((src, grant)),
-                Some(EpState::Connecting) => {
+                None | Some(EndpointState::Closing { .. }) => self.conns.deferred.push_back((src, grant)),
+                Some(EndpointState::Connecting) => {
                     // Crossing connect requests: each side's request is the other's answer.
-                    self.conns.get_mut(src).expect("endpoint").state = EpState::Open;
+                    self.conns.get_mut(src).expect("endpoint").state = EndpointState::Open;
                     self.peers.entry(src).or_default().credits += grant;
                 }
-                Some(EpState::Open) => {
+                Some(EndpointState::Open) => {
                     return Err(Error::Endpoint {
                         rank: self.rank,
                         key: src,
@@ -131,8 +137,8 @@ impl Engine {
                     key: src,
                     what: "got a connect ack from its peer without a request",
                 })?;
-                if ep.state == EpState::Connecting {
-                    ep.state = EpState::Open;
+                if ep.state == EndpointState::Connecting {
+                    ep.state = EndpointState::Open;
                     self.peers.entry(src).or_default().credits += grant;
                 }
             }
@@ -143,17 +149,17 @@ impl Engine {
                     what: "got a close from its peer but does not exist",
                 })?;
                 match ep.state {
-                    EpState::Open => {
+                    EndpointState::Open => {
                         let mine = ep.sent;
                         self.conns.set_closing(src, Some(sent));
                         self.fabric.send_control(src, Control::Close { sent: mine })?;
                     }
-                    EpState::Closing { peer_sent: None } => self.conns.set_closing(src, Some(sent)),
+                    EndpointState::Closing { peer_sent: None } => self.conns.set_closing(src, Some(sent)),
                     s => {
                         return Err(Error::Endpoint {
                             rank: self.rank,
                             key: src,
-                            what: if s == EpState::Connecting {
+                            what: if s == EndpointState::Connecting {
                                 "got a close from its peer while connecting"
                             } else {
                                 "got a second close from its peer"
@@ -168,12 +174,13 @@ impl Engine {
                 p.requested = false;
             }
             Control::CreditRequest => {
-                if !self.symmetric() || self.conns.get(src).map(|e| e.state) == Some(EpState::Open) {
+                if !self.symmetric() || self.conns.get(src).map(|e| e.state) == Some(EndpointState::Open) {
                     self.bank.request(src);
                 }
             }
             Control::Revoke => {
-                let open = !self.symmetric() || self.conns.get(src).map(|e| e.state) == Some(EpState::Open);
+                let open =
+                    !self.symmetric() || self.conns.get(src).map(|e| e.state) == Some(EndpointState::Open);
                 let p = self.peers.entry(src).or_default();
                 if open && p.queue.is_empty() && p.credits > 0 {
                     let n = std::mem::take(&mut p.credits);

@@ -17,9 +17,10 @@ use std::time::Instant;
 use crate::core::error::{Error, Result};
 use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool};
-use crate::fabric::{DatagramPath, PacketHeader};
-use crate::protocol::connection::{ConnectionTable, EpState};
-use crate::protocol::datagram::{DgHeader, DgPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
+use crate::fabric::{DatagramPath, PacketHeader, PeerKey};
+use crate::protocol::clock::Clock;
+use crate::protocol::connection::{ConnectionTable, EndpointState};
+use crate::protocol::datagram::{DatagramHeader, DatagramPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
 use crate::protocol::matching::{Matcher, RecvInto};
 
 use super::Engine;
@@ -48,7 +49,7 @@ pub struct DatagramStats {
 
 /// The rank's datagram state.
 pub(super) struct Datagrams {
-    pub(super) peers: IntMap<usize, DgPeer>,
+    pub(super) peers: IntMap<usize, DatagramPeer>,
     /// Payload bytes per datagram.
     pub(super) chunk: usize,
     /// Peers with datagrams in flight (sorted).
@@ -63,7 +64,9 @@ pub(super) struct Datagrams {
     /// Out-of-order arrivals held, all peers: (peer, sequence number, pool buffer). At
     /// most one entry per pool buffer; usually empty (a linear search finds one).
     held: Vec<(usize, u32, BufId)>,
-    /// The zero of the peers' clocks (`DgPeer` keeps microseconds since it).
+    /// The time, as the engine's owner gives it.
+    clock: Box<dyn Clock>,
+    /// The zero of the peers' clocks (`DatagramPeer` keeps microseconds since it).
     epoch: Instant,
     since_check: u32,
     /// A datagram peer chosen for the next free endpoint slot.
@@ -75,7 +78,8 @@ pub(super) struct Datagrams {
 }
 
 impl Datagrams {
-    pub(super) fn new(chunk: usize, reliable: bool) -> Datagrams {
+    pub(super) fn new(chunk: usize, reliable: bool, clock: Box<dyn Clock>) -> Datagrams {
+        let epoch = clock.now();
         Datagrams {
             peers: IntMap::default(),
             chunk,
@@ -85,7 +89,8 @@ impl Datagrams {
             fresh: Vec::new(),
             scratch: Vec::new(),
             held: Vec::new(),
-            epoch: Instant::now(),
+            clock,
+            epoch,
             since_check: 0,
             promote: None,
             reliable,
@@ -96,7 +101,7 @@ impl Datagrams {
     /// Microseconds since the epoch: the peers' clock.
     #[inline]
     fn now_us(&self) -> u64 {
-        micros_since(self.epoch)
+        micros_since(self.clock.as_ref(), self.epoch)
     }
 
     /// True when datagrams to `peer` are not all acknowledged.
@@ -110,12 +115,12 @@ impl Datagrams {
         self.waiting.is_empty()
     }
 
-    fn peer(&mut self, peer: usize) -> &mut DgPeer {
+    fn peer(&mut self, peer: usize) -> &mut DatagramPeer {
         let rto = self.rto();
         let fresh = &mut self.fresh;
         self.peers.entry(peer).or_insert_with(|| {
             fresh.push(peer);
-            DgPeer::with_rto(rto)
+            DatagramPeer::with_rto(rto)
         })
     }
 
@@ -147,14 +152,14 @@ impl Datagrams {
     }
 }
 
-/// Microseconds since `epoch`.
+/// Microseconds from `epoch` to the time `clock` tells (0 before it).
 #[inline]
-fn micros_since(epoch: Instant) -> u64 {
-    epoch.elapsed().as_micros() as u64
+fn micros_since(clock: &dyn Clock, epoch: Instant) -> u64 {
+    clock.now().saturating_duration_since(epoch).as_micros() as u64
 }
 
 /// What a fabric poll needs to take a datagram, borrowed beside the fabric.
-pub(super) struct DgRx<'a> {
+pub(super) struct DatagramRx<'a> {
     pub(super) dg: Option<&'a mut Datagrams>,
     pub(super) pool: &'a mut BufferPool,
     pub(super) conns: &'a ConnectionTable,
@@ -166,7 +171,7 @@ pub(super) struct DgRx<'a> {
 fn deliver(
     matcher: &mut Matcher,
     src: usize,
-    h: &DgHeader,
+    h: &DatagramHeader,
     payload: &[u8],
     into: Option<&mut RecvInto<'_>>,
 ) -> Result<()> {
@@ -189,7 +194,7 @@ fn held_len(buf: &[u8]) -> usize {
     HEADER_BYTES + u32::from_le_bytes(buf[16..20].try_into().expect("4 bytes")) as usize
 }
 
-impl DgRx<'_> {
+impl DatagramRx<'_> {
     /// Takes datagram `bytes` from `src`: its acknowledgement, then its data.
     pub(super) fn take(&mut self, matcher: &mut Matcher, src: usize, bytes: &[u8]) -> Result<()> {
         let rank = self.rank;
@@ -201,7 +206,7 @@ impl DgRx<'_> {
                 what: "a datagram, but this rank runs no datagram path (endpoint_overflow or max_endpoints differ between ranks?)".into(),
             });
         };
-        let h = DgHeader::decode(bytes, rank, src)?;
+        let h = DatagramHeader::decode(bytes, rank, src)?;
         let pool = &mut *self.pool;
         dg.peer(src);
         let Datagrams {
@@ -210,6 +215,7 @@ impl DgRx<'_> {
             acks,
             resend,
             held,
+            clock,
             epoch,
             since_check,
             stats,
@@ -217,7 +223,9 @@ impl DgRx<'_> {
         } = dg;
         let p = peers.get_mut(&src).expect("datagram peer");
         if p.in_flight() > 0 {
-            if p.on_ack(h.ack, micros_since(*epoch), &mut |b| pool.release(b)) {
+            if p.on_ack(h.ack, micros_since(clock.as_ref(), *epoch), &mut |b| {
+                pool.release(b)
+            }) {
                 resend.push(src);
             }
             if p.in_flight() == 0 {
@@ -249,7 +257,7 @@ impl DgRx<'_> {
                     let (_, _, id) = held.swap_remove(i);
                     let b = pool.buf(id);
                     let b = &b[..held_len(b)];
-                    let hh = DgHeader::decode(b, rank, src)?;
+                    let hh = DatagramHeader::decode(b, rank, src)?;
                     let r = deliver(matcher, src, &hh, &b[HEADER_BYTES..], self.into.as_mut());
                     pool.release(id);
                     r?;
@@ -279,7 +287,7 @@ impl DgRx<'_> {
 fn post_copy(
     path: &mut dyn DatagramPath,
     pool: &mut BufferPool,
-    p: &mut DgPeer,
+    p: &mut DatagramPeer,
     peer: usize,
     id: BufId,
 ) -> Result<()> {
@@ -294,7 +302,7 @@ impl Engine {
     /// True when `dest` (without an endpoint) is reached over the datagram path: it runs,
     /// and the endpoints are at the cap or `dest` refused one.
     #[inline]
-    pub(super) fn dgram_route(&self, dest: usize) -> bool {
+    pub(super) fn datagram_route(&self, dest: usize) -> bool {
         self.dg
             .as_ref()
             .is_some_and(|d| !self.conns.has_room() || d.refused_by(dest))
@@ -302,7 +310,7 @@ impl Engine {
 
     /// Posts the next chunk of the first message queued for `dest` as a datagram, if the
     /// window and the pool allow; returns whether it did.
-    pub(super) fn post_dgram_chunk(&mut self, dest: usize) -> Result<bool> {
+    pub(super) fn post_datagram_chunk(&mut self, dest: usize) -> Result<bool> {
         let dg = self.dg.as_deref_mut().expect("datagram path");
         let chunk = dg.chunk;
         if !dg.peer(dest).can_send() {
@@ -345,7 +353,7 @@ impl Engine {
         let now = dg.now_us();
         let d = dg.peers.get_mut(&dest).expect("datagram peer");
         let seq = d.push_sent(id, now);
-        let h = DgHeader {
+        let h = DatagramHeader {
             kind: KIND_DATA,
             more: msg.offset + len < msg.total || queued > 1,
             seq,
@@ -433,7 +441,7 @@ impl Engine {
                 let p = dg.peers.get_mut(&peer).expect("datagram peer");
                 if p.ack_due {
                     p.ack_due = false;
-                    DgHeader::ack(p.ack_value()).encode(&mut a);
+                    DatagramHeader::ack(p.ack_value()).encode(&mut a);
                     fabric.post_datagram(peer, &a)?;
                     dg.stats.acks += 1;
                 }
@@ -511,10 +519,10 @@ impl Engine {
     /// `src` refused our connect request: drop the connecting endpoint, reach it by
     /// datagram.
     pub(super) fn on_refuse(&mut self, src: usize) -> Result<()> {
-        if self.conns.get(src).map(|e| e.state) != Some(EpState::Connecting) {
+        if self.conns.get(src).map(|e| e.state) != Some(EndpointState::Connecting) {
             return Ok(());
         }
-        self.fabric.close_endpoint(src)?;
+        self.fabric.close_endpoint(PeerKey::Rank(src))?;
         self.conns.remove(src);
         let p = self.peers.entry(src).or_default();
         p.credits = 0;
