@@ -1,6 +1,7 @@
 //! `ballast_local_run` with a rank that returns early (issue 33, finding 3): the rank
 //! waiting for it gets BALLAST_EPEER naming the finished rank, instead of hanging; ranks in
-//! different collectives get BALLAST_EINVAL naming both collectives. A watchdog fails the
+//! different collectives get BALLAST_EINVAL naming both collectives; a `ballast_test` loop
+//! on a receive from it, or a `ballast_iprobe` loop for it, ends with BALLAST_EPEER too. A watchdog fails the
 //! binary rather than hanging.
 
 use std::ffi::{c_int, c_void};
@@ -16,6 +17,40 @@ enum Case {
     Barrier,
     Allgatherv,
     Mismatch,
+    /// A `ballast_test` loop on an `ballast_irecv` from rank 1 (NEURON's multisend style).
+    TestLoop,
+    /// A `ballast_iprobe` loop for rank 1.
+    IprobeLoop,
+}
+
+/// Rank 0's polling loops: the first non-zero code (0 if the poll ever says done/found).
+///
+/// # Safety
+/// `comm` a live communicator lent by ballast_local_run.
+unsafe fn poll_loop(comm: *mut ballast_comm, case: Case) -> c_int {
+    let mut flag: c_int = 0;
+    // SAFETY: as the function's contract; `req` and `flag` writable; `req` live until
+    // freed at the end.
+    unsafe {
+        if let Case::IprobeLoop = case {
+            loop {
+                let rc = ballast_iprobe(comm, 1, 3, &mut flag, std::ptr::null_mut());
+                if rc != 0 || flag != 0 {
+                    return rc;
+                }
+            }
+        }
+        let mut req: *mut ballast_request = std::ptr::null_mut();
+        assert_eq!(ballast_irecv(comm, 1, 3, &mut req), 0);
+        let rc = loop {
+            let rc = ballast_test(req, &mut flag, std::ptr::null_mut());
+            if rc != 0 || flag != 0 {
+                break rc;
+            }
+        };
+        assert_eq!(ballast_request_free(req), 0);
+        rc
+    }
 }
 
 unsafe extern "C" fn rank_main(comm: *mut ballast_comm, user: *mut c_void) -> c_int {
@@ -35,6 +70,7 @@ unsafe extern "C" fn rank_main(comm: *mut ballast_comm, user: *mut c_void) -> c_
             (Case::Recv, _) => ballast_recv(comm, 1, 3, buf.as_mut_ptr().cast(), 8, std::ptr::null_mut()),
             (Case::Barrier, _) => ballast_barrier(comm),
             (Case::Allgatherv, _) => ballast_allgatherv(comm, buf.as_ptr().cast(), 1, &mut out),
+            (Case::TestLoop | Case::IprobeLoop, _) => poll_loop(comm, case),
         }
     }
 }
@@ -72,6 +108,8 @@ fn a_rank_that_returned_early_ends_its_peers_waits_with_epeer() {
         (Case::Recv, "ballast_recv", "recv"),
         (Case::Barrier, "ballast_barrier", "barrier"),
         (Case::Allgatherv, "ballast_allgatherv", "all_gatherv"),
+        (Case::TestLoop, "ballast_test", "test"),
+        (Case::IprobeLoop, "ballast_iprobe", "iprobe"),
     ] {
         let (rc, msg) = run(case);
         assert_eq!(rc, BALLAST_EPEER, "{call}: {msg}");

@@ -8,7 +8,9 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use ballast_runtime::{launch::threads, Communicator, Error, RecvSharing, RuntimeConfig, Source, TagMatch};
+use ballast_runtime::{
+    launch::threads, Communicator, Completion, Error, RecvSharing, Request, RuntimeConfig, Source, TagMatch,
+};
 
 /// Runs `f` on `n` local ranks, failing the whole binary after 30 s (a hang).
 fn run<R: Send, F: Fn(&mut Communicator) -> R + Sync>(case: &'static str, n: usize, f: F) -> Vec<R> {
@@ -205,4 +207,94 @@ fn a_blocking_send_to_a_finished_rank_completes() {
         comm.send(1, 2, &vec![7u8; 64 << 10]).is_ok()
     });
     assert_eq!(got, [true, true]);
+}
+
+/// Calls `f` until it gives `Some`, as a polling loop of `test` or `iprobe` does (NEURON's
+/// multisend style); the watchdog of [`run`] bounds it.
+fn poll<T>(mut f: impl FnMut() -> Result<Option<T>, Error>) -> Result<T, Error> {
+    loop {
+        if let Some(t) = f()? {
+            return Ok(t);
+        }
+    }
+}
+
+/// `test` as a poll: `Some(())` once `req` completed.
+fn tested(comm: &mut Communicator, req: &Request) -> Result<Option<()>, Error> {
+    comm.test(req).map(|done| done.then_some(()))
+}
+
+#[test]
+fn a_test_loop_and_an_iprobe_loop_end_when_the_rank_returned() {
+    // Rank 1 sends 20 messages (more than the pool holds, some chunked) and returns at
+    // once; rank 0 takes each by polling (iprobe, then test on an irecv), so what came
+    // before the end is received; then a test loop and an iprobe loop on rank 1 end.
+    let got = run("test and iprobe loops", 2, |comm| {
+        if comm.rank() == 1 {
+            for i in 0..20u32 {
+                comm.send(0, 5, &vec![i as u8; (i as usize * 97) % 900]).unwrap();
+            }
+            return None;
+        }
+        for i in 0..20u32 {
+            let len = (i as usize * 97) % 900;
+            let env = poll(|| comm.iprobe(1, 5)).unwrap();
+            assert_eq!((env.source, env.tag, env.len), (1, 5, len));
+            let r = comm.irecv(1, 5).unwrap();
+            poll(|| tested(comm, &r)).unwrap();
+            match comm.wait(r).unwrap() {
+                Completion::Received(m) => assert_eq!(m.data, vec![i as u8; len]),
+                Completion::Sent => panic!("a receive completed as a send"),
+            }
+        }
+        let r = comm.irecv(1, 5).unwrap();
+        let t = poll(|| tested(comm, &r)).unwrap_err();
+        // The request stays valid: its wait ends the same way.
+        let w = comm.wait(r).unwrap_err();
+        let p = poll(|| comm.iprobe(1, TagMatch::Any)).unwrap_err();
+        Some((gone(&t), gone(&w), gone(&p), t.to_string()))
+    });
+    let (t, w, p, msg) = got[0].clone().unwrap();
+    assert_eq!(t, Some((0, "test", Some(1), false)));
+    assert_eq!(w, Some((0, "wait", Some(1), false)));
+    assert_eq!(p, Some((0, "iprobe", Some(1), false)));
+    assert_eq!(
+        msg,
+        "rank 0: test can never complete: rank 1 finished (returned) without sending what it waits for"
+    );
+}
+
+#[test]
+fn any_source_polling_ends_once_every_other_rank_finished() {
+    // Ranks 1 and 2 return at once; rank 3 sends after 200 ms and returns. Rank 0's test
+    // loop on an any-source receive must wait for rank 3's message (not end early), then
+    // an iprobe loop and a test loop for any source end, naming no rank.
+    let got = run("any-source polling", 4, |comm| match comm.rank() {
+        0 => {
+            let r = comm.irecv(Source::Any, 6).unwrap();
+            poll(|| tested(comm, &r)).unwrap();
+            let Completion::Received(m) = comm.wait(r).unwrap() else {
+                panic!("a receive completed as a send")
+            };
+            let p = poll(|| comm.iprobe(Source::Any, TagMatch::Any)).unwrap_err();
+            let r = comm.irecv(Source::Any, TagMatch::Any).unwrap();
+            let t = poll(|| tested(comm, &r)).unwrap_err();
+            Some((m.source, m.data, gone(&p), gone(&t)))
+        }
+        3 => {
+            std::thread::sleep(Duration::from_millis(200));
+            comm.send(0, 6, b"late").unwrap();
+            None
+        }
+        _ => None,
+    });
+    assert_eq!(
+        got[0],
+        Some((
+            3,
+            b"late".to_vec(),
+            Some((0, "iprobe", None, false)),
+            Some((0, "test", None, false))
+        ))
+    );
 }

@@ -168,6 +168,48 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
     }
 }
 
+/// One end check of a non-blocking call `op` after its round of progress found it not
+/// complete (see `gone`): once every rank that could complete it ended, one more round,
+/// and if that brought nothing (idle, for a finished rank) and `done` still says no, the
+/// [`Error::PeerGone`] that the blocking call would give. `Ok(())` while it may still
+/// complete. A polling loop of such calls thus ends as the blocking call does.
+fn end_check<B: Backend + ?Sized>(
+    b: &mut B,
+    (peer, recv, op): (Source, bool, &'static str),
+    done: &mut dyn FnMut(&mut B) -> Result<bool>,
+) -> Result<()> {
+    if let Some(g) = b.gone(peer, recv, op) {
+        let again = b.progress()?;
+        if (g.sure || !again) && !done(b)? {
+            return Err(g.error);
+        }
+    }
+    Ok(())
+}
+
+/// Progresses once and tells whether `req` completed; a request that can never complete
+/// (every rank that could complete it ended, see `gone`) is [`Error::PeerGone`] for `test`.
+pub(super) fn test<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<bool> {
+    b.progress()?;
+    if is_done(b, req)? {
+        return Ok(true);
+    }
+    end_check(b, (req.peer, req.recv, "test"), &mut |c| is_done(c, req))?;
+    is_done(b, req)
+}
+
+/// Progresses once and tells the envelope of the next fully arrived message matching
+/// `src` and `tag`, if any; none when no rank that could send one is running any more is
+/// [`Error::PeerGone`] for `iprobe` (see `gone`).
+pub(super) fn iprobe<B: Backend + ?Sized>(b: &mut B, src: Source, tag: TagMatch) -> Result<Option<Envelope>> {
+    b.progress()?;
+    if let Some(e) = b.peek(src, tag) {
+        return Ok(Some(e));
+    }
+    end_check(b, (src, true, "iprobe"), &mut |c| Ok(c.peek(src, tag).is_some()))?;
+    Ok(b.peek(src, tag))
+}
+
 /// Progresses (waiting as [`wait_loop`] does) until a message matching `src` and `tag`
 /// has fully arrived; its envelope.
 pub(super) fn probe<B: Backend + ?Sized>(b: &mut B, src: Source, tag: TagMatch) -> Result<Envelope> {

@@ -277,10 +277,12 @@ impl Communicator {
 
     /// Progresses once, then tells the source, tag and length of the message that
     /// [`Communicator::try_recv`] (or a `recv` with the same `src` and `tag`) would take
-    /// next, if it has fully arrived; the message stays queued. Errors: the transport's.
+    /// next, if it has fully arrived; the message stays queued. Errors: [`Error::PeerGone`]
+    /// when none is queued and none can come any more: `src` ended (for [`Source::Any`],
+    /// every other rank finished), told on the engine over a fabric that reports ends
+    /// (local), as [`Communicator::probe`] would return; the transport's.
     pub fn iprobe(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Option<Envelope>> {
-        self.progress()?;
-        Ok(self.backend.peek(src.into(), tag.into()))
+        backend::iprobe(&mut *self.backend, src.into(), tag.into())
     }
 
     /// Progresses (waiting as [`Communicator::wait`] does) until a message matching `src`
@@ -291,9 +293,11 @@ impl Communicator {
     }
 
     /// Progresses once and tells whether `req` has completed (it stays valid for `wait`).
+    /// Errors: [`Error::PeerGone`] when it can never complete, as [`Communicator::wait`]
+    /// would return (every rank that could complete it ended; told on the engine over a
+    /// fabric that reports ends, i.e. local), so that a polling loop ends; the transport's.
     pub fn test(&mut self, req: &Request) -> Result<bool> {
-        self.progress()?;
-        backend::is_done(&*self.backend, req)
+        backend::test(&mut *self.backend, req)
     }
 
     /// Progresses until `req` completes. While nothing happens it polls briefly, then
