@@ -179,7 +179,13 @@ int ballast_send(struct ballast_comm *comm, int dest, uint32_t tag, const void *
 // to 2^31 - 1 or BALLAST_ANY_TAG) into `buf` of `cap` bytes, waiting until it arrives;
 // fills *status when it is not NULL. Errors: BALLAST_ETRUNC when the message is longer
 // than `cap`: the status is filled (its len is the message's) and nothing is consumed;
-// BALLAST_EINVAL (NULL, rank or tag out of range); the transport's.
+// BALLAST_EINVAL (NULL, rank or tag out of range); BALLAST_ENOMEM when memory for the
+// message cannot be had: over MPI even when `cap` is large enough, since a message is
+// taken out of MPI into memory of its own before it is copied into `buf` (on the local
+// transport a message arriving during the wait is written into `buf` chunk by chunk,
+// with no memory of its own); BALLAST_EPEER when the rank it waits for (for
+// BALLAST_ANY_SOURCE, every other rank) finished or failed without sending a match; the
+// transport's.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -195,7 +201,10 @@ int ballast_recv(struct ballast_comm *comm,
 // Progresses once and tells whether a message from `source` with `tag` has fully arrived
 // (*found 1 or 0) and, when it has and `status` is not NULL, its source, tag and length;
 // the message stays for the next receive. Errors: BALLAST_EINVAL (NULL, rank or tag out
-// of range); the transport's.
+// of range); BALLAST_EPEER when none has arrived and none can come any more: `source`
+// finished or failed (for BALLAST_ANY_SOURCE, every other rank finished), so that an
+// iprobe loop ends as ballast_probe would (told on the local transport; over MPI,
+// which tells no ends, it keeps answering 0); the transport's.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -453,7 +462,10 @@ int ballast_isend(struct ballast_comm *comm,
 
 // Posts a receive from `source` (a rank or BALLAST_ANY_SOURCE) with `tag` (0 to
 // 2^31 - 1 or BALLAST_ANY_TAG), in *out. Errors: BALLAST_EINVAL (NULL, rank or tag out of
-// range); the transport's.
+// range); BALLAST_ENOMEM on the MPI native path, where posting first takes in a message
+// set aside earlier for lack of memory, when it still cannot be given memory of its own
+// (no request is made); the transport's. On the engine path (local, verbs, MPI through
+// the engine) a message's BALLAST_ENOMEM comes from ballast_test or ballast_wait instead.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -467,7 +479,11 @@ int ballast_irecv(struct ballast_comm *comm, int source, int64_t tag, struct bal
 // *done 0 when the progress could not allocate a message: the request stays live (a
 // message that did not fit stays queued, for this receive if it is its own), so test or
 // wait it again once memory was freed; the request's own (e.g. BALLAST_EPEER when its
-// peer died or the run was aborted).
+// peer died or the run was aborted), and BALLAST_EPEER with *done 1 when it can never
+// complete, as ballast_wait would return: its source (for BALLAST_ANY_SOURCE, every
+// other rank) finished without sending a match, so that a test loop ends (told on the
+// local transport; over MPI, which tells no ends, a test loop on a finished rank keeps
+// answering 0).
 //
 // # Safety
 // `req` must be NULL or a ballast_request handle, not freed by another thread during the

@@ -439,7 +439,13 @@ fn status_of(e: &Envelope, error: c_int) -> ballast_status {
 /// to 2^31 - 1 or BALLAST_ANY_TAG) into `buf` of `cap` bytes, waiting until it arrives;
 /// fills *status when it is not NULL. Errors: BALLAST_ETRUNC when the message is longer
 /// than `cap`: the status is filled (its len is the message's) and nothing is consumed;
-/// BALLAST_EINVAL (NULL, rank or tag out of range); the transport's.
+/// BALLAST_EINVAL (NULL, rank or tag out of range); BALLAST_ENOMEM when memory for the
+/// message cannot be had: over MPI even when `cap` is large enough, since a message is
+/// taken out of MPI into memory of its own before it is copied into `buf` (on the local
+/// transport a message arriving during the wait is written into `buf` chunk by chunk,
+/// with no memory of its own); BALLAST_EPEER when the rank it waits for (for
+/// BALLAST_ANY_SOURCE, every other rank) finished or failed without sending a match; the
+/// transport's.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -497,7 +503,10 @@ pub unsafe extern "C" fn ballast_recv(
 /// Progresses once and tells whether a message from `source` with `tag` has fully arrived
 /// (*found 1 or 0) and, when it has and `status` is not NULL, its source, tag and length;
 /// the message stays for the next receive. Errors: BALLAST_EINVAL (NULL, rank or tag out
-/// of range); the transport's.
+/// of range); BALLAST_EPEER when none has arrived and none can come any more: `source`
+/// finished or failed (for BALLAST_ANY_SOURCE, every other rank finished), so that an
+/// iprobe loop ends as ballast_probe would (told on the local transport; over MPI,
+/// which tells no ends, it keeps answering 0); the transport's.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

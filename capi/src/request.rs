@@ -333,7 +333,10 @@ pub unsafe extern "C" fn ballast_isend(
 
 /// Posts a receive from `source` (a rank or BALLAST_ANY_SOURCE) with `tag` (0 to
 /// 2^31 - 1 or BALLAST_ANY_TAG), in *out. Errors: BALLAST_EINVAL (NULL, rank or tag out of
-/// range); the transport's.
+/// range); BALLAST_ENOMEM on the MPI native path, where posting first takes in a message
+/// set aside earlier for lack of memory, when it still cannot be given memory of its own
+/// (no request is made); the transport's. On the engine path (local, verbs, MPI through
+/// the engine) a message's BALLAST_ENOMEM comes from ballast_test or ballast_wait instead.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -370,7 +373,11 @@ pub unsafe extern "C" fn ballast_irecv(
 /// *done 0 when the progress could not allocate a message: the request stays live (a
 /// message that did not fit stays queued, for this receive if it is its own), so test or
 /// wait it again once memory was freed; the request's own (e.g. BALLAST_EPEER when its
-/// peer died or the run was aborted).
+/// peer died or the run was aborted), and BALLAST_EPEER with *done 1 when it can never
+/// complete, as ballast_wait would return: its source (for BALLAST_ANY_SOURCE, every
+/// other rank) finished without sending a match, so that a test loop ends (told on the
+/// local transport; over MPI, which tells no ends, a test loop on a finished rank keeps
+/// answering 0).
 ///
 /// # Safety
 /// `req` must be NULL or a ballast_request handle, not freed by another thread during the
