@@ -201,10 +201,11 @@ int ballast_recv(struct ballast_comm *comm,
 // Progresses once and tells whether a message from `source` with `tag` has fully arrived
 // (*found 1 or 0) and, when it has and `status` is not NULL, its source, tag and length;
 // the message stays for the next receive. Errors: BALLAST_EINVAL (NULL, rank or tag out
-// of range); BALLAST_EPEER when none has arrived and none can come any more: `source`
-// finished or failed (for BALLAST_ANY_SOURCE, every other rank finished), so that an
-// iprobe loop ends as ballast_probe would (told on the local transport; over MPI,
-// which tells no ends, it keeps answering 0); the transport's.
+// of range); BALLAST_EPEER when none has arrived and none can come any more: rank
+// `source` finished or failed, so that an iprobe loop ends as ballast_probe would (told
+// on the local transport; over MPI, which tells no ends, it keeps answering 0; never for
+// BALLAST_ANY_SOURCE while no rank failed: the caller may still send to itself); the
+// transport's.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -480,10 +481,10 @@ int ballast_irecv(struct ballast_comm *comm, int source, int64_t tag, struct bal
 // message that did not fit stays queued, for this receive if it is its own), so test or
 // wait it again once memory was freed; the request's own (e.g. BALLAST_EPEER when its
 // peer died or the run was aborted), and BALLAST_EPEER with *done 1 when it can never
-// complete, as ballast_wait would return: its source (for BALLAST_ANY_SOURCE, every
-// other rank) finished without sending a match, so that a test loop ends (told on the
-// local transport; over MPI, which tells no ends, a test loop on a finished rank keeps
-// answering 0).
+// complete, as ballast_wait would return: its source rank finished without sending a
+// match, so that a test loop ends (told on the local transport; over MPI, which tells
+// no ends, a test loop on a finished rank keeps answering 0; never for a
+// BALLAST_ANY_SOURCE receive while no rank failed: the caller may still send to itself).
 //
 // # Safety
 // `req` must be NULL or a ballast_request handle, not freed by another thread during the

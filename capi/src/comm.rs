@@ -503,10 +503,11 @@ pub unsafe extern "C" fn ballast_recv(
 /// Progresses once and tells whether a message from `source` with `tag` has fully arrived
 /// (*found 1 or 0) and, when it has and `status` is not NULL, its source, tag and length;
 /// the message stays for the next receive. Errors: BALLAST_EINVAL (NULL, rank or tag out
-/// of range); BALLAST_EPEER when none has arrived and none can come any more: `source`
-/// finished or failed (for BALLAST_ANY_SOURCE, every other rank finished), so that an
-/// iprobe loop ends as ballast_probe would (told on the local transport; over MPI,
-/// which tells no ends, it keeps answering 0); the transport's.
+/// of range); BALLAST_EPEER when none has arrived and none can come any more: rank
+/// `source` finished or failed, so that an iprobe loop ends as ballast_probe would (told
+/// on the local transport; over MPI, which tells no ends, it keeps answering 0; never for
+/// BALLAST_ANY_SOURCE while no rank failed: the caller may still send to itself); the
+/// transport's.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

@@ -374,10 +374,10 @@ pub unsafe extern "C" fn ballast_irecv(
 /// message that did not fit stays queued, for this receive if it is its own), so test or
 /// wait it again once memory was freed; the request's own (e.g. BALLAST_EPEER when its
 /// peer died or the run was aborted), and BALLAST_EPEER with *done 1 when it can never
-/// complete, as ballast_wait would return: its source (for BALLAST_ANY_SOURCE, every
-/// other rank) finished without sending a match, so that a test loop ends (told on the
-/// local transport; over MPI, which tells no ends, a test loop on a finished rank keeps
-/// answering 0).
+/// complete, as ballast_wait would return: its source rank finished without sending a
+/// match, so that a test loop ends (told on the local transport; over MPI, which tells
+/// no ends, a test loop on a finished rank keeps answering 0; never for a
+/// BALLAST_ANY_SOURCE receive while no rank failed: the caller may still send to itself).
 ///
 /// # Safety
 /// `req` must be NULL or a ballast_request handle, not freed by another thread during the

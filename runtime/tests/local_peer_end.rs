@@ -263,38 +263,3 @@ fn a_test_loop_and_an_iprobe_loop_end_when_the_rank_returned() {
         "rank 0: test can never complete: rank 1 finished (returned) without sending what it waits for"
     );
 }
-
-#[test]
-fn any_source_polling_ends_once_every_other_rank_finished() {
-    // Ranks 1 and 2 return at once; rank 3 sends after 200 ms and returns. Rank 0's test
-    // loop on an any-source receive must wait for rank 3's message (not end early), then
-    // an iprobe loop and a test loop for any source end, naming no rank.
-    let got = run("any-source polling", 4, |comm| match comm.rank() {
-        0 => {
-            let r = comm.irecv(Source::Any, 6).unwrap();
-            poll(|| tested(comm, &r)).unwrap();
-            let Completion::Received(m) = comm.wait(r).unwrap() else {
-                panic!("a receive completed as a send")
-            };
-            let p = poll(|| comm.iprobe(Source::Any, TagMatch::Any)).unwrap_err();
-            let r = comm.irecv(Source::Any, TagMatch::Any).unwrap();
-            let t = poll(|| tested(comm, &r)).unwrap_err();
-            Some((m.source, m.data, gone(&p), gone(&t)))
-        }
-        3 => {
-            std::thread::sleep(Duration::from_millis(200));
-            comm.send(0, 6, b"late").unwrap();
-            None
-        }
-        _ => None,
-    });
-    assert_eq!(
-        got[0],
-        Some((
-            3,
-            b"late".to_vec(),
-            Some((0, "iprobe", None, false)),
-            Some((0, "test", None, false))
-        ))
-    );
-}

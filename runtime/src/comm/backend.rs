@@ -172,13 +172,20 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
 /// complete (see `gone`): once every rank that could complete it ended, one more round,
 /// and if that brought nothing (idle, for a finished rank) and `done` still says no, the
 /// [`Error::PeerGone`] that the blocking call would give. `Ok(())` while it may still
-/// complete. A polling loop of such calls thus ends as the blocking call does.
+/// complete. A polling loop of such calls thus ends as the blocking call does, with one
+/// difference: an any-source call does not end once every other rank finished, since
+/// this rank still runs and may send to itself between two polls (a blocking call's rank
+/// cannot); it ends only when a rank failed, as the blocking call does then.
 fn end_check<B: Backend + ?Sized>(
     b: &mut B,
     (peer, recv, op): (Source, bool, &'static str),
     done: &mut dyn FnMut(&mut B) -> Result<bool>,
 ) -> Result<()> {
-    if let Some(g) = b.gone(peer, recv, op) {
+    let gone = match b.gone(peer, recv, op) {
+        Some(g) if peer == Source::Any && !matches!(g.error, Error::PeerGone { failed: true, .. }) => None,
+        g => g,
+    };
+    if let Some(g) = gone {
         let again = b.progress()?;
         if (g.sure || !again) && !done(b)? {
             return Err(g.error);
@@ -188,7 +195,8 @@ fn end_check<B: Backend + ?Sized>(
 }
 
 /// Progresses once and tells whether `req` completed; a request that can never complete
-/// (every rank that could complete it ended, see `gone`) is [`Error::PeerGone`] for `test`.
+/// (every rank that could complete it ended, see `gone` and `end_check`) is
+/// [`Error::PeerGone`] for `test`.
 pub(super) fn test<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<bool> {
     b.progress()?;
     if is_done(b, req)? {
@@ -199,8 +207,8 @@ pub(super) fn test<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<bool
 }
 
 /// Progresses once and tells the envelope of the next fully arrived message matching
-/// `src` and `tag`, if any; none when no rank that could send one is running any more is
-/// [`Error::PeerGone`] for `iprobe` (see `gone`).
+/// `src` and `tag`, if any; none when `src` ended is [`Error::PeerGone`] for `iprobe`
+/// (see `gone`; for [`Source::Any`] only once a rank failed, see `end_check`).
 pub(super) fn iprobe<B: Backend + ?Sized>(b: &mut B, src: Source, tag: TagMatch) -> Result<Option<Envelope>> {
     b.progress()?;
     if let Some(e) = b.peek(src, tag) {

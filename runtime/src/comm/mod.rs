@@ -278,9 +278,10 @@ impl Communicator {
     /// Progresses once, then tells the source, tag and length of the message that
     /// [`Communicator::try_recv`] (or a `recv` with the same `src` and `tag`) would take
     /// next, if it has fully arrived; the message stays queued. Errors: [`Error::PeerGone`]
-    /// when none is queued and none can come any more: `src` ended (for [`Source::Any`],
-    /// every other rank finished), told on the engine over a fabric that reports ends
-    /// (local), as [`Communicator::probe`] would return; the transport's.
+    /// when none is queued and none can come any more: rank `src` ended, told on the engine
+    /// over a fabric that reports ends (local), as [`Communicator::probe`] would return
+    /// (not for [`Source::Any`] while no rank failed: this rank may still send to itself);
+    /// the transport's.
     pub fn iprobe(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Option<Envelope>> {
         backend::iprobe(&mut *self.backend, src.into(), tag.into())
     }
@@ -294,8 +295,10 @@ impl Communicator {
 
     /// Progresses once and tells whether `req` has completed (it stays valid for `wait`).
     /// Errors: [`Error::PeerGone`] when it can never complete, as [`Communicator::wait`]
-    /// would return (every rank that could complete it ended; told on the engine over a
-    /// fabric that reports ends, i.e. local), so that a polling loop ends; the transport's.
+    /// would return (the rank it receives from, or sends to, ended; told on the engine over
+    /// a fabric that reports ends, i.e. local), so that a polling loop ends; not for an
+    /// any-source receive while no rank failed (this rank may still send to itself); the
+    /// transport's.
     pub fn test(&mut self, req: &Request) -> Result<bool> {
         backend::test(&mut *self.backend, req)
     }
