@@ -295,10 +295,10 @@ impl Communicator {
 
     /// Progresses once and tells whether `req` has completed (it stays valid for `wait`).
     /// Errors: [`Error::PeerGone`] when it can never complete, as [`Communicator::wait`]
-    /// would return (the rank it receives from, or sends to, ended; told on the engine over
-    /// a fabric that reports ends, i.e. local), so that a polling loop ends; not for an
-    /// any-source receive while no rank failed (this rank may still send to itself); the
-    /// transport's.
+    /// would return (the rank it receives from ended, or the rank it sends to failed; told
+    /// on the engine over a fabric that reports ends, i.e. local), so that a polling loop
+    /// ends; not for an any-source receive while no rank failed (this rank may still send
+    /// to itself); the transport's.
     pub fn test(&mut self, req: &Request) -> Result<bool> {
         backend::test(&mut *self.backend, req)
     }
