@@ -65,10 +65,9 @@ use parking_lot::Mutex;
 use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
 use rsmpi::datatype::traits::*;
 use rsmpi::point_to_point::{Destination as _, Source as _};
-use rsmpi::request::Request;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
-use super::ffi::{recv_append, SendQueue};
+use super::ffi::{recv_append, Barrier, SendQueue, SharedComm};
 use crate::core::backoff::Backoff;
 use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result, Sender};
@@ -100,13 +99,13 @@ const ABORT_PROBE_EVERY: u32 = 64;
 
 /// State shared by the Ballast ranks of one process in one Ballast world.
 pub(crate) struct Shared {
-    comm: std::mem::ManuallyDrop<SimpleCommunicator>,
+    comm: SharedComm,
     pub(crate) procs: usize,
     pub(crate) proc_rank: usize,
     pub(crate) world: usize,
     local_slots: usize,
     done_local: AtomicUsize,
-    barrier: Mutex<Option<Request<'static, ()>>>,
+    barrier: Mutex<Option<Barrier>>,
     all_done: AtomicBool,
     abort: AtomicBool,
     notices: Mutex<Option<SendQueue>>,
@@ -125,14 +124,6 @@ pub(crate) struct Shared {
     part_bytes: usize,
 }
 
-// SAFETY: `Shared` holds MPI handles (communicator, requests), which are plain values that
-// any thread may use when MPI runs at MPI_THREAD_MULTIPLE; with one local slot (the only
-// case allowed below MPI_THREAD_MULTIPLE, checked in `Shared::new`) a single thread at a
-// time drives it, which MPI_THREAD_SERIALIZED allows. Mutable handles are behind mutexes.
-unsafe impl Send for Shared {}
-// SAFETY: as above.
-unsafe impl Sync for Shared {}
-
 impl Shared {
     /// Sets up a Ballast world of `world` ranks over `comm` (Ballast's duplicate).
     pub(crate) fn new(comm: SimpleCommunicator, world: usize, part_bytes: usize) -> Result<Arc<Shared>> {
@@ -149,14 +140,14 @@ impl Shared {
         } else {
             0
         };
-        if local_slots > 1 && rsmpi::environment::threading_support() != rsmpi::Threading::Multiple {
+        let Some(comm) = SharedComm::new(comm, local_slots) else {
             return Err(Error::MpiWorld {
                 world,
                 procs,
                 what: "more ranks than processes need MPI_THREAD_MULTIPLE (initialise with Mpi::init_multithreaded)"
                     .into(),
             });
-        }
+        };
         if local_slots > DIRECT_TAG_BASE as usize {
             return Err(Error::MpiWorld {
                 world,
@@ -165,7 +156,7 @@ impl Shared {
             });
         }
         let s = Arc::new(Shared {
-            comm: std::mem::ManuallyDrop::new(comm),
+            comm,
             procs,
             proc_rank,
             world,
@@ -183,7 +174,7 @@ impl Shared {
         });
         if local_slots == 0 {
             // A process without ranks of this world only takes part in the final barrier.
-            *s.barrier.lock() = Some(s.comm.immediate_barrier());
+            *s.barrier.lock() = Some(s.comm.barrier());
         }
         Ok(s)
     }
@@ -302,9 +293,8 @@ impl Drop for Shared {
         // Everything addressed to this process is received: its own sends can complete.
         drop(std::mem::take(&mut *self.orphans.lock()));
         drop(self.notices.lock().take());
-        // SAFETY: `comm` is not used afterwards and this is its only drop; MPI is still
-        // live, so dropping the duplicate frees it with MPI_Comm_free.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.comm) };
+        // MPI is still live: the duplicate is freed (MPI_Comm_free) with this struct.
+        self.comm.free_on_drop();
     }
 }
 
@@ -770,7 +760,7 @@ impl Fabric for MpiFabric {
         }
         self.marked_done = true;
         if self.shared.done_local.fetch_add(1, Ordering::AcqRel) + 1 == self.shared.local_slots {
-            *self.shared.barrier.lock() = Some(self.shared.comm.immediate_barrier());
+            *self.shared.barrier.lock() = Some(self.shared.comm.barrier());
         }
     }
 
@@ -779,11 +769,9 @@ impl Fabric for MpiFabric {
             return true;
         }
         let mut slot = self.shared.barrier.lock();
-        if let Some(r) = slot.take() {
-            match r.test() {
-                Ok(_) => self.shared.all_done.store(true, Ordering::Release),
-                Err(r) => *slot = Some(r),
-            }
+        if slot.as_mut().is_some_and(Barrier::test) {
+            *slot = None;
+            self.shared.all_done.store(true, Ordering::Release);
         }
         self.shared.all_done.load(Ordering::Acquire)
     }

@@ -43,7 +43,6 @@
 //! [`ud`] the datagram path.
 
 mod connect;
-#[allow(unsafe_code)] // registering the pool (`Mr::register`: the pool keeps it in place)
 mod memory;
 mod post;
 mod ud;
