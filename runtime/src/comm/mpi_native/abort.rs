@@ -2,6 +2,9 @@
 //! their own communicator.
 
 use super::*;
+use rsmpi::datatype::traits::*;
+use rsmpi::ffi;
+use rsmpi::raw::AsRaw;
 
 /// Abort notices of one native world, shared with [`crate::fabric::mpi::Mpi::run_ranks`] so that a
 /// rank that failed (even by panicking, which drops its communicator) tells the others.
@@ -37,7 +40,8 @@ impl AbortLine {
         }
         let mut q = self.notices.lock();
         for p in (0..self.comm.size()).filter(|&p| p != self.comm.rank()) {
-            let mut req = null_request();
+            // SAFETY: reading the null request constant.
+            let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
             // SAFETY: ABORT_BYTE is a static (outlives the request); the communicator is live.
             let code = unsafe {
                 ffi::MPI_Isend(
