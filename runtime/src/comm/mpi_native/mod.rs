@@ -47,12 +47,9 @@
 
 use std::collections::VecDeque;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
-use rsmpi::point_to_point::Source as _;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
 use crate::comm::model::{MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_PER_RANK_BYTES};
@@ -94,7 +91,6 @@ pub(crate) fn tags_fit(tag_ub: i64) -> bool {
     tag_ub >= i64::from(RESERVED_TAG_BASE - 1)
 }
 
-#[allow(unsafe_code)] // the abort notices' MPI_Isend (until they join fabric/mpi)
 mod abort;
 mod backend;
 #[allow(unsafe_code)] // the raw MPI calls, behind types that own their buffers

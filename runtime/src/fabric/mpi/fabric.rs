@@ -67,6 +67,7 @@ use rsmpi::datatype::traits::*;
 use rsmpi::point_to_point::{Destination as _, Source as _};
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
+use super::abort::AbortNotices;
 use super::ffi::{recv_append, Barrier, SendQueue, SharedComm};
 use crate::core::backoff::Backoff;
 use crate::core::config::RecvSharing;
@@ -107,8 +108,8 @@ pub(crate) struct Shared {
     done_local: AtomicUsize,
     barrier: Mutex<Option<Barrier>>,
     all_done: AtomicBool,
-    abort: AtomicBool,
-    notices: Mutex<Option<SendQueue>>,
+    /// The abort protocol, on `comm` with [`ABORT_TAG`].
+    abort: AbortNotices,
     /// Send queues of this process' dropped fabrics whose sends may still be in flight:
     /// waited for only after [`Shared::drain`] received what is addressed to this process'
     /// ranks (a send to a rank of the same process can complete only when it is received:
@@ -164,8 +165,7 @@ impl Shared {
             done_local: AtomicUsize::new(0),
             barrier: Mutex::new(None),
             all_done: AtomicBool::new(false),
-            abort: AtomicBool::new(false),
-            notices: Mutex::new(None),
+            abort: AbortNotices::new(),
             orphans: Mutex::new(Vec::new()),
             sent: (0..world).map(|_| AtomicU64::new(0)).collect(),
             recvd: (0..world).map(|_| AtomicU64::new(0)).collect(),
@@ -188,31 +188,11 @@ impl Shared {
 
     /// Marks this process' ranks failed and tells the other processes (best effort).
     pub(crate) fn abort(&self) {
-        if self.abort.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let mut q = SendQueue::new(0, 0);
-        for p in (0..self.procs).filter(|&p| p != self.proc_rank) {
-            let _ = q.post(&self.comm, p, ABORT_TAG, vec![1], 0);
-        }
-        *self.notices.lock() = Some(q);
+        self.abort.abort(&self.comm, ABORT_TAG);
     }
 
     fn poll_abort(&self) -> bool {
-        if self.abort.load(Ordering::Acquire) {
-            return true;
-        }
-        if let Some((msg, _)) = self
-            .comm
-            .any_process()
-            .immediate_matched_probe_with_tag(ABORT_TAG)
-        {
-            let mut b = [0u8; 1];
-            msg.matched_receive_into(&mut b[..]);
-            self.abort.store(true, Ordering::Release);
-            return true;
-        }
-        false
+        self.abort.poll(&self.comm, ABORT_TAG)
     }
 }
 
@@ -267,11 +247,11 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let barrier = self.barrier.lock().take();
-        if rsmpi::environment::is_finalized() || self.abort.load(Ordering::Acquire) {
+        if rsmpi::environment::is_finalized() || self.abort.is_set() {
             // Too late to free MPI objects, or the other processes may never come (abort):
-            // leak the barrier and the communicator (never freed, so never reused).
+            // leak the barrier, the notices and the communicator (never freed, so never
+            // reused).
             std::mem::forget(barrier);
-            std::mem::forget(self.notices.lock().take());
             std::mem::forget(std::mem::take(&mut *self.orphans.lock()));
             return;
         }
@@ -292,7 +272,6 @@ impl Drop for Shared {
         self.drain();
         // Everything addressed to this process is received: its own sends can complete.
         drop(std::mem::take(&mut *self.orphans.lock()));
-        drop(self.notices.lock().take());
         // MPI is still live: the duplicate is freed (MPI_Comm_free) with this struct.
         self.comm.free_on_drop();
     }
@@ -502,7 +481,7 @@ impl MpiFabric {
 impl Drop for MpiFabric {
     fn drop(&mut self) {
         let sends = std::mem::replace(&mut self.sends, SendQueue::new(0, 0));
-        if self.shared.abort.load(Ordering::Acquire) {
+        if self.shared.abort.is_set() {
             // A failed peer may never receive what is in flight: leak the buffers (MPI may
             // still read them) rather than wait forever.
             std::mem::forget(sends);
@@ -748,7 +727,7 @@ impl Fabric for MpiFabric {
         let c = self.abort_countdown.get();
         if c > 0 {
             self.abort_countdown.set(c - 1);
-            return self.shared.abort.load(Ordering::Relaxed);
+            return self.shared.abort.is_set();
         }
         self.abort_countdown.set(ABORT_PROBE_EVERY);
         self.shared.poll_abort()

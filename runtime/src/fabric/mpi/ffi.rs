@@ -78,6 +78,14 @@ impl SharedComm {
         })
     }
 
+    /// `comm` used by one thread at a time (MPI_THREAD_SERIALIZED suffices).
+    pub(crate) fn serialized(comm: SimpleCommunicator) -> SharedComm {
+        SharedComm {
+            comm: ManuallyDrop::new(comm),
+            free: false,
+        }
+    }
+
     /// Frees the communicator when this is dropped (once every message addressed to it was
     /// received), rather than leaking it.
     pub(crate) fn free_on_drop(&mut self) {

@@ -21,6 +21,7 @@
 //! # Ok::<(), ballast_runtime::Error>(())
 //! ```
 
+pub(crate) mod abort;
 mod fabric;
 #[allow(unsafe_code)] // the raw MPI calls over owned buffers, each behind a safe function
 pub(crate) mod ffi;
