@@ -58,9 +58,10 @@ pub(crate) struct SharedComm {
 
 // SAFETY: a communicator handle is a plain value that MPI lets any thread use at
 // MPI_THREAD_MULTIPLE; below that level `SharedComm::new` accepts only one user thread
-// (one local rank), whose calls MPI_THREAD_SERIALIZED allows from any thread in turn (the
-// thread that drops the last `Arc` of the world, or a launcher reporting a failure, uses it
-// only after that rank stopped).
+// (one local rank), and `SharedComm::serialized` is for one (the native path's abort line),
+// whose calls MPI_THREAD_SERIALIZED allows from any thread in turn (the thread that drops
+// the last `Arc` of the world, or a launcher reporting a failure, uses it only after that
+// rank stopped). The rest is the crate's discipline: nothing else shares one.
 unsafe impl Send for SharedComm {}
 // SAFETY: as above.
 unsafe impl Sync for SharedComm {}
@@ -78,7 +79,8 @@ impl SharedComm {
         })
     }
 
-    /// `comm` used by one thread at a time (MPI_THREAD_SERIALIZED suffices).
+    /// `comm` used by one thread at a time (MPI_THREAD_SERIALIZED suffices): only for one
+    /// rank's own communicator, used by another thread only after that rank stopped.
     pub(crate) fn serialized(comm: SimpleCommunicator) -> SharedComm {
         SharedComm {
             comm: ManuallyDrop::new(comm),
