@@ -132,7 +132,9 @@ for run in "1" "2" "3" "3 --multiple"; do
     echo "ci/capi.sh: mpirun -n $n mpi_conformance $opt: $(grep -m1 ' passed, 0 failed$' "$log")"
 done
 # Out of memory over MPI (capi/tests/c/mpi_limits.c, issue 33): RLIMIT_AS lowered per case
-# after MPI_Init, on the native path and on the engine (about 7-12 s each here).
+# after MPI_Init, on the native path and on the engine, with a receive refused for memory
+# whose message a later receive takes whole, and traffic at buffer_size 1 (about 33 s
+# each with the release build here; 7-12 s before these cases).
 # shellcheck disable=SC2046
 mpicc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L capi/tests/c/mpi_limits.c \
     $(pkg-config --cflags --libs ballast) -o "$work/mpi_limits"
@@ -145,7 +147,6 @@ for path in on off; do
     fi
     good=$(grep -c ' passed, 0 failed$' "$log" || true)
     [ "$good" = 2 ] || { cat "$log" >&2; echo "ci/capi.sh: $good of 2 processes reported all passed" >&2; exit 1; }
-    grep -m1 'SKIP' "$log" || true
     echo "ci/capi.sh: mpirun -n 2 mpi_limits $path: $(grep -m1 ' passed, 0 failed$' "$log")"
 done
 mkdir -p "$work/cmake-mpi"

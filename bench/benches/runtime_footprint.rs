@@ -7,8 +7,8 @@
 
 use std::hint::black_box;
 
-use ballast_runtime::fanout::run_local;
 use ballast_runtime::{RecvSharing, RuntimeConfig, TransportConfig};
+use ballast_sim::fanout::run_local;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 fn modes() -> Vec<(&'static str, RuntimeConfig)> {

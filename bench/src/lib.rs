@@ -1,2 +1,5 @@
 //! Shared helpers for Ballast's benchmarks (see `benches/` and `docs/BENCHMARKS.md`).
 #![deny(unsafe_code)]
+
+#[cfg(feature = "verbs")]
+pub mod raw_pingpong;

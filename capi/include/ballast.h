@@ -463,8 +463,11 @@ int ballast_irecv(struct ballast_comm *comm, int source, int64_t tag, struct bal
 // Progresses once and tells whether `req` completed (*done 1 or 0); when it did, fills
 // *status (if not NULL) and returns the request's own error, if any. Testing a completed
 // request again gives the same status. Errors: BALLAST_EINVAL for NULL `req` or `done`, or
-// a request already freed (or cancelled by its communicator's free); the request's own (e.g.
-// BALLAST_EPEER when its peer died or the run was aborted).
+// a request already freed (or cancelled by its communicator's free); BALLAST_ENOMEM with
+// *done 0 when the progress could not allocate a message: the request stays live (a
+// message that did not fit stays queued, for this receive if it is its own), so test or
+// wait it again once memory was freed; the request's own (e.g. BALLAST_EPEER when its
+// peer died or the run was aborted).
 //
 // # Safety
 // `req` must be NULL or a ballast_request handle, not freed by another thread during the

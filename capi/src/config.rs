@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 
 use ballast_runtime::config::SETTINGS;
-use ballast_runtime::{Error, RuntimeConfig};
+use ballast_runtime::{ConfigError, RuntimeConfig};
 
 use crate::comm::ballast_footprint;
 use crate::error::{boundary, Fail};
@@ -52,7 +52,7 @@ pub unsafe extern "C" fn ballast_config_new(out: *mut *mut ballast_config) -> c_
         }
         // SAFETY: `out` is non-NULL and writable (the caller's contract).
         unsafe { *out = std::ptr::null_mut() };
-        let cfg = RuntimeConfig::from_env().map_err(|e| Fail::runtime("ballast_config_new", &e))?;
+        let cfg = RuntimeConfig::from_env().map_err(|e| Fail::runtime("ballast_config_new", &e.into()))?;
         let p = Box::into_raw(Box::new(ballast_config { cfg }));
         let Some(h) = handles::register(Kind::Config, p.cast()) else {
             // SAFETY: the box just made, never handed out.
@@ -101,8 +101,8 @@ pub unsafe extern "C" fn ballast_config_set(
             .map_err(|e| Fail::inval(format!("{F}: key `{key}`: {e}")))?;
         // A value out of range for this key, with the other settings as they are or as
         // their defaults (an earlier check failing on another setting would hide it).
-        let own = |r: ballast_runtime::Result<RuntimeConfig>| match r {
-            Err(e @ Error::Setting { name, .. }) if name == key => {
+        let own = |r: Result<RuntimeConfig, ConfigError>| match r {
+            Err(e @ ConfigError::Setting { name, .. }) if name == key => {
                 Err(Fail::inval(format!("{F}: key `{key}`: {e}")))
             }
             _ => Ok(()),

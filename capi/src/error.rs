@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use ballast_runtime::Error;
+use ballast_runtime::{ConfigError, Error};
 
 use crate::{
     BALLAST_EAGAIN, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EPEER, BALLAST_ETRUNC,
@@ -67,8 +67,8 @@ impl Fail {
 pub(crate) fn code_of(e: &Error) -> c_int {
     match e {
         Error::WouldBlock => BALLAST_EAGAIN,
-        Error::Config { .. }
-        | Error::Setting { .. }
+        Error::Config(ConfigError::TransportUnavailable { .. }) => BALLAST_EUNSUPPORTED,
+        Error::Config(_)
         | Error::InvalidRank { .. }
         | Error::ReservedTag(_)
         | Error::UnknownRequest(_)
@@ -84,7 +84,6 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         Error::Aborted | Error::PeerGone { .. } | Error::PeerDied { .. } | Error::QueuePairBroken { .. } => {
             BALLAST_EPEER
         }
-        Error::TransportUnavailable { .. } => BALLAST_EUNSUPPORTED,
         _ => BALLAST_EINTERNAL,
     }
 }
@@ -298,10 +297,10 @@ mod tests {
         };
         assert_eq!(code_of(&mismatch), BALLAST_EINVAL);
         assert_eq!(
-            code_of(&Error::TransportUnavailable {
+            code_of(&Error::Config(ConfigError::TransportUnavailable {
                 transport: ballast_runtime::config::TransportKind::Verbs,
                 why: "x"
-            }),
+            })),
             BALLAST_EUNSUPPORTED
         );
         let bad_chunk = Error::BadChunk {

@@ -27,7 +27,9 @@ pub struct ballast_request {
     send: Option<ballast_status>,
     /// The status once complete.
     done: Option<ballast_status>,
-    /// The error message of a request that completed with an error (empty otherwise).
+    /// The error message of a request that completed with an error; or, just after a
+    /// `ballast_test` whose progress ran out of memory (the request stays live), that
+    /// error's message until `ballast_test` reports it (empty otherwise).
     failure: String,
     /// A completed receive's bytes.
     data: Vec<u8>,
@@ -222,6 +224,13 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
                 return None;
             }
             Ok(true) => {}
+            Err(e) if code_of(&e) == BALLAST_ENOMEM => {
+                // Out of memory ends no request: a message that did not fit stays queued
+                // (for this receive, if it is this one's), taken once memory allows.
+                r.pending = Some(pending);
+                r.failure = e.to_string();
+                return None;
+            }
             Err(e) => {
                 let st = ballast_status {
                     error: code_of(&e),
@@ -357,8 +366,11 @@ pub unsafe extern "C" fn ballast_irecv(
 /// Progresses once and tells whether `req` completed (*done 1 or 0); when it did, fills
 /// *status (if not NULL) and returns the request's own error, if any. Testing a completed
 /// request again gives the same status. Errors: BALLAST_EINVAL for NULL `req` or `done`, or
-/// a request already freed (or cancelled by its communicator's free); the request's own (e.g.
-/// BALLAST_EPEER when its peer died or the run was aborted).
+/// a request already freed (or cancelled by its communicator's free); BALLAST_ENOMEM with
+/// *done 0 when the progress could not allocate a message: the request stays live (a
+/// message that did not fit stays queued, for this receive if it is its own), so test or
+/// wait it again once memory was freed; the request's own (e.g. BALLAST_EPEER when its
+/// peer died or the run was aborted).
 ///
 /// # Safety
 /// `req` must be NULL or a ballast_request handle, not freed by another thread during the
@@ -377,6 +389,11 @@ pub unsafe extern "C" fn ballast_test(
         let st = complete(c, r, false);
         // SAFETY: `done` is non-NULL and writable (the contract).
         unsafe { *done = c_int::from(st.is_some()) };
+        if st.is_none() && !r.failure.is_empty() {
+            // Out of memory, the request still live.
+            let why = std::mem::take(&mut r.failure);
+            return Err(Fail::new(BALLAST_ENOMEM, format!("{F}: {why}")));
+        }
         if let (Some(st), false) = (st, status.is_null()) {
             // SAFETY: non-NULL and writable (the contract).
             unsafe { *status = st };

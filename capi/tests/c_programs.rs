@@ -194,7 +194,16 @@ fn out_of_memory_and_failed_thread_starts_are_enomem() {
     let prog = build(&cc, &src, &[]);
     // One process per case (the limit and what is mapped stay with the process), one at
     // a time (the send, receive and all-gather cases touch gigabytes).
-    for case in ["srq", "count", "ranks", "threads", "send", "recv", "gather"] {
+    for case in [
+        "srq",
+        "count",
+        "ranks",
+        "threads",
+        "send",
+        "recv",
+        "recv_again",
+        "gather",
+    ] {
         let out = run(&prog, &[case]);
         print!("{out}");
         assert!(out.ends_with(&format!("capi limits {case}: ok\n")), "{out}");

@@ -11,8 +11,10 @@
 //! reads no `BALLAST_*` variable). Exits with an error when the check fails.
 //!
 //! The options become a [`Plan`] (the circuit, the simulation parameters, the runtime
-//! configuration), which runs its steps (each with a spinner and its time on stderr) into
-//! the runs compared, and one [`Report`] of them, printed as the table.
+//! configuration), which runs its steps (each with a spinner and its time on stderr; the
+//! circuit and the files the dry run wrote on stdout as each step ends, on stderr with
+//! `--json`) into the runs compared, and one [`Report`] of them, printed as the table or,
+//! with `--json`, as one JSON object.
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,7 @@ use ballast_sim::report::{build_report, max_min, predicted_footprint, RunReport}
 use ballast_sim::{all_spikes, run_local, LbMode, RankOutcome, SimInput, SimParams};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
 
 /// Arguments of `ballast demo`.
 #[derive(Args, Debug)]
@@ -57,6 +60,9 @@ pub struct DemoArgs {
     /// Where the allocation file and each run's out.dat and report.json go.
     #[arg(long, default_value = "ballast-demo")]
     output: PathBuf,
+    /// Print one JSON object instead of the table (the steps' lines go to stderr).
+    #[arg(long)]
+    json: bool,
 }
 
 /// A spinner for one step; finished with the step's time.
@@ -93,23 +99,42 @@ struct Plan<'a> {
 type Run = (LbMode, RunReport, Vec<RankOutcome>);
 
 /// A line of the comparison table: a heading, or a row with the RoundRobin and Memory
-/// figures.
+/// figures (as JSON `{"heading": …}` or `{"label": …, "round_robin": …, "memory": …}`).
+#[derive(Serialize)]
+#[serde(untagged)]
 enum Line {
-    Heading(&'static str),
-    Row(String, [String; 2]),
+    Heading {
+        heading: &'static str,
+    },
+    Row {
+        label: String,
+        round_robin: String,
+        memory: String,
+    },
 }
 
-/// The result of `ballast demo`: the settings, the table comparing the two runs, the notes,
-/// the process' peak memory and the spike check.
+/// The spikes of the RoundRobin and Memory runs.
+#[derive(Serialize)]
+struct Spikes {
+    round_robin: usize,
+    memory: usize,
+}
+
+/// The result of `ballast demo` (its `--json` keys in this order): the circuit, the files the
+/// dry run wrote, the settings, the table comparing the two runs, the notes, the process'
+/// peak memory, where the runs' outputs are and the checks.
+#[derive(Serialize)]
 struct Report {
+    circuit: String,
+    written: Vec<PathBuf>,
     settings: String,
     table: Vec<Line>,
     notes: Vec<String>,
-    vm_hwm_kb: u64,
-    output: PathBuf,
-    /// Spikes of the RoundRobin and Memory runs, and whether they are identical (and some).
-    spikes: (usize, usize),
-    identical: bool,
+    process_vm_hwm_kb: u64,
+    outputs: PathBuf,
+    spikes: Spikes,
+    /// Whether the two runs' spikes are identical (and some).
+    identical_spikes: bool,
     /// Peers and footprint as predicted in both runs.
     checks_ok: bool,
 }
@@ -118,36 +143,14 @@ struct Report {
 pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let total = Instant::now();
     let plan = Plan::new(args);
-    std::fs::create_dir_all(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
-    let input: SimInput = step(
-        &format!("generating a synthetic circuit of {} cells", args.cells),
-        || Ok(SimInput::synthetic(&plan.spec)?),
-    )?;
-    outln!("circuit: {}", input.label);
-    for path in &plan.dry_run(&input)? {
-        outln!("dry run: wrote {}", path.display());
+    let report = plan.run()?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        render(&report)?;
     }
-    let runs = plan.runs(&input)?;
-    let report = plan.report(&runs);
-    render(&report)?;
-    if !report.identical {
-        outln!(
-            "check: identical spikes in the RoundRobin and Memory runs: FAILED ({} vs {} spikes)",
-            report.spikes.0,
-            report.spikes.1
-        );
-        bail!("the RoundRobin and Memory runs produced different spikes");
-    }
-    outln!(
-        "check: identical spikes in the RoundRobin and Memory runs ({} spikes): ok",
-        report.spikes.0
-    );
-    if !report.checks_ok {
-        bail!("peers or transport footprint differ from the prediction (see the table)");
-    }
-    outln!("demo done in {:.1} s", total.elapsed().as_secs_f64());
-    Ok(())
+    plan.check(&report)?;
+    plan.say(format!("demo done in {:.1} s", total.elapsed().as_secs_f64()))
 }
 
 impl Plan<'_> {
@@ -171,6 +174,53 @@ impl Plan<'_> {
             },
             cfg: RuntimeConfig::default(),
         }
+    }
+
+    /// A line about a step: on stdout, or on stderr with `--json` (whose stdout is the
+    /// report alone).
+    fn say(&self, line: String) -> anyhow::Result<()> {
+        if self.args.json {
+            eprintln!("{line}");
+        } else {
+            outln!("{line}");
+        }
+        Ok(())
+    }
+
+    /// The steps: the circuit, the dry run, the two runs; then their report.
+    fn run(&self) -> anyhow::Result<Report> {
+        let args = self.args;
+        std::fs::create_dir_all(&args.output)
+            .with_context(|| format!("cannot create {}", args.output.display()))?;
+        let input: SimInput = step(
+            &format!("generating a synthetic circuit of {} cells", args.cells),
+            || Ok(SimInput::synthetic(&self.spec)?),
+        )?;
+        self.say(format!("circuit: {}", input.label))?;
+        let written = self.dry_run(&input)?;
+        for path in &written {
+            self.say(format!("dry run: wrote {}", path.display()))?;
+        }
+        let runs = self.runs(&input)?;
+        Ok(self.report(&input, written, &runs))
+    }
+
+    /// The spike check and the prediction check of `report`: an error when either fails.
+    fn check(&self, report: &Report) -> anyhow::Result<()> {
+        let Spikes { round_robin, memory } = report.spikes;
+        if !report.identical_spikes {
+            self.say(format!(
+                "check: identical spikes in the RoundRobin and Memory runs: FAILED ({round_robin} vs {memory} spikes)"
+            ))?;
+            bail!("the RoundRobin and Memory runs produced different spikes");
+        }
+        self.say(format!(
+            "check: identical spikes in the RoundRobin and Memory runs ({round_robin} spikes): ok"
+        ))?;
+        if !report.checks_ok {
+            bail!("peers or transport footprint differ from the prediction (see the table)");
+        }
+        Ok(())
     }
 
     /// The dry run: balance for N ranks and write the allocation file, as `ballast dry-run`.
@@ -248,7 +298,7 @@ impl Plan<'_> {
     }
 
     /// The comparison of the two runs.
-    fn report(&self, runs: &[Run]) -> Report {
+    fn report(&self, input: &SimInput, written: Vec<PathBuf>, runs: &[Run]) -> Report {
         let t = self.cfg.transport();
         let shared_capped = TransportConfig {
             recv_sharing: RecvSharing::Shared,
@@ -264,9 +314,48 @@ impl Plan<'_> {
                 format!("max_endpoints={} ({})", t.max_endpoints, t.endpoint_overflow)
             }
         );
+        let mut table = self.memory_rows(runs);
+        table.extend(self.transport_rows(runs, &as_run, shared_capped));
+        let mut notes = Vec::new();
+        for (mode, r, _) in runs {
+            for why in [&r.footprint_mismatch, &r.peers_mismatch].into_iter().flatten() {
+                notes.push(format!("why not ({mode}): {why}"));
+            }
+            for n in &r.notes {
+                notes.push(format!("note ({mode}): {n}"));
+            }
+        }
+        // The largest reading: the end's, or the runs' (VmHWM can read lower after memory is freed).
+        let process_vm_hwm_kb = runs.iter().fold(
+            ballast_runtime::ProcStatus::read_self()
+                .map(|p| p.vm_hwm_kb)
+                .unwrap_or(0),
+            |m, (_, r, _)| m.max(r.process_vm_hwm_kb),
+        );
+        let (a, b) = (all_spikes(&runs[0].2), all_spikes(&runs[1].2));
+        Report {
+            circuit: input.label.clone(),
+            written,
+            settings: self.settings(&as_run, &shared_capped),
+            table,
+            notes,
+            process_vm_hwm_kb,
+            outputs: self.args.output.clone(),
+            spikes: Spikes {
+                round_robin: a.len(),
+                memory: b.len(),
+            },
+            identical_spikes: a == b && !a.is_empty(),
+            checks_ok: runs.iter().all(|r| r.1.peers_match && r.1.footprint_match),
+        }
+    }
+
+    /// The settings line: the rows' settings are the demo's own, whatever the environment
+    /// says.
+    fn settings(&self, as_run: &str, shared_capped: &TransportConfig) -> String {
+        let t = self.cfg.transport();
         let cap = self.args.max_endpoints;
-        // The rows' settings are the demo's own, whatever the environment says.
-        let settings = format!(
+        format!(
             "settings (fixed: the demo reads no BALLAST_* variable; ballast run and ballast info take them): \
              the runs use {}, {as_run}, buffer_count {} x buffer_size {} B; the capped row {}",
             t.kind,
@@ -280,42 +369,15 @@ impl Plan<'_> {
             } else {
                 "shared, no endpoint cap (--max-endpoints 0)".to_string()
             }
-        );
-        let mut table = self.memory_rows(runs);
-        table.extend(self.transport_rows(runs, &as_run, shared_capped));
-        let mut notes = Vec::new();
-        for (mode, r, _) in runs {
-            for why in [&r.footprint_mismatch, &r.peers_mismatch].into_iter().flatten() {
-                notes.push(format!("why not ({mode}): {why}"));
-            }
-            for n in &r.notes {
-                notes.push(format!("note ({mode}): {n}"));
-            }
-        }
-        // The largest reading: the end's, or the runs' (VmHWM can read lower after memory is freed).
-        let vm_hwm_kb = runs.iter().fold(
-            ballast_runtime::ProcStatus::read_self()
-                .map(|p| p.vm_hwm_kb)
-                .unwrap_or(0),
-            |m, (_, r, _)| m.max(r.process_vm_hwm_kb),
-        );
-        let (a, b) = (all_spikes(&runs[0].2), all_spikes(&runs[1].2));
-        Report {
-            settings,
-            table,
-            notes,
-            vm_hwm_kb,
-            output: self.args.output.clone(),
-            spikes: (a.len(), b.len()),
-            identical: a == b && !a.is_empty(),
-            checks_ok: runs.iter().all(|r| r.1.peers_match && r.1.footprint_match),
-        }
+        )
     }
 
     /// The cell memory rows: largest and smallest rank, estimated and accounted, and peers.
     fn memory_rows(&self, runs: &[Run]) -> Vec<Line> {
-        let row = |label: &str, f: &dyn Fn(&RunReport) -> String| {
-            Line::Row(label.to_owned(), [f(&runs[0].1), f(&runs[1].1)])
+        let row = |label: &str, f: &dyn Fn(&RunReport) -> String| Line::Row {
+            label: label.to_owned(),
+            round_robin: f(&runs[0].1),
+            memory: f(&runs[1].1),
         };
         let scale = self.args.memory_scale;
         vec![
@@ -355,8 +417,10 @@ impl Plan<'_> {
             max_endpoints: 0,
             ..*t
         };
-        let row = |label: &str, f: &dyn Fn(&RunReport) -> String| {
-            Line::Row(label.to_owned(), [f(&runs[0].1), f(&runs[1].1)])
+        let row = |label: &str, f: &dyn Fn(&RunReport) -> String| Line::Row {
+            label: label.to_owned(),
+            round_robin: f(&runs[0].1),
+            memory: f(&runs[1].1),
         };
         let tp = |c: TransportConfig| {
             move |r: &RunReport| {
@@ -370,14 +434,18 @@ impl Plan<'_> {
             }
         };
         vec![
-            Line::Heading("transport per rank, largest (KB), predicted for the circuit's peers:"),
+            Line::Heading {
+                heading: "transport per rank, largest (KB), predicted for the circuit's peers:",
+            },
             row("  per-peer", &tp(per_peer)),
             row(
                 &capped_label(runs, self.args.max_endpoints, &shared_capped),
                 &tp(shared_capped),
             ),
             row(&format!("  {as_run} (the configuration run)"), &tp(*t)),
-            Line::Heading("transport per rank, largest (KB), measured in the runs:"),
+            Line::Heading {
+                heading: "transport per rank, largest (KB), measured in the runs:",
+            },
             row(&format!("  {as_run}"), &|r| {
                 format!(
                     "{:.0}",
@@ -430,8 +498,12 @@ fn render(report: &Report) -> anyhow::Result<()> {
     outln!("{:<60} {:>14} {:>14}", "", "RoundRobin", "Memory");
     for line in &report.table {
         match line {
-            Line::Heading(h) => outln!("{h}"),
-            Line::Row(label, [rr, memory]) => outln!("{:<60} {:>14} {:>14}", label, rr, memory),
+            Line::Heading { heading } => outln!("{heading}"),
+            Line::Row {
+                label,
+                round_robin,
+                memory,
+            } => outln!("{:<60} {:>14} {:>14}", label, round_robin, memory),
         }
     }
     for n in &report.notes {
@@ -439,11 +511,11 @@ fn render(report: &Report) -> anyhow::Result<()> {
     }
     outln!(
         "process VmHWM (all ranks, both runs): {} MB",
-        report.vm_hwm_kb / 1024
+        report.process_vm_hwm_kb / 1024
     );
     outln!(
         "outputs: {}/{{roundrobin,memory}}/{{out.dat,report.json}}",
-        report.output.display()
+        report.outputs.display()
     );
     Ok(())
 }

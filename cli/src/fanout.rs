@@ -4,8 +4,8 @@
 //! runs the fanout over its transport into one [`Report`], printed as JSON or as text.
 
 use anyhow::{bail, Context};
-use ballast_runtime::fanout::{run_local_counted, FanoutReport, Snapshot};
 use ballast_runtime::{LockStatus, MemoryLock, ProcStatus, TransportKind};
+use ballast_sim::fanout::{run_local_counted, FanoutReport, Snapshot};
 use serde::Serialize;
 
 use crate::runtime_args::RuntimeArgs;
@@ -50,7 +50,7 @@ struct Outcome {
     messages_sent: Option<u64>,
     /// Per process, over verbs.
     #[cfg(feature = "verbs")]
-    processes: Option<Vec<ballast_runtime::verbs::fanout::ProcessMemory>>,
+    processes: Option<Vec<ballast_sim::fanout::verbs::ProcessMemory>>,
 }
 
 /// The process' counters (`start`: before the transport).
@@ -162,7 +162,7 @@ struct TextOnly {
     messages: usize,
     ints: usize,
     #[cfg(feature = "verbs")]
-    processes: Option<Vec<ballast_runtime::verbs::fanout::ProcessMemory>>,
+    processes: Option<Vec<ballast_sim::fanout::verbs::ProcessMemory>>,
 }
 
 impl Report {
@@ -357,7 +357,12 @@ impl Plan {
                     mpi.size()
                 );
             }
-            Ok(mpi.fanout(&self.cfg, self.messages, self.ints)?)
+            Ok(ballast_sim::fanout::mpi::fanout(
+                &mpi,
+                &self.cfg,
+                self.messages,
+                self.ints,
+            )?)
         })();
         Ok(
             ballast_sim::launch::leave_mpi_on_error(mpi, out)?.map(|report| Outcome {
@@ -386,7 +391,7 @@ impl Plan {
                     self.ranks.unwrap_or(0)
                 );
             }
-            Ok(ballast_runtime::verbs::fanout::fanout(
+            Ok(ballast_sim::fanout::verbs::fanout(
                 launch.bootstrap(),
                 cfg,
                 self.messages,
@@ -524,12 +529,12 @@ fn counter_table(r: &FanoutReport) -> anyhow::Result<()> {
 }
 
 #[cfg(feature = "verbs")]
-fn verbs_memory_ok(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> bool {
+fn verbs_memory_ok(p: &[ballast_sim::fanout::verbs::ProcessMemory]) -> bool {
     p.iter().all(|m| m.check().is_empty())
 }
 
 #[cfg(feature = "verbs")]
-fn processes_report(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> Vec<ProcessReport> {
+fn processes_report(p: &[ballast_sim::fanout::verbs::ProcessMemory]) -> Vec<ProcessReport> {
     p.iter()
         .map(|m| ProcessReport {
             rank: m.rank,
@@ -552,8 +557,8 @@ fn processes_report(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> Vec<
 /// Per process (one rank each): the footprint predicted and accounted, and what the kernel
 /// reports (VmPin, VmLck, VmRSS growth) with the bounds of `verbs::fanout`.
 #[cfg(feature = "verbs")]
-fn print_processes(p: &[ballast_runtime::verbs::fanout::ProcessMemory]) -> anyhow::Result<()> {
-    use ballast_runtime::verbs::fanout::RSS_SLACK_KIB;
+fn print_processes(p: &[ballast_sim::fanout::verbs::ProcessMemory]) -> anyhow::Result<()> {
+    use ballast_sim::fanout::verbs::RSS_SLACK_KIB;
     outln!(
         "per process (KiB): VmPin growth must equal the registrations (pages), VmLck stay constant after setup, VmRSS growth be at most model + {RSS_SLACK_KIB}"
     );

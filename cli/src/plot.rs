@@ -7,6 +7,7 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use ballast_balancer::atomic::AtomicFile;
 use ballast_balancer::{Allocation, DryRun};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -123,6 +124,10 @@ pub fn render(path: &Path, series: &[Series], lower_bound_kb: f64) -> anyhow::Re
     Ok(file)
 }
 
+/// A chart of one panel: x the rank (bars centred on integers), y MiB.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// One panel per series, on one y scale (the tallest bar or the lower bound).
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     series: &[Series],
@@ -131,9 +136,7 @@ fn draw<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("plotting failed: {e:?}");
-    root.fill(&WHITE).map_err(err)?;
-    let mib = |kb: f64| kb / 1024.0;
+    root.fill(&WHITE).map_err(plot_error::<DB>)?;
     let top = series
         .iter()
         .flat_map(|s| {
@@ -142,74 +145,110 @@ where
         .fold(lower_bound_kb, f64::max);
     let panels = root.split_evenly((series.len(), 1));
     for (s, area) in series.iter().zip(&panels) {
-        let ranks = s.cells_kb.len();
-        let mut chart = ChartBuilder::on(area)
-            .caption(format!("{}: memory per rank (MiB)", s.title), ("sans-serif", 20))
-            .margin(10)
-            .x_label_area_size(35)
-            .y_label_area_size(70)
-            .build_cartesian_2d(-0.5f64..ranks as f64 - 0.5, 0f64..mib(top) * 1.05)
-            .map_err(err)?;
-        // Rank r's bar is centred on x = r; only integer ticks are labelled, so a label
-        // never repeats whatever tick step plotters picks.
-        let rank_label = |x: &f64| {
-            if (x - x.round()).abs() < 1e-9 && *x >= 0.0 {
-                format!("{}", x.round() as u64)
-            } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .x_desc("rank")
-            .y_desc("MiB")
-            .disable_x_mesh()
-            .light_line_style(WHITE)
-            .x_labels(ranks.clamp(2, 20) + 1)
-            .x_label_formatter(&rank_label)
-            .draw()
-            .map_err(err)?;
-        let parts: [(&str, &Vec<f64>, RGBColor); 3] = [
-            ("cells", &s.cells_kb, RGBColor(70, 130, 180)),
-            ("synapses", &s.synapses_kb, RGBColor(244, 164, 96)),
-            ("transport", &s.transport_kb, RGBColor(205, 92, 92)),
-        ];
-        let mut base = vec![0.0; ranks];
-        for (name, values, color) in parts {
-            let bars: Vec<Rectangle<(f64, f64)>> = (0..ranks)
-                .filter(|&r| values[r] > 0.0)
-                .map(|r| {
-                    let (y0, y1) = (mib(base[r]), mib(base[r] + values[r]));
-                    Rectangle::new([(r as f64 - 0.4, y0), (r as f64 + 0.4, y1)], color.filled())
-                })
-                .collect();
-            for r in 0..ranks {
-                base[r] += values[r];
-            }
-            chart
-                .draw_series(bars)
-                .map_err(err)?
-                .label(name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+        panel(area, s, top, lower_bound_kb)?;
+    }
+    root.present().map_err(plot_error::<DB>)?;
+    Ok(())
+}
+
+fn plot_error<DB: DrawingBackend>(e: DrawingAreaErrorKind<DB::ErrorType>) -> anyhow::Error
+where
+    DB::ErrorType: 'static,
+{
+    anyhow::anyhow!("plotting failed: {e:?}")
+}
+
+fn mib(kb: f64) -> f64 {
+    kb / 1024.0
+}
+
+/// One series' panel: its axes, the stacked bars, the lower bound and the legend.
+fn panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    s: &Series,
+    top: f64,
+    lower_bound_kb: f64,
+) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let err = plot_error::<DB>;
+    let ranks = s.cells_kb.len();
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("{}: memory per rank (MiB)", s.title), ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.5f64..ranks as f64 - 0.5, 0f64..mib(top) * 1.05)
+        .map_err(err)?;
+    // Rank r's bar is centred on x = r; only integer ticks are labelled, so a label
+    // never repeats whatever tick step plotters picks.
+    let rank_label = |x: &f64| {
+        if (x - x.round()).abs() < 1e-9 && *x >= 0.0 {
+            format!("{}", x.round() as u64)
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .x_desc("rank")
+        .y_desc("MiB")
+        .disable_x_mesh()
+        .light_line_style(WHITE)
+        .x_labels(ranks.clamp(2, 20) + 1)
+        .x_label_formatter(&rank_label)
+        .draw()
+        .map_err(err)?;
+    stacked_bars(&mut chart, s)?;
+    chart
+        .draw_series(LineSeries::new(
+            [
+                (-0.5, mib(lower_bound_kb)),
+                (ranks as f64 - 0.5, mib(lower_bound_kb)),
+            ],
+            BLACK.stroke_width(2),
+        ))
+        .map_err(err)?
+        .label("lower bound: (cells + synapses) / ranks")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 10, y)], BLACK.stroke_width(2)));
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+/// Cells, synapses and transport stacked per rank, each with its legend entry.
+fn stacked_bars<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, s: &Series) -> anyhow::Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let ranks = s.cells_kb.len();
+    let parts: [(&str, &Vec<f64>, RGBColor); 3] = [
+        ("cells", &s.cells_kb, RGBColor(70, 130, 180)),
+        ("synapses", &s.synapses_kb, RGBColor(244, 164, 96)),
+        ("transport", &s.transport_kb, RGBColor(205, 92, 92)),
+    ];
+    let mut base = vec![0.0; ranks];
+    for (name, values, color) in parts {
+        let bars: Vec<Rectangle<(f64, f64)>> = (0..ranks)
+            .filter(|&r| values[r] > 0.0)
+            .map(|r| {
+                let (y0, y1) = (mib(base[r]), mib(base[r] + values[r]));
+                Rectangle::new([(r as f64 - 0.4, y0), (r as f64 + 0.4, y1)], color.filled())
+            })
+            .collect();
+        for r in 0..ranks {
+            base[r] += values[r];
         }
         chart
-            .draw_series(LineSeries::new(
-                [
-                    (-0.5, mib(lower_bound_kb)),
-                    (ranks as f64 - 0.5, mib(lower_bound_kb)),
-                ],
-                BLACK.stroke_width(2),
-            ))
-            .map_err(err)?
-            .label("lower bound: (cells + synapses) / ranks")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 10, y)], BLACK.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+            .draw_series(bars)
+            .map_err(plot_error::<DB>)?
+            .label(name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
     }
-    root.present().map_err(err)?;
     Ok(())
 }

@@ -173,7 +173,7 @@ impl RuntimeArgs {
         b.build().map_err(|e| match e {
             // Set through the builder here means: by one of these options (`--` + the
             // setting's name with `-` for `_`).
-            ballast_runtime::Error::Setting {
+            ballast_runtime::ConfigError::Setting {
                 name,
                 var,
                 value,

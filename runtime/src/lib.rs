@@ -13,7 +13,6 @@
 //! | comm | [`comm`]: the [`Communicator`], `comm::{model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction |
 //! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
 //! | fault (feature `fault`) | `fault` | the fault-injection harness: a fabric wrapper and its launcher |
-//! | jobs | [`fanout`] | the fanout measurement |
 //!
 //! ```
 //! use ballast_runtime::{local, RuntimeConfig, Source, TagMatch};
@@ -38,7 +37,6 @@ pub mod fabric;
 mod oob;
 mod protocol;
 
-pub mod fanout;
 #[cfg(feature = "fault")]
 pub mod fault;
 pub mod launch;
@@ -73,7 +71,6 @@ pub mod local {
 #[cfg(feature = "verbs")]
 pub mod verbs {
     pub use crate::fabric::verbs::*;
-    pub use crate::fanout::verbs as fanout;
     pub use crate::launch::verbs_communicator as communicator;
     pub use crate::launch::verbs_finish as finish;
     pub use crate::launch::verbs_threads as run_ranks;
@@ -87,8 +84,8 @@ pub mod bootstrap {
 
 pub use comm::{Communicator, Completion, Request};
 pub use config::{
-    BootstrapConfig, EndpointOverflow, RecvSharing, RuntimeConfig, RuntimeConfigBuilder, TransportConfig,
-    TransportKind, ValueOrigin, VerbsConfig,
+    BootstrapConfig, ConfigError, EndpointOverflow, RecvSharing, RuntimeConfig, RuntimeConfigBuilder,
+    TransportConfig, TransportKind, ValueOrigin, VerbsConfig,
 };
 pub use error::{Error, Result};
 pub use footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};

@@ -12,7 +12,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ballast_runtime::bootstrap::{Bootstrap, MpiBootstrap};
 use ballast_runtime::mpi::Mpi;
-use ballast_runtime::{Communicator, Error, RecvSharing, Result, RuntimeConfig, Source, TagMatch};
+use ballast_runtime::{
+    Communicator, ConfigError, Error, RecvSharing, Result, RuntimeConfig, Source, TagMatch,
+};
 use conformance::*;
 
 /// Runs a case's ranks spread over the MPI processes, then gives every process the results
@@ -311,7 +313,7 @@ fn different_buffer_sizes_are_refused() {
             .build()
             .unwrap();
         match mpi.communicator(&cfg) {
-            Err(Error::Config { var, reason, .. }) => {
+            Err(Error::Config(ConfigError::Var { var, reason, .. })) => {
                 assert_eq!(var, "BALLAST_BUFFER_SIZE");
                 assert!(
                     reason.contains("process 0 uses 1024, process 1 uses 1025"),

@@ -28,7 +28,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ballast_runtime::bootstrap::{Bootstrap, TcpBootstrap};
-use ballast_runtime::fanout;
 use ballast_runtime::{
     verbs, Communicator, Error, ProcStatus, RecvSharing, Result, RuntimeConfig, Source, TagMatch,
     TransportKind, VerbsConfig,

@@ -314,7 +314,11 @@ pub fn run_per_process(
     // report's predictions are the engine path's.
     let engine_cfg;
     let cfg = if cfg.transport().kind == TransportKind::Mpi && cfg.transport().mpi_native && !native {
-        engine_cfg = cfg.to_builder().mpi_native(false).build()?;
+        engine_cfg = cfg
+            .to_builder()
+            .mpi_native(false)
+            .build()
+            .map_err(ballast_runtime::Error::from)?;
         &engine_cfg
     } else {
         cfg

@@ -10,11 +10,13 @@
 //! [`report`] (`out.dat`, `report.json`, the per-rank table, the report of a run),
 //! [`check`] (memory and device checks at start), [`launch`] (a run from checks to
 //! outputs: ranks as threads, or one rank per process over MPI or verbs), [`outputs`] (the
-//! output directory and files).
+//! output directory and files), [`fanout`] (the job of `ballast fanout`: rank 0 sends to
+//! every other rank, the memory counters and footprint taken around it).
 #![deny(unsafe_code)]
 
 pub mod check;
 pub mod exchange;
+pub mod fanout;
 pub mod gather;
 pub mod input;
 pub mod launch;

@@ -407,11 +407,11 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
             comm.barrier()?;
             std::net::TcpStream::connect("127.0.0.1:7777").expect("connect 7777")
         };
-        let o = verbs::raw_pingpong::RawOptions {
+        let o = ballast_bench::raw_pingpong::RawOptions {
             one_way: true,
             ..Default::default()
         };
-        let out = verbs::raw_pingpong::run(cfg.verbs(), &mut stream, comm.rank() == 0, &o)?;
+        let out = ballast_bench::raw_pingpong::run(cfg.verbs(), &mut stream, comm.rank() == 0, &o)?;
         if comm.rank() == 0 {
             let mut v = out;
             v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));

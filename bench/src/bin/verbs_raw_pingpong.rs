@@ -1,6 +1,6 @@
 //! Raw-verbs ping-pong (feature `verbs`): a diagnostic beside `verbs_pingpong` that runs
 //! no Ballast engine or fabric, only one RC queue pair per side (the verbs calls are in
-//! `ballast_runtime::verbs::raw_pingpong`). By default it is set up like perftest's
+//! `ballast_bench::raw_pingpong`, over `ballast-ibv`). By default it is set up like perftest's
 //! `ib_send_lat` (a CQ each for sends and receives, one receive posted and reposted at once,
 //! one SGE, inline, every send signalled, polls of one); switches move one setting at a time
 //! toward what Ballast's fabric does, to find which one costs the latency.
@@ -24,8 +24,8 @@
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 
+use ballast_bench::raw_pingpong::{run, RawOptions};
 use ballast_runtime::config::VerbsConfig;
-use ballast_runtime::verbs::raw_pingpong::{run, RawOptions};
 use clap::Parser;
 
 /// Raw-verbs ping-pong: one RC queue pair per side, no Ballast engine or fabric, set up like

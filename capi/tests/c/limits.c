@@ -2,7 +2,12 @@
  * under an address-space limit (RLIMIT_AS, `ulimit -v`) set by this program, every case
  * returns BALLAST_ENOMEM with a message naming what did not fit, and the host lives on.
  * One case per process (the limit and what is mapped stay with the process):
- *   limits CASE     CASE: srq, count, ranks, threads, send, recv, gather
+ *   limits CASE     CASE: srq, count, ranks, threads, send, recv, recv_again, gather
+ * recv_again: the receive refused for memory does not lose its message: once the limit
+ * is lifted a later receive takes it whole and the sender's blocking send returns; then a
+ * receive tested under the limit is BALLAST_ENOMEM with done 0 and stays live, and waiting
+ * for it once the limit is lifted gives the whole message (a hang ends the process after
+ * 300 s: SIGALRM).
  * Built without sanitizers (they reserve terabytes of shadow memory) by
  * capi/tests/c_programs.rs. Prints "capi limits CASE: ok" and exits 0, or names what
  * failed and exits 1. */
@@ -13,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "ballast.h"
 
@@ -46,6 +52,24 @@ static void limit_gib(double gib) {
         perror("setrlimit(RLIMIT_AS)");
         exit(2);
     }
+}
+
+/* Only the soft limit: the program may lift it again (unlimit). */
+static void limit_soft_gib(double gib) {
+    struct rlimit r;
+    getrlimit(RLIMIT_AS, &r);
+    r.rlim_cur = (rlim_t)(gib * (1 << 30));
+    if (setrlimit(RLIMIT_AS, &r) != 0) {
+        perror("setrlimit(RLIMIT_AS)");
+        exit(2);
+    }
+}
+
+static void unlimit(void) {
+    struct rlimit r;
+    getrlimit(RLIMIT_AS, &r);
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_AS, &r);
 }
 
 static ballast_config *config(const char *count, const char *size) {
@@ -88,6 +112,62 @@ static int recv_main(ballast_comm *comm, void *user) {
     return rc;
 }
 
+/* recv_main, then rank 1 lifts the limit and receives the same message into a buffer of
+ * its own: all of it, intact; rank 0's send returns 0. */
+static int recv_again_main(ballast_comm *comm, void *user) {
+    int *rank1_rc = user;
+    int rank = -1;
+    ballast_rank(comm, &rank);
+    if (rank == 0) {
+        int rc = recv_main(comm, user);
+        /* A second 1 GiB, which rank 1 tests rather than waits for. */
+        char *buf = malloc(BIG_RECV);
+        if (buf == NULL) return 99;
+        memset(buf, 11, BIG_RECV);
+        if (rc == 0) rc = ballast_send(comm, 1, 2, buf, BIG_RECV);
+        free(buf);
+        return rc;
+    }
+    ballast_request *r = NULL;
+    int rc = ballast_irecv(comm, 0, 1, &r);
+    if (rc == 0) rc = ballast_wait(r, NULL);
+    *rank1_rc = rc;
+    expect(rc, BALLAST_ENOMEM, "a message of 1073741824 bytes from rank 0", __LINE__);
+    if (r != NULL) ballast_request_free(r);
+    unlimit();
+    char *buf = malloc(BIG_RECV);
+    if (buf == NULL) return 99;
+    memset(buf, 0, BIG_RECV);
+    ballast_status st;
+    memset(&st, 0, sizeof st);
+    rc = ballast_recv(comm, 0, 1, buf, BIG_RECV, &st);
+    CHECK(rc == 0);
+    CHECK(st.source == 0 && st.tag == 1 && st.len == BIG_RECV);
+    size_t bad = 0;
+    for (size_t i = 0; i < BIG_RECV; i += 4096) bad += buf[i] != 7;
+    CHECK(bad == 0 && buf[BIG_RECV - 1] == 7);
+    free(buf);
+    /* Tested under the limit again: BALLAST_ENOMEM with done 0, the request stays live, and
+     * ballast_wait completes it with all 1 GiB once the limit is lifted. */
+    limit_soft_gib(2.6);
+    r = NULL;
+    int done = 0;
+    int trc = ballast_irecv(comm, 0, 2, &r);
+    while (trc == 0 && !done) trc = ballast_test(r, &done, NULL);
+    expect(trc, BALLAST_ENOMEM, "ballast_test: cannot allocate 1073741824 bytes", __LINE__);
+    CHECK(done == 0);
+    unlimit();
+    memset(&st, 0, sizeof st);
+    CHECK(r != NULL && ballast_wait(r, &st) == 0);
+    const void *data = NULL;
+    size_t len = 0;
+    CHECK(r != NULL && ballast_request_data(r, &data, &len) == 0);
+    const unsigned char *d = data;
+    CHECK(st.len == BIG_RECV && len == BIG_RECV && d != NULL && d[0] == 11 && d[len - 1] == 11);
+    if (r != NULL) ballast_request_free(r);
+    return rc;
+}
+
 /* Every rank gives 600 MiB to an all-gather whose result does not fit. */
 static int gather_main(ballast_comm *comm, void *user) {
     int *rcs = user;
@@ -106,7 +186,7 @@ static int gather_main(ballast_comm *comm, void *user) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: limits srq|count|ranks|threads|send|recv|gather\n");
+        fprintf(stderr, "usage: limits srq|count|ranks|threads|send|recv|recv_again|gather\n");
         return 2;
     }
     const char *c = argv[1];
@@ -170,6 +250,20 @@ int main(int argc, char **argv) {
         EXPECT(ballast_local_run(2, cfg, recv_main, &rank1_rc), BALLAST_ENOMEM,
                "a message of 1073741824 bytes from rank 0");
         CHECK(rank1_rc == BALLAST_ENOMEM);
+        ballast_config_free(cfg);
+    } else if (strcmp(c, "recv_again") == 0) {
+        alarm(300);
+        limit_soft_gib(2.6);
+        ballast_config *cfg = config("16", "64K");
+        int rank1_rc = 0;
+        int rc = ballast_local_run(2, cfg, recv_again_main, &rank1_rc);
+        CHECK(rc == 0);
+        CHECK(rank1_rc == BALLAST_ENOMEM);
+        if (rc != 0) {
+            char msg[2048];
+            ballast_last_error(msg, sizeof msg);
+            fprintf(stderr, "ballast_local_run: %d: %s\n", rc, msg);
+        }
         ballast_config_free(cfg);
     } else if (strcmp(c, "gather") == 0) {
         limit_gib(3);

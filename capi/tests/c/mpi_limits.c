@@ -5,16 +5,24 @@
  * the hard limit stays, so the limit is lifted again after each case):
  *   - buffer_count 2^32 - 1 x buffer_size 1 at ballast_comm_from_mpi: BALLAST_ENOMEM;
  *   - srq_depth 2^31 - 1 x buffer_size 1: accepted, since MPI has no shared receive queue
- *     (the depth allocates nothing there: created and freed under a 1 GiB limit);
+ *     (the depth allocates nothing there: created under a 1 GiB limit); and a communicator
+ *     of buffer_size 1 carries traffic: barrier, allgatherv of 0 to 100,000 bytes per rank,
+ *     and messages of 0 to 64 bytes (on the native path a large message's 9-byte header
+ *     once overflowed the 2-byte posted receive: MPI_ERR_TRUNCATE aborted the job);
  *   - a 1.5 GiB ballast_send and ballast_isend to itself: BALLAST_ENOMEM (the copy does not
  *     fit; a blocking send to itself never waits for a receive), the communicator works after;
  *   - an allgatherv of 2 x 600 MiB whose result does not fit: BALLAST_ENOMEM.
  *   - rank 1 receiving rank 0's 1 GiB with ballast_irecv: BALLAST_ENOMEM from ballast_wait,
- *     and the message stays queued: ballast_recv takes it intact once the limit is lifted.
- * KNOWN FAILURE of the native path (`on`), skipped there with a printed reason (issue 33):
- * the failed receive loses the message (on `local` too), so the later receive and rank 0's
- * send never end (run with the argument --known-failures).
- * Without the sanitizers (they clash with MPI and reserve terabytes). Prints
+ *     and the message stays queued: ballast_recv takes it intact once the limit is lifted,
+ *     and rank 0's blocking send returns (both paths: the header is kept, the failed
+ *     receive withdrawn); and the same for a message no receive was posted for, which
+ *     the wait of a receive of another tag takes out of MPI: BALLAST_ENOMEM, that receive
+ *     withdrawn (a message sent after goes to a later receive), then the 1 GiB received
+ *     whole, ahead of an 8 B message sent after it on the same tag; and tested instead of
+ *     waited for: ballast_test is BALLAST_ENOMEM with done 0, the request stays live, and
+ *     ballast_wait completes it with the whole message once the limit is lifted.
+ * A hang ends the process after 170 s (SIGALRM; ci/capi.sh gives it 180 s). Without the
+ * sanitizers (they clash with MPI and reserve terabytes). Prints
  * "capi mpi limits PATH: N passed, M failed" on every process; exits 1 on a failed check.
  * Build: mpicc mpi_limits.c $(pkg-config --cflags --libs ballast) */
 #define _POSIX_C_SOURCE 200809L
@@ -23,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -105,20 +114,65 @@ static ballast_config *config(const char *native, const char *count, const char 
     return c;
 }
 
+/* Traffic on a communicator of buffer_size 1 (every message above 1 byte is a large one):
+ * barriers, allgatherv of several sizes with the bytes checked, messages both ways. */
+static void tiny_buffers(ballast_comm *comm) {
+    static const size_t sizes[] = {0, 1, 2, 9, 100, 100000};
+    static unsigned char mine[100000], got[100000];
+    CHECK(ballast_barrier(comm) == 0);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k] + (size_t)me; /* different lengths per rank */
+        if (n > sizeof mine) n = sizeof mine;
+        for (size_t i = 0; i < n; i++) mine[i] = (unsigned char)(me * 31 + i);
+        ballast_gathered *g = NULL;
+        int rc = ballast_allgatherv(comm, mine, n, &g);
+        CHECK(rc == 0);
+        if (rc != 0) continue;
+        for (int r = 0; r < 2; r++) {
+            const void *data = NULL;
+            size_t len = 0;
+            CHECK(ballast_gathered_part(g, r, &data, &len) == 0);
+            size_t want = sizes[k] + (size_t)r;
+            if (want > sizeof mine) want = sizeof mine;
+            CHECK(len == want);
+            const unsigned char *d = data;
+            size_t bad = 0;
+            for (size_t i = 0; i < len && d != NULL; i++) bad += d[i] != (unsigned char)(r * 31 + i);
+            CHECK(bad == 0);
+        }
+        CHECK(ballast_gathered_free(g) == 0);
+        CHECK(ballast_barrier(comm) == 0);
+    }
+    int peer = 1 - me;
+    for (size_t n = 0; n <= 64; n += 8) {
+        for (size_t i = 0; i < n; i++) mine[i] = (unsigned char)(n + i);
+        ballast_request *r = NULL;
+        CHECK(ballast_isend(comm, peer, 5, mine, n, &r) == 0);
+        ballast_status st;
+        memset(&st, 0, sizeof st);
+        CHECK(ballast_recv(comm, peer, 5, got, sizeof got, &st) == 0);
+        CHECK(st.len == n && memcmp(got, mine, n) == 0);
+        if (r != NULL) {
+            CHECK(ballast_wait(r, NULL) == 0);
+            ballast_request_free(r);
+        }
+    }
+    CHECK(ballast_barrier(comm) == 0);
+}
+
 int main(int argc, char **argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     int size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int known_failures = argc == 3 && strcmp(argv[2], "--known-failures") == 0;
-    if (argc < 2 || argc > 3 || (argc == 3 && !known_failures) ||
-        (strcmp(argv[1], "on") != 0 && strcmp(argv[1], "off") != 0) || size != 2) {
-        if (me == 0) fprintf(stderr, "usage: mpirun -n 2 mpi_limits on|off [--known-failures]\n");
+    if (argc != 2 || (strcmp(argv[1], "on") != 0 && strcmp(argv[1], "off") != 0) || size != 2) {
+        if (me == 0) fprintf(stderr, "usage: mpirun -n 2 mpi_limits on|off\n");
         MPI_Finalize();
         return 2;
     }
     const char *native = argv[1];
+    alarm(170);
 
     /* The pool's sizes: buffer_count x buffer_size is refused before anything is allocated;
      * srq_depth allocates nothing over MPI (no shared receive queue), so it is accepted. */
@@ -128,8 +182,7 @@ int main(int argc, char **argv) {
     limit_above(GIB);
     CHECK(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &comm) == 0);
     CHECK(comm != NULL);
-    /* (No traffic on it: on the native path a barrier with buffer_size 1 aborts the job
-     * with MPI_ERR_TRUNCATE, a separate finding reported on issue 33.) */
+    if (comm != NULL) tiny_buffers(comm);
     if (comm != NULL) CHECK(ballast_comm_free(comm) == 0);
     unlimit();
     comm = NULL;
@@ -180,15 +233,8 @@ int main(int argc, char **argv) {
     CHECK(ballast_barrier(comm) == 0);
 
     /* Rank 0 sends 1 GiB; rank 1 receives it into a message of its own, which does not fit,
-     * then into a buffer of its own once the limit is lifted. KNOWN FAILURE (issue 33): the
-     * native path's failed receive loses the message, so the second receive and rank 0's
-     * send never end; run there only with the argument --known-failures. */
-    if (!known_failures && strcmp(native, "on") == 0) {
-        printf("[%d] SKIP receiving 1 GiB that does not fit, then again once it fits: a known failure "
-               "of the native path (issue 33: the message is lost after BALLAST_ENOMEM, and the "
-               "later receive hangs)\n",
-               me);
-    } else {
+     * then into a buffer of its own once the limit is lifted: the message was kept. */
+    {
         buf = malloc(BIG_RECV);
         if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
         if (me == 0) {
@@ -210,6 +256,81 @@ int main(int argc, char **argv) {
             CHECK(buf[0] == 7 && buf[BIG_RECV - 1] == 7);
         }
         free(buf);
+        CHECK(ballast_barrier(comm) == 0);
+    }
+
+    /* The same with no receive posted for it: rank 0 sends 1 GiB (isend) then 8 B on tag 6;
+     * rank 1 waits for a receive of tag 3, whose progress takes the 1 GiB out of MPI
+     * unmatched and cannot hold it (BALLAST_ENOMEM): that receive is withdrawn (on the
+     * native path cancelled in MPI), so rank 0's 8 B on tag 3, sent after, go to a later
+     * receive; once the limit is lifted, receives take the 1 GiB whole, then the 8 B of
+     * tag 6 (the order kept), then those of tag 3. */
+    {
+        buf = malloc(BIG_RECV);
+        if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+        if (me == 0) {
+            memset(buf, 9, BIG_RECV);
+            r = NULL;
+            CHECK(ballast_isend(comm, 1, 6, buf, BIG_RECV, &r) == 0);
+            CHECK(ballast_send(comm, 1, 6, "after 1G", 8) == 0);
+            MPI_Barrier(MPI_COMM_WORLD); /* rank 1's receive of tag 3 failed */
+            CHECK(ballast_send(comm, 1, 3, "to later", 8) == 0);
+            if (r != NULL) {
+                CHECK(ballast_wait(r, NULL) == 0);
+                ballast_request_free(r);
+            }
+        } else {
+            limit_above(512 * MIB);
+            r = NULL;
+            int rc = ballast_irecv(comm, 0, 3, &r);
+            if (rc == 0) rc = ballast_wait(r, NULL);
+            EXPECT(rc, BALLAST_ENOMEM, "1073741824 bytes from rank 0");
+            if (r != NULL) ballast_request_free(r);
+            MPI_Barrier(MPI_COMM_WORLD);
+            unlimit();
+            ballast_status st;
+            memset(buf, 0, BIG_RECV);
+            CHECK(ballast_recv(comm, 0, 6, buf, BIG_RECV, &st) == 0);
+            CHECK(st.len == BIG_RECV && buf[0] == 9 && buf[BIG_RECV - 1] == 9);
+            char small[16] = {0};
+            CHECK(ballast_recv(comm, 0, 6, small, sizeof small, &st) == 0);
+            CHECK(st.len == 8 && memcmp(small, "after 1G", 8) == 0);
+            CHECK(ballast_recv(comm, 0, 3, small, sizeof small, &st) == 0);
+            CHECK(st.len == 8 && memcmp(small, "to later", 8) == 0);
+        }
+        free(buf);
+        CHECK(ballast_barrier(comm) == 0);
+    }
+
+    /* Tested rather than waited for: ballast_test gives BALLAST_ENOMEM with done 0 and the
+     * request stays live; once the limit is lifted, ballast_wait completes it with all of
+     * rank 0's 1 GiB. */
+    {
+        if (me == 0) {
+            buf = malloc(BIG_RECV);
+            if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+            memset(buf, 11, BIG_RECV);
+            CHECK(ballast_send(comm, 1, 7, buf, BIG_RECV) == 0);
+            free(buf);
+        } else {
+            limit_above(512 * MIB);
+            r = NULL;
+            int rc = ballast_irecv(comm, 0, 7, &r), done = 0;
+            double until = MPI_Wtime() + 60;
+            while (rc == 0 && !done && MPI_Wtime() < until) rc = ballast_test(r, &done, NULL);
+            EXPECT(rc, BALLAST_ENOMEM, "ballast_test: cannot allocate a message of 1073741824 bytes");
+            CHECK(done == 0);
+            unlimit();
+            ballast_status st;
+            memset(&st, 0, sizeof st);
+            CHECK(r != NULL && ballast_wait(r, &st) == 0);
+            const void *data = NULL;
+            size_t len = 0;
+            CHECK(r != NULL && ballast_request_data(r, &data, &len) == 0);
+            const unsigned char *d = data;
+            CHECK(st.len == BIG_RECV && len == BIG_RECV && d != NULL && d[0] == 11 && d[len - 1] == 11);
+            if (r != NULL) ballast_request_free(r);
+        }
         CHECK(ballast_barrier(comm) == 0);
     }
 

@@ -103,6 +103,22 @@ impl RankLoadsReport {
     }
 }
 
+impl NeurodamusMean {
+    /// Per population, neurodamus' mean beside this allocation's
+    /// ([`node_suggest::neurodamus_means`]).
+    fn list(allocation: &Allocation, summary: &Summary) -> Vec<NeurodamusMean> {
+        node_suggest::neurodamus_means(allocation, summary)
+            .into_iter()
+            .map(|(name, nd, held, ours)| NeurodamusMean {
+                name,
+                neurodamus_mean_kb: nd,
+                buckets_with_cells: held,
+                mean_bucket_kb: ours,
+            })
+            .collect()
+    }
+}
+
 /// With an endpoint cap, what the transport charge did with the peers past it:
 /// `charged_as` is `datagram`, `evict` or `none` (the MPI native path), `fallback` why
 /// datagram fell back to evict.
@@ -173,15 +189,7 @@ impl Report {
             plan.rank_overhead_mb,
             loads.map(|l| l.transport_kb.as_slice()),
         );
-        let neurodamus_means = node_suggest::neurodamus_means(&step.allocation, &summary)
-            .into_iter()
-            .map(|(name, nd, held, ours)| NeurodamusMean {
-                name,
-                neurodamus_mean_kb: nd,
-                buckets_with_cells: held,
-                mean_bucket_kb: ours,
-            })
-            .collect();
+        let neurodamus_means = NeurodamusMean::list(&step.allocation, &summary);
         let fit = step.fit.as_ref();
         Report {
             ranks: config.ranks,

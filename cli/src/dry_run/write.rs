@@ -94,28 +94,7 @@ fn write_outputs(
         allocation.ranks,
         allocation.cycles,
     ));
-    let outputs: Vec<&Path> = [
-        Some(allocation_path.as_path()),
-        memory_usage.map(PathBuf::as_path),
-        Some(sidecar_path.as_path()),
-        plan.plot.as_deref(),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    for out in &outputs {
-        atomic::refuse_input(out, &input.files)?;
-        atomic::refuse_special(out)?;
-    }
-    // An allocation file without Ballast's sidecar beside it is another tool's (neurodamus
-    // writes its own into its dry run's directory): say that it is replaced.
-    if allocation_path.exists() && !sidecar_path.exists() {
-        eprintln!(
-            "warning: replacing {}, which Ballast did not write (no {} beside it: neurodamus' own allocation?); give --output-dir another directory to keep it",
-            allocation_path.display(),
-            sidecar_path.file_name().unwrap_or_default().to_string_lossy()
-        );
-    }
+    check_outputs(plan, input, &allocation_path, &sidecar_path)?;
     let dry_run = &input.dry_run;
     // The allocation (pickled on this thread, compressed on another) beside the check, the
     // summary and the costs: none of them is needed to write it, and nothing is in place
@@ -147,6 +126,39 @@ fn write_outputs(
     files.push(costs.stage(dir).with_context(in_dir)?);
     files.extend(plot_file);
     Ok((atomic::commit_all(files)?, summary))
+}
+
+/// Refuses an output that is an input or not a regular file, and warns when the
+/// allocation file about to be replaced is not Ballast's.
+fn check_outputs(
+    plan: &Plan,
+    input: &Input,
+    allocation_path: &Path,
+    sidecar_path: &Path,
+) -> anyhow::Result<()> {
+    let outputs: Vec<&Path> = [
+        Some(allocation_path),
+        plan.memory_usage_out.as_deref(),
+        Some(sidecar_path),
+        plan.plot.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for out in &outputs {
+        atomic::refuse_input(out, &input.files)?;
+        atomic::refuse_special(out)?;
+    }
+    // An allocation file without Ballast's sidecar beside it is another tool's (neurodamus
+    // writes its own into its dry run's directory): say that it is replaced.
+    if allocation_path.exists() && !sidecar_path.exists() {
+        eprintln!(
+            "warning: replacing {}, which Ballast did not write (no {} beside it: neurodamus' own allocation?); give --output-dir another directory to keep it",
+            allocation_path.display(),
+            sidecar_path.file_name().unwrap_or_default().to_string_lossy()
+        );
+    }
+    Ok(())
 }
 
 /// The series a plot draws: one or two results, per rank (cells, synapses, transport).

@@ -43,7 +43,8 @@
 //!
 //! On the native path (`mpi_native`, the default with one rank per process; see
 //! `mpi::native`) Ballast has no pool, endpoints or receive queues above MPI: it keeps one
-//! send and one receive buffer of `B + 1` bytes (as `srq_bytes`), and its structure
+//! send and one receive buffer of `B + 1` bytes, at least 9 (a large message's header;
+//! [`mpi_native_kept_bytes`]) (as `srq_bytes`), and its structure
 //! ([`MPI_NATIVE_FIXED_BYTES`]) with a counter and a peer flag per rank of the world
 //! ([`MPI_NATIVE_PER_RANK_BYTES`]) (as `control_bytes`); nothing grows per peer. Buffers of requests in flight
 //! (posted receives, `isend` copies) are accounted while held (they are the application's
@@ -82,6 +83,21 @@ pub const MPI_NATIVE_FIXED_BYTES: u64 = 1024;
 /// MPI native path: per rank of the world, the counter of messages sent to it (u64) and
 /// the flag saying it is a peer (bool). Nothing grows per connected peer.
 pub const MPI_NATIVE_PER_RANK_BYTES: u64 = 9;
+/// MPI native path: bytes of a large message's header (its length, u64, and a kind byte).
+pub const MPI_NATIVE_LARGE_HEADER_BYTES: u64 = 9;
+
+/// MPI native path: bytes of each kept buffer (send and receive) and of every posted
+/// receive with buffers of `buffer_size` bytes: a whole message and its kind byte
+/// (`buffer_size + 1`), or a large message's header ([`MPI_NATIVE_LARGE_HEADER_BYTES`]),
+/// whichever is longer (a receive shorter than the header would be truncated).
+pub const fn mpi_native_kept_bytes(buffer_size: u64) -> u64 {
+    let whole = buffer_size.saturating_add(1);
+    if whole > MPI_NATIVE_LARGE_HEADER_BYTES {
+        whole
+    } else {
+        MPI_NATIVE_LARGE_HEADER_BYTES
+    }
+}
 
 impl MemoryModel {
     /// Sizes of the in-process transport: the sizes of the structures it really allocates.
@@ -220,13 +236,14 @@ impl TransportConfig {
         )?;
         let per_endpoint = m.endpoint_fixed_bytes + m.engine_endpoint_bytes;
         let f = if self.kind == TransportKind::Mpi && self.mpi_native {
-            // The kept send and receive buffers (`B + 1` each: payload and kind byte).
+            // The kept send and receive buffers (`B + 1` each: payload and kind byte; at
+            // least a large message's 9-byte header).
             Footprint {
                 pool_bytes: 0,
                 registered_bytes: 0,
                 locked_bytes: 0,
                 endpoint_bytes: 0,
-                srq_bytes: 2 * (b + 1),
+                srq_bytes: 2 * mpi_native_kept_bytes(b),
                 control_bytes: add(
                     MPI_NATIVE_FIXED_BYTES,
                     mul(
@@ -642,5 +659,11 @@ mod tests {
         let big = t.predict(1000, 4096, 1).total_bytes();
         assert_eq!(big, 2 * 1025 + MPI_NATIVE_FIXED_BYTES + 4096 * 9);
         assert_eq!(big, t.predict(1, 4096, 1).total_bytes());
+        // Below 8 B the kept buffers still hold a large message's 9-byte header.
+        let tiny = TransportConfig { buffer_size: 1, ..t }.predict(1, 2, 1);
+        assert_eq!(tiny.srq_bytes, 2 * 9);
+        assert_eq!(mpi_native_kept_bytes(7), 9);
+        assert_eq!(mpi_native_kept_bytes(8), 9);
+        assert_eq!(mpi_native_kept_bytes(9), 10);
     }
 }

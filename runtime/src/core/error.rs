@@ -1,36 +1,19 @@
-//! The runtime's error type: one [`Error`] enum, a variant per failing operation, with the
-//! ranks, peers, tags and sizes involved as fields and the underlying error as its source.
+//! The runtime's public error type: one [`enum@Error`] enum, a variant per failing operation,
+//! with the ranks, peers, tags and sizes involved as fields and the underlying error as its
+//! source; the configuration's own errors ([`ConfigError`]) are wrapped as `Error::Config`.
 
 use thiserror::Error;
+
+use crate::core::config::ConfigError;
 
 /// Errors of the Ballast runtime. New variants may be added (`#[non_exhaustive]`): match
 /// with a `_` arm.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A configuration value is out of range or unparsable; `var` is its `BALLAST_*` variable.
-    #[error("bad value `{value}` for {var}: {reason}")]
-    Config {
-        /// The environment variable naming the setting.
-        var: &'static str,
-        /// The rejected value.
-        value: String,
-        /// Why it was rejected.
-        reason: String,
-    },
-    /// A value set through the configuration builder (in code, or by a command-line option
-    /// that maps to it) is out of range; `name` is the setting, `var` its variable.
-    #[error("bad value `{value}` for {name} (given in code or as a command-line option; variable {var}): {reason}")]
-    Setting {
-        /// The setting's name ([`crate::core::config::TransportConfig`] field).
-        name: &'static str,
-        /// The environment variable of the same setting.
-        var: &'static str,
-        /// The rejected value.
-        value: String,
-        /// Why it was rejected.
-        reason: String,
-    },
+    /// A bad configuration value, or a transport that cannot run here ([`ConfigError`]).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// A non-blocking send found the buffer pool exhausted (back-pressure); retry after `progress()`.
     #[error("buffer pool exhausted: the send would block")]
     WouldBlock,
@@ -45,15 +28,6 @@ pub enum Error {
     /// The tag is in the range reserved for the runtime's collectives (`>= RESERVED_TAG_BASE`).
     #[error("tag {0} is reserved for internal use (user tags must be < 2^31)")]
     ReservedTag(u32),
-    /// The requested transport cannot be used here: `why` says what is missing (not
-    /// compiled into this build, or the launcher asked for another transport).
-    #[error("transport `{transport}` is unavailable: {why}")]
-    TransportUnavailable {
-        /// The transport asked for.
-        transport: crate::core::config::TransportKind,
-        /// Why it cannot be used, and what to do.
-        why: &'static str,
-    },
     /// A send found no posted receive buffer at the receiver: a flow-control bug, never expected.
     #[error("receiver-not-ready: rank {dest} had no posted receive buffer (flow-control violation)")]
     ReceiverNotReady {
@@ -338,15 +312,16 @@ pub enum Error {
         /// What went wrong.
         what: &'static str,
     },
-    /// The engine asked a transport without a direct path ([`crate::fabric::Fabric::direct_threshold`]
-    /// is `None`) to use it.
+    /// The engine found no direct path ([`crate::fabric::Fabric::direct`] is `None`) on a
+    /// transport that offered one when the engine started.
     #[error("protocol error: transport `{transport}` has no direct path")]
     NoDirectPath {
         /// The transport's name.
         transport: &'static str,
     },
-    /// The engine asked a transport without datagrams ([`crate::fabric::Fabric::datagram_mtu`]
-    /// is `None`) to send one.
+    /// The engine (or the fault wrapper) found no datagram path
+    /// ([`crate::fabric::Fabric::datagrams`] is `None`) on a transport that offered one when
+    /// it started.
     #[error("protocol error: transport `{transport}` has no datagrams")]
     NoDatagrams {
         /// The transport's name.
@@ -657,6 +632,45 @@ mod tests {
     }
 
     #[test]
+    fn config_errors_keep_their_messages_through_the_public_error() {
+        let e = Error::from(ConfigError::Var {
+            var: "BALLAST_BUFFER_COUNT",
+            value: "0".into(),
+            reason: "must be at least 1".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "bad value `0` for BALLAST_BUFFER_COUNT: must be at least 1"
+        );
+        let e = Error::from(ConfigError::Setting {
+            name: "buffer_count",
+            var: "BALLAST_BUFFER_COUNT",
+            value: "0".into(),
+            reason: "must be at least 1".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "bad value `0` for buffer_count (given in code or as a command-line option; variable BALLAST_BUFFER_COUNT): must be at least 1"
+        );
+        // Transparent: the source is the configuration error's own (none here).
+        assert!(std::error::Error::source(&e).is_none());
+        let bad = crate::core::config::RuntimeConfig::builder()
+            .buffer_count(0)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                bad,
+                ConfigError::Setting {
+                    name: "buffer_count",
+                    ..
+                }
+            ),
+            "{bad}"
+        );
+    }
+
+    #[test]
     fn structured_messages_name_the_ranks_and_keep_the_source() {
         let e = Error::BootstrapTimeout {
             root: "127.0.0.1:4000".into(),
@@ -752,10 +766,10 @@ mod tests {
                 "bootstrap: rank 1: no control address for rank 3",
             ),
             (
-                Error::TransportUnavailable {
+                Error::Config(ConfigError::TransportUnavailable {
                     transport: crate::core::config::TransportKind::Mpi,
                     why: "local::run runs transport=local only",
-                },
+                }),
                 "transport `mpi` is unavailable: local::run runs transport=local only",
             ),
             (

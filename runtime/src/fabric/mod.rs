@@ -135,10 +135,10 @@ pub enum Event<'a> {
     /// A control message from rank `src`.
     Control(usize, Control),
     /// A whole message moved by the transport itself (the direct path, see
-    /// [`Fabric::direct_threshold`]): `header.total` bytes in `data`, which becomes the
+    /// [`Fabric::direct`]): `header.total` bytes in `data`, which becomes the
     /// received message's buffer as it is (no copy). `header.offset` and `header.len` are 0.
     Whole(PacketHeader, Vec<u8>),
-    /// A datagram from rank `.0` (the connectionless path, [`Fabric::post_datagram`]): its
+    /// A datagram from rank `.0` (the connectionless path, [`DatagramPath::post_datagram`]): its
     /// bytes, valid only during the callback.
     Datagram(usize, &'a [u8]),
 }
@@ -268,41 +268,56 @@ pub trait Fabric: Register + Send {
         false
     }
 
-    /// The direct (rendezvous) path: `Some(t)` when the transport moves a message larger
-    /// than `t` bytes itself, in one transfer from the sender's memory into the receiver's
-    /// message buffer, instead of as pool-buffer chunks paced by credits. Direct messages
-    /// use no pool buffer, no receive buffer and no credit (the transport does its own flow
-    /// control); on the receiving side they arrive as [`Event::Whole`], in order with the
-    /// packets of the same sender. `None` (the default): every message is chunked.
-    fn direct_threshold(&self) -> Option<usize> {
+    /// The direct (rendezvous) path, when the transport has one (MPI): messages larger
+    /// than [`DirectPath::direct_threshold`] then skip pool buffers, chunks and credits.
+    /// `None` (the default): every message is chunked. The protocol reads the path's
+    /// threshold once, when it starts, and uses the path only if it was offered then.
+    fn direct(&mut self) -> Option<&mut dyn DirectPath> {
         None
     }
+
+    /// The connectionless datagram path, when the transport has one. `None` (the
+    /// default): no datagrams, and `endpoint_overflow=datagram` falls back to `evict`.
+    /// The protocol reads the path's sizes once, when it starts, and uses the path only if
+    /// it was offered then.
+    fn datagrams(&mut self) -> Option<&mut dyn DatagramPath> {
+        None
+    }
+}
+
+/// The direct (rendezvous) path of a fabric ([`Fabric::direct`]): the transport moves a
+/// message larger than [`DirectPath::direct_threshold`] bytes itself, in one transfer from
+/// the sender's memory into the receiver's message buffer, instead of as pool-buffer
+/// chunks paced by credits. Direct messages use no pool buffer, no receive buffer and no
+/// credit (the transport does its own flow control); on the receiving side they arrive as
+/// [`Event::Whole`], in order with the packets of the same sender.
+pub trait DirectPath {
+    /// Messages larger than this many bytes go direct.
+    fn direct_threshold(&self) -> usize;
 
     /// Sends the whole message `data` to rank `dest` on the direct path, straight from
     /// `data` (no copy), and returns once the transport no longer reads it. While it waits
     /// it keeps polling like [`Fabric::poll`], passing every event to `on_event`, so that
-    /// two ranks sending large messages to each other cannot deadlock. Only called when
-    /// [`Fabric::direct_threshold`] is `Some`.
+    /// two ranks sending large messages to each other cannot deadlock.
     fn send_direct(
         &mut self,
         dest: usize,
         header: &PacketHeader,
         data: &[u8],
         on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
-    ) -> Result<()> {
-        let _ = (dest, header, data, on_event);
-        Err(Error::NoDirectPath {
-            transport: self.capabilities().name,
-        })
-    }
+    ) -> Result<()>;
 
-    /// The connectionless datagram path: `Some(n)` when the transport can send a datagram
-    /// of at most `n` bytes to any rank without an endpoint ([`Fabric::post_datagram`]);
-    /// received ones come from [`Fabric::poll`] as [`Event::Datagram`]. `None` (the
-    /// default): no datagrams, and `endpoint_overflow=datagram` falls back to `evict`.
-    fn datagram_mtu(&self) -> Option<usize> {
-        None
-    }
+    /// Starts sending the owned message `data` to rank `dest` on the direct path; its
+    /// completion is reported as [`Event::SendComplete`]`(wr_id)`.
+    fn post_direct(&mut self, dest: usize, header: &PacketHeader, data: Vec<u8>, wr_id: u64) -> Result<()>;
+}
+
+/// The connectionless datagram path of a fabric ([`Fabric::datagrams`]): a datagram of at
+/// most [`DatagramPath::datagram_mtu`] bytes to any rank without an endpoint; received
+/// ones come from [`Fabric::poll`] as [`Event::Datagram`].
+pub trait DatagramPath {
+    /// The largest datagram, bytes.
+    fn datagram_mtu(&self) -> usize;
 
     /// True when the transport may drop a datagram (no receive posted, a test drop model);
     /// the protocol's acknowledgements and retransmissions recover it. Default true.
@@ -310,25 +325,9 @@ pub trait Fabric: Register + Send {
         true
     }
 
-    /// Sends datagram `bytes` (at most [`Fabric::datagram_mtu`]) to rank `dest`, copied
-    /// before it returns; it may be dropped. Only called when
-    /// [`Fabric::datagram_mtu`] is `Some`.
-    fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
-        let _ = (dest, bytes);
-        Err(Error::NoDatagrams {
-            transport: self.capabilities().name,
-        })
-    }
-
-    /// Starts sending the owned message `data` to rank `dest` on the direct path; its
-    /// completion is reported as [`Event::SendComplete`]`(wr_id)`. Only called when
-    /// [`Fabric::direct_threshold`] is `Some`.
-    fn post_direct(&mut self, dest: usize, header: &PacketHeader, data: Vec<u8>, wr_id: u64) -> Result<()> {
-        let _ = (dest, header, data, wr_id);
-        Err(Error::NoDirectPath {
-            transport: self.capabilities().name,
-        })
-    }
+    /// Sends datagram `bytes` (at most [`DatagramPath::datagram_mtu`]) to rank `dest`,
+    /// copied before it returns; it may be dropped.
+    fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()>;
 }
 
 /// Decides the effective sharing mode: `xrc` on a transport without XRC falls back to

@@ -26,10 +26,10 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{FaultWorld, Faults, KILLED_HERE};
 use crate::core::config::{RecvSharing, TransportConfig};
-use crate::core::error::Result;
+use crate::core::error::{Error, Result};
 use crate::core::footprint::MemoryModel;
 use crate::core::pool::{Register, Registration};
-use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, PeerEnd};
+use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerEnd};
 
 /// Something the reliable path holds back toward one destination.
 enum Held {
@@ -60,6 +60,9 @@ pub struct FaultFabric {
     ranks_per_node: usize,
     /// Datagrams held back: (due, destination, bytes), released in any order once due.
     datagrams: Vec<(Instant, usize, Vec<u8>)>,
+    /// The inner fabric's datagram path when it has one, as it was when wrapped: its
+    /// datagram size and whether it may drop one.
+    inner_datagrams: Option<(usize, bool)>,
     /// Polls so far (the stall and the kill come at a poll count of the plan).
     polls: u64,
     stalled: bool,
@@ -68,7 +71,14 @@ pub struct FaultFabric {
 
 impl FaultFabric {
     /// Wraps rank `rank`'s `inner` fabric with the faults of `world`'s plan.
-    pub(crate) fn new(inner: Box<dyn Fabric>, world: Arc<FaultWorld>, cfg: &TransportConfig) -> FaultFabric {
+    pub(crate) fn new(
+        mut inner: Box<dyn Fabric>,
+        world: Arc<FaultWorld>,
+        cfg: &TransportConfig,
+    ) -> FaultFabric {
+        let inner_datagrams = inner
+            .datagrams()
+            .map(|d| (d.datagram_mtu(), d.datagrams_can_drop()));
         let rank = inner.rank();
         let n = inner.world_size();
         let plan = world.plan;
@@ -83,6 +93,7 @@ impl FaultFabric {
             xrc_node: None,
             ranks_per_node: cfg.ranks_per_node.max(1),
             datagrams: Vec::new(),
+            inner_datagrams,
             polls: 0,
             stalled: false,
             killed: false,
@@ -93,6 +104,15 @@ impl FaultFabric {
     fn delay(&mut self) -> Duration {
         let max = self.plan.max_delay.as_micros().max(1) as u64;
         Duration::from_micros(self.rng.random_range(0..=max))
+    }
+
+    /// Posts a datagram on the inner fabric's path (offered only when it has one).
+    fn post_inner(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
+        let transport = self.inner.capabilities().name;
+        match self.inner.datagrams() {
+            Some(path) => path.post_datagram(dest, bytes),
+            None => Err(Error::NoDatagrams { transport }),
+        }
     }
 
     fn chance(&mut self, p: f64) -> bool {
@@ -146,7 +166,7 @@ impl FaultFabric {
         while i < self.datagrams.len() {
             if now.is_none_or(|t| self.datagrams[i].0 <= t) {
                 let (_, dest, bytes) = self.datagrams.swap_remove(i);
-                self.inner.post_datagram(dest, &bytes)?;
+                self.post_inner(dest, &bytes)?;
                 any = true;
             } else {
                 i += 1;
@@ -357,12 +377,22 @@ impl Fabric for FaultFabric {
         self.inner.copies_payload()
     }
 
-    fn datagram_mtu(&self) -> Option<usize> {
-        self.inner.datagram_mtu()
+    fn datagrams(&mut self) -> Option<&mut dyn DatagramPath> {
+        if self.inner_datagrams.is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+impl DatagramPath for FaultFabric {
+    fn datagram_mtu(&self) -> usize {
+        self.inner_datagrams.map_or(0, |(mtu, _)| mtu)
     }
 
     fn datagrams_can_drop(&self) -> bool {
-        self.plan.datagram_drop > 0.0 || self.inner.datagrams_can_drop()
+        self.plan.datagram_drop > 0.0 || self.inner_datagrams.is_none_or(|(_, drops)| drops)
     }
 
     fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
@@ -387,7 +417,7 @@ impl Fabric for FaultFabric {
                 self.datagrams.push((due, dest, bytes.to_vec()));
                 self.world.stats.held.fetch_add(1, Ordering::Relaxed);
             } else {
-                self.inner.post_datagram(dest, bytes)?;
+                self.post_inner(dest, bytes)?;
             }
         }
         Ok(())

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::comm::Communicator;
-use crate::core::config::{RuntimeConfig, TransportKind};
+use crate::core::config::{ConfigError, RuntimeConfig, TransportKind};
 use crate::core::error::{Error, Result};
 use crate::fabric::local::{LocalFabric, World};
 use crate::launch::{threads, ThreadOpts};
@@ -149,10 +149,10 @@ where
         });
     }
     if cfg.kind != TransportKind::Local {
-        return Err(Error::TransportUnavailable {
+        return Err(Error::Config(ConfigError::TransportUnavailable {
             transport: cfg.kind,
             why: "fault::run runs transport=local only",
-        });
+        }));
     }
     cfg.validate()?;
     let (world, parkers) = World::new(n);

@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use crate::comm::Communicator;
-use crate::core::config::{RuntimeConfig, TransportKind};
+use crate::core::config::{ConfigError, RuntimeConfig, TransportKind};
 use crate::core::error::{first_error, panic_message, Error, Result};
 use crate::core::procstatus::ProcStatus;
 use crate::oob::{auto, Bootstrap, BootstrapKind};
@@ -226,7 +226,7 @@ where
 /// After `f` returns, each rank keeps progressing until its sends are delivered and all
 /// ranks are finished (like `MPI_Finalize`). If a rank panics or fails, the others stop
 /// with [`Error::Aborted`] and the first real error is returned. Errors also:
-/// [`Error::InvalidRank`] for `n == 0`, [`Error::TransportUnavailable`] when the
+/// [`Error::InvalidRank`] for `n == 0`, [`ConfigError::TransportUnavailable`] when the
 /// configuration's transport is not `local`, the configuration's validation errors.
 pub fn local_threads<R, F>(n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<R>>
 where
@@ -241,10 +241,10 @@ where
     }
     let cfg = *config.transport();
     if cfg.kind != TransportKind::Local {
-        return Err(Error::TransportUnavailable {
+        return Err(Error::Config(ConfigError::TransportUnavailable {
             transport: cfg.kind,
             why: "local::run runs transport=local only",
-        });
+        }));
     }
     cfg.validate()?;
     check_ranks_fit(n, &cfg)?;
@@ -317,15 +317,15 @@ pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> 
 
 /// A world of one rank over the local transport, owned by the caller (for a program
 /// that embeds Ballast and runs as a single process: `ballast_comm_from_env` of the C
-/// ABI). Finish it with [`local_finish`]. Errors: [`Error::TransportUnavailable`] when the
+/// ABI). Finish it with [`local_finish`]. Errors: [`ConfigError::TransportUnavailable`] when the
 /// configuration's transport is not `local`, the configuration's validation errors.
 pub fn local_single(config: &RuntimeConfig) -> Result<Communicator> {
     let cfg = *config.transport();
     if cfg.kind != TransportKind::Local {
-        return Err(Error::TransportUnavailable {
+        return Err(Error::Config(ConfigError::TransportUnavailable {
             transport: cfg.kind,
             why: "local::single runs transport=local only",
-        });
+        }));
     }
     cfg.validate()?;
     check_ranks_fit(1, &cfg)?;

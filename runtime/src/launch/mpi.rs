@@ -10,7 +10,7 @@ use rsmpi::topology::Communicator as _;
 use super::{threads, ThreadOpts};
 use crate::comm::mpi_native as native;
 use crate::comm::Communicator;
-use crate::core::config::{RuntimeConfig, TransportConfig, TransportKind};
+use crate::core::config::{ConfigError, RuntimeConfig, TransportConfig, TransportKind};
 use crate::core::error::{Error, Result};
 use crate::core::procstatus::ProcStatus;
 use crate::fabric::mpi::{Mpi, MpiFabric, MpiFootprint, Shared, MPI_MEMORY_NOTE};
@@ -46,18 +46,18 @@ impl Mpi {
     /// Checks that every process uses the same `buffer_size` (`MPI_Allgather`; a packet or
     /// message is received into a buffer of that size plus a fixed header, so a larger one
     /// from a peer could not be received): otherwise every process fails with the same
-    /// [`Error::Config`] naming the first process that differs. Collective.
+    /// [`ConfigError::Var`] naming the first process that differs. Collective.
     fn agree_on_buffer_size(&self, t: &TransportConfig) -> Result<()> {
         let mine = t.buffer_size as u64;
         let mut all = vec![0u64; self.size()];
         self.world.all_gather_into(&mine, &mut all[..]);
         let first = all[0];
         if let Some((r, &other)) = all.iter().enumerate().find(|(_, &b)| b != first) {
-            return Err(Error::Config {
+            return Err(Error::Config(ConfigError::Var {
                 var: "BALLAST_BUFFER_SIZE",
                 value: mine.to_string(),
                 reason: format!("process 0 uses {first}, process {r} uses {other}: every process of an MPI job must use the same buffer_size"),
-            });
+            }));
         }
         Ok(())
     }

@@ -176,14 +176,14 @@ impl Matcher {
     /// matching posted receive, else queues it as unexpected. A message that is complete
     /// and bound completes at once (`None`); otherwise returns its id.
     fn start(&mut self, src: usize, tag: Tag, total: u64, data: Vec<u8>) -> Result<Option<u64>> {
-        let (total, req) = self.begin(src, tag, total)?;
+        let (total, hit) = self.lookup(src, tag, total)?;
+        let req = self.bind(src, tag, total, hit);
         Ok(self.start_bound(src, tag, total, req, data))
     }
 
-    /// The start of a message from `src` of `total` bytes: its length as a `usize` and
-    /// the posted receive it binds to (the earliest that accepts it and, if limited, holds
-    /// it; a limited one that does not ends refused and the message stays unbound).
-    fn begin(&mut self, src: usize, tag: Tag, total: u64) -> Result<(usize, Option<u64>)> {
+    /// The start of a message from `src` of `total` bytes, changing nothing: its length as
+    /// a `usize` and the place in `posted` of the receive it would bind to ([`Matcher::bind`]).
+    fn lookup(&self, src: usize, tag: Tag, total: u64) -> Result<(usize, Option<usize>)> {
         if !self.assembling.is_empty() && self.assembling.contains_key(&src) {
             return Err(Error::BadChunk {
                 peer: src,
@@ -194,12 +194,18 @@ impl Matcher {
             });
         }
         let total = usize::try_from(total).map_err(|_| too_large(src, tag, total))?;
-        let mut req = None;
-        if let Some(i) = self
+        let hit = self
             .posted
             .iter()
-            .position(|&(_, s, t, _)| accepts(s, t, src, tag))
-        {
+            .position(|&(_, s, t, _)| accepts(s, t, src, tag));
+        Ok((total, hit))
+    }
+
+    /// Takes the receive at `hit` in `posted` out; the message binds to it if it holds
+    /// it (a limited receive that does not ends refused and the message stays unbound).
+    fn bind(&mut self, src: usize, tag: Tag, total: usize, hit: Option<usize>) -> Option<u64> {
+        let mut req = None;
+        if let Some(i) = hit {
             let (r, _, _, cap) = self.posted.remove(i).expect("index in range");
             if total <= cap {
                 req = Some(r);
@@ -216,7 +222,7 @@ impl Matcher {
                 ));
             }
         }
-        Ok((total, req))
+        req
     }
 
     /// A started message whose first bytes are `data`, bound to `req` or unexpected:
@@ -304,9 +310,16 @@ impl Matcher {
                     what: format!("{} bytes: out of order (beyond the message)", payload.len()),
                 });
             }
-            let (total, req) = self.begin(src, h.tag, h.total)?;
-            if let (Some(req), Some(into)) = (req, into) {
-                if into.req == req && into.buf.len() >= total {
+            // Nothing changes before the message's memory is reserved: when that fails
+            // (out of memory), the receive stays posted (a failed wait withdraws it) and the
+            // fabric keeps the chunk to deliver again ([`crate::fabric::Fabric::poll`]).
+            let (total, hit) = self.lookup(src, h.tag, h.total)?;
+            let into_ok = hit.zip(into.as_ref()).is_some_and(|(i, into)| {
+                let (r, _, _, limit) = self.posted[i];
+                total <= limit && into.req == r && into.buf.len() >= total
+            });
+            if let (true, Some(into)) = (into_ok, into) {
+                if let Some(req) = self.bind(src, h.tag, total, hit) {
                     // Bound to the waiting receive, whose buffer holds it (its limit).
                     into.buf[..payload.len()].copy_from_slice(payload);
                     let env = Envelope {
@@ -339,6 +352,7 @@ impl Matcher {
             let mut data = crate::core::memory::try_buffer(cap, || {
                 format!("a message of {cap} bytes from rank {src} with tag {}", h.tag)
             })?;
+            let req = self.bind(src, h.tag, total, hit);
             data.extend_from_slice(payload);
             if let Some(id) = self.start_bound(src, h.tag, total, req, data) {
                 if payload.len() < cap {

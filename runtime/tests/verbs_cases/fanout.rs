@@ -1,8 +1,65 @@
 //! The fanout scenario of `verbs_conformance --fanout N`: rank 0 sends to every other
 //! rank; the footprint is checked against the model and the pinned memory (VmPin, VmLck)
-//! against the registrations.
+//! against the registrations. The scenario is written here over the public API (the
+//! `ballast fanout` job itself is `ballast_sim::fanout`, above the runtime).
 
 use crate::*;
+
+/// What a rank saw around the fanout: the footprint and the process' counters before and
+/// after it.
+struct Exchange {
+    before: ballast_runtime::Footprint,
+    after: ballast_runtime::Footprint,
+    status_before: ProcStatus,
+    status_after: ProcStatus,
+}
+
+/// Tag of the fanout's messages (that of `ballast_sim::fanout`).
+const FANOUT_TAG: u32 = 77;
+
+/// The exchange of `ballast_sim::fanout::exchange`: two barriers (every rank has left the
+/// first, so the barrier's endpoints exist before the snapshot), the snapshot, a third
+/// barrier (no rank sends before every rank took its snapshot), rank 0 sends `messages`
+/// messages of `ints` 32-bit integers to every other rank, which checks their length
+/// ([`Error::MessageSize`]), and a last barrier before the second snapshot.
+fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result<Exchange> {
+    let n = comm.world_size();
+    comm.barrier()?;
+    comm.barrier()?;
+    let before = comm.footprint();
+    let status_before = ProcStatus::read_self()?;
+    comm.barrier()?;
+    if comm.rank() == 0 {
+        let payload: Vec<u8> = (0..ints as u32).flat_map(|i| i.to_le_bytes()).collect();
+        for _ in 0..messages {
+            for p in 1..n {
+                comm.send(p, FANOUT_TAG, &payload)?;
+            }
+        }
+    } else {
+        for _ in 0..messages {
+            let m = comm.recv(Source::Rank(0), TagMatch::Tag(FANOUT_TAG))?;
+            if m.data.len() != ints * 4 {
+                return Err(Error::MessageSize {
+                    rank: comm.rank(),
+                    peer: m.source,
+                    tag: FANOUT_TAG,
+                    bytes: m.data.len(),
+                    expected: ints * 4,
+                });
+            }
+        }
+    }
+    comm.barrier()?;
+    let after = comm.footprint();
+    let status_after = ProcStatus::read_self()?;
+    Ok(Exchange {
+        before,
+        after,
+        status_before,
+        status_after,
+    })
+}
 
 /// Rank 0 sends `messages` messages of `ints` integers to every other rank; returns the
 /// report lines and whether every check held (printed by rank 0).
@@ -19,12 +76,12 @@ pub(crate) fn child_fanout(messages: usize, ints: usize) -> i32 {
             ..*comm.config()
         };
         let s_reg = ProcStatus::read_self()?;
-        let fanout::Exchange {
+        let Exchange {
             before,
             after,
             status_before: s0,
             status_after: s1,
-        } = fanout::exchange(&mut comm, messages, ints)?;
+        } = exchange(&mut comm, messages, ints)?;
         let pb = t.predict(before.peers_connected as usize, n, 1);
         let pa = t.predict(after.peers_connected as usize, n, 1);
         // Pinned growth during the fanout: per-peer QPs' receive buffers (whole pages).

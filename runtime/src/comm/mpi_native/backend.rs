@@ -120,10 +120,16 @@ impl Backend for MpiNative {
     ) -> Result<std::result::Result<Envelope, Envelope>> {
         MpiNative::recv_into(self, src, tag, buf)
     }
-    /// A receive waits in MPI for its posted receive; a send as on the engine.
+    /// A receive waits in MPI for its posted receive; a send as on the engine. A receive
+    /// whose wait failed is withdrawn (`MpiNative::withdraw`): a message deferred for
+    /// memory, or matched to it, goes to a later receive (as on the engine).
     fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         if req.recv {
-            return self.wait_posted(req.id).map(Completion::Received);
+            let r = self.wait_posted(req.id);
+            if let Err(e) = &r {
+                self.withdraw(req.id, e);
+            }
+            return r.map(Completion::Received);
         }
         backend::wait_loop(self, req, op)
     }

@@ -19,7 +19,8 @@
 //!   sends them straight from the caller's slice; the receiver receives them straight into
 //!   the `Vec` that becomes the message.
 //!
-//! Receives are `MPI_Irecv`s of `buffer_size + 1` bytes; a blocking `recv` uses one kept
+//! Receives are `MPI_Irecv`s of `buffer_size + 1` bytes, at least the 9 of a large
+//! message's header (nothing is truncated at any `buffer_size`); a blocking `recv` uses one kept
 //! buffer (no allocation). MPI matches them in posting order; when a large header
 //! completes, the parts receives of every earlier receive that could have matched the same
 //! sender and tag are posted first (MPI has completed them already), so parts are taken
@@ -52,7 +53,9 @@ use std::sync::Arc;
 use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
-use crate::comm::model::{MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_PER_RANK_BYTES};
+use crate::comm::model::{
+    mpi_native_kept_bytes, MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_LARGE_HEADER_BYTES, MPI_NATIVE_PER_RANK_BYTES,
+};
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
 use crate::core::error::{Error, Result, Sender};
@@ -66,7 +69,7 @@ use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERV
 const KIND_WHOLE: u8 = 0;
 const KIND_LARGE: u8 = 1;
 /// Bytes of a large message's header (length u64 and kind byte).
-const LARGE_HEADER: usize = 9;
+const LARGE_HEADER: usize = MPI_NATIVE_LARGE_HEADER_BYTES as usize;
 /// Progress calls (or idle polls in a row of a blocking call) between two looks for
 /// unexpected messages and for an abort notice.
 pub const DRAIN_EVERY: u32 = 64;
@@ -129,6 +132,26 @@ struct PendingRecv {
     src: c_int,
     tag: c_int,
     state: RecvState,
+}
+
+/// A large message whose header came out of MPI but whose bytes could not be reserved
+/// (out of memory, [`Error::MessageAlloc`]): its parts wait in MPI. It stays first in line
+/// ([`MpiNative::retry_deferred`], before anything else takes a message out of MPI or
+/// matches one): every later call that would do so fails the same way until it fits.
+/// Normally one at a time; a second one only when withdrawing a receive finds a large
+/// message matched to it ([`MpiNative::withdraw`]): they are taken in order.
+struct Deferred {
+    chan: usize,
+    source: usize,
+    mtag: c_int,
+    bytes: u64,
+    /// The posted receive it was matched to, while that receive still waits (a receive
+    /// whose wait failed is withdrawn: the message then goes to a later receive).
+    owner: Option<u64>,
+    /// Matched by a posted receive (MPI matched it ahead of every message taken out of
+    /// MPI into the unexpected queue since that receive was posted): first in the queue.
+    /// Else it came out unmatched, last so far: at the back.
+    front: bool,
 }
 
 /// The bytes of a large message after its header sent with it: none (a small message,
@@ -195,6 +218,10 @@ pub struct MpiNative {
     abort: Arc<AbortLine>,
     /// Largest message sent whole (`buffer_size`).
     eager: usize,
+    /// Bytes of a posted receive and of the kept buffers: a whole message and its kind
+    /// byte, or a large message's header, whichever is longer
+    /// ([`mpi_native_kept_bytes`]; a receive shorter than the header would be truncated).
+    head_bytes: usize,
     part_bytes: usize,
     recv_scratch: Vec<u8>,
     send_scratch: Vec<u8>,
@@ -220,6 +247,8 @@ pub struct MpiNative {
     /// header) came out of MPI: a message that `recv_into` or `recv_within` refuses goes
     /// back there, behind what was taken out of MPI before it and ahead of what came after.
     scratch_mark: Option<usize>,
+    /// The large messages whose bytes could not be reserved yet, in order.
+    deferred: VecDeque<Deferred>,
     /// MPI messages (not parts) sent to each rank, and received, for the final drain.
     sent: Vec<u64>,
     received: u64,
@@ -249,11 +278,17 @@ impl MpiNative {
                 parts: NativeComm::new(world.duplicate()),
             },
         ];
+        for c in chans.iter().flat_map(|c| [&c.msgs, &c.parts]) {
+            // An MPI error on Ballast's own communicators (a size mismatch, a peer gone) is
+            // returned to the call that made it, an error, never the job's abort.
+            c.errors_return()?;
+        }
         let rank = world.rank() as usize;
         let size = world.size() as usize;
         // Every rank uses the same buffer_size: checked by `Mpi` before (a receive is posted
-        // for `buffer_size + 1` bytes).
+        // for `head_bytes`).
         let eager = cfg.buffer_size;
+        let head_bytes = mpi_native_kept_bytes(eager as u64) as usize;
         Ok(MpiNative {
             rank,
             world: size,
@@ -262,9 +297,10 @@ impl MpiNative {
             chans,
             abort,
             eager,
+            head_bytes,
             part_bytes: part_bytes.clamp(1, c_int::MAX as usize),
-            recv_scratch: Vec::with_capacity(eager + 1),
-            send_scratch: Vec::with_capacity(eager + 1),
+            recv_scratch: Vec::with_capacity(head_bytes),
+            send_scratch: Vec::with_capacity(head_bytes),
             recvs: Vec::new(),
             done_recvs: IntMap::default(),
             sends: Vec::new(),
@@ -277,6 +313,7 @@ impl MpiNative {
             into_cap: None,
             scratch_parts: None,
             scratch_mark: None,
+            deferred: VecDeque::new(),
             sent: vec![0; size],
             received: 0,
             calls: 0,
@@ -458,6 +495,10 @@ impl MpiNative {
                 // The parts were sent with the header: waiting completes.
                 RecvState::Parts { recv, .. } => recv.wait_discard(),
             }
+        }
+        while let Some(d) = self.deferred.pop_front() {
+            // Its header was counted; its parts are still in MPI.
+            self.discard_parts(d.chan, d.source, d.mtag, d.bytes)?;
         }
         let mut total = vec![0u64; self.world];
         self.chans[RESERVED]

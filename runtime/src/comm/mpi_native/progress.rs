@@ -63,13 +63,28 @@ impl MpiNative {
                 self.settle_earlier(chan, source, mtag, parts_for)?;
                 let mut data = Vec::new();
                 // (A length beyond usize fails the reservation too.)
-                data.try_reserve_exact(usize::try_from(bytes).unwrap_or(usize::MAX))
-                    .map_err(|e| Error::MessageAlloc {
+                if let Err(e) = data.try_reserve_exact(usize::try_from(bytes).unwrap_or(usize::MAX)) {
+                    // Kept, not lost: its parts stay in MPI until it fits
+                    // (`retry_deferred`); a posted receive leaves the posting order (its
+                    // header request completed) and gets it then, unless withdrawn.
+                    if let Some(id) = parts_for {
+                        self.recvs.retain(|r| r.id != id);
+                    }
+                    self.deferred.push_back(Deferred {
+                        chan,
+                        source: src,
+                        mtag,
+                        bytes,
+                        owner: parts_for,
+                        front: parts_for.is_some(),
+                    });
+                    return Err(Error::MessageAlloc {
                         rank: self.rank,
                         peer: src,
                         bytes,
                         source: e,
-                    })?;
+                    });
+                }
                 let total = bytes as usize;
                 match parts_for {
                     None => {
@@ -122,6 +137,129 @@ impl MpiNative {
         }
     }
 
+    /// Takes the deferred large messages (see [`Deferred`]), in order, once their bytes
+    /// can be reserved: the parts are received (the sender posted them with the header) and
+    /// each goes to the receive that still waits for it, else into the unexpected queue in
+    /// its place. [`Error::MessageAlloc`] again while one cannot: nothing may take a
+    /// message out of MPI or match one before it, so the callers stop there.
+    pub(super) fn retry_deferred(&mut self) -> Result<()> {
+        let mut front = 0;
+        while let Some(d) = self.deferred.pop_front() {
+            self.take_deferred(d, &mut front)?;
+        }
+        Ok(())
+    }
+
+    /// [`MpiNative::retry_deferred`] for `d`; `front`: how many were queued at the front
+    /// so far (the later ones go behind them).
+    fn take_deferred(&mut self, d: Deferred, front: &mut usize) -> Result<()> {
+        let mut data = Vec::new();
+        if let Err(e) = data.try_reserve_exact(usize::try_from(d.bytes).unwrap_or(usize::MAX)) {
+            let (peer, bytes) = (d.source, d.bytes);
+            self.deferred.push_front(d);
+            return Err(Error::MessageAlloc {
+                rank: self.rank,
+                peer,
+                bytes,
+                source: e,
+            });
+        }
+        let total = d.bytes as usize;
+        while data.len() < total {
+            if recv_append(&self.chans[d.chan].parts, self.rank, d.source, d.mtag, &mut data)? == 0 {
+                return Err(Error::BadPacket {
+                    rank: self.rank,
+                    from: Sender::Rank(d.source),
+                    bytes: 0,
+                    what: format!("empty part at {} of {total} bytes", data.len()),
+                });
+            }
+        }
+        let m = Message {
+            source: d.source,
+            tag: Self::ballast_tag(d.chan, d.mtag),
+            data,
+        };
+        match d.owner {
+            Some(id) => {
+                self.done_recvs.insert(id, m);
+            }
+            None if d.front => {
+                self.unexpected
+                    .insert((*front).min(self.unexpected.len()), (d.chan, m));
+                *front += 1;
+            }
+            None => self.unexpected.push_back((d.chan, m)),
+        }
+        Ok(())
+    }
+
+    /// Withdraws receive `id` whose wait failed, as the engine's `cancel_recv` does, so
+    /// that no message is left to it: from the deferred message it was matched to, if any
+    /// (which then goes to a later receive); and, after `error` out of memory (another
+    /// message's: the communicator works on), from MPI when it is still posted there
+    /// ([`MpiNative::cancel_posted`]).
+    pub(super) fn withdraw(&mut self, id: u64, error: &Error) {
+        if matches!(error, Error::MessageAlloc { .. }) {
+            // Best effort: the wait's own error is the one reported.
+            let _ = self.cancel_posted(id);
+        }
+        for d in self.deferred.iter_mut().filter(|d| d.owner == Some(id)) {
+            d.owner = None;
+        }
+    }
+
+    /// Cancels receive `id` (an `irecv`'s) if it still waits for its header in MPI; a
+    /// message MPI matched to it meanwhile is received (a large one's parts too: the sender
+    /// posted them with its header) and queued first, where a receive posted now finds it.
+    fn cancel_posted(&mut self, id: u64) -> Result<()> {
+        let Some(i) = self
+            .recvs
+            .iter()
+            .position(|r| r.id == id && matches!(r.state, RecvState::Header { scratch: false, .. }))
+        else {
+            return Ok(());
+        };
+        let RecvState::Header { recv, .. } = &mut self.recvs[i].state else {
+            unreachable!("header state")
+        };
+        let Some(status) = recv.cancel_in_place()? else {
+            self.recvs.remove(i);
+            return Ok(());
+        };
+        let chan = self.recvs[i].chan;
+        if !self.header_done(i, status)? {
+            let j = self
+                .recvs
+                .iter()
+                .position(|r| r.id == id)
+                .ok_or(Error::UnknownRequest(id))?;
+            let r = self.recvs.remove(j);
+            let RecvState::Parts {
+                mut recv,
+                total,
+                source,
+                tag,
+            } = r.state
+            else {
+                unreachable!("parts state")
+            };
+            // The sender posted the parts with the header: waiting completes.
+            recv.wait(&mut self.statuses)?;
+            let data = recv.take_data().map_err(|got| Error::BadPacket {
+                rank: self.rank,
+                from: Sender::Rank(source),
+                bytes: got,
+                what: format!("parts of {got} bytes for a message of {total}"),
+            })?;
+            self.done_recvs.insert(id, Message { source, tag, data });
+        }
+        if let Some(m) = self.done_recvs.remove(&id) {
+            self.unexpected.push_front((chan, m));
+        }
+        Ok(())
+    }
+
     /// Completes (waiting: MPI matched them already) the posted receives before receive
     /// `before` (all of them when `None`) that could match `(source, mtag)` on `chan` and
     /// still wait for their header, in posting order, so that their parts are posted first.
@@ -167,7 +305,7 @@ impl MpiNative {
         if scratch {
             self.scratch_mark = Some(self.unexpected.len());
         }
-        // The `n <= eager + 1` bytes (the receive's count) MPI wrote.
+        // The `n <= head_bytes` bytes (the receive's count) MPI wrote.
         let buf = recv.take_filled().unwrap_or_default();
         if n == LARGE_HEADER && buf[n - 1] == KIND_LARGE && scratch {
             let bytes = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
@@ -341,6 +479,9 @@ impl MpiNative {
             }
         } else if self.abort.is_set() {
             return Err(Error::Aborted);
+        }
+        if !self.deferred.is_empty() {
+            self.retry_deferred()?;
         }
         let mut work = false;
         if !self.sends.is_empty() {

@@ -59,6 +59,8 @@ impl MpiNative {
 
     pub(super) fn post_recv(&mut self, src: Source, tag: TagMatch, scratch: bool) -> Result<u64> {
         let (chan, s, t) = self.wire_match(src, tag)?;
+        // A deferred message may be this receive's: it goes first.
+        self.retry_deferred()?;
         let id = self.new_id();
         if let Some(m) = self.take_unexpected(chan, s, t) {
             self.done_recvs.insert(id, m);
@@ -80,11 +82,12 @@ impl MpiNative {
         Ok(id)
     }
 
-    /// Posts an `MPI_Irecv` of `eager + 1` bytes (a whole message or a large header) from
-    /// `(s, t)` on `chan` into `buf` (cleared and grown as needed), which the returned
-    /// receive owns until it completed or was cancelled.
+    /// Posts an `MPI_Irecv` of `head_bytes` (a whole message and its kind byte, or a large
+    /// message's header, whichever is longer: no message is truncated) from `(s, t)` on
+    /// `chan` into `buf` (cleared and grown as needed), which the returned receive owns
+    /// until it completed or was cancelled.
     fn post_header_recv(&self, chan: usize, s: c_int, t: c_int, buf: Vec<u8>) -> Result<HeaderRecv> {
-        HeaderRecv::post(&self.chans[chan].msgs, s, t, buf, self.eager + 1)
+        HeaderRecv::post(&self.chans[chan].msgs, s, t, buf, self.head_bytes)
     }
 
     /// Posts a receive; a matching unexpected message completes it at once.
@@ -109,8 +112,11 @@ impl MpiNative {
     /// in flight).
     fn recv_posted<T: Take>(&mut self, src: Source, tag: TagMatch, take: &mut T) -> Result<Got<T::Out>> {
         let id = self.post_recv(src, tag, true)?;
-        let w = self.wait_recv(id, Idle::new())?;
-        self.waited(w, take)
+        let w = self.wait_recv(id, Idle::new());
+        if let Err(e) = &w {
+            self.withdraw(id, e);
+        }
+        self.waited(w?, take)
     }
 
     /// What a blocking receive's wait ended with, through `take`.
@@ -132,7 +138,10 @@ impl MpiNative {
     /// Nothing else in flight or queued: the latency path ([`MpiNative::recv_alone`]) may
     /// be taken.
     fn alone(&self) -> bool {
-        self.recvs.is_empty() && self.sends.is_empty() && self.unexpected.is_empty()
+        self.recvs.is_empty()
+            && self.sends.is_empty()
+            && self.unexpected.is_empty()
+            && self.deferred.is_empty()
     }
 
     /// `recv` into `buf`, or, for a message longer than `buf`, its envelope with the
@@ -224,7 +233,7 @@ impl MpiNative {
             if done {
                 self.scratch_mark = Some(self.unexpected.len());
                 let n = byte_count(&status)?;
-                if (1..=self.eager + 1).contains(&n) {
+                if (1..=self.head_bytes).contains(&n) {
                     // The `n` bytes MPI wrote.
                     let buf = recv.bytes().unwrap_or_default();
                     if buf[n - 1] == KIND_WHOLE {
@@ -265,12 +274,16 @@ impl MpiNative {
                     state: RecvState::Header { recv, scratch: true },
                 });
                 tested?;
-                if done {
+                let w = if done {
                     let i = self.recvs.len() - 1;
-                    self.header_done(i, status)?;
+                    self.header_done(i, status).and_then(|_| self.wait_recv(id, idle))
+                } else {
+                    self.wait_recv(id, idle)
+                };
+                if let Err(e) = &w {
+                    self.withdraw(id, e);
                 }
-                let w = self.wait_recv(id, idle)?;
-                return self.waited(w, take);
+                return self.waited(w?, take);
             }
             idle.snooze();
         }
@@ -331,6 +344,7 @@ impl MpiNative {
     /// Takes a matching message that arrived without a posted receive, if any.
     pub fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
         let (chan, s, t) = self.wire_match(src, tag).ok()?;
+        self.retry_deferred().ok()?;
         if let Some(m) = self.take_unexpected(chan, s, t) {
             return Some(m);
         }
@@ -345,6 +359,7 @@ impl MpiNative {
     /// that the queue keeps MPI's order and the earliest match is the one told.
     pub fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope> {
         let (chan, s, t) = self.wire_match(src, tag).ok()?;
+        self.retry_deferred().ok()?;
         while let Ok(Some(m)) = self.probe_one(chan, any_source(), any_tag()) {
             self.unexpected.push_back((chan, m));
         }

@@ -71,12 +71,12 @@ impl RuntimeConfigBuilder {
     /// Sets the setting `name` (a snake-case name of [`SETTINGS`], e.g. `buffer_count`)
     /// from `value` written as its `BALLAST_*` variable takes it (docs/CONFIG.md), for
     /// settings given as text (the C API's `ballast_config_set`). Errors:
-    /// [`Error::Setting`] naming the setting for a value that does not parse, and with the
+    /// [`ConfigError::Setting`] naming the setting for a value that does not parse, and with the
     /// unknown name as its value for a name that is not a setting; range checks wait for [`RuntimeConfigBuilder::build`].
-    pub fn set(mut self, name: &str, value: &str) -> Result<Self> {
+    pub fn set(mut self, name: &str, value: &str) -> ConfigResult<Self> {
         let Some(i) = SETTINGS.iter().position(|(n, _)| *n == name) else {
             // (A variant of its own would make every `Error` 16 bytes larger.)
-            return Err(Error::Setting {
+            return Err(ConfigError::Setting {
                 name: "(setting name)",
                 var: "(none)",
                 value: name.to_string(),
@@ -84,12 +84,14 @@ impl RuntimeConfigBuilder {
             });
         };
         let (known, var) = SETTINGS[i];
-        self.cfg.set(known, value).map_err(|reason| Error::Setting {
-            name: known,
-            var,
-            value: value.to_string(),
-            reason,
-        })?;
+        self.cfg
+            .set(known, value)
+            .map_err(|reason| ConfigError::Setting {
+                name: known,
+                var,
+                value: value.to_string(),
+                reason,
+            })?;
         self.cfg.origins[i] = ValueOrigin::Builder;
         Ok(self)
     }
@@ -101,21 +103,23 @@ impl RuntimeConfigBuilder {
         self.cfg
     }
 
-    /// Validates and returns the configuration. Errors: [`Error::Setting`] naming the
-    /// setting when the bad value was set through the builder, [`Error::Config`] naming
+    /// Validates and returns the configuration. Errors: [`ConfigError::Setting`] naming the
+    /// setting when the bad value was set through the builder, [`ConfigError::Var`] naming
     /// the variable when it came from the environment.
-    pub fn build(self) -> Result<RuntimeConfig> {
+    pub fn build(self) -> ConfigResult<RuntimeConfig> {
         match self.cfg.transport.validate() {
             Ok(()) => Ok(self.cfg),
-            Err(Error::Config { var, value, reason }) => match SETTINGS.iter().position(|(_, v)| *v == var) {
-                Some(i) if self.cfg.origins[i] == ValueOrigin::Builder => Err(Error::Setting {
-                    name: SETTINGS[i].0,
-                    var,
-                    value,
-                    reason,
-                }),
-                _ => Err(Error::Config { var, value, reason }),
-            },
+            Err(ConfigError::Var { var, value, reason }) => {
+                match SETTINGS.iter().position(|(_, v)| *v == var) {
+                    Some(i) if self.cfg.origins[i] == ValueOrigin::Builder => Err(ConfigError::Setting {
+                        name: SETTINGS[i].0,
+                        var,
+                        value,
+                        reason,
+                    }),
+                    _ => Err(ConfigError::Var { var, value, reason }),
+                }
+            }
             Err(e) => Err(e),
         }
     }

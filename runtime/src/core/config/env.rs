@@ -4,8 +4,8 @@
 use super::*;
 
 impl VerbsConfig {
-    /// Reads the three variables through `lookup`. Errors: [`Error::Config`] naming the variable.
-    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<VerbsConfig> {
+    /// Reads the three variables through `lookup`. Errors: [`ConfigError::Var`] naming the variable.
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> ConfigResult<VerbsConfig> {
         let device = lookup("BALLAST_IB_DEVICE")
             .map(|d| d.trim().to_string())
             .filter(|d| !d.is_empty());
@@ -13,7 +13,7 @@ impl VerbsConfig {
             Some(raw) => match raw.trim().parse::<u8>() {
                 Ok(p) if p >= 1 => Some(p),
                 _ => {
-                    return Err(Error::Config {
+                    return Err(ConfigError::Var {
                         var: "BALLAST_IB_PORT",
                         value: raw,
                         reason: "must be a port number 1..=255".into(),
@@ -23,7 +23,7 @@ impl VerbsConfig {
             None => None,
         };
         let gid_index = match lookup("BALLAST_GID_INDEX") {
-            Some(raw) => Some(raw.trim().parse::<u32>().map_err(|_| Error::Config {
+            Some(raw) => Some(raw.trim().parse::<u32>().map_err(|_| ConfigError::Var {
                 var: "BALLAST_GID_INDEX",
                 value: raw.clone(),
                 reason: "not a GID table index (a non-negative integer)".into(),
@@ -40,20 +40,20 @@ impl VerbsConfig {
 
 impl BootstrapConfig {
     /// Reads `BALLAST_ROOT`, `BALLAST_BOOTSTRAP_TIMEOUT` and the launcher's rank/size
-    /// variables through `lookup`. Errors: [`Error::Config`] naming the variable.
-    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<BootstrapConfig> {
+    /// variables through `lookup`. Errors: [`ConfigError::Var`] naming the variable.
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> ConfigResult<BootstrapConfig> {
         let mut b = BootstrapConfig {
             root: lookup("BALLAST_ROOT").filter(|r| !r.trim().is_empty()),
             ..Default::default()
         };
         if let Some(raw) = lookup("BALLAST_BOOTSTRAP_TIMEOUT") {
-            let secs: f64 = raw.trim().parse().map_err(|_| Error::Config {
+            let secs: f64 = raw.trim().parse().map_err(|_| ConfigError::Var {
                 var: "BALLAST_BOOTSTRAP_TIMEOUT",
                 value: raw.clone(),
                 reason: "not a number of seconds".into(),
             })?;
             if !(secs > 0.0 && secs <= 86_400.0) {
-                return Err(Error::Config {
+                return Err(ConfigError::Var {
                     var: "BALLAST_BOOTSTRAP_TIMEOUT",
                     value: raw,
                     reason: "must be > 0 and <= 86400 seconds".into(),
@@ -66,13 +66,13 @@ impl BootstrapConfig {
             if r.is_none() && s.is_none() {
                 continue;
             }
-            let num = |var: &'static str, v: Option<String>| -> Result<usize> {
-                let v = v.ok_or_else(|| Error::Config {
+            let num = |var: &'static str, v: Option<String>| -> ConfigResult<usize> {
+                let v = v.ok_or_else(|| ConfigError::Var {
                     var,
                     value: String::new(),
                     reason: format!("unset while its pair ({rv}/{sv}) is set"),
                 })?;
-                v.trim().parse().map_err(|_| Error::Config {
+                v.trim().parse().map_err(|_| ConfigError::Var {
                     var,
                     value: v.clone(),
                     reason: "not a non-negative integer".into(),
@@ -80,7 +80,7 @@ impl BootstrapConfig {
             };
             let (rank, size) = (num(rv, r)?, num(sv, s)?);
             if size == 0 || rank >= size {
-                return Err(Error::Config {
+                return Err(ConfigError::Var {
                     var: rv,
                     value: rank.to_string(),
                     reason: format!("must be below {sv} = {size}"),
@@ -95,17 +95,17 @@ impl BootstrapConfig {
 
 impl RuntimeConfig {
     /// Reads every `BALLAST_*` variable of `docs/CONFIG.md` from the process environment.
-    /// Unset variables keep their defaults. A bad value is [`Error::Config`] naming the variable.
-    pub fn from_env() -> Result<RuntimeConfig> {
+    /// Unset variables keep their defaults. A bad value is [`ConfigError::Var`] naming the variable.
+    pub fn from_env() -> ConfigResult<RuntimeConfig> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
 
     /// Same as [`RuntimeConfig::from_env`] with a supplied lookup (tests, embedding).
-    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Result<RuntimeConfig> {
+    pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> ConfigResult<RuntimeConfig> {
         let mut cfg = RuntimeConfig::default();
         for (i, (name, var)) in SETTINGS.iter().enumerate() {
             let Some(raw) = lookup(var) else { continue };
-            cfg.set(name, &raw).map_err(|reason| Error::Config {
+            cfg.set(name, &raw).map_err(|reason| ConfigError::Var {
                 var,
                 value: raw.clone(),
                 reason,

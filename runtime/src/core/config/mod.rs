@@ -10,10 +10,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::core::error::{Error, Result};
-
 mod builder;
 mod env;
+mod error;
 #[cfg(test)]
 mod tests;
 
@@ -21,6 +20,7 @@ pub use builder::RuntimeConfigBuilder;
 pub use env::parse_bytes;
 #[cfg(feature = "trace")]
 pub(crate) use env::verbs_trace;
+pub use error::{ConfigError, ConfigResult};
 
 /// Which transport carries the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -244,9 +244,9 @@ impl Default for TransportConfig {
 
 impl TransportConfig {
     /// Checks value ranges. Errors name the setting's environment variable.
-    pub fn validate(&self) -> Result<()> {
-        fn bad(var: &'static str, value: String, reason: &str) -> Error {
-            Error::Config {
+    pub fn validate(&self) -> ConfigResult<()> {
+        fn bad(var: &'static str, value: String, reason: &str) -> ConfigError {
+            ConfigError::Var {
                 var,
                 value,
                 reason: reason.to_string(),

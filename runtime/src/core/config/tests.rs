@@ -222,7 +222,7 @@ fn builder_set_takes_setting_names_and_variable_syntax() {
 
     let e = RuntimeConfig::builder().set("buffer_sise", "1").unwrap_err();
     assert!(
-        matches!(&e, Error::Setting { value, .. } if value == "buffer_sise"),
+        matches!(&e, ConfigError::Setting { value, .. } if value == "buffer_sise"),
         "{e}"
     );
     assert!(
@@ -233,7 +233,7 @@ fn builder_set_takes_setting_names_and_variable_syntax() {
     assert!(
         matches!(
             e,
-            Error::Setting {
+            ConfigError::Setting {
                 name: "lazy_connect",
                 ..
             }
@@ -249,7 +249,7 @@ fn builder_set_takes_setting_names_and_variable_syntax() {
     assert!(
         matches!(
             e,
-            Error::Setting {
+            ConfigError::Setting {
                 name: "buffer_size",
                 ..
             }

@@ -25,7 +25,7 @@ use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::memory::memlock_limit_bytes;
 use crate::core::memory::AlignedRegion;
 use crate::core::pool::{Register, Registration};
-use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader, PeerEnd};
+use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerEnd};
 
 pub(crate) mod drop_model;
 
@@ -215,6 +215,10 @@ pub struct LocalFabric {
     parker: Parker,
     /// The test drop model (`datagram_drop_every`, `datagram_drop_seed`).
     drops: drop_model::DropModel,
+    /// An arrival whose event failed (its message could not be allocated): kept with its
+    /// slot, it is delivered first at the next poll, so nothing is lost (the engine's error
+    /// repeats until it fits, as on MPI's engine path).
+    held: Option<Arrival>,
 }
 
 /// The sizes of the structures this fabric allocates (see [`MemoryModel`]): its side only,
@@ -257,6 +261,7 @@ impl LocalFabric {
             marked_done: false,
             parker,
             drops: drop_model::DropModel::new(cfg.datagram_drop_every, cfg.datagram_drop_seed, rank),
+            held: None,
         }
     }
 
@@ -425,15 +430,23 @@ impl Fabric for LocalFabric {
             n += 1;
         }
         let port = &self.world.ports[self.rank];
+        let mut held = self.held.take();
         for _ in 0..POLL_BATCH {
-            let Some(a) = port.data.pop() else { break };
-            {
+            let Some(a) = held.take().or_else(|| port.data.pop()) else {
+                break;
+            };
+            let taken = {
                 let g = a.rq.region.lock();
                 let off = a.slot as usize * a.rq.buffer_size;
                 on_event(Event::Arrival(
                     a.hdr,
                     &g.as_slice()[off..off + a.hdr.len as usize],
-                ))?;
+                ))
+            };
+            if let Err(e) = taken {
+                // First in line again at the next poll (packets of a peer stay in order).
+                self.held = Some(a);
+                return Err(e);
             }
             a.rq.posted.push(a.slot).map_err(|_| Error::ReceiveQueue {
                 rank: self.rank,
@@ -457,22 +470,8 @@ impl Fabric for LocalFabric {
         self.bytes
     }
 
-    fn datagram_mtu(&self) -> Option<usize> {
-        Some(DATAGRAM_MTU)
-    }
-
-    fn datagrams_can_drop(&self) -> bool {
-        self.drops.active()
-    }
-
-    fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
-        if self.drops.drops(dest) {
-            return Ok(()); // the test drop model: lost on the way
-        }
-        let port = &self.world.ports[dest];
-        port.dgrams.push((self.rank, bytes.to_vec()));
-        port.waker.unpark();
-        Ok(())
+    fn datagrams(&mut self) -> Option<&mut dyn DatagramPath> {
+        Some(self)
     }
 
     fn memory_model(&self) -> MemoryModel {
@@ -516,5 +515,66 @@ impl Fabric for LocalFabric {
 
     fn wait_for_arrival(&self, timeout: std::time::Duration) {
         self.parker.park_timeout(timeout);
+    }
+}
+
+impl DatagramPath for LocalFabric {
+    fn datagram_mtu(&self) -> usize {
+        DATAGRAM_MTU
+    }
+
+    fn datagrams_can_drop(&self) -> bool {
+        self.drops.active()
+    }
+
+    fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
+        if self.drops.drops(dest) {
+            return Ok(()); // the test drop model: lost on the way
+        }
+        let port = &self.world.ports[dest];
+        port.dgrams.push((self.rank, bytes.to_vec()));
+        port.waker.unpark();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_ranks(cfg: &TransportConfig) -> (LocalFabric, LocalFabric) {
+        let (world, mut parkers) = World::new(2);
+        let world = Arc::new(world);
+        let p1 = parkers.pop().unwrap();
+        let p0 = parkers.pop().unwrap();
+        let f1 = LocalFabric::new(1, Arc::clone(&world), cfg, p1);
+        (LocalFabric::new(0, world, cfg, p0), f1)
+    }
+
+    #[test]
+    fn datagrams_are_a_capability_and_the_direct_path_is_not_offered() {
+        let cfg = TransportConfig::default();
+        let (mut f0, mut f1) = two_ranks(&cfg);
+        assert!(f0.direct().is_none());
+        let path = f0.datagrams().expect("local has datagrams");
+        assert_eq!(path.datagram_mtu(), DATAGRAM_MTU);
+        assert!(!path.datagrams_can_drop());
+        path.post_datagram(1, b"hello").unwrap();
+        let mut got = Vec::new();
+        f1.poll(&mut |ev| {
+            if let Event::Datagram(src, bytes) = ev {
+                got.push((src, bytes.to_vec()));
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, vec![(0, b"hello".to_vec())]);
+
+        let lossy = TransportConfig {
+            datagram_drop_every: 2,
+            ..cfg
+        };
+        let (mut f0, _f1) = two_ranks(&lossy);
+        assert!(f0.datagrams().unwrap().datagrams_can_drop());
     }
 }

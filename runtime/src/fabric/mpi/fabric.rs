@@ -14,7 +14,7 @@
 //! destination, the others riding on it): a ping-pong costs one MPI message per direction
 //! instead of two, and no control waits longer than one progress call.
 //!
-//! Direct path ([`Fabric::direct_threshold`] = `buffer_size`): a larger message is a
+//! Direct path ([`DirectPath::direct_threshold`] = `buffer_size`): a larger message is a
 //! header packet of kind `direct` on the normal tag (MPI's non-overtaking rule keeps it in
 //! order with the sender's other packets), followed by its bytes as MPI messages of at most
 //! `direct_part_bytes` (1 GiB by default, so no count overflows an `int`) on the
@@ -28,11 +28,11 @@
 //! MPI does its own flow control for them.
 //!
 //! Datagrams (the engine's connectionless path past `max_endpoints`,
-//! [`Fabric::post_datagram`]) are MPI messages of kind `datagram` on the destination's
+//! [`DatagramPath::post_datagram`], `datagram.rs`) are MPI messages of kind `datagram` on the destination's
 //! normal tag, with no endpoint or handshake: on the normal tag rather than one of their
 //! own so that the drain below counts and receives them with the rest (tags are scarce:
 //! the direct tags take 16,000..32,000 below the guaranteed `MPI_TAG_UB` of 32,767). MPI
-//! never drops one ([`Fabric::datagrams_can_drop`] is false: the engine sends one again
+//! never drops one ([`DatagramPath::datagrams_can_drop`] is false: the engine sends one again
 //! only after the longer timeout for a datagram its receiver dropped). A datagram is at most `buffer_size` bytes, so it fits the
 //! staging buffer with its header and riders.
 //!
@@ -69,13 +69,17 @@ use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
 use super::abort::AbortNotices;
 use super::ffi::{recv_append, Barrier, SendQueue, SharedComm};
+
+mod datagram;
 use crate::core::backoff::Backoff;
 use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result, Sender};
 use crate::core::pool::{Register, Registration};
-use crate::fabric::sizes::{MPI_DATAGRAM_MTU, MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
+use crate::fabric::sizes::{MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
 use crate::fabric::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT};
-use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
+use crate::fabric::{
+    Capabilities, Control, DatagramPath, DirectPath, Event, Fabric, FabricBytes, PacketHeader,
+};
 
 /// Bytes of the header in front of every MPI message ([`wire::HEADER_BYTES`]).
 pub const HEADER_BYTES: usize = wire::HEADER_BYTES;
@@ -596,32 +600,69 @@ impl Fabric for MpiFabric {
         Ok(n)
     }
 
-    fn direct_threshold(&self) -> Option<usize> {
-        Some(self.buffer_size)
+    fn memory_model(&self) -> crate::core::footprint::MemoryModel {
+        crate::fabric::sizes::mpi_model()
     }
 
-    fn datagram_mtu(&self) -> Option<usize> {
-        Some(self.buffer_size.min(MPI_DATAGRAM_MTU))
+    fn bytes(&self) -> FabricBytes {
+        // Ballast's own MPI-side memory: the receive staging buffer (shared by all peers)
+        // and the send staging buffers. MPI's internal memory is measured, not modelled.
+        // Send buffers include the owned copies of `isend` direct messages in flight.
+        let endpoint_bytes = self.sends.bytes() + self.endpoints.len() as u64 * MPI_ENDPOINT_BYTES;
+        FabricBytes {
+            endpoint_bytes,
+            srq_bytes: self.rbuf.capacity() as u64,
+            recv_registered_bytes: 0,
+            recv_locked_bytes: 0,
+            recv_lock: Default::default(),
+            datagram_bytes: 0,
+        }
     }
 
-    fn datagrams_can_drop(&self) -> bool {
-        false
+    fn aborted(&self) -> bool {
+        let c = self.abort_countdown.get();
+        if c > 0 {
+            self.abort_countdown.set(c - 1);
+            return self.shared.abort.is_set();
+        }
+        self.abort_countdown.set(ABORT_PROBE_EVERY);
+        self.shared.poll_abort()
     }
 
-    fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
-        let (proc_, tag) = self.proc_and_tag(dest)?;
-        let h = PacketHeader {
-            src: self.rank as u32,
-            tag: 0,
-            total: bytes.len() as u64,
-            offset: 0,
-            len: bytes.len() as u32,
-            more: false,
-        };
-        let b = self.packet(dest, &h, KIND_DATAGRAM, 0, bytes);
-        self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)?;
-        self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
-        Ok(())
+    fn mark_done(&mut self) {
+        if self.marked_done {
+            return;
+        }
+        self.marked_done = true;
+        if self.shared.done_local.fetch_add(1, Ordering::AcqRel) + 1 == self.shared.local_slots {
+            *self.shared.barrier.lock() = Some(self.shared.comm.barrier());
+        }
+    }
+
+    fn all_done(&self) -> bool {
+        if self.shared.all_done.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut slot = self.shared.barrier.lock();
+        if slot.as_mut().is_some_and(Barrier::test) {
+            *slot = None;
+            self.shared.all_done.store(true, Ordering::Release);
+        }
+        self.shared.all_done.load(Ordering::Acquire)
+    }
+
+    fn direct(&mut self) -> Option<&mut dyn DirectPath> {
+        Some(self)
+    }
+
+    fn datagrams(&mut self) -> Option<&mut dyn DatagramPath> {
+        Some(self)
+    }
+}
+
+impl DirectPath for MpiFabric {
+    fn direct_threshold(&self) -> usize {
+        self.buffer_size
     }
 
     fn send_direct(
@@ -702,57 +743,6 @@ impl Fabric for MpiFabric {
             self.shared.part_bytes,
             wr_id,
         )
-    }
-
-    fn memory_model(&self) -> crate::core::footprint::MemoryModel {
-        crate::fabric::sizes::mpi_model()
-    }
-
-    fn bytes(&self) -> FabricBytes {
-        // Ballast's own MPI-side memory: the receive staging buffer (shared by all peers)
-        // and the send staging buffers. MPI's internal memory is measured, not modelled.
-        // Send buffers include the owned copies of `isend` direct messages in flight.
-        let endpoint_bytes = self.sends.bytes() + self.endpoints.len() as u64 * MPI_ENDPOINT_BYTES;
-        FabricBytes {
-            endpoint_bytes,
-            srq_bytes: self.rbuf.capacity() as u64,
-            recv_registered_bytes: 0,
-            recv_locked_bytes: 0,
-            recv_lock: Default::default(),
-            datagram_bytes: 0,
-        }
-    }
-
-    fn aborted(&self) -> bool {
-        let c = self.abort_countdown.get();
-        if c > 0 {
-            self.abort_countdown.set(c - 1);
-            return self.shared.abort.is_set();
-        }
-        self.abort_countdown.set(ABORT_PROBE_EVERY);
-        self.shared.poll_abort()
-    }
-
-    fn mark_done(&mut self) {
-        if self.marked_done {
-            return;
-        }
-        self.marked_done = true;
-        if self.shared.done_local.fetch_add(1, Ordering::AcqRel) + 1 == self.shared.local_slots {
-            *self.shared.barrier.lock() = Some(self.shared.comm.barrier());
-        }
-    }
-
-    fn all_done(&self) -> bool {
-        if self.shared.all_done.load(Ordering::Acquire) {
-            return true;
-        }
-        let mut slot = self.shared.barrier.lock();
-        if slot.as_mut().is_some_and(Barrier::test) {
-            *slot = None;
-            self.shared.all_done.store(true, Ordering::Release);
-        }
-        self.shared.all_done.load(Ordering::Acquire)
     }
 }
 

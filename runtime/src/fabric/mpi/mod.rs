@@ -22,6 +22,7 @@
 //! ```
 
 pub(crate) mod abort;
+mod describe;
 mod fabric;
 #[allow(unsafe_code)] // the raw MPI calls over owned buffers, each behind a safe function
 pub(crate) mod ffi;

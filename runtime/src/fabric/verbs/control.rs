@@ -44,7 +44,7 @@ fn recycle<'a>(mut fds: Vec<PollFd<'_>>) -> Vec<PollFd<'a>> {
 /// inode, dentry and file before it looks for a connection and frees them (through RCU)
 /// when there is none; in the soft-RoCE guest one such `accept` every 64 polls doubled the
 /// 8 B ping-pong latency (see docs/BENCHMARKS.md). poll(2) allocates nothing.
-pub(crate) fn readable(fd: &impl AsFd) -> bool {
+pub fn readable(fd: &impl AsFd) -> bool {
     let mut p = [PollFd::new(fd, PollFlags::IN)];
     // On an error, say "readable" so that the caller's accept/read reports it.
     poll(&mut p, Some(&NOW)) != Ok(0)

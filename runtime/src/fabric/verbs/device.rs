@@ -107,20 +107,27 @@ pub fn device_names() -> Result<Vec<String>> {
 }
 
 /// An opened device: context, protection domain, port and GID. Everything made from it
-/// keeps the context and PD alive (see [`ibv`]).
-pub(crate) struct Device {
-    pub(crate) ctx: ibv::Context,
-    pub(crate) pd: ibv::Pd,
-    pub(crate) caps: DeviceCaps,
-    pub(crate) gid: [u8; 16],
-    pub(crate) lid: u16,
-    pub(crate) mtu: rdma_sys::ibv_mtu::Type,
+/// keeps the context and PD alive (see `ballast_ibv`). Public for the raw-verbs ping-pong
+/// of `ballast-bench`, which makes its own queue pairs on the device the transport would use.
+pub struct Device {
+    /// The opened device (`ballast_ibv`).
+    pub ctx: ibv::Context,
+    /// Its protection domain.
+    pub pd: ibv::Pd,
+    /// The device, port and GID chosen, and the device's limits.
+    pub caps: DeviceCaps,
+    /// The GID at `caps.gid_index`, bytes.
+    pub gid: [u8; 16],
+    /// The port's LID (0 on RoCE).
+    pub lid: u16,
+    pub(crate) mtu: ibv::sys::ibv_mtu::Type,
     pub(crate) ethernet: bool,
 }
 
 impl Device {
-    /// This side of a connection, for the RTR attributes.
-    pub(crate) fn local(&self) -> ibv::attr::Local {
+    /// This side of a connection (port, active MTU, GID index, RoCE or not), for the RTR
+    /// attributes (`ballast_ibv::attr::rtr`).
+    pub fn local(&self) -> ibv::attr::Local {
         ibv::attr::Local {
             port: self.caps.port,
             mtu: self.mtu,
@@ -130,7 +137,7 @@ impl Device {
     }
 }
 
-fn mtu_bytes(m: rdma_sys::ibv_mtu::Type) -> u32 {
+fn mtu_bytes(m: ibv::sys::ibv_mtu::Type) -> u32 {
     128u32 << m.clamp(1, 5)
 }
 
@@ -161,9 +168,9 @@ fn unusable(device: &str, reason: String) -> Error {
 /// Opens the device chosen by `sel` (see [`VerbsConfig`]). Errors: [`Error::VerbsDevice`]
 /// naming what is missing (no device, no active port, no usable GID), [`Error::VerbsCall`]
 /// for a failing call.
-pub(crate) fn open(sel: &VerbsConfig) -> Result<Device> {
+pub fn open(sel: &VerbsConfig) -> Result<Device> {
     let list = match ibv::DeviceList::get() {
-        Ok(l) if l.len() > 0 => l,
+        Ok(l) if !l.is_empty() => l,
         r => {
             let why = r.err().unwrap_or_else(std::io::Error::last_os_error);
             return Err(Error::VerbsDevice {
@@ -189,7 +196,7 @@ pub(crate) fn open(sel: &VerbsConfig) -> Result<Device> {
         let ctx = match list.open(i) {
             Ok(c) => c,
             Err(e) => {
-                result = Err(e);
+                result = Err(e.into());
                 if sel.device.is_some() {
                     break;
                 }
@@ -225,7 +232,7 @@ pub(crate) fn open(sel: &VerbsConfig) -> Result<Device> {
 }
 
 fn open_ctx(ctx: ibv::Context, name: &str, sel: &VerbsConfig) -> Result<Device> {
-    let named = |e: Error| match e {
+    let named = |e: ibv::IbvError| match Error::from(e) {
         Error::VerbsCall {
             verb,
             object,
@@ -255,7 +262,7 @@ fn open_ctx(ctx: ibv::Context, name: &str, sel: &VerbsConfig) -> Result<Device> 
     let mut chosen = None;
     for p in ports {
         let pa = ctx.query_port(p).map_err(named)?;
-        if pa.state == rdma_sys::ibv_port_state::IBV_PORT_ACTIVE {
+        if pa.state == ibv::sys::ibv_port_state::IBV_PORT_ACTIVE {
             chosen = Some((p, pa));
             break;
         }
@@ -302,7 +309,7 @@ fn open_ctx(ctx: ibv::Context, name: &str, sel: &VerbsConfig) -> Result<Device> 
         link_layer: if ethernet { "Ethernet" } else { "InfiniBand" },
         active_mtu: mtu_bytes(pa.active_mtu),
         srq: da.max_srq > 0,
-        xrc: (da.device_cap_flags & rdma_sys::ibv_device_cap_flags::IBV_DEVICE_XRC.0) != 0,
+        xrc: (da.device_cap_flags & ibv::sys::ibv_device_cap_flags::IBV_DEVICE_XRC.0) != 0,
         max_qp: da.max_qp.max(0) as u32,
         max_qp_wr: da.max_qp_wr.max(0) as u32,
         max_cqe: da.max_cqe.max(0) as u32,
@@ -342,7 +349,7 @@ mod tests {
         assert_eq!(gid_text(&g), "::ffff:10.77.0.1");
         g[0] = 0xfe;
         assert!(!is_ipv4_mapped(&g));
-        assert_eq!(mtu_bytes(rdma_sys::ibv_mtu::IBV_MTU_1024), 1024);
+        assert_eq!(mtu_bytes(ibv::sys::ibv_mtu::IBV_MTU_1024), 1024);
         assert_eq!(mtu_bytes(5), 4096);
     }
 }

@@ -59,7 +59,7 @@ use crate::core::error::{Error, Result, VerbsPeer};
 use crate::core::footprint::MemoryModel;
 use crate::core::intmap::IntMap;
 use crate::fabric::sizes::{VERBS_CQ_ENTRIES, VERBS_SQ_DEPTH};
-use crate::fabric::{Capabilities, Control, Event, Fabric, FabricBytes, PacketHeader};
+use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader};
 
 /// Bytes of the header in front of every packet.
 pub const HEADER_BYTES: usize = 32;
@@ -109,6 +109,7 @@ impl Link {
             Link::Rtr(q) => q.set_error(),
             Link::Rts(q) => q.set_error(),
         }
+        .map_err(Error::from)
     }
 
     fn post_recv(&self, slots: &Slots, slot: usize) -> Result<()> {
@@ -118,6 +119,7 @@ impl Link {
             Link::Rtr(q) => q.post_recv(slots, off, len, id),
             Link::Rts(q) => q.post_recv(slots, off, len, id),
         }
+        .map_err(Error::from)
     }
 }
 
@@ -276,7 +278,7 @@ impl VerbsFabric {
             .max(header_slots + recvs)
             .min(dev.caps.max_cqe as usize)
             .max(1) as u32;
-        let cq = dev.ctx.create_cq(cq_entries).map_err(|e| match e {
+        let cq = dev.ctx.create_cq(cq_entries).map_err(|e| match Error::from(e) {
             Error::VerbsCall {
                 verb, object, source, ..
             } => Error::VerbsCall {
@@ -380,7 +382,7 @@ impl VerbsFabric {
     }
 
     /// `e` with this rank and the peer rank of internal key `key` (none for a node).
-    fn at(&self, e: Error, key: usize) -> Error {
+    fn at(&self, e: impl Into<Error>, key: usize) -> Error {
         ibv::at(e, self.rank, (key < self.world).then_some(key))
     }
 }
@@ -502,8 +504,21 @@ impl Fabric for VerbsFabric {
         self.mesh.all_done()
     }
 
-    fn datagram_mtu(&self) -> Option<usize> {
-        self.ud_mtu
+    fn datagrams(&mut self) -> Option<&mut dyn DatagramPath> {
+        // On once `setup_ud` found a datagram size (the engine uses the path, the port
+        // has one).
+        if self.ud_mtu.is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+impl DatagramPath for VerbsFabric {
+    fn datagram_mtu(&self) -> usize {
+        // `Some` whenever the path is offered (`datagrams`).
+        self.ud_mtu.unwrap_or(0)
     }
 
     fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {

@@ -1,9 +1,8 @@
 //! The verbs fabric's own unsafe code, each call behind a safe function: the time-stamp
 //! counter read of [`super::cycles`] and the registration of the pool's regions (the rest
-//! of the FFI to libibverbs is the `ibv/` layer's).
+//! of the FFI to libibverbs is the `ballast-ibv` crate's).
 
-use super::ibv::{Mr, Pd};
-use crate::core::error::Result;
+use super::ibv::{IbvError, Mr, Pd};
 
 /// The x86-64 time-stamp counter (`rdtsc`).
 #[cfg(target_arch = "x86_64")]
@@ -19,7 +18,7 @@ pub(super) fn rdtsc() -> u64 {
 /// [`crate::core::pool::Register`]: the pool owns `region` and keeps it allocated and in
 /// place until the fabric, which keeps the returned [`Mr`], is dropped. Not sound for any
 /// other memory (the device reads and writes it by address while the `Mr` lives).
-pub(super) fn register_pool_region(pd: &Pd, region: &[u8]) -> Result<Mr> {
+pub(super) fn register_pool_region(pd: &Pd, region: &[u8]) -> Result<Mr, IbvError> {
     // SAFETY: by the Register contract above, `region` stays allocated and in place for as
     // long as the Mr lives (the fabric drops its Mrs before the pool frees its regions).
     unsafe { Mr::register(pd, region) }

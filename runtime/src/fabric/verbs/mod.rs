@@ -1,11 +1,11 @@
 //! The verbs transport (feature `verbs`): Ballast over InfiniBand or RoCE RC queue pairs
-//! through the system libibverbs (the `rdma-sys` bindings), with the same [`Communicator`]
-//! API as `local` and `mpi`. This module tree is the only place of the crate with verbs FFI;
-//! the libibverbs calls sit in one safe layer (`ibv`: resources with `Drop`, a typestate
-//! queue pair, transition attributes built by pure functions) that the fabric, XRC and the
-//! raw ping-pong use; every unsafe block says why it is sound.
+//! through the system libibverbs, with the same [`Communicator`] API as `local` and `mpi`.
+//! The libibverbs calls sit in the crate `ballast-ibv` (resources with `Drop`, a typestate
+//! queue pair, transition attributes built by pure functions; it owns the `rdma-sys`
+//! bindings and their unsafe code), which the fabric, XRC and the raw ping-pong use; `ibv`
+//! here is its view with the runtime's errors.
 //!
-//! It owns: the safe layer (`ibv`), device selection and the capability probe ([`device`]:
+//! It owns: the errors of the safe layer with rank and peer (`ibv`), device selection and the capability probe ([`device`]:
 //! `BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`), the control channel ([`control`]: a TCP mesh
 //! whose addresses are exchanged with the [`crate::oob`]), and the fabric
 //! ([`VerbsFabric`]: one memory region for the pool registered once, RC queue pairs created
@@ -48,9 +48,7 @@ pub mod device;
 mod fabric;
 #[allow(unsafe_code)] // rdtsc and registering the pool, each behind a safe function
 mod ffi;
-#[allow(unsafe_code)] // the FFI to libibverbs, behind safe types
 mod ibv;
-pub mod raw_pingpong;
 mod xrc;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -334,7 +332,7 @@ pub fn locked_at_start(t: &TransportConfig) -> u64 {
 
 pub(crate) fn verbs_config(config: &RuntimeConfig) -> Result<RuntimeConfig> {
     // to_builder keeps the bootstrap and device selection; build() validates.
-    config.to_builder().transport(TransportKind::Verbs).build()
+    Ok(config.to_builder().transport(TransportKind::Verbs).build()?)
 }
 
 /// Binds listeners for `local` ranks, all-gathers every rank's address over `boot`, and

@@ -52,5 +52,5 @@ pub(crate) fn open_domain(ctx: &ibv::Context, path: &Path) -> Result<ibv::Xrcd> 
             peer: None,
             source,
         })?;
-    ctx.open_xrcd(file, &path.display().to_string())
+    Ok(ctx.open_xrcd(file, &path.display().to_string())?)
 }

@@ -17,7 +17,7 @@ use std::time::Instant;
 use crate::core::error::{Error, Result};
 use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool};
-use crate::fabric::{Fabric, PacketHeader};
+use crate::fabric::{DatagramPath, PacketHeader};
 use crate::protocol::connection::{ConnectionTable, EpState};
 use crate::protocol::datagram::{DgHeader, DgPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
 use crate::protocol::matching::{Matcher, RecvInto};
@@ -277,7 +277,7 @@ impl DgRx<'_> {
 /// Posts the datagram kept in pool buffer `id` to `peer` again, with the current
 /// acknowledgement.
 fn post_copy(
-    fabric: &mut dyn Fabric,
+    path: &mut dyn DatagramPath,
     pool: &mut BufferPool,
     p: &mut DgPeer,
     peer: usize,
@@ -287,7 +287,7 @@ fn post_copy(
     b[8..12].copy_from_slice(&p.ack_value().to_le_bytes());
     p.ack_due = false;
     let n = held_len(b);
-    fabric.post_datagram(peer, &pool.buf(id)[..n])
+    path.post_datagram(peer, &pool.buf(id)[..n])
 }
 
 impl Engine {
@@ -377,7 +377,7 @@ impl Engine {
                 s.posted_all = true;
             }
         }
-        self.fabric
+        super::datagram_path(self.fabric.as_mut())?
             .post_datagram(dest, &self.pool.buf(id)[..HEADER_BYTES + len])?;
         Ok(true)
     }
@@ -392,7 +392,7 @@ impl Engine {
         for peer in dg.fresh.drain(..) {
             self.conns.note_peer(peer);
         }
-        let fabric = self.fabric.as_mut();
+        let fabric = super::datagram_path(self.fabric.as_mut())?;
         let pool = &mut self.pool;
         if !dg.waiting.is_empty() {
             let now = dg.now_us();

@@ -4,7 +4,7 @@
 //! control, the endpoint handshakes (lazy connect, graceful close on LRU eviction past
 //! `max_endpoints`), arrivals into tag matching, and the footprint accounting.
 //!
-//! When the fabric has a direct path ([`Fabric::direct_threshold`], MPI), messages larger
+//! When the fabric has a direct path ([`Fabric::direct`], MPI), messages larger
 //! than its threshold skip the pool, the chunking and the credits: a blocking
 //! [`Engine::send_direct`] hands the caller's slice to the fabric (zero-copy), an `isend`
 //! copies the message once into an owned buffer that waits in the destination's queue like
@@ -28,7 +28,7 @@ use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
 use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
-use crate::fabric::{effective_sharing, Fabric};
+use crate::fabric::{effective_sharing, DatagramPath, DirectPath, Fabric};
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
@@ -140,6 +140,25 @@ pub struct Engine {
     dg: Option<Box<Datagrams>>,
 }
 
+/// The fabric's direct path. The engine uses it only when the fabric offered one at start
+/// ([`Fabric::direct`]); a fabric that stops offering it is a protocol error.
+pub(super) fn direct_path(fabric: &mut dyn Fabric) -> Result<&mut dyn DirectPath> {
+    let transport = fabric.capabilities().name;
+    match fabric.direct() {
+        Some(path) => Ok(path),
+        None => Err(Error::NoDirectPath { transport }),
+    }
+}
+
+/// The fabric's datagram path, as [`direct_path`] for [`Fabric::datagrams`].
+pub(super) fn datagram_path(fabric: &mut dyn Fabric) -> Result<&mut dyn DatagramPath> {
+    let transport = fabric.capabilities().name;
+    match fabric.datagrams() {
+        Some(path) => Ok(path),
+        None => Err(Error::NoDatagrams { transport }),
+    }
+}
+
 impl Engine {
     /// Sets up the rank: registers the pool, creates the receive resources and, with
     /// `lazy_connect` off, connects every peer (needs every rank to be starting too).
@@ -150,8 +169,14 @@ impl Engine {
         let (sharing, note) = effective_sharing(cfg.recv_sharing, fabric.capabilities());
         cfg.recv_sharing = sharing;
         notes.extend(note);
-        let dg = match crate::protocol::datagram::chunk_for(&cfg, fabric.datagram_mtu()) {
-            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c, !fabric.datagrams_can_drop()))),
+        // The fabric's optional paths, asked once: their sizes decide what the engine runs.
+        let (mtu, drops) = match fabric.datagrams() {
+            Some(d) => (Some(d.datagram_mtu()), d.datagrams_can_drop()),
+            None => (None, true),
+        };
+        let direct = fabric.direct().map(|d| d.direct_threshold());
+        let dg = match crate::protocol::datagram::chunk_for(&cfg, mtu) {
+            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c, !drops))),
             Err(why) => {
                 notes.push(format!(
                     "endpoint_overflow=datagram: transport `{}` {why}; falling back to endpoint_overflow=evict",
@@ -186,13 +211,12 @@ impl Engine {
             next_req: 0,
             notes,
             inbox: Inbox::default(),
-            direct: None,
+            direct,
             direct_inflight: 0,
             chunked_queued: 0,
             copies: false,
             dg,
         };
-        e.direct = e.fabric.direct_threshold();
         e.copies = e.fabric.copies_payload();
         if !cfg.lazy_connect {
             e.connect_all()?;

@@ -225,8 +225,9 @@ impl Engine {
                 rank: self.rank,
                 into: None,
             };
-            self.fabric
-                .send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, &mut rx, ev))
+            super::direct_path(self.fabric.as_mut()).and_then(|path| {
+                path.send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, &mut rx, ev))
+            })
         };
         let settled = self.settle(&mut inbox);
         self.inbox = inbox;
@@ -281,7 +282,7 @@ impl Engine {
                 if p.queue.is_empty() {
                     self.active.remove(dest);
                 }
-                self.fabric.post_direct(dest, &hdr, data, DIRECT_WR | req)?;
+                super::direct_path(self.fabric.as_mut())?.post_direct(dest, &hdr, data, DIRECT_WR | req)?;
                 self.direct_inflight += 1;
                 let s = self.sends.get_mut(&req).expect("send request");
                 s.outstanding += 1;

@@ -127,6 +127,15 @@ impl NativeComm {
     pub(super) fn new(comm: SimpleCommunicator) -> NativeComm {
         NativeComm(comm)
     }
+
+    /// Makes MPI return its errors on this communicator to the call that made them
+    /// (`MPI_Comm_set_errhandler` with `MPI_ERRORS_RETURN`) instead of aborting the job.
+    pub(super) fn errors_return(&self) -> Result<()> {
+        // SAFETY: the communicator is live (owned by `self`); MPI_ERRORS_RETURN is a
+        // predefined error handler, read as a constant.
+        let code = unsafe { ffi::MPI_Comm_set_errhandler(self.0.as_raw(), ffi::RSMPI_ERRORS_RETURN) };
+        check(code, "MPI_Comm_set_errhandler")
+    }
 }
 
 impl Deref for NativeComm {
@@ -134,6 +143,29 @@ impl Deref for NativeComm {
     fn deref(&self) -> &SimpleCommunicator {
         &self.0
     }
+}
+
+/// Cancels `req` (a live receive) and waits for it (`MPI_Cancel`, `MPI_Wait`,
+/// `MPI_Test_cancelled`), each call checked: true when it was cancelled (nothing received),
+/// false when it completed with a message, in `status`. On an error the request may still
+/// be live: its owner keeps the buffer and cancels again when dropped.
+fn cancel_recv_checked(req: &mut ffi::MPI_Request, status: &mut Status) -> Result<bool> {
+    if *req == null_request() {
+        return Ok(false); // completed already (MPI_Cancel refuses a null request)
+    }
+    let mut cancelled: c_int = 0;
+    // SAFETY: `req` is a live receive request whose buffer its owner keeps until MPI is
+    // done with it (also on an error here); `status` and `cancelled` are valid
+    // out-parameters, `status` filled by MPI_Wait before MPI_Test_cancelled reads it.
+    unsafe {
+        check(ffi::MPI_Cancel(req), "MPI_Cancel")?;
+        check(ffi::MPI_Wait(req, status), "MPI_Wait")?;
+        check(
+            ffi::MPI_Test_cancelled(status, &mut cancelled),
+            "MPI_Test_cancelled",
+        )?;
+    }
+    Ok(cancelled != 0)
 }
 
 /// Cancels `req` (a live receive) and waits for it; true when it was cancelled (nothing

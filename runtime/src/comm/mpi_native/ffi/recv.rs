@@ -7,7 +7,9 @@ use rsmpi::ffi;
 use rsmpi::raw::AsRaw;
 use rsmpi::topology::SimpleCommunicator;
 
-use super::{byte_count, cancel_recv, check, dt_byte, empty_status, int, null_request, Status};
+use super::{
+    byte_count, cancel_recv, cancel_recv_checked, check, dt_byte, empty_status, int, null_request, Status,
+};
 use crate::core::error::{Error, Result};
 
 /// An `MPI_Irecv` of at most `cap` bytes into a `Vec` it owns (see the module docs).
@@ -128,6 +130,28 @@ impl HeaderRecv {
     }
 }
 
+impl HeaderRecv {
+    /// Cancels the receive and waits for it, keeping it in place (MPI errors checked):
+    /// `None` when it was cancelled (nothing received), else the status of the message
+    /// it received, whose bytes are then read as after [`HeaderRecv::wait`].
+    pub(in crate::comm::mpi_native) fn cancel_in_place(&mut self) -> Result<Option<Status>> {
+        let mut status = empty_status();
+        if let Some(n) = self.got {
+            return Err(Error::MpiValue {
+                what: "MPI_Cancel of a receive that completed with bytes",
+                value: n as i128,
+                why: "is too late",
+            });
+        }
+        if cancel_recv_checked(&mut self.req, &mut status)? {
+            self.got = Some(0);
+            return Ok(None);
+        }
+        self.completed(&status)?;
+        Ok(Some(status))
+    }
+}
+
 impl Drop for HeaderRecv {
     fn drop(&mut self) {
         if self.got.is_some() {
@@ -236,13 +260,36 @@ impl PartsRecv {
         if flag == 0 {
             return Ok(false);
         }
+        self.completed(&statuses[..n])?;
+        Ok(true)
+    }
+
+    /// Waits for every part (`MPI_Waitall`, statuses in `statuses`); then
+    /// [`PartsRecv::take_data`] has the message.
+    pub(in crate::comm::mpi_native) fn wait(&mut self, statuses: &mut Vec<Status>) -> Result<()> {
+        if self.got.is_some() {
+            return Ok(());
+        }
+        let n = self.reqs.len();
+        statuses.resize(n, empty_status());
+        // SAFETY: `reqs` holds `n` live or completed (null) requests writing into `data`,
+        // which this owns until they completed; `statuses` has `n` entries.
+        check(
+            unsafe { ffi::MPI_Waitall(n as c_int, self.reqs.as_mut_ptr(), statuses.as_mut_ptr()) },
+            "MPI_Waitall",
+        )?;
+        self.completed(&statuses[..n])
+    }
+
+    /// Every part completed with `statuses`: counts the bytes they wrote.
+    fn completed(&mut self, statuses: &[Status]) -> Result<()> {
         self.got = Some(0); // no longer in flight, whatever MPI_Get_count says
         let mut got = 0usize;
-        for s in &statuses[..n] {
+        for s in statuses {
             got = got.saturating_add(byte_count(s)?);
         }
         self.got = Some(got.min(self.total));
-        Ok(true)
+        Ok(())
     }
 
     /// The message once every part completed with all `total` bytes; else `Err` with the

@@ -53,7 +53,14 @@ impl VerbsFabric {
             max_inline: inline,
         };
         let srq = self.srq.as_ref().map(|s| &s.srq);
-        Qp::create_rc(&self.dev.ctx, &self.dev.pd, &self.cq, &self.cq, srq, caps)
+        Ok(Qp::create_rc(
+            &self.dev.ctx,
+            &self.dev.pd,
+            &self.cq,
+            &self.cq,
+            srq,
+            caps,
+        )?)
     }
 
     /// The RC queue pair toward rank `key`, in INIT with its receives posted (per-peer);
@@ -177,7 +184,7 @@ impl VerbsFabric {
     fn bring_up(&mut self, key: usize, remote_info: QpInfo) -> Result<()> {
         let local = self.dev.local();
         let (rank, world) = (self.rank, self.world);
-        let at = |e: Error| ibv::at(e, rank, (key < world).then_some(key));
+        let at = |e: ibv::IbvError| ibv::at(e, rank, (key < world).then_some(key));
         let q = self
             .peers
             .get_mut(&key)
@@ -243,7 +250,7 @@ impl VerbsFabric {
             key: src,
             what: "got an XRC connect but this rank has no XRC domain",
         })?;
-        let at = |e: Error| ibv::at(e, self.rank, Some(src));
+        let at = |e: ibv::IbvError| ibv::at(e, self.rank, Some(src));
         let tgt = Qp::create_xrc_recv(&self.dev.ctx, xrcd).map_err(at)?;
         let tgt = tgt
             .init(&attr::init(self.dev.caps.port))

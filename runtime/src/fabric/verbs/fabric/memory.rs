@@ -68,12 +68,12 @@ impl VerbsFabric {
             let path = xrc::domain_path(&self.mesh.job_tag(), node);
             let xrcd = xrc::open_domain(&self.dev.ctx, &path).map_err(at)?;
             let (srq, num) = ibv::Srq::create_xrc(&self.dev.ctx, &self.dev.pd, &xrcd, &self.cq, depth as u32)
-                .map_err(at)?;
+                .map_err(|e| at(e.into()))?;
             self.xrcd = Some(xrcd);
             self.my_srqn = num;
             srq
         } else {
-            ibv::Srq::create(&self.dev.pd, depth as u32).map_err(at)?
+            ibv::Srq::create(&self.dev.pd, depth as u32).map_err(|e| at(e.into()))?
         };
         let slots = Slots::new(
             &self.dev.pd,
@@ -81,10 +81,10 @@ impl VerbsFabric {
             self.slot_bytes(),
             "the shared receive queue's slots",
         )
-        .map_err(at)?;
+        .map_err(|e| at(e.into()))?;
         for i in 0..depth {
             srq.post_recv(&slots, i * slots.slot(), slots.slot(), RECV_BIT | i as u64)
-                .map_err(at)?;
+                .map_err(|e| at(e.into()))?;
         }
         self.srq = Some(SharedRecv { srq, slots });
         self.pinned += bytes;

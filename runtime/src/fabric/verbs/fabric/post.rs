@@ -53,7 +53,7 @@ fn post_wr(qp: &Qp<Rts>, headers: &Slots, max_inline: u32, srqn: Option<u32>, q:
         counters::stamp(9);
         counters::bump(&counters::POSTS, 1);
     }
-    r
+    Ok(r?)
 }
 
 impl VerbsFabric {
@@ -358,7 +358,7 @@ impl VerbsFabric {
         let mut n = 0;
         // Left uninitialised: zeroing 32 entries (1.5 KiB) on every poll, idle ones included,
         // costs measurable time under TCG; ibv_poll_cq writes the entries it returns.
-        let mut wcs = [const { std::mem::MaybeUninit::<rdma_sys::ibv_wc>::uninit() }; POLL_BATCH];
+        let mut wcs = [const { std::mem::MaybeUninit::<ibv::sys::ibv_wc>::uninit() }; POLL_BATCH];
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
         while n < POLL_MAX {
@@ -379,14 +379,14 @@ impl VerbsFabric {
             }
             for wc in done {
                 n += 1;
-                let ok = wc.status == rdma_sys::ibv_wc_status::IBV_WC_SUCCESS;
+                let ok = wc.status == ibv::sys::ibv_wc_status::IBV_WC_SUCCESS;
                 // The peer is looked up only where needed (not for a good SRQ receive).
                 let peer_of = |f: &Self| f.qpn_peer.get(&wc.qp_num).copied();
                 if wc.wr_id & RECV_BIT != 0 {
                     if !ok {
                         let peer = peer_of(self);
                         // Flushed receives of a QP being destroyed (per-peer): nothing to do.
-                        if wc.status != rdma_sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR
+                        if wc.status != ibv::sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR
                             && self.pending_err.is_none()
                         {
                             self.pending_err = Some(self.completion_error("receive", wc.status, peer));
@@ -494,7 +494,7 @@ impl VerbsFabric {
     fn completion_error(
         &self,
         op: &'static str,
-        status: rdma_sys::ibv_wc_status::Type,
+        status: ibv::sys::ibv_wc_status::Type,
         peer: Option<usize>,
     ) -> Error {
         Error::WorkCompletion {

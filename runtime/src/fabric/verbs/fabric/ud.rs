@@ -152,13 +152,13 @@ impl Ud {
     /// Reads the send CQ: completed sends give their slots back. A failed send is an error
     /// (the UD QP's send queue is in error then).
     fn reap_sends(&mut self, rank: usize) -> Result<()> {
-        let mut wcs = [const { std::mem::MaybeUninit::<rdma_sys::ibv_wc>::uninit() }; 16];
+        let mut wcs = [const { std::mem::MaybeUninit::<ibv::sys::ibv_wc>::uninit() }; 16];
         loop {
             let done = self.send_cq.poll(&mut wcs).map_err(|e| ibv::at(e, rank, None))?;
             let got = done.len();
             for wc in done {
                 self.free.push(wc.wr_id as usize);
-                if wc.status != rdma_sys::ibv_wc_status::IBV_WC_SUCCESS {
+                if wc.status != ibv::sys::ibv_wc_status::IBV_WC_SUCCESS {
                     return Err(Error::WorkCompletion {
                         op: "UD send",
                         status: wc.status,
@@ -371,13 +371,13 @@ impl VerbsFabric {
         if ud.free.len() < ud.send.count() {
             ud.reap_sends(rank)?;
         }
-        let mut wcs = [const { std::mem::MaybeUninit::<rdma_sys::ibv_wc>::uninit() }; 16];
+        let mut wcs = [const { std::mem::MaybeUninit::<ibv::sys::ibv_wc>::uninit() }; 16];
         let done = ud.recv_cq.poll(&mut wcs).map_err(|e| ibv::at(e, rank, None))?;
         let n = done.len();
         for wc in done {
             let slot = wc.wr_id as usize;
-            if wc.status != rdma_sys::ibv_wc_status::IBV_WC_SUCCESS {
-                if wc.status == rdma_sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
+            if wc.status != ibv::sys::ibv_wc_status::IBV_WC_SUCCESS {
+                if wc.status == ibv::sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
                     continue;
                 }
                 return Err(Error::WorkCompletion {
@@ -388,7 +388,7 @@ impl VerbsFabric {
                     peer: None,
                 });
             }
-            let grh = if wc.wc_flags & rdma_sys::ibv_wc_flags::IBV_WC_GRH.0 != 0 {
+            let grh = if wc.wc_flags & ibv::sys::ibv_wc_flags::IBV_WC_GRH.0 != 0 {
                 GRH
             } else {
                 0

@@ -1,11 +1,12 @@
-//! A small safe layer over libibverbs (the `rdma-sys` bindings): the only place of the verbs
-//! transport with raw FFI. It owns the device list and an opened device ([`DeviceList`],
-//! [`Context`]), the protection domain ([`Pd`]), completion queues ([`Cq`]), shared receive
-//! queues ([`Srq`], plain or XRC), XRC domains ([`Xrcd`]), address handles ([`Ah`], for
-//! UD sends), memory regions ([`Mr`], and
-//! [`Slots`]: an owned, registered area of fixed-size slots), and the typestate queue pair
-//! ([`Qp`], in [`qp`]) whose transition attributes are built by the pure functions of
-//! [`attr`].
+//! A small safe layer over libibverbs (the `rdma-sys` bindings, re-exported as [`sys`]):
+//! the only place of Ballast's verbs transport with FFI to libibverbs, kept in a crate of its
+//! own (as rust-ibverbs keeps its -sys crate apart) so that the runtime's verbs fabric and
+//! the raw ping-pong of `ballast-bench` both build on it. It owns the device list and an
+//! opened device ([`DeviceList`], [`Context`]), the protection domain ([`Pd`]), completion
+//! queues ([`Cq`]), shared receive queues ([`Srq`], plain or XRC), XRC domains ([`Xrcd`]),
+//! address handles ([`Ah`], for UD sends), memory regions ([`Mr`], and [`Slots`]: an owned,
+//! registered area of fixed-size slots), and the typestate queue pair ([`Qp`], in [`qp`])
+//! whose transition attributes are built by the pure functions of [`attr`].
 //!
 //! **Lifetimes.** Every object holds a reference count on what it was made from (a QP on its
 //! PD, CQs, SRQ or XRC domain; an SRQ on its PD and CQ; a PD on its context), so libibverbs
@@ -17,11 +18,12 @@
 //! [`Slots`] area (bounds-checked); a send names an `lkey`, and the device reads only memory
 //! of the region with that key, which outlives its registration.
 //!
-//! Errors: every failing call is [`Error::VerbsCall`] naming the verb and its object; the
-//! callers add the rank and peer ([`at`]).
+//! Errors: every failing call is [`IbvError::Call`] naming the verb and its object; the
+//! runtime adds the rank and peer when it wraps it. Every unsafe block says why it is sound.
 
-pub(crate) mod attr;
-pub(crate) mod qp;
+pub mod attr;
+mod error;
+pub mod qp;
 
 use std::ffi::CStr;
 use std::fs::File;
@@ -29,71 +31,24 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
+pub use rdma_sys as sys;
 use rdma_sys::*;
 
-pub(crate) use qp::{Init, Qp, QpCaps, Rtr, Rts, SendWr, Sge};
-
-use crate::core::error::{Error, Result};
-use crate::core::memory::AlignedRegion;
+pub use error::{IbvError, Result};
+pub use qp::{Init, Qp, QpCaps, Rtr, Rts, SendWr, Sge};
 
 /// `O_CREAT` of Linux (fcntl.h), for an XRC domain's file.
 const O_CREAT: i32 = 0o100;
 
-/// A [`Error::VerbsCall`] for `verb` on `object`, with the errno of the last failing call.
-pub(crate) fn last_err(verb: &'static str, object: impl Into<String>) -> Error {
-    call_err(verb, object, std::io::Error::last_os_error())
-}
-
-/// A [`Error::VerbsCall`] for `verb` on `object` from a returned error code (an errno,
-/// positive or negative).
-pub(crate) fn rc_err(verb: &'static str, object: impl Into<String>, rc: i32) -> Error {
-    call_err(
-        verb,
-        object,
-        std::io::Error::from_raw_os_error(rc.saturating_abs()),
-    )
-}
-
-fn call_err(verb: &'static str, object: impl Into<String>, source: std::io::Error) -> Error {
-    Error::VerbsCall {
-        verb,
-        object: object.into().into_boxed_str(),
-        rank: None,
-        peer: None,
-        source,
-    }
-}
-
-/// `e` with the rank (and the peer, if given) filled in when it is a [`Error::VerbsCall`];
-/// other errors pass unchanged.
-pub(crate) fn at(e: Error, r: usize, p: Option<usize>) -> Error {
-    match e {
-        Error::VerbsCall {
-            verb,
-            object,
-            peer,
-            source,
-            ..
-        } => Error::VerbsCall {
-            verb,
-            object,
-            rank: Some(r),
-            peer: p.or(peer),
-            source,
-        },
-        e => e,
-    }
-}
-
 /// The devices libibverbs sees; freed on drop (contexts opened from it stay valid).
-pub(crate) struct DeviceList {
+pub struct DeviceList {
     list: *mut *mut ibv_device,
     n: usize,
 }
 
 impl DeviceList {
     /// The list, or the error `ibv_get_device_list` gave (ENOSYS without kernel support).
-    pub(crate) fn get() -> std::result::Result<DeviceList, std::io::Error> {
+    pub fn get() -> std::result::Result<DeviceList, std::io::Error> {
         let mut n: i32 = 0;
         // SAFETY: ibv_get_device_list writes the count into `n` and returns a NULL-terminated
         // array freed in Drop with ibv_free_device_list; NULL means failure.
@@ -108,8 +63,13 @@ impl DeviceList {
     }
 
     /// Number of devices.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.n
+    }
+
+    /// True when libibverbs sees no device.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
     }
 
     fn device(&self, i: usize) -> *mut ibv_device {
@@ -119,7 +79,7 @@ impl DeviceList {
     }
 
     /// Name of device `i` (`rxe0`, `mlx5_0`). Panics if `i >= len()`.
-    pub(crate) fn name(&self, i: usize) -> String {
+    pub fn name(&self, i: usize) -> String {
         // SAFETY: the name is a NUL-terminated string owned by the device, copied here.
         unsafe { CStr::from_ptr(ibv_get_device_name(self.device(i))) }
             .to_string_lossy()
@@ -127,12 +87,12 @@ impl DeviceList {
     }
 
     /// Opens device `i`. Panics if `i >= len()`.
-    pub(crate) fn open(&self, i: usize) -> Result<Context> {
+    pub fn open(&self, i: usize) -> Result<Context> {
         let name = self.name(i);
         // SAFETY: the device belongs to the live list; the context is closed in Ctx::drop.
         let ctx = unsafe { ibv_open_device(self.device(i)) };
         if ctx.is_null() {
-            return Err(last_err("ibv_open_device", name));
+            return Err(IbvError::last("ibv_open_device", name));
         }
         Ok(Context(Arc::new(Ctx(ctx))))
     }
@@ -162,35 +122,35 @@ impl Drop for Ctx {
 
 /// An opened device.
 #[derive(Clone)]
-pub(crate) struct Context(Arc<Ctx>);
+pub struct Context(Arc<Ctx>);
 
 impl Context {
     /// `ibv_query_device`: the device's limits.
-    pub(crate) fn query_device(&self) -> Result<ibv_device_attr> {
+    pub fn query_device(&self) -> Result<ibv_device_attr> {
         // SAFETY: ibv_device_attr is plain data; zeroed is a valid out-parameter.
         let mut da: ibv_device_attr = unsafe { std::mem::zeroed() };
         // SAFETY: the context is open; da is a valid out-pointer.
         let rc = unsafe { ibv_query_device(self.0 .0, &mut da) };
         if rc != 0 {
-            return Err(rc_err("ibv_query_device", "the device", rc));
+            return Err(IbvError::rc("ibv_query_device", "the device", rc));
         }
         Ok(da)
     }
 
     /// `ibv_query_port` of port `port` (from 1).
-    pub(crate) fn query_port(&self, port: u8) -> Result<ibv_port_attr> {
+    pub fn query_port(&self, port: u8) -> Result<ibv_port_attr> {
         // SAFETY: ibv_port_attr is plain data; zeroed is a valid out-parameter.
         let mut attr: ibv_port_attr = unsafe { std::mem::zeroed() };
         // SAFETY: the context is open; attr is a valid out-pointer of the right size.
         let rc = unsafe { ___ibv_query_port(self.0 .0, port, &mut attr) };
         if rc != 0 {
-            return Err(rc_err("ibv_query_port", format!("port {port}"), rc));
+            return Err(IbvError::rc("ibv_query_port", format!("port {port}"), rc));
         }
         Ok(attr)
     }
 
     /// The GID at `index` of `port`, if the query succeeds.
-    pub(crate) fn query_gid(&self, port: u8, index: i32) -> Option<[u8; 16]> {
+    pub fn query_gid(&self, port: u8, index: i32) -> Option<[u8; 16]> {
         // SAFETY: ibv_gid is a plain union of bytes; zeroed is valid.
         let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
         // SAFETY: the context is open; gid is a valid out-pointer.
@@ -200,11 +160,11 @@ impl Context {
     }
 
     /// A protection domain.
-    pub(crate) fn alloc_pd(&self) -> Result<Pd> {
+    pub fn alloc_pd(&self) -> Result<Pd> {
         // SAFETY: the context is open; the PD is released in PdInner::drop.
         let pd = unsafe { ibv_alloc_pd(self.0 .0) };
         if pd.is_null() {
-            return Err(last_err("ibv_alloc_pd", "the device"));
+            return Err(IbvError::last("ibv_alloc_pd", "the device"));
         }
         Ok(Pd(Arc::new(PdInner {
             pd,
@@ -213,12 +173,12 @@ impl Context {
     }
 
     /// A completion queue of `entries` entries (no completion channel).
-    pub(crate) fn create_cq(&self, entries: u32) -> Result<Cq> {
+    pub fn create_cq(&self, entries: u32) -> Result<Cq> {
         let n = i32::try_from(entries).unwrap_or(i32::MAX);
         // SAFETY: the context is open; no channel, no context pointer; destroyed in CqInner::drop.
         let cq = unsafe { ibv_create_cq(self.0 .0, n, std::ptr::null_mut(), std::ptr::null_mut(), 0) };
         if cq.is_null() {
-            return Err(last_err("ibv_create_cq", format!("{entries} entries")));
+            return Err(IbvError::last("ibv_create_cq", format!("{entries} entries")));
         }
         Ok(Cq(Arc::new(CqInner {
             cq,
@@ -228,7 +188,7 @@ impl Context {
 
     /// Opens (creating it if needed, `O_CREAT`) the XRC domain shared through `file`, which
     /// the domain keeps open.
-    pub(crate) fn open_xrcd(&self, file: File, what: &str) -> Result<Xrcd> {
+    pub fn open_xrcd(&self, file: File, what: &str) -> Result<Xrcd> {
         let mut attr = ibv_xrcd_init_attr {
             comp_mask: (ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD.0
                 | ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS.0),
@@ -243,7 +203,7 @@ impl Context {
                 _file: file,
                 _ctx: self.clone(),
             }))),
-            _ => Err(last_err("ibv_open_xrcd", what)),
+            _ => Err(IbvError::last("ibv_open_xrcd", what)),
         }
     }
 
@@ -272,7 +232,7 @@ impl Drop for PdInner {
 
 /// A protection domain.
 #[derive(Clone)]
-pub(crate) struct Pd(Arc<PdInner>);
+pub struct Pd(Arc<PdInner>);
 
 impl Pd {
     pub(crate) fn raw(&self) -> *mut ibv_pd {
@@ -300,19 +260,19 @@ impl Drop for CqInner {
 
 /// A completion queue.
 #[derive(Clone)]
-pub(crate) struct Cq(Arc<CqInner>);
+pub struct Cq(Arc<CqInner>);
 
 impl Cq {
     /// One `ibv_poll_cq` of up to `wcs.len()` completions; returns those read (the first
     /// entries of `wcs`, which need not be initialised before).
     #[inline]
-    pub(crate) fn poll<'w>(&self, wcs: &'w mut [MaybeUninit<ibv_wc>]) -> Result<&'w [ibv_wc]> {
+    pub fn poll<'w>(&self, wcs: &'w mut [MaybeUninit<ibv_wc>]) -> Result<&'w [ibv_wc]> {
         let n = i32::try_from(wcs.len()).unwrap_or(i32::MAX);
         // SAFETY: the CQ is live; wcs has room for `n` entries (MaybeUninit<ibv_wc> has
         // ibv_wc's layout).
         let got = unsafe { ibv_poll_cq(self.0.cq, n, wcs.as_mut_ptr().cast::<ibv_wc>()) };
         if got < 0 {
-            return Err(call_err(
+            return Err(IbvError::call(
                 "ibv_poll_cq",
                 "the completion queue",
                 std::io::Error::other(format!("it returned {got}")),
@@ -329,14 +289,14 @@ impl Cq {
 
 /// The immediate data of a completion (host order), if it carries any.
 #[inline]
-pub(crate) fn wc_imm(wc: &ibv_wc) -> Option<u32> {
+pub fn wc_imm(wc: &ibv_wc) -> Option<u32> {
     (wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0)
         // SAFETY: with IBV_WC_WITH_IMM set, the union holds the immediate data.
         .then(|| u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data }))
 }
 
 /// libibverbs' text for a completion status (`ibv_wc_status_str`).
-pub(crate) fn status_text(s: ibv_wc_status::Type) -> String {
+pub fn status_text(s: ibv_wc_status::Type) -> String {
     // SAFETY: ibv_wc_status_str returns a static NUL-terminated string for any value.
     unsafe { CStr::from_ptr(ibv_wc_status_str(s)) }
         .to_string_lossy()
@@ -364,7 +324,7 @@ impl Drop for XrcdInner {
 
 /// An XRC domain, opened through a file shared by the ranks of a node.
 #[derive(Clone)]
-pub(crate) struct Xrcd(Arc<XrcdInner>);
+pub struct Xrcd(Arc<XrcdInner>);
 
 impl Xrcd {
     pub(crate) fn raw(&self) -> *mut ibv_xrcd {
@@ -394,11 +354,11 @@ impl Drop for SrqInner {
 
 /// A shared receive queue (plain, or XRC with its SRQ number).
 #[derive(Clone)]
-pub(crate) struct Srq(Arc<SrqInner>);
+pub struct Srq(Arc<SrqInner>);
 
 impl Srq {
     /// A plain SRQ of `depth` single-piece receives.
-    pub(crate) fn create(pd: &Pd, depth: u32) -> Result<Srq> {
+    pub fn create(pd: &Pd, depth: u32) -> Result<Srq> {
         // SAFETY: plain-data struct; zero is valid for the fields not set.
         let mut init: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
         init.attr.max_wr = depth;
@@ -406,7 +366,7 @@ impl Srq {
         // SAFETY: the PD is live; init is initialised; the SRQ is destroyed in SrqInner::drop.
         let srq = unsafe { ibv_create_srq(pd.raw(), &mut init) };
         if srq.is_null() {
-            return Err(last_err("ibv_create_srq", format!("{depth} entries")));
+            return Err(IbvError::last("ibv_create_srq", format!("{depth} entries")));
         }
         Ok(Srq(Arc::new(SrqInner {
             srq,
@@ -417,7 +377,7 @@ impl Srq {
     }
 
     /// An XRC SRQ of `depth` receives in `xrcd`, its completions on `cq`, with its SRQ number.
-    pub(crate) fn create_xrc(ctx: &Context, pd: &Pd, xrcd: &Xrcd, cq: &Cq, depth: u32) -> Result<(Srq, u32)> {
+    pub fn create_xrc(ctx: &Context, pd: &Pd, xrcd: &Xrcd, cq: &Cq, depth: u32) -> Result<(Srq, u32)> {
         // SAFETY: plain-data struct; zero is valid for the fields not set.
         let mut a: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
         a.attr.max_wr = depth;
@@ -439,13 +399,18 @@ impl Srq {
                 _cq: Some(cq.clone()),
                 _xrcd: Some(xrcd.clone()),
             })),
-            _ => return Err(last_err("ibv_create_srq_ex", format!("XRC, {depth} entries"))),
+            _ => {
+                return Err(IbvError::last(
+                    "ibv_create_srq_ex",
+                    format!("XRC, {depth} entries"),
+                ))
+            }
         };
         let mut num = 0u32;
         // SAFETY: the SRQ is a live XRC SRQ; num is a valid out-pointer.
         let rc = unsafe { ibv_get_srq_num(srq.raw(), &mut num) };
         if rc != 0 {
-            return Err(rc_err("ibv_get_srq_num", "the XRC SRQ", rc));
+            return Err(IbvError::rc("ibv_get_srq_num", "the XRC SRQ", rc));
         }
         Ok((srq, num))
     }
@@ -457,7 +422,7 @@ impl Srq {
     /// Posts a receive of `len` bytes at `offset` of `slots`, completing as `wr_id`.
     /// Errors: the range outside `slots` (nothing posted), or `ibv_post_srq_recv`'s.
     #[inline]
-    pub(crate) fn post_recv(&self, slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<()> {
+    pub fn post_recv(&self, slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<()> {
         let (mut sge, mut wr) = recv_wr(slots, offset, len, wr_id)?;
         wr.sg_list = &mut sge;
         let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
@@ -465,7 +430,7 @@ impl Srq {
         // memory, which stays registered while it is allocated (Slots' field order).
         let rc = unsafe { ibv_post_srq_recv(self.0.srq, &mut wr, &mut bad) };
         if rc != 0 {
-            return Err(rc_err("ibv_post_srq_recv", "the shared receive queue", rc));
+            return Err(IbvError::rc("ibv_post_srq_recv", "the shared receive queue", rc));
         }
         Ok(())
     }
@@ -473,9 +438,10 @@ impl Srq {
 
 /// A receive work request for `len` bytes at `offset` of `slots` (its `sg_list` is set by
 /// the caller, which owns the SGE). Errors: the range outside `slots`.
+#[inline]
 fn recv_wr(slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<(ibv_sge, ibv_recv_wr)> {
     if offset.checked_add(len).is_none_or(|end| end > slots.mem.len()) || len > u32::MAX as usize {
-        return Err(Error::VerbsRecvRange {
+        return Err(IbvError::RecvRange {
             len,
             offset,
             area: slots.mem.len(),
@@ -497,7 +463,7 @@ fn recv_wr(slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<(ibv_
 
 /// An address handle: where a UD send goes (the remote port's LID or GID and our port);
 /// destroyed on drop, after which its PD may go.
-pub(crate) struct Ah {
+pub struct Ah {
     ah: *mut ibv_ah,
     _pd: Pd,
 }
@@ -508,13 +474,13 @@ unsafe impl Send for Ah {}
 
 impl Ah {
     /// `ibv_create_ah` in `pd` for `av` ([`attr::ud_address`]).
-    pub(crate) fn create(pd: &Pd, av: &attr::AddressVector) -> Result<Ah> {
+    pub fn create(pd: &Pd, av: &attr::AddressVector) -> Result<Ah> {
         let mut a = av.raw_ah();
         // SAFETY: the PD is live; `a` is initialised and lives across the call; the handle is
         // destroyed in Drop; NULL on failure.
         let ah = unsafe { ibv_create_ah(pd.raw(), &mut a) };
         if ah.is_null() {
-            return Err(last_err(
+            return Err(IbvError::last(
                 "ibv_create_ah",
                 format!("LID {}, port {}, GRH {}", av.dlid, av.port, av.grh.is_some()),
             ));
@@ -537,7 +503,7 @@ impl Drop for Ah {
 
 /// A memory region registered for local access (`IBV_ACCESS_LOCAL_WRITE`); deregistered on
 /// drop.
-pub(crate) struct Mr {
+pub struct Mr {
     mr: *mut ibv_mr,
     addr: usize,
     len: usize,
@@ -555,12 +521,12 @@ impl Mr {
     /// # Safety
     /// `mem` must stay allocated and in place until the returned value is dropped: the
     /// device writes receives into it and reads sends from it by address.
-    pub(crate) unsafe fn register(pd: &Pd, mem: &[u8]) -> Result<Mr> {
+    pub unsafe fn register(pd: &Pd, mem: &[u8]) -> Result<Mr> {
         let access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32;
         // SAFETY: the PD is live; the caller keeps `mem` alive and in place until this Mr drops.
         let mr = unsafe { ibv_reg_mr(pd.raw(), mem.as_ptr() as *mut _, mem.len(), access) };
         if mr.is_null() {
-            return Err(last_err("ibv_reg_mr", format!("{} bytes", mem.len())));
+            return Err(IbvError::last("ibv_reg_mr", format!("{} bytes", mem.len())));
         }
         // SAFETY: mr is a valid registration.
         let lkey = unsafe { (*mr).lkey };
@@ -575,13 +541,13 @@ impl Mr {
 
     /// The local key.
     #[inline]
-    pub(crate) fn lkey(&self) -> u32 {
+    pub fn lkey(&self) -> u32 {
         self.lkey
     }
 
     /// True if `[p, p + len)` lies in the region.
     #[inline]
-    pub(crate) fn contains(&self, p: usize, len: usize) -> bool {
+    pub fn contains(&self, p: usize, len: usize) -> bool {
         p >= self.addr && p + len <= self.addr + self.len
     }
 }
@@ -594,11 +560,54 @@ impl Drop for Mr {
     }
 }
 
+/// A zeroed, page-aligned region of `count x slot` bytes: an anonymous private mapping, so
+/// its pages are touched only when used and an allocation the kernel refuses is an error
+/// instead of an abort (as the runtime's `AlignedRegion`).
+struct Region {
+    map: memmap2::MmapMut,
+    len: usize,
+}
+
+impl Region {
+    /// Errors: [`IbvError::Alloc`] when `count x slot` overflows or the kernel refuses the
+    /// mapping.
+    fn new(count: usize, slot: usize, what: &str) -> Result<Region> {
+        let alloc_error = |bytes: u64, error| IbvError::Alloc {
+            what: what.to_string(),
+            bytes,
+            error,
+        };
+        let len = count.checked_mul(slot).ok_or_else(|| {
+            alloc_error(
+                u64::MAX,
+                std::io::Error::other(format!("{count} x {slot} bytes overflows")),
+            )
+        })?;
+        let map = memmap2::MmapMut::map_anon(len.max(1)).map_err(|error| alloc_error(len as u64, error))?;
+        Ok(Region { map, len })
+    }
+
+    #[inline]
+    fn as_slice(&self) -> &[u8] {
+        &self.map[..self.len]
+    }
+
+    #[inline]
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map[..self.len]
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// A registered area of `count` slots of `slot` bytes that owns its memory (receive
 /// buffers, send headers, the raw ping-pong's buffers).
-pub(crate) struct Slots {
+pub struct Slots {
     mr: Mr, // before `mem`: deregistered before the memory is freed
-    mem: AlignedRegion,
+    mem: Region,
     slot: usize,
     count: usize,
 }
@@ -606,60 +615,69 @@ pub(crate) struct Slots {
 impl Slots {
     /// Allocates (page-aligned, zeroed) and registers `count x slot` bytes in `pd`; `what`
     /// names the area in allocation errors.
-    pub(crate) fn new(pd: &Pd, count: usize, slot: usize, what: &str) -> Result<Slots> {
-        let mem = AlignedRegion::new(count, slot, what)?;
+    pub fn new(pd: &Pd, count: usize, slot: usize, what: &str) -> Result<Slots> {
+        let mem = Region::new(count, slot, what)?;
         // SAFETY: the memory is owned by the returned value, in place (a mapping does not
         // move with its owner), and freed only after `mr` drops (field order).
         let mr = unsafe { Mr::register(pd, mem.as_slice()) }?;
         Ok(Slots { mr, mem, slot, count })
     }
 
+    #[inline]
     fn base(&self) -> u64 {
         self.mem.as_slice().as_ptr() as u64
     }
 
     /// Address of slot `i`.
     #[inline]
-    pub(crate) fn addr(&self, i: usize) -> u64 {
+    pub fn addr(&self, i: usize) -> u64 {
         self.base() + (i * self.slot) as u64
     }
 
     /// The first `len` bytes of slot `i`.
     #[inline]
-    pub(crate) fn get(&self, i: usize, len: usize) -> &[u8] {
+    pub fn get(&self, i: usize, len: usize) -> &[u8] {
         &self.mem.as_slice()[i * self.slot..i * self.slot + len]
     }
 
     /// The whole area.
-    pub(crate) fn bytes(&self) -> &[u8] {
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
         self.mem.as_slice()
     }
 
     /// The whole area, writable.
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+    #[inline]
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.mem.as_mut_slice()
     }
 
     /// The local key of the area.
     #[inline]
-    pub(crate) fn lkey(&self) -> u32 {
+    pub fn lkey(&self) -> u32 {
         self.mr.lkey
     }
 
     /// Bytes per slot.
     #[inline]
-    pub(crate) fn slot(&self) -> usize {
+    pub fn slot(&self) -> usize {
         self.slot
     }
 
     /// Number of slots.
     #[inline]
-    pub(crate) fn count(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.count
     }
 
     /// Bytes allocated (and registered).
-    pub(crate) fn len(&self) -> usize {
+    #[inline]
+    pub fn len(&self) -> usize {
         self.mem.len()
+    }
+
+    /// True when the area has no bytes (`count` or `slot` zero).
+    pub fn is_empty(&self) -> bool {
+        self.mem.len() == 0
     }
 }

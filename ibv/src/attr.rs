@@ -10,21 +10,21 @@ use super::qp::QpKind;
 
 /// RC ACK timeout exponent of the fabric: 4.096 us x 2^16 = 268 ms per try (generous for
 /// soft-RoCE).
-pub(crate) const ACK_TIMEOUT: u8 = 16;
+pub const ACK_TIMEOUT: u8 = 16;
 /// RC retries before a send fails (7 = the maximum).
-pub(crate) const RETRY_COUNT: u8 = 7;
+pub const RETRY_COUNT: u8 = 7;
 /// RNR retries (7 = retry for ever: a receive is always posted before the peer sends).
-pub(crate) const RNR_RETRY: u8 = 7;
+pub const RNR_RETRY: u8 = 7;
 /// Minimum RNR NAK timer code (12 = 0.64 ms).
-pub(crate) const MIN_RNR_TIMER: u8 = 12;
+pub const MIN_RNR_TIMER: u8 = 12;
 /// Outstanding RDMA reads/atomics, each way (none are used; 1 is the smallest valid value).
-pub(crate) const RD_ATOMIC: u8 = 1;
+pub const RD_ATOMIC: u8 = 1;
 /// GRH hop limit for RoCE and global IB routes.
-pub(crate) const HOP_LIMIT: u8 = 64;
+pub const HOP_LIMIT: u8 = 64;
 
 /// A target state of `ibv_modify_qp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum State {
+pub enum State {
     Init,
     Rtr,
     Rts,
@@ -42,7 +42,7 @@ impl State {
     }
 
     /// The state's name in messages.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             State::Init => "INIT",
             State::Rtr => "RTR",
@@ -54,7 +54,7 @@ impl State {
 
 /// The global route header of an address vector (RoCE, or IB without a LID).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Grh {
+pub struct Grh {
     pub dgid: [u8; 16],
     pub sgid_index: u8,
     pub hop_limit: u8,
@@ -62,7 +62,7 @@ pub(crate) struct Grh {
 
 /// Where the remote QP is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct AddressVector {
+pub struct AddressVector {
     pub dlid: u16,
     pub port: u8,
     pub sl: u8,
@@ -71,7 +71,7 @@ pub(crate) struct AddressVector {
 
 /// The attributes of one `ibv_modify_qp` call: the fields `mask` names, the rest zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct QpAttr {
+pub struct QpAttr {
     pub state: State,
     /// `ibv_qp_attr_mask` bits.
     pub mask: u32,
@@ -119,7 +119,7 @@ impl QpAttr {
     }
 
     /// The `ibv_qp_attr` of these attributes (its mask is [`QpAttr::mask`]).
-    pub(crate) fn raw(&self) -> ibv_qp_attr {
+    pub fn raw(&self) -> ibv_qp_attr {
         // SAFETY: plain-data struct (with unions of plain data); zero is valid for every field.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = self.state.raw();
@@ -155,7 +155,7 @@ impl QpAttr {
 impl AddressVector {
     /// The `ibv_ah_attr` of this address vector (for `ibv_create_ah`; a UD send names the
     /// address handle made from it).
-    pub(crate) fn raw_ah(&self) -> ibv_ah_attr {
+    pub fn raw_ah(&self) -> ibv_ah_attr {
         // SAFETY: plain-data struct (with a union of bytes); zero is valid for every field.
         let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
         a.dlid = self.dlid;
@@ -173,7 +173,7 @@ impl AddressVector {
 
 /// This side's port, as the device reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Local {
+pub struct Local {
     pub port: u8,
     /// Active path MTU (`ibv_mtu`).
     pub mtu: ibv_mtu::Type,
@@ -184,7 +184,7 @@ pub(crate) struct Local {
 
 /// The remote QP's connection data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Remote {
+pub struct Remote {
     pub qpn: u32,
     pub psn: u32,
     pub lid: u16,
@@ -193,7 +193,7 @@ pub(crate) struct Remote {
 
 /// The send side's retry settings (RTS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Retry {
+pub struct Retry {
     /// ACK timeout exponent.
     pub timeout: u8,
     pub retry_cnt: u8,
@@ -202,7 +202,7 @@ pub(crate) struct Retry {
 
 impl Retry {
     /// The fabric's: [`ACK_TIMEOUT`], [`RETRY_COUNT`], [`RNR_RETRY`].
-    pub(crate) const FABRIC: Retry = Retry {
+    pub const FABRIC: Retry = Retry {
         timeout: ACK_TIMEOUT,
         retry_cnt: RETRY_COUNT,
         rnr_retry: RNR_RETRY,
@@ -212,7 +212,7 @@ impl Retry {
 use ibv_qp_attr_mask as M;
 
 /// RESET -> INIT on `port`, local write access only (every QP kind starts so).
-pub(crate) fn init(port: u8) -> QpAttr {
+pub fn init(port: u8) -> QpAttr {
     let mut a = QpAttr::new(
         State::Init,
         M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0,
@@ -226,7 +226,7 @@ pub(crate) fn init(port: u8) -> QpAttr {
 /// INIT -> RTR toward `remote`. A GRH (from the remote GID, our GID index) is set on RoCE
 /// and when the remote has no LID. QPs that receive (RC, XRC TGT) also get the responder
 /// attributes; an XRC send QP does not.
-pub(crate) fn rtr(local: &Local, remote: &Remote, kind: QpKind) -> QpAttr {
+pub fn rtr(local: &Local, remote: &Remote, kind: QpKind) -> QpAttr {
     let mut mask =
         M::IBV_QP_STATE.0 | M::IBV_QP_AV.0 | M::IBV_QP_PATH_MTU.0 | M::IBV_QP_DEST_QPN.0 | M::IBV_QP_RQ_PSN.0;
     if kind != QpKind::XrcSend {
@@ -252,7 +252,7 @@ pub(crate) fn rtr(local: &Local, remote: &Remote, kind: QpKind) -> QpAttr {
 }
 
 /// RTR -> RTS with our send PSN `psn`.
-pub(crate) fn rts(psn: u32, retry: Retry) -> QpAttr {
+pub fn rts(psn: u32, retry: Retry) -> QpAttr {
     let mut a = QpAttr::new(
         State::Rts,
         M::IBV_QP_STATE.0
@@ -271,7 +271,7 @@ pub(crate) fn rts(psn: u32, retry: Retry) -> QpAttr {
 }
 
 /// UD: RESET -> INIT on `port` with queue key `qkey` (a UD QP has no access flags).
-pub(crate) fn init_ud(port: u8, qkey: u32) -> QpAttr {
+pub fn init_ud(port: u8, qkey: u32) -> QpAttr {
     let mut a = QpAttr::new(
         State::Init,
         M::IBV_QP_STATE.0 | M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_QKEY.0,
@@ -283,12 +283,12 @@ pub(crate) fn init_ud(port: u8, qkey: u32) -> QpAttr {
 }
 
 /// UD: INIT -> RTR (nothing but the state: a UD QP has no remote).
-pub(crate) fn rtr_ud() -> QpAttr {
+pub fn rtr_ud() -> QpAttr {
     QpAttr::new(State::Rtr, M::IBV_QP_STATE.0)
 }
 
 /// UD: RTR -> RTS with our send PSN `psn` (no retries: datagrams are unacknowledged).
-pub(crate) fn rts_ud(psn: u32) -> QpAttr {
+pub fn rts_ud(psn: u32) -> QpAttr {
     let mut a = QpAttr::new(State::Rts, M::IBV_QP_STATE.0 | M::IBV_QP_SQ_PSN.0);
     a.sq_psn = psn;
     a
@@ -297,7 +297,7 @@ pub(crate) fn rts_ud(psn: u32) -> QpAttr {
 /// The address vector of an address handle toward a remote UD QP at `lid` / `gid` from
 /// `local`'s port: a GRH (remote GID, our GID index, [`HOP_LIMIT`]) on RoCE and when the
 /// remote has no LID, as for an RC route ([`rtr`]).
-pub(crate) fn ud_address(local: &Local, lid: u16, gid: [u8; 16]) -> AddressVector {
+pub fn ud_address(local: &Local, lid: u16, gid: [u8; 16]) -> AddressVector {
     AddressVector {
         dlid: lid,
         port: local.port,
@@ -311,7 +311,7 @@ pub(crate) fn ud_address(local: &Local, lid: u16, gid: [u8; 16]) -> AddressVecto
 }
 
 /// Any state -> ERR (the device flushes the posted work requests).
-pub(crate) fn error() -> QpAttr {
+pub fn error() -> QpAttr {
     QpAttr::new(State::Err, M::IBV_QP_STATE.0)
 }
 

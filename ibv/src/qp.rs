@@ -12,12 +12,11 @@ use std::marker::PhantomData;
 use rdma_sys::*;
 
 use super::attr::{QpAttr, State};
-use super::{last_err, rc_err, recv_wr, Ah, Context, Cq, Pd, Result, Slots, Srq, Xrcd};
-use crate::core::error::Error;
+use super::{recv_wr, Ah, Context, Cq, IbvError, Pd, Result, Slots, Srq, Xrcd};
 
 /// The kind of a queue pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum QpKind {
+pub enum QpKind {
     /// Reliable connected.
     Rc,
     /// XRC send (initiator) QP: sends to any SRQ of a remote XRC domain.
@@ -30,17 +29,17 @@ pub(crate) enum QpKind {
 }
 
 /// Created, not usable yet.
-pub(crate) struct Reset;
+pub struct Reset;
 /// Bound to a port; receives may be posted.
-pub(crate) struct Init;
+pub struct Init;
 /// Ready to receive.
-pub(crate) struct Rtr;
+pub struct Rtr;
 /// Ready to send.
-pub(crate) struct Rts;
+pub struct Rts;
 
 /// Queue sizes asked at creation (the device may grant a smaller inline limit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct QpCaps {
+pub struct QpCaps {
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
     pub max_send_sge: u32,
@@ -72,19 +71,19 @@ impl Drop for Handle {
 }
 
 /// A queue pair in state `S`; destroyed on drop, in any state.
-pub(crate) struct Qp<S> {
+pub struct Qp<S> {
     h: Handle,
     _s: PhantomData<S>,
 }
 
 /// A failed transition: the QP, still in its old state, and the error.
-pub(crate) struct Failed<S> {
+pub struct Failed<S> {
     pub qp: Qp<S>,
-    pub error: Error,
+    pub error: IbvError,
 }
 
-impl<S> From<Box<Failed<S>>> for Error {
-    fn from(f: Box<Failed<S>>) -> Error {
+impl<S> From<Box<Failed<S>>> for IbvError {
+    fn from(f: Box<Failed<S>>) -> IbvError {
         f.error
     }
 }
@@ -98,17 +97,19 @@ impl<S> std::fmt::Debug for Failed<S> {
 impl<S> Qp<S> {
     /// The QP number.
     #[inline]
-    pub(crate) fn qpn(&self) -> u32 {
+    pub fn qpn(&self) -> u32 {
         self.h.qpn
     }
 
     /// The kind given at creation.
-    pub(crate) fn kind(&self) -> QpKind {
+    #[inline]
+    pub fn kind(&self) -> QpKind {
         self.h.kind
     }
 
     /// The inline data limit the device granted, bytes.
-    pub(crate) fn max_inline(&self) -> u32 {
+    #[inline]
+    pub fn max_inline(&self) -> u32 {
         self.h.max_inline
     }
 
@@ -117,7 +118,7 @@ impl<S> Qp<S> {
         // SAFETY: the QP is live; `raw` is initialised for every field named in the mask.
         let rc = unsafe { ibv_modify_qp(self.h.qp, &mut raw, a.mask as i32) };
         if rc != 0 {
-            return Err(rc_err(
+            return Err(IbvError::rc(
                 "ibv_modify_qp",
                 format!("QP {} to {}", self.h.qpn, a.state.name()),
                 rc,
@@ -138,7 +139,7 @@ impl<S> Qp<S> {
     }
 
     /// Moves the QP to ERR (attributes [`super::attr::error`]); see the module doc.
-    pub(crate) fn set_error(&self) -> Result<()> {
+    pub fn set_error(&self) -> Result<()> {
         self.modify(&super::attr::error())
     }
 }
@@ -175,7 +176,7 @@ impl Qp<Reset> {
 
     /// An RC QP in `pd`, sends completing on `send_cq` and receives on `recv_cq` (or into
     /// `srq`), every send signalled only when asked (`sq_sig_all` 0).
-    pub(crate) fn create_rc(
+    pub fn create_rc(
         ctx: &Context,
         pd: &Pd,
         send_cq: &Cq,
@@ -188,13 +189,7 @@ impl Qp<Reset> {
 
     /// A UD QP in `pd`, sends completing on `send_cq` and receives on `recv_cq`, every send
     /// signalled only when asked.
-    pub(crate) fn create_ud(
-        ctx: &Context,
-        pd: &Pd,
-        send_cq: &Cq,
-        recv_cq: &Cq,
-        caps: QpCaps,
-    ) -> Result<Qp<Reset>> {
+    pub fn create_ud(ctx: &Context, pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Qp<Reset>> {
         Self::create_plain(ctx, pd, send_cq, recv_cq, None, QpKind::Ud, caps)
     }
 
@@ -231,7 +226,7 @@ impl Qp<Reset> {
         // SAFETY: PD, CQs and SRQ are live; init is fully initialised; NULL on failure.
         let qp = unsafe { ibv_create_qp(pd.raw(), &mut init) };
         if qp.is_null() {
-            return Err(last_err(
+            return Err(IbvError::last(
                 "ibv_create_qp",
                 format!(
                     "{name}, {} sends, {} receives, {} B inline",
@@ -253,7 +248,7 @@ impl Qp<Reset> {
 
     /// An XRC send (INI) QP with `caps.max_send_wr` sends of up to `caps.max_send_sge`
     /// pieces, its completions on `cq`.
-    pub(crate) fn create_xrc_send(ctx: &Context, pd: &Pd, cq: &Cq, caps: QpCaps) -> Result<Qp<Reset>> {
+    pub fn create_xrc_send(ctx: &Context, pd: &Pd, cq: &Cq, caps: QpCaps) -> Result<Qp<Reset>> {
         // SAFETY: plain-data struct; zero is valid for the fields not set.
         let mut a: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
         a.send_cq = cq.raw();
@@ -280,7 +275,7 @@ impl Qp<Reset> {
                 None,
                 None,
             )),
-            _ => Err(last_err(
+            _ => Err(IbvError::last(
                 "ibv_create_qp_ex",
                 format!("XRC_SEND, {} B inline", caps.max_inline),
             )),
@@ -288,7 +283,7 @@ impl Qp<Reset> {
     }
 
     /// An XRC receive (TGT) QP in `xrcd` (no CQ: its packets complete on the target SRQs').
-    pub(crate) fn create_xrc_recv(ctx: &Context, xrcd: &Xrcd) -> Result<Qp<Reset>> {
+    pub fn create_xrc_recv(ctx: &Context, xrcd: &Xrcd) -> Result<Qp<Reset>> {
         // SAFETY: plain-data struct; zero is valid for the fields not set.
         let mut a: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
         a.qp_type = ibv_qp_type::IBV_QPT_XRC_RECV;
@@ -306,32 +301,32 @@ impl Qp<Reset> {
                 None,
                 Some(xrcd),
             )),
-            _ => Err(last_err("ibv_create_qp_ex", "XRC_RECV")),
+            _ => Err(IbvError::last("ibv_create_qp_ex", "XRC_RECV")),
         }
     }
 
     /// RESET -> INIT with `a` ([`super::attr::init`]).
-    pub(crate) fn init(self, a: &QpAttr) -> std::result::Result<Qp<Init>, Box<Failed<Reset>>> {
+    pub fn init(self, a: &QpAttr) -> std::result::Result<Qp<Init>, Box<Failed<Reset>>> {
         self.step(a, State::Init)
     }
 }
 
 impl Qp<Init> {
     /// INIT -> RTR with `a` ([`super::attr::rtr`]).
-    pub(crate) fn rtr(self, a: &QpAttr) -> std::result::Result<Qp<Rtr>, Box<Failed<Init>>> {
+    pub fn rtr(self, a: &QpAttr) -> std::result::Result<Qp<Rtr>, Box<Failed<Init>>> {
         self.step(a, State::Rtr)
     }
 }
 
 impl Qp<Rtr> {
     /// RTR -> RTS with `a` ([`super::attr::rts`]).
-    pub(crate) fn rts(self, a: &QpAttr) -> std::result::Result<Qp<Rts>, Box<Failed<Rtr>>> {
+    pub fn rts(self, a: &QpAttr) -> std::result::Result<Qp<Rts>, Box<Failed<Rtr>>> {
         self.step(a, State::Rts)
     }
 }
 
 /// States in which receives may be posted to a QP's own receive queue.
-pub(crate) trait Receiving {}
+pub trait Receiving {}
 impl Receiving for Init {}
 impl Receiving for Rtr {}
 impl Receiving for Rts {}
@@ -341,7 +336,7 @@ impl<S: Receiving> Qp<S> {
     /// (not for a QP on an SRQ), completing as `wr_id`. Errors: the range outside `slots`,
     /// or `ibv_post_recv`'s.
     #[inline]
-    pub(crate) fn post_recv(&self, slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<()> {
+    pub fn post_recv(&self, slots: &Slots, offset: usize, len: usize, wr_id: u64) -> Result<()> {
         let (mut sge, mut wr) = recv_wr(slots, offset, len, wr_id)?;
         wr.sg_list = &mut sge;
         let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
@@ -349,7 +344,7 @@ impl<S: Receiving> Qp<S> {
         // memory, which stays registered while it is allocated (Slots' field order).
         let rc = unsafe { ibv_post_recv(self.h.qp, &mut wr, &mut bad) };
         if rc != 0 {
-            return Err(rc_err("ibv_post_recv", format!("QP {}", self.h.qpn), rc));
+            return Err(IbvError::rc("ibv_post_recv", format!("QP {}", self.h.qpn), rc));
         }
         Ok(())
     }
@@ -357,7 +352,7 @@ impl<S: Receiving> Qp<S> {
 
 /// One gathered piece of a send: `len` bytes at `addr` of the region with key `lkey`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Sge {
+pub struct Sge {
     pub addr: u64,
     pub len: u32,
     pub lkey: u32,
@@ -365,7 +360,7 @@ pub(crate) struct Sge {
 
 /// A send work request (SEND, or SEND_WITH_IMM with `imm`), as plain values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SendWr {
+pub struct SendWr {
     pub wr_id: u64,
     pub sges: [Sge; 2],
     /// Pieces used (1 or 2).
@@ -382,7 +377,8 @@ pub(crate) struct SendWr {
 
 impl SendWr {
     /// The `ibv_send_wr` of this request, its pieces written to `sges` (which it points to).
-    pub(crate) fn raw(&self, sges: &mut [ibv_sge; 2]) -> ibv_send_wr {
+    #[inline]
+    pub fn raw(&self, sges: &mut [ibv_sge; 2]) -> ibv_send_wr {
         for (r, s) in sges.iter_mut().zip(&self.sges) {
             *r = ibv_sge {
                 addr: s.addr,
@@ -416,7 +412,8 @@ impl SendWr {
 
     /// The `ibv_send_wr` of this request sent on a UD QP to QP `remote_qpn` with queue key
     /// `qkey` through address handle `ah` (only stored, not read here).
-    pub(crate) fn raw_ud(
+    #[inline]
+    pub fn raw_ud(
         &self,
         sges: &mut [ibv_sge; 2],
         ah: *mut ibv_ah,
@@ -438,7 +435,7 @@ impl Qp<Rts> {
     /// the caller leaves untouched until the completion of `wr.wr_id` (the device reads it
     /// by key; an unregistered range fails with a protection error).
     #[inline]
-    pub(crate) fn post_send(&self, wr: &SendWr) -> Result<()> {
+    pub fn post_send(&self, wr: &SendWr) -> Result<()> {
         let mut sges = [ibv_sge {
             addr: 0,
             length: 0,
@@ -450,7 +447,7 @@ impl Qp<Rts> {
         // reads only memory of the regions named by the keys.
         let rc = unsafe { ibv_post_send(self.h.qp, &mut raw, &mut bad) };
         if rc != 0 {
-            return Err(rc_err("ibv_post_send", format!("QP {}", self.h.qpn), rc));
+            return Err(IbvError::rc("ibv_post_send", format!("QP {}", self.h.qpn), rc));
         }
         Ok(())
     }
@@ -460,7 +457,8 @@ impl Qp<Rts> {
     /// [`Qp::post_send`] applies, and `ah` must outlive the send (some providers, rxe among
     /// them, look the handle up when the send is processed: the fabric keeps its handles
     /// until it drops, after its UD QP).
-    pub(crate) fn post_ud(&self, wr: &SendWr, ah: &Ah, remote_qpn: u32, qkey: u32) -> Result<()> {
+    #[inline]
+    pub fn post_ud(&self, wr: &SendWr, ah: &Ah, remote_qpn: u32, qkey: u32) -> Result<()> {
         debug_assert_eq!(self.h.kind, QpKind::Ud, "a UD send on another kind of QP");
         let mut sges = [ibv_sge {
             addr: 0,
@@ -474,7 +472,7 @@ impl Qp<Rts> {
         // regions named by the keys.
         let rc = unsafe { ibv_post_send(self.h.qp, &mut raw, &mut bad) };
         if rc != 0 {
-            return Err(rc_err("ibv_post_send", format!("UD QP {}", self.h.qpn), rc));
+            return Err(IbvError::rc("ibv_post_send", format!("UD QP {}", self.h.qpn), rc));
         }
         Ok(())
     }

@@ -1,21 +1,21 @@
 //! The fanout investigation (`ballast fanout`): rank 0 sends a few integers to every
 //! other rank, and the process' memory counters and the runtime's footprint are taken
-//! before and after, beside what the model predicts.
+//! before and after, beside what the model predicts. A job over the runtime's public API
+//! (it moved out of the runtime library): [`run_local`] over the in-process transport,
+//! [`mpi::fanout`] one rank per MPI process, [`verbs::fanout`] one rank per process over
+//! verbs with each process' pinned and resident memory checked.
 
 #[cfg(feature = "mpi")]
-mod mpi;
+pub mod mpi;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::comm::Communicator;
-use crate::core::config::RuntimeConfig;
-use crate::core::error::{Error, Result};
-use crate::core::footprint::{Footprint, MemoryLock};
-use crate::core::procstatus::ProcStatus;
-use crate::launch::local_threads;
-use crate::protocol::matching::{Source, TagMatch};
+use ballast_runtime::local::run as local_threads;
+use ballast_runtime::{
+    Communicator, Error, Footprint, MemoryLock, ProcStatus, Result, RuntimeConfig, Source, TagMatch,
+};
 
 /// Tag used by the fanout messages.
 pub const FANOUT_TAG: u32 = 77;

@@ -11,8 +11,8 @@
 //! (regions are heap allocations that are not page-aligned, so zeroing and mlock touch
 //! one page more than their length).
 
-use ballast_runtime::fanout::{run_local, FanoutReport};
 use ballast_runtime::{RecvSharing, RuntimeConfig};
+use ballast_sim::fanout::{run_local, FanoutReport};
 
 const RANKS: usize = 256;
 const SLACK_KB: u64 = 8192;

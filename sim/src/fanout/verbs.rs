@@ -1,5 +1,5 @@
 //! The fanout investigation over verbs (`ballast fanout --transport verbs` under a launcher:
-//! one rank per process): the generic [`crate::fanout::exchange`], plus each process' own
+//! one rank per process): the generic [`super::exchange`], plus each process' own
 //! memory counters (`/proc/self/status`) at start (before the communicator), after the
 //! setup and after the fanout, compared with what the verbs footprint model says:
 //!
@@ -18,13 +18,13 @@
 //! `mpirun`, MPI connecting to peers and registering its buffers inside the start-up
 //! exchange) is not the transport's: it is taken off the VmPin and VmRSS growth.
 
-use crate::core::config::{RecvSharing, RuntimeConfig, TransportKind};
-use crate::core::error::{Error, Result};
-use crate::core::footprint::Footprint;
-use crate::core::procstatus::ProcStatus;
-use crate::fanout::{exchange, FanoutReport, Snapshot};
-use crate::launch::verbs_communicator as communicator;
-use crate::oob::{Bootstrap, Kept};
+use ballast_runtime::bootstrap::{Bootstrap, Kept};
+use ballast_runtime::verbs::{self, communicator, HEADER_BYTES};
+use ballast_runtime::{
+    Error, Footprint, ProcStatus, RecvSharing, Result, RuntimeConfig, TransportConfig, TransportKind,
+};
+
+use super::{exchange, FanoutReport, Snapshot};
 
 /// What VmRSS may grow beyond the model's total, KiB (provider library, heap, stacks).
 pub const RSS_SLACK_KIB: u64 = 4096;
@@ -170,7 +170,7 @@ pub fn fanout(
     let kept0 = boot.kept();
     let mut comm = communicator(boot, config)?;
     let kept = boot.kept().since(&kept0);
-    let t = crate::core::config::TransportConfig {
+    let t = TransportConfig {
         kind: TransportKind::Verbs,
         ..*comm.config()
     };
@@ -180,7 +180,7 @@ pub fn fanout(
         t.predict(x.before.peers_connected as usize, n, rpn),
         t.predict(x.after.peers_connected as usize, n, rpn),
     );
-    let slot = (crate::fabric::verbs::HEADER_BYTES + t.buffer_size) as u64;
+    let slot = (HEADER_BYTES + t.buffer_size) as u64;
     let b = t.buffer_size as u64;
     let header_slots = if t.pool_growth {
         t.max_pool_bytes / b
@@ -188,7 +188,7 @@ pub fn fanout(
         t.buffer_count as u64
     };
     let pinned = pages(x.after.pool_bytes)
-        + pages(header_slots * crate::fabric::verbs::HEADER_BYTES as u64)
+        + pages(header_slots * HEADER_BYTES as u64)
         + if t.recv_sharing == RecvSharing::PerPeer {
             x.after.endpoints_live * pages(t.recv_depth as u64 * slot)
         } else {
@@ -206,7 +206,7 @@ pub fn fanout(
     put(&mut row, kept.vm_rss_kb as u64);
     let notes = comm.notes().to_vec();
     let all = comm.all_gatherv(&row)?;
-    crate::launch::verbs_finish(comm)?;
+    verbs::finish(comm)?;
     if boot.rank() != 0 {
         return Ok(None);
     }

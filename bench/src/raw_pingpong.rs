@@ -3,7 +3,11 @@
 //! toward what Ballast's fabric does (SRQ, one CQ for sends and receives, two SGEs, immediate
 //! data, every send signalled, CQ and queue depths, a large registered pool, polling batch,
 //! yielding when idle, ACK timeout). A diagnostic for the latency gap between Ballast and
-//! perftest on soft-RoCE; driven by the `verbs_raw_pingpong` bench program.
+//! perftest on soft-RoCE; driven by the `verbs_raw_pingpong` bench program (and
+//! `verbs_pingpong --raw-inside`). Built on `ballast-ibv` directly; from the runtime it takes
+//! only the device choice ([`verbs::device::open`]), the cycle counter ([`verbs::cycles`]),
+//! the control channel's readiness check ([`verbs::control::readable`]) and its errors (the
+//! layer's errors convert into them with the same texts).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -11,14 +15,13 @@ use std::time::Instant;
 
 use std::mem::MaybeUninit;
 
-use rdma_sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
-
-use super::device;
-use super::ibv::attr::{self, Remote, Retry};
-use super::ibv::qp::{QpKind, Receiving};
-use super::ibv::{self, Cq, Qp, QpCaps, SendWr, Sge, Slots, Srq};
-use crate::core::config::VerbsConfig;
-use crate::core::error::{Error, Result};
+use ballast_ibv::attr::{self, Remote, Retry};
+use ballast_ibv::qp::{QpKind, Receiving};
+use ballast_ibv::sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
+use ballast_ibv::{Cq, Qp, QpCaps, SendWr, Sge, Slots, Srq};
+use ballast_runtime::config::VerbsConfig;
+use ballast_runtime::verbs::{self, device};
+use ballast_runtime::{Error, Result};
 
 /// The settings of one run. [`RawOptions::default`] is perftest's `ib_send_lat` on RC.
 #[derive(Clone, Debug)]
@@ -134,6 +137,7 @@ fn post_recv<S: Receiving>(
         Some(s) => s.post_recv(mem, off, o.recv_slot, i as u64),
         None => qp.post_recv(mem, off, o.recv_slot, i as u64),
     }
+    .map_err(Error::from)
 }
 
 /// Runs one side of the ping-pong over `stream` (a TCP connection to the other side, used to
@@ -247,12 +251,12 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
         let total = if o.two_sges { HDR as u32 + len } else { len };
         read_lines(&junk, o.pre_lines, *sent as usize * 97);
         if o.quiet_us > 0 {
-            super::cycles::spin_us(o.quiet_us);
+            verbs::cycles::spin_us(o.quiet_us);
         }
         if o.one_way && o.size >= 8 {
             // The send buffer (HDR + size bytes at the region's start) carries the stamp.
             let at = if o.two_sges { HDR } else { 0 };
-            mem.bytes_mut()[at..at + 8].copy_from_slice(&super::cycles::now().to_ne_bytes());
+            mem.bytes_mut()[at..at + 8].copy_from_slice(&verbs::cycles::now().to_ne_bytes());
         }
         let signaled = o.signal_every <= 1 || matches!(*sent % u64::from(o.signal_every), 0);
         if signaled {
@@ -288,7 +292,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
             if o.mesh_what & 1 != 0 {
                 std::hint::black_box(listener.accept().is_ok());
             }
-            if o.mesh_what & 4 != 0 && super::control::readable(&listener) {
+            if o.mesh_what & 4 != 0 && verbs::control::readable(&listener) {
                 std::hint::black_box(listener.accept().is_ok());
             }
             if o.mesh_what & 2 != 0 {
@@ -337,7 +341,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
             // not touch it until it is reposted below.
             let at = recv_off + next_recv_slot * o.recv_slot + if o.two_sges { HDR } else { 0 };
             let stamp = u64::from_ne_bytes(mem.bytes()[at..at + 8].try_into().expect("8 bytes"));
-            one_way.push(super::cycles::now().wrapping_sub(stamp));
+            one_way.push(verbs::cycles::now().wrapping_sub(stamp));
         }
         // The consumed receive is reposted at once, as perftest does.
         post_recv(&qp, srq.as_ref(), &mem, o, recv_off, next_recv_slot)?;
@@ -363,7 +367,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     if !one_way.is_empty() {
         one_way.sort_unstable();
         let (med, p10) = (one_way[one_way.len() / 2], one_way[one_way.len() / 10]);
-        let us = super::cycles::per_us();
+        let us = verbs::cycles::per_us();
         println!(
             "raw {}: one-way post -> poll seen, median {:.2} us, p10 {:.2} us",
             if initiator { "initiator" } else { "responder" },
@@ -399,7 +403,7 @@ fn poll_cq(cq: &Cq, wcs: &mut [MaybeUninit<ibv_wc>], yield_idle: bool) -> Result
             return Err(Error::WorkCompletion {
                 op: if recv { "receive" } else { "send" },
                 status: wc.status,
-                status_text: ibv::status_text(wc.status).into(),
+                status_text: ballast_ibv::status_text(wc.status).into(),
                 rank: None,
                 peer: None,
             });

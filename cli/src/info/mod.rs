@@ -1,0 +1,66 @@
+//! `ballast info`: transports compiled in, RDMA devices seen, the effective runtime
+//! configuration with the origin of each value, and the predicted footprint for P peers
+//! under each receive-sharing mode side by side. The options become a [`Plan`] (the
+//! configuration resolved, the prediction's peers and world), which gathers one [`Report`]
+//! ([`report`]; what `endpoint_overflow` does in [`overflow`]), printed as text
+//! ([`render`]) or, with `--json`, as one JSON object (under mpirun, by rank 0 only).
+mod overflow;
+mod render;
+mod report;
+
+use ballast_runtime::RuntimeConfig;
+
+use crate::runtime_args::RuntimeArgs;
+use report::Report;
+
+/// Arguments of `ballast info`.
+#[derive(clap::Args, Debug)]
+pub struct InfoArgs {
+    /// Peers each rank talks to, for the footprint prediction.
+    #[arg(long, default_value_t = 255)]
+    pub peers: usize,
+    /// World size for the prediction (default: peers + 1).
+    #[arg(long)]
+    pub world_size: Option<usize>,
+    /// Print one JSON object instead of the text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+}
+
+/// `ballast info`'s options, checked: the effective configuration (and what `--transport
+/// auto` picked), and the peers and world size of the prediction.
+struct Plan {
+    cfg: RuntimeConfig,
+    auto_note: Option<String>,
+    peers: usize,
+    world: usize,
+    json: bool,
+}
+
+/// Runs `ballast info`.
+pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
+    let plan = Plan::new(args)?;
+    let Some(report) = Report::gather(&plan)? else {
+        return Ok(()); // only rank 0 prints
+    };
+    if plan.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    render::text(&report)
+}
+
+impl Plan {
+    fn new(args: &InfoArgs) -> anyhow::Result<Plan> {
+        let (cfg, auto_note) = args.runtime.to_config_resolved()?;
+        Ok(Plan {
+            cfg,
+            auto_note,
+            peers: args.peers,
+            world: args.world_size.unwrap_or(args.peers + 1),
+            json: args.json,
+        })
+    }
+}
