@@ -101,6 +101,7 @@ mod ffi;
 mod progress;
 mod recv;
 mod send;
+mod unexpected;
 
 pub(crate) use abort::AbortLine;
 pub(crate) use ffi::tag_ub;
@@ -148,10 +149,11 @@ struct Deferred {
     /// The posted receive it was matched to, while that receive still waits (a receive
     /// whose wait failed is withdrawn: the message then goes to a later receive).
     owner: Option<u64>,
-    /// Matched by a posted receive (MPI matched it ahead of every message taken out of
-    /// MPI into the unexpected queue since that receive was posted): first in the queue.
+    /// The posted receive that matched it in MPI, if one did (MPI matched it ahead of
+    /// every message taken out of MPI since that receive was posted): in the unexpected
+    /// queue's front, in that receive's order ([`unexpected::Unexpected::push_matched`]).
     /// Else it came out unmatched, last so far: at the back.
-    front: bool,
+    matched: Option<u64>,
 }
 
 /// The bytes of a large message after its header sent with it: none (a small message,
@@ -229,8 +231,8 @@ pub struct MpiNative {
     done_recvs: IntMap<u64, Message>,
     sends: Vec<PendingSend>,
     done_sends: IntSet<u64>,
-    /// Messages taken out of MPI before a receive was posted for them, in arrival order.
-    unexpected: VecDeque<(usize, Message)>,
+    /// Messages taken out of MPI before a receive took them, in matching order.
+    unexpected: unexpected::Unexpected<(usize, Message)>,
     next_id: u64,
     /// Ranks sent to or received from (index = rank), and how many.
     seen: Vec<bool>,
@@ -305,7 +307,7 @@ impl MpiNative {
             done_recvs: IntMap::default(),
             sends: Vec::new(),
             done_sends: IntSet::default(),
-            unexpected: VecDeque::new(),
+            unexpected: Default::default(),
             next_id: 0,
             seen: vec![false; size],
             peers: 0,

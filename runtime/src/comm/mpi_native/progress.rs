@@ -76,7 +76,7 @@ impl MpiNative {
                         mtag,
                         bytes,
                         owner: parts_for,
-                        front: parts_for.is_some(),
+                        matched: parts_for,
                     });
                     return Err(Error::MessageAlloc {
                         rank: self.rank,
@@ -143,16 +143,14 @@ impl MpiNative {
     /// its place. [`Error::MessageAlloc`] again while one cannot: nothing may take a
     /// message out of MPI or match one before it, so the callers stop there.
     pub(super) fn retry_deferred(&mut self) -> Result<()> {
-        let mut front = 0;
         while let Some(d) = self.deferred.pop_front() {
-            self.take_deferred(d, &mut front)?;
+            self.take_deferred(d)?;
         }
         Ok(())
     }
 
-    /// [`MpiNative::retry_deferred`] for `d`; `front`: how many were queued at the front
-    /// so far (the later ones go behind them).
-    fn take_deferred(&mut self, d: Deferred, front: &mut usize) -> Result<()> {
+    /// [`MpiNative::retry_deferred`] for `d`.
+    fn take_deferred(&mut self, d: Deferred) -> Result<()> {
         let mut data = Vec::new();
         if let Err(e) = data.try_reserve_exact(usize::try_from(d.bytes).unwrap_or(usize::MAX)) {
             let (peer, bytes) = (d.source, d.bytes);
@@ -180,16 +178,12 @@ impl MpiNative {
             tag: Self::ballast_tag(d.chan, d.mtag),
             data,
         };
-        match d.owner {
-            Some(id) => {
+        match (d.owner, d.matched) {
+            (Some(id), _) => {
                 self.done_recvs.insert(id, m);
             }
-            None if d.front => {
-                self.unexpected
-                    .insert((*front).min(self.unexpected.len()), (d.chan, m));
-                *front += 1;
-            }
-            None => self.unexpected.push_back((d.chan, m)),
+            (None, Some(recv)) => self.unexpected.push_matched(recv, (d.chan, m)),
+            (None, None) => self.unexpected.push_back((d.chan, m)),
         }
         Ok(())
     }
@@ -255,7 +249,7 @@ impl MpiNative {
             self.done_recvs.insert(id, Message { source, tag, data });
         }
         if let Some(m) = self.done_recvs.remove(&id) {
-            self.unexpected.push_front((chan, m));
+            self.unexpected.push_matched(id, (chan, m));
         }
         Ok(())
     }

@@ -39,7 +39,7 @@ impl MpiNative {
     /// it is longer (it stays where it is), else nothing.
     fn queued_too_long(&self, chan: usize, src: c_int, tag: c_int, cap: usize) -> Option<Envelope> {
         let i = self.unexpected_match(chan, src, tag)?;
-        let m = &self.unexpected[i].1;
+        let m = &self.unexpected.get(i)?.1;
         (m.data.len() > cap).then(|| m.envelope())
     }
 
