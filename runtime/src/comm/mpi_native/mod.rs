@@ -42,8 +42,9 @@
 //! the buffers of requests in flight (posted receives, `isend` copies), and its structures.
 //!
 //! Layout: this file holds the rank's state, its set-up, footprint and teardown; `send`,
-//! `recv` and `progress` the three halves of the message path; `abort` the abort notices;
-//! `ffi` the raw MPI calls, behind types that own the buffers MPI reads and writes (the only
+//! `recv` and `progress` the three halves of the message path; `unexpected` the queue of
+//! messages taken out of MPI before a receive took them; `abort` the abort notices; `ffi`
+//! the raw MPI calls, behind types that own the buffers MPI reads and writes (the only
 //! `unsafe` code of the native path).
 
 use std::collections::VecDeque;
