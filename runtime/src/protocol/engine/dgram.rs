@@ -364,16 +364,26 @@ impl Engine {
         let msg = p.queue.front_mut().expect("message");
         let (id, len) = match msg.first.take() {
             Some((id, flen)) => {
-                // Copied at offset 0 for an endpoint: make room for the header, and give
-                // what does not fit one datagram back to the rest of the message.
+                // Copied at offset 0 for an endpoint: make room for the header. What does
+                // not fit one datagram is in `rest` too (`isend` starts it at `chunk`).
                 let len = flen.min(chunk);
-                let b = self.pool.buf_mut(id);
-                if flen > len {
-                    let tail = b[len..flen].to_vec();
-                    msg.rest.splice(0..0, tail);
+                if msg.rest_from > len {
+                    // Not from `isend` (it starts `rest` at `len` at the latest): the tail
+                    // goes back in front of `rest`, reserved without aborting.
+                    let tail = msg.rest_from - len;
+                    if let Err(e) = msg.rest.try_reserve_exact(tail) {
+                        msg.first = Some((id, flen));
+                        return Err(Error::Alloc {
+                            bytes: (msg.rest.len() + tail) as u64,
+                            what: format!("the rest of a message of {} bytes to rank {dest}", msg.total),
+                            error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
+                        });
+                    }
+                    let b = self.pool.buf(id);
+                    msg.rest.splice(0..0, b[len..msg.rest_from].iter().copied());
                     msg.rest_from = len;
                 }
-                b.copy_within(0..len, HEADER_BYTES);
+                self.pool.buf_mut(id).copy_within(0..len, HEADER_BYTES);
                 (id, len)
             }
             None => {
