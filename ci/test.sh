@@ -66,6 +66,23 @@ if grep -rnE "crate::core::error|super::super::error" runtime/src/core/config; t
     exit 1
 fi
 echo "ci/test.sh: runtime layers: no upward import"
+# Unsafe code in the runtime lives only in files named ffi.rs or folders named ffi/
+# (docs/ARCHITECTURE.md), and the only `allow(unsafe_code)` are on `mod ffi;` lines, under the
+# crate's `#![deny(unsafe_code)]` (the FFI to libibverbs is the `ballast-ibv` crate's).
+# Comments are ignored. By awk (well under a second).
+unsafe_exempt='^runtime/src/(.*/)?ffi(\.rs|/)'
+unsafe_bad=$(find runtime/src -name '*.rs' | sort | grep -vE "$unsafe_exempt" | xargs awk '
+    { code = $0; sub(/\/\/.*/, "", code) }
+    allow { allow = 0; if (code !~ /^[ \t]*(pub(\((crate|super)\))?[ \t]+)?mod[ \t]+ffi;/)
+        print FILENAME ":" FNR-1 ": allow(unsafe_code) not on `mod ffi;`" }
+    code ~ /allow\(unsafe_code\)/ { if (code ~ /#!/) print FILENAME ":" FNR ": #![allow(unsafe_code)]"; else allow = 1 }
+    code ~ /(^|[^A-Za-z0-9_])unsafe[ \t]*(\{|fn[ \t]|impl[ \t<]|extern[ \t]|trait[ \t])/ { print FILENAME ":" FNR ": " $0 }')
+if [ -n "$unsafe_bad" ] || ! grep -q '^#!\[deny(unsafe_code)\]' runtime/src/lib.rs; then
+    printf '%s\n' "$unsafe_bad" >&2
+    echo "ci/test.sh: unsafe code in runtime/src outside ffi.rs / ffi/ (above), or lib.rs lost its deny(unsafe_code)" >&2
+    exit 1
+fi
+echo "ci/test.sh: runtime unsafe code: only in ffi.rs / ffi/"
 cargo build --workspace --all-targets --locked --features ballast/sonata
 # Lints: warnings are errors (the toolchain is pinned by the machine; clippy comes with it).
 if cargo clippy --version >/dev/null 2>&1; then

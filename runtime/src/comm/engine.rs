@@ -132,7 +132,9 @@ impl Backend for Engine {
             recv: true,
             peer: src,
         };
-        Ok(backend::wait_loop(self, req, "recv")?
+        // Withdrawn on an error as `wait` does: a message on its way, or one refused for
+        // memory (kept by the fabric), must not bind to this ended receive later.
+        Ok(Backend::wait(self, req, "recv")?
             .into_message()
             .expect("receive request"))
     }

@@ -20,7 +20,6 @@ mod engine;
 mod gone;
 pub mod model;
 #[cfg(feature = "mpi")]
-#[allow(unsafe_code)] // raw MPI calls over owned buffers; see `mpi_native` docs
 pub mod mpi_native;
 
 use backend::Backend;

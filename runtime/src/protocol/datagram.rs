@@ -358,11 +358,29 @@ impl DatagramPeer {
     /// The datagram `expect` was delivered; returns the sequence number of the next one
     /// when it is held already (deliver it from the engine's list and call this again).
     pub fn delivered(&mut self) -> Option<u32> {
+        self.advance();
+        let seq = self.next_held()?;
+        self.held &= !(1 << (seq as usize % WINDOW));
+        Some(seq)
+    }
+
+    /// The datagram `expect`, which arrived in sequence, was delivered (the held one that
+    /// is next, if any, is [`DatagramPeer::next_held`]).
+    pub fn advance(&mut self) {
         self.expect = self.expect.wrapping_add(1);
-        let bit = 1 << (self.expect as usize % WINDOW);
-        let held = self.held & bit != 0;
-        self.held &= !bit;
-        held.then_some(self.expect)
+    }
+
+    /// The sequence number `expect` when that datagram is held (arrived early), to be
+    /// delivered now; it stays held until [`DatagramPeer::held_delivered`] (a delivery refused
+    /// for memory keeps it).
+    pub fn next_held(&self) -> Option<u32> {
+        (self.held & (1 << (self.expect as usize % WINDOW)) != 0).then_some(self.expect)
+    }
+
+    /// The held datagram [`DatagramPeer::next_held`] gave was delivered.
+    pub fn held_delivered(&mut self) {
+        self.held &= !(1 << (self.expect as usize % WINDOW));
+        self.advance();
     }
 
     /// Out-of-order arrivals held.

@@ -42,19 +42,16 @@
 //! the buffers of requests in flight (posted receives, `isend` copies), and its structures.
 //!
 //! Layout: this file holds the rank's state, its set-up, footprint and teardown; `send`,
-//! `recv` and `progress` the three halves of the message path; `abort` the abort notices.
+//! `recv` and `progress` the three halves of the message path; `unexpected` the queue of
+//! messages taken out of MPI before a receive took them; `abort` the abort notices; `ffi`
+//! the raw MPI calls, behind types that own the buffers MPI reads and writes (the only
+//! `unsafe` code of the native path).
 
 use std::collections::VecDeque;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
-use rsmpi::datatype::traits::*;
-use rsmpi::ffi;
-use rsmpi::point_to_point::Source as _;
-use rsmpi::raw::AsRaw;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
 use crate::comm::model::{
@@ -66,7 +63,7 @@ use crate::core::error::{Error, Result, Sender};
 use crate::core::footprint::Footprint;
 use crate::core::intmap::{IntMap, IntSet};
 use crate::core::pool::PoolStats;
-use crate::fabric::mpi::ffi::{check, recv_append, recv_to_slice};
+use crate::fabric::mpi::ffi::{recv_append, recv_to_slice};
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 
@@ -83,40 +80,6 @@ const ABORT_TAG: c_int = 1;
 const USER: usize = 0;
 const RESERVED: usize = 1;
 
-fn null_request() -> ffi::MPI_Request {
-    // SAFETY: reading the null request constant.
-    unsafe { ffi::RSMPI_REQUEST_NULL }
-}
-
-fn any_source() -> c_int {
-    // SAFETY: reading a constant.
-    unsafe { ffi::RSMPI_ANY_SOURCE }
-}
-
-fn any_tag() -> c_int {
-    // SAFETY: reading a constant.
-    unsafe { ffi::RSMPI_ANY_TAG }
-}
-
-fn empty_status() -> ffi::MPI_Status {
-    // SAFETY: MPI_Status is a plain C struct; zeroed is a valid value to be overwritten.
-    unsafe { std::mem::zeroed() }
-}
-
-fn byte_count(status: &ffi::MPI_Status) -> Result<usize> {
-    let mut count: c_int = 0;
-    // SAFETY: `status` was filled by MPI; `count` is a valid out-parameter.
-    check(
-        unsafe { ffi::MPI_Get_count(status, u8::equivalent_datatype().as_raw(), &mut count) },
-        "MPI_Get_count",
-    )?;
-    usize::try_from(count).map_err(|_| Error::MpiValue {
-        what: "MPI_Get_count gave",
-        value: count.into(),
-        why: "is negative",
-    })
-}
-
 /// The sending rank of a completed receive (`MPI_SOURCE`; MPI rank = Ballast rank here).
 fn source_rank(source: c_int) -> Result<usize> {
     usize::try_from(source).map_err(|_| Error::MpiValue {
@@ -124,28 +87,6 @@ fn source_rank(source: c_int) -> Result<usize> {
         value: source.into(),
         why: "is negative",
     })
-}
-
-/// `MPI_TAG_UB` of `comm` (the largest tag MPI accepts, at least 32767).
-pub(crate) fn tag_ub(comm: &SimpleCommunicator) -> Result<i64> {
-    let mut value: *mut c_int = std::ptr::null_mut();
-    let mut flag: c_int = 0;
-    // SAFETY: MPI_Comm_get_attr writes a pointer to the attribute's int into `value`
-    // (MPI_TAG_UB is predefined on every communicator); `flag` is a valid out-parameter.
-    let code = unsafe {
-        ffi::MPI_Comm_get_attr(
-            comm.as_raw(),
-            ffi::MPI_TAG_UB as c_int,
-            (&mut value as *mut *mut c_int).cast(),
-            &mut flag,
-        )
-    };
-    check(code, "MPI_Comm_get_attr(MPI_TAG_UB)")?;
-    if flag == 0 || value.is_null() {
-        return Ok(32_767);
-    }
-    // SAFETY: MPI says the attribute value is a pointer to a live int owned by MPI.
-    Ok(i64::from(unsafe { *value }))
 }
 
 /// True when an `MPI_TAG_UB` of `tag_ub` holds every Ballast tag (user tags, and the
@@ -156,28 +97,31 @@ pub(crate) fn tags_fit(tag_ub: i64) -> bool {
 
 mod abort;
 mod backend;
+#[allow(unsafe_code)] // the raw MPI calls, behind types that own their buffers
+mod ffi;
 mod progress;
 mod recv;
 mod send;
+mod unexpected;
 
 pub(crate) use abort::AbortLine;
+pub(crate) use ffi::tag_ub;
+use ffi::{
+    any_source, any_tag, byte_count, empty_status, HeaderRecv, Ibarrier, NativeComm, OwnedSend, PartsRecv,
+    Status,
+};
 
 struct Channel {
-    msgs: SimpleCommunicator,
-    parts: SimpleCommunicator,
+    msgs: NativeComm,
+    parts: NativeComm,
 }
 
 enum RecvState {
-    /// Waiting for the message (or a large message's header) in `buf`.
-    Header {
-        req: ffi::MPI_Request,
-        buf: Vec<u8>,
-        scratch: bool,
-    },
-    /// A large message's parts landing in `data` (`total` bytes when complete).
+    /// Waiting for the message (or a large message's header) in the receive's buffer.
+    Header { recv: HeaderRecv, scratch: bool },
+    /// A large message's parts landing in the receive's buffer (`total` bytes when complete).
     Parts {
-        reqs: Vec<ffi::MPI_Request>,
-        data: Vec<u8>,
+        recv: PartsRecv,
         total: usize,
         source: usize,
         tag: Tag,
@@ -206,28 +150,26 @@ struct Deferred {
     /// The posted receive it was matched to, while that receive still waits (a receive
     /// whose wait failed is withdrawn: the message then goes to a later receive).
     owner: Option<u64>,
-    /// Matched by a posted receive (MPI matched it ahead of every message taken out of
-    /// MPI into the unexpected queue since that receive was posted): first in the queue.
+    /// The posted receive that matched it in MPI, if one did (MPI matched it ahead of
+    /// every message taken out of MPI since that receive was posted): in the unexpected
+    /// queue's front, in that receive's order ([`unexpected::Unexpected::push_matched`]).
     /// Else it came out unmatched, last so far: at the back.
-    front: bool,
+    matched: Option<u64>,
 }
 
-/// The bytes of a large message after its header: none (a small message), an `isend`'s
-/// owned copy, or the caller's slice of a blocking send (which waits for completion).
-enum Body<'a> {
+/// The bytes of a large message after its header sent with it: none (a small message,
+/// or a blocking send, whose parts are read from the caller's slice by
+/// [`ffi::send_parts_scoped`]), or an `isend`'s owned copy.
+enum Body {
     Empty,
     Owned(Vec<u8>),
-    Caller(&'a [u8]),
 }
 
 struct PendingSend {
     id: u64,
-    reqs: Vec<ffi::MPI_Request>,
-    /// The MPI message (or a large message's header); the kept send buffer when `scratch`.
-    head: Vec<u8>,
-    /// An `isend`'s copy of a large message's bytes (empty for a blocking send: the
-    /// parts are read from the caller's slice, which the send waits for).
-    body: Vec<u8>,
+    /// The MPI message (or a large message's header; the kept send buffer when `scratch`)
+    /// and an `isend`'s copy of a large message's bytes, in flight.
+    send: OwnedSend,
     scratch: bool,
 }
 
@@ -290,8 +232,8 @@ pub struct MpiNative {
     done_recvs: IntMap<u64, Message>,
     sends: Vec<PendingSend>,
     done_sends: IntSet<u64>,
-    /// Messages taken out of MPI before a receive was posted for them, in arrival order.
-    unexpected: VecDeque<(usize, Message)>,
+    /// Messages taken out of MPI before a receive took them, in matching order.
+    unexpected: unexpected::Unexpected<(usize, Message)>,
     next_id: u64,
     /// Ranks sent to or received from (index = rank), and how many.
     seen: Vec<bool>,
@@ -314,15 +256,10 @@ pub struct MpiNative {
     sent: Vec<u64>,
     received: u64,
     calls: u32,
-    barrier: Option<ffi::MPI_Request>,
+    barrier: Option<Ibarrier>,
     all_done: bool,
-    statuses: Vec<ffi::MPI_Status>,
+    statuses: Vec<Status>,
 }
-
-// SAFETY: the MPI handles (communicators, requests) are plain values owned by this
-// struct and used by the one thread that drives the rank at a time, which
-// MPI_THREAD_SERIALIZED allows; the buffers they read or write are owned by it too.
-unsafe impl Send for MpiNative {}
 
 impl MpiNative {
     /// Sets up the native path on `world` (the world communicator; five duplicates are
@@ -336,20 +273,18 @@ impl MpiNative {
     ) -> Result<MpiNative> {
         let chans = [
             Channel {
-                msgs: world.duplicate(),
-                parts: world.duplicate(),
+                msgs: NativeComm::new(world.duplicate()),
+                parts: NativeComm::new(world.duplicate()),
             },
             Channel {
-                msgs: world.duplicate(),
-                parts: world.duplicate(),
+                msgs: NativeComm::new(world.duplicate()),
+                parts: NativeComm::new(world.duplicate()),
             },
         ];
         for c in chans.iter().flat_map(|c| [&c.msgs, &c.parts]) {
             // An MPI error on Ballast's own communicators (a size mismatch, a peer gone) is
             // returned to the call that made it, an error, never the job's abort.
-            // SAFETY: the communicator is live; MPI_ERRORS_RETURN is predefined.
-            let code = unsafe { ffi::MPI_Comm_set_errhandler(c.as_raw(), ffi::RSMPI_ERRORS_RETURN) };
-            check(code, "MPI_Comm_set_errhandler")?;
+            c.errors_return()?;
         }
         let rank = world.rank() as usize;
         let size = world.size() as usize;
@@ -373,7 +308,7 @@ impl MpiNative {
             done_recvs: IntMap::default(),
             sends: Vec::new(),
             done_sends: IntSet::default(),
-            unexpected: VecDeque::new(),
+            unexpected: Default::default(),
             next_id: 0,
             seen: vec![false; size],
             peers: 0,
@@ -460,21 +395,15 @@ impl MpiNative {
         if self.barrier.is_some() || self.all_done {
             return;
         }
-        let mut req = null_request();
-        // SAFETY: the communicator is live; `req` is a valid out-parameter.
-        let code = unsafe { ffi::MPI_Ibarrier(self.chans[RESERVED].parts.as_raw(), &mut req) };
-        if code as i64 == ffi::MPI_SUCCESS as i64 {
-            self.barrier = Some(req);
+        if let Some(b) = Ibarrier::start(&self.chans[RESERVED].parts) {
+            self.barrier = Some(b);
         }
     }
 
     /// True when every rank passed [`MpiNative::mark_done`].
     pub fn all_done(&mut self) -> bool {
-        if let Some(req) = &mut self.barrier {
-            let mut flag: c_int = 0;
-            // SAFETY: `req` is the live barrier request.
-            unsafe { ffi::MPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
-            if flag != 0 {
+        if let Some(b) = &mut self.barrier {
+            if b.test() {
                 self.barrier = None;
                 self.all_done = true;
             }
@@ -494,14 +423,10 @@ impl MpiNative {
             .recvs
             .iter()
             .map(|r| match &r.state {
-                RecvState::Header { buf, .. } => buf.capacity() as u64,
-                RecvState::Parts { data, .. } => data.capacity() as u64,
+                RecvState::Header { recv, .. } => recv.capacity() as u64,
+                RecvState::Parts { recv, .. } => recv.capacity() as u64,
             })
-            .chain(
-                self.sends
-                    .iter()
-                    .map(|s| (s.head.capacity() + s.body.capacity()) as u64),
-            )
+            .chain(self.sends.iter().map(|s| s.send.capacity() as u64))
             .sum();
         let peers = self.peers as u64;
         Footprint {
@@ -554,45 +479,24 @@ impl MpiNative {
         // Posted receives never completed: cancel them (or count what they got).
         while let Some(r) = self.recvs.pop() {
             match r.state {
-                RecvState::Header { mut req, buf, .. } => {
-                    let mut status = empty_status();
-                    // SAFETY: `req` is a live receive request whose buffer `buf` is alive
-                    // until after MPI_Wait returns.
-                    unsafe {
-                        ffi::MPI_Cancel(&mut req);
-                        ffi::MPI_Wait(&mut req, &mut status);
-                    }
-                    let mut cancelled: c_int = 0;
-                    // SAFETY: `status` was filled by MPI_Wait.
-                    unsafe { ffi::MPI_Test_cancelled(&status, &mut cancelled) };
-                    if cancelled == 0 {
+                RecvState::Header { recv, .. } => {
+                    // Not cancelled: it received a message (or a large message's header).
+                    if let Some((buf, status)) = recv.cancel()? {
                         self.received += 1;
-                        let n = byte_count(&status)?;
-                        if n == LARGE_HEADER {
-                            // SAFETY: MPI wrote `n` bytes into `buf`'s capacity.
-                            let kind = unsafe { *buf.as_ptr().add(n - 1) };
-                            if kind == KIND_LARGE {
-                                let mut b = [0u8; 8];
-                                // SAFETY: as above, 8 initialised bytes at the start.
-                                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), b.as_mut_ptr(), 8) };
-                                self.discard_parts(
-                                    r.chan,
-                                    status.MPI_SOURCE as usize,
-                                    status.MPI_TAG,
-                                    u64::from_le_bytes(b),
-                                )?;
-                            }
+                        let n = buf.len();
+                        if n == LARGE_HEADER && buf[n - 1] == KIND_LARGE {
+                            let b: [u8; 8] = buf[..8].try_into().expect("8 bytes");
+                            self.discard_parts(
+                                r.chan,
+                                status.MPI_SOURCE as usize,
+                                status.MPI_TAG,
+                                u64::from_le_bytes(b),
+                            )?;
                         }
                     }
-                    drop(buf);
                 }
-                RecvState::Parts { mut reqs, data, .. } => {
-                    // SAFETY: the parts were sent with the header: waiting completes.
-                    unsafe {
-                        ffi::MPI_Waitall(reqs.len() as c_int, reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE)
-                    };
-                    drop(data);
-                }
+                // The parts were sent with the header: waiting completes.
+                RecvState::Parts { recv, .. } => recv.wait_discard(),
             }
         }
         while let Some(d) = self.deferred.pop_front() {
@@ -650,12 +554,12 @@ impl Drop for MpiNative {
             &mut self.chans,
             [
                 Channel {
-                    msgs: SimpleCommunicator::self_comm(),
-                    parts: SimpleCommunicator::self_comm(),
+                    msgs: NativeComm::new(SimpleCommunicator::self_comm()),
+                    parts: NativeComm::new(SimpleCommunicator::self_comm()),
                 },
                 Channel {
-                    msgs: SimpleCommunicator::self_comm(),
-                    parts: SimpleCommunicator::self_comm(),
+                    msgs: NativeComm::new(SimpleCommunicator::self_comm()),
+                    parts: NativeComm::new(SimpleCommunicator::self_comm()),
                 },
             ],
         );

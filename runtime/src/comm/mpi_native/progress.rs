@@ -6,52 +6,19 @@ use super::*;
 impl MpiNative {
     /// Takes the first message matching `(s, t)` on `chan` out of MPI, if one is there.
     pub(super) fn probe_one(&mut self, chan: usize, s: c_int, t: c_int) -> Result<Option<Message>> {
-        let mut flag: c_int = 0;
-        // SAFETY: reading the "no process" message constant as an initial value.
-        let mut msg: ffi::MPI_Message = unsafe { ffi::RSMPI_MESSAGE_NO_PROC };
-        let mut status = empty_status();
-        // SAFETY: the communicator is live; the out-parameters are valid.
-        check(
-            unsafe {
-                ffi::MPI_Improbe(
-                    s,
-                    t,
-                    self.chans[chan].msgs.as_raw(),
-                    &mut flag,
-                    &mut msg,
-                    &mut status,
-                )
-            },
-            "MPI_Improbe",
-        )?;
-        if flag == 0 {
+        let Some(matched) = ffi::improbe(&self.chans[chan].msgs, s, t)? else {
             return Ok(None);
-        }
-        let n = byte_count(&status)?;
+        };
+        let n = matched.len();
         // The length is the peer's: reserved without aborting.
         let mut buf: Vec<u8> = Vec::new();
         buf.try_reserve_exact(n).map_err(|e| Error::MessageAlloc {
             rank: self.rank,
-            peer: status.MPI_SOURCE as usize,
+            peer: matched.status().MPI_SOURCE as usize,
             bytes: n as u64,
             source: e,
         })?;
-        // SAFETY: `buf` has capacity for the `n` bytes of the matched message, received
-        // exactly once.
-        check(
-            unsafe {
-                ffi::MPI_Mrecv(
-                    buf.as_mut_ptr().cast(),
-                    n as c_int,
-                    u8::equivalent_datatype().as_raw(),
-                    &mut msg,
-                    &mut status,
-                )
-            },
-            "MPI_Mrecv",
-        )?;
-        // SAFETY: MPI_Mrecv initialised `n` bytes.
-        unsafe { buf.set_len(n) };
+        let status = matched.recv_append(&mut buf)?;
         self.received += 1;
         let (source, mtag) = (status.MPI_SOURCE, status.MPI_TAG);
         let m = self.finish_header(chan, source, mtag, buf, n, None)?;
@@ -109,7 +76,7 @@ impl MpiNative {
                         mtag,
                         bytes,
                         owner: parts_for,
-                        front: parts_for.is_some(),
+                        matched: parts_for,
                     });
                     return Err(Error::MessageAlloc {
                         rank: self.rank,
@@ -143,32 +110,16 @@ impl MpiNative {
                             .iter()
                             .position(|r| r.id == id)
                             .ok_or(Error::UnknownRequest(id))?;
-                        let mut reqs = Vec::new();
-                        let mut off = 0;
-                        while off < total {
-                            let k = self.part_bytes.min(total - off);
-                            let mut req = null_request();
-                            // SAFETY: `data` has capacity `total`; `off + k <= total`; it is
-                            // moved into the receive's state (its heap block does not move)
-                            // until the requests complete or are cancelled.
-                            let code = unsafe {
-                                ffi::MPI_Irecv(
-                                    data.as_mut_ptr().add(off).cast(),
-                                    k as c_int,
-                                    u8::equivalent_datatype().as_raw(),
-                                    source,
-                                    mtag,
-                                    self.chans[chan].parts.as_raw(),
-                                    &mut req,
-                                )
-                            };
-                            check(code, "MPI_Irecv")?;
-                            reqs.push(req);
-                            off += k;
-                        }
-                        self.recvs[i].state = RecvState::Parts {
-                            reqs,
+                        let recv = PartsRecv::post(
+                            &self.chans[chan].parts,
+                            source,
+                            mtag,
                             data,
+                            total,
+                            self.part_bytes,
+                        )?;
+                        self.recvs[i].state = RecvState::Parts {
+                            recv,
                             total,
                             source: src,
                             tag,
@@ -192,16 +143,14 @@ impl MpiNative {
     /// its place. [`Error::MessageAlloc`] again while one cannot: nothing may take a
     /// message out of MPI or match one before it, so the callers stop there.
     pub(super) fn retry_deferred(&mut self) -> Result<()> {
-        let mut front = 0;
         while let Some(d) = self.deferred.pop_front() {
-            self.take_deferred(d, &mut front)?;
+            self.take_deferred(d)?;
         }
         Ok(())
     }
 
-    /// [`MpiNative::retry_deferred`] for `d`; `front`: how many were queued at the front
-    /// so far (the later ones go behind them).
-    fn take_deferred(&mut self, d: Deferred, front: &mut usize) -> Result<()> {
+    /// [`MpiNative::retry_deferred`] for `d`.
+    fn take_deferred(&mut self, d: Deferred) -> Result<()> {
         let mut data = Vec::new();
         if let Err(e) = data.try_reserve_exact(usize::try_from(d.bytes).unwrap_or(usize::MAX)) {
             let (peer, bytes) = (d.source, d.bytes);
@@ -229,16 +178,12 @@ impl MpiNative {
             tag: Self::ballast_tag(d.chan, d.mtag),
             data,
         };
-        match d.owner {
-            Some(id) => {
+        match (d.owner, d.matched) {
+            (Some(id), _) => {
                 self.done_recvs.insert(id, m);
             }
-            None if d.front => {
-                self.unexpected
-                    .insert((*front).min(self.unexpected.len()), (d.chan, m));
-                *front += 1;
-            }
-            None => self.unexpected.push_back((d.chan, m)),
+            (None, Some(recv)) => self.unexpected.push_matched(recv, (d.chan, m)),
+            (None, None) => self.unexpected.push_back((d.chan, m)),
         }
         Ok(())
     }
@@ -269,26 +214,13 @@ impl MpiNative {
         else {
             return Ok(());
         };
-        let RecvState::Header { req, .. } = &mut self.recvs[i].state else {
+        let RecvState::Header { recv, .. } = &mut self.recvs[i].state else {
             unreachable!("header state")
         };
-        let mut status = empty_status();
-        // SAFETY: `req` is a live receive request whose buffer the state owns until
-        // MPI_Wait returns; `status` and `cancelled` are valid out-parameters.
-        let cancelled = unsafe {
-            check(ffi::MPI_Cancel(req), "MPI_Cancel")?;
-            check(ffi::MPI_Wait(req, &mut status), "MPI_Wait")?;
-            let mut cancelled: c_int = 0;
-            check(
-                ffi::MPI_Test_cancelled(&status, &mut cancelled),
-                "MPI_Test_cancelled",
-            )?;
-            cancelled != 0
-        };
-        if cancelled {
+        let Some(status) = recv.cancel_in_place()? else {
             self.recvs.remove(i);
             return Ok(());
-        }
+        };
         let chan = self.recvs[i].chan;
         if !self.header_done(i, status)? {
             let j = self
@@ -298,8 +230,7 @@ impl MpiNative {
                 .ok_or(Error::UnknownRequest(id))?;
             let r = self.recvs.remove(j);
             let RecvState::Parts {
-                mut reqs,
-                mut data,
+                mut recv,
                 total,
                 source,
                 tag,
@@ -307,20 +238,18 @@ impl MpiNative {
             else {
                 unreachable!("parts state")
             };
-            // SAFETY: `reqs` are the live parts receives writing into `data`, which is
-            // alive until MPI_Waitall returns.
-            check(
-                unsafe {
-                    ffi::MPI_Waitall(reqs.len() as c_int, reqs.as_mut_ptr(), ffi::RSMPI_STATUSES_IGNORE)
-                },
-                "MPI_Waitall",
-            )?;
-            // SAFETY: the parts receives wrote all `total` bytes.
-            unsafe { data.set_len(total) };
+            // The sender posted the parts with the header: waiting completes.
+            recv.wait(&mut self.statuses)?;
+            let data = recv.take_data().map_err(|got| Error::BadPacket {
+                rank: self.rank,
+                from: Sender::Rank(source),
+                bytes: got,
+                what: format!("parts of {got} bytes for a message of {total}"),
+            })?;
             self.done_recvs.insert(id, Message { source, tag, data });
         }
         if let Some(m) = self.done_recvs.remove(&id) {
-            self.unexpected.push_front((chan, m));
+            self.unexpected.push_matched(id, (chan, m));
         }
         Ok(())
     }
@@ -342,11 +271,9 @@ impl MpiNative {
                 && (r.src == any_source() || r.src == source)
                 && (r.tag == any_tag() || r.tag == mtag);
             if matches {
-                if let RecvState::Header { req, .. } = &mut self.recvs[j].state {
+                if let RecvState::Header { recv, .. } = &mut self.recvs[j].state {
                     let mut status = empty_status();
-                    // SAFETY: `req` is a live receive request whose buffer is owned by the
-                    // receive's state.
-                    check(unsafe { ffi::MPI_Wait(req, &mut status) }, "MPI_Wait")?;
+                    recv.wait(&mut status)?;
                     let removed = self.header_done(j, status)?;
                     if removed {
                         continue;
@@ -361,20 +288,19 @@ impl MpiNative {
     /// The header request of receive `i` completed with `status`. Returns true when the
     /// receive was removed from the list (a whole message), false when it now waits for
     /// its parts.
-    pub(super) fn header_done(&mut self, i: usize, status: ffi::MPI_Status) -> Result<bool> {
+    pub(super) fn header_done(&mut self, i: usize, status: Status) -> Result<bool> {
         let n = byte_count(&status)?;
         self.received += 1;
         let chan = self.recvs[i].chan;
-        let RecvState::Header { buf, scratch, .. } = &mut self.recvs[i].state else {
+        let RecvState::Header { recv, scratch } = &mut self.recvs[i].state else {
             unreachable!("header state")
         };
         let scratch = *scratch;
         if scratch {
             self.scratch_mark = Some(self.unexpected.len());
         }
-        let mut buf = std::mem::take(buf);
-        // SAFETY: MPI wrote `n <= head_bytes` bytes (the receive's count) into the buffer.
-        unsafe { buf.set_len(n) };
+        // The `n <= head_bytes` bytes (the receive's count) MPI wrote.
+        let buf = recv.take_filled().unwrap_or_default();
         if n == LARGE_HEADER && buf[n - 1] == KIND_LARGE && scratch {
             let bytes = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
             if self.into_cap.is_some_and(|cap| bytes <= cap as u64) {
@@ -454,12 +380,9 @@ impl MpiNative {
         let mut i = 0;
         while i < self.recvs.len() {
             let mut status = empty_status();
-            let mut flag: c_int = 0;
             match &mut self.recvs[i].state {
-                RecvState::Header { req, .. } => {
-                    // SAFETY: `req` is a live receive request whose buffer the state owns.
-                    check(unsafe { ffi::MPI_Test(req, &mut flag, &mut status) }, "MPI_Test")?;
-                    if flag != 0 {
+                RecvState::Header { recv, .. } => {
+                    if recv.test(&mut status)? {
                         work = true;
                         // Completing it may complete (and remove) earlier receives too.
                         let (id, len) = (self.recvs[i].id, self.recvs.len());
@@ -472,38 +395,26 @@ impl MpiNative {
                         debug_assert_eq!(self.recvs[i].id, id);
                     }
                 }
-                RecvState::Parts { reqs, .. } => {
-                    let n = reqs.len();
-                    self.statuses.resize(n, empty_status());
-                    // SAFETY: `reqs` holds `n` live or null requests whose buffer is the
-                    // state's `data`; `statuses` has `n` entries.
-                    check(
-                        unsafe {
-                            ffi::MPI_Testall(
-                                n as c_int,
-                                reqs.as_mut_ptr(),
-                                &mut flag,
-                                self.statuses.as_mut_ptr(),
-                            )
-                        },
-                        "MPI_Testall",
-                    )?;
-                    if flag != 0 {
+                RecvState::Parts { recv, .. } => {
+                    if recv.test(&mut self.statuses)? {
                         work = true;
                         let r = self.recvs.remove(i);
                         let RecvState::Parts {
-                            mut data,
+                            mut recv,
                             total,
                             source,
                             tag,
-                            ..
                         } = r.state
                         else {
                             unreachable!("parts state")
                         };
-                        // SAFETY: the parts receives wrote all `total` bytes (the sender sent
-                        // exactly `total` bytes as parts of these sizes).
-                        unsafe { data.set_len(total) };
+                        // All `total` bytes, unless the sender sent less than it announced.
+                        let data = recv.take_data().map_err(|got| Error::BadPacket {
+                            rank: self.rank,
+                            from: Sender::Rank(source),
+                            bytes: got,
+                            what: format!("parts of {got} bytes for a message of {total}"),
+                        })?;
                         self.done_recvs.insert(r.id, Message { source, tag, data });
                         continue;
                     }
@@ -518,27 +429,11 @@ impl MpiNative {
         let mut work = false;
         let mut i = 0;
         while i < self.sends.len() {
-            let s = &mut self.sends[i];
-            let n = s.reqs.len();
-            let mut flag: c_int = 0;
-            // SAFETY: `reqs` holds `n` live or null requests whose buffers the entry (or,
-            // for a blocking send, the waiting caller) owns.
-            check(
-                unsafe {
-                    ffi::MPI_Testall(
-                        n as c_int,
-                        s.reqs.as_mut_ptr(),
-                        &mut flag,
-                        ffi::RSMPI_STATUSES_IGNORE,
-                    )
-                },
-                "MPI_Testall",
-            )?;
-            if flag != 0 {
+            if self.sends[i].send.test()? {
                 work = true;
-                let s = self.sends.swap_remove(i);
+                let mut s = self.sends.swap_remove(i);
                 if s.scratch {
-                    self.send_scratch = s.head;
+                    self.send_scratch = s.send.take_head().unwrap_or_default();
                 }
                 self.done_sends.insert(s.id);
                 continue;

@@ -39,7 +39,7 @@ impl MpiNative {
     /// it is longer (it stays where it is), else nothing.
     fn queued_too_long(&self, chan: usize, src: c_int, tag: c_int, cap: usize) -> Option<Envelope> {
         let i = self.unexpected_match(chan, src, tag)?;
-        let m = &self.unexpected[i].1;
+        let m = &self.unexpected.get(i)?.1;
         (m.data.len() > cap).then(|| m.envelope())
     }
 
@@ -66,56 +66,28 @@ impl MpiNative {
             self.done_recvs.insert(id, m);
             return Ok(id);
         }
-        let mut buf = if scratch {
+        let buf = if scratch {
             std::mem::take(&mut self.recv_scratch)
         } else {
             Vec::new()
         };
-        // SAFETY: `buf` is moved into the PendingRecv (its heap block does not move) until
-        // the request completes or is cancelled.
-        let req = unsafe { self.post_header_recv(chan, s, t, &mut buf) }?;
+        let recv = self.post_header_recv(chan, s, t, buf)?;
         self.recvs.push(PendingRecv {
             id,
             chan,
             src: s,
             tag: t,
-            state: RecvState::Header { req, buf, scratch },
+            state: RecvState::Header { recv, scratch },
         });
         Ok(id)
     }
 
     /// Posts an `MPI_Irecv` of `head_bytes` (a whole message and its kind byte, or a large
-    /// message's header, whichever is longer: no message is truncated) from
-    /// `(s, t)` on `chan` into `buf` (cleared and grown as needed).
-    ///
-    /// # Safety
-    /// `buf`'s heap block must stay alive, unmoved and unread until the returned request
-    /// completes or is cancelled.
-    unsafe fn post_header_recv(
-        &self,
-        chan: usize,
-        s: c_int,
-        t: c_int,
-        buf: &mut Vec<u8>,
-    ) -> Result<ffi::MPI_Request> {
-        buf.clear();
-        buf.reserve_exact(self.head_bytes);
-        let mut req = null_request();
-        // SAFETY: `buf` has capacity for `head_bytes` (<= 1 GiB + 1, an int), kept alive
-        // by the caller until the request completes; the communicator is live.
-        let code = unsafe {
-            ffi::MPI_Irecv(
-                buf.as_mut_ptr().cast(),
-                self.head_bytes as c_int,
-                u8::equivalent_datatype().as_raw(),
-                s,
-                t,
-                self.chans[chan].msgs.as_raw(),
-                &mut req,
-            )
-        };
-        check(code, "MPI_Irecv")?;
-        Ok(req)
+    /// message's header, whichever is longer: no message is truncated) from `(s, t)` on
+    /// `chan` into `buf` (cleared and grown as needed), which the returned receive owns
+    /// until it completed or was cancelled.
+    fn post_header_recv(&self, chan: usize, s: c_int, t: c_int, buf: Vec<u8>) -> Result<HeaderRecv> {
+        HeaderRecv::post(&self.chans[chan].msgs, s, t, buf, self.head_bytes)
     }
 
     /// Posts a receive; a matching unexpected message completes it at once.
@@ -250,32 +222,26 @@ impl MpiNative {
         take: &mut T,
     ) -> Result<Got<T::Out>> {
         let (chan, s, t) = self.wire_match(src, tag)?;
-        let mut buf = std::mem::take(&mut self.recv_scratch);
-        // SAFETY: `buf` stays alive until the request completes: it is only read or
-        // released below after completion, or moved with the live request into `recvs`.
-        let mut req = unsafe { self.post_header_recv(chan, s, t, &mut buf) }?;
+        let buf = std::mem::take(&mut self.recv_scratch);
+        // The receive owns `buf` until it completed; then its bytes are read in place.
+        let mut recv = self.post_header_recv(chan, s, t, buf)?;
         let mut idle = Idle::new();
         loop {
-            let mut flag: c_int = 0;
             let mut status = empty_status();
-            // SAFETY: `req` is the live receive request writing into `buf`.
-            let tested = check(
-                unsafe { ffi::MPI_Test(&mut req, &mut flag, &mut status) },
-                "MPI_Test",
-            );
-            let done = tested.is_ok() && flag != 0;
+            let tested = recv.test(&mut status);
+            let done = matches!(tested, Ok(true));
             if done {
                 self.scratch_mark = Some(self.unexpected.len());
                 let n = byte_count(&status)?;
                 if (1..=self.head_bytes).contains(&n) {
-                    // SAFETY: MPI wrote `n` bytes into `buf`'s capacity.
-                    unsafe { buf.set_len(n) };
+                    // The `n` bytes MPI wrote.
+                    let buf = recv.bytes().unwrap_or_default();
                     if buf[n - 1] == KIND_WHOLE {
                         self.received += 1;
                         let source = source_rank(status.MPI_SOURCE)?;
                         self.note_peer(source);
                         let r = take.whole(source, Self::ballast_tag(chan, status.MPI_TAG), &buf[..n - 1]);
-                        self.recv_scratch = buf;
+                        self.recv_scratch = recv.take_filled().unwrap_or_default();
                         return Ok(Got::Taken(r));
                     }
                     if n == LARGE_HEADER && buf[n - 1] == KIND_LARGE {
@@ -291,7 +257,7 @@ impl MpiNative {
                         if let Some(r) = take.large(self, &parts)? {
                             self.received += 1;
                             self.note_peer(source);
-                            self.recv_scratch = buf;
+                            self.recv_scratch = recv.take_filled().unwrap_or_default();
                             return Ok(Got::Taken(r));
                         }
                     }
@@ -305,11 +271,7 @@ impl MpiNative {
                     chan,
                     src: s,
                     tag: t,
-                    state: RecvState::Header {
-                        req,
-                        buf,
-                        scratch: true,
-                    },
+                    state: RecvState::Header { recv, scratch: true },
                 });
                 tested?;
                 let w = if done {

@@ -4,89 +4,30 @@
 use super::*;
 
 impl MpiNative {
-    /// Posts `head` (and, for a large message, its parts from `body`) to `dest`.
+    /// Posts `head` (and, for an `isend`'s large message, its parts from `body`) to `dest`.
     pub(super) fn post(
         &mut self,
         dest: usize,
         tag: Tag,
         head: Vec<u8>,
-        body: Body<'_>,
+        body: Body,
         scratch: bool,
     ) -> Result<u64> {
-        let (body_ptr, body_len) = match &body {
-            Body::Empty => (std::ptr::null(), 0),
-            Body::Owned(v) => (v.as_ptr(), v.len()),
-            Body::Caller(d) => (d.as_ptr(), d.len()),
-        };
-        let body = match body {
-            Body::Owned(v) => v,
-            _ => Vec::new(),
-        };
         let (chan, mtag) = Self::wire_tag(tag);
-        let dt = u8::equivalent_datatype().as_raw();
         let d = dest as c_int;
-        let mut reqs = Vec::with_capacity(1);
-        let mut req = null_request();
-        // SAFETY: `head` is moved into the PendingSend below (its heap block does not move)
-        // and kept until MPI reports the request complete; its length fits an int (at most
-        // buffer_size + 1 <= 1 GiB + 1); the communicator is live.
-        let code = unsafe {
-            ffi::MPI_Isend(
-                head.as_ptr().cast(),
-                head.len() as c_int,
-                dt,
-                d,
-                mtag,
-                self.chans[chan].msgs.as_raw(),
-                &mut req,
-            )
-        };
-        check(code, "MPI_Isend")?;
-        reqs.push(req);
-        let mut off = 0;
-        while off < body_len {
-            let n = self.part_bytes.min(body_len - off);
-            let mut req = null_request();
-            // SAFETY: `body_ptr + off .. + n` lies in the message's bytes: `body`, kept in
-            // the PendingSend until complete, or the caller's slice of a blocking send,
-            // which waits for completion before returning; `n` fits an int (part_bytes is
-            // clamped); the communicator is live.
-            let code = unsafe {
-                ffi::MPI_Isend(
-                    body_ptr.add(off).cast(),
-                    n as c_int,
-                    dt,
-                    d,
-                    mtag,
-                    self.chans[chan].parts.as_raw(),
-                    &mut req,
-                )
-            };
-            if let Err(e) = check(code, "MPI_Isend") {
+        let mut send = OwnedSend::post(&self.chans[chan].msgs, d, mtag, head)?;
+        if let Body::Owned(body) = body {
+            if let Err(e) = send.post_body(&self.chans[chan].parts, d, mtag, body, self.part_bytes) {
                 // The header is out: keep what was posted so it completes and is freed.
                 let id = self.new_id();
-                self.sends.push(PendingSend {
-                    id,
-                    reqs,
-                    head,
-                    body,
-                    scratch,
-                });
+                self.sends.push(PendingSend { id, send, scratch });
                 return Err(e);
             }
-            reqs.push(req);
-            off += n;
         }
         self.sent[dest] += 1;
         self.note_peer(dest);
         let id = self.new_id();
-        self.sends.push(PendingSend {
-            id,
-            reqs,
-            head,
-            body,
-            scratch,
-        });
+        self.sends.push(PendingSend { id, send, scratch });
         Ok(id)
     }
 
@@ -116,46 +57,52 @@ impl MpiNative {
         self.check_rank(dest)?;
         let mut head = std::mem::take(&mut self.send_scratch);
         head.clear();
-        let id = if data.len() > self.eager && dest == self.rank {
+        if data.len() > self.eager && dest == self.rank {
             // To itself: no receive is posted while this call waits, and an MPI_Send to
             // self with none posted never completes. A copy is sent instead (ENOMEM when it
             // does not fit, as on `local`), and this rank's own progress takes it out of
             // MPI into the unexpected queue.
             self.send_scratch = head;
-            self.isend(dest, tag, data)?
-        } else if data.len() <= self.eager {
+            let id = self.isend(dest, tag, data)?;
+            return self.wait_send(id, None);
+        }
+        if data.len() <= self.eager {
             head.extend_from_slice(data);
             head.push(KIND_WHOLE);
             return self.send_small(dest, tag, head);
-        } else {
-            head.extend_from_slice(&(data.len() as u64).to_le_bytes());
-            head.push(KIND_LARGE);
-            match self.post(dest, tag, head, Body::Caller(data), true) {
-                Ok(id) => id,
-                Err(e) => {
-                    // Some parts may read `data`: they must finish before it is released.
-                    self.wait_all_sends();
-                    return Err(e);
-                }
-            }
-        };
+        }
+        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        head.push(KIND_LARGE);
+        let id = self.post(dest, tag, head, Body::Empty, true)?;
+        let (chan, mtag) = Self::wire_tag(tag);
+        let part_bytes = self.part_bytes;
+        // The parts read `data` in place: the scope waits for them before returning, also
+        // on an error (as MPI_Send would block).
+        ffi::send_parts_scoped(
+            self,
+            |n: &MpiNative| -> &SimpleCommunicator { &n.chans[chan].parts },
+            dest as c_int,
+            mtag,
+            data,
+            part_bytes,
+            |n, posted, parts| {
+                posted?;
+                n.wait_send(id, Some(parts))
+            },
+        )
+    }
+
+    /// Waits for send `id` (and a blocking send's `parts`), progressing meanwhile.
+    fn wait_send(&mut self, id: u64, mut parts: Option<&mut ffi::CallerParts<'_>>) -> Result<()> {
         let mut b = Idle::new();
         loop {
-            match self.send_done(id) {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(e) => return Err(e),
+            if self.send_done(id)? && parts.as_mut().map_or(Ok(true), |p| p.test())? {
+                break;
             }
             match self.poll(b.housekeeping()) {
                 Ok(true) => b.reset(),
                 Ok(false) => b.snooze(),
-                Err(e) => {
-                    if data.len() > self.eager {
-                        // MPI may still read the caller's slice: wait for it (as MPI_Send would).
-                        self.wait_all_sends();
-                    }
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             }
         }
         self.finish_send(id);
@@ -167,38 +114,19 @@ impl MpiNative {
     /// bookkeeping: the latency path of a ping-pong).
     pub(super) fn send_small(&mut self, dest: usize, tag: Tag, head: Vec<u8>) -> Result<()> {
         let (chan, mtag) = Self::wire_tag(tag);
-        let mut req = null_request();
-        // SAFETY: `head` is kept alive until the request completes: tested below, and on an
-        // early error moved with the request into `sends`, which holds it until complete;
-        // its length fits an int (at most buffer_size + 1); the communicator is live.
-        let code = unsafe {
-            ffi::MPI_Isend(
-                head.as_ptr().cast(),
-                head.len() as c_int,
-                u8::equivalent_datatype().as_raw(),
-                dest as c_int,
-                mtag,
-                self.chans[chan].msgs.as_raw(),
-                &mut req,
-            )
-        };
-        check(code, "MPI_Isend")?;
+        // The send owns `head` until it completed (tested below; on an early error moved
+        // into `sends`, which holds it until complete).
+        let mut send = OwnedSend::post(&self.chans[chan].msgs, dest as c_int, mtag, head)?;
         self.sent[dest] += 1;
         self.note_peer(dest);
         let mut b = Idle::new();
         loop {
-            let mut flag: c_int = 0;
-            // SAFETY: `req` is the live send request reading `head`.
-            let tested = check(
-                unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) },
-                "MPI_Test",
-            );
-            let failed = match tested {
-                Ok(()) if flag != 0 => {
-                    self.send_scratch = head;
+            let failed = match send.test() {
+                Ok(true) => {
+                    self.send_scratch = send.take_head().unwrap_or_default();
                     return Ok(());
                 }
-                Ok(()) => match self.poll(b.housekeeping()) {
+                Ok(false) => match self.poll(b.housekeeping()) {
                     Ok(true) => {
                         b.reset();
                         None
@@ -215,25 +143,10 @@ impl MpiNative {
                 let id = self.new_id();
                 self.sends.push(PendingSend {
                     id,
-                    reqs: vec![req],
-                    head,
-                    body: Vec::new(),
+                    send,
                     scratch: false,
                 });
                 return Err(e);
-            }
-        }
-    }
-
-    /// Large blocking sends read the caller's slice: on an error they are waited for.
-    pub(super) fn wait_all_sends(&mut self) {
-        for s in &mut self.sends {
-            if !s.body.is_empty() || !s.scratch {
-                continue;
-            }
-            for r in &mut s.reqs {
-                // SAFETY: `r` is a live or null request of this process.
-                unsafe { ffi::MPI_Wait(r, ffi::RSMPI_STATUS_IGNORE) };
             }
         }
     }

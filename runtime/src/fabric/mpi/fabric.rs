@@ -65,10 +65,10 @@ use parking_lot::Mutex;
 use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
 use rsmpi::datatype::traits::*;
 use rsmpi::point_to_point::{Destination as _, Source as _};
-use rsmpi::request::Request;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
-use super::ffi::{recv_append, SendQueue};
+use super::abort::AbortNotices;
+use super::ffi::{recv_append, Barrier, SendQueue, SharedComm};
 
 mod datagram;
 use crate::core::backoff::Backoff;
@@ -104,16 +104,16 @@ const ABORT_PROBE_EVERY: u32 = 64;
 
 /// State shared by the Ballast ranks of one process in one Ballast world.
 pub(crate) struct Shared {
-    comm: std::mem::ManuallyDrop<SimpleCommunicator>,
+    comm: SharedComm,
     pub(crate) procs: usize,
     pub(crate) proc_rank: usize,
     pub(crate) world: usize,
     local_slots: usize,
     done_local: AtomicUsize,
-    barrier: Mutex<Option<Request<'static, ()>>>,
+    barrier: Mutex<Option<Barrier>>,
     all_done: AtomicBool,
-    abort: AtomicBool,
-    notices: Mutex<Option<SendQueue>>,
+    /// The abort protocol, on `comm` with [`ABORT_TAG`].
+    abort: AbortNotices,
     /// Send queues of this process' dropped fabrics whose sends may still be in flight:
     /// waited for only after [`Shared::drain`] received what is addressed to this process'
     /// ranks (a send to a rank of the same process can complete only when it is received:
@@ -128,14 +128,6 @@ pub(crate) struct Shared {
     /// Largest MPI message of a direct message's bytes.
     part_bytes: usize,
 }
-
-// SAFETY: `Shared` holds MPI handles (communicator, requests), which are plain values that
-// any thread may use when MPI runs at MPI_THREAD_MULTIPLE; with one local slot (the only
-// case allowed below MPI_THREAD_MULTIPLE, checked in `Shared::new`) a single thread at a
-// time drives it, which MPI_THREAD_SERIALIZED allows. Mutable handles are behind mutexes.
-unsafe impl Send for Shared {}
-// SAFETY: as above.
-unsafe impl Sync for Shared {}
 
 impl Shared {
     /// Sets up a Ballast world of `world` ranks over `comm` (Ballast's duplicate).
@@ -153,14 +145,14 @@ impl Shared {
         } else {
             0
         };
-        if local_slots > 1 && rsmpi::environment::threading_support() != rsmpi::Threading::Multiple {
+        let Some(comm) = SharedComm::new(comm, local_slots) else {
             return Err(Error::MpiWorld {
                 world,
                 procs,
                 what: "more ranks than processes need MPI_THREAD_MULTIPLE (initialise with Mpi::init_multithreaded)"
                     .into(),
             });
-        }
+        };
         if local_slots > DIRECT_TAG_BASE as usize {
             return Err(Error::MpiWorld {
                 world,
@@ -169,7 +161,7 @@ impl Shared {
             });
         }
         let s = Arc::new(Shared {
-            comm: std::mem::ManuallyDrop::new(comm),
+            comm,
             procs,
             proc_rank,
             world,
@@ -177,8 +169,7 @@ impl Shared {
             done_local: AtomicUsize::new(0),
             barrier: Mutex::new(None),
             all_done: AtomicBool::new(false),
-            abort: AtomicBool::new(false),
-            notices: Mutex::new(None),
+            abort: AbortNotices::new(),
             orphans: Mutex::new(Vec::new()),
             sent: (0..world).map(|_| AtomicU64::new(0)).collect(),
             recvd: (0..world).map(|_| AtomicU64::new(0)).collect(),
@@ -187,7 +178,7 @@ impl Shared {
         });
         if local_slots == 0 {
             // A process without ranks of this world only takes part in the final barrier.
-            *s.barrier.lock() = Some(s.comm.immediate_barrier());
+            *s.barrier.lock() = Some(s.comm.barrier());
         }
         Ok(s)
     }
@@ -201,31 +192,11 @@ impl Shared {
 
     /// Marks this process' ranks failed and tells the other processes (best effort).
     pub(crate) fn abort(&self) {
-        if self.abort.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let mut q = SendQueue::new(0, 0);
-        for p in (0..self.procs).filter(|&p| p != self.proc_rank) {
-            let _ = q.post(&self.comm, p, ABORT_TAG, vec![1], 0);
-        }
-        *self.notices.lock() = Some(q);
+        self.abort.abort(&self.comm, ABORT_TAG);
     }
 
     fn poll_abort(&self) -> bool {
-        if self.abort.load(Ordering::Acquire) {
-            return true;
-        }
-        if let Some((msg, _)) = self
-            .comm
-            .any_process()
-            .immediate_matched_probe_with_tag(ABORT_TAG)
-        {
-            let mut b = [0u8; 1];
-            msg.matched_receive_into(&mut b[..]);
-            self.abort.store(true, Ordering::Release);
-            return true;
-        }
-        false
+        self.abort.poll(&self.comm, ABORT_TAG)
     }
 }
 
@@ -280,11 +251,11 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let barrier = self.barrier.lock().take();
-        if rsmpi::environment::is_finalized() || self.abort.load(Ordering::Acquire) {
+        if rsmpi::environment::is_finalized() || self.abort.is_set() {
             // Too late to free MPI objects, or the other processes may never come (abort):
-            // leak the barrier and the communicator (never freed, so never reused).
+            // leak the barrier, the notices and the communicator (never freed, so never
+            // reused).
             std::mem::forget(barrier);
-            std::mem::forget(self.notices.lock().take());
             std::mem::forget(std::mem::take(&mut *self.orphans.lock()));
             return;
         }
@@ -305,10 +276,8 @@ impl Drop for Shared {
         self.drain();
         // Everything addressed to this process is received: its own sends can complete.
         drop(std::mem::take(&mut *self.orphans.lock()));
-        drop(self.notices.lock().take());
-        // SAFETY: `comm` is not used afterwards and this is its only drop; MPI is still
-        // live, so dropping the duplicate frees it with MPI_Comm_free.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.comm) };
+        // MPI is still live: the duplicate is freed (MPI_Comm_free) with this struct.
+        self.comm.free_on_drop();
     }
 }
 
@@ -516,7 +485,7 @@ impl MpiFabric {
 impl Drop for MpiFabric {
     fn drop(&mut self) {
         let sends = std::mem::replace(&mut self.sends, SendQueue::new(0, 0));
-        if self.shared.abort.load(Ordering::Acquire) {
+        if self.shared.abort.is_set() {
             // A failed peer may never receive what is in flight: leak the buffers (MPI may
             // still read them) rather than wait forever.
             std::mem::forget(sends);
@@ -656,7 +625,7 @@ impl Fabric for MpiFabric {
         let c = self.abort_countdown.get();
         if c > 0 {
             self.abort_countdown.set(c - 1);
-            return self.shared.abort.load(Ordering::Relaxed);
+            return self.shared.abort.is_set();
         }
         self.abort_countdown.set(ABORT_PROBE_EVERY);
         self.shared.poll_abort()
@@ -668,7 +637,7 @@ impl Fabric for MpiFabric {
         }
         self.marked_done = true;
         if self.shared.done_local.fetch_add(1, Ordering::AcqRel) + 1 == self.shared.local_slots {
-            *self.shared.barrier.lock() = Some(self.shared.comm.immediate_barrier());
+            *self.shared.barrier.lock() = Some(self.shared.comm.barrier());
         }
     }
 
@@ -677,11 +646,9 @@ impl Fabric for MpiFabric {
             return true;
         }
         let mut slot = self.shared.barrier.lock();
-        if let Some(r) = slot.take() {
-            match r.test() {
-                Ok(_) => self.shared.all_done.store(true, Ordering::Release),
-                Err(r) => *slot = Some(r),
-            }
+        if slot.as_mut().is_some_and(Barrier::test) {
+            *slot = None;
+            self.shared.all_done.store(true, Ordering::Release);
         }
         self.shared.all_done.load(Ordering::Acquire)
     }

@@ -1,15 +1,21 @@
 //! The raw MPI calls of the transport, each behind a safe function: non-blocking sends of
-//! owned byte buffers (`MPI_Isend` + `MPI_Testsome`) and receiving a message into the spare
-//! capacity of a `Vec` (`MPI_Mprobe` + `MPI_Mrecv`, no zeroing). rsmpi's safe requests
+//! owned byte buffers (`MPI_Isend` + `MPI_Testsome`), receiving a message into the spare
+//! capacity of a `Vec` (`MPI_Mprobe` + `MPI_Mrecv`, no zeroing), and the MPI handles the
+//! ranks (threads) of one process share ([`SharedComm`], [`Barrier`]). rsmpi's safe requests
 //! borrow their buffer for a scope, which a fabric that lives behind `Box<dyn Fabric>`
 //! cannot express; this queue owns each buffer until MPI reports every send reading it
-//! complete, so the buffer outlives its requests by construction.
+//! complete, so the buffer outlives its requests by construction. This is the only file of
+//! `fabric/mpi/` with `unsafe` code.
 
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 use std::os::raw::c_int;
 
+use rsmpi::collective::CommunicatorCollectives as _;
 use rsmpi::datatype::traits::*;
 use rsmpi::ffi;
 use rsmpi::raw::AsRaw;
+use rsmpi::request::Request;
 use rsmpi::topology::SimpleCommunicator;
 
 use crate::core::error::{Error, Result, Sender};
@@ -40,6 +46,111 @@ pub(crate) struct SendQueue {
 // request to be completed by any thread when MPI runs at MPI_THREAD_SERIALIZED or above
 // (checked by the fabric), and the queue is driven by one thread at a time (`&mut self`).
 unsafe impl Send for SendQueue {}
+
+/// A communicator that the threads of one process share (Ballast's duplicate of the world
+/// for the ranks of one process): freed with `MPI_Comm_free` when dropped after
+/// [`SharedComm::free_on_drop`], else leaked (never freed, so its context is never reused
+/// while a peer may still send on it).
+pub(crate) struct SharedComm {
+    comm: ManuallyDrop<SimpleCommunicator>,
+    free: bool,
+}
+
+// SAFETY: a communicator handle is a plain value that MPI lets any thread use at
+// MPI_THREAD_MULTIPLE; below that level `SharedComm::new` accepts only one user thread
+// (one local rank), and `SharedComm::serialized` is for one (the native path's abort line),
+// whose calls MPI_THREAD_SERIALIZED allows from any thread in turn (the thread that drops
+// the last `Arc` of the world, or a launcher reporting a failure, uses it only after that
+// rank stopped). The rest is the crate's discipline: nothing else shares one.
+unsafe impl Send for SharedComm {}
+// SAFETY: as above.
+unsafe impl Sync for SharedComm {}
+
+impl SharedComm {
+    /// `comm` shared by `threads` threads of this process: `None` when `threads > 1` and MPI
+    /// does not provide `MPI_THREAD_MULTIPLE`.
+    pub(crate) fn new(comm: SimpleCommunicator, threads: usize) -> Option<SharedComm> {
+        if threads > 1 && rsmpi::environment::threading_support() != rsmpi::Threading::Multiple {
+            return None;
+        }
+        Some(SharedComm {
+            comm: ManuallyDrop::new(comm),
+            free: false,
+        })
+    }
+
+    /// `comm` used by one thread at a time (MPI_THREAD_SERIALIZED suffices): only for one
+    /// rank's own communicator, used by another thread only after that rank stopped.
+    pub(crate) fn serialized(comm: SimpleCommunicator) -> SharedComm {
+        SharedComm {
+            comm: ManuallyDrop::new(comm),
+            free: false,
+        }
+    }
+
+    /// Frees the communicator when this is dropped (once every message addressed to it was
+    /// received), rather than leaking it.
+    pub(crate) fn free_on_drop(&mut self) {
+        self.free = true;
+    }
+
+    /// A non-blocking barrier over the communicator (`MPI_Ibarrier`).
+    pub(crate) fn barrier(&self) -> Barrier {
+        Barrier(Some(self.comm.immediate_barrier()))
+    }
+}
+
+impl Deref for SharedComm {
+    type Target = SimpleCommunicator;
+    fn deref(&self) -> &SimpleCommunicator {
+        &self.comm
+    }
+}
+
+impl Drop for SharedComm {
+    fn drop(&mut self) {
+        if self.free && !rsmpi::environment::is_finalized() {
+            // SAFETY: this is the only drop of `comm` (in this value's own drop, after which
+            // it is not used); MPI is live, so dropping the duplicate frees it.
+            unsafe { ManuallyDrop::drop(&mut self.comm) };
+        }
+    }
+}
+
+/// A non-blocking barrier of a [`SharedComm`] in flight; leaked (the request left live) when
+/// dropped before it completed.
+pub(crate) struct Barrier(Option<Request<'static, ()>>);
+
+// SAFETY: as for `SharedComm` (the request handle is a plain value, completed by one thread
+// at a time: it sits behind a mutex).
+unsafe impl Send for Barrier {}
+
+impl Barrier {
+    /// True once every process entered the barrier (`MPI_Test`); then it is complete.
+    pub(crate) fn test(&mut self) -> bool {
+        match self.0.take().map(Request::test) {
+            Some(Ok(_)) | None => true,
+            Some(Err(r)) => {
+                self.0 = Some(r);
+                false
+            }
+        }
+    }
+
+    /// Waits for every process to enter the barrier (`MPI_Wait`).
+    pub(crate) fn wait(mut self) {
+        if let Some(r) = self.0.take() {
+            r.wait();
+        }
+    }
+}
+
+impl Drop for Barrier {
+    fn drop(&mut self) {
+        // rsmpi's request panics when dropped live: leave it to MPI (never completed).
+        std::mem::forget(self.0.take());
+    }
+}
 
 pub(crate) fn check(code: c_int, call: &'static str) -> Result<()> {
     if code as i64 == ffi::MPI_SUCCESS as i64 {

@@ -21,8 +21,8 @@
 //! # Ok::<(), ballast_runtime::Error>(())
 //! ```
 
+pub(crate) mod abort;
 mod describe;
-#[allow(unsafe_code)] // Send/Sync for the MPI handles of the shared world, the duplicate's drop
 mod fabric;
 #[allow(unsafe_code)] // the raw MPI calls over owned buffers, each behind a safe function
 pub(crate) mod ffi;

@@ -43,7 +43,6 @@
 //! [`ud`] the datagram path.
 
 mod connect;
-#[allow(unsafe_code)] // registering the pool (`Mr::register`: the pool keeps it in place)
 mod memory;
 mod post;
 mod ud;
@@ -202,6 +201,9 @@ pub struct VerbsFabric {
     qpn_peer: IntMap<u32, usize>,
     /// Peers whose send queue got room back in the last CQ poll (scratch).
     touched: Vec<usize>,
+    /// Work completions kept from a CQ poll whose arrival was refused (out of memory):
+    /// taken first at the next poll (`post::Wc`).
+    kept_wcs: Vec<post::Wc>,
     mesh: Mesh,
     abort: Arc<AtomicBool>,
     rank: usize,
@@ -307,6 +309,7 @@ impl VerbsFabric {
             dev,
             qpn_peer: IntMap::default(),
             touched: Vec::new(),
+            kept_wcs: Vec::with_capacity(POLL_BATCH),
             mesh,
             abort,
             rank,

@@ -46,6 +46,8 @@
 pub mod control;
 pub mod device;
 mod fabric;
+#[allow(unsafe_code)] // rdtsc and registering the pool, each behind a safe function
+mod ffi;
 mod ibv;
 mod xrc;
 
@@ -249,15 +251,12 @@ pub mod counters {
 /// with): on x86-64 the time-stamp counter, elsewhere nanoseconds from a process-wide start.
 /// In the soft-RoCE guest a clock read (`Instant::now`) is a system call and an HPET read,
 /// 1.3-5 us, a measurable part of the round trip it times; `rdtsc` is not.
-#[allow(unsafe_code)] // rdtsc
 pub mod cycles {
     /// The counter now.
     pub fn now() -> u64 {
         #[cfg(target_arch = "x86_64")]
         {
-            // SAFETY: rdtsc reads a register; it has no memory effects and every x86-64
-            // CPU has it.
-            unsafe { core::arch::x86_64::_rdtsc() }
+            super::ffi::rdtsc()
         }
         #[cfg(not(target_arch = "x86_64"))]
         {

@@ -246,40 +246,92 @@ impl DatagramRx<'_> {
             return Ok(());
         }
         let was_due = p.ack_due;
-        match p.on_data(h.seq) {
-            Rx::Deliver => {
-                deliver(matcher, src, &h, &bytes[HEADER_BYTES..], self.into.as_mut())?;
-                while let Some(seq) = p.delivered() {
-                    let i = held
-                        .iter()
-                        .position(|&(k, s, _)| k == src && s == seq)
-                        .expect("a held datagram is in the list");
-                    let (_, _, id) = held.swap_remove(i);
-                    let b = pool.buf(id);
-                    let b = &b[..held_len(b)];
-                    let hh = DatagramHeader::decode(b, rank, src)?;
-                    let r = deliver(matcher, src, &hh, &b[HEADER_BYTES..], self.into.as_mut());
-                    pool.release(id);
-                    r?;
-                }
-            }
-            Rx::Hold => {
-                // Without a free buffer (or room in one) it is dropped: it comes again.
-                if bytes.len() <= pool.buffer_size() {
-                    if let Some(id) = pool.take_free() {
-                        pool.buf_mut(id)[..bytes.len()].copy_from_slice(bytes);
-                        p.hold(h.seq);
-                        held.push((src, h.seq, id));
-                    }
-                }
-            }
-            Rx::Duplicate | Rx::Beyond => stats.dropped += 1,
-        }
-        if !was_due {
+        let r = take_data(
+            p,
+            held,
+            pool,
+            matcher,
+            &mut self.into,
+            src,
+            rank,
+            &h,
+            bytes,
+            stats,
+        );
+        // Owed even when the delivery failed: the sender must learn what did arrive.
+        if !was_due && p.ack_due {
             acks.push(src);
         }
-        Ok(())
+        r
     }
+}
+
+/// [`DatagramRx::take`] for data datagram `bytes` (header `h`) from `src`, with peer state `p`:
+/// delivered in sequence, held when early, dropped when a duplicate. A delivery refused
+/// (out of memory) changes nothing: an in-sequence arrival is not counted as received
+/// (the fabric or the sender's retransmission brings it again), a held one stays held, in
+/// its buffer, and is delivered first when anything next arrives from `src`.
+#[allow(clippy::too_many_arguments)]
+fn take_data(
+    p: &mut DatagramPeer,
+    held: &mut Vec<(usize, u32, BufId)>,
+    pool: &mut BufferPool,
+    matcher: &mut Matcher,
+    into: &mut Option<RecvInto<'_>>,
+    src: usize,
+    rank: usize,
+    h: &DatagramHeader,
+    bytes: &[u8],
+    stats: &mut DatagramStats,
+) -> Result<()> {
+    deliver_held(p, held, pool, matcher, into, src, rank)?;
+    match p.on_data(h.seq) {
+        Rx::Deliver => {
+            deliver(matcher, src, h, &bytes[HEADER_BYTES..], into.as_mut())?;
+            p.advance();
+            deliver_held(p, held, pool, matcher, into, src, rank)?;
+        }
+        Rx::Hold => {
+            // Without a free buffer (or room in one) it is dropped: it comes again.
+            if bytes.len() <= pool.buffer_size() {
+                if let Some(id) = pool.take_free() {
+                    pool.buf_mut(id)[..bytes.len()].copy_from_slice(bytes);
+                    p.hold(h.seq);
+                    held.push((src, h.seq, id));
+                }
+            }
+        }
+        Rx::Duplicate | Rx::Beyond => stats.dropped += 1,
+    }
+    Ok(())
+}
+
+/// Delivers the held datagrams from `src` that are next in sequence, in order; one
+/// refused stays held (its buffer kept, the sequence not advanced past it).
+fn deliver_held(
+    p: &mut DatagramPeer,
+    held: &mut Vec<(usize, u32, BufId)>,
+    pool: &mut BufferPool,
+    matcher: &mut Matcher,
+    into: &mut Option<RecvInto<'_>>,
+    src: usize,
+    rank: usize,
+) -> Result<()> {
+    while let Some(seq) = p.next_held() {
+        let i = held
+            .iter()
+            .position(|&(k, s, _)| k == src && s == seq)
+            .expect("a held datagram is in the list");
+        let id = held[i].2;
+        let b = pool.buf(id);
+        let b = &b[..held_len(b)];
+        let hh = DatagramHeader::decode(b, rank, src)?;
+        deliver(matcher, src, &hh, &b[HEADER_BYTES..], into.as_mut())?;
+        held.swap_remove(i);
+        pool.release(id);
+        p.held_delivered();
+    }
+    Ok(())
 }
 
 /// Posts the datagram kept in pool buffer `id` to `peer` again, with the current
@@ -320,16 +372,26 @@ impl Engine {
         let msg = p.queue.front_mut().expect("message");
         let (id, len) = match msg.first.take() {
             Some((id, flen)) => {
-                // Copied at offset 0 for an endpoint: make room for the header, and give
-                // what does not fit one datagram back to the rest of the message.
+                // Copied at offset 0 for an endpoint: make room for the header. What does
+                // not fit one datagram is in `rest` too (`isend` starts it at `chunk`).
                 let len = flen.min(chunk);
-                let b = self.pool.buf_mut(id);
-                if flen > len {
-                    let tail = b[len..flen].to_vec();
-                    msg.rest.splice(0..0, tail);
+                if msg.rest_from > len {
+                    // Not from `isend` (it starts `rest` at `len` at the latest): the tail
+                    // goes back in front of `rest`, reserved without aborting.
+                    let tail = msg.rest_from - len;
+                    if let Err(e) = msg.rest.try_reserve_exact(tail) {
+                        msg.first = Some((id, flen));
+                        return Err(Error::Alloc {
+                            bytes: (msg.rest.len() + tail) as u64,
+                            what: format!("the rest of a message of {} bytes to rank {dest}", msg.total),
+                            error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
+                        });
+                    }
+                    let b = self.pool.buf(id);
+                    msg.rest.splice(0..0, b[len..msg.rest_from].iter().copied());
                     msg.rest_from = len;
                 }
-                b.copy_within(0..len, HEADER_BYTES);
+                self.pool.buf_mut(id).copy_within(0..len, HEADER_BYTES);
                 (id, len)
             }
             None => {
@@ -532,5 +594,107 @@ impl Engine {
             dg.refused(src);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::config::TransportConfig;
+    use crate::core::footprint::MemoryLock;
+    use crate::core::pool::{Register, Registration};
+    use crate::protocol::matching::{Source, TagMatch};
+
+    struct NoRegister;
+
+    impl Register for NoRegister {
+        fn register(&mut self, region: &[u8], _lock: bool) -> Result<Registration> {
+            Ok(Registration {
+                bytes: region.len() as u64,
+                locked_bytes: 0,
+                note: None,
+                lock: MemoryLock::default(),
+            })
+        }
+    }
+
+    /// Data datagram `seq` from rank 1: the first chunk of a message of `total` bytes.
+    fn datagram(seq: u32, tag: u32, total: u64, payload: &[u8]) -> Vec<u8> {
+        let mut d = vec![0u8; HEADER_BYTES];
+        DatagramHeader {
+            kind: KIND_DATA,
+            more: false,
+            seq,
+            ack: 0,
+            tag,
+            len: payload.len() as u32,
+            total,
+            offset: 0,
+            ep_sent: 0,
+        }
+        .encode(&mut d);
+        d.extend_from_slice(payload);
+        d
+    }
+
+    /// Issue 33: a held (early) datagram whose delivery is refused for memory, after the
+    /// one before it was delivered, was released and the sequence was past nothing to
+    /// bring it back but a retransmission; and the acknowledgement owed was never queued.
+    /// Now it stays held, in its buffer, with the acknowledgement queued, and goes first,
+    /// in order, when anything next arrives from its sender.
+    #[test]
+    fn a_held_datagram_refused_for_memory_is_kept_and_delivered_first() {
+        let cfg = TransportConfig {
+            buffer_count: 4,
+            buffer_size: 256,
+            lock_pool: false,
+            ..Default::default()
+        };
+        let mut pool = BufferPool::new(&cfg, &mut NoRegister).unwrap();
+        let conns = ConnectionTable::new(1);
+        struct Now;
+        impl Clock for Now {
+            fn now(&self) -> std::time::Instant {
+                std::time::Instant::now()
+            }
+        }
+        let mut dg = Datagrams::new(128, true, Box::new(Now));
+        let mut matcher = Matcher::default();
+        let free = pool.stats().free;
+        let mut take = |dg: &mut Datagrams, pool: &mut BufferPool, d: &[u8]| {
+            DatagramRx {
+                dg: Some(dg),
+                pool,
+                conns: &conns,
+                rank: 0,
+                into: None,
+            }
+            .take(&mut matcher, 1, d)
+        };
+        // Seq 1 first (held): a message of 2^62 bytes, which no allocator gives.
+        take(&mut dg, &mut pool, &datagram(1, 5, 1 << 62, &[7; 8])).unwrap();
+        assert_eq!(dg.held.len(), 1);
+        let err = take(&mut dg, &mut pool, &datagram(0, 4, 3, b"abc")).unwrap_err();
+        assert!(matches!(err, Error::Alloc { .. }), "{err}");
+        assert_eq!(dg.held.len(), 1, "the refused datagram was dropped");
+        assert_eq!(pool.stats().free, free - 1, "its buffer was released");
+        let p = &dg.peers[&1];
+        assert_eq!((p.ack_value(), p.next_held()), (1, Some(1)));
+        assert_eq!(dg.acks, [1], "the acknowledgement of seq 0 was not queued");
+        // The next arrival tries it first: still refused, nothing else changes.
+        let seq2 = datagram(2, 6, 2, b"yz");
+        assert!(take(&mut dg, &mut pool, &seq2).is_err());
+        assert_eq!((dg.held.len(), dg.peers[&1].ack_value()), (1, 1));
+        // Once it fits (8 bytes stand in for it here), it goes first, then seq 2.
+        let id = dg.held[0].2;
+        pool.buf_mut(id)[24..32].copy_from_slice(&8u64.to_le_bytes());
+        take(&mut dg, &mut pool, &seq2).unwrap();
+        assert!(dg.held.is_empty());
+        assert_eq!(pool.stats().free, free);
+        assert_eq!(dg.peers[&1].ack_value(), 3);
+        let got = |m: &mut Matcher, tag| m.try_take(Source::Rank(1), TagMatch::Tag(tag)).map(|m| m.data);
+        assert_eq!(got(&mut matcher, 4), Some(b"abc".to_vec()));
+        assert_eq!(got(&mut matcher, 5), Some(vec![7; 8]));
+        assert_eq!(got(&mut matcher, 6), Some(b"yz".to_vec()));
     }
 }

@@ -57,7 +57,9 @@ struct OutMsg {
     /// The message's bytes from offset `rest_from` on (copied at `isend`; never
     /// registered).
     rest: Vec<u8>,
-    /// Offset in the message where `rest` starts (the first chunk's length).
+    /// Offset in the message where `rest` starts: the first chunk's length, or with the
+    /// datagram path at most one datagram's payload (`rest` then overlaps the first chunk,
+    /// which may go by datagram).
     rest_from: usize,
     /// Next offset to post.
     offset: usize,

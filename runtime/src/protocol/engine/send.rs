@@ -43,10 +43,10 @@ impl Engine {
             return Ok(req);
         }
         let direct = self.goes_direct(dest, data.len());
-        let (first, rest) = if direct {
+        let (first, rest, rest_from) = if direct {
             // One copy into an owned buffer (the caller may reuse `data` at once); it waits
             // behind the messages queued before it and is handed to the fabric whole.
-            (None, copy_of(dest, data)?)
+            (None, copy_of(dest, data)?, 0)
         } else {
             if self.chunked_queued > 0 && self.pool.free_count() <= 1 && !self.pool.can_grow() {
                 return Err(Error::WouldBlock);
@@ -62,8 +62,14 @@ impl Engine {
                     return Ok(req);
                 }
             }
-            match copy_of(dest, &data[first_len..]) {
-                Ok(rest) => (Some((id, first_len)), rest),
+            // With the datagram path, `rest` starts where the first datagram's payload
+            // ends (a datagram carries less than a pool buffer), overlapping the first
+            // buffer: a message copied for an endpoint and then sent by datagram needs
+            // nothing more (the first datagram's tail never goes back in front of `rest`,
+            // which would reallocate all of it: an abort under a memory limit).
+            let rest_from = self.dg.as_ref().map_or(first_len, |d| d.chunk.min(first_len));
+            match copy_of(dest, &data[rest_from..]) {
+                Ok(rest) => (Some((id, first_len)), rest, rest_from),
                 Err(e) => {
                     self.pool.release(id);
                     return Err(e);
@@ -78,9 +84,8 @@ impl Engine {
                 posted_all: false,
             },
         );
-        let chunked = !direct && !rest.is_empty();
+        let chunked = first.is_some_and(|(_, len)| len < data.len());
         self.chunked_queued += usize::from(chunked);
-        let rest_from = data.len() - rest.len();
         self.peers.entry(dest).or_default().queue.push_back(OutMsg {
             req,
             tag,

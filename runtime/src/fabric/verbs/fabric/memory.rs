@@ -7,7 +7,8 @@ use super::{SharedRecv, VerbsFabric, HEADER_BYTES, RECV_BIT};
 use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result};
 use crate::core::pool::{Register, Registration};
-use crate::fabric::verbs::ibv::{self, Mr, Slots};
+use crate::fabric::verbs::ffi::register_pool_region;
+use crate::fabric::verbs::ibv::{self, Slots};
 use crate::fabric::verbs::xrc;
 
 impl VerbsFabric {
@@ -106,9 +107,9 @@ impl Register for VerbsFabric {
             }
         }
         self.check_memlock(more)?;
-        // SAFETY: the pool owns `region` and keeps it in place until the fabric (which owns
-        // this Mr) is dropped: the Register contract of the pool.
-        let mr = unsafe { Mr::register(&self.dev.pd, region) }.map_err(|e| ibv::at(e, self.rank, None))?;
+        // The pool owns `region` and keeps it in place until the fabric (which owns this Mr)
+        // is dropped: the Register contract of the pool.
+        let mr = register_pool_region(&self.dev.pd, region).map_err(|e| ibv::at(e, self.rank, None))?;
         self.pinned += region.len() as u64;
         self.pool_mrs.push(mr);
         if first {

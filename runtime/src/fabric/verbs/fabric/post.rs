@@ -15,6 +15,28 @@ use crate::fabric::{Control, Event, PacketHeader};
 #[cfg(feature = "trace")]
 use crate::fabric::verbs::counters;
 
+/// The fields of a work completion this fabric reads, owned: a completion whose arrival
+/// was refused is kept (with those after it in its batch) until the next poll.
+pub(super) struct Wc {
+    wr_id: u64,
+    status: ibv::sys::ibv_wc_status::Type,
+    qp_num: u32,
+    byte_len: u32,
+    imm: Option<u32>,
+}
+
+impl Wc {
+    fn of(wc: &ibv::sys::ibv_wc) -> Wc {
+        Wc {
+            wr_id: wc.wr_id,
+            status: wc.status,
+            qp_num: wc.qp_num,
+            byte_len: wc.byte_len,
+            imm: ibv::wc_imm(wc),
+        }
+    }
+}
+
 /// Posts `q` on `qp` with its header from `headers` (inline when header and payload fit
 /// `max_inline`; `srqn`: the XRC destination SRQ). The caller counts it as outstanding.
 #[inline]
@@ -361,7 +383,20 @@ impl VerbsFabric {
         let mut wcs = [const { std::mem::MaybeUninit::<ibv::sys::ibv_wc>::uninit() }; POLL_BATCH];
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
-        while n < POLL_MAX {
+        // Completions kept when an arrival was refused go first, in order.
+        let mut kept = std::mem::take(&mut self.kept_wcs);
+        let mut refused = None;
+        let mut i = 0;
+        while i < kept.len() {
+            n += 1;
+            if let Err(e) = self.take_wc(&kept[i], on_event, &mut touched)? {
+                refused = Some(e);
+                break;
+            }
+            i += 1;
+        }
+        kept.drain(..i);
+        while refused.is_none() && n < POLL_MAX {
             let done = self.cq.poll(&mut wcs).map_err(|e| ibv::at(e, self.rank, None))?;
             let got = done.len();
             #[cfg(feature = "trace")]
@@ -377,104 +412,15 @@ impl VerbsFabric {
                     counters::polled_empty();
                 }
             }
-            for wc in done {
+            for (k, wc) in done.iter().enumerate() {
                 n += 1;
-                let ok = wc.status == ibv::sys::ibv_wc_status::IBV_WC_SUCCESS;
-                // The peer is looked up only where needed (not for a good SRQ receive).
-                let peer_of = |f: &Self| f.qpn_peer.get(&wc.qp_num).copied();
-                if wc.wr_id & RECV_BIT != 0 {
-                    if !ok {
-                        let peer = peer_of(self);
-                        // Flushed receives of a QP being destroyed (per-peer): nothing to do.
-                        if wc.status != ibv::sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR
-                            && self.pending_err.is_none()
-                        {
-                            self.pending_err = Some(self.completion_error("receive", wc.status, peer));
-                        }
-                        continue;
-                    }
-                    let slot = (wc.wr_id & !RECV_BIT) as usize;
-                    let (slots, own) = match &self.srq {
-                        Some(s) => (&s.slots, None),
-                        None => {
-                            let q = peer_of(self)
-                                .and_then(|p| self.peers.get(&p))
-                                .and_then(|p| p.qp.as_ref())
-                                .ok_or_else(|| Error::VerbsReceive {
-                                    rank: self.rank,
-                                    qp: wc.qp_num,
-                                    what: "no queue pair of this rank has that number".into(),
-                                })?;
-                            (q.rq.as_ref().expect("per-peer receive queue"), q.link.as_ref())
-                        }
-                    };
-                    let len = wc.byte_len as usize;
-                    if len < HEADER_BYTES || slot >= slots.count() {
-                        return Err(Error::VerbsReceive {
-                            rank: self.rank,
-                            qp: wc.qp_num,
-                            what: format!(
-                                "packet of {len} bytes in receive slot {slot} (of {}, header {HEADER_BYTES} bytes)",
-                                slots.count()
-                            ),
-                        });
-                    }
-                    let bytes = slots.get(slot, len);
-                    // (Bytes 29..32 are zero on this fabric: ignored, see `wire`.)
-                    let h = wire::decode_header(bytes.first_chunk().expect("checked above")).0;
-                    if HEADER_BYTES + h.len as usize != len {
-                        return Err(Error::BadPacket {
-                            rank: self.rank,
-                            from: crate::core::error::Sender::Rank(h.src as usize),
-                            bytes: len,
-                            what: format!("announces {} payload bytes", h.len),
-                        });
-                    }
-                    #[cfg(feature = "trace")]
-                    let t = counters::trace_start();
-                    on_event(Event::Arrival(h, &bytes[HEADER_BYTES..]))?;
-                    #[cfg(feature = "trace")]
-                    {
-                        counters::traced_arrival(t);
-                        counters::stamp(1);
-                    }
-                    match own {
-                        Some(link) => link
-                            .post_recv(slots, slot)
-                            .map_err(|e| ibv::at(e, self.rank, peer_of(self)))?,
-                        // Reposted once the reply is posted (see `srq_reposts`).
-                        None => self.srq_reposts.push(slot),
-                    }
-                    #[cfg(feature = "trace")]
-                    counters::stamp(2);
-                    if let Some(credits) = ibv::wc_imm(wc) {
-                        on_event(Event::Control(h.src as usize, Control::Grant { credits }))?;
-                    }
-                } else {
-                    let peer = peer_of(self);
-                    if let Some(q) = peer
-                        .and_then(|p| self.peers.get_mut(&p))
-                        .and_then(|p| p.qp.as_mut())
-                    {
-                        q.outstanding = q.outstanding.saturating_sub(1);
-                    }
-                    // The buffer goes back to the pool whatever the status.
-                    on_event(Event::SendComplete(wc.wr_id))?;
-                    if !ok && self.pending_err.is_none() {
-                        self.pending_err = Some(self.completion_error("send", wc.status, peer));
-                    }
-                    if !ok {
-                        // The queue pair is in the error state: sends still queued behind it
-                        // would never complete, so their buffers go back to the pool now.
-                        if let Some(pe) = peer.and_then(|p| self.peers.get_mut(&p)) {
-                            pe.broken = true;
-                            for q in std::mem::take(&mut pe.queued) {
-                                on_event(Event::SendComplete(q.wr_id))?;
-                            }
-                        }
-                    } else if let Some(p) = peer {
-                        touched.push(p);
-                    }
+                let w = Wc::of(wc);
+                if let Err(e) = self.take_wc(&w, on_event, &mut touched)? {
+                    // It and the rest of the batch (taken out of the CQ already).
+                    kept.push(w);
+                    kept.extend(done[k + 1..].iter().map(Wc::of));
+                    refused = Some(e);
+                    break;
                 }
             }
             if got < POLL_BATCH {
@@ -487,7 +433,123 @@ impl VerbsFabric {
             self.flush(p)?;
         }
         self.touched = touched;
-        Ok(n)
+        self.kept_wcs = kept;
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+
+    /// Takes work completion `wc`: a receive's arrival (its slot reposted) or a send's
+    /// completion. `Ok(Err(e))`: the arrival's event failed with `e` (its message could not
+    /// be allocated); nothing was done with it, its slot is still its own: the caller keeps
+    /// it to take again.
+    fn take_wc(
+        &mut self,
+        wc: &Wc,
+        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
+        touched: &mut Vec<usize>,
+    ) -> Result<std::result::Result<(), Error>> {
+        let ok = wc.status == ibv::sys::ibv_wc_status::IBV_WC_SUCCESS;
+        // The peer is looked up only where needed (not for a good SRQ receive).
+        let peer_of = |f: &Self| f.qpn_peer.get(&wc.qp_num).copied();
+        if wc.wr_id & RECV_BIT != 0 {
+            if !ok {
+                let peer = peer_of(self);
+                // Flushed receives of a QP being destroyed (per-peer): nothing to do.
+                if wc.status != ibv::sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR && self.pending_err.is_none() {
+                    self.pending_err = Some(self.completion_error("receive", wc.status, peer));
+                }
+                return Ok(Ok(()));
+            }
+            let slot = (wc.wr_id & !RECV_BIT) as usize;
+            let (slots, own) = match &self.srq {
+                Some(s) => (&s.slots, None),
+                None => {
+                    let q = peer_of(self)
+                        .and_then(|p| self.peers.get(&p))
+                        .and_then(|p| p.qp.as_ref())
+                        .ok_or_else(|| Error::VerbsReceive {
+                            rank: self.rank,
+                            qp: wc.qp_num,
+                            what: "no queue pair of this rank has that number".into(),
+                        })?;
+                    (q.rq.as_ref().expect("per-peer receive queue"), q.link.as_ref())
+                }
+            };
+            let len = wc.byte_len as usize;
+            if len < HEADER_BYTES || slot >= slots.count() {
+                return Err(Error::VerbsReceive {
+                    rank: self.rank,
+                    qp: wc.qp_num,
+                    what: format!(
+                        "packet of {len} bytes in receive slot {slot} (of {}, header {HEADER_BYTES} bytes)",
+                        slots.count()
+                    ),
+                });
+            }
+            let bytes = slots.get(slot, len);
+            // (Bytes 29..32 are zero on this fabric: ignored, see `wire`.)
+            let h = wire::decode_header(bytes.first_chunk().expect("checked above")).0;
+            if HEADER_BYTES + h.len as usize != len {
+                return Err(Error::BadPacket {
+                    rank: self.rank,
+                    from: crate::core::error::Sender::Rank(h.src as usize),
+                    bytes: len,
+                    what: format!("announces {} payload bytes", h.len),
+                });
+            }
+            #[cfg(feature = "trace")]
+            let t = counters::trace_start();
+            if let Err(e) = on_event(Event::Arrival(h, &bytes[HEADER_BYTES..])) {
+                // Refused (its message could not be allocated): kept, its slot not
+                // reposted, and taken first at the next poll, as `local` does.
+                return Ok(Err(e));
+            }
+            #[cfg(feature = "trace")]
+            {
+                counters::traced_arrival(t);
+                counters::stamp(1);
+            }
+            match own {
+                Some(link) => link
+                    .post_recv(slots, slot)
+                    .map_err(|e| ibv::at(e, self.rank, peer_of(self)))?,
+                // Reposted once the reply is posted (see `srq_reposts`).
+                None => self.srq_reposts.push(slot),
+            }
+            #[cfg(feature = "trace")]
+            counters::stamp(2);
+            if let Some(credits) = wc.imm {
+                on_event(Event::Control(h.src as usize, Control::Grant { credits }))?;
+            }
+        } else {
+            let peer = peer_of(self);
+            if let Some(q) = peer
+                .and_then(|p| self.peers.get_mut(&p))
+                .and_then(|p| p.qp.as_mut())
+            {
+                q.outstanding = q.outstanding.saturating_sub(1);
+            }
+            // The buffer goes back to the pool whatever the status.
+            on_event(Event::SendComplete(wc.wr_id))?;
+            if !ok && self.pending_err.is_none() {
+                self.pending_err = Some(self.completion_error("send", wc.status, peer));
+            }
+            if !ok {
+                // The queue pair is in the error state: sends still queued behind it
+                // would never complete, so their buffers go back to the pool now.
+                if let Some(pe) = peer.and_then(|p| self.peers.get_mut(&p)) {
+                    pe.broken = true;
+                    for q in std::mem::take(&mut pe.queued) {
+                        on_event(Event::SendComplete(q.wr_id))?;
+                    }
+                }
+            } else if let Some(p) = peer {
+                touched.push(p);
+            }
+        }
+        Ok(Ok(()))
     }
 
     /// The [`Error::WorkCompletion`] of a failed `op` toward internal key `peer`.
