@@ -441,7 +441,8 @@ fn the_pools_free_list_is_in_the_memory_precheck() {
 }
 
 /// Findings 1 and 10, just below the refusals: buffer counts of 60M-150M (1 B buffers) under
-/// a 3 GB `ulimit -v`, and shared receive queues of 40M-59M entries under 2 GB, used to
+/// a 3 GB `ulimit -v`, and shared receive queues of 40M-59M entries (per-peer ones of
+/// 40M-58M) under 2 GB, used to
 /// pass the pre-checks and abort (exit 134) in the engine's table of 24 B per buffer or the
 /// queue's slots. Now each `fanout` and `run` either runs (exit 0) or is refused (exit 1),
 /// never killed by a signal; the largest of each sweep is refused.
@@ -482,6 +483,14 @@ fn pools_and_queues_just_below_the_refusal_never_abort() {
             fanout("2000000", &["--srq-depth", d]),
         ));
     }
+    // Per-peer queues are made when a peer connects, after the start-up checks: the
+    // queue's own check refuses them (56M aborted).
+    for d in ["40000000", "48000000", "52000000", "56000000", "58000000"] {
+        outs.push((
+            format!("fanout --recv-depth {d}"),
+            fanout("2000000", &["--recv-sharing", "per-peer", "--recv-depth", d]),
+        ));
+    }
     for (what, o) in &outs {
         let e = stderr(o);
         assert!(
@@ -497,6 +506,7 @@ fn pools_and_queues_just_below_the_refusal_never_abort() {
         }
     }
     for last in [
+        "fanout --recv-depth 58000000",
         "fanout --buffer-count 150000000",
         "run --buffer-count 150000000",
         "fanout --srq-depth 59000000",
