@@ -210,6 +210,50 @@ fn out_of_memory_and_failed_thread_starts_are_enomem() {
     }
 }
 
+/// Sizes around the pre-check's refusal under `ulimit -v 2000000` (issue 33, finding 1):
+/// each run of 1 or 2 local ranks either runs or is refused with BALLAST_ENOMEM, never
+/// aborted (`run` fails on a signal). The smallest of each sweep runs and the largest is
+/// refused, so the sweep crosses the limit.
+#[test]
+fn pool_and_queue_sizes_near_the_limit_run_or_are_enomem() {
+    let Some(cc) = compiler() else { return };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/limits.c");
+    let prog = build(&cc, &src, &[]);
+    let m = 1_000_000u64;
+    let sweeps: [(&str, &str, &[u64]); 3] = [
+        ("buffer_count", "1", &[20, 60, 62, 64, 66, 80, 150, 400, 500]),
+        ("srq_depth", "1", &[10, 54, 100, 106, 108, 110, 112, 118, 150]),
+        ("srq_depth", "2", &[10, 40, 50, 52, 54, 56, 59, 75]),
+    ];
+    for (key, ranks, values) in sweeps {
+        let mut rcs = Vec::new();
+        for v in values {
+            let value = (v * m).to_string();
+            let out = run(&prog, &["sweep", key, &value, ranks]);
+            print!("{out}");
+            let rc = out
+                .split(": ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .unwrap_or("?")
+                .to_string();
+            // (the program itself exits 1 on any other return code)
+            assert!(rc == "0" || rc == "-2", "{out}");
+            rcs.push(rc);
+        }
+        assert_eq!(
+            rcs.first().map(String::as_str),
+            Some("0"),
+            "{key} x{ranks}: {rcs:?}"
+        );
+        assert_ne!(
+            rcs.last().map(String::as_str),
+            Some("0"),
+            "{key} x{ranks}: {rcs:?}"
+        );
+    }
+}
+
 #[test]
 fn the_call_sequence_fuzzer_finds_nothing_under_sanitizers() {
     let Some(cc) = compiler() else { return };

@@ -440,6 +440,82 @@ fn the_pools_free_list_is_in_the_memory_precheck() {
     }
 }
 
+/// Findings 1 and 10, just below the refusals: buffer counts of 60M-150M (1 B buffers) under
+/// a 3 GB `ulimit -v`, and shared receive queues of 40M-59M entries (per-peer ones of
+/// 40M-58M) under 2 GB, used to
+/// pass the pre-checks and abort (exit 134) in the engine's table of 24 B per buffer or the
+/// queue's slots. Now each `fanout` and `run` either runs (exit 0) or is refused (exit 1),
+/// never killed by a signal; the largest of each sweep is refused.
+#[test]
+fn pools_and_queues_just_below_the_refusal_never_abort() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fanout = |limit: &str, args: &[&str]| {
+        std::process::Command::new("sh")
+            .current_dir(tmp.path())
+            .args([
+                "-c",
+                &format!("ulimit -v {limit}; exec \"$0\" \"$@\""),
+                env!("CARGO_BIN_EXE_ballast"),
+                "fanout",
+            ])
+            .args(["--ranks", "2", "--buffer-size", "1"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let counts = ["60000000", "80000000", "100000000", "150000000"];
+    let depths = ["40000000", "54000000", "59000000"];
+    let mut outs = Vec::new();
+    for c in counts {
+        outs.push((
+            format!("fanout --buffer-count {c}"),
+            fanout("3000000", &["--buffer-count", c]),
+        ));
+        let big = ["--buffer-count", c, "--buffer-size", "1", "--ranks", "2"];
+        outs.push((
+            format!("run --buffer-count {c}"),
+            run_sim(tmp.path(), "ulimit -v 3000000;", &big).expect("hung"),
+        ));
+    }
+    for d in depths {
+        outs.push((
+            format!("fanout --srq-depth {d}"),
+            fanout("2000000", &["--srq-depth", d]),
+        ));
+    }
+    // Per-peer queues are made when a peer connects, after the start-up checks: the
+    // queue's own check refuses them (56M aborted).
+    for d in ["40000000", "48000000", "52000000", "56000000", "58000000"] {
+        outs.push((
+            format!("fanout --recv-depth {d}"),
+            fanout("2000000", &["--recv-sharing", "per-peer", "--recv-depth", d]),
+        ));
+    }
+    for (what, o) in &outs {
+        let e = stderr(o);
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{what}: {:?}\n{e}",
+            o.status
+        );
+        if o.status.code() == Some(1) {
+            assert!(
+                e.contains("cannot allocate") || e.contains("the transport needs"),
+                "{what}: {e}"
+            );
+        }
+    }
+    for last in [
+        "fanout --recv-depth 58000000",
+        "fanout --buffer-count 150000000",
+        "run --buffer-count 150000000",
+        "fanout --srq-depth 59000000",
+    ] {
+        let (_, o) = outs.iter().find(|(w, _)| w == last).unwrap();
+        assert_eq!(o.status.code(), Some(1), "{last}: {}", stderr(o));
+    }
+}
+
 /// Finding 12: cells of 0 KB (`metype_memory` 0, -0, or 1e-400, which reads as 0) are
 /// spread over the ranks by count, as rebalance-corenrn spreads 0-byte groups: lpt put all
 /// 8 on rank 0 and warned, falsely, that there were more ranks × cycles than cells.

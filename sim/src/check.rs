@@ -44,22 +44,32 @@ pub fn free_list_bytes(t: &TransportConfig) -> u64 {
     (t.buffer_count as u64).saturating_mul(std::mem::size_of::<ballast_runtime::pool::BufId>() as u64)
 }
 
-/// One rank's transport memory at start: the footprint model's total and the pool's free
-/// list.
+/// Bytes of the engine's table of sends in flight at start: one entry per pool buffer
+/// (`ballast_runtime::engine::WR_INFO_BYTES`, 24 B), which the footprint model does not count.
+pub fn wr_info_bytes(t: &TransportConfig) -> u64 {
+    (t.buffer_count as u64).saturating_mul(ballast_runtime::engine::WR_INFO_BYTES)
+}
+
+/// One rank's transport memory at start: the footprint model's total, the pool's free list
+/// and the engine's table per buffer.
 fn rank_bytes(t: &TransportConfig, f: &Footprint) -> u64 {
-    f.total_bytes().saturating_add(free_list_bytes(t))
+    f.total_bytes()
+        .saturating_add(free_list_bytes(t))
+        .saturating_add(wr_info_bytes(t))
 }
 
 fn transport_message(t: &TransportConfig, f: &Footprint, ranks_here: usize, available: u64) -> String {
     let mb = |bytes: u64| bytes as f64 * ranks_here as f64 / MIB;
     format!(
-        "the transport needs {:.0} MB at start in this process, for {ranks_here} rank{}: pool {:.1} MB (buffer_count {} x buffer_size {} B) and its free list {:.1} MB (4 B per buffer), shared receive queue {:.1} MB (srq_depth {}), endpoints {:.1} MB (per-peer: recv_depth {} each); only {:.0} MB are available: lower buffer_count, buffer_size, srq_depth or recv_depth (options --buffer-count etc., or their BALLAST_* variables){}",
+        "the transport needs {:.0} MB at start in this process, for {ranks_here} rank{}: pool {:.1} MB (buffer_count {} x buffer_size {} B) and its free list {:.1} MB (4 B per buffer), the engine's table {:.1} MB ({} B per buffer), shared receive queue {:.1} MB (srq_depth {}), endpoints {:.1} MB (per-peer: recv_depth {} each); only {:.0} MB are available: lower buffer_count, buffer_size, srq_depth or recv_depth (options --buffer-count etc., or their BALLAST_* variables){}",
         mb(rank_bytes(t, f)),
         if ranks_here == 1 { "" } else { "s" },
         mb(f.pool_bytes),
         t.buffer_count,
         t.buffer_size,
         mb(free_list_bytes(t)),
+        mb(wr_info_bytes(t)),
+        ballast_runtime::engine::WR_INFO_BYTES,
         mb(f.srq_bytes),
         t.srq_depth,
         mb(f.endpoint_bytes),
@@ -71,8 +81,8 @@ fn transport_message(t: &TransportConfig, f: &Footprint, ranks_here: usize, avai
 
 /// Refuses a transport whose memory at start exceeds `available_bytes` (`None`: unknown,
 /// nothing refused): the footprint model with at most one peer (pool, shared receive queue,
-/// in per-peer mode one endpoint's queue as soon as there is a peer) and the pool's free
-/// list ([`free_list_bytes`]) in a world of
+/// in per-peer mode one endpoint's queue as soon as there is a peer), the pool's free
+/// list ([`free_list_bytes`]) and the engine's table ([`wr_info_bytes`]) in a world of
 /// `world_size` ranks, times the `ranks_here` ranks of this process. `ballast run` and
 /// `ballast fanout` both check this before any rank starts.
 pub fn check_transport_memory(
@@ -152,7 +162,7 @@ mod tests {
     #[test]
     fn transport_memory_is_the_model_at_start_times_the_ranks_here() {
         let t = TransportConfig::default();
-        let one = t.predict(1, 4, t.ranks_per_node).total_bytes() + free_list_bytes(&t);
+        let one = t.predict(1, 4, t.ranks_per_node).total_bytes() + free_list_bytes(&t) + wr_info_bytes(&t);
         // 4 ranks of exactly `one` bytes fit in 4 × one, not in 4 × one - 1.
         assert!(check_transport_memory(&t, 4, 4, Some(4 * one)).is_ok());
         let e = check_transport_memory(&t, 4, 4, Some(4 * one - 1)).unwrap_err();
@@ -170,7 +180,7 @@ mod tests {
         );
         assert!(text.ends_with(", or run fewer ranks"), "{text}");
         // A world of one rank has no peer: the model with 0 peers.
-        let alone = t.predict(0, 1, t.ranks_per_node).total_bytes() + free_list_bytes(&t);
+        let alone = t.predict(0, 1, t.ranks_per_node).total_bytes() + free_list_bytes(&t) + wr_info_bytes(&t);
         assert!(check_transport_memory(&t, 1, 1, Some(alone)).is_ok());
         let e = check_transport_memory(&t, 1, 1, Some(alone - 1))
             .unwrap_err()
@@ -183,9 +193,10 @@ mod tests {
         assert!(check_transport_memory(&t, 1 << 20, 1 << 20, None).is_ok());
     }
 
-    /// Finding 10 of issue 33: 400,000,000 buffers of 1 B are 400 MB of pool and 1.6 GB of
-    /// free list; the check counts both (it passed with 1 GB available, then the free list's
-    /// allocation aborted).
+    /// Finding 10 of issue 33: 400,000,000 buffers of 1 B are 400 MB of pool, 1.6 GB of
+    /// free list and 9.6 GB of the engine's table; the check counts all three (it passed
+    /// with 1 GB available, then the free list's allocation aborted; with the free list
+    /// counted, the table's 24 B per buffer still aborted just below).
     #[test]
     fn the_pools_free_list_is_counted() {
         let t = TransportConfig {
@@ -199,8 +210,13 @@ mod tests {
         let e = check_transport_memory(&t, 1, 1, Some(1_000_000_000))
             .unwrap_err()
             .to_string();
+        assert_eq!(wr_info_bytes(&t), 9_600_000_000);
         assert!(e.contains("its free list 1525.9 MB (4 B per buffer)"), "{e}");
-        assert!(check_transport_memory(&t, 1, 1, Some(model + 1_600_000_000)).is_ok());
-        assert!(check_transport_memory(&t, 1, 1, Some(model + 1_599_999_999)).is_err());
+        assert!(
+            e.contains("the engine's table 9155.3 MB (24 B per buffer)"),
+            "{e}"
+        );
+        assert!(check_transport_memory(&t, 1, 1, Some(model + 11_200_000_000)).is_ok());
+        assert!(check_transport_memory(&t, 1, 1, Some(model + 11_199_999_999)).is_err());
     }
 }

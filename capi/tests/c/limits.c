@@ -3,6 +3,11 @@
  * returns BALLAST_ENOMEM with a message naming what did not fit, and the host lives on.
  * One case per process (the limit and what is mapped stay with the process):
  *   limits CASE     CASE: srq, count, ranks, threads, send, recv, recv_again, gather
+ *   limits sweep KEY VALUE RANKS: under `ulimit -v 2000000` (KiB), RANKS local ranks with
+ *                   KEY (buffer_count or srq_depth) = VALUE and buffer_size 1 either run
+ *                   (0) or are refused (BALLAST_ENOMEM): never an abort (issue 33, finding 1:
+ *                   sizes just below the pre-check's refusal used to abort in the pool's free
+ *                   list, the engine's table per buffer, or the receive queue's slots).
  * recv_again: the receive refused for memory does not lose its message: once the limit
  * is lifted a later receive takes it whole and the sender's blocking send returns; then a
  * receive tested under the limit is BALLAST_ENOMEM with done 0 and stays live, and waiting
@@ -185,6 +190,21 @@ static int gather_main(ballast_comm *comm, void *user) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "sweep") == 0) {
+        struct rlimit r = {2000000UL * 1024, 2000000UL * 1024};
+        if (setrlimit(RLIMIT_AS, &r) != 0) {
+            perror("setrlimit(RLIMIT_AS)");
+            return 2;
+        }
+        ballast_config *cfg = config("64", "1");
+        if (ballast_config_set(cfg, argv[2], argv[3]) != 0) return 2;
+        int rc = ballast_local_run(atoi(argv[4]), cfg, barrier_main, NULL);
+        char msg[2048];
+        ballast_last_error(msg, sizeof msg);
+        printf("capi limits sweep %s %s x%s: %d %s\n", argv[2], argv[3], argv[4], rc, rc == 0 ? "" : msg);
+        ballast_config_free(cfg);
+        return rc == 0 || rc == BALLAST_ENOMEM ? 0 : 1;
+    }
     if (argc != 2) {
         fprintf(stderr, "usage: limits srq|count|ranks|threads|send|recv|recv_again|gather\n");
         return 2;

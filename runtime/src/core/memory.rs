@@ -113,6 +113,18 @@ fn reserve(cap: usize, what: impl FnOnce() -> String) -> Result<Vec<u8>> {
     Ok(v)
 }
 
+/// Reserves room for `more` elements in `v` with `try_reserve_exact`, for `what` (named in
+/// the error): for bookkeeping sized by the caller (a pool's free list, the engine's table
+/// of one entry per buffer). Errors: [`Error::Alloc`] with the bytes asked for, never an
+/// abort.
+pub fn try_reserve_for<T>(v: &mut Vec<T>, more: usize, what: impl FnOnce() -> String) -> Result<()> {
+    v.try_reserve_exact(more).map_err(|e| Error::Alloc {
+        what: what(),
+        bytes: (more as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
+    })
+}
+
 /// A copy of `data`, its memory got with [`try_buffer`]. Errors: as [`try_buffer`].
 pub fn try_copy(data: &[u8], what: impl FnOnce() -> String) -> Result<Vec<u8>> {
     let mut v = try_buffer(data.len(), what)?;

@@ -34,6 +34,12 @@ pub struct Registration {
 const POOL_WHAT: &str =
     "the buffer pool (buffer_count x buffer_size: BALLAST_BUFFER_COUNT, BALLAST_BUFFER_SIZE)";
 
+/// Bytes of the pool's free list per buffer (one [`BufId`]), allocated at start.
+pub const FREE_LIST_BYTES: u64 = std::mem::size_of::<BufId>() as u64;
+
+/// What a failed allocation of the pool's free list (4 B per buffer) names.
+const FREE_LIST_WHAT: &str = "the buffer pool's free list (4 bytes per buffer: BALLAST_BUFFER_COUNT)";
+
 /// Identifier of one pool buffer.
 pub type BufId = u32;
 
@@ -100,6 +106,7 @@ impl BufferPool {
     fn add_chunk(&mut self, count: usize, fabric: &mut dyn Register) -> Result<()> {
         let first = self.chunks.iter().map(|c| c.count).sum::<u32>();
         let mem = AlignedRegion::new(count, self.buffer_size, POOL_WHAT)?;
+        crate::core::memory::try_reserve_for(&mut self.free, count, || FREE_LIST_WHAT.to_string())?;
         let reg = fabric.register(mem.as_slice(), self.lock)?;
         self.registered_bytes += reg.bytes;
         self.locked_bytes += reg.locked_bytes;

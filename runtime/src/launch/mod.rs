@@ -111,24 +111,41 @@ fn mpi_launch(config: &RuntimeConfig) -> bool {
 /// world, its parker, its result slot): an upper bound, for [`check_ranks_fit`].
 const LOCAL_RANK_STATE_BYTES: u64 = 4096;
 
+/// The margin of [`check_ranks_fit`] on what it counts per rank: 1/`MARGIN_DIVISOR` of it
+/// (page rounding, allocator headers, the short-lived allocations of start).
+const MARGIN_DIVISOR: u64 = 16;
+
+/// Address space of one glibc malloc arena (`HEAP_MAX_SIZE` on 64-bit: reserved, not
+/// touched, when a new thread first allocates; it counts against `ulimit -v`). Added to
+/// what [`check_ranks_fit`] maps once per rank thread, up to glibc's 8 arenas per core.
+const ARENA_BYTES: u64 = 64 << 20;
+
 /// Checks, before anything is allocated, that `n` ranks of `cfg` in this process fit (the
 /// local launcher's ranks; or the one rank of a process, `ballast_comm_from_env` and
 /// `ballast_comm_from_mpi` of the C ABI): their thread stacks in the address space, and
-/// what each allocates at start (the memory model with no
-/// peer: pool, its free list of 4 B per buffer, shared receive queue, control state) in
+/// what each allocates at start (the memory model with no peer: pool, shared receive queue
+/// and its 16 B queue slot per entry, control state; per buffer, the pool's free list of 4 B
+/// and the engine's table of sends in flight of 24 B; plus 1/16, and a malloc arena per
+/// rank thread up to 8 per core) in
 /// what this process may map (`ulimit -v`), and what of it is written or locked at start
 /// (all but the buffers of an unlocked pool) in the machine. Errors: [`Error::ModelOverflow`],
 /// [`Error::Alloc`] naming the ranks and the sizes.
 pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> Result<()> {
     let stack = crate::core::memory::rank_stack_bytes() as u64;
     let fp = cfg.try_predict(0, n, cfg.ranks_per_node)?;
-    let per_rank = fp
+    let per_buffer = crate::core::pool::FREE_LIST_BYTES + crate::protocol::engine::WR_INFO_BYTES;
+    let exact = fp
         .total_bytes()
-        .saturating_add(cfg.buffer_count as u64 * 4 + LOCAL_RANK_STATE_BYTES);
+        .saturating_add((cfg.buffer_count as u64).saturating_mul(per_buffer))
+        .saturating_add(LOCAL_RANK_STATE_BYTES);
+    let per_rank = exact.saturating_add(exact / MARGIN_DIVISOR);
     // The buffers (pool, receive buffers) are mapped lazily: touched at start only when
     // locked; the bookkeeping (free lists, queue slots) is written at once.
     let lazy = if cfg.lock_pool { 0 } else { fp.registered_bytes };
     let touched = per_rank.saturating_sub(lazy);
+    // glibc makes at most 8 arenas per core; threads beyond share them.
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let arenas = (n.min(8 * cores) as u64).saturating_mul(ARENA_BYTES);
     let what = |what: &str, each: u64| format!("{what} of {n} rank(s) ({each} bytes each)");
     match (n as u64).checked_mul(stack) {
         Some(s) if s <= crate::core::memory::ADDRESS_SPACE_BYTES => {}
@@ -144,7 +161,7 @@ pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> 
         }
     }
     let (mapped, touched) = (
-        (n as u64).saturating_mul(per_rank),
+        (n as u64).saturating_mul(per_rank).saturating_add(arenas),
         (n as u64).saturating_mul(touched),
     );
     crate::core::memory::check_room(mapped, touched, || {

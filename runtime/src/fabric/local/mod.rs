@@ -38,6 +38,17 @@ const POLL_BATCH: usize = 256;
 /// `min(buffer_size, this)` less its header).
 pub const DATAGRAM_MTU: usize = 64 << 10;
 
+/// Bytes of one entry of a receive queue's index of posted slots (crossbeam's
+/// `ArrayQueue<u32>` slot: a stamp and the index).
+const SLOT_BYTES: u64 = std::mem::size_of::<(usize, u32)>() as u64;
+
+/// Address space kept free beside a receive queue's slots when they are checked
+/// ([`RecvQueue::new`]): the allocator's own mappings and the rank's other small allocations.
+const SLOT_MARGIN_BYTES: u64 = 16 << 20;
+
+/// Held while a receive queue's slots are checked and allocated ([`RecvQueue::new`]).
+static QUEUE_ALLOC: Mutex<()> = Mutex::new(());
+
 /// A receive queue: one region of `depth` slots of `buffer_size` bytes, and the indices
 /// of the posted (free) slots.
 pub(crate) struct RecvQueue {
@@ -56,9 +67,21 @@ impl RecvQueue {
         lock: bool,
         what: &str,
     ) -> Result<(Arc<RecvQueue>, Registration)> {
+        // One queue at a time from region to slots, so that two ranks connecting at once do
+        // not both pass the check on the same room.
+        let one_at_a_time = QUEUE_ALLOC.lock();
         let mem = AlignedRegion::new(depth, buffer_size, what)?;
+        // crossbeam allocates the queue's slots infallibly: check them, with a margin,
+        // against what this process may still map and the machine before it does.
+        let slots = (depth as u64).saturating_mul(SLOT_BYTES);
+        crate::core::memory::check_room(
+            slots.saturating_add(slots / 16 + SLOT_MARGIN_BYTES),
+            slots,
+            || format!("the slots of {what} ({SLOT_BYTES} bytes per entry)"),
+        )?;
         let (guard, reg) = lock_region(mem.as_slice(), lock);
         let posted = ArrayQueue::new(depth);
+        drop(one_at_a_time);
         for i in 0..depth as u32 {
             posted.push(i).expect("queue sized to depth");
         }
@@ -229,7 +252,7 @@ pub(crate) fn memory_model() -> MemoryModel {
     use std::mem::size_of;
     let arc = 2 * size_of::<usize>() as u64;
     let rq_fixed = size_of::<RecvQueue>() as u64 + arc;
-    let wqe = size_of::<(usize, u32)>() as u64; // ArrayQueue slot: stamp + index
+    let wqe = SLOT_BYTES; // ArrayQueue slot: stamp + index
     MemoryModel {
         endpoint_fixed_bytes: size_of::<LocalEndpoint>() as u64 + size_of::<usize>() as u64,
         engine_endpoint_bytes: 0,

@@ -398,7 +398,7 @@ impl Engine {
                 let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
                     return Ok(false);
                 };
-                self.sync_wr_info();
+                Self::sync_wr_info(&mut self.wr_info, &mut self.pool, id)?;
                 let p = self.peers.get_mut(&dest).expect("peer");
                 let msg = p.queue.front_mut().expect("message");
                 let len = (msg.total - msg.offset).min(chunk);

@@ -74,6 +74,10 @@ struct OutMsg {
 /// the completion ids of chunks, never have it).
 const DIRECT_WR: u64 = 1 << 63;
 
+/// Bytes of the engine's table of sends in flight per pool buffer (`wr_info`, allocated at
+/// start: one `Option<(RequestId, usize)>` per buffer).
+pub const WR_INFO_BYTES: u64 = std::mem::size_of::<Option<(RequestId, usize)>>() as u64;
+
 /// Sender-side state toward one destination rank.
 #[derive(Default)]
 pub(crate) struct PeerState {
@@ -129,6 +133,7 @@ pub struct Engine {
     bank: CreditBank,
     matcher: Matcher,
     sends: IntMap<RequestId, SendReq>,
+    /// The send (request, peer) of each pool buffer in flight: one entry per buffer.
     wr_info: Vec<Option<(RequestId, usize)>>,
     next_req: u64,
     notes: Vec<String>,
@@ -204,10 +209,17 @@ impl Engine {
             RecvSharing::PerPeer => CreditBank::new(false, cfg.recv_depth as u32),
             _ => CreditBank::new(true, cfg.srq_depth as u32),
         };
+        let mut wr_info = Vec::new();
+        crate::core::memory::try_reserve_for(&mut wr_info, pool.buffers(), || {
+            format!(
+                "the engine's table of sends in flight ({WR_INFO_BYTES} bytes per buffer: BALLAST_BUFFER_COUNT)"
+            )
+        })?;
+        wr_info.resize(pool.buffers(), None);
         let mut e = Engine {
             rank: fabric.rank(),
             world: fabric.world_size(),
-            wr_info: vec![None; pool.buffers()],
+            wr_info,
             fabric,
             pool,
             cfg,

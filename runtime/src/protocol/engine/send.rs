@@ -3,9 +3,9 @@
 //! allow (`pump`), and the fabric's direct path (`send_direct`, and direct messages queued
 //! in order).
 
-use super::{Engine, OutMsg, SendReq, DIRECT_WR};
+use super::{Engine, OutMsg, SendReq, DIRECT_WR, WR_INFO_BYTES};
 use crate::core::error::{Error, Result};
-use crate::core::pool::BufId;
+use crate::core::pool::{BufId, BufferPool};
 use crate::fabric::PacketHeader;
 use crate::protocol::connection::EndpointState;
 use crate::protocol::matching::Tag;
@@ -54,7 +54,7 @@ impl Engine {
             let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
                 return Err(Error::WouldBlock);
             };
-            self.sync_wr_info();
+            Self::sync_wr_info(&mut self.wr_info, &mut self.pool, id)?;
             let first_len = data.len().min(self.pool.buffer_size());
             self.pool.buf_mut(id)[..first_len].copy_from_slice(&data[..first_len]);
             if first_len == data.len() {
@@ -251,11 +251,26 @@ impl Engine {
         settled
     }
 
-    pub(super) fn sync_wr_info(&mut self) {
-        let n = self.pool.buffers();
-        if self.wr_info.len() < n {
-            self.wr_info.resize(n, None);
+    /// Grows `wr_info` to one entry per pool buffer after `id` was acquired (the pool may
+    /// have grown); if that memory cannot be had, gives `id` back and fails with
+    /// [`Error::Alloc`] (the caller's state is as before the acquire).
+    pub(super) fn sync_wr_info(
+        wr_info: &mut Vec<Option<(RequestId, usize)>>,
+        pool: &mut BufferPool,
+        id: BufId,
+    ) -> Result<()> {
+        let n = pool.buffers();
+        if wr_info.len() < n {
+            let more = n - wr_info.len();
+            if let Err(e) = crate::core::memory::try_reserve_for(wr_info, more, || {
+                format!("the engine's table of sends in flight, grown with the pool ({WR_INFO_BYTES} bytes per buffer)")
+            }) {
+                pool.release(id);
+                return Err(e);
+            }
+            wr_info.resize(n, None);
         }
+        Ok(())
     }
 
     pub(super) fn pump(&mut self) -> Result<bool> {
@@ -338,6 +353,7 @@ impl Engine {
                     let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
                         break;
                     };
+                    Self::sync_wr_info(&mut self.wr_info, &mut self.pool, id)?;
                     let len = (msg.total - msg.offset).min(bs);
                     let from = msg.offset - msg.rest_from;
                     self.pool.buf_mut(id)[..len].copy_from_slice(&msg.rest[from..from + len]);
@@ -368,7 +384,6 @@ impl Engine {
                     self.active.remove(dest);
                 }
             }
-            self.sync_wr_info();
             let outstanding = self.post_chunk(dest, key, &hdr, id, req)?;
             let s = self.sends.get_mut(&req).expect("send request");
             s.outstanding += u32::from(outstanding);
