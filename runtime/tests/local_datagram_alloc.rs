@@ -13,19 +13,13 @@ use std::sync::{mpsc, Barrier};
 use std::time::Duration;
 
 use ballast_runtime::launch::threads::run_ranks;
-use ballast_runtime::{EndpointOverflow, Error, RuntimeConfig};
+use ballast_runtime::{EndpointOverflow, Error, ProcStatus, RuntimeConfig};
 
 const BIG: usize = 256 << 20;
 
-/// The process' address space now (`VmSize` in /proc/self/status), bytes.
+/// The process' address space now (`VmSize`, read by the runtime's [`ProcStatus`]), bytes.
 fn vm_size() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmSize");
-    kb << 10
+    ProcStatus::read_self().expect("/proc/self/status").vm_size_kb << 10
 }
 
 fn byte(i: usize) -> u8 {
