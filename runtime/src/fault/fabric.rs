@@ -30,7 +30,7 @@ use crate::core::error::{Error, Result};
 use crate::core::footprint::MemoryModel;
 use crate::core::pool::{Register, Registration};
 use crate::fabric::{
-    Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerEnd, PeerKey,
+    Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, PacketHeader, PeerEnd, PeerKey,
 };
 
 /// Something the reliable path holds back toward one destination.
@@ -306,7 +306,7 @@ impl Fabric for FaultFabric {
         }
     }
 
-    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> Result<usize> {
         self.stall_or_kill();
         if self.killed {
             return Ok(0);

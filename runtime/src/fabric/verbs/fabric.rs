@@ -59,7 +59,7 @@ use crate::core::error::{Error, Result, VerbsPeer};
 use crate::core::footprint::MemoryModel;
 use crate::core::intmap::IntMap;
 use crate::fabric::sizes::{VERBS_CQ_ENTRIES, VERBS_SQ_DEPTH};
-use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerKey};
+use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, PacketHeader, PeerKey};
 
 /// Bytes of the header in front of every packet.
 pub const HEADER_BYTES: usize = 32;
@@ -482,8 +482,8 @@ impl Fabric for VerbsFabric {
         )
     }
 
-    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
-        self.poll_all(on_event)
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> Result<usize> {
+        crate::fabric::poll_result(self.poll_all(on_event))
     }
 
     fn bytes(&self) -> FabricBytes {

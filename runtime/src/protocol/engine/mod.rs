@@ -436,6 +436,9 @@ impl Engine {
             };
             self.fabric.poll(&mut |ev| inbox.take(matcher, &mut rx, ev))?
         };
+        if let Some(e) = self.inbox.failed.take() {
+            return Err(e);
+        }
         // An idle poll (the common case of a blocking wait) has nothing to settle.
         if !self.inbox.is_empty() {
             let mut inbox = std::mem::take(&mut self.inbox);

@@ -246,8 +246,12 @@ impl Engine {
             })
         };
         let settled = self.settle(&mut inbox);
+        let stopped = inbox.failed.take();
         self.inbox = inbox;
         sent?;
+        if let Some(e) = stopped {
+            return Err(e);
+        }
         settled
     }
 

@@ -5,7 +5,7 @@
 
 use crate::core::error::{Error, Result};
 use crate::core::pool::BufId;
-use crate::fabric::{Control, Event};
+use crate::fabric::{Control, Event, Flow};
 use crate::protocol::connection::EndpointState;
 use crate::protocol::matching::Matcher;
 use crate::protocol::request::RequestId;
@@ -19,6 +19,9 @@ pub(super) struct Inbox {
     arrivals: Vec<(usize, bool)>,
     ctrl: Vec<(usize, Control)>,
     whole: Vec<usize>,
+    /// The error an event met, which stopped the poll ([`Flow::Break`]): the engine's own,
+    /// kept here rather than carried through the fabric; taken by the poll's caller.
+    pub(super) failed: Option<Error>,
 }
 
 impl Inbox {
@@ -27,15 +30,22 @@ impl Inbox {
         self.done.is_empty() && self.arrivals.is_empty() && self.ctrl.is_empty() && self.whole.is_empty()
     }
 
-    /// Takes one fabric event: data goes to the matcher at once (it must see packets in
-    /// arrival order), the rest is kept for `Engine::settle`.
+    /// Takes one fabric event (the fabric's poll callback): data goes to the matcher at
+    /// once (it must see packets in arrival order), the rest is kept for `Engine::settle`.
+    /// An error stops the poll; it is kept in [`Inbox::failed`].
     #[inline]
-    pub(super) fn take(
-        &mut self,
-        matcher: &mut Matcher,
-        rx: &mut DatagramRx<'_>,
-        ev: Event<'_>,
-    ) -> Result<()> {
+    pub(super) fn take(&mut self, matcher: &mut Matcher, rx: &mut DatagramRx<'_>, ev: Event<'_>) -> Flow {
+        match self.take_event(matcher, rx, ev) {
+            Ok(()) => Flow::Continue(()),
+            Err(e) => {
+                self.failed = Some(e);
+                Flow::Break(())
+            }
+        }
+    }
+
+    #[inline]
+    fn take_event(&mut self, matcher: &mut Matcher, rx: &mut DatagramRx<'_>, ev: Event<'_>) -> Result<()> {
         match ev {
             Event::Datagram(src, bytes) => rx.take(matcher, src, bytes)?,
             Event::SendComplete(w) => self.done.push(w),

@@ -12,7 +12,7 @@ use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::ibv::attr::{self, Remote, Retry};
 use crate::fabric::verbs::ibv::qp::{Failed, QpKind, Reset};
 use crate::fabric::verbs::ibv::{self, Init, Qp, QpCaps, Slots};
-use crate::fabric::{Control, Event};
+use crate::fabric::{go, Control, Event, Flow, Halt};
 
 fn remote(i: QpInfo) -> Remote {
     Remote {
@@ -282,17 +282,17 @@ impl VerbsFabric {
     pub(super) fn on_frame(
         &mut self,
         f: Frame,
-        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
-    ) -> Result<()> {
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<(), Halt> {
         let src = f.src as usize;
         if src >= self.world {
-            return Err(Error::ControlFrame {
+            return Err(Halt::Fail(Error::ControlFrame {
                 rank: Some(self.rank),
                 from: Some(src),
                 what: format!("rank outside the world of {}", self.world),
-            });
+            }));
         }
-        match f.kind {
+        let done: Result<()> = match f.kind {
             Kind::Control => {
                 let c = Control::decode(f.code, f.value)?;
                 if matches!(c, Control::ConnectReq { .. } | Control::ConnectAck { .. }) {
@@ -309,7 +309,7 @@ impl VerbsFabric {
                 if c == Control::CreditRequest {
                     self.peers.entry(src).or_default().wants_credit = true;
                 }
-                on_event(Event::Control(src, c))
+                return go(on_event(Event::Control(src, c)));
             }
             Kind::Ready => {
                 self.peers.entry(src).or_default().remote_ready = true;
@@ -347,7 +347,8 @@ impl VerbsFabric {
             }
             Kind::UdReq | Kind::UdAddr => self.on_ud_frame(src, &f),
             Kind::Hello | Kind::Done => Ok(()),
-        }
+        };
+        done.map_err(Halt::Fail)
     }
 
     /// XRC: the INI QP toward node `node` (the engine's endpoint), connected through the
@@ -422,14 +423,14 @@ impl VerbsFabric {
     pub(super) fn peer_died(
         &mut self,
         r: usize,
-        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
-    ) -> Result<()> {
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<(), Halt> {
         let Some(p) = self.peers.get_mut(&r) else {
             return Ok(());
         };
         p.broken = true;
         for q in std::mem::take(&mut p.queued) {
-            on_event(Event::SendComplete(q.wr_id))?;
+            go(on_event(Event::SendComplete(q.wr_id)))?;
         }
         if let Some(link) = p.qp.as_ref().and_then(|q| q.link.as_ref()) {
             link.set_error().map_err(|e| ibv::at(e, self.rank, Some(r)))?;

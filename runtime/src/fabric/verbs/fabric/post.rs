@@ -10,7 +10,7 @@ use crate::core::error::{Error, Result};
 use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::ibv::{self, Qp, Rts, SendWr, Sge, Slots};
 use crate::fabric::wire;
-use crate::fabric::{Control, Event, PacketHeader};
+use crate::fabric::{go, Control, Event, Flow, Halt, PacketHeader};
 
 #[cfg(feature = "trace")]
 use crate::fabric::verbs::counters;
@@ -318,16 +318,19 @@ impl VerbsFabric {
 
     /// The engine's `poll`: a pending error first, then the failed sends' buffers, the held
     /// grants that are due, the control channel (when due) and the CQ.
-    pub(super) fn poll_all(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+    pub(super) fn poll_all(
+        &mut self,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<usize, Halt> {
         if let Some(e) = self.pending_err.take() {
-            return Err(e);
+            return Err(Halt::Fail(e));
         }
         self.polls = self.polls.wrapping_add(1);
         #[cfg(feature = "trace")]
         counters::bump(&counters::POLLS, 1);
         self.repost_srq()?;
         for w in std::mem::take(&mut self.failed_sends) {
-            on_event(Event::SendComplete(w))?;
+            go(on_event(Event::SendComplete(w)))?;
         }
         // Grants that found no packet to ride on for GRANT_HOLD_POLLS calls (or that their
         // rank asked for) go on the control channel.
@@ -358,7 +361,7 @@ impl VerbsFabric {
                 for r in self.mesh.take_dead() {
                     self.peer_died(r, on_event)?;
                 }
-                return Err(e);
+                return Err(Halt::Fail(e));
             }
         }
         let mut n = frames.len();
@@ -376,7 +379,7 @@ impl VerbsFabric {
         Ok(n)
     }
 
-    fn poll_cq(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+    fn poll_cq(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> std::result::Result<usize, Halt> {
         let mut n = 0;
         // Left uninitialised: zeroing 32 entries (1.5 KiB) on every poll, idle ones included,
         // costs measurable time under TCG; ibv_poll_cq writes the entries it returns.
@@ -385,18 +388,18 @@ impl VerbsFabric {
         touched.clear();
         // Completions kept when an arrival was refused go first, in order.
         let mut kept = std::mem::take(&mut self.kept_wcs);
-        let mut refused = None;
+        let mut refused = false;
         let mut i = 0;
         while i < kept.len() {
             n += 1;
-            if let Err(e) = self.take_wc(&kept[i], on_event, &mut touched)? {
-                refused = Some(e);
+            if self.take_wc(&kept[i], on_event, &mut touched)?.is_break() {
+                refused = true;
                 break;
             }
             i += 1;
         }
         kept.drain(..i);
-        while refused.is_none() && n < POLL_MAX {
+        while !refused && n < POLL_MAX {
             let done = self.cq.poll(&mut wcs).map_err(|e| ibv::at(e, self.rank, None))?;
             let got = done.len();
             #[cfg(feature = "trace")]
@@ -415,11 +418,11 @@ impl VerbsFabric {
             for (k, wc) in done.iter().enumerate() {
                 n += 1;
                 let w = Wc::of(wc);
-                if let Err(e) = self.take_wc(&w, on_event, &mut touched)? {
+                if self.take_wc(&w, on_event, &mut touched)?.is_break() {
                     // It and the rest of the batch (taken out of the CQ already).
                     kept.push(w);
                     kept.extend(done[k + 1..].iter().map(Wc::of));
-                    refused = Some(e);
+                    refused = true;
                     break;
                 }
             }
@@ -434,22 +437,23 @@ impl VerbsFabric {
         }
         self.touched = touched;
         self.kept_wcs = kept;
-        match refused {
-            Some(e) => Err(e),
-            None => Ok(n),
+        if refused {
+            Err(Halt::Stop)
+        } else {
+            Ok(n)
         }
     }
 
     /// Takes work completion `wc`: a receive's arrival (its slot reposted) or a send's
-    /// completion. `Ok(Err(e))`: the arrival's event failed with `e` (its message could not
-    /// be allocated); nothing was done with it, its slot is still its own: the caller keeps
-    /// it to take again.
+    /// completion. `Ok(Flow::Break)`: the callback refused the arrival (its message could
+    /// not be allocated); nothing was done with it, its slot is still its own: the caller
+    /// keeps it to take again.
     fn take_wc(
         &mut self,
         wc: &Wc,
-        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
         touched: &mut Vec<usize>,
-    ) -> Result<std::result::Result<(), Error>> {
+    ) -> std::result::Result<Flow, Halt> {
         let ok = wc.status == ibv::sys::ibv_wc_status::IBV_WC_SUCCESS;
         // The peer is looked up only where needed (not for a good SRQ receive).
         let peer_of = |f: &Self| f.qpn_peer.get(&wc.qp_num).copied();
@@ -460,7 +464,7 @@ impl VerbsFabric {
                 if wc.status != ibv::sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR && self.pending_err.is_none() {
                     self.pending_err = Some(self.completion_error("receive", wc.status, peer));
                 }
-                return Ok(Ok(()));
+                return Ok(Flow::Continue(()));
             }
             let slot = (wc.wr_id & !RECV_BIT) as usize;
             let (slots, own) = match &self.srq {
@@ -479,32 +483,32 @@ impl VerbsFabric {
             };
             let len = wc.byte_len as usize;
             if len < HEADER_BYTES || slot >= slots.count() {
-                return Err(Error::VerbsReceive {
+                return Err(Halt::Fail(Error::VerbsReceive {
                     rank: self.rank,
                     qp: wc.qp_num,
                     what: format!(
                         "packet of {len} bytes in receive slot {slot} (of {}, header {HEADER_BYTES} bytes)",
                         slots.count()
                     ),
-                });
+                }));
             }
             let bytes = slots.get(slot, len);
             // (Bytes 29..32 are zero on this fabric: ignored, see `wire`.)
             let h = wire::decode_header(bytes.first_chunk().expect("checked above")).0;
             if HEADER_BYTES + h.len as usize != len {
-                return Err(Error::BadPacket {
+                return Err(Halt::Fail(Error::BadPacket {
                     rank: self.rank,
                     from: crate::core::error::Sender::Rank(h.src as usize),
                     bytes: len,
                     what: format!("announces {} payload bytes", h.len),
-                });
+                }));
             }
             #[cfg(feature = "trace")]
             let t = counters::trace_start();
-            if let Err(e) = on_event(Event::Arrival(h, &bytes[HEADER_BYTES..])) {
+            if on_event(Event::Arrival(h, &bytes[HEADER_BYTES..])).is_break() {
                 // Refused (its message could not be allocated): kept, its slot not
                 // reposted, and taken first at the next poll, as `local` does.
-                return Ok(Err(e));
+                return Ok(Flow::Break(()));
             }
             #[cfg(feature = "trace")]
             {
@@ -521,7 +525,10 @@ impl VerbsFabric {
             #[cfg(feature = "trace")]
             counters::stamp(2);
             if let Some(credits) = wc.imm {
-                on_event(Event::Control(h.src as usize, Control::Grant { credits }))?;
+                go(on_event(Event::Control(
+                    h.src as usize,
+                    Control::Grant { credits },
+                )))?;
             }
         } else {
             let peer = peer_of(self);
@@ -532,7 +539,7 @@ impl VerbsFabric {
                 q.outstanding = q.outstanding.saturating_sub(1);
             }
             // The buffer goes back to the pool whatever the status.
-            on_event(Event::SendComplete(wc.wr_id))?;
+            go(on_event(Event::SendComplete(wc.wr_id)))?;
             if !ok && self.pending_err.is_none() {
                 self.pending_err = Some(self.completion_error("send", wc.status, peer));
             }
@@ -542,14 +549,14 @@ impl VerbsFabric {
                 if let Some(pe) = peer.and_then(|p| self.peers.get_mut(&p)) {
                     pe.broken = true;
                     for q in std::mem::take(&mut pe.queued) {
-                        on_event(Event::SendComplete(q.wr_id))?;
+                        go(on_event(Event::SendComplete(q.wr_id)))?;
                     }
                 }
             } else if let Some(p) = peer {
                 touched.push(p);
             }
         }
-        Ok(Ok(()))
+        Ok(Flow::Continue(()))
     }
 
     /// The [`Error::WorkCompletion`] of a failed `op` toward internal key `peer`.
