@@ -12,11 +12,13 @@
 use std::ops::ControlFlow;
 
 use crate::core::config::RecvSharing;
-use crate::core::error::{Error, Result};
 use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::pool::{Register, Registration};
+use error::Result;
+pub use error::{FabricError, FabricKind};
 pub use key::PeerKey;
 
+pub mod error;
 mod key;
 pub mod local;
 #[cfg(feature = "mpi")]
@@ -98,11 +100,11 @@ impl Control {
         }
     }
 
-    /// Inverse of [`Control::encode`]. Errors ([`Error::ControlDecode`]) on an unknown code
+    /// Inverse of [`Control::encode`]. Errors ([`FabricError::ControlDecode`]) on an unknown code
     /// or a value that overflows its field.
     pub fn decode(code: u8, v: u64) -> Result<Control> {
         let v32 = || {
-            u32::try_from(v).map_err(|_| Error::ControlDecode {
+            u32::try_from(v).map_err(|_| FabricError::ControlDecode {
                 code,
                 value: v,
                 what: "the value overflows its 32-bit field",
@@ -118,7 +120,7 @@ impl Control {
             6 => Control::Return { credits: v32()? },
             7 => Control::Refuse,
             _ => {
-                return Err(Error::ControlDecode {
+                return Err(FabricError::ControlDecode {
                     code,
                     value: v,
                     what: "unknown control code",
@@ -160,11 +162,11 @@ pub(crate) enum Halt {
     /// The callback answered [`Flow::Break`].
     Stop,
     /// The fabric's own error.
-    Fail(Error),
+    Fail(FabricError),
 }
 
-impl From<Error> for Halt {
-    fn from(e: Error) -> Halt {
+impl From<FabricError> for Halt {
+    fn from(e: FabricError) -> Halt {
         Halt::Fail(e)
     }
 }
@@ -231,7 +233,7 @@ pub struct FabricBytes {
 ///
 /// Endpoints are keyed by a [`PeerKey`]: the peer rank in `per-peer`/`shared` mode, the
 /// remote node in `xrc` mode.
-pub trait Fabric: Register + Send {
+pub trait Fabric: Register<Error = FabricError> + Send {
     /// This rank.
     fn rank(&self) -> usize;
     /// Number of ranks.

@@ -20,14 +20,14 @@ use crossbeam::sync::{Parker, Unparker};
 use parking_lot::Mutex;
 
 use crate::core::config::{RecvSharing, TransportConfig};
-use crate::core::error::{Error, Result};
 use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::memory::memlock_limit_bytes;
 use crate::core::memory::AlignedRegion;
 use crate::core::pool::{Register, Registration};
+use crate::fabric::error::{FabricError, Result};
 use crate::fabric::{
-    go, poll_result, Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, Halt, PacketHeader,
-    PeerEnd, PeerKey,
+    go, poll_result, Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, Halt,
+    PacketHeader, PeerEnd, PeerKey,
 };
 
 pub(crate) mod drop_model;
@@ -305,7 +305,10 @@ impl LocalFabric {
 
     /// [`Fabric::poll`]'s work: completions, arrivals (a stopped one held, first at the
     /// next poll), controls, datagrams.
-    fn poll_events(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> std::result::Result<usize, Halt> {
+    fn poll_events(
+        &mut self,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<usize, Halt> {
         let mut n = 0;
         while let Some(w) = self.completions.pop_front() {
             go(on_event(Event::SendComplete(w)))?;
@@ -330,7 +333,7 @@ impl LocalFabric {
                 self.held = Some(a);
                 return Err(Halt::Stop);
             }
-            a.rq.posted.push(a.slot).map_err(|_| Error::ReceiveQueue {
+            a.rq.posted.push(a.slot).map_err(|_| FabricError::ReceiveQueue {
                 rank: self.rank,
                 what: "overflow (a buffer reposted beyond the queue's depth)",
             })?;
@@ -352,6 +355,8 @@ impl LocalFabric {
 }
 
 impl Register for LocalFabric {
+    type Error = FabricError;
+
     fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
         let (guard, reg) = lock_region(region, lock);
         self.locks.extend(guard);
@@ -390,7 +395,7 @@ impl Fabric for LocalFabric {
         self.world.ports[self.rank]
             .srq
             .set(rq)
-            .map_err(|_| Error::ReceiveQueue {
+            .map_err(|_| FabricError::ReceiveQueue {
                 rank: self.rank,
                 what: "the shared receive queue was set up twice",
             })?;
@@ -424,7 +429,7 @@ impl Fabric for LocalFabric {
             )
             .is_some()
         {
-            return Err(Error::Endpoint {
+            return Err(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "opened twice",
@@ -435,7 +440,7 @@ impl Fabric for LocalFabric {
 
     fn close_endpoint(&mut self, key: PeerKey) -> Result<()> {
         let key = key.index();
-        let ep = self.endpoints.remove(&key).ok_or(Error::Endpoint {
+        let ep = self.endpoints.remove(&key).ok_or(FabricError::Endpoint {
             rank: self.rank,
             key,
             what: "closed but not open",
@@ -467,7 +472,7 @@ impl Fabric for LocalFabric {
         let key = key.index();
         let port = &self.world.ports[dest];
         let rq = if self.sharing == RecvSharing::PerPeer {
-            let ep = self.endpoints.get_mut(&key).ok_or(Error::Endpoint {
+            let ep = self.endpoints.get_mut(&key).ok_or(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "used for a send but not open",
@@ -479,8 +484,8 @@ impl Fabric for LocalFabric {
         } else {
             port.srq.get().cloned()
         };
-        let rq = rq.ok_or(Error::ReceiverNotReady { dest })?;
-        let slot = rq.posted.pop().ok_or(Error::ReceiverNotReady { dest })?;
+        let rq = rq.ok_or(FabricError::ReceiverNotReady { dest })?;
+        let slot = rq.posted.pop().ok_or(FabricError::ReceiverNotReady { dest })?;
         {
             let mut g = rq.region.lock();
             let off = slot as usize * rq.buffer_size;

@@ -73,8 +73,8 @@ use super::ffi::{recv_append, Barrier, SendQueue, SharedComm};
 mod datagram;
 use crate::core::backoff::Backoff;
 use crate::core::config::RecvSharing;
-use crate::core::error::{Error, Result, Sender};
 use crate::core::pool::{Register, Registration};
+use crate::fabric::error::{FabricError, Result, Sender};
 use crate::fabric::sizes::{MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
 use crate::fabric::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT};
 use crate::fabric::{
@@ -136,7 +136,7 @@ impl Shared {
         let procs = comm.size() as usize;
         let proc_rank = comm.rank() as usize;
         if world == 0 {
-            return Err(Error::InvalidRank {
+            return Err(FabricError::InvalidRank {
                 rank: 0,
                 world_size: 0,
             });
@@ -147,7 +147,7 @@ impl Shared {
             0
         };
         let Some(comm) = SharedComm::new(comm, local_slots) else {
-            return Err(Error::MpiWorld {
+            return Err(FabricError::MpiWorld {
                 world,
                 procs,
                 what: "more ranks than processes need MPI_THREAD_MULTIPLE (initialise with Mpi::init_multithreaded)"
@@ -155,7 +155,7 @@ impl Shared {
             });
         };
         if local_slots > DIRECT_TAG_BASE as usize {
-            return Err(Error::MpiWorld {
+            return Err(FabricError::MpiWorld {
                 world,
                 procs,
                 what: format!("more than {DIRECT_TAG_BASE} ranks per process"),
@@ -322,7 +322,7 @@ impl MpiFabric {
 
     fn proc_and_tag(&self, rank: usize) -> Result<(usize, i32)> {
         if rank >= self.shared.world {
-            return Err(Error::InvalidRank {
+            return Err(FabricError::InvalidRank {
                 rank,
                 world_size: self.shared.world,
             });
@@ -391,7 +391,7 @@ impl MpiFabric {
         let mut data = Vec::new();
         if let Err(source_err) = data.try_reserve_exact(usize::try_from(total).unwrap_or(usize::MAX)) {
             self.deferred = Some((h, source));
-            return Err(Error::MessageAlloc {
+            return Err(FabricError::MessageAlloc {
                 rank: self.rank,
                 peer: source,
                 bytes,
@@ -402,7 +402,7 @@ impl MpiFabric {
         let tag = DIRECT_TAG_BASE + self.my_tag();
         while data.len() < total {
             if recv_append(&self.shared.comm, self.rank, source, tag, &mut data)? == 0 {
-                return Err(Error::BadPacket {
+                return Err(FabricError::BadPacket {
                     rank: self.rank,
                     from: Sender::MpiProcess(source),
                     bytes: 0,
@@ -438,7 +438,7 @@ impl MpiFabric {
                 // Receive it anyway so MPI's matched message is consumed, then fail.
                 let mut sink = vec![0u8; count];
                 msg.matched_receive_into(&mut sink[..]);
-                return Err(Halt::Fail(Error::BadPacket {
+                return Err(Halt::Fail(FabricError::BadPacket {
                     rank: self.rank,
                     from,
                     bytes: count,
@@ -454,7 +454,10 @@ impl MpiFabric {
             }
             match p.extra.kind {
                 KIND_DATA => go(on_event(Event::Arrival(h, p.payload)))?,
-                KIND_CONTROL => go(on_event(Event::Control(h.src as usize, wire::header_control(&h, p.extra)?)))?,
+                KIND_CONTROL => go(on_event(Event::Control(
+                    h.src as usize,
+                    wire::header_control(&h, p.extra)?,
+                )))?,
                 KIND_DIRECT => match self.recv_direct(h, status.source_rank() as usize) {
                     Ok(data) => go(on_event(Event::Whole(h, data)))?,
                     Err(e) => {
@@ -466,7 +469,7 @@ impl MpiFabric {
                 },
                 KIND_DATAGRAM => go(on_event(Event::Datagram(h.src as usize, p.payload)))?,
                 k => {
-                    return Err(Halt::Fail(Error::BadPacket {
+                    return Err(Halt::Fail(FabricError::BadPacket {
                         rank: self.rank,
                         from: Sender::Rank(h.src as usize),
                         bytes: count,
@@ -484,7 +487,10 @@ impl MpiFabric {
 
     /// [`Fabric::poll`]'s work: send completions, received packets, then the controls
     /// that found no packet to ride on.
-    fn poll_events(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> std::result::Result<usize, Halt> {
+    fn poll_events(
+        &mut self,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<usize, Halt> {
         let mut n = 0;
         let completed = &mut self.completed;
         self.sends.test(&mut |id| {
@@ -520,6 +526,8 @@ impl Drop for MpiFabric {
 }
 
 impl Register for MpiFabric {
+    type Error = FabricError;
+
     fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
         // MPI registers (pins) the memory it sends from itself; Ballast registers and locks
         // nothing here (so nothing is counted as registered).
@@ -558,7 +566,7 @@ impl Fabric for MpiFabric {
     fn open_endpoint(&mut self, key: PeerKey) -> Result<()> {
         let key = key.index();
         if !self.endpoints.insert(key) {
-            return Err(Error::Endpoint {
+            return Err(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "opened twice",
@@ -570,7 +578,7 @@ impl Fabric for MpiFabric {
     fn close_endpoint(&mut self, key: PeerKey) -> Result<()> {
         let key = key.index();
         if !self.endpoints.remove(&key) {
-            return Err(Error::Endpoint {
+            return Err(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "closed but not open",
@@ -725,7 +733,7 @@ impl DirectPath for MpiFabric {
                     break;
                 }
                 if self.aborted() {
-                    failed = Some(Halt::Fail(Error::Aborted));
+                    failed = Some(Halt::Fail(FabricError::Aborted));
                     continue;
                 }
                 match self.poll_events(on_event) {

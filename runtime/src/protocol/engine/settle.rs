@@ -3,10 +3,11 @@
 //! completions free pool buffers or finish direct sends, arrivals are counted against
 //! credits and endpoints, control messages (handshakes, close, credits) are answered.
 
-use crate::core::error::{Error, Result};
 use crate::core::pool::BufId;
+use crate::fabric::error::FabricError;
 use crate::fabric::{Control, Event, Flow};
 use crate::protocol::connection::EndpointState;
+use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::Matcher;
 use crate::protocol::request::RequestId;
 
@@ -21,7 +22,7 @@ pub(super) struct Inbox {
     whole: Vec<usize>,
     /// The error an event met, which stopped the poll ([`Flow::Break`]): the engine's own,
     /// kept here rather than carried through the fabric; taken by the poll's caller.
-    pub(super) failed: Option<Error>,
+    pub(super) failed: Option<ProtocolError>,
 }
 
 impl Inbox {
@@ -69,23 +70,24 @@ impl Engine {
     pub(super) fn settle(&mut self, inbox: &mut Inbox) -> Result<()> {
         for w in inbox.done.drain(..) {
             if w & DIRECT_WR != 0 {
-                let s =
-                    self.sends
-                        .get_mut(&RequestId::new(w & !DIRECT_WR))
-                        .ok_or(Error::UnknownCompletion {
-                            rank: self.rank,
-                            wr: w,
-                            direct: true,
-                        })?;
+                let s = self.sends.get_mut(&RequestId::new(w & !DIRECT_WR)).ok_or(
+                    ProtocolError::UnknownCompletion {
+                        rank: self.rank,
+                        wr: w,
+                        direct: true,
+                    },
+                )?;
                 s.outstanding -= 1;
                 self.direct_inflight -= 1;
                 continue;
             }
-            let (req, key) = self.wr_info[w as usize].take().ok_or(Error::UnknownCompletion {
-                rank: self.rank,
-                wr: w,
-                direct: false,
-            })?;
+            let (req, key) = self.wr_info[w as usize]
+                .take()
+                .ok_or(ProtocolError::UnknownCompletion {
+                    rank: self.rank,
+                    wr: w,
+                    direct: false,
+                })?;
             self.pool.release(w as BufId);
             if let Some(s) = self.sends.get_mut(&req) {
                 s.outstanding -= 1;
@@ -100,7 +102,7 @@ impl Engine {
                 self.conns.note_peer(src);
             } else {
                 // The endpoint exists (checked here), and opening it noted the peer.
-                let ep = self.conns.get_touched(src).ok_or(Error::Endpoint {
+                let ep = self.conns.get_touched(src).ok_or(FabricError::Endpoint {
                     rank: self.rank,
                     key: src,
                     what: "received data but is not open",
@@ -134,15 +136,15 @@ impl Engine {
                     self.peers.entry(src).or_default().credits += grant;
                 }
                 Some(EndpointState::Open) => {
-                    return Err(Error::Endpoint {
+                    return Err(ProtocolError::Fabric(FabricError::Endpoint {
                         rank: self.rank,
                         key: src,
                         what: "got a connect request from its peer while open",
-                    })
+                    }))
                 }
             },
             Control::ConnectAck { grant } => {
-                let ep = self.conns.get_mut(src).ok_or(Error::Endpoint {
+                let ep = self.conns.get_mut(src).ok_or(FabricError::Endpoint {
                     rank: self.rank,
                     key: src,
                     what: "got a connect ack from its peer without a request",
@@ -153,7 +155,7 @@ impl Engine {
                 }
             }
             Control::Close { sent } => {
-                let ep = self.conns.get_mut(src).ok_or(Error::Endpoint {
+                let ep = self.conns.get_mut(src).ok_or(FabricError::Endpoint {
                     rank: self.rank,
                     key: src,
                     what: "got a close from its peer but does not exist",
@@ -166,7 +168,7 @@ impl Engine {
                     }
                     EndpointState::Closing { peer_sent: None } => self.conns.set_closing(src, Some(sent)),
                     s => {
-                        return Err(Error::Endpoint {
+                        return Err(ProtocolError::Fabric(FabricError::Endpoint {
                             rank: self.rank,
                             key: src,
                             what: if s == EndpointState::Connecting {
@@ -174,7 +176,7 @@ impl Engine {
                             } else {
                                 "got a second close from its peer"
                             },
-                        })
+                        }))
                     }
                 }
             }

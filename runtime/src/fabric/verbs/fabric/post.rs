@@ -6,7 +6,7 @@
 
 use super::{Link, Queued, VerbsFabric, GRANT_HOLD_POLLS, HEADER_BYTES, POLL_BATCH, POLL_MAX, RECV_BIT};
 use crate::core::config::RecvSharing;
-use crate::core::error::{Error, Result};
+use crate::fabric::error::{FabricError, Result};
 use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::ibv::{self, Qp, Rts, SendWr, Sge, Slots};
 use crate::fabric::wire;
@@ -95,21 +95,21 @@ impl VerbsFabric {
             counters::stamp(7);
         }
         if self.sharing != RecvSharing::Xrc && dest != key {
-            return Err(Error::VerbsSend {
+            return Err(FabricError::VerbsSend {
                 rank: self.rank,
                 dest,
                 what: format!("endpoint {key} is not the destination's (verbs endpoints are per rank)"),
             });
         }
         let key = self.ep_key(key);
-        let headers = self.headers.as_mut().ok_or_else(|| Error::VerbsSend {
+        let headers = self.headers.as_mut().ok_or_else(|| FabricError::VerbsSend {
             rank: self.rank,
             dest,
             what: "sent before the pool was registered".into(),
         })?;
         let slot = wr_id as usize;
         if slot >= headers.count() {
-            return Err(Error::VerbsSend {
+            return Err(FabricError::VerbsSend {
                 rank: self.rank,
                 dest,
                 what: format!("send id {wr_id} beyond the {} header slots", headers.count()),
@@ -125,13 +125,13 @@ impl VerbsFabric {
                 .iter()
                 .find(|m| m.contains(p, payload.len()))
                 .map(|m| m.lkey())
-                .ok_or_else(|| Error::VerbsSend {
+                .ok_or_else(|| FabricError::VerbsSend {
                     rank: self.rank,
                     dest,
                     what: "payload outside the registered pool (user buffers are never registered)".into(),
                 })?
         };
-        let peer = self.peers.get_mut(&key).ok_or_else(|| Error::VerbsSend {
+        let peer = self.peers.get_mut(&key).ok_or_else(|| FabricError::VerbsSend {
             rank: self.rank,
             dest,
             what: format!("sent on unknown endpoint {key}"),
@@ -141,11 +141,11 @@ impl VerbsFabric {
             // comes at the poll after it.
             self.failed_sends.push(wr_id);
             let who = if key >= self.world {
-                crate::core::error::VerbsPeer::Node(key - self.world)
+                crate::fabric::error::VerbsPeer::Node(key - self.world)
             } else {
-                crate::core::error::VerbsPeer::Rank(key)
+                crate::fabric::error::VerbsPeer::Rank(key)
             };
-            self.pending_err.get_or_insert(Error::QueuePairBroken {
+            self.pending_err.get_or_insert(FabricError::QueuePairBroken {
                 rank: self.rank,
                 peer: who,
             });
@@ -209,7 +209,7 @@ impl VerbsFabric {
                 *self
                     .srqns
                     .get(&(q.dest as usize))
-                    .ok_or_else(|| Error::VerbsSend {
+                    .ok_or_else(|| FabricError::VerbsSend {
                         rank: self.rank,
                         dest: q.dest as usize,
                         what: "XRC send before its SRQ number arrived".into(),
@@ -218,7 +218,7 @@ impl VerbsFabric {
         } else {
             None
         };
-        let headers = self.headers.as_ref().ok_or_else(|| Error::VerbsSend {
+        let headers = self.headers.as_ref().ok_or_else(|| FabricError::VerbsSend {
             rank: self.rank,
             dest: q.dest as usize,
             what: "sent before the pool was registered".into(),
@@ -227,12 +227,12 @@ impl VerbsFabric {
             .peers
             .get_mut(&key)
             .and_then(|p| p.qp.as_mut())
-            .ok_or_else(|| Error::VerbsSend {
+            .ok_or_else(|| FabricError::VerbsSend {
                 rank: self.rank,
                 dest: q.dest as usize,
                 what: format!("sent on a closed endpoint {key}"),
             })?;
-        let qp = pq.rts().ok_or_else(|| Error::VerbsSend {
+        let qp = pq.rts().ok_or_else(|| FabricError::VerbsSend {
             rank: self.rank,
             dest: q.dest as usize,
             what: format!("sent on endpoint {key} before its queue pair connected"),
@@ -473,7 +473,7 @@ impl VerbsFabric {
                     let q = peer_of(self)
                         .and_then(|p| self.peers.get(&p))
                         .and_then(|p| p.qp.as_ref())
-                        .ok_or_else(|| Error::VerbsReceive {
+                        .ok_or_else(|| FabricError::VerbsReceive {
                             rank: self.rank,
                             qp: wc.qp_num,
                             what: "no queue pair of this rank has that number".into(),
@@ -483,7 +483,7 @@ impl VerbsFabric {
             };
             let len = wc.byte_len as usize;
             if len < HEADER_BYTES || slot >= slots.count() {
-                return Err(Halt::Fail(Error::VerbsReceive {
+                return Err(Halt::Fail(FabricError::VerbsReceive {
                     rank: self.rank,
                     qp: wc.qp_num,
                     what: format!(
@@ -496,9 +496,9 @@ impl VerbsFabric {
             // (Bytes 29..32 are zero on this fabric: ignored, see `wire`.)
             let h = wire::decode_header(bytes.first_chunk().expect("checked above")).0;
             if HEADER_BYTES + h.len as usize != len {
-                return Err(Halt::Fail(Error::BadPacket {
+                return Err(Halt::Fail(FabricError::BadPacket {
                     rank: self.rank,
-                    from: crate::core::error::Sender::Rank(h.src as usize),
+                    from: crate::fabric::error::Sender::Rank(h.src as usize),
                     bytes: len,
                     what: format!("announces {} payload bytes", h.len),
                 }));
@@ -559,14 +559,14 @@ impl VerbsFabric {
         Ok(Flow::Continue(()))
     }
 
-    /// The [`Error::WorkCompletion`] of a failed `op` toward internal key `peer`.
+    /// The [`FabricError::WorkCompletion`] of a failed `op` toward internal key `peer`.
     fn completion_error(
         &self,
         op: &'static str,
         status: ibv::sys::ibv_wc_status::Type,
         peer: Option<usize>,
-    ) -> Error {
-        Error::WorkCompletion {
+    ) -> FabricError {
+        FabricError::WorkCompletion {
             op,
             status,
             status_text: ibv::status_text(status).into(),
