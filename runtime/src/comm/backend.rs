@@ -141,7 +141,7 @@ pub(super) fn is_done<B: Backend + ?Sized>(b: &B, req: &Request) -> Result<bool>
 }
 
 /// Progresses until `req` completes, as the blocking call `op`: once every rank that
-/// could complete it ended ([`CommError::PeerGone`], see `gone`), an error naming `op`.
+/// could complete it ended ([`CommError::PeerGone`](crate::error::CommError::PeerGone), see `gone`), an error naming `op`.
 pub(super) fn wait_loop<B: Backend + ?Sized>(
     b: &mut B,
     req: Request,
@@ -173,7 +173,7 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
 /// One end check of a non-blocking call `op` after its round of progress found it not
 /// complete (see `gone`): once every rank that could complete it ended, one more round,
 /// and if that brought nothing (idle, for a finished rank) and `done` still says no, the
-/// [`CommError::PeerGone`] that the blocking call would give. `Ok(())` while it may still
+/// [`CommError::PeerGone`](crate::error::CommError::PeerGone) that the blocking call would give. `Ok(())` while it may still
 /// complete. A polling loop of such calls thus ends as the blocking call does, with one
 /// difference: an any-source call does not end once every other rank finished, since
 /// this rank still runs and may send to itself between two polls (a blocking call's rank
@@ -203,7 +203,7 @@ fn end_check<B: Backend + ?Sized>(
 
 /// Progresses once and tells whether `req` completed; a request that can never complete
 /// (every rank that could complete it ended, see `gone` and `end_check`) is
-/// [`CommError::PeerGone`] for `test`.
+/// [`CommError::PeerGone`](crate::error::CommError::PeerGone) for `test`.
 pub(super) fn test<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<bool> {
     b.progress()?;
     if is_done(b, req)? {
@@ -214,7 +214,7 @@ pub(super) fn test<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<bool
 }
 
 /// Progresses once and tells the envelope of the next fully arrived message matching
-/// `src` and `tag`, if any; none when `src` ended is [`CommError::PeerGone`] for `iprobe`
+/// `src` and `tag`, if any; none when `src` ended is [`CommError::PeerGone`](crate::error::CommError::PeerGone) for `iprobe`
 /// (see `gone`; for [`Source::Any`] only once a rank failed, see `end_check`).
 pub(super) fn iprobe<B: Backend + ?Sized>(b: &mut B, src: Source, tag: TagMatch) -> Result<Option<Envelope>> {
     b.progress()?;

@@ -1,7 +1,7 @@
 //! The collectives of [`Communicator`]: `barrier` (dissemination) and `all_gatherv`
 //! (ring). Each message carries its collective's stamp (`protocol::collective`), so
-//! ranks in different collectives get [`ProtocolError::CollectiveMismatch`] instead of a hang,
-//! and a rank that ended before taking part is [`CommError::PeerGone`] naming the call.
+//! ranks in different collectives get [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) instead of a hang,
+//! and a rank that ended before taking part is [`CommError::PeerGone`](crate::error::CommError::PeerGone) naming the call.
 //!
 //! [`ProtocolError::CollectiveMismatch`]: crate::error::ProtocolError::CollectiveMismatch
 //! [`CommError::PeerGone`]: crate::error::CommError::PeerGone

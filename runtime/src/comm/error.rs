@@ -51,7 +51,7 @@ pub enum CommError {
     },
 }
 
-/// The end of [`CommError::PeerGone`]'s message.
+/// The end of [`CommError::PeerGone`](crate::error::CommError::PeerGone)'s message.
 fn gone_phrase(peer: &Option<usize>, failed: bool) -> String {
     match (peer, failed) {
         (Some(p), true) => format!("rank {p} failed"),

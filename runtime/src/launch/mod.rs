@@ -128,7 +128,7 @@ const ARENA_BYTES: u64 = 64 << 20;
 /// and the engine's table of sends in flight of 24 B; plus 1/16, and a malloc arena per
 /// rank thread up to 8 per core) in
 /// what this process may map (`ulimit -v`), and what of it is written or locked at start
-/// (all but the buffers of an unlocked pool) in the machine. Errors: [`CommError::ModelOverflow`],
+/// (all but the buffers of an unlocked pool) in the machine. Errors: [`CommError::ModelOverflow`](crate::error::CommError::ModelOverflow),
 /// [`Error::Alloc`] naming the ranks and the sizes.
 pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> Result<()> {
     let stack = crate::core::memory::rank_stack_bytes() as u64;

@@ -161,7 +161,7 @@ impl Mpi {
     /// [`Mpi::init_multithreaded`](crate::fabric::mpi::Mpi::init_multithreaded); one per
     /// process runs on the calling thread). Collective. Returns this process' results as
     /// `(rank, result)`. If a rank fails, the others (in every process) stop with
-    /// [`FabricError::Aborted`] and the first real error is returned.
+    /// [`FabricError::Aborted`](crate::error::FabricError::Aborted) and the first real error is returned.
     pub fn run_ranks<R, F>(&self, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<(usize, R)>>
     where
         F: Fn(&mut Communicator) -> R + Sync,

@@ -139,7 +139,7 @@ struct PendingRecv {
 }
 
 /// A large message whose header came out of MPI but whose bytes could not be reserved
-/// (out of memory, [`FabricError::MessageAlloc`]): its parts wait in MPI. It stays first in line
+/// (out of memory, [`FabricError::MessageAlloc`](crate::error::FabricError::MessageAlloc)): its parts wait in MPI. It stays first in line
 /// ([`MpiNative::retry_deferred`], before anything else takes a message out of MPI or
 /// matches one): every later call that would do so fails the same way until it fits.
 /// Normally one at a time; a second one only when withdrawing a receive finds a large

@@ -144,7 +144,7 @@ impl MpiNative {
     /// Takes the deferred large messages (see [`Deferred`]), in order, once their bytes
     /// can be reserved: the parts are received (the sender posted them with the header) and
     /// each goes to the receive that still waits for it, else into the unexpected queue in
-    /// its place. [`FabricError::MessageAlloc`] again while one cannot: nothing may take a
+    /// its place. [`FabricError::MessageAlloc`](crate::error::FabricError::MessageAlloc) again while one cannot: nothing may take a
     /// message out of MPI or match one before it, so the callers stop there.
     pub(super) fn retry_deferred(&mut self) -> Result<()> {
         while let Some(d) = self.deferred.pop_front() {

@@ -26,8 +26,8 @@ unsafe impl Send for HeaderRecv {}
 
 impl HeaderRecv {
     /// Posts a receive of at most `cap` bytes from `(source, tag)` on `comm` into `buf`
-    /// (cleared, and grown to `cap` bytes of capacity). Errors: [`FabricError::MpiValue`] when
-    /// `cap` overflows an `int`, [`FabricError::MpiCall`].
+    /// (cleared, and grown to `cap` bytes of capacity). Errors: [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when
+    /// `cap` overflows an `int`, [`FabricError::MpiCall`](crate::error::FabricError::MpiCall).
     pub(in crate::comm::mpi_native) fn post(
         comm: &SimpleCommunicator,
         source: c_int,
@@ -181,7 +181,7 @@ unsafe impl Send for PartsRecv {}
 impl PartsRecv {
     /// Posts receives of `total` bytes from `(source, tag)` on `comm` as parts of at most
     /// `part_bytes` bytes into `data`, whose capacity must hold `total` bytes (its length
-    /// is reset to 0). Errors: [`FabricError::MpiValue`] when `data` is too small, [`FabricError::MpiCall`]
+    /// is reset to 0). Errors: [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when `data` is too small, [`FabricError::MpiCall`](crate::error::FabricError::MpiCall)
     /// (the parts posted before are cancelled).
     pub(in crate::comm::mpi_native) fn post(
         comm: &SimpleCommunicator,
