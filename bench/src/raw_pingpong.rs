@@ -20,6 +20,7 @@ use ballast_ibv::qp::{QpKind, Receiving};
 use ballast_ibv::sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
 use ballast_ibv::{Cq, Qp, QpCaps, SendWr, Sge, Slots, Srq};
 use ballast_runtime::config::VerbsConfig;
+use ballast_runtime::error::FabricError;
 use ballast_runtime::verbs::{self, device};
 use ballast_runtime::{Error, Result};
 
@@ -400,13 +401,14 @@ fn poll_cq(cq: &Cq, wcs: &mut [MaybeUninit<ibv_wc>], yield_idle: bool) -> Result
     for wc in done {
         let recv = wc.opcode & ibv_wc_opcode::IBV_WC_RECV != 0;
         if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
-            return Err(Error::WorkCompletion {
+            return Err(FabricError::WorkCompletion {
                 op: if recv { "receive" } else { "send" },
                 status: wc.status,
                 status_text: ballast_ibv::status_text(wc.status).into(),
                 rank: None,
                 peer: None,
-            });
+            }
+            .into());
         }
         if recv {
             rv += 1;

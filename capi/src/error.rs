@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use ballast_runtime::{ConfigError, Error};
+use ballast_runtime::error::{BootstrapError, CommError, ConfigError, Error, FabricError, ProtocolError};
 
 use crate::{
     BALLAST_EAGAIN, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EPEER, BALLAST_ETRUNC,
@@ -63,27 +63,67 @@ impl Fail {
     }
 }
 
-/// The fixed code of a runtime error.
+/// The fixed code of a runtime error, by the variant of the layer that raised it (a layer's
+/// error carried by another is looked up as its own): the codes of the one flat error the
+/// runtime had before its errors per layer.
 pub(crate) fn code_of(e: &Error) -> c_int {
     match e {
-        Error::WouldBlock => BALLAST_EAGAIN,
-        Error::Config(ConfigError::TransportUnavailable { .. }) => BALLAST_EUNSUPPORTED,
-        Error::Config(_)
-        | Error::InvalidRank { .. }
-        | Error::ReservedTag(_)
-        | Error::UnknownRequest(_)
-        | Error::BootstrapEnv { .. }
-        | Error::MpiState { .. }
-        | Error::ModelOverflow { .. }
-        | Error::BootstrapRoot { .. }
-        | Error::CollectiveMismatch { .. } => BALLAST_EINVAL,
-        Error::Alloc { .. }
-        | Error::MessageAlloc { .. }
-        | Error::MemlockTooLow { .. }
-        | Error::ThreadStart { .. } => BALLAST_ENOMEM,
-        Error::Aborted | Error::PeerGone { .. } | Error::PeerDied { .. } | Error::QueuePairBroken { .. } => {
+        Error::Config(c) => config_code(c),
+        Error::Bootstrap(b) => bootstrap_code(b),
+        Error::Fabric(f) => fabric_code(f),
+        Error::Protocol(p) => protocol_code(p),
+        Error::Comm(c) => comm_code(c),
+        Error::Alloc(_) | Error::ThreadStart { .. } => BALLAST_ENOMEM,
+        _ => BALLAST_EINTERNAL,
+    }
+}
+
+fn config_code(e: &ConfigError) -> c_int {
+    match e {
+        ConfigError::TransportUnavailable { .. } => BALLAST_EUNSUPPORTED,
+        _ => BALLAST_EINVAL,
+    }
+}
+
+fn bootstrap_code(e: &BootstrapError) -> c_int {
+    match e {
+        BootstrapError::InvalidRank { .. }
+        | BootstrapError::Env { .. }
+        | BootstrapError::Root { .. }
+        | BootstrapError::MpiState { .. } => BALLAST_EINVAL,
+        _ => BALLAST_EINTERNAL,
+    }
+}
+
+fn fabric_code(e: &FabricError) -> c_int {
+    match e {
+        FabricError::InvalidRank { .. } | FabricError::MpiState { .. } => BALLAST_EINVAL,
+        FabricError::Alloc(_) | FabricError::MessageAlloc { .. } | FabricError::MemlockTooLow { .. } => {
+            BALLAST_ENOMEM
+        }
+        FabricError::Aborted | FabricError::PeerDied { .. } | FabricError::QueuePairBroken { .. } => {
             BALLAST_EPEER
         }
+        FabricError::Bootstrap(b) => bootstrap_code(b),
+        _ => BALLAST_EINTERNAL,
+    }
+}
+
+fn protocol_code(e: &ProtocolError) -> c_int {
+    match e {
+        ProtocolError::WouldBlock => BALLAST_EAGAIN,
+        ProtocolError::UnknownRequest(_) | ProtocolError::CollectiveMismatch { .. } => BALLAST_EINVAL,
+        ProtocolError::Alloc(_) => BALLAST_ENOMEM,
+        ProtocolError::Fabric(f) => fabric_code(f),
+        ProtocolError::Config(c) => config_code(c),
+        _ => BALLAST_EINTERNAL,
+    }
+}
+
+fn comm_code(e: &CommError) -> c_int {
+    match e {
+        CommError::ReservedTag(_) | CommError::ModelOverflow { .. } => BALLAST_EINVAL,
+        CommError::PeerGone { .. } => BALLAST_EPEER,
         _ => BALLAST_EINTERNAL,
     }
 }
@@ -277,17 +317,17 @@ mod tests {
 
     #[test]
     fn runtime_errors_map_to_the_fixed_codes() {
-        assert_eq!(code_of(&Error::WouldBlock), BALLAST_EAGAIN);
-        assert_eq!(code_of(&Error::ReservedTag(1 << 31)), BALLAST_EINVAL);
-        assert_eq!(code_of(&Error::Aborted), BALLAST_EPEER);
-        let gone = Error::PeerGone {
+        assert_eq!(code_of(&ProtocolError::WouldBlock.into()), BALLAST_EAGAIN);
+        assert_eq!(code_of(&CommError::ReservedTag(1 << 31).into()), BALLAST_EINVAL);
+        assert_eq!(code_of(&FabricError::Aborted.into()), BALLAST_EPEER);
+        let gone = CommError::PeerGone {
             rank: 0,
             op: "recv",
             peer: Some(1),
             failed: false,
         };
-        assert_eq!(code_of(&gone), BALLAST_EPEER);
-        let mismatch = Error::CollectiveMismatch {
+        assert_eq!(code_of(&gone.into()), BALLAST_EPEER);
+        let mismatch = ProtocolError::CollectiveMismatch {
             rank: 0,
             peer: 1,
             op: "barrier",
@@ -295,7 +335,7 @@ mod tests {
             step: 0,
             got: "all_gatherv #1 step 0".into(),
         };
-        assert_eq!(code_of(&mismatch), BALLAST_EINVAL);
+        assert_eq!(code_of(&mismatch.into()), BALLAST_EINVAL);
         assert_eq!(
             code_of(&Error::Config(ConfigError::TransportUnavailable {
                 transport: ballast_runtime::config::TransportKind::Verbs,
@@ -303,25 +343,153 @@ mod tests {
             })),
             BALLAST_EUNSUPPORTED
         );
-        let bad_chunk = Error::BadChunk {
+        let bad_chunk = ProtocolError::BadChunk {
             peer: 1,
             tag: 2,
             total: 3,
             offset: 4,
             what: "x".into(),
         };
-        assert_eq!(code_of(&bad_chunk), BALLAST_EINTERNAL);
+        assert_eq!(code_of(&bad_chunk.into()), BALLAST_EINTERNAL);
         let panicked = Error::RankPanicked {
             rank: 1,
             message: "x".into(),
         };
         assert_eq!(code_of(&panicked), BALLAST_EINTERNAL);
         assert_eq!(
-            code_of(&Error::MemlockTooLow {
-                needed_kib: 2,
-                limit_kib: 1
-            }),
+            code_of(
+                &FabricError::MemlockTooLow {
+                    needed_kib: 2,
+                    limit_kib: 1
+                }
+                .into()
+            ),
             BALLAST_ENOMEM
         );
+    }
+
+    #[test]
+    fn each_layer_maps_to_the_codes_of_the_flat_error() {
+        let alloc = || ballast_runtime::memory::AllocError {
+            what: "x".into(),
+            bytes: 1,
+            error: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        };
+        let cases: Vec<(Error, c_int)> = vec![
+            // The configuration.
+            (
+                ConfigError::Var {
+                    var: "BALLAST_BUFFER_COUNT",
+                    value: "0".into(),
+                    reason: "x".into(),
+                }
+                .into(),
+                BALLAST_EINVAL,
+            ),
+            // The bootstrap, alone and as the verbs fabric carries it.
+            (BootstrapError::Env { what: "x" }.into(), BALLAST_EINVAL),
+            (
+                FabricError::Bootstrap(BootstrapError::Root {
+                    root: "x".into(),
+                    what: "x",
+                    source: None,
+                })
+                .into(),
+                BALLAST_EINVAL,
+            ),
+            (
+                BootstrapError::Timeout {
+                    root: "x".into(),
+                    timeout: std::time::Duration::from_secs(1),
+                    missing: vec![1],
+                    size: 2,
+                }
+                .into(),
+                BALLAST_EINTERNAL,
+            ),
+            // The fabrics, alone and as the protocol carries them.
+            (
+                FabricError::InvalidRank {
+                    rank: 2,
+                    world_size: 2,
+                }
+                .into(),
+                BALLAST_EINVAL,
+            ),
+            (ProtocolError::Fabric(FabricError::Aborted).into(), BALLAST_EPEER),
+            (
+                Error::Protocol(ProtocolError::Fabric(FabricError::Aborted)),
+                BALLAST_EPEER,
+            ),
+            (
+                FabricError::QueuePairBroken {
+                    rank: 0,
+                    peer: ballast_runtime::error::VerbsPeer::Rank(1),
+                }
+                .into(),
+                BALLAST_EPEER,
+            ),
+            (
+                FabricError::MpiCall {
+                    call: "MPI_Isend",
+                    code: 1,
+                }
+                .into(),
+                BALLAST_EINTERNAL,
+            ),
+            (
+                FabricError::MpiState { op: "x", what: "x" }.into(),
+                BALLAST_EINVAL,
+            ),
+            // An allocation, whoever made it.
+            (alloc().into(), BALLAST_ENOMEM),
+            (FabricError::Alloc(alloc()).into(), BALLAST_ENOMEM),
+            (Error::Fabric(FabricError::Alloc(alloc())), BALLAST_ENOMEM),
+            (Error::Protocol(ProtocolError::Alloc(alloc())), BALLAST_ENOMEM),
+            // The protocol.
+            (
+                ProtocolError::UnknownRequest(ballast_runtime::RequestId::new(7)).into(),
+                BALLAST_EINVAL,
+            ),
+            (
+                ProtocolError::NotDirect {
+                    rank: 0,
+                    dest: 1,
+                    bytes: 8,
+                }
+                .into(),
+                BALLAST_EINTERNAL,
+            ),
+            // The communicator.
+            (
+                CommError::ModelOverflow { term: "x".into() }.into(),
+                BALLAST_EINVAL,
+            ),
+            (
+                CommError::MessageSize {
+                    rank: 0,
+                    peer: 1,
+                    tag: 2,
+                    bytes: 3,
+                    expected: 4,
+                }
+                .into(),
+                BALLAST_EINTERNAL,
+            ),
+            // The top.
+            (
+                Error::ThreadStart {
+                    rank: 0,
+                    ranks: 1,
+                    stack_bytes: 1,
+                    error: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+                },
+                BALLAST_ENOMEM,
+            ),
+            (std::io::Error::other("x").into(), BALLAST_EINTERNAL),
+        ];
+        for (e, code) in cases {
+            assert_eq!(code_of(&e), code, "{e:?}");
+        }
     }
 }

@@ -413,7 +413,7 @@ pub(crate) mod mpi {
                 "{func}: MPI was already finalised in this process (it cannot be initialised again)"
             )));
         }
-        let mpi = Mpi::init().map_err(|e| Fail::runtime(func, &e))?;
+        let mpi = Mpi::init().map_err(|e| Fail::runtime(func, &e.into()))?;
         check_running(func)?;
         wrap(func, mpi, cfg)
     }
@@ -507,7 +507,7 @@ pub(crate) mod mpi {
             };
             let mpi = Mpi::from_communicator(&host);
             std::mem::forget(host);
-            let mpi = mpi.map_err(|e| Fail::runtime(F, &e))?;
+            let mpi = mpi.map_err(|e| Fail::runtime(F, &e.into()))?;
             *out = wrap(F, mpi, &cfg)?;
             Ok(0)
         })

@@ -6,11 +6,12 @@
 //!
 //! | layer | modules | owns |
 //! |---|---|---|
-//! | core | `core::{error, config, memory, pool, backoff, intmap, procstatus, footprint}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types |
-//! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process |
-//! | fabric | [`fabric`]: the trait, `fabric::{wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model |
-//! | protocol | `protocol::{engine, clock, collective, connection, credit, datagram, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the clock passed in |
-//! | comm | [`comm`]: the [`Communicator`], `comm::{model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction |
+//! | core | `core::{config, memory, pool, backoff, intmap, procstatus, footprint}` | the pure configuration and its `ConfigError`, memory and memlock (`AllocError`), the registered pool, the footprint types |
+//! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process; its `BootstrapError` |
+//! | fabric | [`fabric`]: the trait, `fabric::{error, wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model, `FabricError` |
+//! | protocol | `protocol::{engine, clock, collective, connection, credit, datagram, error, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the clock passed in, `ProtocolError` |
+//! | comm | [`comm`]: the [`Communicator`], `comm::{error, model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction, `CommError` |
+//! | error | [`error`] | the public [`Error`]: each layer's error wrapped, with the same messages |
 //! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
 //! | fault (feature `fault`) | `fault` | the fault-injection harness: a fabric wrapper and its launcher |
 //!
@@ -34,6 +35,7 @@
 pub mod bootstrap;
 pub mod comm;
 mod core;
+pub mod error;
 pub mod fabric;
 mod protocol;
 
@@ -43,7 +45,7 @@ pub mod launch;
 pub mod select;
 
 // The public paths: a curated view of the layers.
-pub use crate::core::{config, error, footprint, intmap, memory, pool, procstatus};
+pub use crate::core::{config, footprint, intmap, memory, pool, procstatus};
 pub use comm::model;
 pub use fabric::wire;
 pub use protocol::{clock, connection, credit, datagram, engine, matching, request};

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ballast_runtime::error::{CommError, FabricError};
 use ballast_runtime::fault::{self, Faults, Kill, Stall};
 use ballast_runtime::{Communicator, EndpointOverflow, Error, RecvSharing, RuntimeConfig, Source, TagMatch};
 use rand::{Rng, SeedableRng};
@@ -200,13 +201,15 @@ fn script(plan: &Plan, comm: &mut Communicator) -> Report {
         error: None,
         wrong: Vec::new(),
     };
-    if let Err((what, e)) = script_steps(plan, comm, &mut rep.wrong) {
+    if let Err(failed) = script_steps(plan, comm, &mut rep.wrong) {
+        let (what, e) = *failed;
         rep.error = Some((what, e, Instant::now()));
     }
     rep
 }
 
-type Step<T> = std::result::Result<T, (String, Error)>;
+/// A step's result: its error with what the step was (boxed: a failing step is rare).
+type Step<T> = std::result::Result<T, Box<(String, Error)>>;
 
 fn at<T>(what: impl Fn() -> String, r: ballast_runtime::Result<T>) -> Step<T> {
     if TRACE.load(Ordering::Relaxed) {
@@ -217,7 +220,7 @@ fn at<T>(what: impl Fn() -> String, r: ballast_runtime::Result<T>) -> Step<T> {
         .unwrap()
         .get_or_insert_default()
         .insert((seed, rank), what());
-    r.map_err(|e| (what(), e))
+    r.map_err(|e| Box::new((what(), e)))
 }
 
 thread_local! {
@@ -382,7 +385,10 @@ fn run_seed(seed: u64, verbose: bool) -> std::result::Result<fault::FaultRun<Rep
                 None => bad.push(format!("rank {r}: {what}: {e} (no rank was killed)")),
                 Some(_) if killed_rank == Some(r) => {}
                 Some(t) => {
-                    if !matches!(e, Error::PeerGone { .. } | Error::Aborted) {
+                    if !matches!(
+                        e,
+                        Error::Comm(CommError::PeerGone { .. }) | Error::Fabric(FabricError::Aborted)
+                    ) {
                         bad.push(format!("rank {r}: {what}: {e}: not a peer error after the kill"));
                     }
                     let late = when.saturating_duration_since(t);
@@ -565,13 +571,16 @@ fn a_killed_rank_ends_its_peers_waits_within_a_second() {
         let (got, when) = res.unwrap();
         let e = got.unwrap_err();
         match r {
-            1 => assert!(matches!(e, Error::Aborted), "the dead rank's own call: {e}"),
+            1 => assert!(
+                matches!(e, Error::Fabric(FabricError::Aborted)),
+                "the dead rank's own call: {e}"
+            ),
             _ => {
                 // Rank 0 waits on rank 1 itself: it names rank 1. Rank 2 waits on rank 0,
                 // alive but waiting on the dead one: it names rank 1 too, or rank 0 if that
                 // has returned (with its error) by then.
                 let (peer, failed) = match e {
-                    Error::PeerGone { peer, failed, .. } => (peer, failed),
+                    Error::Comm(CommError::PeerGone { peer, failed, .. }) => (peer, failed),
                     other => panic!("rank {r}: {other}"),
                 };
                 assert!(

@@ -65,7 +65,7 @@ fn a_datagram_message_refused_for_memory_is_received_once_it_fits() {
                     let refused = comm.recv(0, 3);
                     rlimit::setrlimit(rlimit::Resource::AS, soft, hard).map_err(|e| e.to_string())?;
                     match refused {
-                        Err(Error::Alloc { bytes, .. }) if bytes == BIG as u64 => {}
+                        Err(Error::Alloc(a)) if a.bytes == BIG as u64 => {}
                         Err(other) => return Err(format!("the receive under the limit: {other}")),
                         Ok(m) => {
                             return Err(format!("the receive under the limit got {} bytes", m.data.len()))

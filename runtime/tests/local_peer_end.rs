@@ -1,6 +1,6 @@
 //! A rank that returned early ends the waits that depended on it (issue 33, finding 3):
 //! over the local transport, a blocking call waiting for a rank that finished without
-//! sending what it waits for returns `Error::PeerGone` naming that rank and the call,
+//! sending what it waits for returns `CommError::PeerGone` naming that rank and the call,
 //! instead of waiting for ever; an any-source receive once every other rank finished.
 //! What a finished rank sent before it returned is still received. A watchdog fails the
 //! binary (naming the case) rather than hanging when a wait is not ended.
@@ -8,6 +8,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use ballast_runtime::error::CommError;
 use ballast_runtime::{
     launch::threads, Communicator, Completion, Error, RecvSharing, Request, RuntimeConfig, Source, TagMatch,
 };
@@ -37,17 +38,17 @@ fn run<R: Send, F: Fn(&mut Communicator) -> R + Sync>(case: &'static str, n: usi
     out
 }
 
-/// `Error::PeerGone`'s fields: (rank, op, peer, failed).
+/// `CommError::PeerGone`'s fields: (rank, op, peer, failed).
 type Gone = Option<(usize, &'static str, Option<usize>, bool)>;
 
 fn gone(e: &Error) -> Gone {
     match *e {
-        Error::PeerGone {
+        Error::Comm(CommError::PeerGone {
             rank,
             op,
             peer,
             failed,
-        } => Some((rank, op, peer, failed)),
+        }) => Some((rank, op, peer, failed)),
         _ => None,
     }
 }

@@ -128,8 +128,8 @@ fn run(case: Case) {
                         _ => (BIG as u64, false),
                     };
                     let verdict = match &failed {
-                        Err(Error::Alloc { bytes, what, .. })
-                            if *bytes == refused && what.contains("dropped") == dropped =>
+                        Err(Error::Alloc(a))
+                            if a.bytes == refused && a.what.contains("dropped") == dropped =>
                         {
                             Ok(())
                         }

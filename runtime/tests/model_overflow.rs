@@ -3,6 +3,7 @@
 //! not: `try_predict` refuses naming the term, `predict` saturates instead of wrapping.
 
 use ballast_runtime::config::{RecvSharing, TransportConfig};
+use ballast_runtime::error::CommError;
 use ballast_runtime::Error;
 
 fn per_peer() -> TransportConfig {
@@ -21,7 +22,7 @@ fn the_last_peer_count_that_fits_is_predicted_and_the_next_refused() {
     assert!(fits.total_bytes() > 18_400_000_000_000_000_000, "{fits:?}");
     assert_eq!(t.predict(16_383, 16_384, 1), fits);
     match t.try_predict(16_384, 16_385, 1) {
-        Err(Error::ModelOverflow { term }) => {
+        Err(Error::Comm(CommError::ModelOverflow { term })) => {
             assert!(
                 term.starts_with("endpoints (16384) x a receive queue's bytes ("),
                 "{term}"

@@ -11,6 +11,7 @@ mod conformance;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ballast_runtime::bootstrap::{Bootstrap, MpiBootstrap};
+use ballast_runtime::error::FabricError;
 use ballast_runtime::mpi::Mpi;
 use ballast_runtime::{
     Communicator, ConfigError, Error, RecvSharing, Result, RuntimeConfig, Source, TagMatch,
@@ -45,7 +46,11 @@ impl Launcher for MpiLauncher {
                 }
             }
             Err(e) => {
-                mine.push(if matches!(e, Error::Aborted) { 2 } else { 0 });
+                mine.push(if matches!(e, Error::Fabric(FabricError::Aborted)) {
+                    2
+                } else {
+                    0
+                });
                 e.to_string().into_bytes().put(&mut mine);
             }
         }
@@ -59,13 +64,13 @@ impl Launcher for MpiLauncher {
                     let r = usize::get(&mut s);
                     slots[r] = Some(R::get(&mut s));
                 }
-            } else if kind == 0 && matches!(err, None | Some(Error::Aborted)) {
+            } else if kind == 0 && matches!(err, None | Some(Error::Fabric(FabricError::Aborted))) {
                 err = Some(Error::Remote {
                     process: Some(process),
                     message: String::from_utf8_lossy(&Vec::<u8>::get(&mut s)).into_owned(),
                 });
             } else if err.is_none() {
-                err = Some(Error::Aborted);
+                err = Some(Error::Fabric(FabricError::Aborted));
             }
         }
         if let Some(e) = err {

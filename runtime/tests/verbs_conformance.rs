@@ -31,6 +31,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ballast_runtime::bootstrap::{Bootstrap, TcpBootstrap};
+use ballast_runtime::error::{CommError, FabricError};
 use ballast_runtime::{
     verbs, Communicator, Error, ProcStatus, RecvSharing, Result, RuntimeConfig, Source, TagMatch,
     TransportKind, VerbsConfig,
@@ -70,7 +71,11 @@ impl Launcher for VerbsLauncher {
                 }
             }
             Err(e) => {
-                mine.push(if matches!(e, Error::Aborted) { 2 } else { 0 });
+                mine.push(if matches!(e, Error::Fabric(FabricError::Aborted)) {
+                    2
+                } else {
+                    0
+                });
                 e.to_string().into_bytes().put(&mut mine);
             }
         }
@@ -84,13 +89,13 @@ impl Launcher for VerbsLauncher {
                     let r = usize::get(&mut s);
                     slots[r] = Some(R::get(&mut s));
                 }
-            } else if kind == 0 && matches!(err, None | Some(Error::Aborted)) {
+            } else if kind == 0 && matches!(err, None | Some(Error::Fabric(FabricError::Aborted))) {
                 err = Some(Error::Remote {
                     process: Some(process),
                     message: String::from_utf8_lossy(&Vec::<u8>::get(&mut s)).into_owned(),
                 });
             } else if err.is_none() {
-                err = Some(Error::Aborted);
+                err = Some(Error::Fabric(FabricError::Aborted));
             }
         }
         if let Some(e) = err {

@@ -48,9 +48,22 @@ pub enum SimError {
     TransportModel {
         /// The world size, ranks.
         world_size: usize,
-        /// The model's refusal ([`ballast_runtime::Error::ModelOverflow`]).
+        /// The model's refusal ([`ballast_runtime::error::CommError::ModelOverflow`]).
         #[source]
         source: ballast_runtime::Error,
+    },
+    /// A rank's footprint report (gathered by rank 0 of `ballast fanout` over verbs) has the
+    /// wrong length.
+    #[error("fanout: rank {rank}: the report of rank {peer} has {words} words, expected {expected}")]
+    FanoutReport {
+        /// The gathering rank.
+        rank: usize,
+        /// The rank whose report it is.
+        peer: usize,
+        /// 64-bit words received.
+        words: usize,
+        /// Words expected.
+        expected: usize,
     },
     /// The balancer or a file failed (allocation files, circuits).
     #[error(transparent)]
@@ -133,6 +146,20 @@ pub enum SimError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<ballast_runtime::error::FabricError> for SimError {
+    /// A fabric's error, as the runtime shows it ([`SimError::Runtime`]).
+    fn from(e: ballast_runtime::error::FabricError) -> SimError {
+        SimError::Runtime(e.into())
+    }
+}
+
+impl From<ballast_runtime::error::BootstrapError> for SimError {
+    /// The start-up exchange's error, as the runtime shows it ([`SimError::Runtime`]).
+    fn from(e: ballast_runtime::error::BootstrapError) -> SimError {
+        SimError::Runtime(e.into())
+    }
 }
 
 /// Transport-aware balancing's charge from the runtime's footprint model: a rank with

@@ -281,7 +281,7 @@ fn isend_retry(
 ) -> ballast_runtime::Result<ballast_runtime::Request> {
     loop {
         match comm.isend(peer, 1, data) {
-            Err(ballast_runtime::Error::WouldBlock) => {
+            Err(e) if e.is_would_block() => {
                 comm.progress()?;
             }
             r => return r,
@@ -297,10 +297,11 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
     let (_, mut boot) = bootstrap::auto(&cfg)?;
     let mut comm = verbs::communicator(boot.as_mut(), &cfg)?;
     if comm.world_size() != 2 {
-        return Err(ballast_runtime::Error::InvalidRank {
+        return Err(ballast_runtime::error::FabricError::InvalidRank {
             rank: 2,
             world_size: comm.world_size(),
-        });
+        }
+        .into());
     }
     let buf = vec![7u8; sizes.iter().copied().max().unwrap_or(8)];
     // Warm-up: connects the QPs.

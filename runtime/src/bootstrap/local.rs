@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 use parking_lot::Mutex;
 
 use super::Bootstrap;
-use crate::core::error::{Error, Result};
+use crate::bootstrap::error::{BootstrapError, Result};
 
 struct Board {
     slots: Mutex<Vec<Option<Vec<u8>>>>,
@@ -21,10 +21,10 @@ pub struct LocalBootstrap {
 
 impl LocalBootstrap {
     /// Handles for `n` ranks, to be moved into `n` threads (rank = index).
-    /// Errors: [`Error::InvalidRank`] when `n` is 0.
+    /// Errors: [`BootstrapError::InvalidRank`] when `n` is 0.
     pub fn group(n: usize) -> Result<Vec<LocalBootstrap>> {
         if n == 0 {
-            return Err(Error::InvalidRank {
+            return Err(BootstrapError::InvalidRank {
                 rank: 0,
                 world_size: 0,
             });

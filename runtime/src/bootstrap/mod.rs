@@ -6,19 +6,21 @@
 //! threads ([`LocalBootstrap`], the `local` transport). The launch of a job of one rank per
 //! process around a bootstrap is `launch::Launch`.
 
+pub mod error;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod tcp;
 
+pub use error::BootstrapError;
 pub use local::LocalBootstrap;
 #[cfg(feature = "mpi")]
 pub use mpi::MpiBootstrap;
 pub use tcp::TcpBootstrap;
 
 use crate::core::config::RuntimeConfig;
-use crate::core::error::{Error, Result};
 use crate::core::procstatus::ProcStatus;
+use error::Result;
 
 /// All-gather of byte strings across the ranks of a job.
 pub trait Bootstrap {
@@ -28,9 +30,9 @@ pub trait Bootstrap {
     fn size(&self) -> usize;
     /// Every rank contributes `data` (any length, may differ by rank); returns all ranks'
     /// data ordered by rank. Collective: every rank must call it, the same number of times.
-    /// Errors: [`Error::BootstrapTimeout`], [`Error::BootstrapIo`] and the other bootstrap
+    /// Errors: [`BootstrapError::Timeout`], [`BootstrapError::Io`] and the other bootstrap
     /// variants naming the rank that failed or did not show up in time,
-    /// [`Error::MpiCall`].
+    /// [`BootstrapError::MpiCall`].
     fn all_gather(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
     /// What this process' memory grew by inside [`Bootstrap::all_gather`] so far: memory the
     /// exchange's own library kept (e.g. MPI connecting to more peers and registering its
@@ -88,7 +90,7 @@ pub enum BootstrapKind {
 
 /// Picks the bootstrap for this process: MPI when the `mpi` feature is on and MPI is
 /// initialised, otherwise TCP from `config.bootstrap()` (`BALLAST_ROOT` plus the rank and
-/// size of the launcher). Errors: [`Error::BootstrapEnv`] when neither is available, and the
+/// size of the launcher). Errors: [`BootstrapError::Env`] when neither is available, and the
 /// errors of [`TcpBootstrap::connect`].
 pub fn auto(config: &RuntimeConfig) -> Result<(BootstrapKind, Box<dyn Bootstrap>)> {
     #[cfg(feature = "mpi")]
@@ -97,7 +99,7 @@ pub fn auto(config: &RuntimeConfig) -> Result<(BootstrapKind, Box<dyn Bootstrap>
     }
     let b = config.bootstrap();
     if b.root.is_none() || b.rank.is_none() {
-        return Err(Error::BootstrapEnv {
+        return Err(BootstrapError::Env {
             what: "no initialised MPI and no rendezvous: set BALLAST_ROOT=host:port and the rank and size \
                    (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE)",
         });

@@ -10,7 +10,7 @@ use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 use rsmpi::Count;
 
 use super::{Bootstrap, Kept};
-use crate::core::error::{Error, Result};
+use crate::bootstrap::error::{BootstrapError, Result};
 use crate::core::procstatus::ProcStatus;
 
 /// Default bytes received per all-gather round (all ranks' pieces together).
@@ -24,11 +24,11 @@ pub struct MpiBootstrap {
 }
 
 impl MpiBootstrap {
-    /// Duplicates `MPI_COMM_WORLD` (collective). Errors: [`Error::MpiState`] when MPI is not
+    /// Duplicates `MPI_COMM_WORLD` (collective). Errors: [`BootstrapError::MpiState`] when MPI is not
     /// initialised or already finalised.
     pub fn new() -> Result<MpiBootstrap> {
         if !rsmpi::environment::is_initialized() || rsmpi::environment::is_finalized() {
-            return Err(Error::MpiState {
+            return Err(BootstrapError::MpiState {
                 op: "the MPI bootstrap",
                 what: "needs an initialised (not finalised) MPI",
             });

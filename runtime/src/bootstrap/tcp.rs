@@ -12,8 +12,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use super::Bootstrap;
+use crate::bootstrap::error::{BootstrapError, Result};
 use crate::core::config::BootstrapConfig;
-use crate::core::error::{Error, Result};
 
 const MAGIC: &[u8; 4] = b"BLST";
 /// Largest contribution accepted from one rank, bytes.
@@ -36,8 +36,14 @@ pub struct TcpBootstrap {
 }
 
 /// An i/o step of `rank` toward `peer` that failed.
-fn io_err(rank: usize, peer: Option<usize>, root: &str, what: String, source: std::io::Error) -> Error {
-    Error::BootstrapIo {
+fn io_err(
+    rank: usize,
+    peer: Option<usize>,
+    root: &str,
+    what: String,
+    source: std::io::Error,
+) -> BootstrapError {
+    BootstrapError::Io {
         rank,
         peer,
         root: root.into(),
@@ -49,14 +55,14 @@ fn io_err(rank: usize, peer: Option<usize>, root: &str, what: String, source: st
 fn resolve(root: &str) -> Result<Vec<SocketAddr>> {
     let addrs: Vec<SocketAddr> = root
         .to_socket_addrs()
-        .map_err(|e| Error::BootstrapRoot {
+        .map_err(|e| BootstrapError::Root {
             root: root.to_string(),
             what: "is not host:port",
             source: Some(e),
         })?
         .collect();
     if addrs.is_empty() {
-        return Err(Error::BootstrapRoot {
+        return Err(BootstrapError::Root {
             root: root.to_string(),
             what: "resolves to no address",
             source: None,
@@ -65,11 +71,15 @@ fn resolve(root: &str) -> Result<Vec<SocketAddr>> {
     Ok(addrs)
 }
 
-fn read_exact_or(s: &mut TcpStream, buf: &mut [u8], what: impl Fn(std::io::Error) -> Error) -> Result<()> {
+fn read_exact_or(
+    s: &mut TcpStream,
+    buf: &mut [u8],
+    what: impl Fn(std::io::Error) -> BootstrapError,
+) -> Result<()> {
     s.read_exact(buf).map_err(what)
 }
 
-fn read_u64(s: &mut TcpStream, what: &dyn Fn(std::io::Error) -> Error) -> Result<u64> {
+fn read_u64(s: &mut TcpStream, what: &dyn Fn(std::io::Error) -> BootstrapError) -> Result<u64> {
     let mut b = [0u8; 8];
     read_exact_or(s, &mut b, what)?;
     Ok(u64::from_le_bytes(b))
@@ -85,13 +95,13 @@ fn io_kind(e: &std::io::Error) -> &'static str {
 
 impl TcpBootstrap {
     /// Connects from the launcher's environment (`BALLAST_ROOT`, rank and size, timeout).
-    /// Errors: [`Error::BootstrapEnv`] when any of them is missing, and those of [`TcpBootstrap::new`].
+    /// Errors: [`BootstrapError::Env`] when any of them is missing, and those of [`TcpBootstrap::new`].
     pub fn connect(cfg: &BootstrapConfig) -> Result<TcpBootstrap> {
-        let root = cfg.root.as_deref().ok_or(Error::BootstrapEnv {
+        let root = cfg.root.as_deref().ok_or(BootstrapError::Env {
             what: "BALLAST_ROOT (host:port of rank 0) is not set",
         })?;
         let (Some(rank), Some(size)) = (cfg.rank, cfg.size) else {
-            return Err(Error::BootstrapEnv {
+            return Err(BootstrapError::Env {
                 what: "no rank/size in the environment (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE)",
             });
         };
@@ -99,12 +109,12 @@ impl TcpBootstrap {
     }
 
     /// Rank `rank` of `size` meets the others at `root` (`host:port`; rank 0 binds it),
-    /// waiting at most `timeout` for all of them. Errors: [`Error::BootstrapTimeout`] saying
-    /// which ranks did not show up (at rank 0), [`Error::BootstrapUnreachable`] (elsewhere),
-    /// [`Error::BootstrapRoot`], [`Error::BootstrapPeer`], [`Error::BootstrapIo`].
+    /// waiting at most `timeout` for all of them. Errors: [`BootstrapError::Timeout`] saying
+    /// which ranks did not show up (at rank 0), [`BootstrapError::Unreachable`] (elsewhere),
+    /// [`BootstrapError::Root`], [`BootstrapError::Peer`], [`BootstrapError::Io`].
     pub fn new(root: &str, rank: usize, size: usize, timeout: Duration) -> Result<TcpBootstrap> {
         if size == 0 || rank >= size || size > u32::MAX as usize {
-            return Err(Error::InvalidRank {
+            return Err(BootstrapError::InvalidRank {
                 rank,
                 world_size: size,
             });
@@ -155,7 +165,7 @@ impl TcpBootstrap {
                     let r = u32::from_le_bytes(hello[4..8].try_into().expect("4")) as usize;
                     let n = u32::from_le_bytes(hello[8..12].try_into().expect("4")) as usize;
                     if n != size {
-                        return Err(Error::BootstrapPeer {
+                        return Err(BootstrapError::Peer {
                             rank: 0,
                             peer: Some(r),
                             root: root.to_string(),
@@ -165,7 +175,7 @@ impl TcpBootstrap {
                         });
                     }
                     if r == 0 || r >= size || links[r].is_some() {
-                        return Err(Error::BootstrapPeer {
+                        return Err(BootstrapError::Peer {
                             rank: 0,
                             peer: None,
                             root: root.to_string(),
@@ -181,7 +191,7 @@ impl TcpBootstrap {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if Instant::now() >= deadline {
                         let missing: Vec<usize> = (1..size).filter(|&r| links[r].is_none()).collect();
-                        return Err(Error::BootstrapTimeout {
+                        return Err(BootstrapError::Timeout {
                             root: root.to_string(),
                             timeout,
                             missing,
@@ -224,7 +234,7 @@ impl TcpBootstrap {
                 }
             }
             if Instant::now() >= deadline {
-                return Err(Error::BootstrapUnreachable {
+                return Err(BootstrapError::Unreachable {
                     rank,
                     root: root.to_string(),
                     timeout,
@@ -247,7 +257,7 @@ impl TcpBootstrap {
         };
         let len = read_u64(s, &what)?;
         if len > MAX_CONTRIBUTION {
-            return Err(Error::BootstrapPeer {
+            return Err(BootstrapError::Peer {
                 rank: me,
                 peer: Some(from),
                 root: root.clone(),
@@ -395,7 +405,7 @@ mod tests {
         assert!(TcpBootstrap::new("nonsense", 0, 2, Duration::from_millis(10)).is_err());
         assert!(matches!(
             TcpBootstrap::new(&root, 4, 4, Duration::from_millis(10)),
-            Err(Error::InvalidRank { .. })
+            Err(BootstrapError::InvalidRank { .. })
         ));
     }
 }

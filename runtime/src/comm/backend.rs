@@ -11,9 +11,9 @@ use super::gone::{after_round, EndCheck, Gone};
 use super::{Completion, Request};
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
-use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
+use crate::error::{CommError, Error, ProtocolError, Result};
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::DatagramStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch};
@@ -114,7 +114,7 @@ pub(super) fn isend_retry<B: Backend + ?Sized>(
     loop {
         match b.isend(dest, tag, data) {
             Ok(id) => return Ok(id),
-            Err(Error::WouldBlock) => {
+            Err(Error::Protocol(ProtocolError::WouldBlock)) => {
                 // A failed rank holds pool buffers for ever (its credits never
                 // come): the pool may never free.
                 let worked = b.progress()?;
@@ -141,7 +141,7 @@ pub(super) fn is_done<B: Backend + ?Sized>(b: &B, req: &Request) -> Result<bool>
 }
 
 /// Progresses until `req` completes, as the blocking call `op`: once every rank that
-/// could complete it ended ([`Error::PeerGone`], see `gone`), an error naming `op`.
+/// could complete it ended ([`CommError::PeerGone`](crate::error::CommError::PeerGone), see `gone`), an error naming `op`.
 pub(super) fn wait_loop<B: Backend + ?Sized>(
     b: &mut B,
     req: Request,
@@ -160,7 +160,9 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
         }
     }
     if req.recv {
-        let m = b.take_recv(req.id).ok_or(Error::UnknownRequest(req.id.get()))?;
+        let m = b
+            .take_recv(req.id)
+            .ok_or(Error::Protocol(ProtocolError::UnknownRequest(req.id)))?;
         Ok(Completion::Received(m))
     } else {
         b.finish_send(req.id);
@@ -171,7 +173,7 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
 /// One end check of a non-blocking call `op` after its round of progress found it not
 /// complete (see `gone`): once every rank that could complete it ended, one more round,
 /// and if that brought nothing (idle, for a finished rank) and `done` still says no, the
-/// [`Error::PeerGone`] that the blocking call would give. `Ok(())` while it may still
+/// [`CommError::PeerGone`](crate::error::CommError::PeerGone) that the blocking call would give. `Ok(())` while it may still
 /// complete. A polling loop of such calls thus ends as the blocking call does, with one
 /// difference: an any-source call does not end once every other rank finished, since
 /// this rank still runs and may send to itself between two polls (a blocking call's rank
@@ -182,7 +184,12 @@ fn end_check<B: Backend + ?Sized>(
     done: &mut dyn FnMut(&mut B) -> Result<bool>,
 ) -> Result<()> {
     let gone = match b.gone(peer, recv, op) {
-        Some(g) if peer == Source::Any && !matches!(g.error, Error::PeerGone { failed: true, .. }) => None,
+        Some(g)
+            if peer == Source::Any
+                && !matches!(g.error, Error::Comm(CommError::PeerGone { failed: true, .. })) =>
+        {
+            None
+        }
         g => g,
     };
     if let Some(g) = gone {
@@ -196,7 +203,7 @@ fn end_check<B: Backend + ?Sized>(
 
 /// Progresses once and tells whether `req` completed; a request that can never complete
 /// (every rank that could complete it ended, see `gone` and `end_check`) is
-/// [`Error::PeerGone`] for `test`.
+/// [`CommError::PeerGone`](crate::error::CommError::PeerGone) for `test`.
 pub(super) fn test<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<bool> {
     b.progress()?;
     if is_done(b, req)? {
@@ -207,7 +214,7 @@ pub(super) fn test<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<bool
 }
 
 /// Progresses once and tells the envelope of the next fully arrived message matching
-/// `src` and `tag`, if any; none when `src` ended is [`Error::PeerGone`] for `iprobe`
+/// `src` and `tag`, if any; none when `src` ended is [`CommError::PeerGone`](crate::error::CommError::PeerGone) for `iprobe`
 /// (see `gone`; for [`Source::Any`] only once a rank failed, see `end_check`).
 pub(super) fn iprobe<B: Backend + ?Sized>(b: &mut B, src: Source, tag: TagMatch) -> Result<Option<Envelope>> {
     b.progress()?;

@@ -1,13 +1,13 @@
 //! The collectives of [`Communicator`]: `barrier` (dissemination) and `all_gatherv`
 //! (ring). Each message carries its collective's stamp (`protocol::collective`), so
-//! ranks in different collectives get [`Error::CollectiveMismatch`] instead of a hang,
-//! and a rank that ended before taking part is [`Error::PeerGone`] naming the call.
+//! ranks in different collectives get [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) instead of a hang,
+//! and a rank that ended before taking part is [`CommError::PeerGone`](crate::error::CommError::PeerGone) naming the call.
 //!
-//! [`Error::CollectiveMismatch`]: crate::core::error::Error::CollectiveMismatch
-//! [`Error::PeerGone`]: crate::core::error::Error::PeerGone
+//! [`ProtocolError::CollectiveMismatch`]: crate::error::ProtocolError::CollectiveMismatch
+//! [`CommError::PeerGone`]: crate::error::CommError::PeerGone
 
 use super::{Communicator, Request};
-use crate::core::error::Result;
+use crate::error::Result;
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::{CollectiveKind, COLLECTIVE_TAG};
 use crate::protocol::matching::{Source, TagMatch};
@@ -33,8 +33,8 @@ impl Communicator {
 
     /// Blocks until every rank entered the barrier (dissemination algorithm,
     /// `ceil(log2 n)` rounds, talks to `2 * ceil(log2 n)` peers). Errors:
-    /// [`Error::CollectiveMismatch`](crate::Error::CollectiveMismatch) when a peer is in
-    /// another collective, [`Error::PeerGone`](crate::Error::PeerGone) when a peer ended
+    /// [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) when a peer is in
+    /// another collective, [`CommError::PeerGone`](crate::error::CommError::PeerGone) when a peer ended
     /// without entering it, the transport's.
     pub fn barrier(&mut self) -> Result<()> {
         let c = self.collectives.begin(CollectiveKind::Barrier);

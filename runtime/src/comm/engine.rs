@@ -7,9 +7,9 @@ use super::gone::{self, EndCheck, Gone};
 use super::{Completion, Request};
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
-use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
+use crate::error::{Error, ProtocolError, Result};
 use crate::protocol::clock::Clock;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::{DatagramStats, Engine};
@@ -56,10 +56,10 @@ impl Backend for Engine {
         false
     }
     fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
-        Engine::isend(self, dest, tag, data)
+        Ok(Engine::isend(self, dest, tag, data)?)
     }
     fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
-        Engine::irecv(self, src, tag)
+        Ok(Engine::irecv(self, src, tag)?)
     }
     fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
         Engine::try_take(self, src, tag)
@@ -71,7 +71,7 @@ impl Backend for Engine {
         Engine::recv_done(self, id)
     }
     fn send_done(&self, id: RequestId) -> Result<bool> {
-        Engine::send_done(self, id)
+        Ok(Engine::send_done(self, id)?)
     }
     fn take_recv(&mut self, id: RequestId) -> Option<Message> {
         Engine::take_recv(self, id)
@@ -80,7 +80,7 @@ impl Backend for Engine {
         Engine::finish_send(self, id)
     }
     fn progress(&mut self) -> Result<bool> {
-        Engine::progress(self)
+        Ok(Engine::progress(self)?)
     }
     fn sends_drained(&self) -> bool {
         Engine::sends_drained(self)
@@ -220,7 +220,7 @@ fn wait_limited(e: &mut Engine, id: RequestId, src: Source, mut into: Option<&mu
         if Engine::recv_done(e, id) {
             return Engine::take_recv(e, id)
                 .map(Limited::Message)
-                .ok_or(Error::UnknownRequest(id.get()));
+                .ok_or(Error::Protocol(ProtocolError::UnknownRequest(id)));
         }
         if let Some(refused) = e.take_refused(id) {
             return Ok(Limited::Refused(refused));

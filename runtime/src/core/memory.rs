@@ -2,7 +2,22 @@
 //! another allocation, so locking (mlock) or registering it pins exactly its own pages,
 //! and unlocking it never unlocks a neighbour's.
 
-use crate::core::error::{Error, Result};
+/// Memory for a region (a pool, a receive queue, slots, a message, a table) could not be
+/// had: the allocator or the kernel refused it, or it would not fit (see [`check_room`]).
+/// Every layer that allocates raises it as it is; the public error shows it unchanged.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot allocate {bytes} bytes for {what}: {error}")]
+pub struct AllocError {
+    /// What the region was for, with the settings that size it.
+    pub what: String,
+    /// Bytes asked for.
+    pub bytes: u64,
+    /// The kernel's answer (shown in the message, not chained as a source).
+    pub error: std::io::Error,
+}
+
+/// Result of the memory functions.
+pub type Result<T, E = AllocError> = std::result::Result<T, E>;
 
 /// A zeroed, page-aligned region of `count` slots of `size` bytes: an anonymous private mapping
 /// (`memmap2::MmapMut::map_anon`), so its pages are touched only when used, and an
@@ -20,11 +35,11 @@ pub fn page_size() -> usize {
 impl AlignedRegion {
     /// Maps `count` × `size` zeroed bytes starting on a page boundary, for `what` (named in
     /// the error, with the settings that size it, e.g. "the buffer pool (buffer_count x
-    /// buffer_size)"). Errors: [`Error::Alloc`] when `count` × `size` overflows or the
+    /// buffer_size)"). Errors: [`AllocError`] when `count` × `size` overflows or the
     /// kernel refuses the mapping (on Linux with the default overcommit heuristic: more
     /// than RAM + swap).
     pub fn new(count: usize, size: usize, what: &str) -> Result<AlignedRegion> {
-        let alloc_error = |bytes: u64, error| Error::Alloc {
+        let alloc_error = |bytes: u64, error| AllocError {
             what: what.to_string(),
             bytes,
             error,
@@ -88,7 +103,7 @@ pub fn rank_stack_bytes() -> usize {
 pub const SMALL_BUFFER_BYTES: usize = 64 << 10;
 
 /// An empty buffer with room for `cap` bytes, for `what` (named in the error): above
-/// [`SMALL_BUFFER_BYTES`] reserved with `try_reserve_exact`. Errors: [`Error::Alloc`] when
+/// [`SMALL_BUFFER_BYTES`] reserved with `try_reserve_exact`. Errors: [`AllocError`] when
 /// the allocator refuses it (the process is out of memory or at `ulimit -v`), never an
 /// abort.
 #[inline(always)]
@@ -104,7 +119,7 @@ pub fn try_buffer(cap: usize, what: impl FnOnce() -> String) -> Result<Vec<u8>> 
 fn reserve(cap: usize, what: impl FnOnce() -> String) -> Result<Vec<u8>> {
     let mut v = Vec::new();
     if let Err(e) = v.try_reserve_exact(cap) {
-        return Err(Error::Alloc {
+        return Err(AllocError {
             what: what(),
             bytes: cap as u64,
             error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
@@ -115,10 +130,10 @@ fn reserve(cap: usize, what: impl FnOnce() -> String) -> Result<Vec<u8>> {
 
 /// Reserves room for `more` elements in `v` with `try_reserve_exact`, for `what` (named in
 /// the error): for bookkeeping sized by the caller (a pool's free list, the engine's table
-/// of one entry per buffer). Errors: [`Error::Alloc`] with the bytes asked for, never an
+/// of one entry per buffer). Errors: [`AllocError`] with the bytes asked for, never an
 /// abort.
 pub fn try_reserve_for<T>(v: &mut Vec<T>, more: usize, what: impl FnOnce() -> String) -> Result<()> {
-    v.try_reserve_exact(more).map_err(|e| Error::Alloc {
+    v.try_reserve_exact(more).map_err(|e| AllocError {
         what: what(),
         bytes: (more as u64).saturating_mul(std::mem::size_of::<T>() as u64),
         error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
@@ -172,7 +187,7 @@ pub fn machine_bytes() -> u64 {
 /// Checks, before allocating, that `mapped` bytes for `what` fit in what this process may
 /// still map ([`address_space_room`]), and that the `touched` of them (written or locked
 /// at once; an anonymous mapping costs nothing until touched) fit in the machine
-/// ([`machine_bytes`]). Errors: [`Error::Alloc`] naming `what`, the bytes and the bound.
+/// ([`machine_bytes`]). Errors: [`AllocError`] naming `what`, the bytes and the bound.
 pub fn check_room(mapped: u64, touched: u64, what: impl FnOnce() -> String) -> Result<()> {
     let (room, machine) = (address_space_room(), machine_bytes());
     if mapped <= room && touched <= machine {
@@ -184,7 +199,7 @@ pub fn check_room(mapped: u64, touched: u64, what: impl FnOnce() -> String) -> R
     } else {
         format!("the machine has {machine} bytes of memory and swap")
     };
-    Err(Error::Alloc {
+    Err(AllocError {
         what: what(),
         bytes,
         error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, why),

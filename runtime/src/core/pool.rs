@@ -1,19 +1,24 @@
 //! The registered buffer pool: `buffer_count` buffers of `buffer_size` bytes allocated and
 //! registered once at start (one registration per chunk through [`Register::register`], which every fabric implements).
+//! Its errors are the registrar's own ([`Register::Error`]; core names no transport), into
+//! which a failed allocation converts ([`AllocError`]).
 //! It never grows, except with `pool_growth` on, where it may add chunks (each as large
 //! as the pool so far, doubling) up to `max_pool_bytes`, each registered once and kept.
 //! Exhaustion is reported to the caller (back-pressure), never met by allocating more.
 
 use crate::core::config::TransportConfig;
-use crate::core::error::Result;
 use crate::core::footprint::MemoryLock;
-use crate::core::memory::AlignedRegion;
+use crate::core::memory::{AlignedRegion, AllocError};
 
 /// Registration of memory with a transport (the RDMA memory region of a pool chunk):
 /// implemented by every fabric.
 pub trait Register {
+    /// The registrar's error (a fabric's own, e.g. a failed `ibv_reg_mr` or a memlock limit
+    /// too low); the pool's allocation failures convert into it.
+    type Error: From<AllocError>;
+
     /// Registers (and, if `lock`, locks) a pool chunk once; it stays registered until drop.
-    fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration>;
+    fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration, Self::Error>;
 }
 
 /// Outcome of registering a memory region.
@@ -83,7 +88,8 @@ pub struct BufferPool {
 
 impl BufferPool {
     /// Allocates and registers the initial pool of `cfg.buffer_count * cfg.buffer_size` bytes.
-    pub fn new(cfg: &TransportConfig, fabric: &mut dyn Register) -> Result<BufferPool> {
+    /// Errors: `fabric`'s, or [`AllocError`] (converted into it) when the memory cannot be had.
+    pub fn new<R: Register + ?Sized>(cfg: &TransportConfig, fabric: &mut R) -> Result<BufferPool, R::Error> {
         let mut pool = BufferPool {
             chunks: Vec::new(),
             free: Vec::new(),
@@ -103,7 +109,7 @@ impl BufferPool {
         Ok(pool)
     }
 
-    fn add_chunk(&mut self, count: usize, fabric: &mut dyn Register) -> Result<()> {
+    fn add_chunk<R: Register + ?Sized>(&mut self, count: usize, fabric: &mut R) -> Result<(), R::Error> {
         let first = self.chunks.iter().map(|c| c.count).sum::<u32>();
         let mem = AlignedRegion::new(count, self.buffer_size, POOL_WHAT)?;
         crate::core::memory::try_reserve_for(&mut self.free, count, || FREE_LIST_WHAT.to_string())?;
@@ -127,7 +133,7 @@ impl BufferPool {
 
     /// Takes a free buffer; with growth on, adds a chunk when none is free and the bound
     /// allows. `None` = exhausted (back-pressure).
-    pub fn acquire(&mut self, fabric: &mut dyn Register) -> Result<Option<BufId>> {
+    pub fn acquire<R: Register + ?Sized>(&mut self, fabric: &mut R) -> Result<Option<BufId>, R::Error> {
         if self.free.is_empty() && self.growth {
             let total = self.buffers();
             let room = (self.max_bytes.saturating_sub(self.bytes) / self.buffer_size as u64) as usize;

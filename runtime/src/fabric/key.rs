@@ -12,7 +12,7 @@ pub enum PeerKey {
 }
 
 impl PeerKey {
-    /// The rank or node number (the key's number in [`Error::Endpoint`](crate::error::Error::Endpoint)).
+    /// The rank or node number (the key's number in [`FabricError::Endpoint`](crate::fabric::error::FabricError::Endpoint)).
     #[inline]
     pub const fn index(self) -> usize {
         match self {

@@ -9,12 +9,16 @@
 //! polls completions. Small control messages (connect/close handshakes, credit grants)
 //! travel on a separate control path that consumes no receive buffer.
 
+use std::ops::ControlFlow;
+
 use crate::core::config::RecvSharing;
-use crate::core::error::{Error, Result};
 use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::pool::{Register, Registration};
+use error::Result;
+pub use error::{FabricError, FabricKind};
 pub use key::PeerKey;
 
+pub mod error;
 mod key;
 pub mod local;
 #[cfg(feature = "mpi")]
@@ -96,11 +100,11 @@ impl Control {
         }
     }
 
-    /// Inverse of [`Control::encode`]. Errors ([`Error::ControlDecode`]) on an unknown code
+    /// Inverse of [`Control::encode`]. Errors ([`FabricError::ControlDecode`]) on an unknown code
     /// or a value that overflows its field.
     pub fn decode(code: u8, v: u64) -> Result<Control> {
         let v32 = || {
-            u32::try_from(v).map_err(|_| Error::ControlDecode {
+            u32::try_from(v).map_err(|_| FabricError::ControlDecode {
                 code,
                 value: v,
                 what: "the value overflows its 32-bit field",
@@ -116,7 +120,7 @@ impl Control {
             6 => Control::Return { credits: v32()? },
             7 => Control::Refuse,
             _ => {
-                return Err(Error::ControlDecode {
+                return Err(FabricError::ControlDecode {
                     code,
                     value: v,
                     what: "unknown control code",
@@ -143,6 +147,48 @@ pub enum Event<'a> {
     /// A datagram from rank `.0` (the connectionless path, [`DatagramPath::post_datagram`]): its
     /// bytes, valid only during the callback.
     Datagram(usize, &'a [u8]),
+}
+
+/// What the callback of [`Fabric::poll`] answers for an event: `Continue` to go on, `Break`
+/// to stop the poll at once (the protocol above failed on the event and keeps its own
+/// error, so that a fabric never carries a protocol error). A stopped [`Event::Arrival`] is
+/// not consumed: its receive buffer is not reposted, and the fabric gives it again, first,
+/// at the next poll (local, verbs).
+pub type Flow = ControlFlow<()>;
+
+/// A fabric's poll that ended early (inside the fabrics): its callback stopped it, or the
+/// fabric failed.
+pub(crate) enum Halt {
+    /// The callback answered [`Flow::Break`].
+    Stop,
+    /// The fabric's own error.
+    Fail(FabricError),
+}
+
+impl From<FabricError> for Halt {
+    fn from(e: FabricError) -> Halt {
+        Halt::Fail(e)
+    }
+}
+
+/// The callback's answer as a step a fabric's poll takes with `?`: `Break` ends the poll.
+#[inline]
+pub(crate) fn go(flow: Flow) -> std::result::Result<(), Halt> {
+    match flow {
+        ControlFlow::Continue(()) => Ok(()),
+        ControlFlow::Break(()) => Err(Halt::Stop),
+    }
+}
+
+/// The end of a fabric's poll: the events handled, `0` when the callback stopped it (its
+/// owner knows why), or the fabric's error.
+#[inline]
+pub(crate) fn poll_result(r: std::result::Result<usize, Halt>) -> Result<usize> {
+    match r {
+        Ok(n) => Ok(n),
+        Err(Halt::Stop) => Ok(0),
+        Err(Halt::Fail(e)) => Err(e),
+    }
 }
 
 /// How a peer rank ended, as far as this rank's fabric knows ([`Fabric::peer_end`]).
@@ -187,7 +233,7 @@ pub struct FabricBytes {
 ///
 /// Endpoints are keyed by a [`PeerKey`]: the peer rank in `per-peer`/`shared` mode, the
 /// remote node in `xrc` mode.
-pub trait Fabric: Register + Send {
+pub trait Fabric: Register<Error = FabricError> + Send {
     /// This rank.
     fn rank(&self) -> usize;
     /// Number of ranks.
@@ -215,8 +261,10 @@ pub trait Fabric: Register + Send {
     ) -> Result<()>;
     /// Sends a control message to rank `dest`.
     fn send_control(&mut self, dest: usize, msg: Control) -> Result<()>;
-    /// Polls completions, arrivals and control messages; returns how many were handled.
-    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize>;
+    /// Polls completions, arrivals and control messages, passing each to `on_event`; returns
+    /// how many were handled. When `on_event` answers [`Flow::Break`] the poll returns at
+    /// once (with `Ok`: the callback's owner holds the reason).
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> Result<usize>;
     /// Memory owned by the fabric, as really allocated.
     fn bytes(&self) -> FabricBytes;
     /// The per-object sizes of this fabric: its side only (`engine_endpoint_bytes` and
@@ -300,13 +348,15 @@ pub trait DirectPath {
     /// Sends the whole message `data` to rank `dest` on the direct path, straight from
     /// `data` (no copy), and returns once the transport no longer reads it. While it waits
     /// it keeps polling like [`Fabric::poll`], passing every event to `on_event`, so that
-    /// two ranks sending large messages to each other cannot deadlock.
+    /// two ranks sending large messages to each other cannot deadlock. When `on_event`
+    /// answers [`Flow::Break`] it stops polling, waits until the transport no longer reads
+    /// `data`, and returns `Ok` (the callback's owner holds the reason).
     fn send_direct(
         &mut self,
         dest: usize,
         header: &PacketHeader,
         data: &[u8],
-        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
     ) -> Result<()>;
 
     /// Starts sending the owned message `data` to rank `dest` on the direct path; its

@@ -26,7 +26,7 @@
 //! collective's number on its communicator (u64, from 1), its step (u32), its kind (u8),
 //! then three zero bytes.
 
-use crate::core::error::{Error, Result, Sender};
+use crate::fabric::error::{FabricError, Result, Sender};
 use crate::fabric::{Control, PacketHeader};
 
 /// Bytes of the packet header.
@@ -125,7 +125,7 @@ pub fn control_header(src: u32, c: Control, riders: u8) -> (PacketHeader, Header
     )
 }
 
-/// The control message of a [`KIND_CONTROL`] header. Errors: [`Error::ControlDecode`].
+/// The control message of a [`KIND_CONTROL`] header. Errors: [`FabricError::ControlDecode`].
 #[inline]
 pub fn header_control(h: &PacketHeader, extra: HeaderExtra) -> Result<Control> {
     Control::decode(extra.code, h.total)
@@ -141,7 +141,7 @@ pub fn encode_control(c: Control) -> [u8; CONTROL_BYTES] {
     b
 }
 
-/// Inverse of [`encode_control`]. Errors: [`Error::ControlDecode`].
+/// Inverse of [`encode_control`]. Errors: [`FabricError::ControlDecode`].
 #[inline]
 pub fn decode_control(b: &[u8; CONTROL_BYTES]) -> Result<Control> {
     Control::decode(b[0], u64::from_le_bytes(b[1..].try_into().expect("8 bytes")))
@@ -161,7 +161,7 @@ pub struct Packet<'a> {
 }
 
 impl Packet<'_> {
-    /// The control messages of the trailer, in order. Errors: [`Error::ControlDecode`].
+    /// The control messages of the trailer, in order. Errors: [`FabricError::ControlDecode`].
     pub fn riders(&self) -> impl Iterator<Item = Result<Control>> + '_ {
         self.trailer
             .chunks_exact(CONTROL_BYTES)
@@ -171,9 +171,9 @@ impl Packet<'_> {
 
 /// Splits the packet `b` received by rank `rank` from `from`, checking that its length is
 /// the header's, its payload's (data packets only) and its trailer's, with at most
-/// `max_riders` controls. Errors: [`Error::BadPacket`] otherwise.
+/// `max_riders` controls. Errors: [`FabricError::BadPacket`] otherwise.
 pub fn split_packet(b: &[u8], max_riders: usize, rank: usize, from: Sender) -> Result<Packet<'_>> {
-    let bad = |what: String| Error::BadPacket {
+    let bad = |what: String| FabricError::BadPacket {
         rank,
         from,
         bytes: b.len(),
@@ -323,11 +323,11 @@ mod tests {
         }
         assert!(matches!(
             decode_control(&[9, 0, 0, 0, 0, 0, 0, 0, 0]),
-            Err(Error::ControlDecode { code: 9, .. })
+            Err(FabricError::ControlDecode { code: 9, .. })
         ));
         assert!(matches!(
             decode_control(&[0, 0, 0, 0, 0, 2, 0, 0, 0]),
-            Err(Error::ControlDecode {
+            Err(FabricError::ControlDecode {
                 code: 0,
                 value: 0x2_0000_0000,
                 ..

@@ -10,7 +10,7 @@
 //! - the rank stalls once (its thread sleeps in a poll): it is running, so no peer may
 //!   report it gone, and everything is delivered once it runs again;
 //! - the rank is killed: it stops for good without finishing. What it held back is lost,
-//!   peers see it [`PeerEnd::Failed`], and its own calls fail with `Error::Aborted`.
+//!   peers see it [`PeerEnd::Failed`], and its own calls fail with `FabricError::Aborted`.
 //!
 //! Everything held back is posted before the rank says it finished
 //! ([`Fabric::mark_done`]), so a finished rank has delivered everything it sent, as on
@@ -26,11 +26,11 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{FaultWorld, Faults, KILLED_HERE};
 use crate::core::config::{RecvSharing, TransportConfig};
-use crate::core::error::{Error, Result};
 use crate::core::footprint::MemoryModel;
 use crate::core::pool::{Register, Registration};
+use crate::fabric::error::{FabricError, Result};
 use crate::fabric::{
-    Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerEnd, PeerKey,
+    Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, PacketHeader, PeerEnd, PeerKey,
 };
 
 /// Something the reliable path holds back toward one destination.
@@ -113,7 +113,7 @@ impl FaultFabric {
         let transport = self.inner.capabilities().name;
         match self.inner.datagrams() {
             Some(path) => path.post_datagram(dest, bytes),
-            None => Err(Error::NoDatagrams { transport }),
+            None => Err(FabricError::NoDatagrams { transport }),
         }
     }
 
@@ -242,6 +242,8 @@ impl FaultFabric {
 }
 
 impl Register for FaultFabric {
+    type Error = FabricError;
+
     fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
         self.inner.register(region, lock)
     }
@@ -306,7 +308,7 @@ impl Fabric for FaultFabric {
         }
     }
 
-    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> Result<usize> {
         self.stall_or_kill();
         if self.killed {
             return Ok(0);
@@ -336,7 +338,7 @@ impl Fabric for FaultFabric {
         if let Err(e) = self.release(None) {
             // Posting what was held failed: the rank cannot finish cleanly; its peers
             // must not take it for finished with messages missing.
-            self.world.note_error(self.rank, e);
+            self.world.note_error(self.rank, e.into());
             self.kill();
             return;
         }

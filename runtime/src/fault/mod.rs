@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 
 use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportKind};
-use crate::core::error::{Error, Result};
+use crate::error::{Error, FabricError, Result};
 use crate::fabric::local::{LocalFabric, World};
 use crate::launch::threads::{spawn, ThreadOpts};
 
@@ -118,7 +118,7 @@ thread_local! {
 /// What a [`run`] gave: each rank's result (None: the rank's function did not return,
 /// it panicked), when the killed rank died, the faults injected, and the error of the
 /// launcher when a rank failed to finish (after a kill: a survivor whose sends to the
-/// dead rank could not be delivered; every other rank sees `Error::Aborted` then).
+/// dead rank could not be delivered; every other rank sees `FabricError::Aborted` then).
 #[derive(Debug)]
 pub struct FaultRun<R> {
     /// Each rank's result, by rank.
@@ -143,10 +143,10 @@ where
 {
     let cfg = *config.transport();
     if n == 0 {
-        return Err(Error::InvalidRank {
+        return Err(Error::Fabric(FabricError::InvalidRank {
             rank: 0,
             world_size: 0,
-        });
+        }));
     }
     if cfg.kind != TransportKind::Local {
         return Err(Error::Config(ConfigError::TransportUnavailable {
@@ -191,7 +191,7 @@ where
     let fw = Arc::into_inner(fw).expect("the ranks' fabrics are gone");
     let finish_error = match out {
         Ok(_) => fw.errors.into_inner().into_iter().next().map(|(_, e)| e),
-        Err(Error::Aborted) if fw.kill_time.lock().is_some() => None,
+        Err(Error::Fabric(FabricError::Aborted)) if fw.kill_time.lock().is_some() => None,
         Err(e) if fw.kill_time.lock().is_some() => Some(e),
         Err(e) => return Err(e),
     };

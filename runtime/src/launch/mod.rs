@@ -11,8 +11,8 @@ use std::sync::Arc;
 use crate::bootstrap::{auto, Bootstrap, BootstrapKind};
 use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportKind};
-use crate::core::error::{Error, Result};
 use crate::core::procstatus::ProcStatus;
+use crate::error::{Error, Result};
 
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -128,7 +128,7 @@ const ARENA_BYTES: u64 = 64 << 20;
 /// and the engine's table of sends in flight of 24 B; plus 1/16, and a malloc arena per
 /// rank thread up to 8 per core) in
 /// what this process may map (`ulimit -v`), and what of it is written or locked at start
-/// (all but the buffers of an unlocked pool) in the machine. Errors: [`Error::ModelOverflow`],
+/// (all but the buffers of an unlocked pool) in the machine. Errors: [`CommError::ModelOverflow`](crate::error::CommError::ModelOverflow),
 /// [`Error::Alloc`] naming the ranks and the sizes.
 pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> Result<()> {
     let stack = crate::core::memory::rank_stack_bytes() as u64;
@@ -150,26 +150,26 @@ pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> 
     match (n as u64).checked_mul(stack) {
         Some(s) if s <= crate::core::memory::ADDRESS_SPACE_BYTES => {}
         s => {
-            return Err(Error::Alloc {
+            return Err(Error::Alloc(crate::core::memory::AllocError {
                 what: what("the thread stacks", stack),
                 bytes: s.unwrap_or(u64::MAX),
                 error: std::io::Error::new(
                     std::io::ErrorKind::OutOfMemory,
                     "more than the 2^47-byte address space",
                 ),
-            })
+            }))
         }
     }
     let (mapped, touched) = (
         (n as u64).saturating_mul(per_rank).saturating_add(arenas),
         (n as u64).saturating_mul(touched),
     );
-    crate::core::memory::check_room(mapped, touched, || {
+    Ok(crate::core::memory::check_room(mapped, touched, || {
         what(
             "the pools, receive queues and state (buffer_count x buffer_size, srq_depth x buffer_size, ...)",
             per_rank,
         )
-    })
+    })?)
 }
 
 /// A world of one rank over the local transport, owned by the caller (for a program

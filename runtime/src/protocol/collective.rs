@@ -4,13 +4,13 @@
 //! (`wire::encode_stamp`). A sender's messages of one tag arrive in order on every
 //! transport, so the next collective message from a peer is the one a rank expects unless
 //! the ranks called different collectives (or the same in another order): then the stamp
-//! differs and the rank gets [`Error::CollectiveMismatch`] instead of waiting for ever.
+//! differs and the rank gets [`ProtocolError::CollectiveMismatch`] instead of waiting for ever.
 //!
 //! A collective calls [`CollectiveSeq::begin`] once, [`Collective::seal`] on each message
 //! it sends and [`Collective::open`] on each it receives.
 
-use crate::core::error::{Error, Result};
 use crate::fabric::wire::{decode_stamp, encode_stamp, STAMP_BYTES};
+use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::{Tag, RESERVED_TAG_BASE};
 
 /// The one tag of every collective message.
@@ -82,7 +82,7 @@ impl Collective {
     }
 
     /// Checks that `msg`, received by `rank` from `peer`, is this collective's `step`, and
-    /// takes its stamp off. Errors: [`Error::CollectiveMismatch`] saying what came instead.
+    /// takes its stamp off. Errors: [`ProtocolError::CollectiveMismatch`] saying what came instead.
     pub fn open(&self, rank: usize, peer: usize, step: u32, msg: &mut Vec<u8>) -> Result<()> {
         let at = msg.len().checked_sub(STAMP_BYTES);
         let stamp = at.and_then(|at| decode_stamp(msg[at..].try_into().expect("STAMP_BYTES")));
@@ -97,7 +97,7 @@ impl Collective {
             },
             None => format!("a message of {} bytes without a collective's stamp", msg.len()),
         };
-        Err(Error::CollectiveMismatch {
+        Err(ProtocolError::CollectiveMismatch {
             rank,
             peer,
             op: self.kind.name(),

@@ -19,8 +19,9 @@
 use std::time::Duration;
 
 use crate::core::config::{EndpointOverflow, RecvSharing, TransportConfig};
-use crate::core::error::{Error, Result, Sender};
 use crate::core::pool::BufId;
+use crate::fabric::error::{FabricError, Sender};
+use crate::protocol::error::{ProtocolError, Result};
 
 /// Datagrams in flight (sent, not acknowledged) per peer, and out-of-order arrivals held
 /// per peer.
@@ -104,14 +105,16 @@ impl DatagramHeader {
     }
 
     /// Reads the header of datagram `d` received by `rank` from `src`. Errors
-    /// ([`Error::BadPacket`]): shorter than the header, an unknown kind, a length that is
+    /// ([`FabricError::BadPacket`]): shorter than the header, an unknown kind, a length that is
     /// not the bytes received, a chunk beyond its message.
     pub fn decode(d: &[u8], rank: usize, src: usize) -> Result<DatagramHeader> {
-        let bad = |what: String| Error::BadPacket {
-            rank,
-            from: Sender::Rank(src),
-            bytes: d.len(),
-            what,
+        let bad = |what: String| {
+            ProtocolError::from(FabricError::BadPacket {
+                rank,
+                from: Sender::Rank(src),
+                bytes: d.len(),
+                what,
+            })
         };
         if d.len() < HEADER_BYTES {
             return Err(bad(format!(

@@ -18,9 +18,9 @@
 
 use std::collections::VecDeque;
 
-use crate::core::error::{Error, Result};
 use crate::core::intmap::IntMap;
 use crate::fabric::PacketHeader;
+use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::request::RequestId;
 
 /// A message tag. User tags are `< RESERVED_TAG_BASE`.
@@ -72,8 +72,8 @@ fn accepts(src: Source, tag: TagMatch, m_src: usize, m_tag: Tag) -> bool {
 }
 
 /// A message longer than this machine's address space.
-fn too_large(peer: usize, tag: Tag, total: u64) -> Error {
-    Error::BadChunk {
+fn too_large(peer: usize, tag: Tag, total: u64) -> ProtocolError {
+    ProtocolError::BadChunk {
         peer,
         tag,
         total,
@@ -219,7 +219,7 @@ impl Matcher {
     /// a `usize` and the place in `posted` of the receive it would bind to ([`Matcher::bind`]).
     fn lookup(&self, src: usize, tag: Tag, total: u64) -> Result<(usize, Option<usize>)> {
         if !self.assembling.is_empty() && self.assembling.contains_key(&src) {
-            return Err(Error::BadChunk {
+            return Err(ProtocolError::BadChunk {
                 peer: src,
                 tag,
                 total,
@@ -338,7 +338,7 @@ impl Matcher {
             // chunks follow.
             let cap = usize::try_from(h.total).map_err(|_| too_large(src, h.tag, h.total))?;
             if payload.len() > cap {
-                return Err(Error::BadChunk {
+                return Err(ProtocolError::BadChunk {
                     peer: src,
                     tag: h.tag,
                     total: h.total,
@@ -397,7 +397,7 @@ impl Matcher {
             }
             return Ok(());
         }
-        let id = *self.assembling.get(&src).ok_or_else(|| Error::BadChunk {
+        let id = *self.assembling.get(&src).ok_or_else(|| ProtocolError::BadChunk {
             peer: src,
             tag: h.tag,
             total: h.total,
@@ -407,7 +407,7 @@ impl Matcher {
         let m = self.inbound.get_mut(&id).expect("inbound message");
         let arrived = m.arrived();
         if h.offset as usize != arrived || arrived + payload.len() > m.total {
-            return Err(Error::BadChunk {
+            return Err(ProtocolError::BadChunk {
                 peer: src,
                 tag: h.tag,
                 total: h.total,
@@ -450,7 +450,7 @@ impl Matcher {
     /// the order of its source's messages and matches exactly as a chunked one would.
     pub fn on_whole(&mut self, h: &PacketHeader, data: Vec<u8>) -> Result<()> {
         if data.len() as u64 != h.total {
-            return Err(Error::BadChunk {
+            return Err(ProtocolError::BadChunk {
                 peer: h.src as usize,
                 tag: h.tag,
                 total: h.total,

@@ -9,5 +9,6 @@ pub mod connection;
 pub mod credit;
 pub mod datagram;
 pub mod engine;
+pub mod error;
 pub mod matching;
 pub mod request;

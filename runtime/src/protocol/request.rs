@@ -14,7 +14,7 @@ impl RequestId {
         RequestId(n)
     }
 
-    /// Its number (in [`Error::UnknownRequest`](crate::error::Error::UnknownRequest) and
+    /// Its number (in [`ProtocolError::UnknownRequest`](crate::protocol::error::ProtocolError::UnknownRequest) and
     /// diagnostics).
     #[inline]
     pub const fn get(self) -> u64 {

@@ -2,6 +2,7 @@
 //! small ones, both sides sending large first, a send completing before its receive is
 //! posted, and any-source receives of large messages.
 
+use ballast_runtime::error::ProtocolError;
 use ballast_runtime::{Error, RecvSharing, Result, Source, TagMatch};
 
 use super::*;
@@ -36,7 +37,7 @@ pub fn large_messages_in_order_with_small_ones<L: Launcher>(l: &L, sharing: Recv
                             // pool buffer: progress and retry, as the API says.
                             loop {
                                 match comm.isend(0, 1, &d) {
-                                    Err(Error::WouldBlock) => {
+                                    Err(Error::Protocol(ProtocolError::WouldBlock)) => {
                                         comm.progress()?;
                                     }
                                     r => break reqs.push(r?),

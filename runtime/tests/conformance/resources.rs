@@ -1,6 +1,7 @@
 //! Bounded resources: back-pressure with a pool of two buffers, bounded pool growth,
 //! endpoint eviction and a cap below the number of peers, and the footprint model.
 
+use ballast_runtime::error::ProtocolError;
 use ballast_runtime::{Error, RecvSharing, Result, Source, TagMatch};
 
 use super::*;
@@ -23,7 +24,10 @@ pub fn back_pressure_pool_of_two<L: Launcher>(l: &L, sharing: RecvSharing) {
                 let a = comm.isend(1, 1, &[1])?;
                 let b = comm.isend(1, 1, &[2])?;
                 let third = comm.isend(1, 1, &[3]);
-                assert!(matches!(third, Err(Error::WouldBlock)), "third isend: {third:?}");
+                assert!(
+                    matches!(third, Err(Error::Protocol(ProtocolError::WouldBlock))),
+                    "third isend: {third:?}"
+                );
                 comm.wait(a)?;
                 comm.wait(b)?;
                 comm.send(1, 1, &[3])?;
@@ -83,7 +87,7 @@ pub fn chunked_send_then_retried_smalls<L: Launcher>(l: &L, buffer_count: usize,
                 for i in 0..smalls {
                     loop {
                         match comm.isend(1, 1, &[i as u8]) {
-                            Err(Error::WouldBlock) => {
+                            Err(Error::Protocol(ProtocolError::WouldBlock)) => {
                                 comm.progress()?;
                             }
                             r => break reqs.push(r?),
@@ -135,7 +139,7 @@ pub fn pool_growth_is_bounded<L: Launcher>(l: &L) {
                 loop {
                     match comm.isend(1, 1, &[7; 10]) {
                         Ok(r) => reqs.push(r),
-                        Err(Error::WouldBlock) => break,
+                        Err(Error::Protocol(ProtocolError::WouldBlock)) => break,
                         Err(e) => return Err(e),
                     }
                 }
@@ -425,7 +429,7 @@ pub fn datagram_all_to_all<L: Launcher>(
                             pending.push(r);
                             sent += 1;
                         }
-                        Err(ballast_runtime::Error::WouldBlock) => {}
+                        Err(e) if e.is_would_block() => {}
                         Err(e) => return Err(e),
                     }
                 }

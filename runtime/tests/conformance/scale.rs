@@ -1,6 +1,7 @@
 //! Many ranks: 64-rank all-to-all, 63 senders into a shared receive queue of 4, the
 //! collectives, and bad input.
 
+use ballast_runtime::error::{CommError, FabricError, ProtocolError};
 use ballast_runtime::{Error, RecvSharing, Result, Source, TagMatch};
 
 use super::*;
@@ -43,7 +44,7 @@ pub fn all_to_all_64<L: Launcher>(l: &L, sharing: RecvSharing) {
                             pending.push(r);
                             sent += 1;
                         }
-                        Err(Error::WouldBlock) => {}
+                        Err(Error::Protocol(ProtocolError::WouldBlock)) => {}
                         Err(e) => return Err(e),
                     }
                 }
@@ -148,15 +149,15 @@ pub fn bad_input_is_an_error<L: Launcher>(l: &L) {
             let a = comm.send(5, 1, &[1]).is_err_and(|e| {
                 matches!(
                     e,
-                    Error::InvalidRank {
+                    Error::Fabric(FabricError::InvalidRank {
                         rank: 5,
                         world_size: 2
-                    }
+                    })
                 )
             });
             let b = comm
                 .send(1, ballast_runtime::RESERVED_TAG_BASE, &[1])
-                .is_err_and(|e| matches!(e, Error::ReservedTag(_)));
+                .is_err_and(|e| matches!(e, Error::Comm(CommError::ReservedTag(_))));
             let c = comm.irecv(Source::Rank(9), TagMatch::Any).is_err();
             (a, b, c)
         })

@@ -21,7 +21,7 @@ pub(crate) fn memlock_error() -> i32 {
         .unwrap();
     let mut boot = TcpBootstrap::new("127.0.0.1:0", 0, 1, Duration::from_secs(5)).unwrap();
     match verbs::communicator(&mut boot, &cfg) {
-        Err(e @ Error::MemlockTooLow { .. }) => {
+        Err(e @ Error::Fabric(FabricError::MemlockTooLow { .. })) => {
             let m = e.to_string();
             println!("memlock: got the expected error: {m}");
             // Pool 64 x 8 KiB, send headers 64 x 32 B, SRQ 64 x (32 B + 8 KiB): 1028 KiB.

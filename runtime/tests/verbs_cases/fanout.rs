@@ -21,7 +21,7 @@ const FANOUT_TAG: u32 = 77;
 /// first, so the barrier's endpoints exist before the snapshot), the snapshot, a third
 /// barrier (no rank sends before every rank took its snapshot), rank 0 sends `messages`
 /// messages of `ints` 32-bit integers to every other rank, which checks their length
-/// ([`Error::MessageSize`]), and a last barrier before the second snapshot.
+/// ([`CommError::MessageSize`]), and a last barrier before the second snapshot.
 fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result<Exchange> {
     let n = comm.world_size();
     comm.barrier()?;
@@ -40,13 +40,13 @@ fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result<Exc
         for _ in 0..messages {
             let m = comm.recv(Source::Rank(0), TagMatch::Tag(FANOUT_TAG))?;
             if m.data.len() != ints * 4 {
-                return Err(Error::MessageSize {
+                return Err(Error::Comm(CommError::MessageSize {
                     rank: comm.rank(),
                     peer: m.source,
                     tag: FANOUT_TAG,
                     bytes: m.data.len(),
                     expected: ints * 4,
-                });
+                }));
             }
         }
     }

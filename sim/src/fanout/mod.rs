@@ -12,6 +12,7 @@ pub mod verbs;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use ballast_runtime::error::{CommError, FabricError};
 use ballast_runtime::launch::threads::run_ranks;
 use ballast_runtime::{
     Communicator, Error, Footprint, MemoryLock, ProcStatus, Result, RuntimeConfig, Source, TagMatch,
@@ -84,7 +85,7 @@ pub struct Exchange {
 /// every rank has taken its snapshot: a late rank would otherwise count rank 0's fanout
 /// endpoint in its "before"), then rank 0 sends `messages` messages of `ints` 32-bit
 /// integers to every other rank, which checks their length, then a barrier.
-/// Errors: the communicator's, and [`Error::MessageSize`] on a message of the wrong length.
+/// Errors: the communicator's, and [`CommError::MessageSize`] on a message of the wrong length.
 pub fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result<Exchange> {
     let n = comm.world_size();
     comm.barrier()?;
@@ -104,13 +105,13 @@ pub fn exchange(comm: &mut Communicator, messages: usize, ints: usize) -> Result
         for _ in 0..messages {
             let m = comm.recv(Source::Rank(0), TagMatch::Tag(FANOUT_TAG))?;
             if m.data.len() != ints * 4 {
-                return Err(Error::MessageSize {
+                return Err(Error::Comm(CommError::MessageSize {
                     rank: comm.rank(),
                     peer: m.source,
                     tag: FANOUT_TAG,
                     bytes: m.data.len(),
                     expected: ints * 4,
-                });
+                }));
             }
         }
     }
@@ -154,10 +155,10 @@ pub fn run_local_counted(
     progress: &AtomicUsize,
 ) -> Result<(FanoutReport, u64)> {
     if ranks < 2 {
-        return Err(Error::InvalidRank {
+        return Err(Error::Fabric(FabricError::InvalidRank {
             rank: ranks,
             world_size: ranks,
-        });
+        }));
     }
     let t = *config.transport();
     let rpn = t.ranks_per_node;

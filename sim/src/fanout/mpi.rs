@@ -2,6 +2,7 @@
 //! sends a few integers to every other rank; rank 0 reports its process counters and
 //! footprint before and after, with the world sums gathered over MPI.
 
+use ballast_runtime::error::FabricError;
 use ballast_runtime::mpi::{Mpi, MPI_MEMORY_NOTE};
 use ballast_runtime::{Error, Footprint, Result, RuntimeConfig};
 
@@ -23,7 +24,7 @@ fn get_u64s(b: &[u8]) -> Vec<u64> {
 /// `ints` 32-bit integers to every other rank. Returns the report on rank 0, `None`
 /// elsewhere. `all_ranks_match_model` is true when every rank's accounted footprint
 /// equals the model's before and after (on the native path it does; on the engine path
-/// the model is a bound); MPI's own memory is in the VmRSS/VmLck rows. Errors: [`Error::InvalidRank`] with fewer than 2
+/// the model is a bound); MPI's own memory is in the VmRSS/VmLck rows. Errors: [`FabricError::InvalidRank`] with fewer than 2
 /// processes, and the communicator's errors.
 pub fn fanout(
     mpi: &Mpi,
@@ -33,10 +34,10 @@ pub fn fanout(
 ) -> Result<Option<FanoutReport>> {
     let n = mpi.size();
     if n < 2 {
-        return Err(Error::InvalidRank {
+        return Err(Error::Fabric(FabricError::InvalidRank {
             rank: n,
             world_size: n,
-        });
+        }));
     }
     let me = mpi.rank();
     let mut comm = mpi.communicator(config)?;

@@ -19,12 +19,14 @@
 //! exchange) is not the transport's: it is taken off the VmPin and VmRSS growth.
 
 use ballast_runtime::bootstrap::{Bootstrap, Kept};
+use ballast_runtime::error::FabricError;
 use ballast_runtime::verbs::{self, communicator, HEADER_BYTES};
 use ballast_runtime::{
-    Error, Footprint, ProcStatus, RecvSharing, Result, RuntimeConfig, TransportConfig, TransportKind,
+    Error, Footprint, ProcStatus, RecvSharing, RuntimeConfig, TransportConfig, TransportKind,
 };
 
 use super::{exchange, FanoutReport, Snapshot};
+use crate::SimError;
 
 /// What VmRSS may grow beyond the model's total, KiB (provider library, heap, stacks).
 pub const RSS_SLACK_KIB: u64 = 4096;
@@ -152,21 +154,24 @@ fn get_fp(x: &[u64]) -> Footprint {
 
 /// The fanout over verbs, one rank per process of `boot` (collective): rank 0 sends
 /// `messages` messages of `ints` 32-bit integers to every other rank. Returns the report on
-/// rank 0, `None` elsewhere. Errors: those of [`communicator`] and of the exchange.
+/// rank 0, `None` elsewhere. Errors: those of [`communicator`] and of the exchange
+/// ([`SimError::Runtime`]), [`SimError::FanoutReport`] when a rank's report has the wrong
+/// length.
 pub fn fanout(
     boot: &mut dyn Bootstrap,
     config: &RuntimeConfig,
     messages: usize,
     ints: usize,
-) -> Result<Option<VerbsFanout>> {
+) -> Result<Option<VerbsFanout>, SimError> {
     let n = boot.size();
     if n < 2 {
-        return Err(Error::InvalidRank {
+        return Err(FabricError::InvalidRank {
             rank: n,
             world_size: n,
-        });
+        }
+        .into());
     }
-    let start = ProcStatus::read_self()?;
+    let start = ProcStatus::read_self().map_err(Error::from)?;
     let kept0 = boot.kept();
     let mut comm = communicator(boot, config)?;
     let kept = boot.kept().since(&kept0);
@@ -220,7 +225,7 @@ pub fn fanout(
         .collect();
     const REPORT_WORDS: usize = 18 + 48 + 3;
     if let Some((peer, r)) = rows.iter().enumerate().find(|(_, r)| r.len() != REPORT_WORDS) {
-        return Err(Error::FanoutReport {
+        return Err(SimError::FanoutReport {
             rank: boot.rank(),
             peer,
             words: r.len(),

@@ -59,10 +59,10 @@ use crate::comm::model::{
 };
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
-use crate::core::error::{Error, Result, Sender};
 use crate::core::footprint::Footprint;
 use crate::core::intmap::{IntMap, IntSet};
 use crate::core::pool::PoolStats;
+use crate::error::{Error, FabricError, Result, Sender};
 use crate::fabric::mpi::ffi::{recv_append, recv_to_slice};
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
@@ -82,10 +82,12 @@ const RESERVED: usize = 1;
 
 /// The sending rank of a completed receive (`MPI_SOURCE`; MPI rank = Ballast rank here).
 fn source_rank(source: c_int) -> Result<usize> {
-    usize::try_from(source).map_err(|_| Error::MpiValue {
-        what: "MPI_Status.MPI_SOURCE",
-        value: source.into(),
-        why: "is negative",
+    usize::try_from(source).map_err(|_| {
+        Error::Fabric(FabricError::MpiValue {
+            what: "MPI_Status.MPI_SOURCE",
+            value: source.into(),
+            why: "is negative",
+        })
     })
 }
 
@@ -137,7 +139,7 @@ struct PendingRecv {
 }
 
 /// A large message whose header came out of MPI but whose bytes could not be reserved
-/// (out of memory, [`Error::MessageAlloc`]): its parts wait in MPI. It stays first in line
+/// (out of memory, [`FabricError::MessageAlloc`](crate::error::FabricError::MessageAlloc)): its parts wait in MPI. It stays first in line
 /// ([`MpiNative::retry_deferred`], before anything else takes a message out of MPI or
 /// matches one): every later call that would do so fails the same way until it fits.
 /// Normally one at a time; a second one only when withdrawing a receive finds a large
@@ -353,10 +355,10 @@ impl MpiNative {
 
     fn check_rank(&self, r: usize) -> Result<()> {
         if r >= self.world {
-            return Err(Error::InvalidRank {
+            return Err(Error::Fabric(FabricError::InvalidRank {
                 rank: r,
                 world_size: self.world,
-            });
+            }));
         }
         Ok(())
     }

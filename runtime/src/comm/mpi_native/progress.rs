@@ -2,6 +2,8 @@
 //! messages, in matching order) and sends, and draining unexpected messages out of MPI.
 
 use super::*;
+use crate::error::{FabricError, ProtocolError};
+use crate::protocol::request::RequestId;
 
 impl MpiNative {
     /// Takes the first message matching `(s, t)` on `chan` out of MPI, if one is there.
@@ -12,11 +14,13 @@ impl MpiNative {
         let n = matched.len();
         // The length is the peer's: reserved without aborting.
         let mut buf: Vec<u8> = Vec::new();
-        buf.try_reserve_exact(n).map_err(|e| Error::MessageAlloc {
-            rank: self.rank,
-            peer: matched.status().MPI_SOURCE as usize,
-            bytes: n as u64,
-            source: e,
+        buf.try_reserve_exact(n).map_err(|e| {
+            Error::Fabric(FabricError::MessageAlloc {
+                rank: self.rank,
+                peer: matched.status().MPI_SOURCE as usize,
+                bytes: n as u64,
+                source: e,
+            })
         })?;
         let status = matched.recv_append(&mut buf)?;
         self.received += 1;
@@ -78,24 +82,24 @@ impl MpiNative {
                         owner: parts_for,
                         matched: parts_for,
                     });
-                    return Err(Error::MessageAlloc {
+                    return Err(Error::Fabric(FabricError::MessageAlloc {
                         rank: self.rank,
                         peer: src,
                         bytes,
                         source: e,
-                    });
+                    }));
                 }
                 let total = bytes as usize;
                 match parts_for {
                     None => {
                         while data.len() < total {
                             if recv_append(&self.chans[chan].parts, self.rank, src, mtag, &mut data)? == 0 {
-                                return Err(Error::BadPacket {
+                                return Err(Error::Fabric(FabricError::BadPacket {
                                     rank: self.rank,
                                     from: Sender::Rank(src),
                                     bytes: 0,
                                     what: format!("empty part at {} of {total} bytes", data.len()),
-                                });
+                                }));
                             }
                         }
                         Ok(Some(Message {
@@ -109,7 +113,7 @@ impl MpiNative {
                             .recvs
                             .iter()
                             .position(|r| r.id == id)
-                            .ok_or(Error::UnknownRequest(id))?;
+                            .ok_or(Error::Protocol(ProtocolError::UnknownRequest(RequestId::new(id))))?;
                         let recv = PartsRecv::post(
                             &self.chans[chan].parts,
                             source,
@@ -128,19 +132,19 @@ impl MpiNative {
                     }
                 }
             }
-            k => Err(Error::BadPacket {
+            k => Err(Error::Fabric(FabricError::BadPacket {
                 rank: self.rank,
                 from: Sender::Rank(src),
                 bytes: n,
                 what: format!("unknown kind {k}"),
-            }),
+            })),
         }
     }
 
     /// Takes the deferred large messages (see [`Deferred`]), in order, once their bytes
     /// can be reserved: the parts are received (the sender posted them with the header) and
     /// each goes to the receive that still waits for it, else into the unexpected queue in
-    /// its place. [`Error::MessageAlloc`] again while one cannot: nothing may take a
+    /// its place. [`FabricError::MessageAlloc`](crate::error::FabricError::MessageAlloc) again while one cannot: nothing may take a
     /// message out of MPI or match one before it, so the callers stop there.
     pub(super) fn retry_deferred(&mut self) -> Result<()> {
         while let Some(d) = self.deferred.pop_front() {
@@ -155,22 +159,22 @@ impl MpiNative {
         if let Err(e) = data.try_reserve_exact(usize::try_from(d.bytes).unwrap_or(usize::MAX)) {
             let (peer, bytes) = (d.source, d.bytes);
             self.deferred.push_front(d);
-            return Err(Error::MessageAlloc {
+            return Err(Error::Fabric(FabricError::MessageAlloc {
                 rank: self.rank,
                 peer,
                 bytes,
                 source: e,
-            });
+            }));
         }
         let total = d.bytes as usize;
         while data.len() < total {
             if recv_append(&self.chans[d.chan].parts, self.rank, d.source, d.mtag, &mut data)? == 0 {
-                return Err(Error::BadPacket {
+                return Err(Error::Fabric(FabricError::BadPacket {
                     rank: self.rank,
                     from: Sender::Rank(d.source),
                     bytes: 0,
                     what: format!("empty part at {} of {total} bytes", data.len()),
-                });
+                }));
             }
         }
         let m = Message {
@@ -194,7 +198,7 @@ impl MpiNative {
     /// message's: the communicator works on), from MPI when it is still posted there
     /// ([`MpiNative::cancel_posted`]).
     pub(super) fn withdraw(&mut self, id: u64, error: &Error) {
-        if matches!(error, Error::MessageAlloc { .. }) {
+        if matches!(error, Error::Fabric(FabricError::MessageAlloc { .. })) {
             // Best effort: the wait's own error is the one reported.
             let _ = self.cancel_posted(id);
         }
@@ -227,7 +231,7 @@ impl MpiNative {
                 .recvs
                 .iter()
                 .position(|r| r.id == id)
-                .ok_or(Error::UnknownRequest(id))?;
+                .ok_or(Error::Protocol(ProtocolError::UnknownRequest(RequestId::new(id))))?;
             let r = self.recvs.remove(j);
             let RecvState::Parts {
                 mut recv,
@@ -240,11 +244,13 @@ impl MpiNative {
             };
             // The sender posted the parts with the header: waiting completes.
             recv.wait(&mut self.statuses)?;
-            let data = recv.take_data().map_err(|got| Error::BadPacket {
-                rank: self.rank,
-                from: Sender::Rank(source),
-                bytes: got,
-                what: format!("parts of {got} bytes for a message of {total}"),
+            let data = recv.take_data().map_err(|got| {
+                Error::Fabric(FabricError::BadPacket {
+                    rank: self.rank,
+                    from: Sender::Rank(source),
+                    bytes: got,
+                    what: format!("parts of {got} bytes for a message of {total}"),
+                })
             })?;
             self.done_recvs.insert(id, Message { source, tag, data });
         }
@@ -312,7 +318,7 @@ impl MpiNative {
                     .recvs
                     .iter()
                     .position(|r| r.id == id)
-                    .ok_or(Error::UnknownRequest(id))?;
+                    .ok_or(Error::Protocol(ProtocolError::UnknownRequest(RequestId::new(id))))?;
                 self.recvs.remove(i);
                 self.recv_scratch = buf;
                 let source = source_rank(status.MPI_SOURCE)?;
@@ -347,12 +353,12 @@ impl MpiNative {
                     data: buf[..n - 1].to_vec(),
                 }))
             } else {
-                Err(Error::BadPacket {
+                Err(Error::Fabric(FabricError::BadPacket {
                     rank: self.rank,
                     from: Sender::Rank(status.MPI_SOURCE.max(0) as usize),
                     bytes: n,
                     what: format!("kind {kind} where a whole message was expected"),
-                })
+                }))
             };
             self.recv_scratch = buf;
             m
@@ -360,11 +366,13 @@ impl MpiNative {
             self.finish_header(chan, status.MPI_SOURCE, status.MPI_TAG, buf, n, None)
         };
         let r = self.recvs.remove(i);
-        let m = m?.ok_or_else(|| Error::BadPacket {
-            rank: self.rank,
-            from: Sender::Rank(status.MPI_SOURCE.max(0) as usize),
-            bytes: n,
-            what: "a large message's header where a whole message was expected".into(),
+        let m = m?.ok_or_else(|| {
+            Error::Fabric(FabricError::BadPacket {
+                rank: self.rank,
+                from: Sender::Rank(status.MPI_SOURCE.max(0) as usize),
+                bytes: n,
+                what: "a large message's header where a whole message was expected".into(),
+            })
         })?;
         if scratch {
             self.scratch_done = Some(m);
@@ -409,11 +417,13 @@ impl MpiNative {
                             unreachable!("parts state")
                         };
                         // All `total` bytes, unless the sender sent less than it announced.
-                        let data = recv.take_data().map_err(|got| Error::BadPacket {
-                            rank: self.rank,
-                            from: Sender::Rank(source),
-                            bytes: got,
-                            what: format!("parts of {got} bytes for a message of {total}"),
+                        let data = recv.take_data().map_err(|got| {
+                            Error::Fabric(FabricError::BadPacket {
+                                rank: self.rank,
+                                from: Sender::Rank(source),
+                                bytes: got,
+                                what: format!("parts of {got} bytes for a message of {total}"),
+                            })
                         })?;
                         self.done_recvs.insert(r.id, Message { source, tag, data });
                         continue;
@@ -469,10 +479,10 @@ impl MpiNative {
     pub(super) fn poll(&mut self, housekeeping: bool) -> Result<bool> {
         if housekeeping {
             if self.abort.poll() {
-                return Err(Error::Aborted);
+                return Err(Error::Fabric(FabricError::Aborted));
             }
         } else if self.abort.is_set() {
-            return Err(Error::Aborted);
+            return Err(Error::Fabric(FabricError::Aborted));
         }
         if !self.deferred.is_empty() {
             self.retry_deferred()?;

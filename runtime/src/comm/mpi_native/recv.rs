@@ -2,6 +2,7 @@
 //! it to MPI, and the blocking receive's latency path.
 
 use super::*;
+use crate::error::FabricError;
 
 impl MpiNative {
     pub(super) fn wire_match(&self, src: Source, tag: TagMatch) -> Result<(usize, c_int, c_int)> {
@@ -123,15 +124,14 @@ impl MpiNative {
     fn waited<T: Take>(&mut self, w: Waited, take: &mut T) -> Result<Got<T::Out>> {
         match w {
             Waited::Message(m) => Ok(Got::Message(m)),
-            Waited::Parts(p) => take
-                .large(self, &p)?
-                .map(Got::Taken)
-                .ok_or_else(|| Error::BadPacket {
+            Waited::Parts(p) => take.large(self, &p)?.map(Got::Taken).ok_or_else(|| {
+                Error::Fabric(FabricError::BadPacket {
                     rank: self.rank,
                     from: Sender::Rank(p.source),
                     bytes: 0,
                     what: "a large message's parts set aside for a receive that does not take them".into(),
-                }),
+                })
+            }),
         }
     }
 
@@ -405,12 +405,12 @@ fn receive_parts(n: &MpiNative, p: &Parts, to: &mut [u8]) -> Result<()> {
     while off < total {
         let k = recv_to_slice(&n.chans[p.chan].parts, n.rank, p.source, p.mtag, &mut to[off..])?;
         if k == 0 {
-            return Err(Error::BadPacket {
+            return Err(Error::Fabric(FabricError::BadPacket {
                 rank: n.rank,
                 from: Sender::Rank(p.source),
                 bytes: 0,
                 what: format!("empty part at {off} of {total} bytes"),
-            });
+            }));
         }
         off += k;
     }

@@ -2,6 +2,8 @@
 //! header and parts; blocking and non-blocking sends and their completion.
 
 use super::*;
+use crate::error::ProtocolError;
+use crate::protocol::request::RequestId;
 
 impl MpiNative {
     /// Posts `head` (and, for an `isend`'s large message, its parts from `body`) to `dest`.
@@ -32,7 +34,7 @@ impl MpiNative {
     }
 
     /// Starts sending a copy of `data` (the caller may reuse `data` at once). Never
-    /// [`Error::WouldBlock`]: MPI queues it.
+    /// [`ProtocolError::WouldBlock`]: MPI queues it.
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
         self.check_rank(dest)?;
         if data.len() <= self.eager {
@@ -159,7 +161,7 @@ impl MpiNative {
         if self.sends.iter().any(|s| s.id == id) {
             return Ok(false);
         }
-        Err(Error::UnknownRequest(id))
+        Err(Error::Protocol(ProtocolError::UnknownRequest(RequestId::new(id))))
     }
 
     /// Forgets a completed send.

@@ -1,6 +1,6 @@
 //! The configuration's errors ([`ConfigError`]): a bad value of a `BALLAST_*` variable or
 //! of a setting given in code, and a transport this build or launcher cannot run. The
-//! public [`crate::Error`] wraps it (`Error::Config`), with the same messages.
+//! public error wraps it (`Error::Config`), with the same messages.
 
 use thiserror::Error;
 

@@ -20,13 +20,14 @@ use crossbeam::sync::{Parker, Unparker};
 use parking_lot::Mutex;
 
 use crate::core::config::{RecvSharing, TransportConfig};
-use crate::core::error::{Error, Result};
 use crate::core::footprint::{MemoryLock, MemoryModel};
 pub use crate::core::memory::memlock_limit_bytes;
 use crate::core::memory::AlignedRegion;
 use crate::core::pool::{Register, Registration};
+use crate::fabric::error::{FabricError, Result};
 use crate::fabric::{
-    Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerEnd, PeerKey,
+    go, poll_result, Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, Halt,
+    PacketHeader, PeerEnd, PeerKey,
 };
 
 pub(crate) mod drop_model;
@@ -301,9 +302,61 @@ impl LocalFabric {
         self.bytes.recv_locked_bytes += reg.locked_bytes;
         self.bytes.recv_lock.add(&reg.lock);
     }
+
+    /// [`Fabric::poll`]'s work: completions, arrivals (a stopped one held, first at the
+    /// next poll), controls, datagrams.
+    fn poll_events(
+        &mut self,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<usize, Halt> {
+        let mut n = 0;
+        while let Some(w) = self.completions.pop_front() {
+            go(on_event(Event::SendComplete(w)))?;
+            n += 1;
+        }
+        let port = &self.world.ports[self.rank];
+        let mut held = self.held.take();
+        for _ in 0..POLL_BATCH {
+            let Some(a) = held.take().or_else(|| port.data.pop()) else {
+                break;
+            };
+            let taken = {
+                let g = a.rq.region.lock();
+                let off = a.slot as usize * a.rq.buffer_size;
+                on_event(Event::Arrival(
+                    a.hdr,
+                    &g.as_slice()[off..off + a.hdr.len as usize],
+                ))
+            };
+            if taken.is_break() {
+                // First in line again at the next poll (packets of a peer stay in order).
+                self.held = Some(a);
+                return Err(Halt::Stop);
+            }
+            a.rq.posted.push(a.slot).map_err(|_| FabricError::ReceiveQueue {
+                rank: self.rank,
+                what: "overflow (a buffer reposted beyond the queue's depth)",
+            })?;
+            n += 1;
+        }
+        while let Some((src, c)) = port.ctrl.pop() {
+            go(on_event(Event::Control(src, c)))?;
+            n += 1;
+        }
+        for _ in 0..POLL_BATCH {
+            let Some((src, d)) = port.datagrams.pop() else {
+                break;
+            };
+            go(on_event(Event::Datagram(src, &d)))?;
+            n += 1;
+        }
+        Ok(n)
+    }
 }
 
 impl Register for LocalFabric {
+    type Error = FabricError;
+
     fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
         let (guard, reg) = lock_region(region, lock);
         self.locks.extend(guard);
@@ -342,7 +395,7 @@ impl Fabric for LocalFabric {
         self.world.ports[self.rank]
             .srq
             .set(rq)
-            .map_err(|_| Error::ReceiveQueue {
+            .map_err(|_| FabricError::ReceiveQueue {
                 rank: self.rank,
                 what: "the shared receive queue was set up twice",
             })?;
@@ -376,7 +429,7 @@ impl Fabric for LocalFabric {
             )
             .is_some()
         {
-            return Err(Error::Endpoint {
+            return Err(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "opened twice",
@@ -387,7 +440,7 @@ impl Fabric for LocalFabric {
 
     fn close_endpoint(&mut self, key: PeerKey) -> Result<()> {
         let key = key.index();
-        let ep = self.endpoints.remove(&key).ok_or(Error::Endpoint {
+        let ep = self.endpoints.remove(&key).ok_or(FabricError::Endpoint {
             rank: self.rank,
             key,
             what: "closed but not open",
@@ -419,7 +472,7 @@ impl Fabric for LocalFabric {
         let key = key.index();
         let port = &self.world.ports[dest];
         let rq = if self.sharing == RecvSharing::PerPeer {
-            let ep = self.endpoints.get_mut(&key).ok_or(Error::Endpoint {
+            let ep = self.endpoints.get_mut(&key).ok_or(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "used for a send but not open",
@@ -431,8 +484,8 @@ impl Fabric for LocalFabric {
         } else {
             port.srq.get().cloned()
         };
-        let rq = rq.ok_or(Error::ReceiverNotReady { dest })?;
-        let slot = rq.posted.pop().ok_or(Error::ReceiverNotReady { dest })?;
+        let rq = rq.ok_or(FabricError::ReceiverNotReady { dest })?;
+        let slot = rq.posted.pop().ok_or(FabricError::ReceiverNotReady { dest })?;
         {
             let mut g = rq.region.lock();
             let off = slot as usize * rq.buffer_size;
@@ -451,49 +504,8 @@ impl Fabric for LocalFabric {
         Ok(())
     }
 
-    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
-        let mut n = 0;
-        while let Some(w) = self.completions.pop_front() {
-            on_event(Event::SendComplete(w))?;
-            n += 1;
-        }
-        let port = &self.world.ports[self.rank];
-        let mut held = self.held.take();
-        for _ in 0..POLL_BATCH {
-            let Some(a) = held.take().or_else(|| port.data.pop()) else {
-                break;
-            };
-            let taken = {
-                let g = a.rq.region.lock();
-                let off = a.slot as usize * a.rq.buffer_size;
-                on_event(Event::Arrival(
-                    a.hdr,
-                    &g.as_slice()[off..off + a.hdr.len as usize],
-                ))
-            };
-            if let Err(e) = taken {
-                // First in line again at the next poll (packets of a peer stay in order).
-                self.held = Some(a);
-                return Err(e);
-            }
-            a.rq.posted.push(a.slot).map_err(|_| Error::ReceiveQueue {
-                rank: self.rank,
-                what: "overflow (a buffer reposted beyond the queue's depth)",
-            })?;
-            n += 1;
-        }
-        while let Some((src, c)) = port.ctrl.pop() {
-            on_event(Event::Control(src, c))?;
-            n += 1;
-        }
-        for _ in 0..POLL_BATCH {
-            let Some((src, d)) = port.datagrams.pop() else {
-                break;
-            };
-            on_event(Event::Datagram(src, &d))?;
-            n += 1;
-        }
-        Ok(n)
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> Result<usize> {
+        poll_result(self.poll_events(on_event))
     }
 
     fn bytes(&self) -> FabricBytes {
@@ -582,6 +594,60 @@ mod tests {
     }
 
     #[test]
+    fn a_poll_stopped_by_its_callback_gives_the_arrival_again_first() {
+        let cfg = TransportConfig::default();
+        let (mut f0, mut f1) = two_ranks(&cfg);
+        f1.setup_receive(RecvSharing::Shared).unwrap();
+        f0.setup_receive(RecvSharing::Shared).unwrap();
+        f0.open_endpoint(PeerKey::Rank(1)).unwrap();
+        let hdr = |tag| PacketHeader {
+            src: 0,
+            tag,
+            total: 3,
+            offset: 0,
+            len: 3,
+            more: false,
+        };
+        f0.post_send(1, PeerKey::Rank(1), &hdr(1), b"one", 10).unwrap();
+        f0.post_send(1, PeerKey::Rank(1), &hdr(2), b"two", 11).unwrap();
+        let mut seen = Vec::new();
+        // Refused (the callback stops): the poll ends there, without an error of its own.
+        let n = f1
+            .poll(&mut |ev| match ev {
+                Event::Arrival(h, p) => {
+                    seen.push((h.tag, p.to_vec()));
+                    Flow::Break(())
+                }
+                _ => Flow::Continue(()),
+            })
+            .unwrap();
+        assert_eq!(n, 0);
+        assert_eq!(seen, vec![(1, b"one".to_vec())]);
+        // The next poll gives the refused arrival first, then the next one.
+        seen.clear();
+        let n = f1
+            .poll(&mut |ev| {
+                if let Event::Arrival(h, p) = ev {
+                    seen.push((h.tag, p.to_vec()));
+                }
+                Flow::Continue(())
+            })
+            .unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(seen, vec![(1, b"one".to_vec()), (2, b"two".to_vec())]);
+        // The sender's completions stop the same way: the first stops the poll.
+        let mut done = Vec::new();
+        f0.poll(&mut |ev| {
+            if let Event::SendComplete(w) = ev {
+                done.push(w);
+            }
+            Flow::Break(())
+        })
+        .unwrap();
+        assert_eq!(done, vec![10]);
+    }
+
+    #[test]
     fn datagrams_are_a_capability_and_the_direct_path_is_not_offered() {
         let cfg = TransportConfig::default();
         let (mut f0, mut f1) = two_ranks(&cfg);
@@ -595,7 +661,7 @@ mod tests {
             if let Event::Datagram(src, bytes) = ev {
                 got.push((src, bytes.to_vec()));
             }
-            Ok(())
+            Flow::Continue(())
         })
         .unwrap();
         assert_eq!(got, vec![(0, b"hello".to_vec())]);

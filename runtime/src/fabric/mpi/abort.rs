@@ -3,7 +3,7 @@
 //! own): a process whose rank failed marks the world failed and sends every other process
 //! a one-byte notice on an abort tag (`MPI_Isend`, never waited for: the others may be
 //! gone); the others find it by probing that tag (`MPI_Improbe`, then receive it), and
-//! fail with [`crate::Error::Aborted`]. The notices' buffers are leaked, never freed under
+//! fail with [`crate::fabric::error::FabricError::Aborted`]. The notices' buffers are leaked, never freed under
 //! a send that may never complete.
 
 use std::sync::atomic::{AtomicBool, Ordering};

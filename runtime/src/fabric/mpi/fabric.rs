@@ -73,12 +73,13 @@ use super::ffi::{recv_append, Barrier, SendQueue, SharedComm};
 mod datagram;
 use crate::core::backoff::Backoff;
 use crate::core::config::RecvSharing;
-use crate::core::error::{Error, Result, Sender};
 use crate::core::pool::{Register, Registration};
+use crate::fabric::error::{FabricError, Result, Sender};
 use crate::fabric::sizes::{MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
 use crate::fabric::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT};
 use crate::fabric::{
-    Capabilities, Control, DatagramPath, DirectPath, Event, Fabric, FabricBytes, PacketHeader, PeerKey,
+    go, poll_result, Capabilities, Control, DatagramPath, DirectPath, Event, Fabric, FabricBytes, Flow, Halt,
+    PacketHeader, PeerKey,
 };
 
 /// Bytes of the header in front of every MPI message ([`wire::HEADER_BYTES`]).
@@ -135,7 +136,7 @@ impl Shared {
         let procs = comm.size() as usize;
         let proc_rank = comm.rank() as usize;
         if world == 0 {
-            return Err(Error::InvalidRank {
+            return Err(FabricError::InvalidRank {
                 rank: 0,
                 world_size: 0,
             });
@@ -146,7 +147,7 @@ impl Shared {
             0
         };
         let Some(comm) = SharedComm::new(comm, local_slots) else {
-            return Err(Error::MpiWorld {
+            return Err(FabricError::MpiWorld {
                 world,
                 procs,
                 what: "more ranks than processes need MPI_THREAD_MULTIPLE (initialise with Mpi::init_multithreaded)"
@@ -154,7 +155,7 @@ impl Shared {
             });
         };
         if local_slots > DIRECT_TAG_BASE as usize {
-            return Err(Error::MpiWorld {
+            return Err(FabricError::MpiWorld {
                 world,
                 procs,
                 what: format!("more than {DIRECT_TAG_BASE} ranks per process"),
@@ -321,7 +322,7 @@ impl MpiFabric {
 
     fn proc_and_tag(&self, rank: usize) -> Result<(usize, i32)> {
         if rank >= self.shared.world {
-            return Err(Error::InvalidRank {
+            return Err(FabricError::InvalidRank {
                 rank,
                 world_size: self.shared.world,
             });
@@ -390,7 +391,7 @@ impl MpiFabric {
         let mut data = Vec::new();
         if let Err(source_err) = data.try_reserve_exact(usize::try_from(total).unwrap_or(usize::MAX)) {
             self.deferred = Some((h, source));
-            return Err(Error::MessageAlloc {
+            return Err(FabricError::MessageAlloc {
                 rank: self.rank,
                 peer: source,
                 bytes,
@@ -401,7 +402,7 @@ impl MpiFabric {
         let tag = DIRECT_TAG_BASE + self.my_tag();
         while data.len() < total {
             if recv_append(&self.shared.comm, self.rank, source, tag, &mut data)? == 0 {
-                return Err(Error::BadPacket {
+                return Err(FabricError::BadPacket {
                     rank: self.rank,
                     from: Sender::MpiProcess(source),
                     bytes: 0,
@@ -413,13 +414,13 @@ impl MpiFabric {
     }
 
     /// Receives (at most [`POLL_BATCH`]) packets for this rank and passes their events on.
-    fn receive(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+    fn receive(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> std::result::Result<usize, Halt> {
         let mut n = 0;
         let tag = self.my_tag();
         // It stays first in line (its parts wait in MPI): BALLAST_ENOMEM until it fits.
         if let Some((h, source)) = self.deferred.take() {
             let data = self.recv_direct(h, source)?;
-            on_event(Event::Whole(h, data))?;
+            go(on_event(Event::Whole(h, data)))?;
         }
         for _ in 0..POLL_BATCH {
             let Some((msg, status)) = self
@@ -437,12 +438,12 @@ impl MpiFabric {
                 // Receive it anyway so MPI's matched message is consumed, then fail.
                 let mut sink = vec![0u8; count];
                 msg.matched_receive_into(&mut sink[..]);
-                return Err(Error::BadPacket {
+                return Err(Halt::Fail(FabricError::BadPacket {
                     rank: self.rank,
                     from,
                     bytes: count,
                     what: format!("outside {HEADER_BYTES}..={} bytes", self.rbuf.len()),
-                });
+                }));
             }
             msg.matched_receive_into(&mut self.rbuf[..count]);
             let p = wire::split_packet(&self.rbuf[..count], MAX_PIGGYBACK, self.rank, from)?;
@@ -452,31 +453,59 @@ impl MpiFabric {
                 self.riders.push(c?);
             }
             match p.extra.kind {
-                KIND_DATA => on_event(Event::Arrival(h, p.payload))?,
-                KIND_CONTROL => on_event(Event::Control(h.src as usize, wire::header_control(&h, p.extra)?))?,
+                KIND_DATA => go(on_event(Event::Arrival(h, p.payload)))?,
+                KIND_CONTROL => go(on_event(Event::Control(
+                    h.src as usize,
+                    wire::header_control(&h, p.extra)?,
+                )))?,
                 KIND_DIRECT => match self.recv_direct(h, status.source_rank() as usize) {
-                    Ok(data) => on_event(Event::Whole(h, data))?,
+                    Ok(data) => go(on_event(Event::Whole(h, data)))?,
                     Err(e) => {
                         for &c in &self.riders {
-                            on_event(Event::Control(h.src as usize, c))?;
+                            go(on_event(Event::Control(h.src as usize, c)))?;
                         }
-                        return Err(e);
+                        return Err(e.into());
                     }
                 },
-                KIND_DATAGRAM => on_event(Event::Datagram(h.src as usize, p.payload))?,
+                KIND_DATAGRAM => go(on_event(Event::Datagram(h.src as usize, p.payload)))?,
                 k => {
-                    return Err(Error::BadPacket {
+                    return Err(Halt::Fail(FabricError::BadPacket {
                         rank: self.rank,
                         from: Sender::Rank(h.src as usize),
                         bytes: count,
                         what: format!("unknown message kind {k}"),
-                    })
+                    }))
                 }
             }
             for &c in &self.riders {
-                on_event(Event::Control(h.src as usize, c))?;
+                go(on_event(Event::Control(h.src as usize, c)))?;
             }
             n += 1;
+        }
+        Ok(n)
+    }
+
+    /// [`Fabric::poll`]'s work: send completions, received packets, then the controls
+    /// that found no packet to ride on.
+    fn poll_events(
+        &mut self,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<usize, Halt> {
+        let mut n = 0;
+        let completed = &mut self.completed;
+        self.sends.test(&mut |id| {
+            if id != u64::MAX {
+                completed.push(id);
+            }
+        })?;
+        for w in self.completed.drain(..) {
+            go(on_event(Event::SendComplete(w)))?;
+            n += 1;
+        }
+        n += self.receive(on_event)?;
+        // Controls that found no packet to ride on since the last poll leave now.
+        if !self.pending.is_empty() {
+            self.flush_controls()?;
         }
         Ok(n)
     }
@@ -497,6 +526,8 @@ impl Drop for MpiFabric {
 }
 
 impl Register for MpiFabric {
+    type Error = FabricError;
+
     fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
         // MPI registers (pins) the memory it sends from itself; Ballast registers and locks
         // nothing here (so nothing is counted as registered).
@@ -535,7 +566,7 @@ impl Fabric for MpiFabric {
     fn open_endpoint(&mut self, key: PeerKey) -> Result<()> {
         let key = key.index();
         if !self.endpoints.insert(key) {
-            return Err(Error::Endpoint {
+            return Err(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "opened twice",
@@ -547,7 +578,7 @@ impl Fabric for MpiFabric {
     fn close_endpoint(&mut self, key: PeerKey) -> Result<()> {
         let key = key.index();
         if !self.endpoints.remove(&key) {
-            return Err(Error::Endpoint {
+            return Err(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "closed but not open",
@@ -582,24 +613,8 @@ impl Fabric for MpiFabric {
         Ok(())
     }
 
-    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
-        let mut n = 0;
-        let completed = &mut self.completed;
-        self.sends.test(&mut |id| {
-            if id != u64::MAX {
-                completed.push(id);
-            }
-        })?;
-        for w in self.completed.drain(..) {
-            on_event(Event::SendComplete(w))?;
-            n += 1;
-        }
-        n += self.receive(on_event)?;
-        // Controls that found no packet to ride on since the last poll leave now.
-        if !self.pending.is_empty() {
-            self.flush_controls()?;
-        }
-        Ok(n)
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> Result<usize> {
+        poll_result(self.poll_events(on_event))
     }
 
     fn memory_model(&self) -> crate::core::footprint::MemoryModel {
@@ -672,7 +687,7 @@ impl DirectPath for MpiFabric {
         dest: usize,
         header: &PacketHeader,
         data: &[u8],
-        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
     ) -> Result<()> {
         let (proc_, tag) = self.proc_and_tag(dest)?;
         let rts = self.packet(dest, header, KIND_DIRECT, 0, &[]);
@@ -718,16 +733,19 @@ impl DirectPath for MpiFabric {
                     break;
                 }
                 if self.aborted() {
-                    failed = Some(Error::Aborted);
+                    failed = Some(Halt::Fail(FabricError::Aborted));
                     continue;
                 }
-                match self.poll(on_event) {
+                match self.poll_events(on_event) {
                     Ok(0) => backoff.snooze(),
                     Ok(_) => backoff.reset(),
-                    Err(e) => failed = Some(e),
+                    Err(h) => failed = Some(h),
                 }
             }
-            failed.map_or(Ok(()), Err)
+            match failed {
+                None | Some(Halt::Stop) => Ok(()),
+                Some(Halt::Fail(e)) => Err(e),
+            }
         })
     }
 

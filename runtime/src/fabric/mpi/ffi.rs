@@ -18,7 +18,7 @@ use rsmpi::raw::AsRaw;
 use rsmpi::request::Request;
 use rsmpi::topology::SimpleCommunicator;
 
-use crate::core::error::{Error, Result, Sender};
+use crate::fabric::error::{FabricError, Result, Sender};
 
 /// One owned buffer in flight: sent as `parts` MPI messages that are not complete yet.
 struct Entry {
@@ -156,12 +156,12 @@ pub(crate) fn check(code: c_int, call: &'static str) -> Result<()> {
     if code as i64 == ffi::MPI_SUCCESS as i64 {
         Ok(())
     } else {
-        Err(Error::MpiCall { call, code })
+        Err(FabricError::MpiCall { call, code })
     }
 }
 
 fn int(v: usize, what: &'static str) -> Result<c_int> {
-    c_int::try_from(v).map_err(|_| Error::MpiValue {
+    c_int::try_from(v).map_err(|_| FabricError::MpiValue {
         what,
         value: v as i128,
         why: "overflows an MPI int",
@@ -205,7 +205,7 @@ impl SendQueue {
     }
 
     /// Starts sending `buf` to `dest` with `tag` on `comm` as one MPI message; `id` comes
-    /// back from [`SendQueue::test`]. Errors: [`Error::MpiValue`] when the buffer is longer than
+    /// back from [`SendQueue::test`]. Errors: [`FabricError::MpiValue`] when the buffer is longer than
     /// an MPI `int` count or MPI fails.
     pub(crate) fn post(
         &mut self,
@@ -367,9 +367,9 @@ impl Drop for SendQueue {
 
 /// Receives the next message from process `source` with `tag` on `comm` (blocking,
 /// `MPI_Mprobe` + `MPI_Mrecv`) and appends it to `buf`, whose spare capacity must hold it
-/// (no zeroing of the destination). Returns its length. Errors: [`Error::BadPacket`] (for
+/// (no zeroing of the destination). Returns its length. Errors: [`FabricError::BadPacket`] (for
 /// receiving rank `rank`) when it does not fit (it is received and dropped first, so MPI's
-/// queue stays consistent), [`Error::MpiCall`] when MPI fails.
+/// queue stays consistent), [`FabricError::MpiCall`] when MPI fails.
 pub(crate) fn recv_append(
     comm: &SimpleCommunicator,
     rank: usize,
@@ -423,7 +423,7 @@ fn recv_to(
         unsafe { ffi::MPI_Get_count(&status, dt, &mut count) },
         "MPI_Get_count",
     )?;
-    let n = usize::try_from(count).map_err(|_| Error::MpiValue {
+    let n = usize::try_from(count).map_err(|_| FabricError::MpiValue {
         what: "MPI_Get_count gave",
         value: count.into(),
         why: "is negative",
@@ -443,7 +443,7 @@ fn recv_to(
         "MPI_Mrecv",
     )?;
     if !fits {
-        return Err(Error::BadPacket {
+        return Err(FabricError::BadPacket {
             rank,
             from: Sender::MpiProcess(source as usize),
             bytes: n,

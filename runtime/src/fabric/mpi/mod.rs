@@ -36,9 +36,9 @@ pub use rsmpi;
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 use rsmpi::Threading;
 
-use crate::core::error::{Error, Result};
 use crate::core::footprint::Footprint;
 use crate::core::procstatus::ProcStatus;
+use crate::fabric::error::{FabricError, Result};
 pub(crate) use fabric::Shared;
 
 /// What [`Mpi::footprint`] says about MPI's own memory.
@@ -58,7 +58,7 @@ pub struct Mpi {
 impl Mpi {
     /// Initialises MPI (`MPI_Init_thread`, serialized) unless the host program already did,
     /// in which case its MPI is reused and never finalised by Ballast.
-    /// Errors: [`Error::MpiState`] if MPI was already finalised.
+    /// Errors: [`FabricError::MpiState`] if MPI was already finalised.
     pub fn init() -> Result<Mpi> {
         Self::init_with(Threading::Serialized)
     }
@@ -71,7 +71,7 @@ impl Mpi {
 
     fn init_with(level: Threading) -> Result<Mpi> {
         if rsmpi::environment::is_finalized() {
-            return Err(Error::MpiState {
+            return Err(FabricError::MpiState {
                 op: "Mpi::init",
                 what: "MPI was already finalised in this process",
             });
@@ -90,11 +90,11 @@ impl Mpi {
     /// itself and gives Ballast `MPI_COMM_WORLD` or a sub-communicator): Ballast's ranks
     /// are `comm`'s ranks, and all of its traffic goes over duplicates of `comm`
     /// (`MPI_Comm_dup`, collective over `comm`), so it never matches the host's messages.
-    /// MPI is never finalised by Ballast. Errors: [`Error::MpiState`] when MPI is not
+    /// MPI is never finalised by Ballast. Errors: [`FabricError::MpiState`] when MPI is not
     /// initialised yet or already finalised.
     pub fn from_communicator<C: rsmpi::topology::Communicator>(comm: &C) -> Result<Mpi> {
         if !rsmpi::environment::is_initialized() || rsmpi::environment::is_finalized() {
-            return Err(Error::MpiState {
+            return Err(FabricError::MpiState {
                 op: "Mpi::from_communicator",
                 what: "MPI must be initialised by the host program (and not finalised) before Ballast uses its communicator",
             });

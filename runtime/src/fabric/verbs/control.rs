@@ -18,7 +18,7 @@ use std::os::fd::AsFd;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::time::{Duration, Instant};
 
-use crate::core::error::{Error, Result};
+use crate::fabric::error::{FabricError, Result};
 
 /// Bytes per frame.
 pub const FRAME_BYTES: usize = 48;
@@ -122,7 +122,7 @@ impl Frame {
             9 => Kind::UdReq,
             10 => Kind::UdAddr,
             k => {
-                return Err(Error::ControlFrame {
+                return Err(FabricError::ControlFrame {
                     rank: None,
                     from: None,
                     what: format!("unknown control frame kind {k}"),
@@ -171,7 +171,7 @@ pub struct ControlListener {
 
 impl ControlListener {
     /// Binds an ephemeral port on `host` (an address of this machine that the other ranks
-    /// can reach: loopback when all ranks are on one machine). Errors: [`Error::Io`].
+    /// can reach: loopback when all ranks are on one machine). Errors: [`FabricError::Io`].
     pub fn bind(host: std::net::IpAddr) -> Result<ControlListener> {
         let listener = TcpListener::bind(SocketAddr::new(host, 0))?;
         listener.set_nonblocking(true)?;
@@ -290,7 +290,7 @@ impl Mesh {
     /// was done and has since closed its end is dropped: a finished rank needs no control
     /// message, and it finishes as soon as every rank said it was done, which can be before
     /// a rank that is also done answers a message it got earlier (a close, a connect,
-    /// a revoke; issue 33). Errors: [`Error::ControlChannel`] when the peer cannot be
+    /// a revoke; issue 33). Errors: [`FabricError::ControlChannel`] when the peer cannot be
     /// reached (it died or never started).
     pub(crate) fn send(&mut self, dest: usize, f: &Frame) -> Result<()> {
         if self.gone[dest] {
@@ -303,7 +303,7 @@ impl Mesh {
                     Ok(s) => break s,
                     Err(e) if Instant::now() < deadline && e.kind() == ErrorKind::Interrupted => continue,
                     Err(source) => {
-                        return Err(Error::ControlChannel {
+                        return Err(FabricError::ControlChannel {
                             rank: self.rank,
                             peer: dest,
                             what: "connection",
@@ -316,7 +316,7 @@ impl Mesh {
             s.set_nodelay(true)?;
             let mut s = s;
             s.write_all(&Frame::simple(Kind::Hello, self.rank).encode())
-                .map_err(|source| Error::ControlChannel {
+                .map_err(|source| FabricError::ControlChannel {
                     rank: self.rank,
                     peer: dest,
                     what: "hello",
@@ -338,7 +338,7 @@ impl Mesh {
             self.out[dest] = None;
             return Ok(());
         }
-        Err(Error::ControlChannel {
+        Err(FabricError::ControlChannel {
             rank,
             peer: dest,
             what: "message",
@@ -411,7 +411,7 @@ impl Mesh {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::Io(e)),
+                Err(e) => return Err(FabricError::Io(e)),
             }
         }
         let mut chunk = [0u8; 4096];
@@ -442,11 +442,11 @@ impl Mesh {
             let whole = inc.buf.len() / FRAME_BYTES * FRAME_BYTES;
             for fb in inc.buf[..whole].chunks_exact(FRAME_BYTES) {
                 let f = Frame::decode(fb).map_err(|e| match e {
-                    Error::ControlFrame {
+                    FabricError::ControlFrame {
                         rank: None,
                         from,
                         what,
-                    } => Error::ControlFrame {
+                    } => FabricError::ControlFrame {
                         rank: Some(self.rank),
                         from,
                         what,
@@ -456,7 +456,7 @@ impl Mesh {
                 match f.kind {
                     Kind::Hello => {
                         if f.src as usize >= self.done_from.len() {
-                            return Err(Error::ControlFrame {
+                            return Err(FabricError::ControlFrame {
                                 rank: Some(self.rank),
                                 from: Some(f.src as usize),
                                 what: format!("hello from outside the world of {}", self.done_from.len()),
@@ -480,7 +480,7 @@ impl Mesh {
             if let Some(r) = inc.from {
                 if !self.done_from[r] {
                     self.dead.push(r);
-                    return Err(Error::PeerDied {
+                    return Err(FabricError::PeerDied {
                         rank: self.rank,
                         peer: r,
                     });

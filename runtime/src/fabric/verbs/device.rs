@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::ibv;
 use crate::core::config::VerbsConfig;
-use crate::core::error::{Error, Result};
+use crate::fabric::error::{FabricError, Result};
 
 /// `IBV_LINK_LAYER_INFINIBAND` (verbs.h `#define`, not in the bindings).
 const LINK_LAYER_INFINIBAND: u8 = 1;
@@ -87,14 +87,14 @@ impl DeviceCaps {
 }
 
 /// Names of the RDMA devices libibverbs sees (empty when there are none, e.g. no kernel
-/// support). Errors: [`Error::VerbsCall`] when the device list cannot be read for another reason.
+/// support). Errors: [`FabricError::VerbsCall`] when the device list cannot be read for another reason.
 pub fn device_names() -> Result<Vec<String>> {
     let list = match ibv::DeviceList::get() {
         Ok(l) => l,
         // ENOSYS: no kernel support (no uverbs): simply no device.
         Err(e) if e.raw_os_error() == Some(38) => return Ok(Vec::new()),
         Err(source) => {
-            return Err(Error::VerbsCall {
+            return Err(FabricError::VerbsCall {
                 verb: "ibv_get_device_list",
                 object: "the RDMA devices".into(),
                 rank: None,
@@ -158,22 +158,22 @@ fn gid_type(dev: &str, port: u8, index: i32) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-fn unusable(device: &str, reason: String) -> Error {
-    Error::VerbsDevice {
+fn unusable(device: &str, reason: String) -> FabricError {
+    FabricError::VerbsDevice {
         device: Some(device.to_string()),
         reason,
     }
 }
 
-/// Opens the device chosen by `sel` (see [`VerbsConfig`]). Errors: [`Error::VerbsDevice`]
-/// naming what is missing (no device, no active port, no usable GID), [`Error::VerbsCall`]
+/// Opens the device chosen by `sel` (see [`VerbsConfig`]). Errors: [`FabricError::VerbsDevice`]
+/// naming what is missing (no device, no active port, no usable GID), [`FabricError::VerbsCall`]
 /// for a failing call.
 pub fn open(sel: &VerbsConfig) -> Result<Device> {
     let list = match ibv::DeviceList::get() {
         Ok(l) if !l.is_empty() => l,
         r => {
             let why = r.err().unwrap_or_else(std::io::Error::last_os_error);
-            return Err(Error::VerbsDevice {
+            return Err(FabricError::VerbsDevice {
                 device: None,
                 reason: format!(
                     "no RDMA device found ({why}); load a driver (e.g. `modprobe rdma_rxe` and `rdma link add rxe0 type rxe netdev eth0` for soft-RoCE)"
@@ -183,7 +183,7 @@ pub fn open(sel: &VerbsConfig) -> Result<Device> {
     };
     let n = list.len();
     let mut tried = Vec::new();
-    let mut result = Err(Error::VerbsDevice {
+    let mut result = Err(FabricError::VerbsDevice {
         device: None,
         reason: "no device".into(),
     });
@@ -232,14 +232,14 @@ pub fn open(sel: &VerbsConfig) -> Result<Device> {
 }
 
 fn open_ctx(ctx: ibv::Context, name: &str, sel: &VerbsConfig) -> Result<Device> {
-    let named = |e: ibv::IbvError| match Error::from(e) {
-        Error::VerbsCall {
+    let named = |e: ibv::IbvError| match FabricError::from(e) {
+        FabricError::VerbsCall {
             verb,
             object,
             rank,
             peer,
             source,
-        } => Error::VerbsCall {
+        } => FabricError::VerbsCall {
             verb,
             object: format!("{object} of {name}").into(),
             rank,

@@ -27,7 +27,7 @@
 //! - **Errors.** A failed send completion returns its pool buffer (as a normal completion
 //!   would), marks the peer's queue pair broken (sends queued behind it return their
 //!   buffers at once, later ones at the next poll) and fails the next `poll` with
-//!   [`Error::WorkCompletion`] naming the peer ([`Error::QueuePairBroken`] for the sends
+//!   [`FabricError::WorkCompletion`] naming the peer ([`FabricError::QueuePairBroken`] for the sends
 //!   refused after it). A peer whose control connection ends before it
 //!   finished is an error too, and its queue pair is moved to the error state so that the
 //!   device flushes the sends still posted to it (their buffers come back with the flush
@@ -57,11 +57,13 @@ use super::control::{Frame, Kind, Mesh, QpInfo};
 use super::device::{self, Device};
 use super::ibv::{self, Init, Mr, Qp, Rtr, Rts, Slots};
 use crate::core::config::{RecvSharing, RuntimeConfig, TransportConfig};
-use crate::core::error::{Error, Result, VerbsPeer};
 use crate::core::footprint::MemoryModel;
 use crate::core::intmap::IntMap;
+use crate::fabric::error::{FabricError, Result, VerbsPeer};
 use crate::fabric::sizes::{VERBS_CQ_ENTRIES, VERBS_SQ_DEPTH};
-use crate::fabric::{Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, PacketHeader, PeerKey};
+use crate::fabric::{
+    Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, PacketHeader, PeerKey,
+};
 
 /// Bytes of the header in front of every packet.
 pub const HEADER_BYTES: usize = 32;
@@ -111,7 +113,7 @@ impl Link {
             Link::Rtr(q) => q.set_error(),
             Link::Rts(q) => q.set_error(),
         }
-        .map_err(Error::from)
+        .map_err(FabricError::from)
     }
 
     fn post_recv(&self, slots: &Slots, slot: usize) -> Result<()> {
@@ -121,7 +123,7 @@ impl Link {
             Link::Rtr(q) => q.post_recv(slots, off, len, id),
             Link::Rts(q) => q.post_recv(slots, off, len, id),
         }
-        .map_err(Error::from)
+        .map_err(FabricError::from)
     }
 }
 
@@ -221,7 +223,7 @@ pub struct VerbsFabric {
     memlock_limit: Option<u64>,
     bytes: FabricBytes,
     model: MemoryModel,
-    pending_err: Option<Error>,
+    pending_err: Option<FabricError>,
     marked_done: bool,
     psn_seed: u64,
     frames: Vec<Frame>,
@@ -250,7 +252,7 @@ impl VerbsFabric {
     /// `rank` of `world`, whose control channel is `mesh`; `abort` is raised by the launcher
     /// when another rank of this process failed; `datagrams` says whether the engine above
     /// will use the datagram path (then the fabric offers its UD QP). Errors:
-    /// [`Error::VerbsDevice`] (no usable device), [`Error::VerbsCall`] (opening it, the CQ).
+    /// [`FabricError::VerbsDevice`] (no usable device), [`FabricError::VerbsCall`] (opening it, the CQ).
     pub(crate) fn new(
         rank: usize,
         world: usize,
@@ -283,18 +285,21 @@ impl VerbsFabric {
             .max(header_slots + recvs)
             .min(dev.caps.max_cqe as usize)
             .max(1) as u32;
-        let cq = dev.ctx.create_cq(cq_entries).map_err(|e| match Error::from(e) {
-            Error::VerbsCall {
-                verb, object, source, ..
-            } => Error::VerbsCall {
-                verb,
-                object: format!("{object} on {}", dev.caps.name).into(),
-                rank: Some(rank),
-                peer: None,
-                source,
-            },
-            e => e,
-        })?;
+        let cq = dev
+            .ctx
+            .create_cq(cq_entries)
+            .map_err(|e| match FabricError::from(e) {
+                FabricError::VerbsCall {
+                    verb, object, source, ..
+                } => FabricError::VerbsCall {
+                    verb,
+                    object: format!("{object} on {}", dev.caps.name).into(),
+                    rank: Some(rank),
+                    peer: None,
+                    source,
+                },
+                e => e,
+            })?;
         let sq_depth = (VERBS_SQ_DEPTH as u32).min(dev.caps.max_qp_wr.max(1));
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -388,7 +393,7 @@ impl VerbsFabric {
     }
 
     /// `e` with this rank and the peer rank of internal key `key` (none for a node).
-    fn at(&self, e: impl Into<Error>, key: usize) -> Error {
+    fn at(&self, e: impl Into<FabricError>, key: usize) -> FabricError {
         ibv::at(e, self.rank, (key < self.world).then_some(key))
     }
 }
@@ -443,7 +448,7 @@ impl Fabric for VerbsFabric {
 
     fn send_control(&mut self, dest: usize, msg: Control) -> Result<()> {
         if dest >= self.world {
-            return Err(Error::InvalidRank {
+            return Err(FabricError::InvalidRank {
                 rank: dest,
                 world_size: self.world,
             });
@@ -484,8 +489,8 @@ impl Fabric for VerbsFabric {
         )
     }
 
-    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
-        self.poll_all(on_event)
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> Result<usize> {
+        crate::fabric::poll_result(self.poll_all(on_event))
     }
 
     fn bytes(&self) -> FabricBytes {

@@ -1,46 +1,47 @@
 //! The verbs fabric's view of `ballast-ibv`, the safe layer over libibverbs (a crate of its
 //! own): its types under the paths the fabric uses (`ibv::Qp`, `ibv::attr`, `ibv::sys`),
 //! and its errors as the runtime's, with the rank and peer added ([`at`]). The texts are
-//! unchanged: [`IbvError::Call`] becomes [`Error::VerbsCall`], [`IbvError::RecvRange`]
-//! [`Error::VerbsRecvRange`], [`IbvError::Alloc`] [`Error::Alloc`].
+//! unchanged: [`IbvError::Call`] becomes [`FabricError::VerbsCall`], [`IbvError::RecvRange`]
+//! [`FabricError::VerbsRecvRange`], [`IbvError::Alloc`] [`FabricError::Alloc`].
 
 pub(crate) use ballast_ibv::*;
 
-use crate::core::error::Error;
+use crate::core::memory::AllocError;
+use crate::fabric::error::FabricError;
 
-impl From<IbvError> for Error {
-    fn from(e: IbvError) -> Error {
+impl From<IbvError> for FabricError {
+    fn from(e: IbvError) -> FabricError {
         match e {
-            IbvError::Call { call, object, source } => Error::VerbsCall {
+            IbvError::Call { call, object, source } => FabricError::VerbsCall {
                 verb: call,
                 object,
                 rank: None,
                 peer: None,
                 source,
             },
-            IbvError::RecvRange { len, offset, area } => Error::VerbsRecvRange { len, offset, area },
-            IbvError::Alloc { what, bytes, error } => Error::Alloc { what, bytes, error },
+            IbvError::RecvRange { len, offset, area } => FabricError::VerbsRecvRange { len, offset, area },
+            IbvError::Alloc { what, bytes, error } => FabricError::Alloc(AllocError { what, bytes, error }),
         }
     }
 }
 
-impl<S> From<Box<qp::Failed<S>>> for Error {
-    fn from(f: Box<qp::Failed<S>>) -> Error {
+impl<S> From<Box<qp::Failed<S>>> for FabricError {
+    fn from(f: Box<qp::Failed<S>>) -> FabricError {
         f.error.into()
     }
 }
 
 /// `e` as the runtime's error, with the rank (and the peer, if given) filled in when it is a
-/// [`Error::VerbsCall`]; other errors pass unchanged.
-pub(crate) fn at(e: impl Into<Error>, r: usize, p: Option<usize>) -> Error {
+/// [`FabricError::VerbsCall`]; other errors pass unchanged.
+pub(crate) fn at(e: impl Into<FabricError>, r: usize, p: Option<usize>) -> FabricError {
     match e.into() {
-        Error::VerbsCall {
+        FabricError::VerbsCall {
             verb,
             object,
             peer,
             source,
             ..
-        } => Error::VerbsCall {
+        } => FabricError::VerbsCall {
             verb,
             object,
             rank: Some(r),
@@ -63,7 +64,7 @@ mod tests {
             source: std::io::Error::from_raw_os_error(22),
         };
         let bare = e.to_string();
-        let wrapped = Error::from(e);
+        let wrapped = FabricError::from(e);
         assert_eq!(wrapped.to_string(), bare);
         assert_eq!(bare, "verbs: ibv_modify_qp(QP 17 to RTR) failed");
         let placed = at(wrapped, 3, Some(1));
@@ -71,7 +72,7 @@ mod tests {
             placed.to_string(),
             "verbs: rank 3: ibv_modify_qp(QP 17 to RTR) toward rank 1 failed"
         );
-        let Error::VerbsCall { source, .. } = &placed else {
+        let FabricError::VerbsCall { source, .. } = &placed else {
             panic!("{placed:?}")
         };
         assert_eq!(source.raw_os_error(), Some(22));
@@ -84,7 +85,7 @@ mod tests {
         let text = range.to_string();
         let wrapped = at(range, 0, None);
         assert!(
-            matches!(wrapped, Error::VerbsRecvRange { len: 64, .. }),
+            matches!(wrapped, FabricError::VerbsRecvRange { len: 64, .. }),
             "{wrapped:?}"
         );
         assert_eq!(wrapped.to_string(), text);
@@ -95,9 +96,9 @@ mod tests {
             error: std::io::Error::from_raw_os_error(12),
         };
         let text = alloc.to_string();
-        let wrapped = Error::from(alloc);
+        let wrapped = FabricError::from(alloc);
         assert!(
-            matches!(wrapped, Error::Alloc { bytes, .. } if bytes == 1 << 40),
+            matches!(&wrapped, FabricError::Alloc(a) if a.bytes == 1 << 40),
             "{wrapped:?}"
         );
         assert_eq!(wrapped.to_string(), text);

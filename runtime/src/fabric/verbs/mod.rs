@@ -296,7 +296,7 @@ pub use fabric::{VerbsFabric, HEADER_BYTES};
 
 use crate::bootstrap::Bootstrap;
 use crate::core::config::{BootstrapConfig, RuntimeConfig, TransportConfig, TransportKind};
-use crate::core::error::{Error, Result};
+use crate::fabric::error::{FabricError, Result};
 
 /// The address the control listeners bind to: loopback when the bootstrap root is on this
 /// machine (or unset), otherwise this machine's address on the route to the root.
@@ -323,7 +323,7 @@ pub fn control_host(cfg: &BootstrapConfig) -> IpAddr {
 /// (`buffer_count x buffer_size`), the send headers ([`HEADER_BYTES`] per pool buffer, per
 /// buffer of the largest pool with `pool_growth`) and, unless `per-peer`, the shared receive
 /// queue's slots (`srq_depth x (HEADER_BYTES + buffer_size)`). What `RLIMIT_MEMLOCK` must
-/// allow ([`Error::MemlockTooLow`] otherwise); per-peer receive queues add
+/// allow ([`FabricError::MemlockTooLow`] otherwise); per-peer receive queues add
 /// `recv_depth x (HEADER_BYTES + buffer_size)` per queue pair later.
 pub fn locked_at_start(t: &TransportConfig) -> u64 {
     let b = t.buffer_size as u64;
@@ -340,9 +340,9 @@ pub fn locked_at_start(t: &TransportConfig) -> u64 {
     t.buffer_count as u64 * b + headers * HEADER_BYTES as u64 + srq
 }
 
-pub(crate) fn verbs_config(config: &RuntimeConfig) -> Result<RuntimeConfig> {
+pub(crate) fn verbs_config(config: &RuntimeConfig) -> crate::core::config::ConfigResult<RuntimeConfig> {
     // to_builder keeps the bootstrap and device selection; build() validates.
-    Ok(config.to_builder().transport(TransportKind::Verbs).build()?)
+    config.to_builder().transport(TransportKind::Verbs).build()
 }
 
 /// Binds listeners for `local` ranks, all-gathers every rank's address over `boot`, and
@@ -370,20 +370,22 @@ pub(crate) fn exchange_addresses(
             .split(';')
             .filter(|s| !s.is_empty())
         {
-            let (r, a) = item.split_once('=').ok_or_else(|| Error::ControlAddresses {
-                rank: me,
-                what: format!("bad control address `{item}`"),
-            })?;
-            let r: usize = r.parse().map_err(|_| Error::ControlAddresses {
+            let (r, a) = item
+                .split_once('=')
+                .ok_or_else(|| FabricError::ControlAddresses {
+                    rank: me,
+                    what: format!("bad control address `{item}`"),
+                })?;
+            let r: usize = r.parse().map_err(|_| FabricError::ControlAddresses {
                 rank: me,
                 what: format!("bad rank in control address `{item}`"),
             })?;
-            let a: SocketAddr = a.parse().map_err(|_| Error::ControlAddresses {
+            let a: SocketAddr = a.parse().map_err(|_| FabricError::ControlAddresses {
                 rank: me,
                 what: format!("bad address in control address `{item}`"),
             })?;
             if r >= n {
-                return Err(Error::ControlAddresses {
+                return Err(FabricError::ControlAddresses {
                     rank: me,
                     what: format!("control address for rank {r} of a world of {n}"),
                 });
@@ -395,7 +397,7 @@ pub(crate) fn exchange_addresses(
         .into_iter()
         .enumerate()
         .map(|(r, a)| {
-            a.ok_or_else(|| Error::ControlAddresses {
+            a.ok_or_else(|| FabricError::ControlAddresses {
                 rank: me,
                 what: format!("no control address for rank {r}"),
             })

@@ -23,7 +23,7 @@
 use std::path::{Path, PathBuf};
 
 use super::ibv;
-use crate::core::error::{Error, Result};
+use crate::fabric::error::{FabricError, Result};
 
 /// The file through which the ranks of node `node` of the job named `job` share their XRC
 /// domain: in `/dev/shm` (or `/tmp` without it).
@@ -37,7 +37,7 @@ pub(crate) fn domain_path(job: &str, node: usize) -> PathBuf {
 }
 
 /// Opens (creating it if needed) the node's domain through the file at `path`. Errors:
-/// [`Error::VerbsCall`] (`open` of the file, or `ibv_open_xrcd`).
+/// [`FabricError::VerbsCall`] (`open` of the file, or `ibv_open_xrcd`).
 pub(crate) fn open_domain(ctx: &ibv::Context, path: &Path) -> Result<ibv::Xrcd> {
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -45,7 +45,7 @@ pub(crate) fn open_domain(ctx: &ibv::Context, path: &Path) -> Result<ibv::Xrcd> 
         .create(true)
         .truncate(false)
         .open(path)
-        .map_err(|source| Error::VerbsCall {
+        .map_err(|source| FabricError::VerbsCall {
             verb: "open",
             object: format!("XRC domain file {}", path.display()).into(),
             rank: None,

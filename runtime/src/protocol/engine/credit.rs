@@ -2,9 +2,9 @@
 //! receive queue gave none, and sending the grants and revokes the credit bank decided.
 
 use crate::core::config::RecvSharing;
-use crate::core::error::Result;
 use crate::fabric::Control;
 use crate::protocol::connection::EndpointState;
+use crate::protocol::error::Result;
 
 use super::Engine;
 

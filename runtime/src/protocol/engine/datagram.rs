@@ -14,13 +14,15 @@
 
 use std::time::Instant;
 
-use crate::core::error::{Error, Result};
 use crate::core::intmap::IntMap;
+use crate::core::memory::AllocError;
 use crate::core::pool::{BufId, BufferPool};
+use crate::fabric::error::FabricError;
 use crate::fabric::{DatagramPath, PacketHeader, PeerKey};
 use crate::protocol::clock::Clock;
 use crate::protocol::connection::{ConnectionTable, EndpointState};
 use crate::protocol::datagram::{DatagramHeader, DatagramPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
+use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::{Matcher, RecvInto};
 
 use super::Engine;
@@ -199,12 +201,12 @@ impl DatagramRx<'_> {
     pub(super) fn take(&mut self, matcher: &mut Matcher, src: usize, bytes: &[u8]) -> Result<()> {
         let rank = self.rank;
         let Some(dg) = self.dg.as_deref_mut() else {
-            return Err(Error::BadPacket {
+            return Err(ProtocolError::Fabric(FabricError::BadPacket {
                 rank,
-                from: crate::core::error::Sender::Rank(src),
+                from: crate::fabric::error::Sender::Rank(src),
                 bytes: bytes.len(),
                 what: "a datagram, but this rank runs no datagram path (endpoint_overflow or max_endpoints differ between ranks?)".into(),
-            });
+            }));
         };
         let h = DatagramHeader::decode(bytes, rank, src)?;
         let pool = &mut *self.pool;
@@ -347,7 +349,7 @@ fn post_copy(
     b[8..12].copy_from_slice(&p.ack_value().to_le_bytes());
     p.ack_due = false;
     let n = held_len(b);
-    path.post_datagram(peer, &pool.buf(id)[..n])
+    Ok(path.post_datagram(peer, &pool.buf(id)[..n])?)
 }
 
 impl Engine {
@@ -381,11 +383,11 @@ impl Engine {
                     let tail = msg.rest_from - len;
                     if let Err(e) = msg.rest.try_reserve_exact(tail) {
                         msg.first = Some((id, flen));
-                        return Err(Error::Alloc {
+                        return Err(ProtocolError::Alloc(AllocError {
                             bytes: (msg.rest.len() + tail) as u64,
                             what: format!("the rest of a message of {} bytes to rank {dest}", msg.total),
                             error: std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
-                        });
+                        }));
                     }
                     let b = self.pool.buf(id);
                     msg.rest.splice(0..0, b[len..msg.rest_from].iter().copied());
@@ -575,7 +577,7 @@ impl Engine {
 
     /// Answers a connect request from `src` with a refusal (at the cap, datagram mode).
     pub(super) fn refuse(&mut self, src: usize) -> Result<()> {
-        self.fabric.send_control(src, crate::fabric::Control::Refuse)
+        Ok(self.fabric.send_control(src, crate::fabric::Control::Refuse)?)
     }
 
     /// `src` refused our connect request: drop the connecting endpoint, reach it by
@@ -608,6 +610,8 @@ mod tests {
     struct NoRegister;
 
     impl Register for NoRegister {
+        type Error = ProtocolError;
+
         fn register(&mut self, region: &[u8], _lock: bool) -> Result<Registration> {
             Ok(Registration {
                 bytes: region.len() as u64,
@@ -675,7 +679,7 @@ mod tests {
         take(&mut dg, &mut pool, &datagram(1, 5, 1 << 62, &[7; 8])).unwrap();
         assert_eq!(dg.held.len(), 1);
         let err = take(&mut dg, &mut pool, &datagram(0, 4, 3, b"abc")).unwrap_err();
-        assert!(matches!(err, Error::Alloc { .. }), "{err}");
+        assert!(matches!(err, ProtocolError::Alloc(_)), "{err}");
         assert_eq!(dg.held.len(), 1, "the refused datagram was dropped");
         assert_eq!(pool.stats().free, free - 1, "its buffer was released");
         let p = &dg.peers[&1];

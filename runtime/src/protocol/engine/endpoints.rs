@@ -5,9 +5,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::core::error::Result;
 use crate::fabric::{Control, PeerKey};
 use crate::protocol::connection::EndpointState;
+use crate::protocol::error::Result;
 
 use super::Engine;
 
@@ -76,7 +76,9 @@ impl Engine {
         self.conns.note_peer(src);
         self.peers.entry(src).or_default().credits += grant;
         let mine = self.bank.initial_grant(src);
-        self.fabric.send_control(src, Control::ConnectAck { grant: mine })
+        Ok(self
+            .fabric
+            .send_control(src, Control::ConnectAck { grant: mine })?)
     }
 
     fn is_idle(&self, key: usize) -> bool {

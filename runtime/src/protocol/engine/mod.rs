@@ -24,14 +24,15 @@
 use std::collections::VecDeque;
 
 use crate::core::config::{RecvSharing, TransportConfig};
-use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
 use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
+use crate::fabric::error::FabricError;
 use crate::fabric::{effective_sharing, DatagramPath, DirectPath, Fabric, PeerKey};
 use crate::protocol::clock::Clock;
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
+use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
 use crate::protocol::request::RequestId;
 
@@ -157,7 +158,7 @@ pub(super) fn direct_path(fabric: &mut dyn Fabric) -> Result<&mut dyn DirectPath
     let transport = fabric.capabilities().name;
     match fabric.direct() {
         Some(path) => Ok(path),
-        None => Err(Error::NoDirectPath { transport }),
+        None => Err(ProtocolError::NoDirectPath { transport }),
     }
 }
 
@@ -166,7 +167,7 @@ pub(super) fn datagram_path(fabric: &mut dyn Fabric) -> Result<&mut dyn Datagram
     let transport = fabric.capabilities().name;
     match fabric.datagrams() {
         Some(path) => Ok(path),
-        None => Err(Error::NoDatagrams { transport }),
+        None => Err(FabricError::NoDatagrams { transport }.into()),
     }
 }
 
@@ -179,7 +180,9 @@ impl Engine {
         requested: &TransportConfig,
         clock: Box<dyn Clock>,
     ) -> Result<Engine> {
-        requested.validate()?;
+        requested
+            .validate()
+            .map_err(|e| ProtocolError::Config(Box::new(e)))?;
         let mut cfg = *requested;
         let mut notes = Vec::new();
         let (sharing, note) = effective_sharing(cfg.recv_sharing, fabric.capabilities());
@@ -314,17 +317,17 @@ impl Engine {
     #[inline]
     fn check_rank(&self, r: usize) -> Result<()> {
         if r >= self.world {
-            return Err(Error::InvalidRank {
+            return Err(ProtocolError::Fabric(FabricError::InvalidRank {
                 rank: r,
                 world_size: self.world,
-            });
+            }));
         }
         Ok(())
     }
 
     /// True when send request `req` is complete (all chunks posted and completed).
     pub fn send_done(&self, req: RequestId) -> Result<bool> {
-        let s = self.sends.get(&req).ok_or(Error::UnknownRequest(req.get()))?;
+        let s = self.sends.get(&req).ok_or(ProtocolError::UnknownRequest(req))?;
         Ok(s.posted_all && s.outstanding == 0)
     }
 
@@ -425,7 +428,7 @@ impl Engine {
     /// bound to it is written there ([`RecvInto`]).
     pub fn progress_into(&mut self, into: Option<RecvInto<'_>>) -> Result<bool> {
         if self.fabric.aborted() {
-            return Err(Error::Aborted);
+            return Err(ProtocolError::Fabric(FabricError::Aborted));
         }
         let n = {
             let inbox = &mut self.inbox;
@@ -439,6 +442,9 @@ impl Engine {
             };
             self.fabric.poll(&mut |ev| inbox.take(matcher, &mut rx, ev))?
         };
+        if let Some(e) = self.inbox.failed.take() {
+            return Err(e);
+        }
         // An idle poll (the common case of a blocking wait) has nothing to settle.
         if !self.inbox.is_empty() {
             let mut inbox = std::mem::take(&mut self.inbox);

@@ -4,30 +4,30 @@
 //! in order).
 
 use super::{Engine, OutMsg, SendReq, DIRECT_WR, WR_INFO_BYTES};
-use crate::core::error::{Error, Result};
 use crate::core::pool::{BufId, BufferPool};
 use crate::fabric::PacketHeader;
 use crate::protocol::connection::EndpointState;
+use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::Tag;
 use crate::protocol::request::RequestId;
 
 /// The engine's own copy of (the rest of) a message to `dest`, reserved without aborting
 /// ([`crate::core::memory::try_copy`]).
 fn copy_of(dest: usize, data: &[u8]) -> Result<Vec<u8>> {
-    crate::core::memory::try_copy(data, || {
+    Ok(crate::core::memory::try_copy(data, || {
         format!("the copy of a message of {} bytes to rank {dest}", data.len())
-    })
+    })?)
 }
 
 impl Engine {
     /// Accepts a message for sending if a pool buffer is free for its first chunk
-    /// (copied now); otherwise [`Error::WouldBlock`]. Returns the request id.
+    /// (copied now); otherwise [`ProtocolError::WouldBlock`]. Returns the request id.
     ///
     /// While a queued message still needs pool buffers for its later chunks, a new message
     /// does not take the pool's last free buffer: it would wait in a queue behind that
     /// message holding the buffer the message needs (with one buffer, or when new small
     /// sends take every buffer a chunk frees, no chunk could ever be posted again), so it
-    /// gets [`Error::WouldBlock`] until the chunked message has all its buffers.
+    /// gets [`ProtocolError::WouldBlock`] until the chunked message has all its buffers.
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         self.check_rank(dest)?;
         if dest == self.rank {
@@ -49,10 +49,10 @@ impl Engine {
             (None, copy_of(dest, data)?, 0)
         } else {
             if self.chunked_queued > 0 && self.pool.free_count() <= 1 && !self.pool.can_grow() {
-                return Err(Error::WouldBlock);
+                return Err(ProtocolError::WouldBlock);
             }
             let Some(id) = self.pool.acquire(self.fabric.as_mut())? else {
-                return Err(Error::WouldBlock);
+                return Err(ProtocolError::WouldBlock);
             };
             Self::sync_wr_info(&mut self.wr_info, &mut self.pool, id)?;
             let first_len = data.len().min(self.pool.buffer_size());
@@ -206,7 +206,7 @@ impl Engine {
     pub fn send_direct(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         self.check_rank(dest)?;
         if !self.goes_direct(dest, data.len()) {
-            return Err(Error::NotDirect {
+            return Err(ProtocolError::NotDirect {
                 rank: self.rank,
                 dest,
                 bytes: data.len(),
@@ -242,18 +242,22 @@ impl Engine {
                 into: None,
             };
             super::direct_path(self.fabric.as_mut()).and_then(|path| {
-                path.send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, &mut rx, ev))
+                Ok(path.send_direct(dest, &hdr, data, &mut |ev| inbox.take(matcher, &mut rx, ev))?)
             })
         };
         let settled = self.settle(&mut inbox);
+        let stopped = inbox.failed.take();
         self.inbox = inbox;
         sent?;
+        if let Some(e) = stopped {
+            return Err(e);
+        }
         settled
     }
 
     /// Grows `wr_info` to one entry per pool buffer after `id` was acquired (the pool may
     /// have grown); if that memory cannot be had, gives `id` back and fails with
-    /// [`Error::Alloc`] (the caller's state is as before the acquire).
+    /// [`ProtocolError::Alloc`] (the caller's state is as before the acquire).
     pub(super) fn sync_wr_info(
         wr_info: &mut Vec<Option<(RequestId, usize)>>,
         pool: &mut BufferPool,
@@ -266,7 +270,7 @@ impl Engine {
                 format!("the engine's table of sends in flight, grown with the pool ({WR_INFO_BYTES} bytes per buffer)")
             }) {
                 pool.release(id);
-                return Err(e);
+                return Err(e.into());
             }
             wr_info.resize(n, None);
         }

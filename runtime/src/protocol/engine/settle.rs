@@ -3,10 +3,11 @@
 //! completions free pool buffers or finish direct sends, arrivals are counted against
 //! credits and endpoints, control messages (handshakes, close, credits) are answered.
 
-use crate::core::error::{Error, Result};
 use crate::core::pool::BufId;
-use crate::fabric::{Control, Event};
+use crate::fabric::error::FabricError;
+use crate::fabric::{Control, Event, Flow};
 use crate::protocol::connection::EndpointState;
+use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::Matcher;
 use crate::protocol::request::RequestId;
 
@@ -19,6 +20,9 @@ pub(super) struct Inbox {
     arrivals: Vec<(usize, bool)>,
     ctrl: Vec<(usize, Control)>,
     whole: Vec<usize>,
+    /// The error an event met, which stopped the poll ([`Flow::Break`]): the engine's own,
+    /// kept here rather than carried through the fabric; taken by the poll's caller.
+    pub(super) failed: Option<ProtocolError>,
 }
 
 impl Inbox {
@@ -27,15 +31,22 @@ impl Inbox {
         self.done.is_empty() && self.arrivals.is_empty() && self.ctrl.is_empty() && self.whole.is_empty()
     }
 
-    /// Takes one fabric event: data goes to the matcher at once (it must see packets in
-    /// arrival order), the rest is kept for `Engine::settle`.
+    /// Takes one fabric event (the fabric's poll callback): data goes to the matcher at
+    /// once (it must see packets in arrival order), the rest is kept for `Engine::settle`.
+    /// An error stops the poll; it is kept in [`Inbox::failed`].
     #[inline]
-    pub(super) fn take(
-        &mut self,
-        matcher: &mut Matcher,
-        rx: &mut DatagramRx<'_>,
-        ev: Event<'_>,
-    ) -> Result<()> {
+    pub(super) fn take(&mut self, matcher: &mut Matcher, rx: &mut DatagramRx<'_>, ev: Event<'_>) -> Flow {
+        match self.take_event(matcher, rx, ev) {
+            Ok(()) => Flow::Continue(()),
+            Err(e) => {
+                self.failed = Some(e);
+                Flow::Break(())
+            }
+        }
+    }
+
+    #[inline]
+    fn take_event(&mut self, matcher: &mut Matcher, rx: &mut DatagramRx<'_>, ev: Event<'_>) -> Result<()> {
         match ev {
             Event::Datagram(src, bytes) => rx.take(matcher, src, bytes)?,
             Event::SendComplete(w) => self.done.push(w),
@@ -59,23 +70,24 @@ impl Engine {
     pub(super) fn settle(&mut self, inbox: &mut Inbox) -> Result<()> {
         for w in inbox.done.drain(..) {
             if w & DIRECT_WR != 0 {
-                let s =
-                    self.sends
-                        .get_mut(&RequestId::new(w & !DIRECT_WR))
-                        .ok_or(Error::UnknownCompletion {
-                            rank: self.rank,
-                            wr: w,
-                            direct: true,
-                        })?;
+                let s = self.sends.get_mut(&RequestId::new(w & !DIRECT_WR)).ok_or(
+                    ProtocolError::UnknownCompletion {
+                        rank: self.rank,
+                        wr: w,
+                        direct: true,
+                    },
+                )?;
                 s.outstanding -= 1;
                 self.direct_inflight -= 1;
                 continue;
             }
-            let (req, key) = self.wr_info[w as usize].take().ok_or(Error::UnknownCompletion {
-                rank: self.rank,
-                wr: w,
-                direct: false,
-            })?;
+            let (req, key) = self.wr_info[w as usize]
+                .take()
+                .ok_or(ProtocolError::UnknownCompletion {
+                    rank: self.rank,
+                    wr: w,
+                    direct: false,
+                })?;
             self.pool.release(w as BufId);
             if let Some(s) = self.sends.get_mut(&req) {
                 s.outstanding -= 1;
@@ -90,7 +102,7 @@ impl Engine {
                 self.conns.note_peer(src);
             } else {
                 // The endpoint exists (checked here), and opening it noted the peer.
-                let ep = self.conns.get_touched(src).ok_or(Error::Endpoint {
+                let ep = self.conns.get_touched(src).ok_or(FabricError::Endpoint {
                     rank: self.rank,
                     key: src,
                     what: "received data but is not open",
@@ -124,15 +136,15 @@ impl Engine {
                     self.peers.entry(src).or_default().credits += grant;
                 }
                 Some(EndpointState::Open) => {
-                    return Err(Error::Endpoint {
+                    return Err(ProtocolError::Fabric(FabricError::Endpoint {
                         rank: self.rank,
                         key: src,
                         what: "got a connect request from its peer while open",
-                    })
+                    }))
                 }
             },
             Control::ConnectAck { grant } => {
-                let ep = self.conns.get_mut(src).ok_or(Error::Endpoint {
+                let ep = self.conns.get_mut(src).ok_or(FabricError::Endpoint {
                     rank: self.rank,
                     key: src,
                     what: "got a connect ack from its peer without a request",
@@ -143,7 +155,7 @@ impl Engine {
                 }
             }
             Control::Close { sent } => {
-                let ep = self.conns.get_mut(src).ok_or(Error::Endpoint {
+                let ep = self.conns.get_mut(src).ok_or(FabricError::Endpoint {
                     rank: self.rank,
                     key: src,
                     what: "got a close from its peer but does not exist",
@@ -156,7 +168,7 @@ impl Engine {
                     }
                     EndpointState::Closing { peer_sent: None } => self.conns.set_closing(src, Some(sent)),
                     s => {
-                        return Err(Error::Endpoint {
+                        return Err(ProtocolError::Fabric(FabricError::Endpoint {
                             rank: self.rank,
                             key: src,
                             what: if s == EndpointState::Connecting {
@@ -164,7 +176,7 @@ impl Engine {
                             } else {
                                 "got a second close from its peer"
                             },
-                        })
+                        }))
                     }
                 }
             }

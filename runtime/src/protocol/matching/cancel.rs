@@ -4,8 +4,8 @@
 //! receive gets it before the messages of its source and tag that came after it.
 
 use super::{accepts, Inbound, Matcher};
-use crate::core::error::{Error, Result};
 use crate::core::memory::try_buffer;
+use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::request::RequestId;
 
 impl Matcher {
@@ -23,8 +23,8 @@ impl Matcher {
     /// queue at its place in the order of arrival.
     ///
     /// Errors (the message is then dropped, and the rest of its chunks are counted and
-    /// not kept; nothing else changes): [`Error::Alloc`] naming the message when the copy
-    /// out of the caller's buffer cannot be reserved; [`Error::BadChunk`] when its bytes
+    /// not kept; nothing else changes): [`ProtocolError::Alloc`] naming the message when the copy
+    /// out of the caller's buffer cannot be reserved; [`ProtocolError::BadChunk`] when its bytes
     /// were in a caller's buffer and `into` is `None` or shorter.
     pub fn cancel(&mut self, req: RequestId, into: Option<&[u8]>) -> Result<()> {
         if let Some(i) = self.posted.iter().position(|p| p.req == req) {
@@ -121,7 +121,7 @@ fn copy_back(
     arrived: usize,
 ) -> Result<Vec<u8>> {
     let Some(held) = into.and_then(|b| b.get(..arrived)) else {
-        return Err(Error::BadChunk {
+        return Err(ProtocolError::BadChunk {
             peer: src,
             tag,
             total: total as u64,

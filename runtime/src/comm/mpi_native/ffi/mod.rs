@@ -30,7 +30,7 @@ use rsmpi::ffi;
 use rsmpi::raw::AsRaw;
 use rsmpi::topology::SimpleCommunicator;
 
-use crate::core::error::{Error, Result};
+use crate::error::{Error, FabricError, Result};
 use crate::fabric::mpi::ffi::check;
 
 mod recv;
@@ -70,10 +70,12 @@ fn dt_byte() -> ffi::MPI_Datatype {
 }
 
 fn int(v: usize, what: &'static str) -> Result<c_int> {
-    c_int::try_from(v).map_err(|_| Error::MpiValue {
-        what,
-        value: v as i128,
-        why: "overflows an MPI int",
+    c_int::try_from(v).map_err(|_| {
+        Error::Fabric(FabricError::MpiValue {
+            what,
+            value: v as i128,
+            why: "overflows an MPI int",
+        })
     })
 }
 
@@ -85,10 +87,12 @@ pub(super) fn byte_count(status: &Status) -> Result<usize> {
         unsafe { ffi::MPI_Get_count(status, dt_byte(), &mut count) },
         "MPI_Get_count",
     )?;
-    usize::try_from(count).map_err(|_| Error::MpiValue {
-        what: "MPI_Get_count gave",
-        value: count.into(),
-        why: "is negative",
+    usize::try_from(count).map_err(|_| {
+        Error::Fabric(FabricError::MpiValue {
+            what: "MPI_Get_count gave",
+            value: count.into(),
+            why: "is negative",
+        })
     })
 }
 
@@ -134,7 +138,7 @@ impl NativeComm {
         // SAFETY: the communicator is live (owned by `self`); MPI_ERRORS_RETURN is a
         // predefined error handler, read as a constant.
         let code = unsafe { ffi::MPI_Comm_set_errhandler(self.0.as_raw(), ffi::RSMPI_ERRORS_RETURN) };
-        check(code, "MPI_Comm_set_errhandler")
+        Ok(check(code, "MPI_Comm_set_errhandler")?)
     }
 }
 
@@ -224,15 +228,15 @@ impl Matched {
     }
 
     /// Receives the message (`MPI_Mrecv`), appending it to `buf`, whose spare capacity
-    /// must hold it (reserve first). Returns its status. Errors: [`Error::MpiValue`] when
-    /// the spare capacity is too small (the message is lost), [`Error::MpiCall`].
+    /// must hold it (reserve first). Returns its status. Errors: [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when
+    /// the spare capacity is too small (the message is lost), [`FabricError::MpiCall`](crate::error::FabricError::MpiCall).
     pub(super) fn recv_append(mut self, buf: &mut Vec<u8>) -> Result<Status> {
         if buf.capacity() - buf.len() < self.len {
-            return Err(Error::MpiValue {
+            return Err(Error::Fabric(FabricError::MpiValue {
                 what: "spare capacity of the receive buffer",
                 value: (buf.capacity() - buf.len()) as i128,
                 why: "is smaller than the matched message",
-            });
+            }));
         }
         let count = int(self.len, "message of bytes")?;
         // SAFETY: the spare capacity of `buf` holds `len` bytes; `msg` is the message

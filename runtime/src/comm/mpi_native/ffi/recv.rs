@@ -10,7 +10,7 @@ use rsmpi::topology::SimpleCommunicator;
 use super::{
     byte_count, cancel_recv, cancel_recv_checked, check, dt_byte, empty_status, int, null_request, Status,
 };
-use crate::core::error::{Error, Result};
+use crate::error::{Error, FabricError, Result};
 
 /// An `MPI_Irecv` of at most `cap` bytes into a `Vec` it owns (see the module docs).
 pub(in crate::comm::mpi_native) struct HeaderRecv {
@@ -26,8 +26,8 @@ unsafe impl Send for HeaderRecv {}
 
 impl HeaderRecv {
     /// Posts a receive of at most `cap` bytes from `(source, tag)` on `comm` into `buf`
-    /// (cleared, and grown to `cap` bytes of capacity). Errors: [`Error::MpiValue`] when
-    /// `cap` overflows an `int`, [`Error::MpiCall`].
+    /// (cleared, and grown to `cap` bytes of capacity). Errors: [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when
+    /// `cap` overflows an `int`, [`FabricError::MpiCall`](crate::error::FabricError::MpiCall).
     pub(in crate::comm::mpi_native) fn post(
         comm: &SimpleCommunicator,
         source: c_int,
@@ -137,11 +137,11 @@ impl HeaderRecv {
     pub(in crate::comm::mpi_native) fn cancel_in_place(&mut self) -> Result<Option<Status>> {
         let mut status = empty_status();
         if let Some(n) = self.got {
-            return Err(Error::MpiValue {
+            return Err(Error::Fabric(FabricError::MpiValue {
                 what: "MPI_Cancel of a receive that completed with bytes",
                 value: n as i128,
                 why: "is too late",
-            });
+            }));
         }
         if cancel_recv_checked(&mut self.req, &mut status)? {
             self.got = Some(0);
@@ -181,7 +181,7 @@ unsafe impl Send for PartsRecv {}
 impl PartsRecv {
     /// Posts receives of `total` bytes from `(source, tag)` on `comm` as parts of at most
     /// `part_bytes` bytes into `data`, whose capacity must hold `total` bytes (its length
-    /// is reset to 0). Errors: [`Error::MpiValue`] when `data` is too small, [`Error::MpiCall`]
+    /// is reset to 0). Errors: [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when `data` is too small, [`FabricError::MpiCall`](crate::error::FabricError::MpiCall)
     /// (the parts posted before are cancelled).
     pub(in crate::comm::mpi_native) fn post(
         comm: &SimpleCommunicator,
@@ -193,11 +193,11 @@ impl PartsRecv {
     ) -> Result<PartsRecv> {
         data.clear();
         if data.capacity() < total {
-            return Err(Error::MpiValue {
+            return Err(Error::Fabric(FabricError::MpiValue {
                 what: "receive buffer of the parts",
                 value: data.capacity() as i128,
                 why: "is smaller than the message",
-            });
+            }));
         }
         let part_bytes = part_bytes.clamp(1, c_int::MAX as usize);
         let mut r = PartsRecv {

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::MpiFabric;
-use crate::core::error::Result;
+use crate::fabric::error::Result;
 use crate::fabric::sizes::MPI_DATAGRAM_MTU;
 use crate::fabric::wire::KIND_DATAGRAM;
 use crate::fabric::{DatagramPath, PacketHeader};

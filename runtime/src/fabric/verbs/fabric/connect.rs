@@ -7,12 +7,12 @@
 
 use super::{Link, PeerQp, VerbsFabric, INLINE_BYTES, RECV_BIT};
 use crate::core::config::RecvSharing;
-use crate::core::error::{Error, Result};
+use crate::fabric::error::{FabricError, Result};
 use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::ibv::attr::{self, Remote, Retry};
 use crate::fabric::verbs::ibv::qp::{Failed, QpKind, Reset};
 use crate::fabric::verbs::ibv::{self, Init, Qp, QpCaps, Slots};
-use crate::fabric::{Control, Event};
+use crate::fabric::{go, Control, Event, Flow, Halt};
 
 fn remote(i: QpInfo) -> Remote {
     Remote {
@@ -30,7 +30,7 @@ impl VerbsFabric {
             .peers
             .get(&key)
             .and_then(|p| p.qp.as_ref())
-            .ok_or(Error::Endpoint {
+            .ok_or(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "has no queue pair (its connection data was asked for)",
@@ -67,13 +67,13 @@ impl VerbsFabric {
     /// connected at once if the peer's connection data came first.
     pub(super) fn open_rc(&mut self, key: usize) -> Result<()> {
         if key >= self.world || key == self.rank {
-            return Err(Error::InvalidRank {
+            return Err(FabricError::InvalidRank {
                 rank: key,
                 world_size: self.world,
             });
         }
         if self.peers.get(&key).is_some_and(|p| p.qp.is_some()) {
-            return Err(Error::Endpoint {
+            return Err(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "opened twice",
@@ -84,7 +84,7 @@ impl VerbsFabric {
         if per_peer {
             let live = self.peers.values().filter(|p| p.qp.is_some()).count() + 1;
             if live * depth + self.header_slots > self.cq_entries as usize {
-                return Err(Error::VerbsDevice {
+                return Err(FabricError::VerbsDevice {
                     device: Some(self.dev.caps.name.clone()),
                     reason: format!(
                         "rank {}: {live} queue pairs x {depth} receives + {} sends exceed the completion queue ({} entries, device max_cqe {}): lower BALLAST_RECV_DEPTH or set BALLAST_MAX_ENDPOINTS",
@@ -151,12 +151,12 @@ impl VerbsFabric {
     /// Closes the endpoint `key`: destroys its queue pair, then frees its receive buffers.
     pub(super) fn close(&mut self, key: usize) -> Result<()> {
         let key = self.ep_key(key);
-        let p = self.peers.get_mut(&key).ok_or(Error::Endpoint {
+        let p = self.peers.get_mut(&key).ok_or(FabricError::Endpoint {
             rank: self.rank,
             key,
             what: "closed but unknown",
         })?;
-        let q = p.qp.take().ok_or(Error::Endpoint {
+        let q = p.qp.take().ok_or(FabricError::Endpoint {
             rank: self.rank,
             key,
             what: "closed but has no queue pair",
@@ -189,7 +189,7 @@ impl VerbsFabric {
             .peers
             .get_mut(&key)
             .and_then(|p| p.qp.as_mut())
-            .ok_or(Error::Endpoint {
+            .ok_or(FabricError::Endpoint {
                 rank: self.rank,
                 key,
                 what: "got connection data but is closed",
@@ -198,7 +198,7 @@ impl VerbsFabric {
             Some(Link::Init(qp)) => qp,
             other => {
                 q.link = other;
-                return Err(Error::Endpoint {
+                return Err(FabricError::Endpoint {
                     rank: self.rank,
                     key,
                     what: "got connection data for a queue pair not in INIT",
@@ -245,7 +245,7 @@ impl VerbsFabric {
     /// INI QP described by `f` and answers with its connection data.
     fn accept_xrc(&mut self, f: &Frame) -> Result<()> {
         let src = f.src as usize;
-        let xrcd = self.xrcd.as_ref().ok_or(Error::Endpoint {
+        let xrcd = self.xrcd.as_ref().ok_or(FabricError::Endpoint {
             rank: self.rank,
             key: src,
             what: "got an XRC connect but this rank has no XRC domain",
@@ -282,17 +282,17 @@ impl VerbsFabric {
     pub(super) fn on_frame(
         &mut self,
         f: Frame,
-        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
-    ) -> Result<()> {
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<(), Halt> {
         let src = f.src as usize;
         if src >= self.world {
-            return Err(Error::ControlFrame {
+            return Err(Halt::Fail(FabricError::ControlFrame {
                 rank: Some(self.rank),
                 from: Some(src),
                 what: format!("rank outside the world of {}", self.world),
-            });
+            }));
         }
-        match f.kind {
+        let done: Result<()> = match f.kind {
             Kind::Control => {
                 let c = Control::decode(f.code, f.value)?;
                 if matches!(c, Control::ConnectReq { .. } | Control::ConnectAck { .. }) {
@@ -309,7 +309,7 @@ impl VerbsFabric {
                 if c == Control::CreditRequest {
                     self.peers.entry(src).or_default().wants_credit = true;
                 }
-                on_event(Event::Control(src, c))
+                return go(on_event(Event::Control(src, c)));
             }
             Kind::Ready => {
                 self.peers.entry(src).or_default().remote_ready = true;
@@ -337,7 +337,7 @@ impl VerbsFabric {
                 },
             ),
             Kind::SrqNum => {
-                let n = u32::try_from(f.value).map_err(|_| Error::ControlFrame {
+                let n = u32::try_from(f.value).map_err(|_| FabricError::ControlFrame {
                     rank: Some(self.rank),
                     from: Some(src),
                     what: format!("SRQ number {} does not fit 32 bits", f.value),
@@ -347,7 +347,8 @@ impl VerbsFabric {
             }
             Kind::UdReq | Kind::UdAddr => self.on_ud_frame(src, &f),
             Kind::Hello | Kind::Done => Ok(()),
-        }
+        };
+        done.map_err(Halt::Fail)
     }
 
     /// XRC: the INI QP toward node `node` (the engine's endpoint), connected through the
@@ -355,14 +356,14 @@ impl VerbsFabric {
     pub(super) fn open_xrc(&mut self, node: usize) -> Result<()> {
         let leader = node * self.cfg.ranks_per_node;
         if leader >= self.world {
-            return Err(Error::InvalidRank {
+            return Err(FabricError::InvalidRank {
                 rank: leader,
                 world_size: self.world,
             });
         }
         let ik = self.world + node;
         if self.peers.get(&ik).is_some_and(|p| p.qp.is_some()) {
-            return Err(Error::Endpoint {
+            return Err(FabricError::Endpoint {
                 rank: self.rank,
                 key: node,
                 what: "(the XRC endpoint to that node) opened twice",
@@ -422,14 +423,14 @@ impl VerbsFabric {
     pub(super) fn peer_died(
         &mut self,
         r: usize,
-        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
-    ) -> Result<()> {
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<(), Halt> {
         let Some(p) = self.peers.get_mut(&r) else {
             return Ok(());
         };
         p.broken = true;
         for q in std::mem::take(&mut p.queued) {
-            on_event(Event::SendComplete(q.wr_id))?;
+            go(on_event(Event::SendComplete(q.wr_id)))?;
         }
         if let Some(link) = p.qp.as_ref().and_then(|q| q.link.as_ref()) {
             link.set_error().map_err(|e| ibv::at(e, self.rank, Some(r)))?;

@@ -5,8 +5,8 @@
 
 use super::{SharedRecv, VerbsFabric, HEADER_BYTES, RECV_BIT};
 use crate::core::config::RecvSharing;
-use crate::core::error::{Error, Result};
 use crate::core::pool::{Register, Registration};
+use crate::fabric::error::{FabricError, Result};
 use crate::fabric::verbs::ffi::register_pool_region;
 use crate::fabric::verbs::ibv::{self, Slots};
 use crate::fabric::verbs::xrc;
@@ -21,7 +21,7 @@ impl VerbsFabric {
             .unwrap_or(0);
         let need = self.pinned.max(process) + more;
         match self.memlock_limit {
-            Some(limit) if limit != u64::MAX && need > limit => Err(Error::MemlockTooLow {
+            Some(limit) if limit != u64::MAX && need > limit => Err(FabricError::MemlockTooLow {
                 needed_kib: need.div_ceil(1024),
                 limit_kib: limit / 1024,
             }),
@@ -42,7 +42,7 @@ impl VerbsFabric {
             return Ok(note);
         }
         if !self.dev.caps.srq {
-            return Err(Error::VerbsDevice {
+            return Err(FabricError::VerbsDevice {
                 device: Some(name.clone()),
                 reason: format!(
                     "device {name} has no shared receive queues (max_srq 0): use BALLAST_RECV_SHARING=per-peer"
@@ -51,7 +51,7 @@ impl VerbsFabric {
         }
         let depth = self.cfg.srq_depth;
         if depth as u32 > self.dev.caps.max_srq_wr {
-            return Err(Error::VerbsDevice {
+            return Err(FabricError::VerbsDevice {
                 device: Some(name.clone()),
                 reason: format!(
                     "BALLAST_SRQ_DEPTH={depth} exceeds the device's max_srq_wr {} ({name})",
@@ -61,7 +61,7 @@ impl VerbsFabric {
         }
         let bytes = (depth * self.slot_bytes()) as u64;
         self.check_memlock(bytes)?;
-        let at = |e: Error| ibv::at(e, self.rank, None);
+        let at = |e: FabricError| ibv::at(e, self.rank, None);
         let srq = if sharing == RecvSharing::Xrc {
             // One domain per node, through a file named after the job and the node.
             let node = self.rank / self.cfg.ranks_per_node;
@@ -97,6 +97,8 @@ impl VerbsFabric {
 }
 
 impl Register for VerbsFabric {
+    type Error = FabricError;
+
     fn register(&mut self, region: &[u8], _lock: bool) -> Result<Registration> {
         let first = self.headers.is_none();
         let mut more = region.len() as u64;

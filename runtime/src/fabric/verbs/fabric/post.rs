@@ -4,14 +4,14 @@
 //! deferred SRQ reposts, and polling (`poll_all`: control frames, then the CQ in batches).
 //! In a build without the `trace` feature nothing here calls the trace counters.
 
-use super::kept::Kept;
+use super::kept::{Kept, Taken};
 use super::{Link, Queued, VerbsFabric, GRANT_HOLD_POLLS, HEADER_BYTES, POLL_BATCH, POLL_MAX, RECV_BIT};
 use crate::core::config::RecvSharing;
-use crate::core::error::{Error, Result};
+use crate::fabric::error::{FabricError, Result};
 use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::ibv::{self, Qp, Rts, SendWr, Sge, Slots};
 use crate::fabric::wire;
-use crate::fabric::{Control, Event, PacketHeader};
+use crate::fabric::{go, Control, Event, Flow, Halt, PacketHeader};
 
 #[cfg(feature = "trace")]
 use crate::fabric::verbs::counters;
@@ -96,21 +96,21 @@ impl VerbsFabric {
             counters::stamp(7);
         }
         if self.sharing != RecvSharing::Xrc && dest != key {
-            return Err(Error::VerbsSend {
+            return Err(FabricError::VerbsSend {
                 rank: self.rank,
                 dest,
                 what: format!("endpoint {key} is not the destination's (verbs endpoints are per rank)"),
             });
         }
         let key = self.ep_key(key);
-        let headers = self.headers.as_mut().ok_or_else(|| Error::VerbsSend {
+        let headers = self.headers.as_mut().ok_or_else(|| FabricError::VerbsSend {
             rank: self.rank,
             dest,
             what: "sent before the pool was registered".into(),
         })?;
         let slot = wr_id as usize;
         if slot >= headers.count() {
-            return Err(Error::VerbsSend {
+            return Err(FabricError::VerbsSend {
                 rank: self.rank,
                 dest,
                 what: format!("send id {wr_id} beyond the {} header slots", headers.count()),
@@ -126,13 +126,13 @@ impl VerbsFabric {
                 .iter()
                 .find(|m| m.contains(p, payload.len()))
                 .map(|m| m.lkey())
-                .ok_or_else(|| Error::VerbsSend {
+                .ok_or_else(|| FabricError::VerbsSend {
                     rank: self.rank,
                     dest,
                     what: "payload outside the registered pool (user buffers are never registered)".into(),
                 })?
         };
-        let peer = self.peers.get_mut(&key).ok_or_else(|| Error::VerbsSend {
+        let peer = self.peers.get_mut(&key).ok_or_else(|| FabricError::VerbsSend {
             rank: self.rank,
             dest,
             what: format!("sent on unknown endpoint {key}"),
@@ -142,11 +142,11 @@ impl VerbsFabric {
             // comes at the poll after it.
             self.failed_sends.push(wr_id);
             let who = if key >= self.world {
-                crate::core::error::VerbsPeer::Node(key - self.world)
+                crate::fabric::error::VerbsPeer::Node(key - self.world)
             } else {
-                crate::core::error::VerbsPeer::Rank(key)
+                crate::fabric::error::VerbsPeer::Rank(key)
             };
-            self.pending_err.get_or_insert(Error::QueuePairBroken {
+            self.pending_err.get_or_insert(FabricError::QueuePairBroken {
                 rank: self.rank,
                 peer: who,
             });
@@ -210,7 +210,7 @@ impl VerbsFabric {
                 *self
                     .srqns
                     .get(&(q.dest as usize))
-                    .ok_or_else(|| Error::VerbsSend {
+                    .ok_or_else(|| FabricError::VerbsSend {
                         rank: self.rank,
                         dest: q.dest as usize,
                         what: "XRC send before its SRQ number arrived".into(),
@@ -219,7 +219,7 @@ impl VerbsFabric {
         } else {
             None
         };
-        let headers = self.headers.as_ref().ok_or_else(|| Error::VerbsSend {
+        let headers = self.headers.as_ref().ok_or_else(|| FabricError::VerbsSend {
             rank: self.rank,
             dest: q.dest as usize,
             what: "sent before the pool was registered".into(),
@@ -228,12 +228,12 @@ impl VerbsFabric {
             .peers
             .get_mut(&key)
             .and_then(|p| p.qp.as_mut())
-            .ok_or_else(|| Error::VerbsSend {
+            .ok_or_else(|| FabricError::VerbsSend {
                 rank: self.rank,
                 dest: q.dest as usize,
                 what: format!("sent on a closed endpoint {key}"),
             })?;
-        let qp = pq.rts().ok_or_else(|| Error::VerbsSend {
+        let qp = pq.rts().ok_or_else(|| FabricError::VerbsSend {
             rank: self.rank,
             dest: q.dest as usize,
             what: format!("sent on endpoint {key} before its queue pair connected"),
@@ -319,16 +319,19 @@ impl VerbsFabric {
 
     /// The engine's `poll`: a pending error first, then the failed sends' buffers, the held
     /// grants that are due, the control channel (when due) and the CQ.
-    pub(super) fn poll_all(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+    pub(super) fn poll_all(
+        &mut self,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<usize, Halt> {
         if let Some(e) = self.pending_err.take() {
-            return Err(e);
+            return Err(Halt::Fail(e));
         }
         self.polls = self.polls.wrapping_add(1);
         #[cfg(feature = "trace")]
         counters::bump(&counters::POLLS, 1);
         self.repost_srq()?;
         for w in std::mem::take(&mut self.failed_sends) {
-            on_event(Event::SendComplete(w))?;
+            go(on_event(Event::SendComplete(w)))?;
         }
         // Grants that found no packet to ride on for GRANT_HOLD_POLLS calls (or that their
         // rank asked for) go on the control channel.
@@ -359,7 +362,7 @@ impl VerbsFabric {
                 for r in self.mesh.take_dead() {
                     self.peer_died(r, on_event)?;
                 }
-                return Err(e);
+                return Err(Halt::Fail(e));
             }
         }
         let mut n = frames.len();
@@ -377,7 +380,7 @@ impl VerbsFabric {
         Ok(n)
     }
 
-    fn poll_cq(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+    fn poll_cq(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> std::result::Result<usize, Halt> {
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
         // Out of the fabric while its completions are taken (taking borrows the fabric),
@@ -404,9 +407,9 @@ impl VerbsFabric {
     fn take_cq(
         &mut self,
         kept: &mut Kept<Wc>,
-        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
         touched: &mut Vec<usize>,
-    ) -> Result<(usize, Option<Error>)> {
+    ) -> std::result::Result<(usize, Option<Halt>), Halt> {
         let mut n = 0;
         // Left uninitialised: zeroing 32 entries (1.5 KiB) on every poll, idle ones included,
         // costs measurable time under TCG; ibv_poll_cq writes the entries it returns.
@@ -416,7 +419,7 @@ impl VerbsFabric {
         if !kept.is_empty() {
             refused = kept.replay(|w| {
                 n += 1;
-                self.take_wc(w, &mut *on_event, &mut *touched)
+                self.take_one(w, &mut *on_event, &mut *touched)
             })?;
             #[cfg(feature = "trace")]
             {
@@ -445,7 +448,7 @@ impl VerbsFabric {
             // already).
             refused = kept.take_batch(done, Wc::of, |w| {
                 n += 1;
-                self.take_wc(w, &mut *on_event, &mut *touched)
+                self.take_one(w, &mut *on_event, &mut *touched)
             })?;
             #[cfg(feature = "trace")]
             {
@@ -461,16 +464,28 @@ impl VerbsFabric {
         Ok((n, refused))
     }
 
+    /// [`Self::take_wc`] as [`Kept`] takes a completion: a refused arrival
+    /// (`Flow::Break`) is `Ok(Err(Halt::Stop))`, a failure `Err`.
+    fn take_one(
+        &mut self,
+        w: &Wc,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+        touched: &mut Vec<usize>,
+    ) -> Taken<Halt> {
+        self.take_wc(w, on_event, touched)
+            .map(|f| if f.is_break() { Err(Halt::Stop) } else { Ok(()) })
+    }
+
     /// Takes work completion `wc`: a receive's arrival (its slot reposted) or a send's
-    /// completion. `Ok(Err(e))`: the arrival's event failed with `e` (its message could not
-    /// be allocated); nothing was done with it, its slot is still its own: the caller keeps
-    /// it to take again.
+    /// completion. `Ok(Flow::Break)`: the callback refused the arrival (its message could
+    /// not be allocated); nothing was done with it, its slot is still its own: the caller
+    /// keeps it to take again.
     fn take_wc(
         &mut self,
         wc: &Wc,
-        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
         touched: &mut Vec<usize>,
-    ) -> Result<std::result::Result<(), Error>> {
+    ) -> std::result::Result<Flow, Halt> {
         let ok = wc.status == ibv::sys::ibv_wc_status::IBV_WC_SUCCESS;
         // The peer is looked up only where needed (not for a good SRQ receive).
         let peer_of = |f: &Self| f.qpn_peer.get(&wc.qp_num).copied();
@@ -481,7 +496,7 @@ impl VerbsFabric {
                 if wc.status != ibv::sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR && self.pending_err.is_none() {
                     self.pending_err = Some(self.completion_error("receive", wc.status, peer));
                 }
-                return Ok(Ok(()));
+                return Ok(Flow::Continue(()));
             }
             let slot = (wc.wr_id & !RECV_BIT) as usize;
             let (slots, own) = match &self.srq {
@@ -490,7 +505,7 @@ impl VerbsFabric {
                     let q = peer_of(self)
                         .and_then(|p| self.peers.get(&p))
                         .and_then(|p| p.qp.as_ref())
-                        .ok_or_else(|| Error::VerbsReceive {
+                        .ok_or_else(|| FabricError::VerbsReceive {
                             rank: self.rank,
                             qp: wc.qp_num,
                             what: "no queue pair of this rank has that number".into(),
@@ -500,32 +515,32 @@ impl VerbsFabric {
             };
             let len = wc.byte_len as usize;
             if len < HEADER_BYTES || slot >= slots.count() {
-                return Err(Error::VerbsReceive {
+                return Err(Halt::Fail(FabricError::VerbsReceive {
                     rank: self.rank,
                     qp: wc.qp_num,
                     what: format!(
                         "packet of {len} bytes in receive slot {slot} (of {}, header {HEADER_BYTES} bytes)",
                         slots.count()
                     ),
-                });
+                }));
             }
             let bytes = slots.get(slot, len);
             // (Bytes 29..32 are zero on this fabric: ignored, see `wire`.)
             let h = wire::decode_header(bytes.first_chunk().expect("checked above")).0;
             if HEADER_BYTES + h.len as usize != len {
-                return Err(Error::BadPacket {
+                return Err(Halt::Fail(FabricError::BadPacket {
                     rank: self.rank,
-                    from: crate::core::error::Sender::Rank(h.src as usize),
+                    from: crate::fabric::error::Sender::Rank(h.src as usize),
                     bytes: len,
                     what: format!("announces {} payload bytes", h.len),
-                });
+                }));
             }
             #[cfg(feature = "trace")]
             let t = counters::trace_start();
-            if let Err(e) = on_event(Event::Arrival(h, &bytes[HEADER_BYTES..])) {
+            if on_event(Event::Arrival(h, &bytes[HEADER_BYTES..])).is_break() {
                 // Refused (its message could not be allocated): kept, its slot not
                 // reposted, and taken first at the next poll, as `local` does.
-                return Ok(Err(e));
+                return Ok(Flow::Break(()));
             }
             #[cfg(feature = "trace")]
             {
@@ -542,7 +557,10 @@ impl VerbsFabric {
             #[cfg(feature = "trace")]
             counters::stamp(2);
             if let Some(credits) = wc.imm {
-                on_event(Event::Control(h.src as usize, Control::Grant { credits }))?;
+                go(on_event(Event::Control(
+                    h.src as usize,
+                    Control::Grant { credits },
+                )))?;
             }
         } else {
             let peer = peer_of(self);
@@ -553,7 +571,7 @@ impl VerbsFabric {
                 q.outstanding = q.outstanding.saturating_sub(1);
             }
             // The buffer goes back to the pool whatever the status.
-            on_event(Event::SendComplete(wc.wr_id))?;
+            go(on_event(Event::SendComplete(wc.wr_id)))?;
             if !ok && self.pending_err.is_none() {
                 self.pending_err = Some(self.completion_error("send", wc.status, peer));
             }
@@ -563,24 +581,24 @@ impl VerbsFabric {
                 if let Some(pe) = peer.and_then(|p| self.peers.get_mut(&p)) {
                     pe.broken = true;
                     for q in std::mem::take(&mut pe.queued) {
-                        on_event(Event::SendComplete(q.wr_id))?;
+                        go(on_event(Event::SendComplete(q.wr_id)))?;
                     }
                 }
             } else if let Some(p) = peer {
                 touched.push(p);
             }
         }
-        Ok(Ok(()))
+        Ok(Flow::Continue(()))
     }
 
-    /// The [`Error::WorkCompletion`] of a failed `op` toward internal key `peer`.
+    /// The [`FabricError::WorkCompletion`] of a failed `op` toward internal key `peer`.
     fn completion_error(
         &self,
         op: &'static str,
         status: ibv::sys::ibv_wc_status::Type,
         peer: Option<usize>,
-    ) -> Error {
-        Error::WorkCompletion {
+    ) -> FabricError {
+        FabricError::WorkCompletion {
             op,
             status,
             status_text: ibv::status_text(status).into(),

@@ -29,8 +29,8 @@
 //!   model predicts.
 
 use super::VerbsFabric;
-use crate::core::error::{Error, Result};
 use crate::core::intmap::IntMap;
+use crate::fabric::error::{FabricError, Result};
 use crate::fabric::sizes::{
     verbs_ud_fixed_bytes, verbs_ud_payload, verbs_ud_ring_bytes, VERBS_UD_GRH_BYTES, VERBS_UD_PEER_BYTES,
     VERBS_UD_RANK_BYTES, VERBS_UD_RECV_DEPTH, VERBS_UD_SEND_SLOTS,
@@ -38,7 +38,7 @@ use crate::fabric::sizes::{
 use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::device::Device;
 use crate::fabric::verbs::ibv::{self, attr, Ah, Cq, Qp, QpCaps, Rts, SendWr, Sge, Slots};
-use crate::fabric::Event;
+use crate::fabric::{go, Event, Flow, Halt};
 
 const GRH: usize = VERBS_UD_GRH_BYTES as usize;
 const RANK: usize = VERBS_UD_RANK_BYTES as usize;
@@ -159,7 +159,7 @@ impl Ud {
             for wc in done {
                 self.free.push(wc.wr_id as usize);
                 if wc.status != ibv::sys::ibv_wc_status::IBV_WC_SUCCESS {
-                    return Err(Error::WorkCompletion {
+                    return Err(FabricError::WorkCompletion {
                         op: "UD send",
                         status: wc.status,
                         status_text: ibv::status_text(wc.status).into(),
@@ -205,7 +205,7 @@ impl VerbsFabric {
             let (fixed, ring) = Ud::fixed_bytes(self.cfg.buffer_size);
             self.check_memlock(ring)?;
             let psn = self.next_psn();
-            let at = |e: Error| ibv::at(e, self.rank, None);
+            let at = |e: FabricError| ibv::at(e, self.rank, None);
             let ud = Ud::new(&self.dev, self.cfg.buffer_size, mtu, &self.mesh.job_tag(), psn).map_err(at)?;
             self.pinned += ring;
             self.bytes.srq_bytes += fixed;
@@ -219,7 +219,7 @@ impl VerbsFabric {
     /// The engine's `post_datagram` (see the module doc for when it drops `bytes`).
     pub(super) fn send_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()> {
         if dest >= self.world {
-            return Err(Error::InvalidRank {
+            return Err(FabricError::InvalidRank {
                 rank: dest,
                 world_size: self.world,
             });
@@ -227,10 +227,10 @@ impl VerbsFabric {
         let rank = self.rank;
         self.ensure_ud()?;
         let Some(ud) = self.ud.as_mut() else {
-            return Err(Error::NoDatagrams { transport: "verbs" });
+            return Err(FabricError::NoDatagrams { transport: "verbs" });
         };
         if bytes.len() > ud.mtu {
-            return Err(Error::VerbsSend {
+            return Err(FabricError::VerbsSend {
                 rank,
                 dest,
                 what: format!(
@@ -313,7 +313,7 @@ impl VerbsFabric {
         let rank = self.rank;
         self.ensure_ud()?;
         let Some(ud) = self.ud.as_mut() else {
-            return Err(Error::ControlFrame {
+            return Err(FabricError::ControlFrame {
                 rank: Some(rank),
                 from: Some(src),
                 what: "a UD address frame, but this rank has no datagram path (the ranks' settings differ)"
@@ -321,7 +321,7 @@ impl VerbsFabric {
             });
         };
         if f.value != ud.qkey as u64 {
-            return Err(Error::ControlFrame {
+            return Err(FabricError::ControlFrame {
                 rank: Some(rank),
                 from: Some(src),
                 what: format!(
@@ -362,7 +362,10 @@ impl VerbsFabric {
     /// Polls the UD QP's CQs (once some peer knows its address): send slots come back,
     /// arrivals go to `on_event` as [`Event::Datagram`] and their slots are reposted.
     /// Returns the arrivals handled.
-    pub(super) fn poll_ud(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+    pub(super) fn poll_ud(
+        &mut self,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<usize, Halt> {
         let rank = self.rank;
         let world = self.world;
         let Some(ud) = self.ud.as_mut().filter(|u| u.active) else {
@@ -380,13 +383,13 @@ impl VerbsFabric {
                 if wc.status == ibv::sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR {
                     continue;
                 }
-                return Err(Error::WorkCompletion {
+                return Err(Halt::Fail(FabricError::WorkCompletion {
                     op: "UD receive",
                     status: wc.status,
                     status_text: ibv::status_text(wc.status).into(),
                     rank: Some(rank),
                     peer: None,
-                });
+                }));
             }
             let grh = if wc.wc_flags & ibv::sys::ibv_wc_flags::IBV_WC_GRH.0 != 0 {
                 GRH
@@ -395,7 +398,7 @@ impl VerbsFabric {
             };
             let len = (wc.byte_len as usize).saturating_sub(grh);
             if slot >= ud.recv.count() || len < RANK || GRH + len > ud.recv.slot() {
-                return Err(Error::VerbsReceive {
+                return Err(Halt::Fail(FabricError::VerbsReceive {
                     rank,
                     qp: wc.qp_num,
                     what: format!(
@@ -404,18 +407,18 @@ impl VerbsFabric {
                         ud.recv.count(),
                         ud.recv.slot()
                     ),
-                });
+                }));
             }
             let b = ud.recv.get(slot, GRH + len);
             let src = u32::from_le_bytes(b[GRH..GRH + RANK].try_into().expect("4 bytes")) as usize;
             if src >= world {
-                return Err(Error::VerbsReceive {
+                return Err(Halt::Fail(FabricError::VerbsReceive {
                     rank,
                     qp: wc.qp_num,
                     what: format!("datagram from rank {src}, outside the world of {world}"),
-                });
+                }));
             }
-            on_event(Event::Datagram(src, &b[GRH + RANK..]))?;
+            go(on_event(Event::Datagram(src, &b[GRH + RANK..])))?;
             ud.qp
                 .post_recv(&ud.recv, slot * ud.recv.slot(), ud.recv.slot(), slot as u64)
                 .map_err(|e| ibv::at(e, rank, None))?;

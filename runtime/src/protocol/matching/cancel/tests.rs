@@ -212,7 +212,7 @@ fn bytes_in_a_buffer_not_given_back_drop_the_message_with_an_error() {
     assert!(
         matches!(
             err,
-            Error::BadChunk {
+            ProtocolError::BadChunk {
                 peer: 2,
                 tag: 5,
                 total: 5,

@@ -1,0 +1,62 @@
+//! The communicator's own errors ([`CommError`]): a reserved tag, a wait no rank can end,
+//! the memory model's overflow, a message of the runtime's own traffic of the wrong size.
+//! The public [`crate::Error`] wraps them (`Error::Comm`), with the same messages.
+
+use thiserror::Error;
+
+/// Errors of the communicator. New variants may be added (`#[non_exhaustive]`): match with
+/// a `_` arm.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum CommError {
+    /// The tag is in the range reserved for the runtime's collectives (`>= RESERVED_TAG_BASE`).
+    #[error("tag {0} is reserved for internal use (user tags must be < 2^31)")]
+    ReservedTag(u32),
+    /// A blocking call of rank `rank` (`op`: `recv`, `wait`, `barrier`, ...) waits for
+    /// something no rank can do any more: rank `peer` ended, having `failed` (it stopped
+    /// without finishing: its sends are lost and it receives nothing) or finished (it
+    /// returned, everything it sent was delivered, and what `op` waits for was not among
+    /// it). `peer` is `None` for an any-source receive when every other rank finished.
+    #[error("rank {rank}: {op} can never complete: {}", gone_phrase(.peer, *.failed))]
+    PeerGone {
+        /// The waiting rank.
+        rank: usize,
+        /// The blocking call.
+        op: &'static str,
+        /// The rank that ended (`None`: every other rank).
+        peer: Option<usize>,
+        /// It failed rather than finished.
+        failed: bool,
+    },
+    /// A term of the memory model ([`crate::TransportConfig::try_predict`]) does not fit
+    /// in 64 bits: the configuration asks for more bytes than any machine has.
+    #[error("the memory model overflows 64 bits at {term}: the configuration asks for more than 2^64 bytes")]
+    ModelOverflow {
+        /// The term that overflows, with its factors' values.
+        term: String,
+    },
+    /// A message of the runtime's own traffic (fanout, collectives) has the wrong length.
+    #[error("protocol error: rank {rank}: message of {bytes} bytes from rank {peer} with tag {tag}, expected {expected}")]
+    MessageSize {
+        /// The receiving rank.
+        rank: usize,
+        /// The sending rank.
+        peer: usize,
+        /// The message's tag.
+        tag: u32,
+        /// Bytes received.
+        bytes: usize,
+        /// Bytes expected.
+        expected: usize,
+    },
+}
+
+/// The end of [`CommError::PeerGone`](crate::error::CommError::PeerGone)'s message.
+fn gone_phrase(peer: &Option<usize>, failed: bool) -> String {
+    match (peer, failed) {
+        (Some(p), true) => format!("rank {p} failed"),
+        (Some(p), false) => format!("rank {p} finished (returned) without sending what it waits for"),
+        (None, true) => "a rank failed".to_string(),
+        (None, false) => "every other rank finished (returned) without sending what it waits for".to_string(),
+    }
+}
