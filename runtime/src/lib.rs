@@ -6,10 +6,10 @@
 //!
 //! | layer | modules | owns |
 //! |---|---|---|
-//! | core | `core::{error, config, memory, pool, backoff, intmap, procstatus, footprint}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types |
+//! | core | `core::{error, config, memory, pool, backoff, intmap, procstatus, footprint, request}` | errors, the pure configuration, memory and memlock, the registered pool, the footprint types, request ids |
 //! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process |
 //! | fabric | [`fabric`]: the trait, `fabric::{wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model |
-//! | protocol | `protocol::{engine, clock, collective, connection, credit, datagram, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the clock passed in |
+//! | protocol | `protocol::{engine, clock, collective, connection, credit, datagram, matching}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, the clock passed in |
 //! | comm | [`comm`]: the [`Communicator`], `comm::{model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction |
 //! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
 //! | fault (feature `fault`) | `fault` | the fault-injection harness: a fabric wrapper and its launcher |
@@ -43,10 +43,10 @@ pub mod launch;
 pub mod select;
 
 // The public paths: a curated view of the layers.
-pub use crate::core::{config, error, footprint, intmap, memory, pool, procstatus};
+pub use crate::core::{config, error, footprint, intmap, memory, pool, procstatus, request};
 pub use comm::model;
 pub use fabric::wire;
-pub use protocol::{clock, connection, credit, datagram, engine, matching, request};
+pub use protocol::{clock, connection, credit, datagram, engine, matching};
 
 /// The MPI transport (feature `mpi`): its fabric and start-up ([`Mpi`](mpi::Mpi)), and MPI's
 /// native path ([`native`](mpi::native)), a backend of the [`Communicator`] beside the engine.

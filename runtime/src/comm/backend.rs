@@ -14,10 +14,10 @@ use crate::core::config::TransportConfig;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
+use crate::core::request::RequestId;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::DatagramStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch};
-use crate::protocol::request::RequestId;
 
 /// A communicator's backend: the non-blocking operations, the counters, and the blocking
 /// calls a backend does its own way (`send_now`, the receives, `wait`).
@@ -160,7 +160,7 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
         }
     }
     if req.recv {
-        let m = b.take_recv(req.id).ok_or(Error::UnknownRequest(req.id.get()))?;
+        let m = b.take_recv(req.id).ok_or(Error::UnknownRequest(req.id))?;
         Ok(Completion::Received(m))
     } else {
         b.finish_send(req.id);

@@ -10,11 +10,11 @@ use crate::core::config::TransportConfig;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
+use crate::core::request::RequestId;
 use crate::protocol::clock::Clock;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::{DatagramStats, Engine};
 use crate::protocol::matching::{Envelope, Message, RecvInto, Source, Tag, TagMatch};
-use crate::protocol::request::RequestId;
 
 /// The system clock: the time the communicator passes to its engine.
 pub(crate) struct SystemClock;
@@ -216,7 +216,7 @@ fn wait_limited(e: &mut Engine, id: RequestId, src: Source, mut into: Option<&mu
         if Engine::recv_done(e, id) {
             return Engine::take_recv(e, id)
                 .map(Limited::Message)
-                .ok_or(Error::UnknownRequest(id.get()));
+                .ok_or(Error::UnknownRequest(id));
         }
         if let Some(refused) = e.take_refused(id) {
             return Ok(Limited::Refused(refused));

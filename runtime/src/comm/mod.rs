@@ -7,12 +7,12 @@ use crate::core::config::TransportConfig;
 use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
+use crate::core::request::RequestId;
 use crate::fabric::Fabric;
 use crate::protocol::collective::CollectiveSeq;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::Engine;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
-use crate::protocol::request::RequestId;
 
 mod backend;
 mod collectives;

@@ -5,6 +5,7 @@
 use thiserror::Error;
 
 use crate::core::config::ConfigError;
+use crate::core::request::RequestId;
 
 /// Errors of the Ballast runtime. New variants may be added (`#[non_exhaustive]`): match
 /// with a `_` arm.
@@ -36,7 +37,7 @@ pub enum Error {
     },
     /// The request handle does not belong to this communicator or was already completed.
     #[error("unknown or already completed request {0}")]
-    UnknownRequest(u64),
+    UnknownRequest(RequestId),
     /// Another rank failed (panicked or returned an error), so this rank cannot progress.
     #[error("the run was aborted because another rank failed")]
     Aborted,

@@ -16,8 +16,8 @@ use std::collections::VecDeque;
 
 use crate::core::error::{Error, Result};
 use crate::core::intmap::IntMap;
+use crate::core::request::RequestId;
 use crate::fabric::PacketHeader;
-use crate::protocol::request::RequestId;
 
 /// A message tag. User tags are `< RESERVED_TAG_BASE`.
 pub type Tag = u32;

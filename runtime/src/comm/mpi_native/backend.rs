@@ -11,10 +11,10 @@ use crate::core::config::TransportConfig;
 use crate::core::error::Result;
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
+use crate::core::request::RequestId;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::DatagramStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch};
-use crate::protocol::request::RequestId;
 
 impl Backend for MpiNative {
     fn rank(&self) -> usize {

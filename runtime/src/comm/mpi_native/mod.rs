@@ -63,6 +63,7 @@ use crate::core::error::{Error, Result, Sender};
 use crate::core::footprint::Footprint;
 use crate::core::intmap::{IntMap, IntSet};
 use crate::core::pool::PoolStats;
+use crate::core::request::RequestId;
 use crate::fabric::mpi::ffi::{recv_append, recv_to_slice};
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};

@@ -109,7 +109,7 @@ impl MpiNative {
                             .recvs
                             .iter()
                             .position(|r| r.id == id)
-                            .ok_or(Error::UnknownRequest(id))?;
+                            .ok_or(Error::UnknownRequest(RequestId::new(id)))?;
                         let recv = PartsRecv::post(
                             &self.chans[chan].parts,
                             source,
@@ -227,7 +227,7 @@ impl MpiNative {
                 .recvs
                 .iter()
                 .position(|r| r.id == id)
-                .ok_or(Error::UnknownRequest(id))?;
+                .ok_or(Error::UnknownRequest(RequestId::new(id)))?;
             let r = self.recvs.remove(j);
             let RecvState::Parts {
                 mut recv,
@@ -312,7 +312,7 @@ impl MpiNative {
                     .recvs
                     .iter()
                     .position(|r| r.id == id)
-                    .ok_or(Error::UnknownRequest(id))?;
+                    .ok_or(Error::UnknownRequest(RequestId::new(id)))?;
                 self.recvs.remove(i);
                 self.recv_scratch = buf;
                 let source = source_rank(status.MPI_SOURCE)?;

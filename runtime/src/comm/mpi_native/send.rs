@@ -159,7 +159,7 @@ impl MpiNative {
         if self.sends.iter().any(|s| s.id == id) {
             return Ok(false);
         }
-        Err(Error::UnknownRequest(id))
+        Err(Error::UnknownRequest(RequestId::new(id)))
     }
 
     /// Forgets a completed send.

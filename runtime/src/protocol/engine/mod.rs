@@ -28,12 +28,12 @@ use crate::core::error::{Error, Result};
 use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
 use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
+use crate::core::request::RequestId;
 use crate::fabric::{effective_sharing, DatagramPath, DirectPath, Fabric, PeerKey};
 use crate::protocol::clock::Clock;
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
-use crate::protocol::request::RequestId;
 
 mod credit;
 mod datagram;
@@ -324,7 +324,7 @@ impl Engine {
 
     /// True when send request `req` is complete (all chunks posted and completed).
     pub fn send_done(&self, req: RequestId) -> Result<bool> {
-        let s = self.sends.get(&req).ok_or(Error::UnknownRequest(req.get()))?;
+        let s = self.sends.get(&req).ok_or(Error::UnknownRequest(req))?;
         Ok(s.posted_all && s.outstanding == 0)
     }
 

@@ -6,10 +6,10 @@
 use super::{Engine, OutMsg, SendReq, DIRECT_WR, WR_INFO_BYTES};
 use crate::core::error::{Error, Result};
 use crate::core::pool::{BufId, BufferPool};
+use crate::core::request::RequestId;
 use crate::fabric::PacketHeader;
 use crate::protocol::connection::EndpointState;
 use crate::protocol::matching::Tag;
-use crate::protocol::request::RequestId;
 
 /// The engine's own copy of (the rest of) a message to `dest`, reserved without aborting
 /// ([`crate::core::memory::try_copy`]).

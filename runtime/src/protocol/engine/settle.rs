@@ -5,10 +5,10 @@
 
 use crate::core::error::{Error, Result};
 use crate::core::pool::BufId;
+use crate::core::request::RequestId;
 use crate::fabric::{Control, Event};
 use crate::protocol::connection::EndpointState;
 use crate::protocol::matching::Matcher;
-use crate::protocol::request::RequestId;
 
 use super::{DatagramRx, Engine, DIRECT_WR};
 

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::Engine;
 use crate::core::config::RuntimeConfig;
+use crate::core::error::Error;
+use crate::core::request::RequestId;
 use crate::fabric::local::{LocalFabric, World};
 use crate::protocol::clock::Clock;
 use crate::protocol::datagram::RTO_RELIABLE;
@@ -59,4 +61,32 @@ fn an_unacknowledged_datagram_goes_again_when_the_clock_passes_its_timeout() {
         1,
         "the clock did not move: no second timeout"
     );
+}
+
+/// A send id the engine does not know (never made, or completed and forgotten) is an
+/// `UnknownRequest` holding that `RequestId`, shown as its number as before.
+#[test]
+fn an_unknown_send_is_an_error_naming_its_request_id() {
+    let cfg = *RuntimeConfig::builder()
+        .buffer_count(8)
+        .lock_pool(false)
+        .build()
+        .unwrap()
+        .transport();
+    let (world, mut parkers) = World::new(2);
+    let parker = parkers.remove(0);
+    let fabric = LocalFabric::new(0, Arc::new(world), &cfg, parker);
+    let clock = TestClock(Arc::new(Mutex::new(Instant::now())));
+    let mut e = Engine::new(Box::new(fabric), &cfg, Box::new(clock)).unwrap();
+    let sent = e.isend(1, 7, b"to one").unwrap();
+    let never = RequestId::new(sent.get() + 100);
+    match e.send_done(never) {
+        Err(Error::UnknownRequest(id)) => assert_eq!(id, never),
+        other => panic!("expected UnknownRequest({never}), got {other:?}"),
+    }
+    assert_eq!(
+        e.send_done(never).unwrap_err().to_string(),
+        format!("unknown or already completed request {}", never.get())
+    );
+    assert!(e.send_done(sent).is_ok(), "the send made is known");
 }

@@ -5,6 +5,7 @@
 /// lives (ids count up from 1). It is the rank's own: it never goes on the wire and means
 /// nothing on another rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
 pub struct RequestId(u64);
 
 impl RequestId {
@@ -14,8 +15,8 @@ impl RequestId {
         RequestId(n)
     }
 
-    /// Its number (in [`Error::UnknownRequest`](crate::error::Error::UnknownRequest) and
-    /// diagnostics).
+    /// Its number (what its `Display` shows, e.g. in
+    /// [`Error::UnknownRequest`](crate::core::error::Error::UnknownRequest)).
     #[inline]
     pub const fn get(self) -> u64 {
         self.0
