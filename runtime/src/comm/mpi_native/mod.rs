@@ -130,7 +130,7 @@ enum RecvState {
 }
 
 struct PendingRecv {
-    id: u64,
+    id: RequestId,
     chan: usize,
     src: c_int,
     tag: c_int,
@@ -150,12 +150,12 @@ struct Deferred {
     bytes: u64,
     /// The posted receive it was matched to, while that receive still waits (a receive
     /// whose wait failed is withdrawn: the message then goes to a later receive).
-    owner: Option<u64>,
+    owner: Option<RequestId>,
     /// The posted receive that matched it in MPI, if one did (MPI matched it ahead of
     /// every message taken out of MPI since that receive was posted): in the unexpected
     /// queue's front, in that receive's order ([`unexpected::Unexpected::push_matched`]).
     /// Else it came out unmatched, last so far: at the back.
-    matched: Option<u64>,
+    matched: Option<RequestId>,
 }
 
 /// The bytes of a large message after its header sent with it: none (a small message,
@@ -167,7 +167,7 @@ enum Body {
 }
 
 struct PendingSend {
-    id: u64,
+    id: RequestId,
     /// The MPI message (or a large message's header; the kept send buffer when `scratch`)
     /// and an `isend`'s copy of a large message's bytes, in flight.
     send: OwnedSend,
@@ -230,9 +230,9 @@ pub struct MpiNative {
     recv_scratch: Vec<u8>,
     send_scratch: Vec<u8>,
     recvs: Vec<PendingRecv>,
-    done_recvs: IntMap<u64, Message>,
+    done_recvs: IntMap<RequestId, Message>,
     sends: Vec<PendingSend>,
-    done_sends: IntSet<u64>,
+    done_sends: IntSet<RequestId>,
     /// Messages taken out of MPI before a receive took them, in matching order.
     unexpected: unexpected::Unexpected<(usize, Message)>,
     next_id: u64,
@@ -347,9 +347,9 @@ impl MpiNative {
         &self.notes
     }
 
-    fn new_id(&mut self) -> u64 {
+    fn new_id(&mut self) -> RequestId {
         self.next_id += 1;
-        self.next_id
+        RequestId::new(self.next_id)
     }
 
     fn check_rank(&self, r: usize) -> Result<()> {
