@@ -90,3 +90,15 @@ fn an_unknown_send_is_an_error_naming_its_request_id() {
     );
     assert!(e.send_done(sent).is_ok(), "the send made is known");
 }
+
+/// The send record of a pool buffer in flight (`InFlight`: request id and endpoint key)
+/// costs what the bare tuple `(u64, usize)` did, so the memory model and the footprints it
+/// predicts are unchanged (docs/CONFIG.md: 24 bytes per pool buffer).
+#[test]
+fn the_send_record_costs_what_the_tuple_did() {
+    assert_eq!(
+        super::WR_INFO_BYTES,
+        std::mem::size_of::<Option<(u64, usize)>>() as u64
+    );
+    assert_eq!(super::WR_INFO_BYTES, 24);
+}
