@@ -11,7 +11,8 @@
 #      binary (footprint vs model, VmPin at registration, VmLck constant) and by
 #      `ballast fanout --transport verbs` (each process' VmPin/VmLck/VmRSS against the model);
 #      the memlock error under `ulimit -l 64`; the error paths: a dead peer, a peer killed
-#      mid-stream (no pool slot leaked), a QP dropped while connecting;
+#      mid-stream (no pool slot leaked), a QP dropped while connecting, an arrival refused
+#      for memory (kept by the fabric, then received whole; shared and per-peer);
 #   4. the verbs ping-pong beside ib_send_lat (perftest) in the same boot.
 # Without qemu or the guest image (e.g. a developer machine without the rxe-vm scripts) it
 # prints why and skips (exit 0); under CI=true a missing guest is a failure.
@@ -88,8 +89,8 @@ echo "ci/verbs.sh: conformance, 8 processes on rxe0"
 vm -t 600 "$conformance" --procs 8 --devices rxe0 'ordering,any_source,back_pressure,eviction_with_two_endpoints/shared,collectives,verbs_footprint,xrc,datagram'
 
 # 3. `ballast info` (device probe, auto), fanout (16 processes, both modes, twice), memlock
-# error, error paths: one boot.
-echo "ci/verbs.sh: ballast info/auto, fanout x16 shared/per-peer, memlock, error paths"
+# error, error paths, the refused arrival: one boot.
+echo "ci/verbs.sh: ballast info/auto, fanout x16 shared/per-peer, memlock, error paths, refused arrival"
 vm -t 600 -f "$conformance" -f "$ballast_bin" -f ci/verbs_guest_fanout.sh "B=/rxe-vm/$(basename "$conformance"); set -e; \
     /rxe-vm/ballast info --transport verbs --recv-sharing xrc --peers 15 | head -n 14; \
     /rxe-vm/ballast info --transport verbs | grep -q 'xrc .*no (recv_sharing=xrc falls back to shared)'; \
@@ -98,7 +99,8 @@ vm -t 600 -f "$conformance" -f "$ballast_bin" -f ci/verbs_guest_fanout.sh "B=/rx
     \$B --fanout 16 --sharing shared; \$B --fanout 16 --sharing per-peer; \
     sh /rxe-vm/verbs_guest_fanout.sh /rxe-vm/ballast 16 --recv-sharing shared --buffer-count 16 --buffer-size 4096 --srq-depth 32; \
     sh /rxe-vm/verbs_guest_fanout.sh /rxe-vm/ballast 16 --recv-sharing per-peer --buffer-count 16 --buffer-size 4096 --recv-depth 4; \
-    (ulimit -l 64; \$B --memlock); \$B --dead-peer; \$B --killed-peer; \$B --unanswered-connect"
+    (ulimit -l 64; \$B --memlock); \$B --dead-peer; \$B --killed-peer; \$B --unanswered-connect; \
+    \$B --refused-arrival"
 
 # 4. Ping-pong: Ballast over verbs, the raw-verbs ping-pong (perftest's setup, then Ballast's
 # verbs settings without its engine), then ib_send_lat, same boot, all rxe0 <-> rxe1, 8 B;

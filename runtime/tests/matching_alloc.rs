@@ -62,7 +62,7 @@ fn the_refused_message_delivered_again_goes_to_the_receive_still_posted() {
     // Withdrawn instead (a failed wait: Engine::cancel_recv), a later receive takes it.
     m.post(RequestId::new(2), Source::Rank(0), TagMatch::Tag(5));
     assert!(m.on_chunk(&chunk(0, 5, 1 << 62, 8), &[7; 8]).is_err());
-    m.cancel(RequestId::new(2));
+    m.cancel(RequestId::new(2), None).unwrap();
     m.post(RequestId::new(3), Source::Rank(0), TagMatch::Tag(5));
     m.on_chunk(&chunk(0, 5, 8, 8), &[9; 8]).unwrap();
     assert!(!m.is_complete(RequestId::new(2)));

@@ -16,6 +16,9 @@
 //! - `--unanswered-connect`: rank 0 drops its communicator while its QP toward a silent
 //!   rank 1 is still connecting: clean teardown (VmPin back to its start value), and rank 1
 //!   gets an error about rank 0 instead of a hang.
+//! - `--refused-arrival`: rank 1's receive of a large message is refused for memory (under
+//!   `RLIMIT_AS`), the fabric keeps the completion; once the limit is lifted the receive
+//!   gets it whole and the small messages after it in order (shared, then per-peer).
 //!
 //! Without an RDMA device (e.g. on a host without soft-RoCE) it prints why and exits 0.
 
@@ -35,6 +38,7 @@ use ballast_runtime::{
 use conformance::*;
 use verbs_cases::failures::{child_dead_peer, child_killed_peer, child_unanswered_connect, memlock_error};
 use verbs_cases::fanout::child_fanout;
+use verbs_cases::refused::child_refused_arrival;
 
 struct VerbsLauncher {
     boot: Mutex<TcpBootstrap>,
@@ -463,6 +467,8 @@ fn main() {
             child_killed_peer()
         } else if args.iter().any(|a| a == "--child-unanswered-connect") {
             child_unanswered_connect()
+        } else if let Some(mode) = flag("--child-refused-arrival") {
+            child_refused_arrival(mode.parse().expect("a receive sharing mode"))
         } else {
             child_conformance(args.iter().find(|a| !a.starts_with("--")).cloned())
         };
@@ -505,6 +511,23 @@ fn main() {
             &[],
         );
         wait_all(c, &[0, 0])
+    } else if args.iter().any(|a| a == "--refused-arrival") {
+        // Both modes, even after a failure.
+        let oks: Vec<bool> = [RecvSharing::Shared, RecvSharing::PerPeer]
+            .iter()
+            .map(|m| {
+                let t = Instant::now();
+                let args = ["--child-refused-arrival".to_string(), m.to_string()];
+                let ok = wait_all(spawn(2, &devices, gid.as_deref(), &args, &[]), &[0, 0]);
+                println!(
+                    "refused arrival ({m}): {} in {:.1} s",
+                    if ok { "ok" } else { "FAILED" },
+                    t.elapsed().as_secs_f64()
+                );
+                ok
+            })
+            .collect();
+        oks.iter().all(|&ok| ok)
     } else if let Some(n) = flag("--fanout") {
         let n: usize = n.parse().unwrap();
         let sharing = flag("--sharing").unwrap_or_else(|| "shared".into());

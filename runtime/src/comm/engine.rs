@@ -172,9 +172,10 @@ impl Backend for Engine {
         let (id, recv) = (req.id, req.recv);
         let r = backend::wait_loop(self, req, op);
         if r.is_err() && recv {
-            // Withdrawn: a message still on its way (or one refused for memory, kept by the
-            // fabric) is left for a later receive.
-            self.cancel_recv(id);
+            // Withdrawn: a message bound to it (complete, or still on its way) goes back to
+            // the queue in its place, and one refused for memory (kept by the fabric) is
+            // left, for a later receive.
+            self.cancel_recv(id, None)?;
         }
         r
     }
@@ -184,18 +185,21 @@ impl Backend for Engine {
 /// arriving during the wait binds to it as to `recv`'s, waited for as `wait` does. With
 /// `into` (of `cap` bytes) lent to every progress of the wait, a message that binds as it
 /// arrives is written there (`Limited::Into`); one that was already queued, or arrived
-/// whole in a buffer of its own, comes as `Limited::Message`.
+/// whole in a buffer of its own, comes as `Limited::Message`. When the wait fails the
+/// receive is withdrawn, and the message bound to it goes back to the queue, with what
+/// `into` holds of it copied out (`Engine::cancel_recv`); when that copy cannot be
+/// reserved, the message is dropped and that error is returned instead of the wait's.
 fn recv_limited(
     e: &mut Engine,
     src: Source,
     tag: TagMatch,
     cap: usize,
-    into: Option<&mut [u8]>,
+    mut into: Option<&mut [u8]>,
 ) -> Result<Limited> {
     let id = e.irecv_within(src, tag, cap)?;
-    let r = wait_limited(e, id, src, into);
+    let r = wait_limited(e, id, src, into.as_deref_mut());
     if r.is_err() {
-        e.cancel_recv(id);
+        e.cancel_recv(id, into.as_deref())?;
     }
     r
 }

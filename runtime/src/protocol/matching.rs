@@ -11,6 +11,10 @@
 //! place in the order, and its envelope recorded for the receive. While that receive
 //! waits, the caller's buffer is lent to each call that feeds chunks ([`RecvInto`]): a
 //! message bound to it is written there as it arrives, with no `Vec` of its own.
+//!
+//! A receive withdrawn after its wait failed ([`Matcher::cancel`], in `matching/cancel.rs`)
+//! gives its message, whole or in part, back to the unexpected queue at its place in the
+//! order of arrival.
 
 use std::collections::VecDeque;
 
@@ -141,9 +145,11 @@ impl Inbound {
 /// The caller's buffer of blocking receive `req` (posted with [`Matcher::post_within`] and
 /// its length as the limit), lent to the calls that feed chunks while it waits: the
 /// message bound to `req` is written into `buf` as its chunks arrive, and the receive ends
-/// with [`Matcher::take_into_done`]. Chunks of such a message that arrive without it (the
-/// receive ended with an error) are dropped. A `buf` shorter than the message is not used
-/// (the message gets a `Vec` of its own, as without one).
+/// with [`Matcher::take_into_done`]. When the receive is withdrawn instead (its wait failed),
+/// [`Matcher::cancel`] copies what `buf` holds back into a buffer of the message's own. The
+/// chunks of such a message fed without `buf` while it is still bound are counted and not
+/// kept. A `buf` shorter than the message is not used (the message gets a `Vec` of its own,
+/// as without one).
 pub struct RecvInto<'a> {
     /// The receive (of [`Matcher::post_within`], limited to `buf.len()` bytes).
     pub req: RequestId,
@@ -169,9 +175,10 @@ struct Ended {
     envelope: Envelope,
 }
 
-/// A completed receive and its message.
+/// A completed receive, its message and the message's id (its place in arrival order).
 struct Completed {
     req: RequestId,
+    id: u64,
     message: Message,
 }
 
@@ -185,13 +192,16 @@ pub struct Matcher {
     /// Receives posted with a limit that refused a longer message (one at a time in
     /// practice: a blocking receive posts them and takes its own at once).
     refused: Vec<Ended>,
-    /// A [`RecvInto`] receive whose message is all in the caller's buffer.
-    into_done: Option<Ended>,
+    /// A [`RecvInto`] receive whose message is all in the caller's buffer, and the
+    /// message's id.
+    into_done: Option<(Ended, u64)>,
     assembling: IntMap<usize, u64>,
     /// The latest completed receive not taken yet, then the others: a blocking receive
     /// (one completion at a time) never hashes.
     last_completed: Option<Completed>,
-    completed: IntMap<RequestId, Message>,
+    completed: IntMap<RequestId, (u64, Message)>,
+    /// The id of the next message to start: ids follow the order of arrival (of first
+    /// chunks), which `unexpected` keeps.
     next_msg: u64,
 }
 
@@ -265,6 +275,7 @@ impl Matcher {
             if data.len() == total {
                 self.complete(
                     req,
+                    id,
                     Message {
                         source: src,
                         tag,
@@ -298,6 +309,7 @@ impl Matcher {
             let m = self.inbound.remove(&id).expect("inbound message");
             self.complete(
                 req,
+                id,
                 Message {
                     source: m.source,
                     tag: m.tag,
@@ -351,12 +363,12 @@ impl Matcher {
                         tag: h.tag,
                         len: total,
                     };
-                    if payload.len() == total {
-                        self.into_done = Some(Ended { req, envelope: env });
-                        return Ok(());
-                    }
                     let id = self.next_msg;
                     self.next_msg += 1;
+                    if payload.len() == total {
+                        self.into_done = Some((Ended { req, envelope: env }, id));
+                        return Ok(());
+                    }
                     self.inbound.insert(
                         id,
                         Inbound {
@@ -417,10 +429,8 @@ impl Matcher {
             let written = mine.map(|to| to.copy_from_slice(payload)).is_some();
             if done {
                 if let (true, Some(req)) = (written, m.req) {
-                    self.into_done = Some(Ended {
-                        req,
-                        envelope: m.envelope(),
-                    });
+                    let envelope = m.envelope();
+                    self.into_done = Some((Ended { req, envelope }, id));
                 }
                 self.assembling.remove(&src);
                 self.inbound.remove(&id);
@@ -488,6 +498,7 @@ impl Matcher {
                     let m = self.inbound.remove(&id).expect("inbound message");
                     self.complete(
                         req,
+                        id,
                         Message {
                             source: m.source,
                             tag: m.tag,
@@ -546,10 +557,10 @@ impl Matcher {
         self.on_chunk(&h, data)
     }
 
-    /// Records the message of completed receive `req`.
-    fn complete(&mut self, req: RequestId, m: Message) {
-        if let Some(older) = self.last_completed.replace(Completed { req, message: m }) {
-            self.completed.insert(older.req, older.message);
+    /// Records message `id`, `m`, of completed receive `req`.
+    fn complete(&mut self, req: RequestId, id: u64, m: Message) {
+        if let Some(older) = self.last_completed.replace(Completed { req, id, message: m }) {
+            self.completed.insert(older.req, (older.id, older.message));
         }
     }
 
@@ -564,7 +575,7 @@ impl Matcher {
     /// all of it is there: the receive has then ended.
     pub fn take_into_done(&mut self, req: RequestId) -> Option<Envelope> {
         match self.into_done {
-            Some(d) if d.req == req => {
+            Some((d, _)) if d.req == req => {
                 self.into_done = None;
                 Some(d.envelope)
             }
@@ -582,22 +593,15 @@ impl Matcher {
         Some(self.refused.swap_remove(i).envelope)
     }
 
-    /// Withdraws receive `req` if it is still posted (a blocking receive that ended with an
-    /// error), so that no later message binds to it, and forgets its refusal. A message
-    /// already bound to it stays with it (lost, as a failed receive's).
-    pub fn cancel(&mut self, req: RequestId) {
-        if let Some(i) = self.posted.iter().position(|p| p.req == req) {
-            self.posted.remove(i);
-        }
-        self.refused.retain(|r| r.req != req);
-        if self.into_done.is_some_and(|d| d.req == req) {
-            self.into_done = None;
-        }
-    }
     /// Takes the message of completed receive `req`.
     pub fn take_completed(&mut self, req: RequestId) -> Option<Message> {
+        self.take_completed_entry(req).map(|(_, m)| m)
+    }
+
+    /// [`Matcher::take_completed`] with the message's id.
+    fn take_completed_entry(&mut self, req: RequestId) -> Option<(u64, Message)> {
         if self.last_completed.as_ref().is_some_and(|c| c.req == req) {
-            return self.last_completed.take().map(|c| c.message);
+            return self.last_completed.take().map(|c| (c.id, c.message));
         }
         if self.completed.is_empty() {
             return None;
@@ -614,5 +618,6 @@ impl Matcher {
     }
 }
 
+mod cancel;
 #[cfg(test)]
 mod tests;

@@ -2,3 +2,4 @@
 
 pub(crate) mod failures;
 pub(crate) mod fanout;
+pub(crate) mod refused;

@@ -39,10 +39,12 @@
 //!
 //! The code is split by concept: this file holds the state and the [`Fabric`] impl;
 //! [`connect`] the queue pairs and their connection protocol (RC and XRC), [`post`] posting
-//! and polling, [`memory`] the registrations (pool, send headers, shared receive queue),
-//! [`ud`] the datagram path.
+//! and polling, [`kept`] the completions a poll keeps when an arrival is refused,
+//! [`memory`] the registrations (pool, send headers, shared receive queue), [`ud`] the
+//! datagram path.
 
 mod connect;
+mod kept;
 mod memory;
 mod post;
 mod ud;
@@ -203,8 +205,8 @@ pub struct VerbsFabric {
     /// Peers whose send queue got room back in the last CQ poll (scratch).
     touched: Vec<usize>,
     /// Work completions kept from a CQ poll whose arrival was refused (out of memory):
-    /// taken first at the next poll (`post::Wc`).
-    kept_wcs: Vec<post::Wc>,
+    /// taken first at the next poll (`post::Wc`, [`kept`]).
+    kept_wcs: kept::Kept<post::Wc>,
     mesh: Mesh,
     abort: Arc<AtomicBool>,
     rank: usize,
@@ -310,7 +312,7 @@ impl VerbsFabric {
             dev,
             qpn_peer: IntMap::default(),
             touched: Vec::new(),
-            kept_wcs: Vec::with_capacity(POLL_BATCH),
+            kept_wcs: kept::Kept::with_capacity(POLL_BATCH),
             mesh,
             abort,
             rank,

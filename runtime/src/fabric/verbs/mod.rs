@@ -58,7 +58,8 @@ pub use control::ControlListener;
 /// Process-wide counters of what the verbs fabric did (diagnostics, only in a build with the
 /// `trace` feature: `verbs_pingpong --breakdown` prints them): ibv_post_send calls,
 /// control-channel frames sent, fabric polls, control-channel reads, ibv_poll_cq calls and
-/// completions. Summed over the ranks of a process (relaxed atomics); the
+/// completions; and the arrivals refused and completions kept (`refusals`, which the verbs
+/// conformance binary's `--refused-arrival` checks). Summed over the ranks of a process (relaxed atomics); the
 /// `BALLAST_VERBS_TRACE` timings and cycle stamps assume one rank per process.
 #[cfg(feature = "trace")]
 pub mod counters {
@@ -84,6 +85,15 @@ pub mod counters {
     /// The counters now, in the order above.
     pub fn snapshot() -> [u64; 6] {
         [&POSTS, &MESH_SENDS, &POLLS, &MESH_READS, &CQ_POLLS, &CQES].map(|c| c.load(Ordering::Relaxed))
+    }
+    pub(crate) static REFUSED: AtomicU64 = AtomicU64::new(0);
+    pub(crate) static KEPT: AtomicU64 = AtomicU64::new(0);
+    /// The refused arrivals now: how many times a CQ poll ended on an arrival the engine
+    /// refused (out of memory; a kept one refused again counts again), and how many work
+    /// completions were kept from fresh CQ batches (each refused one with the rest of its
+    /// batch) to be taken first at the next poll.
+    pub fn refusals() -> [u64; 2] {
+        [&REFUSED, &KEPT].map(|c| c.load(Ordering::Relaxed))
     }
     /// With `BALLAST_VERBS_TRACE=1` (read when a fabric is created): the time from the
     /// `ibv_poll_cq` call that returned a receive to the next `ibv_post_send` of this

@@ -358,10 +358,13 @@ impl Engine {
         self.matcher.take_into_done(req)
     }
 
-    /// Withdraws receive `req` of [`Engine::irecv_within`] after its wait failed
-    /// (`Matcher::cancel`).
-    pub fn cancel_recv(&mut self, req: RequestId) {
-        self.matcher.cancel(req);
+    /// Withdraws receive `req` after its wait failed (`Matcher::cancel`): a message bound
+    /// to it goes back to the queue in its place for a later receive. `into` is the buffer
+    /// lent to its wait ([`Engine::progress_into`]), if any: what it holds of the message is
+    /// copied back. Errors: the message could not be kept (no memory for that copy:
+    /// [`Error::Alloc`] naming it) and is dropped.
+    pub fn cancel_recv(&mut self, req: RequestId, into: Option<&[u8]>) -> Result<()> {
+        self.matcher.cancel(req, into)
     }
 
     /// The envelope of the longer message receive `req` of [`Engine::irecv_within`]

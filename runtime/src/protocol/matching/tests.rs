@@ -90,7 +90,7 @@ fn a_limited_receive_refuses_a_longer_message_and_leaves_it_in_place() {
     // A withdrawn receive (its wait failed) binds nothing more: the message stays
     // unexpected for the next receive.
     m.post_within(RequestId::new(7), Source::Any, TagMatch::Any, 8);
-    m.cancel(RequestId::new(7));
+    m.cancel(RequestId::new(7), None).unwrap();
     m.on_chunk(&hdr(4, 2, 1, 0, 1), &[3]).unwrap();
     assert!(!m.is_complete(RequestId::new(7)));
     assert_eq!(m.peek(Source::Any, TagMatch::Any), Some(env(4, 2, 1)));
@@ -125,8 +125,10 @@ fn a_lent_buffer_takes_its_message_chunk_by_chunk() {
     assert!(!m.is_complete(RequestId::new(1)), "no message of its own");
     assert_eq!(m.take_completed(RequestId::new(1)), None);
     assert_eq!(m.peek(Source::Any, TagMatch::Any).map(|e| e.source), Some(3));
-    // A receive that ended (an error) while its message was half written: the rest of
-    // that message is dropped, and the next one of the same source is whole.
+    // Chunks of a message bound to a lent buffer, fed without it while its receive is
+    // still bound (the engine lends it to every progress of the wait, and withdraws the
+    // receive with it when the wait fails: `cancel`), are counted and not kept; the next
+    // message of the same source is whole.
     m.post_within(RequestId::new(2), Source::Rank(2), TagMatch::Any, buf.len());
     lend(&mut m, &hdr(2, 6, 4, 0, 2), &[1, 1], &mut buf);
     m.on_chunk(&hdr(2, 6, 4, 2, 2), &[1, 1]).unwrap();

@@ -4,6 +4,7 @@
 //! deferred SRQ reposts, and polling (`poll_all`: control frames, then the CQ in batches).
 //! In a build without the `trace` feature nothing here calls the trace counters.
 
+use super::kept::Kept;
 use super::{Link, Queued, VerbsFabric, GRANT_HOLD_POLLS, HEADER_BYTES, POLL_BATCH, POLL_MAX, RECV_BIT};
 use crate::core::config::RecvSharing;
 use crate::core::error::{Error, Result};
@@ -376,25 +377,53 @@ impl VerbsFabric {
     }
 
     fn poll_cq(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Result<()>) -> Result<usize> {
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
+        // Out of the fabric while its completions are taken (taking borrows the fabric),
+        // and always put back: its reserved room is what lets a refusal keep without
+        // allocating.
+        let mut kept = std::mem::take(&mut self.kept_wcs);
+        let r = self.take_cq(&mut kept, on_event, &mut touched);
+        self.kept_wcs = kept;
+        let r = r.and_then(|(n, refused)| {
+            touched.sort_unstable();
+            touched.dedup();
+            for &p in &touched {
+                self.flush(p)?;
+            }
+            refused.map_or(Ok(n), Err)
+        });
+        self.touched = touched;
+        r
+    }
+
+    /// Takes the completions kept by the last poll, then polls the CQ in batches (up to
+    /// [`POLL_MAX`] completions) until an arrival is refused: how many were taken, and the
+    /// refusal, if any (`kept` then holds the refused completion and the rest of its batch).
+    fn take_cq(
+        &mut self,
+        kept: &mut Kept<Wc>,
+        on_event: &mut dyn FnMut(Event<'_>) -> Result<()>,
+        touched: &mut Vec<usize>,
+    ) -> Result<(usize, Option<Error>)> {
         let mut n = 0;
         // Left uninitialised: zeroing 32 entries (1.5 KiB) on every poll, idle ones included,
         // costs measurable time under TCG; ibv_poll_cq writes the entries it returns.
         let mut wcs = [const { std::mem::MaybeUninit::<ibv::sys::ibv_wc>::uninit() }; POLL_BATCH];
-        let mut touched = std::mem::take(&mut self.touched);
-        touched.clear();
         // Completions kept when an arrival was refused go first, in order.
-        let mut kept = std::mem::take(&mut self.kept_wcs);
         let mut refused = None;
-        let mut i = 0;
-        while i < kept.len() {
-            n += 1;
-            if let Err(e) = self.take_wc(&kept[i], on_event, &mut touched)? {
-                refused = Some(e);
-                break;
+        if !kept.is_empty() {
+            refused = kept.replay(|w| {
+                n += 1;
+                self.take_wc(w, &mut *on_event, &mut *touched)
+            })?;
+            #[cfg(feature = "trace")]
+            {
+                if refused.is_some() {
+                    counters::bump(&counters::REFUSED, 1);
+                }
             }
-            i += 1;
         }
-        kept.drain(..i);
         while refused.is_none() && n < POLL_MAX {
             let done = self.cq.poll(&mut wcs).map_err(|e| ibv::at(e, self.rank, None))?;
             let got = done.len();
@@ -411,32 +440,24 @@ impl VerbsFabric {
                     counters::polled_empty();
                 }
             }
-            for (k, wc) in done.iter().enumerate() {
+            // A refused arrival is kept with the rest of its batch (taken out of the CQ
+            // already).
+            refused = kept.take_batch(done, Wc::of, |w| {
                 n += 1;
-                let w = Wc::of(wc);
-                if let Err(e) = self.take_wc(&w, on_event, &mut touched)? {
-                    // It and the rest of the batch (taken out of the CQ already).
-                    kept.push(w);
-                    kept.extend(done[k + 1..].iter().map(Wc::of));
-                    refused = Some(e);
-                    break;
+                self.take_wc(w, &mut *on_event, &mut *touched)
+            })?;
+            #[cfg(feature = "trace")]
+            {
+                if refused.is_some() {
+                    counters::bump(&counters::REFUSED, 1);
+                    counters::bump(&counters::KEPT, kept.len() as u64);
                 }
             }
             if got < POLL_BATCH {
                 break;
             }
         }
-        touched.sort_unstable();
-        touched.dedup();
-        for &p in &touched {
-            self.flush(p)?;
-        }
-        self.touched = touched;
-        self.kept_wcs = kept;
-        match refused {
-            Some(e) => Err(e),
-            None => Ok(n),
-        }
+        Ok((n, refused))
     }
 
     /// Takes work completion `wc`: a receive's arrival (its slot reposted) or a send's
