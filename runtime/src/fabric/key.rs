@@ -3,7 +3,8 @@
 
 /// The key of an endpoint: the peer rank in `per-peer` and `shared` mode, the remote node
 /// (rank / `ranks_per_node`) in `xrc` mode, where one endpoint serves every rank of a node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Ordered by kind (ranks first), then by number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PeerKey {
     /// The endpoint toward this rank.
     Rank(usize),

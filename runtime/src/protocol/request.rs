@@ -5,6 +5,7 @@
 /// lives (ids count up from 1). It is the rank's own: it never goes on the wire and means
 /// nothing on another rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
 pub struct RequestId(u64);
 
 impl RequestId {

@@ -37,10 +37,10 @@ impl Backend for MpiNative {
         true
     }
     fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
-        MpiNative::isend(self, dest, tag, data).map(RequestId::new)
+        MpiNative::isend(self, dest, tag, data)
     }
     fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
-        MpiNative::irecv(self, src, tag).map(RequestId::new)
+        MpiNative::irecv(self, src, tag)
     }
     fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
         MpiNative::try_take(self, src, tag)
@@ -49,16 +49,16 @@ impl Backend for MpiNative {
         MpiNative::peek(self, src, tag)
     }
     fn recv_done(&self, id: RequestId) -> bool {
-        MpiNative::recv_done(self, id.get())
+        MpiNative::recv_done(self, id)
     }
     fn send_done(&self, id: RequestId) -> Result<bool> {
-        MpiNative::send_done(self, id.get())
+        MpiNative::send_done(self, id)
     }
     fn take_recv(&mut self, id: RequestId) -> Option<Message> {
-        MpiNative::take_recv(self, id.get())
+        MpiNative::take_recv(self, id)
     }
     fn finish_send(&mut self, id: RequestId) {
-        MpiNative::finish_send(self, id.get())
+        MpiNative::finish_send(self, id)
     }
     fn progress(&mut self) -> Result<bool> {
         MpiNative::progress(self)
@@ -126,9 +126,9 @@ impl Backend for MpiNative {
     /// memory, or matched to it, goes to a later receive (as on the engine).
     fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         if req.recv {
-            let r = self.wait_posted(req.id.get());
+            let r = self.wait_posted(req.id);
             if let Err(e) = &r {
-                self.withdraw(req.id.get(), e);
+                self.withdraw(req.id, e);
             }
             return r.map(Completion::Received);
         }

@@ -66,6 +66,7 @@ use crate::error::{Error, FabricError, Result, Sender};
 use crate::fabric::mpi::ffi::{recv_append, recv_to_slice};
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
+use crate::protocol::request::RequestId;
 
 const KIND_WHOLE: u8 = 0;
 const KIND_LARGE: u8 = 1;
@@ -131,7 +132,7 @@ enum RecvState {
 }
 
 struct PendingRecv {
-    id: u64,
+    id: RequestId,
     chan: usize,
     src: c_int,
     tag: c_int,
@@ -151,12 +152,12 @@ struct Deferred {
     bytes: u64,
     /// The posted receive it was matched to, while that receive still waits (a receive
     /// whose wait failed is withdrawn: the message then goes to a later receive).
-    owner: Option<u64>,
+    owner: Option<RequestId>,
     /// The posted receive that matched it in MPI, if one did (MPI matched it ahead of
     /// every message taken out of MPI since that receive was posted): in the unexpected
     /// queue's front, in that receive's order ([`unexpected::Unexpected::push_matched`]).
     /// Else it came out unmatched, last so far: at the back.
-    matched: Option<u64>,
+    matched: Option<RequestId>,
 }
 
 /// The bytes of a large message after its header sent with it: none (a small message,
@@ -168,7 +169,7 @@ enum Body {
 }
 
 struct PendingSend {
-    id: u64,
+    id: RequestId,
     /// The MPI message (or a large message's header; the kept send buffer when `scratch`)
     /// and an `isend`'s copy of a large message's bytes, in flight.
     send: OwnedSend,
@@ -231,9 +232,9 @@ pub struct MpiNative {
     recv_scratch: Vec<u8>,
     send_scratch: Vec<u8>,
     recvs: Vec<PendingRecv>,
-    done_recvs: IntMap<u64, Message>,
+    done_recvs: IntMap<RequestId, Message>,
     sends: Vec<PendingSend>,
-    done_sends: IntSet<u64>,
+    done_sends: IntSet<RequestId>,
     /// Messages taken out of MPI before a receive took them, in matching order.
     unexpected: unexpected::Unexpected<(usize, Message)>,
     next_id: u64,
@@ -348,9 +349,9 @@ impl MpiNative {
         &self.notes
     }
 
-    fn new_id(&mut self) -> u64 {
+    fn new_id(&mut self) -> RequestId {
         self.next_id += 1;
-        self.next_id
+        RequestId::new(self.next_id)
     }
 
     fn check_rank(&self, r: usize) -> Result<()> {

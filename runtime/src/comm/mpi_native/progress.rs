@@ -40,7 +40,7 @@ impl MpiNative {
         mtag: c_int,
         mut buf: Vec<u8>,
         n: usize,
-        parts_for: Option<u64>,
+        parts_for: Option<RequestId>,
     ) -> Result<Option<Message>> {
         let tag = Self::ballast_tag(chan, mtag);
         let src = source_rank(source)?;
@@ -113,7 +113,7 @@ impl MpiNative {
                             .recvs
                             .iter()
                             .position(|r| r.id == id)
-                            .ok_or(Error::Protocol(ProtocolError::UnknownRequest(RequestId::new(id))))?;
+                            .ok_or(Error::Protocol(ProtocolError::UnknownRequest(id)))?;
                         let recv = PartsRecv::post(
                             &self.chans[chan].parts,
                             source,
@@ -197,7 +197,7 @@ impl MpiNative {
     /// (which then goes to a later receive); and, after `error` out of memory (another
     /// message's: the communicator works on), from MPI when it is still posted there
     /// ([`MpiNative::cancel_posted`]).
-    pub(super) fn withdraw(&mut self, id: u64, error: &Error) {
+    pub(super) fn withdraw(&mut self, id: RequestId, error: &Error) {
         if matches!(error, Error::Fabric(FabricError::MessageAlloc { .. })) {
             // Best effort: the wait's own error is the one reported.
             let _ = self.cancel_posted(id);
@@ -210,7 +210,7 @@ impl MpiNative {
     /// Cancels receive `id` (an `irecv`'s) if it still waits for its header in MPI; a
     /// message MPI matched to it meanwhile is received (a large one's parts too: the sender
     /// posted them with its header) and queued first, where a receive posted now finds it.
-    fn cancel_posted(&mut self, id: u64) -> Result<()> {
+    fn cancel_posted(&mut self, id: RequestId) -> Result<()> {
         let Some(i) = self
             .recvs
             .iter()
@@ -231,7 +231,7 @@ impl MpiNative {
                 .recvs
                 .iter()
                 .position(|r| r.id == id)
-                .ok_or(Error::Protocol(ProtocolError::UnknownRequest(RequestId::new(id))))?;
+                .ok_or(Error::Protocol(ProtocolError::UnknownRequest(id)))?;
             let r = self.recvs.remove(j);
             let RecvState::Parts {
                 mut recv,
@@ -268,7 +268,7 @@ impl MpiNative {
         chan: usize,
         source: c_int,
         mtag: c_int,
-        before: Option<u64>,
+        before: Option<RequestId>,
     ) -> Result<()> {
         let mut j = 0;
         while j < self.recvs.len() && Some(self.recvs[j].id) != before {
@@ -318,7 +318,7 @@ impl MpiNative {
                     .recvs
                     .iter()
                     .position(|r| r.id == id)
-                    .ok_or(Error::Protocol(ProtocolError::UnknownRequest(RequestId::new(id))))?;
+                    .ok_or(Error::Protocol(ProtocolError::UnknownRequest(id)))?;
                 self.recvs.remove(i);
                 self.recv_scratch = buf;
                 let source = source_rank(status.MPI_SOURCE)?;

@@ -58,7 +58,7 @@ impl MpiNative {
         e
     }
 
-    pub(super) fn post_recv(&mut self, src: Source, tag: TagMatch, scratch: bool) -> Result<u64> {
+    pub(super) fn post_recv(&mut self, src: Source, tag: TagMatch, scratch: bool) -> Result<RequestId> {
         let (chan, s, t) = self.wire_match(src, tag)?;
         // A deferred message may be this receive's: it goes first.
         self.retry_deferred()?;
@@ -92,7 +92,7 @@ impl MpiNative {
     }
 
     /// Posts a receive; a matching unexpected message completes it at once.
-    pub fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<u64> {
+    pub fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         self.post_recv(src, tag, false)
     }
 
@@ -291,7 +291,7 @@ impl MpiNative {
 
     /// Waits for blocking receive `id` (posted with the kept buffer) to complete, or, for
     /// a `recv_into` whose buffer holds it, for its large message's header.
-    pub(super) fn wait_recv(&mut self, id: u64, mut idle: Idle) -> Result<Waited> {
+    pub(super) fn wait_recv(&mut self, id: RequestId, mut idle: Idle) -> Result<Waited> {
         loop {
             if let Some(m) = self.scratch_done.take() {
                 return Ok(Waited::Message(m));
@@ -317,7 +317,7 @@ impl MpiNative {
     /// polling as a blocking receive does ([`MpiNative::wait_recv`]: busy polls first,
     /// housekeeping only after [`DRAIN_EVERY`] idle polls), so that `irecv` then `wait`
     /// costs what `recv` does.
-    pub fn wait_posted(&mut self, id: u64) -> Result<Message> {
+    pub fn wait_posted(&mut self, id: RequestId) -> Result<Message> {
         let mut idle = Idle::new();
         loop {
             if let Some(m) = self.done_recvs.remove(&id) {
@@ -332,12 +332,12 @@ impl MpiNative {
     }
 
     /// True when receive `id` completed.
-    pub fn recv_done(&self, id: u64) -> bool {
+    pub fn recv_done(&self, id: RequestId) -> bool {
         self.done_recvs.contains_key(&id)
     }
 
     /// Takes the message of a completed receive.
-    pub fn take_recv(&mut self, id: u64) -> Option<Message> {
+    pub fn take_recv(&mut self, id: RequestId) -> Option<Message> {
         self.done_recvs.remove(&id)
     }
 

@@ -14,7 +14,7 @@ impl MpiNative {
         head: Vec<u8>,
         body: Body,
         scratch: bool,
-    ) -> Result<u64> {
+    ) -> Result<RequestId> {
         let (chan, mtag) = Self::wire_tag(tag);
         let d = dest as c_int;
         let mut send = OwnedSend::post(&self.chans[chan].msgs, d, mtag, head)?;
@@ -35,7 +35,7 @@ impl MpiNative {
 
     /// Starts sending a copy of `data` (the caller may reuse `data` at once). Never
     /// [`ProtocolError::WouldBlock`]: MPI queues it.
-    pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<u64> {
+    pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         self.check_rank(dest)?;
         if data.len() <= self.eager {
             let mut head = Vec::with_capacity(data.len() + 1);
@@ -95,7 +95,7 @@ impl MpiNative {
     }
 
     /// Waits for send `id` (and a blocking send's `parts`), progressing meanwhile.
-    fn wait_send(&mut self, id: u64, mut parts: Option<&mut ffi::CallerParts<'_>>) -> Result<()> {
+    fn wait_send(&mut self, id: RequestId, mut parts: Option<&mut ffi::CallerParts<'_>>) -> Result<()> {
         let mut b = Idle::new();
         loop {
             if self.send_done(id)? && parts.as_mut().map_or(Ok(true), |p| p.test())? {
@@ -154,18 +154,18 @@ impl MpiNative {
     }
 
     /// True when send `id` completed.
-    pub fn send_done(&self, id: u64) -> Result<bool> {
+    pub fn send_done(&self, id: RequestId) -> Result<bool> {
         if self.done_sends.contains(&id) {
             return Ok(true);
         }
         if self.sends.iter().any(|s| s.id == id) {
             return Ok(false);
         }
-        Err(Error::Protocol(ProtocolError::UnknownRequest(RequestId::new(id))))
+        Err(Error::Protocol(ProtocolError::UnknownRequest(id)))
     }
 
     /// Forgets a completed send.
-    pub fn finish_send(&mut self, id: u64) {
+    pub fn finish_send(&mut self, id: RequestId) {
         self.done_sends.remove(&id);
     }
 

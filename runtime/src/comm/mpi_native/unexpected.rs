@@ -13,12 +13,14 @@
 
 use std::collections::VecDeque;
 
+use crate::protocol::request::RequestId;
+
 /// A queue of entries `T` (the native path's: `(channel, message)`).
 pub(super) struct Unexpected<T> {
     q: VecDeque<T>,
     /// The receive id of each of the first `front.len()` entries (ascending): messages
     /// matched by a receive that was withdrawn.
-    front: Vec<u64>,
+    front: Vec<RequestId>,
 }
 
 impl<T> Default for Unexpected<T> {
@@ -61,7 +63,7 @@ impl<T> Unexpected<T> {
 
     /// A message matched in MPI by receive `recv` (withdrawn): ahead of every unmatched
     /// one, behind those matched by receives posted before `recv`.
-    pub(super) fn push_matched(&mut self, recv: u64, e: T) {
+    pub(super) fn push_matched(&mut self, recv: RequestId, e: T) {
         let at = self.front.partition_point(|&k| k < recv);
         self.front.insert(at, recv);
         self.q.insert(at, e);
@@ -93,9 +95,9 @@ mod tests {
     fn matched_messages_keep_their_receives_order_across_calls() {
         let mut u = Unexpected::default();
         u.push_back("drained 1");
-        u.push_matched(10, "A");
+        u.push_matched(RequestId::new(10), "A");
         u.push_back("drained 2");
-        u.push_matched(11, "B");
+        u.push_matched(RequestId::new(11), "B");
         assert_eq!(drain(&mut u), ["A", "B", "drained 1", "drained 2"]);
     }
 
@@ -104,10 +106,10 @@ mod tests {
     #[test]
     fn matched_messages_sort_by_receive_whatever_order_they_come_back_in() {
         let mut u = Unexpected::default();
-        u.push_matched(10, "A");
-        u.push_matched(12, "C");
+        u.push_matched(RequestId::new(10), "A");
+        u.push_matched(RequestId::new(12), "C");
         u.push_back("drained");
-        u.push_matched(11, "B");
+        u.push_matched(RequestId::new(11), "B");
         assert_eq!(drain(&mut u), ["A", "B", "C", "drained"]);
     }
 
@@ -117,11 +119,11 @@ mod tests {
     fn removal_and_put_back_keep_the_front() {
         let mut u = Unexpected::default();
         u.push_back("x");
-        u.push_matched(10, "A");
-        u.push_matched(11, "B");
+        u.push_matched(RequestId::new(10), "A");
+        u.push_matched(RequestId::new(11), "B");
         assert_eq!(u.remove(1), Some("B"));
         u.insert(0, "put back");
-        u.push_matched(12, "C");
+        u.push_matched(RequestId::new(12), "C");
         assert_eq!(u.get(0), Some(&"A"));
         assert_eq!(u.len(), 4);
         assert_eq!(drain(&mut u), ["A", "C", "put back", "x"]);

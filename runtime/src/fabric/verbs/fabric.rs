@@ -191,7 +191,8 @@ struct Peer {
 /// The verbs fabric of one rank. Every verbs object keeps what it was made from alive (see
 /// [`ibv`]); the pool's memory regions are dropped with the fabric, before the pool.
 pub struct VerbsFabric {
-    /// Per peer rank; in `xrc` mode the INI queue pairs are kept under `world + node`.
+    /// By slot ([`VerbsFabric::slot`]): each rank's, and in `xrc` mode each node's INI queue
+    /// pair after them.
     peers: IntMap<usize, Peer>,
     /// XRC: TGT queue pairs this rank created for remote INI QPs (as its node's first rank).
     tgts: Vec<Qp<Rtr>>,
@@ -373,28 +374,53 @@ impl VerbsFabric {
         (x & 0x00ff_ffff) as u32
     }
 
-    /// The internal key of engine endpoint `key`: the peer rank, or in `xrc` mode (where
-    /// the engine's endpoints are remote nodes) `world + node`.
-    fn ep_key(&self, key: usize) -> usize {
-        if self.sharing == RecvSharing::Xrc {
-            self.world + key
-        } else {
-            key
+    /// The slot of endpoint `key` in `peers`: a rank's is the rank, a node's (`xrc`: the
+    /// engine's endpoints are remote nodes) comes after every rank's, at `world + node`.
+    /// With [`VerbsFabric::key_at`], the one place that maps keys to slots.
+    fn slot(&self, key: PeerKey) -> usize {
+        slot_of(self.world, key)
+    }
+
+    /// The endpoint key of slot `slot` in `peers` (the inverse of [`VerbsFabric::slot`]).
+    fn key_at(&self, slot: usize) -> PeerKey {
+        key_of_slot(self.world, slot)
+    }
+
+    /// The peer rank of slot `slot`; none for a node's.
+    fn rank_at(&self, slot: usize) -> Option<usize> {
+        match self.key_at(slot) {
+            PeerKey::Rank(r) => Some(r),
+            PeerKey::Node(_) => None,
         }
     }
 
-    /// Names an internal key in errors: a rank, or (XRC) a node.
-    fn who(&self, key: usize) -> VerbsPeer {
-        if key >= self.world {
-            VerbsPeer::Node(key - self.world)
-        } else {
-            VerbsPeer::Rank(key)
+    /// Names slot `slot` in errors: a rank, or (XRC) a node.
+    fn who(&self, slot: usize) -> VerbsPeer {
+        match self.key_at(slot) {
+            PeerKey::Rank(r) => VerbsPeer::Rank(r),
+            PeerKey::Node(n) => VerbsPeer::Node(n),
         }
     }
 
-    /// `e` with this rank and the peer rank of internal key `key` (none for a node).
-    fn at(&self, e: impl Into<FabricError>, key: usize) -> FabricError {
-        ibv::at(e, self.rank, (key < self.world).then_some(key))
+    /// `e` with this rank and the peer rank of slot `slot` (none for a node's).
+    fn at(&self, e: impl Into<FabricError>, slot: usize) -> FabricError {
+        ibv::at(e, self.rank, self.rank_at(slot))
+    }
+}
+
+/// [`VerbsFabric::slot`] in a world of `world` ranks.
+fn slot_of(world: usize, key: PeerKey) -> usize {
+    match key {
+        PeerKey::Rank(r) => r,
+        PeerKey::Node(n) => world + n,
+    }
+}
+
+/// [`VerbsFabric::key_at`] in a world of `world` ranks.
+fn key_of_slot(world: usize, slot: usize) -> PeerKey {
+    match slot.checked_sub(world) {
+        Some(node) => PeerKey::Node(node),
+        None => PeerKey::Rank(slot),
     }
 }
 
@@ -430,8 +456,7 @@ impl Fabric for VerbsFabric {
     }
 
     fn close_endpoint(&mut self, key: PeerKey) -> Result<()> {
-        let key = key.index();
-        self.close(key)
+        self.close(self.slot(key))
     }
 
     fn post_send(
@@ -442,7 +467,6 @@ impl Fabric for VerbsFabric {
         payload: &[u8],
         wr_id: u64,
     ) -> Result<()> {
-        let key = key.index();
         self.send_packet(dest, key, header, payload, wr_id)
     }
 
@@ -543,6 +567,24 @@ impl DatagramPath for VerbsFabric {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rank's slot is the rank and a node's comes after every rank's, both ways; the
+    /// slots of ranks and nodes never meet.
+    #[test]
+    fn slots_of_ranks_and_nodes_round_trip() {
+        let world = 6;
+        for key in [
+            PeerKey::Rank(0),
+            PeerKey::Rank(5),
+            PeerKey::Node(0),
+            PeerKey::Node(2),
+        ] {
+            assert_eq!(key_of_slot(world, slot_of(world, key)), key);
+        }
+        assert_eq!(slot_of(world, PeerKey::Rank(5)), 5);
+        assert_eq!(slot_of(world, PeerKey::Node(0)), 6);
+        assert_eq!(key_of_slot(world, 7), PeerKey::Node(1));
+    }
 
     #[test]
     fn header_is_the_wire_codec_data_form() {

@@ -2,7 +2,7 @@
 //! receive queue gave none, and sending the grants and revokes the credit bank decided.
 
 use crate::core::config::RecvSharing;
-use crate::fabric::Control;
+use crate::fabric::{Control, PeerKey};
 use crate::protocol::connection::EndpointState;
 use crate::protocol::error::Result;
 
@@ -15,8 +15,8 @@ impl Engine {
         }
         let mut work = false;
         for &dest in self.active.iter() {
-            let open =
-                !self.symmetric() || self.conns.get(dest).map(|e| e.state) == Some(EndpointState::Open);
+            let open = !self.symmetric()
+                || self.conns.get(PeerKey::Rank(dest)).map(|e| e.state) == Some(EndpointState::Open);
             let p = self.peers.get_mut(&dest).expect("active peer");
             if open && p.credits == 0 && !p.requested {
                 p.requested = true;
@@ -37,7 +37,9 @@ impl Engine {
         self.scratch_grants = grants;
         sent?;
         for peer in self.bank.take_revokes() {
-            if !self.symmetric() || self.conns.get(peer).map(|e| e.state) == Some(EndpointState::Open) {
+            if !self.symmetric()
+                || self.conns.get(PeerKey::Rank(peer)).map(|e| e.state) == Some(EndpointState::Open)
+            {
                 self.fabric.send_control(peer, Control::Revoke)?;
             }
         }
@@ -46,7 +48,9 @@ impl Engine {
 
     fn send_grants(&mut self, grants: &[(usize, u32)]) -> Result<()> {
         for &(peer, credits) in grants {
-            if !self.symmetric() || self.conns.get(peer).map(|e| e.state) == Some(EndpointState::Open) {
+            if !self.symmetric()
+                || self.conns.get(PeerKey::Rank(peer)).map(|e| e.state) == Some(EndpointState::Open)
+            {
                 self.fabric.send_control(peer, Control::Grant { credits })?;
             }
         }

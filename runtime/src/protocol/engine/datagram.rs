@@ -241,7 +241,7 @@ impl DatagramRx<'_> {
         }
         p.activity = p.activity.saturating_add(1);
         *since_check = since_check.saturating_add(1);
-        let got = p.ep_received + self.conns.get(src).map_or(0, |e| e.received);
+        let got = p.ep_received + self.conns.get(PeerKey::Rank(src)).map_or(0, |e| e.received);
         if got < h.ep_sent {
             // Endpoint packets sent before it are still on their way: it comes again.
             stats.dropped += 1;
@@ -532,7 +532,7 @@ impl Engine {
         let best = dg
             .peers
             .iter()
-            .filter(|(&k, _)| self.conns.get(k).is_none())
+            .filter(|(&k, _)| self.conns.get(PeerKey::Rank(k)).is_none())
             .max_by_key(|(&k, p)| (p.activity, std::cmp::Reverse(k)))
             .map(|(&k, p)| (k, p.activity as u64));
         for p in dg.peers.values_mut() {
@@ -544,8 +544,7 @@ impl Engine {
             return Ok(());
         };
         if act > ep_act + PROMOTE_MARGIN && act > ep_act + ep_act / 2 && self.conns.closing() == 0 {
-            let idle = self.peers.get(&victim).is_none_or(|p| p.queue.is_empty())
-                && self.conns.get(victim).is_some_and(|e| e.inflight == 0);
+            let idle = self.is_idle(victim) && self.conns.get(victim).is_some_and(|e| e.inflight == 0);
             if idle {
                 let dg = self.dg.as_deref_mut().expect("datagram path");
                 dg.promote = Some(peer);
@@ -568,10 +567,11 @@ impl Engine {
             return Ok(false);
         }
         self.dg.as_deref_mut().expect("datagram path").promote = None;
-        if self.conns.get(peer).is_some() {
+        let key = PeerKey::Rank(peer);
+        if self.conns.get(key).is_some() {
             return Ok(false);
         }
-        self.open_key(peer)?;
+        self.open_key(key)?;
         Ok(true)
     }
 
@@ -583,11 +583,12 @@ impl Engine {
     /// `src` refused our connect request: drop the connecting endpoint, reach it by
     /// datagram.
     pub(super) fn on_refuse(&mut self, src: usize) -> Result<()> {
-        if self.conns.get(src).map(|e| e.state) != Some(EndpointState::Connecting) {
+        let key = PeerKey::Rank(src);
+        if self.conns.get(key).map(|e| e.state) != Some(EndpointState::Connecting) {
             return Ok(());
         }
-        self.fabric.close_endpoint(PeerKey::Rank(src))?;
-        self.conns.remove(src);
+        self.fabric.close_endpoint(key)?;
+        self.conns.remove(key);
         let p = self.peers.entry(src).or_default();
         p.credits = 0;
         p.requested = false;

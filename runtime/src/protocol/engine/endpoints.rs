@@ -6,14 +6,14 @@
 use std::collections::BTreeSet;
 
 use crate::fabric::{Control, PeerKey};
-use crate::protocol::connection::EndpointState;
+use crate::protocol::connection::{DeferredConnect, EndpointState};
 use crate::protocol::error::Result;
 
 use super::Engine;
 
 impl Engine {
     pub(super) fn connect_all(&mut self) -> Result<()> {
-        let keys: BTreeSet<usize> = (0..self.world)
+        let keys: BTreeSet<PeerKey> = (0..self.world)
             .filter(|&p| p != self.rank)
             .map(|p| self.key_of(p))
             .collect();
@@ -21,13 +21,11 @@ impl Engine {
             if !self.conns.has_room() {
                 break;
             }
-            if self.symmetric() {
+            match k {
                 // The lower rank initiates; the higher one accepts.
-                if k > self.rank {
-                    self.open_key(k)?;
-                }
-            } else {
-                self.open_key(k)?;
+                PeerKey::Rank(peer) if peer < self.rank => {}
+                // (xrc: at once.)
+                _ => self.open_key(k)?,
             }
         }
         let want = if self.cfg.max_endpoints == 0 {
@@ -56,23 +54,26 @@ impl Engine {
         }
     }
 
-    /// Opens endpoint `key`: symmetric modes start the handshake, xrc opens at once.
-    pub(super) fn open_key(&mut self, key: usize) -> Result<()> {
-        self.fabric.open_endpoint(self.peer_key(key))?;
-        if self.symmetric() {
-            self.conns.insert(key, EndpointState::Connecting);
-            self.conns.note_peer(key);
-            let grant = self.bank.initial_grant(key);
-            self.fabric.send_control(key, Control::ConnectReq { grant })?;
-        } else {
-            self.conns.insert(key, EndpointState::Open);
+    /// Opens endpoint `key`: toward a rank (symmetric modes) it starts the handshake,
+    /// toward a node (xrc) it opens at once.
+    pub(super) fn open_key(&mut self, key: PeerKey) -> Result<()> {
+        self.fabric.open_endpoint(key)?;
+        match key {
+            PeerKey::Rank(peer) => {
+                self.conns.insert(key, EndpointState::Connecting);
+                self.conns.note_peer(peer);
+                let grant = self.bank.initial_grant(peer);
+                self.fabric.send_control(peer, Control::ConnectReq { grant })?;
+            }
+            PeerKey::Node(_) => self.conns.insert(key, EndpointState::Open),
         }
         Ok(())
     }
 
     pub(super) fn accept(&mut self, src: usize, grant: u32) -> Result<()> {
-        self.fabric.open_endpoint(PeerKey::Rank(src))?;
-        self.conns.insert(src, EndpointState::Open);
+        let key = PeerKey::Rank(src);
+        self.fabric.open_endpoint(key)?;
+        self.conns.insert(key, EndpointState::Open);
         self.conns.note_peer(src);
         self.peers.entry(src).or_default().credits += grant;
         let mine = self.bank.initial_grant(src);
@@ -81,23 +82,23 @@ impl Engine {
             .send_control(src, Control::ConnectAck { grant: mine })?)
     }
 
-    fn is_idle(&self, key: usize) -> bool {
-        if self.symmetric() {
-            self.peers.get(&key).is_none_or(|p| p.queue.is_empty())
-        } else {
-            !self.active.iter().any(|&p| self.key_of(p) == key)
+    /// True when nothing is queued for endpoint `key` (its rank, or any rank of its node).
+    pub(super) fn is_idle(&self, key: PeerKey) -> bool {
+        match key {
+            PeerKey::Rank(peer) => self.peers.get(&peer).is_none_or(|p| p.queue.is_empty()),
+            PeerKey::Node(_) => !self.active.iter().any(|&p| self.key_of(p) == key),
         }
     }
 
-    pub(super) fn start_close(&mut self, key: usize) -> Result<()> {
+    pub(super) fn start_close(&mut self, key: PeerKey) -> Result<()> {
         self.conns.note_eviction();
-        let symmetric = self.symmetric();
-        if symmetric {
-            let sent = self.conns.get(key).expect("endpoint").sent;
-            self.conns.set_closing(key, None);
-            self.fabric.send_control(key, Control::Close { sent })?;
-        } else {
-            self.conns.set_closing(key, Some(0));
+        match key {
+            PeerKey::Rank(peer) => {
+                let sent = self.conns.get(key).expect("endpoint").sent;
+                self.conns.set_closing(key, None);
+                self.fabric.send_control(peer, Control::Close { sent })?;
+            }
+            PeerKey::Node(_) => self.conns.set_closing(key, Some(0)),
         }
         Ok(())
     }
@@ -111,17 +112,17 @@ impl Engine {
                 let ep = self.conns.get(key).expect("endpoint");
                 if let EndpointState::Closing { peer_sent: Some(n) } = ep.state {
                     if ep.received == n && ep.inflight == 0 {
-                        self.fabric.close_endpoint(self.peer_key(key))?;
-                        if let Some(ep) = self.conns.remove(key) {
-                            if let Some(dg) = self.dg.as_deref_mut() {
-                                dg.endpoint_closed(key, ep.sent, ep.received);
+                        self.fabric.close_endpoint(key)?;
+                        let ep = self.conns.remove(key);
+                        if let PeerKey::Rank(peer) = key {
+                            // (The datagram path runs only with endpoints toward ranks.)
+                            if let (Some(ep), Some(dg)) = (ep, self.dg.as_deref_mut()) {
+                                dg.endpoint_closed(peer, ep.sent, ep.received);
                             }
-                        }
-                        if self.symmetric() {
-                            let p = self.peers.entry(key).or_default();
+                            let p = self.peers.entry(peer).or_default();
                             p.credits = 0;
                             p.requested = false;
-                            self.bank.reset_peer(key);
+                            self.bank.reset_peer(peer);
                         }
                         work = true;
                     }
@@ -133,10 +134,10 @@ impl Engine {
             // The datagram path never evicts for a deferred connect: refuse it.
             let mut i = 0;
             while i < self.conns.deferred.len() {
-                let (src, _) = self.conns.deferred[i];
-                if self.conns.get(src).is_none() {
+                let DeferredConnect { peer, .. } = self.conns.deferred[i];
+                if self.conns.get(PeerKey::Rank(peer)).is_none() {
                     self.conns.deferred.remove(i);
-                    self.refuse(src)?;
+                    self.refuse(peer)?;
                     work = true;
                 } else {
                     i += 1;
@@ -145,10 +146,10 @@ impl Engine {
         }
         let mut i = 0;
         while i < self.conns.deferred.len() && (self.conns.has_room() || self.conns.all_connecting()) {
-            let (src, grant) = self.conns.deferred[i];
-            if self.conns.get(src).is_none() {
+            let DeferredConnect { peer, grant } = self.conns.deferred[i];
+            if self.conns.get(PeerKey::Rank(peer)).is_none() {
                 self.conns.deferred.remove(i);
-                self.accept(src, grant)?;
+                self.accept(peer, grant)?;
                 work = true;
             } else {
                 i += 1;

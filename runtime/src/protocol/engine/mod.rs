@@ -75,9 +75,16 @@ struct OutMsg {
 /// the completion ids of chunks, never have it).
 const DIRECT_WR: u64 = 1 << 63;
 
+/// The send a pool buffer in flight belongs to: its request and the endpoint it went on.
+#[derive(Clone, Copy)]
+struct InFlight {
+    req: RequestId,
+    key: PeerKey,
+}
+
 /// Bytes of the engine's table of sends in flight per pool buffer (`wr_info`, allocated at
-/// start: one `Option<(RequestId, usize)>` per buffer).
-pub const WR_INFO_BYTES: u64 = std::mem::size_of::<Option<(RequestId, usize)>>() as u64;
+/// start: one `Option<InFlight>` per buffer).
+pub const WR_INFO_BYTES: u64 = std::mem::size_of::<Option<InFlight>>() as u64;
 
 /// Sender-side state toward one destination rank.
 #[derive(Default)]
@@ -134,8 +141,8 @@ pub struct Engine {
     bank: CreditBank,
     matcher: Matcher,
     sends: IntMap<RequestId, SendReq>,
-    /// The send (request, peer) of each pool buffer in flight: one entry per buffer.
-    wr_info: Vec<Option<(RequestId, usize)>>,
+    /// The send of each pool buffer in flight: one entry per buffer.
+    wr_info: Vec<Option<InFlight>>,
     next_req: u64,
     notes: Vec<String>,
     inbox: Inbox,
@@ -219,6 +226,10 @@ impl Engine {
             )
         })?;
         wr_info.resize(pool.buffers(), None);
+        let mut conns = ConnectionTable::new(cfg.max_endpoints).protect_fresh(cfg.lazy_connect);
+        if cfg.recv_sharing == RecvSharing::Xrc {
+            conns = conns.per_node(cfg.ranks_per_node);
+        }
         let mut e = Engine {
             rank: fabric.rank(),
             world: fabric.world_size(),
@@ -226,7 +237,7 @@ impl Engine {
             fabric,
             pool,
             cfg,
-            conns: ConnectionTable::new(cfg.max_endpoints).protect_fresh(cfg.lazy_connect),
+            conns,
             peers: IntMap::default(),
             active: ActiveSet::default(),
             scratch_dests: Vec::new(),
@@ -255,24 +266,11 @@ impl Engine {
         self.cfg.recv_sharing != RecvSharing::Xrc
     }
 
-    /// The fabric's key of endpoint `key` (of [`Engine::key_of`]).
+    /// Endpoint key of a peer: the peer itself, or its node in `xrc` mode
+    /// ([`ConnectionTable::key_of`]).
     #[inline]
-    fn peer_key(&self, key: usize) -> PeerKey {
-        if self.symmetric() {
-            PeerKey::Rank(key)
-        } else {
-            PeerKey::Node(key)
-        }
-    }
-
-    /// Endpoint key of a peer: the peer itself, or its node in `xrc` mode.
-    #[inline]
-    fn key_of(&self, peer: usize) -> usize {
-        if self.symmetric() {
-            peer
-        } else {
-            peer / self.cfg.ranks_per_node
-        }
+    fn key_of(&self, peer: usize) -> PeerKey {
+        self.conns.key_of(peer)
     }
 
     /// This rank.
@@ -513,7 +511,7 @@ impl Engine {
 }
 
 /// A fabric's [`MemoryModel`] (its side) with the engine's structures added: the endpoint
-/// table entry per endpoint, the engine per rank, the sender state and credit-bank entry
+/// table entry per endpoint (its map keeps the key's number, a `usize`), the engine per rank, the sender state and credit-bank entry
 /// (and their two map slots) per connected peer.
 pub(crate) fn with_engine(fabric: MemoryModel) -> MemoryModel {
     use std::mem::size_of;

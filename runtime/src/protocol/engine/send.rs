@@ -3,9 +3,9 @@
 //! allow (`pump`), and the fabric's direct path (`send_direct`, and direct messages queued
 //! in order).
 
-use super::{Engine, OutMsg, SendReq, DIRECT_WR, WR_INFO_BYTES};
+use super::{Engine, InFlight, OutMsg, SendReq, DIRECT_WR, WR_INFO_BYTES};
 use crate::core::pool::{BufId, BufferPool};
-use crate::fabric::PacketHeader;
+use crate::fabric::{PacketHeader, PeerKey};
 use crate::protocol::connection::EndpointState;
 use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::Tag;
@@ -168,19 +168,13 @@ impl Engine {
     fn post_chunk(
         &mut self,
         dest: usize,
-        key: usize,
+        key: PeerKey,
         hdr: &PacketHeader,
         id: BufId,
         req: RequestId,
     ) -> Result<bool> {
-        let peer_key = self.peer_key(key);
-        self.fabric.post_send(
-            dest,
-            peer_key,
-            hdr,
-            &self.pool.buf(id)[..hdr.len as usize],
-            id as u64,
-        )?;
+        self.fabric
+            .post_send(dest, key, hdr, &self.pool.buf(id)[..hdr.len as usize], id as u64)?;
         let ep = self.conns.get_touched(key).expect("endpoint");
         ep.sent += 1;
         if self.copies {
@@ -189,7 +183,7 @@ impl Engine {
             return Ok(false);
         }
         ep.inflight += 1;
-        self.wr_info[id as usize] = Some((req, key));
+        self.wr_info[id as usize] = Some(InFlight { req, key });
         Ok(true)
     }
 
@@ -259,7 +253,7 @@ impl Engine {
     /// have grown); if that memory cannot be had, gives `id` back and fails with
     /// [`ProtocolError::Alloc`] (the caller's state is as before the acquire).
     pub(super) fn sync_wr_info(
-        wr_info: &mut Vec<Option<(RequestId, usize)>>,
+        wr_info: &mut Vec<Option<InFlight>>,
         pool: &mut BufferPool,
         id: BufId,
     ) -> Result<()> {

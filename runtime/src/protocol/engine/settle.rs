@@ -5,13 +5,13 @@
 
 use crate::core::pool::BufId;
 use crate::fabric::error::FabricError;
-use crate::fabric::{Control, Event, Flow};
-use crate::protocol::connection::EndpointState;
+use crate::fabric::{Control, Event, Flow, PeerKey};
+use crate::protocol::connection::{DeferredConnect, EndpointState};
 use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::Matcher;
 use crate::protocol::request::RequestId;
 
-use super::{DatagramRx, Engine, DIRECT_WR};
+use super::{DatagramRx, Engine, InFlight, DIRECT_WR};
 
 /// Events of one fabric poll, collected while the fabric is borrowed and handled after.
 #[derive(Default)]
@@ -81,13 +81,14 @@ impl Engine {
                 self.direct_inflight -= 1;
                 continue;
             }
-            let (req, key) = self.wr_info[w as usize]
-                .take()
-                .ok_or(ProtocolError::UnknownCompletion {
-                    rank: self.rank,
-                    wr: w,
-                    direct: false,
-                })?;
+            let InFlight { req, key } =
+                self.wr_info[w as usize]
+                    .take()
+                    .ok_or(ProtocolError::UnknownCompletion {
+                        rank: self.rank,
+                        wr: w,
+                        direct: false,
+                    })?;
             self.pool.release(w as BufId);
             if let Some(s) = self.sends.get_mut(&req) {
                 s.outstanding -= 1;
@@ -102,11 +103,14 @@ impl Engine {
                 self.conns.note_peer(src);
             } else {
                 // The endpoint exists (checked here), and opening it noted the peer.
-                let ep = self.conns.get_touched(src).ok_or(FabricError::Endpoint {
-                    rank: self.rank,
-                    key: src,
-                    what: "received data but is not open",
-                })?;
+                let ep = self
+                    .conns
+                    .get_touched(PeerKey::Rank(src))
+                    .ok_or(FabricError::Endpoint {
+                        rank: self.rank,
+                        key: src,
+                        what: "received data but is not open",
+                    })?;
                 ep.received += 1;
             }
         }
@@ -121,18 +125,24 @@ impl Engine {
     }
 
     fn on_control(&mut self, src: usize, c: Control) -> Result<()> {
+        // Connect, close and credit control go between ranks with endpoints of their own
+        // (`per-peer`, `shared`); in `xrc` mode only credit control comes.
+        let key = PeerKey::Rank(src);
         match c {
-            Control::ConnectReq { grant } => match self.conns.get(src).map(|e| e.state) {
+            Control::ConnectReq { grant } => match self.conns.get(key).map(|e| e.state) {
                 None if self.conns.has_room() => self.accept(src, grant)?,
                 // At the cap with the datagram path: no endpoint, the peer uses datagrams.
                 None if self.dg.is_some() => self.refuse(src)?,
                 // Above the cap only when every slot is a connect still waiting for its
                 // answer: deferring then can deadlock a cycle of full ranks.
                 None if self.conns.all_connecting() => self.accept(src, grant)?,
-                None | Some(EndpointState::Closing { .. }) => self.conns.deferred.push_back((src, grant)),
+                None | Some(EndpointState::Closing { .. }) => self
+                    .conns
+                    .deferred
+                    .push_back(DeferredConnect { peer: src, grant }),
                 Some(EndpointState::Connecting) => {
                     // Crossing connect requests: each side's request is the other's answer.
-                    self.conns.get_mut(src).expect("endpoint").state = EndpointState::Open;
+                    self.conns.get_mut(key).expect("endpoint").state = EndpointState::Open;
                     self.peers.entry(src).or_default().credits += grant;
                 }
                 Some(EndpointState::Open) => {
@@ -144,7 +154,7 @@ impl Engine {
                 }
             },
             Control::ConnectAck { grant } => {
-                let ep = self.conns.get_mut(src).ok_or(FabricError::Endpoint {
+                let ep = self.conns.get_mut(key).ok_or(FabricError::Endpoint {
                     rank: self.rank,
                     key: src,
                     what: "got a connect ack from its peer without a request",
@@ -155,7 +165,7 @@ impl Engine {
                 }
             }
             Control::Close { sent } => {
-                let ep = self.conns.get_mut(src).ok_or(FabricError::Endpoint {
+                let ep = self.conns.get_mut(key).ok_or(FabricError::Endpoint {
                     rank: self.rank,
                     key: src,
                     what: "got a close from its peer but does not exist",
@@ -163,10 +173,10 @@ impl Engine {
                 match ep.state {
                     EndpointState::Open => {
                         let mine = ep.sent;
-                        self.conns.set_closing(src, Some(sent));
+                        self.conns.set_closing(key, Some(sent));
                         self.fabric.send_control(src, Control::Close { sent: mine })?;
                     }
-                    EndpointState::Closing { peer_sent: None } => self.conns.set_closing(src, Some(sent)),
+                    EndpointState::Closing { peer_sent: None } => self.conns.set_closing(key, Some(sent)),
                     s => {
                         return Err(ProtocolError::Fabric(FabricError::Endpoint {
                             rank: self.rank,
@@ -186,13 +196,13 @@ impl Engine {
                 p.requested = false;
             }
             Control::CreditRequest => {
-                if !self.symmetric() || self.conns.get(src).map(|e| e.state) == Some(EndpointState::Open) {
+                if !self.symmetric() || self.conns.get(key).map(|e| e.state) == Some(EndpointState::Open) {
                     self.bank.request(src);
                 }
             }
             Control::Revoke => {
                 let open =
-                    !self.symmetric() || self.conns.get(src).map(|e| e.state) == Some(EndpointState::Open);
+                    !self.symmetric() || self.conns.get(key).map(|e| e.state) == Some(EndpointState::Open);
                 let p = self.peers.entry(src).or_default();
                 if open && p.queue.is_empty() && p.credits > 0 {
                     let n = std::mem::take(&mut p.credits);

@@ -8,6 +8,8 @@ use crate::core::config::RuntimeConfig;
 use crate::fabric::local::{LocalFabric, World};
 use crate::protocol::clock::Clock;
 use crate::protocol::datagram::RTO_RELIABLE;
+use crate::protocol::error::ProtocolError;
+use crate::protocol::request::RequestId;
 
 /// A clock that moves only when the test moves it.
 #[derive(Clone)]
@@ -59,4 +61,44 @@ fn an_unacknowledged_datagram_goes_again_when_the_clock_passes_its_timeout() {
         1,
         "the clock did not move: no second timeout"
     );
+}
+
+/// A send id the engine does not know (never made, or completed and forgotten) is an
+/// `UnknownRequest` holding that `RequestId`, shown as its number as before.
+#[test]
+fn an_unknown_send_is_an_error_naming_its_request_id() {
+    let cfg = *RuntimeConfig::builder()
+        .buffer_count(8)
+        .lock_pool(false)
+        .build()
+        .unwrap()
+        .transport();
+    let (world, mut parkers) = World::new(2);
+    let parker = parkers.remove(0);
+    let fabric = LocalFabric::new(0, Arc::new(world), &cfg, parker);
+    let clock = TestClock(Arc::new(Mutex::new(Instant::now())));
+    let mut e = Engine::new(Box::new(fabric), &cfg, Box::new(clock)).unwrap();
+    let sent = e.isend(1, 7, b"to one").unwrap();
+    let never = RequestId::new(sent.get() + 100);
+    match e.send_done(never) {
+        Err(ProtocolError::UnknownRequest(id)) => assert_eq!(id, never),
+        other => panic!("expected UnknownRequest({never}), got {other:?}"),
+    }
+    assert_eq!(
+        e.send_done(never).unwrap_err().to_string(),
+        format!("unknown or already completed request {}", never.get())
+    );
+    assert!(e.send_done(sent).is_ok(), "the send made is known");
+}
+
+/// The send record of a pool buffer in flight (`InFlight`: request id and endpoint key)
+/// costs what the bare tuple `(u64, usize)` did, so the memory model and the footprints it
+/// predicts are unchanged (docs/CONFIG.md: 24 bytes per pool buffer).
+#[test]
+fn the_send_record_costs_what_the_tuple_did() {
+    assert_eq!(
+        super::WR_INFO_BYTES,
+        std::mem::size_of::<Option<(u64, usize)>>() as u64
+    );
+    assert_eq!(super::WR_INFO_BYTES, 24);
 }

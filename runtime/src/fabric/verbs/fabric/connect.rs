@@ -12,7 +12,7 @@ use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::ibv::attr::{self, Remote, Retry};
 use crate::fabric::verbs::ibv::qp::{Failed, QpKind, Reset};
 use crate::fabric::verbs::ibv::{self, Init, Qp, QpCaps, Slots};
-use crate::fabric::{go, Control, Event, Flow, Halt};
+use crate::fabric::{go, Control, Event, Flow, Halt, PeerKey};
 
 fn remote(i: QpInfo) -> Remote {
     Remote {
@@ -148,9 +148,9 @@ impl VerbsFabric {
         Ok(())
     }
 
-    /// Closes the endpoint `key`: destroys its queue pair, then frees its receive buffers.
+    /// Closes the endpoint in slot `key`: destroys its queue pair, then frees its receive
+    /// buffers.
     pub(super) fn close(&mut self, key: usize) -> Result<()> {
-        let key = self.ep_key(key);
         let p = self.peers.get_mut(&key).ok_or(FabricError::Endpoint {
             rank: self.rank,
             key,
@@ -183,8 +183,8 @@ impl VerbsFabric {
     /// state it reached (and released as usual when the endpoint closes).
     fn bring_up(&mut self, key: usize, remote_info: QpInfo) -> Result<()> {
         let local = self.dev.local();
-        let (rank, world) = (self.rank, self.world);
-        let at = |e: ibv::IbvError| ibv::at(e, rank, (key < world).then_some(key));
+        let (rank, peer) = (self.rank, self.rank_at(key));
+        let at = |e: ibv::IbvError| ibv::at(e, rank, peer);
         let q = self
             .peers
             .get_mut(&key)
@@ -317,7 +317,7 @@ impl VerbsFabric {
             }
             Kind::XrcConnect => self.accept_xrc(&f),
             Kind::XrcAccept => {
-                let ik = self.world + src / self.cfg.ranks_per_node;
+                let ik = self.slot(PeerKey::Node(src / self.cfg.ranks_per_node));
                 if self.peers.get(&ik).and_then(|p| p.qp.as_ref()).is_none() {
                     return Ok(()); // closed meanwhile
                 }
@@ -343,7 +343,7 @@ impl VerbsFabric {
                     what: format!("SRQ number {} does not fit 32 bits", f.value),
                 })?;
                 self.srqns.insert(src, n);
-                self.flush(self.world + src / self.cfg.ranks_per_node)
+                self.flush(self.slot(PeerKey::Node(src / self.cfg.ranks_per_node)))
             }
             Kind::UdReq | Kind::UdAddr => self.on_ud_frame(src, &f),
             Kind::Hello | Kind::Done => Ok(()),
@@ -361,7 +361,7 @@ impl VerbsFabric {
                 world_size: self.world,
             });
         }
-        let ik = self.world + node;
+        let ik = self.slot(PeerKey::Node(node));
         if self.peers.get(&ik).is_some_and(|p| p.qp.is_some()) {
             return Err(FabricError::Endpoint {
                 rank: self.rank,

@@ -11,7 +11,7 @@ use crate::fabric::error::{FabricError, Result};
 use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::ibv::{self, Qp, Rts, SendWr, Sge, Slots};
 use crate::fabric::wire;
-use crate::fabric::{go, Control, Event, Flow, Halt, PacketHeader};
+use crate::fabric::{go, Control, Event, Flow, Halt, PacketHeader, PeerKey};
 
 #[cfg(feature = "trace")]
 use crate::fabric::verbs::counters;
@@ -85,7 +85,7 @@ impl VerbsFabric {
     pub(super) fn send_packet(
         &mut self,
         dest: usize,
-        key: usize,
+        key: PeerKey,
         header: &PacketHeader,
         payload: &[u8],
         wr_id: u64,
@@ -95,14 +95,17 @@ impl VerbsFabric {
             counters::traced_send_entry();
             counters::stamp(7);
         }
-        if self.sharing != RecvSharing::Xrc && dest != key {
+        if self.sharing != RecvSharing::Xrc && dest != key.index() {
             return Err(FabricError::VerbsSend {
                 rank: self.rank,
                 dest,
-                what: format!("endpoint {key} is not the destination's (verbs endpoints are per rank)"),
+                what: format!(
+                    "endpoint {} is not the destination's (verbs endpoints are per rank)",
+                    key.index()
+                ),
             });
         }
-        let key = self.ep_key(key);
+        let key = self.slot(key);
         let headers = self.headers.as_mut().ok_or_else(|| FabricError::VerbsSend {
             rank: self.rank,
             dest,
@@ -141,11 +144,7 @@ impl VerbsFabric {
             // Completed (failed) at the next poll, which returns the buffer; the error
             // comes at the poll after it.
             self.failed_sends.push(wr_id);
-            let who = if key >= self.world {
-                crate::fabric::error::VerbsPeer::Node(key - self.world)
-            } else {
-                crate::fabric::error::VerbsPeer::Rank(key)
-            };
+            let who = self.who(key);
             self.pending_err.get_or_insert(FabricError::QueuePairBroken {
                 rank: self.rank,
                 peer: who,
@@ -205,6 +204,7 @@ impl VerbsFabric {
 
     /// Posts `q` toward `key` and counts it as outstanding.
     fn post(&mut self, key: usize, q: Queued) -> Result<()> {
+        let peer = self.rank_at(key);
         let srqn = if self.sharing == RecvSharing::Xrc {
             Some(
                 *self
@@ -238,7 +238,6 @@ impl VerbsFabric {
             dest: q.dest as usize,
             what: format!("sent on endpoint {key} before its queue pair connected"),
         })?;
-        let peer = (key < self.world).then_some(key);
         post_wr(qp, headers, self.max_inline, srqn, &q).map_err(|e| ibv::at(e, self.rank, peer))?;
         pq.outstanding += 1;
         Ok(())
