@@ -177,9 +177,11 @@ int ballast_send(struct ballast_comm *comm, int dest, uint32_t tag, const void *
 
 // Receives the next message from `source` (a rank or BALLAST_ANY_SOURCE) with `tag` (0
 // to 2^31 - 1 or BALLAST_ANY_TAG) into `buf` of `cap` bytes, waiting until it arrives;
-// fills *status when it is not NULL. Errors: BALLAST_ETRUNC when the message is longer
-// than `cap`: the status is filled (its len is the message's) and nothing is consumed;
-// BALLAST_EINVAL (NULL, rank or tag out of range); BALLAST_ENOMEM when memory for the
+// fills *status when it is not NULL. `cap` is at most PTRDIFF_MAX (no C object is
+// larger; a larger message cannot be sent either). Errors: BALLAST_ETRUNC when the
+// message is longer than `cap`: the status is filled (its len is the message's) and
+// nothing is consumed; BALLAST_EINVAL (NULL, rank or tag out of range, `cap` above
+// PTRDIFF_MAX, checked before anything is received); BALLAST_ENOMEM when memory for the
 // message cannot be had: over MPI even when `cap` is large enough, since a message is
 // taken out of MPI into memory of its own before it is copied into `buf` (on the local
 // transport a message arriving during the wait is written into `buf` chunk by chunk,
@@ -467,6 +469,10 @@ int ballast_isend(struct ballast_comm *comm,
 // set aside earlier for lack of memory, when it still cannot be given memory of its own
 // (no request is made); the transport's. On the engine path (local, verbs, MPI through
 // the engine) a message's BALLAST_ENOMEM comes from ballast_test or ballast_wait instead.
+// A posted receive cannot be withdrawn on its own: there is no cancel call, and
+// ballast_request_free refuses it until it completed; it ends when a message matches,
+// when its source can no longer send (BALLAST_EPEER from ballast_wait), or when the
+// communicator is freed, which cancels it (the free then reports it).
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -505,7 +511,9 @@ int ballast_wait(struct ballast_request *req,
 
 // Waits for each of the `n` requests in `reqs`, in order, filling statuses[i] (when
 // `statuses` is not NULL) with each one's status and error; returns the first error (a
-// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message.
+// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message. `n` is at
+// most PTRDIFF_MAX / sizeof(ballast_request *) (no C array is larger): above, or with
+// `reqs` NULL and `n` > 0, BALLAST_EINVAL before any request is touched.
 //
 // # Safety
 // `reqs` must point to `n` entries, each NULL or a ballast_request handle; `statuses` NULL
@@ -523,8 +531,9 @@ int ballast_request_data(const struct ballast_request *req, const void **data, s
 
 // Frees a completed request (send or receive) and its data; its handle is refused from
 // then on, whatever request reuses its memory. Errors: BALLAST_EINVAL for NULL, a request
-// already freed, or a request not completed yet (test or wait it first; requests still
-// live when the communicator finishes are cancelled there).
+// already freed, or a request not completed yet (test or wait it first; a posted receive
+// cannot be withdrawn: requests still live when the communicator is freed are cancelled
+// there).
 //
 // # Safety
 // `req` must be NULL or a ballast_request handle, not used by another thread during the

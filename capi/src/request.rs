@@ -337,6 +337,10 @@ pub unsafe extern "C" fn ballast_isend(
 /// set aside earlier for lack of memory, when it still cannot be given memory of its own
 /// (no request is made); the transport's. On the engine path (local, verbs, MPI through
 /// the engine) a message's BALLAST_ENOMEM comes from ballast_test or ballast_wait instead.
+/// A posted receive cannot be withdrawn on its own: there is no cancel call, and
+/// ballast_request_free refuses it until it completed; it ends when a message matches,
+/// when its source can no longer send (BALLAST_EPEER from ballast_wait), or when the
+/// communicator is freed, which cancels it (the free then reports it).
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -433,7 +437,9 @@ pub unsafe extern "C" fn ballast_wait(req: *mut ballast_request, status: *mut ba
 
 /// Waits for each of the `n` requests in `reqs`, in order, filling statuses[i] (when
 /// `statuses` is not NULL) with each one's status and error; returns the first error (a
-/// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message.
+/// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message. `n` is at
+/// most PTRDIFF_MAX / sizeof(ballast_request *) (no C array is larger): above, or with
+/// `reqs` NULL and `n` > 0, BALLAST_EINVAL before any request is touched.
 ///
 /// # Safety
 /// `reqs` must point to `n` entries, each NULL or a ballast_request handle; `statuses` NULL
@@ -446,6 +452,13 @@ pub unsafe extern "C" fn ballast_waitall(
 ) -> c_int {
     if n > 0 && reqs.is_null() {
         set_last_error("ballast_waitall: reqs is NULL");
+        return BALLAST_EINVAL;
+    }
+    let most = isize::MAX as usize / std::mem::size_of::<*mut ballast_request>();
+    if n > most {
+        set_last_error(&format!(
+            "ballast_waitall: n is {n} requests, above the largest array of them ({most}, PTRDIFF_MAX / sizeof(ballast_request *))"
+        ));
         return BALLAST_EINVAL;
     }
     let mut first: Option<(c_int, String)> = None;
@@ -522,8 +535,9 @@ pub unsafe extern "C" fn ballast_request_data(
 
 /// Frees a completed request (send or receive) and its data; its handle is refused from
 /// then on, whatever request reuses its memory. Errors: BALLAST_EINVAL for NULL, a request
-/// already freed, or a request not completed yet (test or wait it first; requests still
-/// live when the communicator finishes are cancelled there).
+/// already freed, or a request not completed yet (test or wait it first; a posted receive
+/// cannot be withdrawn: requests still live when the communicator is freed are cancelled
+/// there).
 ///
 /// # Safety
 /// `req` must be NULL or a ballast_request handle, not used by another thread during the

@@ -3,8 +3,8 @@
  * of ballast_local_run, request, all-gather result) freed twice, used after its free, or
  * given where another kind is expected is refused with BALLAST_EINVAL and a message saying
  * so, never followed; a freed request whose box and slot were reused by a new request does
- * not act on the new one; a length of (size_t)-1 or above PTRDIFF_MAX is refused without
- * poisoning the communicator. Built with -fsanitize=address,undefined by
+ * not act on the new one; a length of (size_t)-1 or above PTRDIFF_MAX (send, isend,
+ * allgatherv, recv's cap, waitall's count) is refused without poisoning the communicator. Built with -fsanitize=address,undefined by
  * capi/tests/c_programs.rs (and run under valgrind by ci/capi.sh). Prints
  * "capi handles: N passed, M failed" and exits non-zero if a check failed. */
 #include <stdatomic.h>
@@ -101,6 +101,17 @@ static void length_checks(ballast_comm *c) {
     ballast_gathered *g = (ballast_gathered *)&g;
     EXPECT_ERR(ballast_allgatherv(c, &byte, (size_t)-1, &g), BALLAST_EINVAL, "above the largest message");
     CHECK(g == NULL);
+    /* A receive buffer no C object can have: refused before anything is received. */
+    ballast_status st = {0};
+    EXPECT_ERR(ballast_recv(c, 0, 1, &byte, SIZE_MAX, &st), BALLAST_EINVAL,
+               "cap is 18446744073709551615 bytes, above the largest message");
+    EXPECT_ERR(ballast_recv(c, BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, &byte, (size_t)PTRDIFF_MAX + 1, &st),
+               BALLAST_EINVAL, "cap is 9223372036854775808 bytes");
+    /* An array of requests no C object can have: refused before any entry is read. */
+    ballast_request *one[1] = {NULL};
+    EXPECT_ERR(ballast_waitall(SIZE_MAX, one, NULL), BALLAST_EINVAL, "n is 18446744073709551615 requests");
+    EXPECT_ERR(ballast_waitall((size_t)PTRDIFF_MAX / sizeof(ballast_request *) + 1, one, NULL), BALLAST_EINVAL,
+               "above the largest array");
     /* Not poisoned. */
     OK(ballast_send(c, 0, 3, &byte, 1));
     char got = 0;
