@@ -59,7 +59,16 @@ impl Plan {
             cfg,
             auto_note,
             peers: args.peers,
-            world: args.world_size.unwrap_or(args.peers + 1),
+            world: match args.world_size {
+                Some(w) => w,
+                None => args.peers.checked_add(1).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--peers {}: the world size (peers + 1) does not fit in {} bits: give fewer peers",
+                        args.peers,
+                        usize::BITS
+                    )
+                })?,
+            },
             json: args.json,
         })
     }
