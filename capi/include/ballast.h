@@ -25,8 +25,9 @@
 #define BALLAST_EINVAL -1
 
 // Out of memory: an allocation whose size comes from the caller or a peer (a message, a
-// pool, a queue, the ranks' threads) does not fit in the machine or under `ulimit -v`;
-// the message names what did not fit. Nothing is changed and the host lives on.
+// pool or its growth under pool_growth, a queue, the ranks' threads) does not fit in the
+// machine or under `ulimit -v`; the message names what did not fit (a failed growth names
+// pool_growth and max_pool_bytes). Nothing is changed and the host lives on.
 #define BALLAST_ENOMEM -2
 
 // Only from ballast_isend: every pool buffer is in flight (*out is NULL); call
@@ -136,7 +137,8 @@ extern "C" {
 // finish. The handle is refused from then on (a second free is BALLAST_EINVAL). Errors:
 // BALLAST_EINVAL for NULL, a handle that is not a live communicator, or a communicator
 // of ballast_local_run (which finishes its own; nothing is freed), and under MPI when the host already called
-// MPI_Finalize (the communicator is left, not freed: call ballast_comm_free first);
+// MPI_Finalize (ballast_comm_free must come first: the communicator's MPI state is then
+// abandoned, not finished, and its handle is ended all the same: refused from then on);
 // BALLAST_EINTERNAL for a poisoned communicator (dropped without the finish); the
 // runtime's errors (e.g. BALLAST_EPEER).
 //
@@ -448,9 +450,11 @@ int ballast_comm_from_mpi(MPI_Comm comm,
 
 // Starts sending `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1), in *out;
 // `buf` may be reused as soon as this returns. Errors: BALLAST_EAGAIN when every pool
-// buffer is in flight (*out is NULL: call ballast_progress and retry); BALLAST_EINVAL
-// (NULL, rank or tag out of range, `len` above PTRDIFF_MAX); BALLAST_ENOMEM when the
-// copy of the message cannot be allocated; the transport's.
+// buffer is in flight (*out is NULL: call ballast_progress and retry), with pool_growth
+// on once the pool reached max_pool_bytes; BALLAST_EINVAL (NULL, rank or tag out of
+// range, `len` above PTRDIFF_MAX); BALLAST_ENOMEM when the copy of the message cannot be
+// allocated, or when pool_growth is on and the pool, below max_pool_bytes, cannot grow
+// (the message names pool_growth and max_pool_bytes; *out is NULL); the transport's.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -471,8 +475,9 @@ int ballast_isend(struct ballast_comm *comm,
 // the engine) a message's BALLAST_ENOMEM comes from ballast_test or ballast_wait instead.
 // A posted receive cannot be withdrawn on its own: there is no cancel call, and
 // ballast_request_free refuses it until it completed; it ends when a message matches,
-// when its source can no longer send (BALLAST_EPEER from ballast_wait), or when the
-// communicator is freed, which cancels it (the free then reports it).
+// when its source can no longer send (BALLAST_EPEER from ballast_wait; told on the local
+// transport, not over MPI), or when the communicator is freed, which cancels it (the free
+// then reports it).
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

@@ -336,7 +336,8 @@ pub(crate) fn runtime(func: &'static str) -> impl Fn(ballast_runtime::Error) -> 
 /// finish. The handle is refused from then on (a second free is BALLAST_EINVAL). Errors:
 /// BALLAST_EINVAL for NULL, a handle that is not a live communicator, or a communicator
 /// of ballast_local_run (which finishes its own; nothing is freed), and under MPI when the host already called
-/// MPI_Finalize (the communicator is left, not freed: call ballast_comm_free first);
+/// MPI_Finalize (ballast_comm_free must come first: the communicator's MPI state is then
+/// abandoned, not finished, and its handle is ended all the same: refused from then on);
 /// BALLAST_EINTERNAL for a poisoned communicator (dropped without the finish); the
 /// runtime's errors (e.g. BALLAST_EPEER).
 ///

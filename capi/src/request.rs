@@ -288,9 +288,11 @@ fn outcome(func: &str, r: &ballast_request) -> Result<c_int, Fail> {
 
 /// Starts sending `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1), in *out;
 /// `buf` may be reused as soon as this returns. Errors: BALLAST_EAGAIN when every pool
-/// buffer is in flight (*out is NULL: call ballast_progress and retry); BALLAST_EINVAL
-/// (NULL, rank or tag out of range, `len` above PTRDIFF_MAX); BALLAST_ENOMEM when the
-/// copy of the message cannot be allocated; the transport's.
+/// buffer is in flight (*out is NULL: call ballast_progress and retry), with pool_growth
+/// on once the pool reached max_pool_bytes; BALLAST_EINVAL (NULL, rank or tag out of
+/// range, `len` above PTRDIFF_MAX); BALLAST_ENOMEM when the copy of the message cannot be
+/// allocated, or when pool_growth is on and the pool, below max_pool_bytes, cannot grow
+/// (the message names pool_growth and max_pool_bytes; *out is NULL); the transport's.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -339,8 +341,9 @@ pub unsafe extern "C" fn ballast_isend(
 /// the engine) a message's BALLAST_ENOMEM comes from ballast_test or ballast_wait instead.
 /// A posted receive cannot be withdrawn on its own: there is no cancel call, and
 /// ballast_request_free refuses it until it completed; it ends when a message matches,
-/// when its source can no longer send (BALLAST_EPEER from ballast_wait), or when the
-/// communicator is freed, which cancels it (the free then reports it).
+/// when its source can no longer send (BALLAST_EPEER from ballast_wait; told on the local
+/// transport, not over MPI), or when the communicator is freed, which cancels it (the free
+/// then reports it).
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

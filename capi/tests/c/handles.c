@@ -131,7 +131,12 @@ static void gathered_checks(ballast_comm *c) {
     EXPECT_ERR(ballast_gathered_free(g), BALLAST_EINVAL, "gathered is not a live all-gather result handle");
     EXPECT_ERR(ballast_gathered_part(g, 0, &data, &len), BALLAST_EINVAL, "not a live all-gather result");
     EXPECT_ERR(ballast_gathered_free((ballast_gathered *)c), BALLAST_EINVAL,
-               "gathered is a communicator handle");
+               "gathered is a communicator handle, not an all-gather result handle");
+    ballast_gathered *live = NULL;
+    OK(ballast_allgatherv(c, "cd", 2, &live));
+    EXPECT_ERR(ballast_request_free((ballast_request *)live), BALLAST_EINVAL,
+               "request is an all-gather result handle, not a request handle");
+    OK(ballast_gathered_free(live));
 }
 
 /* Saves rank 0's handle, to use it after ballast_local_run returned. */
