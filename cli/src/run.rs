@@ -40,7 +40,9 @@ pub struct RunArgs {
     /// as dry-run's [default: 40].
     #[arg(long, value_name = "KB", value_parser = crate::parse::non_negative_kb, allow_negative_numbers = true)]
     pub point_cell_kb: Option<f64>,
-    /// With --circuit: measured memory per metype (neurodamus' cell_memory_usage.json).
+    /// With --circuit: measured memory per metype (neurodamus' cell_memory_usage.json). May
+    /// be a pipe or FIFO (`<(zcat f.json.gz)`, /dev/stdin), read to its end: a FIFO with no
+    /// writer waits for one.
     #[arg(long, value_name = "FILE")]
     pub memory_usage: Option<PathBuf>,
     /// With --circuit: the synaptic delay, ms, of connections whose edges carry no `delay`
