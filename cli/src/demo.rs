@@ -42,8 +42,8 @@ pub struct DemoArgs {
     /// Synapses per cell.
     #[arg(long, default_value_t = 300)]
     synapses_per_cell: u64,
-    /// Ranks (threads of this process).
-    #[arg(long, default_value_t = 16)]
+    /// Ranks (threads of this process): at least 1, at most the cells + 2^20 (as dry-run).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     ranks: u32,
     /// Simulated time, ms (finite, 0 or more).
     #[arg(long, default_value_t = 100.0, value_parser = crate::parse::non_negative, allow_negative_numbers = true)]
@@ -243,6 +243,16 @@ impl Plan<'_> {
     /// The spike check and the prediction check of `report`: an error when either fails.
     fn check(&self, report: &Report) -> anyhow::Result<()> {
         let Spikes { round_robin, memory } = report.spikes;
+        if round_robin == 0 && memory == 0 {
+            self.say(format!(
+                "check: identical spikes in the RoundRobin and Memory runs: FAILED (neither run spiked in --tstop {} ms)",
+                self.args.tstop
+            ))?;
+            bail!(
+                "neither run produced a spike in --tstop {} ms: nothing to compare; give a longer --tstop",
+                self.args.tstop
+            );
+        }
         if !report.identical_spikes {
             self.say(format!(
                 "check: identical spikes in the RoundRobin and Memory runs: FAILED ({round_robin} vs {memory} spikes)"
@@ -267,6 +277,8 @@ impl Plan<'_> {
                 .cycles(1)
                 .strategy(Strategy::Lpt)
                 .build()?;
+            // As dry-run: the buckets the cells justify, within the machine's memory.
+            config.check_size(&input.dry_run)?;
             let allocation = balance(&input.dry_run, &config);
             // With its sidecar, as every allocation Ballast writes: both put in place together.
             let costs = AllocationCosts::new(

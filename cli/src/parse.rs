@@ -12,14 +12,18 @@ pub fn non_negative_kb(s: &str) -> Result<f64, String> {
     }
 }
 
-/// `dry-run --rank-overhead-mb`: a finite MiB count, 0 or more.
+/// The largest `dry-run --rank-overhead-mb`, MiB (1 PiB per rank: more than any node has).
+pub const MAX_RANK_OVERHEAD_MB: f64 = (1u64 << 30) as f64;
+
+/// `dry-run --rank-overhead-mb`: a finite MiB count, 0 or more, at most
+/// [`MAX_RANK_OVERHEAD_MB`].
 pub fn non_negative_mb(s: &str) -> Result<f64, String> {
     let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if x.is_finite() && x >= 0.0 {
+    if x.is_finite() && (0.0..=MAX_RANK_OVERHEAD_MB).contains(&x) {
         Ok(x)
     } else {
         Err(format!(
-            "{s} is not a memory size: give MiB per rank, finite and 0 or more"
+            "{s} is not a memory size: give MiB per rank, finite, 0 or more and at most {MAX_RANK_OVERHEAD_MB:.0} (1 PiB)"
         ))
     }
 }

@@ -218,3 +218,50 @@ fn info_refuses_a_model_that_overflows() {
     let total = per_peer["total_bytes"].as_u64().unwrap();
     assert!(total > 16383u64 << 50 && total < u64::MAX, "{total}");
 }
+
+/// The sweep of the other subcommands' numbers: `demo --ranks 2^32 - 1` aborted ("memory
+/// allocation of 34359738360 bytes failed"): refused as dry-run refuses the buckets; 0
+/// ranks is clap's; a 300-digit `--rank-overhead-mb` and `fanout --messages 2^64 - 1` (a
+/// run without end) are refused by name.
+#[test]
+fn the_other_subcommands_refuse_their_extremes() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(dir.path(), &["demo", "--cells", "10", "--ranks", "4294967295"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("4294967295 ranks × 1 cycle = 4294967295 buckets for 10 cells: at most 1048586 buckets"),
+        "{err}"
+    );
+    refused_by_parser(&["demo", "--ranks", "0"], "--ranks", "0 is not in 1..=4294967295");
+    for v in ["1e300", "1073741825"] {
+        refused_by_parser(
+            &["dry-run", "--synthetic", "100", "--rank-overhead-mb", v],
+            "--rank-overhead-mb",
+            "at most 1073741824 (1 PiB)",
+        );
+    }
+    refused_by_parser(
+        &["fanout", "--ranks", "2", "--messages", "18446744073709551615"],
+        "--messages",
+        "1073741824",
+    );
+}
+
+/// A demo too short for any spike says so, instead of "different spikes (0 vs 0)".
+#[test]
+fn a_demo_without_spikes_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(
+        dir.path(),
+        &["demo", "--cells", "100", "--ranks", "2", "--tstop", "1"],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "neither run produced a spike in --tstop 1 ms: nothing to compare; give a longer --tstop"
+        ),
+        "{err}"
+    );
+}
