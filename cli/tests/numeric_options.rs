@@ -171,6 +171,24 @@ fn info_peers_whose_world_does_not_fit_is_refused() {
     );
 }
 
+/// `info --world-size 0`, or more peers than the world has, printed a prediction; refused
+/// as ballast_predict refuses them.
+#[test]
+fn info_refuses_a_world_its_peers_do_not_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(dir.path(), &["info", "--world-size", "0"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--world-size is 0"), "{}", stderr(&o));
+    let o = run_in(dir.path(), &["info", "--peers", "10", "--world-size", "5"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--peers is 10, but a rank of a world of 5 (--world-size) has at most 4 peers"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(o.stdout.is_empty());
+}
+
 fn info(peers: &str, json: bool) -> Output {
     let mut args = vec![
         "info",
