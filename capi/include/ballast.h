@@ -25,8 +25,9 @@
 #define BALLAST_EINVAL -1
 
 // Out of memory: an allocation whose size comes from the caller or a peer (a message, a
-// pool, a queue, the ranks' threads) does not fit in the machine or under `ulimit -v`;
-// the message names what did not fit. Nothing is changed and the host lives on.
+// pool or its growth under pool_growth, a queue, the ranks' threads) does not fit in the
+// machine or under `ulimit -v`; the message names what did not fit (a failed growth names
+// pool_growth and max_pool_bytes). Nothing is changed and the host lives on.
 #define BALLAST_ENOMEM -2
 
 // Only from ballast_isend: every pool buffer is in flight (*out is NULL); call
@@ -136,7 +137,8 @@ extern "C" {
 // finish. The handle is refused from then on (a second free is BALLAST_EINVAL). Errors:
 // BALLAST_EINVAL for NULL, a handle that is not a live communicator, or a communicator
 // of ballast_local_run (which finishes its own; nothing is freed), and under MPI when the host already called
-// MPI_Finalize (the communicator is left, not freed: call ballast_comm_free first);
+// MPI_Finalize (ballast_comm_free must come first: the communicator's MPI state is then
+// abandoned, not finished, and its handle is ended all the same: refused from then on);
 // BALLAST_EINTERNAL for a poisoned communicator (dropped without the finish); the
 // runtime's errors (e.g. BALLAST_EPEER).
 //
@@ -177,9 +179,11 @@ int ballast_send(struct ballast_comm *comm, int dest, uint32_t tag, const void *
 
 // Receives the next message from `source` (a rank or BALLAST_ANY_SOURCE) with `tag` (0
 // to 2^31 - 1 or BALLAST_ANY_TAG) into `buf` of `cap` bytes, waiting until it arrives;
-// fills *status when it is not NULL. Errors: BALLAST_ETRUNC when the message is longer
-// than `cap`: the status is filled (its len is the message's) and nothing is consumed;
-// BALLAST_EINVAL (NULL, rank or tag out of range); BALLAST_ENOMEM when memory for the
+// fills *status when it is not NULL. `cap` is at most PTRDIFF_MAX (no C object is
+// larger; a larger message cannot be sent either). Errors: BALLAST_ETRUNC when the
+// message is longer than `cap`: the status is filled (its len is the message's) and
+// nothing is consumed; BALLAST_EINVAL (NULL, rank or tag out of range, `cap` above
+// PTRDIFF_MAX, checked before anything is received); BALLAST_ENOMEM when memory for the
 // message cannot be had: over MPI even when `cap` is large enough, since a message is
 // taken out of MPI into memory of its own before it is copied into `buf` (on the local
 // transport a message arriving during the wait is written into `buf` chunk by chunk,
@@ -446,9 +450,11 @@ int ballast_comm_from_mpi(MPI_Comm comm,
 
 // Starts sending `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1), in *out;
 // `buf` may be reused as soon as this returns. Errors: BALLAST_EAGAIN when every pool
-// buffer is in flight (*out is NULL: call ballast_progress and retry); BALLAST_EINVAL
-// (NULL, rank or tag out of range, `len` above PTRDIFF_MAX); BALLAST_ENOMEM when the
-// copy of the message cannot be allocated; the transport's.
+// buffer is in flight (*out is NULL: call ballast_progress and retry), with pool_growth
+// on once the pool reached max_pool_bytes; BALLAST_EINVAL (NULL, rank or tag out of
+// range, `len` above PTRDIFF_MAX); BALLAST_ENOMEM when the copy of the message cannot be
+// allocated, or when pool_growth is on and the pool, below max_pool_bytes, cannot grow
+// (the message names pool_growth and max_pool_bytes; *out is NULL); the transport's.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -467,6 +473,11 @@ int ballast_isend(struct ballast_comm *comm,
 // set aside earlier for lack of memory, when it still cannot be given memory of its own
 // (no request is made); the transport's. On the engine path (local, verbs, MPI through
 // the engine) a message's BALLAST_ENOMEM comes from ballast_test or ballast_wait instead.
+// A posted receive cannot be withdrawn on its own: there is no cancel call, and
+// ballast_request_free refuses it until it completed; it ends when a message matches,
+// when its source can no longer send (BALLAST_EPEER from ballast_wait; told on the local
+// transport, not over MPI), or when the communicator is freed, which cancels it (the free
+// then reports it).
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -505,7 +516,9 @@ int ballast_wait(struct ballast_request *req,
 
 // Waits for each of the `n` requests in `reqs`, in order, filling statuses[i] (when
 // `statuses` is not NULL) with each one's status and error; returns the first error (a
-// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message.
+// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message. `n` is at
+// most PTRDIFF_MAX / sizeof(ballast_request *) (no C array is larger): above, or with
+// `reqs` NULL and `n` > 0, BALLAST_EINVAL before any request is touched.
 //
 // # Safety
 // `reqs` must point to `n` entries, each NULL or a ballast_request handle; `statuses` NULL
@@ -523,8 +536,9 @@ int ballast_request_data(const struct ballast_request *req, const void **data, s
 
 // Frees a completed request (send or receive) and its data; its handle is refused from
 // then on, whatever request reuses its memory. Errors: BALLAST_EINVAL for NULL, a request
-// already freed, or a request not completed yet (test or wait it first; requests still
-// live when the communicator finishes are cancelled there).
+// already freed, or a request not completed yet (test or wait it first; a posted receive
+// cannot be withdrawn: requests still live when the communicator is freed are cancelled
+// there).
 //
 // # Safety
 // `req` must be NULL or a ballast_request handle, not used by another thread during the

@@ -309,18 +309,18 @@ pub(crate) unsafe fn bytes<'a>(func: &str, buf: *const c_void, len: usize) -> Re
         return Err(Fail::null(func, "buf"));
     }
     if len > isize::MAX as usize {
-        return Err(too_long(func, len));
+        return Err(too_long(func, "len", len));
     }
     // SAFETY: non-NULL with `len` readable bytes (the caller's contract).
     Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
 }
 
-/// A length no buffer can have (out of line, as [`poisoned`]).
+/// A length no buffer can have, of argument `arg` (out of line, as [`poisoned`]).
 #[cold]
 #[inline(never)]
-fn too_long(func: &str, len: usize) -> Fail {
+pub(crate) fn too_long(func: &str, arg: &str, len: usize) -> Fail {
     Fail::inval(format!(
-        "{func}: len is {len} bytes, above the largest message ({} bytes, isize::MAX)",
+        "{func}: {arg} is {len} bytes, above the largest message ({} bytes, PTRDIFF_MAX)",
         isize::MAX
     ))
 }
@@ -336,7 +336,8 @@ pub(crate) fn runtime(func: &'static str) -> impl Fn(ballast_runtime::Error) -> 
 /// finish. The handle is refused from then on (a second free is BALLAST_EINVAL). Errors:
 /// BALLAST_EINVAL for NULL, a handle that is not a live communicator, or a communicator
 /// of ballast_local_run (which finishes its own; nothing is freed), and under MPI when the host already called
-/// MPI_Finalize (the communicator is left, not freed: call ballast_comm_free first);
+/// MPI_Finalize (ballast_comm_free must come first: the communicator's MPI state is then
+/// abandoned, not finished, and its handle is ended all the same: refused from then on);
 /// BALLAST_EINTERNAL for a poisoned communicator (dropped without the finish); the
 /// runtime's errors (e.g. BALLAST_EPEER).
 ///
@@ -437,9 +438,11 @@ fn status_of(e: &Envelope, error: c_int) -> ballast_status {
 
 /// Receives the next message from `source` (a rank or BALLAST_ANY_SOURCE) with `tag` (0
 /// to 2^31 - 1 or BALLAST_ANY_TAG) into `buf` of `cap` bytes, waiting until it arrives;
-/// fills *status when it is not NULL. Errors: BALLAST_ETRUNC when the message is longer
-/// than `cap`: the status is filled (its len is the message's) and nothing is consumed;
-/// BALLAST_EINVAL (NULL, rank or tag out of range); BALLAST_ENOMEM when memory for the
+/// fills *status when it is not NULL. `cap` is at most PTRDIFF_MAX (no C object is
+/// larger; a larger message cannot be sent either). Errors: BALLAST_ETRUNC when the
+/// message is longer than `cap`: the status is filled (its len is the message's) and
+/// nothing is consumed; BALLAST_EINVAL (NULL, rank or tag out of range, `cap` above
+/// PTRDIFF_MAX, checked before anything is received); BALLAST_ENOMEM when memory for the
 /// message cannot be had: over MPI even when `cap` is large enough, since a message is
 /// taken out of MPI into memory of its own before it is copied into `buf` (on the local
 /// transport a message arriving during the wait is written into `buf` chunk by chunk,
@@ -466,6 +469,9 @@ pub unsafe extern "C" fn ballast_recv(
         let t = tag_match(F, tag)?;
         if buf.is_null() && cap > 0 {
             return Err(Fail::null(F, "buf"));
+        }
+        if cap > isize::MAX as usize {
+            return Err(too_long(F, "cap", cap));
         }
         let into: &mut [u8] = if cap == 0 {
             &mut []

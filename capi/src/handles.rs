@@ -47,6 +47,14 @@ impl Kind {
             Kind::Gathered => "all-gather result",
         }
     }
+
+    /// The article before [`Kind::name`]: "a" or "an".
+    pub(crate) fn article(self) -> &'static str {
+        match self {
+            Kind::Gathered => "an",
+            _ => "a",
+        }
+    }
 }
 
 /// One slot of the registry.
@@ -265,8 +273,10 @@ pub(crate) fn refused(func: &str, what: &str, kind: Kind, r: Refused) -> Fail {
             }
         )),
         Refused::Kind(k) => Fail::inval(format!(
-            "{func}: {what} is a {} handle, not a {} handle",
+            "{func}: {what} is {} {} handle, not {} {} handle",
+            k.article(),
             k.name(),
+            kind.article(),
             kind.name()
         )),
     }

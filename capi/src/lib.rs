@@ -46,8 +46,9 @@ use std::os::raw::c_int;
 /// PTRDIFF_MAX, a call the handle does not allow.
 pub const BALLAST_EINVAL: c_int = -1;
 /// Out of memory: an allocation whose size comes from the caller or a peer (a message, a
-/// pool, a queue, the ranks' threads) does not fit in the machine or under `ulimit -v`;
-/// the message names what did not fit. Nothing is changed and the host lives on.
+/// pool or its growth under pool_growth, a queue, the ranks' threads) does not fit in the
+/// machine or under `ulimit -v`; the message names what did not fit (a failed growth names
+/// pool_growth and max_pool_bytes). Nothing is changed and the host lives on.
 pub const BALLAST_ENOMEM: c_int = -2;
 /// Only from ballast_isend: every pool buffer is in flight (*out is NULL); call
 /// ballast_progress and retry.

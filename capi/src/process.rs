@@ -419,13 +419,14 @@ pub(crate) mod mpi {
     }
 
     /// Finishes an MPI communicator: BALLAST_EINVAL without calling MPI when the host
-    /// already finalised it (the communicator is then left, not freed).
+    /// already finalised it (its MPI state is then abandoned, not finished; the handle is
+    /// ended all the same).
     pub(super) fn free(func: &str, comm: Communicator, m: Box<MpiOwned>, live: usize) -> Result<c_int, Fail> {
         if rsmpi::environment::is_finalized() {
             std::mem::forget(comm);
             (*m).leave();
             return Err(Fail::inval(format!(
-                "{func}: MPI was finalised before ballast_comm_free: call ballast_comm_free before MPI_Finalize (the communicator was left, not freed)"
+                "{func}: MPI was finalised before ballast_comm_free: call ballast_comm_free before MPI_Finalize (the communicator's MPI state was abandoned, not finished; its handle is ended: any further call on it is refused)"
             )));
         }
         m.enter(func)?;

@@ -288,9 +288,11 @@ fn outcome(func: &str, r: &ballast_request) -> Result<c_int, Fail> {
 
 /// Starts sending `len` bytes at `buf` to `dest` with `tag` (0 to 2^31 - 1), in *out;
 /// `buf` may be reused as soon as this returns. Errors: BALLAST_EAGAIN when every pool
-/// buffer is in flight (*out is NULL: call ballast_progress and retry); BALLAST_EINVAL
-/// (NULL, rank or tag out of range, `len` above PTRDIFF_MAX); BALLAST_ENOMEM when the
-/// copy of the message cannot be allocated; the transport's.
+/// buffer is in flight (*out is NULL: call ballast_progress and retry), with pool_growth
+/// on once the pool reached max_pool_bytes; BALLAST_EINVAL (NULL, rank or tag out of
+/// range, `len` above PTRDIFF_MAX); BALLAST_ENOMEM when the copy of the message cannot be
+/// allocated, or when pool_growth is on and the pool, below max_pool_bytes, cannot grow
+/// (the message names pool_growth and max_pool_bytes; *out is NULL); the transport's.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -337,6 +339,11 @@ pub unsafe extern "C" fn ballast_isend(
 /// set aside earlier for lack of memory, when it still cannot be given memory of its own
 /// (no request is made); the transport's. On the engine path (local, verbs, MPI through
 /// the engine) a message's BALLAST_ENOMEM comes from ballast_test or ballast_wait instead.
+/// A posted receive cannot be withdrawn on its own: there is no cancel call, and
+/// ballast_request_free refuses it until it completed; it ends when a message matches,
+/// when its source can no longer send (BALLAST_EPEER from ballast_wait; told on the local
+/// transport, not over MPI), or when the communicator is freed, which cancels it (the free
+/// then reports it).
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -433,7 +440,9 @@ pub unsafe extern "C" fn ballast_wait(req: *mut ballast_request, status: *mut ba
 
 /// Waits for each of the `n` requests in `reqs`, in order, filling statuses[i] (when
 /// `statuses` is not NULL) with each one's status and error; returns the first error (a
-/// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message.
+/// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message. `n` is at
+/// most PTRDIFF_MAX / sizeof(ballast_request *) (no C array is larger): above, or with
+/// `reqs` NULL and `n` > 0, BALLAST_EINVAL before any request is touched.
 ///
 /// # Safety
 /// `reqs` must point to `n` entries, each NULL or a ballast_request handle; `statuses` NULL
@@ -446,6 +455,13 @@ pub unsafe extern "C" fn ballast_waitall(
 ) -> c_int {
     if n > 0 && reqs.is_null() {
         set_last_error("ballast_waitall: reqs is NULL");
+        return BALLAST_EINVAL;
+    }
+    let most = isize::MAX as usize / std::mem::size_of::<*mut ballast_request>();
+    if n > most {
+        set_last_error(&format!(
+            "ballast_waitall: n is {n} requests, above the largest array of them ({most}, PTRDIFF_MAX / sizeof(ballast_request *))"
+        ));
         return BALLAST_EINVAL;
     }
     let mut first: Option<(c_int, String)> = None;
@@ -522,8 +538,9 @@ pub unsafe extern "C" fn ballast_request_data(
 
 /// Frees a completed request (send or receive) and its data; its handle is refused from
 /// then on, whatever request reuses its memory. Errors: BALLAST_EINVAL for NULL, a request
-/// already freed, or a request not completed yet (test or wait it first; requests still
-/// live when the communicator finishes are cancelled there).
+/// already freed, or a request not completed yet (test or wait it first; a posted receive
+/// cannot be withdrawn: requests still live when the communicator is freed are cancelled
+/// there).
 ///
 /// # Safety
 /// `req` must be NULL or a ballast_request handle, not used by another thread during the

@@ -9,6 +9,7 @@ use ballast_runtime::Communicator;
 
 use crate::comm::{ballast_comm, bytes, with_comm};
 use crate::error::Fail;
+use crate::BALLAST_ENOMEM;
 
 /// How the twin receives.
 #[derive(Clone, Copy, PartialEq)]
@@ -51,7 +52,15 @@ pub unsafe extern "C" fn ballast_bench_twin(
             2 => Mode::RecvInto,
             _ => return Err(Fail::inval(format!("{F}: mode {mode} is not 0, 1 or 2"))),
         };
-        let mut into = vec![0u8; if mode == Mode::RecvInto { size } else { 0 }];
+        let want = if mode == Mode::RecvInto { size } else { 0 };
+        let mut into = Vec::new();
+        if into.try_reserve_exact(want).is_err() {
+            return Err(Fail::new(
+                BALLAST_ENOMEM,
+                format!("{F}: no memory for the receive buffer of size {want} bytes"),
+            ));
+        }
+        into.resize(want, 0u8);
         let rt = |e: ballast_runtime::Error| Fail::runtime(F, &e);
         let mut run = |comm: &mut Communicator| -> Result<(), Fail> {
             for _ in 0..iters {

@@ -200,6 +200,8 @@ fn out_of_memory_and_failed_thread_starts_are_enomem() {
         "ranks",
         "threads",
         "send",
+        "send_peer",
+        "growth",
         "recv",
         "recv_again",
         "gather",

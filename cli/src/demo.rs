@@ -42,14 +42,15 @@ pub struct DemoArgs {
     /// Synapses per cell.
     #[arg(long, default_value_t = 300)]
     synapses_per_cell: u64,
-    /// Ranks (threads of this process).
-    #[arg(long, default_value_t = 16)]
+    /// Ranks (threads of this process): at least 1, at most the cells + 2^20 (as dry-run).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     ranks: u32,
-    /// Simulated time, ms.
-    #[arg(long, default_value_t = 100.0)]
+    /// Simulated time, ms (finite, 0 or more).
+    #[arg(long, default_value_t = 100.0, value_parser = crate::parse::non_negative, allow_negative_numbers = true)]
     tstop: f64,
-    /// Scale of each cell's estimated memory really allocated (a fraction for the demo).
-    #[arg(long, default_value_t = 0.002)]
+    /// Scale of each cell's estimated memory really allocated (a fraction for the demo; at
+    /// most 1000000).
+    #[arg(long, default_value_t = 0.002, value_parser = crate::parse::memory_scale, allow_negative_numbers = true)]
     memory_scale: f64,
     /// Cap on live endpoints for the `shared` + `max_endpoints` footprint.
     #[arg(long, default_value_t = 8)]
@@ -142,7 +143,7 @@ struct Report {
 /// Runs `ballast demo`.
 pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let total = Instant::now();
-    let plan = Plan::new(args);
+    let plan = Plan::new(args)?;
     let report = plan.run()?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
@@ -154,8 +155,15 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
 }
 
 impl Plan<'_> {
-    fn new(args: &DemoArgs) -> Plan<'_> {
-        Plan {
+    fn new(args: &DemoArgs) -> anyhow::Result<Plan<'_>> {
+        let synapses = (args.cells as u64).checked_mul(args.synapses_per_cell).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--cells {} --synapses-per-cell {}: the circuit's synapses (cells x synapses per cell) do not fit in 64 bits",
+                args.cells,
+                args.synapses_per_cell
+            )
+        })?;
+        Ok(Plan {
             args,
             spec: CircuitSpec {
                 dry_run: SyntheticSpec {
@@ -163,7 +171,7 @@ impl Plan<'_> {
                     seed: args.seed,
                     ..SyntheticSpec::default()
                 },
-                synapses: args.cells as u64 * args.synapses_per_cell,
+                synapses,
                 ..CircuitSpec::default()
             },
             params: SimParams {
@@ -173,7 +181,7 @@ impl Plan<'_> {
                 ..SimParams::default()
             },
             cfg: RuntimeConfig::default(),
-        }
+        })
     }
 
     /// A line about a step: on stdout, or on stderr with `--json` (whose stdout is the
@@ -190,6 +198,7 @@ impl Plan<'_> {
     /// The steps: the circuit, the dry run, the two runs; then their report.
     fn run(&self) -> anyhow::Result<Report> {
         let args = self.args;
+        self.check_outputs()?;
         std::fs::create_dir_all(&args.output)
             .with_context(|| format!("cannot create {}", args.output.display()))?;
         let input: SimInput = step(
@@ -205,9 +214,45 @@ impl Plan<'_> {
         Ok(self.report(&input, written, &runs))
     }
 
+    /// Before anything runs (as `ballast run` does): every output that exists and is not a
+    /// regular file (a FIFO, a device, a directory) is refused, naming it, and so is a run
+    /// directory that exists and is not a directory; they would be refused, not replaced,
+    /// only once both simulations had run.
+    fn check_outputs(&self) -> anyhow::Result<()> {
+        use ballast_balancer::atomic::refuse_special;
+        use ballast_balancer::files::{allocation_file_name, sidecar_file_name};
+        let out = &self.args.output;
+        let ranks = self.args.ranks;
+        refuse_special(&out.join(allocation_file_name(ranks, 1)))?;
+        refuse_special(&out.join(sidecar_file_name(ranks, 1)))?;
+        for mode in [LbMode::RoundRobin, LbMode::Memory] {
+            let dir = out.join(mode.to_string().to_lowercase());
+            if dir.exists() && !dir.is_dir() {
+                bail!(
+                    "refusing to write into {}: it exists and is not a directory",
+                    dir.display()
+                );
+            }
+            for name in ["out.dat", "report.json"] {
+                refuse_special(&dir.join(name))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The spike check and the prediction check of `report`: an error when either fails.
     fn check(&self, report: &Report) -> anyhow::Result<()> {
         let Spikes { round_robin, memory } = report.spikes;
+        if round_robin == 0 && memory == 0 {
+            self.say(format!(
+                "check: identical spikes in the RoundRobin and Memory runs: FAILED (neither run spiked in --tstop {} ms)",
+                self.args.tstop
+            ))?;
+            bail!(
+                "neither run produced a spike in --tstop {} ms: nothing to compare; give a longer --tstop",
+                self.args.tstop
+            );
+        }
         if !report.identical_spikes {
             self.say(format!(
                 "check: identical spikes in the RoundRobin and Memory runs: FAILED ({round_robin} vs {memory} spikes)"
@@ -232,6 +277,8 @@ impl Plan<'_> {
                 .cycles(1)
                 .strategy(Strategy::Lpt)
                 .build()?;
+            // As dry-run: the buckets the cells justify, within the machine's memory.
+            config.check_size(&input.dry_run)?;
             let allocation = balance(&input.dry_run, &config);
             // With its sidecar, as every allocation Ballast writes: both put in place together.
             let costs = AllocationCosts::new(

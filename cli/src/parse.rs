@@ -12,14 +12,59 @@ pub fn non_negative_kb(s: &str) -> Result<f64, String> {
     }
 }
 
-/// `dry-run --rank-overhead-mb`: a finite MiB count, 0 or more.
+/// The largest `dry-run --rank-overhead-mb`, MiB (1 PiB per rank: more than any node has).
+pub const MAX_RANK_OVERHEAD_MB: f64 = (1u64 << 30) as f64;
+
+/// `dry-run --rank-overhead-mb`: a finite MiB count, 0 or more, at most
+/// [`MAX_RANK_OVERHEAD_MB`].
 pub fn non_negative_mb(s: &str) -> Result<f64, String> {
     let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if x.is_finite() && x >= 0.0 {
+    if x.is_finite() && (0.0..=MAX_RANK_OVERHEAD_MB).contains(&x) {
         Ok(x)
     } else {
         Err(format!(
-            "{s} is not a memory size: give MiB per rank, finite and 0 or more"
+            "{s} is not a memory size: give MiB per rank, finite, 0 or more and at most {MAX_RANK_OVERHEAD_MB:.0} (1 PiB)"
         ))
+    }
+}
+
+/// The largest `run --delay-ms`, ms (1000 s): above any synaptic delay (NEURON circuits'
+/// are a few ms), and small enough that delays in steps of any `--dt` stay countable.
+pub const MAX_DELAY_MS: f64 = 1e6;
+
+/// `run --delay-ms`: a finite delay above 0, at most [`MAX_DELAY_MS`].
+pub fn delay_ms(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x.is_finite() && x > 0.0 && x <= MAX_DELAY_MS {
+        Ok(x)
+    } else {
+        Err(format!(
+            "{s} is not a synaptic delay: give ms, finite, above 0 and at most {MAX_DELAY_MS:.0}"
+        ))
+    }
+}
+
+/// The largest `--memory-scale` (run, demo): a cell's estimated memory times this many is
+/// allocated; more than this is no longer a scale of the estimate.
+pub const MAX_MEMORY_SCALE: f64 = 1e6;
+
+/// `--memory-scale` (run, demo): finite, 0 or more, at most [`MAX_MEMORY_SCALE`].
+pub fn memory_scale(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if x.is_finite() && (0.0..=MAX_MEMORY_SCALE).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!(
+            "{s} is out of range: give a finite scale, 0 or more and at most {MAX_MEMORY_SCALE:.0}"
+        ))
+    }
+}
+
+/// `--tstop` (run, demo): a finite time, ms, 0 or more.
+pub fn non_negative(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        Ok(_) => Err(format!("{s} is out of range: give a finite number, 0 or more")),
+        Err(e) => Err(e.to_string()),
     }
 }

@@ -40,12 +40,16 @@ pub struct RunArgs {
     /// as dry-run's [default: 40].
     #[arg(long, value_name = "KB", value_parser = crate::parse::non_negative_kb, allow_negative_numbers = true)]
     pub point_cell_kb: Option<f64>,
-    /// With --circuit: measured memory per metype (neurodamus' cell_memory_usage.json).
+    /// With --circuit: measured memory per metype (neurodamus' cell_memory_usage.json). May
+    /// be a pipe or FIFO (`<(zcat f.json.gz)`, /dev/stdin), read to its end: a FIFO with no
+    /// writer waits for one.
     #[arg(long, value_name = "FILE")]
     pub memory_usage: Option<PathBuf>,
     /// With --circuit: the synaptic delay, ms, of connections whose edges carry no `delay`
-    /// (edge group 0's `delay` is used when present, as in neurodamus circuits).
-    #[arg(long, value_name = "MS", default_value_t = ballast_sim::model::SONATA_DEFAULT_DELAY_MS)]
+    /// (edge group 0's `delay` is used when present, as in neurodamus circuits); finite,
+    /// at least --dt, at most 1000000 (1000 s).
+    #[arg(long, value_name = "MS", default_value_t = ballast_sim::model::SONATA_DEFAULT_DELAY_MS,
+          value_parser = crate::parse::delay_ms, allow_negative_numbers = true)]
     pub delay_ms: f64,
     /// A synthetic circuit of this many cells (distance-dependent connectivity).
     #[arg(long, value_name = "CELLS")]
@@ -64,15 +68,15 @@ pub struct RunArgs {
     #[arg(long, default_value = "p2p", value_parser = |s: &str| s.parse::<ExchangeKind>())]
     pub exchange: ExchangeKind,
     /// Simulated time, ms (finite, 0 or more).
-    #[arg(long, default_value_t = 100.0, value_parser = non_negative, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 100.0, value_parser = crate::parse::non_negative, allow_negative_numbers = true)]
     pub tstop: f64,
     /// Time step, ms (finite, above 0).
     #[arg(long, default_value_t = 0.025, value_parser = positive, allow_negative_numbers = true)]
     pub dt: f64,
     /// Scale of each cell's estimated memory really allocated and touched (below 1 to run a
-    /// big circuit's estimate on a small machine; above 1 is allowed; the run refuses what
-    /// does not fit in MemAvailable).
-    #[arg(long, default_value_t = 0.01, value_parser = non_negative, allow_negative_numbers = true)]
+    /// big circuit's estimate on a small machine; above 1 is allowed, up to 1000000; the run
+    /// refuses what does not fit in MemAvailable).
+    #[arg(long, default_value_t = 0.01, value_parser = crate::parse::memory_scale, allow_negative_numbers = true)]
     pub memory_scale: f64,
     /// Where out.dat and report.json go.
     #[arg(long, default_value = "ballast-run")]
@@ -102,7 +106,12 @@ pub fn load_input(args: &RunArgs) -> anyhow::Result<SimInput> {
                 seed: args.seed,
                 ..SyntheticSpec::default()
             },
-            synapses: cells as u64 * args.synapses_per_cell,
+            synapses: (cells as u64).checked_mul(args.synapses_per_cell).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--synthetic {cells} --synapses-per-cell {}: the circuit's synapses (cells x synapses per cell) do not fit in 64 bits",
+                    args.synapses_per_cell
+                )
+            })?,
             ..CircuitSpec::default()
         };
         return Ok(SimInput::synthetic(&spec)?);
@@ -114,6 +123,13 @@ pub fn load_input(args: &RunArgs) -> anyhow::Result<SimInput> {
 #[cfg(feature = "sonata")]
 fn load_sonata(args: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
     use ballast_balancer::circuit::MetypeMemory;
+    if args.delay_ms < args.dt {
+        bail!(
+            "--delay-ms {:?} is below --dt {:?}: a synaptic delay is at least one time step",
+            args.delay_ms,
+            args.dt
+        );
+    }
     let measured = match &args.memory_usage {
         Some(p) => ballast_balancer::DryRun::from_json_file(p)?
             .metypes
@@ -246,15 +262,6 @@ fn verbs_check_line(r: &RunReport) -> String {
         r.footprint_max_diff_pct,
         pinned
     )
-}
-
-/// clap's parser for `--tstop` and `--memory-scale`: a finite number, 0 or more.
-fn non_negative(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
-        Ok(_) => Err(format!("{s} is out of range: give a finite number, 0 or more")),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 /// clap's parser for `--dt`: a finite number above 0.

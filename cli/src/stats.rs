@@ -17,6 +17,8 @@ pub struct StatsArgs {
     /// An allocation file (allocation_r{R}_c{C}.pkl.gz), written by Ballast or neurodamus.
     file: PathBuf,
     /// The dry run it was made from: gives KB per bucket and checks every gid is present once.
+    /// May be a pipe or FIFO (`<(zcat f.json.gz)`, /dev/stdin), read to its end: a FIFO with
+    /// no writer waits for one.
     #[arg(long, value_name = "FILE")]
     memory_usage: Option<PathBuf>,
     /// Print one JSON object instead of the tables.

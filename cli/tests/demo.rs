@@ -169,3 +169,32 @@ fn demo_capped_row_says_how_many_peers_go_past_the_cap() {
     let kb = format!("{:.0}", capped.total_bytes() as f64 / 1024.0);
     assert!(line.split_whitespace().any(|w| w == kb), "{kb} KB in {line:?}");
 }
+
+/// An output that exists and is not a regular file (here a FIFO at the Memory run's
+/// out.dat) is refused before anything runs, naming it, as `ballast run` does: no circuit,
+/// no allocation, no RoundRobin run first (issue 33, review item 11).
+#[test]
+fn demo_refuses_a_fifo_output_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ballast-demo");
+    std::fs::create_dir_all(out.join("memory")).unwrap();
+    let fifo = out.join("memory/out.dat");
+    let s = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(s.success(), "mkfifo {}", fifo.display());
+    let o = ballast()
+        .current_dir(dir.path())
+        .args(["demo", "--cells", "600", "--ranks", "2", "--tstop", "5"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("refusing to write ballast-demo/memory/out.dat: it exists and is a FIFO"),
+        "{err}"
+    );
+    // Nothing was done: no allocation, no RoundRobin run; the FIFO is still a FIFO.
+    assert!(!out.join("allocation_r2_c1.pkl.gz").exists());
+    assert!(!out.join("roundrobin").exists());
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+}

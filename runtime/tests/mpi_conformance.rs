@@ -318,10 +318,16 @@ fn different_buffer_sizes_are_refused() {
             .build()
             .unwrap();
         match mpi.communicator(&cfg) {
-            Err(Error::Config(ConfigError::Var { var, reason, .. })) => {
+            Err(Error::Config(ConfigError::Var { var, value, reason })) => {
                 assert_eq!(var, "BALLAST_BUFFER_SIZE");
+                // Both values and both ranks, the same on every process; then this one's.
+                assert_eq!(value, "1024 on MPI rank 0, 1025 on MPI rank 1");
                 assert!(
-                    reason.contains("process 0 uses 1024, process 1 uses 1025"),
+                    reason.contains(&format!(
+                        "(this is MPI rank {}, with {})",
+                        mpi.rank(),
+                        1024 + mpi.rank()
+                    )),
                     "{reason}"
                 );
             }

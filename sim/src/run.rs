@@ -218,6 +218,9 @@ pub fn run_rank(
         )));
     }
     let (steps, window) = params.steps(&circuit.delays)?;
+    // A window longer than the run is the whole run (`as` saturates: a minimum delay of
+    // 1e300 steps is u32::MAX windows' worth, cut here to the run's steps).
+    let window = window.min(steps.max(1) as u32);
 
     // This rank's cells, ascending global index.
     let globals: Vec<u32> = (0..n as u32)
@@ -244,7 +247,12 @@ pub fn run_rank(
     let mut in_peer = vec![false; world];
     for (i, &t) in globals.iter().enumerate() {
         for &s in circuit.network.sources_of(t as usize) {
-            let d = circuit.delays.delay_steps(s, t, params.dt_ms, window);
+            // A delivery at or past the run's end never lands: its delay is cut to the run's
+            // steps (at least the window), which keeps the ring below 2^32 slots.
+            let d = circuit
+                .delays
+                .delay_steps(s, t, params.dt_ms, window)
+                .min((steps as u32).max(window));
             inbound.push((s, i as u32, d));
             in_peer[rank_of[s as usize] as usize] = true;
         }
@@ -288,7 +296,7 @@ pub fn run_rank(
     let (n_out, n_in) = (out_peers.len(), in_peers.len());
     let mut ex = Exchanger::new(params.exchange, world, out_peers, in_peers);
 
-    let ring_len = (max_delay + window + 1) as usize;
+    let ring_len = max_delay as usize + window as usize + 1;
     let mut ring: Vec<Vec<(u32, f64)>> = vec![Vec::new(); ring_len];
     let mut input = vec![0.0f64; cells.len()];
     let mut own: Vec<Spike> = Vec::new();

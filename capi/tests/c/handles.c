@@ -3,8 +3,8 @@
  * of ballast_local_run, request, all-gather result) freed twice, used after its free, or
  * given where another kind is expected is refused with BALLAST_EINVAL and a message saying
  * so, never followed; a freed request whose box and slot were reused by a new request does
- * not act on the new one; a length of (size_t)-1 or above PTRDIFF_MAX is refused without
- * poisoning the communicator. Built with -fsanitize=address,undefined by
+ * not act on the new one; a length of (size_t)-1 or above PTRDIFF_MAX (send, isend,
+ * allgatherv, recv's cap, waitall's count) is refused without poisoning the communicator. Built with -fsanitize=address,undefined by
  * capi/tests/c_programs.rs (and run under valgrind by ci/capi.sh). Prints
  * "capi handles: N passed, M failed" and exits non-zero if a check failed. */
 #include <stdatomic.h>
@@ -101,6 +101,17 @@ static void length_checks(ballast_comm *c) {
     ballast_gathered *g = (ballast_gathered *)&g;
     EXPECT_ERR(ballast_allgatherv(c, &byte, (size_t)-1, &g), BALLAST_EINVAL, "above the largest message");
     CHECK(g == NULL);
+    /* A receive buffer no C object can have: refused before anything is received. */
+    ballast_status st = {0};
+    EXPECT_ERR(ballast_recv(c, 0, 1, &byte, SIZE_MAX, &st), BALLAST_EINVAL,
+               "cap is 18446744073709551615 bytes, above the largest message");
+    EXPECT_ERR(ballast_recv(c, BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, &byte, (size_t)PTRDIFF_MAX + 1, &st),
+               BALLAST_EINVAL, "cap is 9223372036854775808 bytes");
+    /* An array of requests no C object can have: refused before any entry is read. */
+    ballast_request *one[1] = {NULL};
+    EXPECT_ERR(ballast_waitall(SIZE_MAX, one, NULL), BALLAST_EINVAL, "n is 18446744073709551615 requests");
+    EXPECT_ERR(ballast_waitall((size_t)PTRDIFF_MAX / sizeof(ballast_request *) + 1, one, NULL), BALLAST_EINVAL,
+               "above the largest array");
     /* Not poisoned. */
     OK(ballast_send(c, 0, 3, &byte, 1));
     char got = 0;
@@ -120,7 +131,12 @@ static void gathered_checks(ballast_comm *c) {
     EXPECT_ERR(ballast_gathered_free(g), BALLAST_EINVAL, "gathered is not a live all-gather result handle");
     EXPECT_ERR(ballast_gathered_part(g, 0, &data, &len), BALLAST_EINVAL, "not a live all-gather result");
     EXPECT_ERR(ballast_gathered_free((ballast_gathered *)c), BALLAST_EINVAL,
-               "gathered is a communicator handle");
+               "gathered is a communicator handle, not an all-gather result handle");
+    ballast_gathered *live = NULL;
+    OK(ballast_allgatherv(c, "cd", 2, &live));
+    EXPECT_ERR(ballast_request_free((ballast_request *)live), BALLAST_EINVAL,
+               "request is an all-gather result handle, not a request handle");
+    OK(ballast_gathered_free(live));
 }
 
 /* Saves rank 0's handle, to use it after ballast_local_run returned. */

@@ -2,7 +2,8 @@
  * under an address-space limit (RLIMIT_AS, `ulimit -v`) set by this program, every case
  * returns BALLAST_ENOMEM with a message naming what did not fit, and the host lives on.
  * One case per process (the limit and what is mapped stay with the process):
- *   limits CASE     CASE: srq, count, ranks, threads, send, recv, recv_again, gather
+ *   limits CASE     CASE: srq, count, ranks, threads, send, send_peer, growth, recv,
+ *                   recv_again, gather
  *   limits sweep KEY VALUE RANKS: under `ulimit -v 2000000` (KiB), RANKS local ranks with
  *                   KEY (buffer_count or srq_depth) = VALUE and buffer_size 1 either run
  *                   (0) or are refused (BALLAST_ENOMEM): never an abort (issue 33, finding 1:
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ballast.h"
@@ -173,6 +175,68 @@ static int recv_again_main(ballast_comm *comm, void *user) {
     return rc;
 }
 
+/* Rank 0 sends 1.5 GiB to rank 1, whose copy does not fit: the error names the whole
+ * message's length (not its rest after the first pool buffer); then both take a barrier. */
+static int send_peer_main(ballast_comm *comm, void *user) {
+    int *rank0_rc = user;
+    int rank = -1;
+    ballast_rank(comm, &rank);
+    if (rank == 0) {
+        char *buf = malloc(BIG_SEND);
+        if (buf == NULL) return 99;
+        memset(buf, 1, BIG_SEND);
+        *rank0_rc = ballast_send(comm, 1, 1, buf, BIG_SEND);
+        expect(*rank0_rc, BALLAST_ENOMEM, "a message of 1610612736 bytes to rank 1", __LINE__);
+        ballast_request *r = (ballast_request *)&r;
+        expect(ballast_isend(comm, 1, 1, buf, BIG_SEND, &r), BALLAST_ENOMEM, "a message of 1610612736 bytes to rank 1",
+               __LINE__);
+        CHECK(r == NULL);
+        free(buf);
+    }
+    return ballast_barrier(comm);
+}
+
+/* With pool_growth on, rank 0 isends 8-byte messages to rank 1, which does not receive
+ * them, until the pool cannot grow under the limit: BALLAST_ENOMEM naming pool_growth and
+ * max_pool_bytes (the sizes that grow it), not buffer_count x buffer_size. */
+static int growth_main(ballast_comm *comm, void *user) {
+    int *rank0_rc = user;
+    int rank = -1;
+    ballast_rank(comm, &rank);
+    if (rank == 0) {
+        enum { N = 64 };
+        ballast_request *reqs[N] = {0};
+        int rc = 0, n = 0;
+        for (; n < N; n++) {
+            rc = ballast_isend(comm, 1, 3, "12345678", 8, &reqs[n]);
+            if (rc != 0) break;
+        }
+        *rank0_rc = rc;
+        expect(rc, BALLAST_ENOMEM, "pool_growth", __LINE__);
+        expect(rc, BALLAST_ENOMEM, "max_pool_bytes", __LINE__);
+        unlimit();
+        for (int i = 0; i < n; i++) {
+            CHECK(ballast_wait(reqs[i], NULL) == 0);
+            ballast_request_free(reqs[i]);
+        }
+    }
+    if (rank == 1) {
+        /* No progress here while rank 0 fills its pool (its buffers stay in flight). */
+        struct timespec t = {1, 0};
+        nanosleep(&t, NULL);
+    }
+    int rc = ballast_barrier(comm);
+    if (rank == 1) {
+        char got[8];
+        for (;;) {
+            int found = 0;
+            if (ballast_iprobe(comm, 0, 3, &found, NULL) != 0 || !found) break;
+            CHECK(ballast_recv(comm, 0, 3, got, sizeof got, NULL) == 0);
+        }
+    }
+    return rc;
+}
+
 /* Every rank gives 600 MiB to an all-gather whose result does not fit. */
 static int gather_main(ballast_comm *comm, void *user) {
     int *rcs = user;
@@ -262,6 +326,29 @@ int main(int argc, char **argv) {
             CHECK(ballast_comm_free(comm) == 0);
         }
         free(buf);
+        ballast_config_free(cfg);
+    } else if (strcmp(c, "send_peer") == 0) {
+        limit_gib(2.5);
+        ballast_config *cfg = config("4", "64K");
+        int rank0_rc = 0;
+        CHECK(ballast_local_run(2, cfg, send_peer_main, &rank0_rc) == 0);
+        CHECK(rank0_rc == BALLAST_ENOMEM);
+        ballast_config_free(cfg);
+    } else if (strcmp(c, "growth") == 0) {
+        limit_soft_gib(1.5);
+        ballast_config *cfg = config("2", "64M");
+        CHECK(ballast_config_set(cfg, "srq_depth", "2") == 0);
+        CHECK(ballast_config_set(cfg, "pool_growth", "on") == 0);
+        CHECK(ballast_config_set(cfg, "max_pool_bytes", "64G") == 0);
+        int rank0_rc = 0;
+        int rc = ballast_local_run(2, cfg, growth_main, &rank0_rc);
+        CHECK(rc == 0);
+        if (rc != 0) {
+            char msg[2048];
+            ballast_last_error(msg, sizeof msg);
+            fprintf(stderr, "ballast_local_run: %d: %s\n", rc, msg);
+        }
+        CHECK(rank0_rc == BALLAST_ENOMEM);
         ballast_config_free(cfg);
     } else if (strcmp(c, "recv") == 0) {
         limit_gib(2.6);

@@ -104,6 +104,12 @@ static void ring(ballast_comm *comm, int seed) {
     char small[10];
     EXPECT_ERR(ballast_recv(comm, left, 77, small, sizeof small, &st), BALLAST_ETRUNC, "is 100 bytes, the buffer 10");
     CHECK(st.len == sizeof big);
+    /* A cap no C object can have: refused naming it before anything is received (an abort
+     * in slice::from_raw_parts_mut before), on both MPI paths. */
+    EXPECT_ERR(ballast_recv(comm, left, 77, small, SIZE_MAX, &st), BALLAST_EINVAL,
+               "cap is 18446744073709551615 bytes");
+    EXPECT_ERR(ballast_recv(comm, BALLAST_ANY_SOURCE, 77, small, (size_t)PTRDIFF_MAX + 1, &st), BALLAST_EINVAL,
+               "above the largest message");
     char whole[100];
     OK(ballast_recv(comm, left, BALLAST_ANY_TAG, whole, sizeof whole, &st));
     CHECK(st.len == sizeof big && st.tag == 77 && memcmp(whole, big, sizeof big) == 0);
@@ -234,7 +240,7 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     EXPECT_ERR(ballast_comm_free(late), BALLAST_EINVAL, "before MPI_Finalize");
-    /* Left, not freed, but its handle ended: a second free is refused as stale. */
+    /* Its MPI state abandoned, its handle ended: a second free is refused as stale. */
     EXPECT_ERR(ballast_comm_free(late), BALLAST_EINVAL, "not a live communicator");
     EXPECT_ERR(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &late), BALLAST_EINVAL, "not initialised");
     OK(ballast_config_free(cfg));

@@ -27,7 +27,8 @@ use report::Report;
 #[command(group = clap::ArgGroup::new("input").required(true).multiple(true).args(["memory_usage", "synthetic", "circuit"]))]
 pub struct DryRunArgs {
     /// neurodamus' dry-run output (cell_memory_usage.json). With --circuit: the measured
-    /// memory per metype to use for the circuit's cells.
+    /// memory per metype to use for the circuit's cells. May be a pipe or FIFO
+    /// (`<(zcat f.json.gz)`, /dev/stdin), read to its end: a FIFO with no writer waits for one.
     #[arg(long, value_name = "FILE")]
     memory_usage: Option<PathBuf>,
     /// Use the built-in generator with this many cells instead of a file.

@@ -55,11 +55,32 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
 impl Plan {
     fn new(args: &InfoArgs) -> anyhow::Result<Plan> {
         let (cfg, auto_note) = args.runtime.to_config_resolved()?;
+        let world = match args.world_size {
+            Some(w) => w,
+            None => args.peers.checked_add(1).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--peers {}: the world size (peers + 1) does not fit in {} bits: give fewer peers",
+                    args.peers,
+                    usize::BITS
+                )
+            })?,
+        };
+        // As ballast_predict refuses them (the same wording).
+        if world == 0 {
+            anyhow::bail!("--world-size is 0");
+        }
+        if args.peers >= world {
+            anyhow::bail!(
+                "--peers is {}, but a rank of a world of {world} (--world-size) has at most {} peers",
+                args.peers,
+                world - 1
+            );
+        }
         Ok(Plan {
             cfg,
             auto_note,
             peers: args.peers,
-            world: args.world_size.unwrap_or(args.peers + 1),
+            world,
             json: args.json,
         })
     }

@@ -102,6 +102,8 @@ impl Report {
         if let Some(m) = &mpi {
             t.mpi_native = m.native_path;
         }
+        // First: a model that overflows is refused before anything else is worked out.
+        let footprint = footprint_table(&t, plan.peers, plan.world)?;
         let rdma_devices = rdma_devices();
         Ok(Some(Report {
             mpi,
@@ -112,7 +114,7 @@ impl Report {
             auto_note: plan.auto_note.clone(),
             settings: settings(cfg),
             endpoint_overflow: overflow_lines(&t, plan.peers, plan.world),
-            footprint: footprint_table(&t, plan.peers, plan.world),
+            footprint,
         }))
     }
 }
@@ -184,8 +186,10 @@ fn settings(cfg: &RuntimeConfig) -> Vec<SettingReport> {
 }
 
 /// The footprint predicted per rank for `peers` peers in a world of `world`, under each
-/// receive-sharing mode (one column, "mpi native", on the MPI native path).
-fn footprint_table(t: &TransportConfig, peers: usize, world: usize) -> FootprintTable {
+/// receive-sharing mode (one column, "mpi native", on the MPI native path). Errors: a
+/// mode whose model overflows 64 bits (as `ballast_predict` and dry-run refuse it), named
+/// with the term that overflows.
+fn footprint_table(t: &TransportConfig, peers: usize, world: usize) -> anyhow::Result<FootprintTable> {
     let modes: Vec<(String, RecvSharing)> = if t.kind == TransportKind::Mpi && t.mpi_native {
         vec![("mpi native".to_string(), t.recv_sharing)]
     } else {
@@ -194,22 +198,26 @@ fn footprint_table(t: &TransportConfig, peers: usize, world: usize) -> Footprint
             .map(|&m| (m.as_str().to_string(), m))
             .collect()
     };
-    let columns = modes
-        .into_iter()
-        .map(|(mode, m)| FootprintColumn {
-            mode,
-            footprint: TransportConfig {
-                recv_sharing: m,
-                ..*t
-            }
-            .predict(peers, world, t.ranks_per_node),
-        })
-        .collect();
-    FootprintTable {
+    let mut columns = Vec::with_capacity(modes.len());
+    for (mode, m) in modes {
+        let mt = TransportConfig {
+            recv_sharing: m,
+            ..*t
+        };
+        let footprint = mt.try_predict(peers, world, t.ranks_per_node).map_err(|e| {
+            anyhow::anyhow!(
+                "the footprint of a rank with --peers {peers} in a world of {world} ranks cannot be predicted \
+                 with recv_sharing={}: {e}",
+                mt.recv_sharing
+            )
+        })?;
+        columns.push(FootprintColumn { mode, footprint });
+    }
+    Ok(FootprintTable {
         peers,
         world_size: world,
         ranks_per_node: t.ranks_per_node,
         transport: t.kind.as_str(),
         columns,
-    }
+    })
 }

@@ -42,6 +42,12 @@ const POOL_WHAT: &str =
 /// Bytes of the pool's free list per buffer (one [`BufId`]), allocated at start.
 pub const FREE_LIST_BYTES: u64 = std::mem::size_of::<BufId>() as u64;
 
+/// What a failed growth of the pool names (`pool_growth` on: a chunk added when every
+/// buffer is taken, within `max_pool_bytes`).
+const GROWTH_WHAT: &str =
+    "a growth of the buffer pool (pool_growth on: as many buffers again, of buffer_size, \
+     within max_pool_bytes: BALLAST_POOL_GROWTH, BALLAST_MAX_POOL_BYTES)";
+
 /// What a failed allocation of the pool's free list (4 B per buffer) names.
 const FREE_LIST_WHAT: &str = "the buffer pool's free list (4 bytes per buffer: BALLAST_BUFFER_COUNT)";
 
@@ -105,13 +111,18 @@ impl BufferPool {
             exhausted: 0,
             notes: Vec::new(),
         };
-        pool.add_chunk(cfg.buffer_count, fabric)?;
+        pool.add_chunk(cfg.buffer_count, fabric, POOL_WHAT)?;
         Ok(pool)
     }
 
-    fn add_chunk<R: Register + ?Sized>(&mut self, count: usize, fabric: &mut R) -> Result<(), R::Error> {
+    fn add_chunk<R: Register + ?Sized>(
+        &mut self,
+        count: usize,
+        fabric: &mut R,
+        what: &str,
+    ) -> Result<(), R::Error> {
         let first = self.chunks.iter().map(|c| c.count).sum::<u32>();
-        let mem = AlignedRegion::new(count, self.buffer_size, POOL_WHAT)?;
+        let mem = AlignedRegion::new(count, self.buffer_size, what)?;
         crate::core::memory::try_reserve_for(&mut self.free, count, || FREE_LIST_WHAT.to_string())?;
         let reg = fabric.register(mem.as_slice(), self.lock)?;
         self.registered_bytes += reg.bytes;
@@ -140,7 +151,7 @@ impl BufferPool {
             // (buffer ids are u32)
             let add = total.min(room).min(u32::MAX as usize - total);
             if add > 0 {
-                self.add_chunk(add, fabric)?;
+                self.add_chunk(add, fabric, GROWTH_WHAT)?;
             }
         }
         match self.free.pop() {

@@ -53,10 +53,16 @@ impl Mpi {
         self.world.all_gather_into(&mine, &mut all[..]);
         let first = all[0];
         if let Some((r, &other)) = all.iter().enumerate().find(|(_, &b)| b != first) {
+            // The value is the disagreement, not this process's own (which may be the
+            // default, set by nobody): the same message on every process.
             return Err(Error::Config(ConfigError::Var {
                 var: "BALLAST_BUFFER_SIZE",
-                value: mine.to_string(),
-                reason: format!("process 0 uses {first}, process {r} uses {other}: every process of an MPI job must use the same buffer_size"),
+                value: format!("{first} on MPI rank 0, {other} on MPI rank {r}"),
+                reason: format!(
+                    "every process of an MPI job must use the same buffer_size (this is MPI rank {}, with {mine}): \
+                     set BALLAST_BUFFER_SIZE (or --buffer-size) alike on every process, or on none",
+                    self.rank()
+                ),
             }));
         }
         Ok(())

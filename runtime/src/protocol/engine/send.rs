@@ -11,11 +11,19 @@ use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::Tag;
 use crate::protocol::request::RequestId;
 
-/// The engine's own copy of (the rest of) a message to `dest`, reserved without aborting
-/// ([`crate::core::memory::try_copy`]).
-fn copy_of(dest: usize, data: &[u8]) -> Result<Vec<u8>> {
+/// The engine's own copy of (the rest of) a message of `total` bytes to `dest`, reserved
+/// without aborting ([`crate::core::memory::try_copy`]); the error names the message's
+/// length, not the rest's.
+fn copy_of(dest: usize, total: usize, data: &[u8]) -> Result<Vec<u8>> {
     Ok(crate::core::memory::try_copy(data, || {
-        format!("the copy of a message of {} bytes to rank {dest}", data.len())
+        if data.len() == total {
+            format!("the copy of a message of {total} bytes to rank {dest}")
+        } else {
+            format!(
+                "the copy of the last {} bytes of a message of {total} bytes to rank {dest}",
+                data.len()
+            )
+        }
     })?)
 }
 
@@ -46,7 +54,7 @@ impl Engine {
         let (first, rest, rest_from) = if direct {
             // One copy into an owned buffer (the caller may reuse `data` at once); it waits
             // behind the messages queued before it and is handed to the fabric whole.
-            (None, copy_of(dest, data)?, 0)
+            (None, copy_of(dest, data.len(), data)?, 0)
         } else {
             if self.chunked_queued > 0 && self.pool.free_count() <= 1 && !self.pool.can_grow() {
                 return Err(ProtocolError::WouldBlock);
@@ -68,7 +76,7 @@ impl Engine {
             // nothing more (the first datagram's tail never goes back in front of `rest`,
             // which would reallocate all of it: an abort under a memory limit).
             let rest_from = self.dg.as_ref().map_or(first_len, |d| d.chunk.min(first_len));
-            match copy_of(dest, &data[rest_from..]) {
+            match copy_of(dest, data.len(), &data[rest_from..]) {
                 Ok(rest) => (Some((id, first_len)), rest, rest_from),
                 Err(e) => {
                     self.pool.release(id);
