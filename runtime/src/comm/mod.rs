@@ -130,6 +130,7 @@ impl Communicator {
         self.backend.is_mpi_native()
     }
 
+    #[inline]
     fn check_tag(tag: Tag) -> Result<()> {
         if tag >= RESERVED_TAG_BASE {
             return Err(Error::ReservedTag(tag));
@@ -137,6 +138,7 @@ impl Communicator {
         Ok(())
     }
 
+    #[inline]
     fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         let id = self.backend.isend(dest, tag, data)?;
         self.messages_sent += 1;
@@ -149,6 +151,7 @@ impl Communicator {
         self.messages_sent
     }
 
+    #[inline]
     fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         self.backend.irecv(src, tag)
     }
@@ -312,6 +315,7 @@ impl Communicator {
 
     /// [`Communicator::wait`] for the blocking call `op`: once every rank that could
     /// complete `req` ended ([`Error::PeerGone`], see `gone`), an error naming `op`.
+    #[inline]
     fn wait_as(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         self.backend.wait(req, op)
     }
