@@ -87,7 +87,7 @@ impl MpiNative {
     /// message's header, whichever is longer: no message is truncated) from `(s, t)` on
     /// `chan` into `buf` (cleared and grown as needed), which the returned receive owns
     /// until it completed or was cancelled.
-    #[inline]
+    #[inline(always)]
     fn post_header_recv(&self, chan: usize, s: c_int, t: c_int, buf: Vec<u8>) -> Result<HeaderRecv> {
         HeaderRecv::post(&self.chans[chan].msgs, s, t, buf, self.head_bytes)
     }

@@ -112,6 +112,7 @@ impl MpiNative {
     /// The blocking send of a small message in `head` (the kept send buffer): one
     /// `MPI_Isend`, tested until complete, progressing the rest meanwhile (no request
     /// bookkeeping: the latency path of a ping-pong).
+    #[inline]
     pub(super) fn send_small(&mut self, dest: usize, tag: Tag, head: Vec<u8>) -> Result<()> {
         let (chan, mtag) = Self::wire_tag(tag);
         // The send owns `head` until it completed (tested below; on an early error moved

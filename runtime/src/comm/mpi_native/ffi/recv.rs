@@ -29,7 +29,7 @@ impl HeaderRecv {
     /// (cleared, and grown to `cap` bytes of capacity). Errors: [`Error::MpiValue`] when
     /// `cap` overflows an `int`, [`Error::MpiCall`]. Inline: the receive is built in its
     /// caller's place (the latency path of every receive).
-    #[inline]
+    #[inline(always)]
     pub(in crate::comm::mpi_native) fn post(
         comm: &SimpleCommunicator,
         source: c_int,
