@@ -53,6 +53,7 @@ impl MpiNative {
 
     /// Sends `data` and returns when MPI no longer reads it (a small message from the
     /// kept send buffer, a large one's bytes straight from `data`), progressing meanwhile.
+    #[inline]
     pub fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         self.check_rank(dest)?;
         let mut head = std::mem::take(&mut self.send_scratch);
