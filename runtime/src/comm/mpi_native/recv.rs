@@ -57,7 +57,7 @@ impl MpiNative {
         e
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn post_recv(&mut self, src: Source, tag: TagMatch, scratch: bool) -> Result<u64> {
         let (chan, s, t) = self.wire_match(src, tag)?;
         // A deferred message may be this receive's: it goes first.
