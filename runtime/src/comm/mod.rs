@@ -131,6 +131,7 @@ impl Communicator {
         self.backend.is_mpi_native()
     }
 
+    #[inline]
     fn check_tag(tag: Tag) -> Result<()> {
         if tag >= RESERVED_TAG_BASE {
             return Err(Error::Comm(CommError::ReservedTag(tag)));
@@ -138,6 +139,7 @@ impl Communicator {
         Ok(())
     }
 
+    #[inline]
     fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         let id = self.backend.isend(dest, tag, data)?;
         self.messages_sent += 1;
@@ -150,6 +152,7 @@ impl Communicator {
         self.messages_sent
     }
 
+    #[inline]
     fn irecv_raw(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         self.backend.irecv(src, tag)
     }
@@ -313,6 +316,7 @@ impl Communicator {
 
     /// [`Communicator::wait`] for the blocking call `op`: once every rank that could
     /// complete `req` ended ([`CommError::PeerGone`](crate::error::CommError::PeerGone), see `gone`), an error naming `op`.
+    #[inline]
     fn wait_as(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         self.backend.wait(req, op)
     }

@@ -146,7 +146,18 @@ impl MpiNative {
     /// each goes to the receive that still waits for it, else into the unexpected queue in
     /// its place. [`FabricError::MessageAlloc`](crate::error::FabricError::MessageAlloc) again while one cannot: nothing may take a
     /// message out of MPI or match one before it, so the callers stop there.
+    #[inline]
     pub(super) fn retry_deferred(&mut self) -> Result<()> {
+        // Nothing deferred (always, but after a refused reservation): no call.
+        if self.deferred.is_empty() {
+            return Ok(());
+        }
+        self.retry_deferred_all()
+    }
+
+    /// [`MpiNative::retry_deferred`] once something is deferred.
+    #[cold]
+    fn retry_deferred_all(&mut self) -> Result<()> {
         while let Some(d) = self.deferred.pop_front() {
             self.take_deferred(d)?;
         }
@@ -484,9 +495,7 @@ impl MpiNative {
         } else if self.abort.is_set() {
             return Err(Error::Fabric(FabricError::Aborted));
         }
-        if !self.deferred.is_empty() {
-            self.retry_deferred()?;
-        }
+        self.retry_deferred()?;
         let mut work = false;
         if !self.sends.is_empty() {
             work |= self.test_sends()?;

@@ -58,6 +58,7 @@ impl MpiNative {
         e
     }
 
+    #[inline(always)]
     pub(super) fn post_recv(&mut self, src: Source, tag: TagMatch, scratch: bool) -> Result<RequestId> {
         let (chan, s, t) = self.wire_match(src, tag)?;
         // A deferred message may be this receive's: it goes first.
@@ -87,11 +88,13 @@ impl MpiNative {
     /// message's header, whichever is longer: no message is truncated) from `(s, t)` on
     /// `chan` into `buf` (cleared and grown as needed), which the returned receive owns
     /// until it completed or was cancelled.
+    #[inline(always)]
     fn post_header_recv(&self, chan: usize, s: c_int, t: c_int, buf: Vec<u8>) -> Result<HeaderRecv> {
         HeaderRecv::post(&self.chans[chan].msgs, s, t, buf, self.head_bytes)
     }
 
     /// Posts a receive; a matching unexpected message completes it at once.
+    #[inline]
     pub fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         self.post_recv(src, tag, false)
     }

@@ -55,6 +55,7 @@ impl MpiNative {
 
     /// Sends `data` and returns when MPI no longer reads it (a small message from the
     /// kept send buffer, a large one's bytes straight from `data`), progressing meanwhile.
+    #[inline]
     pub fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         self.check_rank(dest)?;
         let mut head = std::mem::take(&mut self.send_scratch);
@@ -114,6 +115,7 @@ impl MpiNative {
     /// The blocking send of a small message in `head` (the kept send buffer): one
     /// `MPI_Isend`, tested until complete, progressing the rest meanwhile (no request
     /// bookkeeping: the latency path of a ping-pong).
+    #[inline]
     pub(super) fn send_small(&mut self, dest: usize, tag: Tag, head: Vec<u8>) -> Result<()> {
         let (chan, mtag) = Self::wire_tag(tag);
         // The send owns `head` until it completed (tested below; on an early error moved

@@ -315,9 +315,15 @@ impl LocalFabric {
             n += 1;
         }
         let port = &self.world.ports[self.rank];
-        let mut held = self.held.take();
         for _ in 0..POLL_BATCH {
-            let Some(a) = held.take().or_else(|| port.data.pop()) else {
+            // The held arrival first; tested before it is taken, so that an empty poll (the
+            // spin of a blocking wait) moves no `Option<Arrival>`.
+            let next = if self.held.is_some() {
+                self.held.take()
+            } else {
+                port.data.pop()
+            };
+            let Some(a) = next else {
                 break;
             };
             let taken = {

@@ -260,6 +260,7 @@ impl Engine {
     /// Grows `wr_info` to one entry per pool buffer after `id` was acquired (the pool may
     /// have grown); if that memory cannot be had, gives `id` back and fails with
     /// [`ProtocolError::Alloc`] (the caller's state is as before the acquire).
+    #[inline]
     pub(super) fn sync_wr_info(
         wr_info: &mut Vec<Option<InFlight>>,
         pool: &mut BufferPool,
@@ -267,15 +268,27 @@ impl Engine {
     ) -> Result<()> {
         let n = pool.buffers();
         if wr_info.len() < n {
-            let more = n - wr_info.len();
-            if let Err(e) = crate::core::memory::try_reserve_for(wr_info, more, || {
-                format!("the engine's table of sends in flight, grown with the pool ({WR_INFO_BYTES} bytes per buffer)")
-            }) {
-                pool.release(id);
-                return Err(e.into());
-            }
-            wr_info.resize(n, None);
+            return Self::grow_wr_info(wr_info, pool, id, n);
         }
+        Ok(())
+    }
+
+    /// [`Engine::sync_wr_info`] once the pool has more buffers than `wr_info` entries (`n`).
+    #[cold]
+    fn grow_wr_info(
+        wr_info: &mut Vec<Option<InFlight>>,
+        pool: &mut BufferPool,
+        id: BufId,
+        n: usize,
+    ) -> Result<()> {
+        let more = n - wr_info.len();
+        if let Err(e) = crate::core::memory::try_reserve_for(wr_info, more, || {
+            format!("the engine's table of sends in flight, grown with the pool ({WR_INFO_BYTES} bytes per buffer)")
+        }) {
+            pool.release(id);
+            return Err(e.into());
+        }
+        wr_info.resize(n, None);
         Ok(())
     }
 

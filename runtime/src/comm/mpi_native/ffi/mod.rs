@@ -42,6 +42,7 @@ pub(super) use send::{send_parts_scoped, CallerParts, OwnedSend};
 /// A completion status (`MPI_Status`: source, tag, error; read its fields directly).
 pub(super) type Status = ffi::MPI_Status;
 
+#[inline]
 fn null_request() -> ffi::MPI_Request {
     // SAFETY: reading the null request constant.
     unsafe { ffi::RSMPI_REQUEST_NULL }
@@ -65,10 +66,12 @@ pub(super) fn empty_status() -> Status {
     unsafe { std::mem::zeroed() }
 }
 
+#[inline]
 fn dt_byte() -> ffi::MPI_Datatype {
     u8::equivalent_datatype().as_raw()
 }
 
+#[inline]
 fn int(v: usize, what: &'static str) -> Result<c_int> {
     c_int::try_from(v).map_err(|_| {
         Error::Fabric(FabricError::MpiValue {

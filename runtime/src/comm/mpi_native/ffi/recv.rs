@@ -27,7 +27,9 @@ unsafe impl Send for HeaderRecv {}
 impl HeaderRecv {
     /// Posts a receive of at most `cap` bytes from `(source, tag)` on `comm` into `buf`
     /// (cleared, and grown to `cap` bytes of capacity). Errors: [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when
-    /// `cap` overflows an `int`, [`FabricError::MpiCall`](crate::error::FabricError::MpiCall).
+    /// `cap` overflows an `int`, [`FabricError::MpiCall`](crate::error::FabricError::MpiCall). Inline: the receive is built in its
+    /// caller's place (the latency path of every receive).
+    #[inline(always)]
     pub(in crate::comm::mpi_native) fn post(
         comm: &SimpleCommunicator,
         source: c_int,

@@ -15,10 +15,17 @@ use crate::error::Result;
 /// large message sent by `isend`, an owned body (parts on the parts communicator).
 pub(in crate::comm::mpi_native) struct OwnedSend {
     head_req: ffi::MPI_Request,
-    parts: Vec<ffi::MPI_Request>,
     head: Vec<u8>,
-    body: Vec<u8>,
+    /// A large message's body and its parts' requests (`isend` only): boxed, so that a
+    /// small send (the latency path) moves and drops one pointer for it.
+    body: Option<Box<OwnedBody>>,
     done: bool,
+}
+
+/// The body of an [`OwnedSend`] and the requests of its parts, which read it.
+struct OwnedBody {
+    parts: Vec<ffi::MPI_Request>,
+    data: Vec<u8>,
 }
 
 // SAFETY: as for `HeaderRecv` (the requests read buffers this owns).
@@ -27,7 +34,9 @@ unsafe impl Send for OwnedSend {}
 impl OwnedSend {
     /// Starts sending `head` to `dest` with `tag` on `comm` as one message. Errors:
     /// [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when it overflows an `int` count,
-    /// [`FabricError::MpiCall`](crate::error::FabricError::MpiCall).
+    /// [`FabricError::MpiCall`](crate::error::FabricError::MpiCall). Inline: the send is built in its caller's
+    /// place (the latency path of every send).
+    #[inline(always)]
     pub(in crate::comm::mpi_native) fn post(
         comm: &SimpleCommunicator,
         dest: c_int,
@@ -53,9 +62,8 @@ impl OwnedSend {
         check(code, "MPI_Isend")?;
         Ok(OwnedSend {
             head_req: req,
-            parts: Vec::new(),
             head,
-            body: Vec::new(),
+            body: None,
             done: false,
         })
     }
@@ -72,11 +80,14 @@ impl OwnedSend {
         body: Vec<u8>,
         part_bytes: usize,
     ) -> Result<()> {
-        debug_assert!(self.body.is_empty() && self.parts.is_empty());
-        self.body = body;
+        debug_assert!(self.body.is_none());
+        let body = self.body.insert(Box::new(OwnedBody {
+            parts: Vec::new(),
+            data: body,
+        }));
         self.done = false;
         let part_bytes = part_bytes.clamp(1, c_int::MAX as usize);
-        let (ptr, len) = (self.body.as_ptr(), self.body.len());
+        let (ptr, len) = (body.data.as_ptr(), body.data.len());
         let mut off = 0;
         while off < len {
             let n = part_bytes.min(len - off);
@@ -96,7 +107,7 @@ impl OwnedSend {
                 )
             };
             check(code, "MPI_Isend")?;
-            self.parts.push(req);
+            body.parts.push(req);
             off += n;
         }
         Ok(())
@@ -116,13 +127,13 @@ impl OwnedSend {
         if flag == 0 {
             return Ok(false);
         }
-        if !self.parts.is_empty() {
-            // SAFETY: `parts` holds live or null requests reading `body`, owned here.
+        if let Some(body) = self.body.as_mut().filter(|b| !b.parts.is_empty()) {
+            // SAFETY: `parts` holds live or null requests reading `body.data`, owned here.
             check(
                 unsafe {
                     ffi::MPI_Testall(
-                        self.parts.len() as c_int,
-                        self.parts.as_mut_ptr(),
+                        body.parts.len() as c_int,
+                        body.parts.as_mut_ptr(),
                         &mut flag,
                         ffi::RSMPI_STATUSES_IGNORE,
                     )
@@ -144,7 +155,7 @@ impl OwnedSend {
 
     /// Bytes of the buffers.
     pub(in crate::comm::mpi_native) fn capacity(&self) -> usize {
-        self.head.capacity() + self.body.capacity()
+        self.head.capacity() + self.body.as_ref().map_or(0, |b| b.data.capacity())
     }
 }
 
@@ -153,7 +164,9 @@ impl Drop for OwnedSend {
         if !self.done {
             // MPI may still read them, and waiting could hang on a peer that failed: leak.
             std::mem::forget(std::mem::take(&mut self.head));
-            std::mem::forget(std::mem::take(&mut self.body));
+            if let Some(body) = self.body.as_mut() {
+                std::mem::forget(std::mem::take(&mut body.data));
+            }
         }
     }
 }
