@@ -184,8 +184,11 @@ int ballast_send(struct ballast_comm *comm, int dest, uint32_t tag, const void *
 // taken out of MPI into memory of its own before it is copied into `buf` (on the local
 // transport a message arriving during the wait is written into `buf` chunk by chunk,
 // with no memory of its own); BALLAST_EPEER when the rank it waits for (for
-// BALLAST_ANY_SOURCE, every other rank) finished or failed without sending a match; the
-// transport's.
+// BALLAST_ANY_SOURCE, every other rank) finished or failed without sending a match, and
+// at once for a receive from the caller's own rank with nothing from it queued (only
+// the calling thread could send it: a wait that can never complete returns an error,
+// on every transport); the transport's. A receive whose wait fails gives back a message
+// it had already matched: a later receive gets it, in its place.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -495,7 +498,9 @@ int ballast_test(struct ballast_request *req, int *done, struct ballast_status *
 // error, if any. Waiting on a completed request again gives the same status. A send's
 // status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL or a
 // request already freed (or cancelled by its communicator's free); the request's own (e.g. BALLAST_EPEER
-// when its peer died or the run was aborted).
+// when its peer died or the run was aborted, and at once for a receive from the caller's
+// own rank with nothing from it queued and no send of its own in flight: only the
+// calling thread could send it, so the wait could never complete).
 //
 // # Safety
 // `req` must be NULL or a ballast_request handle, not freed by another thread during the

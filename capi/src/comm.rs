@@ -444,8 +444,11 @@ fn status_of(e: &Envelope, error: c_int) -> ballast_status {
 /// taken out of MPI into memory of its own before it is copied into `buf` (on the local
 /// transport a message arriving during the wait is written into `buf` chunk by chunk,
 /// with no memory of its own); BALLAST_EPEER when the rank it waits for (for
-/// BALLAST_ANY_SOURCE, every other rank) finished or failed without sending a match; the
-/// transport's.
+/// BALLAST_ANY_SOURCE, every other rank) finished or failed without sending a match, and
+/// at once for a receive from the caller's own rank with nothing from it queued (only
+/// the calling thread could send it: a wait that can never complete returns an error,
+/// on every transport); the transport's. A receive whose wait fails gives back a message
+/// it had already matched: a later receive gets it, in its place.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

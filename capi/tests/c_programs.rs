@@ -202,6 +202,8 @@ fn out_of_memory_and_failed_thread_starts_are_enomem() {
         "send",
         "recv",
         "recv_again",
+        "recv_matched",
+        "self",
         "gather",
     ] {
         let out = run(&prog, &[case]);

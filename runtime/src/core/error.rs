@@ -44,8 +44,10 @@ pub enum Error {
     /// something no rank can do any more: rank `peer` ended, having `failed` (it stopped
     /// without finishing: its sends are lost and it receives nothing) or finished (it
     /// returned, everything it sent was delivered, and what `op` waits for was not among
-    /// it). `peer` is `None` for an any-source receive when every other rank finished.
-    #[error("rank {rank}: {op} can never complete: {}", gone_phrase(.peer, *.failed))]
+    /// it). `peer` is `None` for an any-source receive when every other rank finished;
+    /// `peer` is `rank` for a receive from this rank itself with nothing from it queued
+    /// (only this rank's thread, blocked in the call, could send it).
+    #[error("rank {rank}: {op} can never complete: {}", gone_phrase(*.rank, .peer, *.failed))]
     PeerGone {
         /// The waiting rank.
         rank: usize,
@@ -573,8 +575,11 @@ fn peer_phrase(op: &str, peer: &Option<VerbsPeer>) -> String {
 }
 
 /// The end of [`Error::PeerGone`]'s message.
-fn gone_phrase(peer: &Option<usize>, failed: bool) -> String {
+fn gone_phrase(rank: usize, peer: &Option<usize>, failed: bool) -> String {
     match (peer, failed) {
+        (Some(p), false) if *p == rank => format!(
+            "it receives from rank {p}, itself: nothing from rank {p} is queued, and only this rank's thread, blocked in this call, could send it"
+        ),
         (Some(p), true) => format!("rank {p} failed"),
         (Some(p), false) => format!("rank {p} finished (returned) without sending what it waits for"),
         (None, true) => "a rank failed".to_string(),
