@@ -26,7 +26,13 @@
 
 // Out of memory: an allocation whose size comes from the caller or a peer (a message, a
 // pool, a queue, the ranks' threads) does not fit in the machine or under `ulimit -v`;
-// the message names what did not fit. Nothing is changed and the host lives on.
+// the message names what did not fit. Nothing is changed and the host lives on. A
+// collective (ballast_barrier, ballast_allgatherv) that returns it, e.g. for an unrelated
+// large message arriving meanwhile, is not finished: it keeps its number and what it
+// sent and received, and the next call of the same collective on the communicator
+// resumes it (nothing is sent twice; the other ranks wait in it meanwhile); a call of
+// another collective before that is BALLAST_EINVAL naming both. A blocking receive that
+// returns it gives back a message it had already matched, for a later receive.
 #define BALLAST_ENOMEM -2
 
 // Only from ballast_isend: every pool buffer is in flight (*out is NULL); call
@@ -230,9 +236,12 @@ int ballast_progress(struct ballast_comm *comm);
 
 // Returns when every rank has entered the barrier. Collective. Errors: BALLAST_EINVAL for
 // NULL, or when another rank called a different collective at this point (each collective
-// carries its number and kind; the message names both); BALLAST_EPEER when a peer died,
-// the run was aborted, or a rank ended (returned from its ballast_local_run main) without
-// entering the barrier (the message names it).
+// carries its number and kind; the message names both), or while an all-gather that
+// failed with BALLAST_ENOMEM is unfinished; BALLAST_ENOMEM when memory ran out meanwhile
+// (e.g. for another message arriving): the barrier is not finished, and calling
+// ballast_barrier again resumes it (the other ranks wait in it until then); BALLAST_EPEER
+// when a peer died, the run was aborted, or a rank ended (returned from its
+// ballast_local_run main) without entering the barrier (the message names it).
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -327,7 +336,10 @@ int ballast_last_error(char *buf, size_t len);
 // (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
 // Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `buf` with `len` > 0, or `len`
 // above PTRDIFF_MAX, or when another rank called a different collective at this point
-// (the message names both); BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER
+// (the message names both), or while a barrier that failed with BALLAST_ENOMEM is
+// unfinished (call ballast_barrier again first); BALLAST_ENOMEM when the result cannot be
+// held, or memory ran out during the all-gather: calling ballast_allgatherv again then
+// resumes it (the `buf` of the first call was copied; the retry's is not read); BALLAST_EPEER
 // when a peer died, the run was aborted, or a rank ended without taking part (named).
 //
 // # Safety

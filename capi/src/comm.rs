@@ -559,9 +559,12 @@ pub unsafe extern "C" fn ballast_progress(comm: *mut ballast_comm) -> c_int {
 
 /// Returns when every rank has entered the barrier. Collective. Errors: BALLAST_EINVAL for
 /// NULL, or when another rank called a different collective at this point (each collective
-/// carries its number and kind; the message names both); BALLAST_EPEER when a peer died,
-/// the run was aborted, or a rank ended (returned from its ballast_local_run main) without
-/// entering the barrier (the message names it).
+/// carries its number and kind; the message names both), or while an all-gather that
+/// failed with BALLAST_ENOMEM is unfinished; BALLAST_ENOMEM when memory ran out meanwhile
+/// (e.g. for another message arriving): the barrier is not finished, and calling
+/// ballast_barrier again resumes it (the other ranks wait in it until then); BALLAST_EPEER
+/// when a peer died, the run was aborted, or a rank ended (returned from its
+/// ballast_local_run main) without entering the barrier (the message names it).
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

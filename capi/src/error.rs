@@ -76,7 +76,8 @@ pub(crate) fn code_of(e: &Error) -> c_int {
         | Error::MpiState { .. }
         | Error::ModelOverflow { .. }
         | Error::BootstrapRoot { .. }
-        | Error::CollectiveMismatch { .. } => BALLAST_EINVAL,
+        | Error::CollectiveMismatch { .. }
+        | Error::CollectiveUnfinished { .. } => BALLAST_EINVAL,
         Error::Alloc { .. }
         | Error::MessageAlloc { .. }
         | Error::MemlockTooLow { .. }

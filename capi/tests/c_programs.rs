@@ -203,6 +203,7 @@ fn out_of_memory_and_failed_thread_starts_are_enomem() {
         "recv",
         "recv_again",
         "recv_matched",
+        "barrier_retry",
         "self",
         "gather",
     ] {

@@ -3,7 +3,7 @@
  * returns BALLAST_ENOMEM with a message naming what did not fit, and the host lives on.
  * One case per process (the limit and what is mapped stay with the process):
  *   limits CASE     CASE: srq, count, ranks, threads, send, recv, recv_again, recv_matched,
- *                   self, gather
+ *                   barrier_retry, self, gather
  *   limits sweep KEY VALUE RANKS: under `ulimit -v 2000000` (KiB), RANKS local ranks with
  *                   KEY (buffer_count or srq_depth) = VALUE and buffer_size 1 either run
  *                   (0) or are refused (BALLAST_ENOMEM): never an abort (issue 33, finding 1:
@@ -15,7 +15,8 @@
  * for it once the limit is lifted gives the whole message (a hang ends the process after
  * 300 s: SIGALRM).
  * recv_matched: a blocking receive refused for memory gives back a message it had already
- * matched (none lost, the order kept). self: a blocking receive or wait from the caller's
+ * matched (none lost, the order kept). barrier_retry: a barrier refused for memory is
+ * resumed by the next ballast_barrier (its peer waits in it meanwhile). self: a blocking receive or wait from the caller's
  * own rank with nothing queued is BALLAST_EPEER at once (a world of 1, and 2 local ranks).
  * Built without sanitizers (they reserve terabytes of shadow memory) by
  * capi/tests/c_programs.rs. Prints "capi limits CASE: ok" and exits 0, or names what
@@ -284,6 +285,95 @@ static int recv_matched_main(ballast_comm *comm, void *user) {
     return 0;
 }
 
+/* A collective that fails for memory is resumed by the next call of it (review 33b, item
+ * 3): rank 0 isends 1 GiB to rank 1, then calls barrier 1, barrier 2, sends "passed 2" on
+ * tag 8 and calls an all-gather; rank 1, under the limit, gets BALLAST_ENOMEM from its
+ * barrier (the 1 GiB does not fit) a few times; once the limit is lifted its barrier
+ * completes (the same barrier 1, resumed); rank 0 cannot have passed barrier 2 before
+ * rank 1 entered it ("passed 2" is not there before rank 1's barrier 2), then the
+ * all-gather has both parts and the 1 GiB and "passed 2" arrive intact. Before the fix
+ * each failed try used up a collective number: rank 0 passed both barriers alone, and
+ * rank 1's collectives after the limit failed as "different collectives". */
+static int barrier_retry_main(ballast_comm *comm, void *user) {
+    (void)user;
+    int rank = -1;
+    ballast_rank(comm, &rank);
+    struct timespec ms = {0, 1000000};
+    uint32_t mine = rank == 0 ? 0xAAAA : 0xBBBB;
+    ballast_gathered *g = NULL;
+    if (rank == 0) {
+        char *big = malloc(BIG_RECV);
+        if (big == NULL) return 99;
+        memset(big, 17, BIG_RECV);
+        ballast_request *r = NULL;
+        CHECK(ballast_isend(comm, 1, 5, big, BIG_RECV, &r) == 0);
+        set_stage(1);
+        int done = 0;
+        while (r != NULL && !done && __atomic_load_n(&stage, __ATOMIC_ACQUIRE) < 2) {
+            if (ballast_test(r, &done, NULL) != 0) break;
+            nanosleep(&ms, NULL);
+        }
+        CHECK(ballast_barrier(comm) == 0);
+        CHECK(ballast_barrier(comm) == 0);
+        CHECK(ballast_send(comm, 1, 8, "passed 2", 8) == 0);
+        CHECK(ballast_allgatherv(comm, &mine, 4, &g) == 0);
+        if (r != NULL) {
+            CHECK(ballast_wait(r, NULL) == 0);
+            ballast_request_free(r);
+        }
+        free(big);
+    } else {
+        char *buf = malloc(BIG_RECV);
+        if (buf == NULL) return 99;
+        memset(buf, 0, BIG_RECV);
+        await_stage(1);
+        limit_above((size_t)256 << 20);
+        set_stage(2);
+        int rc = ballast_barrier(comm);
+        EXPECT(rc, BALLAST_ENOMEM, "1073741824 bytes");
+        /* Another collective meanwhile is refused, naming both. */
+        EXPECT(ballast_allgatherv(comm, &mine, 4, &g), BALLAST_EINVAL,
+               "all_gatherv called while barrier (collective #1) is unfinished");
+        CHECK(g == NULL);
+        for (int k = 0; k < 4 && rc == BALLAST_ENOMEM; k++) rc = ballast_barrier(comm);
+        unlimit();
+        if (rc == BALLAST_ENOMEM) rc = ballast_barrier(comm);
+        CHECK(rc == 0);
+        if (rc != 0) {
+            char msg[1024];
+            ballast_last_error(msg, sizeof msg);
+            fprintf(stderr, "rank 1: barrier 1 after the limit: %d: %s\n", rc, msg);
+        }
+        /* Rank 0 is in barrier 2 until this rank enters it: nothing on tag 8 yet. */
+        int found = 0;
+        ballast_status st;
+        for (int k = 0; k < 200 && !found; k++) {
+            CHECK(ballast_iprobe(comm, 0, 8, &found, &st) == 0);
+            nanosleep(&ms, NULL);
+        }
+        CHECK(found == 0);
+        CHECK(ballast_barrier(comm) == 0);
+        CHECK(ballast_allgatherv(comm, &mine, 4, &g) == 0);
+        CHECK(ballast_recv(comm, 0, 5, buf, BIG_RECV, &st) == 0);
+        CHECK(st.len == BIG_RECV && buf[0] == 17 && buf[BIG_RECV - 1] == 17);
+        char passed[16] = {0};
+        CHECK(ballast_recv(comm, 0, 8, passed, sizeof passed, &st) == 0 && memcmp(passed, "passed 2", 8) == 0);
+        free(buf);
+    }
+    if (g != NULL) {
+        for (int k = 0; k < 2; k++) {
+            const void *d = NULL;
+            size_t len = 0;
+            uint32_t v = 0;
+            CHECK(ballast_gathered_part(g, k, &d, &len) == 0 && len == 4);
+            if (d != NULL && len == 4) memcpy(&v, d, 4);
+            CHECK(v == (k == 0 ? 0xAAAAu : 0xBBBBu));
+        }
+        ballast_gathered_free(g);
+    }
+    return 0;
+}
+
 /* A blocking receive from the caller's own rank with nothing from it queued can never
  * complete (review 33b, item 7): ballast_recv and ballast_wait return BALLAST_EPEER at once,
  * naming the rank as itself; a message sent to itself before is received; a ballast_test
@@ -360,7 +450,7 @@ int main(int argc, char **argv) {
         return rc == 0 || rc == BALLAST_ENOMEM ? 0 : 1;
     }
     if (argc != 2) {
-        fprintf(stderr, "usage: limits srq|count|ranks|threads|send|recv|recv_again|recv_matched|self|gather\n");
+        fprintf(stderr, "usage: limits srq|count|ranks|threads|send|recv|recv_again|recv_matched|barrier_retry|self|gather\n");
         return 2;
     }
     const char *c = argv[1];
@@ -443,6 +533,11 @@ int main(int argc, char **argv) {
         alarm(300);
         ballast_config *cfg = config("16", "64K");
         CHECK(ballast_local_run(3, cfg, recv_matched_main, NULL) == 0);
+        ballast_config_free(cfg);
+    } else if (strcmp(c, "barrier_retry") == 0) {
+        alarm(300);
+        ballast_config *cfg = config("16", "64K");
+        CHECK(ballast_local_run(2, cfg, barrier_retry_main, NULL) == 0);
         ballast_config_free(cfg);
     } else if (strcmp(c, "self") == 0) {
         alarm(60);

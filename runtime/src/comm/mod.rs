@@ -64,6 +64,9 @@ pub struct Communicator {
     messages_sent: u64,
     /// The collectives this rank started (their sequence stamps).
     collectives: CollectiveSeq,
+    /// A collective that failed with a retryable error, resumed by the next call of its
+    /// kind (`collectives`).
+    unfinished: Option<collectives::Unfinished>,
 }
 
 impl Communicator {
@@ -84,6 +87,7 @@ impl Communicator {
             backend,
             messages_sent: 0,
             collectives: CollectiveSeq::default(),
+            unfinished: None,
         }
     }
 

@@ -77,6 +77,20 @@ pub enum Error {
         /// What arrived instead (the other collective's kind, number and step).
         got: Box<str>,
     },
+    /// Collective `op` was called on rank `rank` while collective `unfinished` (number
+    /// `seq` on this communicator) failed with a retryable error and is not finished:
+    /// calling `unfinished` again resumes it; the peers wait in it.
+    #[error("rank {rank}: {op} called while {unfinished} (collective #{seq}) is unfinished: it failed with a retryable error (out of memory); call {unfinished} again to finish it first")]
+    CollectiveUnfinished {
+        /// The calling rank.
+        rank: usize,
+        /// The collective called.
+        op: &'static str,
+        /// The unfinished one.
+        unfinished: &'static str,
+        /// Its number on this communicator (from 1).
+        seq: u64,
+    },
     /// A rank thread panicked.
     #[error("rank {rank} panicked: {message}")]
     RankPanicked {
