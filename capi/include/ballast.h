@@ -27,7 +27,13 @@
 // Out of memory: an allocation whose size comes from the caller or a peer (a message, a
 // pool or its growth under pool_growth, a queue, the ranks' threads) does not fit in the
 // machine or under `ulimit -v`; the message names what did not fit (a failed growth names
-// pool_growth and max_pool_bytes). Nothing is changed and the host lives on.
+// pool_growth and max_pool_bytes). Nothing is changed and the host lives on. A
+// collective (ballast_barrier, ballast_allgatherv) that returns it, e.g. for an unrelated
+// large message arriving meanwhile, is not finished: it keeps its number and what it
+// sent and received, and the next call of the same collective on the communicator
+// resumes it (nothing is sent twice; the other ranks wait in it meanwhile); a call of
+// another collective before that is BALLAST_EINVAL naming both. A blocking receive that
+// returns it gives back a message it had already matched, for a later receive.
 #define BALLAST_ENOMEM -2
 
 // Only from ballast_isend: every pool buffer is in flight (*out is NULL); call
@@ -188,8 +194,11 @@ int ballast_send(struct ballast_comm *comm, int dest, uint32_t tag, const void *
 // taken out of MPI into memory of its own before it is copied into `buf` (on the local
 // transport a message arriving during the wait is written into `buf` chunk by chunk,
 // with no memory of its own); BALLAST_EPEER when the rank it waits for (for
-// BALLAST_ANY_SOURCE, every other rank) finished or failed without sending a match; the
-// transport's.
+// BALLAST_ANY_SOURCE, every other rank) finished or failed without sending a match, and
+// at once for a receive from the caller's own rank with nothing from it queued (only
+// the calling thread could send it: a wait that can never complete returns an error,
+// on every transport); the transport's. A receive whose wait fails gives back a message
+// it had already matched: a later receive gets it, in its place.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -231,9 +240,12 @@ int ballast_progress(struct ballast_comm *comm);
 
 // Returns when every rank has entered the barrier. Collective. Errors: BALLAST_EINVAL for
 // NULL, or when another rank called a different collective at this point (each collective
-// carries its number and kind; the message names both); BALLAST_EPEER when a peer died,
-// the run was aborted, or a rank ended (returned from its ballast_local_run main) without
-// entering the barrier (the message names it).
+// carries its number and kind; the message names both), or while an all-gather that
+// failed with BALLAST_ENOMEM is unfinished; BALLAST_ENOMEM when memory ran out meanwhile
+// (e.g. for another message arriving): the barrier is not finished, and calling
+// ballast_barrier again resumes it (the other ranks wait in it until then); BALLAST_EPEER
+// when a peer died, the run was aborted, or a rank ended (returned from its
+// ballast_local_run main) without entering the barrier (the message names it).
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -328,7 +340,10 @@ int ballast_last_error(char *buf, size_t len);
 // (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
 // Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `buf` with `len` > 0, or `len`
 // above PTRDIFF_MAX, or when another rank called a different collective at this point
-// (the message names both); BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER
+// (the message names both), or while a barrier that failed with BALLAST_ENOMEM is
+// unfinished (call ballast_barrier again first); BALLAST_ENOMEM when the result cannot be
+// held, or memory ran out during the all-gather: calling ballast_allgatherv again then
+// resumes it (the `buf` of the first call was copied; the retry's is not read); BALLAST_EPEER
 // when a peer died, the run was aborted, or a rank ended without taking part (named).
 //
 // # Safety
@@ -506,7 +521,9 @@ int ballast_test(struct ballast_request *req, int *done, struct ballast_status *
 // error, if any. Waiting on a completed request again gives the same status. A send's
 // status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL or a
 // request already freed (or cancelled by its communicator's free); the request's own (e.g. BALLAST_EPEER
-// when its peer died or the run was aborted).
+// when its peer died or the run was aborted, and at once for a receive from the caller's
+// own rank with nothing from it queued and no send of its own in flight: only the
+// calling thread could send it, so the wait could never complete).
 //
 // # Safety
 // `req` must be NULL or a ballast_request handle, not freed by another thread during the

@@ -447,8 +447,11 @@ fn status_of(e: &Envelope, error: c_int) -> ballast_status {
 /// taken out of MPI into memory of its own before it is copied into `buf` (on the local
 /// transport a message arriving during the wait is written into `buf` chunk by chunk,
 /// with no memory of its own); BALLAST_EPEER when the rank it waits for (for
-/// BALLAST_ANY_SOURCE, every other rank) finished or failed without sending a match; the
-/// transport's.
+/// BALLAST_ANY_SOURCE, every other rank) finished or failed without sending a match, and
+/// at once for a receive from the caller's own rank with nothing from it queued (only
+/// the calling thread could send it: a wait that can never complete returns an error,
+/// on every transport); the transport's. A receive whose wait fails gives back a message
+/// it had already matched: a later receive gets it, in its place.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -562,9 +565,12 @@ pub unsafe extern "C" fn ballast_progress(comm: *mut ballast_comm) -> c_int {
 
 /// Returns when every rank has entered the barrier. Collective. Errors: BALLAST_EINVAL for
 /// NULL, or when another rank called a different collective at this point (each collective
-/// carries its number and kind; the message names both); BALLAST_EPEER when a peer died,
-/// the run was aborted, or a rank ended (returned from its ballast_local_run main) without
-/// entering the barrier (the message names it).
+/// carries its number and kind; the message names both), or while an all-gather that
+/// failed with BALLAST_ENOMEM is unfinished; BALLAST_ENOMEM when memory ran out meanwhile
+/// (e.g. for another message arriving): the barrier is not finished, and calling
+/// ballast_barrier again resumes it (the other ranks wait in it until then); BALLAST_EPEER
+/// when a peer died, the run was aborted, or a rank ended (returned from its
+/// ballast_local_run main) without entering the barrier (the message names it).
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

@@ -122,7 +122,9 @@ fn protocol_code(e: &ProtocolError) -> c_int {
 
 fn comm_code(e: &CommError) -> c_int {
     match e {
-        CommError::ReservedTag(_) | CommError::ModelOverflow { .. } => BALLAST_EINVAL,
+        CommError::ReservedTag(_)
+        | CommError::ModelOverflow { .. }
+        | CommError::CollectiveUnfinished { .. } => BALLAST_EINVAL,
         CommError::PeerGone { .. } => BALLAST_EPEER,
         _ => BALLAST_EINTERNAL,
     }

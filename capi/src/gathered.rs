@@ -17,7 +17,10 @@ pub struct ballast_gathered {
 /// (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
 /// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `buf` with `len` > 0, or `len`
 /// above PTRDIFF_MAX, or when another rank called a different collective at this point
-/// (the message names both); BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER
+/// (the message names both), or while a barrier that failed with BALLAST_ENOMEM is
+/// unfinished (call ballast_barrier again first); BALLAST_ENOMEM when the result cannot be
+/// held, or memory ran out during the all-gather: calling ballast_allgatherv again then
+/// resumes it (the `buf` of the first call was copied; the retry's is not read); BALLAST_EPEER
 /// when a peer died, the run was aborted, or a rank ended without taking part (named).
 ///
 /// # Safety

@@ -48,7 +48,13 @@ pub const BALLAST_EINVAL: c_int = -1;
 /// Out of memory: an allocation whose size comes from the caller or a peer (a message, a
 /// pool or its growth under pool_growth, a queue, the ranks' threads) does not fit in the
 /// machine or under `ulimit -v`; the message names what did not fit (a failed growth names
-/// pool_growth and max_pool_bytes). Nothing is changed and the host lives on.
+/// pool_growth and max_pool_bytes). Nothing is changed and the host lives on. A
+/// collective (ballast_barrier, ballast_allgatherv) that returns it, e.g. for an unrelated
+/// large message arriving meanwhile, is not finished: it keeps its number and what it
+/// sent and received, and the next call of the same collective on the communicator
+/// resumes it (nothing is sent twice; the other ranks wait in it meanwhile); a call of
+/// another collective before that is BALLAST_EINVAL naming both. A blocking receive that
+/// returns it gives back a message it had already matched, for a later receive.
 pub const BALLAST_ENOMEM: c_int = -2;
 /// Only from ballast_isend: every pool buffer is in flight (*out is NULL); call
 /// ballast_progress and retry.

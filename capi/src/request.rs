@@ -420,7 +420,9 @@ pub unsafe extern "C" fn ballast_test(
 /// error, if any. Waiting on a completed request again gives the same status. A send's
 /// status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL or a
 /// request already freed (or cancelled by its communicator's free); the request's own (e.g. BALLAST_EPEER
-/// when its peer died or the run was aborted).
+/// when its peer died or the run was aborted, and at once for a receive from the caller's
+/// own rank with nothing from it queued and no send of its own in flight: only the
+/// calling thread could send it, so the wait could never complete).
 ///
 /// # Safety
 /// `req` must be NULL or a ballast_request handle, not freed by another thread during the

@@ -204,6 +204,9 @@ fn out_of_memory_and_failed_thread_starts_are_enomem() {
         "growth",
         "recv",
         "recv_again",
+        "recv_matched",
+        "barrier_retry",
+        "self",
         "gather",
     ] {
         let out = run(&prog, &[case]);

@@ -21,10 +21,17 @@
  *     whole, ahead of an 8 B message sent after it on the same tag; and tested instead of
  *     waited for: ballast_test is BALLAST_ENOMEM with done 0, the request stays live, and
  *     ballast_wait completes it with the whole message once the limit is lifted.
+ *   - a blocking receive refused for memory gives back a message it had already matched
+ *     (none lost, the order kept);
+ *   - a barrier refused for memory is resumed by the next ballast_barrier (an all-gather
+ *     meanwhile is BALLAST_EINVAL), and rank 0 does not pass the next barrier alone;
+ *   - a blocking receive or wait from this rank itself with nothing from it queued is
+ *     BALLAST_EPEER at once.
  * A hang ends the process after 170 s (SIGALRM; ci/capi.sh gives it 180 s). Without the
  * sanitizers (they clash with MPI and reserve terabytes). Prints
  * "capi mpi limits PATH: N passed, M failed" on every process; exits 1 on a failed check.
  * Build: mpicc mpi_limits.c $(pkg-config --cflags --libs ballast) */
+#define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -331,6 +338,192 @@ int main(int argc, char **argv) {
             CHECK(st.len == BIG_RECV && len == BIG_RECV && d != NULL && d[0] == 11 && d[len - 1] == 11);
             if (r != NULL) ballast_request_free(r);
         }
+        CHECK(ballast_barrier(comm) == 0);
+    }
+
+    /* A blocking receive refused for memory gives back a message it had already matched
+     * (review 33b, item 1): rank 0 isends 1 GiB on tag 5; rank 1, under the limit, calls
+     * ballast_recv for tag 6: BALLAST_ENOMEM (the 1 GiB does not fit); then rank 0 isends
+     * 200..204 on tag 6 while rank 1's receives keep failing (or take them in order); once
+     * the limit is lifted rank 1 takes the 1 GiB, then the rest of 200..204 in order. On
+     * the native path the failed receive stayed posted in MPI, took 200, and the next
+     * blocking receive's message overwrote it: 200 was lost. */
+    {
+        buf = malloc(BIG_RECV);
+        if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+        MPI_Request b1, b2;
+        int flag = 0;
+        if (me == 0) {
+            memset(buf, 13, BIG_RECV);
+            r = NULL;
+            CHECK(ballast_isend(comm, 1, 5, buf, BIG_RECV, &r) == 0);
+            /* Progress pushes the 1 GiB to rank 1 until its first receive failed. */
+            MPI_Ibarrier(MPI_COMM_WORLD, &b1);
+            for (int done = 0; !flag; MPI_Test(&b1, &flag, MPI_STATUS_IGNORE)) {
+                if (r != NULL && !done) ballast_test(r, &done, NULL);
+            }
+            ballast_request *small[5] = {0};
+            uint64_t vals[5] = {200, 201, 202, 203, 204};
+            for (int k = 0; k < 5; k++) CHECK(ballast_isend(comm, 1, 6, &vals[k], 8, &small[k]) == 0);
+            MPI_Ibarrier(MPI_COMM_WORLD, &b2);
+            flag = 0;
+            for (int done = 0; !flag; MPI_Test(&b2, &flag, MPI_STATUS_IGNORE)) {
+                if (r != NULL && !done) ballast_test(r, &done, NULL);
+            }
+            for (int k = 0; k < 5; k++) {
+                if (small[k] == NULL) continue;
+                CHECK(ballast_wait(small[k], NULL) == 0);
+                ballast_request_free(small[k]);
+            }
+            if (r != NULL) {
+                CHECK(ballast_wait(r, NULL) == 0);
+                ballast_request_free(r);
+            }
+        } else {
+            limit_above(512 * MIB);
+            uint64_t v = 0;
+            ballast_status st;
+            EXPECT(ballast_recv(comm, 0, 6, &v, 8, &st), BALLAST_ENOMEM, "1073741824 bytes from rank 0");
+            MPI_Ibarrier(MPI_COMM_WORLD, &b1);
+            MPI_Wait(&b1, MPI_STATUS_IGNORE);
+            MPI_Ibarrier(MPI_COMM_WORLD, &b2);
+            uint64_t want = 200;
+            for (int k = 0; want < 205 && k < 500 && (k < 5 || !flag); k++) {
+                MPI_Test(&b2, &flag, MPI_STATUS_IGNORE);
+                v = 0;
+                int rc = ballast_recv(comm, 0, 6, &v, 8, &st);
+                usleep(10000);
+                if (rc == BALLAST_ENOMEM) continue;
+                CHECK(rc == 0 && v == want);
+                want++;
+            }
+            unlimit();
+            MPI_Wait(&b2, MPI_STATUS_IGNORE);
+            memset(buf, 0, BIG_RECV);
+            CHECK(ballast_recv(comm, 0, 5, buf, BIG_RECV, &st) == 0);
+            CHECK(st.len == BIG_RECV && buf[0] == 13 && buf[BIG_RECV - 1] == 13);
+            for (; want < 205; want++) {
+                v = 0;
+                int rc = ballast_recv(comm, 0, 6, &v, 8, &st);
+                if (rc != 0 || v != want)
+                    fprintf(stderr, "[1] tag 6: rc %d, got %llu, want %llu\n", rc, (unsigned long long)v,
+                            (unsigned long long)want);
+                CHECK(rc == 0 && st.len == 8 && v == want);
+                if (rc != 0) break;
+            }
+        }
+        free(buf);
+        CHECK(ballast_barrier(comm) == 0);
+    }
+
+    /* A collective that fails for memory is resumed by the next call of it (review 33b,
+     * item 3): rank 0 isends 1 GiB to rank 1 and, half a second after rank 1 lowered its
+     * limit, calls barrier 1, barrier 2, sends "passed 2" on tag 8 and calls an
+     * all-gather; rank 1's barrier is BALLAST_ENOMEM (the 1 GiB does not fit), an
+     * all-gather meanwhile is BALLAST_EINVAL naming both, and once the limit is lifted its
+     * barrier completes (barrier 1, resumed); "passed 2" is not there before rank 1's
+     * barrier 2 (rank 0 cannot pass it alone), and the all-gather has both parts. Before
+     * the fix each failed try used up a collective number: rank 0 passed both barriers
+     * alone and rank 1's later collectives failed as "different collectives". */
+    {
+        uint32_t mine = me == 0 ? 0xAAAA : 0xBBBB;
+        ballast_gathered *gg = NULL;
+        buf = malloc(BIG_RECV);
+        if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+        MPI_Request b1;
+        if (me == 0) {
+            memset(buf, 17, BIG_RECV);
+            r = NULL;
+            CHECK(ballast_isend(comm, 1, 5, buf, BIG_RECV, &r) == 0);
+            MPI_Ibarrier(MPI_COMM_WORLD, &b1);
+            int flag = 0, done = 0;
+            double until = 0;
+            while (!flag || MPI_Wtime() < until) {
+                if (r != NULL && !done) ballast_test(r, &done, NULL);
+                if (!flag) {
+                    MPI_Test(&b1, &flag, MPI_STATUS_IGNORE);
+                    until = MPI_Wtime() + 0.5;
+                }
+                usleep(1000);
+            }
+            CHECK(ballast_barrier(comm) == 0);
+            CHECK(ballast_barrier(comm) == 0);
+            CHECK(ballast_send(comm, 1, 8, "passed 2", 8) == 0);
+            CHECK(ballast_allgatherv(comm, &mine, 4, &gg) == 0);
+            if (r != NULL) {
+                CHECK(ballast_wait(r, NULL) == 0);
+                ballast_request_free(r);
+            }
+        } else {
+            limit_above(512 * MIB);
+            MPI_Ibarrier(MPI_COMM_WORLD, &b1);
+            MPI_Wait(&b1, MPI_STATUS_IGNORE);
+            int rc = ballast_barrier(comm);
+            EXPECT(rc, BALLAST_ENOMEM, "1073741824 bytes from rank 0");
+            EXPECT(ballast_allgatherv(comm, &mine, 4, &gg), BALLAST_EINVAL,
+                   "all_gatherv called while barrier (collective #");
+            CHECK(gg == NULL);
+            for (int k = 0; k < 4 && rc == BALLAST_ENOMEM; k++) {
+                usleep(10000);
+                rc = ballast_barrier(comm);
+            }
+            unlimit();
+            if (rc == BALLAST_ENOMEM) rc = ballast_barrier(comm);
+            CHECK(rc == 0);
+            int found = 0;
+            ballast_status st;
+            for (int k = 0; k < 200 && !found; k++) {
+                CHECK(ballast_iprobe(comm, 0, 8, &found, &st) == 0);
+                usleep(1000);
+            }
+            CHECK(found == 0);
+            CHECK(ballast_barrier(comm) == 0);
+            CHECK(ballast_allgatherv(comm, &mine, 4, &gg) == 0);
+            memset(buf, 0, BIG_RECV);
+            CHECK(ballast_recv(comm, 0, 5, buf, BIG_RECV, &st) == 0);
+            CHECK(st.len == BIG_RECV && buf[0] == 17 && buf[BIG_RECV - 1] == 17);
+            char passed_msg[16] = {0};
+            CHECK(ballast_recv(comm, 0, 8, passed_msg, sizeof passed_msg, &st) == 0 &&
+                  memcmp(passed_msg, "passed 2", 8) == 0);
+        }
+        if (gg != NULL) {
+            for (int k = 0; k < 2; k++) {
+                const void *d = NULL;
+                size_t len = 0;
+                uint32_t v = 0;
+                CHECK(ballast_gathered_part(gg, k, &d, &len) == 0 && len == 4);
+                if (d != NULL && len == 4) memcpy(&v, d, 4);
+                CHECK(v == (k == 0 ? 0xAAAAu : 0xBBBBu));
+            }
+            ballast_gathered_free(gg);
+        }
+        free(buf);
+        CHECK(ballast_barrier(comm) == 0);
+    }
+
+    /* A blocking receive from this rank itself with nothing from it queued can never
+     * complete (review 33b, item 7): BALLAST_EPEER at once, naming this rank as itself,
+     * for ballast_recv and for ballast_wait on an irecv; a message it sent itself before
+     * is received; a ballast_test loop polls (this thread may still send). */
+    {
+        char want[64], small[16];
+        snprintf(want, sizeof want, "from rank %d, itself", me);
+        ballast_status st;
+        EXPECT(ballast_recv(comm, me, 11, small, sizeof small, &st), BALLAST_EPEER, want);
+        r = NULL;
+        CHECK(ballast_irecv(comm, me, 11, &r) == 0);
+        EXPECT(ballast_wait(r, &st), BALLAST_EPEER, want);
+        if (r != NULL) ballast_request_free(r);
+        CHECK(ballast_send(comm, me, 12, "self", 4) == 0);
+        CHECK(ballast_recv(comm, me, 12, small, sizeof small, &st) == 0 && st.len == 4);
+        r = NULL;
+        int done = 1;
+        CHECK(ballast_irecv(comm, me, 13, &r) == 0);
+        for (int k = 0; k < 100; k++) CHECK(ballast_test(r, &done, NULL) == 0 && done == 0);
+        CHECK(ballast_send(comm, me, 13, "late", 4) == 0);
+        memset(&st, 0, sizeof st);
+        CHECK(r != NULL && ballast_wait(r, &st) == 0 && st.len == 4);
+        if (r != NULL) ballast_request_free(r);
         CHECK(ballast_barrier(comm) == 0);
     }
 

@@ -175,9 +175,10 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
 /// and if that brought nothing (idle, for a finished rank) and `done` still says no, the
 /// [`CommError::PeerGone`](crate::error::CommError::PeerGone) that the blocking call would give. `Ok(())` while it may still
 /// complete. A polling loop of such calls thus ends as the blocking call does, with one
-/// difference: an any-source call does not end once every other rank finished, since
-/// this rank still runs and may send to itself between two polls (a blocking call's rank
-/// cannot); it ends only when a rank failed, as the blocking call does then.
+/// difference: an any-source call does not end once every other rank finished, nor a
+/// receive from this rank itself, since this rank still runs and may send to itself
+/// between two polls (a blocking call's rank cannot); they end only when a rank failed,
+/// as the blocking call does then.
 fn end_check<B: Backend + ?Sized>(
     b: &mut B,
     (peer, recv, op): (Source, bool, &'static str),
@@ -185,7 +186,7 @@ fn end_check<B: Backend + ?Sized>(
 ) -> Result<()> {
     let gone = match b.gone(peer, recv, op) {
         Some(g)
-            if peer == Source::Any
+            if (peer == Source::Any || peer == Source::Rank(b.rank()))
                 && !matches!(g.error, Error::Comm(CommError::PeerGone { failed: true, .. })) =>
         {
             None

@@ -3,14 +3,52 @@
 //! ranks in different collectives get [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) instead of a hang,
 //! and a rank that ended before taking part is [`CommError::PeerGone`](crate::error::CommError::PeerGone) naming the call.
 //!
+//! A collective that fails with a retryable error (out of memory, [`FabricError::MessageAlloc`]
+//! or [`Error::Alloc`], e.g. for an unrelated large arrival; [`ProtocolError::WouldBlock`]) stays
+//! unfinished ([`Unfinished`]: its kind, number, step, what it sent and received): the
+//! next call of the same collective on the communicator resumes it (same number, nothing
+//! sent twice), so the peers' copy of it completes only once this rank took part; a call
+//! of another collective meanwhile is [`CommError::CollectiveUnfinished`] naming both. Any
+//! other error ends it.
+//!
 //! [`ProtocolError::CollectiveMismatch`]: crate::error::ProtocolError::CollectiveMismatch
 //! [`CommError::PeerGone`]: crate::error::CommError::PeerGone
+//! [`CommError::CollectiveUnfinished`]: crate::error::CommError::CollectiveUnfinished
+//! [`FabricError::MessageAlloc`]: crate::error::FabricError::MessageAlloc
+//! [`ProtocolError::WouldBlock`]: crate::error::ProtocolError::WouldBlock
+//! [`Error::Alloc`]: crate::error::Error::Alloc
 
 use super::{Communicator, Request};
-use crate::error::Result;
+use crate::error::{CommError, Error, FabricError, ProtocolError, Result};
 use crate::fabric::wire::STAMP_BYTES;
-use crate::protocol::collective::{CollectiveKind, COLLECTIVE_TAG};
+use crate::protocol::collective::{Collective, CollectiveKind, COLLECTIVE_TAG};
 use crate::protocol::matching::{Source, TagMatch};
+
+/// A collective under way on a communicator, kept across a retryable failure.
+#[derive(Debug)]
+pub(super) struct Unfinished {
+    c: Collective,
+    /// The step (round) it is in.
+    step: u32,
+    /// This step's message, sent and not yet waited for.
+    send: Option<Request>,
+    /// This step's message was sent (its request may be waited for already).
+    sent: bool,
+    /// This step's message from the peer was received (and stored).
+    got: bool,
+    /// An all-gather's blocks, by rank.
+    blocks: Vec<Vec<u8>>,
+}
+
+/// True for the errors after which a collective can be resumed: the communicator works on.
+fn retryable(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Fabric(FabricError::MessageAlloc { .. })
+            | Error::Alloc(_)
+            | Error::Protocol(ProtocolError::WouldBlock)
+    )
+}
 
 impl Communicator {
     /// Sends collective message `msg` to `dest`.
@@ -31,64 +69,164 @@ impl Communicator {
         })
     }
 
+    /// The unfinished collective of `kind` to resume, or a new one (`blocks` for an
+    /// all-gather: this rank's data in its place, made only for a new one). Errors:
+    /// [`Error::CollectiveUnfinished`] when another kind is unfinished.
+    fn coll_start(
+        &mut self,
+        kind: CollectiveKind,
+        blocks: impl FnOnce() -> Result<Vec<Vec<u8>>>,
+    ) -> Result<Unfinished> {
+        match self.unfinished.take() {
+            Some(u) if u.c.kind == kind => Ok(u),
+            Some(u) => {
+                let e: Error = CommError::CollectiveUnfinished {
+                    rank: self.rank(),
+                    op: kind.name(),
+                    unfinished: u.c.kind.name(),
+                    seq: u.c.seq,
+                }
+                .into();
+                self.unfinished = Some(u);
+                Err(e)
+            }
+            None => {
+                let blocks = blocks()?;
+                Ok(Unfinished {
+                    c: self.collectives.begin(kind),
+                    step: 0,
+                    send: None,
+                    sent: false,
+                    got: false,
+                    blocks,
+                })
+            }
+        }
+    }
+
+    /// Runs `u` to its end with `run`; after a retryable error it is kept for the next
+    /// call of its kind.
+    fn coll_run(
+        &mut self,
+        mut u: Unfinished,
+        run: impl FnOnce(&mut Self, &mut Unfinished) -> Result<()>,
+    ) -> Result<Unfinished> {
+        match run(self, &mut u) {
+            Ok(()) => Ok(u),
+            Err(e) => {
+                if retryable(&e) {
+                    self.unfinished = Some(u);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// One step of a collective: receives the message of `u`'s step from `from` (unless
+    /// already received) and sends `msg()` to `to` (unless already sent), then waits for
+    /// the send; the received message (its stamp checked and taken off) goes to `got`. A
+    /// receive whose wait failed is withdrawn by the backend (its message goes back to the
+    /// queue in its place): the retry posts a new one.
+    fn coll_step(
+        &mut self,
+        u: &mut Unfinished,
+        (from, to, op): (usize, usize, &'static str),
+        msg: impl FnOnce(&Unfinished) -> Result<Vec<u8>>,
+        got: impl FnOnce(&mut Unfinished, Vec<u8>),
+    ) -> Result<()> {
+        let r = self.rank();
+        if !u.sent {
+            let m = msg(u)?;
+            u.send = Some(self.coll_send(to, &m)?);
+            u.sent = true;
+        }
+        if !u.got {
+            let rr = self.coll_recv(from)?;
+            let mut data = self.wait_as(rr, op)?.into_message().expect("receive").data;
+            u.c.open(r, from, u.step, &mut data)?;
+            got(u, data);
+            u.got = true;
+        }
+        if let Some(s) = u.send.take() {
+            let id = s.id;
+            if let Err(e) = self.wait_as(s, op) {
+                u.send = Some(Request {
+                    id,
+                    recv: false,
+                    peer: Source::Rank(to),
+                });
+                return Err(e);
+            }
+        }
+        u.step += 1;
+        u.sent = false;
+        u.got = false;
+        Ok(())
+    }
+
     /// Blocks until every rank entered the barrier (dissemination algorithm,
-    /// `ceil(log2 n)` rounds, talks to `2 * ceil(log2 n)` peers). Errors:
+    /// `ceil(log2 n)` rounds, talks to `2 * ceil(log2 n)` peers). After a retryable error
+    /// (see the module) the next `barrier` resumes this one. Errors:
     /// [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) when a peer is in
-    /// another collective, [`CommError::PeerGone`](crate::error::CommError::PeerGone) when a peer ended
-    /// without entering it, the transport's.
+    /// another collective, [`CommError::CollectiveUnfinished`](crate::error::CommError::CollectiveUnfinished)
+    /// when an all-gather is unfinished here, [`CommError::PeerGone`](crate::error::CommError::PeerGone)
+    /// when a peer ended without entering it, the transport's.
     pub fn barrier(&mut self) -> Result<()> {
-        let c = self.collectives.begin(CollectiveKind::Barrier);
+        let u = self.coll_start(CollectiveKind::Barrier, || Ok(Vec::new()))?;
         let n = self.world_size();
         let r = self.rank();
-        let mut k = 0u32;
-        while (1usize << k) < n {
-            let d = 1usize << k;
-            let to = (r + d) % n;
-            let from = (r + n - d) % n;
-            let mut msg = Vec::with_capacity(STAMP_BYTES);
-            c.seal(k, &mut msg);
-            let s = self.coll_send(to, &msg)?;
-            let rr = self.coll_recv(from)?;
-            let mut got = self.wait_as(rr, "barrier")?.into_message().expect("receive").data;
-            c.open(r, from, k, &mut got)?;
-            self.wait_as(s, "barrier")?;
-            k += 1;
-        }
+        self.coll_run(u, |c, u| {
+            while (1usize << u.step) < n {
+                let d = 1usize << u.step;
+                let ends = ((r + n - d) % n, (r + d) % n, "barrier");
+                let msg = |u: &Unfinished| {
+                    let mut msg = Vec::with_capacity(STAMP_BYTES);
+                    u.c.seal(u.step, &mut msg);
+                    Ok(msg)
+                };
+                c.coll_step(u, ends, msg, |_, _| ())?;
+            }
+            Ok(())
+        })?;
         Ok(())
     }
 
     /// Gathers every rank's `data` (any length) on every rank, ordered by rank (ring
-    /// algorithm: `n - 1` steps, talks to 2 peers). Errors as [`Communicator::barrier`].
+    /// algorithm: `n - 1` steps, talks to 2 peers). After a retryable error the next
+    /// `all_gatherv` resumes this one, with the `data` given first (the retry's is not
+    /// read). Errors as [`Communicator::barrier`].
     pub fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let c = self.collectives.begin(CollectiveKind::AllGatherv);
         let n = self.world_size();
         let r = self.rank();
-        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); n];
-        blocks[r] = crate::core::memory::try_copy(data, || {
-            format!("this rank's {} bytes of an all-gather", data.len())
+        let u = self.coll_start(CollectiveKind::AllGatherv, || {
+            let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); n];
+            blocks[r] = crate::core::memory::try_copy(data, || {
+                format!("this rank's {} bytes of an all-gather", data.len())
+            })?;
+            Ok(blocks)
         })?;
         let right = (r + 1) % n;
         let left = (r + n - 1) % n;
-        for s in 0..n.saturating_sub(1) {
-            let step = s as u32;
-            let send_idx = (r + n - s) % n;
-            let recv_idx = (r + 2 * n - s - 1) % n;
-            let rr = self.coll_recv(left)?;
-            let mut msg = crate::core::memory::try_buffer(blocks[send_idx].len() + STAMP_BYTES, || {
-                format!("an all-gather part of {} bytes", blocks[send_idx].len())
-            })?;
-            msg.extend_from_slice(&blocks[send_idx]);
-            c.seal(step, &mut msg);
-            let sr = self.coll_send(right, &msg)?;
-            let mut got = self
-                .wait_as(rr, "all_gatherv")?
-                .into_message()
-                .expect("receive")
-                .data;
-            c.open(r, left, step, &mut got)?;
-            blocks[recv_idx] = got;
-            self.wait_as(sr, "all_gatherv")?;
-        }
-        Ok(blocks)
+        let u = self.coll_run(u, |c, u| {
+            while (u.step as usize) < n.saturating_sub(1) {
+                let s = u.step as usize;
+                let send_idx = (r + n - s) % n;
+                let recv_idx = (r + 2 * n - s - 1) % n;
+                let msg = |u: &Unfinished| {
+                    let block = &u.blocks[send_idx];
+                    let mut msg = crate::core::memory::try_buffer(block.len() + STAMP_BYTES, || {
+                        format!("an all-gather part of {} bytes", block.len())
+                    })?;
+                    msg.extend_from_slice(block);
+                    u.c.seal(u.step, &mut msg);
+                    Ok(msg)
+                };
+                c.coll_step(u, (left, right, "all_gatherv"), msg, |u, got| {
+                    u.blocks[recv_idx] = got
+                })?;
+            }
+            Ok(())
+        })?;
+        Ok(u.blocks)
     }
 }

@@ -1,4 +1,5 @@
 //! The communicator's own errors ([`CommError`]): a reserved tag, a wait no rank can end,
+//! a collective called while another one is unfinished,
 //! the memory model's overflow, a message of the runtime's own traffic of the wrong size.
 //! The public [`crate::Error`] wraps them (`Error::Comm`), with the same messages.
 
@@ -16,8 +17,10 @@ pub enum CommError {
     /// something no rank can do any more: rank `peer` ended, having `failed` (it stopped
     /// without finishing: its sends are lost and it receives nothing) or finished (it
     /// returned, everything it sent was delivered, and what `op` waits for was not among
-    /// it). `peer` is `None` for an any-source receive when every other rank finished.
-    #[error("rank {rank}: {op} can never complete: {}", gone_phrase(.peer, *.failed))]
+    /// it). `peer` is `None` for an any-source receive when every other rank finished;
+    /// `peer` is `rank` for a receive from this rank itself with nothing from it queued
+    /// (only this rank's thread, blocked in the call, could send it).
+    #[error("rank {rank}: {op} can never complete: {}", gone_phrase(*.rank, .peer, *.failed))]
     PeerGone {
         /// The waiting rank.
         rank: usize,
@@ -27,6 +30,20 @@ pub enum CommError {
         peer: Option<usize>,
         /// It failed rather than finished.
         failed: bool,
+    },
+    /// Collective `op` was called on rank `rank` while collective `unfinished` (number
+    /// `seq` on this communicator) failed with a retryable error and is not finished:
+    /// calling `unfinished` again resumes it; the peers wait in it.
+    #[error("rank {rank}: {op} called while {unfinished} (collective #{seq}) is unfinished: it failed with a retryable error (out of memory); call {unfinished} again to finish it first")]
+    CollectiveUnfinished {
+        /// The calling rank.
+        rank: usize,
+        /// The collective called.
+        op: &'static str,
+        /// The unfinished one.
+        unfinished: &'static str,
+        /// Its number on this communicator (from 1).
+        seq: u64,
     },
     /// A term of the memory model ([`crate::TransportConfig::try_predict`]) does not fit
     /// in 64 bits: the configuration asks for more bytes than any machine has.
@@ -52,8 +69,11 @@ pub enum CommError {
 }
 
 /// The end of [`CommError::PeerGone`](crate::error::CommError::PeerGone)'s message.
-fn gone_phrase(peer: &Option<usize>, failed: bool) -> String {
+fn gone_phrase(rank: usize, peer: &Option<usize>, failed: bool) -> String {
     match (peer, failed) {
+        (Some(p), false) if *p == rank => format!(
+            "it receives from rank {p}, itself: nothing from rank {p} is queued, and only this rank's thread, blocked in this call, could send it"
+        ),
         (Some(p), true) => format!("rank {p} failed"),
         (Some(p), false) => format!("rank {p} finished (returned) without sending what it waits for"),
         (None, true) => "a rank failed".to_string(),

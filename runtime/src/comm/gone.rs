@@ -73,7 +73,10 @@ pub(super) fn after_round<B: Backend + ?Sized>(
 /// failed (as MPI's ULFM revokes a communicator: what it waits for may depend on the
 /// failed rank through others). Always `None` on a fabric that does not tell ends (MPI,
 /// verbs; the local transport has no failed ranks: a rank's failure aborts the run), on
-/// the MPI native path, and for a receive from this rank itself while no rank failed.
+/// the MPI native path (which checks a receive from itself on its own), and for a send to
+/// this rank itself while no rank failed. A receive from this rank itself fails once this
+/// rank's sends are delivered (after the extra round: a message it sent itself before
+/// is taken first).
 pub(super) fn engine_gone(e: &Engine, peer: Source, recv: bool, op: &'static str) -> Option<Gone> {
     let f = e.fabric();
     let rank = e.rank();
@@ -81,6 +84,12 @@ pub(super) fn engine_gone(e: &Engine, peer: Source, recv: bool, op: &'static str
     // that waits on it, an endpoint it holds): it fails too, naming the failed rank.
     let failed = || f.others_end().filter(|(_, end)| *end == PeerEnd::Failed);
     let (peer, end) = match peer {
+        // A receive from this rank itself: only this rank's thread could send it, and it
+        // is blocked in this call. Once its own sends are delivered, nothing more can come
+        // (`peer` is this rank: the error says so).
+        Source::Rank(p) if p == rank && recv && e.sends_drained() => {
+            failed().unwrap_or((Some(rank), PeerEnd::Finished))
+        }
         Source::Rank(p) if p == rank => failed()?,
         Source::Rank(p) => match f.peer_end(p) {
             Some(end) => (Some(p), end),

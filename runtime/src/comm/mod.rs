@@ -65,6 +65,9 @@ pub struct Communicator {
     messages_sent: u64,
     /// The collectives this rank started (their sequence stamps).
     collectives: CollectiveSeq,
+    /// A collective that failed with a retryable error, resumed by the next call of its
+    /// kind (`collectives`).
+    unfinished: Option<collectives::Unfinished>,
 }
 
 impl Communicator {
@@ -85,6 +88,7 @@ impl Communicator {
             backend,
             messages_sent: 0,
             collectives: CollectiveSeq::default(),
+            unfinished: None,
         }
     }
 

@@ -203,29 +203,59 @@ impl MpiNative {
         Ok(())
     }
 
-    /// Withdraws receive `id` whose wait failed, as the engine's `cancel_recv` does, so
-    /// that no message is left to it: from the deferred message it was matched to, if any
-    /// (which then goes to a later receive); and, after `error` out of memory (another
-    /// message's: the communicator works on), from MPI when it is still posted there
-    /// ([`MpiNative::cancel_posted`]).
+    /// Withdraws blocking receive `id` whose wait failed, as the engine's `cancel_recv`
+    /// does, so that no message is left to it: from the deferred message it was matched
+    /// to, if any (which then goes to a later receive); and, after `error` out of memory
+    /// (another message's: the communicator works on), from MPI when it is still posted
+    /// there ([`MpiNative::cancel_posted`]), and a message it already got (completed in
+    /// the round of progress that failed: [`MpiNative::give_back`]) goes back in its place.
     pub(super) fn withdraw(&mut self, id: RequestId, error: &Error) {
-        if matches!(error, Error::Fabric(FabricError::MessageAlloc { .. })) {
+        if matches!(
+            error,
+            Error::Fabric(FabricError::MessageAlloc { .. }) | Error::Alloc(_)
+        ) {
             // Best effort: the wait's own error is the one reported.
             let _ = self.cancel_posted(id);
+            self.give_back(id);
         }
         for d in self.deferred.iter_mut().filter(|d| d.owner == Some(id)) {
             d.owner = None;
         }
     }
 
-    /// Cancels receive `id` (an `irecv`'s) if it still waits for its header in MPI; a
-    /// message MPI matched to it meanwhile is received (a large one's parts too: the sender
-    /// posted them with its header) and queued first, where a receive posted now finds it.
+    /// The message blocking receive `id` (withdrawn) already got goes to the unexpected
+    /// queue's front in its receive's place (MPI matched it ahead of every message of its
+    /// source and tag still in MPI), where the next receive finds it: a whole one
+    /// (`scratch_done`, or `done_recvs`), or a large one whose header a `recv_into` took
+    /// (`scratch_parts`: its parts are still in MPI), which becomes a deferred message.
+    /// Left in `scratch_done`, it was overwritten by the next blocking receive's message,
+    /// and left posted in MPI, the receive took a later message of its sender (issue 33).
+    fn give_back(&mut self, id: RequestId) {
+        if let Some(m) = self.done_recvs.remove(&id).or_else(|| self.scratch_done.take()) {
+            let chan = Self::wire_tag(m.tag).0;
+            self.unexpected.push_matched(id, (chan, m));
+        }
+        if let Some(p) = self.scratch_parts.take() {
+            self.deferred.push_back(Deferred {
+                chan: p.chan,
+                source: p.source,
+                mtag: p.mtag,
+                bytes: p.bytes,
+                owner: None,
+                matched: Some(id),
+            });
+        }
+    }
+
+    /// Cancels receive `id` if it still waits for its header in MPI; a message MPI
+    /// matched to it meanwhile is received (a large one's parts too: the sender posted
+    /// them with its header) and queued first, where a receive posted now finds it (a
+    /// blocking receive's whole message through [`MpiNative::give_back`]).
     fn cancel_posted(&mut self, id: RequestId) -> Result<()> {
         let Some(i) = self
             .recvs
             .iter()
-            .position(|r| r.id == id && matches!(r.state, RecvState::Header { scratch: false, .. }))
+            .position(|r| r.id == id && matches!(r.state, RecvState::Header { .. }))
         else {
             return Ok(());
         };

@@ -2,7 +2,7 @@
 //! it to MPI, and the blocking receive's latency path.
 
 use super::*;
-use crate::error::FabricError;
+use crate::error::{CommError, FabricError};
 
 impl MpiNative {
     pub(super) fn wire_match(&self, src: Source, tag: TagMatch) -> Result<(usize, c_int, c_int)> {
@@ -102,6 +102,7 @@ impl MpiNative {
     /// Receives the next matching message, progressing until it is there (into the kept
     /// receive buffer, then copied to a `Vec` of its size).
     pub fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
+        self.never_from_self(src, tag, "recv")?;
         let got = if self.alone() {
             self.recv_alone(src, tag, &mut ToMessage)?
         } else {
@@ -161,6 +162,7 @@ impl MpiNative {
         if let Some(e) = self.queued_too_long(chan, s, t, buf.len()) {
             return Ok(Err(e));
         }
+        self.never_from_self(src, tag, "recv")?;
         self.scratch_mark = None;
         self.into_cap = Some(buf.len());
         let mut take = IntoBuf(&mut *buf);
@@ -322,9 +324,26 @@ impl MpiNative {
     /// costs what `recv` does.
     pub fn wait_posted(&mut self, id: RequestId) -> Result<Message> {
         let mut idle = Idle::new();
+        let mut from_self = self
+            .recvs
+            .iter()
+            .any(|r| r.id == id && r.src == self.rank as c_int);
         loop {
             if let Some(m) = self.done_recvs.remove(&id) {
                 return Ok(m);
+            }
+            if from_self && self.sends.is_empty() {
+                // One round first: a message this rank sent itself before completes it.
+                from_self = false;
+                self.poll(true)?;
+                let waiting = self
+                    .recvs
+                    .iter()
+                    .any(|r| r.id == id && matches!(r.state, RecvState::Header { .. }));
+                if waiting && self.sends.is_empty() {
+                    return Err(self.self_gone("wait"));
+                }
+                continue;
             }
             if self.poll(idle.housekeeping())? {
                 idle.reset();
@@ -332,6 +351,31 @@ impl MpiNative {
                 idle.snooze();
             }
         }
+    }
+
+    /// A blocking receive from this rank itself can never complete when nothing from it
+    /// is queued or in MPI and none of this rank's sends is in flight: only this rank's
+    /// thread, blocked in the receive, could send it. [`Error::PeerGone`] naming this
+    /// rank as the peer then (as the engine's end check does), else `Ok`.
+    fn never_from_self(&mut self, src: Source, tag: TagMatch, op: &'static str) -> Result<()> {
+        if src != Source::Rank(self.rank) || !self.sends.is_empty() || !self.deferred.is_empty() {
+            return Ok(());
+        }
+        // (Every message waiting in MPI on the channel is taken into the queue first.)
+        if self.peek(src, tag).is_some() || !self.deferred.is_empty() {
+            return Ok(());
+        }
+        Err(self.self_gone(op))
+    }
+
+    fn self_gone(&self, op: &'static str) -> Error {
+        CommError::PeerGone {
+            rank: self.rank,
+            op,
+            peer: Some(self.rank),
+            failed: false,
+        }
+        .into()
     }
 
     /// True when receive `id` completed.
