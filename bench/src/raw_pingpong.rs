@@ -174,7 +174,7 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
     };
     let qp = Qp::create_rc(&dev.ctx, &dev.pd, &scq, &rcq, srq.as_ref(), caps)?;
     let max_inline = qp.max_inline();
-    let qp = qp.init(&attr::init(dev.caps.port))?;
+    let qp = qp.init(&attr::init(dev.caps.port)).map_err(FabricError::from)?;
     for i in 0..slots {
         post_recv(&qp, srq.as_ref(), &mem, o, recv_off, i)?;
     }
@@ -197,12 +197,14 @@ pub fn run(sel: &VerbsConfig, stream: &mut TcpStream, initiator: bool, o: &RawOp
         lid: u16::from_le_bytes(peer[8..10].try_into().expect("2")),
         gid,
     };
-    let qp = qp.rtr(&attr::rtr(&dev.local(), &remote, QpKind::Rc))?;
+    let qp = qp
+        .rtr(&attr::rtr(&dev.local(), &remote, QpKind::Rc))
+        .map_err(FabricError::from)?;
     let retry = Retry {
         timeout: o.timeout,
         ..Retry::FABRIC
     };
-    let qp = qp.rts(&attr::rts(psn, retry))?;
+    let qp = qp.rts(&attr::rts(psn, retry)).map_err(FabricError::from)?;
     // Both sides ready before the first send.
     stream.write_all(&[1])?;
     stream.read_exact(&mut [0u8; 1])?;
