@@ -513,7 +513,7 @@ pub unsafe extern "C" fn ballast_recv(
 /// (*found 1 or 0) and, when it has and `status` is not NULL, its source, tag and length;
 /// the message stays for the next receive. Errors: BALLAST_EINVAL (NULL, rank or tag out
 /// of range); BALLAST_EPEER when none has arrived and none can come any more: rank
-/// `source` finished or failed, so that an iprobe loop ends as ballast_probe would (told
+/// `source` finished or failed, so that an iprobe loop ends as a blocking ballast_recv would (told
 /// on the local transport; over MPI, which tells no ends, it keeps answering 0; never for
 /// BALLAST_ANY_SOURCE while no rank failed: the caller may still send to itself); the
 /// transport's.

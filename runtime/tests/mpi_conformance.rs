@@ -11,7 +11,7 @@ mod conformance;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ballast_runtime::bootstrap::{Bootstrap, MpiBootstrap};
-use ballast_runtime::error::FabricError;
+use ballast_runtime::error::{CommError, FabricError};
 use ballast_runtime::mpi::Mpi;
 use ballast_runtime::{
     Communicator, ConfigError, Error, RecvSharing, Result, RuntimeConfig, Source, TagMatch,
@@ -337,6 +337,38 @@ fn different_buffer_sizes_are_refused() {
     }
 }
 
+/// A blocking any-source receive in a world of 1 can never complete (review 40): only this
+/// rank, blocked in it, could send; `PeerGone` with no peer (every other rank, none,
+/// finished) on both paths, as on `local`, though MPI tells no ends. A message it sent
+/// itself before is received.
+fn any_source_alone() {
+    let mpi = Mpi::init().unwrap();
+    if mpi.size() != 1 {
+        return;
+    }
+    for native in [true, false] {
+        let cfg = RuntimeConfig::builder()
+            .lock_pool(false)
+            .mpi_native(native)
+            .build()
+            .unwrap();
+        let mut comm = mpi.communicator(&cfg).unwrap();
+        match comm.recv(Source::Any, 3) {
+            Err(Error::Comm(CommError::PeerGone {
+                rank: 0,
+                peer: None,
+                failed: false,
+                ..
+            })) => {}
+            other => panic!("mpi_native {native}: an any-source recv alone gave {other:?}"),
+        }
+        comm.send(0, 4, b"self").unwrap();
+        let m = comm.recv(Source::Any, 4).unwrap();
+        assert_eq!(&m.data[..], b"self", "mpi_native {native}");
+        drop(comm);
+    }
+}
+
 /// Runs `f` with the suite's configurations on the datagram path (`max_endpoints` `cap`,
 /// `endpoint_overflow=datagram`, the MPI engine path where a case does not choose).
 fn with_datagrams(cap: usize, f: impl FnOnce()) {
@@ -516,6 +548,7 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         "different_buffer_sizes_are_refused".into(),
         Box::new(different_buffer_sizes_are_refused),
     ));
+    v.push(("any_source_alone".into(), Box::new(any_source_alone)));
     v
 }
 

@@ -525,6 +525,16 @@ int main(int argc, char **argv) {
         CHECK(r != NULL && ballast_wait(r, &st) == 0 && st.len == 4);
         if (r != NULL) ballast_request_free(r);
         CHECK(ballast_barrier(comm) == 0);
+        /* A send to the other rank in flight cannot satisfy it (review 40): EPEER at once
+         * still (the native path waited for every send of the rank before). */
+        int other = 1 - me;
+        ballast_request *s = NULL;
+        CHECK(ballast_isend(comm, other, 14, "peer", 4, &s) == 0);
+        EXPECT(ballast_recv(comm, me, 11, small, sizeof small, &st), BALLAST_EPEER, want);
+        CHECK(ballast_recv(comm, other, 14, small, sizeof small, &st) == 0 && st.len == 4);
+        CHECK(s != NULL && ballast_wait(s, NULL) == 0);
+        if (s != NULL) ballast_request_free(s);
+        CHECK(ballast_barrier(comm) == 0);
     }
 
     /* 2 x 600 MiB gathered: the 1.2 GiB result does not fit. */

@@ -95,6 +95,11 @@ pub(super) fn engine_gone(e: &Engine, peer: Source, recv: bool, op: &'static str
             Some(end) => (Some(p), end),
             None => failed()?,
         },
+        // Any source in a world of 1: only this rank, blocked in the call, could send it
+        // (on a fabric that tells no ends too, MPI's: there is no other rank to hear of).
+        Source::Any if e.world_size() == 1 && recv && e.sends_drained() => {
+            failed().unwrap_or((None, PeerEnd::Finished))
+        }
         Source::Any => {
             let (p, end) = f.others_end()?;
             if end == PeerEnd::Finished && !(recv && e.sends_drained()) {

@@ -174,6 +174,8 @@ struct PendingSend {
     /// and an `isend`'s copy of a large message's bytes, in flight.
     send: OwnedSend,
     scratch: bool,
+    /// Sent to this rank itself (what a receive from itself may still get).
+    to_self: bool,
 }
 
 /// Idle polls of a blocking call that run back to back before [`Backoff`] (pause, yield,

@@ -332,7 +332,7 @@ impl MpiNative {
             if let Some(m) = self.done_recvs.remove(&id) {
                 return Ok(m);
             }
-            if from_self && self.sends.is_empty() {
+            if from_self && !self.sends_to_self() {
                 // One round first: a message this rank sent itself before completes it.
                 from_self = false;
                 self.poll(true)?;
@@ -340,8 +340,8 @@ impl MpiNative {
                     .recvs
                     .iter()
                     .any(|r| r.id == id && matches!(r.state, RecvState::Header { .. }));
-                if waiting && self.sends.is_empty() {
-                    return Err(self.self_gone("wait"));
+                if waiting && !self.sends_to_self() {
+                    return Err(self.self_gone("wait", Some(self.rank)));
                 }
                 continue;
             }
@@ -353,26 +353,33 @@ impl MpiNative {
         }
     }
 
-    /// A blocking receive from this rank itself can never complete when nothing from it
-    /// is queued or in MPI and none of this rank's sends is in flight: only this rank's
-    /// thread, blocked in the receive, could send it. [`Error::PeerGone`] naming this
-    /// rank as the peer then (as the engine's end check does), else `Ok`.
+    /// A blocking receive from this rank itself (or from any source in a world of 1) can
+    /// never complete when nothing from it is queued or in MPI and none of this rank's
+    /// sends to itself is in flight: only this rank's thread, blocked in the receive,
+    /// could send it. [`CommError::PeerGone`] naming this rank as the peer then (no peer
+    /// for an any-source receive: every other rank, none, finished), as the engine's end
+    /// check does, else `Ok`.
     fn never_from_self(&mut self, src: Source, tag: TagMatch, op: &'static str) -> Result<()> {
-        if src != Source::Rank(self.rank) || !self.sends.is_empty() || !self.deferred.is_empty() {
+        let peer = match src {
+            Source::Rank(r) if r == self.rank => Some(r),
+            Source::Any if self.world_size() == 1 => None,
+            _ => return Ok(()),
+        };
+        if self.sends_to_self() || !self.deferred.is_empty() {
             return Ok(());
         }
         // (Every message waiting in MPI on the channel is taken into the queue first.)
         if self.peek(src, tag).is_some() || !self.deferred.is_empty() {
             return Ok(());
         }
-        Err(self.self_gone(op))
+        Err(self.self_gone(op, peer))
     }
 
-    fn self_gone(&self, op: &'static str) -> Error {
+    fn self_gone(&self, op: &'static str, peer: Option<usize>) -> Error {
         CommError::PeerGone {
             rank: self.rank,
             op,
-            peer: Some(self.rank),
+            peer,
             failed: false,
         }
         .into()

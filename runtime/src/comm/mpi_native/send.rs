@@ -22,14 +22,24 @@ impl MpiNative {
             if let Err(e) = send.post_body(&self.chans[chan].parts, d, mtag, body, self.part_bytes) {
                 // The header is out: keep what was posted so it completes and is freed.
                 let id = self.new_id();
-                self.sends.push(PendingSend { id, send, scratch });
+                self.sends.push(PendingSend {
+                    id,
+                    send,
+                    scratch,
+                    to_self: dest == self.rank,
+                });
                 return Err(e);
             }
         }
         self.sent[dest] += 1;
         self.note_peer(dest);
         let id = self.new_id();
-        self.sends.push(PendingSend { id, send, scratch });
+        self.sends.push(PendingSend {
+            id,
+            send,
+            scratch,
+            to_self: dest == self.rank,
+        });
         Ok(id)
     }
 
@@ -149,6 +159,7 @@ impl MpiNative {
                     id,
                     send,
                     scratch: false,
+                    to_self: dest == self.rank,
                 });
                 return Err(e);
             }
@@ -174,5 +185,11 @@ impl MpiNative {
     /// True when every send completed.
     pub fn sends_drained(&self) -> bool {
         self.sends.is_empty()
+    }
+
+    /// True while a send of this rank to itself is in flight (a receive from itself may
+    /// still get it; sends to other ranks cannot complete such a receive).
+    pub(super) fn sends_to_self(&self) -> bool {
+        self.sends.iter().any(|s| s.to_self)
     }
 }
