@@ -190,6 +190,10 @@ fn info_refuses_a_world_its_peers_do_not_fit() {
 }
 
 fn info(peers: &str, json: bool) -> Output {
+    info_as(peers, "per-peer", json)
+}
+
+fn info_as(peers: &str, sharing: &str, json: bool) -> Output {
     let mut args = vec![
         "info",
         "--transport",
@@ -197,7 +201,7 @@ fn info(peers: &str, json: bool) -> Output {
         "--peers",
         peers,
         "--recv-sharing",
-        "per-peer",
+        sharing,
         "--recv-depth",
         "1048576",
         "--buffer-size",
@@ -235,6 +239,42 @@ fn info_refuses_a_model_that_overflows() {
     // Pool 64 x 1 GiB (the default buffer_count) is below the total; the total is exact.
     let total = per_peer["total_bytes"].as_u64().unwrap();
     assert!(total > 16383u64 << 50 && total < u64::MAX, "{total}");
+}
+
+/// The same settings with `--recv-sharing shared`: only the per-peer comparison column
+/// overflows, so it is left out and named, not the whole command refused (review 40: it
+/// was refused naming per-peer, which was not asked for).
+#[test]
+fn info_leaves_out_only_a_comparison_column_that_overflows() {
+    let o = info_as("16384", "shared", false);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        out.contains(
+            "not predicted: recv_sharing=per-peer: the memory model overflows 64 bits at endpoints (16384)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("18446744073709551615"), "{out}");
+    let o = info_as("16384", "shared", true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let modes: Vec<&str> = v["footprint"]["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["mode"].as_str().unwrap())
+        .collect();
+    assert!(
+        modes.contains(&"shared") && !modes.contains(&"per-peer"),
+        "{modes:?}"
+    );
+    let np = v["footprint"]["not_predicted"].as_array().unwrap();
+    assert_eq!(np.len(), 1, "{np:?}");
+    assert!(
+        np[0].as_str().unwrap().starts_with("recv_sharing=per-peer: "),
+        "{np:?}"
+    );
 }
 
 /// The sweep of the other subcommands' numbers: `demo --ranks 2^32 - 1` aborted ("memory

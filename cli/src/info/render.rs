@@ -90,5 +90,8 @@ fn footprint(f: &FootprintTable) -> anyhow::Result<()> {
         out!(" {:>14}", c.footprint.total_bytes());
     }
     outln!();
+    for why in &f.not_predicted {
+        outln!("  not predicted: {why}");
+    }
     Ok(())
 }

@@ -68,6 +68,10 @@ pub(super) struct FootprintTable {
     pub ranks_per_node: usize,
     pub transport: &'static str,
     pub columns: Vec<FootprintColumn>,
+    /// The other modes (not the configured one) whose model overflows 64 bits, left out of
+    /// `columns`, each with its reason (absent from the JSON when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_predicted: Vec<String>,
 }
 
 /// One mode's predicted footprint, bytes: as JSON `{"mode": …, "pool_bytes": …, …,
@@ -186,9 +190,10 @@ fn settings(cfg: &RuntimeConfig) -> Vec<SettingReport> {
 }
 
 /// The footprint predicted per rank for `peers` peers in a world of `world`, under each
-/// receive-sharing mode (one column, "mpi native", on the MPI native path). Errors: a
-/// mode whose model overflows 64 bits (as `ballast_predict` and dry-run refuse it), named
-/// with the term that overflows.
+/// receive-sharing mode (one column, "mpi native", on the MPI native path). Errors: the
+/// configured mode's model overflows 64 bits (as `ballast_predict` and dry-run refuse it),
+/// named with the term that overflows; another mode that overflows is left out of the
+/// columns and named in `not_predicted`.
 fn footprint_table(t: &TransportConfig, peers: usize, world: usize) -> anyhow::Result<FootprintTable> {
     let modes: Vec<(String, RecvSharing)> = if t.kind == TransportKind::Mpi && t.mpi_native {
         vec![("mpi native".to_string(), t.recv_sharing)]
@@ -199,19 +204,22 @@ fn footprint_table(t: &TransportConfig, peers: usize, world: usize) -> anyhow::R
             .collect()
     };
     let mut columns = Vec::with_capacity(modes.len());
+    let mut not_predicted = Vec::new();
     for (mode, m) in modes {
         let mt = TransportConfig {
             recv_sharing: m,
             ..*t
         };
-        let footprint = mt.try_predict(peers, world, t.ranks_per_node).map_err(|e| {
-            anyhow::anyhow!(
+        match mt.try_predict(peers, world, t.ranks_per_node) {
+            Ok(footprint) => columns.push(FootprintColumn { mode, footprint }),
+            // Only the comparison column of a mode not asked for: the rest is shown.
+            Err(e) if m != t.recv_sharing => not_predicted.push(format!("recv_sharing={m}: {e}")),
+            Err(e) => anyhow::bail!(
                 "the footprint of a rank with --peers {peers} in a world of {world} ranks cannot be predicted \
                  with recv_sharing={}: {e}",
                 mt.recv_sharing
-            )
-        })?;
-        columns.push(FootprintColumn { mode, footprint });
+            ),
+        }
     }
     Ok(FootprintTable {
         peers,
@@ -219,5 +227,6 @@ fn footprint_table(t: &TransportConfig, peers: usize, world: usize) -> anyhow::R
         ranks_per_node: t.ranks_per_node,
         transport: t.kind.as_str(),
         columns,
+        not_predicted,
     })
 }
