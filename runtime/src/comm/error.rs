@@ -72,7 +72,7 @@ pub enum CommError {
 fn gone_phrase(rank: usize, peer: &Option<usize>, failed: bool) -> String {
     match (peer, failed) {
         (Some(p), false) if *p == rank => format!(
-            "it receives from rank {p}, itself: nothing from rank {p} is queued, and only this rank's thread, blocked in this call, could send it"
+            "it receives from rank {p}, itself: nothing from rank {p} that matches is queued, and only this rank's thread, blocked in this call, could send it"
         ),
         (Some(p), true) => format!("rank {p} failed"),
         (Some(p), false) => format!("rank {p} finished (returned) without sending what it waits for"),
