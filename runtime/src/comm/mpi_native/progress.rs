@@ -6,6 +6,17 @@ use crate::error::{FabricError, ProtocolError};
 use crate::protocol::request::RequestId;
 
 impl MpiNative {
+    /// The error of a large message from `source` whose parts brought `got` bytes where
+    /// its header announced `total` (the sender sent less than it announced).
+    fn short_parts(&self, source: usize, got: usize, total: usize) -> Error {
+        Error::Fabric(FabricError::BadPacket {
+            rank: self.rank,
+            from: Sender::Rank(source),
+            bytes: got,
+            what: format!("parts of {got} bytes for a message of {total}"),
+        })
+    }
+
     /// Takes the first message matching `(s, t)` on `chan` out of MPI, if one is there.
     pub(super) fn probe_one(&mut self, chan: usize, s: c_int, t: c_int) -> Result<Option<Message>> {
         let Some(matched) = ffi::improbe(&self.chans[chan].msgs, s, t)? else {
@@ -285,14 +296,9 @@ impl MpiNative {
             };
             // The sender posted the parts with the header: waiting completes.
             recv.wait(&mut self.statuses)?;
-            let data = recv.take_data().map_err(|got| {
-                Error::Fabric(FabricError::BadPacket {
-                    rank: self.rank,
-                    from: Sender::Rank(source),
-                    bytes: got,
-                    what: format!("parts of {got} bytes for a message of {total}"),
-                })
-            })?;
+            let data = recv
+                .take_data()
+                .map_err(|got| self.short_parts(source, got, total))?;
             self.done_recvs.insert(id, Message { source, tag, data });
         }
         if let Some(m) = self.done_recvs.remove(&id) {
@@ -458,14 +464,9 @@ impl MpiNative {
                             unreachable!("parts state")
                         };
                         // All `total` bytes, unless the sender sent less than it announced.
-                        let data = recv.take_data().map_err(|got| {
-                            Error::Fabric(FabricError::BadPacket {
-                                rank: self.rank,
-                                from: Sender::Rank(source),
-                                bytes: got,
-                                what: format!("parts of {got} bytes for a message of {total}"),
-                            })
-                        })?;
+                        let data = recv
+                            .take_data()
+                            .map_err(|got| self.short_parts(source, got, total))?;
                         self.done_recvs.insert(r.id, Message { source, tag, data });
                         continue;
                     }
