@@ -52,6 +52,30 @@ pub enum CommError {
         /// The term that overflows, with its factors' values.
         term: String,
     },
+    /// Call `op` is not available on this communicator (`why`: its path, or what is
+    /// missing).
+    #[error("rank {rank}: {op} is not supported here: {why}")]
+    Unsupported {
+        /// The calling rank.
+        rank: usize,
+        /// The call.
+        op: &'static str,
+        /// Why not.
+        why: String,
+    },
+    /// Argument `what` of collective `op` on rank `rank` is invalid (`why`), e.g. a root
+    /// out of range, a destination named twice.
+    #[error("rank {rank}: {op}: {what} {why}")]
+    CollectiveArgument {
+        /// The calling rank.
+        rank: usize,
+        /// The collective.
+        op: &'static str,
+        /// The argument.
+        what: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A message of the runtime's own traffic (fanout, collectives) has the wrong length.
     #[error("protocol error: rank {rank}: message of {bytes} bytes from rank {peer} with tag {tag}, expected {expected}")]
     MessageSize {

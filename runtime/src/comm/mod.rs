@@ -15,7 +15,7 @@ use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERV
 use crate::protocol::request::RequestId;
 
 mod backend;
-mod collectives;
+pub mod collective;
 mod engine;
 pub mod error;
 mod gone;
@@ -67,7 +67,7 @@ pub struct Communicator {
     collectives: CollectiveSeq,
     /// A collective that failed with a retryable error, resumed by the next call of its
     /// kind (`collectives`).
-    unfinished: Option<collectives::Unfinished>,
+    unfinished: Option<collective::Unfinished>,
 }
 
 impl Communicator {

@@ -1,5 +1,6 @@
 //! The collectives of [`Communicator`]: `barrier` (dissemination) and `all_gatherv`
-//! (ring). Each message carries its collective's stamp (`protocol::collective`), so
+//! (ring) here, the others in `api` (issue 35); on a backend with its own
+//! ([`native::NativeCollectives`], the MPI native path) those run instead. Each message carries its collective's stamp (`protocol::collective`), so
 //! ranks in different collectives get [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) instead of a hang,
 //! and a rank that ended before taking part is [`CommError::PeerGone`](crate::error::CommError::PeerGone) naming the call.
 //!
@@ -17,6 +18,13 @@
 //! [`FabricError::MessageAlloc`]: crate::error::FabricError::MessageAlloc
 //! [`ProtocolError::WouldBlock`]: crate::error::ProtocolError::WouldBlock
 //! [`Error::Alloc`]: crate::error::Error::Alloc
+
+mod api;
+pub(crate) mod native;
+mod pending;
+pub mod reduce;
+
+pub use reduce::{ReduceOp, ReduceSlice, ReduceType, Reducible};
 
 use super::{Communicator, Request};
 use crate::error::{CommError, Error, FabricError, ProtocolError, Result};
@@ -172,6 +180,9 @@ impl Communicator {
     /// when an all-gather is unfinished here, [`CommError::PeerGone`](crate::error::CommError::PeerGone)
     /// when a peer ended without entering it, the transport's.
     pub fn barrier(&mut self) -> Result<()> {
+        if let Some(n) = self.backend.native_collectives() {
+            return n.barrier();
+        }
         let u = self.coll_start(CollectiveKind::Barrier, || Ok(Vec::new()))?;
         let n = self.world_size();
         let r = self.rank();
@@ -196,6 +207,9 @@ impl Communicator {
     /// `all_gatherv` resumes this one, with the `data` given first (the retry's is not
     /// read). Errors as [`Communicator::barrier`].
     pub fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if let Some(nc) = self.backend.native_collectives() {
+            return nc.all_gatherv(data);
+        }
         let n = self.world_size();
         let r = self.rank();
         let u = self.coll_start(CollectiveKind::AllGatherv, || {
