@@ -174,8 +174,9 @@ extern "C" {
 #endif // __cplusplus
 
 // Reduces `count` elements of type `type` element by element with `op` over every rank:
-// each rank gives its `count` elements at `in`, and every rank gets the result, the same
-// bit for bit on every rank, at `out` (`count` elements; `in == out` reduces in place).
+// each rank gives its `count` elements at `in`, and every rank gets the result at `out`
+// (`count` elements; `in == out` reduces in place): on the engine paths the same bits on
+// every rank (below), on the MPI native path as MPI_Allreduce gives them.
 // Collective: every rank calls it with the same `count`, `type` and `op`. `count` may be
 // 0 (then `in` and `out` may be NULL; the ranks still synchronise). New in 0.3.
 //
@@ -193,9 +194,9 @@ extern "C" {
 // Errors: BALLAST_EINVAL for NULL `comm`, `type` or `op` not one of the BALLAST_* values
 // above, `count` times the element's size above PTRDIFF_MAX bytes, NULL `in` or `out`
 // with `count` > 0, `in` or `out` not aligned for the type (4 bytes for BALLAST_INT32, 8
-// for the others), `in` and `out` overlapping without being equal, or another rank
-// calling a different collective or a different `count` at this point (the message
-// names both); BALLAST_ENOMEM when memory for a step's message cannot be had;
+// for the others), `in` and `out` overlapping without being equal, or (on the engine
+// paths) another rank calling a different collective or a different `count` at this
+// point (the message names both); BALLAST_ENOMEM when memory for a step's message cannot be had;
 // BALLAST_EPEER when a peer died, the run was aborted, or a rank ended without taking
 // part; the transport's. After an error `out` holds unspecified values.
 //
@@ -221,15 +222,18 @@ int ballast_allreduce(struct ballast_comm *comm,
 // MPI_Bcast.
 //
 // Errors: BALLAST_EINVAL for NULL `comm`, `root` out of range (the message gives the
-// world), NULL `buf` with `len` > 0, `len` above PTRDIFF_MAX, or another rank calling a
-// different collective, root or length at this point; BALLAST_ENOMEM; BALLAST_EPEER when
+// world), NULL `buf` with `len` > 0, `len` above PTRDIFF_MAX, or (on the engine paths)
+// another rank calling a different collective, root or length at this point; BALLAST_ENOMEM; BALLAST_EPEER when
 // a peer died, the run was aborted, or a rank ended without taking part; the transport's.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
 // call (a freed one is refused); `buf` NULL with `len` 0 or `len` readable and writable
 // bytes.
-int ballast_bcast(struct ballast_comm *comm, int root, void *buf, size_t len);
+int ballast_bcast(struct ballast_comm *comm,
+                  int root,
+                  void *buf,
+                  size_t len);
 
 // Gathers every rank's `len` bytes at `buf` (any length per rank, 0 included) on rank
 // `root`: there *out is a result with one part per rank (ballast_gathered_part, or
@@ -244,8 +248,8 @@ int ballast_bcast(struct ballast_comm *comm, int root, void *buf, size_t len);
 // the lengths, then MPI_Gatherv of the bytes.
 //
 // Errors: BALLAST_EINVAL for NULL `comm` or `out`, `root` out of range, NULL `buf` with
-// `len` > 0, `len` above PTRDIFF_MAX, or another rank calling a different collective or
-// root at this point; BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER; the
+// `len` > 0, `len` above PTRDIFF_MAX, or (on the engine paths) another rank calling a
+// different collective or root at this point; BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER; the
 // transport's.
 //
 // # Safety
@@ -273,8 +277,8 @@ int ballast_gather(struct ballast_comm *comm,
 // path: MPI_Alltoall of the lengths, then MPI_Alltoallv of the bytes.
 //
 // Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, NULL `send` with lengths
-// summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or another rank
-// calling a different collective at this point; BALLAST_ENOMEM when the result or a
+// summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or (on the engine
+// paths) another rank calling a different collective at this point; BALLAST_ENOMEM when the result or a
 // step's message cannot be held; BALLAST_EPEER; the transport's.
 //
 // # Safety
@@ -306,8 +310,8 @@ int ballast_alltoallv(struct ballast_comm *comm,
 // Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `dests`, `bufs` or `lens` with
 // `n` > 0, `n` above the number of other ranks (world size - 1), a destination out of
 // range, this rank or named twice, NULL `bufs[i]` with `lens[i]` > 0, lengths whose sum
-// (bytes) overflows or passes PTRDIFF_MAX, or another rank calling a different collective
-// at this point; BALLAST_ENOMEM when the result or a received part cannot be held;
+// (bytes) overflows or passes PTRDIFF_MAX, or (on the engine paths) another rank calling
+// a different collective at this point; BALLAST_ENOMEM when the result or a received part cannot be held;
 // BALLAST_EPEER; the transport's.
 //
 // # Safety

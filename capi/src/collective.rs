@@ -123,8 +123,9 @@ unsafe fn reduce_in_place<T: Reducible>(
 }
 
 /// Reduces `count` elements of type `type` element by element with `op` over every rank:
-/// each rank gives its `count` elements at `in`, and every rank gets the result, the same
-/// bit for bit on every rank, at `out` (`count` elements; `in == out` reduces in place).
+/// each rank gives its `count` elements at `in`, and every rank gets the result at `out`
+/// (`count` elements; `in == out` reduces in place): on the engine paths the same bits on
+/// every rank (below), on the MPI native path as MPI_Allreduce gives them.
 /// Collective: every rank calls it with the same `count`, `type` and `op`. `count` may be
 /// 0 (then `in` and `out` may be NULL; the ranks still synchronise). New in 0.3.
 ///
@@ -142,9 +143,9 @@ unsafe fn reduce_in_place<T: Reducible>(
 /// Errors: BALLAST_EINVAL for NULL `comm`, `type` or `op` not one of the BALLAST_* values
 /// above, `count` times the element's size above PTRDIFF_MAX bytes, NULL `in` or `out`
 /// with `count` > 0, `in` or `out` not aligned for the type (4 bytes for BALLAST_INT32, 8
-/// for the others), `in` and `out` overlapping without being equal, or another rank
-/// calling a different collective or a different `count` at this point (the message
-/// names both); BALLAST_ENOMEM when memory for a step's message cannot be had;
+/// for the others), `in` and `out` overlapping without being equal, or (on the engine
+/// paths) another rank calling a different collective or a different `count` at this
+/// point (the message names both); BALLAST_ENOMEM when memory for a step's message cannot be had;
 /// BALLAST_EPEER when a peer died, the run was aborted, or a rank ended without taking
 /// part; the transport's. After an error `out` holds unspecified values.
 ///
@@ -231,8 +232,8 @@ pub unsafe extern "C" fn ballast_allreduce(
 /// MPI_Bcast.
 ///
 /// Errors: BALLAST_EINVAL for NULL `comm`, `root` out of range (the message gives the
-/// world), NULL `buf` with `len` > 0, `len` above PTRDIFF_MAX, or another rank calling a
-/// different collective, root or length at this point; BALLAST_ENOMEM; BALLAST_EPEER when
+/// world), NULL `buf` with `len` > 0, `len` above PTRDIFF_MAX, or (on the engine paths)
+/// another rank calling a different collective, root or length at this point; BALLAST_ENOMEM; BALLAST_EPEER when
 /// a peer died, the run was aborted, or a rank ended without taking part; the transport's.
 ///
 /// # Safety
@@ -279,8 +280,8 @@ pub unsafe extern "C" fn ballast_bcast(
 /// the lengths, then MPI_Gatherv of the bytes.
 ///
 /// Errors: BALLAST_EINVAL for NULL `comm` or `out`, `root` out of range, NULL `buf` with
-/// `len` > 0, `len` above PTRDIFF_MAX, or another rank calling a different collective or
-/// root at this point; BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER; the
+/// `len` > 0, `len` above PTRDIFF_MAX, or (on the engine paths) another rank calling a
+/// different collective or root at this point; BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER; the
 /// transport's.
 ///
 /// # Safety
@@ -340,8 +341,8 @@ fn list<T>(func: &str, what: &str, n: usize) -> Result<Vec<T>, Fail> {
 /// path: MPI_Alltoall of the lengths, then MPI_Alltoallv of the bytes.
 ///
 /// Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, NULL `send` with lengths
-/// summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or another rank
-/// calling a different collective at this point; BALLAST_ENOMEM when the result or a
+/// summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or (on the engine
+/// paths) another rank calling a different collective at this point; BALLAST_ENOMEM when the result or a
 /// step's message cannot be held; BALLAST_EPEER; the transport's.
 ///
 /// # Safety
@@ -415,8 +416,8 @@ pub unsafe extern "C" fn ballast_alltoallv(
 /// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `dests`, `bufs` or `lens` with
 /// `n` > 0, `n` above the number of other ranks (world size - 1), a destination out of
 /// range, this rank or named twice, NULL `bufs[i]` with `lens[i]` > 0, lengths whose sum
-/// (bytes) overflows or passes PTRDIFF_MAX, or another rank calling a different collective
-/// at this point; BALLAST_ENOMEM when the result or a received part cannot be held;
+/// (bytes) overflows or passes PTRDIFF_MAX, or (on the engine paths) another rank calling
+/// a different collective at this point; BALLAST_ENOMEM when the result or a received part cannot be held;
 /// BALLAST_EPEER; the transport's.
 ///
 /// # Safety

@@ -20,6 +20,9 @@
 
 #define MIB ((size_t)1 << 20)
 
+/* Set by the includer while the communicator is on the MPI native path. */
+static int native_path;
+
 static uint64_t mix(uint64_t x) { /* splitmix64's finaliser */
     x += 0x9e3779b97f4a7c15ull;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -153,8 +156,10 @@ static void allreduce_checks(ballast_comm *comm, int me, int n, int seed) {
             allreduce_case(comm, me, n, TYPES[ti], OPS[oi], MIB / type_size(TYPES[ti]), (ti + oi) % 2, seed);
         }
 
-    /* Doubles whose sum rounds: the same bits on every rank (compared through an
-     * all-gather), and within rounding of the reference. */
+    /* Doubles whose sum rounds: within rounding of the reference, and on the engine
+     * paths (fixed order) the same bits on every rank, compared through an all-gather
+     * (on the MPI native path MPI's order applies: only the exact sums above are
+     * compared bit for bit there). */
     enum { K = 1000 };
     double d[K], ref[K];
     for (size_t j = 0; j < K; j++) {
@@ -180,7 +185,7 @@ static void allreduce_checks(ballast_comm *comm, int me, int n, int seed) {
         int src = -1;
         OK(ballast_gathered_at(all, (size_t)r, &p, &len));
         OK(ballast_gathered_source(all, (size_t)r, &src));
-        CHECK(src == r && len == sizeof d && p != NULL && memcmp(p, d, sizeof d) == 0);
+        CHECK(src == r && len == sizeof d && p != NULL && (native_path || memcmp(p, d, sizeof d) == 0));
     }
     OK(ballast_gathered_free(all));
 }

@@ -82,7 +82,9 @@ int main(int argc, char **argv) {
     ballast_comm *comm = NULL;
     OK(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, &comm));
     check_path(comm, "path: native");
+    native_path = 1;
     collectives_suite(comm, 1);
+    native_path = 0;
     OK(ballast_comm_free(comm));
 
     /* The engine over MPI. */
@@ -98,7 +100,9 @@ int main(int argc, char **argv) {
     MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
     ballast_comm *sub = NULL;
     OK(ballast_comm_from_mpi(half, cfg, &sub));
+    native_path = 1;
     collectives_suite(sub, 3 + world_rank % 2);
+    native_path = 0;
     OK(ballast_comm_free(sub));
     MPI_Comm_free(&half);
 
