@@ -125,7 +125,8 @@ fn comm_code(e: &CommError) -> c_int {
         CommError::ReservedTag(_)
         | CommError::ModelOverflow { .. }
         | CommError::CollectiveUnfinished { .. }
-        | CommError::CollectiveArgument { .. } => BALLAST_EINVAL,
+        | CommError::CollectiveArgument { .. }
+        | CommError::CollectiveLength { .. } => BALLAST_EINVAL,
         CommError::Unsupported { .. } => BALLAST_EUNSUPPORTED,
         CommError::PeerGone { .. } => BALLAST_EPEER,
         _ => BALLAST_EINTERNAL,

@@ -68,6 +68,10 @@ pub struct Communicator {
     /// A collective that failed with a retryable error, resumed by the next call of its
     /// kind (`collectives`).
     unfinished: Option<collective::Unfinished>,
+    /// Collective messages of a later collective that a sparse exchange took from any
+    /// source (a peer finished the exchange and started the next), with their sources, by
+    /// arrival: each source's come before what is still queued from it.
+    early: Vec<(usize, Vec<u8>)>,
 }
 
 impl Communicator {
@@ -89,6 +93,7 @@ impl Communicator {
             messages_sent: 0,
             collectives: CollectiveSeq::default(),
             unfinished: None,
+            early: Vec::new(),
         }
     }
 

@@ -34,8 +34,23 @@ impl Communicator {
     }
 
     /// Replaces every rank's `data` by the element-wise reduction `op` over all ranks'
-    /// (the same length on every rank). Errors: the transport's; a length that differs
-    /// between ranks is [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) on the engine paths.
+    /// (the same length on every rank; `i32`, `i64`, `u64` or `f64` elements).
+    ///
+    /// On the engine paths (local, verbs, MPI's engine path) the algorithm is recursive
+    /// doubling: with `p` the largest power of two not above the world size `n` and `rem
+    /// = n - p`, rank `2i` (`i < rem`) first folds its data into rank `2i + 1` and gets the
+    /// result back at the end; the `p` others exchange whole vectors in `log2 p` rounds.
+    /// Partners per rank: `log2 p`, plus 1 for a rank below `2 * rem`. Every combination
+    /// is `lower-rank operand ⊕ higher-rank operand`, so the result is one fixed expression
+    /// tree over the ranks' inputs in rank order (for `n = 4`: `(d0 ⊕ d1) ⊕ (d2 ⊕ d3)`;
+    /// for `n = 3`: `(d0 ⊕ d1) ⊕ d2`), and doubles are the same bits on every rank and from
+    /// run to run. Doubles' `min`/`max` give NaN when an operand is NaN (the lower rank's
+    /// when both are). On the MPI native path MPI's own `MPI_Allreduce` runs, in MPI's order.
+    ///
+    /// After a retryable error (see the module) the next `all_reduce` resumes this one.
+    /// Errors: [`CommError::CollectiveLength`] when a partner's length differs (on the
+    /// engine paths; it names both ranks and lengths), else as
+    /// [`Communicator::barrier`].
     pub fn all_reduce<T: Reducible>(&mut self, data: &mut [T], op: ReduceOp) -> Result<()> {
         let slice = T::slice(data);
         if let Some(n) = self.backend.native_collectives() {
@@ -44,8 +59,14 @@ impl Communicator {
         self.engine_all_reduce(slice, op)
     }
 
-    /// Copies rank `root`'s `buf` into every other rank's `buf` (the same length on every
-    /// rank). Errors: a `root` out of range, the transport's.
+    /// Copies rank `root`'s `buf` into every other rank's `buf` (the same length and root
+    /// on every rank). On the engine paths: a binomial tree (`ceil(log2 n)` rounds;
+    /// partners per rank at most `ceil(log2 n)`: the root's children, a rank's parent and
+    /// children). After a retryable error the next `bcast` resumes this one (pass the same
+    /// arguments: the root's `buf` is read again). Errors:
+    /// [`CommError::CollectiveArgument`] for a `root` out of range,
+    /// [`CommError::CollectiveLength`] when this rank's length differs from the root's (on
+    /// the engine paths), else as [`Communicator::barrier`].
     pub fn bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {
         self.check_root("bcast", root)?;
         if let Some(n) = self.backend.native_collectives() {
@@ -54,8 +75,13 @@ impl Communicator {
         self.engine_bcast(root, buf)
     }
 
-    /// Gathers every rank's `data` (any length) on `root`, by rank: `Some` on the root,
-    /// `None` on the others. Errors: a `root` out of range, the transport's.
+    /// Gathers every rank's `data` (any length) on `root`, by rank: `Some` (world size
+    /// parts, part `i` rank `i`'s) on the root, `None` on the others (the same root on
+    /// every rank). On the engine paths: a binomial tree (`ceil(log2 n)` rounds; partners
+    /// per rank at most `ceil(log2 n)`), each part travelling with its length. After a
+    /// retryable error the next `gather` resumes this one (the retry's `data` is not
+    /// read). Errors: [`CommError::CollectiveArgument`] for a `root` out of range, else as
+    /// [`Communicator::barrier`].
     pub fn gather(&mut self, root: usize, data: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
         self.check_root("gather", root)?;
         if let Some(n) = self.backend.native_collectives() {
@@ -64,8 +90,15 @@ impl Communicator {
         self.engine_gather(root, data)
     }
 
-    /// Sends `parts[d]` (any length) to every rank `d` and returns what each rank sent
-    /// here, by rank. Errors: `parts` not of world-size length, the transport's.
+    /// Sends `parts[d]` (any length, `parts[rank]` to this rank itself) to every rank `d`
+    /// and returns what each rank sent here, by rank (world size parts). The lengths
+    /// travel with the data: nobody exchanges counts first. On the engine paths: Bruck's
+    /// algorithm (`ceil(log2 n)` rounds, each sending the parts whose slot has the round's
+    /// bit set to rank `r + 2^k`; partners per rank `2 * ceil(log2 n)`; a part travels up
+    /// to `ceil(log2 n)` times, so it suits small parts). After a retryable error the next
+    /// `all_to_allv` resumes this one (the retry's `parts` are not read). Errors:
+    /// [`CommError::CollectiveArgument`] for `parts` not of world-size length, else as
+    /// [`Communicator::barrier`].
     pub fn all_to_allv(&mut self, parts: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
         let n = self.world_size();
         if parts.len() != n {
@@ -82,9 +115,17 @@ impl Communicator {
     }
 
     /// Sends each `(dest, bytes)` of `sends` (distinct destinations, not this rank) and
-    /// returns what the ranks that sent here sent, in increasing source order: no rank
-    /// knows its sources in advance (the dynamic sparse data exchange). Errors: a
-    /// destination out of range, named twice or this rank; the transport's.
+    /// returns what the ranks that sent here sent, `(source, bytes)` in increasing source
+    /// order: no rank knows its sources in advance (the dynamic sparse data exchange).
+    /// On the engine paths: NBX (Hoefler et al. 2010): the data goes to each destination,
+    /// which acknowledges it; once all of its sends are acknowledged a rank enters a
+    /// non-blocking dissemination barrier and receives (and acknowledges) until it
+    /// completes. Partners per rank: its destinations and sources, plus the barrier's `2 *
+    /// ceil(log2 n)`. After a retryable error the next `exchange_sparse` resumes this one:
+    /// what was sent, received and acknowledged is kept, and the sends not yet posted are
+    /// read from the retry's `sends`, which must be the same. Errors:
+    /// [`CommError::CollectiveArgument`] for a destination out of range, named twice or
+    /// this rank, else as [`Communicator::barrier`].
     pub fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<(usize, Vec<u8>)>> {
         let n = self.world_size();
         let me = self.rank();
