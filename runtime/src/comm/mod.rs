@@ -1,5 +1,7 @@
 //! The embedding API for simulator code: [`Communicator`], a rank's handle with blocking
-//! and non-blocking tagged point-to-point, `barrier`, `all_gatherv` and `progress`.
+//! and non-blocking tagged point-to-point, the collectives (`collective/`: `barrier`,
+//! `all_gatherv`, `all_reduce`, `bcast`, `gather`, `all_to_allv`, `exchange_sparse`) and
+//! `progress`.
 //! Everything runs on the caller's thread: a simulator drives the runtime from one
 //! thread and calls [`Communicator::progress`] between compute steps.
 
@@ -156,7 +158,7 @@ impl Communicator {
     }
 
     /// Messages this rank sent so far, whole messages (not packets), its own to itself and
-    /// those of collectives (`barrier`, `all_gatherv`) included.
+    /// those of every collective included.
     pub fn messages_sent(&self) -> u64 {
         self.messages_sent
     }

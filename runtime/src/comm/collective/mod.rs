@@ -1,8 +1,17 @@
-//! The collectives of [`Communicator`]: `barrier` (dissemination) and `all_gatherv`
-//! (ring) here, the others in `api` (issue 35); on a backend with its own
-//! ([`native::NativeCollectives`], the MPI native path) those run instead. Each message carries its collective's stamp (`protocol::collective`), so
-//! ranks in different collectives get [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) instead of a hang,
-//! and a rank that ended before taking part is [`CommError::PeerGone`](crate::error::CommError::PeerGone) naming the call.
+//! The collectives of [`Communicator`]: the machinery every engine algorithm runs on
+//! (`coll_start`, `coll_run`, `coll_step`, [`Unfinished`]) with `barrier`
+//! (dissemination) and `all_gatherv` (ring) here; the public calls of the others in
+//! `api`, their engine algorithms one per module (`allreduce`: recursive doubling;
+//! `bcast`, `gather`: binomial trees; `alltoallv`: Bruck; `sparse`: NBX; `parts`: the
+//! length-prefixed parts gather and all-to-all send). On a backend with its own
+//! ([`native::NativeCollectives`], the MPI native path) those run instead. Each message
+//! carries its collective's stamp (`protocol::collective`), so ranks in different
+//! collectives get [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch)
+//! instead of a hang, and a rank that ended before taking part is
+//! [`CommError::PeerGone`](crate::error::CommError::PeerGone) naming the call. The sparse
+//! exchange takes its messages from any source; one of a later collective (from a peer
+//! that finished the exchange first) waits in the communicator's `early` list, which
+//! `coll_next` reads before the queue.
 //!
 //! A collective that fails with a retryable error (out of memory, [`FabricError::MessageAlloc`]
 //! or [`Error::Alloc`], e.g. for an unrelated large arrival; [`ProtocolError::WouldBlock`]) stays
