@@ -188,8 +188,10 @@ extern "C" {
 // rank below 2 rem. Every combination is (lower ranks' value) op (higher ranks' value),
 // so the result is one fixed expression over the inputs in rank order: for doubles the
 // same bits on every rank, for given inputs and world size. On the MPI native path:
-// MPI_Allreduce on Ballast's duplicate communicator (MPI's algorithm, partners and order
-// of combination).
+// MPI_Iallreduce (MPI_INT32_T, MPI_INT64_T, MPI_UINT64_T, MPI_DOUBLE with MPI_SUM,
+// MPI_MIN, MPI_MAX), waited for as MPI_Allreduce would be, on a duplicate of the
+// communicator kept for Ballast's collectives (MPI's algorithm, partners and order of
+// combination); `count` above INT_MAX is BALLAST_EINVAL there (MPI's counts are ints).
 //
 // Errors: BALLAST_EINVAL for NULL `comm`, `type` or `op` not one of the BALLAST_* values
 // above, `count` times the element's size above PTRDIFF_MAX bytes, NULL `in` or `out`
@@ -219,7 +221,7 @@ int ballast_allreduce(struct ballast_comm *comm,
 // root) mod n a rank's place, in round k (ceil(log2 n) rounds) every place v < 2^k sends
 // to v + 2^k (when below n), which receives from v - 2^k. Partners per rank: its parent
 // (none for the root) and its children, at most ceil(log2 n). On the MPI native path:
-// MPI_Bcast.
+// MPI_Ibcast, waited for (`len` above INT_MAX is BALLAST_EINVAL there).
 //
 // Errors: BALLAST_EINVAL for NULL `comm`, `root` out of range (the message gives the
 // world), NULL `buf` with `len` > 0, `len` above PTRDIFF_MAX, or (on the engine paths)
@@ -244,8 +246,9 @@ int ballast_bcast(struct ballast_comm *comm,
 // The algorithm: on the engine paths the binomial tree of ballast_bcast, reversed: in
 // round k a place v with v mod 2^(k+1) = 2^k sends every part it holds (its own and its
 // subtree's, each with its length) to v - 2^k and is done. Partners per rank: at most
-// ceil(log2 n) (the root's children; a leaf has 1). On the MPI native path: MPI_Gather of
-// the lengths, then MPI_Gatherv of the bytes.
+// ceil(log2 n) (the root's children; a leaf has 1). On the MPI native path: MPI_Igather
+// of the lengths, then MPI_Igatherv of the bytes, waited for (a length or the root's
+// total above INT_MAX bytes is BALLAST_EINVAL there).
 //
 // Errors: BALLAST_EINVAL for NULL `comm` or `out`, `root` out of range, NULL `buf` with
 // `len` > 0, `len` above PTRDIFF_MAX, or (on the engine paths) another rank calling a
@@ -274,7 +277,8 @@ int ballast_gather(struct ballast_comm *comm,
 // rank r sends to r + 2^k and receives from r - 2^k, modulo n, the parts whose
 // destination distance has bit k set, lengths included), so at most 2 ceil(log2 n)
 // partners per rank, and each byte travels up to ceil(log2 n) times. On the MPI native
-// path: MPI_Alltoall of the lengths, then MPI_Alltoallv of the bytes.
+// path: MPI_Ialltoall of the lengths, then MPI_Ialltoallv of the bytes, waited for (a
+// rank's total sent or received above INT_MAX bytes is BALLAST_EINVAL there).
 //
 // Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, NULL `send` with lengths
 // summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or (on the engine
@@ -304,8 +308,9 @@ int ballast_alltoallv(struct ballast_comm *comm,
 // dissemination barrier (ceil(log2 n) rounds: rank r to r + 2^k, from r - 2^k) and keeps
 // receiving (and acknowledging) until it completes. Partners per rank: its destinations,
 // its sources, and the barrier's 2 ceil(log2 n). On the MPI native path: MPI_Issend of
-// each part, MPI_Iprobe and MPI_Recv of any source, and MPI_Ibarrier once the
-// synchronous sends are matched.
+// each part, MPI_Improbe and MPI_Mrecv of any source meanwhile, and MPI_Ibarrier once
+// every MPI_Issend completed (was matched); a part above INT_MAX bytes is BALLAST_EINVAL
+// there.
 //
 // Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `dests`, `bufs` or `lens` with
 // `n` > 0, `n` above the number of other ranks (world size - 1), a destination out of
