@@ -2,7 +2,8 @@
  * mpi_conformance.c): the checks of collectives_body.h on a communicator of
  * ballast_comm_from_mpi over MPI_COMM_WORLD on the MPI native path (MPI's own collectives),
  * then on one with mpi_native off (the engine's algorithms over MPI), then on a
- * sub-communicator (even and odd world ranks, native), and a call on a freed communicator.
+ * sub-communicator (even and odd world ranks, native; without the 1 MiB reductions, which
+ * the world's runs made), and a call on a freed communicator.
  * Prints "capi mpi collectives: rank R of N: P passed, F failed" on every process and exits
  * non-zero if a check failed. Build:
  *   mpicc mpi_collectives.c $(pkg-config --cflags --libs ballast)   (BALLAST_HAVE_MPI set by the .pc) */
@@ -100,9 +101,9 @@ int main(int argc, char **argv) {
     MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
     ballast_comm *sub = NULL;
     OK(ballast_comm_from_mpi(half, cfg, &sub));
-    native_path = 1;
+    native_path = skip_large = 1;
     collectives_suite(sub, 3 + world_rank % 2);
-    native_path = 0;
+    native_path = skip_large = 0;
     OK(ballast_comm_free(sub));
     MPI_Comm_free(&half);
 
