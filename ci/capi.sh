@@ -134,7 +134,7 @@ done
 # Issue 35's collectives over MPI (capi/tests/c/mpi_collectives.c): on the native path, the
 # engine and a sub-communicator, against references computed on one rank, under mpirun -n
 # 1, 2, 3, 4 and 7 (oversubscribed): about 60 s in all with a debug build on a loaded
-# 2-core machine (load average 11), less with the release install used here.
+# 2-core machine (load average 11); the release install used here was not timed.
 # shellcheck disable=SC2046
 mpicc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L capi/tests/c/mpi_collectives.c \
     $(pkg-config --cflags --libs ballast) -o "$work/mpi_collectives"
