@@ -280,7 +280,8 @@ int ballast_gather(struct ballast_comm *comm,
 // path: MPI_Ialltoall of the lengths, then MPI_Ialltoallv of the bytes, waited for (a
 // rank's total sent or received above INT_MAX bytes is BALLAST_EINVAL there).
 //
-// Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, NULL `send` with lengths
+// Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, `send_lens` not aligned
+// for size_t, NULL `send` with lengths
 // summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or (on the engine
 // paths) another rank calling a different collective at this point; BALLAST_ENOMEM when the result or a
 // step's message cannot be held; BALLAST_EPEER; the transport's.
@@ -312,8 +313,8 @@ int ballast_alltoallv(struct ballast_comm *comm,
 // every MPI_Issend completed (was matched); a part above INT_MAX bytes is BALLAST_EINVAL
 // there.
 //
-// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `dests`, `bufs` or `lens` with
-// `n` > 0, `n` above the number of other ranks (world size - 1), a destination out of
+// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL or misaligned `dests`, `bufs` or
+// `lens` with `n` > 0, `n` above the number of other ranks (world size - 1), a destination out of
 // range, this rank or named twice, NULL `bufs[i]` with `lens[i]` > 0, lengths whose sum
 // (bytes) overflows or passes PTRDIFF_MAX, or (on the engine paths) another rank calling
 // a different collective at this point; BALLAST_ENOMEM when the result or a received part cannot be held;

@@ -317,6 +317,21 @@ pub unsafe extern "C" fn ballast_gather(
     })
 }
 
+/// `p`, argument `what` of `func`, is an array's start: not NULL, aligned for `T`.
+fn array<T>(func: &str, what: &str, p: *const T) -> Result<(), Fail> {
+    if p.is_null() {
+        return Err(Fail::null(func, what));
+    }
+    let align = std::mem::align_of::<T>();
+    if !(p as usize).is_multiple_of(align) {
+        return Err(Fail::inval(format!(
+            "{func}: {what} ({:#x}) is not aligned for its elements ({align} bytes)",
+            p as usize
+        )));
+    }
+    Ok(())
+}
+
 /// Room for `n` items, or BALLAST_ENOMEM naming `what`.
 fn list<T>(func: &str, what: &str, n: usize) -> Result<Vec<T>, Fail> {
     let mut v = Vec::new();
@@ -344,7 +359,8 @@ fn list<T>(func: &str, what: &str, n: usize) -> Result<Vec<T>, Fail> {
 /// path: MPI_Ialltoall of the lengths, then MPI_Ialltoallv of the bytes, waited for (a
 /// rank's total sent or received above INT_MAX bytes is BALLAST_EINVAL there).
 ///
-/// Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, NULL `send` with lengths
+/// Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, `send_lens` not aligned
+/// for size_t, NULL `send` with lengths
 /// summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or (on the engine
 /// paths) another rank calling a different collective at this point; BALLAST_ENOMEM when the result or a
 /// step's message cannot be held; BALLAST_EPEER; the transport's.
@@ -367,12 +383,10 @@ pub unsafe extern "C" fn ballast_alltoallv(
         }
         // SAFETY: non-NULL and writable (the contract).
         unsafe { *out = std::ptr::null_mut() };
-        if send_lens.is_null() {
-            return Err(Fail::null(F, "send_lens"));
-        }
+        array(F, "send_lens", send_lens)?;
         let n = c.comm().world_size();
-        // SAFETY: non-NULL with world-size readable entries (the contract); `n` entries
-        // of a world that exists fit in memory.
+        // SAFETY: non-NULL and aligned (checked) with world-size readable entries (the
+        // contract); `n` entries of a world that exists fit in memory.
         let lens = unsafe { std::slice::from_raw_parts(send_lens, n) };
         let mut total = 0usize;
         for (d, &l) in lens.iter().enumerate() {
@@ -418,8 +432,8 @@ pub unsafe extern "C" fn ballast_alltoallv(
 /// every MPI_Issend completed (was matched); a part above INT_MAX bytes is BALLAST_EINVAL
 /// there.
 ///
-/// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `dests`, `bufs` or `lens` with
-/// `n` > 0, `n` above the number of other ranks (world size - 1), a destination out of
+/// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL or misaligned `dests`, `bufs` or
+/// `lens` with `n` > 0, `n` above the number of other ranks (world size - 1), a destination out of
 /// range, this rank or named twice, NULL `bufs[i]` with `lens[i]` > 0, lengths whose sum
 /// (bytes) overflows or passes PTRDIFF_MAX, or (on the engine paths) another rank calling
 /// a different collective at this point; BALLAST_ENOMEM when the result or a received part cannot be held;
@@ -456,17 +470,11 @@ pub unsafe extern "C" fn ballast_exchange_sparse(
         }
         let mut sends = list::<(usize, &[u8])>(F, "destinations", n)?;
         if n > 0 {
-            for (p, what) in [
-                (dests.is_null(), "dests"),
-                (bufs.is_null(), "bufs"),
-                (lens.is_null(), "lens"),
-            ] {
-                if p {
-                    return Err(Fail::null(F, what));
-                }
-            }
-            // SAFETY: non-NULL with `n` readable entries each (the contract); `n` is below
-            // the world size.
+            array(F, "dests", dests)?;
+            array(F, "bufs", bufs)?;
+            array(F, "lens", lens)?;
+            // SAFETY: non-NULL and aligned (checked) with `n` readable entries each (the
+            // contract); `n` is below the world size.
             let (ds, bs, ls) = unsafe {
                 (
                     std::slice::from_raw_parts(dests, n),

@@ -392,6 +392,8 @@ static void misuse_checks(ballast_comm *comm, int me, int n) {
     EXPECT_ERR(ballast_alltoallv(comm, raw, NULL, &g), BALLAST_EINVAL, "send_lens is NULL");
     CHECK(g == NULL);
     EXPECT_ERR(ballast_alltoallv(comm, raw, lens, NULL), BALLAST_EINVAL, "out is NULL");
+    EXPECT_ERR(ballast_alltoallv(comm, raw, (const size_t *)(raw + 1), &g), BALLAST_EINVAL,
+               "send_lens (0x");
     lens[n - 1] = 1;
     EXPECT_ERR(ballast_alltoallv(comm, NULL, lens, &g), BALLAST_EINVAL, "send is NULL");
     lens[n - 1] = (size_t)PTRDIFF_MAX + 1;
@@ -417,6 +419,8 @@ static void misuse_checks(ballast_comm *comm, int me, int n) {
         EXPECT_ERR(ballast_exchange_sparse(comm, 1, NULL, bufs, slens, &g), BALLAST_EINVAL, "dests is NULL");
         EXPECT_ERR(ballast_exchange_sparse(comm, 1, dests, NULL, slens, &g), BALLAST_EINVAL, "bufs is NULL");
         EXPECT_ERR(ballast_exchange_sparse(comm, 1, dests, bufs, NULL, &g), BALLAST_EINVAL, "lens is NULL");
+        EXPECT_ERR(ballast_exchange_sparse(comm, 1, (const int *)(raw + 2), bufs, slens, &g), BALLAST_EINVAL,
+                   "is not aligned for its elements (4 bytes)");
         dests[0] = me;
         EXPECT_ERR(ballast_exchange_sparse(comm, 1, dests, bufs, slens, &g), BALLAST_EINVAL, "is this rank");
         dests[0] = n;
