@@ -220,4 +220,40 @@ mod tests {
         unknown.extend_from_slice(&encode_stamp(9, 2, 3));
         assert!(err(a, 3, &unknown).contains("an unknown collective (code 9, #2, step 3)"));
     }
+
+    #[test]
+    fn a_message_from_any_source_sorts_as_ours_later_or_a_mismatch() {
+        let mut seq = CollectiveSeq::default();
+        let x = seq.begin(CollectiveKind::ExchangeSparse);
+        assert_eq!(seq.next(), 2);
+        let next = seq.begin(CollectiveKind::Barrier);
+        let sealed = |c: Collective, step: u32| {
+            let mut m = b"ab".to_vec();
+            c.seal(step, &mut m);
+            m
+        };
+        let mut m = sealed(x, 4);
+        assert!(x.stamped(&m) && !next.stamped(&m));
+        assert_eq!(x.sort(0, 1, 2, &mut m).unwrap(), Arrival::Ours(4));
+        assert_eq!(m, b"ab");
+        let mut later = sealed(next, 0);
+        assert_eq!(x.sort(0, 1, 2, &mut later).unwrap(), Arrival::Later);
+        assert_eq!(later.len(), 2 + STAMP_BYTES, "a later message keeps its stamp");
+        let other = Collective {
+            kind: CollectiveKind::Gather,
+            seq: 1,
+        };
+        let e = x.sort(0, 1, 2, &mut sealed(other, 0)).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "exchange_sparse (collective #1, step 2) got a message of gather (collective #1, step 0)"
+            ),
+            "{e}"
+        );
+        assert!(
+            next.sort(0, 1, 0, &mut sealed(x, 0)).is_err(),
+            "an earlier collective's message"
+        );
+        assert!(x.sort(0, 1, 2, &mut b"short".to_vec()).is_err());
+    }
 }

@@ -92,3 +92,39 @@ impl Communicator {
         Ok((v == 0).then_some(u.blocks))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every place but the root sends once, to a place that receives it in that round
+    /// with the count of places it holds by then; the root ends with all `n`.
+    #[test]
+    fn every_place_sends_its_subtree_once_to_the_place_that_waits_for_it() {
+        for n in 1..70 {
+            let mut holds = vec![1usize; n];
+            let mut sent = vec![false; n];
+            for k in 0..tree_rounds(n) {
+                let before = holds.clone();
+                for v in 0..n {
+                    let (from, to) = plan(n, v, k);
+                    if let Some(t) = to {
+                        assert!(!sent[v], "n {n}: place {v} sends twice");
+                        sent[v] = true;
+                        assert_eq!(
+                            plan(n, t, k).0,
+                            Some((v, before[v])),
+                            "n {n} round {k}: {v} -> {t}"
+                        );
+                    }
+                    if let Some((f, count)) = from {
+                        assert_eq!(plan(n, f, k).1, Some(v));
+                        holds[v] += count;
+                    }
+                }
+            }
+            assert_eq!(holds[0], n, "n {n}");
+            assert!(sent.iter().skip(1).all(|&s| s) && !sent[0], "n {n}");
+        }
+    }
+}
