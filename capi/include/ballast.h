@@ -5,6 +5,11 @@
  * thread's last error message is read with ballast_last_error. Handles are opaque.
  * Threading: a communicator (and its requests) is used by one thread at a time; different
  * communicators may be used from different threads.
+ *
+ * Versions: the SONAME is libballast.so.MAJOR.MINOR. New in 0.3 (issue 35): the
+ * collectives ballast_allreduce (ballast_type, ballast_op), ballast_bcast, ballast_gather,
+ * ballast_alltoallv and ballast_exchange_sparse, and on their results
+ * ballast_gathered_count, ballast_gathered_source and ballast_gathered_at.
  */
 
 #ifndef BALLAST_H
@@ -53,11 +58,12 @@
 // The message is longer than the buffer (ballast_recv): nothing was consumed.
 #define BALLAST_ETRUNC -7
 
-// The version of the header (compare with ballast_version, the library's).
+// The version of the header (compare with ballast_version, the library's). 0.3 added the
+// collectives of issue 35 (listed at the top of this header).
 #define BALLAST_VERSION_MAJOR 0
 
 // See BALLAST_VERSION_MAJOR.
-#define BALLAST_VERSION_MINOR 2
+#define BALLAST_VERSION_MINOR 3
 
 // See BALLAST_VERSION_MAJOR.
 #define BALLAST_VERSION_PATCH 0
@@ -77,11 +83,20 @@ typedef struct ballast_comm ballast_comm;
 // A configuration (opaque): the settings of docs/CONFIG.md.
 typedef struct ballast_config ballast_config;
 
-// The result of ballast_allgatherv (opaque): every rank's bytes.
+// The result of ballast_allgatherv, ballast_alltoallv, ballast_gather (on the root) or
+// ballast_exchange_sparse (opaque): bytes per rank.
 typedef struct ballast_gathered ballast_gathered;
 
 // A non-blocking send or receive (opaque).
 typedef struct ballast_request ballast_request;
+
+// The element type of ballast_allreduce: one of the BALLAST_INT32, BALLAST_INT64,
+// BALLAST_UINT64, BALLAST_DOUBLE values (any other is BALLAST_EINVAL).
+typedef int ballast_type;
+
+// The operation of ballast_allreduce: one of the BALLAST_SUM, BALLAST_MIN, BALLAST_MAX
+// values (any other is BALLAST_EINVAL).
+typedef int ballast_op;
 
 // What a receive or send completed with.
 typedef struct ballast_status {
@@ -132,9 +147,190 @@ typedef struct ballast_footprint {
 // The function a rank runs.
 typedef int (*ballast_rank_main)(struct ballast_comm *comm, void *user);
 
+// `int32_t` elements (4 bytes, MPI_INT32_T).
+#define BALLAST_INT32 1
+
+// `int64_t` elements (8 bytes, MPI_INT64_T).
+#define BALLAST_INT64 2
+
+// `uint64_t` elements (8 bytes, MPI_UINT64_T).
+#define BALLAST_UINT64 3
+
+// `double` elements (8 bytes, IEEE 754 binary64, MPI_DOUBLE).
+#define BALLAST_DOUBLE 4
+
+// The sum (MPI_SUM): integers wrap on overflow (two's complement); doubles round as IEEE
+// 754 does, in the order given at ballast_allreduce.
+#define BALLAST_SUM 1
+
+// The minimum (MPI_MIN); for doubles a NaN operand gives NaN.
+#define BALLAST_MIN 2
+
+// The maximum (MPI_MAX); for doubles a NaN operand gives NaN.
+#define BALLAST_MAX 3
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Reduces `count` elements of type `type` element by element with `op` over every rank:
+// each rank gives its `count` elements at `in`, and every rank gets the result at `out`
+// (`count` elements; `in == out` reduces in place): on the engine paths the same bits on
+// every rank (below), on the MPI native path as MPI_Allreduce gives them.
+// Collective: every rank calls it with the same `count`, `type` and `op`. `count` may be
+// 0 (then `in` and `out` may be NULL; the ranks still synchronise). New in 0.3.
+//
+// The algorithm: on the engine paths (local, verbs, MPI with mpi_native off) recursive
+// doubling. With p the largest power of two <= the world size n and rem = n - p, rank 2i
+// (i < rem) first gives its elements to rank 2i + 1 and gets the result back from it at
+// the end; the p other ranks exchange their whole vectors with partner v XOR 2^j in round
+// j (log2 p rounds, v their place among the p). Partners per rank: log2 p, plus 1 for a
+// rank below 2 rem. Every combination is (lower ranks' value) op (higher ranks' value),
+// so the result is one fixed expression over the inputs in rank order: for doubles the
+// same bits on every rank, for given inputs and world size. On the MPI native path:
+// MPI_Iallreduce (MPI_INT32_T, MPI_INT64_T, MPI_UINT64_T, MPI_DOUBLE with MPI_SUM,
+// MPI_MIN, MPI_MAX), waited for as MPI_Allreduce would be, on a duplicate of the
+// communicator kept for Ballast's collectives (MPI's algorithm, partners and order of
+// combination); `count` above INT_MAX is BALLAST_EINVAL there (MPI's counts are ints).
+//
+// Errors: BALLAST_EINVAL for NULL `comm`, `type` or `op` not one of the BALLAST_* values
+// above, `count` times the element's size above PTRDIFF_MAX bytes, NULL `in` or `out`
+// with `count` > 0, `in` or `out` not aligned for the type (4 bytes for BALLAST_INT32, 8
+// for the others), `in` and `out` overlapping without being equal, or (on the engine
+// paths) another rank calling a different collective or a different `count` at this
+// point (the message names both); BALLAST_ENOMEM when memory for a step's message cannot be had;
+// BALLAST_EPEER when a peer died, the run was aborted, or a rank ended without taking
+// part; the transport's. After an error `out` holds unspecified values.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `in` NULL with `count` 0 or `count` readable elements;
+// `out` NULL with `count` 0 or `count` writable elements.
+int ballast_allreduce(struct ballast_comm *comm,
+                      const void *in,
+                      void *out,
+                      size_t count,
+                      ballast_type type,
+                      ballast_op op);
+
+// Copies rank `root`'s `len` bytes at `buf` into every other rank's `buf`. Collective:
+// every rank calls it with the same `root` and `len` (bytes; 0 is allowed, `buf` may then
+// be NULL). New in 0.3.
+//
+// The algorithm: on the engine paths a binomial tree rooted at `root`: with v = (rank -
+// root) mod n a rank's place, in round k (ceil(log2 n) rounds) every place v < 2^k sends
+// to v + 2^k (when below n), which receives from v - 2^k. Partners per rank: its parent
+// (none for the root) and its children, at most ceil(log2 n). On the MPI native path:
+// MPI_Ibcast, waited for (`len` above INT_MAX is BALLAST_EINVAL there).
+//
+// Errors: BALLAST_EINVAL for NULL `comm`, `root` out of range (the message gives the
+// world), NULL `buf` with `len` > 0, `len` above PTRDIFF_MAX, or (on the engine paths)
+// another rank calling a different collective, root or length at this point; BALLAST_ENOMEM; BALLAST_EPEER when
+// a peer died, the run was aborted, or a rank ended without taking part; the transport's.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `buf` NULL with `len` 0 or `len` readable and writable
+// bytes.
+int ballast_bcast(struct ballast_comm *comm,
+                  int root,
+                  void *buf,
+                  size_t len);
+
+// Gathers every rank's `len` bytes at `buf` (any length per rank, 0 included) on rank
+// `root`: there *out is a result with one part per rank (ballast_gathered_part, or
+// ballast_gathered_count / _at: part i is rank i's), freed with ballast_gathered_free; on
+// every other rank *out is NULL. Collective: every rank calls it with the same `root`.
+// New in 0.3.
+//
+// The algorithm: on the engine paths the binomial tree of ballast_bcast, reversed: in
+// round k a place v with v mod 2^(k+1) = 2^k sends every part it holds (its own and its
+// subtree's, each with its length) to v - 2^k and is done. Partners per rank: at most
+// ceil(log2 n) (the root's children; a leaf has 1). On the MPI native path: MPI_Igather
+// of the lengths, then MPI_Igatherv of the bytes, waited for (a length or the root's
+// total above INT_MAX bytes is BALLAST_EINVAL there).
+//
+// Errors: BALLAST_EINVAL for NULL `comm` or `out`, `root` out of range, NULL `buf` with
+// `len` > 0, `len` above PTRDIFF_MAX, or (on the engine paths) another rank calling a
+// different collective or root at this point; BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER; the
+// transport's.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `buf` NULL with `len` 0 or `len` readable bytes; `out`
+// NULL or writable.
+int ballast_gather(struct ballast_comm *comm,
+                   int root,
+                   const void *buf,
+                   size_t len,
+                   struct ballast_gathered **out);
+
+// Sends part d of `send` to every rank d and gathers what every rank sent here: `send` is
+// the concatenation of the parts in rank order (part d is `send_lens[d]` bytes, any
+// length, 0 included), `send_lens` has one entry per rank (the world size), and *out is
+// a result with one part per rank (part i is what rank i sent here; read with
+// ballast_gathered_part, or ballast_gathered_count / _at), freed with
+// ballast_gathered_free. The lengths travel with the data: no rank needs to know what it
+// receives beforehand. Part d = this rank is copied. Collective. New in 0.3.
+//
+// The algorithm: on the engine paths Bruck's all-to-all (ceil(log2 n) steps; at step k
+// rank r sends to r + 2^k and receives from r - 2^k, modulo n, the parts whose
+// destination distance has bit k set, lengths included), so at most 2 ceil(log2 n)
+// partners per rank, and each byte travels up to ceil(log2 n) times. On the MPI native
+// path: MPI_Ialltoall of the lengths, then MPI_Ialltoallv of the bytes, waited for (a
+// rank's total sent or received above INT_MAX bytes is BALLAST_EINVAL there).
+//
+// Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, `send_lens` not aligned
+// for size_t, NULL `send` with lengths
+// summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or (on the engine
+// paths) another rank calling a different collective at this point; BALLAST_ENOMEM when the result or a
+// step's message cannot be held; BALLAST_EPEER; the transport's.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `send_lens` NULL or world-size readable entries; `send`
+// NULL when they sum to 0, else their sum's readable bytes; `out` NULL or writable.
+int ballast_alltoallv(struct ballast_comm *comm,
+                      const void *send,
+                      const size_t *send_lens,
+                      struct ballast_gathered **out);
+
+// The dynamic sparse data exchange: sends `lens[i]` bytes at `bufs[i]` to rank `dests[i]`
+// for each i < `n` (distinct destinations, not this rank; `n` may be 0) and receives
+// from whichever ranks sent here, which no rank knows in advance. *out is a result with
+// the parts of the ranks that sent here, in increasing source order: their number is
+// ballast_gathered_count's (0 to world size - 1), part i's rank ballast_gathered_source's
+// and its bytes ballast_gathered_at's (ballast_gathered_part(rank) works for a rank that
+// sent); freed with ballast_gathered_free. Collective: every rank calls it. New in 0.3.
+//
+// The algorithm: NBX (Hoefler, Siebert and Lumsdaine, PPoPP 2010). On the engine paths
+// each part goes straight to its destination, which acknowledges its delivery with an
+// empty message back; a rank whose sends are all acknowledged enters a non-blocking
+// dissemination barrier (ceil(log2 n) rounds: rank r to r + 2^k, from r - 2^k) and keeps
+// receiving (and acknowledging) until it completes. Partners per rank: its destinations,
+// its sources, and the barrier's 2 ceil(log2 n). On the MPI native path: MPI_Issend of
+// each part, MPI_Improbe and MPI_Mrecv of any source meanwhile, and MPI_Ibarrier once
+// every MPI_Issend completed (was matched); a part above INT_MAX bytes is BALLAST_EINVAL
+// there.
+//
+// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL or misaligned `dests`, `bufs` or
+// `lens` with `n` > 0, `n` above the number of other ranks (world size - 1), a destination out of
+// range, this rank or named twice, NULL `bufs[i]` with `lens[i]` > 0, lengths whose sum
+// (bytes) overflows or passes PTRDIFF_MAX, or (on the engine paths) another rank calling
+// a different collective at this point; BALLAST_ENOMEM when the result or a received part cannot be held;
+// BALLAST_EPEER; the transport's.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `dests`, `bufs` and `lens` NULL or `n` readable entries
+// each; each `bufs[i]` NULL with `lens[i]` 0 or `lens[i]` readable bytes; `out` NULL or
+// writable.
+int ballast_exchange_sparse(struct ballast_comm *comm,
+                            size_t n,
+                            const int *dests,
+                            const void *const *bufs,
+                            const size_t *lens,
+                            struct ballast_gathered **out);
 
 // Frees a communicator of ballast_comm_from_env or ballast_comm_from_mpi: the
 // collective finish (every rank must call it; it delivers this rank's sends and serves
@@ -355,9 +551,11 @@ int ballast_allgatherv(struct ballast_comm *comm,
                        size_t len,
                        struct ballast_gathered **out);
 
-// Rank `rank`'s bytes of an all-gather: *data (valid until ballast_gathered_free; NULL
-// for 0 bytes) and *len. Errors: BALLAST_EINVAL for NULL or a rank out
-// of range.
+// Rank `rank`'s bytes of a result (ballast_allgatherv, ballast_alltoallv, ballast_gather,
+// ballast_exchange_sparse): *data (valid until ballast_gathered_free; NULL for 0 bytes)
+// and *len. Errors: BALLAST_EINVAL for NULL or a rank out of range, and on the result of
+// ballast_exchange_sparse for a rank that sent nothing here (read such a result with
+// ballast_gathered_count, ballast_gathered_source and ballast_gathered_at).
 //
 // # Safety
 // `gathered` must be NULL or a ballast_gathered handle, not freed by another thread during
@@ -373,6 +571,39 @@ int ballast_gathered_part(const struct ballast_gathered *gathered,
 // `gathered` must be NULL or a ballast_gathered handle, not used by another thread during
 // the call (a freed one is refused).
 int ballast_gathered_free(struct ballast_gathered *gathered);
+
+// The number of parts of a result, in *n: the world size for ballast_allgatherv,
+// ballast_alltoallv and ballast_gather (part i is rank i's); for ballast_exchange_sparse
+// the number of ranks that sent here (0 to world size - 1). New in 0.3. Errors:
+// BALLAST_EINVAL for NULL or a handle that is not a live result.
+//
+// # Safety
+// `gathered` must be NULL or a ballast_gathered handle, not freed by another thread during
+// the call (a freed one is refused); `n` NULL or writable.
+int ballast_gathered_count(const struct ballast_gathered *gathered, size_t *n);
+
+// The rank that sent part `i` (0 to count - 1) of a result, in *rank: for
+// ballast_exchange_sparse the sources in increasing order, for the others `i` itself.
+// New in 0.3. Errors: BALLAST_EINVAL for NULL, a handle that is not a live result, or `i`
+// out of range (the message gives the count).
+//
+// # Safety
+// `gathered` must be NULL or a ballast_gathered handle, not freed by another thread during
+// the call (a freed one is refused); `rank` NULL or writable.
+int ballast_gathered_source(const struct ballast_gathered *gathered, size_t i, int *rank);
+
+// The bytes of part `i` (0 to count - 1) of a result: *data (valid until
+// ballast_gathered_free; NULL for 0 bytes, no alignment promised) and *len (bytes). Its
+// rank is ballast_gathered_source's. New in 0.3. Errors: BALLAST_EINVAL for NULL, a
+// handle that is not a live result, or `i` out of range (the message gives the count).
+//
+// # Safety
+// `gathered` must be NULL or a ballast_gathered handle, not freed by another thread during
+// the call (a freed one is refused); `data` and `len` NULL or writable.
+int ballast_gathered_at(const struct ballast_gathered *gathered,
+                        size_t i,
+                        const void **data,
+                        size_t *len);
 
 // Runs `rank_main(comm, user)` on `nranks` ranks as threads of this process, over the
 // local transport; the communicators belong to this call (it finishes them after

@@ -124,7 +124,10 @@ fn comm_code(e: &CommError) -> c_int {
     match e {
         CommError::ReservedTag(_)
         | CommError::ModelOverflow { .. }
-        | CommError::CollectiveUnfinished { .. } => BALLAST_EINVAL,
+        | CommError::CollectiveUnfinished { .. }
+        | CommError::CollectiveArgument { .. }
+        | CommError::CollectiveLength { .. } => BALLAST_EINVAL,
+        CommError::Unsupported { .. } => BALLAST_EUNSUPPORTED,
         CommError::PeerGone { .. } => BALLAST_EPEER,
         _ => BALLAST_EINTERNAL,
     }

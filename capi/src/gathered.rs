@@ -1,16 +1,70 @@
-//! The all-gather from C: [`ballast_allgatherv`] and its result handle
-//! [`ballast_gathered`] (read by rank, freed once).
+//! The all-gather from C: [`ballast_allgatherv`], and the result handle of it and of the
+//! other collectives that return bytes per rank, [`ballast_gathered`] (read by rank, or by
+//! index with its sources; freed once).
 
 use std::os::raw::{c_int, c_void};
 
-use crate::comm::{ballast_comm, bytes, runtime, with_comm};
+use crate::comm::{ballast_comm, bytes, put, runtime, with_comm};
 use crate::error::{boundary, Fail};
 use crate::handles::{self, Kind};
 use crate::BALLAST_ENOMEM;
 
-/// The result of ballast_allgatherv (opaque): every rank's bytes.
+/// The result of ballast_allgatherv, ballast_alltoallv, ballast_gather (on the root) or
+/// ballast_exchange_sparse (opaque): bytes per rank.
 pub struct ballast_gathered {
+    /// The parts: by rank (`sources` None), or of the ranks in `sources`.
     parts: Vec<Vec<u8>>,
+    /// The rank of each part of a sparse exchange's result (increasing); None when part i
+    /// is rank i's.
+    sources: Option<Vec<usize>>,
+}
+
+impl ballast_gathered {
+    /// A result with one part per rank, rank i's at i.
+    pub(crate) fn by_rank(parts: Vec<Vec<u8>>) -> ballast_gathered {
+        ballast_gathered { parts, sources: None }
+    }
+
+    /// A result with the parts of the ranks that sent (`(source, bytes)`, increasing
+    /// sources). Fails for memory only (`func` names the call).
+    pub(crate) fn by_source(func: &str, got: Vec<(usize, Vec<u8>)>) -> Result<ballast_gathered, Fail> {
+        let mut parts = Vec::new();
+        let mut sources = Vec::new();
+        if parts.try_reserve_exact(got.len()).is_err() || sources.try_reserve_exact(got.len()).is_err() {
+            return Err(Fail::new(
+                BALLAST_ENOMEM,
+                format!("{func}: no memory for the list of {} parts", got.len()),
+            ));
+        }
+        for (s, p) in got {
+            sources.push(s);
+            parts.push(p);
+        }
+        Ok(ballast_gathered {
+            parts,
+            sources: Some(sources),
+        })
+    }
+
+    /// Hands `self` to C in *out as a new handle (`out` is non-NULL and writable).
+    ///
+    /// # Safety
+    /// `out` must be non-NULL and writable.
+    pub(crate) unsafe fn hand_out(self, func: &str, out: *mut *mut ballast_gathered) -> Result<c_int, Fail> {
+        let p = Box::into_raw(Box::new(self));
+        let Some(h) = handles::register(Kind::Gathered, p.cast()) else {
+            // SAFETY: the box just made, never handed out.
+            drop(unsafe { Box::from_raw(p) });
+            return Err(Fail::new(
+                BALLAST_ENOMEM,
+                format!("{func}: no handle for the result (out of memory)"),
+            ));
+        };
+        // SAFETY: non-NULL and writable (the caller's contract); the result is C's until
+        // ballast_gathered_free.
+        unsafe { *out = h as *mut ballast_gathered };
+        Ok(0)
+    }
 }
 
 /// Gathers every rank's `len` bytes at `buf` (any length per rank) on every rank, in *out
@@ -44,24 +98,16 @@ pub unsafe extern "C" fn ballast_allgatherv(
         // SAFETY: `len` readable bytes at `buf` (the contract).
         let data = unsafe { bytes(F, buf, len) }?;
         let parts = c.comm().all_gatherv(data).map_err(runtime(F))?;
-        let p = Box::into_raw(Box::new(ballast_gathered { parts }));
-        let Some(h) = handles::register(Kind::Gathered, p.cast()) else {
-            // SAFETY: the box just made, never handed out.
-            drop(unsafe { Box::from_raw(p) });
-            return Err(Fail::new(
-                BALLAST_ENOMEM,
-                format!("{F}: no handle for the result (out of memory)"),
-            ));
-        };
-        // SAFETY: as above; the result is C's until ballast_gathered_free.
-        unsafe { *out = h as *mut ballast_gathered };
-        Ok(0)
+        // SAFETY: non-NULL and writable (the contract).
+        unsafe { ballast_gathered::by_rank(parts).hand_out(F, out) }
     })
 }
 
-/// Rank `rank`'s bytes of an all-gather: *data (valid until ballast_gathered_free; NULL
-/// for 0 bytes) and *len. Errors: BALLAST_EINVAL for NULL or a rank out
-/// of range.
+/// Rank `rank`'s bytes of a result (ballast_allgatherv, ballast_alltoallv, ballast_gather,
+/// ballast_exchange_sparse): *data (valid until ballast_gathered_free; NULL for 0 bytes)
+/// and *len. Errors: BALLAST_EINVAL for NULL or a rank out of range, and on the result of
+/// ballast_exchange_sparse for a rank that sent nothing here (read such a result with
+/// ballast_gathered_count, ballast_gathered_source and ballast_gathered_at).
 ///
 /// # Safety
 /// `gathered` must be NULL or a ballast_gathered handle, not freed by another thread during
@@ -79,10 +125,17 @@ pub unsafe extern "C" fn ballast_gathered_part(
         // SAFETY: the result of a live handle, not freed while this call reads it.
         let g = unsafe { &*g };
         let n = g.parts.len();
-        let p = usize::try_from(rank)
-            .ok()
-            .and_then(|r| g.parts.get(r))
-            .ok_or_else(|| Fail::inval(format!("{F}: rank {rank} is not in 0..{n}")))?;
+        let p = match &g.sources {
+            None => usize::try_from(rank)
+                .ok()
+                .and_then(|r| g.parts.get(r))
+                .ok_or_else(|| Fail::inval(format!("{F}: rank {rank} is not in 0..{n}")))?,
+            Some(sources) => usize::try_from(rank)
+                .ok()
+                .and_then(|r| sources.binary_search(&r).ok())
+                .map(|i| &g.parts[i])
+                .ok_or_else(|| not_a_source(F, rank, sources.len()))?,
+        };
         if data.is_null() || len.is_null() {
             return Err(Fail::null(F, if data.is_null() { "data" } else { "len" }));
         }
@@ -115,6 +168,117 @@ pub unsafe extern "C" fn ballast_gathered_free(gathered: *mut ballast_gathered) 
             .map_err(|r| handles::refused(F, "gathered", Kind::Gathered, r))?;
         // SAFETY: the box of ballast_allgatherv, taken back once (its handle has just ended).
         drop(unsafe { Box::from_raw(g.cast::<ballast_gathered>()) });
+        Ok(0)
+    })
+}
+
+/// A rank that sent nothing to a sparse exchange's result of `n` parts.
+#[cold]
+fn not_a_source(func: &str, rank: c_int, n: usize) -> Fail {
+    Fail::inval(format!(
+        "{func}: rank {rank} sent nothing here: this result of ballast_exchange_sparse holds \
+         the {n} parts of the ranks that sent (ballast_gathered_count, ballast_gathered_source \
+         and ballast_gathered_at read them)"
+    ))
+}
+
+/// Part `i` of `g`, or the error naming `i` and the number of parts.
+fn part_at<'a>(func: &str, g: &'a ballast_gathered, i: usize) -> Result<&'a [u8], Fail> {
+    let n = g.parts.len();
+    g.parts.get(i).map(Vec::as_slice).ok_or_else(|| {
+        Fail::inval(if n == 0 {
+            format!("{func}: index {i} is out of range: the result has no parts")
+        } else {
+            format!(
+                "{func}: index {i} is out of range: the result has {n} parts (0 to {})",
+                n - 1
+            )
+        })
+    })
+}
+
+/// The number of parts of a result, in *n: the world size for ballast_allgatherv,
+/// ballast_alltoallv and ballast_gather (part i is rank i's); for ballast_exchange_sparse
+/// the number of ranks that sent here (0 to world size - 1). New in 0.3. Errors:
+/// BALLAST_EINVAL for NULL or a handle that is not a live result.
+///
+/// # Safety
+/// `gathered` must be NULL or a ballast_gathered handle, not freed by another thread during
+/// the call (a freed one is refused); `n` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_gathered_count(gathered: *const ballast_gathered, n: *mut usize) -> c_int {
+    const F: &str = "ballast_gathered_count";
+    boundary(F, || {
+        let g = handles::object(F, "gathered", gathered, Kind::Gathered)?;
+        // SAFETY: the result of a live handle, not freed while this call reads it.
+        let g = unsafe { &*g };
+        // SAFETY: NULL or writable (the contract).
+        unsafe { put(F, "n", n, g.parts.len()) }?;
+        Ok(0)
+    })
+}
+
+/// The rank that sent part `i` (0 to count - 1) of a result, in *rank: for
+/// ballast_exchange_sparse the sources in increasing order, for the others `i` itself.
+/// New in 0.3. Errors: BALLAST_EINVAL for NULL, a handle that is not a live result, or `i`
+/// out of range (the message gives the count).
+///
+/// # Safety
+/// `gathered` must be NULL or a ballast_gathered handle, not freed by another thread during
+/// the call (a freed one is refused); `rank` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_gathered_source(
+    gathered: *const ballast_gathered,
+    i: usize,
+    rank: *mut c_int,
+) -> c_int {
+    const F: &str = "ballast_gathered_source";
+    boundary(F, || {
+        let g = handles::object(F, "gathered", gathered, Kind::Gathered)?;
+        // SAFETY: the result of a live handle, not freed while this call reads it.
+        let g = unsafe { &*g };
+        part_at(F, g, i)?;
+        let source = g.sources.as_ref().map_or(i, |s| s[i]);
+        // A rank fits in an int: the world size does (ballast_world_size).
+        // SAFETY: NULL or writable (the contract).
+        unsafe { put(F, "rank", rank, source as c_int) }?;
+        Ok(0)
+    })
+}
+
+/// The bytes of part `i` (0 to count - 1) of a result: *data (valid until
+/// ballast_gathered_free; NULL for 0 bytes, no alignment promised) and *len (bytes). Its
+/// rank is ballast_gathered_source's. New in 0.3. Errors: BALLAST_EINVAL for NULL, a
+/// handle that is not a live result, or `i` out of range (the message gives the count).
+///
+/// # Safety
+/// `gathered` must be NULL or a ballast_gathered handle, not freed by another thread during
+/// the call (a freed one is refused); `data` and `len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_gathered_at(
+    gathered: *const ballast_gathered,
+    i: usize,
+    data: *mut *const c_void,
+    len: *mut usize,
+) -> c_int {
+    const F: &str = "ballast_gathered_at";
+    boundary(F, || {
+        let g = handles::object(F, "gathered", gathered, Kind::Gathered)?;
+        // SAFETY: the result of a live handle, not freed while this call reads it.
+        let g = unsafe { &*g };
+        let p = part_at(F, g, i)?;
+        if data.is_null() || len.is_null() {
+            return Err(Fail::null(F, if data.is_null() { "data" } else { "len" }));
+        }
+        // SAFETY: both non-NULL and writable (the contract).
+        unsafe {
+            *data = if p.is_empty() {
+                std::ptr::null()
+            } else {
+                p.as_ptr().cast()
+            };
+            *len = p.len();
+        }
         Ok(0)
     })
 }

@@ -13,6 +13,7 @@
 //! threads.
 #![allow(non_camel_case_types)]
 
+mod collective;
 mod comm;
 mod config;
 mod error;
@@ -25,6 +26,7 @@ mod request;
 #[cfg(feature = "bench-twin")]
 mod twin;
 
+pub use collective::*;
 pub use comm::*;
 pub use config::*;
 pub use error::*;
@@ -69,10 +71,11 @@ pub const BALLAST_EINTERNAL: c_int = -6;
 /// The message is longer than the buffer (ballast_recv): nothing was consumed.
 pub const BALLAST_ETRUNC: c_int = -7;
 
-/// The version of the header (compare with ballast_version, the library's).
+/// The version of the header (compare with ballast_version, the library's). 0.3 added the
+/// collectives of issue 35 (listed at the top of this header).
 pub const BALLAST_VERSION_MAJOR: c_int = 0;
 /// See BALLAST_VERSION_MAJOR.
-pub const BALLAST_VERSION_MINOR: c_int = 2;
+pub const BALLAST_VERSION_MINOR: c_int = 3;
 /// See BALLAST_VERSION_MAJOR.
 pub const BALLAST_VERSION_PATCH: c_int = 0;
 

@@ -289,6 +289,7 @@ fn header_is_ascii_and_declares_every_exported_function() {
     let mut exported = Vec::new();
     for f in [
         "lib.rs",
+        "collective.rs",
         "comm.rs",
         "config.rs",
         "error.rs",

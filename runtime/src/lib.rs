@@ -78,6 +78,7 @@ pub mod verbs {
     pub use crate::launch::verbs_threads as run_ranks;
 }
 
+pub use comm::collective::{ReduceOp, ReduceSlice, ReduceType, Reducible};
 pub use comm::{Communicator, Completion, Request};
 pub use config::{
     BootstrapConfig, ConfigError, EndpointOverflow, RecvSharing, RuntimeConfig, RuntimeConfigBuilder,

@@ -1,12 +1,13 @@
 //! The conformance suite instantiated for the MPI transport (feature `mpi`), plus the MPI
 //! cases: a sparse neighbour exchange from 8 B to 64 MiB, the MPI bootstrap with split
-//! rounds, and the MPI footprint. A `harness = false` binary: it initialises MPI once
+//! rounds, the MPI footprint, and MPI's own collectives on the native path (`mpi_coll/`). A `harness = false` binary: it initialises MPI once
 //! (MPI_THREAD_MULTIPLE, since a case's ranks outnumber the processes under
 //! `mpirun -n 1`/`-n 2`), runs every case on every process, prints
 //! `mpi conformance: N passed, M failed, K skipped` from rank 0 and exits non-zero if any case failed
 //! on any process. Run it with `mpirun -n 1|2|4 <binary>` (see `ci/test.sh`).
 
 mod conformance;
+mod mpi_coll;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -549,6 +550,7 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         Box::new(different_buffer_sizes_are_refused),
     ));
     v.push(("any_source_alone".into(), Box::new(any_source_alone)));
+    v.extend(mpi_coll::cases());
     v
 }
 

@@ -7,6 +7,7 @@
 //!
 //! [`Communicator`]: super::Communicator
 
+use super::collective::native::NativeCollectives;
 use super::gone::{after_round, EndCheck, Gone};
 use super::{Completion, Request};
 use crate::core::backoff::Backoff;
@@ -100,6 +101,11 @@ pub(crate) trait Backend: Send {
     ) -> Result<std::result::Result<Envelope, Envelope>>;
     /// Waits for `req` as the blocking call `op`.
     fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion>;
+    /// The collectives this backend runs its own way (MPI's on the native path); `None`:
+    /// the engine's algorithms over the calls above.
+    fn native_collectives(&mut self) -> Option<&mut dyn NativeCollectives> {
+        None
+    }
 }
 
 /// `isend` that progresses and retries while the pool is exhausted.

@@ -52,6 +52,48 @@ pub enum CommError {
         /// The term that overflows, with its factors' values.
         term: String,
     },
+    /// Call `op` is not available on this communicator (`why`: its path, or what is
+    /// missing).
+    #[error("rank {rank}: {op} is not supported here: {why}")]
+    Unsupported {
+        /// The calling rank.
+        rank: usize,
+        /// The call.
+        op: &'static str,
+        /// Why not.
+        why: String,
+    },
+    /// Argument `what` of collective `op` on rank `rank` is invalid (`why`), e.g. a root
+    /// out of range, a destination named twice.
+    #[error("rank {rank}: {op}: {what} {why}")]
+    CollectiveArgument {
+        /// The calling rank.
+        rank: usize,
+        /// The collective.
+        op: &'static str,
+        /// The argument.
+        what: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Rank `peer` passed collective `op` (number `seq` on the communicator) a length
+    /// other than rank `rank`'s (each said with its unit, e.g. `5 elements`), where every
+    /// rank must pass the same (`all_reduce`, `bcast`).
+    #[error("rank {rank}: {op} (collective #{seq}): rank {peer} passed {theirs} where rank {rank} passed {mine}: every rank must pass the same length")]
+    CollectiveLength {
+        /// The rank that found it.
+        rank: usize,
+        /// The rank whose message told its length.
+        peer: usize,
+        /// The collective.
+        op: &'static str,
+        /// Its number among the communicator's collectives, from 1.
+        seq: u64,
+        /// This rank's length.
+        mine: String,
+        /// The peer's length.
+        theirs: String,
+    },
     /// A message of the runtime's own traffic (fanout, collectives) has the wrong length.
     #[error("protocol error: rank {rank}: message of {bytes} bytes from rank {peer} with tag {tag}, expected {expected}")]
     MessageSize {

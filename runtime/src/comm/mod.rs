@@ -1,5 +1,7 @@
 //! The embedding API for simulator code: [`Communicator`], a rank's handle with blocking
-//! and non-blocking tagged point-to-point, `barrier`, `all_gatherv` and `progress`.
+//! and non-blocking tagged point-to-point, the collectives (`collective/`: `barrier`,
+//! `all_gatherv`, `all_reduce`, `bcast`, `gather`, `all_to_allv`, `exchange_sparse`) and
+//! `progress`.
 //! Everything runs on the caller's thread: a simulator drives the runtime from one
 //! thread and calls [`Communicator::progress`] between compute steps.
 
@@ -15,7 +17,7 @@ use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERV
 use crate::protocol::request::RequestId;
 
 mod backend;
-mod collectives;
+pub mod collective;
 mod engine;
 pub mod error;
 mod gone;
@@ -67,7 +69,11 @@ pub struct Communicator {
     collectives: CollectiveSeq,
     /// A collective that failed with a retryable error, resumed by the next call of its
     /// kind (`collectives`).
-    unfinished: Option<collectives::Unfinished>,
+    unfinished: Option<collective::Unfinished>,
+    /// Collective messages of a later collective that a sparse exchange took from any
+    /// source (a peer finished the exchange and started the next), with their sources, by
+    /// arrival: each source's come before what is still queued from it.
+    early: Vec<(usize, Vec<u8>)>,
 }
 
 impl Communicator {
@@ -89,6 +95,7 @@ impl Communicator {
             messages_sent: 0,
             collectives: CollectiveSeq::default(),
             unfinished: None,
+            early: Vec::new(),
         }
     }
 
@@ -151,7 +158,7 @@ impl Communicator {
     }
 
     /// Messages this rank sent so far, whole messages (not packets), its own to itself and
-    /// those of collectives (`barrier`, `all_gatherv`) included.
+    /// those of every collective included.
     pub fn messages_sent(&self) -> u64 {
         self.messages_sent
     }

@@ -23,7 +23,28 @@ pub enum CollectiveKind {
     Barrier,
     /// `Communicator::all_gatherv`.
     AllGatherv,
+    /// `Communicator::all_reduce`.
+    AllReduce,
+    /// `Communicator::bcast`.
+    Bcast,
+    /// `Communicator::gather`.
+    Gather,
+    /// `Communicator::all_to_allv`.
+    AllToAllv,
+    /// `Communicator::exchange_sparse`.
+    ExchangeSparse,
 }
+
+/// The kinds, in code order (code `i + 1`).
+const KINDS: [CollectiveKind; 7] = [
+    CollectiveKind::Barrier,
+    CollectiveKind::AllGatherv,
+    CollectiveKind::AllReduce,
+    CollectiveKind::Bcast,
+    CollectiveKind::Gather,
+    CollectiveKind::AllToAllv,
+    CollectiveKind::ExchangeSparse,
+];
 
 impl CollectiveKind {
     /// The code in the stamp.
@@ -31,16 +52,17 @@ impl CollectiveKind {
         match self {
             CollectiveKind::Barrier => 1,
             CollectiveKind::AllGatherv => 2,
+            CollectiveKind::AllReduce => 3,
+            CollectiveKind::Bcast => 4,
+            CollectiveKind::Gather => 5,
+            CollectiveKind::AllToAllv => 6,
+            CollectiveKind::ExchangeSparse => 7,
         }
     }
 
     /// The kind of a stamp's code, if known.
     pub fn from_code(code: u8) -> Option<CollectiveKind> {
-        match code {
-            1 => Some(CollectiveKind::Barrier),
-            2 => Some(CollectiveKind::AllGatherv),
-            _ => None,
-        }
+        KINDS.get(usize::from(code).checked_sub(1)?).copied()
     }
 
     /// The name of the call (as in the errors).
@@ -48,6 +70,11 @@ impl CollectiveKind {
         match self {
             CollectiveKind::Barrier => "barrier",
             CollectiveKind::AllGatherv => "all_gatherv",
+            CollectiveKind::AllReduce => "all_reduce",
+            CollectiveKind::Bcast => "bcast",
+            CollectiveKind::Gather => "gather",
+            CollectiveKind::AllToAllv => "all_to_allv",
+            CollectiveKind::ExchangeSparse => "exchange_sparse",
         }
     }
 }
@@ -63,6 +90,11 @@ impl CollectiveSeq {
     pub fn begin(&mut self, kind: CollectiveKind) -> Collective {
         self.last += 1;
         Collective { kind, seq: self.last }
+    }
+
+    /// The number the next collective will have (nothing started).
+    pub fn next(&self) -> u64 {
+        self.last + 1
     }
 }
 
@@ -108,6 +140,44 @@ impl Collective {
     }
 }
 
+/// Where a message taken from any source belongs ([`Collective::sort`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// This collective's message of this step (its stamp taken off).
+    Ours(u32),
+    /// A message of a later collective on the communicator (its stamp kept): a peer that
+    /// finished this one and started the next.
+    Later,
+}
+
+impl Collective {
+    /// True when `msg` ends with this collective's stamp (any step).
+    pub fn stamped(&self, msg: &[u8]) -> bool {
+        let at = msg.len().checked_sub(STAMP_BYTES);
+        let stamp = at.and_then(|at| decode_stamp(msg[at..].try_into().expect("STAMP_BYTES")));
+        matches!(stamp, Some((code, seq, _)) if code == self.kind.code() && seq == self.seq)
+    }
+
+    /// Sorts `msg`, taken by `rank` from any source (`peer`) while waiting for this
+    /// collective's `step`: this collective's (its step; the stamp taken off) or a later
+    /// one's (untouched). Errors: [`ProtocolError::CollectiveMismatch`] for another
+    /// collective of this number or an earlier one, or a message without a stamp.
+    pub fn sort(&self, rank: usize, peer: usize, step: u32, msg: &mut Vec<u8>) -> Result<Arrival> {
+        let at = msg.len().checked_sub(STAMP_BYTES);
+        let stamp = at.and_then(|at| decode_stamp(msg[at..].try_into().expect("STAMP_BYTES")));
+        match stamp {
+            Some((code, seq, s)) if code == self.kind.code() && seq == self.seq => {
+                msg.truncate(at.expect("a stamp was read"));
+                Ok(Arrival::Ours(s))
+            }
+            Some((code, seq, _)) if seq > self.seq && CollectiveKind::from_code(code).is_some() => {
+                Ok(Arrival::Later)
+            }
+            _ => self.open(rank, peer, step, msg).map(|()| Arrival::Ours(step)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +219,41 @@ mod tests {
         let mut unknown = Vec::new();
         unknown.extend_from_slice(&encode_stamp(9, 2, 3));
         assert!(err(a, 3, &unknown).contains("an unknown collective (code 9, #2, step 3)"));
+    }
+
+    #[test]
+    fn a_message_from_any_source_sorts_as_ours_later_or_a_mismatch() {
+        let mut seq = CollectiveSeq::default();
+        let x = seq.begin(CollectiveKind::ExchangeSparse);
+        assert_eq!(seq.next(), 2);
+        let next = seq.begin(CollectiveKind::Barrier);
+        let sealed = |c: Collective, step: u32| {
+            let mut m = b"ab".to_vec();
+            c.seal(step, &mut m);
+            m
+        };
+        let mut m = sealed(x, 4);
+        assert!(x.stamped(&m) && !next.stamped(&m));
+        assert_eq!(x.sort(0, 1, 2, &mut m).unwrap(), Arrival::Ours(4));
+        assert_eq!(m, b"ab");
+        let mut later = sealed(next, 0);
+        assert_eq!(x.sort(0, 1, 2, &mut later).unwrap(), Arrival::Later);
+        assert_eq!(later.len(), 2 + STAMP_BYTES, "a later message keeps its stamp");
+        let other = Collective {
+            kind: CollectiveKind::Gather,
+            seq: 1,
+        };
+        let e = x.sort(0, 1, 2, &mut sealed(other, 0)).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "exchange_sparse (collective #1, step 2) got a message of gather (collective #1, step 0)"
+            ),
+            "{e}"
+        );
+        assert!(
+            next.sort(0, 1, 0, &mut sealed(x, 0)).is_err(),
+            "an earlier collective's message"
+        );
+        assert!(x.sort(0, 1, 2, &mut b"short".to_vec()).is_err());
     }
 }

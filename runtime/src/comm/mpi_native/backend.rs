@@ -4,6 +4,7 @@
 
 use super::MpiNative;
 use crate::comm::backend::{self, Backend};
+use crate::comm::collective::native::NativeCollectives;
 use crate::comm::gone::Gone;
 use crate::comm::{Completion, Request};
 use crate::core::backoff::Backoff;
@@ -124,6 +125,10 @@ impl Backend for MpiNative {
     /// A receive waits in MPI for its posted receive; a send as on the engine. A receive
     /// whose wait failed is withdrawn (`MpiNative::withdraw`): a message deferred for
     /// memory, or matched to it, goes to a later receive (as on the engine).
+    /// MPI's own collectives (`coll.rs`).
+    fn native_collectives(&mut self) -> Option<&mut dyn NativeCollectives> {
+        Some(self)
+    }
     fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         if req.recv {
             let r = self.wait_posted(req.id);

@@ -8,8 +8,9 @@
 //! process and `MPI_TAG_UB` holds every Ballast tag; otherwise the engine path
 //! ([`crate::fabric::mpi::MpiFabric`]) is used.
 //!
-//! Wire, on Ballast's own duplicates of the world communicator (five of them: messages and
-//! parts for user tags, messages and parts for the runtime's reserved tags, abort notices):
+//! Wire, on Ballast's own duplicates of the world communicator (six of them: messages and
+//! parts for user tags, messages and parts for the runtime's reserved tags, abort notices,
+//! and collectives, which are MPI's own: `coll`):
 //! - a message of at most `buffer_size` bytes is one MPI message, its payload followed by a
 //!   kind byte 0, with the Ballast tag as MPI tag (reserved tags minus
 //!   [`RESERVED_TAG_BASE`] on the reserved-tag communicator);
@@ -42,7 +43,8 @@
 //! the buffers of requests in flight (posted receives, `isend` copies), and its structures.
 //!
 //! Layout: this file holds the rank's state, its set-up, footprint and teardown; `send`,
-//! `recv` and `progress` the three halves of the message path; `unexpected` the queue of
+//! `recv` and `progress` the three halves of the message path; `coll` the collectives
+//! (MPI's, and the sparse exchange's NBX); `unexpected` the queue of
 //! messages taken out of MPI before a receive took them; `abort` the abort notices; `ffi`
 //! the raw MPI calls, behind types that own the buffers MPI reads and writes (the only
 //! `unsafe` code of the native path).
@@ -100,6 +102,7 @@ pub(crate) fn tags_fit(tag_ub: i64) -> bool {
 
 mod abort;
 mod backend;
+mod coll;
 #[allow(unsafe_code)] // the raw MPI calls, behind types that own their buffers
 mod ffi;
 mod progress;
@@ -264,10 +267,20 @@ pub struct MpiNative {
     barrier: Option<Ibarrier>,
     all_done: bool,
     statuses: Vec<Status>,
+    /// The duplicate of the world for MPI's collectives and the sparse exchange (`coll`).
+    coll: NativeComm,
+    /// Sparse exchanges started (their tag: this modulo 2^15), and collectives started
+    /// (stamps).
+    sparse_seq: u32,
+    coll_seq: u64,
+    /// A collective stopped by a retryable error, resumed by the next call of its kind.
+    coll_unfinished: Option<Box<coll::CollUnfinished>>,
+    /// A collective was left in flight by an error: `coll` is never freed.
+    coll_abandoned: bool,
 }
 
 impl MpiNative {
-    /// Sets up the native path on `world` (the world communicator; five duplicates are
+    /// Sets up the native path on `world` (the world communicator; six duplicates are
     /// made). Collective; every rank must use the same `buffer_size` (checked by
     /// [`crate::fabric::mpi::Mpi`]).
     pub(crate) fn new(
@@ -286,7 +299,8 @@ impl MpiNative {
                 parts: NativeComm::new(world.duplicate()),
             },
         ];
-        for c in chans.iter().flat_map(|c| [&c.msgs, &c.parts]) {
+        let coll = NativeComm::new(world.duplicate());
+        for c in chans.iter().flat_map(|c| [&c.msgs, &c.parts]).chain([&coll]) {
             // An MPI error on Ballast's own communicators (a size mismatch, a peer gone) is
             // returned to the call that made it, an error, never the job's abort.
             c.errors_return()?;
@@ -328,6 +342,11 @@ impl MpiNative {
             barrier: None,
             all_done: false,
             statuses: Vec::new(),
+            coll,
+            sparse_seq: 0,
+            coll_seq: 0,
+            coll_unfinished: None,
+            coll_abandoned: false,
         })
     }
 
@@ -546,7 +565,14 @@ impl Drop for MpiNative {
     fn drop(&mut self) {
         let finished = self.all_done && !self.abort.is_set() && !rsmpi::environment::is_finalized();
         if finished && self.sends.is_empty() && self.drain_for_free().is_ok() {
-            return; // the communicators are freed with `chans`
+            if self.coll_abandoned || self.coll_unfinished.is_some() {
+                // A collective may still use it (its buffers are leaked).
+                std::mem::forget(std::mem::replace(
+                    &mut self.coll,
+                    NativeComm::new(SimpleCommunicator::self_comm()),
+                ));
+            }
+            return; // the communicators are freed with `chans` and `coll`
         }
         // Unfinished, failed, or MPI already finalised: requests may still be live (a peer
         // may still send, or read what we send): leak them with their buffers and the
@@ -569,6 +595,10 @@ impl Drop for MpiNative {
             ],
         );
         std::mem::forget(chans);
+        std::mem::forget(std::mem::replace(
+            &mut self.coll,
+            NativeComm::new(SimpleCommunicator::self_comm()),
+        ));
     }
 }
 

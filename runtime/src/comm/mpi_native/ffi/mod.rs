@@ -11,6 +11,8 @@
 //!   caller's slice, completed before the scope returns (as rsmpi's scope does);
 //! - [`Matched`]: a message matched by `MPI_Improbe`, received (`MPI_Mrecv`) into the
 //!   spare capacity of a `Vec`;
+//! - [`CollOp`] (`coll.rs`): a non-blocking collective or synchronous send with its owned
+//!   buffers, for the native path's collectives;
 //! - [`Ibarrier`], [`NativeComm`], the constants, status reads and `MPI_TAG_UB`.
 //!
 //! Dropping a request still in flight never frees memory MPI may still write into or read
@@ -18,9 +20,10 @@
 //! cancels at once unless it was matched, and then it completes); a send's buffers are
 //! leaked (a send cannot be cancelled reliably, and waiting could hang on a peer that
 //! failed); a blocking send's parts are waited for, as `MPI_Send` would. Once MPI is
-//! finalised, nothing is freed and nothing waited for: the buffers are leaked. This folder
-//! (`mod.rs`: the helpers, communicators, `Matched`, `Ibarrier`; `recv.rs`; `send.rs`) is the
-//! only place of `comm/mpi_native/` with `unsafe` code.
+//! finalised, nothing is freed and nothing waited for: the buffers are leaked. A
+//! collective dropped in flight leaks its buffers too ([`CollOp`]). This folder (`mod.rs`:
+//! the helpers, communicators, `Matched`, `Ibarrier`; `recv.rs`; `send.rs`; `coll.rs`) is
+//! the only place of `comm/mpi_native/` with `unsafe` code.
 
 use std::ops::Deref;
 use std::os::raw::c_int;
@@ -33,9 +36,14 @@ use rsmpi::topology::SimpleCommunicator;
 use crate::error::{Error, FabricError, Result};
 use crate::fabric::mpi::ffi::check;
 
+mod coll;
 mod recv;
 mod send;
 
+pub(super) use coll::{
+    iallgather_u64, iallgatherv, iallreduce, ialltoall_u64, ialltoallv, ibarrier, ibcast, igather_u64,
+    igatherv, issend, reduce_result, CollBufs, CollOp,
+};
 pub(super) use recv::{HeaderRecv, PartsRecv};
 pub(super) use send::{send_parts_scoped, CallerParts, OwnedSend};
 

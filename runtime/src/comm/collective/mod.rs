@@ -1,7 +1,17 @@
-//! The collectives of [`Communicator`]: `barrier` (dissemination) and `all_gatherv`
-//! (ring). Each message carries its collective's stamp (`protocol::collective`), so
-//! ranks in different collectives get [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) instead of a hang,
-//! and a rank that ended before taking part is [`CommError::PeerGone`](crate::error::CommError::PeerGone) naming the call.
+//! The collectives of [`Communicator`]: the machinery every engine algorithm runs on
+//! (`coll_start`, `coll_run`, `coll_step`, [`Unfinished`]) with `barrier`
+//! (dissemination) and `all_gatherv` (ring) here; the public calls of the others in
+//! `api`, their engine algorithms one per module (`allreduce`: recursive doubling;
+//! `bcast`, `gather`: binomial trees; `alltoallv`: Bruck; `sparse`: NBX; `parts`: the
+//! length-prefixed parts gather and all-to-all send). On a backend with its own
+//! ([`native::NativeCollectives`], the MPI native path) those run instead. Each message
+//! carries its collective's stamp (`protocol::collective`), so ranks in different
+//! collectives get [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch)
+//! instead of a hang, and a rank that ended before taking part is
+//! [`CommError::PeerGone`](crate::error::CommError::PeerGone) naming the call. The sparse
+//! exchange takes its messages from any source; one of a later collective (from a peer
+//! that finished the exchange first) waits in the communicator's `early` list, which
+//! `coll_next` reads before the queue.
 //!
 //! A collective that fails with a retryable error (out of memory, [`FabricError::MessageAlloc`]
 //! or [`Error::Alloc`], e.g. for an unrelated large arrival; [`ProtocolError::WouldBlock`]) stays
@@ -17,6 +27,18 @@
 //! [`FabricError::MessageAlloc`]: crate::error::FabricError::MessageAlloc
 //! [`ProtocolError::WouldBlock`]: crate::error::ProtocolError::WouldBlock
 //! [`Error::Alloc`]: crate::error::Error::Alloc
+
+mod allreduce;
+mod alltoallv;
+mod api;
+mod bcast;
+mod gather;
+pub(crate) mod native;
+mod parts;
+pub mod reduce;
+mod sparse;
+
+pub use reduce::{ReduceOp, ReduceSlice, ReduceType, Reducible};
 
 use super::{Communicator, Request};
 use crate::error::{CommError, Error, FabricError, ProtocolError, Result};
@@ -36,8 +58,13 @@ pub(super) struct Unfinished {
     sent: bool,
     /// This step's message from the peer was received (and stored).
     got: bool,
-    /// An all-gather's blocks, by rank.
+    /// The byte blocks of the collective (an all-gather's by rank; each module says what
+    /// its are).
     blocks: Vec<Vec<u8>>,
+    /// All-to-all (Bruck): where each slot's block is in `blocks`.
+    slots: Vec<alltoallv::Slot>,
+    /// Sparse exchange (NBX): its state.
+    nbx: Option<Box<sparse::Nbx>>,
 }
 
 /// True for the errors after which a collective can be resumed: the communicator works on.
@@ -69,13 +96,24 @@ impl Communicator {
         })
     }
 
-    /// The unfinished collective of `kind` to resume, or a new one (`blocks` for an
-    /// all-gather: this rank's data in its place, made only for a new one). Errors:
-    /// [`Error::CollectiveUnfinished`] when another kind is unfinished.
+    /// The next collective message from `src`: one a sparse exchange took early (it
+    /// belongs to a later collective, see `early`), else the next to arrive, waited for as
+    /// blocking call `op`.
+    fn coll_next(&mut self, src: usize, op: &'static str) -> Result<Vec<u8>> {
+        if let Some(i) = self.early.iter().position(|(s, _)| *s == src) {
+            return Ok(self.early.remove(i).1);
+        }
+        let rr = self.coll_recv(src)?;
+        Ok(self.wait_as(rr, op)?.into_message().expect("receive").data)
+    }
+
+    /// The unfinished collective of `kind` to resume, or a new one, set up by `init`
+    /// (called only for a new one; e.g. an all-gather's `blocks`, this rank's data in its
+    /// place). Errors: [`Error::CollectiveUnfinished`] when another kind is unfinished.
     fn coll_start(
         &mut self,
         kind: CollectiveKind,
-        blocks: impl FnOnce() -> Result<Vec<Vec<u8>>>,
+        init: impl FnOnce(&mut Unfinished) -> Result<()>,
     ) -> Result<Unfinished> {
         match self.unfinished.take() {
             Some(u) if u.c.kind == kind => Ok(u),
@@ -91,15 +129,22 @@ impl Communicator {
                 Err(e)
             }
             None => {
-                let blocks = blocks()?;
-                Ok(Unfinished {
-                    c: self.collectives.begin(kind),
+                let mut u = Unfinished {
+                    c: crate::protocol::collective::Collective {
+                        kind,
+                        seq: self.collectives.next(),
+                    },
                     step: 0,
                     send: None,
                     sent: false,
                     got: false,
-                    blocks,
-                })
+                    blocks: Vec::new(),
+                    slots: Vec::new(),
+                    nbx: None,
+                };
+                init(&mut u)?;
+                u.c = self.collectives.begin(kind);
+                Ok(u)
             }
         }
     }
@@ -123,31 +168,31 @@ impl Communicator {
     }
 
     /// One step of a collective: receives the message of `u`'s step from `from` (unless
-    /// already received) and sends `msg()` to `to` (unless already sent), then waits for
-    /// the send; the received message (its stamp checked and taken off) goes to `got`. A
-    /// receive whose wait failed is withdrawn by the backend (its message goes back to the
-    /// queue in its place): the retry posts a new one.
+    /// already received; none when `None`) and sends `msg()` to `to` (unless already sent;
+    /// none when `None`), then waits for the send; the received message (its stamp checked
+    /// and taken off) goes to `got`, which checks it without allocating (its error ends
+    /// the collective). A receive whose wait failed is withdrawn by the backend (its
+    /// message goes back to the queue in its place): the retry posts a new one.
     fn coll_step(
         &mut self,
         u: &mut Unfinished,
-        (from, to, op): (usize, usize, &'static str),
+        (from, to, op): (Option<usize>, Option<usize>, &'static str),
         msg: impl FnOnce(&Unfinished) -> Result<Vec<u8>>,
-        got: impl FnOnce(&mut Unfinished, Vec<u8>),
+        got: impl FnOnce(&mut Unfinished, usize, Vec<u8>) -> Result<()>,
     ) -> Result<()> {
         let r = self.rank();
-        if !u.sent {
+        if let (false, Some(to)) = (u.sent, to) {
             let m = msg(u)?;
             u.send = Some(self.coll_send(to, &m)?);
             u.sent = true;
         }
-        if !u.got {
-            let rr = self.coll_recv(from)?;
-            let mut data = self.wait_as(rr, op)?.into_message().expect("receive").data;
+        if let (false, Some(from)) = (u.got, from) {
+            let mut data = self.coll_next(from, op)?;
             u.c.open(r, from, u.step, &mut data)?;
-            got(u, data);
+            got(u, from, data)?;
             u.got = true;
         }
-        if let Some(s) = u.send.take() {
+        if let (Some(s), Some(to)) = (u.send.take(), to) {
             let id = s.id;
             if let Err(e) = self.wait_as(s, op) {
                 u.send = Some(Request {
@@ -172,19 +217,22 @@ impl Communicator {
     /// when an all-gather is unfinished here, [`CommError::PeerGone`](crate::error::CommError::PeerGone)
     /// when a peer ended without entering it, the transport's.
     pub fn barrier(&mut self) -> Result<()> {
-        let u = self.coll_start(CollectiveKind::Barrier, || Ok(Vec::new()))?;
+        if let Some(n) = self.backend.native_collectives() {
+            return n.barrier();
+        }
+        let u = self.coll_start(CollectiveKind::Barrier, |_| Ok(()))?;
         let n = self.world_size();
         let r = self.rank();
         self.coll_run(u, |c, u| {
             while (1usize << u.step) < n {
                 let d = 1usize << u.step;
-                let ends = ((r + n - d) % n, (r + d) % n, "barrier");
+                let ends = (Some((r + n - d) % n), Some((r + d) % n), "barrier");
                 let msg = |u: &Unfinished| {
                     let mut msg = Vec::with_capacity(STAMP_BYTES);
                     u.c.seal(u.step, &mut msg);
                     Ok(msg)
                 };
-                c.coll_step(u, ends, msg, |_, _| ())?;
+                c.coll_step(u, ends, msg, |_, _, _| Ok(()))?;
             }
             Ok(())
         })?;
@@ -196,14 +244,18 @@ impl Communicator {
     /// `all_gatherv` resumes this one, with the `data` given first (the retry's is not
     /// read). Errors as [`Communicator::barrier`].
     pub fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if let Some(nc) = self.backend.native_collectives() {
+            return nc.all_gatherv(data);
+        }
         let n = self.world_size();
         let r = self.rank();
-        let u = self.coll_start(CollectiveKind::AllGatherv, || {
+        let u = self.coll_start(CollectiveKind::AllGatherv, |u| {
             let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); n];
             blocks[r] = crate::core::memory::try_copy(data, || {
                 format!("this rank's {} bytes of an all-gather", data.len())
             })?;
-            Ok(blocks)
+            u.blocks = blocks;
+            Ok(())
         })?;
         let right = (r + 1) % n;
         let left = (r + n - 1) % n;
@@ -221,8 +273,10 @@ impl Communicator {
                     u.c.seal(u.step, &mut msg);
                     Ok(msg)
                 };
-                c.coll_step(u, (left, right, "all_gatherv"), msg, |u, got| {
-                    u.blocks[recv_idx] = got
+                let ends = (Some(left), Some(right), "all_gatherv");
+                c.coll_step(u, ends, msg, |u, _, got| {
+                    u.blocks[recv_idx] = got;
+                    Ok(())
                 })?;
             }
             Ok(())

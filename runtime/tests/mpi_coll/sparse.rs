@@ -1,0 +1,185 @@
+//! The sparse exchange on the MPI native path (random destinations, back to back), the
+//! errors of sizes above MPI's `int` counts, and a rank that fails while the others are in
+//! a collective.
+
+use ballast_runtime::error::FabricError;
+use ballast_runtime::mpi::Mpi;
+use ballast_runtime::{Communicator, Error, ReduceOp, RuntimeConfig};
+
+use super::{native, Rng};
+use crate::conformance::payload;
+
+/// Round `round`'s messages, the same on every rank: `(source, dest, bytes)` in increasing
+/// source then destination order. Each rank sends to each other with probability 1/3,
+/// except that rank 0 sends to nobody and rank n-1 receives from nobody (n >= 3), and every
+/// fifth round nobody sends at all. Lengths 0, 1, 1,000 or 100,000 bytes.
+fn messages(n: usize, round: u64) -> Vec<(usize, usize, Vec<u8>)> {
+    let mut rng = Rng::new(0x5eed_0035 ^ round);
+    let mut out = Vec::new();
+    for s in 0..n {
+        for d in 0..n {
+            let pick = rng.below(3) == 0;
+            let len = [0, 1, 1000, 100_000][rng.below(4) as usize];
+            let quiet = s == 0 || (n >= 3 && d == n - 1) || round % 5 == 4;
+            if pick && d != s && !quiet {
+                out.push((s, d, payload(len, round << 32 | (s as u64) << 16 | d as u64)));
+            }
+        }
+    }
+    out
+}
+
+pub fn exchange_sparse_random() {
+    native(|comm| {
+        let (n, me) = (comm.world_size(), comm.rank());
+        // Back to back: a rank may start the next exchange while a peer is in this one.
+        for round in 0..24 {
+            let all = messages(n, round);
+            let sends: Vec<(usize, &[u8])> = all
+                .iter()
+                .filter(|(s, _, _)| *s == me)
+                .map(|(_, d, b)| (*d, &b[..]))
+                .collect();
+            let got = comm.exchange_sparse(&sends).unwrap();
+            let want: Vec<(usize, Vec<u8>)> = all
+                .iter()
+                .filter(|(_, d, _)| *d == me)
+                .map(|(s, _, b)| (*s, b.clone()))
+                .collect();
+            let show = |v: &[(usize, Vec<u8>)]| v.iter().map(|(s, b)| (*s, b.len())).collect::<Vec<_>>();
+            assert!(
+                got == want,
+                "rank {me} round {round}: got {:?}, want {:?}",
+                show(&got),
+                show(&want)
+            );
+            if round % 8 == 7 {
+                // Another collective between exchanges.
+                let mut x = [me as u64];
+                comm.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+                assert_eq!(x[0] as usize, n * (n - 1) / 2);
+            }
+        }
+    });
+}
+
+/// 2 GiB and one byte: above `i32::MAX`, allocated zeroed and never touched (no memory).
+const BIG: usize = (1 << 31) + 1;
+
+fn err_text(r: ballast_runtime::Result<impl Sized>) -> String {
+    match r {
+        Ok(_) => "no error".to_string(),
+        Err(e) => e.to_string(),
+    }
+}
+
+pub fn sizes_above_int() {
+    native(|comm| {
+        let (n, me) = (comm.world_size(), comm.rank());
+        let mut big = vec![0u8; BIG];
+        // Every rank has the same length: every rank refuses it, before any message.
+        let e = err_text(comm.bcast(0, &mut big));
+        assert_eq!(
+            e,
+            format!("rank {me}: bcast: a buffer of {BIG} bytes is above MPI's count limit of 2147483647 bytes (an int)")
+        );
+        // The lengths travel first: every rank refuses the last rank's part.
+        let mine: &[u8] = if me == n - 1 { &big } else { b"small" };
+        let e = err_text(comm.all_gatherv(mine));
+        let whose = if me == n - 1 {
+            "this rank's part".to_string()
+        } else {
+            format!("rank {}'s part", n - 1)
+        };
+        assert_eq!(
+            e,
+            format!("rank {me}: all_gatherv: {whose} of {BIG} bytes is above MPI's count limit of 2147483647 bytes (an int)")
+        );
+        if n <= 2 {
+            // The sender and the receiver of the big part refuse it (here: every rank).
+            let parts: Vec<&[u8]> = (0..n)
+                .map(|d| {
+                    if d == n - 1 && me == 0 {
+                        &big[..]
+                    } else {
+                        &b"x"[..]
+                    }
+                })
+                .collect();
+            let e = err_text(comm.all_to_allv(&parts));
+            let what = if me == 0 {
+                format!("the part for rank {} of {BIG} bytes", n - 1)
+            } else {
+                format!("rank 0's part of {BIG} bytes")
+            };
+            assert_eq!(
+                e,
+                format!(
+                    "rank {me}: all_to_allv: {what} is above MPI's count limit of 2147483647 bytes (an int)"
+                )
+            );
+        }
+        if n >= 2 {
+            // Refused before anything is sent; the exchange then runs with the others.
+            if me == 0 {
+                let e = err_text(comm.exchange_sparse(&[(1, &big[..])]));
+                assert_eq!(
+                    e,
+                    format!("rank 0: exchange_sparse: the message of {BIG} bytes for rank 1 is above MPI's count limit of 2147483647 bytes (an int)")
+                );
+            }
+            let sends: Vec<(usize, &[u8])> = if me == 0 { vec![(1, b"after")] } else { Vec::new() };
+            let got = comm.exchange_sparse(&sends).unwrap();
+            let want: Vec<(usize, Vec<u8>)> = if me == 1 {
+                vec![(0, b"after".to_vec())]
+            } else {
+                Vec::new()
+            };
+            assert_eq!(got, want);
+        }
+        // The communicator goes on: the ranks still agree on their collectives.
+        comm.barrier().unwrap();
+        let got = comm.all_gatherv(&[me as u8]).unwrap();
+        assert_eq!(got, (0..n).map(|r| vec![r as u8]).collect::<Vec<_>>());
+    });
+}
+
+/// The last rank fails (panics) before a collective the others are in: they end with
+/// `Aborted` (the abort protocol), not a hang. For all_reduce and the sparse exchange.
+pub fn failed_rank_aborts() {
+    let mpi = Mpi::init().unwrap();
+    let n = mpi.size();
+    if n < 2 {
+        return;
+    }
+    let cfg = RuntimeConfig::builder().lock_pool(false).build().unwrap();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {})); // the planned panics print nothing
+    for which in 0..2 {
+        let body = |comm: &mut Communicator| -> ballast_runtime::Result<()> {
+            assert!(comm.is_mpi_native());
+            if comm.rank() == n - 1 {
+                panic!("planned failure of the last rank");
+            }
+            if which == 0 {
+                let mut x = [1.0f64; 4];
+                comm.all_reduce(&mut x, ReduceOp::Sum)
+            } else {
+                let to = (comm.rank() + 1) % n;
+                comm.exchange_sparse(&[(to, b"to a rank that failed")]).map(drop)
+            }
+        };
+        let r = mpi.run_ranks(n, &cfg, body);
+        let aborted = |e: &Error| matches!(e, Error::Fabric(FabricError::Aborted));
+        match (mpi.rank() == n - 1, &r) {
+            (true, Err(Error::RankPanicked { .. })) => {}
+            (false, Err(e)) if aborted(e) => {}
+            (false, Ok(v)) if v.iter().all(|(_, x)| x.as_ref().is_err_and(aborted)) => {}
+            _ => {
+                std::panic::set_hook(hook);
+                panic!("case {which}: process {}: {r:?}", mpi.rank());
+            }
+        }
+    }
+    std::panic::set_hook(hook);
+}
