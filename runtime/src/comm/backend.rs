@@ -65,6 +65,9 @@ pub(crate) trait Backend: Send {
     /// Whether the ranks a blocking call `op` waits on (`peer`; `recv`: as a receive)
     /// ended so that it can never complete (see `gone`).
     fn gone(&self, peer: Source, recv: bool, op: &'static str) -> Option<Gone>;
+    /// Aborts the job with `code` (`Communicator::abort`): under MPI `MPI_Abort`, which
+    /// never returns; on the engine elsewhere, a notice to every other rank.
+    fn abort(&mut self, code: i32) -> Result<()>;
 
     /// Transport memory of this rank by kind.
     fn footprint(&self) -> Footprint;

@@ -4,7 +4,8 @@
 //! a one-byte notice on an abort tag (`MPI_Isend`, never waited for: the others may be
 //! gone); the others find it by probing that tag (`MPI_Improbe`, then receive it), and
 //! fail with [`crate::fabric::error::FabricError::Aborted`]. The notices' buffers are leaked, never freed under
-//! a send that may never complete.
+//! a send that may never complete. A job aborted on purpose (`Communicator::abort`) ends
+//! with `MPI_Abort` ([`AbortNotices::abort_job`]), after the same notices.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -41,6 +42,14 @@ impl AbortNotices {
             let _ = q.post(comm, p, tag, vec![1], 0);
         }
         *self.notices.lock() = Some(q);
+    }
+
+    /// Ends the job with `code`: the world marked failed and the notices sent as
+    /// [`AbortNotices::abort`] does (this process' other ranks stop at once), then
+    /// `MPI_Abort(comm, code)`, which ends every process of the job and never returns.
+    pub(crate) fn abort_job(&self, comm: &SimpleCommunicator, tag: i32, code: i32) -> ! {
+        self.abort(comm, tag);
+        comm.abort(code)
     }
 
     /// True when the world failed: marked here, or a notice arrived on `tag` of `comm`
