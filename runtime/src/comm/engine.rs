@@ -105,6 +105,9 @@ impl Backend for Engine {
     fn abort(&mut self, code: i32) -> Result<()> {
         Ok(Engine::abort(self, code)?)
     }
+    fn check_aborted(&self) -> Result<()> {
+        Ok(Engine::check_aborted(self)?)
+    }
     fn footprint(&self) -> Footprint {
         Engine::footprint(self)
     }

@@ -27,9 +27,9 @@ impl AbortLine {
         self.notices.abort(&self.comm, ABORT_TAG);
     }
 
-    /// Ends the job with `code` (`MPI_Abort`, after the notices): never returns.
+    /// Ends the job with `code` (`MPI_Abort`): never returns.
     pub(super) fn abort_job(&self, code: i32) -> ! {
-        self.notices.abort_job(&self.comm, ABORT_TAG, code)
+        self.notices.abort_job(&self.comm, code)
     }
 
     pub(super) fn poll(&self) -> bool {

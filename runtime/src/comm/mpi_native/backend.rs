@@ -79,7 +79,7 @@ impl Backend for MpiNative {
     fn gone(&self, _peer: Source, _recv: bool, _op: &'static str) -> Option<Gone> {
         None
     }
-    /// `MPI_Abort`, after the abort notices: never returns.
+    /// `MPI_Abort`: never returns.
     fn abort(&mut self, code: i32) -> Result<()> {
         self.abort.abort_job(code)
     }

@@ -5,7 +5,8 @@
 //! gone); the others find it by probing that tag (`MPI_Improbe`, then receive it), and
 //! fail with [`crate::fabric::error::FabricError::Aborted`]. The notices' buffers are leaked, never freed under
 //! a send that may never complete. A job aborted on purpose (`Communicator::abort`) ends
-//! with `MPI_Abort` ([`AbortNotices::abort_job`]), after the same notices.
+//! with `MPI_Abort` ([`AbortNotices::abort_job`]), on the same communicator, without
+//! notices.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -44,11 +45,11 @@ impl AbortNotices {
         *self.notices.lock() = Some(q);
     }
 
-    /// Ends the job with `code`: the world marked failed and the notices sent as
-    /// [`AbortNotices::abort`] does (this process' other ranks stop at once), then
-    /// `MPI_Abort(comm, code)`, which ends every process of the job and never returns.
-    pub(crate) fn abort_job(&self, comm: &SimpleCommunicator, tag: i32, code: i32) -> ! {
-        self.abort(comm, tag);
+    /// Ends the job with `code`: `MPI_Abort(comm, code)`, which ends every process of the
+    /// job and never returns. No notice is sent and the world is not marked failed first:
+    /// a rank that saw one would return from its call with an error, and its process
+    /// might exit with a status of its own before MPI ends the job with `code`.
+    pub(crate) fn abort_job(&self, comm: &SimpleCommunicator, code: i32) -> ! {
         comm.abort(code)
     }
 

@@ -196,9 +196,9 @@ impl Shared {
         self.abort.abort(&self.comm, ABORT_TAG);
     }
 
-    /// Ends the job with `code` (`MPI_Abort`, after the notices): never returns.
+    /// Ends the job with `code` (`MPI_Abort`): never returns.
     pub(crate) fn abort_job(&self, code: i32) -> ! {
-        self.abort.abort_job(&self.comm, ABORT_TAG, code)
+        self.abort.abort_job(&self.comm, code)
     }
 
     fn poll_abort(&self) -> bool {

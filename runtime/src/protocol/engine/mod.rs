@@ -321,9 +321,9 @@ impl Engine {
         self.aborted_by
     }
 
-    /// [`ProtocolError::Aborted`] once the job was aborted.
+    /// [`ProtocolError::Aborted`] once the job was aborted (as far as this rank knows).
     #[inline]
-    fn check_aborted(&self) -> Result<()> {
+    pub fn check_aborted(&self) -> Result<()> {
         match self.aborted_by {
             None => Ok(()),
             Some((by, code)) => Err(ProtocolError::Aborted {
