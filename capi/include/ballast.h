@@ -136,6 +136,31 @@ typedef int (*ballast_rank_main)(struct ballast_comm *comm, void *user);
 extern "C" {
 #endif // __cplusplus
 
+// Aborts the job with `code`, as MPI_Abort does.
+//
+// - Over MPI (a communicator of ballast_comm_from_mpi, ballast_comm_from_env with the mpi
+//   transport, or ballast_mpi_run_ranks; the MPI native path and the engine path alike):
+//   MPI_Abort on Ballast's communicator, which ends every process of the job and does not
+//   return (Open MPI's mpirun then exits with `code`: use 1 to 255 for an exit status).
+// - Otherwise (local, verbs): every other rank is told with a control message (a rank
+//   that ended already is skipped) and it returns 0. From then on every call of every
+//   rank that waits or progresses (ballast_recv, ballast_wait, ballast_test,
+//   ballast_barrier, ballast_allgatherv, ballast_progress, the finish of
+//   ballast_comm_free or of ballast_local_run) returns BALLAST_EPEER, whose message
+//   (ballast_last_error) names the rank that aborted and `code`: on this rank at once, on
+//   the others as soon as the notice reaches them (a rank blocked in a call is woken by
+//   it). Under ballast_local_run the run then returns non-zero: the result of the lowest
+//   rank that failed (a rank_main returning `code` after the abort makes that `code`).
+//
+// A second call, or one after another rank's abort arrived, does nothing and returns 0.
+// Errors: BALLAST_EINVAL for a NULL or freed `comm`; BALLAST_EINTERNAL for a poisoned
+// communicator; under MPI below MPI_THREAD_MULTIPLE, BALLAST_EUNSUPPORTED from another
+// thread than the one that made the communicator.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, used by no other thread during the call.
+int ballast_abort(struct ballast_comm *comm, int code);
+
 // Frees a communicator of ballast_comm_from_env or ballast_comm_from_mpi: the
 // collective finish (every rank must call it; it delivers this rank's sends and serves
 // the others until every rank has finished), then frees the handle, whatever it returns.
@@ -399,6 +424,48 @@ int ballast_local_run(int nranks,
                       const struct ballast_config *config,
                       ballast_rank_main rank_main,
                       void *user);
+
+#if defined(BALLAST_HAVE_MPI)
+// Runs `rank_main(comm, user)` on `nranks` Ballast ranks spread over the processes of
+// MPI_COMM_WORLD, as Rust's `Mpi::run_ranks`: rank r runs in the process of MPI rank
+// `r % size`, on a thread of its own when that process holds several (a process holds
+// ceil((nranks - its MPI rank) / size) ranks, none when its MPI rank is `nranks` or
+// above; one runs on the calling thread). Collective: every process of MPI_COMM_WORLD
+// calls it with the same `nranks` and configuration. The communicators always run on the
+// engine path over MPI (Ballast's pool, credits and endpoints; ballast_comm_notes says
+// `path: engine`), also with one rank per process, and belong to this call as those of
+// ballast_local_run do: finished after rank_main returns (ballast_comm_free on one is
+// BALLAST_EINVAL), their requests not freed by then cancelled (that rank fails with
+// BALLAST_EINVAL). A rank that fails (returns non-zero) aborts the others, in every
+// process: their blocking and waiting calls return BALLAST_EPEER. ballast_abort on one of
+// these communicators is MPI_Abort.
+//
+// MPI: initialised by this call at MPI_THREAD_MULTIPLE unless the host initialised it, and
+// then finalised before it returns (MPI cannot be initialised again: call it once per
+// process), except when the call itself fails (a negative code from its checks or the
+// launcher, not a rank's result): another process may then still wait for this one, so
+// MPI is left as it is and the process should exit. A host's MPI is reused and never
+// finalised; with more ranks than processes it must provide MPI_THREAD_MULTIPLE.
+//
+// Returns, in each process, 0 when every rank of this process succeeded, else the non-zero
+// result of its lowest-numbered failing rank, as ballast_local_run (a rank that failed
+// only with BALLAST_EPEER counts only when no rank of the process failed otherwise), with
+// that rank's message. Errors: BALLAST_EINVAL for a NULL argument, `nranks` < 1, a
+// configuration that does not validate over MPI, MPI finalised already; BALLAST_ENOMEM
+// when this process' ranks do not fit (as ballast_local_run); BALLAST_EUNSUPPORTED when
+// the host initialised MPI below MPI_THREAD_MULTIPLE and a process holds several ranks,
+// when a host at MPI_THREAD_SINGLE or FUNNELED calls from another thread than MPI's main
+// one, or when the MPI running is not of the family libballast was built with; the
+// runtime's.
+//
+// # Safety
+// `config` must be NULL or a ballast_config handle; `rank_main` must be safe to call from
+// several threads at once with `user`.
+int ballast_mpi_run_ranks(int nranks,
+                          const struct ballast_config *config,
+                          ballast_rank_main rank_main,
+                          void *user);
+#endif
 
 // The notes of `comm`, one per line (each ends with `\n`): first `transport: KIND` (the
 // effective transport: `local`, `mpi` or `verbs`), then `path: native` (MPI's own
