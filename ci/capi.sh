@@ -167,6 +167,44 @@ for path in on off; do
     [ "$good" = 2 ] || { cat "$log" >&2; echo "ci/capi.sh: $good of 2 processes reported all passed" >&2; exit 1; }
     echo "ci/capi.sh: mpirun -n 2 mpi_limits $path: $(grep -m1 ' passed, 0 failed$' "$log")"
 done
+# Several ranks per MPI process from C (capi/tests/c/mpi_run_ranks.c): 4 ranks on 2
+# processes exchanging messages and barriers, with MPI initialised by Ballast, by the host
+# at MPI_THREAD_MULTIPLE, and at MPI_THREAD_SERIALIZED (refused, then one rank per process).
+# Then ballast_abort under MPI (capi/tests/c/mpi_abort.c): MPI_Abort ends the job with the
+# code, on the native path, the engine path and ranks of ballast_mpi_run_ranks. About 5 s
+# in all here (the six mpirun runs 3 s, with a debug libballast; the two mpicc builds).
+# shellcheck disable=SC2046
+mpicc -std=c11 -Wall -Wextra -Werror capi/tests/c/mpi_run_ranks.c $(pkg-config --cflags --libs ballast) \
+    -o "$work/mpi_run_ranks"
+for mode in "" host serialized; do
+    log="$work/mpi_run_ranks.log"
+    # shellcheck disable=SC2086 # $mode is empty or one word
+    if ! timeout 120 mpirun "${mpirun_flags[@]}" -n 2 "$work/mpi_run_ranks" $mode >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "ci/capi.sh: mpirun -n 2 mpi_run_ranks $mode failed" >&2
+        exit 1
+    fi
+    good=$(grep -c ' passed, 0 failed$' "$log" || true)
+    [ "$good" = 2 ] || { cat "$log" >&2; echo "ci/capi.sh: $good of 2 processes reported all passed" >&2; exit 1; }
+    echo "ci/capi.sh: mpirun -n 2 mpi_run_ranks $mode: $(grep -m1 ' passed, 0 failed$' "$log")"
+done
+# shellcheck disable=SC2046
+mpicc -std=c11 -Wall -Wextra -Werror capi/tests/c/mpi_abort.c $(pkg-config --cflags --libs ballast) \
+    -o "$work/mpi_abort"
+for run in "comm 7 native on" "comm 7 engine off" "ranks 9 engine on"; do
+    read -r mode code path native <<< "$run"
+    log="$work/mpi_abort.log"
+    status=0
+    timeout 120 mpirun "${mpirun_flags[@]}" -x BALLAST_MPI_NATIVE="$native" -n 2 "$work/mpi_abort" "$mode" \
+        >"$log" 2>&1 || status=$?
+    if [ "$status" != "$code" ] || grep -q ' returned ' "$log" \
+        || { [ "$mode" = comm ] && ! grep -q "^process 0: path: $path" "$log"; }; then
+        cat "$log" >&2
+        echo "ci/capi.sh: mpirun -n 2 mpi_abort $mode (BALLAST_MPI_NATIVE=$native) exited with $status, not $code, or a call returned or the path is not $path" >&2
+        exit 1
+    fi
+    echo "ci/capi.sh: mpirun -n 2 mpi_abort $mode ($path path): the job ended with the code $code"
+done
 mkdir -p "$work/cmake-mpi"
 cat > "$work/cmake-mpi/CMakeLists.txt" <<CMAKE
 cmake_minimum_required(VERSION 3.13)

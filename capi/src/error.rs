@@ -114,6 +114,7 @@ fn protocol_code(e: &ProtocolError) -> c_int {
         ProtocolError::WouldBlock => BALLAST_EAGAIN,
         ProtocolError::UnknownRequest(_) | ProtocolError::CollectiveMismatch { .. } => BALLAST_EINVAL,
         ProtocolError::Alloc(_) => BALLAST_ENOMEM,
+        ProtocolError::Aborted { .. } => BALLAST_EPEER,
         ProtocolError::Fabric(f) => fabric_code(f),
         ProtocolError::Config(c) => config_code(c),
         _ => BALLAST_EINTERNAL,

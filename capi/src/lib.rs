@@ -14,12 +14,15 @@
 #![allow(non_camel_case_types)]
 
 mod collective;
+mod abort;
 mod comm;
 mod config;
 mod error;
 mod gathered;
 mod handles;
 mod local_run;
+#[cfg(feature = "mpi")]
+mod mpi_ranks;
 mod notes;
 mod process;
 mod request;
@@ -27,11 +30,14 @@ mod request;
 mod twin;
 
 pub use collective::*;
+pub use abort::*;
 pub use comm::*;
 pub use config::*;
 pub use error::*;
 pub use gathered::*;
 pub use local_run::*;
+#[cfg(feature = "mpi")]
+pub use mpi_ranks::ballast_mpi_run_ranks;
 pub use notes::*;
 #[cfg(feature = "mpi")]
 pub use process::mpi::ballast_comm_from_mpi;

@@ -21,13 +21,13 @@ pub type ballast_rank_main =
     Option<unsafe extern "C" fn(comm: *mut ballast_comm, user: *mut c_void) -> c_int>;
 
 /// The user pointer, shared by the ranks' threads.
-struct UserPtr(*mut c_void);
+pub(crate) struct UserPtr(pub(crate) *mut c_void);
 // SAFETY: the pointer is only passed back to the C callback; ballast_local_run's contract
 // makes the caller responsible for what its ranks do with it from their threads.
 unsafe impl Sync for UserPtr {}
 
 impl UserPtr {
-    fn get(&self) -> *mut c_void {
+    pub(crate) fn get(&self) -> *mut c_void {
         self.0
     }
 }
@@ -86,33 +86,40 @@ pub unsafe extern "C" fn ballast_local_run(
         let run = threads::run_ranks(n, &cfg.cfg, move |comm| {
             run_rank(comm, main, user.get(), failures_ref)
         });
-        let mut failures = failures.into_inner();
-        failures.sort_by_key(|f| f.rank);
-        // The lowest-numbered rank that failed other than by the abort; then a rank whose
-        // thread could not be started (the others were aborted because of it); when every
-        // failure is BALLAST_EPEER, the one that came first.
-        let own = failures.iter().find(|f| f.code != BALLAST_EPEER);
-        if own.is_none() {
-            if let Err(e @ Error::ThreadStart { .. }) = &run {
-                return Err(Fail::new(BALLAST_ENOMEM, format!("{F}: {e}")));
-            }
-        }
-        let earliest = failures.iter().min_by_key(|f| f.seq);
-        match own.or(earliest) {
-            Some(f) => {
-                set_last_error(&f.msg);
-                Ok(f.code)
-            }
-            None => run.map(|_| 0).map_err(|e| match e {
-                Error::ThreadStart { .. } => Fail::new(BALLAST_ENOMEM, format!("{F}: {e}")),
-                e => Fail::new(code_of(&e), format!("{F}: {e}")),
-            }),
-        }
+        outcome(F, run.map(drop), failures)
     })
 }
 
-/// A rank's failure in `ballast_local_run`.
-struct Failure {
+/// The result of a run of C ranks (`ballast_local_run`, `ballast_mpi_run_ranks`) from the
+/// launcher's `run` and the ranks' `failures`: 0, or the code of the lowest-numbered rank
+/// that failed other than by the abort (BALLAST_EPEER); then a rank whose thread could not
+/// be started (the others were aborted because of it: BALLAST_ENOMEM); when every failure
+/// is BALLAST_EPEER, the one that came first; else the launcher's own error. The message of
+/// the failure returned becomes the calling thread's last error.
+pub(crate) fn outcome(func: &str, run: Result<(), Error>, failures: Failures) -> Result<c_int, Fail> {
+    let mut failures = failures.into_inner();
+    failures.sort_by_key(|f| f.rank);
+    let own = failures.iter().find(|f| f.code != BALLAST_EPEER);
+    if own.is_none() {
+        if let Err(e @ Error::ThreadStart { .. }) = &run {
+            return Err(Fail::new(BALLAST_ENOMEM, format!("{func}: {e}")));
+        }
+    }
+    let earliest = failures.iter().min_by_key(|f| f.seq);
+    match own.or(earliest) {
+        Some(f) => {
+            set_last_error(&f.msg);
+            Ok(f.code)
+        }
+        None => run.map(|()| 0).map_err(|e| match e {
+            Error::ThreadStart { .. } => Fail::new(BALLAST_ENOMEM, format!("{func}: {e}")),
+            e => Fail::new(code_of(&e), format!("{func}: {e}")),
+        }),
+    }
+}
+
+/// A rank's failure in `ballast_local_run` or `ballast_mpi_run_ranks`.
+pub(crate) struct Failure {
     rank: usize,
     /// The order it came in.
     seq: usize,
@@ -122,16 +129,16 @@ struct Failure {
 
 /// The ranks' failures, in the order they came (one entry per failed rank: nothing is
 /// allocated per rank up front).
-type Failures = Mutex<Vec<Failure>>;
+pub(crate) type Failures = Mutex<Vec<Failure>>;
 
 /// The unwinding payload of a rank that failed: [`run_rank`] records the failure, then
 /// unwinds (without the panic hook's message) so that the launcher aborts the other ranks.
 struct RankFailed;
 
-/// One rank of `ballast_local_run`: a failure (rank_main's non-zero result, or requests
+/// One rank of `ballast_local_run` (or `ballast_mpi_run_ranks`): a failure (rank_main's non-zero result, or requests
 /// left live) is recorded in `failures[rank]` with its message, and then ends the rank's
 /// thread by unwinding, which makes the launcher abort the other ranks.
-fn run_rank(
+pub(crate) fn run_rank(
     comm: &mut Communicator,
     main: unsafe extern "C" fn(*mut ballast_comm, *mut c_void) -> c_int,
     user: *mut c_void,

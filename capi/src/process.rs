@@ -374,7 +374,7 @@ pub(crate) mod mpi {
 
     /// The checks of an initialised MPI before Ballast uses it: not finalised, of the
     /// library's family, a thread level whose rule the caller's thread meets.
-    fn check_running(func: &str) -> Result<Threading, Fail> {
+    pub(crate) fn check_running(func: &str) -> Result<Threading, Fail> {
         if !rsmpi::environment::is_initialized() || rsmpi::environment::is_finalized() {
             return Err(Fail::inval(format!(
                 "{func}: MPI is not initialised (or already finalised): call MPI_Init_thread first"

@@ -1,7 +1,8 @@
 //! Builds the C programs against include/ballast.h and the freshly built libballast.so
 //! with the system C compiler, and runs them: examples/c/hello.c; under
 //! `-fsanitize=address,undefined` (a leak, an invalid access or undefined behaviour fails
-//! them) the C conformance program tests/c/conformance.c, the handle-validity program
+//! them) the C conformance program tests/c/conformance.c, ballast_abort (tests/c/abort.c),
+//! the notes (tests/c/notes.c), the handle-validity program
 //! tests/c/handles.c and a few seeds of the call-sequence fuzzer tests/c/fuzz.c; and,
 //! without sanitizers, tests/c/limits.c (out of memory under `ulimit -v`), one process per
 //! case. Skips with a printed reason when no C
@@ -141,6 +142,16 @@ fn comm_notes_from_c_under_address_and_undefined_sanitizers() {
     let out = build_and_run(&cc, &src, &flags);
     // 14 checks on each of the 2 ranks, and ballast_local_run's own.
     assert_eq!(out, "capi notes: 29 passed, 0 failed\n");
+}
+
+#[test]
+fn abort_from_c_under_address_and_undefined_sanitizers() {
+    let Some(cc) = compiler() else { return };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/abort.c");
+    let out = build_and_run(&cc, &src, &SANITIZE);
+    // Two runs of 4 ranks (29 checks each: rank 0 6, ranks 1 and 2 7, rank 3 9), and 4
+    // of main's.
+    assert_eq!(out, "capi abort: 62 passed, 0 failed\n");
 }
 
 #[test]
@@ -290,11 +301,13 @@ fn header_is_ascii_and_declares_every_exported_function() {
     for f in [
         "lib.rs",
         "collective.rs",
+        "abort.rs",
         "comm.rs",
         "config.rs",
         "error.rs",
         "gathered.rs",
         "local_run.rs",
+        "mpi_ranks.rs",
         "notes.rs",
         "process.rs",
         "request.rs",

@@ -123,10 +123,15 @@ impl Error {
         matches!(self, Error::Protocol(ProtocolError::WouldBlock))
     }
 
-    /// True when the run was aborted because another rank failed
-    /// ([`FabricError::Aborted`]).
+    /// True when the run was aborted because of another rank: it failed
+    /// ([`FabricError::Aborted`]) or it called `Communicator::abort`
+    /// ([`ProtocolError::Aborted`] naming another rank; the aborting rank's own is not).
     pub fn is_aborted(&self) -> bool {
-        matches!(self, Error::Fabric(FabricError::Aborted))
+        match self {
+            Error::Fabric(FabricError::Aborted) => true,
+            Error::Protocol(ProtocolError::Aborted { rank, by, .. }) => rank != by,
+            _ => false,
+        }
     }
 
     /// The fabric's error, if this is one ([`Error::Fabric`]).

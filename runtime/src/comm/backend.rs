@@ -65,6 +65,15 @@ pub(crate) trait Backend: Send {
     /// Whether the ranks a blocking call `op` waits on (`peer`; `recv`: as a receive)
     /// ended so that it can never complete (see `gone`).
     fn gone(&self, peer: Source, recv: bool, op: &'static str) -> Option<Gone>;
+    /// Aborts the job with `code` (`Communicator::abort`): under MPI `MPI_Abort`, which
+    /// never returns; on the engine elsewhere, a notice to every other rank.
+    fn abort(&mut self, code: i32) -> Result<()>;
+    /// The error of the job's abort once this rank knows of one (the engine:
+    /// `ProtocolError::Aborted`); `Ok` otherwise, and always under MPI (its abort does not
+    /// return).
+    fn check_aborted(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Transport memory of this rank by kind.
     fn footprint(&self) -> Footprint;
@@ -252,8 +261,10 @@ pub(super) fn probe<B: Backend + ?Sized>(b: &mut B, src: Source, tag: TagMatch) 
     }
 }
 
-/// Delivers all own sends, then keeps serving other ranks until every rank is done.
+/// Delivers all own sends, then keeps serving other ranks until every rank is done. After
+/// the job's abort (known here) it fails at once with its error: the job is over.
 pub(super) fn finalize<B: Backend + ?Sized>(b: &mut B) -> Result<()> {
+    b.check_aborted()?;
     let mut off = Backoff::new();
     let mut check = EndCheck::default();
     while !b.sends_drained() {

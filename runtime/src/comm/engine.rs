@@ -102,6 +102,12 @@ impl Backend for Engine {
     fn gone(&self, peer: Source, recv: bool, op: &'static str) -> Option<Gone> {
         gone::engine_gone(self, peer, recv, op)
     }
+    fn abort(&mut self, code: i32) -> Result<()> {
+        Ok(Engine::abort(self, code)?)
+    }
+    fn check_aborted(&self) -> Result<()> {
+        Ok(Engine::check_aborted(self)?)
+    }
     fn footprint(&self) -> Footprint {
         Engine::footprint(self)
     }

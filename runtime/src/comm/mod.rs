@@ -16,6 +16,7 @@ use crate::protocol::engine::Engine;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 use crate::protocol::request::RequestId;
 
+mod abort;
 mod backend;
 pub mod collective;
 mod engine;

@@ -82,6 +82,13 @@ pub enum Control {
     /// The answer to a [`Control::ConnectReq`] from a rank at its `max_endpoints` cap with
     /// `endpoint_overflow=datagram`: no endpoint; reach me over datagrams.
     Refuse,
+    /// The sender aborted the job with `code` (`Communicator::abort` on a transport
+    /// without a job-wide abort of its own, [`Fabric::abort_job`]): every call of the
+    /// receiver fails from now on. Sent to every other rank, never answered.
+    Abort {
+        /// The caller's code (an `i32`; on the wire its 32 bits, zero-extended).
+        code: i32,
+    },
 }
 
 impl Control {
@@ -97,6 +104,7 @@ impl Control {
             Control::Revoke => (5, 0),
             Control::Return { credits } => (6, credits as u64),
             Control::Refuse => (7, 0),
+            Control::Abort { code } => (8, u64::from(code as u32)),
         }
     }
 
@@ -119,6 +127,7 @@ impl Control {
             5 => Control::Revoke,
             6 => Control::Return { credits: v32()? },
             7 => Control::Refuse,
+            8 => Control::Abort { code: v32()? as i32 },
             _ => {
                 return Err(FabricError::ControlDecode {
                     code,
@@ -273,6 +282,21 @@ pub trait Fabric: Register<Error = FabricError> + Send {
     fn memory_model(&self) -> MemoryModel;
     /// True when another rank of the job failed and waiting is pointless.
     fn aborted(&self) -> bool;
+
+    /// Aborts the job with `code` (`Communicator::abort`). By default (verbs) it tells
+    /// every other rank with a [`Control::Abort`] on the control path and returns: best
+    /// effort, a rank that cannot be reached any more (it ended) is skipped. `local` keeps
+    /// one notice for its world, which every other rank's poll gives as that control
+    /// message. A transport with a job-wide abort of its own (MPI: `MPI_Abort`) calls it
+    /// instead and never returns.
+    fn abort_job(&mut self, code: i32) -> Result<()> {
+        let me = self.rank();
+        for p in (0..self.world_size()).filter(|&p| p != me) {
+            // A rank that cannot be reached ended: it needs no notice.
+            let _ = self.send_control(p, Control::Abort { code });
+        }
+        Ok(())
+    }
     /// Signals that this rank finished its work; returns when `true` all ranks did.
     fn mark_done(&mut self);
     /// True when every rank called [`Fabric::mark_done`].
@@ -433,10 +457,15 @@ mod tests {
             Control::Revoke,
             Control::Return { credits: 9 },
             Control::Refuse,
+            Control::Abort { code: 3 },
+            Control::Abort { code: -1 },
+            Control::Abort { code: i32::MIN },
         ] {
             let (code, v) = c.encode();
             assert_eq!(Control::decode(code, v).unwrap(), c);
         }
+        assert_eq!(Control::Abort { code: -1 }.encode(), (8, 0xffff_ffff));
+        assert!(Control::decode(8, 1 << 32).is_err());
         assert!(Control::decode(9, 0).is_err());
         assert!(Control::decode(0, 1 << 33).is_err());
     }

@@ -330,6 +330,13 @@ impl Fabric for FaultFabric {
         self.killed || self.inner.aborted()
     }
 
+    fn abort_job(&mut self, code: i32) -> Result<()> {
+        if self.killed {
+            return Ok(());
+        }
+        self.inner.abort_job(code)
+    }
+
     fn mark_done(&mut self) {
         if self.killed {
             return;

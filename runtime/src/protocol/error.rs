@@ -92,6 +92,27 @@ pub enum ProtocolError {
         /// The transport's name.
         transport: &'static str,
     },
+    /// The job was aborted on purpose: rank `by` called `Communicator::abort` with `code`
+    /// (on a transport without a job-wide abort of its own; `by` is `rank` itself when it
+    /// was this rank). Every later call of rank `rank` that progresses fails with it.
+    #[error("rank {rank}: {}", aborted_phrase(*.rank, *.by, *.code))]
+    Aborted {
+        /// The rank that fails.
+        rank: usize,
+        /// The rank that aborted the job.
+        by: usize,
+        /// Its code.
+        code: i32,
+    },
+}
+
+/// The message of [`ProtocolError::Aborted`] after the rank.
+fn aborted_phrase(rank: usize, by: usize, code: i32) -> String {
+    if rank == by {
+        format!("this rank aborted the job (abort with code {code}): no call can complete any more")
+    } else {
+        format!("rank {by} aborted the job (abort with code {code}): no call can complete any more")
+    }
 }
 
 /// Result of the protocol.

@@ -27,6 +27,11 @@ impl AbortLine {
         self.notices.abort(&self.comm, ABORT_TAG);
     }
 
+    /// Ends the job with `code` (`MPI_Abort`): never returns.
+    pub(super) fn abort_job(&self, code: i32) -> ! {
+        self.notices.abort_job(&self.comm, code)
+    }
+
     pub(super) fn poll(&self) -> bool {
         self.notices.poll(&self.comm, ABORT_TAG)
     }

@@ -80,6 +80,10 @@ impl Backend for MpiNative {
     fn gone(&self, _peer: Source, _recv: bool, _op: &'static str) -> Option<Gone> {
         None
     }
+    /// `MPI_Abort`: never returns.
+    fn abort(&mut self, code: i32) -> Result<()> {
+        self.abort.abort_job(code)
+    }
     fn footprint(&self) -> Footprint {
         MpiNative::footprint(self)
     }

@@ -177,6 +177,11 @@ pub(crate) struct RankPort {
 pub(crate) struct World {
     ports: Vec<RankPort>,
     abort: AtomicBool,
+    /// The job's abort (`Fabric::abort_job`): the rank that aborted and its code, given to
+    /// every other rank's poll as a [`Control::Abort`] from that rank. One record for the
+    /// world rather than a message per rank, so that a rank whose error follows the abort
+    /// (and raises `abort`) cannot reach a rank before the notice does.
+    notice: OnceLock<(usize, i32)>,
     done: AtomicUsize,
     /// Each rank's [`Fabric::mark_done`], set after everything it sent was delivered.
     finished: Vec<AtomicBool>,
@@ -200,6 +205,7 @@ impl World {
                 })
                 .collect(),
             abort: AtomicBool::new(false),
+            notice: OnceLock::new(),
             done: AtomicUsize::new(0),
             finished: (0..n).map(|_| AtomicBool::new(false)).collect(),
         };
@@ -245,6 +251,8 @@ pub struct LocalFabric {
     /// slot, it is delivered first at the next poll, so nothing is lost (the engine's error
     /// repeats until it fits, as on MPI's engine path).
     held: Option<Arrival>,
+    /// The world's abort notice was given to this rank's poll (or was its own).
+    notice_seen: bool,
 }
 
 /// The sizes of the structures this fabric allocates (see [`MemoryModel`]): its side only,
@@ -288,6 +296,7 @@ impl LocalFabric {
             parker,
             drops: drop_model::DropModel::new(cfg.datagram_drop_every, cfg.datagram_drop_seed, rank),
             held: None,
+            notice_seen: false,
         }
     }
 
@@ -310,6 +319,15 @@ impl LocalFabric {
         on_event: &mut dyn FnMut(Event<'_>) -> Flow,
     ) -> std::result::Result<usize, Halt> {
         let mut n = 0;
+        if !self.notice_seen {
+            if let Some(&(by, code)) = self.world.notice.get() {
+                if by != self.rank {
+                    go(on_event(Event::Control(by, Control::Abort { code })))?;
+                    n += 1;
+                }
+                self.notice_seen = true;
+            }
+        }
         while let Some(w) = self.completions.pop_front() {
             go(on_event(Event::SendComplete(w)))?;
             n += 1;
@@ -527,7 +545,16 @@ impl Fabric for LocalFabric {
     }
 
     fn aborted(&self) -> bool {
-        self.world.abort.load(Ordering::Relaxed)
+        // Acquire: the control messages pushed before the abort (an abort notice) are seen
+        // by the poll that follows.
+        self.world.abort.load(Ordering::Acquire)
+    }
+
+    /// The world's notice (the first abort wins), then every rank woken.
+    fn abort_job(&mut self, code: i32) -> Result<()> {
+        let _ = self.world.notice.set((self.rank, code));
+        self.world.wake_all();
+        Ok(())
     }
 
     fn mark_done(&mut self) {

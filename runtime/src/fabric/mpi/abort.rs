@@ -4,7 +4,9 @@
 //! a one-byte notice on an abort tag (`MPI_Isend`, never waited for: the others may be
 //! gone); the others find it by probing that tag (`MPI_Improbe`, then receive it), and
 //! fail with [`crate::fabric::error::FabricError::Aborted`]. The notices' buffers are leaked, never freed under
-//! a send that may never complete.
+//! a send that may never complete. A job aborted on purpose (`Communicator::abort`) ends
+//! with `MPI_Abort` ([`AbortNotices::abort_job`]), on the same communicator, without
+//! notices.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -41,6 +43,14 @@ impl AbortNotices {
             let _ = q.post(comm, p, tag, vec![1], 0);
         }
         *self.notices.lock() = Some(q);
+    }
+
+    /// Ends the job with `code`: `MPI_Abort(comm, code)`, which ends every process of the
+    /// job and never returns. No notice is sent and the world is not marked failed first:
+    /// a rank that saw one would return from its call with an error, and its process
+    /// might exit with a status of its own before MPI ends the job with `code`.
+    pub(crate) fn abort_job(&self, comm: &SimpleCommunicator, code: i32) -> ! {
+        comm.abort(code)
     }
 
     /// True when the world failed: marked here, or a notice arrived on `tag` of `comm`

@@ -196,6 +196,11 @@ impl Shared {
         self.abort.abort(&self.comm, ABORT_TAG);
     }
 
+    /// Ends the job with `code` (`MPI_Abort`): never returns.
+    pub(crate) fn abort_job(&self, code: i32) -> ! {
+        self.abort.abort_job(&self.comm, code)
+    }
+
     fn poll_abort(&self) -> bool {
         self.abort.poll(&self.comm, ABORT_TAG)
     }
@@ -634,6 +639,10 @@ impl Fabric for MpiFabric {
             recv_lock: Default::default(),
             datagram_bytes: 0,
         }
+    }
+
+    fn abort_job(&mut self, code: i32) -> Result<()> {
+        self.shared.abort_job(code)
     }
 
     fn aborted(&self) -> bool {

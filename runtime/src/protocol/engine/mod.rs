@@ -28,7 +28,7 @@ use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
 use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::error::FabricError;
-use crate::fabric::{effective_sharing, DatagramPath, DirectPath, Fabric, PeerKey};
+use crate::fabric::{effective_sharing, Control, DatagramPath, DirectPath, Fabric, PeerKey};
 use crate::protocol::clock::Clock;
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
@@ -157,6 +157,9 @@ pub struct Engine {
     copies: bool,
     /// The datagram path (`endpoint_overflow=datagram` past `max_endpoints`), if it runs.
     dg: Option<Box<Datagrams>>,
+    /// The job's abort, once known (this rank's [`Engine::abort`] or a peer's
+    /// [`Control::Abort`](crate::fabric::Control::Abort)): the rank that aborted and its code.
+    aborted_by: Option<(usize, i32)>,
 }
 
 /// The fabric's direct path. The engine uses it only when the fabric offered one at start
@@ -253,6 +256,7 @@ impl Engine {
             chunked_queued: 0,
             copies: false,
             dg,
+            aborted_by: None,
         };
         e.copies = e.fabric.copies_payload();
         if !cfg.lazy_connect {
@@ -296,6 +300,38 @@ impl Engine {
     /// True when other ranks failed.
     pub fn aborted(&self) -> bool {
         self.fabric.aborted()
+    }
+
+    /// Aborts the job with `code` ([`Fabric::abort_job`]: on MPI, `MPI_Abort`, which never
+    /// returns; elsewhere every other rank is told with a control message). From then on
+    /// every call of this rank that progresses fails with [`ProtocolError::Aborted`] naming
+    /// this rank, as the other ranks' calls do once the notice reached them. Once the job
+    /// was aborted (here, or by a peer's notice), a second call does nothing.
+    pub fn abort(&mut self, code: i32) -> Result<()> {
+        if self.aborted_by.is_some() {
+            return Ok(());
+        }
+        self.aborted_by = Some((self.rank, code));
+        self.fabric.abort_job(code)?;
+        Ok(())
+    }
+
+    /// The job's abort, once known: the rank that aborted it and its code.
+    pub fn aborted_by(&self) -> Option<(usize, i32)> {
+        self.aborted_by
+    }
+
+    /// [`ProtocolError::Aborted`] once the job was aborted (as far as this rank knows).
+    #[inline]
+    pub fn check_aborted(&self) -> Result<()> {
+        match self.aborted_by {
+            None => Ok(()),
+            Some((by, code)) => Err(ProtocolError::Aborted {
+                rank: self.rank,
+                by,
+                code,
+            }),
+        }
     }
 
     pub(crate) fn fabric(&self) -> &dyn Fabric {
@@ -425,32 +461,16 @@ impl Engine {
     /// [`Engine::progress`] while a blocking receive waits with its buffer: the message
     /// bound to it is written there ([`RecvInto`]).
     pub fn progress_into(&mut self, into: Option<RecvInto<'_>>) -> Result<bool> {
+        self.check_aborted()?;
         if self.fabric.aborted() {
+            // Another rank failed. If the job was aborted on purpose, that rank's notice
+            // may still be queued here: it names the rank and its code (nothing else
+            // matters any more, so what else the poll meets is dropped).
+            let _ = self.poll_settle(None);
+            self.check_aborted()?;
             return Err(ProtocolError::Fabric(FabricError::Aborted));
         }
-        let n = {
-            let inbox = &mut self.inbox;
-            let matcher = &mut self.matcher;
-            let mut rx = DatagramRx {
-                dg: self.dg.as_deref_mut(),
-                pool: &mut self.pool,
-                conns: &self.conns,
-                rank: self.rank,
-                into,
-            };
-            self.fabric.poll(&mut |ev| inbox.take(matcher, &mut rx, ev))?
-        };
-        if let Some(e) = self.inbox.failed.take() {
-            return Err(e);
-        }
-        // An idle poll (the common case of a blocking wait) has nothing to settle.
-        if !self.inbox.is_empty() {
-            let mut inbox = std::mem::take(&mut self.inbox);
-            let settled = self.settle(&mut inbox);
-            self.inbox = inbox;
-            settled?;
-        }
-
+        let n = self.poll_settle(into)?;
         let mut work = n > 0;
         work |= self.manage_endpoints()?;
         if !self.active.is_empty() {
@@ -462,6 +482,51 @@ impl Engine {
             work |= self.service_datagrams()?;
         }
         Ok(work)
+    }
+
+    /// One poll of the fabric and the settling of what it brought (a peer's abort notice
+    /// fails it); the events handled.
+    #[inline]
+    fn poll_settle(&mut self, into: Option<RecvInto<'_>>) -> Result<usize> {
+        let n = {
+            let inbox = &mut self.inbox;
+            let matcher = &mut self.matcher;
+            let mut rx = DatagramRx {
+                dg: self.dg.as_deref_mut(),
+                pool: &mut self.pool,
+                conns: &self.conns,
+                rank: self.rank,
+                into,
+            };
+            self.fabric.poll(&mut |ev| inbox.take(matcher, &mut rx, ev))
+        };
+        let n = match n {
+            Ok(n) => n,
+            Err(e) => {
+                // A rank that aborted may have ended right after its notice (verbs: its
+                // control stream closed): the notice, if this poll got it, names it.
+                for &(src, c) in self.inbox.ctrl() {
+                    if let Control::Abort { code } = c {
+                        self.aborted_by.get_or_insert((src, code));
+                    }
+                }
+                self.check_aborted()?;
+                return Err(e.into());
+            }
+        };
+        if let Some(e) = self.inbox.failed.take() {
+            return Err(e);
+        }
+        // An idle poll (the common case of a blocking wait) has nothing to settle.
+        if !self.inbox.is_empty() {
+            let mut inbox = std::mem::take(&mut self.inbox);
+            let settled = self.settle(&mut inbox);
+            self.inbox = inbox;
+            settled?;
+            // A peer's abort notice fails the call that received it.
+            self.check_aborted()?;
+        }
+        Ok(n)
     }
 
     /// Pool occupancy.

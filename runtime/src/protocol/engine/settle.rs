@@ -26,6 +26,11 @@ pub(super) struct Inbox {
 }
 
 impl Inbox {
+    /// The control messages collected and not settled yet.
+    pub(super) fn ctrl(&self) -> &[(usize, Control)] {
+        &self.ctrl
+    }
+
     #[inline]
     pub(super) fn is_empty(&self) -> bool {
         self.done.is_empty() && self.arrivals.is_empty() && self.ctrl.is_empty() && self.whole.is_empty()
@@ -211,6 +216,10 @@ impl Engine {
             }
             Control::Return { credits } => self.bank.returned(src, credits),
             Control::Refuse => self.on_refuse(src)?,
+            Control::Abort { code } => {
+                // The first abort known is the one every call names.
+                self.aborted_by.get_or_insert((src, code));
+            }
         }
         Ok(())
     }
