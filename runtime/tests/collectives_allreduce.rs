@@ -5,8 +5,7 @@
 
 mod coll;
 
-use ballast_runtime::error::CommError;
-use ballast_runtime::{Communicator, Error, ReduceOp, Reducible, Result};
+use ballast_runtime::{Communicator, ReduceOp, Reducible, Result};
 use coll::{run, run_all, Rng, WORLDS};
 
 const OPS: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max];
@@ -187,47 +186,40 @@ fn doubles_of_1_mib_are_the_same_bits_on_every_rank() {
     }
 }
 
+/// The message of the length error found by rank `by` (with `mine` elements) in rank
+/// `peer`'s message (`theirs`).
+fn length_error(by: usize, peer: usize, mine: usize, theirs: usize) -> String {
+    format!(
+        "rank {by}: all_reduce (collective #1): rank {peer} passed {theirs} elements where rank {by} passed {mine} \
+         elements: every rank must pass the same length"
+    )
+}
+
 /// A rank passing another length than its partner: both get the error naming both
-/// ranks and lengths; the rank that folded into one of them gets `PeerGone` (it waits for
-/// a result that cannot come); no rank hangs. Afterwards nothing is left half-done for
-/// ranks that agree: a second run of the same world works.
+/// ranks and lengths, and every other rank gets it too, passed on in place of the data
+/// (no rank waits for data that will not come: on MPI and verbs nothing would tell it
+/// that a peer returned).
 #[test]
-fn a_length_that_differs_is_an_error_on_both_partners() {
-    let res = run_all(2, |comm: &mut Communicator| {
-        let mut data = vec![1i64; 5 - comm.rank()];
-        comm.all_reduce(&mut data, ReduceOp::Sum)
-            .map_err(|e| e.to_string())
-    });
+fn a_length_that_differs_is_an_error_on_every_rank() {
+    let run_with = |n: usize, odd: usize| {
+        run_all(n, move |comm: &mut Communicator| {
+            let mut data = vec![1i64; if comm.rank() == odd { 3 } else { 4 }];
+            comm.all_reduce(&mut data, ReduceOp::Sum)
+                .map_err(|e| e.to_string())
+        })
+    };
+    let e = |by, peer, mine, theirs| Err(length_error(by, peer, mine, theirs));
+    assert_eq!(run_with(2, 1), [e(0, 1, 4, 3), e(1, 0, 3, 4)]);
+    // 3 ranks: rank 0 folds into rank 1, which meets rank 2; rank 0 gets rank 1's.
+    assert_eq!(run_with(3, 2), [e(1, 2, 4, 3), e(1, 2, 4, 3), e(2, 1, 3, 4)]);
+    // 4 ranks: 2 and 3 meet first; then 0 meets 2 and 1 meets 3.
     assert_eq!(
-        res,
-        [
-            Err("rank 0: all_reduce (collective #1): rank 1 passed 4 elements where rank 0 passed 5 elements: \
-                 every rank must pass the same length"
-                .to_string()),
-            Err("rank 1: all_reduce (collective #1): rank 0 passed 5 elements where rank 1 passed 4 elements: \
-                 every rank must pass the same length"
-                .to_string()),
-        ]
+        run_with(4, 3),
+        [e(2, 3, 4, 3), e(3, 2, 3, 4), e(2, 3, 4, 3), e(3, 2, 3, 4)]
     );
-    // 3 ranks: rank 0 folds into rank 1, which meets rank 2 (whose length differs).
-    let res = run_all(3, |comm: &mut Communicator| {
-        let mut data = vec![1.5f64; if comm.rank() == 2 { 3 } else { 4 }];
-        comm.all_reduce(&mut data, ReduceOp::Max)
-    });
-    let length = |e: &Result<()>| matches!(e, Err(Error::Comm(CommError::CollectiveLength { .. })));
-    assert!(length(&res[1]) && length(&res[2]), "{res:?}");
-    assert!(
-        matches!(
-            &res[0],
-            Err(Error::Comm(CommError::PeerGone {
-                rank: 0,
-                op: "all_reduce",
-                peer: Some(1),
-                ..
-            }))
-        ),
-        "{res:?}"
-    );
+    // 7 ranks, the folded rank 4 differs: rank 5 finds it and passes it on to all (rank
+    // 4 included, with the result it waits for).
+    assert_eq!(run_with(7, 4), vec![e(5, 4, 4, 3); 7]);
 }
 
 /// Ranks calling different collectives (an all_reduce and a barrier) get an error.

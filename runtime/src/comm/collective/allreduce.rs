@@ -10,11 +10,12 @@
 //! `u.blocks[0]` holds the running result, little-endian; the caller's slice is read at
 //! the start and written at the end only.
 
+use super::mismatch::{self, Body, LengthMismatch};
 use super::reduce::{ReduceOp, ReduceSlice, ReduceType};
 use super::Unfinished;
 use crate::comm::Communicator;
 use crate::core::memory::try_buffer;
-use crate::error::{CommError, Result};
+use crate::error::Result;
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::CollectiveKind;
 
@@ -160,8 +161,9 @@ fn get(bytes: &[u8], data: &mut ReduceSlice<'_>) {
 impl Communicator {
     /// The engine's `all_reduce` (see the module). After a retryable error the next
     /// `all_reduce` resumes it with the running result kept (the retry's `data` is only
-    /// written). Errors: [`CommError::CollectiveLength`] when a partner's length differs,
-    /// else as `barrier`.
+    /// written). Errors: [`CommError::CollectiveLength`](crate::error::CommError::CollectiveLength)
+    /// on every rank when two partners' lengths differ (the finder's, passed on: see
+    /// `mismatch`), else as `barrier`.
     pub(super) fn engine_all_reduce(&mut self, mut data: ReduceSlice<'_>, op: ReduceOp) -> Result<()> {
         let n = self.world_size();
         let r = self.rank();
@@ -179,29 +181,33 @@ impl Communicator {
                 let (from, to, take) = plan(n, r, u.step);
                 let msg = |u: &Unfinished| {
                     let acc = &u.blocks[0];
-                    let mut m = try_buffer(acc.len() + STAMP_BYTES, || {
+                    let mut m = try_buffer(acc.len() + mismatch::ROOM + STAMP_BYTES, || {
                         format!("an all_reduce message of {} bytes", acc.len())
                     })?;
-                    m.extend_from_slice(acc);
+                    match &u.mismatch {
+                        Some(lm) => lm.put(&mut m),
+                        None => {
+                            m.extend_from_slice(acc);
+                            m.push(mismatch::DATA);
+                        }
+                    }
                     u.c.seal(u.step, &mut m);
                     Ok(m)
                 };
                 let got = |u: &mut Unfinished, peer: usize, m: Vec<u8>| {
-                    if m.len() != u.blocks[0].len() {
-                        let size = ty.size();
-                        let say = |b: usize| match b % size {
-                            0 => format!("{} elements", b / size),
-                            _ => format!("{b} bytes"),
-                        };
-                        return Err(CommError::CollectiveLength {
-                            rank: r,
-                            peer,
-                            op: "all_reduce",
-                            seq: u.c.seq,
-                            mine: say(u.blocks[0].len()),
-                            theirs: say(m.len()),
+                    let m = match mismatch::read(m, (&u.c, r, peer, u.step))? {
+                        Body::Mismatch(lm) => {
+                            u.mismatch.get_or_insert(lm);
+                            return Ok(());
                         }
-                        .into());
+                        Body::Data(m) => m,
+                    };
+                    if u.mismatch.is_some() {
+                        return Ok(());
+                    }
+                    if m.len() != u.blocks[0].len() {
+                        u.mismatch = Some(LengthMismatch::new(r, peer, u.blocks[0].len(), m.len()));
+                        return Ok(());
                     }
                     match take {
                         Take::Combine { mine_first } => combine(ty, op, &mut u.blocks[0], &m, mine_first),
@@ -213,6 +219,9 @@ impl Communicator {
             }
             Ok(())
         })?;
+        if let Some(lm) = u.mismatch {
+            return Err(lm.error(&u.c, ty.size(), "elements"));
+        }
         get(&u.blocks[0], &mut data);
         Ok(())
     }

@@ -48,9 +48,9 @@ impl Communicator {
     /// when both are). On the MPI native path MPI's own `MPI_Allreduce` runs, in MPI's order.
     ///
     /// After a retryable error (see the module) the next `all_reduce` resumes this one.
-    /// Errors: [`CommError::CollectiveLength`] when a partner's length differs (on the
-    /// engine paths; it names both ranks and lengths), else as
-    /// [`Communicator::barrier`].
+    /// Errors: [`CommError::CollectiveLength`] on every rank when two partners' lengths
+    /// differ (on the engine paths; it names both ranks and lengths, as the rank that
+    /// found it saw them), else as [`Communicator::barrier`].
     pub fn all_reduce<T: Reducible>(&mut self, data: &mut [T], op: ReduceOp) -> Result<()> {
         let slice = T::slice(data);
         if let Some(n) = self.backend.native_collectives() {
@@ -65,8 +65,9 @@ impl Communicator {
     /// children). After a retryable error the next `bcast` resumes this one (pass the same
     /// arguments: the root's `buf` is read again). Errors:
     /// [`CommError::CollectiveArgument`] for a `root` out of range,
-    /// [`CommError::CollectiveLength`] when this rank's length differs from the root's (on
-    /// the engine paths), else as [`Communicator::barrier`].
+    /// [`CommError::CollectiveLength`] when this rank's length differs from the root's, or
+    /// a rank's above it in the tree did (on the engine paths), else as
+    /// [`Communicator::barrier`].
     pub fn bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {
         self.check_root("bcast", root)?;
         if let Some(n) = self.backend.native_collectives() {

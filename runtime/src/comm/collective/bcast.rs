@@ -7,10 +7,11 @@
 //! A non-root rank keeps what it received in `u.blocks[0]` and writes the caller's buffer
 //! at the end; the root sends from its buffer.
 
+use super::mismatch::{self, Body, LengthMismatch};
 use super::Unfinished;
 use crate::comm::Communicator;
 use crate::core::memory::try_buffer;
-use crate::error::{CommError, Result};
+use crate::error::Result;
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::CollectiveKind;
 
@@ -35,8 +36,9 @@ fn plan(n: usize, v: usize, k: u32) -> (Option<usize>, Option<usize>) {
 impl Communicator {
     /// The engine's `bcast` (see the module). After a retryable error the next `bcast`
     /// resumes it (the root's `buf` is read again: pass the same). Errors:
-    /// [`CommError::CollectiveLength`] when the root's length differs from this rank's,
-    /// else as `barrier`.
+    /// [`CommError::CollectiveLength`](crate::error::CommError::CollectiveLength) when a
+    /// rank's length differs from the root's, on that rank and every rank below it in the
+    /// tree (the finder's, passed on: see `mismatch`), else as `barrier`.
     pub(super) fn engine_bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {
         let n = self.world_size();
         let r = self.rank();
@@ -49,33 +51,41 @@ impl Communicator {
                 let (from, to) = plan(n, v, u.step);
                 let real = |p: usize| (p + root) % n;
                 let msg = |u: &Unfinished| {
-                    let data = if v == 0 { src } else { &u.blocks[0][..] };
-                    let mut m = try_buffer(data.len() + STAMP_BYTES, || {
+                    let data = match (&u.mismatch, v) {
+                        (Some(_), _) => &[][..],
+                        (None, 0) => src,
+                        (None, _) => &u.blocks[0][..],
+                    };
+                    let mut m = try_buffer(data.len() + mismatch::ROOM + STAMP_BYTES, || {
                         format!("a bcast message of {} bytes", data.len())
                     })?;
-                    m.extend_from_slice(data);
+                    match &u.mismatch {
+                        Some(lm) => lm.put(&mut m),
+                        None => {
+                            m.extend_from_slice(data);
+                            m.push(mismatch::DATA);
+                        }
+                    }
                     u.c.seal(u.step, &mut m);
                     Ok(m)
                 };
                 let got = |u: &mut Unfinished, peer: usize, m: Vec<u8>| {
-                    if m.len() != len {
-                        return Err(CommError::CollectiveLength {
-                            rank: r,
-                            peer,
-                            op: "bcast",
-                            seq: u.c.seq,
-                            mine: format!("{len} bytes"),
-                            theirs: format!("{} bytes", m.len()),
+                    match mismatch::read(m, (&u.c, r, peer, u.step))? {
+                        Body::Mismatch(lm) => u.mismatch = Some(lm),
+                        Body::Data(m) if m.len() != len => {
+                            u.mismatch = Some(LengthMismatch::new(r, peer, len, m.len()))
                         }
-                        .into());
+                        Body::Data(m) => u.blocks = vec![m],
                     }
-                    u.blocks = vec![m];
                     Ok(())
                 };
                 c.coll_step(u, (from.map(real), to.map(real), "bcast"), msg, got)?;
             }
             Ok(())
         })?;
+        if let Some(lm) = u.mismatch {
+            return Err(lm.error(&u.c, 1, "bytes"));
+        }
         if v != 0 {
             buf.copy_from_slice(&u.blocks[0]);
         }

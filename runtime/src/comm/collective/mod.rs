@@ -33,6 +33,7 @@ mod alltoallv;
 mod api;
 mod bcast;
 mod gather;
+mod mismatch;
 pub(crate) mod native;
 mod parts;
 pub mod reduce;
@@ -65,6 +66,9 @@ pub(super) struct Unfinished {
     slots: Vec<alltoallv::Slot>,
     /// Sparse exchange (NBX): its state.
     nbx: Option<Box<sparse::Nbx>>,
+    /// All-reduce, broadcast: a length that differs, found here or upstream (sent on
+    /// instead of data, returned at the end).
+    mismatch: Option<mismatch::LengthMismatch>,
 }
 
 /// True for the errors after which a collective can be resumed: the communicator works on.
@@ -141,6 +145,7 @@ impl Communicator {
                     blocks: Vec::new(),
                     slots: Vec::new(),
                     nbx: None,
+                    mismatch: None,
                 };
                 init(&mut u)?;
                 u.c = self.collectives.begin(kind);
