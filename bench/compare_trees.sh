@@ -140,7 +140,7 @@ for i in $(seq "$rounds"); do
     for b in $benches; do
         for t in $order; do
             v=$(measure "$b" "$t" || true)
-            [ -z "$v" ] || echo "$b $t $v" >>"$work/results"
+            [ -z "$v" ] || echo "$b $t $v $i" >>"$work/results"
             echo "round $i $b $([ "$t" = old ] && echo "$rev" || echo "this-tree") ${v:-absent}"
         done
     done
@@ -151,19 +151,24 @@ units = {"local-8B": "µs/round trip", "mpi-8B": "µs/half rt", "mpi-engine-8B":
          "c-local-8B": "ns/half rt", "c-mpi-8B": "ns/half rt", "dryrun-1M": "s wall"}
 got = {}
 for line in open(sys.argv[1]):
-    b, t, v = line.split()
-    got.setdefault(b, {}).setdefault(t, []).append(float(v))
+    b, t, v, i = line.split()
+    got.setdefault(b, {}).setdefault(t, {})[int(i)] = float(v)
 rev, rounds = sys.argv[2], sys.argv[3]
-print(f"\n| benchmark | unit | {rev} median | this tree median | ratio this / {rev} | within 1.05 |")
-print("| --- | --- | ---: | ---: | ---: | --- |")
+print(f"\n| benchmark | unit | {rev} median | this tree median | ratio this / {rev} | within 1.05 | paired median | rounds this tree slower |")
+print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |")
 for b, unit in units.items():
     t = got.get(b, {})
     if "old" not in t or "new" not in t:
-        print(f"| {b} | {unit} | - | - | - | not measured on both trees |")
+        print(f"| {b} | {unit} | - | - | - | not measured on both trees | - | - |")
         continue
-    mo, mn = statistics.median(t["old"]), statistics.median(t["new"])
+    mo, mn = statistics.median(t["old"].values()), statistics.median(t["new"].values())
     r = mn / mo
-    print(f"| {b} | {unit} | {mo:.4g} | {mn:.4g} | {r:.3f} | {'yes' if r <= 1.05 else 'NO'} |")
-print(f"\n(medians of {rounds} interleaved rounds)")
+    pairs = [t["new"][i] / t["old"][i] for i in t["old"] if i in t["new"] and t["old"][i] > 0]
+    pm = f"{statistics.median(pairs):.3f}" if pairs else "-"
+    slower = f"{sum(x > 1 for x in pairs)} of {len(pairs)}" if pairs else "-"
+    print(f"| {b} | {unit} | {mo:.4g} | {mn:.4g} | {r:.3f} | {'yes' if r <= 1.05 else 'NO'} | {pm} | {slower} |")
+print(f"\n(medians of {rounds} interleaved rounds; the rule is the ratio of medians; the paired")
+print("median is the median over rounds of the two trees' ratio in the same round, which a")
+print("bimodal machine moves less)")
 PY
 echo "($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end, $(date -u '+%Y-%m-%d %H:%M UTC'), this tree $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes'), $rev $(git -C "$old" rev-parse --short HEAD))"
