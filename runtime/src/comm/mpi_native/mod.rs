@@ -106,6 +106,7 @@ mod progress;
 mod recv;
 mod send;
 mod unexpected;
+mod within;
 
 pub(crate) use abort::AbortLine;
 pub(crate) use ffi::tag_ub;
@@ -264,6 +265,8 @@ pub struct MpiNative {
     barrier: Option<Ibarrier>,
     all_done: bool,
     statuses: Vec<Status>,
+    /// The receives of `irecv_within` not ended yet, with their limits.
+    limits: Vec<within::Limit>,
 }
 
 impl MpiNative {
@@ -328,6 +331,7 @@ impl MpiNative {
             barrier: None,
             all_done: false,
             statuses: Vec::new(),
+            limits: Vec::new(),
         })
     }
 
