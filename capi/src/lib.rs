@@ -14,6 +14,7 @@
 #![allow(non_camel_case_types)]
 
 mod comm;
+mod completion;
 mod config;
 mod error;
 mod gathered;
@@ -26,6 +27,7 @@ mod request;
 mod twin;
 
 pub use comm::*;
+pub use completion::*;
 pub use config::*;
 pub use error::*;
 pub use gathered::*;
@@ -37,6 +39,9 @@ pub use process::*;
 pub use request::*;
 #[cfg(feature = "bench-twin")]
 pub use twin::ballast_bench_twin;
+
+#[doc(hidden)]
+pub use error::panic_in_boundary_for_tests;
 
 use std::os::raw::c_int;
 
@@ -66,8 +71,12 @@ pub const BALLAST_EUNSUPPORTED: c_int = -5;
 /// An internal error, or a panic inside the library (the communicator is then poisoned:
 /// every later call on it returns BALLAST_EINTERNAL).
 pub const BALLAST_EINTERNAL: c_int = -6;
-/// The message is longer than the buffer (ballast_recv): nothing was consumed.
+/// The message is longer than the buffer (ballast_recv, ballast_irecv_into): nothing was
+/// consumed.
 pub const BALLAST_ETRUNC: c_int = -7;
+/// A receive was cancelled (ballast_request_cancel): its status's error, and what
+/// ballast_test and ballast_wait return for it. New in 0.3.
+pub const BALLAST_ECANCELED: c_int = -8;
 
 /// The version of the header (compare with ballast_version, the library's).
 pub const BALLAST_VERSION_MAJOR: c_int = 0;

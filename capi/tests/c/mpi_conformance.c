@@ -60,6 +60,82 @@ static void expect_err(int rc, int code, const char *needle, int line, const cha
 
 static uint8_t pattern(size_t i, int seed) { return (uint8_t)((i * 151u + (unsigned)seed * 13u) & 0xff); }
 
+/* Issue 35 over MPI (both paths): ballast_irecv_into (in the caller's buffer; a longer
+ * message refused with BALLAST_ETRUNC and left for the next receive), ballast_request_cancel
+ * of a receive nothing matched (MPI_Cancel on the native path), ballast_waitany and
+ * ballast_testsome, on a ring. */
+static void completion(ballast_comm *comm, int me, int left, int right) {
+    uint8_t out[64], buf[64];
+    for (size_t k = 0; k < sizeof out; k++) out[k] = pattern(k, right + 7);
+    ballast_status st;
+    ballast_request *reqs[3] = {NULL, NULL, NULL};
+    size_t index = 0;
+    memset(buf, 0xAA, sizeof buf);
+    OK(ballast_irecv_into(comm, left, 80, buf, 32, &reqs[0]));
+    OK(ballast_isend(comm, right, 80, out, 16, &reqs[2]));
+    int left_done = 0, seen = 0;
+    while (seen < 2) {
+        OK(ballast_waitany(3, reqs, &index, &st));
+        if (index == 0) {
+            const void *data = NULL;
+            size_t len = 0;
+            OK(ballast_request_data(reqs[0], &data, &len));
+            CHECK(data == buf && len == 16 && st.source == left && st.tag == 80 && buf[16] == 0xAA);
+            int same = 1;
+            for (size_t k = 0; k < 16; k++) same = same && buf[k] == pattern(k, me + 7); /* the sender's `right + 7` */
+            CHECK(same);
+            left_done = 1;
+        } else {
+            CHECK(index == 2 && st.source == right && st.len == 16);
+        }
+        OK(ballast_request_free(reqs[index]));
+        reqs[index] = NULL;
+        seen++;
+    }
+    CHECK(left_done);
+    OK(ballast_waitany(3, reqs, &index, &st));
+    CHECK(index == SIZE_MAX);
+
+    /* Longer than the buffer: ETRUNC, then the message whole for the next receive. */
+    ballast_request *r = NULL;
+    memset(buf, 0xAA, sizeof buf);
+    OK(ballast_irecv_into(comm, left, 81, buf, 8, &r));
+    OK(ballast_send(comm, right, 81, out, 20));
+    EXPECT_ERR(ballast_wait(r, &st), BALLAST_ETRUNC, "20 bytes");
+    CHECK(st.len == 20 && st.source == left && st.tag == 81 && buf[0] == 0xAA);
+    OK(ballast_request_free(r));
+    OK(ballast_recv(comm, left, 81, buf, sizeof buf, &st));
+    CHECK(st.len == 20);
+
+    /* Cancel a receive nothing matched; the message sent afterwards goes to the next one. */
+    OK(ballast_irecv(comm, left, 82, &r));
+    OK(ballast_request_cancel(r));
+    int done = 0;
+    EXPECT_ERR(ballast_test(r, &done, &st), BALLAST_ECANCELED, "cancelled");
+    CHECK(done == 1 && st.error == BALLAST_ECANCELED);
+    OK(ballast_request_free(r));
+    OK(ballast_barrier(comm));
+    OK(ballast_send(comm, right, 82, out, 5));
+    OK(ballast_recv(comm, left, 82, buf, sizeof buf, &st));
+    CHECK(st.len == 5 && st.source == left);
+
+    /* testsome until both complete: ascending indices, statuses[k] of indices[k]. */
+    ballast_request *two[2] = {NULL, NULL};
+    OK(ballast_irecv_into(comm, left, 83, buf, 32, &two[0]));
+    OK(ballast_irecv_into(comm, left, 84, buf + 32, 32, &two[1]));
+    OK(ballast_send(comm, right, 84, out, 4));
+    OK(ballast_send(comm, right, 83, out, 3));
+    size_t idx[2], count = 0;
+    ballast_status sts[2];
+    int rc = 0;
+    while (rc == 0 && count < 2) rc = ballast_testsome(2, two, idx, &count, sts);
+    OK(rc);
+    CHECK(count == 2 && idx[0] == 0 && idx[1] == 1 && sts[0].tag == 83 && sts[0].len == 3 && sts[1].tag == 84 &&
+          sts[1].len == 4);
+    OK(ballast_request_free(two[0]));
+    OK(ballast_request_free(two[1]));
+}
+
 /* A ring over `comm`: every rank sends `rounds` messages of varied sizes to its right
  * neighbour and receives from any source with the matching tag; then ETRUNC and iprobe on
  * a message from the left, and an allgatherv. `seed` tells the communicators apart. */
@@ -114,6 +190,8 @@ static void ring(ballast_comm *comm, int seed) {
     OK(ballast_recv(comm, left, BALLAST_ANY_TAG, whole, sizeof whole, &st));
     CHECK(st.len == sizeof big && st.tag == 77 && memcmp(whole, big, sizeof big) == 0);
 
+    completion(comm, me, left, right);
+
     char mine[32];
     snprintf(mine, sizeof mine, "r%d.%d", me, seed % 10);
     ballast_gathered *g = NULL;
@@ -167,7 +245,10 @@ int main(int argc, char **argv) {
     OK(ballast_config_set(cfg, "lock_pool", "false"));
 
     ballast_comm *comm = NULL;
-    EXPECT_ERR(ballast_comm_from_mpi(MPI_COMM_WORLD, NULL, &comm), BALLAST_EINVAL, "config is NULL");
+    /* A NULL configuration is the defaults. */
+    OK(ballast_comm_from_mpi(MPI_COMM_WORLD, NULL, &comm));
+    OK(ballast_comm_free(comm));
+    comm = NULL;
     EXPECT_ERR(ballast_comm_from_mpi(MPI_COMM_WORLD, cfg, NULL), BALLAST_EINVAL, "out is NULL");
     EXPECT_ERR(ballast_comm_from_mpi(MPI_COMM_NULL, cfg, &comm), BALLAST_EINVAL, "MPI_COMM_NULL");
     CHECK(comm == NULL);
