@@ -211,6 +211,27 @@ static void ring(ballast_comm *comm, int seed) {
     CHECK(fp.total >= fp.pool && fp.peers_connected <= (uint32_t)n);
 }
 
+/* ballast_predict against ballast_comm_footprint with no request in flight (issue 35,
+ * point 8): equal on the MPI native path; on the engine path an upper bound, above by at
+ * most (buffer_count - 1) x (buffer_size + 176) bytes (the send buffers the fabric keeps
+ * when every pool buffer is in flight; a rank keeps as many as it had in flight). */
+static void predicted_against_measured(ballast_comm *comm, ballast_config *cfg, int n) {
+    ballast_footprint fp, pred;
+    OK(ballast_comm_footprint(comm, &fp));
+    OK(ballast_config_set(cfg, "transport", "mpi"));
+    OK(ballast_predict(cfg, fp.peers_connected, (uint32_t)n, 1, &pred));
+    char notes[1024];
+    size_t full = 0;
+    OK(ballast_comm_notes(comm, notes, sizeof notes, &full));
+    if (strstr(notes, "path: native") != NULL) {
+        CHECK(fp.total == pred.total && fp.control == pred.control && fp.shared_receive_queue == pred.shared_receive_queue);
+    } else {
+        const uint64_t bound = (64 - 1) * (8192 + 176);
+        CHECK(fp.total <= pred.total && pred.total - fp.total <= bound);
+        CHECK(fp.pool == pred.pool && fp.pool == 64 * 8192);
+    }
+}
+
 struct other_thread {
     ballast_comm *comm;
     int rc;
@@ -260,6 +281,7 @@ int main(int argc, char **argv) {
     OK(ballast_world_size(comm, &size));
     CHECK(me == world_rank && size == n);
     ring(comm, 1);
+    predicted_against_measured(comm, cfg, n);
 
     /* Below MPI_THREAD_MULTIPLE, another thread may not call on it; with it, it may. */
     {
