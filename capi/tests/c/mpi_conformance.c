@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <mpi.h>
 
@@ -246,6 +247,20 @@ static void *call_from_other_thread(void *p) {
     return NULL;
 }
 
+/* Rank 0's second thread under MPI_THREAD_MULTIPLE: once the main thread is waiting in
+ * ballast_recv (100 ms), a call on the communicator, then rank 1 is told to send. */
+static void *call_while_inside(void *p) {
+    struct other_thread *t = p;
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    int rank;
+    t->rc = ballast_rank(t->comm, &rank);
+    ballast_last_error(t->msg, sizeof t->msg);
+    int go = 1;
+    MPI_Send(&go, 1, MPI_INT, 1, 77, MPI_COMM_WORLD);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     /* `--multiple`: the host asks for MPI_THREAD_MULTIPLE, and other threads may call. */
     int want = argc > 1 && strcmp(argv[1], "--multiple") == 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
@@ -295,6 +310,27 @@ int main(int argc, char **argv) {
             CHECK(t.rc == 0);
         }
         if (want == MPI_THREAD_MULTIPLE) CHECK(provided == MPI_THREAD_MULTIPLE);
+    }
+    /* With MPI_THREAD_MULTIPLE, still one thread at a time per communicator (issue 35):
+     * rank 0's second thread calls while the main thread waits in ballast_recv, gets
+     * BALLAST_EUNSUPPORTED naming both threads, then tells rank 1 (over MPI) to send. */
+    if (provided == MPI_THREAD_MULTIPLE && n > 1 && world_rank < 2) {
+        if (world_rank == 0) {
+            struct other_thread t = {comm, 0, {0}};
+            pthread_t th;
+            pthread_create(&th, NULL, call_while_inside, &t);
+            char got[8];
+            ballast_status st;
+            OK(ballast_recv(comm, 1, 90, got, sizeof got, &st));
+            CHECK(st.len == 2 && memcmp(got, "in", 2) == 0);
+            pthread_join(th, NULL);
+            CHECK(t.rc == BALLAST_EUNSUPPORTED && strstr(t.msg, "ballast_rank: called from thread 0x") == t.msg &&
+                  strstr(t.msg, "while thread 0x") != NULL);
+        } else {
+            int go = 0;
+            MPI_Recv(&go, 1, MPI_INT, 0, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            OK(ballast_send(comm, 0, 90, "in", 2));
+        }
     }
 
     /* Over a sub-communicator: even and odd world ranks, each its own Ballast world. */
