@@ -61,16 +61,19 @@ static int ranks_main(ballast_comm *comm, void *user) {
     /* Argument checks. */
     ballast_request *req = (ballast_request *)&req; /* must be set to NULL on failure */
     char byte = 1;
-    EXPECT_ERR(ballast_isend(comm, 3, 1, &byte, 1, &req), BALLAST_EINVAL, "rank 3");
+    EXPECT_ERR(ballast_isend(comm, 3, 1, &byte, 1, &req), BALLAST_EINVAL,
+               "ballast_isend: rank 3 is out of range: the world has 3 ranks (0 to 2)");
     CHECK(req == NULL);
     EXPECT_ERR(ballast_isend(comm, -1, 1, &byte, 1, &req), BALLAST_EINVAL, "rank -1");
-    EXPECT_ERR(ballast_isend(comm, 0, 0x80000000u, &byte, 1, &req), BALLAST_EINVAL, "tag 2147483648");
+    EXPECT_ERR(ballast_isend(comm, 0, 0x80000000u, &byte, 1, &req), BALLAST_EINVAL,
+               "ballast_isend: tag 2147483648 is above BALLAST_TAG_MAX (2147483647)");
     EXPECT_ERR(ballast_isend(comm, 0, 1, NULL, 1, &req), BALLAST_EINVAL, "buf is NULL");
     EXPECT_ERR(ballast_isend(comm, 0, 1, &byte, 1, NULL), BALLAST_EINVAL, "out is NULL");
     EXPECT_ERR(ballast_isend(NULL, 0, 1, &byte, 1, &req), BALLAST_EINVAL, "comm is NULL");
-    EXPECT_ERR(ballast_irecv(comm, 0, -2, &req), BALLAST_EINVAL, "tag -2");
-    EXPECT_ERR(ballast_irecv(comm, 0, (int64_t)1 << 31, &req), BALLAST_EINVAL, "tag 2147483648");
-    EXPECT_ERR(ballast_irecv(comm, 5, 1, &req), BALLAST_EINVAL, "rank 5");
+    EXPECT_ERR(ballast_irecv(comm, 0, -2, &req), BALLAST_EINVAL, "tag -2 is negative and not BALLAST_ANY_TAG (-1)");
+    EXPECT_ERR(ballast_irecv(comm, 0, (int64_t)1 << 31, &req), BALLAST_EINVAL,
+               "tag 2147483648 is above BALLAST_TAG_MAX (2147483647)");
+    EXPECT_ERR(ballast_irecv(comm, 5, 1, &req), BALLAST_EINVAL, "rank 5 is out of range: the world has 3 ranks (0 to 2)");
     EXPECT_ERR(ballast_irecv(comm, -2, 1, &req), BALLAST_EINVAL, "rank -2");
     EXPECT_ERR(ballast_send(comm, 0, 0xffffffffu, &byte, 1), BALLAST_EINVAL, "tag 4294967295");
     EXPECT_ERR(ballast_recv(comm, 0, 1, NULL, 4, NULL), BALLAST_EINVAL, "buf is NULL");
@@ -267,7 +270,7 @@ static int ranks_main(ballast_comm *comm, void *user) {
         OK(ballast_gathered_part(g, r, &data, &len));
         CHECK(len == (size_t)r && (len == 0 || ((const uint8_t *)data)[len - 1] == r));
     }
-    EXPECT_ERR(ballast_gathered_part(g, n, &data, &len), BALLAST_EINVAL, "rank 3");
+    EXPECT_ERR(ballast_gathered_part(g, n, &data, &len), BALLAST_EINVAL, "rank 3 is out of range: the world has 3 ranks (0 to 2)");
     EXPECT_ERR(ballast_gathered_part(NULL, 0, &data, &len), BALLAST_EINVAL, "gathered is NULL");
     EXPECT_ERR(ballast_gathered_part(g, 0, &data, NULL), BALLAST_EINVAL, "len is NULL");
     OK(ballast_gathered_free(g));
