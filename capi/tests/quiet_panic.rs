@@ -7,7 +7,7 @@ use std::process::Command;
 
 use ballast::{ballast_last_error, panic_in_boundary_for_tests, BALLAST_EINTERNAL};
 
-const CHILD: &str = "BALLAST_QUIET_PANIC_CHILD";
+const CHILD: &str = "CAPI_QUIET_PANIC_CHILD";
 
 /// In the child: the panic, then its code and `ballast_last_error`'s message on stdout.
 fn child() {
