@@ -198,27 +198,34 @@ pub(crate) fn this_thread() -> u64 {
 /// threads when another thread is inside. One compare-and-swap, no lock.
 #[inline(always)]
 pub(crate) fn enter(func: &str, comm: *mut ballast_comm) -> Result<Option<Inside>, Fail> {
-    // SAFETY: a live communicator (its handle resolved); its `owner` is an atomic, read
-    // through a raw pointer to that field alone: another thread inside a call holds the
-    // rest of the handle. The handle outlives the call (it is not freed while used: the
-    // contract), so the reference does too.
-    let owner: &'static AtomicU64 = unsafe { &*std::ptr::addr_of!((*comm).owner) };
+    // SAFETY: a live communicator (its handle resolved), not freed during the call (the
+    // contract): the address of its `owner` field alone, from the raw pointer (never
+    // through a reference to the whole handle, which the thread inside a call holds); the
+    // field is an atomic, only ever accessed atomically.
+    let (owner, cell) = unsafe {
+        let p = std::ptr::addr_of!((*comm).owner);
+        (p, &*p)
+    };
     let me = this_thread();
-    match owner.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+    match cell.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
         Ok(_) => Ok(Some(Inside(owner))),
         Err(other) if other == me => Ok(None),
         Err(other) => Err(busy(func, me, other)),
     }
 }
 
-/// A thread inside a call on a communicator: leaves at its drop (also when a panic
-/// unwinds).
-pub(crate) struct Inside(&'static AtomicU64);
+/// A thread inside a call on a communicator (its `owner` field): leaves at its drop (also
+/// when a panic unwinds).
+pub(crate) struct Inside(*const AtomicU64);
 
 impl Drop for Inside {
     #[inline(always)]
     fn drop(&mut self) {
-        self.0.store(0, Ordering::Release);
+        // SAFETY: the `owner` field of a communicator that is live for the whole call the
+        // guard belongs to (the handle is not freed while used; a freed one's guard is
+        // forgotten, `ballast_comm_free`); derived from the raw pointer, after the call's
+        // reference to the handle was last used.
+        unsafe { (*self.0).store(0, Ordering::Release) };
     }
 }
 
