@@ -372,9 +372,10 @@ int ballast_config_free(struct ballast_config *config);
 // MPI whose tags do not fit: MPICH) it is an upper bound: it charges `buffer_count` send
 // buffers of `buffer_size + 176` bytes (the most the MPI fabric keeps for reuse, when
 // every pool buffer is in flight at once), where a rank keeps as many as it had in flight
-// at its busiest, so the measured figure is lower by up to `(buffer_count - 1) *
-// (buffer_size + 176)` bytes (with 64 buffers of 8 KiB: 527,184 B, about half the
-// prediction; docs/EMBEDDING.md).
+// at its busiest, each as large as the largest message it carried (none before the first
+// send), so the measured figure is lower by up to `buffer_count * (buffer_size + 176)`
+// bytes (with 64 buffers of 8 KiB: 535,552 B, about half the prediction;
+// docs/EMBEDDING.md).
 // Errors: BALLAST_EINVAL for a NULL argument, `world_size` 0, `peers` not below
 // `world_size`, `ranks_per_node` 0, or a prediction above 2^64 bytes (the message names
 // the term that overflows).
