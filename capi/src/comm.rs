@@ -1,7 +1,8 @@
 //! The communicator handle [`ballast_comm`]: the queries, blocking point-to-point with
 //! truncation and probing, progress, the barrier, freeing, and the footprint
 //! ([`ballast_footprint`]). [`with_comm`] is the boundary of every call on a communicator:
-//! the handle's validity (`crate::handles`), the poison check, and poisoning on a panic.
+//! the handle's validity (`crate::handles`), the one-thread-at-a-time check ([`enter`]),
+//! the poison check, and poisoning on a panic.
 //! Ranks as threads are `crate::local_run`'s; the all-gather is `crate::gathered`'s.
 
 use std::os::raw::{c_int, c_void};

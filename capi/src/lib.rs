@@ -9,8 +9,9 @@
 //! The header `include/ballast.h` is generated from these sources by cbindgen (build.rs).
 //! All the crate's `unsafe` code is here, at the boundary: dereferencing the pointers C
 //! passes in, each block with its `// SAFETY:` reason. Threading: a communicator and its
-//! requests are used by one thread at a time; different communicators from different
-//! threads.
+//! requests are used by one thread at a time (every call checks it at entry: another
+//! thread inside is BALLAST_EUNSUPPORTED, `comm::enter`); different communicators from
+//! different threads.
 #![allow(non_camel_case_types)]
 
 mod comm;
