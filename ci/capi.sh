@@ -225,6 +225,38 @@ timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$work/cmake-mpi/build/mpi_conforma
 [ "$(grep -c ' passed, 0 failed$' "$work/cmake-mpi.log")" = 2 ] || { cat "$work/cmake-mpi.log" >&2; exit 1; }
 echo "ci/capi.sh: mpi_conformance built with CMake find_package(Ballast) (MPI): ok"
 
+# C++ against the MPI install, with a plain C++ compiler (issue 35): the .pc and the CMake
+# targets define OMPI_SKIP_MPICXX and MPICH_SKIP_MPICXX, so <mpi.h> (included by ballast.h)
+# needs no MPI C++ library. Through pkg-config, then through CMake with only CXX enabled
+# (the targets then carry MPI::MPI_CXX); each run under mpirun -n 2 (a few seconds).
+pkg-config --cflags ballast | grep -q -- "-DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX" \
+    || { echo "ci/capi.sh: the mpi install's ballast.pc does not skip the MPI C++ bindings" >&2; exit 1; }
+# shellcheck disable=SC2046
+c++ -std=c++11 -Wall -Wextra -Werror capi/tests/cpp/mpi_ring.cpp $(pkg-config --cflags --libs ballast) \
+    -o "$work/mpi_ring_cpp"
+mkdir -p "$work/cmake-cpp"
+cat > "$work/cmake-cpp/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.13)
+project(ballast_mpi_cpp LANGUAGES CXX)
+find_package(Ballast REQUIRED)
+add_executable(mpi_ring "$PWD/capi/tests/cpp/mpi_ring.cpp")
+target_link_libraries(mpi_ring Ballast::ballast)
+CMAKE
+cmake -S "$work/cmake-cpp" -B "$work/cmake-cpp/build" -DCMAKE_PREFIX_PATH="$mpi_prefix" >/dev/null
+cmake --build "$work/cmake-cpp/build" >/dev/null
+for prog in "$work/mpi_ring_cpp" "$work/cmake-cpp/build/mpi_ring"; do
+    log="$work/mpi_ring.log"
+    timeout 120 mpirun "${mpirun_flags[@]}" -n 2 "$prog" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+    [ "$(grep -c ': ok$' "$log")" = 2 ] || { cat "$log" >&2; exit 1; }
+done
+echo "ci/capi.sh: C++ against the MPI install, through pkg-config and CMake: ok"
+# The MPI conformance program on the engine path too (BALLAST_MPI_NATIVE=off), 2 ranks.
+log="$work/mpi_conformance.log"
+BALLAST_MPI_NATIVE=off timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$work/mpi_conformance" \
+    >"$log" 2>&1 || { cat "$log" >&2; echo "ci/capi.sh: mpi_conformance (engine path) failed" >&2; exit 1; }
+[ "$(grep -c ' passed, 0 failed$' "$log")" = 2 ] || { cat "$log" >&2; exit 1; }
+echo "ci/capi.sh: mpirun -n 2 mpi_conformance, BALLAST_MPI_NATIVE=off: $(grep -m1 ' passed, 0 failed$' "$log")"
+
 # The family check: a host built with MPICH (mpicc.mpich, installed beside Open MPI, which
 # stays the default) against this Open MPI build of libballast is refused, not misread.
 if ! mpicc -showme:version 2>/dev/null | grep -q "Open MPI"; then

@@ -30,7 +30,8 @@ for f in ${features//,/ }; do
 done
 # With mpi: the header's MPI declarations are enabled by -DBALLAST_HAVE_MPI, which the .pc file
 # and the CMake config add together with the flags of the MPI the library is built with
-# (the mpicc that rsmpi's build finds: $MPICC, else mpicc).
+# (the mpicc that rsmpi's build finds: $MPICC, else mpicc), and OMPI_SKIP_MPICXX and
+# MPICH_SKIP_MPICXX (no MPI C++ bindings).
 mpi_cflags=""
 mpi_libs=""
 case ",$features," in
@@ -46,7 +47,10 @@ case ",$features," in
             echo "ci/install-capi.sh: --features mpi needs the MPI compiler wrapper ($mpicc) on PATH (or MPICC)" >&2
             exit 2
         fi
-        mpi_cflags="-DBALLAST_HAVE_MPI $mpi_cflags" ;;
+        # The deprecated MPI C++ bindings are skipped: <mpi.h>, which ballast.h includes, then
+        # declares no MPI:: classes, so a C++ program links without libmpi_cxx (Open MPI) or
+        # libmpicxx (MPICH), e.g. `c++ app.cpp $(pkg-config --cflags --libs ballast)`.
+        mpi_cflags="-DBALLAST_HAVE_MPI -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX $mpi_cflags" ;;
 esac
 
 cargo_features=()
@@ -124,7 +128,8 @@ cat > "$prefix/lib/cmake/Ballast/BallastConfig.cmake" <<CMAKE
 # find_package(Ballast): libballast $version, the C ABI of the Ballast runtime${features:+ (features $features)}.
 # Targets: Ballast::ballast (shared library), Ballast::ballast_static (static library).
 # Ballast_HAVE_MPI is TRUE for an mpi build: the targets then define BALLAST_HAVE_MPI (the
-# header declares ballast_comm_from_mpi) and carry MPI's flags.
+# header declares ballast_comm_from_mpi), OMPI_SKIP_MPICXX and MPICH_SKIP_MPICXX (no MPI C++
+# bindings: C++ programs link without them) and carry MPI's flags.
 get_filename_component(_ballast_prefix "\${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
 set(Ballast_VERSION "$version")
 set(Ballast_INCLUDE_DIRS "\${_ballast_prefix}/include")
@@ -143,7 +148,8 @@ if(NOT TARGET Ballast::ballast)
     INTERFACE_LINK_LIBRARIES "$cmake_libs")
   if(Ballast_HAVE_MPI)
     foreach(_t Ballast::ballast Ballast::ballast_static)
-      set_property(TARGET \${_t} APPEND PROPERTY INTERFACE_COMPILE_DEFINITIONS BALLAST_HAVE_MPI)
+      set_property(TARGET \${_t} APPEND PROPERTY INTERFACE_COMPILE_DEFINITIONS
+        BALLAST_HAVE_MPI OMPI_SKIP_MPICXX MPICH_SKIP_MPICXX)
       set_property(TARGET \${_t} APPEND PROPERTY INTERFACE_LINK_LIBRARIES \${_ballast_mpi})
     endforeach()
   endif()

@@ -1,11 +1,13 @@
 //! The communicator handle [`ballast_comm`]: the queries, blocking point-to-point with
 //! truncation and probing, progress, the barrier, freeing, and the footprint
 //! ([`ballast_footprint`]). [`with_comm`] is the boundary of every call on a communicator:
-//! the handle's validity (`crate::handles`), the poison check, and poisoning on a panic.
+//! the handle's validity (`crate::handles`), the one-thread-at-a-time check ([`enter`]),
+//! the poison check, and poisoning on a panic.
 //! Ranks as threads are `crate::local_run`'s; the all-gather is `crate::gathered`'s.
 
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ballast_runtime::{Communicator, Envelope, Footprint, Source, TagMatch};
 
@@ -13,10 +15,18 @@ use crate::error::{boundary, panic_text, set_last_error, Fail};
 use crate::handles::{self, Kind};
 use crate::process::{free_owned, Owned};
 use crate::request::Requests;
-use crate::{BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, BALLAST_EINTERNAL, BALLAST_ETRUNC, BALLAST_TAG_MAX};
+use crate::{
+    BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, BALLAST_EINTERNAL, BALLAST_ETRUNC, BALLAST_EUNSUPPORTED,
+    BALLAST_TAG_MAX,
+};
 
 /// A rank's communicator (opaque).
 pub struct ballast_comm {
+    /// The thread inside a call on the communicator now (`pthread_self`), 0 when none:
+    /// a second thread's call is refused ([`with_comm_at`]). The one field another thread
+    /// touches while a call runs, always through a raw pointer (never a reference to the
+    /// whole handle).
+    owner: AtomicU64,
     /// The runtime's communicator: lent by `ballast_local_run` for the duration of
     /// `rank_main`, or a box of this handle's own (`owned`).
     comm: *mut Communicator,
@@ -34,6 +44,7 @@ impl ballast_comm {
     /// A handle lent `comm` by ballast_local_run for the duration of rank_main.
     pub(crate) fn lent(comm: &mut Communicator) -> ballast_comm {
         ballast_comm {
+            owner: AtomicU64::new(0),
             comm,
             owned: None,
             poisoned: None,
@@ -44,6 +55,7 @@ impl ballast_comm {
     /// A handle owning `comm` and what it lives on.
     pub(crate) fn owned(comm: Box<Communicator>, owned: Owned) -> ballast_comm {
         ballast_comm {
+            owner: AtomicU64::new(0),
             comm: Box::into_raw(comm),
             owned: Some(owned),
             poisoned: None,
@@ -172,6 +184,66 @@ pub(crate) fn comm_of(func: &str, comm: *const ballast_comm) -> Result<*mut ball
     handles::object(func, "comm", comm, Kind::Comm)
 }
 
+/// The calling thread, as the C library's threads know it (`pthread_self`: it reads the
+/// thread pointer; a `thread_local!` in a shared library costs a `__tls_get_addr` call on
+/// every call).
+#[inline(always)]
+pub(crate) fn this_thread() -> u64 {
+    // SAFETY: pthread_self has no preconditions and cannot fail.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+/// The entry of a call on communicator `comm` by this thread: `Ok(Some(guard))` once this
+/// thread is the one inside (the guard leaves at its drop), `Ok(None)` when this thread is
+/// inside already (a call made from within a call), BALLAST_EUNSUPPORTED naming both
+/// threads when another thread is inside. One compare-and-swap, no lock.
+#[inline(always)]
+pub(crate) fn enter(func: &str, comm: *mut ballast_comm) -> Result<Option<Inside>, Fail> {
+    // SAFETY: a live communicator (its handle resolved), not freed during the call (the
+    // contract): the address of its `owner` field alone, from the raw pointer (never
+    // through a reference to the whole handle, which the thread inside a call holds); the
+    // field is an atomic, only ever accessed atomically.
+    let (owner, cell) = unsafe {
+        let p = std::ptr::addr_of!((*comm).owner);
+        (p, &*p)
+    };
+    let me = this_thread();
+    match cell.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+        Ok(_) => Ok(Some(Inside(owner))),
+        Err(other) if other == me => Ok(None),
+        Err(other) => Err(busy(func, me, other)),
+    }
+}
+
+/// A thread inside a call on a communicator (its `owner` field): leaves at its drop (also
+/// when a panic unwinds).
+pub(crate) struct Inside(*const AtomicU64);
+
+impl Drop for Inside {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: the `owner` field of a communicator that is live for the whole call the
+        // guard belongs to (the handle is not freed while used; a freed one's guard is
+        // forgotten, `ballast_comm_free`); derived from the raw pointer, after the call's
+        // reference to the handle was last used.
+        unsafe { (*self.0).store(0, Ordering::Release) };
+    }
+}
+
+/// A call from thread `me` while thread `other` is inside a call on the communicator.
+#[cold]
+#[inline(never)]
+fn busy(func: &str, me: u64, other: u64) -> Fail {
+    Fail::new(
+        BALLAST_EUNSUPPORTED,
+        format!(
+            "{func}: called from thread {me:#x} while thread {other:#x} is inside a call on the same \
+             communicator (pthread_self values): a communicator and its requests are used by one \
+             thread at a time; serialise the calls, or give each thread a communicator of its own"
+        ),
+    )
+}
+
 /// [`with_comm`] on the communicator at `comm` (a live one, not a handle).
 #[inline(always)]
 pub(crate) fn with_comm_at(
@@ -179,8 +251,12 @@ pub(crate) fn with_comm_at(
     comm: *mut ballast_comm,
     f: impl FnOnce(&mut ballast_comm) -> Result<c_int, Fail>,
 ) -> c_int {
-    // SAFETY: a live communicator (its handle resolved), used by this thread alone (the
-    // contract).
+    let _inside = match enter(func, comm) {
+        Ok(g) => g,
+        Err(fail) => return failed(fail),
+    };
+    // SAFETY: a live communicator (its handle resolved), and this thread is the one inside
+    // it (`enter`).
     let c = unsafe { &mut *comm };
     if let Some(why) = &c.poisoned {
         return failed(poisoned(func, why));
@@ -208,7 +284,11 @@ fn poisoned(func: &str, why: &str) -> Fail {
 #[cold]
 #[inline(never)]
 fn bad_rank(func: &str, rank: c_int, n: usize) -> Fail {
-    Fail::inval(format!("{func}: rank {rank} is not in 0..{n}"))
+    Fail::inval(format!(
+        "{func}: rank {rank} is out of range: the world has {n} rank{} (0 to {})",
+        if n == 1 { "" } else { "s" },
+        n.saturating_sub(1)
+    ))
 }
 
 /// A failed call: its message becomes the thread's last error; returns its code.
@@ -277,15 +357,19 @@ pub(crate) fn send_tag(func: &str, tag: u32) -> Result<u32, Fail> {
 #[cold]
 #[inline(never)]
 fn bad_send_tag(func: &str, tag: u32) -> Fail {
-    Fail::inval(format!("{func}: tag {tag} is above 2^31 - 1 (reserved)"))
+    Fail::inval(format!(
+        "{func}: tag {tag} is above BALLAST_TAG_MAX ({BALLAST_TAG_MAX}): the tags above are the runtime's"
+    ))
 }
 
 #[cold]
 #[inline(never)]
 fn bad_recv_tag(func: &str, tag: i64) -> Fail {
-    Fail::inval(format!(
-        "{func}: tag {tag} is not 0..=2^31 - 1 or BALLAST_ANY_TAG"
-    ))
+    Fail::inval(if tag > BALLAST_TAG_MAX {
+        format!("{func}: tag {tag} is above BALLAST_TAG_MAX ({BALLAST_TAG_MAX}): the tags above are the runtime's")
+    } else {
+        format!("{func}: tag {tag} is negative and not BALLAST_ANY_TAG ({BALLAST_ANY_TAG})")
+    })
 }
 
 /// A receive tag (a tag or BALLAST_ANY_TAG).
@@ -332,9 +416,10 @@ pub(crate) fn runtime(func: &'static str) -> impl Fn(ballast_runtime::Error) -> 
 /// Frees a communicator of ballast_comm_from_env or ballast_comm_from_mpi: the
 /// collective finish (every rank must call it; it delivers this rank's sends and serves
 /// the others until every rank has finished), then frees the handle, whatever it returns.
+/// NULL is not an error: it returns 0 and does nothing, as free(NULL) does.
 /// Requests still live are cancelled (freed) and reported: BALLAST_EINVAL, after the
 /// finish. The handle is refused from then on (a second free is BALLAST_EINVAL). Errors:
-/// BALLAST_EINVAL for NULL, a handle that is not a live communicator, or a communicator
+/// BALLAST_EINVAL for a handle that is not a live communicator, or a communicator
 /// of ballast_local_run (which finishes its own; nothing is freed), and under MPI when the host already called
 /// MPI_Finalize (ballast_comm_free must come first: the communicator's MPI state is then
 /// abandoned, not finished, and its handle is ended all the same: refused from then on);
@@ -347,9 +432,14 @@ pub(crate) fn runtime(func: &'static str) -> impl Fn(ballast_runtime::Error) -> 
 #[no_mangle]
 pub unsafe extern "C" fn ballast_comm_free(comm: *mut ballast_comm) -> c_int {
     const F: &str = "ballast_comm_free";
+    if comm.is_null() {
+        return 0;
+    }
     boundary(F, || {
         let c = comm_of(F, comm)?;
-        // SAFETY: a live communicator (its handle resolved).
+        // Another thread inside a call on it is refused, as for every call.
+        let inside = enter(F, c)?;
+        // SAFETY: a live communicator (its handle resolved), this thread inside it.
         if unsafe { (*c).owned.is_none() } {
             return Err(Fail::inval(format!(
                 "{F}: the communicator belongs to ballast_local_run, which finishes it"
@@ -357,6 +447,8 @@ pub unsafe extern "C" fn ballast_comm_free(comm: *mut ballast_comm) -> c_int {
         }
         handles::unregister(comm as usize, Kind::Comm)
             .map_err(|r| handles::refused(F, "comm", Kind::Comm, r))?;
+        // The handle goes, and its atomic with it: not left (no later store into it).
+        std::mem::forget(inside);
         // SAFETY: an owning handle's object is the box of `Box::into_raw` in process.rs,
         // taken back once here (its handle has just been ended).
         let c = unsafe { Box::from_raw(c) };

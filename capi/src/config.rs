@@ -18,6 +18,18 @@ pub struct ballast_config {
     pub(crate) cfg: RuntimeConfig,
 }
 
+/// The configuration given to a call that creates communicators: the defaults and the
+/// `BALLAST_*` environment (as ballast_config_new makes it) for NULL `config`, else the
+/// configuration behind the handle (freed, or another kind of handle: `BALLAST_EINVAL`).
+pub(crate) fn config_or_default(func: &str, config: *const ballast_config) -> Result<RuntimeConfig, Fail> {
+    if config.is_null() {
+        return RuntimeConfig::from_env().map_err(|e| Fail::runtime(func, &e.into()));
+    }
+    // SAFETY: a live configuration (its handle resolved), not freed during the call (the
+    // callers' contract).
+    Ok(unsafe { &*config_of(func, config)? }.cfg.clone())
+}
+
 /// The configuration behind handle `config` (NULL, freed, or another kind of handle:
 /// `BALLAST_EINVAL`).
 pub(crate) fn config_of(func: &str, config: *const ballast_config) -> Result<*mut ballast_config, Fail> {
@@ -146,8 +158,9 @@ fn unknown_key(func: &str, key: &str) -> String {
     )
 }
 
-/// Frees a configuration. Errors: BALLAST_EINVAL when `config` is NULL or not a live
-/// configuration (freed already).
+/// Frees a configuration. NULL is not an error: it returns 0 and does nothing, as
+/// free(NULL) does. Errors: BALLAST_EINVAL when `config` is not a live configuration
+/// (freed already).
 ///
 /// # Safety
 /// `config` must be NULL or a ballast_config handle, not used by another thread during the
@@ -157,7 +170,7 @@ pub unsafe extern "C" fn ballast_config_free(config: *mut ballast_config) -> c_i
     boundary("ballast_config_free", || {
         const F: &str = "ballast_config_free";
         if config.is_null() {
-            return Err(Fail::null(F, "config"));
+            return Ok(0);
         }
         let c = handles::unregister(config as usize, Kind::Config)
             .map_err(|r| handles::refused(F, "config", Kind::Config, r))?;
@@ -172,6 +185,15 @@ pub unsafe extern "C" fn ballast_config_free(config: *mut ballast_config) -> c_i
 /// (overriding the configuration's ranks_per_node), in *out (bytes), for the
 /// configuration's transport (set `transport` to the one the communicator runs on: a
 /// communicator of ballast_comm_from_mpi is over mpi whatever the configuration says).
+/// On `local`, verbs and the MPI native path it is what the rank's ballast_comm_footprint
+/// measures (with no request in flight). On the MPI engine path (`mpi_native` off, or an
+/// MPI whose tags do not fit: MPICH) it is an upper bound: it charges `buffer_count` send
+/// buffers of `buffer_size + 176` bytes (the most the MPI fabric keeps for reuse, when
+/// every pool buffer is in flight at once), where a rank keeps as many as it had in flight
+/// at its busiest, each as large as the largest message it carried (none before the first
+/// send), so the measured figure is lower by up to `buffer_count * (buffer_size + 176)`
+/// bytes (with 64 buffers of 8 KiB: 535,552 B, about half the prediction;
+/// docs/EMBEDDING.md).
 /// Errors: BALLAST_EINVAL for a NULL argument, `world_size` 0, `peers` not below
 /// `world_size`, `ranks_per_node` 0, or a prediction above 2^64 bytes (the message names
 /// the term that overflows).

@@ -9,8 +9,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use ballast_runtime::error::{BootstrapError, CommError, ConfigError, Error, FabricError, ProtocolError};
 
 use crate::{
-    BALLAST_EAGAIN, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EPEER, BALLAST_ETRUNC,
-    BALLAST_EUNSUPPORTED,
+    BALLAST_EAGAIN, BALLAST_ECANCELED, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EPEER,
+    BALLAST_ETRUNC, BALLAST_EUNSUPPORTED,
 };
 
 thread_local! {
@@ -130,6 +130,7 @@ fn comm_code(e: &CommError) -> c_int {
         | CommError::CollectiveLength { .. } => BALLAST_EINVAL,
         CommError::Unsupported { .. } => BALLAST_EUNSUPPORTED,
         CommError::PeerGone { .. } => BALLAST_EPEER,
+        CommError::Truncated { .. } => BALLAST_ETRUNC,
         _ => BALLAST_EINTERNAL,
     }
 }
@@ -163,6 +164,7 @@ pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 /// thread's last error and its code returned; a panic becomes `BALLAST_EINTERNAL` with
 /// its message (callers that hold a communicator poison it, see `comm::with_comm`).
 pub(crate) fn boundary(func: &str, f: impl FnOnce() -> Result<c_int, Fail>) -> c_int {
+    quiet_panics();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(code)) => code,
         Ok(Err(fail)) => {
@@ -176,8 +178,38 @@ pub(crate) fn boundary(func: &str, f: impl FnOnce() -> Result<c_int, Fail>) -> c
     }
 }
 
+/// Makes the panics the library catches quiet (once per process): the message of each is
+/// `ballast_last_error`'s, and stderr is the host's. With `BALLAST_DEBUG` set (read by the
+/// runtime's `config::debug`, when a panic is caught) they are printed as Rust prints them.
+/// The hook is this library's own (a cdylib has its own copy of std: a Rust host's panics
+/// are not affected); the crate's unit tests keep the default hook.
+#[inline]
+pub(crate) fn quiet_panics() {
+    #[cfg(not(test))]
+    {
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        HOOK.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if ballast_runtime::config::debug() {
+                    previous(info);
+                }
+            }));
+        });
+    }
+}
+
+/// A panic inside the boundary of a call named `ballast_test_panic` (not in the header):
+/// for the test that the panics the library catches are quiet unless `BALLAST_DEBUG` is
+/// set (`capi/tests/quiet_panic.rs`). Returns BALLAST_EINTERNAL.
+pub fn panic_in_boundary_for_tests() -> c_int {
+    boundary("ballast_test_panic", || -> Result<c_int, Fail> {
+        panic!("a panic for the test")
+    })
+}
+
 /// The name and meaning of each code, NUL-terminated for C.
-const CODES: [(c_int, &str); 8] = [
+const CODES: [(c_int, &str); 9] = [
     (0, "BALLAST_SUCCESS: no error\0"),
     (
         BALLAST_EINVAL,
@@ -203,6 +235,10 @@ const CODES: [(c_int, &str); 8] = [
     (
         BALLAST_ETRUNC,
         "BALLAST_ETRUNC: the message is longer than the buffer (nothing was consumed)\0",
+    ),
+    (
+        BALLAST_ECANCELED,
+        "BALLAST_ECANCELED: the receive was cancelled (ballast_request_cancel)\0",
     ),
 ];
 

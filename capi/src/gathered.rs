@@ -129,7 +129,12 @@ pub unsafe extern "C" fn ballast_gathered_part(
             None => usize::try_from(rank)
                 .ok()
                 .and_then(|r| g.parts.get(r))
-                .ok_or_else(|| Fail::inval(format!("{F}: rank {rank} is not in 0..{n}")))?,
+                .ok_or_else(|| {
+                    Fail::inval(format!(
+                        "{F}: rank {rank} is out of range: the world has {n} ranks (0 to {})",
+                        n.saturating_sub(1)
+                    ))
+                })?,
             Some(sources) => usize::try_from(rank)
                 .ok()
                 .and_then(|r| sources.binary_search(&r).ok())
@@ -152,7 +157,8 @@ pub unsafe extern "C" fn ballast_gathered_part(
     })
 }
 
-/// Frees an all-gather result. Errors: BALLAST_EINVAL for NULL or a result already freed.
+/// Frees an all-gather result. NULL is not an error: it returns 0 and does nothing, as
+/// free(NULL) does. Errors: BALLAST_EINVAL for a result already freed.
 ///
 /// # Safety
 /// `gathered` must be NULL or a ballast_gathered handle, not used by another thread during
@@ -162,7 +168,7 @@ pub unsafe extern "C" fn ballast_gathered_free(gathered: *mut ballast_gathered) 
     const F: &str = "ballast_gathered_free";
     boundary(F, || {
         if gathered.is_null() {
-            return Err(Fail::null(F, "gathered"));
+            return Ok(0);
         }
         let g = handles::unregister(gathered as usize, Kind::Gathered)
             .map_err(|r| handles::refused(F, "gathered", Kind::Gathered, r))?;

@@ -9,13 +9,15 @@
 //! The header `include/ballast.h` is generated from these sources by cbindgen (build.rs).
 //! All the crate's `unsafe` code is here, at the boundary: dereferencing the pointers C
 //! passes in, each block with its `// SAFETY:` reason. Threading: a communicator and its
-//! requests are used by one thread at a time; different communicators from different
-//! threads.
+//! requests are used by one thread at a time (every call checks it at entry: another
+//! thread inside is BALLAST_EUNSUPPORTED, `comm::enter`); different communicators from
+//! different threads.
 #![allow(non_camel_case_types)]
 
 mod collective;
 mod abort;
 mod comm;
+mod completion;
 mod config;
 mod error;
 mod gathered;
@@ -32,6 +34,7 @@ mod twin;
 pub use collective::*;
 pub use abort::*;
 pub use comm::*;
+pub use completion::*;
 pub use config::*;
 pub use error::*;
 pub use gathered::*;
@@ -45,6 +48,9 @@ pub use process::*;
 pub use request::*;
 #[cfg(feature = "bench-twin")]
 pub use twin::ballast_bench_twin;
+
+#[doc(hidden)]
+pub use error::panic_in_boundary_for_tests;
 
 use std::os::raw::c_int;
 
@@ -74,8 +80,12 @@ pub const BALLAST_EUNSUPPORTED: c_int = -5;
 /// An internal error, or a panic inside the library (the communicator is then poisoned:
 /// every later call on it returns BALLAST_EINTERNAL).
 pub const BALLAST_EINTERNAL: c_int = -6;
-/// The message is longer than the buffer (ballast_recv): nothing was consumed.
+/// The message is longer than the buffer (ballast_recv, ballast_irecv_into): nothing was
+/// consumed.
 pub const BALLAST_ETRUNC: c_int = -7;
+/// A receive was cancelled (ballast_request_cancel): its status's error, and what
+/// ballast_test and ballast_wait return for it. New in 0.3.
+pub const BALLAST_ECANCELED: c_int = -8;
 
 /// The version of the header (compare with ballast_version, the library's). 0.3 added the
 /// collectives of issue 35 (listed at the top of this header).

@@ -11,7 +11,7 @@ use ballast_runtime::{launch::threads, Communicator, Error, TransportKind};
 
 use crate::comm::ballast_comm;
 use crate::config::ballast_config;
-use crate::config::config_of;
+use crate::config::config_or_default;
 use crate::error::{boundary, code_of, last_error, set_last_error, Fail};
 use crate::handles::{self, Kind};
 use crate::{BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EPEER};
@@ -35,15 +35,16 @@ impl UserPtr {
 /// Runs `rank_main(comm, user)` on `nranks` ranks as threads of this process, over the
 /// local transport; the communicators belong to this call (it finishes them after
 /// rank_main returns: ballast_comm_free on one is BALLAST_EINVAL, and a rank's handle is
-/// refused with BALLAST_EINVAL once its rank_main returned). rank_main runs on
+/// refused with BALLAST_EINVAL once its rank_main returned). A NULL `config` is the
+/// defaults and the BALLAST_* environment (what ballast_config_new gives). rank_main runs on
 /// every rank's thread at once, with the same `user`. Requests not freed when rank_main
 /// returns are cancelled, and that rank fails with BALLAST_EINVAL. A rank that fails
 /// (returns non-zero) aborts the others: their blocking and waiting calls return
 /// BALLAST_EPEER, so none waits forever for the failed rank. Returns 0, or the non-zero
 /// result of the lowest-numbered failing rank (a rank that failed only with BALLAST_EPEER,
 /// as the abort makes the others fail, counts only when no rank failed otherwise), whose
-/// error message is copied to the calling thread. Errors: BALLAST_EINVAL for a NULL
-/// argument, `nranks` < 1 or a configuration whose transport is not local (or does not
+/// error message is copied to the calling thread. Errors: BALLAST_EINVAL for NULL
+/// `rank_main`, `nranks` < 1 or a configuration whose transport is not local (or does not
 /// validate); BALLAST_ENOMEM when the ranks do not fit (their thread stacks in the
 /// address space, their pools and queues under `ulimit -v` or in the machine: checked
 /// before anything is allocated) or a rank's thread cannot be started (the message names
@@ -62,28 +63,26 @@ pub unsafe extern "C" fn ballast_local_run(
 ) -> c_int {
     const F: &str = "ballast_local_run";
     boundary(F, || {
-        // SAFETY: NULL or a ballast_config handle (the contract).
-        let cfg = unsafe { &*config_of(F, config)? };
+        let cfg = config_or_default(F, config)?;
         let main = rank_main.ok_or_else(|| Fail::null(F, "rank_main"))?;
         let n = usize::try_from(nranks)
             .ok()
             .filter(|&n| n >= 1)
             .ok_or_else(|| Fail::inval(format!("{F}: nranks is {nranks}, must be at least 1")))?;
-        let kind = cfg.cfg.transport().kind;
+        let kind = cfg.transport().kind;
         if kind != TransportKind::Local {
             return Err(Fail::inval(format!(
                 "{F}: the transport is {kind}; ballast_local_run needs local"
             )));
         }
-        cfg.cfg
-            .transport()
+        cfg.transport()
             .validate()
             .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
         let user = UserPtr(user);
         let user = &user;
         let failures: Failures = Mutex::new(Vec::new());
         let failures_ref = &failures;
-        let run = threads::run_ranks(n, &cfg.cfg, move |comm| {
+        let run = threads::run_ranks(n, &cfg, move |comm| {
             run_rank(comm, main, user.get(), failures_ref)
         });
         outcome(F, run.map(drop), failures)

@@ -11,7 +11,7 @@ use ballast_runtime::{local, resolve_transport, Communicator, RuntimeConfig, Tra
 
 use crate::comm::ballast_comm;
 use crate::config::ballast_config;
-use crate::config::config_of;
+use crate::config::config_or_default;
 use crate::error::{boundary, Fail};
 use crate::handles::{self, Kind};
 use crate::{BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EUNSUPPORTED};
@@ -71,8 +71,9 @@ fn handle(func: &str, comm: Communicator, owned: Owned) -> Result<*mut ballast_c
 ///   (`host:port` of rank 0), or through MPI under mpirun in a build with `mpi`;
 /// - `local`: only for a world of one process (no launcher, or a launcher of size 1).
 ///
-/// Free the communicator with ballast_comm_free on every rank. Errors: BALLAST_EINVAL
-/// for NULL arguments, a configuration that does not validate, `local` with a world of
+/// A NULL `config` is the defaults and the BALLAST_* environment (what
+/// ballast_config_new gives). Free the communicator with ballast_comm_free on every rank.
+/// Errors: BALLAST_EINVAL for NULL `out`, a configuration that does not validate, `local` with a world of
 /// more than one process, missing launcher variables; BALLAST_EUNSUPPORTED for a
 /// transport not built in, or an MPI other than the library's (see
 /// ballast_comm_from_mpi); the runtime's errors (e.g. BALLAST_EPEER when a peer does not
@@ -88,20 +89,17 @@ pub unsafe extern "C" fn ballast_comm_from_env(
 ) -> c_int {
     const F: &str = "ballast_comm_from_env";
     boundary(F, || {
-        // SAFETY: a live configuration (its handle resolved).
-        let cfg = unsafe { &*config_of(F, config)? };
+        let cfg = config_or_default(F, config)?;
         // SAFETY: NULL or writable (the contract).
         let out = unsafe { out.as_mut() }.ok_or_else(|| Fail::null(F, "out"))?;
         *out = std::ptr::null_mut();
-        cfg.cfg
-            .transport()
+        cfg.transport()
             .validate()
             .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
-        let (kind, _note) = resolve_transport(&cfg.cfg);
+        let (kind, _note) = resolve_transport(&cfg);
         // What the rank allocates at start must fit (ulimit -v, the machine) before it is made.
-        ballast_runtime::launch::check_ranks_fit(1, cfg.cfg.transport()).map_err(|e| Fail::runtime(F, &e))?;
+        ballast_runtime::launch::check_ranks_fit(1, cfg.transport()).map_err(|e| Fail::runtime(F, &e))?;
         let resolved = cfg
-            .cfg
             .to_builder()
             .transport(kind)
             .build()
@@ -449,7 +447,8 @@ pub(crate) mod mpi {
     /// BALLAST_EINVAL instead of calling MPI. Below MPI_THREAD_MULTIPLE
     /// (`MPI_Query_thread`), a communicator may only be used from the thread that made it
     /// (BALLAST_EUNSUPPORTED otherwise), and under MPI_THREAD_SINGLE or FUNNELED that must
-    /// be MPI's main thread. Errors: BALLAST_EINVAL for NULL `config` or `out`,
+    /// be MPI's main thread. A NULL `config` is the defaults and the BALLAST_* environment
+    /// (what ballast_config_new gives). Errors: BALLAST_EINVAL for NULL `out`,
     /// `MPI_COMM_NULL`, an inter-communicator, MPI not initialised or already finalised;
     /// BALLAST_EUNSUPPORTED when the MPI running in this process is not of the family
     /// (Open MPI, or MPICH and its derivatives) libballast was built with, whose MPI_Comm
@@ -466,8 +465,7 @@ pub(crate) mod mpi {
     ) -> c_int {
         const F: &str = "ballast_comm_from_mpi";
         boundary(F, || {
-            // SAFETY: a live configuration (its handle resolved).
-            let cfg = unsafe { &*crate::config::config_of(F, config)? };
+            let cfg = crate::config::config_or_default(F, config)?;
             // SAFETY: NULL or writable (the contract).
             let out = unsafe { out.as_mut() }.ok_or_else(|| Fail::null(F, "out"))?;
             *out = std::ptr::null_mut();
@@ -485,7 +483,6 @@ pub(crate) mod mpi {
                 )));
             }
             let cfg = cfg
-                .cfg
                 .to_builder()
                 .transport(ballast_runtime::TransportKind::Mpi)
                 .build()

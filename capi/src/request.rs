@@ -1,10 +1,12 @@
-//! The request handle [`ballast_request`]: non-blocking sends and receives, their
-//! completion (test, wait, waitall, with a [`ballast_status`] kept for repeated waits), a
-//! completed receive's bytes, and freeing.
+//! The request handle [`ballast_request`]: non-blocking sends and receives (into the
+//! runtime's buffer, or the caller's: [`ballast_irecv_into`]), their completion (test,
+//! wait, waitall, with a [`ballast_status`] kept for repeated waits; waitany, testsome
+//! and cancel are `crate::completion`'s), a completed receive's bytes, and freeing.
 
 use std::os::raw::{c_int, c_void};
 
-use ballast_runtime::{Completion, Request};
+use ballast_runtime::error::CommError;
+use ballast_runtime::{Completion, Error, Request};
 
 use crate::comm::{
     ballast_comm, ballast_status, bytes, dest_rank, failed, send_tag, source_of, tag_match, with_comm,
@@ -12,7 +14,7 @@ use crate::comm::{
 };
 use crate::error::{code_of, set_last_error, Fail};
 use crate::handles::{self, Kind};
-use crate::{BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM};
+use crate::{BALLAST_ECANCELED, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_ETRUNC};
 
 /// A non-blocking send or receive (opaque).
 pub struct ballast_request {
@@ -33,6 +35,8 @@ pub struct ballast_request {
     failure: String,
     /// A completed receive's bytes.
     data: Vec<u8>,
+    /// The caller's buffer and its length, of a receive of `ballast_irecv_into`.
+    into: Option<(*mut u8, usize)>,
 }
 
 /// The requests of one communicator: the live ones (freed and reported when the
@@ -66,6 +70,7 @@ impl Requests {
         comm: *mut ballast_comm,
         pending: Request,
         send: Option<ballast_status>,
+        into: Option<(*mut u8, usize)>,
     ) -> Result<*mut ballast_request, Fail> {
         let Some(slot) = self.slots.pop().or_else(|| self.refill()) else {
             return Err(no_handle(func));
@@ -83,6 +88,7 @@ impl Requests {
                 b.slot = slot;
                 b.pending = Some(pending);
                 b.send = send;
+                b.into = into;
                 b
             }
             None => Box::new(ballast_request {
@@ -94,6 +100,7 @@ impl Requests {
                 done: None,
                 failure: String::new(),
                 data: Vec::new(),
+                into,
             }),
         };
         let p = Box::into_raw(b);
@@ -134,6 +141,7 @@ impl Requests {
             b.failure = String::new();
         }
         b.data = Vec::new();
+        b.into = None;
         if self.spare.len() < Self::SPARE {
             self.spare.push(b);
         }
@@ -175,7 +183,7 @@ fn no_handle(func: &str) -> Fail {
 /// request (freed, of a freed communicator, of another kind) are BALLAST_EINVAL; then its
 /// communicator's boundary (`with_comm_at`).
 #[inline(always)]
-fn with_request(
+pub(crate) fn with_request(
     func: &str,
     req: *mut ballast_request,
     f: impl FnOnce(&mut ballast_comm, &mut ballast_request) -> Result<c_int, Fail>,
@@ -231,15 +239,7 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
                 r.failure = e.to_string();
                 return None;
             }
-            Err(e) => {
-                let st = ballast_status {
-                    error: code_of(&e),
-                    ..r.send.unwrap_or_default()
-                };
-                r.done = Some(st);
-                r.failure = e.to_string();
-                return Some(st);
-            }
+            Err(e) => return Some(ended(r, &e)),
         }
     }
     let st = match c.comm().wait(pending) {
@@ -250,20 +250,99 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
                 len: m.data.len(),
                 error: 0,
             };
-            r.data = take_vec(m.data);
+            match r.into {
+                None => r.data = take_vec(m.data),
+                Some(into) => return Some(copy_into(r, into, st, &m.data)),
+            }
             st
         }
         Ok(Completion::Sent) => r.send.unwrap_or_default(),
-        Err(e) => {
-            r.failure = e.to_string();
-            ballast_status {
-                error: code_of(&e),
-                ..r.send.unwrap_or_default()
-            }
-        }
+        Err(e) => return Some(ended(r, &e)),
     };
     r.done = Some(st);
     Some(st)
+}
+
+/// A request that ended with error `e`: its status (a refused message's source, tag and
+/// length for BALLAST_ETRUNC; a send's destination, tag and length) and message.
+#[cold]
+#[inline(never)]
+fn ended(r: &mut ballast_request, e: &Error) -> ballast_status {
+    let st = match e {
+        Error::Comm(CommError::Truncated { peer, tag, len, .. }) => ballast_status {
+            source: *peer as c_int,
+            tag: *tag,
+            len: *len,
+            error: BALLAST_ETRUNC,
+        },
+        _ => ballast_status {
+            error: code_of(e),
+            ..r.send.unwrap_or_default()
+        },
+    };
+    r.failure = e.to_string();
+    r.done = Some(st);
+    st
+}
+
+/// The message `data` of `ballast_irecv_into` receive `r` (at most its buffer's length:
+/// the runtime refused a longer one) copied into the caller's buffer `into`; its status.
+#[inline(always)]
+fn copy_into(
+    r: &mut ballast_request,
+    (buf, cap): (*mut u8, usize),
+    st: ballast_status,
+    data: &[u8],
+) -> ballast_status {
+    let st = if data.len() <= cap {
+        if !data.is_empty() {
+            // SAFETY: the caller gave `cap` writable bytes at `buf`, kept until the request
+            // completes (ballast_irecv_into's contract); `data.len() <= cap`; `data` is the
+            // runtime's buffer, distinct from the caller's.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len()) };
+        }
+        st
+    } else {
+        r.failure = format!(
+            "the message is {} bytes, the buffer {cap} (and it was taken)",
+            data.len()
+        );
+        ballast_status {
+            error: BALLAST_EINTERNAL,
+            ..st
+        }
+    };
+    r.done = Some(st);
+    st
+}
+
+/// Cancelled receive `r`: its status (error BALLAST_ECANCELED, the other fields 0).
+pub(crate) fn cancelled(r: &mut ballast_request) -> ballast_status {
+    let st = ballast_status {
+        error: BALLAST_ECANCELED,
+        ..Default::default()
+    };
+    r.pending = None;
+    r.failure = "the receive was cancelled (ballast_request_cancel)".into();
+    r.done = Some(st);
+    st
+}
+
+impl ballast_request {
+    /// A send (with its status) rather than a receive.
+    pub(crate) fn is_send(&self) -> bool {
+        self.send.is_some()
+    }
+
+    /// The status once complete.
+    pub(crate) fn done(&self) -> Option<ballast_status> {
+        self.done
+    }
+
+    /// The runtime's request, while not complete.
+    pub(crate) fn pending(&self) -> Option<&Request> {
+        self.pending.as_ref()
+    }
 }
 
 /// `v` moved field by field. The message comes back from the runtime in memory written 8
@@ -326,7 +405,7 @@ pub unsafe extern "C" fn ballast_isend(
             error: 0,
         };
         let me: *mut ballast_comm = c;
-        let p = c.requests.hand_out(F, me, req, Some(send))?;
+        let p = c.requests.hand_out(F, me, req, Some(send), None)?;
         // SAFETY: as above.
         unsafe { *out = p };
         Ok(0)
@@ -339,11 +418,11 @@ pub unsafe extern "C" fn ballast_isend(
 /// set aside earlier for lack of memory, when it still cannot be given memory of its own
 /// (no request is made); the transport's. On the engine path (local, verbs, MPI through
 /// the engine) a message's BALLAST_ENOMEM comes from ballast_test or ballast_wait instead.
-/// A posted receive cannot be withdrawn on its own: there is no cancel call, and
-/// ballast_request_free refuses it until it completed; it ends when a message matches,
-/// when its source can no longer send (BALLAST_EPEER from ballast_wait; told on the local
-/// transport, not over MPI), or when the communicator is freed, which cancels it (the free
-/// then reports it).
+/// A posted receive ends when a message matches, when its source can no longer send
+/// (BALLAST_EPEER from ballast_wait; told on the local transport, not over MPI), when
+/// ballast_request_cancel withdraws it before a message matched it (it then completes
+/// with BALLAST_ECANCELED), or when the communicator is freed, which cancels it (the free
+/// then reports it); ballast_request_free refuses it until it completed.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -366,7 +445,67 @@ pub unsafe extern "C" fn ballast_irecv(
         let t = tag_match(F, tag)?;
         let req = c.comm().irecv(s, t).map_err(|e| Fail::runtime(F, &e))?;
         let me: *mut ballast_comm = c;
-        let p = c.requests.hand_out(F, me, req, None)?;
+        let p = c.requests.hand_out(F, me, req, None, None)?;
+        // SAFETY: as above.
+        unsafe { *out = p };
+        Ok(0)
+    })
+}
+
+/// Posts a receive from `source` (a rank or BALLAST_ANY_SOURCE) with `tag` (0 to
+/// 2^31 - 1 or BALLAST_ANY_TAG) into the caller's `buf` of `cap` bytes, in *out; completed
+/// by ballast_wait or ballast_test (or ballast_waitany, ballast_testsome), whose status
+/// gives the source, tag and length: the message's bytes are then in `buf[0, len)`, and
+/// nothing past them is written. `buf` must stay valid and unread until the request
+/// completed (or was cancelled): it is written at completion, by the call that completes
+/// it. A matching message longer than `cap` is not taken, as with ballast_recv: the
+/// request completes with BALLAST_ETRUNC, its status gives the message's source, tag and
+/// length, and the message stays queued, first for the next receive that matches it.
+/// ballast_request_data gives `buf` and the length. It can be cancelled
+/// (ballast_request_cancel) until a message matched it. Errors: BALLAST_EINVAL (NULL
+/// `comm` or `out`, `buf` NULL with `cap` > 0, rank or tag out of range, `cap` above
+/// PTRDIFF_MAX); BALLAST_ENOMEM as ballast_irecv; the transport's. On the engine path
+/// (local, verbs, MPI through the engine) the message arrives in the runtime's buffers and
+/// is copied into `buf` when the request completes; on the MPI native path it is copied
+/// from MPI's receive buffer. New in 0.3.
+///
+/// # Safety
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `buf` NULL with `cap` 0, or `cap` writable bytes that
+/// stay valid until the request completed or was cancelled (or its communicator freed);
+/// `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ballast_irecv_into(
+    comm: *mut ballast_comm,
+    source: c_int,
+    tag: i64,
+    buf: *mut c_void,
+    cap: usize,
+    out: *mut *mut ballast_request,
+) -> c_int {
+    const F: &str = "ballast_irecv_into";
+    with_comm(F, comm, |c| {
+        if out.is_null() {
+            return Err(Fail::null(F, "out"));
+        }
+        // SAFETY: non-NULL and writable (the contract).
+        unsafe { *out = std::ptr::null_mut() };
+        let s = source_of(F, c, source)?;
+        let t = tag_match(F, tag)?;
+        if buf.is_null() && cap > 0 {
+            return Err(Fail::null(F, "buf"));
+        }
+        if cap > isize::MAX as usize {
+            return Err(crate::comm::too_long(F, "cap", cap));
+        }
+        let req = c
+            .comm()
+            .irecv_within(s, t, cap)
+            .map_err(|e| Fail::runtime(F, &e))?;
+        let me: *mut ballast_comm = c;
+        let p = c
+            .requests
+            .hand_out(F, me, req, None, Some((buf.cast::<u8>(), cap)))?;
         // SAFETY: as above.
         unsafe { *out = p };
         Ok(0)
@@ -500,8 +639,9 @@ pub unsafe extern "C" fn ballast_waitall(
 }
 
 /// A completed receive's bytes: *data (valid until ballast_request_free; NULL for a
-/// 0-byte message) and *len. Errors: BALLAST_EINVAL for NULL, a send, or a receive not
-/// completed yet.
+/// 0-byte message; for a receive of ballast_irecv_into, the caller's buffer) and *len.
+/// Errors: BALLAST_EINVAL for NULL, a send, or a receive not completed yet, failed or
+/// cancelled.
 ///
 /// # Safety
 /// `req` must be NULL or a ballast_request handle, not freed by another thread during the
@@ -525,6 +665,18 @@ pub unsafe extern "C" fn ballast_request_data(
         if data.is_null() || len.is_null() {
             return Err(Fail::null(F, if data.is_null() { "data" } else { "len" }));
         }
+        if let (Some((buf, _)), Some(st)) = (r.into, r.done) {
+            // SAFETY: both non-NULL and writable (the contract).
+            unsafe {
+                *data = if st.len == 0 {
+                    std::ptr::null()
+                } else {
+                    buf.cast_const().cast()
+                };
+                *len = st.len;
+            }
+            return Ok(0);
+        }
         // SAFETY: both non-NULL and writable (the contract).
         unsafe {
             *data = if r.data.is_empty() {
@@ -538,11 +690,12 @@ pub unsafe extern "C" fn ballast_request_data(
     })
 }
 
-/// Frees a completed request (send or receive) and its data; its handle is refused from
-/// then on, whatever request reuses its memory. Errors: BALLAST_EINVAL for NULL, a request
-/// already freed, or a request not completed yet (test or wait it first; a posted receive
-/// cannot be withdrawn: requests still live when the communicator is freed are cancelled
-/// there).
+/// Frees a completed request (send or receive, cancelled included) and its data; its
+/// handle is refused from then on, whatever request reuses its memory. NULL is not an
+/// error: it returns 0 and does nothing, as free(NULL) does. Errors: BALLAST_EINVAL for a
+/// request already freed, or a request not completed yet (test or wait it first, or
+/// cancel a posted receive with ballast_request_cancel; requests still live when the
+/// communicator is freed are cancelled there).
 ///
 /// # Safety
 /// `req` must be NULL or a ballast_request handle, not used by another thread during the
@@ -550,6 +703,9 @@ pub unsafe extern "C" fn ballast_request_data(
 #[no_mangle]
 pub unsafe extern "C" fn ballast_request_free(req: *mut ballast_request) -> c_int {
     const F: &str = "ballast_request_free";
+    if req.is_null() {
+        return 0;
+    }
     with_request(F, req, |c, r| {
         if r.done.is_none() {
             return Err(invalid(

@@ -20,13 +20,18 @@ enum Mode {
     Irecv,
     /// `recv_into` a buffer of the message's size (what `ballast_recv` does).
     RecvInto,
+    /// `irecv_within` then `isend` then `wait` both, the message copied into a buffer of
+    /// its size (what `ballast_irecv_into` + `ballast_isend` + `ballast_wait` do).
+    IrecvWithin,
 }
 
 /// Runs `iters` round trips of the ping-pong through the Rust API: rank 0 (or the only
 /// rank, to itself) sends the `size` bytes at `buf` with tag 1 and receives the echo; rank
 /// 1 receives and sends the message back. `mode` 0 receives with `recv`, 1 with `irecv` +
-/// `wait`, 2 with `recv_into` a buffer of `size` bytes. Errors: BALLAST_EINVAL for NULL or
-/// another mode; the runtime's.
+/// `wait`, 2 with `recv_into` a buffer of `size` bytes, 3 with `irecv_within` posted before
+/// an `isend` and both waited (the message copied into a buffer of `size` bytes: the loop
+/// of bench/c/irecv_into.c). Errors: BALLAST_EINVAL for NULL or another mode; the
+/// runtime's.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -50,9 +55,14 @@ pub unsafe extern "C" fn ballast_bench_twin(
             0 => Mode::Recv,
             1 => Mode::Irecv,
             2 => Mode::RecvInto,
-            _ => return Err(Fail::inval(format!("{F}: mode {mode} is not 0, 1 or 2"))),
+            3 => Mode::IrecvWithin,
+            _ => return Err(Fail::inval(format!("{F}: mode {mode} is not 0, 1, 2 or 3"))),
         };
-        let want = if mode == Mode::RecvInto { size } else { 0 };
+        let want = if matches!(mode, Mode::RecvInto | Mode::IrecvWithin) {
+            size
+        } else {
+            0
+        };
         let mut into = Vec::new();
         if into.try_reserve_exact(want).is_err() {
             return Err(Fail::new(
@@ -64,6 +74,10 @@ pub unsafe extern "C" fn ballast_bench_twin(
         let rt = |e: ballast_runtime::Error| Fail::runtime(F, &e);
         let mut run = |comm: &mut Communicator| -> Result<(), Fail> {
             for _ in 0..iters {
+                if mode == Mode::IrecvWithin {
+                    within_round(comm, me, peer, data, &mut into).map_err(rt)?;
+                    continue;
+                }
                 if me == 0 {
                     comm.send(peer, 1, data).map_err(rt)?;
                 }
@@ -86,6 +100,7 @@ pub unsafe extern "C" fn ballast_bench_twin(
                             comm.send(peer, 1, &m).map_err(rt)?;
                         }
                     }
+                    Mode::IrecvWithin => unreachable!("handled above"),
                     Mode::RecvInto => {
                         let len = match comm.recv_into(peer, 1u32, &mut into).map_err(rt)? {
                             Ok(e) => e.len,
@@ -102,4 +117,33 @@ pub unsafe extern "C" fn ballast_bench_twin(
         run(comm)?;
         Ok(0)
     })
+}
+
+/// One round trip of mode 3: rank 0 posts its receive, sends `data` and waits for both;
+/// rank 1 posts its receive, waits for it and sends the message back from `into`.
+fn within_round(
+    comm: &mut Communicator,
+    me: usize,
+    peer: usize,
+    data: &[u8],
+    into: &mut [u8],
+) -> ballast_runtime::Result<()> {
+    let r = comm.irecv_within(peer, 1u32, into.len())?;
+    let take = |into: &mut [u8], m: ballast_runtime::Completion| -> usize {
+        let m = m.into_message().map(|m| m.data).unwrap_or_default();
+        into[..m.len()].copy_from_slice(&m);
+        m.len()
+    };
+    if me == 0 {
+        let s = comm.isend(peer, 1, data)?;
+        comm.wait(s)?;
+        let got = comm.wait(r)?;
+        take(into, got);
+    } else {
+        let got = comm.wait(r)?;
+        let len = take(into, got);
+        let s = comm.isend(peer, 1, &into[..len])?;
+        comm.wait(s)?;
+    }
+    Ok(())
 }

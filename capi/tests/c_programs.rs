@@ -164,6 +164,31 @@ fn c_conformance_under_address_and_undefined_sanitizers() {
     assert!(n >= 150, "only {n} checks ran");
 }
 
+/// Issue 35, points 2 and 3: ballast_irecv_into, ballast_request_cancel, ballast_waitany,
+/// ballast_testsome (tests/c/completion.c), under the sanitizers.
+#[test]
+fn completion_calls_and_the_callers_buffer_under_sanitizers() {
+    let Some(cc) = compiler() else { return };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/completion.c");
+    let out = build_and_run(&cc, &src, &SANITIZE);
+    print!("{out}");
+    let n = passed(&out, "capi completion");
+    assert!(n >= 120, "only {n} checks ran");
+}
+
+/// Issue 35, point 5: a second thread inside a communicator, NULL frees and NULL
+/// configurations (tests/c/misuse.c), under the sanitizers.
+#[test]
+fn misuse_gets_errors_not_crashes_under_sanitizers() {
+    let Some(cc) = compiler() else { return };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/misuse.c");
+    let flags = [SANITIZE[0], SANITIZE[1], SANITIZE[2], "-pthread"];
+    let out = build_and_run(&cc, &src, &flags);
+    print!("{out}");
+    let n = passed(&out, "capi misuse");
+    assert!(n >= 30, "only {n} checks ran");
+}
+
 /// The sanitizer flags of the C test programs.
 const SANITIZE: [&str; 3] = [
     "-fsanitize=address,undefined",
@@ -303,6 +328,7 @@ fn header_is_ascii_and_declares_every_exported_function() {
         "collective.rs",
         "abort.rs",
         "comm.rs",
+        "completion.rs",
         "config.rs",
         "error.rs",
         "gathered.rs",

@@ -48,6 +48,11 @@ fn probe_then_take_local() {
 }
 
 #[test]
+fn cancel_and_irecv_within_local() {
+    cancel_and_irecv_within(&Local);
+}
+
+#[test]
 fn recv_within_leaves_long_messages_local() {
     recv_within_leaves_long_messages(&Local);
 }

@@ -421,6 +421,10 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     v.push(("try_recv_and_test".into(), Box::new(move || try_recv_and_test(l))));
     v.push(("probe_then_take".into(), Box::new(move || probe_then_take(l))));
     v.push((
+        "cancel_and_irecv_within".into(),
+        Box::new(move || cancel_and_irecv_within(l)),
+    ));
+    v.push((
         "recv_within_leaves_long_messages".into(),
         Box::new(move || recv_within_leaves_long_messages(l)),
     ));

@@ -56,27 +56,30 @@ static int ranks_main(ballast_comm *comm, void *user) {
     EXPECT_ERR(ballast_rank(NULL, &rank), BALLAST_EINVAL, "comm is NULL");
     EXPECT_ERR(ballast_world_size(NULL, &n), BALLAST_EINVAL, "comm is NULL");
     EXPECT_ERR(ballast_comm_free(comm), BALLAST_EINVAL, "ballast_local_run");
-    EXPECT_ERR(ballast_comm_free(NULL), BALLAST_EINVAL, "comm is NULL");
+    OK(ballast_comm_free(NULL)); /* as free(NULL) */
 
     /* Argument checks. */
     ballast_request *req = (ballast_request *)&req; /* must be set to NULL on failure */
     char byte = 1;
-    EXPECT_ERR(ballast_isend(comm, 3, 1, &byte, 1, &req), BALLAST_EINVAL, "rank 3");
+    EXPECT_ERR(ballast_isend(comm, 3, 1, &byte, 1, &req), BALLAST_EINVAL,
+               "ballast_isend: rank 3 is out of range: the world has 3 ranks (0 to 2)");
     CHECK(req == NULL);
     EXPECT_ERR(ballast_isend(comm, -1, 1, &byte, 1, &req), BALLAST_EINVAL, "rank -1");
-    EXPECT_ERR(ballast_isend(comm, 0, 0x80000000u, &byte, 1, &req), BALLAST_EINVAL, "tag 2147483648");
+    EXPECT_ERR(ballast_isend(comm, 0, 0x80000000u, &byte, 1, &req), BALLAST_EINVAL,
+               "ballast_isend: tag 2147483648 is above BALLAST_TAG_MAX (2147483647)");
     EXPECT_ERR(ballast_isend(comm, 0, 1, NULL, 1, &req), BALLAST_EINVAL, "buf is NULL");
     EXPECT_ERR(ballast_isend(comm, 0, 1, &byte, 1, NULL), BALLAST_EINVAL, "out is NULL");
     EXPECT_ERR(ballast_isend(NULL, 0, 1, &byte, 1, &req), BALLAST_EINVAL, "comm is NULL");
-    EXPECT_ERR(ballast_irecv(comm, 0, -2, &req), BALLAST_EINVAL, "tag -2");
-    EXPECT_ERR(ballast_irecv(comm, 0, (int64_t)1 << 31, &req), BALLAST_EINVAL, "tag 2147483648");
-    EXPECT_ERR(ballast_irecv(comm, 5, 1, &req), BALLAST_EINVAL, "rank 5");
+    EXPECT_ERR(ballast_irecv(comm, 0, -2, &req), BALLAST_EINVAL, "tag -2 is negative and not BALLAST_ANY_TAG (-1)");
+    EXPECT_ERR(ballast_irecv(comm, 0, (int64_t)1 << 31, &req), BALLAST_EINVAL,
+               "tag 2147483648 is above BALLAST_TAG_MAX (2147483647)");
+    EXPECT_ERR(ballast_irecv(comm, 5, 1, &req), BALLAST_EINVAL, "rank 5 is out of range: the world has 3 ranks (0 to 2)");
     EXPECT_ERR(ballast_irecv(comm, -2, 1, &req), BALLAST_EINVAL, "rank -2");
     EXPECT_ERR(ballast_send(comm, 0, 0xffffffffu, &byte, 1), BALLAST_EINVAL, "tag 4294967295");
     EXPECT_ERR(ballast_recv(comm, 0, 1, NULL, 4, NULL), BALLAST_EINVAL, "buf is NULL");
     EXPECT_ERR(ballast_test(NULL, NULL, NULL), BALLAST_EINVAL, "request is NULL");
     EXPECT_ERR(ballast_wait(NULL, NULL), BALLAST_EINVAL, "request is NULL");
-    EXPECT_ERR(ballast_request_free(NULL), BALLAST_EINVAL, "request is NULL");
+    OK(ballast_request_free(NULL)); /* as free(NULL) */
     EXPECT_ERR(ballast_request_data(NULL, NULL, NULL), BALLAST_EINVAL, "request is NULL");
     EXPECT_ERR(ballast_progress(NULL), BALLAST_EINVAL, "comm is NULL");
     EXPECT_ERR(ballast_barrier(NULL), BALLAST_EINVAL, "comm is NULL");
@@ -267,11 +270,11 @@ static int ranks_main(ballast_comm *comm, void *user) {
         OK(ballast_gathered_part(g, r, &data, &len));
         CHECK(len == (size_t)r && (len == 0 || ((const uint8_t *)data)[len - 1] == r));
     }
-    EXPECT_ERR(ballast_gathered_part(g, n, &data, &len), BALLAST_EINVAL, "rank 3");
+    EXPECT_ERR(ballast_gathered_part(g, n, &data, &len), BALLAST_EINVAL, "rank 3 is out of range: the world has 3 ranks (0 to 2)");
     EXPECT_ERR(ballast_gathered_part(NULL, 0, &data, &len), BALLAST_EINVAL, "gathered is NULL");
     EXPECT_ERR(ballast_gathered_part(g, 0, &data, NULL), BALLAST_EINVAL, "len is NULL");
     OK(ballast_gathered_free(g));
-    EXPECT_ERR(ballast_gathered_free(NULL), BALLAST_EINVAL, "gathered is NULL");
+    OK(ballast_gathered_free(NULL)); /* as free(NULL) */
 
     /* Memory. */
     ballast_footprint fp;
@@ -322,7 +325,6 @@ static int leaking_main(ballast_comm *comm, void *user) {
 /* ballast_comm_from_env over local: a world of one process (no launcher). */
 static void from_env_checks(const ballast_config *cfg) {
     ballast_comm *c = NULL;
-    EXPECT_ERR(ballast_comm_from_env(NULL, &c), BALLAST_EINVAL, "config is NULL");
     EXPECT_ERR(ballast_comm_from_env(cfg, NULL), BALLAST_EINVAL, "out is NULL");
     OK(ballast_comm_from_env(cfg, &c));
     CHECK(c != NULL);
@@ -336,7 +338,7 @@ static void from_env_checks(const ballast_config *cfg) {
     ballast_status st;
     OK(ballast_recv(c, BALLAST_ANY_SOURCE, 5, buf, sizeof buf, &st));
     CHECK(st.source == 0 && st.tag == 5 && st.len == 4 && memcmp(buf, "self", 4) == 0);
-    EXPECT_ERR(ballast_send(c, 1, 5, "x", 1), BALLAST_EINVAL, "rank 1 is not in 0..1");
+    EXPECT_ERR(ballast_send(c, 1, 5, "x", 1), BALLAST_EINVAL, "rank 1 is out of range: the world has 1 rank (0 to 0)");
     ballast_footprint fp;
     OK(ballast_comm_footprint(c, &fp));
     CHECK(fp.pool == 16 * 4096);
@@ -437,14 +439,13 @@ int main(void) {
     /* ballast_local_run's own failures. */
     int seen = 0;
     EXPECT_ERR(ballast_local_run(0, cfg, ranks_main, &seen), BALLAST_EINVAL, "nranks");
-    EXPECT_ERR(ballast_local_run(3, NULL, ranks_main, &seen), BALLAST_EINVAL, "config is NULL");
     EXPECT_ERR(ballast_local_run(3, cfg, NULL, &seen), BALLAST_EINVAL, "rank_main is NULL");
     ballast_config *mpi = NULL;
     OK(ballast_config_new(&mpi));
     OK(ballast_config_set(mpi, "transport", "mpi"));
     EXPECT_ERR(ballast_local_run(2, mpi, ranks_main, &seen), BALLAST_EINVAL, "needs local");
     OK(ballast_config_free(mpi));
-    EXPECT_ERR(ballast_config_free(NULL), BALLAST_EINVAL, "config is NULL");
+    OK(ballast_config_free(NULL)); /* as free(NULL) */
 
     /* The lowest-numbered failing rank's result and message. */
     EXPECT_ERR(ballast_local_run(3, cfg, failing_main, NULL), BALLAST_EINVAL, "rank 1: ballast_send: rank 99");

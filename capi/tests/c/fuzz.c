@@ -72,6 +72,7 @@ typedef struct {
     void *stale[NSTALE]; /* freed handles of any kind */
     unsigned nstale;
     unsigned char buf[BUF];
+    unsigned char into[NREQ][64]; /* the buffer of slot q's ballast_irecv_into */
 } state;
 
 static void bury(state *s, void *h) { s->stale[s->nstale++ % NSTALE] = h; }
@@ -103,7 +104,7 @@ static size_t any_len(state *s) {
 
 /* One random call. `cfgs` are the configurations of this sequence. */
 static void step(state *s, ballast_config **cfgs) {
-    unsigned op = pick(&s->r, 24);
+    unsigned op = pick(&s->r, 26);
     int q = (int)pick(&s->r, NREQ);
     ballast_comm *c = any_comm(s);
     int tag = (int)pick(&s->r, 4);
@@ -127,7 +128,10 @@ static void step(state *s, ballast_config **cfgs) {
             ballast_request *r = NULL;
             int rank = 0;
             ballast_rank(c, &rank);
-            int rc = ballast_irecv(c, pick(&s->r, 2) ? BALLAST_ANY_SOURCE : rank, pick(&s->r, 3) ? tag : BALLAST_ANY_TAG, &r);
+            int src = pick(&s->r, 2) ? BALLAST_ANY_SOURCE : rank;
+            int64_t t = pick(&s->r, 3) ? tag : BALLAST_ANY_TAG;
+            int rc = pick(&s->r, 3) ? ballast_irecv(c, src, t, &r)
+                                    : ballast_irecv_into(c, src, t, s->into[q], pick(&s->r, 65), &r);
             EXPECT(rc, 0);
             if (rc == 0) {
                 s->req[q] = r;
@@ -137,7 +141,7 @@ static void step(state *s, ballast_config **cfgs) {
         break;
     case 2: { /* test a live request */
         int done = 0;
-        if (s->req[q] != NULL) EXPECT(ballast_test(s->req[q], &done, &st), 0);
+        if (s->req[q] != NULL) EXPECT(ballast_test(s->req[q], &done, &st), 0, BALLAST_ETRUNC, BALLAST_ECANCELED);
         break;
     }
     case 3: { /* wait, only once it is known to complete (a send to itself, or tested done) */
@@ -173,6 +177,10 @@ static void step(state *s, ballast_config **cfgs) {
         STALE(ballast_request_free(r));
         ballast_request *two[2] = {r, r};
         STALE(ballast_waitall(2, two, NULL));
+        STALE(ballast_request_cancel(r));
+        size_t idx = 0, ix[2], cnt = 0;
+        STALE(ballast_waitany(2, two, &idx, &st));
+        STALE(ballast_testsome(2, two, ix, &cnt, NULL));
         break;
     }
     case 7: { /* every call on a stale or made-up communicator */
@@ -186,6 +194,7 @@ static void step(state *s, ballast_config **cfgs) {
         STALE(ballast_send(d, 0, 1, s->buf, 1));
         STALE(ballast_isend(d, 0, 1, s->buf, 1, &r));
         STALE(ballast_irecv(d, 0, 1, &r));
+        STALE(ballast_irecv_into(d, 0, 1, s->buf, 1, &r));
         STALE(ballast_recv(d, 0, 1, s->buf, 1, &st));
         STALE(ballast_iprobe(d, 0, 1, &v, &st));
         STALE(ballast_progress(d));
@@ -318,10 +327,23 @@ static void step(state *s, ballast_config **cfgs) {
     case 19: { /* NULLs */
         int v = 0;
         STALE(ballast_rank(NULL, &v));
-        STALE(ballast_request_free(NULL));
-        STALE(ballast_gathered_free(NULL));
-        STALE(ballast_config_free(NULL));
+        EXPECT(ballast_request_free(NULL), 0); /* as free(NULL) */
+        EXPECT(ballast_gathered_free(NULL), 0);
+        EXPECT(ballast_config_free(NULL), 0);
+        EXPECT(ballast_comm_free(NULL), 0);
         if (c != NULL) STALE(ballast_rank(c, NULL));
+        break;
+    }
+    case 24: /* cancel a live request: a posted receive nothing matched, else refused */
+        if (s->req[q] != NULL) EXPECT(ballast_request_cancel(s->req[q]), 0, BALLAST_EINVAL);
+        break;
+    case 25: { /* testsome over the live slots (NULL entries skipped) */
+        size_t ix[NREQ], cnt = 0;
+        ballast_status sts[NREQ];
+        EXPECT(ballast_testsome(NREQ, s->req, ix, &cnt, pick(&s->r, 2) ? sts : NULL), 0, BALLAST_ETRUNC,
+               BALLAST_ECANCELED);
+        for (size_t k = 1; k < cnt; k++)
+            if (ix[k - 1] >= ix[k]) EXPECT(BALLAST_EINTERNAL, 0); /* ascending, or a failure */
         break;
     }
     default: /* a live request waited and freed, to keep the slots turning over */

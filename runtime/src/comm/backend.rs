@@ -44,6 +44,15 @@ pub(crate) trait Backend: Send {
     fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message>;
     /// The envelope of the next matching message if it has fully arrived (left queued).
     fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope>;
+    /// Posts a receive of a message of at most `cap` bytes: a longer match is left queued
+    /// and ends the receive refused ([`Backend::take_refused`]).
+    fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<RequestId>;
+    /// The envelope of the longer message receive `id` of `irecv_within` refused (left
+    /// queued), once: the receive has then ended.
+    fn take_refused(&mut self, id: RequestId) -> Option<Envelope>;
+    /// Withdraws posted receive `id` if no message has matched it yet: true; false, and
+    /// nothing changes, once one has (complete, arriving, or refused).
+    fn cancel_recv(&mut self, id: RequestId) -> Result<bool>;
     /// Whether receive `id` completed.
     fn recv_done(&self, id: RequestId) -> bool;
     /// Whether send `id` completed.
@@ -147,12 +156,27 @@ pub(super) fn isend_retry<B: Backend + ?Sized>(
 }
 
 /// Whether `req` completed.
-pub(super) fn is_done<B: Backend + ?Sized>(b: &B, req: &Request) -> Result<bool> {
+pub(super) fn is_done<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<bool> {
     if req.recv {
+        if let Some(e) = b.take_refused(req.id) {
+            return Err(truncated(b.rank(), e));
+        }
         Ok(b.recv_done(req.id))
     } else {
         b.send_done(req.id)
     }
+}
+
+/// [`CommError::Truncated`]: the receive of rank `rank` refused message `e` (left queued).
+#[cold]
+pub(super) fn truncated(rank: usize, e: Envelope) -> Error {
+    CommError::Truncated {
+        rank,
+        peer: e.source,
+        tag: e.tag,
+        len: e.len,
+    }
+    .into()
 }
 
 /// Progresses until `req` completes, as the blocking call `op`: once every rank that

@@ -61,6 +61,15 @@ impl Backend for Engine {
     fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         Ok(Engine::irecv(self, src, tag)?)
     }
+    fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<RequestId> {
+        Ok(Engine::irecv_within(self, src, tag, cap)?)
+    }
+    fn take_refused(&mut self, id: RequestId) -> Option<Envelope> {
+        Engine::take_refused(self, id)
+    }
+    fn cancel_recv(&mut self, id: RequestId) -> Result<bool> {
+        Ok(self.withdraw_recv(id))
+    }
     fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
         Engine::try_take(self, src, tag)
     }

@@ -94,6 +94,20 @@ pub enum CommError {
         /// The peer's length.
         theirs: String,
     },
+    /// A receive of at most some bytes (`Communicator::irecv_within`) on rank `rank`
+    /// matched a longer message, from rank `peer` with `tag`, of `len` bytes: the message
+    /// was left queued, first for the next receive that matches it; the receive has ended.
+    #[error("rank {rank}: the message from rank {peer} with tag {tag} is {len} bytes, longer than the receive's buffer: it stays queued for a later receive")]
+    Truncated {
+        /// The receiving rank.
+        rank: usize,
+        /// The message's source rank.
+        peer: usize,
+        /// Its tag.
+        tag: u32,
+        /// Its length in bytes.
+        len: usize,
+    },
     /// A message of the runtime's own traffic (fanout, collectives) has the wrong length.
     #[error("protocol error: rank {rank}: message of {bytes} bytes from rank {peer} with tag {tag}, expected {expected}")]
     MessageSize {

@@ -25,6 +25,7 @@ mod gone;
 pub mod model;
 #[cfg(feature = "mpi")]
 pub mod mpi_native;
+mod within;
 
 use backend::Backend;
 

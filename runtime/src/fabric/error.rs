@@ -16,7 +16,7 @@ use crate::core::memory::AllocError;
 pub enum FabricError {
     // ---- Any fabric (and the layers above, which raise these as they are). ----
     /// A rank argument is outside `0..world_size`.
-    #[error("rank {rank} is outside the world of {world_size} ranks")]
+    #[error("rank {rank} is out of range: the world has {world_size} ranks (0 to {})", world_size.saturating_sub(1))]
     InvalidRank {
         /// The rank given.
         rank: usize,

@@ -2,13 +2,14 @@
 //! transport instantiates it (`local_conformance.rs` for the in-process transport).
 //! This file owns the [`Launcher`] trait and the shared helpers (payloads, checksums,
 //! configuration); the cases are grouped by topic in `matching.rs` (order, any-source and
-//! any-tag, message sizes), `resources.rs` (back-pressure, pool growth, endpoint caps,
+//! any-tag, message sizes), `completion.rs` (limited receives, cancel), `resources.rs` (back-pressure, pool growth, endpoint caps,
 //! footprint), `scale.rs` (many ranks, collectives, bad input) and `large.rs` (messages
 //! above the buffer size); `exchange.rs` carries results between processes.
 #![allow(dead_code)]
 
 use ballast_runtime::{Communicator, RecvSharing, Result, RuntimeConfig};
 
+mod completion;
 mod exchange;
 mod large;
 mod matching;
@@ -18,7 +19,7 @@ mod scale;
 // Each test binary runs the groups its transport supports (verbs has no large-message
 // cases), so a re-export may be unused in one of them.
 #[allow(unused_imports)]
-pub use {exchange::*, large::*, matching::*, resources::*, scale::*};
+pub use {completion::*, exchange::*, large::*, matching::*, resources::*, scale::*};
 
 /// Starts `n` ranks of one transport and runs `f` on each.
 pub trait Launcher: Sync {

@@ -43,6 +43,15 @@ impl Backend for MpiNative {
     fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
         MpiNative::irecv(self, src, tag)
     }
+    fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<RequestId> {
+        MpiNative::irecv_within(self, src, tag, cap)
+    }
+    fn take_refused(&mut self, id: RequestId) -> Option<Envelope> {
+        MpiNative::take_refused(self, id)
+    }
+    fn cancel_recv(&mut self, id: RequestId) -> Result<bool> {
+        MpiNative::cancel_recv(self, id)
+    }
     fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
         MpiNative::try_take(self, src, tag)
     }
@@ -135,6 +144,9 @@ impl Backend for MpiNative {
     }
     fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         if req.recv {
+            if self.is_limited(req.id) {
+                return self.wait_within(req.id).map(Completion::Received);
+            }
             let r = self.wait_posted(req.id);
             if let Err(e) = &r {
                 self.withdraw(req.id, e);

@@ -109,6 +109,7 @@ mod progress;
 mod recv;
 mod send;
 mod unexpected;
+mod within;
 
 pub(crate) use abort::AbortLine;
 pub(crate) use ffi::tag_ub;
@@ -277,6 +278,8 @@ pub struct MpiNative {
     coll_unfinished: Option<Box<coll::CollUnfinished>>,
     /// A collective was left in flight by an error: `coll` is never freed.
     coll_abandoned: bool,
+    /// The receives of `irecv_within` not ended yet, with their limits.
+    limits: Vec<within::Limit>,
 }
 
 impl MpiNative {
@@ -347,6 +350,7 @@ impl MpiNative {
             coll_seq: 0,
             coll_unfinished: None,
             coll_abandoned: false,
+            limits: Vec::new(),
         })
     }
 

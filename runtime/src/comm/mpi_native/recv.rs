@@ -38,7 +38,13 @@ impl MpiNative {
 
     /// For a receive of at most `cap` bytes: the envelope of the earliest queued match if
     /// it is longer (it stays where it is), else nothing.
-    fn queued_too_long(&self, chan: usize, src: c_int, tag: c_int, cap: usize) -> Option<Envelope> {
+    pub(super) fn queued_too_long(
+        &self,
+        chan: usize,
+        src: c_int,
+        tag: c_int,
+        cap: usize,
+    ) -> Option<Envelope> {
         let i = self.unexpected_match(chan, src, tag)?;
         let m = &self.unexpected.get(i)?.1;
         (m.data.len() > cap).then(|| m.envelope())
@@ -392,6 +398,7 @@ impl MpiNative {
 
     /// Takes the message of a completed receive.
     pub fn take_recv(&mut self, id: RequestId) -> Option<Message> {
+        self.taken(id);
         self.done_recvs.remove(&id)
     }
 

@@ -201,3 +201,11 @@ fn parse_usize(s: &str) -> std::result::Result<usize, String> {
 pub(crate) fn verbs_trace() -> Option<String> {
     std::env::var("BALLAST_VERBS_TRACE").ok()
 }
+
+/// `BALLAST_DEBUG` (docs/CONFIG.md): set (to anything but empty or `0`), libballast prints
+/// the panics it catches at its C boundary to stderr (their message is always
+/// `ballast_last_error`'s). Not part of [`RuntimeConfig`]: a diagnostic switch, read when a
+/// panic is caught.
+pub fn debug() -> bool {
+    std::env::var_os("BALLAST_DEBUG").is_some_and(|v| !v.is_empty() && v != "0")
+}

@@ -17,9 +17,9 @@ mod error;
 mod tests;
 
 pub use builder::RuntimeConfigBuilder;
-pub use env::parse_bytes;
 #[cfg(feature = "trace")]
 pub(crate) use env::verbs_trace;
+pub use env::{debug, parse_bytes};
 pub use error::{ConfigError, ConfigResult};
 
 /// Which transport carries the bytes.

@@ -406,6 +406,12 @@ impl Engine {
         self.matcher.cancel(req, into)
     }
 
+    /// Withdraws receive `req` if no message has matched it yet (`Matcher::withdraw_posted`):
+    /// true; false, and nothing changes, once one has.
+    pub fn withdraw_recv(&mut self, req: RequestId) -> bool {
+        self.matcher.withdraw_posted(req)
+    }
+
     /// The envelope of the longer message receive `req` of [`Engine::irecv_within`]
     /// refused, once.
     pub fn take_refused(&mut self, req: RequestId) -> Option<Envelope> {

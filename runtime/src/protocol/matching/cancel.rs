@@ -85,6 +85,20 @@ impl Matcher {
         Ok(())
     }
 
+    /// Withdraws receive `req` if it is still posted with no message bound to it (a
+    /// cancel by its owner): true. False, and nothing changes, when a message has matched
+    /// it (complete, still arriving, or refused as longer than its limit) or it is not a
+    /// posted receive.
+    pub fn withdraw_posted(&mut self, req: RequestId) -> bool {
+        match self.posted.iter().position(|p| p.req == req) {
+            Some(i) => {
+                self.posted.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Gives message `id` (in `inbound`, bound to nothing, in no queue) back: bound to the
     /// earliest posted receive that accepts it (completing it when all of it is there),
     /// else queued as unexpected before every later arrival.

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# 8 B ping-pong with ballast_irecv_into + ballast_isend + ballast_wait over the MPI native
+# path (issue 35, point 3) beside its Rust twin (irecv_within + isend + wait) and raw
+# MPI_Irecv + MPI_Isend + MPI_Wait, in one run by the method of bench/capi_pingpong.sh:
+# bench/c/irecv_into.c against an install with --features mpi,bench-twin, mpirun -n 2 with
+# each rank bound to a core, the three loops alternating block by block (the order
+# rotating); per run the median block of each (ns per half round trip) and the medians of
+# the per-block ratios; the summary line is the median over ROUNDS runs.
+# Usage: bash bench/capi_irecv_into.sh [ROUNDS] [SIZE]   (default 5 rounds of 8 B; release builds)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-5}
+size=${2:-8}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+bash ci/install-capi.sh "$work/prefix" --features mpi,bench-twin >/dev/null
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+# shellcheck disable=SC2046 # pkg-config's flags are words
+mpicc -O2 -std=c11 -DBALLAST_BENCH_TWIN bench/c/irecv_into.c $(pkg-config --cflags --libs ballast) -o "$work/irecv_into"
+mpirun_flags=(--oversubscribe --bind-to core)
+[ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
+
+median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+
+echo "capi_irecv_into: $rounds rounds of $size B, $(date -u +%FT%TZ), $(git rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg)"
+: > "$work/runs"
+for _ in $(seq "$rounds"); do
+    mpirun "${mpirun_flags[@]}" -n 2 "$work/irecv_into" "$size" 2000 51 2>/dev/null >> "$work/runs"
+done
+sed 's/^/  run: /' "$work/runs"
+cols=()
+for k in 3 4 5 6 7; do cols+=("$(awk -v k="$k" '{print $k}' "$work/runs" | median)"); done
+printf '%-8s %9s %9s %9s %8s %8s\n' size "c (ns)" "rust" "mpi" "c/rust" "c/mpi"
+printf '%-8s %9.1f %9.1f %9.1f %8.3f %8.3f\n' "$size" "${cols[@]}"

@@ -1,0 +1,138 @@
+//! Limited receives and cancels on the native path: [`MpiNative::irecv_within`] (a posted
+//! receive whose message is checked against its limit when it completes, and left queued
+//! in its receive's place when longer) and [`MpiNative::cancel_recv`] (`MPI_Cancel` of a
+//! receive still waiting in MPI for its message).
+
+use super::*;
+use crate::comm::backend::truncated;
+
+/// A receive of [`MpiNative::irecv_within`]: its limit, and the envelope of the longer
+/// message it refused at once (queued already when it was posted).
+pub(super) struct Limit {
+    id: RequestId,
+    cap: usize,
+    refused: Option<Envelope>,
+}
+
+impl MpiNative {
+    /// Posts a receive of a message of at most `cap` bytes: a longer one already queued
+    /// ends it refused at once; one MPI matches to it later is refused when it completes
+    /// ([`MpiNative::take_refused`]). Errors as [`MpiNative::irecv`].
+    pub fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<RequestId> {
+        let (chan, s, t) = self.wire_match(src, tag)?;
+        self.retry_deferred()?;
+        if let Some(e) = self.queued_too_long(chan, s, t, cap) {
+            let id = self.new_id();
+            self.limits.push(Limit {
+                id,
+                cap,
+                refused: Some(e),
+            });
+            return Ok(id);
+        }
+        let id = self.post_recv(src, tag, false)?;
+        self.limits.push(Limit {
+            id,
+            cap,
+            refused: None,
+        });
+        Ok(id)
+    }
+
+    /// The limit of receive `id`, taken out of the list (it has ended).
+    fn forget_limit(&mut self, id: RequestId) -> Option<Limit> {
+        let i = self.limits.iter().position(|l| l.id == id)?;
+        Some(self.limits.swap_remove(i))
+    }
+
+    /// Receive `id` of `irecv_within` refused a longer message: its envelope, once. A
+    /// message that completed it and is longer than its limit goes back to the unexpected
+    /// queue in its receive's place (MPI matched it ahead of every later message of its
+    /// source and tag), first for the next receive.
+    pub fn take_refused(&mut self, id: RequestId) -> Option<Envelope> {
+        if self.limits.is_empty() {
+            return None;
+        }
+        let l = self.limits.iter().find(|l| l.id == id)?;
+        if l.refused.is_none() && self.done_recvs.get(&id)?.data.len() <= l.cap {
+            return None;
+        }
+        let l = self.forget_limit(id)?;
+        if let Some(e) = l.refused {
+            return Some(e);
+        }
+        let m = self.done_recvs.remove(&id)?;
+        Some(self.refuse(id, m))
+    }
+
+    /// Message `m` of receive `id`, longer than its limit, back to the queue's front; its
+    /// envelope.
+    fn refuse(&mut self, id: RequestId, m: Message) -> Envelope {
+        let e = m.envelope();
+        let chan = Self::wire_tag(m.tag).0;
+        self.unexpected.push_matched(id, (chan, m));
+        e
+    }
+
+    /// True when receive `id` is one of `irecv_within`.
+    #[inline]
+    pub(super) fn is_limited(&self, id: RequestId) -> bool {
+        !self.limits.is_empty() && self.limits.iter().any(|l| l.id == id)
+    }
+
+    /// The wait of receive `id` of `irecv_within`: as [`MpiNative::wait_posted`], then the
+    /// limit: [`CommError::Truncated`](crate::error::CommError::Truncated) for a longer
+    /// message, left queued.
+    pub(super) fn wait_within(&mut self, id: RequestId) -> Result<Message> {
+        if let Some(e) = self.take_refused(id) {
+            return Err(truncated(self.rank, e));
+        }
+        let r = self.wait_posted(id);
+        let cap = self.forget_limit(id).map_or(usize::MAX, |l| l.cap);
+        let m = match r {
+            Ok(m) => m,
+            Err(e) => {
+                self.withdraw(id, &e);
+                return Err(e);
+            }
+        };
+        if m.data.len() > cap {
+            let e = self.refuse(id, m);
+            return Err(truncated(self.rank, e));
+        }
+        Ok(m)
+    }
+
+    /// Forgets the limit of a receive whose message was taken.
+    #[inline]
+    pub(super) fn taken(&mut self, id: RequestId) {
+        if !self.limits.is_empty() {
+            self.forget_limit(id);
+        }
+    }
+
+    /// Withdraws receive `id` if MPI has not matched a message to it: `MPI_Cancel` of its
+    /// header receive, true when that cancelled it. False, and the receive goes on, when a
+    /// message has matched it: already complete, its parts arriving, or matched in MPI
+    /// meanwhile (then taken in as its progress would: it completes, or waits for its
+    /// parts). Errors: MPI's.
+    pub fn cancel_recv(&mut self, id: RequestId) -> Result<bool> {
+        let Some(i) = self.recvs.iter().position(|r| r.id == id) else {
+            return Ok(false);
+        };
+        let RecvState::Header { recv, .. } = &mut self.recvs[i].state else {
+            return Ok(false);
+        };
+        match recv.cancel_in_place()? {
+            None => {
+                self.recvs.remove(i);
+                self.forget_limit(id);
+                Ok(true)
+            }
+            Some(status) => {
+                self.header_done(i, status)?;
+                Ok(false)
+            }
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! A receive limited to a caller's buffer, non-blocking ([`Communicator::irecv_within`]),
+//! and withdrawing a posted receive that no message has matched
+//! ([`Communicator::cancel`]): what C's `ballast_irecv_into` and `ballast_request_cancel`
+//! are made of.
+
+use super::{Communicator, Request};
+use crate::error::Result;
+use crate::protocol::matching::{Source, TagMatch};
+
+impl Communicator {
+    /// Posts a receive from `src` with `tag` of a message of at most `cap` bytes. It
+    /// completes as [`Communicator::irecv`]'s does ([`Communicator::test`],
+    /// [`Communicator::wait`]), except that a longer match is not taken: it stays queued,
+    /// first for the next receive that matches its source and tag (its place in its
+    /// sender's order kept), and the request ends with
+    /// [`CommError::Truncated`](crate::error::CommError::Truncated) (its source, tag and
+    /// length) from `test` or `wait`. On the MPI native path a message longer than `cap`
+    /// has been received out of MPI into memory of its own before it is refused. Errors:
+    /// [`FabricError::InvalidRank`](crate::error::FabricError::InvalidRank) for a rank
+    /// outside the world; the transport's.
+    pub fn irecv_within(
+        &mut self,
+        src: impl Into<Source>,
+        tag: impl Into<TagMatch>,
+        cap: usize,
+    ) -> Result<Request> {
+        let src = src.into();
+        Ok(Request {
+            id: self.backend.irecv_within(src, tag.into(), cap)?,
+            recv: true,
+            peer: src,
+        })
+    }
+
+    /// Withdraws receive `req` if no message has matched it yet: `Ok(true)`, the request
+    /// has ended (drop it: do not test or wait it) and no message will bind to it (one on
+    /// its way goes to a later receive). `Ok(false)`, nothing changed, for a send, or a
+    /// receive that a message has matched (complete, still arriving, or refused as longer
+    /// than its limit): wait for it as before. Errors: the transport's (on the MPI native
+    /// path, `MPI_Cancel`'s).
+    pub fn cancel(&mut self, req: &Request) -> Result<bool> {
+        if !req.recv {
+            return Ok(false);
+        }
+        self.backend.cancel_recv(req.id)
+    }
+}
