@@ -4,12 +4,17 @@
  * Every function returns an int: 0 on success or a negative BALLAST_E* code. The calling
  * thread's last error message is read with ballast_last_error. Handles are opaque.
  * Threading: a communicator (and its requests) is used by one thread at a time; different
- * communicators may be used from different threads.
+ * communicators may be used from different threads (a second thread calling while another
+ * is inside gets BALLAST_EUNSUPPORTED).
  *
  * Versions: the SONAME is libballast.so.MAJOR.MINOR. New in 0.3 (issue 35): the
  * collectives ballast_allreduce (ballast_type, ballast_op), ballast_bcast, ballast_gather,
  * ballast_alltoallv and ballast_exchange_sparse, and on their results
- * ballast_gathered_count, ballast_gathered_source and ballast_gathered_at.
+ * ballast_gathered_count, ballast_gathered_source and ballast_gathered_at; completion:
+ * BALLAST_ECANCELED, ballast_irecv_into, ballast_waitany, ballast_testsome,
+ * ballast_request_cancel; ballast_abort and ballast_mpi_run_ranks. Changed in 0.3: the
+ * ballast_*_free calls accept NULL (returning 0), and ballast_local_run and
+ * ballast_comm_from_* accept a NULL configuration (the defaults).
  */
 
 #ifndef BALLAST_H
@@ -55,8 +60,13 @@
 // every later call on it returns BALLAST_EINTERNAL).
 #define BALLAST_EINTERNAL -6
 
-// The message is longer than the buffer (ballast_recv): nothing was consumed.
+// The message is longer than the buffer (ballast_recv, ballast_irecv_into): nothing was
+// consumed.
 #define BALLAST_ETRUNC -7
+
+// A receive was cancelled (ballast_request_cancel): its status's error, and what
+// ballast_test and ballast_wait return for it. New in 0.3.
+#define BALLAST_ECANCELED -8
 
 // The version of the header (compare with ballast_version, the library's). 0.3 added the
 // collectives of issue 35 (listed at the top of this header).
@@ -332,12 +342,38 @@ int ballast_exchange_sparse(struct ballast_comm *comm,
                             const size_t *lens,
                             struct ballast_gathered **out);
 
+// Aborts the job with `code`, as MPI_Abort does.
+//
+// - Over MPI (a communicator of ballast_comm_from_mpi, ballast_comm_from_env with the mpi
+//   transport, or ballast_mpi_run_ranks; the MPI native path and the engine path alike):
+//   MPI_Abort on Ballast's communicator, which ends every process of the job and does not
+//   return (Open MPI's mpirun then exits with `code`: use 1 to 255 for an exit status).
+// - Otherwise (local, verbs): every other rank is told with a control message (a rank
+//   that ended already is skipped) and it returns 0. From then on every call of every
+//   rank that waits or progresses (ballast_recv, ballast_wait, ballast_test,
+//   ballast_barrier, ballast_allgatherv, ballast_progress, the finish of
+//   ballast_comm_free or of ballast_local_run) returns BALLAST_EPEER, whose message
+//   (ballast_last_error) names the rank that aborted and `code`: on this rank at once, on
+//   the others as soon as the notice reaches them (a rank blocked in a call is woken by
+//   it). Under ballast_local_run the run then returns non-zero: the result of the lowest
+//   rank that failed (a rank_main returning `code` after the abort makes that `code`).
+//
+// A second call, or one after another rank's abort arrived, does nothing and returns 0.
+// Errors: BALLAST_EINVAL for a NULL or freed `comm`; BALLAST_EINTERNAL for a poisoned
+// communicator; under MPI below MPI_THREAD_MULTIPLE, BALLAST_EUNSUPPORTED from another
+// thread than the one that made the communicator.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, used by no other thread during the call.
+int ballast_abort(struct ballast_comm *comm, int code);
+
 // Frees a communicator of ballast_comm_from_env or ballast_comm_from_mpi: the
 // collective finish (every rank must call it; it delivers this rank's sends and serves
 // the others until every rank has finished), then frees the handle, whatever it returns.
+// NULL is not an error: it returns 0 and does nothing, as free(NULL) does.
 // Requests still live are cancelled (freed) and reported: BALLAST_EINVAL, after the
 // finish. The handle is refused from then on (a second free is BALLAST_EINVAL). Errors:
-// BALLAST_EINVAL for NULL, a handle that is not a live communicator, or a communicator
+// BALLAST_EINVAL for a handle that is not a live communicator, or a communicator
 // of ballast_local_run (which finishes its own; nothing is freed), and under MPI when the host already called
 // MPI_Finalize (ballast_comm_free must come first: the communicator's MPI state is then
 // abandoned, not finished, and its handle is ended all the same: refused from then on);
@@ -455,6 +491,67 @@ int ballast_barrier(struct ballast_comm *comm);
 // call (a freed one is refused); `out` NULL or writable.
 int ballast_comm_footprint(const struct ballast_comm *comm, struct ballast_footprint *out);
 
+// Waits until one of the `n` requests in `reqs` completes and gives its index in *index
+// and its status in *status (if not NULL); returns that request's own error, as
+// ballast_wait would (e.g. BALLAST_ETRUNC, BALLAST_ECANCELED, BALLAST_EPEER), with its
+// message. A request that completed before (and was not freed) counts as complete: the
+// lowest such index is given. NULL entries are skipped; with every entry NULL (or `n`
+// 0) it returns 0 at once with *index = SIZE_MAX. The request stays live: free it
+// (ballast_request_free) and set its entry to NULL before the next call, or it is given
+// again. Each round tests every entry once (a round of progress each), in index order;
+// an idle wait yields the core after a while. Errors: BALLAST_EINVAL for NULL `index`,
+// `reqs` NULL with `n` > 0, `n` above PTRDIFF_MAX / sizeof(ballast_request *), or an
+// entry that is not a live request (freed, or cancelled by its communicator's free; the
+// message names its index; *index = SIZE_MAX); BALLAST_ENOMEM as ballast_test gives it
+// (the request stays live; *index = SIZE_MAX). New in 0.3.
+//
+// # Safety
+// `reqs` must point to `n` entries, each NULL or a ballast_request handle not freed by
+// another thread during the call; `index` NULL or writable; `status` NULL or writable.
+int ballast_waitany(size_t n,
+                    struct ballast_request *const *reqs,
+                    size_t *index,
+                    struct ballast_status *status);
+
+// Tests each of the `n` requests in `reqs` once (a round of progress each) and gives the
+// indices of those that are complete, ascending, in `indices[0, *count)`, and their
+// statuses in `statuses[0, *count)` (when `statuses` is not NULL): `statuses[k]` belongs
+// to `indices[k]`, its error field the request's own (0, BALLAST_ETRUNC,
+// BALLAST_ECANCELED, ...). A request that completed before (and was not freed) is given
+// again: free each one taken (ballast_request_free) and set its entry to NULL, which is
+// skipped. Returns 0, or the own error of the first request given that failed (its
+// message kept: the arrays and *count are filled all the same). Errors: BALLAST_EINVAL
+// for NULL `count`, `indices` NULL with `n` > 0, `reqs` NULL with `n` > 0, `n` above
+// PTRDIFF_MAX / sizeof(ballast_request *), or an entry that is not a live request (the
+// message names its index; *count = 0); BALLAST_ENOMEM when a request's progress ran out
+// of memory (that request stays live and is not given; the others are). New in 0.3.
+//
+// # Safety
+// `reqs` must point to `n` entries, each NULL or a ballast_request handle not freed by
+// another thread during the call; `indices` NULL or `n` writable entries; `count` NULL
+// or writable; `statuses` NULL or `n` writable entries.
+int ballast_testsome(size_t n,
+                     struct ballast_request *const *reqs,
+                     size_t *indices,
+                     size_t *count,
+                     struct ballast_status *statuses);
+
+// Cancels posted receive `req` if no message has matched it yet: it completes as
+// cancelled (ballast_test and ballast_wait return BALLAST_ECANCELED, its status's error is
+// BALLAST_ECANCELED and its other fields 0) and can be freed; a message that arrives
+// later goes to another receive. Cancelling before freeing is how a receive that will not
+// be used ends, e.g. at shutdown (a request still live at the communicator's free is an
+// error). Errors: BALLAST_EINVAL for NULL or a request not live, and, with nothing
+// changed, for a send or a receive that a message has matched (completed, or being
+// received: wait for it; a message longer than a ballast_irecv_into buffer counts,
+// BALLAST_ETRUNC) or that was cancelled already; the transport's (MPI_Cancel's on the
+// MPI native path). New in 0.3.
+//
+// # Safety
+// `req` must be NULL or a ballast_request handle, not freed by another thread during the
+// call (a freed one is refused).
+int ballast_request_cancel(struct ballast_request *req);
+
 // Creates a configuration from the defaults plus the BALLAST_* environment variables of
 // docs/CONFIG.md, in *out (freed with ballast_config_free). Errors: BALLAST_EINVAL when
 // `out` is NULL or a variable has a bad value (the message names the variable).
@@ -476,8 +573,9 @@ int ballast_config_new(struct ballast_config **out);
 // call (a freed one is refused); `key` and `value` NULL or NUL-terminated strings.
 int ballast_config_set(struct ballast_config *config, const char *key, const char *value);
 
-// Frees a configuration. Errors: BALLAST_EINVAL when `config` is NULL or not a live
-// configuration (freed already).
+// Frees a configuration. NULL is not an error: it returns 0 and does nothing, as
+// free(NULL) does. Errors: BALLAST_EINVAL when `config` is not a live configuration
+// (freed already).
 //
 // # Safety
 // `config` must be NULL or a ballast_config handle, not used by another thread during the
@@ -489,6 +587,15 @@ int ballast_config_free(struct ballast_config *config);
 // (overriding the configuration's ranks_per_node), in *out (bytes), for the
 // configuration's transport (set `transport` to the one the communicator runs on: a
 // communicator of ballast_comm_from_mpi is over mpi whatever the configuration says).
+// On `local`, verbs and the MPI native path it is what the rank's ballast_comm_footprint
+// measures (with no request in flight). On the MPI engine path (`mpi_native` off, or an
+// MPI whose tags do not fit: MPICH) it is an upper bound: it charges `buffer_count` send
+// buffers of `buffer_size + 176` bytes (the most the MPI fabric keeps for reuse, when
+// every pool buffer is in flight at once), where a rank keeps as many as it had in flight
+// at its busiest, each as large as the largest message it carried (none before the first
+// send), so the measured figure is lower by up to `buffer_count * (buffer_size + 176)`
+// bytes (with 64 buffers of 8 KiB: 535,552 B, about half the prediction;
+// docs/EMBEDDING.md).
 // Errors: BALLAST_EINVAL for a NULL argument, `world_size` 0, `peers` not below
 // `world_size`, `ranks_per_node` 0, or a prediction above 2^64 bytes (the message names
 // the term that overflows).
@@ -565,7 +672,8 @@ int ballast_gathered_part(const struct ballast_gathered *gathered,
                           const void **data,
                           size_t *len);
 
-// Frees an all-gather result. Errors: BALLAST_EINVAL for NULL or a result already freed.
+// Frees an all-gather result. NULL is not an error: it returns 0 and does nothing, as
+// free(NULL) does. Errors: BALLAST_EINVAL for a result already freed.
 //
 // # Safety
 // `gathered` must be NULL or a ballast_gathered handle, not used by another thread during
@@ -608,15 +716,16 @@ int ballast_gathered_at(const struct ballast_gathered *gathered,
 // Runs `rank_main(comm, user)` on `nranks` ranks as threads of this process, over the
 // local transport; the communicators belong to this call (it finishes them after
 // rank_main returns: ballast_comm_free on one is BALLAST_EINVAL, and a rank's handle is
-// refused with BALLAST_EINVAL once its rank_main returned). rank_main runs on
+// refused with BALLAST_EINVAL once its rank_main returned). A NULL `config` is the
+// defaults and the BALLAST_* environment (what ballast_config_new gives). rank_main runs on
 // every rank's thread at once, with the same `user`. Requests not freed when rank_main
 // returns are cancelled, and that rank fails with BALLAST_EINVAL. A rank that fails
 // (returns non-zero) aborts the others: their blocking and waiting calls return
 // BALLAST_EPEER, so none waits forever for the failed rank. Returns 0, or the non-zero
 // result of the lowest-numbered failing rank (a rank that failed only with BALLAST_EPEER,
 // as the abort makes the others fail, counts only when no rank failed otherwise), whose
-// error message is copied to the calling thread. Errors: BALLAST_EINVAL for a NULL
-// argument, `nranks` < 1 or a configuration whose transport is not local (or does not
+// error message is copied to the calling thread. Errors: BALLAST_EINVAL for NULL
+// `rank_main`, `nranks` < 1 or a configuration whose transport is not local (or does not
 // validate); BALLAST_ENOMEM when the ranks do not fit (their thread stacks in the
 // address space, their pools and queues under `ulimit -v` or in the machine: checked
 // before anything is allocated) or a rank's thread cannot be started (the message names
@@ -630,6 +739,48 @@ int ballast_local_run(int nranks,
                       const struct ballast_config *config,
                       ballast_rank_main rank_main,
                       void *user);
+
+#if defined(BALLAST_HAVE_MPI)
+// Runs `rank_main(comm, user)` on `nranks` Ballast ranks spread over the processes of
+// MPI_COMM_WORLD, as Rust's `Mpi::run_ranks`: rank r runs in the process of MPI rank
+// `r % size`, on a thread of its own when that process holds several (a process holds
+// ceil((nranks - its MPI rank) / size) ranks, none when its MPI rank is `nranks` or
+// above; one runs on the calling thread). Collective: every process of MPI_COMM_WORLD
+// calls it with the same `nranks` and configuration. The communicators always run on the
+// engine path over MPI (Ballast's pool, credits and endpoints; ballast_comm_notes says
+// `path: engine`), also with one rank per process, and belong to this call as those of
+// ballast_local_run do: finished after rank_main returns (ballast_comm_free on one is
+// BALLAST_EINVAL), their requests not freed by then cancelled (that rank fails with
+// BALLAST_EINVAL). A rank that fails (returns non-zero) aborts the others, in every
+// process: their blocking and waiting calls return BALLAST_EPEER. ballast_abort on one of
+// these communicators is MPI_Abort.
+//
+// MPI: initialised by this call at MPI_THREAD_MULTIPLE unless the host initialised it, and
+// then finalised before it returns (MPI cannot be initialised again: call it once per
+// process), except when the call itself fails (a negative code from its checks or the
+// launcher, not a rank's result): another process may then still wait for this one, so
+// MPI is left as it is and the process should exit. A host's MPI is reused and never
+// finalised; with more ranks than processes it must provide MPI_THREAD_MULTIPLE.
+//
+// Returns, in each process, 0 when every rank of this process succeeded, else the non-zero
+// result of its lowest-numbered failing rank, as ballast_local_run (a rank that failed
+// only with BALLAST_EPEER counts only when no rank of the process failed otherwise), with
+// that rank's message. Errors: BALLAST_EINVAL for a NULL argument, `nranks` < 1, a
+// configuration that does not validate over MPI, MPI finalised already; BALLAST_ENOMEM
+// when this process' ranks do not fit (as ballast_local_run); BALLAST_EUNSUPPORTED when
+// the host initialised MPI below MPI_THREAD_MULTIPLE and a process holds several ranks,
+// when a host at MPI_THREAD_SINGLE or FUNNELED calls from another thread than MPI's main
+// one, or when the MPI running is not of the family libballast was built with; the
+// runtime's.
+//
+// # Safety
+// `config` must be NULL or a ballast_config handle; `rank_main` must be safe to call from
+// several threads at once with `user`.
+int ballast_mpi_run_ranks(int nranks,
+                          const struct ballast_config *config,
+                          ballast_rank_main rank_main,
+                          void *user);
+#endif
 
 // The notes of `comm`, one per line (each ends with `\n`): first `transport: KIND` (the
 // effective transport: `local`, `mpi` or `verbs`), then `path: native` (MPI's own
@@ -660,8 +811,9 @@ int ballast_comm_notes(const struct ballast_comm *comm, char *buf, size_t len, s
 //   (`host:port` of rank 0), or through MPI under mpirun in a build with `mpi`;
 // - `local`: only for a world of one process (no launcher, or a launcher of size 1).
 //
-// Free the communicator with ballast_comm_free on every rank. Errors: BALLAST_EINVAL
-// for NULL arguments, a configuration that does not validate, `local` with a world of
+// A NULL `config` is the defaults and the BALLAST_* environment (what
+// ballast_config_new gives). Free the communicator with ballast_comm_free on every rank.
+// Errors: BALLAST_EINVAL for NULL `out`, a configuration that does not validate, `local` with a world of
 // more than one process, missing launcher variables; BALLAST_EUNSUPPORTED for a
 // transport not built in, or an MPI other than the library's (see
 // ballast_comm_from_mpi); the runtime's errors (e.g. BALLAST_EPEER when a peer does not
@@ -670,7 +822,8 @@ int ballast_comm_notes(const struct ballast_comm *comm, char *buf, size_t len, s
 // # Safety
 // `config` must be NULL or a ballast_config handle, not freed by another thread during the
 // call (a freed one is refused); `out` NULL or writable.
-int ballast_comm_from_env(const struct ballast_config *config, struct ballast_comm **out);
+int ballast_comm_from_env(const struct ballast_config *config,
+                          struct ballast_comm **out);
 
 #if defined(BALLAST_HAVE_MPI)
 // Ballast over the host's initialised MPI, on the ranks of `comm` (`MPI_COMM_WORLD`
@@ -680,7 +833,8 @@ int ballast_comm_from_env(const struct ballast_config *config, struct ballast_co
 // BALLAST_EINVAL instead of calling MPI. Below MPI_THREAD_MULTIPLE
 // (`MPI_Query_thread`), a communicator may only be used from the thread that made it
 // (BALLAST_EUNSUPPORTED otherwise), and under MPI_THREAD_SINGLE or FUNNELED that must
-// be MPI's main thread. Errors: BALLAST_EINVAL for NULL `config` or `out`,
+// be MPI's main thread. A NULL `config` is the defaults and the BALLAST_* environment
+// (what ballast_config_new gives). Errors: BALLAST_EINVAL for NULL `out`,
 // `MPI_COMM_NULL`, an inter-communicator, MPI not initialised or already finalised;
 // BALLAST_EUNSUPPORTED when the MPI running in this process is not of the family
 // (Open MPI, or MPICH and its derivatives) libballast was built with, whose MPI_Comm
@@ -719,16 +873,45 @@ int ballast_isend(struct ballast_comm *comm,
 // set aside earlier for lack of memory, when it still cannot be given memory of its own
 // (no request is made); the transport's. On the engine path (local, verbs, MPI through
 // the engine) a message's BALLAST_ENOMEM comes from ballast_test or ballast_wait instead.
-// A posted receive cannot be withdrawn on its own: there is no cancel call, and
-// ballast_request_free refuses it until it completed; it ends when a message matches,
-// when its source can no longer send (BALLAST_EPEER from ballast_wait; told on the local
-// transport, not over MPI), or when the communicator is freed, which cancels it (the free
-// then reports it).
+// A posted receive ends when a message matches, when its source can no longer send
+// (BALLAST_EPEER from ballast_wait; told on the local transport, not over MPI), when
+// ballast_request_cancel withdraws it before a message matched it (it then completes
+// with BALLAST_ECANCELED), or when the communicator is freed, which cancels it (the free
+// then reports it); ballast_request_free refuses it until it completed.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
 // call (a freed one is refused); `out` NULL or writable.
 int ballast_irecv(struct ballast_comm *comm, int source, int64_t tag, struct ballast_request **out);
+
+// Posts a receive from `source` (a rank or BALLAST_ANY_SOURCE) with `tag` (0 to
+// 2^31 - 1 or BALLAST_ANY_TAG) into the caller's `buf` of `cap` bytes, in *out; completed
+// by ballast_wait or ballast_test (or ballast_waitany, ballast_testsome), whose status
+// gives the source, tag and length: the message's bytes are then in `buf[0, len)`, and
+// nothing past them is written. `buf` must stay valid and unread until the request
+// completed (or was cancelled): it is written at completion, by the call that completes
+// it. A matching message longer than `cap` is not taken, as with ballast_recv: the
+// request completes with BALLAST_ETRUNC, its status gives the message's source, tag and
+// length, and the message stays queued, first for the next receive that matches it.
+// ballast_request_data gives `buf` and the length. It can be cancelled
+// (ballast_request_cancel) until a message matched it. Errors: BALLAST_EINVAL (NULL
+// `comm` or `out`, `buf` NULL with `cap` > 0, rank or tag out of range, `cap` above
+// PTRDIFF_MAX); BALLAST_ENOMEM as ballast_irecv; the transport's. On the engine path
+// (local, verbs, MPI through the engine) the message arrives in the runtime's buffers and
+// is copied into `buf` when the request completes; on the MPI native path it is copied
+// from MPI's receive buffer. New in 0.3.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `buf` NULL with `cap` 0, or `cap` writable bytes that
+// stay valid until the request completed or was cancelled (or its communicator freed);
+// `out` NULL or writable.
+int ballast_irecv_into(struct ballast_comm *comm,
+                       int source,
+                       int64_t tag,
+                       void *buf,
+                       size_t cap,
+                       struct ballast_request **out);
 
 // Progresses once and tells whether `req` completed (*done 1 or 0); when it did, fills
 // *status (if not NULL) and returns the request's own error, if any. Testing a completed
@@ -774,19 +957,21 @@ int ballast_wait(struct ballast_request *req,
 int ballast_waitall(size_t n, struct ballast_request *const *reqs, struct ballast_status *statuses);
 
 // A completed receive's bytes: *data (valid until ballast_request_free; NULL for a
-// 0-byte message) and *len. Errors: BALLAST_EINVAL for NULL, a send, or a receive not
-// completed yet.
+// 0-byte message; for a receive of ballast_irecv_into, the caller's buffer) and *len.
+// Errors: BALLAST_EINVAL for NULL, a send, or a receive not completed yet, failed or
+// cancelled.
 //
 // # Safety
 // `req` must be NULL or a ballast_request handle, not freed by another thread during the
 // call (a freed one is refused); `data` and `len` NULL or writable.
 int ballast_request_data(const struct ballast_request *req, const void **data, size_t *len);
 
-// Frees a completed request (send or receive) and its data; its handle is refused from
-// then on, whatever request reuses its memory. Errors: BALLAST_EINVAL for NULL, a request
-// already freed, or a request not completed yet (test or wait it first; a posted receive
-// cannot be withdrawn: requests still live when the communicator is freed are cancelled
-// there).
+// Frees a completed request (send or receive, cancelled included) and its data; its
+// handle is refused from then on, whatever request reuses its memory. NULL is not an
+// error: it returns 0 and does nothing, as free(NULL) does. Errors: BALLAST_EINVAL for a
+// request already freed, or a request not completed yet (test or wait it first, or
+// cancel a posted receive with ballast_request_cancel; requests still live when the
+// communicator is freed are cancelled there).
 //
 // # Safety
 // `req` must be NULL or a ballast_request handle, not used by another thread during the
