@@ -275,6 +275,10 @@ pub struct MpiNative {
     coll_seq: u64,
     /// A collective stopped by a retryable error, resumed by the next call of its kind.
     coll_unfinished: Option<Box<coll::CollUnfinished>>,
+    /// Kept buffer of the collectives' words (stamps, a reduction's input).
+    coll_words: Vec<u64>,
+    /// When a collective last did the housekeeping at its start ([`coll::KEEP_EVERY`]).
+    coll_kept: std::time::Instant,
     /// A collective was left in flight by an error: `coll` is never freed.
     coll_abandoned: bool,
 }
@@ -346,6 +350,8 @@ impl MpiNative {
             sparse_seq: 0,
             coll_seq: 0,
             coll_unfinished: None,
+            coll_words: Vec::new(),
+            coll_kept: std::time::Instant::now(),
             coll_abandoned: false,
         })
     }
