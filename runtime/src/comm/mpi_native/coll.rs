@@ -43,8 +43,6 @@
 //! fails that way returns the error; its peers then wait in the collective, as for any
 //! rank that fails.
 
-use std::time::{Duration, Instant};
-
 use super::ffi::{self, Layout, RecvInto};
 use super::*;
 use crate::comm::collective::native::NativeCollectives;
@@ -59,12 +57,13 @@ mod sparse;
 const INT_MAX: u64 = c_int::MAX as u64;
 /// Bits of a stamp's collective number (the kind's code above them).
 const SEQ_BITS: u32 = 56;
-/// Words the kept buffer of the collectives keeps between calls (4 KiB: not counted in
+/// Words the kept buffer of the collectives keeps between calls (8 KiB: not counted in
 /// the footprint; a larger reduction's copy is freed after it).
-const KEPT_WORDS: usize = 512;
+const KEPT_WORDS: usize = 1024;
 /// A collective starts with the housekeeping of the blocking calls when none ran for this
-/// long (once per call would cost about what a small `MPI_Allreduce` does).
-pub const KEEP_EVERY: Duration = Duration::from_millis(1);
+/// many [`ffi::ticks`] (time-stamp counter cycles: about 1 ms; once per call would cost
+/// about what a small `MPI_Allreduce` does).
+pub const KEEP_EVERY: u64 = 2_000_000;
 
 /// A collective stopped by a retryable error, resumed by the next call of its kind.
 pub(super) struct CollUnfinished {
@@ -119,9 +118,10 @@ impl Parts {
         }
     }
 
-    /// The parts, once received.
-    fn finish(self, op: &'static str, counts: &[c_int]) -> Result<Vec<Vec<u8>>> {
-        if self.layout.is_some() {
+    /// The parts, once received (the displacements' buffer goes back to `ints`).
+    fn finish(self, op: &'static str, counts: &[c_int], ints: &mut IntBufs) -> Result<Vec<Vec<u8>>> {
+        if let Some(l) = self.layout {
+            ints.give(l.into_displs());
             return Ok(self.bufs);
         }
         let mut out = Vec::new();
@@ -132,7 +132,25 @@ impl Parts {
             p.extend_from_slice(&self.flat[d..d + c]);
             out.push(p);
         }
+        ints.give(self.displs);
         Ok(out)
+    }
+}
+
+/// Kept `int` arrays of the `v` collectives (counts, displacements), reused across calls.
+#[derive(Default)]
+pub(super) struct IntBufs(Vec<Vec<c_int>>);
+
+impl IntBufs {
+    fn take(&mut self) -> Vec<c_int> {
+        self.0.pop().unwrap_or_default()
+    }
+    fn give(&mut self, mut v: Vec<c_int>) {
+        // At most 4 arrays of 4,096 entries are kept (64 KiB).
+        if self.0.len() < 4 && v.capacity() <= 4096 {
+            v.clear();
+            self.0.push(v);
+        }
     }
 }
 
@@ -161,12 +179,12 @@ impl MpiNative {
     /// The counts (`int`s) of parts of `lens` bytes by rank and their total; `whose(r)`
     /// names part `r` in the error when one, or the total, is above `i32::MAX`.
     fn fit_ints(
-        &self,
+        &mut self,
         op: &'static str,
         lens: &[u64],
         whose: impl Fn(usize) -> String,
     ) -> Result<(Vec<c_int>, usize)> {
-        let mut counts = Vec::new();
+        let mut counts = self.coll_ints.take();
         try_reserve_for(&mut counts, lens.len(), || format!("{op}: {} counts", lens.len()))?;
         let mut total = 0u64;
         for (r, &len) in lens.iter().enumerate() {
@@ -187,8 +205,8 @@ impl MpiNative {
     }
 
     /// Displacements of parts laid end to end.
-    fn prefix(op: &'static str, counts: &[c_int]) -> Result<Vec<c_int>> {
-        let mut d = Vec::new();
+    fn prefix(op: &'static str, counts: &[c_int], mut d: Vec<c_int>) -> Result<Vec<c_int>> {
+        d.clear();
         try_reserve_for(&mut d, counts.len(), || {
             format!("{op}: {} displacements", counts.len())
         })?;
@@ -201,7 +219,7 @@ impl MpiNative {
     }
 
     /// The buffers to receive parts of `counts` bytes (total `total`) into.
-    fn recv_parts(op: &'static str, counts: &[c_int], total: usize) -> Result<Parts> {
+    fn recv_parts(&mut self, op: &'static str, counts: &[c_int], total: usize) -> Result<Parts> {
         let mut bufs = Vec::new();
         try_reserve_for(&mut bufs, counts.len(), || {
             format!("{op}: {} parts", counts.len())
@@ -209,7 +227,7 @@ impl MpiNative {
         for &c in counts {
             bufs.push(try_buffer(c as usize, || format!("{op}: a part of {c} bytes"))?);
         }
-        if let Some(layout) = Layout::of_spare(&bufs, counts) {
+        if let Some(layout) = Layout::of_spare(&bufs, counts, self.coll_ints.take()) {
             return Ok(Parts {
                 bufs,
                 layout: Some(layout),
@@ -224,7 +242,7 @@ impl MpiNative {
             bufs: Vec::new(),
             layout: None,
             flat,
-            displs: Self::prefix(op, counts)?,
+            displs: Self::prefix(op, counts, self.coll_ints.take())?,
         })
     }
 
@@ -254,8 +272,8 @@ impl MpiNative {
                 return Err(e.into());
             }
         };
-        let now = Instant::now();
-        if forced || now.duration_since(self.coll_kept) >= KEEP_EVERY {
+        let now = ffi::ticks();
+        if forced || now.wrapping_sub(self.coll_kept) >= KEEP_EVERY {
             self.coll_kept = now;
             if let Err(e) = self.poll(true) {
                 return Err(self.coll_stop(op, Pending::Entry, e));
@@ -288,10 +306,10 @@ impl MpiNative {
         r
     }
 
-    /// The stamped start of `kind` (see the module docs): every rank's length, by rank.
-    /// Errors: [`ProtocolError::CollectiveMismatch`] naming the first rank whose stamp
-    /// differs; MPI's.
-    fn stamped_lengths(&mut self, kind: CollectiveKind, len: usize) -> Result<Vec<u64>> {
+    /// The stamped start of `kind` (see the module docs): every rank's length, by rank,
+    /// when `lens`. Errors: [`ProtocolError::CollectiveMismatch`] naming the first rank
+    /// whose stamp differs; MPI's.
+    fn stamped_lengths(&mut self, kind: CollectiveKind, len: usize, lens: bool) -> Result<Vec<u64>> {
         let n = self.world;
         let seq = self.coll_seq + 1;
         let stamp = u64::from(kind.code()) << SEQ_BITS | (seq & ((1 << SEQ_BITS) - 1));
@@ -326,6 +344,9 @@ impl MpiNative {
                 got: got.into(),
             }));
         }
+        if !lens {
+            return Ok(Vec::new());
+        }
         let mut lens = words(n, kind.name())?;
         for (l, p) in lens.iter_mut().zip(all.chunks_exact(2)) {
             *l = p[1];
@@ -348,26 +369,28 @@ impl MpiNative {
             }
         };
         let (counts, total) = self.fit_ints(OP, &lens, whose)?;
-        let mut parts = match Self::recv_parts(OP, &counts, total) {
+        let mut parts = match self.recv_parts(OP, &counts, total) {
             Ok(p) => p,
             Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e)),
         };
         let r = ffi::allgatherv(&self.coll, data, parts.recv_into(), &counts);
         self.mpi_done(r)?;
-        parts.finish(OP, &counts)
+        let out = parts.finish(OP, &counts, &mut self.coll_ints);
+        self.coll_ints.give(counts);
+        out
     }
 }
 
 impl NativeCollectives for MpiNative {
     fn barrier(&mut self) -> Result<()> {
         self.coll_begin("barrier")?;
-        self.stamped_lengths(CollectiveKind::Barrier, 0).map(drop)
+        self.stamped_lengths(CollectiveKind::Barrier, 0, false).map(drop)
     }
 
     fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let lens = match self.coll_begin("all_gatherv")? {
             Some(Pending::Lengths(l)) => l,
-            _ => self.stamped_lengths(CollectiveKind::AllGatherv, data.len())?,
+            _ => self.stamped_lengths(CollectiveKind::AllGatherv, data.len(), true)?,
         };
         self.gatherv_data(lens, data)
     }
@@ -442,13 +465,15 @@ impl NativeCollectives for MpiNative {
             return Ok(None);
         }
         let (counts, total) = self.fit_ints(OP, &lens, |r| format!("rank {r}'s part"))?;
-        let mut parts = match Self::recv_parts(OP, &counts, total) {
+        let mut parts = match self.recv_parts(OP, &counts, total) {
             Ok(p) => p,
             Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e)),
         };
         let r = ffi::gatherv(&self.coll, data, Some((parts.recv_into(), &counts)), root);
         self.mpi_done(r)?;
-        parts.finish(OP, &counts).map(Some)
+        let out = parts.finish(OP, &counts, &mut self.coll_ints);
+        self.coll_ints.give(counts);
+        out.map(Some)
     }
 
     fn all_to_allv(&mut self, parts: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
@@ -458,10 +483,11 @@ impl NativeCollectives for MpiNative {
         let lens = match self.coll_begin(OP)? {
             Some(Pending::Lengths(l)) => l,
             _ => {
-                let mut lens = words(2 * n, OP)?;
-                for (w, p) in lens.iter_mut().zip(parts) {
-                    *w = p.len() as u64;
-                }
+                let mut lens = std::mem::take(&mut self.coll_words);
+                lens.clear();
+                try_reserve_for(&mut lens, 2 * n, || format!("{OP}: {n} lengths"))?;
+                lens.extend(parts.iter().map(|p| p.len() as u64));
+                lens.resize(2 * n, 0);
                 let (send, recv) = lens.split_at_mut(n);
                 let r = ffi::alltoall_u64(&self.coll, send, recv);
                 self.mpi_done(r)?;
@@ -481,7 +507,7 @@ impl NativeCollectives for MpiNative {
         let (rcounts, rtotal) = self.fit_ints(OP, got, |s| format!("rank {s}'s part"))?;
         // The caller's parts where they are, else a copy of them end to end.
         let mut flat = Vec::new();
-        let send = match Layout::of_parts(parts, &scounts) {
+        let send = match Layout::of_parts(parts, &scounts, self.coll_ints.take()) {
             Some(l) => l,
             None => {
                 flat = match try_buffer(stotal, || format!("{OP}: the parts sent, {stotal} bytes")) {
@@ -489,17 +515,24 @@ impl NativeCollectives for MpiNative {
                     Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e.into())),
                 };
                 parts.iter().for_each(|p| flat.extend_from_slice(p));
-                Layout::contiguous(&flat, Self::prefix(OP, &scounts)?)
+                Layout::contiguous(&flat, Self::prefix(OP, &scounts, self.coll_ints.take())?)
             }
         };
-        let mut into = match Self::recv_parts(OP, &rcounts, rtotal) {
+        let mut into = match self.recv_parts(OP, &rcounts, rtotal) {
             Ok(p) => p,
             Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e)),
         };
         let r = ffi::alltoallv(&self.coll, &send, &scounts, into.recv_into(), &rcounts);
         drop(flat);
         self.mpi_done(r)?;
-        into.finish(OP, &rcounts)
+        let out = into.finish(OP, &rcounts, &mut self.coll_ints);
+        for v in [send.into_displs(), scounts, rcounts] {
+            self.coll_ints.give(v);
+        }
+        if lens.capacity() <= KEPT_WORDS {
+            self.coll_words = lens;
+        }
+        out
     }
 
     fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<(usize, Vec<u8>)>> {

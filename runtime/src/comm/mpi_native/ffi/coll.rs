@@ -147,15 +147,22 @@ pub(in crate::comm::mpi_native) struct Layout {
 impl Layout {
     /// The layout of parts at `addrs` of `lens` bytes, if every offset from the lowest
     /// address, plus its part's length, fits an `int`.
-    fn of(addrs: impl Iterator<Item = *const u8> + Clone, lens: &[c_int]) -> Option<Layout> {
+    /// (`displs` is a buffer to reuse, its content replaced.)
+    fn of(
+        addrs: impl Iterator<Item = *const u8> + Clone,
+        lens: &[c_int],
+        mut displs: Vec<c_int>,
+    ) -> Option<Layout> {
+        displs.clear();
+        displs.reserve(lens.len());
         let live = addrs.clone().zip(lens).filter(|(_, &l)| l > 0);
         let Some(base) = live.clone().map(|(a, _)| a as usize).min() else {
+            displs.resize(lens.len(), 0);
             return Some(Layout {
                 base: nowhere(),
-                displs: vec![0; lens.len()],
+                displs,
             });
         };
-        let mut displs = Vec::with_capacity(lens.len());
         for (a, &l) in addrs.zip(lens) {
             if l == 0 {
                 displs.push(0);
@@ -181,14 +188,28 @@ impl Layout {
         }
     }
 
-    /// The layout of the caller's `parts`.
-    pub(in crate::comm::mpi_native) fn of_parts(parts: &[&[u8]], lens: &[c_int]) -> Option<Layout> {
-        Layout::of(parts.iter().map(|p| addr(p)), lens)
+    /// The layout of the caller's `parts` (`displs`: a buffer to reuse).
+    pub(in crate::comm::mpi_native) fn of_parts(
+        parts: &[&[u8]],
+        lens: &[c_int],
+        displs: Vec<c_int>,
+    ) -> Option<Layout> {
+        Layout::of(parts.iter().map(|p| addr(p)), lens, displs)
     }
 
-    /// The layout of `bufs`' spare capacities (each at least its length in `lens`).
-    pub(in crate::comm::mpi_native) fn of_spare(bufs: &[Vec<u8>], lens: &[c_int]) -> Option<Layout> {
-        Layout::of(bufs.iter().map(|b| b.as_ptr()), lens)
+    /// The layout of `bufs`' spare capacities (each at least its length in `lens`;
+    /// `displs`: a buffer to reuse).
+    pub(in crate::comm::mpi_native) fn of_spare(
+        bufs: &[Vec<u8>],
+        lens: &[c_int],
+        displs: Vec<c_int>,
+    ) -> Option<Layout> {
+        Layout::of(bufs.iter().map(|b| b.as_ptr()), lens, displs)
+    }
+
+    /// The displacements' buffer, for reuse.
+    pub(in crate::comm::mpi_native) fn into_displs(self) -> Vec<c_int> {
+        self.displs
     }
 }
 
