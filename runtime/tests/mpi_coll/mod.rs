@@ -62,7 +62,10 @@ pub fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     );
     add("bcast from the first and last rank", values::bcast_roots);
     add("gather to the first and last rank", values::gather_roots);
-    add("all_gatherv", values::all_gatherv_lengths);
+    add(
+        "barrier and all_gatherv open no peer",
+        values::all_gatherv_lengths,
+    );
     add("all_to_allv uneven and empty parts", values::all_to_allv_uneven);
     add(
         "exchange_sparse random destinations",

@@ -144,8 +144,10 @@ pub fn sizes_above_int() {
     });
 }
 
-/// The last rank fails (panics) before a collective the others are in: they end with
-/// `Aborted` (the abort protocol), not a hang. For all_reduce and the sparse exchange.
+/// The last rank fails (panics) before a collective: the others end with `Aborted` (the
+/// abort protocol), not a hang. In the sparse exchange (polled) while they wait in it; in
+/// all_reduce (MPI's blocking collective, which nothing can leave) once the notice came
+/// (here: a receive from the failed rank ended with it).
 pub fn failed_rank_aborts() {
     let mpi = Mpi::init().unwrap();
     let n = mpi.size();
@@ -162,6 +164,8 @@ pub fn failed_rank_aborts() {
                 panic!("planned failure of the last rank");
             }
             if which == 0 {
+                let e = comm.recv(n - 1, 9u32).map(drop);
+                assert!(matches!(e, Err(Error::Fabric(FabricError::Aborted))), "{e:?}");
                 let mut x = [1.0f64; 4];
                 comm.all_reduce(&mut x, ReduceOp::Sum)
             } else {

@@ -188,6 +188,7 @@ pub fn gather_roots() {
 pub fn all_gatherv_lengths() {
     native(|comm| {
         let n = comm.world_size();
+        comm.barrier().unwrap();
         for base in LENS {
             let got = comm.all_gatherv(&part(comm.rank(), base, 2)).unwrap();
             assert_eq!(got.len(), n);
@@ -199,6 +200,13 @@ pub fn all_gatherv_lengths() {
                 );
             }
         }
+        // MPI's own collectives: no peer of Ballast's was opened (Ballast's algorithms
+        // would have sent to their partners).
+        assert_eq!(
+            comm.footprint().peers_connected,
+            0,
+            "peers after barrier and all_gatherv"
+        );
     });
 }
 

@@ -1,47 +1,53 @@
 //! MPI's own collectives on the native path ([`NativeCollectives`] for [`MpiNative`]), on
 //! a duplicate of the world made for them alone (so no message of theirs is ever matched
 //! by a receive of the native path, whatever its source and tag):
-//! - `barrier`: `MPI_Iallgather` of its stamp (below);
-//! - `all_gatherv`: `MPI_Iallgather` of its stamp and the lengths (`u64`), then
-//!   `MPI_Iallgatherv`;
-//! - `all_reduce`: `MPI_Iallreduce` (`MPI_INT32_T`, `MPI_INT64_T`, `MPI_UINT64_T`,
+//! - `barrier`: `MPI_Allgather` of its stamp (below);
+//! - `all_gatherv`: `MPI_Allgather` of its stamp and the lengths (`u64`), then
+//!   `MPI_Allgatherv`;
+//! - `all_reduce`: `MPI_Allreduce` (`MPI_INT32_T`, `MPI_INT64_T`, `MPI_UINT64_T`,
 //!   `MPI_DOUBLE`; `MPI_SUM`, `MPI_MIN`, `MPI_MAX`), in MPI's own order of combination;
-//! - `bcast`: `MPI_Ibcast`;
-//! - `gather`: `MPI_Igather` of the lengths to the root, then `MPI_Igatherv`;
-//! - `all_to_allv`: `MPI_Ialltoall` of the lengths, then `MPI_Ialltoallv`;
-//! - `exchange_sparse`: NBX (`sparse.rs`).
+//! - `bcast`: `MPI_Bcast`;
+//! - `gather`: `MPI_Gather` of the lengths to the root, then `MPI_Gatherv`;
+//! - `all_to_allv`: `MPI_Alltoall` of the lengths, then `MPI_Alltoallv`;
+//! - `exchange_sparse`: NBX (`coll/sparse.rs`), polled as the blocking calls are.
 //!
-//! Stamps: `barrier` and `all_gatherv` start with the same `MPI_Iallgather` of two `u64`s per
+//! They are MPI's blocking collectives, so they cost what MPI's cost: the `v` ones receive
+//! straight into the parts they return, send from the caller's parts where they are
+//! (`ffi::Layout`), and the others use kept buffers (no allocation once warm). Inside MPI's
+//! call nothing of Ballast's runs: a rank that fails after its peers entered one leaves
+//! them there until the job ends (as in MPI; before entering, an abort notice already
+//! received is [`FabricError::Aborted`](crate::error::FabricError::Aborted)), and a peer
+//! blocked sending this rank a large message is served only if its header arrived before
+//! the collective started: a collective starts with the blocking calls' housekeeping (abort
+//! notices, unexpected messages, sends and receives in flight) when none ran for
+//! [`KEEP_EVERY`].
+//!
+//! Stamps: `barrier` and `all_gatherv` start with the same `MPI_Allgather` of two `u64`s per
 //! rank, a stamp (the collective's kind, as in `protocol::collective`, and its number on
 //! this communicator, counting every collective) and a length, so that ranks that call
 //! different ones, or the same in another order, get
 //! [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch)
 //! as on the engine paths, not a hang. The others carry no stamp: each is the MPI
-//! collective a program would call (at MPI's cost), and ranks that call different ones
-//! are an erroneous MPI program (MPI may fail, or wait for ever).
+//! collective a program would call, and ranks that call different ones are an erroneous
+//! MPI program (MPI may fail, or wait for ever).
 //!
-//! Each is MPI's non-blocking form, tested in the loop of the native path's blocking calls
-//! (the same polls, backoff and housekeeping: an abort notice ends it with
-//! [`FabricError::Aborted`](crate::error::FabricError::Aborted), unexpected messages are
-//! taken out of MPI meanwhile), over buffers of its own ([`ffi::CollOp`]). After a
-//! retryable error (out of memory, as the engine's collectives) the collective is kept
-//! with its operation in flight and the next call of its kind resumes it (the first
-//! call's lengths stand; another collective meanwhile is
-//! [`CommError::CollectiveUnfinished`]); after another error it is abandoned: its buffers
-//! are leaked, and so is its communicator when the rank ends.
+//! After a retryable error (out of memory: in the housekeeping at the start, or for the
+//! parts once the lengths are known), the collective is kept and the next call of its
+//! kind resumes it (the first call's lengths stand; another collective meanwhile is
+//! [`CommError::CollectiveUnfinished`]), as the engine's collectives are.
 //!
 //! MPI counts and displacements are `int`s: a length or a total above `i32::MAX` bytes
 //! (elements, for `all_reduce`) is [`CommError::CollectiveArgument`] naming the rank, the
 //! call and the size. The lengths travel first as `u64`s, so each rank finds the sizes it
-//! takes part in (its own, and the parts it receives) before any data moves or is copied.
-//! A rank that fails that way returns the error; its peers wait in the collective as they
-//! do for any rank that fails (until the abort protocol tells them).
+//! takes part in (its own, and the parts it receives) before any data moves. A rank that
+//! fails that way returns the error; its peers then wait in the collective, as for any
+//! rank that fails.
 
-use super::ffi::{CollBufs, CollOp};
+use super::ffi::{self, Layout, RecvInto};
 use super::*;
 use crate::comm::collective::native::NativeCollectives;
 use crate::comm::collective::{ReduceOp, ReduceSlice};
-use crate::core::memory::{try_buffer, try_copy, try_reserve_for};
+use crate::core::memory::{try_buffer, try_reserve_for};
 use crate::error::{CommError, ProtocolError};
 use crate::protocol::collective::CollectiveKind;
 
@@ -51,19 +57,27 @@ mod sparse;
 const INT_MAX: u64 = c_int::MAX as u64;
 /// Bits of a stamp's collective number (the kind's code above them).
 const SEQ_BITS: u32 = 56;
+/// Words the kept buffer of the collectives keeps between calls (8 KiB: not counted in
+/// the footprint; a larger reduction's copy is freed after it).
+const KEPT_WORDS: usize = 1024;
+/// A collective starts with the housekeeping of the blocking calls when none ran for this
+/// many [`ffi::ticks`] (time-stamp counter cycles: about 1 ms; once per call would cost
+/// about what a small `MPI_Allreduce` does).
+pub const KEEP_EVERY: u64 = 2_000_000;
 
 /// A collective stopped by a retryable error, resumed by the next call of its kind.
 pub(super) struct CollUnfinished {
     op: &'static str,
     seq: u64,
-    /// The stage it stopped in (0: the lengths, 1: the data) and that stage's operation,
-    /// complete when it stopped after it.
-    stage: u8,
     pending: Pending,
 }
 
 enum Pending {
-    Op(CollOp),
+    /// Stopped in the housekeeping at its start (not numbered yet).
+    Entry,
+    /// The lengths were exchanged (as `stage_lengths` gives them), the data not yet.
+    Lengths(Vec<u64>),
+    /// A sparse exchange under way.
     Sparse(sparse::Nbx),
 }
 
@@ -86,11 +100,58 @@ fn words(n: usize, what: &'static str) -> Result<Vec<u64>> {
     Ok(v)
 }
 
-/// `n` zero bytes, allocated through [`try_buffer`].
-fn zeroed(n: usize, what: impl FnOnce() -> String) -> Result<Vec<u8>> {
-    let mut v = try_buffer(n, what)?;
-    v.resize(n, 0);
-    Ok(v)
+/// Where the parts of a `v` collective are received: each into its own buffer (`bufs`,
+/// laid out by `layout`), or, when their addresses are too far apart for `int`
+/// displacements, into `flat` at `displs`, split afterwards.
+struct Parts {
+    bufs: Vec<Vec<u8>>,
+    layout: Option<Layout>,
+    flat: Vec<u8>,
+    displs: Vec<c_int>,
+}
+
+impl Parts {
+    fn recv_into(&mut self) -> RecvInto<'_> {
+        match &self.layout {
+            Some(l) => RecvInto::Parts(&mut self.bufs, l),
+            None => RecvInto::Flat(&mut self.flat, &self.displs),
+        }
+    }
+
+    /// The parts, once received (the displacements' buffer goes back to `ints`).
+    fn finish(self, op: &'static str, counts: &[c_int], ints: &mut IntBufs) -> Result<Vec<Vec<u8>>> {
+        if let Some(l) = self.layout {
+            ints.give(l.into_displs());
+            return Ok(self.bufs);
+        }
+        let mut out = Vec::new();
+        try_reserve_for(&mut out, counts.len(), || format!("{op}: {} parts", counts.len()))?;
+        for (&c, &d) in counts.iter().zip(&self.displs) {
+            let (c, d) = (c as usize, d as usize);
+            let mut p = try_buffer(c, || format!("{op}: a part of {c} bytes"))?;
+            p.extend_from_slice(&self.flat[d..d + c]);
+            out.push(p);
+        }
+        ints.give(self.displs);
+        Ok(out)
+    }
+}
+
+/// Kept `int` arrays of the `v` collectives (counts, displacements), reused across calls.
+#[derive(Default)]
+pub(super) struct IntBufs(Vec<Vec<c_int>>);
+
+impl IntBufs {
+    fn take(&mut self) -> Vec<c_int> {
+        self.0.pop().unwrap_or_default()
+    }
+    fn give(&mut self, mut v: Vec<c_int>) {
+        // At most 4 arrays of 4,096 entries are kept (64 KiB).
+        if self.0.len() < 4 && v.capacity() <= 4096 {
+            v.clear();
+            self.0.push(v);
+        }
+    }
 }
 
 impl MpiNative {
@@ -115,28 +176,22 @@ impl MpiNative {
         .into()
     }
 
-    /// The counts and displacements (`int`s) of parts of `lens` bytes by rank, and their
-    /// total; `whose(r)` names part `r` in the error when one, or the total, is above
-    /// `i32::MAX`.
+    /// The counts (`int`s) of parts of `lens` bytes by rank and their total; `whose(r)`
+    /// names part `r` in the error when one, or the total, is above `i32::MAX`.
     fn fit_ints(
-        &self,
+        &mut self,
         op: &'static str,
         lens: &[u64],
         whose: impl Fn(usize) -> String,
-    ) -> Result<(Vec<c_int>, Vec<c_int>, usize)> {
-        let mut counts = Vec::new();
-        let mut displs = Vec::new();
+    ) -> Result<(Vec<c_int>, usize)> {
+        let mut counts = self.coll_ints.take();
         try_reserve_for(&mut counts, lens.len(), || format!("{op}: {} counts", lens.len()))?;
-        try_reserve_for(&mut displs, lens.len(), || {
-            format!("{op}: {} displacements", lens.len())
-        })?;
         let mut total = 0u64;
         for (r, &len) in lens.iter().enumerate() {
             if len > INT_MAX {
                 return Err(self.too_big(op, format!("{} of {len} bytes", whose(r)), "count"));
             }
             counts.push(len as c_int);
-            displs.push(total as c_int);
             total += len;
             if total > INT_MAX {
                 return Err(self.too_big(
@@ -146,19 +201,66 @@ impl MpiNative {
                 ));
             }
         }
-        Ok((counts, displs, total as usize))
+        Ok((counts, total as usize))
     }
 
-    /// Where call `op` starts: the stage and operation of its unfinished call to resume,
-    /// or `None` for a new one. Errors: [`FabricError::Aborted`] when the world failed,
-    /// [`CommError::CollectiveUnfinished`] when another collective is unfinished.
-    fn coll_begin(&mut self, op: &'static str) -> Result<Option<(u8, Pending)>> {
+    /// Displacements of parts laid end to end.
+    fn prefix(op: &'static str, counts: &[c_int], mut d: Vec<c_int>) -> Result<Vec<c_int>> {
+        d.clear();
+        try_reserve_for(&mut d, counts.len(), || {
+            format!("{op}: {} displacements", counts.len())
+        })?;
+        let mut at = 0;
+        for &c in counts {
+            d.push(at);
+            at += c;
+        }
+        Ok(d)
+    }
+
+    /// The buffers to receive parts of `counts` bytes (total `total`) into.
+    fn recv_parts(&mut self, op: &'static str, counts: &[c_int], total: usize) -> Result<Parts> {
+        let mut bufs = Vec::new();
+        try_reserve_for(&mut bufs, counts.len(), || {
+            format!("{op}: {} parts", counts.len())
+        })?;
+        for &c in counts {
+            bufs.push(try_buffer(c as usize, || format!("{op}: a part of {c} bytes"))?);
+        }
+        if let Some(layout) = Layout::of_spare(&bufs, counts, self.coll_ints.take()) {
+            return Ok(Parts {
+                bufs,
+                layout: Some(layout),
+                flat: Vec::new(),
+                displs: Vec::new(),
+            });
+        }
+        drop(bufs);
+        let mut flat = try_buffer(total, || format!("{op}: the parts received, {total} bytes"))?;
+        flat.resize(total, 0);
+        Ok(Parts {
+            bufs: Vec::new(),
+            layout: None,
+            flat,
+            displs: Self::prefix(op, counts, self.coll_ints.take())?,
+        })
+    }
+
+    /// Where call `op` starts: the state of its unfinished call to resume, or `None` for a
+    /// new one, after the housekeeping when due ([`KEEP_EVERY`]). Errors:
+    /// [`FabricError::Aborted`] when the world failed, [`CommError::CollectiveUnfinished`]
+    /// when another collective is unfinished, the housekeeping's (kept for the next call
+    /// of `op` when retryable).
+    fn coll_begin(&mut self, op: &'static str) -> Result<Option<Pending>> {
         if self.abort.is_set() {
             return Err(Error::Fabric(FabricError::Aborted));
         }
-        match self.coll_unfinished.take() {
-            None => Ok(None),
-            Some(u) if u.op == op => Ok(Some((u.stage, u.pending))),
+        let forced = match self.coll_unfinished.take() {
+            None => false,
+            Some(u) if u.op == op => match u.pending {
+                Pending::Entry => true,
+                p => return Ok(Some(p)),
+            },
             Some(u) => {
                 let e = CommError::CollectiveUnfinished {
                     rank: self.rank,
@@ -167,88 +269,67 @@ impl MpiNative {
                     seq: u.seq,
                 };
                 self.coll_unfinished = Some(u);
-                Err(e.into())
+                return Err(e.into());
+            }
+        };
+        let now = ffi::ticks();
+        if forced || now.wrapping_sub(self.coll_kept) >= KEEP_EVERY {
+            self.coll_kept = now;
+            if let Err(e) = self.poll(true) {
+                return Err(self.coll_stop(op, Pending::Entry, e));
             }
         }
+        Ok(None)
     }
 
-    /// [`MpiNative::coll_begin`] for a call of one MPI operation per stage.
-    fn coll_resume(&mut self, op: &'static str) -> Result<Option<(u8, CollOp)>> {
-        Ok(match self.coll_begin(op)? {
-            Some((stage, Pending::Op(c))) => Some((stage, c)),
-            // (Only exchange_sparse keeps an exchange, and it resumes it itself.)
-            Some((_, Pending::Sparse(_))) | None => None,
-        })
-    }
-
-    /// Stage `stage` of `op` stopped with error `e`: kept for the next call of `op` when
-    /// `e` is retryable, else abandoned (an operation in flight is leaked). Returns `e`.
-    fn coll_stop(&mut self, op: &'static str, stage: u8, pending: Pending, e: Error) -> Error {
+    /// Call `op` stopped with error `e`: kept for the next call of `op` when `e` is
+    /// retryable. Returns `e`.
+    fn coll_stop(&mut self, op: &'static str, pending: Pending, e: Error) -> Error {
         if retryable(&e) {
-            self.coll_unfinished = Some(Box::new(CollUnfinished {
-                op,
-                seq: self.coll_seq,
-                stage,
-                pending,
-            }));
-        } else if !matches!(&pending, Pending::Op(c) if c.is_done()) {
+            let seq = match pending {
+                Pending::Entry => self.coll_seq + 1,
+                _ => self.coll_seq,
+            };
+            self.coll_unfinished = Some(Box::new(CollUnfinished { op, seq, pending }));
+        } else if matches!(pending, Pending::Sparse(_)) {
             self.coll_abandoned = true;
         }
         e
     }
 
-    /// Waits for `c`, stage `stage` of `op`, as the blocking calls wait (see the module
-    /// docs); its buffers once complete. On an error it is kept or abandoned
-    /// ([`MpiNative::coll_stop`]).
-    fn coll_wait(&mut self, op: &'static str, stage: u8, mut c: CollOp) -> Result<CollBufs> {
-        let mut idle = Idle::new();
-        loop {
-            match c.test() {
-                Ok(true) => return Ok(c.take_bufs().unwrap_or_default()),
-                Ok(false) => {}
-                Err(e) => return Err(self.coll_stop(op, stage, Pending::Op(c), e)),
-            }
-            if let Err(e) = self.coll_idle(&mut idle) {
-                return Err(self.coll_stop(op, stage, Pending::Op(c), e));
-            }
+    /// An MPI collective's outcome: on an error, the collectives' communicator is left
+    /// alone from then on (never freed).
+    fn mpi_done(&mut self, r: Result<()>) -> Result<()> {
+        if r.is_err() {
+            self.coll_abandoned = true;
         }
+        r
     }
 
-    /// One idle poll of a collective's wait: the blocking calls' policy, their housekeeping
-    /// (abort notices, unexpected messages, the sends and receives in flight) once per
-    /// [`DRAIN_EVERY`] polls, the abort flag on the others.
-    fn coll_idle(&mut self, idle: &mut Idle) -> Result<()> {
-        idle.snooze();
-        if idle.housekeeping() {
-            self.poll(true)?;
-        } else if self.abort.is_set() {
-            return Err(Error::Fabric(FabricError::Aborted));
-        }
-        Ok(())
-    }
-
-    /// Starts a stamped collective of `kind` with this rank's length `len` (see the module
-    /// docs), numbering it.
-    fn stamp_start(&mut self, kind: CollectiveKind, len: usize) -> Result<CollOp> {
+    /// The stamped start of `kind` (see the module docs): every rank's length, by rank,
+    /// when `lens`. Errors: [`ProtocolError::CollectiveMismatch`] naming the first rank
+    /// whose stamp differs; MPI's.
+    fn stamped_lengths(&mut self, kind: CollectiveKind, len: usize, lens: bool) -> Result<Vec<u64>> {
+        let n = self.world;
         let seq = self.coll_seq + 1;
         let stamp = u64::from(kind.code()) << SEQ_BITS | (seq & ((1 << SEQ_BITS) - 1));
-        let bufs = CollBufs {
-            wsend: vec![stamp, len as u64],
-            wrecv: words(2 * self.world, kind.name())?,
-            ..Default::default()
-        };
-        let c = ffi::iallgather_u64(&self.coll, bufs)?;
+        self.coll_words.clear();
+        try_reserve_for(&mut self.coll_words, 2 + 2 * n, || {
+            format!("{}: {n} stamps", kind.name())
+        })?;
+        self.coll_words.extend_from_slice(&[stamp, len as u64]);
+        self.coll_words.resize(2 + 2 * n, 0);
+        let (send, recv) = self.coll_words.split_at_mut(2);
+        let r = ffi::allgather_u64(&self.coll, send, recv);
+        self.mpi_done(r)?;
         self.coll_seq = seq;
-        Ok(c)
-    }
-
-    /// Every rank's length, by rank, from a stamped start's buffers. Errors:
-    /// [`ProtocolError::CollectiveMismatch`] naming the first rank whose stamp differs.
-    fn stamp_check(&self, kind: CollectiveKind, b: &CollBufs) -> Result<Vec<u64>> {
-        let mine = b.wsend.first().copied().unwrap_or_default();
-        let seq = mine & ((1 << SEQ_BITS) - 1);
-        let stamps = b.wrecv.chunks_exact(2).map(|p| p[0]);
-        if let Some((peer, s)) = stamps.enumerate().find(|&(_, s)| s != mine) {
+        let all = &self.coll_words[2..];
+        if let Some((peer, s)) = all
+            .chunks_exact(2)
+            .map(|p| p[0])
+            .enumerate()
+            .find(|&(_, s)| s != stamp)
+        {
             let (code, oseq) = ((s >> SEQ_BITS) as u8, s & ((1 << SEQ_BITS) - 1));
             let got = match CollectiveKind::from_code(code) {
                 Some(k) => format!("a message of {} (collective #{oseq}, step 0)", k.name()),
@@ -263,269 +344,195 @@ impl MpiNative {
                 got: got.into(),
             }));
         }
-        Ok(b.wrecv.chunks_exact(2).map(|p| p[1]).collect())
-    }
-
-    /// `data`'s parts at `counts` and `displs` (from [`MpiNative::fit_ints`]), each its
-    /// own `Vec`.
-    fn split(op: &'static str, data: &[u8], counts: &[c_int], displs: &[c_int]) -> Result<Vec<Vec<u8>>> {
-        let mut out = Vec::new();
-        try_reserve_for(&mut out, counts.len(), || format!("{op}: {} parts", counts.len()))?;
-        for (&c, &d) in counts.iter().zip(displs) {
-            let (c, d) = (c as usize, d as usize);
-            out.push(try_copy(&data[d..d + c], || {
-                format!("{op}: a part of {c} bytes")
-            })?);
+        if !lens {
+            return Ok(Vec::new());
         }
-        Ok(out)
+        let mut lens = words(n, kind.name())?;
+        for (l, p) in lens.iter_mut().zip(all.chunks_exact(2)) {
+            *l = p[1];
+        }
+        Ok(lens)
     }
 
-    /// The end of a `v` collective: its parts, or the error, after which the complete
-    /// stage 1 is kept (a retry splits it again).
-    fn coll_split(&mut self, op: &'static str, b: CollBufs) -> Result<Vec<Vec<u8>>> {
-        Self::split(op, &b.recv, &b.rcounts, &b.rdispls)
-            .map_err(|e| self.coll_stop(op, 1, Pending::Op(CollOp::finished(b)), e))
-    }
-
-    /// Stage 1 of `all_gatherv` from the complete stage 0 `b0`: the checks, the buffers
-    /// and the operation started, or the error (after which `b0` is kept or dropped).
-    fn gatherv_start(&mut self, b0: CollBufs, data: &[u8]) -> Result<CollOp> {
+    /// `all_gatherv`'s data, once the lengths `lens` are known.
+    fn gatherv_data(&mut self, lens: Vec<u64>, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         const OP: &str = "all_gatherv";
         let me = self.rank;
-        let prep = (|| -> Result<CollBufs> {
-            let lens = self.stamp_check(CollectiveKind::AllGatherv, &b0)?;
-            if data.len() as u64 != lens[me] {
-                return Err(self.not_as_first(OP, format!("a part of {} bytes", data.len()), lens[me]));
-            }
-            let whose = |r| {
-                if r == me {
-                    "this rank's part".to_string()
-                } else {
-                    format!("rank {r}'s part")
-                }
-            };
-            let (rcounts, rdispls, total) = self.fit_ints(OP, &lens, whose)?;
-            Ok(CollBufs {
-                send: try_copy(data, || format!("{OP}: this rank's part of {} bytes", data.len()))?,
-                recv: zeroed(total, || format!("{OP}: every rank's parts, {total} bytes"))?,
-                rcounts,
-                rdispls,
-                ..Default::default()
-            })
-        })();
-        match prep {
-            Ok(bufs) => ffi::iallgatherv(&self.coll, bufs),
-            Err(e) => Err(self.coll_stop(OP, 0, Pending::Op(CollOp::finished(b0)), e)),
+        if data.len() as u64 != lens[me] {
+            return Err(self.not_as_first(OP, format!("a part of {} bytes", data.len()), lens[me]));
         }
+        let whose = |r| {
+            if r == me {
+                "this rank's part".to_string()
+            } else {
+                format!("rank {r}'s part")
+            }
+        };
+        let (counts, total) = self.fit_ints(OP, &lens, whose)?;
+        let mut parts = match self.recv_parts(OP, &counts, total) {
+            Ok(p) => p,
+            Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e)),
+        };
+        let r = ffi::allgatherv(&self.coll, data, parts.recv_into(), &counts);
+        self.mpi_done(r)?;
+        let out = parts.finish(OP, &counts, &mut self.coll_ints);
+        self.coll_ints.give(counts);
+        out
     }
 }
 
 impl NativeCollectives for MpiNative {
     fn barrier(&mut self) -> Result<()> {
-        const OP: &str = "barrier";
-        let c = match self.coll_resume(OP)? {
-            Some((_, c)) => c,
-            None => self.stamp_start(CollectiveKind::Barrier, 0)?,
-        };
-        let b = self.coll_wait(OP, 0, c)?;
-        self.stamp_check(CollectiveKind::Barrier, &b).map(drop)
+        self.coll_begin("barrier")?;
+        self.stamped_lengths(CollectiveKind::Barrier, 0, false).map(drop)
     }
 
     fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        const OP: &str = "all_gatherv";
-        let (stage, c) = match self.coll_resume(OP)? {
-            Some(sc) => sc,
-            None => (0, self.stamp_start(CollectiveKind::AllGatherv, data.len())?),
+        let lens = match self.coll_begin("all_gatherv")? {
+            Some(Pending::Lengths(l)) => l,
+            _ => self.stamped_lengths(CollectiveKind::AllGatherv, data.len(), true)?,
         };
-        let c = if stage == 0 {
-            let b0 = self.coll_wait(OP, 0, c)?;
-            self.gatherv_start(b0, data)?
-        } else {
-            c
-        };
-        let b = self.coll_wait(OP, 1, c)?;
-        self.coll_split(OP, b)
+        self.gatherv_data(lens, data)
     }
 
-    fn all_reduce(&mut self, mut data: ReduceSlice<'_>, op: ReduceOp) -> Result<()> {
+    fn all_reduce(&mut self, data: ReduceSlice<'_>, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce";
-        let c = match self.coll_resume(OP)? {
-            Some((_, c)) => c,
-            None => {
-                let n = data.len();
-                if n as u64 > INT_MAX {
-                    return Err(CommError::CollectiveArgument {
-                        rank: self.rank,
-                        op: OP,
-                        what: format!("a buffer of {n} elements"),
-                        why: format!("is above MPI's count limit of {INT_MAX} elements (an int)"),
-                    }
-                    .into());
-                }
-                let c = ffi::iallreduce(&self.coll, &data, op)?;
-                self.coll_seq += 1;
-                c
+        self.coll_begin(OP)?;
+        let n = data.len();
+        if n as u64 > INT_MAX {
+            return Err(CommError::CollectiveArgument {
+                rank: self.rank,
+                op: OP,
+                what: format!("a buffer of {n} elements"),
+                why: format!("is above MPI's count limit of {INT_MAX} elements (an int)"),
             }
-        };
-        let b = self.coll_wait(OP, 0, c)?;
-        let bytes = (data.len() * data.ty().size()) as u64;
-        if bytes.div_ceil(8) != b.wrecv.len() as u64 {
-            let first = b.wrecv.len() as u64 * 8;
-            return Err(self.not_as_first(OP, format!("a buffer of {bytes} bytes"), first));
+            .into());
         }
-        ffi::reduce_result(&b, &mut data);
+        let words = (n * data.ty().size()).div_ceil(8).max(1);
+        self.coll_words.clear();
+        try_reserve_for(&mut self.coll_words, words, || {
+            format!("{OP}: a copy of {n} elements")
+        })?;
+        let r = ffi::allreduce(&self.coll, &mut self.coll_words, data, op);
+        if self.coll_words.capacity() > KEPT_WORDS {
+            self.coll_words = Vec::new();
+        }
+        self.mpi_done(r)?;
+        self.coll_seq += 1;
         Ok(())
     }
 
     fn bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {
         const OP: &str = "bcast";
+        self.coll_begin(OP)?;
         let len = buf.len();
-        let c = match self.coll_resume(OP)? {
-            Some((_, c)) => c,
-            None => {
-                if len as u64 > INT_MAX {
-                    return Err(self.too_big(OP, format!("a buffer of {len} bytes"), "count"));
-                }
-                let data = if self.rank == root {
-                    try_copy(buf, || format!("{OP}: the root's {len} bytes"))?
-                } else {
-                    zeroed(len, || format!("{OP}: a buffer of {len} bytes"))?
-                };
-                let bufs = CollBufs {
-                    recv: data,
-                    ..Default::default()
-                };
-                let c = ffi::ibcast(&self.coll, bufs, root)?;
-                self.coll_seq += 1;
-                c
-            }
-        };
-        let b = self.coll_wait(OP, 0, c)?;
-        if b.recv.len() != len {
-            return Err(self.not_as_first(OP, format!("a buffer of {len} bytes"), b.recv.len() as u64));
+        if len as u64 > INT_MAX {
+            return Err(self.too_big(OP, format!("a buffer of {len} bytes"), "count"));
         }
-        if self.rank != root {
-            buf.copy_from_slice(&b.recv);
-        }
+        let r = ffi::bcast(&self.coll, buf, root);
+        self.mpi_done(r)?;
+        self.coll_seq += 1;
         Ok(())
     }
 
     fn gather(&mut self, root: usize, data: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
         const OP: &str = "gather";
         let me = self.rank;
-        let (stage, c) = match self.coll_resume(OP)? {
-            Some(sc) => sc,
-            None => {
-                let bufs = CollBufs {
-                    wsend: vec![data.len() as u64],
-                    wrecv: if me == root {
-                        words(self.world, OP)?
-                    } else {
-                        Vec::new()
-                    },
-                    ..Default::default()
-                };
-                let c = ffi::igather_u64(&self.coll, bufs, root)?;
+        // The root's lengths by rank; elsewhere this rank's.
+        let lens = match self.coll_begin(OP)? {
+            Some(Pending::Lengths(l)) => l,
+            _ => {
+                let mut lens = words(if me == root { self.world } else { 0 }, OP)?;
+                let r = ffi::gather_u64(&self.coll, data.len() as u64, &mut lens, root);
+                self.mpi_done(r)?;
                 self.coll_seq += 1;
-                (0, c)
+                if me != root {
+                    lens = vec![data.len() as u64];
+                }
+                lens
             }
         };
-        let c = if stage == 0 {
-            let b0 = self.coll_wait(OP, 0, c)?;
-            let prep = (|| -> Result<CollBufs> {
-                let first = b0.wsend.first().copied().unwrap_or_default();
-                if data.len() as u64 != first {
-                    return Err(self.not_as_first(OP, format!("a part of {} bytes", data.len()), first));
-                }
-                if first > INT_MAX {
-                    return Err(self.too_big(OP, format!("this rank's part of {first} bytes"), "count"));
-                }
-                let mut bufs = CollBufs::default();
-                if me == root {
-                    let (rcounts, rdispls, total) =
-                        self.fit_ints(OP, &b0.wrecv, |r| format!("rank {r}'s part"))?;
-                    bufs.recv = zeroed(total, || format!("{OP}: every rank's parts, {total} bytes"))?;
-                    bufs.rcounts = rcounts;
-                    bufs.rdispls = rdispls;
-                }
-                bufs.send = try_copy(data, || format!("{OP}: this rank's part of {} bytes", data.len()))?;
-                Ok(bufs)
-            })();
-            match prep {
-                Ok(bufs) => ffi::igatherv(&self.coll, bufs, root)?,
-                Err(e) => return Err(self.coll_stop(OP, 0, Pending::Op(CollOp::finished(b0)), e)),
-            }
-        } else {
-            c
-        };
-        let b = self.coll_wait(OP, 1, c)?;
+        let first = if me == root { lens[me] } else { lens[0] };
+        if data.len() as u64 != first {
+            return Err(self.not_as_first(OP, format!("a part of {} bytes", data.len()), first));
+        }
+        if first > INT_MAX {
+            return Err(self.too_big(OP, format!("this rank's part of {first} bytes"), "count"));
+        }
         if me != root {
+            let r = ffi::gatherv(&self.coll, data, None, root);
+            self.mpi_done(r)?;
             return Ok(None);
         }
-        self.coll_split(OP, b).map(Some)
+        let (counts, total) = self.fit_ints(OP, &lens, |r| format!("rank {r}'s part"))?;
+        let mut parts = match self.recv_parts(OP, &counts, total) {
+            Ok(p) => p,
+            Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e)),
+        };
+        let r = ffi::gatherv(&self.coll, data, Some((parts.recv_into(), &counts)), root);
+        self.mpi_done(r)?;
+        let out = parts.finish(OP, &counts, &mut self.coll_ints);
+        self.coll_ints.give(counts);
+        out.map(Some)
     }
 
     fn all_to_allv(&mut self, parts: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
         const OP: &str = "all_to_allv";
         let n = self.world;
-        let (stage, c) = match self.coll_resume(OP)? {
-            Some(sc) => sc,
-            None => {
-                let mut wsend = words(n, OP)?;
-                for (w, p) in wsend.iter_mut().zip(parts) {
-                    *w = p.len() as u64;
-                }
-                let bufs = CollBufs {
-                    wsend,
-                    wrecv: words(n, OP)?,
-                    ..Default::default()
-                };
-                let c = ffi::ialltoall_u64(&self.coll, bufs)?;
+        // The lengths sent (by destination), then received (by source).
+        let lens = match self.coll_begin(OP)? {
+            Some(Pending::Lengths(l)) => l,
+            _ => {
+                let mut lens = std::mem::take(&mut self.coll_words);
+                lens.clear();
+                try_reserve_for(&mut lens, 2 * n, || format!("{OP}: {n} lengths"))?;
+                lens.extend(parts.iter().map(|p| p.len() as u64));
+                lens.resize(2 * n, 0);
+                let (send, recv) = lens.split_at_mut(n);
+                let r = ffi::alltoall_u64(&self.coll, send, recv);
+                self.mpi_done(r)?;
                 self.coll_seq += 1;
-                (0, c)
+                lens
             }
         };
-        let c = if stage == 0 {
-            let b0 = self.coll_wait(OP, 0, c)?;
-            let prep = (|| -> Result<CollBufs> {
-                if let Some((d, p)) = parts
-                    .iter()
-                    .enumerate()
-                    .find(|(d, p)| p.len() as u64 != b0.wsend[*d])
-                {
-                    return Err(self.not_as_first(
-                        OP,
-                        format!("the part of {} bytes for rank {d}", p.len()),
-                        b0.wsend[d],
-                    ));
-                }
-                let (scounts, sdispls, stotal) =
-                    self.fit_ints(OP, &b0.wsend, |d| format!("the part for rank {d}"))?;
-                let (rcounts, rdispls, rtotal) =
-                    self.fit_ints(OP, &b0.wrecv, |s| format!("rank {s}'s part"))?;
-                let mut send = try_buffer(stotal, || format!("{OP}: the parts sent, {stotal} bytes"))?;
-                for p in parts {
-                    send.extend_from_slice(p);
-                }
-                Ok(CollBufs {
-                    send,
-                    recv: zeroed(rtotal, || format!("{OP}: the parts received, {rtotal} bytes"))?,
-                    scounts,
-                    sdispls,
-                    rcounts,
-                    rdispls,
-                    ..Default::default()
-                })
-            })();
-            match prep {
-                Ok(bufs) => ffi::ialltoallv(&self.coll, bufs)?,
-                Err(e) => return Err(self.coll_stop(OP, 0, Pending::Op(CollOp::finished(b0)), e)),
+        let (sent, got) = lens.split_at(n);
+        if let Some((d, p)) = parts.iter().enumerate().find(|(d, p)| p.len() as u64 != sent[*d]) {
+            return Err(self.not_as_first(
+                OP,
+                format!("the part of {} bytes for rank {d}", p.len()),
+                sent[d],
+            ));
+        }
+        let (scounts, stotal) = self.fit_ints(OP, sent, |d| format!("the part for rank {d}"))?;
+        let (rcounts, rtotal) = self.fit_ints(OP, got, |s| format!("rank {s}'s part"))?;
+        // The caller's parts where they are, else a copy of them end to end.
+        let mut flat = Vec::new();
+        let send = match Layout::of_parts(parts, &scounts, self.coll_ints.take()) {
+            Some(l) => l,
+            None => {
+                flat = match try_buffer(stotal, || format!("{OP}: the parts sent, {stotal} bytes")) {
+                    Ok(f) => f,
+                    Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e.into())),
+                };
+                parts.iter().for_each(|p| flat.extend_from_slice(p));
+                Layout::contiguous(&flat, Self::prefix(OP, &scounts, self.coll_ints.take())?)
             }
-        } else {
-            c
         };
-        let b = self.coll_wait(OP, 1, c)?;
-        self.coll_split(OP, b)
+        let mut into = match self.recv_parts(OP, &rcounts, rtotal) {
+            Ok(p) => p,
+            Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e)),
+        };
+        let r = ffi::alltoallv(&self.coll, &send, &scounts, into.recv_into(), &rcounts);
+        drop(flat);
+        self.mpi_done(r)?;
+        let out = into.finish(OP, &rcounts, &mut self.coll_ints);
+        for v in [send.into_displs(), scounts, rcounts] {
+            self.coll_ints.give(v);
+        }
+        if lens.capacity() <= KEPT_WORDS {
+            self.coll_words = lens;
+        }
+        out
     }
 
     fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<(usize, Vec<u8>)>> {

@@ -276,6 +276,12 @@ pub struct MpiNative {
     coll_seq: u64,
     /// A collective stopped by a retryable error, resumed by the next call of its kind.
     coll_unfinished: Option<Box<coll::CollUnfinished>>,
+    /// Kept buffers of the collectives: words (stamps, lengths, a reduction's input) and
+    /// `int` arrays.
+    coll_words: Vec<u64>,
+    coll_ints: coll::IntBufs,
+    /// When a collective last did the housekeeping at its start ([`coll::KEEP_EVERY`]).
+    coll_kept: u64,
     /// A collective was left in flight by an error: `coll` is never freed.
     coll_abandoned: bool,
     /// The receives of `irecv_within` not ended yet, with their limits.
@@ -349,6 +355,9 @@ impl MpiNative {
             sparse_seq: 0,
             coll_seq: 0,
             coll_unfinished: None,
+            coll_words: Vec::new(),
+            coll_ints: Default::default(),
+            coll_kept: ffi::ticks(),
             coll_abandoned: false,
             limits: Vec::new(),
         })

@@ -3,7 +3,9 @@
 //! `MPI_Issend` to each destination; then, receiving whatever `MPI_Improbe` finds meanwhile
 //! (`MPI_Mrecv`), once every `Issend` completed (each was matched by its receiver), an
 //! `MPI_Ibarrier`; the exchange ends when that barrier completes: every rank's sends were
-//! matched, so nothing more comes. Partners: the destinations, the sources, and MPI's
+//! matched, so nothing more comes. Polled in the blocking calls' wait loop (their backoff
+//! and housekeeping: an abort notice ends it with `Aborted`, and a retryable error keeps
+//! it, in flight, for the next call). Partners: the destinations, the sources, and MPI's
 //! barrier's (O(log n) in Open MPI's and MPICH's non-blocking barriers).
 //!
 //! Its messages carry the exchange's number modulo 2^15 as tag, on the collectives'
@@ -11,8 +13,9 @@
 //! ahead of another (it left the barrier the other is still in), never two, so
 //! back-to-back exchanges never mix.
 
-use super::super::ffi::{self, CollBufs, CollOp};
+use super::super::ffi::{self, CollOp};
 use super::*;
+use crate::core::memory::try_copy;
 
 /// Exchanges' tags: their number modulo this (`MPI_TAG_UB` is at least 32767).
 const SPARSE_TAGS: u32 = 1 << 15;
@@ -31,12 +34,25 @@ pub(in crate::comm::mpi_native) struct Nbx {
 }
 
 impl MpiNative {
+    /// One idle poll of the exchange's wait: the blocking calls' policy, their
+    /// housekeeping (abort notices, unexpected messages, the sends and receives in flight)
+    /// once per [`DRAIN_EVERY`] polls, the abort flag on the others.
+    fn sparse_idle(&mut self, idle: &mut Idle) -> Result<()> {
+        idle.snooze();
+        if idle.housekeeping() {
+            self.poll(true)?;
+        } else if self.abort.is_set() {
+            return Err(Error::Fabric(FabricError::Aborted));
+        }
+        Ok(())
+    }
+
     /// `Communicator::exchange_sparse` on the native path (see the module docs).
     pub(super) fn sparse_exchange(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<(usize, Vec<u8>)>> {
         let x = match self.coll_begin(OP)? {
-            Some((_, Pending::Sparse(x))) => x,
-            // (Only this call keeps an exchange.)
-            Some((_, Pending::Op(_))) | None => self.sparse_start(sends)?,
+            Some(Pending::Sparse(x)) => x,
+            // (This call keeps nothing else.)
+            _ => self.sparse_start(sends)?,
         };
         self.nbx(x)
     }
@@ -73,11 +89,7 @@ impl MpiNative {
             got: Vec::new(),
         };
         for (d, send) in copies {
-            let bufs = CollBufs {
-                send,
-                ..Default::default()
-            };
-            match ffi::issend(&self.coll, bufs, d, tag) {
+            match ffi::issend(&self.coll, send, d, tag) {
                 Ok(c) => x.sends.push(c),
                 Err(e) => {
                     // The sends posted stay in flight (leaked): the exchange is abandoned.
@@ -107,8 +119,8 @@ impl MpiNative {
                     return Err(e);
                 }
             }
-            if let Err(e) = self.coll_idle(&mut idle) {
-                return Err(self.coll_stop(OP, 0, Pending::Sparse(x), e));
+            if let Err(e) = self.sparse_idle(&mut idle) {
+                return Err(self.coll_stop(OP, Pending::Sparse(x), e));
             }
         }
         let mut got = x.got;

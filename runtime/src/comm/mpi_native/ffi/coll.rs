@@ -1,17 +1,15 @@
-//! The native path's collectives in flight: [`CollOp`], one non-blocking MPI collective
-//! (`MPI_Ibarrier`, `MPI_Iallgather`, `MPI_Iallgatherv`, `MPI_Iallreduce`, `MPI_Ibcast`,
-//! `MPI_Igather`, `MPI_Igatherv`, `MPI_Ialltoall`, `MPI_Ialltoallv`) or synchronous send
-//! (`MPI_Issend`, for the sparse exchange) together with every buffer and count array MPI
-//! reads or writes until it completes ([`CollBufs`]).
+//! The native path's collectives: MPI's blocking collectives (`MPI_Allgather`,
+//! `MPI_Allgatherv`, `MPI_Allreduce`, `MPI_Bcast`, `MPI_Gather`, `MPI_Gatherv`,
+//! `MPI_Alltoall`, `MPI_Alltoallv`) over the caller's memory, each return code checked
+//! (the native path's communicators return errors, `MPI_ERRORS_RETURN`: rsmpi's
+//! collectives ignore the codes), and, for the sparse exchange, [`CollOp`]: an `MPI_Issend`
+//! or `MPI_Ibarrier` in flight with the buffer it reads, leaked if dropped in flight.
 //!
-//! Non-blocking, so that the caller polls for the native path's abort notices while it
-//! waits (a blocking MPI collective never returns when a peer failed before entering it);
-//! owned buffers, so that a collective abandoned on an error leaves MPI nothing of the
-//! caller's: a `CollOp` dropped before it completed leaks its buffers (a collective cannot
-//! be cancelled). Every MPI return code is checked (the native path's communicators return
-//! errors, `MPI_ERRORS_RETURN`): rsmpi's collectives ignore them, have no way to leave a
-//! request in flight on an error (their requests must complete in scope) and no typed
-//! in-place buffers, hence these calls.
+//! The `v` collectives receive each rank's part straight into its own `Vec` (the shape of
+//! their results): MPI is given the lowest of the parts' addresses and each part's offset
+//! from it as its displacement, when every offset fits an `int` ([`Layout`]); otherwise
+//! the caller receives into one buffer and splits it. Sends likewise read the caller's
+//! parts where they are.
 
 use std::os::raw::c_int;
 
@@ -23,66 +21,20 @@ use rsmpi::topology::SimpleCommunicator;
 
 use super::{check, dt_byte, null_request};
 use crate::comm::collective::{ReduceOp, ReduceSlice};
-use crate::core::memory::try_reserve_for;
 use crate::error::Result;
 
-/// The buffers and count arrays of one [`CollOp`], by role (each unused one empty); they
-/// are handed back by [`CollOp::take_bufs`] once MPI completed the operation.
-#[derive(Default)]
-pub(in crate::comm::mpi_native) struct CollBufs {
-    /// Bytes sent.
-    pub send: Vec<u8>,
-    /// Bytes received.
-    pub recv: Vec<u8>,
-    /// Send counts and displacements in bytes, one per rank (`MPI_Ialltoallv`).
-    pub scounts: Vec<c_int>,
-    pub sdispls: Vec<c_int>,
-    /// Receive counts and displacements in bytes, one per rank (the `v` collectives).
-    pub rcounts: Vec<c_int>,
-    pub rdispls: Vec<c_int>,
-    /// 64-bit words sent and received: lengths (`MPI_UINT64_T`), or a reduction's
-    /// elements (any of its types, 8-byte aligned).
-    pub wsend: Vec<u64>,
-    pub wrecv: Vec<u64>,
-}
-
-/// One collective (or synchronous send) in flight with its buffers (see the module docs).
+/// One `MPI_Issend` or `MPI_Ibarrier` in flight with the bytes it reads.
 pub(in crate::comm::mpi_native) struct CollOp {
     req: ffi::MPI_Request,
     done: bool,
-    bufs: Option<CollBufs>,
+    data: Vec<u8>,
 }
 
-// SAFETY: the request handle is a plain value and the buffers are owned; the operation
-// is driven by one thread at a time (`&mut`), which MPI_THREAD_SERIALIZED allows.
+// SAFETY: the request handle is a plain value and the buffer is owned; the operation is
+// driven by one thread at a time (`&mut`), which MPI_THREAD_SERIALIZED allows.
 unsafe impl Send for CollOp {}
 
 impl CollOp {
-    fn started(code: c_int, call: &'static str, req: ffi::MPI_Request, bufs: CollBufs) -> Result<CollOp> {
-        // On an error MPI started nothing: the buffers may go.
-        check(code, call)?;
-        Ok(CollOp {
-            req,
-            done: false,
-            bufs: Some(bufs),
-        })
-    }
-
-    /// An operation already complete with `bufs` (a collective's finished stage, kept for
-    /// its resumption).
-    pub(in crate::comm::mpi_native) fn finished(bufs: CollBufs) -> CollOp {
-        CollOp {
-            req: null_request(),
-            done: true,
-            bufs: Some(bufs),
-        }
-    }
-
-    /// True once MPI completed it (as last tested).
-    pub(in crate::comm::mpi_native) fn is_done(&self) -> bool {
-        self.done
-    }
-
     /// Tests the operation (`MPI_Test`): true once it completed.
     pub(in crate::comm::mpi_native) fn test(&mut self) -> Result<bool> {
         if self.done {
@@ -90,7 +42,7 @@ impl CollOp {
         }
         let mut flag: c_int = 0;
         // SAFETY: `req` is the live (or completed, null) request of this operation, whose
-        // buffers this value owns.
+        // buffer this value owns.
         check(
             unsafe { ffi::MPI_Test(&mut self.req, &mut flag, ffi::RSMPI_STATUS_IGNORE) },
             "MPI_Test",
@@ -98,25 +50,63 @@ impl CollOp {
         self.done = flag != 0;
         Ok(self.done)
     }
-
-    /// The buffers once the operation completed (`None` while in flight, or taken).
-    pub(in crate::comm::mpi_native) fn take_bufs(&mut self) -> Option<CollBufs> {
-        if self.done {
-            self.bufs.take()
-        } else {
-            None
-        }
-    }
 }
 
 impl Drop for CollOp {
     fn drop(&mut self) {
         if !self.done {
-            // MPI may still read or write them (a collective cannot be cancelled, and
-            // waiting could hang on a peer that failed): leaked.
-            std::mem::forget(self.bufs.take());
+            // MPI may still read it (waiting could hang on a peer that failed): leaked.
+            std::mem::forget(std::mem::take(&mut self.data));
         }
     }
+}
+
+/// `MPI_Ibarrier` on `comm`.
+pub(in crate::comm::mpi_native) fn ibarrier(comm: &SimpleCommunicator) -> Result<CollOp> {
+    let mut req = null_request();
+    // SAFETY: `comm` is live; `req` is a valid out-parameter; no buffer.
+    check(
+        unsafe { ffi::MPI_Ibarrier(comm.as_raw(), &mut req) },
+        "MPI_Ibarrier",
+    )?;
+    Ok(CollOp {
+        req,
+        done: false,
+        data: Vec::new(),
+    })
+}
+
+/// `MPI_Issend` of `data` (its length fits an int: the caller's check) to `dest` with
+/// `tag`: complete once the receiver matched it.
+pub(in crate::comm::mpi_native) fn issend(
+    comm: &SimpleCommunicator,
+    mut data: Vec<u8>,
+    dest: usize,
+    tag: c_int,
+) -> Result<CollOp> {
+    not_in_place(&mut data);
+    let count = c_int::try_from(data.len()).unwrap_or(c_int::MAX);
+    let mut req = null_request();
+    // SAFETY: `data` holds `count` initialised bytes, moved into the returned value (its
+    // heap block does not move) until MPI completed the send (or leaked); `dest` is a
+    // rank of `comm` (the caller's check).
+    let code = unsafe {
+        ffi::MPI_Issend(
+            data.as_ptr().cast(),
+            count,
+            dt_byte(),
+            dest as c_int,
+            tag,
+            comm.as_raw(),
+            &mut req,
+        )
+    };
+    check(code, "MPI_Issend")?;
+    Ok(CollOp {
+        req,
+        done: false,
+        data,
+    })
 }
 
 /// Gives an empty byte buffer a heap block: an empty `Vec<u8>`'s dangling pointer is
@@ -127,82 +117,197 @@ fn not_in_place(v: &mut Vec<u8>) {
     }
 }
 
+/// A byte address that is never `MPI_IN_PLACE`, for buffers of no bytes.
+fn nowhere() -> *const u8 {
+    static BYTE: u8 = 0;
+    &BYTE
+}
+
+/// The address MPI is given for `s` (see [`nowhere`]).
+fn addr(s: &[u8]) -> *const u8 {
+    if s.is_empty() {
+        nowhere()
+    } else {
+        s.as_ptr()
+    }
+}
+
 #[inline]
 fn dt_u64() -> ffi::MPI_Datatype {
     u64::equivalent_datatype().as_raw()
 }
 
-/// `MPI_Ibarrier` on `comm`.
-pub(in crate::comm::mpi_native) fn ibarrier(comm: &SimpleCommunicator) -> Result<CollOp> {
-    let mut req = null_request();
-    // SAFETY: `comm` is live; `req` is a valid out-parameter; no buffer.
-    let code = unsafe { ffi::MPI_Ibarrier(comm.as_raw(), &mut req) };
-    CollOp::started(code, "MPI_Ibarrier", req, CollBufs::default())
+/// Parts at scattered addresses as one base address and `int` displacements from it.
+pub(in crate::comm::mpi_native) struct Layout {
+    base: *const u8,
+    /// Each part's offset from `base` (0 for an empty part).
+    pub displs: Vec<c_int>,
 }
 
-/// `MPI_Iallgather` of `u64`s: `bufs.wsend` holds this rank's (the same number on every
-/// rank), and `bufs.wrecv` must have room for as many per rank of `comm`.
-pub(in crate::comm::mpi_native) fn iallgather_u64(
+impl Layout {
+    /// The layout of parts at `addrs` of `lens` bytes, if every offset from the lowest
+    /// address, plus its part's length, fits an `int`.
+    /// (`displs` is a buffer to reuse, its content replaced.)
+    fn of(
+        addrs: impl Iterator<Item = *const u8> + Clone,
+        lens: &[c_int],
+        mut displs: Vec<c_int>,
+    ) -> Option<Layout> {
+        displs.clear();
+        displs.reserve(lens.len());
+        let live = addrs.clone().zip(lens).filter(|(_, &l)| l > 0);
+        let Some(base) = live.clone().map(|(a, _)| a as usize).min() else {
+            displs.resize(lens.len(), 0);
+            return Some(Layout {
+                base: nowhere(),
+                displs,
+            });
+        };
+        for (a, &l) in addrs.zip(lens) {
+            if l == 0 {
+                displs.push(0);
+                continue;
+            }
+            let off = a as usize - base;
+            if off.checked_add(l as usize)? > c_int::MAX as usize {
+                return None;
+            }
+            displs.push(off as c_int);
+        }
+        Some(Layout {
+            base: base as *const u8,
+            displs,
+        })
+    }
+
+    /// The layout of parts laid end to end in `buf` at `displs`.
+    pub(in crate::comm::mpi_native) fn contiguous(buf: &[u8], displs: Vec<c_int>) -> Layout {
+        Layout {
+            base: addr(buf),
+            displs,
+        }
+    }
+
+    /// The layout of the caller's `parts` (`displs`: a buffer to reuse).
+    pub(in crate::comm::mpi_native) fn of_parts(
+        parts: &[&[u8]],
+        lens: &[c_int],
+        displs: Vec<c_int>,
+    ) -> Option<Layout> {
+        Layout::of(parts.iter().map(|p| addr(p)), lens, displs)
+    }
+
+    /// The layout of `bufs`' spare capacities (each at least its length in `lens`;
+    /// `displs`: a buffer to reuse).
+    pub(in crate::comm::mpi_native) fn of_spare(
+        bufs: &[Vec<u8>],
+        lens: &[c_int],
+        displs: Vec<c_int>,
+    ) -> Option<Layout> {
+        Layout::of(bufs.iter().map(|b| b.as_ptr()), lens, displs)
+    }
+
+    /// The displacements' buffer, for reuse.
+    pub(in crate::comm::mpi_native) fn into_displs(self) -> Vec<c_int> {
+        self.displs
+    }
+}
+
+/// Marks `bufs` as holding the `lens` bytes MPI received into their capacities.
+///
+/// # Safety
+/// MPI completed a receive of `lens[i]` bytes into `bufs[i]`'s capacity for every `i`.
+unsafe fn filled(bufs: &mut [Vec<u8>], lens: &[c_int]) {
+    for (b, &l) in bufs.iter_mut().zip(lens) {
+        debug_assert!(b.capacity() >= l as usize);
+        // SAFETY: the caller's guarantee: MPI wrote `l <= capacity` bytes at its start.
+        unsafe { b.set_len(l as usize) };
+    }
+}
+
+/// `MPI_Allgather` of `u64`s: `send` this rank's, `recv` as many per rank of `comm`.
+pub(in crate::comm::mpi_native) fn allgather_u64(
     comm: &SimpleCommunicator,
-    mut bufs: CollBufs,
-) -> Result<CollOp> {
-    let count = c_int::try_from(bufs.wsend.len()).unwrap_or(c_int::MAX);
-    debug_assert_eq!(bufs.wrecv.len() % bufs.wsend.len().max(1), 0);
-    let mut req = null_request();
-    // SAFETY: `wsend` holds `count` words and `wrecv` `count` per rank of `comm` (the
-    // caller's sizes), both owned by the returned value until MPI completed the operation
-    // (or leaked); `comm` is live.
+    send: &[u64],
+    recv: &mut [u64],
+) -> Result<()> {
+    let count = send.len() as c_int;
+    debug_assert_eq!(recv.len() % send.len().max(1), 0);
+    // SAFETY: `send` holds `count` words and `recv` `count` per rank of `comm` (the
+    // caller's sizes), both borrowed for the call; `comm` is live.
     let code = unsafe {
-        ffi::MPI_Iallgather(
-            bufs.wsend.as_ptr().cast(),
+        ffi::MPI_Allgather(
+            send.as_ptr().cast(),
             count,
             dt_u64(),
-            bufs.wrecv.as_mut_ptr().cast(),
+            recv.as_mut_ptr().cast(),
             count,
             dt_u64(),
             comm.as_raw(),
-            &mut req,
         )
     };
-    CollOp::started(code, "MPI_Iallgather", req, bufs)
+    Ok(check(code, "MPI_Allgather")?)
 }
 
-/// `MPI_Iallgatherv` of bytes: `bufs.send` this rank's, into `bufs.recv` at `rdispls` with
-/// `rcounts` (one per rank, within `recv`: the caller's check).
-pub(in crate::comm::mpi_native) fn iallgatherv(
+/// `MPI_Alltoall` of one `u64` per pair: `send[d]` to rank `d`, into `recv` (both one
+/// word per rank of `comm`).
+pub(in crate::comm::mpi_native) fn alltoall_u64(
     comm: &SimpleCommunicator,
-    mut bufs: CollBufs,
-) -> Result<CollOp> {
-    not_in_place(&mut bufs.send);
-    not_in_place(&mut bufs.recv);
-    let count = c_int::try_from(bufs.send.len()).unwrap_or(c_int::MAX);
-    let mut req = null_request();
-    // SAFETY: the caller sized `recv` to hold every `rcounts[i]` bytes at `rdispls[i]` and
-    // `count` is `send`'s length (checked to fit an int by the caller); every array is
-    // owned by the returned value until MPI completed the operation (or leaked).
+    send: &[u64],
+    recv: &mut [u64],
+) -> Result<()> {
+    debug_assert_eq!(send.len(), recv.len());
+    // SAFETY: `send` and `recv` hold one word per rank of `comm` (the caller's sizes),
+    // borrowed for the call.
     let code = unsafe {
-        ffi::MPI_Iallgatherv(
-            bufs.send.as_ptr().cast(),
-            count,
-            dt_byte(),
-            bufs.recv.as_mut_ptr().cast(),
-            bufs.rcounts.as_ptr(),
-            bufs.rdispls.as_ptr(),
-            dt_byte(),
+        ffi::MPI_Alltoall(
+            send.as_ptr().cast(),
+            1,
+            dt_u64(),
+            recv.as_mut_ptr().cast(),
+            1,
+            dt_u64(),
             comm.as_raw(),
-            &mut req,
         )
     };
-    CollOp::started(code, "MPI_Iallgatherv", req, bufs)
+    Ok(check(code, "MPI_Alltoall")?)
 }
 
-/// The MPI datatype, element count and byte view of a reduction's buffer.
-fn reduce_parts(data: &ReduceSlice<'_>) -> (ffi::MPI_Datatype, usize, *const u8) {
+/// `MPI_Gather` of one `u64` per rank into `recv` on `root` (one word per rank there; not
+/// read elsewhere).
+pub(in crate::comm::mpi_native) fn gather_u64(
+    comm: &SimpleCommunicator,
+    send: u64,
+    recv: &mut [u64],
+    root: usize,
+) -> Result<()> {
+    let mut spare = [0u64; 1];
+    let recv = if recv.is_empty() { &mut spare[..] } else { recv };
+    // SAFETY: `send` is one word; on the root `recv` holds one per rank of `comm` (the
+    // caller's size; MPI reads the receive buffer only at the root); `root` is a rank of
+    // `comm` (the caller's check).
+    let code = unsafe {
+        ffi::MPI_Gather(
+            (&send as *const u64).cast(),
+            1,
+            dt_u64(),
+            recv.as_mut_ptr().cast(),
+            1,
+            dt_u64(),
+            root as c_int,
+            comm.as_raw(),
+        )
+    };
+    Ok(check(code, "MPI_Gather")?)
+}
+
+/// The MPI datatype and byte view of a reduction's buffer.
+fn reduce_parts(data: &mut ReduceSlice<'_>) -> (ffi::MPI_Datatype, *mut u8) {
     match data {
-        ReduceSlice::I32(s) => (i32::equivalent_datatype().as_raw(), s.len(), s.as_ptr().cast()),
-        ReduceSlice::I64(s) => (i64::equivalent_datatype().as_raw(), s.len(), s.as_ptr().cast()),
-        ReduceSlice::U64(s) => (u64::equivalent_datatype().as_raw(), s.len(), s.as_ptr().cast()),
-        ReduceSlice::F64(s) => (f64::equivalent_datatype().as_raw(), s.len(), s.as_ptr().cast()),
+        ReduceSlice::I32(s) => (i32::equivalent_datatype().as_raw(), s.as_mut_ptr().cast()),
+        ReduceSlice::I64(s) => (i64::equivalent_datatype().as_raw(), s.as_mut_ptr().cast()),
+        ReduceSlice::U64(s) => (u64::equivalent_datatype().as_raw(), s.as_mut_ptr().cast()),
+        ReduceSlice::F64(s) => (f64::equivalent_datatype().as_raw(), s.as_mut_ptr().cast()),
     }
 }
 
@@ -214,224 +319,191 @@ fn mpi_op(op: ReduceOp) -> ffi::MPI_Op {
     }
 }
 
-/// `MPI_Iallreduce` of `data` (copied into owned words; `data.len()` fits an int: the
-/// caller's check) with `op`; [`reduce_result`] copies the result back. Errors: the copy's
-/// allocation, [`FabricError::MpiCall`](crate::error::FabricError::MpiCall).
-pub(in crate::comm::mpi_native) fn iallreduce(
+/// `MPI_Allreduce` of `data` with `op`, in place: its bytes are copied into `scratch`
+/// (grown to hold them: reserve first, see the caller) as the send buffer, and the result
+/// written into `data` (`data.len()` fits an int: the caller's check).
+pub(in crate::comm::mpi_native) fn allreduce(
     comm: &SimpleCommunicator,
-    data: &ReduceSlice<'_>,
+    scratch: &mut Vec<u64>,
+    mut data: ReduceSlice<'_>,
     op: ReduceOp,
-) -> Result<CollOp> {
-    let (dt, count, src) = reduce_parts(data);
+) -> Result<()> {
+    let count = data.len();
     let bytes = count * data.ty().size();
-    let words = bytes.div_ceil(8);
-    let mut bufs = CollBufs::default();
-    for w in [&mut bufs.wsend, &mut bufs.wrecv] {
-        try_reserve_for(w, words, || format!("all_reduce buffer of {bytes} bytes"))?;
-        w.resize(words, 0);
-    }
-    // SAFETY: `src` points to `bytes` initialised bytes of the caller's slice; `wsend` has
-    // room for `words * 8 >= bytes` bytes; they do not overlap (`wsend` is new).
-    unsafe { std::ptr::copy_nonoverlapping(src, bufs.wsend.as_mut_ptr().cast::<u8>(), bytes) };
-    let mut req = null_request();
-    // SAFETY: `wsend` and `wrecv` hold `count` elements of the datatype `dt` (8-byte
-    // aligned words), owned by the returned value until MPI completed the operation (or
-    // leaked); `count` fits an int (the caller's check); `comm` is live.
+    let words = bytes.div_ceil(8).max(1);
+    scratch.clear();
+    scratch.resize(words, 0);
+    let (dt, ptr) = reduce_parts(&mut data);
+    // SAFETY: `ptr` points to `bytes` initialised bytes of the caller's slice; `scratch`
+    // has room for `words * 8 >= bytes` bytes and is another allocation.
+    unsafe { std::ptr::copy_nonoverlapping(ptr, scratch.as_mut_ptr().cast::<u8>(), bytes) };
+    // SAFETY: `scratch` (8-byte aligned) and the caller's slice (aligned for its type)
+    // hold `count` elements of `dt`, borrowed for the call and not overlapping; `count`
+    // fits an int (the caller's check); `comm` is live.
     let code = unsafe {
-        ffi::MPI_Iallreduce(
-            bufs.wsend.as_ptr().cast(),
-            bufs.wrecv.as_mut_ptr().cast(),
+        ffi::MPI_Allreduce(
+            scratch.as_ptr().cast(),
+            ptr.cast(),
             count as c_int,
             dt,
             mpi_op(op),
             comm.as_raw(),
-            &mut req,
         )
     };
-    CollOp::started(code, "MPI_Iallreduce", req, bufs)
+    Ok(check(code, "MPI_Allreduce")?)
 }
 
-/// Copies the result of a completed [`iallreduce`] (`bufs.wrecv`) into `data`, the slice
-/// it was started with.
-pub(in crate::comm::mpi_native) fn reduce_result(bufs: &CollBufs, data: &mut ReduceSlice<'_>) {
-    // (Always the slice's size: `wrecv` was made for it.)
-    let bytes = (data.len() * data.ty().size()).min(bufs.wrecv.len() * 8);
-    let dst: *mut u8 = match data {
-        ReduceSlice::I32(s) => s.as_mut_ptr().cast(),
-        ReduceSlice::I64(s) => s.as_mut_ptr().cast(),
-        ReduceSlice::U64(s) => s.as_mut_ptr().cast(),
-        ReduceSlice::F64(s) => s.as_mut_ptr().cast(),
-    };
-    // SAFETY: `wrecv` holds at least `bytes` bytes written by MPI as elements of the
-    // slice's type; `dst` is the caller's slice of at least `bytes` bytes, borrowed
-    // mutably, not overlapping an owned buffer. Every bit pattern is a valid i32, i64,
-    // u64 or f64.
-    unsafe { std::ptr::copy_nonoverlapping(bufs.wrecv.as_ptr().cast::<u8>(), dst, bytes) };
-}
-
-/// `MPI_Ibcast` of `bufs.recv` (its length fits an int: the caller's check) from `root`.
-pub(in crate::comm::mpi_native) fn ibcast(
+/// `MPI_Bcast` of `buf` (its length fits an int: the caller's check) from `root`.
+pub(in crate::comm::mpi_native) fn bcast(
     comm: &SimpleCommunicator,
-    mut bufs: CollBufs,
+    buf: &mut [u8],
     root: usize,
-) -> Result<CollOp> {
-    not_in_place(&mut bufs.send);
-    not_in_place(&mut bufs.recv);
-    let count = c_int::try_from(bufs.recv.len()).unwrap_or(c_int::MAX);
-    let mut req = null_request();
-    // SAFETY: `recv` holds `count` initialised bytes, owned by the returned value until MPI
-    // completed the operation (or leaked); `root` is a rank of `comm` (the caller's
-    // check); `comm` is live.
+) -> Result<()> {
+    let count = buf.len() as c_int;
+    let ptr = if buf.is_empty() {
+        nowhere().cast_mut()
+    } else {
+        buf.as_mut_ptr()
+    };
+    // SAFETY: `ptr` is `buf` (borrowed mutably for the call), of `count` bytes, or, for no
+    // bytes, an address MPI does not touch; `root` is a rank of `comm` (the caller's check).
+    let code = unsafe { ffi::MPI_Bcast(ptr.cast(), count, dt_byte(), root as c_int, comm.as_raw()) };
+    Ok(check(code, "MPI_Bcast")?)
+}
+
+/// Where a `v` collective receives: into the spare capacities of `bufs` by [`Layout`],
+/// or into `flat` at the prefix sums of the counts.
+pub(in crate::comm::mpi_native) enum RecvInto<'a> {
+    Parts(&'a mut [Vec<u8>], &'a Layout),
+    Flat(&'a mut [u8], &'a [c_int]),
+}
+
+impl RecvInto<'_> {
+    fn ptr_displs(&mut self) -> (*mut u8, *const c_int) {
+        match self {
+            RecvInto::Parts(_, l) => (l.base.cast_mut(), l.displs.as_ptr()),
+            RecvInto::Flat(f, d) => (
+                if f.is_empty() {
+                    nowhere().cast_mut()
+                } else {
+                    f.as_mut_ptr()
+                },
+                d.as_ptr(),
+            ),
+        }
+    }
+
+    /// After the collective completed: the parts hold what MPI wrote.
+    ///
+    /// # Safety
+    /// MPI completed the collective that received into `self` with `counts`.
+    unsafe fn done(self, counts: &[c_int]) {
+        if let RecvInto::Parts(bufs, _) = self {
+            // SAFETY: the caller's guarantee.
+            unsafe { filled(bufs, counts) };
+        }
+    }
+}
+
+/// `MPI_Allgatherv` of bytes: `send` this rank's, received by `into` with `counts` (one
+/// per rank; the caller sized and checked them).
+pub(in crate::comm::mpi_native) fn allgatherv(
+    comm: &SimpleCommunicator,
+    send: &[u8],
+    mut into: RecvInto<'_>,
+    counts: &[c_int],
+) -> Result<()> {
+    let (rptr, rdispls) = into.ptr_displs();
+    // SAFETY: `send` is borrowed for the call, its length fits an int (the caller's
+    // check); `rptr` + `rdispls[i]` is part `i`'s memory of `counts[i]` bytes (a part's
+    // spare capacity or a slice of the flat buffer, borrowed mutably for the call).
     let code = unsafe {
-        ffi::MPI_Ibcast(
-            bufs.recv.as_mut_ptr().cast(),
-            count,
+        ffi::MPI_Allgatherv(
+            addr(send).cast(),
+            send.len() as c_int,
+            dt_byte(),
+            rptr.cast(),
+            counts.as_ptr(),
+            rdispls,
+            dt_byte(),
+            comm.as_raw(),
+        )
+    };
+    check(code, "MPI_Allgatherv")?;
+    // SAFETY: MPI completed the collective.
+    unsafe { into.done(counts) };
+    Ok(())
+}
+
+/// `MPI_Gatherv` of bytes: `send` from every rank, received on `root` by `into` with
+/// `counts` (`None` elsewhere).
+pub(in crate::comm::mpi_native) fn gatherv(
+    comm: &SimpleCommunicator,
+    send: &[u8],
+    into: Option<(RecvInto<'_>, &[c_int])>,
+    root: usize,
+) -> Result<()> {
+    let no_counts: [c_int; 1] = [0];
+    let (mut into, counts) = match into {
+        Some((i, c)) => (Some(i), c),
+        None => (None, &no_counts[..]),
+    };
+    let (rptr, rdispls) = match &mut into {
+        Some(i) => i.ptr_displs(),
+        None => (nowhere().cast_mut(), no_counts.as_ptr()),
+    };
+    // SAFETY: `send` is borrowed for the call, its length fits an int; on the root `rptr`
+    // + `rdispls[i]` is part `i`'s memory of `counts[i]` bytes, borrowed mutably for the
+    // call (MPI reads the receive arguments only at the root); `root` is a rank of `comm`.
+    let code = unsafe {
+        ffi::MPI_Gatherv(
+            addr(send).cast(),
+            send.len() as c_int,
+            dt_byte(),
+            rptr.cast(),
+            counts.as_ptr(),
+            rdispls,
             dt_byte(),
             root as c_int,
             comm.as_raw(),
-            &mut req,
         )
     };
-    CollOp::started(code, "MPI_Ibcast", req, bufs)
+    check(code, "MPI_Gatherv")?;
+    if let Some(i) = into {
+        // SAFETY: MPI completed the collective.
+        unsafe { i.done(counts) };
+    }
+    Ok(())
 }
 
-/// `MPI_Igather` of one `u64` per rank (`bufs.wsend`) into `bufs.wrecv` on `root` (one word
-/// per rank there; not read elsewhere).
-pub(in crate::comm::mpi_native) fn igather_u64(
+/// `MPI_Alltoallv` of bytes: the parts laid out by `send` with `scounts`, received by
+/// `into` with `rcounts`.
+pub(in crate::comm::mpi_native) fn alltoallv(
     comm: &SimpleCommunicator,
-    mut bufs: CollBufs,
-    root: usize,
-) -> Result<CollOp> {
-    debug_assert_eq!(bufs.wsend.len(), 1);
-    let mut req = null_request();
-    // SAFETY: `wsend` holds 1 word; on the root `wrecv` holds one per rank of `comm` (the
-    // caller's sizes; MPI reads the receive buffer only at the root), all owned by the
-    // returned value until MPI completed the operation (or leaked); `comm` is live.
+    send: &Layout,
+    scounts: &[c_int],
+    mut into: RecvInto<'_>,
+    rcounts: &[c_int],
+) -> Result<()> {
+    let (rptr, rdispls) = into.ptr_displs();
+    // SAFETY: `send.base` + `send.displs[d]` is the part for rank `d` (of `scounts[d]`
+    // bytes: a slice of the caller's, or of its copy, which the caller keeps for the call); `rptr` + `rdispls[s]` is part `s`'s memory of `rcounts[s]`
+    // bytes, borrowed mutably for the call; one entry per rank of `comm` in each array.
     let code = unsafe {
-        ffi::MPI_Igather(
-            bufs.wsend.as_ptr().cast(),
-            1,
-            dt_u64(),
-            bufs.wrecv.as_mut_ptr().cast(),
-            1,
-            dt_u64(),
-            root as c_int,
-            comm.as_raw(),
-            &mut req,
-        )
-    };
-    CollOp::started(code, "MPI_Igather", req, bufs)
-}
-
-/// `MPI_Igatherv` of bytes: `bufs.send` from every rank into `bufs.recv` on `root` at
-/// `rdispls` with `rcounts` (the root's arrays; empty elsewhere).
-pub(in crate::comm::mpi_native) fn igatherv(
-    comm: &SimpleCommunicator,
-    mut bufs: CollBufs,
-    root: usize,
-) -> Result<CollOp> {
-    not_in_place(&mut bufs.send);
-    not_in_place(&mut bufs.recv);
-    let count = c_int::try_from(bufs.send.len()).unwrap_or(c_int::MAX);
-    let mut req = null_request();
-    // SAFETY: `count` is `send`'s length (fits an int: the caller's check); on the root the
-    // caller sized `recv` to hold every `rcounts[i]` bytes at `rdispls[i]` (MPI reads the
-    // receive arguments only at the root); everything is owned by the returned value
-    // until MPI completed the operation (or leaked); `comm` is live.
-    let code = unsafe {
-        ffi::MPI_Igatherv(
-            bufs.send.as_ptr().cast(),
-            count,
+        ffi::MPI_Alltoallv(
+            send.base.cast(),
+            scounts.as_ptr(),
+            send.displs.as_ptr(),
             dt_byte(),
-            bufs.recv.as_mut_ptr().cast(),
-            bufs.rcounts.as_ptr(),
-            bufs.rdispls.as_ptr(),
-            dt_byte(),
-            root as c_int,
-            comm.as_raw(),
-            &mut req,
-        )
-    };
-    CollOp::started(code, "MPI_Igatherv", req, bufs)
-}
-
-/// `MPI_Ialltoall` of one `u64` per pair: `bufs.wsend[d]` to rank `d`, into `bufs.wrecv`
-/// (both one word per rank).
-pub(in crate::comm::mpi_native) fn ialltoall_u64(
-    comm: &SimpleCommunicator,
-    mut bufs: CollBufs,
-) -> Result<CollOp> {
-    debug_assert_eq!(bufs.wsend.len(), bufs.wrecv.len());
-    let mut req = null_request();
-    // SAFETY: `wsend` and `wrecv` hold one word per rank of `comm` (the caller's sizes),
-    // owned by the returned value until MPI completed the operation (or leaked).
-    let code = unsafe {
-        ffi::MPI_Ialltoall(
-            bufs.wsend.as_ptr().cast(),
-            1,
-            dt_u64(),
-            bufs.wrecv.as_mut_ptr().cast(),
-            1,
-            dt_u64(),
-            comm.as_raw(),
-            &mut req,
-        )
-    };
-    CollOp::started(code, "MPI_Ialltoall", req, bufs)
-}
-
-/// `MPI_Ialltoallv` of bytes: `bufs.send` at `sdispls` with `scounts`, into `bufs.recv` at
-/// `rdispls` with `rcounts`.
-pub(in crate::comm::mpi_native) fn ialltoallv(
-    comm: &SimpleCommunicator,
-    mut bufs: CollBufs,
-) -> Result<CollOp> {
-    not_in_place(&mut bufs.send);
-    not_in_place(&mut bufs.recv);
-    let mut req = null_request();
-    // SAFETY: the caller sized `send` and `recv` to hold every count at its displacement
-    // (one per rank of `comm`); everything is owned by the returned value until MPI
-    // completed the operation (or leaked); `comm` is live.
-    let code = unsafe {
-        ffi::MPI_Ialltoallv(
-            bufs.send.as_ptr().cast(),
-            bufs.scounts.as_ptr(),
-            bufs.sdispls.as_ptr(),
-            dt_byte(),
-            bufs.recv.as_mut_ptr().cast(),
-            bufs.rcounts.as_ptr(),
-            bufs.rdispls.as_ptr(),
+            rptr.cast(),
+            rcounts.as_ptr(),
+            rdispls,
             dt_byte(),
             comm.as_raw(),
-            &mut req,
         )
     };
-    CollOp::started(code, "MPI_Ialltoallv", req, bufs)
-}
-
-/// `MPI_Issend` of `bufs.send` (its length fits an int: the caller's check) to `dest`
-/// with `tag`: complete once the receiver matched it.
-pub(in crate::comm::mpi_native) fn issend(
-    comm: &SimpleCommunicator,
-    mut bufs: CollBufs,
-    dest: usize,
-    tag: c_int,
-) -> Result<CollOp> {
-    not_in_place(&mut bufs.send);
-    let count = c_int::try_from(bufs.send.len()).unwrap_or(c_int::MAX);
-    let mut req = null_request();
-    // SAFETY: `send` holds `count` initialised bytes owned by the returned value until MPI
-    // completed the send (or leaked); `dest` is a rank of `comm` (the caller's check).
-    let code = unsafe {
-        ffi::MPI_Issend(
-            bufs.send.as_ptr().cast(),
-            count,
-            dt_byte(),
-            dest as c_int,
-            tag,
-            comm.as_raw(),
-            &mut req,
-        )
-    };
-    CollOp::started(code, "MPI_Issend", req, bufs)
+    check(code, "MPI_Alltoallv")?;
+    // SAFETY: MPI completed the collective.
+    unsafe { into.done(rcounts) };
+    Ok(())
 }

@@ -11,8 +11,9 @@
 //!   caller's slice, completed before the scope returns (as rsmpi's scope does);
 //! - [`Matched`]: a message matched by `MPI_Improbe`, received (`MPI_Mrecv`) into the
 //!   spare capacity of a `Vec`;
-//! - [`CollOp`] (`coll.rs`): a non-blocking collective or synchronous send with its owned
-//!   buffers, for the native path's collectives;
+//! - `coll.rs`: MPI's blocking collectives over the caller's memory (the `v` ones
+//!   receiving into each part's own `Vec`), and [`CollOp`], an `MPI_Issend` or
+//!   `MPI_Ibarrier` of the sparse exchange with its owned buffer;
 //! - [`Ibarrier`], [`NativeComm`], the constants, status reads and `MPI_TAG_UB`.
 //!
 //! Dropping a request still in flight never frees memory MPI may still write into or read
@@ -21,7 +22,7 @@
 //! leaked (a send cannot be cancelled reliably, and waiting could hang on a peer that
 //! failed); a blocking send's parts are waited for, as `MPI_Send` would. Once MPI is
 //! finalised, nothing is freed and nothing waited for: the buffers are leaked. A
-//! collective dropped in flight leaks its buffers too ([`CollOp`]). This folder (`mod.rs`:
+//! sparse exchange's send dropped in flight leaks its buffer too ([`CollOp`]). This folder (`mod.rs`:
 //! the helpers, communicators, `Matched`, `Ibarrier`; `recv.rs`; `send.rs`; `coll.rs`) is
 //! the only place of `comm/mpi_native/` with `unsafe` code.
 
@@ -41,8 +42,8 @@ mod recv;
 mod send;
 
 pub(super) use coll::{
-    iallgather_u64, iallgatherv, iallreduce, ialltoall_u64, ialltoallv, ibarrier, ibcast, igather_u64,
-    igatherv, issend, reduce_result, CollBufs, CollOp,
+    allgather_u64, allgatherv, allreduce, alltoall_u64, alltoallv, bcast, gather_u64, gatherv, ibarrier,
+    issend, CollOp, Layout, RecvInto,
 };
 pub(super) use recv::{HeaderRecv, PartsRecv};
 pub(super) use send::{send_parts_scoped, CallerParts, OwnedSend};
@@ -105,6 +106,22 @@ pub(super) fn byte_count(status: &Status) -> Result<usize> {
             why: "is negative",
         })
     })
+}
+
+/// A cheap clock for coarse intervals: the time-stamp counter on x86-64 (cycles), else
+/// nanoseconds since the first call.
+#[inline]
+pub(super) fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc reads a register; it has no memory effects and every x86-64 CPU has it.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    }
 }
 
 /// `MPI_TAG_UB` of `comm` (the largest tag MPI accepts, at least 32767).
