@@ -14,8 +14,8 @@
 //! different threads.
 #![allow(non_camel_case_types)]
 
-mod collective;
 mod abort;
+mod collective;
 mod comm;
 mod completion;
 mod config;
@@ -31,8 +31,8 @@ mod request;
 #[cfg(feature = "bench-twin")]
 mod twin;
 
-pub use collective::*;
 pub use abort::*;
+pub use collective::*;
 pub use comm::*;
 pub use completion::*;
 pub use config::*;
