@@ -183,6 +183,31 @@ typedef int (*ballast_rank_main)(struct ballast_comm *comm, void *user);
 extern "C" {
 #endif // __cplusplus
 
+// Aborts the job with `code`, as MPI_Abort does.
+//
+// - Over MPI (a communicator of ballast_comm_from_mpi, ballast_comm_from_env with the mpi
+//   transport, or ballast_mpi_run_ranks; the MPI native path and the engine path alike):
+//   MPI_Abort on Ballast's communicator, which ends every process of the job and does not
+//   return (Open MPI's mpirun then exits with `code`: use 1 to 255 for an exit status).
+// - Otherwise (local, verbs): every other rank is told with a control message (a rank
+//   that ended already is skipped) and it returns 0. From then on every call of every
+//   rank that waits or progresses (ballast_recv, ballast_wait, ballast_test,
+//   ballast_barrier, ballast_allgatherv, ballast_progress, the finish of
+//   ballast_comm_free or of ballast_local_run) returns BALLAST_EPEER, whose message
+//   (ballast_last_error) names the rank that aborted and `code`: on this rank at once, on
+//   the others as soon as the notice reaches them (a rank blocked in a call is woken by
+//   it). Under ballast_local_run the run then returns non-zero: the result of the lowest
+//   rank that failed (a rank_main returning `code` after the abort makes that `code`).
+//
+// A second call, or one after another rank's abort arrived, does nothing and returns 0.
+// Errors: BALLAST_EINVAL for a NULL or freed `comm`; BALLAST_EINTERNAL for a poisoned
+// communicator; under MPI below MPI_THREAD_MULTIPLE, BALLAST_EUNSUPPORTED from another
+// thread than the one that made the communicator.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, used by no other thread during the call.
+int ballast_abort(struct ballast_comm *comm, int code);
+
 // Reduces `count` elements of type `type` element by element with `op` over every rank:
 // each rank gives its `count` elements at `in`, and every rank gets the result at `out`
 // (`count` elements; `in == out` reduces in place): on the engine paths the same bits on
@@ -341,31 +366,6 @@ int ballast_exchange_sparse(struct ballast_comm *comm,
                             const void *const *bufs,
                             const size_t *lens,
                             struct ballast_gathered **out);
-
-// Aborts the job with `code`, as MPI_Abort does.
-//
-// - Over MPI (a communicator of ballast_comm_from_mpi, ballast_comm_from_env with the mpi
-//   transport, or ballast_mpi_run_ranks; the MPI native path and the engine path alike):
-//   MPI_Abort on Ballast's communicator, which ends every process of the job and does not
-//   return (Open MPI's mpirun then exits with `code`: use 1 to 255 for an exit status).
-// - Otherwise (local, verbs): every other rank is told with a control message (a rank
-//   that ended already is skipped) and it returns 0. From then on every call of every
-//   rank that waits or progresses (ballast_recv, ballast_wait, ballast_test,
-//   ballast_barrier, ballast_allgatherv, ballast_progress, the finish of
-//   ballast_comm_free or of ballast_local_run) returns BALLAST_EPEER, whose message
-//   (ballast_last_error) names the rank that aborted and `code`: on this rank at once, on
-//   the others as soon as the notice reaches them (a rank blocked in a call is woken by
-//   it). Under ballast_local_run the run then returns non-zero: the result of the lowest
-//   rank that failed (a rank_main returning `code` after the abort makes that `code`).
-//
-// A second call, or one after another rank's abort arrived, does nothing and returns 0.
-// Errors: BALLAST_EINVAL for a NULL or freed `comm`; BALLAST_EINTERNAL for a poisoned
-// communicator; under MPI below MPI_THREAD_MULTIPLE, BALLAST_EUNSUPPORTED from another
-// thread than the one that made the communicator.
-//
-// # Safety
-// `comm` must be NULL or a ballast_comm handle, used by no other thread during the call.
-int ballast_abort(struct ballast_comm *comm, int code);
 
 // Frees a communicator of ballast_comm_from_env or ballast_comm_from_mpi: the
 // collective finish (every rank must call it; it delivers this rank's sends and serves
