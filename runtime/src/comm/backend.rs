@@ -21,7 +21,7 @@ use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch};
 use crate::protocol::request::RequestId;
 
 /// A communicator's backend: the non-blocking operations, the counters, and the blocking
-/// calls a backend does its own way (`send_now`, the receives, `wait`).
+/// calls a backend does its own way (`send`, the receives, `wait`).
 pub(crate) trait Backend: Send {
     /// This rank, `0..world_size()`.
     fn rank(&self) -> usize;
@@ -95,10 +95,11 @@ pub(crate) trait Backend: Send {
     /// True if the credit accounting balances.
     fn credits_consistent(&self) -> bool;
 
-    /// Sends `data` at once, blocking, when this backend sends such a message without a
-    /// pool buffer (the engine's direct path; every message on the MPI native path):
-    /// `Ok(true)`. `Ok(false)`: the caller sends it through `isend` and waits.
-    fn send_now(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<bool>;
+    /// Sends `data` to `dest` with `tag`, blocking as `Communicator::send` documents: the
+    /// engine sends a message above its direct threshold straight from `data`, and others
+    /// through `isend` and a wait ([`send_blocking`]); the MPI native path as one MPI
+    /// message. One dynamic call per blocking send.
+    fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()>;
     /// Receives the next message matching `src` and `tag` (blocking).
     fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message>;
     /// Receives the next matching message if it is at most `cap` bytes long; a longer one
@@ -153,6 +154,23 @@ pub(super) fn isend_retry<B: Backend + ?Sized>(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// A blocking send through `isend` (progressing and retrying while the pool is exhausted)
+/// and a wait, as the blocking call `send`.
+pub(super) fn send_blocking<B: Backend + ?Sized>(
+    b: &mut B,
+    dest: usize,
+    tag: Tag,
+    data: &[u8],
+) -> Result<()> {
+    let id = isend_retry(b, dest, tag, data)?;
+    let req = Request {
+        id,
+        recv: false,
+        peer: Source::Rank(dest),
+    };
+    b.wait(req, "send").map(|_| ())
 }
 
 /// Whether `req` completed.

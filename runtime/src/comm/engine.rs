@@ -133,12 +133,11 @@ impl Backend for Engine {
         Engine::credits_consistent(self)
     }
 
-    fn send_now(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<bool> {
+    fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         if self.goes_direct(dest, data.len()) {
-            self.send_direct(dest, tag, data)?;
-            return Ok(true);
+            return Ok(self.send_direct(dest, tag, data)?);
         }
-        Ok(false)
+        backend::send_blocking(self, dest, tag, data)
     }
 
     fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message> {

@@ -160,7 +160,8 @@ impl Communicator {
     }
 
     /// Messages this rank sent so far, whole messages (not packets), its own to itself and
-    /// those of every collective included.
+    /// those of every collective included; a blocking `send` that returned an error is not
+    /// counted.
     pub fn messages_sent(&self) -> u64 {
         self.messages_sent
     }
@@ -206,16 +207,6 @@ impl Communicator {
         Ok(id)
     }
 
-    fn send_internal(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
-        let id = self.isend_retry(dest, tag, data)?;
-        let req = Request {
-            id,
-            recv: false,
-            peer: Source::Rank(dest),
-        };
-        self.wait_as(req, "send").map(|_| ())
-    }
-
     /// Sends `data` to `dest` with `tag`, progressing and waiting while the pool is
     /// exhausted (back-pressure); returns when all of it is delivered to the receiver's
     /// receive buffers, or, on a transport that copies each packet when posting it (MPI), as
@@ -225,11 +216,9 @@ impl Communicator {
     /// keeps progressing meanwhile.
     pub fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         Self::check_tag(tag)?;
-        if self.backend.send_now(dest, tag, data)? {
-            self.messages_sent += 1;
-            return Ok(());
-        }
-        self.send_internal(dest, tag, data)
+        self.backend.send(dest, tag, data)?;
+        self.messages_sent += 1;
+        Ok(())
     }
 
     /// Posts a receive from `src` (a rank or any) with `tag` (a tag or any user tag).

@@ -112,9 +112,9 @@ impl Backend for MpiNative {
     }
 
     /// Every message is sent at once.
-    fn send_now(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<bool> {
-        MpiNative::send(self, dest, tag, data)?;
-        Ok(true)
+    #[inline]
+    fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        MpiNative::send(self, dest, tag, data)
     }
     fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
         MpiNative::recv(self, src, tag)
