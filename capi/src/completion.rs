@@ -264,15 +264,26 @@ pub unsafe extern "C" fn ballast_request_cancel(req: *mut ballast_request) -> c_
                 }
             )));
         }
-        let Some(pending) = r.pending() else {
+        let Some(pending) = r.take_pending() else {
             return Err(Fail::inval(format!("{F}: request without an operation")));
         };
-        if c.comm().cancel(pending).map_err(|e| Fail::runtime(F, &e))? {
-            cancelled(r);
-            return Ok(0);
+        match c.comm().cancel(pending) {
+            Ok(Ok(())) => {
+                cancelled(r);
+                Ok(0)
+            }
+            Ok(Err(back)) => {
+                r.put_pending(back);
+                Err(Fail::inval(format!(
+                    "{F}: a message has matched the receive (it is being received, or has arrived): wait for it instead"
+                )))
+            }
+            Err(e) => {
+                // The runtime's request is consumed: the C request ends with the error.
+                let f = Fail::runtime(F, &e);
+                r.end_with(crate::error::code_of(&e), format!("{F}: {e}"));
+                Err(f)
+            }
         }
-        Err(Fail::inval(format!(
-            "{F}: a message has matched the receive (it is being received, or has arrived): wait for it instead"
-        )))
     })
 }

@@ -339,9 +339,25 @@ impl ballast_request {
         self.done
     }
 
-    /// The runtime's request, while not complete.
-    pub(crate) fn pending(&self) -> Option<&Request> {
-        self.pending.as_ref()
+    /// The runtime's request taken out (to be cancelled), while not complete.
+    pub(crate) fn take_pending(&mut self) -> Option<Request> {
+        self.pending.take()
+    }
+
+    /// Puts back the runtime's request that a cancel gave back.
+    pub(crate) fn put_pending(&mut self, req: Request) {
+        self.pending = Some(req);
+    }
+
+    /// Ends the request with `code` and `msg` (its receive was consumed by a cancel that
+    /// failed): `ballast_test` and `ballast_wait` then return `code`, never hang.
+    pub(crate) fn end_with(&mut self, code: std::os::raw::c_int, msg: String) {
+        self.pending = None;
+        self.failure = msg;
+        self.done = Some(ballast_status {
+            error: code,
+            ..Default::default()
+        });
     }
 }
 

@@ -152,6 +152,16 @@ impl Communicator {
         Ok(())
     }
 
+    /// A receive's tag: a reserved one would take the runtime's own messages (a
+    /// collective's), so it is refused as a send's is.
+    #[inline]
+    pub(super) fn check_match(tag: TagMatch) -> Result<TagMatch> {
+        if let TagMatch::Tag(t) = tag {
+            Self::check_tag(t)?;
+        }
+        Ok(tag)
+    }
+
     #[inline]
     fn isend_raw(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         let id = self.backend.isend(dest, tag, data)?;
@@ -225,7 +235,7 @@ impl Communicator {
     pub fn irecv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Request> {
         let src = src.into();
         Ok(Request {
-            id: self.irecv_raw(src, tag.into())?,
+            id: self.irecv_raw(src, Self::check_match(tag.into())?)?,
             recv: true,
             peer: src,
         })
@@ -233,13 +243,14 @@ impl Communicator {
 
     /// Receives the next message matching `src` and `tag`, progressing until it arrives.
     pub fn recv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Message> {
-        self.backend.recv(src.into(), tag.into())
+        self.backend.recv(src.into(), Self::check_match(tag.into())?)
     }
 
     /// Progresses once, then returns the next matching message if it has fully arrived.
     pub fn try_recv(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Option<Message>> {
+        let tag = Self::check_match(tag.into())?;
         self.progress()?;
-        Ok(self.backend.try_take(src.into(), tag.into()))
+        Ok(self.backend.try_take(src.into(), tag))
     }
 
     /// Receives the next message matching `src` and `tag` if it is at most `cap` bytes
@@ -257,7 +268,8 @@ impl Communicator {
         tag: impl Into<TagMatch>,
         cap: usize,
     ) -> Result<std::result::Result<Message, Envelope>> {
-        self.backend.recv_within(src.into(), tag.into(), cap)
+        self.backend
+            .recv_within(src.into(), Self::check_match(tag.into())?, cap)
     }
 
     /// Receives the next message matching `src` and `tag` into `buf`, progressing until
@@ -277,7 +289,8 @@ impl Communicator {
         tag: impl Into<TagMatch>,
         buf: &mut [u8],
     ) -> Result<std::result::Result<Envelope, Envelope>> {
-        self.backend.recv_into(src.into(), tag.into(), buf)
+        self.backend
+            .recv_into(src.into(), Self::check_match(tag.into())?, buf)
     }
 
     /// Progresses once, then tells the source, tag and length of the message that
@@ -288,14 +301,14 @@ impl Communicator {
     /// (not for [`Source::Any`] while no rank failed: this rank may still send to itself);
     /// the transport's.
     pub fn iprobe(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Option<Envelope>> {
-        backend::iprobe(&mut *self.backend, src.into(), tag.into())
+        backend::iprobe(&mut *self.backend, src.into(), Self::check_match(tag.into())?)
     }
 
     /// Progresses (waiting as [`Communicator::wait`] does) until a message matching `src`
     /// and `tag` has fully arrived, and returns its envelope; the message stays queued for
     /// the next [`Communicator::try_recv`] or `recv` with the same `src` and `tag`.
     pub fn probe(&mut self, src: impl Into<Source>, tag: impl Into<TagMatch>) -> Result<Envelope> {
-        backend::probe(&mut *self.backend, src.into(), tag.into())
+        backend::probe(&mut *self.backend, src.into(), Self::check_match(tag.into())?)
     }
 
     /// Progresses once and tells whether `req` has completed (it stays valid for `wait`).

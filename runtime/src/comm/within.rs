@@ -26,22 +26,30 @@ impl Communicator {
     ) -> Result<Request> {
         let src = src.into();
         Ok(Request {
-            id: self.backend.irecv_within(src, tag.into(), cap)?,
+            id: self
+                .backend
+                .irecv_within(src, Self::check_match(tag.into())?, cap)?,
             recv: true,
             peer: src,
         })
     }
 
-    /// Withdraws receive `req` if no message has matched it yet: `Ok(true)`, the request
-    /// has ended (drop it: do not test or wait it) and no message will bind to it (one on
-    /// its way goes to a later receive). `Ok(false)`, nothing changed, for a send, or a
-    /// receive that a message has matched (complete, still arriving, or refused as longer
-    /// than its limit): wait for it as before. Errors: the transport's (on the MPI native
-    /// path, `MPI_Cancel`'s).
-    pub fn cancel(&mut self, req: &Request) -> Result<bool> {
+    /// Withdraws receive `req` if no message has matched it yet: `Ok(Ok(()))`, the request
+    /// is consumed (it has ended; no message will bind to it, and one on its way goes to a
+    /// later receive). `Ok(Err(req))`, nothing changed and the request is given back, for a
+    /// send, or a receive that a message has matched (complete, still arriving, or refused
+    /// as longer than its limit): test or wait for it as before. Taking the request by
+    /// value makes a wait on a cancelled receive (which nothing could ever complete)
+    /// impossible. Errors: the transport's (on the MPI native path, `MPI_Cancel`'s); the
+    /// request is then consumed.
+    pub fn cancel(&mut self, req: Request) -> Result<std::result::Result<(), Request>> {
         if !req.recv {
-            return Ok(false);
+            return Ok(Err(req));
         }
-        self.backend.cancel_recv(req.id)
+        Ok(if self.backend.cancel_recv(req.id)? {
+            Ok(())
+        } else {
+            Err(req)
+        })
     }
 }
