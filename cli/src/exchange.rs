@@ -7,6 +7,8 @@
 //!   `(r + 1) % n` and receives from `(r + n - 1) % n`, so 2 peers, 1 on 2 ranks, 0 on 1).
 //!   It depends on the world size only, not on where the cells are: no connectivity is
 //!   needed, and the balance is the transport-blind one with this constant charge added.
+//!   On the MPI native path (`--transport mpi --mpi-native on`) the all-gather is MPI's
+//!   own (`MPI_Allgatherv` on Ballast's duplicate communicator): no peer, in both modes.
 //! - `multisend`: the peers that hold targets (and sources), from the circuit's
 //!   connectivity, plus the ring all-gather's partners: NEURON's multisend ends each
 //!   exchange with `nrnmpi_multisend_conserve`, which the shim runs as a
@@ -47,9 +49,18 @@ fn peer_nodes(rank: usize, partners: &[usize], ranks_per_node: usize) -> usize {
 /// Per-rank loads of `allocation` with the all-gather's charge: cells from the dry run
 /// (`rank_kb`: the allocation's KB per rank, every cycle, as the summary weighs it; no
 /// synapse split without connectivity), transport `charge` for each rank's ring partners.
-pub fn allgather_loads(rank_kb: Vec<f64>, charge: &TransportCharge) -> RankLoads {
+pub fn allgather_loads(rank_kb: Vec<f64>, charge: &TransportCharge, mpi_collectives: bool) -> RankLoads {
     let n = rank_kb.len();
-    let partners: Vec<Vec<usize>> = (0..n).map(|r| allgather_partners(r, n)).collect();
+    // `mpi_collectives`: the MPI native path runs MPI's own all-gather, which opens no peer.
+    let partners: Vec<Vec<usize>> = (0..n)
+        .map(|r| {
+            if mpi_collectives {
+                Vec::new()
+            } else {
+                allgather_partners(r, n)
+            }
+        })
+        .collect();
     let peers: Vec<usize> = partners.iter().map(Vec::len).collect();
     let nodes: Vec<usize> = partners
         .iter()
@@ -89,7 +100,7 @@ mod tests {
     #[test]
     fn loads_charge_each_rank_its_ring() {
         let charge = TransportCharge::new(|peers, world| (peers * 1024 + world) as u64);
-        let l = allgather_loads(vec![10.0, 20.0, 30.0], &charge);
+        let l = allgather_loads(vec![10.0, 20.0, 30.0], &charge, false);
         assert_eq!(l.peers, vec![2, 2, 2]);
         assert_eq!(l.transport_kb, vec![2.0 + 3.0 / 1024.0; 3]);
         assert_eq!(l.total_kb(1), 20.0 + 2.0 + 3.0 / 1024.0);
@@ -97,8 +108,17 @@ mod tests {
         per_node.per_node = true;
         per_node.ranks_per_node = 2;
         // Ranks 0,1 | 2,3: rank 0's partners 1 (same node) and 3 (other node).
-        let l = allgather_loads(vec![0.0; 4], &per_node);
+        let l = allgather_loads(vec![0.0; 4], &per_node, false);
         assert_eq!(l.peer_nodes, vec![1, 1, 1, 1]);
         assert_eq!(l.transport_kb, vec![1.0; 4]);
+    }
+
+    #[test]
+    fn mpi_collectives_open_no_peer() {
+        let charge = TransportCharge::new(|peers, world| (peers * 1024 + world) as u64);
+        let l = allgather_loads(vec![10.0, 20.0, 30.0], &charge, true);
+        assert_eq!(l.peers, vec![0, 0, 0]);
+        assert_eq!(l.peer_nodes, vec![0, 0, 0]);
+        assert_eq!(l.transport_kb, vec![3.0 / 1024.0; 3]);
     }
 }

@@ -163,6 +163,7 @@ pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
         step.loads = Some(exchange::allgather_loads(
             exchange::rank_kb(&step.allocation, &input.dry_run),
             ch,
+            plan.mpi_collectives(),
         ));
     }
     let (written, summary) = timings.time("write", "writing the allocation", || {

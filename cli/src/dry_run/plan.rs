@@ -141,10 +141,18 @@ impl Plan {
                     eprintln!("note: --endpoint-overflow has no effect: max_endpoints is 0 (no cap)");
                 }
                 let mut charge = ballast_sim::transport_charge(self.runtime.transport());
-                charge.ring_partners = self.exchange == Some(Exchange::Multisend);
+                // On the MPI native path the all-gather is MPI's own: it opens no peer.
+                charge.ring_partners = self.exchange == Some(Exchange::Multisend) && !self.mpi_collectives();
                 Some(charge)
             }
         })
+    }
+
+    /// True when the charged transport runs the collectives as MPI's own (the MPI native
+    /// path): Ballast's all-gather then connects no peer.
+    pub fn mpi_collectives(&self) -> bool {
+        let t = self.runtime.transport();
+        t.kind == ballast_runtime::TransportKind::Mpi && t.mpi_native
     }
 
     /// The ranks to balance for: `--num-target-ranks`, or the nodes suggested for the input
