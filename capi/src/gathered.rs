@@ -141,19 +141,7 @@ pub unsafe extern "C" fn ballast_gathered_part(
                 .map(|i| &g.parts[i])
                 .ok_or_else(|| not_a_source(F, rank, sources.len()))?,
         };
-        if data.is_null() || len.is_null() {
-            return Err(Fail::null(F, if data.is_null() { "data" } else { "len" }));
-        }
-        // SAFETY: both non-NULL and writable (the contract).
-        unsafe {
-            *data = if p.is_empty() {
-                std::ptr::null()
-            } else {
-                p.as_ptr().cast()
-            };
-            *len = p.len();
-        }
-        Ok(0)
+        write_part(F, p, data, len)
     })
 }
 
@@ -273,18 +261,24 @@ pub unsafe extern "C" fn ballast_gathered_at(
         // SAFETY: the result of a live handle, not freed while this call reads it.
         let g = unsafe { &*g };
         let p = part_at(F, g, i)?;
-        if data.is_null() || len.is_null() {
-            return Err(Fail::null(F, if data.is_null() { "data" } else { "len" }));
-        }
-        // SAFETY: both non-NULL and writable (the contract).
-        unsafe {
-            *data = if p.is_empty() {
-                std::ptr::null()
-            } else {
-                p.as_ptr().cast()
-            };
-            *len = p.len();
-        }
-        Ok(0)
+        write_part(F, p, data, len)
     })
+}
+
+/// Writes part `p`'s address (NULL when empty) and length to `data` and `len`: the output of
+/// `ballast_gathered_part` and `ballast_gathered_at`. Errors: BALLAST_EINVAL for NULL.
+fn write_part(f: &str, p: &[u8], data: *mut *const c_void, len: *mut usize) -> Result<c_int, Fail> {
+    if data.is_null() || len.is_null() {
+        return Err(Fail::null(f, if data.is_null() { "data" } else { "len" }));
+    }
+    // SAFETY: both non-NULL and writable (the callers' contract).
+    unsafe {
+        *data = if p.is_empty() {
+            std::ptr::null()
+        } else {
+            p.as_ptr().cast()
+        };
+        *len = p.len();
+    }
+    Ok(0)
 }
