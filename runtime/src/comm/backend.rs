@@ -51,6 +51,14 @@ pub(crate) trait Backend: Send {
     fn take_recv(&mut self, id: RequestId) -> Option<Message>;
     /// Forgets completed send `id`.
     fn finish_send(&mut self, id: RequestId);
+    /// Forgets send `id` if it completed: true then (`send_done`, then `finish_send`).
+    fn take_send(&mut self, id: RequestId) -> Result<bool> {
+        let done = self.send_done(id)?;
+        if done {
+            self.finish_send(id);
+        }
+        Ok(done)
+    }
     /// One round of progress; true if anything happened.
     fn progress(&mut self) -> Result<bool>;
     /// True when every send of this rank completed.
@@ -158,6 +166,16 @@ pub(super) fn is_done<B: Backend + ?Sized>(b: &B, req: &Request) -> Result<bool>
     }
 }
 
+/// Takes `req`'s outcome if it completed (the received message, or the send forgotten):
+/// one lookup, as the first check of every wait finds most requests complete.
+fn take_done<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<Option<Completion>> {
+    if req.recv {
+        Ok(b.take_recv(req.id).map(Completion::Received))
+    } else {
+        Ok(b.take_send(req.id)?.then_some(Completion::Sent))
+    }
+}
+
 /// Progresses until `req` completes, as the blocking call `op`: once every rank that
 /// could complete it ended ([`CommError::PeerGone`](crate::error::CommError::PeerGone), see `gone`), an error naming `op`.
 pub(super) fn wait_loop<B: Backend + ?Sized>(
@@ -165,26 +183,23 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
     req: Request,
     op: &'static str,
 ) -> Result<Completion> {
+    if let Some(c) = take_done(b, &req)? {
+        return Ok(c);
+    }
     let mut off = Backoff::new();
     let mut check = EndCheck::default();
-    while !is_done(b, &req)? {
+    loop {
         let worked = b.progress()?;
         if worked {
             off.reset();
+        }
+        if let Some(c) = take_done(b, &req)? {
+            return Ok(c);
         }
         let on = (req.peer, req.recv, op);
         if after_round(b, worked, &mut check, on, &mut |c| is_done(c, &req))? {
             b.snooze(&mut off);
         }
-    }
-    if req.recv {
-        let m = b
-            .take_recv(req.id)
-            .ok_or(Error::Protocol(ProtocolError::UnknownRequest(req.id)))?;
-        Ok(Completion::Received(m))
-    } else {
-        b.finish_send(req.id);
-        Ok(Completion::Sent)
     }
 }
 

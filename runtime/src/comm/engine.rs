@@ -79,6 +79,9 @@ impl Backend for Engine {
     fn finish_send(&mut self, id: RequestId) {
         Engine::finish_send(self, id)
     }
+    fn take_send(&mut self, id: RequestId) -> Result<bool> {
+        Ok(Engine::take_send(self, id)?)
+    }
     fn progress(&mut self) -> Result<bool> {
         Ok(Engine::progress(self)?)
     }
