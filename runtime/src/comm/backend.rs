@@ -51,13 +51,15 @@ pub(crate) trait Backend: Send {
     fn take_recv(&mut self, id: RequestId) -> Option<Message>;
     /// Forgets completed send `id`.
     fn finish_send(&mut self, id: RequestId);
-    /// Forgets send `id` if it completed: true then (`send_done`, then `finish_send`).
-    fn take_send(&mut self, id: RequestId) -> Result<bool> {
-        let done = self.send_done(id)?;
+    /// Forgets send `id` if it completed: `Some(true)` then, `Some(false)` while in
+    /// flight, `None` for an unknown request (`send_done`, then `finish_send`; no `Result`
+    /// on the hot path: the error is made by the caller, in the rare case).
+    fn take_send(&mut self, id: RequestId) -> Option<bool> {
+        let done = self.send_done(id).ok()?;
         if done {
             self.finish_send(id);
         }
-        Ok(done)
+        Some(done)
     }
     /// One round of progress; true if anything happened.
     fn progress(&mut self) -> Result<bool>;
@@ -172,8 +174,18 @@ fn take_done<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<Option<Com
     if req.recv {
         Ok(b.take_recv(req.id).map(Completion::Received))
     } else {
-        Ok(b.take_send(req.id)?.then_some(Completion::Sent))
+        match b.take_send(req.id) {
+            Some(done) => Ok(done.then_some(Completion::Sent)),
+            None => Err(unknown(req.id)),
+        }
     }
+}
+
+/// A request this backend does not know (out of line: the hot path only tests for it).
+#[cold]
+#[inline(never)]
+fn unknown(id: RequestId) -> Error {
+    Error::Protocol(ProtocolError::UnknownRequest(id))
 }
 
 /// Progresses until `req` completes, as the blocking call `op`: once every rank that

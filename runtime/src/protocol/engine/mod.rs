@@ -335,18 +335,19 @@ impl Engine {
         self.sends.remove(&req);
     }
 
-    /// Forgets send request `req` if it is complete ([`Engine::send_done`]): true then. One
-    /// hash lookup, where `send_done` and `finish_send` take two.
-    pub fn take_send(&mut self, req: RequestId) -> Result<bool> {
+    /// Forgets send request `req` if it is complete ([`Engine::send_done`]): `Some(true)`
+    /// then, `Some(false)` while it is in flight, `None` for a request this engine does not
+    /// know. One hash lookup, where `send_done` and `finish_send` take two.
+    pub fn take_send(&mut self, req: RequestId) -> Option<bool> {
         match self.sends.entry(req) {
             Entry::Occupied(s) => {
                 let done = s.get().posted_all && s.get().outstanding == 0;
                 if done {
                     s.remove();
                 }
-                Ok(done)
+                Some(done)
             }
-            Entry::Vacant(_) => Err(ProtocolError::UnknownRequest(req)),
+            Entry::Vacant(_) => None,
         }
     }
 
