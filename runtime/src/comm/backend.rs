@@ -61,6 +61,16 @@ pub(crate) trait Backend: Send {
     fn take_recv(&mut self, id: RequestId) -> Option<Message>;
     /// Forgets completed send `id`.
     fn finish_send(&mut self, id: RequestId);
+    /// Forgets send `id` if it completed: `Some(true)` then, `Some(false)` while in
+    /// flight, `None` for an unknown request (`send_done`, then `finish_send`; no `Result`
+    /// on the hot path: the error is made by the caller, in the rare case).
+    fn take_send(&mut self, id: RequestId) -> Option<bool> {
+        let done = self.send_done(id).ok()?;
+        if done {
+            self.finish_send(id);
+        }
+        Some(done)
+    }
     /// One round of progress; true if anything happened.
     fn progress(&mut self) -> Result<bool>;
     /// True when every send of this rank completed.
@@ -197,6 +207,34 @@ pub(super) fn truncated(rank: usize, e: Envelope) -> Error {
     .into()
 }
 
+/// Takes `req`'s outcome if it completed (the received message, or the send forgotten):
+/// one lookup, as the first check of every wait finds most requests complete. A receive
+/// of `irecv_within` that refused a longer message is [`CommError::Truncated`], as in
+/// [`is_done`].
+fn take_done<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<Option<Completion>> {
+    if req.recv {
+        if let Some(m) = b.take_recv(req.id) {
+            return Ok(Some(Completion::Received(m)));
+        }
+        match b.take_refused(req.id) {
+            Some(e) => Err(truncated(b.rank(), e)),
+            None => Ok(None),
+        }
+    } else {
+        match b.take_send(req.id) {
+            Some(done) => Ok(done.then_some(Completion::Sent)),
+            None => Err(unknown(req.id)),
+        }
+    }
+}
+
+/// A request this backend does not know (out of line: the hot path only tests for it).
+#[cold]
+#[inline(never)]
+fn unknown(id: RequestId) -> Error {
+    Error::Protocol(ProtocolError::UnknownRequest(id))
+}
+
 /// Progresses until `req` completes, as the blocking call `op`: once every rank that
 /// could complete it ended ([`CommError::PeerGone`](crate::error::CommError::PeerGone), see `gone`), an error naming `op`.
 pub(super) fn wait_loop<B: Backend + ?Sized>(
@@ -204,26 +242,23 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
     req: Request,
     op: &'static str,
 ) -> Result<Completion> {
+    if let Some(c) = take_done(b, &req)? {
+        return Ok(c);
+    }
     let mut off = Backoff::new();
     let mut check = EndCheck::default();
-    while !is_done(b, &req)? {
+    loop {
         let worked = b.progress()?;
         if worked {
             off.reset();
+        }
+        if let Some(c) = take_done(b, &req)? {
+            return Ok(c);
         }
         let on = (req.peer, req.recv, op);
         if after_round(b, worked, &mut check, on, &mut |c| is_done(c, &req))? {
             b.snooze(&mut off);
         }
-    }
-    if req.recv {
-        let m = b
-            .take_recv(req.id)
-            .ok_or(Error::Protocol(ProtocolError::UnknownRequest(req.id)))?;
-        Ok(Completion::Received(m))
-    } else {
-        b.finish_send(req.id);
-        Ok(Completion::Sent)
     }
 }
 

@@ -88,6 +88,9 @@ impl Backend for Engine {
     fn finish_send(&mut self, id: RequestId) {
         Engine::finish_send(self, id)
     }
+    fn take_send(&mut self, id: RequestId) -> Option<bool> {
+        Engine::take_send(self, id)
+    }
     fn progress(&mut self) -> Result<bool> {
         Ok(Engine::progress(self)?)
     }

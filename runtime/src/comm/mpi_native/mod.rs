@@ -114,8 +114,7 @@ mod within;
 pub(crate) use abort::AbortLine;
 pub(crate) use ffi::tag_ub;
 use ffi::{
-    any_source, any_tag, byte_count, empty_status, HeaderRecv, Ibarrier, NativeComm, OwnedSend, PartsRecv,
-    Status,
+    any_source, any_tag, empty_status, HeaderRecv, Ibarrier, NativeComm, OwnedSend, PartsRecv, Status,
 };
 
 struct Channel {

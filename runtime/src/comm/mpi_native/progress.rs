@@ -342,7 +342,6 @@ impl MpiNative {
     /// receive was removed from the list (a whole message), false when it now waits for
     /// its parts.
     pub(super) fn header_done(&mut self, i: usize, status: Status) -> Result<bool> {
-        let n = byte_count(&status)?;
         self.received += 1;
         let chan = self.recvs[i].chan;
         let RecvState::Header { recv, scratch } = &mut self.recvs[i].state else {
@@ -352,8 +351,9 @@ impl MpiNative {
         if scratch {
             self.scratch_mark = Some(self.unexpected.len());
         }
-        // The `n <= head_bytes` bytes (the receive's count) MPI wrote.
+        // The `n <= head_bytes` bytes (the receive's count, taken by its test) MPI wrote.
         let buf = recv.take_filled().unwrap_or_default();
+        let n = buf.len();
         if n == LARGE_HEADER && buf[n - 1] == KIND_LARGE && scratch {
             let bytes = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
             if self.into_cap.is_some_and(|cap| bytes <= cap as u64) {

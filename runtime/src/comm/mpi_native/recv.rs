@@ -243,10 +243,10 @@ impl MpiNative {
             let done = matches!(tested, Ok(true));
             if done {
                 self.scratch_mark = Some(self.unexpected.len());
-                let n = byte_count(&status)?;
+                // The bytes MPI wrote (their count taken once, by the test).
+                let buf = recv.bytes().unwrap_or_default();
+                let n = buf.len();
                 if (1..=self.head_bytes).contains(&n) {
-                    // The `n` bytes MPI wrote.
-                    let buf = recv.bytes().unwrap_or_default();
                     if buf[n - 1] == KIND_WHOLE {
                         self.received += 1;
                         let source = source_rank(status.MPI_SOURCE)?;

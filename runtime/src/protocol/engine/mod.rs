@@ -21,6 +21,7 @@
 //! messages); `endpoints` the handshakes, lazy connect and eviction; `credit` the credit
 //! requests and grants.
 
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 
 use crate::core::config::{RecvSharing, TransportConfig};
@@ -368,6 +369,22 @@ impl Engine {
     /// Forgets a completed send request.
     pub fn finish_send(&mut self, req: RequestId) {
         self.sends.remove(&req);
+    }
+
+    /// Forgets send request `req` if it is complete ([`Engine::send_done`]): `Some(true)`
+    /// then, `Some(false)` while it is in flight, `None` for a request this engine does not
+    /// know. One hash lookup, where `send_done` and `finish_send` take two.
+    pub fn take_send(&mut self, req: RequestId) -> Option<bool> {
+        match self.sends.entry(req) {
+            Entry::Occupied(s) => {
+                let done = s.get().posted_all && s.get().outstanding == 0;
+                if done {
+                    s.remove();
+                }
+                Some(done)
+            }
+            Entry::Vacant(_) => None,
+        }
     }
 
     /// Posts a receive request.

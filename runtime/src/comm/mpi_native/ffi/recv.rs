@@ -59,6 +59,7 @@ impl HeaderRecv {
         Ok(HeaderRecv { req, buf, got: None })
     }
 
+    #[inline]
     fn completed(&mut self, status: &Status) -> Result<()> {
         self.got = Some(0); // no longer in flight, whatever MPI_Get_count says
         let n = byte_count(status)?.min(self.buf.capacity());
@@ -67,6 +68,7 @@ impl HeaderRecv {
     }
 
     /// Tests the receive (`MPI_Test`): true when it completed, with `status` filled.
+    #[inline]
     pub(in crate::comm::mpi_native) fn test(&mut self, status: &mut Status) -> Result<bool> {
         if self.got.is_some() {
             return Ok(true);
@@ -95,6 +97,7 @@ impl HeaderRecv {
     }
 
     /// The received bytes once complete (`None` while in flight).
+    #[inline]
     pub(in crate::comm::mpi_native) fn bytes(&self) -> Option<&[u8]> {
         let n = self.got?;
         // SAFETY: MPI completed the receive and reported writing `n` bytes (at most the
@@ -103,6 +106,7 @@ impl HeaderRecv {
     }
 
     /// The buffer, its length the bytes received, once complete (`None` while in flight).
+    #[inline]
     pub(in crate::comm::mpi_native) fn take_filled(&mut self) -> Option<Vec<u8>> {
         let n = self.got?;
         let mut buf = std::mem::take(&mut self.buf);
@@ -155,10 +159,21 @@ impl HeaderRecv {
 }
 
 impl Drop for HeaderRecv {
+    /// Inline: a completed receive (every one on the latency path) has nothing to do.
+    #[inline]
     fn drop(&mut self) {
-        if self.got.is_some() {
-            return;
+        if self.got.is_none() {
+            self.drop_in_flight();
         }
+    }
+}
+
+impl HeaderRecv {
+    /// The drop of a receive still in flight: cancelled and waited for (its buffer
+    /// leaked instead once MPI is finalized).
+    #[cold]
+    #[inline(never)]
+    fn drop_in_flight(&mut self) {
         if rsmpi::environment::is_finalized() {
             std::mem::forget(std::mem::take(&mut self.buf));
             return;

@@ -114,6 +114,7 @@ impl OwnedSend {
     }
 
     /// Tests the header and the parts (`MPI_Test`, `MPI_Testall`): true when all completed.
+    #[inline]
     pub(in crate::comm::mpi_native) fn test(&mut self) -> Result<bool> {
         if self.done {
             return Ok(true);
@@ -149,6 +150,7 @@ impl OwnedSend {
     }
 
     /// The header's buffer once every send completed (`None` while in flight).
+    #[inline]
     pub(in crate::comm::mpi_native) fn take_head(&mut self) -> Option<Vec<u8>> {
         self.done.then(|| std::mem::take(&mut self.head))
     }
@@ -160,13 +162,24 @@ impl OwnedSend {
 }
 
 impl Drop for OwnedSend {
+    /// Inline: a completed send (every one on the latency path) has nothing to do.
+    #[inline]
     fn drop(&mut self) {
         if !self.done {
-            // MPI may still read them, and waiting could hang on a peer that failed: leak.
-            std::mem::forget(std::mem::take(&mut self.head));
-            if let Some(body) = self.body.as_mut() {
-                std::mem::forget(std::mem::take(&mut body.data));
-            }
+            self.leak_in_flight();
+        }
+    }
+}
+
+impl OwnedSend {
+    /// The drop of a send still in flight: MPI may still read its buffers, and waiting
+    /// could hang on a peer that failed, so they are leaked.
+    #[cold]
+    #[inline(never)]
+    fn leak_in_flight(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.head));
+        if let Some(body) = self.body.as_mut() {
+            std::mem::forget(std::mem::take(&mut body.data));
         }
     }
 }
