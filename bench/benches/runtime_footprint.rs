@@ -40,7 +40,7 @@ fn table() {
         for peers in [16usize, 64, 256, 1024] {
             let t = cfg.transport();
             let pred = t.predict(peers, peers + 1, t.ranks_per_node);
-            match run_local(peers + 1, &cfg, 1, 10) {
+            match run_local(peers + 1, &cfg, 1, 10, None) {
                 Ok(r) => println!(
                     "| {name} | {peers} | {} | {} | {}/{} | {} | {} | {} |",
                     pred.total_bytes(),

@@ -25,6 +25,9 @@
 #include <mpi.h>
 
 #include "ballast.h"
+#define BENCH_NAME "irecv_into"
+#define BENCH_EXIT(code) MPI_Abort(MPI_COMM_WORLD, code)
+#include "common.h"
 
 #ifndef BALLAST_BENCH_TWIN
 #error "build with -DBALLAST_BENCH_TWIN against an install with --features mpi,bench-twin"
@@ -33,34 +36,6 @@
 int ballast_bench_twin(ballast_comm *comm, int mode, const void *buf, size_t size, uint64_t iters);
 
 enum { C_INTO, RUST_WITHIN, RAW_MPI, LOOPS };
-
-static void die(int rc, const char *what) {
-    char msg[512];
-    ballast_last_error(msg, sizeof msg);
-    fprintf(stderr, "irecv_into: %s: %d: %s\n", what, rc, msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-#define TRY(call)                      \
-    do {                               \
-        int rc_ = (call);              \
-        if (rc_ != 0) die(rc_, #call); \
-    } while (0)
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, long n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return v[n / 2];
-}
 
 static void c_loop(ballast_comm *comm, int me, uint8_t *out, uint8_t *in, size_t size, long n) {
     int peer = 1 - me;

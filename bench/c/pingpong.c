@@ -35,6 +35,8 @@
 #ifdef BALLAST_HAVE_MPI
 #include <mpi.h>
 #endif
+#define BENCH_NAME "pingpong"
+#include "common.h"
 
 #ifdef BALLAST_BENCH_TWIN
 /* libballast's bench-twin export (not in ballast.h): ITERS round trips of this loop through
@@ -53,29 +55,6 @@ struct plan {
     long iters, blocks;
     double *ns; /* per block, filled by rank 0 */
 };
-
-static void die(int rc, const char *what) {
-    char msg[512];
-    ballast_last_error(msg, sizeof msg);
-    fprintf(stderr, "pingpong: %s: %d: %s\n", what, rc, msg);
-    exit(1);
-}
-#define TRY(call)                     \
-    do {                              \
-        int rc_ = (call);             \
-        if (rc_ != 0) die(rc_, #call); \
-    } while (0)
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* N round trips of the C loop (ballast_recv into `buf` when `blocking`). */
 static void c_loop(ballast_comm *comm, int me, int peer, int blocking, uint8_t *buf, size_t size, long n) {
@@ -154,12 +133,6 @@ static int rank_main(ballast_comm *comm, void *user) {
     }
     free(buf);
     return 0;
-}
-
-/* The median of n values (sorted in place). */
-static double median(double *v, long n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return v[n / 2];
 }
 
 int main(int argc, char **argv) {

@@ -173,7 +173,7 @@ pub(crate) fn with_comm(
     f: impl FnOnce(&mut ballast_comm) -> Result<c_int, Fail>,
 ) -> c_int {
     match comm_of(func, comm) {
-        Ok(c) => with_comm_at(func, c, f),
+        Ok(c) => with_comm_at(func, c, Via::Comm, f),
         Err(fail) => failed(fail),
     }
 }
@@ -198,7 +198,7 @@ pub(crate) fn this_thread() -> u64 {
 /// inside already (a call made from within a call), BALLAST_EUNSUPPORTED naming both
 /// threads when another thread is inside. One compare-and-swap, no lock.
 #[inline(always)]
-pub(crate) fn enter(func: &str, comm: *mut ballast_comm) -> Result<Option<Inside>, Fail> {
+pub(crate) fn enter(func: &str, comm: *mut ballast_comm, via: Via) -> Result<Option<Inside>, Fail> {
     // SAFETY: a live communicator (its handle resolved), not freed during the call (the
     // contract): the address of its `owner` field alone, from the raw pointer (never
     // through a reference to the whole handle, which the thread inside a call holds); the
@@ -211,7 +211,7 @@ pub(crate) fn enter(func: &str, comm: *mut ballast_comm) -> Result<Option<Inside
     match cell.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
         Ok(_) => Ok(Some(Inside(owner))),
         Err(other) if other == me => Ok(None),
-        Err(other) => Err(busy(func, me, other)),
+        Err(other) => Err(busy(func, me, other, via)),
     }
 }
 
@@ -230,16 +230,35 @@ impl Drop for Inside {
     }
 }
 
-/// A call from thread `me` while thread `other` is inside a call on the communicator.
+/// How a call reached a communicator: given it, or through one of its requests.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// A call on the communicator handle.
+    Comm,
+    /// A call on a request handle (`ballast_wait`, `ballast_test`, ...): the request's
+    /// communicator, which may be another rank's.
+    Request,
+}
+
+/// A call from thread `me` while thread `other` is inside a call on the communicator
+/// (reached `via` the communicator or one of its requests).
 #[cold]
 #[inline(never)]
-fn busy(func: &str, me: u64, other: u64) -> Fail {
+fn busy(func: &str, me: u64, other: u64, via: Via) -> Fail {
+    let (on, rule) = match via {
+        Via::Comm => ("the same communicator", ""),
+        Via::Request => (
+            "the request's communicator",
+            " (a request is completed and freed by the rank that made it: with \
+             ballast_local_run, another rank's request is not this thread's to wait for)",
+        ),
+    };
     Fail::new(
         BALLAST_EUNSUPPORTED,
         format!(
-            "{func}: called from thread {me:#x} while thread {other:#x} is inside a call on the same \
-             communicator (pthread_self values): a communicator and its requests are used by one \
-             thread at a time; serialise the calls, or give each thread a communicator of its own"
+            "{func}: called from thread {me:#x} while thread {other:#x} is inside a call on {on} \
+             (pthread_self values): a communicator and its requests are used by one thread at a \
+             time{rule}; serialise the calls, or give each thread a communicator of its own"
         ),
     )
 }
@@ -249,9 +268,10 @@ fn busy(func: &str, me: u64, other: u64) -> Fail {
 pub(crate) fn with_comm_at(
     func: &str,
     comm: *mut ballast_comm,
+    via: Via,
     f: impl FnOnce(&mut ballast_comm) -> Result<c_int, Fail>,
 ) -> c_int {
-    let _inside = match enter(func, comm) {
+    let _inside = match enter(func, comm, via) {
         Ok(g) => g,
         Err(fail) => return failed(fail),
     };
@@ -438,7 +458,7 @@ pub unsafe extern "C" fn ballast_comm_free(comm: *mut ballast_comm) -> c_int {
     boundary(F, || {
         let c = comm_of(F, comm)?;
         // Another thread inside a call on it is refused, as for every call.
-        let inside = enter(F, c)?;
+        let inside = enter(F, c, Via::Comm)?;
         // SAFETY: a live communicator (its handle resolved), this thread inside it.
         if unsafe { (*c).owned.is_none() } {
             return Err(Fail::inval(format!(

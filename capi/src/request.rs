@@ -195,7 +195,7 @@ pub(crate) fn with_request(
     // SAFETY: a live request (its handle resolved), used by this thread alone (the contract).
     let comm = unsafe { (*r).comm };
     // A live request's communicator is live: freeing it ends its requests' handles.
-    with_comm_at(func, comm, |c| {
+    with_comm_at(func, comm, crate::comm::Via::Request, |c| {
         // SAFETY: a live box of `c.requests`, a distinct allocation from `c`.
         f(c, unsafe { &mut *r })
     })

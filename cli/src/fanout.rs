@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context};
 use ballast_runtime::{LockStatus, MemoryLock, ProcStatus, TransportKind};
-use ballast_sim::fanout::{run_local_counted, FanoutReport, Snapshot};
+use ballast_sim::fanout::{run_local, FanoutReport, Snapshot};
 use serde::Serialize;
 
 use crate::runtime_args::RuntimeArgs;
@@ -20,10 +20,10 @@ pub struct FanoutArgs {
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Messages rank 0 sends to each other rank, at most 1073741824 (2^30).
-    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 30))]
+    #[arg(long, default_value_t = 1, value_parser = crate::parse::whole::<usize>(0, 1 << 30))]
     pub messages: usize,
     /// 32-bit integers per message, at most 268435456 (a message of 1 GiB).
-    #[arg(long, default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1 << 28))]
+    #[arg(long, default_value_t = 10, value_parser = crate::parse::whole::<usize>(0, 1 << 28))]
     pub ints: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -331,12 +331,12 @@ impl Plan {
                 format!("{} of {ranks} ranks finished", n - ranks)
             }
         };
-        let (r, sent) = crate::progress::with_progress(2 * ranks as u64, &steps, &message, || {
-            run_local_counted(ranks, cfg, self.messages, self.ints, &steps)
+        let r = crate::progress::with_progress(2 * ranks as u64, &steps, &message, || {
+            run_local(ranks, cfg, self.messages, self.ints, Some(&steps))
         })?;
         Ok(Outcome {
+            messages_sent: r.messages_sent,
             report: r,
-            messages_sent: Some(sent),
             #[cfg(feature = "verbs")]
             processes: None,
         })
@@ -621,7 +621,8 @@ mod tests {
         };
         let cfg = args.to_config().unwrap();
         let steps = std::sync::atomic::AtomicUsize::new(0);
-        let (r, sent) = run_local_counted(9, &cfg, 1, 10, &steps).unwrap();
+        let r = run_local(9, &cfg, 1, 10, Some(&steps)).unwrap();
+        let sent = r.messages_sent.expect("known over local");
         // 8 fanout messages, and 4 dissemination barriers of ceil(log2 9) = 4 rounds, one
         // message per rank and round.
         assert_eq!(sent, 8 + 4 * 9 * 4);

@@ -29,6 +29,7 @@ mod dry_run;
 mod exchange;
 mod fanout;
 mod info;
+mod memory_usage;
 mod node_suggest;
 mod output;
 mod parse;

@@ -68,3 +68,68 @@ pub fn non_negative(s: &str) -> Result<f64, String> {
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// A whole number from `min` to `max`, of type `T`: the value parser of the ranged count
+/// options (`--ranks`, `--num-target-ranks`, `--cycles`, `--messages`, ...). Its errors name
+/// the option and say the bound in words, e.g. `--num-target-ranks must be at least 1 (got
+/// 0)`, where clap's ranged parsers said `0 is not in 1..=4294967295`.
+#[derive(Clone, Copy)]
+pub struct Whole<T> {
+    min: u64,
+    max: u64,
+    ty: std::marker::PhantomData<fn() -> T>,
+}
+
+/// [`Whole`] from `min` to `max` (`max` at most the largest `T`).
+pub fn whole<T>(min: u64, max: u64) -> Whole<T> {
+    Whole {
+        min,
+        max,
+        ty: std::marker::PhantomData,
+    }
+}
+
+/// How an option is named in a message: `--name`, or `<NAME>` for a positional argument.
+fn option_name(arg: Option<&clap::Arg>) -> String {
+    let Some(a) = arg else {
+        return "the value".into();
+    };
+    match a.get_long() {
+        Some(l) => format!("--{l}"),
+        None => match a.get_value_names().and_then(|v| v.first()) {
+            Some(v) => format!("<{v}>"),
+            None => format!("<{}>", a.get_id().as_str().to_uppercase()),
+        },
+    }
+}
+
+impl<T: TryFrom<u64> + Clone + Send + Sync + 'static> clap::builder::TypedValueParser for Whole<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let name = option_name(arg);
+        let s = value.to_string_lossy();
+        let fail = |why: String| {
+            let mut cmd = cmd.clone();
+            cmd.error(clap::error::ErrorKind::ValueValidation, format!("{name} {why}"))
+        };
+        let v: u64 = s.trim().parse().map_err(|_| {
+            fail(format!(
+                "takes a whole number from {} to {} (got '{s}')",
+                self.min, self.max
+            ))
+        })?;
+        if v < self.min {
+            return Err(fail(format!("must be at least {} (got {v})", self.min)));
+        }
+        if v > self.max {
+            return Err(fail(format!("must be at most {} (got {v})", self.max)));
+        }
+        T::try_from(v).map_err(|_| fail(format!("must be at most {} (got {v})", self.max)))
+    }
+}

@@ -62,7 +62,7 @@ pub struct RunArgs {
     pub seed: u64,
     /// Ranks (default 1). local, and verbs without a launcher: threads of this process; mpi,
     /// and verbs under a launcher: must equal the number of processes when given.
-    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, value_name = "N", value_parser = crate::parse::whole::<usize>(1, usize::MAX as u64))]
     pub ranks: Option<usize>,
     /// Spike exchange: p2p or allgather.
     #[arg(long, default_value = "p2p", value_parser = |s: &str| s.parse::<ExchangeKind>())]
@@ -131,7 +131,8 @@ fn load_sonata(args: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
         );
     }
     let measured = match &args.memory_usage {
-        Some(p) => ballast_balancer::DryRun::from_json_file(p)?
+        Some(p) => crate::memory_usage::read(p, None)?
+            .0
             .metypes
             .into_iter()
             .map(|m| (m.name, m.memory_kb))

@@ -202,8 +202,17 @@ impl RuntimeArgs {
 }
 
 /// Refuses transports this build cannot run, with the build command that adds them (the
-/// same as the README's).
+/// same as the README's): [`not_compiled_in`]'s message.
 pub fn check_compiled_in(kind: TransportKind) -> anyhow::Result<()> {
+    match not_compiled_in(kind) {
+        Some(why) => anyhow::bail!("{why}"),
+        None => Ok(()),
+    }
+}
+
+/// `None` when this build can run transport `kind`; else what says it is not compiled in
+/// and the build command that adds it.
+pub fn not_compiled_in(kind: TransportKind) -> Option<String> {
     let compiled: Vec<&str> = TransportKind::compiled_in().iter().map(|k| k.as_str()).collect();
     let (feature, packages, then) = match kind {
         TransportKind::Mpi if !cfg!(feature = "mpi") => {
@@ -214,11 +223,11 @@ pub fn check_compiled_in(kind: TransportKind) -> anyhow::Result<()> {
             "libibverbs-dev librdmacm-dev libclang-dev pkg-config",
             "run where an RDMA device is",
         ),
-        _ => return Ok(()),
+        _ => return None,
     };
-    anyhow::bail!(
+    Some(format!(
         "transport {} (--transport or BALLAST_TRANSPORT) is not compiled into this ballast (transports compiled in: {}); build with `cargo build --release --bin ballast --features {feature}` (needs {packages}) and {then}",
         kind.as_str(),
         compiled.join(", ")
-    )
+    ))
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use ballast_balancer::atomic;
-use ballast_balancer::{read_allocation, Allocation, DryRun, GidProblems, Summary};
+use ballast_balancer::{read_allocation, Allocation, GidProblems, Summary};
 use serde::Serialize;
 
 use crate::output::{count, population_warnings, KbStats, PopulationStats};
@@ -76,7 +76,7 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
     let dry_run = args
         .memory_usage
         .as_deref()
-        .map(DryRun::from_json_file)
+        .map(|p| crate::memory_usage::read(p, None).map(|(d, _)| d))
         .transpose()?;
     let problems = allocation.gid_problems(dry_run.as_ref());
     let summary = match &dry_run {

@@ -22,6 +22,73 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `args` is refused by the parser (exit 2, nothing written) with the error line
+/// `error: {line}`, exactly: the option named, the bound in words.
+fn refused_in_words(args: &[&str], line: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(dir.path(), args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(
+        err.lines().next(),
+        Some(format!("error: {line}").as_str()),
+        "{args:?}: {err}"
+    );
+    assert!(!err.contains(".."), "{args:?}: a Rust range in {err}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{args:?}");
+}
+
+/// Every ranged count option says its bound in words and names itself, where clap's
+/// ranged parsers said `0 is not in 1..=4294967295`.
+#[test]
+fn ranged_options_say_their_bounds_in_words() {
+    let max32 = u32::MAX;
+    for (args, line) in [
+        (
+            &["dry-run", "--synthetic", "10", "--num-target-ranks", "0"][..],
+            "--num-target-ranks must be at least 1 (got 0)".to_string(),
+        ),
+        (
+            &["dry-run", "--synthetic", "10", "--num-target-ranks", "4294967296"],
+            format!("--num-target-ranks must be at most {max32} (got 4294967296)"),
+        ),
+        (
+            &["dry-run", "--synthetic", "10", "--num-target-ranks", "x"],
+            format!("--num-target-ranks takes a whole number from 1 to {max32} (got 'x')"),
+        ),
+        (
+            &["dry-run", "--synthetic", "10", "--cycles", "0"],
+            "--cycles must be at least 1 (got 0)".to_string(),
+        ),
+        (
+            &["demo", "--ranks", "0"],
+            "--ranks must be at least 1 (got 0)".to_string(),
+        ),
+        (
+            &["run", "--synthetic", "10", "--ranks", "0"],
+            "--ranks must be at least 1 (got 0)".to_string(),
+        ),
+        (
+            &["fanout", "--messages", "1073741825"],
+            "--messages must be at most 1073741824 (got 1073741825)".to_string(),
+        ),
+        (
+            &["fanout", "--ints", "268435457"],
+            "--ints must be at most 268435456 (got 268435457)".to_string(),
+        ),
+        (
+            &["rebalance-corenrn", "files.dat", "0"],
+            "<N_MACHINES> must be at least 1 (got 0)".to_string(),
+        ),
+        (
+            &["rebalance-corenrn", "files.dat", "1", "--ranks-per-node", "0"],
+            "--ranks-per-node must be at least 1 (got 0)".to_string(),
+        ),
+    ] {
+        refused_in_words(args, &line);
+    }
+}
+
 /// `args` is refused by the parser (exit 2, no panic) with a message naming `option` and
 /// containing `why`.
 fn refused_by_parser(args: &[&str], option: &str, why: &str) {
@@ -114,7 +181,10 @@ fn memory_scale_tstop_and_ints_are_bounded() {
     }
     // --ints: a message of 4 bytes per int, at most 1 GiB (4294967296 ints wrapped to 0).
     for v in ["268435457", "4294967296", "18446744073709551615"] {
-        refused_by_parser(&["fanout", "--ranks", "2", "--ints", v], "--ints", "268435456");
+        refused_in_words(
+            &["fanout", "--ranks", "2", "--ints", v],
+            &format!("--ints must be at most 268435456 (got {v})"),
+        );
     }
 }
 
@@ -291,7 +361,7 @@ fn the_other_subcommands_refuse_their_extremes() {
         err.contains("4294967295 ranks × 1 cycle = 4294967295 buckets for 10 cells: at most 1048586 buckets"),
         "{err}"
     );
-    refused_by_parser(&["demo", "--ranks", "0"], "--ranks", "0 is not in 1..=4294967295");
+    refused_in_words(&["demo", "--ranks", "0"], "--ranks must be at least 1 (got 0)");
     for v in ["1e300", "1073741825"] {
         refused_by_parser(
             &["dry-run", "--synthetic", "100", "--rank-overhead-mb", v],
@@ -299,10 +369,9 @@ fn the_other_subcommands_refuse_their_extremes() {
             "at most 1073741824 (1 PiB)",
         );
     }
-    refused_by_parser(
+    refused_in_words(
         &["fanout", "--ranks", "2", "--messages", "18446744073709551615"],
-        "--messages",
-        "1073741824",
+        "--messages must be at most 1073741824 (got 18446744073709551615)",
     );
 }
 

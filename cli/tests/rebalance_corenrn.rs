@@ -401,7 +401,7 @@ fn bad_input_is_refused_clearly() {
         "cannot write no/such/dir/out.dat (--output-file chooses where)",
     );
     refused(&["missing.dat", "1"], "missing.dat: No such file or directory");
-    refused(&["files.dat", "0"], "0 is not in 1..");
+    refused(&["files.dat", "0"], "<N_MACHINES> must be at least 1 (got 0)");
 }
 
 /// Rule: an output directory the user cannot write is refused naming the file and the

@@ -406,9 +406,9 @@ mod tests {
             (
                 Error::Config(ConfigError::TransportUnavailable {
                     transport: crate::core::config::TransportKind::Mpi,
-                    why: "local::run runs transport=local only",
+                    why: "threads::run_ranks runs transport=local only",
                 }),
-                "transport `mpi` is unavailable: local::run runs transport=local only",
+                "transport `mpi` is unavailable: threads::run_ranks runs transport=local only",
             ),
             (
                 Error::RankPanicked {

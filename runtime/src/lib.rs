@@ -90,3 +90,9 @@ pub use matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 pub use procstatus::ProcStatus;
 pub use request::RequestId;
 pub use select::{decide_transport, resolve_transport, AutoInputs};
+
+/// The Rust examples of `docs/EMBEDDING.md`, compiled and run as this crate's doctests
+/// (`cargo test -p ballast-runtime --doc`), so that the guide cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/EMBEDDING.md")]
+pub struct EmbeddingGuide;

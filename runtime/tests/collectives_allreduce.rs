@@ -186,11 +186,11 @@ fn doubles_of_1_mib_are_the_same_bits_on_every_rank() {
     }
 }
 
-/// The message of the length error found by rank `by` (with `mine` elements) in rank
-/// `peer`'s message (`theirs`).
-fn length_error(by: usize, peer: usize, mine: usize, theirs: usize) -> String {
+/// The message of the length error reported by rank `at`, found by rank `by` (with `mine`
+/// elements) in rank `peer`'s message (`theirs`).
+fn length_error(at: usize, by: usize, peer: usize, mine: usize, theirs: usize) -> String {
     format!(
-        "rank {by}: all_reduce (collective #1): rank {peer} passed {theirs} elements where rank {by} passed {mine} \
+        "rank {at}: all_reduce (collective #1): rank {peer} passed {theirs} elements where rank {by} passed {mine} \
          elements: every rank must pass the same length"
     )
 }
@@ -198,7 +198,7 @@ fn length_error(by: usize, peer: usize, mine: usize, theirs: usize) -> String {
 /// A rank passing another length than its partner: both get the error naming both
 /// ranks and lengths, and every other rank gets it too, passed on in place of the data
 /// (no rank waits for data that will not come: on MPI and verbs nothing would tell it
-/// that a peer returned).
+/// that a peer returned), each naming itself as the rank reporting it.
 #[test]
 fn a_length_that_differs_is_an_error_on_every_rank() {
     let run_with = |n: usize, odd: usize| {
@@ -208,18 +208,24 @@ fn a_length_that_differs_is_an_error_on_every_rank() {
                 .map_err(|e| e.to_string())
         })
     };
-    let e = |by, peer, mine, theirs| Err(length_error(by, peer, mine, theirs));
-    assert_eq!(run_with(2, 1), [e(0, 1, 4, 3), e(1, 0, 3, 4)]);
-    // 3 ranks: rank 0 folds into rank 1, which meets rank 2; rank 0 gets rank 1's.
-    assert_eq!(run_with(3, 2), [e(1, 2, 4, 3), e(1, 2, 4, 3), e(2, 1, 3, 4)]);
+    // Rank i's error: (finder, peer, finder's length, peer's length) of found[i].
+    let e = |found: &[(usize, usize, usize, usize)]| -> Vec<std::result::Result<(), String>> {
+        let at = found.iter().enumerate();
+        at.map(|(at, &(by, peer, mine, theirs))| Err(length_error(at, by, peer, mine, theirs)))
+            .collect()
+    };
+    assert_eq!(run_with(2, 1), e(&[(0, 1, 4, 3), (1, 0, 3, 4)]));
+    // 3 ranks: rank 0 folds into rank 1, which meets rank 2; rank 0 gets rank 1's,
+    // reported as its own ("rank 0: ...").
+    assert_eq!(run_with(3, 2), e(&[(1, 2, 4, 3), (1, 2, 4, 3), (2, 1, 3, 4)]));
     // 4 ranks: 2 and 3 meet first; then 0 meets 2 and 1 meets 3.
     assert_eq!(
         run_with(4, 3),
-        [e(2, 3, 4, 3), e(3, 2, 3, 4), e(2, 3, 4, 3), e(3, 2, 3, 4)]
+        e(&[(2, 3, 4, 3), (3, 2, 3, 4), (2, 3, 4, 3), (3, 2, 3, 4)])
     );
     // 7 ranks, the folded rank 4 differs: rank 5 finds it and passes it on to all (rank
     // 4 included, with the result it waits for).
-    assert_eq!(run_with(7, 4), vec![e(5, 4, 4, 3); 7]);
+    assert_eq!(run_with(7, 4), e(&[(5, 4, 4, 3); 7]));
 }
 
 /// Ranks calling different collectives (an all_reduce and a barrier) get an error.

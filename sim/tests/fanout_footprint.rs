@@ -106,7 +106,7 @@ impl Footprint0 {
 #[test]
 fn fanout_256_shared_then_per_peer() {
     // shared: at most 1 KiB per connected peer, VmLck unchanged after the pool is locked.
-    let r = run_local(RANKS, &config(RecvSharing::Shared), 1, 10).unwrap();
+    let r = run_local(RANKS, &config(RecvSharing::Shared), 1, 10, None).unwrap();
     check_common(&r, "shared");
     let b = r.before.footprint;
     let a = r.after.footprint;
@@ -128,7 +128,7 @@ fn fanout_256_shared_then_per_peer() {
     }
 
     // per-peer: each new peer costs recv_depth x buffer_size (+ WQE slots and endpoint).
-    let r = run_local(RANKS, &config(RecvSharing::PerPeer), 1, 10).unwrap();
+    let r = run_local(RANKS, &config(RecvSharing::PerPeer), 1, 10, None).unwrap();
     check_common(&r, "per-peer");
     let b = r.before.footprint;
     let a = r.after.footprint;

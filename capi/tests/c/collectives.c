@@ -9,43 +9,7 @@
 #include <string.h>
 
 #include "ballast.h"
-
-static atomic_int passed, failed;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (cond) {                                                                  \
-            atomic_fetch_add(&passed, 1);                                            \
-        } else {                                                                     \
-            atomic_fetch_add(&failed, 1);                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                            \
-    } while (0)
-
-#define OK(call) ok_or_say((call), __LINE__, #call)
-static void ok_or_say(int rc, int line, const char *what) {
-    if (rc == 0) {
-        atomic_fetch_add(&passed, 1);
-        return;
-    }
-    char msg[512];
-    ballast_last_error(msg, sizeof msg);
-    atomic_fetch_add(&failed, 1);
-    fprintf(stderr, "line %d: %s returned %d: %s\n", line, what, rc, msg);
-}
-
-#define EXPECT_ERR(call, code, needle) expect_err((call), (code), (needle), __LINE__, #call)
-static void expect_err(int rc, int code, const char *needle, int line, const char *what) {
-    char msg[1024];
-    ballast_last_error(msg, sizeof msg);
-    if (rc == code && strstr(msg, needle) != NULL) {
-        atomic_fetch_add(&passed, 1);
-    } else {
-        atomic_fetch_add(&failed, 1);
-        fprintf(stderr, "line %d: %s returned %d (want %d), last error \"%s\" (want it to name \"%s\")\n", line,
-                what, rc, code, msg, needle);
-    }
-}
+#include "check.h"
 
 #include "collectives_body.h"
 

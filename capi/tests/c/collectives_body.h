@@ -10,8 +10,8 @@
  * values, bad roots, overflowing sizes, misaligned and overlapping buffers, indices out of
  * range), each BALLAST_EINVAL with its message.
  *
- * The includer defines CHECK(cond), OK(call) and EXPECT_ERR(call, code, needle), which
- * count passes and failures (atomically: ranks may be threads). */
+ * The includer includes check.h first (CHECK, OK and EXPECT_ERR, which count passes and
+ * failures atomically: ranks may be threads). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

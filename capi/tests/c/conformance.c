@@ -12,35 +12,7 @@
 #include <string.h>
 
 #include "ballast.h"
-
-static atomic_int passed, failed;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (cond) {                                                                  \
-            atomic_fetch_add(&passed, 1);                                            \
-        } else {                                                                     \
-            atomic_fetch_add(&failed, 1);                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                            \
-    } while (0)
-
-/* rc must be `code`, and the thread's last error must contain `needle`. */
-#define EXPECT_ERR(call, code, needle) expect_err((call), (code), (needle), __LINE__, #call)
-
-static void expect_err(int rc, int code, const char *needle, int line, const char *what) {
-    char msg[1024];
-    int n = ballast_last_error(msg, sizeof msg);
-    if (rc == code && n > 0 && strstr(msg, needle) != NULL) {
-        atomic_fetch_add(&passed, 1);
-    } else {
-        atomic_fetch_add(&failed, 1);
-        fprintf(stderr, "line %d: %s returned %d (want %d), last error \"%s\" (want it to name \"%s\")\n",
-                line, what, rc, code, msg, needle);
-    }
-}
-
-#define OK(call) CHECK((call) == 0)
+#include "check.h"
 
 static uint8_t pattern(size_t i, int seed) { return (uint8_t)((i * 131u + (unsigned)seed * 7u) & 0xff); }
 

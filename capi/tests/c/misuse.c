@@ -1,7 +1,8 @@
 /* Misuse that must get an error, not a crash (issue 35, point 5), over the local transport:
  * - a second thread calling into a communicator while another thread is inside a call on
  *   it (a blocking receive, and a wait on one of its requests) gets BALLAST_EUNSUPPORTED
- *   naming both threads, and the call inside completes normally afterwards;
+ *   naming both threads (and, through a request, the request's communicator and whose
+ *   request it is to complete), and the call inside completes normally afterwards;
  * - ballast_*_free(NULL) returns 0, as free(NULL) does;
  * - ballast_local_run and ballast_comm_from_env with a NULL configuration use the defaults.
  * Built with -fsanitize=address,undefined -pthread by capi/tests/c_programs.rs. Prints
@@ -16,20 +17,7 @@
 #include <time.h>
 
 #include "ballast.h"
-
-static atomic_int passed, failed;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (cond) {                                                                  \
-            atomic_fetch_add(&passed, 1);                                            \
-        } else {                                                                     \
-            atomic_fetch_add(&failed, 1);                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                            \
-    } while (0)
-
-#define OK(call) CHECK((call) == 0)
+#include "check.h"
 
 static void pause_ms(long ms) {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
@@ -135,6 +123,17 @@ int main(void) {
     CHECK(strstr(s.msg, " while thread 0x") != NULL && strstr(s.msg, "one thread at a time") != NULL);
     CHECK(s.rc_test == BALLAST_EUNSUPPORTED && s.rc_free == BALLAST_EUNSUPPORTED);
     CHECK(strstr(s.msg_wait, "ballast_test: called from thread 0x") == s.msg_wait);
+    /* Through a request, the message names the request's communicator and whose request it
+     * is to complete; on the communicator itself, the same communicator. */
+    CHECK(strstr(s.msg_wait,
+                 " is inside a call on the request's communicator (pthread_self values): a communicator and its "
+                 "requests are used by one thread at a time (a request is completed and freed by the rank that "
+                 "made it: with ballast_local_run, another rank's request is not this thread's to wait for); "
+                 "serialise the calls, or give each thread a communicator of its own") != NULL);
+    CHECK(strstr(s.msg,
+                 " is inside a call on the same communicator (pthread_self values): a communicator and its "
+                 "requests are used by one thread at a time; serialise the calls, or give each thread a "
+                 "communicator of its own") != NULL);
     /* The two thread values differ. */
     unsigned long long a = 0, b = 0;
     CHECK(sscanf(s.msg, "ballast_progress: called from thread %llx while thread %llx", &a, &b) == 2 && a != b &&

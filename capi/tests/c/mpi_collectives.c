@@ -15,48 +15,13 @@
 #include <mpi.h>
 
 #include "ballast.h"
+#include "check.h"
 
 #ifndef BALLAST_HAVE_MPI
 #error "build with the flags of an mpi install's ballast.pc (-DBALLAST_HAVE_MPI)"
 #endif
 
-static atomic_int passed, failed;
 static int world_rank;
-
-#define CHECK(cond)                                                                                   \
-    do {                                                                                              \
-        if (cond) {                                                                                   \
-            atomic_fetch_add(&passed, 1);                                                             \
-        } else {                                                                                      \
-            atomic_fetch_add(&failed, 1);                                                             \
-            fprintf(stderr, "[%d] %s:%d: check failed: %s\n", world_rank, __FILE__, __LINE__, #cond); \
-        }                                                                                             \
-    } while (0)
-
-#define OK(call) ok_or_say((call), __LINE__, #call)
-static void ok_or_say(int rc, int line, const char *what) {
-    if (rc == 0) {
-        atomic_fetch_add(&passed, 1);
-        return;
-    }
-    char msg[512];
-    ballast_last_error(msg, sizeof msg);
-    atomic_fetch_add(&failed, 1);
-    fprintf(stderr, "[%d] line %d: %s returned %d: %s\n", world_rank, line, what, rc, msg);
-}
-
-#define EXPECT_ERR(call, code, needle) expect_err((call), (code), (needle), __LINE__, #call)
-static void expect_err(int rc, int code, const char *needle, int line, const char *what) {
-    char msg[1024];
-    ballast_last_error(msg, sizeof msg);
-    if (rc == code && strstr(msg, needle) != NULL) {
-        atomic_fetch_add(&passed, 1);
-    } else {
-        atomic_fetch_add(&failed, 1);
-        fprintf(stderr, "[%d] line %d: %s returned %d (want %d), last error \"%s\" (want \"%s\")\n", world_rank,
-                line, what, rc, code, msg, needle);
-    }
-}
 
 #include "collectives_body.h"
 
@@ -72,6 +37,7 @@ int main(int argc, char **argv) {
     int provided = 0, n = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    check_rank = world_rank;
     MPI_Comm_size(MPI_COMM_WORLD, &n);
 
     ballast_config *cfg = NULL;

@@ -17,47 +17,13 @@
 #include <mpi.h>
 
 #include "ballast.h"
+#include "check.h"
 
 #ifndef BALLAST_HAVE_MPI
 #error "build with the flags of an mpi install's ballast.pc (-DBALLAST_HAVE_MPI)"
 #endif
 
-static int passed, failed, world_rank;
-
-#define CHECK(cond)                                                                                 \
-    do {                                                                                            \
-        if (cond) {                                                                                 \
-            passed++;                                                                               \
-        } else {                                                                                    \
-            failed++;                                                                               \
-            fprintf(stderr, "[%d] %s:%d: check failed: %s\n", world_rank, __FILE__, __LINE__, #cond); \
-        }                                                                                           \
-    } while (0)
-
-#define OK(call) ok_or_say((call), __LINE__, #call)
-static void ok_or_say(int rc, int line, const char *what) {
-    if (rc == 0) {
-        passed++;
-        return;
-    }
-    char msg[512];
-    ballast_last_error(msg, sizeof msg);
-    failed++;
-    fprintf(stderr, "[%d] line %d: %s returned %d: %s\n", world_rank, line, what, rc, msg);
-}
-
-#define EXPECT_ERR(call, code, needle) expect_err((call), (code), (needle), __LINE__, #call)
-static void expect_err(int rc, int code, const char *needle, int line, const char *what) {
-    char msg[1024];
-    ballast_last_error(msg, sizeof msg);
-    if (rc == code && strstr(msg, needle) != NULL) {
-        passed++;
-    } else {
-        failed++;
-        fprintf(stderr, "[%d] line %d: %s returned %d (want %d), last error \"%s\" (want \"%s\")\n", world_rank,
-                line, what, rc, code, msg, needle);
-    }
-}
+static int world_rank;
 
 static uint8_t pattern(size_t i, int seed) { return (uint8_t)((i * 151u + (unsigned)seed * 13u) & 0xff); }
 
@@ -274,6 +240,7 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, want, &provided);
     int n;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    check_rank = world_rank;
     MPI_Comm_size(MPI_COMM_WORLD, &n);
 
     /* A host message in flight on MPI_COMM_WORLD, tag 0, while Ballast runs. */
@@ -391,6 +358,6 @@ int main(int argc, char **argv) {
     OK(ballast_config_free(cfg));
 
     printf("capi mpi conformance: rank %d of %d (%s): %d passed, %d failed\n", world_rank, n,
-           provided == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED", passed, failed);
-    return failed == 0 ? 0 : 1;
+           provided == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : "MPI_THREAD_SERIALIZED", atomic_load(&passed), atomic_load(&failed));
+    return atomic_load(&failed) == 0 ? 0 : 1;
 }

@@ -21,34 +21,11 @@
 #include <mpi.h>
 
 #include "ballast.h"
+#include "check.h"
 
 #ifndef BALLAST_HAVE_MPI
 #error "build with the flags of an mpi install's ballast.pc (-DBALLAST_HAVE_MPI)"
 #endif
-
-static atomic_int passed, failed;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (cond) {                                                                  \
-            atomic_fetch_add(&passed, 1);                                            \
-        } else {                                                                     \
-            atomic_fetch_add(&failed, 1);                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                            \
-    } while (0)
-
-#define OK(call) ok_or_say((call), __LINE__, #call)
-static void ok_or_say(int rc, int line, const char *what) {
-    if (rc == 0) {
-        atomic_fetch_add(&passed, 1);
-        return;
-    }
-    char msg[512];
-    ballast_last_error(msg, sizeof msg);
-    atomic_fetch_add(&failed, 1);
-    fprintf(stderr, "line %d: %s returned %d: %s\n", line, what, rc, msg);
-}
 
 /* The length and bytes of the message from rank `src` to rank `dst`. */
 static size_t len_of(int src, int dst) { return 5000u + 1000u * (size_t)src + 37u * (size_t)dst; }

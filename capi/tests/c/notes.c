@@ -10,18 +10,7 @@
 #include <string.h>
 
 #include "ballast.h"
-
-static atomic_int passed, failed;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (cond) {                                                                  \
-            atomic_fetch_add(&passed, 1);                                            \
-        } else {                                                                     \
-            atomic_fetch_add(&failed, 1);                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                            \
-    } while (0)
+#include "check.h"
 
 static int rank_main(ballast_comm *comm, void *user) {
     (void)user;

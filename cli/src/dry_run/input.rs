@@ -71,9 +71,9 @@ impl Source {
 }
 
 /// Reads a dry-run file, printing its notes (e.g. unknown keys) as warnings; its progress
-/// counted in `done` ([`DryRun::from_json_file_with_notes`]).
+/// counted in `done` ([`crate::memory_usage::read`]).
 fn read_dry_run(path: &Path, done: &Progress) -> anyhow::Result<DryRun> {
-    let (dry_run, notes) = DryRun::from_json_file_with_notes(path, Some(done))?;
+    let (dry_run, notes) = crate::memory_usage::read(path, Some(done))?;
     for note in notes {
         eprintln!("warning: {note}");
     }

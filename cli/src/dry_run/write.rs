@@ -24,6 +24,12 @@ pub(super) fn write_step(
     charged: bool,
 ) -> anyhow::Result<(Vec<PathBuf>, Summary)> {
     let config = &sizing.config;
+    if std::fs::metadata(&plan.output_dir).is_ok_and(|m| !m.is_dir()) {
+        anyhow::bail!(
+            "{} exists and is not a directory: --output-dir takes a directory (made if missing)",
+            plan.output_dir.display()
+        );
+    }
     atomic::create_dir_all(&plan.output_dir).with_context(|| {
         format!(
             "cannot create output directory {} (--output-dir)",

@@ -42,6 +42,11 @@ struct Plan {
 /// Runs `ballast info`.
 pub fn run(args: &InfoArgs) -> anyhow::Result<()> {
     let plan = Plan::new(args)?;
+    // A transport this build cannot run (`--transport mpi` without the `mpi` feature): the
+    // report is the model's alone, said on stderr so that the report itself is unchanged.
+    if let Some(why) = crate::runtime_args::not_compiled_in(plan.cfg.transport().kind) {
+        eprintln!("note: {why}; the report below is the footprint model's prediction only");
+    }
     let Some(report) = Report::gather(&plan)? else {
         return Ok(()); // only rank 0 prints
     };

@@ -77,19 +77,22 @@ pub enum CommError {
         why: String,
     },
     /// Rank `peer` passed collective `op` (number `seq` on the communicator) a length
-    /// other than rank `rank`'s (each said with its unit, e.g. `5 elements`), where every
-    /// rank must pass the same (`all_reduce`, `bcast`).
-    #[error("rank {rank}: {op} (collective #{seq}): rank {peer} passed {theirs} where rank {rank} passed {mine}: every rank must pass the same length")]
+    /// other than rank `found_by`'s (each said with its unit, e.g. `5 elements`), where
+    /// every rank must pass the same (`all_reduce`, `bcast`); reported by rank `rank`,
+    /// which is `found_by` or a rank it was passed on to in place of the data.
+    #[error("rank {rank}: {op} (collective #{seq}): rank {peer} passed {theirs} where rank {found_by} passed {mine}: every rank must pass the same length")]
     CollectiveLength {
-        /// The rank that found it.
+        /// The rank reporting it (the calling rank).
         rank: usize,
+        /// The rank that found it (compared `peer`'s length with its own).
+        found_by: usize,
         /// The rank whose message told its length.
         peer: usize,
         /// The collective.
         op: &'static str,
         /// Its number among the communicator's collectives, from 1.
         seq: u64,
-        /// This rank's length.
+        /// The finder's length.
         mine: String,
         /// The peer's length.
         theirs: String,

@@ -148,7 +148,7 @@ where
     if cfg.kind != TransportKind::Local {
         return Err(Error::Config(ConfigError::TransportUnavailable {
             transport: cfg.kind,
-            why: "local::run runs transport=local only",
+            why: "threads::run_ranks runs transport=local only",
         }));
     }
     cfg.validate()?;
@@ -200,6 +200,17 @@ mod tests {
                 world_size: 0
             }))
         ));
+        // Another transport is refused, naming this launcher.
+        let mpi = small()
+            .to_builder()
+            .transport(TransportKind::Mpi)
+            .build()
+            .unwrap();
+        let e = run_ranks(2, &mpi, |_| ()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "transport `mpi` is unavailable: threads::run_ranks runs transport=local only"
+        );
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub struct FanoutReport {
     /// What became of the `mlock` requests of all ranks of this process after the fanout
     /// (the local transport; empty over verbs, which pins, and MPI, which locks nothing).
     pub memory_lock: MemoryLock,
+    /// The messages all ranks sent, the fanout's and the barriers'
+    /// ([`Communicator::messages_sent`] summed): known over the local transport, `None`
+    /// over MPI and verbs.
+    pub messages_sent: Option<u64>,
 }
 
 struct RankOut {
@@ -137,23 +141,24 @@ fn same_model(a: &Footprint, p: &Footprint) -> bool {
     }
 }
 
-/// Runs the fanout over the in-process transport: `ranks` ranks, rank 0 sends `messages`
-/// messages of `ints` 32-bit integers to every other rank.
-pub fn run_local(ranks: usize, config: &RuntimeConfig, messages: usize, ints: usize) -> Result<FanoutReport> {
-    Ok(run_local_counted(ranks, config, messages, ints, &AtomicUsize::new(0))?.0)
-}
-
-/// [`run_local`] that also returns the messages all ranks sent (the fanout's and the
-/// barriers', [`Communicator::messages_sent`] summed), and counts its progress in
-/// `progress`: each rank adds 1 when its communicator is set up and 1 when it finished the
-/// fanout (`2 * ranks` at the end).
-pub fn run_local_counted(
+/// Runs the fanout over the in-process transport: `ranks` ranks (at least 2), rank 0 sends
+/// `messages` messages of `ints` 32-bit integers to every other rank. When `progress` is
+/// given, each rank adds 1 to it when its communicator is set up and 1 when it finished the
+/// fanout (`2 * ranks` at the end), for a progress bar. The report's `messages_sent` is the
+/// messages all ranks sent (the fanout's and the barriers'). Errors: fewer than 2 ranks
+/// ([`FabricError::InvalidRank`]), the runtime's, a message of the wrong size.
+pub fn run_local(
     ranks: usize,
     config: &RuntimeConfig,
     messages: usize,
     ints: usize,
-    progress: &AtomicUsize,
-) -> Result<(FanoutReport, u64)> {
+    progress: Option<&AtomicUsize>,
+) -> Result<FanoutReport> {
+    let step = || {
+        if let Some(p) = progress {
+            p.fetch_add(1, Ordering::Relaxed);
+        }
+    };
     if ranks < 2 {
         return Err(Error::Fabric(FabricError::InvalidRank {
             rank: ranks,
@@ -164,9 +169,9 @@ pub fn run_local_counted(
     let rpn = t.ranks_per_node;
     let outs = run_ranks(ranks, config, |comm| -> Result<RankOut> {
         let n = comm.world_size();
-        progress.fetch_add(1, Ordering::Relaxed);
+        step();
         let r = exchange(comm, messages, ints)?;
-        progress.fetch_add(1, Ordering::Relaxed);
+        step();
         Ok(RankOut {
             before: r.before,
             after: r.after,
@@ -216,6 +221,7 @@ pub fn run_local_counted(
             .all(|o| same_model(&o.after, &o.after_pred) && same_model(&o.before, &o.before_pred)),
         notes,
         memory_lock,
+        messages_sent: Some(sum(&|o| o.messages_sent)),
     };
-    Ok((report, sum(&|o| o.messages_sent)))
+    Ok(report)
 }

@@ -92,5 +92,6 @@ pub fn fanout(
         notes,
         // MPI registers memory itself: Ballast makes no mlock request.
         memory_lock: Default::default(),
+        messages_sent: None,
     }))
 }

@@ -255,6 +255,7 @@ pub fn fanout(
     let report = FanoutReport {
         // Registration pins (a refusal is an error): no mlock request.
         memory_lock: Default::default(),
+        messages_sent: None,
         ranks: n,
         before: Snapshot {
             status: x.status_before,

@@ -220,7 +220,7 @@ impl Communicator {
             Ok(())
         })?;
         if let Some(lm) = u.mismatch {
-            return Err(lm.error(&u.c, ty.size(), "elements"));
+            return Err(lm.error(&u.c, r, ty.size(), "elements"));
         }
         get(&u.blocks[0], &mut data);
         Ok(())

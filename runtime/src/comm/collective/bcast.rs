@@ -84,7 +84,7 @@ impl Communicator {
             Ok(())
         })?;
         if let Some(lm) = u.mismatch {
-            return Err(lm.error(&u.c, 1, "bytes"));
+            return Err(lm.error(&u.c, r, 1, "bytes"));
         }
         if v != 0 {
             buf.copy_from_slice(&u.blocks[0]);

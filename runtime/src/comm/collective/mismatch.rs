@@ -48,15 +48,16 @@ impl LengthMismatch {
         msg.push(MISMATCH);
     }
 
-    /// The error every rank that learnt of it returns (the finder's view: its rank, the
-    /// peer, both lengths in `unit`s, e.g. elements of 8 bytes).
-    pub(super) fn error(&self, c: &Collective, unit: usize, unit_name: &str) -> Error {
+    /// The error rank `rank`, which found it or learnt of it, returns: the rank reporting,
+    /// the finder, the peer, both lengths in `unit`s (e.g. elements of 8 bytes).
+    pub(super) fn error(&self, c: &Collective, rank: usize, unit: usize, unit_name: &str) -> Error {
         let say = |b: usize| match b % unit {
             0 => format!("{} {unit_name}", b / unit),
             _ => format!("{b} bytes"),
         };
         CommError::CollectiveLength {
-            rank: self.found_by,
+            rank,
+            found_by: self.found_by,
             peer: self.peer,
             op: c.kind.name(),
             seq: c.seq,
@@ -107,7 +108,7 @@ mod tests {
     use crate::protocol::collective::CollectiveKind;
 
     #[test]
-    fn a_mismatch_reads_back_and_names_the_finder() {
+    fn a_mismatch_reads_back_and_names_the_reporter_and_the_finder() {
         let c = Collective {
             kind: CollectiveKind::AllReduce,
             seq: 3,
@@ -120,8 +121,14 @@ mod tests {
         };
         assert_eq!(back, lm);
         assert_eq!(
-            back.error(&c, 8, "elements").to_string(),
+            back.error(&c, 2, 8, "elements").to_string(),
             "rank 2: all_reduce (collective #3): rank 3 passed 3 elements where rank 2 passed 4 elements: \
+             every rank must pass the same length"
+        );
+        // Passed on to rank 0: it reports, naming the finder and the peer.
+        assert_eq!(
+            back.error(&c, 0, 8, "elements").to_string(),
+            "rank 0: all_reduce (collective #3): rank 3 passed 3 elements where rank 2 passed 4 elements: \
              every rank must pass the same length"
         );
         let Body::Data(d) = read(vec![5, 6, DATA], (&c, 0, 2, 1)).unwrap() else {

@@ -393,15 +393,29 @@ impl RecvInto<'_> {
         }
     }
 
-    /// After the collective completed: the parts hold what MPI wrote.
+    /// Runs `call`, the MPI collective `name` that receives into `self` with `counts` (one
+    /// per rank), given the receive buffer's address, the counts and the displacements;
+    /// once it returned `MPI_SUCCESS`, the parts hold what MPI wrote. The one receive
+    /// bookkeeping of the `v` collectives.
     ///
     /// # Safety
-    /// MPI completed the collective that received into `self` with `counts`.
-    unsafe fn done(self, counts: &[c_int]) {
+    /// `call` makes one blocking MPI collective that receives at most `counts[i]` bytes at
+    /// the buffer's address plus the `i`-th displacement, for every rank `i`, and returns
+    /// its code.
+    unsafe fn receive(
+        mut self,
+        counts: &[c_int],
+        name: &'static str,
+        call: impl FnOnce(*mut std::ffi::c_void, *const c_int, *const c_int) -> c_int,
+    ) -> Result<()> {
+        let (rptr, rdispls) = self.ptr_displs();
+        check(call(rptr.cast(), counts.as_ptr(), rdispls), name)?;
         if let RecvInto::Parts(bufs, _) = self {
-            // SAFETY: the caller's guarantee.
+            // SAFETY: the caller's guarantee: MPI completed the collective, which
+            // received `counts[i]` bytes into part `i`'s spare capacity.
             unsafe { filled(bufs, counts) };
         }
+        Ok(())
     }
 }
 
@@ -410,29 +424,26 @@ impl RecvInto<'_> {
 pub(in crate::comm::mpi_native) fn allgatherv(
     comm: &SimpleCommunicator,
     send: &[u8],
-    mut into: RecvInto<'_>,
+    into: RecvInto<'_>,
     counts: &[c_int],
 ) -> Result<()> {
-    let (rptr, rdispls) = into.ptr_displs();
     // SAFETY: `send` is borrowed for the call, its length fits an int (the caller's
-    // check); `rptr` + `rdispls[i]` is part `i`'s memory of `counts[i]` bytes (a part's
-    // spare capacity or a slice of the flat buffer, borrowed mutably for the call).
-    let code = unsafe {
-        ffi::MPI_Allgatherv(
-            addr(send).cast(),
-            send.len() as c_int,
-            dt_byte(),
-            rptr.cast(),
-            counts.as_ptr(),
-            rdispls,
-            dt_byte(),
-            comm.as_raw(),
-        )
-    };
-    check(code, "MPI_Allgatherv")?;
-    // SAFETY: MPI completed the collective.
-    unsafe { into.done(counts) };
-    Ok(())
+    // check); the receive arguments are `into`'s (each part's spare capacity or a slice of
+    // the flat buffer, borrowed mutably for the call) with `counts`.
+    unsafe {
+        into.receive(counts, "MPI_Allgatherv", |rbuf, rcounts, rdispls| {
+            ffi::MPI_Allgatherv(
+                addr(send).cast(),
+                send.len() as c_int,
+                dt_byte(),
+                rbuf,
+                rcounts,
+                rdispls,
+                dt_byte(),
+                comm.as_raw(),
+            )
+        })
+    }
 }
 
 /// `MPI_Gatherv` of bytes: `send` from every rank, received on `root` by `into` with
@@ -443,37 +454,31 @@ pub(in crate::comm::mpi_native) fn gatherv(
     into: Option<(RecvInto<'_>, &[c_int])>,
     root: usize,
 ) -> Result<()> {
-    let no_counts: [c_int; 1] = [0];
-    let (mut into, counts) = match into {
-        Some((i, c)) => (Some(i), c),
-        None => (None, &no_counts[..]),
-    };
-    let (rptr, rdispls) = match &mut into {
-        Some(i) => i.ptr_displs(),
-        None => (nowhere().cast_mut(), no_counts.as_ptr()),
-    };
-    // SAFETY: `send` is borrowed for the call, its length fits an int; on the root `rptr`
-    // + `rdispls[i]` is part `i`'s memory of `counts[i]` bytes, borrowed mutably for the
-    // call (MPI reads the receive arguments only at the root); `root` is a rank of `comm`.
-    let code = unsafe {
+    // SAFETY: (each call of `gather`) `send` is borrowed for the call, its length fits
+    // an int; MPI reads the receive arguments only at the root, where they are `into`'s
+    // with its counts; `root` is a rank of `comm`.
+    let gather = |rbuf, rcounts, rdispls| unsafe {
         ffi::MPI_Gatherv(
             addr(send).cast(),
             send.len() as c_int,
             dt_byte(),
-            rptr.cast(),
-            counts.as_ptr(),
+            rbuf,
+            rcounts,
             rdispls,
             dt_byte(),
             root as c_int,
             comm.as_raw(),
         )
     };
-    check(code, "MPI_Gatherv")?;
-    if let Some(i) = into {
-        // SAFETY: MPI completed the collective.
-        unsafe { i.done(counts) };
+    match into {
+        // SAFETY: `gather` is one `MPI_Gatherv` receiving with the arguments it is given.
+        Some((into, counts)) => unsafe { into.receive(counts, "MPI_Gatherv", gather) },
+        None => {
+            let none: [c_int; 1] = [0];
+            let code = gather(nowhere().cast_mut().cast(), none.as_ptr(), none.as_ptr());
+            Ok(check(code, "MPI_Gatherv")?)
+        }
     }
-    Ok(())
 }
 
 /// `MPI_Alltoallv` of bytes: the parts laid out by `send` with `scounts`, received by
@@ -482,28 +487,26 @@ pub(in crate::comm::mpi_native) fn alltoallv(
     comm: &SimpleCommunicator,
     send: &Layout,
     scounts: &[c_int],
-    mut into: RecvInto<'_>,
+    into: RecvInto<'_>,
     rcounts: &[c_int],
 ) -> Result<()> {
-    let (rptr, rdispls) = into.ptr_displs();
     // SAFETY: `send.base` + `send.displs[d]` is the part for rank `d` (of `scounts[d]`
-    // bytes: a slice of the caller's, or of its copy, which the caller keeps for the call); `rptr` + `rdispls[s]` is part `s`'s memory of `rcounts[s]`
-    // bytes, borrowed mutably for the call; one entry per rank of `comm` in each array.
-    let code = unsafe {
-        ffi::MPI_Alltoallv(
-            send.base.cast(),
-            scounts.as_ptr(),
-            send.displs.as_ptr(),
-            dt_byte(),
-            rptr.cast(),
-            rcounts.as_ptr(),
-            rdispls,
-            dt_byte(),
-            comm.as_raw(),
-        )
-    };
-    check(code, "MPI_Alltoallv")?;
-    // SAFETY: MPI completed the collective.
-    unsafe { into.done(rcounts) };
-    Ok(())
+    // bytes: a slice of the caller's, or of its copy, which the caller keeps for the
+    // call); the receive arguments are `into`'s with `rcounts`, borrowed mutably for the
+    // call; one entry per rank of `comm` in each array.
+    unsafe {
+        into.receive(rcounts, "MPI_Alltoallv", |rbuf, counts, rdispls| {
+            ffi::MPI_Alltoallv(
+                send.base.cast(),
+                scounts.as_ptr(),
+                send.displs.as_ptr(),
+                dt_byte(),
+                rbuf,
+                counts,
+                rdispls,
+                dt_byte(),
+                comm.as_raw(),
+            )
+        })
+    }
 }
