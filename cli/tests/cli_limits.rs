@@ -129,7 +129,7 @@ fn huge_rank_and_cycle_counts_are_refused_before_allocating() {
     }
     refused(
         &limited(&["dry-run", "--memory-usage", &mu, "--num-target-ranks", "0"], d),
-        &["invalid value '0' for '--num-target-ranks <N>'"],
+        &["--num-target-ranks must be at least 1 (got 0)"],
     );
     refused(
         &limited(
@@ -144,7 +144,7 @@ fn huge_rank_and_cycle_counts_are_refused_before_allocating() {
             ],
             d,
         ),
-        &["invalid value '0' for '--cycles <CYCLES>'"],
+        &["--cycles must be at least 1 (got 0)"],
     );
     // Empty buckets up to 2^20 beyond the cells are a warning, as in neurodamus.
     let o = limited(

@@ -89,7 +89,7 @@ fn bad_dry_run_inputs_are_refused_with_no_output() {
     );
     refused(
         &["dry-run", "--memory-usage", &ok, "--num-target-ranks", "0"],
-        "invalid value '0' for '--num-target-ranks <N>'",
+        "--num-target-ranks must be at least 1 (got 0)",
     );
     refused(
         &[
@@ -101,7 +101,7 @@ fn bad_dry_run_inputs_are_refused_with_no_output() {
             "--cycles",
             "0",
         ],
-        "invalid value '0' for '--cycles <CYCLES>'",
+        "--cycles must be at least 1 (got 0)",
     );
     refused(&["dry-run", "--num-target-ranks", "2"], "required");
     refused(

@@ -209,7 +209,7 @@ fn bad_parameters_are_errors_before_anything_is_written() {
             "invalid value 'nan' for '--memory-scale <MEMORY_SCALE>'",
         ),
         (&["--memory-scale", "100000"][..], "lower --memory-scale"),
-        (&["--ranks", "0"][..], "invalid value '0' for '--ranks <N>'"),
+        (&["--ranks", "0"][..], "--ranks must be at least 1 (got 0)"),
         // The synthetic circuit's memory does not come from --cell-kb: refused, not ignored.
         (&["--cell-kb", "5"][..], "--circuit"),
     ] {
