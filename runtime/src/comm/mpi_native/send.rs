@@ -107,7 +107,11 @@ impl MpiNative {
     }
 
     /// Waits for send `id` (and a blocking send's `parts`), progressing meanwhile.
-    fn wait_send(&mut self, id: RequestId, mut parts: Option<&mut ffi::CallerParts<'_>>) -> Result<()> {
+    pub(super) fn wait_send(
+        &mut self,
+        id: RequestId,
+        mut parts: Option<&mut ffi::CallerParts<'_>>,
+    ) -> Result<()> {
         let mut b = Idle::new();
         loop {
             if self.send_done(id)? && parts.as_mut().map_or(Ok(true), |p| p.test())? {
