@@ -1,5 +1,5 @@
 //! The MPI native path's posted receives without allocation (issue 35, point 3): a loop of
-//! `irecv_within` and `wait_read` allocates nothing per message once warm (counted by this
+//! `irecv_within`, `isend` and the waits allocates nothing per message once warm (counted by this
 //! binary's global allocator, per thread), more receives posted at once than the native
 //! path keeps buffers for (one: the others allocate theirs, and free them, the footprint
 //! back at the prediction), and messages longer than the kept buffer. The counts and the
@@ -58,7 +58,8 @@ const ROUNDS: usize = 100;
 /// rank 0, read with `wait_read` in order; then one of `2 B + 3` bytes (tag 6), refused by a
 /// receive of `B + 1` (truncated, left queued) and read by one of `4 B`; then
 /// [`ROUNDS`] round trips of 8 B (tag 7) where rank 0 posts with `irecv_within`, sends with
-/// `send` and reads with `wait_read`, counting its allocations. Rank 0's result: the
+/// `isend` and `wait`, and reads with `wait_read` (the loop of `ballast_irecv_into`),
+/// counting its allocations. Rank 0's result: the
 /// checksums of what it read, its allocations in the loop, and its footprint's receive
 /// bytes after the posted receives, with the path taken.
 pub fn posted_receives_without_allocation() {
@@ -119,7 +120,8 @@ pub fn posted_receives_without_allocation() {
                     before = allocations();
                 }
                 let r = comm.irecv_within(1, 7u32, 8)?;
-                comm.send(1, 7, &(i as u64).to_le_bytes())?;
+                let s = comm.isend(1, 7, &(i as u64).to_le_bytes())?;
+                comm.wait(s)?;
                 comm.wait_read(r, |d| buf[..d.len()].copy_from_slice(d))?;
                 assert_eq!(u64::from_le_bytes(buf), i as u64, "round trip {i}");
             }
