@@ -278,7 +278,11 @@ impl MpiNative {
             unreachable!("header state")
         };
         let Some(status) = recv.cancel_in_place()? else {
-            self.recvs.remove(i);
+            if let RecvState::Header { mut recv, .. } = self.recvs.remove(i).state {
+                if let Some(buf) = recv.take_filled() {
+                    self.keep_head(buf);
+                }
+            }
             return Ok(());
         };
         let chan = self.recvs[i].chan;
@@ -389,6 +393,8 @@ impl MpiNative {
             let header = buf[..n].to_vec();
             if scratch {
                 self.recv_scratch = buf;
+            } else {
+                self.keep_head(buf);
             }
             let id = self.recvs[i].id;
             self.finish_header(chan, status.MPI_SOURCE, status.MPI_TAG, header, n, Some(id))?;
