@@ -2,7 +2,7 @@
  * bench/capi_irecv_into.sh: under mpirun -n 2, an mpi build of libballast with the
  * bench-twin feature, compiled with -DBALLAST_BENCH_TWIN:
  *
- *   mpirun -n 2 irecv_into SIZE ITERS BLOCKS
+ *   mpirun -n 2 irecv_into SIZE ITERS BLOCKS [one:c|one:rust|one:mpi]
  *
  * Three loops of ITERS round trips of SIZE bytes, in every block, in an order that rotates
  * from block to block (as bench/c/pingpong.c's `pair`), after one warm-up round trip each:
@@ -14,7 +14,10 @@
  * Ballast runs on ballast_comm_from_mpi(MPI_COMM_WORLD): the MPI native path (unless
  * BALLAST_MPI_NATIVE=off). Timed on rank 0 with CLOCK_MONOTONIC; prints "irecv_into SIZE
  * <c> <rust> <mpi> <c/rust> <c/mpi>": each loop's median block (ns per half round trip)
- * and the medians of the per-block ratios. */
+ * and the medians of the per-block ratios. With `one:LOOP`, only that loop runs (its warm-up
+ * round trip, then BLOCKS blocks) and nothing is printed: for instruction counts under
+ * `valgrind --tool=callgrind`, where two BLOCKS values give the cost per round trip by
+ * difference (bench/capi_irecv_into.sh's header). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -92,8 +95,14 @@ int main(int argc, char **argv) {
     int me, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    if (argc != 4 || n != 2) {
-        if (me == 0) fprintf(stderr, "usage: mpirun -n 2 irecv_into SIZE ITERS BLOCKS\n");
+    int only = -1;
+    if (argc == 5) {
+        const char *names[LOOPS] = {"one:c", "one:rust", "one:mpi"};
+        for (int w = 0; w < LOOPS; w++)
+            if (strcmp(argv[4], names[w]) == 0) only = w;
+    }
+    if ((argc != 4 && !(argc == 5 && only >= 0)) || n != 2) {
+        if (me == 0) fprintf(stderr, "usage: mpirun -n 2 irecv_into SIZE ITERS BLOCKS [one:c|one:rust|one:mpi]\n");
         MPI_Finalize();
         return 2;
     }
@@ -111,7 +120,12 @@ int main(int argc, char **argv) {
     uint8_t *out = malloc(size ? size : 1), *in = malloc(size ? size : 1);
     memset(out, 7, size);
     double *ns = calloc((size_t)blocks * LOOPS, sizeof(double));
-    for (int w = 0; w < LOOPS; w++) one_loop(w, comm, raw, me, out, in, size, 1); /* warm-up */
+    if (only >= 0) {
+        one_loop(only, comm, raw, me, out, in, size, 1); /* warm-up */
+        for (long b = 0; b < blocks; b++) one_loop(only, comm, raw, me, out, in, size, iters);
+        blocks = 0; /* nothing timed or printed */
+    }
+    for (int w = 0; w < LOOPS && only < 0; w++) one_loop(w, comm, raw, me, out, in, size, 1); /* warm-up */
     for (long b = 0; b < blocks; b++) {
         for (int k = 0; k < LOOPS; k++) {
             int which = (int)((b + k) % LOOPS); /* every loop goes first in turn */
@@ -120,7 +134,7 @@ int main(int argc, char **argv) {
             ns[b * LOOPS + which] = (now_ns() - t0) / (2.0 * (double)iters);
         }
     }
-    if (me == 0) {
+    if (me == 0 && only < 0) {
         double *col = calloc((size_t)blocks, sizeof(double)), med[LOOPS], ratio[2];
         for (int w = 0; w < LOOPS; w++) {
             for (long b = 0; b < blocks; b++) col[b] = ns[b * LOOPS + w];

@@ -898,8 +898,9 @@ int ballast_irecv(struct ballast_comm *comm, int source, int64_t tag, struct bal
 // `comm` or `out`, `buf` NULL with `cap` > 0, rank or tag out of range, `cap` above
 // PTRDIFF_MAX); BALLAST_ENOMEM as ballast_irecv; the transport's. On the engine path
 // (local, verbs, MPI through the engine) the message arrives in the runtime's buffers and
-// is copied into `buf` when the request completes; on the MPI native path it is copied
-// from MPI's receive buffer. New in 0.3.
+// is copied into `buf` when the request completes; on the MPI native path MPI writes it
+// into a receive buffer that Ballast keeps for its posted receives (no allocation per
+// message in a steady loop), and it is copied from there into `buf`. New in 0.3.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

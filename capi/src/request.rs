@@ -242,6 +242,9 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
             Err(e) => return Some(ended(r, &e)),
         }
     }
+    if let Some(into) = r.into {
+        return Some(complete_into(c, r, pending, into));
+    }
     let st = match c.comm().wait(pending) {
         Ok(Completion::Received(m)) => {
             let st = ballast_status {
@@ -250,10 +253,7 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
                 len: m.data.len(),
                 error: 0,
             };
-            match r.into {
-                None => r.data = take_vec(m.data),
-                Some(into) => return Some(copy_into(r, into, st, &m.data)),
-            }
+            r.data = take_vec(m.data);
             st
         }
         Ok(Completion::Sent) => r.send.unwrap_or_default(),
@@ -285,31 +285,45 @@ fn ended(r: &mut ballast_request, e: &Error) -> ballast_status {
     st
 }
 
-/// The message `data` of `ballast_irecv_into` receive `r` (at most its buffer's length:
-/// the runtime refused a longer one) copied into the caller's buffer `into`; its status.
+/// Waits for `ballast_irecv_into` receive `r` (`pending`): the message is read where the
+/// runtime holds it (`Communicator::wait_read`) and copied into the caller's buffer `into`
+/// (at most its length: the runtime refused a longer one); its status.
 #[inline(always)]
-fn copy_into(
+fn complete_into(
+    c: &mut ballast_comm,
     r: &mut ballast_request,
+    pending: Request,
     (buf, cap): (*mut u8, usize),
-    st: ballast_status,
-    data: &[u8],
 ) -> ballast_status {
-    let st = if data.len() <= cap {
-        if !data.is_empty() {
+    let mut longer = None;
+    let got = c.comm().wait_read(pending, |data| {
+        if data.len() > cap {
+            longer = Some(data.len());
+        } else if !data.is_empty() {
             // SAFETY: the caller gave `cap` writable bytes at `buf`, kept until the request
             // completes (ballast_irecv_into's contract); `data.len() <= cap`; `data` is the
             // runtime's buffer, distinct from the caller's.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len()) };
         }
-        st
-    } else {
-        r.failure = format!(
-            "the message is {} bytes, the buffer {cap} (and it was taken)",
-            data.len()
-        );
-        ballast_status {
-            error: BALLAST_EINTERNAL,
-            ..st
+    });
+    let st = match got {
+        Ok(Some(e)) => ballast_status {
+            source: e.source as c_int,
+            tag: e.tag,
+            len: e.len,
+            error: 0,
+        },
+        Ok(None) => r.send.unwrap_or_default(),
+        Err(e) => return ended(r, &e),
+    };
+    let st = match longer {
+        None => st,
+        Some(len) => {
+            r.failure = format!("the message is {len} bytes, the buffer {cap} (and it was taken)");
+            ballast_status {
+                error: BALLAST_EINTERNAL,
+                ..st
+            }
         }
     };
     r.done = Some(st);
@@ -482,8 +496,9 @@ pub unsafe extern "C" fn ballast_irecv(
 /// `comm` or `out`, `buf` NULL with `cap` > 0, rank or tag out of range, `cap` above
 /// PTRDIFF_MAX); BALLAST_ENOMEM as ballast_irecv; the transport's. On the engine path
 /// (local, verbs, MPI through the engine) the message arrives in the runtime's buffers and
-/// is copied into `buf` when the request completes; on the MPI native path it is copied
-/// from MPI's receive buffer. New in 0.3.
+/// is copied into `buf` when the request completes; on the MPI native path MPI writes it
+/// into a receive buffer that Ballast keeps for its posted receives (no allocation per
+/// message in a steady loop), and it is copied from there into `buf`. New in 0.3.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

@@ -20,8 +20,9 @@ enum Mode {
     Irecv,
     /// `recv_into` a buffer of the message's size (what `ballast_recv` does).
     RecvInto,
-    /// `irecv_within` then `isend` then `wait` both, the message copied into a buffer of
-    /// its size (what `ballast_irecv_into` + `ballast_isend` + `ballast_wait` do).
+    /// `irecv_within` then `isend` then `wait` of the send and `wait_read` of the receive,
+    /// the message copied into a buffer of its size (what `ballast_irecv_into` +
+    /// `ballast_isend` + `ballast_wait` do).
     IrecvWithin,
 }
 
@@ -29,8 +30,8 @@ enum Mode {
 /// rank, to itself) sends the `size` bytes at `buf` with tag 1 and receives the echo; rank
 /// 1 receives and sends the message back. `mode` 0 receives with `recv`, 1 with `irecv` +
 /// `wait`, 2 with `recv_into` a buffer of `size` bytes, 3 with `irecv_within` posted before
-/// an `isend` and both waited (the message copied into a buffer of `size` bytes: the loop
-/// of bench/c/irecv_into.c). Errors: BALLAST_EINVAL for NULL or another mode; the
+/// an `isend` and both waited (the receive by `wait_read`, the message copied into a
+/// buffer of `size` bytes: the loop of bench/c/irecv_into.c). Errors: BALLAST_EINVAL for NULL or another mode; the
 /// runtime's.
 ///
 /// # Safety
@@ -129,19 +130,17 @@ fn within_round(
     into: &mut [u8],
 ) -> ballast_runtime::Result<()> {
     let r = comm.irecv_within(peer, 1u32, into.len())?;
-    let take = |into: &mut [u8], m: ballast_runtime::Completion| -> usize {
-        let m = m.into_message().map(|m| m.data).unwrap_or_default();
-        into[..m.len()].copy_from_slice(&m);
-        m.len()
+    let mut len = 0;
+    let read = |data: &[u8]| {
+        into[..data.len()].copy_from_slice(data);
+        len = data.len();
     };
     if me == 0 {
         let s = comm.isend(peer, 1, data)?;
         comm.wait(s)?;
-        let got = comm.wait(r)?;
-        take(into, got);
+        comm.wait_read(r, read)?;
     } else {
-        let got = comm.wait(r)?;
-        let len = take(into, got);
+        comm.wait_read(r, read)?;
         let s = comm.isend(peer, 1, &into[..len])?;
         comm.wait(s)?;
     }

@@ -1,6 +1,7 @@
 //! The conformance suite instantiated for the MPI transport (feature `mpi`), plus the MPI
 //! cases: a sparse neighbour exchange from 8 B to 64 MiB, the MPI bootstrap with split
-//! rounds, the MPI footprint, and MPI's own collectives on the native path (`mpi_coll/`). A `harness = false` binary: it initialises MPI once
+//! rounds, the MPI footprint, MPI's own collectives on the native path (`mpi_coll/`), and
+//! its posted receives without allocation (`mpi_lean/`). A `harness = false` binary: it initialises MPI once
 //! (MPI_THREAD_MULTIPLE, since a case's ranks outnumber the processes under
 //! `mpirun -n 1`/`-n 2`), runs every case on every process, prints
 //! `mpi conformance: N passed, M failed, K skipped` from rank 0 and exits non-zero if any case failed
@@ -8,6 +9,7 @@
 
 mod conformance;
 mod mpi_coll;
+mod mpi_lean;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -554,6 +556,10 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         Box::new(different_buffer_sizes_are_refused),
     ));
     v.push(("any_source_alone".into(), Box::new(any_source_alone)));
+    v.push((
+        "posted_receives_without_allocation".into(),
+        Box::new(mpi_lean::posted_receives_without_allocation),
+    ));
     v.extend(mpi_coll::cases());
     v
 }

@@ -130,6 +130,23 @@ pub(crate) trait Backend: Send {
     ) -> Result<std::result::Result<Envelope, Envelope>>;
     /// Waits for `req` as the blocking call `op`.
     fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion>;
+    /// [`Backend::wait`], a received message's bytes handed to `read` where they lie
+    /// (no `Message` for the caller; the MPI native path keeps the buffer of a receive
+    /// of `irecv_within` for the next one): its envelope, `None` for a send.
+    fn wait_read(
+        &mut self,
+        req: Request,
+        op: &'static str,
+        read: &mut dyn FnMut(&[u8]),
+    ) -> Result<Option<Envelope>> {
+        Ok(match self.wait(req, op)? {
+            Completion::Received(m) => {
+                read(&m.data);
+                Some(m.envelope())
+            }
+            Completion::Sent => None,
+        })
+    }
     /// The collectives this backend runs its own way (MPI's on the native path); `None`:
     /// the engine's algorithms over the calls above.
     fn native_collectives(&mut self) -> Option<&mut dyn NativeCollectives> {

@@ -1,11 +1,12 @@
 //! A receive limited to a caller's buffer, non-blocking ([`Communicator::irecv_within`]),
 //! and withdrawing a posted receive that no message has matched
 //! ([`Communicator::cancel`]): what C's `ballast_irecv_into` and `ballast_request_cancel`
-//! are made of.
+//! are made of; and a wait that reads a received message where it lies
+//! ([`Communicator::wait_read`], what `ballast_wait` of such a receive is made of).
 
 use super::{Communicator, Request};
 use crate::error::Result;
-use crate::protocol::matching::{Source, TagMatch};
+use crate::protocol::matching::{Envelope, Source, TagMatch};
 
 impl Communicator {
     /// Posts a receive from `src` with `tag` of a message of at most `cap` bytes. It
@@ -31,6 +32,25 @@ impl Communicator {
                 .irecv_within(src, Self::check_match(tag.into())?, cap)?,
             recv: true,
             peer: src,
+        })
+    }
+
+    /// Waits for `req` as [`Communicator::wait`] does; a received message is not handed
+    /// out as a [`Message`](crate::Message) but read in place: `read` gets its bytes
+    /// (called once, before this returns, for a receive; never for a send), and the
+    /// envelope (source, tag, length in bytes) is returned, `None` for a send. On the MPI
+    /// native path a receive of [`Communicator::irecv_within`] is read in its receive's
+    /// buffer, which is kept for the next posted receive: a loop of `irecv_within` and
+    /// `wait_read` allocates nothing per message there. Errors: as `wait` (for
+    /// `irecv_within`,
+    /// [`CommError::Truncated`](crate::error::CommError::Truncated) without calling
+    /// `read`).
+    pub fn wait_read(&mut self, req: Request, read: impl FnOnce(&[u8])) -> Result<Option<Envelope>> {
+        let mut read = Some(read);
+        self.backend.wait_read(req, "wait", &mut |data| {
+            if let Some(f) = read.take() {
+                f(data)
+            }
         })
     }
 

@@ -3,7 +3,7 @@
 //! (MPI tells no ends), and the plain idle wait.
 
 use super::MpiNative;
-use crate::comm::backend::{self, Backend};
+use crate::comm::backend::Backend;
 use crate::comm::collective::native::NativeCollectives;
 use crate::comm::gone::Gone;
 use crate::comm::{Completion, Request};
@@ -135,24 +135,47 @@ impl Backend for MpiNative {
     ) -> Result<std::result::Result<Envelope, Envelope>> {
         MpiNative::recv_into(self, src, tag, buf)
     }
-    /// A receive waits in MPI for its posted receive; a send as on the engine. A receive
-    /// whose wait failed is withdrawn (`MpiNative::withdraw`): a message deferred for
-    /// memory, or matched to it, goes to a later receive (as on the engine).
     /// MPI's own collectives (`coll.rs`).
     fn native_collectives(&mut self) -> Option<&mut dyn NativeCollectives> {
         Some(self)
     }
-    fn wait(&mut self, req: Request, op: &'static str) -> Result<Completion> {
-        if req.recv {
-            if self.is_limited(req.id) {
-                return self.wait_within(req.id).map(Completion::Received);
-            }
-            let r = self.wait_posted(req.id);
-            if let Err(e) = &r {
-                self.withdraw(req.id, e);
-            }
-            return r.map(Completion::Received);
+    /// A receive waits in MPI for its posted receive; a send as a blocking send does
+    /// (`MpiNative::wait_send`: busy `MPI_Test`s first, housekeeping only once the polls
+    /// have been idle for a while). Both as the blocking calls, so that `irecv`/`isend`
+    /// then `wait` cost what `recv`/`send` do. A receive whose wait failed is withdrawn
+    /// (`MpiNative::withdraw`): a message deferred for memory, or matched to it, goes to a
+    /// later receive (as on the engine).
+    fn wait(&mut self, req: Request, _op: &'static str) -> Result<Completion> {
+        if !req.recv {
+            self.wait_send(req.id, None)?;
+            return Ok(Completion::Sent);
         }
-        backend::wait_loop(self, req, op)
+        if self.is_limited(req.id) {
+            return self.wait_within(req.id).map(Completion::Received);
+        }
+        let r = self.wait_posted(req.id);
+        if let Err(e) = &r {
+            self.withdraw(req.id, e);
+        }
+        r.map(Completion::Received)
+    }
+    /// A receive of `irecv_within` is read in its receive's buffer, which is then kept for
+    /// the next receive (`MpiNative::wait_within_read`).
+    fn wait_read(
+        &mut self,
+        req: Request,
+        op: &'static str,
+        read: &mut dyn FnMut(&[u8]),
+    ) -> Result<Option<Envelope>> {
+        if req.recv && self.is_limited(req.id) {
+            return self.wait_within_read(req.id, read).map(Some);
+        }
+        Ok(match Backend::wait(self, req, op)? {
+            Completion::Received(m) => {
+                read(&m.data);
+                Some(m.envelope())
+            }
+            Completion::Sent => None,
+        })
     }
 }

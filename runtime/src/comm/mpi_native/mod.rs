@@ -22,7 +22,13 @@
 //!
 //! Receives are `MPI_Irecv`s of `buffer_size + 1` bytes, at least the 9 of a large
 //! message's header (nothing is truncated at any `buffer_size`); a blocking `recv` uses one kept
-//! buffer (no allocation). MPI matches them in posting order; when a large header
+//! buffer (no allocation), and so does a posted receive while that buffer is free (no
+//! blocking receive or other posted receive holds it; otherwise its buffer is allocated).
+//! A message of an `irecv_within` stays in its receive's buffer until its wait, which
+//! reads it there (`Communicator::wait_read`, C's `ballast_irecv_into`) and gives the
+//! buffer back: a loop of one posted receive at a time allocates nothing. An `isend` of a
+//! small message likewise borrows the kept send buffer while it is free (else it copies
+//! the message into a `Vec` of its own). MPI matches receives in posting order; when a large header
 //! completes, the parts receives of every earlier receive that could have matched the same
 //! sender and tag are posted first (MPI has completed them already), so parts are taken
 //! in the order their headers were matched. Every [`DRAIN_EVERY`] calls of `progress` (and
@@ -448,13 +454,15 @@ impl MpiNative {
     }
 
     /// Ballast's own bytes: the kept buffers and the buffers of requests in flight (posted
-    /// receives, `isend` copies) as `srq_bytes` (what receive resources are on the other
-    /// transports), and the structure with its per-rank entries as `control_bytes`.
+    /// receives, also once an `irecv_within` completed into its buffer until its wait, and
+    /// `isend` copies) as `srq_bytes` (what receive resources are on the other
+    /// transports), and the structure with its per-rank entries as `control_bytes`. A
+    /// posted receive or an `isend` that holds a kept buffer counts it once, as in flight.
     /// Messages that arrived before their receive was posted are the application's data
     /// waiting to be received (as in the engine's matcher, and in MPI's own unexpected
     /// queue): not counted.
     pub fn footprint(&self) -> Footprint {
-        let kept = (self.recv_scratch.capacity() + self.send_scratch.capacity()) as u64;
+        let kept = (self.recv_scratch.capacity() + self.send_scratch.capacity()) as u64 + self.held_heads();
         let in_flight: u64 = self
             .recvs
             .iter()

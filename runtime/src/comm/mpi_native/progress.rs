@@ -60,7 +60,10 @@ impl MpiNative {
         match kind {
             KIND_WHOLE => {
                 let data = if n - 1 <= buf.capacity() / 2 {
-                    buf[..n - 1].to_vec()
+                    let data = buf[..n - 1].to_vec();
+                    // A posted receive's buffer: for the next one.
+                    self.keep_head(buf);
+                    data
                 } else {
                     buf.truncate(n - 1);
                     buf
@@ -243,6 +246,7 @@ impl MpiNative {
     /// and left posted in MPI, the receive took a later message of its sender (issue 33).
     fn give_back(&mut self, id: RequestId) {
         if let Some(m) = self.done_recvs.remove(&id).or_else(|| self.scratch_done.take()) {
+            let m = self.own(m);
             let chan = Self::wire_tag(m.tag).0;
             self.unexpected.push_matched(id, (chan, m));
         }
@@ -274,7 +278,11 @@ impl MpiNative {
             unreachable!("header state")
         };
         let Some(status) = recv.cancel_in_place()? else {
-            self.recvs.remove(i);
+            if let RecvState::Header { mut recv, .. } = self.recvs.remove(i).state {
+                if let Some(buf) = recv.take_filled() {
+                    self.keep_head(buf);
+                }
+            }
             return Ok(());
         };
         let chan = self.recvs[i].chan;
@@ -302,6 +310,7 @@ impl MpiNative {
             self.done_recvs.insert(id, Message { source, tag, data });
         }
         if let Some(m) = self.done_recvs.remove(&id) {
+            let m = self.own(m);
             self.unexpected.push_matched(id, (chan, m));
         }
         Ok(())
@@ -384,6 +393,8 @@ impl MpiNative {
             let header = buf[..n].to_vec();
             if scratch {
                 self.recv_scratch = buf;
+            } else {
+                self.keep_head(buf);
             }
             let id = self.recvs[i].id;
             self.finish_header(chan, status.MPI_SOURCE, status.MPI_TAG, header, n, Some(id))?;
@@ -409,6 +420,19 @@ impl MpiNative {
             };
             self.recv_scratch = buf;
             m
+        } else if n >= 1 && buf[n - 1] == KIND_WHOLE && self.is_limited(self.recvs[i].id) {
+            // A receive of `irecv_within`: the message stays in the receive's buffer, read
+            // there by `wait_read` (which keeps the buffer for the next receive) or given
+            // bytes of its own when handed out as a `Message` (`own`).
+            let src = source_rank(status.MPI_SOURCE)?;
+            self.note_peer(src);
+            let mut data = buf;
+            data.truncate(n - 1);
+            Ok(Some(Message {
+                source: src,
+                tag: Self::ballast_tag(chan, status.MPI_TAG),
+                data,
+            }))
         } else {
             self.finish_header(chan, status.MPI_SOURCE, status.MPI_TAG, buf, n, None)
         };

@@ -77,7 +77,9 @@ impl MpiNative {
         let buf = if scratch {
             std::mem::take(&mut self.recv_scratch)
         } else {
-            Vec::new()
+            // The kept receive buffer while nothing else holds it (given back when the
+            // receive ends, `keep_head`): no allocation in a loop of one receive at a time.
+            self.lend_head()
         };
         let recv = self.post_header_recv(chan, s, t, buf)?;
         self.recvs.push(PendingRecv {
@@ -334,6 +336,9 @@ impl MpiNative {
             .recvs
             .iter()
             .any(|r| r.id == id && r.src == self.rank as c_int);
+        if !from_self {
+            self.spin_alone(id)?;
+        }
         loop {
             if let Some(m) = self.done_recvs.remove(&id) {
                 return Ok(m);
@@ -357,6 +362,36 @@ impl MpiNative {
                 idle.snooze();
             }
         }
+    }
+
+    /// The latency path of [`MpiNative::wait_posted`]: while receive `id` is the only
+    /// request in flight (nothing else to progress or to keep in order), its `MPI_Test`
+    /// in place, at most [`BUSY_POLLS`] times, as the blocking `recv` does
+    /// ([`MpiNative::recv_alone`]), without a round of `poll`'s bookkeeping each time; then
+    /// the general wait takes over (or finds it complete). Errors: MPI's, an abort.
+    fn spin_alone(&mut self, id: RequestId) -> Result<()> {
+        if self.recvs.len() != 1
+            || self.recvs[0].id != id
+            || !self.sends.is_empty()
+            || !self.deferred.is_empty()
+        {
+            return Ok(());
+        }
+        for _ in 0..BUSY_POLLS {
+            if self.abort.is_set() {
+                return Err(Error::Fabric(FabricError::Aborted));
+            }
+            let RecvState::Header { recv, .. } = &mut self.recvs[0].state else {
+                return Ok(());
+            };
+            let mut status = empty_status();
+            if recv.test(&mut status)? {
+                // A whole message completes it; a large one's parts are posted.
+                self.header_done(0, status)?;
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     /// A blocking receive from this rank itself (or from any source in a world of 1) can
@@ -399,7 +434,44 @@ impl MpiNative {
     /// Takes the message of a completed receive.
     pub fn take_recv(&mut self, id: RequestId) -> Option<Message> {
         self.taken(id);
-        self.done_recvs.remove(&id)
+        let m = self.done_recvs.remove(&id)?;
+        Some(self.own(m))
+    }
+
+    /// The kept receive buffer for a posted receive if nothing holds it (a blocking
+    /// receive, another posted receive), else an empty `Vec` (the receive allocates).
+    #[inline]
+    fn lend_head(&mut self) -> Vec<u8> {
+        if self.recv_scratch.capacity() == self.head_bytes {
+            std::mem::take(&mut self.recv_scratch)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Receive buffer `buf` of a receive that ended becomes the kept receive buffer again
+    /// when that one is out (lent, or taken by a blocking receive, which then allocated
+    /// its own); otherwise it is freed. Only a buffer of exactly `head_bytes`.
+    #[inline]
+    pub(super) fn keep_head(&mut self, buf: Vec<u8>) {
+        if buf.capacity() == self.head_bytes && self.recv_scratch.capacity() == 0 {
+            self.recv_scratch = buf;
+        }
+    }
+
+    /// Message `m` with bytes of its own: one that completed a receive of `irecv_within`
+    /// sits in that receive's buffer ([`MpiNative::keep_head`] takes it back after
+    /// [`MpiNative::wait_read`]); when it fills at most half of it, it is copied into a
+    /// `Vec` of its length and the buffer kept, as for every other receive
+    /// ([`MpiNative::finish_header`]), so that a message handed out or queued holds no
+    /// receive buffer.
+    pub(super) fn own(&mut self, mut m: Message) -> Message {
+        if m.data.capacity() == self.head_bytes && m.data.len() <= self.head_bytes / 2 {
+            let head = std::mem::take(&mut m.data);
+            m.data = head.to_vec();
+            self.keep_head(head);
+        }
+        m
     }
 
     /// Takes a matching message that arrived without a posted receive, if any.

@@ -48,10 +48,18 @@ impl MpiNative {
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
         self.check_rank(dest)?;
         if data.len() <= self.eager {
-            let mut head = Vec::with_capacity(data.len() + 1);
+            // The kept send buffer while nothing holds it (given back when the send
+            // completes, `test_sends`): no allocation in a loop of one send at a time.
+            let lent = self.send_scratch.capacity() == self.head_bytes;
+            let mut head = if lent {
+                std::mem::take(&mut self.send_scratch)
+            } else {
+                Vec::with_capacity(data.len() + 1)
+            };
+            head.clear();
             head.extend_from_slice(data);
             head.push(KIND_WHOLE);
-            self.post(dest, tag, head, Body::Empty, false)
+            self.post(dest, tag, head, Body::Empty, lent)
         } else {
             let mut head = Vec::with_capacity(LARGE_HEADER);
             head.extend_from_slice(&(data.len() as u64).to_le_bytes());
@@ -107,7 +115,24 @@ impl MpiNative {
     }
 
     /// Waits for send `id` (and a blocking send's `parts`), progressing meanwhile.
-    fn wait_send(&mut self, id: RequestId, mut parts: Option<&mut ffi::CallerParts<'_>>) -> Result<()> {
+    pub(super) fn wait_send(
+        &mut self,
+        id: RequestId,
+        mut parts: Option<&mut ffi::CallerParts<'_>>,
+    ) -> Result<()> {
+        if parts.is_none() {
+            // A small message is usually sent by now (MPI's eager path): one `MPI_Test`
+            // of it first, without a round of `poll`.
+            if let Some(i) = self.sends.iter().position(|s| s.id == id) {
+                if self.sends[i].send.test()? {
+                    let mut s = self.sends.swap_remove(i);
+                    if s.scratch {
+                        self.send_scratch = s.send.take_head().unwrap_or_default();
+                    }
+                    return Ok(());
+                }
+            }
+        }
         let mut b = Idle::new();
         loop {
             if self.send_done(id)? && parts.as_mut().map_or(Ok(true), |p| p.test())? {

@@ -68,6 +68,7 @@ impl MpiNative {
     /// Message `m` of receive `id`, longer than its limit, back to the queue's front; its
     /// envelope.
     fn refuse(&mut self, id: RequestId, m: Message) -> Envelope {
+        let m = self.own(m);
         let e = m.envelope();
         let chan = Self::wire_tag(m.tag).0;
         self.unexpected.push_matched(id, (chan, m));
@@ -84,6 +85,27 @@ impl MpiNative {
     /// limit: [`CommError::Truncated`](crate::error::CommError::Truncated) for a longer
     /// message, left queued.
     pub(super) fn wait_within(&mut self, id: RequestId) -> Result<Message> {
+        let m = self.wait_limited(id)?;
+        Ok(self.own(m))
+    }
+
+    /// [`MpiNative::wait_within`] handing the message's bytes to `read` where they lie
+    /// (the receive's buffer, then kept for the next receive: no `Vec` per message); its
+    /// envelope.
+    pub(super) fn wait_within_read(
+        &mut self,
+        id: RequestId,
+        read: &mut dyn FnMut(&[u8]),
+    ) -> Result<Envelope> {
+        let m = self.wait_limited(id)?;
+        read(&m.data);
+        let e = m.envelope();
+        self.keep_head(m.data);
+        Ok(e)
+    }
+
+    /// [`MpiNative::wait_within`]'s message, still in its receive's buffer.
+    fn wait_limited(&mut self, id: RequestId) -> Result<Message> {
         if let Some(e) = self.take_refused(id) {
             return Err(truncated(self.rank, e));
         }
@@ -101,6 +123,20 @@ impl MpiNative {
             return Err(truncated(self.rank, e));
         }
         Ok(m)
+    }
+
+    /// Bytes of the receive buffers that completed receives of `irecv_within` hold until
+    /// their wait (counted in the footprint, as while they were posted).
+    pub(super) fn held_heads(&self) -> u64 {
+        if self.limits.is_empty() || self.done_recvs.is_empty() {
+            return 0;
+        }
+        self.limits
+            .iter()
+            .filter_map(|l| self.done_recvs.get(&l.id))
+            .filter(|m| m.data.capacity() == self.head_bytes)
+            .map(|m| m.data.capacity() as u64)
+            .sum()
     }
 
     /// Forgets the limit of a receive whose message was taken.
@@ -125,7 +161,11 @@ impl MpiNative {
         };
         match recv.cancel_in_place()? {
             None => {
-                self.recvs.remove(i);
+                if let RecvState::Header { mut recv, .. } = self.recvs.remove(i).state {
+                    if let Some(buf) = recv.take_filled() {
+                        self.keep_head(buf);
+                    }
+                }
                 self.forget_limit(id);
                 Ok(true)
             }
