@@ -5,9 +5,10 @@
 //! the poison check, and poisoning on a panic.
 //! Ranks as threads are `crate::local_run`'s; the all-gather is `crate::gathered`'s.
 
+use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use ballast_runtime::{Communicator, Envelope, Footprint, Source, TagMatch};
 
@@ -27,6 +28,13 @@ pub struct ballast_comm {
     /// touches while a call runs, always through a raw pointer (never a reference to the
     /// whole handle).
     owner: AtomicU64,
+    /// For a communicator lent to a rank's thread (`ballast_local_run`,
+    /// `ballast_mpi_run_ranks`), that thread (`pthread_self`); 0 for one a process owns. A
+    /// call from another thread that runs another rank is refused ([`foreign`]).
+    home: u64,
+    /// Its rank (for [`foreign`]'s message; another thread reads it, atomically, as
+    /// `owner`).
+    rank: AtomicUsize,
     /// The runtime's communicator: lent by `ballast_local_run` for the duration of
     /// `rank_main`, or a box of this handle's own (`owned`).
     comm: *mut Communicator,
@@ -45,6 +53,8 @@ impl ballast_comm {
     pub(crate) fn lent(comm: &mut Communicator) -> ballast_comm {
         ballast_comm {
             owner: AtomicU64::new(0),
+            home: this_thread(),
+            rank: AtomicUsize::new(comm.rank()),
             comm,
             owned: None,
             poisoned: None,
@@ -56,6 +66,8 @@ impl ballast_comm {
     pub(crate) fn owned(comm: Box<Communicator>, owned: Owned) -> ballast_comm {
         ballast_comm {
             owner: AtomicU64::new(0),
+            home: 0,
+            rank: AtomicUsize::new(comm.rank()),
             comm: Box::into_raw(comm),
             owned: Some(owned),
             poisoned: None,
@@ -173,7 +185,7 @@ pub(crate) fn with_comm(
     f: impl FnOnce(&mut ballast_comm) -> Result<c_int, Fail>,
 ) -> c_int {
     match comm_of(func, comm) {
-        Ok(c) => with_comm_at(func, c, f),
+        Ok(c) => with_comm_at(func, "communicator", c, f),
         Err(fail) => failed(fail),
     }
 }
@@ -199,6 +211,12 @@ pub(crate) fn this_thread() -> u64 {
 /// threads when another thread is inside. One compare-and-swap, no lock.
 #[inline(always)]
 pub(crate) fn enter(func: &str, comm: *mut ballast_comm) -> Result<Option<Inside>, Fail> {
+    enter_as(func, comm, this_thread())
+}
+
+/// [`enter`] by thread `me` (the caller's `this_thread()`).
+#[inline(always)]
+fn enter_as(func: &str, comm: *mut ballast_comm, me: u64) -> Result<Option<Inside>, Fail> {
     // SAFETY: a live communicator (its handle resolved), not freed during the call (the
     // contract): the address of its `owner` field alone, from the raw pointer (never
     // through a reference to the whole handle, which the thread inside a call holds); the
@@ -207,7 +225,6 @@ pub(crate) fn enter(func: &str, comm: *mut ballast_comm) -> Result<Option<Inside
         let p = std::ptr::addr_of!((*comm).owner);
         (p, &*p)
     };
-    let me = this_thread();
     match cell.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
         Ok(_) => Ok(Some(Inside(owner))),
         Err(other) if other == me => Ok(None),
@@ -230,6 +247,54 @@ impl Drop for Inside {
     }
 }
 
+thread_local! {
+    /// The communicator handle of the rank this thread runs (`ballast_local_run`,
+    /// `ballast_mpi_run_ranks`) and its rank, while its rank_main runs. Read only on the
+    /// cold paths of [`foreign`] (a `thread_local!` read costs a call in a shared library).
+    static RANK_THREAD: Cell<Option<(*const ballast_comm, usize)>> = const { Cell::new(None) };
+}
+
+/// This thread runs the rank of communicator `comm` (`rank`) until the guard drops.
+pub(crate) struct RankThread(());
+
+impl RankThread {
+    pub(crate) fn enter(comm: *const ballast_comm, rank: usize) -> RankThread {
+        RANK_THREAD.with(|t| t.set(Some((comm, rank))));
+        RankThread(())
+    }
+}
+
+impl Drop for RankThread {
+    fn drop(&mut self) {
+        RANK_THREAD.with(|t| t.set(None));
+    }
+}
+
+/// BALLAST_EINVAL when the calling thread runs another rank than communicator `comm`'s
+/// (`what`: the handle passed, a request or the communicator itself): a rank's request or
+/// communicator reached another rank's thread (ranks as threads share an address space).
+/// `None` for any other thread (one thread at a time may use a communicator).
+#[cold]
+#[inline(never)]
+fn foreign(func: &str, what: &str, comm: *mut ballast_comm) -> Option<Fail> {
+    let (mine, my_rank) = RANK_THREAD.with(Cell::get)?;
+    if std::ptr::eq(mine, comm) {
+        return None;
+    }
+    // SAFETY: a live communicator (its handle resolved): its `rank` field alone, an
+    // atomic, from the raw pointer (as `enter` reads `owner`).
+    let rank = unsafe { (*std::ptr::addr_of!((*comm).rank)).load(Ordering::Relaxed) };
+    let whose = if what == "request" {
+        "the request belongs to another communicator"
+    } else {
+        "the communicator belongs to another rank"
+    };
+    Some(Fail::inval(format!(
+        "{func}: {whose} (rank {rank}), not to this thread's (rank {my_rank}): each rank's \
+         requests and communicator are used only by that rank's thread"
+    )))
+}
+
 /// A call from thread `me` while thread `other` is inside a call on the communicator.
 #[cold]
 #[inline(never)]
@@ -244,20 +309,29 @@ fn busy(func: &str, me: u64, other: u64) -> Fail {
     )
 }
 
-/// [`with_comm`] on the communicator at `comm` (a live one, not a handle).
+/// [`with_comm`] on the communicator at `comm` (a live one, not a handle), reached through
+/// a handle of `what` ("communicator" or "request"): a call from the thread of another
+/// rank is BALLAST_EINVAL ([`foreign`]).
 #[inline(always)]
 pub(crate) fn with_comm_at(
     func: &str,
+    what: &str,
     comm: *mut ballast_comm,
     f: impl FnOnce(&mut ballast_comm) -> Result<c_int, Fail>,
 ) -> c_int {
-    let _inside = match enter(func, comm) {
+    let me = this_thread();
+    let _inside = match enter_as(func, comm, me) {
         Ok(g) => g,
-        Err(fail) => return failed(fail),
+        Err(fail) => return failed(foreign(func, what, comm).unwrap_or(fail)),
     };
     // SAFETY: a live communicator (its handle resolved), and this thread is the one inside
     // it (`enter`).
     let c = unsafe { &mut *comm };
+    if c.home != 0 && c.home != me {
+        if let Some(fail) = foreign(func, what, comm) {
+            return failed(fail);
+        }
+    }
     if let Some(why) = &c.poisoned {
         return failed(poisoned(func, why));
     }
