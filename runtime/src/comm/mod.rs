@@ -33,7 +33,7 @@ pub(crate) use owner::Owner;
 
 /// Handle of a non-blocking operation. It belongs to the communicator that made it: only
 /// that one can test, wait for or cancel it (another refuses it with
-/// [`CommError::ForeignRequest`](crate::error::CommError::ForeignRequest)).
+/// [`CommError::ForeignRequest`]).
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a request must be waited for or tested to completion"]
 pub struct Request {
@@ -328,7 +328,7 @@ impl Communicator {
     /// would return (the rank it receives from ended, or the rank it sends to failed; told
     /// on the engine over a fabric that reports ends, i.e. local), so that a polling loop
     /// ends; not for an any-source receive while no rank failed (this rank may still send
-    /// to itself); [`CommError::ForeignRequest`](crate::error::CommError::ForeignRequest)
+    /// to itself); [`CommError::ForeignRequest`]
     /// at once for a request of another communicator; the transport's.
     pub fn test(&mut self, req: &Request) -> Result<bool> {
         self.check_owner(req, "test")?;
@@ -339,7 +339,7 @@ impl Communicator {
     /// yields; on the local transport it then blocks until an arrival wakes it (using no
     /// core), on MPI and verbs it sleeps in short steps. `recv`, `send`, `barrier` and
     /// `all_gatherv` wait the same way. Errors:
-    /// [`CommError::ForeignRequest`](crate::error::CommError::ForeignRequest) at once for a
+    /// [`CommError::ForeignRequest`] at once for a
     /// request of another communicator (given back in the error); the transport's.
     pub fn wait(&mut self, req: Request) -> Result<Completion> {
         if req.owner.comm != self.owner.comm {
@@ -357,7 +357,7 @@ impl Communicator {
 
     /// Waits for all requests, in order. Errors: the first error of a wait (the requests
     /// after it are dropped unwaited);
-    /// [`CommError::ForeignRequest`](crate::error::CommError::ForeignRequest) before any
+    /// [`CommError::ForeignRequest`] before any
     /// wait when one of them belongs to another communicator (the first such is given back
     /// in the error, the others dropped).
     pub fn wait_all(&mut self, mut reqs: Vec<Request>) -> Result<Vec<Completion>> {
