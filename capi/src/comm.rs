@@ -5,7 +5,6 @@
 //! the poison check, and poisoning on a panic.
 //! Ranks as threads are `crate::local_run`'s; the all-gather is `crate::gathered`'s.
 
-use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -15,6 +14,7 @@ use ballast_runtime::{Communicator, Envelope, Footprint, Source, TagMatch};
 use crate::error::{boundary, panic_text, set_last_error, Fail};
 use crate::handles::{self, Kind};
 use crate::process::{free_owned, Owned};
+use crate::rank_thread::foreign;
 use crate::request::Requests;
 use crate::{
     BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, BALLAST_EINTERNAL, BALLAST_ETRUNC, BALLAST_EUNSUPPORTED,
@@ -34,7 +34,7 @@ pub struct ballast_comm {
     home: u64,
     /// Its rank (for [`foreign`]'s message; another thread reads it, atomically, as
     /// `owner`).
-    rank: AtomicUsize,
+    pub(crate) rank: AtomicUsize,
     /// The runtime's communicator: lent by `ballast_local_run` for the duration of
     /// `rank_main`, or a box of this handle's own (`owned`).
     comm: *mut Communicator,
@@ -245,54 +245,6 @@ impl Drop for Inside {
         // reference to the handle was last used.
         unsafe { (*self.0).store(0, Ordering::Release) };
     }
-}
-
-thread_local! {
-    /// The communicator handle of the rank this thread runs (`ballast_local_run`,
-    /// `ballast_mpi_run_ranks`) and its rank, while its rank_main runs. Read only on the
-    /// cold paths of [`foreign`] (a `thread_local!` read costs a call in a shared library).
-    static RANK_THREAD: Cell<Option<(*const ballast_comm, usize)>> = const { Cell::new(None) };
-}
-
-/// This thread runs the rank of communicator `comm` (`rank`) until the guard drops.
-pub(crate) struct RankThread(());
-
-impl RankThread {
-    pub(crate) fn enter(comm: *const ballast_comm, rank: usize) -> RankThread {
-        RANK_THREAD.with(|t| t.set(Some((comm, rank))));
-        RankThread(())
-    }
-}
-
-impl Drop for RankThread {
-    fn drop(&mut self) {
-        RANK_THREAD.with(|t| t.set(None));
-    }
-}
-
-/// BALLAST_EINVAL when the calling thread runs another rank than communicator `comm`'s
-/// (`what`: the handle passed, a request or the communicator itself): a rank's request or
-/// communicator reached another rank's thread (ranks as threads share an address space).
-/// `None` for any other thread (one thread at a time may use a communicator).
-#[cold]
-#[inline(never)]
-fn foreign(func: &str, what: &str, comm: *mut ballast_comm) -> Option<Fail> {
-    let (mine, my_rank) = RANK_THREAD.with(Cell::get)?;
-    if std::ptr::eq(mine, comm) {
-        return None;
-    }
-    // SAFETY: a live communicator (its handle resolved): its `rank` field alone, an
-    // atomic, from the raw pointer (as `enter` reads `owner`).
-    let rank = unsafe { (*std::ptr::addr_of!((*comm).rank)).load(Ordering::Relaxed) };
-    let whose = if what == "request" {
-        "the request belongs to another communicator"
-    } else {
-        "the communicator belongs to another rank"
-    };
-    Some(Fail::inval(format!(
-        "{func}: {whose} (rank {rank}), not to this thread's (rank {my_rank}): each rank's \
-         requests and communicator are used only by that rank's thread"
-    )))
 }
 
 /// A call from thread `me` while thread `other` is inside a call on the communicator.

@@ -148,7 +148,7 @@ pub(crate) fn run_rank(
     let p: *mut ballast_comm = &mut *h;
     let rc = match handles::register(Kind::Comm, p.cast()) {
         Some(handle) => {
-            let rank_thread = crate::comm::RankThread::enter(p, rank);
+            let rank_thread = crate::rank_thread::RankThread::enter(p, rank);
             // SAFETY: the handle is live until after the call; `user` is the caller's, passed back.
             let rc = unsafe { main(handle as *mut ballast_comm, user) };
             drop(rank_thread);
