@@ -61,7 +61,31 @@ layer_check bootstrap 'fabric|protocol|comm|launch|select|fault|fanout|error|Err
 layer_check fabric 'protocol|comm|launch|select|fault|fanout|error|Error|Result'
 layer_check protocol 'comm|launch|select|fault|fanout|error|Error|Result'
 layer_check comm 'launch|select|fault|fanout'
-echo "ci/test.sh: runtime layers: no upward import"
+# lib.rs re-exports modules and types of every layer at the crate root (`crate::engine`,
+# `crate::mpi`, `crate::Communicator`, ...), which would let a lower layer name an upper one
+# past the grep above: those paths are for users, and the crate's own code uses only the
+# canonical ones. The aliases are read from lib.rs (`pub use` names, `as` names, inline
+# `pub mod NAME {`), so a new one is covered at once.
+root_aliases=$(perl -0777 -ne '
+    s{//[^\n]*}{}g;
+    while (/^pub use\s+([^;]+);/mg) {
+        my $u = $1;
+        for my $i ($u =~ /\{(.*)\}/s ? split(/,/, $1) : ($u)) {
+            $i =~ s/^\s+|\s+$//g;
+            print(($i =~ /\bas\s+(\w+)$/ ? $1 : ($i =~ /(\w+)$/)[0]), "\n") if $i ne "";
+        }
+    }
+    print "$1\n" while /^pub mod (\w+)\s*\{/mg;
+' runtime/src/lib.rs | paste -sd'|')
+if [ -z "$root_aliases" ]; then
+    echo "ci/test.sh: no re-exports found in runtime/src/lib.rs (the alias check's parser is stale)" >&2
+    exit 1
+fi
+if grep -rnE "crate::($root_aliases)\b" runtime/src --include='*.rs' | grep -v '^runtime/src/lib.rs:'; then
+    echo "ci/test.sh: runtime/src uses lib.rs's re-exports (above): use the canonical path (crate::protocol::engine, crate::fabric::mpi, crate::comm::Communicator, ...)" >&2
+    exit 1
+fi
+echo "ci/test.sh: runtime layers: no upward import, no root re-export used inside the crate"
 # Unsafe code in the runtime lives only in files named ffi.rs or folders named ffi/
 # (docs/ARCHITECTURE.md), and the only `allow(unsafe_code)` are on `mod ffi;` lines, under the
 # crate's `#![deny(unsafe_code)]` (the FFI to libibverbs is the `ballast-ibv` crate's).

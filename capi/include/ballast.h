@@ -898,9 +898,8 @@ int ballast_irecv(struct ballast_comm *comm, int source, int64_t tag, struct bal
 // `comm` or `out`, `buf` NULL with `cap` > 0, rank or tag out of range, `cap` above
 // PTRDIFF_MAX); BALLAST_ENOMEM as ballast_irecv; the transport's. On the engine path
 // (local, verbs, MPI through the engine) the message arrives in the runtime's buffers and
-// is copied into `buf` when the request completes; on the MPI native path MPI writes it
-// into a receive buffer that Ballast keeps for its posted receives (no allocation per
-// message in a steady loop), and it is copied from there into `buf`. New in 0.3.
+// is copied into `buf` when the request completes; on the MPI native path it is copied
+// from MPI's receive buffer. New in 0.3.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -916,8 +915,10 @@ int ballast_irecv_into(struct ballast_comm *comm,
 
 // Progresses once and tells whether `req` completed (*done 1 or 0); when it did, fills
 // *status (if not NULL) and returns the request's own error, if any. Testing a completed
-// request again gives the same status. Errors: BALLAST_EINVAL for NULL `req` or `done`, or
-// a request already freed (or cancelled by its communicator's free); BALLAST_ENOMEM with
+// request again gives the same status. Errors: BALLAST_EINVAL for NULL `req` or `done`, a
+// request already freed (or cancelled by its communicator's free), or another rank's
+// request tested from a rank's thread (ranks as threads: the message names both ranks;
+// nothing is done, and the request stays its owner's); BALLAST_ENOMEM with
 // *done 0 when the progress could not allocate a message: the request stays live (a
 // message that did not fit stays queued, for this receive if it is its own), so test or
 // wait it again once memory was freed; the request's own (e.g. BALLAST_EPEER when its
@@ -934,8 +935,11 @@ int ballast_test(struct ballast_request *req, int *done, struct ballast_status *
 
 // Waits until `req` completes, fills *status (if not NULL) and returns the request's own
 // error, if any. Waiting on a completed request again gives the same status. A send's
-// status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL or a
-// request already freed (or cancelled by its communicator's free); the request's own (e.g. BALLAST_EPEER
+// status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL, a
+// request already freed (or cancelled by its communicator's free), or another rank's
+// request waited for from a rank's thread (ranks as threads, `ballast_local_run` and
+// `ballast_mpi_run_ranks`: the message names both ranks; nothing is done, and the request
+// stays its owner's); the request's own (e.g. BALLAST_EPEER
 // when its peer died or the run was aborted, and at once for a receive from the caller's
 // own rank with nothing from it queued and no send of its own in flight: only the
 // calling thread could send it, so the wait could never complete).
@@ -943,8 +947,7 @@ int ballast_test(struct ballast_request *req, int *done, struct ballast_status *
 // # Safety
 // `req` must be NULL or a ballast_request handle, not freed by another thread during the
 // call (a freed one is refused); `status` NULL or writable.
-int ballast_wait(struct ballast_request *req,
-                 struct ballast_status *status);
+int ballast_wait(struct ballast_request *req, struct ballast_status *status);
 
 // Waits for each of the `n` requests in `reqs`, in order, filling statuses[i] (when
 // `statuses` is not NULL) with each one's status and error; returns the first error (a

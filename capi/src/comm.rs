@@ -7,13 +7,14 @@
 
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use ballast_runtime::{Communicator, Envelope, Footprint, Source, TagMatch};
 
 use crate::error::{boundary, panic_text, set_last_error, Fail};
 use crate::handles::{self, Kind};
 use crate::process::{free_owned, Owned};
+use crate::rank_thread::foreign;
 use crate::request::Requests;
 use crate::{
     BALLAST_ANY_SOURCE, BALLAST_ANY_TAG, BALLAST_EINTERNAL, BALLAST_ETRUNC, BALLAST_EUNSUPPORTED,
@@ -27,6 +28,13 @@ pub struct ballast_comm {
     /// touches while a call runs, always through a raw pointer (never a reference to the
     /// whole handle).
     owner: AtomicU64,
+    /// For a communicator lent to a rank's thread (`ballast_local_run`,
+    /// `ballast_mpi_run_ranks`), that thread (`pthread_self`); 0 for one a process owns. A
+    /// call from another thread that runs another rank is refused ([`foreign`]).
+    home: u64,
+    /// Its rank (for [`foreign`]'s message; another thread reads it, atomically, as
+    /// `owner`).
+    pub(crate) rank: AtomicUsize,
     /// The runtime's communicator: lent by `ballast_local_run` for the duration of
     /// `rank_main`, or a box of this handle's own (`owned`).
     comm: *mut Communicator,
@@ -45,6 +53,8 @@ impl ballast_comm {
     pub(crate) fn lent(comm: &mut Communicator) -> ballast_comm {
         ballast_comm {
             owner: AtomicU64::new(0),
+            home: this_thread(),
+            rank: AtomicUsize::new(comm.rank()),
             comm,
             owned: None,
             poisoned: None,
@@ -56,6 +66,8 @@ impl ballast_comm {
     pub(crate) fn owned(comm: Box<Communicator>, owned: Owned) -> ballast_comm {
         ballast_comm {
             owner: AtomicU64::new(0),
+            home: 0,
+            rank: AtomicUsize::new(comm.rank()),
             comm: Box::into_raw(comm),
             owned: Some(owned),
             poisoned: None,
@@ -173,7 +185,7 @@ pub(crate) fn with_comm(
     f: impl FnOnce(&mut ballast_comm) -> Result<c_int, Fail>,
 ) -> c_int {
     match comm_of(func, comm) {
-        Ok(c) => with_comm_at(func, c, Via::Comm, f),
+        Ok(c) => with_comm_at(func, "communicator", c, f),
         Err(fail) => failed(fail),
     }
 }
@@ -198,7 +210,13 @@ pub(crate) fn this_thread() -> u64 {
 /// inside already (a call made from within a call), BALLAST_EUNSUPPORTED naming both
 /// threads when another thread is inside. One compare-and-swap, no lock.
 #[inline(always)]
-pub(crate) fn enter(func: &str, comm: *mut ballast_comm, via: Via) -> Result<Option<Inside>, Fail> {
+pub(crate) fn enter(func: &str, comm: *mut ballast_comm) -> Result<Option<Inside>, Fail> {
+    enter_as(func, comm, this_thread())
+}
+
+/// [`enter`] by thread `me` (the caller's `this_thread()`).
+#[inline(always)]
+fn enter_as(func: &str, comm: *mut ballast_comm, me: u64) -> Result<Option<Inside>, Fail> {
     // SAFETY: a live communicator (its handle resolved), not freed during the call (the
     // contract): the address of its `owner` field alone, from the raw pointer (never
     // through a reference to the whole handle, which the thread inside a call holds); the
@@ -207,11 +225,10 @@ pub(crate) fn enter(func: &str, comm: *mut ballast_comm, via: Via) -> Result<Opt
         let p = std::ptr::addr_of!((*comm).owner);
         (p, &*p)
     };
-    let me = this_thread();
     match cell.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
         Ok(_) => Ok(Some(Inside(owner))),
         Err(other) if other == me => Ok(None),
-        Err(other) => Err(busy(func, me, other, via)),
+        Err(other) => Err(busy(func, me, other)),
     }
 }
 
@@ -230,54 +247,43 @@ impl Drop for Inside {
     }
 }
 
-/// How a call reached a communicator: given it, or through one of its requests.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Via {
-    /// A call on the communicator handle.
-    Comm,
-    /// A call on a request handle (`ballast_wait`, `ballast_test`, ...): the request's
-    /// communicator, which may be another rank's.
-    Request,
-}
-
-/// A call from thread `me` while thread `other` is inside a call on the communicator
-/// (reached `via` the communicator or one of its requests).
+/// A call from thread `me` while thread `other` is inside a call on the communicator.
 #[cold]
 #[inline(never)]
-fn busy(func: &str, me: u64, other: u64, via: Via) -> Fail {
-    let (on, rule) = match via {
-        Via::Comm => ("the same communicator", ""),
-        Via::Request => (
-            "the request's communicator",
-            " (a request is completed and freed by the rank that made it: with \
-             ballast_local_run, another rank's request is not this thread's to wait for)",
-        ),
-    };
+fn busy(func: &str, me: u64, other: u64) -> Fail {
     Fail::new(
         BALLAST_EUNSUPPORTED,
         format!(
-            "{func}: called from thread {me:#x} while thread {other:#x} is inside a call on {on} \
-             (pthread_self values): a communicator and its requests are used by one thread at a \
-             time{rule}; serialise the calls, or give each thread a communicator of its own"
+            "{func}: called from thread {me:#x} while thread {other:#x} is inside a call on the same \
+             communicator (pthread_self values): a communicator and its requests are used by one \
+             thread at a time; serialise the calls, or give each thread a communicator of its own"
         ),
     )
 }
 
-/// [`with_comm`] on the communicator at `comm` (a live one, not a handle).
+/// [`with_comm`] on the communicator at `comm` (a live one, not a handle), reached through
+/// a handle of `what` ("communicator" or "request"): a call from the thread of another
+/// rank is BALLAST_EINVAL ([`foreign`]).
 #[inline(always)]
 pub(crate) fn with_comm_at(
     func: &str,
+    what: &str,
     comm: *mut ballast_comm,
-    via: Via,
     f: impl FnOnce(&mut ballast_comm) -> Result<c_int, Fail>,
 ) -> c_int {
-    let _inside = match enter(func, comm, via) {
+    let me = this_thread();
+    let _inside = match enter_as(func, comm, me) {
         Ok(g) => g,
-        Err(fail) => return failed(fail),
+        Err(fail) => return failed(foreign(func, what, comm).unwrap_or(fail)),
     };
     // SAFETY: a live communicator (its handle resolved), and this thread is the one inside
     // it (`enter`).
     let c = unsafe { &mut *comm };
+    if c.home != 0 && c.home != me {
+        if let Some(fail) = foreign(func, what, comm) {
+            return failed(fail);
+        }
+    }
     if let Some(why) = &c.poisoned {
         return failed(poisoned(func, why));
     }
@@ -458,7 +464,7 @@ pub unsafe extern "C" fn ballast_comm_free(comm: *mut ballast_comm) -> c_int {
     boundary(F, || {
         let c = comm_of(F, comm)?;
         // Another thread inside a call on it is refused, as for every call.
-        let inside = enter(F, c, Via::Comm)?;
+        let inside = enter(F, c)?;
         // SAFETY: a live communicator (its handle resolved), this thread inside it.
         if unsafe { (*c).owned.is_none() } {
             return Err(Fail::inval(format!(

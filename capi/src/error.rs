@@ -127,7 +127,8 @@ fn comm_code(e: &CommError) -> c_int {
         | CommError::ModelOverflow { .. }
         | CommError::CollectiveUnfinished { .. }
         | CommError::CollectiveArgument { .. }
-        | CommError::CollectiveLength { .. } => BALLAST_EINVAL,
+        | CommError::CollectiveLength { .. }
+        | CommError::ForeignRequest { .. } => BALLAST_EINVAL,
         CommError::Unsupported { .. } => BALLAST_EUNSUPPORTED,
         CommError::PeerGone { .. } => BALLAST_EPEER,
         CommError::Truncated { .. } => BALLAST_ETRUNC,

@@ -27,6 +27,7 @@ mod local_run;
 mod mpi_ranks;
 mod notes;
 mod process;
+mod rank_thread;
 mod request;
 #[cfg(feature = "bench-twin")]
 mod twin;

@@ -147,9 +147,11 @@ pub(crate) fn run_rank(
     let mut h = Box::new(ballast_comm::lent(comm));
     let p: *mut ballast_comm = &mut *h;
     let rc = match handles::register(Kind::Comm, p.cast()) {
-        // SAFETY: the handle is live until after the call; `user` is the caller's, passed back.
         Some(handle) => {
+            let rank_thread = crate::rank_thread::RankThread::enter(p, rank);
+            // SAFETY: the handle is live until after the call; `user` is the caller's, passed back.
             let rc = unsafe { main(handle as *mut ballast_comm, user) };
+            drop(rank_thread);
             // From here on the handle is refused: the communicator is finished below.
             handles::unregister(handle, Kind::Comm).expect("the rank's handle is live until here");
             rc

@@ -195,7 +195,7 @@ pub(crate) fn with_request(
     // SAFETY: a live request (its handle resolved), used by this thread alone (the contract).
     let comm = unsafe { (*r).comm };
     // A live request's communicator is live: freeing it ends its requests' handles.
-    with_comm_at(func, comm, crate::comm::Via::Request, |c| {
+    with_comm_at(func, "request", comm, |c| {
         // SAFETY: a live box of `c.requests`, a distinct allocation from `c`.
         f(c, unsafe { &mut *r })
     })
@@ -242,9 +242,6 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
             Err(e) => return Some(ended(r, &e)),
         }
     }
-    if let Some(into) = r.into {
-        return Some(complete_into(c, r, pending, into));
-    }
     let st = match c.comm().wait(pending) {
         Ok(Completion::Received(m)) => {
             let st = ballast_status {
@@ -253,7 +250,10 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
                 len: m.data.len(),
                 error: 0,
             };
-            r.data = take_vec(m.data);
+            match r.into {
+                None => r.data = take_vec(m.data),
+                Some(into) => return Some(copy_into(r, into, st, &m.data)),
+            }
             st
         }
         Ok(Completion::Sent) => r.send.unwrap_or_default(),
@@ -285,45 +285,31 @@ fn ended(r: &mut ballast_request, e: &Error) -> ballast_status {
     st
 }
 
-/// Waits for `ballast_irecv_into` receive `r` (`pending`): the message is read where the
-/// runtime holds it (`Communicator::wait_read`) and copied into the caller's buffer `into`
-/// (at most its length: the runtime refused a longer one); its status.
+/// The message `data` of `ballast_irecv_into` receive `r` (at most its buffer's length:
+/// the runtime refused a longer one) copied into the caller's buffer `into`; its status.
 #[inline(always)]
-fn complete_into(
-    c: &mut ballast_comm,
+fn copy_into(
     r: &mut ballast_request,
-    pending: Request,
     (buf, cap): (*mut u8, usize),
+    st: ballast_status,
+    data: &[u8],
 ) -> ballast_status {
-    let mut longer = None;
-    let got = c.comm().wait_read(pending, |data| {
-        if data.len() > cap {
-            longer = Some(data.len());
-        } else if !data.is_empty() {
+    let st = if data.len() <= cap {
+        if !data.is_empty() {
             // SAFETY: the caller gave `cap` writable bytes at `buf`, kept until the request
             // completes (ballast_irecv_into's contract); `data.len() <= cap`; `data` is the
             // runtime's buffer, distinct from the caller's.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len()) };
         }
-    });
-    let st = match got {
-        Ok(Some(e)) => ballast_status {
-            source: e.source as c_int,
-            tag: e.tag,
-            len: e.len,
-            error: 0,
-        },
-        Ok(None) => r.send.unwrap_or_default(),
-        Err(e) => return ended(r, &e),
-    };
-    let st = match longer {
-        None => st,
-        Some(len) => {
-            r.failure = format!("the message is {len} bytes, the buffer {cap} (and it was taken)");
-            ballast_status {
-                error: BALLAST_EINTERNAL,
-                ..st
-            }
+        st
+    } else {
+        r.failure = format!(
+            "the message is {} bytes, the buffer {cap} (and it was taken)",
+            data.len()
+        );
+        ballast_status {
+            error: BALLAST_EINTERNAL,
+            ..st
         }
     };
     r.done = Some(st);
@@ -496,9 +482,8 @@ pub unsafe extern "C" fn ballast_irecv(
 /// `comm` or `out`, `buf` NULL with `cap` > 0, rank or tag out of range, `cap` above
 /// PTRDIFF_MAX); BALLAST_ENOMEM as ballast_irecv; the transport's. On the engine path
 /// (local, verbs, MPI through the engine) the message arrives in the runtime's buffers and
-/// is copied into `buf` when the request completes; on the MPI native path MPI writes it
-/// into a receive buffer that Ballast keeps for its posted receives (no allocation per
-/// message in a steady loop), and it is copied from there into `buf`. New in 0.3.
+/// is copied into `buf` when the request completes; on the MPI native path it is copied
+/// from MPI's receive buffer. New in 0.3.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -545,8 +530,10 @@ pub unsafe extern "C" fn ballast_irecv_into(
 
 /// Progresses once and tells whether `req` completed (*done 1 or 0); when it did, fills
 /// *status (if not NULL) and returns the request's own error, if any. Testing a completed
-/// request again gives the same status. Errors: BALLAST_EINVAL for NULL `req` or `done`, or
-/// a request already freed (or cancelled by its communicator's free); BALLAST_ENOMEM with
+/// request again gives the same status. Errors: BALLAST_EINVAL for NULL `req` or `done`, a
+/// request already freed (or cancelled by its communicator's free), or another rank's
+/// request tested from a rank's thread (ranks as threads: the message names both ranks;
+/// nothing is done, and the request stays its owner's); BALLAST_ENOMEM with
 /// *done 0 when the progress could not allocate a message: the request stays live (a
 /// message that did not fit stays queued, for this receive if it is its own), so test or
 /// wait it again once memory was freed; the request's own (e.g. BALLAST_EPEER when its
@@ -588,8 +575,11 @@ pub unsafe extern "C" fn ballast_test(
 
 /// Waits until `req` completes, fills *status (if not NULL) and returns the request's own
 /// error, if any. Waiting on a completed request again gives the same status. A send's
-/// status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL or a
-/// request already freed (or cancelled by its communicator's free); the request's own (e.g. BALLAST_EPEER
+/// status holds the destination, tag and length. Errors: BALLAST_EINVAL for NULL, a
+/// request already freed (or cancelled by its communicator's free), or another rank's
+/// request waited for from a rank's thread (ranks as threads, `ballast_local_run` and
+/// `ballast_mpi_run_ranks`: the message names both ranks; nothing is done, and the request
+/// stays its owner's); the request's own (e.g. BALLAST_EPEER
 /// when its peer died or the run was aborted, and at once for a receive from the caller's
 /// own rank with nothing from it queued and no send of its own in flight: only the
 /// calling thread could send it, so the wait could never complete).

@@ -196,6 +196,7 @@ pub(super) fn send_blocking<B: Backend + ?Sized>(
         id,
         recv: false,
         peer: Source::Rank(dest),
+        owner: super::Owner::INTERNAL,
     };
     b.wait(req, "send").map(|_| ())
 }

@@ -148,6 +148,7 @@ impl Backend for Engine {
             id: Engine::irecv(self, src, tag)?,
             recv: true,
             peer: src,
+            owner: super::Owner::INTERNAL,
         };
         // Withdrawn on an error as `wait` does: a message on its way, or one refused for
         // memory (kept by the fabric), must not bind to this ended receive later.

@@ -1,9 +1,11 @@
 //! The communicator's own errors ([`CommError`]): a reserved tag, a wait no rank can end,
-//! a collective called while another one is unfinished,
+//! a request of another communicator, a collective called while another one is unfinished,
 //! the memory model's overflow, a message of the runtime's own traffic of the wrong size.
-//! The public [`crate::Error`] wraps them (`Error::Comm`), with the same messages.
+//! The public [`crate::error::Error`] wraps them (`Error::Comm`), with the same messages.
 
 use thiserror::Error;
+
+use super::Request;
 
 /// Errors of the communicator. New variants may be added (`#[non_exhaustive]`): match with
 /// a `_` arm.
@@ -31,6 +33,27 @@ pub enum CommError {
         /// It failed rather than finished.
         failed: bool,
     },
+    /// Call `op` (`test`, `wait`, `wait_all`, `cancel`) of rank `rank`'s communicator
+    /// (number `comm` in this process) was given a request of another communicator (number
+    /// `owner_comm`, of rank `owner_rank`): a request is `Send`, but only the communicator
+    /// that made it can complete it. Nothing was done; a call that took the request by
+    /// value gives it back in `request`, to be returned to its owner.
+    #[error("rank {rank}: {op}: the request belongs to another communicator (#{owner_comm}, rank {owner_rank}), not to this one (#{comm}, rank {rank}): only the communicator that made a request can test, wait for or cancel it")]
+    ForeignRequest {
+        /// The call.
+        op: &'static str,
+        /// The calling communicator's rank.
+        rank: usize,
+        /// The calling communicator's number (from 1, unique in the process).
+        comm: u64,
+        /// The rank of the communicator the request belongs to.
+        owner_rank: usize,
+        /// That communicator's number.
+        owner_comm: u64,
+        /// The request, when the call took it by value (`wait`, `cancel`, the first
+        /// foreign one of `wait_all`); `None` for `test`, which borrows it.
+        request: Option<Box<Request>>,
+    },
     /// Collective `op` was called on rank `rank` while collective `unfinished` (number
     /// `seq` on this communicator) failed with a retryable error and is not finished:
     /// calling `unfinished` again resumes it; the peers wait in it.
@@ -45,7 +68,7 @@ pub enum CommError {
         /// Its number on this communicator (from 1).
         seq: u64,
     },
-    /// A term of the memory model ([`crate::TransportConfig::try_predict`]) does not fit
+    /// A term of the memory model ([`crate::core::config::TransportConfig::try_predict`]) does not fit
     /// in 64 bits: the configuration asks for more bytes than any machine has.
     #[error("the memory model overflows 64 bits at {term}: the configuration asks for more than 2^64 bytes")]
     ModelOverflow {

@@ -25,11 +25,15 @@ mod gone;
 pub mod model;
 #[cfg(feature = "mpi")]
 pub mod mpi_native;
+mod owner;
 mod within;
 
 use backend::Backend;
+pub(crate) use owner::Owner;
 
-/// Handle of a non-blocking operation.
+/// Handle of a non-blocking operation. It belongs to the communicator that made it: only
+/// that one can test, wait for or cancel it (another refuses it with
+/// [`CommError::ForeignRequest`]).
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a request must be waited for or tested to completion"]
 pub struct Request {
@@ -37,6 +41,8 @@ pub struct Request {
     recv: bool,
     /// The rank a send goes to, or the ranks a receive takes from.
     peer: Source,
+    /// The communicator it belongs to.
+    owner: Owner,
 }
 
 /// Result of a completed request.
@@ -76,6 +82,8 @@ pub struct Communicator {
     /// source (a peer finished the exchange and started the next), with their sources, by
     /// arrival: each source's come before what is still queued from it.
     early: Vec<(usize, Vec<u8>)>,
+    /// This communicator's id and rank, stamped on its requests.
+    owner: Owner,
 }
 
 impl Communicator {
@@ -92,6 +100,7 @@ impl Communicator {
     /// A communicator over `backend`.
     pub(crate) fn over(backend: Box<dyn Backend>) -> Communicator {
         Communicator {
+            owner: Owner::next(backend.rank()),
             notes: backend.notes().to_vec(),
             backend,
             messages_sent: 0,
@@ -194,6 +203,7 @@ impl Communicator {
             id: self.isend_raw(dest, tag, data)?,
             recv: false,
             peer: Source::Rank(dest),
+            owner: self.owner,
         })
     }
 
@@ -207,6 +217,7 @@ impl Communicator {
             id: self.isend_retry(dest, tag, data)?,
             recv: false,
             peer: Source::Rank(dest),
+            owner: self.owner,
         })
     }
 
@@ -238,6 +249,7 @@ impl Communicator {
             id: self.irecv_raw(src, Self::check_match(tag.into())?)?,
             recv: true,
             peer: src,
+            owner: self.owner,
         })
     }
 
@@ -316,16 +328,23 @@ impl Communicator {
     /// would return (the rank it receives from ended, or the rank it sends to failed; told
     /// on the engine over a fabric that reports ends, i.e. local), so that a polling loop
     /// ends; not for an any-source receive while no rank failed (this rank may still send
-    /// to itself); the transport's.
+    /// to itself); [`CommError::ForeignRequest`]
+    /// at once for a request of another communicator; the transport's.
     pub fn test(&mut self, req: &Request) -> Result<bool> {
+        self.check_owner(req, "test")?;
         backend::test(&mut *self.backend, req)
     }
 
     /// Progresses until `req` completes. While nothing happens it polls briefly, then
     /// yields; on the local transport it then blocks until an arrival wakes it (using no
     /// core), on MPI and verbs it sleeps in short steps. `recv`, `send`, `barrier` and
-    /// `all_gatherv` wait the same way.
+    /// `all_gatherv` wait the same way. Errors:
+    /// [`CommError::ForeignRequest`] at once for a
+    /// request of another communicator (given back in the error); the transport's.
     pub fn wait(&mut self, req: Request) -> Result<Completion> {
+        if req.owner.comm != self.owner.comm {
+            return Err(self.foreign(req.owner, "wait", Some(req)));
+        }
         self.wait_as(req, "wait")
     }
 
@@ -336,9 +355,17 @@ impl Communicator {
         self.backend.wait(req, op)
     }
 
-    /// Waits for all requests, in order.
-    pub fn wait_all(&mut self, reqs: Vec<Request>) -> Result<Vec<Completion>> {
-        reqs.into_iter().map(|r| self.wait(r)).collect()
+    /// Waits for all requests, in order. Errors: the first error of a wait (the requests
+    /// after it are dropped unwaited);
+    /// [`CommError::ForeignRequest`] before any
+    /// wait when one of them belongs to another communicator (the first such is given back
+    /// in the error, the others dropped).
+    pub fn wait_all(&mut self, mut reqs: Vec<Request>) -> Result<Vec<Completion>> {
+        if let Some(i) = reqs.iter().position(|r| r.owner.comm != self.owner.comm) {
+            let r = reqs.swap_remove(i);
+            return Err(self.foreign(r.owner, "wait_all", Some(r)));
+        }
+        reqs.into_iter().map(|r| self.wait_as(r, "wait")).collect()
     }
 
     /// Advances the runtime: polls arrivals and completions, answers handshakes and credit

@@ -32,6 +32,7 @@ impl Communicator {
                 .irecv_within(src, Self::check_match(tag.into())?, cap)?,
             recv: true,
             peer: src,
+            owner: self.owner,
         })
     }
 
@@ -60,9 +61,14 @@ impl Communicator {
     /// send, or a receive that a message has matched (complete, still arriving, or refused
     /// as longer than its limit): test or wait for it as before. Taking the request by
     /// value makes a wait on a cancelled receive (which nothing could ever complete)
-    /// impossible. Errors: the transport's (on the MPI native path, `MPI_Cancel`'s); the
-    /// request is then consumed.
+    /// impossible. Errors:
+    /// [`CommError::ForeignRequest`](crate::error::CommError::ForeignRequest) at once for a
+    /// request of another communicator (given back in the error, nothing changed); the
+    /// transport's (on the MPI native path, `MPI_Cancel`'s); the request is then consumed.
     pub fn cancel(&mut self, req: Request) -> Result<std::result::Result<(), Request>> {
+        if req.owner.comm != self.owner.comm {
+            return Err(self.foreign(req.owner, "cancel", Some(req)));
+        }
         if !req.recv {
             return Ok(Err(req));
         }

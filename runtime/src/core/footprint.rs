@@ -1,5 +1,5 @@
 //! The footprint: transport memory of one rank by kind, as accounted by a running
-//! communicator ([`crate::Communicator::footprint`]) and as predicted from the
+//! communicator (`Communicator::footprint`, in the comm layer above) and as predicted from the
 //! configuration alone ([`TransportConfig::predict`]), the formula the balancer charges
 //! per rank.
 //!

@@ -90,7 +90,7 @@ impl Mpi {
         } else if ranks != procs {
             Some(format!("MPI native path not used: {ranks} Ballast ranks on {procs} MPI processes (it needs one rank per process); the engine runs above MPI"))
         } else if !native::tags_fit(tag_ub) {
-            Some(format!("MPI native path not used: this MPI's MPI_TAG_UB is {tag_ub}, below Ballast's largest tag {}; the engine runs above MPI", crate::RESERVED_TAG_BASE - 1))
+            Some(format!("MPI native path not used: this MPI's MPI_TAG_UB is {tag_ub}, below Ballast's largest tag {}; the engine runs above MPI", crate::protocol::matching::RESERVED_TAG_BASE - 1))
         } else {
             None
         };

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-/// Where the engine gets the time: given to [`Engine::new`](crate::engine::Engine::new) by
+/// Where the engine gets the time: given to [`Engine::new`](crate::protocol::engine::Engine::new) by
 /// its owner (the communicator passes the system clock). The engine reads it only where
 /// the datagram path stamps a datagram it sends, takes an acknowledgement, or checks a
 /// retransmission deadline, so reading it costs nothing on the endpoint path.

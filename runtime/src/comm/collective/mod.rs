@@ -88,6 +88,7 @@ impl Communicator {
             id: self.isend_retry(dest, COLLECTIVE_TAG, msg)?,
             recv: false,
             peer: Source::Rank(dest),
+            owner: self.owner,
         })
     }
 
@@ -97,6 +98,7 @@ impl Communicator {
             id: self.irecv_raw(Source::Rank(src), TagMatch::Tag(COLLECTIVE_TAG))?,
             recv: true,
             peer: Source::Rank(src),
+            owner: self.owner,
         })
     }
 
@@ -204,6 +206,7 @@ impl Communicator {
                     id,
                     recv: false,
                     peer: Source::Rank(to),
+                    owner: self.owner,
                 });
                 return Err(e);
             }

@@ -139,6 +139,7 @@ impl Communicator {
                         id,
                         recv: false,
                         peer: Source::Rank(to),
+                        owner: self.owner,
                     },
                     to,
                 ));

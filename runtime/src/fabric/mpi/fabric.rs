@@ -1,7 +1,7 @@
 //! The MPI fabric ([`MpiFabric`]): the [`Fabric`] of one Ballast rank over MPI
 //! point-to-point on Ballast's own duplicate of the world communicator.
 //!
-//! Wire ([`crate::wire`]): every packet is one MPI message that starts with a 32-byte header
+//! Wire ([`crate::fabric::wire`]): every packet is one MPI message that starts with a 32-byte header
 //! (the [`PacketHeader`] fields, a kind byte, for control messages the [`Control`] code and
 //! value, and in byte 31 the number of piggybacked controls); data packets carry their
 //! payload after it, then the piggybacked controls (9 bytes each: code, value). A packet is

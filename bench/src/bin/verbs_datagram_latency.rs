@@ -18,7 +18,7 @@ use clap::Parser;
 
 /// 8 B latency of a datagram peer beside an endpoint peer over verbs.
 #[derive(Parser, Debug)]
-#[command(name = "verbs_dgram_latency")]
+#[command(name = "verbs_datagram_latency")]
 struct Args {
     /// Timed round trips per peer (after as many untimed); at most 200 so that the
     /// datagram peer is not promoted.
@@ -60,7 +60,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Err(e) = verbs::device::probe(&RuntimeConfig::from_env()?.verbs().clone()) {
-        println!("verbs_dgram_latency: skipped: {e}");
+        println!("verbs_datagram_latency: skipped: {e}");
         return Ok(());
     }
     let cfg = RuntimeConfig::from_env()?
@@ -98,7 +98,7 @@ fn main() -> anyhow::Result<()> {
     println!("  endpoint peer (RC):  {e:.2} us   batches {ep:.1?}");
     println!("  datagram peer (UD):  {d:.2} us   batches {dg:.1?}");
     println!(
-        "verbs_dgram_8B_half_rtt_us={d:.2} verbs_endpoint_8B_half_rtt_us={e:.2} ratio={:.2}",
+        "verbs_datagram_8B_half_rtt_us={d:.2} verbs_endpoint_8B_half_rtt_us={e:.2} ratio={:.2}",
         d / e
     );
     Ok(())
