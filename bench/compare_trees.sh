@@ -24,6 +24,7 @@
 # tree and their ratio (this tree / REV; above 1 is slower), and whether it is within
 # 1.05. A benchmark REV cannot build (an older tree without it) is left out, with a note.
 # The MPI runs bind each rank to a core (--bind-to core), as bench/capi_pingpong.sh.
+# SAME_PROFILE=1 builds REV with this tree's release profile (see below).
 set -euo pipefail
 rev=${1:?usage: compare_trees.sh REV [ROUNDS]}
 rounds=${2:-11}
@@ -31,7 +32,27 @@ root=$(git rev-parse --show-toplevel)
 # OLD_DIR relative to where the script is run from.
 [ -z "${OLD_DIR:-}" ] || OLD_DIR=$(realpath -m "$OLD_DIR")
 cd "$root"
-old=${OLD_DIR:-"$root/target/compare-trees/$rev"}
+# SAME_PROFILE=1: REV is built with this tree's [profile.release] (CARGO_PROFILE_RELEASE_*
+# for both trees' builds; this tree's own build is then unchanged), in its own worktree
+# target/compare-trees/REV-same-profile: the code of the two trees compared, not their
+# profiles.
+suffix=
+if [ -n "${SAME_PROFILE:-}" ]; then
+    suffix=-same-profile
+    while IFS= read -r kv; do
+        # shellcheck disable=SC2163 # the names come from the profile's keys
+        export "$kv"
+        echo "note: $kv for both trees" >&2
+    done < <(python3 - "$root/Cargo.toml" <<'PY'
+import sys, tomllib
+release = tomllib.load(open(sys.argv[1], "rb")).get("profile", {}).get("release", {})
+for k, v in release.items():
+    v = str(v).lower() if isinstance(v, bool) else v
+    print(f"CARGO_PROFILE_RELEASE_{k.upper().replace('-', '_')}={v}")
+PY
+    )
+fi
+old=${OLD_DIR:-"$root/target/compare-trees/$rev$suffix"}
 if [ ! -d "$old" ]; then
     git worktree add -q --detach "$old" "$rev"
 fi
