@@ -37,7 +37,7 @@ impl Communicator {
     }
 
     /// Waits for `req` as [`Communicator::wait`] does; a received message is not handed
-    /// out as a [`Message`](crate::Message) but read in place: `read` gets its bytes
+    /// out as a [`Message`](crate::protocol::matching::Message) but read in place: `read` gets its bytes
     /// (called once, before this returns, for a receive; never for a send), and the
     /// envelope (source, tag, length in bytes) is returned, `None` for a send. On the MPI
     /// native path a receive of [`Communicator::irecv_within`] is read in its receive's
