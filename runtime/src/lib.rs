@@ -63,19 +63,16 @@ pub mod mpi {
 /// as threads of this process are started by [`launch::threads::run_ranks`].
 pub mod local {
     pub use crate::fabric::local::*;
-    pub use crate::launch::local_finish as finish;
-    pub use crate::launch::local_single as single;
+    pub use crate::launch::local::{finish, single};
 }
 
 /// The verbs transport (feature `verbs`): its fabric, device probe and control channel,
 /// [`communicator`](verbs::communicator) for one rank per process, and
-/// [`run_ranks`](verbs::run_ranks) ([`launch::verbs_threads`]) for several.
+/// [`run_ranks`](verbs::run_ranks) for several.
 #[cfg(feature = "verbs")]
 pub mod verbs {
     pub use crate::fabric::verbs::*;
-    pub use crate::launch::verbs_communicator as communicator;
-    pub use crate::launch::verbs_finish as finish;
-    pub use crate::launch::verbs_threads as run_ranks;
+    pub use crate::launch::verbs::{communicator, finish, run_ranks};
 }
 
 pub use comm::collective::{ReduceOp, ReduceSlice, ReduceType, Reducible};

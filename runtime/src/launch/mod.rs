@@ -2,26 +2,24 @@
 //! bootstrap together with the MPI it may have initialised for it, dropped in the order MPI
 //! needs: the bootstrap's communicator before `MPI_Finalize`), and the one launcher of
 //! ranks as threads of this process ([`threads`]) with each transport's use of it:
-//! [`threads::run_ranks`] (the `local` transport), [`verbs_threads`] (`verbs::run_ranks`,
-//! feature `verbs`) and [`Mpi::run_ranks`](crate::fabric::mpi::Mpi::run_ranks) (feature
-//! `mpi`). The command line and the tests start their threaded ranks through these.
+//! [`threads::run_ranks`] (the `local` transport), [`crate::verbs::run_ranks`] (feature
+//! `verbs`) and [`Mpi::run_ranks`](crate::fabric::mpi::Mpi::run_ranks) (feature
+//! `mpi`). The command line and the tests start their threaded ranks through these. The
+//! launchers of one transport are published under that transport's name only
+//! ([`crate::local::single`], [`crate::verbs::communicator`], ...): one spelling each.
 
-use std::sync::Arc;
 
 use crate::bootstrap::{auto, Bootstrap, BootstrapKind};
-use crate::comm::Communicator;
-use crate::core::config::{ConfigError, RuntimeConfig, TransportKind};
+use crate::core::config::RuntimeConfig;
 use crate::core::procstatus::ProcStatus;
 use crate::error::{Error, Result};
 
+pub(crate) mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
 pub mod threads;
 #[cfg(feature = "verbs")]
-mod verbs;
-use crate::fabric::local::{LocalFabric, World};
-#[cfg(feature = "verbs")]
-pub use verbs::{communicator as verbs_communicator, finish as verbs_finish, verbs_threads};
+pub(crate) mod verbs;
 
 /// The start-up exchange of a job of one rank per process ([`Launch::new`]), owning the MPI
 /// it initialised for it, if any. Dropping it frees the bootstrap first, then finalises that
@@ -170,31 +168,6 @@ pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> 
             per_rank,
         )
     })?)
-}
-
-/// A world of one rank over the local transport, owned by the caller (for a program
-/// that embeds Ballast and runs as a single process: `ballast_comm_from_env` of the C
-/// ABI). Finish it with [`local_finish`]. Errors: [`ConfigError::TransportUnavailable`] when the
-/// configuration's transport is not `local`, the configuration's validation errors.
-pub fn local_single(config: &RuntimeConfig) -> Result<Communicator> {
-    let cfg = *config.transport();
-    if cfg.kind != TransportKind::Local {
-        return Err(Error::Config(ConfigError::TransportUnavailable {
-            transport: cfg.kind,
-            why: "local::single runs transport=local only",
-        }));
-    }
-    cfg.validate()?;
-    check_ranks_fit(1, &cfg)?;
-    let (world, mut parkers) = World::new(1);
-    let parker = parkers.pop().expect("World::new(1) gives one parker");
-    let fabric = LocalFabric::new(0, Arc::new(world), &cfg, parker);
-    Communicator::new(Box::new(fabric), &cfg)
-}
-
-/// Finishes a communicator of [`local_single`]: delivers its own sends to itself.
-pub fn local_finish(mut comm: Communicator) -> Result<()> {
-    comm.finalize()
 }
 
 #[cfg(all(test, feature = "mpi"))]

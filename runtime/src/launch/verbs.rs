@@ -1,5 +1,5 @@
 //! The verbs transport's ranks: this process' [`Communicator`] over verbs
-//! ([`communicator`], one rank per process), its [`finish`], and [`verbs_threads`], several
+//! ([`communicator`], one rank per process), its [`finish`], and [`run_ranks`], several
 //! ranks per process as threads.
 
 use std::net::SocketAddr;
@@ -57,7 +57,7 @@ pub fn finish(mut comm: Communicator) -> Result<()> {
 /// with [`FabricError::Aborted`](crate::error::FabricError::Aborted), the others see its control connections end, and the first real
 /// error is returned. Errors also: [`FabricError::InvalidRank`](crate::error::FabricError::InvalidRank) for `n == 0`, those of
 /// [`crate::fabric::verbs::communicator`].
-pub fn verbs_threads<R, F>(
+pub fn run_ranks<R, F>(
     boot: &mut dyn Bootstrap,
     n: usize,
     config: &RuntimeConfig,
