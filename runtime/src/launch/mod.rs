@@ -8,7 +8,6 @@
 //! launchers of one transport are published under that transport's name only
 //! ([`crate::local::single`], [`crate::verbs::communicator`], ...): one spelling each.
 
-
 use crate::bootstrap::{auto, Bootstrap, BootstrapKind};
 use crate::core::config::RuntimeConfig;
 use crate::core::procstatus::ProcStatus;
