@@ -103,6 +103,16 @@ if [ -n "$unsafe_bad" ] || ! grep -q '^#!\[deny(unsafe_code)\]' runtime/src/lib.
     exit 1
 fi
 echo "ci/test.sh: runtime unsafe code: only in ffi.rs / ffi/"
+# No Rust source file above 800 lines in any crate's src/ or tests/ (issue 34's rule, binding
+# every later change): big modules are split by concept, big tests by subject.
+long_files=$(find . -path ./target -prune -o -type f -name '*.rs' \( -path '*/src/*' -o -path '*/tests/*' \) -print |
+    grep -v '/target/' | sort | xargs awk 'FNR == 1 && prev { if (n > 800) print prev ": " n " lines" } { prev = FILENAME; n = FNR } END { if (n > 800) print prev ": " n " lines" }')
+if [ -n "$long_files" ]; then
+    printf '%s\n' "$long_files" >&2
+    echo "ci/test.sh: Rust source files above 800 lines (above): split them by concept or subject" >&2
+    exit 1
+fi
+echo "ci/test.sh: no Rust source file above 800 lines"
 cargo build --workspace --all-targets --locked --features ballast/sonata
 # Lints: warnings are errors (the toolchain is pinned by the machine; clippy comes with it).
 if cargo clippy --version >/dev/null 2>&1; then
