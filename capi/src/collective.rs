@@ -11,7 +11,7 @@ use std::os::raw::{c_int, c_void};
 use ballast_runtime::{Communicator, ReduceOp, ReduceType, Reducible};
 
 use crate::comm::{ballast_comm, bytes, runtime, too_long, with_comm};
-use crate::error::Fail;
+use crate::error::{clear_out, Fail};
 use crate::gathered::ballast_gathered;
 use crate::BALLAST_ENOMEM;
 
@@ -301,17 +301,13 @@ pub unsafe extern "C" fn ballast_gather(
 ) -> c_int {
     const F: &str = "ballast_gather";
     with_comm(F, comm, |c| {
-        if out.is_null() {
-            return Err(Fail::null(F, "out"));
-        }
-        // SAFETY: non-NULL and writable (the contract).
-        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: NULL or writable (the contract).
+        let out = unsafe { clear_out(F, out) }?;
         let r = root_of(F, c.comm(), root)?;
         // SAFETY: `len` readable bytes at `buf` (the contract).
         let data = unsafe { bytes(F, buf, len) }?;
         match c.comm().gather(r, data).map_err(runtime(F))? {
-            // SAFETY: non-NULL and writable (above).
-            Some(parts) => unsafe { ballast_gathered::by_rank(parts).hand_out(F, out) },
+            Some(parts) => ballast_gathered::by_rank(parts).hand_out(F, out),
             None => Ok(0),
         }
     })
@@ -378,11 +374,8 @@ pub unsafe extern "C" fn ballast_alltoallv(
 ) -> c_int {
     const F: &str = "ballast_alltoallv";
     with_comm(F, comm, |c| {
-        if out.is_null() {
-            return Err(Fail::null(F, "out"));
-        }
-        // SAFETY: non-NULL and writable (the contract).
-        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: NULL or writable (the contract).
+        let out = unsafe { clear_out(F, out) }?;
         array(F, "send_lens", send_lens)?;
         let n = c.comm().world_size();
         // SAFETY: non-NULL and aligned (checked) with world-size readable entries (the
@@ -409,8 +402,7 @@ pub unsafe extern "C" fn ballast_alltoallv(
             at += l;
         }
         let got = c.comm().all_to_allv(&parts).map_err(runtime(F))?;
-        // SAFETY: non-NULL and writable (above).
-        unsafe { ballast_gathered::by_rank(got).hand_out(F, out) }
+        ballast_gathered::by_rank(got).hand_out(F, out)
     })
 }
 
@@ -455,11 +447,8 @@ pub unsafe extern "C" fn ballast_exchange_sparse(
 ) -> c_int {
     const F: &str = "ballast_exchange_sparse";
     with_comm(F, comm, |c| {
-        if out.is_null() {
-            return Err(Fail::null(F, "out"));
-        }
-        // SAFETY: non-NULL and writable (the contract).
-        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: NULL or writable (the contract).
+        let out = unsafe { clear_out(F, out) }?;
         let world = c.comm().world_size();
         if n > world - 1 {
             return Err(Fail::inval(format!(
@@ -517,7 +506,6 @@ pub unsafe extern "C" fn ballast_exchange_sparse(
         }
         let got = c.comm().exchange_sparse(&sends).map_err(runtime(F))?;
         let g = ballast_gathered::by_source(F, got)?;
-        // SAFETY: non-NULL and writable (above).
-        unsafe { g.hand_out(F, out) }
+        g.hand_out(F, out)
     })
 }

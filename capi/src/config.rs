@@ -9,7 +9,7 @@ use ballast_runtime::config::SETTINGS;
 use ballast_runtime::{ConfigError, RuntimeConfig};
 
 use crate::comm::ballast_footprint;
-use crate::error::{boundary, Fail};
+use crate::error::{boundary, clear_out, Fail};
 use crate::handles::{self, Kind};
 use crate::BALLAST_ENOMEM;
 
@@ -59,11 +59,8 @@ pub(crate) unsafe fn c_str<'a>(func: &str, what: &str, p: *const c_char) -> Resu
 #[no_mangle]
 pub unsafe extern "C" fn ballast_config_new(out: *mut *mut ballast_config) -> c_int {
     boundary("ballast_config_new", || {
-        if out.is_null() {
-            return Err(Fail::null("ballast_config_new", "out"));
-        }
-        // SAFETY: `out` is non-NULL and writable (the caller's contract).
-        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: `out` is NULL or writable (the caller's contract).
+        let out = unsafe { clear_out("ballast_config_new", out) }?;
         let cfg = RuntimeConfig::from_env().map_err(|e| Fail::runtime("ballast_config_new", &e.into()))?;
         let p = Box::into_raw(Box::new(ballast_config { cfg }));
         let Some(h) = handles::register(Kind::Config, p.cast()) else {
@@ -74,8 +71,8 @@ pub unsafe extern "C" fn ballast_config_new(out: *mut *mut ballast_config) -> c_
                 "ballast_config_new: no handle (out of memory)",
             ));
         };
-        // SAFETY: as above; the configuration is C's until ballast_config_free.
-        unsafe { *out = h as *mut ballast_config };
+        // The configuration is C's until ballast_config_free.
+        *out = h as *mut ballast_config;
         Ok(0)
     })
 }

@@ -63,6 +63,18 @@ impl Fail {
     }
 }
 
+/// The slot `out` of the C function `func`, cleared to NULL first (so that every later
+/// failure of the call leaves NULL there): `Fail::null` when `out` is NULL.
+///
+/// # Safety
+/// `out` must be NULL or writable, and stay so for the call (the C function's contract).
+pub(crate) unsafe fn clear_out<'a, T>(func: &str, out: *mut *mut T) -> Result<&'a mut *mut T, Fail> {
+    // SAFETY: NULL or writable for the call (the contract); `as_mut` refuses NULL.
+    let slot = unsafe { out.as_mut() }.ok_or_else(|| Fail::null(func, "out"))?;
+    *slot = std::ptr::null_mut();
+    Ok(slot)
+}
+
 /// The fixed code of a runtime error, by the variant of the layer that raised it (a layer's
 /// error carried by another is looked up as its own): the codes of the one flat error the
 /// runtime had before its errors per layer.

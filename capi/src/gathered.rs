@@ -5,7 +5,7 @@
 use std::os::raw::{c_int, c_void};
 
 use crate::comm::{ballast_comm, bytes, put, runtime, with_comm};
-use crate::error::{boundary, Fail};
+use crate::error::{boundary, clear_out, Fail};
 use crate::handles::{self, Kind};
 use crate::BALLAST_ENOMEM;
 
@@ -46,11 +46,8 @@ impl ballast_gathered {
         })
     }
 
-    /// Hands `self` to C in *out as a new handle (`out` is non-NULL and writable).
-    ///
-    /// # Safety
-    /// `out` must be non-NULL and writable.
-    pub(crate) unsafe fn hand_out(self, func: &str, out: *mut *mut ballast_gathered) -> Result<c_int, Fail> {
+    /// Hands `self` to C in `out` as a new handle.
+    pub(crate) fn hand_out(self, func: &str, out: &mut *mut ballast_gathered) -> Result<c_int, Fail> {
         let p = Box::into_raw(Box::new(self));
         let Some(h) = handles::register(Kind::Gathered, p.cast()) else {
             // SAFETY: the box just made, never handed out.
@@ -60,9 +57,8 @@ impl ballast_gathered {
                 format!("{func}: no handle for the result (out of memory)"),
             ));
         };
-        // SAFETY: non-NULL and writable (the caller's contract); the result is C's until
-        // ballast_gathered_free.
-        unsafe { *out = h as *mut ballast_gathered };
+        // The result is C's until ballast_gathered_free.
+        *out = h as *mut ballast_gathered;
         Ok(0)
     }
 }
@@ -90,16 +86,12 @@ pub unsafe extern "C" fn ballast_allgatherv(
 ) -> c_int {
     const F: &str = "ballast_allgatherv";
     with_comm(F, comm, |c| {
-        if out.is_null() {
-            return Err(Fail::null(F, "out"));
-        }
-        // SAFETY: non-NULL and writable (the contract).
-        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: NULL or writable (the contract).
+        let out = unsafe { clear_out(F, out) }?;
         // SAFETY: `len` readable bytes at `buf` (the contract).
         let data = unsafe { bytes(F, buf, len) }?;
         let parts = c.comm().all_gatherv(data).map_err(runtime(F))?;
-        // SAFETY: non-NULL and writable (the contract).
-        unsafe { ballast_gathered::by_rank(parts).hand_out(F, out) }
+        ballast_gathered::by_rank(parts).hand_out(F, out)
     })
 }
 

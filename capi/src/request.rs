@@ -12,7 +12,7 @@ use crate::comm::{
     ballast_comm, ballast_status, bytes, dest_rank, failed, send_tag, source_of, tag_match, with_comm,
     with_comm_at,
 };
-use crate::error::{code_of, set_last_error, Fail};
+use crate::error::{clear_out, code_of, set_last_error, Fail};
 use crate::handles::{self, Kind};
 use crate::{BALLAST_ECANCELED, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_ETRUNC};
 
@@ -404,11 +404,8 @@ pub unsafe extern "C" fn ballast_isend(
 ) -> c_int {
     const F: &str = "ballast_isend";
     with_comm(F, comm, |c| {
-        if out.is_null() {
-            return Err(Fail::null(F, "out"));
-        }
-        // SAFETY: non-NULL and writable (the contract).
-        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: NULL or writable (the contract).
+        let out = unsafe { clear_out(F, out) }?;
         let d = dest_rank(F, c, dest)?;
         let t = send_tag(F, tag)?;
         // SAFETY: `len` readable bytes at `buf` (the contract).
@@ -422,8 +419,7 @@ pub unsafe extern "C" fn ballast_isend(
         };
         let me: *mut ballast_comm = c;
         let p = c.requests.hand_out(F, me, req, Some(send), None)?;
-        // SAFETY: as above.
-        unsafe { *out = p };
+        *out = p;
         Ok(0)
     })
 }
@@ -452,18 +448,14 @@ pub unsafe extern "C" fn ballast_irecv(
 ) -> c_int {
     const F: &str = "ballast_irecv";
     with_comm(F, comm, |c| {
-        if out.is_null() {
-            return Err(Fail::null(F, "out"));
-        }
-        // SAFETY: non-NULL and writable (the contract).
-        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: NULL or writable (the contract).
+        let out = unsafe { clear_out(F, out) }?;
         let s = source_of(F, c, source)?;
         let t = tag_match(F, tag)?;
         let req = c.comm().irecv(s, t).map_err(|e| Fail::runtime(F, &e))?;
         let me: *mut ballast_comm = c;
         let p = c.requests.hand_out(F, me, req, None, None)?;
-        // SAFETY: as above.
-        unsafe { *out = p };
+        *out = p;
         Ok(0)
     })
 }
@@ -501,11 +493,8 @@ pub unsafe extern "C" fn ballast_irecv_into(
 ) -> c_int {
     const F: &str = "ballast_irecv_into";
     with_comm(F, comm, |c| {
-        if out.is_null() {
-            return Err(Fail::null(F, "out"));
-        }
-        // SAFETY: non-NULL and writable (the contract).
-        unsafe { *out = std::ptr::null_mut() };
+        // SAFETY: NULL or writable (the contract).
+        let out = unsafe { clear_out(F, out) }?;
         let s = source_of(F, c, source)?;
         let t = tag_match(F, tag)?;
         if buf.is_null() && cap > 0 {
@@ -522,8 +511,7 @@ pub unsafe extern "C" fn ballast_irecv_into(
         let p = c
             .requests
             .hand_out(F, me, req, None, Some((buf.cast::<u8>(), cap)))?;
-        // SAFETY: as above.
-        unsafe { *out = p };
+        *out = p;
         Ok(0)
     })
 }
