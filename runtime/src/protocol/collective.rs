@@ -129,14 +129,20 @@ impl Collective {
             },
             None => format!("a message of {} bytes without a collective's stamp", msg.len()),
         };
-        Err(ProtocolError::CollectiveMismatch {
+        Err(self.mismatch(rank, peer, step, got))
+    }
+
+    /// [`ProtocolError::CollectiveMismatch`]: `rank`, in this collective's `step`, got
+    /// `got` (said in words) from `peer`.
+    pub fn mismatch(&self, rank: usize, peer: usize, step: u32, got: impl Into<Box<str>>) -> ProtocolError {
+        ProtocolError::CollectiveMismatch {
             rank,
             peer,
             op: self.kind.name(),
             seq: self.seq,
             step,
             got: got.into(),
-        })
+        }
     }
 }
 

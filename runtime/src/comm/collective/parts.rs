@@ -3,7 +3,7 @@
 //! with the data and no rank exchanges counts first. Reading checks every length against
 //! the message: nothing is allocated from a length a peer gave.
 
-use crate::error::{ProtocolError, Result};
+use crate::error::Result;
 use crate::protocol::collective::Collective;
 
 /// Bytes of a part's length.
@@ -21,7 +21,7 @@ pub(super) fn push(msg: &mut Vec<u8>, part: &[u8]) {
 }
 
 /// Reads `msg` as exactly `count` parts and gives each one's place in it, `(offset,
-/// len)`, to `each` in order. Errors: [`ProtocolError::CollectiveMismatch`] (from
+/// len)`, to `each` in order. Errors: [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) (from
 /// `peer`, collective `c`'s `step`, found by `rank`) when `msg` is not `count` parts (the
 /// ranks' calls differ, e.g. in their root).
 pub(super) fn read(
@@ -47,19 +47,17 @@ pub(super) fn read(
     if parts == count && at == msg.len() {
         return Ok(());
     }
-    Err(ProtocolError::CollectiveMismatch {
-        rank,
-        peer,
-        op: c.kind.name(),
-        seq: c.seq,
-        step,
-        got: format!(
-            "a message of {} bytes that is not {count} parts (length, bytes) as this rank's call expects",
-            msg.len()
+    Err(c
+        .mismatch(
+            rank,
+            peer,
+            step,
+            format!(
+                "a message of {} bytes that is not {count} parts (length, bytes) as this rank's call expects",
+                msg.len()
+            ),
         )
-        .into(),
-    }
-    .into())
+        .into())
 }
 
 /// The places `(offset, len)` of the parts of `msg`, a message [`read`] accepted.

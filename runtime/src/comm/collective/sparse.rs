@@ -12,7 +12,7 @@
 //! Its messages are taken from any source (the sources are not known in advance): one of
 //! a later collective (a peer that finished this exchange and started the next) is kept
 //! in the communicator's `early` list for that collective; one of another collective of
-//! this number is [`ProtocolError::CollectiveMismatch`]. Its state is [`Nbx`], kept in
+//! this number is [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch). Its state is [`Nbx`], kept in
 //! the unfinished collective after a retryable error.
 
 use super::Unfinished;
@@ -20,7 +20,7 @@ use crate::comm::gone::EndCheck;
 use crate::comm::{Communicator, Request};
 use crate::core::backoff::Backoff;
 use crate::core::memory::try_buffer;
-use crate::error::{ProtocolError, Result};
+use crate::error::Result;
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::{Arrival, CollectiveKind, COLLECTIVE_TAG};
 use crate::protocol::matching::{Source, TagMatch};
@@ -194,15 +194,7 @@ impl Communicator {
             ACK => "an acknowledgement of data this rank did not send it".to_string(),
             s => format!("a message of step {s} it does not expect from that rank"),
         };
-        Err(ProtocolError::CollectiveMismatch {
-            rank: r,
-            peer: src,
-            op: u.c.kind.name(),
-            seq: u.c.seq,
-            step: waits,
-            got: what.into(),
-        }
-        .into())
+        Err(u.c.mismatch(r, src, waits, what).into())
     }
 
     /// After a round of progress that `worked` (or not) and brought no message: whether
