@@ -43,7 +43,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 300)]
     synapses_per_cell: u64,
     /// Ranks (threads of this process): at least 1, at most the cells + 2^20 (as dry-run).
-    #[arg(long, default_value_t = 16, value_parser = crate::parse::whole::<u32>(1, u32::MAX.into()))]
+    #[arg(long, default_value_t = 16, value_parser = crate::parse::whole::<u32>(1, u32::MAX.into()), allow_negative_numbers = true)]
     ranks: u32,
     /// Simulated time, ms (finite, 0 or more).
     #[arg(long, default_value_t = 100.0, value_parser = crate::parse::non_negative, allow_negative_numbers = true)]

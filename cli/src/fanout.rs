@@ -20,10 +20,10 @@ pub struct FanoutArgs {
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Messages rank 0 sends to each other rank, at most 1073741824 (2^30).
-    #[arg(long, default_value_t = 1, value_parser = crate::parse::whole::<usize>(0, 1 << 30))]
+    #[arg(long, default_value_t = 1, value_parser = crate::parse::whole::<usize>(0, 1 << 30), allow_negative_numbers = true)]
     pub messages: usize,
     /// 32-bit integers per message, at most 268435456 (a message of 1 GiB).
-    #[arg(long, default_value_t = 10, value_parser = crate::parse::whole::<usize>(0, 1 << 28))]
+    #[arg(long, default_value_t = 10, value_parser = crate::parse::whole::<usize>(0, 1 << 28), allow_negative_numbers = true)]
     pub ints: usize,
     /// Print one JSON object instead of a table.
     #[arg(long)]

@@ -4,10 +4,11 @@
 use std::io::Read;
 use std::path::Path;
 
-use ballast_balancer::{DryRun, Progress};
+use ballast_balancer::{BalancerError, DryRun, Progress};
 
 /// Reads the dry-run file `path` ([`DryRun::from_json_file_with_notes`], its progress
-/// counted in `progress` when given) and its notes. Errors: the reader's; when it fails and
+/// counted in `progress` when given) and its notes. Errors: the reader's (one that could
+/// not open or read the file names the option: `--memory-usage: PATH: OS error`); when it fails and
 /// `path` is a regular file starting with gzip's magic bytes (1f 8b), an error naming it
 /// as an allocation pickle and the command that reads one.
 pub fn read(path: &Path, progress: Option<&Progress>) -> anyhow::Result<(DryRun, Vec<String>)> {
@@ -19,6 +20,8 @@ pub fn read(path: &Path, progress: Option<&Progress>) -> anyhow::Result<(DryRun,
                  `ballast stats ALLOCATION` reads an allocation",
                 path.display()
             )
+        } else if matches!(e, BalancerError::Io { .. }) {
+            anyhow::Error::new(e).context("--memory-usage")
         } else {
             e.into()
         }

@@ -118,6 +118,13 @@ impl<T: TryFrom<u64> + Clone + Send + Sync + 'static> clap::builder::TypedValueP
             let mut cmd = cmd.clone();
             cmd.error(clap::error::ErrorKind::ValueValidation, format!("{name} {why}"))
         };
+        // A negative whole number is below the bound, said as such (the option takes it as a
+        // value: `allow_negative_numbers` on each such option).
+        if let Ok(v) = s.trim().parse::<i128>() {
+            if v < 0 {
+                return Err(fail(format!("must be at least {} (got {v})", self.min)));
+            }
+        }
         let v: u64 = s.trim().parse().map_err(|_| {
             fail(format!(
                 "takes a whole number from {} to {} (got '{s}')",

@@ -22,11 +22,11 @@ pub struct RebalanceCorenrnArgs {
     /// CoreNEURON's files.dat (version line, count, one cell-group id per line).
     files_dat: PathBuf,
     /// Machines (nodes) the simulation will run on.
-    #[arg(value_parser = crate::parse::whole::<u32>(1, u32::MAX.into()))]
+    #[arg(value_parser = crate::parse::whole::<u32>(1, u32::MAX.into()), allow_negative_numbers = true)]
     n_machines: u32,
     /// Ranks per machine (neurodamus' name --ranks-per-machine is accepted).
     #[arg(long, alias = "ranks-per-machine", value_name = "K", default_value_t = DEFAULT_RANKS_PER_MACHINE,
-          value_parser = crate::parse::whole::<u32>(1, u32::MAX.into()))]
+          value_parser = crate::parse::whole::<u32>(1, u32::MAX.into()), allow_negative_numbers = true)]
     ranks_per_node: u32,
     /// Directory of the {id}_{1,2,3}.dat files [default: the directory of FILES_DAT].
     #[arg(long, value_name = "DIR")]

@@ -62,7 +62,7 @@ pub struct RunArgs {
     pub seed: u64,
     /// Ranks (default 1). local, and verbs without a launcher: threads of this process; mpi,
     /// and verbs under a launcher: must equal the number of processes when given.
-    #[arg(long, value_name = "N", value_parser = crate::parse::whole::<usize>(1, usize::MAX as u64))]
+    #[arg(long, value_name = "N", value_parser = crate::parse::whole::<usize>(1, usize::MAX as u64), allow_negative_numbers = true)]
     pub ranks: Option<usize>,
     /// Spike exchange: p2p or allgather.
     #[arg(long, default_value = "p2p", value_parser = |s: &str| s.parse::<ExchangeKind>())]

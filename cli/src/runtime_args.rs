@@ -58,22 +58,22 @@ pub struct RuntimeArgs {
     #[arg(long, value_parser = |s: &str| s.parse::<TransportKind>())]
     pub transport: Option<TransportKind>,
     /// Buffers in the registered pool (BALLAST_BUFFER_COUNT).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     pub buffer_count: Option<usize>,
     /// Bytes per buffer, K/M/G suffixes allowed (BALLAST_BUFFER_SIZE).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     pub buffer_size: Option<usize>,
     /// Let the pool grow up to --max-pool-bytes: on/off (BALLAST_POOL_GROWTH).
     #[arg(long, value_parser = parse_switch)]
     pub pool_growth: Option<bool>,
     /// Pool bound with growth, bytes (BALLAST_MAX_POOL_BYTES).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_negative_numbers = true)]
     pub max_pool_bytes: Option<u64>,
     /// Open endpoints on first use: on/off (BALLAST_LAZY_CONNECT).
     #[arg(long, value_parser = parse_switch)]
     pub lazy_connect: Option<bool>,
     /// Cap on live endpoints, 0 = none (BALLAST_MAX_ENDPOINTS).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     pub max_endpoints: Option<usize>,
     /// Peers beyond --max-endpoints: datagram (a connectionless path, no reconnects; the
     /// default) or evict (close the least recently used endpoint) (BALLAST_ENDPOINT_OVERFLOW).
@@ -83,14 +83,14 @@ pub struct RuntimeArgs {
     #[arg(long, value_parser = |s: &str| s.parse::<RecvSharing>())]
     pub recv_sharing: Option<RecvSharing>,
     /// Preposted buffers per endpoint in per-peer mode (BALLAST_RECV_DEPTH).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     pub recv_depth: Option<usize>,
     /// Shared receive queue depth (BALLAST_SRQ_DEPTH).
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     pub srq_depth: Option<usize>,
     /// Ranks per node (BALLAST_RANKS_PER_NODE): the node grouping of xrc, and of
     /// dry-run's per-node totals and --node-memory-gb.
-    #[arg(long, value_parser = parse_count)]
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     pub ranks_per_node: Option<usize>,
     /// mlock registered memory: on/off (BALLAST_LOCK_POOL).
     #[arg(long, value_parser = parse_switch)]

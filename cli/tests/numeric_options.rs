@@ -39,7 +39,8 @@ fn refused_in_words(args: &[&str], line: &str) {
 }
 
 /// Every ranged count option says its bound in words and names itself, where clap's
-/// ranged parsers said `0 is not in 1..=4294967295`.
+/// ranged parsers said `0 is not in 1..=4294967295`; a negative value is such a value, not
+/// an unknown option (clap's "unexpected argument '-1'").
 #[test]
 fn ranged_options_say_their_bounds_in_words() {
     let max32 = u32::MAX;
@@ -55,6 +56,18 @@ fn ranged_options_say_their_bounds_in_words() {
         (
             &["dry-run", "--synthetic", "10", "--num-target-ranks", "x"],
             format!("--num-target-ranks takes a whole number from 1 to {max32} (got 'x')"),
+        ),
+        (
+            &["dry-run", "--synthetic", "10", "--num-target-ranks", "-1"],
+            "--num-target-ranks must be at least 1 (got -1)".to_string(),
+        ),
+        (
+            &["rebalance-corenrn", "files.dat", "-3"],
+            "<N_MACHINES> must be at least 1 (got -3)".to_string(),
+        ),
+        (
+            &["fanout", "--messages", "-1"],
+            "--messages must be at least 0 (got -1)".to_string(),
         ),
         (
             &["dry-run", "--synthetic", "10", "--cycles", "0"],

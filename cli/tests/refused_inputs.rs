@@ -318,6 +318,12 @@ fn user_reported_rough_edges_are_smooth() {
         "{}",
         stderr(&o)
     );
+    // ... and name the option that gave the path.
+    assert!(
+        stderr(&o).contains("error: --memory-usage: absent.json: No such file or directory"),
+        "{}",
+        stderr(&o)
+    );
     // A closed stdout pipe ends the program quietly.
     let mut child = ballast()
         .args(["stats", "allocation_r2_c1.pkl.gz"])

@@ -66,7 +66,7 @@ pub struct DryRunArgs {
     /// Without it, the node count is suggested as neurodamus does (suggest_nodes, margin
     /// 0.3: see --rank-overhead-mb, --ranks-per-node, --node-memory-gb) and the allocation
     /// is balanced for nodes × ranks per node.
-    #[arg(long, value_name = "N", value_parser = crate::parse::whole::<u32>(1, u32::MAX.into()))]
+    #[arg(long, value_name = "N", value_parser = crate::parse::whole::<u32>(1, u32::MAX.into()), allow_negative_numbers = true)]
     num_target_ranks: Option<u32>,
     /// Memory of a rank before it builds cells, MiB (neurodamus' base_memory: its "Overhead
     /// (ranks=N)" / N), for the estimate and the node suggestion.
@@ -74,7 +74,7 @@ pub struct DryRunArgs {
           value_parser = crate::parse::non_negative_mb, allow_negative_numbers = true)]
     rank_overhead_mb: f64,
     /// Model-building cycles per rank (neurodamus' ModelBuildingSteps), at least 1.
-    #[arg(long, default_value_t = 1, value_parser = crate::parse::whole::<u32>(1, u32::MAX.into()))]
+    #[arg(long, default_value_t = 1, value_parser = crate::parse::whole::<u32>(1, u32::MAX.into()), allow_negative_numbers = true)]
     cycles: u32,
     /// lpt (Ballast's) or neurodamus (its batched greedy, reproduced exactly).
     #[arg(long, default_value = "lpt")]
