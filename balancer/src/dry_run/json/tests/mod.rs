@@ -1,6 +1,6 @@
 //! The dry-run reader against its reference (serde_json's `Value` tree, then checks of
 //! their own), on random and synthetic files: chunked and two-thread scans, files that
-//! change while read.
+//! change while read. Odd values and invalid JSON: [`kinds`].
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -8,6 +8,7 @@ use super::types::Root;
 use super::*;
 use crate::dry_run::DryRun;
 
+mod kinds;
 mod reference;
 use reference::read_via_value;
 
