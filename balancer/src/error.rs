@@ -14,6 +14,16 @@ pub enum BalancerError {
     /// A JSON file is not valid JSON.
     #[error("{path}: invalid JSON: {error}")]
     Json { path: PathBuf, error: serde_json::Error },
+    /// A dry-run file is not valid JSON: serde_json's message, line and column for it
+    /// (the dry-run reader is not serde_json, but refuses what serde_json refuses, in its
+    /// words).
+    #[error("{path}: invalid JSON: {message} at line {line} column {column}")]
+    JsonSyntax {
+        path: PathBuf,
+        message: String,
+        line: usize,
+        column: usize,
+    },
     /// A dry-run file is valid JSON but a field is missing or wrong.
     /// `field` is a JSON path such as `metype_memory["L5_TPC:A-cADpyr"]`.
     #[error("{path}: {field}: {message}")]

@@ -594,9 +594,9 @@ fn cells_of_zero_kb_are_spread_by_count() {
 /// Finding 8: a `cell_memory_usage.json` of gids `1,1,1,…` (2 bytes of text, 4 bytes of
 /// gid, and a copy of the array while it is read) passed the pre-check on its size and
 /// aborted ("memory allocation failed") under `ulimit -v`. Its gid arrays grow with
-/// `try_reserve`: under every limit the read ends with a message, in the scanner (plain
-/// shape), the serde reader (another key first) and the duplicate check of a sparse
-/// population (a gid beyond the bitmap first).
+/// `try_reserve`: under every limit the read ends with a message, in the plain shape,
+/// with another key first (once read by a separate serde reader; the one scanner now reads
+/// both) and in the duplicate check of a sparse population (a gid beyond the bitmap first).
 #[test]
 fn gids_that_do_not_fit_in_memory_are_refused_cleanly() {
     let tmp = tempfile::tempdir().unwrap();

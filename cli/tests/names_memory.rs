@@ -2,7 +2,8 @@
 //! metype or population names (a few bytes of text each, some 150 bytes of memory) aborted
 //! ("memory allocation failed") under `ulimit -v`. The maps and lists of names grow with
 //! `try_reserve`: under every limit the read ends with a message or succeeds, never aborts,
-//! in the scanner (plain shape) and in the serde reader (another key first).
+//! in the plain shape and with another key first (once read by a separate serde reader;
+//! the one scanner now reads both).
 mod common;
 
 use std::fmt::Write;

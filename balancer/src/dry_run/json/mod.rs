@@ -1,19 +1,16 @@
 //! The one reader of neurodamus' `cell_memory_usage.json`: the file opened and read by
-//! chunks ([`super::file`]), scanned as it is read when of the plain shape neurodamus
-//! writes ([`scan`]), else read whole and through serde's typed visitors ([`visit`]: any
-//! JSON, and serde_json's errors); both give the same [`Root`], which one set of checks
-//! turns into the dry run or the error naming the field at fault ([`validate`]).
+//! chunks, scanned as it is read ([`scan`]: any JSON, read as serde_json reads it and
+//! refused with serde_json's errors, [`error`]), into what one set of checks turns into
+//! the dry run or the error naming the field at fault ([`validate`]).
 use std::fs;
 use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Deserialize;
-
 use super::DryRun;
 use crate::error::{BalancerError, Result};
 use crate::progress::Progress;
-use file::{check_read_memory, read_halves, read_size, PARALLEL_READ_FROM};
+use file::{check_read_memory, PARALLEL_READ_FROM};
 
 mod error;
 mod file;
@@ -21,11 +18,10 @@ mod scan;
 mod seen;
 #[cfg(test)]
 mod tests;
+mod types;
 mod validate;
-mod visit;
 
 use validate::finish;
-use visit::{Entries, Gids, Number, Object, Root, RootObject};
 
 impl DryRun {
     /// Reads and validates a neurodamus `cell_memory_usage.json`.
@@ -70,23 +66,12 @@ impl DryRun {
         let len = meta.len();
         let size = usize::try_from(len).unwrap_or(usize::MAX);
         // Refused up front when it would not fit: the scan does not hold the file, but its
-        // gids take memory of that order, and a file it gives up on is read whole.
+        // gids take memory of that order.
         if size >= PARALLEL_READ_FROM {
             check_read_memory(size, path)?;
         }
-        // Read by chunks and scanned as read, when of the plain shape neurodamus writes.
-        let base = done.get();
-        if let Some(read) = scan_file(&file, len, path, done)? {
-            return Ok(read);
-        }
-        done.set(base);
-        // The scan gave up (another shape): read whole, then parsed by serde.
-        let text = if size >= PARALLEL_READ_FROM {
-            read_halves(&file, size, path, done)?
-        } else {
-            read_size(&file, len, path, done)?
-        };
-        read_counted(&text, path, done)
+        // Read by chunks and scanned as read.
+        scan_file(&file, len, path, done)
     }
 
     /// The dry run in `text` (the file at `path`, named in messages), as
@@ -100,26 +85,36 @@ impl DryRun {
 /// [`DryRun::from_json_slice`], adding to `done` the bytes parsed as it goes (all of `text` when it succeeds).
 fn read_counted(text: &[u8], path: &Path, done: &Progress) -> Result<(DryRun, Vec<String>)> {
     let base = done.get();
-    let root = match scan::root(text, &|at| done.set(base + at as u64)) {
-        Some(root) => root,
-        None => read_serde(text, path)?,
-    };
+    let root = scan::root(text, &|at| done.set(base + at as u64))
+        .map_err(|fault| refused(fault, &text, text.len() as u64, path))?;
     done.set(base + text.len() as u64);
     finish(root, path)
 }
 
+/// The error for the `fault` that stopped the scan of the `size` bytes of `src` (the file
+/// at `path`; a file that changed while read is [`scan_file`]'s to report).
+fn refused(fault: scan::Fault, src: &dyn scan::Source, size: u64, path: &Path) -> BalancerError {
+    match fault {
+        scan::Fault::Changed => BalancerError::io(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the input ended before its size",
+            ),
+        ),
+        scan::Fault::Io(e) => BalancerError::io(path, e),
+        scan::Fault::Memory => file::out_of_memory(path),
+        scan::Fault::Names => file::names_out_of_memory(path),
+        scan::Fault::Syntax(e) => error::syntax_error(src, size, path, &e),
+    }
+}
+
 /// Reads the dry run from `file` (of `size` bytes when opened) by chunks, scanning each as
-/// it is read, when it is of the plain shape neurodamus writes ([`scan`]); adds to `done`
-/// the bytes read and parsed as it goes (twice `size` when it succeeds). `Ok(None)` when
-/// the scan gives up (the caller then reads it whole); an error when the file changed size
-/// while read (still being written: [`file::changed`]), a read failed, or from
-/// [`finish`].
-fn scan_file(
-    file: &std::fs::File,
-    size: u64,
-    path: &Path,
-    done: &Progress,
-) -> Result<Option<(DryRun, Vec<String>)>> {
+/// it is read ([`scan`]); adds to `done` the bytes read and parsed as it goes (twice
+/// `size` when it succeeds). An error when the file changed size while read (still being
+/// written: [`file::changed`], also when what was read is not JSON), a read failed, the
+/// text is not JSON, or from [`finish`].
+fn scan_file(file: &std::fs::File, size: u64, path: &Path, done: &Progress) -> Result<(DryRun, Vec<String>)> {
     let base = done.get();
     // The scan tells positions; `done` counts the bytes read too, so it is told the steps.
     let parsed = AtomicU64::new(0);
@@ -134,30 +129,18 @@ fn scan_file(
         read: done,
         parallel_from: scan::PARALLEL_FROM,
     };
-    let root = match scan::scan(input, &progress) {
-        Ok(Some(root)) => root,
-        Ok(None) | Err(scan::Fault::Long) => return Ok(None),
-        Err(scan::Fault::Changed) => return Err(file::changed(file, size, path)),
-        Err(scan::Fault::Io(e)) => return Err(BalancerError::io(path, e)),
-        Err(scan::Fault::Memory) => return Err(file::out_of_memory(path)),
-        Err(scan::Fault::Names) => return Err(file::names_out_of_memory(path)),
-    };
-    // Grown since it was opened.
+    let scanned = scan::scan(input, &progress);
+    if let Err(scan::Fault::Changed) = scanned {
+        return Err(file::changed(file, size, path));
+    }
+    // Grown since it was opened (a file still being written may read as invalid JSON).
     let mut more = [0u8; 1];
     match std::os::unix::fs::FileExt::read_at(file, &mut more, size) {
         Ok(0) => {}
         Ok(_) => return Err(file::changed(file, size, path)),
         Err(e) => return Err(BalancerError::io(path, e)),
     }
+    let root = scanned.map_err(|fault| refused(fault, file, size, path))?;
     done.set(base + 2 * size);
-    finish(root, path).map(Some)
-}
-
-/// The top level of `text` through serde_json: any JSON, and serde_json's error on invalid
-/// JSON.
-fn read_serde(text: &[u8], path: &Path) -> Result<Root> {
-    let mut de = serde_json::Deserializer::from_slice(text);
-    Root::deserialize(&mut de)
-        .and_then(|r| de.end().map(|()| r))
-        .map_err(|source| error::json_error(text, path, source))
+    finish(root, path)
 }

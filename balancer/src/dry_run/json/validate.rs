@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::seen::{Seen, Sparse};
-use super::{Entries, Gids, Number, Object, Root, RootObject};
+use super::types::{Entries, Gids, Number, Object, Root, RootObject};
 use crate::dry_run::{DryRun, Metype, Population, KNOWN_KEYS};
 use crate::error::{BalancerError, Result};
 use crate::quote::quote;

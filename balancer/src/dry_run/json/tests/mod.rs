@@ -1,13 +1,33 @@
-//! The dry-run reader against its reference, on random and synthetic files: the scan, the
-//! serde reader, chunked and two-thread scans, files that change while read.
+//! The dry-run reader against its reference (serde_json's `Value` tree, then checks of
+//! their own), on random and synthetic files: chunked and two-thread scans, files that
+//! change while read. Odd values and invalid JSON: [`kinds`].
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::types::Root;
 use super::*;
 use crate::dry_run::DryRun;
 
+mod kinds;
 mod reference;
 use reference::read_via_value;
+
+/// What the scan of `text` gives once checked: the dry run and notes, or the error.
+fn outcome(scanned: std::result::Result<Root, scan::Fault>, text: &[u8]) -> Result<(DryRun, Vec<String>)> {
+    let path = Path::new("random.json");
+    scanned
+        .map_err(|fault| refused(fault, &text, text.len() as u64, path))
+        .and_then(|root| finish(root, path))
+}
+
+/// The same dry run and notes, or the same error message.
+fn same(a: &Result<(DryRun, Vec<String>)>, b: &Result<(DryRun, Vec<String>)>, what: &dyn Fn() -> String) {
+    match (a, b) {
+        (Ok(a), Ok(b)) => assert!(a == b, "{}: {a:?} vs {b:?}", what()),
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{}", what()),
+        (a, b) => panic!("{}: {a:?} vs {b:?}", what()),
+    }
+}
 
 /// The reader on a text in memory.
 fn read(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
@@ -185,30 +205,8 @@ fn streaming_reader_matches_the_value_tree_reader_on_random_files() {
 }
 
 #[test]
-fn scanner_reads_what_serde_reads() {
+fn what_neurodamus_writes_and_odd_gids_read_as_the_reference_reads_them() {
     let path = Path::new("random.json");
-    let (mut scanned, mut declined) = (0, 0);
-    for seed in 0..20_000u64 {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let text = dry_run_text(&mut rng);
-        let Some(root) = scan::root(text.as_bytes(), &|_| ()) else {
-            declined += 1;
-            continue;
-        };
-        scanned += 1;
-        let serde = read_serde(text.as_bytes(), path)
-            .unwrap_or_else(|e| panic!("seed {seed}: scanned, but serde: {e}"));
-        match (finish(root, path), finish(serde, path)) {
-            (Ok(a), Ok(b)) => assert_eq!(a, b, "seed {seed}: {text}"),
-            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "seed {seed}: {text}"),
-            (a, b) => panic!("seed {seed}: {a:?} vs {b:?} on {text}"),
-        }
-    }
-    assert!(
-        scanned > 500 && declined > 2000,
-        "{scanned} scanned, {declined} declined"
-    );
-    // What neurodamus and Ballast write is scanned; anything else is declined.
     let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
         cells: 5_000,
         metypes: 20,
@@ -217,28 +215,48 @@ fn scanner_reads_what_serde_reads() {
     })
     .unwrap();
     let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
-    assert!(scan::root(&text, &|_| ()).is_some());
-    assert!(scan::root(&serde_json::to_vec(&d.to_json_value()).unwrap(), &|_| ()).is_some());
+    for text in [text.clone(), serde_json::to_vec(&d.to_json_value()).unwrap()] {
+        let read = read(&text, path).unwrap();
+        assert_eq!(read.0.cell_count(), d.cell_count());
+        same(&Ok(read), &read_via_value(&text, path), &|| "synthetic".into());
+    }
+    // The last gid replaced: numbers that are not plain gids, other values, bad JSON.
     for bad in [
         "01",
         "-1",
         "1.0",
         "1e2",
+        "1E+2",
+        "12.5e-3",
         "4294967296",
         "12345678901",
         "\"1\"",
         "1 2",
         "1,",
         "null",
+        "-0",
+        "1.",
+        "1e",
+        "1-",
+        "[1]",
+        "{}",
+        "true",
+        "nul",
+        "1 .5",
     ] {
         let t = String::from_utf8(text.clone()).unwrap();
         let at = t.rfind(|c: char| c.is_ascii_digit()).unwrap();
         let start = t[..=at].rfind(|c: char| !c.is_ascii_digit()).unwrap() + 1;
         let t = format!("{}{bad}{}", &t[..start], &t[at + 1..]);
-        assert!(scan::root(t.as_bytes(), &|_| ()).is_none(), "{bad}");
+        same(
+            &read(t.as_bytes(), path),
+            &read_via_value(t.as_bytes(), path),
+            &|| bad.into(),
+        );
     }
-    assert!(scan::root(&[&text[..], b" x"].concat(), &|_| ()).is_none());
-    assert!(scan::root(&text[..text.len() - 2], &|_| ()).is_none());
+    for t in [[&text[..], b" x"].concat(), text[..text.len() - 2].to_vec()] {
+        same(&read(&t, path), &read_via_value(&t, path), &|| "end".into());
+    }
 }
 
 #[test]
@@ -280,7 +298,7 @@ fn progress_counts_the_bytes_read_then_parsed() {
     let e = DryRun::from_json_file_with_notes(&path, None).unwrap_err();
     let one_piece = read(&big_text[..big_text.len() - 10], &path).unwrap_err();
     assert_eq!(e.to_string(), one_piece.to_string());
-    // The serde reader's files (here: an unknown key) are counted too.
+    // Files of another shape (here: an unknown key) are counted too.
     let other = [b"{\"x\": 1, ".as_slice(), &text[1..]].concat();
     std::fs::write(&path, &other).unwrap();
     let done = Progress::new();
@@ -296,20 +314,11 @@ fn two_thread_scan_reads_what_one_thread_reads() {
     for seed in 0..20_000u64 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let text = dry_run_text(&mut rng);
-        let one = scan::root_with(text.as_bytes(), &|_| (), u64::MAX, scan::WINDOW);
-        let two = scan::root_with(text.as_bytes(), &|_| (), 0, scan::WINDOW);
-        match (one, two) {
-            (None, None) => {}
-            (Some(a), Some(b)) => {
-                both += 1;
-                match (finish(a, path), finish(b, path)) {
-                    (Ok(a), Ok(b)) => assert_eq!(a, b, "seed {seed}: {text}"),
-                    (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "seed {seed}"),
-                    (a, b) => panic!("seed {seed}: {a:?} vs {b:?} on {text}"),
-                }
-            }
-            (a, b) => panic!("seed {seed}: {} vs {} on {text}", a.is_some(), b.is_some()),
-        }
+        let t = text.as_bytes();
+        let one = outcome(scan::root_with(t, &|_| (), u64::MAX, scan::WINDOW), t);
+        let two = outcome(scan::root_with(t, &|_| (), 0, scan::WINDOW), t);
+        both += one.is_ok() as usize;
+        same(&one, &two, &|| format!("seed {seed}: {text}"));
     }
     // A large file, split across populations and within them.
     let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
@@ -332,20 +341,6 @@ fn two_thread_scan_reads_what_one_thread_reads() {
         both > 500 && handoffs > 100,
         "{both} scanned, {handoffs} handed off"
     );
-}
-
-/// The same dry run or the same error from two scans, or both declined.
-fn same_scan(a: Option<Root>, b: Option<Root>, what: &dyn Fn() -> String) {
-    let path = Path::new("random.json");
-    match (a, b) {
-        (None, None) => {}
-        (Some(a), Some(b)) => match (finish(a, path), finish(b, path)) {
-            (Ok(a), Ok(b)) => assert_eq!(a, b, "{}", what()),
-            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{}", what()),
-            (a, b) => panic!("{}: {a:?} vs {b:?}", what()),
-        },
-        (a, b) => panic!("{}: {} vs {}", what(), a.is_some(), b.is_some()),
-    }
 }
 
 #[test]
@@ -398,19 +393,26 @@ fn scan_by_small_chunks_reads_what_one_chunk_reads() {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let text = dry_run_text(&mut rng);
         let t = text.as_bytes();
-        let one = || scan::root_with(t, &|_| (), u64::MAX, whole(t.len()));
-        // Chunk ends fall everywhere: in keys, escapes, numbers, gids and whitespace.
-        for chunk in [1, 2, 3, 5, 8, 13] {
-            let window = scan::Window { chunk, keep: t.len() };
+        let one = outcome(scan::root_with(t, &|_| (), u64::MAX, whole(t.len())), t);
+        // Chunk ends fall everywhere: in keys, escapes, numbers, gids and whitespace; and
+        // tokens longer than what is kept grow the buffer.
+        let n = t.len();
+        for (chunk, keep) in [
+            (1, n),
+            (2, n),
+            (3, n),
+            (5, n),
+            (8, n),
+            (13, n),
+            (7, 3),
+            (4, 12),
+            (1, 0),
+        ] {
+            let window = scan::Window { chunk, keep };
             for parallel_from in [u64::MAX, 0] {
-                let parts = scan::root_with(t, &|_| (), parallel_from, window);
-                same_scan(one(), parts, &|| format!("seed {seed}, {window:?}: {text}"));
+                let parts = outcome(scan::root_with(t, &|_| (), parallel_from, window), t);
+                same(&one, &parts, &|| format!("seed {seed}, {window:?}: {text}"));
             }
-        }
-        // A token longer than what is kept across chunks: declined, or read the same.
-        let window = scan::Window { chunk: 4, keep: 12 };
-        if let Some(parts) = scan::root_with(t, &|_| (), 0, window) {
-            same_scan(one(), Some(parts), &|| format!("seed {seed}: {text}"));
         }
     }
     let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
@@ -421,30 +423,25 @@ fn scan_by_small_chunks_reads_what_one_chunk_reads() {
     })
     .unwrap();
     let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
-    let one = scan::root_with(&text, &|_| (), u64::MAX, whole(text.len()));
-    for chunk in [1, 7, 4093, 65536] {
-        let window = scan::Window { chunk, keep: 64 };
-        let parts = scan::root_with(&text, &|_| (), 0, window);
-        assert!(parts.is_some(), "{window:?}");
-        let one = finish(
-            scan::root_with(&text, &|_| (), u64::MAX, whole(text.len())).unwrap(),
-            Path::new("s"),
-        );
-        assert!(one.unwrap() == finish(parts.unwrap(), Path::new("s")).unwrap());
+    let one = outcome(
+        scan::root_with(&text, &|_| (), u64::MAX, whole(text.len())),
+        &text,
+    );
+    assert!(one.is_ok());
+    for (chunk, keep) in [(1, 64), (7, 64), (4093, 64), (65536, 64), (7, 3)] {
+        let window = scan::Window { chunk, keep };
+        let parts = outcome(scan::root_with(&text, &|_| (), 0, window), &text);
+        same(&one, &parts, &|| format!("{window:?}"));
     }
-    assert!(one.is_some());
 }
 
 #[test]
-fn scan_declines_a_control_character_in_a_key() {
-    // Invalid JSON (serde refuses it), not a key without its newline.
+fn a_control_character_in_a_key_is_refused_as_serde_json_refuses_it() {
     let text = b"{\"metype_memory\": {\"A\n\": 1.0}, \"pop_metype_gids\": {\"P\": {\"A\": [1]}}}";
-    assert!(scan::root(text, &|_| ()).is_none());
     let path = Path::new("c.json");
-    assert_eq!(
-        read(text, path).unwrap_err().to_string(),
-        read_via_value(text, path).unwrap_err().to_string()
-    );
+    let e = read(text, path).unwrap_err().to_string();
+    assert_eq!(e, read_via_value(text, path).unwrap_err().to_string());
+    assert!(e.contains("control character"), "{e}");
 }
 
 /// A source that ends early after `ok` bytes, or fails there.
@@ -502,7 +499,7 @@ fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
         match (scan::scan(input, &|_| ()), fail) {
             (Err(scan::Fault::Changed), false) => {}
             (Err(scan::Fault::Io(e)), true) => assert_eq!(e.to_string(), "disk on fire"),
-            (r, _) => panic!("{ok} {fail}: {:?}", r.map(|r| r.is_some())),
+            (r, _) => panic!("{ok} {fail}: {:?}", r.err()),
         }
     }
     // A file longer than the size it had (it grew) or shorter (it shrank): an error that
@@ -522,7 +519,7 @@ fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
             "{e}"
         );
     }
-    let (scanned, _) = scan_file(&file, len + 1, &path, &done).unwrap().unwrap();
+    let (scanned, _) = scan_file(&file, len + 1, &path, &done).unwrap();
     assert!(scanned == read(&text, &path).unwrap().0);
     assert_eq!(scanned.cell_count(), d.cell_count());
 }
