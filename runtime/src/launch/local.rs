@@ -11,7 +11,7 @@ use crate::fabric::local::{LocalFabric, World};
 
 /// A world of one rank over the local transport, owned by the caller (for a program
 /// that embeds Ballast and runs as a single process: `ballast_comm_from_env` of the C
-/// ABI). Finish it with [`crate::local::finish`]. Errors: [`ConfigError::TransportUnavailable`] when the
+/// ABI). Finish it with [`finish`]. Errors: [`ConfigError::TransportUnavailable`] when the
 /// configuration's transport is not `local`, the configuration's validation errors.
 pub fn single(config: &RuntimeConfig) -> Result<Communicator> {
     let cfg = *config.transport();
@@ -29,7 +29,7 @@ pub fn single(config: &RuntimeConfig) -> Result<Communicator> {
     Communicator::new(Box::new(fabric), &cfg)
 }
 
-/// Finishes a communicator of [`crate::local::single`]: delivers its own sends to itself.
+/// Finishes a communicator of [`single`]: delivers its own sends to itself.
 pub fn finish(mut comm: Communicator) -> Result<()> {
     comm.finalize()
 }

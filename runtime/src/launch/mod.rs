@@ -2,11 +2,12 @@
 //! bootstrap together with the MPI it may have initialised for it, dropped in the order MPI
 //! needs: the bootstrap's communicator before `MPI_Finalize`), and the one launcher of
 //! ranks as threads of this process ([`threads`]) with each transport's use of it:
-//! [`threads::run_ranks`] (the `local` transport), [`crate::verbs::run_ranks`] (feature
+//! [`threads::run_ranks`] (the `local` transport), `verbs::run_ranks` (`launch/verbs.rs`, feature
 //! `verbs`) and [`Mpi::run_ranks`](crate::fabric::mpi::Mpi::run_ranks) (feature
 //! `mpi`). The command line and the tests start their threaded ranks through these. The
 //! launchers of one transport are published under that transport's name only
-//! ([`crate::local::single`], [`crate::verbs::communicator`], ...): one spelling each.
+//! (`ballast_runtime::local::single`, `ballast_runtime::verbs::communicator`, ...): one
+//! spelling each.
 
 use crate::bootstrap::{auto, Bootstrap, BootstrapKind};
 use crate::core::config::RuntimeConfig;
