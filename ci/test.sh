@@ -47,9 +47,11 @@ else
     echo "ci/test.sh: SKIP cargo fmt --check: rustfmt is not installed (rustup component add rustfmt)"
 fi
 # The runtime's layers (docs/ARCHITECTURE.md): nothing imports upward (core <- bootstrap <-
-# fabric <- protocol <- comm <- launch, the public error at the top), checked by grep (well
-# under a second). Each layer below comm has its own error (ConfigError in core/config,
-# BootstrapError, FabricError, ProtocolError): none names `crate::error`, the public one.
+# fabric <- protocol <- comm <- launch), checked by grep (well under a second). Each layer
+# below comm has its own error (ConfigError in core/config, BootstrapError, FabricError,
+# ProtocolError): none names the public one, which is comm's (`crate::comm::error`,
+# published as `ballast_runtime::error`; `crate::error` is a re-export the alias check
+# below refuses inside the crate).
 layer_check() { # dir, pattern of the layers above it
     if grep -rnE "crate::($2)\b" "runtime/src/$1"; then
         echo "ci/test.sh: runtime/src/$1 names a layer above it (above)" >&2

@@ -10,8 +10,7 @@
 //! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process; its `BootstrapError` |
 //! | fabric | [`fabric`]: the trait, `fabric::{error, wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model, `FabricError` |
 //! | protocol | `protocol::{engine, clock, collective, connection, credit, datagram, error, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the clock passed in, `ProtocolError` |
-//! | comm | [`comm`]: the [`Communicator`], `comm::{error, model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction, `CommError` |
-//! | error | [`error`] | the public [`Error`]: each layer's error wrapped, with the same messages |
+//! | comm | [`comm`]: the [`Communicator`], `comm::{error, model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction, `CommError` and the public [`Error`] its calls return (each layer's error wrapped, with the same messages; published as [`error`]) |
 //! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
 //! | fault (feature `fault`) | `fault` | the fault-injection harness: a fabric wrapper and its launcher |
 //!
@@ -35,7 +34,6 @@
 pub mod bootstrap;
 pub mod comm;
 mod core;
-pub mod error;
 pub mod fabric;
 mod protocol;
 
@@ -46,7 +44,7 @@ pub mod select;
 
 // The public paths: a curated view of the layers.
 pub use crate::core::{config, footprint, intmap, memory, pool, procstatus};
-pub use comm::model;
+pub use comm::{error, model};
 pub use fabric::wire;
 pub use protocol::{clock, connection, credit, datagram, engine, matching, request};
 

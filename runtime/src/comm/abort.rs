@@ -2,8 +2,8 @@
 //! with `MPI_Abort` itself, elsewhere (local, verbs) with a control message to every other
 //! rank, after which every rank's calls fail.
 
+use crate::comm::error::Result;
 use crate::comm::Communicator;
-use crate::error::Result;
 
 impl Communicator {
     /// Aborts the job with `code`, as `MPI_Abort` does.
@@ -15,7 +15,7 @@ impl Communicator {
     ///   (one [`Control::Abort`](crate::fabric::Control::Abort) each; a rank that ended
     ///   already is skipped), and the call returns `Ok(())`. From then on every call of
     ///   any rank that progresses (`recv`, `wait`, `test`, `barrier`, a collective, the
-    ///   finish) fails with [`ProtocolError::Aborted`](crate::error::ProtocolError::Aborted)
+    ///   finish) fails with [`ProtocolError::Aborted`](crate::comm::error::ProtocolError::Aborted)
     ///   naming the rank that aborted and `code` (C: `BALLAST_EPEER`): on this rank at
     ///   once, on another as soon as the notice reaches it (on `local` a blocked rank is
     ///   woken by it; on verbs at its next poll of the control channel). The job is over:

@@ -10,11 +10,11 @@
 use super::collective::native::NativeCollectives;
 use super::gone::{after_round, EndCheck, Gone};
 use super::{Completion, Request};
+use crate::comm::error::{CommError, Error, ProtocolError, Result};
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
-use crate::error::{CommError, Error, ProtocolError, Result};
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::DatagramStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch};
@@ -254,7 +254,7 @@ fn unknown(id: RequestId) -> Error {
 }
 
 /// Progresses until `req` completes, as the blocking call `op`: once every rank that
-/// could complete it ended ([`CommError::PeerGone`](crate::error::CommError::PeerGone), see `gone`), an error naming `op`.
+/// could complete it ended ([`CommError::PeerGone`](crate::comm::error::CommError::PeerGone), see `gone`), an error naming `op`.
 pub(super) fn wait_loop<B: Backend + ?Sized>(
     b: &mut B,
     req: Request,
@@ -283,7 +283,7 @@ pub(super) fn wait_loop<B: Backend + ?Sized>(
 /// One end check of a non-blocking call `op` after its round of progress found it not
 /// complete (see `gone`): once every rank that could complete it ended, one more round,
 /// and if that brought nothing (idle, for a finished rank) and `done` still says no, the
-/// [`CommError::PeerGone`](crate::error::CommError::PeerGone) that the blocking call would give. `Ok(())` while it may still
+/// [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone) that the blocking call would give. `Ok(())` while it may still
 /// complete. A polling loop of such calls thus ends as the blocking call does, with one
 /// difference: an any-source call does not end once every other rank finished, nor a
 /// receive from this rank itself, since this rank still runs and may send to itself
@@ -314,7 +314,7 @@ fn end_check<B: Backend + ?Sized>(
 
 /// Progresses once and tells whether `req` completed; a request that can never complete
 /// (every rank that could complete it ended, see `gone` and `end_check`) is
-/// [`CommError::PeerGone`](crate::error::CommError::PeerGone) for `test`.
+/// [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone) for `test`.
 pub(super) fn test<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<bool> {
     b.progress()?;
     if is_done(b, req)? {
@@ -325,7 +325,7 @@ pub(super) fn test<B: Backend + ?Sized>(b: &mut B, req: &Request) -> Result<bool
 }
 
 /// Progresses once and tells the envelope of the next fully arrived message matching
-/// `src` and `tag`, if any; none when `src` ended is [`CommError::PeerGone`](crate::error::CommError::PeerGone) for `iprobe`
+/// `src` and `tag`, if any; none when `src` ended is [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone) for `iprobe`
 /// (see `gone`; for [`Source::Any`] only once a rank failed, see `end_check`).
 pub(super) fn iprobe<B: Backend + ?Sized>(b: &mut B, src: Source, tag: TagMatch) -> Result<Option<Envelope>> {
     b.progress()?;

@@ -5,11 +5,11 @@
 use super::backend::{self, Backend};
 use super::gone::{self, EndCheck, Gone};
 use super::{Completion, Request};
+use crate::comm::error::{Error, ProtocolError, Result};
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
-use crate::error::{Error, ProtocolError, Result};
 use crate::protocol::clock::Clock;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::{DatagramStats, Engine};

@@ -4,10 +4,10 @@
 //! [`BUSY_ROUNDS`]th busy one: a rank can stay busy, e.g. opening an endpoint to a dead
 //! peer) and, when it says so, makes one more round: everything a finished rank sent is
 //! in this rank's queues by then, so a call still not complete after that round (idle,
-//! for a finished rank) gets [`CommError::PeerGone`](crate::error::CommError::PeerGone).
+//! for a finished rank) gets [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone).
 
 use super::backend::Backend;
-use crate::error::{CommError, Error, Result};
+use crate::comm::error::{CommError, Error, Result};
 use crate::fabric::PeerEnd;
 use crate::protocol::engine::Engine;
 use crate::protocol::matching::Source;
@@ -42,7 +42,7 @@ pub(crate) struct Gone {
 
 /// The end check after a round of progress of blocking call `op` waiting on `peer`
 /// (as in [`Backend::gone`]) that `worked` or not: `Ok(true)` when the call should
-/// snooze (nothing happened), `Ok(false)` when it should go on, the [`CommError::PeerGone`](crate::error::CommError::PeerGone)
+/// snooze (nothing happened), `Ok(false)` when it should go on, the [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone)
 /// when it can never complete. `done` tells whether the call completed, after the extra
 /// round.
 pub(super) fn after_round<B: Backend + ?Sized>(

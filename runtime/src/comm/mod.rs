@@ -5,10 +5,10 @@
 //! Everything runs on the caller's thread: a simulator drives the runtime from one
 //! thread and calls [`Communicator::progress`] between compute steps.
 
+use crate::comm::error::{CommError, Error, Result};
 use crate::core::config::TransportConfig;
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
-use crate::error::{CommError, Error, Result};
 use crate::fabric::Fabric;
 use crate::protocol::collective::CollectiveSeq;
 use crate::protocol::connection::EndpointStats;
@@ -195,8 +195,8 @@ impl Communicator {
     /// once. On a transport with a direct path (MPI) a message larger than its threshold is
     /// copied once, whole, into a private buffer instead and takes no pool buffer; on the
     /// MPI native path every message is copied once into a private buffer. Errors:
-    /// [`ProtocolError::WouldBlock`](crate::error::ProtocolError::WouldBlock) when no pool buffer is free (call [`Communicator::progress`]
-    /// and retry), [`FabricError::InvalidRank`](crate::error::FabricError::InvalidRank), [`CommError::ReservedTag`](crate::error::CommError::ReservedTag).
+    /// [`ProtocolError::WouldBlock`](crate::comm::error::ProtocolError::WouldBlock) when no pool buffer is free (call [`Communicator::progress`]
+    /// and retry), [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank), [`CommError::ReservedTag`](crate::comm::error::CommError::ReservedTag).
     pub fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
         Self::check_tag(tag)?;
         Ok(Request {
@@ -209,7 +209,7 @@ impl Communicator {
 
     /// [`Communicator::isend`] that, while no pool buffer is free, progresses and waits
     /// (blocking on the local transport, see [`Communicator::wait`]) instead of returning
-    /// [`ProtocolError::WouldBlock`](crate::error::ProtocolError::WouldBlock). Errors: [`FabricError::InvalidRank`](crate::error::FabricError::InvalidRank), [`CommError::ReservedTag`](crate::error::CommError::ReservedTag), the
+    /// [`ProtocolError::WouldBlock`](crate::comm::error::ProtocolError::WouldBlock). Errors: [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank), [`CommError::ReservedTag`](crate::comm::error::CommError::ReservedTag), the
     /// transport's.
     pub fn isend_waiting(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<Request> {
         Self::check_tag(tag)?;
@@ -273,7 +273,7 @@ impl Communicator {
     /// engine; on the MPI native path it has been taken out of MPI, so a later receive of
     /// any tag takes it before an earlier message of that sender with another tag that is
     /// still in MPI (one already queued, e.g. after `probe`, keeps its place). Errors:
-    /// [`FabricError::InvalidRank`](crate::error::FabricError::InvalidRank) for a rank outside the world; the transport's.
+    /// [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank) for a rank outside the world; the transport's.
     pub fn recv_within(
         &mut self,
         src: impl Into<Source>,
@@ -292,7 +292,7 @@ impl Communicator {
     /// between where it can be: on the engine a message that arrives while it waits is
     /// written into `buf` chunk by chunk (one already queued is copied); on the MPI native
     /// path a whole message is copied from MPI's receive buffer and a large one's parts are
-    /// received into `buf`. Errors: [`FabricError::InvalidRank`](crate::error::FabricError::InvalidRank) for a rank outside the world;
+    /// received into `buf`. Errors: [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank) for a rank outside the world;
     /// the transport's. After an error, the rest of a message already being written into
     /// `buf` is dropped (the message is lost, as a failed `MPI_Recv`'s).
     pub fn recv_into(
@@ -307,7 +307,7 @@ impl Communicator {
 
     /// Progresses once, then tells the source, tag and length of the message that
     /// [`Communicator::try_recv`] (or a `recv` with the same `src` and `tag`) would take
-    /// next, if it has fully arrived; the message stays queued. Errors: [`CommError::PeerGone`](crate::error::CommError::PeerGone)
+    /// next, if it has fully arrived; the message stays queued. Errors: [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone)
     /// when none is queued and none can come any more: rank `src` ended, told on the engine
     /// over a fabric that reports ends (local), as [`Communicator::probe`] would return
     /// (not for [`Source::Any`] while no rank failed: this rank may still send to itself);
@@ -324,7 +324,7 @@ impl Communicator {
     }
 
     /// Progresses once and tells whether `req` has completed (it stays valid for `wait`).
-    /// Errors: [`CommError::PeerGone`](crate::error::CommError::PeerGone) when it can never complete, as [`Communicator::wait`]
+    /// Errors: [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone) when it can never complete, as [`Communicator::wait`]
     /// would return (the rank it receives from ended, or the rank it sends to failed; told
     /// on the engine over a fabric that reports ends, i.e. local), so that a polling loop
     /// ends; not for an any-source receive while no rank failed (this rank may still send
@@ -349,7 +349,7 @@ impl Communicator {
     }
 
     /// [`Communicator::wait`] for the blocking call `op`: once every rank that could
-    /// complete `req` ended ([`CommError::PeerGone`](crate::error::CommError::PeerGone), see `gone`), an error naming `op`.
+    /// complete `req` ended ([`CommError::PeerGone`](crate::comm::error::CommError::PeerGone), see `gone`), an error naming `op`.
     #[inline]
     fn wait_as(&mut self, req: Request, op: &'static str) -> Result<Completion> {
         self.backend.wait(req, op)

@@ -67,9 +67,9 @@
 //! take MPI's own path (no pool buffer, no staging); a blocking `send` of one uses the
 //! caller's memory, and the received message's buffer is the caller's `Message`.
 
+use crate::comm::error::{CommError, Error, Result};
 use crate::core::config::{RecvSharing, TransportConfig, TransportKind};
 use crate::core::footprint::{Footprint, MemoryModel};
-use crate::error::{CommError, Error, Result};
 pub use crate::fabric::sizes::*;
 use crate::protocol::engine::with_engine;
 
@@ -141,7 +141,7 @@ impl TransportConfig {
     }
 
     /// [`TransportConfig::predict`] in checked arithmetic. Errors:
-    /// [`CommError::ModelOverflow`](crate::error::CommError::ModelOverflow) naming the term (and its factors) that does not fit in 64
+    /// [`CommError::ModelOverflow`](crate::comm::error::CommError::ModelOverflow) naming the term (and its factors) that does not fit in 64
     /// bits, the total included.
     pub fn try_predict(&self, peers: usize, world_size: usize, ranks_per_node: usize) -> Result<Footprint> {
         let (c, e, dg) = self.counts(peers, world_size, ranks_per_node);
@@ -353,7 +353,7 @@ impl TransportConfig {
     }
 }
 
-/// `a * b` of the model, or [`CommError::ModelOverflow`](crate::error::CommError::ModelOverflow) naming the term by its factors.
+/// `a * b` of the model, or [`CommError::ModelOverflow`](crate::comm::error::CommError::ModelOverflow) naming the term by its factors.
 fn mul(a: u64, b: u64, what_a: &str, what_b: &str) -> Result<u64> {
     a.checked_mul(b).ok_or_else(|| {
         Error::Comm(CommError::ModelOverflow {
@@ -362,7 +362,7 @@ fn mul(a: u64, b: u64, what_a: &str, what_b: &str) -> Result<u64> {
     })
 }
 
-/// `a + b` of the model, or [`CommError::ModelOverflow`](crate::error::CommError::ModelOverflow) naming the sum.
+/// `a + b` of the model, or [`CommError::ModelOverflow`](crate::comm::error::CommError::ModelOverflow) naming the sum.
 fn add(a: u64, b: u64, what: &str) -> Result<u64> {
     a.checked_add(b).ok_or_else(|| {
         Error::Comm(CommError::ModelOverflow {

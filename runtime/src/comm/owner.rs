@@ -3,12 +3,12 @@
 //! of another engine for ever. Each communicator takes an id of its own from a global
 //! counter when it is made; every call that takes a request compares the request's with
 //! its own (one `u64` compare) and refuses a foreign one
-//! ([`CommError::ForeignRequest`](crate::error::CommError::ForeignRequest)).
+//! ([`CommError::ForeignRequest`](crate::comm::error::CommError::ForeignRequest)).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Communicator, Request};
-use crate::error::{CommError, Error};
+use crate::comm::error::{CommError, Error};
 
 /// The next communicator's id (0 is [`Owner::INTERNAL`]'s).
 static NEXT_COMM: AtomicU64 = AtomicU64::new(1);

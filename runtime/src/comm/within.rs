@@ -5,7 +5,7 @@
 //! ([`Communicator::wait_read`], what `ballast_wait` of such a receive is made of).
 
 use super::{Communicator, Request};
-use crate::error::Result;
+use crate::comm::error::Result;
 use crate::protocol::matching::{Envelope, Source, TagMatch};
 
 impl Communicator {
@@ -14,10 +14,10 @@ impl Communicator {
     /// [`Communicator::wait`]), except that a longer match is not taken: it stays queued,
     /// first for the next receive that matches its source and tag (its place in its
     /// sender's order kept), and the request ends with
-    /// [`CommError::Truncated`](crate::error::CommError::Truncated) (its source, tag and
+    /// [`CommError::Truncated`](crate::comm::error::CommError::Truncated) (its source, tag and
     /// length) from `test` or `wait`. On the MPI native path a message longer than `cap`
     /// has been received out of MPI into memory of its own before it is refused. Errors:
-    /// [`FabricError::InvalidRank`](crate::error::FabricError::InvalidRank) for a rank
+    /// [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank) for a rank
     /// outside the world; the transport's.
     pub fn irecv_within(
         &mut self,
@@ -44,7 +44,7 @@ impl Communicator {
     /// buffer, which is kept for the next posted receive: a loop of `irecv_within` and
     /// `wait_read` allocates nothing per message there. Errors: as `wait` (for
     /// `irecv_within`,
-    /// [`CommError::Truncated`](crate::error::CommError::Truncated) without calling
+    /// [`CommError::Truncated`](crate::comm::error::CommError::Truncated) without calling
     /// `read`).
     pub fn wait_read(&mut self, req: Request, read: impl FnOnce(&[u8])) -> Result<Option<Envelope>> {
         let mut read = Some(read);
@@ -62,7 +62,7 @@ impl Communicator {
     /// as longer than its limit): test or wait for it as before. Taking the request by
     /// value makes a wait on a cancelled receive (which nothing could ever complete)
     /// impossible. Errors:
-    /// [`CommError::ForeignRequest`](crate::error::CommError::ForeignRequest) at once for a
+    /// [`CommError::ForeignRequest`](crate::comm::error::CommError::ForeignRequest) at once for a
     /// request of another communicator (given back in the error, nothing changed); the
     /// transport's (on the MPI native path, `MPI_Cancel`'s); the request is then consumed.
     pub fn cancel(&mut self, req: Request) -> Result<std::result::Result<(), Request>> {

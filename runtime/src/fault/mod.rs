@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::comm::error::{Error, FabricError, Result};
 use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportKind};
-use crate::error::{Error, FabricError, Result};
 use crate::fabric::local::{LocalFabric, World};
 use crate::launch::threads::{spawn, ThreadOpts};
 

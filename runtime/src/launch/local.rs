@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::check_ranks_fit;
+use crate::comm::error::{Error, Result};
 use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportKind};
-use crate::error::{Error, Result};
 use crate::fabric::local::{LocalFabric, World};
 
 /// A world of one rank over the local transport, owned by the caller (for a program

@@ -10,9 +10,9 @@
 //! spelling each.
 
 use crate::bootstrap::{auto, Bootstrap, BootstrapKind};
+use crate::comm::error::{Error, Result};
 use crate::core::config::RuntimeConfig;
 use crate::core::procstatus::ProcStatus;
-use crate::error::{Error, Result};
 
 pub(crate) mod local;
 #[cfg(feature = "mpi")]
@@ -126,7 +126,7 @@ const ARENA_BYTES: u64 = 64 << 20;
 /// and the engine's table of sends in flight of 24 B; plus 1/16, and a malloc arena per
 /// rank thread up to 8 per core) in
 /// what this process may map (`ulimit -v`), and what of it is written or locked at start
-/// (all but the buffers of an unlocked pool) in the machine. Errors: [`CommError::ModelOverflow`](crate::error::CommError::ModelOverflow),
+/// (all but the buffers of an unlocked pool) in the machine. Errors: [`CommError::ModelOverflow`](crate::comm::error::CommError::ModelOverflow),
 /// [`Error::Alloc`] naming the ranks and the sizes.
 pub fn check_ranks_fit(n: usize, cfg: &crate::core::config::TransportConfig) -> Result<()> {
     let stack = crate::core::memory::rank_stack_bytes() as u64;

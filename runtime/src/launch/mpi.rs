@@ -8,11 +8,11 @@ use rsmpi::collective::CommunicatorCollectives as _;
 use rsmpi::topology::Communicator as _;
 
 use super::threads::{spawn, ThreadOpts};
+use crate::comm::error::{Error, Result};
 use crate::comm::mpi_native as native;
 use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportConfig, TransportKind};
 use crate::core::procstatus::ProcStatus;
-use crate::error::{Error, Result};
 use crate::fabric::mpi::{Mpi, MpiFabric, MpiFootprint, Shared, MPI_MEMORY_NOTE};
 
 impl Mpi {
@@ -167,7 +167,7 @@ impl Mpi {
     /// [`Mpi::init_multithreaded`](crate::fabric::mpi::Mpi::init_multithreaded); one per
     /// process runs on the calling thread). Collective. Returns this process' results as
     /// `(rank, result)`. If a rank fails, the others (in every process) stop with
-    /// [`FabricError::Aborted`](crate::error::FabricError::Aborted) and the first real error is returned.
+    /// [`FabricError::Aborted`](crate::comm::error::FabricError::Aborted) and the first real error is returned.
     pub fn run_ranks<R, F>(&self, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<(usize, R)>>
     where
         F: Fn(&mut Communicator) -> R + Sync,

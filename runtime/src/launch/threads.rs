@@ -7,9 +7,9 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use crate::comm::error::{first_error, panic_message, Error, FabricError, Result};
 use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportKind};
-use crate::error::{first_error, panic_message, Error, FabricError, Result};
 use crate::fabric::local::{LocalFabric, World};
 
 /// How [`spawn`] starts the threads of its ranks.
@@ -25,7 +25,7 @@ pub(crate) struct ThreadOpts {
 /// thread of one scope (see [`ThreadOpts`]), makes the rank's communicator with
 /// `make(rank, state)`, runs `f` on it and finalises it (delivers its sends, waits until
 /// every rank finished). A rank that fails or panics ([`Error::RankPanicked`]) calls
-/// `abort`, which must make the others stop with [`FabricError::Aborted`](crate::error::FabricError::Aborted). A thread that cannot
+/// `abort`, which must make the others stop with [`FabricError::Aborted`](crate::comm::error::FabricError::Aborted). A thread that cannot
 /// be started ends the spawning: `abort` is called and [`Error::ThreadStart`] (naming the
 /// rank, the ranks asked for and the stack size) is the error, over the failures of the
 /// ranks started before it (which the abort caused).
@@ -130,8 +130,8 @@ where
 ///
 /// After `f` returns, each rank keeps progressing until its sends are delivered and all
 /// ranks are finished (like `MPI_Finalize`). If a rank panics or fails, the others stop
-/// with [`FabricError::Aborted`](crate::error::FabricError::Aborted) and the first real error is returned. Errors also:
-/// [`FabricError::InvalidRank`](crate::error::FabricError::InvalidRank) for `n == 0`, [`ConfigError::TransportUnavailable`] when the
+/// with [`FabricError::Aborted`](crate::comm::error::FabricError::Aborted) and the first real error is returned. Errors also:
+/// [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank) for `n == 0`, [`ConfigError::TransportUnavailable`] when the
 /// configuration's transport is not `local`, the configuration's validation errors.
 pub fn run_ranks<R, F>(n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<R>>
 where

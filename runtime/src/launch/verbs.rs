@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use super::threads::{spawn, ThreadOpts};
 use crate::bootstrap::Bootstrap;
+use crate::comm::error::{Error, FabricError, Result};
 use crate::comm::Communicator;
 use crate::core::config::RuntimeConfig;
-use crate::error::{Error, FabricError, Result};
 use crate::fabric::verbs::{self, ControlListener, VerbsFabric};
 
 /// Rank `rank`'s communicator of `n` over verbs: its control mesh from listener `l` and
@@ -29,8 +29,8 @@ pub(crate) fn make_comm(
 }
 
 /// This process' [`Communicator`] over verbs, one Ballast rank per process (rank and size
-/// from `boot`). Collective: every process must call it. Errors: [`FabricError::VerbsDevice`](crate::error::FabricError::VerbsDevice) and [`FabricError::VerbsCall`](crate::error::FabricError::VerbsCall) (device),
-/// [`FabricError::MemlockTooLow`](crate::error::FabricError::MemlockTooLow), [`FabricError::ControlAddresses`](crate::error::FabricError::ControlAddresses).
+/// from `boot`). Collective: every process must call it. Errors: [`FabricError::VerbsDevice`](crate::comm::error::FabricError::VerbsDevice) and [`FabricError::VerbsCall`](crate::comm::error::FabricError::VerbsCall) (device),
+/// [`FabricError::MemlockTooLow`](crate::comm::error::FabricError::MemlockTooLow), [`FabricError::ControlAddresses`](crate::comm::error::FabricError::ControlAddresses).
 pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<Communicator> {
     let cfg = verbs::verbs_config(config)?;
     let (rank, n) = (boot.rank(), boot.size());
@@ -54,8 +54,8 @@ pub fn finish(mut comm: Communicator) -> Result<()> {
 /// in process `r % size`, several per process as threads named `ballast-verbs-{r}`;
 /// `ballast_runtime::verbs::run_ranks`). Collective. Returns this process' results as
 /// `(rank, result)` in ascending rank order. If a rank fails, this process' other ranks stop
-/// with [`FabricError::Aborted`](crate::error::FabricError::Aborted), the others see its control connections end, and the first real
-/// error is returned. Errors also: [`FabricError::InvalidRank`](crate::error::FabricError::InvalidRank) for `n == 0`, those of
+/// with [`FabricError::Aborted`](crate::comm::error::FabricError::Aborted), the others see its control connections end, and the first real
+/// error is returned. Errors also: [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank) for `n == 0`, those of
 /// [`crate::fabric::verbs::communicator`].
 pub fn run_ranks<R, F>(
     boot: &mut dyn Bootstrap,

@@ -13,9 +13,9 @@
 use super::mismatch::{self, Body, LengthMismatch};
 use super::reduce::{ReduceOp, ReduceSlice, ReduceType};
 use super::Unfinished;
+use crate::comm::error::Result;
 use crate::comm::Communicator;
 use crate::core::memory::try_buffer;
-use crate::error::Result;
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::CollectiveKind;
 
@@ -161,7 +161,7 @@ fn get(bytes: &[u8], data: &mut ReduceSlice<'_>) {
 impl Communicator {
     /// The engine's `all_reduce` (see the module). After a retryable error the next
     /// `all_reduce` resumes it with the running result kept (the retry's `data` is only
-    /// written). Errors: [`CommError::CollectiveLength`](crate::error::CommError::CollectiveLength)
+    /// written). Errors: [`CommError::CollectiveLength`](crate::comm::error::CommError::CollectiveLength)
     /// on every rank when two partners' lengths differ (the finder's, passed on: see
     /// `mismatch`), else as `barrier`.
     pub(super) fn engine_all_reduce(&mut self, mut data: ReduceSlice<'_>, op: ReduceOp) -> Result<()> {

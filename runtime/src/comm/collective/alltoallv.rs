@@ -13,9 +13,9 @@
 
 use super::parts;
 use super::Unfinished;
+use crate::comm::error::Result;
 use crate::comm::Communicator;
 use crate::core::memory::{try_buffer, try_copy, try_reserve_for};
-use crate::error::Result;
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::CollectiveKind;
 
@@ -35,7 +35,7 @@ fn round_slots(n: usize, k: u32) -> impl Iterator<Item = usize> {
 impl Communicator {
     /// The engine's `all_to_allv` (see the module). After a retryable error the next
     /// `all_to_allv` resumes it (the retry's `parts` are not read). Errors: as `barrier`;
-    /// [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch)
+    /// [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch)
     /// for a message that is not the parts expected.
     pub(super) fn engine_all_to_allv(&mut self, parts_in: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
         let n = self.world_size();

@@ -5,8 +5,8 @@
 //! [`NativeCollectives`]: super::native::NativeCollectives
 
 use super::reduce::{ReduceOp, Reducible};
+use crate::comm::error::{CommError, Error, Result};
 use crate::comm::Communicator;
-use crate::error::{CommError, Error, Result};
 
 impl Communicator {
     /// An error naming argument `what` of collective `op`.

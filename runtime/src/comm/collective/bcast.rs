@@ -9,9 +9,9 @@
 
 use super::mismatch::{self, Body, LengthMismatch};
 use super::Unfinished;
+use crate::comm::error::Result;
 use crate::comm::Communicator;
 use crate::core::memory::try_buffer;
-use crate::error::Result;
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::CollectiveKind;
 
@@ -36,7 +36,7 @@ fn plan(n: usize, v: usize, k: u32) -> (Option<usize>, Option<usize>) {
 impl Communicator {
     /// The engine's `bcast` (see the module). After a retryable error the next `bcast`
     /// resumes it (the root's `buf` is read again: pass the same). Errors:
-    /// [`CommError::CollectiveLength`](crate::error::CommError::CollectiveLength) when a
+    /// [`CommError::CollectiveLength`](crate::comm::error::CommError::CollectiveLength) when a
     /// rank's length differs from the root's, on that rank and every rank below it in the
     /// tree (the finder's, passed on: see `mismatch`), else as `barrier`.
     pub(super) fn engine_bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {

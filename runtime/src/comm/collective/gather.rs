@@ -12,9 +12,9 @@
 use super::bcast::tree_rounds;
 use super::parts;
 use super::Unfinished;
+use crate::comm::error::Result;
 use crate::comm::Communicator;
 use crate::core::memory::{try_buffer, try_copy, try_reserve_for};
-use crate::error::Result;
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::CollectiveKind;
 
@@ -32,7 +32,7 @@ fn plan(n: usize, v: usize, k: u32) -> (Option<(usize, usize)>, Option<usize>) {
 impl Communicator {
     /// The engine's `gather` (see the module). After a retryable error the next `gather`
     /// resumes it (the retry's `data` is not read). Errors: as `barrier`;
-    /// [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch)
+    /// [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch)
     /// for a message that is not the parts expected (e.g. ranks with different roots).
     pub(super) fn engine_gather(&mut self, root: usize, data: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
         let n = self.world_size();

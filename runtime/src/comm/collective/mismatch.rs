@@ -6,7 +6,7 @@
 //! from it ends with the same error instead of waiting for ever, on every transport
 //! (MPI and verbs do not tell a rank that a peer returned).
 
-use crate::error::{CommError, Error};
+use crate::comm::error::{CommError, Error};
 use crate::protocol::collective::Collective;
 
 /// The flag of a message with data.
@@ -77,7 +77,7 @@ pub(super) enum Body {
 }
 
 /// Reads message `m` from `peer` of collective `c`'s `step`, received by `rank`. Errors:
-/// [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) for a message without a valid flag.
+/// [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch) for a message without a valid flag.
 pub(super) fn read(
     mut m: Vec<u8>,
     (c, rank, peer, step): (&Collective, usize, usize, u32),

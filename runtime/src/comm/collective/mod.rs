@@ -6,9 +6,9 @@
 //! length-prefixed parts gather and all-to-all send). On a backend with its own
 //! ([`native::NativeCollectives`], the MPI native path) those run instead. Each message
 //! carries its collective's stamp (`protocol::collective`), so ranks in different
-//! collectives get [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch)
+//! collectives get [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch)
 //! instead of a hang, and a rank that ended before taking part is
-//! [`CommError::PeerGone`](crate::error::CommError::PeerGone) naming the call. The sparse
+//! [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone) naming the call. The sparse
 //! exchange takes its messages from any source; one of a later collective (from a peer
 //! that finished the exchange first) waits in the communicator's `early` list, which
 //! `coll_next` reads before the queue.
@@ -21,12 +21,12 @@
 //! of another collective meanwhile is [`CommError::CollectiveUnfinished`] naming both. Any
 //! other error ends it.
 //!
-//! [`ProtocolError::CollectiveMismatch`]: crate::error::ProtocolError::CollectiveMismatch
-//! [`CommError::PeerGone`]: crate::error::CommError::PeerGone
-//! [`CommError::CollectiveUnfinished`]: crate::error::CommError::CollectiveUnfinished
-//! [`FabricError::MessageAlloc`]: crate::error::FabricError::MessageAlloc
-//! [`ProtocolError::WouldBlock`]: crate::error::ProtocolError::WouldBlock
-//! [`Error::Alloc`]: crate::error::Error::Alloc
+//! [`ProtocolError::CollectiveMismatch`]: crate::comm::error::ProtocolError::CollectiveMismatch
+//! [`CommError::PeerGone`]: crate::comm::error::CommError::PeerGone
+//! [`CommError::CollectiveUnfinished`]: crate::comm::error::CommError::CollectiveUnfinished
+//! [`FabricError::MessageAlloc`]: crate::comm::error::FabricError::MessageAlloc
+//! [`ProtocolError::WouldBlock`]: crate::comm::error::ProtocolError::WouldBlock
+//! [`Error::Alloc`]: crate::comm::error::Error::Alloc
 
 mod allreduce;
 mod alltoallv;
@@ -42,7 +42,7 @@ mod sparse;
 pub use reduce::{ReduceOp, ReduceSlice, ReduceType, Reducible};
 
 use super::{Communicator, Request};
-use crate::error::{CommError, Error, FabricError, ProtocolError, Result};
+use crate::comm::error::{CommError, Error, FabricError, ProtocolError, Result};
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::{Collective, CollectiveKind, COLLECTIVE_TAG};
 use crate::protocol::matching::{Source, TagMatch};
@@ -220,9 +220,9 @@ impl Communicator {
     /// Blocks until every rank entered the barrier (dissemination algorithm,
     /// `ceil(log2 n)` rounds, talks to `2 * ceil(log2 n)` peers). After a retryable error
     /// (see the module) the next `barrier` resumes this one. Errors:
-    /// [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) when a peer is in
-    /// another collective, [`CommError::CollectiveUnfinished`](crate::error::CommError::CollectiveUnfinished)
-    /// when an all-gather is unfinished here, [`CommError::PeerGone`](crate::error::CommError::PeerGone)
+    /// [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch) when a peer is in
+    /// another collective, [`CommError::CollectiveUnfinished`](crate::comm::error::CommError::CollectiveUnfinished)
+    /// when an all-gather is unfinished here, [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone)
     /// when a peer ended without entering it, the transport's.
     pub fn barrier(&mut self) -> Result<()> {
         if let Some(n) = self.backend.native_collectives() {

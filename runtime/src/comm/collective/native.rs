@@ -3,7 +3,7 @@
 //! runs the engine's algorithms over its point-to-point calls.
 
 use super::reduce::{ReduceOp, ReduceSlice};
-use crate::error::Result;
+use crate::comm::error::Result;
 
 /// Collectives a backend provides itself. Arguments are checked by the communicator
 /// before these are called (roots and destinations in range, destinations distinct and

@@ -3,7 +3,7 @@
 //! with the data and no rank exchanges counts first. Reading checks every length against
 //! the message: nothing is allocated from a length a peer gave.
 
-use crate::error::Result;
+use crate::comm::error::Result;
 use crate::protocol::collective::Collective;
 
 /// Bytes of a part's length.
@@ -21,7 +21,7 @@ pub(super) fn push(msg: &mut Vec<u8>, part: &[u8]) {
 }
 
 /// Reads `msg` as exactly `count` parts and gives each one's place in it, `(offset,
-/// len)`, to `each` in order. Errors: [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch) (from
+/// len)`, to `each` in order. Errors: [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch) (from
 /// `peer`, collective `c`'s `step`, found by `rank`) when `msg` is not `count` parts (the
 /// ranks' calls differ, e.g. in their root).
 pub(super) fn read(

@@ -12,15 +12,15 @@
 //! Its messages are taken from any source (the sources are not known in advance): one of
 //! a later collective (a peer that finished this exchange and started the next) is kept
 //! in the communicator's `early` list for that collective; one of another collective of
-//! this number is [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch). Its state is [`Nbx`], kept in
+//! this number is [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch). Its state is [`Nbx`], kept in
 //! the unfinished collective after a retryable error.
 
 use super::Unfinished;
+use crate::comm::error::Result;
 use crate::comm::gone::EndCheck;
 use crate::comm::{Communicator, Request};
 use crate::core::backoff::Backoff;
 use crate::core::memory::try_buffer;
-use crate::error::Result;
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::{Arrival, CollectiveKind, COLLECTIVE_TAG};
 use crate::protocol::matching::{Source, TagMatch};
@@ -56,7 +56,7 @@ impl Communicator {
     /// `exchange_sparse` resumes it: the parts already sent, received and acknowledged
     /// are kept, and the sends not yet posted are read from the retry's `sends`, which
     /// must be the same. Errors: as `barrier`;
-    /// [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch)
+    /// [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch)
     /// for a message that does not belong here (e.g. data from a rank twice).
     pub(super) fn engine_exchange_sparse(
         &mut self,
@@ -198,7 +198,7 @@ impl Communicator {
     }
 
     /// After a round of progress that `worked` (or not) and brought no message: whether
-    /// to snooze (`Ok(true)`), or the [`CommError::PeerGone`](crate::error::CommError::PeerGone)
+    /// to snooze (`Ok(true)`), or the [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone)
     /// once a rank this exchange waits for (a destination's acknowledgement, the barrier
     /// round's sender) ended and nothing more is queued (see `gone`).
     fn nbx_idle(&mut self, u: &Unfinished, worked: bool, check: &mut EndCheck) -> Result<bool> {

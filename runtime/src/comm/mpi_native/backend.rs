@@ -5,13 +5,13 @@
 use super::MpiNative;
 use crate::comm::backend::Backend;
 use crate::comm::collective::native::NativeCollectives;
+use crate::comm::error::Result;
 use crate::comm::gone::Gone;
 use crate::comm::{Completion, Request};
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
-use crate::error::Result;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::DatagramStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch};

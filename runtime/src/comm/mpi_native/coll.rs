@@ -16,7 +16,7 @@
 //! (`ffi::Layout`), and the others use kept buffers (no allocation once warm). Inside MPI's
 //! call nothing of Ballast's runs: a rank that fails after its peers entered one leaves
 //! them there until the job ends (as in MPI; before entering, an abort notice already
-//! received is [`FabricError::Aborted`](crate::error::FabricError::Aborted)), and a peer
+//! received is [`FabricError::Aborted`](crate::comm::error::FabricError::Aborted)), and a peer
 //! blocked sending this rank a large message is served only if its header arrived before
 //! the collective started: a collective starts with the blocking calls' housekeeping (abort
 //! notices, unexpected messages, sends and receives in flight) when none ran for
@@ -26,7 +26,7 @@
 //! rank, a stamp (the collective's kind, as in `protocol::collective`, and its number on
 //! this communicator, counting every collective) and a length, so that ranks that call
 //! different ones, or the same in another order, get
-//! [`ProtocolError::CollectiveMismatch`](crate::error::ProtocolError::CollectiveMismatch)
+//! [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch)
 //! as on the engine paths, not a hang. The others carry no stamp: each is the MPI
 //! collective a program would call, and ranks that call different ones are an erroneous
 //! MPI program (MPI may fail, or wait for ever).
@@ -47,8 +47,8 @@ use super::ffi::{self, Layout, RecvInto};
 use super::*;
 use crate::comm::collective::native::NativeCollectives;
 use crate::comm::collective::{ReduceOp, ReduceSlice};
+use crate::comm::error::{CommError, ProtocolError};
 use crate::core::memory::{try_buffer, try_reserve_for};
-use crate::error::{CommError, ProtocolError};
 use crate::protocol::collective::CollectiveKind;
 
 mod sparse;

@@ -62,6 +62,7 @@ use std::sync::Arc;
 use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
+use crate::comm::error::{Error, FabricError, Result, Sender};
 use crate::comm::model::{
     mpi_native_kept_bytes, MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_LARGE_HEADER_BYTES, MPI_NATIVE_PER_RANK_BYTES,
 };
@@ -70,7 +71,6 @@ use crate::core::config::TransportConfig;
 use crate::core::footprint::Footprint;
 use crate::core::intmap::{IntMap, IntSet};
 use crate::core::pool::PoolStats;
-use crate::error::{Error, FabricError, Result, Sender};
 use crate::fabric::mpi::ffi::{recv_append, recv_to_slice};
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
@@ -149,7 +149,7 @@ struct PendingRecv {
 }
 
 /// A large message whose header came out of MPI but whose bytes could not be reserved
-/// (out of memory, [`FabricError::MessageAlloc`](crate::error::FabricError::MessageAlloc)): its parts wait in MPI. It stays first in line
+/// (out of memory, [`FabricError::MessageAlloc`](crate::comm::error::FabricError::MessageAlloc)): its parts wait in MPI. It stays first in line
 /// ([`MpiNative::retry_deferred`], before anything else takes a message out of MPI or
 /// matches one): every later call that would do so fails the same way until it fits.
 /// Normally one at a time; a second one only when withdrawing a receive finds a large

@@ -2,7 +2,7 @@
 //! messages, in matching order) and sends, and draining unexpected messages out of MPI.
 
 use super::*;
-use crate::error::{FabricError, ProtocolError};
+use crate::comm::error::{FabricError, ProtocolError};
 use crate::protocol::request::RequestId;
 
 impl MpiNative {
@@ -158,7 +158,7 @@ impl MpiNative {
     /// Takes the deferred large messages (see [`Deferred`]), in order, once their bytes
     /// can be reserved: the parts are received (the sender posted them with the header) and
     /// each goes to the receive that still waits for it, else into the unexpected queue in
-    /// its place. [`FabricError::MessageAlloc`](crate::error::FabricError::MessageAlloc) again while one cannot: nothing may take a
+    /// its place. [`FabricError::MessageAlloc`](crate::comm::error::FabricError::MessageAlloc) again while one cannot: nothing may take a
     /// message out of MPI or match one before it, so the callers stop there.
     #[inline]
     pub(super) fn retry_deferred(&mut self) -> Result<()> {

@@ -2,7 +2,7 @@
 //! it to MPI, and the blocking receive's latency path.
 
 use super::*;
-use crate::error::{CommError, FabricError};
+use crate::comm::error::{CommError, FabricError};
 
 impl MpiNative {
     pub(super) fn wire_match(&self, src: Source, tag: TagMatch) -> Result<(usize, c_int, c_int)> {

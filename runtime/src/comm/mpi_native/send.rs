@@ -2,7 +2,7 @@
 //! header and parts; blocking and non-blocking sends and their completion.
 
 use super::*;
-use crate::error::ProtocolError;
+use crate::comm::error::ProtocolError;
 use crate::protocol::request::RequestId;
 
 impl MpiNative {

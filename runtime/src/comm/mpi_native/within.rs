@@ -82,7 +82,7 @@ impl MpiNative {
     }
 
     /// The wait of receive `id` of `irecv_within`: as [`MpiNative::wait_posted`], then the
-    /// limit: [`CommError::Truncated`](crate::error::CommError::Truncated) for a longer
+    /// limit: [`CommError::Truncated`](crate::comm::error::CommError::Truncated) for a longer
     /// message, left queued.
     pub(super) fn wait_within(&mut self, id: RequestId) -> Result<Message> {
         let m = self.wait_limited(id)?;

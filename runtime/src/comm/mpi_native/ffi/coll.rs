@@ -21,7 +21,7 @@ use rsmpi::topology::SimpleCommunicator;
 
 use super::{check, dt_byte, null_request};
 use crate::comm::collective::{ReduceOp, ReduceSlice};
-use crate::error::Result;
+use crate::comm::error::Result;
 
 /// One `MPI_Issend` or `MPI_Ibarrier` in flight with the bytes it reads.
 pub(in crate::comm::mpi_native) struct CollOp {

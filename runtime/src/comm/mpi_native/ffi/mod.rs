@@ -34,7 +34,7 @@ use rsmpi::ffi;
 use rsmpi::raw::AsRaw;
 use rsmpi::topology::SimpleCommunicator;
 
-use crate::error::{Error, FabricError, Result};
+use crate::comm::error::{Error, FabricError, Result};
 use crate::fabric::mpi::ffi::check;
 
 mod coll;
@@ -256,8 +256,8 @@ impl Matched {
     }
 
     /// Receives the message (`MPI_Mrecv`), appending it to `buf`, whose spare capacity
-    /// must hold it (reserve first). Returns its status. Errors: [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when
-    /// the spare capacity is too small (the message is lost), [`FabricError::MpiCall`](crate::error::FabricError::MpiCall).
+    /// must hold it (reserve first). Returns its status. Errors: [`FabricError::MpiValue`](crate::comm::error::FabricError::MpiValue) when
+    /// the spare capacity is too small (the message is lost), [`FabricError::MpiCall`](crate::comm::error::FabricError::MpiCall).
     pub(super) fn recv_append(mut self, buf: &mut Vec<u8>) -> Result<Status> {
         if buf.capacity() - buf.len() < self.len {
             return Err(Error::Fabric(FabricError::MpiValue {

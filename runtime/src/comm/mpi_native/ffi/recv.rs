@@ -10,7 +10,7 @@ use rsmpi::topology::SimpleCommunicator;
 use super::{
     byte_count, cancel_recv, cancel_recv_checked, check, dt_byte, empty_status, int, null_request, Status,
 };
-use crate::error::{Error, FabricError, Result};
+use crate::comm::error::{Error, FabricError, Result};
 
 /// An `MPI_Irecv` of at most `cap` bytes into a `Vec` it owns (see the module docs).
 pub(in crate::comm::mpi_native) struct HeaderRecv {
@@ -26,8 +26,8 @@ unsafe impl Send for HeaderRecv {}
 
 impl HeaderRecv {
     /// Posts a receive of at most `cap` bytes from `(source, tag)` on `comm` into `buf`
-    /// (cleared, and grown to `cap` bytes of capacity). Errors: [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when
-    /// `cap` overflows an `int`, [`FabricError::MpiCall`](crate::error::FabricError::MpiCall). Inline: the receive is built in its
+    /// (cleared, and grown to `cap` bytes of capacity). Errors: [`FabricError::MpiValue`](crate::comm::error::FabricError::MpiValue) when
+    /// `cap` overflows an `int`, [`FabricError::MpiCall`](crate::comm::error::FabricError::MpiCall). Inline: the receive is built in its
     /// caller's place (the latency path of every receive).
     #[inline(always)]
     pub(in crate::comm::mpi_native) fn post(
@@ -198,7 +198,7 @@ unsafe impl Send for PartsRecv {}
 impl PartsRecv {
     /// Posts receives of `total` bytes from `(source, tag)` on `comm` as parts of at most
     /// `part_bytes` bytes into `data`, whose capacity must hold `total` bytes (its length
-    /// is reset to 0). Errors: [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when `data` is too small, [`FabricError::MpiCall`](crate::error::FabricError::MpiCall)
+    /// is reset to 0). Errors: [`FabricError::MpiValue`](crate::comm::error::FabricError::MpiValue) when `data` is too small, [`FabricError::MpiCall`](crate::comm::error::FabricError::MpiCall)
     /// (the parts posted before are cancelled).
     pub(in crate::comm::mpi_native) fn post(
         comm: &SimpleCommunicator,

@@ -9,7 +9,7 @@ use rsmpi::raw::AsRaw;
 use rsmpi::topology::SimpleCommunicator;
 
 use super::{check, dt_byte, int, null_request};
-use crate::error::Result;
+use crate::comm::error::Result;
 
 /// `MPI_Isend`s of an owned header (one message on the messages communicator) and, for a
 /// large message sent by `isend`, an owned body (parts on the parts communicator).
@@ -33,8 +33,8 @@ unsafe impl Send for OwnedSend {}
 
 impl OwnedSend {
     /// Starts sending `head` to `dest` with `tag` on `comm` as one message. Errors:
-    /// [`FabricError::MpiValue`](crate::error::FabricError::MpiValue) when it overflows an `int` count,
-    /// [`FabricError::MpiCall`](crate::error::FabricError::MpiCall). Inline: the send is built in its caller's
+    /// [`FabricError::MpiValue`](crate::comm::error::FabricError::MpiValue) when it overflows an `int` count,
+    /// [`FabricError::MpiCall`](crate::comm::error::FabricError::MpiCall). Inline: the send is built in its caller's
     /// place (the latency path of every send).
     #[inline(always)]
     pub(in crate::comm::mpi_native) fn post(
@@ -70,7 +70,7 @@ impl OwnedSend {
 
     /// Starts sending `body` to `dest` with `tag` on `comm` as parts of at most
     /// `part_bytes` bytes; kept with the header. Errors:
-    /// [`FabricError::MpiCall`](crate::error::FabricError::MpiCall) (the parts posted before stay in flight,
+    /// [`FabricError::MpiCall`](crate::comm::error::FabricError::MpiCall) (the parts posted before stay in flight,
     /// with the body).
     pub(in crate::comm::mpi_native) fn post_body(
         &mut self,
@@ -237,7 +237,7 @@ impl Drop for CallerParts<'_> {
 
 /// Starts sending `data` to `dest` with `tag` on the communicator `comm(state)` as parts of
 /// at most `part_bytes` bytes, straight from `data`, then runs `f` with `state`, the
-/// outcome of the posting (an [`FabricError::MpiCall`](crate::error::FabricError::MpiCall) when a part could
+/// outcome of the posting (an [`FabricError::MpiCall`](crate::comm::error::FabricError::MpiCall) when a part could
 /// not be posted; those posted before stay in flight) and the parts in flight; returns `f`'s result once every
 /// part completed (waiting for them after `f`, also when `f` unwinds), so `data` is never
 /// released while MPI reads it.
