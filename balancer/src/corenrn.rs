@@ -93,7 +93,7 @@ pub enum CorenrnError {
 
 type Result<T> = std::result::Result<T, CorenrnError>;
 
-pub use crate::files_dat::FilesDat;
+use crate::files_dat::FilesDat;
 
 /// One cell group and the sizes of its data files, bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Issue 33: a dry-run file with millions of unknown top-level keys kept a note (a warning)
 //! per key, some 150 bytes each, collected without a limit. The first 10 are named and the
 //! others counted in one more note, and the read keeps no key beyond those.
-use ballast_balancer::dry_run::DryRun;
+use ballast_balancer::DryRun;
 use std::fmt::Write;
 
 /// A dry-run file of the serde shape (an unknown key first) with `n` unknown keys `k0`,

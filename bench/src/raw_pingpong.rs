@@ -15,13 +15,13 @@ use std::time::Instant;
 
 use std::mem::MaybeUninit;
 
-use ballast_ibv::attr::{self, Remote, Retry};
-use ballast_ibv::qp::{QpKind, Receiving};
-use ballast_ibv::sys::{ibv_wc, ibv_wc_opcode, ibv_wc_status};
+use ballast_ibv::{attr, attr::Remote, attr::Retry};
+use ballast_ibv::{sys::ibv_wc, sys::ibv_wc_opcode, sys::ibv_wc_status};
 use ballast_ibv::{Cq, Qp, QpCaps, SendWr, Sge, Slots, Srq};
-use ballast_runtime::config::VerbsConfig;
-use ballast_runtime::error::FabricError;
+use ballast_ibv::{QpKind, Receiving};
+use ballast_runtime::fabric::FabricError;
 use ballast_runtime::verbs::{self, device};
+use ballast_runtime::VerbsConfig;
 use ballast_runtime::{Error, Result};
 
 /// The settings of one run. [`RawOptions::default`] is perftest's `ib_send_lat` on RC.

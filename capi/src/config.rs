@@ -5,7 +5,7 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 
-use ballast_runtime::config::SETTINGS;
+use ballast_runtime::env::SETTINGS;
 use ballast_runtime::{ConfigError, RuntimeConfig};
 
 use crate::comm::ballast_footprint;

@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use ballast_runtime::error::{BootstrapError, CommError, ConfigError, Error, FabricError, ProtocolError};
+use ballast_runtime::{
+    bootstrap::BootstrapError, fabric::FabricError, CommError, ConfigError, Error, ProtocolError,
+};
 
 use crate::{
     BALLAST_EAGAIN, BALLAST_ECANCELED, BALLAST_EINTERNAL, BALLAST_EINVAL, BALLAST_ENOMEM, BALLAST_EPEER,
@@ -204,7 +206,7 @@ pub(crate) fn quiet_panics() {
         HOOK.call_once(|| {
             let previous = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
-                if ballast_runtime::config::debug() {
+                if ballast_runtime::env::debug() {
                     previous(info);
                 }
             }));
@@ -393,7 +395,7 @@ mod tests {
         assert_eq!(code_of(&mismatch.into()), BALLAST_EINVAL);
         assert_eq!(
             code_of(&Error::Config(ConfigError::TransportUnavailable {
-                transport: ballast_runtime::config::TransportKind::Verbs,
+                transport: ballast_runtime::TransportKind::Verbs,
                 why: "x"
             })),
             BALLAST_EUNSUPPORTED
@@ -479,7 +481,7 @@ mod tests {
             (
                 FabricError::QueuePairBroken {
                     rank: 0,
-                    peer: ballast_runtime::error::VerbsPeer::Rank(1),
+                    peer: ballast_runtime::fabric::VerbsPeer::Rank(1),
                 }
                 .into(),
                 BALLAST_EPEER,

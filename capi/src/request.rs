@@ -5,7 +5,7 @@
 
 use std::os::raw::{c_int, c_void};
 
-use ballast_runtime::error::CommError;
+use ballast_runtime::CommError;
 use ballast_runtime::{Completion, Error, Request};
 
 use crate::comm::{

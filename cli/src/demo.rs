@@ -19,16 +19,16 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use ballast_balancer::files::{stage_allocation, AllocationCosts};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_balancer::{balance, BalancerConfig, Strategy};
+use ballast_balancer::{stage_allocation, AllocationCosts};
 use ballast_runtime::datagram::chunk_for;
 use ballast_runtime::model::datagram_mtu;
 use ballast_runtime::{RecvSharing, RuntimeConfig, TransportConfig};
 use ballast_sim::outputs::write_outputs;
-use ballast_sim::placement::place;
-use ballast_sim::report::{build_report, max_min, predicted_footprint, RunReport};
-use ballast_sim::{all_spikes, run_local, LbMode, RankOutcome, SimInput, SimParams};
+use ballast_sim::place;
+use ballast_sim::{all_spikes, launch::run_local, LbMode, RankOutcome, SimInput, SimParams};
+use ballast_sim::{report::build_report, report::max_min, report::predicted_footprint, report::RunReport};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -220,7 +220,7 @@ impl Plan<'_> {
     /// only once both simulations had run.
     fn check_outputs(&self) -> anyhow::Result<()> {
         use ballast_balancer::atomic::refuse_special;
-        use ballast_balancer::files::{allocation_file_name, sidecar_file_name};
+        use ballast_balancer::{allocation_file_name, sidecar_file_name};
         let out = &self.args.output;
         let ranks = self.args.ranks;
         refuse_special(&out.join(allocation_file_name(ranks, 1)))?;

@@ -79,7 +79,7 @@ pub fn allgather_loads(rank_kb: Vec<f64>, charge: &TransportCharge, mpi_collecti
 
 /// The allocation's KB per rank (all its cycles), weighed as the summary weighs it.
 pub fn rank_kb(allocation: &Allocation, dry_run: &DryRun) -> Vec<f64> {
-    ballast_balancer::summary::Summary::new(allocation, dry_run).rank_kb()
+    ballast_balancer::Summary::new(allocation, dry_run).rank_kb()
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context};
 use ballast_runtime::{LockStatus, MemoryLock, ProcStatus, TransportKind};
-use ballast_sim::fanout::{run_local, FanoutReport, Snapshot};
+use ballast_sim::{fanout::run_local, fanout::FanoutReport, fanout::Snapshot};
 use serde::Serialize;
 
 use crate::runtime_args::RuntimeArgs;

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use ballast_balancer::atomic;
 use ballast_balancer::corenrn::{
-    check_layout, histogram, rebalance, size_entries, EntryFiles, FilesDat, Layout, RebalanceStrategy,
+    check_layout, histogram, rebalance, size_entries, EntryFiles, Layout, RebalanceStrategy,
     DEFAULT_RANKS_PER_MACHINE,
 };
+use ballast_balancer::files_dat::FilesDat;
 use ballast_balancer::limits::{available_memory, human_bytes};
 use clap::{Args, ValueEnum};
 use serde::Serialize;

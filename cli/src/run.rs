@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_runtime::{RuntimeConfig, TransportKind};
-use ballast_sim::launch::{Finished, Job, RunPlan};
 use ballast_sim::outputs::written_files;
-use ballast_sim::placement::Placement;
-use ballast_sim::report::{self, describe_source, RunReport};
-use ballast_sim::{ExchangeKind, LbMode, SimInput, SimParams};
+use ballast_sim::Placement;
+use ballast_sim::{exchange::ExchangeKind, LbMode, SimInput, SimParams};
+use ballast_sim::{launch::Finished, launch::Job, launch::RunPlan};
+use ballast_sim::{report, report::describe_source, report::RunReport};
 use clap::Args;
 
 use crate::runtime_args::RuntimeArgs;
@@ -373,7 +373,7 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
 
 #[cfg(feature = "mpi")]
 fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
-    use ballast_sim::launch::{leave_mpi_on_error, MpiJob};
+    use ballast_sim::{launch::leave_mpi_on_error, launch::MpiJob};
     let mut job = MpiJob(ballast_runtime::mpi::Mpi::init()?);
     let out = run_per_process(args, cfg, &mut job);
     leave_mpi_on_error(job.0, out)

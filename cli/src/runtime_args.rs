@@ -1,7 +1,7 @@
 //! Runtime options shared by the runtime commands (`fanout`, `info`): each overrides the
 //! matching `BALLAST_*` variable read by `RuntimeConfig::from_env` (see docs/CONFIG.md).
 
-use ballast_runtime::config::parse_bytes;
+use ballast_runtime::env::parse_bytes;
 use ballast_runtime::{EndpointOverflow, RecvSharing, RuntimeConfig, TransportKind};
 
 /// A whole number of at most `max`, with an optional K/M/G suffix (the runtime's

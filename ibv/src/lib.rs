@@ -23,7 +23,7 @@
 
 pub mod attr;
 mod error;
-pub mod qp;
+mod qp;
 
 use std::ffi::CStr;
 use std::fs::File;
@@ -35,7 +35,7 @@ pub use rdma_sys as sys;
 use rdma_sys::*;
 
 pub use error::{IbvError, Result};
-pub use qp::{Init, Qp, QpCaps, Rtr, Rts, SendWr, Sge};
+pub use qp::{Failed, Init, Qp, QpCaps, QpKind, Receiving, Reset, Rtr, Rts, SendWr, Sge};
 
 /// `O_CREAT` of Linux (fcntl.h), for an XRC domain's file.
 const O_CREAT: i32 = 0o100;

@@ -95,7 +95,7 @@ pub fn resolve_transport(config: &RuntimeConfig) -> (TransportKind, Option<Strin
     }
     #[cfg(feature = "verbs")]
     let (verbs_device, verbs_locked_bytes) = (
-        crate::fabric::verbs::probe(config.verbs())
+        crate::fabric::verbs::device::probe(config.verbs())
             .map(|c| c.name)
             .map_err(|e| e.to_string()),
         crate::fabric::verbs::locked_at_start(config.transport()),

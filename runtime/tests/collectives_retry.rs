@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Barrier};
 use std::time::Duration;
 
-use ballast_runtime::error::CommError;
 use ballast_runtime::launch::threads::run_ranks;
+use ballast_runtime::CommError;
 use ballast_runtime::{Communicator, Error, ProcStatus, ReduceOp, RuntimeConfig};
 
 const BIG: usize = 256 << 20;

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ballast_runtime::error::{CommError, FabricError};
 use ballast_runtime::fault::{self, Faults, Kill, Stall};
+use ballast_runtime::{fabric::FabricError, CommError};
 use ballast_runtime::{Communicator, EndpointOverflow, Error, RecvSharing, RuntimeConfig, Source, TagMatch};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ballast_runtime::error::ProtocolError;
+use ballast_runtime::ProtocolError;
 use ballast_runtime::{launch::threads, Communicator, Error, RuntimeConfig, Source, TagMatch};
 
 /// Runs `f` on `n` local ranks (with a 30 s watchdog) and returns the run's result.

@@ -3,7 +3,7 @@
 //! ranks) in `test`, `wait`, `wait_all` and `cancel`, gives back the requests it took by
 //! value, and both communicators work on: the owner completes its request afterwards.
 
-use ballast_runtime::error::CommError;
+use ballast_runtime::CommError;
 use ballast_runtime::{launch::threads, Completion, Error, Request, RuntimeConfig, Source, TagMatch};
 use crossbeam::channel::{unbounded, Receiver, Sender};
 

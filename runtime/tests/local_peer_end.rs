@@ -8,7 +8,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use ballast_runtime::error::CommError;
+use ballast_runtime::CommError;
 use ballast_runtime::{
     launch::threads, Communicator, Completion, Error, RecvSharing, Request, RuntimeConfig, Source, TagMatch,
 };

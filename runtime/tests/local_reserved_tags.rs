@@ -2,7 +2,7 @@
 //! refused at once as a send's is: it could otherwise take a barrier's message (the
 //! barrier then failing with a wrong "peer finished" error), or wait for ever.
 
-use ballast_runtime::error::CommError;
+use ballast_runtime::CommError;
 use ballast_runtime::{launch::threads, Error, RuntimeConfig, Source, TagMatch, RESERVED_TAG_BASE};
 
 fn reserved(r: Result<impl std::fmt::Debug, Error>, tag: u32) {

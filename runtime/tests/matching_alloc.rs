@@ -4,7 +4,7 @@
 //! chunk, delivers it again to whichever receive is then posted.
 
 use ballast_runtime::fabric::PacketHeader;
-use ballast_runtime::matching::{Matcher, Source, TagMatch};
+use ballast_runtime::{matching::Matcher, Source, TagMatch};
 use ballast_runtime::{Error, RequestId};
 
 fn chunk(src: u32, tag: u32, total: u64, len: u32) -> PacketHeader {

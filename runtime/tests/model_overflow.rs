@@ -2,9 +2,9 @@
 //! `recv_depth` 2^20 buffers of 1 GiB, 16,383 peers fit in 64 bits (18.4 EB), 16,384 do
 //! not: `try_predict` refuses naming the term, `predict` saturates instead of wrapping.
 
-use ballast_runtime::config::{RecvSharing, TransportConfig};
-use ballast_runtime::error::CommError;
+use ballast_runtime::CommError;
 use ballast_runtime::Error;
+use ballast_runtime::{RecvSharing, TransportConfig};
 
 fn per_peer() -> TransportConfig {
     TransportConfig {

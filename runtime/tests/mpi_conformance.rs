@@ -14,8 +14,8 @@ mod mpi_lean;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ballast_runtime::bootstrap::{Bootstrap, MpiBootstrap};
-use ballast_runtime::error::{CommError, FabricError};
 use ballast_runtime::mpi::Mpi;
+use ballast_runtime::{fabric::FabricError, CommError};
 use ballast_runtime::{
     Communicator, ConfigError, Error, RecvSharing, Result, RuntimeConfig, Source, TagMatch,
 };

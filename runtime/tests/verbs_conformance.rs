@@ -31,7 +31,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ballast_runtime::bootstrap::{Bootstrap, TcpBootstrap};
-use ballast_runtime::error::{CommError, FabricError};
+use ballast_runtime::{fabric::FabricError, CommError};
 use ballast_runtime::{
     verbs, Communicator, Error, ProcStatus, RecvSharing, Result, RuntimeConfig, Source, TagMatch,
     TransportKind, VerbsConfig,
@@ -479,7 +479,7 @@ fn main() {
         };
         std::process::exit(code);
     }
-    match verbs::device_names() {
+    match verbs::device::device_names() {
         Ok(d) if !d.is_empty() => println!("verbs conformance: RDMA devices {d:?}"),
         Ok(_) => {
             println!("verbs conformance: skipped: no RDMA device on this machine (run it in the soft-RoCE guest: ci/verbs.sh)");

@@ -149,7 +149,7 @@ pub fn check_memory(
 pub fn check_device(cfg: &RuntimeConfig) -> Result<(), SimError> {
     #[cfg(feature = "verbs")]
     if cfg.transport().kind == ballast_runtime::TransportKind::Verbs {
-        ballast_runtime::verbs::probe(cfg.verbs())?;
+        ballast_runtime::verbs::device::probe(cfg.verbs())?;
     }
     let _ = cfg;
     Ok(())

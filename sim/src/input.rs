@@ -5,10 +5,10 @@
 use crate::model::{DelayModel, SYNTHETIC_D_MIN_MS, SYNTHETIC_VELOCITY_UM_PER_MS};
 use crate::run::SimCircuit;
 use crate::SimError;
-use ballast_balancer::dry_run::DryRun;
 use ballast_balancer::network::Network;
 use ballast_balancer::synthetic::{generate_circuit, CircuitSpec};
 use ballast_balancer::transport_aware::CellCosts;
+use ballast_balancer::DryRun;
 
 /// A circuit with its dry run.
 pub struct SimInput {

@@ -18,20 +18,17 @@ pub mod check;
 pub mod exchange;
 pub mod fanout;
 pub mod gather;
-pub mod input;
+mod input;
 pub mod launch;
 pub mod model;
 pub mod outputs;
-pub mod placement;
+mod placement;
 pub mod report;
-pub mod run;
+mod run;
 
-pub use exchange::{ExchangeKind, ExchangeStats, Spike};
+use exchange::Spike;
 pub use input::SimInput;
-#[cfg(feature = "verbs")]
-pub use launch::run_verbs_threads;
-pub use launch::{run_local, run_ranks_as_threads};
-pub use placement::{LbMode, Placement};
+pub use placement::{place, LbMode, Placement};
 pub use run::{run_rank, RankOutcome, SimCircuit, SimParams};
 
 use ballast_balancer::transport_aware::TransportCharge;
@@ -48,7 +45,7 @@ pub enum SimError {
     TransportModel {
         /// The world size, ranks.
         world_size: usize,
-        /// The model's refusal ([`ballast_runtime::error::CommError::ModelOverflow`]).
+        /// The model's refusal ([`ballast_runtime::CommError::ModelOverflow`]).
         #[source]
         source: ballast_runtime::Error,
     },
@@ -148,16 +145,16 @@ pub enum SimError {
     },
 }
 
-impl From<ballast_runtime::error::FabricError> for SimError {
+impl From<ballast_runtime::fabric::FabricError> for SimError {
     /// A fabric's error, as the runtime shows it ([`SimError::Runtime`]).
-    fn from(e: ballast_runtime::error::FabricError) -> SimError {
+    fn from(e: ballast_runtime::fabric::FabricError) -> SimError {
         SimError::Runtime(e.into())
     }
 }
 
-impl From<ballast_runtime::error::BootstrapError> for SimError {
+impl From<ballast_runtime::bootstrap::BootstrapError> for SimError {
     /// The start-up exchange's error, as the runtime shows it ([`SimError::Runtime`]).
-    fn from(e: ballast_runtime::error::BootstrapError) -> SimError {
+    fn from(e: ballast_runtime::bootstrap::BootstrapError) -> SimError {
         SimError::Runtime(e.into())
     }
 }

@@ -3,7 +3,7 @@
 //! files a run wrote.
 use std::path::{Path, PathBuf};
 
-use ballast_balancer::files::AllocationSource;
+use ballast_balancer::AllocationSource;
 
 use crate::placement::Placement;
 use crate::report::{self, RunReport};
@@ -89,7 +89,7 @@ pub fn written_files(placement: &Placement, ranks: usize, output: &Path) -> Vec<
     let mut files = Vec::new();
     if let Some(AllocationSource::Regenerated(f)) = &placement.source {
         files.push(f.clone());
-        files.push(f.with_file_name(ballast_balancer::files::sidecar_file_name(ranks as u32, 1)));
+        files.push(f.with_file_name(ballast_balancer::sidecar_file_name(ranks as u32, 1)));
     }
     files.push(output.join("out.dat"));
     files.push(output.join("report.json"));

@@ -6,10 +6,10 @@ use std::path::Path;
 use std::str::FromStr;
 
 use crate::SimError;
-use ballast_balancer::files::{load_or_generate, AllocationSource};
-use ballast_balancer::strategy::Strategy;
 use ballast_balancer::transport_aware::rank_of_allocation;
 use ballast_balancer::DryRun;
+use ballast_balancer::Strategy;
+use ballast_balancer::{load_or_generate, AllocationSource};
 
 /// Load-balancing mode, spelled as neurodamus' `--lb-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -12,7 +12,7 @@
 //! one page more than their length).
 
 use ballast_runtime::{RecvSharing, RuntimeConfig};
-use ballast_sim::fanout::{run_local, FanoutReport};
+use ballast_sim::{fanout::run_local, fanout::FanoutReport};
 
 const RANKS: usize = 256;
 const SLACK_KB: u64 = 8192;

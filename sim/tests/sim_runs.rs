@@ -3,13 +3,13 @@
 
 use std::path::Path;
 
-use ballast_balancer::files::AllocationSource;
 use ballast_balancer::network::Network;
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
+use ballast_balancer::AllocationSource;
 use ballast_runtime::RuntimeConfig;
-use ballast_sim::placement::place;
-use ballast_sim::report::{out_dat, predicted_footprint};
-use ballast_sim::{all_spikes, run_local, ExchangeKind, LbMode, SimInput, SimParams};
+use ballast_sim::place;
+use ballast_sim::{all_spikes, exchange::ExchangeKind, launch::run_local, LbMode, SimInput, SimParams};
+use ballast_sim::{report::out_dat, report::predicted_footprint};
 
 fn small_circuit() -> SimInput {
     let spec = CircuitSpec {

@@ -8,9 +8,9 @@ mod common;
 use ballast_balancer::circuit::MetypeMemory;
 use ballast_balancer::transport_aware::{evaluate, CellCosts};
 use ballast_runtime::{RecvSharing, RuntimeConfig};
-use ballast_sim::placement::place;
-use ballast_sim::report::{out_dat, predicted_footprint};
-use ballast_sim::{all_spikes, run_local, ExchangeKind, LbMode, SimInput, SimParams};
+use ballast_sim::place;
+use ballast_sim::{all_spikes, exchange::ExchangeKind, launch::run_local, LbMode, SimInput, SimParams};
+use ballast_sim::{report::out_dat, report::predicted_footprint};
 
 #[test]
 fn allen_layer4_peers_and_footprint_as_predicted_and_identical_spikes() {

@@ -11,14 +11,17 @@
 
 use ballast_balancer::synthetic::{CircuitSpec, SyntheticSpec};
 use ballast_runtime::{verbs, RecvSharing, RuntimeConfig, TransportKind};
-use ballast_sim::placement::place;
-use ballast_sim::report::{out_dat, process_rows, rows, FOOTPRINT_TOLERANCE_PCT};
-use ballast_sim::{all_spikes, run_local, run_verbs_threads, ExchangeKind, LbMode, SimInput, SimParams};
+use ballast_sim::place;
+use ballast_sim::{
+    all_spikes, exchange::ExchangeKind, launch::run_local, launch::run_verbs_threads, LbMode, SimInput,
+    SimParams,
+};
+use ballast_sim::{report::out_dat, report::process_rows, report::rows, report::FOOTPRINT_TOLERANCE_PCT};
 
 /// True when an RDMA device is there; otherwise prints why the test skips (or panics when
 /// `BALLAST_TEST_REQUIRE_RDMA=1`).
 fn rdma_device() -> bool {
-    let why = match verbs::device_names() {
+    let why = match verbs::device::device_names() {
         Ok(d) if !d.is_empty() => return true,
         Ok(_) => "no RDMA device".to_string(),
         Err(e) => e.to_string(),

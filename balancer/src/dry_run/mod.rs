@@ -360,12 +360,6 @@ fn short(x: f64) -> String {
     }
 }
 
-/// Writes `bytes` to `path` atomically: readers never see a half-written file and a
-/// failure or a signal leaves nothing behind ([`crate::atomic::write_file`]).
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    crate::atomic::write_file(path, bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,11 +19,11 @@ use crate::error::{BalancerError, Result};
 use crate::network::Network;
 use crate::progress::Progress;
 
-pub mod lpt;
+pub(crate) mod lpt;
 pub mod neurodamus;
 pub mod transport_aware;
 
-pub use transport_aware::{RankLoads, TransportCharge};
+pub(crate) use transport_aware::{RankLoads, TransportCharge};
 
 /// Which balancing algorithm to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

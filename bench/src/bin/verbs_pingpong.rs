@@ -297,7 +297,7 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
     let (_, mut boot) = bootstrap::auto(&cfg)?;
     let mut comm = verbs::communicator(boot.as_mut(), &cfg)?;
     if comm.world_size() != 2 {
-        return Err(ballast_runtime::error::FabricError::InvalidRank {
+        return Err(ballast_runtime::fabric::FabricError::InvalidRank {
             rank: 2,
             world_size: comm.world_size(),
         }
@@ -556,7 +556,7 @@ pub fn main() {
         }
         return;
     }
-    match verbs::device_names() {
+    match verbs::device::device_names() {
         Ok(d) if !d.is_empty() => {}
         Ok(_) => {
             println!("verbs_pingpong: skipped: no RDMA device on this machine");

@@ -25,7 +25,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 
 use ballast_bench::raw_pingpong::{run, RawOptions};
-use ballast_runtime::config::VerbsConfig;
+use ballast_runtime::VerbsConfig;
 use clap::Parser;
 
 /// Raw-verbs ping-pong: one RC queue pair per side, no Ballast engine or fabric, set up like
@@ -359,7 +359,7 @@ fn main() {
         }
         return;
     }
-    match ballast_runtime::verbs::device_names() {
+    match ballast_runtime::verbs::device::device_names() {
         Ok(d) if !d.is_empty() => {}
         Ok(_) => {
             println!("verbs_raw_pingpong: skipped: no RDMA device on this machine");

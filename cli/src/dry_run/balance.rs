@@ -3,9 +3,9 @@
 //! given.
 use std::time::Instant;
 
-use ballast_balancer::files::CostInputs;
 use ballast_balancer::node_fit::{fewest_nodes, Fit, NodeFitError};
 use ballast_balancer::transport_aware::{RankLoads, TransportCharge};
+use ballast_balancer::CostInputs;
 use ballast_balancer::{
     balance_charged, Allocation, Balanced, BalancerConfig, GidTables, LoadStats, Progress, Strategy,
 };
@@ -48,7 +48,7 @@ pub(super) fn balance_step(
                     strategy: Strategy::Neurodamus,
                     ..config.clone()
                 };
-                ballast_balancer::strategy::neurodamus::overall_stats(dry_run, &nd)
+                ballast_balancer::neurodamus::overall_stats(dry_run, &nd)
             });
             // The summary's gid tables too, while they are small (at whole-brain sizes they
             // would add to the balancing's peak memory).

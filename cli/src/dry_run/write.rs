@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use ballast_balancer::atomic::{self, AtomicFile};
-use ballast_balancer::files::{stage_allocation, AllocationCosts};
 use ballast_balancer::transport_aware::RankLoads;
+use ballast_balancer::{stage_allocation, AllocationCosts};
 use ballast_balancer::{Allocation, DryRun, GidTables, Summary};
 
 use super::balance::BalanceStep;
@@ -96,7 +96,7 @@ fn write_outputs(
         allocation.ranks,
         allocation.cycles,
     ));
-    let sidecar_path = dir.join(ballast_balancer::files::sidecar_file_name(
+    let sidecar_path = dir.join(ballast_balancer::sidecar_file_name(
         allocation.ranks,
         allocation.cycles,
     ));

@@ -114,7 +114,7 @@ impl Report {
             transports_compiled_in: TransportKind::compiled_in().iter().map(|k| k.as_str()).collect(),
             verbs_device: verbs_device(cfg, !rdma_devices.is_empty()),
             rdma_devices,
-            memlock_limit_bytes: ballast_runtime::local::memlock_limit_bytes(),
+            memlock_limit_bytes: ballast_runtime::memory::memlock_limit_bytes(),
             auto_note: plan.auto_note.clone(),
             settings: settings(cfg),
             endpoint_overflow: overflow_lines(&t, plan.peers, plan.world),
@@ -165,7 +165,7 @@ fn mpi_report(cfg: &RuntimeConfig) -> anyhow::Result<Option<Option<MpiReport>>> 
 fn verbs_device(cfg: &RuntimeConfig, devices: bool) -> Option<VerbsDevice> {
     #[cfg(feature = "verbs")]
     if cfg.transport().kind == TransportKind::Verbs || devices {
-        return Some(match ballast_runtime::verbs::probe(cfg.verbs()) {
+        return Some(match ballast_runtime::verbs::device::probe(cfg.verbs()) {
             Ok(caps) => VerbsDevice::Available(caps.lines()),
             Err(e) => VerbsDevice::Unavailable(e.to_string()),
         });

@@ -6,7 +6,7 @@
 //! threads ([`LocalBootstrap`], the `local` transport). The launch of a job of one rank per
 //! process around a bootstrap is `launch::Launch`.
 
-pub mod error;
+pub(crate) mod error;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;

@@ -16,11 +16,11 @@
 use thiserror::Error;
 
 use super::Request;
-pub use crate::bootstrap::BootstrapError;
-pub use crate::core::config::ConfigError;
-pub use crate::core::memory::AllocError;
-pub use crate::fabric::error::{FabricError, FabricKind, Sender, VerbsPeer};
-pub use crate::protocol::error::ProtocolError;
+pub(crate) use crate::bootstrap::BootstrapError;
+pub(crate) use crate::core::config::ConfigError;
+pub(crate) use crate::core::memory::AllocError;
+pub(crate) use crate::fabric::error::FabricError;
+pub(crate) use crate::protocol::error::ProtocolError;
 
 /// Errors of the communicator. New variants may be added (`#[non_exhaustive]`): match with
 /// a `_` arm.
@@ -347,6 +347,7 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::FabricKind;
 
     #[test]
     fn errors_stay_small() {

@@ -13,20 +13,20 @@ use std::ops::ControlFlow;
 
 use crate::core::config::RecvSharing;
 use crate::core::footprint::{MemoryLock, MemoryModel};
-pub use crate::core::pool::{Register, Registration};
+pub(crate) use crate::core::pool::Register;
 use error::Result;
-pub use error::{FabricError, FabricKind};
+pub use error::{FabricError, FabricKind, Sender, VerbsPeer};
 pub use key::PeerKey;
 
-pub mod error;
+pub(crate) mod error;
 mod key;
-pub mod local;
+pub(crate) mod local;
 #[cfg(feature = "mpi")]
-pub mod mpi;
-pub mod sizes;
+pub(crate) mod mpi;
+pub(crate) mod sizes;
 #[cfg(feature = "verbs")]
-pub mod verbs;
-pub mod wire;
+pub(crate) mod verbs;
+pub(crate) mod wire;
 
 /// Envelope of one data packet (one chunk of a message). In the verbs and MPI transports it
 /// is carried before the payload (32 bytes, [`crate::fabric::wire`]); in `local` beside it.

@@ -11,7 +11,8 @@ use crate::bootstrap::Bootstrap;
 use crate::comm::error::{Error, FabricError, Result};
 use crate::comm::Communicator;
 use crate::core::config::RuntimeConfig;
-use crate::fabric::verbs::{self, ControlListener, VerbsFabric};
+use crate::fabric::verbs::control::ControlListener;
+use crate::fabric::verbs::{self, VerbsFabric};
 
 /// Rank `rank`'s communicator of `n` over verbs: its control mesh from listener `l` and
 /// every rank's control address, its fabric stopping when `abort` is set.

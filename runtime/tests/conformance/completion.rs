@@ -4,7 +4,7 @@
 //! nothing matched (the message sent later goes to the next receive), refused for a
 //! matched receive and for a send.
 
-use ballast_runtime::error::{CommError, Error};
+use ballast_runtime::{CommError, Error};
 use ballast_runtime::{RecvSharing, Result, Source, TagMatch};
 
 use super::*;

@@ -2,7 +2,7 @@
 //! small ones, both sides sending large first, a send completing before its receive is
 //! posted, and any-source receives of large messages.
 
-use ballast_runtime::error::ProtocolError;
+use ballast_runtime::ProtocolError;
 use ballast_runtime::{Error, RecvSharing, Result, Source, TagMatch};
 
 use super::*;

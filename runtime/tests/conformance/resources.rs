@@ -1,7 +1,7 @@
 //! Bounded resources: back-pressure with a pool of two buffers, bounded pool growth,
 //! endpoint eviction and a cap below the number of peers, and the footprint model.
 
-use ballast_runtime::error::ProtocolError;
+use ballast_runtime::ProtocolError;
 use ballast_runtime::{Error, RecvSharing, Result, Source, TagMatch};
 
 use super::*;

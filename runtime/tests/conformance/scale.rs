@@ -1,7 +1,7 @@
 //! Many ranks: 64-rank all-to-all, 63 senders into a shared receive queue of 4, the
 //! collectives, and bad input.
 
-use ballast_runtime::error::{CommError, FabricError, ProtocolError};
+use ballast_runtime::{fabric::FabricError, CommError, ProtocolError};
 use ballast_runtime::{Error, RecvSharing, Result, Source, TagMatch};
 
 use super::*;

@@ -2,7 +2,7 @@
 //! errors of sizes above MPI's `int` counts, and a rank that fails while the others are in
 //! a collective.
 
-use ballast_runtime::error::FabricError;
+use ballast_runtime::fabric::FabricError;
 use ballast_runtime::mpi::Mpi;
 use ballast_runtime::{Communicator, Error, ReduceOp, RuntimeConfig};
 

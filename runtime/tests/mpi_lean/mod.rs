@@ -9,7 +9,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use ballast_runtime::error::CommError;
+use ballast_runtime::CommError;
 use ballast_runtime::{Error, Result, RuntimeConfig};
 
 use crate::conformance::{fnv, payload, Launcher};

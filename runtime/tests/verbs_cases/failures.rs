@@ -44,7 +44,7 @@ pub(crate) fn memlock_error() -> i32 {
 }
 
 pub(crate) fn rlimit_memlock() -> (u64, u64) {
-    let l = ballast_runtime::local::memlock_limit_bytes().unwrap_or(u64::MAX);
+    let l = ballast_runtime::memory::memlock_limit_bytes().unwrap_or(u64::MAX);
     (l, u64::MAX)
 }
 

@@ -12,8 +12,8 @@ pub mod verbs;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ballast_runtime::error::{CommError, FabricError};
 use ballast_runtime::launch::threads::run_ranks;
+use ballast_runtime::{fabric::FabricError, CommError};
 use ballast_runtime::{
     Communicator, Error, Footprint, MemoryLock, ProcStatus, Result, RuntimeConfig, Source, TagMatch,
 };

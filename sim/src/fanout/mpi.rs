@@ -2,7 +2,7 @@
 //! sends a few integers to every other rank; rank 0 reports its process counters and
 //! footprint before and after, with the world sums gathered over MPI.
 
-use ballast_runtime::error::FabricError;
+use ballast_runtime::fabric::FabricError;
 use ballast_runtime::mpi::{Mpi, MPI_MEMORY_NOTE};
 use ballast_runtime::{Error, Footprint, Result, RuntimeConfig};
 

@@ -19,7 +19,7 @@
 //! exchange) is not the transport's: it is taken off the VmPin and VmRSS growth.
 
 use ballast_runtime::bootstrap::{Bootstrap, Kept};
-use ballast_runtime::error::FabricError;
+use ballast_runtime::fabric::FabricError;
 use ballast_runtime::verbs::{self, communicator, HEADER_BYTES};
 use ballast_runtime::{
     Error, Footprint, ProcStatus, RecvSharing, RuntimeConfig, TransportConfig, TransportKind,

@@ -2,7 +2,7 @@
 //! peers and footprint against the predictions and why they differ, the run's settings.
 use std::path::Path;
 
-use ballast_balancer::files::AllocationSource;
+use ballast_balancer::AllocationSource;
 use ballast_runtime::{RuntimeConfig, TransportKind};
 
 use super::{

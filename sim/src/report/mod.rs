@@ -21,9 +21,9 @@ mod build;
 pub use build::{build_report, describe_source, mismatches};
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename
-/// ([`ballast_balancer::dry_run::write_atomically`]: readable like any new file, 0666 less the umask).
+/// ([`ballast_balancer::atomic::write_file`]: readable like any new file, 0666 less the umask).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SimError> {
-    Ok(ballast_balancer::dry_run::write_atomically(path, bytes)?)
+    Ok(ballast_balancer::atomic::write_file(path, bytes)?)
 }
 
 /// The text of `out.dat` for `spikes` (sorted by (step, global index)) with step `dt_ms`.

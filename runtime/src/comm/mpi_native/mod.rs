@@ -62,7 +62,7 @@ use std::sync::Arc;
 use rsmpi::collective::{CommunicatorCollectives as _, SystemOperation};
 use rsmpi::topology::{Communicator as _, SimpleCommunicator};
 
-use crate::comm::error::{Error, FabricError, Result, Sender};
+use crate::comm::error::{Error, FabricError, Result};
 use crate::comm::model::{
     mpi_native_kept_bytes, MPI_NATIVE_FIXED_BYTES, MPI_NATIVE_LARGE_HEADER_BYTES, MPI_NATIVE_PER_RANK_BYTES,
 };
@@ -71,6 +71,7 @@ use crate::core::config::TransportConfig;
 use crate::core::footprint::Footprint;
 use crate::core::intmap::{IntMap, IntSet};
 use crate::core::pool::PoolStats;
+use crate::fabric::error::Sender;
 use crate::fabric::mpi::ffi::{recv_append, recv_to_slice};
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};

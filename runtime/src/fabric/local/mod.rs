@@ -21,8 +21,7 @@ use parking_lot::Mutex;
 
 use crate::core::config::{RecvSharing, TransportConfig};
 use crate::core::footprint::{MemoryLock, MemoryModel};
-pub use crate::core::memory::memlock_limit_bytes;
-use crate::core::memory::AlignedRegion;
+use crate::core::memory::{memlock_limit_bytes, AlignedRegion};
 use crate::core::pool::{Register, Registration};
 use crate::fabric::error::{FabricError, Result};
 use crate::fabric::{

@@ -330,7 +330,7 @@ impl VerbsFabric {
             cq_entries,
             max_inline: 0,
             pinned: 0,
-            memlock_limit: crate::fabric::local::memlock_limit_bytes(),
+            memlock_limit: crate::core::memory::memlock_limit_bytes(),
             bytes: FabricBytes::default(),
             model: crate::fabric::sizes::verbs_model(),
             pending_err: None,

@@ -25,8 +25,8 @@ impl From<IbvError> for FabricError {
     }
 }
 
-impl<S> From<Box<qp::Failed<S>>> for FabricError {
-    fn from(f: Box<qp::Failed<S>>) -> FabricError {
+impl<S> From<Box<Failed<S>>> for FabricError {
+    fn from(f: Box<Failed<S>>) -> FabricError {
         f.error.into()
     }
 }

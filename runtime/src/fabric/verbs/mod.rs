@@ -53,7 +53,7 @@ mod xrc;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
-pub use control::ControlListener;
+use control::ControlListener;
 
 /// Process-wide counters of what the verbs fabric did (diagnostics, only in a build with the
 /// `trace` feature: `verbs_pingpong --breakdown` prints them): ibv_post_send calls,
@@ -291,7 +291,6 @@ pub mod cycles {
         })
     }
 }
-pub use device::{device_names, probe, DeviceCaps};
 pub use fabric::{VerbsFabric, HEADER_BYTES};
 
 use crate::bootstrap::Bootstrap;
