@@ -125,6 +125,11 @@ if cargo clippy --version >/dev/null 2>&1; then
 else
     echo "ci/test.sh: SKIP clippy: 'cargo clippy' is not installed (rustup component add clippy)"
 fi
+# The API docs: no broken or private intra-doc link, and one public path per item (issue 34:
+# "do not re-export"; ci/public_paths.py reads rustdoc's pages), with every feature.
+rm -rf "${CARGO_TARGET_DIR:-target}/doc" # pages of items gone since would read as second paths
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked --features ballast/sonata,ballast/mpi,ballast/verbs,ballast-runtime/trace,ballast-runtime/fault,ballast-capi/mpi,ballast-capi/verbs,ballast-capi/bench-twin,ballast-bench/mpi
+python3 ci/public_paths.py "${CARGO_TARGET_DIR:-target}/doc" ballast_runtime ballast_balancer ballast_sim ballast_ibv ballast_bench ballast
 cargo test --workspace --locked --features ballast/sonata
 # The datagram path under load (issue 33's hang): 50 repetitions of the 16-rank all-to-all
 # with drops beside the recv_into ping-pong (64 KiB here, 1 MiB in the long run) and a CPU hog, each with its own drop

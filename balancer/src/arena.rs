@@ -7,7 +7,7 @@
 //! each also splitting and merging the kernel's memory map, and it is the slower of the
 //! threads that the caller waits for. The heap only ever `mprotect`s the part beyond what it
 //! made accessible before, even after freeing, so allocating about as much in a few pieces
-//! first and freeing them leaves the later allocations without system calls ([`warm`]).
+//! first and freeing them leaves the later allocations without system calls (`warm`).
 //!
 //! glibc also serves each allocation of 128 KiB or more by a `mmap` of its own, unmapped
 //! when freed, and gives the top of a heap back to the kernel once 128 KiB of it are free:

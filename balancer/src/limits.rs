@@ -62,7 +62,7 @@ fn address_space_limit() -> Option<u64> {
         .ok()
 }
 
-/// Address space left under the process's limit ([`address_space_limit`]) above its
+/// Address space left under the process's limit (`address_space_limit`) above its
 /// current size (`VmSize` of /proc/self/status), in bytes; `None` without a limit or where
 /// they cannot be read.
 pub fn address_space_left() -> Option<u64> {

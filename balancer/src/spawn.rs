@@ -51,7 +51,7 @@ const ARENA: u64 = if cfg!(all(target_os = "linux", target_env = "gnu")) {
 };
 
 /// Bytes of address space one more thread takes as it starts and allocates: its stack,
-/// [`START_OVERHEAD`] and its malloc arena ([`ARENA`]).
+/// `START_OVERHEAD` and its malloc arena (`ARENA`).
 pub fn thread_bytes() -> u64 {
     let stack = std::env::var("RUST_MIN_STACK")
         .ok()
@@ -61,7 +61,7 @@ pub fn thread_bytes() -> u64 {
 }
 
 /// Whether `threads` more threads can start, with `extra` bytes more allocated by the
-/// caller while they do, and [`MARGIN`] to spare. Always true without a limit.
+/// caller while they do, and `MARGIN` to spare. Always true without a limit.
 pub fn fits(threads: usize, extra: u64) -> bool {
     fits_in(address_space_left(), threads, extra)
 }

@@ -949,7 +949,7 @@ int ballast_test(struct ballast_request *req, int *done, struct ballast_status *
 // call (a freed one is refused); `status` NULL or writable.
 int ballast_wait(struct ballast_request *req, struct ballast_status *status);
 
-// Waits for each of the `n` requests in `reqs`, in order, filling statuses[i] (when
+// Waits for each of the `n` requests in `reqs`, in order, filling statuses\[i\] (when
 // `statuses` is not NULL) with each one's status and error; returns the first error (a
 // NULL entry is BALLAST_EINVAL in its status) and keeps that one's message. `n` is at
 // most PTRDIFF_MAX / sizeof(ballast_request *) (no C array is larger): above, or with

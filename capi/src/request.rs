@@ -588,7 +588,7 @@ pub unsafe extern "C" fn ballast_wait(req: *mut ballast_request, status: *mut ba
     })
 }
 
-/// Waits for each of the `n` requests in `reqs`, in order, filling statuses[i] (when
+/// Waits for each of the `n` requests in `reqs`, in order, filling statuses\[i\] (when
 /// `statuses` is not NULL) with each one's status and error; returns the first error (a
 /// NULL entry is BALLAST_EINVAL in its status) and keeps that one's message. `n` is at
 /// most PTRDIFF_MAX / sizeof(ballast_request *) (no C array is larger): above, or with

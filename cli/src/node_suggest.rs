@@ -196,7 +196,7 @@ impl SuggestionReport {
 }
 
 /// Per population with empty buckets: the mean neurodamus prints ("Mean allocation per
-/// rank [KB]", `print_allocation_stats`), which averages only the buckets holding the
+/// rank \[KB\]", `print_allocation_stats`), which averages only the buckets holding the
 /// population's cells, beside Ballast's mean bucket, which counts every bucket. (name,
 /// neurodamus' mean KB, buckets holding cells, Ballast's mean KB.)
 pub fn neurodamus_means(allocation: &Allocation, summary: &Summary) -> Vec<(String, f64, u64, f64)> {

@@ -5,7 +5,7 @@
 //! opened device ([`DeviceList`], [`Context`]), the protection domain ([`Pd`]), completion
 //! queues ([`Cq`]), shared receive queues ([`Srq`], plain or XRC), XRC domains ([`Xrcd`]),
 //! address handles ([`Ah`], for UD sends), memory regions ([`Mr`], and [`Slots`]: an owned,
-//! registered area of fixed-size slots), and the typestate queue pair ([`Qp`], in [`qp`])
+//! registered area of fixed-size slots), and the typestate queue pair ([`Qp`], in `qp`)
 //! whose transition attributes are built by the pure functions of [`attr`].
 //!
 //! **Lifetimes.** Every object holds a reference count on what it was made from (a QP on its

@@ -2,7 +2,7 @@
 //! pool, lazily opened and capped endpoints, shared receive queues, credit flow control,
 //! an in-process transport, and a footprint model that predicts per-rank transport memory.
 //!
-//! Layers, bottom to top; a module imports only from layers below it:
+//! Layers of the source, bottom to top; a module imports only from layers below it:
 //!
 //! | layer | modules | owns |
 //! |---|---|---|
@@ -10,9 +10,19 @@
 //! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process; its `BootstrapError` |
 //! | fabric | [`fabric`]: the trait, `fabric::{error, wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model, `FabricError` |
 //! | protocol | `protocol::{engine, clock, collective, connection, credit, datagram, error, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the clock passed in, `ProtocolError` |
-//! | comm | [`comm`]: the [`Communicator`], `comm::{error, model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction, `CommError` and the public [`Error`] its calls return (each layer's error wrapped, with the same messages; published as [`error`]) |
-//! | select, launch | [`select`], [`launch`] | the `auto` choice of transport; starting ranks |
+//! | comm | `comm`: the [`Communicator`], `comm::{error, model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction, `CommError` and the [`Error`] its calls return (each layer's error wrapped, with the same messages) |
+//! | select, launch | `select`, [`launch`] | the `auto` choice of transport; starting ranks |
 //! | fault (feature `fault`) | `fault` | the fault-injection harness: a fabric wrapper and its launcher |
+//!
+//! Every public item has one path (`ci/public_paths.py` checks it). The everyday API is at
+//! the root: [`Communicator`], [`Request`], [`Completion`], [`RuntimeConfig`] and its
+//! settings, [`Source`], [`TagMatch`], [`Message`], [`Error`] with [`CommError`],
+//! [`ProtocolError`] and [`ConfigError`], [`Footprint`], the reductions. The rest is in
+//! modules: [`bootstrap`], [`launch`] (ranks as threads: [`launch::threads`]), [`local`],
+//! `mpi` and `verbs` (the transports, features `mpi` and `verbs`), [`fabric`] (the trait below the protocol, with
+//! [`FabricError`](fabric::FabricError)), [`engine`], [`matching`], [`connection`],
+//! [`credit`], [`datagram`], [`wire`], [`model`] (the footprint prediction), [`memory`],
+//! [`pool`] and [`env`](mod@env) (the `BALLAST_*` variables).
 //!
 //! ```
 //! use ballast_runtime::{launch::threads, RuntimeConfig, Source, TagMatch};
@@ -45,12 +55,12 @@ mod select;
 // One public path per item (ci/public_paths.py checks it on the rustdoc output): a module
 // that is public keeps its items; the items of the private layer modules that callers need
 // are published once, below, as a module of their own or at the root.
-pub use crate::core::{intmap, pool};
+pub use crate::core::pool;
 pub use comm::model;
 pub use protocol::{clock, connection, credit, datagram, engine};
 
 /// Memory: the registered region, page size, the memlock and address-space limits, and the
-/// fallible buffers that every size from a caller or a peer goes through ([`AllocError`]).
+/// fallible buffers that every size from a caller or a peer goes through ([`AllocError`](memory::AllocError)).
 pub mod memory {
     pub use crate::core::memory::{
         address_space_room, check_room, machine_bytes, memlock_limit_bytes, page_size, rank_stack_bytes,

@@ -87,7 +87,7 @@ pub fn decide_transport(i: &AutoInputs) -> (TransportKind, String) {
 /// which is resolved by [`decide_transport`] from what this machine and launch offer (the
 /// verbs device is opened and closed again to check it). Returns the kind and, for `auto`,
 /// the note to print. Reads no environment variable (the launch is known from
-/// [`BootstrapConfig::rank_var`]).
+/// `BootstrapConfig::rank_var`).
 pub fn resolve_transport(config: &RuntimeConfig) -> (TransportKind, Option<String>) {
     let kind = config.transport().kind;
     if kind != TransportKind::Auto {

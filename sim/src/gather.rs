@@ -15,7 +15,7 @@ fn put(b: &mut Vec<u8>, v: u64) {
 /// Fixed u64 words before the spikes.
 const WORDS: usize = 45;
 
-/// The encoding of `o`: [`WORDS`] u64 words, then the spikes as (step, cell) u32 pairs.
+/// The encoding of `o`: `WORDS` u64 words, then the spikes as (step, cell) u32 pairs.
 pub fn encode(o: &RankOutcome) -> Vec<u8> {
     let mut b = Vec::with_capacity(8 * WORDS + 8 * o.spikes.len());
     let f = &o.footprint;

@@ -1,5 +1,5 @@
 //! Running the simulation of a circuit as `ballast run` does, from checks to outputs: the
-//! ranks as threads of this process ([`run_threads`], `local` or `verbs` on one device), or
+//! ranks as threads of this process (`run_threads`, `local` or `verbs` on one device), or
 //! one rank per process ([`run_per_process`] over a [`Job`]: [`MpiJob`] under `mpirun`,
 //! [`VerbsJob`] under a launcher that sets `BALLAST_ROOT` and the rank/size variables).
 //! Both check the memory before anything is written ([`crate::check`]), place the cells,

@@ -4,9 +4,9 @@
 //! spikes over Ballast's runtime with the circuit's delays.
 //!
 //! Modules: [`model`] (the cell, its drive, delays and weights), [`exchange`] (p2p and
-//! allgather spike exchange over a `Communicator`), [`run`] (the per-rank driver), [`gather`]
+//! allgather spike exchange over a `Communicator`), `run` (the per-rank driver), [`gather`]
 //! (outcomes to every process after the run),
-//! [`input`] (circuits to simulate), [`placement`] (which rank holds which cell),
+//! `input` (circuits to simulate), `placement` (which rank holds which cell),
 //! [`report`] (`out.dat`, `report.json`, the per-rank table, the report of a run),
 //! [`check`] (memory and device checks at start), [`launch`] (a run from checks to
 //! outputs: ranks as threads, or one rank per process over MPI or verbs), [`outputs`] (the

@@ -14,7 +14,7 @@
 //! # Algorithm
 //! Candidates, each evaluated exactly (peers recomputed from the placement), the best
 //! (smallest largest rank total) kept:
-//! 1. **Transport-blind**: the memory-only LPT ([`crate::strategy::lpt`]); always a
+//! 1. **Transport-blind**: the memory-only LPT (`crate::strategy::lpt`); always a
 //!    candidate, so the result is never worse than it.
 //! 2. **Charge-aware LPT**, 3 passes: LPT on ranks whose heaps start at the charge the
 //!    previous candidate's placement implies for them.

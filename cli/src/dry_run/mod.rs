@@ -2,7 +2,7 @@
 //! synthetic input, optionally charging each rank its transport memory, and write the
 //! allocation file. The options ([`DryRunArgs`]) are checked once into a [`Plan`]; the run
 //! reads the input ([`input`]), charges and sizes the ranks ([`plan`]), balances
-//! ([`balance`]), writes every output or none ([`write`]), and gives one [`Report`], printed
+//! ([`balance`]), writes every output or none ([`write`](mod@write)), and gives one [`Report`], printed
 //! as JSON or as text ([`render`]).
 mod balance;
 mod input;

@@ -2,7 +2,7 @@
 //! ([`TransportConfig::predict`], the formula the balancer charges per rank). Compiled in
 //! every build, whatever the features: the balancer predicts any transport's footprint.
 //! The local transport's sizes are those of its own structures
-//! ([`crate::fabric::local`]); the verbs and MPI sizes are below.
+//! (`crate::fabric::local`); the verbs and MPI sizes are below.
 //!
 //! # The model
 //!

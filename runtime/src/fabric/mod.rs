@@ -29,7 +29,7 @@ pub(crate) mod verbs;
 pub(crate) mod wire;
 
 /// Envelope of one data packet (one chunk of a message). In the verbs and MPI transports it
-/// is carried before the payload (32 bytes, [`crate::fabric::wire`]); in `local` beside it.
+/// is carried before the payload (32 bytes, `crate::fabric::wire`); in `local` beside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketHeader {
     /// Sending rank.
@@ -93,7 +93,7 @@ pub enum Control {
 
 impl Control {
     /// Wire form shared by the MPI and verbs transports: a one-byte code and a 64-bit value
-    /// (their byte forms are in [`crate::fabric::wire`]).
+    /// (their byte forms are in `crate::fabric::wire`).
     pub fn encode(self) -> (u8, u64) {
         match self {
             Control::ConnectReq { grant } => (0, grant as u64),

@@ -78,7 +78,7 @@ impl Launch {
         self.at_start
     }
 
-    /// The exchange, for [`crate::fabric::verbs::communicator`] and the like (see
+    /// The exchange, for `crate::fabric::verbs::communicator` and the like (see
     /// [`Bootstrap::kept`] for what MPI kept during it).
     pub fn bootstrap(&mut self) -> &mut dyn Bootstrap {
         self.boot.as_mut()

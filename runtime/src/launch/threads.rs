@@ -1,8 +1,8 @@
-//! The one launcher of ranks as threads of this process ([`spawn`]: a scope of named threads
+//! The one launcher of ranks as threads of this process (`spawn`: a scope of named threads
 //! with a large stack, each making its rank's communicator, running the caller's function
 //! and finalising; one failure aborts the others), and [`run_ranks`], the ranks of the
 //! in-process transport (`local`) as threads. The verbs and MPI launchers of threaded ranks
-//! (`verbs::run_ranks`, `Mpi::run_ranks`) and `fault::run` use [`spawn`] too.
+//! (`verbs::run_ranks`, `Mpi::run_ranks`) and `fault::run` use `spawn` too.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -130,8 +130,8 @@ where
 ///
 /// After `f` returns, each rank keeps progressing until its sends are delivered and all
 /// ranks are finished (like `MPI_Finalize`). If a rank panics or fails, the others stop
-/// with [`FabricError::Aborted`](crate::comm::error::FabricError::Aborted) and the first real error is returned. Errors also:
-/// [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank) for `n == 0`, [`ConfigError::TransportUnavailable`] when the
+/// with [`FabricError::Aborted`] and the first real error is returned. Errors also:
+/// [`FabricError::InvalidRank`] for `n == 0`, [`ConfigError::TransportUnavailable`] when the
 /// configuration's transport is not `local`, the configuration's validation errors.
 pub fn run_ranks<R, F>(n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<R>>
 where

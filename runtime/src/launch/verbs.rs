@@ -57,7 +57,7 @@ pub fn finish(mut comm: Communicator) -> Result<()> {
 /// `(rank, result)` in ascending rank order. If a rank fails, this process' other ranks stop
 /// with [`FabricError::Aborted`](crate::comm::error::FabricError::Aborted), the others see its control connections end, and the first real
 /// error is returned. Errors also: [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank) for `n == 0`, those of
-/// [`crate::fabric::verbs::communicator`].
+/// `crate::fabric::verbs::communicator`.
 pub fn run_ranks<R, F>(
     boot: &mut dyn Bootstrap,
     n: usize,

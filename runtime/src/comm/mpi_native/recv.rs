@@ -327,7 +327,7 @@ impl MpiNative {
     }
 
     /// Waits for receive `id` of [`MpiNative::irecv`] to complete and takes its message,
-    /// polling as a blocking receive does ([`MpiNative::wait_recv`]: busy polls first,
+    /// polling as a blocking receive does (`MpiNative::wait_recv`: busy polls first,
     /// housekeeping only after [`DRAIN_EVERY`] idle polls), so that `irecv` then `wait`
     /// costs what `recv` does.
     pub fn wait_posted(&mut self, id: RequestId) -> Result<Message> {

@@ -31,7 +31,7 @@ pub enum TransportKind {
     Mpi,
     /// InfiniBand verbs transport (feature `verbs`).
     Verbs,
-    /// Not a transport: pick one at start ([`resolve_transport`]): `verbs` when a usable
+    /// Not a transport: pick one at start (`resolve_transport`): `verbs` when a usable
     /// RDMA device exists and the pool fits `ulimit -l`, else `mpi` when compiled in and
     /// launched under MPI, else `local`, with a note saying which and why.
     Auto,

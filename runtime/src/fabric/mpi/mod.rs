@@ -46,7 +46,7 @@ pub const MPI_MEMORY_NOTE: &str =
     "MPI's internal memory (eager and unexpected-message buffers, its registrations) is measured as process deltas (VmRSS, VmPin, VmLck), not modelled";
 
 /// MPI as Ballast uses it: initialised by Ballast (and finalised when this is dropped) or
-/// by the host program (then left alone). Drop every [`Communicator`] made from it first.
+/// by the host program (then left alone). Drop every `Communicator` made from it first.
 pub struct Mpi {
     // Declared first: finalised (when owned) after nothing else of ours needs MPI.
     universe: Option<rsmpi::environment::Universe>,

@@ -9,7 +9,7 @@
 //!
 //! Wire: fixed frames of [`FRAME_BYTES`] little-endian bytes: kind u8, code u8, 2 zero
 //! bytes, source rank u32, value u64, qpn u32, psn u32, lid u16, 2 zero bytes, gid 16 bytes,
-//! 4 zero bytes. The first frame of a stream is [`Kind::Hello`].
+//! 4 zero bytes. The first frame of a stream is `Kind::Hello`.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -189,7 +189,7 @@ struct Peer {
 }
 
 /// The verbs fabric of one rank. Every verbs object keeps what it was made from alive (see
-/// [`ibv`]); the pool's memory regions are dropped with the fabric, before the pool.
+/// `ibv`); the pool's memory regions are dropped with the fabric, before the pool.
 pub struct VerbsFabric {
     /// By slot ([`VerbsFabric::slot`]): each rank's, and in `xrc` mode each node's INI queue
     /// pair after them.

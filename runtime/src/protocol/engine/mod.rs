@@ -418,7 +418,7 @@ impl Engine {
     /// to it goes back to the queue in its place for a later receive. `into` is the buffer
     /// lent to its wait ([`Engine::progress_into`]), if any: what it holds of the message is
     /// copied back. Errors: the message could not be kept (no memory for that copy:
-    /// [`Error::Alloc`] naming it) and is dropped.
+    /// `Error::Alloc` naming it) and is dropped.
     pub fn cancel_recv(&mut self, req: RequestId, into: Option<&[u8]>) -> Result<()> {
         self.matcher.cancel(req, into)
     }

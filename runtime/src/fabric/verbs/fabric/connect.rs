@@ -10,8 +10,8 @@ use crate::core::config::RecvSharing;
 use crate::fabric::error::{FabricError, Result};
 use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::ibv::attr::{self, Remote, Retry};
-use crate::fabric::verbs::ibv::{Failed, QpKind, Reset};
 use crate::fabric::verbs::ibv::{self, Init, Qp, QpCaps, Slots};
+use crate::fabric::verbs::ibv::{Failed, QpKind, Reset};
 use crate::fabric::{go, Control, Event, Flow, Halt, PeerKey};
 
 fn remote(i: QpInfo) -> Remote {
