@@ -9,7 +9,7 @@
 //! | core | `core::{config, memory, pool, backoff, intmap, procstatus, footprint}` | the pure configuration and its `ConfigError`, memory and memlock (`AllocError`), the registered pool, the footprint types |
 //! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process; its `BootstrapError` |
 //! | fabric | [`fabric`]: the trait, `fabric::{error, wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model, `FabricError` |
-//! | protocol | `protocol::{engine, clock, collective, connection, credit, datagram, error, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the clock passed in, `ProtocolError` |
+//! | protocol | `protocol::{engine, collective, connection, credit, datagram, error, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the time passed in (`Engine::progress(now)`), `ProtocolError` |
 //! | comm | `comm`: the [`Communicator`], `comm::{error, model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction, `CommError` and the [`Error`] its calls return (each layer's error wrapped, with the same messages) |
 //! | select, launch | `select`, [`launch`] | the `auto` choice of transport; starting ranks |
 //! | fault (feature `fault`) | `fault` | the fault-injection harness: a fabric wrapper and its launcher |
@@ -57,7 +57,7 @@ mod select;
 // are published once, below, as a module of their own or at the root.
 pub use crate::core::pool;
 pub use comm::model;
-pub use protocol::{clock, connection, credit, datagram, engine};
+pub use protocol::{connection, credit, datagram, engine};
 
 /// Memory: the registered region, page size, the memlock and address-space limits, and the
 /// fallible buffers that every size from a caller or a peer goes through ([`AllocError`](memory::AllocError)).

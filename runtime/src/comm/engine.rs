@@ -1,6 +1,10 @@
-//! The progress engine as a communicator's [`Backend`]: its calls, its idle wait (blocking
-//! on a fabric that can), the end check of its blocking calls, and its limited receives
-//! (`recv_within`, `recv_into`: a receive posted with the limit, waited for here).
+//! The progress engine as a communicator's [`Backend`] ([`EngineBackend`]): its calls,
+//! the time given to its rounds (the system clock, read only when the engine has timers),
+//! its idle wait (blocking on a fabric that can), the end check of its blocking calls, the
+//! wait of a direct send behind queued messages, and its limited receives (`recv_within`,
+//! `recv_into`: a receive posted with the limit, waited for here).
+
+use std::time::Instant;
 
 use super::backend::{self, Backend};
 use super::gone::{self, EndCheck, Gone};
@@ -10,19 +14,60 @@ use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
 use crate::core::footprint::{Footprint, MemoryLock};
 use crate::core::pool::PoolStats;
-use crate::protocol::clock::Clock;
+use crate::fabric::Fabric;
 use crate::protocol::connection::EndpointStats;
 use crate::protocol::engine::{DatagramStats, Engine};
 use crate::protocol::matching::{Envelope, Message, RecvInto, Source, Tag, TagMatch};
 use crate::protocol::request::RequestId;
 
-/// The system clock: the time the communicator passes to its engine.
-pub(crate) struct SystemClock;
+/// The engine as a backend, with the time its rounds run at: the system clock's, read at
+/// each round only when the engine has timers ([`Engine::uses_time`]; reading it costs
+/// tens of nanoseconds, much of a local ping-pong's round), else the instant the engine
+/// was made at (which it does not read).
+pub(crate) struct EngineBackend {
+    engine: Engine,
+    /// The `now` given to [`Engine::new`].
+    start: Instant,
+}
 
-impl Clock for SystemClock {
+impl EngineBackend {
+    /// Makes the engine over `fabric` ([`Engine::new`]) at the current time.
+    pub(crate) fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<EngineBackend> {
+        let start = Instant::now();
+        let engine = Engine::new(fabric, config, start)?;
+        Ok(EngineBackend { engine, start })
+    }
+
+    /// The time of the engine's next round: the system clock when the engine reads it.
     #[inline]
-    fn now(&self) -> std::time::Instant {
-        std::time::Instant::now()
+    fn now(&self) -> Instant {
+        if self.engine.uses_time() {
+            Instant::now()
+        } else {
+            self.start
+        }
+    }
+
+    /// One round of the engine's progress (its `progress_into`) at the current time.
+    #[inline]
+    fn round(&mut self, into: Option<RecvInto<'_>>) -> Result<bool> {
+        let now = self.now();
+        Ok(self.engine.progress_into(now, into)?)
+    }
+
+    /// A blocking send on the direct path: once the messages queued earlier for `dest` are
+    /// posted (rounds of progress until then: the engine does not wait itself), the
+    /// engine's `send_direct`.
+    fn send_direct(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        let mut b = Backoff::new();
+        while self.engine.queued_for(dest) {
+            if self.round(None)? {
+                b.reset();
+            } else {
+                Backend::snooze(self, &mut b);
+            }
+        }
+        Ok(self.engine.send_direct(dest, tag, data)?)
     }
 }
 
@@ -36,116 +81,116 @@ enum Limited {
     Refused(Envelope),
 }
 
-impl Backend for Engine {
+impl Backend for EngineBackend {
     fn rank(&self) -> usize {
-        Engine::rank(self)
+        self.engine.rank()
     }
     fn world_size(&self) -> usize {
-        Engine::world_size(self)
+        self.engine.world_size()
     }
     fn config(&self) -> &TransportConfig {
-        Engine::config(self)
+        self.engine.config()
     }
     fn notes(&self) -> &[String] {
-        Engine::notes(self)
+        self.engine.notes()
     }
     fn memory_lock(&self) -> MemoryLock {
-        Engine::memory_lock(self)
+        self.engine.memory_lock()
     }
     fn is_mpi_native(&self) -> bool {
         false
     }
     fn isend(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<RequestId> {
-        Ok(Engine::isend(self, dest, tag, data)?)
+        Ok(self.engine.isend(dest, tag, data)?)
     }
     fn irecv(&mut self, src: Source, tag: TagMatch) -> Result<RequestId> {
-        Ok(Engine::irecv(self, src, tag)?)
+        Ok(self.engine.irecv(src, tag)?)
     }
     fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<RequestId> {
-        Ok(Engine::irecv_within(self, src, tag, cap)?)
+        Ok(self.engine.irecv_within(src, tag, cap)?)
     }
     fn take_refused(&mut self, id: RequestId) -> Option<Envelope> {
-        Engine::take_refused(self, id)
+        self.engine.take_refused(id)
     }
     fn cancel_recv(&mut self, id: RequestId) -> Result<bool> {
-        Ok(self.withdraw_recv(id))
+        Ok(self.engine.withdraw_recv(id))
     }
     fn try_take(&mut self, src: Source, tag: TagMatch) -> Option<Message> {
-        Engine::try_take(self, src, tag)
+        self.engine.try_take(src, tag)
     }
     fn peek(&mut self, src: Source, tag: TagMatch) -> Option<Envelope> {
-        Engine::peek(self, src, tag)
+        self.engine.peek(src, tag)
     }
     fn recv_done(&self, id: RequestId) -> bool {
-        Engine::recv_done(self, id)
+        self.engine.recv_done(id)
     }
     fn send_done(&self, id: RequestId) -> Result<bool> {
-        Ok(Engine::send_done(self, id)?)
+        Ok(self.engine.send_done(id)?)
     }
     fn take_recv(&mut self, id: RequestId) -> Option<Message> {
-        Engine::take_recv(self, id)
+        self.engine.take_recv(id)
     }
     fn finish_send(&mut self, id: RequestId) {
-        Engine::finish_send(self, id)
+        self.engine.finish_send(id)
     }
     fn take_send(&mut self, id: RequestId) -> Option<bool> {
-        Engine::take_send(self, id)
+        self.engine.take_send(id)
     }
     fn progress(&mut self) -> Result<bool> {
-        Ok(Engine::progress(self)?)
+        self.round(None)
     }
     fn sends_drained(&self) -> bool {
-        Engine::sends_drained(self)
+        self.engine.sends_drained()
     }
     fn mark_done(&mut self) {
-        self.fabric_mut().mark_done()
+        self.engine.fabric_mut().mark_done()
     }
     fn all_done(&mut self) -> bool {
-        self.fabric_mut().all_done()
+        self.engine.fabric_mut().all_done()
     }
     /// Blocks until an arrival on a fabric that can.
     fn snooze(&self, b: &mut Backoff) {
-        let f = self.fabric();
-        let limit = self.wait_limit();
+        let f = self.engine.fabric();
+        let limit = self.engine.wait_limit();
         b.snooze_on(f.blocks_when_idle(), |d| {
             f.wait_for_arrival(limit.map_or(d, |l| d.min(l)))
         })
     }
     fn gone(&self, peer: Source, recv: bool, op: &'static str) -> Option<Gone> {
-        gone::engine_gone(self, peer, recv, op)
+        gone::engine_gone(&self.engine, peer, recv, op)
     }
     fn abort(&mut self, code: i32) -> Result<()> {
-        Ok(Engine::abort(self, code)?)
+        Ok(self.engine.abort(code)?)
     }
     fn check_aborted(&self) -> Result<()> {
-        Ok(Engine::check_aborted(self)?)
+        Ok(self.engine.check_aborted()?)
     }
     fn footprint(&self) -> Footprint {
-        Engine::footprint(self)
+        self.engine.footprint()
     }
     fn pool_stats(&self) -> PoolStats {
-        Engine::pool_stats(self)
+        self.engine.pool_stats()
     }
     fn endpoint_stats(&self) -> EndpointStats {
-        Engine::endpoint_stats(self)
+        self.engine.endpoint_stats()
     }
     fn datagram_stats(&self) -> Option<DatagramStats> {
-        Engine::datagram_stats(self)
+        self.engine.datagram_stats()
     }
     fn credits_consistent(&self) -> bool {
-        Engine::credits_consistent(self)
+        self.engine.credits_consistent()
     }
 
     fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
-        if self.goes_direct(dest, data.len()) {
-            return Ok(self.send_direct(dest, tag, data)?);
+        if self.engine.goes_direct(dest, data.len()) {
+            return EngineBackend::send_direct(self, dest, tag, data);
         }
         backend::send_blocking(self, dest, tag, data)
     }
 
     fn recv(&mut self, src: Source, tag: TagMatch) -> Result<Message> {
         let req = Request {
-            id: Engine::irecv(self, src, tag)?,
+            id: self.engine.irecv(src, tag)?,
             recv: true,
             peer: src,
             owner: super::Owner::INTERNAL,
@@ -193,7 +238,7 @@ impl Backend for Engine {
             // Withdrawn: a message bound to it (complete, or still on its way) goes back to
             // the queue in its place, and one refused for memory (kept by the fabric) is
             // left, for a later receive.
-            self.cancel_recv(id, None)?;
+            self.engine.cancel_recv(id, None)?;
         }
         r
     }
@@ -208,22 +253,27 @@ impl Backend for Engine {
 /// `into` holds of it copied out (`Engine::cancel_recv`); when that copy cannot be
 /// reserved, the message is dropped and that error is returned instead of the wait's.
 fn recv_limited(
-    e: &mut Engine,
+    e: &mut EngineBackend,
     src: Source,
     tag: TagMatch,
     cap: usize,
     mut into: Option<&mut [u8]>,
 ) -> Result<Limited> {
-    let id = e.irecv_within(src, tag, cap)?;
+    let id = e.engine.irecv_within(src, tag, cap)?;
     let r = wait_limited(e, id, src, into.as_deref_mut());
     if r.is_err() {
-        e.cancel_recv(id, into.as_deref())?;
+        e.engine.cancel_recv(id, into.as_deref())?;
     }
     r
 }
 
 /// The wait of [`recv_limited`] for its receive `id`.
-fn wait_limited(e: &mut Engine, id: RequestId, src: Source, mut into: Option<&mut [u8]>) -> Result<Limited> {
+fn wait_limited(
+    e: &mut EngineBackend,
+    id: RequestId,
+    src: Source,
+    mut into: Option<&mut [u8]>,
+) -> Result<Limited> {
     let mut b = Backoff::new();
     // The end seen of the sender, and whether a round of progress came after it.
     let mut gone: Option<(Gone, bool)> = None;
@@ -231,16 +281,18 @@ fn wait_limited(e: &mut Engine, id: RequestId, src: Source, mut into: Option<&mu
     let mut worked = true;
     loop {
         if into.is_some() {
-            if let Some(env) = e.take_into_done(id) {
+            if let Some(env) = e.engine.take_into_done(id) {
                 return Ok(Limited::Into(env));
             }
         }
-        if Engine::recv_done(e, id) {
-            return Engine::take_recv(e, id)
+        if e.engine.recv_done(id) {
+            return e
+                .engine
+                .take_recv(id)
                 .map(Limited::Message)
                 .ok_or(Error::Protocol(ProtocolError::UnknownRequest(id)));
         }
-        if let Some(refused) = e.take_refused(id) {
+        if let Some(refused) = e.engine.take_refused(id) {
             return Ok(Limited::Refused(refused));
         }
         // The round after the sender was seen ended (idle, if it finished) brought no
@@ -251,7 +303,7 @@ fn wait_limited(e: &mut Engine, id: RequestId, src: Source, mut into: Option<&mu
             }
         }
         let lent = into.as_deref_mut().map(|buf| RecvInto { req: id, buf });
-        worked = e.progress_into(lent)?;
+        worked = e.round(lent)?;
         if worked {
             b.reset();
         }
@@ -259,7 +311,7 @@ fn wait_limited(e: &mut Engine, id: RequestId, src: Source, mut into: Option<&mu
             gone = Some((g, true));
         } else if check.due(worked) {
             // One more round takes what an ended rank sent, or nothing will.
-            gone = gone::engine_gone(e, src, true, "recv").map(|g| (g, false));
+            gone = gone::engine_gone(&e.engine, src, true, "recv").map(|g| (g, false));
         }
         if gone.is_none() && !worked {
             Backend::snooze(e, &mut b);

@@ -12,7 +12,6 @@ use crate::core::pool::PoolStats;
 use crate::fabric::Fabric;
 use crate::protocol::collective::CollectiveSeq;
 use crate::protocol::connection::EndpointStats;
-use crate::protocol::engine::Engine;
 use crate::protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 use crate::protocol::request::RequestId;
 
@@ -90,11 +89,7 @@ impl Communicator {
     /// Builds a communicator over `fabric` (registers the pool, sets up receive queues,
     /// connects all peers when `lazy_connect` is off).
     pub fn new(fabric: Box<dyn Fabric>, config: &TransportConfig) -> Result<Communicator> {
-        Ok(Self::over(Box::new(Engine::new(
-            fabric,
-            config,
-            Box::new(engine::SystemClock),
-        )?)))
+        Ok(Self::over(Box::new(engine::EngineBackend::new(fabric, config)?)))
     }
 
     /// A communicator over `backend`.

@@ -168,8 +168,10 @@ pub enum Rx {
 }
 
 /// The fixed state of one datagram peer, both directions (at most 256 B with the
-/// fabric's per-peer bytes; no queue). Times are microseconds on the engine's clock
-/// (`now`, from an epoch of its choosing; 64 bits, so they never wrap).
+/// fabric's per-peer bytes; no queue). Times are microseconds since an epoch of the
+/// engine's (the `now` its owner gives each round; 64 bits, so they never wrap). A datagram
+/// sent or acknowledged outside a timed round (`now` is `None`) leaves its deadline
+/// unarmed, [`DatagramPeer::arm`] sets it at the next round: a stale time is never used.
 ///
 /// Out-of-order arrivals are held in pool buffers that the engine indexes in one list
 /// shared by all peers (at most one entry per pool buffer held); the peer keeps only a
@@ -183,7 +185,8 @@ pub struct DatagramPeer {
     expect: u32,
     /// The first retransmission timeout, µs ([`RTO_BASE`] or [`RTO_RELIABLE`]).
     rto_us: u32,
-    /// Retransmission deadline, µs; 0 when nothing is in flight.
+    /// Retransmission deadline, µs; 0 when nothing is in flight, [`UNARMED`] until the
+    /// next timed round arms it.
     deadline_us: u64,
     /// Endpoint data packets sent to the peer on endpoints closed since.
     pub ep_sent: u64,
@@ -202,6 +205,10 @@ pub struct DatagramPeer {
     /// this rank has room.
     pub refused: bool,
 }
+
+/// The deadline of a peer with datagrams in flight whose timer is not running yet: they
+/// were sent or acknowledged outside a timed round ([`DatagramPeer::arm`] sets it).
+const UNARMED: u64 = u64::MAX;
 
 // A window slot per bit of `DatagramPeer::held`.
 const _: () = assert!(WINDOW <= 8);
@@ -256,23 +263,31 @@ impl DatagramPeer {
         self.expect
     }
 
-    /// Records datagram copy `id` as sent at `now` (µs); returns its sequence number. Only
-    /// when [`DatagramPeer::can_send`].
-    pub fn push_sent(&mut self, id: BufId, now: u64) -> u32 {
+    /// The deadline one timeout after `now` (µs), or [`UNARMED`] without a time.
+    #[inline]
+    fn deadline_after(&self, now: Option<u64>) -> u64 {
+        now.map_or(UNARMED, |t| t + u64::from(self.rto_us))
+    }
+
+    /// Records datagram copy `id` as sent at `now` (µs; `None` outside a timed round: the
+    /// deadline is armed by the next [`DatagramPeer::arm`]); returns its sequence number.
+    /// Only when [`DatagramPeer::can_send`].
+    pub fn push_sent(&mut self, id: BufId, now: Option<u64>) -> u32 {
         debug_assert!(self.can_send());
         let seq = self.next_seq;
         self.sent[seq as usize % WINDOW] = id;
         self.next_seq = seq.wrapping_add(1);
         if self.deadline_us == 0 {
-            self.deadline_us = now + u64::from(self.rto_us);
+            self.deadline_us = self.deadline_after(now);
         }
         seq
     }
 
-    /// Takes a cumulative acknowledgement: the copies it covers go to `release`. Returns
+    /// Takes a cumulative acknowledgement at `now` (µs; `None` outside a timed round, as
+    /// for [`DatagramPeer::push_sent`]): the copies it covers go to `release`. Returns
     /// true when the oldest unacknowledged datagram should be sent again at once (the
     /// second duplicate acknowledgement: the peer got later ones, not it).
-    pub fn on_ack(&mut self, ack: u32, now: u64, release: &mut impl FnMut(BufId)) -> bool {
+    pub fn on_ack(&mut self, ack: u32, now: Option<u64>, release: &mut impl FnMut(BufId)) -> bool {
         let newly = ack.wrapping_sub(self.una);
         let flight = self.in_flight();
         if newly == 0 {
@@ -293,11 +308,29 @@ impl DatagramPeer {
         self.retries = 0;
         self.dup_acks = 0;
         self.deadline_us = if self.in_flight() > 0 {
-            now + u64::from(self.rto_us)
+            self.deadline_after(now)
         } else {
             0
         };
         false
+    }
+
+    /// A timed round at `now` (µs): a deadline left unarmed (datagrams sent or
+    /// acknowledged outside a timed round) is set one timeout after it; returns whether it
+    /// was. An armed deadline, or none, is left as it is.
+    #[inline]
+    pub fn arm(&mut self, now: u64) -> bool {
+        let unarmed = self.deadline_us == UNARMED;
+        if unarmed {
+            self.deadline_us = now + u64::from(self.rto_us);
+        }
+        unarmed
+    }
+
+    /// True when datagrams are in flight whose deadline the next timed round arms.
+    #[inline]
+    pub fn unarmed(&self) -> bool {
+        self.deadline_us == UNARMED
     }
 
     /// The copy of the oldest unacknowledged datagram, if any.
@@ -306,15 +339,16 @@ impl DatagramPeer {
     }
 
     /// True when the retransmission timeout passed at `now` (µs) with datagrams
-    /// unacknowledged.
+    /// unacknowledged (never while the deadline is unarmed).
     #[inline]
     pub fn timed_out(&self, now: u64) -> bool {
-        self.deadline_us != 0 && now >= self.deadline_us
+        self.deadline_us != 0 && self.deadline_us != UNARMED && now >= self.deadline_us
     }
 
-    /// The retransmission deadline (µs), if datagrams are unacknowledged.
+    /// The retransmission deadline (µs), if datagrams are unacknowledged and it is armed
+    /// ([`DatagramPeer::unarmed`]).
     pub fn deadline(&self) -> Option<u64> {
-        (self.deadline_us != 0).then_some(self.deadline_us)
+        (self.deadline_us != 0 && self.deadline_us != UNARMED).then_some(self.deadline_us)
     }
 
     /// A timeout fired at `now` (µs): the copies to send again (oldest first) go to
@@ -515,22 +549,22 @@ mod tests {
         let mut p = DatagramPeer::default();
         for i in 0..WINDOW as u32 {
             assert!(p.can_send());
-            assert_eq!(p.push_sent(100 + i, now), i);
+            assert_eq!(p.push_sent(100 + i, Some(now)), i);
         }
         assert!(!p.can_send(), "a full window is back-pressure");
         let mut freed = Vec::new();
-        assert!(!p.on_ack(3, now, &mut |b| freed.push(b)));
+        assert!(!p.on_ack(3, Some(now), &mut |b| freed.push(b)));
         assert_eq!(freed, [100, 101, 102]);
         assert_eq!((p.in_flight(), p.oldest()), (5, Some(103)));
         // Stale and bogus acks change nothing.
-        assert!(!p.on_ack(1, now, &mut |b| freed.push(b)));
-        assert!(!p.on_ack(100, now, &mut |b| freed.push(b)));
+        assert!(!p.on_ack(1, Some(now), &mut |b| freed.push(b)));
+        assert!(!p.on_ack(100, Some(now), &mut |b| freed.push(b)));
         assert_eq!(freed.len(), 3);
         // Two duplicate acks: resend the oldest now.
-        assert!(!p.on_ack(3, now, &mut |_| {}));
-        assert!(p.on_ack(3, now, &mut |_| {}));
-        assert!(!p.on_ack(3, now, &mut |_| {}), "once");
-        p.on_ack(8, now, &mut |b| freed.push(b));
+        assert!(!p.on_ack(3, Some(now), &mut |_| {}));
+        assert!(p.on_ack(3, Some(now), &mut |_| {}));
+        assert!(!p.on_ack(3, Some(now), &mut |_| {}), "once");
+        p.on_ack(8, Some(now), &mut |b| freed.push(b));
         assert_eq!(freed, (100..108).collect::<Vec<_>>());
         assert_eq!((p.in_flight(), p.deadline()), (0, None));
     }
@@ -539,8 +573,8 @@ mod tests {
     fn timeout_resends_all_unacked_and_backs_off() {
         let t0 = 1_000u64;
         let mut p = DatagramPeer::default();
-        p.push_sent(1, t0);
-        p.push_sent(2, t0);
+        p.push_sent(1, Some(t0));
+        p.push_sent(2, Some(t0));
         assert!(!p.timed_out(t0));
         let (base, max) = (micros(RTO_BASE) as u64, micros(RTO_MAX) as u64);
         let t1 = t0 + base;
@@ -553,10 +587,10 @@ mod tests {
             p.on_timeout(t1, &mut |_| {});
         }
         assert_eq!(p.deadline(), Some(t1 + max));
-        p.on_ack(1, t1, &mut |_| {});
+        p.on_ack(1, Some(t1), &mut |_| {});
         assert_eq!(p.deadline(), Some(t1 + base), "progress resets the timeout");
         let mut r = DatagramPeer::with_rto(RTO_RELIABLE);
-        r.push_sent(1, t0);
+        r.push_sent(1, Some(t0));
         assert_eq!(
             r.deadline(),
             Some(t0 + micros(RTO_RELIABLE) as u64),
@@ -564,6 +598,55 @@ mod tests {
         );
         r.on_timeout(t0, &mut |_| {});
         assert_eq!(r.deadline(), Some(t0 + 2 * micros(RTO_RELIABLE) as u64));
+    }
+
+    /// Sent or acknowledged outside a timed round (`now` is `None`): the deadline waits,
+    /// never due, for the next round to arm it from that round's time.
+    #[test]
+    fn a_deadline_without_a_time_is_armed_by_the_next_round() {
+        let base = micros(RTO_BASE) as u64;
+        let mut p = DatagramPeer::default();
+        assert!(!p.arm(5), "nothing in flight: nothing to arm");
+        assert_eq!((p.deadline(), p.unarmed()), (None, false));
+        p.push_sent(1, None);
+        assert_eq!((p.in_flight(), p.deadline(), p.unarmed()), (1, None, true));
+        assert!(!p.timed_out(u64::MAX - 1), "an unarmed deadline is never due");
+        assert!(!p.timed_out(u64::MAX), "an unarmed deadline is never due");
+        // A second datagram in a timed round does not arm it (push_sent keeps a deadline).
+        p.push_sent(2, Some(7_000));
+        assert!(p.unarmed());
+        let t = 1_000_000u64;
+        assert!(p.arm(t));
+        assert_eq!((p.deadline(), p.unarmed()), (Some(t + base), false));
+        assert!(!p.timed_out(t + base - 1));
+        assert!(p.timed_out(t + base));
+        assert!(!p.arm(t + 10 * base), "an armed deadline stays");
+        assert_eq!(p.deadline(), Some(t + base));
+        // An acknowledgement without a time, datagrams left: unarmed again.
+        let mut freed = Vec::new();
+        assert!(!p.on_ack(1, None, &mut |b| freed.push(b)));
+        assert_eq!(
+            (freed.as_slice(), p.unarmed(), p.deadline()),
+            (&[1][..], true, None)
+        );
+        assert!(!p.timed_out(t + 100 * base));
+        assert!(p.arm(t + 100 * base));
+        assert_eq!(p.deadline(), Some(t + 101 * base));
+        // Duplicate acknowledgements change no deadline; the last one clears it, and a
+        // timed one arms it at once.
+        p.on_ack(1, None, &mut |_| {});
+        assert!(
+            p.on_ack(1, None, &mut |_| {}),
+            "the second duplicate: resend the oldest"
+        );
+        assert_eq!(p.deadline(), Some(t + 101 * base));
+        assert!(!p.on_ack(2, None, &mut |b| freed.push(b)));
+        assert_eq!((p.in_flight(), p.deadline(), p.unarmed()), (0, None, false));
+        assert!(!p.arm(t), "nothing in flight");
+        p.push_sent(3, None);
+        p.push_sent(4, None);
+        p.on_ack(3, Some(t), &mut |_| {});
+        assert_eq!((p.deadline(), p.unarmed()), (Some(t + base), false));
     }
 
     #[test]
@@ -598,10 +681,10 @@ mod tests {
             expect: u32::MAX,
             ..Default::default()
         };
-        assert_eq!(p.push_sent(1, now), u32::MAX);
-        assert_eq!(p.push_sent(2, now), 0);
+        assert_eq!(p.push_sent(1, Some(now)), u32::MAX);
+        assert_eq!(p.push_sent(2, Some(now)), 0);
         let mut freed = Vec::new();
-        p.on_ack(1, now, &mut |b| freed.push(b));
+        p.on_ack(1, Some(now), &mut |b| freed.push(b));
         assert_eq!(freed, [1, 2]);
         assert_eq!(p.on_data(u32::MAX), Rx::Deliver);
         assert_eq!(p.delivered(), None);
@@ -631,7 +714,7 @@ mod tests {
             }
         };
         for b in 0..7 {
-            let seq = tx.push_sent(b, now);
+            let seq = tx.push_sent(b, Some(now));
             post(&mut m, seq, &mut wire);
         }
         for round in 0..1_000 {
@@ -650,7 +733,7 @@ mod tests {
                 return;
             }
             for a in acks {
-                if tx.on_ack(a, now, &mut |_| {}) {
+                if tx.on_ack(a, Some(now), &mut |_| {}) {
                     let oldest = tx.oldest().expect("in flight");
                     post(&mut m, oldest, &mut wire);
                 }

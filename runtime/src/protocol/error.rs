@@ -71,6 +71,18 @@ pub enum ProtocolError {
         /// The message's length, bytes.
         bytes: usize,
     },
+    /// The engine's `send_direct` was called while messages to `dest` accepted earlier are
+    /// still queued: they must be posted first (order per destination), by progress until
+    /// `Engine::queued_for(dest)` is false.
+    #[error(
+        "protocol error: rank {rank}: a direct send to rank {dest} while messages to it are still queued"
+    )]
+    QueuedBeforeDirect {
+        /// The sending rank.
+        rank: usize,
+        /// The destination rank.
+        dest: usize,
+    },
     /// A chunk of a message does not fit the message being reassembled from `peer`.
     #[error("protocol error: message from rank {peer} with tag {tag} ({total} bytes), chunk at offset {offset}: {what}")]
     BadChunk {

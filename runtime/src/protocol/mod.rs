@@ -3,7 +3,6 @@
 //! policy, the credit bank, the datagram path's reliability, the collectives' sequence stamps, tag matching, request ids and the packet-header codec. Transport-neutral:
 //! nothing here imports a transport.
 
-pub mod clock;
 pub mod collective;
 pub mod connection;
 pub mod credit;

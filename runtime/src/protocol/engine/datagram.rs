@@ -19,7 +19,6 @@ use crate::core::memory::AllocError;
 use crate::core::pool::{BufId, BufferPool};
 use crate::fabric::error::FabricError;
 use crate::fabric::{DatagramPath, PacketHeader, PeerKey};
-use crate::protocol::clock::Clock;
 use crate::protocol::connection::{ConnectionTable, EndpointState};
 use crate::protocol::datagram::{DatagramHeader, DatagramPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
 use crate::protocol::error::{ProtocolError, Result};
@@ -66,9 +65,12 @@ pub(super) struct Datagrams {
     /// Out-of-order arrivals held, all peers: (peer, sequence number, pool buffer). At
     /// most one entry per pool buffer; usually empty (a linear search finds one).
     held: Vec<(usize, u32, BufId)>,
-    /// The time, as the engine's owner gives it.
-    clock: Box<dyn Clock>,
-    /// The zero of the peers' clocks (`DatagramPeer` keeps microseconds since it).
+    /// The time of the round running ([`Engine::progress`]'s `now`, microseconds since
+    /// `epoch`); `None` outside a round: a datagram sent or acknowledged then (by `isend`,
+    /// or while a direct send polls) has its deadline armed by the next round.
+    pub(super) now_us: Option<u64>,
+    /// The zero of the peers' times (`DatagramPeer` keeps microseconds since it): the `now`
+    /// given to [`Engine::new`].
     epoch: Instant,
     since_check: u32,
     /// A datagram peer chosen for the next free endpoint slot.
@@ -80,8 +82,8 @@ pub(super) struct Datagrams {
 }
 
 impl Datagrams {
-    pub(super) fn new(chunk: usize, reliable: bool, clock: Box<dyn Clock>) -> Datagrams {
-        let epoch = clock.now();
+    /// The state of a datagram path whose times count from `epoch`.
+    pub(super) fn new(chunk: usize, reliable: bool, epoch: Instant) -> Datagrams {
         Datagrams {
             peers: IntMap::default(),
             chunk,
@@ -91,7 +93,7 @@ impl Datagrams {
             fresh: Vec::new(),
             scratch: Vec::new(),
             held: Vec::new(),
-            clock,
+            now_us: None,
             epoch,
             since_check: 0,
             promote: None,
@@ -100,10 +102,10 @@ impl Datagrams {
         }
     }
 
-    /// Microseconds since the epoch: the peers' clock.
+    /// A round at `now` starts (`None`: it ended).
     #[inline]
-    fn now_us(&self) -> u64 {
-        micros_since(self.clock.as_ref(), self.epoch)
+    pub(super) fn set_round(&mut self, now: Option<Instant>) {
+        self.now_us = now.map(|t| t.saturating_duration_since(self.epoch).as_micros() as u64);
     }
 
     /// True when datagrams to `peer` are not all acknowledged.
@@ -152,12 +154,6 @@ impl Datagrams {
     pub(super) fn refused_by(&self, peer: usize) -> bool {
         self.peers.get(&peer).is_some_and(|p| p.refused)
     }
-}
-
-/// Microseconds from `epoch` to the time `clock` tells (0 before it).
-#[inline]
-fn micros_since(clock: &dyn Clock, epoch: Instant) -> u64 {
-    clock.now().saturating_duration_since(epoch).as_micros() as u64
 }
 
 /// What a fabric poll needs to take a datagram, borrowed beside the fabric.
@@ -217,17 +213,14 @@ impl DatagramRx<'_> {
             acks,
             resend,
             held,
-            clock,
-            epoch,
+            now_us,
             since_check,
             stats,
             ..
         } = dg;
         let p = peers.get_mut(&src).expect("datagram peer");
         if p.in_flight() > 0 {
-            if p.on_ack(h.ack, micros_since(clock.as_ref(), *epoch), &mut |b| {
-                pool.release(b)
-            }) {
+            if p.on_ack(h.ack, *now_us, &mut |b| pool.release(b)) {
                 resend.push(src);
             }
             if p.in_flight() == 0 {
@@ -414,9 +407,8 @@ impl Engine {
         let queued = p.queue.len();
         let msg = p.queue.front_mut().expect("message");
         let dg = self.dg.as_deref_mut().expect("datagram path");
-        let now = dg.now_us();
         let d = dg.peers.get_mut(&dest).expect("datagram peer");
-        let seq = d.push_sent(id, now);
+        let seq = d.push_sent(id, dg.now_us);
         let h = DatagramHeader {
             kind: KIND_DATA,
             more: msg.offset + len < msg.total || queued > 1,
@@ -456,6 +448,8 @@ impl Engine {
 
     /// Retransmissions (duplicate acknowledgements, timeouts) and the acknowledgements
     /// owed; peers new to the datagram path counted as connected; the promotion policy.
+    /// Runs in a timed round: the deadlines left unarmed (datagrams sent or acknowledged
+    /// outside one) are armed from its time first, so none is ever due from a stale time.
     pub(super) fn service_datagrams(&mut self) -> Result<bool> {
         let Some(dg) = self.dg.as_deref_mut() else {
             return Ok(false);
@@ -467,7 +461,8 @@ impl Engine {
         let fabric = super::datagram_path(self.fabric.as_mut())?;
         let pool = &mut self.pool;
         if !dg.waiting.is_empty() {
-            let now = dg.now_us();
+            // (Set: this runs only in a round, `Engine::progress_into`.)
+            let now = dg.now_us;
             let Datagrams {
                 peers,
                 waiting,
@@ -485,8 +480,10 @@ impl Engine {
                 }
             }
             for &peer in waiting.iter() {
+                let Some(now) = now else { break };
                 let p = peers.get_mut(&peer).expect("datagram peer");
-                if p.timed_out(now) {
+                // Armed now (sent or acknowledged since the last round): not due yet.
+                if !p.arm(now) && p.timed_out(now) {
                     scratch.clear();
                     p.on_timeout(now, &mut |id| scratch.push(id));
                     for &id in scratch.iter() {
@@ -657,13 +654,7 @@ mod tests {
         };
         let mut pool = BufferPool::new(&cfg, &mut NoRegister).unwrap();
         let conns = ConnectionTable::new(1);
-        struct Now;
-        impl Clock for Now {
-            fn now(&self) -> std::time::Instant {
-                std::time::Instant::now()
-            }
-        }
-        let mut dg = Datagrams::new(128, true, Box::new(Now));
+        let mut dg = Datagrams::new(128, true, Instant::now());
         let mut matcher = Matcher::default();
         let free = pool.stats().free;
         let mut take = |dg: &mut Datagrams, pool: &mut BufferPool, d: &[u8]| {

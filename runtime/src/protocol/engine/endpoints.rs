@@ -4,6 +4,7 @@
 //! gracefully (each side says how many packets it sent; freed once all arrived).
 
 use std::collections::BTreeSet;
+use std::time::Instant;
 
 use crate::fabric::{Control, PeerKey};
 use crate::protocol::connection::{DeferredConnect, EndpointState};
@@ -12,7 +13,12 @@ use crate::protocol::error::Result;
 use super::Engine;
 
 impl Engine {
-    pub(super) fn connect_all(&mut self) -> Result<()> {
+    /// Connects every peer at start (`lazy_connect` off), progressing until the handshakes
+    /// end. Every round runs at `now`, the time given to [`Engine::new`]: its loop may
+    /// wait on peers for long with that time standing still, and that is sound, because no
+    /// datagram is timed before `new` returns (data datagrams go only for messages
+    /// `isend` accepted; the acknowledgements owed to an early peer have no timer).
+    pub(super) fn connect_all(&mut self, now: Instant) -> Result<()> {
         let keys: BTreeSet<PeerKey> = (0..self.world)
             .filter(|&p| p != self.rank)
             .map(|p| self.key_of(p))
@@ -44,7 +50,7 @@ impl Engine {
             if !connecting && (live >= want || self.cfg.max_endpoints != 0) {
                 return Ok(());
             }
-            if self.progress()? {
+            if self.progress(now)? {
                 backoff.reset();
             } else {
                 backoff.snooze_on(self.fabric.blocks_when_idle(), |d| {

@@ -12,7 +12,10 @@
 //! front. They arrive whole ([`Event::Whole`](crate::fabric::Event::Whole)) into the
 //! buffer that becomes the message.
 //!
-//! Everything happens in [`Engine::progress`], driven by the rank's single thread.
+//! Everything happens in [`Engine::progress`], driven by the rank's single thread. The
+//! engine never reads the system time: its owner passes the time of each round
+//! (`progress(now)`, as quinn-proto takes `now`), so tests drive its timers directly.
+//! Only the datagram path has timers ([`Engine::uses_time`]).
 //!
 //! Its parts, by concept: this file holds the rank's state and the public API (receives,
 //! request completion, one round of [`Engine::progress`], statistics and footprint);
@@ -23,6 +26,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use crate::core::config::{RecvSharing, TransportConfig};
 use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
@@ -30,7 +34,6 @@ use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::error::FabricError;
 use crate::fabric::{effective_sharing, Control, DatagramPath, DirectPath, Fabric, PeerKey};
-use crate::protocol::clock::Clock;
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::CreditBank;
 use crate::protocol::error::{ProtocolError, Result};
@@ -185,12 +188,9 @@ pub(super) fn datagram_path(fabric: &mut dyn Fabric) -> Result<&mut dyn Datagram
 impl Engine {
     /// Sets up the rank: registers the pool, creates the receive resources and, with
     /// `lazy_connect` off, connects every peer (needs every rank to be starting too).
-    /// `clock` is the engine's only source of time (the datagram path's timeouts).
-    pub fn new(
-        mut fabric: Box<dyn Fabric>,
-        requested: &TransportConfig,
-        clock: Box<dyn Clock>,
-    ) -> Result<Engine> {
+    /// `now` is the current time: the epoch of the datagram path's times, and the time of
+    /// the rounds of progress the connecting runs.
+    pub fn new(mut fabric: Box<dyn Fabric>, requested: &TransportConfig, now: Instant) -> Result<Engine> {
         requested
             .validate()
             .map_err(|e| ProtocolError::Config(Box::new(e)))?;
@@ -206,7 +206,7 @@ impl Engine {
         };
         let direct = fabric.direct().map(|d| d.direct_threshold());
         let dg = match crate::protocol::datagram::chunk_for(&cfg, mtu) {
-            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c, !drops, clock))),
+            Ok(chunk) => chunk.map(|c| Box::new(Datagrams::new(c, !drops, now))),
             Err(why) => {
                 notes.push(format!(
                     "endpoint_overflow=datagram: transport `{}` {why}; falling back to endpoint_overflow=evict",
@@ -261,7 +261,7 @@ impl Engine {
         };
         e.copies = e.fabric.copies_payload();
         if !cfg.lazy_connect {
-            e.connect_all()?;
+            e.connect_all(now)?;
         }
         Ok(e)
     }
@@ -455,6 +455,13 @@ impl Engine {
         self.matcher.peek(src, tag)
     }
 
+    /// True when messages to `dest` wait in its queue (accepted by [`Engine::isend`], not
+    /// all posted yet): [`Engine::send_direct`] to it must wait (progress) until they are.
+    #[inline]
+    pub fn queued_for(&self, dest: usize) -> bool {
+        self.peers.get(&dest).is_some_and(|p| !p.queue.is_empty())
+    }
+
     /// True when nothing is queued or in flight on the send side (datagrams included:
     /// until acknowledged).
     pub fn sends_drained(&self) -> bool {
@@ -476,14 +483,45 @@ impl Engine {
         self.dg.as_ref().map(|d| d.stats)
     }
 
-    /// One round of progress; returns true if anything happened.
-    pub fn progress(&mut self) -> Result<bool> {
-        self.progress_into(None)
+    /// True when the engine has timers (the datagram path runs): only then does it read
+    /// the `now` given to [`Engine::progress`].
+    #[inline]
+    pub fn uses_time(&self) -> bool {
+        self.dg.is_some()
+    }
+
+    /// One round of progress at time `now`; returns true if anything happened.
+    ///
+    /// `now` is read only when [`Engine::uses_time`]; an engine without a datagram path
+    /// runs no timers, so a caller may pass any instant then (the one it gave
+    /// [`Engine::new`]) rather than read the clock at every call. With the datagram path,
+    /// `now` is the current time, never earlier than the last round's: the datagrams
+    /// posted in this round are timed from it, and the retransmission deadlines are
+    /// checked against it. Datagrams posted or acknowledged outside a round (by
+    /// [`Engine::isend`], or while [`Engine::send_direct`] polls) are timed from the next
+    /// round's `now`.
+    #[inline]
+    pub fn progress(&mut self, now: Instant) -> Result<bool> {
+        self.progress_into(now, None)
     }
 
     /// [`Engine::progress`] while a blocking receive waits with its buffer: the message
     /// bound to it is written there ([`RecvInto`]).
-    pub fn progress_into(&mut self, into: Option<RecvInto<'_>>) -> Result<bool> {
+    #[inline]
+    pub fn progress_into(&mut self, now: Instant, into: Option<RecvInto<'_>>) -> Result<bool> {
+        let Some(dg) = self.dg.as_deref_mut() else {
+            return self.round(into);
+        };
+        dg.set_round(Some(now));
+        let r = self.round(into);
+        if let Some(dg) = self.dg.as_deref_mut() {
+            dg.set_round(None);
+        }
+        r
+    }
+
+    /// The round of [`Engine::progress_into`], with the datagram path's time set.
+    fn round(&mut self, into: Option<RecvInto<'_>>) -> Result<bool> {
         self.check_aborted()?;
         if self.fabric.aborted() {
             // Another rank failed. If the job was aborted on purpose, that rank's notice

@@ -201,10 +201,12 @@ impl Engine {
     }
 
     /// Sends `data` to `dest` on the fabric's direct path, blocking, straight from `data`
-    /// (zero-copy): first lets every message queued earlier for `dest` be posted (order),
-    /// then hands the slice to the fabric, which keeps polling (events are handled as in
-    /// [`Engine::progress`]) until it no longer reads `data`. Only for messages where
-    /// [`Engine::goes_direct`] is true.
+    /// (zero-copy): hands the slice to the fabric, which keeps polling (events are handled
+    /// as in [`Engine::progress`], datagrams acknowledged meanwhile timed from the next
+    /// round) until it no longer reads `data`. Only for messages where
+    /// [`Engine::goes_direct`] is true, and once every message queued earlier for `dest`
+    /// is posted (order): the caller progresses until [`Engine::queued_for`] is false (the
+    /// engine has no clock to wait with), else [`ProtocolError::QueuedBeforeDirect`].
     pub fn send_direct(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         self.check_rank(dest)?;
         if !self.goes_direct(dest, data.len()) {
@@ -214,15 +216,11 @@ impl Engine {
                 bytes: data.len(),
             });
         }
-        let mut backoff = crate::core::backoff::Backoff::new();
-        while self.peers.get(&dest).is_some_and(|p| !p.queue.is_empty()) {
-            if self.progress()? {
-                backoff.reset();
-            } else {
-                backoff.snooze_on(self.fabric.blocks_when_idle(), |d| {
-                    self.fabric.wait_for_arrival(d)
-                });
-            }
+        if self.queued_for(dest) {
+            return Err(ProtocolError::QueuedBeforeDirect {
+                rank: self.rank,
+                dest,
+            });
         }
         self.conns.note_peer(dest);
         let hdr = PacketHeader {
