@@ -313,20 +313,13 @@ fn errors_name_serde_json_line_and_column() {
 
 #[test]
 fn a_large_file_broken_anywhere_reads_as_serde_json_reads_it() {
-    let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
-        cells: 300_000,
-        metypes: 60,
-        populations: 2,
-        seed: 8,
-    })
-    .unwrap();
-    let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+    let text = large_text();
     assert!(text.len() as u64 >= scan::PARALLEL_FROM);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cm.json");
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     for i in 0..12 {
-        let mut t = text.clone();
+        let mut t = text.to_vec();
         // In the first half, the second, or near the middle where the other thread starts.
         let at = match i % 3 {
             0 => rng.random_range(0..t.len() / 2),
