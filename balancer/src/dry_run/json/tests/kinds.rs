@@ -334,3 +334,50 @@ fn a_large_file_broken_anywhere_reads_as_serde_json_reads_it() {
         same(&file, &reference, &|| format!("{b:?} at {at}"));
     }
 }
+
+/// A bad gid is quoted as the file writes it (not as serde_json writes the number back:
+/// `1e+23` for both `1e23` and `100000000000000000000000`), a long one cut with its length,
+/// an array or object as compact JSON: from a text, a file, and by chunks so small that
+/// the token has left the buffer when it ends.
+#[test]
+fn a_bad_gid_is_quoted_as_the_file_writes_it() {
+    let long = format!("1{}", "0".repeat(300));
+    let long_string = format!("\"{}\"", "é".repeat(50_000));
+    for (gid, quoted) in [
+        ("1e23", "1e23".to_owned()),
+        ("100000000000000000000000", "100000000000000000000000".into()),
+        ("1E+23", "1E+23".into()),
+        ("4294967296", "4294967296".into()),
+        ("-1", "-1".into()),
+        ("2.50", "2.50".into()),
+        ("1.0e0", "1.0e0".into()),
+        ("\"\\u0031\"", "\"\\u0031\"".into()),
+        ("null", "null".into()),
+        ("true", "true".into()),
+        ("[1,  2]", "[1,2]".into()),
+        ("{\"a\":\n 1}", "{\"a\":1}".into()),
+        (&long, format!("1{}… (301 bytes)", "0".repeat(79))),
+        (&long_string, format!("\"{}… (100002 bytes)", "é".repeat(79))),
+    ] {
+        let text = format!(
+            "{{\"metype_memory\": {{\"A\": 1}}, \"pop_metype_gids\": {{\"P\": {{\"A\": [0, {gid}, 1]}}}}}}"
+        );
+        let t = text.as_bytes();
+        let want = format!(
+            "random.json: pop_metype_gids[\"P\"][\"A\"][1]: gid must be an integer in 0..2^32, got {quoted}"
+        );
+        let path = Path::new("random.json");
+        assert_eq!(read(t, path).unwrap_err().to_string(), want);
+        assert_eq!(read_via_value(t, path).unwrap_err().to_string(), want);
+        for (chunk, keep) in [(7, 3), (1, 1)] {
+            let window = scan::Window { chunk, keep };
+            let parts = outcome(scan::root_with(t, &|_| (), 0, window), t);
+            assert_eq!(parts.unwrap_err().to_string(), want, "{chunk} {keep}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("random.json");
+        std::fs::write(&file, t).unwrap();
+        let e = DryRun::from_json_file(&file).unwrap_err().to_string();
+        assert_eq!(e, want.replacen("random.json", file.to_str().unwrap(), 1));
+    }
+}
