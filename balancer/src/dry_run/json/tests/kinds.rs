@@ -304,11 +304,43 @@ fn errors_name_serde_json_line_and_column() {
             "{\"metype_memory\": {\"A\": NaN}}",
             "e.json: line 1 column 25: NaN is not a finite number (memory and synapse counts must be finite and >= 0)",
         ),
+        // A byte order mark: serde_json's words, and what is wrong; elsewhere, no hint.
+        (
+            "\u{feff}{\"metype_memory\": {}, \"pop_metype_gids\": {}}",
+            "e.json: invalid JSON: expected value at line 1 column 1 (the file starts with a UTF-8 \
+             byte order mark, which JSON does not allow; save it without one)",
+        ),
+        (
+            "\u{feff}",
+            "e.json: invalid JSON: expected value at line 1 column 1 (the file starts with a UTF-8 \
+             byte order mark, which JSON does not allow; save it without one)",
+        ),
+        ("x{}", "e.json: invalid JSON: expected value at line 1 column 1"),
+        (" \u{feff}{}", "e.json: invalid JSON: expected value at line 1 column 2"),
+        ("{\"a\": \u{feff}1}", "e.json: invalid JSON: expected value at line 1 column 7"),
     ] {
         let e = read(text.as_bytes(), path).unwrap_err().to_string();
         assert_eq!(e, want);
         assert_eq!(e, read_via_value(text.as_bytes(), path).unwrap_err().to_string());
     }
+    // The same from a file, and serde_json's own words for it.
+    let bom = "\u{feff}{\"metype_memory\": {\"A\": 1}, \"pop_metype_gids\": {\"P\": {\"A\": [0]}}}";
+    let serde = serde_json::from_str::<serde_json::Value>(bom)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(serde, "expected value at line 1 column 1");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cell_memory_usage.json");
+    std::fs::write(&file, bom).unwrap();
+    let e = DryRun::from_json_file(&file).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!(
+            "{}: invalid JSON: {serde} (the file starts with a UTF-8 byte order mark, which JSON \
+             does not allow; save it without one)",
+            file.display()
+        )
+    );
 }
 
 #[test]
