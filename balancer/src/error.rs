@@ -16,13 +16,15 @@ pub enum BalancerError {
     Json { path: PathBuf, error: serde_json::Error },
     /// A dry-run file is not valid JSON: serde_json's message, line and column for it
     /// (the dry-run reader is not serde_json, but refuses what serde_json refuses, in its
-    /// words).
-    #[error("{path}: invalid JSON: {message} at line {line} column {column}")]
+    /// words), and a hint in parentheses after them when the cause is known (a UTF-8 byte
+    /// order mark at the start of the file).
+    #[error("{path}: invalid JSON: {message} at line {line} column {column}{}", in_parentheses(.hint))]
     JsonSyntax {
         path: PathBuf,
         message: String,
         line: usize,
         column: usize,
+        hint: Option<&'static str>,
     },
     /// A dry-run file is valid JSON but a field is missing or wrong.
     /// `field` is a JSON path such as `metype_memory["L5_TPC:A-cADpyr"]`.
@@ -103,6 +105,11 @@ fn list(paths: &[PathBuf]) -> String {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// ` (hint)`, or nothing.
+fn in_parentheses(hint: &Option<&str>) -> String {
+    hint.map_or(String::new(), |h| format!(" ({h})"))
 }
 
 /// `population `P`: field: ` with the empty parts left out.

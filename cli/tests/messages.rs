@@ -1,7 +1,7 @@
 //! What the commands say when given the wrong kind of thing: an `--output-dir` that exists
 //! and is not a directory (a regular file, a FIFO: never the real /dev), an allocation
-//! pickle given as `--memory-usage`, and `ballast info --transport mpi` in a build without
-//! MPI. Each asserts the exact message and, for a refusal, a non-zero exit with the path
+//! pickle given as `--memory-usage`, a dry-run file saved with a UTF-8 byte order mark, and
+//! `ballast info --transport mpi` in a build without MPI. Each asserts the exact message and, for a refusal, a non-zero exit with the path
 //! left as it was.
 mod common;
 
@@ -74,6 +74,59 @@ fn an_allocation_pickle_as_memory_usage_is_named_as_one() {
         assert_eq!(err, want, "{args:?}");
     }
     assert_eq!(files_in(dir.path()), before, "nothing written");
+}
+
+/// A `cell_memory_usage.json` that starts with a UTF-8 byte order mark (as some Windows
+/// editors save it) is refused with serde_json's words and what is wrong (before: only
+/// `expected value at line 1 column 1`): exit 1, the file named, nothing written.
+#[test]
+fn a_dry_run_file_with_a_byte_order_mark_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "cell_memory_usage.json";
+    let json = r#"{"metype_memory": {"A": 1}, "pop_metype_gids": {"P": {"A": [0, 1]}}}"#;
+    fs::write(
+        dir.path().join(name),
+        [&b"\xEF\xBB\xBF"[..], json.as_bytes()].concat(),
+    )
+    .unwrap();
+    let o = run(
+        &[
+            "dry-run",
+            "--memory-usage",
+            name,
+            "--num-target-ranks",
+            "2",
+            "--output-dir",
+            "out",
+        ],
+        dir.path(),
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "ballast: error: {name}: invalid JSON: expected value at line 1 column 1 (the file starts \
+             with a UTF-8 byte order mark, which JSON does not allow; save it without one)\n"
+        )
+    );
+    assert_eq!(o.stdout, b"");
+    assert_eq!(files_in(dir.path()), [name], "nothing written");
+    // Saved without one, the same file is read.
+    fs::write(dir.path().join(name), json).unwrap();
+    let o = run(
+        &[
+            "dry-run",
+            "--memory-usage",
+            name,
+            "--num-target-ranks",
+            "2",
+            "--output-dir",
+            "out",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 /// `ballast info --transport mpi` in a build without the `mpi` feature says so on stderr,

@@ -161,6 +161,32 @@ fn info_shows_the_endpoint_overflow_and_the_datagram_peers() {
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("expected datagram or evict"));
+    // One spelling: `dgram` is refused, as an option and as the variable, naming the two.
+    let o = common::ballast()
+        .args(["info", "--endpoint-overflow", "dgram"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(
+            "invalid value 'dgram' for '--endpoint-overflow <ENDPOINT_OVERFLOW>': \
+             unknown endpoint overflow `dgram` (expected datagram or evict)"
+        ),
+        "{err}"
+    );
+    let o = common::ballast()
+        .arg("info")
+        .env("BALLAST_ENDPOINT_OVERFLOW", "dgram")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err,
+        "ballast: error: bad value `dgram` for BALLAST_ENDPOINT_OVERFLOW: \
+         unknown endpoint overflow `dgram` (expected datagram or evict)\n"
+    );
 }
 
 /// `dry-run --transport-model ballast` with `--max-endpoints 2` charges each rank's peers

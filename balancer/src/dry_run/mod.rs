@@ -9,8 +9,6 @@
 use std::io::Write;
 use std::path::Path;
 
-use serde_json::Value;
-
 use crate::error::{BalancerError, Result};
 use crate::gid_map::GidMap;
 use crate::quote::quote;
@@ -250,8 +248,10 @@ impl DryRun {
 
     /// The dry run as neurodamus' JSON layout (keys sorted, as neurodamus' `json.dump(...,
     /// sort_keys=True)` writes them; a key given twice keeps its last value): what
-    /// [`DryRun::write_json_file`] writes, as a value tree.
-    pub fn to_json_value(&self) -> Value {
+    /// [`DryRun::write_json_file`] writes, as a value tree. For tests, which build their
+    /// input files from it and check the streamed file against it.
+    #[cfg(test)]
+    pub(crate) fn to_json_value(&self) -> serde_json::Value {
         serde_json::to_value(JsonView(self)).expect("string keys, numbers and arrays make a value")
     }
 
@@ -261,8 +261,9 @@ impl DryRun {
         self.stage_json_file(path)?.commit()
     }
 
-    /// [`DryRun::write_json_file`] up to the commit. The bytes are those of
-    /// [`DryRun::to_json_value`] pretty-printed with a 4-space indent, then a newline,
+    /// [`DryRun::write_json_file`] up to the commit. The bytes are neurodamus' JSON layout
+    /// (keys sorted, as neurodamus' `json.dump(..., sort_keys=True)` writes them; a key given
+    /// twice keeps its last value) pretty-printed with a 4-space indent, then a newline,
     /// streamed to the file (no value tree, no copy of the text in memory).
     pub fn stage_json_file(&self, path: &Path) -> Result<crate::atomic::AtomicFile> {
         let mut file = crate::atomic::AtomicFile::create(path)?;
@@ -282,12 +283,12 @@ impl DryRun {
     }
 }
 
-/// A dry run serialised as [`DryRun::to_json_value`] holds it: the same keys in the same
-/// order with the same values, written straight from the dry run's arrays.
+/// A dry run serialised in neurodamus' layout (what `DryRun::to_json_value` holds in tests):
+/// the keys in sorted order with their values, written straight from the dry run's arrays.
 struct JsonView<'a>(&'a DryRun);
 
 /// Entries sorted by key, a repeated key keeping its last value (what collecting them into
-/// the ordered map of [`DryRun::to_json_value`] keeps).
+/// an ordered map of keys keeps).
 struct SortedEntries<'a, V>(Vec<(&'a str, V)>);
 
 impl<'a, V> SortedEntries<'a, V> {
@@ -363,7 +364,7 @@ fn short(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{json, Map};
+    use serde_json::{json, Map, Value};
 
     fn parse(v: Value) -> Result<DryRun> {
         DryRun::from_json_slice(&serde_json::to_vec(&v).unwrap(), Path::new("x.json")).map(|(d, _)| d)

@@ -36,6 +36,16 @@ pub(crate) struct CreditHolder {
     deferred: bool,
 }
 
+/// Credits given to one sender, decided by the bank and not yet sent to it
+/// ([`CreditBank::take_grants_into`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The sender, by rank.
+    pub peer: usize,
+    /// The credits it is given.
+    pub credits: u32,
+}
+
 /// Credit accounting of one rank's receive side.
 #[derive(Debug)]
 pub struct CreditBank {
@@ -206,7 +216,7 @@ impl CreditBank {
 
     /// Grants decided but not yet sent, drained.
     #[cfg(test)]
-    pub fn take_grants(&mut self) -> Vec<(usize, u32)> {
+    pub fn take_grants(&mut self) -> Vec<Grant> {
         let mut out = Vec::new();
         self.take_grants_into(&mut out);
         out
@@ -214,10 +224,10 @@ impl CreditBank {
 
     /// Grants decided but not yet sent, drained into `out` (cleared first) in peer order,
     /// without allocating once `out` and the bank have grown to the traffic.
-    pub fn take_grants_into(&mut self, out: &mut Vec<(usize, u32)>) {
+    pub fn take_grants_into(&mut self, out: &mut Vec<Grant>) {
         out.clear();
-        out.extend(self.grants.drain());
-        out.sort_unstable_by_key(|&(p, _)| p);
+        out.extend(self.grants.drain().map(|(peer, credits)| Grant { peer, credits }));
+        out.sort_unstable_by_key(|g| g.peer);
     }
 
     /// Revocations decided but not yet sent, drained.
@@ -247,23 +257,28 @@ fn give(h: &mut CreditHolder, grants: &mut IntMap<usize, u32>, peer: usize, n: u
 mod tests {
     use super::*;
 
+    /// `credits` for `peer`.
+    fn g(peer: usize, credits: u32) -> Grant {
+        Grant { peer, credits }
+    }
+
     #[test]
     fn shared_bank_serves_waiters_round_robin_and_never_overgrants() {
         let mut b = CreditBank::new(true, 2);
         for p in 1..=5 {
             b.request(p);
         }
-        assert_eq!(b.take_grants(), vec![(1, 1), (2, 1)]);
+        assert_eq!(b.take_grants(), vec![g(1, 1), g(2, 1)]);
         assert_eq!(b.free(), 0);
         assert!(b.is_consistent());
         // 1 consumed with more queued: goes behind 3, 4, 5.
         b.consumed(1, true);
-        assert_eq!(b.take_grants(), vec![(3, 1)]);
+        assert_eq!(b.take_grants(), vec![g(3, 1)]);
         b.consumed(2, false);
-        assert_eq!(b.take_grants(), vec![(4, 1)]);
+        assert_eq!(b.take_grants(), vec![g(4, 1)]);
         b.consumed(3, false);
         b.consumed(4, false);
-        assert_eq!(b.take_grants(), vec![(1, 1), (5, 1)]);
+        assert_eq!(b.take_grants(), vec![g(1, 1), g(5, 1)]);
         assert!(b.is_consistent());
         assert_eq!(b.free(), 0);
     }
@@ -272,11 +287,11 @@ mod tests {
     fn lone_busy_sender_gets_a_window_of_buffers() {
         let mut b = CreditBank::new(true, 64);
         b.request(3);
-        assert_eq!(b.take_grants(), vec![(3, 32)]);
+        assert_eq!(b.take_grants(), vec![g(3, 32)]);
         b.request(4);
-        assert_eq!(b.take_grants(), vec![(4, 16)]);
+        assert_eq!(b.take_grants(), vec![g(4, 16)]);
         b.consumed(3, true);
-        assert_eq!(b.take_grants(), vec![(3, 8)]);
+        assert_eq!(b.take_grants(), vec![g(3, 8)]);
         assert!(b.is_consistent());
     }
 
@@ -287,16 +302,16 @@ mod tests {
         // on its shares as a waiting holder (never revoked) while others waited: a hang.
         let mut b = CreditBank::new(true, 4);
         b.request(0);
-        assert_eq!(b.take_grants(), vec![(0, 2)]);
+        assert_eq!(b.take_grants(), vec![g(0, 2)]);
         b.request(0);
         assert!(b.take_grants().is_empty(), "0 still holds 2 credits: not queued");
         b.request(1);
-        assert_eq!(b.take_grants(), vec![(1, 1)]);
+        assert_eq!(b.take_grants(), vec![g(1, 1)]);
         b.consumed(0, false);
         assert!(b.take_grants().is_empty());
         // Its last credit consumed: the request counts now (nobody waits: one credit).
         b.consumed(0, false);
-        assert_eq!(b.take_grants(), vec![(0, 1)]);
+        assert_eq!(b.take_grants(), vec![g(0, 1)]);
         assert!(b.is_consistent());
     }
 
@@ -306,11 +321,11 @@ mod tests {
         b.request(0);
         b.request(1);
         b.request(3);
-        assert_eq!(b.take_grants(), vec![(0, 2), (1, 1), (3, 1)]);
+        assert_eq!(b.take_grants(), vec![g(0, 2), g(1, 1), g(3, 1)]);
         b.request(2);
         // 0's packet says more: 0 queues behind 2, which gets the freed buffer.
         b.consumed(0, true);
-        assert_eq!(b.take_grants(), vec![(2, 1)]);
+        assert_eq!(b.take_grants(), vec![g(2, 1)]);
         // 0's last packet says no more (its queue emptied): it waits for nothing, so the
         // freed buffer stays free instead of going to an idle sender.
         b.consumed(0, false);
@@ -327,14 +342,14 @@ mod tests {
         b.consumed(7, false);
         assert_eq!(
             b.take_grants(),
-            vec![(7, 1)],
+            vec![g(7, 1)],
             "standing credit back to the idle sender"
         );
         b.request(8);
         assert!(b.take_grants().is_empty());
         assert_eq!(b.take_revokes(), vec![7]);
         b.returned(7, 1);
-        assert_eq!(b.take_grants(), vec![(8, 1)]);
+        assert_eq!(b.take_grants(), vec![g(8, 1)]);
         assert!(b.is_consistent());
     }
 
@@ -344,7 +359,7 @@ mod tests {
         assert_eq!(b.initial_grant(3), 4);
         b.consumed(3, true);
         b.consumed(3, false);
-        assert_eq!(b.take_grants(), vec![(3, 2)]);
+        assert_eq!(b.take_grants(), vec![g(3, 2)]);
         b.reset_peer(3);
         assert_eq!(b.outstanding(3), 0);
     }

@@ -1,6 +1,7 @@
 //! The error for a dry-run file that is not JSON, said in the user's terms: an empty file,
 //! a Python non-finite literal, or serde_json's own message with its line and column
-//! (counted from the input when the error is reported, not while it is scanned).
+//! (counted from the input when the error is reported, not while it is scanned), with a
+//! hint when the file starts with a UTF-8 byte order mark.
 use std::path::Path;
 
 use super::scan::{Source, Syntax};
@@ -9,10 +10,19 @@ use crate::error::BalancerError;
 /// Bytes read at a time to count lines.
 const STEP: usize = 1 << 20;
 
+/// The UTF-8 byte order mark, which some Windows editors put at the start of a file.
+const BOM: &[u8; 3] = b"\xEF\xBB\xBF";
+
+/// The hint after serde_json's message for a file that starts with [`BOM`] (serde_json
+/// says only `expected value at line 1 column 1`).
+const BOM_HINT: &str =
+    "the file starts with a UTF-8 byte order mark, which JSON does not allow; save it without one";
+
 /// The error for the invalid JSON `e` in the `size` bytes of `src` (the file at `path`): an
 /// empty file (or only whitespace) named as such rather than "EOF while parsing", a Python
 /// non-finite literal (`NaN`, `Infinity`, which Python's json.dump writes for non-finite
-/// floats) named as such, otherwise serde_json's message with its line and column.
+/// floats) named as such, otherwise serde_json's message with its line and column (and
+/// [`BOM_HINT`] when the file starts with a byte order mark).
 pub(super) fn syntax_error(src: &dyn Source, size: u64, path: &Path, e: &Syntax) -> BalancerError {
     let io = |error| BalancerError::io(path, error);
     // The line (1-based) and the offset where it starts.
@@ -82,9 +92,23 @@ fn refused(
                 message: message.to_owned(),
                 line,
                 column,
+                hint: (line == 1 && column == 1 && starts_with_bom(src)?).then_some(BOM_HINT),
             },
         },
     )
+}
+
+/// Whether `src` starts with [`BOM`].
+fn starts_with_bom(src: &dyn Source) -> std::io::Result<bool> {
+    let mut head = [0u8; 3];
+    let mut got = 0;
+    while got < head.len() {
+        match read_some(src, &mut head[got..], got as u64)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(&head == BOM)
 }
 
 /// Whether the `size` bytes of `src` are all ASCII whitespace (read up to the first that

@@ -60,7 +60,8 @@ pub(super) enum Object<V> {
 pub(super) struct Number(pub(super) Option<f64>);
 
 /// A value that should be an array of gids: the gids up to the first element that is not a
-/// u32, that element's index and JSON text; or something else than an array.
+/// u32, that element's index and text (as the file writes it, shortened); or something else
+/// than an array.
 pub(super) enum Gids {
     Array {
         gids: Vec<u32>,

@@ -156,7 +156,7 @@ impl FromStr for EndpointOverflow {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "datagram" | "dgram" => Ok(EndpointOverflow::Datagram),
+            "datagram" => Ok(EndpointOverflow::Datagram),
             "evict" => Ok(EndpointOverflow::Evict),
             other => Err(format!(
                 "unknown endpoint overflow `{other}` (expected datagram or evict)"

@@ -284,6 +284,20 @@ fn endpoint_overflow_defaults_to_datagram_and_parses() {
     );
     let err = RuntimeConfig::from_vars(vars(&[("BALLAST_ENDPOINT_OVERFLOW", "drop")])).unwrap_err();
     assert!(err.to_string().contains("BALLAST_ENDPOINT_OVERFLOW"), "{err}");
+    // One spelling: `dgram` is not taken for `datagram`, and the error lists the names.
+    let err = RuntimeConfig::from_vars(vars(&[("BALLAST_ENDPOINT_OVERFLOW", "dgram")])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "bad value `dgram` for BALLAST_ENDPOINT_OVERFLOW: unknown endpoint overflow `dgram` (expected datagram or evict)"
+    );
+    let err = RuntimeConfig::builder()
+        .set("endpoint_overflow", "dgram")
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "bad value `dgram` for endpoint_overflow (given in code or as a command-line option; \
+         variable BALLAST_ENDPOINT_OVERFLOW): unknown endpoint overflow `dgram` (expected datagram or evict)"
+    );
     let b = RuntimeConfig::builder()
         .set("endpoint_overflow", "datagram")
         .unwrap()

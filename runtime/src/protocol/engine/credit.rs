@@ -4,6 +4,7 @@
 use crate::core::config::RecvSharing;
 use crate::fabric::{Control, PeerKey};
 use crate::protocol::connection::EndpointState;
+use crate::protocol::credit::Grant;
 use crate::protocol::error::Result;
 
 use super::Engine;
@@ -46,8 +47,8 @@ impl Engine {
         Ok(true)
     }
 
-    fn send_grants(&mut self, grants: &[(usize, u32)]) -> Result<()> {
-        for &(peer, credits) in grants {
+    fn send_grants(&mut self, grants: &[Grant]) -> Result<()> {
+        for &Grant { peer, credits } in grants {
             if !self.symmetric()
                 || self.conns.get(PeerKey::Rank(peer)).map(|e| e.state) == Some(EndpointState::Open)
             {

@@ -35,7 +35,7 @@ use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::error::FabricError;
 use crate::fabric::{effective_sharing, Control, DatagramPath, DirectPath, Fabric, PeerKey};
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
-use crate::protocol::credit::CreditBank;
+use crate::protocol::credit::{CreditBank, Grant};
 use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::{Envelope, Matcher, Message, RecvInto, Source, Tag, TagMatch};
 use crate::protocol::request::RequestId;
@@ -141,7 +141,7 @@ pub struct Engine {
     active: ActiveSet,
     /// Scratch vectors reused across `progress` calls (no allocation per call).
     scratch_dests: Vec<usize>,
-    scratch_grants: Vec<(usize, u32)>,
+    scratch_grants: Vec<Grant>,
     bank: CreditBank,
     matcher: Matcher,
     sends: IntMap<RequestId, SendReq>,

@@ -1,14 +1,16 @@
 //! Gid arrays: plain decimal integers read eight bytes at a time and gathered in a reused
 //! array, any other element read as serde_json reads it (and kept as the first bad gid's
-//! JSON text when it is not a u32), the array's punctuation as serde_json checks it.
+//! text when it is not a u32: its text in the file, shortened), the array's punctuation as
+//! serde_json checks it.
 use super::lex::{
     EOF_WHILE_PARSING_LIST, EOF_WHILE_PARSING_VALUE, EXPECTED_LIST_COMMA_OR_END, TRAILING_COMMA,
 };
 use super::{Fault, Scanner};
 use crate::dry_run::json::types::Gids;
-use crate::quote::shorten;
+use crate::quote::{shorten, shorten_head, QUOTE_BYTES};
 
-/// The first element of a gid array that is not a u32: its index and JSON text.
+/// The first element of a gid array that is not a u32: its index and text
+/// ([`Scanner::element`]).
 type Bad = (usize, String);
 
 impl Scanner<'_> {
@@ -137,11 +139,16 @@ impl Scanner<'_> {
     }
 
     /// An element that is not a plain gid (peeked), read as serde_json reads it: a gid
-    /// pushed onto `gids`, or the first bad one (its index and JSON text).
+    /// pushed onto `gids`, or the first bad one: its index and its text, shortened
+    /// ([`shorten`]). A number, string or literal is quoted as the file writes it (`1e23`,
+    /// `100000000000000000000000`, not serde_json's `1e+23`); an array or object, which
+    /// may span lines, as compact JSON.
     #[cold]
     #[inline(never)]
     fn element(&mut self, gids: &mut Vec<u32>) -> Option<Option<Bad>> {
         let index = gids.len();
+        self.peek();
+        let start = self.pos();
         let value = self.any(true)?;
         match value.as_u64().and_then(|g| u32::try_from(g).ok()) {
             Some(g) => {
@@ -151,8 +158,32 @@ impl Scanner<'_> {
                 gids.push(g);
                 Some(None)
             }
-            None => Some(Some((index, shorten(&value.to_string())))),
+            None if value.is_array() || value.is_object() => Some(Some((index, shorten(&value.to_string())))),
+            None => Some(Some((index, self.token_text(start)?))),
         }
+    }
+
+    /// The input's text from offset `start` to the scan, shortened ([`shorten_head`]): from
+    /// the buffer, or read again from the source when the token began before it.
+    #[cold]
+    fn token_text(&mut self, start: u64) -> Option<String> {
+        let len = self.pos() - start;
+        let want = len.min(QUOTE_BYTES as u64) as usize;
+        if let Some(from) = start.checked_sub(self.base) {
+            let from = from as usize;
+            return Some(shorten_head(&self.text()[from..from + want], len as usize));
+        }
+        let mut head = [0u8; QUOTE_BYTES];
+        let mut got = 0;
+        while got < want {
+            match self.input.src.read_at(&mut head[got..want], start + got as u64) {
+                Ok(0) => return self.fail(Fault::Changed),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return self.fail(Fault::Io(e)),
+            }
+        }
+        Some(shorten_head(&head[..got], len as usize))
     }
 
     /// The elements after the first bad one (read as serde_json reads them, then dropped),

@@ -304,29 +304,54 @@ fn errors_name_serde_json_line_and_column() {
             "{\"metype_memory\": {\"A\": NaN}}",
             "e.json: line 1 column 25: NaN is not a finite number (memory and synapse counts must be finite and >= 0)",
         ),
+        // A byte order mark: serde_json's words, and what is wrong; elsewhere, no hint.
+        (
+            "\u{feff}{\"metype_memory\": {}, \"pop_metype_gids\": {}}",
+            "e.json: invalid JSON: expected value at line 1 column 1 (the file starts with a UTF-8 \
+             byte order mark, which JSON does not allow; save it without one)",
+        ),
+        (
+            "\u{feff}",
+            "e.json: invalid JSON: expected value at line 1 column 1 (the file starts with a UTF-8 \
+             byte order mark, which JSON does not allow; save it without one)",
+        ),
+        ("x{}", "e.json: invalid JSON: expected value at line 1 column 1"),
+        (" \u{feff}{}", "e.json: invalid JSON: expected value at line 1 column 2"),
+        ("{\"a\": \u{feff}1}", "e.json: invalid JSON: expected value at line 1 column 7"),
     ] {
         let e = read(text.as_bytes(), path).unwrap_err().to_string();
         assert_eq!(e, want);
         assert_eq!(e, read_via_value(text.as_bytes(), path).unwrap_err().to_string());
     }
+    // The same from a file, and serde_json's own words for it.
+    let bom = "\u{feff}{\"metype_memory\": {\"A\": 1}, \"pop_metype_gids\": {\"P\": {\"A\": [0]}}}";
+    let serde = serde_json::from_str::<serde_json::Value>(bom)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(serde, "expected value at line 1 column 1");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cell_memory_usage.json");
+    std::fs::write(&file, bom).unwrap();
+    let e = DryRun::from_json_file(&file).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!(
+            "{}: invalid JSON: {serde} (the file starts with a UTF-8 byte order mark, which JSON \
+             does not allow; save it without one)",
+            file.display()
+        )
+    );
 }
 
 #[test]
 fn a_large_file_broken_anywhere_reads_as_serde_json_reads_it() {
-    let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
-        cells: 300_000,
-        metypes: 60,
-        populations: 2,
-        seed: 8,
-    })
-    .unwrap();
-    let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+    let text = large_text();
     assert!(text.len() as u64 >= scan::PARALLEL_FROM);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cm.json");
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     for i in 0..12 {
-        let mut t = text.clone();
+        let mut t = text.to_vec();
         // In the first half, the second, or near the middle where the other thread starts.
         let at = match i % 3 {
             0 => rng.random_range(0..t.len() / 2),
@@ -339,5 +364,52 @@ fn a_large_file_broken_anywhere_reads_as_serde_json_reads_it() {
         let file = DryRun::from_json_file_with_notes(&path, None);
         let reference = read_via_value(&t, &path);
         same(&file, &reference, &|| format!("{b:?} at {at}"));
+    }
+}
+
+/// A bad gid is quoted as the file writes it (not as serde_json writes the number back:
+/// `1e+23` for both `1e23` and `100000000000000000000000`), a long one cut with its length,
+/// an array or object as compact JSON: from a text, a file, and by chunks so small that
+/// the token has left the buffer when it ends.
+#[test]
+fn a_bad_gid_is_quoted_as_the_file_writes_it() {
+    let long = format!("1{}", "0".repeat(300));
+    let long_string = format!("\"{}\"", "é".repeat(50_000));
+    for (gid, quoted) in [
+        ("1e23", "1e23".to_owned()),
+        ("100000000000000000000000", "100000000000000000000000".into()),
+        ("1E+23", "1E+23".into()),
+        ("4294967296", "4294967296".into()),
+        ("-1", "-1".into()),
+        ("2.50", "2.50".into()),
+        ("1.0e0", "1.0e0".into()),
+        ("\"\\u0031\"", "\"\\u0031\"".into()),
+        ("null", "null".into()),
+        ("true", "true".into()),
+        ("[1,  2]", "[1,2]".into()),
+        ("{\"a\":\n 1}", "{\"a\":1}".into()),
+        (&long, format!("1{}… (301 bytes)", "0".repeat(79))),
+        (&long_string, format!("\"{}… (100002 bytes)", "é".repeat(79))),
+    ] {
+        let text = format!(
+            "{{\"metype_memory\": {{\"A\": 1}}, \"pop_metype_gids\": {{\"P\": {{\"A\": [0, {gid}, 1]}}}}}}"
+        );
+        let t = text.as_bytes();
+        let want = format!(
+            "random.json: pop_metype_gids[\"P\"][\"A\"][1]: gid must be an integer in 0..2^32, got {quoted}"
+        );
+        let path = Path::new("random.json");
+        assert_eq!(read(t, path).unwrap_err().to_string(), want);
+        assert_eq!(read_via_value(t, path).unwrap_err().to_string(), want);
+        for (chunk, keep) in [(7, 3), (1, 1)] {
+            let window = scan::Window { chunk, keep };
+            let parts = outcome(scan::root_with(t, &|_| (), 0, window), t);
+            assert_eq!(parts.unwrap_err().to_string(), want, "{chunk} {keep}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("random.json");
+        std::fs::write(&file, t).unwrap();
+        let e = DryRun::from_json_file(&file).unwrap_err().to_string();
+        assert_eq!(e, want.replacen("random.json", file.to_str().unwrap(), 1));
     }
 }

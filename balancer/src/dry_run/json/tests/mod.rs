@@ -34,6 +34,26 @@ fn read(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
     DryRun::from_json_slice(text, path)
 }
 
+/// Cells of [`large_text`]'s dry run.
+const LARGE_CELLS: usize = 300_000;
+
+/// The text of a synthetic dry run of [`LARGE_CELLS`] cells (60 metypes, 2 populations,
+/// seed 8) as `serde_json::to_vec_pretty` writes it: over [`scan::PARALLEL_FROM`] bytes,
+/// so scanned on two threads. Built once for the tests that share it.
+fn large_text() -> &'static [u8] {
+    static TEXT: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
+            cells: LARGE_CELLS,
+            metypes: 60,
+            populations: 2,
+            seed: 8,
+        })
+        .unwrap();
+        serde_json::to_vec_pretty(&d.to_json_value()).unwrap()
+    })
+}
+
 /// A random JSON object text: `entries` (key, value text) with keys possibly repeated.
 fn object(entries: Vec<(String, String)>) -> String {
     let body: Vec<String> = entries
@@ -278,20 +298,13 @@ fn progress_counts_the_bytes_read_then_parsed() {
     assert_eq!(counted.cell_count(), 3_000);
     assert_eq!(done.get(), 2 * text.len() as u64);
     // A file read in two halves, scanned on two threads.
-    let big = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
-        cells: 300_000,
-        metypes: 60,
-        populations: 2,
-        seed: 8,
-    })
-    .unwrap();
-    let big_text = serde_json::to_vec_pretty(&big.to_json_value()).unwrap();
+    let big_text = large_text();
     assert!(big_text.len() > 1 << 22, "{} bytes", big_text.len());
-    std::fs::write(&path, &big_text).unwrap();
+    std::fs::write(&path, big_text).unwrap();
     let done = Progress::new();
     let (counted, _) = DryRun::from_json_file_with_notes(&path, Some(&done)).unwrap();
-    assert!(counted == read(&big_text, &path).unwrap().0);
-    assert_eq!(counted.cell_count(), 300_000);
+    assert!(counted == read(big_text, &path).unwrap().0);
+    assert_eq!(counted.cell_count(), LARGE_CELLS);
     assert_eq!(done.get(), 2 * big_text.len() as u64);
     // Truncated: refused with serde's message, as when read in one piece.
     std::fs::write(&path, &big_text[..big_text.len() - 10]).unwrap();
@@ -466,14 +479,7 @@ impl scan::Source for Faulty<'_> {
 
 #[test]
 fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
-    let d = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {
-        cells: 300_000,
-        metypes: 60,
-        populations: 2,
-        seed: 8,
-    })
-    .unwrap();
-    let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
+    let text = large_text();
     let len = text.len() as u64;
     assert!(len >= scan::PARALLEL_FROM);
     // Shorter than its size, in either half (so on either thread), or failing there.
@@ -484,11 +490,7 @@ fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
         (len / 4, true),
         (3 * len / 4, true),
     ] {
-        let src = Faulty {
-            text: &text,
-            ok,
-            fail,
-        };
+        let src = Faulty { text, ok, fail };
         let input = scan::Input {
             src: &src,
             size: len,
@@ -506,7 +508,7 @@ fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
     // says so (it was read on as it grew); of the size it has, read by the scan.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cm.json");
-    std::fs::write(&path, [&text[..], b"\n"].concat()).unwrap();
+    std::fs::write(&path, [text, b"\n"].concat()).unwrap();
     let file = std::fs::File::open(&path).unwrap();
     let done = Progress::new();
     for at_open in [len, len + 2] {
@@ -520,8 +522,8 @@ fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
         );
     }
     let (scanned, _) = scan_file(&file, len + 1, &path, &done).unwrap();
-    assert!(scanned == read(&text, &path).unwrap().0);
-    assert_eq!(scanned.cell_count(), d.cell_count());
+    assert!(scanned == read(text, &path).unwrap().0);
+    assert_eq!(scanned.cell_count(), LARGE_CELLS);
 }
 
 #[test]

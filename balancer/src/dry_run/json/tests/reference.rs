@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::dry_run::{DryRun, Metype, Population, KNOWN_KEYS};
@@ -24,11 +25,11 @@ pub(super) fn read_via_value(text: &[u8], path: &Path) -> Result<(DryRun, Vec<St
         }
         None => Vec::new(),
     };
-    Ok((from_json_value(&value, path)?, notes))
+    Ok((from_json_value(&value, text, path)?, notes))
 }
 
-/// Validates an already parsed dry-run JSON value; `path` is used in messages only.
-fn from_json_value(value: &Value, path: &Path) -> Result<DryRun> {
+/// Validates the dry-run JSON value parsed from `text`; `path` is used in messages only.
+fn from_json_value(value: &Value, text: &[u8], path: &Path) -> Result<DryRun> {
     let err = |field: String, message: String| BalancerError::DryRun {
         path: path.to_owned(),
         field,
@@ -117,7 +118,7 @@ fn from_json_value(value: &Value, path: &Path) -> Result<DryRun> {
                         format!("{field}[{i}]"),
                         format!(
                             "gid must be an integer in 0..2^32, got {}",
-                            shorten(&g.to_string())
+                            bad_gid_text(text, g, pop, metype, i)
                         ),
                     )
                 })?;
@@ -139,4 +140,20 @@ fn from_json_value(value: &Value, path: &Path) -> Result<DryRun> {
     }
     crate::dry_run::json::validate::checked(metypes, populations)
         .map_err(|(field, message)| err(field, message))
+}
+
+/// How a message quotes the bad gid `g`, element `i` of `pop_metype_gids[pop][metype]` in
+/// `text`: a number, string or literal as the file writes it (serde_json's `RawValue`: a
+/// repeated key keeps its last value, as in the tree), an array or object as compact
+/// JSON; shortened.
+fn bad_gid_text(text: &[u8], g: &Value, pop: &str, metype: &str, i: usize) -> String {
+    if g.is_array() || g.is_object() {
+        return shorten(&g.to_string());
+    }
+    type Object<'a> = std::collections::HashMap<String, &'a RawValue>;
+    let root: Object = serde_json::from_slice(text).expect("parsed as a tree");
+    let pops: Object = serde_json::from_str(root["pop_metype_gids"].get()).expect("an object");
+    let per_metype: Object = serde_json::from_str(pops[pop].get()).expect("an object");
+    let gids: Vec<&RawValue> = serde_json::from_str(per_metype[metype].get()).expect("an array");
+    shorten(gids[i].get())
 }
