@@ -72,6 +72,16 @@ pub struct DeferredConnect {
     pub grant: u32,
 }
 
+/// An open endpoint's traffic since the last [`ConnectionTable::mark_activity`]
+/// ([`ConnectionTable::least_active`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Activity {
+    /// The endpoint.
+    pub key: PeerKey,
+    /// Packets sent and received on it since the mark.
+    pub packets: u64,
+}
+
 /// The endpoint table.
 pub struct ConnectionTable {
     /// The endpoints by their key's number ([`PeerKey::index`]). Every key of one table is
@@ -289,13 +299,16 @@ impl ConnectionTable {
 
     /// The open endpoint with the fewest packets (both ways) since the last
     /// [`ConnectionTable::mark_activity`], and that count; ties go to the lower key.
-    pub fn least_active(&self) -> Option<(PeerKey, u64)> {
+    pub fn least_active(&self) -> Option<Activity> {
         self.eps
             .iter()
             .filter(|(_, e)| e.state == EndpointState::Open)
             .map(|(&k, e)| (k, (e.sent + e.received).saturating_sub(e.mark)))
             .min_by_key(|&(k, a)| (a, k))
-            .map(|(k, a)| (self.key(k), a))
+            .map(|(k, packets)| Activity {
+                key: self.key(k),
+                packets,
+            })
     }
 
     /// Starts a new activity interval for [`ConnectionTable::least_active`].
@@ -370,7 +383,13 @@ mod tests {
         assert_eq!(keys, [PeerKey::Node(0), PeerKey::Node(2)]);
         t.get_touched(PeerKey::Node(0)).expect("endpoint").sent += 1;
         assert_eq!(t.victim(|_| true), Some(PeerKey::Node(2)), "least recently used");
-        assert_eq!(t.least_active(), Some((PeerKey::Node(2), 0)));
+        assert_eq!(
+            t.least_active(),
+            Some(Activity {
+                key: PeerKey::Node(2),
+                packets: 0
+            })
+        );
         assert_eq!(t.stats().live, 2);
     }
 }

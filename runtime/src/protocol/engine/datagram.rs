@@ -19,7 +19,7 @@ use crate::core::memory::AllocError;
 use crate::core::pool::{BufId, BufferPool};
 use crate::fabric::error::FabricError;
 use crate::fabric::{DatagramPath, PacketHeader, PeerKey};
-use crate::protocol::connection::{ConnectionTable, EndpointState};
+use crate::protocol::connection::{Activity, ConnectionTable, EndpointState};
 use crate::protocol::datagram::{DatagramHeader, DatagramPeer, Rx, HEADER_BYTES, KIND_ACK, KIND_DATA};
 use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::{Matcher, RecvInto};
@@ -537,7 +537,14 @@ impl Engine {
         }
         let least = self.conns.least_active();
         self.conns.mark_activity();
-        let (Some((peer, act)), Some((victim, ep_act))) = (best, least) else {
+        let (
+            Some((peer, act)),
+            Some(Activity {
+                key: victim,
+                packets: ep_act,
+            }),
+        ) = (best, least)
+        else {
             return Ok(());
         };
         if act > ep_act + PROMOTE_MARGIN && act > ep_act + ep_act / 2 && self.conns.closing() == 0 {

@@ -127,6 +127,15 @@ impl ActiveSet {
     }
 }
 
+/// The abort of a job, as a rank knows it ([`Engine::aborted_by`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Abort {
+    /// The rank that aborted the job.
+    pub rank: usize,
+    /// Its code.
+    pub code: i32,
+}
+
 /// The protocol state of one rank.
 pub struct Engine {
     // Declared first so that it is dropped first: registrations (mlock) end before the
@@ -163,7 +172,7 @@ pub struct Engine {
     dg: Option<Box<Datagrams>>,
     /// The job's abort, once known (this rank's [`Engine::abort`] or a peer's
     /// [`Control::Abort`](crate::fabric::Control::Abort)): the rank that aborted and its code.
-    aborted_by: Option<(usize, i32)>,
+    aborted_by: Option<Abort>,
 }
 
 /// The fabric's direct path. The engine uses it only when the fabric offered one at start
@@ -312,13 +321,16 @@ impl Engine {
         if self.aborted_by.is_some() {
             return Ok(());
         }
-        self.aborted_by = Some((self.rank, code));
+        self.aborted_by = Some(Abort {
+            rank: self.rank,
+            code,
+        });
         self.fabric.abort_job(code)?;
         Ok(())
     }
 
     /// The job's abort, once known: the rank that aborted it and its code.
-    pub fn aborted_by(&self) -> Option<(usize, i32)> {
+    pub fn aborted_by(&self) -> Option<Abort> {
         self.aborted_by
     }
 
@@ -327,7 +339,7 @@ impl Engine {
     pub fn check_aborted(&self) -> Result<()> {
         match self.aborted_by {
             None => Ok(()),
-            Some((by, code)) => Err(ProtocolError::Aborted {
+            Some(Abort { rank: by, code }) => Err(ProtocolError::Aborted {
                 rank: self.rank,
                 by,
                 code,
@@ -568,7 +580,7 @@ impl Engine {
                 // control stream closed): the notice, if this poll got it, names it.
                 for &(src, c) in self.inbox.ctrl() {
                     if let Control::Abort { code } = c {
-                        self.aborted_by.get_or_insert((src, code));
+                        self.aborted_by.get_or_insert(Abort { rank: src, code });
                     }
                 }
                 self.check_aborted()?;

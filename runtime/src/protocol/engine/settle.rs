@@ -218,7 +218,7 @@ impl Engine {
             Control::Refuse => self.on_refuse(src)?,
             Control::Abort { code } => {
                 // The first abort known is the one every call names.
-                self.aborted_by.get_or_insert((src, code));
+                self.aborted_by.get_or_insert(super::Abort { rank: src, code });
             }
         }
         Ok(())
