@@ -89,18 +89,21 @@ fn a_dry_run_file_with_a_byte_order_mark_is_named_as_such() {
         [&b"\xEF\xBB\xBF"[..], json.as_bytes()].concat(),
     )
     .unwrap();
-    let o = run(
-        &[
-            "dry-run",
-            "--memory-usage",
-            name,
-            "--num-target-ranks",
-            "2",
-            "--output-dir",
-            "out",
-        ],
-        dir.path(),
-    );
+    let dry_run = || {
+        run(
+            &[
+                "dry-run",
+                "--memory-usage",
+                name,
+                "--num-target-ranks",
+                "2",
+                "--output-dir",
+                "out",
+            ],
+            dir.path(),
+        )
+    };
+    let o = dry_run();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(
@@ -114,18 +117,7 @@ fn a_dry_run_file_with_a_byte_order_mark_is_named_as_such() {
     assert_eq!(files_in(dir.path()), [name], "nothing written");
     // Saved without one, the same file is read.
     fs::write(dir.path().join(name), json).unwrap();
-    let o = run(
-        &[
-            "dry-run",
-            "--memory-usage",
-            name,
-            "--num-target-ranks",
-            "2",
-            "--output-dir",
-            "out",
-        ],
-        dir.path(),
-    );
+    let o = dry_run();
     assert!(o.status.success(), "{}", stderr(&o));
 }
 

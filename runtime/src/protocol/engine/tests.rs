@@ -70,11 +70,10 @@ fn an_unacknowledged_datagram_goes_again_once_its_timeout_passes() {
     assert_eq!(sent_resent(&e).1, 2, "past the doubled timeout");
 }
 
-/// A datagram `isend` posts outside a round, long after the last round, is timed from the
-/// next round, not from the last round's (stale) time: no spurious timeout after a long
-/// gap between calls.
-#[test]
-fn a_datagram_posted_between_rounds_is_timed_from_the_next_round() {
+/// A rank whose datagram to rank 2 was posted by `isend` outside a round, after a round at
+/// `start`, and the round that came 10 s later (far past the post, and the last round's
+/// time); returns the engine and that later time.
+fn posted_between_rounds() -> (Engine, Instant) {
     let start = Instant::now();
     let mut e = datagram_rank(start);
     let _endpoint = e.isend(1, 7, b"to one").unwrap();
@@ -82,9 +81,17 @@ fn a_datagram_posted_between_rounds_is_timed_from_the_next_round() {
     e.progress(start).unwrap();
     let _datagram = e.isend(2, 7, b"to two").unwrap();
     assert_eq!(sent_resent(&e), (1, 0), "posted by isend, outside a round");
-    // The caller comes back 10 s later: far past the post, and the last round's time.
     let later = start + Duration::from_secs(10);
     e.progress(later).unwrap();
+    (e, later)
+}
+
+/// A datagram `isend` posts outside a round, long after the last round, is timed from the
+/// next round, not from the last round's (stale) time: no spurious timeout after a long
+/// gap between calls.
+#[test]
+fn a_datagram_posted_between_rounds_is_timed_from_the_next_round() {
+    let (mut e, later) = posted_between_rounds();
     assert_eq!(
         sent_resent(&e).1,
         0,
@@ -101,14 +108,7 @@ fn a_datagram_posted_between_rounds_is_timed_from_the_next_round() {
 /// ... and it goes again once that armed deadline passes, once.
 #[test]
 fn a_datagram_posted_between_rounds_goes_again_once_its_armed_deadline_passes() {
-    let start = Instant::now();
-    let mut e = datagram_rank(start);
-    let _endpoint = e.isend(1, 7, b"to one").unwrap();
-    e.progress(start).unwrap();
-    let _datagram = e.isend(2, 7, b"to two").unwrap();
-    assert_eq!(sent_resent(&e), (1, 0), "posted by isend, outside a round");
-    let later = start + Duration::from_secs(10);
-    e.progress(later).unwrap();
+    let (mut e, later) = posted_between_rounds();
     e.progress(later + RTO_RELIABLE).unwrap();
     assert_eq!(sent_resent(&e), (1, 1), "at its armed deadline");
     e.progress(later + RTO_RELIABLE + MS).unwrap();
