@@ -342,11 +342,12 @@ impl DatagramPeer {
     /// unacknowledged (never while the deadline is unarmed).
     #[inline]
     pub fn timed_out(&self, now: u64) -> bool {
-        self.deadline_us != 0 && self.deadline_us != UNARMED && now >= self.deadline_us
+        self.deadline().is_some_and(|d| now >= d)
     }
 
     /// The retransmission deadline (µs), if datagrams are unacknowledged and it is armed
     /// ([`DatagramPeer::unarmed`]).
+    #[inline]
     pub fn deadline(&self) -> Option<u64> {
         (self.deadline_us != 0 && self.deadline_us != UNARMED).then_some(self.deadline_us)
     }

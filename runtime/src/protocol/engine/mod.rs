@@ -13,7 +13,8 @@
 //! buffer that becomes the message.
 //!
 //! Everything happens in [`Engine::progress`], driven by the rank's single thread. The
-//! engine never reads the system time: its owner passes the time of each round
+//! engine's timers never read the system time (only the idle backoff of `connect_all`
+//! looks at the clock, to choose between spinning and sleeping): its owner passes the time of each round
 //! (`progress(now)`, as quinn-proto takes `now`), so tests drive its timers directly.
 //! Only the datagram path has timers ([`Engine::uses_time`]).
 //!

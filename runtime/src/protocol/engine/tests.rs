@@ -20,21 +20,28 @@ use crate::protocol::request::RequestId;
 
 const MS: Duration = Duration::from_millis(1);
 
+/// The config of these tests (8 unlocked buffers; `max_endpoints` 0: no cap) and the local
+/// fabric of rank 0 in a world of `n`, whose other ranks never run.
+fn rank0_of(n: usize, max_endpoints: usize) -> (TransportConfig, LocalFabric) {
+    let cfg = *RuntimeConfig::builder()
+        .buffer_count(8)
+        .lock_pool(false)
+        .max_endpoints(max_endpoints)
+        .build()
+        .unwrap()
+        .transport();
+    let (world, mut parkers) = World::new(n);
+    let parker = parkers.remove(0);
+    let fabric = LocalFabric::new(0, Arc::new(world), &cfg, parker);
+    (cfg, fabric)
+}
+
 /// Rank 0 of 3 with one endpoint, made at `start`: the first peer (1) takes the endpoint,
 /// the second (2) is reached by datagram. Ranks 1 and 2 never run, so nothing is
 /// acknowledged. The local fabric never drops a datagram: the first timeout is
 /// `RTO_RELIABLE`.
 fn datagram_rank(start: Instant) -> Engine {
-    let cfg = *RuntimeConfig::builder()
-        .buffer_count(8)
-        .lock_pool(false)
-        .max_endpoints(1)
-        .build()
-        .unwrap()
-        .transport();
-    let (world, mut parkers) = World::new(3);
-    let parker = parkers.remove(0);
-    let fabric = LocalFabric::new(0, Arc::new(world), &cfg, parker);
+    let (cfg, fabric) = rank0_of(3, 1);
     let e = Engine::new(Box::new(fabric), &cfg, start).unwrap();
     assert!(e.uses_time(), "the datagram path runs");
     e
@@ -119,15 +126,7 @@ fn a_datagram_posted_between_rounds_goes_again_once_its_armed_deadline_passes() 
 /// give it the same instant for ever.
 #[test]
 fn an_engine_without_datagrams_uses_no_time() {
-    let cfg = *RuntimeConfig::builder()
-        .buffer_count(8)
-        .lock_pool(false)
-        .build()
-        .unwrap()
-        .transport();
-    let (world, mut parkers) = World::new(2);
-    let parker = parkers.remove(0);
-    let fabric = LocalFabric::new(0, Arc::new(world), &cfg, parker);
+    let (cfg, fabric) = rank0_of(2, 0);
     let start = Instant::now();
     let mut e = Engine::new(Box::new(fabric), &cfg, start).unwrap();
     assert!(!e.uses_time());
@@ -140,15 +139,7 @@ fn an_engine_without_datagrams_uses_no_time() {
 /// `UnknownRequest` holding that `RequestId`, shown as its number as before.
 #[test]
 fn an_unknown_send_is_an_error_naming_its_request_id() {
-    let cfg = *RuntimeConfig::builder()
-        .buffer_count(8)
-        .lock_pool(false)
-        .build()
-        .unwrap()
-        .transport();
-    let (world, mut parkers) = World::new(2);
-    let parker = parkers.remove(0);
-    let fabric = LocalFabric::new(0, Arc::new(world), &cfg, parker);
+    let (cfg, fabric) = rank0_of(2, 0);
     let mut e = Engine::new(Box::new(fabric), &cfg, Instant::now()).unwrap();
     let sent = e.isend(1, 7, b"to one").unwrap();
     let never = RequestId::new(sent.get() + 100);
@@ -270,17 +261,10 @@ impl Fabric for DirectLocal {
 /// progresses until `queued_for` is false (the communicator does).
 #[test]
 fn a_direct_send_behind_queued_messages_is_refused() {
-    let cfg: TransportConfig = *RuntimeConfig::builder()
-        .buffer_count(8)
-        .lock_pool(false)
-        .build()
-        .unwrap()
-        .transport();
-    let (world, mut parkers) = World::new(3);
-    let parker = parkers.remove(0);
+    let (cfg, inner) = rank0_of(3, 0);
     let sent_direct = Arc::new(AtomicUsize::new(0));
     let fabric = DirectLocal {
-        inner: LocalFabric::new(0, Arc::new(world), &cfg, parker),
+        inner,
         sent_direct: sent_direct.clone(),
     };
     let mut e = Engine::new(Box::new(fabric), &cfg, Instant::now()).unwrap();
