@@ -26,9 +26,10 @@
 # The MPI runs bind each rank to a core (--bind-to core), as bench/capi_pingpong.sh.
 # SAME_PROFILE=1 builds REV with this tree's release profile (see below).
 # LOCAL_WARMUP and LOCAL_MEASURE (seconds, default 1 and 4) set criterion's warm-up and
-# measurement time for local-8B: shorter, for more rounds in the same time. Rounds vary by
-# the launch (the cores a run lands on), so more launches narrow a median more than
-# longer ones.
+# measurement time for local-8B, LOCAL_RESAMPLES its bootstrap resamples (default 100000;
+# they set its confidence interval only, not the estimate used here): smaller values give
+# more rounds in the same time. Rounds vary by the launch (the cores a run lands on), so
+# more launches narrow a median more than longer ones.
 set -euo pipefail
 rev=${1:?usage: compare_trees.sh REV [ROUNDS]}
 rounds=${2:-11}
@@ -134,7 +135,7 @@ measure() {
     case $b in
         local-8B)
             [ -x "$d/runtime_pingpong" ] || return 0
-            (cd "$d" && ./runtime_pingpong --bench 'pingpong/local/8$' --warm-up-time "${LOCAL_WARMUP:-1}" --measurement-time "${LOCAL_MEASURE:-4}" --noplot 2>&1) |
+            (cd "$d" && ./runtime_pingpong --bench 'pingpong/local/8$' --warm-up-time "${LOCAL_WARMUP:-1}" --measurement-time "${LOCAL_MEASURE:-4}" --nresamples "${LOCAL_RESAMPLES:-100000}" --noplot 2>&1) |
                 awk '/time:/ {gsub(/\[|\]/,""); for (i=1;i<=NF;i++) if ($i=="time:") {v=$(i+3); u=$(i+4)}; if (u=="ns") v/=1000; if (u=="ms") v*=1000; print v; exit}' ;;
         mpi-8B | mpi-engine-8B)
             [ -x "$d/mpi_pingpong" ] || return 0
@@ -196,5 +197,5 @@ print(f"\n(medians of {rounds} interleaved rounds; the rule is the ratio of medi
 print("median is the median over rounds of the two trees' ratio in the same round, which a")
 print("bimodal machine moves less)")
 PY
-echo "(local-8B: criterion warm-up ${LOCAL_WARMUP:-1} s, measurement ${LOCAL_MEASURE:-4} s)"
+echo "(local-8B: criterion warm-up ${LOCAL_WARMUP:-1} s, measurement ${LOCAL_MEASURE:-4} s, ${LOCAL_RESAMPLES:-100000} resamples)"
 echo "($(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end, $(date -u '+%Y-%m-%d %H:%M UTC'), this tree $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes'), $rev $(git -C "$old" rev-parse --short HEAD))"
