@@ -472,7 +472,9 @@ int ballast_progress(struct ballast_comm *comm);
 
 // Returns when every rank has entered the barrier. Collective. Errors: BALLAST_EINVAL for
 // NULL, or when another rank called a different collective at this point (each collective
-// carries its number and kind; the message names both), or while an all-gather that
+// carries its number and kind; the message names both; on the MPI native path only with
+// the setting collective_checks on, otherwise the barrier is MPI_Barrier and a rank in
+// another collective is an erroneous MPI program, as in MPI), or while an all-gather that
 // failed with BALLAST_ENOMEM is unfinished; BALLAST_ENOMEM when memory ran out meanwhile
 // (e.g. for another message arriving): the barrier is not finished, and calling
 // ballast_barrier again resumes it (the other ranks wait in it until then); BALLAST_EPEER
@@ -562,8 +564,9 @@ int ballast_config_new(struct ballast_config **out);
 
 // Sets one setting: `key` is a setting name of docs/CONFIG.md in snake case
 // (buffer_count, buffer_size, pool_growth, max_pool_bytes, lazy_connect, max_endpoints,
-// endpoint_overflow, datagram_drop_every (test only),
-// recv_sharing, recv_depth, srq_depth, ranks_per_node, lock_pool, mpi_native, transport),
+// endpoint_overflow, datagram_drop_every and datagram_drop_seed (test only),
+// recv_sharing, recv_depth, srq_depth, ranks_per_node, lock_pool, mpi_native, collective_checks,
+// transport),
 // `value` is written as the environment variable takes it (e.g. "64K", "per-peer", "off").
 // Errors: BALLAST_EINVAL for a NULL argument, an unknown key or a bad value; the message
 // names the key. The configuration is unchanged on error.

@@ -79,8 +79,9 @@ pub unsafe extern "C" fn ballast_config_new(out: *mut *mut ballast_config) -> c_
 
 /// Sets one setting: `key` is a setting name of docs/CONFIG.md in snake case
 /// (buffer_count, buffer_size, pool_growth, max_pool_bytes, lazy_connect, max_endpoints,
-/// endpoint_overflow, datagram_drop_every (test only),
-/// recv_sharing, recv_depth, srq_depth, ranks_per_node, lock_pool, mpi_native, transport),
+/// endpoint_overflow, datagram_drop_every and datagram_drop_seed (test only),
+/// recv_sharing, recv_depth, srq_depth, ranks_per_node, lock_pool, mpi_native, collective_checks,
+/// transport),
 /// `value` is written as the environment variable takes it (e.g. "64K", "per-peer", "off").
 /// Errors: BALLAST_EINVAL for a NULL argument, an unknown key or a bad value; the message
 /// names the key. The configuration is unchanged on error.

@@ -39,33 +39,56 @@ impl Mpi {
         Ok(Communicator::new(Box::new(fabric), &t)?.with_note(why_not))
     }
 
-    /// True when a world of `ranks` ranks takes the native path (see [`native`]): asked
-    /// for, one rank per process, and `MPI_TAG_UB` large enough for Ballast's tags. Agreed
-    /// on by every process (`MPI_Allreduce`, minimum), so that all of them make the same
-    /// communicators. Collective.
-    /// Checks that every process uses the same `buffer_size` (`MPI_Allgather`; a packet or
-    /// message is received into a buffer of that size plus a fixed header, so a larger one
-    /// from a peer could not be received): otherwise every process fails with the same
-    /// [`ConfigError::Var`] naming the first process that differs. Collective.
-    fn agree_on_buffer_size(&self, t: &TransportConfig) -> Result<()> {
-        let mine = t.buffer_size as u64;
-        let mut all = vec![0u64; self.size()];
-        self.world.all_gather_into(&mine, &mut all[..]);
-        let first = all[0];
-        if let Some((r, &other)) = all.iter().enumerate().find(|(_, &b)| b != first) {
-            // The value is the disagreement, not this process's own (which may be the
-            // default, set by nobody): the same message on every process.
-            return Err(Error::Config(ConfigError::Var {
-                var: "BALLAST_BUFFER_SIZE",
-                value: format!("{first} on MPI rank 0, {other} on MPI rank {r}"),
-                reason: format!(
-                    "every process of an MPI job must use the same buffer_size (this is MPI rank {}, with {mine}): \
-                     set BALLAST_BUFFER_SIZE (or --buffer-size) alike on every process, or on none",
-                    self.rank()
-                ),
-            }));
-        }
-        Ok(())
+    /// Checks that every process uses the same `buffer_size` (a packet or message is
+    /// received into a buffer of that size plus a fixed header, so a larger one from a peer
+    /// could not be received) and the same `collective_checks` (a checked collective starts
+    /// with an `MPI_Allgather` that an unchecked one does not make), in one `MPI_Allgather`:
+    /// otherwise every process fails with the same [`ConfigError::Var`] naming the first
+    /// process that differs. Collective.
+    fn agree_on_settings(&self, t: &TransportConfig) -> Result<()> {
+        let mine = [t.buffer_size as u64, u64::from(t.collective_checks)];
+        let mut all = vec![0u64; 2 * self.size()];
+        self.world.all_gather_into(&mine[..], &mut all[..]);
+        let first = [all[0], all[1]];
+        let differs = all.chunks_exact(2).enumerate().find(|(_, p)| *p != first);
+        let Some((r, other)) = differs else {
+            return Ok(());
+        };
+        // The value is the disagreement, not this process's own (which may be the default,
+        // set by nobody): the same message on every process.
+        let (var, name, how, i) = if other[0] != first[0] {
+            (
+                "BALLAST_BUFFER_SIZE",
+                "buffer_size",
+                "BALLAST_BUFFER_SIZE (or --buffer-size)",
+                0,
+            )
+        } else {
+            (
+                "BALLAST_COLLECTIVE_CHECKS",
+                "collective_checks",
+                "BALLAST_COLLECTIVE_CHECKS",
+                1,
+            )
+        };
+        let show = |v: u64| match i {
+            0 => v.to_string(),
+            _ => (if v == 1 { "on" } else { "off" }).to_string(),
+        };
+        Err(Error::Config(ConfigError::Var {
+            var,
+            value: format!(
+                "{} on MPI rank 0, {} on MPI rank {r}",
+                show(first[i]),
+                show(other[i])
+            ),
+            reason: format!(
+                "every process of an MPI job must use the same {name} (this is MPI rank {}, with {}): \
+                 set {how} alike on every process, or on none",
+                self.rank(),
+                show(mine[i]),
+            ),
+        }))
     }
 
     /// Whether a communicator of one rank per process made now with `config` takes the
@@ -77,9 +100,9 @@ impl Mpi {
     }
 
     /// Returns the decision and, when the native path was asked for but not taken, why.
-    /// Also checks [`Mpi::agree_on_buffer_size`] first. Collective.
+    /// Also checks [`Mpi::agree_on_settings`] first. Collective.
     fn use_native(&self, t: &TransportConfig, ranks: usize) -> Result<(bool, Option<String>)> {
-        self.agree_on_buffer_size(t)?;
+        self.agree_on_settings(t)?;
         let procs = self.size();
         let tag_ub = native::tag_ub(&self.world)?;
         let why_not = if !t.mpi_native {

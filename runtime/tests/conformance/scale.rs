@@ -167,9 +167,10 @@ pub fn bad_input_is_an_error<L: Launcher>(l: &L) {
 
 /// Ranks in different collectives get an error naming both, not a hang: after a barrier
 /// together, rank 0 enters a barrier and rank 1 an all-gather (every transport: the
-/// collective's stamp travels in its messages). Then both take part in the same one again.
+/// collective's stamp travels in its messages; on the MPI native path with
+/// `collective_checks` on, without which its barrier is `MPI_Barrier`, MPI's rule).
 pub fn mismatched_collectives<L: Launcher>(l: &L) {
-    let c = cfg(RecvSharing::Shared).build().unwrap();
+    let c = cfg(RecvSharing::Shared).collective_checks(true).build().unwrap();
     let res = l
         .run(2, &c, |comm| -> Result<Vec<u8>> {
             comm.barrier()?;

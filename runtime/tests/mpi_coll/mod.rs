@@ -6,6 +6,7 @@
 //! exchange, the size limits of MPI's `int` counts and a rank that fails during a
 //! collective. The engine path's algorithms (`mpi_native` off) are not run here.
 
+mod checks;
 mod sparse;
 mod values;
 
@@ -75,6 +76,14 @@ pub fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     add(
         "a failed rank ends the others' collective",
         sparse::failed_rank_aborts,
+    );
+    add(
+        "checked: different collectives are an error",
+        checks::mismatch_is_an_error_when_checked,
+    );
+    add(
+        "checked: every process alike or refused",
+        checks::different_checks_are_refused,
     );
     v
 }

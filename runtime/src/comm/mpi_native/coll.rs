@@ -1,7 +1,8 @@
 //! MPI's own collectives on the native path ([`NativeCollectives`] for [`MpiNative`]), on
 //! a duplicate of the world made for them alone (so no message of theirs is ever matched
 //! by a receive of the native path, whatever its source and tag):
-//! - `barrier`: `MPI_Allgather` of its stamp (below);
+//! - `barrier`: `MPI_Barrier` (with `collective_checks`, the `MPI_Allgather` of its stamp
+//!   alone, below);
 //! - `all_gatherv`: `MPI_Allgather` of its stamp and the lengths (`u64`), then
 //!   `MPI_Allgatherv`;
 //! - `all_reduce`: `MPI_Allreduce` (`MPI_INT32_T`, `MPI_INT64_T`, `MPI_UINT64_T`,
@@ -22,14 +23,18 @@
 //! notices, unexpected messages, sends and receives in flight) when none ran for
 //! [`KEEP_EVERY`].
 //!
-//! Stamps: `barrier` and `all_gatherv` start with the same `MPI_Allgather` of two `u64`s per
-//! rank, a stamp (the collective's kind, as in `protocol::collective`, and its number on
-//! this communicator, counting every collective) and a length, so that ranks that call
-//! different ones, or the same in another order, get
+//! Stamps: `all_gatherv` starts with an `MPI_Allgather` of two `u64`s per rank, a stamp
+//! (the collective's kind, as in `protocol::collective`, and its number on this
+//! communicator, counting every collective) and a length, so that ranks that call
+//! different collectives, or the same in another order, get
 //! [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch)
-//! as on the engine paths, not a hang. The others carry no stamp: each is the MPI
-//! collective a program would call, and ranks that call different ones are an erroneous
-//! MPI program (MPI may fail, or wait for ever).
+//! as on the engine paths, not a hang. The others carry no stamp unless
+//! `collective_checks` is on (`BALLAST_COLLECTIVE_CHECKS`, default off): each is then the
+//! MPI collective a program would call, at MPI's cost (issue 35 asks for MPI's cost on
+//! this path), and ranks that call different ones are an erroneous MPI program (MPI may
+//! fail, or wait for ever). With `collective_checks` on, each starts with that same
+//! `MPI_Allgather` of its stamp (16 B per rank; the stamp alone is the barrier), taken
+//! after its own allocations, so that a retryable error never repeats it.
 //!
 //! After a retryable error (out of memory: in the housekeeping at the start, or for the
 //! parts once the lengths are known), the collective is kept and the next call of its
@@ -354,6 +359,16 @@ impl MpiNative {
         Ok(lens)
     }
 
+    /// With `collective_checks` on, the stamped start of `kind` (its number taken): true;
+    /// off, nothing: false (the caller counts the collective once MPI's call returns).
+    pub(super) fn checked(&mut self, kind: CollectiveKind) -> Result<bool> {
+        if !self.cfg.collective_checks {
+            return Ok(false);
+        }
+        self.stamped_lengths(kind, 0, false)?;
+        Ok(true)
+    }
+
     /// `all_gatherv`'s data, once the lengths `lens` are known.
     fn gatherv_data(&mut self, lens: Vec<u64>, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         const OP: &str = "all_gatherv";
@@ -384,7 +399,13 @@ impl MpiNative {
 impl NativeCollectives for MpiNative {
     fn barrier(&mut self) -> Result<()> {
         self.coll_begin("barrier")?;
-        self.stamped_lengths(CollectiveKind::Barrier, 0, false).map(drop)
+        if self.checked(CollectiveKind::Barrier)? {
+            return Ok(());
+        }
+        let r = ffi::barrier(&self.coll);
+        self.mpi_done(r)?;
+        self.coll_seq += 1;
+        Ok(())
     }
 
     fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -413,12 +434,24 @@ impl NativeCollectives for MpiNative {
         try_reserve_for(&mut self.coll_words, words, || {
             format!("{OP}: a copy of {n} elements")
         })?;
-        let r = ffi::allreduce(&self.coll, &mut self.coll_words, data, op);
-        if self.coll_words.capacity() > KEPT_WORDS {
-            self.coll_words = Vec::new();
+        // The copy leaves the kept buffer for the stamp's (`checked`), and comes back to it
+        // when it is no larger than the kept size.
+        let mut copy = std::mem::take(&mut self.coll_words);
+        let stamped = match self.checked(CollectiveKind::AllReduce) {
+            Ok(s) => s,
+            Err(e) => {
+                self.coll_words = copy;
+                return Err(e);
+            }
+        };
+        let r = ffi::allreduce(&self.coll, &mut copy, data, op);
+        if copy.capacity() <= KEPT_WORDS {
+            self.coll_words = copy;
         }
         self.mpi_done(r)?;
-        self.coll_seq += 1;
+        if !stamped {
+            self.coll_seq += 1;
+        }
         Ok(())
     }
 
@@ -429,9 +462,12 @@ impl NativeCollectives for MpiNative {
         if len as u64 > INT_MAX {
             return Err(self.too_big(OP, format!("a buffer of {len} bytes"), "count"));
         }
+        let stamped = self.checked(CollectiveKind::Bcast)?;
         let r = ffi::bcast(&self.coll, buf, root);
         self.mpi_done(r)?;
-        self.coll_seq += 1;
+        if !stamped {
+            self.coll_seq += 1;
+        }
         Ok(())
     }
 
@@ -443,9 +479,12 @@ impl NativeCollectives for MpiNative {
             Some(Pending::Lengths(l)) => l,
             _ => {
                 let mut lens = words(if me == root { self.world } else { 0 }, OP)?;
+                let stamped = self.checked(CollectiveKind::Gather)?;
                 let r = ffi::gather_u64(&self.coll, data.len() as u64, &mut lens, root);
                 self.mpi_done(r)?;
-                self.coll_seq += 1;
+                if !stamped {
+                    self.coll_seq += 1;
+                }
                 if me != root {
                     lens = vec![data.len() as u64];
                 }
@@ -488,10 +527,13 @@ impl NativeCollectives for MpiNative {
                 try_reserve_for(&mut lens, 2 * n, || format!("{OP}: {n} lengths"))?;
                 lens.extend(parts.iter().map(|p| p.len() as u64));
                 lens.resize(2 * n, 0);
+                let stamped = self.checked(CollectiveKind::AllToAllv)?;
                 let (send, recv) = lens.split_at_mut(n);
                 let r = ffi::alltoall_u64(&self.coll, send, recv);
                 self.mpi_done(r)?;
-                self.coll_seq += 1;
+                if !stamped {
+                    self.coll_seq += 1;
+                }
                 lens
             }
         };

@@ -67,6 +67,8 @@ impl RuntimeConfigBuilder {
         datagram_drop_every: usize => 14, datagram_drop_every);
     setter!(/// Test only: the seed of the drop model's pattern (0 = the default one).
         datagram_drop_seed: u64 => 15, datagram_drop_seed);
+    setter!(/// Collective numbers checked across ranks on the MPI native path on/off.
+        collective_checks: bool => 16, collective_checks);
 
     /// Sets the setting `name` (a snake-case name of [`SETTINGS`], e.g. `buffer_count`)
     /// from `value` written as its `BALLAST_*` variable takes it (docs/CONFIG.md), for

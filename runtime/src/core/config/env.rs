@@ -137,6 +137,7 @@ impl RuntimeConfig {
             "endpoint_overflow" => t.endpoint_overflow = raw.parse()?,
             "datagram_drop_every" => t.datagram_drop_every = parse_usize(raw)?,
             "datagram_drop_seed" => t.datagram_drop_seed = parse_u64(raw)?,
+            "collective_checks" => t.collective_checks = parse_bool(raw)?,
             _ => return Err(format!("unknown setting {name}")),
         }
         Ok(())

@@ -217,6 +217,17 @@ pub struct TransportConfig {
     /// sender posted to that receiver before), so that a failing pattern can be run again
     /// by its seed (the local fabric's `drop_model`).
     pub datagram_drop_seed: u64,
+    /// Over the MPI native path, give every collective a number checked across the ranks
+    /// (`BALLAST_COLLECTIVE_CHECKS`), default off. On, a collective that carries none
+    /// (`barrier`, `all_reduce`, `bcast`, `gather`, `all_to_allv`, `exchange_sparse`) starts
+    /// with an `MPI_Allgather` of 16 B per rank, so that ranks calling different
+    /// collectives get [`ProtocolError::CollectiveMismatch`](crate::ProtocolError::CollectiveMismatch)
+    /// instead of a hang; off, they are MPI's own collectives alone, at MPI's cost and under
+    /// MPI's rule (ranks that call different ones are an erroneous program: MPI may fail or
+    /// wait for ever), and `barrier` is `MPI_Barrier`. `all_gatherv` is checked either way
+    /// (its lengths carry the number). The engine paths always check. Every process must
+    /// use the same value (checked when the communicator is made).
+    pub collective_checks: bool,
 }
 
 impl Default for TransportConfig {
@@ -238,6 +249,7 @@ impl Default for TransportConfig {
             endpoint_overflow: EndpointOverflow::Datagram,
             datagram_drop_every: 0,
             datagram_drop_seed: 0,
+            collective_checks: false,
         }
     }
 }
@@ -353,7 +365,7 @@ pub struct Setting {
 }
 
 /// Names of the settings, in declaration order, with their variables.
-pub const SETTINGS: [(&str, &str); 16] = [
+pub const SETTINGS: [(&str, &str); 17] = [
     ("transport", "BALLAST_TRANSPORT"),
     ("buffer_count", "BALLAST_BUFFER_COUNT"),
     ("buffer_size", "BALLAST_BUFFER_SIZE"),
@@ -370,6 +382,7 @@ pub const SETTINGS: [(&str, &str); 16] = [
     ("endpoint_overflow", "BALLAST_ENDPOINT_OVERFLOW"),
     ("datagram_drop_every", "BALLAST_DATAGRAM_DROP_EVERY"),
     ("datagram_drop_seed", "BALLAST_DATAGRAM_DROP_SEED"),
+    ("collective_checks", "BALLAST_COLLECTIVE_CHECKS"),
 ];
 
 /// The runtime's configuration: a validated [`TransportConfig`] plus the origin of each value.
@@ -484,6 +497,7 @@ impl RuntimeConfig {
             t.endpoint_overflow.to_string(),
             t.datagram_drop_every.to_string(),
             t.datagram_drop_seed.to_string(),
+            t.collective_checks.to_string(),
         ];
         SETTINGS
             .iter()

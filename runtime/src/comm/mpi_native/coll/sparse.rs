@@ -16,6 +16,7 @@
 use super::super::ffi::{self, CollOp};
 use super::*;
 use crate::core::memory::try_copy;
+use crate::protocol::collective::CollectiveKind;
 
 /// Exchanges' tags: their number modulo this (`MPI_TAG_UB` is at least 32767).
 const SPARSE_TAGS: u32 = 1 << 15;
@@ -79,9 +80,12 @@ impl MpiNative {
             })?;
             copies.push((d, send));
         }
+        // With `collective_checks`, the stamp (after the copies: nothing to repeat).
+        if !self.checked(CollectiveKind::ExchangeSparse)? {
+            self.coll_seq += 1;
+        }
         let tag = (self.sparse_seq % SPARSE_TAGS) as c_int;
         self.sparse_seq = self.sparse_seq.wrapping_add(1);
-        self.coll_seq += 1;
         let mut x = Nbx {
             tag,
             sends: Vec::with_capacity(copies.len()),

@@ -1,4 +1,4 @@
-//! The native path's collectives: MPI's blocking collectives (`MPI_Allgather`,
+//! The native path's collectives: MPI's blocking collectives (`MPI_Barrier`, `MPI_Allgather`,
 //! `MPI_Allgatherv`, `MPI_Allreduce`, `MPI_Bcast`, `MPI_Gather`, `MPI_Gatherv`,
 //! `MPI_Alltoall`, `MPI_Alltoallv`) over the caller's memory, each return code checked
 //! (the native path's communicators return errors, `MPI_ERRORS_RETURN`: rsmpi's
@@ -247,6 +247,13 @@ pub(in crate::comm::mpi_native) fn allgather_u64(
         )
     };
     Ok(check(code, "MPI_Allgather")?)
+}
+
+/// `MPI_Barrier` on `comm`.
+pub(in crate::comm::mpi_native) fn barrier(comm: &SimpleCommunicator) -> Result<()> {
+    // SAFETY: `comm` is live; the call takes no buffer.
+    let code = unsafe { ffi::MPI_Barrier(comm.as_raw()) };
+    Ok(check(code, "MPI_Barrier")?)
 }
 
 /// `MPI_Alltoall` of one `u64` per pair: `send[d]` to rank `d`, into `recv` (both one
