@@ -5,8 +5,9 @@
 //!   alone, below);
 //! - `all_gatherv`: `MPI_Allgather` of its stamp and the lengths (`u64`), then
 //!   `MPI_Allgatherv`;
-//! - `all_reduce`: `MPI_Allreduce` (`MPI_INT32_T`, `MPI_INT64_T`, `MPI_UINT64_T`,
-//!   `MPI_DOUBLE`; `MPI_SUM`, `MPI_MIN`, `MPI_MAX`), in MPI's own order of combination;
+//! - `all_reduce`: `MPI_Allreduce` in place (`MPI_IN_PLACE`: no copy of the input;
+//!   `MPI_INT32_T`, `MPI_INT64_T`, `MPI_UINT64_T`, `MPI_DOUBLE`; `MPI_SUM`, `MPI_MIN`,
+//!   `MPI_MAX`), in MPI's own order of combination;
 //! - `bcast`: `MPI_Bcast`;
 //! - `gather`: `MPI_Gather` of the lengths to the root, then `MPI_Gatherv`;
 //! - `all_to_allv`: `MPI_Alltoall` of the lengths, then `MPI_Alltoallv`;
@@ -63,7 +64,7 @@ const INT_MAX: u64 = c_int::MAX as u64;
 /// Bits of a stamp's collective number (the kind's code above them).
 const SEQ_BITS: u32 = 56;
 /// Words the kept buffer of the collectives keeps between calls (8 KiB: not counted in
-/// the footprint; a larger reduction's copy is freed after it).
+/// the footprint; a larger buffer of lengths is freed after its call).
 const KEPT_WORDS: usize = 1024;
 /// A collective starts with the housekeeping of the blocking calls when none ran for this
 /// many [`ffi::ticks`] (time-stamp counter cycles: about 1 ms; once per call would cost
@@ -429,25 +430,8 @@ impl NativeCollectives for MpiNative {
             }
             .into());
         }
-        let words = (n * data.ty().size()).div_ceil(8).max(1);
-        self.coll_words.clear();
-        try_reserve_for(&mut self.coll_words, words, || {
-            format!("{OP}: a copy of {n} elements")
-        })?;
-        // The copy leaves the kept buffer for the stamp's (`checked`), and comes back to it
-        // when it is no larger than the kept size.
-        let mut copy = std::mem::take(&mut self.coll_words);
-        let stamped = match self.checked(CollectiveKind::AllReduce) {
-            Ok(s) => s,
-            Err(e) => {
-                self.coll_words = copy;
-                return Err(e);
-            }
-        };
-        let r = ffi::allreduce(&self.coll, &mut copy, data, op);
-        if copy.capacity() <= KEPT_WORDS {
-            self.coll_words = copy;
-        }
+        let stamped = self.checked(CollectiveKind::AllReduce)?;
+        let r = ffi::allreduce(&self.coll, data, op);
         self.mpi_done(r)?;
         if !stamped {
             self.coll_seq += 1;

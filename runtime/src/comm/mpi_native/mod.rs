@@ -282,8 +282,7 @@ pub struct MpiNative {
     coll_seq: u64,
     /// A collective stopped by a retryable error, resumed by the next call of its kind.
     coll_unfinished: Option<Box<coll::CollUnfinished>>,
-    /// Kept buffers of the collectives: words (stamps, lengths, a reduction's input) and
-    /// `int` arrays.
+    /// Kept buffers of the collectives: words (stamps, lengths) and `int` arrays.
     coll_words: Vec<u64>,
     coll_ints: coll::IntBufs,
     /// When a collective last did the housekeeping at its start ([`coll::KEEP_EVERY`]).

@@ -326,30 +326,30 @@ fn mpi_op(op: ReduceOp) -> ffi::MPI_Op {
     }
 }
 
-/// `MPI_Allreduce` of `data` with `op`, in place: its bytes are copied into `scratch`
-/// (grown to hold them: reserve first, see the caller) as the send buffer, and the result
-/// written into `data` (`data.len()` fits an int: the caller's check).
+extern "C" {
+    /// `MPI_IN_PLACE` of the MPI this crate is built against (`consts.c`, built by
+    /// build.rs: a macro of `mpi.h` that rsmpi does not export).
+    fn ballast_mpi_in_place() -> *mut std::ffi::c_void;
+}
+
+/// `MPI_Allreduce` of `data` with `op`, in place (`MPI_IN_PLACE`: no copy of the input;
+/// `data.len()` fits an int: the caller's check).
 pub(in crate::comm::mpi_native) fn allreduce(
     comm: &SimpleCommunicator,
-    scratch: &mut Vec<u64>,
     mut data: ReduceSlice<'_>,
     op: ReduceOp,
 ) -> Result<()> {
     let count = data.len();
-    let bytes = count * data.ty().size();
-    let words = bytes.div_ceil(8).max(1);
-    scratch.clear();
-    scratch.resize(words, 0);
     let (dt, ptr) = reduce_parts(&mut data);
-    // SAFETY: `ptr` points to `bytes` initialised bytes of the caller's slice; `scratch`
-    // has room for `words * 8 >= bytes` bytes and is another allocation.
-    unsafe { std::ptr::copy_nonoverlapping(ptr, scratch.as_mut_ptr().cast::<u8>(), bytes) };
-    // SAFETY: `scratch` (8-byte aligned) and the caller's slice (aligned for its type)
-    // hold `count` elements of `dt`, borrowed for the call and not overlapping; `count`
-    // fits an int (the caller's check); `comm` is live.
+    // SAFETY: the shim returns mpi.h's constant and touches nothing.
+    let in_place = unsafe { ballast_mpi_in_place() };
+    // SAFETY: the caller's slice (aligned for its type, borrowed mutably for the call) holds
+    // `count` elements of `dt`, read as the input and overwritten with the result
+    // (`MPI_IN_PLACE` as the send buffer); `count` fits an int (the caller's check); `comm`
+    // is live.
     let code = unsafe {
         ffi::MPI_Allreduce(
-            scratch.as_ptr().cast(),
+            in_place.cast_const(),
             ptr.cast(),
             count as c_int,
             dt,
