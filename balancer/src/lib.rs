@@ -19,8 +19,8 @@ pub mod node_fit;
 pub mod node_suggest;
 pub mod pickle;
 mod progress;
-pub mod quote;
-pub mod read_file;
+mod quote;
+mod read_file;
 #[cfg(feature = "sonata")]
 pub mod sonata;
 pub mod spawn;
