@@ -12,7 +12,7 @@ mod dry_run;
 mod error;
 mod files;
 pub mod files_dat;
-pub mod gid_map;
+mod gid_map;
 pub mod limits;
 pub mod network;
 pub mod node_fit;
@@ -37,6 +37,7 @@ pub use files::{
     allocation_file_name, load_or_generate, read_allocation, sidecar_file_name, stage_allocation,
     write_allocation, AllocationCosts, AllocationSource, CostInputs, LoadedAllocation,
 };
+pub use gid_map::GidMap;
 pub use progress::Progress;
 pub use strategy::{
     balance, balance_charged, neurodamus, transport_aware, Balanced, BalancerConfig, BalancerConfigBuilder,
