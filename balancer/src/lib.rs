@@ -4,7 +4,7 @@
 #![deny(unsafe_code)]
 
 mod allocation;
-pub mod arena;
+mod arena;
 pub mod atomic;
 pub mod circuit;
 pub mod corenrn;
