@@ -1,6 +1,6 @@
 //! Atomic output files: every file the balancer writes (allocation, its sidecar,
-//! `cell_memory_usage.json`, plots) appears complete or not at all, and never replaces an
-//! input ([`refuse_input`]).
+//! `cell_memory_usage.json`) appears complete or not at all, and never replaces an input
+//! ([`refuse_input`]).
 //!
 //! An [`AtomicFile`] is written unnamed where Linux allows it (`O_TMPFILE` in the target's
 //! directory), so SIGKILL or a crash leaves nothing; [`AtomicFile::commit`] links it into
@@ -15,6 +15,17 @@
 //! device node, a socket, a directory; a symlink to a regular file is fine) is refused,
 //! never replaced ([`refuse_special`]): checked when the file is started and again just
 //! before it is put in place.
+//!
+//! Why this is public: writing files atomically is part of writing allocation files.
+//! [`stage_allocation`](crate::stage_allocation),
+//! [`AllocationCosts::stage`](crate::AllocationCosts::stage) (the sidecar) and
+//! [`DryRun::stage_json_file`](crate::DryRun::stage_json_file) hand back an [`AtomicFile`],
+//! written but not yet in place, so that a caller commits them together with outputs of its
+//! own ([`commit_all`]) once its checks have passed: an allocation file never appears
+//! without its sidecar, and a run that fails half-way leaves nothing. A caller's own outputs
+//! (`ballast` writes its plots and `rebalance-corenrn`'s `files.dat` this way) follow the
+//! same rules with [`AtomicFile`], [`write_file`], [`refuse_input`], [`refuse_special`] and
+//! [`create_dir_all`].
 use std::fs::File;
 use std::io::{self, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -395,7 +406,7 @@ pub fn commit_all(files: Vec<AtomicFile>) -> Result<Vec<PathBuf>> {
 }
 
 /// What a file that is not a regular file is, for messages (`None` for a regular file).
-pub fn special_kind(meta: &std::fs::Metadata) -> Option<&'static str> {
+pub(crate) fn special_kind(meta: &std::fs::Metadata) -> Option<&'static str> {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     Some(if t.is_file() {
@@ -434,11 +445,14 @@ pub fn refuse_special(output: &Path) -> Result<()> {
 /// An input file, named by the option that gave it (for messages).
 #[derive(Debug, Clone)]
 pub struct Input {
+    /// The input file.
     pub path: PathBuf,
+    /// How the user gave it (an option, `--memory-usage`, or a description), for messages.
     pub option: String,
 }
 
 impl Input {
+    /// The input `path`, given by `option`.
     pub fn new(path: impl Into<PathBuf>, option: impl Into<String>) -> Input {
         Input {
             path: path.into(),

@@ -60,7 +60,8 @@ impl FilesDat {
     /// word (ids ≥ 0, or the skip mark `-1`), any number on a line. Ids are kept as
     /// CoreNEURON reads them with `%d` (`+7` and `007` are `7`: CoreNEURON opens `7_1.dat`).
     /// Every word after the header must be an id; how many must agree with the count is
-    /// [`FilesDat::entries`]' business. Bad input is quoted shortened ([`crate::quote`]).
+    /// [`FilesDat::entries`]' business. Bad input is quoted shortened: its first 80
+    /// characters and its length in bytes.
     pub fn parse(text: &str, path: &Path) -> Result<FilesDat> {
         let format = |line: usize, message: String| CorenrnError::Format {
             path: path.to_owned(),

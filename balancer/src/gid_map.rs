@@ -2,7 +2,8 @@
 //! when the gids are compact, as neurodamus numbers them, a hash map or set (FxHash) when
 //! they are sparse, so that one huge gid costs memory in proportion to the cells, not to the
 //! gid. [`GidMap`] holds any small value; [`GidIndex`] holds a `u32` in 4 bytes per gid;
-//! [`GidSet`] is 1 bit per gid.
+//! [`GidSet`] is 1 bit per gid. Only [`GidMap`] is public (at the crate root): the dry run's
+//! per-population tables are made of it; the index and the set serve the balancer's checks.
 
 use std::collections::HashMap;
 
@@ -14,12 +15,16 @@ fn dense(span: usize, count: usize) -> bool {
     span <= count.saturating_mul(4).saturating_add(4096)
 }
 
-/// gid → `T` (see the module docs). Dense when `max gid < 4 × cells + 4096`.
-///
-/// [`GidIndex`] is the compact form for `u32` values (4 bytes per dense slot instead of 8).
+/// gid → `T`, for the gids of one population: a vector indexed by gid when the gids are
+/// compact (`max gid < 4 × cells + 4096`, as neurodamus numbers them), else a hash map, so
+/// that one huge gid costs memory in proportion to the cells, not to the gid. Returned by
+/// [`DryRun::gid_kb_table`](crate::DryRun::gid_kb_table) and
+/// [`DryRun::gid_metype_table`](crate::DryRun::gid_metype_table), one per population.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GidMap<T> {
+    /// Slot `gid` holds the gid's value.
     Dense(Vec<Option<T>>),
+    /// The gids that have a value.
     Sparse(HashMap<u32, T>),
 }
 
@@ -58,7 +63,7 @@ impl<T: Copy> GidMap<T> {
 /// gid → `u32` (a metype index, a position), `u32::MAX` excluded: dense (4 bytes per slot,
 /// `u32::MAX` = absent) under the same rule as [`GidMap`], else an FxHash map.
 #[derive(Debug, Clone, PartialEq)]
-pub enum GidIndex {
+pub(crate) enum GidIndex {
     Dense(Vec<u32>),
     Sparse(FxHashMap<u32, u32>),
 }
@@ -67,7 +72,7 @@ impl GidIndex {
     const ABSENT: u32 = u32::MAX;
 
     /// An empty index for about `count` gids below `span`.
-    pub fn for_span(span: usize, count: usize) -> GidIndex {
+    pub(crate) fn for_span(span: usize, count: usize) -> GidIndex {
         if dense(span, count) {
             GidIndex::Dense(vec![Self::ABSENT; span])
         } else {
@@ -77,7 +82,7 @@ impl GidIndex {
 
     /// The value of `gid`, if any.
     #[inline]
-    pub fn get(&self, gid: u32) -> Option<u32> {
+    pub(crate) fn get(&self, gid: u32) -> Option<u32> {
         match self {
             GidIndex::Dense(v) => v.get(gid as usize).copied().filter(|&x| x != Self::ABSENT),
             GidIndex::Sparse(m) => m.get(&gid).copied(),
@@ -86,7 +91,7 @@ impl GidIndex {
 
     /// Sets `gid` to `value` (< `u32::MAX`); a dense index grows as needed.
     #[inline]
-    pub fn insert(&mut self, gid: u32, value: u32) {
+    pub(crate) fn insert(&mut self, gid: u32, value: u32) {
         debug_assert!(value != Self::ABSENT);
         match self {
             GidIndex::Dense(v) => {
@@ -105,14 +110,14 @@ impl GidIndex {
 /// A set of gids: a bitmap under the same rule as [`GidMap`] (1 bit per slot), else an
 /// FxHash set.
 #[derive(Debug, Clone, PartialEq)]
-pub enum GidSet {
+pub(crate) enum GidSet {
     Bitmap(Vec<u64>),
     Sparse(FxHashSet<u32>),
 }
 
 impl GidSet {
     /// An empty set for about `count` gids below `span`.
-    pub fn for_span(span: usize, count: usize) -> GidSet {
+    pub(crate) fn for_span(span: usize, count: usize) -> GidSet {
         if dense(span, count) {
             GidSet::Bitmap(vec![0; span.div_ceil(64)])
         } else {
@@ -122,7 +127,7 @@ impl GidSet {
 
     /// True when `gid` is in the set.
     #[inline]
-    pub fn contains(&self, gid: u32) -> bool {
+    pub(crate) fn contains(&self, gid: u32) -> bool {
         match self {
             GidSet::Bitmap(b) => b
                 .get(gid as usize / 64)
@@ -133,7 +138,7 @@ impl GidSet {
 
     /// Adds `gid`; false when it was already there. A bitmap grows as needed.
     #[inline]
-    pub fn insert(&mut self, gid: u32) -> bool {
+    pub(crate) fn insert(&mut self, gid: u32) -> bool {
         match self {
             GidSet::Bitmap(b) => {
                 let w = gid as usize / 64;

@@ -6,6 +6,17 @@
 //! across the full size"), so a small test circuit on a large allocation is fine; a billion
 //! ranks for three cells is not a run anybody means, and each bucket costs memory (about
 //! [`BYTES_PER_BUCKET`]) before a single cell is placed.
+//!
+//! Why this is public: these are the balancer's refusals, and a caller meets them before
+//! any work. [`check_buckets`] is the check that
+//! [`BalancerConfig::check_size`](crate::BalancerConfig::check_size) makes, for a caller
+//! with counts but no dry run (`ballast stats` sizes its per-rank tables of an allocation
+//! file read back). [`available_memory`] is the figure the memory checks compare against:
+//! this one's, `corenrn::rebalance`'s and the proxy simulation's each take it from their
+//! caller (`None`: not checked). [`human_bytes`] is how their messages state sizes, for a
+//! caller that prints figures beside them. What only the balancer checks (the address space
+//! left under `ulimit -v` for a thread, the memory a generator or reader allocates) stays
+//! crate-private.
 use crate::error::{BalancerError, Result};
 
 /// Cells balanced at most, plus one: 2^32 - 1 (LPT names a cell by a `u32` position).
@@ -65,7 +76,7 @@ fn address_space_limit() -> Option<u64> {
 /// Address space left under the process's limit (`address_space_limit`) above its
 /// current size (`VmSize` of /proc/self/status), in bytes; `None` without a limit or where
 /// they cannot be read.
-pub fn address_space_left() -> Option<u64> {
+pub(crate) fn address_space_left() -> Option<u64> {
     let size = proc_kb_field("/proc/self/status", "VmSize:")?;
     Some(address_space_limit()?.saturating_sub(size))
 }
@@ -101,7 +112,7 @@ pub fn human_bytes(bytes: u64) -> String {
 
 /// Errors unless `bytes` fit in `available` (`None`: not checked); the message names `what`
 /// and both figures.
-pub fn check_memory(what: &str, bytes: u64, available: Option<u64>) -> Result<()> {
+pub(crate) fn check_memory(what: &str, bytes: u64, available: Option<u64>) -> Result<()> {
     match available {
         Some(avail) if bytes > avail => Err(BalancerError::InvalidParameter(format!(
             "{what} would need about {} but only {} are available (MemAvailable, or ulimit -v)",

@@ -2,12 +2,12 @@
 //! first [`QUOTE_CHARS`] characters and its length, not copied whole to stderr.
 
 /// Characters of a bad input quoted at most.
-pub const QUOTE_CHARS: usize = 80;
+pub(crate) const QUOTE_CHARS: usize = 80;
 
 /// `text` in Rust debug quotes when at most [`QUOTE_CHARS`] characters, else its first
 /// [`QUOTE_CHARS`] characters quoted, `…`, and its length in bytes:
 /// `"abc…" (20000000 bytes)`.
-pub fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     match text.char_indices().nth(QUOTE_CHARS) {
         None => format!("{text:?}"),
         Some((cut, _)) => format!("{:?}… ({} bytes)", &text[..cut], text.len()),
@@ -16,7 +16,7 @@ pub fn quote(text: &str) -> String {
 
 /// `text` as it is (JSON text of a value, say) when at most [`QUOTE_CHARS`] characters,
 /// else shortened as [`quote`] does, without the quotes.
-pub fn shorten(text: &str) -> String {
+pub(crate) fn shorten(text: &str) -> String {
     match text.char_indices().nth(QUOTE_CHARS) {
         None => text.to_owned(),
         Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
@@ -25,12 +25,12 @@ pub fn shorten(text: &str) -> String {
 
 /// Bytes of a text enough to shorten it as [`shorten`] does: [`QUOTE_CHARS`] characters
 /// and one more, of up to 4 bytes each.
-pub const QUOTE_BYTES: usize = 4 * (QUOTE_CHARS + 1);
+pub(crate) const QUOTE_BYTES: usize = 4 * (QUOTE_CHARS + 1);
 
 /// [`shorten`] for a text of `len` bytes known by its first bytes, `head`: all of it, or at
 /// least its first [`QUOTE_BYTES`] (a character cut at the end of `head` is left out). The
 /// same as [`shorten`] on the whole text, without holding it.
-pub fn shorten_head(head: &[u8], len: usize) -> String {
+pub(crate) fn shorten_head(head: &[u8], len: usize) -> String {
     let valid = match std::str::from_utf8(head) {
         Ok(text) => text,
         Err(e) => std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default(),

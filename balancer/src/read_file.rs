@@ -12,7 +12,7 @@ use rustix::fs::{Mode, OFlags};
 
 /// Why a regular input file could not be read.
 #[derive(Debug)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// Opening or reading failed.
     Io(io::Error),
     /// The path is not a regular file (symlinks followed): what it is.
@@ -39,7 +39,7 @@ impl std::fmt::Display for ReadError {
 
 impl ReadError {
     /// As an `io::Error` (for the error types that hold one with the path).
-    pub fn into_io(self) -> io::Error {
+    pub(crate) fn into_io(self) -> io::Error {
         match self {
             ReadError::Io(e) => e,
             other => io::Error::other(other.to_string()),
@@ -47,7 +47,7 @@ impl ReadError {
     }
 
     /// The balancer's error naming `path`.
-    pub fn at(self, path: &Path) -> crate::error::BalancerError {
+    pub(crate) fn at(self, path: &Path) -> crate::error::BalancerError {
         crate::error::BalancerError::Io {
             path: path.to_owned(),
             error: self.into_io(),
@@ -63,7 +63,7 @@ impl From<io::Error> for ReadError {
 
 /// Opens `path` for reading without blocking on a FIFO and returns it with its size at
 /// open; errors unless it is a regular file.
-pub fn open_regular(path: &Path) -> Result<(File, u64), ReadError> {
+pub(crate) fn open_regular(path: &Path) -> Result<(File, u64), ReadError> {
     let fd = rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
@@ -85,7 +85,7 @@ pub fn open_regular(path: &Path) -> Result<(File, u64), ReadError> {
 /// beyond, by its size at open or by the bytes actually read), and exactly the size it had
 /// when opened ([`ReadError::Changed`] when it ends before or goes on after). The buffer is
 /// reserved with `try_reserve_exact` (out of memory is an `io::ErrorKind::OutOfMemory`).
-pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+pub(crate) fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     let (file, size) = open_regular(path)?;
     if size > limit {
         return Err(ReadError::TooLarge(size));
@@ -94,7 +94,7 @@ pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
 }
 
 /// The `size` bytes of `file` (its size when opened), refusing a file that changed.
-pub fn read_exactly(file: File, size: u64) -> Result<Vec<u8>, ReadError> {
+pub(crate) fn read_exactly(file: File, size: u64) -> Result<Vec<u8>, ReadError> {
     let mut bytes = Vec::new();
     let len = usize::try_from(size).map_err(|_| ReadError::TooLarge(size))?;
     bytes
@@ -110,7 +110,7 @@ pub fn read_exactly(file: File, size: u64) -> Result<Vec<u8>, ReadError> {
 
 /// [`ReadError::Changed`] for `file`, `at_open` bytes when opened (its size now from
 /// `fstat`).
-pub fn changed(file: &File, at_open: u64) -> ReadError {
+pub(crate) fn changed(file: &File, at_open: u64) -> ReadError {
     let now = file.metadata().map_or(at_open, |m| m.len());
     ReadError::Changed { at_open, now }
 }

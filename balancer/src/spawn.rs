@@ -1,4 +1,5 @@
-//! Starting the balancer's and the CLI's helper threads only when they can start.
+//! Starting helper threads only when they can start: the balancer's own, and its caller's
+//! beside it.
 //!
 //! Rust's standard library maps a spawned thread's stack before `spawn` returns, but the
 //! thread's signal stack (for its stack-overflow message) in the new thread, before the
@@ -11,11 +12,22 @@
 //!   its guard page, its signal stack, the malloc arena its first allocation reserves
 //!   (glibc: 64 MiB) and a margin ([`fits`]); when it does not, the work
 //!   runs on the calling thread instead ([`Side::Here`]) or, where it is optional or cannot
-//!   run inline, the caller is told ([`scoped`], [`detached`]);
+//!   run inline, the caller is told ([`scoped`]; the balancer's own `detached`);
 //! - after the spawn, the spawner waits until the new thread's first statement has run
 //!   (it signals), so that the spawner cannot allocate the space the thread's start needs
 //!   between the check and the start. Threads already running beside the spawner are not
 //!   held back: one that allocates exactly the space left in that window can still take it.
+//!
+//! Why this is public: the balancer's long steps ([`balance_charged`](crate::balance_charged),
+//! [`DryRun::from_json_file_with_notes`](crate::DryRun::from_json_file_with_notes)) run on
+//! the caller's thread and report to a [`Progress`](crate::Progress) that another thread
+//! reads, and a caller also has work of its own beside them. Started with
+//! `std::thread::spawn` under `ulimit -v`, that thread can abort the process after the
+//! balancer took care not to. [`scoped`] starts an optional thread (a progress display) only
+//! when it can start, [`side`] runs side work on a thread or else on the calling thread with
+//! the same result, and [`fits`] tells whether a thread can start (for a library that starts
+//! its own, such as a progress bar's ticker). `ballast` starts its progress bars and side
+//! work through them.
 #![deny(unsafe_code)]
 
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
@@ -52,7 +64,7 @@ const ARENA: u64 = if cfg!(all(target_os = "linux", target_env = "gnu")) {
 
 /// Bytes of address space one more thread takes as it starts and allocates: its stack,
 /// `START_OVERHEAD` and its malloc arena (`ARENA`).
-pub fn thread_bytes() -> u64 {
+pub(crate) fn thread_bytes() -> u64 {
     let stack = std::env::var("RUST_MIN_STACK")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
@@ -150,7 +162,7 @@ where
 /// `f` started on a detached thread named `name` when one can start, after which this
 /// returns. Errors (`OutOfMemory`, or the spawn's error) when it cannot start; `f` is
 /// dropped then.
-pub fn detached<F>(name: &str, f: F) -> std::io::Result<JoinHandle<()>>
+pub(crate) fn detached<F>(name: &str, f: F) -> std::io::Result<JoinHandle<()>>
 where
     F: FnOnce() + Send + 'static,
 {

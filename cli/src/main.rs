@@ -24,6 +24,7 @@ macro_rules! outln {
     ($($arg:tt)*) => {{ out!($($arg)*); out!("\n"); }};
 }
 
+mod arena;
 mod demo;
 mod dry_run;
 mod exchange;

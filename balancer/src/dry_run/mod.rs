@@ -222,7 +222,7 @@ impl DryRun {
     }
 
     /// Metype index of every gid of `population` (4 bytes per gid when dense).
-    pub fn gid_metype_index(&self, population: &Population) -> crate::gid_map::GidIndex {
+    pub(crate) fn gid_metype_index(&self, population: &Population) -> crate::gid_map::GidIndex {
         let mut t = crate::gid_map::GidIndex::for_span(population.gid_span(), population.cell_count());
         for (m, gids) in &population.metype_gids {
             for &g in gids {

@@ -133,7 +133,7 @@ enum TransportModel {
 
 pub fn run(args: &DryRunArgs) -> anyhow::Result<()> {
     // Memory one step frees is reused by the next instead of faulted in again.
-    ballast_balancer::arena::keep_freed();
+    crate::arena::keep_freed();
     let plan = Plan::new(args)?;
     let mut timings = Timings::default();
     // Reading a dry-run file counts its bytes twice (read, then parsed).
