@@ -7,6 +7,7 @@
 //! `mpi conformance: N passed, M failed, K skipped` from rank 0 and exits non-zero if any case failed
 //! on any process. Run it with `mpirun -n 1|2|4 <binary>` (see `ci/test.sh`).
 
+mod coll_cases;
 mod conformance;
 mod mpi_coll;
 mod mpi_lean;

@@ -6,6 +6,9 @@
 //!   (rank r on device r mod len(devices), `BALLAST_ROOT` on loopback, GID index from
 //!   `$RXE_VM_GID`), each running every case whose name contains FILTER, waits for all and
 //!   exits non-zero if any failed. Default devices: `$RXE_VM_DEV,$RXE_VM_DEV2`, else automatic.
+//!   The `coll:` cases are issue 35's collectives (`coll_cases/`, shared with
+//!   `mpi_conformance`) on one rank per process, in both receive sharing modes; the
+//!   `coll below 1 MiB:` cases the same without the 1 MiB lengths.
 //! - `--fanout N --sharing MODE`: the fanout scenario over N processes, checking the footprint
 //!   against the model and the pinned memory (VmPin, VmLck) against the registrations.
 //! - `--memlock`: the pool cannot be registered under a low `ulimit -l` (lowered to 64 KiB
@@ -22,6 +25,7 @@
 //!
 //! Without an RDMA device (e.g. on a host without soft-RoCE) it prints why and exits 0.
 
+mod coll_cases;
 mod conformance;
 mod verbs_cases;
 
@@ -44,6 +48,8 @@ use verbs_cases::refused::child_refused_arrival;
 struct VerbsLauncher {
     boot: Mutex<TcpBootstrap>,
     dev: VerbsConfig,
+    /// The number of processes (the world of the `coll:` cases: one rank each).
+    procs: usize,
 }
 
 impl Launcher for VerbsLauncher {
@@ -212,6 +218,19 @@ fn cases(l: &VerbsLauncher) -> Vec<(String, Box<dyn Fn() + '_>)> {
             Box::new(move || verbs_footprint_matches_model(l, m)),
         ));
     }
+    // Issue 35's collectives (`coll_cases/`), one rank per process: with every length
+    // (`coll:`), and without the 1 MiB ones (`coll below 1 MiB:`, minutes under TCG with
+    // more processes than vCPUs).
+    for (what, largest) in [("coll", usize::MAX), ("coll below 1 MiB", 1000)] {
+        for (name, body) in coll_cases::cases() {
+            for m in [RecvSharing::Shared, RecvSharing::PerPeer] {
+                v.push((
+                    format!("{what}: {name}/{m}"),
+                    Box::new(move || coll_case(l, m, largest, body)),
+                ));
+            }
+        }
+    }
     v.push(("try_recv_and_test".into(), Box::new(move || try_recv_and_test(l))));
     v.push((
         "pool_growth_is_bounded".into(),
@@ -348,6 +367,24 @@ fn verbs_datagram_footprint_matches_model(l: &VerbsLauncher, sharing: RecvSharin
     }
 }
 
+/// The collective case `body` on one rank per process (`l.procs` ranks), receive sharing
+/// `sharing`, lengths up to `largest`: it passes when every rank's body returned.
+fn coll_case(l: &VerbsLauncher, sharing: RecvSharing, largest: usize, body: coll_cases::Body) {
+    coll_cases::set_largest(largest);
+    let c = RuntimeConfig::builder()
+        .recv_sharing(sharing)
+        .lock_pool(false)
+        .build()
+        .unwrap();
+    let res = l
+        .run(l.procs, &c, |comm| {
+            body(comm);
+            true
+        })
+        .unwrap();
+    assert_eq!(res, vec![true; l.procs]);
+}
+
 /// `FILTER` is a comma-separated list of name parts; a case runs if it contains one of the
 /// plain parts (or there are none) and none of the parts written `!part`.
 fn selected(filter: Option<&str>, name: &str) -> bool {
@@ -365,6 +402,7 @@ fn child_conformance(filter: Option<String>) -> i32 {
     let l = VerbsLauncher {
         boot: Mutex::new(boot),
         dev: cfg.verbs().clone(),
+        procs,
     };
     let (mut passed, mut failed) = (0, 0);
     for (name, case) in cases(&l) {

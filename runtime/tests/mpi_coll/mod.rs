@@ -1,21 +1,18 @@
 //! The collectives on the MPI native path (MPI's own, issue 35), as cases of
-//! `mpi_conformance`: one rank per process (`mpirun -n 1, 2, 3, 4, 7`), every result
-//! checked against a reference each rank computes alone from the inputs' generators (the
-//! inputs of every rank are a function of its rank and the round). `values.rs`: all_reduce
-//! (every op × type), bcast, gather, all_gatherv, all_to_allv; `sparse.rs`: the sparse
-//! exchange, the size limits of MPI's `int` counts and a rank that fails during a
-//! collective. The engine path's algorithms (`mpi_native` off) are not run here.
+//! `mpi_conformance`: one rank per process (`mpirun -n 1, 2, 3, 4, 7`). The bodies are
+//! `coll_cases/`'s (shared with `verbs_conformance`), each run through [`native`]; after
+//! barrier and all_gatherv no Ballast peer is open (MPI's own collectives). `limits.rs`:
+//! the size limits of MPI's `int` counts and a rank that fails during a collective;
+//! `checks.rs`: `collective_checks` (mismatches an error, every process alike). The
+//! engine path's algorithms (`mpi_native` off) are not run here.
 
 mod checks;
-mod sparse;
-mod values;
+mod limits;
 
 use ballast_runtime::mpi::Mpi;
 use ballast_runtime::{Communicator, RuntimeConfig};
 
-/// The element counts of the reductions and the byte lengths of the other calls: 0, 1,
-/// 1,000 and 1 MiB (for a reduction: as many elements as make 1 MiB).
-pub const LENS: [usize; 4] = [0, 1, 1000, 1 << 20];
+use crate::coll_cases;
 
 /// Runs `f` on one rank per MPI process (the native path, asserted) and checks that every
 /// process' rank returned; a failed assertion in `f` panics its rank, whose peers then end
@@ -32,50 +29,35 @@ pub fn native(f: impl Fn(&mut Communicator) + Sync) {
     assert_eq!(out.len(), 1);
 }
 
-/// A xorshift generator, seeded: the same sequence on every rank.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    /// A value in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
+/// Barrier and all_gatherv, then: MPI's own collectives opened no peer of Ballast's
+/// (Ballast's algorithms would have sent to their partners).
+fn all_gatherv_opens_no_peer(comm: &mut Communicator) {
+    coll_cases::values::all_gatherv_lengths(comm);
+    assert_eq!(
+        comm.footprint().peers_connected,
+        0,
+        "peers after barrier and all_gatherv"
+    );
 }
 
 /// The cases, named `native collectives: ...`.
 pub fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     let mut v: Vec<(String, Box<dyn Fn()>)> = Vec::new();
+    for (name, body) in coll_cases::cases() {
+        let (name, body): (&str, coll_cases::Body) = match name {
+            "barrier and all_gatherv" => ("barrier and all_gatherv open no peer", all_gatherv_opens_no_peer),
+            _ => (name, body),
+        };
+        v.push((
+            format!("native collectives: {name}"),
+            Box::new(move || native(body)),
+        ));
+    }
     let mut add = |name: &str, f: fn()| v.push((format!("native collectives: {name}"), Box::new(f)));
-    add(
-        "all_reduce every op and type",
-        values::all_reduce_every_op_and_type,
-    );
-    add("bcast from the first and last rank", values::bcast_roots);
-    add("gather to the first and last rank", values::gather_roots);
-    add(
-        "barrier and all_gatherv open no peer",
-        values::all_gatherv_lengths,
-    );
-    add("all_to_allv uneven and empty parts", values::all_to_allv_uneven);
-    add(
-        "exchange_sparse random destinations",
-        sparse::exchange_sparse_random,
-    );
-    add("sizes above MPI's int", sparse::sizes_above_int);
+    add("sizes above MPI's int", limits::sizes_above_int);
     add(
         "a failed rank ends the others' collective",
-        sparse::failed_rank_aborts,
+        limits::failed_rank_aborts,
     );
     add(
         "checked: different collectives are an error",
