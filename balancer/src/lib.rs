@@ -30,7 +30,9 @@ pub mod synthetic;
 
 // One public path per item (ci/public_paths.py checks the rustdoc output): the modules above
 // that are private publish their items here, once.
-pub use allocation::{Allocation, Bucket, GidProblems, PopulationAllocation};
+pub use allocation::{
+    Allocation, Bucket, GidProblems, PopulationAllocation, PopulationBucket, PopulationGid, ProblemSite,
+};
 pub use dry_run::{CostField, DryRun, Metype, Population, KNOWN_KEYS, MAX_TOTAL_KB, SYNAPSE_KB};
 pub use error::{BalancerError, Result};
 pub use files::{
