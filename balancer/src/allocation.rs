@@ -172,8 +172,8 @@ impl Allocation {
                 .unwrap_or(0);
             let in_dry_run = expected.map(|p| {
                 let mut set = GidSet::for_span(p.gid_span(), p.cell_count());
-                for (g, _) in p.cells() {
-                    set.insert(g);
+                for c in p.cells() {
+                    set.insert(c.gid);
                 }
                 set
             });
@@ -198,16 +198,14 @@ impl Allocation {
                 }
             }
             if let Some(p) = expected {
-                problems
-                    .missing
-                    .extend(
-                        p.cells()
-                            .filter(|&(g, _)| !seen.contains(g))
-                            .map(|(gid, _)| PopulationGid {
-                                population: pop.name.clone(),
-                                gid,
-                            }),
-                    );
+                problems.missing.extend(
+                    p.cells()
+                        .filter(|c| !seen.contains(c.gid))
+                        .map(|c| PopulationGid {
+                            population: pop.name.clone(),
+                            gid: c.gid,
+                        }),
+                );
             }
         }
         if let Some(d) = dry_run {
@@ -241,7 +239,7 @@ impl Allocation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dry_run::{Metype, Population};
+    use crate::dry_run::{Metype, MetypeGids, Population};
 
     /// Every kind of problem, named in `first` and shown in `describe` as the messages
     /// always showed them: `("P", 3)`, `("P", Bucket { .. })`, `"Q"`.
@@ -256,7 +254,10 @@ mod tests {
             populations: ["P", "Q"]
                 .map(|name| Population {
                     name: name.into(),
-                    metype_gids: vec![(0, vec![0, 1, 2])],
+                    metype_gids: vec![MetypeGids {
+                        metype: 0,
+                        gids: vec![0, 1, 2],
+                    }],
                     cell_synapses: None,
                 })
                 .into(),

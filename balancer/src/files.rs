@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::allocation::Allocation;
 use crate::atomic::AtomicFile;
-use crate::dry_run::DryRun;
+use crate::dry_run::{DryRun, MetypeGids};
 use crate::error::{BalancerError, Result};
 use crate::pickle;
 use crate::strategy::{balance, BalancerConfig};
@@ -159,7 +159,7 @@ impl CostInputs {
             h.update(&[0]);
             // The gids' bytes go to the CRC in chunks (the same stream as one by one).
             let mut bytes: Vec<u8> = Vec::with_capacity(1 << 16);
-            for (m, gids) in &p.metype_gids {
+            for MetypeGids { metype: m, gids } in &p.metype_gids {
                 h.update(&(*m as u64).to_le_bytes());
                 h.update(&(gids.len() as u64).to_le_bytes());
                 // A metype's cells weigh the same without per-cell synapses: the same sum,

@@ -33,7 +33,10 @@ pub mod synthetic;
 pub use allocation::{
     Allocation, Bucket, GidProblems, PopulationAllocation, PopulationBucket, PopulationGid, ProblemSite,
 };
-pub use dry_run::{CostField, DryRun, Metype, Population, KNOWN_KEYS, MAX_TOTAL_KB, SYNAPSE_KB};
+pub use dry_run::{
+    CostError, CostField, DryRun, GidMetype, Metype, MetypeGids, Population, KNOWN_KEYS, MAX_TOTAL_KB,
+    SYNAPSE_KB,
+};
 pub use error::{BalancerError, Result};
 pub use files::{
     allocation_file_name, load_or_generate, read_allocation, sidecar_file_name, stage_allocation,

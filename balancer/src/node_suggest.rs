@@ -16,7 +16,7 @@
 //! nodes = ⌈grand total × (1 + margin) / node memory⌉, recompute the overhead (and the
 //! transport) for that many nodes, and repeat until the count is stable or
 //! [`MAX_ITERATIONS`] passes were made.
-use crate::dry_run::{DryRun, SYNAPSE_KB};
+use crate::dry_run::{DryRun, MetypeGids, SYNAPSE_KB};
 
 /// neurodamus' `SIM_ESTIMATE_FACTOR`: the simulation's memory as a multiple of cells +
 /// synapses.
@@ -40,7 +40,7 @@ pub const DEFAULT_RANK_OVERHEAD_MB: f64 = 52.1;
 pub fn cell_and_synapse_kb(dry_run: &DryRun) -> (f64, f64) {
     let (mut cells, mut synapses) = (0.0, 0.0);
     for p in &dry_run.populations {
-        for (metype, gids) in &p.metype_gids {
+        for MetypeGids { metype, gids } in &p.metype_gids {
             let m = &dry_run.metypes[*metype];
             cells += m.memory_kb * gids.len() as f64;
             match &p.cell_synapses {

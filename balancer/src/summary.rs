@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::allocation::{Allocation, Bucket};
-use crate::dry_run::DryRun;
+use crate::dry_run::{DryRun, MetypeGids};
 use crate::gid_map::GidSet;
 
 /// Load statistics over one set of cells (one population, or all of them). KB values are
@@ -123,7 +123,7 @@ fn metype_table(dry_run: &DryRun, pop: &crate::dry_run::Population, span: usize)
         return None;
     }
     let mut table = vec![ABSENT; span];
-    for (m, gids) in &pop.metype_gids {
+    for MetypeGids { metype: m, gids } in &pop.metype_gids {
         for &g in gids {
             table[g as usize] = *m as u16;
         }
@@ -243,7 +243,7 @@ impl Summary {
                 Index::Table(table)
             } else {
                 let mut index = crate::gid_map::GidIndex::for_span(span, pop.cell_count());
-                for (m, gids) in &pop.metype_gids {
+                for MetypeGids { metype: m, gids } in &pop.metype_gids {
                     for &g in gids {
                         index.insert(g, *m as u32);
                     }
@@ -500,8 +500,8 @@ mod tests {
         // Sparse gids: looked up through the dry run's index and a set.
         let mut sparse = dense.clone();
         for p in &mut sparse.populations {
-            for (_, g) in &mut p.metype_gids {
-                g.iter_mut().for_each(|x| *x = *x * 1013 + 7);
+            for e in &mut p.metype_gids {
+                e.gids.iter_mut().for_each(|x| *x = *x * 1013 + 7);
             }
         }
         for d in [dense, sparse] {

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
-use crate::dry_run::{DryRun, SYNAPSE_KB};
+use crate::dry_run::{DryRun, GidMetype, SYNAPSE_KB};
 use crate::network::Network;
 use crate::strategy::{balance, BalancerConfig, Lightest, Strategy};
 
@@ -160,7 +160,7 @@ impl CellCosts {
         let n = *offsets.last().unwrap_or(&0);
         let (mut cell_kb, mut synapse_kb) = (vec![0.0; n], vec![0.0; n]);
         for (p, pop) in dry_run.populations.iter().enumerate() {
-            for (gid, m) in pop.cells() {
+            for GidMetype { gid, metype: m } in pop.cells() {
                 let c = offsets[p] + gid as usize;
                 let metype = &dry_run.metypes[m];
                 let syn = match &pop.cell_synapses {
@@ -334,7 +334,7 @@ fn placed_cells(dry_run: &DryRun, offsets: &[usize]) -> Vec<usize> {
         .populations
         .iter()
         .enumerate()
-        .flat_map(|(p, pop)| pop.cells().map(move |(g, _)| offsets[p] + g as usize))
+        .flat_map(|(p, pop)| pop.cells().map(move |c| offsets[p] + c.gid as usize))
         .collect();
     v.sort_unstable();
     v
@@ -424,7 +424,7 @@ fn split_into_cycles(
     let cycles = config.cycles as usize;
     let mut per_rank: Vec<Vec<(usize, u32)>> = vec![Vec::new(); config.ranks as usize];
     for (p, pop) in dry_run.populations.iter().enumerate() {
-        for (g, _) in pop.cells() {
+        for GidMetype { gid: g, .. } in pop.cells() {
             per_rank[rank_of[offsets[p] + g as usize] as usize].push((p, g));
         }
     }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::seen::{Seen, Sparse};
 use super::types::{Entries, Gids, Number, Object, Root, RootObject};
-use crate::dry_run::{DryRun, Metype, Population, KNOWN_KEYS};
+use crate::dry_run::{CostError, DryRun, Metype, MetypeGids, Population, KNOWN_KEYS};
 use crate::error::{BalancerError, Result};
 use crate::quote::quote;
 
@@ -210,7 +210,7 @@ fn validate(root: Root, path: &Path) -> std::result::Result<(DryRun, Vec<String>
                 .into_iter()
                 .zip(metype_index)
                 .map(|((_, gids), m)| match gids {
-                    Gids::Array { gids, .. } => (m, gids),
+                    Gids::Array { gids, .. } => MetypeGids { metype: m, gids },
                     Gids::Other => unreachable!("checked above"),
                 }),
         );
@@ -247,8 +247,12 @@ pub(super) fn checked(
     let dry_run = DryRun { metypes, populations };
     match dry_run.check_costs() {
         Ok(_) => Ok(dry_run),
-        Err((m, field, message)) => Err((
-            format!("{}[{}]", field.json_key(), quote(&dry_run.metypes[m].name)),
+        Err(CostError {
+            metype,
+            field,
+            message,
+        }) => Err((
+            format!("{}[{}]", field.json_key(), quote(&dry_run.metypes[metype].name)),
             message,
         )),
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::dry_run::{DryRun, Metype, Population, KNOWN_KEYS};
+use crate::dry_run::{DryRun, Metype, MetypeGids, Population, KNOWN_KEYS};
 use crate::error::{BalancerError, Result};
 use crate::quote::{quote, shorten};
 
@@ -130,7 +130,10 @@ fn from_json_value(value: &Value, text: &[u8], path: &Path) -> Result<DryRun> {
                 }
                 list.push(gid);
             }
-            metype_gids.push((m, list));
+            metype_gids.push(MetypeGids {
+                metype: m,
+                gids: list,
+            });
         }
         populations.push(Population {
             name: pop.clone(),
