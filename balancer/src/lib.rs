@@ -47,4 +47,4 @@ pub use strategy::{
     balance, balance_charged, neurodamus, transport_aware, Balanced, BalancerConfig, BalancerConfigBuilder,
     Strategy,
 };
-pub use summary::{BucketLoad, GidTables, LoadStats, Summary};
+pub use summary::{BucketLoad, GidTables, LoadStats, PopulationLoad, Summary};

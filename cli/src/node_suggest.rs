@@ -205,7 +205,7 @@ pub fn neurodamus_means(allocation: &Allocation, summary: &Summary) -> Vec<(Stri
         .populations
         .iter()
         .filter_map(|p| {
-            let (_, stats) = summary.populations.iter().find(|(n, _)| *n == p.name)?;
+            let stats = &summary.populations.iter().find(|s| s.name == p.name)?.stats;
             let held = p.buckets.iter().filter(|(_, g)| !g.is_empty()).count() as u64;
             (held > 0 && held < buckets).then(|| {
                 (

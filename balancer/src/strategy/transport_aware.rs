@@ -236,6 +236,24 @@ pub struct Placement {
     pub loads: RankLoads,
 }
 
+/// One candidate the search evaluated ([`TransportAwareResult::tried`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// Which algorithm produced it ([`Placement::method`]).
+    pub method: String,
+    /// Its largest rank total, KB (cells + synapses + transport: [`RankLoads::max_total_kb`]).
+    pub max_total_kb: f64,
+}
+
+impl Candidate {
+    fn of(p: &Placement) -> Candidate {
+        Candidate {
+            method: p.method.clone(),
+            max_total_kb: p.loads.max_total_kb(),
+        }
+    }
+}
+
 /// The transport-blind and the transport-aware results side by side.
 #[derive(Debug, Clone)]
 pub struct TransportAwareResult {
@@ -243,8 +261,8 @@ pub struct TransportAwareResult {
     pub blind: Placement,
     /// The best candidate (may be `blind` itself when nothing beat it).
     pub aware: Placement,
-    /// (method, largest rank total KB) of every candidate tried, in order.
-    pub tried: Vec<(String, f64)>,
+    /// Every candidate tried, in order (the transport-blind one first).
+    pub tried: Vec<Candidate>,
     /// The aware placement as an allocation (`ranks × cycles` buckets).
     pub allocation: Allocation,
 }
@@ -278,10 +296,10 @@ pub fn balance_transport_aware(
         },
     );
     let blind = eval("blind", rank_of_allocation(&blind_alloc, &network.offsets));
-    let mut tried = vec![(blind.method.clone(), blind.loads.max_total_kb())];
+    let mut tried = vec![Candidate::of(&blind)];
     let mut best = blind.clone();
-    let keep = |p: Placement, tried: &mut Vec<(String, f64)>, best: &mut Placement| {
-        tried.push((p.method.clone(), p.loads.max_total_kb()));
+    let keep = |p: Placement, tried: &mut Vec<Candidate>, best: &mut Placement| {
+        tried.push(Candidate::of(&p));
         if p.loads.max_total_kb() < best.loads.max_total_kb() {
             *best = p;
         }
