@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use hdf5_metno as hdf5;
 
-use super::config::NodesEntry;
+use super::config::{NodesEntry, PopulationType};
 use super::h5::{self, Ctx};
 use super::NodePopulation;
 use crate::error::{BalancerError, Result};
@@ -150,7 +150,7 @@ pub(crate) fn read_entry(entry: &NodesEntry, config: &Path) -> Result<Vec<NodePo
     };
     let root = h5::group(&top, &file, "nodes")?;
     let names = h5::members(&top, &root)?;
-    for (name, _) in &entry.populations {
+    for PopulationType { name, .. } in &entry.populations {
         if !names.contains(name) {
             return Err(top.err(
                 format!("/nodes/{name}"),
@@ -168,8 +168,8 @@ pub(crate) fn read_entry(entry: &NodesEntry, config: &Path) -> Result<Vec<NodePo
         let config_type = entry
             .populations
             .iter()
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, t)| t.clone());
+            .find(|p| p.name == name)
+            .and_then(|p| p.model_type.clone());
         let ctx = Ctx {
             file: path,
             population: &name,
