@@ -14,7 +14,7 @@ use crate::allocation::Allocation;
 use crate::atomic::AtomicFile;
 use crate::dry_run::{DryRun, MetypeGids};
 use crate::error::{BalancerError, Result};
-use crate::pickle;
+use crate::pickle::{self, RanksCycles};
 use crate::strategy::{balance, BalancerConfig};
 
 /// neurodamus' file name for an allocation of `ranks` ranks and `cycles` cycles.
@@ -33,7 +33,7 @@ pub fn allocation_file_name(ranks: u32, cycles: u32) -> String {
 pub fn read_allocation(path: &Path) -> Result<Allocation> {
     use crate::limits::count;
     let name = pickle::ranks_cycles_from_file_name(path);
-    if let Some((r, c)) = name.filter(|&(r, c)| r == 0 || c == 0) {
+    if let Some(RanksCycles { ranks: r, cycles: c }) = name.filter(|n| n.ranks == 0 || n.cycles == 0) {
         return Err(BalancerError::Pickle {
             path: path.to_owned(),
             message: format!(
@@ -49,7 +49,7 @@ pub fn read_allocation(path: &Path) -> Result<Allocation> {
         (r.max(b.rank as u64 + 1), c.max(b.cycle as u64 + 1))
     });
     let (ranks, cycles) = match name {
-        Some((r, c)) => {
+        Some(RanksCycles { ranks: r, cycles: c }) => {
             if span.0 > r as u64 || span.1 > c as u64 {
                 return Err(BalancerError::Pickle {
                     path: path.to_owned(),

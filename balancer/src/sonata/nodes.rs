@@ -10,6 +10,7 @@ use super::config::{NodesEntry, PopulationType};
 use super::h5::{self, Ctx};
 use super::NodePopulation;
 use crate::error::{BalancerError, Result};
+use crate::read_file::RegularFile;
 
 /// "No value" in per-node interned-string columns.
 const NONE: u32 = u32::MAX;
@@ -42,7 +43,7 @@ impl NodeTypes {
         }
         // A regular file only (a FIFO would block, a device be read without end), read
         // to its size when opened ([`crate::read_file`]).
-        let (file, size) = crate::read_file::open_regular(path).map_err(|e| {
+        let RegularFile { file, size } = crate::read_file::open_regular(path).map_err(|e| {
             csv_err(
                 path,
                 "",
