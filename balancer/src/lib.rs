@@ -34,8 +34,8 @@ pub use allocation::{
     Allocation, Bucket, GidProblems, PopulationAllocation, PopulationBucket, PopulationGid, ProblemSite,
 };
 pub use dry_run::{
-    CostError, CostField, DryRun, GidMetype, Metype, MetypeGids, Population, KNOWN_KEYS, MAX_TOTAL_KB,
-    SYNAPSE_KB,
+    CostError, CostField, DryRun, DryRunWithNotes, GidMetype, Metype, MetypeGids, Population, KNOWN_KEYS,
+    MAX_TOTAL_KB, SYNAPSE_KB,
 };
 pub use error::{BalancerError, Result};
 pub use files::{

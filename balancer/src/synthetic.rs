@@ -230,7 +230,7 @@ mod tests {
             std::path::Path::new("x"),
         )
         .unwrap()
-        .0;
+        .dry_run;
         assert_eq!(back.cell_count(), d.cell_count());
     }
 

@@ -134,6 +134,16 @@ impl Population {
     }
 }
 
+/// A dry run as read from a file, with the notes for the user on what was ignored
+/// ([`DryRun::from_json_file_with_notes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DryRunWithNotes {
+    /// The validated dry run.
+    pub dry_run: DryRun,
+    /// One line per note (top-level keys that are not neurodamus'), for warnings.
+    pub notes: Vec<String>,
+}
+
 /// A validated dry run: metypes (in `metype_memory` order) and populations (in file order).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DryRun {
@@ -405,7 +415,7 @@ mod tests {
     use serde_json::{json, Map, Value};
 
     fn parse(v: Value) -> Result<DryRun> {
-        DryRun::from_json_slice(&serde_json::to_vec(&v).unwrap(), Path::new("x.json")).map(|(d, _)| d)
+        DryRun::from_json_slice(&serde_json::to_vec(&v).unwrap(), Path::new("x.json")).map(|r| r.dry_run)
     }
 
     #[test]
