@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 #[cfg(feature = "sonata")]
-use crate::dry_run::{DryRun, Metype, Population};
+use crate::dry_run::{DryRun, Metype, MetypeGids, Population};
 use crate::error::{BalancerError, Result};
 #[cfg(feature = "sonata")]
 use crate::network::Network;
@@ -114,7 +114,7 @@ pub fn dry_run_from_circuit(circuit: &Circuit, memory: &MetypeMemory) -> Result<
                 synapse_sums[m].0 += synapses[g as usize] as u64;
                 synapse_sums[m].1 += 1;
             }
-            metype_gids.push((m, gids));
+            metype_gids.push(MetypeGids { metype: m, gids });
         }
         offsets.push(offsets.last().unwrap() + pop.len());
         populations.push(Population {
@@ -152,11 +152,12 @@ pub fn dry_run_from_circuit(circuit: &Circuit, memory: &MetypeMemory) -> Result<
         )));
     }
     let dry_run = DryRun { metypes, populations };
-    dry_run.check_costs().map_err(|(m, _, message)| {
+    dry_run.check_costs().map_err(|e| {
         BalancerError::InvalidParameter(format!(
-            "{}: metype `{}`: {message}",
+            "{}: metype `{}`: {}",
             circuit.config.display(),
-            dry_run.metypes[m].name
+            dry_run.metypes[e.metype].name,
+            e.message
         ))
     })?;
     let network = Network::from_pairs(offsets, &pairs)?;

@@ -408,25 +408,36 @@ pub fn coreneuron_reads(text: &str, nranks: usize) -> Result<Vec<Vec<String>>> {
             ),
         });
     }
-    for (i, (_, text, id)) in f.lines.iter().take(f.count as usize).enumerate() {
+    for (i, e) in f.lines.iter().take(f.count as usize).enumerate() {
         let r = i % nranks;
         if done[r] {
             continue;
         }
-        if *id == -1 {
+        if e.id == -1 {
             done[r] = true;
         } else {
-            out[r].push(text.clone());
+            out[r].push(e.text.clone());
         }
     }
     Ok(out)
 }
 
+/// One bin of a [`histogram`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramBin {
+    /// Its left edge, in the unit of the values.
+    pub start: f64,
+    /// Its right edge (included in the last bin only).
+    pub end: f64,
+    /// How many values fall in it.
+    pub count: usize,
+}
+
 /// A histogram of `values` in `bins` equal bins from the smallest to the largest value
 /// (NumPy's `histogram`, as neurodamus' `show_histogram` uses: the last bin includes its
-/// right edge; all values equal: one unit wide around them). Returns (start, end, count)
-/// per bin, empty bins included.
-pub fn histogram(values: &[u64], bins: usize) -> Vec<(f64, f64, usize)> {
+/// right edge; all values equal: one unit wide around them). Returns every bin, empty
+/// ones included, in order.
+pub fn histogram(values: &[u64], bins: usize) -> Vec<HistogramBin> {
     if values.is_empty() || bins == 0 {
         return Vec::new();
     }
@@ -440,7 +451,11 @@ pub fn histogram(values: &[u64], bins: usize) -> Vec<(f64, f64, usize)> {
         counts[b] += 1;
     }
     (0..bins)
-        .map(|b| (lo + b as f64 * width, lo + (b + 1) as f64 * width, counts[b]))
+        .map(|b| HistogramBin {
+            start: lo + b as f64 * width,
+            end: lo + (b + 1) as f64 * width,
+            count: counts[b],
+        })
         .collect()
 }
 
@@ -593,10 +608,11 @@ mod tests {
 
     #[test]
     fn histogram_as_numpy() {
+        let bin = |start, end, count| HistogramBin { start, end, count };
         let h = histogram(&[0, 10, 10, 5], 2);
-        assert_eq!(h, vec![(0.0, 5.0, 1), (5.0, 10.0, 3)]);
+        assert_eq!(h, [bin(0.0, 5.0, 1), bin(5.0, 10.0, 3)]);
         let h = histogram(&[3, 3], 1);
-        assert_eq!(h, vec![(2.5, 3.5, 2)]);
+        assert_eq!(h, [bin(2.5, 3.5, 2)]);
         assert!(histogram(&[], 3).is_empty());
     }
 

@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::allocation::Allocation;
 use crate::atomic::AtomicFile;
-use crate::dry_run::DryRun;
+use crate::dry_run::{DryRun, MetypeGids};
 use crate::error::{BalancerError, Result};
-use crate::pickle;
+use crate::pickle::{self, RanksCycles};
 use crate::strategy::{balance, BalancerConfig};
 
 /// neurodamus' file name for an allocation of `ranks` ranks and `cycles` cycles.
@@ -33,7 +33,7 @@ pub fn allocation_file_name(ranks: u32, cycles: u32) -> String {
 pub fn read_allocation(path: &Path) -> Result<Allocation> {
     use crate::limits::count;
     let name = pickle::ranks_cycles_from_file_name(path);
-    if let Some((r, c)) = name.filter(|&(r, c)| r == 0 || c == 0) {
+    if let Some(RanksCycles { ranks: r, cycles: c }) = name.filter(|n| n.ranks == 0 || n.cycles == 0) {
         return Err(BalancerError::Pickle {
             path: path.to_owned(),
             message: format!(
@@ -49,7 +49,7 @@ pub fn read_allocation(path: &Path) -> Result<Allocation> {
         (r.max(b.rank as u64 + 1), c.max(b.cycle as u64 + 1))
     });
     let (ranks, cycles) = match name {
-        Some((r, c)) => {
+        Some(RanksCycles { ranks: r, cycles: c }) => {
             if span.0 > r as u64 || span.1 > c as u64 {
                 return Err(BalancerError::Pickle {
                     path: path.to_owned(),
@@ -159,7 +159,7 @@ impl CostInputs {
             h.update(&[0]);
             // The gids' bytes go to the CRC in chunks (the same stream as one by one).
             let mut bytes: Vec<u8> = Vec::with_capacity(1 << 16);
-            for (m, gids) in &p.metype_gids {
+            for MetypeGids { metype: m, gids } in &p.metype_gids {
                 h.update(&(*m as u64).to_le_bytes());
                 h.update(&(gids.len() as u64).to_le_bytes());
                 // A metype's cells weigh the same without per-cell synapses: the same sum,

@@ -19,6 +19,18 @@ type Result<T> = std::result::Result<T, CorenrnError>;
 /// Longest version CoreNEURON reads: its `char version[256]` less the terminating NUL.
 pub const MAX_VERSION_BYTES: usize = 255;
 
+/// One id of a `files.dat` after its header ([`FilesDat::lines`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilesDatEntry {
+    /// The 1-based line it is on (several ids may share a line).
+    pub line: usize,
+    /// The id in decimal as CoreNEURON reads it with `%d` (`+7` and `007` are `7`): the
+    /// name of its data files (`7_1.dat`).
+    pub text: String,
+    /// Its value; `-1` is the skip mark.
+    pub id: i32,
+}
+
 /// A parsed `files.dat`: the header and every id after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilesDat {
@@ -28,9 +40,8 @@ pub struct FilesDat {
     pub gap_junctions: bool,
     /// The count line's value.
     pub count: u64,
-    /// The ids after the header, in file order: (1-based line number, the id in decimal as
-    /// CoreNEURON reads it, its value; `-1` is the skip mark). Several may share a line.
-    pub lines: Vec<(usize, String, i32)>,
+    /// The ids after the header, in file order, skip marks included.
+    pub lines: Vec<FilesDatEntry>,
 }
 
 impl FilesDat {
@@ -118,7 +129,11 @@ impl FilesDat {
                     format!("{} is not a cell-group id (an int ≥ 0, or -1)", quote(w)),
                 )
             })?;
-            entries.push((n, id.to_string(), id));
+            entries.push(FilesDatEntry {
+                line: n,
+                text: id.to_string(),
+                id,
+            });
         }
         Ok(FilesDat {
             version: version.to_owned(),
@@ -132,7 +147,7 @@ impl FilesDat {
     /// (neurodamus' `--max-entries`: `None`, the count line's, which must then agree with the
     /// lines; `Some(0)`, every line; `Some(n)`, the first `n`), without skip marks. Errors:
     /// a count that disagrees, `n` above the lines, a group listed twice.
-    pub fn entries(&self, path: &Path, max_entries: Option<u64>) -> Result<Vec<(usize, String, i32)>> {
+    pub fn entries(&self, path: &Path, max_entries: Option<u64>) -> Result<Vec<FilesDatEntry>> {
         let lines = self.lines.len() as u64;
         let take = match max_entries {
             None if self.count != lines => {
@@ -154,19 +169,19 @@ impl FilesDat {
         };
         let mut seen = std::collections::HashMap::new();
         let mut out = Vec::new();
-        for (n, text, id) in &self.lines[..take as usize] {
-            if *id == -1 {
+        for e in &self.lines[..take as usize] {
+            if e.id == -1 {
                 continue;
             }
-            if let Some(first) = seen.insert(*id, *n) {
+            if let Some(first) = seen.insert(e.id, e.line) {
                 return Err(CorenrnError::Duplicate {
                     path: path.to_owned(),
-                    line: *n,
+                    line: e.line,
                     first,
-                    id: *id,
+                    id: e.id,
                 });
             }
-            out.push((*n, text.clone(), *id));
+            out.push(e.clone());
         }
         Ok(out)
     }
@@ -198,6 +213,14 @@ fn words(text: &str) -> impl Iterator<Item = (usize, &str)> {
 mod tests {
     use super::*;
 
+    fn entry(line: usize, text: &str, id: i32) -> FilesDatEntry {
+        FilesDatEntry {
+            line,
+            text: text.into(),
+            id,
+        }
+    }
+
     #[test]
     fn parses_plain_and_gap_junction_headers() {
         let p = Path::new("f.dat");
@@ -205,15 +228,8 @@ mod tests {
         assert_eq!(f.version, "1.8");
         assert!(!f.gap_junctions);
         assert_eq!(f.count, 3);
-        assert_eq!(f.lines.iter().map(|l| l.2).collect::<Vec<_>>(), vec![3, 6, -1]);
-        assert_eq!(
-            f.entries(p, None)
-                .unwrap()
-                .iter()
-                .map(|e| e.2)
-                .collect::<Vec<_>>(),
-            vec![3, 6]
-        );
+        assert_eq!(f.lines.iter().map(|l| l.id).collect::<Vec<_>>(), vec![3, 6, -1]);
+        assert_eq!(f.entries(p, None).unwrap(), [entry(3, "3", 3), entry(4, "6", 6)]);
         // neurodamus' append mode pads the count with spaces.
         let f = FilesDat::parse("1.8\n-1\n         2\n4\n\n5\n", p).unwrap();
         assert!(f.gap_junctions);
@@ -264,10 +280,10 @@ mod tests {
         let p = Path::new("f.dat");
         let f = FilesDat::parse("\n\n  \n1.8\n\n\n2\n3\n4\n", p).unwrap();
         assert_eq!((f.version.as_str(), f.count, f.gap_junctions), ("1.8", 2, false));
-        assert_eq!(f.lines, vec![(8, "3".into(), 3), (9, "4".into(), 4)]);
+        assert_eq!(f.lines, [entry(8, "3", 3), entry(9, "4", 4)]);
         let f = FilesDat::parse("\n1.8\n\n-1\n\n \n1\n5\n", p).unwrap();
         assert_eq!((f.count, f.gap_junctions), (1, true));
-        assert_eq!(f.lines, vec![(8, "5".into(), 5)]);
+        assert_eq!(f.lines, [entry(8, "5", 5)]);
         let err = |t: &str| FilesDat::parse(t, p).unwrap_err().to_string();
         assert_eq!(
             err("\n \n"),
@@ -323,7 +339,7 @@ mod tests {
                 f.version.clone(),
                 f.gap_junctions,
                 f.count,
-                f.lines.iter().map(|l| (l.1.clone(), l.2)).collect::<Vec<_>>(),
+                f.lines.iter().map(|l| (l.text.clone(), l.id)).collect::<Vec<_>>(),
             )
         };
         let plain = values(&FilesDat::parse("1.8\n4\n3\n6\n-1\n9\n", p).unwrap());
@@ -341,14 +357,14 @@ mod tests {
                 f.entries(p, None)
                     .unwrap()
                     .iter()
-                    .map(|e| e.2)
+                    .map(|e| e.id)
                     .collect::<Vec<_>>(),
                 vec![3, 6, 9]
             );
         }
         // Line numbers are those of each word, for messages.
         let f = FilesDat::parse("1.8 2\r\n\r\n5 7\r\n", p).unwrap();
-        assert_eq!(f.lines, vec![(3, "5".into(), 5), (3, "7".into(), 7)]);
+        assert_eq!(f.lines, [entry(3, "5", 5), entry(3, "7", 7)]);
         let f = FilesDat::parse("1.8\n-1 2\n5 5\n", p).unwrap();
         assert!(f.gap_junctions);
         assert_eq!(

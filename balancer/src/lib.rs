@@ -93,8 +93,13 @@ pub mod synthetic;
 
 // One public path per item (ci/public_paths.py checks the rustdoc output): the modules above
 // that are private publish their items here, once.
-pub use allocation::{Allocation, Bucket, GidProblems, PopulationAllocation};
-pub use dry_run::{CostField, DryRun, Metype, Population, KNOWN_KEYS, MAX_TOTAL_KB, SYNAPSE_KB};
+pub use allocation::{
+    Allocation, Bucket, GidProblems, PopulationAllocation, PopulationBucket, PopulationGid, ProblemSite,
+};
+pub use dry_run::{
+    CostError, CostField, DryRun, DryRunWithNotes, GidMetype, Metype, MetypeGids, Population, KNOWN_KEYS,
+    MAX_TOTAL_KB, SYNAPSE_KB,
+};
 pub use error::{BalancerError, Result};
 pub use files::{
     allocation_file_name, load_or_generate, read_allocation, sidecar_file_name, stage_allocation,
@@ -106,4 +111,4 @@ pub use strategy::{
     balance, balance_charged, neurodamus, transport_aware, Balanced, BalancerConfig, BalancerConfigBuilder,
     Strategy,
 };
-pub use summary::{BucketLoad, GidTables, LoadStats, Summary};
+pub use summary::{BucketLoad, GidTables, LoadStats, PopulationLoad, Summary};

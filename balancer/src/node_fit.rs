@@ -193,7 +193,7 @@ pub fn fewest_nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dry_run::{Metype, Population};
+    use crate::dry_run::{Metype, MetypeGids, Population};
     use crate::strategy::transport_aware::{evaluate, CellCosts};
 
     /// `cells` cells of `kb` KB each, one population, one metype.
@@ -206,7 +206,10 @@ mod tests {
             }],
             populations: vec![Population {
                 name: "p".into(),
-                metype_gids: vec![(0, (0..cells).collect())],
+                metype_gids: vec![MetypeGids {
+                    metype: 0,
+                    gids: (0..cells).collect(),
+                }],
                 cell_synapses: None,
             }],
         }
@@ -307,7 +310,10 @@ mod tests {
             memory_kb: 500.0,
             synapses_per_cell: 0.0,
         });
-        d.populations[0].metype_gids.push((1, vec![10]));
+        d.populations[0].metype_gids.push(MetypeGids {
+            metype: 1,
+            gids: vec![10],
+        });
         let e = fewest_nodes(&d, None, &config(), None, 1, 250.0).unwrap_err();
         assert!(matches!(e, NodeFitError::NoFit { nodes: 11, .. }), "{e}");
     }

@@ -16,7 +16,7 @@
 //! nodes = ⌈grand total × (1 + margin) / node memory⌉, recompute the overhead (and the
 //! transport) for that many nodes, and repeat until the count is stable or
 //! [`MAX_ITERATIONS`] passes were made.
-use crate::dry_run::{DryRun, SYNAPSE_KB};
+use crate::dry_run::{DryRun, MetypeGids, SYNAPSE_KB};
 
 /// neurodamus' `SIM_ESTIMATE_FACTOR`: the simulation's memory as a multiple of cells +
 /// synapses.
@@ -34,13 +34,21 @@ pub const MAX_ITERATIONS: usize = 5;
 /// give neurodamus' own figure (its "Overhead (ranks=N)" line / N) with `--rank-overhead-mb`.
 pub const DEFAULT_RANK_OVERHEAD_MB: f64 = 52.1;
 
-/// The dry run's cell and synapse memory, KB: (Σ metype memory per cell, Σ 1.9 KB ×
-/// synapses), synapses counted per cell where the dry run has them, else the metype
-/// average.
-pub fn cell_and_synapse_kb(dry_run: &DryRun) -> (f64, f64) {
+/// A dry run's memory in two parts ([`cell_and_synapse_kb`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryKb {
+    /// Its cells' own memory, KB: Σ metype memory per cell.
+    pub cells_kb: f64,
+    /// Its synapses' memory, KB: Σ 1.9 KB ([`SYNAPSE_KB`]) × synapses.
+    pub synapses_kb: f64,
+}
+
+/// The dry run's cell and synapse memory, KB, synapses counted per cell where the dry run
+/// has them, else the metype average.
+pub fn cell_and_synapse_kb(dry_run: &DryRun) -> MemoryKb {
     let (mut cells, mut synapses) = (0.0, 0.0);
     for p in &dry_run.populations {
-        for (metype, gids) in &p.metype_gids {
+        for MetypeGids { metype, gids } in &p.metype_gids {
             let m = &dry_run.metypes[*metype];
             cells += m.memory_kb * gids.len() as f64;
             match &p.cell_synapses {
@@ -53,7 +61,19 @@ pub fn cell_and_synapse_kb(dry_run: &DryRun) -> (f64, f64) {
             }
         }
     }
-    (cells, synapses)
+    MemoryKb {
+        cells_kb: cells,
+        synapses_kb: synapses,
+    }
+}
+
+/// A row of the estimate table ([`Estimate::rows`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EstimateRow {
+    /// Its label, as neurodamus prints it (`Overhead (ranks=4)`, `GRAND TOTAL`).
+    pub label: String,
+    /// Its figure, MiB in all.
+    pub mb: f64,
 }
 
 /// neurodamus' total estimate for `ranks` ranks, MiB (see the module documentation).
@@ -99,16 +119,17 @@ impl Estimate {
         }
     }
 
-    /// The rows of the table (label, MiB in all), neurodamus' order, transport before the
-    /// simulation estimate, the grand total last.
-    pub fn rows(&self) -> [(String, f64); 6] {
+    /// The rows of the table, neurodamus' order, transport before the simulation estimate,
+    /// the grand total last.
+    pub fn rows(&self) -> [EstimateRow; 6] {
+        let row = |label: String, mb| EstimateRow { label, mb };
         [
-            (format!("Overhead (ranks={})", self.ranks), self.overhead_mb),
-            ("Cells".into(), self.cells_mb),
-            ("Synapses".into(), self.synapses_mb),
-            ("Transport (Ballast)".into(), self.transport_mb),
-            (format!("Simulation (x{SIM_ESTIMATE_FACTOR})"), self.simulation_mb),
-            ("GRAND TOTAL".into(), self.grand_total_mb),
+            row(format!("Overhead (ranks={})", self.ranks), self.overhead_mb),
+            row("Cells".into(), self.cells_mb),
+            row("Synapses".into(), self.synapses_mb),
+            row("Transport (Ballast)".into(), self.transport_mb),
+            row(format!("Simulation (x{SIM_ESTIMATE_FACTOR})"), self.simulation_mb),
+            row("GRAND TOTAL".into(), self.grand_total_mb),
         ]
     }
 
@@ -126,7 +147,7 @@ impl Estimate {
             }
         );
         let ranks = self.ranks.max(1) as f64;
-        for (label, mb) in self.rows() {
+        for EstimateRow { label, mb } in self.rows() {
             out += &format!("{label:<28} {mb:>14.1} {:>14.1}", mb / ranks);
             if let Some(n) = nodes {
                 out += &format!(" {:>14.1}", mb / n.max(1) as f64);
@@ -220,6 +241,19 @@ mod tests {
         assert_eq!(e.overhead_mb, 40.0);
         assert_eq!(e.simulation_mb, 5.0);
         assert_eq!(e.grand_total_mb, 47.0);
+        let labels = e.rows().map(|r| r.label);
+        assert_eq!(
+            labels,
+            [
+                "Overhead (ranks=4)",
+                "Cells",
+                "Synapses",
+                "Transport (Ballast)",
+                "Simulation (x2.5)",
+                "GRAND TOTAL"
+            ]
+        );
+        assert_eq!(e.rows().map(|r| r.mb), [40.0, 1.0, 1.0, 0.0, 5.0, 47.0]);
         let t = e.table(Some(2));
         assert!(t.contains("Overhead (ranks=4)"), "{t}");
         assert!(t.lines().last().unwrap().starts_with("GRAND TOTAL"), "{t}");
@@ -230,6 +264,46 @@ mod tests {
                 .ends_with("47.0           11.8           23.5"),
             "{t}"
         );
+    }
+
+    /// Cells' memory and synapses' apart: per-cell synapse counts where known, else the
+    /// metype average.
+    #[test]
+    fn cell_and_synapse_kb_sums_each_part() {
+        use crate::dry_run::{Metype, MetypeGids, Population};
+        let metype = |name: &str, memory_kb, synapses_per_cell| Metype {
+            name: name.into(),
+            memory_kb,
+            synapses_per_cell,
+        };
+        let population = |name: &str, cell_synapses| Population {
+            name: name.into(),
+            metype_gids: vec![
+                MetypeGids {
+                    metype: 0,
+                    gids: vec![0, 1],
+                },
+                MetypeGids {
+                    metype: 1,
+                    gids: vec![2],
+                },
+            ],
+            cell_synapses,
+        };
+        let mut d = DryRun {
+            metypes: vec![metype("A", 100.0, 10.0), metype("B", 7.0, 0.0)],
+            populations: vec![population("P", None)],
+        };
+        // 2 × 100 + 7 KB of cells; 2 × 10 average synapses of 1.9 KB.
+        let want = |cells_kb, synapses_kb| MemoryKb {
+            cells_kb,
+            synapses_kb,
+        };
+        assert_eq!(cell_and_synapse_kb(&d), want(207.0, 20.0 * SYNAPSE_KB));
+        // Counted per cell: 1 + 2 + 3 synapses (summed cell by cell, in that order).
+        d.populations.push(population("Q", Some(vec![1, 2, 3])));
+        let synapses_kb = 20.0 * SYNAPSE_KB + SYNAPSE_KB + 2.0 * SYNAPSE_KB + 3.0 * SYNAPSE_KB;
+        assert_eq!(cell_and_synapse_kb(&d), want(414.0, synapses_kb));
     }
 
     /// neurodamus' loop, transcribed: the reference the Rust function must match.

@@ -61,9 +61,18 @@ impl From<io::Error> for ReadError {
     }
 }
 
+/// A regular file opened for reading ([`open_regular`]).
+#[derive(Debug)]
+pub(crate) struct RegularFile {
+    /// The file, at its start.
+    pub file: File,
+    /// Its size when it was opened, bytes.
+    pub size: u64,
+}
+
 /// Opens `path` for reading without blocking on a FIFO and returns it with its size at
 /// open; errors unless it is a regular file.
-pub(crate) fn open_regular(path: &Path) -> Result<(File, u64), ReadError> {
+pub(crate) fn open_regular(path: &Path) -> Result<RegularFile, ReadError> {
     let fd = rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
@@ -78,7 +87,10 @@ pub(crate) fn open_regular(path: &Path) -> Result<(File, u64), ReadError> {
     // Reads of a regular file never block; the flag is cleared all the same.
     let flags = rustix::fs::fcntl_getfl(&file).map_err(io::Error::from)?;
     rustix::fs::fcntl_setfl(&file, flags - OFlags::NONBLOCK).map_err(io::Error::from)?;
-    Ok((file, meta.len()))
+    Ok(RegularFile {
+        file,
+        size: meta.len(),
+    })
 }
 
 /// Reads the regular file `path` whole: at most `limit` bytes ([`ReadError::TooLarge`]
@@ -86,7 +98,7 @@ pub(crate) fn open_regular(path: &Path) -> Result<(File, u64), ReadError> {
 /// when opened ([`ReadError::Changed`] when it ends before or goes on after). The buffer is
 /// reserved with `try_reserve_exact` (out of memory is an `io::ErrorKind::OutOfMemory`).
 pub(crate) fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let (file, size) = open_regular(path)?;
+    let RegularFile { file, size } = open_regular(path)?;
     if size > limit {
         return Err(ReadError::TooLarge(size));
     }
@@ -151,14 +163,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("f");
         std::fs::write(&f, b"0123456789").unwrap();
-        let (file, size) = open_regular(&f).unwrap();
+        let RegularFile { file, size } = open_regular(&f).unwrap();
+        assert_eq!(size, 10);
         let mut append = std::fs::OpenOptions::new().append(true).open(&f).unwrap();
         std::io::Write::write_all(&mut append, b"more").unwrap();
         match read_exactly(file, size) {
             Err(ReadError::Changed { at_open: 10, now: 14 }) => {}
             r => panic!("{:?}", r.map(|b| b.len())),
         }
-        let (file, size) = open_regular(&f).unwrap();
+        let RegularFile { file, size } = open_regular(&f).unwrap();
         std::fs::File::create(&f).unwrap().set_len(3).unwrap();
         match read_exactly(file, size) {
             Err(ReadError::Changed { at_open: 14, now: 3 }) => {}

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::allocation::{Allocation, Bucket};
-use crate::dry_run::DryRun;
+use crate::dry_run::{DryRun, MetypeGids};
 use crate::gid_map::GidSet;
 
 /// Load statistics over one set of cells (one population, or all of them). KB values are
@@ -85,6 +85,15 @@ impl LoadStats {
     }
 }
 
+/// One population's own statistics in a [`Summary`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PopulationLoad {
+    /// The population's name, as the allocation lists it.
+    pub name: String,
+    /// Its statistics over its own cells (KB, or cells when weighed by count).
+    pub stats: LoadStats,
+}
+
 /// Dense populations' gid → metype tables for [`Summary::checked_with`], by population
 /// index of the dry run (`None`: built when needed).
 #[derive(Debug, Default)]
@@ -123,7 +132,7 @@ fn metype_table(dry_run: &DryRun, pop: &crate::dry_run::Population, span: usize)
         return None;
     }
     let mut table = vec![ABSENT; span];
-    for (m, gids) in &pop.metype_gids {
+    for MetypeGids { metype: m, gids } in &pop.metype_gids {
         for &g in gids {
             table[g as usize] = *m as u16;
         }
@@ -163,8 +172,8 @@ pub struct Summary {
     pub cycles: u32,
     /// All populations together (a bucket's load is the sum over populations).
     pub overall: LoadStats,
-    /// (population name, its own statistics).
-    pub populations: Vec<(String, LoadStats)>,
+    /// Each population's own statistics, in allocation order.
+    pub populations: Vec<PopulationLoad>,
     /// The buckets that hold at least one cell, in (rank, cycle) order.
     pub buckets: Vec<BucketLoad>,
 }
@@ -243,7 +252,7 @@ impl Summary {
                 Index::Table(table)
             } else {
                 let mut index = crate::gid_map::GidIndex::for_span(span, pop.cell_count());
-                for (m, gids) in &pop.metype_gids {
+                for MetypeGids { metype: m, gids } in &pop.metype_gids {
                     for &g in gids {
                         index.insert(g, *m as u32);
                     }
@@ -275,7 +284,7 @@ impl Summary {
                     .populations
                     .iter()
                     .zip(counts.iter())
-                    .all(|((_, s), &n)| s.cells == n) =>
+                    .all(|(p, &n)| p.stats.cells == n) =>
             {
                 (Ok(()), summary)
             }
@@ -343,10 +352,10 @@ impl Summary {
                 t.1 += kb;
             }
             heaviest = heaviest.max(pop_heaviest);
-            populations.push((
-                pop.name.clone(),
-                LoadStats::from_loads(ranks, cycles, &loads, cells, pop_heaviest),
-            ));
+            populations.push(PopulationLoad {
+                name: pop.name.clone(),
+                stats: LoadStats::from_loads(ranks, cycles, &loads, cells, pop_heaviest),
+            });
         }
         let loads: Vec<(Bucket, f64)> = all.iter().map(|(&b, &(_, kb))| (b, kb)).collect();
         let cells = all.values().map(|t| t.0).sum();
@@ -439,8 +448,8 @@ impl Summary {
                 s.max_rank_kb, s.min_rank_kb, s.imbalance, s.ratio_to_lower_bound
             );
         };
-        for (name, s) in &self.populations {
-            row(name, s);
+        for p in &self.populations {
+            row(&p.name, &p.stats);
         }
         row("ALL (joint buckets)", &self.overall);
         out
@@ -500,8 +509,8 @@ mod tests {
         // Sparse gids: looked up through the dry run's index and a set.
         let mut sparse = dense.clone();
         for p in &mut sparse.populations {
-            for (_, g) in &mut p.metype_gids {
-                g.iter_mut().for_each(|x| *x = *x * 1013 + 7);
+            for e in &mut p.metype_gids {
+                e.gids.iter_mut().for_each(|x| *x = *x * 1013 + 7);
             }
         }
         for d in [dense, sparse] {

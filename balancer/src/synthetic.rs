@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal};
 
-use crate::dry_run::{DryRun, Metype, Population};
+use crate::dry_run::{DryRun, GidMetype, Metype, MetypeGids, Population};
 use crate::error::{BalancerError, Result};
 
 /// Parameters of the synthetic dry run.
@@ -138,7 +138,10 @@ pub fn generate(spec: &SyntheticSpec) -> Result<DryRun> {
                     rest = tail;
                     let mut mine = mine.to_vec();
                     mine.sort_unstable();
-                    (m, mine)
+                    MetypeGids {
+                        metype: m,
+                        gids: mine,
+                    }
                 })
                 .collect();
             let name = if p == 0 {
@@ -207,7 +210,7 @@ mod tests {
         let sizes: Vec<usize> = d.populations.iter().map(|p| p.cell_count()).collect();
         assert_eq!(sizes, vec![6667, 3333]);
         for p in &d.populations {
-            let mut gids: Vec<u32> = p.cells().map(|(g, _)| g).collect();
+            let mut gids: Vec<u32> = p.cells().map(|c| c.gid).collect();
             gids.sort_unstable();
             assert_eq!(gids, (0..p.cell_count() as u32).collect::<Vec<_>>());
         }
@@ -227,7 +230,7 @@ mod tests {
             std::path::Path::new("x"),
         )
         .unwrap()
-        .0;
+        .dry_run;
         assert_eq!(back.cell_count(), d.cell_count());
     }
 
@@ -356,8 +359,8 @@ pub fn generate_circuit(spec: &CircuitSpec) -> Result<SyntheticCircuit> {
     let metype_of: Vec<usize> = {
         let mut m = vec![0usize; n];
         for (p, pop) in dry_run.populations.iter().enumerate() {
-            for (g, mt) in pop.cells() {
-                m[offsets[p] + g as usize] = mt;
+            for GidMetype { gid, metype } in pop.cells() {
+                m[offsets[p] + gid as usize] = metype;
             }
         }
         m
@@ -407,7 +410,7 @@ pub fn generate_circuit(spec: &CircuitSpec) -> Result<SyntheticCircuit> {
     for (p, pop) in dry_run.populations.iter_mut().enumerate() {
         let span = pop.gid_span();
         let mut cell = vec![0u32; span];
-        for (g, m) in pop.cells().collect::<Vec<_>>() {
+        for GidMetype { gid: g, metype: m } in pop.cells().collect::<Vec<_>>() {
             let s = synapses[offsets[p] + g as usize];
             cell[g as usize] = s;
             sum[m].0 += s as u64;

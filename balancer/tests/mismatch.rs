@@ -13,7 +13,7 @@ fn dry_run(gids: &[u32]) -> DryRun {
         std::path::Path::new("mismatch"),
     )
     .unwrap()
-    .0
+    .dry_run
 }
 
 #[test]

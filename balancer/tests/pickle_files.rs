@@ -7,6 +7,7 @@ use std::process::Command;
 
 use ballast_balancer::pickle::{
     ranks_cycles_from_file_name, read_allocation_file, read_allocation_pickle, write_allocation_file,
+    RanksCycles,
 };
 use ballast_balancer::{BalancerError, Bucket, PopulationAllocation};
 
@@ -132,7 +133,7 @@ fn reads_real_neurodamus_fixture() {
     assert_eq!(&s1[..6], &[5, 9, 22, 120, 128, 142]);
     assert_eq!(
         ranks_cycles_from_file_name(&dir.join("allocation_r4_c2.pkl.gz")),
-        Some((4, 2))
+        Some(RanksCycles { ranks: 4, cycles: 2 })
     );
 }
 
@@ -464,11 +465,14 @@ for name, obj in cases.items():
 fn file_names() {
     assert_eq!(
         ranks_cycles_from_file_name(Path::new("/a/b/allocation_r4_c2.pkl.gz")),
-        Some((4, 2))
+        Some(RanksCycles { ranks: 4, cycles: 2 })
     );
     assert_eq!(
         ranks_cycles_from_file_name(Path::new("allocation_r1024_c10.pkl.gz")),
-        Some((1024, 10))
+        Some(RanksCycles {
+            ranks: 1024,
+            cycles: 10
+        })
     );
     for bad in [
         "allocation_r4_c2.pkl",

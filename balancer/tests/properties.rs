@@ -22,7 +22,7 @@ fn dry_run_strategy() -> impl Strategy<Value = DryRun> {
                     (format!("pop{p}"), serde_json::Value::Object(per.into_iter().enumerate().filter(|(_, g)| !g.is_empty()).map(|(m, g)| (format!("M{m}"), g.into())).collect()))
                 }).collect::<serde_json::Map<_, _>>(),
             });
-            DryRun::from_json_slice(&serde_json::to_vec(&json).unwrap(), std::path::Path::new("proptest")).unwrap().0
+            DryRun::from_json_slice(&serde_json::to_vec(&json).unwrap(), std::path::Path::new("proptest")).unwrap().dry_run
         })
 }
 

@@ -1,7 +1,7 @@
 //! Issue 33: a dry-run file with millions of unknown top-level keys kept a note (a warning)
 //! per key, some 150 bytes each, collected without a limit. The first 10 are named and the
 //! others counted in one more note, and the read keeps no key beyond those.
-use ballast_balancer::DryRun;
+use ballast_balancer::{DryRun, DryRunWithNotes};
 use std::fmt::Write;
 
 /// A dry-run file of the serde shape (an unknown key first) with `n` unknown keys `k0`,
@@ -21,7 +21,7 @@ fn a_million_unknown_keys_give_eleven_notes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cell_memory_usage.json");
     std::fs::write(&path, with_unknown_keys(1_000_000)).unwrap();
-    let (dry_run, notes) = DryRun::from_json_file_with_notes(&path, None).unwrap();
+    let DryRunWithNotes { dry_run, notes } = DryRun::from_json_file_with_notes(&path, None).unwrap();
     assert_eq!(dry_run.metypes.len(), 1);
     assert_eq!(notes.len(), 11, "{:?}", &notes[..notes.len().min(12)]);
     for (i, note) in notes[..10].iter().enumerate() {
@@ -40,7 +40,7 @@ fn up_to_ten_unknown_keys_are_all_named() {
     let path = dir.path().join("cell_memory_usage.json");
     for n in [1, 10, 11] {
         std::fs::write(&path, with_unknown_keys(n)).unwrap();
-        let (_, notes) = DryRun::from_json_file_with_notes(&path, None).unwrap();
+        let notes = DryRun::from_json_file_with_notes(&path, None).unwrap().notes;
         assert_eq!(notes.len(), n.min(11), "{n}: {notes:?}");
         if n == 11 {
             assert!(

@@ -4,14 +4,14 @@
 use std::io::Read;
 use std::path::Path;
 
-use ballast_balancer::{BalancerError, DryRun, Progress};
+use ballast_balancer::{BalancerError, DryRun, DryRunWithNotes, Progress};
 
 /// Reads the dry-run file `path` ([`DryRun::from_json_file_with_notes`], its progress
 /// counted in `progress` when given) and its notes. Errors: the reader's (one that could
 /// not open or read the file names the option: `--memory-usage: PATH: OS error`); when it fails and
 /// `path` is a regular file starting with gzip's magic bytes (1f 8b), an error naming it
 /// as an allocation pickle and the command that reads one.
-pub fn read(path: &Path, progress: Option<&Progress>) -> anyhow::Result<(DryRun, Vec<String>)> {
+pub fn read(path: &Path, progress: Option<&Progress>) -> anyhow::Result<DryRunWithNotes> {
     DryRun::from_json_file_with_notes(path, progress).map_err(|e| {
         if is_gzip(path) {
             anyhow::anyhow!(

@@ -4,7 +4,7 @@
 //! table, and the figures neurodamus prints differently by definition.
 use anyhow::Context;
 use ballast_balancer::network::Network;
-use ballast_balancer::node_suggest::{self, cell_and_synapse_kb, Estimate, Suggestion, MARGIN};
+use ballast_balancer::node_suggest::{self, cell_and_synapse_kb, Estimate, MemoryKb, Suggestion, MARGIN};
 use ballast_balancer::transport_aware::TransportCharge;
 use ballast_balancer::{balance_charged, Allocation, BalancerConfig, DryRun, Summary};
 use serde::Serialize;
@@ -86,10 +86,13 @@ pub fn suggest(
     rpn: RanksPerNode,
     memory: NodeMemory,
 ) -> anyhow::Result<Suggestion> {
-    let (cells, synapses) = cell_and_synapse_kb(dry_run);
+    let MemoryKb {
+        cells_kb,
+        synapses_kb,
+    } = cell_and_synapse_kb(dry_run);
     node_suggest::suggest_nodes(
-        cells,
-        synapses,
+        cells_kb,
+        synapses_kb,
         overhead_per_rank_mb,
         rpn.ranks as u64,
         memory.mb,
@@ -114,9 +117,15 @@ pub fn estimate(
     overhead_per_rank_mb: f64,
     transport_kb: Option<&[f64]>,
 ) -> Estimate {
-    let (cells, synapses) = cell_and_synapse_kb(dry_run);
+    let m = cell_and_synapse_kb(dry_run);
     let transport = transport_kb.map_or(0.0, |t| t.iter().sum::<f64>() / 1024.0);
-    Estimate::new(ranks as u64, overhead_per_rank_mb, cells, synapses, transport)
+    Estimate::new(
+        ranks as u64,
+        overhead_per_rank_mb,
+        m.cells_kb,
+        m.synapses_kb,
+        transport,
+    )
 }
 
 /// The lines saying where the node figures came from and what was suggested.
@@ -205,7 +214,7 @@ pub fn neurodamus_means(allocation: &Allocation, summary: &Summary) -> Vec<(Stri
         .populations
         .iter()
         .filter_map(|p| {
-            let (_, stats) = summary.populations.iter().find(|(n, _)| *n == p.name)?;
+            let stats = &summary.populations.iter().find(|s| s.name == p.name)?.stats;
             let held = p.buckets.iter().filter(|(_, g)| !g.is_empty()).count() as u64;
             (held > 0 && held < buckets).then(|| {
                 (

@@ -1,7 +1,7 @@
 //! What `dry-run` and `stats` print alike: counts in words ("1 rank", "2 ranks"),
 //! neurodamus' per-population warning about buckets that hold none of a population's cells,
 //! and a population's statistics as JSON ([`PopulationStats`]).
-use ballast_balancer::{Allocation, LoadStats};
+use ballast_balancer::{Allocation, LoadStats, PopulationLoad};
 use serde::Serialize;
 
 /// `n` and the noun, singular for 1: `count(1, "rank")` = "1 rank".
@@ -104,10 +104,11 @@ pub struct PopulationStats {
 }
 
 impl PopulationStats {
-    /// From a summary's (name, statistics) entry; the KB figures null unless `with_kb`.
-    pub fn new((name, s): &(String, LoadStats), with_kb: bool) -> PopulationStats {
+    /// From a summary's entry of a population; the KB figures null unless `with_kb`.
+    pub fn new(p: &PopulationLoad, with_kb: bool) -> PopulationStats {
+        let s = &p.stats;
         PopulationStats {
-            name: name.clone(),
+            name: p.name.clone(),
             cells: s.cells,
             kb: KbStats::new(s, with_kb),
             imbalance: s.imbalance,

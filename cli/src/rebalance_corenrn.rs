@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use ballast_balancer::atomic;
 use ballast_balancer::corenrn::{
-    check_layout, histogram, rebalance, size_entries, EntryFiles, Layout, RebalanceStrategy,
+    check_layout, histogram, rebalance, size_entries, EntryFiles, HistogramBin, Layout, RebalanceStrategy,
     DEFAULT_RANKS_PER_MACHINE,
 };
 use ballast_balancer::files_dat::FilesDat;
@@ -205,7 +205,7 @@ impl Plan {
                 parsed.lines.len()
             );
         }
-        let ids: Vec<String> = chosen.iter().map(|e| e.1.clone()).collect();
+        let ids: Vec<String> = chosen.iter().map(|e| e.text.clone()).collect();
         let entries = size_entries(&self.dat_dir, &ids, files_dat)?;
         let layout = self.rebalance(&entries, self.strategy)?;
         check_layout(&layout, entries.len())
@@ -414,8 +414,8 @@ fn histograms(r: &Report) -> anyhow::Result<()> {
     for (what, values) in [("machine", &r.machine_bytes), ("rank", &r.rank_bytes)] {
         outln!("\n{what} totals (KiB), 40 bins, empty bins not shown:");
         let h = histogram(values, 40);
-        let most = h.iter().map(|b| b.2).max().unwrap_or(1).max(1);
-        for (start, end, n) in h.into_iter().filter(|b| b.2 > 0) {
+        let most = h.iter().map(|b| b.count).max().unwrap_or(1).max(1);
+        for HistogramBin { start, end, count: n } in h.into_iter().filter(|b| b.count > 0) {
             outln!(
                 "  [{:>10.1} - {:>10.1}]: {:>6} {}",
                 kib(start),

@@ -132,7 +132,7 @@ fn load_sonata(args: &RunArgs, config: &Path) -> anyhow::Result<SimInput> {
     }
     let measured = match &args.memory_usage {
         Some(p) => crate::memory_usage::read(p, None)?
-            .0
+            .dry_run
             .metypes
             .into_iter()
             .map(|m| (m.name, m.memory_kb))

@@ -76,7 +76,7 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
     let dry_run = args
         .memory_usage
         .as_deref()
-        .map(|p| crate::memory_usage::read(p, None).map(|(d, _)| d))
+        .map(|p| crate::memory_usage::read(p, None).map(|r| r.dry_run))
         .transpose()?;
     let problems = allocation.gid_problems(dry_run.as_ref());
     let summary = match &dry_run {

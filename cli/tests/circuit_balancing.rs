@@ -6,7 +6,7 @@ mod common;
 use ballast_balancer::circuit::{dry_run_from_circuit, MetypeMemory};
 use ballast_balancer::sonata::Circuit;
 use ballast_balancer::transport_aware::balance_transport_aware;
-use ballast_balancer::BalancerConfig;
+use ballast_balancer::{BalancerConfig, GidMetype};
 use ballast_runtime::{RecvSharing, TransportConfig};
 use common::cmd::stderr;
 use serde_json::Value;
@@ -36,7 +36,7 @@ fn layer4_cells_weigh_their_own_synapses() {
     assert_eq!(syn, &circuit.afferent_counts("l4").unwrap());
     // A cell's cost: its metype's memory + 1.9 KB for each of its own synapses.
     let pop = &dry_run.populations[0];
-    for (gid, m) in pop.cells().take(20) {
+    for GidMetype { gid, metype: m } in pop.cells().take(20) {
         let want = dry_run.metypes[m].memory_kb + 1.9 * syn[gid as usize] as f64;
         assert_eq!(dry_run.cell_kb(pop, gid, m), want);
     }

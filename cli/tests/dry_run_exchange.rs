@@ -217,5 +217,27 @@ fn multisend_adds_the_ring_of_its_closing_all_gather() {
             predicted_kb(*c as usize, 8, false),
             "rank {r}"
         );
-    }
+    } // The search's candidates, as `[method, largest rank total KB]` pairs in the order
+      // tried: the blind one first, the chosen one the smallest.
+    let candidates: Vec<(&str, f64)> = multi["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| match c.as_array().map(Vec::as_slice) {
+            Some([method, kb]) => (method.as_str().unwrap(), kb.as_f64().unwrap()),
+            _ => panic!("not a [method, KB] pair: {c}"),
+        })
+        .collect();
+    let methods: Vec<&str> = candidates.iter().map(|c| c.0).collect();
+    let mut want = vec!["blind"];
+    want.extend(["charge-aware-lpt"; 3]);
+    want.extend(["locality-cut"; 4]);
+    want.extend(["spatial-cut"; 4]);
+    assert_eq!(methods, want);
+    assert_eq!(
+        candidates[0].1,
+        multi["blind_max_rank_total_kb"].as_f64().unwrap()
+    );
+    let least = candidates.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
+    assert_eq!(least, multi["max_rank_total_kb"].as_f64().unwrap());
 }

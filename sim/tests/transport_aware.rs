@@ -2,7 +2,9 @@
 //! strictly better where per-peer receive buffers make peers expensive; the charge is the
 //! runtime's footprint model ([`ballast_sim::transport_charge`]).
 use ballast_balancer::synthetic::{generate_circuit, CircuitSpec, SyntheticSpec};
-use ballast_balancer::transport_aware::{balance_transport_aware, evaluate, rank_of_allocation, CellCosts};
+use ballast_balancer::transport_aware::{
+    balance_transport_aware, evaluate, rank_of_allocation, Candidate, CellCosts,
+};
 use ballast_balancer::BalancerConfig;
 use ballast_runtime::{RecvSharing, TransportConfig};
 use ballast_sim::transport_charge;
@@ -48,6 +50,22 @@ fn per_peer_charge_is_lowered_by_co_locating_connected_cells() {
         aware.peers.iter().sum::<usize>() as f64 / 64.0
     );
     assert!(aware.max_total_kb() < blind.max_total_kb());
+    // Every candidate recorded: the blind one first, the one kept among them and the least.
+    assert_eq!(
+        result.tried[0],
+        Candidate {
+            method: "blind".into(),
+            max_total_kb: blind.max_total_kb(),
+        }
+    );
+    assert!(result.tried.contains(&Candidate {
+        method: result.aware.method.clone(),
+        max_total_kb: aware.max_total_kb(),
+    }));
+    assert!(result
+        .tried
+        .iter()
+        .all(|c| c.max_total_kb >= aware.max_total_kb()));
     // The allocation holds every gid once and matches the placement it came from.
     result.allocation.validate(&circuit.dry_run).unwrap();
     let costs = CellCosts::new(&circuit.dry_run, &circuit.network.offsets);

@@ -63,12 +63,44 @@ impl Metype {
     }
 }
 
+/// [`DryRun::check_costs`]' error: the metype at fault, the figure at fault and what is
+/// wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("metype {metype}: {}: {message}", field.json_key())]
+pub struct CostError {
+    /// Index into [`DryRun::metypes`].
+    pub metype: usize,
+    /// Its memory, or its synapses when their KB is the larger term of a total too large.
+    pub field: CostField,
+    /// What is wrong, for a message (without the metype's name).
+    pub message: String,
+}
+
+/// The cells of one metype in one population: an entry of [`Population::metype_gids`]
+/// (`pop_metype_gids[population][metype]` in neurodamus' file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetypeGids {
+    /// Index into [`DryRun::metypes`].
+    pub metype: usize,
+    /// The gids of the population's cells of that metype, in file order.
+    pub gids: Vec<u32>,
+}
+
+/// One cell of a population ([`Population::cells`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GidMetype {
+    /// The cell's gid in its population.
+    pub gid: u32,
+    /// Its metype: index into [`DryRun::metypes`].
+    pub metype: usize,
+}
+
 /// The gids of one population, grouped by metype in the order of the input file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Population {
     pub name: String,
-    /// (index into [`DryRun::metypes`], gids in file order).
-    pub metype_gids: Vec<(usize, Vec<u32>)>,
+    /// The population's cells, metype by metype, in file order.
+    pub metype_gids: Vec<MetypeGids>,
     /// Afferent synapses of each cell, indexed by gid, when known cell by cell (circuit
     /// input); `None` = every cell counts its metype's average (neurodamus' dry-run file).
     pub cell_synapses: Option<Vec<u32>>,
@@ -77,14 +109,17 @@ pub struct Population {
 impl Population {
     /// Number of cells of this population.
     pub fn cell_count(&self) -> usize {
-        self.metype_gids.iter().map(|(_, g)| g.len()).sum()
+        self.metype_gids.iter().map(|e| e.gids.len()).sum()
     }
 
-    /// Iterates `(gid, metype index)` over every cell of the population.
-    pub fn cells(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
-        self.metype_gids
-            .iter()
-            .flat_map(|(m, gids)| gids.iter().map(move |&g| (g, *m)))
+    /// Iterates over every cell of the population, metype by metype, in file order.
+    pub fn cells(&self) -> impl Iterator<Item = GidMetype> + '_ {
+        self.metype_gids.iter().flat_map(|e| {
+            e.gids.iter().map(move |&gid| GidMetype {
+                gid,
+                metype: e.metype,
+            })
+        })
     }
 
     /// The largest gid plus one (0 for an empty population).
@@ -93,10 +128,20 @@ impl Population {
         // flattened cells on a million gids).
         self.metype_gids
             .iter()
-            .filter_map(|(_, gids)| gids.iter().max())
+            .filter_map(|e| e.gids.iter().max())
             .max()
             .map_or(0, |&g| g as usize + 1)
     }
+}
+
+/// A dry run as read from a file, with the notes for the user on what was ignored
+/// ([`DryRun::from_json_file_with_notes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DryRunWithNotes {
+    /// The validated dry run.
+    pub dry_run: DryRun,
+    /// One line per note (top-level keys that are not neurodamus'), for warnings.
+    pub notes: Vec<String>,
 }
 
 /// A validated dry run: metypes (in `metype_memory` order) and populations (in file order).
@@ -126,23 +171,26 @@ impl DryRun {
     /// Checks the costs before anything is balanced: every metype's memory and synapse
     /// count finite and >= 0, and the total KB of all cells (each metype's cells × its KB per
     /// cell, summed in order) at most [`MAX_TOTAL_KB`], so that no sum can become infinite
-    /// or NaN. Returns the total KB, or the index of the metype at fault, the figure at
-    /// fault (its memory, or its synapses when their KB is the larger term) and what is
-    /// wrong.
-    pub fn check_costs(&self) -> std::result::Result<f64, (usize, CostField, String)> {
+    /// or NaN. Returns the total KB, or the metype at fault, the figure at fault (its
+    /// memory, or its synapses when their KB is the larger term) and what is wrong.
+    pub fn check_costs(&self) -> std::result::Result<f64, CostError> {
         for (i, m) in self.metypes.iter().enumerate() {
             for (field, what, x) in [
                 (CostField::Memory, "KB per cell", m.memory_kb),
                 (CostField::Synapses, "synapses per cell", m.synapses_per_cell),
             ] {
                 if !x.is_finite() || x < 0.0 {
-                    return Err((i, field, format!("{what} must be finite and >= 0, got {x}")));
+                    return Err(CostError {
+                        metype: i,
+                        field,
+                        message: format!("{what} must be finite and >= 0, got {x}"),
+                    });
                 }
             }
         }
         let mut total = 0.0f64;
         for p in &self.populations {
-            for (m, gids) in &p.metype_gids {
+            for MetypeGids { metype: m, gids } in &p.metype_gids {
                 let kb = match &p.cell_synapses {
                     Some(_) => gids.iter().fold(0.0, |t, &g| t + self.cell_kb(p, g, *m)),
                     None => gids.len() as f64 * self.metypes[*m].cell_kb(),
@@ -163,10 +211,10 @@ impl DryRun {
                     } else {
                         CostField::Memory
                     };
-                    return Err((
-                        *m,
+                    return Err(CostError {
+                        metype: *m,
                         field,
-                        format!(
+                        message: format!(
                             "{} cell{} of {} KB each ({} KB memory + {SYNAPSE_KB} KB × {} synapses) in population {} bring the total to {} KB, \
                              above the {MAX_TOTAL_KB:e} KB that keeps every sum finite (memory figures are KB per cell)",
                             gids.len(),
@@ -177,7 +225,7 @@ impl DryRun {
                             quote(&p.name),
                             short(total)
                         ),
-                    ));
+                    });
                 }
             }
         }
@@ -213,8 +261,8 @@ impl DryRun {
             .iter()
             .map(|p| {
                 let mut t = GidMap::for_span(p.gid_span(), p.cell_count());
-                for (g, m) in p.cells() {
-                    t.insert(g, self.cell_kb(p, g, m));
+                for GidMetype { gid, metype } in p.cells() {
+                    t.insert(gid, self.cell_kb(p, gid, metype));
                 }
                 t
             })
@@ -224,9 +272,9 @@ impl DryRun {
     /// Metype index of every gid of `population` (4 bytes per gid when dense).
     pub(crate) fn gid_metype_index(&self, population: &Population) -> crate::gid_map::GidIndex {
         let mut t = crate::gid_map::GidIndex::for_span(population.gid_span(), population.cell_count());
-        for (m, gids) in &population.metype_gids {
-            for &g in gids {
-                t.insert(g, *m as u32);
+        for e in &population.metype_gids {
+            for &g in &e.gids {
+                t.insert(g, e.metype as u32);
             }
         }
         t
@@ -238,8 +286,8 @@ impl DryRun {
             .iter()
             .map(|p| {
                 let mut t = GidMap::for_span(p.gid_span(), p.cell_count());
-                for (g, m) in p.cells() {
-                    t.insert(g, m);
+                for GidMetype { gid, metype } in p.cells() {
+                    t.insert(gid, metype);
                 }
                 t
             })
@@ -335,7 +383,7 @@ impl serde::Serialize for JsonView<'_> {
                     let per = p
                         .metype_gids
                         .iter()
-                        .map(|(m, g)| (d.metypes[*m].name.as_str(), g.as_slice()))
+                        .map(|e| (d.metypes[e.metype].name.as_str(), e.gids.as_slice()))
                         .collect();
                     (p.name.as_str(), SortedEntries::new(per))
                 })
@@ -367,7 +415,7 @@ mod tests {
     use serde_json::{json, Map, Value};
 
     fn parse(v: Value) -> Result<DryRun> {
-        DryRun::from_json_slice(&serde_json::to_vec(&v).unwrap(), Path::new("x.json")).map(|(d, _)| d)
+        DryRun::from_json_slice(&serde_json::to_vec(&v).unwrap(), Path::new("x.json")).map(|r| r.dry_run)
     }
 
     #[test]
@@ -380,6 +428,12 @@ mod tests {
         .unwrap();
         assert_eq!(d.metype_cell_kb(), vec![100.0 + 19.0, 10.0]);
         assert_eq!(d.cell_count(), 3);
+        let cell = |gid, metype| GidMetype { gid, metype };
+        assert_eq!(
+            d.populations[0].cells().collect::<Vec<_>>(),
+            [cell(0, 0), cell(2, 0), cell(1, 1)],
+            "metype by metype, in file order"
+        );
         let t = d.gid_kb_table();
         assert_eq!(
             [0, 1, 2, 3].map(|g| t[0].get(g)),
@@ -439,6 +493,47 @@ mod tests {
         );
     }
 
+    /// [`DryRun::check_costs`]' error names the metype by index, the figure and what is
+    /// wrong.
+    #[test]
+    fn cost_errors_name_the_metype_and_the_figure() {
+        let metype = |name: &str, memory_kb, synapses_per_cell| Metype {
+            name: name.into(),
+            memory_kb,
+            synapses_per_cell,
+        };
+        let mut d = DryRun {
+            metypes: vec![metype("A", 1.0, 0.0), metype("B", 1.0, -2.0)],
+            populations: vec![Population {
+                name: "P".into(),
+                metype_gids: vec![MetypeGids {
+                    metype: 1,
+                    gids: vec![0, 1],
+                }],
+                cell_synapses: None,
+            }],
+        };
+        let e = d.check_costs().unwrap_err();
+        assert_eq!(
+            e,
+            CostError {
+                metype: 1,
+                field: CostField::Synapses,
+                message: "synapses per cell must be finite and >= 0, got -2".into(),
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "metype 1: metype_cell_syn_average: synapses per cell must be finite and >= 0, got -2"
+        );
+        d.metypes[1] = metype("B", 1e300, 0.0);
+        let e = d.check_costs().unwrap_err();
+        assert_eq!((e.metype, e.field), (1, CostField::Memory));
+        assert!(e.message.starts_with("2 cells of 1e300 KB each"), "{e}");
+        d.metypes[1] = metype("B", 3.0, 0.0);
+        assert_eq!(d.check_costs(), Ok(6.0));
+    }
+
     #[test]
     fn json_round_trip() {
         let d = parse(json!({
@@ -486,7 +581,7 @@ mod tests {
                     let mut per: Vec<(&str, &Vec<u32>)> = p
                         .metype_gids
                         .iter()
-                        .map(|(m, g)| (this.metypes[*m].name.as_str(), g))
+                        .map(|e| (this.metypes[e.metype].name.as_str(), &e.gids))
                         .collect();
                     per.sort_by(|a, b| a.0.cmp(b.0));
                     let obj: Map<String, Value> = per
@@ -517,7 +612,10 @@ mod tests {
         };
         let pop = |name: &str, metype_gids: Vec<(usize, Vec<u32>)>| Population {
             name: name.into(),
-            metype_gids,
+            metype_gids: metype_gids
+                .into_iter()
+                .map(|(metype, gids)| MetypeGids { metype, gids })
+                .collect(),
             cell_synapses: None,
         };
         let synthetic = crate::synthetic::generate(&crate::synthetic::SyntheticSpec {

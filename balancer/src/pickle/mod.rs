@@ -177,9 +177,18 @@ pub fn read_allocation_pickle_with_stats(
     (result, stats)
 }
 
+/// The counts an allocation file's name gives ([`ranks_cycles_from_file_name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RanksCycles {
+    /// `R` of `allocation_r{R}_c{C}.pkl.gz`: the rank count.
+    pub ranks: u32,
+    /// `C`: the cycle count.
+    pub cycles: u32,
+}
+
 /// Parses `allocation_r{R}_c{C}.pkl.gz` (the file name only; directories are ignored) into
-/// `Some((R, C))`; anything else (other names, signs, non-digits, overflow) gives `None`.
-pub fn ranks_cycles_from_file_name(path: &Path) -> Option<(u32, u32)> {
+/// its counts; anything else (other names, signs, non-digits, overflow) gives `None`.
+pub fn ranks_cycles_from_file_name(path: &Path) -> Option<RanksCycles> {
     let name = path.file_name()?.to_str()?;
     let rest = name.strip_prefix("allocation_r")?.strip_suffix(".pkl.gz")?;
     let (r, c) = rest.split_once("_c")?;
@@ -189,7 +198,10 @@ pub fn ranks_cycles_from_file_name(path: &Path) -> Option<(u32, u32)> {
         }
         s.parse().ok()
     };
-    Some((parse(r)?, parse(c)?))
+    Some(RanksCycles {
+        ranks: parse(r)?,
+        cycles: parse(c)?,
+    })
 }
 
 fn pickle_err(path: &Path, message: String) -> BalancerError {

@@ -7,6 +7,16 @@ use serde_json::Value;
 
 use crate::error::{BalancerError, Result};
 
+/// A population named in a `networks.nodes[]` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PopulationType {
+    /// Its name (`populations.<name>`).
+    pub name: String,
+    /// Its `populations.<name>.type` (`biophysical`, `point_neuron`, `virtual`, ...);
+    /// `None` without one.
+    pub model_type: Option<String>,
+}
+
 /// One `networks.nodes[]` entry.
 #[derive(Debug, Clone)]
 pub(crate) struct NodesEntry {
@@ -14,8 +24,8 @@ pub(crate) struct NodesEntry {
     pub field: String,
     pub nodes_file: PathBuf,
     pub node_types_file: Option<PathBuf>,
-    /// `populations.<name>.type` per population named in the entry (`None`: no `type`).
-    pub populations: Vec<(String, Option<String>)>,
+    /// The populations named in the entry, with their `type`.
+    pub populations: Vec<PopulationType>,
 }
 
 /// One `networks.edges[]` entry.
@@ -101,9 +111,9 @@ fn parse(path: &Path, json: &Value) -> Result<CircuitConfig> {
         let node_types_file = vars.optional_path(entry, &field, "node_types_file")?;
         let populations = populations(path, entry, &field)?
             .into_iter()
-            .map(|(name, props)| {
-                let ty = props.get("type").and_then(Value::as_str).map(str::to_owned);
-                (name, ty)
+            .map(|(name, props)| PopulationType {
+                name,
+                model_type: props.get("type").and_then(Value::as_str).map(str::to_owned),
             })
             .collect();
         nodes.push(NodesEntry {

@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 
 use hdf5_metno as hdf5;
 
-use super::config::NodesEntry;
+use super::config::{NodesEntry, PopulationType};
 use super::h5::{self, Ctx};
 use super::NodePopulation;
 use crate::error::{BalancerError, Result};
+use crate::read_file::RegularFile;
 
 /// "No value" in per-node interned-string columns.
 const NONE: u32 = u32::MAX;
@@ -42,7 +43,7 @@ impl NodeTypes {
         }
         // A regular file only (a FIFO would block, a device be read without end), read
         // to its size when opened ([`crate::read_file`]).
-        let (file, size) = crate::read_file::open_regular(path).map_err(|e| {
+        let RegularFile { file, size } = crate::read_file::open_regular(path).map_err(|e| {
             csv_err(
                 path,
                 "",
@@ -150,7 +151,7 @@ pub(crate) fn read_entry(entry: &NodesEntry, config: &Path) -> Result<Vec<NodePo
     };
     let root = h5::group(&top, &file, "nodes")?;
     let names = h5::members(&top, &root)?;
-    for (name, _) in &entry.populations {
+    for PopulationType { name, .. } in &entry.populations {
         if !names.contains(name) {
             return Err(top.err(
                 format!("/nodes/{name}"),
@@ -168,8 +169,8 @@ pub(crate) fn read_entry(entry: &NodesEntry, config: &Path) -> Result<Vec<NodePo
         let config_type = entry
             .populations
             .iter()
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, t)| t.clone());
+            .find(|p| p.name == name)
+            .and_then(|p| p.model_type.clone());
         let ctx = Ctx {
             file: path,
             population: &name,

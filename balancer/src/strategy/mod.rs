@@ -158,8 +158,8 @@ pub struct Balanced {
     /// The chosen allocation's loads (transport included when charged); `None` without a
     /// network.
     pub loads: Option<RankLoads>,
-    /// The candidates tried by the transport-aware search: (method, largest rank total KB).
-    pub tried: Vec<(String, f64)>,
+    /// The candidates tried by the transport-aware search, in order (none without it).
+    pub tried: Vec<transport_aware::Candidate>,
     /// The strategy's name as allocation sidecars record it: `lpt+transport` when charged,
     /// else `config.strategy` as [`Strategy`]'s `Display` spells it.
     pub strategy_name: String,

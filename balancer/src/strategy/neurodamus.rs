@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
-use crate::dry_run::DryRun;
+use crate::dry_run::{DryRun, MetypeGids};
 use crate::strategy::{BalancerConfig, Lightest};
 use crate::summary::LoadStats;
 
@@ -52,7 +52,7 @@ pub fn balance(dry_run: &DryRun, config: &BalancerConfig) -> Allocation {
                 heap.push(top);
             };
             for e in walk(pop, &order) {
-                let (m, gids) = &pop.metype_gids[e];
+                let MetypeGids { metype: m, gids } = &pop.metype_gids[e];
                 for &gid in gids {
                     batch.push(gid);
                     batch_kb += kb[*m];
@@ -87,9 +87,9 @@ fn walk(pop: &crate::dry_run::Population, order: &[usize]) -> Vec<usize> {
     // A list of a metype not in `order` (none in a checked dry run) is not walked, as by a
     // scan of the lists per metype. Stable: a metype's lists keep their order.
     let mut entries: Vec<usize> = (0..pop.metype_gids.len())
-        .filter(|&e| pop.metype_gids[e].0 < rank.len())
+        .filter(|&e| pop.metype_gids[e].metype < rank.len())
         .collect();
-    entries.sort_by_key(|&e| rank[pop.metype_gids[e].0]);
+    entries.sort_by_key(|&e| rank[pop.metype_gids[e].metype]);
     entries
 }
 
@@ -139,7 +139,7 @@ pub fn overall_stats(dry_run: &DryRun, config: &BalancerConfig) -> LoadStats {
             heap.push(top);
         };
         for e in walk(pop, &order) {
-            let (m, gids) = &pop.metype_gids[e];
+            let MetypeGids { metype: m, gids } = &pop.metype_gids[e];
             let m = *m;
             match pop.cell_synapses {
                 // Every cell weighs its metype's KB: a batch's share of the list at once.

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::allocation::{Allocation, Bucket, PopulationAllocation};
-use crate::dry_run::{DryRun, SYNAPSE_KB};
+use crate::dry_run::{DryRun, GidMetype, SYNAPSE_KB};
 use crate::network::Network;
 use crate::strategy::{balance, BalancerConfig, Lightest, Strategy};
 
@@ -160,7 +160,7 @@ impl CellCosts {
         let n = *offsets.last().unwrap_or(&0);
         let (mut cell_kb, mut synapse_kb) = (vec![0.0; n], vec![0.0; n]);
         for (p, pop) in dry_run.populations.iter().enumerate() {
-            for (gid, m) in pop.cells() {
+            for GidMetype { gid, metype: m } in pop.cells() {
                 let c = offsets[p] + gid as usize;
                 let metype = &dry_run.metypes[m];
                 let syn = match &pop.cell_synapses {
@@ -236,6 +236,24 @@ pub struct Placement {
     pub loads: RankLoads,
 }
 
+/// One candidate the search evaluated ([`TransportAwareResult::tried`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    /// Which algorithm produced it ([`Placement::method`]).
+    pub method: String,
+    /// Its largest rank total, KB (cells + synapses + transport: [`RankLoads::max_total_kb`]).
+    pub max_total_kb: f64,
+}
+
+impl Candidate {
+    fn of(p: &Placement) -> Candidate {
+        Candidate {
+            method: p.method.clone(),
+            max_total_kb: p.loads.max_total_kb(),
+        }
+    }
+}
+
 /// The transport-blind and the transport-aware results side by side.
 #[derive(Debug, Clone)]
 pub struct TransportAwareResult {
@@ -243,8 +261,8 @@ pub struct TransportAwareResult {
     pub blind: Placement,
     /// The best candidate (may be `blind` itself when nothing beat it).
     pub aware: Placement,
-    /// (method, largest rank total KB) of every candidate tried, in order.
-    pub tried: Vec<(String, f64)>,
+    /// Every candidate tried, in order (the transport-blind one first).
+    pub tried: Vec<Candidate>,
     /// The aware placement as an allocation (`ranks × cycles` buckets).
     pub allocation: Allocation,
 }
@@ -278,10 +296,10 @@ pub fn balance_transport_aware(
         },
     );
     let blind = eval("blind", rank_of_allocation(&blind_alloc, &network.offsets));
-    let mut tried = vec![(blind.method.clone(), blind.loads.max_total_kb())];
+    let mut tried = vec![Candidate::of(&blind)];
     let mut best = blind.clone();
-    let keep = |p: Placement, tried: &mut Vec<(String, f64)>, best: &mut Placement| {
-        tried.push((p.method.clone(), p.loads.max_total_kb()));
+    let keep = |p: Placement, tried: &mut Vec<Candidate>, best: &mut Placement| {
+        tried.push(Candidate::of(&p));
         if p.loads.max_total_kb() < best.loads.max_total_kb() {
             *best = p;
         }
@@ -334,7 +352,7 @@ fn placed_cells(dry_run: &DryRun, offsets: &[usize]) -> Vec<usize> {
         .populations
         .iter()
         .enumerate()
-        .flat_map(|(p, pop)| pop.cells().map(move |(g, _)| offsets[p] + g as usize))
+        .flat_map(|(p, pop)| pop.cells().map(move |c| offsets[p] + c.gid as usize))
         .collect();
     v.sort_unstable();
     v
@@ -424,7 +442,7 @@ fn split_into_cycles(
     let cycles = config.cycles as usize;
     let mut per_rank: Vec<Vec<(usize, u32)>> = vec![Vec::new(); config.ranks as usize];
     for (p, pop) in dry_run.populations.iter().enumerate() {
-        for (g, _) in pop.cells() {
+        for GidMetype { gid: g, .. } in pop.cells() {
             per_rank[rank_of[offsets[p] + g as usize] as usize].push((p, g));
         }
     }

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use ballast_balancer::node_fit::{fewest_nodes, Fit, NodeFitError};
-use ballast_balancer::transport_aware::{RankLoads, TransportCharge};
+use ballast_balancer::transport_aware::{Candidate, RankLoads, TransportCharge};
 use ballast_balancer::CostInputs;
 use ballast_balancer::{
     balance_charged, Allocation, Balanced, BalancerConfig, GidTables, LoadStats, Progress, Strategy,
@@ -19,7 +19,7 @@ pub(super) struct BalanceStep {
     pub allocation: Allocation,
     pub blind: Option<RankLoads>,
     pub loads: Option<RankLoads>,
-    pub tried: Vec<(String, f64)>,
+    pub tried: Vec<Candidate>,
     pub strategy_name: String,
     pub seconds: f64,
     pub baseline: Option<LoadStats>,

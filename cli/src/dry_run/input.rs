@@ -6,7 +6,7 @@ use std::path::Path;
 use ballast_balancer::atomic;
 use ballast_balancer::network::Network;
 use ballast_balancer::synthetic::{self, CircuitSpec};
-use ballast_balancer::{DryRun, Progress};
+use ballast_balancer::{DryRun, DryRunWithNotes, Progress};
 
 use super::plan::Source;
 
@@ -73,7 +73,7 @@ impl Source {
 /// Reads a dry-run file, printing its notes (e.g. unknown keys) as warnings; its progress
 /// counted in `done` ([`crate::memory_usage::read`]).
 fn read_dry_run(path: &Path, done: &Progress) -> anyhow::Result<DryRun> {
-    let (dry_run, notes) = crate::memory_usage::read(path, Some(done))?;
+    let DryRunWithNotes { dry_run, notes } = crate::memory_usage::read(path, Some(done))?;
     for note in notes {
         eprintln!("warning: {note}");
     }

@@ -65,8 +65,8 @@ fn rank_loads(r: &Report) -> anyhow::Result<()> {
                 r.candidates
                     .iter()
                     .flatten()
-                    .min_by(|a, b| a.1.total_cmp(&b.1))
-                    .map_or("blind", |t| t.0.as_str())
+                    .min_by(|a, b| a.max_total_kb.total_cmp(&b.max_total_kb))
+                    .map_or("blind", |c| c.method.as_str())
             );
         }
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use ballast_balancer::node_fit::{node_totals, node_totals_kb, nodes_over};
 use ballast_balancer::node_suggest::{Estimate, Suggestion};
-use ballast_balancer::transport_aware::RankLoads;
+use ballast_balancer::transport_aware::{Candidate, RankLoads};
 use ballast_balancer::{Allocation, LoadStats, Summary};
 use serde::Serialize;
 
@@ -46,9 +46,10 @@ pub(super) struct Report {
     pub blind_rank_loads: Option<RankLoadsReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blind_max_rank_total_kb: Option<f64>,
-    /// The transport-aware search's candidates: (method, largest rank total KB).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub candidates: Option<Vec<(String, f64)>>,
+    /// The transport-aware search's candidates; in JSON, `[method, largest rank total KB]`
+    /// pairs.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "method_kb_pairs")]
+    pub candidates: Option<Vec<Candidate>>,
     /// Per node, KB, where nodes are counted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_totals_kb: Option<Vec<f64>>,
@@ -69,6 +70,16 @@ pub(super) struct Report {
     /// What only the text form prints.
     #[serde(skip)]
     pub text: TextOnly,
+}
+
+/// [`Report::candidates`] as JSON: `[["blind", 1234.5], ...]`, the shape `--json` has
+/// always printed.
+fn method_kb_pairs<S: serde::Serializer>(
+    candidates: &Option<Vec<Candidate>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    let pairs = candidates.iter().flatten().map(|c| (&c.method, c.max_total_kb));
+    s.collect_seq(pairs)
 }
 
 /// The figures the text form prints beside the report's.

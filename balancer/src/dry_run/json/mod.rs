@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::DryRun;
+use super::{DryRun, DryRunWithNotes};
 use crate::error::{BalancerError, Result};
 use crate::progress::Progress;
 use file::{check_read_memory, PARALLEL_READ_FROM};
@@ -31,7 +31,7 @@ impl DryRun {
     /// `pop_metype_gids` but absent from `metype_memory`, a gid that is not a u32, a gid
     /// listed twice in a population.
     pub fn from_json_file(path: &Path) -> Result<DryRun> {
-        Self::from_json_file_with_notes(path, None).map(|(d, _)| d)
+        Self::from_json_file_with_notes(path, None).map(|r| r.dry_run)
     }
 
     /// [`DryRun::from_json_file`], plus notes for the user: top-level keys that are not
@@ -39,10 +39,7 @@ impl DryRun {
     /// otherwise silently count 0 synapses). Counts its progress in `progress` when given
     /// (for a progress bar): the bytes read of the file, then the bytes parsed, up to twice
     /// the file's size once read.
-    pub fn from_json_file_with_notes(
-        path: &Path,
-        progress: Option<&Progress>,
-    ) -> Result<(DryRun, Vec<String>)> {
+    pub fn from_json_file_with_notes(path: &Path, progress: Option<&Progress>) -> Result<DryRunWithNotes> {
         let unwatched = Progress::new();
         let done = progress.unwrap_or(&unwatched);
         let io = |e| BalancerError::io(path, e);
@@ -77,13 +74,13 @@ impl DryRun {
     /// The dry run in `text` (the file at `path`, named in messages), as
     /// [`DryRun::from_json_file_with_notes`] reads a file: the dry run and the notes on
     /// unknown top-level keys, or the same error.
-    pub fn from_json_slice(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
+    pub fn from_json_slice(text: &[u8], path: &Path) -> Result<DryRunWithNotes> {
         read_counted(text, path, &Progress::new())
     }
 }
 
 /// [`DryRun::from_json_slice`], adding to `done` the bytes parsed as it goes (all of `text` when it succeeds).
-fn read_counted(text: &[u8], path: &Path, done: &Progress) -> Result<(DryRun, Vec<String>)> {
+fn read_counted(text: &[u8], path: &Path, done: &Progress) -> Result<DryRunWithNotes> {
     let base = done.get();
     let root = scan::root(text, &|at| done.set(base + at as u64))
         .map_err(|fault| refused(fault, &text, text.len() as u64, path))?;
@@ -114,7 +111,7 @@ fn refused(fault: scan::Fault, src: &dyn scan::Source, size: u64, path: &Path) -
 /// `size` when it succeeds). An error when the file changed size while read (still being
 /// written: [`file::changed`], also when what was read is not JSON), a read failed, the
 /// text is not JSON, or from [`finish`].
-fn scan_file(file: &std::fs::File, size: u64, path: &Path, done: &Progress) -> Result<(DryRun, Vec<String>)> {
+fn scan_file(file: &std::fs::File, size: u64, path: &Path, done: &Progress) -> Result<DryRunWithNotes> {
     let base = done.get();
     // The scan tells positions; `done` counts the bytes read too, so it is told the steps.
     let parsed = AtomicU64::new(0);

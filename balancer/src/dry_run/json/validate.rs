@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::seen::{Seen, Sparse};
 use super::types::{Entries, Gids, Number, Object, Root, RootObject};
-use crate::dry_run::{DryRun, Metype, Population, KNOWN_KEYS};
+use crate::dry_run::{CostError, DryRun, DryRunWithNotes, Metype, MetypeGids, Population, KNOWN_KEYS};
 use crate::error::{BalancerError, Result};
 use crate::quote::quote;
 
@@ -27,7 +27,7 @@ impl From<BalancerError> for Fail {
 }
 
 /// Validates what was read into the dry run and the notes on unknown keys.
-pub(super) fn finish(root: Root, path: &Path) -> Result<(DryRun, Vec<String>)> {
+pub(super) fn finish(root: Root, path: &Path) -> Result<DryRunWithNotes> {
     match validate(root, path) {
         Ok(r) => Ok(r),
         Err(Fail::Error(e)) => Err(e),
@@ -67,7 +67,7 @@ pub(crate) fn unknown_key_notes<'a>(
     notes
 }
 
-fn validate(root: Root, path: &Path) -> std::result::Result<(DryRun, Vec<String>), Fail> {
+fn validate(root: Root, path: &Path) -> std::result::Result<DryRunWithNotes, Fail> {
     let err = |field: String, message: String| {
         Fail::Error(BalancerError::DryRun {
             path: path.to_owned(),
@@ -210,7 +210,7 @@ fn validate(root: Root, path: &Path) -> std::result::Result<(DryRun, Vec<String>
                 .into_iter()
                 .zip(metype_index)
                 .map(|((_, gids), m)| match gids {
-                    Gids::Array { gids, .. } => (m, gids),
+                    Gids::Array { gids, .. } => MetypeGids { metype: m, gids },
                     Gids::Other => unreachable!("checked above"),
                 }),
         );
@@ -221,7 +221,7 @@ fn validate(root: Root, path: &Path) -> std::result::Result<(DryRun, Vec<String>
         });
     }
     let dry_run = checked(metypes, populations).map_err(|(field, message)| err(field, message))?;
-    Ok((dry_run, notes))
+    Ok(DryRunWithNotes { dry_run, notes })
 }
 
 /// The gid arrays of a population's entries.
@@ -247,8 +247,12 @@ pub(super) fn checked(
     let dry_run = DryRun { metypes, populations };
     match dry_run.check_costs() {
         Ok(_) => Ok(dry_run),
-        Err((m, field, message)) => Err((
-            format!("{}[{}]", field.json_key(), quote(&dry_run.metypes[m].name)),
+        Err(CostError {
+            metype,
+            field,
+            message,
+        }) => Err((
+            format!("{}[{}]", field.json_key(), quote(&dry_run.metypes[metype].name)),
             message,
         )),
     }

@@ -28,7 +28,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::allocation::{Allocation, PopulationAllocation};
-use crate::dry_run::DryRun;
+use crate::dry_run::{DryRun, MetypeGids};
 use crate::progress::Progress;
 use crate::strategy::BalancerConfig;
 
@@ -103,7 +103,7 @@ impl<'a> Order<'a> {
             .map(|_| vec![Vec::new(); kb.len()])
             .collect();
         for (p, pop) in dry_run.populations.iter().enumerate() {
-            for (m, gids) in &pop.metype_gids {
+            for MetypeGids { metype: m, gids } in &pop.metype_gids {
                 lists[p][*m].push(gids);
             }
         }
@@ -141,10 +141,10 @@ impl<'a> Order<'a> {
     fn per_cell(dry_run: &DryRun) -> Order<'static> {
         let mut cells: Vec<Cell> = Vec::with_capacity(dry_run.cell_count());
         for (p, pop) in dry_run.populations.iter().enumerate() {
-            cells.extend(pop.cells().map(|(gid, m)| Cell {
-                kb: dry_run.cell_kb(pop, gid, m),
+            cells.extend(pop.cells().map(|c| Cell {
+                kb: dry_run.cell_kb(pop, c.gid, c.metype),
                 population: p as u32,
-                gid,
+                gid: c.gid,
             }));
         }
         cells.sort_unstable_by(|a, b| {

@@ -6,14 +6,14 @@ use rand_chacha::ChaCha8Rng;
 
 use super::types::Root;
 use super::*;
-use crate::dry_run::DryRun;
+use crate::dry_run::{DryRun, DryRunWithNotes};
 
 mod kinds;
 mod reference;
 use reference::read_via_value;
 
 /// What the scan of `text` gives once checked: the dry run and notes, or the error.
-fn outcome(scanned: std::result::Result<Root, scan::Fault>, text: &[u8]) -> Result<(DryRun, Vec<String>)> {
+fn outcome(scanned: std::result::Result<Root, scan::Fault>, text: &[u8]) -> Result<DryRunWithNotes> {
     let path = Path::new("random.json");
     scanned
         .map_err(|fault| refused(fault, &text, text.len() as u64, path))
@@ -21,7 +21,7 @@ fn outcome(scanned: std::result::Result<Root, scan::Fault>, text: &[u8]) -> Resu
 }
 
 /// The same dry run and notes, or the same error message.
-fn same(a: &Result<(DryRun, Vec<String>)>, b: &Result<(DryRun, Vec<String>)>, what: &dyn Fn() -> String) {
+fn same(a: &Result<DryRunWithNotes>, b: &Result<DryRunWithNotes>, what: &dyn Fn() -> String) {
     match (a, b) {
         (Ok(a), Ok(b)) => assert!(a == b, "{}: {a:?} vs {b:?}", what()),
         (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{}", what()),
@@ -30,7 +30,7 @@ fn same(a: &Result<(DryRun, Vec<String>)>, b: &Result<(DryRun, Vec<String>)>, wh
 }
 
 /// The reader on a text in memory.
-fn read(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
+fn read(text: &[u8], path: &Path) -> Result<DryRunWithNotes> {
     DryRun::from_json_slice(text, path)
 }
 
@@ -237,7 +237,7 @@ fn what_neurodamus_writes_and_odd_gids_read_as_the_reference_reads_them() {
     let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
     for text in [text.clone(), serde_json::to_vec(&d.to_json_value()).unwrap()] {
         let read = read(&text, path).unwrap();
-        assert_eq!(read.0.cell_count(), d.cell_count());
+        assert_eq!(read.dry_run.cell_count(), d.cell_count());
         same(&Ok(read), &read_via_value(&text, path), &|| "synthetic".into());
     }
     // The last gid replaced: numbers that are not plain gids, other values, bad JSON.
@@ -293,8 +293,10 @@ fn progress_counts_the_bytes_read_then_parsed() {
     let text = serde_json::to_vec_pretty(&d.to_json_value()).unwrap();
     std::fs::write(&path, &text).unwrap();
     let done = Progress::new();
-    let (counted, _) = DryRun::from_json_file_with_notes(&path, Some(&done)).unwrap();
-    assert!(counted == read(&text, &path).unwrap().0);
+    let counted = DryRun::from_json_file_with_notes(&path, Some(&done))
+        .unwrap()
+        .dry_run;
+    assert!(counted == read(&text, &path).unwrap().dry_run);
     assert_eq!(counted.cell_count(), 3_000);
     assert_eq!(done.get(), 2 * text.len() as u64);
     // A file read in two halves, scanned on two threads.
@@ -302,8 +304,10 @@ fn progress_counts_the_bytes_read_then_parsed() {
     assert!(big_text.len() > 1 << 22, "{} bytes", big_text.len());
     std::fs::write(&path, big_text).unwrap();
     let done = Progress::new();
-    let (counted, _) = DryRun::from_json_file_with_notes(&path, Some(&done)).unwrap();
-    assert!(counted == read(big_text, &path).unwrap().0);
+    let counted = DryRun::from_json_file_with_notes(&path, Some(&done))
+        .unwrap()
+        .dry_run;
+    assert!(counted == read(big_text, &path).unwrap().dry_run);
     assert_eq!(counted.cell_count(), LARGE_CELLS);
     assert_eq!(done.get(), 2 * big_text.len() as u64);
     // Truncated: refused with serde's message, as when read in one piece.
@@ -521,8 +525,8 @@ fn a_file_that_changes_size_while_read_is_not_taken_from_the_scan() {
             "{e}"
         );
     }
-    let (scanned, _) = scan_file(&file, len + 1, &path, &done).unwrap();
-    assert!(scanned == read(text, &path).unwrap().0);
+    let scanned = scan_file(&file, len + 1, &path, &done).unwrap().dry_run;
+    assert!(scanned == read(text, &path).unwrap().dry_run);
     assert_eq!(scanned.cell_count(), LARGE_CELLS);
 }
 
@@ -569,5 +573,5 @@ fn streaming_reader_matches_on_a_large_synthetic_file() {
     let path = Path::new("s.json");
     let fast = read(&text, path).unwrap();
     assert_eq!(fast, read_via_value(&text, path).unwrap());
-    assert_eq!(fast.0.cell_count(), 20_000);
+    assert_eq!(fast.dry_run.cell_count(), 20_000);
 }

@@ -7,13 +7,13 @@ use std::path::Path;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::dry_run::{DryRun, Metype, Population, KNOWN_KEYS};
+use crate::dry_run::{DryRun, DryRunWithNotes, Metype, MetypeGids, Population, KNOWN_KEYS};
 use crate::error::{BalancerError, Result};
 use crate::quote::{quote, shorten};
 
 /// [`DryRun::from_json_slice`] through a `serde_json::Value` tree and [`from_json_value`]:
 /// the reference the reader is tested against.
-pub(super) fn read_via_value(text: &[u8], path: &Path) -> Result<(DryRun, Vec<String>)> {
+pub(super) fn read_via_value(text: &[u8], path: &Path) -> Result<DryRunWithNotes> {
     let value: Value = serde_json::from_slice(text)
         .map_err(|source| crate::dry_run::json::error::json_error(text, path, source))?;
     let notes = match value.as_object() {
@@ -25,7 +25,10 @@ pub(super) fn read_via_value(text: &[u8], path: &Path) -> Result<(DryRun, Vec<St
         }
         None => Vec::new(),
     };
-    Ok((from_json_value(&value, text, path)?, notes))
+    Ok(DryRunWithNotes {
+        dry_run: from_json_value(&value, text, path)?,
+        notes,
+    })
 }
 
 /// Validates the dry-run JSON value parsed from `text`; `path` is used in messages only.
@@ -130,7 +133,10 @@ fn from_json_value(value: &Value, text: &[u8], path: &Path) -> Result<DryRun> {
                 }
                 list.push(gid);
             }
-            metype_gids.push((m, list));
+            metype_gids.push(MetypeGids {
+                metype: m,
+                gids: list,
+            });
         }
         populations.push(Population {
             name: pop.clone(),

@@ -462,16 +462,16 @@ fn matches_the_reference_implementation_on_random_dry_runs() {
                 m.synapses_per_cell = if i == n - 1 { 0.5 } else { 0.0 };
             }
             for p in &mut dry_run.populations {
-                for (_, g) in &mut p.metype_gids {
-                    g.reverse();
+                for e in &mut p.metype_gids {
+                    e.gids.reverse();
                 }
             }
         }
         if seed % 4 == 2 {
             // Sparse gids in the first population (gathered by sorting), dense in the
             // others (gathered through the gid table).
-            for (_, g) in &mut dry_run.populations[0].metype_gids {
-                for x in g.iter_mut() {
+            for e in &mut dry_run.populations[0].metype_gids {
+                for x in e.gids.iter_mut() {
                     *x = *x * 1013 + 7;
                 }
             }

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::allocation::{Allocation, PopulationAllocation};
-use crate::dry_run::DryRun;
+use crate::dry_run::{DryRun, MetypeGids};
 use crate::strategy::{BalancerConfig, Lightest};
 
 /// One cell to place.
@@ -60,10 +60,10 @@ fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
         // Cells of one metype differ: a plain sort.
         let mut cells: Vec<Cell> = Vec::with_capacity(dry_run.cell_count());
         for (p, pop) in dry_run.populations.iter().enumerate() {
-            cells.extend(pop.cells().map(|(gid, m)| Cell {
-                kb: dry_run.cell_kb(pop, gid, m),
+            cells.extend(pop.cells().map(|c| Cell {
+                kb: dry_run.cell_kb(pop, c.gid, c.metype),
                 population: p as u32,
-                gid,
+                gid: c.gid,
             }));
         }
         cells.sort_unstable_by(|a, b| {
@@ -76,7 +76,7 @@ fn cells_heaviest_first(dry_run: &DryRun) -> Vec<Cell> {
     let kb = dry_run.metype_cell_kb();
     let mut per_metype: Vec<Vec<Cell>> = vec![Vec::new(); kb.len()];
     for (p, pop) in dry_run.populations.iter().enumerate() {
-        for (m, gids) in &pop.metype_gids {
+        for MetypeGids { metype: m, gids } in &pop.metype_gids {
             per_metype[*m].extend(gids.iter().map(|&gid| Cell {
                 kb: kb[*m],
                 population: p as u32,
