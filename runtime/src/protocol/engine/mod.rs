@@ -199,7 +199,9 @@ impl Engine {
     /// Sets up the rank: registers the pool, creates the receive resources and, with
     /// `lazy_connect` off, connects every peer (needs every rank to be starting too).
     /// `now` is the current time: the epoch of the datagram path's times, and the time of
-    /// the rounds of progress the connecting runs.
+    /// the rounds of progress the connecting runs. The engine keeps the latest time it was
+    /// given: a later [`Engine::progress`] with an earlier `now` runs at that latest time
+    /// (its timers never run backwards).
     pub fn new(mut fabric: Box<dyn Fabric>, requested: &TransportConfig, now: Instant) -> Result<Engine> {
         requested
             .validate()
@@ -508,11 +510,14 @@ impl Engine {
     /// `now` is read only when [`Engine::uses_time`]; an engine without a datagram path
     /// runs no timers, so a caller may pass any instant then (the one it gave
     /// [`Engine::new`]) rather than read the clock at every call. With the datagram path,
-    /// `now` is the current time, never earlier than the last round's: the datagrams
-    /// posted in this round are timed from it, and the retransmission deadlines are
-    /// checked against it. Datagrams posted or acknowledged outside a round (by
+    /// `now` is the current time: the datagrams posted in this round are timed from it,
+    /// and the retransmission deadlines are checked against it. The engine keeps the
+    /// latest `now` it was given (the largest, [`Engine::new`]'s included), so its timers
+    /// never run backwards: a `now` earlier than an earlier round's is accepted and the
+    /// round runs at that latest time instead, so it neither times a datagram out early
+    /// nor pushes a deadline back. Datagrams posted or acknowledged outside a round (by
     /// [`Engine::isend`], or while [`Engine::send_direct`] polls) are timed from the next
-    /// round's `now`.
+    /// round's time.
     #[inline]
     pub fn progress(&mut self, now: Instant) -> Result<bool> {
         self.progress_into(now, None)
