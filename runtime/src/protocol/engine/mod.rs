@@ -12,11 +12,17 @@
 //! front. They arrive whole ([`Event::Whole`](crate::fabric::Event::Whole)) into the
 //! buffer that becomes the message.
 //!
-//! Everything happens in [`Engine::progress`], driven by the rank's single thread. The
-//! engine's timers never read the system time (only the idle backoff of `connect_all`
-//! looks at the clock, to choose between spinning and sleeping): its owner passes the time of each round
-//! (`progress(now)`, as quinn-proto takes `now`), so tests drive its timers directly.
-//! Only the datagram path has timers ([`Engine::uses_time`]).
+//! Everything happens in [`Engine::progress`], driven by the rank's single thread. Its
+//! owner passes the time of each round (`progress(now)`, as quinn-proto takes `now`), so
+//! tests drive its timers directly; only the datagram path has timers
+//! ([`Engine::uses_time`]), and none of them reads the system clock. What does read it:
+//! in the engine's own code, one place only, `connect_all` ([`Engine::new`] with
+//! `lazy_connect` off), which waits for its peers between idle rounds with
+//! `core::backoff::Backoff`, and that reads `Instant::now` to choose between spinning,
+//! yielding and sleeping (or blocking in `Fabric::wait_for_arrival`); below the engine,
+//! the fabric calls it makes may read it in the fabric (the MPI fabric's direct send
+//! waits with a `Backoff` too, the local fabric's `wait_for_arrival` blocks with a
+//! timeout, the fault fabric times its delays).
 //!
 //! Its parts, by concept: this file holds the rank's state and the public API (receives,
 //! request completion, one round of [`Engine::progress`], statistics and footprint);

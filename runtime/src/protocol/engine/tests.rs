@@ -1,5 +1,6 @@
 //! Unit tests of the engine, its time passed in directly (`progress(now)` with instants the
-//! test chooses: no clock, no sleeping), and its direct-send contract.
+//! test computes from one `Instant::now()` of its own: no waiting, no sleeping), and its
+//! direct-send contract.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -304,7 +305,7 @@ impl Fabric for DirectLocal {
     }
 }
 
-/// The engine does not wait (it has no clock): a direct send while messages to the same
+/// The engine does not wait for its queues to drain: a direct send while messages to the same
 /// rank are still queued is refused, naming both ranks, and changes nothing; the caller
 /// progresses until `queued_for` is false (the communicator does).
 #[test]
