@@ -17,7 +17,8 @@
 //! Every public item has one path (`ci/public_paths.py` checks it). The everyday API is at
 //! the root: [`Communicator`], [`Request`], [`Completion`], [`RuntimeConfig`] and its
 //! settings, [`Source`], [`TagMatch`], [`Message`], [`Error`] with [`CommError`],
-//! [`ProtocolError`] and [`ConfigError`], [`Footprint`], the reductions. The rest is in
+//! [`ProtocolError`] and [`ConfigError`], [`Footprint`], the reductions, the sparse
+//! exchange's [`Received`]. The rest is in
 //! modules: [`bootstrap`], [`launch`] (ranks as threads: [`launch::threads`]), [`local`],
 //! `mpi` and `verbs` (the transports, features `mpi` and `verbs`), [`fabric`] (the trait below the protocol, with
 //! [`FabricError`](fabric::FabricError)), [`engine`], [`matching`], [`connection`],
@@ -123,7 +124,7 @@ pub use crate::core::config::{
 };
 pub use crate::core::footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};
 pub use crate::core::procstatus::ProcStatus;
-pub use comm::collective::{ReduceOp, ReduceSlice, ReduceType, Reducible};
+pub use comm::collective::{Received, ReduceOp, ReduceSlice, ReduceType, Reducible};
 pub use comm::error::{CommError, Error, Result};
 pub use comm::{Communicator, Completion, Request};
 pub use protocol::error::ProtocolError;

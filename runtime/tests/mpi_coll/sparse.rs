@@ -4,7 +4,7 @@
 
 use ballast_runtime::fabric::FabricError;
 use ballast_runtime::mpi::Mpi;
-use ballast_runtime::{Communicator, Error, ReduceOp, RuntimeConfig};
+use ballast_runtime::{Communicator, Error, Received, ReduceOp, RuntimeConfig};
 
 use super::{native, Rng};
 use crate::conformance::payload;
@@ -41,12 +41,15 @@ pub fn exchange_sparse_random() {
                 .map(|(_, d, b)| (*d, &b[..]))
                 .collect();
             let got = comm.exchange_sparse(&sends).unwrap();
-            let want: Vec<(usize, Vec<u8>)> = all
+            let want: Vec<Received> = all
                 .iter()
                 .filter(|(_, d, _)| *d == me)
-                .map(|(s, _, b)| (*s, b.clone()))
+                .map(|(s, _, b)| Received {
+                    source: *s,
+                    data: b.clone(),
+                })
                 .collect();
-            let show = |v: &[(usize, Vec<u8>)]| v.iter().map(|(s, b)| (*s, b.len())).collect::<Vec<_>>();
+            let show = |v: &[Received]| v.iter().map(|r| (r.source, r.data.len())).collect::<Vec<_>>();
             assert!(
                 got == want,
                 "rank {me} round {round}: got {:?}, want {:?}",
@@ -130,8 +133,11 @@ pub fn sizes_above_int() {
             }
             let sends: Vec<(usize, &[u8])> = if me == 0 { vec![(1, b"after")] } else { Vec::new() };
             let got = comm.exchange_sparse(&sends).unwrap();
-            let want: Vec<(usize, Vec<u8>)> = if me == 1 {
-                vec![(0, b"after".to_vec())]
+            let want: Vec<Received> = if me == 1 {
+                vec![Received {
+                    source: 0,
+                    data: b"after".to_vec(),
+                }]
             } else {
                 Vec::new()
             };
