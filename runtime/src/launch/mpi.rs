@@ -8,6 +8,7 @@ use rsmpi::collective::CommunicatorCollectives as _;
 use rsmpi::topology::Communicator as _;
 
 use super::threads::{spawn, ThreadOpts};
+use super::RankOutput;
 use crate::comm::error::{Error, Result};
 use crate::comm::mpi_native as native;
 use crate::comm::Communicator;
@@ -165,10 +166,10 @@ impl Mpi {
     /// Runs `f` on `n` Ballast ranks spread over the MPI processes (rank `r` in process
     /// `r % size`; several per process run as threads and need
     /// [`Mpi::init_multithreaded`](crate::fabric::mpi::Mpi::init_multithreaded); one per
-    /// process runs on the calling thread). Collective. Returns this process' results as
-    /// `(rank, result)`. If a rank fails, the others (in every process) stop with
+    /// process runs on the calling thread). Collective. Returns this process' results, a
+    /// [`RankOutput`] per rank, in ascending rank order. If a rank fails, the others (in every process) stop with
     /// [`FabricError::Aborted`](crate::comm::error::FabricError::Aborted) and the first real error is returned.
-    pub fn run_ranks<R, F>(&self, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<(usize, R)>>
+    pub fn run_ranks<R, F>(&self, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<RankOutput<R>>>
     where
         F: Fn(&mut Communicator) -> R + Sync,
         R: Send,

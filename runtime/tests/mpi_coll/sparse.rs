@@ -184,7 +184,7 @@ pub fn failed_rank_aborts() {
         match (mpi.rank() == n - 1, &r) {
             (true, Err(Error::RankPanicked { .. })) => {}
             (false, Err(e)) if aborted(e) => {}
-            (false, Ok(v)) if v.iter().all(|(_, x)| x.as_ref().is_err_and(aborted)) => {}
+            (false, Ok(v)) if v.iter().all(|o| o.output.as_ref().is_err_and(aborted)) => {}
             _ => {
                 std::panic::set_hook(hook);
                 panic!("case {which}: process {}: {r:?}", mpi.rank());
