@@ -81,7 +81,7 @@ pub mod matching {
 /// ([`SETTINGS`](env::SETTINGS)), the launchers' rank and size variables, the byte-size
 /// parser and the debug switch. They are read in one place, [`RuntimeConfig::from_env`].
 pub mod env {
-    pub use crate::core::config::{debug, parse_bytes, LAUNCHER_VARS, SETTINGS};
+    pub use crate::core::config::{debug, parse_bytes, LauncherVars, SettingVar, LAUNCHER_VARS, SETTINGS};
 }
 
 /// The packet-header and control codec of the fabrics (issue 34's wire formats, golden
@@ -122,7 +122,7 @@ pub use crate::core::config::{
     BootstrapConfig, ConfigError, EndpointOverflow, RecvSharing, RuntimeConfig, RuntimeConfigBuilder,
     Setting, TransportConfig, TransportKind, ValueOrigin, VerbsConfig,
 };
-pub use crate::core::footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};
+pub use crate::core::footprint::{Footprint, FootprintField, LockStatus, MemoryLock, MemoryModel};
 pub use crate::core::procstatus::ProcStatus;
 pub use comm::collective::{Received, ReduceOp, ReduceSlice, ReduceType, Reducible};
 pub use comm::error::{CommError, Error, Result};
