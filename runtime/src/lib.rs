@@ -130,7 +130,7 @@ pub use comm::{Communicator, Completion, Request};
 pub use protocol::error::ProtocolError;
 pub use protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 pub use protocol::request::RequestId;
-pub use select::{decide_transport, resolve_transport, AutoInputs};
+pub use select::{decide_transport, resolve_transport, AutoChoice, AutoInputs, ResolvedTransport};
 
 /// The Rust examples of `docs/EMBEDDING.md`, compiled and run as this crate's doctests
 /// (`cargo test -p ballast-runtime --doc`), so that the guide cannot go stale.

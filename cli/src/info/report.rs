@@ -152,8 +152,8 @@ fn mpi_report(cfg: &RuntimeConfig) -> anyhow::Result<Option<Option<MpiReport>>> 
         }
         return Ok(Some(Some(MpiReport {
             library: mpi.describe(),
-            native_path: decision.0,
-            why_not: decision.1,
+            native_path: decision.taken,
+            why_not: decision.why_not,
         })));
     }
     #[cfg(not(feature = "mpi"))]

@@ -406,19 +406,31 @@ pub trait DatagramPath {
     fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()>;
 }
 
+/// The receive-sharing mode a transport runs ([`effective_sharing`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EffectiveSharing {
+    /// The mode run.
+    pub mode: RecvSharing,
+    /// Why it is not the one asked for, when it is not.
+    pub note: Option<String>,
+}
+
 /// Decides the effective sharing mode: `xrc` on a transport without XRC falls back to
 /// `shared` with an explanatory note.
-pub fn effective_sharing(requested: RecvSharing, caps: Capabilities) -> (RecvSharing, Option<String>) {
+pub fn effective_sharing(requested: RecvSharing, caps: Capabilities) -> EffectiveSharing {
     if requested == RecvSharing::Xrc && !caps.xrc {
-        (
-            RecvSharing::Shared,
-            Some(format!(
+        EffectiveSharing {
+            mode: RecvSharing::Shared,
+            note: Some(format!(
                 "transport `{}` cannot do xrc; falling back to recv_sharing=shared",
                 caps.name
             )),
-        )
+        }
     } else {
-        (requested, None)
+        EffectiveSharing {
+            mode: requested,
+            note: None,
+        }
     }
 }
 
@@ -432,17 +444,21 @@ mod tests {
             name: "mpi",
             xrc: false,
         };
-        let (mode, note) = effective_sharing(RecvSharing::Xrc, no);
+        let EffectiveSharing { mode, note } = effective_sharing(RecvSharing::Xrc, no);
         assert_eq!(mode, RecvSharing::Shared);
         assert!(note.unwrap().contains("mpi"));
         let yes = Capabilities {
             name: "local",
             xrc: true,
         };
-        assert_eq!(effective_sharing(RecvSharing::Xrc, yes), (RecvSharing::Xrc, None));
+        let unchanged = |mode| EffectiveSharing { mode, note: None };
+        assert_eq!(
+            effective_sharing(RecvSharing::Xrc, yes),
+            unchanged(RecvSharing::Xrc)
+        );
         assert_eq!(
             effective_sharing(RecvSharing::PerPeer, no),
-            (RecvSharing::PerPeer, None)
+            unchanged(RecvSharing::PerPeer)
         );
     }
 

@@ -9,7 +9,7 @@
 //! (`ballast_runtime::local::single`, `ballast_runtime::verbs::communicator`, ...): one
 //! spelling each.
 
-use crate::bootstrap::{auto, Bootstrap, BootstrapKind};
+use crate::bootstrap::{auto, AutoBootstrap, Bootstrap, BootstrapKind};
 use crate::comm::error::{Error, Result};
 use crate::core::config::RuntimeConfig;
 use crate::core::procstatus::ProcStatus;
@@ -59,7 +59,7 @@ impl Launch {
         } else {
             None
         };
-        let (kind, boot) = auto(config)?;
+        let AutoBootstrap { kind, boot } = auto(config)?;
         Ok(Launch {
             boot,
             kind,

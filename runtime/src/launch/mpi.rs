@@ -14,7 +14,7 @@ use crate::comm::mpi_native as native;
 use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportConfig, TransportKind};
 use crate::core::procstatus::ProcStatus;
-use crate::fabric::mpi::{Mpi, MpiFabric, MpiFootprint, Shared, MPI_MEMORY_NOTE};
+use crate::fabric::mpi::{Mpi, MpiFabric, MpiFootprint, NativePath, Shared, MPI_MEMORY_NOTE};
 
 impl Mpi {
     /// Creates this process' [`Communicator`]: one Ballast rank per MPI process, rank =
@@ -26,8 +26,8 @@ impl Mpi {
     /// peers may still send to it), so that no later duplicate can see its messages.
     pub fn communicator(&self, config: &RuntimeConfig) -> Result<Communicator> {
         let t = mpi_transport(config)?;
-        let (native, why_not) = self.use_native(&t, self.size())?;
-        if native {
+        let NativePath { taken, why_not } = self.use_native(&t, self.size())?;
+        if taken {
             return self.native(&t).map(|n| Communicator::over(Box::new(n)));
         }
         // The effective configuration says the engine path (predictions follow it).
@@ -73,13 +73,13 @@ impl Mpi {
     /// MPI native path (see [`native`]), and, when it was asked for but would not be taken,
     /// why. Collective (every process must call it); errors as [`Mpi::communicator`]'s
     /// checks (different `buffer_size`s).
-    pub fn native_path(&self, config: &RuntimeConfig) -> Result<(bool, Option<String>)> {
+    pub fn native_path(&self, config: &RuntimeConfig) -> Result<NativePath> {
         self.use_native(&mpi_transport(config)?, self.size())
     }
 
     /// Returns the decision and, when the native path was asked for but not taken, why.
     /// Also checks [`Mpi::agree_on_buffer_size`] first. Collective.
-    fn use_native(&self, t: &TransportConfig, ranks: usize) -> Result<(bool, Option<String>)> {
+    fn use_native(&self, t: &TransportConfig, ranks: usize) -> Result<NativePath> {
         self.agree_on_buffer_size(t)?;
         let procs = self.size();
         let tag_ub = native::tag_ub(&self.world)?;
@@ -103,7 +103,10 @@ impl Mpi {
             (1, 0) => Some("MPI native path not used: another process has it off (BALLAST_MPI_NATIVE) or cannot use it; the engine runs above MPI".to_string()),
             _ => why_not,
         };
-        Ok((all == 1, why_not))
+        Ok(NativePath {
+            taken: all == 1,
+            why_not,
+        })
     }
 
     fn native(&self, t: &TransportConfig) -> Result<native::MpiNative> {
@@ -131,12 +134,12 @@ impl Mpi {
     /// Collective.
     pub(crate) fn rank_world(&self, n: usize, config: &RuntimeConfig) -> Result<RankWorld> {
         let t = mpi_transport(config)?;
-        let (native, why_not) = self.use_native(&t, n)?;
+        let NativePath { taken, why_not } = self.use_native(&t, n)?;
         let t = TransportConfig {
-            mpi_native: native,
+            mpi_native: taken,
             ..t
         };
-        if native {
+        if taken {
             return Ok(RankWorld::Native {
                 rank: self.rank(),
                 native: Box::new(self.native(&t)?),

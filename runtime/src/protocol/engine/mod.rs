@@ -40,7 +40,9 @@ use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
 use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::error::FabricError;
-use crate::fabric::{effective_sharing, Control, DatagramPath, DirectPath, Fabric, PeerKey};
+use crate::fabric::{
+    effective_sharing, Control, DatagramPath, DirectPath, EffectiveSharing, Fabric, PeerKey,
+};
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::{CreditBank, Grant};
 use crate::protocol::error::{ProtocolError, Result};
@@ -214,8 +216,8 @@ impl Engine {
             .map_err(|e| ProtocolError::Config(Box::new(e)))?;
         let mut cfg = *requested;
         let mut notes = Vec::new();
-        let (sharing, note) = effective_sharing(cfg.recv_sharing, fabric.capabilities());
-        cfg.recv_sharing = sharing;
+        let EffectiveSharing { mode, note } = effective_sharing(cfg.recv_sharing, fabric.capabilities());
+        cfg.recv_sharing = mode;
         notes.extend(note);
         // The fabric's optional paths, asked once: their sizes decide what the engine runs.
         let (mtu, drops) = match fabric.datagrams() {
