@@ -94,8 +94,8 @@ pub enum Control {
 impl Control {
     /// Wire form shared by the MPI and verbs transports: a one-byte code and a 64-bit value
     /// (their byte forms are in `crate::fabric::wire`).
-    pub fn encode(self) -> (u8, u64) {
-        match self {
+    pub fn encode(self) -> ControlWord {
+        let (code, value) = match self {
             Control::ConnectReq { grant } => (0, grant as u64),
             Control::ConnectAck { grant } => (1, grant as u64),
             Control::Close { sent } => (2, sent),
@@ -105,10 +105,11 @@ impl Control {
             Control::Return { credits } => (6, credits as u64),
             Control::Refuse => (7, 0),
             Control::Abort { code } => (8, u64::from(code as u32)),
-        }
+        };
+        ControlWord { code, value }
     }
 
-    /// Inverse of [`Control::encode`]. Errors ([`FabricError::ControlDecode`]) on an unknown code
+    /// Inverse of [`Control::encode`] (the two fields of its [`ControlWord`]). Errors ([`FabricError::ControlDecode`]) on an unknown code
     /// or a value that overflows its field.
     pub fn decode(code: u8, v: u64) -> Result<Control> {
         let v32 = || {
@@ -137,6 +138,15 @@ impl Control {
             }
         })
     }
+}
+
+/// A control message's wire form ([`Control::encode`]): its code and its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControlWord {
+    /// Which control message (0 to 8).
+    pub code: u8,
+    /// Its field (a grant, credits, packets sent, an abort code), zero-extended.
+    pub value: u64,
 }
 
 /// Something that happened on the fabric, reported by [`Fabric::poll`].
@@ -477,10 +487,16 @@ mod tests {
             Control::Abort { code: -1 },
             Control::Abort { code: i32::MIN },
         ] {
-            let (code, v) = c.encode();
-            assert_eq!(Control::decode(code, v).unwrap(), c);
+            let w = c.encode();
+            assert_eq!(Control::decode(w.code, w.value).unwrap(), c);
         }
-        assert_eq!(Control::Abort { code: -1 }.encode(), (8, 0xffff_ffff));
+        assert_eq!(
+            Control::Abort { code: -1 }.encode(),
+            ControlWord {
+                code: 8,
+                value: 0xffff_ffff
+            }
+        );
         assert!(Control::decode(8, 1 << 32).is_err());
         assert!(Control::decode(9, 0).is_err());
         assert!(Control::decode(0, 1 << 33).is_err());

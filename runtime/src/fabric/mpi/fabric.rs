@@ -76,7 +76,9 @@ use crate::core::config::RecvSharing;
 use crate::core::pool::{Register, Registration};
 use crate::fabric::error::{FabricError, Result, Sender};
 use crate::fabric::sizes::{MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
-use crate::fabric::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT};
+use crate::fabric::wire::{
+    self, HeaderExtra, WireHeader, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT,
+};
 use crate::fabric::{
     go, poll_result, Capabilities, Control, DatagramPath, DirectPath, Event, Fabric, FabricBytes, Flow, Halt,
     PacketHeader, PeerKey,
@@ -226,12 +228,12 @@ impl Shared {
                 msg.matched_receive_into(&mut sink[..]);
                 self.recvd[r].fetch_add(1, Ordering::AcqRel);
                 let head = sink.first_chunk::<HEADER_BYTES>().map(wire::decode_header);
-                if let Some((
-                    h,
-                    HeaderExtra {
+                if let Some(WireHeader {
+                    header: h,
+                    extra: HeaderExtra {
                         kind: KIND_DIRECT, ..
                     },
-                )) = head
+                }) = head
                 {
                     // A direct message's header: its parts follow on the direct tag.
                     let source = status.source_rank() as usize;
@@ -381,7 +383,7 @@ impl MpiFabric {
         while let Some(&(dest, first)) = self.pending.first() {
             self.pending.remove(0);
             let (proc_, tag) = self.proc_and_tag(dest)?;
-            let (h, extra) = wire::control_header(self.rank as u32, first, 0);
+            let WireHeader { header: h, extra } = wire::control_header(self.rank as u32, first, 0);
             let b = self.packet(dest, &h, KIND_CONTROL, extra.code, &[]);
             self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)?;
             self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);

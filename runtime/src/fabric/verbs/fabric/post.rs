@@ -11,7 +11,7 @@ use crate::fabric::error::{FabricError, Result};
 use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::ibv::{self, Qp, Rts, SendWr, Sge, Slots};
 use crate::fabric::wire;
-use crate::fabric::{go, Control, Event, Flow, Halt, PacketHeader, PeerKey};
+use crate::fabric::{go, Control, ControlWord, Event, Flow, Halt, PacketHeader, PeerKey};
 
 #[cfg(feature = "trace")]
 use crate::fabric::verbs::counters;
@@ -303,7 +303,7 @@ impl VerbsFabric {
         if credits == 0 {
             return Ok(());
         }
-        let (code, value) = Control::Grant { credits }.encode();
+        let ControlWord { code, value } = Control::Grant { credits }.encode();
         self.mesh.send(
             dest,
             &Frame {
@@ -525,7 +525,7 @@ impl VerbsFabric {
             }
             let bytes = slots.get(slot, len);
             // (Bytes 29..32 are zero on this fabric: ignored, see `wire`.)
-            let h = wire::decode_header(bytes.first_chunk().expect("checked above")).0;
+            let h = wire::decode_header(bytes.first_chunk().expect("checked above")).header;
             if HEADER_BYTES + h.len as usize != len {
                 return Err(Halt::Fail(FabricError::BadPacket {
                     rank: self.rank,
