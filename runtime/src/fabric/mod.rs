@@ -221,6 +221,18 @@ pub enum PeerEnd {
     Failed,
 }
 
+/// How the other ranks ended, as far as this rank's fabric knows ([`Fabric::others_end`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OthersEnd {
+    /// Rank `rank` failed ([`PeerEnd::Failed`]).
+    Failed {
+        /// The rank that failed.
+        rank: usize,
+    },
+    /// Every other rank finished ([`PeerEnd::Finished`]).
+    AllFinished,
+}
+
 /// What a transport can do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capabilities {
@@ -321,10 +333,10 @@ pub trait Fabric: Register<Error = FabricError> + Send {
         None
     }
 
-    /// For a wait any other rank could end (an any-source receive): `Some((Some(p),
-    /// Failed))` when some rank `p` failed, `Some((None, Finished))` when every other rank
-    /// finished, else `None`. Default `None`.
-    fn others_end(&self) -> Option<(Option<usize>, PeerEnd)> {
+    /// For a wait any other rank could end (an any-source receive): `Some(`[`OthersEnd::Failed`]`)`
+    /// naming a rank that failed, `Some(`[`OthersEnd::AllFinished`]`)` when every other
+    /// rank finished, else `None`. Default `None`.
+    fn others_end(&self) -> Option<OthersEnd> {
         None
     }
 

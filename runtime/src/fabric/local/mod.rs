@@ -25,7 +25,7 @@ use crate::core::memory::{memlock_limit_bytes, AlignedRegion};
 use crate::core::pool::{Register, Registration};
 use crate::fabric::error::{FabricError, Result};
 use crate::fabric::{
-    go, poll_result, Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, Halt,
+    go, poll_result, Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, Halt, OthersEnd,
     PacketHeader, PeerEnd, PeerKey,
 };
 
@@ -578,9 +578,9 @@ impl Fabric for LocalFabric {
         done.then_some(PeerEnd::Finished)
     }
 
-    fn others_end(&self) -> Option<(Option<usize>, PeerEnd)> {
+    fn others_end(&self) -> Option<OthersEnd> {
         let others = self.world.done.load(Ordering::Acquire) - usize::from(self.marked_done);
-        (others + 1 >= self.world.ports.len()).then_some((None, PeerEnd::Finished))
+        (others + 1 >= self.world.ports.len()).then_some(OthersEnd::AllFinished)
     }
 
     fn blocks_when_idle(&self) -> bool {
