@@ -156,16 +156,36 @@ pub enum Event<'a> {
     SendComplete(u64),
     /// A data packet arrived in a posted receive buffer; `payload` is valid only during the
     /// callback, after which the buffer is reposted.
-    Arrival(PacketHeader, &'a [u8]),
+    Arrival {
+        /// Its header.
+        header: PacketHeader,
+        /// Its payload (`header.len` bytes).
+        payload: &'a [u8],
+    },
     /// A control message from rank `src`.
-    Control(usize, Control),
+    Control {
+        /// The rank that sent it.
+        src: usize,
+        /// The message.
+        msg: Control,
+    },
     /// A whole message moved by the transport itself (the direct path, see
     /// [`Fabric::direct`]): `header.total` bytes in `data`, which becomes the
     /// received message's buffer as it is (no copy). `header.offset` and `header.len` are 0.
-    Whole(PacketHeader, Vec<u8>),
-    /// A datagram from rank `.0` (the connectionless path, [`DatagramPath::post_datagram`]): its
-    /// bytes, valid only during the callback.
-    Datagram(usize, &'a [u8]),
+    Whole {
+        /// Its header.
+        header: PacketHeader,
+        /// The message.
+        data: Vec<u8>,
+    },
+    /// A datagram from rank `src` (the connectionless path, [`DatagramPath::post_datagram`]):
+    /// its bytes, valid only during the callback.
+    Datagram {
+        /// The rank that sent it.
+        src: usize,
+        /// Its bytes.
+        bytes: &'a [u8],
+    },
 }
 
 /// What the callback of [`Fabric::poll`] answers for an event: `Continue` to go on, `Break`

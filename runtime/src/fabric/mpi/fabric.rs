@@ -427,7 +427,7 @@ impl MpiFabric {
         // It stays first in line (its parts wait in MPI): BALLAST_ENOMEM until it fits.
         if let Some((h, source)) = self.deferred.take() {
             let data = self.recv_direct(h, source)?;
-            go(on_event(Event::Whole(h, data)))?;
+            go(on_event(Event::Whole { header: h, data }))?;
         }
         for _ in 0..POLL_BATCH {
             let Some((msg, status)) = self
@@ -454,27 +454,33 @@ impl MpiFabric {
             }
             msg.matched_receive_into(&mut self.rbuf[..count]);
             let p = wire::split_packet(&self.rbuf[..count], MAX_PIGGYBACK, self.rank, from)?;
-            let h = p.header;
+            let (h, src) = (p.header, p.header.src as usize);
             self.riders.clear();
             for c in p.riders() {
                 self.riders.push(c?);
             }
             match p.extra.kind {
-                KIND_DATA => go(on_event(Event::Arrival(h, p.payload)))?,
-                KIND_CONTROL => go(on_event(Event::Control(
-                    h.src as usize,
-                    wire::header_control(&h, p.extra)?,
-                )))?,
+                KIND_DATA => go(on_event(Event::Arrival {
+                    header: h,
+                    payload: p.payload,
+                }))?,
+                KIND_CONTROL => go(on_event(Event::Control {
+                    src,
+                    msg: wire::header_control(&h, p.extra)?,
+                }))?,
                 KIND_DIRECT => match self.recv_direct(h, status.source_rank() as usize) {
-                    Ok(data) => go(on_event(Event::Whole(h, data)))?,
+                    Ok(data) => go(on_event(Event::Whole { header: h, data }))?,
                     Err(e) => {
                         for &c in &self.riders {
-                            go(on_event(Event::Control(h.src as usize, c)))?;
+                            go(on_event(Event::Control { src, msg: c }))?;
                         }
                         return Err(e.into());
                     }
                 },
-                KIND_DATAGRAM => go(on_event(Event::Datagram(h.src as usize, p.payload)))?,
+                KIND_DATAGRAM => go(on_event(Event::Datagram {
+                    src,
+                    bytes: p.payload,
+                }))?,
                 k => {
                     return Err(Halt::Fail(FabricError::BadPacket {
                         rank: self.rank,
@@ -485,7 +491,7 @@ impl MpiFabric {
                 }
             }
             for &c in &self.riders {
-                go(on_event(Event::Control(h.src as usize, c)))?;
+                go(on_event(Event::Control { src, msg: c }))?;
             }
             n += 1;
         }

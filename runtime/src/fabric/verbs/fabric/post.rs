@@ -536,7 +536,12 @@ impl VerbsFabric {
             }
             #[cfg(feature = "trace")]
             let t = counters::trace_start();
-            if on_event(Event::Arrival(h, &bytes[HEADER_BYTES..])).is_break() {
+            if on_event(Event::Arrival {
+                header: h,
+                payload: &bytes[HEADER_BYTES..],
+            })
+            .is_break()
+            {
                 // Refused (its message could not be allocated): kept, its slot not
                 // reposted, and taken first at the next poll, as `local` does.
                 return Ok(Flow::Break(()));
@@ -556,10 +561,10 @@ impl VerbsFabric {
             #[cfg(feature = "trace")]
             counters::stamp(2);
             if let Some(credits) = wc.imm {
-                go(on_event(Event::Control(
-                    h.src as usize,
-                    Control::Grant { credits },
-                )))?;
+                go(on_event(Event::Control {
+                    src: h.src as usize,
+                    msg: Control::Grant { credits },
+                }))?;
             }
         } else {
             let peer = peer_of(self);
