@@ -126,7 +126,9 @@ else
     echo "ci/test.sh: SKIP clippy: 'cargo clippy' is not installed (rustup component add clippy)"
 fi
 # The API docs: no broken or private intra-doc link, and one public path per item (issue 34:
-# "do not re-export"; ci/public_paths.py reads rustdoc's pages), with every feature.
+# "do not re-export"; ci/public_paths.py reads rustdoc's pages), with every feature. `ballast`
+# is the C library's crate (capi); the CLI binary of the same name has `doc = false`, so the
+# two no longer write the same target/doc/ballast.
 rm -rf "${CARGO_TARGET_DIR:-target}/doc" # pages of items gone since would read as second paths
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked --features ballast/sonata,ballast/mpi,ballast/verbs,ballast-runtime/trace,ballast-runtime/fault,ballast-capi/mpi,ballast-capi/verbs,ballast-capi/bench-twin,ballast-bench/mpi
 python3 ci/public_paths.py "${CARGO_TARGET_DIR:-target}/doc" ballast_runtime ballast_balancer ballast_sim ballast_ibv ballast_bench ballast

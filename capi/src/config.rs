@@ -101,7 +101,7 @@ pub unsafe extern "C" fn ballast_config_set(
         let c = unsafe { &mut *config_of(F, config)? };
         // SAFETY: NULL or NUL-terminated strings, valid for this call.
         let (key, value) = unsafe { (c_str(F, "key", key)?, c_str(F, "value", value)?) };
-        if !SETTINGS.iter().any(|(n, _)| *n == key) {
+        if !SETTINGS.iter().any(|s| s.name == key) {
             return Err(Fail::inval(unknown_key(F, key)));
         }
         let builder = c
@@ -136,17 +136,17 @@ fn unknown_key(func: &str, key: &str) -> String {
     // The same name in another spelling, else the closest name within two edits (a typo).
     let meant = SETTINGS
         .iter()
-        .find(|(n, _)| norm(key) == *n)
-        .map(|(n, _)| *n)
+        .find(|s| norm(key) == s.name)
+        .map(|s| s.name)
         .or_else(|| {
             SETTINGS
                 .iter()
-                .map(|(n, _)| (strsim::levenshtein(&norm(key), n), *n))
+                .map(|s| (strsim::levenshtein(&norm(key), s.name), s.name))
                 .filter(|&(d, _)| d <= 2)
                 .min()
                 .map(|(_, n)| n)
         });
-    let keys = SETTINGS.map(|(n, _)| n).join(", ");
+    let keys = SETTINGS.map(|s| s.name).join(", ");
     let hint = meant
         .map(|m| format!(" (did you mean `{m}`?)"))
         .unwrap_or_default();

@@ -4,6 +4,8 @@
 
 use std::os::raw::{c_int, c_void};
 
+use ballast_runtime::Received;
+
 use crate::comm::{ballast_comm, bytes, put, runtime, with_comm};
 use crate::error::{boundary, clear_out, Fail};
 use crate::handles::{self, Kind};
@@ -25,9 +27,9 @@ impl ballast_gathered {
         ballast_gathered { parts, sources: None }
     }
 
-    /// A result with the parts of the ranks that sent (`(source, bytes)`, increasing
-    /// sources). Fails for memory only (`func` names the call).
-    pub(crate) fn by_source(func: &str, got: Vec<(usize, Vec<u8>)>) -> Result<ballast_gathered, Fail> {
+    /// A result with the parts of the ranks that sent (increasing sources). Fails for
+    /// memory only (`func` names the call).
+    pub(crate) fn by_source(func: &str, got: Vec<Received>) -> Result<ballast_gathered, Fail> {
         let mut parts = Vec::new();
         let mut sources = Vec::new();
         if parts.try_reserve_exact(got.len()).is_err() || sources.try_reserve_exact(got.len()).is_err() {
@@ -36,9 +38,9 @@ impl ballast_gathered {
                 format!("{func}: no memory for the list of {} parts", got.len()),
             ));
         }
-        for (s, p) in got {
-            sources.push(s);
-            parts.push(p);
+        for r in got {
+            sources.push(r.source);
+            parts.push(r.data);
         }
         Ok(ballast_gathered {
             parts,

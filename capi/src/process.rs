@@ -96,7 +96,7 @@ pub unsafe extern "C" fn ballast_comm_from_env(
         cfg.transport()
             .validate()
             .map_err(|e| Fail::inval(format!("{F}: {e}")))?;
-        let (kind, _note) = resolve_transport(&cfg);
+        let kind = resolve_transport(&cfg).kind;
         // What the rank allocates at start must fit (ulimit -v, the machine) before it is made.
         ballast_runtime::launch::check_ranks_fit(1, cfg.transport()).map_err(|e| Fail::runtime(F, &e))?;
         let resolved = cfg

@@ -429,22 +429,22 @@ impl Plan<'_> {
         let scale = self.args.memory_scale;
         vec![
             row("largest rank, estimated cell memory (MB)", &|r| {
-                mb(max_min(&r.per_rank, |x| x.estimated_kb).0)
+                mb(max_min(&r.per_rank, |x| x.estimated_kb).max)
             }),
             row("smallest rank, estimated cell memory (MB)", &|r| {
-                mb(max_min(&r.per_rank, |x| x.estimated_kb).1)
+                mb(max_min(&r.per_rank, |x| x.estimated_kb).min)
             }),
             row("largest / mean", &|r| {
                 let mean = r.per_rank.iter().map(|x| x.estimated_kb).sum::<f64>() / r.per_rank.len() as f64;
-                format!("{:.3}", max_min(&r.per_rank, |x| x.estimated_kb).0 / mean)
+                format!("{:.3}", max_min(&r.per_rank, |x| x.estimated_kb).max / mean)
             }),
             row(
                 &format!("largest rank, Ballast-accounted (MB, --memory-scale {scale})"),
-                &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).0),
+                &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).max),
             ),
             row(
                 &format!("smallest rank, Ballast-accounted (MB, --memory-scale {scale})"),
-                &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).1),
+                &|r| mb(max_min(&r.per_rank, |x| x.ballast_kb).min),
             ),
             row("peers per rank, largest (connected)", &|r| {
                 format!(

@@ -323,7 +323,7 @@ fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     let prepared = ballast_sim::launch::prepare_threads(plan(args, &input, &params), ranks, cfg)?;
     print_placement(&prepared.placement);
     crate::progress::warn_oversubscribed("run", ranks);
-    let (steps, window) = params.steps(&input.circuit.delays)?;
+    let ballast_sim::Steps { total: steps, window } = params.steps(&input.circuit.delays)?;
     let done = std::sync::atomic::AtomicU64::new(0);
     let total = steps.div_ceil(window as u64) * ranks as u64;
     let window_ms = window as f64 * params.dt_ms;

@@ -193,7 +193,7 @@ impl RuntimeArgs {
     /// (`ballast_runtime::resolve_transport`), and the note that says which and why.
     pub fn to_config_resolved(&self) -> anyhow::Result<(RuntimeConfig, Option<String>)> {
         let cfg = self.to_config()?;
-        let (kind, note) = ballast_runtime::resolve_transport(&cfg);
+        let ballast_runtime::ResolvedTransport { kind, note } = ballast_runtime::resolve_transport(&cfg);
         if kind == cfg.transport().kind {
             return Ok((cfg, note));
         }

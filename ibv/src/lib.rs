@@ -352,9 +352,19 @@ impl Drop for SrqInner {
     }
 }
 
-/// A shared receive queue (plain, or XRC with its SRQ number).
+/// A shared receive queue (plain, or XRC: see [`XrcSrq`]).
 #[derive(Clone)]
 pub struct Srq(Arc<SrqInner>);
+
+/// An XRC shared receive queue made by [`Srq::create_xrc`], with its SRQ number (which
+/// the senders name in their work requests to reach it).
+#[derive(Clone)]
+pub struct XrcSrq {
+    /// The queue.
+    pub srq: Srq,
+    /// Its SRQ number (`ibv_get_srq_num`).
+    pub number: u32,
+}
 
 impl Srq {
     /// A plain SRQ of `depth` single-piece receives.
@@ -377,7 +387,7 @@ impl Srq {
     }
 
     /// An XRC SRQ of `depth` receives in `xrcd`, its completions on `cq`, with its SRQ number.
-    pub fn create_xrc(ctx: &Context, pd: &Pd, xrcd: &Xrcd, cq: &Cq, depth: u32) -> Result<(Srq, u32)> {
+    pub fn create_xrc(ctx: &Context, pd: &Pd, xrcd: &Xrcd, cq: &Cq, depth: u32) -> Result<XrcSrq> {
         // SAFETY: plain-data struct; zero is valid for the fields not set.
         let mut a: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
         a.attr.max_wr = depth;
@@ -412,7 +422,7 @@ impl Srq {
         if rc != 0 {
             return Err(IbvError::rc("ibv_get_srq_num", "the XRC SRQ", rc));
         }
-        Ok((srq, num))
+        Ok(XrcSrq { srq, number: num })
     }
 
     pub(crate) fn raw(&self) -> *mut ibv_srq {

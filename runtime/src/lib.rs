@@ -17,7 +17,8 @@
 //! Every public item has one path (`ci/public_paths.py` checks it). The everyday API is at
 //! the root: [`Communicator`], [`Request`], [`Completion`], [`RuntimeConfig`] and its
 //! settings, [`Source`], [`TagMatch`], [`Message`], [`Error`] with [`CommError`],
-//! [`ProtocolError`] and [`ConfigError`], [`Footprint`], the reductions. The rest is in
+//! [`ProtocolError`] and [`ConfigError`], [`Footprint`], the reductions, the sparse
+//! exchange's [`Received`]. The rest is in
 //! modules: [`bootstrap`], [`launch`] (ranks as threads: [`launch::threads`]), [`local`],
 //! `mpi` and `verbs` (the transports, features `mpi` and `verbs`), [`fabric`] (the trait below the protocol, with
 //! [`FabricError`](fabric::FabricError)), [`engine`], [`matching`], [`connection`],
@@ -80,7 +81,7 @@ pub mod matching {
 /// ([`SETTINGS`](env::SETTINGS)), the launchers' rank and size variables, the byte-size
 /// parser and the debug switch. They are read in one place, [`RuntimeConfig::from_env`].
 pub mod env {
-    pub use crate::core::config::{debug, parse_bytes, LAUNCHER_VARS, SETTINGS};
+    pub use crate::core::config::{debug, parse_bytes, LauncherVars, SettingVar, LAUNCHER_VARS, SETTINGS};
 }
 
 /// The packet-header and control codec of the fabrics (issue 34's wire formats, golden
@@ -121,15 +122,15 @@ pub use crate::core::config::{
     BootstrapConfig, ConfigError, EndpointOverflow, RecvSharing, RuntimeConfig, RuntimeConfigBuilder,
     Setting, TransportConfig, TransportKind, ValueOrigin, VerbsConfig,
 };
-pub use crate::core::footprint::{Footprint, LockStatus, MemoryLock, MemoryModel};
+pub use crate::core::footprint::{Footprint, FootprintField, LockStatus, MemoryLock, MemoryModel};
 pub use crate::core::procstatus::ProcStatus;
-pub use comm::collective::{ReduceOp, ReduceSlice, ReduceType, Reducible};
+pub use comm::collective::{Received, ReduceOp, ReduceSlice, ReduceType, Reducible};
 pub use comm::error::{CommError, Error, Result};
 pub use comm::{Communicator, Completion, Request};
 pub use protocol::error::ProtocolError;
 pub use protocol::matching::{Envelope, Message, Source, Tag, TagMatch, RESERVED_TAG_BASE};
 pub use protocol::request::RequestId;
-pub use select::{decide_transport, resolve_transport, AutoInputs};
+pub use select::{decide_transport, resolve_transport, AutoChoice, AutoInputs, ResolvedTransport};
 
 /// The Rust examples of `docs/EMBEDDING.md`, compiled and run as this crate's doctests
 /// (`cargo test -p ballast-runtime --doc`), so that the guide cannot go stale.

@@ -1,6 +1,7 @@
 //! The choice of transport for `BALLAST_TRANSPORT=auto`: [`decide_transport`] (pure,
-//! over [`AutoInputs`]) and [`resolve_transport`], which gathers those inputs from this
-//! machine and launch (the verbs device is opened and closed again).
+//! over [`AutoInputs`], giving an [`AutoChoice`]) and [`resolve_transport`], which gathers
+//! those inputs from this machine and launch (the verbs device is opened and closed again)
+//! and gives a [`ResolvedTransport`].
 
 use crate::core::config::{RuntimeConfig, TransportKind};
 
@@ -22,6 +23,25 @@ pub struct AutoInputs {
     pub mpi_launch: Option<&'static str>,
 }
 
+/// What `BALLAST_TRANSPORT=auto` picks ([`decide_transport`]): the transport and the note
+/// saying which and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AutoChoice {
+    /// The transport picked (never [`TransportKind::Auto`]).
+    pub kind: TransportKind,
+    /// Which and why, e.g. `transport auto: verbs: not compiled in; using mpi (...)`.
+    pub note: String,
+}
+
+/// The transport a configuration runs on ([`resolve_transport`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedTransport {
+    /// The transport (never [`TransportKind::Auto`]).
+    pub kind: TransportKind,
+    /// For `auto`, the note of its [`AutoChoice`], to print; `None` for a transport named.
+    pub note: Option<String>,
+}
+
 fn kib_text(bytes: u64) -> String {
     if bytes == u64::MAX {
         "unlimited".into()
@@ -35,50 +55,51 @@ fn kib_text(bytes: u64) -> String {
 /// launched under MPI; otherwise `local`. Returns the kind and a note saying which and why,
 /// e.g. `transport auto: verbs: pool needs 520 KiB locked, ulimit -l is 64 KiB; using mpi
 /// (launched under MPI: OMPI_COMM_WORLD_RANK)`.
-pub fn decide_transport(i: &AutoInputs) -> (TransportKind, String) {
+pub fn decide_transport(i: &AutoInputs) -> AutoChoice {
     let need = i.verbs_locked_bytes;
     let verbs_no = if !i.verbs_compiled {
         "verbs: not compiled in".to_string()
     } else {
         match &i.verbs_device {
             Err(why) => format!("verbs: no usable RDMA device ({why})"),
-            Ok(dev) => {
-                match i.memlock_limit {
-                    Some(limit) if limit != u64::MAX && need > limit => {
-                        format!(
-                            "verbs: pool needs {} KiB locked, ulimit -l is {}",
-                            need.div_ceil(1024),
-                            kib_text(limit)
-                        )
-                    }
-                    limit => {
-                        let limit = limit.map_or("unknown".to_string(), kib_text);
-                        return (
-                        TransportKind::Verbs,
-                        format!("transport auto: using verbs (device {dev}; {} KiB to lock, ulimit -l {limit})", need.div_ceil(1024)),
-                    );
-                    }
+            Ok(dev) => match i.memlock_limit {
+                Some(limit) if limit != u64::MAX && need > limit => {
+                    format!(
+                        "verbs: pool needs {} KiB locked, ulimit -l is {}",
+                        need.div_ceil(1024),
+                        kib_text(limit)
+                    )
                 }
-            }
+                limit => {
+                    let limit = limit.map_or("unknown".to_string(), kib_text);
+                    return AutoChoice {
+                        kind: TransportKind::Verbs,
+                        note: format!(
+                            "transport auto: using verbs (device {dev}; {} KiB to lock, ulimit -l {limit})",
+                            need.div_ceil(1024)
+                        ),
+                    };
+                }
+            },
         }
     };
     match (i.mpi_compiled, i.mpi_launch) {
-        (true, Some(var)) => (
-            TransportKind::Mpi,
-            format!("transport auto: {verbs_no}; using mpi (launched under MPI: {var} is set)"),
-        ),
+        (true, Some(var)) => AutoChoice {
+            kind: TransportKind::Mpi,
+            note: format!("transport auto: {verbs_no}; using mpi (launched under MPI: {var} is set)"),
+        },
         (compiled, _) => {
             let mpi_no = if compiled {
                 "mpi: not launched under MPI (no OMPI_COMM_WORLD_RANK or PMI_RANK)"
             } else {
                 "mpi: not compiled in"
             };
-            (
-                TransportKind::Local,
-                format!(
+            AutoChoice {
+                kind: TransportKind::Local,
+                note: format!(
                     "transport auto: {verbs_no}; {mpi_no}; using local (ranks as threads of this process)"
                 ),
-            )
+            }
         }
     }
 }
@@ -88,10 +109,10 @@ pub fn decide_transport(i: &AutoInputs) -> (TransportKind, String) {
 /// verbs device is opened and closed again to check it). Returns the kind and, for `auto`,
 /// the note to print. Reads no environment variable (the launch is known from
 /// `BootstrapConfig::rank_var`).
-pub fn resolve_transport(config: &RuntimeConfig) -> (TransportKind, Option<String>) {
+pub fn resolve_transport(config: &RuntimeConfig) -> ResolvedTransport {
     let kind = config.transport().kind;
     if kind != TransportKind::Auto {
-        return (kind, None);
+        return ResolvedTransport { kind, note: None };
     }
     #[cfg(feature = "verbs")]
     let (verbs_device, verbs_locked_bytes) = (
@@ -113,8 +134,11 @@ pub fn resolve_transport(config: &RuntimeConfig) -> (TransportKind, Option<Strin
             .rank_var
             .filter(|v| matches!(*v, "OMPI_COMM_WORLD_RANK" | "PMI_RANK")),
     };
-    let (k, note) = decide_transport(&inputs);
-    (k, Some(note))
+    let AutoChoice { kind, note } = decide_transport(&inputs);
+    ResolvedTransport {
+        kind,
+        note: Some(note),
+    }
 }
 
 #[cfg(test)]
@@ -142,20 +166,21 @@ mod tests {
 
     #[test]
     fn auto_prefers_verbs_when_the_device_and_memlock_allow() {
-        let (k, note) = decide_transport(&inputs());
+        let AutoChoice { kind: k, note } = decide_transport(&inputs());
         assert_eq!(k, TransportKind::Verbs);
         assert_eq!(
             note,
             "transport auto: using verbs (device rxe0; 520 KiB to lock, ulimit -l unlimited)"
         );
         // Exactly at the limit still fits.
-        let (k, _) = decide_transport(&AutoInputs {
+        let k = decide_transport(&AutoInputs {
             memlock_limit: Some(520 * 1024),
             ..inputs()
-        });
+        })
+        .kind;
         assert_eq!(k, TransportKind::Verbs);
         // Unknown limit: verbs is tried (registration says more if it fails).
-        let (k, note) = decide_transport(&AutoInputs {
+        let AutoChoice { kind: k, note } = decide_transport(&AutoInputs {
             memlock_limit: None,
             ..inputs()
         });
@@ -171,15 +196,18 @@ mod tests {
         };
         assert_eq!(
             decide_transport(&low),
-            (TransportKind::Mpi, "transport auto: verbs: pool needs 520 KiB locked, ulimit -l is 64 KiB; using mpi (launched under MPI: OMPI_COMM_WORLD_RANK is set)".into())
+            AutoChoice {
+                kind: TransportKind::Mpi,
+                note: "transport auto: verbs: pool needs 520 KiB locked, ulimit -l is 64 KiB; using mpi (launched under MPI: OMPI_COMM_WORLD_RANK is set)".into()
+            }
         );
-        let (k, note) = decide_transport(&AutoInputs {
+        let AutoChoice { kind: k, note } = decide_transport(&AutoInputs {
             mpi_launch: None,
             ..low.clone()
         });
         assert_eq!(k, TransportKind::Local);
         assert_eq!(note, "transport auto: verbs: pool needs 520 KiB locked, ulimit -l is 64 KiB; mpi: not launched under MPI (no OMPI_COMM_WORLD_RANK or PMI_RANK); using local (ranks as threads of this process)");
-        let (k, note) = decide_transport(&AutoInputs {
+        let AutoChoice { kind: k, note } = decide_transport(&AutoInputs {
             verbs_device: Err("no RDMA device found".into()),
             mpi_compiled: false,
             ..inputs()
@@ -190,7 +218,7 @@ mod tests {
                 && note.contains("mpi: not compiled in"),
             "{note}"
         );
-        let (k, note) = decide_transport(&AutoInputs {
+        let AutoChoice { kind: k, note } = decide_transport(&AutoInputs {
             verbs_compiled: false,
             mpi_launch: Some("PMI_RANK"),
             ..inputs()
@@ -207,11 +235,17 @@ mod tests {
     fn auto_parses_and_resolves_to_itself_only_when_asked() {
         let c = RuntimeConfig::from_vars(vars(&[("BALLAST_TRANSPORT", "auto")])).unwrap();
         assert_eq!(c.transport().kind, TransportKind::Auto);
-        let (k, note) = resolve_transport(&c);
+        let ResolvedTransport { kind: k, note } = resolve_transport(&c);
         assert_ne!(k, TransportKind::Auto);
         assert!(note.unwrap().starts_with("transport auto: "));
         let c = RuntimeConfig::from_vars(vars(&[("BALLAST_TRANSPORT", "mpi")])).unwrap();
-        assert_eq!(resolve_transport(&c), (TransportKind::Mpi, None));
+        assert_eq!(
+            resolve_transport(&c),
+            ResolvedTransport {
+                kind: TransportKind::Mpi,
+                note: None
+            }
+        );
         assert!(RuntimeConfig::from_vars(vars(&[("BALLAST_TRANSPORT", "fast")]))
             .unwrap_err()
             .to_string()

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ballast_runtime::launch::threads::run_ranks;
 use ballast_runtime::CommError;
-use ballast_runtime::{Communicator, Error, ProcStatus, ReduceOp, RuntimeConfig};
+use ballast_runtime::{Communicator, Error, ProcStatus, Received, ReduceOp, RuntimeConfig};
 
 const BIG: usize = 256 << 20;
 
@@ -88,7 +88,12 @@ fn all_reduce_and_exchange_sparse_resume_after_out_of_memory() {
                 let big2 = comm.isend(1, 4, &data).map_err(e)?;
                 sync.wait();
                 let got = comm.exchange_sparse(&[(1, &b"from 0"[..])]).map_err(e)?;
-                if got != [(1, b"from 1".to_vec())] {
+                if got
+                    != [Received {
+                        source: 1,
+                        data: b"from 1".to_vec(),
+                    }]
+                {
                     return Err(format!("rank 0's exchange: {got:?}"));
                 }
                 comm.wait(big).map_err(e)?;
@@ -110,7 +115,12 @@ fn all_reduce_and_exchange_sparse_resume_after_out_of_memory() {
                 let got = resumed(comm, "exchange_sparse", 3, |c| {
                     c.exchange_sparse(&[(0, &b"from 1"[..])])
                 })?;
-                if got != [(0, b"from 0".to_vec())] {
+                if got
+                    != [Received {
+                        source: 0,
+                        data: b"from 0".to_vec(),
+                    }]
+                {
                     return Err(format!("rank 1's exchange: {got:?}"));
                 }
                 let m = comm.recv(0, 4).map_err(e)?;

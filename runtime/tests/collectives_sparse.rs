@@ -6,13 +6,13 @@
 
 mod coll;
 
-use ballast_runtime::{Communicator, ReduceOp, Result};
+use ballast_runtime::{Communicator, Received, ReduceOp, Result};
 use coll::{bytes, run, run_all, Rng, WORLDS};
 
 const SEED: u64 = 0x5ba25e;
 
-/// What an exchange returns: `(source, bytes)` by source.
-type Parts = Vec<(usize, Vec<u8>)>;
+/// What an exchange returns: a [`Received`] per source, by source.
+type Parts = Vec<Received>;
 
 /// Rank `r`'s sends of exchange `k` in a world of `n`: seeded random destinations (each
 /// with probability 2/5), none for rank 0 (it sends to nobody) and never rank `n - 1` when
@@ -42,19 +42,19 @@ fn plan(n: usize, k: u64, r: usize) -> Vec<(usize, Vec<u8>)> {
 }
 
 /// What rank `r` must receive in exchange `k`: every rank's part for it, by source.
-fn want(n: usize, k: u64, r: usize) -> Vec<(usize, Vec<u8>)> {
+fn want(n: usize, k: u64, r: usize) -> Parts {
     (0..n)
         .flat_map(|s| {
             plan(n, k, s)
                 .into_iter()
                 .filter(move |(d, _)| *d == r)
-                .map(move |(_, b)| (s, b))
+                .map(move |(_, data)| Received { source: s, data })
         })
         .collect()
 }
 
 /// One exchange of plan `k` on `comm`.
-fn exchange(comm: &mut Communicator, k: u64) -> Result<Vec<(usize, Vec<u8>)>> {
+fn exchange(comm: &mut Communicator, k: u64) -> Result<Parts> {
     let mine = plan(comm.world_size(), k, comm.rank());
     let sends: Vec<(usize, &[u8])> = mine.iter().map(|(d, b)| (*d, &b[..])).collect();
     comm.exchange_sparse(&sends)
@@ -122,9 +122,12 @@ fn everybody_to_everybody() {
         comm.exchange_sparse(&sends)
     });
     for (r, got) in res.iter().enumerate() {
-        let w: Vec<(usize, Vec<u8>)> = (0..n)
+        let w: Parts = (0..n)
             .filter(|&s| s != r)
-            .map(|s| (s, bytes(SEED, &[99, s as u64, r as u64], 10 * r + s)))
+            .map(|s| Received {
+                source: s,
+                data: bytes(SEED, &[99, s as u64, r as u64], 10 * r + s),
+            })
             .collect();
         assert!(got == &w, "rank {r}");
     }

@@ -44,9 +44,9 @@ impl Launcher for MpiLauncher {
             Ok(v) => {
                 mine.push(1);
                 v.len().put(&mut mine);
-                for (r, x) in v {
-                    r.put(&mut mine);
-                    x.put(&mut mine);
+                for o in v {
+                    o.rank.put(&mut mine);
+                    o.output.put(&mut mine);
                 }
             }
             Err(e) => {
@@ -177,8 +177,8 @@ fn direct_path_split_into_parts() {
             Ok(ok)
         })
         .unwrap();
-    for (r, v) in res {
-        assert_eq!(v.unwrap(), sizes.len(), "rank {r}");
+    for o in res {
+        assert_eq!(o.output.unwrap(), sizes.len(), "rank {}", o.rank);
     }
 }
 
@@ -206,9 +206,9 @@ fn direct_message_over_2gib() {
             }
         })
         .unwrap();
-    for (r, v) in res {
-        let (len, ok) = v.unwrap();
-        if r == 1 {
+    for o in res {
+        let (len, ok) = o.output.unwrap();
+        if o.rank == 1 {
             assert_eq!((len, ok), (size, true));
         }
     }

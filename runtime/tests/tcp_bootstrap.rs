@@ -19,8 +19,9 @@ fn child_rank() {
         return;
     }
     let rank = b.rank.unwrap();
-    match bootstrap::auto(&cfg).and_then(|(kind, mut boot)| {
-        assert_eq!(kind, BootstrapKind::Tcp);
+    match bootstrap::auto(&cfg).and_then(|mut auto| {
+        assert_eq!(auto.kind, BootstrapKind::Tcp);
+        let boot = &mut auto.boot;
         let first = boot.all_gather(format!("hello from {rank}").as_bytes())?;
         let second = boot.all_gather(&vec![rank as u8; rank * 100_000])?;
         Ok((first, second))

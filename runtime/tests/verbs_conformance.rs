@@ -71,9 +71,9 @@ impl Launcher for VerbsLauncher {
             Ok(v) => {
                 mine.push(1);
                 v.len().put(&mut mine);
-                for (r, x) in v {
-                    r.put(&mut mine);
-                    x.put(&mut mine);
+                for o in v {
+                    o.rank.put(&mut mine);
+                    o.output.put(&mut mine);
                 }
             }
             Err(e) => {

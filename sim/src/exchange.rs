@@ -49,16 +49,23 @@ impl FromStr for ExchangeKind {
     }
 }
 
-/// A spike: (step, source global cell index).
-pub type Spike = (u32, u32);
+/// A spike: the step it fired in and the global cell index of the cell that fired. Ordered
+/// by step, then by cell (the order of a window's spikes and of `out.dat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Spike {
+    /// The time step it fired in.
+    pub step: u32,
+    /// The global index of the cell that fired.
+    pub source: u32,
+}
 
 /// Bytes per spike on the wire.
 pub const SPIKE_BYTES: usize = 8;
 
 /// Appends `spike` in wire format.
 pub fn encode(buf: &mut Vec<u8>, spike: Spike) {
-    buf.extend_from_slice(&spike.0.to_le_bytes());
-    buf.extend_from_slice(&spike.1.to_le_bytes());
+    buf.extend_from_slice(&spike.step.to_le_bytes());
+    buf.extend_from_slice(&spike.source.to_le_bytes());
 }
 
 /// Decodes a message; errors when its length is not a multiple of [`SPIKE_BYTES`].
@@ -71,11 +78,9 @@ pub fn decode(data: &[u8], from: usize) -> Result<Vec<Spike>, SimError> {
     }
     Ok(data
         .chunks_exact(SPIKE_BYTES)
-        .map(|c| {
-            (
-                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-            )
+        .map(|c| Spike {
+            step: u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+            source: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
         })
         .collect())
 }
@@ -165,7 +170,7 @@ impl Exchanger {
             b.clear();
         }
         for &s in local {
-            for &r in dest_ranks(s.1) {
+            for &r in dest_ranks(s.source) {
                 let i = self.out_index[r as usize];
                 if i == u32::MAX {
                     return Err(SimError::NotOutPeer {
@@ -227,10 +232,16 @@ mod tests {
     #[test]
     fn wire_format_round_trips_and_rejects_torn_messages() {
         let mut b = Vec::new();
-        encode(&mut b, (3, 70_000));
-        encode(&mut b, (u32::MAX, 0));
+        let spike = |step, source| Spike { step, source };
+        encode(&mut b, spike(3, 70_000));
+        encode(&mut b, spike(u32::MAX, 0));
         assert_eq!(b.len(), 16);
-        assert_eq!(decode(&b, 0).unwrap(), vec![(3, 70_000), (u32::MAX, 0)]);
+        assert_eq!(
+            b[..8],
+            [3, 0, 0, 0, 0x70, 0x11, 1, 0],
+            "step then source, little-endian"
+        );
+        assert_eq!(decode(&b, 0).unwrap(), vec![spike(3, 70_000), spike(u32::MAX, 0)]);
         assert_eq!(
             decode(&b[..7], 2).unwrap_err().to_string(),
             "spike exchange: spike message of 7 bytes from rank 2 (not a multiple of 8)"

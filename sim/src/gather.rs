@@ -4,7 +4,7 @@
 //! collective's endpoints are not counted in it.
 use ballast_runtime::{Communicator, Footprint, MemoryLock, ProcStatus};
 
-use crate::exchange::ExchangeStats;
+use crate::exchange::{ExchangeStats, Spike};
 use crate::run::RankOutcome;
 use crate::SimError;
 
@@ -72,9 +72,9 @@ pub fn encode(o: &RankOutcome) -> Vec<u8> {
     ] {
         put(&mut b, v);
     }
-    for &(k, c) in &o.spikes {
-        b.extend_from_slice(&k.to_le_bytes());
-        b.extend_from_slice(&c.to_le_bytes());
+    for s in &o.spikes {
+        b.extend_from_slice(&s.step.to_le_bytes());
+        b.extend_from_slice(&s.source.to_le_bytes());
     }
     b
 }
@@ -96,11 +96,9 @@ pub fn decode(b: &[u8], from: usize) -> Result<RankOutcome, SimError> {
     }
     let spikes = b[8 * WORDS..]
         .chunks_exact(8)
-        .map(|c| {
-            (
-                u32::from_le_bytes(c[..4].try_into().expect("4")),
-                u32::from_le_bytes(c[4..].try_into().expect("4")),
-            )
+        .map(|c| Spike {
+            step: u32::from_le_bytes(c[..4].try_into().expect("4")),
+            source: u32::from_le_bytes(c[4..].try_into().expect("4")),
         })
         .collect();
     Ok(RankOutcome {
@@ -180,7 +178,13 @@ mod tests {
             cells: 7,
             estimated_kb: 1234.5,
             state_bytes: 99,
-            spikes: vec![(3, 70_000), (9, 1)],
+            spikes: vec![
+                Spike {
+                    step: 3,
+                    source: 70_000,
+                },
+                Spike { step: 9, source: 1 },
+            ],
             exchange: ExchangeStats {
                 spikes_sent: 4,
                 spikes_received: 5,
@@ -235,7 +239,7 @@ mod tests {
         let d = decode(&b, 0).unwrap();
         assert_eq!(
             (d.rank, d.cells, d.estimated_kb, d.state_bytes, d.spikes.clone()),
-            (2, 7, 1234.5, 99, vec![(3, 70_000), (9, 1)])
+            (2, 7, 1234.5, 99, o.spikes.clone())
         );
         assert_eq!(
             (d.exchange, d.out_peers, d.in_peers, d.footprint, d.memory_lock),

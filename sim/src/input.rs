@@ -93,6 +93,7 @@ fn edge_delays(
     network: &Network,
     default_ms: f64,
 ) -> DelayModel {
+    use crate::model::CellPair;
     use std::collections::HashMap;
     let offset_of: HashMap<&str, usize> = circuit
         .node_populations
@@ -101,7 +102,7 @@ fn edge_delays(
         .enumerate()
         .map(|(k, p)| (p.name.as_str(), network.offsets[k]))
         .collect();
-    let mut pairs: HashMap<(u32, u32), f32> = HashMap::new();
+    let mut pairs: HashMap<CellPair, f32> = HashMap::new();
     for e in &circuit.edge_populations {
         let (Some(&so), Some(&to), Some(d)) = (
             offset_of.get(e.source.as_str()),
@@ -111,7 +112,10 @@ fn edge_delays(
             continue;
         };
         for ((&s, &t), &d) in e.source_ids.iter().zip(&e.target_ids).zip(d) {
-            let key = ((so + s as usize) as u32, (to + t as usize) as u32);
+            let key = CellPair {
+                source: (so + s as usize) as u32,
+                target: (to + t as usize) as u32,
+            };
             let v = pairs.entry(key).or_insert(d);
             *v = v.min(d);
         }

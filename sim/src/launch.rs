@@ -130,7 +130,7 @@ fn threads(
             .expect("a group of one");
         let results = ballast_runtime::verbs::run_ranks(&mut boot, ranks, config, rank)?;
         // run_ranks returns this process' ranks in ascending order: all of them here.
-        let outcomes = stamped(results.into_iter().map(|(_, r)| r), start)?;
+        let outcomes = stamped(results.into_iter().map(|o| o.output), start)?;
         return Ok((outcomes, notes.into_inner()));
     }
     #[cfg(not(feature = "verbs"))]

@@ -29,7 +29,7 @@ mod run;
 use exchange::Spike;
 pub use input::SimInput;
 pub use placement::{place, LbMode, Placement};
-pub use run::{run_rank, RankOutcome, SimCircuit, SimParams};
+pub use run::{run_rank, PopulationGid, RankOutcome, SimCircuit, SimParams, Steps};
 
 use ballast_balancer::transport_aware::TransportCharge;
 

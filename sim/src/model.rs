@@ -106,12 +106,21 @@ pub enum DelayModel {
     /// the circuit; pairs absent from the map have `default_ms`.
     PerPair {
         /// Delay of each (source, target) global pair, ms.
-        pairs: std::collections::HashMap<(u32, u32), f32>,
+        pairs: std::collections::HashMap<CellPair, f32>,
         /// Delay of the pairs not in `pairs`, ms.
         default_ms: f64,
         /// The smallest delay of any connection, ms.
         min_ms: f64,
     },
+}
+
+/// A connection's two cells, by global cell index (the key of [`DelayModel::PerPair`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CellPair {
+    /// The presynaptic cell.
+    pub source: u32,
+    /// The postsynaptic cell.
+    pub target: u32,
 }
 
 /// d_min of synthetic circuits, ms.
@@ -137,7 +146,9 @@ impl DelayModel {
             DelayModel::Constant(d) => *d,
             DelayModel::PerPair {
                 pairs, default_ms, ..
-            } => pairs.get(&(source, target)).map_or(*default_ms, |&d| d as f64),
+            } => pairs
+                .get(&CellPair { source, target })
+                .map_or(*default_ms, |&d| d as f64),
             DelayModel::Distance {
                 d_min_ms,
                 velocity_um_per_ms,

@@ -86,12 +86,25 @@ impl SimCircuit {
         &self.targets[self.target_start[s] as usize..self.target_start[s + 1] as usize]
     }
 
-    /// (population index, gid) of global cell `c`.
-    pub fn population_gid(&self, c: usize) -> (u32, u32) {
+    /// The population and gid of global cell `c`.
+    pub fn population_gid(&self, c: usize) -> PopulationGid {
         let offs = &self.network.offsets;
         let p = offs.partition_point(|&o| o <= c).saturating_sub(1);
-        (p as u32, (c - offs[p]) as u32)
+        PopulationGid {
+            population: p as u32,
+            gid: (c - offs[p]) as u32,
+        }
     }
+}
+
+/// A cell as its circuit names it ([`SimCircuit::population_gid`]): its population's index
+/// and its gid in that population.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PopulationGid {
+    /// Index of the population (placed populations, in circuit order).
+    pub population: u32,
+    /// The cell's gid (node id) in its population.
+    pub gid: u32,
 }
 
 /// Parameters of a simulation.
@@ -124,9 +137,18 @@ impl Default for SimParams {
     }
 }
 
+/// The time steps of a run ([`SimParams::steps`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Steps {
+    /// Time steps of the whole run (`tstop / dt`, rounded).
+    pub total: u64,
+    /// Time steps of one exchange window (the smallest delay over `dt`, at least 1).
+    pub window: u32,
+}
+
 impl SimParams {
-    /// Checks ranges; returns (steps, window steps).
-    pub fn steps(&self, delays: &DelayModel) -> Result<(u64, u32), SimError> {
+    /// Checks ranges; returns the run's steps and its window's.
+    pub fn steps(&self, delays: &DelayModel) -> Result<Steps, SimError> {
         let bad = |m: String| Err(SimError::Input(m));
         let ok = |x: f64, min: f64, strict: bool| {
             !x.is_nan() && x.is_finite() && if strict { x > min } else { x >= min }
@@ -143,7 +165,7 @@ impl SimParams {
             return bad(format!("{steps} steps: too many"));
         }
         let window = ((delays.min_delay_ms() / self.dt_ms + 1e-9).floor() as u32).max(1);
-        Ok((steps, window))
+        Ok(Steps { total: steps, window })
     }
 }
 
@@ -217,7 +239,7 @@ pub fn run_rank(
             rank_of[c]
         )));
     }
-    let (steps, window) = params.steps(&circuit.delays)?;
+    let Steps { total: steps, window } = params.steps(&circuit.delays)?;
     // A window longer than the run is the whole run (`as` saturates: a minimum delay of
     // 1e300 steps is u32::MAX windows' worth, cut here to the run's steps).
     let window = window.min(steps.max(1) as u32);
@@ -238,8 +260,8 @@ pub fn run_rank(
         let bytes = (kb * 1024.0 * params.memory_scale).round() as usize;
         estimated_kb += kb;
         state_bytes += bytes as u64;
-        let (p, g) = circuit.population_gid(c as usize);
-        cells.push(Cell::new(c, p, g, params.seed, bytes, &params.lif));
+        let PopulationGid { population, gid } = circuit.population_gid(c as usize);
+        cells.push(Cell::new(c, population, gid, params.seed, bytes, &params.lif));
     }
 
     // Deliveries: for every source with a target here, (local target, delay steps), by source.
@@ -313,7 +335,10 @@ pub fn run_rank(
             slot.clear();
             for (i, cell) in cells.iter_mut().enumerate() {
                 if cell.step(k, params.dt_ms, input[i], &params.lif) {
-                    window_spikes.push((k as u32, cell.global));
+                    window_spikes.push(Spike {
+                        step: k as u32,
+                        source: cell.global,
+                    });
                 }
                 input[i] = 0.0;
             }
@@ -326,7 +351,7 @@ pub fn run_rank(
         own.extend_from_slice(&window_spikes);
         all.extend_from_slice(&window_spikes);
         all.sort_unstable();
-        for (k, s) in all {
+        for Spike { step: k, source: s } in all {
             let (a, b) = (in_start[s as usize] as usize, in_start[s as usize + 1] as usize);
             if a == b {
                 continue;

@@ -84,8 +84,8 @@ fn main() -> anyhow::Result<()> {
         };
         Ok((ep, dg, comm.footprint()))
     })?;
-    let (_, r0) = res.into_iter().next().context("rank 0's result")?;
-    let (ep, dg, f) = r0?;
+    let r0 = res.into_iter().next().context("rank 0's result")?;
+    let (ep, dg, f) = r0.output?;
     if (f.endpoints_live, f.datagram_peers) != (1, 1) {
         bail!(
             "rank 0 has {} endpoints and {} datagram peers, not 1 and 1 (promoted?)",

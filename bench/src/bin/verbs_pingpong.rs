@@ -294,7 +294,7 @@ fn rank_main(args: &Args) -> ballast_runtime::Result<()> {
     let rounds = args.rounds;
     let sizes = &args.sizes;
     let cfg = RuntimeConfig::from_env()?;
-    let (_, mut boot) = bootstrap::auto(&cfg)?;
+    let mut boot = bootstrap::auto(&cfg)?.boot;
     let mut comm = verbs::communicator(boot.as_mut(), &cfg)?;
     if comm.world_size() != 2 {
         return Err(ballast_runtime::fabric::FabricError::InvalidRank {

@@ -78,10 +78,10 @@ fn footprint(f: &FootprintTable) -> anyhow::Result<()> {
     let Some(first) = f.columns.first() else {
         return Ok(());
     };
-    for (i, (name, _)) in first.footprint.fields().iter().enumerate() {
-        out!("  {name:<18}");
+    for (i, field) in first.footprint.fields().iter().enumerate() {
+        out!("  {:<18}", field.name);
         for c in &f.columns {
-            out!(" {:>14}", c.footprint.fields()[i].1);
+            out!(" {:>14}", c.footprint.fields()[i].value);
         }
         outln!();
     }

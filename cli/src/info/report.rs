@@ -45,8 +45,9 @@ pub(super) struct MpiReport {
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 pub(super) enum VerbsDevice {
-    /// (property, value) pairs, in the probe's order.
-    Available(Vec<(String, String)>),
+    /// (property, value) pairs, in the probe's order (`DeviceCaps::lines`; a pair each,
+    /// which the JSON report writes as a two-element array).
+    Available(Vec<(&'static str, String)>),
     Unavailable(String),
 }
 
@@ -86,8 +87,8 @@ impl Serialize for FootprintColumn {
         let fields = self.footprint.fields();
         let mut m = s.serialize_map(Some(fields.len() + 2))?;
         m.serialize_entry("mode", &self.mode)?;
-        for (name, value) in fields {
-            m.serialize_entry(name, &value)?;
+        for f in fields {
+            m.serialize_entry(f.name, &f.value)?;
         }
         m.serialize_entry("total_bytes", &self.footprint.total_bytes())?;
         m.end()
@@ -151,8 +152,8 @@ fn mpi_report(cfg: &RuntimeConfig) -> anyhow::Result<Option<Option<MpiReport>>> 
         }
         return Ok(Some(Some(MpiReport {
             library: mpi.describe(),
-            native_path: decision.0,
-            why_not: decision.1,
+            native_path: decision.taken,
+            why_not: decision.why_not,
         })));
     }
     #[cfg(not(feature = "mpi"))]
@@ -166,7 +167,7 @@ fn verbs_device(cfg: &RuntimeConfig, devices: bool) -> Option<VerbsDevice> {
     #[cfg(feature = "verbs")]
     if cfg.transport().kind == TransportKind::Verbs || devices {
         return Some(match ballast_runtime::verbs::device::probe(cfg.verbs()) {
-            Ok(caps) => VerbsDevice::Available(caps.lines()),
+            Ok(caps) => VerbsDevice::Available(caps.lines().into_iter().map(|l| (l.key, l.value)).collect()),
             Err(e) => VerbsDevice::Unavailable(e.to_string()),
         });
     }

@@ -88,14 +88,25 @@ pub enum BootstrapKind {
     Tcp,
 }
 
+/// The bootstrap [`auto`] picked, and which kind it is.
+pub struct AutoBootstrap {
+    /// Which exchange it is.
+    pub kind: BootstrapKind,
+    /// The bootstrap.
+    pub boot: Box<dyn Bootstrap>,
+}
+
 /// Picks the bootstrap for this process: MPI when the `mpi` feature is on and MPI is
 /// initialised, otherwise TCP from `config.bootstrap()` (`BALLAST_ROOT` plus the rank and
 /// size of the launcher). Errors: [`BootstrapError::Env`] when neither is available, and the
 /// errors of [`TcpBootstrap::connect`].
-pub fn auto(config: &RuntimeConfig) -> Result<(BootstrapKind, Box<dyn Bootstrap>)> {
+pub fn auto(config: &RuntimeConfig) -> Result<AutoBootstrap> {
     #[cfg(feature = "mpi")]
     if rsmpi::environment::is_initialized() && !rsmpi::environment::is_finalized() {
-        return Ok((BootstrapKind::Mpi, Box::new(MpiBootstrap::new()?)));
+        return Ok(AutoBootstrap {
+            kind: BootstrapKind::Mpi,
+            boot: Box::new(MpiBootstrap::new()?),
+        });
     }
     let b = config.bootstrap();
     if b.root.is_none() || b.rank.is_none() {
@@ -104,7 +115,10 @@ pub fn auto(config: &RuntimeConfig) -> Result<(BootstrapKind, Box<dyn Bootstrap>
                    (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE)",
         });
     }
-    Ok((BootstrapKind::Tcp, Box::new(TcpBootstrap::connect(b)?)))
+    Ok(AutoBootstrap {
+        kind: BootstrapKind::Tcp,
+        boot: Box::new(TcpBootstrap::connect(b)?),
+    })
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use super::backend::Backend;
 use crate::comm::error::{CommError, Error, Result};
-use crate::fabric::PeerEnd;
+use crate::fabric::{OthersEnd, PeerEnd};
 use crate::protocol::engine::Engine;
 use crate::protocol::matching::Source;
 
@@ -82,7 +82,10 @@ pub(super) fn engine_gone(e: &Engine, peer: Source, recv: bool, op: &'static str
     let rank = e.rank();
     // Once a rank failed, a call that cannot progress may wait on it indirectly (a peer
     // that waits on it, an endpoint it holds): it fails too, naming the failed rank.
-    let failed = || f.others_end().filter(|(_, end)| *end == PeerEnd::Failed);
+    let failed = || match f.others_end()? {
+        OthersEnd::Failed { rank } => Some((Some(rank), PeerEnd::Failed)),
+        OthersEnd::AllFinished => None,
+    };
     let (peer, end) = match peer {
         // A receive from this rank itself: only this rank's thread could send it, and it
         // is blocked in this call. Once its own sends are delivered, nothing more can come
@@ -100,13 +103,11 @@ pub(super) fn engine_gone(e: &Engine, peer: Source, recv: bool, op: &'static str
         Source::Any if e.world_size() == 1 && recv && e.sends_drained() => {
             failed().unwrap_or((None, PeerEnd::Finished))
         }
-        Source::Any => {
-            let (p, end) = f.others_end()?;
-            if end == PeerEnd::Finished && !(recv && e.sends_drained()) {
-                return None;
-            }
-            (p, end)
-        }
+        Source::Any => match f.others_end()? {
+            OthersEnd::Failed { rank } => (Some(rank), PeerEnd::Failed),
+            OthersEnd::AllFinished if recv && e.sends_drained() => (None, PeerEnd::Finished),
+            OthersEnd::AllFinished => return None,
+        },
     };
     // A finished rank still takes what is sent to it, unless a failed rank holds it up (an
     // endpoint to the dead rank it cannot close, at its cap).

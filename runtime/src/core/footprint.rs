@@ -94,22 +94,67 @@ impl Footprint {
     }
 
     /// Field names and values, for tables and JSON.
-    pub fn fields(&self) -> [(&'static str, u64); 12] {
+    pub fn fields(&self) -> [FootprintField; 12] {
         [
-            ("pool_bytes", self.pool_bytes),
-            ("registered_bytes", self.registered_bytes),
-            ("locked_bytes", self.locked_bytes),
-            ("endpoint_bytes", self.endpoint_bytes),
-            ("srq_bytes", self.srq_bytes),
-            ("control_bytes", self.control_bytes),
-            ("endpoints_live", self.endpoints_live),
-            ("endpoints_peak", self.endpoints_peak),
-            ("endpoints_opened", self.endpoints_opened),
-            ("peers_connected", self.peers_connected),
-            ("datagram_peers", self.datagram_peers),
-            ("datagram_bytes", self.datagram_bytes),
+            FootprintField {
+                name: "pool_bytes",
+                value: self.pool_bytes,
+            },
+            FootprintField {
+                name: "registered_bytes",
+                value: self.registered_bytes,
+            },
+            FootprintField {
+                name: "locked_bytes",
+                value: self.locked_bytes,
+            },
+            FootprintField {
+                name: "endpoint_bytes",
+                value: self.endpoint_bytes,
+            },
+            FootprintField {
+                name: "srq_bytes",
+                value: self.srq_bytes,
+            },
+            FootprintField {
+                name: "control_bytes",
+                value: self.control_bytes,
+            },
+            FootprintField {
+                name: "endpoints_live",
+                value: self.endpoints_live,
+            },
+            FootprintField {
+                name: "endpoints_peak",
+                value: self.endpoints_peak,
+            },
+            FootprintField {
+                name: "endpoints_opened",
+                value: self.endpoints_opened,
+            },
+            FootprintField {
+                name: "peers_connected",
+                value: self.peers_connected,
+            },
+            FootprintField {
+                name: "datagram_peers",
+                value: self.datagram_peers,
+            },
+            FootprintField {
+                name: "datagram_bytes",
+                value: self.datagram_bytes,
+            },
         ]
     }
+}
+
+/// One field of a [`Footprint`] ([`Footprint::fields`]): its name and value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FootprintField {
+    /// The field's name (`pool_bytes`, ...).
+    pub name: &'static str,
+    /// Its value: bytes, or a count (`endpoints_live`, `peers_connected`, ...).
+    pub value: u64,
 }
 
 /// What became of the memory Ballast asked the OS to lock: with `lock_pool` on, the `local`

@@ -94,8 +94,8 @@ pub enum Control {
 impl Control {
     /// Wire form shared by the MPI and verbs transports: a one-byte code and a 64-bit value
     /// (their byte forms are in `crate::fabric::wire`).
-    pub fn encode(self) -> (u8, u64) {
-        match self {
+    pub fn encode(self) -> ControlWord {
+        let (code, value) = match self {
             Control::ConnectReq { grant } => (0, grant as u64),
             Control::ConnectAck { grant } => (1, grant as u64),
             Control::Close { sent } => (2, sent),
@@ -105,10 +105,11 @@ impl Control {
             Control::Return { credits } => (6, credits as u64),
             Control::Refuse => (7, 0),
             Control::Abort { code } => (8, u64::from(code as u32)),
-        }
+        };
+        ControlWord { code, value }
     }
 
-    /// Inverse of [`Control::encode`]. Errors ([`FabricError::ControlDecode`]) on an unknown code
+    /// Inverse of [`Control::encode`] (the two fields of its [`ControlWord`]). Errors ([`FabricError::ControlDecode`]) on an unknown code
     /// or a value that overflows its field.
     pub fn decode(code: u8, v: u64) -> Result<Control> {
         let v32 = || {
@@ -139,6 +140,15 @@ impl Control {
     }
 }
 
+/// A control message's wire form ([`Control::encode`]): its code and its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControlWord {
+    /// Which control message (0 to 8).
+    pub code: u8,
+    /// Its field (a grant, credits, packets sent, an abort code), zero-extended.
+    pub value: u64,
+}
+
 /// Something that happened on the fabric, reported by [`Fabric::poll`].
 #[derive(Debug)]
 pub enum Event<'a> {
@@ -146,16 +156,36 @@ pub enum Event<'a> {
     SendComplete(u64),
     /// A data packet arrived in a posted receive buffer; `payload` is valid only during the
     /// callback, after which the buffer is reposted.
-    Arrival(PacketHeader, &'a [u8]),
+    Arrival {
+        /// Its header.
+        header: PacketHeader,
+        /// Its payload (`header.len` bytes).
+        payload: &'a [u8],
+    },
     /// A control message from rank `src`.
-    Control(usize, Control),
+    Control {
+        /// The rank that sent it.
+        src: usize,
+        /// The message.
+        msg: Control,
+    },
     /// A whole message moved by the transport itself (the direct path, see
     /// [`Fabric::direct`]): `header.total` bytes in `data`, which becomes the
     /// received message's buffer as it is (no copy). `header.offset` and `header.len` are 0.
-    Whole(PacketHeader, Vec<u8>),
-    /// A datagram from rank `.0` (the connectionless path, [`DatagramPath::post_datagram`]): its
-    /// bytes, valid only during the callback.
-    Datagram(usize, &'a [u8]),
+    Whole {
+        /// Its header.
+        header: PacketHeader,
+        /// The message.
+        data: Vec<u8>,
+    },
+    /// A datagram from rank `src` (the connectionless path, [`DatagramPath::post_datagram`]):
+    /// its bytes, valid only during the callback.
+    Datagram {
+        /// The rank that sent it.
+        src: usize,
+        /// Its bytes.
+        bytes: &'a [u8],
+    },
 }
 
 /// What the callback of [`Fabric::poll`] answers for an event: `Continue` to go on, `Break`
@@ -209,6 +239,18 @@ pub enum PeerEnd {
     /// It failed: it stopped without finishing. What it had not sent is lost, and it takes
     /// nothing more.
     Failed,
+}
+
+/// How the other ranks ended, as far as this rank's fabric knows ([`Fabric::others_end`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OthersEnd {
+    /// Rank `rank` failed ([`PeerEnd::Failed`]).
+    Failed {
+        /// The rank that failed.
+        rank: usize,
+    },
+    /// Every other rank finished ([`PeerEnd::Finished`]).
+    AllFinished,
 }
 
 /// What a transport can do.
@@ -311,10 +353,10 @@ pub trait Fabric: Register<Error = FabricError> + Send {
         None
     }
 
-    /// For a wait any other rank could end (an any-source receive): `Some((Some(p),
-    /// Failed))` when some rank `p` failed, `Some((None, Finished))` when every other rank
-    /// finished, else `None`. Default `None`.
-    fn others_end(&self) -> Option<(Option<usize>, PeerEnd)> {
+    /// For a wait any other rank could end (an any-source receive): `Some(`[`OthersEnd::Failed`]`)`
+    /// naming a rank that failed, `Some(`[`OthersEnd::AllFinished`]`)` when every other
+    /// rank finished, else `None`. Default `None`.
+    fn others_end(&self) -> Option<OthersEnd> {
         None
     }
 
@@ -406,19 +448,31 @@ pub trait DatagramPath {
     fn post_datagram(&mut self, dest: usize, bytes: &[u8]) -> Result<()>;
 }
 
+/// The receive-sharing mode a transport runs ([`effective_sharing`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EffectiveSharing {
+    /// The mode run.
+    pub mode: RecvSharing,
+    /// Why it is not the one asked for, when it is not.
+    pub note: Option<String>,
+}
+
 /// Decides the effective sharing mode: `xrc` on a transport without XRC falls back to
 /// `shared` with an explanatory note.
-pub fn effective_sharing(requested: RecvSharing, caps: Capabilities) -> (RecvSharing, Option<String>) {
+pub fn effective_sharing(requested: RecvSharing, caps: Capabilities) -> EffectiveSharing {
     if requested == RecvSharing::Xrc && !caps.xrc {
-        (
-            RecvSharing::Shared,
-            Some(format!(
+        EffectiveSharing {
+            mode: RecvSharing::Shared,
+            note: Some(format!(
                 "transport `{}` cannot do xrc; falling back to recv_sharing=shared",
                 caps.name
             )),
-        )
+        }
     } else {
-        (requested, None)
+        EffectiveSharing {
+            mode: requested,
+            note: None,
+        }
     }
 }
 
@@ -432,17 +486,21 @@ mod tests {
             name: "mpi",
             xrc: false,
         };
-        let (mode, note) = effective_sharing(RecvSharing::Xrc, no);
+        let EffectiveSharing { mode, note } = effective_sharing(RecvSharing::Xrc, no);
         assert_eq!(mode, RecvSharing::Shared);
         assert!(note.unwrap().contains("mpi"));
         let yes = Capabilities {
             name: "local",
             xrc: true,
         };
-        assert_eq!(effective_sharing(RecvSharing::Xrc, yes), (RecvSharing::Xrc, None));
+        let unchanged = |mode| EffectiveSharing { mode, note: None };
+        assert_eq!(
+            effective_sharing(RecvSharing::Xrc, yes),
+            unchanged(RecvSharing::Xrc)
+        );
         assert_eq!(
             effective_sharing(RecvSharing::PerPeer, no),
-            (RecvSharing::PerPeer, None)
+            unchanged(RecvSharing::PerPeer)
         );
     }
 
@@ -461,10 +519,16 @@ mod tests {
             Control::Abort { code: -1 },
             Control::Abort { code: i32::MIN },
         ] {
-            let (code, v) = c.encode();
-            assert_eq!(Control::decode(code, v).unwrap(), c);
+            let w = c.encode();
+            assert_eq!(Control::decode(w.code, w.value).unwrap(), c);
         }
-        assert_eq!(Control::Abort { code: -1 }.encode(), (8, 0xffff_ffff));
+        assert_eq!(
+            Control::Abort { code: -1 }.encode(),
+            ControlWord {
+                code: 8,
+                value: 0xffff_ffff
+            }
+        );
         assert!(Control::decode(8, 1 << 32).is_err());
         assert!(Control::decode(9, 0).is_err());
         assert!(Control::decode(0, 1 << 33).is_err());

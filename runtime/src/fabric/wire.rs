@@ -27,7 +27,7 @@
 //! then three zero bytes.
 
 use crate::fabric::error::{FabricError, Result, Sender};
-use crate::fabric::{Control, PacketHeader};
+use crate::fabric::{Control, ControlWord, PacketHeader};
 
 /// Bytes of the packet header.
 pub const HEADER_BYTES: usize = 32;
@@ -63,6 +63,16 @@ impl HeaderExtra {
     };
 }
 
+/// A header as read from its 32 bytes ([`decode_header`]): the protocol's part and bytes
+/// 29..32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireHeader {
+    /// Bytes 0..29: the packet header the protocol reads.
+    pub header: PacketHeader,
+    /// Bytes 29..32.
+    pub extra: HeaderExtra,
+}
+
 /// The header's 32 bytes.
 #[inline]
 pub fn encode_header(h: &PacketHeader, extra: HeaderExtra) -> [u8; HEADER_BYTES] {
@@ -81,7 +91,7 @@ pub fn encode_header(h: &PacketHeader, extra: HeaderExtra) -> [u8; HEADER_BYTES]
 
 /// Inverse of [`encode_header`] (any non-zero byte 28 is `more`).
 #[inline]
-pub fn decode_header(b: &[u8; HEADER_BYTES]) -> (PacketHeader, HeaderExtra) {
+pub fn decode_header(b: &[u8; HEADER_BYTES]) -> WireHeader {
     let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
     let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
     let h = PacketHeader {
@@ -92,21 +102,21 @@ pub fn decode_header(b: &[u8; HEADER_BYTES]) -> (PacketHeader, HeaderExtra) {
         len: u32_at(24),
         more: b[28] != 0,
     };
-    (
-        h,
-        HeaderExtra {
+    WireHeader {
+        header: h,
+        extra: HeaderExtra {
             kind: b[29],
             code: b[30],
             riders: b[31],
         },
-    )
+    }
 }
 
 /// The header of control message `c` from rank `src` sent on its own (kind
 /// [`KIND_CONTROL`]): its value in `total`, its code in byte 30; the other fields zero.
 #[inline]
-pub fn control_header(src: u32, c: Control, riders: u8) -> (PacketHeader, HeaderExtra) {
-    let (code, value) = c.encode();
+pub fn control_header(src: u32, c: Control, riders: u8) -> WireHeader {
+    let ControlWord { code, value } = c.encode();
     let h = PacketHeader {
         src,
         tag: 0,
@@ -115,14 +125,14 @@ pub fn control_header(src: u32, c: Control, riders: u8) -> (PacketHeader, Header
         len: 0,
         more: false,
     };
-    (
-        h,
-        HeaderExtra {
+    WireHeader {
+        header: h,
+        extra: HeaderExtra {
             kind: KIND_CONTROL,
             code,
             riders,
         },
-    )
+    }
 }
 
 /// The control message of a [`KIND_CONTROL`] header. Errors: [`FabricError::ControlDecode`].
@@ -134,7 +144,7 @@ pub fn header_control(h: &PacketHeader, extra: HeaderExtra) -> Result<Control> {
 /// One control message's trailer bytes.
 #[inline]
 pub fn encode_control(c: Control) -> [u8; CONTROL_BYTES] {
-    let (code, value) = c.encode();
+    let ControlWord { code, value } = c.encode();
     let mut b = [0u8; CONTROL_BYTES];
     b[0] = code;
     b[1..].copy_from_slice(&value.to_le_bytes());
@@ -182,7 +192,7 @@ pub fn split_packet(b: &[u8], max_riders: usize, rank: usize, from: Sender) -> R
     let Some(head) = b.first_chunk::<HEADER_BYTES>() else {
         return Err(bad(format!("shorter than the {HEADER_BYTES}-byte header")));
     };
-    let (header, extra) = decode_header(head);
+    let WireHeader { header, extra } = decode_header(head);
     let len = if extra.kind == KIND_DATA || extra.kind == KIND_DATAGRAM {
         header.len as usize
     } else {
@@ -206,6 +216,17 @@ pub fn split_packet(b: &[u8], max_riders: usize, rank: usize, from: Sender) -> R
 /// Bytes of a collective's stamp, at the end of each of its messages.
 pub const STAMP_BYTES: usize = 16;
 
+/// A collective's stamp, as read from its bytes ([`decode_stamp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// The collective's kind (`protocol::collective::CollectiveKind`'s code).
+    pub kind: u8,
+    /// The collective's number on its communicator, from 1.
+    pub seq: u64,
+    /// The step of the collective the message belongs to.
+    pub step: u32,
+}
+
 /// A collective's stamp: `seq` (bytes 0..8), `step` (8..12), `kind` (12), then zeros.
 #[inline]
 pub fn encode_stamp(kind: u8, seq: u64, step: u32) -> [u8; STAMP_BYTES] {
@@ -216,16 +237,19 @@ pub fn encode_stamp(kind: u8, seq: u64, step: u32) -> [u8; STAMP_BYTES] {
     b
 }
 
-/// Inverse of [`encode_stamp`]: `(kind, seq, step)`, or `None` when bytes 13..16 are not
-/// zero (not a stamp).
+/// Inverse of [`encode_stamp`], or `None` when bytes 13..16 are not zero (not a stamp).
 #[inline]
-pub fn decode_stamp(b: &[u8; STAMP_BYTES]) -> Option<(u8, u64, u32)> {
+pub fn decode_stamp(b: &[u8; STAMP_BYTES]) -> Option<Stamp> {
     if b[13..] != [0, 0, 0] {
         return None;
     }
     let seq = u64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
     let step = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
-    Some((b[12], seq, step))
+    Some(Stamp {
+        kind: b[12],
+        seq,
+        step,
+    })
 }
 
 #[cfg(test)]
@@ -243,7 +267,11 @@ mod tests {
         assert_eq!(encode_stamp(2, 0x0102_0304_0506_0708, 0x0a0b_0c0d), golden);
         assert_eq!(
             decode_stamp(&golden),
-            Some((2, 0x0102_0304_0506_0708, 0x0a0b_0c0d))
+            Some(Stamp {
+                kind: 2,
+                seq: 0x0102_0304_0506_0708,
+                step: 0x0a0b_0c0d
+            })
         );
         let mut bad = golden;
         bad[15] = 1;
@@ -280,7 +308,13 @@ mod tests {
     #[test]
     fn header_golden_bytes_verbs_form() {
         assert_eq!(encode_header(&sample(), HeaderExtra::DATA), GOLDEN_DATA);
-        assert_eq!(decode_header(&GOLDEN_DATA), (sample(), HeaderExtra::DATA));
+        assert_eq!(
+            decode_header(&GOLDEN_DATA),
+            WireHeader {
+                header: sample(),
+                extra: HeaderExtra::DATA
+            }
+        );
     }
 
     #[test]
@@ -293,10 +327,16 @@ mod tests {
         let mut golden = GOLDEN_DATA;
         golden[29..32].copy_from_slice(&[1, 3, 5]);
         assert_eq!(encode_header(&sample(), extra), golden);
-        assert_eq!(decode_header(&golden), (sample(), extra));
+        assert_eq!(
+            decode_header(&golden),
+            WireHeader {
+                header: sample(),
+                extra
+            }
+        );
         // `more` is any non-zero byte.
         golden[28] = 0xff;
-        assert!(decode_header(&golden).0.more);
+        assert!(decode_header(&golden).header.more);
     }
 
     #[test]
@@ -337,12 +377,15 @@ mod tests {
 
     #[test]
     fn control_header_carries_the_value_in_total() {
-        let (h, extra) = control_header(4, Control::Close { sent: 77 }, 2);
+        let WireHeader { header: h, extra } = control_header(4, Control::Close { sent: 77 }, 2);
         let b = encode_header(&h, extra);
         assert_eq!(&b[..4], &[4, 0, 0, 0]);
         assert_eq!(&b[8..16], &77u64.to_le_bytes());
         assert_eq!(&b[29..32], &[KIND_CONTROL, 2, 2]);
-        let (h2, e2) = decode_header(&b);
+        let WireHeader {
+            header: h2,
+            extra: e2,
+        } = decode_header(&b);
         assert_eq!(header_control(&h2, e2).unwrap(), Control::Close { sent: 77 });
     }
 
@@ -375,7 +418,10 @@ mod tests {
             .to_string()
             .contains("shorter than the 32-byte header"));
         // A control header has no payload whatever `len` says.
-        let (ch, ce) = control_header(1, Control::Revoke, 0);
+        let WireHeader {
+            header: ch,
+            extra: ce,
+        } = control_header(1, Control::Revoke, 0);
         let mut cb = encode_header(&PacketHeader { len: 99, ..ch }, ce);
         let p = split_packet(&cb, 16, 0, Sender::Rank(1)).unwrap();
         assert!(p.payload.is_empty() && p.trailer.is_empty());

@@ -30,7 +30,8 @@ use crate::core::footprint::MemoryModel;
 use crate::core::pool::{Register, Registration};
 use crate::fabric::error::{FabricError, Result};
 use crate::fabric::{
-    Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, PacketHeader, PeerEnd, PeerKey,
+    Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, OthersEnd, PacketHeader, PeerEnd,
+    PeerKey,
 };
 
 /// Something the reliable path holds back toward one destination.
@@ -363,9 +364,9 @@ impl Fabric for FaultFabric {
         self.inner.peer_end(peer)
     }
 
-    fn others_end(&self) -> Option<(Option<usize>, PeerEnd)> {
-        if let Some(p) = self.world.killed_other_than(self.rank) {
-            return Some((Some(p), PeerEnd::Failed));
+    fn others_end(&self) -> Option<OthersEnd> {
+        if let Some(rank) = self.world.killed_other_than(self.rank) {
+            return Some(OthersEnd::Failed { rank });
         }
         self.inner.others_end()
     }

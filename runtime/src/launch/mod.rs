@@ -9,7 +9,7 @@
 //! (`ballast_runtime::local::single`, `ballast_runtime::verbs::communicator`, ...): one
 //! spelling each.
 
-use crate::bootstrap::{auto, Bootstrap, BootstrapKind};
+use crate::bootstrap::{auto, AutoBootstrap, Bootstrap, BootstrapKind};
 use crate::comm::error::{Error, Result};
 use crate::core::config::RuntimeConfig;
 use crate::core::procstatus::ProcStatus;
@@ -20,6 +20,18 @@ mod mpi;
 pub mod threads;
 #[cfg(feature = "verbs")]
 pub(crate) mod verbs;
+
+/// One rank's result from a launcher of this process' part of a job
+/// ([`Mpi::run_ranks`](crate::fabric::mpi::Mpi::run_ranks), `verbs::run_ranks`): the rank
+/// and what the caller's function returned on it. ([`threads::run_ranks`] runs every rank
+/// of its job here and returns the results alone, indexed by rank.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankOutput<R> {
+    /// The rank.
+    pub rank: usize,
+    /// What the function returned on it.
+    pub output: R,
+}
 
 /// The start-up exchange of a job of one rank per process ([`Launch::new`]), owning the MPI
 /// it initialised for it, if any. Dropping it frees the bootstrap first, then finalises that
@@ -47,7 +59,7 @@ impl Launch {
         } else {
             None
         };
-        let (kind, boot) = auto(config)?;
+        let AutoBootstrap { kind, boot } = auto(config)?;
         Ok(Launch {
             boot,
             kind,

@@ -8,12 +8,13 @@ use rsmpi::collective::CommunicatorCollectives as _;
 use rsmpi::topology::Communicator as _;
 
 use super::threads::{spawn, ThreadOpts};
+use super::RankOutput;
 use crate::comm::error::{Error, Result};
 use crate::comm::mpi_native as native;
 use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportConfig, TransportKind};
 use crate::core::procstatus::ProcStatus;
-use crate::fabric::mpi::{Mpi, MpiFabric, MpiFootprint, Shared, MPI_MEMORY_NOTE};
+use crate::fabric::mpi::{Mpi, MpiFabric, MpiFootprint, NativePath, Shared, MPI_MEMORY_NOTE};
 
 impl Mpi {
     /// Creates this process' [`Communicator`]: one Ballast rank per MPI process, rank =
@@ -25,8 +26,8 @@ impl Mpi {
     /// peers may still send to it), so that no later duplicate can see its messages.
     pub fn communicator(&self, config: &RuntimeConfig) -> Result<Communicator> {
         let t = mpi_transport(config)?;
-        let (native, why_not) = self.use_native(&t, self.size())?;
-        if native {
+        let NativePath { taken, why_not } = self.use_native(&t, self.size())?;
+        if taken {
             return self.native(&t).map(|n| Communicator::over(Box::new(n)));
         }
         // The effective configuration says the engine path (predictions follow it).
@@ -95,13 +96,13 @@ impl Mpi {
     /// MPI native path (see [`native`]), and, when it was asked for but would not be taken,
     /// why. Collective (every process must call it); errors as [`Mpi::communicator`]'s
     /// checks (different `buffer_size`s).
-    pub fn native_path(&self, config: &RuntimeConfig) -> Result<(bool, Option<String>)> {
+    pub fn native_path(&self, config: &RuntimeConfig) -> Result<NativePath> {
         self.use_native(&mpi_transport(config)?, self.size())
     }
 
     /// Returns the decision and, when the native path was asked for but not taken, why.
     /// Also checks [`Mpi::agree_on_settings`] first. Collective.
-    fn use_native(&self, t: &TransportConfig, ranks: usize) -> Result<(bool, Option<String>)> {
+    fn use_native(&self, t: &TransportConfig, ranks: usize) -> Result<NativePath> {
         self.agree_on_settings(t)?;
         let procs = self.size();
         let tag_ub = native::tag_ub(&self.world)?;
@@ -125,7 +126,10 @@ impl Mpi {
             (1, 0) => Some("MPI native path not used: another process has it off (BALLAST_MPI_NATIVE) or cannot use it; the engine runs above MPI".to_string()),
             _ => why_not,
         };
-        Ok((all == 1, why_not))
+        Ok(NativePath {
+            taken: all == 1,
+            why_not,
+        })
     }
 
     fn native(&self, t: &TransportConfig) -> Result<native::MpiNative> {
@@ -153,12 +157,12 @@ impl Mpi {
     /// Collective.
     pub(crate) fn rank_world(&self, n: usize, config: &RuntimeConfig) -> Result<RankWorld> {
         let t = mpi_transport(config)?;
-        let (native, why_not) = self.use_native(&t, n)?;
+        let NativePath { taken, why_not } = self.use_native(&t, n)?;
         let t = TransportConfig {
-            mpi_native: native,
+            mpi_native: taken,
             ..t
         };
-        if native {
+        if taken {
             return Ok(RankWorld::Native {
                 rank: self.rank(),
                 native: Box::new(self.native(&t)?),
@@ -188,10 +192,10 @@ impl Mpi {
     /// Runs `f` on `n` Ballast ranks spread over the MPI processes (rank `r` in process
     /// `r % size`; several per process run as threads and need
     /// [`Mpi::init_multithreaded`](crate::fabric::mpi::Mpi::init_multithreaded); one per
-    /// process runs on the calling thread). Collective. Returns this process' results as
-    /// `(rank, result)`. If a rank fails, the others (in every process) stop with
+    /// process runs on the calling thread). Collective. Returns this process' results, a
+    /// [`RankOutput`] per rank, in ascending rank order. If a rank fails, the others (in every process) stop with
     /// [`FabricError::Aborted`](crate::comm::error::FabricError::Aborted) and the first real error is returned.
-    pub fn run_ranks<R, F>(&self, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<(usize, R)>>
+    pub fn run_ranks<R, F>(&self, n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<RankOutput<R>>>
     where
         F: Fn(&mut Communicator) -> R + Sync,
         R: Send,

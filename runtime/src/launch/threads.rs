@@ -7,6 +7,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use super::RankOutput;
 use crate::comm::error::{first_error, panic_message, Error, FabricError, Result};
 use crate::comm::Communicator;
 use crate::core::config::{ConfigError, RuntimeConfig, TransportKind};
@@ -30,15 +31,15 @@ pub(crate) struct ThreadOpts {
 /// rank, the ranks asked for and the stack size) is the error, over the failures of the
 /// ranks started before it (which the abort caused).
 ///
-/// Returns `(rank, result)` in the order of `ranks`, or the first real error in that
-/// order (a rank's own failure wins over the `Aborted` of the others).
+/// Returns a [`RankOutput`] per rank in the order of `ranks`, or the first real error in
+/// that order (a rank's own failure wins over the `Aborted` of the others).
 pub(crate) fn spawn<S, R, F>(
     ranks: Vec<(usize, S)>,
     opts: ThreadOpts,
     abort: &(dyn Fn() + Sync),
     make: impl Fn(usize, S) -> Result<Communicator> + Sync,
     f: &F,
-) -> Result<Vec<(usize, R)>>
+) -> Result<Vec<RankOutput<R>>>
 where
     S: Send,
     R: Send,
@@ -65,7 +66,7 @@ where
     };
     if opts.inline_single && ranks.len() == 1 {
         let (r, state) = ranks.into_iter().next().expect("one rank");
-        return one(r, state).map(|v| vec![(r, v)]);
+        return one(r, state).map(|output| vec![RankOutput { rank: r, output }]);
     }
     // The main thread's stack (`ulimit -s`), not Rust's 2 MiB: simulator code runs here.
     let stack = crate::core::memory::rank_stack_bytes();
@@ -121,7 +122,11 @@ where
         });
         return Err(start.expect("a thread start error"));
     }
-    first_error(results.into_iter().map(|(r, res)| res.map(|v| (r, v))))
+    first_error(
+        results
+            .into_iter()
+            .map(|(rank, res)| res.map(|output| RankOutput { rank, output })),
+    )
 }
 
 /// Runs `f` on `n` ranks, each a thread of this process (named `ballast-rank-{r}`) with its
@@ -169,7 +174,7 @@ where
         },
         &f,
     )?;
-    Ok(out.into_iter().map(|(_, v)| v).collect())
+    Ok(out.into_iter().map(|o| o.output).collect())
 }
 
 #[cfg(test)]
@@ -292,7 +297,13 @@ mod tests {
             } else {
                 Some("ballast-test-0".to_string())
             };
-            assert_eq!(got, vec![(0, (inline_single, name))]);
+            assert_eq!(
+                got,
+                vec![RankOutput {
+                    rank: 0,
+                    output: (inline_single, name)
+                }]
+            );
         }
     }
 

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::threads::{spawn, ThreadOpts};
+use super::RankOutput;
 use crate::bootstrap::Bootstrap;
 use crate::comm::error::{Error, FabricError, Result};
 use crate::comm::Communicator;
@@ -53,8 +54,8 @@ pub fn finish(mut comm: Communicator) -> Result<()> {
 
 /// Runs `f` on `n` Ballast ranks over verbs spread over the processes of `boot` (rank `r`
 /// in process `r % size`, several per process as threads named `ballast-verbs-{r}`;
-/// `ballast_runtime::verbs::run_ranks`). Collective. Returns this process' results as
-/// `(rank, result)` in ascending rank order. If a rank fails, this process' other ranks stop
+/// `ballast_runtime::verbs::run_ranks`). Collective. Returns this process' results, a
+/// [`RankOutput`] per rank, in ascending rank order. If a rank fails, this process' other ranks stop
 /// with [`FabricError::Aborted`](crate::comm::error::FabricError::Aborted), the others see its control connections end, and the first real
 /// error is returned. Errors also: [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank) for `n == 0`, those of
 /// `crate::fabric::verbs::communicator`.
@@ -63,7 +64,7 @@ pub fn run_ranks<R, F>(
     n: usize,
     config: &RuntimeConfig,
     f: F,
-) -> Result<Vec<(usize, R)>>
+) -> Result<Vec<RankOutput<R>>>
 where
     F: Fn(&mut Communicator) -> R + Sync,
     R: Send,

@@ -9,7 +9,7 @@
 //! A collective calls [`CollectiveSeq::begin`] once, [`Collective::seal`] on each message
 //! it sends and [`Collective::open`] on each it receives.
 
-use crate::fabric::wire::{decode_stamp, encode_stamp, STAMP_BYTES};
+use crate::fabric::wire::{decode_stamp, encode_stamp, Stamp, STAMP_BYTES};
 use crate::protocol::error::{ProtocolError, Result};
 use crate::protocol::matching::{Tag, RESERVED_TAG_BASE};
 
@@ -119,11 +119,19 @@ impl Collective {
         let at = msg.len().checked_sub(STAMP_BYTES);
         let stamp = at.and_then(|at| decode_stamp(msg[at..].try_into().expect("STAMP_BYTES")));
         let got = match stamp {
-            Some((code, seq, s)) if code == self.kind.code() && seq == self.seq && s == step => {
+            Some(Stamp {
+                kind: code,
+                seq,
+                step: s,
+            }) if code == self.kind.code() && seq == self.seq && s == step => {
                 msg.truncate(at.expect("a stamp was read"));
                 return Ok(());
             }
-            Some((code, seq, s)) => match CollectiveKind::from_code(code) {
+            Some(Stamp {
+                kind: code,
+                seq,
+                step: s,
+            }) => match CollectiveKind::from_code(code) {
                 Some(k) => format!("a message of {} (collective #{seq}, step {s})", k.name()),
                 None => format!("a message of an unknown collective (code {code}, #{seq}, step {s})"),
             },
@@ -161,7 +169,7 @@ impl Collective {
     pub fn stamped(&self, msg: &[u8]) -> bool {
         let at = msg.len().checked_sub(STAMP_BYTES);
         let stamp = at.and_then(|at| decode_stamp(msg[at..].try_into().expect("STAMP_BYTES")));
-        matches!(stamp, Some((code, seq, _)) if code == self.kind.code() && seq == self.seq)
+        matches!(stamp, Some(Stamp { kind, seq, .. }) if kind == self.kind.code() && seq == self.seq)
     }
 
     /// Sorts `msg`, taken by `rank` from any source (`peer`) while waiting for this
@@ -172,11 +180,17 @@ impl Collective {
         let at = msg.len().checked_sub(STAMP_BYTES);
         let stamp = at.and_then(|at| decode_stamp(msg[at..].try_into().expect("STAMP_BYTES")));
         match stamp {
-            Some((code, seq, s)) if code == self.kind.code() && seq == self.seq => {
+            Some(Stamp {
+                kind: code,
+                seq,
+                step: s,
+            }) if code == self.kind.code() && seq == self.seq => {
                 msg.truncate(at.expect("a stamp was read"));
                 Ok(Arrival::Ours(s))
             }
-            Some((code, seq, _)) if seq > self.seq && CollectiveKind::from_code(code).is_some() => {
+            Some(Stamp { kind: code, seq, .. })
+                if seq > self.seq && CollectiveKind::from_code(code).is_some() =>
+            {
                 Ok(Arrival::Later)
             }
             _ => self.open(rank, peer, step, msg).map(|()| Arrival::Ours(step)),

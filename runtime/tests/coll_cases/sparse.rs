@@ -1,7 +1,7 @@
 //! The sparse exchange: seeded random destinations, back to back, with ranks that send to
 //! nobody and ranks that receive from nobody (one rank's part of the case).
 
-use ballast_runtime::{Communicator, ReduceOp};
+use ballast_runtime::{Communicator, Received, ReduceOp};
 
 use super::Rng;
 use crate::conformance::payload;
@@ -37,12 +37,15 @@ pub fn exchange_sparse_random(comm: &mut Communicator) {
             .map(|(_, d, b)| (*d, &b[..]))
             .collect();
         let got = comm.exchange_sparse(&sends).unwrap();
-        let want: Vec<(usize, Vec<u8>)> = all
+        let want: Vec<Received> = all
             .iter()
             .filter(|(_, d, _)| *d == me)
-            .map(|(s, _, b)| (*s, b.clone()))
+            .map(|(s, _, b)| Received {
+                source: *s,
+                data: b.clone(),
+            })
             .collect();
-        let show = |v: &[(usize, Vec<u8>)]| v.iter().map(|(s, b)| (*s, b.len())).collect::<Vec<_>>();
+        let show = |v: &[Received]| v.iter().map(|r| (r.source, r.data.len())).collect::<Vec<_>>();
         assert!(
             got == want,
             "rank {me} round {round}: got {:?}, want {:?}",

@@ -74,7 +74,7 @@ exchange_tuple!(A, B, C, D, E, F);
 
 impl Exchange for ballast_runtime::Footprint {
     fn put(&self, out: &mut Vec<u8>) {
-        self.fields().iter().for_each(|(_, v)| v.put(out));
+        self.fields().iter().for_each(|f| f.value.put(out));
     }
     fn get(inp: &mut &[u8]) -> Self {
         let mut v = [0u64; 12];

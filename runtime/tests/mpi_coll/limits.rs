@@ -3,7 +3,7 @@
 
 use ballast_runtime::fabric::FabricError;
 use ballast_runtime::mpi::Mpi;
-use ballast_runtime::{Communicator, Error, ReduceOp, RuntimeConfig};
+use ballast_runtime::{Communicator, Error, Received, ReduceOp, RuntimeConfig};
 
 use super::native;
 
@@ -74,8 +74,11 @@ pub fn sizes_above_int() {
             }
             let sends: Vec<(usize, &[u8])> = if me == 0 { vec![(1, b"after")] } else { Vec::new() };
             let got = comm.exchange_sparse(&sends).unwrap();
-            let want: Vec<(usize, Vec<u8>)> = if me == 1 {
-                vec![(0, b"after".to_vec())]
+            let want: Vec<Received> = if me == 1 {
+                vec![Received {
+                    source: 0,
+                    data: b"after".to_vec(),
+                }]
             } else {
                 Vec::new()
             };
@@ -122,7 +125,7 @@ pub fn failed_rank_aborts() {
         match (mpi.rank() == n - 1, &r) {
             (true, Err(Error::RankPanicked { .. })) => {}
             (false, Err(e)) if aborted(e) => {}
-            (false, Ok(v)) if v.iter().all(|(_, x)| x.as_ref().is_err_and(aborted)) => {}
+            (false, Ok(v)) if v.iter().all(|o| o.output.as_ref().is_err_and(aborted)) => {}
             _ => {
                 std::panic::set_hook(hook);
                 panic!("case {which}: process {}: {r:?}", mpi.rank());

@@ -9,8 +9,8 @@ use ballast_runtime::{Error, Footprint, Result, RuntimeConfig};
 use super::{exchange, Exchange, FanoutReport, Snapshot};
 
 fn put_fp(out: &mut Vec<u8>, f: &Footprint) {
-    for (_, v) in f.fields() {
-        out.extend_from_slice(&v.to_le_bytes());
+    for field in f.fields() {
+        out.extend_from_slice(&field.value.to_le_bytes());
     }
 }
 

@@ -143,8 +143,8 @@ fn get_status(x: &[u64]) -> ProcStatus {
 }
 
 fn put_fp(v: &mut Vec<u8>, f: &Footprint) {
-    for (_, x) in f.fields() {
-        put(v, x);
+    for field in f.fields() {
+        put(v, field.value);
     }
 }
 

@@ -47,8 +47,11 @@ pub fn build_report(
     let footprint_max_diff_pct = max_abs(&rows, |r| r.footprint_diff_pct);
     let pinned_max_diff_pct = max_abs(&processes, |p| p.pinned_diff_pct.unwrap_or(0.0));
     let notes = lock_notes(outcomes, &processes);
-    let (peers_mismatch, footprint_mismatch) = mismatches(&rows, params.exchange, cfg.transport());
-    let (_, window) = params.steps(&input.circuit.delays)?;
+    let Mismatches {
+        peers: peers_mismatch,
+        footprint: footprint_mismatch,
+    } = mismatches(&rows, params.exchange, cfg.transport());
+    let window = params.steps(&input.circuit.delays)?.window;
     Ok(RunReport {
         circuit: input.label.clone(),
         lb_mode: lb_mode.to_string(),
@@ -98,6 +101,16 @@ pub fn build_report(
     })
 }
 
+/// Why the peers connected and the footprints measured differ from the predictions
+/// ([`mismatches`]), each `None` when every rank matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatches {
+    /// Why the peers connected differ from the predicted ones.
+    pub peers: Option<String>,
+    /// Why the footprints measured differ from the predicted ones.
+    pub footprint: Option<String>,
+}
+
 /// Why the peers connected and the footprints measured differ from the predictions, when
 /// they do (`None` when every rank matches): how many ranks differ, the first one's counts
 /// or `footprint_diff_reason`, and the cause when the run's settings give it.
@@ -105,7 +118,7 @@ pub fn mismatches(
     rows: &[RankRow],
     exchange: ExchangeKind,
     t: &ballast_runtime::TransportConfig,
-) -> (Option<String>, Option<String>) {
+) -> Mismatches {
     let ranks = rows.len();
     let ring = " (--exchange allgather: the ring all-gather connects each rank to its 2 ring neighbours, not to the circuit's peers that the balancer predicts)";
     let peers_off: Vec<&RankRow> = rows
@@ -143,5 +156,5 @@ pub fn mismatches(
         };
         format!("{} of {ranks} ranks differ; rank {}: {reason}{cause}", fp_off.len(), r.rank)
     });
-    (peers, footprint)
+    Mismatches { peers, footprint }
 }

@@ -18,7 +18,7 @@ use crate::run::RankOutcome;
 use crate::SimError;
 
 mod build;
-pub use build::{build_report, describe_source, mismatches};
+pub use build::{build_report, describe_source, mismatches, Mismatches};
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename
 /// ([`ballast_balancer::atomic::write_file`]: readable like any new file, 0666 less the umask).
@@ -28,12 +28,16 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SimError> {
 
 /// The text of `out.dat` for `spikes` (sorted by (step, global index)) with step `dt_ms`.
 pub fn out_dat(spikes: &[Spike], dt_ms: f64) -> String {
-    let mut s = String::with_capacity(16 + spikes.len() * 16);
-    s.push_str("/scatter\n");
-    for &(k, c) in spikes {
-        s.push_str(&format!("{:.3}\t{}\n", k as f64 * dt_ms, c as u64 + 1));
+    let mut text = String::with_capacity(16 + spikes.len() * 16);
+    text.push_str("/scatter\n");
+    for spike in spikes {
+        text.push_str(&format!(
+            "{:.3}\t{}\n",
+            spike.step as f64 * dt_ms,
+            spike.source as u64 + 1
+        ));
     }
-    s
+    text
 }
 
 /// One rank's row.
@@ -415,11 +419,27 @@ fn ranks_text(ranks: &[usize]) -> String {
     }
 }
 
+/// The largest and smallest of a value over rows ([`max_min`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MaxMin {
+    /// The largest (`f64::MIN` over no rows).
+    pub max: f64,
+    /// The smallest (`f64::MAX` over no rows).
+    pub min: f64,
+}
+
 /// Largest and smallest of `f` over the rows.
-pub fn max_min(rows: &[RankRow], f: impl Fn(&RankRow) -> f64) -> (f64, f64) {
-    rows.iter()
-        .map(&f)
-        .fold((f64::MIN, f64::MAX), |(a, b), x| (a.max(x), b.min(x)))
+pub fn max_min(rows: &[RankRow], f: impl Fn(&RankRow) -> f64) -> MaxMin {
+    rows.iter().map(&f).fold(
+        MaxMin {
+            max: f64::MIN,
+            min: f64::MAX,
+        },
+        |m, x| MaxMin {
+            max: m.max.max(x),
+            min: m.min.min(x),
+        },
+    )
 }
 
 /// Largest |x| of `f` over `items` (0 when empty).
@@ -653,7 +673,8 @@ mod tests {
 
     #[test]
     fn out_dat_is_neurodamus_layout() {
-        let s = out_dat(&[(4, 0), (4, 9), (41, 2)], 0.025);
+        let spike = |step, source| Spike { step, source };
+        let s = out_dat(&[spike(4, 0), spike(4, 9), spike(41, 2)], 0.025);
         assert_eq!(s, "/scatter\n0.100\t1\n0.100\t10\n1.025\t3\n");
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("out.dat");

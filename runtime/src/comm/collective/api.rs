@@ -5,6 +5,7 @@
 //! [`NativeCollectives`]: super::native::NativeCollectives
 
 use super::reduce::{ReduceOp, Reducible};
+use super::Received;
 use crate::comm::error::{CommError, Error, Result};
 use crate::comm::Communicator;
 
@@ -116,8 +117,8 @@ impl Communicator {
     }
 
     /// Sends each `(dest, bytes)` of `sends` (distinct destinations, not this rank) and
-    /// returns what the ranks that sent here sent, `(source, bytes)` in increasing source
-    /// order: no rank knows its sources in advance (the dynamic sparse data exchange).
+    /// returns what the ranks that sent here sent, a [`Received`] each, in increasing
+    /// source order: no rank knows its sources in advance (the dynamic sparse data exchange).
     /// On the engine paths: NBX (Hoefler et al. 2010): the data goes to each destination,
     /// which acknowledges it; once all of its sends are acknowledged a rank enters a
     /// non-blocking dissemination barrier and receives (and acknowledges) until it
@@ -127,7 +128,7 @@ impl Communicator {
     /// read from the retry's `sends`, which must be the same. Errors:
     /// [`CommError::CollectiveArgument`] for a destination out of range, named twice or
     /// this rank, else as [`Communicator::barrier`].
-    pub fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<(usize, Vec<u8>)>> {
+    pub fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<Received>> {
         let n = self.world_size();
         let me = self.rank();
         let mut seen = std::collections::BTreeSet::new();

@@ -47,6 +47,17 @@ use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::{Collective, CollectiveKind, COLLECTIVE_TAG};
 use crate::protocol::matching::{Source, TagMatch};
 
+/// What one rank sent this rank in a [`Communicator::exchange_sparse`] (the sparse
+/// exchange's counterpart of a part of [`Communicator::all_to_allv`], whose result is
+/// indexed by source instead).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The rank that sent it.
+    pub source: usize,
+    /// Its bytes.
+    pub data: Vec<u8>,
+}
+
 /// A collective under way on a communicator, kept across a retryable failure.
 #[derive(Debug)]
 pub(super) struct Unfinished {

@@ -3,6 +3,7 @@
 //! runs the engine's algorithms over its point-to-point calls.
 
 use super::reduce::{ReduceOp, ReduceSlice};
+use super::Received;
 use crate::comm::error::Result;
 
 /// Collectives a backend provides itself. Arguments are checked by the communicator
@@ -25,5 +26,5 @@ pub(crate) trait NativeCollectives {
     fn all_to_allv(&mut self, parts: &[&[u8]]) -> Result<Vec<Vec<u8>>>;
     /// `Communicator::exchange_sparse`: what the ranks that sent here sent, in increasing
     /// source order.
-    fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<(usize, Vec<u8>)>>;
+    fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<Received>>;
 }

@@ -15,7 +15,7 @@
 //! this number is [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch). Its state is [`Nbx`], kept in
 //! the unfinished collective after a retryable error.
 
-use super::Unfinished;
+use super::{Received, Unfinished};
 use crate::comm::error::Result;
 use crate::comm::gone::EndCheck;
 use crate::comm::{Communicator, Request};
@@ -42,7 +42,7 @@ pub(super) struct Nbx {
     /// Sources whose data came and that are not acknowledged yet.
     owed: Vec<usize>,
     /// The parts received, with their sources, by arrival.
-    got: Vec<(usize, Vec<u8>)>,
+    got: Vec<Received>,
     /// The barrier's rounds sent.
     said: u32,
     /// The barrier's rounds whose message came (bit `k`).
@@ -58,17 +58,14 @@ impl Communicator {
     /// must be the same. Errors: as `barrier`;
     /// [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch)
     /// for a message that does not belong here (e.g. data from a rank twice).
-    pub(super) fn engine_exchange_sparse(
-        &mut self,
-        sends: &[(usize, &[u8])],
-    ) -> Result<Vec<(usize, Vec<u8>)>> {
+    pub(super) fn engine_exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<Received>> {
         let u = self.coll_start(CollectiveKind::ExchangeSparse, |u| {
             u.nbx = Some(Box::default());
             Ok(())
         })?;
         let mut u = self.coll_run(u, |c, u| c.nbx_run(u, sends))?;
         let mut got = std::mem::take(&mut u.nbx.as_mut().expect("an exchange's state").got);
-        got.sort_unstable_by_key(|(s, _)| *s);
+        got.sort_unstable_by_key(|r| r.source);
         Ok(got)
     }
 
@@ -166,8 +163,8 @@ impl Communicator {
             Arrival::Ours(step) => step,
         };
         let fits = match step {
-            DATA if !x.got.iter().any(|(s, _)| *s == src) => {
-                x.got.push((src, m));
+            DATA if !x.got.iter().any(|r| r.source == src) => {
+                x.got.push(Received { source: src, data: m });
                 x.owed.push(src);
                 true
             }

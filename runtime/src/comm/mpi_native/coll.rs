@@ -52,7 +52,7 @@
 use super::ffi::{self, Layout, RecvInto};
 use super::*;
 use crate::comm::collective::native::NativeCollectives;
-use crate::comm::collective::{ReduceOp, ReduceSlice};
+use crate::comm::collective::{Received, ReduceOp, ReduceSlice};
 use crate::comm::error::{CommError, ProtocolError};
 use crate::core::memory::{try_buffer, try_reserve_for};
 use crate::protocol::collective::CollectiveKind;
@@ -561,7 +561,7 @@ impl NativeCollectives for MpiNative {
         out
     }
 
-    fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<(usize, Vec<u8>)>> {
+    fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<Received>> {
         self.sparse_exchange(sends)
     }
 }

@@ -76,16 +76,19 @@ impl RuntimeConfigBuilder {
     /// [`ConfigError::Setting`] naming the setting for a value that does not parse, and with the
     /// unknown name as its value for a name that is not a setting; range checks wait for [`RuntimeConfigBuilder::build`].
     pub fn set(mut self, name: &str, value: &str) -> ConfigResult<Self> {
-        let Some(i) = SETTINGS.iter().position(|(n, _)| *n == name) else {
+        let Some(i) = SETTINGS.iter().position(|s| s.name == name) else {
             // (A variant of its own would make every `Error` 16 bytes larger.)
             return Err(ConfigError::Setting {
                 name: "(setting name)",
                 var: "(none)",
                 value: name.to_string(),
-                reason: format!("no such setting (known: {})", SETTINGS.map(|(n, _)| n).join(", ")),
+                reason: format!("no such setting (known: {})", SETTINGS.map(|s| s.name).join(", ")),
             });
         };
-        let (known, var) = SETTINGS[i];
+        let SettingVar {
+            name: known,
+            env: var,
+        } = SETTINGS[i];
         self.cfg
             .set(known, value)
             .map_err(|reason| ConfigError::Setting {
@@ -112,9 +115,9 @@ impl RuntimeConfigBuilder {
         match self.cfg.transport.validate() {
             Ok(()) => Ok(self.cfg),
             Err(ConfigError::Var { var, value, reason }) => {
-                match SETTINGS.iter().position(|(_, v)| *v == var) {
+                match SETTINGS.iter().position(|s| s.env == var) {
                     Some(i) if self.cfg.origins[i] == ValueOrigin::Builder => Err(ConfigError::Setting {
-                        name: SETTINGS[i].0,
+                        name: SETTINGS[i].name,
                         var,
                         value,
                         reason,

@@ -61,7 +61,7 @@ impl BootstrapConfig {
             }
             b.timeout = std::time::Duration::from_secs_f64(secs);
         }
-        for (rv, sv) in LAUNCHER_VARS {
+        for LauncherVars { rank: rv, size: sv } in LAUNCHER_VARS {
             let (r, s) = (lookup(rv), lookup(sv));
             if r.is_none() && s.is_none() {
                 continue;
@@ -103,10 +103,10 @@ impl RuntimeConfig {
     /// Same as [`RuntimeConfig::from_env`] with a supplied lookup (tests, embedding).
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> ConfigResult<RuntimeConfig> {
         let mut cfg = RuntimeConfig::default();
-        for (i, (name, var)) in SETTINGS.iter().enumerate() {
-            let Some(raw) = lookup(var) else { continue };
-            cfg.set(name, &raw).map_err(|reason| ConfigError::Var {
-                var,
+        for (i, s) in SETTINGS.iter().enumerate() {
+            let Some(raw) = lookup(s.env) else { continue };
+            cfg.set(s.name, &raw).map_err(|reason| ConfigError::Var {
+                var: s.env,
                 value: raw.clone(),
                 reason,
             })?;

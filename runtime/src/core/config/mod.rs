@@ -363,25 +363,86 @@ pub struct Setting {
     pub origin: ValueOrigin,
 }
 
+/// A setting's name (the field of [`TransportConfig`]) and the variable
+/// [`RuntimeConfig::from_env`] reads it from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SettingVar {
+    /// Field name in [`TransportConfig`].
+    pub name: &'static str,
+    /// Environment variable read by [`RuntimeConfig::from_env`].
+    pub env: &'static str,
+}
+
 /// Names of the settings, in declaration order, with their variables.
-pub const SETTINGS: [(&str, &str); 17] = [
-    ("transport", "BALLAST_TRANSPORT"),
-    ("buffer_count", "BALLAST_BUFFER_COUNT"),
-    ("buffer_size", "BALLAST_BUFFER_SIZE"),
-    ("pool_growth", "BALLAST_POOL_GROWTH"),
-    ("max_pool_bytes", "BALLAST_MAX_POOL_BYTES"),
-    ("lazy_connect", "BALLAST_LAZY_CONNECT"),
-    ("max_endpoints", "BALLAST_MAX_ENDPOINTS"),
-    ("recv_sharing", "BALLAST_RECV_SHARING"),
-    ("recv_depth", "BALLAST_RECV_DEPTH"),
-    ("srq_depth", "BALLAST_SRQ_DEPTH"),
-    ("ranks_per_node", "BALLAST_RANKS_PER_NODE"),
-    ("lock_pool", "BALLAST_LOCK_POOL"),
-    ("mpi_native", "BALLAST_MPI_NATIVE"),
-    ("endpoint_overflow", "BALLAST_ENDPOINT_OVERFLOW"),
-    ("datagram_drop_every", "BALLAST_DATAGRAM_DROP_EVERY"),
-    ("datagram_drop_seed", "BALLAST_DATAGRAM_DROP_SEED"),
-    ("collective_checks", "BALLAST_COLLECTIVE_CHECKS"),
+pub const SETTINGS: [SettingVar; 17] = [
+    SettingVar {
+        name: "transport",
+        env: "BALLAST_TRANSPORT",
+    },
+    SettingVar {
+        name: "buffer_count",
+        env: "BALLAST_BUFFER_COUNT",
+    },
+    SettingVar {
+        name: "buffer_size",
+        env: "BALLAST_BUFFER_SIZE",
+    },
+    SettingVar {
+        name: "pool_growth",
+        env: "BALLAST_POOL_GROWTH",
+    },
+    SettingVar {
+        name: "max_pool_bytes",
+        env: "BALLAST_MAX_POOL_BYTES",
+    },
+    SettingVar {
+        name: "lazy_connect",
+        env: "BALLAST_LAZY_CONNECT",
+    },
+    SettingVar {
+        name: "max_endpoints",
+        env: "BALLAST_MAX_ENDPOINTS",
+    },
+    SettingVar {
+        name: "recv_sharing",
+        env: "BALLAST_RECV_SHARING",
+    },
+    SettingVar {
+        name: "recv_depth",
+        env: "BALLAST_RECV_DEPTH",
+    },
+    SettingVar {
+        name: "srq_depth",
+        env: "BALLAST_SRQ_DEPTH",
+    },
+    SettingVar {
+        name: "ranks_per_node",
+        env: "BALLAST_RANKS_PER_NODE",
+    },
+    SettingVar {
+        name: "lock_pool",
+        env: "BALLAST_LOCK_POOL",
+    },
+    SettingVar {
+        name: "mpi_native",
+        env: "BALLAST_MPI_NATIVE",
+    },
+    SettingVar {
+        name: "endpoint_overflow",
+        env: "BALLAST_ENDPOINT_OVERFLOW",
+    },
+    SettingVar {
+        name: "datagram_drop_every",
+        env: "BALLAST_DATAGRAM_DROP_EVERY",
+    },
+    SettingVar {
+        name: "datagram_drop_seed",
+        env: "BALLAST_DATAGRAM_DROP_SEED",
+    },
+    SettingVar {
+        name: "collective_checks",
+        env: "BALLAST_COLLECTIVE_CHECKS",
+    },
 ];
 
 /// The runtime's configuration: a validated [`TransportConfig`] plus the origin of each value.
@@ -407,12 +468,33 @@ pub struct VerbsConfig {
     pub gid_index: Option<u32>,
 }
 
-/// Launcher variables giving (rank, size), in the order they are tried.
-pub const LAUNCHER_VARS: [(&str, &str); 4] = [
-    ("BALLAST_RANK", "BALLAST_SIZE"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI_RANK", "PMI_SIZE"),
-    ("SLURM_PROCID", "SLURM_NTASKS"),
+/// A launcher's pair of variables: this process' rank and the number of processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LauncherVars {
+    /// The variable of the rank (e.g. `OMPI_COMM_WORLD_RANK`).
+    pub rank: &'static str,
+    /// The variable of the size (e.g. `OMPI_COMM_WORLD_SIZE`).
+    pub size: &'static str,
+}
+
+/// The launchers' variables, in the order they are tried.
+pub const LAUNCHER_VARS: [LauncherVars; 4] = [
+    LauncherVars {
+        rank: "BALLAST_RANK",
+        size: "BALLAST_SIZE",
+    },
+    LauncherVars {
+        rank: "OMPI_COMM_WORLD_RANK",
+        size: "OMPI_COMM_WORLD_SIZE",
+    },
+    LauncherVars {
+        rank: "PMI_RANK",
+        size: "PMI_SIZE",
+    },
+    LauncherVars {
+        rank: "SLURM_PROCID",
+        size: "SLURM_NTASKS",
+    },
 ];
 
 /// Where the processes of a job meet at start-up (the TCP bootstrap, `docs/CONFIG.md`),
@@ -502,9 +584,9 @@ impl RuntimeConfig {
             .iter()
             .zip(values)
             .zip(self.origins)
-            .map(|(((name, env), value), origin)| Setting {
-                name,
-                env,
+            .map(|((s, value), origin)| Setting {
+                name: s.name,
+                env: s.env,
                 value,
                 origin,
             })

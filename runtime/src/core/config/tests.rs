@@ -98,7 +98,7 @@ fn errors_name_the_setting_where_it_was_given() {
 #[test]
 fn every_variable_is_documented_in_config_md() {
     let doc = include_str!("../../../../docs/CONFIG.md");
-    for (name, var) in SETTINGS {
+    for SettingVar { name, env: var } in SETTINGS {
         assert!(
             doc.contains(&format!("| `{var}` | `{name}` |")),
             "{var} missing from docs/CONFIG.md"

@@ -25,7 +25,7 @@ use crate::core::memory::{memlock_limit_bytes, AlignedRegion};
 use crate::core::pool::{Register, Registration};
 use crate::fabric::error::{FabricError, Result};
 use crate::fabric::{
-    go, poll_result, Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, Halt,
+    go, poll_result, Capabilities, Control, DatagramPath, Event, Fabric, FabricBytes, Flow, Halt, OthersEnd,
     PacketHeader, PeerEnd, PeerKey,
 };
 
@@ -321,7 +321,10 @@ impl LocalFabric {
         if !self.notice_seen {
             if let Some(&(by, code)) = self.world.notice.get() {
                 if by != self.rank {
-                    go(on_event(Event::Control(by, Control::Abort { code })))?;
+                    go(on_event(Event::Control {
+                        src: by,
+                        msg: Control::Abort { code },
+                    }))?;
                     n += 1;
                 }
                 self.notice_seen = true;
@@ -346,10 +349,10 @@ impl LocalFabric {
             let taken = {
                 let g = a.rq.region.lock();
                 let off = a.slot as usize * a.rq.buffer_size;
-                on_event(Event::Arrival(
-                    a.hdr,
-                    &g.as_slice()[off..off + a.hdr.len as usize],
-                ))
+                on_event(Event::Arrival {
+                    header: a.hdr,
+                    payload: &g.as_slice()[off..off + a.hdr.len as usize],
+                })
             };
             if taken.is_break() {
                 // First in line again at the next poll (packets of a peer stay in order).
@@ -363,14 +366,14 @@ impl LocalFabric {
             n += 1;
         }
         while let Some((src, c)) = port.ctrl.pop() {
-            go(on_event(Event::Control(src, c)))?;
+            go(on_event(Event::Control { src, msg: c }))?;
             n += 1;
         }
         for _ in 0..POLL_BATCH {
             let Some((src, d)) = port.datagrams.pop() else {
                 break;
             };
-            go(on_event(Event::Datagram(src, &d)))?;
+            go(on_event(Event::Datagram { src, bytes: &d }))?;
             n += 1;
         }
         Ok(n)
@@ -578,9 +581,9 @@ impl Fabric for LocalFabric {
         done.then_some(PeerEnd::Finished)
     }
 
-    fn others_end(&self) -> Option<(Option<usize>, PeerEnd)> {
+    fn others_end(&self) -> Option<OthersEnd> {
         let others = self.world.done.load(Ordering::Acquire) - usize::from(self.marked_done);
-        (others + 1 >= self.world.ports.len()).then_some((None, PeerEnd::Finished))
+        (others + 1 >= self.world.ports.len()).then_some(OthersEnd::AllFinished)
     }
 
     fn blocks_when_idle(&self) -> bool {
@@ -646,7 +649,10 @@ mod tests {
         // Refused (the callback stops): the poll ends there, without an error of its own.
         let n = f1
             .poll(&mut |ev| match ev {
-                Event::Arrival(h, p) => {
+                Event::Arrival {
+                    header: h,
+                    payload: p,
+                } => {
                     seen.push((h.tag, p.to_vec()));
                     Flow::Break(())
                 }
@@ -659,7 +665,11 @@ mod tests {
         seen.clear();
         let n = f1
             .poll(&mut |ev| {
-                if let Event::Arrival(h, p) = ev {
+                if let Event::Arrival {
+                    header: h,
+                    payload: p,
+                } = ev
+                {
                     seen.push((h.tag, p.to_vec()));
                 }
                 Flow::Continue(())
@@ -690,7 +700,7 @@ mod tests {
         path.post_datagram(1, b"hello").unwrap();
         let mut got = Vec::new();
         f1.poll(&mut |ev| {
-            if let Event::Datagram(src, bytes) = ev {
+            if let Event::Datagram { src, bytes } = ev {
                 got.push((src, bytes.to_vec()));
             }
             Flow::Continue(())

@@ -76,7 +76,9 @@ use crate::core::config::RecvSharing;
 use crate::core::pool::{Register, Registration};
 use crate::fabric::error::{FabricError, Result, Sender};
 use crate::fabric::sizes::{MPI_ENDPOINT_BYTES, MPI_STAGING_EXTRA_BYTES};
-use crate::fabric::wire::{self, HeaderExtra, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT};
+use crate::fabric::wire::{
+    self, HeaderExtra, WireHeader, KIND_CONTROL, KIND_DATA, KIND_DATAGRAM, KIND_DIRECT,
+};
 use crate::fabric::{
     go, poll_result, Capabilities, Control, DatagramPath, DirectPath, Event, Fabric, FabricBytes, Flow, Halt,
     PacketHeader, PeerKey,
@@ -226,12 +228,12 @@ impl Shared {
                 msg.matched_receive_into(&mut sink[..]);
                 self.recvd[r].fetch_add(1, Ordering::AcqRel);
                 let head = sink.first_chunk::<HEADER_BYTES>().map(wire::decode_header);
-                if let Some((
-                    h,
-                    HeaderExtra {
+                if let Some(WireHeader {
+                    header: h,
+                    extra: HeaderExtra {
                         kind: KIND_DIRECT, ..
                     },
-                )) = head
+                }) = head
                 {
                     // A direct message's header: its parts follow on the direct tag.
                     let source = status.source_rank() as usize;
@@ -381,7 +383,7 @@ impl MpiFabric {
         while let Some(&(dest, first)) = self.pending.first() {
             self.pending.remove(0);
             let (proc_, tag) = self.proc_and_tag(dest)?;
-            let (h, extra) = wire::control_header(self.rank as u32, first, 0);
+            let WireHeader { header: h, extra } = wire::control_header(self.rank as u32, first, 0);
             let b = self.packet(dest, &h, KIND_CONTROL, extra.code, &[]);
             self.sends.post(&self.shared.comm, proc_, tag, b, u64::MAX)?;
             self.shared.sent[dest].fetch_add(1, Ordering::AcqRel);
@@ -425,7 +427,7 @@ impl MpiFabric {
         // It stays first in line (its parts wait in MPI): BALLAST_ENOMEM until it fits.
         if let Some((h, source)) = self.deferred.take() {
             let data = self.recv_direct(h, source)?;
-            go(on_event(Event::Whole(h, data)))?;
+            go(on_event(Event::Whole { header: h, data }))?;
         }
         for _ in 0..POLL_BATCH {
             let Some((msg, status)) = self
@@ -452,27 +454,33 @@ impl MpiFabric {
             }
             msg.matched_receive_into(&mut self.rbuf[..count]);
             let p = wire::split_packet(&self.rbuf[..count], MAX_PIGGYBACK, self.rank, from)?;
-            let h = p.header;
+            let (h, src) = (p.header, p.header.src as usize);
             self.riders.clear();
             for c in p.riders() {
                 self.riders.push(c?);
             }
             match p.extra.kind {
-                KIND_DATA => go(on_event(Event::Arrival(h, p.payload)))?,
-                KIND_CONTROL => go(on_event(Event::Control(
-                    h.src as usize,
-                    wire::header_control(&h, p.extra)?,
-                )))?,
+                KIND_DATA => go(on_event(Event::Arrival {
+                    header: h,
+                    payload: p.payload,
+                }))?,
+                KIND_CONTROL => go(on_event(Event::Control {
+                    src,
+                    msg: wire::header_control(&h, p.extra)?,
+                }))?,
                 KIND_DIRECT => match self.recv_direct(h, status.source_rank() as usize) {
-                    Ok(data) => go(on_event(Event::Whole(h, data)))?,
+                    Ok(data) => go(on_event(Event::Whole { header: h, data }))?,
                     Err(e) => {
                         for &c in &self.riders {
-                            go(on_event(Event::Control(h.src as usize, c)))?;
+                            go(on_event(Event::Control { src, msg: c }))?;
                         }
                         return Err(e.into());
                     }
                 },
-                KIND_DATAGRAM => go(on_event(Event::Datagram(h.src as usize, p.payload)))?,
+                KIND_DATAGRAM => go(on_event(Event::Datagram {
+                    src,
+                    bytes: p.payload,
+                }))?,
                 k => {
                     return Err(Halt::Fail(FabricError::BadPacket {
                         rank: self.rank,
@@ -483,7 +491,7 @@ impl MpiFabric {
                 }
             }
             for &c in &self.riders {
-                go(on_event(Event::Control(h.src as usize, c)))?;
+                go(on_event(Event::Control { src, msg: c }))?;
             }
             n += 1;
         }

@@ -4,7 +4,8 @@
 //! Ballast did not initialise), Ballast's own duplicate of the world communicator (so that
 //! Ballast's tags never collide with the host's), the fabric ([`MpiFabric`]) and the MPI
 //! footprint ([`MpiFootprint`]: Ballast's own bytes plus measured process deltas, because
-//! MPI's internal memory cannot be seen from outside the library).
+//! MPI's internal memory cannot be seen from outside the library), and the result of the
+//! choice of MPI's native path ([`NativePath`]).
 //!
 //! ```no_run
 //! use ballast_runtime::{mpi::Mpi, RuntimeConfig, Source, TagMatch};
@@ -144,6 +145,15 @@ impl Mpi {
     pub fn threading(&self) -> Threading {
         rsmpi::environment::threading_support()
     }
+}
+
+/// Whether the communicators made now take the MPI native path (`Mpi::native_path`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NativePath {
+    /// The native path is taken (the same on every process).
+    pub taken: bool,
+    /// When it was asked for but is not taken, why (this process' reason).
+    pub why_not: Option<String>,
 }
 
 /// Footprint of one rank over MPI: what Ballast accounts itself, and what the process

@@ -51,18 +51,19 @@ pub struct DeviceCaps {
 
 impl DeviceCaps {
     /// `key: value` lines for `ballast info`.
-    pub fn lines(&self) -> Vec<(String, String)> {
+    pub fn lines(&self) -> Vec<DeviceLine> {
+        let line = |key, value| DeviceLine { key, value };
         vec![
-            (
-                "device".into(),
+            line(
+                "device",
                 format!(
                     "{} port {} ({}, active MTU {} B)",
                     self.name, self.port, self.link_layer, self.active_mtu
                 ),
             ),
-            ("gid".into(), format!("index {}: {}", self.gid_index, self.gid)),
-            (
-                "srq".into(),
+            line("gid", format!("index {}: {}", self.gid_index, self.gid)),
+            line(
+                "srq",
                 format!(
                     "{} (max_srq {}, max_srq_wr {})",
                     if self.srq { "yes" } else { "no" },
@@ -70,20 +71,29 @@ impl DeviceCaps {
                     self.max_srq_wr
                 ),
             ),
-            (
-                "xrc".into(),
+            line(
+                "xrc",
                 if self.xrc {
                     "yes".into()
                 } else {
                     "no (recv_sharing=xrc falls back to shared)".into()
                 },
             ),
-            ("max_qp".into(), self.max_qp.to_string()),
-            ("max_qp_wr".into(), self.max_qp_wr.to_string()),
-            ("max_cqe".into(), self.max_cqe.to_string()),
-            ("max_mr_size".into(), format!("{} B", self.max_mr_size)),
+            line("max_qp", self.max_qp.to_string()),
+            line("max_qp_wr", self.max_qp_wr.to_string()),
+            line("max_cqe", self.max_cqe.to_string()),
+            line("max_mr_size", format!("{} B", self.max_mr_size)),
         ]
     }
+}
+
+/// One line of [`DeviceCaps::lines`]: a property of the device and its value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceLine {
+    /// The property (`device`, `gid`, `srq`, ...).
+    pub key: &'static str,
+    /// Its value, as text.
+    pub value: String,
 }
 
 /// Names of the RDMA devices libibverbs sees (empty when there are none, e.g. no kernel

@@ -496,7 +496,7 @@ impl Fabric for VerbsFabric {
         }
         // Keep the engine's order: grants decided before this message leave before it.
         self.flush_grant(dest)?;
-        let (code, value) = msg.encode();
+        let crate::fabric::ControlWord { code, value } = msg.encode();
         let qp = match msg {
             Control::ConnectReq { .. } | Control::ConnectAck { .. } => self.local_info(dest)?,
             _ => QpInfo::default(),
@@ -600,6 +600,6 @@ mod tests {
         let b: [u8; HEADER_BYTES] =
             crate::fabric::wire::encode_header(&h, crate::fabric::wire::HeaderExtra::DATA);
         assert_eq!(&b[28..], &[1, 0, 0, 0]);
-        assert_eq!(crate::fabric::wire::decode_header(&b).0, h);
+        assert_eq!(crate::fabric::wire::decode_header(&b).header, h);
     }
 }

@@ -31,7 +31,7 @@
 //! use ballast_runtime::{bootstrap, verbs, RuntimeConfig, Source, TagMatch};
 //! // Under any launcher that sets BALLAST_ROOT and the rank/size variables:
 //! let cfg = RuntimeConfig::from_env()?;
-//! let (_, mut boot) = bootstrap::auto(&cfg)?;
+//! let mut boot = bootstrap::auto(&cfg)?.boot;
 //! let mut comm = verbs::communicator(boot.as_mut(), &cfg)?;
 //! if comm.rank() == 0 {
 //!     comm.send(1, 7, b"spikes")?;

@@ -69,6 +69,9 @@ pub(super) struct Datagrams {
     /// `epoch`); `None` outside a round: a datagram sent or acknowledged then (by `isend`,
     /// or while a direct send polls) has its deadline armed by the next round.
     pub(super) now_us: Option<u64>,
+    /// The latest round time given (microseconds since `epoch`): a round whose `now` is
+    /// earlier runs at this one instead, so the path's time never runs backwards.
+    latest_us: u64,
     /// The zero of the peers' times (`DatagramPeer` keeps microseconds since it): the `now`
     /// given to [`Engine::new`].
     epoch: Instant,
@@ -94,6 +97,7 @@ impl Datagrams {
             scratch: Vec::new(),
             held: Vec::new(),
             now_us: None,
+            latest_us: 0,
             epoch,
             since_check: 0,
             promote: None,
@@ -102,10 +106,15 @@ impl Datagrams {
         }
     }
 
-    /// A round at `now` starts (`None`: it ended).
+    /// A round at `now` starts (`None`: it ended). It runs at the latest time given so far
+    /// when `now` is earlier (and at 0 when `now` is before `epoch`).
     #[inline]
     pub(super) fn set_round(&mut self, now: Option<Instant>) {
-        self.now_us = now.map(|t| t.saturating_duration_since(self.epoch).as_micros() as u64);
+        self.now_us = now.map(|t| {
+            let us = t.saturating_duration_since(self.epoch).as_micros() as u64;
+            self.latest_us = self.latest_us.max(us);
+            self.latest_us
+        });
     }
 
     /// True when datagrams to `peer` are not all acknowledged.

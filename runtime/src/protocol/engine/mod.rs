@@ -12,11 +12,17 @@
 //! front. They arrive whole ([`Event::Whole`](crate::fabric::Event::Whole)) into the
 //! buffer that becomes the message.
 //!
-//! Everything happens in [`Engine::progress`], driven by the rank's single thread. The
-//! engine's timers never read the system time (only the idle backoff of `connect_all`
-//! looks at the clock, to choose between spinning and sleeping): its owner passes the time of each round
-//! (`progress(now)`, as quinn-proto takes `now`), so tests drive its timers directly.
-//! Only the datagram path has timers ([`Engine::uses_time`]).
+//! Everything happens in [`Engine::progress`], driven by the rank's single thread. Its
+//! owner passes the time of each round (`progress(now)`, as quinn-proto takes `now`), so
+//! tests drive its timers directly; only the datagram path has timers
+//! ([`Engine::uses_time`]), and none of them reads the system clock. What does read it:
+//! in the engine's own code, one place only, `connect_all` ([`Engine::new`] with
+//! `lazy_connect` off), which waits for its peers between idle rounds with
+//! `core::backoff::Backoff`, and that reads `Instant::now` to choose between spinning,
+//! yielding and sleeping (or blocking in `Fabric::wait_for_arrival`); below the engine,
+//! the fabric calls it makes may read it in the fabric (the MPI fabric's direct send
+//! waits with a `Backoff` too, the local fabric's `wait_for_arrival` blocks with a
+//! timeout, the fault fabric times its delays).
 //!
 //! Its parts, by concept: this file holds the rank's state and the public API (receives,
 //! request completion, one round of [`Engine::progress`], statistics and footprint);
@@ -34,7 +40,9 @@ use crate::core::footprint::{Footprint, MemoryLock, MemoryModel};
 use crate::core::intmap::IntMap;
 use crate::core::pool::{BufId, BufferPool, PoolStats};
 use crate::fabric::error::FabricError;
-use crate::fabric::{effective_sharing, Control, DatagramPath, DirectPath, Fabric, PeerKey};
+use crate::fabric::{
+    effective_sharing, Control, DatagramPath, DirectPath, EffectiveSharing, Fabric, PeerKey,
+};
 use crate::protocol::connection::{ConnectionTable, EndpointStats};
 use crate::protocol::credit::{CreditBank, Grant};
 use crate::protocol::error::{ProtocolError, Result};
@@ -199,15 +207,17 @@ impl Engine {
     /// Sets up the rank: registers the pool, creates the receive resources and, with
     /// `lazy_connect` off, connects every peer (needs every rank to be starting too).
     /// `now` is the current time: the epoch of the datagram path's times, and the time of
-    /// the rounds of progress the connecting runs.
+    /// the rounds of progress the connecting runs. The engine keeps the latest time it was
+    /// given: a later [`Engine::progress`] with an earlier `now` runs at that latest time
+    /// (its timers never run backwards).
     pub fn new(mut fabric: Box<dyn Fabric>, requested: &TransportConfig, now: Instant) -> Result<Engine> {
         requested
             .validate()
             .map_err(|e| ProtocolError::Config(Box::new(e)))?;
         let mut cfg = *requested;
         let mut notes = Vec::new();
-        let (sharing, note) = effective_sharing(cfg.recv_sharing, fabric.capabilities());
-        cfg.recv_sharing = sharing;
+        let EffectiveSharing { mode, note } = effective_sharing(cfg.recv_sharing, fabric.capabilities());
+        cfg.recv_sharing = mode;
         notes.extend(note);
         // The fabric's optional paths, asked once: their sizes decide what the engine runs.
         let (mtu, drops) = match fabric.datagrams() {
@@ -508,11 +518,14 @@ impl Engine {
     /// `now` is read only when [`Engine::uses_time`]; an engine without a datagram path
     /// runs no timers, so a caller may pass any instant then (the one it gave
     /// [`Engine::new`]) rather than read the clock at every call. With the datagram path,
-    /// `now` is the current time, never earlier than the last round's: the datagrams
-    /// posted in this round are timed from it, and the retransmission deadlines are
-    /// checked against it. Datagrams posted or acknowledged outside a round (by
+    /// `now` is the current time: the datagrams posted in this round are timed from it,
+    /// and the retransmission deadlines are checked against it. The engine keeps the
+    /// latest `now` it was given (the largest, [`Engine::new`]'s included), so its timers
+    /// never run backwards: a `now` earlier than an earlier round's is accepted and the
+    /// round runs at that latest time instead, so it neither times a datagram out early
+    /// nor pushes a deadline back. Datagrams posted or acknowledged outside a round (by
     /// [`Engine::isend`], or while [`Engine::send_direct`] polls) are timed from the next
-    /// round's `now`.
+    /// round's time.
     #[inline]
     pub fn progress(&mut self, now: Instant) -> Result<bool> {
         self.progress_into(now, None)

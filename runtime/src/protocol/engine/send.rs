@@ -206,7 +206,7 @@ impl Engine {
     /// round) until it no longer reads `data`. Only for messages where
     /// [`Engine::goes_direct`] is true, and once every message queued earlier for `dest`
     /// is posted (order): the caller progresses until [`Engine::queued_for`] is false (the
-    /// engine has no clock to wait with), else [`ProtocolError::QueuedBeforeDirect`].
+    /// engine does not wait for its queues itself), else [`ProtocolError::QueuedBeforeDirect`].
     pub fn send_direct(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
         self.check_rank(dest)?;
         if !self.goes_direct(dest, data.len()) {

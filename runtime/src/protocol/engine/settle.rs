@@ -53,14 +53,14 @@ impl Inbox {
     #[inline]
     fn take_event(&mut self, matcher: &mut Matcher, rx: &mut DatagramRx<'_>, ev: Event<'_>) -> Result<()> {
         match ev {
-            Event::Datagram(src, bytes) => rx.take(matcher, src, bytes)?,
+            Event::Datagram { src, bytes } => rx.take(matcher, src, bytes)?,
             Event::SendComplete(w) => self.done.push(w),
-            Event::Arrival(h, payload) => {
+            Event::Arrival { header: h, payload } => {
                 matcher.on_chunk_into(&h, payload, rx.into.as_mut())?;
                 self.arrivals.push((h.src as usize, h.more));
             }
-            Event::Control(src, c) => self.ctrl.push((src, c)),
-            Event::Whole(h, data) => {
+            Event::Control { src, msg: c } => self.ctrl.push((src, c)),
+            Event::Whole { header: h, data } => {
                 matcher.on_whole(&h, data)?;
                 self.whole.push(h.src as usize);
             }

@@ -1,5 +1,6 @@
 //! Unit tests of the engine, its time passed in directly (`progress(now)` with instants the
-//! test chooses: no clock, no sleeping), and its direct-send contract.
+//! test computes from one `Instant::now()` of its own: no waiting, no sleeping), and its
+//! direct-send contract.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -119,6 +120,54 @@ fn a_datagram_posted_between_rounds_goes_again_once_its_armed_deadline_passes() 
     e.progress(later + RTO_RELIABLE).unwrap();
     assert_eq!(sent_resent(&e), (1, 1), "at its armed deadline");
     e.progress(later + RTO_RELIABLE + MS).unwrap();
+    assert_eq!(sent_resent(&e), (1, 1), "once");
+}
+
+/// A round whose `now` is earlier than the last round's runs at the last round's time (the
+/// engine keeps the latest `now`): a datagram posted between rounds and armed by such a
+/// round is timed from that latest time, not from the stale one, so it does not time out
+/// early; it goes again at the deadline the latest time gives, once.
+#[test]
+fn a_now_going_backwards_does_not_time_a_datagram_out_early() {
+    let start = Instant::now();
+    let mut e = datagram_rank(start);
+    let _endpoint = e.isend(1, 7, b"to one").unwrap();
+    // The endpoint to rank 1 takes the only slot: rank 2 is reached by datagram.
+    e.progress(start).unwrap();
+    let later = start + Duration::from_secs(10);
+    e.progress(later).unwrap();
+    let _datagram = e.isend(2, 7, b"to two").unwrap();
+    assert_eq!(sent_resent(&e), (1, 0), "posted by isend, outside a round");
+    // The round that arms its deadline has a `now` 9 s before the last round's.
+    e.progress(later - Duration::from_secs(9)).unwrap();
+    assert_eq!(sent_resent(&e).1, 0, "the arming round resends nothing");
+    e.progress(later + RTO_RELIABLE - MS).unwrap();
+    assert_eq!(
+        sent_resent(&e).1,
+        0,
+        "1 ms before the timeout from the latest time (the one from the stale time passed 9 s ago)"
+    );
+    e.progress(later + RTO_RELIABLE).unwrap();
+    assert_eq!(sent_resent(&e), (1, 1), "at the deadline from the latest time");
+}
+
+/// ... and a round whose `now` goes back neither times out a datagram that is not due nor
+/// delays it: it goes again at its deadline, once.
+#[test]
+fn a_now_going_backwards_neither_fires_nor_delays_a_timeout() {
+    let start = Instant::now();
+    let mut e = datagram_rank(start);
+    let _endpoint = e.isend(1, 7, b"to one").unwrap();
+    let _datagram = e.isend(2, 7, b"to two").unwrap();
+    e.progress(start).unwrap();
+    assert_eq!(sent_resent(&e), (1, 0), "sent in the round at `start`");
+    e.progress(start + RTO_RELIABLE - MS).unwrap();
+    e.progress(start).unwrap();
+    e.progress(start + RTO_RELIABLE / 2).unwrap();
+    assert_eq!(sent_resent(&e).1, 0, "rounds going back fire nothing");
+    e.progress(start + RTO_RELIABLE).unwrap();
+    assert_eq!(sent_resent(&e), (1, 1), "at its deadline, not later");
+    e.progress(start + RTO_RELIABLE - MS).unwrap();
     assert_eq!(sent_resent(&e), (1, 1), "once");
 }
 
@@ -256,7 +305,7 @@ impl Fabric for DirectLocal {
     }
 }
 
-/// The engine does not wait (it has no clock): a direct send while messages to the same
+/// The engine does not wait for its queues to drain: a direct send while messages to the same
 /// rank are still queued is refused, naming both ranks, and changes nothing; the caller
 /// progresses until `queued_for` is false (the communicator does).
 #[test]

@@ -31,7 +31,7 @@ pub(in crate::comm::mpi_native) struct Nbx {
     /// The barrier, once every send completed.
     barrier: Option<CollOp>,
     /// What came, by arrival.
-    got: Vec<(usize, Vec<u8>)>,
+    got: Vec<Received>,
 }
 
 impl MpiNative {
@@ -49,7 +49,7 @@ impl MpiNative {
     }
 
     /// `Communicator::exchange_sparse` on the native path (see the module docs).
-    pub(super) fn sparse_exchange(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<(usize, Vec<u8>)>> {
+    pub(super) fn sparse_exchange(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<Received>> {
         let x = match self.coll_begin(OP)? {
             Some(Pending::Sparse(x)) => x,
             // (This call keeps nothing else.)
@@ -107,7 +107,7 @@ impl MpiNative {
     }
 
     /// The exchange's loop (see the module docs); what came, in increasing source order.
-    fn nbx(&mut self, mut x: Nbx) -> Result<Vec<(usize, Vec<u8>)>> {
+    fn nbx(&mut self, mut x: Nbx) -> Result<Vec<Received>> {
         let mut idle = Idle::new();
         loop {
             match self.nbx_step(&mut x) {
@@ -128,7 +128,7 @@ impl MpiNative {
             }
         }
         let mut got = x.got;
-        got.sort_unstable_by_key(|(s, _)| *s);
+        got.sort_unstable_by_key(|r| r.source);
         Ok(got)
     }
 
@@ -142,7 +142,7 @@ impl MpiNative {
             m.recv_append(&mut buf)?;
             self.note_peer(source);
             try_reserve_for(&mut x.got, 1, || format!("{OP}: the messages received"))?;
-            x.got.push((source, buf));
+            x.got.push(Received { source, data: buf });
             return Ok(Some(false));
         }
         match &mut x.barrier {

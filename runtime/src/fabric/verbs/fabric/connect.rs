@@ -309,7 +309,7 @@ impl VerbsFabric {
                 if c == Control::CreditRequest {
                     self.peers.entry(src).or_default().wants_credit = true;
                 }
-                return go(on_event(Event::Control(src, c)));
+                return go(on_event(Event::Control { src, msg: c }));
             }
             Kind::Ready => {
                 self.peers.entry(src).or_default().remote_ready = true;

@@ -67,11 +67,11 @@ impl VerbsFabric {
             let node = self.rank / self.cfg.ranks_per_node;
             let path = xrc::domain_path(&self.mesh.job_tag(), node);
             let xrcd = xrc::open_domain(&self.dev.ctx, &path).map_err(at)?;
-            let (srq, num) = ibv::Srq::create_xrc(&self.dev.ctx, &self.dev.pd, &xrcd, &self.cq, depth as u32)
+            let x = ibv::Srq::create_xrc(&self.dev.ctx, &self.dev.pd, &xrcd, &self.cq, depth as u32)
                 .map_err(|e| at(e.into()))?;
             self.xrcd = Some(xrcd);
-            self.my_srqn = num;
-            srq
+            self.my_srqn = x.number;
+            x.srq
         } else {
             ibv::Srq::create(&self.dev.pd, depth as u32).map_err(|e| at(e.into()))?
         };

@@ -11,7 +11,7 @@ use crate::fabric::error::{FabricError, Result};
 use crate::fabric::verbs::control::{Frame, Kind, QpInfo};
 use crate::fabric::verbs::ibv::{self, Qp, Rts, SendWr, Sge, Slots};
 use crate::fabric::wire;
-use crate::fabric::{go, Control, Event, Flow, Halt, PacketHeader, PeerKey};
+use crate::fabric::{go, Control, ControlWord, Event, Flow, Halt, PacketHeader, PeerKey};
 
 #[cfg(feature = "trace")]
 use crate::fabric::verbs::counters;
@@ -303,7 +303,7 @@ impl VerbsFabric {
         if credits == 0 {
             return Ok(());
         }
-        let (code, value) = Control::Grant { credits }.encode();
+        let ControlWord { code, value } = Control::Grant { credits }.encode();
         self.mesh.send(
             dest,
             &Frame {
@@ -525,7 +525,7 @@ impl VerbsFabric {
             }
             let bytes = slots.get(slot, len);
             // (Bytes 29..32 are zero on this fabric: ignored, see `wire`.)
-            let h = wire::decode_header(bytes.first_chunk().expect("checked above")).0;
+            let h = wire::decode_header(bytes.first_chunk().expect("checked above")).header;
             if HEADER_BYTES + h.len as usize != len {
                 return Err(Halt::Fail(FabricError::BadPacket {
                     rank: self.rank,
@@ -536,7 +536,12 @@ impl VerbsFabric {
             }
             #[cfg(feature = "trace")]
             let t = counters::trace_start();
-            if on_event(Event::Arrival(h, &bytes[HEADER_BYTES..])).is_break() {
+            if on_event(Event::Arrival {
+                header: h,
+                payload: &bytes[HEADER_BYTES..],
+            })
+            .is_break()
+            {
                 // Refused (its message could not be allocated): kept, its slot not
                 // reposted, and taken first at the next poll, as `local` does.
                 return Ok(Flow::Break(()));
@@ -556,10 +561,10 @@ impl VerbsFabric {
             #[cfg(feature = "trace")]
             counters::stamp(2);
             if let Some(credits) = wc.imm {
-                go(on_event(Event::Control(
-                    h.src as usize,
-                    Control::Grant { credits },
-                )))?;
+                go(on_event(Event::Control {
+                    src: h.src as usize,
+                    msg: Control::Grant { credits },
+                }))?;
             }
         } else {
             let peer = peer_of(self);

@@ -418,7 +418,10 @@ impl VerbsFabric {
                     what: format!("datagram from rank {src}, outside the world of {world}"),
                 }));
             }
-            go(on_event(Event::Datagram(src, &b[GRH + RANK..])))?;
+            go(on_event(Event::Datagram {
+                src,
+                bytes: &b[GRH + RANK..],
+            }))?;
             ud.qp
                 .post_recv(&ud.recv, slot * ud.recv.slot(), ud.recv.slot(), slot as u64)
                 .map_err(|e| ibv::at(e, rank, None))?;
