@@ -360,10 +360,13 @@ impl MpiNative {
         Ok(lens)
     }
 
-    /// With `collective_checks` on, the stamped start of `kind` (its number taken): true;
-    /// off, nothing: false (the caller counts the collective once MPI's call returns).
-    pub(super) fn checked(&mut self, kind: CollectiveKind) -> Result<bool> {
+    /// Takes the number of a collective without a stamp of its own, right before its MPI
+    /// call (nothing fallible but MPI's call comes after, and an MPI error abandons the
+    /// collectives): with `collective_checks` on, by the stamped start of `kind` (true);
+    /// off, by counting it (false).
+    pub(super) fn take_number(&mut self, kind: CollectiveKind) -> Result<bool> {
         if !self.cfg.collective_checks {
+            self.coll_seq += 1;
             return Ok(false);
         }
         self.stamped_lengths(kind, 0, false)?;
@@ -400,13 +403,11 @@ impl MpiNative {
 impl NativeCollectives for MpiNative {
     fn barrier(&mut self) -> Result<()> {
         self.coll_begin("barrier")?;
-        if self.checked(CollectiveKind::Barrier)? {
+        if self.take_number(CollectiveKind::Barrier)? {
             return Ok(());
         }
         let r = ffi::barrier(&self.coll);
-        self.mpi_done(r)?;
-        self.coll_seq += 1;
-        Ok(())
+        self.mpi_done(r)
     }
 
     fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -430,12 +431,9 @@ impl NativeCollectives for MpiNative {
             }
             .into());
         }
-        let stamped = self.checked(CollectiveKind::AllReduce)?;
+        self.take_number(CollectiveKind::AllReduce)?;
         let r = ffi::allreduce(&self.coll, data, op);
         self.mpi_done(r)?;
-        if !stamped {
-            self.coll_seq += 1;
-        }
         Ok(())
     }
 
@@ -446,12 +444,9 @@ impl NativeCollectives for MpiNative {
         if len as u64 > INT_MAX {
             return Err(self.too_big(OP, format!("a buffer of {len} bytes"), "count"));
         }
-        let stamped = self.checked(CollectiveKind::Bcast)?;
+        self.take_number(CollectiveKind::Bcast)?;
         let r = ffi::bcast(&self.coll, buf, root);
         self.mpi_done(r)?;
-        if !stamped {
-            self.coll_seq += 1;
-        }
         Ok(())
     }
 
@@ -463,12 +458,9 @@ impl NativeCollectives for MpiNative {
             Some(Pending::Lengths(l)) => l,
             _ => {
                 let mut lens = words(if me == root { self.world } else { 0 }, OP)?;
-                let stamped = self.checked(CollectiveKind::Gather)?;
+                self.take_number(CollectiveKind::Gather)?;
                 let r = ffi::gather_u64(&self.coll, data.len() as u64, &mut lens, root);
                 self.mpi_done(r)?;
-                if !stamped {
-                    self.coll_seq += 1;
-                }
                 if me != root {
                     lens = vec![data.len() as u64];
                 }
@@ -511,13 +503,10 @@ impl NativeCollectives for MpiNative {
                 try_reserve_for(&mut lens, 2 * n, || format!("{OP}: {n} lengths"))?;
                 lens.extend(parts.iter().map(|p| p.len() as u64));
                 lens.resize(2 * n, 0);
-                let stamped = self.checked(CollectiveKind::AllToAllv)?;
+                self.take_number(CollectiveKind::AllToAllv)?;
                 let (send, recv) = lens.split_at_mut(n);
                 let r = ffi::alltoall_u64(&self.coll, send, recv);
                 self.mpi_done(r)?;
-                if !stamped {
-                    self.coll_seq += 1;
-                }
                 lens
             }
         };

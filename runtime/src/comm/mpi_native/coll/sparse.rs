@@ -81,9 +81,7 @@ impl MpiNative {
             copies.push((d, send));
         }
         // With `collective_checks`, the stamp (after the copies: nothing to repeat).
-        if !self.checked(CollectiveKind::ExchangeSparse)? {
-            self.coll_seq += 1;
-        }
+        self.take_number(CollectiveKind::ExchangeSparse)?;
         let tag = (self.sparse_seq % SPARSE_TAGS) as c_int;
         self.sparse_seq = self.sparse_seq.wrapping_add(1);
         let mut x = Nbx {
