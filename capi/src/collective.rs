@@ -145,9 +145,10 @@ unsafe fn reduce_in_place<T: Reducible>(
 /// Errors: BALLAST_EINVAL for NULL `comm`, `type` or `op` not one of the BALLAST_* values
 /// above, `count` times the element's size above PTRDIFF_MAX bytes, NULL `in` or `out`
 /// with `count` > 0, `in` or `out` not aligned for the type (4 bytes for BALLAST_INT32, 8
-/// for the others), `in` and `out` overlapping without being equal, or (on the engine
-/// paths) another rank calling a different collective or a different `count` at this
-/// point (the message names both); BALLAST_ENOMEM when memory for a step's message cannot be had;
+/// for the others), `in` and `out` overlapping without being equal, or another rank
+/// calling a different collective at this point (the engine paths, and the MPI native
+/// path with BALLAST_COLLECTIVE_CHECKS on) or a different `count` (the engine paths; the
+/// message names both); BALLAST_ENOMEM when memory for a step's message cannot be had;
 /// BALLAST_EPEER when a peer died, the run was aborted, or a rank ended without taking
 /// part; the transport's. After an error `out` holds unspecified values.
 ///
@@ -234,8 +235,10 @@ pub unsafe extern "C" fn ballast_allreduce(
 /// MPI_Ibcast, waited for (`len` above INT_MAX is BALLAST_EINVAL there).
 ///
 /// Errors: BALLAST_EINVAL for NULL `comm`, `root` out of range (the message gives the
-/// world), NULL `buf` with `len` > 0, `len` above PTRDIFF_MAX, or (on the engine paths)
-/// another rank calling a different collective, root or length at this point; BALLAST_ENOMEM; BALLAST_EPEER when
+/// world), NULL `buf` with `len` > 0, `len` above PTRDIFF_MAX, or another rank calling a
+/// different collective at this point (the engine paths, and the MPI native path with
+/// BALLAST_COLLECTIVE_CHECKS on) or a different root or length (the engine paths);
+/// BALLAST_ENOMEM; BALLAST_EPEER when
 /// a peer died, the run was aborted, or a rank ended without taking part; the transport's.
 ///
 /// # Safety
@@ -283,8 +286,9 @@ pub unsafe extern "C" fn ballast_bcast(
 /// total above INT_MAX bytes is BALLAST_EINVAL there).
 ///
 /// Errors: BALLAST_EINVAL for NULL `comm` or `out`, `root` out of range, NULL `buf` with
-/// `len` > 0, `len` above PTRDIFF_MAX, or (on the engine paths) another rank calling a
-/// different collective or root at this point; BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER; the
+/// `len` > 0, `len` above PTRDIFF_MAX, or another rank calling a different collective at
+/// this point (the engine paths, and the MPI native path with BALLAST_COLLECTIVE_CHECKS
+/// on) or a different root (the engine paths); BALLAST_ENOMEM when the result cannot be held; BALLAST_EPEER; the
 /// transport's.
 ///
 /// # Safety
@@ -357,9 +361,10 @@ fn list<T>(func: &str, what: &str, n: usize) -> Result<Vec<T>, Fail> {
 ///
 /// Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, `send_lens` not aligned
 /// for size_t, NULL `send` with lengths
-/// summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or (on the engine
-/// paths) another rank calling a different collective at this point; BALLAST_ENOMEM when the result or a
-/// step's message cannot be held; BALLAST_EPEER; the transport's.
+/// summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or another rank
+/// calling a different collective at this point (the engine paths, and the MPI native
+/// path with BALLAST_COLLECTIVE_CHECKS on); BALLAST_ENOMEM when the result or a step's
+/// message cannot be held; BALLAST_EPEER; the transport's.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -427,8 +432,10 @@ pub unsafe extern "C" fn ballast_alltoallv(
 /// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL or misaligned `dests`, `bufs` or
 /// `lens` with `n` > 0, `n` above the number of other ranks (world size - 1), a destination out of
 /// range, this rank or named twice, NULL `bufs[i]` with `lens[i]` > 0, lengths whose sum
-/// (bytes) overflows or passes PTRDIFF_MAX, or (on the engine paths) another rank calling
-/// a different collective at this point; BALLAST_ENOMEM when the result or a received part cannot be held;
+/// (bytes) overflows or passes PTRDIFF_MAX, or another rank calling a different
+/// collective at this point (the engine paths, and the MPI native path with
+/// BALLAST_COLLECTIVE_CHECKS on); BALLAST_ENOMEM when the result or a received part
+/// cannot be held;
 /// BALLAST_EPEER; the transport's.
 ///
 /// # Safety

@@ -221,11 +221,15 @@ pub struct TransportConfig {
     /// (`BALLAST_COLLECTIVE_CHECKS`), default off. On, a collective that carries none
     /// (`barrier`, `all_reduce`, `bcast`, `gather`, `all_to_allv`, `exchange_sparse`) starts
     /// with an `MPI_Allgather` of 16 B per rank, so that ranks calling different
-    /// collectives get the protocol error `CollectiveMismatch` instead of a hang; off, they are MPI's own collectives alone, at MPI's cost and under
-    /// MPI's rule (ranks that call different ones are an erroneous program: MPI may fail or
-    /// wait for ever), and `barrier` is `MPI_Barrier`. `all_gatherv` is checked either way
-    /// (its lengths carry the number). The engine paths always check. Every process must
-    /// use the same value (checked when the communicator is made).
+    /// collectives get the protocol error `CollectiveMismatch` instead of a hang. Off, they
+    /// are MPI's own collectives alone, at MPI's cost and under MPI's rule (ranks that call
+    /// different ones are an erroneous program: MPI may fail or wait for ever), and
+    /// `barrier` is `MPI_Barrier`. `all_gatherv` carries its number either way (with its
+    /// lengths), which catches it only against another `all_gatherv` whose number differs
+    /// (one rank called a collective more before it); with checks off, an `all_gatherv`
+    /// on one rank against another collective on the next is MPI's erroneous case. The
+    /// engine paths always check. Every process must use the same value (checked when the
+    /// communicator is made).
     pub collective_checks: bool,
 }
 
