@@ -38,6 +38,11 @@ echo "ci/test.sh: $((free_kib / 1024)) MiB free for $target_dir (a full run need
 if [ "$free_kib" -lt $((3 * 1024 * 1024)) ]; then
     echo "ci/test.sh: WARNING: less than 3 GiB free: the build may fail with 'No space left on device'" >&2
 fi
+# Free space and the target's size at a stage boundary: a full disk shows up in a linker
+# as 'No space left on device' or as SIGBUS (lld writes its output through a mapping).
+disk_report() {
+    echo "ci/test.sh: disk $1: $(($(df -Pk "$target_dir" | awk 'NR==2 {print $4}') / 1024)) MiB free, $target_dir $(du -sh "$target_dir" | cut -f1)"
+}
 
 # Formatting (rustfmt.toml): the tree must be as `cargo fmt --all` leaves it.
 if cargo fmt --version >/dev/null 2>&1; then
@@ -132,6 +137,7 @@ fi
 rm -rf "${CARGO_TARGET_DIR:-target}/doc" # pages of items gone since would read as second paths
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked --features ballast/sonata,ballast/mpi,ballast/verbs,ballast-runtime/trace,ballast-runtime/fault,ballast-capi/mpi,ballast-capi/verbs,ballast-capi/bench-twin,ballast-bench/mpi
 python3 ci/public_paths.py "${CARGO_TARGET_DIR:-target}/doc" ballast_runtime ballast_balancer ballast_sim ballast_ibv ballast_bench ballast
+disk_report "before the workspace tests"
 cargo test --workspace --locked --features ballast/sonata
 # The datagram path under load (issue 33's hang): 50 repetitions of the 16-rank all-to-all
 # with drops beside the recv_into ping-pong (64 KiB here, 1 MiB in the long run) and a CPU hog, each with its own drop
@@ -178,6 +184,7 @@ if grep -i 'after MPI_FINALIZE' "$launch_err"; then echo "ci/test.sh: mpi_launch
 rm -f "$launch_err"
 # `ballast fanout` and `ballast info` under mpirun (the CLI's `mpi` feature). The release
 # `ballast` (sonata, mpi, verbs) is the one ci/verbs_run.sh and ci/verbs_mpi.sh use too.
+disk_report "before the release build"
 . ci/release_build.sh
 ballast_bin=$ballast_release  # absolute: used after cd
 fanout_json=$(timeout 300 mpirun "${mpirun_flags[@]}" -n 4 "$ballast_bin" fanout --transport mpi --json)
@@ -242,5 +249,5 @@ bash ci/dry_run_ulimit.sh "$ballast_bin"
 # outside the clone; see docs/TESTING.md).
 bash ci/neurodamus.sh "$ballast_bin"
 
-echo "ci/test.sh: target directory after the run: $(du -sh "$target_dir" | cut -f1)"
+disk_report "at the end"
 echo "ci/test.sh: all passed"
