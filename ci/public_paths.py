@@ -64,4 +64,8 @@ def main(doc, crates):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 3 or not os.path.isdir(sys.argv[1]):
+        print("usage: ci/public_paths.py DOC_DIR CRATE [CRATE ...] (DOC_DIR: the rustdoc output,"
+              " e.g. target/doc, an existing directory)", file=sys.stderr)
+        sys.exit(2)
     sys.exit(main(sys.argv[1], sys.argv[2:]))
