@@ -159,7 +159,8 @@ mpirun_flags=(--oversubscribe)
 [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
 conformance=$(mpi_test_bin mpi_conformance)
 # -n 1: every case on the engine path (ranks as threads); -n 2, 3, 4, 7: the cases of that
-# many ranks on the MPI native path (one rank per process), the others on the engine path.
+# many ranks on the MPI native path (one rank per process), the others on the engine path;
+# cases that ask for `mpi_native` off (e.g. `engine collectives: ...`) run the engine path.
 for n in 1 2 3 4 7; do
     echo "ci/test.sh: mpirun -n $n mpi_conformance"
     timeout 900 mpirun "${mpirun_flags[@]}" -n "$n" "$conformance"

@@ -1,6 +1,6 @@
 //! The conformance suite instantiated for the MPI transport (feature `mpi`), plus the MPI
 //! cases: a sparse neighbour exchange from 8 B to 64 MiB, the MPI bootstrap with split
-//! rounds, the MPI footprint, MPI's own collectives on the native path (`mpi_coll/`), and
+//! rounds, the MPI footprint, the collectives on both paths (`mpi_coll/`), and
 //! its posted receives without allocation (`mpi_lean/`). A `harness = false` binary: it initialises MPI once
 //! (MPI_THREAD_MULTIPLE, since a case's ranks outnumber the processes under
 //! `mpirun -n 1`/`-n 2`), runs every case on every process, prints

@@ -4,7 +4,7 @@
 //! of its rank and the round). `values.rs`: all_reduce (every op × type, in place: the
 //! Rust call's `in == out`), bcast and gather (roots 0 and n−1), barrier and all_gatherv,
 //! all_to_allv; `sparse.rs`: the sparse exchange with seeded random destinations. Run on
-//! the MPI native path by `mpi_coll/` (`mpi_conformance`) and over verbs by
+//! the MPI native and engine paths by `mpi_coll/` (`mpi_conformance`) and over verbs by
 //! `verbs_conformance`; a failed assertion panics the rank.
 #![allow(dead_code)]
 

@@ -179,9 +179,16 @@ pub fn gather_roots(comm: &mut Communicator) {
     }
 }
 
+/// A barrier, then [`all_gatherv_parts`].
 pub fn all_gatherv_lengths(comm: &mut Communicator) {
-    let n = comm.world_size();
     comm.barrier().unwrap();
+    all_gatherv_parts(comm);
+}
+
+/// `all_gatherv` of every length of [`lens`], a different length per rank (every third
+/// rank empty), each part checked.
+pub fn all_gatherv_parts(comm: &mut Communicator) {
+    let n = comm.world_size();
     for base in lens() {
         let got = comm.all_gatherv(&part(comm.rank(), base, 2)).unwrap();
         assert_eq!(got.len(), n);

@@ -1,12 +1,14 @@
-//! The collectives on the MPI native path (MPI's own, issue 35), as cases of
-//! `mpi_conformance`: one rank per process (`mpirun -n 1, 2, 3, 4, 7`). The bodies are
-//! `coll_cases/`'s (shared with `verbs_conformance`), each run through [`native`]; after
-//! barrier and all_gatherv no Ballast peer is open (MPI's own collectives). `limits.rs`:
-//! the size limits of MPI's `int` counts and a rank that fails during a collective;
-//! `checks.rs`: `collective_checks` (mismatches an error, every process alike). The
-//! engine path's algorithms (`mpi_native` off) are not run here.
+//! The collectives over MPI (issue 35), as cases of `mpi_conformance`: one rank per process
+//! (`mpirun -n 1, 2, 3, 4, 7`), on both paths. The bodies are `coll_cases/`'s (shared with
+//! `verbs_conformance`), each run through [`native`] (MPI's own collectives: after barrier
+//! and all_gatherv no Ballast peer is open) and through `engine.rs`'s `engine`
+//! (`mpi_native` off: Ballast's own algorithms over MPI point to point, talking to their
+//! documented partners only). `limits.rs`: the size limits of MPI's `int` counts and a
+//! rank that fails during a collective; `checks.rs`: `collective_checks` (mismatches an
+//! error, every process alike). `limits.rs` and `checks.rs`'s first case are native only.
 
 mod checks;
+mod engine;
 mod limits;
 
 use ballast_runtime::mpi::Mpi;
@@ -40,7 +42,7 @@ fn all_gatherv_opens_no_peer(comm: &mut Communicator) {
     );
 }
 
-/// The cases, named `native collectives: ...`.
+/// The cases, named `native collectives: ...` and `engine collectives: ...`.
 pub fn cases() -> Vec<(String, Box<dyn Fn()>)> {
     let mut v: Vec<(String, Box<dyn Fn()>)> = Vec::new();
     for (name, body) in coll_cases::cases() {
@@ -67,5 +69,6 @@ pub fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         "checked: every process alike or refused",
         checks::different_checks_are_refused,
     );
+    v.extend(engine::cases());
     v
 }
