@@ -82,3 +82,31 @@ fn back_to_back() {
         }
     }
 }
+
+/// `all_to_allv_into` with one `out` kept across calls (stale buffers, more than ranks, at
+/// first): each call's parts are the reference's, whatever the previous call left.
+#[test]
+fn into_a_kept_out() {
+    for n in [1, 3, 4] {
+        let res = run(n, |comm: &mut Communicator| -> Result<Vec<Vec<Vec<u8>>>> {
+            let me = comm.rank();
+            let mut out: Vec<Vec<u8>> = (0..n + 2).map(|i| vec![0xee; 3 * i]).collect();
+            let mut all = Vec::new();
+            for k in 0..4u64 {
+                let parts: Vec<Vec<u8>> = (0..n).map(|d| part(k, me, d, (1000 >> (2 * k)) + d)).collect();
+                let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+                comm.all_to_allv_into(&refs, &mut out)?;
+                all.push(out.clone());
+            }
+            Ok(all)
+        });
+        for (r, all) in res.iter().enumerate() {
+            for (k, got) in all.iter().enumerate() {
+                let want: Vec<Vec<u8>> = (0..n)
+                    .map(|s| part(k as u64, s, r, (1000 >> (2 * k)) + r))
+                    .collect();
+                assert!(got == &want, "{n} ranks: rank {r}, call {k}");
+            }
+        }
+    }
+}

@@ -3,11 +3,13 @@
 //! the rank computes alone from the inputs' generators (every rank's inputs are a function
 //! of its rank and the round). `values.rs`: all_reduce (every op × type, in place: the
 //! Rust call's `in == out`), bcast and gather (roots 0 and n−1), barrier and all_gatherv,
-//! all_to_allv; `sparse.rs`: the sparse exchange with seeded random destinations. Run on
-//! the MPI native and engine paths by `mpi_coll/` (`mpi_conformance`) and over verbs by
+//! all_to_allv; `reuse.rs`: all_to_allv_into with the same `out` across calls; `sparse.rs`:
+//! the sparse exchange with seeded random destinations. Run on the MPI native and engine
+//! paths by `mpi_coll/` (`mpi_conformance`) and over verbs by
 //! `verbs_conformance`; a failed assertion panics the rank.
 #![allow(dead_code)]
 
+pub mod reuse;
 pub mod sparse;
 pub mod values;
 
@@ -48,6 +50,10 @@ pub fn cases() -> Vec<(&'static str, Body)> {
         ("gather to the first and last rank", values::gather_roots),
         ("barrier and all_gatherv", values::all_gatherv_lengths),
         ("all_to_allv uneven and empty parts", values::all_to_allv_uneven),
+        (
+            "all_to_allv_into reuses its buffers",
+            reuse::all_to_allv_into_reuses,
+        ),
         (
             "exchange_sparse random destinations",
             sparse::exchange_sparse_random,

@@ -98,10 +98,25 @@ impl Communicator {
     /// algorithm (`ceil(log2 n)` rounds, each sending the parts whose slot has the round's
     /// bit set to rank `r + 2^k`; partners per rank `2 * ceil(log2 n)`; a part travels up
     /// to `ceil(log2 n)` times, so it suits small parts). After a retryable error the next
-    /// `all_to_allv` resumes this one (the retry's `parts` are not read). Errors:
-    /// [`CommError::CollectiveArgument`] for `parts` not of world-size length, else as
-    /// [`Communicator::barrier`].
+    /// `all_to_allv` (or [`Communicator::all_to_allv_into`]) resumes this one (the retry's
+    /// `parts` are not read). Errors: [`CommError::CollectiveArgument`] for `parts` not of
+    /// world-size length, else as [`Communicator::barrier`].
     pub fn all_to_allv(&mut self, parts: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        self.all_to_allv_into(parts, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Communicator::all_to_allv`] into `out`, which becomes what each rank sent here,
+    /// by rank (world size parts), reusing the buffers it holds: on the MPI native path a
+    /// part is received straight into `out[s]` when that buffer's capacity holds it (no
+    /// allocation), so a loop that passes the same `out` every time allocates nothing once
+    /// the parts stop growing, as an MPI program reusing its receive buffer. On the engine
+    /// paths the parts arrive in messages of their own and replace `out`'s. Buffers are
+    /// never shrunk (a part smaller than its buffer keeps the capacity); drop or
+    /// `shrink_to_fit` them to give memory back. After an error `out` holds unspecified
+    /// parts (possibly none). Errors: as `all_to_allv`.
+    pub fn all_to_allv_into(&mut self, parts: &[&[u8]], out: &mut Vec<Vec<u8>>) -> Result<()> {
         let n = self.world_size();
         if parts.len() != n {
             return Err(self.coll_argument(
@@ -111,9 +126,10 @@ impl Communicator {
             ));
         }
         if let Some(nc) = self.backend.native_collectives() {
-            return nc.all_to_allv(parts);
+            return nc.all_to_allv_into(parts, out);
         }
-        self.engine_all_to_allv(parts)
+        *out = self.engine_all_to_allv(parts)?;
+        Ok(())
     }
 
     /// Sends each `(dest, bytes)` of `sends` (distinct destinations, not this rank) and

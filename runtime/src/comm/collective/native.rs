@@ -21,9 +21,9 @@ pub(crate) trait NativeCollectives {
     fn bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<()>;
     /// `Communicator::gather`: every rank's data on `root`, by rank; `None` elsewhere.
     fn gather(&mut self, root: usize, data: &[u8]) -> Result<Option<Vec<Vec<u8>>>>;
-    /// `Communicator::all_to_allv`: `parts[d]` to rank `d`; what each rank sent here, by
-    /// rank.
-    fn all_to_allv(&mut self, parts: &[&[u8]]) -> Result<Vec<Vec<u8>>>;
+    /// `Communicator::all_to_allv_into`: `parts[d]` to rank `d`; `out` becomes what each
+    /// rank sent here, by rank (its buffers reused where they hold their new part).
+    fn all_to_allv_into(&mut self, parts: &[&[u8]], out: &mut Vec<Vec<u8>>) -> Result<()>;
     /// `Communicator::exchange_sparse`: what the ranks that sent here sent, in increasing
     /// source order.
     fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<Received>>;

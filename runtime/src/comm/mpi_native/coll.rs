@@ -10,7 +10,8 @@
 //!   `MPI_MAX`), in MPI's own order of combination;
 //! - `bcast`: `MPI_Bcast`;
 //! - `gather`: `MPI_Gather` of the lengths to the root, then `MPI_Gatherv`;
-//! - `all_to_allv`: `MPI_Alltoall` of the lengths, then `MPI_Alltoallv`;
+//! - `all_to_allv`: `MPI_Alltoall` of the lengths, then `MPI_Alltoallv` (into the
+//!   caller's previous parts where they hold the new ones: `all_to_allv_into`);
 //! - `exchange_sparse`: NBX (`coll/sparse.rs`), polled as the blocking calls are.
 //!
 //! They are MPI's blocking collectives, so they cost what MPI's cost: the `v` ones receive
@@ -108,7 +109,7 @@ fn words(n: usize, what: &'static str) -> Result<Vec<u64>> {
 
 /// Where the parts of a `v` collective are received: each into its own buffer (`bufs`,
 /// laid out by `layout`), or, when their addresses are too far apart for `int`
-/// displacements, into `flat` at `displs`, split afterwards.
+/// displacements, into `flat` at `displs`, copied into `bufs` afterwards.
 struct Parts {
     bufs: Vec<Vec<u8>>,
     layout: Option<Layout>,
@@ -125,21 +126,18 @@ impl Parts {
     }
 
     /// The parts, once received (the displacements' buffer goes back to `ints`).
-    fn finish(self, op: &'static str, counts: &[c_int], ints: &mut IntBufs) -> Result<Vec<Vec<u8>>> {
+    fn finish(mut self, counts: &[c_int], ints: &mut IntBufs) -> Vec<Vec<u8>> {
         if let Some(l) = self.layout {
             ints.give(l.into_displs());
-            return Ok(self.bufs);
+            return self.bufs;
         }
-        let mut out = Vec::new();
-        try_reserve_for(&mut out, counts.len(), || format!("{op}: {} parts", counts.len()))?;
-        for (&c, &d) in counts.iter().zip(&self.displs) {
+        // `recv_parts` made each of `bufs` hold its part: the copies allocate nothing.
+        for ((b, &c), &d) in self.bufs.iter_mut().zip(counts).zip(&self.displs) {
             let (c, d) = (c as usize, d as usize);
-            let mut p = try_buffer(c, || format!("{op}: a part of {c} bytes"))?;
-            p.extend_from_slice(&self.flat[d..d + c]);
-            out.push(p);
+            b.extend_from_slice(&self.flat[d..d + c]);
         }
         ints.give(self.displs);
-        Ok(out)
+        self.bufs
     }
 }
 
@@ -224,14 +222,25 @@ impl MpiNative {
         Ok(d)
     }
 
-    /// The buffers to receive parts of `counts` bytes (total `total`) into.
-    fn recv_parts(&mut self, op: &'static str, counts: &[c_int], total: usize) -> Result<Parts> {
-        let mut bufs = Vec::new();
-        try_reserve_for(&mut bufs, counts.len(), || {
-            format!("{op}: {} parts", counts.len())
-        })?;
-        for &c in counts {
-            bufs.push(try_buffer(c as usize, || format!("{op}: a part of {c} bytes"))?);
+    /// The buffers to receive parts of `counts` bytes (total `total`) into: `bufs`' own
+    /// (emptied) where their capacity holds the part, so that a caller that passes the
+    /// previous call's parts again receives without allocating; new ones for the others.
+    fn recv_parts(
+        &mut self,
+        op: &'static str,
+        counts: &[c_int],
+        total: usize,
+        mut bufs: Vec<Vec<u8>>,
+    ) -> Result<Parts> {
+        bufs.truncate(counts.len());
+        let more = counts.len() - bufs.len();
+        try_reserve_for(&mut bufs, more, || format!("{op}: {} parts", counts.len()))?;
+        bufs.resize_with(counts.len(), Vec::new);
+        for (b, &c) in bufs.iter_mut().zip(counts) {
+            b.clear();
+            if b.capacity() < c as usize {
+                *b = try_buffer(c as usize, || format!("{op}: a part of {c} bytes"))?;
+            }
         }
         if let Some(layout) = Layout::of_spare(&bufs, counts, self.coll_ints.take()) {
             return Ok(Parts {
@@ -241,11 +250,10 @@ impl MpiNative {
                 displs: Vec::new(),
             });
         }
-        drop(bufs);
         let mut flat = try_buffer(total, || format!("{op}: the parts received, {total} bytes"))?;
         flat.resize(total, 0);
         Ok(Parts {
-            bufs: Vec::new(),
+            bufs,
             layout: None,
             flat,
             displs: Self::prefix(op, counts, self.coll_ints.take())?,
@@ -388,15 +396,15 @@ impl MpiNative {
             }
         };
         let (counts, total) = self.fit_ints(OP, &lens, whose)?;
-        let mut parts = match self.recv_parts(OP, &counts, total) {
+        let mut parts = match self.recv_parts(OP, &counts, total, Vec::new()) {
             Ok(p) => p,
             Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e)),
         };
         let r = ffi::allgatherv(&self.coll, data, parts.recv_into(), &counts);
         self.mpi_done(r)?;
-        let out = parts.finish(OP, &counts, &mut self.coll_ints);
+        let out = parts.finish(&counts, &mut self.coll_ints);
         self.coll_ints.give(counts);
-        out
+        Ok(out)
     }
 }
 
@@ -480,18 +488,18 @@ impl NativeCollectives for MpiNative {
             return Ok(None);
         }
         let (counts, total) = self.fit_ints(OP, &lens, |r| format!("rank {r}'s part"))?;
-        let mut parts = match self.recv_parts(OP, &counts, total) {
+        let mut parts = match self.recv_parts(OP, &counts, total, Vec::new()) {
             Ok(p) => p,
             Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e)),
         };
         let r = ffi::gatherv(&self.coll, data, Some((parts.recv_into(), &counts)), root);
         self.mpi_done(r)?;
-        let out = parts.finish(OP, &counts, &mut self.coll_ints);
+        let out = parts.finish(&counts, &mut self.coll_ints);
         self.coll_ints.give(counts);
-        out.map(Some)
+        Ok(Some(out))
     }
 
-    fn all_to_allv(&mut self, parts: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
+    fn all_to_allv_into(&mut self, parts: &[&[u8]], out: &mut Vec<Vec<u8>>) -> Result<()> {
         const OP: &str = "all_to_allv";
         let n = self.world;
         // The lengths sent (by destination), then received (by source).
@@ -533,21 +541,21 @@ impl NativeCollectives for MpiNative {
                 Layout::contiguous(&flat, Self::prefix(OP, &scounts, self.coll_ints.take())?)
             }
         };
-        let mut into = match self.recv_parts(OP, &rcounts, rtotal) {
+        let mut into = match self.recv_parts(OP, &rcounts, rtotal, std::mem::take(out)) {
             Ok(p) => p,
             Err(e) => return Err(self.coll_stop(OP, Pending::Lengths(lens), e)),
         };
         let r = ffi::alltoallv(&self.coll, &send, &scounts, into.recv_into(), &rcounts);
         drop(flat);
         self.mpi_done(r)?;
-        let out = into.finish(OP, &rcounts, &mut self.coll_ints);
+        *out = into.finish(&rcounts, &mut self.coll_ints);
         for v in [send.into_displs(), scounts, rcounts] {
             self.coll_ints.give(v);
         }
         if lens.capacity() <= KEPT_WORDS {
             self.coll_words = lens;
         }
-        out
+        Ok(())
     }
 
     fn exchange_sparse(&mut self, sends: &[(usize, &[u8])]) -> Result<Vec<Received>> {
