@@ -9,9 +9,9 @@
  *
  * Versions: the SONAME is libballast.so.MAJOR.MINOR. New in 0.3 (issue 35): the
  * collectives ballast_allreduce (ballast_type, ballast_op), ballast_bcast, ballast_gather,
- * ballast_alltoallv and ballast_exchange_sparse, and on their results
- * ballast_gathered_count, ballast_gathered_source and ballast_gathered_at; completion:
- * BALLAST_ECANCELED, ballast_irecv_into, ballast_waitany, ballast_testsome,
+ * ballast_alltoallv, ballast_alltoallv_into and ballast_exchange_sparse, and on their
+ * results ballast_gathered_count, ballast_gathered_source and ballast_gathered_at;
+ * completion: BALLAST_ECANCELED, ballast_irecv_into, ballast_waitany, ballast_testsome,
  * ballast_request_cancel; ballast_abort and ballast_mpi_run_ranks. Changed in 0.3: the
  * ballast_*_free calls accept NULL (returning 0), and ballast_local_run and
  * ballast_comm_from_* accept a NULL configuration (the defaults).
@@ -223,9 +223,9 @@ int ballast_abort(struct ballast_comm *comm, int code);
 // rank below 2 rem. Every combination is (lower ranks' value) op (higher ranks' value),
 // so the result is one fixed expression over the inputs in rank order: for doubles the
 // same bits on every rank, for given inputs and world size. On the MPI native path:
-// MPI_Iallreduce (MPI_INT32_T, MPI_INT64_T, MPI_UINT64_T, MPI_DOUBLE with MPI_SUM,
-// MPI_MIN, MPI_MAX), waited for as MPI_Allreduce would be, on a duplicate of the
-// communicator kept for Ballast's collectives (MPI's algorithm, partners and order of
+// MPI_Allreduce, in place (MPI_INT32_T, MPI_INT64_T, MPI_UINT64_T, MPI_DOUBLE with
+// MPI_SUM, MPI_MIN, MPI_MAX), on a duplicate of the communicator kept for Ballast's
+// collectives (MPI's algorithm, partners and order of
 // combination); `count` above INT_MAX is BALLAST_EINVAL there (MPI's counts are ints).
 //
 // Errors: BALLAST_EINVAL for NULL `comm`, `type` or `op` not one of the BALLAST_* values
@@ -257,7 +257,7 @@ int ballast_allreduce(struct ballast_comm *comm,
 // root) mod n a rank's place, in round k (ceil(log2 n) rounds) every place v < 2^k sends
 // to v + 2^k (when below n), which receives from v - 2^k. Partners per rank: its parent
 // (none for the root) and its children, at most ceil(log2 n). On the MPI native path:
-// MPI_Ibcast, waited for (`len` above INT_MAX is BALLAST_EINVAL there).
+// MPI_Bcast (`len` above INT_MAX is BALLAST_EINVAL there).
 //
 // Errors: BALLAST_EINVAL for NULL `comm`, `root` out of range (the message gives the
 // world), NULL `buf` with `len` > 0, `len` above PTRDIFF_MAX, or another rank calling a
@@ -281,8 +281,8 @@ int ballast_bcast(struct ballast_comm *comm, int root, void *buf, size_t len);
 // The algorithm: on the engine paths the binomial tree of ballast_bcast, reversed: in
 // round k a place v with v mod 2^(k+1) = 2^k sends every part it holds (its own and its
 // subtree's, each with its length) to v - 2^k and is done. Partners per rank: at most
-// ceil(log2 n) (the root's children; a leaf has 1). On the MPI native path: MPI_Igather
-// of the lengths, then MPI_Igatherv of the bytes, waited for (a length or the root's
+// ceil(log2 n) (the root's children; a leaf has 1). On the MPI native path: MPI_Gather
+// of the lengths, then MPI_Gatherv of the bytes (a length or the root's
 // total above INT_MAX bytes is BALLAST_EINVAL there).
 //
 // Errors: BALLAST_EINVAL for NULL `comm` or `out`, `root` out of range, NULL `buf` with
@@ -313,8 +313,8 @@ int ballast_gather(struct ballast_comm *comm,
 // rank r sends to r + 2^k and receives from r - 2^k, modulo n, the parts whose
 // destination distance has bit k set, lengths included), so at most 2 ceil(log2 n)
 // partners per rank, and each byte travels up to ceil(log2 n) times. On the MPI native
-// path: MPI_Ialltoall of the lengths, then MPI_Ialltoallv of the bytes, waited for (a
-// rank's total sent or received above INT_MAX bytes is BALLAST_EINVAL there).
+// path: MPI_Alltoall of the lengths, then MPI_Alltoallv of the bytes (a rank's total
+// sent or received above INT_MAX bytes is BALLAST_EINVAL there).
 //
 // Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, `send_lens` not aligned
 // for size_t, NULL `send` with lengths
@@ -331,6 +331,32 @@ int ballast_alltoallv(struct ballast_comm *comm,
                       const void *send,
                       const size_t *send_lens,
                       struct ballast_gathered **out);
+
+// ballast_alltoallv into an existing result, `result`, whose memory it reuses: on the
+// MPI native path each part is received straight into the buffer of the part it
+// replaces when that buffer is large enough (no allocation), so that a loop passing the
+// same result every time step allocates nothing once the parts stop growing, as an MPI
+// program keeps its receive buffer. On the engine paths the parts arrive in messages of
+// their own and replace the result's. `result` may come from any call that returns a
+// ballast_gathered (ballast_allgatherv, ballast_alltoallv, ballast_gather,
+// ballast_exchange_sparse); afterwards it holds one part per rank (part i is what rank i
+// sent here), read and freed as ballast_alltoallv's. Pointers read from it before the
+// call are invalid after it. Buffers are never shrunk: free the result to give their
+// memory back. Collective. New in 0.3.
+//
+// Errors: as ballast_alltoallv, with BALLAST_EINVAL for NULL `result` or a handle that is
+// not a live result (freed, or another kind) in place of NULL `out`. After an error the
+// result holds unspecified parts (possibly none) and must still be freed.
+//
+// # Safety
+// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+// call (a freed one is refused); `send_lens` NULL or world-size readable entries; `send`
+// NULL or their sum of readable bytes; `result` NULL or a ballast_gathered handle, not
+// used by another thread during the call (a freed one is refused).
+int ballast_alltoallv_into(struct ballast_comm *comm,
+                           const void *send,
+                           const size_t *send_lens,
+                           struct ballast_gathered *result);
 
 // The dynamic sparse data exchange: sends `lens[i]` bytes at `bufs[i]` to rank `dests[i]`
 // for each i < `n` (distinct destinations, not this rank; `n` may be 0) and receives

@@ -13,6 +13,7 @@ use ballast_runtime::{Communicator, ReduceOp, ReduceType, Reducible};
 use crate::comm::{ballast_comm, bytes, runtime, too_long, with_comm};
 use crate::error::{clear_out, Fail};
 use crate::gathered::ballast_gathered;
+use crate::handles::{self, Kind};
 use crate::BALLAST_ENOMEM;
 
 /// The element type of ballast_allreduce: one of the BALLAST_INT32, BALLAST_INT64,
@@ -137,9 +138,9 @@ unsafe fn reduce_in_place<T: Reducible>(
 /// rank below 2 rem. Every combination is (lower ranks' value) op (higher ranks' value),
 /// so the result is one fixed expression over the inputs in rank order: for doubles the
 /// same bits on every rank, for given inputs and world size. On the MPI native path:
-/// MPI_Iallreduce (MPI_INT32_T, MPI_INT64_T, MPI_UINT64_T, MPI_DOUBLE with MPI_SUM,
-/// MPI_MIN, MPI_MAX), waited for as MPI_Allreduce would be, on a duplicate of the
-/// communicator kept for Ballast's collectives (MPI's algorithm, partners and order of
+/// MPI_Allreduce, in place (MPI_INT32_T, MPI_INT64_T, MPI_UINT64_T, MPI_DOUBLE with
+/// MPI_SUM, MPI_MIN, MPI_MAX), on a duplicate of the communicator kept for Ballast's
+/// collectives (MPI's algorithm, partners and order of
 /// combination); `count` above INT_MAX is BALLAST_EINVAL there (MPI's counts are ints).
 ///
 /// Errors: BALLAST_EINVAL for NULL `comm`, `type` or `op` not one of the BALLAST_* values
@@ -232,7 +233,7 @@ pub unsafe extern "C" fn ballast_allreduce(
 /// root) mod n a rank's place, in round k (ceil(log2 n) rounds) every place v < 2^k sends
 /// to v + 2^k (when below n), which receives from v - 2^k. Partners per rank: its parent
 /// (none for the root) and its children, at most ceil(log2 n). On the MPI native path:
-/// MPI_Ibcast, waited for (`len` above INT_MAX is BALLAST_EINVAL there).
+/// MPI_Bcast (`len` above INT_MAX is BALLAST_EINVAL there).
 ///
 /// Errors: BALLAST_EINVAL for NULL `comm`, `root` out of range (the message gives the
 /// world), NULL `buf` with `len` > 0, `len` above PTRDIFF_MAX, or another rank calling a
@@ -281,8 +282,8 @@ pub unsafe extern "C" fn ballast_bcast(
 /// The algorithm: on the engine paths the binomial tree of ballast_bcast, reversed: in
 /// round k a place v with v mod 2^(k+1) = 2^k sends every part it holds (its own and its
 /// subtree's, each with its length) to v - 2^k and is done. Partners per rank: at most
-/// ceil(log2 n) (the root's children; a leaf has 1). On the MPI native path: MPI_Igather
-/// of the lengths, then MPI_Igatherv of the bytes, waited for (a length or the root's
+/// ceil(log2 n) (the root's children; a leaf has 1). On the MPI native path: MPI_Gather
+/// of the lengths, then MPI_Gatherv of the bytes (a length or the root's
 /// total above INT_MAX bytes is BALLAST_EINVAL there).
 ///
 /// Errors: BALLAST_EINVAL for NULL `comm` or `out`, `root` out of range, NULL `buf` with
@@ -356,8 +357,8 @@ fn list<T>(func: &str, what: &str, n: usize) -> Result<Vec<T>, Fail> {
 /// rank r sends to r + 2^k and receives from r - 2^k, modulo n, the parts whose
 /// destination distance has bit k set, lengths included), so at most 2 ceil(log2 n)
 /// partners per rank, and each byte travels up to ceil(log2 n) times. On the MPI native
-/// path: MPI_Ialltoall of the lengths, then MPI_Ialltoallv of the bytes, waited for (a
-/// rank's total sent or received above INT_MAX bytes is BALLAST_EINVAL there).
+/// path: MPI_Alltoall of the lengths, then MPI_Alltoallv of the bytes (a rank's total
+/// sent or received above INT_MAX bytes is BALLAST_EINVAL there).
 ///
 /// Errors: BALLAST_EINVAL for NULL `comm`, `send_lens` or `out`, `send_lens` not aligned
 /// for size_t, NULL `send` with lengths
@@ -381,33 +382,92 @@ pub unsafe extern "C" fn ballast_alltoallv(
     with_comm(F, comm, |c| {
         // SAFETY: NULL or writable (the contract).
         let out = unsafe { clear_out(F, out) }?;
-        array(F, "send_lens", send_lens)?;
-        let n = c.comm().world_size();
-        // SAFETY: non-NULL and aligned (checked) with world-size readable entries (the
-        // contract); `n` entries of a world that exists fit in memory.
-        let lens = unsafe { std::slice::from_raw_parts(send_lens, n) };
-        let mut total = 0usize;
-        for (d, &l) in lens.iter().enumerate() {
-            total = total
-                .checked_add(l)
-                .filter(|&t| t <= isize::MAX as usize)
-                .ok_or_else(|| {
-                    Fail::inval(format!(
-                        "{F}: send_lens[0] to send_lens[{d}] sum above PTRDIFF_MAX bytes \
-                     (send_lens[{d}] is {l})"
-                    ))
-                })?;
-        }
-        // SAFETY: `total` readable bytes at `send` (the contract).
-        let all = unsafe { bytes(F, send, total) }.map_err(|_| Fail::null(F, "send"))?;
-        let mut parts = list::<&[u8]>(F, "parts", n)?;
-        let mut at = 0;
-        for &l in lens {
-            parts.push(&all[at..at + l]);
-            at += l;
-        }
+        // SAFETY: the contract of `send` and `send_lens`.
+        let parts = unsafe { send_parts(F, c.comm().world_size(), send, send_lens) }?;
         let got = c.comm().all_to_allv(&parts).map_err(runtime(F))?;
         ballast_gathered::by_rank(got).hand_out(F, out)
+    })
+}
+
+/// The `n` parts of an alltoallv's `send`, by `send_lens` (checked: non-NULL and aligned
+/// lengths, their sum within PTRDIFF_MAX, `send` non-NULL when it is above 0).
+///
+/// # Safety
+/// `send_lens` NULL, misaligned, or `n` readable entries; `send` NULL or their sum of
+/// readable bytes.
+unsafe fn send_parts<'a>(
+    func: &str,
+    n: usize,
+    send: *const c_void,
+    send_lens: *const usize,
+) -> Result<Vec<&'a [u8]>, Fail> {
+    array(func, "send_lens", send_lens)?;
+    // SAFETY: non-NULL and aligned (checked) with `n` readable entries (the caller's
+    // contract); `n` entries of a world that exists fit in memory.
+    let lens = unsafe { std::slice::from_raw_parts(send_lens, n) };
+    let mut total = 0usize;
+    for (d, &l) in lens.iter().enumerate() {
+        total = total
+            .checked_add(l)
+            .filter(|&t| t <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Fail::inval(format!(
+                    "{func}: send_lens[0] to send_lens[{d}] sum above PTRDIFF_MAX bytes \
+                     (send_lens[{d}] is {l})"
+                ))
+            })?;
+    }
+    // SAFETY: `total` readable bytes at `send` (the caller's contract).
+    let all = unsafe { bytes(func, send, total) }.map_err(|_| Fail::null(func, "send"))?;
+    let mut parts = list::<&[u8]>(func, "parts", n)?;
+    let mut at = 0;
+    for &l in lens {
+        parts.push(&all[at..at + l]);
+        at += l;
+    }
+    Ok(parts)
+}
+
+/// ballast_alltoallv into an existing result, `result`, whose memory it reuses: on the
+/// MPI native path each part is received straight into the buffer of the part it
+/// replaces when that buffer is large enough (no allocation), so that a loop passing the
+/// same result every time step allocates nothing once the parts stop growing, as an MPI
+/// program keeps its receive buffer. On the engine paths the parts arrive in messages of
+/// their own and replace the result's. `result` may come from any call that returns a
+/// ballast_gathered (ballast_allgatherv, ballast_alltoallv, ballast_gather,
+/// ballast_exchange_sparse); afterwards it holds one part per rank (part i is what rank i
+/// sent here), read and freed as ballast_alltoallv's. Pointers read from it before the
+/// call are invalid after it. Buffers are never shrunk: free the result to give their
+/// memory back. Collective. New in 0.3.
+///
+/// Errors: as ballast_alltoallv, with BALLAST_EINVAL for NULL `result` or a handle that is
+/// not a live result (freed, or another kind) in place of NULL `out`. After an error the
+/// result holds unspecified parts (possibly none) and must still be freed.
+///
+/// # Safety
+/// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
+/// call (a freed one is refused); `send_lens` NULL or world-size readable entries; `send`
+/// NULL or their sum of readable bytes; `result` NULL or a ballast_gathered handle, not
+/// used by another thread during the call (a freed one is refused).
+#[no_mangle]
+pub unsafe extern "C" fn ballast_alltoallv_into(
+    comm: *mut ballast_comm,
+    send: *const c_void,
+    send_lens: *const usize,
+    result: *mut ballast_gathered,
+) -> c_int {
+    const F: &str = "ballast_alltoallv_into";
+    with_comm(F, comm, |c| {
+        let g = handles::object(F, "result", result.cast_const(), Kind::Gathered)?;
+        // SAFETY: the contract of `send` and `send_lens`.
+        let parts = unsafe { send_parts(F, c.comm().world_size(), send, send_lens) }?;
+        // SAFETY: the result of a live handle, which no other thread uses during the call
+        // (the contract).
+        let g = unsafe { &mut *g };
+        c.comm()
+            .all_to_allv_into(&parts, g.reuse_by_rank())
+            .map_err(runtime(F))?;
+        Ok(0)
     })
 }
 

@@ -48,6 +48,13 @@ impl ballast_gathered {
         })
     }
 
+    /// The parts, to be replaced by one per rank (rank i's at i): the result is by rank
+    /// from now on.
+    pub(crate) fn reuse_by_rank(&mut self) -> &mut Vec<Vec<u8>> {
+        self.sources = None;
+        &mut self.parts
+    }
+
     /// Hands `self` to C in `out` as a new handle.
     pub(crate) fn hand_out(self, func: &str, out: &mut *mut ballast_gathered) -> Result<c_int, Fail> {
         let p = Box::into_raw(Box::new(self));

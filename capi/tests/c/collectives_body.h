@@ -4,7 +4,8 @@
  * that the rank computes alone from every rank's inputs (each input is a function of the
  * seed, the rank and the index, so any rank can compute all of them): ballast_allreduce for
  * every type x op, counts 0, 1, 1,000 and 1 MiB, in == out; ballast_bcast and ballast_gather
- * with roots 0 and n - 1; ballast_alltoallv with uneven and zero lengths; and
+ * with roots 0 and n - 1; ballast_alltoallv with uneven and zero lengths (and
+ * ballast_alltoallv_into reusing one result); and
  * ballast_exchange_sparse with seeded random destinations, ranks that send to nobody and
  * ranks that receive from nobody; then the misuse cases (NULL pointers, bad type and op
  * values, bad roots, overflowing sizes, misaligned and overlapping buffers, indices out of
@@ -273,6 +274,50 @@ static void alltoallv_checks(ballast_comm *comm, int me, int n, int seed) {
     }
 }
 
+/* ballast_alltoallv_into: one result, first an all-gather's, reused over the rounds of
+ * alltoallv_checks in the order 2 (64 KiB per pair), 0 (uneven), 1 (empty), 2, 0: each
+ * round's parts are right whatever the result held; then NULL, a freed result and a
+ * communicator in its place. */
+static void alltoallv_into_checks(ballast_comm *comm, int me, int n, int seed) {
+    ballast_gathered *g = NULL;
+    OK(ballast_allgatherv(comm, "xyz", (size_t)(me % 3), &g));
+    static const int order[5] = {2, 0, 1, 2, 0};
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    for (int i = 0; i < 5; i++) {
+        int k = order[i];
+        size_t total = 0;
+        for (int d = 0; d < n; d++) total += lens[d] = a2a_len(me, d, k);
+        uint8_t *send = malloc(total + 1), *at = send;
+        for (int d = 0; d < n; d++) {
+            fill(at, lens[d], key(seed, me, d, 40 + i));
+            at += lens[d];
+        }
+        OK(ballast_alltoallv_into(comm, total == 0 ? NULL : send, lens, g));
+        size_t count = 0;
+        OK(ballast_gathered_count(g, &count));
+        CHECK(count == (size_t)n);
+        int good = 1;
+        for (int r = 0; r < n; r++) {
+            const void *p = NULL;
+            size_t len = 99;
+            OK(ballast_gathered_part(g, r, &p, &len));
+            good &= len == a2a_len(r, me, k) &&
+                    (len == 0 ? p == NULL : same_bytes(p, len, key(seed, r, me, 40 + i)));
+        }
+        CHECK(good);
+        free(send);
+    }
+    for (int d = 0; d < n; d++) lens[d] = 0;
+    EXPECT_ERR(ballast_alltoallv_into(comm, NULL, lens, NULL), BALLAST_EINVAL,
+               "ballast_alltoallv_into: result is NULL");
+    EXPECT_ERR(ballast_alltoallv_into(comm, NULL, lens, (ballast_gathered *)comm), BALLAST_EINVAL,
+               "result is a communicator handle");
+    EXPECT_ERR(ballast_alltoallv_into(comm, NULL, NULL, g), BALLAST_EINVAL, "send_lens is NULL");
+    OK(ballast_gathered_free(g));
+    EXPECT_ERR(ballast_alltoallv_into(comm, NULL, lens, g), BALLAST_EINVAL, "not a live");
+    free(lens);
+}
+
 /* Whether rank `from` sends to rank `to` in sparse round `k`: seeded random, except that
  * rank 0 sends to nobody and rank n - 1 receives from nobody (k < 4); round 4: everyone to
  * everyone; round 5: nobody. */
@@ -483,5 +528,6 @@ static void collectives_suite(ballast_comm *comm, int seed) {
     allreduce_checks(comm, me, n, seed);
     bcast_gather_checks(comm, me, n, seed);
     alltoallv_checks(comm, me, n, seed);
+    alltoallv_into_checks(comm, me, n, seed);
     exchange_sparse_checks(comm, me, n, seed);
 }
