@@ -18,7 +18,8 @@ use ballast_runtime::bootstrap::{Bootstrap, MpiBootstrap};
 use ballast_runtime::mpi::Mpi;
 use ballast_runtime::{fabric::FabricError, CommError};
 use ballast_runtime::{
-    Communicator, ConfigError, Error, RecvSharing, Result, RuntimeConfig, Source, TagMatch,
+    Communicator, ConfigError, Error, RecvSharing, Result, RuntimeConfig, RuntimeConfigBuilder, Source,
+    TagMatch,
 };
 use conformance::*;
 
@@ -306,39 +307,50 @@ fn mpi_footprint() {
     }
 }
 
-/// Every process of an MPI job must use the same `buffer_size` (a receive is posted, or a
-/// staging buffer sized, for it): different ones are a clear error on every process, on both
-/// paths, not a truncated message or a hang. Needs at least 2 processes.
-fn different_buffer_sizes_are_refused() {
+/// Runs on both paths (native and engine): a setting that differs between the processes
+/// of a job (`set` gives MPI rank `r`'s) is refused on every process with the same
+/// `ConfigError::Var`: `var`, `value` (the values of MPI ranks 0 and 1), and this process'
+/// own value (`mine(rank)`) in the reason; never accepted. Needs at least 2 processes.
+pub fn refused_unless_alike(
+    var: &str,
+    value: &str,
+    mine: impl Fn(usize) -> String,
+    set: impl Fn(RuntimeConfigBuilder, usize) -> RuntimeConfigBuilder,
+) {
     let mpi = Mpi::init().unwrap();
     if mpi.size() < 2 {
         return;
     }
     for native in [true, false] {
-        let cfg = RuntimeConfig::builder()
-            .lock_pool(false)
-            .mpi_native(native)
-            .buffer_size(1024 + mpi.rank())
-            .build()
-            .unwrap();
+        let b = RuntimeConfig::builder().lock_pool(false).mpi_native(native);
+        let cfg = set(b, mpi.rank()).build().unwrap();
         match mpi.communicator(&cfg) {
-            Err(Error::Config(ConfigError::Var { var, value, reason })) => {
-                assert_eq!(var, "BALLAST_BUFFER_SIZE");
-                // Both values and both ranks, the same on every process; then this one's.
-                assert_eq!(value, "1024 on MPI rank 0, 1025 on MPI rank 1");
-                assert!(
-                    reason.contains(&format!(
-                        "(this is MPI rank {}, with {})",
-                        mpi.rank(),
-                        1024 + mpi.rank()
-                    )),
-                    "{reason}"
-                );
+            Err(Error::Config(ConfigError::Var {
+                var: got_var,
+                value: got_value,
+                reason,
+            })) => {
+                assert_eq!(got_var, var);
+                assert_eq!(got_value, value);
+                let this = format!("(this is MPI rank {}, with {})", mpi.rank(), mine(mpi.rank()));
+                assert!(reason.contains(&this), "{reason}");
             }
-            Err(e) => panic!("unexpected error {e}"),
-            Ok(_) => panic!("different buffer sizes accepted (mpi_native {native})"),
+            Err(e) => panic!("{var}: unexpected error {e}"),
+            Ok(_) => panic!("{var}: different values accepted (mpi_native {native})"),
         }
     }
+}
+
+/// Every process of an MPI job must use the same `buffer_size` (a receive is posted, or a
+/// staging buffer sized, for it): different ones are a clear error on every process, on both
+/// paths, not a truncated message or a hang.
+fn different_buffer_sizes_are_refused() {
+    refused_unless_alike(
+        "BALLAST_BUFFER_SIZE",
+        "1024 on MPI rank 0, 1025 on MPI rank 1",
+        |r| (1024 + r).to_string(),
+        |b, r| b.buffer_size(1024 + r),
+    );
 }
 
 /// A blocking any-source receive in a world of 1 can never complete (review 40): only this

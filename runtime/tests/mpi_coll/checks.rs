@@ -4,7 +4,7 @@
 //! use the same value, or every process gets the same configuration error.
 
 use ballast_runtime::mpi::Mpi;
-use ballast_runtime::{ConfigError, Error, ProtocolError, ReduceOp, RuntimeConfig};
+use ballast_runtime::{Error, ProtocolError, ReduceOp, RuntimeConfig};
 
 /// With `collective_checks` on, rank 0's `all_reduce` against the others' `bcast` (the
 /// second collective of each, after a barrier together) is an error on every rank, naming
@@ -51,29 +51,10 @@ pub fn mismatch_is_an_error_when_checked() {
 /// Processes with different `collective_checks` are refused when the communicator is made,
 /// on both paths, with the same message on every process. Needs at least 2 processes.
 pub fn different_checks_are_refused() {
-    let mpi = Mpi::init().unwrap();
-    if mpi.size() < 2 {
-        return;
-    }
-    for native in [true, false] {
-        let cfg = RuntimeConfig::builder()
-            .lock_pool(false)
-            .mpi_native(native)
-            .collective_checks(mpi.rank() == 0)
-            .build()
-            .unwrap();
-        match mpi.communicator(&cfg) {
-            Err(Error::Config(ConfigError::Var { var, value, reason })) => {
-                assert_eq!(var, "BALLAST_COLLECTIVE_CHECKS");
-                assert_eq!(value, "on on MPI rank 0, off on MPI rank 1");
-                let mine = if mpi.rank() == 0 { "on" } else { "off" };
-                assert!(
-                    reason.contains(&format!("(this is MPI rank {}, with {mine})", mpi.rank())),
-                    "{reason}"
-                );
-            }
-            Err(e) => panic!("unexpected error {e}"),
-            Ok(_) => panic!("different collective_checks accepted (mpi_native {native})"),
-        }
-    }
+    crate::refused_unless_alike(
+        "BALLAST_COLLECTIVE_CHECKS",
+        "on on MPI rank 0, off on MPI rank 1",
+        |r| if r == 0 { "on" } else { "off" }.to_string(),
+        |b, r| b.collective_checks(r == 0),
+    );
 }
