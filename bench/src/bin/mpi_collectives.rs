@@ -4,8 +4,16 @@
 //! which goes first alternates too), each a timed loop of back-to-back calls after a
 //! barrier, the time of a round being the slowest rank's; it reports the medians (µs per
 //! call) and their ratio. Ballast runs with the configuration of the environment
-//! (`BALLAST_*`) on its own duplicates of `MPI_COMM_WORLD`; raw MPI on another duplicate,
-//! with buffers allocated once.
+//! (`BALLAST_*`; `BALLAST_MPI_NATIVE=off` measures the engine path above MPI) on a fresh
+//! communicator per operation (its own duplicates of `MPI_COMM_WORLD`); raw MPI on another
+//! duplicate, with buffers allocated once.
+//!
+//! After the table, the partners per rank each operation opened on the Ballast side: the
+//! most over ranks of `Footprint::peers_connected` after the operation's runs (warm-up
+//! and rounds) on its fresh communicator, beside the most its doc comment promises
+//! ([`Op::partners_bound`]). On the native path MPI's own collectives run and count none;
+//! the sparse exchange (point-to-point messages there too) counts the ranks it received
+//! from.
 //!
 //! Operations (what raw MPI does for the same result):
 //! - `allreduce 1 double`, `allreduce 1000 doubles`: `MPI_Allreduce` (`MPI_SUM`);
@@ -18,6 +26,7 @@
 
 use std::time::Instant;
 
+use ballast_bench::collectives::{dests, median, run_op, send_bytes, Op, OPS};
 use ballast_runtime::mpi::rsmpi::collective::{CommunicatorCollectives, SystemOperation};
 use ballast_runtime::mpi::rsmpi::datatype::{Partition, PartitionMut};
 use ballast_runtime::mpi::rsmpi::point_to_point::{Destination, Source as _};
@@ -25,57 +34,9 @@ use ballast_runtime::mpi::rsmpi::request::scope;
 use ballast_runtime::mpi::rsmpi::topology::{Communicator as _, SimpleCommunicator};
 use ballast_runtime::mpi::rsmpi::Count;
 use ballast_runtime::mpi::Mpi;
-use ballast_runtime::{Communicator, ReduceOp, RuntimeConfig};
+use ballast_runtime::RuntimeConfig;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// The operations measured.
-#[derive(Clone, Copy)]
-enum Op {
-    AllReduce(usize),
-    Barrier,
-    AllToAllv(usize),
-    Sparse(usize),
-}
-
-impl Op {
-    fn name(self) -> String {
-        match self {
-            Op::AllReduce(1) => "allreduce 1 double".into(),
-            Op::AllReduce(n) => format!("allreduce {n} doubles"),
-            Op::Barrier => "barrier".into(),
-            Op::AllToAllv(b) if b >= 1024 => format!("alltoallv {} KiB per pair", b >> 10),
-            Op::AllToAllv(b) => format!("alltoallv {b} B per pair"),
-            Op::Sparse(b) => format!("sparse exchange, 3 destinations, {b} B"),
-        }
-    }
-    fn iters(self, quick: bool) -> usize {
-        let n = match self {
-            Op::AllReduce(1) | Op::Barrier => 5000,
-            Op::AllReduce(_) | Op::AllToAllv(64) | Op::Sparse(_) => 2000,
-            Op::AllToAllv(_) => 200,
-        };
-        if quick {
-            n / 20
-        } else {
-            n
-        }
-    }
-}
-
-const OPS: [Op; 6] = [
-    Op::AllReduce(1),
-    Op::AllReduce(1000),
-    Op::Barrier,
-    Op::AllToAllv(64),
-    Op::AllToAllv(64 << 10),
-    Op::Sparse(64),
-];
-
-/// The destinations of rank `me` in the sparse exchange: the next (up to) 3 ranks.
-fn dests(me: usize, n: usize) -> Vec<usize> {
-    (1..n.min(4)).map(|k| (me + k) % n).collect()
-}
 
 /// Raw MPI's buffers, allocated once.
 struct Raw {
@@ -170,37 +131,6 @@ impl Raw {
     }
 }
 
-fn ballast(comm: &mut Communicator, op: Op, iters: usize, send: &[u8]) -> ballast_runtime::Result<()> {
-    let (n, me) = (comm.world_size(), comm.rank());
-    match op {
-        Op::AllReduce(k) => {
-            let mut x = vec![1.0f64; k];
-            for _ in 0..iters {
-                comm.all_reduce(&mut x, ReduceOp::Sum)?;
-            }
-        }
-        Op::Barrier => {
-            for _ in 0..iters {
-                comm.barrier()?;
-            }
-        }
-        Op::AllToAllv(b) => {
-            let parts: Vec<&[u8]> = (0..n).map(|d| &send[d * b..(d + 1) * b]).collect();
-            for _ in 0..iters {
-                let got = comm.all_to_allv(&parts)?;
-                debug_assert_eq!(got.len(), n);
-            }
-        }
-        Op::Sparse(b) => {
-            let to: Vec<(usize, &[u8])> = dests(me, n).into_iter().map(|d| (d, &send[..b])).collect();
-            for _ in 0..iters {
-                comm.exchange_sparse(&to)?;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// The slowest rank's seconds per call of `f` run `iters` times, after a barrier.
 fn timed(world: &SimpleCommunicator, iters: usize, f: impl FnOnce()) -> f64 {
     world.barrier();
@@ -210,11 +140,6 @@ fn timed(world: &SimpleCommunicator, iters: usize, f: impl FnOnce()) -> f64 {
     let mut max = 0.0;
     world.all_reduce_into(&mine, &mut max, SystemOperation::max());
     max
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() -> std::process::ExitCode {
@@ -249,23 +174,25 @@ fn run() -> Res<()> {
     let mpi = Mpi::init()?;
     let n = mpi.size();
     let cfg = RuntimeConfig::from_env()?;
-    let mut comm = mpi.communicator(&cfg)?;
     let world = mpi.world();
-    let big = n * (64 << 10);
     let mut raw = Raw {
         comm: world.duplicate(),
-        send: (0..big).map(|i| i as u8).collect(),
-        recv: vec![0; big],
+        send: send_bytes(n),
+        recv: vec![0; n * (64 << 10)],
         xs: vec![1.0; 1000],
         ys: vec![0.0; 1000],
     };
     let send = raw.send.clone();
     let mut rows = Vec::new();
+    let mut about = None;
     for op in OPS {
         let iters = op.iters(quick).max(1);
+        // A fresh communicator per operation: its partners are this operation's alone.
+        let mut comm = mpi.communicator(&cfg)?;
+        let before = comm.footprint().peers_connected;
         // Warm-up: MPI's paths and Ballast's first calls.
         raw.run(op, iters / 10 + 1, 0);
-        ballast(&mut comm, op, iters / 10 + 1, &send)?;
+        run_op(&mut comm, op, iters / 10 + 1, &send)?;
         let (mut r, mut b) = (Vec::new(), Vec::new());
         for round in 0..rounds {
             let one_raw = |raw: &mut Raw| timed(world, iters, || raw.run(op, iters, round + 1));
@@ -274,7 +201,7 @@ fn run() -> Res<()> {
             }
             let mut err = None;
             b.push(timed(world, iters, || {
-                err = ballast(&mut comm, op, iters, &send).err()
+                err = run_op(&mut comm, op, iters, &send).err()
             }));
             if let Some(e) = err {
                 return Err(e.into());
@@ -283,20 +210,26 @@ fn run() -> Res<()> {
                 r.push(one_raw(&mut raw));
             }
         }
-        rows.push((op, iters, median(r), median(b)));
+        let opened = comm.footprint().peers_connected - before;
+        let mut partners = 0u64;
+        world.all_reduce_into(&opened, &mut partners, SystemOperation::max());
+        rows.push((op, iters, median(r), median(b), partners));
+        about.get_or_insert_with(|| (comm.is_mpi_native(), comm.notes()));
+        Mpi::finish(comm)?;
     }
     if mpi.rank() == 0 {
+        let (native, notes) = about.unwrap_or_default();
         println!("{}", mpi.describe());
         println!(
             "collectives, {n} processes, median of {rounds} interleaved rounds (slowest rank per round); Ballast: {}",
-            if comm.is_mpi_native() { "MPI native path" } else { "engine path (native not taken, see notes)" },
+            if native { "MPI native path" } else { "engine path (native not taken, see notes)" },
         );
-        for note in comm.notes() {
+        for note in notes {
             println!("note: {note}");
         }
         println!("| operation | calls per round | raw MPI (µs) | Ballast (µs) | Ballast / raw |");
         println!("| --- | ---: | ---: | ---: | ---: |");
-        for (op, iters, r, b) in rows {
+        for &(op, iters, r, b, _) in &rows {
             println!(
                 "| {} | {iters} | {:.2} | {:.2} | **{:.3}** |",
                 op.name(),
@@ -305,7 +238,20 @@ fn run() -> Res<()> {
                 b / r
             );
         }
+        println!();
+        println!(
+            "partners per rank (Ballast, {}; a fresh communicator per operation, most over ranks of footprint().peers_connected after its runs)",
+            if native {
+                "MPI native path: MPI's own collectives count none, the sparse exchange the ranks it received from"
+            } else {
+                "engine path"
+            },
+        );
+        println!("| operation | partners per rank | at most (doc comment) |");
+        println!("| --- | ---: | ---: |");
+        for &(op, _, _, _, partners) in &rows {
+            println!("| {} | {partners} | {} |", op.name(), op.partners_bound(n));
+        }
     }
-    Mpi::finish(comm)?;
     Ok(())
 }
