@@ -1,5 +1,5 @@
 //! The collectives measured by `mpi_collectives` and `local_collectives` (see
-//! docs/BENCHMARKS.md): the six operations ([`OPS`]), their calls per round, Ballast's side
+//! docs/BENCHMARKS.md): the eight operations ([`OPS`]), their calls per round, Ballast's side
 //! of each ([`run_op`]), the partners per rank that the collectives' documentation promises
 //! ([`Op::partners_bound`]) and the median of the rounds.
 
@@ -12,19 +12,23 @@ pub enum Op {
     AllReduce(usize),
     /// `barrier`.
     Barrier,
-    /// `all_to_allv` of this many bytes per pair.
-    AllToAllv(usize),
+    /// `all_to_allv` of this many bytes per pair: into the parts of the previous call
+    /// (`all_to_allv_into` with one `out` kept, as raw MPI keeps its receive buffer) when
+    /// true, else new parts each call (`all_to_allv`).
+    AllToAllv(usize, bool),
     /// `exchange_sparse` of this many bytes to each of the next (up to) 3 ranks.
     Sparse(usize),
 }
 
-/// The six operations, in the order they run and are reported.
-pub const OPS: [Op; 6] = [
+/// The eight operations, in the order they run and are reported.
+pub const OPS: [Op; 8] = [
     Op::AllReduce(1),
     Op::AllReduce(1000),
     Op::Barrier,
-    Op::AllToAllv(64),
-    Op::AllToAllv(64 << 10),
+    Op::AllToAllv(64, true),
+    Op::AllToAllv(64 << 10, true),
+    Op::AllToAllv(64, false),
+    Op::AllToAllv(64 << 10, false),
     Op::Sparse(64),
 ];
 
@@ -35,8 +39,15 @@ impl Op {
             Op::AllReduce(1) => "allreduce 1 double".into(),
             Op::AllReduce(n) => format!("allreduce {n} doubles"),
             Op::Barrier => "barrier".into(),
-            Op::AllToAllv(b) if b >= 1024 => format!("alltoallv {} KiB per pair", b >> 10),
-            Op::AllToAllv(b) => format!("alltoallv {b} B per pair"),
+            Op::AllToAllv(b, kept) => {
+                let size = if b >= 1024 {
+                    format!("{} KiB", b >> 10)
+                } else {
+                    format!("{b} B")
+                };
+                let how = if kept { "" } else { ", new parts each call" };
+                format!("alltoallv {size} per pair{how}")
+            }
             Op::Sparse(b) => format!("sparse exchange, 3 destinations, {b} B"),
         }
     }
@@ -45,8 +56,8 @@ impl Op {
     pub fn iters(self, quick: bool) -> usize {
         let n = match self {
             Op::AllReduce(1) | Op::Barrier => 5000,
-            Op::AllReduce(_) | Op::AllToAllv(64) | Op::Sparse(_) => 2000,
-            Op::AllToAllv(_) => 200,
+            Op::AllReduce(_) | Op::AllToAllv(64, _) | Op::Sparse(_) => 2000,
+            Op::AllToAllv(..) => 200,
         };
         if quick {
             n / 20
@@ -69,7 +80,7 @@ impl Op {
         };
         let bound = match self {
             Op::AllReduce(_) => p.trailing_zeros() as usize + usize::from(p < n),
-            Op::Barrier | Op::AllToAllv(_) => 2 * ceil_log2,
+            Op::Barrier | Op::AllToAllv(..) => 2 * ceil_log2,
             Op::Sparse(_) => 2 * dests(0, n).len() + 2 * ceil_log2,
         };
         bound.min(n.saturating_sub(1))
@@ -102,7 +113,15 @@ pub fn run_op(comm: &mut Communicator, op: Op, iters: usize, send: &[u8]) -> bal
                 comm.barrier()?;
             }
         }
-        Op::AllToAllv(b) => {
+        Op::AllToAllv(b, true) => {
+            let parts: Vec<&[u8]> = (0..n).map(|d| &send[d * b..(d + 1) * b]).collect();
+            let mut got = Vec::new();
+            for _ in 0..iters {
+                comm.all_to_allv_into(&parts, &mut got)?;
+                debug_assert_eq!(got.len(), n);
+            }
+        }
+        Op::AllToAllv(b, false) => {
             let parts: Vec<&[u8]> = (0..n).map(|d| &send[d * b..(d + 1) * b]).collect();
             for _ in 0..iters {
                 let got = comm.all_to_allv(&parts)?;
@@ -136,11 +155,11 @@ mod tests {
     fn partner_bounds_follow_the_doc_comments() {
         let bounds = |n| OPS.map(|op| op.partners_bound(n));
         // 2 ranks: one partner whatever the algorithm.
-        assert_eq!(bounds(2), [1; 6]);
+        assert_eq!(bounds(2), [1; 8]);
         // 4: allreduce log2 4 = 2; barrier and alltoallv 2 * 2 = 4 capped at 3.
-        assert_eq!(bounds(4), [2, 2, 3, 3, 3, 3]);
+        assert_eq!(bounds(4), [2, 2, 3, 3, 3, 3, 3, 3]);
         // 8: allreduce 3; barrier and alltoallv 6; sparse 3 + 3 + 6 capped at 7.
-        assert_eq!(bounds(8), [3, 3, 6, 6, 6, 7]);
+        assert_eq!(bounds(8), [3, 3, 6, 6, 6, 6, 6, 7]);
         // 6: p = 4, so 2 + 1 for the folded ranks; 2 * ceil(log2 6) = 6 capped at 5.
         assert_eq!(Op::AllReduce(1).partners_bound(6), 3);
         assert_eq!(Op::Barrier.partners_bound(6), 5);
@@ -156,7 +175,11 @@ mod tests {
             .unwrap();
         // The distinct partners: dissemination and Bruck's rounds at 8 ranks meet rank
         // r + 4 both ways (5, not 6); the sparse exchange's 3 + 3 + barrier's are all 7.
-        for (n, want) in [(2, [1u64; 6]), (4, [2, 2, 3, 3, 3, 3]), (8, [3, 3, 5, 5, 5, 7])] {
+        for (n, want) in [
+            (2, [1u64; 8]),
+            (4, [2, 2, 3, 3, 3, 3, 3, 3]),
+            (8, [3, 3, 5, 5, 5, 5, 5, 7]),
+        ] {
             let send = send_bytes(n);
             let got = OPS.map(|op| {
                 let per_rank = threads::run_ranks(n, &cfg, |comm| {

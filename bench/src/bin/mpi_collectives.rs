@@ -19,7 +19,9 @@
 //! - `allreduce 1 double`, `allreduce 1000 doubles`: `MPI_Allreduce` (`MPI_SUM`);
 //! - `barrier`: `MPI_Barrier`;
 //! - `alltoallv 64 B`, `alltoallv 64 KiB` (per pair): `MPI_Alltoall` of the counts then
-//!   `MPI_Alltoallv` (the receiver does not know the counts: Arbor's spike exchange);
+//!   `MPI_Alltoallv` (the receiver does not know the counts: Arbor's spike exchange) into
+//!   one receive buffer; Ballast's `all_to_allv_into` with one `out` kept likewise, and
+//!   (`..., new parts each call`) `all_to_allv`, which returns new parts every call;
 //! - `sparse exchange, 3 destinations` (64 B to each of the next 3 ranks, fewer when the
 //!   world is smaller): NBX with rsmpi (`MPI_Issend`, `MPI_Improbe` + `MPI_Mrecv`,
 //!   `MPI_Ibarrier`).
@@ -62,7 +64,7 @@ impl Raw {
                     self.comm.barrier();
                 }
             }
-            Op::AllToAllv(b) => {
+            Op::AllToAllv(b, _) => {
                 let scounts = vec![b as Count; n];
                 let sdispls: Vec<Count> = (0..n).map(|d| (d * b) as Count).collect();
                 let mut rcounts = vec![0 as Count; n];
