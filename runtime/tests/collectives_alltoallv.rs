@@ -84,7 +84,8 @@ fn back_to_back() {
 }
 
 /// `all_to_allv_into` with one `out` kept across calls (stale buffers, more than ranks, at
-/// first): each call's parts are the reference's, whatever the previous call left.
+/// first): each call's parts are the reference's, whatever the previous call left, and a
+/// part that fits the buffer of the previous call's part takes it in place.
 #[test]
 fn into_a_kept_out() {
     for n in [1, 3, 4] {
@@ -95,7 +96,20 @@ fn into_a_kept_out() {
             for k in 0..4u64 {
                 let parts: Vec<Vec<u8>> = (0..n).map(|d| part(k, me, d, (1000 >> (2 * k)) + d)).collect();
                 let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+                let before: Vec<(*const u8, usize)> =
+                    out.iter().map(|b| (b.as_ptr(), b.capacity())).collect();
                 comm.all_to_allv_into(&refs, &mut out)?;
+                // The parts shrink from call to call: from the second on, each goes into
+                // the buffer that held the previous one (no allocation).
+                for (s, p) in out.iter().enumerate() {
+                    if k > 0 && !p.is_empty() {
+                        assert_eq!(
+                            p.as_ptr(),
+                            before[s].0,
+                            "rank {me}, call {k}: part from {s} moved"
+                        );
+                    }
+                }
                 all.push(out.clone());
             }
             Ok(all)

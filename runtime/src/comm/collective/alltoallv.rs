@@ -15,7 +15,7 @@ use super::parts;
 use super::Unfinished;
 use crate::comm::error::Result;
 use crate::comm::Communicator;
-use crate::core::memory::{try_buffer, try_copy, try_reserve_for};
+use crate::core::memory::{try_buffer, try_reserve_for};
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::CollectiveKind;
 
@@ -33,11 +33,12 @@ fn round_slots(n: usize, k: u32) -> impl Iterator<Item = usize> {
 }
 
 impl Communicator {
-    /// The engine's `all_to_allv` (see the module). After a retryable error the next
+    /// The engine's `all_to_allv` (see the module) into `out`, whose buffers take the parts
+    /// where their capacity holds them (no allocation). After a retryable error the next
     /// `all_to_allv` resumes it (the retry's `parts` are not read). Errors: as `barrier`;
     /// [`ProtocolError::CollectiveMismatch`](crate::comm::error::ProtocolError::CollectiveMismatch)
     /// for a message that is not the parts expected.
-    pub(super) fn engine_all_to_allv(&mut self, parts_in: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
+    pub(super) fn engine_all_to_allv(&mut self, parts_in: &[&[u8]], out: &mut Vec<Vec<u8>>) -> Result<()> {
         let n = self.world_size();
         let r = self.rank();
         let u = self.coll_start(CollectiveKind::AllToAllv, |u| {
@@ -59,7 +60,7 @@ impl Communicator {
             Ok(())
         })?;
         let rounds = n.next_power_of_two().trailing_zeros();
-        let u = self.coll_run(u, |c, u| {
+        self.coll_run(u, |c, u| {
             while u.step < rounds {
                 let k = u.step;
                 let d = 1usize << k;
@@ -94,19 +95,24 @@ impl Communicator {
                     }
                 }
             }
-            // Every source's part, by rank (`u.blocks` kept until all are copied, so that
-            // a failed copy is retried).
-            let mut out: Vec<Vec<u8>> = Vec::new();
-            try_reserve_for(&mut out, n, || format!("the {n} parts of an all_to_allv"))?;
+            // Every source's part, by rank, into `out`'s buffers (`u.blocks` kept until all
+            // are copied, so that a failed copy is retried).
+            out.truncate(n);
+            let more = n - out.len();
+            try_reserve_for(out, more, || format!("the {n} parts of an all_to_allv"))?;
             out.resize_with(n, Vec::new);
             for (i, s) in u.slots.iter().enumerate() {
                 let b = &u.blocks[s.block][s.off..s.off + s.len];
-                out[(r + n - i) % n] = try_copy(b, || format!("an all_to_allv part of {} bytes", s.len))?;
+                let part = &mut out[(r + n - i) % n];
+                part.clear();
+                if part.capacity() < s.len {
+                    *part = try_buffer(s.len, || format!("an all_to_allv part of {} bytes", s.len))?;
+                }
+                part.extend_from_slice(b);
             }
-            u.blocks = out;
             Ok(())
         })?;
-        Ok(u.blocks)
+        Ok(())
     }
 }
 

@@ -108,11 +108,11 @@ impl Communicator {
     }
 
     /// [`Communicator::all_to_allv`] into `out`, which becomes what each rank sent here,
-    /// by rank (world size parts), reusing the buffers it holds: on the MPI native path a
-    /// part is received straight into `out[s]` when that buffer's capacity holds it (no
-    /// allocation), so a loop that passes the same `out` every time allocates nothing once
-    /// the parts stop growing, as an MPI program reusing its receive buffer. On the engine
-    /// paths the parts arrive in messages of their own and replace `out`'s. Buffers are
+    /// by rank (world size parts), reusing the buffers it holds: a part goes into `out[s]`
+    /// when that buffer's capacity holds it (no allocation), so a loop that passes the same
+    /// `out` every time allocates no parts once they stop growing, as an MPI program reuses
+    /// its receive buffer. On the MPI native path MPI receives straight into them; on the
+    /// engine paths the parts arrive in the step messages and are copied in. Buffers are
     /// never shrunk (a part smaller than its buffer keeps the capacity); drop or
     /// `shrink_to_fit` them to give memory back. After an error `out` holds unspecified
     /// parts (possibly none). Errors: as `all_to_allv`.
@@ -128,8 +128,7 @@ impl Communicator {
         if let Some(nc) = self.backend.native_collectives() {
             return nc.all_to_allv_into(parts, out);
         }
-        *out = self.engine_all_to_allv(parts)?;
-        Ok(())
+        self.engine_all_to_allv(parts, out)
     }
 
     /// Sends each `(dest, bytes)` of `sends` (distinct destinations, not this rank) and
