@@ -428,12 +428,12 @@ unsafe fn send_parts<'a>(
     Ok(parts)
 }
 
-/// ballast_alltoallv into an existing result, `result`, whose memory it reuses: on the
-/// MPI native path each part is received straight into the buffer of the part it
-/// replaces when that buffer is large enough (no allocation), so that a loop passing the
-/// same result every time step allocates nothing once the parts stop growing, as an MPI
-/// program keeps its receive buffer. On the engine paths the parts arrive in messages of
-/// their own and replace the result's. `result` may come from any call that returns a
+/// ballast_alltoallv into an existing result, `result`, whose memory it reuses: each
+/// part goes into the buffer of the part it replaces when that buffer is large enough
+/// (no allocation; on the MPI native path MPI receives straight into it, on the engine
+/// paths it is copied from the step's message), so that a loop passing the same result
+/// every time step allocates no parts once they stop growing, as an MPI program keeps
+/// its receive buffer. `result` may come from any call that returns a
 /// ballast_gathered (ballast_allgatherv, ballast_alltoallv, ballast_gather,
 /// ballast_exchange_sparse); afterwards it holds one part per rank (part i is what rank i
 /// sent here), read and freed as ballast_alltoallv's. Pointers read from it before the
