@@ -38,8 +38,9 @@
 // pool or its growth under pool_growth, a queue, the ranks' threads) does not fit in the
 // machine or under `ulimit -v`; the message names what did not fit (a failed growth names
 // pool_growth and max_pool_bytes). Nothing is changed and the host lives on. A
-// collective (ballast_barrier, ballast_allgatherv) that returns it, e.g. for an unrelated
-// large message arriving meanwhile, is not finished: it keeps its number and what it
+// collective (ballast_barrier, ballast_allgatherv, ballast_allreduce, ballast_bcast,
+// ballast_gather, ballast_alltoallv(_into), ballast_exchange_sparse) that returns it, e.g.
+// for an unrelated large message arriving meanwhile, is not finished: it keeps its number and what it
 // sent and received, and the next call of the same collective on the communicator
 // resumes it (nothing is sent twice; the other ranks wait in it meanwhile); a call of
 // another collective before that is BALLAST_EINVAL naming both. A blocking receive that
@@ -94,7 +95,9 @@ typedef struct ballast_comm ballast_comm;
 typedef struct ballast_config ballast_config;
 
 // The result of ballast_allgatherv, ballast_alltoallv, ballast_gather (on the root) or
-// ballast_exchange_sparse (opaque): bytes per rank.
+// ballast_exchange_sparse (opaque): bytes per rank. Its parts are behind a lock that
+// ballast_alltoallv_into takes to write them: a second thread's call meanwhile gets
+// BALLAST_EUNSUPPORTED instead of reading or freeing what is being replaced.
 typedef struct ballast_gathered ballast_gathered;
 
 // A non-blocking send or receive (opaque).
@@ -321,7 +324,9 @@ int ballast_gather(struct ballast_comm *comm,
 // summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or another rank
 // calling a different collective at this point (the engine paths, and the MPI native
 // path with BALLAST_COLLECTIVE_CHECKS on); BALLAST_ENOMEM when the result or a step's
-// message cannot be held; BALLAST_EPEER; the transport's.
+// message cannot be held: calling ballast_alltoallv again resumes it (on the engine paths
+// the retry's `send` is not read; on the MPI native path it must have the first call's
+// lengths, and it is what is sent); BALLAST_EPEER; the transport's.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -504,7 +509,7 @@ int ballast_progress(struct ballast_comm *comm);
 // NULL, or when another rank called a different collective at this point (each collective
 // carries its number and kind; the message names both; on the MPI native path only with
 // the setting collective_checks on, otherwise the barrier is MPI_Barrier and a rank in
-// another collective is an erroneous MPI program, as in MPI), or while an all-gather that
+// another collective is an erroneous MPI program, as in MPI), or while another collective that
 // failed with BALLAST_ENOMEM is unfinished; BALLAST_ENOMEM when memory ran out meanwhile
 // (e.g. for another message arriving): the barrier is not finished, and calling
 // ballast_barrier again resumes it (the other ranks wait in it until then); BALLAST_EPEER
@@ -676,10 +681,14 @@ int ballast_last_error(char *buf, size_t len);
 // (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
 // Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `buf` with `len` > 0, or `len`
 // above PTRDIFF_MAX, or when another rank called a different collective at this point
-// (the message names both), or while a barrier that failed with BALLAST_ENOMEM is
-// unfinished (call ballast_barrier again first); BALLAST_ENOMEM when the result cannot be
-// held, or memory ran out during the all-gather: calling ballast_allgatherv again then
-// resumes it (the `buf` of the first call was copied; the retry's is not read); BALLAST_EPEER
+// (the engine paths, and the MPI native path: there all_gatherv carries its number, which
+// catches another ballast_allgatherv at a different number, and any other collective only
+// with BALLAST_COLLECTIVE_CHECKS on; the message names both), or while another
+// collective that failed with BALLAST_ENOMEM is unfinished (call it again first);
+// BALLAST_ENOMEM when the result cannot be held, or memory ran out during the all-gather:
+// calling ballast_allgatherv again then resumes it (on the engine paths the `buf` of the
+// first call was copied and the retry's is not read; on the MPI native path the retry's
+// must be of the same length, and it is what is sent); BALLAST_EPEER
 // when a peer died, the run was aborted, or a rank ended without taking part (named).
 //
 // # Safety
@@ -705,7 +714,7 @@ int ballast_gathered_part(const struct ballast_gathered *gathered,
                           const void **data,
                           size_t *len);
 
-// Frees an all-gather result. NULL is not an error: it returns 0 and does nothing, as
+// Frees a result (of any call that returns a ballast_gathered). NULL is not an error: it returns 0 and does nothing, as
 // free(NULL) does. Errors: BALLAST_EINVAL for a result already freed.
 //
 // # Safety

@@ -365,7 +365,9 @@ fn list<T>(func: &str, what: &str, n: usize) -> Result<Vec<T>, Fail> {
 /// summing above 0, lengths whose sum overflows or passes PTRDIFF_MAX, or another rank
 /// calling a different collective at this point (the engine paths, and the MPI native
 /// path with BALLAST_COLLECTIVE_CHECKS on); BALLAST_ENOMEM when the result or a step's
-/// message cannot be held; BALLAST_EPEER; the transport's.
+/// message cannot be held: calling ballast_alltoallv again resumes it (on the engine paths
+/// the retry's `send` is not read; on the MPI native path it must have the first call's
+/// lengths, and it is what is sent); BALLAST_EPEER; the transport's.
 ///
 /// # Safety
 /// `comm` must be NULL or a ballast_comm handle, not freed by another thread during the
@@ -461,9 +463,9 @@ pub unsafe extern "C" fn ballast_alltoallv_into(
         let g = handles::object(F, "result", result.cast_const(), Kind::Gathered)?;
         // SAFETY: the contract of `send` and `send_lens`.
         let parts = unsafe { send_parts(F, c.comm().world_size(), send, send_lens) }?;
-        // SAFETY: the result of a live handle, which no other thread uses during the call
-        // (the contract).
-        let g = unsafe { &mut *g };
+        // SAFETY: the result of a live handle, not freed by another thread during the call
+        // (the contract); its parts are written under its lock.
+        let mut g = unsafe { &*g }.write(F)?;
         c.comm()
             .all_to_allv_into(&parts, g.reuse_by_rank())
             .map_err(runtime(F))?;

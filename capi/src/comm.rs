@@ -685,7 +685,7 @@ pub unsafe extern "C" fn ballast_progress(comm: *mut ballast_comm) -> c_int {
 /// NULL, or when another rank called a different collective at this point (each collective
 /// carries its number and kind; the message names both; on the MPI native path only with
 /// the setting collective_checks on, otherwise the barrier is MPI_Barrier and a rank in
-/// another collective is an erroneous MPI program, as in MPI), or while an all-gather that
+/// another collective is an erroneous MPI program, as in MPI), or while another collective that
 /// failed with BALLAST_ENOMEM is unfinished; BALLAST_ENOMEM when memory ran out meanwhile
 /// (e.g. for another message arriving): the barrier is not finished, and calling
 /// ballast_barrier again resumes it (the other ranks wait in it until then); BALLAST_EPEER

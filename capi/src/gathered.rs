@@ -5,15 +5,23 @@
 use std::os::raw::{c_int, c_void};
 
 use ballast_runtime::Received;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::comm::{ballast_comm, bytes, put, runtime, with_comm};
 use crate::error::{boundary, clear_out, Fail};
 use crate::handles::{self, Kind};
-use crate::BALLAST_ENOMEM;
+use crate::{BALLAST_ENOMEM, BALLAST_EUNSUPPORTED};
 
 /// The result of ballast_allgatherv, ballast_alltoallv, ballast_gather (on the root) or
-/// ballast_exchange_sparse (opaque): bytes per rank.
+/// ballast_exchange_sparse (opaque): bytes per rank. Its parts are behind a lock that
+/// ballast_alltoallv_into takes to write them: a second thread's call meanwhile gets
+/// BALLAST_EUNSUPPORTED instead of reading or freeing what is being replaced.
 pub struct ballast_gathered {
+    inner: RwLock<Parts>,
+}
+
+/// The parts of a result.
+pub(crate) struct Parts {
     /// The parts: by rank (`sources` None), or of the ranks in `sources`.
     parts: Vec<Vec<u8>>,
     /// The rank of each part of a sparse exchange's result (increasing); None when part i
@@ -21,10 +29,47 @@ pub struct ballast_gathered {
     sources: Option<Vec<usize>>,
 }
 
+impl Parts {
+    /// The parts, to be replaced by one per rank (rank i's at i): the result is by rank
+    /// from now on.
+    pub(crate) fn reuse_by_rank(&mut self) -> &mut Vec<Vec<u8>> {
+        self.sources = None;
+        &mut self.parts
+    }
+}
+
+/// The error of a call on a result that another thread's ballast_alltoallv_into holds.
+#[cold]
+fn in_use(func: &str) -> Fail {
+    Fail::new(
+        BALLAST_EUNSUPPORTED,
+        format!(
+            "{func}: the result is in use by ballast_alltoallv_into on another thread (a result \
+             is used by one thread at a time while that call writes it)"
+        ),
+    )
+}
+
 impl ballast_gathered {
+    fn new(parts: Vec<Vec<u8>>, sources: Option<Vec<usize>>) -> ballast_gathered {
+        ballast_gathered {
+            inner: RwLock::new(Parts { parts, sources }),
+        }
+    }
+
     /// A result with one part per rank, rank i's at i.
     pub(crate) fn by_rank(parts: Vec<Vec<u8>>) -> ballast_gathered {
-        ballast_gathered { parts, sources: None }
+        ballast_gathered::new(parts, None)
+    }
+
+    /// The parts to read; BALLAST_EUNSUPPORTED while another thread writes them.
+    fn read(&self, func: &str) -> Result<RwLockReadGuard<'_, Parts>, Fail> {
+        self.inner.try_read().ok_or_else(|| in_use(func))
+    }
+
+    /// The parts to write; BALLAST_EUNSUPPORTED while another thread reads or writes them.
+    pub(crate) fn write(&self, func: &str) -> Result<RwLockWriteGuard<'_, Parts>, Fail> {
+        self.inner.try_write().ok_or_else(|| in_use(func))
     }
 
     /// A result with the parts of the ranks that sent (increasing sources). Fails for
@@ -42,17 +87,7 @@ impl ballast_gathered {
             sources.push(r.source);
             parts.push(r.data);
         }
-        Ok(ballast_gathered {
-            parts,
-            sources: Some(sources),
-        })
-    }
-
-    /// The parts, to be replaced by one per rank (rank i's at i): the result is by rank
-    /// from now on.
-    pub(crate) fn reuse_by_rank(&mut self) -> &mut Vec<Vec<u8>> {
-        self.sources = None;
-        &mut self.parts
+        Ok(ballast_gathered::new(parts, Some(sources)))
     }
 
     /// Hands `self` to C in `out` as a new handle.
@@ -76,10 +111,14 @@ impl ballast_gathered {
 /// (read with ballast_gathered_part, freed with ballast_gathered_free). Collective.
 /// Errors: BALLAST_EINVAL for NULL `comm` or `out`, NULL `buf` with `len` > 0, or `len`
 /// above PTRDIFF_MAX, or when another rank called a different collective at this point
-/// (the message names both), or while a barrier that failed with BALLAST_ENOMEM is
-/// unfinished (call ballast_barrier again first); BALLAST_ENOMEM when the result cannot be
-/// held, or memory ran out during the all-gather: calling ballast_allgatherv again then
-/// resumes it (the `buf` of the first call was copied; the retry's is not read); BALLAST_EPEER
+/// (the engine paths, and the MPI native path: there all_gatherv carries its number, which
+/// catches another ballast_allgatherv at a different number, and any other collective only
+/// with BALLAST_COLLECTIVE_CHECKS on; the message names both), or while another
+/// collective that failed with BALLAST_ENOMEM is unfinished (call it again first);
+/// BALLAST_ENOMEM when the result cannot be held, or memory ran out during the all-gather:
+/// calling ballast_allgatherv again then resumes it (on the engine paths the `buf` of the
+/// first call was copied and the retry's is not read; on the MPI native path the retry's
+/// must be of the same length, and it is what is sent); BALLAST_EPEER
 /// when a peer died, the run was aborted, or a rank ended without taking part (named).
 ///
 /// # Safety
@@ -124,7 +163,7 @@ pub unsafe extern "C" fn ballast_gathered_part(
     boundary(F, || {
         let g = handles::object(F, "gathered", gathered, Kind::Gathered)?;
         // SAFETY: the result of a live handle, not freed while this call reads it.
-        let g = unsafe { &*g };
+        let g = unsafe { &*g }.read(F)?;
         let n = g.parts.len();
         let p = match &g.sources {
             None => usize::try_from(rank)
@@ -146,7 +185,7 @@ pub unsafe extern "C" fn ballast_gathered_part(
     })
 }
 
-/// Frees an all-gather result. NULL is not an error: it returns 0 and does nothing, as
+/// Frees a result (of any call that returns a ballast_gathered). NULL is not an error: it returns 0 and does nothing, as
 /// free(NULL) does. Errors: BALLAST_EINVAL for a result already freed.
 ///
 /// # Safety
@@ -178,7 +217,7 @@ fn not_a_source(func: &str, rank: c_int, n: usize) -> Fail {
 }
 
 /// Part `i` of `g`, or the error naming `i` and the number of parts.
-fn part_at<'a>(func: &str, g: &'a ballast_gathered, i: usize) -> Result<&'a [u8], Fail> {
+fn part_at<'a>(func: &str, g: &'a Parts, i: usize) -> Result<&'a [u8], Fail> {
     let n = g.parts.len();
     g.parts.get(i).map(Vec::as_slice).ok_or_else(|| {
         Fail::inval(if n == 0 {
@@ -206,7 +245,7 @@ pub unsafe extern "C" fn ballast_gathered_count(gathered: *const ballast_gathere
     boundary(F, || {
         let g = handles::object(F, "gathered", gathered, Kind::Gathered)?;
         // SAFETY: the result of a live handle, not freed while this call reads it.
-        let g = unsafe { &*g };
+        let g = unsafe { &*g }.read(F)?;
         // SAFETY: NULL or writable (the contract).
         unsafe { put(F, "n", n, g.parts.len()) }?;
         Ok(0)
@@ -231,8 +270,8 @@ pub unsafe extern "C" fn ballast_gathered_source(
     boundary(F, || {
         let g = handles::object(F, "gathered", gathered, Kind::Gathered)?;
         // SAFETY: the result of a live handle, not freed while this call reads it.
-        let g = unsafe { &*g };
-        part_at(F, g, i)?;
+        let g = unsafe { &*g }.read(F)?;
+        part_at(F, &g, i)?;
         let source = g.sources.as_ref().map_or(i, |s| s[i]);
         // A rank fits in an int: the world size does (ballast_world_size).
         // SAFETY: NULL or writable (the contract).
@@ -260,8 +299,8 @@ pub unsafe extern "C" fn ballast_gathered_at(
     boundary(F, || {
         let g = handles::object(F, "gathered", gathered, Kind::Gathered)?;
         // SAFETY: the result of a live handle, not freed while this call reads it.
-        let g = unsafe { &*g };
-        let p = part_at(F, g, i)?;
+        let g = unsafe { &*g }.read(F)?;
+        let p = part_at(F, &g, i)?;
         write_part(F, p, data, len)
     })
 }

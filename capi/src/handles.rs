@@ -44,16 +44,13 @@ impl Kind {
             Kind::Comm => "communicator",
             Kind::Config => "configuration",
             Kind::Request => "request",
-            Kind::Gathered => "all-gather result",
+            Kind::Gathered => "collective result",
         }
     }
 
-    /// The article before [`Kind::name`]: "a" or "an".
+    /// The article before [`Kind::name`] (every name starts with a consonant).
     pub(crate) fn article(self) -> &'static str {
-        match self {
-            Kind::Gathered => "an",
-            _ => "a",
-        }
+        "a"
     }
 }
 

@@ -1,6 +1,6 @@
 //! libballast: the C ABI of the Ballast runtime (issue #15). Opaque handles over the
 //! runtime's `RuntimeConfig` ([`ballast_config`]), `Communicator` ([`ballast_comm`]), its
-//! requests ([`ballast_request`]) and all-gather results ([`ballast_gathered`]); the
+//! requests ([`ballast_request`]) and collective results ([`ballast_gathered`]); the
 //! fixed negative error codes; handle validity (`handles`: a freed or stale handle is
 //! refused, never followed); the calling thread's last error message
 //! ([`ballast_last_error`]); and the panic boundary: a Rust panic never crosses into C, it
@@ -64,8 +64,9 @@ pub const BALLAST_EINVAL: c_int = -1;
 /// pool or its growth under pool_growth, a queue, the ranks' threads) does not fit in the
 /// machine or under `ulimit -v`; the message names what did not fit (a failed growth names
 /// pool_growth and max_pool_bytes). Nothing is changed and the host lives on. A
-/// collective (ballast_barrier, ballast_allgatherv) that returns it, e.g. for an unrelated
-/// large message arriving meanwhile, is not finished: it keeps its number and what it
+/// collective (ballast_barrier, ballast_allgatherv, ballast_allreduce, ballast_bcast,
+/// ballast_gather, ballast_alltoallv(_into), ballast_exchange_sparse) that returns it, e.g.
+/// for an unrelated large message arriving meanwhile, is not finished: it keeps its number and what it
 /// sent and received, and the next call of the same collective on the communicator
 /// resumes it (nothing is sent twice; the other ranks wait in it meanwhile); a call of
 /// another collective before that is BALLAST_EINVAL naming both. A blocking receive that

@@ -511,7 +511,7 @@ static void misuse_checks(ballast_comm *comm, int me, int n) {
     EXPECT_ERR(ballast_gathered_at(g, (size_t)n, &p, &len), BALLAST_EINVAL, msg);
     EXPECT_ERR(ballast_gathered_source(g, SIZE_MAX, &src), BALLAST_EINVAL, "is out of range");
     OK(ballast_gathered_free(g));
-    EXPECT_ERR(ballast_gathered_count(g, &count), BALLAST_EINVAL, "not a live all-gather result handle");
+    EXPECT_ERR(ballast_gathered_count(g, &count), BALLAST_EINVAL, "not a live collective result handle");
     EXPECT_ERR(ballast_gathered_at(g, 0, &p, &len), BALLAST_EINVAL, "not a live");
     EXPECT_ERR(ballast_gathered_source(g, 0, &src), BALLAST_EINVAL, "not a live");
     EXPECT_ERR(ballast_gathered_count((const ballast_gathered *)comm, &count), BALLAST_EINVAL,

@@ -1,5 +1,5 @@
 /* The C ABI sequence fuzzer (issue 33): random sequences of calls on a few handles of
- * every kind (configurations, communicators, requests, all-gather results), frees
+ * every kind (configurations, communicators, requests, collective results), frees
  * included, with the freed (stale) handles, handles of another kind and made-up values
  * given back to the library among the live ones. Checks that nothing crashes, that every
  * misuse is refused with BALLAST_EINVAL (a stale, foreign or made-up handle; a length no

@@ -1,6 +1,6 @@
 /* Handle validity and lengths of libballast (issue 33, findings 2 and 4), over the local
  * transport: every kind of handle (configuration, communicator of ballast_comm_from_env and
- * of ballast_local_run, request, all-gather result) freed twice, used after its free, or
+ * of ballast_local_run, request, collective result) freed twice, used after its free, or
  * given where another kind is expected is refused with BALLAST_EINVAL and a message saying
  * so, never followed; a freed request whose box and slot were reused by a new request does
  * not act on the new one; a length of (size_t)-1 or above PTRDIFF_MAX (send, isend,
@@ -102,14 +102,14 @@ static void gathered_checks(ballast_comm *c) {
     OK(ballast_gathered_part(g, 0, &data, &len));
     CHECK(len == 2);
     OK(ballast_gathered_free(g));
-    EXPECT_ERR(ballast_gathered_free(g), BALLAST_EINVAL, "gathered is not a live all-gather result handle");
-    EXPECT_ERR(ballast_gathered_part(g, 0, &data, &len), BALLAST_EINVAL, "not a live all-gather result");
+    EXPECT_ERR(ballast_gathered_free(g), BALLAST_EINVAL, "gathered is not a live collective result handle");
+    EXPECT_ERR(ballast_gathered_part(g, 0, &data, &len), BALLAST_EINVAL, "not a live collective result");
     EXPECT_ERR(ballast_gathered_free((ballast_gathered *)c), BALLAST_EINVAL,
-               "gathered is a communicator handle, not an all-gather result handle");
+               "gathered is a communicator handle, not a collective result handle");
     ballast_gathered *live = NULL;
     OK(ballast_allgatherv(c, "cd", 2, &live));
     EXPECT_ERR(ballast_request_free((ballast_request *)live), BALLAST_EINVAL,
-               "request is an all-gather result handle, not a request handle");
+               "request is a collective result handle, not a request handle");
     OK(ballast_gathered_free(live));
 }
 

@@ -81,8 +81,9 @@ impl Communicator {
     /// parts, part `i` rank `i`'s) on the root, `None` on the others (the same root on
     /// every rank). On the engine paths: a binomial tree (`ceil(log2 n)` rounds; partners
     /// per rank at most `ceil(log2 n)`), each part travelling with its length. After a
-    /// retryable error the next `gather` resumes this one (the retry's `data` is not
-    /// read). Errors: [`CommError::CollectiveArgument`] for a `root` out of range, else as
+    /// retryable error the next `gather` resumes this one (on the engine paths the retry's
+    /// `data` is not read; on the MPI native path it must be the same length as the first
+    /// call's, and it is what is sent). Errors: [`CommError::CollectiveArgument`] for a `root` out of range, else as
     /// [`Communicator::barrier`].
     pub fn gather(&mut self, root: usize, data: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
         self.check_root("gather", root)?;
@@ -98,8 +99,9 @@ impl Communicator {
     /// algorithm (`ceil(log2 n)` rounds, each sending the parts whose slot has the round's
     /// bit set to rank `r + 2^k`; partners per rank `2 * ceil(log2 n)`; a part travels up
     /// to `ceil(log2 n)` times, so it suits small parts). After a retryable error the next
-    /// `all_to_allv` (or [`Communicator::all_to_allv_into`]) resumes this one (the retry's
-    /// `parts` are not read). Errors: [`CommError::CollectiveArgument`] for `parts` not of
+    /// `all_to_allv` (or [`Communicator::all_to_allv_into`]) resumes this one (on the engine
+    /// paths the retry's `parts` are not read; on the MPI native path they must have the
+    /// first call's lengths, and they are what is sent). Errors: [`CommError::CollectiveArgument`] for `parts` not of
     /// world-size length, else as [`Communicator::barrier`].
     pub fn all_to_allv(&mut self, parts: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();

@@ -260,8 +260,9 @@ impl Communicator {
 
     /// Gathers every rank's `data` (any length) on every rank, ordered by rank (ring
     /// algorithm: `n - 1` steps, talks to 2 peers). After a retryable error the next
-    /// `all_gatherv` resumes this one, with the `data` given first (the retry's is not
-    /// read). Errors as [`Communicator::barrier`].
+    /// `all_gatherv` resumes this one, with the `data` given first (on the engine paths the
+    /// retry's is not read; on the MPI native path it must be the same length as the first
+    /// call's, and it is what is sent). Errors as [`Communicator::barrier`].
     pub fn all_gatherv(&mut self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         if let Some(nc) = self.backend.native_collectives() {
             return nc.all_gatherv(data);
