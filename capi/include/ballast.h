@@ -714,8 +714,8 @@ int ballast_gathered_part(const struct ballast_gathered *gathered,
                           const void **data,
                           size_t *len);
 
-// Frees a result (of any call that returns a ballast_gathered). NULL is not an error: it returns 0 and does nothing, as
-// free(NULL) does. Errors: BALLAST_EINVAL for a result already freed.
+// Frees a result (of any call that returns a ballast_gathered). NULL is not an error: it
+// returns 0 and does nothing, as free(NULL) does. Errors: BALLAST_EINVAL for a result already freed.
 //
 // # Safety
 // `gathered` must be NULL or a ballast_gathered handle, not used by another thread during

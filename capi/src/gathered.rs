@@ -185,8 +185,8 @@ pub unsafe extern "C" fn ballast_gathered_part(
     })
 }
 
-/// Frees a result (of any call that returns a ballast_gathered). NULL is not an error: it returns 0 and does nothing, as
-/// free(NULL) does. Errors: BALLAST_EINVAL for a result already freed.
+/// Frees a result (of any call that returns a ballast_gathered). NULL is not an error: it
+/// returns 0 and does nothing, as free(NULL) does. Errors: BALLAST_EINVAL for a result already freed.
 ///
 /// # Safety
 /// `gathered` must be NULL or a ballast_gathered handle, not used by another thread during

@@ -140,6 +140,30 @@ pub fn try_reserve_for<T>(v: &mut Vec<T>, more: usize, what: impl FnOnce() -> St
     })
 }
 
+/// Makes `bufs` one empty buffer per length of `lens`, each with room for its length:
+/// the buffers already there are kept (emptied) where their capacity holds it, so that a
+/// caller passing the previous call's parts again allocates nothing; extra ones are
+/// dropped, missing or too small ones got with [`try_buffer`]. For `what` (named in the
+/// errors). Errors: as [`try_buffer`]; after one, `bufs` holds unspecified buffers.
+pub(crate) fn try_reuse_parts(
+    bufs: &mut Vec<Vec<u8>>,
+    lens: impl ExactSizeIterator<Item = usize>,
+    what: &str,
+) -> Result<()> {
+    let n = lens.len();
+    bufs.truncate(n);
+    let more = n - bufs.len();
+    try_reserve_for(bufs, more, || format!("{what}: {n} parts"))?;
+    bufs.resize_with(n, Vec::new);
+    for (b, len) in bufs.iter_mut().zip(lens) {
+        b.clear();
+        if b.capacity() < len {
+            *b = try_buffer(len, || format!("{what}: a part of {len} bytes"))?;
+        }
+    }
+    Ok(())
+}
+
 /// A copy of `data`, its memory got with [`try_buffer`]. Errors: as [`try_buffer`].
 pub fn try_copy(data: &[u8], what: impl FnOnce() -> String) -> Result<Vec<u8>> {
     let mut v = try_buffer(data.len(), what)?;

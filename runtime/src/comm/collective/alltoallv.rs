@@ -15,7 +15,7 @@ use super::parts;
 use super::Unfinished;
 use crate::comm::error::Result;
 use crate::comm::Communicator;
-use crate::core::memory::{try_buffer, try_reserve_for};
+use crate::core::memory::{try_buffer, try_reserve_for, try_reuse_parts};
 use crate::fabric::wire::STAMP_BYTES;
 use crate::protocol::collective::CollectiveKind;
 
@@ -96,19 +96,11 @@ impl Communicator {
                 }
             }
             // Every source's part, by rank, into `out`'s buffers (`u.blocks` kept until all
-            // are copied, so that a failed copy is retried).
-            out.truncate(n);
-            let more = n - out.len();
-            try_reserve_for(out, more, || format!("the {n} parts of an all_to_allv"))?;
-            out.resize_with(n, Vec::new);
+            // are copied, so that a failed copy is retried): source `j`'s is slot `(r - j)
+            // mod n`, and slot `i` goes to rank `(r - i) mod n`.
+            try_reuse_parts(out, (0..n).map(|j| u.slots[(r + n - j) % n].len), "all_to_allv")?;
             for (i, s) in u.slots.iter().enumerate() {
-                let b = &u.blocks[s.block][s.off..s.off + s.len];
-                let part = &mut out[(r + n - i) % n];
-                part.clear();
-                if part.capacity() < s.len {
-                    *part = try_buffer(s.len, || format!("an all_to_allv part of {} bytes", s.len))?;
-                }
-                part.extend_from_slice(b);
+                out[(r + n - i) % n].extend_from_slice(&u.blocks[s.block][s.off..s.off + s.len]);
             }
             Ok(())
         })?;

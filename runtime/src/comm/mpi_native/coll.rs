@@ -55,7 +55,7 @@ use super::*;
 use crate::comm::collective::native::NativeCollectives;
 use crate::comm::collective::{Received, ReduceOp, ReduceSlice};
 use crate::comm::error::{CommError, ProtocolError};
-use crate::core::memory::{try_buffer, try_reserve_for};
+use crate::core::memory::{try_buffer, try_reserve_for, try_reuse_parts};
 use crate::protocol::collective::CollectiveKind;
 
 mod sparse;
@@ -232,16 +232,7 @@ impl MpiNative {
         total: usize,
         mut bufs: Vec<Vec<u8>>,
     ) -> Result<Parts> {
-        bufs.truncate(counts.len());
-        let more = counts.len() - bufs.len();
-        try_reserve_for(&mut bufs, more, || format!("{op}: {} parts", counts.len()))?;
-        bufs.resize_with(counts.len(), Vec::new);
-        for (b, &c) in bufs.iter_mut().zip(counts) {
-            b.clear();
-            if b.capacity() < c as usize {
-                *b = try_buffer(c as usize, || format!("{op}: a part of {c} bytes"))?;
-            }
-        }
+        try_reuse_parts(&mut bufs, counts.iter().map(|&c| c as usize), op)?;
         if let Some(layout) = Layout::of_spare(&bufs, counts, self.coll_ints.take()) {
             return Ok(Parts {
                 bufs,
