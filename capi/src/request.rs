@@ -242,6 +242,9 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
             Err(e) => return Some(ended(r, &e)),
         }
     }
+    if let Some(into) = r.into {
+        return Some(wait_into(c, r, pending, into));
+    }
     let st = match c.comm().wait(pending) {
         Ok(Completion::Received(m)) => {
             let st = ballast_status {
@@ -250,10 +253,7 @@ fn complete(c: &mut ballast_comm, r: &mut ballast_request, block: bool) -> Optio
                 len: m.data.len(),
                 error: 0,
             };
-            match r.into {
-                None => r.data = take_vec(m.data),
-                Some(into) => return Some(copy_into(r, into, st, &m.data)),
-            }
+            r.data = take_vec(m.data);
             st
         }
         Ok(Completion::Sent) => r.send.unwrap_or_default(),
@@ -285,33 +285,61 @@ fn ended(r: &mut ballast_request, e: &Error) -> ballast_status {
     st
 }
 
-/// The message `data` of `ballast_irecv_into` receive `r` (at most its buffer's length:
-/// the runtime refused a longer one) copied into the caller's buffer `into`; its status.
+/// Waits for `ballast_irecv_into` receive `r` (`pending`), its message read where the
+/// runtime received it (`Communicator::wait_read`: on the MPI native path the receive's
+/// buffer, kept for the next receive, so that no `Vec` is made per message) and copied
+/// into the caller's buffer `into` (at most its length: the runtime refuses a longer
+/// message); its status.
 #[inline(always)]
-fn copy_into(
+fn wait_into(
+    c: &mut ballast_comm,
     r: &mut ballast_request,
+    pending: Request,
     (buf, cap): (*mut u8, usize),
-    st: ballast_status,
-    data: &[u8],
 ) -> ballast_status {
-    let st = if data.len() <= cap {
-        if !data.is_empty() {
+    let mut fit = true;
+    let got = c.comm().wait_read(pending, |data| {
+        if data.len() > cap {
+            fit = false;
+        } else if !data.is_empty() {
             // SAFETY: the caller gave `cap` writable bytes at `buf`, kept until the request
             // completes (ballast_irecv_into's contract); `data.len() <= cap`; `data` is the
             // runtime's buffer, distinct from the caller's.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len()) };
         }
-        st
-    } else {
-        r.failure = format!(
-            "the message is {} bytes, the buffer {cap} (and it was taken)",
-            data.len()
-        );
-        ballast_status {
-            error: BALLAST_EINTERNAL,
-            ..st
-        }
+    });
+    let e = match got {
+        Ok(Some(e)) => e,
+        Ok(None) => return internal(r, "a receive completed as a send".into(), Default::default()),
+        Err(e) => return ended(r, &e),
     };
+    let st = ballast_status {
+        source: e.source as c_int,
+        tag: e.tag,
+        len: e.len,
+        error: 0,
+    };
+    if !fit {
+        let why = format!(
+            "the message is {} bytes, the buffer {cap} (and it was taken)",
+            e.len
+        );
+        return internal(r, why, st);
+    }
+    r.done = Some(st);
+    st
+}
+
+/// A request that ended with BALLAST_EINTERNAL and message `why`: its status (`st`'s
+/// other fields).
+#[cold]
+#[inline(never)]
+fn internal(r: &mut ballast_request, why: String, st: ballast_status) -> ballast_status {
+    let st = ballast_status {
+        error: BALLAST_EINTERNAL,
+        ..st
+    };
+    r.failure = why;
     r.done = Some(st);
     st
 }
