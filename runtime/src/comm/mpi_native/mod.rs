@@ -69,7 +69,6 @@ use crate::comm::model::{
 use crate::core::backoff::Backoff;
 use crate::core::config::TransportConfig;
 use crate::core::footprint::Footprint;
-use crate::core::intmap::{IntMap, IntSet};
 use crate::core::pool::PoolStats;
 use crate::fabric::error::Sender;
 use crate::fabric::mpi::ffi::{recv_append, recv_to_slice};
@@ -110,6 +109,7 @@ pub(crate) fn tags_fit(tag_ub: i64) -> bool {
 mod abort;
 mod backend;
 mod coll;
+mod done;
 #[allow(unsafe_code)] // the raw MPI calls, behind types that own their buffers
 mod ffi;
 mod progress;
@@ -244,9 +244,9 @@ pub struct MpiNative {
     recv_scratch: Vec<u8>,
     send_scratch: Vec<u8>,
     recvs: Vec<PendingRecv>,
-    done_recvs: IntMap<RequestId, Message>,
+    done_recvs: done::Done<Message>,
     sends: Vec<PendingSend>,
-    done_sends: IntSet<RequestId>,
+    done_sends: done::Done<()>,
     /// Messages taken out of MPI before a receive took them, in matching order.
     unexpected: unexpected::Unexpected<(usize, Message)>,
     next_id: u64,
@@ -338,9 +338,9 @@ impl MpiNative {
             recv_scratch: Vec::with_capacity(head_bytes),
             send_scratch: Vec::with_capacity(head_bytes),
             recvs: Vec::new(),
-            done_recvs: IntMap::default(),
+            done_recvs: done::Done::default(),
             sends: Vec::new(),
-            done_sends: IntSet::default(),
+            done_sends: done::Done::default(),
             unexpected: Default::default(),
             next_id: 0,
             seen: vec![false; size],

@@ -511,7 +511,7 @@ impl MpiNative {
                 if s.scratch {
                     self.send_scratch = s.send.take_head().unwrap_or_default();
                 }
-                self.done_sends.insert(s.id);
+                self.done_sends.insert(s.id, ());
                 continue;
             }
             i += 1;

@@ -194,7 +194,7 @@ impl MpiNative {
 
     /// True when send `id` completed.
     pub fn send_done(&self, id: RequestId) -> Result<bool> {
-        if self.done_sends.contains(&id) {
+        if self.done_sends.contains_key(&id) {
             return Ok(true);
         }
         if self.sends.iter().any(|s| s.id == id) {
