@@ -256,7 +256,29 @@ impl MpiNative {
     /// [`FabricError::Aborted`] when the world failed, [`CommError::CollectiveUnfinished`]
     /// when another collective is unfinished, the housekeeping's (kept for the next call
     /// of `op` when retryable).
+    #[inline(always)]
     fn coll_begin(&mut self, op: &'static str) -> Result<Option<Pending>> {
+        if self.coll_ready() {
+            return Ok(None);
+        }
+        self.coll_begin_slow(op)
+    }
+
+    /// The common start of a collective, inline: nothing to resume, no abort, no
+    /// housekeeping due; then [`MpiNative::coll_begin`] has nothing to do. A call that
+    /// resumes nothing (barrier, all_reduce, bcast) checks this first, so that its fast
+    /// path does not move a `Result<Option<Pending>>` through the stack.
+    #[inline(always)]
+    fn coll_ready(&self) -> bool {
+        self.coll_unfinished.is_none()
+            && !self.abort.is_set()
+            && ffi::ticks().wrapping_sub(self.coll_kept) < KEEP_EVERY
+    }
+
+    /// [`MpiNative::coll_begin`] when something is to resume, the world aborted or the
+    /// housekeeping is due.
+    #[inline(never)]
+    fn coll_begin_slow(&mut self, op: &'static str) -> Result<Option<Pending>> {
         if self.abort.is_set() {
             return Err(Error::Fabric(FabricError::Aborted));
         }
@@ -401,7 +423,9 @@ impl MpiNative {
 
 impl NativeCollectives for MpiNative {
     fn barrier(&mut self) -> Result<()> {
-        self.coll_begin("barrier")?;
+        if !self.coll_ready() {
+            self.coll_begin_slow("barrier")?;
+        }
         if self.take_number(CollectiveKind::Barrier)? {
             return Ok(());
         }
@@ -419,7 +443,9 @@ impl NativeCollectives for MpiNative {
 
     fn all_reduce(&mut self, data: ReduceSlice<'_>, op: ReduceOp) -> Result<()> {
         const OP: &str = "all_reduce";
-        self.coll_begin(OP)?;
+        if !self.coll_ready() {
+            self.coll_begin_slow(OP)?;
+        }
         let n = data.len();
         if n as u64 > INT_MAX {
             return Err(CommError::CollectiveArgument {
@@ -438,7 +464,9 @@ impl NativeCollectives for MpiNative {
 
     fn bcast(&mut self, root: usize, buf: &mut [u8]) -> Result<()> {
         const OP: &str = "bcast";
-        self.coll_begin(OP)?;
+        if !self.coll_ready() {
+            self.coll_begin_slow(OP)?;
+        }
         let len = buf.len();
         if len as u64 > INT_MAX {
             return Err(self.too_big(OP, format!("a buffer of {len} bytes"), "count"));
