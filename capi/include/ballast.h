@@ -934,14 +934,19 @@ int ballast_irecv(struct ballast_comm *comm, int source, int64_t tag, struct bal
 // completed (or was cancelled): it is written at completion, by the call that completes
 // it. A matching message longer than `cap` is not taken, as with ballast_recv: the
 // request completes with BALLAST_ETRUNC, its status gives the message's source, tag and
-// length, and the message stays queued, first for the next receive that matches it.
+// length, and the message stays queued, first for the next receive that matches it and
+// is posted (or called, blocking) after the refusal. Receives posted before the refusal
+// keep the messages MPI or the engine matched to them, later ones of the same sender and
+// tag included: those are not handed back, so they come ahead of the refused message
+// (post one receive at a time per sender and tag where that order matters).
 // ballast_request_data gives `buf` and the length. It can be cancelled
 // (ballast_request_cancel) until a message matched it. Errors: BALLAST_EINVAL (NULL
 // `comm` or `out`, `buf` NULL with `cap` > 0, rank or tag out of range, `cap` above
 // PTRDIFF_MAX); BALLAST_ENOMEM as ballast_irecv; the transport's. On the engine path
 // (local, verbs, MPI through the engine) the message arrives in the runtime's buffers and
-// is copied into `buf` when the request completes; on the MPI native path it is copied
-// from MPI's receive buffer. New in 0.3.
+// is copied into `buf` through a message of its own (one allocation per message) when the
+// request completes; on the MPI native path it is copied from the runtime's kept receive
+// buffer, which MPI received it into, with no allocation per message. New in 0.3.
 //
 // # Safety
 // `comm` must be NULL or a ballast_comm handle, not freed by another thread during the

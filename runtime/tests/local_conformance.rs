@@ -53,6 +53,11 @@ fn cancel_and_irecv_within_local() {
 }
 
 #[test]
+fn refused_behind_posted_receives_local() {
+    refused_behind_posted_receives(&Local);
+}
+
+#[test]
 fn recv_within_leaves_long_messages_local() {
     recv_within_leaves_long_messages(&Local);
 }

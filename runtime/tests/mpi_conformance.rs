@@ -440,6 +440,10 @@ fn cases() -> Vec<(String, Box<dyn Fn()>)> {
         Box::new(move || cancel_and_irecv_within(l)),
     ));
     v.push((
+        "refused_behind_posted_receives".into(),
+        Box::new(move || refused_behind_posted_receives(l)),
+    ));
+    v.push((
         "recv_within_leaves_long_messages".into(),
         Box::new(move || recv_within_leaves_long_messages(l)),
     ));

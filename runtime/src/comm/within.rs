@@ -12,11 +12,14 @@ impl Communicator {
     /// Posts a receive from `src` with `tag` of a message of at most `cap` bytes. It
     /// completes as [`Communicator::irecv`]'s does ([`Communicator::test`],
     /// [`Communicator::wait`]), except that a longer match is not taken: it stays queued,
-    /// first for the next receive that matches its source and tag (its place in its
-    /// sender's order kept), and the request ends with
+    /// first for the next receive that matches its source and tag (ahead of its sender's
+    /// later messages still queued or unmatched), and the request ends with
     /// [`CommError::Truncated`](crate::comm::error::CommError::Truncated) (its source, tag and
     /// length) from `test` or `wait`. On the MPI native path a message longer than `cap`
-    /// has been received out of MPI into memory of its own before it is refused. Errors:
+    /// has been received out of MPI into memory of its own before it is refused. Receives
+    /// posted before the refusal keep the messages matched to them, later ones of the same
+    /// sender and tag included: those come ahead of the refused message (post one receive
+    /// at a time per source and tag where that order matters). Errors:
     /// [`FabricError::InvalidRank`](crate::comm::error::FabricError::InvalidRank) for a rank
     /// outside the world; the transport's.
     pub fn irecv_within(

@@ -110,3 +110,36 @@ pub fn cancel_and_irecv_within<L: Launcher>(l: &L) {
         l.name()
     );
 }
+
+/// Two limited receives posted before their sender's two messages (tag 11): the first
+/// receive refuses the first message (20 B into 4), the second keeps the second message
+/// (2 B), which MPI or the engine matched to it, and the refused message goes to the next
+/// receive posted after the refusal (the documented order of `irecv_within`: receives
+/// posted before a refusal keep what was matched to them).
+pub fn refused_behind_posted_receives<L: Launcher>(l: &L) {
+    let c = cfg(RecvSharing::Shared).buffer_size(128).build().unwrap();
+    let res = l
+        .run(2, &c, |comm| -> Result<Vec<u64>> {
+            if comm.rank() == 1 {
+                comm.barrier()?; // rank 0 posted both receives
+                comm.send(0, 11, &payload(20, 11))?;
+                comm.send(0, 11, &payload(2, 12))?;
+                comm.barrier()?;
+                return Ok(vec![]);
+            }
+            let a = comm.irecv_within(1, 11u32, 4)?;
+            let b = comm.irecv_within(1, 11u32, 64)?;
+            comm.barrier()?;
+            let mut seen = vec![refused(comm.wait(a).map(|c| c.into_message()), 1, 11, 20)];
+            let m = comm.wait(b)?.into_message().expect("a receive");
+            assert_eq!(m.data, payload(2, 12), "the second message, matched to b");
+            seen.push(100 + m.data.len() as u64);
+            let m = comm.recv(1, 11u32)?;
+            assert_eq!(m.data, payload(20, 11), "the refused message, whole, after");
+            seen.push(100 + m.data.len() as u64);
+            comm.barrier()?;
+            Ok(seen)
+        })
+        .unwrap();
+    assert_eq!(res[0].as_ref().unwrap(), &vec![1, 102, 120], "{}", l.name());
+}
