@@ -118,18 +118,26 @@ mpicc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L capi/tests/c/mpi_
     $(pkg-config --cflags --libs ballast) -lpthread -o "$work/mpi_conformance"
 mpirun_flags=(--oversubscribe)
 [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
-for run in "1" "2" "3" "3 --multiple"; do
-    read -r n opt <<< "$run"
-    log="$work/mpi_conformance.log"
-    # shellcheck disable=SC2086 # $opt is empty or one word
-    if ! timeout 300 mpirun "${mpirun_flags[@]}" -n "$n" "$work/mpi_conformance" $opt >"$log" 2>&1; then
+# mpi_case SECONDS N PROGRAM [ARG...]: `mpirun -n N $work/PROGRAM ARG...` under `timeout
+# SECONDS`; it must exit 0 and every one of its N processes print "... passed, 0 failed"
+# (else its log is printed and the script ends).
+mpi_case() {
+    local secs=$1 n=$2 prog=$3
+    shift 3
+    local log="$work/$prog.log" good what="mpirun -n $n $prog${*:+ $*}"
+    if ! timeout "$secs" mpirun "${mpirun_flags[@]}" -n "$n" "$work/$prog" "$@" >"$log" 2>&1; then
         cat "$log" >&2
-        echo "ci/capi.sh: mpirun -n $n mpi_conformance $opt failed" >&2
+        echo "ci/capi.sh: $what failed (or hung)" >&2
         exit 1
     fi
     good=$(grep -c ' passed, 0 failed$' "$log" || true)
-    [ "$good" = "$n" ] || { cat "$log" >&2; echo "ci/capi.sh: $good of $n processes reported all passed" >&2; exit 1; }
-    echo "ci/capi.sh: mpirun -n $n mpi_conformance $opt: $(grep -m1 ' passed, 0 failed$' "$log")"
+    [ "$good" = "$n" ] || { cat "$log" >&2; echo "ci/capi.sh: $what: $good of $n processes reported all passed" >&2; exit 1; }
+    echo "ci/capi.sh: $what: $(grep -m1 ' passed, 0 failed$' "$log")"
+}
+for run in "1" "2" "3" "3 --multiple"; do
+    read -r n opt <<< "$run"
+    # shellcheck disable=SC2086 # $opt is empty or one word
+    mpi_case 300 "$n" mpi_conformance $opt
 done
 # Issue 35's collectives over MPI (capi/tests/c/mpi_collectives.c): on the native path, the
 # engine and a sub-communicator, against references computed on one rank, under mpirun -n
@@ -139,15 +147,7 @@ done
 mpicc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L capi/tests/c/mpi_collectives.c \
     $(pkg-config --cflags --libs ballast) -o "$work/mpi_collectives"
 for n in 1 2 3 4 7; do
-    log="$work/mpi_collectives.log"
-    if ! timeout 300 mpirun "${mpirun_flags[@]}" -n "$n" "$work/mpi_collectives" >"$log" 2>&1; then
-        cat "$log" >&2
-        echo "ci/capi.sh: mpirun -n $n mpi_collectives failed (or hung)" >&2
-        exit 1
-    fi
-    good=$(grep -c ' passed, 0 failed$' "$log" || true)
-    [ "$good" = "$n" ] || { cat "$log" >&2; echo "ci/capi.sh: $good of $n processes reported all passed" >&2; exit 1; }
-    echo "ci/capi.sh: mpirun -n $n mpi_collectives: $(grep -m1 ' passed, 0 failed$' "$log")"
+    mpi_case 300 "$n" mpi_collectives
 done
 # Out of memory over MPI (capi/tests/c/mpi_limits.c, issue 33): RLIMIT_AS lowered per case
 # after MPI_Init, on the native path and on the engine, with a receive refused for memory
@@ -157,15 +157,7 @@ done
 mpicc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L capi/tests/c/mpi_limits.c \
     $(pkg-config --cflags --libs ballast) -o "$work/mpi_limits"
 for path in on off; do
-    log="$work/mpi_limits.log"
-    if ! timeout 180 mpirun "${mpirun_flags[@]}" -n 2 "$work/mpi_limits" "$path" >"$log" 2>&1; then
-        cat "$log" >&2
-        echo "ci/capi.sh: mpirun -n 2 mpi_limits $path failed (or hung)" >&2
-        exit 1
-    fi
-    good=$(grep -c ' passed, 0 failed$' "$log" || true)
-    [ "$good" = 2 ] || { cat "$log" >&2; echo "ci/capi.sh: $good of 2 processes reported all passed" >&2; exit 1; }
-    echo "ci/capi.sh: mpirun -n 2 mpi_limits $path: $(grep -m1 ' passed, 0 failed$' "$log")"
+    mpi_case 180 2 mpi_limits "$path"
 done
 # Issue 35's receive loop allocates nothing from C (capi/tests/c/mpi_lean.c): 100 round
 # trips of ballast_irecv_into + ballast_isend + the waits (or a ballast_test loop) + frees
@@ -174,15 +166,7 @@ done
 # shellcheck disable=SC2046
 mpicc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L capi/tests/c/mpi_lean.c \
     $(pkg-config --cflags --libs ballast) -o "$work/mpi_lean"
-log="$work/mpi_lean.log"
-if ! timeout 120 mpirun "${mpirun_flags[@]}" -n 2 "$work/mpi_lean" >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "ci/capi.sh: mpirun -n 2 mpi_lean failed (or hung)" >&2
-    exit 1
-fi
-good=$(grep -c ' passed, 0 failed$' "$log" || true)
-[ "$good" = 2 ] || { cat "$log" >&2; echo "ci/capi.sh: $good of 2 processes reported all passed" >&2; exit 1; }
-echo "ci/capi.sh: mpirun -n 2 mpi_lean: $(grep -m1 ' passed, 0 failed$' "$log")"
+mpi_case 120 2 mpi_lean
 # Several ranks per MPI process from C (capi/tests/c/mpi_run_ranks.c): 4 ranks on 2
 # processes exchanging messages and barriers, with MPI initialised by Ballast, by the host
 # at MPI_THREAD_MULTIPLE, and at MPI_THREAD_SERIALIZED (refused, then one rank per process).
@@ -193,16 +177,8 @@ echo "ci/capi.sh: mpirun -n 2 mpi_lean: $(grep -m1 ' passed, 0 failed$' "$log")"
 mpicc -std=c11 -Wall -Wextra -Werror capi/tests/c/mpi_run_ranks.c $(pkg-config --cflags --libs ballast) \
     -o "$work/mpi_run_ranks"
 for mode in "" host serialized; do
-    log="$work/mpi_run_ranks.log"
     # shellcheck disable=SC2086 # $mode is empty or one word
-    if ! timeout 120 mpirun "${mpirun_flags[@]}" -n 2 "$work/mpi_run_ranks" $mode >"$log" 2>&1; then
-        cat "$log" >&2
-        echo "ci/capi.sh: mpirun -n 2 mpi_run_ranks $mode failed" >&2
-        exit 1
-    fi
-    good=$(grep -c ' passed, 0 failed$' "$log" || true)
-    [ "$good" = 2 ] || { cat "$log" >&2; echo "ci/capi.sh: $good of 2 processes reported all passed" >&2; exit 1; }
-    echo "ci/capi.sh: mpirun -n 2 mpi_run_ranks $mode: $(grep -m1 ' passed, 0 failed$' "$log")"
+    mpi_case 120 2 mpi_run_ranks $mode
 done
 # shellcheck disable=SC2046
 mpicc -std=c11 -Wall -Wextra -Werror capi/tests/c/mpi_abort.c $(pkg-config --cflags --libs ballast) \
@@ -267,11 +243,8 @@ for prog in "$work/mpi_ring_cpp" "$work/cmake-cpp/build/mpi_ring"; do
 done
 echo "ci/capi.sh: C++ against the MPI install, through pkg-config and CMake: ok"
 # The MPI conformance program on the engine path too (BALLAST_MPI_NATIVE=off), 2 ranks.
-log="$work/mpi_conformance.log"
-BALLAST_MPI_NATIVE=off timeout 300 mpirun "${mpirun_flags[@]}" -n 2 "$work/mpi_conformance" \
-    >"$log" 2>&1 || { cat "$log" >&2; echo "ci/capi.sh: mpi_conformance (engine path) failed" >&2; exit 1; }
-[ "$(grep -c ' passed, 0 failed$' "$log")" = 2 ] || { cat "$log" >&2; exit 1; }
-echo "ci/capi.sh: mpirun -n 2 mpi_conformance, BALLAST_MPI_NATIVE=off: $(grep -m1 ' passed, 0 failed$' "$log")"
+echo "ci/capi.sh: BALLAST_MPI_NATIVE=off:"
+BALLAST_MPI_NATIVE=off mpi_case 300 2 mpi_conformance
 
 # The family check: a host built with MPICH (mpicc.mpich, installed beside Open MPI, which
 # stays the default) against this Open MPI build of libballast is refused, not misread.
