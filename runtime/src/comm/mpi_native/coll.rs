@@ -534,6 +534,17 @@ impl NativeCollectives for MpiNative {
                 let (send, recv) = lens.split_at_mut(n);
                 let r = ffi::alltoall_u64(&self.coll, send, recv);
                 self.mpi_done(r)?;
+                // The lean path: `out`, kept from the previous call, holds every part.
+                if n <= KEPT_WORDS {
+                    let got = &lens[n..];
+                    if let Some(r) = ffi::alltoallv_kept(&self.coll, parts, got, out, &mut self.coll_lean) {
+                        self.mpi_done(r)?;
+                        if lens.capacity() <= KEPT_WORDS {
+                            self.coll_words = lens;
+                        }
+                        return Ok(());
+                    }
+                }
                 lens
             }
         };

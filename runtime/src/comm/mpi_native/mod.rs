@@ -285,6 +285,8 @@ pub struct MpiNative {
     /// Kept buffers of the collectives: words (stamps, lengths) and `int` arrays.
     coll_words: Vec<u64>,
     coll_ints: coll::IntBufs,
+    /// The counts and displacements of `all_to_allv_into`'s lean path (four per rank).
+    coll_lean: Vec<c_int>,
     /// When a collective last did the housekeeping at its start ([`coll::KEEP_EVERY`]).
     coll_kept: u64,
     /// A collective was left in flight by an error: `coll` is never freed.
@@ -362,6 +364,7 @@ impl MpiNative {
             coll_unfinished: None,
             coll_words: Vec::new(),
             coll_ints: Default::default(),
+            coll_lean: Vec::new(),
             coll_kept: ffi::ticks(),
             coll_abandoned: false,
             limits: Vec::new(),

@@ -280,6 +280,99 @@ pub(in crate::comm::mpi_native) fn alltoall_u64(
     Ok(check(code, "MPI_Alltoall")?)
 }
 
+/// `MPI_Alltoallv` of byte parts straight from `parts` (part `d` for rank `d`) into the
+/// buffers of `out`, which the caller kept from an earlier call, when each already has the
+/// room for its part of `got[s]` bytes and every offset fits an `int`: the counts and
+/// displacements are laid out in `ints` (four per rank, a buffer kept for reuse). `None`,
+/// nothing sent, when a buffer lacks the room or an offset or length does not fit (the
+/// caller's general path then runs); otherwise MPI's outcome, and `out[s]` holds rank
+/// `s`'s part. The lean path of a loop that passes the same `out` every call: no
+/// allocation, two plain loops, one MPI call.
+pub(in crate::comm::mpi_native) fn alltoallv_kept(
+    comm: &SimpleCommunicator,
+    parts: &[&[u8]],
+    got: &[u64],
+    out: &mut [Vec<u8>],
+    ints: &mut Vec<c_int>,
+) -> Option<Result<()>> {
+    const MAX: usize = c_int::MAX as usize;
+    let n = parts.len();
+    if got.len() != n || out.len() != n {
+        return None;
+    }
+    if ints.len() != 4 * n {
+        ints.clear();
+        ints.try_reserve(4 * n).ok()?;
+        ints.resize(4 * n, 0);
+    }
+    let (sc, rest) = ints.split_at_mut(n);
+    let (sd, rest) = rest.split_at_mut(n);
+    let (rc, rd) = rest.split_at_mut(n);
+    // The send side: offsets from the lowest address of a non-empty part.
+    let mut sbase = nowhere();
+    for p in parts.iter().filter(|p| !p.is_empty()) {
+        if sbase == nowhere() || p.as_ptr() < sbase {
+            sbase = p.as_ptr();
+        }
+    }
+    for (d, p) in parts.iter().enumerate() {
+        let off = if p.is_empty() {
+            0
+        } else {
+            p.as_ptr() as usize - sbase as usize
+        };
+        if off.checked_add(p.len())? > MAX {
+            return None;
+        }
+        (sc[d], sd[d]) = (p.len() as c_int, off as c_int);
+    }
+    // The receive side: every buffer has the room; offsets from the lowest one written.
+    let mut rbase: *mut u8 = nowhere().cast_mut();
+    for (b, &len) in out.iter_mut().zip(got) {
+        if (b.capacity() as u64) < len || len > MAX as u64 {
+            return None;
+        }
+        if len > 0 && (rbase.cast_const() == nowhere() || b.as_mut_ptr() < rbase) {
+            rbase = b.as_mut_ptr();
+        }
+    }
+    for (s, (b, &len)) in out.iter_mut().zip(got).enumerate() {
+        let off = if len == 0 {
+            0
+        } else {
+            b.as_mut_ptr() as usize - rbase as usize
+        };
+        if off.checked_add(len as usize)? > MAX {
+            return None;
+        }
+        (rc[s], rd[s]) = (len as c_int, off as c_int);
+    }
+    // SAFETY: `sbase + sd[d]` is part `d`, `sc[d]` bytes of the caller's slices (borrowed
+    // for the call; 0 bytes and MPI reads nothing where a part is empty); `rbase + rd[s]`
+    // is the start of `out[s]`'s buffer, which has room for `rc[s]` bytes (checked above),
+    // borrowed mutably for the call and distinct from every part; every offset plus its
+    // count fits an `int`; one entry per rank of `comm` in each array.
+    let code = unsafe {
+        ffi::MPI_Alltoallv(
+            sbase.cast(),
+            sc.as_ptr(),
+            sd.as_ptr(),
+            dt_byte(),
+            rbase.cast(),
+            rc.as_ptr(),
+            rd.as_ptr(),
+            dt_byte(),
+            comm.as_raw(),
+        )
+    };
+    if let Err(e) = check(code, "MPI_Alltoallv") {
+        return Some(Err(e.into()));
+    }
+    // SAFETY: MPI completed, receiving `rc[s]` bytes at the start of `out[s]`'s buffer.
+    unsafe { filled(out, rc) };
+    Some(Ok(()))
+}
+
 /// `MPI_Gather` of one `u64` per rank into `recv` on `root` (one word per rank there; not
 /// read elsewhere).
 pub(in crate::comm::mpi_native) fn gather_u64(

@@ -42,8 +42,8 @@ mod recv;
 mod send;
 
 pub(super) use coll::{
-    allgather_u64, allgatherv, allreduce, alltoall_u64, alltoallv, barrier, bcast, gather_u64, gatherv,
-    ibarrier, issend, CollOp, Layout, RecvInto,
+    allgather_u64, allgatherv, allreduce, alltoall_u64, alltoallv, alltoallv_kept, barrier, bcast,
+    gather_u64, gatherv, ibarrier, issend, CollOp, Layout, RecvInto,
 };
 pub(super) use recv::{HeaderRecv, PartsRecv};
 pub(super) use send::{send_parts_scoped, CallerParts, OwnedSend};
