@@ -67,12 +67,27 @@ impl MpiNative {
     #[inline(always)]
     pub(super) fn post_recv(&mut self, src: Source, tag: TagMatch, scratch: bool) -> Result<RequestId> {
         let (chan, s, t) = self.wire_match(src, tag)?;
+        self.post_matched(chan, s, t, scratch)
+    }
+
+    /// [`MpiNative::post_recv`] of a receive whose source and tag are matched to `(s, t)`
+    /// on `chan` already ([`MpiNative::wire_match`]).
+    #[inline(always)]
+    pub(super) fn post_matched(
+        &mut self,
+        chan: usize,
+        s: c_int,
+        t: c_int,
+        scratch: bool,
+    ) -> Result<RequestId> {
         // A deferred message may be this receive's: it goes first.
         self.retry_deferred()?;
         let id = self.new_id();
-        if let Some(m) = self.take_unexpected(chan, s, t) {
-            self.done_recvs.insert(id, m);
-            return Ok(id);
+        if !self.unexpected.is_empty() {
+            if let Some(m) = self.take_unexpected(chan, s, t) {
+                self.done_recvs.insert(id, m);
+                return Ok(id);
+            }
         }
         let buf = if scratch {
             std::mem::take(&mut self.recv_scratch)

@@ -21,16 +21,18 @@ impl MpiNative {
     pub fn irecv_within(&mut self, src: Source, tag: TagMatch, cap: usize) -> Result<RequestId> {
         let (chan, s, t) = self.wire_match(src, tag)?;
         self.retry_deferred()?;
-        if let Some(e) = self.queued_too_long(chan, s, t, cap) {
-            let id = self.new_id();
-            self.limits.push(Limit {
-                id,
-                cap,
-                refused: Some(e),
-            });
-            return Ok(id);
+        if !self.unexpected.is_empty() {
+            if let Some(e) = self.queued_too_long(chan, s, t, cap) {
+                let id = self.new_id();
+                self.limits.push(Limit {
+                    id,
+                    cap,
+                    refused: Some(e),
+                });
+                return Ok(id);
+            }
         }
-        let id = self.post_recv(src, tag, false)?;
+        let id = self.post_matched(chan, s, t, false)?;
         self.limits.push(Limit {
             id,
             cap,
@@ -97,11 +99,90 @@ impl MpiNative {
         id: RequestId,
         read: &mut dyn FnMut(&[u8]),
     ) -> Result<Envelope> {
+        match self.read_alone(id, read) {
+            Ok(Some(e)) => return Ok(e),
+            Ok(None) => {}
+            Err(e) => {
+                // As `wait_limited` after a failed wait.
+                self.forget_limit(id);
+                self.withdraw(id, &e);
+                return Err(e);
+            }
+        }
         let m = self.wait_limited(id)?;
         read(&m.data);
         let e = m.envelope();
         self.keep_head(m.data);
         Ok(e)
+    }
+
+    /// The latency path of [`MpiNative::wait_within_read`] (a loop of one `irecv_within`
+    /// at a time, C's `ballast_irecv_into`): while receive `id` (not from this rank itself)
+    /// is the only request in flight and the only limited one, with nothing deferred, its
+    /// `MPI_Test` in place, at most [`BUSY_POLLS`] times, as [`MpiNative::spin_alone`] does.
+    /// A whole message within the limit is read in the receive's buffer, which is kept for
+    /// the next receive, and the receive ends there: its envelope, without the completed
+    /// requests' map or a search of the lists. Anything else that completes it (a large
+    /// message's header, a longer message, a bad kind byte) is taken in as every completed
+    /// header is ([`MpiNative::header_done`]), and the general wait goes on (`None`), as
+    /// it does when no message came. Errors: MPI's, an abort, `header_done`'s.
+    #[inline]
+    fn read_alone(&mut self, id: RequestId, read: &mut dyn FnMut(&[u8])) -> Result<Option<Envelope>> {
+        let cap = match (self.recvs.as_slice(), self.limits.as_slice()) {
+            ([r], [l])
+                if r.id == id
+                    && l.id == id
+                    && l.refused.is_none()
+                    && r.src != self.rank as c_int
+                    && self.sends.is_empty()
+                    && self.deferred.is_empty() =>
+            {
+                l.cap
+            }
+            _ => return Ok(None),
+        };
+        for _ in 0..BUSY_POLLS {
+            if self.abort.is_set() {
+                return Err(Error::Fabric(FabricError::Aborted));
+            }
+            let RecvState::Header { recv, scratch: false } = &mut self.recvs[0].state else {
+                return Ok(None);
+            };
+            let mut status = empty_status();
+            if !recv.test(&mut status)? {
+                continue;
+            }
+            // The bytes MPI wrote: a whole message of at most `cap` bytes and its kind byte?
+            let len = match recv.bytes() {
+                Some([body @ .., KIND_WHOLE]) if body.len() <= cap => body.len(),
+                _ => usize::MAX,
+            };
+            if len == usize::MAX || status.MPI_SOURCE < 0 {
+                self.header_done(0, status)?;
+                return Ok(None);
+            }
+            let source = status.MPI_SOURCE as usize;
+            let Some(PendingRecv {
+                chan,
+                state: RecvState::Header { mut recv, .. },
+                ..
+            }) = self.recvs.pop()
+            else {
+                unreachable!("the receive tested above")
+            };
+            self.limits.clear();
+            let buf = recv.take_filled().unwrap_or_default();
+            read(&buf[..len]);
+            self.keep_head(buf);
+            self.received += 1;
+            self.note_peer(source);
+            return Ok(Some(Envelope {
+                source,
+                tag: Self::ballast_tag(chan, status.MPI_TAG),
+                len,
+            }));
+        }
+        Ok(None)
     }
 
     /// [`MpiNative::wait_within`]'s message, still in its receive's buffer.
