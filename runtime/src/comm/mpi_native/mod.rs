@@ -26,7 +26,9 @@
 //! blocking receive or other posted receive holds it; otherwise its buffer is allocated).
 //! A message of an `irecv_within` stays in its receive's buffer until its wait, which
 //! reads it there (`Communicator::wait_read`, C's `ballast_irecv_into`) and gives the
-//! buffer back: a loop of one posted receive at a time allocates nothing. An `isend` of a
+//! buffer back: a loop of one posted receive at a time allocates nothing, and while that
+//! receive is the only request in flight its wait tests it in place and reads a whole
+//! message without the general wait's bookkeeping (`within::read_alone`). An `isend` of a
 //! small message likewise borrows the kept send buffer while it is free (else it copies
 //! the message into a `Vec` of its own). MPI matches receives in posting order; when a large header
 //! completes, the parts receives of every earlier receive that could have matched the same
