@@ -287,7 +287,8 @@ pub struct MpiNative {
     /// Kept buffers of the collectives: words (stamps, lengths) and `int` arrays.
     coll_words: Vec<u64>,
     coll_ints: coll::IntBufs,
-    /// The counts and displacements of `all_to_allv_into`'s lean path (four per rank).
+    /// The counts and displacements of `all_to_allv_into`'s lean path (four per rank; used
+    /// in worlds of at most 1,024 ranks, `coll::KEPT_WORDS`: at most 16 KiB).
     coll_lean: Vec<c_int>,
     /// When a collective last did the housekeeping at its start ([`coll::KEEP_EVERY`]).
     coll_kept: u64,
@@ -468,7 +469,10 @@ impl MpiNative {
     /// posted receive or an `isend` that holds a kept buffer counts it once, as in flight.
     /// Messages that arrived before their receive was posted are the application's data
     /// waiting to be received (as in the engine's matcher, and in MPI's own unexpected
-    /// queue): not counted.
+    /// queue): not counted. Nor are the collectives' kept arrays, a scratch bounded
+    /// whatever the world size (at most 88 KiB: 8 KiB of stamps and lengths,
+    /// `coll::KEPT_WORDS`; four `int` arrays of counts and displacements, 64 KiB; the
+    /// lean alltoallv's counts, 16 KiB, made only in worlds of at most 1,024 ranks).
     pub fn footprint(&self) -> Footprint {
         let kept = (self.recv_scratch.capacity() + self.send_scratch.capacity()) as u64 + self.held_heads();
         let in_flight: u64 = self
