@@ -153,11 +153,8 @@ impl MpiNative {
                 continue;
             }
             // The bytes MPI wrote: a whole message of at most `cap` bytes and its kind byte?
-            let len = match recv.bytes() {
-                Some([body @ .., KIND_WHOLE]) if body.len() <= cap => body.len(),
-                _ => usize::MAX,
-            };
-            if len == usize::MAX || status.MPI_SOURCE < 0 {
+            let whole = matches!(recv.bytes(), Some([body @ .., KIND_WHOLE]) if body.len() <= cap);
+            if !whole || status.MPI_SOURCE < 0 {
                 self.header_done(0, status)?;
                 return Ok(None);
             }
@@ -171,7 +168,9 @@ impl MpiNative {
                 unreachable!("the receive tested above")
             };
             self.limits.clear();
+            // The message, without its kind byte.
             let buf = recv.take_filled().unwrap_or_default();
+            let len = buf.len().saturating_sub(1);
             read(&buf[..len]);
             self.keep_head(buf);
             self.received += 1;
