@@ -1,8 +1,12 @@
 /* The non-blocking receive into the caller's buffer (issue 35, point 3), the C half of
- * bench/capi_irecv_into.sh: under mpirun -n 2, an mpi build of libballast with the
- * bench-twin feature, compiled with -DBALLAST_BENCH_TWIN:
+ * bench/capi_irecv_into.sh: under mpirun with an even number of processes (2 for the
+ * targets; 4 and 8 recorded), an mpi build of libballast with the bench-twin feature,
+ * compiled with -DBALLAST_BENCH_TWIN:
  *
  *   mpirun -n 2 irecv_into SIZE ITERS BLOCKS [one:c|one:rust|one:mpi]
+ *
+ * Ranks run in pairs, 0 with 1, 2 with 3, ... (every pair at once; the even rank leads),
+ * so that -n 4 and -n 8 show the loops with other pairs running beside them.
  *
  * Three loops of ITERS round trips of SIZE bytes, in every block, in an order that rotates
  * from block to block (as bench/c/pingpong.c's `pair`), after one warm-up round trip each:
@@ -12,7 +16,7 @@
  *         wait, the message copied into the buffer);
  *   mpi   MPI_Irecv, MPI_Isend, MPI_Wait of both, on a duplicate of MPI_COMM_WORLD.
  * Ballast runs on ballast_comm_from_mpi(MPI_COMM_WORLD): the MPI native path (unless
- * BALLAST_MPI_NATIVE=off). Timed on rank 0 with CLOCK_MONOTONIC; prints "irecv_into SIZE
+ * BALLAST_MPI_NATIVE=off). Timed on rank 0 (its pair) with CLOCK_MONOTONIC; prints "irecv_into SIZE
  * <c> <rust> <mpi> <c/rust> <c/mpi>": each loop's median block (ns per half round trip)
  * and the medians of the per-block ratios. With `one:LOOP`, only that loop runs (its warm-up
  * round trip, then BLOCKS blocks) and nothing is printed: for instruction counts under
@@ -41,12 +45,12 @@ int ballast_bench_twin(ballast_comm *comm, int mode, const void *buf, size_t siz
 enum { C_INTO, RUST_WITHIN, RAW_MPI, LOOPS };
 
 static void c_loop(ballast_comm *comm, int me, uint8_t *out, uint8_t *in, size_t size, long n) {
-    int peer = 1 - me;
+    int peer = me ^ 1;
     ballast_status st;
     for (long i = 0; i < n; i++) {
         ballast_request *r, *s;
         TRY(ballast_irecv_into(comm, peer, 1, in, size, &r));
-        if (me == 0) {
+        if (me % 2 == 0) {
             TRY(ballast_isend(comm, peer, 1, out, size, &s));
             TRY(ballast_wait(s, NULL));
             TRY(ballast_wait(r, &st));
@@ -61,12 +65,12 @@ static void c_loop(ballast_comm *comm, int me, uint8_t *out, uint8_t *in, size_t
 }
 
 static void mpi_loop(MPI_Comm comm, int me, uint8_t *out, uint8_t *in, size_t size, long n) {
-    int peer = 1 - me;
+    int peer = me ^ 1;
     for (long i = 0; i < n; i++) {
         MPI_Request r, s;
         MPI_Status st;
         MPI_Irecv(in, (int)size, MPI_BYTE, peer, 1, comm, &r);
-        if (me == 0) {
+        if (me % 2 == 0) {
             MPI_Isend(out, (int)size, MPI_BYTE, peer, 1, comm, &s);
             MPI_Wait(&s, MPI_STATUS_IGNORE);
             MPI_Wait(&r, &st);
@@ -101,8 +105,10 @@ int main(int argc, char **argv) {
         for (int w = 0; w < LOOPS; w++)
             if (strcmp(argv[4], names[w]) == 0) only = w;
     }
-    if ((argc != 4 && !(argc == 5 && only >= 0)) || n != 2) {
-        if (me == 0) fprintf(stderr, "usage: mpirun -n 2 irecv_into SIZE ITERS BLOCKS [one:c|one:rust|one:mpi]\n");
+    if ((argc != 4 && !(argc == 5 && only >= 0)) || n < 2 || n % 2 != 0) {
+        if (me == 0)
+            fprintf(stderr, "usage: mpirun -n 2 (or another even number) irecv_into SIZE ITERS BLOCKS "
+                            "[one:c|one:rust|one:mpi]\n");
         MPI_Finalize();
         return 2;
     }

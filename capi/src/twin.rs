@@ -26,12 +26,14 @@ enum Mode {
     IrecvWithin,
 }
 
-/// Runs `iters` round trips of the ping-pong through the Rust API: rank 0 (or the only
-/// rank, to itself) sends the `size` bytes at `buf` with tag 1 and receives the echo; rank
-/// 1 receives and sends the message back. `mode` 0 receives with `recv`, 1 with `irecv` +
+/// Runs `iters` round trips of the ping-pong through the Rust API, ranks in pairs (0 and
+/// 1, 2 and 3, ...): the even rank (or the only rank, to itself) sends the `size` bytes at
+/// `buf` with tag 1 and receives the echo; the odd one receives and sends the message
+/// back. `mode` 0 receives with `recv`, 1 with `irecv` +
 /// `wait`, 2 with `recv_into` a buffer of `size` bytes, 3 with `irecv_within` posted before
 /// an `isend` and both waited (the receive by `wait_read`, the message copied into a
-/// buffer of `size` bytes: the loop of bench/c/irecv_into.c). Errors: BALLAST_EINVAL for NULL or another mode; the
+/// buffer of `size` bytes: the loop of bench/c/irecv_into.c). Errors: BALLAST_EINVAL for
+/// NULL, another mode, or a rank without a partner (the last of an odd world); the
 /// runtime's.
 ///
 /// # Safety
@@ -51,7 +53,15 @@ pub unsafe extern "C" fn ballast_bench_twin(
         let data = unsafe { bytes(F, buf, size) }?;
         let comm = c.comm();
         let me = comm.rank();
-        let peer = if comm.world_size() == 1 { 0 } else { 1 - me };
+        // Pairs (0, 1), (2, 3), ...: the even rank leads (rank 0 alone: to itself).
+        let peer = if comm.world_size() == 1 { 0 } else { me ^ 1 };
+        if peer >= comm.world_size() {
+            return Err(Fail::inval(format!(
+                "{F}: rank {me} has no partner: the world has {} ranks, an odd number",
+                comm.world_size()
+            )));
+        }
+        let lead = me % 2 == 0;
         let mode = match mode {
             0 => Mode::Recv,
             1 => Mode::Irecv,
@@ -76,16 +86,16 @@ pub unsafe extern "C" fn ballast_bench_twin(
         let mut run = |comm: &mut Communicator| -> Result<(), Fail> {
             for _ in 0..iters {
                 if mode == Mode::IrecvWithin {
-                    within_round(comm, me, peer, data, &mut into).map_err(rt)?;
+                    within_round(comm, lead, peer, data, &mut into).map_err(rt)?;
                     continue;
                 }
-                if me == 0 {
+                if lead {
                     comm.send(peer, 1, data).map_err(rt)?;
                 }
                 match mode {
                     Mode::Recv => {
                         let m = comm.recv(peer, 1u32).map_err(rt)?;
-                        if me == 1 {
+                        if !lead {
                             comm.send(peer, 1, &m.data).map_err(rt)?;
                         }
                     }
@@ -97,7 +107,7 @@ pub unsafe extern "C" fn ballast_bench_twin(
                             .into_message()
                             .map(|m| m.data)
                             .unwrap_or_default();
-                        if me == 1 {
+                        if !lead {
                             comm.send(peer, 1, &m).map_err(rt)?;
                         }
                     }
@@ -107,7 +117,7 @@ pub unsafe extern "C" fn ballast_bench_twin(
                             Ok(e) => e.len,
                             Err(e) => return Err(Fail::inval(format!("{F}: a message of {} bytes", e.len))),
                         };
-                        if me == 1 {
+                        if !lead {
                             comm.send(peer, 1, &into[..len]).map_err(rt)?;
                         }
                     }
@@ -120,11 +130,12 @@ pub unsafe extern "C" fn ballast_bench_twin(
     })
 }
 
-/// One round trip of mode 3: rank 0 posts its receive, sends `data` and waits for both;
-/// rank 1 posts its receive, waits for it and sends the message back from `into`.
+/// One round trip of mode 3: the leading rank posts its receive, sends `data` and waits
+/// for both; its partner posts its receive, waits for it and sends the message back from
+/// `into`.
 fn within_round(
     comm: &mut Communicator,
-    me: usize,
+    lead: bool,
     peer: usize,
     data: &[u8],
     into: &mut [u8],
@@ -135,7 +146,7 @@ fn within_round(
         into[..data.len()].copy_from_slice(data);
         len = data.len();
     };
-    if me == 0 {
+    if lead {
         let s = comm.isend(peer, 1, data)?;
         comm.wait(s)?;
         comm.wait_read(r, read)?;
