@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 rounds=${1:-5}
 size=${2:-8}
 np=${3:-2}
-if ! [[ $np =~ ^[0-9]+$ ]] || [ "$np" -lt 2 ] || [ $((np % 2)) -ne 0 ]; then
+if ! [[ $np =~ ^[1-9][0-9]*$ ]] || [ "$np" -lt 2 ] || [ $((np % 2)) -ne 0 ]; then
     echo "capi_irecv_into.sh: NP must be an even number of processes, at least 2 (got '$np')" >&2
     exit 2
 fi
@@ -28,9 +28,8 @@ export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 # shellcheck disable=SC2046 # pkg-config's flags are words
 mpicc -O2 -std=c11 -DBALLAST_BENCH_TWIN bench/c/irecv_into.c $(pkg-config --cflags --libs ballast) -o "$work/irecv_into"
 mpirun_flags=(--oversubscribe)
-# Above 2 processes on a small machine every wait may sleep (oversubscribed): fewer and
-# shorter blocks.
-if [ "$np" = 2 ]; then
+# Above 2 processes on a small machine every wait may sleep (oversubscribed): fewer blocks.
+if [ "$np" -eq 2 ]; then
     mpirun_flags+=(--bind-to core)
     iters=2000 blocks=51
 else

@@ -23,7 +23,8 @@
 //! blocked sending this rank a large message is served only if its header arrived before
 //! the collective started: a collective starts with the blocking calls' housekeeping (abort
 //! notices, unexpected messages, sends and receives in flight) when none ran for
-//! [`KEEP_EVERY`] (the clock is read at every [`CLOCK_EVERY`]-th collective).
+//! [`KEEP_EVERY`] (with no send or receive in flight, the clock is read at every
+//! [`CLOCK_EVERY`]-th collective only).
 //!
 //! Stamps: `all_gatherv` starts with an `MPI_Allgather` of two `u64`s per rank, a stamp
 //! (the collective's kind, as in `protocol::collective`, and its number on this
@@ -71,10 +72,14 @@ const KEPT_WORDS: usize = 1024;
 /// many [`ffi::ticks`] (time-stamp counter cycles: about 1 ms; once per call would cost
 /// about what a small `MPI_Allreduce` does).
 pub const KEEP_EVERY: u64 = 2_000_000;
-/// Collectives between two reads of the clock for [`KEEP_EVERY`] (a power of two): the
-/// read (`rdtsc`, 20-40 cycles) was about 1.5% of an `MPI_Allreduce` of 1 double at 2
-/// ranks (docs/BENCHMARKS.md). A collective that resumes one stopped by an error reads it
-/// whatever the count.
+/// Collectives between two reads of the clock for [`KEEP_EVERY`] (a power of two) while no
+/// send or receive of this rank is in flight: the read (`rdtsc`, 20-40 cycles) was about
+/// 1.5% of an `MPI_Allreduce` of 1 double at 2 ranks (docs/BENCHMARKS.md). With a send or
+/// receive in flight (a peer may be blocked in a large send whose parts this rank's
+/// housekeeping posts), and when resuming a collective stopped by an error, every
+/// collective reads it. What the rarer reads can delay with nothing in flight: the look
+/// for abort notices, and taking a message that no receive is posted for out of MPI (MPI
+/// itself would leave its large sender blocked there).
 const CLOCK_EVERY: u32 = 16;
 
 /// A collective stopped by a retryable error, resumed by the next call of its kind.
@@ -276,9 +281,13 @@ impl MpiNative {
     #[inline(always)]
     fn coll_ready(&mut self) -> bool {
         self.coll_calls = self.coll_calls.wrapping_add(1);
+        // The clock at every call while a send or receive is in flight (a peer may be
+        // blocked on it: the housekeeping posts a large message's parts); else at every
+        // CLOCK_EVERY-th.
+        let quiet = self.recvs.is_empty() && self.sends.is_empty() && self.deferred.is_empty();
         self.coll_unfinished.is_none()
             && !self.abort.is_set()
-            && (!self.coll_calls.is_multiple_of(CLOCK_EVERY)
+            && ((quiet && !self.coll_calls.is_multiple_of(CLOCK_EVERY))
                 || ffi::ticks().wrapping_sub(self.coll_kept) < KEEP_EVERY)
     }
 
