@@ -23,8 +23,7 @@
 //! blocked sending this rank a large message is served only if its header arrived before
 //! the collective started: a collective starts with the blocking calls' housekeeping (abort
 //! notices, unexpected messages, sends and receives in flight) when none ran for
-//! [`KEEP_EVERY`] (with no send or receive in flight, the clock is read at every
-//! [`CLOCK_EVERY`]-th collective only).
+//! [`KEEP_EVERY`].
 //!
 //! Stamps: `all_gatherv` starts with an `MPI_Allgather` of two `u64`s per rank, a stamp
 //! (the collective's kind, as in `protocol::collective`, and its number on this
@@ -72,15 +71,6 @@ const KEPT_WORDS: usize = 1024;
 /// many [`ffi::ticks`] (time-stamp counter cycles: about 1 ms; once per call would cost
 /// about what a small `MPI_Allreduce` does).
 pub const KEEP_EVERY: u64 = 2_000_000;
-/// Collectives between two reads of the clock for [`KEEP_EVERY`] (a power of two) while no
-/// send or receive of this rank is in flight: the read (`rdtsc`, 20-40 cycles) was about
-/// 1.5% of an `MPI_Allreduce` of 1 double at 2 ranks (docs/BENCHMARKS.md). With a send or
-/// receive in flight (a peer may be blocked in a large send whose parts this rank's
-/// housekeeping posts), and when resuming a collective stopped by an error, every
-/// collective reads it. What the rarer reads can delay with nothing in flight: the look
-/// for abort notices, and taking a message that no receive is posted for out of MPI (MPI
-/// itself would leave its large sender blocked there).
-const CLOCK_EVERY: u32 = 16;
 
 /// A collective stopped by a retryable error, resumed by the next call of its kind.
 pub(super) struct CollUnfinished {
@@ -279,16 +269,10 @@ impl MpiNative {
     /// resumes nothing (barrier, all_reduce, bcast) checks this first, so that its fast
     /// path does not move a `Result<Option<Pending>>` through the stack.
     #[inline(always)]
-    fn coll_ready(&mut self) -> bool {
-        self.coll_calls = self.coll_calls.wrapping_add(1);
-        // The clock at every call while a send or receive is in flight (a peer may be
-        // blocked on it: the housekeeping posts a large message's parts); else at every
-        // CLOCK_EVERY-th.
-        let quiet = self.recvs.is_empty() && self.sends.is_empty() && self.deferred.is_empty();
+    fn coll_ready(&self) -> bool {
         self.coll_unfinished.is_none()
             && !self.abort.is_set()
-            && ((quiet && !self.coll_calls.is_multiple_of(CLOCK_EVERY))
-                || ffi::ticks().wrapping_sub(self.coll_kept) < KEEP_EVERY)
+            && ffi::ticks().wrapping_sub(self.coll_kept) < KEEP_EVERY
     }
 
     /// [`MpiNative::coll_begin`] when something is to resume, the world aborted or the

@@ -292,8 +292,6 @@ pub struct MpiNative {
     coll_lean: Vec<c_int>,
     /// When a collective last did the housekeeping at its start ([`coll::KEEP_EVERY`]).
     coll_kept: u64,
-    /// Collectives started, counted for [`coll::CLOCK_EVERY`].
-    coll_calls: u32,
     /// A collective was left in flight by an error: `coll` is never freed.
     coll_abandoned: bool,
     /// The receives of `irecv_within` not ended yet, with their limits.
@@ -371,7 +369,6 @@ impl MpiNative {
             coll_ints: Default::default(),
             coll_lean: Vec::new(),
             coll_kept: ffi::ticks(),
-            coll_calls: 0,
             coll_abandoned: false,
             limits: Vec::new(),
         })
