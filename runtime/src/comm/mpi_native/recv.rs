@@ -385,28 +385,47 @@ impl MpiNative {
     /// ([`MpiNative::recv_alone`]), without a round of `poll`'s bookkeeping each time; then
     /// the general wait takes over (or finds it complete). Errors: MPI's, an abort.
     fn spin_alone(&mut self, id: RequestId) -> Result<()> {
-        if self.recvs.len() != 1
-            || self.recvs[0].id != id
-            || !self.sends.is_empty()
-            || !self.deferred.is_empty()
-        {
+        if !self.only_request(id) {
             return Ok(());
         }
+        if let Some(status) = self.poll_alone()? {
+            // A whole message completes it; a large one's parts are posted.
+            self.header_done(0, status)?;
+        }
+        Ok(())
+    }
+
+    /// Whether receive `id` is the only request in flight, with nothing deferred.
+    #[inline]
+    pub(super) fn only_request(&self, id: RequestId) -> bool {
+        matches!(self.recvs.as_slice(), [r] if r.id == id)
+            && self.sends.is_empty()
+            && self.deferred.is_empty()
+    }
+
+    /// `MPI_Test` in place of the one posted receive's header receive, at most
+    /// [`BUSY_POLLS`] times: its status once complete (the receive still in `recvs`, for
+    /// the caller to take in), `None` when it is not complete or not a header receive.
+    /// Errors: MPI's, an abort.
+    #[inline]
+    pub(super) fn poll_alone(&mut self) -> Result<Option<Status>> {
         for _ in 0..BUSY_POLLS {
             if self.abort.is_set() {
                 return Err(Error::Fabric(FabricError::Aborted));
             }
-            let RecvState::Header { recv, .. } = &mut self.recvs[0].state else {
-                return Ok(());
+            let Some(PendingRecv {
+                state: RecvState::Header { recv, .. },
+                ..
+            }) = self.recvs.first_mut()
+            else {
+                return Ok(None);
             };
             let mut status = empty_status();
             if recv.test(&mut status)? {
-                // A whole message completes it; a large one's parts are posted.
-                self.header_done(0, status)?;
-                return Ok(());
+                return Ok(Some(status));
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// A blocking receive from this rank itself (or from any source in a world of 1) can

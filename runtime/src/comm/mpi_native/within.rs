@@ -130,58 +130,50 @@ impl MpiNative {
     fn read_alone(&mut self, id: RequestId, read: &mut dyn FnMut(&[u8])) -> Result<Option<Envelope>> {
         let cap = match (self.recvs.as_slice(), self.limits.as_slice()) {
             ([r], [l])
-                if r.id == id
-                    && l.id == id
+                if l.id == id
                     && l.refused.is_none()
                     && r.src != self.rank as c_int
-                    && self.sends.is_empty()
-                    && self.deferred.is_empty() =>
+                    && matches!(r.state, RecvState::Header { scratch: false, .. })
+                    && self.only_request(id) =>
             {
                 l.cap
             }
             _ => return Ok(None),
         };
-        for _ in 0..BUSY_POLLS {
-            if self.abort.is_set() {
-                return Err(Error::Fabric(FabricError::Aborted));
-            }
-            let RecvState::Header { recv, scratch: false } = &mut self.recvs[0].state else {
-                return Ok(None);
-            };
-            let mut status = empty_status();
-            if !recv.test(&mut status)? {
-                continue;
-            }
-            // The bytes MPI wrote: a whole message of at most `cap` bytes and its kind byte?
-            let whole = matches!(recv.bytes(), Some([body @ .., KIND_WHOLE]) if body.len() <= cap);
-            if !whole || status.MPI_SOURCE < 0 {
-                self.header_done(0, status)?;
-                return Ok(None);
-            }
-            let source = status.MPI_SOURCE as usize;
-            let Some(PendingRecv {
-                chan,
-                state: RecvState::Header { mut recv, .. },
-                ..
-            }) = self.recvs.pop()
-            else {
-                unreachable!("the receive tested above")
-            };
-            self.limits.clear();
-            // The message, without its kind byte.
-            let buf = recv.take_filled().unwrap_or_default();
-            let len = buf.len().saturating_sub(1);
-            read(&buf[..len]);
-            self.keep_head(buf);
-            self.received += 1;
-            self.note_peer(source);
-            return Ok(Some(Envelope {
-                source,
-                tag: Self::ballast_tag(chan, status.MPI_TAG),
-                len,
-            }));
+        let Some(status) = self.poll_alone()? else {
+            return Ok(None);
+        };
+        let RecvState::Header { recv, .. } = &mut self.recvs[0].state else {
+            unreachable!("the header receive polled above")
+        };
+        // The bytes MPI wrote: a whole message of at most `cap` bytes and its kind byte?
+        let whole = matches!(recv.bytes(), Some([body @ .., KIND_WHOLE]) if body.len() <= cap);
+        if !whole || status.MPI_SOURCE < 0 {
+            self.header_done(0, status)?;
+            return Ok(None);
         }
-        Ok(None)
+        let source = status.MPI_SOURCE as usize;
+        let Some(PendingRecv {
+            chan,
+            state: RecvState::Header { mut recv, .. },
+            ..
+        }) = self.recvs.pop()
+        else {
+            unreachable!("the receive tested above")
+        };
+        self.limits.clear();
+        // The message, without its kind byte.
+        let buf = recv.take_filled().unwrap_or_default();
+        let len = buf.len().saturating_sub(1);
+        read(&buf[..len]);
+        self.keep_head(buf);
+        self.received += 1;
+        self.note_peer(source);
+        Ok(Some(Envelope {
+            source,
+            tag: Self::ballast_tag(chan, status.MPI_TAG),
+            len,
+        }))
     }
 
     /// [`MpiNative::wait_within`]'s message, still in its receive's buffer.

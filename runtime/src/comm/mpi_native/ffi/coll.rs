@@ -144,6 +144,38 @@ pub(in crate::comm::mpi_native) struct Layout {
     pub displs: Vec<c_int>,
 }
 
+/// Writes to `displs` each part's offset from the lowest address of a non-empty part (0
+/// for an empty part) of `parts` (address and length each, one per entry of `displs`):
+/// `Some(Some(i))`, part `i` being at that lowest address, or `Some(None)` when every part
+/// is empty; `None` when an offset plus its part's length does not fit an `int`.
+#[inline]
+fn offsets(
+    parts: impl Iterator<Item = (*const u8, usize)> + Clone,
+    displs: &mut [c_int],
+) -> Option<Option<usize>> {
+    let lowest = parts
+        .clone()
+        .enumerate()
+        .filter(|(_, (_, len))| *len > 0)
+        .min_by_key(|(_, (a, _))| *a as usize);
+    let Some((first, (base, _))) = lowest else {
+        displs.fill(0);
+        return Some(None);
+    };
+    for ((a, len), d) in parts.zip(displs) {
+        *d = if len == 0 {
+            0
+        } else {
+            let off = a as usize - base as usize;
+            if off.checked_add(len)? > c_int::MAX as usize {
+                return None;
+            }
+            off as c_int
+        };
+    }
+    Some(Some(first))
+}
+
 impl Layout {
     /// The layout of parts at `addrs` of `lens` bytes, if every offset from the lowest
     /// address, plus its part's length, fits an `int`.
@@ -154,30 +186,13 @@ impl Layout {
         mut displs: Vec<c_int>,
     ) -> Option<Layout> {
         displs.clear();
-        displs.reserve(lens.len());
-        let live = addrs.clone().zip(lens).filter(|(_, &l)| l > 0);
-        let Some(base) = live.clone().map(|(a, _)| a as usize).min() else {
-            displs.resize(lens.len(), 0);
-            return Some(Layout {
-                base: nowhere(),
-                displs,
-            });
+        displs.resize(lens.len(), 0);
+        let parts = addrs.zip(lens).map(|(a, &l)| (a, l as usize));
+        let base = match offsets(parts.clone(), &mut displs)? {
+            Some(i) => parts.clone().nth(i).map_or(nowhere(), |(a, _)| a),
+            None => nowhere(),
         };
-        for (a, &l) in addrs.zip(lens) {
-            if l == 0 {
-                displs.push(0);
-                continue;
-            }
-            let off = a as usize - base;
-            if off.checked_add(l as usize)? > c_int::MAX as usize {
-                return None;
-            }
-            displs.push(off as c_int);
-        }
-        Some(Layout {
-            base: base as *const u8,
-            displs,
-        })
+        Some(Layout { base, displs })
     }
 
     /// The layout of parts laid end to end in `buf` at `displs`.
@@ -295,7 +310,6 @@ pub(in crate::comm::mpi_native) fn alltoallv_kept(
     out: &mut [Vec<u8>],
     ints: &mut Vec<c_int>,
 ) -> Option<Result<()>> {
-    const MAX: usize = c_int::MAX as usize;
     let n = parts.len();
     if got.len() != n || out.len() != n {
         return None;
@@ -308,44 +322,26 @@ pub(in crate::comm::mpi_native) fn alltoallv_kept(
     let (sc, rest) = ints.split_at_mut(n);
     let (sd, rest) = rest.split_at_mut(n);
     let (rc, rd) = rest.split_at_mut(n);
-    // The send side: offsets from the lowest address of a non-empty part.
-    let mut sbase = nowhere();
-    for p in parts.iter().filter(|p| !p.is_empty()) {
-        if sbase == nowhere() || p.as_ptr() < sbase {
-            sbase = p.as_ptr();
-        }
+    // Offsets from the lowest address of a non-empty part, on either side.
+    let send = parts.iter().map(|p| (p.as_ptr(), p.len()));
+    let sbase = match offsets(send, sd)? {
+        Some(d) => parts[d].as_ptr(),
+        None => nowhere(),
+    };
+    for (c, p) in sc.iter_mut().zip(parts) {
+        *c = p.len() as c_int;
     }
-    for (d, p) in parts.iter().enumerate() {
-        let off = if p.is_empty() {
-            0
-        } else {
-            p.as_ptr() as usize - sbase as usize
-        };
-        if off.checked_add(p.len())? > MAX {
-            return None;
-        }
-        (sc[d], sd[d]) = (p.len() as c_int, off as c_int);
+    // The receive side: every buffer has the room.
+    if out.iter().zip(got).any(|(b, &len)| (b.capacity() as u64) < len) {
+        return None;
     }
-    // The receive side: every buffer has the room; offsets from the lowest one written.
-    let mut rbase: *mut u8 = nowhere().cast_mut();
-    for (b, &len) in out.iter_mut().zip(got) {
-        if (b.capacity() as u64) < len || len > MAX as u64 {
-            return None;
-        }
-        if len > 0 && (rbase.cast_const() == nowhere() || b.as_mut_ptr() < rbase) {
-            rbase = b.as_mut_ptr();
-        }
-    }
-    for (s, (b, &len)) in out.iter_mut().zip(got).enumerate() {
-        let off = if len == 0 {
-            0
-        } else {
-            b.as_mut_ptr() as usize - rbase as usize
-        };
-        if off.checked_add(len as usize)? > MAX {
-            return None;
-        }
-        (rc[s], rd[s]) = (len as c_int, off as c_int);
+    let recv = out.iter().zip(got).map(|(b, &len)| (b.as_ptr(), len as usize));
+    let rbase: *mut u8 = match offsets(recv, rd)? {
+        Some(s) => out[s].as_mut_ptr(),
+        None => nowhere().cast_mut(),
+    };
+    for (c, &len) in rc.iter_mut().zip(got) {
+        *c = len as c_int;
     }
     // SAFETY: `sbase + sd[d]` is part `d`, `sc[d]` bytes of the caller's slices (borrowed
     // for the call; 0 bytes and MPI reads nothing where a part is empty); `rbase + rd[s]`
