@@ -1,0 +1,163 @@
+//! The shared-memory fabric's one unsafe view: a segment (a sealed `memfd` mapped
+//! `MAP_SHARED`, so that every process that maps it sees the same bytes), read and written
+//! only through bounds-checked offsets: words as atomics, bytes copied in, bytes read in
+//! place. Everything above (the receive rings, the rendezvous) is safe code over it.
+//!
+//! Sealing (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`, Linux's `memfd_create(2)`) is what
+//! makes a peer's segment safe to map: its owner can no longer shrink it, so an access
+//! within the size checked at mapping time never faults (SIGBUS), whatever the owner does.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use memmap2::{MmapOptions, MmapRaw};
+use rustix::fs::{fcntl_add_seals, fcntl_get_seals, fstat, ftruncate, memfd_create, MemfdFlags, SealFlags};
+
+/// The seals every segment carries before it is mapped by anyone but its owner.
+const SEALS: SealFlags = SealFlags::SHRINK.union(SealFlags::GROW).union(SealFlags::SEAL);
+
+/// Why a segment could not be made or mapped: the call and the OS error, or what is wrong
+/// with a peer's segment.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SegmentError {
+    /// A system call failed.
+    #[error("{call}: {source}")]
+    Os {
+        /// The call (`memfd_create`, `ftruncate`, `mmap`, ...).
+        call: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A peer's segment is not one this fabric can map safely.
+    #[error("the segment is refused: {0}")]
+    Refused(String),
+}
+
+fn os(call: &'static str) -> impl FnOnce(rustix::io::Errno) -> SegmentError {
+    move |e| SegmentError::Os {
+        call,
+        source: e.into(),
+    }
+}
+
+/// A shared segment: its file descriptor and its mapping of `len` bytes (page-aligned, so
+/// every 8-byte-aligned offset is 8-byte-aligned in memory).
+pub(crate) struct Segment {
+    map: MmapRaw,
+    fd: OwnedFd,
+}
+
+impl Segment {
+    /// A new zeroed segment of `len` bytes named `name` (the name shows in
+    /// `/proc/PID/maps` only: a `memfd` has no path, so nothing is left behind), sealed
+    /// against resizing and mapped. Errors: the failing call's (`ENOMEM` when the memory
+    /// cannot be had, `EMFILE` when out of descriptors).
+    pub(crate) fn create(name: &str, len: usize) -> Result<Segment, SegmentError> {
+        let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .map_err(os("memfd_create"))?;
+        ftruncate(&fd, len as u64).map_err(os("ftruncate"))?;
+        fcntl_add_seals(&fd, SEALS).map_err(os("fcntl(F_ADD_SEALS)"))?;
+        Segment::map(fd, len)
+    }
+
+    /// Maps a peer's segment from its descriptor, after checking that it is sealed
+    /// against shrinking and holds at least `min_len` bytes. The whole segment is mapped.
+    /// Errors: [`SegmentError::Refused`] (not sealed, too small, too large for this
+    /// address space), the failing call's.
+    pub(crate) fn open(fd: OwnedFd, min_len: usize) -> Result<Segment, SegmentError> {
+        let seals = fcntl_get_seals(&fd).map_err(os("fcntl(F_GET_SEALS)"))?;
+        if !seals.contains(SealFlags::SHRINK) {
+            return Err(SegmentError::Refused(
+                "it is not sealed against shrinking (F_SEAL_SHRINK)".into(),
+            ));
+        }
+        let size = fstat(&fd).map_err(os("fstat"))?.st_size;
+        let len = usize::try_from(size)
+            .map_err(|_| SegmentError::Refused(format!("its size {size} does not fit this address space")))?;
+        if len < min_len {
+            return Err(SegmentError::Refused(format!(
+                "it holds {len} bytes, fewer than the {min_len} needed"
+            )));
+        }
+        Segment::map(fd, len)
+    }
+
+    fn map(fd: OwnedFd, len: usize) -> Result<Segment, SegmentError> {
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&fd)
+            .map_err(|e| SegmentError::Os {
+                call: "mmap",
+                source: e,
+            })?;
+        Ok(Segment { map, fd })
+    }
+
+    /// The segment's descriptor (to pass to a peer).
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Its length, bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether `[off, off + len)` lies in the segment and `off` is a multiple of `align`.
+    #[inline]
+    fn fits(&self, off: usize, len: usize, align: usize) -> bool {
+        off.is_multiple_of(align) && off.checked_add(len).is_some_and(|end| end <= self.map.len())
+    }
+
+    /// The 8-byte word at `off` as an atomic; `None` when it is out of the segment or not
+    /// aligned.
+    #[inline]
+    pub(crate) fn u64_at(&self, off: usize) -> Option<&AtomicU64> {
+        if !self.fits(off, 8, 8) {
+            return None;
+        }
+        // SAFETY: `off..off + 8` lies in the mapping (checked above), which lives as long as
+        // `self` and is 8-byte aligned there (the mapping is page-aligned, `off` a multiple
+        // of 8). Every access to shared words goes through atomics, in this process and, by
+        // the protocol, in its peers.
+        Some(unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(off).cast()) })
+    }
+
+    /// The 4-byte word at `off` as an atomic (a futex word); `None` as for [`Segment::u64_at`].
+    #[inline]
+    pub(crate) fn u32_at(&self, off: usize) -> Option<&AtomicU32> {
+        if !self.fits(off, 4, 4) {
+            return None;
+        }
+        // SAFETY: as in `u64_at`, for 4 bytes at a multiple of 4.
+        Some(unsafe { AtomicU32::from_ptr(self.map.as_mut_ptr().add(off).cast()) })
+    }
+
+    /// Copies `src` to offset `off`; `None`, nothing written, when it does not fit.
+    #[inline]
+    pub(crate) fn write(&self, off: usize, src: &[u8]) -> Option<()> {
+        if !self.fits(off, src.len(), 1) {
+            return None;
+        }
+        // SAFETY: the destination lies in the mapping (checked above) and cannot overlap
+        // `src`, a Rust slice (a slice of this segment is only ever handed out by `bytes`,
+        // for a cell this process owns and does not write meanwhile: the rings' protocol).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.map.as_mut_ptr().add(off), src.len()) };
+        Some(())
+    }
+
+    /// The `len` bytes at `off`, read in place; `None` when they do not fit. The caller
+    /// owns them by the rings' protocol (a published cell, not written again until the
+    /// caller gives it back).
+    #[inline]
+    pub(crate) fn bytes(&self, off: usize, len: usize) -> Option<&[u8]> {
+        if !self.fits(off, len, 1) {
+            return None;
+        }
+        // SAFETY: the bytes lie in the mapping (checked above), which outlives the borrow of
+        // `self`. They are plain bytes (any value is valid); by the rings' protocol no
+        // process writes them while the caller reads (a peer that breaks it can only garble
+        // bytes that are treated as untrusted data).
+        Some(unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off), len) })
+    }
+}
