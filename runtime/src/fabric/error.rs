@@ -187,6 +187,17 @@ pub enum FabricError {
         /// The rank that went away.
         peer: usize,
     },
+    /// The shared-memory fabric failed: a segment, a ring, the rendezvous with a peer
+    /// (`peer`, when one is concerned), or a broken segment of a peer.
+    #[error("shm: rank {rank}{}: {what}", .peer.map(|p| format!(" with rank {p}")).unwrap_or_default())]
+    Shm {
+        /// The rank that saw it.
+        rank: usize,
+        /// The peer concerned, if one is.
+        peer: Option<usize>,
+        /// What failed, with the call or the value.
+        what: String,
+    },
     /// A send on the verbs fabric could not be posted toward rank `dest` (no endpoint or
     /// queue pair yet, a buffer outside the registered pool, ...): a bookkeeping bug.
     #[error("protocol error: rank {rank}: verbs send to rank {dest}: {what}")]
@@ -306,6 +317,8 @@ pub enum FabricKind {
     Mpi,
     /// The in-process fabric (`local`).
     Local,
+    /// The shared-memory fabric (`shm`).
+    Shm,
     /// The start-up exchange ([`crate::bootstrap`]: environment, TCP rendezvous, MPI).
     Bootstrap,
     /// Any fabric: ranks, aborts, the wire format, endpoints, memory, the system.
@@ -333,6 +346,7 @@ impl FabricError {
             | FabricError::MpiWorld { .. }
             | FabricError::MpiValue { .. } => FabricKind::Mpi,
             FabricError::ReceiverNotReady { .. } | FabricError::ReceiveQueue { .. } => FabricKind::Local,
+            FabricError::Shm { .. } => FabricKind::Shm,
             FabricError::Bootstrap(_) => FabricKind::Bootstrap,
             _ => FabricKind::Other,
         }

@@ -23,11 +23,9 @@ mod key;
 pub(crate) mod local;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
-pub(crate) mod sizes;
-// The building blocks land before the fabric that uses them (issue 36): used by their tests.
 #[cfg(target_os = "linux")]
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod shm;
+pub(crate) mod sizes;
 #[cfg(feature = "verbs")]
 pub(crate) mod verbs;
 pub(crate) mod wire;

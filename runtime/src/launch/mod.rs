@@ -2,7 +2,8 @@
 //! bootstrap together with the MPI it may have initialised for it, dropped in the order MPI
 //! needs: the bootstrap's communicator before `MPI_Finalize`), and the one launcher of
 //! ranks as threads of this process ([`threads`]) with each transport's use of it:
-//! [`threads::run_ranks`] (the `local` transport), `verbs::run_ranks` (`launch/verbs.rs`, feature
+//! [`threads::run_ranks`] (the `local` transport), `shm::run_ranks` (`launch/shm.rs`, ranks
+//! as threads with a segment each), `verbs::run_ranks` (`launch/verbs.rs`, feature
 //! `verbs`) and [`Mpi::run_ranks`](crate::fabric::mpi::Mpi::run_ranks) (feature
 //! `mpi`). The command line and the tests start their threaded ranks through these. The
 //! launchers of one transport are published under that transport's name only
@@ -17,6 +18,8 @@ use crate::core::procstatus::ProcStatus;
 pub(crate) mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(target_os = "linux")]
+pub(crate) mod shm;
 pub mod threads;
 #[cfg(feature = "verbs")]
 pub(crate) mod verbs;

@@ -104,7 +104,7 @@ impl RecvQueue {
 
 /// Locks `mem` with mlock if asked; a refusal is recorded in the registration's
 /// [`MemoryLock`] (bytes, OS error, the soft RLIMIT_MEMLOCK), not an error.
-fn lock_region(mem: &[u8], lock: bool) -> (Option<region::LockGuard>, Registration) {
+pub(crate) fn lock_region(mem: &[u8], lock: bool) -> (Option<region::LockGuard>, Registration) {
     let bytes = mem.len() as u64;
     let mut outcome = MemoryLock::default();
     if !lock {

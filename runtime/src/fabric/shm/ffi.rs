@@ -40,11 +40,13 @@ fn os(call: &'static str) -> impl FnOnce(rustix::io::Errno) -> SegmentError {
     }
 }
 
-/// A shared segment: its file descriptor and its mapping of `len` bytes (page-aligned, so
-/// every 8-byte-aligned offset is 8-byte-aligned in memory).
+/// A shared segment: its mapping of `len` bytes (page-aligned, so every 8-byte-aligned
+/// offset is 8-byte-aligned in memory) and, for a segment this process made, its file
+/// descriptor until it is taken to be passed on (a peer's is closed once mapped: the
+/// mapping keeps the memory, and a rank with many peers keeps no descriptor for each).
 pub(crate) struct Segment {
     map: MmapRaw,
-    fd: OwnedFd,
+    fd: Option<OwnedFd>,
 }
 
 impl Segment {
@@ -57,7 +59,8 @@ impl Segment {
             .map_err(os("memfd_create"))?;
         ftruncate(&fd, len as u64).map_err(os("ftruncate"))?;
         fcntl_add_seals(&fd, SEALS).map_err(os("fcntl(F_ADD_SEALS)"))?;
-        Segment::map(fd, len)
+        let map = Segment::map(&fd, len)?;
+        Ok(Segment { map, fd: Some(fd) })
     }
 
     /// Maps a peer's segment from its descriptor, after checking that it is sealed
@@ -79,23 +82,31 @@ impl Segment {
                 "it holds {len} bytes, fewer than the {min_len} needed"
             )));
         }
-        Segment::map(fd, len)
+        let map = Segment::map(&fd, len)?;
+        Ok(Segment { map, fd: None })
     }
 
-    fn map(fd: OwnedFd, len: usize) -> Result<Segment, SegmentError> {
-        let map = MmapOptions::new()
+    fn map(fd: &OwnedFd, len: usize) -> Result<MmapRaw, SegmentError> {
+        MmapOptions::new()
             .len(len)
-            .map_raw(&fd)
+            .map_raw(fd)
             .map_err(|e| SegmentError::Os {
                 call: "mmap",
                 source: e,
-            })?;
-        Ok(Segment { map, fd })
+            })
     }
 
-    /// The segment's descriptor (to pass to a peer).
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// The descriptor of a segment this process made, while it has it (to pass to a peer;
+    /// the board's, once ranks in separate processes start: used by the tests until then).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// Takes the descriptor of a segment this process made (for the thread that passes it
+    /// to peers).
+    pub(crate) fn take_fd(&mut self) -> Option<OwnedFd> {
+        self.fd.take()
     }
 
     /// Its length, bytes.

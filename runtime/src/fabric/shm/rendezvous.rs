@@ -55,6 +55,12 @@ impl Listener {
         send_fd(&s, fd, info)?;
         Ok(s)
     }
+
+    /// Stops the listening: a [`Listener::serve`] blocked in another thread returns an
+    /// error (Linux: `accept` gives `EINVAL` on a socket shut down).
+    pub(crate) fn shutdown(&self) {
+        let _ = rustix::net::shutdown(&self.0, rustix::net::Shutdown::Both);
+    }
 }
 
 fn send_fd(s: &UnixStream, fd: BorrowedFd<'_>, info: &[u8]) -> std::io::Result<()> {
@@ -161,6 +167,20 @@ mod tests {
     }
 
     #[test]
+    fn a_shut_down_listener_stops_serving_in_another_thread() {
+        let l = std::sync::Arc::new(Listener::bind(&unique("shutdown")).unwrap());
+        let seg = Segment::create("ballast-test", 4096).unwrap();
+        let fd = seg.fd().unwrap().try_clone_to_owned().unwrap();
+        let server = {
+            let l = l.clone();
+            std::thread::spawn(move || l.serve(std::os::fd::AsFd::as_fd(&fd), b"x").map(|_| ()))
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        l.shutdown();
+        assert!(server.join().unwrap().is_err());
+    }
+
+    #[test]
     fn nobody_listening_is_an_error_at_the_deadline() {
         let t = Instant::now();
         let e = fetch(&unique("nobody"), Duration::from_millis(50)).unwrap_err();
@@ -216,7 +236,7 @@ mod tests {
             .spawn()
             .unwrap();
         let info = [(depth as u64).to_le_bytes(), (payload as u64).to_le_bytes()].concat();
-        let mut conn = l.serve(seg.fd(), &info).unwrap();
+        let mut conn = l.serve(seg.fd().unwrap(), &info).unwrap();
         let mut rd = Reader::new(ring);
         for i in 0..1000u64 {
             let (c, p) = loop {
@@ -241,7 +261,7 @@ mod tests {
         let e = Segment::open(fd, 64).err().unwrap();
         assert!(e.to_string().contains("F_SEAL_SHRINK"), "{e}");
         let small = Segment::create("ballast-test", 4096).unwrap();
-        let fd = small.fd().try_clone_to_owned().unwrap();
+        let fd = small.fd().unwrap().try_clone_to_owned().unwrap();
         let e = Segment::open(fd, 8192).err().unwrap();
         assert!(e.to_string().contains("4096 bytes, fewer than the 8192"), "{e}");
     }

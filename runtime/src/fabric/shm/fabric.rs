@@ -1,0 +1,515 @@
+//! [`ShmFabric`]: one rank's side of the shared-memory transport. Its segment holds its
+//! data ring (the shared receive queue: every peer's packets) and its control ring; a
+//! thread of its own hands the segment's descriptor to each peer that connects. A peer's
+//! segment is mapped the first time this rank sends to it, and stays mapped. The job's
+//! board gives every rank's bell and end.
+//!
+//! A send copies the pool buffer into a cell of the receiver's data ring
+//! ([`Fabric::copies_payload`]: no completion event); the engine's credits guarantee the
+//! cell. A control message goes into the receiver's control ring, or, while that ring is
+//! full, waits in this rank's queue, pushed again at each poll (never blocking: two ranks
+//! whose rings are full cannot wait on each other).
+
+use std::collections::VecDeque;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::board::{Board, FAILED, FINISHED};
+use super::rendezvous::{fetch, socket_name, Listener};
+use super::ring::{Cell, Reader, Ring, RingError};
+use super::segment::{RankSegment, SEG_HEAD};
+use crate::core::config::{RecvSharing, TransportConfig};
+use crate::core::footprint::MemoryModel;
+use crate::core::intmap::IntMap;
+use crate::core::pool::{Register, Registration};
+use crate::fabric::error::{FabricError, Result};
+use crate::fabric::local::lock_region;
+use crate::fabric::{
+    go, poll_result, Capabilities, Control, Event, Fabric, FabricBytes, Flow, Halt, OthersEnd, PacketHeader,
+    PeerEnd, PeerKey,
+};
+
+/// Cells handled per [`Fabric::poll`] call at most, per ring.
+const POLL_BATCH: usize = 256;
+/// Cells of a rank's control ring (64 bytes each).
+pub(crate) const CONTROL_DEPTH: usize = 256;
+/// A cell's kind: a data packet.
+const KIND_PACKET: u8 = 1;
+/// A cell's kind: a control message (its code in `tag`, its value in `total`).
+const KIND_CONTROL: u8 = 2;
+
+/// What the ranks of one job share: its name (for the sockets), its board, how long a
+/// rendezvous may wait, and the launcher's stop (ranks as threads of one process).
+#[derive(Clone)]
+pub(crate) struct Job {
+    /// The job's identity in socket names.
+    pub name: String,
+    /// The board, mapped.
+    pub board: Arc<Board>,
+    /// How long to wait for a peer to listen.
+    pub timeout: Duration,
+    /// Set by the launcher when a rank of this process failed.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// A peer's mapped segment and the connection that gave it.
+struct Peer {
+    seg: RankSegment,
+    _conn: UnixStream,
+}
+
+/// The thread that hands this rank's segment to its peers.
+struct Server {
+    listener: Arc<Listener>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.listener.shutdown();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The data ring's cells for `cfg` in a world of `world` ranks: `srq_depth` (shared), or
+/// `recv_depth` per rank (`per-peer`: the credits of every peer, itself included).
+pub(crate) fn data_depth(cfg: &TransportConfig, world: usize) -> usize {
+    match cfg.recv_sharing {
+        RecvSharing::PerPeer => cfg.recv_depth.saturating_mul(world.max(1)),
+        _ => cfg.srq_depth,
+    }
+}
+
+/// The sizes of the structures this fabric allocates (see [`MemoryModel`]), for
+/// `buffer_size`: its side only, the engine adds its own. Its one receive queue is the
+/// segment: the header and control ring fixed, each data cell's head and rounding per
+/// buffer.
+pub(crate) fn memory_model(buffer_size: usize) -> MemoryModel {
+    let cell = Ring::cell_bytes(buffer_size).unwrap_or(usize::MAX) as u64;
+    let fixed =
+        (SEG_HEAD + super::ring::RING_HEAD) as u64 + Ring::bytes(CONTROL_DEPTH, 0).unwrap_or(0) as u64;
+    MemoryModel {
+        endpoint_fixed_bytes: (std::mem::size_of::<Peer>() + std::mem::size_of::<usize>()) as u64,
+        engine_endpoint_bytes: 0,
+        rq_fixed_bytes: fixed,
+        rq_wqe_bytes: cell.saturating_sub(buffer_size as u64),
+        srq_fixed_bytes: fixed,
+        srq_wqe_bytes: cell.saturating_sub(buffer_size as u64),
+        control_fixed_bytes: (std::mem::size_of::<ShmFabric>() + super::board::PER_RANK) as u64,
+        per_peer_control_bytes: 0,
+    }
+}
+
+/// The shared-memory fabric of one rank.
+pub struct ShmFabric {
+    rank: usize,
+    world: usize,
+    job: Job,
+    own: RankSegment,
+    data: Reader,
+    control: Reader,
+    peers: IntMap<usize, Peer>,
+    /// Control messages waiting for room in their receiver's control ring, in order.
+    pending: VecDeque<(usize, Control)>,
+    _server: Server,
+    locks: Vec<region::LockGuard>,
+    bytes: FabricBytes,
+    model: MemoryModel,
+    marked_done: bool,
+    notice_seen: bool,
+}
+
+impl ShmFabric {
+    /// Rank `rank`'s fabric in a world of `world` ranks of `job`: its segment made (rings
+    /// for `cfg`, locked when `lock_pool`), its socket listening, its thread serving.
+    /// Errors: [`FabricError::Shm`] (the segment cannot be had, the socket name is taken).
+    pub(crate) fn new(rank: usize, world: usize, cfg: &TransportConfig, job: Job) -> Result<ShmFabric> {
+        let err = |what: String| FabricError::Shm {
+            rank,
+            peer: None,
+            what,
+        };
+        let depth = data_depth(cfg, world);
+        let mut own = RankSegment::create(
+            &format!("ballast-shm-{rank}"),
+            rank,
+            depth,
+            cfg.buffer_size,
+            CONTROL_DEPTH,
+        )
+        .map_err(|e| {
+            err(format!(
+                "its segment ({depth} cells of {} bytes): {e}",
+                cfg.buffer_size
+            ))
+        })?;
+        let name = socket_name(&job.name, rank).map_err(|e| err(e.to_string()))?;
+        let listener =
+            Arc::new(Listener::bind(&name).map_err(|e| err(format!("listening on `{name}`: {e}")))?);
+        let fd = own
+            .seg
+            .take_fd()
+            .ok_or_else(|| err("its segment has no descriptor".into()))?;
+        let thread = {
+            let listener = listener.clone();
+            std::thread::Builder::new()
+                .name(format!("ballast-shm-{rank}"))
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    // The connections stay open while this rank lives: their end tells the
+                    // peers that it is gone.
+                    let mut conns = Vec::new();
+                    while let Ok(c) = listener.serve(fd.as_fd(), &(rank as u64).to_le_bytes()) {
+                        conns.push(c);
+                    }
+                })
+                .map_err(|e| err(format!("starting its rendezvous thread: {e}")))?
+        };
+        job.board.set_pid(rank, std::process::id());
+        let model = memory_model(cfg.buffer_size);
+        let (guard, reg) = lock_region(own.seg.bytes(0, own.seg.len()).unwrap_or_default(), cfg.lock_pool);
+        let mut bytes = FabricBytes {
+            srq_bytes: own.seg.len() as u64,
+            recv_registered_bytes: (depth * cfg.buffer_size) as u64,
+            recv_locked_bytes: reg.locked_bytes,
+            ..FabricBytes::default()
+        };
+        bytes.recv_lock.add(&reg.lock);
+        Ok(ShmFabric {
+            rank,
+            world,
+            data: Reader::new(own.data),
+            control: Reader::new(own.control),
+            own,
+            job,
+            peers: IntMap::default(),
+            pending: VecDeque::new(),
+            _server: Server {
+                listener,
+                thread: Some(thread),
+            },
+            locks: guard.into_iter().collect(),
+            bytes,
+            model,
+            marked_done: false,
+            notice_seen: false,
+        })
+    }
+
+    fn shm_err(&self, peer: Option<usize>, what: String) -> FabricError {
+        FabricError::Shm {
+            rank: self.rank,
+            peer,
+            what,
+        }
+    }
+
+    /// Rank `dest`'s segment: this rank's own, or the peer's, fetched and mapped the first
+    /// time.
+    fn target(&mut self, dest: usize) -> Result<&RankSegment> {
+        if dest == self.rank {
+            return Ok(&self.own);
+        }
+        if dest >= self.world {
+            return Err(FabricError::InvalidRank {
+                rank: dest,
+                world_size: self.world,
+            });
+        }
+        if !self.peers.contains_key(&dest) {
+            let name =
+                socket_name(&self.job.name, dest).map_err(|e| self.shm_err(Some(dest), e.to_string()))?;
+            let (conn, fd, _) = match fetch(&name, self.job.timeout) {
+                Ok(got) => got,
+                // A peer that failed no longer serves: stop as every rank does then.
+                Err(_) if self.aborted() => return Err(FabricError::Aborted),
+                Err(e) => {
+                    return Err(self.shm_err(Some(dest), format!("fetching its segment from `{name}`: {e}")))
+                }
+            };
+            let seg = RankSegment::open(fd, dest).map_err(|e| self.shm_err(Some(dest), e.to_string()))?;
+            self.peers.insert(dest, Peer { seg, _conn: conn });
+        }
+        Ok(&self.peers[&dest].seg)
+    }
+
+    /// Pushes the waiting control messages, in order, until one finds its ring full.
+    fn flush_controls(&mut self) -> Result<()> {
+        while let Some(&(dest, msg)) = self.pending.front() {
+            if !self.push_control(dest, msg)? {
+                break;
+            }
+            self.pending.pop_front();
+        }
+        Ok(())
+    }
+
+    /// One control message into rank `dest`'s control ring: false when it is full.
+    fn push_control(&mut self, dest: usize, msg: Control) -> Result<bool> {
+        let src = self.rank as u32;
+        let t = self.target(dest)?;
+        let w = msg.encode();
+        let cell = Cell {
+            src,
+            kind: KIND_CONTROL,
+            tag: u32::from(w.code),
+            total: w.value,
+            ..Cell::default()
+        };
+        match t.control.push(&t.seg, cell, &[]) {
+            Ok(()) => {}
+            Err(RingError::Full) => return Ok(false),
+            Err(e) => return Err(self.shm_err(Some(dest), format!("its control ring: {e:?}"))),
+        }
+        self.job.board.ring(dest);
+        Ok(true)
+    }
+
+    /// [`Fabric::poll`]'s work: the abort notice, the waiting controls, then the data and
+    /// control rings. A data cell whose event stops the poll stays in the ring, first at
+    /// the next poll.
+    fn poll_events(
+        &mut self,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<usize, Halt> {
+        let mut n = 0;
+        if !self.notice_seen {
+            if let Some((by, code)) = self.job.board.notice() {
+                if by != self.rank {
+                    go(on_event(Event::Control {
+                        src: by,
+                        msg: Control::Abort { code },
+                    }))?;
+                    n += 1;
+                }
+                self.notice_seen = true;
+            }
+        }
+        if !self.pending.is_empty() {
+            self.flush_controls()?;
+        }
+        let bad = |rank: usize, what: String| FabricError::Shm {
+            rank,
+            peer: None,
+            what,
+        };
+        for _ in 0..POLL_BATCH {
+            let Some((c, payload)) = self
+                .data
+                .peek(&self.own.seg)
+                .map_err(|e| bad(self.rank, format!("{e:?}")))?
+            else {
+                break;
+            };
+            if c.kind != KIND_PACKET || c.src as usize >= self.world {
+                return Err(bad(
+                    self.rank,
+                    format!("a data cell of kind {} from rank {}", c.kind, c.src),
+                )
+                .into());
+            }
+            let header = PacketHeader {
+                src: c.src,
+                tag: c.tag,
+                total: c.total,
+                offset: c.offset,
+                len: c.len,
+                more: c.more,
+            };
+            go(on_event(Event::Arrival { header, payload }))?;
+            self.data
+                .advance(&self.own.seg)
+                .map_err(|e| bad(self.rank, format!("{e:?}")))?;
+            n += 1;
+        }
+        for _ in 0..POLL_BATCH {
+            let Some((c, _)) = self
+                .control
+                .peek(&self.own.seg)
+                .map_err(|e| bad(self.rank, format!("{e:?}")))?
+            else {
+                break;
+            };
+            self.control
+                .advance(&self.own.seg)
+                .map_err(|e| bad(self.rank, format!("{e:?}")))?;
+            let (src, code) = (c.src as usize, u8::try_from(c.tag).unwrap_or(u8::MAX));
+            if c.kind != KIND_CONTROL || src >= self.world {
+                return Err(bad(
+                    self.rank,
+                    format!("a control cell of kind {} from rank {src}", c.kind),
+                )
+                .into());
+            }
+            let msg = Control::decode(code, c.total)?;
+            go(on_event(Event::Control { src, msg }))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+impl Drop for ShmFabric {
+    /// A rank that ends without finishing failed: the others stop waiting for it.
+    fn drop(&mut self) {
+        if !self.marked_done {
+            self.job.board.fail(self.rank);
+        }
+    }
+}
+
+impl Register for ShmFabric {
+    type Error = FabricError;
+
+    fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
+        let (guard, reg) = lock_region(region, lock);
+        self.locks.extend(guard);
+        Ok(reg)
+    }
+}
+
+impl Fabric for ShmFabric {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            name: "shm",
+            xrc: false,
+        }
+    }
+
+    /// The rings were made with the fabric; nothing to add.
+    fn setup_receive(&mut self, _sharing: RecvSharing) -> Result<Option<String>> {
+        Ok(None)
+    }
+
+    fn open_endpoint(&mut self, key: PeerKey) -> Result<()> {
+        self.target(key.index())?;
+        self.bytes.endpoint_bytes += self.model.endpoint_fixed_bytes;
+        Ok(())
+    }
+
+    /// The peer's mapping stays (a control message may still go to it); its count goes.
+    fn close_endpoint(&mut self, _key: PeerKey) -> Result<()> {
+        self.bytes.endpoint_bytes = self
+            .bytes
+            .endpoint_bytes
+            .saturating_sub(self.model.endpoint_fixed_bytes);
+        Ok(())
+    }
+
+    fn post_send(
+        &mut self,
+        dest: usize,
+        _key: PeerKey,
+        h: &PacketHeader,
+        payload: &[u8],
+        _wr_id: u64,
+    ) -> Result<()> {
+        let t = self.target(dest)?;
+        let cell = Cell {
+            src: h.src,
+            kind: KIND_PACKET,
+            more: h.more,
+            tag: h.tag,
+            total: h.total,
+            offset: h.offset,
+            len: 0,
+        };
+        match t.data.push(&t.seg, cell, payload) {
+            Ok(()) => {}
+            Err(RingError::Full) => return Err(FabricError::ReceiverNotReady { dest }),
+            Err(e) => return Err(self.shm_err(Some(dest), format!("its data ring: {e:?}"))),
+        }
+        self.job.board.ring(dest);
+        Ok(())
+    }
+
+    fn send_control(&mut self, dest: usize, msg: Control) -> Result<()> {
+        if self.pending.is_empty() && self.push_control(dest, msg)? {
+            return Ok(());
+        }
+        self.pending.push_back((dest, msg));
+        Ok(())
+    }
+
+    fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> Result<usize> {
+        poll_result(self.poll_events(on_event))
+    }
+
+    fn bytes(&self) -> FabricBytes {
+        self.bytes
+    }
+
+    fn memory_model(&self) -> MemoryModel {
+        self.model
+    }
+
+    fn aborted(&self) -> bool {
+        self.job.stop.load(Ordering::Acquire) || self.job.board.failed().is_some_and(|r| r != self.rank)
+    }
+
+    /// The board's notice (the first abort wins), then every rank woken.
+    fn abort_job(&mut self, code: i32) -> Result<()> {
+        self.job.board.abort(self.rank, code);
+        Ok(())
+    }
+
+    fn mark_done(&mut self) {
+        if !self.marked_done {
+            self.marked_done = true;
+            self.job.board.finish(self.rank);
+        }
+    }
+
+    fn all_done(&self) -> bool {
+        self.job.board.finished() == self.world
+    }
+
+    fn peer_end(&self, peer: usize) -> Option<PeerEnd> {
+        match self.job.board.state(peer) {
+            FINISHED => Some(PeerEnd::Finished),
+            FAILED => Some(PeerEnd::Failed),
+            _ => None,
+        }
+    }
+
+    fn others_end(&self) -> Option<OthersEnd> {
+        if let Some(rank) = self.job.board.failed().filter(|&r| r != self.rank) {
+            return Some(OthersEnd::Failed { rank });
+        }
+        let others = self.job.board.finished() - usize::from(self.marked_done);
+        (others + 1 >= self.world).then_some(OthersEnd::AllFinished)
+    }
+
+    fn blocks_when_idle(&self) -> bool {
+        true
+    }
+
+    fn wait_for_arrival(&self, timeout: Duration) {
+        let seg = &self.own.seg;
+        self.job.board.sleep(self.rank, timeout, || {
+            !self.data.ready(seg)
+                && !self.control.ready(seg)
+                && self.pending.is_empty()
+                && !self.aborted()
+                && !self.all_done()
+                && self.job.board.notice().is_none_or(|_| self.notice_seen)
+        });
+    }
+
+    fn copies_payload(&self) -> bool {
+        true
+    }
+}
