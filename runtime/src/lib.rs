@@ -106,12 +106,13 @@ pub mod local {
     pub use crate::launch::local::{finish, single};
 }
 
-/// The shared-memory transport (`shm`, Linux; issue 36, under construction): its
-/// fabric's ranks as threads of this process, [`run_ranks`](shm::run_ranks).
+/// The shared-memory transport (`shm`, Linux; issue 36, under construction): one rank per
+/// process on one node ([`communicator`](shm::communicator), [`finish`](shm::finish)), or
+/// ranks as threads of this process ([`run_ranks`](shm::run_ranks)).
 #[cfg(target_os = "linux")]
 pub mod shm {
     pub use crate::fabric::shm::ShmFabric;
-    pub use crate::launch::shm::run_ranks;
+    pub use crate::launch::shm::{communicator, finish, run_ranks};
 }
 
 /// The verbs transport (feature `verbs`): its fabric, device probe and control channel,

@@ -133,20 +133,13 @@ fn all_to_all_cap_below_peers_all_modes() {
     }
 }
 
-/// One world of 64 ranks at a time: each rank of this process holds two descriptors per
-/// peer it exchanged with (its end of the peer's rendezvous connection and the peer's end of
-/// its own), 8,064 for 64 ranks that all meet, and the tests run in parallel.
-static SIXTY_FOUR: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 fn all_to_all_64_shared() {
-    let _one = SIXTY_FOUR.lock().unwrap_or_else(|p| p.into_inner());
     all_to_all_64(&Shm, RecvSharing::Shared);
 }
 
 #[test]
 fn all_to_all_64_per_peer() {
-    let _one = SIXTY_FOUR.lock().unwrap_or_else(|p| p.into_inner());
     all_to_all_64(&Shm, RecvSharing::PerPeer);
 }
 

@@ -1,16 +1,19 @@
-//! The shared-memory transport's ranks as threads of this process ([`run_ranks`],
-//! published as `ballast_runtime::shm::run_ranks`): each rank with its own segment,
-//! socket and rendezvous thread, as if it were a process of its own, so that the whole
-//! fabric (rings, bells, descriptor passing, the board) runs in one test process. Ranks in
-//! separate processes come with the fabric's start-up through the bootstrap (issue 36).
+//! The shared-memory transport's ranks: one per process through the bootstrap
+//! ([`communicator`], [`finish`]), or all as threads of this process ([`run_ranks`]: each
+//! rank with its own segment, socket and rendezvous thread, as if it were a process of its
+//! own, so that the whole fabric runs in one test process). Published as
+//! `ballast_runtime::shm::{communicator, finish, run_ranks}`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::threads::{spawn, ThreadOpts};
+use crate::bootstrap::Bootstrap;
 use crate::comm::error::{Error, FabricError, Result};
 use crate::comm::Communicator;
 use crate::core::config::RuntimeConfig;
+use crate::fabric::shm::rendezvous::{board_name, fetch, Listener};
+use crate::fabric::shm::watch::Serve;
 use crate::fabric::shm::{Board, Job, ShmFabric};
 
 /// Jobs started by this process (a part of each job's name).
@@ -62,10 +65,117 @@ where
         opts,
         &stop,
         |r, ()| {
-            let fabric = ShmFabric::new(r, n, &cfg, job.clone())?;
+            let fabric = ShmFabric::new(r, n, &cfg, job.clone(), Vec::new(), Vec::new())?;
             Communicator::new(Box::new(fabric), &cfg)
         },
         &f,
     )?;
     Ok(out.into_iter().map(|o| o.output).collect())
+}
+
+/// This process' node: `BALLAST_NODE` when set, else the host name and the kernel's boot
+/// id (two machines, or one machine before and after a reboot, never share both).
+fn node_id(config: &RuntimeConfig) -> String {
+    if let Some(n) = &config.bootstrap().node {
+        return n.trim().to_string();
+    }
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    format!(
+        "{}/{}",
+        read("/proc/sys/kernel/hostname"),
+        read("/proc/sys/kernel/random/boot_id")
+    )
+}
+
+/// This process' [`Communicator`] over the shared-memory transport, one Ballast rank per
+/// process (rank and size from `boot`), every rank on this node. Collective: every process
+/// must call it. The first rank names the job (its pid and the time: two jobs on a node
+/// never meet) and makes the board; each other rank fetches the board from it, and the
+/// first rank's thread then watches every other rank's end (and theirs the first's): a
+/// rank that dies makes the others' calls fail with [`FabricError::Aborted`] (`EPEER`).
+/// Errors: the bootstrap's, [`FabricError::Shm`] (ranks on different nodes, named; a
+/// segment, socket or board that cannot be had), the configuration's validation errors.
+pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<Communicator> {
+    let cfg = *config.transport();
+    cfg.validate()?;
+    super::check_ranks_fit(1, &cfg)?;
+    let (rank, n) = (boot.rank(), boot.size());
+    let shm = |what: String| -> Error {
+        FabricError::Shm {
+            rank,
+            peer: None,
+            what,
+        }
+        .into()
+    };
+    let node = node_id(config);
+    let nodes = boot.all_gather(node.as_bytes()).map_err(FabricError::from)?;
+    if let Some((r, other)) = nodes
+        .iter()
+        .enumerate()
+        .find(|(_, v)| v.as_slice() != node.as_bytes())
+    {
+        return Err(shm(format!(
+            "the shm transport needs every rank on one node: this rank is on `{node}`, rank {r} on `{}` \
+             (BALLAST_NODE, else the host name and boot id)",
+            String::from_utf8_lossy(other)
+        )));
+    }
+    // The first rank names the job, makes the board and listens for it before the others
+    // learn the name.
+    let mut first = None;
+    let mut token = String::new();
+    if rank == 0 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        token = format!("{:x}-{nanos:x}", std::process::id());
+        let board =
+            Board::create("ballast-shm-board", n).map_err(|e| shm(format!("the job's board: {e}")))?;
+        let name = board_name(&token).map_err(|e| shm(e.to_string()))?;
+        let listener = Listener::bind(&name).map_err(|e| shm(format!("listening on `{name}`: {e}")))?;
+        first = Some((board, listener));
+    }
+    let names = boot.all_gather(token.as_bytes()).map_err(FabricError::from)?;
+    let job_name = String::from_utf8_lossy(&names[0]).into_owned();
+    let timeout = config.bootstrap().timeout;
+    let (board, serves, watched) = match first {
+        Some((board, listener)) => {
+            let fd = board
+                .segment()
+                .fd()
+                .and_then(|f| f.try_clone_to_owned().ok())
+                .ok_or_else(|| shm("the board's descriptor".into()))?;
+            let serve = Serve {
+                listener,
+                fd,
+                keep: true,
+            };
+            (board, vec![serve], Vec::new())
+        }
+        None => {
+            let name = board_name(&job_name).map_err(|e| shm(e.to_string()))?;
+            let (conn, fd, _) = fetch(&name, timeout, rank as u64)
+                .map_err(|e| shm(format!("fetching the job's board from `{name}`: {e}")))?;
+            let board = Board::open(fd, n).map_err(|e| shm(format!("the job's board: {e}")))?;
+            (board, Vec::new(), vec![(conn, 0)])
+        }
+    };
+    let job = Job {
+        name: job_name,
+        board: Arc::new(board),
+        timeout,
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let fabric = ShmFabric::new(rank, n, &cfg, job, serves, watched)?;
+    Communicator::new(Box::new(fabric), &cfg)
+}
+
+/// Delivers `comm`'s sends, waits until every rank finished, then frees it.
+pub fn finish(mut comm: Communicator) -> Result<()> {
+    comm.finalize()
 }

@@ -39,11 +39,12 @@ impl VerbsConfig {
 }
 
 impl BootstrapConfig {
-    /// Reads `BALLAST_ROOT`, `BALLAST_BOOTSTRAP_TIMEOUT` and the launcher's rank/size
-    /// variables through `lookup`. Errors: [`ConfigError::Var`] naming the variable.
+    /// Reads `BALLAST_ROOT`, `BALLAST_BOOTSTRAP_TIMEOUT`, `BALLAST_NODE` and the launcher's
+    /// rank/size variables through `lookup`. Errors: [`ConfigError::Var`] naming the variable.
     pub fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> ConfigResult<BootstrapConfig> {
         let mut b = BootstrapConfig {
             root: lookup("BALLAST_ROOT").filter(|r| !r.trim().is_empty()),
+            node: lookup("BALLAST_NODE").filter(|n| !n.trim().is_empty()),
             ..Default::default()
         };
         if let Some(raw) = lookup("BALLAST_BOOTSTRAP_TIMEOUT") {

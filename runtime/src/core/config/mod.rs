@@ -515,6 +515,9 @@ pub struct BootstrapConfig {
     pub rank_var: Option<&'static str>,
     /// How long to wait for the other ranks (`BALLAST_BOOTSTRAP_TIMEOUT`, seconds, default 60).
     pub timeout: std::time::Duration,
+    /// This process' node, for the transports that need every rank on one node (`shm`):
+    /// `BALLAST_NODE` when set (tests), else the host name and boot id are read at start.
+    pub node: Option<String>,
 }
 
 impl Default for BootstrapConfig {
@@ -525,6 +528,7 @@ impl Default for BootstrapConfig {
             size: None,
             rank_var: None,
             timeout: std::time::Duration::from_secs(60),
+            node: None,
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Waking a rank that sleeps for want of arrivals: a futex word (the bell) and a flag in
-//! its segment. A producer rings after publishing a cell; the owner, before it sleeps, sets
+//! Waking a rank that sleeps for want of arrivals: a futex word (the bell) and a flag, on
+//! the job's board. A producer rings after publishing a cell; the owner, before it sleeps, sets
 //! the flag, reads the bell and checks its rings once more, then sleeps only if the bell
 //! has not moved (`FUTEX_WAIT` compares it in the kernel). The futex is not private: the
 //! word is in memory that other processes map (`futex(2)`).
@@ -40,7 +40,8 @@ impl Bell {
         bell.fetch_add(1, Ordering::SeqCst);
         if sleeping.load(Ordering::SeqCst) != 0 {
             // An error (none is documented for a wake) leaves the owner to its timeout.
-            let _ = futex::wake(bell, futex::Flags::empty(), u32::MAX);
+            // (The count is an int in the kernel: `i32::MAX`, all.)
+            let _ = futex::wake(bell, futex::Flags::empty(), i32::MAX as u32);
         }
     }
 

@@ -54,10 +54,8 @@ impl Board {
         Ok(Board { seg, ranks })
     }
 
-    /// The board of `ranks` ranks made by another rank, from its descriptor (for ranks in
-    /// separate processes, whose start-up comes next: used by the tests until then). Errors:
+    /// The board of `ranks` ranks made by another rank, from its descriptor. Errors:
     /// [`SegmentError::Refused`] when it is not a board of that many ranks.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn open(fd: std::os::fd::OwnedFd, ranks: usize) -> Result<Board, SegmentError> {
         let len = Board::bytes(ranks).ok_or_else(|| SegmentError::Refused(format!("{ranks} ranks")))?;
         let seg = Segment::open(fd, len)?;
@@ -76,9 +74,13 @@ impl Board {
     }
 
     /// The board's segment (to pass to a rank; see [`Board::open`]).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn segment(&self) -> &Segment {
         &self.seg
+    }
+
+    /// Ranks on the board.
+    pub(crate) fn ranks(&self) -> usize {
+        self.ranks
     }
 
     fn word(&self, rank: usize, i: usize) -> Option<&AtomicU32> {
@@ -153,11 +155,19 @@ impl Board {
             .map_or(0, |c| c.load(Ordering::Acquire) as usize)
     }
 
-    /// Marks rank `rank` failed (if it had not ended) and the job failed, and rings every
-    /// bell.
+    /// Marks rank `rank` failed and the job failed (the first failure is kept), and rings
+    /// every bell; nothing for a rank that ended or is not on the board.
     pub(crate) fn fail(&self, rank: usize) {
-        if let Some(w) = self.word(rank, 2) {
-            let _ = w.compare_exchange(RUNNING, FAILED, Ordering::AcqRel, Ordering::Acquire);
+        if rank >= self.ranks {
+            return;
+        }
+        // Only a rank that was running fails (one that finished meanwhile stays finished).
+        let failed = self.word(rank, 2).is_some_and(|w| {
+            w.compare_exchange(RUNNING, FAILED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        });
+        if !failed {
+            return;
         }
         if let Some(f) = self.seg.u32_at(24) {
             let _ = f.compare_exchange(0, rank as u32 + 1, Ordering::AcqRel, Ordering::Acquire);
@@ -178,13 +188,15 @@ impl Board {
     /// The job's abort notice: the rank that aborted and its code.
     pub(crate) fn notice(&self) -> Option<(usize, i32)> {
         let v = self.seg.u64_at(32)?.load(Ordering::Acquire);
-        (v != 0).then(|| ((v >> 32) as usize - 1, v as u32 as i32))
+        let by = ((v >> 32) as usize).checked_sub(1)?;
+        (by < self.ranks).then_some((by, v as u32 as i32))
     }
 
     /// The first rank that failed, if one did.
     pub(crate) fn failed(&self) -> Option<usize> {
         let f = self.seg.u32_at(24)?.load(Ordering::Acquire);
-        (f != 0).then(|| f as usize - 1)
+        let r = (f as usize).checked_sub(1)?;
+        (r < self.ranks).then_some(r)
     }
 }
 
@@ -200,6 +212,8 @@ mod tests {
         b.finish(1);
         b.finish(1);
         assert_eq!((b.finished(), b.state(1)), (1, FINISHED));
+        b.fail(1);
+        assert_eq!(b.failed(), None, "a finished rank does not fail");
         b.fail(2);
         b.fail(0);
         assert_eq!((b.failed(), b.state(2), b.state(0)), (Some(2), FAILED, FAILED));

@@ -1,17 +1,16 @@
 //! [`ShmFabric`]: one rank's side of the shared-memory transport. Its segment holds its
 //! data ring (the shared receive queue: every peer's packets) and its control ring; a
-//! thread of its own hands the segment's descriptor to each peer that connects. A peer's
-//! segment is mapped the first time this rank sends to it, and stays mapped. The job's
-//! board gives every rank's bell and end.
+//! thread of its own hands the segment's descriptor to each peer that connects and watches
+//! for dead ranks ([`super::watch`]). A peer's segment is mapped the first time this rank
+//! sends to it, and stays mapped. The job's board gives every rank's bell and end.
 //!
 //! A send copies the pool buffer into a cell of the receiver's data ring
 //! ([`Fabric::copies_payload`]: no completion event); the engine's credits guarantee the
 //! cell. A control message goes into the receiver's control ring, or, while that ring is
-//! full, waits in this rank's queue, pushed again at each poll (never blocking: two ranks
-//! whose rings are full cannot wait on each other).
+//! full, waits in this rank's queue, pushed again at each poll (never waiting for room: two
+//! ranks whose rings are full cannot wait on each other).
 
 use std::collections::VecDeque;
-use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,6 +20,7 @@ use super::board::{Board, FAILED, FINISHED};
 use super::rendezvous::{fetch, socket_name, Listener};
 use super::ring::{Cell, Reader, Ring, RingError};
 use super::segment::{RankSegment, SEG_HEAD};
+use super::watch::{Serve, Watch};
 use crate::core::config::{RecvSharing, TransportConfig};
 use crate::core::footprint::MemoryModel;
 use crate::core::intmap::IntMap;
@@ -55,34 +55,21 @@ pub(crate) struct Job {
     pub stop: Arc<AtomicBool>,
 }
 
-/// A peer's mapped segment and the connection that gave it.
+/// A peer's mapped segment (the connection that gave it is closed: deaths are watched
+/// through the board's connections, [`super::watch`]).
 struct Peer {
     seg: RankSegment,
-    _conn: UnixStream,
-}
-
-/// The thread that hands this rank's segment to its peers.
-struct Server {
-    listener: Arc<Listener>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.listener.shutdown();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// The data ring's cells for `cfg` in a world of `world` ranks: `srq_depth` (shared), or
-/// `recv_depth` per rank (`per-peer`: the credits of every peer, itself included).
+/// `recv_depth` per rank (`per-peer`: the credits of every peer, itself included); at
+/// least 2, the least a ring can be.
 pub(crate) fn data_depth(cfg: &TransportConfig, world: usize) -> usize {
-    match cfg.recv_sharing {
+    let depth = match cfg.recv_sharing {
         RecvSharing::PerPeer => cfg.recv_depth.saturating_mul(world.max(1)),
         _ => cfg.srq_depth,
-    }
+    };
+    depth.max(2)
 }
 
 /// The sizes of the structures this fabric allocates (see [`MemoryModel`]), for
@@ -110,14 +97,15 @@ pub struct ShmFabric {
     rank: usize,
     world: usize,
     job: Job,
+    // Before `own`: the lock ends before the segment is unmapped.
+    locks: Vec<region::LockGuard>,
     own: RankSegment,
     data: Reader,
     control: Reader,
     peers: IntMap<usize, Peer>,
     /// Control messages waiting for room in their receiver's control ring, in order.
     pending: VecDeque<(usize, Control)>,
-    _server: Server,
-    locks: Vec<region::LockGuard>,
+    _watch: Watch,
     bytes: FabricBytes,
     model: MemoryModel,
     marked_done: bool,
@@ -126,9 +114,18 @@ pub struct ShmFabric {
 
 impl ShmFabric {
     /// Rank `rank`'s fabric in a world of `world` ranks of `job`: its segment made (rings
-    /// for `cfg`, locked when `lock_pool`), its socket listening, its thread serving.
-    /// Errors: [`FabricError::Shm`] (the segment cannot be had, the socket name is taken).
-    pub(crate) fn new(rank: usize, world: usize, cfg: &TransportConfig, job: Job) -> Result<ShmFabric> {
+    /// for `cfg`, locked when `lock_pool`), its socket listening, its thread serving it and
+    /// `serves` (the board's socket, on the first rank of a job of processes) and watching
+    /// `watched` (connections to peers and their ranks). Errors: [`FabricError::Shm`] (the
+    /// segment cannot be had, the socket name is taken).
+    pub(crate) fn new(
+        rank: usize,
+        world: usize,
+        cfg: &TransportConfig,
+        job: Job,
+        mut serves: Vec<Serve>,
+        watched: Vec<(UnixStream, u64)>,
+    ) -> Result<ShmFabric> {
         let err = |what: String| FabricError::Shm {
             rank,
             peer: None,
@@ -149,27 +146,21 @@ impl ShmFabric {
             ))
         })?;
         let name = socket_name(&job.name, rank).map_err(|e| err(e.to_string()))?;
-        let listener =
-            Arc::new(Listener::bind(&name).map_err(|e| err(format!("listening on `{name}`: {e}")))?);
+        let listener = Listener::bind(&name).map_err(|e| err(format!("listening on `{name}`: {e}")))?;
         let fd = own
             .seg
             .take_fd()
             .ok_or_else(|| err("its segment has no descriptor".into()))?;
-        let thread = {
-            let listener = listener.clone();
-            std::thread::Builder::new()
-                .name(format!("ballast-shm-{rank}"))
-                .stack_size(64 << 10)
-                .spawn(move || {
-                    // The connections stay open while this rank lives: their end tells the
-                    // peers that it is gone.
-                    let mut conns = Vec::new();
-                    while let Ok(c) = listener.serve(fd.as_fd(), &(rank as u64).to_le_bytes()) {
-                        conns.push(c);
-                    }
-                })
-                .map_err(|e| err(format!("starting its rendezvous thread: {e}")))?
-        };
+        serves.insert(
+            0,
+            Serve {
+                listener,
+                fd,
+                keep: false,
+            },
+        );
+        let watch = Watch::start(rank, job.board.clone(), serves, watched)
+            .map_err(|e| err(format!("starting its rendezvous thread: {e}")))?;
         job.board.set_pid(rank, std::process::id());
         let model = memory_model(cfg.buffer_size);
         let (guard, reg) = lock_region(own.seg.bytes(0, own.seg.len()).unwrap_or_default(), cfg.lock_pool);
@@ -189,10 +180,7 @@ impl ShmFabric {
             job,
             peers: IntMap::default(),
             pending: VecDeque::new(),
-            _server: Server {
-                listener,
-                thread: Some(thread),
-            },
+            _watch: watch,
             locks: guard.into_iter().collect(),
             bytes,
             model,
@@ -224,7 +212,7 @@ impl ShmFabric {
         if !self.peers.contains_key(&dest) {
             let name =
                 socket_name(&self.job.name, dest).map_err(|e| self.shm_err(Some(dest), e.to_string()))?;
-            let (conn, fd, _) = match fetch(&name, self.job.timeout) {
+            let (_, fd, _) = match fetch(&name, self.job.timeout, self.rank as u64) {
                 Ok(got) => got,
                 // A peer that failed no longer serves: stop as every rank does then.
                 Err(_) if self.aborted() => return Err(FabricError::Aborted),
@@ -233,7 +221,7 @@ impl ShmFabric {
                 }
             };
             let seg = RankSegment::open(fd, dest).map_err(|e| self.shm_err(Some(dest), e.to_string()))?;
-            self.peers.insert(dest, Peer { seg, _conn: conn });
+            self.peers.insert(dest, Peer { seg });
         }
         Ok(&self.peers[&dest].seg)
     }
@@ -279,7 +267,7 @@ impl ShmFabric {
     ) -> std::result::Result<usize, Halt> {
         let mut n = 0;
         if !self.notice_seen {
-            if let Some((by, code)) = self.job.board.notice() {
+            if let Some((by, code)) = self.job.board.notice().filter(|&(by, _)| by < self.world) {
                 if by != self.rank {
                     go(on_event(Event::Control {
                         src: by,
@@ -467,6 +455,16 @@ impl Fabric for ShmFabric {
     }
 
     fn mark_done(&mut self) {
+        // Everything this rank sent is in its receivers' rings first (`peer_end`): the
+        // control messages still waiting for room too, unless the job failed.
+        while !self.pending.is_empty() && !self.aborted() {
+            if self.flush_controls().is_err() {
+                break;
+            }
+            if !self.pending.is_empty() {
+                std::thread::yield_now();
+            }
+        }
         if !self.marked_done {
             self.marked_done = true;
             self.job.board.finish(self.rank);
@@ -489,7 +487,11 @@ impl Fabric for ShmFabric {
         if let Some(rank) = self.job.board.failed().filter(|&r| r != self.rank) {
             return Some(OthersEnd::Failed { rank });
         }
-        let others = self.job.board.finished() - usize::from(self.marked_done);
+        let others = self
+            .job
+            .board
+            .finished()
+            .saturating_sub(usize::from(self.marked_done));
         (others + 1 >= self.world).then_some(OthersEnd::AllFinished)
     }
 

@@ -3,7 +3,8 @@
 //! node-local peers write into (design: docs/fabrics/shm.md). The segment ([`ffi`], the
 //! only unsafe code), its rings ([`ring`]) and layout ([`segment`]), the bell that wakes a
 //! sleeping rank ([`bell`]), the job's board ([`board`]), the rendezvous that passes a
-//! segment to a peer ([`rendezvous`]) and the fabric over them ([`fabric`]).
+//! segment to a peer ([`rendezvous`]), the thread that serves it and watches for dead
+//! ranks ([`watch`]) and the fabric over them ([`fabric`]).
 
 pub(crate) mod bell;
 pub(crate) mod board;
@@ -13,6 +14,7 @@ pub(crate) mod ffi;
 pub(crate) mod rendezvous;
 pub(crate) mod ring;
 pub(crate) mod segment;
+pub(crate) mod watch;
 
 pub(crate) use board::Board;
 pub(crate) use fabric::Job;

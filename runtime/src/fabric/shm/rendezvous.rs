@@ -25,7 +25,15 @@ const NAME_MAX: usize = 107;
 /// or the rendezvous address). Errors (`InvalidInput`) when it is longer than an abstract
 /// name may be.
 pub(crate) fn socket_name(job: &str, rank: usize) -> std::io::Result<String> {
-    let name = format!("ballast-shm/{job}/{rank}");
+    checked(format!("ballast-shm/{job}/{rank}"))
+}
+
+/// The socket name of job `job`'s board (served by its first rank).
+pub(crate) fn board_name(job: &str) -> std::io::Result<String> {
+    checked(format!("ballast-shm/{job}/board"))
+}
+
+fn checked(name: String) -> std::io::Result<String> {
     if name.len() > NAME_MAX {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -48,19 +56,42 @@ impl Listener {
         Ok(Listener(UnixListener::bind_addr(&address(name)?)?))
     }
 
-    /// Accepts one peer and sends it `fd` with `info` (at most [`INFO_MAX`] bytes); the
-    /// connection, kept open.
-    pub(crate) fn serve(&self, fd: BorrowedFd<'_>, info: &[u8]) -> std::io::Result<UnixStream> {
-        let (s, _) = self.0.accept()?;
+    /// Accepts one peer, reads the rank it says it is (8 bytes, waiting at most 1 s) and
+    /// sends it `fd` with `info` (at most [`INFO_MAX`] bytes); the connection and the rank.
+    pub(crate) fn serve(&self, fd: BorrowedFd<'_>, info: &[u8]) -> std::io::Result<(UnixStream, u64)> {
+        let (mut s, _) = self.0.accept()?;
+        same_user(&s)?;
+        s.set_read_timeout(Some(Duration::from_secs(1)))?;
+        let mut rank = [0u8; 8];
+        std::io::Read::read_exact(&mut s, &mut rank)?;
+        s.set_read_timeout(None)?;
         send_fd(&s, fd, info)?;
-        Ok(s)
+        Ok((s, u64::from_le_bytes(rank)))
     }
 
-    /// Stops the listening: a [`Listener::serve`] blocked in another thread returns an
-    /// error (Linux: `accept` gives `EINVAL` on a socket shut down).
-    pub(crate) fn shutdown(&self) {
-        let _ = rustix::net::shutdown(&self.0, rustix::net::Shutdown::Both);
+    /// The listening socket (to wait on it with `poll`).
+    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.0)
     }
+}
+
+/// Refuses a connection whose other end is another user's process (`SO_PEERCRED`): an
+/// abstract socket has no file permissions, so anyone on the host could connect.
+fn same_user(s: &UnixStream) -> std::io::Result<()> {
+    let peer = rustix::net::sockopt::socket_peercred(s)?;
+    let me = rustix::process::getuid();
+    if peer.uid != me {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "the other end is process {} of uid {}, not this user's ({})",
+                peer.pid.as_raw_nonzero(),
+                peer.uid.as_raw(),
+                me.as_raw()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn send_fd(s: &UnixStream, fd: BorrowedFd<'_>, info: &[u8]) -> std::io::Result<()> {
@@ -87,8 +118,13 @@ fn send_fd(s: &UnixStream, fd: BorrowedFd<'_>, info: &[u8]) -> std::io::Result<(
 /// Connects to `name`, retrying while nobody listens there yet (a peer still starting)
 /// until `timeout`, and receives its descriptor and description. Errors: the last
 /// connection error at the deadline (`ConnectionRefused` when nobody listens),
-/// `InvalidData` when the peer sent no descriptor, or more than one.
-pub(crate) fn fetch(name: &str, timeout: Duration) -> std::io::Result<(UnixStream, OwnedFd, Vec<u8>)> {
+/// `InvalidData` when the peer sent no descriptor, or more than one. `me` is this rank,
+/// told to the peer first.
+pub(crate) fn fetch(
+    name: &str,
+    timeout: Duration,
+    me: u64,
+) -> std::io::Result<(UnixStream, OwnedFd, Vec<u8>)> {
     let addr = address(name)?;
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_micros(100);
@@ -102,6 +138,8 @@ pub(crate) fn fetch(name: &str, timeout: Duration) -> std::io::Result<(UnixStrea
             }
         }
     };
+    same_user(&s)?;
+    std::io::Write::write_all(&mut &s, &me.to_le_bytes())?;
     s.set_read_timeout(Some(
         deadline
             .saturating_duration_since(Instant::now())
@@ -167,23 +205,9 @@ mod tests {
     }
 
     #[test]
-    fn a_shut_down_listener_stops_serving_in_another_thread() {
-        let l = std::sync::Arc::new(Listener::bind(&unique("shutdown")).unwrap());
-        let seg = Segment::create("ballast-test", 4096).unwrap();
-        let fd = seg.fd().unwrap().try_clone_to_owned().unwrap();
-        let server = {
-            let l = l.clone();
-            std::thread::spawn(move || l.serve(std::os::fd::AsFd::as_fd(&fd), b"x").map(|_| ()))
-        };
-        std::thread::sleep(Duration::from_millis(20));
-        l.shutdown();
-        assert!(server.join().unwrap().is_err());
-    }
-
-    #[test]
     fn nobody_listening_is_an_error_at_the_deadline() {
         let t = Instant::now();
-        let e = fetch(&unique("nobody"), Duration::from_millis(50)).unwrap_err();
+        let e = fetch(&unique("nobody"), Duration::from_millis(50), 0).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
         assert!(t.elapsed() >= Duration::from_millis(50));
     }
@@ -196,7 +220,7 @@ mod tests {
         let Ok(name) = std::env::var("SHM_RENDEZVOUS_CHILD") else {
             return;
         };
-        let (_s, fd, info) = fetch(&name, Duration::from_secs(10)).unwrap();
+        let (_s, fd, info) = fetch(&name, Duration::from_secs(10), 1).unwrap();
         let info: [u8; 16] = info.try_into().unwrap();
         let (depth, payload) = (
             u64::from_le_bytes(info[..8].try_into().unwrap()) as usize,
@@ -236,7 +260,8 @@ mod tests {
             .spawn()
             .unwrap();
         let info = [(depth as u64).to_le_bytes(), (payload as u64).to_le_bytes()].concat();
-        let mut conn = l.serve(seg.fd().unwrap(), &info).unwrap();
+        let (mut conn, who) = l.serve(seg.fd().unwrap(), &info).unwrap();
+        assert_eq!(who, 1, "the child says it is rank 1");
         let mut rd = Reader::new(ring);
         for i in 0..1000u64 {
             let (c, p) = loop {

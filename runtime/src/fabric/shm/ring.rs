@@ -114,10 +114,11 @@ impl Ring {
     }
 
     /// The ring at offset `at` (a multiple of 64) of `depth` cells of `payload` bytes, if
-    /// it lies in `seg`. `None` when it does not (or `depth` is 0).
+    /// it lies in `seg`. `None` when it does not (or `depth` is below 2).
     pub(crate) fn new(seg: &Segment, at: usize, depth: usize, payload: usize) -> Option<Ring> {
         let end = at.checked_add(Ring::bytes(depth, payload)?)?;
-        if depth == 0 || !at.is_multiple_of(64) || end > seg.len() {
+        // One cell cannot tell "published at p" from "free for p + 1" (both `p + 1`).
+        if depth < 2 || !at.is_multiple_of(64) || end > seg.len() {
             return None;
         }
         Some(Ring {
@@ -160,11 +161,21 @@ impl Ring {
         }
         let tail = seg.u64_at(self.at).ok_or(RingError::Layout)?;
         let mut pos = tail.load(Ordering::Relaxed);
-        loop {
+        // Producers that race for a cell retry a few times; a ring that never settles (a
+        // broken or hostile owner) is reported full rather than spun on for ever.
+        for tries in 0u32.. {
+            if tries == 1 << 20 {
+                return Err(RingError::Full);
+            }
             let seq = self.seq(seg, pos)?.load(Ordering::Acquire);
             let ahead = seq.wrapping_sub(pos) as i64;
             if ahead == 0 {
-                match tail.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                match tail.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
                     Ok(_) => break,
                     Err(now) => pos = now,
                 }
@@ -182,7 +193,7 @@ impl Ring {
         };
         seg.write(at + 8, &cell.encode()).ok_or(RingError::Layout)?;
         seg.write(at + CELL_HEAD, payload).ok_or(RingError::Layout)?;
-        self.seq(seg, pos)?.store(pos + 1, Ordering::Release);
+        self.seq(seg, pos)?.store(pos.wrapping_add(1), Ordering::Release);
         Ok(())
     }
 }
@@ -230,7 +241,7 @@ impl Reader {
         let pos = self.head;
         self.ring
             .seq(seg, pos)?
-            .store(pos + self.ring.depth, Ordering::Release);
+            .store(pos.wrapping_add(self.ring.depth), Ordering::Release);
         self.head += 1;
         Ok(())
     }
@@ -292,6 +303,7 @@ mod tests {
         assert!(Ring::new(&seg, 64, 1000, 64).is_none());
         assert!(Ring::new(&seg, 8, 1, 64).is_none(), "not 64-aligned");
         assert!(Ring::new(&seg, 0, 0, 64).is_none(), "no cells");
+        assert!(Ring::new(&seg, 0, 1, 64).is_none(), "one cell");
         assert!(Ring::new(&seg, usize::MAX - 63, 1, 64).is_none());
         assert!(Ring::new(&seg, 0, usize::MAX / 2, 64).is_none());
     }

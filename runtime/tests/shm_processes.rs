@@ -1,0 +1,204 @@
+//! The shared-memory transport across real processes: this test binary starts copies of
+//! itself as ranks (`child_rank`, configured through `BALLAST_ROOT`/`BALLAST_RANK`/
+//! `BALLAST_SIZE` like a launcher would, the TCP bootstrap on loopback), each over
+//! `ballast_runtime::shm::communicator`: an exchange of small and large messages and an
+//! all-reduce at 1, 2, 3, 4 and 7 processes; a rank killed with SIGKILL while the others
+//! wait for it; ranks on two nodes refused.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ballast_runtime::{bootstrap, shm, Communicator, ReduceOp, Result, RuntimeConfig, Source, Tag, TagMatch};
+
+/// The bytes rank `r` sends in round `k` (`len` of them).
+fn payload(r: usize, k: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 31 + r * 7 + k) as u8).collect()
+}
+
+/// Each rank sends a small and a 1 MiB message to the next rank and checks those of the
+/// previous one, then all-reduces its rank; returns the sum.
+fn exchange(comm: &mut Communicator) -> Result<u64> {
+    let (r, n) = (comm.rank(), comm.world_size());
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    for (k, len) in [(0, 10), (1, 1 << 20), (2, 0)] {
+        let req = comm.isend(next, k as Tag, &payload(r, k, len))?;
+        let m = comm.recv(Source::Rank(prev), TagMatch::Tag(k as Tag))?;
+        assert_eq!(m.data, payload(prev, k, len), "rank {r}: round {k} from {prev}");
+        comm.wait(req)?;
+    }
+    let mut sum = [r as u64];
+    comm.all_reduce(&mut sum[..], ReduceOp::Sum)?;
+    Ok(sum[0])
+}
+
+/// A rank, when started by the tests below; does nothing in a normal test run.
+#[test]
+fn child_rank() {
+    let cfg = RuntimeConfig::from_env().unwrap();
+    let b = cfg.bootstrap();
+    if b.root.is_none() || b.rank_var != Some("BALLAST_RANK") {
+        return;
+    }
+    let rank = b.rank.unwrap();
+    let mode = std::env::var("SHM_TEST_MODE").unwrap_or_default();
+    let out = bootstrap::auto(&cfg)
+        .map_err(ballast_runtime::Error::from)
+        .and_then(|mut auto| {
+            let mut comm = shm::communicator(&mut *auto.boot, &cfg)?;
+            if mode == "wait" {
+                // Every rank waits for a message from the last, which is killed meanwhile.
+                println!("READY {rank}");
+                let last = comm.world_size() - 1;
+                if rank == last {
+                    std::thread::sleep(Duration::from_secs(60));
+                }
+                let t = Instant::now();
+                let e = comm.recv(Source::Rank(last), TagMatch::Any).err();
+                println!("WAITED {rank} {} ms: {e:?}", t.elapsed().as_millis());
+                return Ok(0);
+            }
+            let sum = exchange(&mut comm)?;
+            shm::finish(comm)?;
+            Ok(sum)
+        });
+    match out {
+        Ok(sum) => println!("RESULT {rank} {sum}"),
+        Err(e) => {
+            println!("ERROR {rank}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn loopback_root() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+fn spawn(root: &str, rank: usize, size: usize, env: &[(&str, &str)]) -> Child {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", "child_rank", "--nocapture", "--test-threads=1"])
+        .env("BALLAST_ROOT", root)
+        .env("BALLAST_RANK", rank.to_string())
+        .env("BALLAST_SIZE", size.to_string())
+        .env("BALLAST_BOOTSTRAP_TIMEOUT", "30")
+        .env("BALLAST_LOCK_POOL", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().unwrap()
+}
+
+/// Waits (at most `limit`) for a child; its success and stdout.
+fn finish(mut c: Child, limit: Duration) -> (bool, String) {
+    let start = Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            c.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = c.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn processes_exchange_and_reduce_at_1_2_3_4_and_7() {
+    for n in [1, 2, 3, 4, 7] {
+        let root = loopback_root();
+        let children: Vec<Child> = (0..n).map(|r| spawn(&root, r, n, &[])).collect();
+        let want = (0..n as u64).sum::<u64>();
+        for (r, c) in children.into_iter().enumerate() {
+            let (ok, out) = finish(c, Duration::from_secs(120));
+            assert!(
+                ok && out.contains(&format!("RESULT {r} {want}")),
+                "{n} processes, rank {r}: {out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_rank_killed_while_the_others_wait_ends_their_wait_within_a_second() {
+    let n = 3;
+    let root = loopback_root();
+    let shm_before = std::fs::read_dir("/dev/shm").map(|d| d.count()).unwrap_or(0);
+    let mut children: Vec<Child> = (0..n)
+        .map(|r| spawn(&root, r, n, &[("SHM_TEST_MODE", "wait")]))
+        .collect();
+    // Every rank is up (its communicator made) before the last is killed.
+    let mut readers: Vec<_> = children
+        .iter_mut()
+        .map(|c| BufReader::new(c.stdout.take().unwrap()).lines())
+        .collect();
+    // The next line of a rank's own (the test harness prints its own lines too).
+    let next = |lines: &mut std::io::Lines<BufReader<std::process::ChildStdout>>, what: &str| -> String {
+        lines
+            .map_while(|l| l.ok())
+            .find_map(|l| l.find(what).map(|i| l[i..].to_string()))
+            .unwrap_or_default()
+    };
+    for (r, lines) in readers.iter_mut().enumerate() {
+        assert_eq!(next(lines, "READY"), format!("READY {r}"));
+    }
+    // Let the waiting ranks block in their receive.
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = Instant::now();
+    children[n - 1].kill().unwrap();
+    children[n - 1].wait().unwrap();
+    for (r, lines) in readers.iter_mut().enumerate().take(n - 1) {
+        let line = next(lines, "WAITED");
+        let after = killed.elapsed();
+        assert!(line.starts_with(&format!("WAITED {r} ")), "{line}");
+        assert!(line.contains("Aborted"), "rank {r} must see the job fail: {line}");
+        assert!(
+            after < Duration::from_secs(1),
+            "rank {r} waited {after:?} after the kill: {line}"
+        );
+    }
+    for c in children.iter_mut().take(n - 1) {
+        c.wait().unwrap();
+    }
+    // Segments are memfds: nothing was ever named in /dev/shm.
+    let shm_after = std::fs::read_dir("/dev/shm").map(|d| d.count()).unwrap_or(0);
+    assert_eq!(shm_after, shm_before, "/dev/shm changed");
+}
+
+#[test]
+fn ranks_on_two_nodes_are_refused_naming_them() {
+    let root = loopback_root();
+    let children: Vec<Child> = (0..2)
+        .map(|r| {
+            spawn(
+                &root,
+                r,
+                2,
+                &[("BALLAST_NODE", if r == 0 { "node-a" } else { "node-b" })],
+            )
+        })
+        .collect();
+    for (r, c) in children.into_iter().enumerate() {
+        let (ok, out) = finish(c, Duration::from_secs(60));
+        let other = if r == 0 {
+            "rank 1 on `node-b`"
+        } else {
+            "rank 0 on `node-a`"
+        };
+        assert!(
+            !ok && out.contains("needs every rank on one node") && out.contains(other),
+            "rank {r}: {out}"
+        );
+    }
+}
