@@ -137,6 +137,13 @@ fn from_env(func: &str, cfg: &RuntimeConfig, kind: TransportKind) -> Result<*mut
                 }
             }
         }
+        TransportKind::Shm => Err(Fail::new(
+            BALLAST_EUNSUPPORTED,
+            format!(
+                "{func}: transport shm is not available through the C API yet (the Rust API has it: \
+                 ballast_runtime::shm); use local, mpi or verbs"
+            ),
+        )),
         other => Err(Fail::new(
             BALLAST_EUNSUPPORTED,
             format!("{func}: transport {other} is not built into this libballast (build it with --features mpi,verbs)"),

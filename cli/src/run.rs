@@ -285,6 +285,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     crate::runtime_args::check_compiled_in(kind)?;
     ballast_sim::check::check_device(&cfg).context("--transport verbs")?;
     match kind {
+        TransportKind::Shm => anyhow::bail!(
+            "--transport shm: the shared-memory transport runs from the Rust API only so far \
+             (ballast_runtime::shm::{{communicator, run_ranks}}); use local, mpi or verbs here"
+        ),
         TransportKind::Mpi => run_mpi(args, &cfg),
         // Under a launcher (rank/size variables set): one rank per process.
         TransportKind::Verbs if cfg.bootstrap().rank.is_some() => run_verbs_processes(args, &cfg),

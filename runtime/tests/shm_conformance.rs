@@ -203,3 +203,49 @@ fn both_sides_send_large_first_shared() {
 fn any_source_with_large_messages_shared() {
     any_source_with_large_messages(&Shm, RecvSharing::Shared);
 }
+
+/// The footprint of every rank equals `predict` for shm (the segment charged whole, the
+/// endpoints the engine opened), in each mode, lazy or not, with and without the lock.
+#[test]
+fn footprint_equals_the_shm_model() {
+    use ballast_runtime::{Source, TagMatch, TransportKind};
+    for sharing in MODES {
+        for lazy in [true, false] {
+            let c = RuntimeConfig::builder()
+                .recv_sharing(sharing)
+                .lock_pool(false)
+                .lazy_connect(lazy)
+                .buffer_size(1024)
+                .buffer_count(8)
+                .recv_depth(3)
+                .srq_depth(8)
+                .build()
+                .unwrap();
+            let res = shm::run_ranks(6, &c, |comm| -> Result<_> {
+                let me = comm.rank();
+                if me == 0 {
+                    for p in 1..comm.world_size() {
+                        comm.send(p, 1, &[0u8; 10])?;
+                    }
+                } else {
+                    comm.recv(0, 1u32)?;
+                }
+                comm.send((me + 1) % comm.world_size(), 2, &[1u8; 10])?;
+                comm.recv(Source::Any, TagMatch::Tag(2))?;
+                comm.barrier()?;
+                let t = *comm.config();
+                assert_eq!(t.kind, TransportKind::Shm);
+                let f = comm.footprint();
+                Ok((
+                    f,
+                    t.predict(f.peers_connected as usize, comm.world_size(), t.ranks_per_node),
+                ))
+            })
+            .unwrap();
+            for (rank, r) in res.into_iter().enumerate() {
+                let (f, p) = r.unwrap();
+                assert_eq!(f, p, "rank {rank} mode {sharing} lazy {lazy}");
+            }
+        }
+    }
+}

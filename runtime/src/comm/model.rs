@@ -117,12 +117,23 @@ impl MemoryModel {
         with_engine(crate::fabric::sizes::mpi_model())
     }
 
+    /// Sizes of the shared-memory transport (its segment is charged whole by `predict`,
+    /// from the configuration: `fabric::sizes::shm_segment_bytes`).
+    pub fn shm() -> MemoryModel {
+        #[cfg(target_os = "linux")]
+        let m = crate::fabric::shm::memory_model();
+        #[cfg(not(target_os = "linux"))]
+        let m = MemoryModel::default();
+        with_engine(m)
+    }
+
     /// The model of a transport kind.
     pub fn for_kind(kind: TransportKind) -> MemoryModel {
         match kind {
             TransportKind::Local => Self::local(),
             TransportKind::Verbs => Self::verbs(),
             TransportKind::Mpi => Self::mpi(),
+            TransportKind::Shm => Self::shm(),
             // Unresolved `auto` (config::resolve_transport picks the real one): the verbs model.
             TransportKind::Auto => Self::verbs(),
         }
@@ -257,6 +268,29 @@ impl TransportConfig {
                 endpoints_live: 0,
                 endpoints_peak: 0,
                 endpoints_opened: 0,
+                peers_connected: c,
+                datagram_peers: 0,
+                datagram_bytes: 0,
+            }
+        } else if self.kind == TransportKind::Shm {
+            // One segment per rank, whatever the sharing mode: its rings, charged whole.
+            let depth = crate::fabric::sizes::shm_data_depth(self, world_size);
+            let seg = crate::fabric::sizes::shm_segment_bytes(depth, b).ok_or_else(|| {
+                Error::Comm(CommError::ModelOverflow {
+                    term: format!("the shm segment of {depth} cells of buffer_size ({b})"),
+                })
+            })?;
+            let registered = add(pool, seg, "registered bytes")?;
+            Footprint {
+                pool_bytes: pool,
+                registered_bytes: registered,
+                locked_bytes: if self.lock_pool { registered } else { 0 },
+                endpoint_bytes: mul(e, per_endpoint, "endpoints", "bytes per endpoint")?,
+                srq_bytes: seg,
+                control_bytes: control,
+                endpoints_live: e,
+                endpoints_peak: e,
+                endpoints_opened: e,
                 peers_connected: c,
                 datagram_peers: 0,
                 datagram_bytes: 0,

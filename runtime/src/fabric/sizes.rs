@@ -92,8 +92,42 @@ pub fn datagram_mtu(kind: TransportKind) -> Option<usize> {
         // Verbs: the largest slot payload less the source rank (the fabric offers at most
         // this, less where the device's active MTU is smaller).
         TransportKind::Verbs => Some((VERBS_UD_PAYLOAD_MAX - VERBS_UD_RANK_BYTES) as usize),
-        TransportKind::Auto => None,
+        TransportKind::Shm | TransportKind::Auto => None,
     }
+}
+
+/// shm: bytes of a rank segment's header, of a ring's head (its `tail` word's line), and
+/// of a cell's head (sequence word and packet header) before its payload.
+pub const SHM_HEAD_BYTES: u64 = 64;
+/// shm: cells of a rank's control ring (each one head, no payload).
+pub const SHM_CONTROL_DEPTH: u64 = 256;
+
+/// shm: the data ring's cells for `cfg` in a world of `world` ranks: `srq_depth`, or in
+/// `per-peer` mode `recv_depth` per rank of the world (every peer's credits land in the one
+/// ring); at least 2, the least a ring can be.
+pub fn shm_data_depth(cfg: &crate::core::config::TransportConfig, world: usize) -> u64 {
+    let d = match cfg.recv_sharing {
+        crate::core::config::RecvSharing::PerPeer => {
+            (cfg.recv_depth as u64).saturating_mul(world.max(1) as u64)
+        }
+        _ => cfg.srq_depth as u64,
+    };
+    d.max(2)
+}
+
+/// shm: a data cell's bytes for `buffer_size` bytes of payload: its head and the payload,
+/// rounded up to 64 bytes (a cache line); `None` on overflow.
+pub fn shm_cell_bytes(buffer_size: u64) -> Option<u64> {
+    SHM_HEAD_BYTES
+        .checked_add(buffer_size)?
+        .checked_next_multiple_of(64)
+}
+
+/// shm: a rank segment's bytes: header, data ring (`depth` cells for `buffer_size`), control
+/// ring; `None` on overflow.
+pub fn shm_segment_bytes(depth: u64, buffer_size: u64) -> Option<u64> {
+    let data = depth.checked_mul(shm_cell_bytes(buffer_size)?)?;
+    (3 * SHM_HEAD_BYTES + SHM_CONTROL_DEPTH * SHM_HEAD_BYTES).checked_add(data)
 }
 
 /// The verbs fabric's side of its [`MemoryModel`] (the engine adds its own): mlx5's QP,

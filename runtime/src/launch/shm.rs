@@ -11,7 +11,7 @@ use super::threads::{spawn, ThreadOpts};
 use crate::bootstrap::Bootstrap;
 use crate::comm::error::{Error, FabricError, Result};
 use crate::comm::Communicator;
-use crate::core::config::RuntimeConfig;
+use crate::core::config::{RuntimeConfig, TransportConfig, TransportKind};
 use crate::fabric::shm::rendezvous::{board_name, fetch, Listener};
 use crate::fabric::shm::watch::Serve;
 use crate::fabric::shm::{Board, Job, ShmFabric};
@@ -24,7 +24,8 @@ static JOBS: AtomicU64 = AtomicU64::new(0);
 /// [`threads::run_ranks`](super::threads::run_ranks) does for `local`, whose rules it
 /// follows (each rank finishes like `MPI_Finalize`; a rank that fails or panics stops the
 /// others with [`FabricError::Aborted`], and the first real error is returned). The
-/// configuration's transport settings are used, whatever its `transport`. Errors:
+/// configuration's transport settings are used, with `transport=shm` whatever its own (its
+/// communicators' `config().kind` and footprint model are shm's). Errors:
 /// [`FabricError::InvalidRank`] for `n == 0`, the configuration's validation errors,
 /// [`FabricError::Shm`] (a segment or socket that cannot be had).
 pub fn run_ranks<R, F>(n: usize, config: &RuntimeConfig, f: F) -> Result<Vec<R>>
@@ -38,7 +39,10 @@ where
             world_size: 0,
         }));
     }
-    let cfg = *config.transport();
+    let cfg = TransportConfig {
+        kind: TransportKind::Shm,
+        ..*config.transport()
+    };
     cfg.validate()?;
     super::check_ranks_fit(n, &cfg)?;
     let board = Board::create("ballast-shm-board", n).map_err(|e| FabricError::Shm {
@@ -99,8 +103,12 @@ fn node_id(config: &RuntimeConfig) -> String {
 /// rank that dies makes the others' calls fail with [`FabricError::Aborted`] (`EPEER`).
 /// Errors: the bootstrap's, [`FabricError::Shm`] (ranks on different nodes, named; a
 /// segment, socket or board that cannot be had), the configuration's validation errors.
+/// The configuration's transport settings are used, with `transport=shm`.
 pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<Communicator> {
-    let cfg = *config.transport();
+    let cfg = TransportConfig {
+        kind: TransportKind::Shm,
+        ..*config.transport()
+    };
     cfg.validate()?;
     super::check_ranks_fit(1, &cfg)?;
     let (rank, n) = (boot.rank(), boot.size());

@@ -31,6 +31,9 @@ pub enum TransportKind {
     Mpi,
     /// InfiniBand verbs transport (feature `verbs`).
     Verbs,
+    /// Shared-memory transport: one rank per process, every rank on one node (Linux;
+    /// `ballast_runtime::shm`).
+    Shm,
     /// Not a transport: pick one at start (`resolve_transport`): `verbs` when a usable
     /// RDMA device exists and the pool fits `ulimit -l`, else `mpi` when compiled in and
     /// launched under MPI, else `local`, with a note saying which and why.
@@ -44,6 +47,7 @@ impl TransportKind {
             TransportKind::Local => "local",
             TransportKind::Mpi => "mpi",
             TransportKind::Verbs => "verbs",
+            TransportKind::Shm => "shm",
             TransportKind::Auto => "auto",
         }
     }
@@ -71,9 +75,10 @@ impl FromStr for TransportKind {
             "local" => Ok(TransportKind::Local),
             "mpi" => Ok(TransportKind::Mpi),
             "verbs" => Ok(TransportKind::Verbs),
+            "shm" => Ok(TransportKind::Shm),
             "auto" => Ok(TransportKind::Auto),
             other => Err(format!(
-                "unknown transport `{other}` (expected local, mpi, verbs or auto)"
+                "unknown transport `{other}` (expected local, mpi, verbs, shm or auto)"
             )),
         }
     }

@@ -35,7 +35,7 @@ use crate::fabric::{
 /// Cells handled per [`Fabric::poll`] call at most, per ring.
 const POLL_BATCH: usize = 256;
 /// Cells of a rank's control ring (64 bytes each).
-pub(crate) const CONTROL_DEPTH: usize = 256;
+pub(crate) const CONTROL_DEPTH: usize = crate::fabric::sizes::SHM_CONTROL_DEPTH as usize;
 /// A cell's kind: a data packet.
 const KIND_PACKET: u8 = 1;
 /// A cell's kind: a control message (its code in `tag`, its value in `total`).
@@ -61,32 +61,20 @@ struct Peer {
     seg: RankSegment,
 }
 
-/// The data ring's cells for `cfg` in a world of `world` ranks: `srq_depth` (shared), or
-/// `recv_depth` per rank (`per-peer`: the credits of every peer, itself included); at
-/// least 2, the least a ring can be.
-pub(crate) fn data_depth(cfg: &TransportConfig, world: usize) -> usize {
-    let depth = match cfg.recv_sharing {
-        RecvSharing::PerPeer => cfg.recv_depth.saturating_mul(world.max(1)),
-        _ => cfg.srq_depth,
-    };
-    depth.max(2)
-}
-
-/// The sizes of the structures this fabric allocates (see [`MemoryModel`]), for
-/// `buffer_size`: its side only, the engine adds its own. Its one receive queue is the
-/// segment: the header and control ring fixed, each data cell's head and rounding per
-/// buffer.
-pub(crate) fn memory_model(buffer_size: usize) -> MemoryModel {
-    let cell = Ring::cell_bytes(buffer_size).unwrap_or(usize::MAX) as u64;
+/// The sizes of the structures this fabric allocates (see [`MemoryModel`]): its side only,
+/// the engine adds its own. Its one receive queue is the segment, which `predict` charges
+/// whole from the configuration (`fabric::sizes::shm_segment_bytes`); here its fixed part
+/// and a cell's head (a buffer size that is a multiple of 64 has no rounding).
+pub(crate) fn memory_model() -> MemoryModel {
     let fixed =
         (SEG_HEAD + super::ring::RING_HEAD) as u64 + Ring::bytes(CONTROL_DEPTH, 0).unwrap_or(0) as u64;
     MemoryModel {
         endpoint_fixed_bytes: (std::mem::size_of::<Peer>() + std::mem::size_of::<usize>()) as u64,
         engine_endpoint_bytes: 0,
         rq_fixed_bytes: fixed,
-        rq_wqe_bytes: cell.saturating_sub(buffer_size as u64),
+        rq_wqe_bytes: super::ring::CELL_HEAD as u64,
         srq_fixed_bytes: fixed,
-        srq_wqe_bytes: cell.saturating_sub(buffer_size as u64),
+        srq_wqe_bytes: super::ring::CELL_HEAD as u64,
         control_fixed_bytes: (std::mem::size_of::<ShmFabric>() + super::board::PER_RANK) as u64,
         per_peer_control_bytes: 0,
     }
@@ -131,7 +119,7 @@ impl ShmFabric {
             peer: None,
             what,
         };
-        let depth = data_depth(cfg, world);
+        let depth = crate::fabric::sizes::shm_data_depth(cfg, world) as usize;
         let mut own = RankSegment::create(
             &format!("ballast-shm-{rank}"),
             rank,
@@ -162,11 +150,11 @@ impl ShmFabric {
         let watch = Watch::start(rank, job.board.clone(), serves, watched)
             .map_err(|e| err(format!("starting its rendezvous thread: {e}")))?;
         job.board.set_pid(rank, std::process::id());
-        let model = memory_model(cfg.buffer_size);
+        let model = memory_model();
         let (guard, reg) = lock_region(own.seg.bytes(0, own.seg.len()).unwrap_or_default(), cfg.lock_pool);
         let mut bytes = FabricBytes {
             srq_bytes: own.seg.len() as u64,
-            recv_registered_bytes: (depth * cfg.buffer_size) as u64,
+            recv_registered_bytes: own.seg.len() as u64,
             recv_locked_bytes: reg.locked_bytes,
             ..FabricBytes::default()
         };

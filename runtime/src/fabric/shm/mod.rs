@@ -17,5 +17,6 @@ pub(crate) mod segment;
 pub(crate) mod watch;
 
 pub(crate) use board::Board;
+pub(crate) use fabric::memory_model;
 pub(crate) use fabric::Job;
 pub use fabric::ShmFabric;

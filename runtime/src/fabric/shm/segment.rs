@@ -105,6 +105,23 @@ mod tests {
     fn a_peer_maps_the_rings_its_owner_made_and_refuses_a_lie() {
         let own = RankSegment::create("ballast-test-seg", 5, 4, 1000, 8).unwrap();
         assert_eq!(own.seg.len(), 64 + (64 + 4 * 1088) + (64 + 8 * 64));
+        // The model's size of a segment (with the fabric's control ring) is the real one.
+        for (depth, b) in [(2, 64), (8, 1000), (512, 8192), (3, 0)] {
+            let real = RankSegment::create(
+                "ballast-test-seg",
+                0,
+                depth,
+                b,
+                super::super::fabric::CONTROL_DEPTH,
+            )
+            .unwrap()
+            .seg
+            .len();
+            assert_eq!(
+                Some(real as u64),
+                crate::fabric::sizes::shm_segment_bytes(depth as u64, b as u64)
+            );
+        }
         let fd = || own.seg.fd().unwrap().try_clone_to_owned().unwrap();
         let peer = RankSegment::open(fd(), 5).unwrap();
         assert_eq!((peer.data.payload(), peer.control.payload()), (1024, 0));
