@@ -2,8 +2,8 @@
 //! itself as ranks (`child_rank`, configured through `BALLAST_ROOT`/`BALLAST_RANK`/
 //! `BALLAST_SIZE` like a launcher would, the TCP bootstrap on loopback), each over
 //! `ballast_runtime::shm::communicator`: an exchange of small and large messages and an
-//! all-reduce at 1, 2, 3, 4 and 7 processes; a rank killed with SIGKILL while the others
-//! wait for it; ranks on two nodes refused.
+//! all-reduce at 1, 2, 3, 4 and 7 processes, and at 3 as `nobody`; a rank killed with
+//! SIGKILL while the others wait for it; ranks on two nodes refused.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -82,7 +82,23 @@ fn loopback_root() -> String {
 }
 
 fn spawn(root: &str, rank: usize, size: usize, env: &[(&str, &str)]) -> Child {
-    let mut c = Command::new(std::env::current_exe().unwrap());
+    spawn_as(None, root, rank, size, env)
+}
+
+/// The options of `setpriv` that run a command as `nobody`.
+const AS_NOBODY: [&str; 3] = ["--reuid=nobody", "--regid=nogroup", "--clear-groups"];
+
+/// A rank, run as the user of `setpriv`'s options `user` when given.
+fn spawn_as(user: Option<&[&str]>, root: &str, rank: usize, size: usize, env: &[(&str, &str)]) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut c = match user {
+        Some(opts) => {
+            let mut c = Command::new("setpriv");
+            c.args(opts).arg(&exe).current_dir("/");
+            c
+        }
+        None => Command::new(&exe),
+    };
     c.args(["--exact", "child_rank", "--nocapture", "--test-threads=1"])
         .env("BALLAST_ROOT", root)
         .env("BALLAST_RANK", rank.to_string())
@@ -127,6 +143,34 @@ fn processes_exchange_and_reduce_at_1_2_3_4_and_7() {
                 "{n} processes, rank {r}: {out}"
             );
         }
+    }
+}
+
+/// Cluster users are not root: the ranks run as `nobody` (memfd, abstract sockets and the
+/// same-uid check need no privilege). Skipped with a reason where this cannot switch user;
+/// a failure under `CI=true`, which runs as root.
+#[test]
+fn processes_exchange_as_nobody() {
+    let probe = Command::new("setpriv").args(AS_NOBODY).arg("true").status();
+    if !matches!(probe, Ok(s) if s.success()) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: cannot run as nobody with setpriv ({probe:?})"
+        );
+        eprintln!("SKIP: cannot run as nobody with setpriv (not root, or setpriv absent): {probe:?}");
+        return;
+    }
+    let n = 3;
+    let root = loopback_root();
+    let children: Vec<Child> = (0..n)
+        .map(|r| spawn_as(Some(&AS_NOBODY), &root, r, n, &[]))
+        .collect();
+    for (r, c) in children.into_iter().enumerate() {
+        let (ok, out) = finish(c, Duration::from_secs(120));
+        assert!(
+            ok && out.contains(&format!("RESULT {r} 3")),
+            "as nobody, rank {r}: {out}"
+        );
     }
 }
 
