@@ -111,3 +111,193 @@ fn cfg(sharing: RecvSharing) -> ballast_runtime::RuntimeConfigBuilder {
         None => b,
     }
 }
+
+/// The cases every transport whose ranks run as threads of one process passes, as
+/// `#[test]`s on launcher `$l` (`local_conformance.rs`, `shm_conformance.rs`):
+/// `threaded_cases!(Local);` in a test crate that imports `conformance::*` and
+/// `RecvSharing`.
+#[allow(unused_macros)]
+macro_rules! threaded_cases {
+    ($l:expr) => {
+        #[test]
+        fn ordering_per_peer_and_tag_all_modes() {
+            for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+                crate::conformance::ordering_per_peer_and_tag(&$l, m);
+            }
+        }
+
+        #[test]
+        fn any_source_any_tag_all_modes() {
+            for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+                crate::conformance::any_source_any_tag(&$l, m);
+            }
+        }
+
+        #[test]
+        fn try_recv_waits_for_whole_message() {
+            crate::conformance::try_recv_and_test(&$l);
+        }
+
+        #[test]
+        fn probe_then_take() {
+            crate::conformance::probe_then_take(&$l);
+        }
+
+        #[test]
+        fn cancel_and_irecv_within() {
+            crate::conformance::cancel_and_irecv_within(&$l);
+        }
+
+        #[test]
+        fn refused_behind_posted_receives() {
+            crate::conformance::refused_behind_posted_receives(&$l);
+        }
+
+        #[test]
+        fn recv_within_leaves_long_messages() {
+            crate::conformance::recv_within_leaves_long_messages(&$l);
+        }
+
+        #[test]
+        fn recv_into_fills_the_buffer() {
+            crate::conformance::recv_into_fills_the_buffer(&$l);
+        }
+
+        #[test]
+        fn refused_message_keeps_its_senders_order() {
+            crate::conformance::refused_message_keeps_its_senders_order(&$l);
+        }
+
+        #[test]
+        fn refused_large_message_before_later_ones() {
+            crate::conformance::refused_large_message_before_later_ones(&$l);
+        }
+
+        #[test]
+        fn recv_into_large_pairs_in_order() {
+            crate::conformance::recv_into_large_pairs_in_order(&$l);
+        }
+
+        #[test]
+        fn recv_into_ping_pong_all_modes() {
+            for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+                crate::conformance::recv_into_ping_pong(&$l, m, 1, (1 << 20) + 3);
+            }
+        }
+
+        #[test]
+        fn message_sizes_shared() {
+            crate::conformance::message_sizes_with_checksums(&$l, RecvSharing::Shared);
+        }
+
+        #[test]
+        fn message_sizes_per_peer() {
+            crate::conformance::message_sizes_with_checksums(&$l, RecvSharing::PerPeer);
+        }
+
+        #[test]
+        fn chunked_send_then_retried_smalls() {
+            crate::conformance::chunked_send_then_retried_smalls(&$l, 1, 16 << 10, 1);
+            crate::conformance::chunked_send_then_retried_smalls(&$l, 64, 1 << 20, 64);
+        }
+
+        #[test]
+        fn back_pressure_pool_of_two_all_modes() {
+            for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+                crate::conformance::back_pressure_pool_of_two(&$l, m);
+            }
+        }
+
+        #[test]
+        fn pool_growth_bounded() {
+            crate::conformance::pool_growth_is_bounded(&$l);
+        }
+
+        #[test]
+        fn eviction_two_endpoints_all_modes() {
+            for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+                crate::conformance::eviction_with_two_endpoints(&$l, m);
+            }
+        }
+
+        #[test]
+        fn all_to_all_cap_below_peers_all_modes() {
+            for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+                crate::conformance::all_to_all_with_a_cap_below_the_peers(&$l, m);
+            }
+        }
+
+        #[test]
+        fn all_to_all_64_shared() {
+            crate::conformance::all_to_all_64(&$l, RecvSharing::Shared);
+        }
+
+        #[test]
+        fn all_to_all_64_per_peer() {
+            crate::conformance::all_to_all_64(&$l, RecvSharing::PerPeer);
+        }
+
+        #[test]
+        fn many_to_one_srq4_shared() {
+            crate::conformance::many_to_one_srq4(&$l, RecvSharing::Shared);
+        }
+
+        #[test]
+        fn many_to_one_srq4_xrc() {
+            crate::conformance::many_to_one_srq4(&$l, RecvSharing::Xrc);
+        }
+
+        #[test]
+        fn collectives_all_modes() {
+            for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+                crate::conformance::collectives(&$l, m);
+            }
+        }
+
+        #[test]
+        fn mismatched_collectives() {
+            // Before the collectives' stamps this hung: a watchdog fails the binary instead.
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            std::thread::spawn(move || {
+                let waited = rx.recv_timeout(std::time::Duration::from_secs(60));
+                if waited == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                    eprintln!("mismatched_collectives: hung for 60 s");
+                    std::process::exit(1);
+                }
+            });
+            crate::conformance::mismatched_collectives(&$l);
+            tx.send(()).unwrap();
+        }
+
+        #[test]
+        fn bad_input() {
+            crate::conformance::bad_input_is_an_error(&$l);
+        }
+
+        #[test]
+        fn large_messages_in_order_with_small_ones_all_modes() {
+            for m in [RecvSharing::PerPeer, RecvSharing::Shared] {
+                crate::conformance::large_messages_in_order_with_small_ones(&$l, m);
+            }
+        }
+
+        #[test]
+        fn large_send_completes_before_its_receive_is_posted_all_modes() {
+            for m in [RecvSharing::PerPeer, RecvSharing::Shared, RecvSharing::Xrc] {
+                crate::conformance::large_send_completes_before_its_receive_is_posted(&$l, m);
+            }
+        }
+
+        #[test]
+        fn both_sides_send_large_first_shared() {
+            crate::conformance::both_sides_send_large_first(&$l, RecvSharing::Shared);
+        }
+
+        #[test]
+        fn any_source_with_large_messages_shared() {
+            crate::conformance::any_source_with_large_messages(&$l, RecvSharing::Shared);
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use threaded_cases;
