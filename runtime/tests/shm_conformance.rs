@@ -28,7 +28,7 @@ const MODES: [RecvSharing; 3] = [RecvSharing::PerPeer, RecvSharing::Shared, Recv
 threaded_cases!(Shm);
 
 /// The footprint of every rank equals `predict` for shm (the segment charged whole, the
-/// endpoints the engine opened), in each mode, lazy or not, with and without the lock.
+/// endpoints the engine opened), in each mode, lazy or not (the pool unlocked).
 #[test]
 fn footprint_equals_the_shm_model() {
     use ballast_runtime::{Source, TagMatch, TransportKind};

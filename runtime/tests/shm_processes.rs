@@ -85,19 +85,25 @@ fn spawn(root: &str, rank: usize, size: usize, env: &[(&str, &str)]) -> Child {
     spawn_as(None, root, rank, size, env)
 }
 
-/// The options of `setpriv` that run a command as `nobody`.
-const AS_NOBODY: [&str; 3] = ["--reuid=nobody", "--regid=nogroup", "--clear-groups"];
+/// The options of `setpriv` that run a command as `nobody` (65534, numeric: the group's
+/// name differs between distributions).
+const AS_NOBODY: [&str; 3] = ["--reuid=65534", "--regid=65534", "--clear-groups"];
 
-/// A rank, run as the user of `setpriv`'s options `user` when given.
-fn spawn_as(user: Option<&[&str]>, root: &str, rank: usize, size: usize, env: &[(&str, &str)]) -> Child {
-    let exe = std::env::current_exe().unwrap();
+/// A rank, run from `exe` through `setpriv` with `user` when given (else this binary).
+fn spawn_as(
+    user: Option<(&[&str], &std::path::Path)>,
+    root: &str,
+    rank: usize,
+    size: usize,
+    env: &[(&str, &str)],
+) -> Child {
     let mut c = match user {
-        Some(opts) => {
+        Some((opts, exe)) => {
             let mut c = Command::new("setpriv");
-            c.args(opts).arg(&exe).current_dir("/");
+            c.args(opts).arg(exe).current_dir("/");
             c
         }
-        None => Command::new(&exe),
+        None => Command::new(std::env::current_exe().unwrap()),
     };
     c.args(["--exact", "child_rank", "--nocapture", "--test-threads=1"])
         .env("BALLAST_ROOT", root)
@@ -106,7 +112,7 @@ fn spawn_as(user: Option<&[&str]>, root: &str, rank: usize, size: usize, env: &[
         .env("BALLAST_BOOTSTRAP_TIMEOUT", "30")
         .env("BALLAST_LOCK_POOL", "off")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        .stderr(Stdio::piped());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -151,19 +157,42 @@ fn processes_exchange_and_reduce_at_1_2_3_4_and_7() {
 /// a failure under `CI=true`, which runs as root.
 #[test]
 fn processes_exchange_as_nobody() {
-    let probe = Command::new("setpriv").args(AS_NOBODY).arg("true").status();
-    if !matches!(probe, Ok(s) if s.success()) {
+    // A copy of this binary that nobody can run, wherever the clone is (a home directory
+    // of mode 0700 would stop it).
+    let dir = std::env::temp_dir().join(format!("ballast-shm-nobody-{}", std::process::id()));
+    let exe = dir.join("shm_processes");
+    let copied = std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::copy(std::env::current_exe()?, &exe))
+        .and_then(|_| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+        });
+    let probe = copied.map_err(|e| e.to_string()).and_then(|_| {
+        let o = Command::new("setpriv")
+            .args(AS_NOBODY)
+            .arg(&exe)
+            .arg("--list")
+            .output()
+            .map_err(|e| e.to_string())?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&o.stderr).into_owned())
+        }
+    });
+    if let Err(why) = probe {
+        let _ = std::fs::remove_dir_all(&dir);
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true: cannot run as nobody with setpriv ({probe:?})"
+            "CI=true: cannot run as nobody with setpriv: {why}"
         );
-        eprintln!("SKIP: cannot run as nobody with setpriv (not root, or setpriv absent): {probe:?}");
+        eprintln!("SKIP: cannot run as nobody with setpriv (not root, or setpriv absent): {why}");
         return;
     }
     let n = 3;
     let root = loopback_root();
     let children: Vec<Child> = (0..n)
-        .map(|r| spawn_as(Some(&AS_NOBODY), &root, r, n, &[]))
+        .map(|r| spawn_as(Some((&AS_NOBODY, &exe)), &root, r, n, &[]))
         .collect();
     for (r, c) in children.into_iter().enumerate() {
         let (ok, out) = finish(c, Duration::from_secs(120));
@@ -182,28 +211,42 @@ fn a_rank_killed_while_the_others_wait_ends_their_wait_within_a_second() {
     let mut children: Vec<Child> = (0..n)
         .map(|r| spawn(&root, r, n, &[("SHM_TEST_MODE", "wait")]))
         .collect();
-    // Every rank is up (its communicator made) before the last is killed.
-    let mut readers: Vec<_> = children
-        .iter_mut()
-        .map(|c| BufReader::new(c.stdout.take().unwrap()).lines())
-        .collect();
-    // The next line of a rank's own (the test harness prints its own lines too).
-    let next = |lines: &mut std::io::Lines<BufReader<std::process::ChildStdout>>, what: &str| -> String {
-        lines
-            .map_while(|l| l.ok())
-            .find_map(|l| l.find(what).map(|i| l[i..].to_string()))
-            .unwrap_or_default()
-    };
-    for (r, lines) in readers.iter_mut().enumerate() {
-        assert_eq!(next(lines, "READY"), format!("READY {r}"));
+    // Each rank's lines of its own (the test harness prints its own lines too), read by a
+    // thread: a line that never comes fails the test at a deadline instead of hanging it.
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, String)>();
+    for (r, c) in children.iter_mut().enumerate() {
+        let out = c.stdout.take().unwrap();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(|l| l.ok()) {
+                for what in ["READY", "WAITED"] {
+                    if let Some(i) = l.find(what) {
+                        let _ = tx.send((r, l[i..].to_string()));
+                    }
+                }
+            }
+        });
     }
+    let next = |what: &str| -> (usize, String) {
+        loop {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok((r, l)) if l.starts_with(what) => return (r, l),
+                Ok(_) => continue,
+                Err(e) => panic!("no {what} line within 30 s: {e}"),
+            }
+        }
+    };
+    // Every rank is up (its communicator made) before the last is killed.
+    let mut ready: Vec<String> = (0..n).map(|_| next("READY").1).collect();
+    ready.sort();
+    assert_eq!(ready, (0..n).map(|r| format!("READY {r}")).collect::<Vec<_>>());
     // Let the waiting ranks block in their receive.
     std::thread::sleep(Duration::from_millis(200));
     let killed = Instant::now();
     children[n - 1].kill().unwrap();
     children[n - 1].wait().unwrap();
-    for (r, lines) in readers.iter_mut().enumerate().take(n - 1) {
-        let line = next(lines, "WAITED");
+    for _ in 0..n - 1 {
+        let (r, line) = next("WAITED");
         let after = killed.elapsed();
         assert!(line.starts_with(&format!("WAITED {r} ")), "{line}");
         assert!(line.contains("Aborted"), "rank {r} must see the job fail: {line}");

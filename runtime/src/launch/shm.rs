@@ -134,53 +134,86 @@ pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<
         )));
     }
     // The first rank names the job, makes the board and listens for it before the others
-    // learn the name.
+    // learn the name; it joins the gather of the name even when that failed (an empty
+    // name), so that nobody waits for it.
+    let timeout = config.bootstrap().timeout;
     let mut first = None;
     let mut token = String::new();
     if rank == 0 {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        token = format!("{:x}-{nanos:x}", std::process::id());
-        let board =
-            Board::create("ballast-shm-board", n).map_err(|e| shm(format!("the job's board: {e}")))?;
-        let name = board_name(&token).map_err(|e| shm(e.to_string()))?;
-        let listener = Listener::bind(&name).map_err(|e| shm(format!("listening on `{name}`: {e}")))?;
-        first = Some((board, listener));
+        let name = format!("{:x}-{nanos:x}", std::process::id());
+        first = Some(board_for(&name, n).map_err(shm));
+        if matches!(first, Some(Ok(_))) {
+            token = name;
+        }
     }
     let names = boot.all_gather(token.as_bytes()).map_err(FabricError::from)?;
     let job_name = String::from_utf8_lossy(&names[0]).into_owned();
-    let timeout = config.bootstrap().timeout;
-    let (board, serves, watched) = match first {
-        Some((board, listener)) => {
-            let fd = board
-                .segment()
-                .fd()
-                .and_then(|f| f.try_clone_to_owned().ok())
-                .ok_or_else(|| shm("the board's descriptor".into()))?;
-            let serve = Serve {
-                listener,
-                fd,
-                keep: true,
-            };
-            (board, vec![serve], Vec::new())
-        }
-        None => {
-            let name = board_name(&job_name).map_err(|e| shm(e.to_string()))?;
-            let (conn, fd, _) = fetch(&name, timeout, rank as u64)
-                .map_err(|e| shm(format!("fetching the job's board from `{name}`: {e}")))?;
-            let board = Board::open(fd, n).map_err(|e| shm(format!("the job's board: {e}")))?;
-            (board, Vec::new(), vec![(conn, 0)])
-        }
+    let board = match first {
+        Some(made) => made,
+        None if job_name.is_empty() => Err(shm(
+            "rank 0 could not make the job's board (its error is its own)".into(),
+        )),
+        None => fetch_board(&job_name, n, rank, timeout).map_err(shm),
     };
-    let job = Job {
-        name: job_name,
-        board: Arc::new(board),
-        timeout,
-        stop: Arc::new(AtomicBool::new(false)),
-    };
-    let fabric = ShmFabric::new(rank, n, &cfg, job, serves, watched)?;
+    // Every rank's fabric, then one more gather: a rank that could not start says so, and
+    // nobody waits for it.
+    let fabric = board.and_then(|(board, serves, watched)| {
+        let job = Job {
+            name: job_name,
+            board: Arc::new(board),
+            timeout,
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        Ok(ShmFabric::new(rank, n, &cfg, job, serves, watched)?)
+    });
+    let started = boot
+        .all_gather(&[u8::from(fabric.is_ok())])
+        .map_err(FabricError::from)?;
+    let fabric = fabric?;
+    if let Some(r) = started.iter().position(|s| s.as_slice() != [1]) {
+        return Err(shm(format!("rank {r} could not start (its error is its own)")));
+    }
     Communicator::new(Box::new(fabric), &cfg)
+}
+
+/// What a rank's board is: the board, the sockets the rank serves and the connections it
+/// watches.
+type BoardParts = (Board, Vec<Serve>, Vec<(std::os::unix::net::UnixStream, u64)>);
+
+/// The first rank's board for job `job` of `n` ranks, listened for.
+fn board_for(job: &str, n: usize) -> std::result::Result<BoardParts, String> {
+    let board = Board::create("ballast-shm-board", n).map_err(|e| format!("the job's board: {e}"))?;
+    let name = board_name(job).map_err(|e| e.to_string())?;
+    let listener = Listener::bind(&name).map_err(|e| format!("listening on `{name}`: {e}"))?;
+    let fd = board
+        .segment()
+        .fd()
+        .and_then(|f| f.try_clone_to_owned().ok())
+        .ok_or_else(|| "the board's descriptor".to_string())?;
+    let serve = Serve {
+        listener,
+        fd,
+        keep: true,
+    };
+    Ok((board, vec![serve], Vec::new()))
+}
+
+/// Job `job`'s board fetched from its first rank by rank `rank`. The first rank listened
+/// before it named the job: a refused connection means it is gone, at once an error.
+fn fetch_board(
+    job: &str,
+    n: usize,
+    rank: usize,
+    timeout: std::time::Duration,
+) -> std::result::Result<BoardParts, String> {
+    let name = board_name(job).map_err(|e| e.to_string())?;
+    let (conn, fd, _) = fetch(&name, timeout, rank as u64, &|| true)
+        .map_err(|e| format!("fetching the job's board from `{name}`: {e}"))?;
+    let board = Board::open(fd, n).map_err(|e| format!("the job's board: {e}"))?;
+    Ok((board, Vec::new(), vec![(conn, 0)]))
 }
 
 /// Delivers `comm`'s sends, waits until every rank finished, then frees it.

@@ -96,7 +96,11 @@ pub struct ShmFabric {
     _watch: Watch,
     bytes: FabricBytes,
     model: MemoryModel,
+    /// The engine said this rank finished ([`Fabric::mark_done`]).
     marked_done: bool,
+    /// ... and the board says so: once the control messages waiting for room are pushed
+    /// (everything this rank sent is in its receivers' rings first, `peer_end`).
+    finished: bool,
     notice_seen: bool,
 }
 
@@ -173,6 +177,7 @@ impl ShmFabric {
             bytes,
             model,
             marked_done: false,
+            finished: false,
             notice_seen: false,
         })
     }
@@ -200,7 +205,12 @@ impl ShmFabric {
         if !self.peers.contains_key(&dest) {
             let name =
                 socket_name(&self.job.name, dest).map_err(|e| self.shm_err(Some(dest), e.to_string()))?;
-            let (_, fd, _) = match fetch(&name, self.job.timeout, self.rank as u64) {
+            let job = self.job.clone();
+            let rank = self.rank;
+            // A rank that failed never listens again: no waiting for it until the timeout.
+            let give_up =
+                || job.stop.load(Ordering::Acquire) || job.board.failed().is_some_and(|r| r != rank);
+            let (_, fd, _) = match fetch(&name, self.job.timeout, self.rank as u64, &give_up) {
                 Ok(got) => got,
                 // A peer that failed no longer serves: stop as every rank does then.
                 Err(_) if self.aborted() => return Err(FabricError::Aborted),
@@ -212,6 +222,15 @@ impl ShmFabric {
             self.peers.insert(dest, Peer { seg });
         }
         Ok(&self.peers[&dest].seg)
+    }
+
+    /// Marks this rank finished on the board once the engine said so and no control
+    /// message waits.
+    fn finish_when_flushed(&mut self) {
+        if self.marked_done && !self.finished && self.pending.is_empty() {
+            self.finished = true;
+            self.job.board.finish(self.rank);
+        }
     }
 
     /// Pushes the waiting control messages, in order, until one finds its ring full.
@@ -268,6 +287,7 @@ impl ShmFabric {
         }
         if !self.pending.is_empty() {
             self.flush_controls()?;
+            self.finish_when_flushed();
         }
         let bad = |rank: usize, what: String| FabricError::Shm {
             rank,
@@ -333,7 +353,7 @@ impl ShmFabric {
 impl Drop for ShmFabric {
     /// A rank that ends without finishing failed: the others stop waiting for it.
     fn drop(&mut self) {
-        if !self.marked_done {
+        if !self.finished {
             self.job.board.fail(self.rank);
         }
     }
@@ -442,21 +462,11 @@ impl Fabric for ShmFabric {
         Ok(())
     }
 
+    /// On the board at once, or, while control messages wait for room, at the poll that
+    /// pushes the last of them (the engine polls until every rank finished).
     fn mark_done(&mut self) {
-        // Everything this rank sent is in its receivers' rings first (`peer_end`): the
-        // control messages still waiting for room too, unless the job failed.
-        while !self.pending.is_empty() && !self.aborted() {
-            if self.flush_controls().is_err() {
-                break;
-            }
-            if !self.pending.is_empty() {
-                std::thread::yield_now();
-            }
-        }
-        if !self.marked_done {
-            self.marked_done = true;
-            self.job.board.finish(self.rank);
-        }
+        self.marked_done = true;
+        self.finish_when_flushed();
     }
 
     fn all_done(&self) -> bool {
@@ -479,7 +489,7 @@ impl Fabric for ShmFabric {
             .job
             .board
             .finished()
-            .saturating_sub(usize::from(self.marked_done));
+            .saturating_sub(usize::from(self.finished));
         (others + 1 >= self.world).then_some(OthersEnd::AllFinished)
     }
 

@@ -79,7 +79,7 @@ impl Listener {
 /// abstract socket has no file permissions, so anyone on the host could connect.
 fn same_user(s: &UnixStream) -> std::io::Result<()> {
     let peer = rustix::net::sockopt::socket_peercred(s)?;
-    let me = rustix::process::getuid();
+    let me = rustix::process::geteuid();
     if peer.uid != me {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
@@ -118,12 +118,14 @@ fn send_fd(s: &UnixStream, fd: BorrowedFd<'_>, info: &[u8]) -> std::io::Result<(
 /// Connects to `name`, retrying while nobody listens there yet (a peer still starting)
 /// until `timeout`, and receives its descriptor and description. Errors: the last
 /// connection error at the deadline (`ConnectionRefused` when nobody listens),
-/// `InvalidData` when the peer sent no descriptor, or more than one. `me` is this rank,
-/// told to the peer first.
+/// `InvalidData` when the peer sent no descriptor, or more than one; `Interrupted` when
+/// `give_up()` says the wait is pointless (the job failed). `me` is this rank, told to the
+/// peer first.
 pub(crate) fn fetch(
     name: &str,
     timeout: Duration,
     me: u64,
+    give_up: &dyn Fn() -> bool,
 ) -> std::io::Result<(UnixStream, OwnedFd, Vec<u8>)> {
     let addr = address(name)?;
     let deadline = Instant::now() + timeout;
@@ -132,6 +134,12 @@ pub(crate) fn fetch(
         match UnixStream::connect_addr(&addr) {
             Ok(s) => break s,
             Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) if give_up() => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Interrupted,
+                    "given up: the job failed",
+                ))
+            }
             Err(_) => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(20));
@@ -207,7 +215,7 @@ mod tests {
     #[test]
     fn nobody_listening_is_an_error_at_the_deadline() {
         let t = Instant::now();
-        let e = fetch(&unique("nobody"), Duration::from_millis(50), 0).unwrap_err();
+        let e = fetch(&unique("nobody"), Duration::from_millis(50), 0, &|| false).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
         assert!(t.elapsed() >= Duration::from_millis(50));
     }
@@ -220,7 +228,7 @@ mod tests {
         let Ok(name) = std::env::var("SHM_RENDEZVOUS_CHILD") else {
             return;
         };
-        let (_s, fd, info) = fetch(&name, Duration::from_secs(10), 1).unwrap();
+        let (_s, fd, info) = fetch(&name, Duration::from_secs(10), 1, &|| false).unwrap();
         let info: [u8; 16] = info.try_into().unwrap();
         let (depth, payload) = (
             u64::from_le_bytes(info[..8].try_into().unwrap()) as usize,

@@ -117,11 +117,17 @@ fn run(
         // New connections after the watched ones were checked (`ready` is theirs).
         for (s, _) in serves.iter().zip(&ready[1..]).filter(|(_, &r)| r) {
             // A peer that connected and did not say who it is, or left, is dropped.
-            if let Ok((conn, peer)) = s.listener.serve(s.fd.as_fd(), &info) {
-                // (A connection that claims a rank off the board is not watched.)
-                if s.keep && (peer as usize) < board.ranks() {
-                    conns.push((conn, peer));
+            match s.listener.serve(s.fd.as_fd(), &info) {
+                // Watched: one connection per other rank (a claim of this rank, of a rank
+                // off the board or of one already watched is not).
+                Ok((conn, peer)) => {
+                    let p = peer as usize;
+                    if s.keep && p != rank && p < board.ranks() && !conns.iter().any(|(_, q)| *q == peer) {
+                        conns.push((conn, peer));
+                    }
                 }
+                // Out of descriptors (EMFILE) leaves the socket readable: not a busy loop.
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
             }
         }
     }
@@ -157,10 +163,14 @@ mod tests {
             keep: true,
         };
         let watch = Watch::start(0, board.clone(), vec![serve], Vec::new()).unwrap();
-        let (one, fd, info) = fetch(&name, Duration::from_secs(10), 1).unwrap();
+        let (one, fd, info) = fetch(&name, Duration::from_secs(10), 1, &|| false).unwrap();
         assert_eq!(info, 0u64.to_le_bytes(), "served by rank 0");
         let mapped = Board::open(fd, 3).unwrap();
-        let (two, _, _) = fetch(&name, Duration::from_secs(10), 2).unwrap();
+        let (two, _, _) = fetch(&name, Duration::from_secs(10), 2, &|| false).unwrap();
+        // A second connection claiming rank 2, and one claiming rank 0 (the server's own),
+        // are not watched: their end marks nothing.
+        drop(fetch(&name, Duration::from_secs(10), 2, &|| false).unwrap());
+        drop(fetch(&name, Duration::from_secs(10), 0, &|| false).unwrap());
         // Rank 2 finishes, then its connection ends: no failure.
         mapped.finish(2);
         drop(two);
