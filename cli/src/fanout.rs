@@ -297,6 +297,11 @@ impl Plan {
             TransportKind::Mpi => self.run_mpi(),
             #[cfg(feature = "verbs")]
             TransportKind::Verbs => self.run_verbs(),
+            TransportKind::Shm => bail!(
+                "fanout cannot run over transport shm (--transport or BALLAST_TRANSPORT) yet: the shared-memory \
+                 transport runs from the Rust API only so far (ballast_runtime::shm::{{communicator, run_ranks}}); \
+                 use local, mpi or verbs"
+            ),
             k => {
                 crate::runtime_args::check_compiled_in(k)?;
                 bail!("fanout cannot run over transport `{k}`")

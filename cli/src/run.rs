@@ -286,7 +286,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     ballast_sim::check::check_device(&cfg).context("--transport verbs")?;
     match kind {
         TransportKind::Shm => anyhow::bail!(
-            "--transport shm: the shared-memory transport runs from the Rust API only so far \
+            "transport shm (--transport or BALLAST_TRANSPORT): the shared-memory transport runs from the Rust API only so far \
              (ballast_runtime::shm::{{communicator, run_ranks}}); use local, mpi or verbs here"
         ),
         TransportKind::Mpi => run_mpi(args, &cfg),

@@ -1,7 +1,7 @@
 //! What the commands say when given the wrong kind of thing: an `--output-dir` that exists
 //! and is not a directory (a regular file, a FIFO: never the real /dev), an allocation
 //! pickle given as `--memory-usage`, a dry-run file saved with a UTF-8 byte order mark, and
-//! `ballast info --transport mpi` in a build without MPI. Each asserts the exact message and, for a refusal, a non-zero exit with the path
+//! `ballast info --transport mpi` in a build without MPI, `run` and `fanout` over shm. Each asserts the exact message and, for a refusal, a non-zero exit with the path
 //! left as it was.
 mod common;
 
@@ -155,4 +155,34 @@ fn info_says_mpi_is_not_built_in() {
     let local = run(&["info"], dir.path());
     assert!(local.status.success());
     assert_eq!(stderr(&local), "", "no note for a transport that is built in");
+}
+
+/// `ballast run` and `ballast fanout` over shm (by option or variable) are refused, saying
+/// where shm runs so far and what to use instead.
+#[test]
+fn run_and_fanout_say_shm_runs_from_the_rust_api_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&["run", "--synthetic", "10", "--transport", "shm"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        "ballast: error: transport shm (--transport or BALLAST_TRANSPORT): the shared-memory transport runs \
+         from the Rust API only so far (ballast_runtime::shm::{communicator, run_ranks}); use local, mpi or verbs here\n"
+    );
+    let o = common::ballast()
+        .args(["fanout", "--ranks", "4"])
+        .env("BALLAST_TRANSPORT", "shm")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "fanout cannot run over transport shm (--transport or BALLAST_TRANSPORT) yet: the shared-memory \
+             transport runs from the Rust API only so far (ballast_runtime::shm::{communicator, run_ranks}); \
+             use local, mpi or verbs"
+        ),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | core | `core::{config, memory, pool, backoff, intmap, procstatus, footprint}` | the pure configuration and its `ConfigError`, memory and memlock (`AllocError`), the registered pool, the footprint types |
 //! | bootstrap | [`bootstrap`] | start-up all-gather: MPI, TCP rendezvous, in-process; its `BootstrapError` |
-//! | fabric | [`fabric`]: the trait, `fabric::{error, wire, local, mpi, verbs}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model, `FabricError` |
+//! | fabric | [`fabric`]: the trait, `fabric::{error, wire, local, mpi, verbs, shm}` | the transports below the protocol, their packet-header and control codec, each fabric's memory model, `FabricError` |
 //! | protocol | `protocol::{engine, collective, connection, credit, datagram, error, matching, request}` | chunking, credits, handshakes, eviction, the datagram path, tag matching, request ids, the time passed in (`Engine::progress(now)`), `ProtocolError` |
 //! | comm | `comm`: the [`Communicator`], `comm::{error, model, mpi_native}` | the embedding API over the engine or MPI's native path, the footprint prediction, `CommError` and the [`Error`] its calls return (each layer's error wrapped, with the same messages) |
 //! | select, launch | `select`, [`launch`] | the `auto` choice of transport; starting ranks |
@@ -20,6 +20,7 @@
 //! [`ProtocolError`] and [`ConfigError`], [`Footprint`], the reductions, the sparse
 //! exchange's [`Received`]. The rest is in
 //! modules: [`bootstrap`], [`launch`] (ranks as threads: [`launch::threads`]), [`local`],
+//! `shm` (Linux, under construction: ranks as processes of one node, or as threads),
 //! `mpi` and `verbs` (the transports, features `mpi` and `verbs`), [`fabric`] (the trait below the protocol, with
 //! [`FabricError`](fabric::FabricError)), [`engine`], [`matching`], [`connection`],
 //! [`credit`], [`datagram`], [`wire`], [`model`] (the footprint prediction), [`memory`],
