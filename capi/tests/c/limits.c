@@ -23,6 +23,7 @@
  * failed and exits 1. */
 #define _POSIX_C_SOURCE 200809L
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,6 +232,11 @@ static int send_peer_main(ballast_comm *comm, void *user) {
     return ballast_barrier(comm);
 }
 
+/* Set by growth_main's rank 0 once the limit is lifted: its rank 1 makes no Ballast call
+ * before (its progress would take the messages in under the limit, and fail for memory
+ * when rank 0 was slow to fill its pool: seen once on a loaded machine). */
+static atomic_int growth_unlimited;
+
 /* With pool_growth on, rank 0 isends 8-byte messages to rank 1, which does not receive
  * them, until the pool cannot grow under the limit: BALLAST_ENOMEM naming pool_growth and
  * max_pool_bytes (the sizes that grow it), not buffer_count x buffer_size. */
@@ -250,15 +256,19 @@ static int growth_main(ballast_comm *comm, void *user) {
         expect(rc, BALLAST_ENOMEM, "pool_growth", __LINE__);
         expect(rc, BALLAST_ENOMEM, "max_pool_bytes", __LINE__);
         unlimit();
+        atomic_store(&growth_unlimited, 1);
         for (int i = 0; i < n; i++) {
             CHECK(ballast_wait(reqs[i], NULL) == 0);
             ballast_request_free(reqs[i]);
         }
     }
     if (rank == 1) {
-        /* No progress here while rank 0 fills its pool (its buffers stay in flight). */
+        /* No progress here while rank 0 fills its pool (its buffers stay in flight), and
+         * none until it lifted the limit (at most 60 s). */
         struct timespec t = {1, 0};
         nanosleep(&t, NULL);
+        struct timespec step = {0, 10 * 1000 * 1000};
+        for (int i = 0; i < 6000 && !atomic_load(&growth_unlimited); i++) nanosleep(&step, NULL);
     }
     int rc = ballast_barrier(comm);
     if (rank == 1) {
