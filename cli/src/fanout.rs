@@ -297,11 +297,8 @@ impl Plan {
             TransportKind::Mpi => self.run_mpi(),
             #[cfg(feature = "verbs")]
             TransportKind::Verbs => self.run_verbs(),
-            TransportKind::Shm => bail!(
-                "fanout cannot run over transport shm (--transport or BALLAST_TRANSPORT) yet: the shared-memory \
-                 transport runs from the Rust API only so far (ballast_runtime::shm::{{communicator, run_ranks}}); \
-                 use local, mpi or verbs"
-            ),
+            TransportKind::Shm if self.cfg.bootstrap().rank.is_none() => self.run_local().map(Some),
+            TransportKind::Shm => self.run_shm(),
             k => {
                 crate::runtime_args::check_compiled_in(k)?;
                 bail!("fanout cannot run over transport `{k}`")
@@ -313,7 +310,10 @@ impl Plan {
     fn run_local(&self) -> anyhow::Result<Outcome> {
         let cfg = &self.cfg;
         let Some(ranks) = self.ranks else {
-            bail!("--ranks is required with --transport local")
+            bail!(
+                "--ranks is required with --transport {} without a launcher",
+                self.cfg.transport().kind
+            )
         };
         if ranks < 2 {
             bail!("--ranks must be at least 2");
@@ -345,6 +345,37 @@ impl Plan {
             #[cfg(feature = "verbs")]
             processes: None,
         })
+    }
+
+    /// One rank per process of a launcher on this node, over shared memory.
+    fn run_shm(&self) -> anyhow::Result<Option<Outcome>> {
+        // Under mpirun without BALLAST_ROOT, MPI carries the start-up exchange (a build with
+        // `mpi`); under srun, the node's socket named by the job step.
+        let mut launch = ballast_runtime::launch::Launch::new(&self.cfg)?;
+        let size = launch.size();
+        let out = if self.ranks.is_some_and(|r| r != size) {
+            Err(anyhow::anyhow!(
+                "--ranks {} differs from the {size} processes of the launch",
+                self.ranks.unwrap_or(0)
+            ))
+        } else {
+            ballast_sim::fanout::process::shm(launch.bootstrap(), &self.cfg, self.messages, self.ints)
+                .map_err(anyhow::Error::from)
+        };
+        let out = match out {
+            Ok(v) => v,
+            Err(e) => {
+                launch.abandon();
+                return Err(e);
+            }
+        };
+        drop(launch); // frees an MPI bootstrap, then finalises the MPI it initialised
+        Ok(out.map(|report| Outcome {
+            report,
+            messages_sent: None,
+            #[cfg(feature = "verbs")]
+            processes: None,
+        }))
     }
 
     /// One rank per MPI process.

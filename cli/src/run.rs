@@ -7,7 +7,9 @@
 //! selected device, or, under a launcher that sets `BALLAST_ROOT` and the rank/size
 //! variables, one rank per process (the same per-process flow as mpi: [`Job`]); under
 //! `mpirun` without `BALLAST_ROOT` (a build with both `mpi` and `verbs`) MPI carries the
-//! start-up exchange and the data goes over verbs.
+//! start-up exchange and the data goes over verbs. `--transport shm` likewise: N threads
+//! with a segment each, or one rank per process on this node under `mpirun` or `srun`
+//! (their variables; no MPI data calls).
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -285,10 +287,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     crate::runtime_args::check_compiled_in(kind)?;
     ballast_sim::check::check_device(&cfg).context("--transport verbs")?;
     match kind {
-        TransportKind::Shm => anyhow::bail!(
-            "transport shm (--transport or BALLAST_TRANSPORT): the shared-memory transport runs from the Rust API only so far \
-             (ballast_runtime::shm::{{communicator, run_ranks}}); use local, mpi or verbs here"
-        ),
+        // Under a launcher: one rank per process, every process on this node.
+        TransportKind::Shm if cfg.bootstrap().rank.is_some() => run_shm_processes(args, &cfg),
         TransportKind::Mpi => run_mpi(args, &cfg),
         // Under a launcher (rank/size variables set): one rank per process.
         TransportKind::Verbs if cfg.bootstrap().rank.is_some() => run_verbs_processes(args, &cfg),
@@ -354,7 +354,6 @@ fn print_finished(finished: &Finished, ranks: usize, args: &RunArgs) -> anyhow::
 
 /// One process, one rank ([`ballast_sim::launch::run_per_process`]): `--ranks`, when given,
 /// must equal the processes the launcher started; rank 0 prints.
-#[cfg_attr(not(any(feature = "mpi", feature = "verbs")), allow(dead_code))]
 fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> anyhow::Result<()> {
     let size = job.size();
     if let Some(n) = args.ranks {
@@ -386,6 +385,17 @@ fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
 #[cfg(not(feature = "mpi"))]
 fn run_mpi(_: &RunArgs, _: &RuntimeConfig) -> anyhow::Result<()> {
     unreachable!("check_transport refuses mpi without the feature")
+}
+
+fn run_shm_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+    // `mpirun -n N ballast run --transport shm`: MPI (a build with `mpi`), BALLAST_ROOT or
+    // the node's socket named by the launcher's job step carries the start-up exchange.
+    let mut job = ballast_sim::launch::ShmJob(ballast_runtime::launch::Launch::new(cfg)?);
+    let out = run_per_process(args, cfg, &mut job);
+    if out.is_err() {
+        job.0.abandon();
+    }
+    out
 }
 
 #[cfg(feature = "verbs")]

@@ -1,7 +1,7 @@
 //! What the commands say when given the wrong kind of thing: an `--output-dir` that exists
 //! and is not a directory (a regular file, a FIFO: never the real /dev), an allocation
 //! pickle given as `--memory-usage`, a dry-run file saved with a UTF-8 byte order mark, and
-//! `ballast info --transport mpi` in a build without MPI, `run` and `fanout` over shm. Each asserts the exact message and, for a refusal, a non-zero exit with the path
+//! `ballast info --transport mpi` in a build without MPI, `run` and `fanout` over shm without a way to meet. Each asserts the exact message and, for a refusal, a non-zero exit with the path
 //! left as it was.
 mod common;
 
@@ -157,31 +157,40 @@ fn info_says_mpi_is_not_built_in() {
     assert_eq!(stderr(&local), "", "no note for a transport that is built in");
 }
 
-/// `ballast run` and `ballast fanout` over shm (by option or variable) are refused, saying
-/// where shm runs so far and what to use instead.
+/// `ballast run` over shm as one rank per process without a way to meet (srun's rank
+/// variables but no job id, no `BALLAST_ROOT`, no MPI launch), and `ballast fanout` over
+/// shm with neither a launcher nor `--ranks`: refused, saying what is missing.
 #[test]
-fn run_and_fanout_say_shm_runs_from_the_rust_api_only() {
+fn shm_without_a_way_to_meet_says_what_is_missing() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run(&["run", "--synthetic", "10", "--transport", "shm"], dir.path());
+    let o = common::ballast()
+        .args(["run", "--synthetic", "10", "--transport", "shm"])
+        .env("SLURM_PROCID", "0")
+        .env("SLURM_NTASKS", "2")
+        .env_remove("SLURM_JOB_ID")
+        .env_remove("PMIX_NAMESPACE")
+        .env_remove("OMPI_MCA_ess_base_jobid")
+        .env_remove("BALLAST_ROOT")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(
         stderr(&o),
-        "ballast: error: transport shm (--transport or BALLAST_TRANSPORT): the shared-memory transport runs \
-         from the Rust API only so far (ballast_runtime::shm::{communicator, run_ranks}); use local, mpi or verbs here\n"
+        "ballast: error: bootstrap: the shm transport's processes meet at this node's socket named by the launcher's job \
+         step (SLURM_JOB_ID and SLURM_STEP_ID, PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid) and need its rank and size \
+         (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE): one of them is missing; \
+         or set BALLAST_ROOT=host:port\n"
     );
     let o = common::ballast()
-        .args(["fanout", "--ranks", "4"])
+        .args(["fanout"])
         .env("BALLAST_TRANSPORT", "shm")
         .current_dir(dir.path())
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains(
-            "fanout cannot run over transport shm (--transport or BALLAST_TRANSPORT) yet: the shared-memory \
-             transport runs from the Rust API only so far (ballast_runtime::shm::{communicator, run_ranks}); \
-             use local, mpi or verbs"
-        ),
+        stderr(&o).contains("--ranks is required with --transport shm without a launcher"),
         "{}",
         stderr(&o)
     );

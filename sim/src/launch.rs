@@ -1,7 +1,8 @@
 //! Running the simulation of a circuit as `ballast run` does, from checks to outputs: the
 //! ranks as threads of this process (`run_threads`, `local` or `verbs` on one device), or
 //! one rank per process ([`run_per_process`] over a [`Job`]: [`MpiJob`] under `mpirun`,
-//! [`VerbsJob`] under a launcher that sets `BALLAST_ROOT` and the rank/size variables).
+//! [`VerbsJob`] under a launcher that sets `BALLAST_ROOT` and the rank/size variables,
+//! [`ShmJob`] for every rank on this node, under `mpirun`, `srun` or `BALLAST_ROOT`).
 //! Both check the memory before anything is written ([`crate::check`]), place the cells,
 //! run, build the report and write `out.dat` and `report.json`.
 use std::path::Path;
@@ -135,6 +136,11 @@ fn threads(
     }
     #[cfg(not(feature = "verbs"))]
     let _ = verbs;
+    #[cfg(target_os = "linux")]
+    if config.transport().kind == TransportKind::Shm {
+        let outcomes = stamped(ballast_runtime::shm::run_ranks(ranks, config, rank)?, start)?;
+        return Ok((outcomes, notes.into_inner()));
+    }
     let outcomes = stamped(
         ballast_runtime::launch::threads::run_ranks(ranks, config, rank)?,
         start,
@@ -399,6 +405,43 @@ impl Job for VerbsJob {
         // connections end instead of waiting for it in the finish.
         let out = f(&mut comm, baseline)?;
         verbs::finish(comm)?;
+        Ok(out)
+    }
+    fn launcher(&self) -> &'static str {
+        "the launcher"
+    }
+}
+
+/// A shared-memory job: one rank per process, every process on this node, met through
+/// [`ballast_runtime::launch::Launch`] (MPI under `mpirun` in a build with `mpi`,
+/// `BALLAST_ROOT`, or the node's socket named by the launcher's job step under `srun`).
+/// After an error, call [`ballast_runtime::launch::Launch::abandon`] on `.0`.
+#[cfg(target_os = "linux")]
+pub struct ShmJob(pub ballast_runtime::launch::Launch);
+
+#[cfg(target_os = "linux")]
+impl Job for ShmJob {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn barrier(&mut self) -> Result<(), SimError> {
+        self.0.bootstrap().all_gather(&[])?;
+        Ok(())
+    }
+    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> Result<Vec<RankOutcome>, SimError> {
+        use ballast_runtime::shm;
+        let process_start = ProcStatus::read_self().unwrap_or_default();
+        let kept0 = self.0.bootstrap().kept();
+        let mut comm = shm::communicator(self.0.bootstrap(), cfg)?;
+        // Under mpirun, what MPI kept while the segments were met is not shm's.
+        let baseline = self.0.bootstrap().kept().since(&kept0).shift(&process_start);
+        // A failed rank drops its communicator unfinished: the board marks it failed and
+        // the others stop waiting for it.
+        let out = f(&mut comm, baseline)?;
+        shm::finish(comm)?;
         Ok(out)
     }
     fn launcher(&self) -> &'static str {

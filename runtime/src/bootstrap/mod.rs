@@ -2,20 +2,26 @@
 //! strings), used before any transport is up, e.g. by the verbs transport to exchange its
 //! connection data. Three implementations, chosen by [`auto`]: through MPI ([`MpiBootstrap`],
 //! feature `mpi`, when MPI is initialised); through the launcher's environment plus a TCP
-//! rendezvous at rank 0 ([`TcpBootstrap`], `BALLAST_ROOT`); in-process for ranks that are
-//! threads ([`LocalBootstrap`], the `local` transport). The launch of a job of one rank per
+//! rendezvous at rank 0 ([`TcpBootstrap`], `BALLAST_ROOT`); the same rendezvous over a
+//! node-local abstract socket named by the launcher's job step ([`NodeBootstrap`], the
+//! `shm` transport without `BALLAST_ROOT`); in-process for ranks that are threads
+//! ([`LocalBootstrap`], the `local` transport). The launch of a job of one rank per
 //! process around a bootstrap is `launch::Launch`.
 
 pub(crate) mod error;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(target_os = "linux")]
+pub(crate) mod node;
 mod tcp;
 
 pub use error::BootstrapError;
 pub use local::LocalBootstrap;
 #[cfg(feature = "mpi")]
 pub use mpi::MpiBootstrap;
+#[cfg(target_os = "linux")]
+pub use node::NodeBootstrap;
 pub use tcp::TcpBootstrap;
 
 use crate::core::config::RuntimeConfig;
@@ -86,6 +92,8 @@ pub enum BootstrapKind {
     Mpi,
     /// Through the launcher's environment and a TCP rendezvous at rank 0.
     Tcp,
+    /// Through the launcher's environment and rank 0's socket on this node.
+    Node,
 }
 
 /// The bootstrap [`auto`] picked, and which kind it is.
@@ -98,8 +106,10 @@ pub struct AutoBootstrap {
 
 /// Picks the bootstrap for this process: MPI when the `mpi` feature is on and MPI is
 /// initialised, otherwise TCP from `config.bootstrap()` (`BALLAST_ROOT` plus the rank and
-/// size of the launcher). Errors: [`BootstrapError::Env`] when neither is available, and the
-/// errors of [`TcpBootstrap::connect`].
+/// size of the launcher), otherwise, for the `shm` transport (every rank on this node),
+/// [`NodeBootstrap`] named by the launcher's job step. Errors: [`BootstrapError::Env`] when
+/// none is available, and the errors of [`TcpBootstrap::connect`] and
+/// [`NodeBootstrap::connect`].
 pub fn auto(config: &RuntimeConfig) -> Result<AutoBootstrap> {
     #[cfg(feature = "mpi")]
     if rsmpi::environment::is_initialized() && !rsmpi::environment::is_finalized() {
@@ -109,6 +119,25 @@ pub fn auto(config: &RuntimeConfig) -> Result<AutoBootstrap> {
         });
     }
     let b = config.bootstrap();
+    #[cfg(target_os = "linux")]
+    if b.root.is_none()
+        && b.rank.is_some()
+        && b.job.is_some()
+        && config.transport().kind == crate::core::config::TransportKind::Shm
+    {
+        return Ok(AutoBootstrap {
+            kind: BootstrapKind::Node,
+            boot: Box::new(NodeBootstrap::connect(b)?),
+        });
+    }
+    if b.root.is_none() && config.transport().kind == crate::core::config::TransportKind::Shm {
+        return Err(BootstrapError::Env {
+            what: "the shm transport's processes meet at this node's socket named by the launcher's job step \
+                   (SLURM_JOB_ID and SLURM_STEP_ID, PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid) and need its rank and \
+                   size (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE): one of \
+                   them is missing; or set BALLAST_ROOT=host:port",
+        });
+    }
     if b.root.is_none() || b.rank.is_none() {
         return Err(BootstrapError::Env {
             what: "no initialised MPI and no rendezvous: set BALLAST_ROOT=host:port and the rank and size \

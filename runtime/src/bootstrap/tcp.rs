@@ -2,13 +2,17 @@
 //! every other rank connects to it (retrying until the timeout, since rank 0 may start
 //! later), and each all-gather round sends every rank's bytes to rank 0, which answers
 //! with the whole table. Rank and size come from the launcher's environment
-//! ([`crate::core::config::BootstrapConfig`]).
+//! ([`crate::core::config::BootstrapConfig`]). The same exchange runs over a Unix-domain
+//! socket in the abstract namespace for the ranks of one node (`super::node::NodeBootstrap`:
+//! [`Meet::Node`], both ends checked to be this user's processes).
 //!
 //! Wire (little-endian): hello = magic `b"BLST"`, rank u32, size u32; contribution = len
 //! u64 + bytes; table = per rank, len u64 + bytes.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use super::Bootstrap;
@@ -21,9 +25,99 @@ const MAX_CONTRIBUTION: u64 = 1 << 32;
 
 enum Links {
     /// Rank 0: the stream of every other rank (index = rank; 0 unused).
-    Root(Vec<Option<TcpStream>>),
+    Root(Vec<Option<Link>>),
     /// Other ranks: the stream to rank 0.
-    Leaf(TcpStream),
+    Leaf(Link),
+}
+
+/// Where the ranks meet: rank 0's TCP addresses, or a node-local abstract socket name.
+pub(crate) enum Meet {
+    /// `BALLAST_ROOT`, resolved.
+    Tcp(Vec<SocketAddr>),
+    /// An abstract Unix socket name (no leading NUL), on this node only.
+    Node(String),
+}
+
+/// One connection of the exchange.
+enum Link {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Link {
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Link::Tcp(s) => s.set_read_timeout(t),
+            Link::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Link {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Link::Tcp(s) => s.read(buf),
+            Link::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Link {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Link::Tcp(s) => s.write(buf),
+            Link::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Link::Tcp(s) => s.flush(),
+            Link::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// Rank 0's listening socket.
+enum Listen {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listen {
+    fn bind(meet: &Meet) -> std::io::Result<Listen> {
+        let l = match meet {
+            Meet::Tcp(addrs) => Listen::Tcp(TcpListener::bind(&addrs[..])?),
+            Meet::Node(name) => Listen::Unix(UnixListener::bind_addr(
+                &std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?,
+            )?),
+        };
+        match &l {
+            Listen::Tcp(t) => t.set_nonblocking(true)?,
+            Listen::Unix(u) => u.set_nonblocking(true)?,
+        }
+        Ok(l)
+    }
+
+    /// A connection, blocking, and who is at its other end (for messages); `Ok(None)` for
+    /// a connection of another user's process on the node socket (dropped).
+    fn accept(&self) -> std::io::Result<Option<(Link, String)>> {
+        Ok(match self {
+            Listen::Tcp(t) => {
+                let (s, peer) = t.accept()?;
+                s.set_nonblocking(false)?;
+                s.set_nodelay(true)?;
+                Some((Link::Tcp(s), peer.to_string()))
+            }
+            Listen::Unix(u) => {
+                let (s, _) = u.accept()?;
+                s.set_nonblocking(false)?;
+                match super::node::same_user(&s) {
+                    Ok(pid) => Some((Link::Unix(s), format!("process {pid}"))),
+                    Err(_) => None,
+                }
+            }
+        })
+    }
 }
 
 /// All-gather of byte strings through a TCP rendezvous at rank 0.
@@ -33,6 +127,16 @@ pub struct TcpBootstrap {
     root: String,
     timeout: Duration,
     links: Links,
+}
+
+impl std::fmt::Debug for TcpBootstrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpBootstrap")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An i/o step of `rank` toward `peer` that failed.
@@ -72,14 +176,14 @@ fn resolve(root: &str) -> Result<Vec<SocketAddr>> {
 }
 
 fn read_exact_or(
-    s: &mut TcpStream,
+    s: &mut Link,
     buf: &mut [u8],
     what: impl Fn(std::io::Error) -> BootstrapError,
 ) -> Result<()> {
     s.read_exact(buf).map_err(what)
 }
 
-fn read_u64(s: &mut TcpStream, what: &dyn Fn(std::io::Error) -> BootstrapError) -> Result<u64> {
+fn read_u64(s: &mut Link, what: &dyn Fn(std::io::Error) -> BootstrapError) -> Result<u64> {
     let mut b = [0u8; 8];
     read_exact_or(s, &mut b, what)?;
     Ok(u64::from_le_bytes(b))
@@ -113,20 +217,33 @@ impl TcpBootstrap {
     /// which ranks did not show up (at rank 0), [`BootstrapError::Unreachable`] (elsewhere),
     /// [`BootstrapError::Root`], [`BootstrapError::Peer`], [`BootstrapError::Io`].
     pub fn new(root: &str, rank: usize, size: usize, timeout: Duration) -> Result<TcpBootstrap> {
+        let meet = Meet::Tcp(resolve(root)?);
+        Self::meet(root, &meet, rank, size, timeout)
+    }
+
+    /// Rank `rank` of `size` meets the others at `meet` (`label` names it in messages).
+    /// Errors as [`TcpBootstrap::new`].
+    pub(crate) fn meet(
+        label: &str,
+        meet: &Meet,
+        rank: usize,
+        size: usize,
+        timeout: Duration,
+    ) -> Result<TcpBootstrap> {
         if size == 0 || rank >= size || size > u32::MAX as usize {
             return Err(BootstrapError::InvalidRank {
                 rank,
                 world_size: size,
             });
         }
-        let addrs = resolve(root)?;
+        let root = label;
         let deadline = Instant::now() + timeout;
         let links = if size == 1 {
             Links::Root(vec![None])
         } else if rank == 0 {
-            Links::Root(Self::accept_all(root, &addrs, size, timeout, deadline)?)
+            Links::Root(Self::accept_all(root, meet, size, timeout, deadline)?)
         } else {
-            Links::Leaf(Self::reach_root(root, &addrs, rank, size, timeout, deadline)?)
+            Links::Leaf(Self::reach_root(root, meet, rank, size, timeout, deadline)?)
         };
         Ok(TcpBootstrap {
             rank,
@@ -139,20 +256,19 @@ impl TcpBootstrap {
 
     fn accept_all(
         root: &str,
-        addrs: &[SocketAddr],
+        meet: &Meet,
         size: usize,
         timeout: Duration,
         deadline: Instant,
-    ) -> Result<Vec<Option<TcpStream>>> {
-        let listener =
-            TcpListener::bind(addrs).map_err(|e| io_err(0, None, root, "cannot listen".into(), e))?;
-        listener.set_nonblocking(true)?;
-        let mut links: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    ) -> Result<Vec<Option<Link>>> {
+        let listener = Listen::bind(meet).map_err(|e| io_err(0, None, root, "cannot listen".into(), e))?;
+        let mut links: Vec<Option<Link>> = (0..size).map(|_| None).collect();
         let mut present = 1;
         while present < size {
             match listener.accept() {
-                Ok((mut s, peer)) => {
-                    s.set_nonblocking(false)?;
+                // Another user's process on the node socket: not one of ours.
+                Ok(None) => continue,
+                Ok(Some((mut s, peer))) => {
                     s.set_read_timeout(Some(
                         deadline
                             .saturating_duration_since(Instant::now())
@@ -184,7 +300,6 @@ impl TcpBootstrap {
                             ),
                         });
                     }
-                    s.set_nodelay(true)?;
                     links[r] = Some(s);
                     present += 1;
                 }
@@ -208,21 +323,17 @@ impl TcpBootstrap {
 
     fn reach_root(
         root: &str,
-        addrs: &[SocketAddr],
+        meet: &Meet,
         rank: usize,
         size: usize,
         timeout: Duration,
         deadline: Instant,
-    ) -> Result<TcpStream> {
+    ) -> Result<Link> {
         loop {
             let mut last = None;
-            for a in addrs {
-                let left = deadline
-                    .saturating_duration_since(Instant::now())
-                    .max(Duration::from_millis(10));
-                match TcpStream::connect_timeout(a, left) {
+            for link in connect(meet, deadline) {
+                match link {
                     Ok(mut s) => {
-                        s.set_nodelay(true)?;
                         let mut hello = MAGIC.to_vec();
                         hello.extend_from_slice(&(rank as u32).to_le_bytes());
                         hello.extend_from_slice(&(size as u32).to_le_bytes());
@@ -245,7 +356,7 @@ impl TcpBootstrap {
         }
     }
 
-    fn read_blob(&self, s: &mut TcpStream, from: usize) -> Result<Vec<u8>> {
+    fn read_blob(&self, s: &mut Link, from: usize) -> Result<Vec<u8>> {
         let (me, root, t) = (self.rank, &self.root, self.timeout);
         let what = move |e: std::io::Error| {
             let step = if me == 0 {
@@ -267,6 +378,32 @@ impl TcpBootstrap {
         let mut v = vec![0u8; len as usize];
         read_exact_or(s, &mut v, what)?;
         Ok(v)
+    }
+}
+
+/// The connections to try toward rank 0 at `meet`, one per address: the node socket's
+/// other end must be this user's process (`PermissionDenied` otherwise).
+fn connect(meet: &Meet, deadline: Instant) -> Vec<std::io::Result<Link>> {
+    let left = || {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(10))
+    };
+    match meet {
+        Meet::Tcp(addrs) => addrs
+            .iter()
+            .map(|a| {
+                let s = TcpStream::connect_timeout(a, left())?;
+                s.set_nodelay(true)?;
+                Ok(Link::Tcp(s))
+            })
+            .collect(),
+        Meet::Node(name) => vec![(|| {
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+            let s = UnixStream::connect_addr(&addr)?;
+            super::node::same_user(&s)?;
+            Ok(Link::Unix(s))
+        })()],
     }
 }
 
@@ -389,7 +526,7 @@ mod tests {
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        let e = res[0].as_ref().err().expect("rank 0 must time out").to_string();
+        let e = res[0].as_ref().expect_err("rank 0 must time out").to_string();
         assert!(
             e.contains("rank(s) [2] did not show up") && e.contains("3 of 4 present"),
             "{e}"
@@ -400,7 +537,7 @@ mod tests {
             4,
             Duration::from_millis(300),
         );
-        let e = lone.err().expect("nobody listens").to_string();
+        let e = lone.expect_err("nobody listens").to_string();
         assert!(e.contains("rank 2 could not reach rank 0 at 127.0.0.1:"), "{e}");
         assert!(TcpBootstrap::new("nonsense", 0, 2, Duration::from_millis(10)).is_err());
         assert!(matches!(

@@ -2,11 +2,13 @@
 //! other rank, and the process' memory counters and the runtime's footprint are taken
 //! before and after, beside what the model predicts. A job over the runtime's public API
 //! (it moved out of the runtime library): [`run_local`] over the in-process transport,
-//! [`mpi::fanout`] one rank per MPI process, [`verbs::fanout`] one rank per process over
-//! verbs with each process' pinned and resident memory checked.
+//! [`mpi::fanout`] one rank per MPI process, [`process::shm`] one rank per process over
+//! shared memory, [`verbs::fanout`] one rank per process over verbs with each process'
+//! pinned and resident memory checked.
 
 #[cfg(feature = "mpi")]
 pub mod mpi;
+pub mod process;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
@@ -167,7 +169,7 @@ pub fn run_local(
     }
     let t = *config.transport();
     let rpn = t.ranks_per_node;
-    let outs = run_ranks(ranks, config, |comm| -> Result<RankOut> {
+    let rank = |comm: &mut Communicator| -> Result<RankOut> {
         let n = comm.world_size();
         step();
         let r = exchange(comm, messages, ints)?;
@@ -182,7 +184,16 @@ pub fn run_local(
             lock: comm.memory_lock(),
             messages_sent: comm.messages_sent(),
         })
-    })?;
+    };
+    // `shm` runs its ranks as threads too, each with a segment of its own.
+    #[cfg(target_os = "linux")]
+    let outs = if t.kind == ballast_runtime::TransportKind::Shm {
+        ballast_runtime::shm::run_ranks(ranks, config, rank)?
+    } else {
+        run_ranks(ranks, config, rank)?
+    };
+    #[cfg(not(target_os = "linux"))]
+    let outs = run_ranks(ranks, config, rank)?;
     let outs: Vec<RankOut> = outs.into_iter().collect::<Result<_>>()?;
     let (st0, st1) = outs[0].status.expect("rank 0 status");
     let sum = |f: &dyn Fn(&RankOut) -> u64| outs.iter().map(f).sum::<u64>();

@@ -90,8 +90,66 @@ impl BootstrapConfig {
             (b.rank, b.size, b.rank_var) = (Some(rank), Some(size), Some(rv));
             break;
         }
+        b.job = launcher_job(b.rank_var, &lookup)?;
         Ok(b)
     }
+}
+
+/// The launcher's identity of this job step ([`BootstrapConfig::job`]): the launcher whose
+/// rank variable was taken first (`SLURM_PROCID`: Slurm; `OMPI_COMM_WORLD_RANK`: PMIx, then
+/// Open MPI 4's job id), then Slurm, PMIx and Open MPI in that order. Errors:
+/// [`ConfigError::Var`] for an id that is empty, longer than 64 bytes or holds a character
+/// other than `A-Z a-z 0-9 . _ -` (it becomes part of a socket name).
+fn launcher_job(
+    rank_var: Option<&'static str>,
+    lookup: &impl Fn(&str) -> Option<String>,
+) -> ConfigResult<Option<String>> {
+    let checked = |var: &'static str, v: String| -> ConfigResult<String> {
+        let ok = !v.is_empty()
+            && v.len() <= 64
+            && v.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c));
+        if ok {
+            Ok(v)
+        } else {
+            Err(ConfigError::Var {
+                var,
+                value: v,
+                reason: "not a job id (1 to 64 of A-Z a-z 0-9 . _ -)".into(),
+            })
+        }
+    };
+    let var = |name: &'static str| lookup(name).map(|v| v.trim().to_string());
+    let slurm = || -> ConfigResult<Option<String>> {
+        let Some(job) = var("SLURM_JOB_ID") else {
+            return Ok(None);
+        };
+        let job = checked("SLURM_JOB_ID", job)?;
+        Ok(Some(match var("SLURM_STEP_ID") {
+            Some(step) => format!("slurm-{job}.{}", checked("SLURM_STEP_ID", step)?),
+            None => format!("slurm-{job}"),
+        }))
+    };
+    let pmix = || -> ConfigResult<Option<String>> {
+        var("PMIX_NAMESPACE")
+            .map(|ns| checked("PMIX_NAMESPACE", ns).map(|ns| format!("pmix-{ns}")))
+            .transpose()
+    };
+    let ompi = || -> ConfigResult<Option<String>> {
+        var("OMPI_MCA_ess_base_jobid")
+            .map(|id| checked("OMPI_MCA_ess_base_jobid", id).map(|id| format!("ompi-{id}")))
+            .transpose()
+    };
+    let order: [&dyn Fn() -> ConfigResult<Option<String>>; 3] = match rank_var {
+        Some("OMPI_COMM_WORLD_RANK") => [&pmix, &ompi, &slurm],
+        _ => [&slurm, &pmix, &ompi],
+    };
+    for f in order {
+        if let Some(job) = f()? {
+            return Ok(Some(job));
+        }
+    }
+    Ok(None)
 }
 
 impl RuntimeConfig {

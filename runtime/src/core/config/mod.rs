@@ -523,6 +523,12 @@ pub struct BootstrapConfig {
     /// This process' node, for the transports that need every rank on one node (`shm`):
     /// `BALLAST_NODE` when set (tests), else the host name and boot id are read at start.
     pub node: Option<String>,
+    /// The launcher's identity of this job step, which names the node-local rendezvous
+    /// socket when there is no `BALLAST_ROOT` (`bootstrap::NodeBootstrap`): `slurm-{job}.{step}`
+    /// (`SLURM_JOB_ID`, `SLURM_STEP_ID`), `pmix-{ns}` (`PMIX_NAMESPACE`, Open MPI 5 and PMIx
+    /// launchers) or `ompi-{id}` (`OMPI_MCA_ess_base_jobid`, Open MPI 4); the launcher of
+    /// [`BootstrapConfig::rank_var`] first.
+    pub job: Option<String>,
 }
 
 impl Default for BootstrapConfig {
@@ -534,6 +540,7 @@ impl Default for BootstrapConfig {
             rank_var: None,
             timeout: std::time::Duration::from_secs(60),
             node: None,
+            job: None,
         }
     }
 }

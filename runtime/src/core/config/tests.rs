@@ -153,6 +153,42 @@ fn bootstrap_vars_pick_the_first_launcher_and_name_bad_values() {
 }
 
 #[test]
+fn the_job_id_comes_from_the_launcher_of_the_rank_first() {
+    let job = |v: &[(&str, &str)]| RuntimeConfig::from_vars(vars(v)).map(|c| c.bootstrap().job.clone());
+    let slurm = [("SLURM_JOB_ID", "4711"), ("SLURM_STEP_ID", "2")];
+    let ompi = [
+        ("OMPI_MCA_ess_base_jobid", "1647050753"),
+        ("PMIX_NAMESPACE", "1647050753"),
+    ];
+    assert_eq!(job(&slurm).unwrap().as_deref(), Some("slurm-4711.2"));
+    assert_eq!(job(&slurm[..1]).unwrap().as_deref(), Some("slurm-4711"));
+    assert_eq!(job(&ompi).unwrap().as_deref(), Some("pmix-1647050753"));
+    assert_eq!(job(&ompi[..1]).unwrap().as_deref(), Some("ompi-1647050753"));
+    // mpirun inside a Slurm allocation: Open MPI's rank, so Open MPI's job.
+    let both: Vec<_> = slurm
+        .iter()
+        .chain(&ompi)
+        .copied()
+        .chain([("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")])
+        .collect();
+    assert_eq!(job(&both).unwrap().as_deref(), Some("pmix-1647050753"));
+    assert_eq!(job(&both[..4]).unwrap().as_deref(), Some("slurm-4711.2"));
+    assert_eq!(job(&[]).unwrap(), None);
+    for (var, bad) in [
+        ("SLURM_JOB_ID", "a/b"),
+        ("PMIX_NAMESPACE", ""),
+        ("SLURM_STEP_ID", &"9".repeat(65)),
+    ] {
+        let v = match var {
+            "SLURM_STEP_ID" => vec![("SLURM_JOB_ID", "1"), (var, bad)],
+            _ => vec![(var, bad)],
+        };
+        let err = job(&v).unwrap_err().to_string();
+        assert!(err.contains(var) && err.contains("not a job id"), "{err}");
+    }
+}
+
+#[test]
 fn verbs_device_selection_from_env() {
     let c = RuntimeConfig::from_vars(vars(&[
         ("BALLAST_IB_DEVICE", "rxe1"),

@@ -78,20 +78,7 @@ impl Listener {
 /// Refuses a connection whose other end is another user's process (`SO_PEERCRED`): an
 /// abstract socket has no file permissions, so anyone on the host could connect.
 fn same_user(s: &UnixStream) -> std::io::Result<()> {
-    let peer = rustix::net::sockopt::socket_peercred(s)?;
-    let me = rustix::process::geteuid();
-    if peer.uid != me {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!(
-                "the other end is process {} of uid {}, not this user's ({})",
-                peer.pid.as_raw_nonzero(),
-                peer.uid.as_raw(),
-                me.as_raw()
-            ),
-        ));
-    }
-    Ok(())
+    crate::bootstrap::node::same_user(s).map(|_| ())
 }
 
 fn send_fd(s: &UnixStream, fd: BorrowedFd<'_>, info: &[u8]) -> std::io::Result<()> {
