@@ -83,6 +83,7 @@ export BALLAST_SLURM_CI=$tmp
 cleanup() {
     local rc=$? pid i
     trap - EXIT INT TERM
+    export -n BALLAST_SLURM_CI # so that the commands below do not carry the marker
     if [ -n "${SLURM_CONF:-}" ] && [ -f "$SLURM_CONF" ] && [ ${#daemons[@]} -ge 2 ]; then
         timeout 10 scancel --full --quiet "--partition=ci" >/dev/null 2>&1 || true
         for i in $(seq 20); do
@@ -217,4 +218,5 @@ fi
 grep -q '"transport": "shm"' shm4/report.json && grep -q '"ranks": 4,' shm4/report.json \
     || die "shm4/report.json does not say transport shm over 4 ranks"
 cmp ref/out.dat shm4/out.dat || die "srun -n 4 ballast run --transport shm: out.dat differs from local"
-say "srun -n 4 ballast run --transport shm: out.dat identical to local ($(wc -l <ref/out.dat) spikes; $(($(date +%s) - t_start)) s in all)"
+spikes=$(sed -n 's/^ *"spikes": \([0-9]*\),$/\1/p' shm4/report.json)
+say "srun -n 4 ballast run --transport shm: out.dat identical to local (${spikes:-?} spikes, $(($(date +%s) - t_start)) s in all)"

@@ -3,7 +3,8 @@
 //! `BALLAST_SIZE` like a launcher would, the TCP bootstrap on loopback), each over
 //! `ballast_runtime::shm::communicator`: an exchange of small and large messages and an
 //! all-reduce at 1, 2, 3, 4 and 7 processes, and at 3 as `nobody`; a rank killed with
-//! SIGKILL while the others wait for it; ranks on two nodes refused.
+//! SIGKILL while the others wait for it; a rank stopped (SIGSTOP) for 2 s in the middle of
+//! a flood, continued, and nothing lost; ranks on two nodes refused.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -33,6 +34,40 @@ fn exchange(comm: &mut Communicator) -> Result<u64> {
     Ok(sum[0])
 }
 
+/// Rounds of [`flood`]; the rank stopped stops itself after posting round [`STOP_AT`]'s sends.
+const FLOOD_ROUNDS: usize = 120;
+const STOP_AT: usize = 40;
+
+/// Every rank sends a message to every other in each of [`FLOOD_ROUNDS`] rounds (8 B, 1 KB
+/// or 70 KB: past the credits, so that senders to a stopped rank block), and checks every
+/// message it receives; the last rank stops itself (SIGSTOP) once, mid-flood. Returns the
+/// bytes received.
+fn flood(comm: &mut Communicator) -> Result<u64> {
+    let (r, n) = (comm.rank(), comm.world_size());
+    let mut got = 0u64;
+    for k in 0..FLOOD_ROUNDS {
+        let len = [8, 1000, 70_000][k % 3];
+        let reqs = (0..n)
+            .filter(|&p| p != r)
+            .map(|p| comm.isend(p, k as Tag, &payload(r, k, len)))
+            .collect::<Result<Vec<_>>>()?;
+        if r == n - 1 && k == STOP_AT {
+            println!("STOPPING {r}");
+            let pid = std::process::id().to_string();
+            Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+        }
+        for p in (0..n).filter(|&p| p != r) {
+            let m = comm.recv(Source::Rank(p), TagMatch::Tag(k as Tag))?;
+            assert_eq!(m.data, payload(p, k, len), "rank {r}: round {k} from {p}");
+            got += m.data.len() as u64;
+        }
+        for q in reqs {
+            comm.wait(q)?;
+        }
+    }
+    Ok(got)
+}
+
 /// A rank, when started by the tests below; does nothing in a normal test run.
 #[test]
 fn child_rank() {
@@ -59,7 +94,11 @@ fn child_rank() {
                 println!("WAITED {rank} {} ms: {e:?}", t.elapsed().as_millis());
                 return Ok(0);
             }
-            let sum = exchange(&mut comm)?;
+            let sum = if mode == "flood" {
+                flood(&mut comm)?
+            } else {
+                exchange(&mut comm)?
+            };
             shm::finish(comm)?;
             Ok(sum)
         });
@@ -261,6 +300,62 @@ fn a_rank_killed_while_the_others_wait_ends_their_wait_within_a_second() {
     // Segments are memfds: nothing was ever named in /dev/shm.
     let shm_after = std::fs::read_dir("/dev/shm").map(|d| d.count()).unwrap_or(0);
     assert_eq!(shm_after, shm_before, "/dev/shm changed");
+}
+
+/// Whether process `pid` is stopped (`T` in `/proc/{pid}/stat`).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_rank_stopped_mid_flood_is_waited_for_and_nothing_is_lost() {
+    let n = 3;
+    let root = loopback_root();
+    let mut children: Vec<Child> = (0..n)
+        .map(|r| spawn(&root, r, n, &[("SHM_TEST_MODE", "flood")]))
+        .collect();
+    let last = children[n - 1].id();
+    let start = Instant::now();
+    while !stopped(last) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "rank {} never stopped itself",
+            n - 1
+        );
+        assert!(
+            children[n - 1].try_wait().unwrap().is_none(),
+            "rank {} ended",
+            n - 1
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Stopped for twice the time a dead rank takes to be noticed: the others wait.
+    std::thread::sleep(Duration::from_secs(2));
+    for (r, c) in children.iter_mut().enumerate().take(n - 1) {
+        assert!(
+            c.try_wait().unwrap().is_none(),
+            "rank {r} ended while rank {} was stopped",
+            n - 1
+        );
+    }
+    assert!(stopped(last));
+    let cont = Command::new("kill")
+        .args(["-CONT", &last.to_string()])
+        .status()
+        .unwrap();
+    assert!(cont.success());
+    // Every rank received every byte of every other rank, checked by content.
+    let per_peer: u64 = (0..FLOOD_ROUNDS).map(|k| [8u64, 1000, 70_000][k % 3]).sum();
+    for (r, c) in children.into_iter().enumerate() {
+        let (ok, out) = finish(c, Duration::from_secs(60));
+        assert!(
+            ok && out.contains(&format!("RESULT {r} {}", per_peer * (n as u64 - 1))),
+            "rank {r}: {out}"
+        );
+    }
 }
 
 #[test]
