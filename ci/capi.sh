@@ -167,6 +167,26 @@ done
 mpicc -std=c11 -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L capi/tests/c/mpi_lean.c \
     $(pkg-config --cflags --libs ballast) -o "$work/mpi_lean"
 mpi_case 120 2 mpi_lean
+# The shm transport from C under mpirun (issue 36): capi/tests/c/shm_processes.c (point to
+# point, the collectives, the footprint's shm fields against ballast_predict) at 1, 2, 3, 4
+# and 7 processes, and examples/c/shm_ring.c (docs/EMBEDDING.md) at 4. Neither calls MPI:
+# this mpi build's MPI carries the start-up exchange only; the bytes go through the
+# segments. (capi/tests/shm_processes.rs runs the same program with srun's variables.)
+# shellcheck disable=SC2046
+mpicc -std=c11 -Wall -Wextra -Werror capi/tests/c/shm_processes.c $(pkg-config --cflags --libs ballast) \
+    -o "$work/shm_processes"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror examples/c/shm_ring.c $(pkg-config --cflags --libs ballast) -o "$work/shm_ring"
+(
+    mpirun_flags+=(-x BALLAST_TRANSPORT=shm)
+    for n in 1 2 3 4 7; do
+        mpi_case 120 "$n" shm_processes
+    done
+    ring_out=$(timeout 120 mpirun "${mpirun_flags[@]}" -n 4 "$work/shm_ring")
+    grep -q '^4 ranks over shm: got "hello from rank 3"; sum of ranks 6; segment [0-9]* B shared, 3 peer segments mapped$' \
+        <<< "$ring_out" || { echo "$ring_out" >&2; echo "ci/capi.sh: examples/c/shm_ring.c under mpirun -n 4: wrong output" >&2; exit 1; }
+    echo "ci/capi.sh: mpirun -n 4 examples/c/shm_ring.c: $ring_out"
+)
 # Several ranks per MPI process from C (capi/tests/c/mpi_run_ranks.c): 4 ranks on 2
 # processes exchanging messages and barriers, with MPI initialised by Ballast, by the host
 # at MPI_THREAD_MULTIPLE, and at MPI_THREAD_SERIALIZED (refused, then one rank per process).

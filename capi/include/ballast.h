@@ -14,7 +14,9 @@
  * completion: BALLAST_ECANCELED, ballast_irecv_into, ballast_waitany, ballast_testsome,
  * ballast_request_cancel; ballast_abort and ballast_mpi_run_ranks. Changed in 0.3: the
  * ballast_*_free calls accept NULL (returning 0), and ballast_local_run and
- * ballast_comm_from_* accept a NULL configuration (the defaults).
+ * ballast_comm_from_* accept a NULL configuration (the defaults). New in 0.4 (issue 36):
+ * ballast_comm_from_env takes the shm transport (the processes of one node, no MPI data
+ * calls), and ballast_footprint ends with shm_segment, shm_peers_mapped and shm_mapped.
  */
 
 #ifndef BALLAST_H
@@ -70,11 +72,12 @@
 #define BALLAST_ECANCELED -8
 
 // The version of the header (compare with ballast_version, the library's). 0.3 added the
-// collectives of issue 35 (listed at the top of this header).
+// collectives of issue 35 (listed at the top of this header); 0.4 the shm transport in
+// ballast_comm_from_env and ballast_footprint's shm fields.
 #define BALLAST_VERSION_MAJOR 0
 
 // See BALLAST_VERSION_MAJOR.
-#define BALLAST_VERSION_MINOR 3
+#define BALLAST_VERSION_MINOR 4
 
 // See BALLAST_VERSION_MAJOR.
 #define BALLAST_VERSION_PATCH 0
@@ -155,6 +158,17 @@ typedef struct ballast_footprint {
   uint32_t datagram_peers;
   // Their fixed state, bytes (part of total).
   uint64_t datagram;
+  // Shared memory (transport shm; 0 elsewhere): this rank's own segment, which the other
+  // processes of its node map (not added again to total: it is shared_receive_queue).
+  // New in 0.4.
+  uint64_t shm_segment;
+  // Node-local peers whose segments this rank mapped (at its first endpoint to each).
+  // New in 0.4.
+  uint32_t shm_peers_mapped;
+  // Their segments' bytes, mapped here (not in total: each is its owner's shm_segment,
+  // and resident pages are shared, so a node's shm memory is the sum of its ranks'
+  // shm_segment). New in 0.4.
+  uint64_t shm_mapped;
 } ballast_footprint;
 
 // The function a rank runs.
@@ -851,6 +865,10 @@ int ballast_comm_notes(const struct ballast_comm *comm, char *buf, size_t len, s
 //   ballast_comm_free (MPI cannot be initialised again in that process);
 // - `verbs` (a `verbs` build): the addresses are exchanged through `BALLAST_ROOT`
 //   (`host:port` of rank 0), or through MPI under mpirun in a build with `mpi`;
+// - `shm` (Linux): every process on this node; they meet through MPI under mpirun in a
+//   build with `mpi`, `BALLAST_ROOT`, or the node's socket named by the launcher's job
+//   step (`SLURM_JOB_ID`.`SLURM_STEP_ID` under srun, Open MPI's job id under its mpirun):
+//   no MPI call moves data. New in 0.4.
 // - `local`: only for a world of one process (no launcher, or a launcher of size 1).
 //
 // A NULL `config` is the defaults and the BALLAST_* environment (what

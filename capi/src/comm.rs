@@ -150,6 +150,17 @@ pub struct ballast_footprint {
     pub datagram_peers: u32,
     /// Their fixed state, bytes (part of total).
     pub datagram: u64,
+    /// Shared memory (transport shm; 0 elsewhere): this rank's own segment, which the other
+    /// processes of its node map (not added again to total: it is shared_receive_queue).
+    /// New in 0.4.
+    pub shm_segment: u64,
+    /// Node-local peers whose segments this rank mapped (at its first endpoint to each).
+    /// New in 0.4.
+    pub shm_peers_mapped: u32,
+    /// Their segments' bytes, mapped here (not in total: each is its owner's shm_segment,
+    /// and resident pages are shared, so a node's shm memory is the sum of its ranks'
+    /// shm_segment). New in 0.4.
+    pub shm_mapped: u64,
 }
 
 impl From<&Footprint> for ballast_footprint {
@@ -169,6 +180,9 @@ impl From<&Footprint> for ballast_footprint {
             endpoints_opened: c(f.endpoints_opened),
             datagram_peers: c(f.datagram_peers),
             datagram: f.datagram_bytes,
+            shm_segment: f.shm_segment_bytes,
+            shm_peers_mapped: c(f.shm_peers_mapped),
+            shm_mapped: f.shm_mapped_bytes,
         }
     }
 }

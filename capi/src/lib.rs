@@ -90,10 +90,11 @@ pub const BALLAST_ETRUNC: c_int = -7;
 pub const BALLAST_ECANCELED: c_int = -8;
 
 /// The version of the header (compare with ballast_version, the library's). 0.3 added the
-/// collectives of issue 35 (listed at the top of this header).
+/// collectives of issue 35 (listed at the top of this header); 0.4 the shm transport in
+/// ballast_comm_from_env and ballast_footprint's shm fields.
 pub const BALLAST_VERSION_MAJOR: c_int = 0;
 /// See BALLAST_VERSION_MAJOR.
-pub const BALLAST_VERSION_MINOR: c_int = 3;
+pub const BALLAST_VERSION_MINOR: c_int = 4;
 /// See BALLAST_VERSION_MAJOR.
 pub const BALLAST_VERSION_PATCH: c_int = 0;
 

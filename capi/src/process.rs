@@ -27,6 +27,9 @@ pub(crate) enum Owned {
     /// Verbs: the start-up exchange (and the MPI it may have initialised for it).
     #[cfg(feature = "verbs")]
     Verbs(Box<ballast_runtime::launch::Launch>),
+    /// Shared memory: the start-up exchange (and the MPI it may have initialised for it).
+    #[cfg(target_os = "linux")]
+    Shm(Box<ballast_runtime::launch::Launch>),
 }
 
 impl Owned {
@@ -69,6 +72,10 @@ fn handle(func: &str, comm: Communicator, owned: Owned) -> Result<*mut ballast_c
 ///   ballast_comm_free (MPI cannot be initialised again in that process);
 /// - `verbs` (a `verbs` build): the addresses are exchanged through `BALLAST_ROOT`
 ///   (`host:port` of rank 0), or through MPI under mpirun in a build with `mpi`;
+/// - `shm` (Linux): every process on this node; they meet through MPI under mpirun in a
+///   build with `mpi`, `BALLAST_ROOT`, or the node's socket named by the launcher's job
+///   step (`SLURM_JOB_ID`.`SLURM_STEP_ID` under srun, Open MPI's job id under its mpirun):
+///   no MPI call moves data. New in 0.4.
 /// - `local`: only for a world of one process (no launcher, or a launcher of size 1).
 ///
 /// A NULL `config` is the defaults and the BALLAST_* environment (what
@@ -137,13 +144,18 @@ fn from_env(func: &str, cfg: &RuntimeConfig, kind: TransportKind) -> Result<*mut
                 }
             }
         }
-        TransportKind::Shm => Err(Fail::new(
-            BALLAST_EUNSUPPORTED,
-            format!(
-                "{func}: transport shm is not available through the C API yet (the Rust API has it: \
-                 ballast_runtime::shm); use local, mpi or verbs"
-            ),
-        )),
+        #[cfg(target_os = "linux")]
+        TransportKind::Shm => {
+            use ballast_runtime::{launch::Launch, shm};
+            let mut launch = Launch::new(cfg).map_err(|e| Fail::runtime(func, &e))?;
+            match shm::communicator(launch.bootstrap(), cfg) {
+                Ok(comm) => handle(func, comm, Owned::Shm(Box::new(launch))),
+                Err(e) => {
+                    launch.abandon();
+                    Err(Fail::runtime(func, &e))
+                }
+            }
+        }
         other => Err(Fail::new(
             BALLAST_EUNSUPPORTED,
             format!("{func}: transport {other} is not built into this libballast (build it with --features mpi,verbs)"),
@@ -179,6 +191,14 @@ pub(crate) fn free_owned(func: &str, mut c: ballast_comm) -> Result<c_int, Fail>
                 return Err(Fail::runtime(func, &e));
             }
         },
+        #[cfg(target_os = "linux")]
+        Owned::Shm(launch) => match ballast_runtime::shm::finish(*comm) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                launch.abandon();
+                return Err(Fail::runtime(func, &e));
+            }
+        },
     };
     finished.map_err(|e| Fail::runtime(func, &e))?;
     cancelled(func, live)
@@ -205,6 +225,8 @@ fn leave_unfinished(comm: Communicator, owned: Owned) {
         Owned::Mpi(m) => (*m).leave(),
         #[cfg(feature = "verbs")]
         Owned::Verbs(launch) => launch.abandon(),
+        #[cfg(target_os = "linux")]
+        Owned::Shm(launch) => launch.abandon(),
     }
 }
 

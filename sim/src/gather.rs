@@ -13,7 +13,7 @@ fn put(b: &mut Vec<u8>, v: u64) {
 }
 
 /// Fixed u64 words before the spikes.
-const WORDS: usize = 45;
+const WORDS: usize = 48;
 
 /// The encoding of `o`: `WORDS` u64 words, then the spikes as (step, cell) u32 pairs.
 pub fn encode(o: &RankOutcome) -> Vec<u8> {
@@ -68,6 +68,9 @@ pub fn encode(o: &RankOutcome) -> Vec<u8> {
         o.windows,
         f.datagram_peers,
         f.datagram_bytes,
+        f.shm_segment_bytes,
+        f.shm_peers_mapped,
+        f.shm_mapped_bytes,
         o.spikes.len() as u64,
     ] {
         put(&mut b, v);
@@ -127,6 +130,9 @@ pub fn decode(b: &[u8], from: usize) -> Result<RankOutcome, SimError> {
             peers_connected: w[19],
             datagram_peers: w[42],
             datagram_bytes: w[43],
+            shm_segment_bytes: w[44],
+            shm_peers_mapped: w[45],
+            shm_mapped_bytes: w[46],
         },
         memory_lock: MemoryLock {
             asked_bytes: w[20],
@@ -206,6 +212,9 @@ mod tests {
                 peers_connected: 2,
                 datagram_peers: 1,
                 datagram_bytes: 100,
+                shm_segment_bytes: 4096,
+                shm_peers_mapped: 2,
+                shm_mapped_bytes: 8192,
             },
             memory_lock: MemoryLock {
                 asked_bytes: 20,

@@ -271,6 +271,9 @@ impl TransportConfig {
                 peers_connected: c,
                 datagram_peers: 0,
                 datagram_bytes: 0,
+                shm_segment_bytes: 0,
+                shm_peers_mapped: 0,
+                shm_mapped_bytes: 0,
             }
         } else if self.kind == TransportKind::Shm {
             // One segment per rank, whatever the sharing mode: its rings, charged whole.
@@ -294,6 +297,10 @@ impl TransportConfig {
                 peers_connected: c,
                 datagram_peers: 0,
                 datagram_bytes: 0,
+                shm_segment_bytes: seg,
+                // Every rank of the job has a segment of the same size.
+                shm_peers_mapped: c,
+                shm_mapped_bytes: mul(c, seg, "peers", "the shm segment's bytes")?,
             }
         } else if self.kind == TransportKind::Mpi {
             let staging = b + MPI_STAGING_EXTRA_BYTES;
@@ -320,6 +327,9 @@ impl TransportConfig {
                 peers_connected: c,
                 datagram_peers: dg,
                 datagram_bytes: dg_bytes,
+                shm_segment_bytes: 0,
+                shm_peers_mapped: 0,
+                shm_mapped_bytes: 0,
             }
         } else {
             let mut endpoint = mul(e, per_endpoint, "endpoints", "bytes per endpoint")?;
@@ -372,6 +382,9 @@ impl TransportConfig {
                 peers_connected: c,
                 datagram_peers: dg,
                 datagram_bytes: add(dg_bytes, ud_peers, "datagram bytes")?,
+                shm_segment_bytes: 0,
+                shm_peers_mapped: 0,
+                shm_mapped_bytes: 0,
             }
         };
         [
@@ -420,6 +433,9 @@ fn saturated(peers: usize, endpoints: usize, datagram_peers: usize) -> Footprint
         peers_connected: peers as u64,
         datagram_peers: datagram_peers as u64,
         datagram_bytes: u64::MAX,
+        shm_segment_bytes: u64::MAX,
+        shm_peers_mapped: peers as u64,
+        shm_mapped_bytes: u64::MAX,
     }
 }
 

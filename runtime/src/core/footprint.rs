@@ -58,6 +58,16 @@ pub struct Footprint {
     /// Their fixed state (`datagram_peers` x `protocol::datagram::PEER_STATE_BYTES`);
     /// their unacknowledged and out-of-order datagrams are in pool buffers.
     pub datagram_bytes: u64,
+    /// The shared-memory transport: this rank's own segment, which its node's other
+    /// processes map (a view, not added to the total: it is the `srq_bytes`); 0 elsewhere.
+    pub shm_segment_bytes: u64,
+    /// Node-local peers whose segments this rank has mapped (at its first endpoint to each:
+    /// the mapping stays for the communicator's life); 0 off shm.
+    pub shm_peers_mapped: u64,
+    /// Their segments' bytes (a view, not added to the total: each is charged to its owner's
+    /// `shm_segment_bytes`; resident pages are shared, so per-node memory is the sum of the
+    /// segments, not of the mappings); 0 off shm.
+    pub shm_mapped_bytes: u64,
 }
 
 impl Footprint {
@@ -90,11 +100,14 @@ impl Footprint {
             peers_connected: at(9),
             datagram_peers: at(10),
             datagram_bytes: at(11),
+            shm_segment_bytes: at(12),
+            shm_peers_mapped: at(13),
+            shm_mapped_bytes: at(14),
         }
     }
 
     /// Field names and values, for tables and JSON.
-    pub fn fields(&self) -> [FootprintField; 12] {
+    pub fn fields(&self) -> [FootprintField; 15] {
         [
             FootprintField {
                 name: "pool_bytes",
@@ -143,6 +156,18 @@ impl Footprint {
             FootprintField {
                 name: "datagram_bytes",
                 value: self.datagram_bytes,
+            },
+            FootprintField {
+                name: "shm_segment_bytes",
+                value: self.shm_segment_bytes,
+            },
+            FootprintField {
+                name: "shm_peers_mapped",
+                value: self.shm_peers_mapped,
+            },
+            FootprintField {
+                name: "shm_mapped_bytes",
+                value: self.shm_mapped_bytes,
             },
         ]
     }

@@ -280,6 +280,13 @@ pub struct FabricBytes {
     /// The transport's own state per datagram peer (verbs: address handles), added to the
     /// protocol's in [`crate::core::footprint::Footprint::datagram_bytes`].
     pub datagram_bytes: u64,
+    /// The shared-memory transport's own segment, the peers' segments it mapped and their
+    /// bytes ([`crate::core::footprint::Footprint::shm_segment_bytes`] and the next two).
+    pub shm_segment_bytes: u64,
+    /// See `shm_segment_bytes`.
+    pub shm_peers_mapped: u64,
+    /// See `shm_segment_bytes`.
+    pub shm_mapped_bytes: u64,
 }
 
 /// The transport below the protocol. One instance per rank, driven by one thread.

@@ -223,16 +223,17 @@ pub fn fanout(
                 .collect()
         })
         .collect();
-    const REPORT_WORDS: usize = 18 + 48 + 3;
-    if let Some((peer, r)) = rows.iter().enumerate().find(|(_, r)| r.len() != REPORT_WORDS) {
+    let nf = Footprint::default().fields().len();
+    let report_words = 18 + 4 * nf + 3;
+    if let Some((peer, r)) = rows.iter().enumerate().find(|(_, r)| r.len() != report_words) {
         return Err(SimError::FanoutReport {
             rank: boot.rank(),
             peer,
             words: r.len(),
-            expected: REPORT_WORDS,
+            expected: report_words,
         });
     }
-    let fp = |r: &Vec<u64>, k: usize| get_fp(&r[18 + k * 12..30 + k * 12]);
+    let fp = |r: &Vec<u64>, k: usize| get_fp(&r[18 + k * nf..18 + (k + 1) * nf]);
     let processes: Vec<ProcessMemory> = rows
         .iter()
         .enumerate()
@@ -243,10 +244,10 @@ pub fn fanout(
             after: get_status(&r[12..18]),
             footprint: fp(r, 1),
             predicted: fp(r, 3),
-            pinned_expected: r[66],
+            pinned_expected: r[18 + 4 * nf],
             bootstrap_kept: Kept {
-                vm_pin_kb: r[67] as i64,
-                vm_rss_kb: r[68] as i64,
+                vm_pin_kb: r[19 + 4 * nf] as i64,
+                vm_rss_kb: r[20 + 4 * nf] as i64,
             },
         })
         .collect();

@@ -495,6 +495,9 @@ impl MpiNative {
             peers_connected: peers,
             datagram_peers: 0,
             datagram_bytes: 0,
+            shm_segment_bytes: 0,
+            shm_peers_mapped: 0,
+            shm_mapped_bytes: 0,
         }
     }
 

@@ -645,7 +645,7 @@ impl Fabric for MpiFabric {
             recv_registered_bytes: 0,
             recv_locked_bytes: 0,
             recv_lock: Default::default(),
-            datagram_bytes: 0,
+            ..FabricBytes::default()
         }
     }
 

@@ -160,6 +160,7 @@ impl ShmFabric {
             srq_bytes: own.seg.len() as u64,
             recv_registered_bytes: own.seg.len() as u64,
             recv_locked_bytes: reg.locked_bytes,
+            shm_segment_bytes: own.seg.len() as u64,
             ..FabricBytes::default()
         };
         bytes.recv_lock.add(&reg.lock);
@@ -219,6 +220,8 @@ impl ShmFabric {
                 }
             };
             let seg = RankSegment::open(fd, dest).map_err(|e| self.shm_err(Some(dest), e.to_string()))?;
+            self.bytes.shm_peers_mapped += 1;
+            self.bytes.shm_mapped_bytes += seg.seg.len() as u64;
             self.peers.insert(dest, Peer { seg });
         }
         Ok(&self.peers[&dest].seg)

@@ -658,6 +658,9 @@ impl Engine {
             peers_connected: st.peers_connected,
             datagram_peers: dgp,
             datagram_bytes: dgp * crate::protocol::datagram::PEER_STATE_BYTES + fb.datagram_bytes,
+            shm_segment_bytes: fb.shm_segment_bytes,
+            shm_peers_mapped: fb.shm_peers_mapped,
+            shm_mapped_bytes: fb.shm_mapped_bytes,
         }
     }
 }
