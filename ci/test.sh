@@ -240,6 +240,13 @@ shm_dir=$(mktemp -d)
         python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["transport"]=="shm" and r["footprint_match"], r["footprint_mismatch"]' "mpi-$n/report.json"
         echo "ci/test.sh: mpirun -n $n ballast run --transport shm: out.dat identical to local"
     done
+    # `auto` without an RDMA device: shm, since mpirun put every process on this node.
+    timeout 300 mpirun "${mpirun_flags[@]}" -n 3 "$ballast_bin" "${run_args[@]}" --transport auto --output auto-3 \
+        >/dev/null 2>auto-3.err
+    grep -q "; using shm (3 processes, all on this node by OMPI_COMM_WORLD_LOCAL_SIZE)" auto-3.err \
+        || { cat auto-3.err; echo "ci/test.sh: --transport auto under mpirun -n 3 did not pick shm" >&2; exit 1; }
+    cmp ref/out.dat auto-3/out.dat
+    echo "ci/test.sh: mpirun -n 3 ballast run --transport auto: shm, out.dat identical to local"
     pids=()
     for r in 0 1 2 3; do
         SLURM_PROCID=$r SLURM_NTASKS=4 SLURM_JOB_ID=$$ SLURM_STEP_ID=0 timeout 300 \

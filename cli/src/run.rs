@@ -278,7 +278,8 @@ fn positive(s: &str) -> Result<f64, String> {
 
 /// Runs `ballast run`.
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    // `--transport auto`: verbs with a usable device, else mpi under an MPI launch, else local.
+    // `--transport auto`: verbs with a usable device, else shm for the processes of one node,
+    // else mpi under an MPI launch, else local.
     let (cfg, note) = args.runtime.to_config_resolved()?;
     if let Some(note) = note.filter(|_| cfg.bootstrap().rank.unwrap_or(0) == 0) {
         eprintln!("ballast run: {note}");

@@ -28,7 +28,8 @@ fn ok(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// `n` processes of `args` with srun's variables for job step `job`.0, their outputs by rank.
+/// `n` processes of `args` with srun's variables for job step `job`.0 on one node, their
+/// outputs by rank.
 fn slurm(dir: &Path, n: usize, job: &str, args: &[&str]) -> Vec<Output> {
     let children: Vec<_> = (0..n)
         .map(|r| {
@@ -39,6 +40,7 @@ fn slurm(dir: &Path, n: usize, job: &str, args: &[&str]) -> Vec<Output> {
                 .env("SLURM_NTASKS", n.to_string())
                 .env("SLURM_JOB_ID", job)
                 .env("SLURM_STEP_ID", "0")
+                .env("SLURM_STEP_NUM_NODES", "1")
                 .env("BALLAST_BOOTSTRAP_TIMEOUT", "60")
                 .env_remove("BALLAST_ROOT")
                 .env_remove("OMPI_COMM_WORLD_RANK")
@@ -93,6 +95,17 @@ fn run_over_shm_as_threads_and_processes_matches_local() {
         assert_eq!(ok(o), "", "only rank 0 prints");
     }
     assert_eq!(read("procs"), read("ref"));
+    // `auto` without an RDMA device picks shm for processes that srun put on one node.
+    let outs = slurm(d, 2, &job("auto"), &[&RUN[..], &["--transport", "auto", "--output", "auto"]].concat());
+    ok(&outs[1]);
+    let stdout = ok(&outs[0]);
+    let err = String::from_utf8_lossy(&outs[0].stderr);
+    assert!(
+        err.contains("; using shm (2 processes, all on this node by SLURM_STEP_NUM_NODES)"),
+        "{err}"
+    );
+    assert!(stdout.contains("2 ranks over shm (shared)"), "{stdout}");
+    assert_eq!(read("auto"), read("ref"));
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("procs/report.json")).unwrap()).unwrap();
     assert_eq!(report["transport"], "shm");

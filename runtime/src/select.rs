@@ -21,6 +21,16 @@ pub struct AutoInputs {
     pub mpi_compiled: bool,
     /// The launcher variable that shows an MPI launch (`OMPI_COMM_WORLD_RANK`, `PMI_RANK`).
     pub mpi_launch: Option<&'static str>,
+    /// The shared-memory transport is compiled in (Linux).
+    pub shm_compiled: bool,
+    /// Processes of the launch (the launcher's size; 1 without a launcher).
+    pub processes: usize,
+    /// The ranks on this node and the launcher variable that says so
+    /// ([`crate::core::config::BootstrapConfig::node_ranks`]).
+    pub node_ranks: Option<(usize, &'static str)>,
+    /// The processes can meet without an RDMA device: through MPI (an MPI launch in an
+    /// `mpi` build), `BALLAST_ROOT`, or the node's socket named by the launcher's job id.
+    pub shm_meet: bool,
 }
 
 /// What `BALLAST_TRANSPORT=auto` picks ([`decide_transport`]): the transport and the note
@@ -51,8 +61,10 @@ fn kib_text(bytes: u64) -> String {
 }
 
 /// The choice of `BALLAST_TRANSPORT=auto`: `verbs` when compiled in, a device is usable and
-/// its start-up registrations fit `RLIMIT_MEMLOCK`; otherwise `mpi` when compiled in and
-/// launched under MPI; otherwise `local`. Returns the kind and a note saying which and why,
+/// its start-up registrations fit `RLIMIT_MEMLOCK`; otherwise `shm` when compiled in and
+/// the launch is of several processes that the launcher says are all on this node (and
+/// that can meet); otherwise `mpi` when compiled in and launched under MPI; otherwise
+/// `local`. Returns the kind and a note saying which and why,
 /// e.g. `transport auto: verbs: pool needs 520 KiB locked, ulimit -l is 64 KiB; using mpi
 /// (launched under MPI: OMPI_COMM_WORLD_RANK)`.
 pub fn decide_transport(i: &AutoInputs) -> AutoChoice {
@@ -82,6 +94,32 @@ pub fn decide_transport(i: &AutoInputs) -> AutoChoice {
                 }
             },
         }
+    };
+    let p = i.processes;
+    let shm_no = match i.node_ranks {
+        // Not a launch of several processes: nothing to say about shm.
+        _ if p < 2 => None,
+        _ if !i.shm_compiled => Some("shm: not compiled in (Linux only)".to_string()),
+        Some((n, var)) if n == p && i.shm_meet => {
+            return AutoChoice {
+                kind: TransportKind::Shm,
+                note: format!(
+                    "transport auto: {verbs_no}; using shm ({p} processes, all on this node by {var})"
+                ),
+            }
+        }
+        Some((n, var)) if n == p => Some(format!(
+            "shm: the {p} processes are on this node ({var}) but have no way to meet (no job id from the \
+             launcher, no BALLAST_ROOT)"
+        )),
+        Some((n, var)) => Some(format!("shm: {n} of the {p} processes on this node ({var})")),
+        None => Some(format!(
+            "shm: the launcher does not say that the {p} processes share this node"
+        )),
+    };
+    let verbs_no = match shm_no {
+        Some(s) => format!("{verbs_no}; {s}"),
+        None => verbs_no,
     };
     match (i.mpi_compiled, i.mpi_launch) {
         (true, Some(var)) => AutoChoice {
@@ -123,16 +161,21 @@ pub fn resolve_transport(config: &RuntimeConfig) -> ResolvedTransport {
     );
     #[cfg(not(feature = "verbs"))]
     let (verbs_device, verbs_locked_bytes) = (Err("not compiled in".to_string()), 0);
+    let b = config.bootstrap();
+    let mpi_launch = b
+        .rank_var
+        .filter(|v| matches!(*v, "OMPI_COMM_WORLD_RANK" | "PMI_RANK"));
     let inputs = AutoInputs {
         verbs_compiled: cfg!(feature = "verbs"),
         verbs_device,
         verbs_locked_bytes,
         memlock_limit: crate::core::memory::memlock_limit_bytes(),
         mpi_compiled: cfg!(feature = "mpi"),
-        mpi_launch: config
-            .bootstrap()
-            .rank_var
-            .filter(|v| matches!(*v, "OMPI_COMM_WORLD_RANK" | "PMI_RANK")),
+        mpi_launch,
+        shm_compiled: cfg!(target_os = "linux"),
+        processes: b.size.unwrap_or(1),
+        node_ranks: b.node_ranks,
+        shm_meet: b.job.is_some() || b.root.is_some() || (cfg!(feature = "mpi") && mpi_launch.is_some()),
     };
     let AutoChoice { kind, note } = decide_transport(&inputs);
     ResolvedTransport {
@@ -161,6 +204,10 @@ mod tests {
             memlock_limit: Some(u64::MAX),
             mpi_compiled: true,
             mpi_launch: Some("OMPI_COMM_WORLD_RANK"),
+            shm_compiled: true,
+            processes: 1,
+            node_ranks: None,
+            shm_meet: true,
         }
     }
 
@@ -229,6 +276,132 @@ mod tests {
                 && note.contains("PMI_RANK"),
             "{note}"
         );
+    }
+
+    #[test]
+    fn auto_picks_shm_for_processes_of_one_node_without_a_device() {
+        let no_device = AutoInputs {
+            verbs_device: Err("no RDMA device found".into()),
+            processes: 4,
+            node_ranks: Some((4, "OMPI_COMM_WORLD_LOCAL_SIZE")),
+            ..inputs()
+        };
+        assert_eq!(
+            decide_transport(&no_device),
+            AutoChoice {
+                kind: TransportKind::Shm,
+                note: "transport auto: verbs: no usable RDMA device (no RDMA device found); using shm (4 processes, \
+                       all on this node by OMPI_COMM_WORLD_LOCAL_SIZE)"
+                    .into()
+            }
+        );
+        // A usable device still wins.
+        let k = decide_transport(&AutoInputs {
+            verbs_device: Ok("rxe0".into()),
+            ..no_device.clone()
+        })
+        .kind;
+        assert_eq!(k, TransportKind::Verbs);
+        // Processes on several nodes, a launcher that does not say, no way to meet, no
+        // shm: mpi under an MPI launch, saying why not shm.
+        for (inputs, why) in [
+            (
+                AutoInputs {
+                    node_ranks: Some((2, "OMPI_COMM_WORLD_LOCAL_SIZE")),
+                    ..no_device.clone()
+                },
+                "shm: 2 of the 4 processes on this node (OMPI_COMM_WORLD_LOCAL_SIZE)",
+            ),
+            (
+                AutoInputs {
+                    node_ranks: None,
+                    ..no_device.clone()
+                },
+                "shm: the launcher does not say that the 4 processes share this node",
+            ),
+            (
+                AutoInputs {
+                    shm_meet: false,
+                    ..no_device.clone()
+                },
+                "shm: the 4 processes are on this node (OMPI_COMM_WORLD_LOCAL_SIZE) but have no way to meet",
+            ),
+            (
+                AutoInputs {
+                    shm_compiled: false,
+                    ..no_device.clone()
+                },
+                "shm: not compiled in (Linux only)",
+            ),
+        ] {
+            let AutoChoice { kind: k, note } = decide_transport(&inputs);
+            assert_eq!(k, TransportKind::Mpi, "{note}");
+            assert!(
+                note.contains(why)
+                    && note.ends_with("using mpi (launched under MPI: OMPI_COMM_WORLD_RANK is set)"),
+                "{note}"
+            );
+        }
+        // One process: shm is not mentioned.
+        let note = decide_transport(&AutoInputs {
+            processes: 1,
+            node_ranks: Some((1, "OMPI_COMM_WORLD_LOCAL_SIZE")),
+            ..no_device.clone()
+        })
+        .note;
+        assert!(!note.contains("shm"), "{note}");
+    }
+
+    #[test]
+    fn the_launchers_node_ranks_come_from_their_own_variables() {
+        let nr = |v: &[(&str, &str)]| RuntimeConfig::from_vars(vars(v)).map(|c| c.bootstrap().node_ranks);
+        let ompi = [
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"),
+        ];
+        assert_eq!(nr(&ompi).unwrap(), Some((4, "OMPI_COMM_WORLD_LOCAL_SIZE")));
+        let hydra = [("PMI_RANK", "0"), ("PMI_SIZE", "3"), ("MPI_LOCALNRANKS", "2")];
+        assert_eq!(nr(&hydra).unwrap(), Some((2, "MPI_LOCALNRANKS")));
+        let srun = [
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_STEP_NUM_NODES", "1"),
+            ("SLURM_NNODES", "2"),
+        ];
+        assert_eq!(nr(&srun).unwrap(), Some((8, "SLURM_STEP_NUM_NODES")));
+        assert_eq!(
+            nr(&[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "8"),
+                ("SLURM_NNODES", "1")
+            ])
+            .unwrap(),
+            Some((8, "SLURM_NNODES"))
+        );
+        assert_eq!(
+            nr(&[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "8"),
+                ("SLURM_NNODES", "2")
+            ])
+            .unwrap(),
+            None
+        );
+        // Another launcher's variable does not count.
+        assert_eq!(
+            nr(&[
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "8"),
+                ("MPI_LOCALNRANKS", "8")
+            ])
+            .unwrap(),
+            None
+        );
+        let e = nr(&[("PMI_RANK", "0"), ("PMI_SIZE", "3"), ("MPI_LOCALNRANKS", "x")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MPI_LOCALNRANKS"), "{e}");
     }
 
     #[test]

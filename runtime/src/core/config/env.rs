@@ -91,8 +91,46 @@ impl BootstrapConfig {
             break;
         }
         b.job = launcher_job(b.rank_var, &lookup)?;
+        b.node_ranks = node_ranks(b.rank_var, b.size, &lookup)?;
         Ok(b)
     }
+}
+
+/// The ranks on this node by the launcher of `rank_var` ([`BootstrapConfig::node_ranks`]).
+/// Errors: [`ConfigError::Var`] for a value that is not a count.
+fn node_ranks(
+    rank_var: Option<&'static str>,
+    size: Option<usize>,
+    lookup: &impl Fn(&str) -> Option<String>,
+) -> ConfigResult<Option<(usize, &'static str)>> {
+    let count = |var: &'static str| -> ConfigResult<Option<usize>> {
+        lookup(var)
+            .map(|v| {
+                v.trim().parse::<usize>().map_err(|_| ConfigError::Var {
+                    var,
+                    value: v.clone(),
+                    reason: "not a non-negative integer".into(),
+                })
+            })
+            .transpose()
+    };
+    Ok(match rank_var {
+        Some("OMPI_COMM_WORLD_RANK") => {
+            count("OMPI_COMM_WORLD_LOCAL_SIZE")?.map(|n| (n, "OMPI_COMM_WORLD_LOCAL_SIZE"))
+        }
+        Some("PMI_RANK") => count("MPI_LOCALNRANKS")?.map(|n| (n, "MPI_LOCALNRANKS")),
+        Some("SLURM_PROCID") => {
+            let nodes = match count("SLURM_STEP_NUM_NODES")? {
+                Some(n) => Some((n, "SLURM_STEP_NUM_NODES")),
+                None => count("SLURM_NNODES")?.map(|n| (n, "SLURM_NNODES")),
+            };
+            match (nodes, size) {
+                (Some((1, var)), Some(size)) => Some((size, var)),
+                _ => None,
+            }
+        }
+        _ => None,
+    })
 }
 
 /// The launcher's identity of this job step ([`BootstrapConfig::job`]): the launcher whose

@@ -529,6 +529,12 @@ pub struct BootstrapConfig {
     /// launchers) or `ompi-{id}` (`OMPI_MCA_ess_base_jobid`, Open MPI 4); the launcher of
     /// [`BootstrapConfig::rank_var`] first.
     pub job: Option<String>,
+    /// The ranks of this job on this node, by the launcher of [`BootstrapConfig::rank_var`],
+    /// and the variable that says so: `OMPI_COMM_WORLD_LOCAL_SIZE` (Open MPI),
+    /// `MPI_LOCALNRANKS` (MPICH's Hydra), or the job size when `SLURM_STEP_NUM_NODES` (else
+    /// `SLURM_NNODES`) is 1 under srun; `None` when the launcher does not say. Used by
+    /// `BALLAST_TRANSPORT=auto` (`shm` when every rank is on this node).
+    pub node_ranks: Option<(usize, &'static str)>,
 }
 
 impl Default for BootstrapConfig {
@@ -541,6 +547,7 @@ impl Default for BootstrapConfig {
             timeout: std::time::Duration::from_secs(60),
             node: None,
             job: None,
+            node_ranks: None,
         }
     }
 }
