@@ -187,6 +187,25 @@ for sim in neuron coreneuron; do
         done
     done
 done
+# 3b. NEURON's and CoreNEURON's spikes over Ballast's shared-memory transport (issue 36):
+# BALLAST_TRANSPORT=shm makes the shim take ballast_comm_from_env; NEURON's MPI only starts
+# the job (the start-up exchange) and carries the calls the shim forwards, and the spike
+# exchange goes through the segments. The spikes must be the wheel's own MPI run's, and the
+# reports must say transport shm.
+for sim in neuron coreneuron; do
+    for n in 2 3 4; do
+        for mode in allgather compressed multisend1; do
+            name=shm-$sim-$n-$mode
+            run_ring "$name" "$n" "$mode" "$sim" NRNHOME="$nrnhome" BALLAST_TRANSPORT=shm
+            python "$repo/ci/neuron/check.py" --simulator "$sim" --transport shm --run "$work/$name.txt" \
+                --wheel "$work/wheel-$sim-$n-$mode.txt" --serial "$work/serial.txt" --reports "$work/$name.rep" \
+                --mode "$mode" --ranks "$n" --native off || die "$name: the checks failed (outputs in $work)"
+            runs=$((runs + 1))
+        done
+        say "$sim over shm, mpirun -n $n allgather, compressed, multisend1: Ballast shm = the wheel's MPI"
+    done
+done
+
 # 4. Threads (pc.nthread(2): NEURON runs the exchange on a worker thread). NEURON alone
 # initialises MPI at MPI_THREAD_SERIALIZED, and libballast accepts a communicator's calls only
 # from the thread that made it: the shim must refuse at the first exchange, naming the rank,

@@ -3,7 +3,8 @@
 - its spikes (sorted by time, gid) are byte-identical to the wheel's own MPI run of the same
   mode and rank count, and to the serial run when the wheel's own run is;
 - its reports (BALLAST_REPORT_DIR, one neuron_rank{R}.json per rank) show the spikes went
-  over Ballast on the path asked for (SIMULATOR_rank{R}.json): transport "mpi", mpi_native as asked; in the allgather
+  over Ballast on the path asked for (SIMULATOR_rank{R}.json): the transport asked for (--transport, default
+  "mpi"), and over mpi mpi_native as asked; in the allgather
   modes (allgather, compressed) spike_exchanges > 0 and the same on every rank, the spikes sent add up to
   the serial run's, and the spikes received to (ranks - 1) times that; in the multisend modes
   the messages sent add up to those received, > 0; each rank received what the serial spikes
@@ -57,7 +58,7 @@ def expected_multisend(serial, ranks):
     return sent, recv, len(gids)
 
 
-def check(run, wheel, serial, reports, mode, ranks, native):
+def check(run, wheel, serial, reports, mode, ranks, native, transport="mpi"):
     errs = []
     with open(run, "rb") as f:
         mine = f.read()
@@ -77,9 +78,9 @@ def check(run, wheel, serial, reports, mode, ranks, native):
     for r, rep in enumerate(reps):
         if rep.get("simulator") != SIMULATOR or rep.get("rank") != r:
             errs.append("rank %d: simulator/rank fields %r %r" % (r, rep.get("simulator"), rep.get("rank")))
-        if rep.get("transport") != "mpi":
-            errs.append("rank %d: transport %r, want mpi" % (r, rep.get("transport")))
-        if rep.get("mpi_native") is not native:
+        if rep.get("transport") != transport:
+            errs.append("rank %d: transport %r, want %s" % (r, rep.get("transport"), transport))
+        if transport == "mpi" and rep.get("mpi_native") is not native:
             errs.append("rank %d: mpi_native %r, want %r" % (r, rep.get("mpi_native"), native))
         for k in ("footprint", "peers_connected", "vm_rss_kb", "vm_hwm_kb", "vm_pin_kb", "bytes_sent", "bytes_received"):
             if k not in rep:
@@ -119,7 +120,7 @@ def check(run, wheel, serial, reports, mode, ranks, native):
 
 def self_test(args):
     """Every corruption of a passing run must be caught."""
-    base = check(args.run, args.wheel, args.serial, args.reports, args.mode, args.ranks, args.native)
+    base = check(args.run, args.wheel, args.serial, args.reports, args.mode, args.ranks, args.native, args.transport)
     if base:
         return ["the self-test needs a passing run: " + "; ".join(base)]
     failures = []
@@ -130,7 +131,7 @@ def self_test(args):
             lines = open(args.run).read().splitlines(True)
             lines[len(lines) // 2] = lines[len(lines) // 2].replace(" ", "1 ", 1)
             open(p, "w").writelines(lines)
-            return check(p, args.wheel, args.serial, args.reports, args.mode, args.ranks, args.native)
+            return check(p, args.wheel, args.serial, args.reports, args.mode, args.ranks, args.native, args.transport)
 
         def corrupt_report(key, f):
             d = os.path.join(tmp, "rep-" + key)
@@ -139,7 +140,7 @@ def self_test(args):
             rep = json.load(open(p))
             rep[key] = f(rep[key])
             json.dump(rep, open(p, "w"))
-            return check(args.run, args.wheel, args.serial, d, args.mode, args.ranks, args.native)
+            return check(args.run, args.wheel, args.serial, d, args.mode, args.ranks, args.native, args.transport)
 
         cases = {"a changed spike": corrupt_spikes, "mpi_native flipped": lambda: corrupt_report("mpi_native", lambda v: not v)}
         if args.ranks >= 2:
@@ -164,13 +165,14 @@ def main():
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--native", choices=["on", "off"], required=True)
     p.add_argument("--simulator", choices=["neuron", "coreneuron"], default="neuron")
+    p.add_argument("--transport", choices=["mpi", "shm"], default="mpi")
     p.add_argument("--self-test", action="store_true")
     args = p.parse_args()
     global SIMULATOR
     SIMULATOR = args.simulator
     args.native = args.native == "on"
     errs = self_test(args) if args.self_test else check(
-        args.run, args.wheel, args.serial, args.reports, args.mode, args.ranks, args.native
+        args.run, args.wheel, args.serial, args.reports, args.mode, args.ranks, args.native, args.transport
     )
     for e in errs:
         print("ci/neuron/check.py: %s %s -n %d native=%s: %s" % (SIMULATOR, args.mode, args.ranks, args.native, e), file=sys.stderr)

@@ -152,7 +152,7 @@ static int on_finalize(MPI_Comm comm, int key, void *value, void *extra) {
     return MPI_SUCCESS;
 }
 
-/* The transport named by BALLAST_TRANSPORT when it is one of Ballast's own (verbs, auto),
+/* The transport named by BALLAST_TRANSPORT when it is one of Ballast's own (verbs, shm, auto),
  * else NULL: unset or `mpi` is Ballast over the host's MPI (ballast_comm_from_mpi). */
 static const char *own_transport(void) {
     const char *t = getenv("BALLAST_TRANSPORT");

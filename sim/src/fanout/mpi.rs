@@ -12,7 +12,7 @@ use super::FanoutReport;
 /// `ints` 32-bit integers to every other rank. Returns the report on rank 0, `None`
 /// elsewhere. `all_ranks_match_model` is true when every rank's accounted footprint
 /// equals the model's before and after (on the native path it does; on the engine path
-/// the model is a bound); MPI's own memory is in the VmRSS/VmLck rows. Errors: [`FabricError::InvalidRank`] with fewer than 2
+/// the model is a bound); MPI's own memory is in the VmRSS/VmLck rows. Errors: [`FabricError::InvalidRank`](ballast_runtime::fabric::FabricError::InvalidRank) with fewer than 2
 /// processes, and the communicator's errors.
 pub fn fanout(
     mpi: &Mpi,

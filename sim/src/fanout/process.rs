@@ -1,4 +1,4 @@
-//! The fanout with one rank per process ([`report`], the part every transport shares:
+//! The fanout with one rank per process (`report`, the part every transport shares:
 //! the exchange, then every rank's footprints and the model's gathered to rank 0), and its
 //! run over the shared-memory transport ([`shm`]: the processes of one node, met through
 //! the launcher's bootstrap). MPI's run is [`super::mpi::fanout`].
