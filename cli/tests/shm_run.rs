@@ -96,7 +96,12 @@ fn run_over_shm_as_threads_and_processes_matches_local() {
     }
     assert_eq!(read("procs"), read("ref"));
     // `auto` without an RDMA device picks shm for processes that srun put on one node.
-    let outs = slurm(d, 2, &job("auto"), &[&RUN[..], &["--transport", "auto", "--output", "auto"]].concat());
+    let outs = slurm(
+        d,
+        2,
+        &job("auto"),
+        &[&RUN[..], &["--transport", "auto", "--output", "auto"]].concat(),
+    );
     ok(&outs[1]);
     let stdout = ok(&outs[0]);
     let err = String::from_utf8_lossy(&outs[0].stderr);
