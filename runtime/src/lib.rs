@@ -20,7 +20,7 @@
 //! [`ProtocolError`] and [`ConfigError`], [`Footprint`], the reductions, the sparse
 //! exchange's [`Received`]. The rest is in
 //! modules: [`bootstrap`], [`launch`] (ranks as threads: [`launch::threads`]), [`local`],
-//! `shm` (Linux, under construction: ranks as processes of one node, or as threads),
+//! `shm` (Linux: ranks as processes of one node, large messages by CMA, or as threads),
 //! `mpi` and `verbs` (the transports, features `mpi` and `verbs`), [`fabric`] (the trait below the protocol, with
 //! [`FabricError`](fabric::FabricError)), [`engine`], [`matching`], [`connection`],
 //! [`credit`], [`datagram`], [`wire`], [`model`] (the footprint prediction), [`memory`],
@@ -107,7 +107,7 @@ pub mod local {
     pub use crate::launch::local::{finish, single};
 }
 
-/// The shared-memory transport (`shm`, Linux; issue 36, under construction): one rank per
+/// The shared-memory transport (`shm`, Linux; issue 36): one rank per
 /// process on one node ([`communicator`](shm::communicator), [`finish`](shm::finish)), or
 /// ranks as threads of this process ([`run_ranks`](shm::run_ranks)).
 #[cfg(target_os = "linux")]
@@ -130,7 +130,7 @@ pub mod verbs {
 // footprint, and the choice of transport.
 pub use crate::core::config::{
     BootstrapConfig, ConfigError, EndpointOverflow, RecvSharing, RuntimeConfig, RuntimeConfigBuilder,
-    Setting, TransportConfig, TransportKind, ValueOrigin, VerbsConfig,
+    Setting, ShmConfig, TransportConfig, TransportKind, ValueOrigin, VerbsConfig,
 };
 pub use crate::core::footprint::{Footprint, FootprintField, LockStatus, MemoryLock, MemoryModel};
 pub use crate::core::procstatus::ProcStatus;

@@ -72,3 +72,67 @@ fn footprint_equals_the_shm_model() {
         }
     }
 }
+
+/// The whole threaded suite again with `BALLAST_SHM_CMA=off`: large messages in chunks
+/// through the rings (the fallback where the system refuses `process_vm_readv`).
+mod without_cma {
+    use super::*;
+    use ballast_runtime::ShmConfig;
+
+    struct ShmChunked;
+
+    impl Launcher for ShmChunked {
+        fn name(&self) -> &'static str {
+            "shm (BALLAST_SHM_CMA=off)"
+        }
+        fn run<R: Send + Exchange, F: Fn(&mut Communicator) -> R + Sync>(
+            &self,
+            n: usize,
+            cfg: &RuntimeConfig,
+            f: F,
+        ) -> Result<Vec<R>> {
+            let cfg = cfg.clone().with_shm(ShmConfig { cma: false });
+            shm::run_ranks(n, &cfg, f)
+        }
+    }
+
+    threaded_cases!(ShmChunked);
+}
+
+/// Large messages go by CMA unless `BALLAST_SHM_CMA` is off, which the notes say; both ways
+/// carry a 1 MiB message intact, and a message at the threshold.
+#[test]
+fn the_notes_say_when_large_messages_do_not_go_by_cma() {
+    use ballast_runtime::ShmConfig;
+    for cma in [true, false] {
+        let c = RuntimeConfig::from_vars(|k| {
+            (k == "BALLAST_SHM_CMA").then(|| if cma { "on" } else { "off" }.to_string())
+        })
+        .unwrap();
+        assert_eq!(c.shm(), &ShmConfig { cma });
+        let res = shm::run_ranks(2, &c, |comm| -> Result<_> {
+            let notes = comm.notes().join("\n");
+            for len in [32 << 10, (32 << 10) + 1, 1 << 20] {
+                let msg: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+                if comm.rank() == 0 {
+                    comm.send(1, 3, &msg)?;
+                } else {
+                    let m = comm.recv(0, 3u32)?;
+                    assert!(m.data == msg, "{len} bytes intact");
+                }
+            }
+            Ok(notes)
+        })
+        .unwrap();
+        for notes in res {
+            let notes = notes.unwrap();
+            assert_eq!(
+                notes.contains("shm: large messages go in chunks through the rings, not by CMA (process_vm_readv): BALLAST_SHM_CMA=off"),
+                !cma,
+                "{notes}"
+            );
+        }
+    }
+    let e = RuntimeConfig::from_vars(|k| (k == "BALLAST_SHM_CMA").then(|| "maybe".to_string())).unwrap_err();
+    assert!(e.to_string().contains("BALLAST_SHM_CMA"), "{e}");
+}

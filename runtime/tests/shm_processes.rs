@@ -177,15 +177,19 @@ fn finish(mut c: Child, limit: Duration) -> (bool, String) {
 
 #[test]
 fn processes_exchange_and_reduce_at_1_2_3_4_and_7() {
-    for n in [1, 2, 3, 4, 7] {
+    // The 1 MiB messages go by CMA (process_vm_readv between the processes), and at 3 also
+    // in chunks through the rings (BALLAST_SHM_CMA=off).
+    for (n, cma) in [(1, "on"), (2, "on"), (3, "on"), (3, "off"), (4, "on"), (7, "on")] {
         let root = loopback_root();
-        let children: Vec<Child> = (0..n).map(|r| spawn(&root, r, n, &[])).collect();
+        let children: Vec<Child> = (0..n)
+            .map(|r| spawn(&root, r, n, &[("BALLAST_SHM_CMA", cma)]))
+            .collect();
         let want = (0..n as u64).sum::<u64>();
         for (r, c) in children.into_iter().enumerate() {
             let (ok, out) = finish(c, Duration::from_secs(120));
             assert!(
                 ok && out.contains(&format!("RESULT {r} {want}")),
-                "{n} processes, rank {r}: {out}"
+                "{n} processes (CMA {cma}), rank {r}: {out}"
             );
         }
     }

@@ -69,7 +69,7 @@ where
         opts,
         &stop,
         |r, ()| {
-            let fabric = ShmFabric::new(r, n, &cfg, job.clone(), Vec::new(), Vec::new())?;
+            let fabric = ShmFabric::new(r, n, &cfg, config.shm(), job.clone(), Vec::new(), Vec::new())?;
             Communicator::new(Box::new(fabric), &cfg)
         },
         &f,
@@ -167,7 +167,7 @@ pub fn communicator(boot: &mut dyn Bootstrap, config: &RuntimeConfig) -> Result<
             timeout,
             stop: Arc::new(AtomicBool::new(false)),
         };
-        Ok(ShmFabric::new(rank, n, &cfg, job, serves, watched)?)
+        Ok(ShmFabric::new(rank, n, &cfg, config.shm(), job, serves, watched)?)
     });
     let started = boot
         .all_gather(&[u8::from(fabric.is_ok())])

@@ -212,6 +212,13 @@ impl RuntimeConfig {
         cfg.transport.validate()?;
         cfg.bootstrap = BootstrapConfig::from_vars(&lookup)?;
         cfg.verbs = VerbsConfig::from_vars(&lookup)?;
+        if let Some(raw) = lookup("BALLAST_SHM_CMA") {
+            cfg.shm.cma = parse_bool(&raw).map_err(|reason| ConfigError::Var {
+                var: "BALLAST_SHM_CMA",
+                value: raw.clone(),
+                reason,
+            })?;
+        }
         Ok(cfg)
     }
 

@@ -461,6 +461,23 @@ pub struct RuntimeConfig {
     origins: [ValueOrigin; SETTINGS.len()],
     bootstrap: BootstrapConfig,
     verbs: VerbsConfig,
+    shm: ShmConfig,
+}
+
+/// How the shared-memory transport moves large messages, read by
+/// [`RuntimeConfig::from_env`] (`BALLAST_SHM_CMA`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShmConfig {
+    /// Messages above the direct threshold go by one `process_vm_readv` from the sender's
+    /// memory (CMA) when the system allows it (default true); false: in chunks through
+    /// the rings, as the engine paces every message (`BALLAST_SHM_CMA=off`).
+    pub cma: bool,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        ShmConfig { cma: true }
+    }
 }
 
 /// Device selection of the verbs transport (`BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`,
@@ -559,6 +576,7 @@ impl Default for RuntimeConfig {
             origins: [ValueOrigin::Default; SETTINGS.len()],
             bootstrap: BootstrapConfig::default(),
             verbs: VerbsConfig::default(),
+            shm: ShmConfig::default(),
         }
     }
 }
@@ -572,6 +590,17 @@ impl RuntimeConfig {
     /// The verbs device selection (`BALLAST_IB_DEVICE`, `BALLAST_IB_PORT`, `BALLAST_GID_INDEX`).
     pub fn verbs(&self) -> &VerbsConfig {
         &self.verbs
+    }
+
+    /// The shared-memory transport's large-message path (`BALLAST_SHM_CMA`).
+    pub fn shm(&self) -> &ShmConfig {
+        &self.shm
+    }
+
+    /// Replaces the shared-memory transport's settings (tests, embedding).
+    pub fn with_shm(mut self, shm: ShmConfig) -> RuntimeConfig {
+        self.shm = shm;
+        self
     }
 
     /// Replaces the verbs device selection (tests, launchers).

@@ -126,6 +126,11 @@ impl Board {
         }
     }
 
+    /// Rank `rank`'s process id (0 when not recorded).
+    pub(crate) fn pid(&self, rank: usize) -> u32 {
+        self.word(rank, 3).map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
     /// Rank `rank`'s state ([`RUNNING`] for a rank not on the board).
     pub(crate) fn state(&self, rank: usize) -> u32 {
         self.word(rank, 2).map_or(RUNNING, |w| w.load(Ordering::Acquire))

@@ -8,7 +8,9 @@
 //! ([`Fabric::copies_payload`]: no completion event); the engine's credits guarantee the
 //! cell. A control message goes into the receiver's control ring, or, while that ring is
 //! full, waits in this rank's queue, pushed again at each poll (never waiting for room: two
-//! ranks whose rings are full cannot wait on each other).
+//! ranks whose rings are full cannot wait on each other). A message above the direct
+//! threshold goes by CMA ([`super::direct`]: a descriptor in the control ring, one
+//! `process_vm_readv` by the receiver) when the system allows it.
 
 use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
@@ -17,19 +19,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::board::{Board, FAILED, FINISHED};
+use super::direct::{Direct, Held, Out, KIND_DIRECT, KIND_DIRECT_DONE};
 use super::rendezvous::{fetch, socket_name, Listener};
 use super::ring::{Cell, Reader, Ring, RingError};
 use super::segment::{RankSegment, SEG_HEAD};
 use super::watch::{Serve, Watch};
-use crate::core::config::{RecvSharing, TransportConfig};
+use crate::core::backoff::Backoff;
+use crate::core::config::{RecvSharing, ShmConfig, TransportConfig};
 use crate::core::footprint::MemoryModel;
 use crate::core::intmap::IntMap;
 use crate::core::pool::{Register, Registration};
 use crate::fabric::error::{FabricError, Result};
 use crate::fabric::local::lock_region;
 use crate::fabric::{
-    go, poll_result, Capabilities, Control, Event, Fabric, FabricBytes, Flow, Halt, OthersEnd, PacketHeader,
-    PeerEnd, PeerKey,
+    go, poll_result, Capabilities, Control, DirectPath, Event, Fabric, FabricBytes, Flow, Halt, OthersEnd,
+    PacketHeader, PeerEnd, PeerKey,
 };
 
 /// Cells handled per [`Fabric::poll`] call at most, per ring.
@@ -91,8 +95,10 @@ pub struct ShmFabric {
     data: Reader,
     control: Reader,
     peers: IntMap<usize, Peer>,
-    /// Control messages waiting for room in their receiver's control ring, in order.
-    pending: VecDeque<(usize, Control)>,
+    /// Control cells waiting for room in their receiver's control ring, in order.
+    pending: VecDeque<(usize, Cell)>,
+    /// Direct messages (CMA).
+    direct: Direct,
     _watch: Watch,
     bytes: FabricBytes,
     model: MemoryModel,
@@ -114,6 +120,7 @@ impl ShmFabric {
         rank: usize,
         world: usize,
         cfg: &TransportConfig,
+        shm: &ShmConfig,
         job: Job,
         mut serves: Vec<Serve>,
         watched: Vec<(UnixStream, u64)>,
@@ -173,6 +180,7 @@ impl ShmFabric {
             job,
             peers: IntMap::default(),
             pending: VecDeque::new(),
+            direct: Direct::setup(shm.cma, cfg.buffer_size),
             _watch: watch,
             locks: guard.into_iter().collect(),
             bytes,
@@ -238,8 +246,8 @@ impl ShmFabric {
 
     /// Pushes the waiting control messages, in order, until one finds its ring full.
     fn flush_controls(&mut self) -> Result<()> {
-        while let Some(&(dest, msg)) = self.pending.front() {
-            if !self.push_control(dest, msg)? {
+        while let Some(&(dest, cell)) = self.pending.front() {
+            if !self.push_control(dest, cell)? {
                 break;
             }
             self.pending.pop_front();
@@ -247,18 +255,19 @@ impl ShmFabric {
         Ok(())
     }
 
-    /// One control message into rank `dest`'s control ring: false when it is full.
-    fn push_control(&mut self, dest: usize, msg: Control) -> Result<bool> {
-        let src = self.rank as u32;
+    /// A control cell to `dest`: into its control ring, or, while that is full or others
+    /// wait, into this rank's queue (in order).
+    fn queue_control(&mut self, dest: usize, cell: Cell) -> Result<()> {
+        if self.pending.is_empty() && self.push_control(dest, cell)? {
+            return Ok(());
+        }
+        self.pending.push_back((dest, cell));
+        Ok(())
+    }
+
+    /// One control cell into rank `dest`'s control ring: false when it is full.
+    fn push_control(&mut self, dest: usize, cell: Cell) -> Result<bool> {
         let t = self.target(dest)?;
-        let w = msg.encode();
-        let cell = Cell {
-            src,
-            kind: KIND_CONTROL,
-            tag: u32::from(w.code),
-            total: w.value,
-            ..Cell::default()
-        };
         match t.control.push(&t.seg, cell, &[]) {
             Ok(()) => {}
             Err(RingError::Full) => return Ok(false),
@@ -266,6 +275,163 @@ impl ShmFabric {
         }
         self.job.board.ring(dest);
         Ok(true)
+    }
+
+    /// A packet into rank `dest`'s data ring (the engine's credits guarantee the cell).
+    fn push_packet(&mut self, dest: usize, cell: Cell, payload: &[u8]) -> Result<()> {
+        let t = self.target(dest)?;
+        match t.data.push(&t.seg, cell, payload) {
+            Ok(()) => {}
+            Err(RingError::Full) => return Err(FabricError::ReceiverNotReady { dest }),
+            Err(e) => return Err(self.shm_err(Some(dest), format!("its data ring: {e:?}"))),
+        }
+        self.job.board.ring(dest);
+        Ok(())
+    }
+
+    /// Starts direct message `data` (at `addr`, `len` bytes) to `dest`: its descriptor into
+    /// `dest`'s control ring, or held behind an earlier direct message to it. Its id.
+    fn begin_direct(
+        &mut self,
+        dest: usize,
+        h: &PacketHeader,
+        addr: u64,
+        len: usize,
+        out: Out,
+    ) -> Result<u32> {
+        self.target(dest)?;
+        let blocked = self.direct.blocked(dest);
+        let id = self.direct.begin(dest, out);
+        let cell = Cell {
+            src: self.rank as u32,
+            kind: KIND_DIRECT,
+            more: h.more,
+            tag: h.tag,
+            total: len as u64,
+            offset: addr,
+            len: 0,
+        };
+        if blocked {
+            self.direct.hold(dest, Held::Descriptor(cell, id));
+        } else {
+            self.queue_control(dest, cell)?;
+            self.direct.pushed(dest, id);
+        }
+        Ok(id)
+    }
+
+    /// The answer from `src` to the direct message in flight to it: what was held for `src`
+    /// goes, in order, and an owned message's send completes. Errors: an answer this rank
+    /// did not expect, or a failed read (named, with the way out).
+    fn direct_answered(
+        &mut self,
+        src: usize,
+        status: u32,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> std::result::Result<(), Halt> {
+        let done = self.direct.answered(src, status).ok_or_else(|| {
+            self.shm_err(Some(src), "an answer to a direct message never sent to it".into())
+        })?;
+        if status != 0 {
+            return Err(self
+                .shm_err(
+                    Some(src),
+                    format!(
+                        "it could not read a message of this rank by process_vm_readv ({}): set \
+                         BALLAST_SHM_CMA=off to send large messages through the rings",
+                        std::io::Error::from_raw_os_error(status as i32)
+                    ),
+                )
+                .into());
+        }
+        for item in self.direct.release(src) {
+            match item {
+                Held::Packet(cell, payload) => self.push_packet(src, cell, &payload)?,
+                Held::Descriptor(cell, id) => {
+                    self.queue_control(src, cell)?;
+                    self.direct.pushed(src, id);
+                }
+            }
+        }
+        if let Some(wr_id) = done {
+            go(on_event(Event::SendComplete(wr_id)))?;
+        }
+        Ok(())
+    }
+
+    /// Reads direct message `c` (a descriptor from rank `c.src`) out of its sender's memory
+    /// and answers it (done, or the read's errno). Errors: a failed read (named).
+    fn read_direct(&mut self, c: &Cell) -> Result<Vec<u8>> {
+        let src = c.src as usize;
+        let pid = self.job.board.pid(src);
+        let got = usize::try_from(c.total)
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::OutOfMemory, "longer than the address space")
+            })
+            .and_then(|len| super::ffi::read_remote_vec(pid as i32, c.offset, len));
+        let status = match &got {
+            Ok(_) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(libc::EIO) as u32,
+        };
+        let answer = Cell {
+            src: self.rank as u32,
+            kind: KIND_DIRECT_DONE,
+            tag: status,
+            ..Cell::default()
+        };
+        self.queue_control(src, answer)?;
+        got.map_err(|e| {
+            self.shm_err(
+                Some(src),
+                format!(
+                    "reading its message of {} bytes by process_vm_readv from process {pid}: {e} (set \
+                     BALLAST_SHM_CMA=off to send large messages through the rings)",
+                    c.total
+                ),
+            )
+        })
+    }
+
+    fn bad(&self, what: String) -> FabricError {
+        self.shm_err(None, what)
+    }
+
+    /// Up to `max` packets of the data ring, each given to `on_event`; a packet whose event
+    /// stops the poll stays in the ring, first at the next poll. The number given.
+    fn drain_data(
+        &mut self,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+        max: usize,
+    ) -> std::result::Result<usize, Halt> {
+        let mut n = 0;
+        for _ in 0..max {
+            let Some((c, payload)) = self
+                .data
+                .peek(&self.own.seg)
+                .map_err(|e| self.bad(format!("{e:?}")))?
+            else {
+                break;
+            };
+            if c.kind != KIND_PACKET || c.src as usize >= self.world {
+                return Err(self
+                    .bad(format!("a data cell of kind {} from rank {}", c.kind, c.src))
+                    .into());
+            }
+            let header = PacketHeader {
+                src: c.src,
+                tag: c.tag,
+                total: c.total,
+                offset: c.offset,
+                len: c.len,
+                more: c.more,
+            };
+            go(on_event(Event::Arrival { header, payload }))?;
+            self.data
+                .advance(&self.own.seg)
+                .map_err(|e| self.bad(format!("{e:?}")))?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// [`Fabric::poll`]'s work: the abort notice, the waiting controls, then the data and
@@ -292,61 +458,55 @@ impl ShmFabric {
             self.flush_controls()?;
             self.finish_when_flushed();
         }
-        let bad = |rank: usize, what: String| FabricError::Shm {
-            rank,
-            peer: None,
-            what,
-        };
-        for _ in 0..POLL_BATCH {
-            let Some((c, payload)) = self
-                .data
-                .peek(&self.own.seg)
-                .map_err(|e| bad(self.rank, format!("{e:?}")))?
-            else {
-                break;
-            };
-            if c.kind != KIND_PACKET || c.src as usize >= self.world {
-                return Err(bad(
-                    self.rank,
-                    format!("a data cell of kind {} from rank {}", c.kind, c.src),
-                )
-                .into());
-            }
-            let header = PacketHeader {
-                src: c.src,
-                tag: c.tag,
-                total: c.total,
-                offset: c.offset,
-                len: c.len,
-                more: c.more,
-            };
-            go(on_event(Event::Arrival { header, payload }))?;
-            self.data
-                .advance(&self.own.seg)
-                .map_err(|e| bad(self.rank, format!("{e:?}")))?;
-            n += 1;
-        }
+        n += self.drain_data(on_event, POLL_BATCH)?;
         for _ in 0..POLL_BATCH {
             let Some((c, _)) = self
                 .control
                 .peek(&self.own.seg)
-                .map_err(|e| bad(self.rank, format!("{e:?}")))?
+                .map_err(|e| self.bad(format!("{e:?}")))?
             else {
                 break;
             };
+            let src = c.src as usize;
+            if src >= self.world {
+                return Err(self
+                    .bad(format!("a control cell of kind {} from rank {src}", c.kind))
+                    .into());
+            }
+            if c.kind == KIND_DIRECT {
+                // Every earlier packet of its sender is in the data ring: those first.
+                while self.drain_data(on_event, POLL_BATCH)? > 0 {}
+                let data = self.read_direct(&c)?;
+                self.control
+                    .advance(&self.own.seg)
+                    .map_err(|e| self.bad(format!("{e:?}")))?;
+                let header = PacketHeader {
+                    src: c.src,
+                    tag: c.tag,
+                    total: c.total,
+                    offset: 0,
+                    len: 0,
+                    more: c.more,
+                };
+                go(on_event(Event::Whole { header, data }))?;
+                n += 1;
+                continue;
+            }
             self.control
                 .advance(&self.own.seg)
-                .map_err(|e| bad(self.rank, format!("{e:?}")))?;
-            let (src, code) = (c.src as usize, u8::try_from(c.tag).unwrap_or(u8::MAX));
-            if c.kind != KIND_CONTROL || src >= self.world {
-                return Err(bad(
-                    self.rank,
-                    format!("a control cell of kind {} from rank {src}", c.kind),
-                )
-                .into());
+                .map_err(|e| self.bad(format!("{e:?}")))?;
+            match c.kind {
+                KIND_DIRECT_DONE => self.direct_answered(src, c.tag, on_event)?,
+                KIND_CONTROL => {
+                    let msg = Control::decode(u8::try_from(c.tag).unwrap_or(u8::MAX), c.total)?;
+                    go(on_event(Event::Control { src, msg }))?;
+                }
+                k => {
+                    return Err(self
+                        .bad(format!("a control cell of kind {k} from rank {src}"))
+                        .into())
+                }
             }
-            let msg = Control::decode(code, c.total)?;
-            go(on_event(Event::Control { src, msg }))?;
             n += 1;
         }
         Ok(n)
@@ -388,9 +548,10 @@ impl Fabric for ShmFabric {
         }
     }
 
-    /// The rings were made with the fabric; nothing to add.
+    /// The rings were made with the fabric; the note says when large messages do not go
+    /// by CMA, and why.
     fn setup_receive(&mut self, _sharing: RecvSharing) -> Result<Option<String>> {
-        Ok(None)
+        Ok(self.direct.note.clone())
     }
 
     fn open_endpoint(&mut self, key: PeerKey) -> Result<()> {
@@ -416,7 +577,6 @@ impl Fabric for ShmFabric {
         payload: &[u8],
         _wr_id: u64,
     ) -> Result<()> {
-        let t = self.target(dest)?;
         let cell = Cell {
             src: h.src,
             kind: KIND_PACKET,
@@ -426,21 +586,33 @@ impl Fabric for ShmFabric {
             offset: h.offset,
             len: 0,
         };
-        match t.data.push(&t.seg, cell, payload) {
-            Ok(()) => {}
-            Err(RingError::Full) => return Err(FabricError::ReceiverNotReady { dest }),
-            Err(e) => return Err(self.shm_err(Some(dest), format!("its data ring: {e:?}"))),
+        if self.direct.blocked(dest) {
+            // Behind a direct message not read yet: in order, after its answer.
+            let mut copy = Vec::new();
+            copy.try_reserve_exact(payload.len())
+                .map_err(|source| FabricError::MessageAlloc {
+                    rank: self.rank,
+                    peer: dest,
+                    bytes: payload.len() as u64,
+                    source,
+                })?;
+            copy.extend_from_slice(payload);
+            self.direct.hold(dest, Held::Packet(cell, copy));
+            return Ok(());
         }
-        self.job.board.ring(dest);
-        Ok(())
+        self.push_packet(dest, cell, payload)
     }
 
     fn send_control(&mut self, dest: usize, msg: Control) -> Result<()> {
-        if self.pending.is_empty() && self.push_control(dest, msg)? {
-            return Ok(());
-        }
-        self.pending.push_back((dest, msg));
-        Ok(())
+        let w = msg.encode();
+        let cell = Cell {
+            src: self.rank as u32,
+            kind: KIND_CONTROL,
+            tag: u32::from(w.code),
+            total: w.value,
+            ..Cell::default()
+        };
+        self.queue_control(dest, cell)
     }
 
     fn poll(&mut self, on_event: &mut dyn FnMut(Event<'_>) -> Flow) -> Result<usize> {
@@ -500,6 +672,14 @@ impl Fabric for ShmFabric {
         true
     }
 
+    fn direct(&mut self) -> Option<&mut dyn DirectPath> {
+        if self.direct.threshold.is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+
     fn wait_for_arrival(&self, timeout: Duration) {
         let seg = &self.own.seg;
         self.job.board.sleep(self.rank, timeout, || {
@@ -514,5 +694,65 @@ impl Fabric for ShmFabric {
 
     fn copies_payload(&self) -> bool {
         true
+    }
+}
+
+/// Large messages by CMA ([`super::direct`]), offered by [`Fabric::direct`] only when the
+/// system allows it.
+impl DirectPath for ShmFabric {
+    fn direct_threshold(&self) -> usize {
+        self.direct.threshold.unwrap_or(usize::MAX)
+    }
+
+    /// The descriptor goes to `dest` and this rank serves its own traffic until `dest` read
+    /// `data` (one copy in all: from `data` into the receiver's message). After the
+    /// callback stopped the poll, it stops waiting (its job is failing: the receiver may
+    /// then read `data` after it is given back, and get other bytes).
+    fn send_direct(
+        &mut self,
+        dest: usize,
+        header: &PacketHeader,
+        data: &[u8],
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> Result<()> {
+        let id = self.begin_direct(
+            dest,
+            header,
+            data.as_ptr() as u64,
+            data.len(),
+            Out::Borrowed { done: None },
+        )?;
+        self.job.board.ring(dest);
+        let mut backoff = Backoff::new();
+        loop {
+            if self.direct.take_done(id).is_some() {
+                // A failed read was an error of the answer's poll, below.
+                return Ok(());
+            }
+            if self.aborted() {
+                self.direct.abandon(id);
+                return Err(FabricError::Aborted);
+            }
+            match self.poll_events(on_event) {
+                Ok(0) => backoff.snooze(),
+                Ok(_) => backoff.reset(),
+                Err(Halt::Stop) => {
+                    self.direct.abandon(id);
+                    return Ok(());
+                }
+                Err(Halt::Fail(e)) => {
+                    self.direct.abandon(id);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn post_direct(&mut self, dest: usize, header: &PacketHeader, data: Vec<u8>, wr_id: u64) -> Result<()> {
+        let (addr, len) = (data.as_ptr() as u64, data.len());
+        // The vector's heap buffer does not move with it: `addr` stays valid while it is kept.
+        self.begin_direct(dest, header, addr, len, Out::Owned { _data: data, wr_id })?;
+        self.job.board.ring(dest);
+        Ok(())
     }
 }
