@@ -85,8 +85,18 @@ impl Direct {
             return off("BALLAST_SHM_CMA=off".into());
         }
         let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok();
-        if scope.as_deref().map(str::trim) == Some("3") {
-            return off("Yama's kernel.yama.ptrace_scope is 3 (no process may read another)".into());
+        match scope.as_deref().map(str::trim) {
+            Some("3") => {
+                return off("Yama's kernel.yama.ptrace_scope is 3 (no process may read another)".into())
+            }
+            // Scope 2: only with CAP_SYS_PTRACE (the probe below, on this process, would
+            // pass without it).
+            Some("2") if !has_cap_sys_ptrace() => {
+                return off(
+                    "Yama's kernel.yama.ptrace_scope is 2 and this process lacks CAP_SYS_PTRACE".into(),
+                )
+            }
+            _ => {}
         }
         // Yama's scope 1 lets only a process' ancestors read it, unless it names a reader.
         let _ = rustix::process::set_ptracer(rustix::process::PTracer::Any);
@@ -140,9 +150,11 @@ impl Direct {
                 *done = Some(status);
                 Some(None)
             }
+            // An owned message's answer completes it; a blocking send that stopped waiting
+            // (abandoned) has nothing left but the release of what it held.
             _ => match self.out.remove(&id) {
                 Some((_, Out::Owned { wr_id, .. })) => Some(Some(wr_id)),
-                _ => None,
+                _ => Some(None),
             },
         }
     }
@@ -159,7 +171,8 @@ impl Direct {
         }
     }
 
-    /// Forgets a blocking send that stopped waiting (its job is failing).
+    /// Forgets a blocking send that stopped waiting (its answer, when it comes, still
+    /// releases what was held behind it).
     pub(crate) fn abandon(&mut self, id: u32) {
         self.out.remove(&id);
     }
@@ -181,4 +194,17 @@ impl Direct {
         }
         go
     }
+}
+
+/// Whether this process has `CAP_SYS_PTRACE` (bit 19) in its effective set
+/// (`/proc/self/status`, `CapEff`); false when it cannot be read.
+fn has_cap_sys_ptrace() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << 19) != 0)
 }

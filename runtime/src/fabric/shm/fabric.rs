@@ -59,6 +59,12 @@ pub(crate) struct Job {
     pub stop: Arc<AtomicBool>,
 }
 
+/// An event taken while the poll was stopped ([`DirectPath::send_direct`]), given later.
+enum Deferred {
+    Control(usize, Control),
+    Sent(u64),
+}
+
 /// A peer's mapped segment (the connection that gave it is closed: deaths are watched
 /// through the board's connections, [`super::watch`]).
 struct Peer {
@@ -99,6 +105,9 @@ pub struct ShmFabric {
     pending: VecDeque<(usize, Cell)>,
     /// Direct messages (CMA).
     direct: Direct,
+    /// Events a blocking direct send took while its caller's poll was stopped, given first
+    /// at the next poll.
+    deferred: VecDeque<Deferred>,
     _watch: Watch,
     bytes: FabricBytes,
     model: MemoryModel,
@@ -181,6 +190,7 @@ impl ShmFabric {
             peers: IntMap::default(),
             pending: VecDeque::new(),
             direct: Direct::setup(shm.cma, cfg.buffer_size),
+            deferred: VecDeque::new(),
             _watch: watch,
             locks: guard.into_iter().collect(),
             bytes,
@@ -332,6 +342,15 @@ impl ShmFabric {
         let done = self.direct.answered(src, status).ok_or_else(|| {
             self.shm_err(Some(src), "an answer to a direct message never sent to it".into())
         })?;
+        for item in self.direct.release(src) {
+            match item {
+                Held::Packet(cell, payload) => self.push_packet(src, cell, &payload)?,
+                Held::Descriptor(cell, id) => {
+                    self.queue_control(src, cell)?;
+                    self.direct.pushed(src, id);
+                }
+            }
+        }
         if status != 0 {
             return Err(self
                 .shm_err(
@@ -344,31 +363,43 @@ impl ShmFabric {
                 )
                 .into());
         }
-        for item in self.direct.release(src) {
-            match item {
-                Held::Packet(cell, payload) => self.push_packet(src, cell, &payload)?,
-                Held::Descriptor(cell, id) => {
-                    self.queue_control(src, cell)?;
-                    self.direct.pushed(src, id);
-                }
-            }
-        }
         if let Some(wr_id) = done {
             go(on_event(Event::SendComplete(wr_id)))?;
         }
         Ok(())
     }
 
-    /// Reads direct message `c` (a descriptor from rank `c.src`) out of its sender's memory
-    /// and answers it (done, or the read's errno). Errors: a failed read (named).
+    /// Reads direct message `c` (the descriptor at the head of the control ring, from rank
+    /// `c.src`) out of its sender's memory, then takes the descriptor and answers it (done,
+    /// or the read's errno). Errors: [`FabricError::Aborted`] when the job failed (a sender
+    /// that died: not answered); [`FabricError::MessageAlloc`] when the message's memory
+    /// cannot be had (the descriptor stays, unanswered, as a chunk would); a failed read
+    /// (answered with its errno, and named here).
     fn read_direct(&mut self, c: &Cell) -> Result<Vec<u8>> {
         let src = c.src as usize;
         let pid = self.job.board.pid(src);
-        let got = usize::try_from(c.total)
-            .map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::OutOfMemory, "longer than the address space")
-            })
-            .and_then(|len| super::ffi::read_remote_vec(pid as i32, c.offset, len));
+        let len = usize::try_from(c.total).unwrap_or(usize::MAX);
+        let got = super::ffi::read_remote_vec(pid as i32, c.offset, len);
+        if got.is_err() && (self.aborted() || self.job.board.state(src) == FAILED) {
+            return Err(FabricError::Aborted);
+        }
+        if let Err(e) = &got {
+            if e.kind() == std::io::ErrorKind::OutOfMemory {
+                let source = Vec::<u8>::new()
+                    .try_reserve_exact(len)
+                    .err()
+                    .unwrap_or_else(|| Vec::<u8>::new().try_reserve_exact(usize::MAX).unwrap_err());
+                return Err(FabricError::MessageAlloc {
+                    rank: self.rank,
+                    peer: src,
+                    bytes: c.total,
+                    source,
+                });
+            }
+        }
+        self.control
+            .advance(&self.own.seg)
+            .map_err(|e| self.bad(format!("{e:?}")))?;
         let status = match &got {
             Ok(_) => 0,
             Err(e) => e.raw_os_error().unwrap_or(libc::EIO) as u32,
@@ -434,6 +465,56 @@ impl ShmFabric {
         Ok(n)
     }
 
+    /// A poll of the control ring alone that gives no event (a blocking direct send whose
+    /// caller's poll stopped): answers are taken, controls and completions kept for the
+    /// next poll. `Err(Halt::Stop)` when a descriptor is first in the ring (reading it
+    /// would give an event); else the cells taken.
+    fn poll_quiet(&mut self) -> std::result::Result<usize, Halt> {
+        if !self.pending.is_empty() {
+            self.flush_controls()?;
+        }
+        let mut n = 0;
+        for _ in 0..POLL_BATCH {
+            let Some((c, _)) = self
+                .control
+                .peek(&self.own.seg)
+                .map_err(|e| self.bad(format!("{e:?}")))?
+            else {
+                break;
+            };
+            let src = c.src as usize;
+            if c.kind == KIND_DIRECT || src >= self.world {
+                return Err(Halt::Stop);
+            }
+            self.control
+                .advance(&self.own.seg)
+                .map_err(|e| self.bad(format!("{e:?}")))?;
+            match c.kind {
+                KIND_DIRECT_DONE => {
+                    let mut sent = Vec::new();
+                    self.direct_answered(src, c.tag, &mut |ev| {
+                        if let Event::SendComplete(w) = ev {
+                            sent.push(w);
+                        }
+                        Flow::Continue(())
+                    })?;
+                    self.deferred.extend(sent.into_iter().map(Deferred::Sent));
+                }
+                KIND_CONTROL => {
+                    let msg = Control::decode(u8::try_from(c.tag).unwrap_or(u8::MAX), c.total)?;
+                    self.deferred.push_back(Deferred::Control(src, msg));
+                }
+                k => {
+                    return Err(self
+                        .bad(format!("a control cell of kind {k} from rank {src}"))
+                        .into())
+                }
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// [`Fabric::poll`]'s work: the abort notice, the waiting controls, then the data and
     /// control rings. A data cell whose event stops the poll stays in the ring, first at
     /// the next poll.
@@ -458,6 +539,14 @@ impl ShmFabric {
             self.flush_controls()?;
             self.finish_when_flushed();
         }
+        // What a blocking direct send took while its caller's poll was stopped.
+        while let Some(ev) = self.deferred.pop_front() {
+            n += 1;
+            match ev {
+                Deferred::Control(src, msg) => go(on_event(Event::Control { src, msg }))?,
+                Deferred::Sent(w) => go(on_event(Event::SendComplete(w)))?,
+            }
+        }
         n += self.drain_data(on_event, POLL_BATCH)?;
         for _ in 0..POLL_BATCH {
             let Some((c, _)) = self
@@ -474,12 +563,23 @@ impl ShmFabric {
                     .into());
             }
             if c.kind == KIND_DIRECT {
-                // Every earlier packet of its sender is in the data ring: those first.
-                while self.drain_data(on_event, POLL_BATCH)? > 0 {}
-                let data = self.read_direct(&c)?;
-                self.control
-                    .advance(&self.own.seg)
+                // Every earlier packet of its sender has its cell claimed in the data ring
+                // (the claims happened before this descriptor was published): those first,
+                // waiting for a cell still being written (by any sender).
+                let upto = self
+                    .data
+                    .claimed(&self.own.seg)
                     .map_err(|e| self.bad(format!("{e:?}")))?;
+                let mut backoff = Backoff::new();
+                while (self.data.position().wrapping_sub(upto) as i64) < 0 {
+                    if self.drain_data(on_event, POLL_BATCH)? == 0 {
+                        if self.aborted() {
+                            return Err(FabricError::Aborted.into());
+                        }
+                        backoff.snooze();
+                    }
+                }
+                let data = self.read_direct(&c)?;
                 let header = PacketHeader {
                     src: c.src,
                     tag: c.tag,
@@ -686,6 +786,7 @@ impl Fabric for ShmFabric {
             !self.data.ready(seg)
                 && !self.control.ready(seg)
                 && self.pending.is_empty()
+                && self.deferred.is_empty()
                 && !self.aborted()
                 && !self.all_done()
                 && self.job.board.notice().is_none_or(|_| self.notice_seen)
@@ -697,7 +798,7 @@ impl Fabric for ShmFabric {
     }
 }
 
-/// Large messages by CMA ([`super::direct`]), offered by [`Fabric::direct`] only when the
+/// Large messages by CMA (`super::direct`), offered by [`Fabric::direct`] only when the
 /// system allows it.
 impl DirectPath for ShmFabric {
     fn direct_threshold(&self) -> usize {
@@ -706,8 +807,10 @@ impl DirectPath for ShmFabric {
 
     /// The descriptor goes to `dest` and this rank serves its own traffic until `dest` read
     /// `data` (one copy in all: from `data` into the receiver's message). After the
-    /// callback stopped the poll, it stops waiting (its job is failing: the receiver may
-    /// then read `data` after it is given back, and get other bytes).
+    /// callback stopped the poll, it waits for the answer reading only its control ring,
+    /// keeping the controls for the next poll; should a descriptor from another rank be
+    /// first there (reading it would give an event), it stops waiting: the receiver may
+    /// then read `data` after it is given back.
     fn send_direct(
         &mut self,
         dest: usize,
@@ -722,8 +825,8 @@ impl DirectPath for ShmFabric {
             data.len(),
             Out::Borrowed { done: None },
         )?;
-        self.job.board.ring(dest);
         let mut backoff = Backoff::new();
+        let mut stopped = false;
         loop {
             if self.direct.take_done(id).is_some() {
                 // A failed read was an error of the answer's poll, below.
@@ -731,12 +834,25 @@ impl DirectPath for ShmFabric {
             }
             if self.aborted() {
                 self.direct.abandon(id);
-                return Err(FabricError::Aborted);
+                return if stopped {
+                    Ok(())
+                } else {
+                    Err(FabricError::Aborted)
+                };
             }
-            match self.poll_events(on_event) {
-                Ok(0) => backoff.snooze(),
+            let polled = if stopped {
+                self.poll_quiet()
+            } else {
+                self.poll_events(on_event)
+            };
+            match polled {
+                Ok(0) => backoff.snooze_on(true, |t| self.wait_for_arrival(t)),
                 Ok(_) => backoff.reset(),
+                // The caller's poll stopped: wait for the answer without giving events.
+                Err(Halt::Stop) if !stopped => stopped = true,
                 Err(Halt::Stop) => {
+                    // A descriptor from another rank is first in the control ring, and
+                    // reading it would give events: stop waiting (see the doc above).
                     self.direct.abandon(id);
                     return Ok(());
                 }

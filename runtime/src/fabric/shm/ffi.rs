@@ -2,8 +2,9 @@
 //! `MAP_SHARED`, so that every process that maps it sees the same bytes), read and written
 //! only through bounds-checked offsets: words as atomics, bytes copied in, bytes read in
 //! place. Everything above (the receive rings, the rendezvous) is safe code over it. Also
-//! the one other unsafe call of the fabric: [`read_remote`], `process_vm_readv(2)` (Linux's
-//! cross-memory attach, CMA), which copies a large message out of its sender's memory.
+//! the one other unsafe call of the fabric: `process_vm_readv(2)` (Linux's
+//! cross-memory attach, CMA: [`read_remote_vec`]), which copies a large message out of its
+//! sender's memory.
 //!
 //! Sealing (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`, Linux's `memfd_create(2)`) is what
 //! makes a peer's segment safe to map: its owner can no longer shrink it, so an access
@@ -172,17 +173,21 @@ impl Segment {
     }
 }
 
-/// Copies `out.len()` bytes at address `remote` of process `pid` into `out` with
+/// Copies `len` bytes at address `remote` of process `pid` to `dst` with
 /// `process_vm_readv(2)` (CMA: one copy, from the sender's memory into this process'),
 /// looping over partial reads. Errors: the OS error (`EPERM`: the other process may not be
 /// read, Yama's `ptrace_scope` or a container's seccomp; `ESRCH`: it is gone; `EFAULT`:
 /// the range is not mapped there), `UnexpectedEof` when a read returns 0.
-pub(crate) fn read_remote(pid: i32, remote: u64, out: &mut [u8]) -> std::io::Result<()> {
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes (initialised or not) during the call.
+unsafe fn read_remote_raw(pid: i32, remote: u64, dst: *mut u8, len: usize) -> std::io::Result<()> {
     let mut done = 0usize;
-    while done < out.len() {
-        let left = out.len() - done;
+    while done < len {
+        let left = len - done;
         let local = libc::iovec {
-            iov_base: out[done..].as_mut_ptr().cast(),
+            // SAFETY: `done < len`: inside the caller's `len` bytes.
+            iov_base: unsafe { dst.add(done) }.cast(),
             iov_len: left,
         };
         let at = remote.checked_add(done as u64).ok_or_else(|| {
@@ -192,10 +197,9 @@ pub(crate) fn read_remote(pid: i32, remote: u64, out: &mut [u8]) -> std::io::Res
             iov_base: at as usize as *mut libc::c_void,
             iov_len: left,
         };
-        // SAFETY: `local` describes `out[done..]`, writable and `left` bytes long, borrowed
-        // for the call; `far` is only an address in the other process, which the kernel
-        // checks (it fails with EFAULT or EPERM, it never touches this process' memory
-        // through it).
+        // SAFETY: `local` describes `left` writable bytes of the caller's (the contract);
+        // `far` is only an address in the other process, which the kernel checks (it
+        // fails with EFAULT or EPERM, it never touches this process' memory through it).
         let n = unsafe { libc::process_vm_readv(pid, &local, 1, &far, 1, 0) };
         if n < 0 {
             return Err(std::io::Error::last_os_error());
@@ -211,20 +215,17 @@ pub(crate) fn read_remote(pid: i32, remote: u64, out: &mut [u8]) -> std::io::Res
     Ok(())
 }
 
-/// `len` bytes at address `remote` of process `pid`, read by [`read_remote`] into a new
+/// `len` bytes at address `remote` of process `pid`, read by `process_vm_readv` into a new
 /// vector (allocated with `try_reserve_exact`: `OutOfMemory` when it cannot be had, never
 /// an abort; not zeroed first).
 pub(crate) fn read_remote_vec(pid: i32, remote: u64, len: usize) -> std::io::Result<Vec<u8>> {
     let mut v: Vec<u8> = Vec::new();
     v.try_reserve_exact(len)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::OutOfMemory, format!("{len} bytes: {e}")))?;
-    let spare = &mut v.spare_capacity_mut()[..len];
-    // SAFETY: `MaybeUninit<u8>` and `u8` have the same layout; the bytes are only written
-    // (by the kernel, through `read_remote`) before they are read, and `set_len` below
-    // happens only once all `len` of them were written.
-    let buf = unsafe { std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), len) };
-    read_remote(pid, remote, buf)?;
-    // SAFETY: `read_remote` returned Ok: every one of the `len` reserved bytes is written.
+    // SAFETY: the vector reserved `len` bytes at its pointer, writable (not initialised:
+    // raw writes only, no reference to them is made).
+    unsafe { read_remote_raw(pid, remote, v.as_mut_ptr(), len) }?;
+    // SAFETY: the read returned Ok: every one of the `len` reserved bytes is written.
     unsafe { v.set_len(len) };
     Ok(v)
 }
@@ -236,12 +237,10 @@ mod tests {
     #[test]
     fn read_remote_copies_from_this_process_and_names_a_bad_range() {
         let src: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
-        let mut out = vec![0u8; src.len()];
-        read_remote(std::process::id() as i32, src.as_ptr() as u64, &mut out).unwrap();
-        assert_eq!(out, src);
-        let e = read_remote(std::process::id() as i32, 8, &mut out[..16]).unwrap_err();
+        let me = std::process::id() as i32;
+        let e = read_remote_vec(me, 8, 16).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EFAULT), "{e}");
-        assert!(read_remote(std::process::id() as i32, u64::MAX - 4, &mut out[..16]).is_err());
+        assert!(read_remote_vec(me, u64::MAX - 4, 16).is_err());
         let v = read_remote_vec(std::process::id() as i32, src.as_ptr() as u64, src.len()).unwrap();
         assert_eq!(v, src);
         let e = read_remote_vec(std::process::id() as i32, 0, usize::MAX / 2).unwrap_err();

@@ -235,6 +235,20 @@ impl Reader {
         Ok(Some((cell, payload)))
     }
 
+    /// The position of the next cell to read.
+    pub(crate) fn position(&self) -> u64 {
+        self.head
+    }
+
+    /// The positions producers have claimed so far (published or still being written): a
+    /// cell whose push happened before the caller's acquire of another cell is below it.
+    pub(crate) fn claimed(&self, seg: &Segment) -> Result<u64, RingError> {
+        Ok(seg
+            .u64_at(self.ring.at)
+            .ok_or(RingError::Layout)?
+            .load(Ordering::Acquire))
+    }
+
     /// Gives the cell [`Reader::peek`] returned back to the producers and moves on.
     #[inline]
     pub(crate) fn advance(&mut self, seg: &Segment) -> Result<(), RingError> {
