@@ -77,8 +77,9 @@ impl Exchange for ballast_runtime::Footprint {
         self.fields().iter().for_each(|f| f.value.put(out));
     }
     fn get(inp: &mut &[u8]) -> Self {
-        let mut v = [0u64; 12];
-        v.iter_mut().for_each(|x| *x = u64::get(inp));
+        // As many words as `put` wrote: every field of the footprint, in its order.
+        let n = ballast_runtime::Footprint::default().fields().len();
+        let v: Vec<u64> = (0..n).map(|_| u64::get(inp)).collect();
         ballast_runtime::Footprint::from_fields(&v)
     }
 }
