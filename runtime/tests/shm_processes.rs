@@ -203,6 +203,14 @@ fn processes_exchange_as_nobody() {
     // A copy of this binary that nobody can run, wherever the clone is (a home directory
     // of mode 0700 would stop it).
     let dir = std::env::temp_dir().join(format!("ballast-shm-nobody-{}", std::process::id()));
+    // Removed however the test ends (the copy is the size of this binary).
+    struct Gone<'a>(&'a std::path::Path);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(self.0);
+        }
+    }
+    let _gone = Gone(&dir);
     let exe = dir.join("shm_processes");
     let copied = std::fs::create_dir_all(&dir)
         .and_then(|_| std::fs::copy(std::env::current_exe()?, &exe))
@@ -224,7 +232,6 @@ fn processes_exchange_as_nobody() {
         }
     });
     if let Err(why) = probe {
-        let _ = std::fs::remove_dir_all(&dir);
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
             "CI=true: cannot run as nobody with setpriv: {why}"
