@@ -24,12 +24,41 @@ pub(crate) enum Owned {
     /// initialised it) and the thread rule of the host's thread level.
     #[cfg(feature = "mpi")]
     Mpi(Box<mpi::MpiOwned>),
-    /// Verbs: the start-up exchange (and the MPI it may have initialised for it).
-    #[cfg(feature = "verbs")]
-    Verbs(Box<ballast_runtime::launch::Launch>),
-    /// Shared memory: the start-up exchange (and the MPI it may have initialised for it).
-    #[cfg(target_os = "linux")]
-    Shm(Box<ballast_runtime::launch::Launch>),
+    /// Verbs or shared memory: the start-up exchange (and the MPI it may have initialised
+    /// for it), and the transport's collective finish.
+    #[cfg(any(feature = "verbs", target_os = "linux"))]
+    Launched(Box<ballast_runtime::launch::Launch>, Finish),
+}
+
+/// A transport's collective finish (`verbs::finish`, `shm::finish`).
+#[cfg(any(feature = "verbs", target_os = "linux"))]
+type Finish = fn(Communicator) -> ballast_runtime::Result<()>;
+
+/// A transport's communicator over a bootstrap (`verbs::communicator`, `shm::communicator`).
+#[cfg(any(feature = "verbs", target_os = "linux"))]
+type Connect = fn(
+    &mut dyn ballast_runtime::bootstrap::Bootstrap,
+    &RuntimeConfig,
+) -> ballast_runtime::Result<Communicator>;
+
+/// One rank per process of the launcher over the transport of `connect` and `finish`
+/// (verbs, shm): the start-up exchange through [`ballast_runtime::launch::Launch`], left
+/// unfinalised after an error.
+#[cfg(any(feature = "verbs", target_os = "linux"))]
+fn launched(
+    func: &str,
+    cfg: &RuntimeConfig,
+    connect: Connect,
+    finish: Finish,
+) -> Result<*mut ballast_comm, Fail> {
+    let mut launch = ballast_runtime::launch::Launch::new(cfg).map_err(|e| Fail::runtime(func, &e))?;
+    match connect(launch.bootstrap(), cfg) {
+        Ok(comm) => handle(func, comm, Owned::Launched(Box::new(launch), finish)),
+        Err(e) => {
+            launch.abandon();
+            Err(Fail::runtime(func, &e))
+        }
+    }
 }
 
 impl Owned {
@@ -133,29 +162,14 @@ fn from_env(func: &str, cfg: &RuntimeConfig, kind: TransportKind) -> Result<*mut
         #[cfg(feature = "mpi")]
         TransportKind::Mpi => mpi::from_env(func, cfg),
         #[cfg(feature = "verbs")]
-        TransportKind::Verbs => {
-            use ballast_runtime::{launch::Launch, verbs};
-            let mut launch = Launch::new(cfg).map_err(|e| Fail::runtime(func, &e))?;
-            match verbs::communicator(launch.bootstrap(), cfg) {
-                Ok(comm) => handle(func, comm, Owned::Verbs(Box::new(launch))),
-                Err(e) => {
-                    launch.abandon();
-                    Err(Fail::runtime(func, &e))
-                }
-            }
-        }
+        TransportKind::Verbs => launched(
+            func,
+            cfg,
+            ballast_runtime::verbs::communicator,
+            ballast_runtime::verbs::finish,
+        ),
         #[cfg(target_os = "linux")]
-        TransportKind::Shm => {
-            use ballast_runtime::{launch::Launch, shm};
-            let mut launch = Launch::new(cfg).map_err(|e| Fail::runtime(func, &e))?;
-            match shm::communicator(launch.bootstrap(), cfg) {
-                Ok(comm) => handle(func, comm, Owned::Shm(Box::new(launch))),
-                Err(e) => {
-                    launch.abandon();
-                    Err(Fail::runtime(func, &e))
-                }
-            }
-        }
+        TransportKind::Shm => launched(func, cfg, ballast_runtime::shm::communicator, ballast_runtime::shm::finish),
         other => Err(Fail::new(
             BALLAST_EUNSUPPORTED,
             format!("{func}: transport {other} is not built into this libballast (build it with --features mpi,verbs)"),
@@ -183,16 +197,8 @@ pub(crate) fn free_owned(func: &str, mut c: ballast_comm) -> Result<c_int, Fail>
         Owned::Single => local::finish(*comm),
         #[cfg(feature = "mpi")]
         Owned::Mpi(m) => return mpi::free(func, *comm, m, live),
-        #[cfg(feature = "verbs")]
-        Owned::Verbs(launch) => match ballast_runtime::verbs::finish(*comm) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                launch.abandon();
-                return Err(Fail::runtime(func, &e));
-            }
-        },
-        #[cfg(target_os = "linux")]
-        Owned::Shm(launch) => match ballast_runtime::shm::finish(*comm) {
+        #[cfg(any(feature = "verbs", target_os = "linux"))]
+        Owned::Launched(launch, finish) => match finish(*comm) {
             Ok(()) => Ok(()),
             Err(e) => {
                 launch.abandon();
@@ -223,10 +229,8 @@ fn leave_unfinished(comm: Communicator, owned: Owned) {
         Owned::Single => {}
         #[cfg(feature = "mpi")]
         Owned::Mpi(m) => (*m).leave(),
-        #[cfg(feature = "verbs")]
-        Owned::Verbs(launch) => launch.abandon(),
-        #[cfg(target_os = "linux")]
-        Owned::Shm(launch) => launch.abandon(),
+        #[cfg(any(feature = "verbs", target_os = "linux"))]
+        Owned::Launched(launch, _) => launch.abandon(),
     }
 }
 

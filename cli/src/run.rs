@@ -391,24 +391,29 @@ fn run_mpi(_: &RunArgs, _: &RuntimeConfig) -> anyhow::Result<()> {
 fn run_shm_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     // `mpirun -n N ballast run --transport shm`: MPI (a build with `mpi`), BALLAST_ROOT or
     // the node's socket named by the launcher's job step carries the start-up exchange.
-    let mut job = ballast_sim::launch::ShmJob(ballast_runtime::launch::Launch::new(cfg)?);
-    let out = run_per_process(args, cfg, &mut job);
-    if out.is_err() {
-        job.0.abandon();
-    }
-    out
+    run_launched(args, cfg, ballast_sim::launch::LaunchJob::shm)
 }
 
 #[cfg(feature = "verbs")]
 fn run_verbs_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
     // `mpirun -n N ballast run --transport verbs` without BALLAST_ROOT (a build with both
     // `mpi` and `verbs`): MPI carries the start-up exchange (the control listeners'
-    // addresses); the data goes over verbs. The launch frees its MPI communicator before it
-    // finalises MPI; after an error it leaves MPI unfinalised (see `Launch::abandon`).
-    let mut job = ballast_sim::launch::VerbsJob(ballast_runtime::launch::Launch::new(cfg)?);
+    // addresses); the data goes over verbs.
+    run_launched(args, cfg, ballast_sim::launch::LaunchJob::verbs)
+}
+
+/// One rank per process met through [`ballast_runtime::launch::Launch`], over the transport
+/// of `job`. The launch frees its MPI communicator before it finalises MPI; after an error
+/// it leaves MPI unfinalised (see `Launch::abandon`).
+fn run_launched(
+    args: &RunArgs,
+    cfg: &RuntimeConfig,
+    job: fn(ballast_runtime::launch::Launch) -> ballast_sim::launch::LaunchJob,
+) -> anyhow::Result<()> {
+    let mut job = job(ballast_runtime::launch::Launch::new(cfg)?);
     let out = run_per_process(args, cfg, &mut job);
     if out.is_err() {
-        job.0.abandon();
+        job.launch.abandon();
     }
     out
 }

@@ -1,8 +1,9 @@
 //! Running the simulation of a circuit as `ballast run` does, from checks to outputs: the
 //! ranks as threads of this process (`run_threads`, `local` or `verbs` on one device), or
 //! one rank per process ([`run_per_process`] over a [`Job`]: [`MpiJob`] under `mpirun`,
-//! [`VerbsJob`] under a launcher that sets `BALLAST_ROOT` and the rank/size variables,
-//! [`ShmJob`] for every rank on this node, under `mpirun`, `srun` or `BALLAST_ROOT`).
+//! [`LaunchJob`] over verbs under a launcher that sets `BALLAST_ROOT` and the rank/size
+//! variables, or over shm for every rank on this node, under `mpirun`, `srun` or
+//! `BALLAST_ROOT`).
 //! Both check the memory before anything is written ([`crate::check`]), place the cells,
 //! run, build the report and write `out.dat` and `report.json`.
 use std::path::Path;
@@ -376,72 +377,68 @@ pub fn leave_mpi_on_error<T, E>(mpi: ballast_runtime::mpi::Mpi, out: Result<T, E
     out
 }
 
-/// A verbs job: the launcher's rank and size, met through [`ballast_runtime::launch::Launch`]
-/// (TCP at `BALLAST_ROOT`, or MPI under `mpirun` in a build with `mpi`). After an error,
-/// call [`ballast_runtime::launch::Launch::abandon`] on `.0` (it leaves MPI unfinalised).
-#[cfg(feature = "verbs")]
-pub struct VerbsJob(pub ballast_runtime::launch::Launch);
+/// A job of one rank per process met through [`ballast_runtime::launch::Launch`] (MPI under
+/// `mpirun` in a build with `mpi`, `BALLAST_ROOT`, or for shm the node's socket named by the
+/// launcher's job step), over the transport whose communicator it makes:
+/// [`LaunchJob::verbs`] or [`LaunchJob::shm`]. After an error, call
+/// [`ballast_runtime::launch::Launch::abandon`] on `.launch` (it leaves MPI unfinalised).
+pub struct LaunchJob {
+    /// The start-up exchange (and the MPI it may have initialised for it).
+    pub launch: ballast_runtime::launch::Launch,
+    /// The transport's communicator over the exchange, and its collective finish.
+    connect: Connect,
+    finish: fn(Communicator) -> ballast_runtime::Result<()>,
+}
 
-#[cfg(feature = "verbs")]
-impl Job for VerbsJob {
-    fn rank(&self) -> usize {
-        self.0.rank()
+/// A transport's communicator over a bootstrap (`verbs::communicator`, `shm::communicator`).
+type Connect = fn(
+    &mut dyn ballast_runtime::bootstrap::Bootstrap,
+    &RuntimeConfig,
+) -> ballast_runtime::Result<Communicator>;
+
+impl LaunchJob {
+    /// Over verbs: the start-up exchange carries the control listeners' addresses.
+    #[cfg(feature = "verbs")]
+    pub fn verbs(launch: ballast_runtime::launch::Launch) -> LaunchJob {
+        LaunchJob {
+            launch,
+            connect: ballast_runtime::verbs::communicator,
+            finish: ballast_runtime::verbs::finish,
+        }
     }
-    fn size(&self) -> usize {
-        self.0.size()
-    }
-    fn barrier(&mut self) -> Result<(), SimError> {
-        self.0.bootstrap().all_gather(&[])?;
-        Ok(())
-    }
-    fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> Result<Vec<RankOutcome>, SimError> {
-        use ballast_runtime::verbs;
-        let process_start = ProcStatus::read_self().unwrap_or_default();
-        let kept0 = self.0.bootstrap().kept();
-        let mut comm = verbs::communicator(self.0.bootstrap(), cfg)?;
-        // Under mpirun, what MPI kept while the addresses were exchanged is not verbs'.
-        let baseline = self.0.bootstrap().kept().since(&kept0).shift(&process_start);
-        // A failed rank drops its communicator unfinished: the others see its control
-        // connections end instead of waiting for it in the finish.
-        let out = f(&mut comm, baseline)?;
-        verbs::finish(comm)?;
-        Ok(out)
-    }
-    fn launcher(&self) -> &'static str {
-        "the launcher"
+
+    /// Over shared memory, every process on this node: the start-up exchange names the job.
+    #[cfg(target_os = "linux")]
+    pub fn shm(launch: ballast_runtime::launch::Launch) -> LaunchJob {
+        LaunchJob {
+            launch,
+            connect: ballast_runtime::shm::communicator,
+            finish: ballast_runtime::shm::finish,
+        }
     }
 }
 
-/// A shared-memory job: one rank per process, every process on this node, met through
-/// [`ballast_runtime::launch::Launch`] (MPI under `mpirun` in a build with `mpi`,
-/// `BALLAST_ROOT`, or the node's socket named by the launcher's job step under `srun`).
-/// After an error, call [`ballast_runtime::launch::Launch::abandon`] on `.0`.
-#[cfg(target_os = "linux")]
-pub struct ShmJob(pub ballast_runtime::launch::Launch);
-
-#[cfg(target_os = "linux")]
-impl Job for ShmJob {
+impl Job for LaunchJob {
     fn rank(&self) -> usize {
-        self.0.rank()
+        self.launch.rank()
     }
     fn size(&self) -> usize {
-        self.0.size()
+        self.launch.size()
     }
     fn barrier(&mut self) -> Result<(), SimError> {
-        self.0.bootstrap().all_gather(&[])?;
+        self.launch.bootstrap().all_gather(&[])?;
         Ok(())
     }
     fn run(&mut self, cfg: &RuntimeConfig, f: &mut RankFn) -> Result<Vec<RankOutcome>, SimError> {
-        use ballast_runtime::shm;
         let process_start = ProcStatus::read_self().unwrap_or_default();
-        let kept0 = self.0.bootstrap().kept();
-        let mut comm = shm::communicator(self.0.bootstrap(), cfg)?;
-        // Under mpirun, what MPI kept while the segments were met is not shm's.
-        let baseline = self.0.bootstrap().kept().since(&kept0).shift(&process_start);
-        // A failed rank drops its communicator unfinished: the board marks it failed and
-        // the others stop waiting for it.
+        let kept0 = self.launch.bootstrap().kept();
+        let mut comm = (self.connect)(self.launch.bootstrap(), cfg)?;
+        // Under mpirun, what MPI kept during the start-up exchange is not the transport's.
+        let baseline = self.launch.bootstrap().kept().since(&kept0).shift(&process_start);
+        // A failed rank drops its communicator unfinished: the others see it end (verbs: its
+        // control connections; shm: the board) instead of waiting for it in the finish.
         let out = f(&mut comm, baseline)?;
-        shm::finish(comm)?;
+        (self.finish)(comm)?;
         Ok(out)
     }
     fn launcher(&self) -> &'static str {

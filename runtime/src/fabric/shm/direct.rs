@@ -63,7 +63,8 @@ pub(crate) struct Direct {
     next: u32,
     /// By id: its destination and what it is.
     out: IntMap<u32, (usize, Out)>,
-    /// Per destination: descriptors not answered yet (pushed or held).
+    /// Per destination: descriptors not answered yet (pushed or held); no entry at 0, so
+    /// that the send path's check is one `is_empty` while no direct message is out.
     unread: IntMap<usize, usize>,
     /// Per destination: the id of the one descriptor pushed and not answered.
     pushed: IntMap<usize, u32>,
@@ -123,7 +124,7 @@ impl Direct {
 
     /// True when what goes to `dest` must wait (a direct message to it is not read yet).
     pub(crate) fn blocked(&self, dest: usize) -> bool {
-        self.unread.get(&dest).is_some_and(|&n| n > 0)
+        !self.unread.is_empty() && self.unread.contains_key(&dest)
     }
 
     /// Records that the descriptor of message `id` went to `dest`.
@@ -141,9 +142,11 @@ impl Direct {
     /// when no descriptor is in flight to `src` (a broken peer).
     pub(crate) fn answered(&mut self, src: usize, status: u32) -> Option<Option<u64>> {
         let id = self.pushed.remove(&src)?;
-        let dest = src;
-        if let Some(n) = self.unread.get_mut(&dest) {
-            *n = n.saturating_sub(1);
+        if let Some(n) = self.unread.get_mut(&src) {
+            *n -= 1;
+            if *n == 0 {
+                self.unread.remove(&src);
+            }
         }
         match self.out.get_mut(&id) {
             Some((_, Out::Borrowed { done })) => {
