@@ -28,15 +28,16 @@ const MODES: [RecvSharing; 3] = [RecvSharing::PerPeer, RecvSharing::Shared, Recv
 threaded_cases!(Shm);
 
 /// The footprint of every rank equals `predict` for shm (the segment charged whole, the
-/// endpoints the engine opened), in each mode, lazy or not (the pool unlocked).
+/// endpoints the engine opened), in each mode, lazy or not, and nothing is locked whatever
+/// `lock_pool` says (shm never locks: pages never written cost the node nothing).
 #[test]
 fn footprint_equals_the_shm_model() {
     use ballast_runtime::{Source, TagMatch, TransportKind};
-    for sharing in MODES {
+    for (sharing, lock) in MODES.into_iter().zip([true, false, true]) {
         for lazy in [true, false] {
             let c = RuntimeConfig::builder()
                 .recv_sharing(sharing)
-                .lock_pool(false)
+                .lock_pool(lock)
                 .lazy_connect(lazy)
                 .buffer_size(1024)
                 .buffer_count(8)
@@ -68,6 +69,7 @@ fn footprint_equals_the_shm_model() {
             for (rank, r) in res.into_iter().enumerate() {
                 let (f, p) = r.unwrap();
                 assert_eq!(f, p, "rank {rank} mode {sharing} lazy {lazy}");
+                assert_eq!(f.locked_bytes, 0, "rank {rank} lock_pool {lock}");
             }
         }
     }

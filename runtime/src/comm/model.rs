@@ -287,7 +287,8 @@ impl TransportConfig {
             Footprint {
                 pool_bytes: pool,
                 registered_bytes: registered,
-                locked_bytes: if self.lock_pool { registered } else { 0 },
+                // shm never locks (`lock_pool` is `local`'s).
+                locked_bytes: 0,
                 endpoint_bytes: mul(e, per_endpoint, "endpoints", "bytes per endpoint")?,
                 srq_bytes: seg,
                 control_bytes: control,

@@ -203,6 +203,7 @@ pub struct TransportConfig {
     pub ranks_per_node: usize,
     /// Lock registered memory (pool and receive buffers) with `mlock` in the `local`
     /// transport (`BALLAST_LOCK_POOL`), default on; refused locks are reported, not fatal.
+    /// `shm` never locks; `verbs` registration always pins.
     pub lock_pool: bool,
     /// Over MPI with one Ballast rank per process, map each message onto one MPI message
     /// and let MPI match tags (`BALLAST_MPI_NATIVE`), default on; off runs the progress

@@ -123,7 +123,7 @@ pub struct ShmFabric {
 
 impl ShmFabric {
     /// Rank `rank`'s fabric in a world of `world` ranks of `job`: its segment made (rings
-    /// for `cfg`, locked when `lock_pool`), its socket listening, its thread serving it and
+    /// for `cfg`, never locked), its socket listening, its thread serving it and
     /// `serves` (the board's socket, on the first rank of a job of processes) and watching
     /// `watched` (connections to peers and their ranks). Errors: [`FabricError::Shm`] (the
     /// segment cannot be had, the socket name is taken).
@@ -173,7 +173,10 @@ impl ShmFabric {
             .map_err(|e| err(format!("starting its rendezvous thread: {e}")))?;
         job.board.set_pid(rank, std::process::id());
         let model = memory_model();
-        let (guard, reg) = lock_region(own.seg.bytes(0, own.seg.len()).unwrap_or_default(), cfg.lock_pool);
+        // Never locked (nor the pool, `register`): `lock_pool` models RDMA registration on
+        // `local`; no adapter reads shared memory, and pages never written stay off the
+        // node's memory, as vader's and nemesis' do (issue 36's node memory).
+        let (guard, reg) = lock_region(own.seg.bytes(0, own.seg.len()).unwrap_or_default(), false);
         let mut bytes = FabricBytes {
             srq_bytes: own.seg.len() as u64,
             recv_registered_bytes: own.seg.len() as u64,
@@ -453,8 +456,9 @@ impl Drop for ShmFabric {
 impl Register for ShmFabric {
     type Error = FabricError;
 
-    fn register(&mut self, region: &[u8], lock: bool) -> Result<Registration> {
-        let (guard, reg) = lock_region(region, lock);
+    fn register(&mut self, region: &[u8], _lock: bool) -> Result<Registration> {
+        // Never locked: see `ShmFabric::new`.
+        let (guard, reg) = lock_region(region, false);
         self.locks.extend(guard);
         Ok(reg)
     }
