@@ -174,3 +174,40 @@ fn direct_and_ring_messages_keep_each_senders_order() {
     .unwrap();
     assert_eq!(*res[0].as_ref().unwrap(), 3 * N);
 }
+
+/// A large message read by CMA straight into the buffer of a receive already waiting (one
+/// copy), and into a buffer of its own when it came first; both ping-ponged both ways as a
+/// blocking sender turns receiver (its send's wait leaves the reply for its receive):
+/// every byte right, nothing written past the message, order kept with the 8 B messages
+/// around it.
+#[test]
+fn large_messages_land_in_the_waiting_receives_buffer() {
+    const BIG: usize = (1 << 20) + 5;
+    let body = |k: u8| -> Vec<u8> { (0..BIG).map(|i| (i as u8).wrapping_mul(7) ^ k).collect() };
+    let res = shm::run_ranks(2, &RuntimeConfig::default(), |comm| -> Result<usize> {
+        let (me, peer) = (comm.rank(), 1 - comm.rank());
+        let mut buf = vec![0xAAu8; BIG + 64];
+        let mut checked = 0;
+        for round in 0..20u8 {
+            if (round as usize + me).is_multiple_of(2) {
+                comm.send(peer, 2, &[round; 8])?;
+                comm.send(peer, 3, &body(round))?;
+            } else {
+                // Waiting first (the 8 B message is taken after the large one is posted
+                // for: a receive of tag 3 waits while tag 2's message sits queued).
+                let e = comm.recv_into(peer, 3u32, &mut buf)?.expect("fits");
+                assert_eq!((e.source, e.tag, e.len), (peer, 3, BIG));
+                assert!(buf[..BIG] == body(round)[..], "round {round}: the message intact");
+                assert!(buf[BIG..].iter().all(|&b| b == 0xAA), "nothing past it");
+                assert_eq!(comm.recv(peer, 2u32)?.data, vec![round; 8]);
+                buf.fill(0xAA);
+                checked += 1;
+            }
+        }
+        Ok(checked)
+    })
+    .unwrap();
+    for r in res {
+        assert_eq!(r.unwrap(), 10);
+    }
+}

@@ -15,6 +15,9 @@ pub(crate) struct Backoff {
     idle: u32,
     since: Option<std::time::Instant>,
     sleeping: bool,
+    /// How long [`Backoff::snooze_on`] yields before it blocks ([`BLOCK_AFTER`] unless
+    /// made [`Backoff::patient`]).
+    block_after: std::time::Duration,
 }
 
 /// How long a blocking call yields before it starts sleeping: long enough to cover a
@@ -40,6 +43,19 @@ impl Backoff {
             idle: 0,
             since: None,
             sleeping: false,
+            block_after: BLOCK_AFTER,
+        }
+    }
+
+    /// A backoff that yields `longer` more before it blocks: for a wait whose end another
+    /// rank is working towards for about that long (shm: a peer copying this rank's large
+    /// message by CMA). Blocking there costs a wake-up (tens of microseconds when the
+    /// waiting core went idle in a VM) on every message, where yielding costs nothing to a
+    /// rank with work: it gives the core away.
+    pub(crate) fn patient(longer: std::time::Duration) -> Backoff {
+        Backoff {
+            block_after: BLOCK_AFTER.saturating_add(longer),
+            ..Backoff::new()
         }
     }
     pub(crate) fn reset(&mut self) {
@@ -80,7 +96,7 @@ impl Backoff {
         // Read on every idle call: with many runnable ranks one yield can last a time
         // slice, and counting yields would keep a rank runnable for many of them.
         let since = *self.since.get_or_insert_with(std::time::Instant::now);
-        if since.elapsed() < BLOCK_AFTER {
+        if since.elapsed() < self.block_after {
             std::thread::yield_now();
         } else {
             wait(BLOCK_FOR);

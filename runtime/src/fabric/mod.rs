@@ -180,6 +180,16 @@ pub enum Event<'a> {
         /// The message.
         data: Vec<u8>,
     },
+    /// A whole message on the direct path that the receiver reads out of the sender's
+    /// memory itself (shm's CMA): the protocol reads it, once, with `read`, into the
+    /// caller's buffer of the receive it binds to when that buffer is lent (one copy in
+    /// all), else into a buffer of its own. `header.offset` and `header.len` are 0.
+    Remote {
+        /// Its header.
+        header: PacketHeader,
+        /// Its reader.
+        read: &'a mut dyn RemoteRead,
+    },
     /// A datagram from rank `src` (the connectionless path, [`DatagramPath::post_datagram`]):
     /// its bytes, valid only during the callback.
     Datagram {
@@ -415,7 +425,8 @@ pub trait Fabric: Register<Error = FabricError> + Send {
 /// the sender's memory into the receiver's message buffer, instead of as pool-buffer
 /// chunks paced by credits. Direct messages use no pool buffer, no receive buffer and no
 /// credit (the transport does its own flow control); on the receiving side they arrive as
-/// [`Event::Whole`], in order with the packets of the same sender.
+/// [`Event::Whole`] (MPI) or [`Event::Remote`] (shm's CMA, read by the protocol), in order
+/// with the packets of the same sender.
 pub trait DirectPath {
     /// Messages larger than this many bytes go direct.
     fn direct_threshold(&self) -> usize;
@@ -437,6 +448,18 @@ pub trait DirectPath {
     /// Starts sending the owned message `data` to rank `dest` on the direct path; its
     /// completion is reported as [`Event::SendComplete`]`(wr_id)`.
     fn post_direct(&mut self, dest: usize, header: &PacketHeader, data: Vec<u8>, wr_id: u64) -> Result<()>;
+}
+
+/// The reader of an [`Event::Remote`] message, used at most once during the callback. A
+/// read that fails leaves the fabric to settle the message: a sender that died ends the
+/// job ([`FabricError::Aborted`]); memory that cannot be had ([`FabricError::MessageAlloc`],
+/// [`RemoteRead::read_vec`] only) leaves the message to be given again by a later poll.
+pub trait RemoteRead: std::fmt::Debug {
+    /// Reads the message into `buf`, of exactly `header.total` bytes.
+    fn read_into(&mut self, buf: &mut [u8]) -> Result<()>;
+
+    /// Reads the message into a new buffer of its own (reserved without aborting).
+    fn read_vec(&mut self) -> Result<Vec<u8>>;
 }
 
 /// The connectionless datagram path of a fabric ([`Fabric::datagrams`]): a datagram of at

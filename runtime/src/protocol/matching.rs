@@ -453,6 +453,50 @@ impl Matcher {
         Ok(())
     }
 
+    /// Feeds a whole message that the transport lets this rank read itself (a direct path
+    /// by CMA, [`crate::fabric::Event::Remote`]): read with `read` straight into the
+    /// buffer of the blocking receive `into.req` when the message binds to it and fits
+    /// (one copy, sender to caller), else into a buffer of its own and fed as
+    /// [`Matcher::on_whole`]. A failed read changes nothing here (the fabric's error is
+    /// returned; the caller's buffer may hold part of the message).
+    pub fn on_remote(
+        &mut self,
+        h: &PacketHeader,
+        read: &mut dyn crate::fabric::RemoteRead,
+        into: Option<&mut RecvInto<'_>>,
+    ) -> Result<()> {
+        let src = h.src as usize;
+        let (total, hit) = self.lookup(src, h.tag, h.total)?;
+        let into_ok = hit.zip(into.as_ref()).is_some_and(|(i, into)| {
+            let p = self.posted[i];
+            total <= p.cap && into.req == p.req && into.buf.len() >= total
+        });
+        if let (true, Some(into)) = (into_ok, into) {
+            read.read_into(&mut into.buf[..total])?;
+            // It fits the receive (`into_ok`): it binds.
+            let req = self
+                .bind(src, h.tag, total, hit)
+                .ok_or_else(|| ProtocolError::BadChunk {
+                    peer: src,
+                    tag: h.tag,
+                    total: h.total,
+                    offset: 0,
+                    what: "a direct message that did not bind to the receive it fits".into(),
+                })?;
+            let envelope = Envelope {
+                source: src,
+                tag: h.tag,
+                len: total,
+            };
+            let id = self.next_msg;
+            self.next_msg += 1;
+            self.into_done = Some((Ended { req, envelope }, id));
+            return Ok(());
+        }
+        let data = read.read_vec()?;
+        self.on_whole(h, data)
+    }
+
     /// Feeds a whole message that arrived at once in its own buffer (a transport's direct
     /// path): `data` becomes the message's buffer without a copy. It takes its place in
     /// the order of its source's messages and matches exactly as a chunked one would.

@@ -2,7 +2,8 @@
 //! a message above the threshold is not chunked through the rings; its sender puts a
 //! descriptor (address, length, tag, id) in the receiver's control ring, and the receiver
 //! copies the bytes out of the sender's memory with one `process_vm_readv` (cross-memory
-//! attach, CMA: [`super::ffi::read_remote_vec`]), then answers "done" (or the error) in the
+//! attach, CMA: [`super::ffi::read_remote`] into the waiting receive's buffer, or
+//! [`super::ffi::read_remote_vec`]), then answers "done" (or the error) in the
 //! sender's control ring. The sender's buffer must stay as it is until then: a blocking
 //! send waits for the answer (one copy in all), an `isend`'s owned copy is kept until it.
 //!
@@ -160,6 +161,11 @@ impl Direct {
                 _ => Some(None),
             },
         }
+    }
+
+    /// True when blocking send `id`'s answer came (and is not taken yet).
+    pub(crate) fn is_answered(&self, id: u32) -> bool {
+        matches!(self.out.get(&id), Some((_, Out::Borrowed { done: Some(_) })))
     }
 
     /// A blocking send's answer, once it came (the entry is then gone).

@@ -33,10 +33,11 @@ use crate::fabric::error::{FabricError, Result};
 use crate::fabric::local::lock_region;
 use crate::fabric::{
     go, poll_result, Capabilities, Control, DirectPath, Event, Fabric, FabricBytes, Flow, Halt, OthersEnd,
-    PacketHeader, PeerEnd, PeerKey,
+    PacketHeader, PeerEnd, PeerKey, RemoteRead,
 };
 
 mod cma;
+use cma::CmaRead;
 
 /// Cells handled per [`Fabric::poll`] call at most, per ring.
 const POLL_BATCH: usize = 256;
@@ -110,6 +111,10 @@ pub struct ShmFabric {
     /// Events a blocking direct send took while its caller's poll was stopped, given first
     /// at the next poll.
     deferred: VecDeque<Deferred>,
+    /// The blocking direct send waiting for its answer ([`DirectPath::send_direct`]): once
+    /// answered, its poll leaves the next descriptor for the caller's own poll, whose
+    /// receive may lend the buffer to read it into.
+    sending: Option<u32>,
     _watch: Watch,
     bytes: FabricBytes,
     model: MemoryModel,
@@ -196,6 +201,7 @@ impl ShmFabric {
             pending: VecDeque::new(),
             direct: Direct::setup(shm.cma, cfg.buffer_size),
             deferred: VecDeque::new(),
+            sending: None,
             _watch: watch,
             locks: guard.into_iter().collect(),
             bytes,
@@ -394,6 +400,11 @@ impl ShmFabric {
                     .into());
             }
             if c.kind == KIND_DIRECT {
+                if self.sending.is_some_and(|id| self.direct.is_answered(id)) {
+                    // The blocking send polling here is done: this message is for the
+                    // receive its caller posts next (read into that buffer, one copy).
+                    break;
+                }
                 // Every earlier packet of its sender has its cell claimed in the data ring
                 // (the claims happened before this descriptor was published): those first,
                 // waiting for a cell still being written (by any sender).
@@ -410,7 +421,6 @@ impl ShmFabric {
                         backoff.snooze();
                     }
                 }
-                let data = self.read_direct(&c)?;
                 let header = PacketHeader {
                     src: c.src,
                     tag: c.tag,
@@ -419,7 +429,16 @@ impl ShmFabric {
                     len: 0,
                     more: c.more,
                 };
-                go(on_event(Event::Whole { header, data }))?;
+                // The protocol reads it: into the waiting receive's buffer when it binds
+                // there (one copy), else into a buffer of its own.
+                let mut read = CmaRead::new(&self.job, self.rank, &c);
+                let flow = on_event(Event::Remote {
+                    header,
+                    read: &mut read,
+                });
+                let outcome = read.outcome();
+                self.settle_direct(&c, outcome)?;
+                go(flow)?;
                 n += 1;
                 continue;
             }

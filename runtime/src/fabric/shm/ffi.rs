@@ -3,7 +3,7 @@
 //! only through bounds-checked offsets: words as atomics, bytes copied in, bytes read in
 //! place. Everything above (the receive rings, the rendezvous) is safe code over it. Also
 //! the one other unsafe call of the fabric: `process_vm_readv(2)` (Linux's
-//! cross-memory attach, CMA: [`read_remote_vec`]), which copies a large message out of its
+//! cross-memory attach, CMA: [`read_remote`], [`read_remote_vec`]), which copies a large message out of its
 //! sender's memory.
 //!
 //! Sealing (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`, Linux's `memfd_create(2)`) is what
@@ -213,6 +213,13 @@ unsafe fn read_remote_raw(pid: i32, remote: u64, dst: *mut u8, len: usize) -> st
         done += n as usize;
     }
     Ok(())
+}
+
+/// `buf.len()` bytes at address `remote` of process `pid`, read by `process_vm_readv`
+/// into `buf` (the caller's receive buffer: one copy, sender to receiver).
+pub(crate) fn read_remote(pid: i32, remote: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    // SAFETY: `buf` is `buf.len()` writable bytes (initialised; the read only writes them).
+    unsafe { read_remote_raw(pid, remote, buf.as_mut_ptr(), buf.len()) }
 }
 
 /// `len` bytes at address `remote` of process `pid`, read by `process_vm_readv` into a new

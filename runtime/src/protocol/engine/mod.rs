@@ -590,6 +590,9 @@ impl Engine {
         let n = match n {
             Ok(n) => n,
             Err(e) => {
+                // The fabric's error wins; one the callback kept for the same event (shm:
+                // a direct read that failed as its sender died) must not outlive this poll.
+                self.inbox.failed = None;
                 // A rank that aborted may have ended right after its notice (verbs: its
                 // control stream closed): the notice, if this poll got it, names it.
                 for &(src, c) in self.inbox.ctrl() {

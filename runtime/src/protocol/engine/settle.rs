@@ -64,6 +64,10 @@ impl Inbox {
                 matcher.on_whole(&h, data)?;
                 self.whole.push(h.src as usize);
             }
+            Event::Remote { header: h, read } => {
+                matcher.on_remote(&h, read, rx.into.as_mut())?;
+                self.whole.push(h.src as usize);
+            }
         }
         Ok(())
     }

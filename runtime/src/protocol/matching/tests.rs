@@ -228,3 +228,86 @@ fn whole_messages_keep_order_and_wildcards_with_chunked_ones() {
         "length differs from the header"
     );
 }
+
+/// A reader of a message that records how it was read (`Event::Remote`'s).
+#[derive(Debug, Default)]
+struct FakeRemote {
+    data: Vec<u8>,
+    into: usize,
+    vec: usize,
+}
+
+impl crate::fabric::RemoteRead for FakeRemote {
+    fn read_into(&mut self, buf: &mut [u8]) -> crate::fabric::error::Result<()> {
+        assert_eq!(
+            buf.len(),
+            self.data.len(),
+            "read into exactly the message's bytes"
+        );
+        buf.copy_from_slice(&self.data);
+        self.into += 1;
+        Ok(())
+    }
+
+    fn read_vec(&mut self) -> crate::fabric::error::Result<Vec<u8>> {
+        self.vec += 1;
+        Ok(self.data.clone())
+    }
+}
+
+#[test]
+fn a_remote_message_is_read_into_the_lent_buffer_it_binds_to_else_into_its_own() {
+    let mut m = Matcher::default();
+    let mut buf = [0xAAu8; 6];
+    let remote = |bytes: &[u8]| FakeRemote {
+        data: bytes.to_vec(),
+        ..FakeRemote::default()
+    };
+    // Bound to the waiting receive whose buffer is lent: read once, into it.
+    m.post_within(RequestId::new(1), Source::Rank(2), TagMatch::Tag(5), buf.len());
+    let mut r = remote(&[1, 2, 3, 4]);
+    let lent = RecvInto {
+        req: RequestId::new(1),
+        buf: &mut buf,
+    };
+    m.on_remote(&hdr(2, 5, 4, 0, 0), &mut r, Some(&mut { lent }))
+        .unwrap();
+    assert_eq!((r.into, r.vec), (1, 0));
+    let e = m.take_into_done(RequestId::new(1)).expect("in the buffer");
+    assert_eq!((e.source, e.tag, e.len), (2, 5, 4));
+    assert_eq!(buf, [1, 2, 3, 4, 0xAA, 0xAA]);
+    // No receive posted: a buffer of its own, queued; the next receive takes it.
+    let mut r = remote(&[7; 9]);
+    m.on_remote(&hdr(3, 6, 9, 0, 0), &mut r, None).unwrap();
+    assert_eq!((r.into, r.vec), (0, 1));
+    assert_eq!(
+        m.try_take(Source::Rank(3), TagMatch::Any).unwrap().data,
+        vec![7; 9]
+    );
+    // Lent for another receive than the one it binds to: its own buffer, that receive's.
+    m.post(RequestId::new(2), Source::Rank(2), TagMatch::Any);
+    m.post_within(RequestId::new(3), Source::Any, TagMatch::Any, buf.len());
+    let mut r = remote(&[5, 5]);
+    let lent = RecvInto {
+        req: RequestId::new(3),
+        buf: &mut buf,
+    };
+    m.on_remote(&hdr(2, 8, 2, 0, 0), &mut r, Some(&mut { lent }))
+        .unwrap();
+    assert_eq!((r.into, r.vec), (0, 1));
+    assert_eq!(m.take_completed(RequestId::new(2)).unwrap().data, vec![5, 5]);
+    // Longer than the lent buffer (its limit): refused, the message stays queued whole.
+    let mut r = remote(&[9; 8]);
+    let lent = RecvInto {
+        req: RequestId::new(3),
+        buf: &mut buf,
+    };
+    m.on_remote(&hdr(4, 1, 8, 0, 0), &mut r, Some(&mut { lent }))
+        .unwrap();
+    assert_eq!((r.into, r.vec), (0, 1));
+    assert_eq!(m.take_refused(RequestId::new(3)).map(|e| e.len), Some(8));
+    assert_eq!(
+        m.try_take(Source::Rank(4), TagMatch::Any).unwrap().data,
+        vec![9; 8]
+    );
+}

@@ -4,6 +4,11 @@
 
 use super::*;
 
+/// The slowest copy a blocking direct send expects of its receiver, bytes per microsecond
+/// (1 GB/s: a quarter of what one core's `process_vm_readv` moved in docs/BENCHMARKS.md's
+/// 1 MiB ping-pong), to decide how long it yields before it blocks.
+const CMA_YIELD_BYTES_PER_US: usize = 1000;
+
 impl ShmFabric {
     /// Starts direct message `data` (at `addr`, `len` bytes) to `dest`: its descriptor into
     /// `dest`'s control ring, or held behind an earlier direct message to it. Its id.
@@ -75,58 +80,29 @@ impl ShmFabric {
         Ok(())
     }
 
-    /// Reads direct message `c` (the descriptor at the head of the control ring, from rank
-    /// `c.src`) out of its sender's memory, then takes the descriptor and answers it (done,
-    /// or the read's errno). Errors: [`FabricError::Aborted`] when the job failed (a sender
-    /// that died: not answered); [`FabricError::MessageAlloc`] when the message's memory
-    /// cannot be had (the descriptor stays, unanswered, as a chunk would); a failed read
-    /// (answered with its errno, and named here).
-    pub(super) fn read_direct(&mut self, c: &Cell) -> Result<Vec<u8>> {
-        let src = c.src as usize;
-        let pid = self.job.board.pid(src);
-        let len = usize::try_from(c.total).unwrap_or(usize::MAX);
-        let got = crate::fabric::shm::ffi::read_remote_vec(pid as i32, c.offset, len);
-        if got.is_err() && (self.aborted() || self.job.board.state(src) == FAILED) {
+    /// Settles direct message `c` (the descriptor at the head of the control ring, from
+    /// rank `c.src`) after the protocol was given its reader: when the reader read it (or
+    /// failed to, for a reason the sender must hear), the descriptor is taken and answered
+    /// with 0 or the read's errno; otherwise (not read, memory refused) it stays, to be
+    /// given again. [`FabricError::Aborted`] when the read failed because the job did (a
+    /// sender that died: not answered).
+    pub(super) fn settle_direct(&mut self, c: &Cell, read: ReadOutcome) -> Result<()> {
+        if read.aborted {
             return Err(FabricError::Aborted);
         }
-        if let Err(e) = &got {
-            if e.kind() == std::io::ErrorKind::OutOfMemory {
-                let source = Vec::<u8>::new()
-                    .try_reserve_exact(len)
-                    .err()
-                    .unwrap_or_else(|| Vec::<u8>::new().try_reserve_exact(usize::MAX).unwrap_err());
-                return Err(FabricError::MessageAlloc {
-                    rank: self.rank,
-                    peer: src,
-                    bytes: c.total,
-                    source,
-                });
-            }
-        }
+        let Some(status) = read.answer else {
+            return Ok(());
+        };
         self.control
             .advance(&self.own.seg)
             .map_err(|e| self.bad(format!("{e:?}")))?;
-        let status = match &got {
-            Ok(_) => 0,
-            Err(e) => e.raw_os_error().unwrap_or(libc::EIO) as u32,
-        };
         let answer = Cell {
             src: self.rank as u32,
             kind: KIND_DIRECT_DONE,
             tag: status,
             ..Cell::default()
         };
-        self.queue_control(src, answer)?;
-        got.map_err(|e| {
-            self.shm_err(
-                Some(src),
-                format!(
-                    "reading its message of {} bytes by process_vm_readv from process {pid}: {e} (set \
-                     BALLAST_SHM_CMA=off to send large messages through the rings)",
-                    c.total
-                ),
-            )
-        })
+        self.queue_control(c.src as usize, answer)
     }
 
     /// A poll of the control ring alone that gives no event (a blocking direct send whose
@@ -207,7 +183,33 @@ impl DirectPath for ShmFabric {
             data.len(),
             Out::Borrowed { done: None },
         )?;
-        let mut backoff = Backoff::new();
+        self.sending = Some(id);
+        let r = self.wait_direct(id, data.len(), on_event);
+        self.sending = None;
+        r
+    }
+
+    fn post_direct(&mut self, dest: usize, header: &PacketHeader, data: Vec<u8>, wr_id: u64) -> Result<()> {
+        let (addr, len) = (data.as_ptr() as u64, data.len());
+        // The vector's heap buffer does not move with it: `addr` stays valid while it is kept.
+        self.begin_direct(dest, header, addr, len, Out::Owned { _data: data, wr_id })?;
+        self.job.board.ring(dest);
+        Ok(())
+    }
+}
+
+impl ShmFabric {
+    /// [`DirectPath::send_direct`]'s wait for the answer to its message `id` of `len`
+    /// bytes: it yields rather than blocks for as long as the receiver may take to copy
+    /// the message (at [`CMA_YIELD_BYTES_PER_US`]), then blocks as any wait does.
+    fn wait_direct(
+        &mut self,
+        id: u32,
+        len: usize,
+        on_event: &mut dyn FnMut(Event<'_>) -> Flow,
+    ) -> Result<()> {
+        let copy = std::time::Duration::from_micros((len / CMA_YIELD_BYTES_PER_US) as u64);
+        let mut backoff = Backoff::patient(copy);
         let mut stopped = false;
         loop {
             if self.direct.take_done(id).is_some() {
@@ -245,12 +247,126 @@ impl DirectPath for ShmFabric {
             }
         }
     }
+}
 
-    fn post_direct(&mut self, dest: usize, header: &PacketHeader, data: Vec<u8>, wr_id: u64) -> Result<()> {
-        let (addr, len) = (data.as_ptr() as u64, data.len());
-        // The vector's heap buffer does not move with it: `addr` stays valid while it is kept.
-        self.begin_direct(dest, header, addr, len, Out::Owned { _data: data, wr_id })?;
-        self.job.board.ring(dest);
-        Ok(())
+/// What became of a [`CmaRead`] ([`ShmFabric::settle_direct`]).
+#[derive(Clone, Copy)]
+pub(super) struct ReadOutcome {
+    answer: Option<u32>,
+    aborted: bool,
+}
+
+/// The reader of one direct message ([`RemoteRead`]): `process_vm_readv` from its sender's
+/// memory into the receive's buffer or a new one. It records what the sender is owed
+/// ([`ShmFabric::settle_direct`]).
+pub(super) struct CmaRead<'j> {
+    job: &'j Job,
+    rank: usize,
+    src: usize,
+    pid: i32,
+    addr: u64,
+    len: u64,
+    /// The answer owed: 0 (read) or the read's errno; `None` while unread or when memory
+    /// was refused (the descriptor stays).
+    answer: Option<u32>,
+    /// The read failed because the job did (its sender died): no answer.
+    aborted: bool,
+}
+
+impl std::fmt::Debug for CmaRead<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmaRead")
+            .field("src", &self.src)
+            .field("pid", &self.pid)
+            .field("len", &self.len)
+            .field("answer", &self.answer)
+            .finish()
+    }
+}
+
+impl<'j> CmaRead<'j> {
+    /// The reader of descriptor `c`, received by rank `rank` of `job`.
+    pub(super) fn new(job: &'j Job, rank: usize, c: &Cell) -> CmaRead<'j> {
+        let src = c.src as usize;
+        CmaRead {
+            job,
+            rank,
+            src,
+            pid: job.board.pid(src) as i32,
+            addr: c.offset,
+            len: c.total,
+            answer: None,
+            aborted: false,
+        }
+    }
+
+    /// What became of it.
+    pub(super) fn outcome(&self) -> ReadOutcome {
+        ReadOutcome {
+            answer: self.answer,
+            aborted: self.aborted,
+        }
+    }
+
+    /// The error of a failed read, recorded: the job's end when it failed (or the sender
+    /// did), else the errno owed to the sender and the read named.
+    fn failed(&mut self, e: std::io::Error) -> FabricError {
+        let job_failed = self.job.stop.load(Ordering::Acquire)
+            || self.job.board.failed().is_some_and(|r| r != self.rank)
+            || self.job.board.state(self.src) == FAILED;
+        if job_failed {
+            self.aborted = true;
+            return FabricError::Aborted;
+        }
+        self.answer = Some(e.raw_os_error().unwrap_or(libc::EIO) as u32);
+        FabricError::Shm {
+            rank: self.rank,
+            peer: Some(self.src),
+            what: format!(
+                "reading its message of {} bytes by process_vm_readv from process {}: {e} (set \
+                 BALLAST_SHM_CMA=off to send large messages through the rings)",
+                self.len, self.pid
+            ),
+        }
+    }
+}
+
+impl RemoteRead for CmaRead<'_> {
+    fn read_into(&mut self, buf: &mut [u8]) -> Result<()> {
+        if buf.len() as u64 != self.len {
+            // The protocol's contract; answered, so the sender is not left waiting.
+            let e = std::io::Error::from_raw_os_error(libc::EINVAL);
+            return Err(self.failed(e));
+        }
+        match crate::fabric::shm::ffi::read_remote(self.pid, self.addr, buf) {
+            Ok(()) => {
+                self.answer = Some(0);
+                Ok(())
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    fn read_vec(&mut self) -> Result<Vec<u8>> {
+        let len = usize::try_from(self.len).unwrap_or(usize::MAX);
+        match crate::fabric::shm::ffi::read_remote_vec(self.pid, self.addr, len) {
+            Ok(v) => {
+                self.answer = Some(0);
+                Ok(v)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                let source = Vec::<u8>::new()
+                    .try_reserve_exact(len)
+                    .err()
+                    .unwrap_or_else(|| Vec::<u8>::new().try_reserve_exact(usize::MAX).unwrap_err());
+                Err(FabricError::MessageAlloc {
+                    rank: self.rank,
+                    peer: self.src,
+                    bytes: self.len,
+                    source,
+                })
+            }
+            Err(e) => Err(self.failed(e)),
+        }
     }
 }
