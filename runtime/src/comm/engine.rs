@@ -182,6 +182,9 @@ impl Backend for EngineBackend {
     }
 
     fn send(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<()> {
+        if self.engine.send_now(dest, tag, data)? {
+            return Ok(());
+        }
         if self.engine.goes_direct(dest, data.len()) {
             return EngineBackend::send_direct(self, dest, tag, data);
         }

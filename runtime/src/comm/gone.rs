@@ -1,7 +1,7 @@
 //! When a blocking call can never complete: the rank it waits for ended (finished, or
 //! failed) as the fabric tells ([`Fabric::peer_end`](crate::fabric::Fabric::peer_end)).
-//! A blocking call reads it after an idle round of progress (and after every
-//! [`BUSY_ROUNDS`]th busy one: a rank can stay busy, e.g. opening an endpoint to a dead
+//! A blocking call reads it after an idle round of progress (during the spin of its wait
+//! only every [`IDLE_STRIDE`]th, and after every [`BUSY_ROUNDS`]th busy one: a rank can stay busy, e.g. opening an endpoint to a dead
 //! peer) and, when it says so, makes one more round: everything a finished rank sent is
 //! in this rank's queues by then, so a call still not complete after that round (idle,
 //! for a finished rank) gets [`CommError::PeerGone`](crate::comm::error::CommError::PeerGone).
@@ -15,18 +15,32 @@ use crate::protocol::matching::Source;
 /// Busy rounds of progress between two looks at the peers' ends.
 const BUSY_ROUNDS: u32 = 64;
 
+/// Idle rounds in a row during which a blocking call looks only every [`IDLE_STRIDE`]th
+/// time: the spin of its wait (the first idle polls of `core::backoff`, no yield, no
+/// block), where the reply usually comes within a few rounds. Looking reads the peers'
+/// end words (shm: lines of the board its peers write), a tenth of an 8 B round trip when
+/// done on every spin (issue 36's profile). Past the spin every idle round looks, so a
+/// wait that yields or blocks still ends within its round after a peer's end.
+const IDLE_SPIN_ROUNDS: u32 = crate::core::backoff::SPIN_POLLS;
+
+/// Idle rounds between two looks during the spin.
+const IDLE_STRIDE: u32 = 16;
+
 /// When a blocking call looks at the peers' ends (see the module).
 #[derive(Default)]
 pub(super) struct EndCheck {
     busy: u32,
+    idle: u32,
 }
 
 impl EndCheck {
     /// True when the call should look after a round that `worked` (or did not).
     pub(super) fn due(&mut self, worked: bool) -> bool {
         if !worked {
-            return true;
+            self.idle = self.idle.saturating_add(1);
+            return self.idle >= IDLE_SPIN_ROUNDS || self.idle.is_multiple_of(IDLE_STRIDE);
         }
+        self.idle = 0;
         self.busy += 1;
         self.busy.is_multiple_of(BUSY_ROUNDS)
     }

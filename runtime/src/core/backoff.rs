@@ -26,7 +26,7 @@ pub(crate) struct Backoff {
 const YIELD_FOR: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Idle polls run back to back before a blocking call yields or blocks.
-const SPIN_POLLS: u32 = 64;
+pub(crate) const SPIN_POLLS: u32 = 64;
 
 /// How long a blocking call on a fabric that can block yields before it blocks: a wake-up
 /// from a block costs more than a yield, so a reply that comes within a round trip of the

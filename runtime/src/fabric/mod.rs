@@ -395,6 +395,16 @@ pub trait Fabric: Register<Error = FabricError> + Send {
         let _ = timeout;
     }
 
+    /// The credits an idle sender may keep in this rank's shared receive queue of `depth`
+    /// buffers (`shared`/`xrc` modes; `protocol::credit`): 1 by default, given back at
+    /// every consumed packet. A fabric whose grants are dear asks for more; the protocol
+    /// then tops a sender's share up once half of it is used. At most `depth` over the
+    /// peers that may send, so that all can hold their share at once.
+    fn standing_credits(&self, depth: u32) -> u32 {
+        let _ = depth;
+        1
+    }
+
     /// True when [`Fabric::post_send`] copies the payload before it returns (MPI): the
     /// engine then frees the pool buffer at once and the fabric reports no
     /// [`Event::SendComplete`] for it (`wr_id` is ignored); a blocking send of one packet

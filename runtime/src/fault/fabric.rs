@@ -389,6 +389,10 @@ impl Fabric for FaultFabric {
         self.inner.copies_payload()
     }
 
+    fn standing_credits(&self, depth: u32) -> u32 {
+        self.inner.standing_credits(depth)
+    }
+
     fn datagrams(&mut self) -> Option<&mut dyn DatagramPath> {
         if self.inner_datagrams.is_some() {
             Some(self)

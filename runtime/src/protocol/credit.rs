@@ -9,8 +9,13 @@
 //!   sender with data and no credit asks ([`Control::CreditRequest`]); waiting
 //!   senders are served round-robin as buffers are consumed; a sender that says it has
 //!   more queued (`PacketHeader::more`) goes to the back of the queue; an idle sender keeps
-//!   one standing credit while nobody waits (so ping-pong needs no request), and is asked
-//!   to give it back ([`Control::Revoke`]) when others wait and no buffer is free.
+//!   a standing share while nobody waits (so ping-pong needs no request), and is asked
+//!   to give it back ([`Control::Revoke`]) when others wait and no buffer is free. The
+//!   share is one credit, given back at each consumed packet, unless the fabric asks for
+//!   more ([`crate::fabric::Fabric::standing_credits`], at most the queue over the peers,
+//!   so that every peer can hold its share at once): then it is topped up only once half
+//!   of it was used, one grant per half share instead of one per packet (shm, where a
+//!   grant is a control cell and a bell, a third of an 8 B round trip).
 //!
 //! Requests and data travel apart (local polls data before controls, verbs sends controls
 //! on TCP), so a request can arrive after packets its sender posted later: one from a
@@ -58,6 +63,8 @@ pub struct CreditBank {
     /// its allocation across drains).
     grants: IntMap<usize, u32>,
     revokes: Vec<usize>,
+    /// The standing share of an idle sender (shared queue), at least 1.
+    standing: u32,
 }
 
 impl CreditBank {
@@ -72,22 +79,32 @@ impl CreditBank {
             waiters: VecDeque::new(),
             grants: IntMap::default(),
             revokes: Vec::new(),
+            standing: 1,
         }
     }
 
-    /// Credits handed to a newly connected peer: the whole per-endpoint queue, or one
-    /// standing credit of the shared queue if one is free and nobody waits.
+    /// The bank with a standing share of `n` credits per idle sender (shared queue;
+    /// clamped to 1..=depth): see the module.
+    pub fn with_standing(mut self, n: u32) -> CreditBank {
+        self.standing = n.clamp(1, self.depth.max(1));
+        self
+    }
+
+    /// Credits handed to a newly connected peer: the whole per-endpoint queue, or the
+    /// standing share of the shared queue (as much of it as is free) if a buffer is free
+    /// and nobody waits.
     pub fn initial_grant(&mut self, peer: usize) -> u32 {
         if !self.shared {
             self.holders.entry(peer).or_default().outstanding = self.depth;
             return self.depth;
         }
         if self.free > 0 && self.waiters.is_empty() && self.outstanding(peer) == 0 {
-            self.free -= 1;
+            let n = self.standing.min(self.free);
+            self.free -= n;
             let h = self.holders.entry(peer).or_default();
-            h.outstanding += 1;
+            h.outstanding += n;
             h.revoked = false;
-            1
+            n
         } else {
             0
         }
@@ -103,11 +120,26 @@ impl CreditBank {
             return;
         }
         let asked = h.outstanding == 0 && std::mem::take(&mut h.deferred);
-        if !more && self.waiters.is_empty() && h.outstanding == 0 {
+        if !more && self.waiters.is_empty() && h.outstanding == 0 && self.standing == 1 {
             // An idle sender gets its standing credit straight back: the consumed buffer is
             // granted again (`free` unchanged), and with nobody waiting there is nothing to
             // distribute.
             give(h, &mut self.grants, peer, 1);
+            return;
+        }
+        if !more && self.waiters.is_empty() && self.standing > 1 {
+            // An idle sender's share is topped up once half of it is used (the consumed
+            // buffer first back to `free`): one grant per half share. With nobody waiting
+            // there is nothing to distribute, and a sender asking (`asked`: none left) is
+            // served by the top-up.
+            self.free += 1;
+            if h.outstanding * 2 <= self.standing {
+                let n = (self.standing - h.outstanding).min(self.free);
+                self.free -= n;
+                give(h, &mut self.grants, peer, n);
+            } else {
+                h.revoked = false;
+            }
             return;
         }
         if !more {
@@ -373,6 +405,43 @@ mod tests {
         let _ = b.take_grants();
         b.reset_peer(1);
         assert_eq!(b.free(), 2);
+        assert!(b.is_consistent());
+    }
+
+    #[test]
+    fn a_standing_share_is_topped_up_once_half_used() {
+        // 3 peers over 12 buffers: a share of 4 each, all held at once.
+        let mut b = CreditBank::new(true, 12).with_standing(4);
+        assert_eq!(
+            [b.initial_grant(1), b.initial_grant(2), b.initial_grant(3)],
+            [4, 4, 4]
+        );
+        assert_eq!(b.free(), 0);
+        assert_eq!(b.initial_grant(4), 0, "nothing free for a fourth");
+        // Peer 1 idle-sends: nothing back after its first packet, 2 back after its second
+        // (half its share used), then again every second packet.
+        b.consumed(1, false);
+        assert!(b.take_grants().is_empty());
+        assert_eq!(b.outstanding(1), 3);
+        b.consumed(1, false);
+        assert_eq!(b.take_grants(), vec![g(1, 2)]);
+        assert_eq!(b.outstanding(1), 4);
+        assert!(b.is_consistent());
+        for _ in 0..3 {
+            b.consumed(1, false);
+        }
+        assert_eq!(b.take_grants(), vec![g(1, 2)], "at the second of the three");
+        assert_eq!(b.outstanding(1), 3);
+        assert!(b.is_consistent());
+        // A sender with more queued goes the fair-share way, as with a share of 1.
+        b.consumed(2, true);
+        assert_eq!(b.take_grants(), vec![g(2, 1)]);
+        // A share larger than the queue is clamped to it.
+        let mut b = CreditBank::new(true, 3).with_standing(10);
+        assert_eq!(b.initial_grant(1), 3);
+        b.consumed(1, false);
+        b.consumed(1, false);
+        assert_eq!(b.take_grants(), vec![g(1, 2)]);
         assert!(b.is_consistent());
     }
 }

@@ -1,13 +1,16 @@
 //! The job's board: one small segment per node that every rank maps at start, holding what
 //! each rank must know of every other without mapping its segment: its bell (so that any
 //! rank can wake any other), whether it finished or failed, and the count of finished
-//! ranks. 16 bytes per rank, so a node's board grows with its processes, not their pairs.
+//! ranks. 64 bytes per rank (a cache line each: a rank's words are written by the ranks
+//! that ring it and read by every poll of its peers, and one line shared by four ranks made
+//! every 8 B message pay for the others' traffic), so a node's board grows with its
+//! processes, not their pairs.
 //!
 //! Layout (bytes): `0..8` magic, `8..12` version, `12..16` ranks; `16..24` finished count
 //! (`AtomicU64`); `24..28` the first failed rank plus one (0: none); `32..40` the job's
 //! abort notice (`Communicator::abort`: the rank plus one, shifted by 32, and its code;
 //! 0: none, the first wins); then from
-//! [`BOARD_HEAD`], 16 bytes per rank: bell, sleeping flag, state ([`RUNNING`],
+//! [`BOARD_HEAD`], [`PER_RANK`] bytes per rank: bell, sleeping flag, state ([`RUNNING`],
 //! [`FINISHED`], [`FAILED`]), pid.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -16,11 +19,13 @@ use super::bell::Bell;
 use super::ffi::{Segment, SegmentError};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"BLSTBRD1");
-const VERSION: u32 = 1;
+/// 2: [`PER_RANK`] went from 16 to 64 bytes.
+const VERSION: u32 = 2;
 /// Bytes before the first rank's words.
 pub(crate) const BOARD_HEAD: usize = 64;
-/// Bytes per rank.
-pub(crate) const PER_RANK: usize = 16;
+/// Bytes per rank: one cache line (64 bytes on x86-64 and most aarch64), of which 16 are
+/// used.
+pub(crate) const PER_RANK: usize = 64;
 
 /// A rank that has not ended.
 pub(crate) const RUNNING: u32 = 0;
@@ -212,7 +217,7 @@ mod tests {
     #[test]
     fn a_board_counts_finished_ranks_once_and_keeps_the_first_failure() {
         let b = Board::create("ballast-test-board", 3).unwrap();
-        assert_eq!(b.segment().len(), 64 + 3 * 16);
+        assert_eq!(b.segment().len(), 64 + 3 * 64, "a cache line per rank");
         assert_eq!((b.finished(), b.failed(), b.state(1)), (0, None, RUNNING));
         b.finish(1);
         b.finish(1);

@@ -241,7 +241,8 @@ impl Engine {
         notes.extend(fabric.setup_receive(cfg.recv_sharing)?);
         let bank = match cfg.recv_sharing {
             RecvSharing::PerPeer => CreditBank::new(false, cfg.recv_depth as u32),
-            _ => CreditBank::new(true, cfg.srq_depth as u32),
+            _ => CreditBank::new(true, cfg.srq_depth as u32)
+                .with_standing(fabric.standing_credits(cfg.srq_depth as u32)),
         };
         let mut wr_info = Vec::new();
         crate::core::memory::try_reserve_for(&mut wr_info, pool.buffers(), || {

@@ -111,6 +111,65 @@ impl Engine {
         Ok(req)
     }
 
+    /// A blocking send of a message that fits one packet, posted straight from `data`
+    /// when the fabric copies the payload before it returns ([`Fabric::copies_payload`]:
+    /// shm, MPI's engine path) and the packet can go now (as [`Engine::post_now`]: the
+    /// endpoint open, nothing queued or unacknowledged for `dest`, a credit at hand): no
+    /// pool buffer, request or wait, the lean eager path of an 8 B message. `Ok(false)`,
+    /// with nothing changed, when it cannot go so (the caller takes `isend` and waits).
+    ///
+    /// [`Fabric::copies_payload`]: crate::fabric::Fabric::copies_payload
+    pub fn send_now(&mut self, dest: usize, tag: Tag, data: &[u8]) -> Result<bool> {
+        if !self.copies
+            || dest == self.rank
+            || dest >= self.world
+            || data.len() > self.pool.buffer_size()
+            || self.goes_direct(dest, data.len())
+        {
+            return Ok(false);
+        }
+        let key = self.key_of(dest);
+        if !self
+            .conns
+            .get(key)
+            .is_some_and(|ep| ep.state == EndpointState::Open)
+        {
+            return Ok(false);
+        }
+        if self.dg.as_ref().is_some_and(|d| d.is_waiting(dest)) {
+            return Ok(false);
+        }
+        let Some(p) = self
+            .peers
+            .get_mut(&dest)
+            .filter(|p| p.queue.is_empty() && p.credits > 0)
+        else {
+            return Ok(false);
+        };
+        p.credits -= 1;
+        if !self.symmetric() {
+            self.conns.note_peer(dest);
+        }
+        let hdr = PacketHeader {
+            src: self.rank as u32,
+            tag,
+            total: data.len() as u64,
+            offset: 0,
+            len: data.len() as u32,
+            more: false,
+        };
+        // `wr_id` is ignored by a fabric that copies (no completion comes).
+        if let Err(e) = self.fabric.post_send(dest, key, &hdr, data, 0) {
+            if let Some(p) = self.peers.get_mut(&dest) {
+                p.credits += 1;
+            }
+            return Err(e.into());
+        }
+        let ep = self.conns.get_touched(key).expect("endpoint");
+        ep.sent += 1;
+        Ok(true)
+    }
+
     /// The fast path of `isend` for a message that fits in pool buffer `id` (already copied,
     /// `len` bytes): when nothing is queued for `dest`, its endpoint is open and a credit is
     /// at hand, the packet is posted now, without entering the destination's queue (what
