@@ -15,8 +15,8 @@
 #      the sum over the ranks of smaps_rollup's Pss (and Pss_Anon, Pss_File, Pss_Shmem, Rss):
 #      raw MPI over vader; Ballast over shm with no MPI at all (a libballast built without
 #      mpi; the ranks meet at the node's socket named by Open MPI's job id) at its defaults
-#      and at vader's eager buffering (below), and at its defaults with BALLAST_LOCK_POOL=off
-#      (its pool and segment are mlocked otherwise); and each program doing nothing but the
+#      and at vader's eager buffering (below) (shm never locks its pool or segment: only the
+#      pages written are resident); and each program doing nothing but the
 #      reading (`none`: no MPI_Init, no Ballast), the baseline that the growth is measured
 #      from;
 #   3. the seed's fanout (rank 0 sends 10 integers to each other rank) at N = 4, 16, 64:
@@ -133,7 +133,6 @@ echo "commands (DIR empty, N processes; ${xrounds} exchange rounds of 8 B):"
 echo "  none:    mpirun ${base[*]} -n N shm_memory_{mpi,ballast} none $xrounds 8 DIR"
 echo "  mpi:     mpirun ${base[*]} ${vader[*]} -n N shm_memory_mpi mpi $xrounds 8 DIR"
 echo "  ballast: BALLAST_TRANSPORT=shm [${equal[*]}] mpirun ${base[*]} -x BALLAST_... -n N shm_memory_ballast ballast $xrounds 8 DIR"
-echo "ballast-nolock: the defaults with BALLAST_LOCK_POOL=off (pool and segment not mlocked: only the pages used are resident)"
 echo "growth = Pss - the same program's \`none\`, growth a+s = the same of Pss_Anon + Pss_Shmem, /N = per process; fp0 = rank 0's ballast_footprint total and shm_segment (B); node shm = the sum of the ranks' shm_segment (B)"
 mem() { # label n [VAR=value...] -- [mpirun-flags...] -- program mode: one reading appended to $work/mem.<label>.<n>
     local label=$1 n=$2 envs=() flags=() d
@@ -149,7 +148,7 @@ mem() { # label n [VAR=value...] -- [mpirun-flags...] -- program mode: one readi
         2>>"$work/mem.err" >>"$work/mem.$label.$n" || { cat "$work/mem.err" >&2; exit 1; }
     rm -rf "$d"
 }
-labels=(none-mpi mpi none-ballast ballast ballast-equal ballast-nolock)
+labels=(none-mpi mpi none-ballast ballast ballast-equal)
 for n in 4 16 64; do
     for _ in $(seq "$rounds"); do # interleaved: every configuration once per round
         mem none-mpi "$n" -- -- "$work/shm_memory_mpi" none
@@ -157,7 +156,6 @@ for n in 4 16 64; do
         mem none-ballast "$n" -- -- "$work/shm_memory_ballast" none
         mem ballast "$n" BALLAST_TRANSPORT=shm -- -- "$work/shm_memory_ballast" ballast
         mem ballast-equal "$n" BALLAST_TRANSPORT=shm "${equal[@]}" -- -- "$work/shm_memory_ballast" ballast
-        mem ballast-nolock "$n" BALLAST_TRANSPORT=shm BALLAST_LOCK_POOL=off -- -- "$work/shm_memory_ballast" ballast
     done
 done
 # Medians per configuration; growth = the reading minus the same program's `none`, of Pss
@@ -189,7 +187,7 @@ done
 echo "ratios, Ballast / MPI: Pss sums, Pss growth, Pss_Anon + Pss_Shmem growth (a+s)"
 printf '%-4s %-14s %10s %10s %12s\n' N run "Pss" "growth" "growth a+s"
 for n in 4 16 64; do
-    for label in ballast ballast-equal ballast-nolock; do
+    for label in ballast ballast-equal; do
         awk -v n="$n" -v l="$label" -v p="${pss[$label.$n]}" -v mp="${pss[mpi.$n]}" \
             -v g="${pss[$label.$n.growth]}" -v mg="${pss[mpi.$n.growth]}" \
             -v a="${own[$label.$n.growth]}" -v ma="${own[mpi.$n.growth]}" \
