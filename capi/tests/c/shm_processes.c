@@ -1,7 +1,8 @@
 /* The shm transport from C, one rank per process (issue 36): started N times by a
  * launcher (mpirun, srun, or capi/tests/shm_processes.rs with srun's variables) with
  * BALLAST_TRANSPORT=shm, no MPI call. Point to point (a ring of 10 B and 1 MiB, any
- * source, truncation), the collectives (allreduce, bcast, gather, alltoallv, the sparse
+ * source, truncation), credits under a flood (3,000 messages each, 8 B and 40 KiB,
+ * before any receive), the collectives (allreduce, bcast, gather, alltoallv, the sparse
  * exchange), and the footprint's shm fields against ballast_predict. Every rank prints
  * "capi shm rank R of N: P passed, F failed" and exits non-zero on a failure. */
 #include <stdint.h>
@@ -59,6 +60,37 @@ static void any_source_and_truncation(ballast_comm *comm, int rank, int size) {
         OK(ballast_recv(comm, 1, 21, big, sizeof big, &st));
         CHECK(st.len == sizeof big && big[99] == 'x');
     }
+}
+
+/* Credits under a flood: every rank sends 3,000 messages (8 B, and every 100th 40 KiB, by
+ * CMA unless BALLAST_SHM_CMA=off) to the next rank with blocking sends before it receives
+ * any; the ring of each rank holds 64 cells, so senders wait for credits while their
+ * receivers, sending too, take what arrives. Every message comes, in order. */
+static void flood(ballast_comm *comm, int rank, int size) {
+    if (size < 2) return;
+    enum { N = 3000, BIG = 40 << 10 };
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    unsigned char *buf = malloc(BIG);
+    CHECK(buf != NULL);
+    if (buf == NULL) return;
+    for (int k = 0; k < N; k++) {
+        size_t len = k % 100 == 99 ? BIG : 8;
+        memset(buf, (unsigned char)(k + rank), len);
+        memcpy(buf, &k, sizeof k);
+        OK(ballast_send(comm, next, 30, buf, len));
+    }
+    int in_order = 1, intact = 1;
+    for (int k = 0; k < N; k++) {
+        ballast_status st;
+        OK(ballast_recv(comm, prev, 30, buf, BIG, &st));
+        int got = -1;
+        memcpy(&got, buf, sizeof got);
+        in_order &= got == k && st.len == (k % 100 == 99 ? (size_t)BIG : 8);
+        intact &= buf[st.len - 1] == (unsigned char)(k + prev);
+    }
+    CHECK(in_order);
+    CHECK(intact);
+    free(buf);
 }
 
 static void collectives(ballast_comm *comm, int rank, int size) {
@@ -168,6 +200,7 @@ int main(void) {
     check_rank = rank;
     ring(comm, rank, size);
     any_source_and_truncation(comm, rank, size);
+    flood(comm, rank, size);
     collectives(comm, rank, size);
     footprint(comm, size);
     OK(ballast_comm_free(comm));
