@@ -152,7 +152,8 @@ fn from_env(func: &str, cfg: &RuntimeConfig, kind: TransportKind) -> Result<*mut
             if size != 1 {
                 return Err(Fail::inval(format!(
                     "{func}: the transport is local (ranks as threads of one process), but this process was \
-                     launched as one of {size} (from {}): use transport mpi or verbs, or ballast_local_run",
+                     launched as one of {size} (from {}): use transport shm (every rank on this node), mpi or verbs, or \
+                     ballast_local_run",
                     cfg.bootstrap().rank_var.unwrap_or("the launcher's variables")
                 )));
             }

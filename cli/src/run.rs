@@ -281,7 +281,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     // `--transport auto`: verbs with a usable device, else shm for the processes of one node,
     // else mpi under an MPI launch, else local.
     let (cfg, note) = args.runtime.to_config_resolved()?;
-    if let Some(note) = note.filter(|_| cfg.bootstrap().rank.unwrap_or(0) == 0) {
+    if let Some(note) = note.as_ref().filter(|_| cfg.bootstrap().rank.unwrap_or(0) == 0) {
         eprintln!("ballast run: {note}");
     }
     let kind = cfg.transport().kind;
@@ -289,22 +289,28 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     ballast_sim::check::check_device(&cfg).context("--transport verbs")?;
     match kind {
         // Under a launcher: one rank per process, every process on this node.
-        TransportKind::Shm if cfg.bootstrap().rank.is_some() => run_shm_processes(args, &cfg),
-        TransportKind::Mpi => run_mpi(args, &cfg),
+        TransportKind::Shm if cfg.bootstrap().rank.is_some() => run_shm_processes(args, &cfg, note),
+        TransportKind::Mpi => run_mpi(args, &cfg, note),
         // Under a launcher (rank/size variables set): one rank per process.
-        TransportKind::Verbs if cfg.bootstrap().rank.is_some() => run_verbs_processes(args, &cfg),
-        _ => run_threads(args, &cfg),
+        TransportKind::Verbs if cfg.bootstrap().rank.is_some() => run_verbs_processes(args, &cfg, note),
+        _ => run_threads(args, &cfg, note),
     }
 }
 
 /// The run of `args` for [`ballast_sim::launch`].
-fn plan<'a>(args: &'a RunArgs, input: &'a SimInput, params: &'a SimParams) -> RunPlan<'a> {
+fn plan<'a>(
+    args: &'a RunArgs,
+    input: &'a SimInput,
+    params: &'a SimParams,
+    transport_note: Option<&'a str>,
+) -> RunPlan<'a> {
     RunPlan {
         input,
         params,
         lb_mode: args.lb_mode,
         allocation_dir: &args.allocation_dir,
         output: &args.output,
+        transport_note,
     }
 }
 
@@ -321,11 +327,12 @@ fn print_placement(placement: &Placement) {
 /// The ranks as threads of this process: `local`, or `verbs` without a launcher, with a
 /// progress bar of the windows they finished (simulated time, averaged over the ranks) on
 /// runs longer than a few seconds.
-fn run_threads(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+fn run_threads(args: &RunArgs, cfg: &RuntimeConfig, note: Option<String>) -> anyhow::Result<()> {
     let ranks = args.ranks.unwrap_or(1);
     let input = load_input(args)?;
     let params = params(args);
-    let prepared = ballast_sim::launch::prepare_threads(plan(args, &input, &params), ranks, cfg)?;
+    let prepared =
+        ballast_sim::launch::prepare_threads(plan(args, &input, &params, note.as_deref()), ranks, cfg)?;
     print_placement(&prepared.placement);
     crate::progress::warn_oversubscribed("run", ranks);
     let ballast_sim::Steps { total: steps, window } = params.steps(&input.circuit.delays)?;
@@ -355,7 +362,12 @@ fn print_finished(finished: &Finished, ranks: usize, args: &RunArgs) -> anyhow::
 
 /// One process, one rank ([`ballast_sim::launch::run_per_process`]): `--ranks`, when given,
 /// must equal the processes the launcher started; rank 0 prints.
-fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> anyhow::Result<()> {
+fn run_per_process(
+    args: &RunArgs,
+    cfg: &RuntimeConfig,
+    job: &mut dyn Job,
+    note: Option<String>,
+) -> anyhow::Result<()> {
     let size = job.size();
     if let Some(n) = args.ranks {
         if n != size {
@@ -368,7 +380,7 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
     }
     let input = load_input(args)?;
     let params = params(args);
-    let plan = plan(args, &input, &params);
+    let plan = plan(args, &input, &params, note.as_deref());
     match ballast_sim::launch::run_per_process(job, cfg, plan, &mut print_placement)? {
         Some(finished) => print_finished(&finished, size, args),
         None => Ok(()),
@@ -376,30 +388,30 @@ fn run_per_process(args: &RunArgs, cfg: &RuntimeConfig, job: &mut dyn Job) -> an
 }
 
 #[cfg(feature = "mpi")]
-fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+fn run_mpi(args: &RunArgs, cfg: &RuntimeConfig, note: Option<String>) -> anyhow::Result<()> {
     use ballast_sim::{launch::leave_mpi_on_error, launch::MpiJob};
     let mut job = MpiJob(ballast_runtime::mpi::Mpi::init()?);
-    let out = run_per_process(args, cfg, &mut job);
+    let out = run_per_process(args, cfg, &mut job, note);
     leave_mpi_on_error(job.0, out)
 }
 
 #[cfg(not(feature = "mpi"))]
-fn run_mpi(_: &RunArgs, _: &RuntimeConfig) -> anyhow::Result<()> {
+fn run_mpi(_: &RunArgs, _: &RuntimeConfig, _: Option<String>) -> anyhow::Result<()> {
     unreachable!("check_transport refuses mpi without the feature")
 }
 
-fn run_shm_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+fn run_shm_processes(args: &RunArgs, cfg: &RuntimeConfig, note: Option<String>) -> anyhow::Result<()> {
     // `mpirun -n N ballast run --transport shm`: MPI (a build with `mpi`), BALLAST_ROOT or
     // the node's socket named by the launcher's job step carries the start-up exchange.
-    run_launched(args, cfg, ballast_sim::launch::LaunchJob::shm)
+    run_launched(args, cfg, ballast_sim::launch::LaunchJob::shm, note)
 }
 
 #[cfg(feature = "verbs")]
-fn run_verbs_processes(args: &RunArgs, cfg: &RuntimeConfig) -> anyhow::Result<()> {
+fn run_verbs_processes(args: &RunArgs, cfg: &RuntimeConfig, note: Option<String>) -> anyhow::Result<()> {
     // `mpirun -n N ballast run --transport verbs` without BALLAST_ROOT (a build with both
     // `mpi` and `verbs`): MPI carries the start-up exchange (the control listeners'
     // addresses); the data goes over verbs.
-    run_launched(args, cfg, ballast_sim::launch::LaunchJob::verbs)
+    run_launched(args, cfg, ballast_sim::launch::LaunchJob::verbs, note)
 }
 
 /// One rank per process met through [`ballast_runtime::launch::Launch`], over the transport
@@ -409,9 +421,10 @@ fn run_launched(
     args: &RunArgs,
     cfg: &RuntimeConfig,
     job: fn(ballast_runtime::launch::Launch) -> ballast_sim::launch::LaunchJob,
+    note: Option<String>,
 ) -> anyhow::Result<()> {
     let mut job = job(ballast_runtime::launch::Launch::new(cfg)?);
-    let out = run_per_process(args, cfg, &mut job);
+    let out = run_per_process(args, cfg, &mut job, note);
     if out.is_err() {
         job.launch.abandon();
     }
@@ -419,6 +432,6 @@ fn run_launched(
 }
 
 #[cfg(not(feature = "verbs"))]
-fn run_verbs_processes(_: &RunArgs, _: &RuntimeConfig) -> anyhow::Result<()> {
+fn run_verbs_processes(_: &RunArgs, _: &RuntimeConfig, _: Option<String>) -> anyhow::Result<()> {
     unreachable!("check_transport refuses verbs without the feature")
 }

@@ -53,8 +53,9 @@ fn parse_switch(s: &str) -> Result<bool, String> {
 /// Runtime settings on the command line (defaults: environment, then built-in defaults).
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct RuntimeArgs {
-    /// Transport: local, mpi, verbs, or auto (verbs if a device is usable and the pool fits
-    /// ulimit -l, else mpi if launched under MPI, else local) (BALLAST_TRANSPORT).
+    /// Transport: local, shm, mpi, verbs, or auto (verbs if a device is usable and the pool
+    /// fits ulimit -l, else shm for two or more processes all on this node, else mpi if
+    /// launched under MPI, else local) (BALLAST_TRANSPORT).
     #[arg(long, value_parser = |s: &str| s.parse::<TransportKind>())]
     pub transport: Option<TransportKind>,
     /// Buffers in the registered pool (BALLAST_BUFFER_COUNT).

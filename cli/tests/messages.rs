@@ -177,10 +177,9 @@ fn shm_without_a_way_to_meet_says_what_is_missing() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(
         stderr(&o),
-        "ballast: error: bootstrap: the shm transport's processes meet at this node's socket named by the launcher's job \
-         step (SLURM_JOB_ID and SLURM_STEP_ID, PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid) and need its rank and size \
-         (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE): one of them is missing; \
-         or set BALLAST_ROOT=host:port\n"
+        "ballast: error: bootstrap: the shm transport's processes meet at this node's socket named by Slurm's job \
+         step: SLURM_PROCID is set but SLURM_JOB_ID or SLURM_STEP_ID is not (srun sets both); set them, or \
+         BALLAST_ROOT=host:port\n"
     );
     let o = common::ballast()
         .args(["fanout"])

@@ -111,6 +111,10 @@ fn run_over_shm_as_threads_and_processes_matches_local() {
     );
     assert!(stdout.contains("2 ranks over shm (shared)"), "{stdout}");
     assert_eq!(read("auto"), read("ref"));
+    let auto: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("auto/report.json")).unwrap()).unwrap();
+    let first = auto["transport_notes"][0].as_str().unwrap_or_default();
+    assert!(first.contains("using shm (2 processes"), "{auto}");
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("procs/report.json")).unwrap()).unwrap();
     assert_eq!(report["transport"], "shm");

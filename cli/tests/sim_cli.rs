@@ -189,6 +189,13 @@ fn transport_auto_says_what_it_picked_and_gives_the_same_spikes() {
         picked.contains(&format!("using {kind}")),
         "{picked} / report: {kind}"
     );
+    // The same sentence leads the report's transport notes.
+    assert_eq!(
+        report["transport_notes"][0]
+            .as_str()
+            .map(|n| format!("ballast run: {n}")),
+        Some(picked.to_string())
+    );
     let read = |d: &str| std::fs::read_to_string(dir.path().join(d).join("out.dat")).unwrap();
     assert_eq!(read("auto"), read("local"));
 }

@@ -36,6 +36,8 @@ pub struct RunPlan<'a> {
     pub allocation_dir: &'a Path,
     /// Where `out.dat` and `report.json` go.
     pub output: &'a Path,
+    /// What `--transport auto` picked and why, first of the report's `transport_notes`.
+    pub transport_note: Option<&'a str>,
 }
 
 impl RunPlan<'_> {
@@ -250,7 +252,12 @@ impl ThreadRun<'_> {
         )?;
         let seconds = start.elapsed().as_secs_f64();
         let mut report = plan.report(&placement, &outcomes, cfg, seconds)?;
-        report.transport_notes = notes;
+        report.transport_notes = plan
+            .transport_note
+            .map(str::to_owned)
+            .into_iter()
+            .chain(notes)
+            .collect();
         plan.write(&report, &outcomes, output_dir)?;
         Ok(Finished { report, placement })
     }
@@ -334,7 +341,12 @@ pub fn run_per_process(
         cfg
     };
     let mut report = plan.report(&placement, &outcomes, cfg, seconds)?;
-    report.transport_notes = notes;
+    report.transport_notes = plan
+        .transport_note
+        .map(str::to_owned)
+        .into_iter()
+        .chain(notes)
+        .collect();
     plan.write(&report, &outcomes, output_dir)?;
     Ok(Some(Finished { report, placement }))
 }

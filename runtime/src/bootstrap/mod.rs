@@ -104,6 +104,32 @@ pub struct AutoBootstrap {
     pub boot: Box<dyn Bootstrap>,
 }
 
+/// What the shm transport misses to meet without `BALLAST_ROOT`, by the variable that gave
+/// the rank (`None`: no rank at all).
+fn shm_missing(rank_var: Option<&'static str>) -> &'static str {
+    match rank_var {
+        None => {
+            "the shm transport's processes meet at this node's socket named by the launcher's job step, and need \
+             their rank and size: none is set (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or \
+             BALLAST_RANK/SIZE); run under mpirun or srun, or set BALLAST_ROOT=host:port with BALLAST_RANK/SIZE"
+        }
+        Some(v) if v.starts_with("SLURM") => {
+            "the shm transport's processes meet at this node's socket named by Slurm's job step: SLURM_PROCID is \
+             set but SLURM_JOB_ID or SLURM_STEP_ID is not (srun sets both); set them, or BALLAST_ROOT=host:port"
+        }
+        Some(v) if v.starts_with("OMPI") => {
+            "the shm transport's processes meet at this node's socket named by Open MPI's job id: \
+             OMPI_COMM_WORLD_RANK is set but neither PMIX_NAMESPACE nor OMPI_MCA_ess_base_jobid is (mpirun sets \
+             them); or set BALLAST_ROOT=host:port"
+        }
+        Some(_) => {
+            "the shm transport's processes meet at this node's socket named by the launcher's job step, and \
+             BALLAST_RANK or PMI_RANK comes with no job id (SLURM_JOB_ID and SLURM_STEP_ID, PMIX_NAMESPACE or \
+             OMPI_MCA_ess_base_jobid): set BALLAST_ROOT=host:port"
+        }
+    }
+}
+
 /// Picks the bootstrap for this process: MPI when the `mpi` feature is on and MPI is
 /// initialised, otherwise TCP from `config.bootstrap()` (`BALLAST_ROOT` plus the rank and
 /// size of the launcher), otherwise, for the `shm` transport (every rank on this node),
@@ -132,10 +158,7 @@ pub fn auto(config: &RuntimeConfig) -> Result<AutoBootstrap> {
     }
     if b.root.is_none() && config.transport().kind == crate::core::config::TransportKind::Shm {
         return Err(BootstrapError::Env {
-            what: "the shm transport's processes meet at this node's socket named by the launcher's job step \
-                   (SLURM_JOB_ID and SLURM_STEP_ID, PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid) and need its rank and \
-                   size (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS or BALLAST_RANK/SIZE): one of \
-                   them is missing; or set BALLAST_ROOT=host:port",
+            what: shm_missing(b.rank_var),
         });
     }
     if b.root.is_none() || b.rank.is_none() {
