@@ -113,7 +113,7 @@ impl Engine {
 
     /// A blocking send of a message that fits one packet, posted straight from `data`
     /// when the fabric copies the payload before it returns ([`Fabric::copies_payload`]:
-    /// shm, MPI's engine path) and the packet can go now (as [`Engine::post_now`]: the
+    /// shm, MPI's engine path) and the packet can go now (as `isend`'s fast path: the
     /// endpoint open, nothing queued or unacknowledged for `dest`, a credit at hand): no
     /// pool buffer, request or wait, the lean eager path of an 8 B message. `Ok(false)`,
     /// with nothing changed, when it cannot go so (the caller takes `isend` and waits).
