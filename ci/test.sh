@@ -234,7 +234,7 @@ shm_dir=$(mktemp -d)
 (
     cd "$shm_dir"
     "$ballast_bin" "${run_args[@]}" --ranks 1 --lb-mode RoundRobin --output ref >/dev/null
-    for n in 1 3 8; do
+    for n in 1 3 4 8; do
         timeout 300 mpirun "${mpirun_flags[@]}" -n "$n" "$ballast_bin" "${run_args[@]}" --transport shm --output "mpi-$n" >/dev/null
         cmp ref/out.dat "mpi-$n/out.dat"
         python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["transport"]=="shm" and r["footprint_match"], r["footprint_mismatch"]' "mpi-$n/report.json"
@@ -246,7 +246,8 @@ shm_dir=$(mktemp -d)
     grep -q "; using shm (3 processes, all on this node by OMPI_COMM_WORLD_LOCAL_SIZE)" auto-3.err \
         || { cat auto-3.err; echo "ci/test.sh: --transport auto under mpirun -n 3 did not pick shm" >&2; exit 1; }
     cmp ref/out.dat auto-3/out.dat
-    echo "ci/test.sh: mpirun -n 3 ballast run --transport auto: shm, out.dat identical to local"
+    python3 -c 'import json,sys; n=json.load(open(sys.argv[1]))["transport_notes"]; assert n and "using shm (3 processes" in n[0], n' auto-3/report.json
+    echo "ci/test.sh: mpirun -n 3 ballast run --transport auto: shm, out.dat identical to local, the choice in report.json"
     pids=()
     for r in 0 1 2 3; do
         SLURM_PROCID=$r SLURM_NTASKS=4 SLURM_JOB_ID=$$ SLURM_STEP_ID=0 timeout 300 \
