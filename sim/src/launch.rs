@@ -56,15 +56,17 @@ impl RunPlan<'_> {
         })
     }
 
-    /// The report of a finished run whose outcomes are `outcomes`.
+    /// The report of a finished run whose outcomes are `outcomes`, its transport notes
+    /// [`RunPlan::transport_note`] then `notes` (the communicator's).
     fn report(
         &self,
         placement: &Placement,
         outcomes: &[RankOutcome],
         cfg: &RuntimeConfig,
         seconds: f64,
+        notes: Vec<String>,
     ) -> Result<RunReport, SimError> {
-        build_report(
+        let mut report = build_report(
             self.input,
             placement,
             outcomes,
@@ -73,7 +75,14 @@ impl RunPlan<'_> {
             self.lb_mode,
             seconds,
             &self.output.join("out.dat"),
-        )
+        )?;
+        report.transport_notes = self
+            .transport_note
+            .map(str::to_owned)
+            .into_iter()
+            .chain(notes)
+            .collect();
+        Ok(report)
     }
 
     /// Writes the outputs, then keeps the output directory.
@@ -251,13 +260,7 @@ impl ThreadRun<'_> {
             cfg.transport().kind == TransportKind::Verbs,
         )?;
         let seconds = start.elapsed().as_secs_f64();
-        let mut report = plan.report(&placement, &outcomes, cfg, seconds)?;
-        report.transport_notes = plan
-            .transport_note
-            .map(str::to_owned)
-            .into_iter()
-            .chain(notes)
-            .collect();
+        let report = plan.report(&placement, &outcomes, cfg, seconds, notes)?;
         plan.write(&report, &outcomes, output_dir)?;
         Ok(Finished { report, placement })
     }
@@ -340,13 +343,7 @@ pub fn run_per_process(
     } else {
         cfg
     };
-    let mut report = plan.report(&placement, &outcomes, cfg, seconds)?;
-    report.transport_notes = plan
-        .transport_note
-        .map(str::to_owned)
-        .into_iter()
-        .chain(notes)
-        .collect();
+    let report = plan.report(&placement, &outcomes, cfg, seconds, notes)?;
     plan.write(&report, &outcomes, output_dir)?;
     Ok(Some(Finished { report, placement }))
 }

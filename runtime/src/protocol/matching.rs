@@ -236,6 +236,16 @@ impl Matcher {
         Ok((total, hit))
     }
 
+    /// True when a message of `total` bytes that binds to the receive at `hit` in `posted`
+    /// goes into `into`'s buffer: that receive is `into`'s, and the message fits it.
+    #[inline]
+    fn lands_in(&self, hit: Option<usize>, into: Option<&RecvInto<'_>>, total: usize) -> bool {
+        hit.zip(into).is_some_and(|(i, into)| {
+            let p = self.posted[i];
+            total <= p.cap && into.req == p.req && into.buf.len() >= total
+        })
+    }
+
     /// Takes the receive at `hit` in `posted` out; the message binds to it if it holds
     /// it (a limited receive that does not ends refused and the message stays unbound).
     #[inline]
@@ -358,10 +368,7 @@ impl Matcher {
             // (out of memory), the receive stays posted (a failed wait withdraws it) and the
             // fabric keeps the chunk to deliver again ([`crate::fabric::Fabric::poll`]).
             let (total, hit) = self.lookup(src, h.tag, h.total)?;
-            let into_ok = hit.zip(into.as_ref()).is_some_and(|(i, into)| {
-                let p = self.posted[i];
-                total <= p.cap && into.req == p.req && into.buf.len() >= total
-            });
+            let into_ok = self.lands_in(hit, into.as_deref(), total);
             if let (true, Some(into)) = (into_ok, into) {
                 if let Some(req) = self.bind(src, h.tag, total, hit) {
                     // Bound to the waiting receive, whose buffer holds it (its limit).
@@ -467,10 +474,7 @@ impl Matcher {
     ) -> Result<()> {
         let src = h.src as usize;
         let (total, hit) = self.lookup(src, h.tag, h.total)?;
-        let into_ok = hit.zip(into.as_ref()).is_some_and(|(i, into)| {
-            let p = self.posted[i];
-            total <= p.cap && into.req == p.req && into.buf.len() >= total
-        });
+        let into_ok = self.lands_in(hit, into.as_deref(), total);
         if let (true, Some(into)) = (into_ok, into) {
             read.read_into(&mut into.buf[..total])?;
             // It fits the receive (`into_ok`): it binds.

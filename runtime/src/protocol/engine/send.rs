@@ -128,28 +128,9 @@ impl Engine {
         {
             return Ok(false);
         }
-        let key = self.key_of(dest);
-        if !self
-            .conns
-            .get(key)
-            .is_some_and(|ep| ep.state == EndpointState::Open)
-        {
-            return Ok(false);
-        }
-        if self.dg.as_ref().is_some_and(|d| d.is_waiting(dest)) {
-            return Ok(false);
-        }
-        let Some(p) = self
-            .peers
-            .get_mut(&dest)
-            .filter(|p| p.queue.is_empty() && p.credits > 0)
-        else {
+        let Some(key) = self.credit_now(dest) else {
             return Ok(false);
         };
-        p.credits -= 1;
-        if !self.symmetric() {
-            self.conns.note_peer(dest);
-        }
         let hdr = PacketHeader {
             src: self.rank as u32,
             tag,
@@ -177,31 +158,10 @@ impl Engine {
     /// changed, when it cannot be posted now. On a failed post the buffer goes back to the
     /// pool.
     fn post_now(&mut self, dest: usize, tag: Tag, id: BufId, len: usize) -> Result<Option<RequestId>> {
-        let key = self.key_of(dest);
-        if !self
-            .conns
-            .get(key)
-            .is_some_and(|ep| ep.state == EndpointState::Open)
-        {
-            return Ok(None);
-        }
-        if self.dg.as_ref().is_some_and(|d| d.is_waiting(dest)) {
-            // Datagrams to it not acknowledged yet: this packet must not overtake them.
-            return Ok(None);
-        }
-        let Some(p) = self
-            .peers
-            .get_mut(&dest)
-            .filter(|p| p.queue.is_empty() && p.credits > 0)
-        else {
+        let Some(key) = self.credit_now(dest) else {
             return Ok(None);
         };
-        p.credits -= 1;
         let req = self.new_req();
-        if !self.symmetric() {
-            // (With symmetric endpoints, opening the endpoint noted the peer.)
-            self.conns.note_peer(dest);
-        }
         let hdr = PacketHeader {
             src: self.rank as u32,
             tag,
@@ -226,6 +186,34 @@ impl Engine {
                 Err(e)
             }
         }
+    }
+
+    /// When one packet to `dest` may be posted now (its endpoint open, no datagram to it
+    /// unacknowledged, nothing queued for it, a credit at hand), takes the credit, notes the
+    /// peer and gives the endpoint's key; `None`, with nothing changed, otherwise.
+    fn credit_now(&mut self, dest: usize) -> Option<PeerKey> {
+        let key = self.key_of(dest);
+        if !self
+            .conns
+            .get(key)
+            .is_some_and(|ep| ep.state == EndpointState::Open)
+        {
+            return None;
+        }
+        if self.dg.as_ref().is_some_and(|d| d.is_waiting(dest)) {
+            // Datagrams to it not acknowledged yet: this packet must not overtake them.
+            return None;
+        }
+        let p = self
+            .peers
+            .get_mut(&dest)
+            .filter(|p| p.queue.is_empty() && p.credits > 0)?;
+        p.credits -= 1;
+        if !self.symmetric() {
+            // (With symmetric endpoints, opening the endpoint noted the peer.)
+            self.conns.note_peer(dest);
+        }
+        Some(key)
     }
 
     /// Posts pool buffer `id` (`hdr.len` bytes) of send request `req` to `dest` through
