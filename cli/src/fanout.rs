@@ -236,6 +236,7 @@ fn lock_line(l: &MemoryLock, kind: TransportKind) -> String {
             "pinned by the verbs registrations (no mlock)".to_string()
         }
         (LockStatus::NotAsked, TransportKind::Mpi) => "not locked (MPI registers memory itself)".to_string(),
+        (LockStatus::NotAsked, TransportKind::Shm) => "not locked (shm never locks)".to_string(),
         (LockStatus::NotAsked, _) => "not locked (lock_pool off)".to_string(),
         (LockStatus::Locked, _) => format!("locked, {} B", l.locked_bytes),
         (s, _) => format!(
@@ -279,6 +280,7 @@ impl Plan {
                 eprintln!("ballast fanout: {n}");
             }
         }
+        crate::runtime_args::check_not_one_of_many(&cfg, "fanout", auto_note.as_deref())?;
         Ok(Plan {
             cfg,
             auto_note,

@@ -286,6 +286,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
     let kind = cfg.transport().kind;
     crate::runtime_args::check_compiled_in(kind)?;
+    crate::runtime_args::check_not_one_of_many(&cfg, "run", note.as_deref())?;
+    if kind == TransportKind::Shm && cfg.bootstrap().rank.is_none() && args.ranks.is_none() {
+        bail!(
+            "--ranks is required with --transport shm without a launcher (threads of this process), or start \
+             the processes with mpirun or srun"
+        );
+    }
     ballast_sim::check::check_device(&cfg).context("--transport verbs")?;
     match kind {
         // Under a launcher: one rank per process, every process on this node.

@@ -202,6 +202,29 @@ impl RuntimeArgs {
     }
 }
 
+/// Refuses the `local` transport in a process that a launcher started as one of several
+/// (`mpirun -n N ballast run` without `--transport`, or `auto` that found nothing better):
+/// each process would run the whole job alone, N copies writing the same outputs. `command`
+/// names the subcommand; `auto_note` says why `auto` picked local, when it did.
+pub fn check_not_one_of_many(
+    cfg: &RuntimeConfig,
+    command: &str,
+    auto_note: Option<&str>,
+) -> anyhow::Result<()> {
+    let b = cfg.bootstrap();
+    let size = b.size.unwrap_or(1);
+    if cfg.transport().kind == TransportKind::Local && size > 1 {
+        anyhow::bail!(
+            "ballast {command}: the transport is local (ranks as threads of one process), but this process was \
+             launched as one of {size} (by {}): each would run the whole job alone; use --transport shm (every \
+             rank on this node), mpi or verbs, or one process with --ranks {size}{}",
+            b.rank_var.unwrap_or("the launcher's variables"),
+            auto_note.map(|n| format!(" ({n})")).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
 /// Refuses transports this build cannot run, with the build command that adds them (the
 /// same as the README's): [`not_compiled_in`]'s message.
 pub fn check_compiled_in(kind: TransportKind) -> anyhow::Result<()> {

@@ -194,3 +194,51 @@ fn shm_without_a_way_to_meet_says_what_is_missing() {
         stderr(&o)
     );
 }
+
+/// `ballast run` and `ballast fanout` on the local transport in a process a launcher started
+/// as one of several (here srun's variables: 2 tasks) are refused, each copy would run the
+/// whole job alone; `ballast run --transport shm` with neither a launcher nor `--ranks` is
+/// refused as fanout's is.
+#[test]
+fn local_under_a_launcher_and_shm_without_ranks_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmd in [&["run", "--synthetic", "10"][..], &["fanout"][..]] {
+        let o = common::ballast()
+            .args(cmd)
+            .args(["--transport", "local"])
+            .env("SLURM_PROCID", "0")
+            .env("SLURM_NTASKS", "2")
+            .env_remove("OMPI_COMM_WORLD_RANK")
+            .env_remove("PMI_RANK")
+            .env_remove("BALLAST_RANK")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert_eq!(
+            stderr(&o),
+            format!(
+                "ballast: error: ballast {}: the transport is local (ranks as threads of one process), but this \
+                 process was launched as one of 2 (by SLURM_PROCID): each would run the whole job alone; use \
+                 --transport shm (every rank on this node), mpi or verbs, or one process with --ranks 2\n",
+                cmd[0]
+            )
+        );
+        assert!(files_in(dir.path()).is_empty(), "nothing written");
+    }
+    let o = common::ballast()
+        .args(["run", "--synthetic", "10", "--transport", "shm"])
+        .env_remove("SLURM_PROCID")
+        .env_remove("OMPI_COMM_WORLD_RANK")
+        .env_remove("PMI_RANK")
+        .env_remove("BALLAST_RANK")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--ranks is required with --transport shm without a launcher"),
+        "{}",
+        stderr(&o)
+    );
+}
