@@ -35,6 +35,18 @@ pub struct Registration {
     pub lock: MemoryLock,
 }
 
+impl Registration {
+    /// `bytes` registered, nothing asked to be locked.
+    pub fn unlocked(bytes: u64) -> Registration {
+        Registration {
+            bytes,
+            locked_bytes: 0,
+            note: None,
+            lock: MemoryLock::default(),
+        }
+    }
+}
+
 /// What a failed pool allocation names: the region and the settings that size it.
 const POOL_WHAT: &str =
     "the buffer pool (buffer_count x buffer_size: BALLAST_BUFFER_COUNT, BALLAST_BUFFER_SIZE)";

@@ -120,18 +120,11 @@ impl CreditBank {
             return;
         }
         let asked = h.outstanding == 0 && std::mem::take(&mut h.deferred);
-        if !more && self.waiters.is_empty() && h.outstanding == 0 && self.standing == 1 {
-            // An idle sender gets its standing credit straight back: the consumed buffer is
-            // granted again (`free` unchanged), and with nobody waiting there is nothing to
-            // distribute.
-            give(h, &mut self.grants, peer, 1);
-            return;
-        }
-        if !more && self.waiters.is_empty() && self.standing > 1 {
+        if !more && self.waiters.is_empty() {
             // An idle sender's share is topped up once half of it is used (the consumed
-            // buffer first back to `free`): one grant per half share. With nobody waiting
-            // there is nothing to distribute, and a sender asking (`asked`: none left) is
-            // served by the top-up.
+            // buffer first back to `free`): one grant per half share; a share of one comes
+            // straight back at each packet. With nobody waiting there is nothing to
+            // distribute, and a sender asking (`asked`: none left) is served by the top-up.
             self.free += 1;
             if h.outstanding * 2 <= self.standing {
                 let n = (self.standing - h.outstanding).min(self.free);

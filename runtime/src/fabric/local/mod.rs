@@ -106,18 +106,10 @@ impl RecvQueue {
 /// [`MemoryLock`] (bytes, OS error, the soft RLIMIT_MEMLOCK), not an error.
 pub(crate) fn lock_region(mem: &[u8], lock: bool) -> (Option<region::LockGuard>, Registration) {
     let bytes = mem.len() as u64;
-    let mut outcome = MemoryLock::default();
     if !lock {
-        return (
-            None,
-            Registration {
-                bytes,
-                locked_bytes: 0,
-                note: None,
-                lock: outcome,
-            },
-        );
+        return (None, Registration::unlocked(bytes));
     }
+    let mut outcome = MemoryLock::default();
     match region::lock(mem.as_ptr(), mem.len()) {
         Ok(g) => {
             outcome.record_locked(bytes);

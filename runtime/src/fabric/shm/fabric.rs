@@ -30,7 +30,6 @@ use crate::core::footprint::MemoryModel;
 use crate::core::intmap::IntMap;
 use crate::core::pool::{Register, Registration};
 use crate::fabric::error::{FabricError, Result};
-use crate::fabric::local::lock_region;
 use crate::fabric::{
     go, poll_result, Capabilities, Control, DirectPath, Event, Fabric, FabricBytes, Flow, Halt, OthersEnd,
     PacketHeader, PeerEnd, PeerKey, RemoteRead,
@@ -98,8 +97,6 @@ pub struct ShmFabric {
     rank: usize,
     world: usize,
     job: Job,
-    // Before `own`: the lock ends before the segment is unmapped.
-    locks: Vec<region::LockGuard>,
     own: RankSegment,
     data: Reader,
     control: Reader,
@@ -181,15 +178,12 @@ impl ShmFabric {
         // Never locked (nor the pool, `register`): `lock_pool` models RDMA registration on
         // `local`; no adapter reads shared memory, and pages never written stay off the
         // node's memory, as vader's and nemesis' do (issue 36's node memory).
-        let (guard, reg) = lock_region(own.seg.bytes(0, own.seg.len()).unwrap_or_default(), false);
-        let mut bytes = FabricBytes {
+        let bytes = FabricBytes {
             srq_bytes: own.seg.len() as u64,
             recv_registered_bytes: own.seg.len() as u64,
-            recv_locked_bytes: reg.locked_bytes,
             shm_segment_bytes: own.seg.len() as u64,
             ..FabricBytes::default()
         };
-        bytes.recv_lock.add(&reg.lock);
         Ok(ShmFabric {
             rank,
             world,
@@ -203,7 +197,6 @@ impl ShmFabric {
             deferred: VecDeque::new(),
             sending: None,
             _watch: watch,
-            locks: guard.into_iter().collect(),
             bytes,
             model,
             marked_done: false,
@@ -477,9 +470,7 @@ impl Register for ShmFabric {
 
     fn register(&mut self, region: &[u8], _lock: bool) -> Result<Registration> {
         // Never locked: see `ShmFabric::new`.
-        let (guard, reg) = lock_region(region, false);
-        self.locks.extend(guard);
-        Ok(reg)
+        Ok(Registration::unlocked(region.len() as u64))
     }
 }
 

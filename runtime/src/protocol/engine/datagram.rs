@@ -617,7 +617,6 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::core::config::TransportConfig;
-    use crate::core::footprint::MemoryLock;
     use crate::core::pool::{Register, Registration};
     use crate::protocol::matching::{Source, TagMatch};
 
@@ -627,12 +626,7 @@ mod tests {
         type Error = ProtocolError;
 
         fn register(&mut self, region: &[u8], _lock: bool) -> Result<Registration> {
-            Ok(Registration {
-                bytes: region.len() as u64,
-                locked_bytes: 0,
-                note: None,
-                lock: MemoryLock::default(),
-            })
+            Ok(Registration::unlocked(region.len() as u64))
         }
     }
 
